@@ -1,0 +1,186 @@
+"""Staging file names — the contract shared with the original Kafka BigQuery Express project.
+
+    $topic.$partition.$dataset.$table.$schemaId.$firstOffset.avro
+    $topic.$partition.$dataset.$table.$schemaId.$firstOffset.$lastOffset.done
+
+Names are parsed from the right: the numbers are numbers, dataset and table never contain
+dots, and whatever remains on the left is the topic, so ``com.acme.events`` works. A name
+that does not parse is not ours; callers report it and go on (never fatal).
+
+A done file matches exactly one avro file on the **full** key, schema id included: the
+original matched without the schema id and lost data when one window wrote two schema ids.
+``lastOffset`` is inclusive.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+AVRO_SUFFIX = "avro"
+DONE_SUFFIX = "done"
+
+# Kafka's legal topic characters; dots are legal, which is why names parse from the right.
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# BigQuery dataset ids are [A-Za-z0-9_]; table ids allow more (dashes, unicode) but never a
+# dot, and a slash would make the name a path.
+_DATASET_RE = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
+_TABLE_RE = re.compile(r"^[^./\s]{1,1024}$")
+_NUMBER_RE = re.compile(r"^(0|[1-9][0-9]*)$")
+
+
+@dataclass(frozen=True, order=True)
+class FileKey:
+    """Everything that identifies one staged avro file; the done file adds its last offset."""
+
+    topic: str
+    partition: int
+    dataset: str
+    table: str
+    schema_id: int
+    first_offset: int
+
+    def __post_init__(self) -> None:
+        problem = _key_problem(self)
+        if problem:
+            raise ValueError(f"invalid staging file key {self!r}: {problem}")
+
+    @property
+    def table_id(self) -> tuple[str, str]:
+        return (self.dataset, self.table)
+
+    @property
+    def topic_partition(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    def _stem(self) -> str:
+        return (
+            f"{self.topic}.{self.partition}.{self.dataset}.{self.table}."
+            f"{self.schema_id}.{self.first_offset}"
+        )
+
+
+@dataclass(frozen=True, order=True)
+class AvroFileName:
+    """An avro file holding records of one (topic, partition, table, schema id) of one range."""
+
+    key: FileKey
+
+    @property
+    def name(self) -> str:
+        return f"{self.key._stem()}.{AVRO_SUFFIX}"
+
+    def done(self, last_offset: int) -> DoneFileName:
+        return DoneFileName(self.key, last_offset)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, order=True)
+class DoneFileName:
+    """The commit marker of one avro file: offsets ``first..last`` (inclusive) are staged."""
+
+    key: FileKey
+    last_offset: int
+
+    def __post_init__(self) -> None:
+        if self.last_offset < self.key.first_offset:
+            raise ValueError(
+                f"done file for {self.key.topic}[{self.key.partition}] ends at offset "
+                f"{self.last_offset}, before its first offset {self.key.first_offset}"
+            )
+
+    @property
+    def name(self) -> str:
+        return f"{self.key._stem()}.{self.last_offset}.{DONE_SUFFIX}"
+
+    @property
+    def avro(self) -> AvroFileName:
+        return AvroFileName(self.key)
+
+    @property
+    def first_offset(self) -> int:
+        return self.key.first_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    def __str__(self) -> str:
+        return self.name
+
+
+StagingName = AvroFileName | DoneFileName
+
+
+def _key_problem(key: FileKey) -> str | None:
+    if not _TOPIC_RE.match(key.topic):
+        return f"topic {key.topic!r} is not a legal Kafka topic name"
+    if key.partition < 0:
+        return f"partition {key.partition} is negative"
+    if not _DATASET_RE.match(key.dataset):
+        return f"dataset {key.dataset!r} must be letters, digits and underscores"
+    if not _TABLE_RE.match(key.table):
+        return f"table {key.table!r} must be non-empty without dots, slashes or spaces"
+    if key.schema_id < 0:
+        return f"schema id {key.schema_id} is negative"
+    if key.first_offset < 0:
+        return f"first offset {key.first_offset} is negative"
+    return None
+
+
+def basename(path: str) -> str:
+    """The file name of a staging path (``gs://b/p/x.avro`` or ``/dir/x.avro`` → ``x.avro``)."""
+    return path.rsplit("/", 1)[-1]
+
+
+def parse_name(name: str) -> StagingName | None:
+    """Parse a staging file name (or path); ``None`` when it is not a staging name."""
+    parts = basename(name).split(".")
+    if parts[-1] == AVRO_SUFFIX:
+        numbers_needed, fixed = 2, 6  # schemaId, firstOffset | partition..firstOffset + suffix
+    elif parts[-1] == DONE_SUFFIX:
+        numbers_needed, fixed = 3, 7
+    else:
+        return None
+    if len(parts) <= fixed:
+        return None
+    topic = ".".join(parts[:-fixed])
+    partition, dataset, table = parts[-fixed], parts[-fixed + 1], parts[-fixed + 2]
+    numbers = parts[-1 - numbers_needed : -1]
+    if not _NUMBER_RE.match(partition) or not all(_NUMBER_RE.match(n) for n in numbers):
+        return None
+    try:
+        key = FileKey(topic, int(partition), dataset, table, int(numbers[0]), int(numbers[1]))
+        if parts[-1] == AVRO_SUFFIX:
+            return AvroFileName(key)
+        return DoneFileName(key, int(numbers[2]))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class ParsedListing:
+    """A staging listing sorted into avro files, done files and names that are not ours."""
+
+    avro: tuple[AvroFileName, ...]
+    done: tuple[DoneFileName, ...]
+    unrecognized: tuple[str, ...]
+
+
+def parse_listing(names: Iterable[str]) -> ParsedListing:
+    """Sort names into avro and done files; everything else is reported, never fatal."""
+    avro: list[AvroFileName] = []
+    done: list[DoneFileName] = []
+    unrecognized: list[str] = []
+    for name in names:
+        parsed = parse_name(name)
+        if isinstance(parsed, AvroFileName):
+            avro.append(parsed)
+        elif isinstance(parsed, DoneFileName):
+            done.append(parsed)
+        else:
+            unrecognized.append(name)
+    return ParsedListing(tuple(sorted(avro)), tuple(sorted(done)), tuple(unrecognized))
