@@ -6,6 +6,8 @@ needs to act: the topic, partition and offset, the file, or the configuration ke
 
 from __future__ import annotations
 
+from kbqe_dagster.core.reasons import Reason
+
 
 class KbqeError(Exception):
     """Base class of every error raised on purpose by kbqe_dagster."""
@@ -27,6 +29,67 @@ class BadInputError(KbqeError):
 
 class WireFormatError(BadInputError):
     """The value is not a Confluent-framed Avro message."""
+
+
+class TombstoneError(WireFormatError):
+    """The value is null: a compaction tombstone carries no record."""
+
+    reason = Reason.TOMBSTONE
+
+
+class FrameTooShortError(WireFormatError):
+    """The value is shorter than the 5-byte Confluent header."""
+
+    reason = Reason.TOO_SHORT
+
+
+class BadMagicError(WireFormatError):
+    """Byte 0 is not the Confluent magic byte 0x00."""
+
+    reason = Reason.BAD_MAGIC
+
+
+class InvalidSchemaIdError(WireFormatError):
+    """The header's schema id has its top bit set: read as Java's signed int it is negative,
+    so no registry can hold it. Same reason as an id the registry does not know."""
+
+    reason = Reason.UNKNOWN_SCHEMA_ID
+
+
+class EventTimeError(BadInputError):
+    """The event date of a record cannot be determined (core/event_time.py)."""
+
+    reason = Reason.INVALID_EVENT_TIME
+
+
+class MissingEventTimeError(EventTimeError):
+    """No candidate event-time field is present and non-null, and no fallback applies."""
+
+    reason = Reason.MISSING_EVENT_TIME
+
+
+class InvalidEventTimeError(EventTimeError):
+    """An event-time value is present but unparseable or outside the accepted date range."""
+
+    reason = Reason.INVALID_EVENT_TIME
+
+
+class RoutingError(BadInputError):
+    """No allowed destination table can be derived for a message (core/routing.py)."""
+
+    reason = Reason.UNROUTABLE
+
+
+class UnroutableError(RoutingError):
+    """The routing rule yields no valid ``(dataset, table)``: missing, empty or bad names."""
+
+    reason = Reason.UNROUTABLE
+
+
+class DestinationNotAllowedError(RoutingError):
+    """The derived ``(dataset, table)`` is not in the configured allow-list."""
+
+    reason = Reason.DESTINATION_NOT_ALLOWED
 
 
 # --- staging (DESIGN.md §3) ----------------------------------------------------------------

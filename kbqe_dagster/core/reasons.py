@@ -1,0 +1,47 @@
+"""The closed set of reasons a Kafka message is bad input (DESIGN.md §2).
+
+Each value is a stable string: it is written to the dead-letter table's ``reason`` column and
+used as a metric label, so renaming one breaks dashboards and queries over historical dead
+letters. Add new members; never rename or reuse one.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """Why a message could not be staged. A ``StrEnum``: members compare equal to their string
+    value and format as it, so they can be written to columns and labels directly."""
+
+    # --- framing (core/wire.py) ---
+    TOMBSTONE = "tombstone"
+    """The value is null (a compaction tombstone): there is no record to stage."""
+    TOO_SHORT = "too_short"
+    """Fewer than the 5 bytes of the Confluent header (magic byte + schema id)."""
+    BAD_MAGIC = "bad_magic"
+    """Byte 0 is not the Confluent magic byte 0x00."""
+
+    # --- schema and body (the decoder) ---
+    UNKNOWN_SCHEMA_ID = "unknown_schema_id"
+    """The registry does not know the schema id (or the id can never exist: top bit set)."""
+    NON_AVRO_SCHEMA = "non_avro_schema"
+    """The registry holds the id but for a Protobuf or JSON schema."""
+    BODY_DECODE_ERROR = "body_decode_error"
+    """The body does not decode with its schema to exactly its own length."""
+
+    # --- event time (core/event_time.py) ---
+    MISSING_EVENT_TIME = "missing_event_time"
+    """No candidate field is present and non-null, and no Kafka timestamp fallback applies."""
+    INVALID_EVENT_TIME = "invalid_event_time"
+    """A candidate value is present but unparseable or outside the accepted date range."""
+
+    # --- routing (core/routing.py) ---
+    UNROUTABLE = "unroutable"
+    """No valid ``(dataset, table)`` could be derived for the message."""
+    DESTINATION_NOT_ALLOWED = "destination_not_allowed"
+    """The derived destination is not in the configured allow-list."""
+
+    # --- size ---
+    OVERSIZED = "oversized"
+    """The message value exceeds the configured ``max_message_size``."""
