@@ -1,0 +1,259 @@
+"""The staging area: a flat namespace of files under one location, on GCS or a local
+directory, with the few operations the staging protocol needs (DESIGN.md §3).
+
+Every store offers the same guarantees, so the stage and load code never branches on where
+the files live:
+- ``put_file`` makes a whole file visible at once (GCS object upload; local ``os.replace``);
+- ``create_only`` is the commit primitive: it creates a file only if no file of that name
+  exists (GCS ``if_generation_match=0``; locally ``os.link`` of a fully written temp file,
+  which is atomic and exclusive). A second writer gets :class:`CommitConflictError`;
+- listing is by name prefix, never a walk of everything when a prefix is known.
+
+Stores are plain, picklable objects built from a :class:`StagingLocation`, so Spark tasks
+rebuild their own client on the executor instead of shipping one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Protocol
+
+from kbqe_dagster.core.errors import CommitConflictError, StagingError
+
+log = logging.getLogger(__name__)
+
+# Resumable uploads in chunks keep memory bounded for large avro files on GCS.
+GCS_CHUNK_SIZE = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    name: str
+    size: int
+    updated: dt.datetime
+
+
+@dataclass(frozen=True)
+class StagingLocation:
+    """Where the staging files live: ``gs://bucket/prefix`` or a local directory path.
+
+    ``gcs_endpoint``/``gcs_project`` point the GCS client at an emulator (local stack) and
+    are ``None`` in production, where Application Default Credentials are used.
+    """
+
+    url: str
+    gcs_endpoint: str | None = None
+    gcs_project: str | None = None
+
+    @property
+    def is_gcs(self) -> bool:
+        return self.url.startswith("gs://")
+
+    def bucket_and_prefix(self) -> tuple[str, str]:
+        if not self.is_gcs:
+            raise StagingError(f"{self.url} is not a gs:// location")
+        rest = self.url[len("gs://") :]
+        bucket, _, prefix = rest.partition("/")
+        if not bucket:
+            raise StagingError(f"staging location {self.url!r} names no bucket")
+        prefix = prefix.strip("/")
+        return bucket, (prefix + "/" if prefix else "")
+
+    def open(self) -> StagingStore:
+        if self.is_gcs:
+            return GcsStagingStore(self)
+        return LocalStagingStore(Path(self.url))
+
+
+class StagingStore(Protocol):
+    location: StagingLocation
+
+    def list(self, prefix: str = "") -> list[StoredFile]: ...
+
+    def read_bytes(self, name: str) -> bytes: ...
+
+    def put_file(self, local_path: Path, name: str) -> None: ...
+
+    def put_bytes(self, name: str, data: bytes) -> None: ...
+
+    def create_only(self, name: str, data: bytes) -> None: ...
+
+    def delete(self, name: str) -> bool: ...
+
+    def uri(self, name: str) -> str: ...
+
+
+class LocalStagingStore:
+    """Staging files in one local directory (tests, single-machine installs)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.location = StagingLocation(str(self.root))
+
+    def _path(self, name: str) -> Path:
+        if name.startswith("/") or ".." in Path(name).parts:
+            raise StagingError(f"staging file name {name!r} escapes the staging directory")
+        return self.root / name
+
+    def list(self, prefix: str = "") -> list[StoredFile]:
+        if not self.root.exists():
+            return []
+        base = self.root / prefix.rpartition("/")[0] if "/" in prefix else self.root
+        if not base.is_dir():
+            return []
+        rel = base.relative_to(self.root)
+        out = []
+        for entry in os.scandir(base):
+            name = entry.name if str(rel) == "." else f"{rel}/{entry.name}"
+            if entry.is_file() and name.startswith(prefix) and not entry.name.startswith(".tmp-"):
+                st = entry.stat()
+                out.append(StoredFile(name, st.st_size, _mtime(st.st_mtime)))
+        return sorted(out, key=lambda f: f.name)
+
+    def read_bytes(self, name: str) -> bytes:
+        try:
+            return self._path(name).read_bytes()
+        except FileNotFoundError as e:
+            raise StagingError(f"staging file {self.uri(name)} does not exist") from e
+
+    def put_file(self, local_path: Path, name: str) -> None:
+        target = self._path(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._temp_copy(Path(local_path).read_bytes, target.parent)
+        os.replace(tmp, target)
+
+    def put_bytes(self, name: str, data: bytes) -> None:
+        target = self._path(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._temp_copy(lambda: data, target.parent)
+        os.replace(tmp, target)
+
+    def create_only(self, name: str, data: bytes) -> None:
+        target = self._path(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._temp_copy(lambda: data, target.parent)
+        try:
+            os.link(tmp, target)  # atomic and exclusive: the file appears whole or not at all
+        except FileExistsError as e:
+            if target.read_bytes() != data:
+                raise CommitConflictError(
+                    f"{self.uri(name)} already exists: another writer committed it first"
+                ) from e
+        finally:
+            os.unlink(tmp)
+
+    def delete(self, name: str) -> bool:
+        try:
+            self._path(name).unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+    def uri(self, name: str) -> str:
+        return str(self._path(name))
+
+    @staticmethod
+    def _temp_copy(read, directory: Path) -> str:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+        with os.fdopen(fd, "wb") as out:
+            out.write(read())
+            out.flush()
+            os.fsync(out.fileno())
+        return tmp
+
+
+class GcsStagingStore:
+    """Staging files under ``gs://bucket/prefix/``; the client is built lazily per process."""
+
+    def __init__(self, location: StagingLocation) -> None:
+        self.location = location
+        self.bucket_name, self.prefix = location.bucket_and_prefix()
+        self._bucket = None
+
+    def __getstate__(self) -> dict:
+        return {"location": self.location}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["location"])
+
+    @property
+    def bucket(self):
+        if self._bucket is None:
+            from google.cloud import storage
+
+            if self.location.gcs_endpoint:
+                from google.auth.credentials import AnonymousCredentials
+
+                client = storage.Client(
+                    project=self.location.gcs_project or "local",
+                    credentials=AnonymousCredentials(),
+                    client_options={"api_endpoint": self.location.gcs_endpoint},
+                )
+            else:
+                client = storage.Client(project=self.location.gcs_project)
+            self._bucket = client.bucket(self.bucket_name)
+        return self._bucket
+
+    def _blob(self, name: str):
+        blob = self.bucket.blob(self.prefix + name)
+        blob.chunk_size = GCS_CHUNK_SIZE
+        return blob
+
+    def list(self, prefix: str = "") -> list[StoredFile]:
+        # The delimiter keeps listings flat: the state file under _kbqe/ is not a staging file.
+        blobs: Iterator = self.bucket.client.list_blobs(
+            self.bucket_name, prefix=self.prefix + prefix, delimiter="/" if "/" not in prefix else None
+        )
+        cut = len(self.prefix)
+        return sorted(
+            (StoredFile(b.name[cut:], b.size or 0, b.updated) for b in blobs),
+            key=lambda f: f.name,
+        )
+
+    def read_bytes(self, name: str) -> bytes:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return self._blob(name).download_as_bytes()
+        except NotFound as e:
+            raise StagingError(f"staging file {self.uri(name)} does not exist") from e
+
+    def put_file(self, local_path: Path, name: str) -> None:
+        self._blob(name).upload_from_filename(str(local_path), content_type="application/avro")
+
+    def put_bytes(self, name: str, data: bytes) -> None:
+        self._blob(name).upload_from_string(data)
+
+    def create_only(self, name: str, data: bytes) -> None:
+        from google.api_core.exceptions import PreconditionFailed
+
+        try:
+            self._blob(name).upload_from_string(data, if_generation_match=0)
+        except PreconditionFailed as e:
+            # A retried request whose first attempt succeeded also lands here: the same
+            # content means the commit is ours; different content means another writer's.
+            if self.read_bytes(name) != data:
+                raise CommitConflictError(
+                    f"{self.uri(name)} already exists: another writer committed it first"
+                ) from e
+
+    def delete(self, name: str) -> bool:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            self._blob(name).delete()
+            return True
+        except NotFound:
+            return False
+
+    def uri(self, name: str) -> str:
+        return f"gs://{self.bucket_name}/{self.prefix}{name}"
+
+
+def _mtime(ts: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)

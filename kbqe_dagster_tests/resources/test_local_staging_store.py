@@ -1,0 +1,67 @@
+"""The local staging store keeps the same promises as GCS: whole files, create-only commits."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from kbqe_dagster.core.errors import CommitConflictError, StagingError
+from kbqe_dagster.resources.staging_store import StagingLocation
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    return StagingLocation(str(tmp_path / "staging")).open()
+
+
+def test_create_only_commits_once_and_refuses_a_different_second_writer(store) -> None:
+    store.create_only("t.0.d.x.1.0.9.done", b"manifest-a")
+    with pytest.raises(CommitConflictError, match="t.0.d.x.1.0.9.done"):
+        store.create_only("t.0.d.x.1.0.9.done", b"manifest-b")
+    assert store.read_bytes("t.0.d.x.1.0.9.done") == b"manifest-a"
+
+
+def test_create_only_of_identical_content_is_an_idempotent_retry(store) -> None:
+    store.create_only("t.0.d.x.1.0.9.done", b"same")
+    store.create_only("t.0.d.x.1.0.9.done", b"same")
+    assert [f.name for f in store.list()] == ["t.0.d.x.1.0.9.done"]
+
+
+def test_listing_is_by_prefix_and_hides_temp_files(store, tmp_path: Path) -> None:
+    for name in ["a.0.d.x.1.0.avro", "a.1.d.x.1.0.avro", "b.0.d.x.1.0.avro"]:
+        store.put_bytes(name, b"x" * 3)
+    (Path(store.root) / ".tmp-leftover").write_bytes(b"partial")
+    assert [f.name for f in store.list("a.")] == ["a.0.d.x.1.0.avro", "a.1.d.x.1.0.avro"]
+    assert {f.size for f in store.list()} == {3}
+
+
+def test_put_file_replaces_whole_files_and_delete_reports_what_it_did(store, tmp_path) -> None:
+    src = tmp_path / "local.avro"
+    src.write_bytes(b"avro-bytes")
+    store.put_file(src, "t.0.d.x.1.0.avro")
+    assert store.read_bytes("t.0.d.x.1.0.avro") == b"avro-bytes"
+    assert store.delete("t.0.d.x.1.0.avro") is True
+    assert store.delete("t.0.d.x.1.0.avro") is False
+
+
+def test_nested_state_files_are_listed_under_their_own_prefix(store) -> None:
+    store.put_bytes("_kbqe/load_state.json", b"{}")
+    assert [f.name for f in store.list("_kbqe/")] == ["_kbqe/load_state.json"]
+    assert store.list() == []
+
+
+def test_missing_file_and_escaping_names_are_clear_errors(store) -> None:
+    with pytest.raises(StagingError, match="does not exist"):
+        store.read_bytes("nope.avro")
+    with pytest.raises(StagingError, match="escapes"):
+        store.put_bytes("../outside", b"")
+
+
+def test_gcs_location_parses_bucket_and_prefix_and_pickles_without_a_client() -> None:
+    location = StagingLocation("gs://my-bucket/some/prefix/")
+    assert location.bucket_and_prefix() == ("my-bucket", "some/prefix/")
+    store = location.open()
+    assert store.uri("f.avro") == "gs://my-bucket/some/prefix/f.avro"
+    assert pickle.loads(pickle.dumps(store)).uri("f.avro") == "gs://my-bucket/some/prefix/f.avro"
