@@ -1,4 +1,4 @@
-"""The Confluent wire format: magic byte, big-endian schema id, Avro body — and typed rejections."""
+"""The Confluent wire format: magic byte, big-endian schema id, Avro body; typed rejections."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ from kbqe_dagster.core.wire import MAX_SCHEMA_ID, Frame, encode_frame, parse_fra
         (b"\x00\x00\x00\x00\x00body", 0, b"body"),
     ],
 )
-def test_frame_splits_big_endian_schema_id_and_body(value: bytes, schema_id: int, body: bytes) -> None:
+def test_frame_splits_big_endian_schema_id_and_body(
+    value: bytes, schema_id: int, body: bytes
+) -> None:
     frame = parse_frame(value)
     assert frame.schema_id == schema_id
     assert bytes(frame.body) == body
