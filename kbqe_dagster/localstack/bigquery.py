@@ -1,0 +1,207 @@
+"""The BigQuery emulator of the local stack: ``bqemulator`` (PyPI, DuckDB-backed), its
+offline DuckDB extensions, and its view of the fake GCS bucket.
+
+Extensions, offline. At start-up the emulator runs ``INSTALL spatial; LOAD spatial`` (fatal
+when it fails: GEOGRAPHY support) and ``INSTALL avro; LOAD avro`` (best effort: without it
+every AVRO load job answers "unsupported"). ``INSTALL`` downloads from the DuckDB extension
+repository, which this machine cannot reach. The same binaries are on PyPI as
+``duckdb-extension-<name>`` (one release per DuckDB version; each wheel holds
+``duckdb_extension_<name>/extensions/v<duckdb version>/<name>.duckdb_extension``).
+:meth:`BigQueryEmulatorService.install` installs them with DuckDB's own
+``INSTALL '<file>'`` into an extension directory under the stack home; an ``INSTALL <name>``
+of an extension already present there is a no-op, so the emulator then starts offline.
+``json``, ``parquet`` and ``icu`` are statically linked into the duckdb 1.5.5 wheel and
+need nothing. bqemulator opens DuckDB without a config, so DuckDB looks in
+``$HOME/.duckdb/extensions/v<version>/<platform>/``; we give the emulator process
+``HOME=run/bigquery/duckdb-home`` (there is no environment variable for
+``extension_directory``) rather than writing into the developer's real home.
+``spatial`` is NOT in the project's ``local`` extras yet: ``pip install
+duckdb-extension-spatial==<duckdb version>`` (1.5.5 exists on PyPI); install() names it.
+
+gs:// URIs. bqemulator does not talk to a GCS API: it maps ``gs://b/o`` to
+``$BQEMU_GCS_LOCAL_ROOT/b/o``. We point that at fake-gcs-server's filesystem root
+(:attr:`GcsService.filesystem_root`), where object ``o`` of bucket ``b`` is that same file.
+
+Storage. Persistent: the DuckDB file ``run/bigquery/data/duckdb/bqemulator.duckdb`` survives
+restarts, like the fake GCS bucket does, so the staging area, the load state and the tables
+stay consistent with one another across ``kbqe stack down``/``up``. Delete
+``run/bigquery/data`` for an empty emulator.
+
+Behaviour the load step must not rely on locally (pinned by
+``kbqe_dagster_tests/localstack/test_bigquery_contract.py``; see DESIGN.md §7): a duplicate
+job id re-runs the job instead of answering 409; ALLOW_FIELD_ADDITION is ignored; Avro
+columns are matched by position; an Avro load creates the table only when the load carries
+an explicit schema; ``statistics.load.outputRows`` is the destination's row count after
+the load, not the rows this job appended.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from kbqe_dagster.core.errors import StackError
+from kbqe_dagster.localstack.base import HOST, LocalService, spawn
+from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT, LocalEndpoints, local_endpoints
+from kbqe_dagster.localstack.gcs import GcsService
+from kbqe_dagster.localstack.probe import request_json
+
+log = logging.getLogger(__name__)
+
+# Extensions the emulator INSTALLs at start-up (see the module docstring); json, parquet and
+# icu are statically linked into the duckdb wheel.
+REQUIRED_EXTENSIONS: tuple[str, ...] = ("spatial", "avro")
+
+
+@dataclass(frozen=True)
+class ExtensionFile:
+    """One DuckDB extension binary as shipped by its PyPI package."""
+
+    name: str
+    path: Path
+
+    @staticmethod
+    def pip_package(name: str, duckdb_version: str) -> str:
+        return f"duckdb-extension-{name.replace('_', '-')}=={duckdb_version}"
+
+
+def duckdb_version() -> str:
+    try:
+        import duckdb
+    except ImportError as exc:
+        raise StackError(
+            "BigQuery emulator: the 'duckdb' package is missing; run `pip install -e '.[local]'`."
+        ) from exc
+    return str(duckdb.__version__)
+
+
+def find_extension_file(name: str, version: str) -> ExtensionFile:
+    """The ``.duckdb_extension`` file of ``duckdb-extension-<name>`` for DuckDB ``version``,
+    or a StackError naming the pip package to install."""
+    package = ExtensionFile.pip_package(name, version)
+    spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+    if spec is None or not spec.submodule_search_locations:
+        raise StackError(
+            f"BigQuery emulator: DuckDB extension '{name}' is not installed and cannot be "
+            f"downloaded here; run `pip install '{package}'`."
+        )
+    package_dir = Path(next(iter(spec.submodule_search_locations)))
+    path = package_dir / "extensions" / f"v{version}" / f"{name}.duckdb_extension"
+    if not path.is_file():
+        shipped = sorted(p.name for p in (package_dir / "extensions").glob("v*"))
+        raise StackError(
+            f"BigQuery emulator: DuckDB extension '{name}' for duckdb {version} not found at "
+            f"{path} (the installed package ships {shipped or 'nothing'}); run "
+            f"`pip install '{package}'` so its version matches duckdb's."
+        )
+    return ExtensionFile(name, path)
+
+
+def install_extensions(extension_dir: Path, names: Sequence[str]) -> list[str]:
+    """Install each extension into ``extension_dir`` from its PyPI package; returns the
+    names newly installed. Idempotent: present extensions are left alone."""
+    import duckdb
+
+    version = duckdb_version()
+    files = [find_extension_file(name, version) for name in names]  # fail before writing
+    extension_dir.mkdir(parents=True, exist_ok=True)
+    installed: list[str] = []
+    con = duckdb.connect(":memory:", config={
+        "extension_directory": str(extension_dir),
+        "autoinstall_known_extensions": False,
+    })
+    try:
+        present = {
+            row[0] for row in con.execute(
+                "SELECT extension_name FROM duckdb_extensions() WHERE installed"
+            ).fetchall()
+        }
+        for ext in files:
+            if ext.name in present:
+                continue
+            con.execute(f"INSTALL '{ext.path}'")
+            installed.append(ext.name)
+    finally:
+        con.close()
+    return installed
+
+
+class BigQueryEmulatorService(LocalService):
+    """bqemulator's REST (and gRPC Storage API) server, persistent, offline extensions."""
+
+    name = "bigquery"
+    start_timeout = 90.0
+
+    def __init__(
+        self, home: Path | None = None, endpoints: LocalEndpoints | None = None,
+        gcs_root: Path | None = None,
+    ) -> None:
+        super().__init__(home)
+        self._endpoints = endpoints or local_endpoints()
+        self._gcs_root = gcs_root or GcsService(self.dirs.home, self._endpoints).filesystem_root
+
+    @property
+    def endpoint(self) -> str:
+        return self._endpoints.bigquery_url
+
+    @property
+    def ports(self) -> Sequence[int]:
+        return (self._endpoints.bigquery_port, self._endpoints.bigquery_grpc_port)
+
+    @property
+    def project(self) -> str:
+        return LOCAL_PROJECT
+
+    @property
+    def gcs_root(self) -> Path:
+        """The directory ``gs://`` URIs are resolved under (fake-gcs-server's root)."""
+        return self._gcs_root
+
+    @property
+    def duckdb_home(self) -> Path:
+        """``HOME`` of the emulator process: DuckDB finds its extensions under it."""
+        return self.dirs.run / "duckdb-home"
+
+    @property
+    def extension_dir(self) -> Path:
+        return self.duckdb_home / ".duckdb" / "extensions"
+
+    @property
+    def database_dir(self) -> Path:
+        return self.dirs.data / "duckdb"
+
+    def install(self) -> None:
+        newly = install_extensions(self.extension_dir, REQUIRED_EXTENSIONS)
+        if newly:
+            log.info("installed DuckDB extensions %s into %s", newly, self.extension_dir)
+        self.gcs_root.mkdir(parents=True, exist_ok=True)
+
+    def launch(self) -> int:
+        argv = [
+            sys.executable, "-m", "bqemulator", "start",
+            "--rest-host", HOST, "--rest-port", str(self._endpoints.bigquery_port),
+            "--grpc-host", HOST, "--grpc-port", str(self._endpoints.bigquery_grpc_port),
+            "--data-dir", str(self.database_dir),
+            "--project", self.project,
+            "--log-format", "console",
+        ]
+        env = {
+            "HOME": str(self.duckdb_home),
+            "BQEMU_GCS_LOCAL_ROOT": str(self.gcs_root),
+            "BQEMU_UPLOAD_STAGING_DIR": str(self.dirs.data / "uploads"),
+            "BQEMU_ENABLE_FORMAT_EXTENSIONS": "true",
+        }
+        return spawn(self.dirs, argv, env=env)
+
+    def ready(self) -> bool:
+        answer = request_json(
+            "GET", f"{self.endpoint}/bigquery/v2/projects/{self.project}/datasets",
+        )
+        return (
+            answer is not None and answer.status == 200
+            and isinstance(answer.body, dict) and answer.body.get("kind") == "bigquery#datasetList"
+        )
