@@ -1,0 +1,76 @@
+"""Dagster resources: typed, configured per environment in ``defs/resources.py``.
+
+Each resource is a thin, picklable description of a connection that hands out the plain
+settings objects the stage and load code uses (those travel to Spark executors). Secrets
+arrive through ``dg.EnvVar`` and are never logged (the settings objects redact them).
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+from pydantic import Field
+
+from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.schema_registry import RegistrySettings
+from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
+
+
+class StagingResource(dg.ConfigurableResource):
+    """The staging area: ``gs://bucket/prefix`` or a local directory."""
+
+    url: str = Field(description="gs://bucket/prefix, or a local directory path.")
+    gcs_endpoint: str | None = Field(
+        default=None, description="GCS API endpoint override (the local fake-gcs-server)."
+    )
+    gcs_project: str | None = Field(default=None, description="GCP project for the GCS client.")
+
+    def location(self) -> StagingLocation:
+        return StagingLocation(self.url, self.gcs_endpoint, self.gcs_project)
+
+    def store(self) -> StagingStore:
+        return self.location().open()
+
+
+class KafkaResource(dg.ConfigurableResource):
+    """A Kafka cluster. ``client_config`` carries SASL/SSL settings (librdkafka names)."""
+
+    bootstrap_servers: str = Field(description="host:port[,host:port...]")
+    security_protocol: str | None = Field(default=None, description="PLAINTEXT, SSL, SASL_SSL, ...")
+    sasl_mechanism: str | None = Field(default=None, description="PLAIN, SCRAM-SHA-512, ...")
+    sasl_username: str | None = Field(default=None, description="Use dg.EnvVar.")
+    sasl_password: str | None = Field(default=None, description="Use dg.EnvVar; never logged.")
+    ssl_ca_location: str | None = Field(default=None, description="CA bundle path for SSL.")
+
+    def settings(self) -> KafkaSettings:
+        extra = {
+            "security.protocol": self.security_protocol,
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "sasl.password": self.sasl_password,
+            "ssl.ca.location": self.ssl_ca_location,
+        }
+        return KafkaSettings(self.bootstrap_servers, {k: v for k, v in extra.items() if v})
+
+
+class SchemaRegistryResource(dg.ConfigurableResource):
+    """A Confluent-compatible schema registry (Confluent, Apicurio ccompat, Karapace, ...)."""
+
+    url: str = Field(description="Registry root, e.g. http://host:8081 or .../apis/ccompat/v7")
+    basic_auth_user_info: str | None = Field(
+        default=None, description="user:password, through dg.EnvVar; never logged."
+    )
+    ssl_ca_location: str | None = Field(default=None, description="CA bundle path for TLS.")
+
+    def settings(self) -> RegistrySettings:
+        return RegistrySettings(self.url, self.basic_auth_user_info, self.ssl_ca_location)
+
+
+class PipelineResource(dg.ConfigurableResource):
+    """The pipeline configuration file (topics, routing, event time, policies, knobs)."""
+
+    config_path: str = Field(description="Path of the pipeline YAML file.")
+
+    def load(self):
+        from kbqe_dagster.core.config import load_pipeline_config
+
+        return load_pipeline_config(self.config_path)

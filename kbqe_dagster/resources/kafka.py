@@ -1,0 +1,170 @@
+"""Kafka: watermarks for planning and lag, and a consumer that reads exactly one offset range.
+
+No consumer group membership and no offset commits: offsets live in done files (DESIGN.md
+§3). The consumer uses ``assign`` with an explicit start offset and ``read_committed`` so
+aborted transactional messages are never staged.
+
+Connection settings (SASL/SSL included) travel to Spark executors inside
+:class:`KafkaSettings`; its ``repr`` hides secrets so it can be logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from kbqe_dagster.core.errors import KbqeError
+
+log = logging.getLogger(__name__)
+
+_SECRET_HINTS = ("password", "secret", "key", "token", "credentials")
+
+
+class KafkaReadError(KbqeError):
+    """Kafka could not be read; the message names topic/partition/offset."""
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Bootstrap servers plus any librdkafka client setting (``security.protocol``,
+    ``sasl.mechanism``, ``sasl.username``, ``sasl.password``, ``ssl.ca.location``, ...)."""
+
+    bootstrap_servers: str
+    client_config: Mapping[str, str] = field(default_factory=dict)
+
+    def config(self, **overrides: object) -> dict:
+        conf = {"bootstrap.servers": self.bootstrap_servers, **self.client_config}
+        conf.update(overrides)
+        return conf
+
+    def __repr__(self) -> str:
+        shown = {
+            k: ("***" if any(h in k.lower() for h in _SECRET_HINTS) else v)
+            for k, v in self.client_config.items()
+        }
+        return f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, client_config={shown})"
+
+
+@dataclass(frozen=True)
+class PartitionWatermarks:
+    topic: str
+    partition: int
+    low: int
+    high: int
+
+
+def _consumer(settings: KafkaSettings) -> Consumer:
+    # group.id is required by librdkafka even for assign(); nothing is ever committed to it.
+    return Consumer(
+        settings.config(
+            **{
+                "group.id": "kbqe-stage",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error",
+            }
+        )
+    )
+
+
+def topic_partitions(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> list[int]:
+    """The partition numbers of ``topic``; a KafkaReadError if it does not exist."""
+    admin = AdminClient(settings.config())
+    meta = admin.list_topics(topic=topic, timeout=timeout)
+    info = meta.topics.get(topic)
+    if info is None or info.error is not None:
+        raise KafkaReadError(f"topic {topic!r} is not available: {info.error if info else 'missing'}")
+    return sorted(info.partitions)
+
+
+def watermarks(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> list[PartitionWatermarks]:
+    """Low and high watermark of every partition of ``topic``."""
+    consumer = _consumer(settings)
+    try:
+        out = []
+        for p in topic_partitions(settings, topic, timeout):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            out.append(PartitionWatermarks(topic, p, low, high))
+        return out
+    finally:
+        consumer.close()
+
+
+def oldest_timestamp_ms(
+    settings: KafkaSettings, topic: str, partition: int, offset: int, timeout: float = 5.0
+) -> int | None:
+    """The Kafka timestamp of the first readable message at or after ``offset`` (for the
+    latency trigger), or None when there is none."""
+    for msg in read_range(settings, topic, partition, offset, offset + 1, idle_timeout=timeout):
+        ts_type, ts = msg.timestamp()
+        return ts if ts_type != 0 and ts >= 0 else None
+    return None
+
+
+def read_range(
+    settings: KafkaSettings,
+    topic: str,
+    partition: int,
+    start: int,
+    end_exclusive: int,
+    batch_size: int = 10_000,
+    idle_timeout: float = 30.0,
+    position_out: list[int] | None = None,
+) -> Iterator[Message]:
+    """Messages of ``topic[partition]`` with offsets in ``[start, end_exclusive)``.
+
+    Offsets may be missing (compaction, transaction markers, aborted records); the read ends
+    when the consumer's position reaches ``end_exclusive``, or at the end of the readable
+    log (read_committed stops at the last stable offset). The position reached is appended to
+    ``position_out`` so the caller commits exactly what was covered.
+    """
+    consumer = _consumer(settings)
+    tp = TopicPartition(topic, partition, start)
+    consumer.assign([tp])
+    position = start
+    try:
+        while position < end_exclusive:
+            msgs = consumer.consume(num_messages=batch_size, timeout=idle_timeout)
+            if not msgs:
+                position = _position(consumer, topic, partition, position)
+                log.warning("%s[%d]: no message within %.0fs at offset %d (end %d)",
+                            topic, partition, idle_timeout, position, end_exclusive)
+                break
+            eof = False
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        eof = True
+                        continue
+                    raise KafkaReadError(
+                        f"reading {topic}[{partition}] near offset {position}: {err.str()}"
+                    )
+                if msg.offset() >= end_exclusive:
+                    position = end_exclusive
+                    break
+                position = msg.offset() + 1
+                yield msg
+            if position >= end_exclusive:
+                break
+            if eof:
+                position = _position(consumer, topic, partition, position)
+                break
+    except KafkaException as e:
+        raise KafkaReadError(f"reading {topic}[{partition}] near offset {position}: {e}") from e
+    finally:
+        consumer.close()
+        if position_out is not None:
+            position_out.append(min(position, end_exclusive))
+
+
+def _position(consumer: Consumer, topic: str, partition: int, fallback: int) -> int:
+    """Where the consumer stands: past transaction markers and compacted gaps."""
+    pos = consumer.position([TopicPartition(topic, partition)])[0].offset
+    return pos if pos is not None and pos >= 0 else fallback
