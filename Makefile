@@ -1,0 +1,51 @@
+# kbqe_dagster — the two Quick start commands are `make demo` and `make test`.
+# Everything they need is installed here: the Python environment (.venv), and on first use
+# the local stack's downloads (Kafka and Apicurio from Maven Central, into .kbqe-local/).
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install demo test test-unit stack-up stack-down stack-status dev validate bench clean-local
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
+	@command -v java >/dev/null || { echo "error: java not found: install a Java 17 JDK (Debian: apt-get install openjdk-17-jdk-headless)"; exit 1; }
+	@command -v mvn >/dev/null || { echo "error: mvn not found: install Maven (Debian: apt-get install maven)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Quick start 1: the main job end to end on the local stack, then the Dagster UI.
+demo: install
+	$(BIN)/kbqe demo --then-dagster-dev
+
+# Quick start 2: the whole test suite; the tests start the local stack once and stop
+# exactly what they started.
+test: install
+	$(BIN)/python -m pytest
+
+test-unit: install
+	$(BIN)/python -m pytest -m "not integration"
+
+stack-up: install
+	$(BIN)/kbqe stack up
+
+stack-down:
+	$(BIN)/kbqe stack down
+
+stack-status:
+	$(BIN)/kbqe stack status
+
+dev: install
+	$(BIN)/kbqe dev
+
+bench: install
+	$(BIN)/python bench/bench_stage.py
+
+clean-local: stack-down
+	rm -rf .kbqe-local/run
