@@ -31,6 +31,21 @@ class WireFormatError(BadInputError):
     """The value is not a Confluent-framed Avro message."""
 
 
+class BodyDecodeError(BadInputError):
+    """The Avro body does not decode under its writer schema to exactly its own length:
+    truncated, trailing bytes, or invalid data (bad union/enum index, negative length, invalid
+    UTF-8, out-of-range logical value). Raised by ``staging/probe.py``."""
+
+    reason = "body_decode_error"
+
+
+class SchemaNotExtensibleError(BadInputError):
+    """The writer schema cannot take the enrichment columns: it is not a record, or a column
+    name collides with one of its fields. Raised by ``core/enrichment.py``."""
+
+    reason = "schema_not_extensible"
+
+
 class TombstoneError(WireFormatError):
     """The value is null: a compaction tombstone carries no record."""
 
@@ -90,6 +105,28 @@ class DestinationNotAllowedError(RoutingError):
     """The derived ``(dataset, table)`` is not in the configured allow-list."""
 
     reason = Reason.DESTINATION_NOT_ALLOWED
+
+
+class UnknownSchemaIdError(BadInputError):
+    """The schema registry does not know the message's schema id."""
+
+    reason = Reason.UNKNOWN_SCHEMA_ID
+
+
+class NonAvroSchemaError(BadInputError):
+    """The schema id belongs to a Protobuf or JSON schema, not Avro."""
+
+    reason = Reason.NON_AVRO_SCHEMA
+
+
+class OversizedMessageError(BadInputError):
+    """The message value is larger than the configured ``max_message_size``."""
+
+    reason = Reason.OVERSIZED
+
+
+class StageRangeFailed(KbqeError):
+    """A topic whose bad-input policy is ``fail`` met bad input; names topic/partition/offset."""
 
 
 # --- staging (DESIGN.md §3) ----------------------------------------------------------------
