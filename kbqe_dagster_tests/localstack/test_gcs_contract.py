@@ -97,9 +97,13 @@ def test_delete_removes_the_object_and_frees_the_name_for_a_create_only_write(
 def test_resumable_chunked_upload_stores_the_whole_body() -> None:
     client = local_storage_client()
     puts: list[int] = []
-    # The session is the client's own (private) transport: count the chunk PUTs it sends.
-    client._http.hooks["response"].append(
-        lambda r, *args, **kwargs: puts.append(r.status_code) if r.request.method == "PUT" else None)
+
+    def record_put(response: requests.Response, *args: object, **kwargs: object) -> None:
+        if response.request.method == "PUT":
+            puts.append(response.status_code)
+
+    # The client's own (private) requests session: count the chunk PUTs it sends.
+    client._http.hooks["response"].append(record_put)
     bucket = client.bucket(LOCAL_BUCKET)
     name = f"contract-{uuid.uuid4().hex[:10]}/big/orders.0.sales.orders.7.0.avro"
     body = _payload(RESUMABLE_SIZE)
