@@ -29,10 +29,12 @@ stay consistent with one another across ``kbqe stack down``/``up``. Delete
 
 Behaviour the load step must not rely on locally (pinned by
 ``kbqe_dagster_tests/localstack/test_bigquery_contract.py``; see DESIGN.md §7): a duplicate
-job id re-runs the job instead of answering 409; ALLOW_FIELD_ADDITION is ignored; Avro
-columns are matched by position; an Avro load creates the table only when the load carries
-an explicit schema; ``statistics.load.outputRows`` is the destination's row count after
-the load, not the rows this job appended.
+job id re-runs the job (rows appended twice) instead of answering 409; ALLOW_FIELD_ADDITION
+is ignored and a file with more or fewer columns than the table fails; Avro columns are
+matched by position; an Avro load creates a missing table only from an explicit ``schema``
+in the job config, and without its time partitioning; REQUIRED is not enforced; load
+statistics carry ``outputRows`` only, and it is the destination's row count after the load,
+not the rows this job appended.
 """
 
 from __future__ import annotations

@@ -13,6 +13,11 @@ stack needs a long-lived process with a pid file and a data root that survives r
 - Filesystem backend rooted at :attr:`GcsService.filesystem_root`: object ``o`` of bucket
   ``b`` is the file ``<root>/b/o`` (slashes become directories). The BigQuery emulator reads
   ``gs://b/o`` load URIs from exactly that path, so the two services share this root.
+
+Gap (fake-gcs-server 1.54.0, pinned by ``test_gcs_contract.py``): ``ifGenerationMatch=0``
+is enforced on single-request (multipart) uploads only — what google-cloud-storage sends
+for bodies up to 8 MiB, so create-only done files hold. Resumable (> 8 MiB) and
+``uploadType=media`` uploads overwrite an existing object instead of answering 412.
 """
 
 from __future__ import annotations
