@@ -29,6 +29,9 @@ class Reason(StrEnum):
     """The registry holds the id but for a Protobuf or JSON schema."""
     BODY_DECODE_ERROR = "body_decode_error"
     """The body does not decode with its schema to exactly its own length."""
+    UNSUPPORTED_SCHEMA = "unsupported_schema"
+    """The writer schema cannot be staged: it does not parse, is not a record, or an enrichment
+    column collides with one of its fields (core/enrichment.py)."""
 
     # --- event time (core/event_time.py) ---
     MISSING_EVENT_TIME = "missing_event_time"

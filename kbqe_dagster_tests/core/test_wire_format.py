@@ -106,6 +106,7 @@ def test_every_reason_is_a_distinct_stable_string() -> None:
         "unknown_schema_id",
         "non_avro_schema",
         "body_decode_error",
+        "unsupported_schema",
         "missing_event_time",
         "invalid_event_time",
         "unroutable",

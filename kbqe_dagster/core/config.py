@@ -1,0 +1,362 @@
+"""The pipeline configuration: one YAML file, validated into frozen dataclasses (DESIGN.md §6).
+
+Connections (Kafka, registry, GCS, BigQuery, Spark) are not here: they are Dagster resources
+configured from the environment. This file says *what* flows where. Layout (every key
+optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
+
+    version: 1
+    topics:                          # required, at least one
+      - name: com.acme.events        # required
+        routing: {...}               # RoutingConfig keys (core/routing.py); default mode fields
+        event_time: {...}            # EventTimeConfig keys (core/event_time.py)
+        on_bad_input: dead_letter    # dead_letter | skip | fail
+        staging: {...}               # StagingSettings keys, overriding the pipeline's
+    allowed_destinations: [acme_sales.*, acme_web.page_views]
+    event_time: {...}                # defaults for every topic's event_time, key by key
+    on_bad_input: dead_letter        # default for every topic
+    staging: {...}                   # StagingSettings for every topic
+    dead_letter: {dataset: kbqe_dead_letters, table: dead_letters}
+    enrichment: {...}
+    load: {...}
+    retention: {...}
+
+Rules worth knowing: ``event_time``, ``staging`` and ``on_bad_input`` at the top level are
+defaults a topic overrides key by key. A ``static`` route's table is implicitly allowed (it is
+declared right there); every other destination must match ``allowed_destinations``. Routing
+keys that the chosen mode does not read are errors, not silently ignored. Unknown keys are
+errors with a did-you-mean; all problems are reported together in one :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from kbqe_dagster.core import config_reader as r
+from kbqe_dagster.core.config_sections import (
+    DEAD_LETTER_SPEC,
+    ENRICHMENT_SPEC,
+    EVENT_TIME_SPEC,
+    LOAD_SPEC,
+    RETENTION_SPEC,
+    ROUTING_KEYS_BY_MODE,
+    ROUTING_SPEC,
+    STAGING_SPEC,
+    BadInputPolicy,
+    DeadLetterDestination,
+    LoadSettings,
+    RetentionSettings,
+    StagingSettings,
+    cadence_quota_verdict,
+    jobs_per_table_per_day,
+)
+from kbqe_dagster.core.enrichment import EnrichmentConfig
+from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.core.event_time import EventTimeConfig
+from kbqe_dagster.core.naming import _TOPIC_RE
+from kbqe_dagster.core.offsets import MARKER_DATASET
+from kbqe_dagster.core.routing import (
+    AllowList,
+    Router,
+    RoutingConfig,
+    RoutingMode,
+    allow_pattern_problem,
+    required_fields,
+    resolve_function,
+)
+
+__all__ = [
+    "BadInputPolicy",
+    "DeadLetterDestination",
+    "EnrichmentConfig",
+    "LoadSettings",
+    "PipelineConfig",
+    "RetentionSettings",
+    "StagingSettings",
+    "TopicConfig",
+    "jobs_per_table_per_day",
+    "load_pipeline_config",
+    "parse_pipeline_config",
+]
+
+log = logging.getLogger(__name__)
+
+CONFIG_VERSION = 1
+_TOP_KEYS = (
+    "version", "topics", "allowed_destinations", "event_time", "on_bad_input", "staging",
+    "dead_letter", "enrichment", "load", "retention",
+)  # fmt: skip
+_TOPIC_KEYS = ("name", "routing", "event_time", "on_bad_input", "staging")
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """Everything decided for one source topic, defaults already applied."""
+
+    name: str
+    """The Kafka topic (dots allowed)."""
+    routing: RoutingConfig
+    """Where its messages go; default: ``fields`` mode on ``datasetName``/``tableName``."""
+    event_time: EventTimeConfig
+    """How a record's event date is found; needs fields or the Kafka timestamp fallback."""
+    on_bad_input: BadInputPolicy = BadInputPolicy.DEAD_LETTER
+    """What happens to messages that cannot be staged. Default ``dead_letter``."""
+    staging: StagingSettings = field(default_factory=StagingSettings)
+    """Stage-run knobs: the pipeline's ``staging:`` with this topic's overrides applied."""
+
+    @property
+    def required_fields(self) -> tuple[str, ...]:
+        """Field paths the decoder must decode: routing's, then event time's, no duplicates."""
+        return tuple(dict.fromkeys(required_fields(self.routing) + self.event_time.fields))
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The validated pipeline file."""
+
+    topics: tuple[TopicConfig, ...]
+    """Source topics, in file order; at least one."""
+    allowed_destinations: AllowList
+    """Explicit ``allowed_destinations`` plus every static route's table. Default: empty."""
+    dead_letter: DeadLetterDestination = field(default_factory=DeadLetterDestination)
+    """The dead-letter table. Default ``kbqe_dead_letters.dead_letters``."""
+    enrichment: EnrichmentConfig = field(default_factory=EnrichmentConfig)
+    """Columns added to every record (core/enrichment.py documents each and its default)."""
+    load: LoadSettings = field(default_factory=LoadSettings)
+    """The BigQuery load coordinator's settings."""
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    """Staging-area housekeeping."""
+    source: str = "<config>"
+    """Where the configuration was read from, for messages."""
+    warnings: tuple[str, ...] = ()
+    """Accepted but risky settings (also logged once when parsed)."""
+
+    @property
+    def topic_names(self) -> tuple[str, ...]:
+        return tuple(topic.name for topic in self.topics)
+
+    def topic(self, name: str) -> TopicConfig:
+        for topic in self.topics:
+            if topic.name == name:
+                return topic
+        raise ConfigError(f"{self.source}: topic {name!r} is not configured")
+
+    def router(self, topic: str) -> Router:
+        """A router for ``topic`` (imports a routing function, so build once per task)."""
+        return Router(self.topic(topic).routing, self.allowed_destinations)
+
+
+def load_pipeline_config(path: str | Path) -> PipelineConfig:
+    """Read and validate the pipeline YAML file at ``path``."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{source}: cannot read the pipeline configuration: {error}") from error
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{source}: not valid YAML: {error}") from error
+    return parse_pipeline_config(raw, source=source)
+
+
+def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
+    """Validate a parsed YAML document; raises one :class:`ConfigError` listing every problem."""
+    problems = r.Problems()
+    top = r.read_section(raw, "", {key: _identity for key in _TOP_KEYS}, problems)
+    if "version" in top and top["version"] != CONFIG_VERSION:
+        problems.add("version", f"expected {CONFIG_VERSION}, got {r.describe(top['version'])}")
+    allowed = _allow_list(top, problems)
+    defaults = _TopicDefaults(
+        event_time=r.read_section(top.get("event_time"), "event_time", EVENT_TIME_SPEC, problems),
+        on_bad_input=_read_value(
+            top, "on_bad_input", _POLICY, BadInputPolicy.DEAD_LETTER, problems
+        ),
+        staging=_build(StagingSettings(), top.get("staging"), "staging", STAGING_SPEC, problems),
+    )
+    topics = _topics(top.get("topics"), defaults, allowed, problems)
+    dead_letter = _build(
+        DeadLetterDestination(), top.get("dead_letter"), "dead_letter", DEAD_LETTER_SPEC, problems
+    )
+    enrichment = _build(
+        EnrichmentConfig(), top.get("enrichment"), "enrichment", ENRICHMENT_SPEC, problems
+    )
+    load = _build(LoadSettings(), top.get("load"), "load", LOAD_SPEC, problems)
+    retention = _build(
+        RetentionSettings(), top.get("retention"), "retention", RETENTION_SPEC, problems
+    )
+    if allowed.allows(dead_letter.dataset, dead_letter.table):
+        problems.add(
+            "allowed_destinations",
+            f"covers the dead-letter table {dead_letter.dataset}.{dead_letter.table}: "
+            "messages must not be routed into it",
+        )
+    error, warning = cadence_quota_verdict(load.cadence)
+    if error:
+        problems.add("load.cadence", error)
+    warnings = (f"load.cadence {warning}",) if warning else ()
+    if problems:
+        listed = "\n".join(f"  - {item}" for item in problems.items)
+        raise ConfigError(f"{source}: {len(problems.items)} problem(s):\n{listed}")
+    statics = tuple(f"{d.dataset}.{d.table}" for t in topics if (d := t.routing.static_destination))
+    for warning in warnings:
+        log.warning("%s: %s", source, warning)
+    return PipelineConfig(
+        topics=topics,
+        allowed_destinations=AllowList(tuple(dict.fromkeys(allowed.patterns + statics))),
+        dead_letter=dead_letter,
+        enrichment=enrichment,
+        load=load,
+        retention=retention,
+        source=source,
+        warnings=warnings,
+    )
+
+
+# --- sections ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _TopicDefaults:
+    event_time: dict[str, Any]
+    on_bad_input: BadInputPolicy
+    staging: StagingSettings
+
+
+_POLICY = r.choice(BadInputPolicy)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _read_value(
+    section: Mapping[str, Any], key: str, convert: r.Converter, default: Any, problems: r.Problems,
+    path: str = "",
+) -> Any:  # fmt: skip
+    if key not in section:
+        return default
+    try:
+        return convert(section[key])
+    except r.Invalid as error:
+        problems.add(r.join(path, key) + error.subpath, str(error))
+        return default
+
+
+def _build(
+    base: Any, raw: Any, path: str, spec: Mapping[str, r.Converter], problems: r.Problems
+) -> Any:
+    """``base`` with the valid keys of ``raw`` applied; cross-field errors land on ``path``."""
+    before = len(problems.items)
+    values = r.read_section(raw, path, spec, problems)
+    if len(problems.items) > before:
+        return base  # cross-field checks on a half-read section would only add noise
+    try:
+        return replace(base, **values)
+    except (ValueError, TypeError, ConfigError) as error:
+        problems.add(path, str(error).removeprefix(f"{path}: "))
+        return base
+
+
+_PATTERNS = r.list_of(r.checked(r.string, allow_pattern_problem))
+
+
+def _allow_list(top: Mapping[str, Any], problems: r.Problems) -> AllowList:
+    patterns = _read_value(top, "allowed_destinations", _PATTERNS, (), problems)
+    if any(p.split(".")[0] == MARKER_DATASET for p in patterns):
+        problems.add("allowed_destinations", f"dataset {MARKER_DATASET!r} is reserved for markers")
+    return AllowList(patterns)
+
+
+def _topics(
+    raw: Any, defaults: _TopicDefaults, allowed: AllowList, problems: r.Problems
+) -> tuple[TopicConfig, ...]:
+    if not isinstance(raw, list) or not raw:
+        problems.add("topics", f"expected a list of at least one topic, got {r.describe(raw)}")
+        return ()
+    topics: list[TopicConfig] = []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(raw):
+        path = f"topics[{index}]"
+        topic = _topic(item, path, defaults, allowed, problems)
+        if topic is None:
+            continue
+        if topic.name in seen:
+            problems.add(f"{path}.name", f"duplicate of topics[{seen[topic.name]}]")
+        seen.setdefault(topic.name, index)
+        topics.append(topic)
+    return tuple(topics)
+
+
+_TOPIC_NAME = r.checked(
+    r.string, lambda name: None if _TOPIC_RE.fullmatch(name) else "not a legal Kafka topic name"
+)
+
+
+def _topic(
+    raw: Any, path: str, defaults: _TopicDefaults, allowed: AllowList, problems: r.Problems
+) -> TopicConfig | None:
+    spec = {key: _identity for key in _TOPIC_KEYS}
+    section = r.read_section(raw, path, spec, problems, required=("name",))
+    name = _read_value(section, "name", _TOPIC_NAME, None, problems, path)
+    routing = _routing(section.get("routing"), f"{path}.routing", allowed, problems)
+    event_time = _event_time(section.get("event_time"), f"{path}.event_time", defaults, problems)
+    policy = _read_value(section, "on_bad_input", _POLICY, defaults.on_bad_input, problems, path)
+    staging = _build(
+        defaults.staging, section.get("staging"), f"{path}.staging", STAGING_SPEC, problems
+    )
+    if name is None or routing is None or event_time is None:
+        return None
+    return TopicConfig(name, routing, event_time, policy, staging)
+
+
+def _routing(
+    raw: Any, path: str, allowed: AllowList, problems: r.Problems
+) -> RoutingConfig | None:
+    before = len(problems.items)
+    values = r.read_section(raw, path, ROUTING_SPEC, problems)
+    if isinstance(raw, Mapping) and "mode" in raw and "mode" not in values:
+        return None  # the bad mode is reported; judging the other keys against a guess misleads
+    mode = values.get("mode", RoutingMode.FIELDS)
+    for key in sorted(values.keys() - {"mode"} - ROUTING_KEYS_BY_MODE[mode]):
+        problems.add(f"{path}.{key}", f"not used by routing mode {mode.value}")
+    if len(problems.items) > before:
+        return None
+    try:
+        config = RoutingConfig(**values)
+    except ValueError as error:
+        problems.add(path, str(error))
+        return None
+    if mode is RoutingMode.FUNCTION and config.function:
+        try:
+            resolve_function(config.function)
+        except ConfigError as error:
+            problems.add(f"{path}.function", str(error))
+    if mode is RoutingMode.SCHEMA_NAME:
+        named = [("dataset", config.dataset)] + [
+            (f"namespace_datasets.{ns}", ds) for ns, ds in config.namespace_datasets.items()
+        ]
+        for key, dataset in named:
+            if dataset is not None and dataset not in allowed.datasets:
+                problems.add(f"{path}.{key}", f"dataset {dataset!r} is not in allowed_destinations")
+    return config
+
+
+def _event_time(
+    raw: Any, path: str, defaults: _TopicDefaults, problems: r.Problems
+) -> EventTimeConfig | None:
+    before = len(problems.items)
+    values = {**defaults.event_time, **r.read_section(raw, path, EVENT_TIME_SPEC, problems)}
+    if len(problems.items) > before:
+        return None
+    try:
+        config = EventTimeConfig(**values)
+    except ValueError as error:
+        problems.add(path, str(error))
+        return None
+    if not config.fields and not config.kafka_timestamp_fallback:
+        problems.add(path, "needs at least one field or kafka_timestamp_fallback: true")
+    return config
+
