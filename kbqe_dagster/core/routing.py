@@ -43,6 +43,8 @@ _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 class RoutingMode(StrEnum):
+    """How a topic's messages find their table (see the module docstring)."""
+
     STATIC = "static"
     FIELDS = "fields"
     SCHEMA_NAME = "schema_name"
