@@ -57,7 +57,7 @@ from kbqe_dagster.core.config_sections import (
 from kbqe_dagster.core.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.event_time import EventTimeConfig
-from kbqe_dagster.core.naming import _TOPIC_RE
+from kbqe_dagster.core.naming import TOPIC_RE
 from kbqe_dagster.core.offsets import MARKER_DATASET
 from kbqe_dagster.core.routing import (
     AllowList,
@@ -291,7 +291,7 @@ def _topics(
 
 
 _TOPIC_NAME = r.checked(
-    r.string, lambda name: None if _TOPIC_RE.fullmatch(name) else "not a legal Kafka topic name"
+    r.string, lambda name: None if TOPIC_RE.fullmatch(name) else "not a legal Kafka topic name"
 )
 
 

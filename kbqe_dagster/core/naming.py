@@ -22,11 +22,11 @@ AVRO_SUFFIX = "avro"
 DONE_SUFFIX = "done"
 
 # Kafka's legal topic characters; dots are legal, which is why names parse from the right.
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # BigQuery dataset ids are [A-Za-z0-9_]; table ids allow more (dashes, unicode) but never a
 # dot, and a slash would make the name a path.
-_DATASET_RE = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
-_TABLE_RE = re.compile(r"^[^./\s]{1,1024}$")
+DATASET_RE = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
+TABLE_RE = re.compile(r"^[^./\s]{1,1024}$")
 _NUMBER_RE = re.compile(r"^(0|[1-9][0-9]*)$")
 
 
@@ -116,13 +116,13 @@ StagingName = AvroFileName | DoneFileName
 
 
 def _key_problem(key: FileKey) -> str | None:
-    if not _TOPIC_RE.match(key.topic):
+    if not TOPIC_RE.fullmatch(key.topic):
         return f"topic {key.topic!r} is not a legal Kafka topic name"
     if key.partition < 0:
         return f"partition {key.partition} is negative"
-    if not _DATASET_RE.match(key.dataset):
+    if not DATASET_RE.fullmatch(key.dataset):
         return f"dataset {key.dataset!r} must be letters, digits and underscores"
-    if not _TABLE_RE.match(key.table):
+    if not TABLE_RE.fullmatch(key.table):
         return f"table {key.table!r} must be non-empty without dots, slashes or spaces"
     if key.schema_id < 0:
         return f"schema id {key.schema_id} is negative"
@@ -150,7 +150,7 @@ def parse_name(name: str) -> StagingName | None:
     topic = ".".join(parts[:-fixed])
     partition, dataset, table = parts[-fixed], parts[-fixed + 1], parts[-fixed + 2]
     numbers = parts[-1 - numbers_needed : -1]
-    if not _NUMBER_RE.match(partition) or not all(_NUMBER_RE.match(n) for n in numbers):
+    if not _NUMBER_RE.fullmatch(partition) or not all(_NUMBER_RE.fullmatch(n) for n in numbers):
         return None
     try:
         key = FileKey(topic, int(partition), dataset, table, int(numbers[0]), int(numbers[1]))

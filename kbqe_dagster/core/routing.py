@@ -33,7 +33,7 @@ from enum import StrEnum
 from typing import Any, Callable, Mapping, NamedTuple
 
 from kbqe_dagster.core.errors import ConfigError, DestinationNotAllowedError, UnroutableError
-from kbqe_dagster.core.naming import _DATASET_RE, _TABLE_RE
+from kbqe_dagster.core.naming import DATASET_RE, TABLE_RE
 
 # Verdicts per (dataset, table) are cached; a topic whose field values are garbage must not grow
 # the cache without bound, so past this size new verdicts are computed but not kept.
@@ -138,11 +138,11 @@ def required_fields(config: RoutingConfig) -> tuple[str, ...]:
 
 
 def is_valid_dataset(name: object) -> bool:
-    return isinstance(name, str) and _DATASET_RE.fullmatch(name) is not None
+    return isinstance(name, str) and DATASET_RE.fullmatch(name) is not None
 
 
 def is_valid_table(name: object) -> bool:
-    return isinstance(name, str) and _TABLE_RE.fullmatch(name) is not None
+    return isinstance(name, str) and TABLE_RE.fullmatch(name) is not None
 
 
 def name_problem(dataset: object, table: object) -> str | None:

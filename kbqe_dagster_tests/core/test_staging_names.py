@@ -94,3 +94,9 @@ def test_invalid_keys_are_refused_when_built_in_code() -> None:
         FileKey("t", 0, "a.b", "x", 1, 0)
     with pytest.raises(ValueError, match="before its first offset"):
         DoneFileName(FileKey("t", 0, "d", "x", 1, 10), 9)
+
+
+def test_a_trailing_newline_does_not_sneak_into_a_name() -> None:
+    assert parse_name("events\n.3.sales.orders.12.1000.avro") is None
+    with pytest.raises(ValueError):
+        FileKey("events\n", 0, "d", "x", 1, 0)
