@@ -41,7 +41,14 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.core.naming import AvroFileName, DoneFileName, FileKey, parse_listing, parse_name
+from kbqe_dagster.core.naming import (
+    AvroFileName,
+    DoneFileName,
+    FileKey,
+    ParsedListing,
+    parse_listing,
+    parse_name,
+)
 from kbqe_dagster.core.offsets import BOOTSTRAP_MARKER_TABLE, MARKER_DATASET, OffsetRange
 
 RANGE_MARKER_TABLE = "range"
@@ -291,10 +298,10 @@ class CleanupPlan:
 
 
 def _uncommitted_avro(
-    names: Iterable[str],
+    names: Iterable[str] | ParsedListing,
 ) -> tuple[list[AvroFileName], dict[RangeId, list[DoneFileName]]]:
     """Avro files without their done file, and the done files of every range."""
-    listing = parse_listing(names)
+    listing = names if isinstance(names, ParsedListing) else parse_listing(names)
     done_keys = {d.key for d in listing.done}
     by_range: dict[RangeId, list[DoneFileName]] = {}
     for done in listing.done:
@@ -304,7 +311,7 @@ def _uncommitted_avro(
     return lonely, by_range
 
 
-def manifests_needed(names: Iterable[str]) -> tuple[str, ...]:
+def manifests_needed(names: Iterable[str] | ParsedListing) -> tuple[str, ...]:
     """The done files whose content :func:`plan_cleanup` needs: those of committed ranges
     that have an avro file without its done file (rare: only after a crash)."""
     lonely, by_range = _uncommitted_avro(names)
@@ -316,7 +323,9 @@ def manifests_needed(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(needed))
 
 
-def plan_cleanup(names: Iterable[str], manifests: Mapping[str, bytes]) -> CleanupPlan:
+def plan_cleanup(
+    names: Iterable[str] | ParsedListing, manifests: Mapping[str, bytes]
+) -> CleanupPlan:
     """Roll forward committed ranges and list orphans among ``names`` (one partition's or
     one topic's listing). ``manifests`` maps the names from :func:`manifests_needed` to
     their content."""

@@ -43,7 +43,7 @@ from enum import StrEnum
 from typing import Iterable, Mapping
 
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.naming import DoneFileName, parse_name
+from kbqe_dagster.core.naming import DoneFileName, ParsedListing, parse_name
 
 TopicPartition = tuple[str, int]
 Span = tuple[int, int]  # [start, end_exclusive)
@@ -155,8 +155,14 @@ def _is_bootstrap(done: DoneFileName) -> bool:
     return done.key.dataset == MARKER_DATASET and done.key.table == BOOTSTRAP_MARKER_TABLE
 
 
-def done_files(names: Iterable[str | DoneFileName]) -> list[DoneFileName]:
-    """The done files among ``names``; avro files and names that are not ours are ignored."""
+Names = Iterable[str | DoneFileName] | ParsedListing
+
+
+def done_files(names: Names) -> list[DoneFileName]:
+    """The done files among ``names``; avro files and names that are not ours are ignored.
+    A :class:`ParsedListing` is used as is (parse a large listing once, pass it around)."""
+    if isinstance(names, ParsedListing):
+        return list(names.done)
     result: list[DoneFileName] = []
     for name in names:
         parsed = name if isinstance(name, DoneFileName) else parse_name(name)
@@ -165,9 +171,7 @@ def done_files(names: Iterable[str | DoneFileName]) -> list[DoneFileName]:
     return result
 
 
-def committed_ranges(
-    names: Iterable[str | DoneFileName],
-) -> dict[TopicPartition, tuple[CommittedRange, ...]]:
+def committed_ranges(names: Names) -> dict[TopicPartition, tuple[CommittedRange, ...]]:
     """Done files grouped into committed ranges per topic-partition, sorted by offsets."""
     grouped: dict[TopicPartition, dict[tuple[int, int], list[DoneFileName]]] = {}
     for done in done_files(names):
@@ -216,7 +220,7 @@ def chain_of(ranges: tuple[CommittedRange, ...]) -> PartitionChain:
     )
 
 
-def recover(names: Iterable[str | DoneFileName]) -> dict[TopicPartition, PartitionChain]:
+def recover(names: Names) -> dict[TopicPartition, PartitionChain]:
     """The recovery view of every topic-partition that has done files among ``names``."""
     return {tp: chain_of(ranges) for tp, ranges in committed_ranges(names).items()}
 

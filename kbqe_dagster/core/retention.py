@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Iterable
 
-from kbqe_dagster.core.naming import DoneFileName, FileKey, parse_listing
+from kbqe_dagster.core.naming import DoneFileName, FileKey, ParsedListing, parse_listing
 from kbqe_dagster.core.offsets import CommittedRange, PartitionChain, recover
 
 
@@ -60,9 +60,9 @@ class RetentionPlan:
     keep: tuple[KeptDoneFile, ...]
 
 
-def plan_retention(names: Iterable[str]) -> RetentionPlan:
+def plan_retention(names: Iterable[str] | ParsedListing) -> RetentionPlan:
     """Decide retention for every done file in one staging listing (avro and done names)."""
-    listing = parse_listing(names)
+    listing = names if isinstance(names, ParsedListing) else parse_listing(names)
     avro_keys = {a.key for a in listing.avro}
     ranges_with_avro = {(a.key.topic, a.key.partition, a.key.first_offset) for a in listing.avro}
     delete: list[str] = []

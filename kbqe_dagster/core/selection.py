@@ -29,7 +29,13 @@ from datetime import datetime, timezone
 from typing import AbstractSet, Iterable, Mapping
 
 from kbqe_dagster.core.commit import is_marker
-from kbqe_dagster.core.naming import AvroFileName, DoneFileName, parse_listing, parse_name
+from kbqe_dagster.core.naming import (
+    AvroFileName,
+    DoneFileName,
+    ParsedListing,
+    parse_listing,
+    parse_name,
+)
 
 MAX_FILES_PER_JOB = 10_000
 MAX_JOB_ID_LENGTH = 1024
@@ -72,7 +78,7 @@ class PlannedLoadJob:
 
 
 def loadable_files(
-    names: Iterable[str],
+    names: Iterable[str] | ParsedListing,
     *,
     pending: AbstractSet[str] = frozenset(),
     quarantined: AbstractSet[str] = frozenset(),
@@ -82,7 +88,7 @@ def loadable_files(
     ``pending``: avro names in jobs not yet finished; ``quarantined``: avro names set aside
     after their job failed too often.
     """
-    listing = parse_listing(names)
+    listing = names if isinstance(names, ParsedListing) else parse_listing(names)
     done_by_key: dict = {}
     for done in listing.done:
         # Two done files for one avro key would mean two writers committed different bounds
@@ -100,7 +106,7 @@ def loadable_files(
 
 
 def plan_load_jobs(
-    names: Iterable[str],
+    names: Iterable[str] | ParsedListing,
     *,
     pending: AbstractSet[str] = frozenset(),
     quarantined: AbstractSet[str] = frozenset(),
