@@ -30,6 +30,8 @@ def local_spark_config(master: str = "local[2]", extra: Mapping[str, str] | None
         # One stage task per offset range; a failed range is retried by the next run, which
         # redoes it from the done files (retrying inside Spark would only repeat the error).
         "spark.task.maxFailures": "1",
+        # A speculative copy of a stage task would be a second writer of the same range.
+        "spark.speculation": "false",
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }

@@ -1,0 +1,1 @@
+"""Source topics as external assets, and the sensor that observes their lag."""

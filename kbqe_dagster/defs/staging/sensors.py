@@ -1,0 +1,129 @@
+"""Sensors of the stage side.
+
+``kafka_backlog_sensor`` observes every topic (end offsets, staged offsets, lag per
+partition → observations on ``kafka/<topic>``) and launches a stage run for a topic whose
+backlog reaches ``max_messages_per_batch`` or whose oldest unstaged message is older than
+``allowed_latency``. Its run key is the topic plus the offsets the run starts from, plus the
+number of earlier runs from those offsets: a tick never double-launches a queued run, and a
+failed run (which committed nothing) can be retried by a later tick.
+
+``staging_observation_sensor`` records what waits in the staging area on ``staging``.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import dagster as dg
+
+from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.naming import parse_listing
+from kbqe_dagster.defs.kafka.assets import topic_asset_key
+from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, STAGING_KEY, TOPIC_TAG
+from kbqe_dagster.defs.staging.jobs import stage_job, stage_run_config
+from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
+from kbqe_dagster.staging.backlog import TopicBacklog, topic_backlog
+
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def stage_decision(config: PipelineConfig, backlog: TopicBacklog, now_ms: int) -> str | None:
+    """Why a stage run is due for this topic, or None."""
+    settings = config.topic(backlog.topic).staging
+    if backlog.lag <= 0:
+        return None
+    if backlog.lag >= settings.max_messages_per_batch:
+        return f"backlog {backlog.lag} >= max_messages_per_batch {settings.max_messages_per_batch}"
+    if backlog.oldest_unstaged_ms is not None:
+        age_s = (now_ms - backlog.oldest_unstaged_ms) / 1000
+        if age_s >= settings.allowed_latency.total_seconds():
+            return f"oldest unstaged message is {age_s:.0f}s old >= allowed_latency {settings.allowed_latency}"
+    return None
+
+
+def lag_observation(backlog: TopicBacklog) -> dg.AssetObservation:
+    return dg.AssetObservation(
+        asset_key=topic_asset_key(backlog.topic),
+        metadata={
+            "lag": backlog.lag,
+            "end_offsets": dg.MetadataValue.json({str(p.partition): p.high for p in backlog.partitions}),
+            "staged_offsets": dg.MetadataValue.json(
+                {str(p.partition): p.next_offset for p in backlog.partitions}
+            ),
+            "lag_by_partition": dg.MetadataValue.json({str(p.partition): p.lag for p in backlog.partitions}),
+            "oldest_unstaged_age_s": (
+                round(time.time() - backlog.oldest_unstaged_ms / 1000, 1)
+                if backlog.oldest_unstaged_ms is not None
+                else 0.0
+            ),
+        },
+    )
+
+
+@dg.sensor(job=stage_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+def kafka_backlog_sensor(
+    context: dg.SensorEvaluationContext,
+    pipeline: PipelineResource,
+    kafka: KafkaResource,
+    staging: StagingResource,
+) -> dg.SensorResult:
+    """Observe Kafka lag per topic and launch stage runs when a topic's backlog or latency is due."""
+    config = pipeline.load()
+    store = staging.store()
+    now_ms = int(time.time() * 1000)
+    observations, requests = [], []
+    for topic in config.topics:
+        backlog = topic_backlog(store, kafka.settings(), topic.name, topic.staging.start_offset)
+        observations.append(lag_observation(backlog))
+        reason = stage_decision(config, backlog, now_ms)
+        if reason is None:
+            continue
+        from_offsets = ",".join(f"{p}={o}" for p, o in sorted(backlog.next_offsets.items()))
+        earlier = context.instance.get_runs(
+            filters=dg.RunsFilter(tags={TOPIC_TAG: topic.name, FROM_OFFSETS_TAG: from_offsets})
+        )
+        if any(run.status in IN_FLIGHT for run in earlier):
+            continue
+        context.log.info("%s: stage run due: %s", topic.name, reason)
+        requests.append(
+            dg.RunRequest(
+                run_key=f"{topic.name}|{from_offsets}|{len(earlier)}",
+                run_config=stage_run_config(topic.name),
+                tags={TOPIC_TAG: topic.name, FROM_OFFSETS_TAG: from_offsets, "kbqe/reason": reason},
+            )
+        )
+    return dg.SensorResult(run_requests=requests, asset_events=observations)
+
+
+@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+           asset_selection=dg.AssetSelection.assets(STAGING_KEY))
+def staging_observation_sensor(
+    context: dg.SensorEvaluationContext, staging: StagingResource
+) -> dg.SensorResult:
+    """Record what waits in the staging area: pending avro files, bytes, oldest age."""
+    files = staging.store().list()
+    listing = parse_listing(f.name for f in files)
+    pending = {a.name for a in listing.avro}
+    pending_files = [f for f in files if f.name in pending]
+    now = datetime.now(timezone.utc)
+    oldest = min((f.updated for f in pending_files), default=None)
+    return dg.SensorResult(
+        asset_events=[
+            dg.AssetObservation(
+                asset_key=STAGING_KEY,
+                metadata={
+                    "pending_files": len(pending_files),
+                    "pending_bytes": sum(f.size for f in pending_files),
+                    "done_files": len(listing.done),
+                    "oldest_pending_age_s": (now - oldest).total_seconds() if oldest else 0.0,
+                    "unrecognized_files": len(listing.unrecognized),
+                },
+            )
+        ]
+    )

@@ -1,0 +1,96 @@
+"""Driver side of a stage run: make the staging area of one topic consistent, then plan.
+
+Order matters. Roll forward first (a range whose first done file exists is committed: its
+missing done files are created from the manifest), then delete orphans (avro files of
+attempts that never reached a commit point), then recover offsets from the done files and
+plan the ranges. Everything is derived from the listing of this topic's prefix.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from kbqe_dagster.core.commit import manifests_needed, plan_bootstrap, plan_cleanup
+from kbqe_dagster.core.errors import CommitConflictError
+from kbqe_dagster.core.naming import parse_name
+from kbqe_dagster.core.offsets import RangePlan, StartPolicy, Watermarks, plan_ranges, recover
+from kbqe_dagster.resources.kafka import KafkaSettings, watermarks
+from kbqe_dagster.resources.staging_store import StagingStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Preparation:
+    rolled_forward: tuple[str, ...]
+    orphans_deleted: tuple[str, ...]
+    unrecognized: tuple[str, ...]
+    plan: RangePlan
+
+
+def topic_file_names(store: StagingStore, topic: str) -> tuple[list[str], list[str]]:
+    """Staging names of exactly ``topic`` (a prefix listing of ``topic.`` also returns the
+    files of ``topic.sub``, which are filtered out here), and names that are not ours."""
+    ours, unrecognized = [], []
+    for f in store.list(topic + "."):
+        parsed = parse_name(f.name)
+        if parsed is None:
+            unrecognized.append(f.name)
+        elif parsed.key.topic == topic:
+            ours.append(f.name)
+    return ours, unrecognized
+
+
+def clean_up(store: StagingStore, topic: str) -> tuple[tuple[str, ...], tuple[str, ...], list[str], list[str]]:
+    """Roll forward and delete orphans; returns (created done files, deleted avro files,
+    the names after clean-up, unrecognized names)."""
+    names, unrecognized = topic_file_names(store, topic)
+    manifests = {name: store.read_bytes(name) for name in manifests_needed(names)}
+    cleanup = plan_cleanup(names, manifests)
+    created = []
+    for done_name, content in cleanup.create_done:
+        try:
+            store.create_only(done_name, content)
+        except CommitConflictError:
+            log.warning("roll forward: %s was created meanwhile by another writer", done_name)
+        created.append(done_name)
+    for avro_name in cleanup.delete_avro:
+        store.delete(avro_name)
+        log.info("deleted orphan avro file %s (no commit point)", avro_name)
+    if created or cleanup.delete_avro:
+        names, unrecognized = topic_file_names(store, topic)
+    return tuple(created), cleanup.delete_avro, names, unrecognized
+
+
+def prepare_topic(
+    store: StagingStore,
+    kafka: KafkaSettings,
+    topic: str,
+    *,
+    max_messages_per_run: int,
+    max_messages_per_range: int,
+    start_policy: StartPolicy,
+) -> Preparation:
+    created, deleted, names, unrecognized = clean_up(store, topic)
+    marks = {
+        (w.topic, w.partition): Watermarks(w.low, w.high) for w in watermarks(kafka, topic)
+    }
+    plan = plan_ranges(
+        recover(names), marks,
+        max_messages_per_run=max_messages_per_run,
+        max_messages_per_range=max_messages_per_range,
+        start_policy=start_policy,
+    )
+    for (t, p), offset in plan.bootstrap_offsets.items():
+        commit = plan_bootstrap(t, p, offset, created_at=datetime.now(timezone.utc))
+        for done in commit.done_files:
+            try:
+                store.create_only(done.name, commit.content)
+            except CommitConflictError:
+                pass  # an identical pin written by a concurrent planner is just as good
+    for partition in plan.partitions:
+        for warning in partition.warnings:
+            log.warning("%s[%d]: %s", partition.topic, partition.partition, warning)
+    return Preparation(created, deleted, tuple(unrecognized), plan)

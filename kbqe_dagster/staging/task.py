@@ -1,0 +1,336 @@
+"""Executor side of a stage run: stage exactly one offset range and commit it.
+
+Per message: Confluent frame → schema by id → probe (validate the body to its exact length,
+decode only the fields routing and event time need) → route → event date → append the raw
+body plus the encoded enrichment suffix to the avro file of (table, schema id). No record is
+decoded and re-encoded (DESIGN.md §5). Files stream to local temp files, so memory stays
+bounded whatever the range size.
+
+Commit protocol (DESIGN.md §3): upload every avro file of the range, then create its done
+files create-only, each carrying the range manifest; the first done file created is the
+commit point. A crash before it leaves only orphans (deleted by the next run's preparation);
+a crash after it is rolled forward. A range that stages nothing commits through its range
+marker, so the offsets still advance.
+
+Bad input follows the topic's policy: ``dead_letter`` (a dead-letter file of the range,
+committed with it), ``skip`` (counted), ``fail`` (the range stops with an error naming
+topic/partition/offset, and nothing of it is committed).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+from fastavro import parse_schema, schemaless_writer
+
+from kbqe_dagster.core.commit import avro_file_name, plan_range_commit
+from kbqe_dagster.core.config import BadInputPolicy, PipelineConfig, TopicConfig
+from kbqe_dagster.core.dead_letters import DEAD_LETTER_SCHEMA, DEAD_LETTER_SCHEMA_ID, DeadLetter
+from kbqe_dagster.core.enrichment import EnrichmentEncoder, extended_schema
+from kbqe_dagster.core.errors import (
+    BadInputError,
+    CommitConflictError,
+    NonAvroSchemaError,
+    OversizedMessageError,
+    StageRangeFailed,
+    UnknownSchemaIdError,
+)
+from kbqe_dagster.core.event_time import epoch_day, event_date
+from kbqe_dagster.core.naming import AvroFileName
+from kbqe_dagster.core.offsets import OffsetRange, StartPolicy
+from kbqe_dagster.core.routing import Router, RoutingInput
+from kbqe_dagster.core.wire import parse_frame
+from kbqe_dagster.resources.kafka import KafkaSettings, read_range
+from kbqe_dagster.resources.schema_registry import RegistrySettings, SchemaLookup
+from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
+from kbqe_dagster.staging.avro_container import AvroContainerWriter
+from kbqe_dagster.staging.probe import RecordProbe
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """Everything a stage task needs; picklable, shipped to every Spark task."""
+
+    kafka: KafkaSettings
+    registry: RegistrySettings
+    staging: StagingLocation
+    pipeline: PipelineConfig
+    topic_name: str
+
+    @property
+    def topic(self) -> TopicConfig:
+        return self.pipeline.topic(self.topic_name)
+
+    @property
+    def start_policy(self) -> StartPolicy:
+        return self.topic.staging.start_offset
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    topic: str
+    partition: int
+    start: int
+    planned_last: int
+    committed_last: int | None  # None: nothing was read, nothing committed
+    messages: int
+    records: int
+    files: tuple[tuple[str, int], ...]  # (avro name, records), dead-letter files included
+    bytes_written: int
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    conflict: bool = False  # another writer committed this range first
+    seconds: float = 0.0
+
+
+@dataclass
+class _Decoder:
+    """What one schema id needs: the probe and the extended schema of its files."""
+
+    probe: RecordProbe
+    schema: dict
+    full_name: str | None
+
+
+class _OpenFile:
+    def __init__(self, directory: Path, name: AvroFileName, schema: dict, codec: str) -> None:
+        self.name = name
+        self.path = directory / name.name
+        self._handle = open(self.path, "wb")
+        self.writer = AvroContainerWriter(self._handle, schema, codec=codec)
+        self.records = 0
+
+    def append(self, body, suffix: bytes) -> None:
+        self.writer.append(body, suffix)
+        self.records += 1
+
+    def close(self) -> int:
+        self.writer.close()
+        self._handle.close()
+        return self.path.stat().st_size
+
+
+class RangeStager:
+    """Stages one range; split from :func:`stage_range` so tests can drive it step by step."""
+
+    def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
+        self.ctx = ctx
+        self.rng = rng
+        self.topic = ctx.topic
+        self.workdir = workdir
+        self.pipeline = ctx.pipeline
+        self.codec = str(self.topic.staging.file_codec)
+        self.max_size = self.topic.staging.max_message_size
+        self.router: Router = ctx.pipeline.router(self.topic.name)
+        self.enrichment = self.pipeline.enrichment
+        self.encoder = EnrichmentEncoder(self.enrichment, rng.topic, rng.partition)
+        self.lookup = SchemaLookup(ctx.registry)
+        self.decoders: dict[int, _Decoder | BadInputError] = {}
+        self.files: dict[tuple[str, str, int], _OpenFile] = {}
+        self.messages = 0
+        self.dead_letters: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter()
+        self.staged_at = datetime.now(timezone.utc)
+
+    # --- per message ------------------------------------------------------------------------
+    def add(self, msg: Any) -> None:
+        self.messages += 1
+        try:
+            self._stage(msg)
+        except BadInputError as error:
+            self._bad_input(msg, error)
+
+    def _stage(self, msg: Any) -> None:
+        value = msg.value()
+        if value is not None and len(value) > self.max_size:
+            raise OversizedMessageError(
+                f"{len(value)} bytes exceeds max_message_size {self.max_size}"
+            )
+        frame = parse_frame(value)
+        decoder = self._decoder(frame.schema_id)
+        fields = decoder.probe.probe(frame.body)
+        offset = msg.offset()
+        destination = self.router.route(
+            RoutingInput(self.rng.topic, self.rng.partition, offset, decoder.full_name, fields, msg.key())
+        )
+        ts_type, ts = msg.timestamp()
+        timestamp_ms = ts if ts_type != 0 else None
+        day = event_date(self.topic.event_time, fields, timestamp_ms)
+        suffix = self.encoder.encode(epoch_day(day), offset, timestamp_ms, msg.key(), msg.headers())
+        self._file(destination.dataset, destination.table, frame.schema_id, decoder.schema).append(
+            frame.body, suffix
+        )
+
+    def _decoder(self, schema_id: int) -> _Decoder:
+        known = self.decoders.get(schema_id)
+        if isinstance(known, _Decoder):
+            return known
+        if isinstance(known, BadInputError):
+            raise type(known)(str(known))
+        registered = self.lookup.get(schema_id)
+        if registered is None:
+            error: BadInputError = UnknownSchemaIdError(f"schema id {schema_id} is not in the registry")
+            self.decoders[schema_id] = error  # SchemaLookup re-asks after its negative TTL
+            raise error
+        if registered.schema_type != "AVRO":
+            error = NonAvroSchemaError(f"schema id {schema_id} is a {registered.schema_type} schema")
+            self.decoders[schema_id] = error
+            raise error
+        schema = registered.schema
+        full_name = _full_name(schema)
+        decoder = _Decoder(
+            RecordProbe(schema, self.topic.required_fields),
+            extended_schema(schema, self.enrichment),
+            full_name,
+        )
+        self.decoders[schema_id] = decoder
+        return decoder
+
+    def _file(self, dataset: str, table: str, schema_id: int, schema: dict) -> _OpenFile:
+        key = (dataset, table, schema_id)
+        open_file = self.files.get(key)
+        if open_file is None:
+            name = avro_file_name(self.rng, dataset, table, schema_id)
+            open_file = self.files[key] = _OpenFile(self.workdir, name, schema, self.codec)
+        return open_file
+
+    def _bad_input(self, msg: Any, error: BadInputError) -> None:
+        where = f"{msg.topic()}[{msg.partition()}] offset {msg.offset()}"
+        policy = self.topic.on_bad_input
+        if policy is BadInputPolicy.FAIL:
+            raise StageRangeFailed(f"{where}: {error.reason}: {error}") from error
+        if policy is BadInputPolicy.SKIP:
+            self.skipped[str(error.reason)] += 1
+            return
+        self.dead_letters[str(error.reason)] += 1
+        value = msg.value()
+        ts_type, ts = msg.timestamp()
+        letter = DeadLetter(
+            reason=str(error.reason),
+            error=f"{where}: {error}",
+            topic=msg.topic(),
+            partition=msg.partition(),
+            offset=msg.offset(),
+            kafka_timestamp_ms=ts if ts_type != 0 else None,
+            schema_id=int.from_bytes(value[1:5], "big") if value and len(value) >= 5 else None,
+            raw_key=msg.key(),
+            raw_value=value,
+            headers=[(k, v) for k, v in (msg.headers() or [])],
+            staged_at=self.staged_at,
+        )
+        body = BytesIO()
+        schemaless_writer(body, _DEAD_LETTER_PARSED, letter.to_record())
+        dl = self.pipeline.dead_letter
+        self._file(dl.dataset, dl.table, DEAD_LETTER_SCHEMA_ID, DEAD_LETTER_SCHEMA).append(
+            body.getvalue(), b""
+        )
+
+    # --- commit -------------------------------------------------------------------------------
+    def commit(self, store: StagingStore, position: int) -> RangeResult:
+        """Upload the files and commit ``[start, position)``; nothing when nothing was read."""
+        if position <= self.rng.start:
+            self._discard()
+            return self._result(None, (), 0)
+        covered = OffsetRange(self.rng.topic, self.rng.partition, self.rng.start, position)
+        staged = []
+        bytes_written = 0
+        for open_file in self.files.values():
+            bytes_written += open_file.close()
+            store.put_file(open_file.path, open_file.name.name)
+            staged.append((open_file.name, open_file.records))
+            crash_point("avro_uploaded")
+        commit = plan_range_commit(
+            covered, staged,
+            dead_letters=sum(self.dead_letters.values()),
+            skipped=sum(self.skipped.values()),
+            created_at=self.staged_at,
+        )
+        conflict = False
+        for done in commit.done_files:
+            try:
+                store.create_only(done.name, commit.content)
+            except CommitConflictError:
+                # Only the first done file can conflict: this writer is a zombie that lost
+                # the race for the commit point. Its avro files carry the same names and
+                # records as the winner's (same range, same messages), so the committed
+                # range still loads exactly once.
+                log.warning("%s: already committed by another writer; not committing", covered)
+                conflict = True
+                break
+            crash_point("done_created")
+        files = tuple((name.name, n) for name, n in staged)
+        return self._result(covered.last, files, bytes_written, conflict)
+
+    def _discard(self) -> None:
+        for open_file in self.files.values():
+            open_file.close()
+
+    def _result(self, last, files, bytes_written, conflict=False) -> RangeResult:
+        dl = self.pipeline.dead_letter
+        records = sum(
+            f.records for (dataset, table, _), f in self.files.items()
+            if (dataset, table) != (dl.dataset, dl.table)
+        )
+        return RangeResult(
+            self.rng.topic, self.rng.partition, self.rng.start, self.rng.last, last,
+            self.messages, records, files, bytes_written,
+            dict(self.dead_letters), dict(self.skipped), conflict,
+        )
+
+
+_DEAD_LETTER_PARSED = parse_schema(DEAD_LETTER_SCHEMA)
+_crash_counts: Counter[str] = Counter()
+
+
+def crash_point(name: str) -> None:
+    """Fault injection for the exactly-once tests: ``KBQE_CRASH_AT=avro_uploaded:2`` kills
+    this process with SIGKILL the 2nd time the stage reaches that point. Unset in production;
+    reading one environment variable per file (not per message) costs nothing."""
+    spec = os.environ.get("KBQE_CRASH_AT")
+    if not spec:
+        return
+    point, _, nth = spec.partition(":")
+    if point != name:
+        return
+    _crash_counts[name] += 1
+    if _crash_counts[name] >= int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _full_name(schema: Any) -> str | None:
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        return None
+    name = schema.get("name", "")
+    namespace = schema.get("namespace")
+    return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
+def stage_range(ctx: StageContext, rng: OffsetRange) -> RangeResult:
+    """Stage and commit ``rng`` (runs inside a Spark task)."""
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix=f"kbqe-stage-{rng.partition}-{rng.start}-"))
+    try:
+        stager = RangeStager(ctx, rng, workdir)
+        position: list[int] = []
+        for msg in read_range(ctx.kafka, rng.topic, rng.partition, rng.start, rng.end_exclusive,
+                              position_out=position):
+            stager.add(msg)
+        result = stager.commit(ctx.staging.open(), position[0] if position else rng.start)
+        log.info("%s: %d message(s), %d record(s), %d file(s) in %.1fs", rng, result.messages,
+                 result.records, len(result.files), time.monotonic() - started)
+        return replace(result, seconds=time.monotonic() - started)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

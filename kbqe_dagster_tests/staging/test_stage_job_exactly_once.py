@@ -1,0 +1,118 @@
+"""The stage job on the real local stack: every message staged exactly once.
+
+~10k messages over 3 partitions of a topic whose name has dots, two tables, two schema
+versions and one message of every bad-input kind. Each good message must be in exactly one
+avro file (read back and compared by offset), each bad one in a dead-letter file with its
+reason, and the done files must tile the offsets.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+
+from kbqe_dagster.resources.kafka import watermarks
+from kbqe_dagster.staging.job import run_stage
+from kbqe_dagster.staging.prepare import prepare_topic
+from kbqe_dagster.staging.task import stage_range
+from kbqe_dagster_tests.staging.conftest import make_demo_topic
+from kbqe_dagster_tests.staging.staged_files import read_staging, tiles
+
+pytestmark = [pytest.mark.integration]
+
+
+def _ends(demo) -> dict[int, int]:
+    return {w.partition: w.high for w in watermarks(demo.kafka, demo.topic)}
+
+
+def assert_exactly_once(demo, store) -> None:
+    staged = read_staging(store, demo.topic)
+    assert staged.avro_without_done == []
+    assert set(staged.good) == set(demo.good), "every good message is staged"
+    assert max(staged.good.values()) == 1, "no good message is staged twice"
+    assert set(staged.dead) == set(demo.bad), "every bad message is dead-lettered"
+    assert max(staged.dead.values()) == 1
+    for where, message in demo.good.items():
+        assert staged.table_of[where] == message.expect_table
+        assert staged.event_date_of[where] == message.event_date
+    for where, message in demo.bad.items():
+        assert staged.reason_of[where] == message.expect_reason, where
+    for partition, end in _ends(demo).items():
+        assert tiles(staged.done_ranges[partition], end), (partition, sorted(staged.done_ranges[partition]))
+
+
+def test_every_message_is_staged_once_and_a_second_run_stages_nothing(
+    demo_topic, gcs_staging, spark_session
+) -> None:
+    ctx = demo_topic.context(gcs_staging)
+    summary = run_stage(spark_session, ctx, max_messages_per_run=1_000_000, max_messages_per_range=2_000)
+
+    assert summary.messages == len(demo_topic.placed)
+    assert summary.records == len(demo_topic.good)
+    assert sum(summary.dead_letters.values()) == len(demo_topic.bad)
+    assert len(summary.results) >= 6, "hot partitions are split into several ranges"
+    assert_exactly_once(demo_topic, gcs_staging.open())
+
+    again = run_stage(spark_session, ctx, max_messages_per_run=1_000_000, max_messages_per_range=2_000)
+    assert again.results == ()
+    assert again.preparation.orphans_deleted == ()
+    assert_exactly_once(demo_topic, gcs_staging.open())
+
+
+def test_skip_policy_counts_bad_input_and_writes_no_dead_letters(
+    demo_topic, gcs_staging, spark_session
+) -> None:
+    ctx = demo_topic.context(gcs_staging, on_bad_input="skip")
+    summary = run_stage(spark_session, ctx, max_messages_per_run=1_000_000, max_messages_per_range=5_000)
+    assert sum(summary.skipped.values()) == len(demo_topic.bad)
+    assert summary.dead_letters == {}
+    staged = read_staging(gcs_staging.open(), demo_topic.topic)
+    assert set(staged.good) == set(demo_topic.good) and not staged.dead
+
+
+def test_fail_policy_stops_with_topic_partition_and_offset_and_commits_nothing_of_that_range(
+    demo_topic, gcs_staging, spark_session
+) -> None:
+    ctx = demo_topic.context(gcs_staging, on_bad_input="fail")
+    with pytest.raises(Exception) as failure:
+        run_stage(spark_session, ctx, max_messages_per_run=1_000_000, max_messages_per_range=100_000)
+    first_bad = min(demo_topic.bad)
+    assert f"{demo_topic.topic}[{first_bad[0]}] offset" in str(failure.value)
+    staged = read_staging(gcs_staging.open(), demo_topic.topic)
+    assert first_bad[0] not in staged.done_ranges or all(
+        not (first <= first_bad[1] <= last) for first, last in staged.done_ranges[first_bad[0]]
+    )
+
+
+def _stage_all_in_child(ctx, crash_at: str) -> None:
+    if crash_at:
+        os.environ["KBQE_CRASH_AT"] = crash_at
+    else:
+        os.environ.pop("KBQE_CRASH_AT", None)
+    store = ctx.staging.open()
+    prep = prepare_topic(store, ctx.kafka, ctx.topic_name, max_messages_per_run=1_000_000,
+                         max_messages_per_range=1_500, start_policy=ctx.start_policy)
+    for rng in prep.plan.ranges:
+        stage_range(ctx, rng)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "crash_at",
+    ["avro_uploaded:1", "avro_uploaded:5", "done_created:1", "done_created:4"],
+    ids=["after-first-avro", "after-some-avro", "between-done-files", "later-between-done-files"],
+)
+def test_a_stage_killed_with_sigkill_and_rerun_is_still_exactly_once(
+    local_endpoints, gcs_staging, crash_at
+) -> None:
+    demo = make_demo_topic(local_endpoints, count=3_000)
+    ctx = demo.context(gcs_staging)
+    child = multiprocessing.get_context("spawn").Process(target=_stage_all_in_child, args=(ctx, crash_at))
+    child.start()
+    child.join(300)
+    assert child.exitcode == -9, "the stage was killed mid-commit"
+
+    _stage_all_in_child(ctx, crash_at="")  # the rerun: prepare (roll forward, orphans) + stage
+    assert_exactly_once(demo, gcs_staging.open())
