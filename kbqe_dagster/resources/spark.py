@@ -51,4 +51,8 @@ def spark_config_from_environment(default_master: str = "local[2]") -> dict:
 
 
 def spark_resource(config: Mapping[str, str]) -> LazyPySparkResource:
+    # PySpark's driver picks the workers' interpreter from PYSPARK_PYTHON (not from the
+    # spark.pyspark.python setting): without it, local workers run a bare `python3` that
+    # lacks this environment's packages.
+    os.environ.setdefault("PYSPARK_PYTHON", config.get("spark.pyspark.python", sys.executable))
     return LazyPySparkResource(spark_config=dict(config))
