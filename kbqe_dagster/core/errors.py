@@ -147,6 +147,13 @@ class StateFileError(LoadError):
     """The load state file is missing, unreadable or corrupt."""
 
 
+# --- operator commands -----------------------------------------------------------------------
+class OperatorCommandError(KbqeError):
+    """An operator command (``kbqe ...``) got an argument it cannot use, or was asked for
+    something it refuses to do safely; the message names the option or the topic/partition
+    and what to do instead. Raised by ``kbqe_dagster/operations/`` and the CLI."""
+
+
 # --- local stack -----------------------------------------------------------------------------
 class StackError(KbqeError):
     """The local development stack could not be installed, started or reached; the message
