@@ -8,13 +8,16 @@ Schemas are registered idempotently, so running the command twice adds events, n
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from kbqe_dagster.core.errors import OperatorCommandError
 
-TOPIC_TIMEOUT_SECONDS = 30.0
+log = logging.getLogger(__name__)
+
+TOPIC_TIMEOUT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,8 @@ def ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> tuple[i
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    # librdkafka's connection chatter goes to our logger, not straight to stderr.
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "logger": log})
     try:
         existing = _partition_count(admin, topic)
         if existing is not None:
@@ -101,7 +105,7 @@ def produce_sample(
     except Exception as exc:  # noqa: BLE001 - the registry client raises many kinds
         raise OperatorCommandError(
             f"schema registry at {registry_url}: cannot register the demo schemas: {exc} "
-            "(is it running? `kbqe stack up registry`)"
+            "(is it running? `kbqe stack up apicurio`)"
         ) from exc
     actual, created = ensure_topic(bootstrap_servers, topic, partitions)
     messages = sample_messages(count, ids, seed=seed)
