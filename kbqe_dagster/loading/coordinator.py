@@ -1,0 +1,330 @@
+"""The load coordinator: staging area → BigQuery load jobs, exactly once (DESIGN.md §4).
+
+One run (a load cycle, or a poll) does, in this order:
+
+1. **Poll** every job the state file lists as pending: a job BigQuery does not know is
+   submitted under its *recorded* id (a crash after recording, or a lost answer; a 409
+   reply means BigQuery had it after all); a finished job's avro files are deleted — never
+   its done files — and only then is the job marked succeeded; a failed job is retried under
+   a new id (recorded before it is submitted) up to ``max_retries``, then quarantined; a job
+   pending longer than ``stuck_after`` is reported, not resubmitted and not crashed on.
+2. (cycle only) **List and plan**: loadable files (avro + done file, not pending, not
+   quarantined) grouped per table and schema id, at most ``max_files_per_job`` per job. All
+   planned jobs are written to the state file **before** the first is submitted.
+3. (cycle only) **Poll again**: submits the planned jobs and finishes those already done.
+
+Listing comes after the first poll on purpose: a listing taken before it would still show
+the avro files that poll deletes, and planning them again would load them twice.
+
+Every step is a decision of ``core/load_lifecycle.py`` applied to ``core/load_state.py``;
+this class does the I/O in the order that keeps any crash safe. One coordinator at a time:
+the Dagster op runs in the singleton pool ``bigquery_load``.
+
+Quarantine leaves the avro files where they are (selection skips them; their done files stay
+too, so retention keeps the partition's chain intact until an operator acts) and writes a
+note per job under ``_kbqe/quarantine/<dataset>.<table>/<job id>.json`` saying what failed
+and how to release the files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.dead_letters import DEAD_LETTER_PARTITION_FIELD
+from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.core.load_lifecycle import (
+    Action,
+    ObservedJob,
+    ObservedKind,
+    SubmitOutcome,
+    decide,
+)
+from kbqe_dagster.core.load_state import (
+    JobStatus,
+    LoadJobRecord,
+    LoadState,
+    mark_failed,
+    mark_submitted,
+    mark_succeeded,
+    prune,
+    quarantine_job,
+    record_planned,
+    retry_job,
+)
+from kbqe_dagster.core.naming import parse_listing
+from kbqe_dagster.core.selection import make_job_id, plan_load_jobs
+from kbqe_dagster.loading.avro_header import read_avro_schema
+from kbqe_dagster.loading.manifests import read_file_facts
+from kbqe_dagster.loading.report import CompletedLoad, CycleReport, QuarantinedLoad
+from kbqe_dagster.loading.state_file import StateFile
+from kbqe_dagster.resources.bigquery import BigQueryLoads, JobReport, LoadRequest
+from kbqe_dagster.resources.staging_store import StagingStore, StoredFile
+
+log = logging.getLogger(__name__)
+
+QUARANTINE_PREFIX = "_kbqe/quarantine/"
+DEFAULT_STUCK_AFTER = timedelta(hours=1)
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class LoadCoordinator:
+    """Plans, submits and follows the load jobs of one staging area."""
+
+    def __init__(
+        self,
+        store: StagingStore,
+        bigquery: BigQueryLoads,
+        config: PipelineConfig,
+        *,
+        now: Callable[[], datetime] = utc_now,
+        stuck_after: timedelta = DEFAULT_STUCK_AFTER,
+    ) -> None:
+        self.store = store
+        self.bigquery = bigquery
+        self.config = config
+        self.settings = config.load
+        self.now = now
+        self.stuck_after = stuck_after
+        self.state_file = StateFile(store)
+        self._sizes: dict[str, int] = {}
+        self._listed: list[StoredFile] = []
+        self._datasets_ready: set[str] = set()
+        self._tables_seen: set[tuple[str, str]] = set()
+        self._fresh_ids: set[str] = set()  # ids this run recorded: their first submission
+
+    # --- entry points -----------------------------------------------------------------------
+    def run_cycle(self) -> CycleReport:
+        """Poll, plan new jobs from the staging listing, submit them and poll again."""
+        report = CycleReport()
+        state = self.state_file.read()
+        state = self._poll(state, report)
+        state = self._plan(state, report)
+        state = self._poll(state, report)
+        self._measure_backlog(state, report)
+        return self._finish(state, report)
+
+    def poll(self) -> CycleReport:
+        """Only follow the recorded jobs (the poll schedule): nothing new is planned."""
+        report = CycleReport()
+        state = self._poll(self.state_file.read(), report)
+        return self._finish(state, report)
+
+    def _finish(self, state: LoadState, report: CycleReport) -> CycleReport:
+        state = prune(state, self.now(), self.config.retention.keep_load_history)
+        self._save(state)
+        report.pending_after = len(state.pending_jobs())
+        report.quarantined_tables = state.quarantined_tables()
+        report.state_writes = self.state_file.writes
+        log.info("load coordinator: %s", report.summary())
+        return report
+
+    def _save(self, state: LoadState) -> None:
+        self.state_file.save(state)
+
+    # --- planning ---------------------------------------------------------------------------
+    def _plan(self, state: LoadState, report: CycleReport) -> LoadState:
+        files = self.store.list()
+        self._listed = files
+        self._sizes = {f.name: f.size for f in files}
+        planned = plan_load_jobs(
+            parse_listing(f.name for f in files),
+            pending=state.pending_files(),
+            quarantined=state.quarantined_files(),
+            max_files_per_job=self.settings.max_files_per_job,
+        )
+        if not planned:
+            return state
+        facts = read_file_facts(self.store, [d for job in planned for d in job.done_files])
+        now = self.now()
+        for job in planned:
+            counts = [facts[f].records if f in facts else None for f in job.files]
+            records = None if None in counts else sum(c for c in counts if c is not None)
+            job = replace(job, records=records)
+            job_id = self._new_job_id(job.dataset, job.table, now)
+            state = record_planned(state, job, job_id, now)
+            self._fresh_ids.add(job_id)
+            report.planned.append(state.job(job_id))
+        # The recorded ids are what makes resubmission safe: they reach the staging area
+        # before BigQuery hears of any of them.
+        self._save(state)
+        return state
+
+    def _measure_backlog(self, state: LoadState, report: CycleReport) -> None:
+        """What still waits after this cycle: listed avro files not loaded by it."""
+        avro = {a.name for a in parse_listing(f.name for f in self._listed).avro}
+        gone = {f for c in report.completed for f in c.job.files} | state.quarantined_files()
+        left = [f for f in self._listed if f.name in avro and f.name not in gone]
+        report.unloaded_files = len(left)
+        oldest = min((f.updated for f in left), default=None)
+        report.oldest_unloaded_age_s = (
+            max(0.0, (self.now() - oldest).total_seconds()) if oldest is not None else 0.0
+        )
+
+    def _new_job_id(self, dataset: str, table: str, now: datetime) -> str:
+        return make_job_id(dataset, table, now, prefix=self.settings.job_id_prefix)
+
+    # --- following jobs ---------------------------------------------------------------------
+    def _poll(self, state: LoadState, report: CycleReport) -> LoadState:
+        for job in state.pending_jobs():
+            state = self._advance(state, job.job_id, report)
+        return state
+
+    def _advance(self, state: LoadState, job_id: str, report: CycleReport) -> LoadState:
+        """Drive one job as far as it goes now: at most a submit per attempt, or a finish."""
+        for _ in range(self.settings.max_retries + 4):
+            job = state.job(job_id)
+            observed = self._observe(job)
+            decision = decide(
+                job, observed.observed, self.now(),
+                max_retries=self.settings.max_retries, stuck_after=self.stuck_after,
+            )
+            if decision.mark_submitted:
+                state = mark_submitted(state, job_id, self.now())
+                self._save(state)
+            action = decision.action
+            if action in (Action.NONE, Action.WAIT):
+                if action is Action.WAIT:
+                    report.waiting.append(decision.reason)
+                return state
+            if action is Action.REPORT_STUCK:
+                log.warning(decision.reason)
+                report.stuck.append(decision.reason)
+                return state
+            if action is Action.COMPLETE:
+                return self._complete(state, job, observed, report)
+            # BigQuery's error for a job that ran; the recorded one for a refused submission.
+            error = observed.observed.error or job.last_error or decision.reason
+            if action is Action.QUARANTINE:
+                return self._quarantine(state, job, error, decision.reason, report)
+            if action is Action.RETRY:
+                new_id = self._new_job_id(job.dataset, job.table, self.now())
+                state = retry_job(state, job_id, new_id, self.now(), error)
+                self._save(state)  # recorded before it is submitted, like a planned job
+                self._fresh_ids.add(new_id)
+                log.warning("%s; retrying as %s", decision.reason, new_id)
+                report.retried.append((job_id, new_id, error))
+                job_id = new_id
+                continue
+            state, progressed = self._submit(state, job, report)
+            if not progressed:
+                return state
+        return state
+
+    def _observe(self, job: LoadJobRecord) -> JobReport:
+        if job.status in (JobStatus.PLANNED, JobStatus.SUBMITTED):
+            return self.bigquery.job_report(job.job_id)
+        return JobReport(ObservedJob(ObservedKind.UNKNOWN))  # decide() ignores it for others
+
+    def _submit(
+        self, state: LoadState, job: LoadJobRecord, report: CycleReport
+    ) -> tuple[LoadState, bool]:
+        """Submit ``job`` under its recorded id; ``True`` when its status moved on."""
+        try:
+            request = self._request(job)
+        except KbqeError as error:  # e.g. an unreadable first file: a failure of this attempt
+            state = mark_failed(state, job.job_id, self.now(), str(error))
+            self._save(state)
+            return state, True
+        result = self.bigquery.submit_load(request)
+        if job.job_id not in self._fresh_ids:
+            report.resubmitted.append(job.job_id)  # recorded by an earlier run, unknown to BigQuery
+        if result.outcome is SubmitOutcome.TRANSIENT:
+            report.transient.append(job.job_id)
+            return state, False  # still planned: the next poll submits the same id again
+        if result.outcome is SubmitOutcome.REJECTED:
+            state = mark_failed(state, job.job_id, self.now(), result.error or "rejected")
+            self._save(state)
+            return state, True
+        if result.outcome is SubmitOutcome.ALREADY_SUBMITTED:
+            report.already_submitted.append(job.job_id)
+        report.submitted.append(job.job_id)
+        state = mark_submitted(state, job.job_id, self.now())
+        self._save(state)
+        return state, True
+
+    def _request(self, job: LoadJobRecord) -> LoadRequest:
+        dataset, table = job.table_id
+        if self.settings.create_datasets and dataset not in self._datasets_ready:
+            self.bigquery.ensure_dataset(dataset)
+            self._datasets_ready.add(dataset)
+        schema = None
+        if job.table_id not in self._tables_seen:
+            if self.bigquery.table_exists(dataset, table):
+                self._tables_seen.add(job.table_id)
+            else:
+                schema = read_avro_schema(self.store, job.files[0])
+        return LoadRequest(
+            job_id=job.job_id,
+            dataset=dataset,
+            table=table,
+            source_uris=tuple(self.store.uri(f) for f in job.files),
+            partition_field=self._partition_field(dataset, table),
+            partition_expiration_days=self.settings.partition_expiration_days,
+            avro_schema=schema,
+        )
+
+    def _partition_field(self, dataset: str, table: str) -> str:
+        dead = self.config.dead_letter
+        if (dataset, table) == (dead.dataset, dead.table):
+            return DEAD_LETTER_PARTITION_FIELD
+        return self.config.enrichment.event_date_column
+
+    def _complete(
+        self, state: LoadState, job: LoadJobRecord, stats: JobReport, report: CycleReport
+    ) -> LoadState:
+        # Read the manifests while the done files surely exist (retention may remove a done
+        # file once its avro file is gone).
+        facts = read_file_facts(self.store, job.done_files)
+        sizes = [self._sizes.get(f) for f in job.files]
+        input_bytes = None if None in sizes else sum(s for s in sizes if s is not None)
+        for name in job.files:
+            self.store.delete(name)  # an exception leaves the job pending: the next poll redoes it
+        state = mark_succeeded(state, job.job_id, self.now())
+        self._save(state)
+        completed = CompletedLoad(state.job(job.job_id), stats, facts, input_bytes)
+        report.completed.append(completed)
+        check = completed.rows_check
+        if check.passed is False:
+            log.error(
+                "load job %s (%s.%s): %s rows loaded, %s records staged (%s)",
+                job.job_id, job.dataset, job.table, check.loaded, check.expected, check.source,
+            )
+        return state
+
+    def _quarantine(
+        self, state: LoadState, job: LoadJobRecord, error: str, reason: str, report: CycleReport
+    ) -> LoadState:
+        state = quarantine_job(state, job.job_id, self.now(), error)
+        note = f"{QUARANTINE_PREFIX}{job.dataset}.{job.table}/{job.job_id}.json"
+        self.store.put_bytes(note, _quarantine_note(state.job(job.job_id), error, self.now()))
+        self._save(state)
+        log.error("%s (note: %s)", reason, self.store.uri(note))
+        report.quarantined.append(QuarantinedLoad(state.job(job.job_id), error, note))
+        return state
+
+
+def _quarantine_note(job: LoadJobRecord, error: str, now: datetime) -> bytes:
+    doc = {
+        "dataset": job.dataset,
+        "table": job.table,
+        "schema_id": job.schema_id,
+        "attempt_ids": list(job.attempt_ids),
+        "error": error,
+        "quarantined_at": now.isoformat(),
+        "files": list(job.files),
+        "release": (
+            "The files stay in the staging area, skipped by the load planner, and hold back "
+            "done-file retention of their partitions. Fix the cause (schema, table, "
+            "permissions), then release them from the load state "
+            "(core.load_state.release_quarantine) so the next cycle loads them again."
+        ),
+    }
+    return (json.dumps(doc, indent=1) + "\n").encode()
