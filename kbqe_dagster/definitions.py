@@ -10,6 +10,15 @@ from __future__ import annotations
 import dagster as dg
 
 from kbqe_dagster.core.config import load_pipeline_config
+from kbqe_dagster.defs.bigquery.assets import Destinations, bigquery_specs
+from kbqe_dagster.defs.bigquery.checks import load_checks
+from kbqe_dagster.defs.bigquery.jobs import (
+    done_file_retention_job,
+    duplicate_offsets_check_job,
+    load_job,
+    poll_load_jobs_job,
+)
+from kbqe_dagster.defs.bigquery.schedules import load_schedules
 from kbqe_dagster.defs.kafka.assets import topic_specs
 from kbqe_dagster.defs.resources import pipeline_config_path, resources_for_environment
 from kbqe_dagster.defs.staging.assets import staging_asset
@@ -19,9 +28,17 @@ from kbqe_dagster.defs.staging.sensors import kafka_backlog_sensor, staging_obse
 
 def build_definitions(config_path: str | None = None, env: str | None = None) -> dg.Definitions:
     config = load_pipeline_config(config_path or pipeline_config_path())
+    destinations = Destinations.from_config(config)
+    duplicate_check_job = duplicate_offsets_check_job(destinations)
     return dg.Definitions(
-        assets=[*topic_specs(config), staging_asset(list(config.topic_names))],
-        jobs=[stage_job],
+        assets=[
+            *topic_specs(config),
+            staging_asset(list(config.topic_names)),
+            *bigquery_specs(destinations),
+        ],
+        asset_checks=[load_checks(destinations)],
+        jobs=[stage_job, load_job, poll_load_jobs_job, done_file_retention_job, duplicate_check_job],
+        schedules=load_schedules(config, duplicate_check_job),
         sensors=[kafka_backlog_sensor, staging_observation_sensor],
         resources=resources_for_environment(env),
     )

@@ -16,6 +16,7 @@ import dagster as dg
 
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, local_endpoints
+from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
     KafkaResource,
     PipelineResource,
@@ -53,6 +54,13 @@ def local_resources() -> dict:
             gcs_project=LOCAL_PROJECT,
         ),
         "pyspark": spark_resource(spark_config_from_environment("local[2]")),
+        # The emulator: anonymous, and its outputRows gap measured as a row-count delta.
+        "bigquery": BigQueryResource(
+            project=LOCAL_PROJECT,
+            api_endpoint=ends.bigquery_url,
+            anonymous_credentials=True,
+            output_rows_is_table_total=True,
+        ),
     }
 
 
@@ -79,6 +87,11 @@ def gcp_resources() -> dict:
             url=dg.EnvVar("KBQE_STAGING_URL"), gcs_project=dg.EnvVar("KBQE_GCP_PROJECT")
         ),
         "pyspark": spark_resource(spark_config_from_environment("local[*]")),
+        # Application Default Credentials; load job statistics are the row figures.
+        "bigquery": BigQueryResource(
+            project=dg.EnvVar("KBQE_GCP_PROJECT"),
+            location=_optional_env("KBQE_BIGQUERY_LOCATION"),
+        ),
     }
 
 

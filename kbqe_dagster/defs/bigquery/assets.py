@@ -1,0 +1,151 @@
+"""BigQuery destination tables as external assets, downstream of ``staging``.
+
+Which tables exist is only partly known when the definitions load. The pipeline file names
+some tables outright — static routes, allow-list entries ``dataset.table``, the dead-letter
+table — and each of those is an asset ``bigquery/<dataset>/<table>`` with one DAY partition
+per event date (``DailyPartitionsDefinition``, matching the table's DAY partitions).
+
+An allow-list entry ``dataset.*`` admits tables nobody has named yet: routing reads them from
+the records. Reloading the definitions whenever a record names a new table is not an option,
+so such a dataset is **one** asset ``bigquery/<dataset>`` partitioned by ``table`` × ``date``
+(a ``MultiPartitionsDefinition`` of a ``DynamicPartitionsDefinition`` named
+``bigquery_<dataset>_tables`` and the same daily partitions). The load op adds a table to the
+dynamic partitions the first time it loads it. Nothing is invented up front and every load
+is reported; the price is that checks of a wildcard dataset cover all its tables at once (a
+failing check names the table). A table both named outright and under a wildcard is reported
+on its own asset.
+
+The load op reports materializations; Dagster never materializes these assets itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+
+import dagster as dg
+
+from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.defs.staging.assets import STAGING_KEY
+
+BIGQUERY_GROUP = "bigquery"
+DEFAULT_PARTITION_START = date(2020, 1, 1)
+"""First daily partition shown, unless every topic's ``event_time.min_date`` is later.
+Older event dates still load and are still reported (Dagster records their keys)."""
+
+
+@dataclass(frozen=True)
+class Destinations:
+    """The tables the pipeline can write, and the asset and partition key of each."""
+
+    tables: tuple[tuple[str, str], ...]
+    """Tables named in the pipeline file, the dead-letter table included."""
+    wildcard_datasets: tuple[str, ...]
+    dead_letter: tuple[str, str]
+    partition_start: date = DEFAULT_PARTITION_START
+
+    @classmethod
+    def from_config(cls, config: PipelineConfig) -> Destinations:
+        dead = (config.dead_letter.dataset, config.dead_letter.table)
+        named: list[tuple[str, str]] = []
+        wild: list[str] = []
+        for pattern in config.allowed_destinations.patterns:
+            dataset, table = pattern.split(".")
+            if table == "*":
+                wild.append(dataset)
+            else:
+                named.append((dataset, table))
+        starts = [t.event_time.min_date for t in config.topics]
+        start = max(DEFAULT_PARTITION_START, min(starts)) if starts else DEFAULT_PARTITION_START
+        tables = tuple(dict.fromkeys([*named, dead]))
+        return cls(tables, tuple(dict.fromkeys(wild)), dead, start)
+
+    @property
+    def daily(self) -> dg.DailyPartitionsDefinition:
+        return dg.DailyPartitionsDefinition(start_date=self.partition_start.isoformat(), end_offset=1)
+
+    def asset_key(self, dataset: str, table: str) -> dg.AssetKey | None:
+        """The asset a load into ``dataset.table`` is reported on; ``None``: no asset (the
+        pipeline file no longer declares it)."""
+        if (dataset, table) in self.tables:
+            return dg.AssetKey(["bigquery", dataset, table])
+        if dataset in self.wildcard_datasets:
+            return dataset_asset_key(dataset)
+        return None
+
+    def partition_key(
+        self, dataset: str, table: str, day: str | None
+    ) -> str | dg.MultiPartitionKey | None:
+        if day is None:
+            return None
+        if (dataset, table) in self.tables:
+            return day
+        return dg.MultiPartitionKey({"date": day, "table": table})
+
+    def is_wildcard(self, dataset: str, table: str) -> bool:
+        return (dataset, table) not in self.tables and dataset in self.wildcard_datasets
+
+    @property
+    def asset_keys(self) -> list[dg.AssetKey]:
+        return [dg.AssetKey(["bigquery", d, t]) for d, t in self.tables] + [
+            dataset_asset_key(d) for d in self.wildcard_datasets
+        ]
+
+
+def dataset_asset_key(dataset: str) -> dg.AssetKey:
+    return dg.AssetKey(["bigquery", dataset])
+
+
+def tables_partitions_name(dataset: str) -> str:
+    """Name of the dynamic partitions holding the loaded tables of a wildcard dataset."""
+    return f"bigquery_{dataset}_tables"
+
+
+def bigquery_specs(destinations: Destinations) -> list[dg.AssetSpec]:
+    specs = [_table_spec(destinations, d, t) for d, t in destinations.tables]
+    specs += [_dataset_spec(destinations, d) for d in destinations.wildcard_datasets]
+    return specs
+
+
+def _table_spec(destinations: Destinations, dataset: str, table: str) -> dg.AssetSpec:
+    dead = (dataset, table) == destinations.dead_letter
+    what = (
+        "Dead letters: messages that could not be staged, with raw bytes and the reason; "
+        "DAY partitions on `staged_date`."
+        if dead
+        else "Kafka records routed here, with enrichment columns; DAY partitions on the event date."
+    )
+    return dg.AssetSpec(
+        key=dg.AssetKey(["bigquery", dataset, table]),
+        description=(
+            f"BigQuery table `{dataset}.{table}`. {what} Appended by free batch load jobs of "
+            "staged avro files, exactly once; each load reports one materialization per day "
+            "partition with rows, bytes, job id and offset ranges."
+        ),
+        deps=[STAGING_KEY],
+        partitions_def=destinations.daily,
+        group_name=BIGQUERY_GROUP,
+        kinds={"bigquery"},
+        owners=["team:data-platform"],
+        metadata={"dataset": dataset, "table": table, "dead_letters": dead},
+    )
+
+
+def _dataset_spec(destinations: Destinations, dataset: str) -> dg.AssetSpec:
+    return dg.AssetSpec(
+        key=dataset_asset_key(dataset),
+        description=(
+            f"BigQuery tables of dataset `{dataset}` admitted by the allow-list entry "
+            f"`{dataset}.*`: routing names them per record, so they are partitions "
+            "(table × event date) of this asset, added as they are first loaded."
+        ),
+        deps=[STAGING_KEY],
+        partitions_def=dg.MultiPartitionsDefinition({
+            "date": destinations.daily,
+            "table": dg.DynamicPartitionsDefinition(name=tables_partitions_name(dataset)),
+        }),
+        group_name=BIGQUERY_GROUP,
+        kinds={"bigquery"},
+        owners=["team:data-platform"],
+        metadata={"dataset": dataset, "tables": "dataset.* (dynamic)"},
+    )

@@ -1,0 +1,201 @@
+"""Asset checks of the load side (DESIGN.md §4).
+
+On every destination asset:
+- ``rows_loaded``: rows each load job wrote (BigQuery's job statistics, free) == records in
+  its files (done-file manifests). Evaluated by the load op as jobs finish; run on its own
+  it re-reads the statistics of each table's latest finished job. Emulator gap: there the
+  figure is a before/after row count measured by the process that submitted the job (see
+  ``resources/bigquery.py``); a job finished by another process is reported as unverifiable
+  (WARN), never as passed.
+- ``no_quarantined_files``: fails while a table has files whose load failed too often.
+- ``no_duplicate_offsets`` (**opt-in**, a query billed for the key columns it scans, capped
+  by the resource's ``max_bytes_billed``): no (topic, partition, offset) twice in the last
+  ``DUPLICATE_WINDOW_DAYS`` day partitions. Never run by the load; run it from the UI or
+  enable ``duplicate_offsets_schedule``.
+
+On ``staging``: ``pending_files_fresh``: the oldest avro file still waiting for a load is
+younger than ``FRESHNESS_CADENCES`` load cadences. Evaluated at the end of every load cycle.
+"""
+
+# No ``from __future__ import annotations`` here: dagster validates the ``context``
+# annotation of a check function as a class and cannot resolve it from a string.
+from datetime import date, datetime, timedelta, timezone
+from typing import Iterator
+
+import dagster as dg
+
+from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.dead_letters import DEAD_LETTER_PARTITION_FIELD
+from kbqe_dagster.core.load_state import JobStatus, LoadState
+from kbqe_dagster.core.naming import parse_listing
+from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
+from kbqe_dagster.defs.staging.assets import STAGING_KEY
+from kbqe_dagster.loading.state_file import StateFile
+from kbqe_dagster.resources.bigquery import BigQueryLoads, BigQueryResource
+from kbqe_dagster.resources.configurable import PipelineResource, StagingResource
+from kbqe_dagster.resources.staging_store import StagingStore
+
+ROWS_LOADED = "rows_loaded"
+NO_QUARANTINED_FILES = "no_quarantined_files"
+NO_DUPLICATE_OFFSETS = "no_duplicate_offsets"
+PENDING_FILES_FRESH = "pending_files_fresh"
+DUPLICATE_WINDOW_DAYS = 7
+FRESHNESS_CADENCES = 3
+CHECKS_OP = "bigquery_load_checks"
+
+
+def freshness_limit_s(config: PipelineConfig) -> float:
+    return FRESHNESS_CADENCES * config.load.cadence.total_seconds()
+
+
+def freshness_evaluation(age_s: float, files: int, limit_s: float) -> dg.AssetCheckEvaluation:
+    passed = age_s <= limit_s
+    return dg.AssetCheckEvaluation(
+        asset_key=STAGING_KEY, check_name=PENDING_FILES_FRESH, passed=passed,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(
+            f"{files} avro file(s) wait for a load; the oldest for {age_s:.0f}s "
+            f"({'within' if passed else 'over'} the {limit_s:.0f}s limit)"
+        ),
+        metadata={"oldest_pending_age_s": round(age_s, 1), "pending_files": files,
+                  "limit_s": limit_s},
+    )
+
+
+def check_specs(destinations: Destinations) -> list[dg.AssetCheckSpec]:
+    specs = [dg.AssetCheckSpec(PENDING_FILES_FRESH, asset=STAGING_KEY,
+                               description="The oldest staged avro file is loaded in time.")]
+    for key in destinations.asset_keys:
+        specs += [
+            dg.AssetCheckSpec(ROWS_LOADED, asset=key,
+                              description="Rows each load job wrote == records in its files."),
+            dg.AssetCheckSpec(NO_QUARANTINED_FILES, asset=key,
+                              description="No staged file of this table is quarantined."),
+            dg.AssetCheckSpec(NO_DUPLICATE_OFFSETS, asset=key, description=(
+                f"Opt-in query: no Kafka offset twice in the last {DUPLICATE_WINDOW_DAYS} days "
+                "(billed for the key columns it scans).")),
+        ]
+    return specs
+
+
+def duplicate_check_keys(destinations: Destinations) -> list[dg.AssetCheckKey]:
+    return [dg.AssetCheckKey(k, NO_DUPLICATE_OFFSETS) for k in destinations.asset_keys]
+
+
+def load_checks(destinations: Destinations) -> dg.AssetChecksDefinition:
+    """The checks above, runnable on their own (UI, schedule); the load op evaluates the
+    first two and freshness as it goes."""
+
+    @dg.multi_asset_check(specs=check_specs(destinations), can_subset=True, name=CHECKS_OP)
+    def bigquery_load_checks(
+        context: dg.AssetCheckExecutionContext,
+        pipeline: PipelineResource,
+        staging: StagingResource,
+        bigquery: BigQueryResource,
+    ) -> Iterator[dg.AssetCheckResult]:
+        config = pipeline.load()
+        store = staging.store()
+        loads = bigquery.loads()
+        state = StateFile(store).read()
+        for check in sorted(context.selected_asset_check_keys, key=lambda k: k.to_user_string()):
+            if check.asset_key == STAGING_KEY:
+                yield _freshness_result(store, state, freshness_limit_s(config))
+                continue
+            tables = _tables_of(check.asset_key, destinations, state, context.instance)
+            if check.name == NO_DUPLICATE_OFFSETS:
+                yield duplicate_offsets_result(
+                    check.asset_key, tables, loads, config, destinations,
+                    date.today() - timedelta(days=DUPLICATE_WINDOW_DAYS),
+                )
+            elif check.name == NO_QUARANTINED_FILES:
+                bad = sorted(f"{d}.{t}" for d, t in state.quarantined_tables() if (d, t) in tables)
+                yield dg.AssetCheckResult(
+                    asset_key=check.asset_key, check_name=check.name, passed=not bad,
+                    metadata={"quarantined_tables": dg.MetadataValue.json(bad)},
+                )
+            else:
+                yield _latest_rows_result(check.asset_key, tables, state, loads)
+
+    return bigquery_load_checks
+
+
+def _tables_of(
+    key: dg.AssetKey, destinations: Destinations, state: LoadState, instance: dg.DagsterInstance
+) -> set[tuple[str, str]]:
+    """The tables behind an asset: one, or every loaded table of a wildcard dataset."""
+    if len(key.path) == 3:
+        return {(key.path[1], key.path[2])}
+    dataset = key.path[1]
+    tables = {(dataset, t) for t in instance.get_dynamic_partitions(tables_partitions_name(dataset))}
+    tables |= {j.table_id for j in state.jobs if destinations.is_wildcard(*j.table_id)
+               and j.dataset == dataset}
+    return tables
+
+
+def duplicate_offsets_result(
+    key: dg.AssetKey,
+    tables: set[tuple[str, str]],
+    loads: BigQueryLoads,
+    config: PipelineConfig,
+    destinations: Destinations,
+    since: date,
+) -> dg.AssetCheckResult:
+    """The duplicate-offset query over ``tables`` for the day partitions since ``since``."""
+    found, billed, samples = 0, 0, []
+    enrichment = config.enrichment
+    for dataset, table in sorted(tables):
+        if (dataset, table) == destinations.dead_letter:
+            columns, day_column = ("topic", "partition", "offset"), DEAD_LETTER_PARTITION_FIELD
+        else:
+            columns = (enrichment.topic_column, enrichment.partition_column,
+                       enrichment.offset_column)
+            day_column = enrichment.event_date_column
+        if loads.table_row_count(dataset, table) is None:
+            continue  # not created yet: nothing can be duplicated
+        result = loads.duplicate_offsets(dataset, table, columns, day_column, since)
+        found += len(result.duplicates)
+        billed += result.bytes_processed or 0
+        samples += [{"table": f"{dataset}.{table}", "topic": t, "partition": p, "offset": o,
+                     "copies": n} for t, p, o, n in result.duplicates]
+    return dg.AssetCheckResult(
+        asset_key=key, check_name=NO_DUPLICATE_OFFSETS, passed=found == 0,
+        description=f"partitions since {since.isoformat()} of {len(tables)} table(s)",
+        metadata={"duplicate_offsets_sample": dg.MetadataValue.json(samples[:20]),
+                  "bytes_processed": billed, "since": since.isoformat()},
+    )
+
+
+def _latest_rows_result(
+    key: dg.AssetKey, tables: set[tuple[str, str]], state: LoadState, loads: BigQueryLoads
+) -> dg.AssetCheckResult:
+    latest = {}
+    for job in state.jobs:
+        if job.status is JobStatus.SUCCEEDED and job.table_id in tables:
+            if job.table_id not in latest or job.updated_at > latest[job.table_id].updated_at:
+                latest[job.table_id] = job
+    rows = []
+    for job in latest.values():
+        stats = loads.job_report(job.job_id)
+        rows.append({"job_id": job.job_id, "staged_records": job.records,
+                     "rows_loaded": stats.output_rows, "rows_source": stats.rows_source})
+    unknown = [r for r in rows if r["staged_records"] is None or r["rows_loaded"] is None]
+    wrong = [r for r in rows if r not in unknown and r["staged_records"] != r["rows_loaded"]]
+    return dg.AssetCheckResult(
+        asset_key=key, check_name=ROWS_LOADED, passed=not wrong and not unknown,
+        severity=dg.AssetCheckSeverity.ERROR if wrong else dg.AssetCheckSeverity.WARN,
+        description=f"latest finished job of {len(rows)} table(s)",
+        metadata={"jobs": dg.MetadataValue.json(rows)},
+    )
+
+
+def _freshness_result(store: StagingStore, state: LoadState, limit_s: float) -> dg.AssetCheckResult:
+    files = store.list()
+    avro = {a.name for a in parse_listing(f.name for f in files).avro}
+    waiting = [f for f in files if f.name in avro and f.name not in state.quarantined_files()]
+    oldest = min((f.updated for f in waiting), default=None)
+    age = (datetime.now(timezone.utc) - oldest).total_seconds() if oldest else 0.0
+    event = freshness_evaluation(age, len(waiting), limit_s)
+    return dg.AssetCheckResult(
+        asset_key=STAGING_KEY, check_name=PENDING_FILES_FRESH, passed=event.passed,
+        severity=event.severity, description=event.description, metadata=event.metadata,
+    )

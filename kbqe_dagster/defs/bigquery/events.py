@@ -1,0 +1,172 @@
+"""What a load-coordinator run reports to Dagster: one ``AssetMaterialization`` per (table,
+DAY partition) a finished job wrote — rows, bytes, job id, file count, offset ranges — and
+the check evaluations computed during the load itself (rows loaded, quarantine, staging
+freshness). Job statistics are free; nothing here queries a table.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterator
+
+import dagster as dg
+
+from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
+from kbqe_dagster.defs.bigquery.checks import (
+    NO_QUARANTINED_FILES,
+    ROWS_LOADED,
+    freshness_evaluation,
+)
+from kbqe_dagster.loading.report import CompletedLoad, CycleReport, PartitionLoad
+
+
+def load_events(
+    report: CycleReport,
+    destinations: Destinations,
+    instance: dg.DagsterInstance,
+    *,
+    freshness_limit_s: float | None = None,
+    log=None,
+) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
+    """Every event of one run, materializations first. ``freshness_limit_s``: evaluate the
+    staging freshness check too (load cycles only: a poll does not list the staging area)."""
+    _register_tables(report, destinations, instance)
+    for completed in report.completed:
+        for part in completed.partitions():
+            event = materialization(completed, part, destinations)
+            if event is not None:
+                yield event
+            elif log is not None:
+                log.warning(
+                    "%s.%s is not declared in the pipeline file: load %s not reported on an asset",
+                    part.dataset, part.table, part.job_id,
+                )
+    yield from rows_loaded_evaluations(report, destinations)
+    yield from quarantine_evaluations(report, destinations)
+    if freshness_limit_s is not None and report.oldest_unloaded_age_s is not None:
+        yield freshness_evaluation(
+            report.oldest_unloaded_age_s, report.unloaded_files, freshness_limit_s
+        )
+
+
+def _register_tables(
+    report: CycleReport, destinations: Destinations, instance: dg.DagsterInstance
+) -> None:
+    """Add first-seen tables of wildcard datasets to their dynamic partitions."""
+    new: dict[str, set[str]] = defaultdict(set)
+    for completed in report.completed:
+        dataset, table = completed.table_id
+        if destinations.is_wildcard(dataset, table):
+            new[dataset].add(table)
+    for dataset, tables in new.items():
+        name = tables_partitions_name(dataset)
+        known = set(instance.get_dynamic_partitions(name))
+        if tables - known:
+            instance.add_dynamic_partitions(name, sorted(tables - known))
+
+
+def materialization(
+    completed: CompletedLoad, part: PartitionLoad, destinations: Destinations
+) -> dg.AssetMaterialization | None:
+    key = destinations.asset_key(part.dataset, part.table)
+    if key is None:
+        return None
+    metadata: dict = {
+        "job_id": part.job_id,
+        "table": f"{part.dataset}.{part.table}",
+        "schema_id": completed.job.schema_id,
+        "files": part.files,
+        "offset_ranges": dg.MetadataValue.json(
+            [{"topic": t, "partition": p, "first": f, "last": l} for t, p, f, l in part.offset_ranges]
+        ),
+        "attempts": len(completed.job.attempt_ids),
+        "rows_source": completed.stats.rows_source if part.day is None else "done-file manifests",
+    }
+    if part.rows is not None:
+        metadata["dagster/row_count"] = part.rows
+    if part.job_bytes is not None:
+        metadata["job_input_bytes"] = part.job_bytes
+    if completed.stats.output_bytes is not None:
+        metadata["job_output_bytes"] = completed.stats.output_bytes
+    if completed.stats.seconds is not None:
+        metadata["job_seconds"] = round(completed.stats.seconds, 3)
+    if part.day is None:
+        metadata["partition_note"] = (
+            "event days not recorded in the done files: reported for the table as a whole"
+        )
+    return dg.AssetMaterialization(
+        asset_key=key,
+        partition=destinations.partition_key(part.dataset, part.table, part.day),
+        description=f"load job {part.job_id}",
+        metadata=metadata,
+    )
+
+
+def rows_loaded_evaluations(
+    report: CycleReport, destinations: Destinations
+) -> Iterator[dg.AssetCheckEvaluation]:
+    """Per asset: every job finished in this run loaded exactly its staged records."""
+    by_key: dict[dg.AssetKey, list[CompletedLoad]] = defaultdict(list)
+    for completed in report.completed:
+        key = destinations.asset_key(*completed.table_id)
+        if key is not None:
+            by_key[key].append(completed)
+    for key, loads in by_key.items():
+        checks = [(c, c.rows_check) for c in loads]
+        failed = [c for c, check in checks if check.passed is False]
+        unknown = [c for c, check in checks if check.passed is None]
+        jobs = [
+            {
+                "job_id": c.job.job_id, "table": f"{c.job.dataset}.{c.job.table}",
+                "staged_records": check.expected, "rows_loaded": check.loaded,
+                "rows_source": check.source,
+            }
+            for c, check in checks
+        ]
+        if failed:
+            severity, passed = dg.AssetCheckSeverity.ERROR, False
+            what = f"{len(failed)} job(s) loaded a different row count than staged, e.g. {failed[0].job.job_id}"
+        elif unknown:
+            severity, passed = dg.AssetCheckSeverity.WARN, False
+            what = f"{len(unknown)} job(s) could not be verified (counts unknown), e.g. {unknown[0].job.job_id}"
+        else:
+            severity, passed = dg.AssetCheckSeverity.ERROR, True
+            what = f"{len(loads)} job(s): rows loaded == records staged"
+        yield dg.AssetCheckEvaluation(
+            asset_key=key, check_name=ROWS_LOADED, passed=passed, severity=severity,
+            description=what,
+            metadata={
+                "jobs": dg.MetadataValue.json(jobs),
+                "rows_loaded": sum(check.loaded or 0 for _, check in checks),
+                "records_staged": sum(check.expected or 0 for _, check in checks),
+            },
+        )
+
+
+def quarantine_evaluations(
+    report: CycleReport, destinations: Destinations
+) -> Iterator[dg.AssetCheckEvaluation]:
+    """Fails for an asset with quarantined files; passes again for one that loaded in this
+    run and has none. Assets not concerned by this run are not re-evaluated (no noise)."""
+    touched = {c.table_id for c in report.completed} | {q.job.table_id for q in report.quarantined}
+    quarantined = report.quarantined_tables
+    by_key: dict[dg.AssetKey, set[tuple[str, str]]] = defaultdict(set)
+    for table_id in touched | quarantined:
+        key = destinations.asset_key(*table_id)
+        if key is not None:
+            by_key[key].add(table_id)
+    errors = {q.job.table_id: q.error for q in report.quarantined}
+    for key, tables in by_key.items():
+        bad = sorted(t for t in tables if t in quarantined)
+        yield dg.AssetCheckEvaluation(
+            asset_key=key, check_name=NO_QUARANTINED_FILES, passed=not bad,
+            description=(
+                f"quarantined files in {', '.join(f'{d}.{t}' for d, t in bad)}: loading them "
+                "failed too often; see _kbqe/quarantine/ in the staging area"
+                if bad else "no quarantined files"
+            ),
+            metadata={
+                "quarantined_tables": dg.MetadataValue.json([f"{d}.{t}" for d, t in bad]),
+                "errors": dg.MetadataValue.json({f"{d}.{t}": e for (d, t), e in errors.items()}),
+            },
+        )

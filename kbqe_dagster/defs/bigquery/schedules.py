@@ -1,0 +1,81 @@
+"""When the load side runs: the load cycle at ``load.cadence`` (default 15m), the poll of
+pending jobs at ``load.poll_interval`` (~2m), done-file retention at ``retention.cadence``
+(~9m), and the opt-in duplicate-offset check daily (stopped unless an operator starts it).
+
+Cadences become cron expressions: whole minutes below an hour run at ``*/m`` (``*/9`` fires
+at :00, :09 … :54, so one gap per hour is shorter), whole hours at ``0 */h``; anything finer
+than a minute runs every minute. A tick is skipped while a run of the same job is still
+queued or running, so slow runs never pile up behind the singleton pool.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import dagster as dg
+
+from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.defs.bigquery.jobs import done_file_retention_job, load_job, poll_load_jobs_job
+
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def cron_every(interval: timedelta) -> str:
+    minutes = max(1, int(interval.total_seconds() // 60))
+    if minutes < 60:
+        return "* * * * *" if minutes == 1 else f"*/{minutes} * * * *"
+    hours = max(1, minutes // 60)
+    if hours < 24:
+        return f"0 */{hours} * * *"
+    return "0 0 * * *"
+
+
+def _skipping_schedule(
+    name: str, job: dg.JobDefinition, interval: timedelta, description: str
+) -> dg.ScheduleDefinition:
+    @dg.schedule(
+        name=name, job=job, cron_schedule=cron_every(interval), description=description,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+    )
+    def _schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+        running = context.instance.get_runs(
+            filters=dg.RunsFilter(job_name=job.name, statuses=IN_FLIGHT), limit=1
+        )
+        if running:
+            return dg.SkipReason(f"{job.name} run {running[0].run_id} is still in flight")
+        return dg.RunRequest()
+
+    return _schedule
+
+
+def load_schedules(
+    config: PipelineConfig, duplicate_check_job: dg.JobDefinition | None = None
+) -> list[dg.ScheduleDefinition]:
+    schedules = [
+        _skipping_schedule(
+            "load_cycle", load_job, config.load.cadence,
+            f"Load cycle every {config.load.cadence} (load.cadence).",
+        ),
+        _skipping_schedule(
+            "poll_load_jobs", poll_load_jobs_job, config.load.poll_interval,
+            f"Follow pending load jobs every {config.load.poll_interval} (load.poll_interval).",
+        ),
+        _skipping_schedule(
+            "done_file_retention", done_file_retention_job, config.retention.cadence,
+            f"Done-file retention every {config.retention.cadence} (retention.cadence).",
+        ),
+    ]
+    if duplicate_check_job is not None:
+        schedules.append(
+            dg.ScheduleDefinition(
+                name="duplicate_offsets_schedule", job=duplicate_check_job,
+                cron_schedule="30 3 * * *", default_status=dg.DefaultScheduleStatus.STOPPED,
+                description="Opt-in daily duplicate-offset query (billed for bytes scanned).",
+            )
+        )
+    return schedules
