@@ -1,0 +1,136 @@
+"""The local stack as a whole: which services it has, in which order, and starting, stopping
+and reporting them together (``kbqe stack up|down|status`` and the tests' ``local_stack``).
+
+The services are independent of one another at start-up (Apicurio keeps its schemas in its
+own H2 file, not in Kafka; the BigQuery emulator reads fake-gcs-server's files directly), so
+``up`` starts them in parallel threads: two JVMs and two emulators overlap their start-up
+instead of queueing. Their Maven downloads still take turns (see ``jvm.run_maven``).
+``down`` stops them one by one in reverse order, each only through its own pid file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from kbqe_dagster.core.errors import StackError
+from kbqe_dagster.localstack.base import LocalService, ServiceStatus
+from kbqe_dagster.localstack.endpoints import LocalEndpoints
+
+log = logging.getLogger(__name__)
+
+# (module, class) of every service, in start order; down() goes in reverse. Classes are
+# imported when a stack is built, so a service whose module does not exist yet is skipped
+# (with a warning) instead of breaking the others.
+SERVICES: tuple[tuple[str, str], ...] = (
+    ("kbqe_dagster.localstack.kafka", "KafkaService"),
+    ("kbqe_dagster.localstack.apicurio", "ApicurioService"),
+    ("kbqe_dagster.localstack.gcs", "GcsService"),
+    ("kbqe_dagster.localstack.bigquery", "BigQueryEmulatorService"),
+)
+
+
+def service_classes() -> list[type[LocalService]]:
+    """The service classes in start order; missing modules are skipped with a warning."""
+    classes: list[type[LocalService]] = []
+    for module_name, class_name in SERVICES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name != module_name:  # the module exists but one of its imports is broken
+                raise
+            log.warning("local stack: %s is not available yet (no module %s); skipping it",
+                        class_name, module_name)
+            continue
+        classes.append(getattr(module, class_name))
+    return classes
+
+
+def build(
+    names: Iterable[str] | None = None, home: Path | None = None,
+    endpoints: LocalEndpoints | None = None,
+) -> list[LocalService]:
+    """Service objects in start order, all of them or only ``names`` (a StackError names
+    an unknown service and lists the known ones)."""
+    services = [cls(home, endpoints) for cls in service_classes()]  # type: ignore[call-arg]
+    if names is None:
+        return services
+    wanted = list(dict.fromkeys(names))
+    known = [s.name for s in services]
+    unknown = [n for n in wanted if n not in known]
+    if unknown:
+        raise StackError(f"unknown local service(s) {', '.join(unknown)}; the stack has "
+                         f"{', '.join(known)}")
+    return [s for s in services if s.name in wanted]
+
+
+def up(
+    names: Iterable[str] | None = None, home: Path | None = None,
+    endpoints: LocalEndpoints | None = None,
+) -> list[ServiceStatus]:
+    """Start every service (or ``names``) that is not running and wait until each answers.
+    Running services of ours are left as they are, so a second ``up`` is a no-op. When some
+    service fails, the others still finish starting and one StackError reports the failures."""
+    return up_services(build(names, home, endpoints))
+
+
+def up_services(services: Sequence[LocalService]) -> list[ServiceStatus]:
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, len(services)),
+                            thread_name_prefix="stack-up") as pool:
+        futures = [(s.name, pool.submit(s.up)) for s in services]
+        results: list[ServiceStatus] = []
+        failures: list[tuple[str, BaseException]] = []
+        for name, future in futures:
+            try:
+                results.append(future.result())
+            except Exception as err:  # noqa: BLE001 - reported below, after the others finish
+                failures.append((name, err))
+    if failures:
+        raise _combined(failures)
+    log.info("local stack up in %.1fs: %s", time.monotonic() - started,
+             ", ".join(s.name for s in services))
+    return results
+
+
+def _combined(failures: list[tuple[str, BaseException]]) -> StackError:
+    if len(failures) == 1:
+        err = failures[0][1]
+        return err if isinstance(err, StackError) else StackError(f"{failures[0][0]}: {err}")
+    summary = "; ".join(f"{name}: {_first_line(err)}" for name, err in failures)
+    details = "\n".join(f"--- {name}\n{err}" for name, err in failures)
+    return StackError(f"{len(failures)} services failed to start — {summary}\n{details}")
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def down(
+    names: Iterable[str] | None = None, home: Path | None = None,
+    endpoints: LocalEndpoints | None = None,
+) -> list[str]:
+    """Stop the services of ours that run (reverse start order, only by their pid files);
+    returns the names of those that were stopped."""
+    return down_services(build(names, home, endpoints))
+
+
+def down_services(services: Sequence[LocalService]) -> list[str]:
+    stopped = []
+    for service in reversed(services):
+        if service.down():
+            stopped.append(service.name)
+    return stopped
+
+
+def status(
+    names: Iterable[str] | None = None, home: Path | None = None,
+    endpoints: LocalEndpoints | None = None,
+) -> list[ServiceStatus]:
+    """Each service's status in start order: running means our process answers requests."""
+    return [s.status() for s in build(names, home, endpoints)]
