@@ -1,7 +1,8 @@
-"""The two emulator services for the contract tests, until the session-wide ``local_stack``
-fixture (``kbqe_dagster_tests/conftest.py``) exists: when it does, the tests use it; until
-then this module starts fake-gcs-server and the BigQuery emulator itself and stops only the
-ones it started (by their pid files), leaving a developer's running stack alone.
+"""Only the two emulator services, for tests that need GCS and BigQuery but no Kafka: it
+starts fake-gcs-server and the BigQuery emulator when they are not running and stops only
+the ones it started (by their pid files), leaving a developer's running stack — or the
+session's ``local_stack`` — alone. Starting the whole stack for these tests would cost two
+JVMs and fail whenever another process holds a Kafka port.
 """
 
 from __future__ import annotations
@@ -31,11 +32,6 @@ def emulators_running() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def emulators(request: pytest.FixtureRequest) -> Iterator[None]:
-    try:
-        request.getfixturevalue("local_stack")
-    except pytest.FixtureLookupError:
-        with emulators_running():
-            yield
-        return
-    yield
+def emulators() -> Iterator[None]:
+    with emulators_running():
+        yield

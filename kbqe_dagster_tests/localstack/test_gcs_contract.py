@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 import requests
-from google.api_core.exceptions import NotFound, PreconditionFailed
+from google.api_core.exceptions import NotFound, PreconditionFailed, RequestRangeNotSatisfiable
 from google.cloud import storage
 
 from kbqe_dagster.localstack.clients import local_storage_client
@@ -166,3 +166,22 @@ def test_emulator_gap_media_upload_ignores_if_generation_match(prefix: str) -> N
     assert statuses == [200, 200]
     blob = local_storage_client().bucket(LOCAL_BUCKET).blob(f"{prefix}media.done")
     assert blob.download_as_bytes() == b"second"
+
+
+@pytest.mark.parametrize("chunk_size", [None, CHUNK_SIZE], ids=["plain-get", "chunked-get"])
+def test_emulator_gap_chunked_download_of_an_empty_object_fails(
+    bucket: storage.Bucket, prefix: str, chunk_size: int | None,
+) -> None:
+    """GCS answers a ranged GET of a zero-byte object with 416 and ``Content-Range: bytes
+    */0``, which google-cloud-storage reads as "empty". The server sends the 416 without the
+    header, so a blob with ``chunk_size`` set (ranged downloads) fails on an empty object —
+    Scala-era done files are empty. A plain GET works."""
+    name = f"{prefix}orders.0.sales.orders.7.100.109.done"
+    bucket.blob(name).upload_from_string(b"")
+    blob = bucket.blob(name, chunk_size=chunk_size)
+
+    if chunk_size is None:
+        assert blob.download_as_bytes() == b""
+    else:
+        with pytest.raises(RequestRangeNotSatisfiable, match="content-range"):
+            blob.download_as_bytes()
