@@ -23,9 +23,10 @@ from kbqe_dagster.localstack.endpoints import LocalEndpoints
 
 log = logging.getLogger(__name__)
 
-# (module, class) of every service, in start order; down() goes in reverse. Classes are
-# imported when a stack is built, so a service whose module does not exist yet is skipped
-# (with a warning) instead of breaking the others.
+# (module, class) of every service, in start order; down() goes in reverse. Each class is a
+# LocalService constructed as ``cls(home, endpoints)``. Classes are imported when a stack is
+# built, so a service whose module does not exist yet is skipped (with a warning) instead of
+# breaking the others.
 SERVICES: tuple[tuple[str, str], ...] = (
     ("kbqe_dagster.localstack.kafka", "KafkaService"),
     ("kbqe_dagster.localstack.apicurio", "ApicurioService"),
@@ -100,10 +101,15 @@ def up_services(services: Sequence[LocalService]) -> list[ServiceStatus]:
 def _combined(failures: list[tuple[str, BaseException]]) -> StackError:
     if len(failures) == 1:
         err = failures[0][1]
-        return err if isinstance(err, StackError) else StackError(f"{failures[0][0]}: {err}")
-    summary = "; ".join(f"{name}: {_first_line(err)}" for name, err in failures)
+        return err if isinstance(err, StackError) else StackError(_named(failures[0][0], str(err)))
+    summary = "; ".join(_named(name, _first_line(err)) for name, err in failures)
     details = "\n".join(f"--- {name}\n{err}" for name, err in failures)
     return StackError(f"{len(failures)} services failed to start — {summary}\n{details}")
+
+
+def _named(name: str, line: str) -> str:
+    """Service errors usually begin with the service's name already; add it when not."""
+    return line if line.startswith(name) else f"{name}: {line}"
 
 
 def _first_line(err: BaseException) -> str:

@@ -14,6 +14,7 @@ from kbqe_dagster import cli
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack import stack
 from kbqe_dagster.localstack.apicurio import ApicurioService
+from kbqe_dagster.localstack.base import LocalService, ServiceStatus
 from kbqe_dagster.localstack.endpoints import local_endpoints
 from kbqe_dagster.localstack.jvm import parse_java_version
 from kbqe_dagster.localstack.kafka import KafkaService
@@ -208,3 +209,69 @@ def test_down_of_a_stack_that_never_ran_stops_nothing(isolated_ports: None) -> N
 )
 def test_java_versions_are_read_from_java_dash_version(printed: str, major: int | None) -> None:
     assert parse_java_version(printed) == major
+
+
+class ScriptedService(LocalService):
+    """A stand-in service whose up() succeeds or raises, to test the orchestration alone."""
+
+    def __init__(self, name: str, failure: str | None, home: Path) -> None:
+        self.name = name
+        self.failure = failure
+        self.calls: list[str] = []
+        super().__init__(home)
+
+    @property
+    def endpoint(self) -> str:
+        return f"scripted://{self.name}"
+
+    def up(self) -> ServiceStatus:
+        self.calls.append("up")
+        if self.failure is not None:
+            raise StackError(f"{self.name}: {self.failure}\n  last lines:\n    boom")
+        return ServiceStatus(self.name, True, 4242, self.endpoint)
+
+
+def test_when_services_fail_the_others_still_start_and_one_error_names_each_failure(
+    tmp_path: Path,
+) -> None:
+    services = [
+        ScriptedService("alpha", "port 127.0.0.1:1 is already taken", tmp_path),
+        ScriptedService("beta", None, tmp_path),
+        ScriptedService("gamma", "exited during start-up", tmp_path),
+    ]
+
+    with pytest.raises(StackError) as raised:
+        stack.up_services(services)
+
+    first_line = str(raised.value).splitlines()[0]
+    assert first_line == (
+        "2 services failed to start — alpha: port 127.0.0.1:1 is already taken; "
+        "gamma: exited during start-up"
+    )
+    assert [s.calls for s in services] == [["up"], ["up"], ["up"]]
+
+
+def test_a_single_failure_is_raised_as_it_is(tmp_path: Path) -> None:
+    services = [ScriptedService("alpha", "exited during start-up", tmp_path),
+                ScriptedService("beta", None, tmp_path)]
+
+    with pytest.raises(StackError) as raised:
+        stack.up_services(services)
+
+    assert str(raised.value).splitlines()[0] == "alpha: exited during start-up"
+
+
+def test_a_service_whose_module_does_not_exist_yet_is_skipped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(stack, "SERVICES", (
+        ("kbqe_dagster.localstack.kafka", "KafkaService"),
+        ("kbqe_dagster.localstack.not_written_yet", "FutureService"),
+        ("kbqe_dagster.localstack.apicurio", "ApicurioService"),
+    ))
+
+    assert stack.service_classes() == [KafkaService, ApicurioService]
+
+
+def test_the_stack_starts_in_the_documented_order() -> None:
+    assert [cls.name for cls in stack.service_classes()] == ["kafka", "apicurio", "gcs", "bigquery"]
