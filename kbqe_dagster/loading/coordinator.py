@@ -11,7 +11,8 @@ One run (a load cycle, or a poll) does, in this order:
 2. (cycle only) **List and plan**: loadable files (avro + done file, not pending, not
    quarantined) grouped per table and schema id, at most ``max_files_per_job`` per job. All
    planned jobs are written to the state file **before** the first is submitted.
-3. (cycle only) **Poll again**: submits the planned jobs and finishes those already done.
+3. (cycle only) **Poll the new jobs**: submits the jobs planned in step 2, and finishes
+   those BigQuery already completed (the emulator runs a job while accepting it).
 
 Listing comes after the first poll on purpose: a listing taken before it would still show
 the avro files that poll deletes, and planning them again would load them twice.
@@ -107,7 +108,7 @@ class LoadCoordinator:
         state = self.state_file.read()
         state = self._poll(state, report)
         state = self._plan(state, report)
-        state = self._poll(state, report)
+        state = self._poll(state, report, only=set(self._fresh_ids))
         self._measure_backlog(state, report)
         return self._finish(state, report)
 
@@ -172,9 +173,13 @@ class LoadCoordinator:
         return make_job_id(dataset, table, now, prefix=self.settings.job_id_prefix)
 
     # --- following jobs ---------------------------------------------------------------------
-    def _poll(self, state: LoadState, report: CycleReport) -> LoadState:
+    def _poll(
+        self, state: LoadState, report: CycleReport, only: set[str] | None = None
+    ) -> LoadState:
+        """Advance every pending job, or only the ids in ``only``."""
         for job in state.pending_jobs():
-            state = self._advance(state, job.job_id, report)
+            if only is None or job.job_id in only:
+                state = self._advance(state, job.job_id, report)
         return state
 
     def _advance(self, state: LoadState, job_id: str, report: CycleReport) -> LoadState:

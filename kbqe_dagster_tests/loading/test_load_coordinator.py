@@ -250,15 +250,16 @@ def test_a_load_that_fails_once_is_retried_and_loaded_once(store, bq, make_coord
     assert loaded(bq, ORDERS_V1) == [(0, o) for o in range(5)]
 
 
-def test_a_job_running_too_long_is_reported_never_resubmitted(
-    store, bq, clock, make_coordinator
+@pytest.mark.parametrize("entry", ["poll", "run_cycle"])
+def test_a_job_running_too_long_is_reported_once_never_resubmitted(
+    store, bq, clock, make_coordinator, entry
 ) -> None:
     stage_range(store, TOPIC, 0, 0, 4, [(ORDERS_V1, 5, DAY1)])
     bq.hold = True
     make_coordinator(stuck_after=timedelta(minutes=30)).run_cycle()
     clock.advance(timedelta(hours=2))
 
-    report = make_coordinator(stuck_after=timedelta(minutes=30)).poll()
+    report = getattr(make_coordinator(stuck_after=timedelta(minutes=30)), entry)()
 
     assert len(report.stuck) == 1 and "check it in BigQuery" in report.stuck[0]
     assert len(bq.inserts) == 1
