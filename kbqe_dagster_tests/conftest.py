@@ -67,3 +67,14 @@ def local_stack(local_endpoints: LocalEndpoints) -> Iterator[LocalEndpoints]:
 def _stop_started(candidates: list[LocalService]) -> None:
     """Stop the services this fixture started: those that were not running before it."""
     stack.down_services([s for s in candidates if s.pid() is not None])
+
+
+@pytest.fixture(scope="session")
+def spark_session(local_stack):
+    """One local SparkSession for the whole session (stage-job and stage-then-load tests)."""
+    from kbqe_dagster.resources.spark import local_spark_config, spark_resource
+
+    resource = spark_resource(local_spark_config("local[2]"))
+    session = resource.spark_session
+    yield session
+    session.stop()

@@ -1,5 +1,5 @@
-"""Fixtures of the stage-job tests: one SparkSession for the session, a demo topic with
-known messages on the real local Kafka, and a pipeline config pointing at it."""
+"""Fixtures of the stage-job tests: a demo topic with known messages on the real local
+Kafka, and a pipeline config pointing at it (``spark_session`` is in the top conftest)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,8 @@ from kbqe_dagster.demo.samples import SampleMessage, produce, register_schemas, 
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
-from kbqe_dagster.resources.spark import local_spark_config, spark_resource
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.task import StageContext
-
-
-@pytest.fixture(scope="session")
-def spark_session(local_stack):
-    resource = spark_resource(local_spark_config("local[2]"))
-    session = resource.spark_session
-    yield session
-    session.stop()
 
 
 def pipeline_for(topic: str, **topic_overrides) -> PipelineConfig:
