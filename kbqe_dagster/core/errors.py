@@ -39,11 +39,12 @@ class BodyDecodeError(BadInputError):
     reason = "body_decode_error"
 
 
-class SchemaNotExtensibleError(BadInputError):
-    """The writer schema cannot take the enrichment columns: it is not a record, or a column
-    name collides with one of its fields. Raised by ``core/enrichment.py``."""
+class UnsupportedSchemaError(BadInputError):
+    """The writer schema cannot be staged: it does not parse, is not a record, or an
+    enrichment column collides with one of its fields. Raised by ``core/enrichment.py`` and
+    ``staging/probe.py``."""
 
-    reason = "schema_not_extensible"
+    reason = "unsupported_schema"
 
 
 class TombstoneError(WireFormatError):

@@ -1,0 +1,363 @@
+"""Enrichment columns: the extended schema and the bytes appended to every staged record.
+
+An Avro record's binary encoding is its fields' encodings concatenated, so the body of a
+Confluent message (written with schema *W*) followed by the encoding of a few extra fields is a
+valid record of the *extended* schema: *W*'s fields, then the enrichment fields. That is how the
+stage job writes records without decoding and re-encoding them (DESIGN.md §5): it appends
+``body + encode(enrichment)`` to an Avro container whose schema is ``extended_schema(W)``.
+
+Enrichment fields, in this order (a disabled optional column is left out):
+
+================== ============================================ ==============================
+column             Avro type                                    value
+================== ============================================ ==============================
+event date         ``int`` / ``date``                           the record's event day
+topic              ``string``                                   Kafka topic
+partition          ``int``                                      Kafka partition
+offset             ``long``                                     Kafka offset
+timestamp          ``["null", long/timestamp-millis]``          Kafka timestamp, null if -1
+key (optional)     ``["null", "bytes"]``                        message key, null if absent
+headers (optional) ``array<{key: string, value: [null, bytes]}>``  message headers, in order
+================== ============================================ ==============================
+
+The Kafka timestamp is nullable because Kafka reports ``-1`` when a message has none (old
+producers, ``NO_TIMESTAMP_TYPE``); writing 1969-12-31T23:59:59.999 instead would be a lie that
+looks like data. Headers are a plain (never null) array: BigQuery's REPEATED columns cannot be
+NULL, an empty array is what "no headers" means there.
+
+Extended schemas are deterministic: the same writer schema and config give the same dict and,
+through :func:`schema_json`, the same JSON text, because the staging file key is the schema id
+and every file of one key must carry one schema.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Any, Iterable, Mapping
+
+from kbqe_dagster.core.errors import ConfigError, UnsupportedSchemaError
+
+__all__ = [
+    "EnrichmentConfig",
+    "EnrichmentEncoder",
+    "HEADER_RECORD_NAME",
+    "encode_enrichment",
+    "extended_schema",
+    "schema_json",
+]
+
+# Full name of the headers' item record. A namespace of our own, so it cannot clash with a
+# short name in the writer's schema; a clash on the full name is still checked.
+HEADER_RECORD_NAME = "kbqe_dagster.enrichment.KafkaHeader"
+
+# Avro field names; BigQuery column names are the same set (and case-insensitive).
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class EnrichmentConfig:
+    """Names of the enrichment columns appended to every staged record.
+
+    The four required columns make every row traceable to its Kafka message and duplicates
+    detectable in the warehouse; the optional ones are disabled with ``None``.
+    """
+
+    event_date_column: str = "_event_date"
+    """Event date, Avro ``int`` with logicalType ``date`` (BigQuery DATE, the DAY partition
+    column). Required."""
+    topic_column: str = "_kafka_topic"
+    """Kafka topic, ``string``. Required."""
+    partition_column: str = "_kafka_partition"
+    """Kafka partition, ``int``. Required."""
+    offset_column: str = "_kafka_offset"
+    """Kafka offset, ``long``. Required."""
+    timestamp_column: str | None = "_kafka_timestamp"
+    """Kafka message timestamp, ``["null", {long, timestamp-millis}]``: null when Kafka has no
+    timestamp (-1). ``None`` leaves the column out."""
+    key_column: str | None = None
+    """Message key, ``["null", "bytes"]``. ``None`` (default) leaves the column out."""
+    headers_column: str | None = None
+    """Message headers, ``array`` of ``{key: string, value: ["null", "bytes"]}`` in Kafka's
+    order (keys may repeat). ``None`` (default) leaves the column out."""
+
+    def __post_init__(self) -> None:
+        problem = _config_problem(self)
+        if problem:
+            raise ConfigError(f"enrichment: {problem}")
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any] | None, path: str = "enrichment") -> EnrichmentConfig:
+        """Build from a configuration mapping (missing keys take their defaults).
+
+        Errors are :class:`ConfigError` naming ``path.key``: unknown keys, non-string names,
+        ``null`` for a required column, invalid or duplicate column names.
+        """
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{path}: expected a mapping, got {type(raw).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            raise ConfigError(f"{path}: unknown key(s) {unknown}; known keys: {sorted(known)}")
+        for key, value in raw.items():
+            if value is None and key in _REQUIRED:
+                raise ConfigError(f"{path}.{key}: this column is required, it cannot be null")
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{path}.{key}: expected a column name, got {value!r}")
+        try:
+            return cls(**raw)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The enabled column names, in the order they are appended."""
+        return tuple(name for name, _ in _enrichment_fields(self))
+
+
+_REQUIRED = ("event_date_column", "topic_column", "partition_column", "offset_column")
+
+
+def _config_problem(config: EnrichmentConfig) -> str | None:
+    seen: dict[str, str] = {}
+    for f in fields(config):
+        name = getattr(config, f.name)
+        if name is None:
+            if f.name in _REQUIRED:
+                return f"{f.name} is required"
+            continue
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            return f"{f.name}={name!r} is not a valid Avro/BigQuery column name"
+        folded = name.lower()  # BigQuery column names are case-insensitive
+        if folded in seen:
+            return f"{f.name} and {seen[folded]} both name column {name!r}"
+        seen[folded] = f.name
+    return None
+
+
+# --- schema ----------------------------------------------------------------------------------
+_TIMESTAMP_TYPE = {"type": "long", "logicalType": "timestamp-millis"}
+
+
+def _enrichment_fields(config: EnrichmentConfig) -> list[tuple[str, dict[str, Any]]]:
+    out: list[tuple[str, dict[str, Any]]] = [
+        (config.event_date_column, {"type": {"type": "int", "logicalType": "date"}}),
+        (config.topic_column, {"type": "string"}),
+        (config.partition_column, {"type": "int"}),
+        (config.offset_column, {"type": "long"}),
+    ]
+    if config.timestamp_column:
+        out.append((config.timestamp_column, {"type": ["null", _TIMESTAMP_TYPE], "default": None}))
+    if config.key_column:
+        out.append((config.key_column, {"type": ["null", "bytes"], "default": None}))
+    if config.headers_column:
+        header = {
+            "type": "record",
+            "name": HEADER_RECORD_NAME.rsplit(".", 1)[1],
+            "namespace": HEADER_RECORD_NAME.rsplit(".", 1)[0],
+            "fields": [
+                {"name": "key", "type": "string"},
+                {"name": "value", "type": ["null", "bytes"], "default": None},
+            ],
+        }
+        out.append((config.headers_column, {"type": {"type": "array", "items": header}, "default": []}))
+    return out
+
+
+def extended_schema(writer_schema: Mapping[str, Any], config: EnrichmentConfig) -> dict[str, Any]:
+    """The writer's record schema with the enrichment fields appended at the end.
+
+    Name, namespace, doc, aliases and every other attribute of the writer's record are kept,
+    so BigQuery sees the same table columns in the same order whatever the enrichment. The
+    input is not modified. Raises :class:`UnsupportedSchemaError` when the schema is not a
+    record, or when an enrichment column collides (case-insensitively, as BigQuery compares
+    column names) with one of its fields, or the headers record name with one of its types.
+    """
+    if not isinstance(writer_schema, Mapping) or writer_schema.get("type") not in ("record", "error"):
+        kind = writer_schema.get("type") if isinstance(writer_schema, Mapping) else writer_schema
+        raise UnsupportedSchemaError(
+            f"only record schemas can be staged with enrichment columns, got type {kind!r}"
+        )
+    original = writer_schema.get("fields")
+    if not isinstance(original, list):
+        raise UnsupportedSchemaError(f"record schema {_full_name(writer_schema)!r} has no field list")
+    existing = {str(f.get("name", "")).lower(): f.get("name") for f in original if isinstance(f, Mapping)}
+    for column in config.columns:
+        if column.lower() in existing:
+            raise UnsupportedSchemaError(
+                f"enrichment column {column!r} collides with field {existing[column.lower()]!r} of "
+                f"{_full_name(writer_schema)!r}; rename the column in the enrichment config"
+            )
+    if config.headers_column and HEADER_RECORD_NAME in _named_types(writer_schema):
+        raise UnsupportedSchemaError(
+            f"{_full_name(writer_schema)!r} defines type {HEADER_RECORD_NAME!r}, the enrichment "
+            "headers record; disable the headers column"
+        )
+    extended = copy.deepcopy(dict(writer_schema))
+    extended["fields"] = list(extended["fields"]) + [
+        {"name": name, **spec} for name, spec in _enrichment_fields(config)
+    ]
+    return extended
+
+
+def schema_json(schema: Mapping[str, Any]) -> str:
+    """Compact, deterministic JSON text of a schema, as written into container headers."""
+    return json.dumps(schema, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _full_name(schema: Mapping[str, Any]) -> str:
+    name = str(schema.get("name", "?"))
+    namespace = schema.get("namespace")
+    return f"{namespace}.{name}" if namespace and "." not in name else name
+
+
+def _named_types(schema: Any, namespace: str | None = None) -> set[str]:
+    """Full names of the named types a schema defines (good enough for a collision check)."""
+    found: set[str] = set()
+    if isinstance(schema, list):
+        for branch in schema:
+            found |= _named_types(branch, namespace)
+    elif isinstance(schema, Mapping):
+        if schema.get("type") in ("record", "error", "enum", "fixed") and "name" in schema:
+            name = str(schema["name"])
+            ns = schema.get("namespace", namespace) if "." not in name else name.rsplit(".", 1)[0]
+            found.add(name if "." in name or not ns else f"{ns}.{name}")
+            namespace = ns
+        for f in schema.get("fields", ()) or ():
+            if isinstance(f, Mapping):
+                found |= _named_types(f.get("type"), namespace)
+        for key in ("items", "values"):
+            if key in schema:
+                found |= _named_types(schema[key], namespace)
+        if isinstance(schema.get("type"), (list, Mapping)):
+            found |= _named_types(schema["type"], namespace)
+    return found
+
+
+# --- encoding --------------------------------------------------------------------------------
+# Varints of zigzagged values: a table for the 1–2 byte ones, a table of 14-bit groups with
+# continuation bits for the rest. Offsets and millisecond timestamps take 5–6 bytes; a Python
+# loop per byte costs about three times this.
+_FINAL14 = [bytes([n]) if n < 0x80 else bytes([(n & 0x7F) | 0x80, n >> 7]) for n in range(1 << 14)]
+_CONT14 = [bytes([(n & 0x7F) | 0x80, (n >> 7) | 0x80]) for n in range(1 << 14)]
+
+
+def _varint(n: int) -> bytes:
+    """Avro varint of a non-negative (already zigzagged) integer."""
+    if n < 0x4000:
+        return _FINAL14[n]
+    if n < 0x10000000:
+        return _CONT14[n & 0x3FFF] + _FINAL14[n >> 14]
+    if n < 0x40000000000:
+        return _CONT14[n & 0x3FFF] + _CONT14[(n >> 14) & 0x3FFF] + _FINAL14[n >> 28]
+    out = b""
+    while n >= 0x4000:
+        out += _CONT14[n & 0x3FFF]
+        n >>= 14
+    return out + _FINAL14[n]
+
+
+def _long(value: int) -> bytes:
+    """Avro ``long`` (zigzag varint). Values outside int64 are a caller bug."""
+    return _varint((value << 1) ^ (value >> 63))
+
+
+def _string(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return _varint(len(raw) << 1) + raw
+
+
+def _bytes(value: bytes) -> bytes:
+    return _varint(len(value) << 1) + bytes(value)
+
+
+_NULL = b"\x00"
+_SECOND_BRANCH = b"\x02"
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+class EnrichmentEncoder:
+    """Encodes the enrichment suffix of the records of one topic-partition.
+
+    The topic and partition are constant for a staged file, so their encoding is computed
+    once; per record only the event day, offset, timestamp and optional key/headers are
+    encoded. Event days repeat a lot, so their encodings are cached.
+    """
+
+    __slots__ = ("config", "topic", "partition", "_constant", "_days", "_with_ts", "_with_key", "_with_headers")
+
+    def __init__(self, config: EnrichmentConfig, topic: str, partition: int) -> None:
+        if not _INT32[0] <= partition <= _INT32[1]:
+            raise ValueError(f"partition {partition} does not fit an Avro int")
+        self.config = config
+        self.topic = topic
+        self.partition = partition
+        self._constant = _string(topic) + _long(partition)
+        self._days: dict[int, bytes] = {}
+        self._with_ts = config.timestamp_column is not None
+        self._with_key = config.key_column is not None
+        self._with_headers = config.headers_column is not None
+
+    def encode(
+        self,
+        event_day: int,
+        offset: int,
+        timestamp_ms: int | None = None,
+        key: bytes | None = None,
+        headers: Iterable[tuple[str, bytes | None]] | None = None,
+    ) -> bytes:
+        """The suffix for one record: ``event_day`` is days since 1970-01-01; a timestamp
+        that is ``None`` or negative (Kafka's -1) is written as null. ``key``/``headers`` are
+        ignored when their column is disabled."""
+        day = self._days.get(event_day)
+        if day is None:
+            if len(self._days) >= 4096:  # a bounded cache: event days cluster, garbage does not
+                self._days.clear()
+            day = self._days[event_day] = _long(event_day)
+        out = day + self._constant + _varint(offset << 1)
+        if self._with_ts:
+            if timestamp_ms is None or timestamp_ms < 0:
+                out += _NULL
+            else:
+                out += _SECOND_BRANCH + _varint(timestamp_ms << 1)
+        if self._with_key:
+            out += _NULL if key is None else _SECOND_BRANCH + _bytes(key)
+        if self._with_headers:
+            out += _headers(headers)
+        return out
+
+
+def _headers(headers: Iterable[tuple[str, bytes | None]] | None) -> bytes:
+    items = list(headers) if headers else []
+    if not items:
+        return _NULL
+    out = _long(len(items))
+    for key, value in items:
+        out += _string(key)
+        out += _NULL if value is None else _SECOND_BRANCH + _bytes(value)
+    return out + _NULL
+
+
+@lru_cache(maxsize=256)
+def _encoder(config: EnrichmentConfig, topic: str, partition: int) -> EnrichmentEncoder:
+    return EnrichmentEncoder(config, topic, partition)
+
+
+def encode_enrichment(
+    event_day: int,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int | None,
+    key: bytes | None,
+    headers: Iterable[tuple[str, bytes | None]] | None,
+    config: EnrichmentConfig,
+) -> bytes:
+    """One record's enrichment suffix. Convenience over :class:`EnrichmentEncoder`, which a
+    hot loop should hold on to instead (this looks the encoder up in a small cache)."""
+    return _encoder(config, topic, partition).encode(event_day, offset, timestamp_ms, key, headers)
