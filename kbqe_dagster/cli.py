@@ -20,6 +20,7 @@ import traceback
 from typing import Any, Callable, Sequence
 
 from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.demo.commands import add_demo_commands
 
 log = logging.getLogger("kbqe")
 
@@ -91,7 +92,7 @@ def _status_table(statuses: Sequence[Any]) -> str:
 
 
 # --- the command line itself ---------------------------------------------------------------
-COMMANDS: list[CommandAdder] = [_add_stack]
+COMMANDS: list[CommandAdder] = [_add_stack, add_demo_commands]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,34 @@
+"""``kbqe demo`` and ``kbqe dev``: the Quick start's main command and the Dagster UI."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_demo_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    demo = sub.add_parser(
+        "demo", parents=[common], help="run the main job end to end on the local stack",
+        description="Start the local stack, produce sample events, stage them on Spark, load "
+        "them into the BigQuery emulator and print the rows per table.",
+    )
+    demo.add_argument("--count", type=int, default=2_000, help="good sample events to produce")
+    demo.add_argument("--then-dagster-dev", action="store_true",
+                      help="afterwards, start `dagster dev` on the same local instance")
+    demo.set_defaults(handler=_demo)
+
+    dev = sub.add_parser("dev", parents=[common], help="start `dagster dev` on the local instance")
+    dev.add_argument("--port", type=int, default=3000)
+    dev.set_defaults(handler=_dev)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from kbqe_dagster.demo.run import run_demo
+
+    return run_demo(args.count, args.then_dagster_dev)
+
+
+def _dev(args: argparse.Namespace) -> int:
+    from kbqe_dagster.demo.run import exec_dagster_dev
+
+    return exec_dagster_dev(args.port)

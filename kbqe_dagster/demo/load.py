@@ -1,0 +1,46 @@
+"""The load half of ``kbqe demo``: run load cycles until nothing is pending, then show the
+rows that arrived per BigQuery table (and per day for the first days)."""
+
+from __future__ import annotations
+
+import time
+
+import dagster as dg
+
+from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.loading.state_file import StateFile
+
+MAX_POLLS = 30
+
+
+def load_and_report(defs: dg.Definitions, instance: dg.DagsterInstance) -> None:
+    resources = defs.resources
+    store = resources["staging"].store()
+    loaded = defs.resolve_job_def("load_job").execute_in_process(instance=instance)
+    if not loaded.success:
+        raise KbqeError("the load run failed; see `dagster dev` → Runs for its logs")
+    for _ in range(MAX_POLLS):
+        if not StateFile(store).read().pending_jobs():
+            break
+        time.sleep(1)
+        defs.resolve_job_def("poll_load_jobs_job").execute_in_process(instance=instance)
+    else:
+        raise KbqeError(f"load jobs still pending after {MAX_POLLS} polls; `kbqe load plan` shows them")
+    dl = resources["pipeline"].load().dead_letter
+    print_table_rows(resources["bigquery"].client(), (dl.dataset, dl.table))
+
+
+def print_table_rows(client, dead_letter: tuple[str, str]) -> None:
+    """Rows and distinct Kafka (partition, offset) pairs per table: equal numbers mean no
+    duplicates arrived."""
+    for dataset in sorted(d.dataset_id for d in client.list_datasets()):
+        for table in sorted(t.table_id for t in client.list_tables(dataset)):
+            partition, offset = (
+                ("`partition`", "`offset`") if (dataset, table) == dead_letter
+                else ("_kafka_partition", "_kafka_offset")
+            )
+            row = list(client.query(
+                f"SELECT COUNT(*) AS n, COUNT(DISTINCT CONCAT(CAST({partition} AS STRING), ':', "
+                f"CAST({offset} AS STRING))) AS d FROM `{dataset}.{table}`"
+            ).result())[0]
+            print(f"      {dataset}.{table}: {row['n']} row(s), {row['d']} distinct Kafka offset(s)")
