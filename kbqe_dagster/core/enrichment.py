@@ -22,7 +22,8 @@ headers (optional) ``array<{key: string, value: [null, bytes]}>``  message heade
 
 The Kafka timestamp is nullable because Kafka reports ``-1`` when a message has none (old
 producers, ``NO_TIMESTAMP_TYPE``); writing 1969-12-31T23:59:59.999 instead would be a lie that
-looks like data. Headers are a plain (never null) array: BigQuery's REPEATED columns cannot be
+looks like data. A producer-set timestamp past year 9999 is null too: BigQuery would refuse
+the whole file. Headers are a plain (never null) array: BigQuery's REPEATED columns cannot be
 NULL, an empty array is what "no headers" means there.
 
 Extended schemas are deterministic: the same writer schema and config give the same dict and,
@@ -279,6 +280,9 @@ def _bytes(value: bytes) -> bytes:
 _NULL = b"\x00"
 _SECOND_BRANCH = b"\x02"
 _INT32 = (-(1 << 31), (1 << 31) - 1)
+# 9999-12-31T23:59:59.999Z: BigQuery's (and Python's) last instant. Kafka's CreateTime is
+# whatever the producer wrote; a value past it would make the whole file unloadable.
+_MAX_TIMESTAMP_MS = 253_402_300_799_999
 
 
 class EnrichmentEncoder:
@@ -312,8 +316,8 @@ class EnrichmentEncoder:
         headers: Iterable[tuple[str, bytes | None]] | None = None,
     ) -> bytes:
         """The suffix for one record: ``event_day`` is days since 1970-01-01; a timestamp
-        that is ``None`` or negative (Kafka's -1) is written as null. ``key``/``headers`` are
-        ignored when their column is disabled."""
+        that is ``None``, negative (Kafka's -1) or past year 9999 is written as null.
+        ``key``/``headers`` are ignored when their column is disabled."""
         day = self._days.get(event_day)
         if day is None:
             if len(self._days) >= 4096:  # a bounded cache: event days cluster, garbage does not
@@ -321,7 +325,7 @@ class EnrichmentEncoder:
             day = self._days[event_day] = _long(event_day)
         out = day + self._constant + _varint(offset << 1)
         if self._with_ts:
-            if timestamp_ms is None or timestamp_ms < 0:
+            if timestamp_ms is None or not 0 <= timestamp_ms <= _MAX_TIMESTAMP_MS:
                 out += _NULL
             else:
                 out += _SECOND_BRANCH + _varint(timestamp_ms << 1)
