@@ -19,6 +19,7 @@ import sys
 import traceback
 from typing import Any, Callable, Sequence
 
+from kbqe_dagster.cli_commands import OPERATOR_COMMANDS
 from kbqe_dagster.core.errors import KbqeError
 from kbqe_dagster.demo.commands import add_demo_commands
 
@@ -92,7 +93,7 @@ def _status_table(statuses: Sequence[Any]) -> str:
 
 
 # --- the command line itself ---------------------------------------------------------------
-COMMANDS: list[CommandAdder] = [_add_stack, add_demo_commands]
+COMMANDS: list[CommandAdder] = [_add_stack, add_demo_commands, *OPERATOR_COMMANDS]
 
 
 def build_parser() -> argparse.ArgumentParser:
