@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from kbqe_dagster.operations.bootstrap import BootstrapReport
-from kbqe_dagster.operations.dead_letters import BytesPreview, DeadLetterReport
-from kbqe_dagster.operations.load_plan import LoadPlanReport
-from kbqe_dagster.operations.produce_sample import SampleReport
-from kbqe_dagster.operations.retention_plan import RetentionReport
-from kbqe_dagster.operations.staging_status import Interval, StagingStatus
+if TYPE_CHECKING:  # annotations only: `kbqe --help` must not import fastavro and the config model
+    from kbqe_dagster.operations.bootstrap import BootstrapReport
+    from kbqe_dagster.operations.dead_letters import BytesPreview, DeadLetterReport
+    from kbqe_dagster.operations.load_plan import LoadPlanReport
+    from kbqe_dagster.operations.produce_sample import SampleReport
+    from kbqe_dagster.operations.retention_plan import RetentionReport
+    from kbqe_dagster.operations.staging_status import Interval, StagingStatus
 
 MAX_LISTED = 10  # names shown per list before "... and N more"
 
