@@ -1,0 +1,54 @@
+"""Fixtures of the CLI tests: a staging area on disk and ``kbqe`` run in-process."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from kbqe_dagster import cli
+from kbqe_dagster_tests.cli.staging_area import Area, build
+
+ENV_VARS = ("KBQE_STAGING_URL", "KBQE_GCS_ENDPOINT", "KBQE_GCP_PROJECT", "KBQE_PIPELINE_CONFIG")
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        assert self.code == 0, self.err
+        return json.loads(self.out)
+
+
+Run = Callable[..., Result]
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No developer setting leaks into a test."""
+    for name in ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def area(tmp_path: Path) -> Area:
+    return build(tmp_path / "staging")
+
+
+@pytest.fixture
+def run(capsys: pytest.CaptureFixture[str]) -> Run:
+    """``run("staging", "status", ...)``: ``kbqe`` with these arguments, stdout and stderr."""
+
+    def _run(*argv: str) -> Result:
+        capsys.readouterr()
+        code = cli.main(list(argv))
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return _run

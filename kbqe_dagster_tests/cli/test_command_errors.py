@@ -1,0 +1,110 @@
+"""Where the commands find the staging area and the pipeline file, and how they fail: one
+line on stderr naming the problem and the fix, exit code 1, a traceback only with --verbose."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kbqe_dagster.cli_commands import staging_location
+from kbqe_dagster.core.errors import OperatorCommandError
+from kbqe_dagster.core.load_state import STATE_FILE
+from kbqe_dagster.resources.staging_store import StagingLocation
+from kbqe_dagster_tests.cli.conftest import Run
+from kbqe_dagster_tests.cli.staging_area import Area
+
+STAGING_COMMANDS = [
+    ("staging", "status"), ("load", "plan"), ("retention", "plan"), ("dead-letters",),
+    ("bootstrap", "--topic", "t", "--offsets", "0=5"),
+]
+
+
+def assert_one_error_line(result, starts_with: str) -> None:
+    assert result.code == 1
+    assert result.out == ""
+    assert len(result.err.splitlines()) == 1, result.err
+    assert result.err.startswith(starts_with), result.err
+
+
+@pytest.mark.parametrize("command", STAGING_COMMANDS, ids=" ".join)
+def test_without_a_staging_location_the_error_says_how_to_set_one(
+    run: Run, command: tuple[str, ...]
+) -> None:
+    result = run(*command)
+    assert_one_error_line(result, "kbqe: error: no staging location: pass --staging")
+    assert "KBQE_STAGING_URL" in result.err
+
+
+@pytest.mark.parametrize("command", STAGING_COMMANDS, ids=" ".join)
+def test_a_missing_staging_directory_is_an_error_not_an_empty_area(
+    run: Run, command: tuple[str, ...], tmp_path: Path
+) -> None:
+    result = run(*command, "--staging", str(tmp_path / "typo"))
+    assert_one_error_line(result, f"kbqe: error: staging directory {tmp_path / 'typo'} does not exist")
+
+
+@pytest.mark.parametrize(
+    ("command", "first_words"),
+    [
+        (("staging", "status"), "kbqe: error: load state _kbqe/load_state.json is not valid JSON"),
+        (("load", "plan"), "kbqe: error: load state _kbqe/load_state.json is not valid JSON"),
+    ],
+)
+def test_a_corrupt_state_file_stops_the_command_with_the_recovery_path(
+    run: Run, area: Area, command: tuple[str, ...], first_words: str
+) -> None:
+    (area.root / STATE_FILE).write_text("{ not json")
+    result = run(*command, "--staging", str(area.root))
+    assert_one_error_line(result, first_words)
+    assert "Safe recovery" in result.err
+    assert "Traceback" not in result.err
+
+
+def test_verbose_adds_the_traceback(run: Run, area: Area) -> None:
+    (area.root / STATE_FILE).write_text("{ not json")
+    result = run("staging", "status", "--staging", str(area.root), "--verbose")
+    assert result.code == 1
+    assert "Traceback (most recent call last)" in result.err
+    assert "StateFileError" in result.err
+
+
+def test_an_invalid_pipeline_file_is_one_line_with_a_pointer_to_verbose(
+    run: Run, area: Area, tmp_path: Path
+) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("version: 1\ntopics: []\nload: {cadense: 5m}\n")
+    result = run("load", "plan", "--staging", str(area.root), "--config", str(config))
+    assert_one_error_line(result, f"kbqe: error: {config}: 2 problem(s):")
+    assert result.err.rstrip().endswith("(more with --verbose)")
+
+
+def test_a_negative_limit_is_refused(run: Run, area: Area) -> None:
+    result = run("dead-letters", "--staging", str(area.root), "--limit", "-1")
+    assert_one_error_line(result, "kbqe: error: --limit must be 0 or more, got -1")
+
+
+@pytest.mark.parametrize(
+    ("url", "endpoint", "environ", "expected"),
+    [
+        ("gs://b/p", None, {}, StagingLocation("gs://b/p")),
+        ("gs://b/p", "http://127.0.0.1:14443", {},
+         StagingLocation("gs://b/p", "http://127.0.0.1:14443")),
+        (None, None, {"KBQE_STAGING_URL": "gs://b/p", "KBQE_GCS_ENDPOINT": "http://e:1"},
+         StagingLocation("gs://b/p", "http://e:1")),
+        ("gs://b/q", "http://opt:2", {"KBQE_STAGING_URL": "gs://b/p",
+                                      "KBQE_GCS_ENDPOINT": "http://env:1"},
+         StagingLocation("gs://b/q", "http://opt:2")),
+        ("gs://b/p", None, {"KBQE_GCP_PROJECT": "acme-prod"},
+         StagingLocation("gs://b/p", None, "acme-prod")),
+    ],
+)
+def test_options_win_over_the_environment_and_gcs_defaults_to_real_gcs(
+    url, endpoint, environ, expected
+) -> None:
+    assert staging_location(url, endpoint, environ) == expected
+
+
+def test_an_unknown_url_scheme_is_refused() -> None:
+    with pytest.raises(OperatorCommandError, match="expected a local directory or gs://"):
+        staging_location("s3://bucket/prefix", None, {})
