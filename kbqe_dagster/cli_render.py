@@ -114,7 +114,8 @@ def load_plan(r: LoadPlanReport) -> str:
         out += ["", f"{r.deferred_files} loadable file(s) wait for a later cycle "
                     f"(max_files_per_job {r.max_files_per_job})"]
     if r.pending_jobs:
-        out += ["", f"jobs already in the load state, followed by the poll ({len(r.pending_jobs)}):"]
+        out += ["", "jobs already in the load state, followed by the poll "
+                    f"({len(r.pending_jobs)}):"]
         out += [f"  {j.job_id}  {j.dataset}.{j.table}  {j.status.value}  {len(j.files)} file(s)"
                 for j in r.pending_jobs]
     if r.quarantined_files:

@@ -49,7 +49,8 @@ class BytesPreview:
             text = head.decode("utf-8")
         except UnicodeDecodeError as exc:
             # A multi-byte character cut by the preview boundary is still text.
-            cut = truncated and exc.start >= len(head) - 3 and exc.reason == "unexpected end of data"
+            cut = (truncated and exc.start >= len(head) - 3
+                   and exc.reason == "unexpected end of data")
             text = head[: exc.start].decode("utf-8") if cut else None
         if text is not None and not text.isprintable():
             text = None
@@ -161,7 +162,9 @@ def _records(store: StagingStore, avro: AvroFileName) -> Iterator[dict[str, Any]
     try:
         yield from fastavro.reader(io.BytesIO(data))
     except (ValueError, EOFError, KeyError, TypeError) as exc:
-        raise StagingError(f"dead-letter file {store.uri(avro.name)} is not readable: {exc}") from exc
+        raise StagingError(
+            f"dead-letter file {store.uri(avro.name)} is not readable: {exc}"
+        ) from exc
 
 
 def _view(file: str, record: dict[str, Any]) -> DeadLetterView:

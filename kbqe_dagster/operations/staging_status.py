@@ -35,7 +35,8 @@ class PartitionStatus:
     next_offset: int
     """Where the next stage run starts: the end of the contiguous committed chain."""
     committed_ranges: tuple[Interval, ...]
-    """Committed offsets merged into intervals (superseded ranges and bootstrap markers left out)."""
+    """Committed offsets merged into intervals; superseded ranges and bootstrap markers are
+    left out."""
     holes: tuple[Interval, ...]
     """Uncommitted offsets between committed ranges: the next run redoes them first."""
     bootstrap_offset: int | None

@@ -85,4 +85,5 @@ def test_the_text_report_says_what_was_skipped(run: Run, area: Area) -> None:
         f"{T}[2]: resumes at 15 (was 10, skips 5 offset(s)); "
         f"wrote {T}.2._kbqe.bootstrap.0.14.14.done",
     ]
-    assert json.loads((area.root / f"{T}.2._kbqe.bootstrap.0.14.14.done").read_text())["first"] == 14
+    marker = area.root / f"{T}.2._kbqe.bootstrap.0.14.14.done"
+    assert json.loads(marker.read_text())["first"] == 14

@@ -40,8 +40,9 @@ def test_without_a_staging_location_the_error_says_how_to_set_one(
 def test_a_missing_staging_directory_is_an_error_not_an_empty_area(
     run: Run, command: tuple[str, ...], tmp_path: Path
 ) -> None:
-    result = run(*command, "--staging", str(tmp_path / "typo"))
-    assert_one_error_line(result, f"kbqe: error: staging directory {tmp_path / 'typo'} does not exist")
+    missing = tmp_path / "typo"
+    result = run(*command, "--staging", str(missing))
+    assert_one_error_line(result, f"kbqe: error: staging directory {missing} does not exist")
 
 
 @pytest.mark.parametrize(
