@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Callable
@@ -60,7 +61,7 @@ from kbqe_dagster.core.load_state import (
 from kbqe_dagster.core.naming import parse_listing
 from kbqe_dagster.core.selection import make_job_id, plan_load_jobs
 from kbqe_dagster.loading.avro_header import read_avro_schema
-from kbqe_dagster.loading.manifests import read_file_facts
+from kbqe_dagster.loading.manifests import FileFacts, read_file_facts
 from kbqe_dagster.loading.report import CompletedLoad, CycleReport, QuarantinedLoad
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.bigquery import BigQueryLoads, JobReport, LoadRequest
@@ -69,6 +70,7 @@ from kbqe_dagster.resources.staging_store import StagingStore, StoredFile
 log = logging.getLogger(__name__)
 
 QUARANTINE_PREFIX = "_kbqe/quarantine/"
+DELETE_THREADS = 16
 DEFAULT_STUCK_AFTER = timedelta(hours=1)
 
 
@@ -100,6 +102,7 @@ class LoadCoordinator:
         self._datasets_ready: set[str] = set()
         self._tables_seen: set[tuple[str, str]] = set()
         self._fresh_ids: set[str] = set()  # ids this run recorded: their first submission
+        self._facts: dict[str, FileFacts] = {}  # read while planning, reused when finishing
 
     # --- entry points -----------------------------------------------------------------------
     def run_cycle(self) -> CycleReport:
@@ -144,6 +147,7 @@ class LoadCoordinator:
         if not planned:
             return state
         facts = read_file_facts(self.store, [d for job in planned for d in job.done_files])
+        self._facts.update(facts)
         now = self.now()
         for job in planned:
             counts = [facts[f].records if f in facts else None for f in job.files]
@@ -286,12 +290,17 @@ class LoadCoordinator:
         self, state: LoadState, job: LoadJobRecord, stats: JobReport, report: CycleReport
     ) -> LoadState:
         # Read the manifests while the done files surely exist (retention may remove a done
-        # file once its avro file is gone).
-        facts = read_file_facts(self.store, job.done_files)
+        # file once its avro file is gone), unless this run read them while planning.
+        missing = [d for f, d in zip(job.files, job.done_files) if f not in self._facts]
+        if missing:
+            self._facts.update(read_file_facts(self.store, missing))
+        facts = {f: self._facts[f] for f in job.files if f in self._facts}
         sizes = [self._sizes.get(f) for f in job.files]
         input_bytes = None if None in sizes else sum(s for s in sizes if s is not None)
-        for name in job.files:
-            self.store.delete(name)  # an exception leaves the job pending: the next poll redoes it
+        # Up to 10,000 deletes per job: in parallel, like the manifest reads. An exception
+        # leaves the job pending, and the next poll deletes what is left.
+        with ThreadPoolExecutor(max_workers=min(DELETE_THREADS, len(job.files))) as pool:
+            list(pool.map(self.store.delete, job.files))
         state = mark_succeeded(state, job.job_id, self.now())
         self._save(state)
         completed = CompletedLoad(state.job(job.job_id), stats, facts, input_bytes)
