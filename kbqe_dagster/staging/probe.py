@@ -27,10 +27,10 @@ import struct
 from typing import Any, Callable, Iterable, Mapping
 
 import fastavro
-from fastavro.read import LOGICAL_READERS  # noqa: F401  (converters are fastavro's own)
 
 from kbqe_dagster.core.errors import BodyDecodeError, UnsupportedSchemaError
-from kbqe_dagster.staging.probe_codegen import Invalid, PythonGenerator, Want, logical_key
+from kbqe_dagster.staging.probe_codegen import PythonGenerator, Want, logical_key
+from kbqe_dagster.staging.probe_runtime import Invalid
 from kbqe_dagster.staging.probe_regex import FastPath, NoFastPath, RegexBuilder
 
 __all__ = ["RecordProbe"]

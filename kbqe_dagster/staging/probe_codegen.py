@@ -19,111 +19,14 @@ and a skip past the end leaves ``pos > len(buf)``, which the final length check 
 
 from __future__ import annotations
 
-import re
-import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from fastavro.read import LOGICAL_READERS
 
-PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
-# Arrays of zero-width items (null, empty records) could claim 2**62 items in one byte; no
-# producer writes that many, and fastavro would try to build the list.
-MAX_ZERO_WIDTH_ITEMS = 1_000_000
+from kbqe_dagster.staging.probe_runtime import HELPERS, PRIMITIVES, RANGE_CHECKED, UNCHECKED
 
-
-class Invalid(Exception):
-    """The body breaks an Avro encoding rule; the message says which."""
-
-
-# Single-byte varints of non-negative values (even bytes below 0x80); -1 sends the generated
-# code to the general decoder (multi-byte or negative).
-LEN1 = tuple((b >> 1) if b < 0x80 and not b & 1 else -1 for b in range(256))
-
-
-def varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag long at ``pos``: (value, next position). At most 10 bytes, within int64."""
-    b = buf[pos]
-    pos += 1
-    n = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        if shift == 70:
-            raise Invalid("varint longer than 10 bytes")
-        b = buf[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-    if n >> 64:
-        raise Invalid("long out of the int64 range")
-    return (n >> 1) ^ -(n & 1), pos
-
-
-def int32(buf: bytes, pos: int) -> tuple[int, int]:
-    value, pos = varint(buf, pos)
-    if not -0x80000000 <= value <= 0x7FFFFFFF:
-        raise Invalid(f"int {value} out of the int32 range")
-    return value, pos
-
-
-def skip_long(buf: bytes, pos: int) -> int:
-    return varint(buf, pos)[1]
-
-
-def skip_int(buf: bytes, pos: int) -> int:
-    return int32(buf, pos)[1]
-
-
-def length(buf: bytes, pos: int) -> tuple[int, int]:
-    """A length or index: a long that must not be negative."""
-    value, pos = varint(buf, pos)
-    if value < 0:
-        raise Invalid(f"negative length or index {value}")
-    return value, pos
-
-
-def block_count(buf: bytes, pos: int) -> tuple[int, int]:
-    """An array/map block count; a negative count is followed by the block's byte size."""
-    count, pos = varint(buf, pos)
-    if count < 0:
-        count = -count
-        size, pos = varint(buf, pos)
-        if size < 0:
-            raise Invalid(f"negative block size {size}")
-    return count, pos
-
-
-# Exactly the values fastavro's date/timestamp converters accept (Python's date/datetime
-# range, year 1 to 9999); checked as integers because skipping should not build objects.
-RANGE_CHECKED = {
-    "int-date": (-719_162, 2_932_896),
-    "long-timestamp-millis": (-62_135_596_800_000, 253_402_300_799_999),
-    "long-local-timestamp-millis": (-62_135_596_800_000, 253_402_300_799_999),
-    "long-timestamp-micros": (-62_135_596_800_000_000, 253_402_300_799_999_999),
-    "long-local-timestamp-micros": (-62_135_596_800_000_000, 253_402_300_799_999_999),
-}
-# The canonical text of a UUID, which ``uuid.UUID`` always accepts (it accepts more).
-UUID_PATTERN = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
-# Converters that accept every value of their base type.
-UNCHECKED = frozenset(("bytes-decimal", "fixed-decimal"))
-
-_HELPERS: dict[str, Any] = {
-    "Invalid": Invalid,
-    "LEN1": LEN1,
-    "varint": varint,
-    "int32": int32,
-    "skip_long": skip_long,
-    "skip_int": skip_int,
-    "length": length,
-    "block_count": block_count,
-    "unpack_f": struct.Struct("<f").unpack_from,
-    "unpack_d": struct.Struct("<d").unpack_from,
-    "MAX_ZW": MAX_ZERO_WIDTH_ITEMS,
-    "UUID_FORM": re.compile(UUID_PATTERN).fullmatch,
-}
-
-
-LOCAL_HELPERS = ", ".join(f"{name}={name}" for name in _HELPERS if name != "MAX_ZW")
+LOCAL_HELPERS = ", ".join(f"{name}={name}" for name in HELPERS if name != "MAX_ZW")
 
 
 @dataclass
@@ -150,7 +53,7 @@ class PythonGenerator:
 
     def __init__(self, named: Mapping[str, Any]) -> None:
         self.named = named
-        self.ns: dict[str, Any] = dict(_HELPERS)
+        self.ns: dict[str, Any] = dict(HELPERS)
         self.sources: list[str] = []
         self._counter = 0
         self._stack: list[str] = []
