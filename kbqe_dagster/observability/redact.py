@@ -1,0 +1,58 @@
+"""Keeping secrets out of everything the exporter says: ``/metrics``, ``/healthcheck`` and logs.
+
+Connection errors are the risk: a client library may echo its configuration, a URL may carry
+``user:password@``. Every text that leaves the exporter and did not originate in kbqe goes
+through :class:`Redactor`, which knows the secret values of the current connections.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+REDACTED = "***"
+# A setting is secret when its name contains one of these (librdkafka and registry names).
+SECRET_HINTS = ("password", "secret", "token", "credentials", "jaas", "user.info")
+_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+# Shorter values would blank out ordinary words (a password "a" in every message).
+_MIN_SECRET_LENGTH = 3
+
+
+@dataclass(frozen=True)
+class Redactor:
+    """Replaces known secret values and URL credentials by ``***``."""
+
+    secrets: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:  # the default repr would print the secrets themselves
+        return f"Redactor({len(self.secrets)} secret(s))"
+
+    @classmethod
+    def of(cls, values: Iterable[str | None]) -> Redactor:
+        found: set[str] = set()
+        for value in values:
+            if not value:
+                continue
+            found.add(value)
+            # basic auth "user:password": the password alone may be echoed too
+            user, sep, password = value.partition(":")
+            if sep and password:
+                found.add(password)
+        kept = sorted((s for s in found if len(s) >= _MIN_SECRET_LENGTH), key=len, reverse=True)
+        return cls(tuple(kept))
+
+    def __call__(self, text: object) -> str:
+        out = _URL_USERINFO.sub(lambda m: m.group("scheme") + REDACTED + "@", str(text))
+        for secret in self.secrets:  # longest first, so a secret's substring is not left half-done
+            out = out.replace(secret, REDACTED)
+        return out
+
+
+def secret_settings(settings: Mapping[str, object]) -> list[str]:
+    """The values of the settings whose names say they are secret."""
+    return [
+        str(value)
+        for name, value in settings.items()
+        if value and any(hint in name.lower() for hint in SECRET_HINTS)
+    ]
