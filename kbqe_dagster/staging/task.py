@@ -94,6 +94,7 @@ class RangeResult:
     skipped: dict[str, int] = field(default_factory=dict)
     conflict: bool = False  # another writer committed this range first
     seconds: float = 0.0
+    bytes_by_dataset: dict[str, int] = field(default_factory=dict)  # file bytes per dataset
 
 
 @dataclass
@@ -243,12 +244,12 @@ class RangeStager:
         """Upload the files and commit ``[start, position)``; nothing when nothing was read."""
         if position <= self.rng.start:
             self._discard()
-            return self._result(None, (), 0)
+            return self._result(None, (), {})
         covered = OffsetRange(self.rng.topic, self.rng.partition, self.rng.start, position)
         staged = []
-        bytes_written = 0
-        for open_file in self.files.values():
-            bytes_written += open_file.close()
+        bytes_by_dataset: Counter[str] = Counter()
+        for (dataset, _, _), open_file in self.files.items():
+            bytes_by_dataset[dataset] += open_file.close()
             store.put_file(open_file.path, open_file.name.name)
             staged.append((open_file.name, open_file.records))
             crash_point("avro_uploaded")
@@ -272,13 +273,13 @@ class RangeStager:
                 break
             crash_point("done_created")
         files = tuple((name.name, n) for name, n in staged)
-        return self._result(covered.last, files, bytes_written, conflict)
+        return self._result(covered.last, files, bytes_by_dataset, conflict)
 
     def _discard(self) -> None:
         for open_file in self.files.values():
             open_file.close()
 
-    def _result(self, last, files, bytes_written, conflict=False) -> RangeResult:
+    def _result(self, last, files, bytes_by_dataset, conflict=False) -> RangeResult:
         dl = self.pipeline.dead_letter
         records = sum(
             f.records for (dataset, table, _), f in self.files.items()
@@ -286,8 +287,9 @@ class RangeStager:
         )
         return RangeResult(
             self.rng.topic, self.rng.partition, self.rng.start, self.rng.last, last,
-            self.messages, records, files, bytes_written,
+            self.messages, records, files, sum(bytes_by_dataset.values()),
             dict(self.dead_letters), dict(self.skipped), conflict,
+            bytes_by_dataset=dict(bytes_by_dataset),
         )
 
 

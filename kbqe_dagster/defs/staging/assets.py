@@ -5,6 +5,8 @@ No ``from __future__ import annotations`` here: Dagster reads the config and res
 annotations of the asset function when it is decorated, and needs real types for that.
 """
 
+from collections import Counter
+
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
@@ -82,6 +84,7 @@ def stage_metadata(summary: StageSummary) -> dict:
         "dagster/row_count": summary.records,
         "messages": summary.messages,
         "bytes_written": summary.bytes_written,
+        "bytes_written_by_dataset": dg.MetadataValue.json(_bytes_by_dataset(summary)),
         "files_written": len(summary.files),
         "ranges": dg.MetadataValue.json(list(summary.committed_ranges)),
         "dead_letters": sum(summary.dead_letters.values()),
@@ -93,3 +96,11 @@ def stage_metadata(summary: StageSummary) -> dict:
         "lost_offsets": sum(p.lost_messages for p in prep.plan.partitions),
         "seconds": round(summary.seconds, 3),
     }
+
+
+def _bytes_by_dataset(summary: StageSummary) -> dict[str, int]:
+    """Avro bytes written per destination dataset (the exporter's ``kbqe_bytes_written``)."""
+    total: Counter[str] = Counter()
+    for result in summary.results:
+        total.update(result.bytes_by_dataset)
+    return dict(total)
