@@ -78,7 +78,7 @@ class EnrichmentConfig:
     """Kafka offset, ``long``. Required."""
     timestamp_column: str | None = "_kafka_timestamp"
     """Kafka message timestamp, ``["null", {long, timestamp-millis}]``: null when Kafka has no
-    timestamp (-1). ``None`` leaves the column out."""
+    timestamp (-1) or the producer set one past year 9999. ``None`` leaves the column out."""
     key_column: str | None = None
     """Message key, ``["null", "bytes"]``. ``None`` (default) leaves the column out."""
     headers_column: str | None = None
