@@ -55,17 +55,13 @@ class Histogram:
     def count(self) -> int:
         return sum(self.counts)
 
-    def cumulative(self) -> list[tuple[str, float]]:
-        """``(le, cumulative count)`` pairs, ``+Inf`` last, as ``HistogramMetricFamily`` wants."""
+    def cumulative(self) -> list[tuple[float, int]]:
+        """``(upper bound, observations at or below it)``, ``inf`` last."""
         out, running = [], 0
         for bound, n in zip((*self.bounds, float("inf")), self.counts):
             running += n
-            out.append(("+Inf" if bound == float("inf") else _le(bound), float(running)))
+            out.append((bound, running))
         return out
-
-
-def _le(bound: float) -> str:
-    return str(int(bound)) if bound == int(bound) else str(bound)
 
 
 @dataclass

@@ -110,7 +110,7 @@ def test_a_fold_that_starts_over_rebuilds_the_same_totals(instance, fold) -> Non
 
 
 @pytest.mark.parametrize(
-    ("seconds", "bucket"), [(0.5, "1"), (1.0, "1"), (42.0, "60"), (7200.0, "+Inf")]
+    ("seconds", "bucket"), [(0.5, 1.0), (1.0, 1.0), (42.0, 60.0), (7200.0, float("inf"))]
 )
 def test_stage_run_seconds_fall_into_cumulative_buckets(instance, fold, seconds, bucket) -> None:
     report(instance, STAGING_KEY, stage_run(range_result(0, 10, 10, {"a": 1}), seconds=seconds))
@@ -120,7 +120,7 @@ def test_stage_run_seconds_fall_into_cumulative_buckets(instance, fold, seconds,
 
     assert cumulative[bucket] == 1
     below = [le for le, n in histogram.cumulative() if n == 0]
-    assert bucket not in below and cumulative["+Inf"] == 1
+    assert bucket not in below and cumulative[float("inf")] == 1
     assert histogram.total == seconds
 
 
@@ -158,7 +158,8 @@ def completed_load(retries: int) -> CompletedLoad:
 
 
 def test_a_load_job_reported_per_day_counts_once_with_its_distinct_files(instance, fold) -> None:
-    destinations = Destinations.from_config(load_pipeline_config(REPO / "examples" / "pipeline.yaml"))
+    config = load_pipeline_config(REPO / "examples" / "pipeline.yaml")
+    destinations = Destinations.from_config(config)
     completed = completed_load(retries=2)
     parts = completed.partitions()
     assert len(parts) == 2 and sum(p.files for p in parts) == 3, "one file is in both days"

@@ -1,0 +1,46 @@
+"""Lag per topic-partition: Kafka's high watermark against the next offset the done files
+give (``staging/backlog.py``, the same figure the stage sensor launches runs on).
+
+Read-only, like the sensor. A topic that cannot be read (deleted, no permission) is reported
+as not readable and the others still are; only when no configured topic can be read is the
+whole source down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.staging_store import StagingStore
+from kbqe_dagster.staging.backlog import TopicBacklog, topic_backlog
+
+
+@dataclass(frozen=True)
+class LagView:
+    topics: tuple[TopicBacklog, ...]
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Topic → why it could not be read (redacted)."""
+
+
+class NoTopicReadable(Exception):
+    """Not a single configured topic could be read: Kafka itself is the problem."""
+
+
+def read_lag(
+    store: StagingStore, kafka: KafkaSettings, pipeline: PipelineConfig,
+    redact: Callable[[object], str] = str,
+) -> LagView:
+    readable, unreadable = [], {}
+    for topic in pipeline.topics:
+        try:
+            readable.append(
+                topic_backlog(store, kafka, topic.name, topic.staging.start_offset,
+                              with_oldest=False)
+            )
+        except Exception as error:  # noqa: BLE001 - one topic's problem is a reading
+            unreadable[topic.name] = redact(f"{type(error).__name__}: {error}")
+    if unreadable and not readable:
+        raise NoTopicReadable("; ".join(f"{t}: {e}" for t, e in sorted(unreadable.items())))
+    return LagView(tuple(readable), unreadable)

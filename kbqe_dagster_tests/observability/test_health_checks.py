@@ -1,0 +1,117 @@
+"""The health checks: each bounded by its timeout, never piling up on a system that does not
+answer, judged by the documented rules (no quarantined table, staging not too old)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kbqe_dagster.observability.collector import MetricSources
+from kbqe_dagster.observability.health import HealthChecker, Prober, staging_probe
+from kbqe_dagster.observability.redact import Redactor
+from kbqe_dagster_tests.cli.staging_area import AGE_SECONDS, build
+from kbqe_dagster_tests.observability.conftest import sources_for
+
+
+def ok(detail: str = "fine"):
+    return lambda: (detail, None)
+
+
+def test_a_probe_that_does_not_answer_fails_at_the_timeout() -> None:
+    release = threading.Event()
+    prober = Prober(timeout_s=0.3, redact=Redactor())
+
+    started = time.monotonic()
+    results = prober.run({"kafka": lambda: release.wait(10) and ("late", None), "bq": ok()})
+    took = time.monotonic() - started
+    release.set()
+
+    assert took < 1.0
+    kafka, _ = results["kafka"]
+    assert (kafka.ok, kafka.detail) == (False, "no answer within 0.3s")
+    assert results["bq"][0].ok
+
+
+def test_a_probe_still_running_is_not_started_again() -> None:
+    calls, release = [], threading.Event()
+
+    def hanging():
+        calls.append(1)
+        release.wait(10)
+        return "late", None
+
+    prober = Prober(timeout_s=0.2, redact=Redactor())
+    prober.run({"registry": hanging})
+    second, _ = prober.run({"registry": hanging})["registry"]
+    release.set()
+
+    assert len(calls) == 1
+    assert not second.ok and "still running" in second.detail
+
+
+def test_a_failure_names_the_error_without_the_secrets_it_echoes() -> None:
+    prober = Prober(timeout_s=1, redact=Redactor.of(["svc:s3cr3t-pw"]))
+
+    def leaky():
+        raise ConnectionError("auth failed for svc:s3cr3t-pw at https://svc:s3cr3t-pw@host/")
+
+    result, _ = prober.run({"schema_registry": leaky})["schema_registry"]
+
+    assert not result.ok
+    assert "s3cr3t" not in result.detail
+    assert result.detail.startswith("ConnectionError: auth failed for ***")
+
+
+def checker(tmp_path: Path, pipeline, *, max_age: float, area: bool = True) -> HealthChecker:
+    root = build(tmp_path / "staging").root if area else tmp_path
+    sources = sources_for(root, pipeline)
+    probes = {"kafka": ok(), "schema_registry": ok(), "staging": lambda: staging_probe(sources)}
+    return HealthChecker(probes, MetricSources(sources), max_staging_age_s=max_age, timeout_s=2,
+                         redact=sources.redactor())
+
+
+def test_a_quarantined_table_makes_the_pipeline_unhealthy(tmp_path, example_pipeline) -> None:
+    report = checker(tmp_path, example_pipeline, max_age=7200).check()
+    checks = {c.name: c for c in report.checks}
+
+    assert not report.healthy
+    assert not checks["quarantine"].ok
+    assert "acme_sales.orders" in checks["quarantine"].detail
+    assert [name for name, c in checks.items() if not c.ok] == ["quarantine"]
+
+
+@pytest.mark.parametrize(("max_age", "fresh"), [(AGE_SECONDS / 4, False), (AGE_SECONDS * 2, True)])
+def test_staging_freshness_compares_the_oldest_waiting_file_with_the_limit(
+    tmp_path, example_pipeline, max_age: float, fresh: bool
+) -> None:
+    report = checker(tmp_path, example_pipeline, max_age=max_age).check()
+    freshness = next(c for c in report.checks if c.name == "staging_freshness")
+
+    assert freshness.ok is fresh
+    assert f"limit {max_age:.0f}s" in freshness.detail
+
+
+def test_an_empty_reachable_staging_area_is_healthy(tmp_path, example_pipeline) -> None:
+    report = checker(tmp_path, example_pipeline, max_age=60, area=False).check()
+
+    assert report.healthy, report.to_json()
+    assert report.to_json()["thresholds"] == {"check_timeout_seconds": 2,
+                                              "max_staging_age_seconds": 60}
+
+
+def test_an_unreadable_staging_area_fails_staging_and_leaves_quarantine_unknown(
+    tmp_path, example_pipeline
+) -> None:
+    sources = sources_for(tmp_path, example_pipeline)
+    (tmp_path / "_kbqe").mkdir()
+    (tmp_path / "_kbqe" / "load_state.json").write_text("{ not json")
+    probes = {"staging": lambda: staging_probe(sources)}
+    report = HealthChecker(probes, None, max_staging_age_s=60, timeout_s=2,
+                           redact=Redactor()).check()
+    checks = {c.name: c for c in report.checks}
+
+    assert not checks["staging"].ok and "not valid JSON" in checks["staging"].detail
+    assert not checks["quarantine"].ok and checks["quarantine"].detail.startswith("unknown")
