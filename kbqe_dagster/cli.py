@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 from kbqe_dagster.cli_commands import OPERATOR_COMMANDS
 from kbqe_dagster.core.errors import KbqeError
 from kbqe_dagster.demo.commands import add_demo_commands
+from kbqe_dagster.observability_commands import OBSERVABILITY_COMMANDS
 
 log = logging.getLogger("kbqe")
 
@@ -93,7 +94,9 @@ def _status_table(statuses: Sequence[Any]) -> str:
 
 
 # --- the command line itself ---------------------------------------------------------------
-COMMANDS: list[CommandAdder] = [_add_stack, add_demo_commands, *OPERATOR_COMMANDS]
+COMMANDS: list[CommandAdder] = [
+    _add_stack, add_demo_commands, *OPERATOR_COMMANDS, *OBSERVABILITY_COMMANDS,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
