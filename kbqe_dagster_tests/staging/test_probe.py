@@ -12,6 +12,8 @@ import pytest
 from kbqe_dagster.core.errors import BodyDecodeError, UnsupportedSchemaError
 from kbqe_dagster.staging.probe import RecordProbe
 from kbqe_dagster_tests.staging.avro_fuzz import (
+    ASCII_WORDS,
+    WORDS,
     SchemaFactory,
     ValueFactory,
     corruptions,
@@ -216,7 +218,7 @@ def test_probe_agrees_with_fastavro_on_random_schemas_values_and_corruptions(see
     rng = random.Random(seed)
     schema = SchemaFactory(rng).record(recursive=seed % 5 == 0)
     parsed, named = parse(schema)
-    values = ValueFactory(rng, named)
+    values = ValueFactory(rng, named, ASCII_WORDS if seed % 2 else WORDS)
     paths = _paths(schema)
     probes = [RecordProbe(schema, paths, fast_path=True), RecordProbe(schema, paths, fast_path=False)]
     checked = {"valid": 0, "reject": 0}
