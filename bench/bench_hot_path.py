@@ -6,7 +6,7 @@ array, map, union, enum and logical types) in memory, then measures records/s an
 * the slow way — fastavro decode + re-encode with the enrichment fields (the baseline);
 * fastavro validation alone (``schemaless_reader`` + position check), and cavro if installed;
 * the probe: fast path (regex) and exact decoder only (what non-matching bodies cost);
-* the enrichment suffix encoder;
+* the enrichment prefix encoder;
 * container append with snappy to a file on disk;
 * the combined per-record path: probe + enrichment + append.
 
@@ -169,14 +169,14 @@ def stages(workdir: Path) -> dict[str, Callable[[Sequence[bytes]], int]]:
             size += len(encode(DAY, 10**9 + offset, TIMESTAMP_MS + offset))
         return size
 
-    suffix = EnrichmentEncoder(config, TOPIC, PARTITION).encode(DAY, 10**9, TIMESTAMP_MS)
+    prefix = EnrichmentEncoder(config, TOPIC, PARTITION).encode(DAY, 10**9, TIMESTAMP_MS)
 
     def append(bodies: Sequence[bytes]) -> int:
         with open(workdir / "append.avro", "wb") as sink:
             container = AvroContainerWriter(sink, extended, "snappy")
             add = container.append
             for body in bodies:
-                add(body, suffix)
+                add(prefix, body)
             return container.close().record_bytes
 
     def combined(bodies: Sequence[bytes]) -> int:
@@ -187,7 +187,7 @@ def stages(workdir: Path) -> dict[str, Callable[[Sequence[bytes]], int]]:
             add = container.append
             for offset, body in enumerate(bodies):
                 call(body)
-                add(body, encode(DAY, 10**9 + offset, TIMESTAMP_MS + offset))
+                add(encode(DAY, 10**9 + offset, TIMESTAMP_MS + offset), body)
             return container.close().record_bytes
 
     out: dict[str, Callable[[Sequence[bytes]], int]] = {

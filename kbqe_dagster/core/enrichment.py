@@ -1,10 +1,16 @@
-"""Enrichment columns: the extended schema and the bytes appended to every staged record.
+"""Enrichment columns: the extended schema and the bytes put before every staged record.
 
-An Avro record's binary encoding is its fields' encodings concatenated, so the body of a
-Confluent message (written with schema *W*) followed by the encoding of a few extra fields is a
-valid record of the *extended* schema: *W*'s fields, then the enrichment fields. That is how the
-stage job writes records without decoding and re-encoding them (DESIGN.md §5): it appends
-``body + encode(enrichment)`` to an Avro container whose schema is ``extended_schema(W)``.
+An Avro record's binary encoding is its fields' encodings concatenated, so the encoding of a
+few extra fields followed by the body of a Confluent message (written with schema *W*) is a
+valid record of the *extended* schema: the enrichment fields, then *W*'s fields. That is how
+the stage job writes records without decoding and re-encoding them (DESIGN.md §5): it appends
+``encode(enrichment) + body`` to an Avro container whose schema is ``extended_schema(W)``.
+
+Why first and not last (DESIGN.md §5 allows both): schemas evolve by adding fields at the end
+(BACKWARD compatibility). With the enrichment first, a newer schema's file has the older
+file's columns in the same positions plus the new ones at the end, so readers that match Avro
+columns by position (the BigQuery emulator, DuckDB, Hive-style tools) line up across schema
+versions. BigQuery itself matches by name and does not care.
 
 Enrichment fields, in this order (a disabled optional column is left out):
 
@@ -61,7 +67,7 @@ _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class EnrichmentConfig:
-    """Names of the enrichment columns appended to every staged record.
+    """Names of the enrichment columns put before the fields of every staged record.
 
     The four required columns make every row traceable to its Kafka message and duplicates
     detectable in the warehouse; the optional ones are disabled with ``None``.
@@ -117,7 +123,7 @@ class EnrichmentConfig:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """The enabled column names, in the order they are appended."""
+        """The enabled column names, in the order they are written (before the record's fields)."""
         return tuple(name for name, _ in _enrichment_fields(self))
 
 
@@ -171,11 +177,10 @@ def _enrichment_fields(config: EnrichmentConfig) -> list[tuple[str, dict[str, An
 
 
 def extended_schema(writer_schema: Mapping[str, Any], config: EnrichmentConfig) -> dict[str, Any]:
-    """The writer's record schema with the enrichment fields appended at the end.
+    """The writer's record schema with the enrichment fields first (see the module docstring).
 
     Name, namespace, doc, aliases and every other attribute of the writer's record are kept,
-    so BigQuery sees the same table columns in the same order whatever the enrichment. The
-    input is not modified. Raises :class:`UnsupportedSchemaError` when the schema is not a
+    and its fields keep their order after the enrichment columns. The input is not modified. Raises :class:`UnsupportedSchemaError` when the schema is not a
     record, or when an enrichment column collides (case-insensitively, as BigQuery compares
     column names) with one of its fields, or the headers record name with one of its types.
     """
@@ -200,9 +205,9 @@ def extended_schema(writer_schema: Mapping[str, Any], config: EnrichmentConfig) 
             "headers record; disable the headers column"
         )
     extended = copy.deepcopy(dict(writer_schema))
-    extended["fields"] = list(extended["fields"]) + [
+    extended["fields"] = [
         {"name": name, **spec} for name, spec in _enrichment_fields(config)
-    ]
+    ] + list(extended["fields"])
     return extended
 
 
@@ -286,7 +291,7 @@ _MAX_TIMESTAMP_MS = 253_402_300_799_999
 
 
 class EnrichmentEncoder:
-    """Encodes the enrichment suffix of the records of one topic-partition.
+    """Encodes the enrichment prefix of the records of one topic-partition.
 
     The topic and partition are constant for a staged file, so their encoding is computed
     once. Per record the event day (cached: days repeat), offset and timestamp are encoded.
@@ -320,7 +325,7 @@ class EnrichmentEncoder:
         key: bytes | None = None,
         headers: Iterable[tuple[str, bytes | None]] | None = None,
     ) -> bytes:
-        """The suffix for one record: ``event_day`` is days since 1970-01-01; a timestamp
+        """The prefix for one record: ``event_day`` is days since 1970-01-01; a timestamp
         that is ``None``, negative (Kafka's -1) or past year 9999 is written as null.
         ``key``/``headers`` are ignored when their column is disabled."""
         day = self._days.get(event_day)
@@ -383,6 +388,6 @@ def encode_enrichment(
     headers: Iterable[tuple[str, bytes | None]] | None,
     config: EnrichmentConfig,
 ) -> bytes:
-    """One record's enrichment suffix. Convenience over :class:`EnrichmentEncoder`, which a
+    """One record's enrichment prefix. Convenience over :class:`EnrichmentEncoder`, which a
     hot loop should hold on to instead (this looks the encoder up in a small cache)."""
     return _encoder(config, topic, partition).encode(event_day, offset, timestamp_ms, key, headers)

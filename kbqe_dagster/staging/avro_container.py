@@ -5,8 +5,8 @@ metadata map holding ``avro.schema`` and ``avro.codec``, a random 16-byte sync m
 then blocks: record count (long), byte size (long), the records' concatenated encodings
 compressed with the codec, and the sync marker again.
 
-The stage job never builds record objects (DESIGN.md §5): each record is the Confluent body
-followed by its enrichment suffix (``core/enrichment.py``), appended here as raw bytes. Memory
+The stage job never builds record objects (DESIGN.md §5): each record is its enrichment
+prefix (``core/enrichment.py``) followed by the Confluent body, appended here as raw bytes. Memory
 is bounded whatever the size of the offset range: at most one block is buffered before it is
 compressed and written to the sink (a temporary file on disk in the stage task).
 
@@ -51,7 +51,7 @@ class ContainerStats:
     blocks: int
     """Data blocks written (0 for a file without records)."""
     record_bytes: int
-    """Uncompressed size of all records (bodies + suffixes)."""
+    """Uncompressed size of all records (enrichment prefixes + bodies)."""
 
 
 def _long(value: int) -> bytes:
@@ -149,11 +149,12 @@ class AvroContainerWriter:
         self._closed = False
 
     # The hot path: two in-place bytearray extends and two comparisons per record.
-    def append(self, body: bytes, suffix: bytes = b"") -> None:
-        """Add one record: its body bytes followed by its (enrichment) suffix bytes."""
+    def append(self, head: bytes, tail: bytes = b"") -> None:
+        """Add one record given as two byte strings written back to back (the enrichment
+        prefix and the message body), which saves concatenating them first."""
         buf = self._buf
-        buf += body
-        buf += suffix
+        buf += head
+        buf += tail
         self._in_block += 1
         if self._in_block >= self._block_records or len(buf) >= self._block_bytes:
             self.flush_block()

@@ -1,8 +1,8 @@
 """Executor side of a stage run: stage exactly one offset range and commit it.
 
 Per message: Confluent frame → schema by id → probe (validate the body to its exact length,
-decode only the fields routing and event time need) → route → event date → append the raw
-body plus the encoded enrichment suffix to the avro file of (table, schema id). No record is
+decode only the fields routing and event time need) → route → event date → append the encoded
+enrichment prefix plus the raw body to the avro file of (table, schema id). No record is
 decoded and re-encoded (DESIGN.md §5). Files stream to local temp files, so memory stays
 bounded whatever the range size.
 
@@ -114,8 +114,8 @@ class _OpenFile:
         self.writer = AvroContainerWriter(self._handle, schema, codec=codec)
         self.records = 0
 
-    def append(self, body, suffix: bytes) -> None:
-        self.writer.append(body, suffix)
+    def append(self, prefix: bytes, body: bytes = b"") -> None:
+        self.writer.append(prefix, body)
         self.records += 1
 
     def close(self) -> int:
@@ -170,9 +170,9 @@ class RangeStager:
         ts_type, ts = msg.timestamp()
         timestamp_ms = ts if ts_type != 0 else None
         day = event_date(self.topic.event_time, fields, timestamp_ms)
-        suffix = self.encoder.encode(epoch_day(day), offset, timestamp_ms, msg.key(), msg.headers())
+        prefix = self.encoder.encode(epoch_day(day), offset, timestamp_ms, msg.key(), msg.headers())
         self._file(destination.dataset, destination.table, frame.schema_id, decoder.schema).append(
-            frame.body, suffix
+            prefix, frame.body
         )
 
     def _decoder(self, schema_id: int) -> _Decoder:
@@ -236,7 +236,7 @@ class RangeStager:
         schemaless_writer(body, _DEAD_LETTER_PARSED, letter.to_record())
         dl = self.pipeline.dead_letter
         self._file(dl.dataset, dl.table, DEAD_LETTER_SCHEMA_ID, DEAD_LETTER_SCHEMA).append(
-            body.getvalue(), b""
+            body.getvalue()
         )
 
     # --- commit -------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Enrichment: a Confluent body followed by the encoded suffix is a record of the extended
+"""Enrichment: the encoded prefix followed by a Confluent body is a record of the extended
 schema — the writer's fields, then the enrichment columns — and the extended schema is a
 deterministic function of the writer schema and the config."""
 
@@ -56,13 +56,22 @@ def test_default_columns_in_order():
     assert FULL.columns[-2:] == ("_key", "_headers")
 
 
-def test_extended_schema_appends_the_columns_and_keeps_the_record_identity():
+def test_extended_schema_puts_the_columns_first_and_keeps_the_record_identity():
     extended = extended_schema(WRITER, FULL)
     assert (extended["name"], extended["namespace"], extended["doc"]) == ("Order", "com.acme", "an order")
-    assert [f["name"] for f in extended["fields"]] == ["id", "at", "lines", *FULL.columns]
-    assert extended["fields"][3]["type"] == {"type": "int", "logicalType": "date"}
-    assert extended["fields"][7]["type"] == ["null", {"type": "long", "logicalType": "timestamp-millis"}]
+    assert [f["name"] for f in extended["fields"]] == [*FULL.columns, "id", "at", "lines"]
+    assert extended["fields"][0]["type"] == {"type": "int", "logicalType": "date"}
+    assert extended["fields"][4]["type"] == ["null", {"type": "long", "logicalType": "timestamp-millis"}]
     fastavro.parse_schema(extended)  # a valid schema
+
+
+def test_a_field_added_at_the_end_keeps_every_older_column_in_its_position():
+    # Readers that match Avro columns by position (the BigQuery emulator, DuckDB) line up
+    # files of both schema versions: that is why the enrichment goes first.
+    evolved = {**WRITER, "fields": WRITER["fields"] + [{"name": "coupon", "type": ["null", "string"], "default": None}]}
+    old = [f["name"] for f in extended_schema(WRITER, FULL)["fields"]]
+    new = [f["name"] for f in extended_schema(evolved, FULL)["fields"]]
+    assert new[: len(old)] == old and new[len(old):] == ["coupon"]
 
 
 def test_extended_schema_does_not_touch_its_input():
@@ -94,25 +103,25 @@ def test_extended_schema_json_is_deterministic():
     ],
     ids=["default", "key_and_headers", "no_timestamp_renamed_offset"],
 )  # fmt: skip
-def test_body_plus_suffix_decodes_to_the_original_fields_and_the_enrichment(config, value):
-    suffix = EnrichmentEncoder(config, "com.acme.events", 7).encode(
+def test_prefix_plus_body_decodes_to_the_enrichment_and_the_original_fields(config, value):
+    prefix = EnrichmentEncoder(config, "com.acme.events", 7).encode(
         19979, 123_456_789_012, 1_726_238_205_123, b"k-1", [("trace", b"\x00\x01"), ("trace", None)]
     )
-    assert decode(extended_schema(WRITER, config), body_of(WRITER, ORDER) + suffix) == {**ORDER, **value}
+    assert decode(extended_schema(WRITER, config), prefix + body_of(WRITER, ORDER)) == {**ORDER, **value}
 
 
 @pytest.mark.parametrize("timestamp", [None, -1, 253_402_300_800_000, 2**62])
 def test_an_unknown_or_impossible_kafka_timestamp_is_null(timestamp):
-    suffix = EnrichmentEncoder(FULL, "t", 0).encode(0, 0, timestamp)
-    record = decode(extended_schema(WRITER, FULL), body_of(WRITER, ORDER) + suffix)
+    prefix = EnrichmentEncoder(FULL, "t", 0).encode(0, 0, timestamp)
+    record = decode(extended_schema(WRITER, FULL), prefix + body_of(WRITER, ORDER))
     assert (record["_kafka_timestamp"], record["_key"], record["_headers"]) == (None, None, [])
 
 
 @pytest.mark.parametrize("day", [-719162, -1, 0, 19979, 2932896])
 @pytest.mark.parametrize("offset", [0, 63, 64, 8191, 8192, 2**27, 2**40, 2**62, 2**63 - 1])
 def test_days_and_offsets_round_trip_at_varint_boundaries(day, offset):
-    suffix = encode_enrichment(day, "t", 2**31 - 1, offset, 1_726_238_205_123, None, None, EnrichmentConfig())
-    record = decode(extended_schema(WRITER, EnrichmentConfig()), body_of(WRITER, ORDER) + suffix)
+    prefix = encode_enrichment(day, "t", 2**31 - 1, offset, 1_726_238_205_123, None, None, EnrichmentConfig())
+    record = decode(extended_schema(WRITER, EnrichmentConfig()), prefix + body_of(WRITER, ORDER))
     assert record["_event_date"] == dt.date(1970, 1, 1) + dt.timedelta(days=day)
     assert (record["_kafka_offset"], record["_kafka_partition"]) == (offset, 2**31 - 1)
 
@@ -175,6 +184,6 @@ def test_from_mapping_names_the_bad_key(raw, match):
 
 
 def test_the_last_representable_kafka_timestamp_is_kept():
-    suffix = EnrichmentEncoder(EnrichmentConfig(), "t", 0).encode(0, 0, 253_402_300_799_999)
-    record = decode(extended_schema(WRITER, EnrichmentConfig()), body_of(WRITER, ORDER) + suffix)
+    prefix = EnrichmentEncoder(EnrichmentConfig(), "t", 0).encode(0, 0, 253_402_300_799_999)
+    record = decode(extended_schema(WRITER, EnrichmentConfig()), prefix + body_of(WRITER, ORDER))
     assert record["_kafka_timestamp"] == dt.datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)

@@ -58,8 +58,8 @@ def write(sink, schema: dict, codec: str, count: int, **options):
     encoder = EnrichmentEncoder(CONFIG, "com.acme.orders", 3)
     writer = AvroContainerWriter(sink, extended_schema(schema, CONFIG), codec, **options)
     for i in range(count):
-        suffix = encoder.encode(19979, 1000 + i, 1_726_228_801_000, f"k{i}".encode(), [("h", None)])
-        writer.append(body(record(i, schema), schema), suffix)
+        prefix = encoder.encode(19979, 1000 + i, 1_726_228_801_000, f"k{i}".encode(), [("h", None)])
+        writer.append(prefix, body(record(i, schema), schema))
     return writer.close()
 
 
