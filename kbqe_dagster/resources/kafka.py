@@ -130,7 +130,12 @@ def read_range(
     position = start
     try:
         while position < end_exclusive:
-            msgs = consumer.consume(num_messages=batch_size, timeout=idle_timeout)
+            # consume() waits until it has num_messages or the timeout passes: never ask for
+            # more than the range still holds, or the last batch of every range would wait
+            # out the whole timeout. (Gaps make the range hold fewer; the partition-EOF event
+            # or the messages past the end then return the batch.)
+            want = max(1, min(batch_size, end_exclusive - position))
+            msgs = consumer.consume(num_messages=want, timeout=idle_timeout)
             if not msgs:
                 position = _position(consumer, topic, partition, position)
                 log.warning("%s[%d]: no message within %.0fs at offset %d (end %d)",
