@@ -48,7 +48,6 @@ CORPUS = load_corpus()
 TOPIC = "com.acme.corpus.bad"
 FAKE_IDS = {name: 11 + i for i, name in enumerate(CORPUS.schemas)}
 BAD_NAMES = [c.name for c in CORPUS.bad]
-FILLER_MESSAGES = 10_000
 
 
 def stream(corpus: Corpus) -> list[CorpusCase]:
@@ -247,17 +246,6 @@ def produced_corpus(local_stack, local_endpoints):
         producer.produce(topic, value=case.value(ids), key=case.key, partition=0,
                          headers=list(case.headers) or None, timestamp=BASE_TIMESTAMP_MS + i,
                          on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()))
-    # Filler after the range, as after every range but a partition's last: read_range asks
-    # librdkafka for batches of 10,000 and a batch ending at the high watermark waits out
-    # its 30 s idle timeout (a known gap of resources/kafka.py, reported), which would make
-    # this test take 90 s without saying anything more about bad input.
-    for _ in range(FILLER_MESSAGES):
-        while True:
-            try:
-                producer.produce(topic, value=b"filler", partition=0)
-                break
-            except BufferError:
-                producer.poll(0.1)
     producer.flush(30)
     assert offsets == list(range(len(STREAM)))
     return topic, ids, local_endpoints
