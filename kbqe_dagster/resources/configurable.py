@@ -38,7 +38,11 @@ class KafkaResource(dg.ConfigurableResource):
     security_protocol: str | None = Field(default=None, description="PLAINTEXT, SSL, SASL_SSL, ...")
     sasl_mechanism: str | None = Field(default=None, description="PLAIN, SCRAM-SHA-512, ...")
     sasl_username: str | None = Field(default=None, description="Use dg.EnvVar.")
-    sasl_password: str | None = Field(default=None, description="Use dg.EnvVar; never logged.")
+    # repr=False: once Dagster resolves the EnvVar, the resource holds the secret itself, and
+    # pydantic's repr (what a log line or an error shows) would print it.
+    sasl_password: str | None = Field(
+        default=None, repr=False, description="Use dg.EnvVar; never logged."
+    )
     ssl_ca_location: str | None = Field(default=None, description="CA bundle path for SSL.")
 
     def settings(self) -> KafkaSettings:
@@ -56,8 +60,8 @@ class SchemaRegistryResource(dg.ConfigurableResource):
     """A Confluent-compatible schema registry (Confluent, Apicurio ccompat, Karapace, ...)."""
 
     url: str = Field(description="Registry root, e.g. http://host:8081 or .../apis/ccompat/v7")
-    basic_auth_user_info: str | None = Field(
-        default=None, description="user:password, through dg.EnvVar; never logged."
+    basic_auth_user_info: str | None = Field(  # repr=False: see KafkaResource.sasl_password
+        default=None, repr=False, description="user:password, through dg.EnvVar; never logged."
     )
     ssl_ca_location: str | None = Field(default=None, description="CA bundle path for TLS.")
 

@@ -12,11 +12,12 @@ import json
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.core.errors import ConfigError, KbqeError
 
 
 class RegistryUnavailableError(KbqeError):
@@ -25,9 +26,26 @@ class RegistryUnavailableError(KbqeError):
 
 @dataclass(frozen=True)
 class RegistrySettings:
+    """Where the registry is and how to authenticate. Credentials written into the URL
+    (``https://user:password@host/...``, which confluent-kafka accepts) are moved into
+    ``basic_auth_user_info``: the URL is shown by ``repr``, in error messages, and by httpx,
+    which logs every request's URL at INFO."""
+
     url: str
     basic_auth_user_info: str | None = None  # "user:password"; from the environment only
     ssl_ca_location: str | None = None
+
+    def __post_init__(self) -> None:
+        url, user_info = split_user_info(self.url)
+        if user_info is None:
+            return
+        if self.basic_auth_user_info:
+            raise ConfigError(
+                f"schema registry {url}: credentials are given both in the URL and as "
+                "basic_auth_user_info; give them once (basic_auth_user_info)"
+            )
+        object.__setattr__(self, "url", url)
+        object.__setattr__(self, "basic_auth_user_info", user_info)
 
     def client_config(self) -> dict:
         conf: dict[str, Any] = {"url": self.url}
@@ -40,6 +58,22 @@ class RegistrySettings:
     def __repr__(self) -> str:
         auth = "***" if self.basic_auth_user_info else None
         return f"RegistrySettings(url={self.url!r}, basic_auth_user_info={auth!r})"
+
+
+def split_user_info(url: str) -> tuple[str, str | None]:
+    """``(url without credentials, "user:password" or None)``; every URL of a comma-separated
+    list is cleaned; the credentials are those of the first URL that carries any."""
+    cleaned, found = [], None
+    for one in url.split(","):
+        parts = urlsplit(one.strip())
+        if parts.username is None and parts.password is None:
+            cleaned.append(one.strip())
+            continue
+        if found is None:
+            found = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        host = parts.netloc.rpartition("@")[2]
+        cleaned.append(urlunsplit(parts._replace(netloc=host)))
+    return ",".join(cleaned), found
 
 
 @dataclass(frozen=True)
