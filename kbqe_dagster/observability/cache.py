@@ -95,9 +95,11 @@ class CachedSource(Generic[T]):
             value = self._compute()
         except Exception as error:  # noqa: BLE001 - a source failure is a reading, not a crash
             message = self._describe_error(error)
-            log.warning("metrics source %s: %s", self.name, message)
             with self._lock:
                 previous = self._reading
+                # Logged when the source starts failing or fails differently, not every TTL.
+                level = logging.DEBUG if previous.error == message else logging.WARNING
+                log.log(level, "metrics source %s: %s", self.name, message)
                 keep = self._keep_on_error
                 self._reading = Reading(
                     previous.value if keep else None, message,
@@ -106,6 +108,8 @@ class CachedSource(Generic[T]):
                 self._finish(done)
             return
         with self._lock:
+            if self._reading.error is not None:
+                log.info("metrics source %s: reachable again", self.name)
             now = self._clock()
             self._reading = Reading(value, None, now, now - started)
             self._finish(done)

@@ -113,7 +113,7 @@ class EventTotals:
     """Events folded so far."""
     _jobs: dict[str, _Job] = field(default_factory=dict)
 
-    # --- stage runs -----------------------------------------------------------------------------
+    # --- stage runs ------------------------------------------------------------------------
     def add_stage_run(self, meta: Mapping[str, Any]) -> None:
         topic = str(meta.get("topic") or "unknown")
         t = self.topics.setdefault(topic, TopicTotals())
@@ -138,14 +138,14 @@ class EventTotals:
             self.bytes_by_dataset[(topic, UNKNOWN_DATASET)] += written
         self.events += 1
 
-    # --- retention --------------------------------------------------------------------------------
+    # --- retention -------------------------------------------------------------------------
     def add_staging_observation(self, meta: Mapping[str, Any]) -> None:
         """Only retention runs count; the observation sensor's snapshots carry no deletions."""
         if "done_files_deleted" in meta:
             self.done_files_deleted += _int(meta["done_files_deleted"])
             self.events += 1
 
-    # --- loads -------------------------------------------------------------------------------------
+    # --- loads -----------------------------------------------------------------------------
     def add_load(self, meta: Mapping[str, Any], timestamp: float) -> None:
         """One (table, day) of a succeeded load job; ignored without ``job_id``/``table``."""
         job_id, table = meta.get("job_id"), meta.get("table")

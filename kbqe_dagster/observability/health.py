@@ -20,6 +20,7 @@ threads. Every text that comes from a client library is redacted.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -31,6 +32,7 @@ from kbqe_dagster.core.load_state import LoadState
 from kbqe_dagster.observability.collector import MetricSources
 from kbqe_dagster.observability.sources import ExporterSources
 from kbqe_dagster.operations.snapshot import read_load_state
+from kbqe_dagster.resources.staging_store import StagingStore
 
 DEFAULT_TIMEOUT_S = 3.0
 log = logging.getLogger(__name__)
@@ -77,6 +79,7 @@ class Prober:
         self.redact = redact
         self._lock = threading.Lock()
         self._running: dict[str, float] = {}  # probe name → start of a probe still running
+        self._failing: set[str] = set()
 
     def run(self, probes: Mapping[str, Probe]) -> dict[str, tuple[CheckResult, Any]]:
         started = time.monotonic()
@@ -108,6 +111,7 @@ class Prober:
             detail, value = probe()
             result = (CheckResult(name, True, self.redact(detail), time.monotonic() - started),
                       value)
+            self._log_recovery(name)
         except Exception as error:  # noqa: BLE001 - a failing system is a check result
             result = (self._fail(name, f"{type(error).__name__}: {error}",
                                  time.monotonic() - started), None)
@@ -118,8 +122,23 @@ class Prober:
 
     def _fail(self, name: str, why: str, seconds: float) -> CheckResult:
         detail = self.redact(why)
-        log.warning("health check %s failed: %s", name, detail)
+        with self._lock:
+            first = name not in self._failing
+            self._failing.add(name)
+        # Logged when a check starts failing (the answer carries every later failure), so a
+        # health endpoint polled every few seconds does not flood the log.
+        if first:
+            log.warning("health check %s failed: %s", name, detail)
+        else:
+            log.debug("health check %s still failing: %s", name, detail)
         return CheckResult(name, False, detail, seconds)
+
+    def _log_recovery(self, name: str) -> None:
+        with self._lock:
+            recovered = name in self._failing
+            self._failing.discard(name)
+        if recovered:
+            log.info("health check %s passes again", name)
 
 
 class HealthChecker:
@@ -198,21 +217,30 @@ def freshness_result(reading: Any, limit_s: float, now: float) -> CheckResult:
 def default_probes(
     sources: ExporterSources, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> dict[str, Probe]:
+    """The real probes; their clients are built on first use and reused, so a probe every few
+    seconds does not create a connection (and a credentials lookup) each time."""
+    store = sources.staging.open()
+    admin = functools.cache(lambda: kafka_admin(sources))
     probes: dict[str, Probe] = {
-        "kafka": lambda: kafka_probe(sources, timeout_s),
+        "kafka": lambda: kafka_probe(admin(), sources, timeout_s),
         "schema_registry": lambda: registry_probe(sources, timeout_s),
-        "staging": lambda: staging_probe(sources),
+        "staging": lambda: staging_probe(store),
     }
     if sources.bigquery is not None:
-        probes["bigquery"] = lambda: bigquery_probe(sources, timeout_s)
+        client = functools.cache(sources.bigquery.client)
+        dataset = sources.pipeline.dead_letter.dataset
+        probes["bigquery"] = lambda: bigquery_probe(client(), dataset, timeout_s)
     return probes
 
 
-def kafka_probe(sources: ExporterSources, timeout_s: float) -> tuple[str, Any]:
+def kafka_admin(sources: ExporterSources) -> Any:
     from confluent_kafka.admin import AdminClient
 
     # librdkafka's own log lines go through logging (and its handlers), not raw stderr.
-    admin = AdminClient(sources.kafka.config(logger=logging.getLogger("kbqe_dagster.kafka")))
+    return AdminClient(sources.kafka.config(logger=logging.getLogger("kbqe_dagster.kafka")))
+
+
+def kafka_probe(admin: Any, sources: ExporterSources, timeout_s: float) -> tuple[str, Any]:
     meta = admin.list_topics(timeout=timeout_s)
     missing = sorted(t.name for t in sources.pipeline.topics if t.name not in meta.topics)
     detail = f"{len(meta.brokers)} broker(s) answered"
@@ -228,18 +256,15 @@ def registry_probe(sources: ExporterSources, timeout_s: float) -> tuple[str, Any
     return f"{len(subjects)} subject(s)", None
 
 
-def staging_probe(sources: ExporterSources) -> tuple[str, Any]:
-    state = read_load_state(sources.staging.open())
+def staging_probe(store: StagingStore) -> tuple[str, Any]:
+    state = read_load_state(store)
     return (f"listed; load state: {len(state.pending_jobs())} pending job(s), "
             f"{len(state.quarantined)} quarantined file(s)", state)
 
 
-def bigquery_probe(sources: ExporterSources, timeout_s: float) -> tuple[str, Any]:
+def bigquery_probe(client: Any, dataset: str, timeout_s: float) -> tuple[str, Any]:
     from google.api_core.exceptions import NotFound
 
-    assert sources.bigquery is not None
-    dataset = sources.pipeline.dead_letter.dataset
-    client = sources.bigquery.client()
     try:
         client.get_dataset(f"{client.project}.{dataset}", retry=None, timeout=timeout_s)
     except NotFound:

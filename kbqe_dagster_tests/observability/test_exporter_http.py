@@ -7,7 +7,6 @@ import json
 import logging
 import urllib.error
 import urllib.request
-from datetime import timedelta
 from pathlib import Path
 from typing import Iterator
 
@@ -83,7 +82,7 @@ def server(tmp_path: Path, example_pipeline, instance) -> Iterator[MetricsServer
         "skipped_by_reason": dg.MetadataValue.json({}),
     }))
     probes = {"kafka": lambda: ("up", None), "schema_registry": lambda: ("up", None),
-              "staging": lambda: staging_probe(sources)}
+              "staging": lambda: staging_probe(sources.staging.open())}
     srv = serve(sources, instance, probes)
     yield srv
     srv.stop()
@@ -136,7 +135,7 @@ def test_healthcheck_answers_503_with_every_check_when_a_table_is_quarantined(se
 def test_healthcheck_answers_200_when_every_check_passes(tmp_path, example_pipeline,
                                                          instance) -> None:
     sources = sources_for(tmp_path, example_pipeline)
-    srv = serve(sources, instance, {"staging": lambda: staging_probe(sources)})
+    srv = serve(sources, instance, {"staging": lambda: staging_probe(sources.staging.open())})
     try:
         status, body = get(srv.url + "/healthcheck")
     finally:

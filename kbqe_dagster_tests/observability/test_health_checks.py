@@ -68,7 +68,7 @@ def test_a_failure_names_the_error_without_the_secrets_it_echoes() -> None:
 def checker(tmp_path: Path, pipeline, *, max_age: float, area: bool = True) -> HealthChecker:
     root = build(tmp_path / "staging").root if area else tmp_path
     sources = sources_for(root, pipeline)
-    probes = {"kafka": ok(), "schema_registry": ok(), "staging": lambda: staging_probe(sources)}
+    probes = {"kafka": ok(), "schema_registry": ok(), "staging": lambda: staging_probe(sources.staging.open())}
     return HealthChecker(probes, MetricSources(sources), max_staging_age_s=max_age, timeout_s=2,
                          redact=sources.redactor())
 
@@ -108,10 +108,30 @@ def test_an_unreadable_staging_area_fails_staging_and_leaves_quarantine_unknown(
     sources = sources_for(tmp_path, example_pipeline)
     (tmp_path / "_kbqe").mkdir()
     (tmp_path / "_kbqe" / "load_state.json").write_text("{ not json")
-    probes = {"staging": lambda: staging_probe(sources)}
+    probes = {"staging": lambda: staging_probe(sources.staging.open())}
     report = HealthChecker(probes, None, max_staging_age_s=60, timeout_s=2,
                            redact=Redactor()).check()
     checks = {c.name: c for c in report.checks}
 
     assert not checks["staging"].ok and "not valid JSON" in checks["staging"].detail
     assert not checks["quarantine"].ok and checks["quarantine"].detail.startswith("unknown")
+
+
+def test_a_failing_check_is_logged_when_it_starts_failing_and_when_it_recovers(caplog) -> None:
+    outcomes = iter([ConnectionError("refused"), ConnectionError("refused"), None])
+
+    def flaky():
+        outcome = next(outcomes)
+        if outcome is not None:
+            raise outcome
+        return "up", None
+
+    prober = Prober(timeout_s=1, redact=Redactor())
+    caplog.set_level("INFO", logger="kbqe_dagster.observability.health")
+    for _ in range(3):
+        prober.run({"kafka": flaky})
+
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "health check kafka failed: ConnectionError: refused"),
+        ("INFO", "health check kafka passes again"),
+    ]

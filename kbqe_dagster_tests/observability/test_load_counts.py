@@ -22,8 +22,10 @@ from kbqe_dagster.observability.load_counts import LoadCounts, jobs_by_status, l
 
 T0 = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
 TABLE = ("acme_sales", "orders")
-FILES = ("com.acme.events.0.acme_sales.orders.3.0.avro", "com.acme.events.1.acme_sales.orders.3.0.avro")
-DONE = ("com.acme.events.0.acme_sales.orders.3.0.9.done", "com.acme.events.1.acme_sales.orders.3.0.4.done")
+FILES = ("com.acme.events.0.acme_sales.orders.3.0.avro",
+         "com.acme.events.1.acme_sales.orders.3.0.avro")
+DONE = ("com.acme.events.0.acme_sales.orders.3.0.9.done",
+        "com.acme.events.1.acme_sales.orders.3.0.4.done")
 JOB = PlannedLoadJob("acme_sales", "orders", 3, FILES, DONE, 15)
 
 
