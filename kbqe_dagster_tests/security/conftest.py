@@ -116,7 +116,7 @@ def stub_registry() -> Iterator[StubRegistry]:
     expected = "Basic " + base64.b64encode(user_info.encode()).decode()
     seen: list[str | None] = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(expected, seen))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield StubRegistry(f"http://127.0.0.1:{server.server_address[1]}", user_info, seen)
