@@ -136,8 +136,7 @@ def test_lag_then_staged_counters_and_health_on_the_local_stack(exporter) -> Non
     # Stage every partition as one range, and record the run as the staging asset does.
     ctx = demo.context(StagingLocation(str(staging)))
     ends = {w.partition: w.high for w in watermarks(demo.kafka, demo.topic)}
-    # In parallel, as Spark tasks would: read_range waits its 30 s idle timeout at the end of
-    # a range shorter than its consume batch, once per range.
+    # One task per partition, in parallel, as the Spark stage job runs them.
     with ThreadPoolExecutor(len(ends)) as pool:
         results = tuple(pool.map(
             lambda item: stage_range(ctx, OffsetRange(demo.topic, item[0], 0, item[1])),
