@@ -78,10 +78,12 @@ def gcp_resources() -> dict:
             sasl_mechanism=_optional_env("KBQE_KAFKA_SASL_MECHANISM"),
             sasl_username=_optional_env("KBQE_KAFKA_SASL_USERNAME"),
             sasl_password=_optional_env("KBQE_KAFKA_SASL_PASSWORD"),
+            ssl_ca_location=_optional_env("KBQE_KAFKA_SSL_CA_LOCATION"),
         ),
         "schema_registry": SchemaRegistryResource(
             url=dg.EnvVar("KBQE_SCHEMA_REGISTRY_URL"),
             basic_auth_user_info=_optional_env("KBQE_SCHEMA_REGISTRY_BASIC_AUTH"),
+            ssl_ca_location=_optional_env("KBQE_SCHEMA_REGISTRY_SSL_CA_LOCATION"),
         ),
         "staging": StagingResource(
             url=dg.EnvVar("KBQE_STAGING_URL"), gcs_project=dg.EnvVar("KBQE_GCP_PROJECT")

@@ -95,16 +95,19 @@ def produce_sample(
 ) -> SampleReport:
     """Produce ``count`` good demo messages plus the bad ones to ``topic``."""
     from kbqe_dagster.demo.samples import produce, register_schemas, sample_messages
+    from kbqe_dagster.resources.schema_registry import split_user_info
 
     if count < 0:
         raise OperatorCommandError(f"--count must be 0 or more, got {count}")
     if partitions < 1:
         raise OperatorCommandError(f"--partitions must be at least 1, got {partitions}")
+    # Credentials written into the URL are split off so they are never printed or logged.
+    url, auth = split_user_info(registry_url)
     try:
-        ids = register_schemas(registry_url)
+        ids = register_schemas(url, auth)
     except Exception as exc:  # noqa: BLE001 - the registry client raises many kinds
         raise OperatorCommandError(
-            f"schema registry at {registry_url}: cannot register the demo schemas: {exc} "
+            f"schema registry at {url}: cannot register the demo schemas: {exc} "
             "(is it running? `kbqe stack up apicurio`)"
         ) from exc
     actual, created = ensure_topic(bootstrap_servers, topic, partitions)

@@ -21,7 +21,9 @@ from kbqe_dagster.core.errors import KbqeError
 
 log = logging.getLogger(__name__)
 
-_SECRET_HINTS = ("password", "secret", "key", "token", "credentials")
+# librdkafka settings whose values may hold secrets (sasl.password, ssl.key.password,
+# sasl.oauthbearer.config with a client secret, ...): redacted in repr.
+_SECRET_HINTS = ("password", "secret", "key", "token", "credentials", "oauthbearer", "jaas")
 
 
 class KafkaReadError(KbqeError):

@@ -75,18 +75,18 @@ def test_records_maps_and_named_references_become_nested_columns() -> None:
         {"name": "value", "type": "STRING", "mode": "REQUIRED"}]}
 
 
-def test_enriched_schema_ends_with_the_enrichment_columns() -> None:
+def test_enriched_schema_starts_with_the_enrichment_columns() -> None:
     writer = {"type": "record", "name": "Order", "fields": [{"name": "orderId", "type": "string"}]}
 
     columns = bigquery_schema_from_avro(extended_schema(writer, EnrichmentConfig()))
 
     assert [(c["name"], c["type"], c["mode"]) for c in columns] == [
-        ("orderId", "STRING", "REQUIRED"),
         ("_event_date", "DATE", "REQUIRED"),
         ("_kafka_topic", "STRING", "REQUIRED"),
         ("_kafka_partition", "INTEGER", "REQUIRED"),
         ("_kafka_offset", "INTEGER", "REQUIRED"),
         ("_kafka_timestamp", "TIMESTAMP", "NULLABLE"),
+        ("orderId", "STRING", "REQUIRED"),
     ]
 
 

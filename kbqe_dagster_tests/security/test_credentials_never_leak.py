@@ -241,10 +241,6 @@ def test_operator_commands_print_no_credentials_from_the_environment(
     assert "bad_magic" in _kbqe(capsys, caplog, *commands[4])[1]  # control: real output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "operations/produce_sample.py puts --registry-url into its error message and passes it to "
-    "the registry client as is (httpx logs the URL): credentials in the URL are printed. Fix: "
-    "build RegistrySettings(registry_url) and use its .url and .basic_auth_user_info."))
 def test_produce_sample_prints_no_credentials_given_in_the_registry_url(
     stub_registry, capsys, caplog
 ):
