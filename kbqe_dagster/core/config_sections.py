@@ -60,8 +60,9 @@ class StagingSettings:
     """A partition's offsets are split into ranges of at most this many offsets, one Spark task
     each, so a hot partition is staged in parallel. Default 500,000."""
     min_bytes_per_file: int = 1 << 20
-    """Backlog, in bytes, below which the message-count trigger waits (``allowed_latency``
-    still fires), so quiet topics do not produce a stream of tiny files. Default ``1MiB``."""
+    """Reserved: validated and kept, but not used yet. The stage trigger is the message count
+    (``max_messages_per_batch``) or the age (``allowed_latency``); Kafka gives no cheap byte
+    count of a backlog, so a byte threshold needs an estimate first. Default ``1MiB``."""
     max_message_size: int = 10 << 20
     """Message values larger than this are bad input with reason ``oversized``. Default
     ``10MiB`` (BigQuery's own limit for an Avro row is far higher)."""

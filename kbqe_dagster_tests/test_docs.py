@@ -1,0 +1,47 @@
+"""The documentation stays in step with the code it describes."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("gen_config_reference", REPO / "scripts" / "gen_config_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_configuration_reference_is_generated_from_the_current_field_docs() -> None:
+    committed = (REPO / "docs" / "configuration.md").read_text()
+    assert committed == _generator().render(), (
+        "docs/configuration.md is stale: run .venv/bin/python scripts/gen_config_reference.py"
+    )
+
+
+def test_every_configuration_field_is_documented_where_it_is_declared() -> None:
+    gen = _generator()
+    undocumented = [
+        f"{cls.__name__}.{name}" for _, cls in gen.SECTIONS for name, _, doc in gen.field_docs(cls) if not doc
+    ]
+    assert undocumented == []
+
+
+def test_readme_quick_start_has_exactly_the_two_commands_ci_runs() -> None:
+    readme = (REPO / "README.md").read_text()
+    quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", quick, re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == ["make demo", "make test"]
+    ci = (REPO / ".ci" / "run").read_text()
+    assert ci.strip().splitlines()[-1] == "make test"
+
+
+def test_docs_links_in_the_readme_point_at_files_that_exist() -> None:
+    readme = (REPO / "README.md").read_text()
+    for target in re.findall(r"\]\(((?:docs|examples)/[^)#]+)\)", readme):
+        assert (REPO / target).exists(), target
