@@ -11,12 +11,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Mapping
 
-from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.core.load_state import STATE_BACKUP, STATE_FILE, LoadState, read_state
+from kbqe_dagster.core.load_state import LoadState
 from kbqe_dagster.core.naming import ParsedListing, parse_listing, parse_name
+from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.staging_store import StagingStore, StoredFile
-
-STATE_DIR = STATE_FILE.rpartition("/")[0] + "/"
 
 
 @dataclass(frozen=True)
@@ -50,18 +48,7 @@ def topic_snapshot(store: StagingStore, topic: str) -> StagingSnapshot:
 
 
 def read_load_state(store: StagingStore) -> LoadState:
-    """The load state of the staging area: empty when neither the state file nor its backup
-    exists; :class:`~kbqe_dagster.core.errors.StateFileError` when it cannot be trusted."""
-    present = {f.name for f in store.list(STATE_DIR)}
-    current = _read_if(store, STATE_FILE, present)
-    backup = _read_if(store, STATE_BACKUP, present)
-    return read_state(current, backup)
-
-
-def _read_if(store: StagingStore, name: str, present: set[str]) -> bytes | None:
-    if name not in present:
-        return None
-    try:
-        return store.read_bytes(name)
-    except StagingError:  # replaced by the load coordinator between the listing and the read
-        return None
+    """The load state of the staging area, read as the load coordinator reads it: empty when
+    neither the state file nor its backup exists;
+    :class:`~kbqe_dagster.core.errors.StateFileError` when it cannot be trusted."""
+    return StateFile(store).read()
