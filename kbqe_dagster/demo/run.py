@@ -31,29 +31,20 @@ def dagster_home() -> Path:
     return home
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int = 3) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    if topic in admin.list_topics(timeout=10).topics:
-        return
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
-
-
 def produce_demo_events(count: int) -> dict[str, int]:
-    """Produce ``count`` good events plus one of each bad kind; returns counts per table/reason."""
-    from collections import Counter
-
-    from kbqe_dagster.demo.samples import DEMO_TOPIC, produce, register_schemas, sample_messages
+    """Produce ``count`` good events plus one of each bad kind on the local stack's demo topic
+    (as ``kbqe produce-sample`` does, with a fresh seed per run); returns the messages per
+    table and per bad-input reason (``bad:<reason>``)."""
+    from kbqe_dagster.demo.samples import DEMO_TOPIC
     from kbqe_dagster.localstack.endpoints import local_endpoints
+    from kbqe_dagster.operations.produce_sample import produce_sample
 
     ends = local_endpoints()
-    ensure_topic(ends.kafka_bootstrap, DEMO_TOPIC)
-    ids = register_schemas(ends.registry_url)
-    placed = produce(ends.kafka_bootstrap, DEMO_TOPIC, sample_messages(count, ids, seed=int(time.time())), 3)
-    return dict(Counter(
-        ".".join(m.expect_table) if m.expect_table else f"bad:{m.expect_reason}" for m in placed.values()
-    ))
+    report = produce_sample(
+        ends.kafka_bootstrap, ends.registry_url, topic=DEMO_TOPIC, count=count,
+        seed=int(time.time()),
+    )
+    return {**report.per_table, **{f"bad:{r}": n for r, n in report.per_reason.items()}}
 
 
 def run_demo(count: int = 2_000, then_dagster_dev: bool = False) -> int:
