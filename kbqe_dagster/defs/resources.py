@@ -60,6 +60,7 @@ def local_resources() -> dict:
             api_endpoint=ends.bigquery_url,
             anonymous_credentials=True,
             output_rows_is_table_total=True,
+            add_columns_before_load=True,
         ),
     }
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from typing import Any, Mapping, Protocol, Sequence
 
@@ -99,6 +99,10 @@ class DuplicateOffsets:
 class BigQueryLoads(Protocol):
     """What the load coordinator and the checks need from BigQuery."""
 
+    wants_file_schema: bool
+    """True when every load request must carry its files' Avro schema (the emulator widens
+    tables itself); otherwise only a table's first load carries it."""
+
     def submit_load(self, request: LoadRequest) -> SubmitResult: ...
 
     def job_report(self, job_id: str) -> JobReport: ...
@@ -169,11 +173,12 @@ class GoogleBigQueryLoads:
     def __init__(
         self, client: Any, *, location: str | None = None,
         output_rows_is_table_total: bool = False, max_bytes_billed: int | None = None,
-        job_timeout_s: float = 600.0,
+        job_timeout_s: float = 600.0, add_columns_before_load: bool = False,
     ) -> None:
         self.client = client
         self.location = location
         self.output_rows_is_table_total = output_rows_is_table_total
+        self.add_columns_before_load = add_columns_before_load
         self.max_bytes_billed = max_bytes_billed
         self.job_timeout_s = job_timeout_s
         self._appended: dict[str, int] = {}
@@ -190,6 +195,8 @@ class GoogleBigQueryLoads:
         from google.api_core.exceptions import GoogleAPICallError, GoogleAPIError
         from google.auth.exceptions import TransportError
 
+        if self.add_columns_before_load and request.avro_schema is not None:
+            request = self._widen_existing_table(request)
         config = load_job_config(request)
         before = self._rows_or_zero(request) if self.output_rows_is_table_total else None
         try:
@@ -206,6 +213,33 @@ class GoogleBigQueryLoads:
         if before is not None:
             self._measure_appended(request, job, before)
         return SubmitResult(classify_submit(200))
+
+    @property
+    def wants_file_schema(self) -> bool:
+        """True when every load needs its files' Avro schema, not only a table's first load."""
+        return self.add_columns_before_load
+
+    def _widen_existing_table(self, request: LoadRequest) -> LoadRequest:
+        """Emulator gap (DESIGN.md §7): it ignores ALLOW_FIELD_ADDITION, so columns a newer
+        schema adds are added with DDL before the load, as BigQuery would do in the load.
+        Returns the request without a schema when the table exists (BigQuery's own path)."""
+        from google.api_core.exceptions import NotFound
+
+        ref = self._table_ref(request.dataset, request.table)
+        try:
+            table = self.client.get_table(ref)
+        except NotFound:
+            return request  # created by the load from the request's schema
+        existing = {f.name.lower() for f in table.schema}
+        wanted = bigquery_schema_from_avro(dict(request.avro_schema or {}), request.job_id)
+        for column in (c for c in wanted if c["name"].lower() not in existing):
+            if column["type"] == "RECORD" or column["mode"] == "REPEATED":
+                log.warning("%s: cannot add nested column %s before the load (emulator)", ref, column["name"])
+                continue
+            log.info("%s: adding column %s %s (emulated field addition)", ref, column["name"], column["type"])
+            self.client.query(f"ALTER TABLE `{request.dataset}.{request.table}` "
+                              f"ADD COLUMN `{column['name']}` {column['type']}").result()
+        return replace(request, avro_schema=None)
 
     def _refused(self, request: LoadRequest, code: int | None, error: BaseException) -> SubmitResult:
         outcome = classify_submit(code)
@@ -349,6 +383,13 @@ class BigQueryResource(dg.ConfigurableResource):
             "rows a job appended are measured as a before/after row count (local stack only)."
         ),
     )
+    add_columns_before_load: bool = Field(
+        default=False,
+        description=(
+            "Emulator gap: it ignores ALLOW_FIELD_ADDITION. When true, columns that a newer "
+            "schema adds are added with ALTER TABLE before the load (local stack only)."
+        ),
+    )
     max_bytes_billed: int = Field(
         default=10 * 1024**3,
         description="Cap on the bytes billed by the opt-in duplicate-offset check query.",
@@ -372,6 +413,7 @@ class BigQueryResource(dg.ConfigurableResource):
         return GoogleBigQueryLoads(
             self.client(), location=self.location,
             output_rows_is_table_total=self.output_rows_is_table_total,
+            add_columns_before_load=self.add_columns_before_load,
             max_bytes_billed=self.max_bytes_billed,
         )
 

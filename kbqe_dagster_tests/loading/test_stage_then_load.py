@@ -3,9 +3,10 @@ the tables end up with exactly the good messages (count and distinct (partition,
 their event dates, the dead-letter table with exactly the bad ones, and the staging area
 with no avro file left.
 
-Messages use the demo schemas (orders v1, page views) under datasets of this run only, so
-the persistent emulator's demo tables are never touched. Orders v2 is left out on purpose:
-the emulator ignores ALLOW_FIELD_ADDITION (DESIGN.md §7); that path is covered by
+Messages use the demo schemas (orders v1 and v2, page views) under datasets of this run
+only, so the persistent emulator's demo tables are never touched. Orders v2 adds a field:
+the emulator ignores ALLOW_FIELD_ADDITION (DESIGN.md §7), so the local resource adds the
+column before the load (``add_columns_before_load``); BigQuery's own behaviour is covered by
 ``test_emulator_gap_field_addition_*`` against the fake client.
 """
 
@@ -23,6 +24,7 @@ from kbqe_dagster.core.config import parse_pipeline_config
 from kbqe_dagster.core.wire import encode_frame
 from kbqe_dagster.demo.samples import (
     ORDER_V1,
+    ORDER_V2,
     PAGE_VIEW,
     SampleMessage,
     bad_messages,
@@ -60,10 +62,14 @@ def good_messages(run: str, ids: dict[str, int]) -> list[SampleMessage]:
         moment = datetime.combine(day, time(12, i % 60), tzinfo=timezone.utc)
         if i % 2:
             table = (f"acme_sales_{run}", "orders")
-            value = encode_frame(ids["orders_v1"], _body(ORDER_V1, {
+            order = {
                 "datasetName": table[0], "tableName": table[1], "orderId": f"o-{i}",
                 "customerId": i, "amountCents": 100 + i, "currency": "EUR",
-                "eventTime": moment.isoformat(timespec="milliseconds")}))
+                "eventTime": moment.isoformat(timespec="milliseconds")}
+            if i % 4 == 3:  # every other order with the evolved schema (adds `coupon`)
+                value = encode_frame(ids["orders_v2"], _body(ORDER_V2, {**order, "coupon": f"c{i}"}))
+            else:
+                value = encode_frame(ids["orders_v1"], _body(ORDER_V1, order))
         else:
             table = (f"acme_web_{run}", "page_views")
             value = encode_frame(ids["page_views"], _body(PAGE_VIEW, {
@@ -98,9 +104,9 @@ def test_kafka_messages_staged_by_spark_land_exactly_once_in_bigquery(
     client = local_bigquery_client()
     try:
         run_stage(spark_session, ctx, max_messages_per_run=100_000, max_messages_per_range=400)
-        report = LoadCoordinator(
-            staging.open(), GoogleBigQueryLoads(client, output_rows_is_table_total=True), config
-        ).run_cycle()
+        loads = GoogleBigQueryLoads(client, output_rows_is_table_total=True,
+                                    add_columns_before_load=True)
+        report = LoadCoordinator(staging.open(), loads, config).run_cycle()
 
         assert report.quarantined == [] and report.pending_after == 0
         assert [c.rows_check.passed for c in report.completed] == [True] * len(report.completed)
@@ -111,6 +117,10 @@ def test_kafka_messages_staged_by_spark_land_exactly_once_in_bigquery(
                 f"FROM `{table[0]}.{table[1]}` WHERE _kafka_topic = '{topic}'")]
             assert len(rows) == len(expected), table
             assert {(p, o): d for p, o, d in rows} == {w: m.event_date for w, m in expected.items()}
+        coupons = {tuple(r.values()) for r in client.query_and_wait(
+            f"SELECT COUNT(*), COUNT(coupon) FROM `acme_sales_{run}.orders`")}
+        orders = sum(1 for m in placed.values() if m.expect_table == (f"acme_sales_{run}", "orders"))
+        assert coupons == {(orders, GOOD // 4)}, "v1 rows have no coupon, every v2 row has one"
         dead = {tuple(r.values()) for r in client.query_and_wait(
             f"SELECT `partition`, `offset` FROM `dead_{run}.dead_letters`")}
         assert dead == {w for w, m in placed.items() if m.expect_table is None}
