@@ -1,5 +1,5 @@
 """Operator commands of ``kbqe`` over a staging area: ``staging status``, ``load plan``,
-``retention plan``, ``bootstrap``, ``dead-letters`` and ``produce-sample``.
+``load release``, ``retention plan``, ``bootstrap``, ``dead-letters`` and ``produce-sample``.
 
 This module registers them (see :data:`OPERATOR_COMMANDS`, appended to ``cli.COMMANDS``),
 resolves where the staging area, the pipeline file and the local services are, and prints
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -36,6 +37,11 @@ GCS_ENDPOINT_ENV = "KBQE_GCS_ENDPOINT"
 GCP_PROJECT_ENV = "KBQE_GCP_PROJECT"
 PIPELINE_ENV = "KBQE_PIPELINE_CONFIG"
 DEFAULT_PIPELINE = Path(__file__).resolve().parents[1] / "examples" / "pipeline.yaml"
+PAUSE_REMINDER = (
+    "kbqe: note: pause the load_cycle and poll_load_jobs schedules (and let their runs end) "
+    "while the load state is edited: the load op is a singleton inside Dagster, this command "
+    "runs outside it"
+)
 
 
 # --- where things are ----------------------------------------------------------------------
@@ -124,15 +130,31 @@ def _staging_status(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- kbqe load plan ------------------------------------------------------------------------
+# --- kbqe load plan, kbqe load release -----------------------------------------------------
 def _add_load(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     load = sub.add_parser("load", parents=[common], help="BigQuery load jobs")
-    actions = load.add_subparsers(dest="load_action", required=True, metavar="{plan}")
+    actions = load.add_subparsers(dest="load_action", required=True, metavar="{plan,release}")
     plan = actions.add_parser(
         "plan", parents=[common, _staging_options(), _config_option()],
         help="dry run of the next load cycle: the jobs it would submit, in order",
     )
     plan.set_defaults(handler=_load_plan)
+
+    release = actions.add_parser(
+        "release", parents=[common, _staging_options()],
+        help="release a table's quarantined files so the next load cycle retries them",
+        description="Remove files of a table from the quarantine of the load state, so the "
+                    "next load cycle plans them again. A dry run unless --yes is given. Pause "
+                    "the load schedules first: this command runs outside Dagster.",
+    )
+    release.add_argument("--table", required=True, metavar="DATASET.TABLE",
+                         help="the table whose quarantined files are released")
+    release.add_argument("--file", action="append", default=[], metavar="NAME", dest="files",
+                         help="only this quarantined file (repeatable; default: all of the "
+                              "table's)")
+    release.add_argument("--yes", action="store_true",
+                         help="write the load state (without it: show what would be released)")
+    release.set_defaults(handler=_load_release)
 
 
 def _load_plan(args: argparse.Namespace) -> int:
@@ -140,6 +162,15 @@ def _load_plan(args: argparse.Namespace) -> int:
 
     config = pipeline_config(args)
     _emit(args, load_plan(open_store(args), config), cli_render.load_plan)
+    return 0
+
+
+def _load_release(args: argparse.Namespace) -> int:
+    from kbqe_dagster.operations.load_release import release
+
+    report = release(open_store(args), args.table, args.files, dry_run=not args.yes)
+    _emit(args, report, cli_render.load_release)
+    print(PAUSE_REMINDER, file=sys.stderr)
     return 0
 
 

@@ -9,6 +9,7 @@ if TYPE_CHECKING:  # annotations only: `kbqe --help` must not import fastavro an
     from kbqe_dagster.operations.bootstrap import BootstrapReport
     from kbqe_dagster.operations.dead_letters import BytesPreview, DeadLetterReport
     from kbqe_dagster.operations.load_plan import LoadPlanReport
+    from kbqe_dagster.operations.load_release import ReleaseReport
     from kbqe_dagster.operations.produce_sample import SampleReport
     from kbqe_dagster.operations.retention_plan import RetentionReport
     from kbqe_dagster.operations.staging_status import Interval, StagingStatus
@@ -121,6 +122,28 @@ def load_plan(r: LoadPlanReport) -> str:
     if r.quarantined_files:
         out += ["", f"quarantined, not loaded until released ({len(r.quarantined_files)}):",
                 *names(r.quarantined_files)]
+    return "\n".join(out)
+
+
+def load_release(r: ReleaseReport) -> str:
+    table_id = f"{r.dataset}.{r.table}"
+    total = len(r.released) + len(r.still_quarantined)
+    if r.dry_run:
+        out = [f"{table_id} in {r.staging}: would release {len(r.released)} of {total} "
+               "quarantined file(s) (dry run, nothing changed; --yes releases them)"]
+    else:
+        out = [f"{table_id} in {r.staging}: released {len(r.released)} of {total} quarantined "
+               "file(s); the next load cycle plans them again"]
+    out += ["", *names([q.file for q in r.released])]
+    errors: dict[str, str] = {}
+    for q in r.released:
+        errors.setdefault(q.job_id, f"  {q.job_id} (quarantined {q.quarantined_at.isoformat()}): "
+                                    f"{q.error}")
+    out += ["", "why they were quarantined:", *errors.values()]
+    if r.still_quarantined:
+        out += ["", f"still quarantined ({len(r.still_quarantined)}):",
+                *names(r.still_quarantined)]
+    out += ["", f"quarantine notes stay in {r.notes} (history)"]
     return "\n".join(out)
 
 

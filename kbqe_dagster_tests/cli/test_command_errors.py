@@ -15,8 +15,8 @@ from kbqe_dagster_tests.cli.conftest import Run
 from kbqe_dagster_tests.cli.staging_area import Area
 
 STAGING_COMMANDS = [
-    ("staging", "status"), ("load", "plan"), ("retention", "plan"), ("dead-letters",),
-    ("bootstrap", "--topic", "t", "--offsets", "0=5"),
+    ("staging", "status"), ("load", "plan"), ("load", "release", "--table", "d.t"),
+    ("retention", "plan"), ("dead-letters",), ("bootstrap", "--topic", "t", "--offsets", "0=5"),
 ]
 
 
@@ -50,6 +50,8 @@ def test_a_missing_staging_directory_is_an_error_not_an_empty_area(
     [
         (("staging", "status"), "kbqe: error: load state _kbqe/load_state.json is not valid JSON"),
         (("load", "plan"), "kbqe: error: load state _kbqe/load_state.json is not valid JSON"),
+        (("load", "release", "--table", "acme_sales.orders", "--yes"),
+         "kbqe: error: load state _kbqe/load_state.json is not valid JSON"),
     ],
 )
 def test_a_corrupt_state_file_stops_the_command_with_the_recovery_path(
