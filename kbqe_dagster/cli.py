@@ -19,7 +19,8 @@ import sys
 import traceback
 from typing import Any, Callable, Sequence
 
-from kbqe_dagster.cli_commands import OPERATOR_COMMANDS
+from kbqe_dagster import cli_render
+from kbqe_dagster.cli_commands import OPERATOR_COMMANDS, CommandAdder, SubParsers
 from kbqe_dagster.core.errors import KbqeError
 from kbqe_dagster.demo.commands import add_demo_commands
 from kbqe_dagster.observability_commands import OBSERVABILITY_COMMANDS
@@ -27,8 +28,6 @@ from kbqe_dagster.observability_commands import OBSERVABILITY_COMMANDS
 log = logging.getLogger("kbqe")
 
 Handler = Callable[[argparse.Namespace], int]
-SubParsers = Any  # argparse's _SubParsersAction, which has no public name
-CommandAdder = Callable[[SubParsers, argparse.ArgumentParser], None]
 
 
 # --- kbqe stack ------------------------------------------------------------------------------
@@ -83,13 +82,9 @@ def _stack_status(args: argparse.Namespace) -> int:
 
 
 def _status_table(statuses: Sequence[Any]) -> str:
-    header = ("service", "running", "pid", "endpoint")
-    rows = [header] + [
-        (s.name, "yes" if s.running else "no", str(s.pid or "-"), s.endpoint) for s in statuses
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows
+    return cli_render.table(
+        ("service", "running", "pid", "endpoint"),
+        ((s.name, "yes" if s.running else "no", str(s.pid or "-"), s.endpoint) for s in statuses),
     )
 
 
