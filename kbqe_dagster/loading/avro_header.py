@@ -9,11 +9,10 @@ exist yet (see ``resources/bigquery_schema.py`` for why).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from kbqe_dagster.core.errors import LoadError
-from kbqe_dagster.resources.staging_store import GcsStagingStore, LocalStagingStore, StagingStore
+from kbqe_dagster.resources.staging_store import StagingStore
 
 _MAGIC = b"Obj\x01"
 FIRST_READ = 64 * 1024
@@ -24,23 +23,13 @@ class _Truncated(Exception):
     """The bytes read so far end inside the header."""
 
 
-def read_head(store: StagingStore, name: str, size: int) -> bytes:
-    """The first ``size`` bytes of staging file ``name`` (fewer when the file is shorter)."""
-    if isinstance(store, GcsStagingStore):
-        blob = store.bucket.blob(store.prefix + name)
-        return blob.download_as_bytes(start=0, end=size - 1)
-    if isinstance(store, LocalStagingStore):
-        with open(Path(store.root) / name, "rb") as handle:
-            return handle.read(size)
-    return store.read_bytes(name)[:size]
-
 
 def read_avro_schema(store: StagingStore, name: str) -> dict[str, Any]:
     """The writer schema in the header of avro file ``name``; :class:`LoadError` naming the
     file when it is not an Avro container file."""
     size = FIRST_READ
     while True:
-        head = read_head(store, name, size)
+        head = store.read_head(name, size)
         try:
             metadata = parse_header(head, complete=len(head) < size)
         except _Truncated:

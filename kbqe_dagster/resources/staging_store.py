@@ -77,6 +77,8 @@ class StagingStore(Protocol):
 
     def read_bytes(self, name: str) -> bytes: ...
 
+    def read_head(self, name: str, size: int) -> bytes: ...
+
     def put_file(self, local_path: Path, name: str) -> None: ...
 
     def put_bytes(self, name: str, data: bytes) -> None: ...
@@ -118,6 +120,14 @@ class LocalStagingStore:
     def read_bytes(self, name: str) -> bytes:
         try:
             return self._path(name).read_bytes()
+        except FileNotFoundError as e:
+            raise StagingError(f"staging file {self.uri(name)} does not exist") from e
+
+    def read_head(self, name: str, size: int) -> bytes:
+        """The first ``size`` bytes (fewer when the file is shorter)."""
+        try:
+            with open(self._path(name), "rb") as handle:
+                return handle.read(size)
         except FileNotFoundError as e:
             raise StagingError(f"staging file {self.uri(name)} does not exist") from e
 
@@ -219,7 +229,20 @@ class GcsStagingStore:
         from google.api_core.exceptions import NotFound
 
         try:
-            return self._blob(name).download_as_bytes()
+            # A plain blob (no chunk_size): ranged downloads of an empty object fail against
+            # fake-gcs-server, and the original project's done files are empty.
+            return self.bucket.blob(self.prefix + name).download_as_bytes()
+        except NotFound as e:
+            raise StagingError(f"staging file {self.uri(name)} does not exist") from e
+
+    def read_head(self, name: str, size: int) -> bytes:
+        """The first ``size`` bytes, with one ranged read (fewer when the file is shorter)."""
+        from google.api_core.exceptions import NotFound, RequestRangeNotSatisfiable
+
+        try:
+            return self.bucket.blob(self.prefix + name).download_as_bytes(start=0, end=size - 1)
+        except RequestRangeNotSatisfiable:
+            return b""  # 416: no byte at offset 0, the object is empty
         except NotFound as e:
             raise StagingError(f"staging file {self.uri(name)} does not exist") from e
 

@@ -185,3 +185,17 @@ def test_emulator_gap_chunked_download_of_an_empty_object_fails(
     else:
         with pytest.raises(RequestRangeNotSatisfiable, match="content-range"):
             blob.download_as_bytes()
+
+
+def test_the_gcs_staging_store_reads_empty_done_files_of_the_original_project(
+    bucket: storage.Bucket, prefix: str,
+) -> None:
+    from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT, local_endpoints
+    from kbqe_dagster.resources.staging_store import StagingLocation
+
+    name = "orders.0.sales.orders.7.100.109.done"
+    bucket.blob(f"{prefix}{name}").upload_from_string(b"")
+    location = StagingLocation(f"gs://{bucket.name}/{prefix}", local_endpoints().gcs_url, LOCAL_PROJECT)
+    store = location.open()
+    assert store.read_bytes(name) == b""
+    assert store.read_head(name, 16) == b""

@@ -65,3 +65,11 @@ def test_gcs_location_parses_bucket_and_prefix_and_pickles_without_a_client() ->
     store = location.open()
     assert store.uri("f.avro") == "gs://my-bucket/some/prefix/f.avro"
     assert pickle.loads(pickle.dumps(store)).uri("f.avro") == "gs://my-bucket/some/prefix/f.avro"
+
+
+def test_read_head_returns_at_most_the_first_bytes(store) -> None:
+    store.put_bytes("t.0.d.x.1.0.avro", b"Obj\x01header-and-more")
+    assert store.read_head("t.0.d.x.1.0.avro", 4) == b"Obj\x01"
+    assert store.read_head("t.0.d.x.1.0.avro", 1000) == b"Obj\x01header-and-more"
+    with pytest.raises(StagingError, match="does not exist"):
+        store.read_head("missing.avro", 4)
