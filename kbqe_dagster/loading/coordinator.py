@@ -339,8 +339,8 @@ def _quarantine_note(job: LoadJobRecord, error: str, now: datetime) -> bytes:
         "release": (
             "The files stay in the staging area, skipped by the load planner, and hold back "
             "done-file retention of their partitions. Fix the cause (schema, table, "
-            "permissions), then release them from the load state "
-            "(core.load_state.release_quarantine) so the next cycle loads them again."
+            "permissions), then release them with `kbqe load release --table DATASET.TABLE "
+            "--yes` (schedules paused) so the next cycle loads them again."
         ),
     }
     return (json.dumps(doc, indent=1) + "\n").encode()
