@@ -105,11 +105,14 @@ def bootstrap_marker(topic: str, partition: int, next_offset: int) -> DoneFileNa
 # --- manifest ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StagedFile:
-    """One avro file of a committed range, its done file and its record count."""
+    """One avro file of a committed range, its done file and its record count; ``days``
+    splits the count by event date (ISO date, count), so the load step can report one
+    materialization per DAY partition without reading the file."""
 
     avro: str
     done: str
     records: int
+    days: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,12 +139,19 @@ class Manifest:
             "partition": self.partition,
             "first": self.first,
             "last": self.last,
-            "files": [{"avro": f.avro, "done": f.done, "records": f.records} for f in self.files],
+            "files": [_file_doc(f) for f in self.files],
             "dead_letters": self.dead_letters,
             "skipped": self.skipped,
             "created_at": self.created_at,
         }
         return (json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+def _file_doc(staged: StagedFile) -> dict[str, Any]:
+    doc: dict[str, Any] = {"avro": staged.avro, "done": staged.done, "records": staged.records}
+    if staged.days:
+        doc["days"] = dict(staged.days)
+    return doc
 
 
 def parse_manifest(content: bytes, done_name: str) -> Manifest | None:
@@ -174,7 +184,10 @@ def _manifest_from(doc: Any) -> Manifest:
             f"{MANIFEST_VERSION} (written by a newer release?)"
         )
     files = tuple(
-        StagedFile(_typed(f["avro"], str), _typed(f["done"], str), _typed(f["records"], int))
+        StagedFile(
+            _typed(f["avro"], str), _typed(f["done"], str), _typed(f["records"], int),
+            tuple(sorted((_typed(d, str), _typed(n, int)) for d, n in _typed(f.get("days", {}), dict).items())),
+        )
         for f in _typed(doc["files"], list)
     )
     return Manifest(
@@ -234,8 +247,10 @@ def plan_range_commit(
     dead_letters: int = 0,
     skipped: int = 0,
     created_at: datetime,
+    days: Mapping[str, Mapping[str, int]] | None = None,
 ) -> RangeCommit:
-    """The commit of ``rng`` given its avro files and their record counts.
+    """The commit of ``rng`` given its avro files and their record counts (``days``: avro
+    name → event date → records, optional).
 
     With no staged file, the range commits through its range marker.
     """
@@ -249,8 +264,10 @@ def plan_range_commit(
             raise ValueError(f"{avro.name} is not a file of range {rng}")
         if is_marker(avro):
             raise ValueError(f"{avro.name}: the {MARKER_DATASET} dataset is reserved for markers")
+    days = days or {}
     files = tuple(
-        StagedFile(avro.name, avro.done(rng.last).name, records)
+        StagedFile(avro.name, avro.done(rng.last).name, records,
+                   tuple(sorted(days.get(avro.name, {}).items())))
         for avro, records in sorted(staged)
     )
     done_files = tuple(avro.done(rng.last) for avro, _ in sorted(staged)) or (range_marker(rng),)

@@ -113,10 +113,12 @@ class _OpenFile:
         self._handle = open(self.path, "wb")
         self.writer = AvroContainerWriter(self._handle, schema, codec=codec)
         self.records = 0
+        self.days: Counter[str] = Counter()  # event date (ISO) → records, for the manifest
 
-    def append(self, prefix: bytes, body: bytes = b"") -> None:
+    def append(self, prefix: bytes, body: bytes = b"", day: str = "") -> None:
         self.writer.append(prefix, body)
         self.records += 1
+        self.days[day] += 1
 
     def close(self) -> int:
         self.writer.close()
@@ -172,7 +174,7 @@ class RangeStager:
         day = event_date(self.topic.event_time, fields, timestamp_ms)
         prefix = self.encoder.encode(epoch_day(day), offset, timestamp_ms, msg.key(), msg.headers())
         self._file(destination.dataset, destination.table, frame.schema_id, decoder.schema).append(
-            prefix, frame.body
+            prefix, frame.body, day.isoformat()
         )
 
     def _decoder(self, schema_id: int) -> _Decoder:
@@ -236,7 +238,7 @@ class RangeStager:
         schemaless_writer(body, _DEAD_LETTER_PARSED, letter.to_record())
         dl = self.pipeline.dead_letter
         self._file(dl.dataset, dl.table, DEAD_LETTER_SCHEMA_ID, DEAD_LETTER_SCHEMA).append(
-            body.getvalue()
+            body.getvalue(), b"", self.staged_at.date().isoformat()
         )
 
     # --- commit -------------------------------------------------------------------------------
@@ -258,6 +260,7 @@ class RangeStager:
             dead_letters=sum(self.dead_letters.values()),
             skipped=sum(self.skipped.values()),
             created_at=self.staged_at,
+            days={f.name.name: dict(f.days) for f in self.files.values()},
         )
         conflict = False
         for done in commit.done_files:

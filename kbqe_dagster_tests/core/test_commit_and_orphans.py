@@ -212,3 +212,21 @@ def test_manifest_encoding_is_deterministic() -> None:
     first, second = commit_of(("orders", 5)), commit_of(("orders", 5))
     assert first.content == second.content
     assert isinstance(first.manifest, Manifest) and first.manifest.records == 10
+
+
+def test_the_manifest_carries_records_per_event_date_and_reads_them_back() -> None:
+    avro = avro_file_name(RNG, "sales", "orders", 5)
+    commit = plan_range_commit(
+        RNG, [(avro, 12)], created_at=NOW,
+        days={avro.name: {"2024-09-14": 5, "2024-09-13": 7}},
+    )
+    doc = json.loads(commit.content)
+    assert doc["files"][0]["days"] == {"2024-09-13": 7, "2024-09-14": 5}
+    parsed = parse_manifest(commit.content, commit.done_files[0].name)
+    assert parsed is not None and parsed.files[0].days == (("2024-09-13", 7), ("2024-09-14", 5))
+
+
+def test_a_manifest_without_days_stays_as_it_was() -> None:
+    commit = commit_of(("orders", 5))
+    assert "days" not in json.loads(commit.content)["files"][0]
+    assert parse_manifest(commit.content, commit.done_files[0].name).files[0].days == ()
