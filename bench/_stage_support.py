@@ -1,0 +1,216 @@
+"""Helpers of bench/bench_stage.py: the process-tree sampler (peak RSS and CPU of the Spark
+driver, its JVM and the Python workers), load average, and the machine facts of a report.
+
+Linux ``/proc`` is read directly: it gives what the benchmark needs in one file per process
+(parent, RSS, the kernel's own peak ``VmHWM``, CPU ticks), and psutil is not a dependency of
+the project. Elsewhere psutil is used when installed (RSS and CPU only, no kernel peak).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+try:  # optional, only used where /proc is missing
+    import psutil
+except ImportError:  # pragma: no cover - depends on the machine
+    psutil = None
+
+PROC = Path("/proc")
+TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    pid: int
+    ppid: int
+    role: str  # driver | jvm | worker | other
+    rss: int  # bytes
+    hwm: int  # bytes, 0 when unknown
+    cpu: float  # seconds of user + system time
+
+
+def _role(pid: int, root: int, cmdline: str) -> str:
+    if pid == root:
+        return "driver"
+    if "pyspark.daemon" in cmdline or "pyspark/daemon" in cmdline or "pyspark.worker" in cmdline:
+        return "worker"
+    if cmdline.split("\0", 1)[0].endswith("java"):
+        return "jvm"
+    return "other"
+
+
+def _read_proc(pid: int, root: int) -> ProcSample | None:
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+        status = (PROC / str(pid) / "status").read_text()
+        cmdline = (PROC / str(pid) / "cmdline").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    rest = stat[stat.rindex(")") + 2 :].split()  # the command name may contain spaces
+    ppid, utime, stime = int(rest[1]), int(rest[11]), int(rest[12])
+    memory = {}
+    for line in status.splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            memory[line[:5]] = int(line.split()[1]) * 1024
+    return ProcSample(pid, ppid, _role(pid, root, cmdline), memory.get("VmRSS", 0),
+                      memory.get("VmHWM", 0), (utime + stime) / TICKS)
+
+
+def process_tree(root: int) -> list[ProcSample]:
+    """``root`` and all its descendants, classified by role."""
+    if PROC.is_dir():
+        samples = [s for p in PROC.iterdir() if p.name.isdigit()
+                   for s in [_read_proc(int(p.name), root)] if s is not None]  # fmt: skip
+        children: dict[int, list[ProcSample]] = {}
+        for s in samples:
+            children.setdefault(s.ppid, []).append(s)
+        tree, todo = [], [s for s in samples if s.pid == root]
+        while todo:
+            node = todo.pop()
+            tree.append(node)
+            todo.extend(children.get(node.pid, ()))
+        return tree
+    if psutil is None:
+        return []
+    out = []
+    top = psutil.Process(root)
+    for proc in [top, *top.children(recursive=True)]:
+        try:
+            with proc.oneshot():
+                cpu = proc.cpu_times()
+                out.append(ProcSample(proc.pid, proc.ppid(), _role(proc.pid, root, "\0".join(proc.cmdline())),
+                                      proc.memory_info().rss, 0, cpu.user + cpu.system))
+        except psutil.Error:
+            continue
+    return out
+
+
+@dataclass
+class TreeSampler:
+    """Samples the process tree of ``root`` every ``interval`` s in a thread. Peaks are of
+    the sum over a role at one instant: driver = this Python process + the Spark JVM,
+    workers = the PySpark daemon + its forked workers. CPU is the time spent between start
+    and stop (processes that exit between samples lose their last ticks)."""
+
+    root: int = field(default_factory=os.getpid)
+    interval: float = 0.2
+    peak: dict[str, int] = field(default_factory=dict)
+    hwm: dict[str, int] = field(default_factory=dict)
+    samples: int = 0
+    worker_pids: set[int] = field(default_factory=set)
+    loads: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._cpu_start: dict[int, float] = {}
+        self._cpu_last: dict[int, tuple[str, float]] = {}
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def __enter__(self) -> TreeSampler:
+        for s in process_tree(self.root):
+            self._cpu_start[s.pid] = s.cpu
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def _sample(self) -> None:
+        tree = process_tree(self.root)
+        totals: dict[str, int] = {}
+        for s in tree:
+            role = "driver" if s.role in ("driver", "jvm") else s.role
+            totals[role] = totals.get(role, 0) + s.rss
+            totals[s.role + "_process"] = max(totals.get(s.role + "_process", 0), s.rss)
+            self.hwm[s.role] = max(self.hwm.get(s.role, 0), s.hwm)
+            self._cpu_last[s.pid] = (s.role, s.cpu)
+            if s.role == "worker":
+                self.worker_pids.add(s.pid)
+        for key, value in totals.items():
+            self.peak[key] = max(self.peak.get(key, 0), value)
+        self.loads.append(os.getloadavg()[0])
+        self.samples += 1
+
+    def cpu_seconds(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, (role, cpu) in self._cpu_last.items():
+            out[role] = out.get(role, 0.0) + cpu - self._cpu_start.get(pid, 0.0)
+        return {k: round(v, 2) for k, v in out.items()}
+
+    def report(self) -> dict:
+        loads = self.loads or [os.getloadavg()[0]]
+        return {
+            "peak_rss_mb": {k: round(v / MB, 1) for k, v in sorted(self.peak.items())},
+            "kernel_peak_rss_mb": {k: round(v / MB, 1) for k, v in sorted(self.hwm.items()) if v},
+            "cpu_seconds": self.cpu_seconds(),
+            "worker_processes_seen": len(self.worker_pids),
+            "samples": self.samples,
+            "load_1min": {"max": round(max(loads), 2), "mean": round(sum(loads) / len(loads), 2)},
+        }
+
+
+def self_peak_rss_mb() -> float:
+    """The kernel's peak RSS of this process (for child processes reporting their own)."""
+    try:
+        for line in (PROC / "self" / "status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except FileNotFoundError:
+        pass
+    import resource  # ru_maxrss is KiB on Linux, bytes on macOS
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (MB if sys.platform == "darwin" else 1024), 1)
+
+
+def timed(fn: Callable[[], object]) -> tuple[object, float]:
+    started = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - started
+
+
+def _version(module: str) -> str | None:
+    try:
+        return getattr(__import__(module), "__version__", None)
+    except ImportError:
+        return None
+
+
+def machine_facts() -> dict:
+    import confluent_kafka
+
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True)
+    cpu_model = next((line.split(":", 1)[1].strip() for line in
+                      (PROC / "cpuinfo").read_text().splitlines() if line.startswith("model name")),
+                     platform.processor()) if (PROC / "cpuinfo").exists() else platform.processor()  # fmt: skip
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "java": (java.stderr.splitlines() or ["?"])[0],
+        "versions": {
+            "confluent_kafka": confluent_kafka.version()[0],
+            "librdkafka": confluent_kafka.libversion()[0],
+            "pyspark": _version("pyspark"),
+            "fastavro": _version("fastavro"),
+            "cramjam": _version("cramjam"),
+            "psutil": _version("psutil"),
+        },
+    }

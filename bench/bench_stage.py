@@ -1,0 +1,316 @@
+"""Stage-job benchmark on the local stack: the stage job against the raw Kafka consume rate.
+
+In one run:
+
+1. a fresh topic with 4 partitions; the 16-field order schema of bench_hot_path.py
+   registered in the local Apicurio registry; N Confluent-framed messages (~240-byte values,
+   16-byte keys) produced by an idempotent confluent-kafka producer (rate reported);
+2. the baseline: a plain confluent-kafka consumer reading every partition from offset 0 to
+   the high watermarks with ``consume(10_000)``, in 1 process and in 2 processes of 2
+   partitions each (what Spark ``local[2]`` can use), plus the stage job's own reader
+   (``read_range``) in 2 processes to separate reading from staging;
+3. the stage job, ``run_stage`` on Spark ``local[2]`` over the whole backlog, staging to a
+   local directory and to the fake-GCS bucket, while the driver (this process + the Spark
+   JVM) and the Python workers are sampled at 5 Hz for RSS and CPU;
+4. optionally (``--profile``) one more stage run with py-spy on the Python workers, and
+   (``--scale10``) the produce and both stage runs again at 10× N for the memory figures.
+
+Everything it creates (topics, staging files) is deleted at the end, and stack services it
+had to start are stopped; services that were running are left alone.
+
+    .venv/bin/python bench/bench_stage.py [--messages 1000000] [--scale10] [--profile]
+
+Prints a table and writes ``bench/results/stage.json``. Target: stage ≥ 0.8× baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path[:0] = [str(BENCH), str(ROOT)]
+os.environ.setdefault("KBQE_LOCAL_HOME", str(ROOT / ".kbqe-local"))
+
+import _kafka_bench as kb  # noqa: E402
+from _breakdown import run_in_child as breakdown  # noqa: E402
+from _profile import WorkerProfile, summarize  # noqa: E402
+from _stage_support import TreeSampler, machine_facts, process_tree  # noqa: E402
+from bench_hot_path import SCHEMA  # noqa: E402
+
+from kbqe_dagster.core.config import parse_pipeline_config  # noqa: E402
+from kbqe_dagster.localstack import stack  # noqa: E402
+from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, local_endpoints  # noqa: E402
+from kbqe_dagster.resources.kafka import KafkaSettings  # noqa: E402
+from kbqe_dagster.resources.schema_registry import RegistrySettings  # noqa: E402
+from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
+from kbqe_dagster.staging.job import run_stage  # noqa: E402
+from kbqe_dagster.staging.task import StageContext  # noqa: E402
+
+PARTITIONS = 4
+SERVICES = ("kafka", "apicurio", "gcs")  # the BigQuery emulator is not needed here
+TARGET_RATIO = 0.8
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=1_000_000, help="N (default 1,000,000)")
+    parser.add_argument("--scale10", action="store_true", help="also stage 10×N for peak RSS")
+    parser.add_argument("--profile", action="store_true",
+                        help="one extra stage run under py-spy (bench/results/stage_profile.txt)")
+    parser.add_argument("--range-size", type=int, default=500_000,
+                        help="max_messages_per_range (default: the config default, 500,000)")
+    parser.add_argument("--breakdown", type=int, default=100_000, metavar="M",
+                        help="time each per-message step over M messages (0: skip)")
+    parser.add_argument("--compression", default="none", help="producer compression.type")
+    parser.add_argument("--json", type=Path, default=BENCH / "results" / "stage.json")
+    parser.add_argument("--keep", action="store_true", help="keep the topics and staged files")
+    return parser.parse_args(argv)
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.2f}] {text}", flush=True)
+
+
+def pipeline(topic: str, range_size: int):
+    return parse_pipeline_config({
+        "version": 1,
+        "topics": [{"name": topic, "routing": {"mode": "fields"}, "event_time": {"fields": ["eventTime"]}}],
+        "allowed_destinations": ["sales.*"],
+        "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
+    }, source="bench")  # fmt: skip
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.endpoints = local_endpoints()
+        self.kafka = KafkaSettings(self.endpoints.kafka_bootstrap)
+        self.registry = RegistrySettings(self.endpoints.registry_url)
+        self.topics: list[str] = []
+        self.cleanups: list = []
+        self.spark = None
+
+    # --- Kafka -------------------------------------------------------------------------------
+    def backlog(self, count: int) -> dict:
+        topic = f"bench.stage.t{uuid.uuid4().hex[:8]}"
+        kb.create_topic(self.endpoints.kafka_bootstrap, topic, PARTITIONS)
+        self.topics.append(topic)
+        schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value", SCHEMA)
+        say(f"producing {count:,} messages into {topic} (schema id {schema_id})")
+        produced = kb.produce(self.endpoints.kafka_bootstrap, topic, count, PARTITIONS, schema_id,
+                              compression=self.args.compression)
+        ends = kb.high_watermarks(self.endpoints.kafka_bootstrap, topic, PARTITIONS)
+        if sum(ends.values()) != count:
+            raise RuntimeError(f"{topic}: high watermarks {ends} do not add up to {count}")
+        say(f"produced {produced['messages_per_s']:,} msg/s, {produced['mb_per_s']} MB/s")
+        return {"topic": topic, "schema_id": schema_id, "ends": ends, "produce": produced,
+                "input_bytes": produced["value_bytes"] + produced["key_bytes"]}  # fmt: skip
+
+    def baselines(self, data: dict) -> list[dict]:
+        rows = []
+        for processes, kind in ((1, "raw"), (2, "raw"), (1, "raw_tuned"), (2, "raw_tuned"), (2, "read_range")):
+            say(f"baseline: {kind} reader, {processes} process(es)")
+            row = kb.consume(self.endpoints.kafka_bootstrap, data["topic"], data["ends"], processes, kind)
+            if row["messages"] != sum(data["ends"].values()):
+                raise RuntimeError(f"baseline read {row['messages']} of {sum(data['ends'].values())}")
+            row["load_1min_after"] = round(os.getloadavg()[0], 2)
+            rows.append(row)
+            say(f"  {row['messages_per_s']:,} msg/s, {row['mb_per_s']} MB/s")
+        return rows
+
+    # --- Spark -------------------------------------------------------------------------------
+    def session(self):
+        if self.spark is None:
+            from kbqe_dagster.resources.spark import local_spark_config, spark_resource
+
+            started = time.perf_counter()
+            self.spark = spark_resource(local_spark_config("local[2]")).spark_session
+            self.spark.sparkContext.setLogLevel("WARN")
+            # Start both Python workers and import the stage code in them, so the measured
+            # runs see warm workers (spark.python.worker.reuse), as every run after a
+            # Dagster run's first does.
+            self.spark.sparkContext.parallelize([0, 1], 2).map(
+                lambda _: __import__("kbqe_dagster.staging.task") and 0).collect()
+            self.spark_start_seconds = round(time.perf_counter() - started, 2)
+        return self.spark
+
+    def location(self, target: str) -> StagingLocation:
+        if target == "local":
+            directory = tempfile.mkdtemp(prefix="kbqe-bench-stage-")
+            self.cleanups.append(lambda: shutil.rmtree(directory, ignore_errors=True))
+            return StagingLocation(directory)
+        location = StagingLocation(f"gs://{LOCAL_BUCKET}/bench-{uuid.uuid4().hex[:8]}",
+                                   self.endpoints.gcs_url, LOCAL_PROJECT)
+
+        def remove() -> None:
+            store = location.open()
+            for f in store.list(""):
+                store.delete(f.name)
+        self.cleanups.append(remove)
+        return location
+
+    def context(self, data: dict, target: str) -> StageContext:
+        return StageContext(self.kafka, self.registry, self.location(target),
+                            pipeline(data["topic"], self.args.range_size), data["topic"])
+
+    def stage(self, data: dict, target: str, profile: Path | None = None) -> dict:
+        spark = self.session()
+        ctx = self.context(data, target)
+        count = sum(data["ends"].values())
+        say(f"stage job -> {target}{' (profiled)' if profile else ''}: {count:,} messages")
+        with TreeSampler(interval=0.2) as sampler:
+            if profile:
+                workers = [s for s in process_tree(os.getpid()) if s.role == "worker"]
+                daemon = next(s.pid for s in workers if s.ppid not in {w.pid for w in workers})
+                with WorkerProfile(daemon, profile):
+                    summary = self._run(spark, ctx, data)
+            else:
+                summary = self._run(spark, ctx, data)
+        seconds = summary.seconds
+        task_seconds = [r.seconds for r in summary.results]
+        bad = sum(summary.dead_letters.values()) + sum(summary.skipped.values())
+        row = {
+            "target": target, "profiled": profile is not None, "messages": summary.messages,
+            "records": summary.records, "bad_input": bad,
+            "exact": summary.messages == count and summary.records == count and bad == 0,
+            "seconds": round(seconds, 3), "messages_per_s": round(summary.messages / seconds),
+            "mb_per_s": round(data["input_bytes"] / seconds / 1e6, 1),
+            "ranges": len(summary.results), "files": len(summary.files),
+            "avro_mb_written": round(summary.bytes_written / 1e6, 1),
+            "task_seconds": {"sum": round(sum(task_seconds), 2), "max": round(max(task_seconds), 2)},
+            "task_messages_per_s": round(summary.messages / sum(task_seconds)),
+            **sampler.report(),
+        }  # fmt: skip
+        cpu = sum(row["cpu_seconds"].values())
+        row["cpu_us_per_message"] = round(cpu / count * 1e6, 2)
+        say(f"  {row['messages_per_s']:,} msg/s, {row['mb_per_s']} MB/s, peak RSS "
+            f"driver {row['peak_rss_mb'].get('driver')} MB, workers {row['peak_rss_mb'].get('worker')} MB")
+        if not row["exact"]:
+            raise RuntimeError(f"stage run did not stage exactly the backlog: {row}")
+        return row
+
+    def _run(self, spark, ctx: StageContext, data: dict):
+        return run_stage(spark, ctx, max_messages_per_run=max(data["ends"].values()),
+                         max_messages_per_range=self.args.range_size)
+
+    def close(self) -> None:
+        if self.spark is not None:
+            self.spark.stop()
+        if self.args.keep:
+            return
+        for cleanup in self.cleanups:
+            cleanup()
+        for topic in self.topics:
+            try:
+                kb.delete_topic(self.endpoints.kafka_bootstrap, topic)
+            except Exception as e:  # noqa: BLE001 - a leftover topic must not hide the results
+                say(f"could not delete topic {topic}: {e}")
+
+
+def ratios(stage: dict, baselines: list[dict]) -> dict:
+    return {f"{b['reader']}_{b['processes']}p": round(stage["messages_per_s"] / b["messages_per_s"], 3)
+            for b in baselines}  # fmt: skip
+
+
+def reference(baselines: list[dict]) -> dict:
+    """The baseline the target is judged against: the fastest plain consumer with the two
+    processes Spark local[2] has (librdkafka's fetch backoff stall tuned away)."""
+    return next(b for b in baselines if b["reader"] == "raw_tuned" and b["processes"] == 2)
+
+
+def print_table(report: dict) -> None:
+    produce = report["produce"]
+    print(f"\nN = {report['config']['messages']:,} messages, mean value {report['config']['mean_value_bytes']} B"
+          f" + key {report['config']['key_bytes']} B, {PARTITIONS} partitions, range size "
+          f"{report['config']['range_size']:,}, {report['machine']['cpus']} cores")  # fmt: skip
+    head = f"{'what':34s} {'msg/s':>10s} {'MB/s':>7s} {'s':>7s} {'CPU µs/msg':>10s} {'ratio*':>7s} {'RSS drv/wrk MB':>16s}"
+    print(head + "\n" + "-" * len(head))
+    base = reference(report["baselines"])["messages_per_s"]
+    print(f"{'produce (idempotent)':34s} {produce['messages_per_s']:>10,d} {produce['mb_per_s']:>7.1f} "
+          f"{produce['seconds']:>7.2f} {produce['cpu_seconds'] / produce['messages'] * 1e6:>10.2f}")
+    for b in report["baselines"]:
+        name = f"baseline {b['reader']}, {b['processes']} proc"
+        print(f"{name:34s} {b['messages_per_s']:>10,d} {b['mb_per_s']:>7.1f} {b['seconds']:>7.2f} "
+              f"{b['cpu_seconds'] / b['messages'] * 1e6:>10.2f} {b['messages_per_s'] / base:>7.2f}")
+    for s in report["stage"] + report.get("scale10", {}).get("stage", []):
+        name = f"stage -> {s['target']}{' (py-spy)' if s['profiled'] else ''} N={s['messages']:,}"
+        rss = f"{s['peak_rss_mb'].get('driver', 0):.0f}/{s['peak_rss_mb'].get('worker', 0):.0f}"
+        print(f"{name:34s} {s['messages_per_s']:>10,d} {s['mb_per_s']:>7.1f} {s['seconds']:>7.2f} "
+              f"{s['cpu_us_per_message']:>10.2f} {s['messages_per_s'] / base:>7.2f} {rss:>16s}")
+    print("* ratio to baseline raw_tuned, 2 proc; target stage >= "
+          f"{TARGET_RATIO}x. Load average (1 min) before/after: {report['load_average']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    services = stack.build(SERVICES)
+    started = [s for s in services if s.pid() is None]
+    if started:
+        say(f"starting local stack services: {', '.join(s.name for s in started)}")
+    stack.up_services(services)
+    bench = Bench(args)
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    report: dict = {"generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    "machine": machine_facts()}  # fmt: skip
+    try:
+        data = bench.backlog(args.messages)
+        report["config"] = {
+            "messages": args.messages, "partitions": PARTITIONS, "range_size": args.range_size,
+            "schema_fields": len(SCHEMA["fields"]), "key_bytes": kb.VALUE_KEY_BYTES,
+            "mean_value_bytes": round(data["produce"]["value_bytes"] / args.messages, 1),
+            "compression": args.compression, "spark_master": "local[2]", "file_codec": "snappy",
+        }  # fmt: skip
+        report["produce"] = data["produce"]
+        report["baselines"] = bench.baselines(data)
+        if args.breakdown:
+            say(f"per-message steps of a stage task over {args.breakdown:,} messages")
+            report["breakdown_cpu_us_per_message"] = breakdown(bench.context(data, "local"), SCHEMA,
+                                                               args.breakdown)
+        report["stage"] = [bench.stage(data, "local"), bench.stage(data, "gcs")]
+        report["spark_start_seconds"] = bench.spark_start_seconds
+        for row in report["stage"]:
+            row["ratio_to_baseline"] = ratios(row, report["baselines"])
+        if args.profile:
+            out = args.json.parent / "stage_profile.txt"
+            report["stage"].append(bench.stage(data, "local", profile=out))
+            report["profile"] = {"raw": str(out), **summarize(out)}
+        if args.scale10:
+            big = bench.backlog(10 * args.messages)
+            report["scale10"] = {"messages": 10 * args.messages, "produce": big["produce"],
+                                 "stage": [bench.stage(big, "local"), bench.stage(big, "gcs")]}
+    finally:
+        report["load_average"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]}
+        bench.close()
+        if started:
+            stack.down_services([s for s in started if s.pid() is not None])
+    print_table(report)
+    if "breakdown_cpu_us_per_message" in report:
+        steps = dict(report["breakdown_cpu_us_per_message"])
+        print(f"\nstage task per-message steps, each alone over {steps.pop('messages'):,} messages "
+              "(CPU µs/message):")
+        for name, us in steps.items():
+            print(f"  {us:>8.2f}  {name}")
+    if "profile" in report:
+        print("\nprofile of the Python workers (self time, % of samples):")
+        for name, pct in report["profile"]["self_by_function"][:12]:
+            print(f"  {pct:5.1f}%  {name}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwritten {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
