@@ -60,6 +60,7 @@ from kbqe_dagster.core.load_state import (
 )
 from kbqe_dagster.core.naming import parse_listing
 from kbqe_dagster.core.selection import make_job_id, plan_load_jobs
+from kbqe_dagster.faults import crash_point
 from kbqe_dagster.loading.avro_header import read_avro_schema
 from kbqe_dagster.loading.manifests import FileFacts, read_file_facts
 from kbqe_dagster.loading.report import CompletedLoad, CycleReport, QuarantinedLoad
@@ -242,7 +243,9 @@ class LoadCoordinator:
             state = mark_failed(state, job.job_id, self.now(), str(error))
             self._save(state)
             return state, True
+        crash_point("load_before_submit")
         result = self.bigquery.submit_load(request)
+        crash_point("load_after_submit")
         if job.job_id not in self._fresh_ids:
             report.resubmitted.append(job.job_id)  # recorded by an earlier run, unknown to BigQuery
         if result.outcome is SubmitOutcome.TRANSIENT:
@@ -302,7 +305,7 @@ class LoadCoordinator:
         # Up to 10,000 deletes per job: in parallel, like the manifest reads. An exception
         # leaves the job pending, and the next poll deletes what is left.
         with ThreadPoolExecutor(max_workers=min(DELETE_THREADS, len(job.files))) as pool:
-            list(pool.map(self.store.delete, job.files))
+            list(pool.map(self._delete_loaded, job.files))
         state = mark_succeeded(state, job.job_id, self.now())
         self._save(state)
         completed = CompletedLoad(state.job(job.job_id), stats, facts, input_bytes)
@@ -314,6 +317,10 @@ class LoadCoordinator:
                 job.job_id, job.dataset, job.table, check.loaded, check.expected, check.source,
             )
         return state
+
+    def _delete_loaded(self, name: str) -> None:
+        self.store.delete(name)
+        crash_point("avro_deleted")
 
     def _quarantine(
         self, state: LoadState, job: LoadJobRecord, error: str, reason: str, report: CycleReport

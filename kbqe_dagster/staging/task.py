@@ -20,9 +20,7 @@ topic/partition/offset, and nothing of it is committed).
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import signal
 import tempfile
 import time
 from collections import Counter
@@ -51,6 +49,7 @@ from kbqe_dagster.core.naming import AvroFileName
 from kbqe_dagster.core.offsets import OffsetRange, StartPolicy
 from kbqe_dagster.core.routing import Router, RoutingInput
 from kbqe_dagster.core.wire import parse_frame
+from kbqe_dagster.faults import crash_point
 from kbqe_dagster.resources.kafka import KafkaSettings, read_range
 from kbqe_dagster.resources.schema_registry import RegistrySettings, SchemaLookup
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
@@ -297,22 +296,6 @@ class RangeStager:
 
 
 _DEAD_LETTER_PARSED = parse_schema(DEAD_LETTER_SCHEMA)
-_crash_counts: Counter[str] = Counter()
-
-
-def crash_point(name: str) -> None:
-    """Fault injection for the exactly-once tests: ``KBQE_CRASH_AT=avro_uploaded:2`` kills
-    this process with SIGKILL the 2nd time the stage reaches that point. Unset in production;
-    reading one environment variable per file (not per message) costs nothing."""
-    spec = os.environ.get("KBQE_CRASH_AT")
-    if not spec:
-        return
-    point, _, nth = spec.partition(":")
-    if point != name:
-        return
-    _crash_counts[name] += 1
-    if _crash_counts[name] >= int(nth or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _full_name(schema: Any) -> str | None:
