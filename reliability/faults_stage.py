@@ -1,0 +1,103 @@
+"""Faults of the stage side: a stage run SIGKILLed at a random commit point, and two writers
+of the same ranges at once (a zombie).
+
+A killed run is restarted at once by an undisturbed stage pass, whose recovery (roll
+forward of partially committed ranges, deletion of orphan avro files) is what the kill
+tests. Whether the end result is exactly once is decided by the final accounting.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter, defaultdict
+
+from kbqe_dagster.core.naming import parse_listing
+from reliability import children
+from reliability.harness import CHILD_TIMEOUT, SIGKILLED, Suite, SuiteFailure, join
+from reliability.report import STAGE_KILL_AVRO, STAGE_KILL_DONE, ZOMBIE
+from reliability.world import MAX_MESSAGES_PER_RANGE
+
+FILES_PER_RANGE = 3  # at least: page views, orders v1 and v2 in every 60-message range
+POINTS = {STAGE_KILL_AVRO: "avro_uploaded", STAGE_KILL_DONE: "done_created"}
+
+
+def _ranges_ahead(suite: Suite, before: int) -> int:
+    """Ranges the next stage run will plan for the messages produced after ``before``
+    messages (the earlier ones are staged: every kill is followed by a full restart)."""
+    per_partition = Counter(p for p, _ in list(suite.world.ledger.placed)[before:])
+    return sum(math.ceil(n / MAX_MESSAGES_PER_RANGE) for n in per_partition.values())
+
+
+def _staging_state(suite: Suite) -> tuple[int, int]:
+    """(avro files without their done file, ranges whose done files are incomplete)."""
+    listing = parse_listing(f.name for f in suite.world.store().list())
+    topic = suite.world.topic
+    done_keys = {d.key for d in listing.done if d.key.topic == topic}
+    orphans = sum(1 for a in listing.avro if a.key.topic == topic and a.key not in done_keys)
+    by_range: dict[tuple[int, int], list[bool]] = defaultdict(list)
+    for a in listing.avro:
+        if a.key.topic == topic:
+            by_range[(a.key.partition, a.key.first_offset)].append(a.key in done_keys)
+    partial = sum(1 for flags in by_range.values() if any(flags) and not all(flags))
+    return orphans, partial
+
+
+def stage_kill(suite: Suite, iteration: int, kind: str) -> None:
+    """Produce a batch, SIGKILL a stage run of it at ``kind``'s point after a random number
+    of passes, then restart."""
+    started = time.monotonic()
+    before = len(suite.world.ledger)
+    suite.produce(150, 300)
+    ranges = _ranges_ahead(suite, before)
+    nth = suite.rnd.randint(1, max(1, ranges * FILES_PER_RANGE))
+    spec = f"{POINTS[kind]}:{nth}"
+    code = suite.child(children.stage_run, suite.world.ctx, spec)
+    if code not in (0, SIGKILLED):
+        raise SuiteFailure(f"stage run with KBQE_CRASH_AT={spec} exited {code}")
+    orphans, partial = _staging_state(suite)
+    prep, results = suite.world.stage_pass()
+    detail = (f"KBQE_CRASH_AT={spec} of ~{ranges} ranges; left {orphans} orphan avro file(s), "
+              f"{partial} partly committed range(s); restart rolled forward "
+              f"{len(prep.rolled_forward)} done file(s), deleted {len(prep.orphans_deleted)} "
+              f"orphan(s), staged {len(results)} range(s)")
+    if code != SIGKILLED:
+        detail = f"run finished before the crash point ({detail})"
+    suite.record(kind, iteration, code == SIGKILLED, detail, started)
+
+
+def zombie(suite: Suite) -> None:
+    """Two writers stage the same planned ranges and commit at the same moment (Dagster's
+    one-run-per-topic limit bypassed): each range must be committed by exactly one."""
+    started = time.monotonic()
+    suite.produce(150, 250)
+    ranges = list(suite.world.prepare().plan.ranges)
+    if not ranges:
+        raise SuiteFailure("zombie: nothing planned")
+    # Kept referenced until the children end: a child unpickles them after start() returns.
+    barrier, outcome = suite.procs.Barrier(2), suite.procs.Queue()
+    read = {name: suite.procs.Event() for name in ("A", "B")}
+    procs = [suite.spawn(children.zombie_writer, suite.world.ctx, ranges, name, read[name],
+                         barrier, outcome) for name in ("A", "B")]
+    rows = [outcome.get(timeout=CHILD_TIMEOUT) for _ in range(2 * len(ranges))]
+    codes = [join(p) for p in procs]
+    if codes != [0, 0]:
+        raise SuiteFailure(f"zombie writers exited {codes}")
+    per_range: dict[tuple[int, int], list[tuple[str, int | None, bool]]] = defaultdict(list)
+    for name, partition, start, last, conflict in rows:
+        per_range[(partition, start)].append((name, last, conflict))
+    wins: Counter[str] = Counter()
+    for where, attempts in sorted(per_range.items()):
+        winners = [n for n, last, conflict in attempts if last is not None and not conflict]
+        losers = [n for n, _, conflict in attempts if conflict]
+        if len(winners) != 1 or len(losers) != 1:
+            raise SuiteFailure(f"zombie: range {where} committed by {winners}, refused for "
+                               f"{losers}: the create-only done file must admit exactly one")
+        wins[winners[0]] += 1
+    _, results = suite.world.stage_pass()
+    if results:
+        raise SuiteFailure(f"zombie: the next run re-staged {len(results)} committed range(s)")
+    suite.record(ZOMBIE, None, True,
+                 f"{len(ranges)} range(s) raced by two writers: A committed {wins['A']}, "
+                 f"B committed {wins['B']}, every loser stopped at the create-only done file",
+                 started)

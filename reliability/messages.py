@@ -1,0 +1,161 @@
+"""What the suite produces, and the ledger of where every produced offset must end up.
+
+Messages are drawn from a seeded ``random.Random``: orders (schema v1 into ``orders``, v2 —
+which adds a field — into ``orders_v2``) and page views, routed by their
+``datasetName``/``tableName`` fields into this run's own datasets, plus bad input of every kind the stage job dead-letters, each with the reason
+it must carry. The ledger maps each ``(partition, offset)`` Kafka assigned to what must be
+found there at the end: one row in one table on one event date, or one dead letter with one
+reason.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta, timezone
+
+from fastavro import parse_schema, schemaless_writer
+
+from kbqe_dagster.core.reasons import Reason
+from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.demo.samples import ORDER_V1, ORDER_V2, PAGE_VIEW, PING, SampleMessage
+
+# The schema ids the registry answers for kbqe_dagster.demo.samples.register_schemas.
+SchemaIds = dict[str, int]
+UNKNOWN_SCHEMA_ID = 999_999
+
+
+@dataclass(frozen=True)
+class Datasets:
+    """This run's destination datasets (nothing else is in the allow-list)."""
+
+    sales: str
+    web: str
+    dead: str
+
+    @property
+    def orders(self) -> tuple[str, str]:
+        return (self.sales, "orders")
+
+    @property
+    def orders_v2(self) -> tuple[str, str]:
+        return (self.sales, "orders_v2")
+
+    @property
+    def page_views(self) -> tuple[str, str]:
+        return (self.web, "page_views")
+
+
+@dataclass
+class Ledger:
+    """``(partition, offset)`` → the message produced there (``expect_table`` None: bad
+    input, dead-lettered with ``expect_reason``)."""
+
+    placed: dict[tuple[int, int], SampleMessage] = field(default_factory=dict)
+
+    def add(self, placed: dict[tuple[int, int], SampleMessage]) -> None:
+        overlap = set(placed) & set(self.placed)
+        if overlap:
+            raise AssertionError(f"Kafka reused positions {sorted(overlap)[:3]}")
+        self.placed.update(placed)
+
+    @property
+    def good(self) -> dict[tuple[int, int], SampleMessage]:
+        return {k: m for k, m in self.placed.items() if m.expect_table is not None}
+
+    @property
+    def bad(self) -> dict[tuple[int, int], SampleMessage]:
+        return {k: m for k, m in self.placed.items() if m.expect_table is None}
+
+    def __len__(self) -> int:
+        return len(self.placed)
+
+
+def _body(schema: dict, record: dict) -> bytes:
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(schema), record)
+    return out.getvalue()
+
+
+def _order(rnd: random.Random, ids: SchemaIds, ds: Datasets, i: int, day: date) -> SampleMessage:
+    record = {
+        "datasetName": ds.sales, "tableName": "orders", "orderId": f"o-{i}",
+        "customerId": rnd.randrange(10_000), "amountCents": rnd.randrange(100, 100_000),
+        "currency": rnd.choice(["EUR", "USD"]),
+        # Local time with an offset and a zone id: the event date is the local date.
+        "eventTime": f"{day.isoformat()}T{rnd.randrange(24):02d}:{rnd.randrange(60):02d}"
+                     f":00.000+02:00[Europe/Paris]",
+    }
+    key = f"c-{record['customerId']}".encode()
+    if rnd.random() < 0.5:
+        return SampleMessage(key, encode_frame(ids["orders_v1"], _body(ORDER_V1, record)),
+                             ds.orders, None, day.isoformat())
+    # Orders v2 go to a table of their own: the emulator cannot load an older schema's file
+    # into a table a newer schema widened (it matches Avro columns by position and refuses
+    # a file with fewer columns), which BigQuery does; schema evolution is not what this
+    # suite is about.
+    record = {**record, "tableName": "orders_v2", "coupon": f"c{i}"}
+    return SampleMessage(key, encode_frame(ids["orders_v2"], _body(ORDER_V2, record)),
+                         ds.orders_v2, None, day.isoformat())
+
+
+def _page_view(rnd: random.Random, ids: SchemaIds, ds: Datasets, i: int, day: date) -> SampleMessage:
+    moment = datetime.combine(day, time(rnd.randrange(24), rnd.randrange(60)), tzinfo=timezone.utc)
+    record = {
+        "datasetName": ds.web, "tableName": "page_views", "url": f"/p/{i}",
+        "sessionId": f"s-{rnd.randrange(5_000)}", "durationMs": rnd.randrange(60_000),
+        "occurredAt": moment,
+    }
+    value = encode_frame(ids["page_views"], _body(PAGE_VIEW, record))
+    return SampleMessage(None, value, ds.page_views, None, day.isoformat())
+
+
+def bad_message(rnd: random.Random, ids: SchemaIds, ds: Datasets) -> SampleMessage:
+    """One bad message of a randomly chosen kind, with the reason it must be dead-lettered
+    with (routing fields name this run's datasets, so the first check that fails is the
+    one the kind is about)."""
+    order = {
+        "datasetName": ds.sales, "tableName": "orders", "orderId": "bad", "customerId": 1,
+        "amountCents": 1, "currency": "EUR",
+        "eventTime": "2024-09-13T14:36:45.123+02:00[Europe/Paris]",
+    }
+    body = _body(ORDER_V1, order)
+    v1 = ids["orders_v1"]
+    kinds = [
+        (lambda: b"\x01" + body, Reason.BAD_MAGIC),
+        (lambda: b"\x00\x00", Reason.TOO_SHORT),
+        (lambda: encode_frame(UNKNOWN_SCHEMA_ID, body), Reason.UNKNOWN_SCHEMA_ID),
+        (lambda: encode_frame(ids["json"], b'{"x": "y"}'), Reason.NON_AVRO_SCHEMA),
+        (lambda: encode_frame(v1, body + b"\x00trailing"), Reason.BODY_DECODE_ERROR),
+        (lambda: encode_frame(v1, body[: len(body) // 2]), Reason.BODY_DECODE_ERROR),
+        (lambda: None, Reason.TOMBSTONE),
+        (lambda: encode_frame(ids["pings"], _body(PING, {
+            "datasetName": ds.web, "tableName": "pings", "note": "no time"})),
+         Reason.MISSING_EVENT_TIME),
+        (lambda: encode_frame(v1, _body(ORDER_V1, {**order, "eventTime": "not a time"})),
+         Reason.INVALID_EVENT_TIME),
+        (lambda: encode_frame(v1, _body(ORDER_V1, {**order, "tableName": ""})),
+         Reason.UNROUTABLE),
+        (lambda: encode_frame(v1, _body(ORDER_V1, {**order, "datasetName": "secret_hr"})),
+         Reason.DESTINATION_NOT_ALLOWED),
+    ]
+    make, reason = rnd.choice(kinds)
+    return SampleMessage(b"bad", make(), None, str(reason))
+
+
+def batch(rnd: random.Random, ids: SchemaIds, ds: Datasets, count: int, today: date,
+          bad_ratio: float = 0.03) -> list[SampleMessage]:
+    """``count`` messages: good ones over the last five event days, and bad ones (about
+    ``bad_ratio`` of them, at least one) mixed in at random positions."""
+    out: list[SampleMessage] = []
+    for i in range(count):
+        if rnd.random() < bad_ratio:
+            out.append(bad_message(rnd, ids, ds))
+            continue
+        day = today - timedelta(days=rnd.randrange(5))
+        maker = _order if rnd.random() < 0.5 else _page_view
+        out.append(maker(rnd, ids, ds, rnd.randrange(10**9), day))
+    if all(m.expect_table is not None for m in out):
+        out[rnd.randrange(len(out))] = bad_message(rnd, ids, ds)
+    return out

@@ -1,0 +1,131 @@
+"""The suite's result: what was injected, what was produced, what BigQuery holds — as a
+summary table for people and as JSON for CI and for comparing runs."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kbqe_dagster.cli_render import table
+from reliability.verify import Accounting
+
+# Every fault the suite injects; a run that did not inject each of them at least once
+# proves nothing about the missing ones (``SuiteReport.missing_faults``).
+STAGE_KILL_AVRO = "stage_kill_avro_uploaded"
+STAGE_KILL_DONE = "stage_kill_done_created"
+LOAD_KILL_BEFORE_SUBMIT = "load_kill_before_submit"
+LOAD_KILL_AFTER_SUBMIT = "load_kill_after_submit"
+LOAD_KILL_MID_DELETE = "load_kill_mid_delete"
+KAFKA_RESTART = "kafka_restart_mid_run"
+REGISTRY_DOWN = "registry_down"
+GCS_DOWN = "gcs_down_mid_upload"
+BIGQUERY_REFUSES = "bigquery_refuses_load"
+ZOMBIE = "zombie_concurrent_stage"
+
+STAGE_KILLS = (STAGE_KILL_AVRO, STAGE_KILL_DONE)
+LOAD_KILLS = (LOAD_KILL_BEFORE_SUBMIT, LOAD_KILL_AFTER_SUBMIT, LOAD_KILL_MID_DELETE)
+ALL_FAULTS = (*STAGE_KILLS, *LOAD_KILLS, KAFKA_RESTART, REGISTRY_DOWN, GCS_DOWN,
+              BIGQUERY_REFUSES, ZOMBIE)
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """One attempt to inject a fault: did it fire, and what the system did about it."""
+
+    kind: str
+    iteration: int | None
+    injected: bool
+    detail: str
+    seconds: float
+
+
+@dataclass
+class SuiteReport:
+    seed: int
+    iterations: int
+    long: bool
+    run_id: str = ""
+    topic: str = ""
+    messages_produced: int = 0
+    events: list[FaultEvent] = field(default_factory=list)
+    accounting: Accounting = field(default_factory=Accounting)
+    seconds: float = 0.0
+    error: str | None = None
+    """Set when the run stopped early (a fault could not be injected, a check failed)."""
+
+    @property
+    def faults_injected(self) -> dict[str, int]:
+        counts = Counter(e.kind for e in self.events if e.injected)
+        return {kind: counts.get(kind, 0) for kind in ALL_FAULTS}
+
+    @property
+    def missing_faults(self) -> list[str]:
+        return [kind for kind, n in self.faults_injected.items() if n == 0]
+
+    @property
+    def passed(self) -> bool:
+        return (self.error is None and not self.missing_faults
+                and self.accounting.exactly_once and self.messages_produced > 0
+                and self.accounting.produced == self.messages_produced)
+
+    def to_json(self) -> dict:
+        a = self.accounting
+        return {
+            "passed": self.passed,
+            "seed": self.seed,
+            "iterations": self.iterations,
+            "long": self.long,
+            "run_id": self.run_id,
+            "topic": self.topic,
+            "seconds": round(self.seconds, 1),
+            "faults_injected": self.faults_injected,
+            "missing_faults": self.missing_faults,
+            "messages_produced": self.messages_produced,
+            "duplicates": a.duplicates,
+            "losses": a.losses,
+            "misplaced": a.misplaced,
+            "unexpected": a.unexpected,
+            "avro_left_in_staging": a.avro_left_in_staging,
+            "rows_loaded": a.rows_loaded,
+            "dead_letters_loaded": a.dead_letters_loaded,
+            "bad_inputs_by_reason": a.bad_by_reason,
+            "samples": a.samples,
+            "error": self.error,
+            "events": [asdict(e) for e in self.events],
+        }
+
+    def write_json(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+    def render(self) -> str:
+        a = self.accounting
+        head = table(("", ""), [
+            ("result", "PASS" if self.passed else "FAIL"),
+            ("seed", str(self.seed)),
+            ("iterations", f"{self.iterations}{' (long)' if self.long else ''}"),
+            ("topic", self.topic),
+            ("seconds", f"{self.seconds:.1f}"),
+            ("messages produced", str(self.messages_produced)),
+            ("rows loaded", str(a.rows_loaded)),
+            ("dead letters loaded", str(a.dead_letters_loaded)),
+            ("duplicates found", str(a.duplicates)),
+            ("losses found", str(a.losses)),
+            ("misplaced", str(a.misplaced)),
+            ("unexpected rows", str(a.unexpected)),
+            ("avro left in staging", str(a.avro_left_in_staging)),
+        ])
+        attempts = Counter(e.kind for e in self.events)
+        faults = table(("fault", "injected", "attempts"), [
+            (kind, str(n), str(attempts.get(kind, 0))) for kind, n in self.faults_injected.items()
+        ])
+        reasons = table(("bad input reason", "dead letters"),
+                        [(r, str(n)) for r, n in a.bad_by_reason.items()] or [("-", "0")])
+        parts = [head, faults, reasons]
+        if a.samples:
+            parts.append("\n".join(f"{kind}: {', '.join(items)}" for kind, items in a.samples.items()))
+        if self.error:
+            parts.append(f"error: {self.error}")
+        return "\n\n".join(parts)

@@ -1,0 +1,69 @@
+"""Stopping a local-stack service for a fault, and always starting it again.
+
+The stack is shared with the rest of the test session, so a service the suite stops is up
+again before the suite moves on — also when the fault's own checks fail (``finally``). Only
+services of the stack home in use are touched, through their own pid files
+(``LocalService.down``/``up``); a service that is not ours cannot be stopped, and the fault
+is then reported as not injected instead of silently passing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from kbqe_dagster.localstack import stack
+from kbqe_dagster.localstack.base import LocalService, port_open
+from kbqe_dagster.localstack.endpoints import LocalEndpoints
+
+log = logging.getLogger(__name__)
+
+
+class FaultNotInjected(RuntimeError):
+    """The suite could not break what it meant to break; the run must not count it."""
+
+
+def service(name: str, endpoints: LocalEndpoints) -> LocalService:
+    (found,) = stack.build([name], endpoints=endpoints)
+    return found
+
+
+class Outage:
+    """A stopped service: ``restore()`` starts it again (idempotent), ``seconds`` is how long
+    it was down."""
+
+    def __init__(self, svc: LocalService) -> None:
+        self.service = svc
+        self.stopped_at = time.monotonic()
+        self.seconds: float | None = None
+
+    def restore(self) -> None:
+        if self.seconds is not None:
+            return
+        self.service.up()
+        self.seconds = time.monotonic() - self.stopped_at
+        log.info("%s is back after %.1fs", self.service.name, self.seconds)
+
+
+@contextmanager
+def outage(name: str, endpoints: LocalEndpoints) -> Iterator[Outage]:
+    """Stop ``name`` for the body of the ``with``; it is started again when the body calls
+    ``restore()`` or, at the latest, when the body ends (whatever the outcome)."""
+    svc = service(name, endpoints)
+    if svc.pid() is None:
+        raise FaultNotInjected(
+            f"{name} has no pid file under {svc.dirs.run}: it is not a service of this stack "
+            "home, so the suite cannot stop it"
+        )
+    svc.down()
+    if any(port_open(port) for port in svc.ports):
+        svc.up()
+        raise FaultNotInjected(f"{name} still answers on {svc.ports} after being stopped")
+    log.info("%s stopped (fault injection)", name)
+    down = Outage(svc)
+    try:
+        yield down
+    finally:
+        down.restore()
