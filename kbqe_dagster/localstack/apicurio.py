@@ -25,7 +25,6 @@ from typing import Sequence
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import HOST, LocalService, spawn
-from kbqe_dagster.localstack.endpoints import LocalEndpoints, local_endpoints
 from kbqe_dagster.localstack.jvm import DEPENDENCY_PLUGIN, install_once, require_java, run_maven
 from kbqe_dagster.localstack.probe import request_json
 
@@ -48,10 +47,6 @@ class ApicurioService(LocalService):
 
     name = "apicurio"
     start_timeout = 120.0
-
-    def __init__(self, home: Path | None = None, endpoints: LocalEndpoints | None = None) -> None:
-        super().__init__(home)
-        self.endpoints = endpoints or local_endpoints()
 
     @property
     def endpoint(self) -> str:

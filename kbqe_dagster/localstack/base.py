@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from kbqe_dagster.core.errors import StackError
+from kbqe_dagster.localstack.endpoints import LocalEndpoints, local_endpoints
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +194,9 @@ class LocalService:
     name: str = "service"
     start_timeout: float = 120.0
 
-    def __init__(self, home: Path | None = None) -> None:
+    def __init__(self, home: Path | None = None, endpoints: LocalEndpoints | None = None) -> None:
         self.dirs = ServiceDirs(self.name, home or stack_home())
+        self.endpoints = endpoints or local_endpoints()
 
     # --- to implement ---------------------------------------------------------------------
     @property

@@ -48,7 +48,7 @@ from typing import Sequence
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import HOST, LocalService, spawn
-from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT, LocalEndpoints, local_endpoints
+from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT, LocalEndpoints
 from kbqe_dagster.localstack.gcs import GcsService
 from kbqe_dagster.localstack.probe import request_json
 
@@ -142,17 +142,16 @@ class BigQueryEmulatorService(LocalService):
         self, home: Path | None = None, endpoints: LocalEndpoints | None = None,
         gcs_root: Path | None = None,
     ) -> None:
-        super().__init__(home)
-        self._endpoints = endpoints or local_endpoints()
-        self._gcs_root = gcs_root or GcsService(self.dirs.home, self._endpoints).filesystem_root
+        super().__init__(home, endpoints)
+        self._gcs_root = gcs_root or GcsService(self.dirs.home, self.endpoints).filesystem_root
 
     @property
     def endpoint(self) -> str:
-        return self._endpoints.bigquery_url
+        return self.endpoints.bigquery_url
 
     @property
     def ports(self) -> Sequence[int]:
-        return (self._endpoints.bigquery_port, self._endpoints.bigquery_grpc_port)
+        return (self.endpoints.bigquery_port, self.endpoints.bigquery_grpc_port)
 
     @property
     def project(self) -> str:
@@ -185,8 +184,8 @@ class BigQueryEmulatorService(LocalService):
     def launch(self) -> int:
         argv = [
             sys.executable, "-m", "bqemulator", "start",
-            "--rest-host", HOST, "--rest-port", str(self._endpoints.bigquery_port),
-            "--grpc-host", HOST, "--grpc-port", str(self._endpoints.bigquery_grpc_port),
+            "--rest-host", HOST, "--rest-port", str(self.endpoints.bigquery_port),
+            "--grpc-host", HOST, "--grpc-port", str(self.endpoints.bigquery_grpc_port),
             "--data-dir", str(self.database_dir),
             "--project", self.project,
             "--log-format", "console",

@@ -31,12 +31,7 @@ from typing import Sequence
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import HOST, LocalService, spawn
-from kbqe_dagster.localstack.endpoints import (
-    LOCAL_BUCKET,
-    LOCAL_PROJECT,
-    LocalEndpoints,
-    local_endpoints,
-)
+from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.localstack.probe import request_json
 
 log = logging.getLogger(__name__)
@@ -72,17 +67,13 @@ class GcsService(LocalService):
     name = "gcs"
     start_timeout = 30.0
 
-    def __init__(self, home: Path | None = None, endpoints: LocalEndpoints | None = None) -> None:
-        super().__init__(home)
-        self._endpoints = endpoints or local_endpoints()
-
     @property
     def endpoint(self) -> str:
-        return self._endpoints.gcs_url
+        return self.endpoints.gcs_url
 
     @property
     def ports(self) -> Sequence[int]:
-        return (self._endpoints.gcs_port,)
+        return (self.endpoints.gcs_port,)
 
     @property
     def filesystem_root(self) -> Path:
@@ -102,7 +93,7 @@ class GcsService(LocalService):
         self.filesystem_root.mkdir(parents=True, exist_ok=True)
 
     def launch(self) -> int:
-        port = str(self._endpoints.gcs_port)
+        port = str(self.endpoints.gcs_port)
         argv = [
             str(fake_gcs_binary()),
             "-scheme", "http",

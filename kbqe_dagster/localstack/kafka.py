@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import HOST, LocalService, port_open, spawn
-from kbqe_dagster.localstack.endpoints import LocalEndpoints, local_endpoints
+from kbqe_dagster.localstack.endpoints import LocalEndpoints
 from kbqe_dagster.localstack.jvm import (
     DEPENDENCY_PLUGIN, install_once, require_java, run_maven,
 )
@@ -111,10 +111,6 @@ class KafkaService(LocalService):
 
     name = "kafka"
     start_timeout = 120.0
-
-    def __init__(self, home: Path | None = None, endpoints: LocalEndpoints | None = None) -> None:
-        super().__init__(home)
-        self.endpoints = endpoints or local_endpoints()
 
     @property
     def endpoint(self) -> str:
