@@ -23,6 +23,7 @@ REGISTRY_DOWN = "registry_down"
 GCS_DOWN = "gcs_down_mid_upload"
 BIGQUERY_REFUSES = "bigquery_refuses_load"
 ZOMBIE = "zombie_concurrent_stage"
+ZOMBIE_LATE = "zombie_late_upload"  # opt-in probe of a known gap (--late-zombie)
 
 STAGE_KILLS = (STAGE_KILL_AVRO, STAGE_KILL_DONE)
 LOAD_KILLS = (LOAD_KILL_BEFORE_SUBMIT, LOAD_KILL_AFTER_SUBMIT, LOAD_KILL_MID_DELETE)
@@ -58,11 +59,12 @@ class SuiteReport:
     @property
     def faults_injected(self) -> dict[str, int]:
         counts = Counter(e.kind for e in self.events if e.injected)
-        return {kind: counts.get(kind, 0) for kind in ALL_FAULTS}
+        extra = sorted(set(counts) - set(ALL_FAULTS))
+        return {kind: counts.get(kind, 0) for kind in (*ALL_FAULTS, *extra)}
 
     @property
     def missing_faults(self) -> list[str]:
-        return [kind for kind, n in self.faults_injected.items() if n == 0]
+        return [kind for kind in ALL_FAULTS if self.faults_injected[kind] == 0]
 
     @property
     def passed(self) -> bool:

@@ -1,0 +1,74 @@
+"""The fault-injection suite (``reliability/``), bounded, on the real local stack: every
+fault kind fires at least once and BigQuery ends up with every produced offset exactly once.
+
+One seeded run of three iterations (each load crash point once, both stage crash points)
+plus the one-off faults: a Kafka broker restart, the registry down, fake-gcs-server down
+between two uploads, BigQuery refusing a table, a zombie writer. A fault that never fired
+fails this test: it would prove nothing. The long run is ``make faults ARGS=--long``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from kbqe_dagster.core.reasons import Reason
+from kbqe_dagster.localstack import stack
+from reliability.fault_suite import run_suite
+from reliability.report import ALL_FAULTS
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SEED = 7
+ITERATIONS = 3
+
+
+@pytest.fixture(scope="module")
+def suite_report(local_stack):
+    return run_suite(SEED, ITERATIONS, endpoints=local_stack)
+
+
+def test_every_fault_kind_was_injected(suite_report) -> None:
+    assert suite_report.error is None, suite_report.render()
+    assert suite_report.missing_faults == [], suite_report.render()
+    assert set(ALL_FAULTS) <= {k for k, n in suite_report.faults_injected.items() if n >= 1}
+    stage_kills = [e for e in suite_report.events if e.kind.startswith("stage_kill")]
+    assert len(stage_kills) == ITERATIONS and all(e.injected for e in stage_kills)
+
+
+def test_every_produced_offset_is_in_bigquery_exactly_once(suite_report) -> None:
+    a = suite_report.accounting
+    assert suite_report.messages_produced > 1_000
+    assert a.produced == suite_report.messages_produced
+    assert (a.duplicates, a.losses, a.misplaced, a.unexpected) == (0, 0, 0, 0), a.samples
+    assert a.avro_left_in_staging == 0, a.samples
+    assert a.rows_loaded == a.good and a.dead_letters_loaded == a.bad
+    assert a.rows_loaded + a.dead_letters_loaded == suite_report.messages_produced
+
+
+def test_bad_input_is_dead_lettered_with_its_reason(suite_report) -> None:
+    reasons = suite_report.accounting.bad_by_reason
+    assert set(reasons) <= {str(r) for r in Reason}
+    assert sum(reasons.values()) == suite_report.accounting.bad > 0
+    assert len(reasons) >= 5, "the seeded batches mix many kinds of bad input"
+
+
+def test_the_summary_renders_and_serializes(suite_report, tmp_path) -> None:
+    path = tmp_path / "faults.json"
+    suite_report.write_json(path)
+    doc = json.loads(path.read_text())
+    assert doc["passed"] is True
+    assert (doc["duplicates"], doc["losses"]) == (0, 0)
+    assert doc["messages_produced"] == suite_report.messages_produced
+    assert set(doc["faults_injected"]) >= set(ALL_FAULTS)
+    rendered = suite_report.render()
+    assert re.search(r"^result\s+PASS$", rendered, re.M)
+    assert re.search(r"^duplicates found\s+0$", rendered, re.M)
+    assert re.search(r"^losses found\s+0$", rendered, re.M)
+
+
+def test_every_service_the_suite_stopped_is_running_again(suite_report, local_stack) -> None:
+    states = {s.name: s.running for s in stack.status(endpoints=local_stack)}
+    assert states == {"kafka": True, "apicurio": True, "gcs": True, "bigquery": True}
