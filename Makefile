@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-unit stack-up stack-down stack-status dev validate bench clean-local
+.PHONY: install demo test test-unit stack-up stack-down stack-status dev validate bench faults clean-local
 
 install: $(STAMP)
 
@@ -46,6 +46,10 @@ dev: install
 
 bench: install
 	$(BIN)/python bench/bench_stage.py
+
+# The fault-injection suite on the local stack (docs/operations.md); ARGS="--long" for the long run.
+faults: install
+	$(BIN)/python reliability/fault_suite.py --seed 7 --json reliability/results/faults.json $(ARGS)
 
 clean-local: stack-down
 	rm -rf .kbqe-local/run
