@@ -4,7 +4,8 @@ py-spy attaches to the PySpark daemon with ``--subprocesses``, so every worker i
 stage task is sampled; ``raw`` output (collapsed stacks, one ``frame;frame;... count`` per
 line) keeps line numbers, so the summary can say both which functions and which lines of
 them the samples fall in. Idle samples (a worker waiting for its next task) are left out by
-py-spy itself.
+py-spy itself. Self time in ``manager (daemon.py)`` is PySpark's ``gc.collect()`` after every
+task in a reused worker, not waiting.
 """
 
 from __future__ import annotations

@@ -108,12 +108,16 @@ class TreeSampler:
     samples: int = 0
     worker_pids: set[int] = field(default_factory=set)
     loads: list[float] = field(default_factory=list)
+    series: list[tuple[float, float, float, float]] = field(default_factory=list)
+    """Once a second: (seconds, driver MB, workers MB, largest worker MB), to see whether
+    memory levels off over many tasks or keeps growing."""
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
         self._cpu_start: dict[int, float] = {}
         self._cpu_last: dict[int, tuple[str, float]] = {}
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._started = time.monotonic()
 
     def __enter__(self) -> TreeSampler:
         for s in process_tree(self.root):
@@ -144,6 +148,9 @@ class TreeSampler:
         for key, value in totals.items():
             self.peak[key] = max(self.peak.get(key, 0), value)
         self.loads.append(os.getloadavg()[0])
+        if self.samples % max(1, round(1 / self.interval)) == 0:
+            self.series.append((round(time.monotonic() - self._started, 1),
+                                *(round(totals.get(k, 0) / MB, 1) for k in ("driver", "worker", "worker_process"))))
         self.samples += 1
 
     def cpu_seconds(self) -> dict[str, float]:
@@ -161,6 +168,8 @@ class TreeSampler:
             "worker_processes_seen": len(self.worker_pids),
             "samples": self.samples,
             "load_1min": {"max": round(max(loads), 2), "mean": round(sum(loads) / len(loads), 2)},
+            "rss_series_mb": {"columns": ["s", "driver", "workers", "largest_worker"],
+                              "rows": self.series},
         }
 
 

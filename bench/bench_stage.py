@@ -7,8 +7,10 @@ In one run:
    16-byte keys) produced by an idempotent confluent-kafka producer (rate reported);
 2. the baseline: a plain confluent-kafka consumer reading every partition from offset 0 to
    the high watermarks with ``consume(10_000)``, in 1 process and in 2 processes of 2
-   partitions each (what Spark ``local[2]`` can use), plus the stage job's own reader
-   (``read_range``) in 2 processes to separate reading from staging;
+   partitions each (what Spark ``local[2]`` can use), with librdkafka's defaults and with its
+   1 s fetch-queue backoff turned off (``raw_tuned``, the faster of which is the reference of
+   the ratio), plus the stage job's own reader (``read_range``) in 2 processes; then each
+   per-message step of a stage task timed alone (``--breakdown``, in a child process);
 3. the stage job, ``run_stage`` on Spark ``local[2]`` over the whole backlog, staging to a
    local directory and to the fake-GCS bucket, while the driver (this process + the Spark
    JVM) and the Python workers are sampled at 5 Hz for RSS and CPU;
@@ -224,9 +226,10 @@ def ratios(stage: dict, baselines: list[dict]) -> dict:
 
 
 def reference(baselines: list[dict]) -> dict:
-    """The baseline the target is judged against: the fastest plain consumer with the two
-    processes Spark local[2] has (librdkafka's fetch backoff stall tuned away)."""
-    return next(b for b in baselines if b["reader"] == "raw_tuned" and b["processes"] == 2)
+    """The baseline the target is judged against: the faster of the tuned plain consumers
+    (1 or 2 processes; on a busy 2-core machine two readers and the broker do not always beat
+    one). The stricter choice: the JSON has the ratio to every baseline."""
+    return max((b for b in baselines if b["reader"] == "raw_tuned"), key=lambda b: b["messages_per_s"])
 
 
 def print_table(report: dict) -> None:
@@ -248,7 +251,8 @@ def print_table(report: dict) -> None:
         rss = f"{s['peak_rss_mb'].get('driver', 0):.0f}/{s['peak_rss_mb'].get('worker', 0):.0f}"
         print(f"{name:34s} {s['messages_per_s']:>10,d} {s['mb_per_s']:>7.1f} {s['seconds']:>7.2f} "
               f"{s['cpu_us_per_message']:>10.2f} {s['messages_per_s'] / base:>7.2f} {rss:>16s}")
-    print("* ratio to baseline raw_tuned, 2 proc; target stage >= "
+    ref = reference(report["baselines"])
+    print(f"* ratio to the best baseline (raw_tuned, {ref['processes']} proc); target stage >= "
           f"{TARGET_RATIO}x. Load average (1 min) before/after: {report['load_average']}")
 
 
@@ -280,8 +284,6 @@ def main(argv: list[str] | None = None) -> int:
                                                                args.breakdown)
         report["stage"] = [bench.stage(data, "local"), bench.stage(data, "gcs")]
         report["spark_start_seconds"] = bench.spark_start_seconds
-        for row in report["stage"]:
-            row["ratio_to_baseline"] = ratios(row, report["baselines"])
         if args.profile:
             out = args.json.parent / "stage_profile.txt"
             report["stage"].append(bench.stage(data, "local", profile=out))
@@ -290,6 +292,10 @@ def main(argv: list[str] | None = None) -> int:
             big = bench.backlog(10 * args.messages)
             report["scale10"] = {"messages": 10 * args.messages, "produce": big["produce"],
                                  "stage": [bench.stage(big, "local"), bench.stage(big, "gcs")]}
+        ref = reference(report["baselines"])
+        report["reference_baseline"] = f"{ref['reader']}_{ref['processes']}p"
+        for row in report["stage"] + report.get("scale10", {}).get("stage", []):
+            row["ratio_to_baseline"] = ratios(row, report["baselines"])
     finally:
         report["load_average"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]}
         bench.close()
