@@ -215,7 +215,7 @@ def machine_facts() -> dict:
         "platform": platform.platform(),
         "java": (java.stderr.splitlines() or ["?"])[0],
         "versions": {
-            "confluent_kafka": confluent_kafka.version()[0],
+            "confluent_kafka": getattr(confluent_kafka, "__version__", None),
             "librdkafka": confluent_kafka.libversion()[0],
             "pyspark": _version("pyspark"),
             "fastavro": _version("fastavro"),
