@@ -20,6 +20,7 @@ topic/partition/offset, and nothing of it is committed).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -341,10 +342,37 @@ def _full_name(schema: Any) -> str | None:
     return name if "." in name or not namespace else f"{namespace}.{name}"
 
 
+WORKDIR_PREFIX = "kbqe-stage-"
+
+
+def remove_abandoned_workdirs(root: Path | None = None) -> int:
+    """Delete the temp dirs of stage tasks whose process is gone (killed tasks never reach
+    their cleanup); the pid is part of each dir's name. Returns how many were removed."""
+    root = Path(root or tempfile.gettempdir())
+    removed = 0
+    for path in root.glob(f"{WORKDIR_PREFIX}*"):
+        pid = path.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def stage_range(ctx: StageContext, rng: OffsetRange) -> RangeResult:
     """Stage and commit ``rng`` (runs inside a Spark task)."""
     started = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix=f"kbqe-stage-{rng.partition}-{rng.start}-"))
+    remove_abandoned_workdirs()
+    workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{rng.partition}-{rng.start}-"))
     try:
         stager = RangeStager(ctx, rng, workdir)
         position: list[int] = []
