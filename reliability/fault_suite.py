@@ -3,6 +3,8 @@
 On the real local stack (Kafka, Apicurio, fake-gcs-server, the BigQuery emulator), with a
 topic, staging prefix and datasets of its own, a seeded run does:
 
+- first, on the fresh topic: SIGKILL a stage run in a partition's first range after its later
+  ranges committed, and restart it;
 - ``--iterations`` times: produce a batch, SIGKILL a stage run after a random number of avro
   uploads or done files, restart it; SIGKILL a load cycle before a submit, after a submit or
   in the middle of its deletes, restart it; apply done-file retention;
@@ -79,6 +81,8 @@ def schedule(suite: Suite, iterations: int, late_zombie: bool = False) -> list[t
         steps.append((f"iteration {i}: {sk} + {lk}", iteration))
     for name, step in ONE_OFFS:
         steps.insert(rnd.randint(1, len(steps)), (name, step))
+    # On the fresh topic: a partition's first ranges exist only before its first commit.
+    steps.insert(0, ("first range killed", faults_stage.first_range_killed))
     if late_zombie:
         steps.append(("late zombie", faults_stage.late_zombie))
     return steps

@@ -95,7 +95,7 @@ def bigquery_refuses(suite: Suite) -> None:
     other tables load; released by the operator command, the files then load once."""
     started = time.monotonic()
     world = suite.world
-    suite.produce(150, 250)
+    suite.produce(150, 250, BIGQUERY_REFUSES)
     world.stage_pass()
     dataset, table = suite.rnd.choice(world.tables)
     loads = world.bigquery()

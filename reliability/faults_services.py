@@ -32,7 +32,7 @@ def _committed_or_failed(result: dict) -> str:
 def kafka_restart(suite: Suite) -> None:
     """Stop and start the broker between two ranges of a running stage run."""
     started = time.monotonic()
-    suite.produce(250, 350)
+    suite.produce(250, 350, KAFKA_RESTART)
     staged_first, resume = suite.procs.Event(), suite.procs.Event()
     outcome = suite.procs.Queue()
     proc = suite.spawn(children.stage_run_paused, suite.world.ctx, staged_first, resume, outcome)
@@ -72,7 +72,7 @@ def registry_down(suite: Suite) -> None:
     """A range staged while the registry is down fails with RegistryUnavailableError after
     the client's retries, commits nothing and dead-letters nothing."""
     started = time.monotonic()
-    suite.produce(100, 200)
+    suite.produce(100, 200, REGISTRY_DOWN)
     world = suite.world
     registry = world.endpoints.registry_url
     ranges = list(world.prepare().plan.ranges)
@@ -128,7 +128,7 @@ def gcs_down(suite: Suite) -> None:
     it may exist during the outage; after it, the upload's retry commits it or the range
     fails (``--long``: past the retry deadline) and the restart stages it once."""
     started = time.monotonic()
-    suite.produce(100, 200)
+    suite.produce(100, 200, GCS_DOWN)
     done_before = _done_files_on_disk(suite)
     uploaded, resume = suite.procs.Event(), suite.procs.Event()
     outcome = suite.procs.Queue()

@@ -14,23 +14,32 @@ from collections import Counter, defaultdict
 from kbqe_dagster.core.naming import parse_listing
 from reliability import children
 from reliability.harness import CHILD_TIMEOUT, SIGKILLED, Suite, SuiteFailure, join
-from reliability.report import STAGE_KILL_AVRO, STAGE_KILL_DONE, ZOMBIE, ZOMBIE_LATE
+from kbqe_dagster.core.offsets import OffsetRange
+from reliability.report import (
+    STAGE_KILL_AVRO,
+    STAGE_KILL_DONE,
+    STAGE_KILL_FIRST_RANGE,
+    ZOMBIE,
+    ZOMBIE_LATE,
+)
 
 POINTS = {STAGE_KILL_AVRO: "avro_uploaded", STAGE_KILL_DONE: "done_created"}
 
 
-def _files_ahead(suite: Suite) -> tuple[int, int]:
-    """(ranges, avro files) the next stage run will write: the plan (the last step ended with
-    a full restart, so planning here recovers nothing) and, per range, one file per distinct
-    destination of its messages in the ledger (one schema per table; bad input → dead
-    letters). A crash point numbered up to the file count always fires."""
-    ranges = suite.world.prepare().plan.ranges
+def _files_of(suite: Suite, rng: OffsetRange) -> int:
+    """The avro files staging ``rng`` writes: one per distinct destination of its messages
+    in the ledger (one schema per table; bad input → the dead-letter file)."""
     placed = suite.world.ledger.placed
-    files = 0
-    for rng in ranges:
-        files += len({placed[(rng.partition, o)].expect_table
-                      for o in range(rng.start, rng.end_exclusive) if (rng.partition, o) in placed})
-    return len(ranges), files
+    return len({placed[(rng.partition, o)].expect_table
+                for o in range(rng.start, rng.end_exclusive) if (rng.partition, o) in placed})
+
+
+def _files_ahead(suite: Suite) -> tuple[int, int]:
+    """(ranges, avro files) the next stage run will write (the last step ended with a full
+    restart, so planning here recovers nothing). A crash point numbered up to the file
+    count always fires."""
+    ranges = suite.world.prepare().plan.ranges
+    return len(ranges), sum(_files_of(suite, rng) for rng in ranges)
 
 
 def _staging_state(suite: Suite) -> tuple[int, int]:
@@ -51,7 +60,7 @@ def stage_kill(suite: Suite, iteration: int, kind: str) -> None:
     """Produce a batch, SIGKILL a stage run of it at ``kind``'s point after a random number
     of passes, then restart."""
     started = time.monotonic()
-    suite.produce(150, 300)
+    suite.produce(150, 300, f"iteration {iteration}")
     ranges, files = _files_ahead(suite)
     spec = f"{POINTS[kind]}:{suite.rnd.randint(1, max(1, files))}"
     code = suite.child(children.stage_run, suite.world.ctx, spec)
@@ -68,11 +77,38 @@ def stage_kill(suite: Suite, iteration: int, kind: str) -> None:
     suite.record(kind, iteration, code == SIGKILLED, detail, started)
 
 
+def first_range_killed(suite: Suite) -> None:
+    """On a fresh topic, a stage run commits every partition's later ranges, then is killed
+    while uploading the first range of partition 0 (the other first ranges never start).
+    The restart must stage every first range: offsets before a partition's first committed
+    range are a hole like any other, not a place to start from."""
+    started = time.monotonic()
+    world = suite.world
+    if any(f.name.endswith(".done") for f in world.store().list()):
+        raise SuiteFailure(f"{STAGE_KILL_FIRST_RANGE} needs a topic without done files")
+    suite.produce(400, 450, STAGE_KILL_FIRST_RANGE)
+    ranges = world.prepare().plan.ranges
+    first = {p: min(r.start for r in ranges if r.partition == p) for p in {r.partition for r in ranges}}
+    later = [r for r in ranges if r.start != first[r.partition]]
+    if len({r.partition for r in later}) != len(first):
+        raise SuiteFailure(f"{STAGE_KILL_FIRST_RANGE}: every partition needs two ranges")
+    spec = f"avro_uploaded:{sum(_files_of(suite, r) for r in later) + 1}"
+    code = suite.child(children.stage_run_first_ranges_last, world.ctx, spec)
+    if code != SIGKILLED:
+        raise SuiteFailure(f"{STAGE_KILL_FIRST_RANGE}: KBQE_CRASH_AT={spec} exited {code}")
+    prep, results = world.stage_pass()
+    restaged = sum(1 for r in results if r.start == first[r.partition])
+    suite.record(STAGE_KILL_FIRST_RANGE, None, True,
+                 f"KBQE_CRASH_AT={spec}: {len(later)} later range(s) committed, killed in the "
+                 f"first range of partition 0; restart deleted {len(prep.orphans_deleted)} "
+                 f"orphan(s) and staged {restaged} of {len(first)} first range(s)", started)
+
+
 def zombie(suite: Suite) -> None:
     """Two writers stage the same planned ranges and commit at the same moment (Dagster's
     one-run-per-topic limit bypassed): each range must be committed by exactly one."""
     started = time.monotonic()
-    suite.produce(150, 250)
+    suite.produce(150, 250, ZOMBIE)
     ranges = list(suite.world.prepare().plan.ranges)
     if not ranges:
         raise SuiteFailure("zombie: nothing planned")
@@ -111,7 +147,7 @@ def late_zombie(suite: Suite) -> None:
     come back after the load; only its done file is refused. Opt-in (``--late-zombie``):
     it shows a known gap, see docs/operations.md."""
     started = time.monotonic()
-    suite.produce(100, 150)
+    suite.produce(100, 150, ZOMBIE_LATE)
     ranges = list(suite.world.prepare().plan.ranges)
     read_done, wake, outcome = suite.procs.Event(), suite.procs.Event(), suite.procs.Queue()
     proc = suite.spawn(children.zombie_writer, suite.world.ctx, ranges, "Z", read_done, wake,

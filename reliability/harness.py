@@ -4,9 +4,11 @@ random source, and starting a child process and waiting for its end."""
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
 from typing import Any, Callable
 
 from reliability import children
@@ -25,6 +27,9 @@ class SuiteFailure(AssertionError):
 
 @dataclass
 class Suite:
+    """One suite run in progress: its world, its report, the forkserver its children come
+    from, and whether this is the long run."""
+
     world: World
     report: SuiteReport
     procs: BaseContext
@@ -35,29 +40,23 @@ class Suite:
         return cls(world, report, children.context(), long)
 
     @property
-    def rnd(self):
+    def rnd(self) -> random.Random:
         return self.world.rnd
 
-    def produce(self, low: int, high: int) -> int:
-        count = self.world.produce_batch(self.rnd.randint(low, high))
+    def produce(self, low: int, high: int, step: str) -> int:
+        """Produce between ``low`` and ``high`` messages for ``step`` (a fault kind, or
+        ``iteration N``)."""
+        count = self.world.produce_batch(self.rnd.randint(low, high), step)
         self.report.messages_produced += count
         return count
 
-    def child(self, target: Callable[..., None], *args: Any,
-              timeout: float = CHILD_TIMEOUT) -> int:
+    def child(self, target: Callable[..., None], *args: Any) -> int:
         """Run ``target(*args)`` in a child and return its exit code (-9: SIGKILLed)."""
-        proc = self.procs.Process(target=target, args=args, daemon=True)
-        proc.start()
-        proc.join(timeout)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(10)
-            raise SuiteFailure(f"{target.__name__} did not finish within {timeout:.0f}s")
-        return int(proc.exitcode if proc.exitcode is not None else -1)
+        return join(self.spawn(target, *args))
 
-    def spawn(self, target: Callable[..., None], *args: Any):
+    def spawn(self, target: Callable[..., None], *args: Any) -> BaseProcess:
         """Start ``target(*args)`` in a child and return the process (the caller joins it)."""
-        proc = self.procs.Process(target=target, args=args, daemon=True)
+        proc = self.procs.Process(target=target, args=args, daemon=True)  # type: ignore[attr-defined]
         proc.start()
         return proc
 
@@ -70,7 +69,7 @@ class Suite:
         return event
 
 
-def join(proc, timeout: float = CHILD_TIMEOUT) -> int:
+def join(proc: BaseProcess, timeout: float = CHILD_TIMEOUT) -> int:
     """Wait for a child started with :meth:`Suite.spawn`; kill it when it overstays."""
     proc.join(timeout)
     if proc.is_alive():

@@ -53,12 +53,15 @@ class Ledger:
     input, dead-lettered with ``expect_reason``)."""
 
     placed: dict[tuple[int, int], SampleMessage] = field(default_factory=dict)
+    step_of: dict[tuple[int, int], str] = field(default_factory=dict)
+    """The suite step that produced each position, so an error points at its fault."""
 
-    def add(self, placed: dict[tuple[int, int], SampleMessage]) -> None:
+    def add(self, placed: dict[tuple[int, int], SampleMessage], step: str) -> None:
         overlap = set(placed) & set(self.placed)
         if overlap:
             raise AssertionError(f"Kafka reused positions {sorted(overlap)[:3]}")
         self.placed.update(placed)
+        self.step_of.update(dict.fromkeys(placed, step))
 
     @property
     def good(self) -> dict[tuple[int, int], SampleMessage]:

@@ -15,6 +15,7 @@ from reliability.verify import Accounting
 # proves nothing about the missing ones (``SuiteReport.missing_faults``).
 STAGE_KILL_AVRO = "stage_kill_avro_uploaded"
 STAGE_KILL_DONE = "stage_kill_done_created"
+STAGE_KILL_FIRST_RANGE = "stage_kill_first_range"
 LOAD_KILL_BEFORE_SUBMIT = "load_kill_before_submit"
 LOAD_KILL_AFTER_SUBMIT = "load_kill_after_submit"
 LOAD_KILL_MID_DELETE = "load_kill_mid_delete"
@@ -27,8 +28,8 @@ ZOMBIE_LATE = "zombie_late_upload"  # opt-in probe of a known gap (--late-zombie
 
 STAGE_KILLS = (STAGE_KILL_AVRO, STAGE_KILL_DONE)
 LOAD_KILLS = (LOAD_KILL_BEFORE_SUBMIT, LOAD_KILL_AFTER_SUBMIT, LOAD_KILL_MID_DELETE)
-ALL_FAULTS = (*STAGE_KILLS, *LOAD_KILLS, KAFKA_RESTART, REGISTRY_DOWN, GCS_DOWN,
-              BIGQUERY_REFUSES, ZOMBIE)
+ALL_FAULTS = (*STAGE_KILLS, STAGE_KILL_FIRST_RANGE, *LOAD_KILLS, KAFKA_RESTART, REGISTRY_DOWN,
+              GCS_DOWN, BIGQUERY_REFUSES, ZOMBIE)
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class SuiteReport:
             "rows_loaded": a.rows_loaded,
             "dead_letters_loaded": a.dead_letters_loaded,
             "bad_inputs_by_reason": a.bad_by_reason,
+            "by_step": a.by_step,
             "samples": a.samples,
             "error": self.error,
             "events": [asdict(e) for e in self.events],
@@ -126,6 +128,11 @@ class SuiteReport:
         reasons = table(("bad input reason", "dead letters"),
                         [(r, str(n)) for r, n in a.bad_by_reason.items()] or [("-", "0")])
         parts = [head, faults, reasons]
+        wrong = [(step, c) for step, c in a.by_step.items() if a.errors_of(step)]
+        if wrong:
+            parts.append(table(("step with errors", "produced", "duplicates", "losses", "misplaced"),
+                               [(step, *(str(c[k]) for k in ("produced", "duplicates", "losses", "misplaced")))
+                                for step, c in wrong]))
         if a.samples:
             parts.append("\n".join(f"{kind}: {', '.join(items)}" for kind, items in a.samples.items()))
         if self.error:

@@ -40,6 +40,13 @@ class Accounting:
     bad_by_reason: dict[str, int] = field(default_factory=dict)
     avro_left_in_staging: int = 0
     samples: dict[str, list[str]] = field(default_factory=dict)
+    by_step: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per suite step (the fault that produced the messages): produced, duplicates,
+    losses, misplaced."""
+
+    def errors_of(self, step: str) -> int:
+        counts = self.by_step.get(step, {})
+        return sum(counts.get(k, 0) for k in ("duplicates", "losses", "misplaced"))
 
     @property
     def exactly_once(self) -> bool:
@@ -86,18 +93,24 @@ def account(world: World) -> Accounting:
     dead_table = ".".join(world.dead_letter_table)
     reasons: Counter[str] = Counter()
 
+    by_step: dict[str, Counter[str]] = defaultdict(Counter)
+
     def note(kind: str, text: str) -> None:
         if len(samples[kind]) < SAMPLE:
             samples[kind].append(text)
 
     for where, message in ledger.placed.items():
+        step = by_step[ledger.step_of.get(where, "?")]
+        step["produced"] += 1
         copies = found.get(where, [])
         if not copies:
             out.losses += 1
+            step["losses"] += 1
             note("losses", f"{where}")
             continue
         if len(copies) > 1:
             out.duplicates += len(copies) - 1
+            step["duplicates"] += len(copies) - 1
             note("duplicates", f"{where} x{len(copies)}: {copies}")
         location, detail = copies[0]
         if message.expect_table is None:
@@ -108,6 +121,7 @@ def account(world: World) -> Accounting:
             expected = (".".join(message.expect_table), str(message.event_date))
         if (location, detail) != expected:
             out.misplaced += 1
+            step["misplaced"] += 1
             note("misplaced", f"{where}: found {location} {detail}, expected {expected}")
     for where in found.keys() - ledger.placed.keys():
         out.unexpected += len(found[where])
@@ -121,4 +135,6 @@ def account(world: World) -> Accounting:
     for name in left[:SAMPLE]:
         note("avro_left_in_staging", name)
     out.samples = dict(samples)
+    out.by_step = {name: {k: counts.get(k, 0) for k in ("produced", "duplicates", "losses", "misplaced")}
+                   for name, counts in by_step.items()}
     return out

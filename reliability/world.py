@@ -116,10 +116,11 @@ class World:
         return local_loads(self.endpoints)
 
     # --- producing --------------------------------------------------------------------------
-    def produce_batch(self, count: int) -> int:
-        """Produce ``count`` seeded messages and record where Kafka put them."""
+    def produce_batch(self, count: int, step: str) -> int:
+        """Produce ``count`` seeded messages for ``step`` and record where Kafka put them."""
         messages = batch(self.rnd, self.ids, self.datasets, count, self.today)
-        self.ledger.add(produce(self.endpoints.kafka_bootstrap, self.topic, messages, PARTITIONS))
+        placed = produce(self.endpoints.kafka_bootstrap, self.topic, messages, PARTITIONS)
+        self.ledger.add(placed, step)
         return len(messages)
 
     # --- undisturbed steps (the restarts) ---------------------------------------------------
