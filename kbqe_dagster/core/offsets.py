@@ -369,7 +369,15 @@ def _plan_partition(
         spans = holes + tail
         resume = spans[0][0] if spans else max(chain.committed_end, low)
 
-    budget = per_run
+    # A partition's first commit anchors its chain: recovery starts the chain at the lowest
+    # committed range. If a partition without any done file were split into parallel ranges
+    # and its first range failed while a later one committed, the chain would start at the
+    # later range and the failed one would never be staged (found by the fault suite). So
+    # until a partition has a commit or a pin, a run stages one range of it; later runs
+    # split freely, a failed range then being a hole after the anchor.
+    unanchored = chain is None and pin is None
+    run_budget = min(per_run, per_range) if unanchored else per_run
+    budget = run_budget
     planned: list[list[OffsetRange]] = [[], []]
     for kind, spans_of_kind in enumerate((holes, tail)):
         for start, end in spans_of_kind:
@@ -379,7 +387,7 @@ def _plan_partition(
             planned[kind].extend(_split(topic, partition, start, start + take, per_range))
             budget -= take
     total = sum(end - start for start, end in holes + tail)
-    backlog = total - (per_run - budget)
+    backlog = total - (run_budget - budget)
     plan = PartitionPlan(
         topic, partition, resume, tuple(planned[0] + planned[1]), tuple(lost), pin, backlog
     )

@@ -43,19 +43,24 @@ def assert_exactly_once(demo, store) -> None:
         assert tiles(staged.done_ranges[partition], end), (partition, sorted(staged.done_ranges[partition]))
 
 
-def test_every_message_is_staged_once_and_a_second_run_stages_nothing(
+def test_every_message_is_staged_once_and_a_run_with_no_new_messages_stages_nothing(
     demo_topic, gcs_staging, spark_session
 ) -> None:
     ctx = demo_topic.context(gcs_staging)
-    summary = run_stage(spark_session, ctx, max_messages_per_run=1_000_000, max_messages_per_range=2_000)
+    stage = lambda: run_stage(spark_session, ctx, max_messages_per_run=1_000_000, max_messages_per_range=500)  # noqa: E731
 
-    assert summary.messages == len(demo_topic.placed)
-    assert summary.records == len(demo_topic.good)
-    assert sum(summary.dead_letters.values()) == len(demo_topic.bad)
-    assert len(summary.results) >= 6, "hot partitions are split into several ranges"
+    first = stage()
+    assert len(first.results) == 3, "a partition's first range commits alone: it anchors the chain"
+    rest = stage()
+    assert len(rest.results) >= 6, "anchored hot partitions are split into parallel ranges"
+
+    assert first.messages + rest.messages == len(demo_topic.placed)
+    assert first.records + rest.records == len(demo_topic.good)
+    dead = sum(first.dead_letters.values()) + sum(rest.dead_letters.values())
+    assert dead == len(demo_topic.bad)
     assert_exactly_once(demo_topic, gcs_staging.open())
 
-    again = run_stage(spark_session, ctx, max_messages_per_run=1_000_000, max_messages_per_range=2_000)
+    again = stage()
     assert again.results == ()
     assert again.preparation.orphans_deleted == ()
     assert_exactly_once(demo_topic, gcs_staging.open())
