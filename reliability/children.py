@@ -73,13 +73,13 @@ def stage_run(ctx: StageContext, crash_at: str | None, threads: int = 2) -> None
         list(pool.map(lambda rng: stage_range(ctx, rng), ranges))
 
 
-def stage_run_first_ranges_last(ctx: StageContext, crash_at: str) -> None:
-    """A stage run whose ranges run one at a time, each partition's first range after its
-    later ones (Spark runs tasks in any order), until ``crash_at`` kills it."""
+def stage_run_first_range_last(ctx: StageContext, crash_at: str) -> None:
+    """A stage run whose ranges run one at a time, partition 0's first range after all the
+    others (Spark runs tasks in any order), until ``crash_at`` kills it."""
     _crash_at(crash_at)
     ranges = _plan(ctx)
-    first = {p: min(r.start for r in ranges if r.partition == p) for p in {r.partition for r in ranges}}
-    for rng in sorted(ranges, key=lambda r: r.start == first[r.partition]):
+    first0 = min(r.start for r in ranges if r.partition == 0)
+    for rng in sorted(ranges, key=lambda r: (r.partition, r.start) == (0, first0)):
         stage_range(ctx, rng)
 
 
@@ -100,8 +100,7 @@ def stage_run_paused(ctx: StageContext, staged_first: Any, resume: Any, outcome:
                 committed.append(f"{rng.partition}:{rng.start}..{result.committed_last}")
         except Exception as error:  # noqa: BLE001 - reported to the parent
             failures.append(_failure(rng, error))
-    if not committed and not failures:
-        staged_first.set()  # fewer than two ranges: the parent must not wait forever
+    staged_first.set()  # fewer than two ranges: the parent must not wait forever
     outcome.put({"committed": committed, "failures": failures})
 
 

@@ -3,8 +3,8 @@
 On the real local stack (Kafka, Apicurio, fake-gcs-server, the BigQuery emulator), with a
 topic, staging prefix and datasets of its own, a seeded run does:
 
-- first, on the fresh topic: SIGKILL a stage run in a partition's first range after its later
-  ranges committed, and restart it;
+- first, on the fresh topic: SIGKILL a stage run in partition 0's first range after every
+  other planned range committed, and restart it;
 - ``--iterations`` times: produce a batch, SIGKILL a stage run after a random number of avro
   uploads or done files, restart it; SIGKILL a load cycle before a submit, after a submit or
   in the middle of its deletes, restart it; apply done-file retention;

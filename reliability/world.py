@@ -4,7 +4,8 @@ Every run gets a unique topic (with dots: names are parsed from the right), a un
 prefix in the local bucket and its own three datasets, so nothing collides with other tests
 or earlier runs. The steps here are the *restarts*: a stage pass (plan on the driver, then
 one ``stage_range`` per planned range — what the Spark job runs, without the Spark
-scheduler), load cycles until nothing is left to do, and done-file retention.
+scheduler) repeated until nothing is planned, load cycles until nothing is left to do, and
+done-file retention.
 """
 
 from __future__ import annotations
@@ -131,11 +132,20 @@ class World:
             start_policy=self.ctx.start_policy,
         )
 
-    def stage_pass(self) -> tuple[Preparation, list[RangeResult]]:
-        """Recover (roll forward, orphans), plan and stage every planned range."""
-        prep = self.prepare()
+    def stage_pass(self, max_runs: int = 10) -> tuple[Preparation, list[RangeResult]]:
+        """Stage runs until one plans nothing (a partition without commits gets one range per
+        run): the first run's preparation (its recovery) and every range staged."""
         ctx = self.ctx
-        return prep, [stage_range(ctx, rng) for rng in prep.plan.ranges]
+        first: Preparation | None = None
+        results: list[RangeResult] = []
+        for _ in range(max_runs):
+            prep = self.prepare()
+            first = first or prep
+            if not prep.plan.ranges:
+                break
+            results += [stage_range(ctx, rng) for rng in prep.plan.ranges]
+        assert first is not None
+        return first, results
 
     def load_until_settled(self, loads: BigQueryLoads | None = None,
                            max_cycles: int = 4) -> list[CycleReport]:

@@ -1,13 +1,12 @@
 """The fault-injection suite (``reliability/``), bounded, on the real local stack: every
 fault kind fires at least once and BigQuery ends up with every produced offset exactly once.
 
-One seeded run: a partition's first range killed after its later ranges committed, three
+One seeded run: partition 0's first range killed after the other ranges committed, three
 iterations (each load crash point once, both stage crash points), and the one-off faults —
 a Kafka broker restart, the registry down, fake-gcs-server down between two uploads,
 BigQuery refusing a table, a zombie writer. A fault that never fired fails this test: it
-would prove nothing. Errors are attributed to the step whose messages they hit, so the one
-known gap is pinned by a strict xfail without hiding the others. The long run is
-``make faults ARGS=--long``.
+would prove nothing. Errors are attributed to the step whose messages they hit. The long
+run is ``make faults ARGS=--long``.
 """
 
 from __future__ import annotations
@@ -43,23 +42,15 @@ def test_every_fault_kind_was_injected(suite_report) -> None:
 
 
 def test_no_fault_loses_doubles_or_misplaces_an_offset(suite_report) -> None:
+    # Every step is checked on its own messages: an error names the fault that caused it.
     a = suite_report.accounting
     assert suite_report.messages_produced > 1_000
     assert sum(c["produced"] for c in a.by_step.values()) == a.produced == suite_report.messages_produced
-    wrong = {step: counts for step, counts in a.by_step.items()
-             if step != STAGE_KILL_FIRST_RANGE and any(counts[k] for k in ERRORS)}
+    assert a.by_step[STAGE_KILL_FIRST_RANGE]["produced"] >= 400
+    wrong = {step: counts for step, counts in a.by_step.items() if any(counts[k] for k in ERRORS)}
     assert wrong == {}, a.samples
     assert (a.unexpected, a.avro_left_in_staging) == (0, 0), a.samples
-    assert a.rows_loaded + a.dead_letters_loaded == a.produced - a.losses + a.duplicates
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "core/offsets.chain_of starts a partition's chain at its lowest committed range: when the "
-    "first range of a partition without done files fails while a later range of it commits, "
-    "the offsets before are never planned again (nor reported lost)"))
-def test_a_partitions_first_range_killed_after_its_later_ranges_is_staged_again(suite_report) -> None:
-    counts = suite_report.accounting.by_step[STAGE_KILL_FIRST_RANGE]
-    assert {k: counts[k] for k in ERRORS} == {"duplicates": 0, "losses": 0, "misplaced": 0}
+    assert (a.rows_loaded, a.dead_letters_loaded) == (a.good, a.bad)
 
 
 def test_bad_input_is_dead_lettered_with_its_reason(suite_report) -> None:
