@@ -237,8 +237,10 @@ class GoogleBigQueryLoads:
                 log.warning("%s: cannot add nested column %s before the load (emulator)", ref, column["name"])
                 continue
             log.info("%s: adding column %s %s (emulated field addition)", ref, column["name"], column["type"])
+            # IF NOT EXISTS: the emulator's table metadata does not list columns added by
+            # ALTER TABLE, so every later load of the newer schema asks again.
             self.client.query(f"ALTER TABLE `{request.dataset}.{request.table}` "
-                              f"ADD COLUMN `{column['name']}` {column['type']}").result()
+                              f"ADD COLUMN IF NOT EXISTS `{column['name']}` {column['type']}").result()
         return replace(request, avro_schema=None)
 
     def _refused(self, request: LoadRequest, code: int | None, error: BaseException) -> SubmitResult:

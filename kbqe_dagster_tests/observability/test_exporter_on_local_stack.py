@@ -146,9 +146,12 @@ def test_lag_then_staged_counters_and_health_on_the_local_stack(exporter) -> Non
     instance.report_runless_asset_event(
         dg.AssetMaterialization(STAGING_KEY, metadata=stage_metadata(summary)))
 
+    # Each source refreshes on its own cache clock: wait until all three show the stage.
     after = scrape_until(url, lambda v: value(
-        v, "kbqe_messages_consumed_total", topic=demo.topic) is not None and value(
-        v, "kbqe_kafka_lag_messages", topic=demo.topic, partition=0) == 0)
+        v, "kbqe_messages_consumed_total", topic=demo.topic) is not None and all(value(
+        v, "kbqe_kafka_lag_messages", topic=demo.topic, partition=p) == 0 for p in ends) and value(
+        v, "kbqe_staging_pending_files", dataset="acme_sales", table="orders",
+        state="loadable") is not None)
 
     for p, end in ends.items():
         assert value(after, "kbqe_kafka_lag_messages", topic=demo.topic, partition=p) == 0
