@@ -13,10 +13,9 @@ import json
 import logging
 import signal
 import threading
-from typing import Any, Callable
+from typing import Any
 
-SubParsers = Any  # argparse's _SubParsersAction, which has no public name
-CommandAdder = Callable[[SubParsers, argparse.ArgumentParser], None]
+from kbqe_dagster.cli_commands import CommandAdder, SubParsers
 
 log = logging.getLogger("kbqe")
 
