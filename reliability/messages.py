@@ -19,7 +19,15 @@ from fastavro import parse_schema, schemaless_writer
 
 from kbqe_dagster.core.reasons import Reason
 from kbqe_dagster.core.wire import encode_frame
-from kbqe_dagster.demo.samples import ORDER_V1, ORDER_V2, PAGE_VIEW, PING, SampleMessage
+from kbqe_dagster.demo.samples import (
+    ORDER_V1,
+    ORDER_V2,
+    PAGE_VIEW,
+    PING,
+    SampleMessage,
+    placed_bad,
+    placed_good,
+)
 
 # The schema ids the registry answers for kbqe_dagster.demo.samples.register_schemas.
 SchemaIds = dict[str, int]
@@ -65,11 +73,11 @@ class Ledger:
 
     @property
     def good(self) -> dict[tuple[int, int], SampleMessage]:
-        return {k: m for k, m in self.placed.items() if m.expect_table is not None}
+        return placed_good(self.placed)
 
     @property
     def bad(self) -> dict[tuple[int, int], SampleMessage]:
-        return {k: m for k, m in self.placed.items() if m.expect_table is None}
+        return placed_bad(self.placed)
 
     def __len__(self) -> int:
         return len(self.placed)

@@ -83,6 +83,19 @@ class SampleMessage:
     event_date: str | None = None  # ISO date for good messages
 
 
+Placement = dict[tuple[int, int], "SampleMessage"]  # (partition, offset) → what was produced there
+
+
+def placed_good(placed: Placement) -> Placement:
+    """The placed messages that must land in a table."""
+    return {where: m for where, m in placed.items() if m.expect_table is not None}
+
+
+def placed_bad(placed: Placement) -> Placement:
+    """The placed messages that must be dead-lettered."""
+    return {where: m for where, m in placed.items() if m.expect_table is None}
+
+
 def register_schemas(registry_url: str, auth: str | None = None) -> dict[str, int]:
     """Register the demo schemas (idempotent); returns name → schema id, ``json`` included."""
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 import pytest
 
 from kbqe_dagster.core.config import PipelineConfig, parse_pipeline_config
-from kbqe_dagster.demo.samples import SampleMessage, produce, register_schemas, sample_messages
+from kbqe_dagster.demo.samples import (
+    SampleMessage,
+    placed_bad,
+    placed_good,
+    produce,
+    register_schemas,
+    sample_messages,
+)
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
@@ -48,11 +55,11 @@ class DemoTopic:
 
     @property
     def good(self) -> dict[tuple[int, int], SampleMessage]:
-        return {k: m for k, m in self.placed.items() if m.expect_table is not None}
+        return placed_good(self.placed)
 
     @property
     def bad(self) -> dict[tuple[int, int], SampleMessage]:
-        return {k: m for k, m in self.placed.items() if m.expect_table is None}
+        return placed_bad(self.placed)
 
 
 def make_demo_topic(endpoints, count: int, partitions: int = 3) -> DemoTopic:
