@@ -109,17 +109,18 @@ def stage_run_upload_outage(ctx: StageContext, uploaded: Any, resume: Any, outco
     waits for ``resume`` (the parent stops fake-gcs-server meanwhile): the outage falls
     between two uploads of one range."""
     _crash_at(None)
-    real_put = GcsStagingStore.put_file
+    real_put = GcsStagingStore.create_only_file
     puts = {"n": 0}
 
-    def put_file(store: GcsStagingStore, local_path: Path, name: str) -> None:
-        real_put(store, local_path, name)
+    def create_only_file(store: GcsStagingStore, local_path: Path, name: str) -> str:
+        version = real_put(store, local_path, name)
         puts["n"] += 1
         if puts["n"] == 1:
             uploaded.set()
             resume.wait(EVENT_TIMEOUT)
+        return version
 
-    GcsStagingStore.put_file = put_file  # type: ignore[method-assign] - this child only
+    GcsStagingStore.create_only_file = create_only_file  # type: ignore[method-assign] - this child only
     attempted: list[tuple[int, int]] = []
     committed: list[str] = []
     failures: list[str] = []

@@ -66,7 +66,7 @@ def _kinds(rnd, all_kinds: tuple[str, ...], count: int) -> list[str]:
     return kinds
 
 
-def schedule(suite: Suite, iterations: int, late_zombie: bool = False) -> list[tuple[str, Step]]:
+def schedule(suite: Suite, iterations: int) -> list[tuple[str, Step]]:
     """The seeded order of every step: the iterations in order, the one-off faults at random
     places between them."""
     rnd = suite.rnd
@@ -83,14 +83,13 @@ def schedule(suite: Suite, iterations: int, late_zombie: bool = False) -> list[t
         steps.insert(rnd.randint(1, len(steps)), (name, step))
     # On the fresh topic: a partition's first ranges exist only before its first commit.
     steps.insert(0, ("first range killed", faults_stage.first_range_killed))
-    if late_zombie:
-        steps.append(("late zombie", faults_stage.late_zombie))
+    # Last: the zombie stalls across a whole stage pass and load cycle of everything so far.
+    steps.append(("late zombie", faults_stage.late_zombie))
     return steps
 
 
 def run_suite(seed: int, iterations: int, *, long: bool = False,
-              endpoints: LocalEndpoints | None = None, keep: bool = False,
-              late_zombie: bool = False) -> SuiteReport:
+              endpoints: LocalEndpoints | None = None, keep: bool = False) -> SuiteReport:
     """Run the whole suite on the running local stack; never raises for a failed guarantee
     (the report says what failed), only for a stack it cannot use at all."""
     if iterations < MIN_ITERATIONS:
@@ -101,7 +100,7 @@ def run_suite(seed: int, iterations: int, *, long: bool = False,
     report.run_id, report.topic = world.run_id, world.topic
     suite = Suite.start(world, report, long)
     try:
-        for name, step in schedule(suite, iterations, late_zombie):
+        for name, step in schedule(suite, iterations):
             log.info("step: %s", name)
             step(suite)
         log.info("final: stage and load what is left")
@@ -136,7 +135,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true",
                         help="keep the run's topic, staging files and datasets for inspection")
     parser.add_argument("--late-zombie", action="store_true",
-                        help="also run the late-zombie probe (a known gap: expect duplicates)")
+                        help="accepted for old scripts: the late-zombie probe is part of every run")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every step")
     return parser.parse_args(argv)
 
@@ -158,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     stack.up_services(services)  # what was not running is started, and stopped at the end
     try:
         report = run_suite(args.seed, iterations, long=args.long, endpoints=endpoints,
-                           keep=args.keep, late_zombie=args.late_zombie)
+                           keep=args.keep)
     finally:
         stack.down_services([s for s in started if s.pid() is not None])
     print(report.render())

@@ -24,12 +24,12 @@ REGISTRY_DOWN = "registry_down"
 GCS_DOWN = "gcs_down_mid_upload"
 BIGQUERY_REFUSES = "bigquery_refuses_load"
 ZOMBIE = "zombie_concurrent_stage"
-ZOMBIE_LATE = "zombie_late_upload"  # opt-in probe of a known gap (--late-zombie)
+ZOMBIE_LATE = "zombie_late_upload"
 
 STAGE_KILLS = (STAGE_KILL_AVRO, STAGE_KILL_DONE)
 LOAD_KILLS = (LOAD_KILL_BEFORE_SUBMIT, LOAD_KILL_AFTER_SUBMIT, LOAD_KILL_MID_DELETE)
 ALL_FAULTS = (*STAGE_KILLS, STAGE_KILL_FIRST_RANGE, *LOAD_KILLS, KAFKA_RESTART, REGISTRY_DOWN,
-              GCS_DOWN, BIGQUERY_REFUSES, ZOMBIE)
+              GCS_DOWN, BIGQUERY_REFUSES, ZOMBIE, ZOMBIE_LATE)
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,8 @@ class SuiteReport:
     messages_produced: int = 0
     events: list[FaultEvent] = field(default_factory=list)
     accounting: Accounting = field(default_factory=Accounting)
+    leftovers_deleted: int = 0
+    """Re-uploads under committed names the load step deleted instead of loading."""
     seconds: float = 0.0
     error: str | None = None
     """Set when the run stopped early (a fault could not be injected, a check failed)."""
@@ -91,6 +93,7 @@ class SuiteReport:
             "misplaced": a.misplaced,
             "unexpected": a.unexpected,
             "avro_left_in_staging": a.avro_left_in_staging,
+            "leftovers_deleted": self.leftovers_deleted,
             "rows_loaded": a.rows_loaded,
             "dead_letters_loaded": a.dead_letters_loaded,
             "bad_inputs_by_reason": a.bad_by_reason,
@@ -120,6 +123,7 @@ class SuiteReport:
             ("misplaced", str(a.misplaced)),
             ("unexpected rows", str(a.unexpected)),
             ("avro left in staging", str(a.avro_left_in_staging)),
+            ("zombie leftovers deleted", str(self.leftovers_deleted)),
         ])
         attempts = Counter(e.kind for e in self.events)
         faults = table(("fault", "injected", "attempts"), [

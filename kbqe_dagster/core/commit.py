@@ -6,7 +6,7 @@ each created create-only. Every done file written by kbqe carries the same small
 manifest of the whole range::
 
     {"kbqe_manifest": 1, "topic": ..., "partition": ..., "first": ..., "last": ...,
-     "files": [{"avro": name, "done": name, "records": n}, ...],
+     "files": [{"avro": name, "done": name, "records": n, "version": v, "days": {...}}, ...],
      "dead_letters": n, "skipped": n, "created_at": iso-8601}
 
 so the *first* done file that exists is the commit point: a crash between two done files
@@ -16,6 +16,15 @@ is staged twice (the range is committed, the planner never re-stages it).
 
 Done files of the original Scala project are **empty**: an empty done file is a self-standing
 commit of its own avro file only.
+
+**Pinned versions.** Each file entry records the ``version`` the staging store gave the avro
+object when it was created (GCS generation; locally inode, size and mtime). The commit
+therefore names exact objects, not just names: the load step loads a file only while its
+current version is the pinned one (:func:`is_pinned`), so a late writer that re-creates a
+committed name after the file was loaded and deleted (a zombie) cannot get it loaded twice.
+Manifests written before versions were pinned, and the Scala project's empty done files, pin
+nothing: their files load by name, as before. The field is optional, so the manifest format
+stays version 1 and older readers ignore it.
 
 **Markers.** A range with no staged file at all (only offset gaps, or only skipped messages)
 still commits, so offsets advance: a done file with dataset ``_kbqe``, table ``range``, schema
@@ -113,6 +122,7 @@ class StagedFile:
     done: str
     records: int
     days: tuple[tuple[str, int], ...] = ()
+    version: str | None = None  # the store's version of the avro object this commit pins
 
 
 @dataclass(frozen=True)
@@ -151,6 +161,8 @@ def _file_doc(staged: StagedFile) -> dict[str, Any]:
     doc: dict[str, Any] = {"avro": staged.avro, "done": staged.done, "records": staged.records}
     if staged.days:
         doc["days"] = dict(staged.days)
+    if staged.version is not None:
+        doc["version"] = staged.version
     return doc
 
 
@@ -187,6 +199,7 @@ def _manifest_from(doc: Any) -> Manifest:
         StagedFile(
             _typed(f["avro"], str), _typed(f["done"], str), _typed(f["records"], int),
             tuple(sorted((_typed(d, str), _typed(n, int)) for d, n in _typed(f.get("days", {}), dict).items())),
+            _typed(f["version"], str) if "version" in f else None,
         )
         for f in _typed(doc["files"], list)
     )
@@ -248,9 +261,11 @@ def plan_range_commit(
     skipped: int = 0,
     created_at: datetime,
     days: Mapping[str, Mapping[str, int]] | None = None,
+    versions: Mapping[str, str] | None = None,
 ) -> RangeCommit:
     """The commit of ``rng`` given its avro files and their record counts (``days``: avro
-    name → event date → records, optional).
+    name → event date → records, optional; ``versions``: avro name → the store's version of
+    the uploaded object, pinned by the commit).
 
     With no staged file, the range commits through its range marker.
     """
@@ -265,9 +280,10 @@ def plan_range_commit(
         if is_marker(avro):
             raise ValueError(f"{avro.name}: the {MARKER_DATASET} dataset is reserved for markers")
     days = days or {}
+    versions = versions or {}
     files = tuple(
         StagedFile(avro.name, avro.done(rng.last).name, records,
-                   tuple(sorted(days.get(avro.name, {}).items())))
+                   tuple(sorted(days.get(avro.name, {}).items())), versions.get(avro.name))
         for avro, records in sorted(staged)
     )
     done_files = tuple(avro.done(rng.last) for avro, _ in sorted(staged)) or (range_marker(rng),)
@@ -290,6 +306,17 @@ def plan_bootstrap(
         created_at.isoformat(),
     )
     return RangeCommit(manifest, manifest.encode(), (marker,))
+
+
+def is_pinned(pinned: str | None, current: str | None) -> bool:
+    """Whether the object now under a committed name is the one its commit pinned.
+
+    ``pinned`` is ``None`` for commits that pin nothing (the Scala project's empty done
+    files, manifests from before versions): those load by name. Otherwise only the exact
+    version loads; any other object under the name (``current`` differs, or the store did
+    not say) is a leftover of a late writer.
+    """
+    return pinned is None or pinned == current
 
 
 def records_by_avro(manifests: Iterable[Manifest]) -> dict[str, int]:

@@ -9,8 +9,11 @@ One run (a load cycle, or a poll) does, in this order:
    a new id (recorded before it is submitted) up to ``max_retries``, then quarantined; a job
    pending longer than ``stuck_after`` is reported, not resubmitted and not crashed on.
 2. (cycle only) **List and plan**: loadable files (avro + done file, not pending, not
-   quarantined) grouped per table and schema id, at most ``max_files_per_job`` per job. All
-   planned jobs are written to the state file **before** the first is submitted.
+   quarantined) grouped per table and schema id, at most ``max_files_per_job`` per job. A
+   file whose object is not the version its commit pinned is a **leftover** (a late
+   writer re-created a name that was already loaded and deleted): it is deleted — exactly
+   that version — counted and logged, never loaded. All planned jobs are written to the
+   state file **before** the first is submitted.
 3. (cycle only) **Poll the new jobs**: submits the jobs planned in step 2, and finishes
    those BigQuery already completed (the emulator runs a job while accepting it).
 
@@ -58,8 +61,9 @@ from kbqe_dagster.core.load_state import (
     record_planned,
     retry_job,
 )
+from kbqe_dagster.core.commit import is_pinned
 from kbqe_dagster.core.naming import parse_listing
-from kbqe_dagster.core.selection import make_job_id, plan_load_jobs
+from kbqe_dagster.core.selection import PlannedLoadJob, make_job_id, plan_load_jobs
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.loading.avro_header import read_avro_schema
 from kbqe_dagster.loading.manifests import FileFacts, read_file_facts
@@ -149,6 +153,7 @@ class LoadCoordinator:
             return state
         facts = read_file_facts(self.store, [d for job in planned for d in job.done_files])
         self._facts.update(facts)
+        planned = self._without_leftovers(planned, facts, files, report)
         now = self.now()
         for job in planned:
             counts = [facts[f].records if f in facts else None for f in job.files]
@@ -158,10 +163,52 @@ class LoadCoordinator:
             state = record_planned(state, job, job_id, now)
             self._fresh_ids.add(job_id)
             report.planned.append(state.job(job_id))
-        # The recorded ids are what makes resubmission safe: they reach the staging area
-        # before BigQuery hears of any of them.
-        self._save(state)
+        if planned:
+            # The recorded ids are what makes resubmission safe: they reach the staging area
+            # before BigQuery hears of any of them.
+            self._save(state)
         return state
+
+    def _without_leftovers(
+        self, planned: list[PlannedLoadJob], facts: dict[str, FileFacts],
+        files: list[StoredFile], report: CycleReport,
+    ) -> list[PlannedLoadJob]:
+        """The planned jobs without their leftovers, which are deleted here.
+
+        Avro uploads are create-only, so the pinned object under a committed name can never
+        be replaced, only deleted after its load; what is there instead was created after
+        that by a writer that lost the range. Deleting exactly the listed version leaves any
+        other object alone.
+        """
+        current = {f.name: f.version for f in files}
+        kept: list[PlannedLoadJob] = []
+        for job in planned:
+            pairs = [
+                (avro, done) for avro, done in zip(job.files, job.done_files)
+                if is_pinned(facts[avro].version if avro in facts else None, current.get(avro))
+            ]
+            pinned = {a for a, _ in pairs}
+            for avro in job.files:
+                if avro in pinned:
+                    continue
+                version = current.get(avro)
+                deleted = version is not None and self.store.delete_version(avro, version)
+                log.warning(
+                    "leftover %s: object version %s is not the version %s its commit pinned "
+                    "(a late writer re-uploaded a loaded file); %s, not loaded",
+                    self.store.uri(avro), version, facts[avro].version,
+                    "deleted" if deleted else "already gone",
+                )
+                if deleted:
+                    report.leftovers_deleted.append(avro)
+            if pairs:
+                kept.append(replace(
+                    job, files=tuple(a for a, _ in pairs), done_files=tuple(d for _, d in pairs)
+                ))
+        loading = {a for job in kept for a in job.files}
+        leftovers = {a for job in planned for a in job.files} - loading
+        self._listed = [f for f in self._listed if f.name not in leftovers]
+        return kept
 
     def _measure_backlog(self, state: LoadState, report: CycleReport) -> None:
         """What still waits after this cycle: listed avro files not loaded by it."""

@@ -1,5 +1,5 @@
-"""What the done files say about the avro files of a load job: record counts, and records
-per event date when the stage side recorded them.
+"""What the done files say about the avro files of a load job: record counts, records per
+event date when the stage side recorded them, and the object version each commit pinned.
 
 Every done file kbqe writes carries the manifest of its whole range (``core/commit.py``), so
 one read per range serves all of its files. Done files of the original Scala project are
@@ -35,6 +35,7 @@ class FileFacts:
 
     records: int | None = None
     days: Mapping[str, int] | None = None
+    version: str | None = None  # the object version the commit pinned; None: pins nothing
 
 
 def read_file_facts(store: StagingStore, done_files: Iterable[str]) -> dict[str, FileFacts]:
@@ -68,7 +69,7 @@ def _facts_of(store: StagingStore, done_name: str) -> dict[str, FileFacts]:
     if manifest is None:
         return {}
     days = _days_by_avro(content)
-    return {f.avro: FileFacts(f.records, days.get(f.avro)) for f in manifest.files}
+    return {f.avro: FileFacts(f.records, days.get(f.avro), f.version) for f in manifest.files}
 
 
 def _days_by_avro(content: bytes) -> dict[str, dict[str, int]]:

@@ -133,6 +133,9 @@ class CycleReport:
     quarantined: list[QuarantinedLoad] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
     """Operator messages for jobs pending longer than the stuck threshold."""
+    leftovers_deleted: list[str] = field(default_factory=list)
+    """Objects under a committed name that were not the version the commit pinned (a late
+    writer's re-upload): deleted, never loaded."""
     waiting: list[str] = field(default_factory=list)
     pending_after: int = 0
     quarantined_tables: frozenset[tuple[str, str]] = frozenset()
@@ -154,4 +157,5 @@ class CycleReport:
             f"{len(self.completed)} succeeded ({self.completed_files} files), "
             f"{len(self.retried)} retried, {len(self.quarantined)} quarantined, "
             f"{len(self.stuck)} running too long, {self.pending_after} pending"
+            + (f", {len(self.leftovers_deleted)} leftover(s) deleted" if self.leftovers_deleted else "")
         )

@@ -5,7 +5,8 @@ unwrapped from Dagster's ``MetadataValue``):
 - a materialization of ``staging`` is one stage run of one topic
   (``defs/staging/assets.py`` ``stage_metadata``): messages, records, bytes, files, orphans,
   dead letters and skips per reason, run seconds;
-- an observation of ``staging`` with ``done_files_deleted`` is one retention run;
+- an observation of ``staging`` with ``done_files_deleted`` is one retention run; one with
+  ``leftovers_deleted`` is a load cycle that deleted late re-uploads under committed names;
 - a materialization of a ``bigquery`` asset with a ``job_id`` is one (table, day) of a
   succeeded load job (``defs/bigquery/events.py``): rows, files, offset ranges, attempts.
 
@@ -109,6 +110,8 @@ class EventTotals:
     """Bytes written by (topic, dataset)."""
     tables: dict[tuple[str, str], TableLoads] = field(default_factory=dict)
     done_files_deleted: int = 0
+    leftovers_deleted: int = 0
+    """Objects under committed names that were not the pinned version: deleted, not loaded."""
     events: int = 0
     """Events folded so far."""
     _jobs: dict[str, _Job] = field(default_factory=dict)
@@ -140,9 +143,13 @@ class EventTotals:
 
     # --- retention -------------------------------------------------------------------------
     def add_staging_observation(self, meta: Mapping[str, Any]) -> None:
-        """Only retention runs count; the observation sensor's snapshots carry no deletions."""
+        """Only retention runs and leftover deletions count; the observation sensor's
+        snapshots carry no deletions."""
         if "done_files_deleted" in meta:
             self.done_files_deleted += _int(meta["done_files_deleted"])
+            self.events += 1
+        if "leftovers_deleted" in meta:
+            self.leftovers_deleted += _int(meta["leftovers_deleted"])
             self.events += 1
 
     # --- loads -----------------------------------------------------------------------------

@@ -75,6 +75,9 @@ def stage_families(totals: EventTotals) -> Iterator[Metric]:
     yield batch
     yield _counter("kbqe_staging_done_files_deleted", "Done files deleted by retention.", [],
                    [(totals.done_files_deleted,)])
+    yield _counter("kbqe_staging_leftovers_deleted", "Avro objects under a committed name that "
+                   "were not the version the commit pinned (a late writer's re-upload): "
+                   "deleted by the load step, never loaded.", [], [(totals.leftovers_deleted,)])
 
 
 def _buckets(histogram: Histogram) -> list[tuple[str, float]]:

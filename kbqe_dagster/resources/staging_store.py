@@ -7,6 +7,11 @@ the files live:
 - ``create_only`` is the commit primitive: it creates a file only if no file of that name
   exists (GCS ``if_generation_match=0``; locally ``os.link`` of a fully written temp file,
   which is atomic and exclusive). A second writer gets :class:`CommitConflictError`;
+- ``create_only_file`` uploads a data file the same way and returns its **version**: the
+  exact identity of the object just created (GCS generation; locally inode, size and
+  nanosecond mtime). Listings carry each file's current version, so the load step can load
+  only the objects a commit pinned (DESIGN.md §3) and ``delete_version`` removes exactly
+  one object, never a newer one under the same name;
 - listing is by name prefix, never a walk of everything when a prefix is known.
 
 Stores are plain, picklable objects built from a :class:`StagingLocation`, so Spark tasks
@@ -36,6 +41,7 @@ class StoredFile:
     name: str
     size: int
     updated: dt.datetime
+    version: str | None = None  # the object's exact identity (see module docstring)
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,11 @@ class StagingStore(Protocol):
 
     def create_only(self, name: str, data: bytes) -> None: ...
 
+    def create_only_file(self, local_path: Path, name: str) -> str: ...
+
     def delete(self, name: str) -> bool: ...
+
+    def delete_version(self, name: str, version: str) -> bool: ...
 
     def uri(self, name: str) -> str: ...
 
@@ -114,7 +124,7 @@ class LocalStagingStore:
             name = entry.name if str(rel) == "." else f"{rel}/{entry.name}"
             if entry.is_file() and name.startswith(prefix) and not entry.name.startswith(".tmp-"):
                 st = entry.stat()
-                out.append(StoredFile(name, st.st_size, _mtime(st.st_mtime)))
+                out.append(StoredFile(name, st.st_size, _mtime(st.st_mtime), _local_version(st)))
         return sorted(out, key=lambda f: f.name)
 
     def read_bytes(self, name: str) -> bytes:
@@ -157,9 +167,40 @@ class LocalStagingStore:
         finally:
             os.unlink(tmp)
 
+    def create_only_file(self, local_path: Path, name: str) -> str:
+        """Create ``name`` from ``local_path`` only if no file of that name exists; returns
+        the new file's version. An existing file with other content (another writer's
+        upload, or a leftover) raises :class:`CommitConflictError`; with the same bytes it is
+        this upload, repeated, and its version is returned."""
+        target = self._path(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._temp_copy(Path(local_path).read_bytes, target.parent)
+        try:
+            os.link(tmp, target)  # atomic and exclusive, like create_only
+        except FileExistsError as e:
+            if target.read_bytes() != Path(local_path).read_bytes():
+                raise CommitConflictError(
+                    f"{self.uri(name)} already exists with other content: another writer "
+                    "uploaded it"
+                ) from e
+        finally:
+            os.unlink(tmp)
+        return _local_version(target.stat())
+
     def delete(self, name: str) -> bool:
         try:
             self._path(name).unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+    def delete_version(self, name: str, version: str) -> bool:
+        """Delete ``name`` only while it is still the object of ``version``."""
+        path = self._path(name)
+        try:
+            if _local_version(path.stat()) != version:
+                return False
+            path.unlink()
             return True
         except FileNotFoundError:
             return False
@@ -221,7 +262,11 @@ class GcsStagingStore:
         )
         cut = len(self.prefix)
         return sorted(
-            (StoredFile(b.name[cut:], b.size or 0, b.updated) for b in blobs),
+            (
+                StoredFile(b.name[cut:], b.size or 0, b.updated,
+                           str(b.generation) if b.generation is not None else None)
+                for b in blobs
+            ),
             key=lambda f: f.name,
         )
 
@@ -265,6 +310,30 @@ class GcsStagingStore:
                     f"{self.uri(name)} already exists: another writer committed it first"
                 ) from e
 
+    def create_only_file(self, local_path: Path, name: str) -> str:
+        """Upload ``local_path`` as ``name`` only if no object of that name exists
+        (``if_generation_match=0``); returns the new object's generation. An existing object
+        with other content raises :class:`CommitConflictError`; with the same bytes it is
+        this upload (a retried request whose first attempt succeeded)."""
+        from google.api_core.exceptions import PreconditionFailed
+
+        blob = self._blob(name)
+        try:
+            blob.upload_from_filename(
+                str(local_path), content_type="application/avro", if_generation_match=0
+            )
+        except PreconditionFailed as e:
+            existing = self.bucket.get_blob(self.prefix + name)
+            if existing is None or existing.download_as_bytes() != Path(local_path).read_bytes():
+                raise CommitConflictError(
+                    f"{self.uri(name)} already exists with other content: another writer "
+                    "uploaded it"
+                ) from e
+            return str(existing.generation)
+        if blob.generation is None:
+            raise StagingError(f"{self.uri(name)}: the upload returned no object generation")
+        return str(blob.generation)
+
     def delete(self, name: str) -> bool:
         from google.api_core.exceptions import NotFound
 
@@ -274,8 +343,29 @@ class GcsStagingStore:
         except NotFound:
             return False
 
+    def delete_version(self, name: str, version: str) -> bool:
+        """Delete ``name`` only while its generation is ``version`` (``if_generation_match``)."""
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        # The read first only serves fake-gcs-server, which ignores preconditions on DELETE
+        # (test_emulator_gap_delete_ignores_if_generation_match); GCS enforces the guard.
+        current = self.bucket.get_blob(self.prefix + name)
+        if current is None or str(current.generation) != version:
+            return False
+        try:
+            self.bucket.blob(self.prefix + name).delete(if_generation_match=int(version))
+            return True
+        except (NotFound, PreconditionFailed):
+            return False
+
     def uri(self, name: str) -> str:
         return f"gs://{self.bucket_name}/{self.prefix}{name}"
+
+
+def _local_version(st: os.stat_result) -> str:
+    """A local file's identity: inode, size and nanosecond mtime. A file deleted and created
+    again under its name (even with equal bytes, even on a reused inode) gets a new mtime."""
+    return f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
 
 
 def _mtime(ts: float) -> dt.datetime:

@@ -6,9 +6,10 @@ enrichment prefix plus the raw body to the avro file of (table, schema id). No r
 decoded and re-encoded (DESIGN.md §5). Files stream to local temp files, so memory stays
 bounded whatever the range size.
 
-Commit protocol (DESIGN.md §3): upload every avro file of the range, then create its done
-files create-only, each carrying the range manifest; the first done file created is the
-commit point. A crash before it leaves only orphans (deleted by the next run's preparation);
+Commit protocol (DESIGN.md §3): upload every avro file of the range create-only, then create
+its done files create-only, each carrying the range manifest, which pins the version of every
+uploaded object; the first done file created is the commit point. An upload refused because
+the name is taken means another writer owns the range: this attempt stops uncommitted. A crash before it leaves only orphans (deleted by the next run's preparation);
 a crash after it is rolled forward. A range that stages nothing commits through its range
 marker, so the offsets still advance.
 
@@ -284,10 +285,24 @@ class RangeStager:
             return self._result(None, (), {})
         covered = OffsetRange(self.rng.topic, self.rng.partition, self.rng.start, position)
         staged = []
+        versions: dict[str, str] = {}
         bytes_by_dataset: Counter[str] = Counter()
         for (dataset, _, _), open_file in self.files.items():
             bytes_by_dataset[dataset] += open_file.close()
-            store.put_file(open_file.path, open_file.name.name)
+        for open_file in self.files.values():
+            try:
+                versions[open_file.name.name] = store.create_only_file(
+                    open_file.path, open_file.name.name
+                )
+            except CommitConflictError as error:
+                # Another writer's object holds this name: a concurrent writer of the same
+                # range, or (after the range was loaded and its files deleted) a zombie's
+                # re-upload. Either way this attempt does not own the range: it stops before
+                # its commit point. What it uploaded is an orphan if nobody commits the range
+                # (the next run deletes it) or a leftover under a committed name (the load
+                # step deletes it, never loads it: the commit pins other versions).
+                log.warning("%s: not committing: %s", covered, error)
+                return self._result(None, (), bytes_by_dataset, conflict=True)
             staged.append((open_file.name, open_file.records))
             crash_point("avro_uploaded")
         commit = plan_range_commit(
@@ -296,6 +311,7 @@ class RangeStager:
             skipped=sum(self.skipped.values()),
             created_at=self.staged_at,
             days={f.name.name: f.iso_days() for f in self.files.values()},
+            versions=versions,
         )
         conflict = False
         for done in commit.done_files:
@@ -303,9 +319,8 @@ class RangeStager:
                 store.create_only(done.name, commit.content)
             except CommitConflictError:
                 # Only the first done file can conflict: this writer is a zombie that lost
-                # the race for the commit point. Its avro files carry the same names and
-                # records as the winner's (same range, same messages), so the committed
-                # range still loads exactly once.
+                # the race for the commit point. The winner's manifest pins the winner's
+                # avro objects, so whatever this writer uploaded is never loaded.
                 log.warning("%s: already committed by another writer; not committing", covered)
                 conflict = True
                 break

@@ -82,9 +82,12 @@ def stage_range(
     *,
     with_days: bool = True,
     scala_done: bool = False,
+    pin_versions: bool = True,
 ) -> StagedRange:
     """Commit ``[first, last]``: the offsets from ``first`` are given, in order, to the
-    (table, count, day) groups of ``placement``; the rest of the range stays empty (gaps)."""
+    (table, count, day) groups of ``placement``; the rest of the range stays empty (gaps).
+    Like the stage task, the manifest pins the version of each uploaded avro object, unless
+    ``pin_versions`` is off (manifests written before versions were pinned)."""
     offsets = iter(range(first, last + 1))
     contents: dict[Table, list[dict]] = {}
     days: dict[str, Counter] = {}
@@ -95,15 +98,19 @@ def stage_range(
             rows.append(record(table, topic, partition, next(offsets), day))
             days.setdefault(name.name, Counter())[day.isoformat()] += 1
     staged = []
+    versions: dict[str, str] = {}
     for table, rows in contents.items():
         name = _avro_name(table, topic, partition, first)
         buffer = io.BytesIO()
         fastavro.writer(buffer, fastavro.parse_schema(table.file_schema), rows, codec="snappy")
         store.put_bytes(name.name, buffer.getvalue())
+        (listed,) = store.list(name.name)
+        if pin_versions and listed.version is not None:
+            versions[name.name] = listed.version
         staged.append((name, len(rows)))
     commit = plan_range_commit(
         OffsetRange(topic, partition, first, last + 1), staged,
-        created_at=datetime.now(timezone.utc),
+        created_at=datetime.now(timezone.utc), versions=versions,
     )
     content = commit.content
     if scala_done:

@@ -313,3 +313,85 @@ def test_scala_era_done_files_load_with_unknown_counts(store, bq, make_coordinat
     assert [(p.day, p.rows) for p in completed.partitions()] == [(None, 5)]
     assert loaded(bq, ORDERS_V1) == [(0, o) for o in range(5)]
 
+
+
+# --- pinned versions: a late zombie's re-upload is a leftover, never loaded twice ----------
+def uploads_of(store, names) -> dict[str, bytes]:
+    return {name: store.read_bytes(name) for name in names}
+
+
+def reupload(store, uploads: dict[str, bytes], *names: str) -> None:
+    """What a late zombie does: the same bytes under a committed name, after its load."""
+    for name in names:
+        store.put_bytes(name, uploads[name])
+
+
+def test_a_file_recreated_under_a_loaded_name_is_deleted_as_a_leftover_not_loaded_again(
+    store, bq, make_coordinator
+) -> None:
+    staged = stage_range(store, TOPIC, 0, 0, 9, [(ORDERS_V1, 4, DAY1), (PAGE_VIEWS, 5, DAY2)])
+    uploads = uploads_of(store, staged.avro)
+    make_coordinator().run_cycle()
+    assert files(store, AvroFileName) == set()
+    reupload(store, uploads, *staged.avro)
+
+    report = make_coordinator().run_cycle()
+
+    assert sorted(report.leftovers_deleted) == sorted(staged.avro)
+    assert (report.planned, report.submitted) == ([], [])
+    assert files(store, AvroFileName) == set()
+    assert files(store, DoneFileName) == set(staged.done)
+    assert len(bq.inserts) == 2  # the two first loads, nothing more
+    assert loaded(bq, ORDERS_V1) == [(0, o) for o in range(4)]
+    assert "leftover(s) deleted" in report.summary()
+
+
+def test_a_leftover_leaves_the_pinned_files_of_the_same_table_loading(
+    store, bq, make_coordinator
+) -> None:
+    first = stage_range(store, TOPIC, 0, 0, 3, [(ORDERS_V1, 4, DAY1)])
+    uploads = uploads_of(store, first.avro)
+    make_coordinator().run_cycle()
+    reupload(store, uploads, first.avro[0])
+    stage_range(store, TOPIC, 0, 4, 8, [(ORDERS_V1, 5, DAY1)])
+
+    report = make_coordinator().run_cycle()
+
+    assert report.leftovers_deleted == [first.avro[0]]
+    assert [c.job.files for c in report.completed] == [
+        ("com.acme.events.0.acme_sales.orders.11.4.avro",)]
+    assert loaded(bq, ORDERS_V1) == [(0, o) for o in range(9)]
+
+
+@pytest.mark.parametrize("legacy", ["scala_done", "manifest_without_versions"])
+def test_commits_that_pin_nothing_load_by_name_as_before(
+    store, bq, make_coordinator, legacy: str
+) -> None:
+    options = {"scala_done": True} if legacy == "scala_done" else {"pin_versions": False}
+    stage_range(store, TOPIC, 0, 0, 3, [(ORDERS_V1, 4, DAY1)], **options)
+
+    report = make_coordinator().run_cycle()
+
+    assert report.leftovers_deleted == []
+    assert loaded(bq, ORDERS_V1) == [(0, o) for o in range(4)]
+
+
+def test_the_runbook_replay_of_a_range_loads_it_once_more_under_new_pins(
+    store, bq, make_coordinator
+) -> None:
+    """docs/runbook.md "Replay a range": delete the rows, delete the range's done files, and
+    the stage job stages it again; the new commit pins new objects, which load once."""
+    stage_range(store, TOPIC, 0, 0, 9, [(ORDERS_V1, 10, DAY1)])
+    replayed = stage_range(store, TOPIC, 0, 10, 14, [(ORDERS_V1, 5, DAY1)])
+    make_coordinator().run_cycle()
+    table = bq.tables[(ORDERS_V1.dataset, ORDERS_V1.table)]
+    table.rows[:] = [r for r in table.rows if r["_kafka_offset"] < 10]  # step 2: DELETE ≥ 10
+    for done in replayed.done:  # step 3: the range's done files (its avro files are loaded)
+        store.delete(done)
+
+    again = stage_range(store, TOPIC, 0, 10, 14, [(ORDERS_V1, 5, DAY1)])  # the next stage run
+    report = make_coordinator().run_cycle()
+
+    assert report.leftovers_deleted == []
+    assert [c.job.files for c in report.completed] == [again.avro]
+    assert loaded(bq, ORDERS_V1) == [(0, o) for o in range(15)]

@@ -199,3 +199,52 @@ def test_the_gcs_staging_store_reads_empty_done_files_of_the_original_project(
     store = location.open()
     assert store.read_bytes(name) == b""
     assert store.read_head(name, 16) == b""
+
+
+def test_the_gcs_staging_store_pins_generations_of_create_only_uploads(
+    bucket: storage.Bucket, prefix: str, tmp_path,
+) -> None:
+    """A commit pins each avro object's generation (DESIGN.md §3): the upload returns it, the
+    listing shows it, a re-creation under the same name (a late zombie, same bytes) is a new
+    generation, and a delete guarded by a generation removes only that object."""
+    from kbqe_dagster.core.errors import CommitConflictError
+    from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT, local_endpoints
+    from kbqe_dagster.resources.staging_store import StagingLocation
+
+    store = StagingLocation(
+        f"gs://{bucket.name}/{prefix}", local_endpoints().gcs_url, LOCAL_PROJECT).open()
+    name = "orders.0.sales.orders.7.100.avro"
+    mine, theirs = tmp_path / "mine.avro", tmp_path / "theirs.avro"
+    mine.write_bytes(b"avro-of-the-winner")
+    theirs.write_bytes(b"avro-of-a-zombie")
+
+    pinned = store.create_only_file(mine, name)
+    assert [(f.name, f.version) for f in store.list()] == [(name, pinned)]
+    with pytest.raises(CommitConflictError, match=name):
+        store.create_only_file(theirs, name)
+    assert store.create_only_file(mine, name) == pinned  # a retried request of the same upload
+
+    assert store.delete(name)
+    again = store.create_only_file(mine, name)
+    assert again != pinned
+    assert store.delete_version(name, pinned) is False
+    assert [f.version for f in store.list()] == [again]
+    assert store.delete_version(name, again) is True
+    assert store.list() == []
+
+
+def test_emulator_gap_delete_ignores_if_generation_match(
+    bucket: storage.Bucket, prefix: str,
+) -> None:
+    """GCS answers 412 to a DELETE whose ifGenerationMatch names another generation; this
+    fake-gcs-server deletes whatever is there. ``GcsStagingStore.delete_version`` therefore
+    also compares the generation it reads first (exact on GCS, best effort on the emulator)."""
+    name = f"{prefix}orders.0.sales.orders.7.100.avro"
+    bucket.blob(name).upload_from_string(b"v1", if_generation_match=0)
+    stale = bucket.get_blob(name).generation
+    bucket.blob(name).delete()
+    bucket.blob(name).upload_from_string(b"v2", if_generation_match=0)
+
+    bucket.blob(name).delete(if_generation_match=stale)
+
+    assert bucket.get_blob(name) is None

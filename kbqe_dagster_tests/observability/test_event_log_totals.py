@@ -142,6 +142,15 @@ def test_retention_observations_count_deleted_done_files_and_sensor_snapshots_do
     assert fold.refresh().done_files_deleted == 5
 
 
+def test_load_cycles_that_deleted_leftovers_count_them(instance, fold) -> None:
+    report(instance, STAGING_KEY, {"leftovers_deleted": 3, "leftover_files": ["a", "b", "c"]}, True)
+    report(instance, STAGING_KEY, {"pending_files": 12, "done_files": 30}, True)
+    report(instance, STAGING_KEY, {"leftovers_deleted": 1, "leftover_files": ["d"]}, True)
+
+    totals = fold.refresh()
+    assert (totals.leftovers_deleted, totals.done_files_deleted) == (4, 0)
+
+
 def completed_load(retries: int) -> CompletedLoad:
     """A job over two files of orders: the first has records on two days, the second on one."""
     files = (f"{T}.0.acme_sales.orders.3.0.avro", f"{T}.1.acme_sales.orders.3.0.avro")

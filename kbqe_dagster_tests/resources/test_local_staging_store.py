@@ -73,3 +73,46 @@ def test_read_head_returns_at_most_the_first_bytes(store) -> None:
     assert store.read_head("t.0.d.x.1.0.avro", 1000) == b"Obj\x01header-and-more"
     with pytest.raises(StagingError, match="does not exist"):
         store.read_head("missing.avro", 4)
+
+
+# --- pinned versions (DESIGN.md §3: the commit pins the exact objects it commits) ----------
+def test_create_only_file_returns_the_version_the_listing_shows(store, tmp_path) -> None:
+    src = tmp_path / "local.avro"
+    src.write_bytes(b"avro-bytes")
+    version = store.create_only_file(src, "t.0.d.x.1.0.avro")
+    assert [(f.name, f.version) for f in store.list()] == [("t.0.d.x.1.0.avro", version)]
+    assert store.read_bytes("t.0.d.x.1.0.avro") == b"avro-bytes"
+
+
+def test_create_only_file_refuses_an_existing_object_with_other_content(store, tmp_path) -> None:
+    first, second = tmp_path / "a.avro", tmp_path / "b.avro"
+    first.write_bytes(b"writer-a")
+    second.write_bytes(b"writer-b")
+    version = store.create_only_file(first, "t.0.d.x.1.0.avro")
+    with pytest.raises(CommitConflictError, match=r"t\.0\.d\.x\.1\.0\.avro"):
+        store.create_only_file(second, "t.0.d.x.1.0.avro")
+    assert store.read_bytes("t.0.d.x.1.0.avro") == b"writer-a"
+    assert store.create_only_file(first, "t.0.d.x.1.0.avro") == version  # a repeated upload
+
+
+def test_the_same_bytes_created_again_after_a_delete_are_another_version(store, tmp_path) -> None:
+    # A late zombie re-uploads a loaded file: same name, same size, maybe the same inode.
+    src = tmp_path / "local.avro"
+    src.write_bytes(b"avro-bytes")
+    loaded = store.create_only_file(src, "t.0.d.x.1.0.avro")
+    store.delete("t.0.d.x.1.0.avro")
+    again = store.create_only_file(src, "t.0.d.x.1.0.avro")
+    assert again != loaded
+
+
+def test_delete_version_deletes_only_that_exact_object(store, tmp_path) -> None:
+    src = tmp_path / "local.avro"
+    src.write_bytes(b"avro-bytes")
+    old = store.create_only_file(src, "t.0.d.x.1.0.avro")
+    store.delete("t.0.d.x.1.0.avro")
+    new = store.create_only_file(src, "t.0.d.x.1.0.avro")
+    assert store.delete_version("t.0.d.x.1.0.avro", old) is False
+    assert [f.version for f in store.list()] == [new]
+    assert store.delete_version("t.0.d.x.1.0.avro", new) is True
+    assert store.list() == []
+    assert store.delete_version("t.0.d.x.1.0.avro", new) is False

@@ -66,6 +66,15 @@ def load_cycle(
         report, destinations, context.instance,
         freshness_limit_s=freshness_limit_s(coordinator.config), log=context.log,
     )
+    if report.leftovers_deleted:
+        # Each one is also logged by name; the observation feeds the leftovers metric.
+        yield dg.AssetObservation(
+            asset_key=STAGING_KEY,
+            metadata={
+                "leftovers_deleted": len(report.leftovers_deleted),
+                "leftover_files": dg.MetadataValue.json(report.leftovers_deleted),
+            },
+        )
 
 
 @dg.op(pool=LOAD_POOL, out={}, tags={"kbqe/step": "poll"})
