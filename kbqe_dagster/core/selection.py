@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import AbstractSet, Iterable, Mapping
 
-from kbqe_dagster.core.commit import is_marker
+from kbqe_dagster.core.commit import is_marker, is_pinned
 from kbqe_dagster.core.naming import (
     AvroFileName,
     DoneFileName,
@@ -170,3 +170,29 @@ def make_job_id(
         safe_dataset = safe_dataset[: max(half, budget - len(safe_table))]
         safe_table = safe_table[: budget - len(safe_dataset)]
     return "_".join([*fixed, safe_dataset, safe_table, stamp, unique])
+
+
+def without_leftovers(
+    jobs: Iterable[PlannedLoadJob],
+    pinned: Mapping[str, str | None],
+    current: Mapping[str, str | None],
+) -> tuple[list[PlannedLoadJob], tuple[str, ...]]:
+    """``jobs`` without the files whose object is not the version their commit pinned, and
+    those files (leftovers: to delete, never to load). ``pinned``: avro name → the version
+    its manifest records (absent or ``None``: the commit pins nothing, the file loads by
+    name); ``current``: avro name → the version the listing shows. A job left without files
+    is dropped."""
+    kept: list[PlannedLoadJob] = []
+    leftovers: list[str] = []
+    for job in jobs:
+        pairs = [
+            (avro, done) for avro, done in zip(job.files, job.done_files)
+            if is_pinned(pinned.get(avro), current.get(avro))
+        ]
+        leftovers.extend(avro for avro in job.files if avro not in {a for a, _ in pairs})
+        if pairs:
+            kept.append(PlannedLoadJob(
+                job.dataset, job.table, job.schema_id,
+                tuple(a for a, _ in pairs), tuple(d for _, d in pairs), job.records,
+            ))
+    return kept, tuple(leftovers)

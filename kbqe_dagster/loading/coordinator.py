@@ -61,9 +61,13 @@ from kbqe_dagster.core.load_state import (
     record_planned,
     retry_job,
 )
-from kbqe_dagster.core.commit import is_pinned
 from kbqe_dagster.core.naming import parse_listing
-from kbqe_dagster.core.selection import PlannedLoadJob, make_job_id, plan_load_jobs
+from kbqe_dagster.core.selection import (
+    PlannedLoadJob,
+    make_job_id,
+    plan_load_jobs,
+    without_leftovers,
+)
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.loading.avro_header import read_avro_schema
 from kbqe_dagster.loading.manifests import FileFacts, read_file_facts
@@ -181,33 +185,22 @@ class LoadCoordinator:
         other object alone.
         """
         current = {f.name: f.version for f in files}
-        kept: list[PlannedLoadJob] = []
-        for job in planned:
-            pairs = [
-                (avro, done) for avro, done in zip(job.files, job.done_files)
-                if is_pinned(facts[avro].version if avro in facts else None, current.get(avro))
-            ]
-            pinned = {a for a, _ in pairs}
-            for avro in job.files:
-                if avro in pinned:
-                    continue
-                version = current.get(avro)
-                deleted = version is not None and self.store.delete_version(avro, version)
-                log.warning(
-                    "leftover %s: object version %s is not the version %s its commit pinned "
-                    "(a late writer re-uploaded a loaded file); %s, not loaded",
-                    self.store.uri(avro), version, facts[avro].version,
-                    "deleted" if deleted else "already gone",
-                )
-                if deleted:
-                    report.leftovers_deleted.append(avro)
-            if pairs:
-                kept.append(replace(
-                    job, files=tuple(a for a, _ in pairs), done_files=tuple(d for _, d in pairs)
-                ))
-        loading = {a for job in kept for a in job.files}
-        leftovers = {a for job in planned for a in job.files} - loading
-        self._listed = [f for f in self._listed if f.name not in leftovers]
+        kept, leftovers = without_leftovers(
+            planned, {name: f.version for name, f in facts.items()}, current
+        )
+        for avro in leftovers:
+            version = current.get(avro)
+            deleted = version is not None and self.store.delete_version(avro, version)
+            log.warning(
+                "leftover %s: object version %s is not the version %s its commit pinned "
+                "(a late writer re-uploaded a loaded file); %s, not loaded",
+                self.store.uri(avro), version, facts[avro].version,
+                "deleted" if deleted else "already gone",
+            )
+            if deleted:
+                report.leftovers_deleted.append(avro)
+        gone = set(leftovers)
+        self._listed = [f for f in self._listed if f.name not in gone]
         return kept
 
     def _measure_backlog(self, state: LoadState, report: CycleReport) -> None:

@@ -154,3 +154,26 @@ def test_job_ids_keep_to_bigquery_rules(prefix: str, dataset: str, table: str) -
 def test_a_job_id_needs_an_aware_clock() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         make_job_id("sales", "orders", NOW.replace(tzinfo=None))
+
+
+# --- pinned versions -------------------------------------------------------------------------
+def test_files_that_are_not_their_pinned_version_leave_the_plan_as_leftovers() -> None:
+    from kbqe_dagster.core.selection import PlannedLoadJob, without_leftovers
+
+    job = PlannedLoadJob("sales", "orders", 5, ("t.0.sales.orders.5.0.avro", "t.0.sales.orders.5.10.avro",
+                                                 "t.1.sales.orders.5.0.avro"),
+                         ("t.0.sales.orders.5.0.9.done", "t.0.sales.orders.5.10.19.done",
+                          "t.1.sales.orders.5.0.9.done"))
+    only = PlannedLoadJob("sales", "refunds", 5, ("t.0.sales.refunds.5.0.avro",),
+                          ("t.0.sales.refunds.5.0.9.done",))
+    pinned = {"t.0.sales.orders.5.0.avro": "g1", "t.0.sales.orders.5.10.avro": "g2",
+              "t.0.sales.refunds.5.0.avro": "g3"}  # t.1…: a Scala-era commit, no pin
+    current = {"t.0.sales.orders.5.0.avro": "g1", "t.0.sales.orders.5.10.avro": "g9",
+               "t.1.sales.orders.5.0.avro": "g7", "t.0.sales.refunds.5.0.avro": "g8"}
+
+    kept, leftovers = without_leftovers([job, only], pinned, current)
+
+    assert leftovers == ("t.0.sales.orders.5.10.avro", "t.0.sales.refunds.5.0.avro")
+    assert [(k.table, k.files, k.done_files) for k in kept] == [
+        ("orders", ("t.0.sales.orders.5.0.avro", "t.1.sales.orders.5.0.avro"),
+         ("t.0.sales.orders.5.0.9.done", "t.1.sales.orders.5.0.9.done"))]

@@ -395,3 +395,21 @@ def test_the_runbook_replay_of_a_range_loads_it_once_more_under_new_pins(
     assert report.leftovers_deleted == []
     assert [c.job.files for c in report.completed] == [again.avro]
     assert loaded(bq, ORDERS_V1) == [(0, o) for o in range(15)]
+
+
+def test_kbqe_load_plan_shows_the_leftovers_the_next_cycle_deletes(
+    store, bq, make_coordinator
+) -> None:
+    from kbqe_dagster.operations.load_plan import load_plan
+
+    staged = stage_range(store, TOPIC, 0, 0, 3, [(ORDERS_V1, 4, DAY1)])
+    uploads = uploads_of(store, staged.avro)
+    make_coordinator().run_cycle()
+    reupload(store, uploads, *staged.avro)
+    stage_range(store, TOPIC, 0, 4, 8, [(ORDERS_V1, 5, DAY1)])
+
+    plan = load_plan(store, pipeline())
+    report = make_coordinator().run_cycle()
+
+    assert plan.to_json()["leftovers"] == list(staged.avro) == report.leftovers_deleted
+    assert [j.files for j in plan.jobs] == [c.job.files for c in report.completed]
