@@ -95,22 +95,23 @@ def test_create_only_file_refuses_an_existing_object_with_other_content(store, t
     assert store.create_only_file(first, "t.0.d.x.1.0.avro") == version  # a repeated upload
 
 
-def test_the_same_bytes_created_again_after_a_delete_are_another_version(store, tmp_path) -> None:
-    # A late zombie re-uploads a loaded file: same name, same size, maybe the same inode.
+def loaded_then_uploaded_again(store, tmp_path) -> tuple[str, str]:
+    """What a late zombie does to a loaded file: the same bytes under the same name (same
+    size, maybe the same inode) after the load deleted it. Returns (old, new) versions."""
     src = tmp_path / "local.avro"
     src.write_bytes(b"avro-bytes")
     loaded = store.create_only_file(src, "t.0.d.x.1.0.avro")
     store.delete("t.0.d.x.1.0.avro")
-    again = store.create_only_file(src, "t.0.d.x.1.0.avro")
+    return loaded, store.create_only_file(src, "t.0.d.x.1.0.avro")
+
+
+def test_the_same_bytes_created_again_after_a_delete_are_another_version(store, tmp_path) -> None:
+    loaded, again = loaded_then_uploaded_again(store, tmp_path)
     assert again != loaded
 
 
 def test_delete_version_deletes_only_that_exact_object(store, tmp_path) -> None:
-    src = tmp_path / "local.avro"
-    src.write_bytes(b"avro-bytes")
-    old = store.create_only_file(src, "t.0.d.x.1.0.avro")
-    store.delete("t.0.d.x.1.0.avro")
-    new = store.create_only_file(src, "t.0.d.x.1.0.avro")
+    old, new = loaded_then_uploaded_again(store, tmp_path)
     assert store.delete_version("t.0.d.x.1.0.avro", old) is False
     assert [f.version for f in store.list()] == [new]
     assert store.delete_version("t.0.d.x.1.0.avro", new) is True
