@@ -37,7 +37,7 @@ def produce_demo_events(count: int) -> dict[str, int]:
     table and per bad-input reason (``bad:<reason>``)."""
     from kbqe_dagster.demo.samples import DEMO_TOPIC
     from kbqe_dagster.localstack.endpoints import local_endpoints
-    from kbqe_dagster.operations.produce_sample import produce_sample
+    from kbqe_dagster.demo.produce import produce_sample
 
     ends = local_endpoints()
     report = produce_sample(

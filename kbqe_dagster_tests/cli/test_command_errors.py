@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kbqe_dagster.cli_commands import staging_location
+from kbqe_dagster.cli.common import staging_location
 from kbqe_dagster.core.errors import OperatorCommandError
 from kbqe_dagster.core.load_state import STATE_FILE
 from kbqe_dagster.resources.staging_store import StagingLocation

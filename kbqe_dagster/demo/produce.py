@@ -1,4 +1,5 @@
-"""``kbqe produce-sample``: realistic demo events on a local topic (``demo/samples.py``):
+"""Producing the demo's events (``demo/samples.py``) for ``kbqe produce-sample`` and
+``kbqe demo``: realistic events on a local topic —
 orders (two schema versions) and page views, plus one message of every bad-input kind.
 
 The topic is created when missing, with an explicit partition count (the broker default of
