@@ -8,8 +8,9 @@ group's ``add_<group>`` adds its sub-parsers and sets ``handler`` to a function
 append it to :data:`COMMANDS`. Nothing below the CLI imports this package.
 
 Errors are one line on stderr (``kbqe: error: ...``) and exit code 1; ``--verbose`` adds the
-full message and the traceback. Progress goes through ``logging`` to stderr; results (tables,
-JSON) go to stdout, so ``kbqe stack status --json | jq`` works.
+full message and the traceback. Progress goes through ``logging`` to stderr (set up by
+``cli/logs.py``: libraries' chatter only with ``--verbose``); results (tables, JSON) go to
+stdout, so ``kbqe stack status --json | jq`` works.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kbqe_dagster.cli.common import CommandAdder
 from kbqe_dagster.cli.dead_letters import add_dead_letters
 from kbqe_dagster.cli.demo import add_demo
 from kbqe_dagster.cli.load import add_load
+from kbqe_dagster.cli.logs import setup_logging
 from kbqe_dagster.cli.observability import add_health, add_metrics
 from kbqe_dagster.cli.produce_sample import add_produce_sample
 from kbqe_dagster.cli.retention import add_retention
@@ -63,10 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     verbose = bool(getattr(args, "verbose", False))
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s" if verbose else "%(message)s",
-    )
+    setup_logging(verbose)
     handler: Handler = args.handler
     try:
         return handler(args)

@@ -24,9 +24,11 @@ def add_demo(sub: SubParsers, common: argparse.ArgumentParser) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from kbqe_dagster.cli.logs import dagster_console_config
     from kbqe_dagster.demo.run import run_demo
 
-    return run_demo(args.count, args.then_dagster_dev)
+    verbose = bool(getattr(args, "verbose", False))
+    return run_demo(args.count, args.then_dagster_dev, dagster_console_config(verbose))
 
 
 def _dev(args: argparse.Namespace) -> int:

@@ -22,7 +22,8 @@ log = logging.getLogger("kbqe")
 
 def _quiet_http_clients() -> None:
     # httpx (the registry client) logs every request line at INFO: noise for an exporter
-    # that probes every few seconds, and a URL is the one place a credential could ride.
+    # that probes every few seconds, even with -v, and a URL is the one place a credential
+    # could ride.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 

@@ -16,7 +16,9 @@ from typing import Any
 
 from kbqe_dagster.core.errors import OperatorCommandError
 
-log = logging.getLogger(__name__)
+# librdkafka's lines (a broker not answering yet, a retried connection) go to the logger
+# every Kafka client of the package uses, which the console shows only from ERROR.
+kafka_log = logging.getLogger("kbqe_dagster.kafka")
 
 TOPIC_TIMEOUT_SECONDS = 10.0
 
@@ -55,7 +57,7 @@ def ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> tuple[i
     from confluent_kafka.admin import AdminClient, NewTopic
 
     # librdkafka's connection chatter goes to our logger, not straight to stderr.
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "logger": log})
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "logger": kafka_log})
     try:
         existing = _partition_count(admin, topic)
         if existing is not None:
@@ -114,7 +116,7 @@ def produce_sample(
     actual, created = ensure_topic(bootstrap_servers, topic, partitions)
     messages = sample_messages(count, ids, seed=seed)
     try:
-        produce(bootstrap_servers, topic, messages, actual)
+        produce(bootstrap_servers, topic, messages, actual, {"logger": kafka_log})
     except RuntimeError as exc:
         raise OperatorCommandError(f"producing to {topic!r} at {bootstrap_servers}: {exc}") from exc
     per_table = Counter(".".join(m.expect_table) for m in messages if m.expect_table)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.demo.progress import every
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,13 @@ def produce_demo_events(count: int) -> dict[str, int]:
     return {**report.per_table, **{f"bad:{r}": n for r, n in report.per_reason.items()}}
 
 
-def run_demo(count: int = 2_000, then_dagster_dev: bool = False) -> int:
+PROGRESS_SECONDS = 10.0
+
+
+def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
+             dagster_logging: dict | None = None) -> int:
+    """``dagster_logging``: the ``loggers`` run config of the in-process runs (their console
+    logger's level; the CLI passes a quiet one unless ``-v``)."""
     from kbqe_dagster.localstack import stack
 
     os.environ.setdefault("KBQE_ENV", "local")
@@ -68,9 +75,12 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False) -> int:
     defs = build_definitions()
     instance = dg.DagsterInstance.get()
     print("3/4 stage job (Spark) ...", flush=True)
-    staged = defs.resolve_job_def("stage_job").execute_in_process(
-        run_config=stage_run_config(DEMO_TOPIC), instance=instance, tags={TOPIC_TAG: DEMO_TOPIC},
-    )
+    store = defs.resources["staging"].store()
+    with every(PROGRESS_SECONDS, lambda s: _committed(store, DEMO_TOPIC, s)):
+        staged = defs.resolve_job_def("stage_job").execute_in_process(
+            run_config={**stage_run_config(DEMO_TOPIC), **(dagster_logging or {})},
+            instance=instance, tags={TOPIC_TAG: DEMO_TOPIC},
+        )
     if not staged.success:
         raise KbqeError("the stage run failed; see `dagster dev` → Runs for its logs")
     for event in staged.get_asset_materialization_events():
@@ -81,10 +91,17 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False) -> int:
     print("4/4 load job (BigQuery emulator) ...", flush=True)
     from kbqe_dagster.demo.load import load_and_report
 
-    load_and_report(defs, instance)
+    load_and_report(defs, instance, dagster_logging or {})
     if then_dagster_dev:
         return exec_dagster_dev()
+    print("the runs, assets and checks are in the Dagster UI: `kbqe dev`, then "
+          "http://127.0.0.1:3000 (`-v` shows every log line)")
     return 0
+
+
+def _committed(store, topic: str, elapsed: float) -> str:
+    done = sum(1 for f in store.list(f"{topic}.") if f.name.endswith(".done"))
+    return f"      ... {elapsed:.0f}s: {done} done file(s) of {topic} in the staging area"
 
 
 def exec_dagster_dev(port: int = 3000) -> int:
