@@ -21,6 +21,10 @@ def add_stack(sub: SubParsers, common: argparse.ArgumentParser) -> None:
 
     up = actions.add_parser("up", parents=[common], help="start what is not running (idempotent)")
     up.add_argument("services", nargs="*", metavar="SERVICE", help=names_help)
+    up.add_argument("--fresh", action="store_true",
+                    help="first delete the stopped services' data (Kafka topics, schemas, "
+                         "staging bucket, BigQuery tables, the demo's Dagster instance); "
+                         "the download cache stays")
     up.set_defaults(handler=_stack_up)
 
     down = actions.add_parser("down", parents=[common], help="stop what we started (by pid)")
@@ -36,6 +40,12 @@ def add_stack(sub: SubParsers, common: argparse.ArgumentParser) -> None:
 def _stack_up(args: argparse.Namespace) -> int:
     from kbqe_dagster.localstack import stack
 
+    if args.fresh:
+        wiped = stack.wipe_data(args.services or None)
+        for w in wiped:
+            print(f"deleted {w.path} ({w.what})")
+        if not wiped:
+            print("nothing to delete: no service has data yet")
     statuses = stack.up(args.services or None)
     print(_status_table(statuses))
     return 0

@@ -1,6 +1,7 @@
 """``kbqe demo``: the main job end to end on the local stack, as the README promises.
 
-Start the stack, put sample events on ``com.acme.events``, run the stage job and the load
+Check that an earlier run left nothing the demo cannot run on (``demo/preflight.py``),
+start the stack, put sample events on ``com.acme.events``, run the stage job and the load
 job through Dagster (so the runs, materializations and checks are in the local instance),
 print the rows per BigQuery table, then optionally hand over to ``dagster dev``.
 """
@@ -15,6 +16,13 @@ import time
 from pathlib import Path
 
 from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.demo.preflight import (
+    DemoPreflightError,
+    Problem,
+    ServiceFact,
+    check_stack,
+    check_staging,
+)
 from kbqe_dagster.demo.progress import every
 
 log = logging.getLogger(__name__)
@@ -58,8 +66,10 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     from kbqe_dagster.localstack import stack
 
     os.environ.setdefault("KBQE_ENV", "local")
+    _stop_on(check_stack(lambda: [ServiceFact(s.name, s.pid, s.running) for s in stack.status()]))
     print("1/4 starting the local stack (first run downloads Kafka and Apicurio) ...", flush=True)
     stack.up()
+    _stop_on(check_staging(_local_load_state))
     print(f"2/4 producing {count} sample events (+ one of every bad-input kind) ...", flush=True)
     for name, n in sorted(produce_demo_events(count).items()):
         print(f"      {name}: {n}")
@@ -97,6 +107,21 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     print("the runs, assets and checks are in the Dagster UI: `kbqe dev`, then "
           "http://127.0.0.1:3000 (`-v` shows every log line)")
     return 0
+
+
+def _local_load_state():
+    from kbqe_dagster.defs.resources import resources_for_environment
+    from kbqe_dagster.loading.state_file import StateFile
+
+    return StateFile(resources_for_environment()["staging"].store()).read()
+
+
+def _stop_on(problems: list[Problem]) -> None:
+    """Say every problem with its fix, then stop before any work is done."""
+    if problems:
+        for problem in problems:
+            print(f"kbqe demo: {problem}", file=sys.stderr)
+        raise DemoPreflightError(problems)
 
 
 def _committed(store, topic: str, elapsed: float) -> str:
