@@ -28,7 +28,7 @@ def _demo(args: argparse.Namespace) -> int:
     from kbqe_dagster.demo.run import run_demo
 
     verbose = bool(getattr(args, "verbose", False))
-    return run_demo(args.count, args.then_dagster_dev, dagster_console_config(verbose))
+    return run_demo(args.count, args.then_dagster_dev, dagster_console_config(verbose), verbose)
 
 
 def _dev(args: argparse.Namespace) -> int:

@@ -60,9 +60,10 @@ PROGRESS_SECONDS = 10.0
 
 
 def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
-             dagster_logging: dict | None = None) -> int:
+             dagster_logging: dict | None = None, verbose: bool = False) -> int:
     """``dagster_logging``: the ``loggers`` run config of the in-process runs (their console
-    logger's level; the CLI passes a quiet one unless ``-v``)."""
+    logger's level; the CLI passes a quiet one unless ``-v``). ``verbose``: keep Spark's
+    driver log lines."""
     from kbqe_dagster.localstack import stack
 
     os.environ.setdefault("KBQE_ENV", "local")
@@ -75,6 +76,11 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
         print(f"      {name}: {n}")
 
     os.environ["DAGSTER_HOME"] = str(dagster_home())
+    if not verbose:
+        from kbqe_dagster.demo.spark_console import quiet_spark_driver
+        from kbqe_dagster.localstack.base import stack_home
+
+        quiet_spark_driver(stack_home() / "spark-conf")
     import dagster as dg
 
     from kbqe_dagster.definitions import build_definitions
