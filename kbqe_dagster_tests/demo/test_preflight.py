@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from kbqe_dagster.core.errors import StateFileError
+from kbqe_dagster.core.errors import KbqeError, StateFileError
 from kbqe_dagster.core.load_state import LoadState, QuarantinedFile
 from kbqe_dagster.demo import preflight
 from kbqe_dagster.demo.preflight import (
@@ -161,3 +161,55 @@ def test_the_demo_stops_on_a_quarantine_before_producing(
     err = capsys.readouterr().err
     assert "1 file(s) of acme_sales.orders are quarantined" in err
     assert "fix: kbqe load release --table acme_sales.orders --yes" in err
+
+
+# --- after the load: a quarantine is not a success -----------------------------------------
+class _Job:
+    def execute_in_process(self, **_):
+        return type("Result", (), {"success": True})()
+
+
+class _Defs:
+    """The few parts of the Definitions the demo's load step uses, over a real staging
+    directory."""
+
+    def __init__(self, store) -> None:
+        dead_letter = type("DeadLetter", (), {"dataset": "dl", "table": "dead_letters"})()
+        pipeline = type("Pipeline", (), {"dead_letter": dead_letter})()
+        self.resources = {
+            "staging": type("Staging", (), {"store": lambda _self: store})(),
+            "pipeline": type("PipelineResource", (), {"load": lambda _self: pipeline})(),
+            "bigquery": type("BigQuery", (), {"client": lambda _self: None})(),
+        }
+
+    def resolve_job_def(self, name: str) -> _Job:
+        return _Job()
+
+
+def test_the_demo_ends_in_an_error_naming_the_quarantine_a_load_left(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kbqe_dagster.demo import load
+    from kbqe_dagster.loading.state_file import StateFile
+    from kbqe_dagster.resources.staging_store import StagingLocation
+
+    store = StagingLocation(str(tmp_path)).open()
+    StateFile(store).save(LoadState(quarantined=(quarantined("acme_sales.orders", "a.avro"),)))
+    monkeypatch.setattr(load, "print_table_rows", lambda client, dead_letter: print("rows"))
+    with pytest.raises(KbqeError, match=r"quarantined files of 1 table\(s\)"):
+        load.load_and_report(_Defs(store), instance=None)
+    out, err = capsys.readouterr()
+    assert out == "rows\n"
+    assert "kbqe demo: 1 file(s) of acme_sales.orders are quarantined" in err
+
+
+def test_the_demo_load_without_a_quarantine_just_prints_the_rows(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kbqe_dagster.demo import load
+    from kbqe_dagster.resources.staging_store import StagingLocation
+
+    store = StagingLocation(str(tmp_path)).open()
+    monkeypatch.setattr(load, "print_table_rows", lambda client, dead_letter: print("rows"))
+    load.load_and_report(_Defs(store), instance=None)
+    assert capsys.readouterr() == ("rows\n", "")
