@@ -5,8 +5,9 @@ pipeline file are, the options that name them, and printing a report (``--json``
 Where things are, each decided here and nowhere else:
 - staging area: ``--staging`` > ``KBQE_STAGING_URL`` > with ``KBQE_ENV=local`` (the
   default) the local stack's bucket, with ``gcp`` an error naming ``KBQE_STAGING_URL``; a
-  local directory or ``gs://bucket/prefix``; for ``gs://``, ``--gcs-endpoint`` > ``KBQE_GCS_ENDPOINT`` points at
-  an emulator (none: real GCS, Application Default Credentials, ``KBQE_GCP_PROJECT``);
+  local directory or ``gs://bucket/prefix``; for ``gs://``, ``--gcs-endpoint`` >
+  ``KBQE_GCS_ENDPOINT`` points at an emulator (none: real GCS, Application Default
+  Credentials, ``KBQE_GCP_PROJECT``);
 - pipeline file: ``--config`` > ``KBQE_PIPELINE_CONFIG`` > ``examples/pipeline.yaml``;
 - Kafka and the schema registry (``produce-sample``): the options, else the local stack.
 """

@@ -64,9 +64,9 @@ class ConsoleFilter(logging.Filter):
 def setup_logging(verbose: bool = False, fmt: str | None = None,
                   ours_from: int = logging.INFO) -> None:
     """Log to stderr: everything at DEBUG with ``verbose``, else what :class:`ConsoleFilter`
-    lets through (a script that prints its own progress passes ``ours_from=WARNING``). A second call replaces the first's handler. Like ``logging.basicConfig``,
-    it leaves alone a root logger that someone else configured (an embedding program,
-    pytest's log capture)."""
+    lets through (a script that prints its own progress passes ``ours_from=WARNING``). A
+    second call replaces the first's handler. Like ``logging.basicConfig``, it leaves alone
+    a root logger that someone else configured (an embedding program, pytest's log capture)."""
     root = logging.getLogger()
     ours = [h for h in root.handlers if getattr(h, "_kbqe_console", False)]
     if root.handlers and not ours:

@@ -31,7 +31,9 @@ logger.native.level = error
 """
 
 
-def quiet_spark_driver(conf_home: Path, environ: MutableMapping[str, str] = os.environ) -> Path | None:
+def quiet_spark_driver(
+    conf_home: Path, environ: MutableMapping[str, str] = os.environ
+) -> Path | None:
     """Point ``SPARK_CONF_DIR`` at ``conf_home`` holding an errors-only log4j2 profile;
     ``None`` (nothing changed) when the user already set ``SPARK_CONF_DIR``."""
     if environ.get("SPARK_CONF_DIR"):

@@ -106,7 +106,8 @@ def test_the_scripts_set_up_the_console_with_the_one_function(script: str) -> No
     calls = [n.func.id for n in ast.walk(main)
              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
     assert "setup_logging" in calls
-    assert not [n for n in ast.walk(main) if isinstance(n, ast.Attribute) and n.attr == "basicConfig"]
+    assert not [n for n in ast.walk(main)
+                if isinstance(n, ast.Attribute) and n.attr == "basicConfig"]
     imports = {n.module for n in tree.body if isinstance(n, ast.ImportFrom)}
     assert "kbqe_dagster.cli.logs" in imports
 
