@@ -144,8 +144,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    setup_logging(args.verbose, fmt="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                  ours_from=logging.WARNING)
+    # -v here means every step of the suite, not every library's debug line.
+    setup_logging(fmt="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                  ours_from=logging.INFO if args.verbose else logging.WARNING)
     log.setLevel(logging.INFO if args.verbose else logging.WARNING)
     if not args.verbose:
         # The injected faults make kbqe log errors on purpose (quarantines, refused commits);
