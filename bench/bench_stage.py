@@ -50,6 +50,7 @@ from _profile import WorkerProfile, summarize  # noqa: E402
 from _stage_support import TreeSampler, machine_facts, process_tree  # noqa: E402
 from bench_hot_path import SCHEMA  # noqa: E402
 
+from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
 from kbqe_dagster.core.config import parse_pipeline_config  # noqa: E402
 from kbqe_dagster.localstack import stack  # noqa: E402
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, local_endpoints  # noqa: E402
@@ -77,6 +78,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--compression", default="none", help="producer compression.type")
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "stage.json")
     parser.add_argument("--keep", action="store_true", help="keep the topics and staged files")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="every library's log lines (Dagster, httpx, librdkafka, ...)")
     return parser.parse_args(argv)
 
 
@@ -258,7 +261,8 @@ def print_table(report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # say() prints the bench's progress; the package's INFO lines (one per range) stay off.
+    setup_logging(args.verbose, fmt="%(levelname)s %(name)s: %(message)s", ours_from=logging.WARNING)
     services = stack.build(SERVICES)
     started = [s for s in services if s.pid() is None]
     if started:

@@ -40,3 +40,66 @@ def test_core_imports_no_system_or_orchestrator(path: Path) -> None:
 
 def test_core_is_not_empty() -> None:
     assert len(CORE_FILES) >= 3
+
+
+# --- who may import whom outside core/ -----------------------------------------------------
+def _package_imports(path: Path) -> set[str]:
+    """The ``kbqe_dagster`` modules a file imports, relative imports resolved."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    module = ".".join(("kbqe_dagster", *path.relative_to(PACKAGE).with_suffix("").parts))
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            target = ".".join(p for p in (base, node.module or "") if p)
+            names.add(target)
+            names.update(f"{target}.{alias.name}" for alias in node.names)
+    return {n for n in names if n == "kbqe_dagster" or n.startswith("kbqe_dagster.")}
+
+
+def _imports_any(path: Path, prefixes: tuple[str, ...]) -> list[str]:
+    return sorted(
+        name for name in _package_imports(path)
+        if any(name == p or name.startswith(p + ".") for p in prefixes)
+    )
+
+
+def _files_outside(*rooms: str) -> list[Path]:
+    return sorted(
+        p for p in PACKAGE.rglob("*.py")
+        if p.relative_to(PACKAGE).parts[0] not in rooms
+    )
+
+
+@pytest.mark.parametrize("path", _files_outside("cli"), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_nothing_below_the_cli_imports_it(path: Path) -> None:
+    bad = _imports_any(path, ("kbqe_dagster.cli",))
+    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}: the CLI is the top layer"
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "operations").rglob("*.py")),
+                         ids=lambda p: p.name)
+def test_operations_never_import_the_demo(path: Path) -> None:
+    bad = _imports_any(path, ("kbqe_dagster.demo",))
+    assert not bad, f"operations/{path.name} imports {bad}: the demo sits above operations/"
+
+
+def test_the_fault_hooks_are_a_leaf_that_imports_nothing_of_the_package() -> None:
+    faults = PACKAGE / "faults.py"
+    assert _package_imports(faults) == set()
+
+
+def test_the_cli_lives_in_its_package_not_beside_it() -> None:
+    strays = sorted(p.name for p in PACKAGE.glob("*.py") if "cli" in p.stem or "command" in p.stem)
+    assert strays == [], f"command modules outside kbqe_dagster/cli/: {strays}"
+    assert (PACKAGE / "cli" / "__init__.py").is_file()
+
+
+def test_the_layer_rules_see_module_level_and_in_function_imports() -> None:
+    cli_init = PACKAGE / "cli" / "__init__.py"
+    assert "kbqe_dagster.cli.stack" in _package_imports(cli_init)
+    demo_run = PACKAGE / "demo" / "run.py"
+    assert "kbqe_dagster.demo.produce" in _package_imports(demo_run)  # imported in a function

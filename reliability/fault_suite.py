@@ -35,6 +35,7 @@ from typing import Callable
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
 from kbqe_dagster.localstack import stack  # noqa: E402
 from kbqe_dagster.localstack.endpoints import LocalEndpoints, local_endpoints  # noqa: E402
 from reliability import faults_load, faults_services, faults_stage  # noqa: E402
@@ -142,7 +143,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # -v here means every step of the suite, not every library's debug line.
+    setup_logging(fmt="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                  ours_from=logging.INFO if args.verbose else logging.WARNING)
     log.setLevel(logging.INFO if args.verbose else logging.WARNING)
     if not args.verbose:
         # The injected faults make kbqe log errors on purpose (quarantines, refused commits);

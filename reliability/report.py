@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kbqe_dagster.cli_render import table
+from kbqe_dagster.cli.render import table
 from reliability.verify import Accounting
 
 # Every fault the suite injects; a run that did not inject each of them at least once

@@ -1,2 +1,3 @@
-"""Demo data: realistic sample events for the local stack (``kbqe produce-sample``), also
-used by the end-to-end tests as the known input whose every offset must arrive once."""
+"""Demo data: realistic sample events for the local stack and producing them (``kbqe demo``,
+``kbqe produce-sample``), also used by the end-to-end tests as the known input whose every
+offset must arrive once."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 HOST = "127.0.0.1"
 LOCAL_BUCKET = "kbqe-local"
 LOCAL_PROJECT = "kbqe-local"
+LOCAL_STAGING_URL = f"gs://{LOCAL_BUCKET}/staging"
 
 
 def _port(name: str, default: int) -> int:

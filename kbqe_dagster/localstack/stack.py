@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -77,6 +79,41 @@ def up(
     Running services of ours are left as they are, so a second ``up`` is a no-op. When some
     service fails, the others still finish starting and one StackError reports the failures."""
     return up_services(build(names, home, endpoints))
+
+
+DAGSTER_HOME_DIR = "dagster_home"  # the demo's Dagster instance, beside the services
+
+
+@dataclass(frozen=True)
+class Wiped:
+    path: Path
+    what: str
+
+
+def wipe_data(
+    names: Iterable[str] | None = None, home: Path | None = None,
+    endpoints: LocalEndpoints | None = None,
+) -> list[Wiped]:
+    """Delete the data of stopped services (all, or ``names``): Kafka's log, the registry's
+    schemas, the staging bucket, the BigQuery tables, and for the whole stack the demo's
+    Dagster instance. The download cache, pid files and logs stay. Refused while any of them
+    runs: deleting under a live process corrupts it instead of resetting it."""
+    services = build(names, home, endpoints)
+    running = [s.name for s in services if s.pid() is not None]
+    if running:
+        raise StackError(
+            f"--fresh deletes the data of stopped services, and {', '.join(running)} still "
+            "run: `kbqe stack down` first"
+        )
+    targets = [Wiped(s.dirs.data, f"{s.name} data") for s in services]
+    if names is None and services:
+        targets.append(Wiped(services[0].dirs.home / DAGSTER_HOME_DIR,
+                             "the demo's Dagster instance"))
+    wiped = [t for t in targets if t.path.exists()]
+    for t in wiped:
+        shutil.rmtree(t.path)
+        log.info("fresh: deleted %s (%s)", t.path, t.what)
+    return wiped
 
 
 def up_services(services: Sequence[LocalService]) -> list[ServiceStatus]:

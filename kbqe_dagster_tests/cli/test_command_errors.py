@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kbqe_dagster.cli_commands import staging_location
+from kbqe_dagster.cli.common import staging_location
 from kbqe_dagster.core.errors import OperatorCommandError
 from kbqe_dagster.core.load_state import STATE_FILE
 from kbqe_dagster.resources.staging_store import StagingLocation
@@ -28,12 +28,50 @@ def assert_one_error_line(result, starts_with: str) -> None:
 
 
 @pytest.mark.parametrize("command", STAGING_COMMANDS, ids=" ".join)
-def test_without_a_staging_location_the_error_says_how_to_set_one(
-    run: Run, command: tuple[str, ...]
+def test_in_gcp_without_a_staging_location_the_error_names_the_variable(
+    run: Run, command: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("KBQE_ENV", "gcp")
     result = run(*command)
-    assert_one_error_line(result, "kbqe: error: no staging location: pass --staging")
-    assert "KBQE_STAGING_URL" in result.err
+    assert_one_error_line(
+        result, "kbqe: error: no staging location: KBQE_ENV=gcp needs KBQE_STAGING_URL"
+    )
+
+
+@pytest.mark.parametrize("env", [None, "local"])
+def test_in_local_without_a_staging_location_it_is_the_local_stacks_bucket(
+    env: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if env:
+        monkeypatch.setenv("KBQE_ENV", env)
+    assert staging_location(None, None, {}) == StagingLocation(
+        "gs://kbqe-local/staging", "http://127.0.0.1:14443", "kbqe-local"
+    )
+
+
+def test_the_local_default_follows_a_moved_gcs_port_and_an_explicit_endpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KBQE_LOCAL_GCS_PORT", "24443")
+    assert staging_location(None, None, {}).gcs_endpoint == "http://127.0.0.1:24443"
+    assert staging_location(None, "http://e:1", {}).gcs_endpoint == "http://e:1"
+
+
+def test_an_unknown_environment_is_one_line_naming_it(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KBQE_ENV", "prod")
+    assert_one_error_line(run("staging", "status"), "kbqe: error: KBQE_ENV='prod': expected one of")
+
+
+@pytest.mark.parametrize("command", STAGING_COMMANDS, ids=" ".join)
+def test_the_staging_url_variable_wins_over_the_environment_default(
+    run: Run, command: tuple[str, ...], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = tmp_path / "from-env"
+    monkeypatch.setenv("KBQE_STAGING_URL", str(missing))
+    result = run(*command)
+    assert_one_error_line(result, f"kbqe: error: staging directory {missing} does not exist")
 
 
 @pytest.mark.parametrize("command", STAGING_COMMANDS, ids=" ".join)

@@ -1,6 +1,6 @@
 """``kbqe metrics serve`` and ``kbqe health``: the exporter and its one-shot health check.
 
-Registered in ``cli.COMMANDS`` (:data:`OBSERVABILITY_COMMANDS`). Both read the connections of
+Both read the connections of
 the current environment's Dagster resources (``KBQE_ENV``, default ``local``) — run them
 with the same environment as ``dagster-daemon``. See ``docs/operations.md``, "Metrics and
 health".
@@ -15,14 +15,15 @@ import signal
 import threading
 from typing import Any
 
-from kbqe_dagster.cli_commands import CommandAdder, SubParsers
+from kbqe_dagster.cli.common import SubParsers
 
 log = logging.getLogger("kbqe")
 
 
 def _quiet_http_clients() -> None:
     # httpx (the registry client) logs every request line at INFO: noise for an exporter
-    # that probes every few seconds, and a URL is the one place a credential could ride.
+    # that probes every few seconds, even with -v, and a URL is the one place a credential
+    # could ride.
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
@@ -40,7 +41,7 @@ def _check_options() -> argparse.ArgumentParser:
 
 
 # --- kbqe metrics serve --------------------------------------------------------------------
-def _add_metrics(sub: SubParsers, common: argparse.ArgumentParser) -> None:
+def add_metrics(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     metrics = sub.add_parser("metrics", parents=[common], help="the Prometheus exporter")
     actions = metrics.add_subparsers(dest="metrics_action", required=True, metavar="{serve}")
     serve = actions.add_parser(
@@ -85,7 +86,7 @@ def _metrics_serve(args: argparse.Namespace) -> int:
 
 
 # --- kbqe health ---------------------------------------------------------------------------
-def _add_health(sub: SubParsers, common: argparse.ArgumentParser) -> None:
+def add_health(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     health = sub.add_parser(
         "health", parents=[common, _check_options()],
         help="check Kafka, registry, staging, BigQuery, quarantine and staging age once",
@@ -124,5 +125,3 @@ def render_health(doc: dict[str, Any]) -> str:
     lines.append("healthy" if doc["healthy"] else "UNHEALTHY")
     return "\n".join(lines)
 
-
-OBSERVABILITY_COMMANDS: list[CommandAdder] = [_add_metrics, _add_health]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+
+from kbqe_dagster.cli.common import SubParsers
 
 
-def add_demo_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_demo(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     demo = sub.add_parser(
         "demo", parents=[common], help="run the main job end to end on the local stack",
         description="Start the local stack, produce sample events, stage them on Spark, load "
@@ -23,9 +24,11 @@ def add_demo_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from kbqe_dagster.cli.logs import dagster_console_config
     from kbqe_dagster.demo.run import run_demo
 
-    return run_demo(args.count, args.then_dagster_dev)
+    verbose = bool(getattr(args, "verbose", False))
+    return run_demo(args.count, args.then_dagster_dev, dagster_console_config(verbose), verbose)
 
 
 def _dev(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""``kbqe produce-sample``: realistic demo events on a local topic (``demo/samples.py``):
+"""Producing the demo's events (``demo/samples.py``) for ``kbqe produce-sample`` and
+``kbqe demo``: realistic events on a local topic —
 orders (two schema versions) and page views, plus one message of every bad-input kind.
 
 The topic is created when missing, with an explicit partition count (the broker default of
@@ -15,7 +16,9 @@ from typing import Any
 
 from kbqe_dagster.core.errors import OperatorCommandError
 
-log = logging.getLogger(__name__)
+# librdkafka's lines (a broker not answering yet, a retried connection) go to the logger
+# every Kafka client of the package uses, which the console shows only from ERROR.
+kafka_log = logging.getLogger("kbqe_dagster.kafka")
 
 TOPIC_TIMEOUT_SECONDS = 10.0
 
@@ -54,7 +57,7 @@ def ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> tuple[i
     from confluent_kafka.admin import AdminClient, NewTopic
 
     # librdkafka's connection chatter goes to our logger, not straight to stderr.
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "logger": log})
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "logger": kafka_log})
     try:
         existing = _partition_count(admin, topic)
         if existing is not None:
@@ -113,7 +116,7 @@ def produce_sample(
     actual, created = ensure_topic(bootstrap_servers, topic, partitions)
     messages = sample_messages(count, ids, seed=seed)
     try:
-        produce(bootstrap_servers, topic, messages, actual)
+        produce(bootstrap_servers, topic, messages, actual, {"logger": kafka_log})
     except RuntimeError as exc:
         raise OperatorCommandError(f"producing to {topic!r} at {bootstrap_servers}: {exc}") from exc
     per_table = Counter(".".join(m.expect_table) for m in messages if m.expect_table)

@@ -10,7 +10,7 @@ if TYPE_CHECKING:  # annotations only: `kbqe --help` must not import fastavro an
     from kbqe_dagster.operations.dead_letters import BytesPreview, DeadLetterReport
     from kbqe_dagster.operations.load_plan import LoadPlanReport
     from kbqe_dagster.operations.load_release import ReleaseReport
-    from kbqe_dagster.operations.produce_sample import SampleReport
+    from kbqe_dagster.demo.produce import SampleReport
     from kbqe_dagster.operations.retention_plan import RetentionReport
     from kbqe_dagster.operations.staging_status import Interval, StagingStatus
 

@@ -1,0 +1,118 @@
+"""What the ``kbqe`` commands share: the command-adder types, where the staging area and the
+pipeline file are, the options that name them, and printing a report (``--json`` prints
+``report.to_json()``, otherwise a renderer of ``cli/render.py``).
+
+Where things are, each decided here and nowhere else:
+- staging area: ``--staging`` > ``KBQE_STAGING_URL`` > with ``KBQE_ENV=local`` (the
+  default) the local stack's bucket, with ``gcp`` an error naming ``KBQE_STAGING_URL``; a
+  local directory or ``gs://bucket/prefix``; for ``gs://``, ``--gcs-endpoint`` >
+  ``KBQE_GCS_ENDPOINT`` points at an emulator (none: real GCS, Application Default
+  Credentials, ``KBQE_GCP_PROJECT``);
+- pipeline file: ``--config`` > ``KBQE_PIPELINE_CONFIG`` > ``examples/pipeline.yaml``;
+- Kafka and the schema registry (``produce-sample``): the options, else the local stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from kbqe_dagster.core.errors import OperatorCommandError
+from kbqe_dagster.localstack.endpoints import LOCAL_STAGING_URL
+from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
+
+SubParsers = Any  # argparse's _SubParsersAction, which has no public name
+CommandAdder = Callable[[SubParsers, argparse.ArgumentParser], None]
+"""Adds one command group's sub-parsers; each sets ``handler`` to ``(args) -> exit code``."""
+
+STAGING_ENV = "KBQE_STAGING_URL"
+GCS_ENDPOINT_ENV = "KBQE_GCS_ENDPOINT"
+GCP_PROJECT_ENV = "KBQE_GCP_PROJECT"
+PIPELINE_ENV = "KBQE_PIPELINE_CONFIG"
+DEFAULT_PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"
+
+
+# --- where things are ----------------------------------------------------------------------
+def staging_location(
+    url: str | None, gcs_endpoint: str | None, environ: Mapping[str, str] = os.environ
+) -> StagingLocation:
+    """The staging location from the options, else ``$KBQE_STAGING_URL``, else the one of
+    the ``KBQE_ENV`` environment (see :func:`environment_staging`)."""
+    url = url or environ.get(STAGING_ENV)
+    if not url:
+        return environment_staging(gcs_endpoint)
+    if url.startswith("gs://"):
+        endpoint = gcs_endpoint or environ.get(GCS_ENDPOINT_ENV) or None
+        return StagingLocation(url, endpoint, environ.get(GCP_PROJECT_ENV) or None)
+    if "://" in url:
+        raise OperatorCommandError(
+            f"staging location {url!r}: expected a local directory or gs://bucket/prefix"
+        )
+    if not Path(url).is_dir():
+        raise OperatorCommandError(
+            f"staging directory {url} does not exist (create it first for a new staging area)"
+        )
+    return StagingLocation(url)
+
+
+def environment_staging(gcs_endpoint: str | None = None) -> StagingLocation:
+    """The staging area the ``KBQE_ENV`` environment's runs use when no location is named:
+    ``local`` (the default) is the local stack's bucket, as for the Dagster runs and
+    ``kbqe health``; ``gcp`` has no default, so the error names the variable to set."""
+    from kbqe_dagster.defs.resources import current_environment
+    from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT, local_endpoints
+
+    env = current_environment()
+    if env != "local":
+        raise OperatorCommandError(
+            f"no staging location: KBQE_ENV={env} needs {STAGING_ENV} (gs://bucket/prefix) "
+            "or --staging"
+        )
+    return StagingLocation(LOCAL_STAGING_URL, gcs_endpoint or local_endpoints().gcs_url,
+                           LOCAL_PROJECT)
+
+
+def open_store(args: argparse.Namespace) -> StagingStore:
+    return staging_location(args.staging, args.gcs_endpoint).open()
+
+
+def pipeline_config(args: argparse.Namespace) -> Any:
+    from kbqe_dagster.core.config import load_pipeline_config
+
+    return load_pipeline_config(args.config or os.environ.get(PIPELINE_ENV) or DEFAULT_PIPELINE)
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def emit(args: argparse.Namespace, report: Any, render: Callable[[Any], str]) -> None:
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(render(report))
+
+
+# --- options shared by several commands ----------------------------------------------------
+def staging_options() -> argparse.ArgumentParser:
+    opts = argparse.ArgumentParser(add_help=False)
+    opts.add_argument("--staging", metavar="URL",
+                      help=f"staging location: a directory or gs://bucket/prefix "
+                           f"(default: ${STAGING_ENV}, else with KBQE_ENV=local the local "
+                           f"stack's {LOCAL_STAGING_URL})")
+    opts.add_argument("--gcs-endpoint", metavar="URL",
+                      help=f"GCS emulator endpoint for gs:// locations (default: "
+                           f"${GCS_ENDPOINT_ENV}; unset: real GCS)")
+    opts.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return opts
+
+
+def config_option() -> argparse.ArgumentParser:
+    opts = argparse.ArgumentParser(add_help=False)
+    opts.add_argument("--config", metavar="PATH",
+                      help=f"pipeline file (default: ${PIPELINE_ENV}, else examples/pipeline.yaml)")
+    return opts
