@@ -24,6 +24,7 @@ from kbqe_dagster.cli_commands import OPERATOR_COMMANDS, CommandAdder, SubParser
 from kbqe_dagster.core.errors import KbqeError
 from kbqe_dagster.demo.commands import add_demo_commands
 from kbqe_dagster.observability_commands import OBSERVABILITY_COMMANDS
+from kbqe_dagster.runner.command import add_run_command
 
 log = logging.getLogger("kbqe")
 
@@ -90,7 +91,7 @@ def _status_table(statuses: Sequence[Any]) -> str:
 
 # --- the command line itself ---------------------------------------------------------------
 COMMANDS: list[CommandAdder] = [
-    _add_stack, add_demo_commands, *OPERATOR_COMMANDS, *OBSERVABILITY_COMMANDS,
+    _add_stack, add_demo_commands, *OPERATOR_COMMANDS, *OBSERVABILITY_COMMANDS, add_run_command,
 ]
 
 

@@ -1,0 +1,161 @@
+"""The runner's :class:`~kbqe_dagster.runner.until_idle.Pipeline` on Dagster: the jobs of
+``definitions.py`` — ``stage_job``, ``load_job``, ``poll_load_jobs_job`` — executed in this
+process with the run config and tags their sensor and schedules give them, recorded in a
+Dagster instance so the UI shows them like the daemon's runs.
+
+The instance is ``$DAGSTER_HOME``, else the local one ``kbqe demo`` and ``kbqe dev`` use.
+The definitions read ``KBQE_ENV``, ``KBQE_PIPELINE_CONFIG`` and ``KBQE_STAGING_URL`` exactly as
+for the daemon. The load ops keep their pool (``bigquery_load``, one slot): in-process
+execution claims it too, so a daemon's load run and this one never coordinate at the same
+time. Two stage runs of one topic stay safe by construction (create-only done files).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
+
+import dagster as dg
+
+from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, STAGING_KEY, TOPIC_TAG
+from kbqe_dagster.defs.staging.jobs import stage_run_config
+from kbqe_dagster.operations.load_plan import load_plan
+from kbqe_dagster.operations.snapshot import read_load_state
+from kbqe_dagster.runner.after_load import JobRun
+from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableLoad
+from kbqe_dagster.runner.until_idle import Backlog, LoadSide
+from kbqe_dagster.staging.backlog import topic_backlog
+
+LAUNCHED_BY_TAG = "kbqe/launched_by"
+LAUNCHED_BY = "kbqe run --until-idle"
+QUIET_LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}
+"""The console logger's level for ``--json`` and plain output: the runs' full logs are in the
+instance (the UI); the terminal gets the runner's own progress lines."""
+RESOURCES = ("pipeline", "staging", "kafka")
+
+
+@contextmanager
+def in_process_pipeline(*, quiet: bool = True) -> Iterator[InProcessPipeline]:
+    """The pipeline of the current environment on its Dagster instance, for one runner."""
+    from kbqe_dagster.definitions import build_definitions
+
+    defs = build_definitions()
+    wanted = {name: defs.resources[name] for name in RESOURCES}
+    with dagster_instance() as instance, dg.build_resources(wanted) as resources:
+        yield InProcessPipeline(defs, instance, resources, quiet=quiet)
+
+
+def dagster_instance() -> dg.DagsterInstance:
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        from kbqe_dagster.demo.run import dagster_home
+
+        home = str(dagster_home())
+    return dg.DagsterInstance.from_config(home)
+
+
+class InProcessPipeline:
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, resources: Any,
+                 *, quiet: bool = True) -> None:
+        self.defs = defs
+        self.instance = instance
+        self.quiet = quiet
+        self.config: PipelineConfig = resources.pipeline.load()
+        self._store = resources.staging.store()
+        self._kafka = resources.kafka.settings()
+
+    # --- observations ---------------------------------------------------------------------
+    def backlog(self, topic: str) -> Backlog:
+        start = self.config.topic(topic).staging.start_offset
+        b = topic_backlog(self._store, self._kafka, topic, start, with_oldest=False)
+        return Backlog(b.lag, b.next_offsets)
+
+    def load_side(self) -> LoadSide:
+        state = read_load_state(self._store)
+        plan = load_plan(self._store, self.config, state)
+        return LoadSide(
+            pending_jobs=tuple(j.job_id for j in plan.pending_jobs),
+            loadable_files=sum(len(j.files) for j in plan.jobs) + plan.deferred_files,
+            quarantined_tables=tuple(sorted(f"{d}.{t}" for d, t in state.quarantined_tables())),
+        )
+
+    # --- the jobs -------------------------------------------------------------------------
+    def stage(self, topic: str, backlog: Backlog) -> StageOutcome:
+        # The sensor's tags: its in-flight check sees this run, the UI filters by topic.
+        tags = {TOPIC_TAG: topic, FROM_OFFSETS_TAG: backlog.offsets(),
+                "kbqe/reason": f"{LAUNCHED_BY}: backlog {backlog.lag}"}
+        run = self.run_job("stage_job", stage_run_config(topic), tags)
+        staged = [md for key, md in run.materializations if key == tuple(STAGING_KEY.path)]
+        if not staged:
+            return StageOutcome(topic, run.run_id, run.ok, run.error)
+        md = staged[0]
+        by_reason, skipped = md.get("dead_letters_by_reason") or {}, md.get("skipped_by_reason") or {}
+        # Keyed topics count tombstones themselves; append topics dead-letter or skip them.
+        tombstones = md.get("tombstones")
+        if tombstones is None:
+            tombstones = by_reason.get("tombstone", 0) + skipped.get("tombstone", 0)
+        return StageOutcome(
+            topic, run.run_id, run.ok, run.error, records=md.get("dagster/row_count", 0),
+            messages=md.get("messages", 0), dead_letters=md.get("dead_letters", 0),
+            tombstones=tombstones, ranges=len(md.get("ranges") or ()),
+        )
+
+    def load(self) -> LoadOutcome:
+        return _load_outcome(self.run_job("load_job"))
+
+    def poll(self) -> LoadOutcome:
+        return _load_outcome(self.run_job("poll_load_jobs_job"))
+
+    def run_job(self, job_name: str, run_config: Mapping[str, Any] | None = None,
+                tags: Mapping[str, str] | None = None) -> JobRun:
+        config = dict(run_config or {})
+        if self.quiet:
+            config.setdefault("loggers", QUIET_LOGGERS)
+        result = self.defs.resolve_job_def(job_name).execute_in_process(
+            run_config=config, instance=self.instance, raise_on_error=False,
+            tags={LAUNCHED_BY_TAG: LAUNCHED_BY, **(tags or {})},
+        )
+        return JobRun(
+            job_name, result.run_id, result.success, None if result.success else _error(result),
+            tuple(
+                (tuple(e.materialization.asset_key.path),
+                 {k: v.value for k, v in e.materialization.metadata.items()})
+                for e in result.get_asset_materialization_events()
+            ),
+        )
+
+
+def _load_outcome(run: JobRun) -> LoadOutcome:
+    """Per table, the rows, job ids and offset ranges of the loads the run finished (one
+    materialization per table and DAY partition each)."""
+    rows: dict[str, int] = {}
+    jobs: dict[str, dict[str, None]] = {}
+    # A file with records on several event days shows its offset range once per day.
+    ranges: dict[str, dict[tuple[str, int, int, int], None]] = {}
+    for _, md in run.materializations:
+        table = md.get("table")
+        if table is None:
+            continue
+        rows[table] = rows.get(table, 0) + (md.get("dagster/row_count") or 0)
+        jobs.setdefault(table, {})[md["job_id"]] = None
+        ranges.setdefault(table, {}).update(
+            ((r["topic"], r["partition"], r["first"], r["last"]), None)
+            for r in md.get("offset_ranges") or ()
+        )
+    tables = {t: TableLoad(rows[t], tuple(jobs[t]), tuple(ranges[t])) for t in rows}
+    return LoadOutcome(run.run_id, run.ok, run.error, tables)
+
+
+def _error(result: dg.ExecuteInProcessResult) -> str:
+    """The first failed step's own exception (under Dagster's wrapper), in one line."""
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data is not None:
+            error = event.step_failure_data.error
+            while error is not None and error.cause is not None:
+                error = error.cause
+            if error is not None:
+                lines = error.message.strip().splitlines()
+                return f"{event.step_key}: {lines[0] if lines else error.cls_name}"
+    return "the run failed; its logs are in the Dagster UI (Runs)"
