@@ -30,10 +30,12 @@ from kbqe_dagster.staging.backlog import topic_backlog
 
 LAUNCHED_BY_TAG = "kbqe/launched_by"
 LAUNCHED_BY = "kbqe run --until-idle"
-QUIET_LOGGERS = {"console": {"config": {"log_level": "WARNING"}}}
-"""The console logger's level for ``--json`` and plain output: the runs' full logs are in the
-instance (the UI); the terminal gets the runner's own progress lines."""
+QUIET_LOGGERS = {"console": {"config": {"log_level": "CRITICAL"}}}
+"""The runs' console logger without ``--verbose``: their full logs (a failed step's traceback
+included) are in the instance, for the UI; the terminal gets the runner's progress lines and
+one line per error."""
 RESOURCES = ("pipeline", "staging", "kafka")
+MAX_ERROR_CHARS = 500
 
 
 @contextmanager
@@ -86,48 +88,64 @@ class InProcessPipeline:
         # The sensor's tags: its in-flight check sees this run, the UI filters by topic.
         tags = {TOPIC_TAG: topic, FROM_OFFSETS_TAG: backlog.offsets(),
                 "kbqe/reason": f"{LAUNCHED_BY}: backlog {backlog.lag}"}
-        run = self.run_job("stage_job", stage_run_config(topic), tags)
-        staged = [md for key, md in run.materializations if key == tuple(STAGING_KEY.path)]
-        if not staged:
-            return StageOutcome(topic, run.run_id, run.ok, run.error)
-        md = staged[0]
-        by_reason, skipped = md.get("dead_letters_by_reason") or {}, md.get("skipped_by_reason") or {}
-        # Keyed topics count tombstones themselves; append topics dead-letter or skip them.
-        tombstones = md.get("tombstones")
-        if tombstones is None:
-            tombstones = by_reason.get("tombstone", 0) + skipped.get("tombstone", 0)
-        return StageOutcome(
-            topic, run.run_id, run.ok, run.error, records=md.get("dagster/row_count", 0),
-            messages=md.get("messages", 0), dead_letters=md.get("dead_letters", 0),
-            tombstones=tombstones, ranges=len(md.get("ranges") or ()),
-        )
+        return stage_outcome(topic, self.run_job("stage_job", stage_run_config(topic), tags))
 
     def load(self) -> LoadOutcome:
-        return _load_outcome(self.run_job("load_job"))
+        return load_outcome(self.run_job("load_job"))
 
     def poll(self) -> LoadOutcome:
-        return _load_outcome(self.run_job("poll_load_jobs_job"))
+        return load_outcome(self.run_job("poll_load_jobs_job"))
 
     def run_job(self, job_name: str, run_config: Mapping[str, Any] | None = None,
                 tags: Mapping[str, str] | None = None) -> JobRun:
-        config = dict(run_config or {})
-        if self.quiet:
-            config.setdefault("loggers", QUIET_LOGGERS)
-        result = self.defs.resolve_job_def(job_name).execute_in_process(
-            run_config=config, instance=self.instance, raise_on_error=False,
-            tags={LAUNCHED_BY_TAG: LAUNCHED_BY, **(tags or {})},
-        )
-        return JobRun(
-            job_name, result.run_id, result.success, None if result.success else _error(result),
-            tuple(
-                (tuple(e.materialization.asset_key.path),
-                 {k: v.value for k, v in e.materialization.metadata.items()})
-                for e in result.get_asset_materialization_events()
-            ),
-        )
+        return execute_job(self.defs, self.instance, job_name, run_config, tags,
+                           quiet=self.quiet)
 
 
-def _load_outcome(run: JobRun) -> LoadOutcome:
+def execute_job(
+    defs: dg.Definitions, instance: dg.DagsterInstance, job_name: str,
+    run_config: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None,
+    *, quiet: bool = True,
+) -> JobRun:
+    """Execute a job of ``defs`` in this process, recorded in ``instance``; never raises for
+    a failed run (its :class:`JobRun` says why, in one line)."""
+    config = dict(run_config or {})
+    if quiet:
+        config.setdefault("loggers", QUIET_LOGGERS)
+    result = defs.resolve_job_def(job_name).execute_in_process(
+        run_config=config, instance=instance, raise_on_error=False,
+        tags={LAUNCHED_BY_TAG: LAUNCHED_BY, **(tags or {})},
+    )
+    return JobRun(
+        job_name, result.run_id, result.success, None if result.success else _error(result),
+        tuple(
+            (tuple(e.materialization.asset_key.path),
+             {k: v.value for k, v in e.materialization.metadata.items()})
+            for e in result.get_asset_materialization_events()
+        ),
+    )
+
+
+def stage_outcome(topic: str, run: JobRun) -> StageOutcome:
+    """The totals of a stage run, from the ``staging`` materialization it reported (none
+    when it failed before the end)."""
+    staged = [md for key, md in run.materializations if key == tuple(STAGING_KEY.path)]
+    if not staged:
+        return StageOutcome(topic, run.run_id, run.ok, run.error)
+    md = staged[0]
+    by_reason, skipped = md.get("dead_letters_by_reason") or {}, md.get("skipped_by_reason") or {}
+    # Keyed topics count tombstones themselves; append topics dead-letter or skip them.
+    tombstones = md.get("tombstones")
+    if tombstones is None:
+        tombstones = by_reason.get("tombstone", 0) + skipped.get("tombstone", 0)
+    return StageOutcome(
+        topic, run.run_id, run.ok, run.error, records=md.get("dagster/row_count", 0),
+        messages=md.get("messages", 0), dead_letters=md.get("dead_letters", 0),
+        tombstones=tombstones, ranges=len(md.get("ranges") or ()),
+    )
+
+
+def load_outcome(run: JobRun) -> LoadOutcome:
     """Per table, the rows, job ids and offset ranges of the loads the run finished (one
     materialization per table and DAY partition each)."""
     rows: dict[str, int] = {}
@@ -153,9 +171,18 @@ def _error(result: dg.ExecuteInProcessResult) -> str:
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data is not None:
             error = event.step_failure_data.error
-            while error is not None and error.cause is not None:
+            while error.cause is not None:
                 error = error.cause
-            if error is not None:
-                lines = error.message.strip().splitlines()
-                return f"{event.step_key}: {lines[0] if lines else error.cls_name}"
+            return one_line_error(error.message, error.cls_name)
     return "the run failed; its logs are in the Dagster UI (Runs)"
+
+
+def one_line_error(message: str, cls_name: str) -> str:
+    """``kbqe_dagster.core.errors.StagingError: a:\n  b`` → ``StagingError: a: b``. A stage
+    run's error lists its failed ranges on the lines after the first: they name the partition
+    and offset, so they are kept, joined into the line."""
+    text = " ".join(message.split()) or cls_name
+    head, sep, rest = text.partition(": ")
+    if sep and head.rsplit(".", 1)[-1] == cls_name:
+        text = f"{cls_name}: {rest}"
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
