@@ -8,13 +8,19 @@ The definitions read ``KBQE_ENV``, ``KBQE_PIPELINE_CONFIG`` and ``KBQE_STAGING_U
 for the daemon. The load ops keep their pool (``bigquery_load``, one slot): in-process
 execution claims it too, so a daemon's load run and this one never coordinate at the same
 time. Two stage runs of one topic stay safe by construction (create-only done files).
+
+Each run is tagged with the runner's host and pid. No daemon monitors in-process runs, so a
+runner killed mid-run leaves its run in flight; the next runner on that host marks such runs
+failed and frees their pool slot (:func:`fail_abandoned_runs`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import dagster as dg
 
@@ -28,8 +34,19 @@ from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableLoad
 from kbqe_dagster.runner.until_idle import Backlog, LoadSide
 from kbqe_dagster.staging.backlog import topic_backlog
 
+log = logging.getLogger(__name__)
+
 LAUNCHED_BY_TAG = "kbqe/launched_by"
 LAUNCHED_BY = "kbqe run --until-idle"
+RUNNER_HOST_TAG = "kbqe/runner_host"
+RUNNER_PID_TAG = "kbqe/runner_pid"
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
 QUIET_LOGGERS = {"console": {"config": {"log_level": "CRITICAL"}}}
 """The runs' console logger without ``--verbose``: their full logs (a failed step's traceback
 included) are in the instance, for the UI; the terminal gets the runner's progress lines and
@@ -46,7 +63,46 @@ def in_process_pipeline(*, quiet: bool = True) -> Iterator[InProcessPipeline]:
     defs = build_definitions()
     wanted = {name: defs.resources[name] for name in RESOURCES}
     with dagster_instance() as instance, dg.build_resources(wanted) as resources:
+        fail_abandoned_runs(instance)
         yield InProcessPipeline(defs, instance, resources, quiet=quiet)
+
+
+def fail_abandoned_runs(
+    instance: dg.DagsterInstance, host: str | None = None,
+    is_alive: Callable[[int], bool] | None = None,
+) -> list[str]:
+    """Mark failed the runs an earlier ``kbqe run --until-idle`` on this host left in flight
+    when its process died (SIGKILL, a lost machine), and free the pool slots they hold.
+
+    No daemon monitors in-process runs: such a run would stay "Started" in the UI, its tags
+    would make the backlog sensor wait for it forever, and a load op killed mid-run would keep
+    the one ``bigquery_load`` slot, stalling every later load. Returns the run ids failed."""
+    host = host or socket.gethostname()
+    is_alive = is_alive or _pid_alive
+    failed = []
+    runs = instance.get_runs(filters=dg.RunsFilter(
+        tags={LAUNCHED_BY_TAG: LAUNCHED_BY, RUNNER_HOST_TAG: host}, statuses=IN_FLIGHT))
+    for run in runs:
+        pid = int(run.tags.get(RUNNER_PID_TAG, "0"))
+        if pid <= 0 or is_alive(pid):
+            continue
+        message = f"abandoned: the `{LAUNCHED_BY}` process (pid {pid} on {host}) is gone"
+        instance.report_run_failed(run, message)
+        if instance.event_log_storage.supports_global_concurrency_limits:
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        log.warning("run %s (%s) marked failed: %s", run.run_id, run.job_name, message)
+        failed.append(run.run_id)
+    return failed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process under that pid: alive
+        return True
+    return True
 
 
 def dagster_instance() -> dg.DagsterInstance:
@@ -114,7 +170,8 @@ def execute_job(
         config.setdefault("loggers", QUIET_LOGGERS)
     result = defs.resolve_job_def(job_name).execute_in_process(
         run_config=config, instance=instance, raise_on_error=False,
-        tags={LAUNCHED_BY_TAG: LAUNCHED_BY, **(tags or {})},
+        tags={LAUNCHED_BY_TAG: LAUNCHED_BY, RUNNER_HOST_TAG: socket.gethostname(),
+              RUNNER_PID_TAG: str(os.getpid()), **(tags or {})},
     )
     return JobRun(
         job_name, result.run_id, result.success, None if result.success else _error(result),

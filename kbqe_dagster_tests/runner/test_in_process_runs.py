@@ -5,6 +5,11 @@ jobs on an ephemeral instance (the real jobs run in ``test_run_until_idle_on_loc
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+
 import dagster as dg
 import pytest
 
@@ -13,7 +18,10 @@ from kbqe_dagster.runner.after_load import JobRun
 from kbqe_dagster.runner.in_process import (
     LAUNCHED_BY,
     LAUNCHED_BY_TAG,
+    RUNNER_HOST_TAG,
+    RUNNER_PID_TAG,
     execute_job,
+    fail_abandoned_runs,
     load_outcome,
     one_line_error,
     stage_outcome,
@@ -121,3 +129,44 @@ def test_a_stage_run_that_failed_before_reporting_counts_nothing() -> None:
 ])
 def test_one_line_error(message, cls_name, expected) -> None:
     assert one_line_error(message, cls_name) == expected
+
+
+# --- runs of a runner that died --------------------------------------------------------------
+def test_runs_left_in_flight_by_a_dead_runner_on_this_host_are_failed_and_free_their_slot(
+    tmp_path,
+) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with dg.DagsterInstance.local_temp(str(tmp_path)) as instance:
+        storage = instance.event_log_storage
+        storage.set_concurrency_slots("bigquery_load", 1)
+
+        def run(host: str, pid: int, launched_by: str = LAUNCHED_BY) -> str:
+            created = instance.create_run_for_job(
+                job_def=exploding, status=dg.DagsterRunStatus.STARTED,
+                tags={LAUNCHED_BY_TAG: launched_by, RUNNER_HOST_TAG: host,
+                      RUNNER_PID_TAG: str(pid)})
+            return created.run_id
+
+        abandoned = run("here", dead.pid)
+        storage.claim_concurrency_slot("bigquery_load", abandoned, "load_cycle")
+        running = run("here", os.getpid())
+        elsewhere = run("there", dead.pid)
+        not_ours = run("here", dead.pid, launched_by="dagster-daemon")
+
+        assert fail_abandoned_runs(instance, host="here") == [abandoned]
+
+        status = {r: instance.get_run_by_id(r).status for r in (abandoned, running, elsewhere,
+                                                                not_ours)}
+        assert status == {abandoned: dg.DagsterRunStatus.FAILURE,
+                          running: dg.DagsterRunStatus.STARTED,
+                          elsewhere: dg.DagsterRunStatus.STARTED,
+                          not_ours: dg.DagsterRunStatus.STARTED}
+        assert storage.get_concurrency_info("bigquery_load").active_slot_count == 0
+        assert fail_abandoned_runs(instance, host="here") == [], "once is enough"
+
+
+def test_each_run_names_the_runner_process_that_executes_it(instance) -> None:
+    run = instance.get_run_by_id(execute_job(DEFS, instance, "loading").run_id)
+    assert run.tags[RUNNER_PID_TAG] == str(os.getpid())
+    assert run.tags[RUNNER_HOST_TAG] == socket.gethostname()
