@@ -47,8 +47,10 @@ class FakePipeline:
 
     def __post_init__(self) -> None:
         self.config: PipelineConfig = parse_pipeline_config(
-            {"version": 1, "topics": [{"name": t, "event_time": {"fields": ["at"]}} for t in self.lags],
-             "allowed_destinations": ["ds.*"]}, source="fake",
+            {"version": 1,
+             "topics": [{"name": t, "event_time": {"fields": ["at"]}} for t in self.lags],
+             "allowed_destinations": ["ds.*"]},
+            source="fake",
         )
         self.offsets = {t: 0 for t in self.lags}
         self.staged = {t: [] for t in self.lags}
@@ -90,7 +92,7 @@ class FakePipeline:
         self.calls.append("load")
         run_id = self._run_id("load")
         if self.fail_load:
-            return LoadOutcome(run_id, False, "load_cycle: LoadError: BigQuery unreachable")
+            return LoadOutcome(run_id, False, "LoadError: BigQuery unreachable")
         for topic, ranges in self.staged.items():
             for first, last in ranges:
                 self.pending.append(Job(f"job-{topic}-{first}", f"ds.{topic}", last - first,

@@ -140,7 +140,7 @@ def test_one_command_stages_and_loads_everything_once_then_finds_nothing_to_do(
         "messages": len(placed), "stage_runs": report["topics"][topic]["stage_runs"]}}
     assert report["topics"][topic]["stage_runs"] >= 2
     assert report["rounds"] >= 3
-    per_table = Counter(f"{m.expect_table[0]}.{m.expect_table[1]}" for m in good.values())
+    per_table = Counter(".".join(m.expect_table) for m in good.values())
     assert set(report["tables"]) == tables | {f"dead_{run}.dead_letters"}
     for name in tables:
         assert report["tables"][name]["rows_loaded"] == per_table[name]
@@ -152,7 +152,7 @@ def test_one_command_stages_and_loads_everything_once_then_finds_nothing_to_do(
     for name in sorted(tables):
         rows = [tuple(r.values()) for r in client.query_and_wait(
             f"SELECT _kafka_partition, _kafka_offset FROM `{name}` WHERE _kafka_topic = '{topic}'")]
-        expected = {w for w, m in good.items() if f"{m.expect_table[0]}.{m.expect_table[1]}" == name}
+        expected = {w for w, m in good.items() if ".".join(m.expect_table) == name}
         assert len(rows) == len(expected) and set(rows) == expected, name
     dead = [tuple(r.values()) for r in client.query_and_wait(
         f"SELECT `partition`, `offset` FROM `dead_{run}.dead_letters`")]

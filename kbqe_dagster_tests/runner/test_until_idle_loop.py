@@ -114,7 +114,8 @@ def test_a_failed_stage_run_fails_its_topic_while_the_others_are_staged_and_load
     report, progress = run(pipeline)
 
     assert not report.ok
-    assert report.error == "bad: stage run stage-1 failed: StageRangeFailed: broker gone at offset 7"
+    assert report.error == (
+        "bad: stage run stage-1 failed: StageRangeFailed: broker gone at offset 7")
     assert pipeline.calls.count("stage bad") == 1, "a failed topic is not staged again"
     assert pipeline.lags["good"] == 0 and report.tables["ds.good"].rows_loaded == 1_998
     assert f"round 1: {report.error}" in progress
@@ -144,7 +145,8 @@ def test_a_failed_load_run_stops_the_run_at_once() -> None:
     report, _ = run(pipeline)
 
     assert not report.ok and report.rounds == 1
-    assert report.error == "load cycle run load-2 failed: load_cycle: LoadError: BigQuery unreachable"
+    assert report.error == (
+        "load cycle run load-2 failed: LoadError: BigQuery unreachable")
     assert pipeline.calls.count("stage a") == 1
 
 
@@ -203,8 +205,8 @@ def test_after_load_steps_run_every_round_after_the_loads_with_what_the_round_lo
     seen = []
 
     def merge(context):
-        seen.append((context.round, {t: (l.rows, l.offset_ranges) for t, l in context.loaded.items()},
-                     tuple(j.job_id for j in pipeline.pending)))
+        loaded = {t: (load.rows, load.offset_ranges) for t, load in context.loaded.items()}
+        seen.append((context.round, loaded, tuple(j.job_id for j in pipeline.pending)))
         run = context.run_job("merge_job", None, {"kbqe/table": "ds.a"})
         rows = sum(l.rows for l in context.loaded.values())
         return AfterLoadResult({"ds.a": TableMerge(rows // 10, 1_000 if rows else None)},
