@@ -2,8 +2,8 @@
 
 The top of the package: one module per command group (``stack``, ``demo``, ``staging``,
 ``load``, ``retention``, ``bootstrap``, ``dead_letters``, ``produce_sample``,
-``observability``), what they share in ``common``, the terminal text in ``render``. Each
-group's ``add_<group>`` adds its sub-parsers and sets ``handler`` to a function
+``observability``, ``run``), what they share in ``common``, the terminal text in
+``render``. Each group's ``add_<group>`` adds its sub-parsers and sets ``handler`` to a function
 ``(args) -> exit code``; to add a command, write one such function in its group's module and
 append it to :data:`COMMANDS`. Nothing below the CLI imports this package.
 
@@ -30,6 +30,7 @@ from kbqe_dagster.cli.logs import setup_logging
 from kbqe_dagster.cli.observability import add_health, add_metrics
 from kbqe_dagster.cli.produce_sample import add_produce_sample
 from kbqe_dagster.cli.retention import add_retention
+from kbqe_dagster.cli.run import add_run
 from kbqe_dagster.cli.stack import add_stack
 from kbqe_dagster.cli.staging import add_staging
 from kbqe_dagster.core.errors import KbqeError
@@ -42,7 +43,7 @@ Handler = Callable[[argparse.Namespace], int]
 # --- the command line itself ---------------------------------------------------------------
 COMMANDS: list[CommandAdder] = [
     add_stack, add_demo, add_staging, add_load, add_retention, add_bootstrap, add_dead_letters,
-    add_produce_sample, add_metrics, add_health,
+    add_produce_sample, add_metrics, add_health, add_run,
 ]
 
 

@@ -13,7 +13,8 @@ from kbqe_dagster.cli.common import SubParsers
 
 def add_stack(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     stack = sub.add_parser(
-        "stack", parents=[common], help="the local development stack (Kafka, registry, GCS, BigQuery)",
+        "stack", parents=[common],
+        help="the local development stack (Kafka, registry, GCS, BigQuery)",
         description="Install, start, stop and inspect the local stack under .kbqe-local/.",
     )
     actions = stack.add_subparsers(dest="stack_action", required=True, metavar="{up,down,status}")

@@ -1,0 +1,79 @@
+"""The extension point of ``kbqe run --until-idle``: steps run after each round's loads.
+
+The append pipeline needs none, so :data:`AFTER_LOAD_STEPS` is empty. Keyed tables (issue 13)
+add their MERGE here — one line, ``AFTER_LOAD_STEPS.append(merge_keyed_tables)`` — and the
+runner's loop stays as it is. The contract a step relies on:
+
+- it is called once per round, after that round's load jobs have all finished (nothing
+  pending in the load state), **also when the round loaded nothing**: a merge interrupted by
+  a crash in an earlier process is caught up by the next run;
+- ``context.loaded`` holds what this round's load runs finished per ``"dataset.table"``
+  (rows, job ids, exact Kafka offset ranges): the rows an incremental MERGE reads;
+- ``context.run_job(job_name, run_config, tags)`` executes a job of the definitions in this
+  process against the same Dagster instance (recorded, visible in the UI) and returns a
+  :class:`JobRun`; a step that queries BigQuery directly may instead use its own resources;
+- its :class:`AfterLoadResult` adds ``keys_merged`` and ``merge_bytes_processed`` per table
+  to the report; ``pending=True`` asks for another round (more to merge), and ``error``
+  ends the run with exit code 1 and that one-line reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+
+from kbqe_dagster.runner.report import TableLoad
+
+if TYPE_CHECKING:  # annotations only: `kbqe --help` must not import the config model
+    from kbqe_dagster.core.config import PipelineConfig
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """A job run executed in-process, in the terms a step reads: its materializations as
+    ``(asset key path, metadata)`` with plain metadata values."""
+
+    job_name: str
+    run_id: str
+    ok: bool
+    error: str | None = None
+    materializations: tuple[tuple[tuple[str, ...], Mapping[str, Any]], ...] = ()
+
+
+class JobRunner(Protocol):
+    def __call__(
+        self, job_name: str, run_config: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> JobRun: ...
+
+
+@dataclass(frozen=True)
+class AfterLoadContext:
+    round: int
+    config: PipelineConfig
+    loaded: Mapping[str, TableLoad]
+    """What this round's load runs finished, per ``"dataset.table"`` (empty: nothing new)."""
+    run_job: JobRunner
+
+
+@dataclass(frozen=True)
+class TableMerge:
+    keys_merged: int
+    bytes_processed: int | None = None
+    """What BigQuery billed for the MERGE, where it reports it."""
+
+
+@dataclass(frozen=True)
+class AfterLoadResult:
+    tables: Mapping[str, TableMerge] = field(default_factory=dict)
+    run_ids: tuple[str, ...] = ()
+    pending: bool = False
+    """Work is left that another round will do: the runner is not idle yet."""
+    error: str | None = None
+    """Set: the run fails with this one-line reason (naming the table)."""
+
+
+AfterLoadStep = Callable[[AfterLoadContext], AfterLoadResult]
+
+AFTER_LOAD_STEPS: list[AfterLoadStep] = []
+"""Run in this order after every round's loads. Empty for append-only pipelines."""

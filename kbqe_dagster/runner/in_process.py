@@ -1,0 +1,245 @@
+"""The runner's :class:`~kbqe_dagster.runner.until_idle.Pipeline` on Dagster: the jobs of
+``definitions.py`` — ``stage_job``, ``load_job``, ``poll_load_jobs_job`` — executed in this
+process with the run config and tags their sensor and schedules give them, recorded in a
+Dagster instance so the UI shows them like the daemon's runs.
+
+The instance is ``$DAGSTER_HOME``, else the local one ``kbqe demo`` and ``kbqe dev`` use.
+The definitions read ``KBQE_ENV``, ``KBQE_PIPELINE_CONFIG`` and ``KBQE_STAGING_URL`` exactly as
+for the daemon. The load ops keep their pool (``bigquery_load``, one slot): in-process
+execution claims it too, so a daemon's load run and this one never coordinate at the same
+time. Two stage runs of one topic stay safe by construction (create-only done files).
+
+Each run is tagged with the runner's host and pid. No daemon monitors in-process runs, so a
+runner killed mid-run leaves its run in flight; the next runner on that host marks such runs
+failed and frees their pool slot (:func:`fail_abandoned_runs`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping
+
+import dagster as dg
+
+from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, STAGING_KEY, TOPIC_TAG
+from kbqe_dagster.defs.staging.jobs import stage_run_config
+from kbqe_dagster.operations.load_plan import load_plan
+from kbqe_dagster.operations.snapshot import read_load_state
+from kbqe_dagster.runner.after_load import JobRun
+from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableLoad
+from kbqe_dagster.runner.until_idle import Backlog, LoadSide
+from kbqe_dagster.staging.backlog import topic_backlog
+
+log = logging.getLogger(__name__)
+
+LAUNCHED_BY_TAG = "kbqe/launched_by"
+LAUNCHED_BY = "kbqe run --until-idle"
+RUNNER_HOST_TAG = "kbqe/runner_host"
+RUNNER_PID_TAG = "kbqe/runner_pid"
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
+QUIET_LOGGERS = {"console": {"config": {"log_level": "CRITICAL"}}}
+"""The runs' console logger without ``--verbose``: their full logs (a failed step's traceback
+included) are in the instance, for the UI; the terminal gets the runner's progress lines and
+one line per error."""
+RESOURCES = ("pipeline", "staging", "kafka")
+MAX_ERROR_CHARS = 500
+
+
+@contextmanager
+def in_process_pipeline(*, quiet: bool = True) -> Iterator[InProcessPipeline]:
+    """The pipeline of the current environment on its Dagster instance, for one runner."""
+    from kbqe_dagster.definitions import build_definitions
+
+    defs = build_definitions()
+    wanted = {name: defs.resources[name] for name in RESOURCES}
+    with dagster_instance() as instance, dg.build_resources(wanted) as resources:
+        fail_abandoned_runs(instance)
+        yield InProcessPipeline(defs, instance, resources, quiet=quiet)
+
+
+def fail_abandoned_runs(
+    instance: dg.DagsterInstance, host: str | None = None,
+    is_alive: Callable[[int], bool] | None = None,
+) -> list[str]:
+    """Mark failed the runs an earlier ``kbqe run --until-idle`` on this host left in flight
+    when its process died (SIGKILL, a lost machine), and free the pool slots they hold.
+
+    No daemon monitors in-process runs: such a run would stay "Started" in the UI, its tags
+    would make the backlog sensor wait for it forever, and a load op killed mid-run would keep
+    the one ``bigquery_load`` slot, stalling every later load. Returns the run ids failed."""
+    host = host or socket.gethostname()
+    is_alive = is_alive or _pid_alive
+    failed = []
+    runs = instance.get_runs(filters=dg.RunsFilter(
+        tags={LAUNCHED_BY_TAG: LAUNCHED_BY, RUNNER_HOST_TAG: host}, statuses=IN_FLIGHT))
+    for run in runs:
+        pid = int(run.tags.get(RUNNER_PID_TAG, "0"))
+        if pid <= 0 or is_alive(pid):
+            continue
+        message = f"abandoned: the `{LAUNCHED_BY}` process (pid {pid} on {host}) is gone"
+        instance.report_run_failed(run, message)
+        if instance.event_log_storage.supports_global_concurrency_limits:
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        log.warning("run %s (%s) marked failed: %s", run.run_id, run.job_name, message)
+        failed.append(run.run_id)
+    return failed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process under that pid: alive
+        return True
+    return True
+
+
+def dagster_instance() -> dg.DagsterInstance:
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        from kbqe_dagster.demo.run import dagster_home
+
+        home = str(dagster_home())
+    return dg.DagsterInstance.from_config(home)
+
+
+class InProcessPipeline:
+    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, resources: Any,
+                 *, quiet: bool = True) -> None:
+        self.defs = defs
+        self.instance = instance
+        self.quiet = quiet
+        self.config: PipelineConfig = resources.pipeline.load()
+        self._store = resources.staging.store()
+        self._kafka = resources.kafka.settings()
+
+    # --- observations ---------------------------------------------------------------------
+    def backlog(self, topic: str) -> Backlog:
+        start = self.config.topic(topic).staging.start_offset
+        b = topic_backlog(self._store, self._kafka, topic, start, with_oldest=False)
+        return Backlog(b.lag, b.next_offsets)
+
+    def load_side(self) -> LoadSide:
+        state = read_load_state(self._store)
+        plan = load_plan(self._store, self.config, state)
+        return LoadSide(
+            pending_jobs=tuple(j.job_id for j in plan.pending_jobs),
+            loadable_files=sum(len(j.files) for j in plan.jobs) + plan.deferred_files,
+            quarantined_tables=tuple(sorted(f"{d}.{t}" for d, t in state.quarantined_tables())),
+        )
+
+    # --- the jobs -------------------------------------------------------------------------
+    def stage(self, topic: str, backlog: Backlog) -> StageOutcome:
+        # The sensor's tags: its in-flight check sees this run, the UI filters by topic.
+        tags = {TOPIC_TAG: topic, FROM_OFFSETS_TAG: backlog.offsets(),
+                "kbqe/reason": f"{LAUNCHED_BY}: backlog {backlog.lag}"}
+        return stage_outcome(topic, self.run_job("stage_job", stage_run_config(topic), tags))
+
+    def load(self) -> LoadOutcome:
+        return load_outcome(self.run_job("load_job"))
+
+    def poll(self) -> LoadOutcome:
+        return load_outcome(self.run_job("poll_load_jobs_job"))
+
+    def run_job(self, job_name: str, run_config: Mapping[str, Any] | None = None,
+                tags: Mapping[str, str] | None = None) -> JobRun:
+        return execute_job(self.defs, self.instance, job_name, run_config, tags,
+                           quiet=self.quiet)
+
+
+def execute_job(
+    defs: dg.Definitions, instance: dg.DagsterInstance, job_name: str,
+    run_config: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None,
+    *, quiet: bool = True,
+) -> JobRun:
+    """Execute a job of ``defs`` in this process, recorded in ``instance``; never raises for
+    a failed run (its :class:`JobRun` says why, in one line)."""
+    config = dict(run_config or {})
+    if quiet:
+        config.setdefault("loggers", QUIET_LOGGERS)
+    result = defs.resolve_job_def(job_name).execute_in_process(
+        run_config=config, instance=instance, raise_on_error=False,
+        tags={LAUNCHED_BY_TAG: LAUNCHED_BY, RUNNER_HOST_TAG: socket.gethostname(),
+              RUNNER_PID_TAG: str(os.getpid()), **(tags or {})},
+    )
+    return JobRun(
+        job_name, result.run_id, result.success, None if result.success else _error(result),
+        tuple(
+            (tuple(e.materialization.asset_key.path),
+             {k: v.value for k, v in e.materialization.metadata.items()})
+            for e in result.get_asset_materialization_events()
+        ),
+    )
+
+
+def stage_outcome(topic: str, run: JobRun) -> StageOutcome:
+    """The totals of a stage run, from the ``staging`` materialization it reported (none
+    when it failed before the end)."""
+    staged = [md for key, md in run.materializations if key == tuple(STAGING_KEY.path)]
+    if not staged:
+        return StageOutcome(topic, run.run_id, run.ok, run.error)
+    md = staged[0]
+    by_reason, skipped = md.get("dead_letters_by_reason") or {}, md.get("skipped_by_reason") or {}
+    # Keyed topics count tombstones themselves; append topics dead-letter or skip them.
+    tombstones = md.get("tombstones")
+    if tombstones is None:
+        tombstones = by_reason.get("tombstone", 0) + skipped.get("tombstone", 0)
+    return StageOutcome(
+        topic, run.run_id, run.ok, run.error, records=md.get("dagster/row_count", 0),
+        messages=md.get("messages", 0), dead_letters=md.get("dead_letters", 0),
+        tombstones=tombstones, ranges=len(md.get("ranges") or ()),
+    )
+
+
+def load_outcome(run: JobRun) -> LoadOutcome:
+    """Per table, the rows, job ids and offset ranges of the loads the run finished (one
+    materialization per table and DAY partition each)."""
+    rows: dict[str, int] = {}
+    jobs: dict[str, dict[str, None]] = {}
+    # A file with records on several event days shows its offset range once per day.
+    ranges: dict[str, dict[tuple[str, int, int, int], None]] = {}
+    for _, md in run.materializations:
+        table = md.get("table")
+        if table is None:
+            continue
+        rows[table] = rows.get(table, 0) + (md.get("dagster/row_count") or 0)
+        jobs.setdefault(table, {})[md["job_id"]] = None
+        ranges.setdefault(table, {}).update(
+            ((r["topic"], r["partition"], r["first"], r["last"]), None)
+            for r in md.get("offset_ranges") or ()
+        )
+    tables = {t: TableLoad(rows[t], tuple(jobs[t]), tuple(ranges[t])) for t in rows}
+    return LoadOutcome(run.run_id, run.ok, run.error, tables)
+
+
+def _error(result: dg.ExecuteInProcessResult) -> str:
+    """The first failed step's own exception (under Dagster's wrapper), in one line."""
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data is not None:
+            error = event.step_failure_data.error
+            while error.cause is not None:
+                error = error.cause
+            return one_line_error(error.message, error.cls_name)
+    return "the run failed; its logs are in the Dagster UI (Runs)"
+
+
+def one_line_error(message: str, cls_name: str) -> str:
+    """``kbqe_dagster.core.errors.StagingError: a:\n  b`` → ``StagingError: a: b``. A stage
+    run's error lists its failed ranges on the lines after the first: they name the partition
+    and offset, so they are kept, joined into the line."""
+    text = " ".join(message.split()) or cls_name
+    head, sep, rest = text.partition(": ")
+    if sep and head.rsplit(".", 1)[-1] == cls_name:
+        text = f"{cls_name}: {rest}"
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"

@@ -1,0 +1,266 @@
+"""The loop of ``kbqe run --until-idle`` and when it stops.
+
+A round: stage every topic that has a backlog (one stage run each), run a load cycle if
+anything is loadable or pending, poll until no load job is pending, then run the after-load
+steps. A round that staged nothing, loaded nothing and whose steps ask for nothing more
+proves the pipeline idle: the run ends, ``ok`` unless something failed or is quarantined.
+Nothing waits for ``allowed_latency`` or the load cadence: a catch-up stages everything now.
+
+Stops early, with a one-line reason:
+- a load or poll run fails, polling outlasts ``poll_timeout_s``, or a step reports an error;
+- after ``max_rounds`` rounds without becoming idle (the reason says what is left).
+
+A stage run that fails, or succeeds without committing a range while its topic has a backlog
+(no progress: another run would do the same), fails that topic only; the others are staged
+and loaded to the end, then the run exits non-zero naming it. Quarantined files (the load
+coordinator gave up on them) make the run fail too, once everything else is loaded.
+
+No Dagster here: the loop drives a :class:`Pipeline` (``in_process.py`` executes the jobs).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+
+from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.runner.after_load import (
+    AFTER_LOAD_STEPS,
+    AfterLoadContext,
+    AfterLoadStep,
+    JobRun,
+)
+from kbqe_dagster.runner.report import (
+    LoadOutcome,
+    StageOutcome,
+    TableLoad,
+    TopicTotals,
+    UntilIdleReport,
+)
+
+if TYPE_CHECKING:  # annotations only: `kbqe --help` must not import the config model
+    from kbqe_dagster.core.config import PipelineConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What Kafka holds beyond a topic's committed done files."""
+
+    lag: int
+    next_offsets: Mapping[int, int]
+
+    def offsets(self) -> str:
+        return ",".join(f"{p}={o}" for p, o in sorted(self.next_offsets.items()))
+
+
+@dataclass(frozen=True)
+class LoadSide:
+    """The load state and the staging listing, as the next load cycle would see them."""
+
+    pending_jobs: tuple[str, ...] = ()
+    loadable_files: int = 0
+    quarantined_tables: tuple[str, ...] = ()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.pending_jobs or self.loadable_files)
+
+
+class Pipeline(Protocol):
+    """The pipeline's jobs and what the runner observes between them."""
+
+    config: PipelineConfig
+
+    def backlog(self, topic: str) -> Backlog: ...
+
+    def stage(self, topic: str, backlog: Backlog) -> StageOutcome: ...
+
+    def load(self) -> LoadOutcome: ...
+
+    def poll(self) -> LoadOutcome: ...
+
+    def load_side(self) -> LoadSide: ...
+
+    def run_job(self, job_name: str, run_config: Mapping | None = None,
+                tags: Mapping[str, str] | None = None) -> JobRun: ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_rounds: int = 100
+    """Rounds before giving up: each round makes progress or the run is idle, so reaching
+    this means data keeps arriving faster than it is caught up, or something loops."""
+    poll_timeout_s: float = 900.0
+    """How long one round waits for its load jobs to finish."""
+    first_poll_s: float = 0.5
+    max_poll_s: float = 5.0
+
+
+class _Stop(Exception):
+    """Ends the loop with a reason (not an error of the code: a state of the pipeline)."""
+
+
+def run_until_idle(
+    pipeline: Pipeline,
+    topics: Sequence[str],
+    *,
+    limits: Limits = Limits(),
+    after_load_steps: Sequence[AfterLoadStep] | None = None,
+    progress: Callable[[str], None] = log.info,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> UntilIdleReport:
+    """Stage, load and run the after-load steps (default :data:`AFTER_LOAD_STEPS`) until
+    idle; the report's ``error`` is ``None`` only when everything is staged and loaded."""
+    steps = tuple(AFTER_LOAD_STEPS if after_load_steps is None else after_load_steps)
+    loop = _Loop(pipeline, tuple(topics), limits, steps, progress, sleep, clock)
+    return loop.run()
+
+
+class _Loop:
+    def __init__(self, pipeline: Pipeline, topics: tuple[str, ...], limits: Limits,
+                 steps: tuple[AfterLoadStep, ...], progress: Callable[[str], None],
+                 sleep: Callable[[float], None], clock: Callable[[], float]) -> None:
+        self.pipeline = pipeline
+        self.topics = topics
+        self.limits = limits
+        self.steps = steps
+        self.progress = progress
+        self.sleep = sleep
+        self.clock = clock
+        self.report = UntilIdleReport({t: TopicTotals() for t in topics})
+        self.failed_topics: dict[str, str] = {}
+
+    def run(self) -> UntilIdleReport:
+        try:
+            for number in range(1, self.limits.max_rounds + 1):
+                self.report.rounds = number
+                staged = self._stage(number)
+                loaded, load_ran = self._load(number)
+                more = self._after_load(number, loaded)
+                if not (staged or load_ran or more):
+                    self.progress(f"round {number}: idle")
+                    self._finish()
+                    return self.report
+            raise _Stop(self._not_idle())
+        except (_Stop, KbqeError) as stop:
+            self.report.error = _one_line(str(stop))
+        return self.report
+
+    # --- stage ----------------------------------------------------------------------------
+    def _stage(self, number: int) -> bool:
+        staged = False
+        for topic in self.topics:
+            if topic in self.failed_topics:
+                continue
+            backlog = self.pipeline.backlog(topic)
+            if backlog.lag <= 0:
+                continue
+            outcome = self.pipeline.stage(topic, backlog)
+            self.report.add_stage(outcome)
+            if outcome.ok and outcome.ranges > 0:
+                staged = True
+                self.progress(
+                    f"round {number}: {topic}: staged {outcome.records} record(s) from "
+                    f"{outcome.messages} message(s), {outcome.dead_letters} dead-lettered, "
+                    f"{outcome.ranges} range(s) (run {outcome.run_id})"
+                )
+                continue
+            self.failed_topics[topic] = (
+                f"{topic}: stage run {outcome.run_id} failed: {outcome.error}" if not outcome.ok
+                else f"{topic}: stage run {outcome.run_id} committed no offset range although "
+                f"{backlog.lag} message(s) wait from offsets {backlog.offsets()}"
+            )
+            self.progress(f"round {number}: {self.failed_topics[topic]}")
+        return staged
+
+    # --- load -----------------------------------------------------------------------------
+    def _load(self, number: int) -> tuple[dict[str, TableLoad], bool]:
+        side = self.pipeline.load_side()
+        if not side.busy:
+            return {}, False
+        loaded: dict[str, TableLoad] = {}
+        self._loaded(number, "load cycle", self.pipeline.load(), loaded)
+        started, delay = self.clock(), self.limits.first_poll_s
+        side = self.pipeline.load_side()
+        while side.pending_jobs:
+            if self.clock() - started >= self.limits.poll_timeout_s:
+                raise _Stop(
+                    f"{len(side.pending_jobs)} load job(s) still pending after "
+                    f"{self.limits.poll_timeout_s:.0f}s: {', '.join(side.pending_jobs[:3])}"
+                    " (`kbqe load plan` lists them; the poll_load_jobs schedule follows them)"
+                )
+            self.sleep(delay)
+            delay = min(delay * 2, self.limits.max_poll_s)
+            self._loaded(number, "poll", self.pipeline.poll(), loaded)
+            side = self.pipeline.load_side()
+        return loaded, True
+
+    def _loaded(self, number: int, what: str, outcome: LoadOutcome,
+                loaded: dict[str, TableLoad]) -> None:
+        self.report.add_load(outcome)
+        if not outcome.ok:
+            raise _Stop(f"{what} run {outcome.run_id} failed: {outcome.error}")
+        for name, load in outcome.tables.items():
+            before = loaded.get(name, TableLoad(0, (), ()))
+            loaded[name] = TableLoad(before.rows + load.rows, before.job_ids + load.job_ids,
+                                     before.offset_ranges + load.offset_ranges)
+        if outcome.tables:
+            rows = sum(t.rows for t in outcome.tables.values())
+            self.progress(f"round {number}: {what}: {rows} row(s) into "
+                          f"{', '.join(sorted(outcome.tables))} (run {outcome.run_id})")
+
+    # --- after-load steps -----------------------------------------------------------------
+    def _after_load(self, number: int, loaded: Mapping[str, TableLoad]) -> bool:
+        more = False
+        context = AfterLoadContext(number, self.pipeline.config, dict(loaded),
+                                   self.pipeline.run_job)
+        for step in self.steps:
+            result = step(context)
+            self.report.run_ids.extend(result.run_ids)
+            for name, merge in result.tables.items():
+                self.report.table(name).add_merge(merge.keys_merged, merge.bytes_processed)
+            if result.error is not None:
+                raise _Stop(f"{_name(step)}: {result.error}")
+            more = more or result.pending
+        return more
+
+    # --- the end --------------------------------------------------------------------------
+    def _finish(self) -> None:
+        quarantined = self.pipeline.load_side().quarantined_tables
+        self.report.quarantined_tables = quarantined
+        if self.failed_topics:
+            first, *others = self.failed_topics.values()
+            self.report.error = first + (f" (and {len(others)} more topic(s))" if others else "")
+        elif quarantined:
+            self.report.error = (
+                f"quarantined files in {', '.join(quarantined)}: loading them failed too "
+                "often (`kbqe load plan` lists them; `kbqe load release` retries them)"
+            )
+
+    def _not_idle(self) -> str:
+        left = [f"{t} lag {b.lag}" for t in self.topics if t not in self.failed_topics
+                for b in [self.pipeline.backlog(t)] if b.lag > 0]
+        side = self.pipeline.load_side()
+        if side.loadable_files:
+            left.append(f"{side.loadable_files} loadable file(s)")
+        if side.pending_jobs:
+            left.append(f"{len(side.pending_jobs)} pending load job(s)")
+        return (
+            f"not idle after {self.limits.max_rounds} round(s): "
+            f"{', '.join(left) or 'an after-load step still has work'} "
+            "(data arrives faster than it is caught up? raise --max-rounds)"
+        )
+
+
+def _name(step: AfterLoadStep) -> str:
+    return getattr(step, "__name__", type(step).__name__)
+
+
+def _one_line(message: str) -> str:
+    lines = message.strip().splitlines()
+    return lines[0] if lines else "(no message)"

@@ -1,0 +1,126 @@
+"""A fake :class:`~kbqe_dagster.runner.until_idle.Pipeline` for the loop's unit tests: topics
+with a backlog, stage runs that take up to ``per_run`` messages, load jobs that finish after
+a number of polls, and switches for every way a run can go wrong. Each topic ``t`` loads
+into table ``ds.t``; ``calls`` records what the runner asked, in order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from kbqe_dagster.core.config import PipelineConfig, parse_pipeline_config
+from kbqe_dagster.runner.after_load import JobRun
+from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableLoad
+from kbqe_dagster.runner.until_idle import Backlog, LoadSide
+
+
+@dataclass
+class Job:
+    job_id: str
+    table: str
+    rows: int
+    first: int
+    last: int
+    topic: str
+    polls_left: int
+
+
+@dataclass
+class FakePipeline:
+    lags: dict[str, int]
+    per_run: int = 1_000
+    polls_to_finish: int = 0
+    """Polls a load job needs after its submission (0: done when the cycle submits it)."""
+    fail_stage: set[str] = field(default_factory=set)
+    no_progress: set[str] = field(default_factory=set)
+    fail_load: bool = False
+    quarantine: set[str] = field(default_factory=set)
+    """Tables whose jobs end quarantined instead of loaded."""
+    arrivals_per_backlog: int = 0
+    """Messages produced on every topic each time the runner looks at a backlog."""
+    calls: list[str] = field(default_factory=list)
+    offsets: dict[str, int] = field(default_factory=dict)
+    staged: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    pending: list[Job] = field(default_factory=list)
+    quarantined: set[str] = field(default_factory=set)
+    runs: int = 0
+
+    def __post_init__(self) -> None:
+        self.config: PipelineConfig = parse_pipeline_config(
+            {"version": 1,
+             "topics": [{"name": t, "event_time": {"fields": ["at"]}} for t in self.lags],
+             "allowed_destinations": ["ds.*"]},
+            source="fake",
+        )
+        self.offsets = {t: 0 for t in self.lags}
+        self.staged = {t: [] for t in self.lags}
+
+    def _run_id(self, kind: str) -> str:
+        self.runs += 1
+        return f"{kind}-{self.runs}"
+
+    # --- observations ---------------------------------------------------------------------
+    def backlog(self, topic: str) -> Backlog:
+        self.calls.append(f"backlog {topic}")
+        self.lags[topic] += self.arrivals_per_backlog
+        return Backlog(self.lags[topic], {0: self.offsets[topic]})
+
+    def load_side(self) -> LoadSide:
+        return LoadSide(
+            pending_jobs=tuple(j.job_id for j in self.pending),
+            loadable_files=sum(len(r) for r in self.staged.values()),
+            quarantined_tables=tuple(sorted(self.quarantined)),
+        )
+
+    # --- jobs -----------------------------------------------------------------------------
+    def stage(self, topic: str, backlog: Backlog) -> StageOutcome:
+        self.calls.append(f"stage {topic}")
+        run_id = self._run_id("stage")
+        if topic in self.fail_stage:
+            return StageOutcome(topic, run_id, False, "StageRangeFailed: broker gone at offset 7")
+        if topic in self.no_progress:
+            return StageOutcome(topic, run_id, True)
+        n = min(self.lags[topic], self.per_run)
+        first = self.offsets[topic]
+        self.staged[topic].append((first, first + n - 1))
+        self.offsets[topic] += n
+        self.lags[topic] -= n
+        return StageOutcome(topic, run_id, True, records=n - 1, messages=n, dead_letters=1,
+                            tombstones=1, ranges=1)
+
+    def load(self) -> LoadOutcome:
+        self.calls.append("load")
+        run_id = self._run_id("load")
+        if self.fail_load:
+            return LoadOutcome(run_id, False, "LoadError: BigQuery unreachable")
+        for topic, ranges in self.staged.items():
+            for first, last in ranges:
+                self.pending.append(Job(f"job-{topic}-{first}", f"ds.{topic}", last - first,
+                                        first, last, topic, self.polls_to_finish))
+            ranges.clear()
+        return LoadOutcome(run_id, True, None, self._finish_jobs())
+
+    def poll(self) -> LoadOutcome:
+        self.calls.append("poll")
+        for job in self.pending:
+            job.polls_left -= 1
+        return LoadOutcome(self._run_id("poll"), True, None, self._finish_jobs())
+
+    def _finish_jobs(self) -> dict[str, TableLoad]:
+        done = [j for j in self.pending if j.polls_left <= 0]
+        self.pending = [j for j in self.pending if j.polls_left > 0]
+        tables: dict[str, TableLoad] = {}
+        for job in done:
+            if job.table in self.quarantine:
+                self.quarantined.add(job.table)
+                continue
+            before = tables.get(job.table, TableLoad(0, (), ()))
+            tables[job.table] = TableLoad(
+                before.rows + job.rows, before.job_ids + (job.job_id,),
+                before.offset_ranges + ((job.topic, 0, job.first, job.last),))
+        return tables
+
+    def run_job(self, job_name: str, run_config: Mapping[str, Any] | None = None,
+                tags: Mapping[str, str] | None = None) -> JobRun:
+        self.calls.append(f"job {job_name}")
+        return JobRun(job_name, self._run_id(job_name), True)

@@ -1,0 +1,172 @@
+"""How the runner reads the Dagster runs it executes: a failed run gives a one-line reason
+that still names the partition and offset, never an exception; materializations become the
+stage and load totals; every run is tagged as launched by ``kbqe run --until-idle``. Tiny
+jobs on an ephemeral instance (the real jobs run in ``test_run_until_idle_on_local_stack.py``)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+
+from kbqe_dagster.core.errors import StagingError
+from kbqe_dagster.runner.after_load import JobRun
+from kbqe_dagster.runner.in_process import (
+    LAUNCHED_BY,
+    LAUNCHED_BY_TAG,
+    RUNNER_HOST_TAG,
+    RUNNER_PID_TAG,
+    execute_job,
+    fail_abandoned_runs,
+    load_outcome,
+    one_line_error,
+    stage_outcome,
+)
+
+RANGE_FAILED = (
+    "t: 1 of 3 range(s) failed (the others are committed; the failed ones are redone by the "
+    "next run):\n  t[0] 0..10: StageRangeFailed: t[0] offset 5: bad_magic: bad magic byte 0x01"
+)
+
+
+@dg.op
+def explode() -> None:
+    raise StagingError(RANGE_FAILED)
+
+
+@dg.job
+def exploding() -> None:
+    explode()
+
+
+@dg.op(out={})
+def loads():
+    """Two DAY partitions of one job (the same file range in both), one of another table."""
+    ranges = [{"topic": "t", "partition": 0, "first": 0, "last": 9}]
+    for table, key, day, rows, job in (("ds.a", "a", "2024-09-13", 4, "j1"),
+                                       ("ds.a", "a", "2024-09-14", 6, "j1"),
+                                       ("ds.b", "b", "2024-09-14", 5, "j2")):
+        yield dg.AssetMaterialization(
+            asset_key=["bigquery", "ds", key], partition=day,
+            metadata={"table": table, "job_id": job, "dagster/row_count": rows,
+                      "offset_ranges": dg.MetadataValue.json(ranges)})
+
+
+@dg.job
+def loading() -> None:
+    loads()
+
+
+DEFS = dg.Definitions(jobs=[exploding, loading])
+
+
+@pytest.fixture
+def instance():
+    with dg.DagsterInstance.ephemeral() as instance:
+        yield instance
+
+
+def test_a_failed_run_is_a_one_line_reason_naming_partition_and_offset(instance, capfd) -> None:
+    run = execute_job(DEFS, instance, "exploding", tags={"kbqe/topic": "t"})
+
+    assert run.ok is False
+    assert run.error == (
+        "StagingError: t: 1 of 3 range(s) failed (the others are committed; the failed ones "
+        "are redone by the next run): t[0] 0..10: StageRangeFailed: t[0] offset 5: bad_magic: "
+        "bad magic byte 0x01"
+    )
+    assert 'File "' not in capfd.readouterr().err, "the traceback stays in the instance"
+    recorded = instance.get_run_by_id(run.run_id)
+    assert recorded.status == dg.DagsterRunStatus.FAILURE
+    assert recorded.tags[LAUNCHED_BY_TAG] == LAUNCHED_BY and recorded.tags["kbqe/topic"] == "t"
+
+
+def test_the_load_totals_are_summed_per_table_with_each_job_and_range_once(instance) -> None:
+    outcome = load_outcome(execute_job(DEFS, instance, "loading"))
+
+    assert outcome.ok and outcome.error is None
+    assert {t: (l.rows, l.job_ids, l.offset_ranges) for t, l in outcome.tables.items()} == {
+        "ds.a": (10, ("j1",), (("t", 0, 0, 9),)),
+        "ds.b": (5, ("j2",), (("t", 0, 0, 9),)),
+    }
+
+
+def test_the_stage_totals_come_from_the_staging_materialization() -> None:
+    metadata = {"dagster/row_count": 90, "messages": 100, "dead_letters": 7,
+                "dead_letters_by_reason": {"tombstone": 2, "bad_magic": 5},
+                "skipped_by_reason": {"tombstone": 3}, "ranges": ["t[0] 0..49", "t[1] 0..49"]}
+    run = JobRun("stage_job", "r1", True, materializations=((("staging",), metadata),))
+
+    outcome = stage_outcome("t", run)
+
+    assert (outcome.records, outcome.messages, outcome.dead_letters, outcome.tombstones,
+            outcome.ranges) == (90, 100, 7, 5, 2)
+
+
+def test_a_keyed_stage_run_reports_its_tombstones_itself() -> None:
+    metadata = {"dagster/row_count": 8, "messages": 10, "dead_letters": 0, "tombstones": 2,
+                "ranges": ["t[0] 0..9"]}
+    run = JobRun("stage_job", "r1", True, materializations=((("staging",), metadata),))
+    assert stage_outcome("t", run).tombstones == 2
+
+
+def test_a_stage_run_that_failed_before_reporting_counts_nothing() -> None:
+    outcome = stage_outcome("t", JobRun("stage_job", "r1", False, "StagingError: x"))
+    assert (outcome.ok, outcome.error, outcome.records, outcome.ranges) == (
+        False, "StagingError: x", 0, 0)
+
+
+@pytest.mark.parametrize("message, cls_name, expected", [
+    ("kbqe_dagster.core.errors.LoadError: a\n  b\n", "LoadError", "LoadError: a b"),
+    ("ValueError: plain", "ValueError", "ValueError: plain"),
+    ("a message without its class", "LoadError", "a message without its class"),
+    ("", "LoadError", "LoadError"),
+    ("x" * 600, "E", "x" * 499 + "…"),
+])
+def test_one_line_error(message, cls_name, expected) -> None:
+    assert one_line_error(message, cls_name) == expected
+
+
+# --- runs of a runner that died --------------------------------------------------------------
+def test_runs_left_in_flight_by_a_dead_runner_on_this_host_are_failed_and_free_their_slot(
+    tmp_path,
+) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with dg.DagsterInstance.local_temp(str(tmp_path)) as instance:
+        storage = instance.event_log_storage
+        storage.set_concurrency_slots("bigquery_load", 1)
+
+        def run(host: str, pid: int, launched_by: str = LAUNCHED_BY) -> str:
+            created = instance.create_run_for_job(
+                job_def=exploding, status=dg.DagsterRunStatus.STARTED,
+                tags={LAUNCHED_BY_TAG: launched_by, RUNNER_HOST_TAG: host,
+                      RUNNER_PID_TAG: str(pid)})
+            return created.run_id
+
+        abandoned = run("here", dead.pid)
+        storage.claim_concurrency_slot("bigquery_load", abandoned, "load_cycle")
+        running = run("here", os.getpid())
+        elsewhere = run("there", dead.pid)
+        not_ours = run("here", dead.pid, launched_by="dagster-daemon")
+
+        assert fail_abandoned_runs(instance, host="here") == [abandoned]
+
+        status = {r: instance.get_run_by_id(r).status for r in (abandoned, running, elsewhere,
+                                                                not_ours)}
+        assert status == {abandoned: dg.DagsterRunStatus.FAILURE,
+                          running: dg.DagsterRunStatus.STARTED,
+                          elsewhere: dg.DagsterRunStatus.STARTED,
+                          not_ours: dg.DagsterRunStatus.STARTED}
+        assert storage.get_concurrency_info("bigquery_load").active_slot_count == 0
+        assert fail_abandoned_runs(instance, host="here") == [], "once is enough"
+
+
+def test_each_run_names_the_runner_process_that_executes_it(instance) -> None:
+    run = instance.get_run_by_id(execute_job(DEFS, instance, "loading").run_id)
+    assert run.tags[RUNNER_PID_TAG] == str(os.getpid())
+    assert run.tags[RUNNER_HOST_TAG] == socket.gethostname()
