@@ -57,6 +57,7 @@ from kbqe_dagster.core.config_sections import (
 from kbqe_dagster.core.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.event_time import EventTimeConfig
+from kbqe_dagster.core.keyed import KeyedConfig, SourceFormat
 from kbqe_dagster.core.naming import TOPIC_RE
 from kbqe_dagster.core.offsets import MARKER_DATASET
 from kbqe_dagster.core.routing import (
@@ -107,6 +108,11 @@ class TopicConfig:
     """What happens to messages that cannot be staged. Default ``dead_letter``."""
     staging: StagingSettings = field(default_factory=StagingSettings)
     """Stage-run knobs: the pipeline's ``staging:`` with this topic's overrides applied."""
+    format: SourceFormat = SourceFormat.AVRO
+    """How message values are laid out (``avro`` records, or ``debezium`` change events)."""
+    keyed: KeyedConfig | None = None
+    """Set for a keyed topic: its destination is a changelog, a current-state table and
+    optionally a history (see core/keyed.py); None for an append-only topic."""
 
     @property
     def required_fields(self) -> tuple[str, ...]:
