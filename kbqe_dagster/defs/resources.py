@@ -54,13 +54,12 @@ def local_resources() -> dict:
             gcs_project=LOCAL_PROJECT,
         ),
         "pyspark": spark_resource(spark_config_from_environment("local[2]")),
-        # The emulator: anonymous, and its outputRows gap measured as a row-count delta.
+        # The emulator: anonymous, and its own load path (resources/bigquery/emulator.py).
         "bigquery": BigQueryResource(
             project=LOCAL_PROJECT,
             api_endpoint=ends.bigquery_url,
             anonymous_credentials=True,
-            output_rows_is_table_total=True,
-            add_columns_before_load=True,
+            emulator=True,
         ),
     }
 

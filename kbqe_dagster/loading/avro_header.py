@@ -3,7 +3,7 @@
 Only the first bytes of the file are fetched (a ranged read on GCS): the header is the magic
 ``Obj\\x01`` and a metadata map holding ``avro.schema``, usually a few KiB, while the file can
 be hundreds of MiB. The load step needs the schema only when a destination table does not
-exist yet (see ``resources/bigquery_schema.py`` for why).
+exist yet (see ``resources/bigquery/schema.py`` for why).
 """
 
 from __future__ import annotations

@@ -21,6 +21,11 @@ from kbqe_dagster.core.errors import KbqeError
 
 log = logging.getLogger(__name__)
 
+CLIENT_LOG = logging.getLogger("kbqe_dagster.kafka")
+"""Where librdkafka's own lines go (a broker not answering yet, a retried connection): the
+logger every Kafka client of the package uses, which the console shows only from ERROR
+(cli/logs.py), instead of librdkafka printing ``%4|...`` straight to stderr."""
+
 # librdkafka settings whose values may hold secrets (sasl.password, ssl.key.password,
 # sasl.oauthbearer.config with a client secret, ...): redacted in repr.
 _SECRET_HINTS = ("password", "secret", "key", "token", "credentials", "oauthbearer", "jaas")
@@ -39,7 +44,8 @@ class KafkaSettings:
     client_config: Mapping[str, str] = field(default_factory=dict)
 
     def config(self, **overrides: object) -> dict:
-        conf = {"bootstrap.servers": self.bootstrap_servers, **self.client_config}
+        conf = {"bootstrap.servers": self.bootstrap_servers, "logger": CLIENT_LOG,
+                **self.client_config}
         conf.update(overrides)
         return conf
 

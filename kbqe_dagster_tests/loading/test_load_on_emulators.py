@@ -33,7 +33,11 @@ from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, local_endpoints
-from kbqe_dagster.resources.bigquery import GoogleBigQueryLoads, LoadRequest
+from kbqe_dagster.resources.bigquery import (
+    EmulatorBigQueryLoads,
+    GoogleBigQueryLoads,
+    LoadRequest,
+)
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster_tests.localstack.emulators import emulators  # noqa: F401 (fixture)
 from kbqe_dagster_tests.loading.staged import ORDER_V1, PAGE_VIEW, Table, record, stage_range
@@ -225,7 +229,7 @@ def test_a_table_whose_loads_keep_failing_is_quarantined_while_the_others_load(r
 def _kill_around_submit(location: StagingLocation, config_path: str, when: str) -> None:
     """Child process: a load cycle that SIGKILLs itself just before or just after BigQuery
     receives its first load job."""
-    loads = GoogleBigQueryLoads(local_bigquery_client(), output_rows_is_table_total=True)
+    loads = EmulatorBigQueryLoads(local_bigquery_client())
     real = loads.submit_load
 
     def submit(request):
@@ -252,7 +256,7 @@ def test_a_coordinator_killed_around_submission_loads_nothing_twice_after_restar
     assert [j.status for j in jobs] == [JobStatus.PLANNED] * 3, "all recorded before submitting"
     recorded = jobs[0]  # the one BigQuery received (after_submit) or was about to
 
-    loads = GoogleBigQueryLoads(local_bigquery_client(), output_rows_is_table_total=True)
+    loads = EmulatorBigQueryLoads(local_bigquery_client())
     report = LoadCoordinator(store, loads, run.config).run_cycle()
 
     others = [j.job_id for j in jobs[1:]]

@@ -34,7 +34,7 @@ from kbqe_dagster.demo.samples import (
 from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
-from kbqe_dagster.resources.bigquery import GoogleBigQueryLoads
+from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
@@ -107,8 +107,7 @@ def test_kafka_messages_staged_by_spark_land_exactly_once_in_bigquery(
         # run stages the rest in parallel ranges.
         while run_stage(spark_session, ctx, max_messages_per_run=100_000, max_messages_per_range=400).results:
             pass
-        loads = GoogleBigQueryLoads(client, output_rows_is_table_total=True,
-                                    add_columns_before_load=True)
+        loads = EmulatorBigQueryLoads(client)
         report = LoadCoordinator(staging.open(), loads, config).run_cycle()
 
         assert report.quarantined == [] and report.pending_after == 0

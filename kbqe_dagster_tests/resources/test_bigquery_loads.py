@@ -1,6 +1,7 @@
 """The BigQuery load resource: the job configuration of DESIGN.md §4, what a submission's
 answer means (409 = already submitted), how a job's state maps to the lifecycle's observed
-status, and the emulator's outputRows gap measured as a row-count delta."""
+status. The emulator's own load path is tested against the emulator in
+test_emulator_loads.py."""
 
 from __future__ import annotations
 
@@ -14,8 +15,6 @@ from google.auth.exceptions import TransportError
 
 from kbqe_dagster.core.load_lifecycle import ObservedKind, SubmitOutcome
 from kbqe_dagster.resources.bigquery import (
-    ROWS_FROM_TABLE_DELTA,
-    ROWS_UNAVAILABLE,
     GoogleBigQueryLoads,
     LoadRequest,
     load_job_config,
@@ -138,40 +137,3 @@ def test_finished_job_statistics_are_reported() -> None:
     report = GoogleBigQueryLoads(_Jobs(_job("DONE", rows=5))).job_report("kbqe_x")
     assert (report.output_rows, report.output_bytes, report.input_files, report.input_file_bytes,
             report.bad_records) == (5, 10, 1, 20, 0)
-
-
-class _EmulatorLike:
-    """outputRows is the table total after the job, as the emulator reports it."""
-
-    project = "p"
-
-    def __init__(self) -> None:
-        self.rows = 100
-        self.jobs: dict = {}
-
-    def load_table_from_uri(self, uris, destination, job_id=None, job_config=None, location=None):
-        self.rows += 7
-        self.jobs[job_id] = _job("DONE", rows=self.rows)
-        self.jobs[job_id].result = lambda timeout=None: None
-        return self.jobs[job_id]
-
-    def get_job(self, job_id, location=None):
-        return self.jobs[job_id]
-
-    def get_table(self, ref):
-        return SimpleNamespace(num_rows=self.rows)
-
-
-def test_emulator_gap_output_rows_is_measured_as_a_row_count_delta() -> None:
-    client = _EmulatorLike()
-    measured = GoogleBigQueryLoads(client, output_rows_is_table_total=True)
-
-    measured.submit_load(REQUEST)
-
-    assert GoogleBigQueryLoads(client).job_report(REQUEST.job_id).output_rows == 107
-    report = measured.job_report(REQUEST.job_id)
-    assert (report.output_rows, report.rows_source) == (7, ROWS_FROM_TABLE_DELTA)
-    other_process = GoogleBigQueryLoads(client, output_rows_is_table_total=True)
-    assert other_process.job_report(REQUEST.job_id).output_rows is None
-    assert other_process.job_report(REQUEST.job_id).rows_source == ROWS_UNAVAILABLE
-

@@ -9,7 +9,7 @@ import pytest
 from kbqe_dagster.core.dead_letters import DEAD_LETTER_SCHEMA
 from kbqe_dagster.core.enrichment import EnrichmentConfig, extended_schema
 from kbqe_dagster.core.errors import LoadError
-from kbqe_dagster.resources.bigquery_schema import bigquery_schema_from_avro
+from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
 
 def one_field(avro_type) -> dict:

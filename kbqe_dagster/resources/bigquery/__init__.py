@@ -1,0 +1,36 @@
+"""BigQuery for the load coordinator and the checks, one module per part:
+
+- ``jobs.py``: the load request, the answers and reports, the :class:`BigQueryLoads`
+  interface the coordinator sees, and the load job configuration of DESIGN.md §4;
+- ``google_client.py``: BigQuery's own path over ``google-cloud-bigquery``;
+- ``emulator.py``: the local emulator's path, a subclass that rebuilds BigQuery's behaviour
+  where the emulator differs (its gaps are behaviour of an implementation, not flags);
+- ``schema.py``: the table schema a first load carries, derived from the file's Avro schema;
+- ``resource.py``: the Dagster resource choosing between them.
+"""
+
+from kbqe_dagster.resources.bigquery.emulator import EmulatorBigQueryLoads
+from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
+from kbqe_dagster.resources.bigquery.jobs import (
+    BigQueryLoads,
+    DuplicateOffsets,
+    JobReport,
+    LoadRequest,
+    SubmitResult,
+    job_labels,
+    load_job_config,
+)
+from kbqe_dagster.resources.bigquery.resource import BigQueryResource
+
+__all__ = [
+    "BigQueryLoads",
+    "BigQueryResource",
+    "DuplicateOffsets",
+    "EmulatorBigQueryLoads",
+    "GoogleBigQueryLoads",
+    "JobReport",
+    "LoadRequest",
+    "SubmitResult",
+    "job_labels",
+    "load_job_config",
+]

@@ -1,0 +1,168 @@
+"""The local BigQuery emulator's load path: BigQuery's behaviour, rebuilt where the emulator
+differs (DESIGN.md §7; each gap is pinned by a ``test_emulator_gap_*`` contract test).
+
+* **Columns by name.** BigQuery matches an Avro file's fields to a table's columns by name,
+  so a file of an older schema loads into a table that a newer schema widened (the missing
+  columns read NULL). The emulator matches by position and refuses such a file. Here a load
+  into an existing table goes through a temporary table created from the file's own schema,
+  then ``INSERT INTO table (columns) SELECT columns FROM temporary`` names every column.
+* **Field addition.** The emulator ignores ALLOW_FIELD_ADDITION: the columns a newer schema
+  adds are added with ``ALTER TABLE`` before the load, as BigQuery would add them in the load.
+* **Rows appended.** The emulator's ``outputRows`` is the table's total after a load. The
+  by-name INSERT reports the rows it added itself (DML statistics, readable from any process);
+  a load that creates its table appends to an empty table, so the total is its figure.
+
+**Exactly once is kept** because the job id the coordinator recorded is given to the *last*
+step, the INSERT (or the creating load). The coordinator resubmits a recorded id only when
+BigQuery does not know it; a process killed after the temporary load but before the INSERT
+leaves that id unknown, and the resubmission redoes the temporary load (its table is
+replaced) before the one INSERT. A temporary table left by a killed process is replaced by
+the next attempt of the same job and is otherwise harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from kbqe_dagster.core.load_lifecycle import ObservedJob, ObservedKind, classify_submit
+from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
+from kbqe_dagster.resources.bigquery.jobs import (
+    ROWS_FROM_DML,
+    ROWS_FROM_CREATED_TABLE,
+    ROWS_UNAVAILABLE,
+    JobReport,
+    LoadRequest,
+    SubmitResult,
+    load_job_config,
+)
+from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
+
+log = logging.getLogger(__name__)
+
+TEMP_TABLE_PREFIX = "_kbqe_load_"
+"""Temporary tables of by-name loads: ``<dataset>._kbqe_load_<job id>``."""
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+def temp_table_name(job_id: str) -> str:
+    return (TEMP_TABLE_PREFIX + _UNSAFE.sub("_", job_id))[:1024]
+
+
+class EmulatorBigQueryLoads(GoogleBigQueryLoads):
+    """:class:`BigQueryLoads` for the local BigQuery emulator (module docstring)."""
+
+    wants_file_schema = True
+    """Every load carries its files' schema: it names the columns of the by-name INSERT and
+    the columns to add before it."""
+
+    def __init__(self, client: Any, **options: Any) -> None:
+        super().__init__(client, **options)
+        self._created: dict[str, int] = {}
+        """Rows of the creating loads this process submitted, by job id."""
+
+    # --- load jobs ----------------------------------------------------------------------------
+    def submit_load(self, request: LoadRequest) -> SubmitResult:
+        if request.avro_schema is None:
+            raise ValueError(f"load job {request.job_id}: the emulator path needs the files' "
+                             "Avro schema (wants_file_schema)")
+        try:
+            existing = self._existing_columns(request)
+            if existing is None:
+                return self._load_creating_the_table(request)
+            self._add_new_columns(request, existing)
+            return self._load_by_name(request)
+        except Exception as error:  # noqa: BLE001 - classified like BigQuery's own answers
+            return self._refused(request, error)
+
+    def _existing_columns(self, request: LoadRequest) -> set[str] | None:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            table = self.client.get_table(self._table_ref(request.dataset, request.table))
+        except NotFound:
+            return None
+        return {f.name.lower() for f in table.schema}
+
+    def _load_creating_the_table(self, request: LoadRequest) -> SubmitResult:
+        job = self.client.load_table_from_uri(
+            list(request.source_uris), self._table_ref(request.dataset, request.table),
+            job_id=request.job_id, job_config=load_job_config(request), location=self.location,
+        )
+        try:
+            job.result(timeout=self.job_timeout_s)
+        except Exception:  # noqa: BLE001 - a failed job appended nothing; read when polled
+            return SubmitResult(classify_submit(200))
+        # The table did not exist: everything in it now was appended by this job.
+        self._created[request.job_id] = self.table_row_count(request.dataset, request.table) or 0
+        return SubmitResult(classify_submit(200))
+
+    def _add_new_columns(self, request: LoadRequest, existing: set[str]) -> None:
+        ref = f"{request.dataset}.{request.table}"
+        for column in self._file_columns(request):
+            if column["name"].lower() in existing:
+                continue
+            if column["type"] == "RECORD" or column["mode"] == "REPEATED":
+                log.warning("%s: cannot add nested column %s before the load (emulator)",
+                            ref, column["name"])
+                continue
+            log.info("%s: adding column %s %s (emulated field addition)",
+                     ref, column["name"], column["type"])
+            # IF NOT EXISTS: the emulator's table metadata does not list columns added by
+            # ALTER TABLE, so every later load of the newer schema asks again.
+            self.client.query(
+                f"ALTER TABLE `{ref}` ADD COLUMN IF NOT EXISTS `{column['name']}` "
+                f"{column['type']}", job_retry=None,
+            ).result()
+
+    def _load_by_name(self, request: LoadRequest) -> SubmitResult:
+        temp = temp_table_name(request.job_id)
+        temp_ref = self._table_ref(request.dataset, temp)
+        self.client.delete_table(temp_ref, not_found_ok=True)  # a killed attempt's leftover
+        temp_request = replace(request, table=temp, partition_expiration_days=None)
+        staged = self.client.load_table_from_uri(
+            list(request.source_uris), temp_ref,
+            job_id=f"{request.job_id}-by-name-{uuid.uuid4().hex[:8]}",
+            job_config=load_job_config(temp_request), location=self.location,
+        )
+        try:
+            staged.result(timeout=self.job_timeout_s)
+        except Exception as error:  # noqa: BLE001 - the file itself was refused
+            self.client.delete_table(temp_ref, not_found_ok=True)
+            log.warning("load job %s (%s.%s): the files were refused: %s",
+                        request.job_id, request.dataset, request.table, error)
+            return SubmitResult(classify_submit(400), 400, f"files refused: {error}")
+        names = ", ".join(f"`{c['name']}`" for c in self._file_columns(request))
+        insert = self.client.query(
+            f"INSERT INTO `{request.dataset}.{request.table}` ({names}) "
+            f"SELECT {names} FROM `{request.dataset}.{temp}`",
+            job_id=request.job_id, job_retry=None, location=self.location,
+        )
+        try:
+            insert.result(timeout=self.job_timeout_s)
+        except Exception:  # noqa: BLE001 - its error is the job's, read when polled
+            pass
+        self.client.delete_table(temp_ref, not_found_ok=True)
+        return SubmitResult(classify_submit(200))
+
+    @staticmethod
+    def _file_columns(request: LoadRequest) -> list[dict]:
+        return bigquery_schema_from_avro(dict(request.avro_schema or {}), request.job_id)
+
+    # --- reports ------------------------------------------------------------------------------
+    def _done_report(self, job_id: str, job: Any) -> JobReport:
+        report = super()._done_report(job_id, job)
+        dml_rows = getattr(job, "num_dml_affected_rows", None)
+        if getattr(job, "job_type", None) == "query" and dml_rows is not None:
+            rows, source = int(dml_rows), ROWS_FROM_DML
+        elif job_id in self._created:
+            rows, source = self._created[job_id], ROWS_FROM_CREATED_TABLE
+        else:
+            # A creating load submitted by an earlier process: its outputRows is the table's
+            # total now, which later loads may have grown, so there is no honest figure.
+            rows, source = None, ROWS_UNAVAILABLE
+        return replace(report, observed=ObservedJob(ObservedKind.DONE_OK), output_rows=rows,
+                       rows_source=source)

@@ -1,0 +1,191 @@
+"""BigQuery's own load path: :class:`BigQueryLoads` over a ``google.cloud.bigquery.Client``.
+
+Submit a load job under a chosen id, ask what became of it, count a table's rows, make sure a
+dataset exists, and the opt-in duplicate-offset query (DESIGN.md §4). Submission answers are
+classified by ``core.load_lifecycle.classify_submit``: 409 Conflict means "this job id already
+exists", i.e. already submitted — never a failure. The local emulator's differences live in
+``emulator.py``, a subclass, not in flags here.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import date
+from typing import Any, Sequence
+
+from kbqe_dagster.core.load_lifecycle import (
+    ObservedJob,
+    ObservedKind,
+    SubmitOutcome,
+    classify_submit,
+)
+from kbqe_dagster.resources.bigquery.jobs import (
+    PIPELINE_LABEL,
+    ROWS_FROM_JOB,
+    DuplicateOffsets,
+    JobReport,
+    LoadRequest,
+    SubmitResult,
+    load_job_config,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _status_code(error: BaseException) -> int | None:
+    """The HTTP status of a google-api-core error; ``None`` when no answer came back."""
+    code = getattr(error, "code", None)
+    return code if isinstance(code, int) else None
+
+
+class GoogleBigQueryLoads:
+    """:class:`BigQueryLoads` over a ``google.cloud.bigquery.Client`` (or a fake of it)."""
+
+    wants_file_schema = False
+    """Only a table's first load carries its files' schema; BigQuery widens tables itself."""
+
+    def __init__(
+        self, client: Any, *, location: str | None = None, max_bytes_billed: int | None = None,
+        job_timeout_s: float = 600.0,
+    ) -> None:
+        self.client = client
+        self.location = location
+        self.max_bytes_billed = max_bytes_billed
+        self.job_timeout_s = job_timeout_s
+
+    @property
+    def project(self) -> str:
+        return str(self.client.project)
+
+    def _table_ref(self, dataset: str, table: str) -> str:
+        return f"{self.project}.{dataset}.{table}"
+
+    # --- load jobs ----------------------------------------------------------------------------
+    def submit_load(self, request: LoadRequest) -> SubmitResult:
+        try:
+            self.client.load_table_from_uri(
+                list(request.source_uris), self._table_ref(request.dataset, request.table),
+                job_id=request.job_id, job_config=load_job_config(request),
+                location=self.location,
+            )
+        except Exception as error:  # noqa: BLE001 - classified, never raised
+            return self._refused(request, error)
+        return SubmitResult(classify_submit(200))
+
+    def _refused(self, request: LoadRequest, error: BaseException) -> SubmitResult:
+        """A submission that raised: an answer from BigQuery (its status decides), or none at
+        all (retry deadline, transport, timeout; requests' errors are OSErrors): then the job
+        may exist or not, and resubmitting the same id is safe either way."""
+        from google.api_core.exceptions import GoogleAPICallError, GoogleAPIError
+        from google.auth.exceptions import TransportError
+
+        if isinstance(error, GoogleAPICallError):
+            code = _status_code(error)
+        elif isinstance(error, (GoogleAPIError, TransportError, OSError)):
+            code = None
+        else:
+            raise error
+        outcome = classify_submit(code)
+        log.log(
+            logging.INFO if outcome is SubmitOutcome.ALREADY_SUBMITTED else logging.WARNING,
+            "load job %s (%s.%s): submission answered %s: %s",
+            request.job_id, request.dataset, request.table, code or "nothing", error,
+        )
+        return SubmitResult(outcome, code, str(error))
+
+    def job_report(self, job_id: str) -> JobReport:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            job = self.client.get_job(job_id, location=self.location)
+        except NotFound:
+            return JobReport(ObservedJob(ObservedKind.UNKNOWN))
+        state = getattr(job, "state", None)
+        if state == "PENDING":
+            return JobReport(ObservedJob(ObservedKind.PENDING))
+        if state != "DONE":
+            return JobReport(ObservedJob(ObservedKind.RUNNING))
+        error = getattr(job, "error_result", None)
+        if error:
+            detail = error.get("message") or error.get("reason") or str(error)
+            where = error.get("location")
+            text = f"{detail} (at {where})" if where else str(detail)
+            return JobReport(ObservedJob(ObservedKind.DONE_ERROR, text))
+        return self._done_report(job_id, job)
+
+    def _done_report(self, job_id: str, job: Any) -> JobReport:
+        started, ended = getattr(job, "started", None), getattr(job, "ended", None)
+        seconds = (ended - started).total_seconds() if started and ended else None
+        return JobReport(
+            ObservedJob(ObservedKind.DONE_OK),
+            output_rows=getattr(job, "output_rows", None),
+            output_bytes=getattr(job, "output_bytes", None),
+            input_files=getattr(job, "input_files", None),
+            input_file_bytes=getattr(job, "input_file_bytes", None),
+            bad_records=_bad_records(job),
+            seconds=seconds,
+            rows_source=ROWS_FROM_JOB,
+        )
+
+    # --- tables and datasets ------------------------------------------------------------------
+    def table_exists(self, dataset: str, table: str) -> bool:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            self.client.get_table(self._table_ref(dataset, table))
+        except NotFound:
+            return False
+        return True
+
+    def table_row_count(self, dataset: str, table: str) -> int | None:
+        """Rows in the table from its metadata (free; kbqe never streams, so no buffer is
+        left out); ``None`` when the table does not exist."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return int(self.client.get_table(self._table_ref(dataset, table)).num_rows or 0)
+        except NotFound:
+            return None
+
+    def ensure_dataset(self, dataset: str) -> None:
+        from google.cloud import bigquery
+
+        ref = bigquery.Dataset(f"{self.project}.{dataset}")
+        if self.location:
+            ref.location = self.location
+        ref.labels = {"pipeline": PIPELINE_LABEL}
+        self.client.create_dataset(ref, exists_ok=True)
+
+    # --- checks -------------------------------------------------------------------------------
+    def duplicate_offsets(
+        self, dataset: str, table: str, key_columns: Sequence[str], date_column: str,
+        since: date, limit: int = 10,
+    ) -> DuplicateOffsets:
+        """Kafka positions present more than once in the partitions since ``since`` — a query
+        that is billed for the bytes of the key columns it scans (capped by
+        ``max_bytes_billed``)."""
+        from google.cloud import bigquery
+
+        if len(key_columns) != 3:
+            raise ValueError(f"expected (topic, partition, offset) columns, got {key_columns}")
+        topic, partition, offset = (f"`{c}`" for c in key_columns)
+        sql = (
+            f"SELECT {topic}, {partition}, {offset}, COUNT(*) AS copies "
+            f"FROM `{self._table_ref(dataset, table)}` "
+            f"WHERE `{date_column}` >= DATE '{since.isoformat()}' "
+            f"GROUP BY {topic}, {partition}, {offset} HAVING COUNT(*) > 1 "
+            f"ORDER BY copies DESC LIMIT {int(limit)}"
+        )
+        config = bigquery.QueryJobConfig(
+            labels={"pipeline": PIPELINE_LABEL}, maximum_bytes_billed=self.max_bytes_billed
+        )
+        job = self.client.query(sql, job_config=config, location=self.location)
+        rows = tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in job.result())
+        return DuplicateOffsets(rows, getattr(job, "total_bytes_processed", None))
+
+
+def _bad_records(job: Any) -> int | None:
+    stats = getattr(job, "_properties", {}).get("statistics", {}).get("load", {})
+    value = stats.get("badRecords")
+    return int(value) if value is not None else None
+

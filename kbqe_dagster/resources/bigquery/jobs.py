@@ -1,0 +1,138 @@
+"""BigQuery load jobs as the coordinator sees them: the request, the answers, the report, and
+the one interface (:class:`BigQueryLoads`) every implementation offers.
+
+The load job configuration is fixed by the design: AVRO with ``use_avro_logical_types``,
+WRITE_APPEND, CREATE_IF_NEEDED, DAY time partitioning on the event-date column (expiration
+optional), schema update options ALLOW_FIELD_ADDITION and ALLOW_FIELD_RELAXATION, and labels
+naming the pipeline and the destination. A job for a table that does not exist yet carries
+the schema derived from its first file (``resources/bigquery/schema.py`` explains why).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date
+from typing import Any, Mapping, Protocol, Sequence
+
+from kbqe_dagster.core.load_lifecycle import ObservedJob, SubmitOutcome
+from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
+
+PIPELINE_LABEL = "kbqe_dagster"
+ROWS_FROM_JOB = "job statistics"
+ROWS_FROM_CREATED_TABLE = "emulator: rows of the table the load created"
+ROWS_UNAVAILABLE = "unavailable: emulator load that created its table in another process"
+ROWS_FROM_DML = "emulator: rows the by-name INSERT of the load added"
+_LABEL_UNSAFE = re.compile(r"[^a-z0-9_-]")
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """One load job: ``source_uris`` appended to ``dataset.table`` under ``job_id``."""
+
+    job_id: str
+    dataset: str
+    table: str
+    source_uris: tuple[str, ...]
+    partition_field: str
+    """The DATE column of the table's DAY partitions (the event date)."""
+    partition_expiration_days: int | None = None
+    avro_schema: Mapping[str, Any] | None = None
+    """The files' Avro schema, given only when the table does not exist yet."""
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    outcome: SubmitOutcome
+    status_code: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """What BigQuery says about one job id, with the load statistics when it is done."""
+
+    observed: ObservedJob
+    output_rows: int | None = None
+    output_bytes: int | None = None
+    input_files: int | None = None
+    input_file_bytes: int | None = None
+    bad_records: int | None = None
+    seconds: float | None = None
+    """Job run time (start to end), when BigQuery reports both."""
+    rows_source: str = ROWS_FROM_JOB
+
+
+@dataclass(frozen=True)
+class DuplicateOffsets:
+    """Result of the duplicate-offset query: up to ``limit`` (topic, partition, offset,
+    copies) and the bytes the query was billed for."""
+
+    duplicates: tuple[tuple[str, int, int, int], ...]
+    bytes_processed: int | None
+
+
+class BigQueryLoads(Protocol):
+    """What the load coordinator and the checks need from BigQuery."""
+
+    wants_file_schema: bool
+    """True when every load request must carry its files' Avro schema (the emulator widens
+    tables itself); otherwise only a table's first load carries it."""
+
+    def submit_load(self, request: LoadRequest) -> SubmitResult: ...
+
+    def job_report(self, job_id: str) -> JobReport: ...
+
+    def table_exists(self, dataset: str, table: str) -> bool: ...
+
+    def table_row_count(self, dataset: str, table: str) -> int | None: ...
+
+    def ensure_dataset(self, dataset: str) -> None: ...
+
+    def duplicate_offsets(
+        self, dataset: str, table: str, key_columns: Sequence[str], date_column: str,
+        since: date, limit: int = 10,
+    ) -> DuplicateOffsets: ...
+
+
+def load_job_config(request: LoadRequest, labels: Mapping[str, str] | None = None):
+    """The ``LoadJobConfig`` of DESIGN.md §4 for ``request``."""
+    from google.cloud import bigquery
+
+    expiration = request.partition_expiration_days
+    config = bigquery.LoadJobConfig(
+        source_format=bigquery.SourceFormat.AVRO,
+        use_avro_logical_types=True,
+        write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
+        create_disposition=bigquery.CreateDisposition.CREATE_IF_NEEDED,
+        time_partitioning=bigquery.TimePartitioning(
+            type_=bigquery.TimePartitioningType.DAY,
+            field=request.partition_field,
+            expiration_ms=expiration * 86_400_000 if expiration else None,
+        ),
+        schema_update_options=[
+            bigquery.SchemaUpdateOption.ALLOW_FIELD_ADDITION,
+            bigquery.SchemaUpdateOption.ALLOW_FIELD_RELAXATION,
+        ],
+        labels=dict(labels if labels is not None else job_labels(request)),
+    )
+    if request.avro_schema is not None:
+        source = request.source_uris[0] if request.source_uris else request.job_id
+        columns = bigquery_schema_from_avro(dict(request.avro_schema), source)
+        config.schema = [bigquery.SchemaField.from_api_repr(c) for c in columns]
+    return config
+
+
+def job_labels(request: LoadRequest) -> dict[str, str]:
+    """Labels of a load job: the pipeline and the destination (BigQuery label rules:
+    lowercase letters, digits, ``_`` and ``-``, at most 63 characters)."""
+    return {
+        "pipeline": PIPELINE_LABEL,
+        "kbqe_dataset": _label_value(request.dataset),
+        "kbqe_table": _label_value(request.table),
+    }
+
+
+def _label_value(text: str) -> str:
+    return _LABEL_UNSAFE.sub("_", text.lower())[:63]
+
