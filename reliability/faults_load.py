@@ -71,11 +71,13 @@ def load_kill(suite: Suite, iteration: int, kind: str) -> None:
 
 class RefusingClient:
     """A BigQuery client that answers 400 Bad Request to every load into one table and
-    passes everything else to the real client."""
+    passes everything else to the real client. On the local stack a load into an existing
+    table ends in a by-name INSERT (resources/bigquery/emulator.py): that is refused too."""
 
     def __init__(self, client: Any, dataset: str, table: str) -> None:
         self._client = client
         self._target = f".{dataset}.{table}"
+        self._insert = f"INSERT INTO `{dataset}.{table}` "
         self.refused: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -88,6 +90,14 @@ class RefusingClient:
             self.refused.append(kwargs.get("job_id") or "?")
             raise BadRequest(f"fault injection: loads into {destination} are refused")
         return self._client.load_table_from_uri(source_uris, destination, **kwargs)
+
+    def query(self, sql: str, *args: Any, **kwargs: Any):
+        from google.api_core.exceptions import BadRequest
+
+        if sql.startswith(self._insert):
+            self.refused.append(kwargs.get("job_id") or "?")
+            raise BadRequest(f"fault injection: loads into {self._target[1:]} are refused")
+        return self._client.query(sql, *args, **kwargs)
 
 
 def bigquery_refuses(suite: Suite) -> None:

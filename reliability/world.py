@@ -23,8 +23,8 @@ from kbqe_dagster.loading.report import CycleReport
 from kbqe_dagster.loading.retention import RetentionResult, apply_retention
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, LocalEndpoints
-from kbqe_dagster.resources.bigquery import BigQueryLoads, GoogleBigQueryLoads
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.bigquery import BigQueryLoads, EmulatorBigQueryLoads
+from kbqe_dagster.resources.kafka import CLIENT_LOG, KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
 from kbqe_dagster.staging.prepare import Preparation, prepare_topic
@@ -56,7 +56,7 @@ class World:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         world = cls(uuid.uuid4().hex[:8], endpoints, today, random.Random(seed))
-        admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap})
+        admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap, "logger": CLIENT_LOG})
         admin.create_topics([NewTopic(world.topic, num_partitions=PARTITIONS,
                                       replication_factor=1)])[world.topic].result(30)
         world.ids = register_schemas(endpoints.registry_url)
@@ -77,7 +77,7 @@ class World:
     @property
     def tables(self) -> tuple[tuple[str, str], ...]:
         ds = self.datasets
-        return (ds.orders, ds.orders_v2, ds.page_views)
+        return (ds.orders, ds.page_views)
 
     @property
     def dead_letter_table(self) -> tuple[str, str]:
@@ -113,7 +113,7 @@ class World:
     def store(self) -> StagingStore:
         return self.staging.open()
 
-    def bigquery(self) -> GoogleBigQueryLoads:
+    def bigquery(self) -> EmulatorBigQueryLoads:
         return local_loads(self.endpoints)
 
     # --- producing --------------------------------------------------------------------------
@@ -176,13 +176,13 @@ class World:
             store = self.store()
             for stored in store.list("_kbqe/") + store.list():
                 store.delete(stored.name)
-            admin = AdminClient({"bootstrap.servers": self.endpoints.kafka_bootstrap})
+            admin = AdminClient({"bootstrap.servers": self.endpoints.kafka_bootstrap,
+                                 "logger": CLIENT_LOG})
             admin.delete_topics([self.topic])[self.topic].result(30)
         except Exception as error:  # noqa: BLE001
             log.warning("could not remove staging files or topic of run %s: %s", self.run_id, error)
 
 
-def local_loads(endpoints: LocalEndpoints) -> GoogleBigQueryLoads:
-    """The local stack's BigQuery resource, as ``kbqe`` configures it for the emulator."""
-    return GoogleBigQueryLoads(local_bigquery_client(endpoints), output_rows_is_table_total=True,
-                               add_columns_before_load=True)
+def local_loads(endpoints: LocalEndpoints) -> EmulatorBigQueryLoads:
+    """The local stack's BigQuery loads, as ``kbqe`` configures them for the emulator."""
+    return EmulatorBigQueryLoads(local_bigquery_client(endpoints))

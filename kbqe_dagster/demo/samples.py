@@ -13,6 +13,7 @@ import json
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Sequence
 
 from fastavro import parse_schema, schemaless_writer
 
@@ -197,9 +198,11 @@ def bad_messages(ids: dict[str, int]) -> list[SampleMessage]:
 
 
 def produce(bootstrap: str, topic: str, messages: list[SampleMessage], partitions: int,
-            client_config: dict | None = None) -> dict[tuple[int, int], SampleMessage]:
-    """Produce ``messages`` round-robin over ``partitions`` (idempotent producer) and return
-    what landed at each (partition, offset)."""
+            client_config: dict | None = None,
+            only_partitions: Sequence[int] | None = None) -> dict[tuple[int, int], SampleMessage]:
+    """Produce ``messages`` round-robin over ``partitions`` (or over ``only_partitions``:
+    e.g. one lagging producer's partition) with an idempotent producer, and return what
+    landed at each (partition, offset)."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
@@ -216,7 +219,9 @@ def produce(bootstrap: str, topic: str, messages: list[SampleMessage], partition
     for i, sample in enumerate(messages):
         while True:
             try:
-                producer.produce(topic, value=sample.value, key=sample.key, partition=i % partitions,
+                partition = (only_partitions[i % len(only_partitions)] if only_partitions
+                             else i % partitions)
+                producer.produce(topic, value=sample.value, key=sample.key, partition=partition,
                                  on_delivery=lambda err, msg, s=sample: delivered(err, msg, s))
                 break
             except BufferError:
