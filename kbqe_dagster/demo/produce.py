@@ -9,16 +9,15 @@ Schemas are registered idempotently, so running the command twice adds events, n
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from kbqe_dagster.core.errors import OperatorCommandError
+from kbqe_dagster.resources.kafka import CLIENT_LOG
 
-# librdkafka's lines (a broker not answering yet, a retried connection) go to the logger
-# every Kafka client of the package uses, which the console shows only from ERROR.
-kafka_log = logging.getLogger("kbqe_dagster.kafka")
+# librdkafka's lines go to the logger every Kafka client of the package uses.
+kafka_log = CLIENT_LOG
 
 TOPIC_TIMEOUT_SECONDS = 10.0
 
