@@ -82,10 +82,15 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
         from google.api_core.exceptions import NotFound
 
         try:
-            table = self.client.get_table(self._table_ref(request.dataset, request.table))
+            self.client.get_table(self._table_ref(request.dataset, request.table))
         except NotFound:
             return None
-        return {f.name.lower() for f in table.schema}
+        # The table's metadata does not list columns added by ALTER TABLE; a query's result
+        # schema does.
+        probe = self.client.query(
+            f"SELECT * FROM `{request.dataset}.{request.table}` LIMIT 0", job_retry=None,
+        ).result()
+        return {f.name.lower() for f in probe.schema}
 
     def _load_creating_the_table(self, request: LoadRequest) -> SubmitResult:
         job = self.client.load_table_from_uri(
@@ -111,8 +116,7 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
                 continue
             log.info("%s: adding column %s %s (emulated field addition)",
                      ref, column["name"], column["type"])
-            # IF NOT EXISTS: the emulator's table metadata does not list columns added by
-            # ALTER TABLE, so every later load of the newer schema asks again.
+            # IF NOT EXISTS: two loads of the newer schema may race for the same column.
             self.client.query(
                 f"ALTER TABLE `{ref}` ADD COLUMN IF NOT EXISTS `{column['name']}` "
                 f"{column['type']}", job_retry=None,
