@@ -120,7 +120,8 @@ class World:
     def produce_batch(self, count: int, step: str) -> int:
         """Produce ``count`` seeded messages for ``step`` and record where Kafka put them."""
         messages = batch(self.rnd, self.ids, self.datasets, count, self.today)
-        placed = produce(self.endpoints.kafka_bootstrap, self.topic, messages, PARTITIONS)
+        placed = produce(self.endpoints.kafka_bootstrap, self.topic, messages, PARTITIONS,
+                         {"logger": CLIENT_LOG})
         self.ledger.add(placed, step)
         return len(messages)
 

@@ -24,7 +24,10 @@ log = logging.getLogger(__name__)
 CLIENT_LOG = logging.getLogger("kbqe_dagster.kafka")
 """Where librdkafka's own lines go (a broker not answering yet, a retried connection): the
 logger every Kafka client of the package uses, which the console shows only from ERROR
-(cli/logs.py), instead of librdkafka printing ``%4|...`` straight to stderr."""
+(cli/logs.py), instead of librdkafka printing ``%4|...`` straight to stderr. In a process
+without logging set up (a Spark python worker, a fault-suite child) they go nowhere, as a
+library's logs should: a read that fails raises an error naming topic, partition, offset."""
+CLIENT_LOG.addHandler(logging.NullHandler())
 
 # librdkafka settings whose values may hold secrets (sasl.password, ssl.key.password,
 # sasl.oauthbearer.config with a client secret, ...): redacted in repr.
