@@ -11,9 +11,12 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import pytest
+from google.cloud import bigquery, storage
 
 from kbqe_dagster.localstack.base import LocalService
 from kbqe_dagster.localstack.bigquery import BigQueryEmulatorService
+from kbqe_dagster.localstack.clients import local_bigquery_client, local_storage_client
+from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.localstack.gcs import GcsService
 
 
@@ -35,3 +38,15 @@ def emulators_running() -> Iterator[None]:
 def emulators() -> Iterator[None]:
     with emulators_running():
         yield
+
+
+@pytest.fixture(scope="module")
+def bq(emulators: None) -> bigquery.Client:
+    """A client of the BigQuery emulator."""
+    return local_bigquery_client()
+
+
+@pytest.fixture(scope="module")
+def bucket(emulators: None) -> storage.Bucket:
+    """The local stack's bucket on fake-gcs-server."""
+    return local_storage_client().bucket(LOCAL_BUCKET)

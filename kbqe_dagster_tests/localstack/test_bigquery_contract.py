@@ -19,9 +19,8 @@ import pytest
 from google.api_core.exceptions import BadRequest
 from google.cloud import bigquery, storage
 
-from kbqe_dagster.localstack.clients import local_bigquery_client, local_storage_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
-from kbqe_dagster_tests.localstack.emulators import emulators  # noqa: F401 (fixture)
+from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulators  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
@@ -61,16 +60,6 @@ def _ab_schema(*names: str) -> dict[str, Any]:
 
 
 AB_TABLE_SCHEMA = [bigquery.SchemaField("a", "STRING"), bigquery.SchemaField("b", "STRING")]
-
-
-@pytest.fixture(scope="module")
-def bq() -> bigquery.Client:
-    return local_bigquery_client()
-
-
-@pytest.fixture(scope="module")
-def bucket() -> storage.Bucket:
-    return local_storage_client().bucket(LOCAL_BUCKET)
 
 
 @pytest.fixture(scope="module")

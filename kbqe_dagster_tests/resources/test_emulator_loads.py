@@ -15,12 +15,12 @@ import pytest
 from google.cloud import bigquery, storage
 
 from kbqe_dagster.core.load_lifecycle import ObservedKind, SubmitOutcome
-from kbqe_dagster.localstack.clients import local_bigquery_client, local_storage_client
+from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads, LoadRequest
 from kbqe_dagster.resources.bigquery.emulator import TEMP_TABLE_PREFIX
 from kbqe_dagster.resources.bigquery.jobs import ROWS_FROM_CREATED_TABLE, ROWS_FROM_DML
-from kbqe_dagster_tests.localstack.emulators import emulators  # noqa: F401 (fixture)
+from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulators  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
@@ -34,16 +34,6 @@ V2: dict[str, Any] = {**V1, "fields": [*V1["fields"][:2],
                                       {"name": "coupon", "type": ["null", "string"],
                                        "default": None}, DAY]}
 V1_REORDERED: dict[str, Any] = {**V1, "fields": [DAY, V1["fields"][1], V1["fields"][0]]}
-
-
-@pytest.fixture(scope="module")
-def bq() -> bigquery.Client:
-    return local_bigquery_client()
-
-
-@pytest.fixture(scope="module")
-def bucket() -> storage.Bucket:
-    return local_storage_client().bucket(LOCAL_BUCKET)
 
 
 @pytest.fixture
