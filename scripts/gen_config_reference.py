@@ -14,7 +14,7 @@ import inspect
 import sys
 from pathlib import Path
 
-from kbqe_dagster.core import config_sections, enrichment, event_time, routing
+from kbqe_dagster.core import config_sections, enrichment, event_time, keyed, routing
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = REPO / "docs" / "configuration.md"
@@ -23,6 +23,7 @@ TARGET = REPO / "docs" / "configuration.md"
 SECTIONS = [
     ("topics[].routing", routing.RoutingConfig),
     ("topics[].event_time  (defaults: top-level event_time)", event_time.EventTimeConfig),
+    ("topics[].keyed  (a keyed destination: changelog, current state, history)", keyed.KeyedConfig),
     ("staging  (per topic: topics[].staging)", config_sections.StagingSettings),
     ("dead_letter", config_sections.DeadLetterDestination),
     ("enrichment", enrichment.EnrichmentConfig),
@@ -48,6 +49,8 @@ topics:                          # required, at least one
     event_time: {...}            # see topics[].event_time
     on_bad_input: dead_letter    # dead_letter (default) | skip | fail
     staging: {...}               # overrides of the top-level staging section
+    format: avro                 # avro (default) | debezium: Debezium change events
+    keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
 allowed_destinations: [acme_sales.orders, acme_web.*]   # dataset.table or dataset.*
 event_time: {...}                # defaults for every topic
 on_bad_input: dead_letter        # default for every topic
@@ -57,6 +60,15 @@ enrichment: {...}
 load: {...}
 retention: {...}
 ```
+
+`format: debezium` reads Debezium's change events: the standard envelope
+(`before`/`after`/`source`/`op`/`ts_ms`) or the flattened form of its `ExtractNewRecordState`
+transform (`__op`, `__source_ts_ms`, `__deleted`). It needs a `keyed:` section and routing mode
+`static`; its event date defaults to the change's `source.ts_ms` (UTC). A keyed topic lands in
+`D.T_changelog` (every change, free batch loads), `D.T` (the current state, one row per key,
+kept by a MERGE) and, with `history: true`, `D.T_history` (SCD type II); see
+docs/architecture.md. In keyed mode a Kafka tombstone (null value) is counted, not
+dead-lettered.
 
 `on_bad_input`: `dead_letter` writes the raw message and the reason to the dead-letter
 table; `skip` counts and drops it (visible in run metadata and metrics); `fail` stops the

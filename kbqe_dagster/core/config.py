@@ -11,6 +11,8 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
         event_time: {...}            # EventTimeConfig keys (core/event_time.py)
         on_bad_input: dead_letter    # dead_letter | skip | fail
         staging: {...}               # StagingSettings keys, overriding the pipeline's
+        format: avro                 # avro | debezium (change events; needs keyed)
+        keyed: {...}                 # KeyedConfig keys (core/keyed.py): a keyed destination
     allowed_destinations: [acme_sales.*, acme_web.page_views]
     event_time: {...}                # defaults for every topic's event_time, key by key
     on_bad_input: dead_letter        # default for every topic
@@ -57,7 +59,13 @@ from kbqe_dagster.core.config_sections import (
 from kbqe_dagster.core.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.event_time import EventTimeConfig
-from kbqe_dagster.core.keyed import KeyedConfig, SourceFormat
+from kbqe_dagster.core.keyed import (
+    DEBEZIUM_EVENT_TIME_FIELDS,
+    KEYED_SPEC,
+    KeyedConfig,
+    SourceFormat,
+    changelog_table,
+)
 from kbqe_dagster.core.naming import TOPIC_RE
 from kbqe_dagster.core.offsets import MARKER_DATASET
 from kbqe_dagster.core.routing import (
@@ -91,7 +99,7 @@ _TOP_KEYS = (
     "version", "topics", "allowed_destinations", "event_time", "on_bad_input", "staging",
     "dead_letter", "enrichment", "load", "retention",
 )  # fmt: skip
-_TOPIC_KEYS = ("name", "routing", "event_time", "on_bad_input", "staging")
+_TOPIC_KEYS = ("name", "format", "routing", "event_time", "on_bad_input", "staging", "keyed")
 
 
 @dataclass(frozen=True)
@@ -184,10 +192,10 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         ),
         staging=_build(StagingSettings(), top.get("staging"), "staging", STAGING_SPEC, problems),
     )
-    topics = _topics(top.get("topics"), defaults, allowed, problems)
     dead_letter = _build(
         DeadLetterDestination(), top.get("dead_letter"), "dead_letter", DEAD_LETTER_SPEC, problems
     )
+    topics = _topics(top.get("topics"), defaults, allowed, dead_letter, problems)
     enrichment = _build(
         EnrichmentConfig(), top.get("enrichment"), "enrichment", ENRICHMENT_SPEC, problems
     )
@@ -209,6 +217,11 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         listed = "\n".join(f"  - {item}" for item in problems.items)
         raise ConfigError(f"{source}: {len(problems.items)} problem(s):\n{listed}")
     statics = tuple(f"{d.dataset}.{d.table}" for t in topics if (d := t.routing.static_destination))
+    # A keyed topic's loads go to its changelog table (core/keyed.py), declared with it.
+    statics += tuple(
+        f"{d.dataset}.{changelog_table(d.table)}"
+        for t in topics if t.keyed and (d := t.routing.static_destination)
+    )
     for warning in warnings:
         log.warning("%s: %s", source, warning)
     return PipelineConfig(
@@ -277,7 +290,8 @@ def _allow_list(top: Mapping[str, Any], problems: r.Problems) -> AllowList:
 
 
 def _topics(
-    raw: Any, defaults: _TopicDefaults, allowed: AllowList, problems: r.Problems
+    raw: Any, defaults: _TopicDefaults, allowed: AllowList, dead_letter: DeadLetterDestination,
+    problems: r.Problems,
 ) -> tuple[TopicConfig, ...]:
     if not isinstance(raw, list) or not raw:
         problems.add("topics", f"expected a list of at least one topic, got {r.describe(raw)}")
@@ -287,6 +301,9 @@ def _topics(
     for index, item in enumerate(raw):
         path = f"topics[{index}]"
         topic = _topic(item, path, defaults, allowed, problems)
+        static = topic.routing.static_destination if topic else None
+        if topic and topic.keyed and static == (dead_letter.dataset, dead_letter.table):
+            problems.add(f"{path}.keyed", "not allowed on the dead-letter table")
         if topic is None:
             continue
         if topic.name in seen:
@@ -307,15 +324,62 @@ def _topic(
     spec = {key: _identity for key in _TOPIC_KEYS}
     section = r.read_section(raw, path, spec, problems, required=("name",))
     name = _read_value(section, "name", _TOPIC_NAME, None, problems, path)
+    source_format = _read_value(section, "format", _FORMAT, SourceFormat.AVRO, problems, path)
     routing = _routing(section.get("routing"), f"{path}.routing", allowed, problems)
-    event_time = _event_time(section.get("event_time"), f"{path}.event_time", defaults, problems)
+    event_time = _event_time(
+        section.get("event_time"), f"{path}.event_time", defaults, problems,
+        default_fields=DEBEZIUM_EVENT_TIME_FIELDS if source_format is SourceFormat.DEBEZIUM else (),
+    )
     policy = _read_value(section, "on_bad_input", _POLICY, defaults.on_bad_input, problems, path)
     staging = _build(
         defaults.staging, section.get("staging"), f"{path}.staging", STAGING_SPEC, problems
     )
+    keyed = _keyed(section, path, source_format, routing, problems)
     if name is None or routing is None or event_time is None:
         return None
-    return TopicConfig(name, routing, event_time, policy, staging)
+    return TopicConfig(name, routing, event_time, policy, staging, source_format, keyed)
+
+
+_FORMAT = r.choice(SourceFormat)
+
+
+def _keyed(
+    section: Mapping[str, Any], path: str, source_format: SourceFormat,
+    routing: RoutingConfig | None, problems: r.Problems,
+) -> KeyedConfig | None:  # fmt: skip
+    """The topic's ``keyed:`` section, with the rules that involve the rest of the topic. The
+    rules that need the record schema (key and version fields exist, the version is orderable)
+    are checked when the first record of a schema is staged, naming the same key paths."""
+    debezium = source_format is SourceFormat.DEBEZIUM
+    if "keyed" not in section:
+        if debezium:
+            problems.add(
+                f"{path}.format",
+                "debezium needs a keyed: section (it lands as changelog, current state and "
+                "history); use format: avro to append the change envelopes as they are",
+            )
+        return None
+    keyed_path = f"{path}.keyed"
+    before = len(problems.items)
+    values = r.read_section(section["keyed"], keyed_path, KEYED_SPEC, problems)
+    if debezium:
+        for key in ("version", "delete_field"):
+            if key in values:
+                problems.add(f"{keyed_path}.{key}", "not used with format: debezium: the "
+                             "change's source.ts_ms is the version and op 'd' the delete")
+    else:
+        if "key" not in values:
+            problems.add(f"{keyed_path}.key", "required unless format: debezium (whose default "
+                         "is the fields of the Kafka key's schema)")
+        if "version" not in values:
+            problems.add(f"{keyed_path}.version", "required unless format: debezium: the field "
+                         "(timestamp or long) that orders a key's versions")
+    if routing is not None and routing.static_destination is None:
+        problems.add(f"{path}.routing", "a keyed topic needs routing mode static: its "
+                     "destination is one changelog, one current-state table and one history")
+    if len(problems.items) > before:
+        return None
+    return KeyedConfig(**values)
 
 
 def _routing(
@@ -351,10 +415,17 @@ def _routing(
 
 
 def _event_time(
-    raw: Any, path: str, defaults: _TopicDefaults, problems: r.Problems
-) -> EventTimeConfig | None:
+    raw: Any, path: str, defaults: _TopicDefaults, problems: r.Problems,
+    default_fields: tuple[str, ...] = (),
+) -> EventTimeConfig | None:  # fmt: skip
+    """``default_fields`` (a format's own, e.g. Debezium's ``source.ts_ms``) win over the
+    top-level default fields, which describe append topics' records; the topic's own win over
+    both."""
     before = len(problems.items)
-    values = {**defaults.event_time, **r.read_section(raw, path, EVENT_TIME_SPEC, problems)}
+    own = r.read_section(raw, path, EVENT_TIME_SPEC, problems)
+    values = {**defaults.event_time, **own}
+    if default_fields and "fields" not in own:
+        values["fields"] = default_fields
     if len(problems.items) > before:
         return None
     try:
@@ -365,4 +436,3 @@ def _event_time(
     if not config.fields and not config.kafka_timestamp_fallback:
         problems.add(path, "needs at least one field or kafka_timestamp_fallback: true")
     return config
-

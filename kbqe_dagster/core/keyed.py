@@ -4,11 +4,13 @@ A keyed topic (``keyed:`` in the pipeline file, usually with ``format: debezium`
 BigQuery objects for its destination ``D.T``:
 
 * ``D.T_changelog`` — one row per change message, loaded with free batch load jobs exactly like an
-  append table. Its layout is **flat and the same for every source format**: the row fields (the
-  Debezium ``after`` image, or ``before`` for a delete; the record itself for plain keyed topics),
-  then :data:`OP_COLUMN`, :data:`VERSION_COLUMN`, :data:`DELETED_COLUMN`, then the usual enrichment
-  columns (``_event_date``, ``_kafka_topic``, ``_kafka_partition``, ``_kafka_offset``, ...). All the
-  format-specific work happens at stage time, so the MERGE and the history see one shape.
+  append table. Its layout is **flat and the same for every source format**: the usual
+  enrichment columns (``_event_date``, ``_kafka_topic``, ``_kafka_partition``,
+  ``_kafka_offset``, ...), then :data:`OP_COLUMN`, :data:`VERSION_COLUMN`,
+  :data:`DELETED_COLUMN`, then the row fields (the Debezium ``after`` image, or ``before`` for a
+  delete; the record itself for plain keyed topics), so that a field added to the source row
+  later is appended at the end. All the format-specific work happens at stage time, so the MERGE
+  and the history see one shape.
 * ``D.T`` — the current state, one row per key, maintained by an idempotent MERGE from the
   changelog rows the finished load jobs added.
 * ``D.T_history`` — SCD type II, one row per version, when ``history: true``.
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+
+from kbqe_dagster.core import config_reader as r
 
 OP_COLUMN = "_op"
 """``c`` (create), ``r`` (snapshot read), ``u`` (update) or ``d`` (delete), as Debezium writes it."""
@@ -65,6 +69,8 @@ class KeyedConfig:
     """Row fields that identify a row. Empty with ``format: debezium``: the fields of the Kafka
     key's schema."""
     deletes: DeleteMode = DeleteMode.SOFT
+    """``soft``: a deleted key keeps its last values with ``_deleted = true``; ``hard``: it has
+    no row in the current table."""
     history: bool = False
     """Also maintain the SCD type II ``<table>_history``."""
     version: str | None = None
@@ -73,6 +79,28 @@ class KeyedConfig:
     """Plain keyed topics: an optional boolean field meaning "this key is deleted"."""
     merge_every: int = 1
     """Merge the current table every N load cycles (1: after every cycle)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", tuple(self.key))
+        object.__setattr__(self, "deletes", DeleteMode(self.deletes))
+        if self.merge_every < 1:
+            raise ValueError(f"merge_every must be at least 1, got {self.merge_every}")
+
+
+KEYED_SPEC: dict[str, r.Converter] = {
+    "key": r.list_of(r.string, non_empty=True),
+    "deletes": r.choice(DeleteMode),
+    "history": r.boolean,
+    "version": r.string,
+    "delete_field": r.string,
+    "merge_every": r.integer(minimum=1),
+}
+"""How each key of a topic's ``keyed:`` section is read (core/config.py adds the rules that
+involve the topic: its format, routing and the dead-letter table)."""
+
+DEBEZIUM_EVENT_TIME_FIELDS = ("source.ts_ms", "__source_ts_ms")
+"""A Debezium topic's event date, unless its ``event_time.fields`` say otherwise: the change's
+``source.ts_ms`` (the envelope) or ``__source_ts_ms`` (ExtractNewRecordState), in UTC."""
 
 
 def changelog_table(table: str) -> str:
