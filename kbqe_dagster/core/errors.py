@@ -126,6 +126,12 @@ class OversizedMessageError(BadInputError):
     reason = Reason.OVERSIZED
 
 
+class NotAChangeError(BadInputError):
+    """A keyed topic's message that is not a row change (see core/reasons.py)."""
+
+    reason = Reason.NOT_A_CHANGE
+
+
 class StageRangeFailed(KbqeError):
     """A topic whose bad-input policy is ``fail`` met bad input; names topic/partition/offset."""
 

@@ -45,6 +45,15 @@ class Reason(StrEnum):
     DESTINATION_NOT_ALLOWED = "destination_not_allowed"
     """The derived destination is not in the configured allow-list."""
 
+    # --- keyed topics (kbqe_dagster/keyed/changes.py) ---
+    NOT_A_CHANGE = "not_a_change"
+    """A keyed topic's message is valid Avro but not a row change: a Debezium truncate or
+    message event, a change without a version, a delete without a before image."""
+
     # --- size ---
     OVERSIZED = "oversized"
     """The message value exceeds the configured ``max_message_size``."""
+
+
+KEYED_ONLY = frozenset({Reason.NOT_A_CHANGE})
+"""Reasons that only keyed topics produce (their tests live in kbqe_dagster_tests/keyed/)."""

@@ -75,6 +75,8 @@ class TopicTotals:
     bytes_written: int = 0
     files_written: int = 0
     orphans_deleted: int = 0
+    tombstones: int = 0
+    """Keyed topics: null values (Debezium's tombstones) counted, never staged."""
     dead_letters: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     run_seconds: Histogram = field(default_factory=lambda: Histogram(STAGE_SECONDS_BUCKETS))
@@ -128,6 +130,7 @@ class EventTotals:
         t.bytes_written += written
         t.files_written += _int(meta.get("files_written"))
         t.orphans_deleted += _int(meta.get("orphans_deleted"))
+        t.tombstones += _int(meta.get("tombstones"))
         t.dead_letters.update(_counts(meta.get("dead_letters_by_reason")))
         t.skipped.update(_counts(meta.get("skipped_by_reason")))
         t.batch_messages.observe(messages)

@@ -61,6 +61,9 @@ def stage_families(totals: EventTotals) -> Iterator[Metric]:
     yield _counter("kbqe_dead_letters", "Messages written to dead-letter files, per reason.",
                    ["topic", "reason"],
                    ((t, r, n) for t, v in topics for r, n in sorted(v.dead_letters.items())))
+    yield _counter("kbqe_tombstones", "Null values of keyed topics (Debezium writes one after "
+                   "each delete): counted, neither staged nor dead-lettered.", ["topic"],
+                   ((t, v.tombstones) for t, v in topics))
     yield _counter("kbqe_skipped_messages", "Bad messages skipped (policy skip), per reason.",
                    ["topic", "reason"],
                    ((t, r, n) for t, v in topics for r, n in sorted(v.skipped.items())))

@@ -114,3 +114,22 @@ class SchemaLookup:
         self._found[schema_id] = found
         self._missing.pop(schema_id, None)
         return found
+
+
+def key_schema_fields(settings: RegistrySettings, topic: str) -> tuple[str, ...]:
+    """The field names of the latest schema of ``<topic>-key`` (the subject Debezium's Avro
+    converter registers a topic's keys under): a keyed Debezium topic's default key."""
+    subject = f"{topic}-key"
+    try:
+        latest = SchemaRegistryClient(settings.client_config()).get_latest_version(subject)
+    except SchemaRegistryError as e:
+        raise RegistryUnavailableError(
+            f"{topic}: no key schema under subject {subject!r} ({e}); set keyed.key in the "
+            "pipeline file"
+        ) from e
+    schema = json.loads(latest.schema.schema_str)
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        raise RegistryUnavailableError(
+            f"{topic}: the key schema of {subject!r} is not a record; set keyed.key"
+        )
+    return tuple(f["name"] for f in schema["fields"])

@@ -1,8 +1,7 @@
 """The extension point of ``kbqe run --until-idle``: steps run after each round's loads.
 
-The append pipeline needs none, so :data:`AFTER_LOAD_STEPS` is empty. Keyed tables (issue 13)
-add their MERGE here — one line, ``AFTER_LOAD_STEPS.append(merge_keyed_tables)`` — and the
-runner's loop stays as it is. The contract a step relies on:
+Keyed tables add their MERGE here (a no-op for append-only pipelines); the runner's loop
+stays as it is. The contract a step relies on:
 
 - it is called once per round, after that round's load jobs have all finished (nothing
   pending in the load state), **also when the round loaded nothing**: a merge interrupted by
@@ -75,5 +74,13 @@ class AfterLoadResult:
 
 AfterLoadStep = Callable[[AfterLoadContext], AfterLoadResult]
 
-AFTER_LOAD_STEPS: list[AfterLoadStep] = []
-"""Run in this order after every round's loads. Empty for append-only pipelines."""
+def _merge_keyed_tables(context: AfterLoadContext) -> AfterLoadResult:
+    """Keyed destinations' MERGE (kbqe_dagster/keyed/runner_step.py); nothing to do, and no
+    run recorded, for a pipeline without keyed topics."""
+    from kbqe_dagster.keyed.runner_step import merge_keyed_tables
+
+    return merge_keyed_tables(context)
+
+
+AFTER_LOAD_STEPS: list[AfterLoadStep] = [_merge_keyed_tables]
+"""Run in this order after every round's loads."""

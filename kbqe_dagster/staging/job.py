@@ -59,6 +59,10 @@ class StageSummary:
         return dict(total)
 
     @property
+    def tombstones(self) -> int:
+        return sum(r.tombstones for r in self.results)
+
+    @property
     def committed_ranges(self) -> tuple[str, ...]:
         return tuple(
             f"{r.topic}[{r.partition}] {r.start}..{r.committed_last}"

@@ -96,6 +96,7 @@ class RangeResult:
     conflict: bool = False  # another writer committed this range first
     seconds: float = 0.0
     bytes_by_dataset: dict[str, int] = field(default_factory=dict)  # file bytes per dataset
+    tombstones: int = 0  # keyed topics: null values counted, not staged (keyed/stage.py)
 
 
 @dataclass
@@ -228,15 +229,21 @@ class RangeStager:
             error = NonAvroSchemaError(f"schema id {schema_id} is a {registered.schema_type} schema")
             self.decoders[schema_id] = error
             raise error
-        schema = registered.schema
-        full_name = _full_name(schema)
-        decoder = _Decoder(
-            RecordProbe(schema, self.topic.required_fields),
-            extended_schema(schema, self.enrichment),
-            full_name,
-        )
+        try:
+            decoder = self._make_decoder(registered.schema)
+        except BadInputError as error:
+            self.decoders[schema_id] = error
+            raise
         self.decoders[schema_id] = decoder
         return decoder
+
+    def _make_decoder(self, schema: dict) -> _Decoder:
+        """The probe and file schema of one writer schema (keyed topics build their own)."""
+        return _Decoder(
+            RecordProbe(schema, self.topic.required_fields),
+            extended_schema(schema, self.enrichment),
+            _full_name(schema),
+        )
 
     def _file(self, dataset: str, table: str, schema_id: int, schema: dict) -> _OpenFile:
         key = (dataset, table, schema_id)
@@ -383,13 +390,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _stager_class(ctx: StageContext) -> type[RangeStager]:
+    if ctx.topic.keyed is None:
+        return RangeStager
+    from kbqe_dagster.keyed.stage import KeyedRangeStager  # a room of its own, built on this one
+
+    return KeyedRangeStager
+
+
 def stage_range(ctx: StageContext, rng: OffsetRange) -> RangeResult:
     """Stage and commit ``rng`` (runs inside a Spark task)."""
     started = time.monotonic()
     remove_abandoned_workdirs()
     workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{rng.partition}-{rng.start}-"))
     try:
-        stager = RangeStager(ctx, rng, workdir)
+        stager = _stager_class(ctx)(ctx, rng, workdir)
         position: list[int] = []
         for msg in read_range(ctx.kafka, rng.topic, rng.partition, rng.start, rng.end_exclusive,
                               position_out=position):

@@ -196,8 +196,19 @@ def test_an_error_of_a_system_ends_the_run_with_its_message() -> None:
 
 
 # --- the after-load extension point ----------------------------------------------------------
-def test_no_after_load_step_is_registered_for_the_append_pipeline() -> None:
-    assert AFTER_LOAD_STEPS == []
+def test_the_only_registered_step_merges_keyed_tables_and_runs_nothing_for_append_topics() -> None:
+    from kbqe_dagster.core.config import parse_pipeline_config
+    from kbqe_dagster.runner.after_load import AfterLoadContext
+
+    config = parse_pipeline_config({"version": 1, "topics": [
+        {"name": "orders", "routing": {"mode": "static", "dataset": "d", "table": "t"},
+         "event_time": {"fields": ["ts"]}}]})
+
+    def no_job(*args, **kwargs):
+        raise AssertionError("an append-only pipeline runs no merge job")
+
+    [step] = AFTER_LOAD_STEPS
+    assert step(AfterLoadContext(1, config, {}, no_job)) == AfterLoadResult()
 
 
 def test_after_load_steps_run_every_round_after_the_loads_with_what_the_round_loaded() -> None:

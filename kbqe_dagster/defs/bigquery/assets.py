@@ -57,7 +57,10 @@ class Destinations:
                 named.append((dataset, table))
         starts = [t.event_time.min_date for t in config.topics]
         start = max(DEFAULT_PARTITION_START, min(starts)) if starts else DEFAULT_PARTITION_START
-        tables = tuple(dict.fromkeys([*named, dead]))
+        # A keyed topic's loads go to its changelog; its current table is merged, not loaded
+        # (defs/keyed/assets.py declares it).
+        merged = {d for t in config.topics if t.keyed and (d := t.routing.static_destination)}
+        tables = tuple(dict.fromkeys([*(n for n in named if n not in merged), dead]))
         return cls(tables, tuple(dict.fromkeys(wild)), dead, start)
 
     @property

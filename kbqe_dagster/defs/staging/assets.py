@@ -90,6 +90,8 @@ def stage_metadata(summary: StageSummary) -> dict:
         "dead_letters": sum(summary.dead_letters.values()),
         "dead_letters_by_reason": dg.MetadataValue.json(summary.dead_letters),
         "skipped_by_reason": dg.MetadataValue.json(summary.skipped),
+        # Keyed topics count null values (Debezium's tombstones) instead of dead-lettering them.
+        **({"tombstones": summary.tombstones} if summary.tombstones else {}),
         "orphans_deleted": len(prep.orphans_deleted),
         "rolled_forward": len(prep.rolled_forward),
         "unrecognized_files": len(prep.unrecognized),

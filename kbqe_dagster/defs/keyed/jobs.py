@@ -1,0 +1,73 @@
+"""The merge job: every keyed destination's MERGE, in the load pool (one at a time with the
+load coordinator, which writes the load state the merge reads)."""
+
+# No ``from __future__ import annotations``: dagster reads the config class from the annotation.
+from typing import Iterator
+
+import dagster as dg
+from pydantic import Field
+
+from kbqe_dagster.defs.bigquery.jobs import LOAD_POOL
+from kbqe_dagster.defs.keyed.assets import table_key
+from kbqe_dagster.faults import crash_point
+from kbqe_dagster.keyed.merge import KeyedMerger, merge_keyed_tables
+from kbqe_dagster.loading.state_file import StateFile
+from kbqe_dagster.resources.bigquery import BigQueryResource
+from kbqe_dagster.resources.configurable import (
+    PipelineResource,
+    SchemaRegistryResource,
+    StagingResource,
+)
+from kbqe_dagster.resources.schema_registry import key_schema_fields
+
+MERGE_JOB = "merge_keyed_tables_job"
+
+
+class MergeRunConfig(dg.Config):
+    force: bool = Field(
+        default=False,
+        description="Merge whatever is new now, whatever keyed.merge_every says "
+        "(kbqe run --until-idle does).",
+    )
+
+
+@dg.op(pool=LOAD_POOL, out={}, tags={"kbqe/step": "merge"})
+def merge_keyed_tables_op(
+    context: dg.OpExecutionContext, config: MergeRunConfig, pipeline: PipelineResource,
+    staging: StagingResource, bigquery: BigQueryResource, schema_registry: SchemaRegistryResource,
+) -> Iterator[dg.AssetMaterialization]:
+    pipeline_config = pipeline.load()
+    store = staging.store()
+    registry = schema_registry.settings()
+    merger = KeyedMerger(
+        bigquery.client(), bigquery.project, emulator=bigquery.emulator,
+        key_fields=lambda topic: key_schema_fields(registry, topic),
+        enrichment=pipeline_config.enrichment,
+    )
+    results = merge_keyed_tables(
+        pipeline_config, merger, store, StateFile(store).read(), force=config.force,
+        crash=crash_point,
+    )
+    for result in results:
+        dataset, table = result.table.split(".", 1)
+        yield dg.AssetMaterialization(
+            asset_key=table_key(dataset, table),
+            metadata={
+                "keys_merged": result.keys_merged,
+                "merge_bytes_processed": result.bytes_processed,
+                "load_jobs_merged": result.jobs,
+                "statements": result.statements,
+            },
+        )
+        if result.history:
+            h_dataset, h_table = result.history.split(".")[-2:]
+            yield dg.AssetMaterialization(
+                asset_key=table_key(h_dataset, h_table),
+                metadata={"view": result.history},
+            )
+    context.log.info("merged %d keyed table(s)", len(results))
+
+
+@dg.job(name=MERGE_JOB, description="MERGE the new changelog rows into each keyed table.")
+def merge_keyed_tables_job() -> None:
+    merge_keyed_tables_op()

@@ -1,0 +1,13 @@
+"""Keyed destinations (issue 13): Debezium and plain keyed topics land as a changelog, a
+current-state table and an SCD type II history.
+
+- ``avro_skip.py``: find where one field's bytes end in an Avro body, without decoding it;
+- ``changes.py``: how one writer schema's change messages become flat changelog records
+  (the stage side: slices of the body, never a decode and re-encode of the row);
+- ``stage.py``: the range stager of keyed topics (tombstones are counted, not staged);
+- ``merge_sql.py``: the idempotent MERGE and the history view, as SQL text (pure);
+- ``merge.py``: runs them after the loads, and remembers which load jobs it has merged.
+
+The contract between the halves (column names, the order of a key's events) is
+``core/keyed.py``.
+"""

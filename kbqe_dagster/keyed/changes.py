@@ -1,0 +1,298 @@
+"""How the change messages of one writer schema become flat changelog records (stage side).
+
+A changelog record is the change columns (``_op``, ``_source_ts_ms``, ``_deleted``, see
+core/keyed.py) followed by the row fields. Avro encodes a record as its fields' encodings one
+after the other, so the record's body is three small encoded values plus **a byte slice of the
+message body**: the envelope's ``before``/``after`` row image, or the leading row fields of the
+flattened form. The row is never decoded and re-encoded (DESIGN.md §5); the probe has already
+validated the whole body and decoded the few fields read here (op, version, deleted).
+
+One :class:`ChangeLayout` per writer schema, built by :func:`change_layout`:
+
+- **Debezium envelope** (``before``, ``after``, ``source``, ``op``, ...): the row is ``after``,
+  or ``before`` for a delete (``op = d``); the version is ``source.ts_ms``.
+- **ExtractNewRecordState** (``__op``, ``__source_ts_ms``, ``__deleted`` after the row fields):
+  the row is the fields before the first ``__`` field; the transform's fields must all come
+  after the row's (it appends them), else the schema is refused.
+- **plain keyed records** (``format: avro``): the row is the whole record; the version is the
+  configured field (a long, or a timestamp as epoch milliseconds), ``_op`` is ``u`` (an
+  upsert) or ``d`` when the configured ``delete_field`` is true.
+
+A message that is valid Avro but not a row change (a truncate or a message event, a delete
+without a before image) is bad input with reason ``not_a_change``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from kbqe_dagster.core.config import TopicConfig
+from kbqe_dagster.core.errors import ConfigError, NotAChangeError, UnsupportedSchemaError
+from kbqe_dagster.core.keyed import (
+    CHANGE_COLUMNS,
+    DELETED_COLUMN,
+    OP_COLUMN,
+    VERSION_COLUMN,
+    SourceFormat,
+)
+from kbqe_dagster.keyed.avro_skip import SkipCompiler, encode_long, full_name, read_long
+
+CHANGE_FIELDS = (
+    {"name": OP_COLUMN, "type": "string"},
+    {"name": VERSION_COLUMN, "type": "long"},
+    {"name": DELETED_COLUMN, "type": "boolean"},
+)
+"""The change columns as Avro fields, in changelog order (before the row fields)."""
+
+ROW_OPS = frozenset({"c", "r", "u"})
+DELETE_OP = "d"
+FLAT_PREFIX = "__"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_OP_BYTES = {op: encode_long(1) + op.encode() for op in ("c", "r", "u", "d")}
+_BOOL = {False: b"\x00", True: b"\x01"}
+
+
+def change_columns(op: str, version: int, deleted: bool) -> bytes:
+    """The Avro encoding of the three change columns."""
+    return _OP_BYTES[op] + encode_long(version) + _BOOL[deleted]
+
+
+@dataclass(frozen=True)
+class ChangeLayout:
+    """The changelog body schema of one writer schema, and how to cut its messages."""
+
+    schema: dict[str, Any]
+    """The changelog record (change columns, then row fields), before enrichment."""
+    wanted: tuple[str, ...]
+    """Field paths the probe must decode for :meth:`body`."""
+    row_fields: tuple[str, ...]
+
+    def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
+        raise NotImplementedError
+
+
+def change_layout(writer_schema: Mapping[str, Any], topic: TopicConfig) -> ChangeLayout:
+    """The layout of ``writer_schema``'s messages on keyed ``topic``. Raises
+    :class:`UnsupportedSchemaError` (bad input: the messages of this schema are dead-lettered
+    with the reason) when the schema has no layout, and :class:`ConfigError` when the topic's
+    ``keyed:`` names a field the schema lacks (the stage run fails, naming the key path)."""
+    if not isinstance(writer_schema, Mapping) or writer_schema.get("type") != "record":
+        raise UnsupportedSchemaError("a keyed topic's values must be Avro records")
+    names = [f["name"] for f in writer_schema["fields"]]
+    if topic.format is SourceFormat.DEBEZIUM:
+        if {"before", "after", "op", "source"} <= set(names):
+            layout: ChangeLayout = _EnvelopeLayout.of(writer_schema)
+        elif any(name.startswith(FLAT_PREFIX) for name in names):
+            layout = _FlatLayout.of(writer_schema)
+        else:
+            raise UnsupportedSchemaError(
+                f"{full_name(writer_schema, None)} is neither a Debezium envelope (before, after, "
+                "source, op) nor ExtractNewRecordState's form (__op, __source_ts_ms, __deleted)"
+            )
+    else:
+        layout = _PlainLayout.of(writer_schema, topic)
+    clash = {c.lower() for c in CHANGE_COLUMNS} & {f.lower() for f in layout.row_fields}
+    if clash:
+        raise UnsupportedSchemaError(f"row field(s) {sorted(clash)} collide with change columns")
+    _check_key(layout, topic)
+    return layout
+
+
+def _check_key(layout: ChangeLayout, topic: TopicConfig) -> None:
+    assert topic.keyed is not None
+    missing = [k for k in topic.keyed.key if k not in layout.row_fields]
+    if missing:
+        raise ConfigError(
+            f"topics[{topic.name}].keyed.key: {missing} not among the row fields "
+            f"{list(layout.row_fields)} of {layout.schema.get('name')}"
+        )
+
+
+def _changelog_schema(row: Mapping[str, Any], fields: list[Any], namespace: str | None) -> dict:
+    schema = {k: v for k, v in copy.deepcopy(dict(row)).items() if k != "fields"}
+    schema["name"] = full_name(row, namespace)
+    schema.pop("namespace", None)
+    schema["fields"] = [dict(f) for f in CHANGE_FIELDS] + copy.deepcopy(fields)
+    return schema
+
+
+# --- the Debezium envelope ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class _EnvelopeLayout(ChangeLayout):
+    skips: tuple[Any, ...] = ()
+    before_index: int = 0
+    after_index: int = 1
+
+    @classmethod
+    def of(cls, envelope: Mapping[str, Any]) -> "_EnvelopeLayout":
+        namespace = envelope.get("namespace") or full_name(envelope, None).rpartition(".")[0]
+        fields = envelope["fields"]
+        index = {f["name"]: i for i, f in enumerate(fields)}
+        compiler = SkipCompiler(namespace or None)
+        last = max(index["before"], index["after"])
+        skips = tuple(compiler.compile(f["type"]) for f in fields[: last + 1])
+        row = _row_record(fields[index["before"]]["type"], fields[index["after"]]["type"],
+                          compiler, namespace)
+        return cls(
+            schema=_changelog_schema(row, row["fields"], namespace),
+            wanted=("op", "source.ts_ms"),
+            row_fields=tuple(f["name"] for f in row["fields"]),
+            skips=skips, before_index=index["before"], after_index=index["after"],
+        )
+
+    def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
+        op = fields.get("op")
+        version = fields.get("source.ts_ms")
+        if op not in ROW_OPS and op != DELETE_OP:
+            raise NotAChangeError(f"op {op!r} is not a row change (c, r, u or d)")
+        if version is None:
+            raise NotAChangeError("source.ts_ms is null: the change has no version")
+        wanted = self.before_index if op == DELETE_OP else self.after_index
+        pos = 0
+        for i, skip in enumerate(self.skips):
+            if i == wanted:
+                branch, start = read_long(body, pos)
+                end = skip(body, pos)
+                if start == end:  # the null branch
+                    image = "before" if op == DELETE_OP else "after"
+                    raise NotAChangeError(f"op {op!r} without a {image} image")
+                return change_columns(op, version, op == DELETE_OP) + body[start:end]
+            pos = skip(body, pos)
+        raise AssertionError("unreachable: the wanted field is among the skips")
+
+
+def _row_record(before: Any, after: Any, compiler: SkipCompiler, namespace: str | None) -> dict:
+    """The row record: the record branch of ``before``/``after`` (defined in the first)."""
+    for union in (before, after):
+        for branch in union if isinstance(union, list) else [union]:
+            if isinstance(branch, dict) and branch.get("type") == "record":
+                return branch
+    for union in (before, after):
+        for branch in union if isinstance(union, list) else [union]:
+            if isinstance(branch, str) and branch != "null":
+                for candidate in (f"{namespace}.{branch}", branch):
+                    if candidate in compiler.named:
+                        return compiler.named[candidate]
+    raise UnsupportedSchemaError("the envelope's before/after are not records")
+
+
+# --- ExtractNewRecordState ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class _FlatLayout(ChangeLayout):
+    skips: tuple[Any, ...] = ()
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> "_FlatLayout":
+        fields = record["fields"]
+        names = [f["name"] for f in fields]
+        first = next(i for i, n in enumerate(names) if n.startswith(FLAT_PREFIX))
+        late = [n for n in names[first:] if not n.startswith(FLAT_PREFIX)]
+        if late:
+            raise UnsupportedSchemaError(
+                f"row field(s) {late} follow the transform's __ fields; ExtractNewRecordState "
+                "appends its fields after the row's"
+            )
+        if "__source_ts_ms" not in names:
+            raise UnsupportedSchemaError(
+                "no __source_ts_ms field: configure ExtractNewRecordState with "
+                "add.fields=op,source.ts_ms (the version of each change)"
+            )
+        namespace = record.get("namespace") or full_name(record, None).rpartition(".")[0]
+        compiler = SkipCompiler(namespace or None)
+        row_fields = fields[:first]
+        return cls(
+            schema=_changelog_schema(record, row_fields, namespace),
+            wanted=("__op", "__source_ts_ms", "__deleted"),
+            row_fields=tuple(names[:first]),
+            skips=tuple(compiler.compile(f["type"]) for f in row_fields),
+        )
+
+    def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
+        version = fields.get("__source_ts_ms")
+        if version is None:
+            raise NotAChangeError("__source_ts_ms is null: the change has no version")
+        deleted = fields.get("__deleted") in (True, "true")
+        op = fields.get("__op") or (DELETE_OP if deleted else "u")
+        if op not in ROW_OPS and op != DELETE_OP:
+            raise NotAChangeError(f"__op {op!r} is not a row change (c, r, u or d)")
+        deleted = deleted or op == DELETE_OP
+        pos = 0
+        for skip in self.skips:
+            pos = skip(body, pos)
+        return change_columns(op, version, deleted) + body[:pos]
+
+
+# --- plain keyed records ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class _PlainLayout(ChangeLayout):
+    version_path: str = ""
+    delete_path: str | None = None
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any], topic: TopicConfig) -> "_PlainLayout":
+        keyed = topic.keyed
+        assert keyed is not None and keyed.version
+        where = f"topics[{topic.name}].keyed"
+        _check_field(record, keyed.version, f"{where}.version", _is_orderable,
+                     "a long, an int or a timestamp-millis/micros")
+        if keyed.delete_field:
+            _check_field(record, keyed.delete_field, f"{where}.delete_field",
+                         lambda t: t == "boolean", "a boolean")
+        namespace = record.get("namespace")
+        wanted = (keyed.version,) + ((keyed.delete_field,) if keyed.delete_field else ())
+        return cls(
+            schema=_changelog_schema(record, record["fields"], namespace),
+            wanted=wanted,
+            row_fields=tuple(f["name"] for f in record["fields"]),
+            version_path=keyed.version, delete_path=keyed.delete_field,
+        )
+
+    def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
+        value = fields.get(self.version_path)
+        if value is None:
+            raise NotAChangeError(f"{self.version_path} is null: the change has no version")
+        version = (value - _EPOCH) // _MS if isinstance(value, datetime) else int(value)
+        deleted = bool(self.delete_path and fields.get(self.delete_path))
+        return change_columns(DELETE_OP if deleted else "u", version, deleted) + body
+
+
+_MS = datetime.resolution * 1000
+
+
+def _field_type(record: Mapping[str, Any], path: str) -> Any:
+    node: Any = record
+    for part in path.split("."):
+        branches = node if isinstance(node, list) else [node]
+        records = [b for b in branches if isinstance(b, dict) and b.get("type") == "record"]
+        match = [f for r in records for f in r["fields"] if f["name"] == part]
+        if not match:
+            return None
+        node = match[0]["type"]
+    return node
+
+
+def _simple_types(avro: Any) -> set[str]:
+    """The non-null branch types, logical types by name (``timestamp-millis``)."""
+    out = set()
+    for branch in avro if isinstance(avro, list) else [avro]:
+        if isinstance(branch, dict):
+            out.add(branch.get("logicalType") or branch.get("type"))
+        elif branch != "null":
+            out.add(branch)
+    return out
+
+
+def _is_orderable(kind: str) -> bool:
+    return kind in ("long", "int", "timestamp-millis", "timestamp-micros")
+
+
+def _check_field(record: Mapping[str, Any], path: str, where: str, ok: Any, wanted: str) -> None:
+    avro = _field_type(record, path)
+    if avro is None:
+        raise ConfigError(f"{where}: field {path!r} is not in {full_name(record, None)}")
+    kinds = _simple_types(avro)
+    if not kinds or not all(ok(k) for k in kinds):
+        raise ConfigError(f"{where}: field {path!r} is {sorted(kinds)}, expected {wanted}")

@@ -1,0 +1,302 @@
+"""Run the MERGE of every keyed destination after loads, and remember what it merged.
+
+What to merge comes from the load state, not from memory: the succeeded load jobs of
+``D.T_changelog`` carry their done files, whose names give the exact offset ranges they
+loaded. The merge state (``_kbqe/merge_state.json`` in the staging area, written only by
+this step, which runs in the BigQuery pool like the loads) lists the jobs already merged.
+A crash anywhere is therefore harmless: the jobs not yet recorded are merged again by the
+next run, and the MERGE is idempotent (merge_sql.py).
+
+Per destination, a merge: reads the changelog's columns; creates ``D.T`` clustered by the
+key (and, for hard deletes, ``D.T_deleted_keys``) or adds the columns a newer row schema
+brought; runs the statements over the new jobs' offset ranges; replaces the history view
+when ``history: true``; then records the jobs. ``merge_every: N`` merges every N-th cycle
+that has new jobs; a forced merge (``kbqe run --until-idle``) merges whatever is new.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from kbqe_dagster.core.config import PipelineConfig, TopicConfig
+from kbqe_dagster.core.enrichment import EnrichmentConfig
+from kbqe_dagster.core.errors import ConfigError, KbqeError, StagingError
+from kbqe_dagster.core.keyed import (
+    CHANGE_COLUMNS,
+    DeleteMode,
+    changelog_table,
+    history_table,
+)
+from kbqe_dagster.core.load_state import JobStatus, LoadState
+from kbqe_dagster.core.naming import DoneFileName, parse_name
+from kbqe_dagster.keyed.merge_sql import DELETED_KEYS_SUFFIX, MergeSpec, history_sql, merge_sql
+from kbqe_dagster.resources.staging_store import StagingStore
+
+log = logging.getLogger(__name__)
+
+MERGE_STATE_FILE = "_kbqe/merge_state.json"
+
+
+class MergeError(KbqeError):
+    """A keyed destination could not be merged; the message names the table."""
+
+
+@dataclass(frozen=True)
+class Destination:
+    """One keyed destination ``dataset.table`` and the topic that feeds it."""
+
+    topic: TopicConfig
+    dataset: str
+    table: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}.{self.table}"
+
+    @property
+    def changelog(self) -> str:
+        return changelog_table(self.table)
+
+
+def keyed_destinations(config: PipelineConfig) -> list[Destination]:
+    out = []
+    for topic in config.topics:
+        static = topic.routing.static_destination
+        if topic.keyed is not None and static is not None:
+            out.append(Destination(topic, static.dataset, static.table))
+    return out
+
+
+# --- the merge state ----------------------------------------------------------------------------
+@dataclass
+class MergeState:
+    merged_jobs: dict[str, set[str]] = field(default_factory=dict)
+    """``dataset.table`` → ids of the load jobs whose rows are merged."""
+    cycles: dict[str, int] = field(default_factory=dict)
+    """``dataset.table`` → cycles with new jobs since its last merge (for ``merge_every``)."""
+
+    @classmethod
+    def decode(cls, content: bytes | None) -> "MergeState":
+        if not content:
+            return cls()
+        try:
+            raw = json.loads(content)
+            return cls({t: set(v.get("merged_jobs", ())) for t, v in raw["tables"].items()},
+                       {t: int(v.get("cycles", 0)) for t, v in raw["tables"].items()})
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise MergeError(
+                f"{MERGE_STATE_FILE} is unreadable ({error}); deleting it is safe: every "
+                "succeeded load job is then merged again, which changes nothing"
+            ) from error
+
+    def encode(self) -> bytes:
+        tables = {
+            t: {"merged_jobs": sorted(self.merged_jobs.get(t, ())), "cycles": self.cycles.get(t, 0)}
+            for t in sorted(set(self.merged_jobs) | set(self.cycles))
+        }
+        return json.dumps({"version": 1, "tables": tables}, indent=1).encode()
+
+
+def read_merge_state(store: StagingStore) -> MergeState:
+    names = {f.name for f in store.list("_kbqe/")}
+    if MERGE_STATE_FILE not in names:
+        return MergeState()
+    try:
+        return MergeState.decode(store.read_bytes(MERGE_STATE_FILE))
+    except StagingError:
+        return MergeState()
+
+
+def unmerged_ranges(
+    state: LoadState, merged: set[str], dataset: str, changelog: str
+) -> tuple[list[str], dict[int, tuple[int, int]]]:
+    """The succeeded load jobs of the changelog not merged yet, and per partition the offsets
+    ``(first, last)`` that cover their done files (a superset is safe: the MERGE is
+    idempotent)."""
+    jobs, ranges = [], {}
+    for job in state.jobs:
+        if job.status is not JobStatus.SUCCEEDED or (job.dataset, job.table) != (dataset, changelog):
+            continue
+        if job.job_id in merged:
+            continue
+        jobs.append(job.job_id)
+        for name in job.done_files:
+            done = parse_name(name)
+            if not isinstance(done, DoneFileName):
+                continue
+            p, first, last = done.key.partition, done.key.first_offset, done.last_offset
+            low, high = ranges.get(p, (first, last))
+            ranges[p] = (min(low, first), max(high, last))
+    return jobs, ranges
+
+
+# --- one merge ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TableMergeResult:
+    table: str
+    jobs: int
+    keys_merged: int
+    bytes_processed: int | None
+    statements: int
+    history: str | None = None
+
+
+class KeyedMerger:
+    """Merges keyed destinations with a ``google.cloud.bigquery`` client (real or emulator)."""
+
+    def __init__(self, client: Any, project: str, *, emulator: bool = False,
+                 key_fields: Callable[[str], tuple[str, ...]] | None = None,
+                 enrichment: EnrichmentConfig | None = None) -> None:
+        self.client = client
+        self.project = project
+        self.emulator = emulator
+        self.key_fields = key_fields
+        self.enrichment = enrichment or EnrichmentConfig()
+
+    def ref(self, dataset: str, table: str) -> str:
+        return f"{self.project}.{dataset}.{table}"
+
+    def merge(self, dest: Destination, ranges: dict[int, tuple[int, int]], jobs: int,
+              crash: Callable[[str], None] = lambda point: None) -> TableMergeResult:
+        keyed = dest.topic.keyed
+        assert keyed is not None
+        columns = self.columns(dest.dataset, dest.changelog)
+        if columns is None:
+            raise MergeError(f"{dest.name}: its changelog {dest.dataset}.{dest.changelog} does "
+                             "not exist although load jobs into it succeeded")
+        skip = {c.lower() for c in (*self.enrichment.columns, *CHANGE_COLUMNS)}
+        row = tuple(name for name in columns if name.lower() not in skip)
+        key = keyed.key or self._key_of(dest)
+        missing = [k for k in key if k not in row]
+        if missing:
+            raise MergeError(f"{dest.name}: key field(s) {missing} are not columns of "
+                             f"{dest.changelog} ({', '.join(row)})")
+        spec = MergeSpec(
+            target=self.ref(dest.dataset, dest.table),
+            changelog=self.ref(dest.dataset, dest.changelog),
+            key=key, row_columns=row, deletes=keyed.deletes,
+            partition_column=self.enrichment.partition_column,
+            offset_column=self.enrichment.offset_column,
+            deleted_keys=(self.ref(dest.dataset, dest.table + DELETED_KEYS_SUFFIX)
+                          if keyed.deletes is DeleteMode.HARD else None),
+        )
+        self._ensure_table(dest.dataset, dest.table, spec.target_columns, columns, key)
+        if spec.deleted_keys:
+            self._ensure_table(dest.dataset, dest.table + DELETED_KEYS_SUFFIX,
+                               (*key, *spec.order_columns), columns, key)
+        affected, billed, statements = 0, None, 0
+        if ranges:
+            for index, sql in enumerate(merge_sql(spec, ranges)):
+                job = self.client.query(sql, job_retry=None)
+                job.result()
+                statements += 1
+                if index == 0:
+                    affected = int(job.num_dml_affected_rows or 0)
+                if job.total_bytes_processed is not None:
+                    billed = (billed or 0) + int(job.total_bytes_processed)
+                crash(f"merge_statement_{index}")
+        view = None
+        if keyed.history:
+            view = self.ref(dest.dataset, history_table(dest.table))
+            self.client.query(history_sql(spec, view), job_retry=None).result()
+        return TableMergeResult(dest.name, jobs, affected, billed, statements, view)
+
+    def columns(self, dataset: str, table: str) -> dict[str, Any] | None:
+        """Column name → SchemaField, in table order; None when the table does not exist."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            meta = self.client.get_table(self.ref(dataset, table))
+        except NotFound:
+            return None
+        schema = meta.schema
+        if self.emulator:  # its metadata misses ALTER-added columns; a query's result has them
+            schema = self.client.query(
+                f"SELECT * FROM `{self.ref(dataset, table)}` LIMIT 0", job_retry=None
+            ).result().schema
+        return {f.name: f for f in schema}
+
+    def _ensure_table(self, dataset: str, table: str, wanted: Iterable[str],
+                      source: dict[str, Any], key: tuple[str, ...]) -> None:
+        from google.cloud import bigquery
+
+        wanted = list(wanted)
+        existing = self.columns(dataset, table)
+        if existing is None:
+            created = bigquery.Table(self.ref(dataset, table),
+                                     schema=[_nullable(source[c]) for c in wanted])
+            created.clustering_fields = list(key[:4])  # BigQuery clusters on up to 4 columns
+            self.client.create_table(created, exists_ok=True)
+            log.info("%s.%s: created, clustered by %s", dataset, table, ", ".join(key[:4]))
+            return
+        known = {c.lower() for c in existing}
+        for name in wanted:
+            if name.lower() not in known:
+                self.client.query(
+                    f"ALTER TABLE `{self.ref(dataset, table)}` ADD COLUMN `{name}` "
+                    f"{_sql_type(source[name])}", job_retry=None,
+                ).result()
+                log.info("%s.%s: added column %s (a newer row schema)", dataset, table, name)
+
+    def _key_of(self, dest: Destination) -> tuple[str, ...]:
+        if self.key_fields is None:
+            raise ConfigError(f"topics[{dest.topic.name}].keyed.key: not set, and no schema "
+                              "registry to read the Kafka key's schema from")
+        return self.key_fields(dest.topic.name)
+
+
+def _nullable(column: Any) -> Any:
+    """A changelog column as a column of a merged table: every column nullable (a row may
+    predate a field), repeated fields kept repeated."""
+    if column.mode == "REQUIRED":
+        return column.__class__(column.name, column.field_type, mode="NULLABLE",
+                                fields=column.fields, description=column.description)
+    return column
+
+
+def _sql_type(column: Any) -> str:
+    kind = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL"}.get(
+        column.field_type, column.field_type)
+    if kind in ("RECORD", "STRUCT"):
+        kind = "STRUCT<" + ", ".join(f"`{f.name}` {_sql_type(f)}" for f in column.fields) + ">"
+    return f"ARRAY<{kind}>" if column.mode == "REPEATED" else kind
+
+
+# --- all destinations -------------------------------------------------------------------------
+def merge_keyed_tables(
+    config: PipelineConfig, merger: KeyedMerger, store: StagingStore, load_state: LoadState,
+    *, force: bool = False, crash: Callable[[str], None] = lambda point: None,
+) -> list[TableMergeResult]:
+    """Merge every keyed destination that has new load jobs and is due (``merge_every``, or
+    ``force``); the merge state is saved after each destination."""
+    state = read_merge_state(store)
+    results = []
+    for dest in keyed_destinations(config):
+        merged = state.merged_jobs.setdefault(dest.name, set())
+        jobs, ranges = unmerged_ranges(load_state, merged, dest.dataset, dest.changelog)
+        if not jobs:
+            if dest.topic.keyed.history and merger.columns(dest.dataset, dest.changelog):
+                # No new rows, but the view may be missing (e.g. history was just enabled).
+                if merger.columns(dest.dataset, history_table(dest.table)) is None:
+                    results.append(merger.merge(dest, {}, 0))
+            continue
+        cycles = state.cycles.get(dest.name, 0) + 1
+        if not force and cycles < dest.topic.keyed.merge_every:
+            state.cycles[dest.name] = cycles
+            store.put_bytes(MERGE_STATE_FILE, state.encode())
+            continue
+        result = merger.merge(dest, ranges, len(jobs), crash)
+        crash("merge_before_state")
+        # Forget job ids the load state no longer holds: they cannot come back.
+        held = {j.job_id for j in load_state.jobs}
+        state.merged_jobs[dest.name] = {j for j in merged | set(jobs) if j in held}
+        state.cycles[dest.name] = 0
+        store.put_bytes(MERGE_STATE_FILE, state.encode())
+        log.info("%s: merged %d load job(s), %d key(s) changed%s", dest.name, len(jobs),
+                 result.keys_merged,
+                 f", {result.bytes_processed:,} bytes processed" if result.bytes_processed else "")
+        results.append(result)
+    return results
