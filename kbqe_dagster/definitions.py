@@ -21,6 +21,7 @@ from kbqe_dagster.defs.bigquery.jobs import (
 from kbqe_dagster.defs.bigquery.schedules import load_schedules
 from kbqe_dagster.defs.kafka.assets import topic_specs
 from kbqe_dagster.defs.keyed.assets import keyed_specs
+from kbqe_dagster.defs.keyed.checks import keyed_checks
 from kbqe_dagster.defs.keyed.jobs import merge_keyed_tables_job
 from kbqe_dagster.defs.resources import pipeline_config_path, resources_for_environment
 from kbqe_dagster.defs.staging.assets import staging_asset
@@ -39,7 +40,7 @@ def build_definitions(config_path: str | None = None, env: str | None = None) ->
             *bigquery_specs(destinations),
             *keyed_specs(config),
         ],
-        asset_checks=[load_checks(destinations)],
+        asset_checks=[load_checks(destinations), *keyed_checks(config)],
         jobs=[stage_job, load_job, poll_load_jobs_job, done_file_retention_job, duplicate_check_job,
               merge_keyed_tables_job],
         schedules=load_schedules(config, duplicate_check_job),

@@ -30,9 +30,17 @@ from kbqe_dagster.core.keyed import (
     changelog_table,
     history_table,
 )
-from kbqe_dagster.core.load_state import JobStatus, LoadState
+from kbqe_dagster.core.keyed_checks import KeyedCheck, sample_for
+from kbqe_dagster.core.load_state import JobStatus, LoadJobRecord, LoadState
 from kbqe_dagster.core.naming import DoneFileName, parse_name
-from kbqe_dagster.keyed.merge_sql import DELETED_KEYS_SUFFIX, MergeSpec, history_sql, merge_sql
+from kbqe_dagster.keyed.merge_sql import (
+    DELETED_KEYS_SUFFIX,
+    MergeSpec,
+    Ranges,
+    check_sql,
+    history_sql,
+    merge_sql,
+)
 from kbqe_dagster.resources.staging_store import StagingStore
 
 log = logging.getLogger(__name__)
@@ -112,25 +120,46 @@ def read_merge_state(store: StagingStore) -> MergeState:
 
 def unmerged_ranges(
     state: LoadState, merged: set[str], dataset: str, changelog: str
-) -> tuple[list[str], dict[int, tuple[int, int]]]:
-    """The succeeded load jobs of the changelog not merged yet, and per partition the offsets
-    ``(first, last)`` that cover their done files (a superset is safe: the MERGE is
-    idempotent)."""
-    jobs, ranges = [], {}
-    for job in state.jobs:
-        if job.status is not JobStatus.SUCCEEDED or (job.dataset, job.table) != (dataset, changelog):
-            continue
-        if job.job_id in merged:
-            continue
-        jobs.append(job.job_id)
+) -> tuple[list[str], dict[int, list[tuple[int, int]]]]:
+    """The succeeded load jobs of the changelog not merged yet, and the exact offset ranges of
+    their done files per partition (adjacent ranges joined)."""
+    jobs = [j for j in _changelog_jobs(state, dataset, changelog)
+            if j.status is JobStatus.SUCCEEDED and j.job_id not in merged]
+    return [j.job_id for j in jobs], job_ranges(jobs)
+
+
+def not_merged_ranges(
+    state: LoadState, merged: set[str], dataset: str, changelog: str
+) -> dict[int, list[tuple[int, int]]]:
+    """The offset ranges of every load job of the changelog the merge has not applied: the
+    succeeded ones not merged yet and the pending ones (whose rows may land any moment)."""
+    return job_ranges([j for j in _changelog_jobs(state, dataset, changelog)
+                       if j.job_id not in merged])
+
+
+def _changelog_jobs(state: LoadState, dataset: str, changelog: str) -> list[LoadJobRecord]:
+    return [j for j in state.jobs if (j.dataset, j.table) == (dataset, changelog)]
+
+
+def job_ranges(jobs: Iterable[LoadJobRecord]) -> dict[int, list[tuple[int, int]]]:
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for job in jobs:
         for name in job.done_files:
             done = parse_name(name)
-            if not isinstance(done, DoneFileName):
-                continue
-            p, first, last = done.key.partition, done.key.first_offset, done.last_offset
-            low, high = ranges.get(p, (first, last))
-            ranges[p] = (min(low, first), max(high, last))
-    return jobs, ranges
+            if isinstance(done, DoneFileName):
+                spans.setdefault(done.key.partition, []).append(
+                    (done.key.first_offset, done.last_offset))
+    return {p: _coalesce(s) for p, s in spans.items()}
+
+
+def _coalesce(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(spans):
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
+    return out
 
 
 # --- one merge ------------------------------------------------------------------------------------
@@ -159,14 +188,15 @@ class KeyedMerger:
     def ref(self, dataset: str, table: str) -> str:
         return f"{self.project}.{dataset}.{table}"
 
-    def merge(self, dest: Destination, ranges: dict[int, tuple[int, int]], jobs: int,
-              crash: Callable[[str], None] = lambda point: None) -> TableMergeResult:
+    def spec(self, dest: Destination) -> tuple[MergeSpec, dict[str, Any]]:
+        """The destination's merge spec from its changelog's current columns (and those
+        columns, name → SchemaField)."""
         keyed = dest.topic.keyed
         assert keyed is not None
         columns = self.columns(dest.dataset, dest.changelog)
         if columns is None:
             raise MergeError(f"{dest.name}: its changelog {dest.dataset}.{dest.changelog} does "
-                             "not exist although load jobs into it succeeded")
+                             "not exist (nothing was loaded into it yet)")
         skip = {c.lower() for c in (*self.enrichment.columns, *CHANGE_COLUMNS)}
         row = tuple(name for name in columns if name.lower() not in skip)
         key = keyed.key or self._key_of(dest)
@@ -183,6 +213,14 @@ class KeyedMerger:
             deleted_keys=(self.ref(dest.dataset, dest.table + DELETED_KEYS_SUFFIX)
                           if keyed.deletes is DeleteMode.HARD else None),
         )
+        return spec, columns
+
+    def merge(self, dest: Destination, ranges: Ranges, jobs: int,
+              crash: Callable[[str], None] = lambda point: None) -> TableMergeResult:
+        keyed = dest.topic.keyed
+        assert keyed is not None
+        spec, columns = self.spec(dest)
+        key = spec.key
         self._ensure_table(dest.dataset, dest.table, spec.target_columns, columns, key)
         if spec.deleted_keys:
             self._ensure_table(dest.dataset, dest.table + DELETED_KEYS_SUFFIX,
@@ -203,6 +241,23 @@ class KeyedMerger:
             view = self.ref(dest.dataset, history_table(dest.table))
             self.client.query(history_sql(spec, view), job_retry=None).result()
         return TableMergeResult(dest.name, jobs, affected, billed, statements, view)
+
+    def check(self, dest: Destination, unmerged: Ranges,
+              sample: tuple[str, int] | None = None) -> KeyedCheck:
+        """Compare ``D.T`` with its recomputation from the changelog (merge_sql.check_sql)."""
+        spec, _ = self.spec(dest)
+        if self.columns(dest.dataset, dest.table) is None:
+            return KeyedCheck(dest.name, 0, 0, 0, 0, 0, dest.topic.keyed.deletes, sample)
+        job = self.client.query(check_sql(spec, unmerged, sample), job_retry=None)
+        [row] = list(job.result())
+        return KeyedCheck(dest.name, int(row["rows"]), int(row["duplicate_keys"]),
+                          int(row["extra"]), int(row["missing"]), int(row["deleted_rows"]),
+                          dest.topic.keyed.deletes, sample)
+
+    def row_count(self, dataset: str, table: str) -> int | None:
+        """From the table's metadata (free); None where it is not reported."""
+        rows = self.client.get_table(self.ref(dataset, table)).num_rows
+        return None if rows is None else int(rows)
 
     def columns(self, dataset: str, table: str) -> dict[str, Any] | None:
         """Column name → SchemaField, in table order; None when the table does not exist."""
@@ -300,3 +355,25 @@ def merge_keyed_tables(
                  f", {result.bytes_processed:,} bytes processed" if result.bytes_processed else "")
         results.append(result)
     return results
+
+
+def check_keyed_tables(
+    config: PipelineConfig, merger: KeyedMerger, store: StagingStore, load_state: LoadState,
+    seed: str, tables: Iterable[str] | None = None,
+) -> list[KeyedCheck]:
+    """Measure every keyed current table (or those named ``dataset.table``) against the
+    changelog rows its merges have applied."""
+    state = read_merge_state(store)
+    wanted = set(tables) if tables is not None else None
+    out = []
+    for dest in keyed_destinations(config):
+        if wanted is not None and dest.name not in wanted:
+            continue
+        if merger.columns(dest.dataset, dest.changelog) is None:
+            out.append(KeyedCheck(dest.name, 0, 0, 0, 0, 0, dest.topic.keyed.deletes))
+            continue
+        merged = state.merged_jobs.get(dest.name, set())
+        unmerged = not_merged_ranges(load_state, merged, dest.dataset, dest.changelog)
+        rows = merger.row_count(dest.dataset, dest.changelog)
+        out.append(merger.check(dest, unmerged, sample_for(rows, seed)))
+    return out

@@ -8,8 +8,9 @@ structs with ``>``.
 **The MERGE is idempotent.** Its source is the changelog rows of the offset ranges to merge,
 reduced to each key's greatest event; a target row changes only when that event is *newer*
 than the row's own. Repeating a merge, or merging rows that were already applied, therefore
-changes nothing, and the source may safely cover more rows than the ranges that were loaded
-(each partition's range is one ``BETWEEN min AND max``).
+changes nothing. The source is exactly the offset ranges of the merged load jobs, never more,
+so that the current table is a function of the merged jobs alone, which the check
+(:func:`check_sql`) recomputes independently.
 
 **Hard deletes remember.** With ``deletes: hard`` a deleted key has no row in ``D.T``, so the
 greatest delete of each key is kept in ``D.T_deleted_keys`` (key plus its event's order): an
@@ -30,7 +31,7 @@ when the row's columns change.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from kbqe_dagster.core.keyed import DELETED_COLUMN, OP_COLUMN, VERSION_COLUMN, DeleteMode
 
@@ -79,12 +80,16 @@ def newer(left: str, right: str, order: Iterable[str]) -> str:
             f"AND {newer(left, right, rest)}))")
 
 
-def ranges_filter(spec: MergeSpec, ranges: Mapping[int, tuple[int, int]]) -> str:
-    """Rows of the given ``{partition: (first offset, last offset)}``."""
-    parts = [
-        f"({q(spec.partition_column)} = {p} AND {q(spec.offset_column)} BETWEEN {a} AND {b})"
-        for p, (a, b) in sorted(ranges.items())
-    ]
+Ranges = Mapping[int, Sequence[tuple[int, int]]]
+"""``{partition: [(first offset, last offset), ...]}``, inclusive."""
+
+
+def ranges_filter(spec: MergeSpec, ranges: Ranges) -> str:
+    """SQL: the row lies in one of ``ranges``."""
+    parts = []
+    for partition, spans in sorted(ranges.items()):
+        offsets = " OR ".join(f"{q(spec.offset_column)} BETWEEN {a} AND {b}" for a, b in spans)
+        parts.append(f"({q(spec.partition_column)} = {partition} AND ({offsets}))")
     return " OR ".join(parts) if parts else "FALSE"
 
 
@@ -92,7 +97,7 @@ def _key_match(spec: MergeSpec, left: str, right: str) -> str:
     return " AND ".join(f"{left}.{q(k)} = {right}.{q(k)}" for k in spec.key)
 
 
-def winners_sql(spec: MergeSpec, ranges: Mapping[int, tuple[int, int]]) -> str:
+def winners_sql(spec: MergeSpec, ranges: Ranges) -> str:
     """Each key's greatest event among the changelog rows of ``ranges``."""
     columns = ", ".join(q(c) for c in spec.target_columns)
     keys = ", ".join(q(k) for k in spec.key)
@@ -101,7 +106,7 @@ def winners_sql(spec: MergeSpec, ranges: Mapping[int, tuple[int, int]]) -> str:
             f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {order}) = 1")
 
 
-def merge_sql(spec: MergeSpec, ranges: Mapping[int, tuple[int, int]]) -> list[str]:
+def merge_sql(spec: MergeSpec, ranges: Ranges) -> list[str]:
     """The statements that apply ``ranges`` to the current table, in order."""
     columns = spec.target_columns
     updates = ", ".join(f"{q(c)} = s.{q(c)}" for c in columns if c not in spec.key)
@@ -134,7 +139,7 @@ def merge_sql(spec: MergeSpec, ranges: Mapping[int, tuple[int, int]]) -> list[st
         f"WHEN MATCHED AND {is_newer} THEN UPDATE SET {updates} "
         f"WHEN NOT MATCHED AND NOT s.{deleted} AND {m_newer} THEN INSERT ({names}) "
         f"VALUES ({values})",
-        f"MERGE {q(spec.deleted_keys)} t USING (SELECT * FROM ({source}) WHERE {deleted}) s "
+        f"MERGE {q(spec.deleted_keys)} t USING (SELECT {names} FROM ({source}) WHERE {deleted}) s "
         f"ON {_key_match(spec, 't', 's')} "
         f"WHEN MATCHED AND {is_newer} THEN UPDATE SET {order_updates} "
         f"WHEN NOT MATCHED THEN INSERT ({key_columns}, {order_names}) "
@@ -167,4 +172,43 @@ def history_sql(spec: MergeSpec, view: str) -> str:
         f"{q(DELETED_COLUMN)}, {valid_from} AS `_valid_from`, "
         f"COALESCE(TIMESTAMP_MILLIS({next_version}), {END_OF_TIME}) AS `_valid_to`, "
         f"{next_version} IS NULL AS `_is_current`, {v}, {p}, {o} FROM ({versions})"
+    )
+
+
+def check_sql(spec: MergeSpec, unmerged: Ranges, sample: tuple[str, int] | None = None) -> str:
+    """One row: ``rows``, ``duplicate_keys``, ``extra`` (rows of the table that the
+    recomputation lacks), ``missing`` (the other way round), ``deleted_rows``.
+
+    The recomputation is each key's greatest event among the changelog rows *outside*
+    ``unmerged`` (the ranges of load jobs the merge has not applied yet), deleted keys left out
+    with hard deletes; rows compare as JSON of every column, so nested and repeated fields
+    compare too. ``sample = (seed, per_mille)`` compares only the keys whose fingerprint with
+    the seed falls under ``per_mille`` (large tables; the seed changes per evaluation).
+    """
+    keys = ", ".join(q(k) for k in spec.key)
+    columns = ", ".join(q(c) for c in spec.target_columns)
+    order = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
+    sampled = "TRUE"
+    if sample is not None:
+        seed, per_mille = sample
+        sampled = (f"MOD(ABS(FARM_FINGERPRINT(CONCAT('{seed}', TO_JSON_STRING(STRUCT({keys}))))), "
+                   f"1000) < {int(per_mille)}")
+    unmerged_rows = ranges_filter(spec, unmerged)
+    # A hard-deleted key's winner is filtered in the QUALIFY itself (evaluated after the
+    # window), not by an outer query: the emulator mis-binds ALTER-added columns there.
+    alive = f" AND NOT {q(DELETED_COLUMN)}" if spec.deletes is DeleteMode.HARD else ""
+    expected = (f"SELECT {columns} FROM {q(spec.changelog)} WHERE NOT ({unmerged_rows}) "
+                f"AND {sampled} QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {order}) "
+                f"= 1{alive}")
+    actual = f"SELECT {columns} FROM {q(spec.target)} WHERE {sampled}"
+    as_json = "SELECT TO_JSON_STRING(STRUCT({columns})) AS r FROM ({source})"
+    expected_json = as_json.format(columns=columns, source=expected)
+    actual_json = as_json.format(columns=columns, source=actual)
+    return (
+        f"SELECT (SELECT COUNT(*) FROM {q(spec.target)}) AS rows, "
+        f"(SELECT COUNT(*) FROM (SELECT {keys} FROM {q(spec.target)} GROUP BY {keys} "
+        f"HAVING COUNT(*) > 1)) AS duplicate_keys, "
+        f"(SELECT COUNT(*) FROM ({actual_json} EXCEPT DISTINCT {expected_json})) AS extra, "
+        f"(SELECT COUNT(*) FROM ({expected_json} EXCEPT DISTINCT {actual_json})) AS missing, "
+        f"(SELECT COUNTIF({q(DELETED_COLUMN)}) FROM {q(spec.target)}) AS deleted_rows"
     )

@@ -37,6 +37,8 @@ class JobRun:
     ok: bool
     error: str | None = None
     materializations: tuple[tuple[tuple[str, ...], Mapping[str, Any]], ...] = ()
+    failed_checks: tuple[str, ...] = ()
+    """``asset/path:check_name`` of each check the run evaluated as failed (severity ERROR)."""
 
 
 class JobRunner(Protocol):

@@ -180,6 +180,11 @@ def execute_job(
              {k: v.value for k, v in e.materialization.metadata.items()})
             for e in result.get_asset_materialization_events()
         ),
+        tuple(
+            f"{e.asset_key.to_user_string()}:{e.check_name}"
+            for e in result.get_asset_check_evaluations()
+            if not e.passed and e.severity == dg.AssetCheckSeverity.ERROR
+        ),
     )
 
 

@@ -116,12 +116,13 @@ def _append(bq, dataset: str, events: list[Event]) -> None:
              f"_deleted, _kafka_partition, _kafka_offset, _event_date) VALUES {values}").result()
 
 
-def _ranges(events: list[Event]) -> dict[int, tuple[int, int]]:
+def _ranges(events: list[Event]) -> dict[int, list[tuple[int, int]]]:
+    """Each partition's offsets of ``events`` as one span (a batch's offsets are contiguous)."""
     out: dict[int, tuple[int, int]] = {}
     for e in events:
         low, high = out.get(e.partition, (e.offset, e.offset))
         out[e.partition] = (min(low, e.offset), max(high, e.offset))
-    return out
+    return {p: [span] for p, span in out.items()}
 
 
 @pytest.mark.parametrize("deletes", ["soft", "hard"])
@@ -162,3 +163,38 @@ def _spec(merger: KeyedMerger, dest, dataset: str) -> MergeSpec:
         key=("id",), row_columns=("id", "name"), deletes=DeleteMode.HARD,
         deleted_keys=merger.ref(dataset, "customers_deleted_keys"),
     )
+
+
+@pytest.mark.parametrize("deletes", ["soft", "hard"])
+def test_the_checks_see_a_correct_table_pass_and_each_kind_of_damage(bq, dataset, deletes):
+    from kbqe_dagster.core.keyed_checks import keyed_verdicts
+
+    bq.query(f"CREATE TABLE `{dataset}.customers_changelog` (_event_date DATE, "
+             "_kafka_partition INT64, _kafka_offset INT64, _op STRING, _source_ts_ms INT64, "
+             "_deleted BOOL, id INT64, name STRING)").result()
+    [dest] = keyed_destinations(_config(dataset, deletes))
+    merger = KeyedMerger(bq, LOCAL_PROJECT, emulator=True)
+    [merged, late] = random_batches(7, batches=2)
+    _append(bq, dataset, merged + late)
+    merger.merge(dest, _ranges(merged), jobs=1)
+
+    def verdicts(unmerged):
+        return {v.name: v.passed for v in keyed_verdicts(merger.check(dest, unmerged))}
+
+    # The second batch is loaded but not merged yet: the check leaves its rows out.
+    assert all(verdicts(_ranges(late)).values())
+    # Forgetting that it is unmerged makes the table look stale.
+    assert verdicts({})["matches_changelog"] is False
+    merger.merge(dest, _ranges(late), jobs=1)
+    assert all(verdicts({}).values())
+
+    table = f"`{dataset}.customers`"
+    bq.query(f"UPDATE {table} SET name = 'tampered' WHERE id = (SELECT MIN(id) FROM {table})"
+             ).result()
+    assert verdicts({})["matches_changelog"] is False
+    bq.query(f"INSERT INTO {table} SELECT * FROM {table} LIMIT 1").result()
+    assert verdicts({})["keys_unique"] is False
+    if deletes == "hard":
+        bq.query(f"UPDATE {table} SET _deleted = TRUE WHERE id = (SELECT MAX(id) FROM {table})"
+                 ).result()
+        assert verdicts({})["no_deleted_rows"] is False

@@ -2,15 +2,17 @@
 load coordinator, which writes the load state the merge reads)."""
 
 # No ``from __future__ import annotations``: dagster reads the config class from the annotation.
-from typing import Iterator
+from datetime import date
+from typing import Iterator, Union
 
 import dagster as dg
 from pydantic import Field
 
 from kbqe_dagster.defs.bigquery.jobs import LOAD_POOL
 from kbqe_dagster.defs.keyed.assets import table_key
+from kbqe_dagster.defs.keyed.checks import check_evaluations, merger_from
 from kbqe_dagster.faults import crash_point
-from kbqe_dagster.keyed.merge import KeyedMerger, merge_keyed_tables
+from kbqe_dagster.keyed.merge import check_keyed_tables, merge_keyed_tables
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
@@ -18,7 +20,6 @@ from kbqe_dagster.resources.configurable import (
     SchemaRegistryResource,
     StagingResource,
 )
-from kbqe_dagster.resources.schema_registry import key_schema_fields
 
 MERGE_JOB = "merge_keyed_tables_job"
 
@@ -35,18 +36,13 @@ class MergeRunConfig(dg.Config):
 def merge_keyed_tables_op(
     context: dg.OpExecutionContext, config: MergeRunConfig, pipeline: PipelineResource,
     staging: StagingResource, bigquery: BigQueryResource, schema_registry: SchemaRegistryResource,
-) -> Iterator[dg.AssetMaterialization]:
+) -> Iterator[Union[dg.AssetMaterialization, dg.AssetCheckEvaluation]]:
     pipeline_config = pipeline.load()
     store = staging.store()
-    registry = schema_registry.settings()
-    merger = KeyedMerger(
-        bigquery.client(), bigquery.project, emulator=bigquery.emulator,
-        key_fields=lambda topic: key_schema_fields(registry, topic),
-        enrichment=pipeline_config.enrichment,
-    )
+    merger = merger_from(pipeline_config, bigquery, schema_registry)
+    load_state = StateFile(store).read()
     results = merge_keyed_tables(
-        pipeline_config, merger, store, StateFile(store).read(), force=config.force,
-        crash=crash_point,
+        pipeline_config, merger, store, load_state, force=config.force, crash=crash_point,
     )
     for result in results:
         dataset, table = result.table.split(".", 1)
@@ -66,6 +62,11 @@ def merge_keyed_tables_op(
                 metadata={"view": result.history},
             )
     context.log.info("merged %d keyed table(s)", len(results))
+    merged = [r.table for r in results]
+    if merged:  # the checks of what just changed, against the merge state just written
+        for check in check_keyed_tables(pipeline_config, merger, store, load_state,
+                                        seed=date.today().isoformat(), tables=merged):
+            yield from check_evaluations(check)
 
 
 @dg.job(name=MERGE_JOB, description="MERGE the new changelog rows into each keyed table.")

@@ -1,0 +1,78 @@
+"""Asset checks of the keyed current tables (verdicts: core/keyed_checks.py), runnable on their
+own; the merge job evaluates them after each merge too."""
+
+# No ``from __future__ import annotations``: dagster checks the context's annotation.
+from datetime import date
+from typing import Iterator
+
+import dagster as dg
+
+from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.keyed_checks import KeyedCheck, check_names, keyed_verdicts
+from kbqe_dagster.defs.keyed.assets import table_key
+from kbqe_dagster.keyed.merge import KeyedMerger, check_keyed_tables, keyed_destinations
+from kbqe_dagster.loading.state_file import StateFile
+from kbqe_dagster.resources.bigquery import BigQueryResource
+from kbqe_dagster.resources.configurable import (
+    PipelineResource,
+    SchemaRegistryResource,
+    StagingResource,
+)
+from kbqe_dagster.resources.schema_registry import key_schema_fields
+
+CHECKS_OP = "keyed_table_checks"
+
+
+def keyed_check_specs(config: PipelineConfig) -> list[dg.AssetCheckSpec]:
+    return [
+        dg.AssetCheckSpec(name, asset=table_key(d.dataset, d.table))
+        for d in keyed_destinations(config) for name in check_names(d.topic.keyed.deletes)
+    ]
+
+
+def merger_from(pipeline_config: PipelineConfig, bigquery: BigQueryResource,
+                schema_registry: SchemaRegistryResource) -> KeyedMerger:
+    registry = schema_registry.settings()
+    return KeyedMerger(
+        bigquery.client(), bigquery.project, emulator=bigquery.emulator,
+        key_fields=lambda topic: key_schema_fields(registry, topic),
+        enrichment=pipeline_config.enrichment,
+    )
+
+
+def check_evaluations(check: KeyedCheck) -> Iterator[dg.AssetCheckEvaluation]:
+    dataset, table = check.table.split(".", 1)
+    for verdict in keyed_verdicts(check):
+        yield dg.AssetCheckEvaluation(
+            asset_key=table_key(dataset, table), check_name=verdict.name, passed=verdict.passed,
+            severity=dg.AssetCheckSeverity(verdict.severity), metadata=verdict.metadata,
+        )
+
+
+def keyed_checks(config: PipelineConfig) -> list[dg.AssetChecksDefinition]:
+    specs = keyed_check_specs(config)
+    if not specs:
+        return []
+
+    @dg.multi_asset_check(specs=specs, can_subset=True, name=CHECKS_OP)
+    def keyed_table_checks(
+        context: dg.AssetCheckExecutionContext, pipeline: PipelineResource,
+        staging: StagingResource, bigquery: BigQueryResource,
+        schema_registry: SchemaRegistryResource,
+    ) -> Iterator[dg.AssetCheckResult]:
+        pipeline_config = pipeline.load()
+        store = staging.store()
+        selected = context.selected_asset_check_keys
+        tables = {".".join(k.asset_key.path[1:]) for k in selected}
+        merger = merger_from(pipeline_config, bigquery, schema_registry)
+        for check in check_keyed_tables(pipeline_config, merger, store, StateFile(store).read(),
+                                        seed=date.today().isoformat(), tables=tables):
+            for evaluation in check_evaluations(check):
+                if dg.AssetCheckKey(evaluation.asset_key, evaluation.check_name) in selected:
+                    yield dg.AssetCheckResult(
+                        asset_key=evaluation.asset_key, check_name=evaluation.check_name,
+                        passed=evaluation.passed, severity=evaluation.severity,
+                        metadata=evaluation.metadata,
+                    )
+
+    return [keyed_table_checks]
