@@ -197,3 +197,31 @@ def test_debezium_changes_land_as_current_state_and_history_over_rounds(world) -
         assert report["tables"].get(f"{dataset}.customers_{mode}", {}).get("keys_merged", 0) == 0
         assert current_rows(client, dataset, mode) == before[mode]
     assert_tables_equal_the_oracle(stream, dataset, client)
+
+
+CRASH_POINTS = ("merge_statement_0:1", "merge_statement_1:1", "merge_before_state:2")
+"""Where the merge is killed (SIGKILL of the `kbqe run` process): after the current-state
+MERGE, after the hard-delete memory's MERGE, and after the second table's merge but before
+its merge state is written (keyed/merge.py)."""
+
+
+def test_a_merge_killed_at_each_point_is_repaired_by_the_next_run(world) -> None:
+    stream, dataset, env, client = world
+    table = CustomersTable(seed=29, partitions=PARTITIONS)
+    table.snapshot(20)
+    for number, point in enumerate(CRASH_POINTS):
+        table.schema_version = 1 if number == 0 else 2
+        table.round(inserts=6, updates=10, deletes=3)
+        stream.produce(table)
+        killed = subprocess.run([KBQE, "run", "--until-idle", "--json"],
+                                env={**env, "KBQE_CRASH_AT": point}, capture_output=True,
+                                text=True, timeout=900)
+        assert killed.returncode == -9, (point, killed.stderr[-2000:])
+        report = run_until_idle(env)  # exits 0 only when the keyed checks pass too
+        assert report["ok"] is True
+        assert_tables_equal_the_oracle(stream, dataset, client)
+        for mode in MODES:
+            duplicates = list(client.query(
+                f"SELECT id FROM `{dataset}.customers_{mode}` GROUP BY id HAVING COUNT(*) > 1"
+            ).result())
+            assert duplicates == [], (point, mode)
