@@ -21,8 +21,10 @@ Everything it creates (topics, staging files) is deleted at the end, and stack s
 had to start are stopped; services that were running are left alone.
 
     .venv/bin/python bench/bench_stage.py [--messages 1000000] [--scale10] [--profile]
+    .venv/bin/python bench/bench_stage.py --debezium   # Debezium envelopes into a keyed topic
 
-Prints a table and writes ``bench/results/stage.json``. Target: stage ≥ 0.8× baseline.
+Prints a table and writes ``bench/results/stage.json`` (``stage_debezium.json``). Target:
+stage ≥ 0.8× baseline.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import _kafka_bench as kb  # noqa: E402
 from _breakdown import run_in_child as breakdown  # noqa: E402
 from _profile import WorkerProfile, summarize  # noqa: E402
 from _stage_support import TreeSampler, machine_facts, process_tree  # noqa: E402
+from _debezium_bench import envelope_schema  # noqa: E402
 from bench_hot_path import SCHEMA  # noqa: E402
 
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
@@ -76,7 +79,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--breakdown", type=int, default=100_000, metavar="M",
                         help="time each per-message step over M messages (0: skip)")
     parser.add_argument("--compression", default="none", help="producer compression.type")
-    parser.add_argument("--json", type=Path, default=BENCH / "results" / "stage.json")
+    parser.add_argument("--debezium", action="store_true",
+                        help="Debezium envelopes of the same row into a keyed topic "
+                        "(writes bench/results/stage_debezium.json unless --json)")
+    parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the topics and staged files")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="every library's log lines (Dagster, httpx, librdkafka, ...)")
@@ -87,7 +93,14 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.2f}] {text}", flush=True)
 
 
-def pipeline(topic: str, range_size: int):
+def pipeline(topic: str, range_size: int, debezium: bool = False):
+    if debezium:  # keyed: every change into sales.orders_changelog (core/keyed.py)
+        return parse_pipeline_config({
+            "version": 1,
+            "topics": [{"name": topic, "format": "debezium", "keyed": {"key": ["eventId"]},
+                        "routing": {"mode": "static", "dataset": "sales", "table": "orders"}}],
+            "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
+        }, source="bench")  # fmt: skip
     return parse_pipeline_config({
         "version": 1,
         "topics": [{"name": topic, "routing": {"mode": "fields"}, "event_time": {"fields": ["eventTime"]}}],
@@ -111,10 +124,11 @@ class Bench:
         topic = f"bench.stage.t{uuid.uuid4().hex[:8]}"
         kb.create_topic(self.endpoints.kafka_bootstrap, topic, PARTITIONS)
         self.topics.append(topic)
-        schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value", SCHEMA)
+        schema = envelope_schema() if self.args.debezium else SCHEMA
+        schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value", schema)
         say(f"producing {count:,} messages into {topic} (schema id {schema_id})")
         produced = kb.produce(self.endpoints.kafka_bootstrap, topic, count, PARTITIONS, schema_id,
-                              compression=self.args.compression)
+                              compression=self.args.compression, debezium=self.args.debezium)
         ends = kb.high_watermarks(self.endpoints.kafka_bootstrap, topic, PARTITIONS)
         if sum(ends.values()) != count:
             raise RuntimeError(f"{topic}: high watermarks {ends} do not add up to {count}")
@@ -167,7 +181,8 @@ class Bench:
 
     def context(self, data: dict, target: str) -> StageContext:
         return StageContext(self.kafka, self.registry, self.location(target),
-                            pipeline(data["topic"], self.args.range_size), data["topic"])
+                            pipeline(data["topic"], self.args.range_size, self.args.debezium),
+                            data["topic"])
 
     def stage(self, data: dict, target: str, profile: Path | None = None) -> dict:
         spark = self.session()
@@ -261,6 +276,8 @@ def print_table(report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.json is None:
+        args.json = BENCH / "results" / ("stage_debezium.json" if args.debezium else "stage.json")
     # say() prints the bench's progress; the package's INFO lines (one per range) stay off.
     setup_logging(args.verbose, fmt="%(levelname)s %(name)s: %(message)s", ours_from=logging.WARNING)
     services = stack.build(SERVICES)
@@ -279,10 +296,11 @@ def main(argv: list[str] | None = None) -> int:
             "schema_fields": len(SCHEMA["fields"]), "key_bytes": kb.VALUE_KEY_BYTES,
             "mean_value_bytes": round(data["produce"]["value_bytes"] / args.messages, 1),
             "compression": args.compression, "spark_master": "local[2]", "file_codec": "snappy",
+            "format": "debezium" if args.debezium else "avro",
         }  # fmt: skip
         report["produce"] = data["produce"]
         report["baselines"] = bench.baselines(data)
-        if args.breakdown:
+        if args.breakdown and not args.debezium:  # the breakdown times the append path's steps
             say(f"per-message steps of a stage task over {args.breakdown:,} messages")
             report["breakdown_cpu_us_per_message"] = breakdown(bench.context(data, "local"), SCHEMA,
                                                                args.breakdown)

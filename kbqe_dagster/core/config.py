@@ -153,6 +153,14 @@ class PipelineConfig:
     def topic_names(self) -> tuple[str, ...]:
         return tuple(topic.name for topic in self.topics)
 
+    @property
+    def changelog_tables(self) -> frozenset[tuple[str, str]]:
+        """``(dataset, table)`` of every keyed topic's changelog (core/keyed.py)."""
+        return frozenset(
+            (d.dataset, changelog_table(d.table))
+            for t in self.topics if t.keyed and (d := t.routing.static_destination)
+        )
+
     def topic(self, name: str) -> TopicConfig:
         for topic in self.topics:
             if topic.name == name:

@@ -323,7 +323,13 @@ class LoadCoordinator:
             partition_field=self._partition_field(dataset, table),
             partition_expiration_days=self.settings.partition_expiration_days,
             avro_schema=schema,
+            clustering_fields=self._clustering(dataset, table),
         )
+
+    def _clustering(self, dataset: str, table: str) -> tuple[str, ...]:
+        if (dataset, table) not in self.config.changelog_tables:
+            return ()
+        return (self.config.enrichment.partition_column, self.config.enrichment.offset_column)
 
     def _partition_field(self, dataset: str, table: str) -> str:
         dead = self.config.dead_letter

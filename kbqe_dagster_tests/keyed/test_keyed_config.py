@@ -109,3 +109,22 @@ def test_append_topics_are_unchanged() -> None:
 )
 def test_keyed_mistakes_are_config_errors_at_their_key_path(topic: dict, expected: str) -> None:
     assert expected in _problems(_config(**topic))
+
+
+def test_the_pipeline_names_its_changelog_tables() -> None:
+    raw = _config(format="debezium", routing=STATIC, keyed={})
+    raw["topics"].append({"name": "orders", "event_time": {"fields": ["ts"]},
+                          "routing": {"mode": "static", "dataset": "sales", "table": "orders"}})
+    assert parse_pipeline_config(raw).changelog_tables == {("inventory", "customers_changelog")}
+
+
+def test_the_debezium_example_pipeline_is_valid() -> None:
+    from pathlib import Path
+
+    from kbqe_dagster.core.config import load_pipeline_config
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "debezium.yaml"
+    config = load_pipeline_config(example)
+    assert [t.format for t in config.topics] == [SourceFormat.DEBEZIUM, SourceFormat.DEBEZIUM,
+                                                 SourceFormat.AVRO]
+    assert config.topics[1].keyed == KeyedConfig(deletes=DeleteMode.HARD, merge_every=4)

@@ -41,6 +41,13 @@ def test_the_load_job_config_is_the_designed_one() -> None:
     assert config.labels == {"pipeline": "kbqe_dagster", "kbqe_dataset": "acme_sales",
                              "kbqe_table": "orders-eu"}
     assert config.schema is None
+    assert config.clustering_fields is None
+
+
+def test_a_keyed_changelog_is_created_clustered_by_partition_and_offset() -> None:
+    config = load_job_config(replace(REQUEST, clustering_fields=("_kafka_partition",
+                                                                  "_kafka_offset")))
+    assert config.clustering_fields == ["_kafka_partition", "_kafka_offset"]
 
 
 def test_partition_expiration_and_a_creating_schema_are_passed_when_given() -> None:

@@ -39,6 +39,9 @@ class LoadRequest:
     partition_expiration_days: int | None = None
     avro_schema: Mapping[str, Any] | None = None
     """The files' Avro schema, given only when the table does not exist yet."""
+    clustering_fields: tuple[str, ...] = ()
+    """Clustering of a table this load creates (a keyed changelog: by partition and offset,
+    so that the MERGE's offset ranges prune blocks)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,8 @@ def load_job_config(request: LoadRequest, labels: Mapping[str, str] | None = Non
         ],
         labels=dict(labels if labels is not None else job_labels(request)),
     )
+    if request.clustering_fields:
+        config.clustering_fields = list(request.clustering_fields)
     if request.avro_schema is not None:
         source = request.source_uris[0] if request.source_uris else request.job_id
         columns = bigquery_schema_from_avro(dict(request.avro_schema), source)
