@@ -38,7 +38,13 @@ from kbqe_dagster.core.keyed import (
     VERSION_COLUMN,
     SourceFormat,
 )
-from kbqe_dagster.keyed.avro_skip import SkipCompiler, encode_long, full_name, read_long
+from kbqe_dagster.keyed.avro_skip import (
+    SkipCompiler,
+    encode_long,
+    full_name,
+    read_long,
+    record_skipper,
+)
 
 CHANGE_FIELDS = (
     {"name": OP_COLUMN, "type": "string"},
@@ -133,7 +139,7 @@ class _EnvelopeLayout(ChangeLayout):
         index = {f["name"]: i for i, f in enumerate(fields)}
         compiler = SkipCompiler(namespace or None)
         last = max(index["before"], index["after"])
-        skips = tuple(compiler.compile(f["type"]) for f in fields[: last + 1])
+        skips = tuple(record_skipper(f["type"], compiler) for f in fields[: last + 1])
         row = _row_record(fields[index["before"]]["type"], fields[index["after"]]["type"],
                           compiler, namespace)
         return cls(
@@ -203,11 +209,12 @@ class _FlatLayout(ChangeLayout):
         namespace = record.get("namespace") or full_name(record, None).rpartition(".")[0]
         compiler = SkipCompiler(namespace or None)
         row_fields = fields[:first]
+        row = {**record, "fields": row_fields}  # the leading row fields, skipped as one record
         return cls(
             schema=_changelog_schema(record, row_fields, namespace),
             wanted=("__op", "__source_ts_ms", "__deleted"),
             row_fields=tuple(names[:first]),
-            skips=tuple(compiler.compile(f["type"]) for f in row_fields),
+            skips=(record_skipper(row, compiler),),
         )
 
     def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:

@@ -10,7 +10,7 @@ import random
 import fastavro
 import pytest
 
-from kbqe_dagster.keyed.avro_skip import SkipCompiler, encode_long, read_long
+from kbqe_dagster.keyed.avro_skip import SkipCompiler, encode_long, read_long, record_skipper
 from kbqe_dagster_tests.staging.avro_fuzz import WORDS, SchemaFactory, ValueFactory, encode, parse
 
 
@@ -43,3 +43,15 @@ def test_blocks_written_with_their_byte_size_are_jumped_over() -> None:
 @pytest.mark.parametrize("n", [0, 1, -1, 63, -64, 64, 2**31, -(2**63), 2**63 - 1])
 def test_longs_round_trip(n: int) -> None:
     assert read_long(encode_long(n), 0) == (n, len(encode_long(n)))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_generated_skipper_agrees_with_the_closures(seed: int) -> None:
+    rng = random.Random(seed)
+    schema = SchemaFactory(rng).record(recursive=seed % 5 == 0)
+    parsed, named = parse(schema)
+    values = ValueFactory(rng, named, WORDS)
+    generated = record_skipper(schema)
+    for _ in range(8):
+        body = encode(parsed, values.value(parsed))
+        assert generated(body, 0) == len(body)
