@@ -14,7 +14,7 @@ from kbqe_dagster.core.config import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, NotAChangeError, UnsupportedSchemaError
 from kbqe_dagster.keyed.changes import change_layout
 from kbqe_dagster.staging.probe import RecordProbe
-from kbqe_dagster_tests.keyed.debezium_world import (
+from kbqe_dagster.demo.debezium import (
     ROW_V2,
     Change,
     envelope_schema,

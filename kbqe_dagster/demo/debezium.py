@@ -1,5 +1,5 @@
-"""Realistic Debezium data for the keyed tests, and the oracle that says what BigQuery must
-hold after it.
+"""Realistic Debezium data (for the keyed tests and the fault suite), how to produce it, and
+the oracle that says what BigQuery must hold after it.
 
 The schemas follow Debezium's Avro layout for a Postgres table (the ``Envelope`` with
 ``before``/``after`` of the row's ``Value`` record, ``source`` with ``ts_ms``, ``db``,
@@ -18,10 +18,13 @@ the rule of core/keyed.py, independently of the SQL under test.
 from __future__ import annotations
 
 import io
+import json
+import logging
 import random
 import struct
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
@@ -219,6 +222,76 @@ def value_record(change: Change, namespace: str) -> dict:
     }
 
 
+class DebeziumTopics:
+    """Topics fed the same changes, as Debezium's Avro converter writes them: key and value
+    framed through the registry (subjects ``<topic>-key``, ``<topic>-value``), a key's changes
+    in one partition; remembers where each message landed, for the oracle."""
+
+    def __init__(self, bootstrap: str, registry_url: str, topics: list[str],
+                 partitions: int = 3, namespace: str = "dbserver1.inventory.customers") -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        self.bootstrap, self.topics, self.partitions = bootstrap, topics, partitions
+        self.namespace = namespace
+        self.log = logging.getLogger("kbqe_dagster.kafka")
+        admin = AdminClient({"bootstrap.servers": bootstrap, "logger": self.log})
+        futures = admin.create_topics(
+            [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics])
+        for future in futures.values():
+            future.result(30)
+        self.registry = SchemaRegistryClient({"url": registry_url})
+        self.produced: dict[str, list[Produced]] = {t: [] for t in topics}
+        self.sent = 0
+
+    def _register(self, subject: str, schema: dict) -> int:
+        from confluent_kafka.schema_registry import Schema
+
+        return self.registry.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
+
+    def produce(self, table: CustomersTable) -> int:
+        """Send the table's changes not sent yet to every topic; returns their count."""
+        from confluent_kafka import Producer
+
+        rows = ROW_V2 if table.schema_version >= 2 else ROW_V1
+        new = table.changes[self.sent:]
+        for topic in self.topics:
+            value_schema = envelope_schema(self.namespace, rows)
+            value_id = self._register(f"{topic}-value", value_schema)
+            key = key_schema(self.namespace)
+            key_id = self._register(f"{topic}-key", key)
+            producer = Producer({"bootstrap.servers": self.bootstrap, "logger": self.log})
+            delivered: list[Produced] = []
+            errors: list[str] = []
+            for change in new:
+                def done(err, msg, change=change):
+                    if err is not None:
+                        errors.append(str(err))
+                    else:
+                        delivered.append(Produced(change, msg.partition(), msg.offset()))
+
+                value = None if change.is_tombstone else frame(
+                    value_id, value_schema, value_record(change, self.namespace))
+                producer.produce(topic, value=value, key=frame(key_id, key, {"id": change.id}),
+                                 partition=change.id % self.partitions, on_delivery=done)
+                producer.poll(0)
+            if producer.flush(30) or errors:
+                raise RuntimeError(f"{topic}: produce failed: {errors[:3]}")
+            self.produced[topic] += delivered
+        self.sent = len(table.changes)
+        return len(new)
+
+    def delete(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": self.log})
+        for future in admin.delete_topics(self.topics).values():
+            try:
+                future.result(30)
+            except Exception:  # noqa: BLE001 - cleanup is best effort
+                pass
+
+
 # --- the oracle --------------------------------------------------------------------------------
 def _order(p: Produced) -> tuple[int, int, int]:
     return (p.change.ts_ms, p.partition, p.offset)
@@ -270,3 +343,125 @@ def history(produced: list[Produced]) -> set[tuple]:
 
 def _ts(ms: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+
+
+# --- a run's own corner of the local stack ---------------------------------------------------------
+MODES = ("soft", "hard")
+
+
+@dataclass
+class KeyedRig:
+    """Two Debezium topics of one run, fed the same changes into ``customers_soft`` and
+    ``customers_hard`` (history on, key from the Kafka key's schema), with the pipeline file,
+    staging prefix, dataset and Dagster instance ``kbqe run --until-idle`` needs; and the
+    comparison of both tables with the oracle. For the keyed tests and the fault suite."""
+
+    run: str
+    topics: DebeziumTopics
+    by_mode: dict[str, str]
+    dataset: str
+    env: dict[str, str]
+    client: Any
+    kbqe: str
+
+    @classmethod
+    def create(cls, endpoints: Any, workdir: Path, *, partitions: int = 3,
+               range_size: int = 40) -> "KeyedRig":
+        import os
+        import shutil
+        import sys
+        import uuid
+
+        import yaml
+
+        from kbqe_dagster.localstack.clients import local_bigquery_client
+        from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
+
+        run = uuid.uuid4().hex[:8]
+        by_mode = {mode: f"dbserver1.inventory.customers{run}{mode}" for mode in MODES}
+        topics = DebeziumTopics(endpoints.kafka_bootstrap, endpoints.registry_url,
+                                list(by_mode.values()), partitions)
+        dataset = f"inventory_{run}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        pipeline = workdir / f"keyed-{run}.yaml"
+        pipeline.write_text(yaml.safe_dump({
+            "version": 1,
+            "topics": [
+                {"name": by_mode[mode], "format": "debezium",
+                 "routing": {"mode": "static", "dataset": dataset, "table": f"customers_{mode}"},
+                 "keyed": {"deletes": mode, "history": True}}
+                for mode in MODES
+            ],
+            "dead_letter": {"dataset": f"dead_{run}", "table": "dead_letters"},
+            "staging": {"max_messages_per_range": range_size},
+        }))
+        home = workdir / f"dagster_home-{run}"
+        home.mkdir()
+        repo = Path(__file__).resolve().parents[2]
+        shutil.copyfile(repo / "dagster.yaml", home / "dagster.yaml")
+        env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
+               "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/keyed-{run}", "DAGSTER_HOME": str(home)}
+        env.pop("KBQE_CRASH_AT", None)
+        kbqe = str(Path(sys.executable).parent / "kbqe")
+        return cls(run, topics, by_mode, dataset, env, local_bigquery_client(), kbqe)
+
+    def produced(self, mode: str) -> list[Produced]:
+        return self.topics.produced[self.by_mode[mode]]
+
+    def run_until_idle(self, crash_at: str | None = None, timeout: float = 900):
+        """``kbqe run --until-idle --json`` in a child process (``crash_at``: a
+        ``KBQE_CRASH_AT`` spec, kbqe_dagster/faults.py)."""
+        import subprocess
+
+        env = {**self.env, **({"KBQE_CRASH_AT": crash_at} if crash_at else {})}
+        return subprocess.run([self.kbqe, "run", "--until-idle", "--json"], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+
+    def _row_columns(self, table: str) -> str:
+        """The row columns, NULL for one the table does not have yet (before schema v2)."""
+        result = self.client.query(f"SELECT * FROM `{table}` LIMIT 0").result()
+        present = {f.name for f in result.schema}
+        return ", ".join(f"`{c}`" if c in present else f"NULL AS `{c}`" for c in ROW_COLUMNS)
+
+    def current_rows(self, mode: str) -> list[tuple]:
+        table = f"{self.dataset}.customers_{mode}"
+        sql = (f"SELECT {self._row_columns(table)}, _op, _source_ts_ms, _deleted, "
+               f"_kafka_partition, _kafka_offset FROM `{table}`")
+        return [tuple(row) for row in self.client.query(sql).result()]
+
+    def history_rows(self, mode: str) -> list[tuple]:
+        table = f"{self.dataset}.customers_{mode}_history"
+        sql = (f"SELECT {self._row_columns(table)}, _op, _deleted, _valid_from, _valid_to, "
+               f"_is_current FROM `{table}`")
+        return [tuple(row) for row in self.client.query(sql).result()]
+
+    def differences(self) -> dict[str, dict[str, int]]:
+        """Per mode: rows of ``D.T`` and ``D.T_history`` the oracle lacks (``extra``), oracle
+        rows missing, and keys with more than one current row (all 0 when right)."""
+        out = {}
+        for mode in MODES:
+            current = self.current_rows(mode)
+            expected = current_state(self.produced(mode), hard=mode == "hard")
+            hist = self.history_rows(mode)
+            expected_history = history(self.produced(mode))
+            keys = [row[0] for row in current]
+            out[mode] = {
+                "current_rows": len(current), "history_rows": len(hist),
+                "duplicate_keys": len(keys) - len(set(keys)),
+                "current_extra": len(set(current) - expected),
+                "current_missing": len(expected - set(current)),
+                "history_extra": len(set(hist) - expected_history) + len(hist) - len(set(hist)),
+                "history_missing": len(expected_history - set(hist)),
+            }
+        return out
+
+    def remove(self) -> None:
+        for name in (self.dataset, f"dead_{self.run}"):
+            self.client.delete_dataset(name, delete_contents=True, not_found_ok=True)
+        self.topics.delete()
+
+
+def wrong(differences: dict[str, dict[str, int]]) -> int:
+    """How many rows or keys are wrong in :meth:`KeyedRig.differences`."""
+    return sum(n for counts in differences.values() for k, n in counts.items()
+               if k not in ("current_rows", "history_rows"))
