@@ -10,7 +10,9 @@ topic, staging prefix and datasets of its own, a seeded run does:
   in the middle of its deletes, restart it; apply done-file retention;
 - once each, at seeded places between the iterations: restart the Kafka broker during a stage
   run, stage with the schema registry down, stop fake-gcs-server between two avro uploads,
-  let BigQuery refuse every load into one table, race two writers of the same ranges;
+  let BigQuery refuse every load into one table, race two writers of the same ranges, and
+  SIGKILL keyed tables' merge at each of its points (Debezium topics of their own, checked
+  against an oracle: reliability/faults_keyed.py);
 - then stage and load whatever is left and account for every produced offset in BigQuery.
 
 It prints a summary table and writes it as JSON (``--json``). The exit code is 0 only when
@@ -38,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
 from kbqe_dagster.localstack import stack  # noqa: E402
 from kbqe_dagster.localstack.endpoints import LocalEndpoints, local_endpoints  # noqa: E402
-from reliability import faults_load, faults_services, faults_stage  # noqa: E402
+from reliability import faults_keyed, faults_load, faults_services, faults_stage  # noqa: E402
 from reliability.harness import Suite, SuiteFailure  # noqa: E402
 from reliability.report import LOAD_KILLS, STAGE_KILLS, SuiteReport  # noqa: E402
 from reliability.verify import account  # noqa: E402
@@ -57,6 +59,7 @@ ONE_OFFS: tuple[tuple[str, Step], ...] = (
     ("gcs down", faults_services.gcs_down),
     ("bigquery refuses", faults_load.bigquery_refuses),
     ("zombie", faults_stage.zombie),
+    ("keyed merge kills", faults_keyed.merge_kills),
 )
 
 

@@ -25,11 +25,12 @@ GCS_DOWN = "gcs_down_mid_upload"
 BIGQUERY_REFUSES = "bigquery_refuses_load"
 ZOMBIE = "zombie_concurrent_stage"
 ZOMBIE_LATE = "zombie_late_upload"
+MERGE_KILL = "keyed_merge_kill"
 
 STAGE_KILLS = (STAGE_KILL_AVRO, STAGE_KILL_DONE)
 LOAD_KILLS = (LOAD_KILL_BEFORE_SUBMIT, LOAD_KILL_AFTER_SUBMIT, LOAD_KILL_MID_DELETE)
 ALL_FAULTS = (*STAGE_KILLS, STAGE_KILL_FIRST_RANGE, *LOAD_KILLS, KAFKA_RESTART, REGISTRY_DOWN,
-              GCS_DOWN, BIGQUERY_REFUSES, ZOMBIE, ZOMBIE_LATE)
+              GCS_DOWN, BIGQUERY_REFUSES, ZOMBIE, ZOMBIE_LATE, MERGE_KILL)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ class SuiteReport:
     accounting: Accounting = field(default_factory=Accounting)
     leftovers_deleted: int = 0
     """Re-uploads under committed names the load step deleted instead of loading."""
+    keyed: dict = field(default_factory=dict)
+    """The keyed tables after the merge kills: changes produced, rows, and how many rows or
+    keys differ from the oracle (``wrong``, must be 0)."""
+    keyed_seconds: float = 0.0
     seconds: float = 0.0
     error: str | None = None
     """Set when the run stopped early (a fault could not be injected, a check failed)."""
@@ -73,7 +78,8 @@ class SuiteReport:
     def passed(self) -> bool:
         return (self.error is None and not self.missing_faults
                 and self.accounting.exactly_once and self.messages_produced > 0
-                and self.accounting.produced == self.messages_produced)
+                and self.accounting.produced == self.messages_produced
+                and self.keyed.get("wrong") == 0)
 
     def to_json(self) -> dict:
         a = self.accounting
@@ -99,6 +105,7 @@ class SuiteReport:
             "bad_inputs_by_reason": a.bad_by_reason,
             "by_step": a.by_step,
             "samples": a.samples,
+            "keyed": self.keyed,
             "error": self.error,
             "events": [asdict(e) for e in self.events],
         }
@@ -124,6 +131,8 @@ class SuiteReport:
             ("unexpected rows", str(a.unexpected)),
             ("avro left in staging", str(a.avro_left_in_staging)),
             ("zombie leftovers deleted", str(self.leftovers_deleted)),
+            ("keyed changes produced", str(self.keyed.get("changes_produced", "-"))),
+            ("keyed rows/keys wrong", str(self.keyed.get("wrong", "-"))),
         ])
         attempts = Counter(e.kind for e in self.events)
         faults = table(("fault", "injected", "attempts"), [

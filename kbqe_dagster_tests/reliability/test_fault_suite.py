@@ -4,7 +4,8 @@ fault kind fires at least once and BigQuery ends up with every produced offset e
 One seeded run: partition 0's first range killed after the other ranges committed, three
 iterations (each load crash point once, both stage crash points), and the one-off faults —
 a Kafka broker restart, the registry down, fake-gcs-server down between two uploads,
-BigQuery refusing a table, a zombie writer. A fault that never fired fails this test: it
+BigQuery refusing a table, a zombie writer, keyed tables' merge killed at each of its points
+(whose tables must then equal their oracle). A fault that never fired fails this test: it
 would prove nothing. Errors are attributed to the step whose messages they hit. The long
 run is ``make faults ARGS=--long``.
 """
@@ -35,6 +36,7 @@ def suite_report(local_stack):
 
 def test_every_fault_kind_was_injected(suite_report) -> None:
     assert suite_report.error is None, suite_report.render()
+    assert suite_report.keyed["wrong"] == 0 and suite_report.keyed["changes_produced"] > 0
     assert suite_report.missing_faults == [], suite_report.render()
     assert set(ALL_FAULTS) <= {k for k, n in suite_report.faults_injected.items() if n >= 1}
     stage_kills = [e for e in suite_report.events if e.kind.startswith("stage_kill")]
