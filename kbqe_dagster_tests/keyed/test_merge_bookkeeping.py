@@ -1,0 +1,121 @@
+"""What the merge reads from the load state and remembers in its own: exactly the offset
+ranges of the succeeded, not yet merged load jobs of each changelog; ``merge_every``; a crash
+before the merge state is written merges the same jobs again; an unreadable state says how to
+recover."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.load_state import JobStatus, LoadJobRecord, LoadState
+from kbqe_dagster.keyed.merge import (
+    MERGE_STATE_FILE,
+    MergeError,
+    MergeState,
+    TableMergeResult,
+    merge_keyed_tables,
+    not_merged_ranges,
+    unmerged_ranges,
+)
+from kbqe_dagster.resources.staging_store import LocalStagingStore
+
+NOW = datetime(2024, 11, 19, tzinfo=timezone.utc)
+TOPIC = "dbserver1.inventory.customers"
+
+
+def done(partition: int, first: int, last: int, table: str = "customers_changelog") -> str:
+    return f"{TOPIC}.{partition}.inventory.{table}.3.{first}.{last}.done"
+
+
+def job(job_id: str, *done_files: str, status=JobStatus.SUCCEEDED,
+        table: str = "customers_changelog") -> LoadJobRecord:
+    return LoadJobRecord(job_id, "inventory", table, 3, tuple(d.replace(".done", ".avro")
+                         for d in done_files), NOW, NOW, done_files=done_files, status=status)
+
+
+def config(merge_every: int = 1):
+    return parse_pipeline_config({"version": 1, "topics": [
+        {"name": TOPIC, "format": "debezium",
+         "routing": {"mode": "static", "dataset": "inventory", "table": "customers"},
+         "keyed": {"key": ["id"], "merge_every": merge_every}}]})
+
+
+def test_the_ranges_to_merge_are_the_exact_done_files_of_new_succeeded_jobs() -> None:
+    state = LoadState((
+        job("a", done(0, 0, 9), done(0, 10, 19), done(1, 0, 4)),
+        job("b", done(0, 30, 39)),
+        job("c", done(0, 20, 29), status=JobStatus.SUBMITTED),  # pending: not loaded yet
+        job("d", done(2, 0, 9)),
+        job("x", done(0, 0, 99, table="orders_changelog"), table="orders_changelog"),
+    ))
+    jobs, ranges = unmerged_ranges(state, {"d"}, "inventory", "customers_changelog")
+    assert jobs == ["a", "b"]
+    assert ranges == {0: [(0, 19), (30, 39)], 1: [(0, 4)]}  # adjacent joined, the gap kept
+    # What a check must leave out: everything not merged, pending included.
+    assert not_merged_ranges(state, {"d"}, "inventory", "customers_changelog") == {
+        0: [(0, 39)], 1: [(0, 4)]}
+
+
+class FakeMerger:
+    def __init__(self, crash_at: str | None = None) -> None:
+        self.merges: list[dict] = []
+        self.crash_at = crash_at
+
+    def columns(self, dataset, table):
+        return {"id": None}
+
+    def merge(self, dest, ranges, jobs, crash=lambda point: None):
+        self.merges.append(ranges)
+        return TableMergeResult(dest.name, jobs, 1, None, 1)
+
+
+def test_merges_record_their_jobs_and_never_merge_them_again(tmp_path) -> None:
+    store = LocalStagingStore(tmp_path)
+    merger = FakeMerger()
+    state = LoadState((job("a", done(0, 0, 9)),))
+    assert [r.jobs for r in merge_keyed_tables(config(), merger, store, state)] == [1]
+    assert merge_keyed_tables(config(), merger, store, state) == []
+    state = LoadState((*state.jobs, job("b", done(0, 10, 19))))
+    merge_keyed_tables(config(), merger, store, state)
+    assert merger.merges == [{0: [(0, 9)]}, {0: [(10, 19)]}]
+    assert MergeState.decode(store.read_bytes(MERGE_STATE_FILE)).merged_jobs == {
+        "inventory.customers": {"a", "b"}}
+
+
+def test_a_crash_before_the_state_is_written_merges_the_same_jobs_again(tmp_path) -> None:
+    store = LocalStagingStore(tmp_path)
+    state = LoadState((job("a", done(0, 0, 9)),))
+
+    def crash(point: str) -> None:
+        if point == "merge_before_state":
+            raise KeyboardInterrupt  # stands for SIGKILL here
+
+    with pytest.raises(KeyboardInterrupt):
+        merge_keyed_tables(config(), FakeMerger(), store, state, crash=crash)
+    merger = FakeMerger()
+    merge_keyed_tables(config(), merger, store, state)
+    assert merger.merges == [{0: [(0, 9)]}]
+
+
+def test_merge_every_waits_for_that_many_cycles_with_new_jobs_unless_forced(tmp_path) -> None:
+    store = LocalStagingStore(tmp_path)
+    merger = FakeMerger()
+    state = LoadState((job("a", done(0, 0, 9)),))
+    assert merge_keyed_tables(config(3), merger, store, state) == []
+    state = LoadState((*state.jobs, job("b", done(0, 10, 19))))
+    assert merge_keyed_tables(config(3), merger, store, state) == []
+    state = LoadState((*state.jobs, job("c", done(0, 20, 29))))
+    assert [r.jobs for r in merge_keyed_tables(config(3), merger, store, state)] == [3]
+    state = LoadState((*state.jobs, job("d", done(0, 30, 39))))
+    assert [r.jobs for r in merge_keyed_tables(config(3), merger, store, state, force=True)] == [1]
+    assert merger.merges == [{0: [(0, 29)]}, {0: [(30, 39)]}]
+
+
+def test_an_unreadable_merge_state_names_the_safe_recovery(tmp_path) -> None:
+    store = LocalStagingStore(tmp_path)
+    store.put_bytes(MERGE_STATE_FILE, b"{not json")
+    with pytest.raises(MergeError, match="deleting it is safe"):
+        merge_keyed_tables(config(), FakeMerger(), store, LoadState())
