@@ -15,36 +15,17 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from kbqe_dagster.staging.avro_container import encode_long
+from kbqe_dagster.staging.probe_runtime import varint as read_long
+
+__all__ = ["SkipCompiler", "encode_long", "full_name", "read_long", "record_skipper"]
+
 Skip = Callable[[bytes, int], int]
 """``skip(buf, pos)`` → the position just after the value encoded at ``pos``."""
 
 _FIXED_WIDTH = {"null": 0, "boolean": 1, "float": 4, "double": 8}
 _VARINT = frozenset({"int", "long", "enum"})
 _LENGTH_PREFIXED = frozenset({"bytes", "string"})
-
-
-def read_long(buf: bytes, pos: int) -> tuple[int, int]:
-    """The zig-zag varint at ``pos`` and the position after it."""
-    byte = buf[pos]
-    pos += 1
-    n = byte & 0x7F
-    shift = 7
-    while byte & 0x80:
-        byte = buf[pos]
-        pos += 1
-        n |= (byte & 0x7F) << shift
-        shift += 7
-    return (n >> 1) ^ -(n & 1), pos
-
-
-def encode_long(value: int) -> bytes:
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
 
 
 def _skip_varint(buf: bytes, pos: int) -> int:

@@ -54,7 +54,8 @@ class ContainerStats:
     """Uncompressed size of all records (enrichment prefixes + bodies)."""
 
 
-def _long(value: int) -> bytes:
+def encode_long(value: int) -> bytes:
+    """An Avro long: zig-zag, then base-128 varint."""
     n = (value << 1) ^ (value >> 63)
     out = bytearray()
     while n > 0x7F:
@@ -67,11 +68,11 @@ def _long(value: int) -> bytes:
 def _header(schema_json: str, codec: str, sync: bytes, metadata: Mapping[str, bytes]) -> bytes:
     meta = {"avro.schema": schema_json.encode("utf-8"), "avro.codec": codec.encode("ascii"), **metadata}
     out = bytearray(_MAGIC)
-    out += _long(len(meta))
+    out += encode_long(len(meta))
     for key, value in meta.items():
         raw_key = key.encode("utf-8")
-        out += _long(len(raw_key)) + raw_key + _long(len(value)) + value
-    out += _long(0)
+        out += encode_long(len(raw_key)) + raw_key + encode_long(len(value)) + value
+    out += encode_long(0)
     out += sync
     return bytes(out)
 
@@ -171,7 +172,7 @@ class AvroContainerWriter:
         if size > self._peak_buffered:
             self._peak_buffered = size
         data = self._compress(buf)
-        head = _long(count) + _long(len(data))
+        head = encode_long(count) + encode_long(len(data))
         sink = self._sink
         sink.write(head)
         sink.write(data)

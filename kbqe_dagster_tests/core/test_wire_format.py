@@ -112,6 +112,7 @@ def test_every_reason_is_a_distinct_stable_string() -> None:
         "unroutable",
         "destination_not_allowed",
         "oversized",
+        "not_a_change",
     }
 
 

@@ -19,7 +19,13 @@ from confluent_kafka import KafkaException
 from kbqe_dagster.defs.resources import resources_for_environment
 from kbqe_dagster.resources import kafka as kafka_module
 from kbqe_dagster.resources.configurable import KafkaResource
-from kbqe_dagster.resources.kafka import KafkaReadError, KafkaSettings, read_range, watermarks
+from kbqe_dagster.resources.kafka import (
+    CLIENT_LOG,
+    KafkaReadError,
+    KafkaSettings,
+    read_range,
+    watermarks,
+)
 from kbqe_dagster_tests.security.conftest import KAFKA_SECRET, secrets_in
 from kbqe_dagster_tests.security.fake_broker import SASL_AUTHENTICATE, SASL_HANDSHAKE, FakeBroker
 
@@ -28,9 +34,18 @@ SASL_FIELDS = dict(security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
                    ssl_ca_location="/etc/kbqe/ca.pem")
 
 
+def librdkafka(conf: dict) -> dict:
+    """The librdkafka settings of a client config: without the Python client's ``logger``."""
+    return {k: v for k, v in conf.items() if k != "logger"}
+
+
+def test_every_client_logs_through_the_package_logger_not_stderr():
+    assert KafkaSettings("broker:9092").config()["logger"] is CLIENT_LOG
+
+
 def test_resource_fields_become_librdkafka_settings():
     settings = KafkaResource(bootstrap_servers="broker:9093", **SASL_FIELDS).settings()
-    assert settings.config() == {
+    assert librdkafka(settings.config()) == {
         "bootstrap.servers": "broker:9093",
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "SCRAM-SHA-512",
@@ -41,7 +56,7 @@ def test_resource_fields_become_librdkafka_settings():
 
 
 def test_unset_fields_leave_librdkafka_defaults():
-    assert KafkaResource(bootstrap_servers="broker:9092").settings().config() == {
+    assert librdkafka(KafkaResource(bootstrap_servers="broker:9092").settings().config()) == {
         "bootstrap.servers": "broker:9092"
     }
 
@@ -67,7 +82,7 @@ def test_gcp_environment_resolves_sasl_settings_from_environment_variables(monke
     assert not secrets_in(repr(resource))  # the definitions hold the variable's name only
     with dg.build_resources({"kafka": resource}) as built:
         conf = built.kafka.settings().config()
-    assert conf == {"bootstrap.servers": "broker:9093", "security.protocol": "SASL_SSL",
+    assert librdkafka(conf) == {"bootstrap.servers": "broker:9093", "security.protocol": "SASL_SSL",
                     "sasl.mechanism": "PLAIN", "sasl.username": "kbqe",
                     "sasl.password": KAFKA_SECRET}
 
