@@ -128,7 +128,9 @@ def test_sasl_plain_credentials_reach_the_broker(entry):
                             sasl_mechanism="PLAIN", sasl_username="kbqe",
                             sasl_password=KAFKA_SECRET).settings())
         seen = broker.wait()
-    assert seen.api_keys[-2:] == [SASL_HANDSHAKE, SASL_AUTHENTICATE]
+    # The handshake, then the authentication; a client that reconnects before the fake
+    # broker closes may send ApiVersions again afterwards.
+    assert (SASL_HANDSHAKE, SASL_AUTHENTICATE) in zip(seen.api_keys, seen.api_keys[1:])
     assert seen.mechanism == "PLAIN"
     assert seen.auth_bytes == b"\x00kbqe\x00" + KAFKA_SECRET.encode()
 
