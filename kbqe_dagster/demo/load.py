@@ -36,8 +36,10 @@ def load_and_report(defs: dg.Definitions, instance: dg.DagsterInstance,
             run_config=run_config or {}, instance=instance)
     else:
         raise KbqeError(f"load jobs still pending after {MAX_POLLS} polls; `kbqe load plan` shows them")
-    dl = resources["pipeline"].load().dead_letter
-    print_table_rows(resources["bigquery"].client(), (dl.dataset, dl.table))
+    config = resources["pipeline"].load()
+    dl = config.dead_letter
+    datasets = {p.split(".")[0] for p in config.allowed_destinations.patterns} | {dl.dataset}
+    print_table_rows(resources["bigquery"].client(), (dl.dataset, dl.table), datasets)
     # A quarantine is not a failed run, but the rows above miss those files: the demo says so
     # and exits 1 rather than look like a success.
     quarantine = staging_problems(StateFile(store).read(), None)
@@ -48,17 +50,29 @@ def load_and_report(defs: dg.Definitions, instance: dg.DagsterInstance,
                         "from the rows above; the fix is above")
 
 
-def print_table_rows(client, dead_letter: tuple[str, str]) -> None:
-    """Rows and distinct Kafka (partition, offset) pairs per table: equal numbers mean no
-    duplicates arrived."""
-    for dataset in sorted(d.dataset_id for d in client.list_datasets()):
-        for table in sorted(t.table_id for t in client.list_tables(dataset)):
+def print_table_rows(client, dead_letter: tuple[str, str],
+                     datasets: set[str] | None = None) -> None:
+    """Rows and distinct Kafka (partition, offset) pairs per table of ``datasets`` (default:
+    every dataset): equal numbers mean no duplicates arrived. Tables without the Kafka
+    columns (another tool's, a keyed current table) show their rows only; views are skipped."""
+    listed = sorted(d.dataset_id for d in client.list_datasets())
+    for dataset in (d for d in listed if datasets is None or d in datasets):
+        for item in sorted(client.list_tables(dataset), key=lambda t: t.table_id):
+            table = item.table_id
+            if item.table_type == "VIEW":
+                continue
             partition, offset = (
-                ("`partition`", "`offset`") if (dataset, table) == dead_letter
+                ("partition", "offset") if (dataset, table) == dead_letter
                 else ("_kafka_partition", "_kafka_offset")
             )
-            row = list(client.query(
-                f"SELECT COUNT(*) AS n, COUNT(DISTINCT CONCAT(CAST({partition} AS STRING), ':', "
-                f"CAST({offset} AS STRING))) AS d FROM `{dataset}.{table}`"
-            ).result())[0]
-            print(f"      {dataset}.{table}: {row['n']} row(s), {row['d']} distinct Kafka offset(s)")
+            columns = {f.name for f in client.get_table(f"{dataset}.{table}").schema}
+            if {partition, offset} <= columns:
+                row = list(client.query(
+                    f"SELECT COUNT(*) AS n, COUNT(DISTINCT CONCAT(CAST(`{partition}` AS STRING), "
+                    f"':', CAST(`{offset}` AS STRING))) AS d FROM `{dataset}.{table}`"
+                ).result())[0]
+                print(f"      {dataset}.{table}: {row['n']} row(s), {row['d']} distinct Kafka "
+                      "offset(s)")
+            else:
+                row = list(client.query(f"SELECT COUNT(*) AS n FROM `{dataset}.{table}`").result())[0]
+                print(f"      {dataset}.{table}: {row['n']} row(s)")

@@ -175,7 +175,9 @@ class _Defs:
 
     def __init__(self, store) -> None:
         dead_letter = type("DeadLetter", (), {"dataset": "dl", "table": "dead_letters"})()
-        pipeline = type("Pipeline", (), {"dead_letter": dead_letter})()
+        allowed = type("AllowList", (), {"patterns": ("acme_sales.*",)})()
+        pipeline = type("Pipeline", (), {"dead_letter": dead_letter,
+                                         "allowed_destinations": allowed})()
         self.resources = {
             "staging": type("Staging", (), {"store": lambda _self: store})(),
             "pipeline": type("PipelineResource", (), {"load": lambda _self: pipeline})(),
@@ -195,11 +197,11 @@ def test_the_demo_ends_in_an_error_naming_the_quarantine_a_load_left(
 
     store = StagingLocation(str(tmp_path)).open()
     StateFile(store).save(LoadState(quarantined=(quarantined("acme_sales.orders", "a.avro"),)))
-    monkeypatch.setattr(load, "print_table_rows", lambda client, dead_letter: print("rows"))
+    monkeypatch.setattr(load, "print_table_rows", lambda client, dead_letter, datasets: print("rows", sorted(datasets)))
     with pytest.raises(KbqeError, match=r"quarantined files of 1 table\(s\)"):
         load.load_and_report(_Defs(store), instance=None)
     out, err = capsys.readouterr()
-    assert out == "rows\n"
+    assert out == "rows ['acme_sales', 'dl']\n"  # the pipeline's datasets only
     assert "kbqe demo: 1 file(s) of acme_sales.orders are quarantined" in err
 
 
@@ -210,6 +212,6 @@ def test_the_demo_load_without_a_quarantine_just_prints_the_rows(
     from kbqe_dagster.resources.staging_store import StagingLocation
 
     store = StagingLocation(str(tmp_path)).open()
-    monkeypatch.setattr(load, "print_table_rows", lambda client, dead_letter: print("rows"))
+    monkeypatch.setattr(load, "print_table_rows", lambda client, dead_letter, datasets: print("rows", sorted(datasets)))
     load.load_and_report(_Defs(store), instance=None)
-    assert capsys.readouterr() == ("rows\n", "")
+    assert capsys.readouterr() == ("rows ['acme_sales', 'dl']\n", "")
