@@ -46,6 +46,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
+from kbqe_dagster.core.avro_names import full_name
 from kbqe_dagster.core.errors import ConfigError, UnsupportedSchemaError
 
 __all__ = [
@@ -191,17 +192,17 @@ def extended_schema(writer_schema: Mapping[str, Any], config: EnrichmentConfig) 
         )
     original = writer_schema.get("fields")
     if not isinstance(original, list):
-        raise UnsupportedSchemaError(f"record schema {_full_name(writer_schema)!r} has no field list")
+        raise UnsupportedSchemaError(f"record schema {full_name(writer_schema)!r} has no field list")
     existing = {str(f.get("name", "")).lower(): f.get("name") for f in original if isinstance(f, Mapping)}
     for column in config.columns:
         if column.lower() in existing:
             raise UnsupportedSchemaError(
                 f"enrichment column {column!r} collides with field {existing[column.lower()]!r} of "
-                f"{_full_name(writer_schema)!r}; rename the column in the enrichment config"
+                f"{full_name(writer_schema)!r}; rename the column in the enrichment config"
             )
     if config.headers_column and HEADER_RECORD_NAME in _named_types(writer_schema):
         raise UnsupportedSchemaError(
-            f"{_full_name(writer_schema)!r} defines type {HEADER_RECORD_NAME!r}, the enrichment "
+            f"{full_name(writer_schema)!r} defines type {HEADER_RECORD_NAME!r}, the enrichment "
             "headers record; disable the headers column"
         )
     extended = copy.deepcopy(dict(writer_schema))
@@ -214,12 +215,6 @@ def extended_schema(writer_schema: Mapping[str, Any], config: EnrichmentConfig) 
 def schema_json(schema: Mapping[str, Any]) -> str:
     """Compact, deterministic JSON text of a schema, as written into container headers."""
     return json.dumps(schema, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def _full_name(schema: Mapping[str, Any]) -> str:
-    name = str(schema.get("name", "?"))
-    namespace = schema.get("namespace")
-    return f"{namespace}.{name}" if namespace and "." not in name else name
 
 
 def _named_types(schema: Any, namespace: str | None = None) -> set[str]:

@@ -184,3 +184,22 @@ def parse_listing(names: Iterable[str]) -> ParsedListing:
         else:
             unrecognized.append(name)
     return ParsedListing(tuple(sorted(avro)), tuple(sorted(done)), tuple(unrecognized))
+
+
+def topic_prefix(topic: str) -> str:
+    """The listing prefix of a topic's staging files. It also lists ``topic.sub``'s files
+    (dots are legal in topic names): :func:`of_topic` keeps exactly the topic's."""
+    return topic + "."
+
+
+def of_topic(names: Iterable[str], topic: str) -> tuple[list[str], list[str]]:
+    """Of names listed under :func:`topic_prefix`: the staging names of exactly ``topic``,
+    and the names that are not staging names at all (reported, never touched)."""
+    ours, unrecognized = [], []
+    for name in names:
+        parsed = parse_name(name)
+        if parsed is None:
+            unrecognized.append(name)
+        elif parsed.key.topic == topic:
+            ours.append(name)
+    return ours, unrecognized

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from kbqe_dagster.core.avro_names import full_name
 from kbqe_dagster.staging.avro_container import encode_long
 from kbqe_dagster.staging.probe_runtime import varint as read_long
 
@@ -120,14 +121,6 @@ def _skip_blocks(item: Skip, buf: bytes, pos: int, *, pairs: bool) -> int:
             if pairs:
                 pos = _skip_length_prefixed(buf, pos)
             pos = item(buf, pos)
-
-
-def full_name(schema: Mapping[str, Any], namespace: str | None) -> str:
-    name = schema["name"]
-    if "." in name:
-        return name
-    own = schema.get("namespace", namespace)
-    return f"{own}.{name}" if own else name
 
 
 # --- generated skippers ---------------------------------------------------------------------------

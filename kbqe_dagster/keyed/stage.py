@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kbqe_dagster.core.avro_names import record_full_name
 from kbqe_dagster.core.enrichment import extended_schema
 from kbqe_dagster.core.errors import OversizedMessageError
 from kbqe_dagster.core.event_time import epoch_day, event_date
@@ -27,7 +28,6 @@ from kbqe_dagster.staging.task import (
     RangeStager,
     StageContext,
     _Decoder,
-    _full_name,
 )
 
 
@@ -57,7 +57,7 @@ class KeyedRangeStager(RangeStager):
         return _ChangeDecoder(
             RecordProbe(schema, wanted),
             extended_schema(layout.schema, self.enrichment),
-            _full_name(schema),
+            record_full_name(schema),
             layout,
         )
 

@@ -62,6 +62,7 @@ from kbqe_dagster.core.load_state import (
     retry_job,
 )
 from kbqe_dagster.core.naming import parse_listing
+from kbqe_dagster.core.pending import staging_view
 from kbqe_dagster.core.selection import (
     PlannedLoadJob,
     make_job_id,
@@ -204,15 +205,12 @@ class LoadCoordinator:
         return kept
 
     def _measure_backlog(self, state: LoadState, report: CycleReport) -> None:
-        """What still waits after this cycle: listed avro files not loaded by it."""
-        avro = {a.name for a in parse_listing(f.name for f in self._listed).avro}
-        gone = {f for c in report.completed for f in c.job.files} | state.quarantined_files()
-        left = [f for f in self._listed if f.name in avro and f.name not in gone]
-        report.unloaded_files = len(left)
-        oldest = min((f.updated for f in left), default=None)
-        report.oldest_unloaded_age_s = (
-            max(0.0, (self.now() - oldest).total_seconds()) if oldest is not None else 0.0
-        )
+        """What still waits after this cycle (core/pending.py) in the listing of its start,
+        less the files its completed jobs loaded."""
+        loaded = {f for c in report.completed for f in c.job.files}
+        view = staging_view((f for f in self._listed if f.name not in loaded), state, self.now())
+        report.unloaded_files = view.waiting_files
+        report.oldest_unloaded_age_s = view.oldest_pending_age_s or 0.0
 
     def _new_job_id(self, dataset: str, table: str, now: datetime) -> str:
         return make_job_id(dataset, table, now, prefix=self.settings.job_id_prefix)

@@ -150,10 +150,10 @@ def build_checker(
 ) -> HealthChecker:
     """The health checks of ``sources``; the staging age limit defaults to the staging
     freshness asset check's (``FRESHNESS_CADENCES`` load cadences)."""
-    from kbqe_dagster.defs.bigquery.checks import freshness_limit_s
+    from kbqe_dagster.core.pending import freshness_limit_s
 
     limit = max_staging_age_s if max_staging_age_s is not None else freshness_limit_s(
-        sources.pipeline
+        sources.pipeline.load.cadence
     )
     return HealthChecker(default_probes(sources, timeout_s), metric_sources,
                          max_staging_age_s=limit, timeout_s=timeout_s, redact=sources.redactor())

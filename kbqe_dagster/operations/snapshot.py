@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Mapping
 
 from kbqe_dagster.core.load_state import LoadState
-from kbqe_dagster.core.naming import ParsedListing, parse_listing, parse_name
+from kbqe_dagster.core.naming import ParsedListing, of_topic, parse_listing, topic_prefix
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.staging_store import StagingStore, StoredFile
 
@@ -39,11 +39,9 @@ def take_snapshot(store: StagingStore, prefix: str = "") -> StagingSnapshot:
 def topic_snapshot(store: StagingStore, topic: str) -> StagingSnapshot:
     """The files of exactly ``topic``: a ``topic.`` prefix also lists ``topic.sub``'s files
     (dots are legal in topic names), which are dropped here by parsing."""
-    files = {
-        f.name: f
-        for f in store.list(topic + ".")
-        if (parsed := parse_name(f.name)) is not None and parsed.key.topic == topic
-    }
+    listed = {f.name: f for f in store.list(topic_prefix(topic))}
+    ours, _ = of_topic(listed, topic)
+    files = {name: listed[name] for name in ours}
     return StagingSnapshot(files, parse_listing(files))
 
 

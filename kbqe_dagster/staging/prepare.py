@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 from kbqe_dagster.core.commit import manifests_needed, plan_bootstrap, plan_cleanup
 from kbqe_dagster.core.errors import CommitConflictError
-from kbqe_dagster.core.naming import parse_name
+from kbqe_dagster.core.naming import of_topic, topic_prefix
 from kbqe_dagster.core.offsets import RangePlan, StartPolicy, Watermarks, plan_ranges, recover
 from kbqe_dagster.resources.kafka import KafkaSettings, watermarks
 from kbqe_dagster.resources.staging_store import StagingStore
@@ -33,14 +33,7 @@ class Preparation:
 def topic_file_names(store: StagingStore, topic: str) -> tuple[list[str], list[str]]:
     """Staging names of exactly ``topic`` (a prefix listing of ``topic.`` also returns the
     files of ``topic.sub``, which are filtered out here), and names that are not ours."""
-    ours, unrecognized = [], []
-    for f in store.list(topic + "."):
-        parsed = parse_name(f.name)
-        if parsed is None:
-            unrecognized.append(f.name)
-        elif parsed.key.topic == topic:
-            ours.append(f.name)
-    return ours, unrecognized
+    return of_topic((f.name for f in store.list(topic_prefix(topic))), topic)
 
 
 def clean_up(store: StagingStore, topic: str) -> tuple[tuple[str, ...], tuple[str, ...], list[str], list[str]]:

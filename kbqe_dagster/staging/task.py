@@ -34,6 +34,7 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 
+from kbqe_dagster.core.avro_names import record_full_name
 from kbqe_dagster.core.commit import avro_file_name, plan_range_commit
 from kbqe_dagster.core.config import BadInputPolicy, PipelineConfig, TopicConfig
 from kbqe_dagster.core.dead_letters import DEAD_LETTER_SCHEMA, DEAD_LETTER_SCHEMA_ID, DeadLetter
@@ -242,7 +243,7 @@ class RangeStager:
         return _Decoder(
             RecordProbe(schema, self.topic.required_fields),
             extended_schema(schema, self.enrichment),
-            _full_name(schema),
+            record_full_name(schema),
         )
 
     def _file(self, dataset: str, table: str, schema_id: int, schema: dict) -> _OpenFile:
@@ -354,14 +355,6 @@ class RangeStager:
 
 
 _DEAD_LETTER_PARSED = parse_schema(DEAD_LETTER_SCHEMA)
-
-
-def _full_name(schema: Any) -> str | None:
-    if not isinstance(schema, dict) or schema.get("type") != "record":
-        return None
-    name = schema.get("name", "")
-    namespace = schema.get("namespace")
-    return name if "." in name or not namespace else f"{namespace}.{name}"
 
 
 WORKDIR_PREFIX = "kbqe-stage-"

@@ -27,7 +27,8 @@ import dagster as dg
 from kbqe_dagster.core.config import PipelineConfig
 from kbqe_dagster.core.dead_letters import DEAD_LETTER_PARTITION_FIELD
 from kbqe_dagster.core.load_state import JobStatus, LoadState
-from kbqe_dagster.core.naming import parse_listing
+from kbqe_dagster.core.pending import freshness_limit_s as pending_freshness_limit_s
+from kbqe_dagster.core.pending import staging_view
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.loading.state_file import StateFile
@@ -40,12 +41,11 @@ NO_QUARANTINED_FILES = "no_quarantined_files"
 NO_DUPLICATE_OFFSETS = "no_duplicate_offsets"
 PENDING_FILES_FRESH = "pending_files_fresh"
 DUPLICATE_WINDOW_DAYS = 7
-FRESHNESS_CADENCES = 3
 CHECKS_OP = "bigquery_load_checks"
 
 
 def freshness_limit_s(config: PipelineConfig) -> float:
-    return FRESHNESS_CADENCES * config.load.cadence.total_seconds()
+    return pending_freshness_limit_s(config.load.cadence)
 
 
 def freshness_evaluation(age_s: float, files: int, limit_s: float) -> dg.AssetCheckEvaluation:
@@ -189,12 +189,8 @@ def _latest_rows_result(
 
 
 def _freshness_result(store: StagingStore, state: LoadState, limit_s: float) -> dg.AssetCheckResult:
-    files = store.list()
-    avro = {a.name for a in parse_listing(f.name for f in files).avro}
-    waiting = [f for f in files if f.name in avro and f.name not in state.quarantined_files()]
-    oldest = min((f.updated for f in waiting), default=None)
-    age = (datetime.now(timezone.utc) - oldest).total_seconds() if oldest else 0.0
-    event = freshness_evaluation(age, len(waiting), limit_s)
+    view = staging_view(store.list(), state, datetime.now(timezone.utc))
+    event = freshness_evaluation(view.oldest_pending_age_s or 0.0, view.waiting_files, limit_s)
     return dg.AssetCheckResult(
         asset_key=STAGING_KEY, check_name=PENDING_FILES_FRESH, passed=event.passed,
         severity=event.severity, description=event.description, metadata=event.metadata,

@@ -18,10 +18,12 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.naming import parse_listing
+from kbqe_dagster.core.pending import staging_view
+from kbqe_dagster.core.stage_decision import from_offsets, stage_due, stage_run_key
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
 from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, STAGING_KEY, TOPIC_TAG
 from kbqe_dagster.defs.staging.jobs import stage_job, stage_run_config
+from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.staging.backlog import TopicBacklog, topic_backlog
 
@@ -34,17 +36,9 @@ IN_FLIGHT = [
 
 
 def stage_decision(config: PipelineConfig, backlog: TopicBacklog, now_ms: int) -> str | None:
-    """Why a stage run is due for this topic, or None."""
-    settings = config.topic(backlog.topic).staging
-    if backlog.lag <= 0:
-        return None
-    if backlog.lag >= settings.max_messages_per_batch:
-        return f"backlog {backlog.lag} >= max_messages_per_batch {settings.max_messages_per_batch}"
-    if backlog.oldest_unstaged_ms is not None:
-        age_s = (now_ms - backlog.oldest_unstaged_ms) / 1000
-        if age_s >= settings.allowed_latency.total_seconds():
-            return f"oldest unstaged message is {age_s:.0f}s old >= allowed_latency {settings.allowed_latency}"
-    return None
+    """Why a stage run is due for this topic (core/stage_decision.py), or None."""
+    return stage_due(config.topic(backlog.topic).staging, backlog.lag,
+                     backlog.oldest_unstaged_ms, now_ms)
 
 
 def lag_observation(backlog: TopicBacklog) -> dg.AssetObservation:
@@ -84,18 +78,18 @@ def kafka_backlog_sensor(
         reason = stage_decision(config, backlog, now_ms)
         if reason is None:
             continue
-        from_offsets = ",".join(f"{p}={o}" for p, o in sorted(backlog.next_offsets.items()))
+        starts = from_offsets(backlog.next_offsets)
         earlier = context.instance.get_runs(
-            filters=dg.RunsFilter(tags={TOPIC_TAG: topic.name, FROM_OFFSETS_TAG: from_offsets})
+            filters=dg.RunsFilter(tags={TOPIC_TAG: topic.name, FROM_OFFSETS_TAG: starts})
         )
         if any(run.status in IN_FLIGHT for run in earlier):
             continue
         context.log.info("%s: stage run due: %s", topic.name, reason)
         requests.append(
             dg.RunRequest(
-                run_key=f"{topic.name}|{from_offsets}|{len(earlier)}",
+                run_key=stage_run_key(topic.name, backlog.next_offsets, len(earlier)),
                 run_config=stage_run_config(topic.name),
-                tags={TOPIC_TAG: topic.name, FROM_OFFSETS_TAG: from_offsets, "kbqe/reason": reason},
+                tags={TOPIC_TAG: topic.name, FROM_OFFSETS_TAG: starts, "kbqe/reason": reason},
             )
         )
     return dg.SensorResult(run_requests=requests, asset_events=observations)
@@ -106,23 +100,22 @@ def kafka_backlog_sensor(
 def staging_observation_sensor(
     context: dg.SensorEvaluationContext, staging: StagingResource
 ) -> dg.SensorResult:
-    """Record what waits in the staging area: pending avro files, bytes, oldest age."""
-    files = staging.store().list()
-    listing = parse_listing(f.name for f in files)
-    pending = {a.name for a in listing.avro}
-    pending_files = [f for f in files if f.name in pending]
-    now = datetime.now(timezone.utc)
-    oldest = min((f.updated for f in pending_files), default=None)
+    """Record what waits in the staging area (core/pending.py): pending files, their bytes and
+    the oldest one's age, as the freshness check and the health judge them."""
+    store = staging.store()
+    view = staging_view(store.list(), StateFile(store).read(), datetime.now(timezone.utc))
     return dg.SensorResult(
         asset_events=[
             dg.AssetObservation(
                 asset_key=STAGING_KEY,
                 metadata={
-                    "pending_files": len(pending_files),
-                    "pending_bytes": sum(f.size for f in pending_files),
-                    "done_files": len(listing.done),
-                    "oldest_pending_age_s": (now - oldest).total_seconds() if oldest else 0.0,
-                    "unrecognized_files": len(listing.unrecognized),
+                    "pending_files": view.waiting_files,
+                    "pending_bytes": view.waiting_bytes,
+                    "oldest_pending_age_s": view.oldest_pending_age_s or 0.0,
+                    "quarantined_files": view.quarantined_files,
+                    "uncommitted_files": view.uncommitted_files,
+                    "done_files": view.done_files,
+                    "unrecognized_files": view.unrecognized_files,
                 },
             )
         ]

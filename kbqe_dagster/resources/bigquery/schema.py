@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kbqe_dagster.core.avro_names import full_name
 from kbqe_dagster.core.errors import LoadError
 
 _PRIMITIVES = {
@@ -141,7 +142,7 @@ class _Converter:
         raise LoadError(f"{self.source}: field {path} has an unreadable Avro type {avro!r}")
 
     def _remember(self, named: dict[str, Any], namespace: str | None) -> None:
-        full = _full_name(named, namespace)
+        full = full_name(named, namespace) if named.get("name") else None
         if full:
             self.named[full] = named
             self.named.setdefault(named["name"], named)
@@ -160,16 +161,6 @@ def _namespace_of(named: dict[str, Any], enclosing: str | None) -> str | None:
     if "." in name:
         return name.rpartition(".")[0]
     return named.get("namespace", enclosing)
-
-
-def _full_name(named: dict[str, Any], enclosing: str | None) -> str | None:
-    name = named.get("name")
-    if not name:
-        return None
-    if "." in name:
-        return name
-    namespace = named.get("namespace", enclosing)
-    return f"{namespace}.{name}" if namespace else name
 
 
 def _decimal(avro: dict[str, Any], path: str, source: str) -> dict:
