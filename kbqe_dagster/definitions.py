@@ -23,6 +23,7 @@ from kbqe_dagster.defs.kafka.assets import topic_specs
 from kbqe_dagster.defs.keyed.assets import keyed_specs
 from kbqe_dagster.defs.keyed.checks import keyed_checks
 from kbqe_dagster.defs.keyed.jobs import merge_keyed_tables_job
+from kbqe_dagster.defs.keyed.schedules import keyed_schedules
 from kbqe_dagster.defs.resources import pipeline_config_path, resources_for_environment
 from kbqe_dagster.defs.staging.assets import staging_asset
 from kbqe_dagster.defs.staging.jobs import stage_job
@@ -43,7 +44,7 @@ def build_definitions(config_path: str | None = None, env: str | None = None) ->
         asset_checks=[load_checks(destinations), *keyed_checks(config)],
         jobs=[stage_job, load_job, poll_load_jobs_job, done_file_retention_job, duplicate_check_job,
               merge_keyed_tables_job],
-        schedules=load_schedules(config, duplicate_check_job),
+        schedules=[*load_schedules(config, duplicate_check_job), *keyed_schedules(config)],
         sensors=[kafka_backlog_sensor, staging_observation_sensor],
         resources=resources_for_environment(env),
     )

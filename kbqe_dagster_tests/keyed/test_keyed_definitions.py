@@ -71,3 +71,10 @@ def test_the_runner_step_fails_on_a_failed_merge_or_check() -> None:
     checked = merge_keyed_tables(_context(JobRun(
         MERGE_JOB, "r3", True, failed_checks=("bigquery/inventory/orders:keys_unique",)))[0])
     assert checked.error == "merge run r3: failed check(s) bigquery/inventory/orders:keys_unique"
+
+
+def test_the_daemon_merges_on_a_schedule_only_when_the_pipeline_has_keyed_topics() -> None:
+    keyed = build_definitions(str(EXAMPLE), env="local")
+    assert keyed.resolve_schedule_def("merge_keyed_tables").job_name == MERGE_JOB
+    append = build_definitions(str(EXAMPLE.parent / "pipeline.yaml"), env="local")
+    assert "merge_keyed_tables" not in {s.name for s in append.schedules}

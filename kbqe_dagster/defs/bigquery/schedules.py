@@ -35,7 +35,7 @@ def cron_every(interval: timedelta) -> str:
     return "0 0 * * *"
 
 
-def _skipping_schedule(
+def skipping_schedule(
     name: str, job: dg.JobDefinition, interval: timedelta, description: str
 ) -> dg.ScheduleDefinition:
     @dg.schedule(
@@ -57,15 +57,15 @@ def load_schedules(
     config: PipelineConfig, duplicate_check_job: dg.JobDefinition | None = None
 ) -> list[dg.ScheduleDefinition]:
     schedules = [
-        _skipping_schedule(
+        skipping_schedule(
             "load_cycle", load_job, config.load.cadence,
             f"Load cycle every {config.load.cadence} (load.cadence).",
         ),
-        _skipping_schedule(
+        skipping_schedule(
             "poll_load_jobs", poll_load_jobs_job, config.load.poll_interval,
             f"Follow pending load jobs every {config.load.poll_interval} (load.poll_interval).",
         ),
-        _skipping_schedule(
+        skipping_schedule(
             "done_file_retention", done_file_retention_job, config.retention.cadence,
             f"Done-file retention every {config.retention.cadence} (retention.cadence).",
         ),
