@@ -103,3 +103,39 @@ def test_the_layer_rules_see_module_level_and_in_function_imports() -> None:
     assert "kbqe_dagster.cli.stack" in _package_imports(cli_init)
     demo_run = PACKAGE / "demo" / "run.py"
     assert "kbqe_dagster.demo.produce" in _package_imports(demo_run)  # imported in a function
+
+
+# --- the whole order (issue 17) -------------------------------------------------------------
+def _room(room: str) -> list[Path]:
+    return sorted((PACKAGE / room).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _room("observability") + _room("operations"),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_observability_and_operations_never_import_the_definitions(path: Path) -> None:
+    bad = _imports_any(path, ("kbqe_dagster.defs", "kbqe_dagster.definitions"))
+    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}: defs/ is wiring, above them"
+
+
+@pytest.mark.parametrize("path", _room("resources"), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_systems_never_import_the_jobs_built_on_them(path: Path) -> None:
+    bad = _imports_any(path, ("kbqe_dagster.staging", "kbqe_dagster.loading",
+                              "kbqe_dagster.keyed", "kbqe_dagster.runner", "kbqe_dagster.defs"))
+    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}: resources/ only uses core/"
+
+
+@pytest.mark.parametrize("path", _files_outside("localstack", "resources", "cli", "demo"),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_local_stack_is_reached_through_one_seam(path: Path) -> None:
+    # resources/environment.py builds the local resources; the CLI and the demo drive the
+    # stack itself. Nothing else knows where the local services listen.
+    bad = _imports_any(path, ("kbqe_dagster.localstack",))
+    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}: use resources/environment.py"
+
+
+@pytest.mark.parametrize("path", _room("staging") + _room("loading"),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_stage_and_load_sides_never_import_each_other_or_the_wiring(path: Path) -> None:
+    other = "kbqe_dagster.loading" if path.is_relative_to(PACKAGE / "staging") else "kbqe_dagster.staging"
+    bad = _imports_any(path, (other, "kbqe_dagster.defs", "kbqe_dagster.runner"))
+    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}"

@@ -186,6 +186,11 @@ def parse_listing(names: Iterable[str]) -> ParsedListing:
     return ParsedListing(tuple(sorted(avro)), tuple(sorted(done)), tuple(unrecognized))
 
 
+STAGING_ASSET = "staging"
+"""The Dagster asset of the staging area (``AssetKey(["staging"])``), named here so the event
+log readers (observability/) need not import the definitions."""
+
+
 def topic_prefix(topic: str) -> str:
     """The listing prefix of a topic's staging files. It also lists ``topic.sub``'s files
     (dots are legal in topic names): :func:`of_topic` keeps exactly the topic's."""

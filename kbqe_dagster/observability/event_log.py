@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import dagster as dg
 
-from kbqe_dagster.defs.staging.assets import STAGING_KEY
+from kbqe_dagster.core.naming import STAGING_ASSET
 from kbqe_dagster.observability.event_totals import EventTotals
 
 log = logging.getLogger(__name__)
@@ -57,11 +57,11 @@ class EventLogFold:
 
     def refresh(self) -> EventTotals:
         """Fold the events stored since the last refresh; a snapshot of the totals."""
-        self._materializations(STAGING_KEY, lambda meta, _: self.totals.add_stage_run(meta))
+        self._materializations(dg.AssetKey([STAGING_ASSET]), lambda meta, _: self.totals.add_stage_run(meta))
         for key in self.instance.get_asset_keys(prefix=LOAD_ASSET_PREFIX):
             self._materializations(key, self.totals.add_load)
         self._observations(
-            STAGING_KEY, lambda meta, _: self.totals.add_staging_observation(meta)
+            dg.AssetKey([STAGING_ASSET]), lambda meta, _: self.totals.add_staging_observation(meta)
         )
         now = self._clock()
         self.totals.forget(

@@ -10,7 +10,6 @@ secret ones.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,6 @@ from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 
-DAGSTER_HOME_ENV = "DAGSTER_HOME"
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,11 @@ def sources_from_environment(
     env: str | None = None, dagster_home: str | None = None
 ) -> ExporterSources:
     """The sources of ``env`` (default: ``KBQE_ENV``), resolved from its Dagster resources."""
-    from kbqe_dagster.defs.resources import current_environment, resources_for_environment
+    from kbqe_dagster.resources.environment import (
+        current_environment,
+        default_dagster_home,
+        resources_for_environment,
+    )
 
     env = env or current_environment()
     resources = resources_for_environment(env)
@@ -74,20 +76,6 @@ def sources_from_environment(
         bigquery=_resolved(resources["bigquery"]),
         dagster_home=dagster_home or default_dagster_home(env),
     )
-
-
-def default_dagster_home(env: str) -> str | None:
-    """``$DAGSTER_HOME``; for the local stack, the instance ``kbqe demo``/``kbqe dev`` use."""
-    home = os.environ.get(DAGSTER_HOME_ENV)
-    if home:
-        return home
-    if env == "local":
-        from kbqe_dagster.localstack.base import stack_home
-
-        local = stack_home() / "dagster_home"
-        if (local / "dagster.yaml").is_file():
-            return str(local)
-    return None
 
 
 def open_instance(home: str) -> dg.DagsterInstance:

@@ -10,6 +10,7 @@ from collections import Counter
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
+from kbqe_dagster.core.naming import STAGING_ASSET
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
 from kbqe_dagster.resources.configurable import (
     KafkaResource,
@@ -20,7 +21,7 @@ from kbqe_dagster.resources.configurable import (
 from kbqe_dagster.staging.job import StageSummary, run_stage
 from kbqe_dagster.staging.task import StageContext
 
-STAGING_KEY = dg.AssetKey(["staging"])
+STAGING_KEY = dg.AssetKey([STAGING_ASSET])
 STAGING_GROUP = "staging"
 TOPIC_TAG = "kbqe/topic"
 FROM_OFFSETS_TAG = "kbqe/from_offsets"
