@@ -45,3 +45,13 @@ def test_docs_links_in_the_readme_point_at_files_that_exist() -> None:
     readme = (REPO / "README.md").read_text()
     for target in re.findall(r"\]\(((?:docs|examples)/[^)#]+)\)", readme):
         assert (REPO / target).exists(), target
+
+
+def test_the_readme_map_and_the_architecture_list_every_package_folder() -> None:
+    package = REPO / "kbqe_dagster"
+    rooms = sorted(p.name for p in package.iterdir() if (p / "__init__.py").is_file())
+    readme = (REPO / "README.md").read_text()
+    architecture = (REPO / "docs" / "architecture.md").read_text()
+    assert [r for r in rooms if f"`kbqe_dagster/{r}/`" not in readme] == []
+    assert [r for r in rooms if f"`{r}/" not in architecture] == []
+    assert "`kbqe_dagster/faults.py`" in readme and "`faults.py`" in architecture
