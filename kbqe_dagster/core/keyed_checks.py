@@ -12,10 +12,10 @@ keyed/merge.py's :meth:`~kbqe_dagster.keyed.merge.KeyedMerger.check`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from kbqe_dagster.core.keyed import DeleteMode
+from kbqe_dagster.core.load_checks import Verdict
 
 KEYS_UNIQUE = "keys_unique"
 MATCHES_CHANGELOG = "matches_changelog"
@@ -53,14 +53,6 @@ class KeyedCheck:
     deleted_rows: int
     deletes: DeleteMode
     sample: tuple[str, int] | None = None
-
-
-@dataclass(frozen=True)
-class Verdict:
-    name: str
-    passed: bool
-    severity: str = "ERROR"
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def keyed_verdicts(check: KeyedCheck) -> list[Verdict]:

@@ -15,6 +15,7 @@ refuse an insert without an answer. Only what the load resource calls is impleme
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -63,6 +64,15 @@ class FakeJob:
         if self.error_result:
             raise BadRequest(self.error_result["message"])
         return self
+
+
+@dataclass
+class _QueryJob:
+    rows: list[tuple]
+    total_bytes_processed: int = 0
+
+    def result(self) -> list[tuple]:
+        return self.rows
 
 
 class FakeBigQueryClient:
@@ -155,6 +165,26 @@ class FakeBigQueryClient:
     def create_dataset(self, dataset, exists_ok=False):
         self.datasets.add(dataset.dataset_id)
         return dataset
+
+    # --- queries: only the duplicate-offset query of the resource --------------------------
+    _DUPLICATES = re.compile(
+        r"SELECT `(\w+)`, `(\w+)`, `(\w+)`, COUNT\(\*\) AS copies FROM `[\w-]+\.(\w+)\.(\w+)` "
+        r"WHERE `(\w+)` >= DATE '([\d-]+)'"
+    )
+
+    def query(self, sql, job_config=None, location=None, **kwargs):
+        match = self._DUPLICATES.match(sql)
+        if match is None:
+            raise NotImplementedError(f"the fake answers only the duplicate-offset query: {sql}")
+        topic, partition, offset, dataset, table, date_column, since = match.groups()
+        table_rows = self.tables[(dataset, table)].rows if (dataset, table) in self.tables else []
+        copies: dict[tuple, int] = {}
+        for row in table_rows:
+            if str(row.get(date_column)) >= since:
+                key = (row[topic], row[partition], row[offset])
+                copies[key] = copies.get(key, 0) + 1
+        rows = [(*k, n) for k, n in sorted(copies.items()) if n > 1]
+        return _QueryJob(rows)
 
     def rows(self, dataset: str, table: str) -> list[Row]:
         """The table's rows as a query would return them: every column, NULL when absent."""

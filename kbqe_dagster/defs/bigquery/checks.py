@@ -27,6 +27,16 @@ import dagster as dg
 from kbqe_dagster.core.config import PipelineConfig
 from kbqe_dagster.core.dead_letters import DEAD_LETTER_PARTITION_FIELD
 from kbqe_dagster.core.load_state import JobStatus, LoadState
+from kbqe_dagster.core.load_checks import (
+    NO_QUARANTINED_FILES,
+    PENDING_FILES_FRESH,
+    ROWS_LOADED,
+    JobRows,
+    Verdict,
+    no_quarantined_files,
+    pending_files_fresh,
+    rows_loaded,
+)
 from kbqe_dagster.core.pending import freshness_limit_s as pending_freshness_limit_s
 from kbqe_dagster.core.pending import staging_view
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
@@ -36,10 +46,7 @@ from kbqe_dagster.resources.bigquery import BigQueryLoads, BigQueryResource
 from kbqe_dagster.resources.configurable import PipelineResource, StagingResource
 from kbqe_dagster.resources.staging_store import StagingStore
 
-ROWS_LOADED = "rows_loaded"
-NO_QUARANTINED_FILES = "no_quarantined_files"
 NO_DUPLICATE_OFFSETS = "no_duplicate_offsets"
-PENDING_FILES_FRESH = "pending_files_fresh"
 DUPLICATE_WINDOW_DAYS = 7
 CHECKS_OP = "bigquery_load_checks"
 
@@ -48,17 +55,26 @@ def freshness_limit_s(config: PipelineConfig) -> float:
     return pending_freshness_limit_s(config.load.cadence)
 
 
-def freshness_evaluation(age_s: float, files: int, limit_s: float) -> dg.AssetCheckEvaluation:
-    passed = age_s <= limit_s
+def _metadata(verdict: Verdict) -> dict:
+    return {k: dg.MetadataValue.json(v) if k in verdict.json_keys else v
+            for k, v in verdict.metadata.items()}
+
+
+def evaluation(key: dg.AssetKey, verdict: Verdict) -> dg.AssetCheckEvaluation:
+    """A core verdict as the event an op yields."""
     return dg.AssetCheckEvaluation(
-        asset_key=STAGING_KEY, check_name=PENDING_FILES_FRESH, passed=passed,
-        severity=dg.AssetCheckSeverity.WARN,
-        description=(
-            f"{files} avro file(s) wait for a load; the oldest for {age_s:.0f}s "
-            f"({'within' if passed else 'over'} the {limit_s:.0f}s limit)"
-        ),
-        metadata={"oldest_pending_age_s": round(age_s, 1), "pending_files": files,
-                  "limit_s": limit_s},
+        asset_key=key, check_name=verdict.name, passed=verdict.passed,
+        severity=dg.AssetCheckSeverity(verdict.severity),
+        description=verdict.description or None, metadata=_metadata(verdict),
+    )
+
+
+def result(key: dg.AssetKey, verdict: Verdict) -> dg.AssetCheckResult:
+    """A core verdict as the result a standalone check returns."""
+    return dg.AssetCheckResult(
+        asset_key=key, check_name=verdict.name, passed=verdict.passed,
+        severity=dg.AssetCheckSeverity(verdict.severity),
+        description=verdict.description or None, metadata=_metadata(verdict),
     )
 
 
@@ -108,11 +124,9 @@ def load_checks(destinations: Destinations) -> dg.AssetChecksDefinition:
                     date.today() - timedelta(days=DUPLICATE_WINDOW_DAYS),
                 )
             elif check.name == NO_QUARANTINED_FILES:
-                bad = sorted(f"{d}.{t}" for d, t in state.quarantined_tables() if (d, t) in tables)
-                yield dg.AssetCheckResult(
-                    asset_key=check.asset_key, check_name=check.name, passed=not bad,
-                    metadata={"quarantined_tables": dg.MetadataValue.json(bad)},
-                )
+                errors = {f"{q.dataset}.{q.table}": q.error for q in state.quarantined
+                          if (q.dataset, q.table) in tables}
+                yield result(check.asset_key, no_quarantined_files(errors, errors))
             else:
                 yield _latest_rows_result(check.asset_key, tables, state, loads)
 
@@ -168,30 +182,21 @@ def duplicate_offsets_result(
 def _latest_rows_result(
     key: dg.AssetKey, tables: set[tuple[str, str]], state: LoadState, loads: BigQueryLoads
 ) -> dg.AssetCheckResult:
+    """rows_loaded of the latest succeeded job of each table (its statistics are free)."""
     latest = {}
     for job in state.jobs:
         if job.status is JobStatus.SUCCEEDED and job.table_id in tables:
             if job.table_id not in latest or job.updated_at > latest[job.table_id].updated_at:
                 latest[job.table_id] = job
-    rows = []
+    jobs = []
     for job in latest.values():
         stats = loads.job_report(job.job_id)
-        rows.append({"job_id": job.job_id, "staged_records": job.records,
-                     "rows_loaded": stats.output_rows, "rows_source": stats.rows_source})
-    unknown = [r for r in rows if r["staged_records"] is None or r["rows_loaded"] is None]
-    wrong = [r for r in rows if r not in unknown and r["staged_records"] != r["rows_loaded"]]
-    return dg.AssetCheckResult(
-        asset_key=key, check_name=ROWS_LOADED, passed=not wrong and not unknown,
-        severity=dg.AssetCheckSeverity.ERROR if wrong else dg.AssetCheckSeverity.WARN,
-        description=f"latest finished job of {len(rows)} table(s)",
-        metadata={"jobs": dg.MetadataValue.json(rows)},
-    )
+        jobs.append(JobRows(job.job_id, f"{job.dataset}.{job.table}", job.records,
+                            stats.output_rows, stats.rows_source))
+    return result(key, rows_loaded(jobs))
 
 
 def _freshness_result(store: StagingStore, state: LoadState, limit_s: float) -> dg.AssetCheckResult:
     view = staging_view(store.list(), state, datetime.now(timezone.utc))
-    event = freshness_evaluation(view.oldest_pending_age_s or 0.0, view.waiting_files, limit_s)
-    return dg.AssetCheckResult(
-        asset_key=STAGING_KEY, check_name=PENDING_FILES_FRESH, passed=event.passed,
-        severity=event.severity, description=event.description, metadata=event.metadata,
-    )
+    verdict = pending_files_fresh(view.oldest_pending_age_s or 0.0, view.waiting_files, limit_s)
+    return result(STAGING_KEY, verdict)

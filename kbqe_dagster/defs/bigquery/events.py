@@ -12,11 +12,14 @@ from typing import Iterator
 import dagster as dg
 
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
-from kbqe_dagster.defs.bigquery.checks import (
-    NO_QUARANTINED_FILES,
-    ROWS_LOADED,
-    freshness_evaluation,
+from kbqe_dagster.core.load_checks import (
+    JobRows,
+    no_quarantined_files,
+    pending_files_fresh,
+    rows_loaded,
 )
+from kbqe_dagster.defs.bigquery.checks import evaluation
+from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.loading.report import CompletedLoad, CycleReport, PartitionLoad
 
 
@@ -44,9 +47,8 @@ def load_events(
     yield from rows_loaded_evaluations(report, destinations)
     yield from quarantine_evaluations(report, destinations)
     if freshness_limit_s is not None and report.oldest_unloaded_age_s is not None:
-        yield freshness_evaluation(
-            report.oldest_unloaded_age_s, report.unloaded_files, freshness_limit_s
-        )
+        yield evaluation(STAGING_KEY, pending_files_fresh(
+            report.oldest_unloaded_age_s, report.unloaded_files, freshness_limit_s))
 
 
 def _register_tables(
@@ -112,35 +114,9 @@ def rows_loaded_evaluations(
         if key is not None:
             by_key[key].append(completed)
     for key, loads in by_key.items():
-        checks = [(c, c.rows_check) for c in loads]
-        failed = [c for c, check in checks if check.passed is False]
-        unknown = [c for c, check in checks if check.passed is None]
-        jobs = [
-            {
-                "job_id": c.job.job_id, "table": f"{c.job.dataset}.{c.job.table}",
-                "staged_records": check.expected, "rows_loaded": check.loaded,
-                "rows_source": check.source,
-            }
-            for c, check in checks
-        ]
-        if failed:
-            severity, passed = dg.AssetCheckSeverity.ERROR, False
-            what = f"{len(failed)} job(s) loaded a different row count than staged, e.g. {failed[0].job.job_id}"
-        elif unknown:
-            severity, passed = dg.AssetCheckSeverity.WARN, False
-            what = f"{len(unknown)} job(s) could not be verified (counts unknown), e.g. {unknown[0].job.job_id}"
-        else:
-            severity, passed = dg.AssetCheckSeverity.ERROR, True
-            what = f"{len(loads)} job(s): rows loaded == records staged"
-        yield dg.AssetCheckEvaluation(
-            asset_key=key, check_name=ROWS_LOADED, passed=passed, severity=severity,
-            description=what,
-            metadata={
-                "jobs": dg.MetadataValue.json(jobs),
-                "rows_loaded": sum(check.loaded or 0 for _, check in checks),
-                "records_staged": sum(check.expected or 0 for _, check in checks),
-            },
-        )
+        jobs = [JobRows(c.job.job_id, f"{c.job.dataset}.{c.job.table}", c.rows_check.expected,
+                        c.rows_check.loaded, c.rows_check.source) for c in loads]
+        yield evaluation(key, rows_loaded(jobs))
 
 
 def quarantine_evaluations(
@@ -155,18 +131,7 @@ def quarantine_evaluations(
         key = destinations.asset_key(*table_id)
         if key is not None:
             by_key[key].add(table_id)
-    errors = {q.job.table_id: q.error for q in report.quarantined}
+    errors = {f"{d}.{t}": q.error for q in report.quarantined for d, t in [q.job.table_id]}
     for key, tables in by_key.items():
-        bad = sorted(t for t in tables if t in quarantined)
-        yield dg.AssetCheckEvaluation(
-            asset_key=key, check_name=NO_QUARANTINED_FILES, passed=not bad,
-            description=(
-                f"quarantined files in {', '.join(f'{d}.{t}' for d, t in bad)}: loading them "
-                "failed too often; see _kbqe/quarantine/ in the staging area"
-                if bad else "no quarantined files"
-            ),
-            metadata={
-                "quarantined_tables": dg.MetadataValue.json([f"{d}.{t}" for d, t in bad]),
-                "errors": dg.MetadataValue.json({f"{d}.{t}": e for (d, t), e in errors.items()}),
-            },
-        )
+        bad = [f"{d}.{t}" for d, t in tables if (d, t) in quarantined]
+        yield evaluation(key, no_quarantined_files(bad, {t: errors[t] for t in bad if t in errors}))

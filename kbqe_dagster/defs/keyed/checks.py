@@ -9,6 +9,7 @@ import dagster as dg
 
 from kbqe_dagster.core.config import PipelineConfig
 from kbqe_dagster.core.keyed_checks import KeyedCheck, check_names, keyed_verdicts
+from kbqe_dagster.defs.bigquery.checks import evaluation, result
 from kbqe_dagster.defs.keyed.assets import table_key
 from kbqe_dagster.keyed.merge import KeyedMerger, check_keyed_tables, keyed_destinations
 from kbqe_dagster.loading.state_file import StateFile
@@ -43,10 +44,7 @@ def merger_from(pipeline_config: PipelineConfig, bigquery: BigQueryResource,
 def check_evaluations(check: KeyedCheck) -> Iterator[dg.AssetCheckEvaluation]:
     dataset, table = check.table.split(".", 1)
     for verdict in keyed_verdicts(check):
-        yield dg.AssetCheckEvaluation(
-            asset_key=table_key(dataset, table), check_name=verdict.name, passed=verdict.passed,
-            severity=dg.AssetCheckSeverity(verdict.severity), metadata=verdict.metadata,
-        )
+        yield evaluation(table_key(dataset, table), verdict)
 
 
 def keyed_checks(config: PipelineConfig) -> list[dg.AssetChecksDefinition]:
@@ -67,12 +65,10 @@ def keyed_checks(config: PipelineConfig) -> list[dg.AssetChecksDefinition]:
         merger = merger_from(pipeline_config, bigquery, schema_registry)
         for check in check_keyed_tables(pipeline_config, merger, store, StateFile(store).read(),
                                         seed=date.today().isoformat(), tables=tables):
-            for evaluation in check_evaluations(check):
-                if dg.AssetCheckKey(evaluation.asset_key, evaluation.check_name) in selected:
-                    yield dg.AssetCheckResult(
-                        asset_key=evaluation.asset_key, check_name=evaluation.check_name,
-                        passed=evaluation.passed, severity=evaluation.severity,
-                        metadata=evaluation.metadata,
-                    )
+            dataset, table = check.table.split(".", 1)
+            key = table_key(dataset, table)
+            for verdict in keyed_verdicts(check):
+                if dg.AssetCheckKey(key, verdict.name) in selected:
+                    yield result(key, verdict)
 
     return [keyed_table_checks]

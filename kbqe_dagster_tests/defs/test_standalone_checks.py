@@ -1,0 +1,66 @@
+"""The standalone load checks (run from the UI or a schedule) judge the same facts as the
+load op does as it loads: both go through core/load_checks.py. Here over a fake BigQuery at
+the boundary and a real local staging directory."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from kbqe_dagster.core.load_checks import NO_QUARANTINED_FILES, PENDING_FILES_FRESH, ROWS_LOADED
+from kbqe_dagster.defs.bigquery.assets import Destinations
+from kbqe_dagster.defs.bigquery.checks import load_checks
+from kbqe_dagster.defs.bigquery.events import load_events
+from kbqe_dagster.defs.staging.assets import STAGING_KEY
+from kbqe_dagster.resources.bigquery import BigQueryResource
+from kbqe_dagster.resources.configurable import PipelineResource, StagingResource
+from kbqe_dagster_tests.loading.conftest import ORDERS_V1, PAGE_VIEWS, TOPIC, pipeline
+from kbqe_dagster_tests.loading.staged import stage_range
+
+DAY = date(2024, 9, 12)
+RAW_PIPELINE = {
+    "version": 1,
+    "topics": [{"name": TOPIC, "event_time": {"fields": ["eventTime"]}}],
+    "allowed_destinations": ["acme_sales.*", "acme_web.page_views"],
+    "load": {"max_retries": 2},
+}
+
+
+@pytest.fixture
+def resources(tmp_path: Path, store, bq, monkeypatch) -> dict:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(RAW_PIPELINE))
+    monkeypatch.setattr(BigQueryResource, "client", lambda self: bq)
+    return {"pipeline": PipelineResource(config_path=str(path)),
+            "staging": StagingResource(url=str(store.root)),
+            "bigquery": BigQueryResource(project="p")}
+
+
+def _by_check(events) -> dict[tuple[str, str], bool]:
+    return {(e.asset_key.to_user_string(), e.check_name): e.passed for e in events
+            if isinstance(e, (dg.AssetCheckEvaluation, dg.AssetCheckResult))}
+
+
+def test_the_standalone_checks_agree_with_the_load_op(store, bq, make_coordinator,
+                                                      resources) -> None:
+    stage_range(store, TOPIC, 0, 0, 9, [(ORDERS_V1, 4, DAY), (PAGE_VIEWS, 5, DAY)])
+    bq.fail_tables[("acme_web", "page_views")] = 99
+    report = make_coordinator().run_cycle()
+    with dg.instance_for_test() as instance:
+        destinations = Destinations.from_config(pipeline())
+        during_load = _by_check(load_events(report, destinations, instance,
+                                            freshness_limit_s=900))
+        checks = load_checks(destinations)
+        context = dg.build_asset_check_context(resources=resources, instance=instance)
+        standalone = _by_check(checks(context))
+
+    quarantine = ("bigquery/acme_web/page_views", NO_QUARANTINED_FILES)
+    assert during_load[quarantine] is False and standalone[quarantine] is False
+    rows = ("bigquery/acme_sales", ROWS_LOADED)
+    assert during_load[rows] is True and standalone[rows] is True
+    fresh = (STAGING_KEY.to_user_string(), PENDING_FILES_FRESH)
+    assert during_load[fresh] is True and standalone[fresh] is True
