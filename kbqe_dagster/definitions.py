@@ -7,9 +7,12 @@ decides the resources — both read once, here.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 
-from kbqe_dagster.core.config import load_pipeline_config
+from kbqe_dagster.core.config import parse_pipeline_text
+from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.defs.bigquery.assets import Destinations, bigquery_specs
 from kbqe_dagster.defs.bigquery.checks import load_checks
 from kbqe_dagster.defs.bigquery.jobs import (
@@ -28,10 +31,18 @@ from kbqe_dagster.defs.resources import pipeline_config_path, resources_for_envi
 from kbqe_dagster.defs.staging.assets import staging_asset
 from kbqe_dagster.defs.staging.jobs import stage_job
 from kbqe_dagster.defs.staging.sensors import kafka_backlog_sensor, staging_observation_sensor
+from kbqe_dagster.resources.configurable import PipelineResource
 
 
 def build_definitions(config_path: str | None = None, env: str | None = None) -> dg.Definitions:
-    config = load_pipeline_config(config_path or pipeline_config_path())
+    # The file is read and parsed once, here; the pipeline resource carries that text, so
+    # sensors, ops and checks see the pipeline these definitions were built from.
+    path = config_path or pipeline_config_path()
+    try:
+        content = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the pipeline configuration: {error}") from error
+    config = parse_pipeline_text(content, source=path)
     destinations = Destinations.from_config(config)
     duplicate_check_job = duplicate_offsets_check_job(destinations)
     return dg.Definitions(
@@ -46,7 +57,8 @@ def build_definitions(config_path: str | None = None, env: str | None = None) ->
               merge_keyed_tables_job],
         schedules=[*load_schedules(config, duplicate_check_job), *keyed_schedules(config)],
         sensors=[kafka_backlog_sensor, staging_observation_sensor],
-        resources=resources_for_environment(env),
+        resources=resources_for_environment(
+            env, PipelineResource(config_path=path, content=content)),
     )
 
 

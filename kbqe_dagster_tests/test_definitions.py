@@ -52,3 +52,15 @@ def test_dagster_definitions_validate_accepts_the_workspace(tmp_path: Path) -> N
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_the_pipeline_file_is_read_once_per_definitions_load(tmp_path) -> None:
+    # Sensors, ops and checks see the pipeline the assets were built from, even when the
+    # file is edited before the code location reloads.
+    path = tmp_path / "pipeline.yaml"
+    path.write_text((REPO / "examples" / "pipeline.yaml").read_text())
+    defs = build_definitions(str(path), env="local")
+    path.write_text("not: [a, pipeline")
+    with dg.build_resources({"pipeline": defs.resources["pipeline"]}) as resources:
+        config = resources.pipeline.load()
+    assert [t.name for t in config.topics] == ["com.acme.events"]

@@ -90,6 +90,7 @@ __all__ = [
     "jobs_per_table_per_day",
     "load_pipeline_config",
     "parse_pipeline_config",
+    "parse_pipeline_text",
 ]
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,11 @@ def load_pipeline_config(path: str | Path) -> PipelineConfig:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"{source}: cannot read the pipeline configuration: {error}") from error
+    return parse_pipeline_text(text, source=source)
+
+
+def parse_pipeline_text(text: str, source: str = "<config>") -> PipelineConfig:
+    """Validate the text of a pipeline YAML file."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as error:

@@ -70,11 +70,23 @@ class SchemaRegistryResource(dg.ConfigurableResource):
 
 
 class PipelineResource(dg.ConfigurableResource):
-    """The pipeline configuration file (topics, routing, event time, policies, knobs)."""
+    """The pipeline configuration (topics, routing, event time, policies, knobs).
+
+    Built by the definitions with ``content``, the file's text as it was parsed when the code
+    location loaded: every sensor tick, op and check of one load of the definitions then sees
+    the pipeline its assets, checks and schedules were built from. An edited file takes
+    effect when the code location is reloaded, all at once, never in the sensors first.
+    Without ``content`` (a resource built by hand), the file is read at each ``load()``."""
 
     config_path: str = Field(description="Path of the pipeline YAML file.")
+    content: str | None = Field(
+        default=None,
+        description="The file's text as parsed when the definitions loaded (see the class doc).",
+    )
 
     def load(self):
-        from kbqe_dagster.core.config import load_pipeline_config
+        from kbqe_dagster.core.config import load_pipeline_config, parse_pipeline_text
 
+        if self.content is not None:
+            return parse_pipeline_text(self.content, source=self.config_path)
         return load_pipeline_config(self.config_path)

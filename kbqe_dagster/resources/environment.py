@@ -40,12 +40,12 @@ def pipeline_config_path() -> str:
     return os.environ.get("KBQE_PIPELINE_CONFIG", str(DEFAULT_PIPELINE))
 
 
-def local_resources() -> dict:
+def local_resources(pipeline: PipelineResource | None = None) -> dict:
     ends = local_endpoints()
     # Spark binds the driver to loopback only; no other address is needed on one machine.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return {
-        "pipeline": PipelineResource(config_path=pipeline_config_path()),
+        "pipeline": pipeline or PipelineResource(config_path=pipeline_config_path()),
         "kafka": KafkaResource(bootstrap_servers=ends.kafka_bootstrap),
         "schema_registry": SchemaRegistryResource(url=ends.registry_url),
         "staging": StagingResource(
@@ -69,9 +69,9 @@ def _optional_env(name: str) -> dg.EnvVar | None:
     return dg.EnvVar(name) if name in os.environ else None
 
 
-def gcp_resources() -> dict:
+def gcp_resources(pipeline: PipelineResource | None = None) -> dict:
     return {
-        "pipeline": PipelineResource(config_path=pipeline_config_path()),
+        "pipeline": pipeline or PipelineResource(config_path=pipeline_config_path()),
         "kafka": KafkaResource(
             bootstrap_servers=dg.EnvVar("KBQE_KAFKA_BOOTSTRAP_SERVERS"),
             security_protocol=_optional_env("KBQE_KAFKA_SECURITY_PROTOCOL"),
@@ -97,9 +97,12 @@ def gcp_resources() -> dict:
     }
 
 
-def resources_for_environment(env: str | None = None) -> dict:
+def resources_for_environment(env: str | None = None,
+                              pipeline: PipelineResource | None = None) -> dict:
+    """The resources of ``env`` (default ``KBQE_ENV``); ``pipeline``: the definitions' own
+    (the file as they parsed it), else one that reads ``KBQE_PIPELINE_CONFIG``."""
     env = env or current_environment()
-    return local_resources() if env == "local" else gcp_resources()
+    return local_resources(pipeline) if env == "local" else gcp_resources(pipeline)
 
 
 DAGSTER_HOME_ENV = "DAGSTER_HOME"
