@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from kbqe_dagster.core.load_checks import JobRows
 from kbqe_dagster.core.load_state import LoadJobRecord
 from kbqe_dagster.core.naming import DoneFileName, parse_name
 from kbqe_dagster.loading.manifests import FileFacts
@@ -34,22 +35,6 @@ class PartitionLoad:
 
 
 @dataclass(frozen=True)
-class RowsCheck:
-    """Rows the job wrote (BigQuery's statistics) against records staged in its files (the
-    done-file manifests). ``passed`` is ``None`` when either side is unknown."""
-
-    expected: int | None
-    loaded: int | None
-    source: str
-
-    @property
-    def passed(self) -> bool | None:
-        if self.expected is None or self.loaded is None:
-            return None
-        return self.expected == self.loaded
-
-
-@dataclass(frozen=True)
 class CompletedLoad:
     """A job that succeeded: its avro files are deleted and the state says so."""
 
@@ -63,8 +48,11 @@ class CompletedLoad:
         return self.job.table_id
 
     @property
-    def rows_check(self) -> RowsCheck:
-        return RowsCheck(self.job.records, self.stats.output_rows, self.stats.rows_source)
+    def rows_check(self) -> JobRows:
+        """Rows the job wrote (BigQuery's statistics) against the records staged in its files
+        (the done-file manifests); core/load_checks.py judges them."""
+        return JobRows(self.job.job_id, f"{self.job.dataset}.{self.job.table}",
+                       self.job.records, self.stats.output_rows, self.stats.rows_source)
 
     def partitions(self) -> tuple[PartitionLoad, ...]:
         """One entry per event day the job's files hold records for, plus one ``day=None``

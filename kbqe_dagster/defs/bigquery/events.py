@@ -13,7 +13,6 @@ import dagster as dg
 
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.core.load_checks import (
-    JobRows,
     no_quarantined_files,
     pending_files_fresh,
     rows_loaded,
@@ -114,9 +113,7 @@ def rows_loaded_evaluations(
         if key is not None:
             by_key[key].append(completed)
     for key, loads in by_key.items():
-        jobs = [JobRows(c.job.job_id, f"{c.job.dataset}.{c.job.table}", c.rows_check.expected,
-                        c.rows_check.loaded, c.rows_check.source) for c in loads]
-        yield evaluation(key, rows_loaded(jobs))
+        yield evaluation(key, rows_loaded([c.rows_check for c in loads]))
 
 
 def quarantine_evaluations(
