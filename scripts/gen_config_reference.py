@@ -29,6 +29,7 @@ SECTIONS = [
     ("enrichment", enrichment.EnrichmentConfig),
     ("load", config_sections.LoadSettings),
     ("retention", config_sections.RetentionSettings),
+    ("notifications", config_sections.NotificationSettings),
 ]
 
 HEADER = """# Configuration reference
@@ -59,6 +60,7 @@ dead_letter: {...}
 enrichment: {...}
 load: {...}
 retention: {...}
+notifications: {...}             # schema and table notices to a webhook
 ```
 
 `format: debezium` reads Debezium's change events: the standard envelope

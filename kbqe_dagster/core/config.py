@@ -21,6 +21,7 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
     enrichment: {...}
     load: {...}
     retention: {...}
+    notifications: {webhook_url: https://hooks.example/...}   # schema and table notices
 
 Rules worth knowing: ``event_time``, ``staging`` and ``on_bad_input`` at the top level are
 defaults a topic overrides key by key. A ``static`` route's table is implicitly allowed (it is
@@ -44,6 +45,7 @@ from kbqe_dagster.core.config_sections import (
     ENRICHMENT_SPEC,
     EVENT_TIME_SPEC,
     LOAD_SPEC,
+    NOTIFICATION_SPEC,
     RETENTION_SPEC,
     ROUTING_KEYS_BY_MODE,
     ROUTING_SPEC,
@@ -51,6 +53,7 @@ from kbqe_dagster.core.config_sections import (
     BadInputPolicy,
     DeadLetterDestination,
     LoadSettings,
+    NotificationSettings,
     RetentionSettings,
     StagingSettings,
     cadence_quota_verdict,
@@ -98,7 +101,7 @@ log = logging.getLogger(__name__)
 CONFIG_VERSION = 1
 _TOP_KEYS = (
     "version", "topics", "allowed_destinations", "event_time", "on_bad_input", "staging",
-    "dead_letter", "enrichment", "load", "retention",
+    "dead_letter", "enrichment", "load", "retention", "notifications",
 )  # fmt: skip
 _TOPIC_KEYS = ("name", "format", "routing", "event_time", "on_bad_input", "staging", "keyed")
 
@@ -145,6 +148,8 @@ class PipelineConfig:
     """The BigQuery load coordinator's settings."""
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     """Staging-area housekeeping."""
+    notifications: NotificationSettings = field(default_factory=NotificationSettings)
+    """Where schema and table notices are posted (besides Dagster and the log)."""
     source: str = "<config>"
     """Where the configuration was read from, for messages."""
     warnings: tuple[str, ...] = ()
@@ -217,6 +222,10 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
     retention = _build(
         RetentionSettings(), top.get("retention"), "retention", RETENTION_SPEC, problems
     )
+    notifications = _build(
+        NotificationSettings(), top.get("notifications"), "notifications", NOTIFICATION_SPEC,
+        problems,
+    )
     if allowed.allows(dead_letter.dataset, dead_letter.table):
         problems.add(
             "allowed_destinations",
@@ -245,6 +254,7 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         enrichment=enrichment,
         load=load,
         retention=retention,
+        notifications=notifications,
         source=source,
         warnings=warnings,
     )

@@ -175,6 +175,32 @@ RETENTION_SPEC: dict[str, r.Converter] = {
 
 
 @dataclass(frozen=True)
+class NotificationSettings:
+    """Where schema and table notices go besides the Dagster UI and the log, under
+    ``notifications:`` (core/notices.py)."""
+
+    webhook_url: str | None = None
+    """``http(s)://`` URL that receives an HTTP POST of each notice as JSON, with a
+    Slack-compatible ``text`` field. Default: none (notices only in Dagster and the log)."""
+    timeout: timedelta = timedelta(seconds=5)
+    """Per attempt. Default ``5s``."""
+    retries: int = 2
+    """Further attempts after a failed one. Default ``2``. A notice that still fails is logged
+    and dropped: notices never hold a load back."""
+
+    def __post_init__(self) -> None:
+        if self.webhook_url is not None and not re.match(r"https?://", self.webhook_url):
+            raise ValueError(f"webhook_url must start with http:// or https://, got {self.webhook_url!r}")
+
+
+NOTIFICATION_SPEC: dict[str, r.Converter] = {
+    "webhook_url": r.nullable(r.string),
+    "timeout": r.duration(minimum=timedelta(milliseconds=100)),
+    "retries": r.integer(minimum=0, maximum=10),
+}
+
+
+@dataclass(frozen=True)
 class DeadLetterDestination:
     """Where dead letters are loaded, under ``dead_letter:``."""
 

@@ -41,7 +41,7 @@ from typing import Callable
 
 from kbqe_dagster.core.config import PipelineConfig
 from kbqe_dagster.core.dead_letters import DEAD_LETTER_PARTITION_FIELD
-from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.core.errors import KbqeError, StagingError
 from kbqe_dagster.core.load_lifecycle import (
     Action,
     ObservedJob,
@@ -62,6 +62,12 @@ from kbqe_dagster.core.load_state import (
     retry_job,
 )
 from kbqe_dagster.core.naming import parse_listing
+from kbqe_dagster.core.notices import (
+    KNOWN_SCHEMAS_FILE,
+    decode_known,
+    encode_known,
+    schema_notices,
+)
 from kbqe_dagster.core.pending import staging_view
 from kbqe_dagster.core.selection import (
     PlannedLoadJob,
@@ -134,11 +140,46 @@ class LoadCoordinator:
     def _finish(self, state: LoadState, report: CycleReport) -> CycleReport:
         state = prune(state, self.now(), self.config.retention.keep_load_history)
         self._save(state)
+        self._notice_schema_changes(report)
         report.pending_after = len(state.pending_jobs())
         report.quarantined_tables = state.quarantined_tables()
         report.state_writes = self.state_file.writes
         log.info("load coordinator: %s", report.summary())
         return report
+
+    def _notice_schema_changes(self, report: CycleReport) -> None:
+        """Compare each table a finished job loaded with its remembered columns; notices go
+        to the report (the load op turns them into asset events and webhook posts). After
+        the state is saved: a notice never holds a load back, and one lost to a crash here
+        is given by the next finished load of that table."""
+        jobs: dict[tuple[str, str], list[CompletedLoad]] = {}
+        for completed in report.completed:
+            jobs.setdefault(completed.table_id, []).append(completed)
+        if not jobs:
+            return
+        try:
+            content = self.store.read_bytes(KNOWN_SCHEMAS_FILE)
+        except StagingError:
+            content = None
+        known = decode_known(content)
+        changed = False
+        for (dataset, table), finished in sorted(jobs.items()):
+            current = self.bigquery.table_columns(dataset, table)
+            if current is None:
+                continue
+            name = f"{dataset}.{table}"
+            before = known.get(name)
+            planned = min(c.job.created_at for c in finished)
+            created = current.created is None or current.created >= planned
+            for notice in schema_notices(name, before, current.columns, created=created,
+                                         job_id=finished[-1].job.job_id):
+                report.notices.append(notice)
+                log.info("schema notice: %s", json.dumps(notice.to_json()))
+            if before != current.columns:
+                known[name] = current.columns
+                changed = True
+        if changed:
+            self.store.put_bytes(KNOWN_SCHEMAS_FILE, encode_known(known))
 
     def _save(self, state: LoadState) -> None:
         self.state_file.save(state)

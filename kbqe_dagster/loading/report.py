@@ -13,6 +13,7 @@ from typing import Mapping
 from kbqe_dagster.core.load_checks import JobRows
 from kbqe_dagster.core.load_state import LoadJobRecord
 from kbqe_dagster.core.naming import DoneFileName, parse_name
+from kbqe_dagster.core.notices import SchemaNotice
 from kbqe_dagster.loading.manifests import FileFacts
 from kbqe_dagster.resources.bigquery import JobReport
 
@@ -121,6 +122,8 @@ class CycleReport:
     quarantined: list[QuarantinedLoad] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
     """Operator messages for jobs pending longer than the stuck threshold."""
+    notices: list[SchemaNotice] = field(default_factory=list)
+    """Tables created, columns added or relaxed by the jobs this run finished (core/notices.py)."""
     leftovers_deleted: list[str] = field(default_factory=list)
     """Objects under a committed name that were not the version the commit pinned (a late
     writer's re-upload): deleted, never loaded."""

@@ -32,6 +32,7 @@ class FakeTable:
     columns: list[str]
     rows: list[Row] = field(default_factory=list)
     time_partitioning_field: str | None = None
+    created: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     @property
     def num_rows(self) -> int:
@@ -39,7 +40,10 @@ class FakeTable:
 
     @property
     def schema(self) -> list[Any]:
-        return self.columns
+        """Names are all the fake tracks: every column reads as a NULLABLE STRING."""
+        from google.cloud import bigquery
+
+        return [bigquery.SchemaField(name, "STRING") for name in self.columns]
 
 
 @dataclass

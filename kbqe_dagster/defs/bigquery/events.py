@@ -132,3 +132,24 @@ def quarantine_evaluations(
     for key, tables in by_key.items():
         bad = [f"{d}.{t}" for d, t in tables if (d, t) in quarantined]
         yield evaluation(key, no_quarantined_files(bad, {t: errors[t] for t in bad if t in errors}))
+
+
+def notice_events(notices, destinations: Destinations) -> Iterator[dg.AssetObservation]:
+    """A table created, columns added or relaxed (core/notices.py), on the table's asset."""
+    for notice in notices:
+        dataset, table = notice.table.split(".", 1)
+        key = destinations.asset_key(dataset, table)
+        if key is None:
+            continue
+        document = notice.to_json()
+        yield dg.AssetObservation(
+            asset_key=key, description=notice.text,
+            metadata={
+                "schema_notice": str(notice.kind),
+                "table": notice.table,
+                "columns": dg.MetadataValue.json(document["columns"]),
+                "before": dg.MetadataValue.json(document["before"]),
+                "after": dg.MetadataValue.json(document["after"]),
+                "job_id": notice.job_id or "",
+            },
+        )

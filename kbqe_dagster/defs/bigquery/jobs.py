@@ -21,12 +21,13 @@ from pydantic import Field
 
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.bigquery.checks import duplicate_check_keys, freshness_limit_s
-from kbqe_dagster.defs.bigquery.events import load_events
+from kbqe_dagster.defs.bigquery.events import load_events, notice_events
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.loading.coordinator import DEFAULT_STUCK_AFTER, LoadCoordinator
 from kbqe_dagster.loading.retention import apply_retention
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import PipelineResource, StagingResource
+from kbqe_dagster.resources.webhook import post_notices
 
 LOAD_POOL = "bigquery_load"
 
@@ -66,6 +67,7 @@ def load_cycle(
         report, destinations, context.instance,
         freshness_limit_s=freshness_limit_s(coordinator.config), log=context.log,
     )
+    yield from _notices(report, destinations, coordinator)
     if report.leftovers_deleted:
         # Each one is also logged by name; the observation feeds the leftovers metric.
         yield dg.AssetObservation(
@@ -90,6 +92,16 @@ def poll_load_jobs(
     report = coordinator.poll()
     context.log.info("poll: %s", report.summary())
     yield from load_events(report, destinations, context.instance, log=context.log)
+    yield from _notices(report, destinations, coordinator)
+
+
+def _notices(report, destinations: Destinations,
+             coordinator: LoadCoordinator) -> Iterator[dg.AssetObservation]:
+    """Schema and table notices as observations of the table's asset, then to the webhook
+    (after the run's work is saved: a notice never holds a load back)."""
+    for event in notice_events(report.notices, destinations):
+        yield event
+    post_notices(coordinator.config.notifications, report.notices)
 
 
 @dg.op(out={}, tags={"kbqe/step": "retention"})

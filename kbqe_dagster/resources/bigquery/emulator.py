@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from kbqe_dagster.core.load_lifecycle import ObservedJob, ObservedKind, classify_submit
+from kbqe_dagster.core.notices import Column
 from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
 from kbqe_dagster.resources.bigquery.jobs import (
     ROWS_FROM_DML,
@@ -91,6 +92,13 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
             f"SELECT * FROM `{request.dataset}.{request.table}` LIMIT 0", job_retry=None,
         ).result()
         return {f.name.lower() for f in probe.schema}
+
+    def _columns(self, dataset: str, table: str, meta: Any) -> tuple[Column, ...]:
+        # The metadata misses ALTER-added columns; a query's result schema has them (modes
+        # are not reported there: NULLABLE, as every column the emulator path adds).
+        result = self.client.query(
+            f"SELECT * FROM `{dataset}.{table}` LIMIT 0", job_retry=None).result()
+        return tuple(Column(f.name, f.field_type, f.mode or "NULLABLE") for f in result.schema)
 
     def _load_creating_the_table(self, request: LoadRequest) -> SubmitResult:
         job = self.client.load_table_from_uri(

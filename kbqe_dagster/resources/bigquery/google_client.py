@@ -19,6 +19,7 @@ from kbqe_dagster.core.load_lifecycle import (
     SubmitOutcome,
     classify_submit,
 )
+from kbqe_dagster.core.notices import Column
 from kbqe_dagster.resources.bigquery.jobs import (
     PIPELINE_LABEL,
     ROWS_FROM_JOB,
@@ -26,6 +27,7 @@ from kbqe_dagster.resources.bigquery.jobs import (
     JobReport,
     LoadRequest,
     SubmitResult,
+    TableColumns,
     load_job_config,
 )
 
@@ -136,6 +138,20 @@ class GoogleBigQueryLoads:
         except NotFound:
             return False
         return True
+
+    def table_columns(self, dataset: str, table: str) -> TableColumns | None:
+        """The table's top-level columns and creation time (metadata: free); None when the
+        table does not exist."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            meta = self.client.get_table(self._table_ref(dataset, table))
+        except NotFound:
+            return None
+        return TableColumns(self._columns(dataset, table, meta), getattr(meta, "created", None))
+
+    def _columns(self, dataset: str, table: str, meta: Any) -> tuple[Column, ...]:
+        return tuple(Column(f.name, f.field_type, f.mode or "NULLABLE") for f in meta.schema)
 
     def table_row_count(self, dataset: str, table: str) -> int | None:
         """Rows in the table from its metadata (free; kbqe never streams, so no buffer is

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from typing import Any, Mapping, Protocol, Sequence
 
 from kbqe_dagster.core.load_lifecycle import ObservedJob, SubmitOutcome
+from kbqe_dagster.core.notices import Column
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
 PIPELINE_LABEL = "kbqe_dagster"
@@ -42,6 +43,14 @@ class LoadRequest:
     clustering_fields: tuple[str, ...] = ()
     """Clustering of a table this load creates (a keyed changelog: by partition and offset,
     so that the MERGE's offset ranges prune blocks)."""
+
+
+@dataclass(frozen=True)
+class TableColumns:
+    """A table's top-level columns (free metadata) and when it was created."""
+
+    columns: tuple[Column, ...]
+    created: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,8 @@ class BigQueryLoads(Protocol):
     def table_exists(self, dataset: str, table: str) -> bool: ...
 
     def table_row_count(self, dataset: str, table: str) -> int | None: ...
+
+    def table_columns(self, dataset: str, table: str) -> TableColumns | None: ...
 
     def ensure_dataset(self, dataset: str) -> None: ...
 
