@@ -50,7 +50,8 @@ topics:                          # required, at least one
     event_time: {...}            # see topics[].event_time
     on_bad_input: dead_letter    # dead_letter (default) | skip | fail
     staging: {...}               # overrides of the top-level staging section
-    format: avro                 # avro (default) | debezium: Debezium change events
+    format: avro                 # avro (default) | debezium: Debezium change events | json
+    schema: {...}                # format: json only: the values' Avro record (inline or a path)
     keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
 allowed_destinations: [acme_sales.orders, acme_web.*]   # dataset.table or dataset.*
 event_time: {...}                # defaults for every topic
@@ -71,6 +72,12 @@ transform (`__op`, `__source_ts_ms`, `__deleted`). It needs a `keyed:` section a
 kept by a MERGE) and, with `history: true`, `D.T_history` (SCD type II); see
 docs/architecture.md. In keyed mode a Kafka tombstone (null value) is counted, not
 dead-lettered.
+
+`format: json` reads schemaless JSON objects and stages them under the Avro record schema
+the topic declares in `schema:` (inline, or the path of an `.avsc` file relative to the
+pipeline file); a value that is not one JSON object is dead-lettered as `json_decode_error`,
+one that does not fit the schema as `json_schema_mismatch` naming the field. Logical types
+take Avro's JSON encoding (`timestamp-millis` as epoch milliseconds).
 
 `on_bad_input`: `dead_letter` writes the raw message and the reason to the dead-letter
 table; `skip` counts and drops it (visible in run metadata and metrics); `fail` stops the

@@ -32,11 +32,13 @@ errors with a did-you-mean; all problems are reported together in one :class:`Co
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+import fastavro
 import yaml
 
 from kbqe_dagster.core import config_reader as r
@@ -103,7 +105,9 @@ _TOP_KEYS = (
     "version", "topics", "allowed_destinations", "event_time", "on_bad_input", "staging",
     "dead_letter", "enrichment", "load", "retention", "notifications",
 )  # fmt: skip
-_TOPIC_KEYS = ("name", "format", "routing", "event_time", "on_bad_input", "staging", "keyed")
+_TOPIC_KEYS = (
+    "name", "format", "schema", "routing", "event_time", "on_bad_input", "staging", "keyed",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,8 @@ class TopicConfig:
     keyed: KeyedConfig | None = None
     """Set for a keyed topic: its destination is a changelog, a current-state table and
     optionally a history (see core/keyed.py); None for an append-only topic."""
+    value_schema: Mapping[str, Any] | None = None
+    """``format: json``: the Avro record schema its values are staged under (core/formats.py)."""
 
     @property
     def required_fields(self) -> tuple[str, ...]:
@@ -210,6 +216,7 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
             top, "on_bad_input", _POLICY, BadInputPolicy.DEAD_LETTER, problems
         ),
         staging=_build(StagingSettings(), top.get("staging"), "staging", STAGING_SPEC, problems),
+        base_dir=Path(source).parent if source != "<config>" else None,
     )
     dead_letter = _build(
         DeadLetterDestination(), top.get("dead_letter"), "dead_letter", DEAD_LETTER_SPEC, problems
@@ -266,6 +273,8 @@ class _TopicDefaults:
     event_time: dict[str, Any]
     on_bad_input: BadInputPolicy
     staging: StagingSettings
+    base_dir: Path | None = None
+    """Where relative ``schema:`` file paths are read from: the pipeline file's folder."""
 
 
 _POLICY = r.choice(BadInputPolicy)
@@ -359,9 +368,47 @@ def _topic(
         defaults.staging, section.get("staging"), f"{path}.staging", STAGING_SPEC, problems
     )
     keyed = _keyed(section, path, source_format, routing, problems)
+    value_schema = _value_schema(section, path, source_format, defaults.base_dir, problems)
+    if source_format is SourceFormat.JSON and "keyed" in section:
+        problems.add(f"{path}.keyed", "not with format: json (keyed topics are avro or debezium)")
     if name is None or routing is None or event_time is None:
         return None
-    return TopicConfig(name, routing, event_time, policy, staging, source_format, keyed)
+    return TopicConfig(name, routing, event_time, policy, staging, source_format, keyed,
+                       value_schema)
+
+
+def _value_schema(
+    section: Mapping[str, Any], path: str, source_format: SourceFormat, base_dir: Path | None,
+    problems: r.Problems,
+) -> Mapping[str, Any] | None:  # fmt: skip
+    """``schema:``, the Avro record of a ``format: json`` topic: inline, or a file path
+    (relative to the pipeline file). Parsed here, so a bad schema is a config error."""
+    key = f"{path}.schema"
+    if "schema" not in section:
+        if source_format is SourceFormat.JSON:
+            problems.add(key, "required with format: json: the Avro record schema of the values")
+        return None
+    if source_format is not SourceFormat.JSON:
+        problems.add(key, "only with format: json (other formats take their schema from the "
+                     "registry)")
+        return None
+    raw = section["schema"]
+    if isinstance(raw, str):
+        file = Path(raw) if base_dir is None or Path(raw).is_absolute() else base_dir / raw
+        try:
+            raw = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            problems.add(key, f"cannot read an Avro schema from {file}: {error}")
+            return None
+    if not isinstance(raw, Mapping) or raw.get("type") != "record":
+        problems.add(key, f"expected an Avro record schema, got {r.describe(raw)}")
+        return None
+    try:
+        fastavro.parse_schema(dict(raw), _write_hint=False)
+    except Exception as error:  # noqa: BLE001 - fastavro raises several types for a bad schema
+        problems.add(key, f"not a valid Avro schema: {error}")
+        return None
+    return dict(raw)
 
 
 _FORMAT = r.choice(SourceFormat)

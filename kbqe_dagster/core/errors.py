@@ -132,6 +132,18 @@ class NotAChangeError(BadInputError):
     reason = Reason.NOT_A_CHANGE
 
 
+class JsonDecodeError(BadInputError):
+    """A ``format: json`` value that is not a JSON object."""
+
+    reason = Reason.JSON_DECODE_ERROR
+
+
+class JsonSchemaMismatchError(BadInputError):
+    """A JSON object that does not fit the declared schema."""
+
+    reason = Reason.JSON_SCHEMA_MISMATCH
+
+
 class StageRangeFailed(KbqeError):
     """A topic whose bad-input policy is ``fail`` met bad input; names topic/partition/offset."""
 

@@ -31,6 +31,10 @@ from dataclasses import dataclass
 from enum import Enum
 
 from kbqe_dagster.core import config_reader as r
+from kbqe_dagster.core.formats import SourceFormat
+
+__all__ = ["DeleteMode", "KeyedConfig", "SourceFormat", "changelog_table", "event_order",
+           "history_table"]
 
 OP_COLUMN = "_op"
 """``c`` (create), ``r`` (snapshot read), ``u`` (update) or ``d`` (delete), as Debezium writes it."""
@@ -43,15 +47,6 @@ CHANGE_COLUMNS = (OP_COLUMN, VERSION_COLUMN, DELETED_COLUMN)
 CHANGELOG_SUFFIX = "_changelog"
 HISTORY_SUFFIX = "_history"
 """``D.T`` is fed by ``D.T_changelog``; its SCD type II history is ``D.T_history``."""
-
-
-class SourceFormat(str, Enum):
-    """How a topic's message values are laid out."""
-
-    AVRO = "avro"
-    """Confluent-framed Avro records, one row each (the default)."""
-    DEBEZIUM = "debezium"
-    """Debezium's envelope (before/after/source/op/ts_ms) or its ExtractNewRecordState form."""
 
 
 class DeleteMode(str, Enum):

@@ -50,6 +50,13 @@ class Reason(StrEnum):
     """A keyed topic's message is valid Avro but not a row change: a Debezium truncate or
     message event, a change without a version, a delete without a before image."""
 
+    # --- schemaless JSON topics (kbqe_dagster/formats/json_stage.py) ---
+    JSON_DECODE_ERROR = "json_decode_error"
+    """A ``format: json`` value that is not UTF-8 JSON text of one object."""
+    JSON_SCHEMA_MISMATCH = "json_schema_mismatch"
+    """A JSON object that does not fit the topic's declared schema (the message names the
+    field path): a wrong type, a missing required field."""
+
     # --- size ---
     OVERSIZED = "oversized"
     """The message value exceeds the configured ``max_message_size``."""
@@ -57,3 +64,5 @@ class Reason(StrEnum):
 
 KEYED_ONLY = frozenset({Reason.NOT_A_CHANGE})
 """Reasons that only keyed topics produce (their tests live in kbqe_dagster_tests/keyed/)."""
+JSON_ONLY = frozenset({Reason.JSON_DECODE_ERROR, Reason.JSON_SCHEMA_MISMATCH})
+"""Reasons that only ``format: json`` topics produce (kbqe_dagster_tests/formats/)."""

@@ -272,7 +272,7 @@ class RangeStager:
             partition=msg.partition(),
             offset=msg.offset(),
             kafka_timestamp_ms=ts if ts_type != 0 else None,
-            schema_id=int.from_bytes(value[1:5], "big") if value and len(value) >= 5 else None,
+            schema_id=self._framed_schema_id(value),
             raw_key=msg.key(),
             raw_value=value,
             headers=[(k, v) for k, v in (msg.headers() or [])],
@@ -284,6 +284,11 @@ class RangeStager:
         self._file(dl.dataset, dl.table, DEAD_LETTER_SCHEMA_ID, DEAD_LETTER_SCHEMA).append(
             body.getvalue(), b"", epoch_day(self.staged_at.date())
         )
+
+    @staticmethod
+    def _framed_schema_id(value: bytes | None) -> int | None:
+        """The Confluent frame's schema id, for the dead letter (unframed formats: None)."""
+        return int.from_bytes(value[1:5], "big") if value and len(value) >= 5 else None
 
     # --- commit -------------------------------------------------------------------------------
     def commit(self, store: StagingStore, position: int) -> RangeResult:
@@ -384,11 +389,16 @@ def _alive(pid: int) -> bool:
 
 
 def _stager_class(ctx: StageContext) -> type[RangeStager]:
-    if ctx.topic.keyed is None:
-        return RangeStager
-    from kbqe_dagster.keyed.stage import KeyedRangeStager  # a room of its own, built on this one
+    """Keyed topics and unframed formats are rooms of their own, built on this one."""
+    if ctx.topic.keyed is not None:
+        from kbqe_dagster.keyed.stage import KeyedRangeStager
 
-    return KeyedRangeStager
+        return KeyedRangeStager
+    if ctx.topic.value_schema is not None:
+        from kbqe_dagster.formats.json_stage import JsonRangeStager
+
+        return JsonRangeStager
+    return RangeStager
 
 
 def stage_range(ctx: StageContext, rng: OffsetRange) -> RangeResult:

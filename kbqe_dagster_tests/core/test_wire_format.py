@@ -113,6 +113,8 @@ def test_every_reason_is_a_distinct_stable_string() -> None:
         "destination_not_allowed",
         "oversized",
         "not_a_change",
+        "json_decode_error",
+        "json_schema_mismatch",
     }
 
 

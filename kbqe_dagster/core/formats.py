@@ -1,0 +1,36 @@
+"""How a topic's message values are laid out (``topics[].format``), and the rules of the
+formats that declare their schema in the pipeline file.
+
+``json`` values are schemaless JSON objects, one row each, staged under the Avro record
+schema the topic declares (``schema:``, inline or a file path), as kafka-delta-ingest does.
+Their staging files carry a **declared-schema id**, derived from the schema's canonical form:
+stable across runs, different for every schema change, and at or above
+:data:`DECLARED_SCHEMA_IDS` so it never collides with a registry id in practice (registries
+count from 1). The load reads each file's schema from its header, so no registry is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from enum import Enum
+from typing import Any, Mapping
+
+DECLARED_SCHEMA_IDS = 1 << 30
+
+
+class SourceFormat(str, Enum):
+    """How a topic's message values are laid out."""
+
+    AVRO = "avro"
+    """Confluent-framed Avro records, one row each (the default)."""
+    DEBEZIUM = "debezium"
+    """Debezium's envelope (before/after/source/op/ts_ms) or its ExtractNewRecordState form."""
+    JSON = "json"
+    """Schemaless JSON objects, staged under the Avro record schema the topic declares."""
+
+
+def declared_schema_id(schema: Mapping[str, Any]) -> int:
+    """The id a declared schema's staging files carry (see the module docstring)."""
+    canonical = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    return DECLARED_SCHEMA_IDS + (zlib.crc32(canonical.encode()) & (DECLARED_SCHEMA_IDS - 1))

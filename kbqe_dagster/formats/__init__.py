@@ -1,0 +1,3 @@
+"""Message formats beyond Confluent-framed Avro (issue 15), each a range stager of its own
+built on ``staging/task.py``'s: ``json_stage.py`` stages schemaless JSON under the topic's
+declared Avro schema (core/formats.py)."""
