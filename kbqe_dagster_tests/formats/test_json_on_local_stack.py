@@ -1,0 +1,86 @@
+"""A ``format: json`` topic end to end on the local stack: JSON values produced to Kafka,
+staged on Spark, loaded into the BigQuery emulator field by field by ``kbqe run
+--until-idle``, the bad ones in the dead-letter table with their reasons; run twice, the
+second run changes nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kbqe_dagster.localstack.clients import local_bigquery_client
+from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
+from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster_tests.formats.test_json_stage import SCHEMA
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+KBQE = str(Path(sys.executable).parent / "kbqe")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def json_topic(local_stack, local_endpoints, tmp_path):
+    run = uuid.uuid4().hex[:8]
+    topic = f"shop.clicks.json{run}"
+    admin = AdminClient({"bootstrap.servers": local_endpoints.kafka_bootstrap,
+                         "logger": CLIENT_LOG})
+    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
+    dataset, dead = f"web_{run}", f"dead_{run}"
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(yaml.safe_dump({
+        "version": 1,
+        "topics": [{"name": topic, "format": "json", "schema": SCHEMA,
+                    "event_time": {"fields": ["at"]}}],
+        "allowed_destinations": [f"{dataset}.*"],
+        "dead_letter": {"dataset": dead, "table": "dead_letters"},
+    }))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
+           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/json-{run}", "DAGSTER_HOME": str(home)}
+    client = local_bigquery_client()
+    yield local_endpoints, topic, dataset, dead, env, client
+    for name in (dataset, dead):
+        client.delete_dataset(name, delete_contents=True, not_found_ok=True)
+
+
+def test_json_values_load_field_by_field_and_bad_ones_are_dead_lettered(json_topic) -> None:
+    endpoints, topic, dataset, dead, env, client = json_topic
+    good = [{"datasetName": dataset, "tableName": "clicks", "url": f"/p/{i}",
+             "at": 1_726_238_205_123 + i, "user": {"id": i} if i % 2 else None}
+            for i in range(40)]
+    bad = [b"{oops", json.dumps({"datasetName": dataset, "tableName": "clicks"}).encode()]
+    producer = Producer({"bootstrap.servers": endpoints.kafka_bootstrap, "logger": CLIENT_LOG})
+    for i, record in enumerate(good):
+        producer.produce(topic, json.dumps(record).encode(), partition=i % 2)
+    for value in bad:
+        producer.produce(topic, value, partition=0)
+    assert producer.flush(30) == 0
+
+    for attempt in range(2):
+        done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        report = json.loads(done.stdout)
+        assert report["topics"][topic]["staged"] == (40 if attempt == 0 else 0)
+
+    rows = {r["url"]: dict(r) for r in client.query(
+        f"SELECT url, `at`, user, _kafka_partition FROM `{dataset}.clicks`").result()}
+    assert len(rows) == 40
+    assert rows["/p/3"]["user"] == {"id": 3} and rows["/p/2"]["user"] is None
+    assert rows["/p/5"]["at"].timestamp() * 1000 == pytest.approx(1_726_238_205_128)
+    reasons = sorted(r["reason"] for r in client.query(
+        f"SELECT reason FROM `{dead}.dead_letters`").result())
+    assert reasons == ["json_decode_error", "json_schema_mismatch"]
