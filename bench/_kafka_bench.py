@@ -62,7 +62,7 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
 
 
 def _produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id: int,
-             unique: int, seed: int, compression: str, debezium: bool,
+             unique: int, seed: int, compression: str, debezium: bool, json_values: bool,
              queue: multiprocessing.Queue) -> None:
     from confluent_kafka import Producer
 
@@ -70,8 +70,13 @@ def _produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id:
     from bench_hot_path import build_bodies
     from kbqe_dagster.core.wire import encode_frame
 
-    build = build_envelopes if debezium else build_bodies
-    values = [encode_frame(schema_id, body) for body in build(unique, unique, seed)]
+    if json_values:  # schemaless: no Confluent frame
+        from _json_bench import build_json_values
+
+        values = build_json_values(unique, unique, seed)
+    else:
+        build = build_envelopes if debezium else build_bodies
+        values = [encode_frame(schema_id, body) for body in build(unique, unique, seed)]
     keys = [b"user-%011d" % i for i in range(unique)]
     errors: list[str] = []
     producer = Producer({
@@ -108,12 +113,12 @@ def _produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id:
 
 def produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id: int, *,
             unique: int = 50_000, seed: int = 1, compression: str = "none",
-            debezium: bool = False) -> dict:
+            debezium: bool = False, json_values: bool = False) -> dict:
     """Produce ``count`` Confluent-framed messages round-robin (idempotent producer) in a
     child process; cycles over ``unique`` distinct bodies (encoding millions with fastavro
     would take longer than the benchmark)."""
     [result] = _in_processes(_produce, [(bootstrap, topic, count, partitions, schema_id, unique,
-                                         seed, compression, debezium)])
+                                         seed, compression, debezium, json_values)])
     result["messages_per_s"] = round(count / result["seconds"])
     result["mb_per_s"] = round((result["value_bytes"] + result["key_bytes"]) / result["seconds"] / 1e6, 1)
     if result["undelivered"] or result["error_count"]:

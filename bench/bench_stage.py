@@ -22,6 +22,7 @@ had to start are stopped; services that were running are left alone.
 
     .venv/bin/python bench/bench_stage.py [--messages 1000000] [--scale10] [--profile]
     .venv/bin/python bench/bench_stage.py --debezium   # Debezium envelopes into a keyed topic
+    .venv/bin/python bench/bench_stage.py --json-values   # schemaless JSON (format: json)
 
 Prints a table and writes ``bench/results/stage.json`` (``stage_debezium.json``). Target:
 stage ≥ 0.8× baseline.
@@ -82,6 +83,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--debezium", action="store_true",
                         help="Debezium envelopes of the same row into a keyed topic "
                         "(writes bench/results/stage_debezium.json unless --json)")
+    parser.add_argument("--json-values", action="store_true",
+                        help="the same row as schemaless JSON into a format: json topic "
+                        "(writes bench/results/stage_json.json unless --json)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the topics and staged files")
     parser.add_argument("-v", "--verbose", action="store_true",
@@ -93,7 +97,15 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.2f}] {text}", flush=True)
 
 
-def pipeline(topic: str, range_size: int, debezium: bool = False):
+def pipeline(topic: str, range_size: int, debezium: bool = False, json_values: bool = False):
+    if json_values:  # the same row as schemaless JSON, staged under the declared schema
+        return parse_pipeline_config({
+            "version": 1,
+            "topics": [{"name": topic, "format": "json", "schema": SCHEMA,
+                        "routing": {"mode": "fields"}, "event_time": {"fields": ["eventTime"]}}],
+            "allowed_destinations": ["sales.*"],
+            "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
+        }, source="bench")  # fmt: skip
     if debezium:  # keyed: every change into sales.orders_changelog (core/keyed.py)
         return parse_pipeline_config({
             "version": 1,
@@ -128,7 +140,8 @@ class Bench:
         schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value", schema)
         say(f"producing {count:,} messages into {topic} (schema id {schema_id})")
         produced = kb.produce(self.endpoints.kafka_bootstrap, topic, count, PARTITIONS, schema_id,
-                              compression=self.args.compression, debezium=self.args.debezium)
+                              compression=self.args.compression, debezium=self.args.debezium,
+                              json_values=self.args.json_values)
         ends = kb.high_watermarks(self.endpoints.kafka_bootstrap, topic, PARTITIONS)
         if sum(ends.values()) != count:
             raise RuntimeError(f"{topic}: high watermarks {ends} do not add up to {count}")
@@ -181,7 +194,8 @@ class Bench:
 
     def context(self, data: dict, target: str) -> StageContext:
         return StageContext(self.kafka, self.registry, self.location(target),
-                            pipeline(data["topic"], self.args.range_size, self.args.debezium),
+                            pipeline(data["topic"], self.args.range_size, self.args.debezium,
+                                     self.args.json_values),
                             data["topic"])
 
     def stage(self, data: dict, target: str, profile: Path | None = None) -> dict:
@@ -277,7 +291,8 @@ def print_table(report: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.json is None:
-        args.json = BENCH / "results" / ("stage_debezium.json" if args.debezium else "stage.json")
+        variant = "_debezium" if args.debezium else "_json" if args.json_values else ""
+        args.json = BENCH / "results" / f"stage{variant}.json"
     # say() prints the bench's progress; the package's INFO lines (one per range) stay off.
     setup_logging(args.verbose, fmt="%(levelname)s %(name)s: %(message)s", ours_from=logging.WARNING)
     services = stack.build(SERVICES)
@@ -296,11 +311,11 @@ def main(argv: list[str] | None = None) -> int:
             "schema_fields": len(SCHEMA["fields"]), "key_bytes": kb.VALUE_KEY_BYTES,
             "mean_value_bytes": round(data["produce"]["value_bytes"] / args.messages, 1),
             "compression": args.compression, "spark_master": "local[2]", "file_codec": "snappy",
-            "format": "debezium" if args.debezium else "avro",
+            "format": "debezium" if args.debezium else "json" if args.json_values else "avro",
         }  # fmt: skip
         report["produce"] = data["produce"]
         report["baselines"] = bench.baselines(data)
-        if args.breakdown and not args.debezium:  # the breakdown times the append path's steps
+        if args.breakdown and not (args.debezium or args.json_values):  # the breakdown times the append path's steps
             say(f"per-message steps of a stage task over {args.breakdown:,} messages")
             report["breakdown_cpu_us_per_message"] = breakdown(bench.context(data, "local"), SCHEMA,
                                                                args.breakdown)
