@@ -24,10 +24,8 @@ from fastavro.validation import ValidationError, validate
 from kbqe_dagster.core.avro_names import record_full_name
 from kbqe_dagster.core.enrichment import extended_schema
 from kbqe_dagster.core.errors import JsonDecodeError, JsonSchemaMismatchError, OversizedMessageError
-from kbqe_dagster.core.event_time import epoch_day, event_date
 from kbqe_dagster.core.formats import declared_schema_id
 from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.routing import RoutingInput
 from kbqe_dagster.core.wire import parse_frame
 from kbqe_dagster.staging.task import RangeStager, StageContext
 
@@ -54,18 +52,7 @@ class JsonRangeStager(RangeStager):
         record = _decode(value)
         body = _encode(record, self.parsed)
         fields = {path: _field(record, path) for path in self.wanted}
-        offset = msg.offset()
-        key = msg.key()
-        destination = self._static or self._route(
-            RoutingInput(self.rng.topic, self.rng.partition, offset, self.full_name, fields, key)
-        )
-        ts_type, ts = msg.timestamp()
-        timestamp_ms = ts if ts_type != 0 else None
-        day = epoch_day(event_date(self._event_time, fields, timestamp_ms))
-        headers = msg.headers() if self._with_headers else None
-        prefix = self._encode(day, offset, timestamp_ms, key, headers)
-        self._file(destination.dataset, destination.table, self.schema_id,
-                   self.file_schema).append(prefix, body, day)
+        self._place(msg, fields, body, self.schema_id, self.file_schema, self.full_name)
 
     @staticmethod
     def _framed_schema_id(value: bytes | None) -> int | None:

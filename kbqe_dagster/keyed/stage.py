@@ -16,7 +16,6 @@ from typing import Any
 from kbqe_dagster.core.avro_names import record_full_name
 from kbqe_dagster.core.enrichment import extended_schema
 from kbqe_dagster.core.errors import OversizedMessageError
-from kbqe_dagster.core.event_time import epoch_day, event_date
 from kbqe_dagster.core.keyed import changelog_table
 from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.core.routing import Destination
@@ -72,15 +71,8 @@ class KeyedRangeStager(RangeStager):
         body = value[HEADER_SIZE:]
         fields = decoder.probe.probe(body)
         change = decoder.layout.body(body, fields)
-        ts_type, ts = msg.timestamp()
-        timestamp_ms = ts if ts_type != 0 else None
-        day = epoch_day(event_date(self._event_time, fields, timestamp_ms))
-        headers = msg.headers() if self._with_headers else None
-        prefix = self._encode(day, msg.offset(), timestamp_ms, msg.key(), headers)
-        target = self.changelog
-        self._file(target.dataset, target.table, schema_id, decoder.schema).append(
-            prefix, change, day
-        )
+        self._place(msg, fields, change, schema_id, decoder.schema, decoder.full_name,
+                    destination=self.changelog)
 
     def _result(self, last, files, bytes_by_dataset, conflict=False) -> RangeResult:
         result = super()._result(last, files, bytes_by_dataset, conflict)

@@ -193,17 +193,23 @@ class RangeStager:
         schema_id, decoder = known
         body = value[HEADER_SIZE:]  # bytes: the probe would copy a memoryview
         fields = decoder.probe.probe(body)
+        self._place(msg, fields, body, schema_id, decoder.schema, decoder.full_name)
+
+    def _place(self, msg: Any, fields: dict, body: bytes, schema_id: int, schema: dict,
+               full_name: str | None, destination: Any = None) -> None:
+        """Route (unless ``destination`` is given), date, prefix and append one record's
+        body: the steps every format shares once its body and fields are known."""
         offset = msg.offset()
         key = msg.key()
-        destination = self._static or self._route(
-            RoutingInput(self.rng.topic, self.rng.partition, offset, decoder.full_name, fields, key)
+        destination = destination or self._static or self._route(
+            RoutingInput(self.rng.topic, self.rng.partition, offset, full_name, fields, key)
         )
         ts_type, ts = msg.timestamp()
         timestamp_ms = ts if ts_type != 0 else None
         day = epoch_day(event_date(self._event_time, fields, timestamp_ms))
         headers = msg.headers() if self._with_headers else None
         prefix = self._encode(day, offset, timestamp_ms, key, headers)
-        self._file(destination.dataset, destination.table, schema_id, decoder.schema).append(
+        self._file(destination.dataset, destination.table, schema_id, schema).append(
             prefix, body, day
         )
 
