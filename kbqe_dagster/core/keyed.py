@@ -16,7 +16,7 @@ BigQuery objects for its destination ``D.T``:
 * ``D.T_history`` — SCD type II, one row per version, when ``history: true``.
 
 **The order of one key's events** is ``(version, kafka partition, kafka offset)`` compared
-lexicographically; the greatest wins (:func:`event_order`). Equal versions within a partition are
+lexicographically; the greatest wins (spelled out in SQL by ``keyed/merge_sql.newer``). Equal versions within a partition are
 decided by the offset (Debezium keeps one key's changes in order in its partition); equal versions
 across partitions by the partition number, deterministically. Events of a key with the same version
 collapse into one version, the winner.
@@ -33,8 +33,7 @@ from enum import Enum
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.formats import SourceFormat
 
-__all__ = ["DeleteMode", "KeyedConfig", "SourceFormat", "changelog_table", "event_order",
-           "history_table"]
+__all__ = ["DeleteMode", "KeyedConfig", "SourceFormat", "changelog_table", "history_table"]
 
 OP_COLUMN = "_op"
 """``c`` (create), ``r`` (snapshot read), ``u`` (update) or ``d`` (delete), as Debezium writes it."""
@@ -106,7 +105,3 @@ def changelog_table(table: str) -> str:
 def history_table(table: str) -> str:
     return table + HISTORY_SUFFIX
 
-
-def event_order(version: int, partition: int, offset: int) -> tuple[int, int, int]:
-    """The total order of one key's events: the greatest tuple is the winner."""
-    return (version, partition, offset)

@@ -23,10 +23,9 @@ from fastavro.validation import ValidationError, validate
 
 from kbqe_dagster.core.avro_names import record_full_name
 from kbqe_dagster.core.enrichment import extended_schema
-from kbqe_dagster.core.errors import JsonDecodeError, JsonSchemaMismatchError, OversizedMessageError
+from kbqe_dagster.core.errors import JsonDecodeError, JsonSchemaMismatchError
 from kbqe_dagster.core.formats import declared_schema_id
 from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.wire import parse_frame
 from kbqe_dagster.staging.task import RangeStager, StageContext
 
 
@@ -42,14 +41,7 @@ class JsonRangeStager(RangeStager):
         self.wanted = self.topic.required_fields
 
     def _stage(self, msg: Any) -> None:
-        value = msg.value()
-        if value is None:
-            parse_frame(value)  # raises TombstoneError, as on the Avro path
-        if len(value) > self.max_size:
-            raise OversizedMessageError(
-                f"{len(value)} bytes exceeds max_message_size {self.max_size}"
-            )
-        record = _decode(value)
+        record = _decode(self._value(msg))  # null and oversized values as on the Avro path
         body = _encode(record, self.parsed)
         fields = {path: _field(record, path) for path in self.wanted}
         self._place(msg, fields, body, self.schema_id, self.file_schema, self.full_name)

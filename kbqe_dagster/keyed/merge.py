@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from kbqe_dagster.core.config import PipelineConfig, TopicConfig
 from kbqe_dagster.core.enrichment import EnrichmentConfig
@@ -42,6 +42,9 @@ from kbqe_dagster.keyed.merge_sql import (
     merge_sql,
 )
 from kbqe_dagster.resources.staging_store import StagingStore
+
+if TYPE_CHECKING:  # the merger is handed the resource's interface; no import cost here
+    from kbqe_dagster.resources.bigquery import GoogleBigQueryLoads
 
 log = logging.getLogger(__name__)
 
@@ -174,26 +177,29 @@ class TableMergeResult:
 
 
 class KeyedMerger:
-    """Merges keyed destinations with a ``google.cloud.bigquery`` client (real or emulator)."""
+    """Merges keyed destinations through the BigQuery resource's interface (Google or the
+    emulator variant: resources/bigquery/), whose client runs the statements."""
 
-    def __init__(self, client: Any, project: str, *, emulator: bool = False,
+    def __init__(self, loads: GoogleBigQueryLoads, *,
                  key_fields: Callable[[str], tuple[str, ...]] | None = None,
                  enrichment: EnrichmentConfig | None = None) -> None:
-        self.client = client
-        self.project = project
-        self.emulator = emulator
+        self.loads = loads
+        self.client = loads.client
+        self.project = loads.project
         self.key_fields = key_fields
         self.enrichment = enrichment or EnrichmentConfig()
+        self._keys: dict[str, tuple[str, ...]] = {}
 
     def ref(self, dataset: str, table: str) -> str:
         return f"{self.project}.{dataset}.{table}"
 
-    def spec(self, dest: Destination) -> tuple[MergeSpec, dict[str, Any]]:
-        """The destination's merge spec from its changelog's current columns (and those
-        columns, name → SchemaField)."""
+    def spec(self, dest: Destination, columns: dict[str, Any] | None = None,
+             ) -> tuple[MergeSpec, dict[str, Any]]:
+        """The destination's merge spec from its changelog's current columns (read unless
+        given; returned too, name → SchemaField)."""
         keyed = dest.topic.keyed
         assert keyed is not None
-        columns = self.columns(dest.dataset, dest.changelog)
+        columns = columns or self.columns(dest.dataset, dest.changelog)
         if columns is None:
             raise MergeError(f"{dest.name}: its changelog {dest.dataset}.{dest.changelog} does "
                              "not exist (nothing was loaded into it yet)")
@@ -233,8 +239,7 @@ class KeyedMerger:
                 statements += 1
                 if index == 0:
                     affected = int(job.num_dml_affected_rows or 0)
-                # The emulator answers 0 for every query: not a figure worth reporting.
-                if job.total_bytes_processed is not None and not self.emulator:
+                if job.total_bytes_processed is not None and self.loads.reports_bytes_processed:
                     billed = (billed or 0) + int(job.total_bytes_processed)
                 crash(f"merge_statement_{index}")
         view = None
@@ -244,36 +249,26 @@ class KeyedMerger:
         return TableMergeResult(dest.name, jobs, affected, billed, statements, view)
 
     def check(self, dest: Destination, unmerged: Ranges,
-              sample: tuple[str, int] | None = None) -> KeyedCheck:
-        """Compare ``D.T`` with its recomputation from the changelog (merge_sql.check_sql)."""
-        spec, _ = self.spec(dest)
-        if self.columns(dest.dataset, dest.table) is None:
-            return KeyedCheck(dest.name, 0, 0, 0, 0, 0, dest.topic.keyed.deletes, sample)
+              sample_seed: str | None = None) -> KeyedCheck:
+        """Compare ``D.T`` with its recomputation from the changelog (merge_sql.check_sql);
+        nothing to compare before the first load and merge."""
+        deletes = dest.topic.keyed.deletes
+        columns = self.columns(dest.dataset, dest.changelog)
+        if columns is None or not self.loads.table_exists(dest.dataset, dest.table):
+            return KeyedCheck(dest.name, 0, 0, 0, 0, 0, deletes)
+        spec, _ = self.spec(dest, columns)
+        sample = (None if sample_seed is None else
+                  sample_for(self.loads.table_row_count(dest.dataset, dest.changelog), sample_seed))
         job = self.client.query(check_sql(spec, unmerged, sample), job_retry=None)
         [row] = list(job.result())
         return KeyedCheck(dest.name, int(row["rows"]), int(row["duplicate_keys"]),
                           int(row["extra"]), int(row["missing"]), int(row["deleted_rows"]),
-                          dest.topic.keyed.deletes, sample)
-
-    def row_count(self, dataset: str, table: str) -> int | None:
-        """From the table's metadata (free); None where it is not reported."""
-        rows = self.client.get_table(self.ref(dataset, table)).num_rows
-        return None if rows is None else int(rows)
+                          deletes, sample)
 
     def columns(self, dataset: str, table: str) -> dict[str, Any] | None:
         """Column name → SchemaField, in table order; None when the table does not exist."""
-        from google.api_core.exceptions import NotFound
-
-        try:
-            meta = self.client.get_table(self.ref(dataset, table))
-        except NotFound:
-            return None
-        schema = meta.schema
-        if self.emulator:  # its metadata misses ALTER-added columns; a query's result has them
-            schema = self.client.query(
-                f"SELECT * FROM `{self.ref(dataset, table)}` LIMIT 0", job_retry=None
-            ).result().schema
-        return {f.name: f for f in schema}
+        found = self.loads.table_schema(dataset, table)
+        return None if found is None else {f.name: f for f in found[0]}
 
     def _ensure_table(self, dataset: str, table: str, wanted: Iterable[str],
                       source: dict[str, Any], key: tuple[str, ...]) -> None:
@@ -298,10 +293,14 @@ class KeyedMerger:
                 log.info("%s.%s: added column %s (a newer row schema)", dataset, table, name)
 
     def _key_of(self, dest: Destination) -> tuple[str, ...]:
-        if self.key_fields is None:
-            raise ConfigError(f"topics[{dest.topic.name}].keyed.key: not set, and no schema "
-                              "registry to read the Kafka key's schema from")
-        return self.key_fields(dest.topic.name)
+        """The Kafka key's fields, asked of the registry once per topic and merger."""
+        topic = dest.topic.name
+        if topic not in self._keys:
+            if self.key_fields is None:
+                raise ConfigError(f"topics[{topic}].keyed.key: not set, and no schema "
+                                  "registry to read the Kafka key's schema from")
+            self._keys[topic] = self.key_fields(topic)
+        return self._keys[topic]
 
 
 def _nullable(column: Any) -> Any:
@@ -321,6 +320,11 @@ def _sql_type(column: Any) -> str:
     return f"ARRAY<{kind}>" if column.mode == "REPEATED" else kind
 
 
+def _history_missing(loads: GoogleBigQueryLoads, dest: Destination) -> bool:
+    return (loads.table_exists(dest.dataset, dest.changelog)
+            and not loads.table_exists(dest.dataset, history_table(dest.table)))
+
+
 # --- all destinations -------------------------------------------------------------------------
 def merge_keyed_tables(
     config: PipelineConfig, merger: KeyedMerger, store: StagingStore, load_state: LoadState,
@@ -334,10 +338,9 @@ def merge_keyed_tables(
         merged = state.merged_jobs.setdefault(dest.name, set())
         jobs, ranges = unmerged_ranges(load_state, merged, dest.dataset, dest.changelog)
         if not jobs:
-            if dest.topic.keyed.history and merger.columns(dest.dataset, dest.changelog):
-                # No new rows, but the view may be missing (e.g. history was just enabled).
-                if merger.columns(dest.dataset, history_table(dest.table)) is None:
-                    results.append(merger.merge(dest, {}, 0))
+            # No new rows, but the view may be missing (e.g. history was just enabled).
+            if dest.topic.keyed.history and _history_missing(merger.loads, dest):
+                results.append(merger.merge(dest, {}, 0))
             continue
         cycles = state.cycles.get(dest.name, 0) + 1
         if not force and cycles < dest.topic.keyed.merge_every:
@@ -370,11 +373,7 @@ def check_keyed_tables(
     for dest in keyed_destinations(config):
         if wanted is not None and dest.name not in wanted:
             continue
-        if merger.columns(dest.dataset, dest.changelog) is None:
-            out.append(KeyedCheck(dest.name, 0, 0, 0, 0, 0, dest.topic.keyed.deletes))
-            continue
         merged = state.merged_jobs.get(dest.name, set())
         unmerged = not_merged_ranges(load_state, merged, dest.dataset, dest.changelog)
-        rows = merger.row_count(dest.dataset, dest.changelog)
-        out.append(merger.check(dest, unmerged, sample_for(rows, seed)))
+        out.append(merger.check(dest, unmerged, seed))
     return out

@@ -7,14 +7,16 @@ from __future__ import annotations
 from kbqe_dagster.keyed.merge import keyed_destinations
 from kbqe_dagster.runner.after_load import AfterLoadContext, AfterLoadResult, TableMerge
 
-MERGE_JOB = "merge_keyed_tables_job"  # defs/keyed/jobs.py (not imported: no Dagster here)
+MERGE_JOB = "merge_keyed_tables_job"
+MERGE_OP = "merge_keyed_tables_op"
+"""The names defs/keyed/jobs.py gives the job and its op (defined here: no Dagster here)."""
 
 
 def merge_keyed_tables(context: AfterLoadContext) -> AfterLoadResult:
     destinations = {d.name for d in keyed_destinations(context.config)}
     if not destinations:
         return AfterLoadResult()
-    run = context.run_job(MERGE_JOB, {"ops": {"merge_keyed_tables_op": {"config": {"force": True}}}})
+    run = context.run_job(MERGE_JOB, {"ops": {MERGE_OP: {"config": {"force": True}}}})
     if not run.ok:
         return AfterLoadResult(run_ids=(run.run_id,), error=f"merge run {run.run_id}: {run.error}")
     tables = {}

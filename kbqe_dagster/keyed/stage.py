@@ -15,14 +15,12 @@ from typing import Any
 
 from kbqe_dagster.core.avro_names import record_full_name
 from kbqe_dagster.core.enrichment import extended_schema
-from kbqe_dagster.core.errors import OversizedMessageError
 from kbqe_dagster.core.keyed import changelog_table
 from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.core.routing import Destination
 from kbqe_dagster.keyed.changes import ChangeLayout, change_layout
 from kbqe_dagster.staging.probe import RecordProbe
 from kbqe_dagster.staging.task import (
-    HEADER_SIZE,
     RangeResult,
     RangeStager,
     StageContext,
@@ -61,15 +59,7 @@ class KeyedRangeStager(RangeStager):
         )
 
     def _stage(self, msg: Any) -> None:
-        value = msg.value()
-        if len(value) > self.max_size:
-            raise OversizedMessageError(
-                f"{len(value)} bytes exceeds max_message_size {self.max_size}"
-            )
-        known = self._by_header.get(value[:HEADER_SIZE]) or self._resolve(value)
-        schema_id, decoder = known
-        body = value[HEADER_SIZE:]
-        fields = decoder.probe.probe(body)
+        schema_id, decoder, body, fields = self._decode(msg)
         change = decoder.layout.body(body, fields)
         self._place(msg, fields, change, schema_id, decoder.schema, decoder.full_name,
                     destination=self.changelog)

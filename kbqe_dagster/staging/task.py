@@ -180,6 +180,11 @@ class RangeStager:
             self._bad_input(msg, error)
 
     def _stage(self, msg: Any) -> None:
+        schema_id, decoder, body, fields = self._decode(msg)
+        self._place(msg, fields, body, schema_id, decoder.schema, decoder.full_name)
+
+    def _value(self, msg: Any) -> bytes:
+        """The message value, or the bad input of a null or oversized one."""
         value = msg.value()
         if value is None:
             parse_frame(value)  # raises TombstoneError
@@ -187,13 +192,17 @@ class RangeStager:
             raise OversizedMessageError(
                 f"{len(value)} bytes exceeds max_message_size {self.max_size}"
             )
+        return value
+
+    def _decode(self, msg: Any) -> tuple[int, _Decoder, bytes, dict]:
+        """Frame → schema id and decoder → the validated body and the fields it yields."""
+        value = self._value(msg)
         known = self._by_header.get(value[:HEADER_SIZE])
         if known is None:
             known = self._resolve(value)
         schema_id, decoder = known
         body = value[HEADER_SIZE:]  # bytes: the probe would copy a memoryview
-        fields = decoder.probe.probe(body)
-        self._place(msg, fields, body, schema_id, decoder.schema, decoder.full_name)
+        return schema_id, decoder, body, decoder.probe.probe(body)
 
     def _place(self, msg: Any, fields: dict, body: bytes, schema_id: int, schema: dict,
                full_name: str | None, destination: Any = None) -> None:

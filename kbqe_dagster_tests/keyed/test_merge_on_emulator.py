@@ -16,7 +16,7 @@ import pytest
 from kbqe_dagster.core.config import parse_pipeline_config
 from kbqe_dagster.keyed.merge import KeyedMerger, keyed_destinations
 from kbqe_dagster.keyed.merge_sql import MergeSpec, merge_sql
-from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT
+from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads
 from kbqe_dagster_tests.localstack.emulators import bq, emulators  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
@@ -132,7 +132,7 @@ def test_the_merge_keeps_each_keys_greatest_event_batch_after_batch(bq, dataset,
              "_kafka_partition INT64, _kafka_offset INT64, _op STRING, _source_ts_ms INT64, "
              "_deleted BOOL, id INT64, name STRING)").result()
     [dest] = keyed_destinations(_config(dataset, deletes))
-    merger = KeyedMerger(bq, LOCAL_PROJECT, emulator=True)
+    merger = KeyedMerger(EmulatorBigQueryLoads(bq))
     rng = random.Random(seed)
     applied: list[Event] = []
     for number, batch in enumerate(random_batches(seed)):
@@ -173,7 +173,7 @@ def test_the_checks_see_a_correct_table_pass_and_each_kind_of_damage(bq, dataset
              "_kafka_partition INT64, _kafka_offset INT64, _op STRING, _source_ts_ms INT64, "
              "_deleted BOOL, id INT64, name STRING)").result()
     [dest] = keyed_destinations(_config(dataset, deletes))
-    merger = KeyedMerger(bq, LOCAL_PROJECT, emulator=True)
+    merger = KeyedMerger(EmulatorBigQueryLoads(bq))
     [merged, late] = random_batches(7, batches=2)
     _append(bq, dataset, merged + late)
     merger.merge(dest, _ranges(merged), jobs=1)

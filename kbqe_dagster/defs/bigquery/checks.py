@@ -37,7 +37,7 @@ from kbqe_dagster.core.load_checks import (
     pending_files_fresh,
     rows_loaded,
 )
-from kbqe_dagster.core.pending import freshness_limit_s as pending_freshness_limit_s
+from kbqe_dagster.core.pending import freshness_limit_s
 from kbqe_dagster.core.pending import staging_view
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
@@ -49,10 +49,6 @@ from kbqe_dagster.resources.staging_store import StagingStore
 NO_DUPLICATE_OFFSETS = "no_duplicate_offsets"
 DUPLICATE_WINDOW_DAYS = 7
 CHECKS_OP = "bigquery_load_checks"
-
-
-def freshness_limit_s(config: PipelineConfig) -> float:
-    return pending_freshness_limit_s(config.load.cadence)
 
 
 def _metadata(verdict: Verdict) -> dict:
@@ -115,7 +111,7 @@ def load_checks(destinations: Destinations) -> dg.AssetChecksDefinition:
         state = StateFile(store).read()
         for check in sorted(context.selected_asset_check_keys, key=lambda k: k.to_user_string()):
             if check.asset_key == STAGING_KEY:
-                yield _freshness_result(store, state, freshness_limit_s(config))
+                yield _freshness_result(store, state, freshness_limit_s(config.load.cadence))
                 continue
             tables = _tables_of(check.asset_key, destinations, state, context.instance)
             if check.name == NO_DUPLICATE_OFFSETS:

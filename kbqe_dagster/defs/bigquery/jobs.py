@@ -19,8 +19,9 @@ from typing import Iterator
 import dagster as dg
 from pydantic import Field
 
+from kbqe_dagster.core.pending import freshness_limit_s
 from kbqe_dagster.defs.bigquery.assets import Destinations
-from kbqe_dagster.defs.bigquery.checks import duplicate_check_keys, freshness_limit_s
+from kbqe_dagster.defs.bigquery.checks import duplicate_check_keys
 from kbqe_dagster.defs.bigquery.events import load_events, notice_events
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.loading.coordinator import DEFAULT_STUCK_AFTER, LoadCoordinator
@@ -65,7 +66,7 @@ def load_cycle(
     context.log.info("load cycle: %s", report.summary())
     yield from load_events(
         report, destinations, context.instance,
-        freshness_limit_s=freshness_limit_s(coordinator.config), log=context.log,
+        freshness_limit_s=freshness_limit_s(coordinator.config.load.cadence), log=context.log,
     )
     yield from _notices(report, destinations, coordinator)
     if report.leftovers_deleted:

@@ -35,8 +35,7 @@ def merger_from(pipeline_config: PipelineConfig, bigquery: BigQueryResource,
                 schema_registry: SchemaRegistryResource) -> KeyedMerger:
     registry = schema_registry.settings()
     return KeyedMerger(
-        bigquery.client(), bigquery.project, emulator=bigquery.emulator,
-        key_fields=lambda topic: key_schema_fields(registry, topic),
+        bigquery.loads(), key_fields=lambda topic: key_schema_fields(registry, topic),
         enrichment=pipeline_config.enrichment,
     )
 

@@ -13,6 +13,7 @@ from kbqe_dagster.defs.keyed.assets import table_key
 from kbqe_dagster.defs.keyed.checks import check_evaluations, merger_from
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.keyed.merge import check_keyed_tables, merge_keyed_tables
+from kbqe_dagster.keyed.runner_step import MERGE_JOB, MERGE_OP
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
@@ -21,7 +22,6 @@ from kbqe_dagster.resources.configurable import (
     StagingResource,
 )
 
-MERGE_JOB = "merge_keyed_tables_job"
 
 
 class MergeRunConfig(dg.Config):
@@ -32,7 +32,7 @@ class MergeRunConfig(dg.Config):
     )
 
 
-@dg.op(pool=LOAD_POOL, out={}, tags={"kbqe/step": "merge"})
+@dg.op(name=MERGE_OP, pool=LOAD_POOL, out={}, tags={"kbqe/step": "merge"})
 def merge_keyed_tables_op(
     context: dg.OpExecutionContext, config: MergeRunConfig, pipeline: PipelineResource,
     staging: StagingResource, bigquery: BigQueryResource, schema_registry: SchemaRegistryResource,

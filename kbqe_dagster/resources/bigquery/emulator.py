@@ -29,7 +29,6 @@ from dataclasses import replace
 from typing import Any
 
 from kbqe_dagster.core.load_lifecycle import ObservedJob, ObservedKind, classify_submit
-from kbqe_dagster.core.notices import Column
 from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
 from kbqe_dagster.resources.bigquery.jobs import (
     ROWS_FROM_DML,
@@ -79,26 +78,17 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
         except Exception as error:  # noqa: BLE001 - classified like BigQuery's own answers
             return self._refused(request, error)
 
+    reports_bytes_processed = False  # it answers 0 for every query
+
     def _existing_columns(self, request: LoadRequest) -> set[str] | None:
-        from google.api_core.exceptions import NotFound
+        found = self.table_schema(request.dataset, request.table)
+        return None if found is None else {f.name.lower() for f in found[0]}
 
-        try:
-            self.client.get_table(self._table_ref(request.dataset, request.table))
-        except NotFound:
-            return None
+    def _schema(self, dataset: str, table: str, meta: Any) -> list[Any]:
         # The table's metadata does not list columns added by ALTER TABLE; a query's result
-        # schema does.
-        probe = self.client.query(
-            f"SELECT * FROM `{request.dataset}.{request.table}` LIMIT 0", job_retry=None,
-        ).result()
-        return {f.name.lower() for f in probe.schema}
-
-    def _columns(self, dataset: str, table: str, meta: Any) -> tuple[Column, ...]:
-        # The metadata misses ALTER-added columns; a query's result schema has them (modes
-        # are not reported there: NULLABLE, as every column the emulator path adds).
-        result = self.client.query(
-            f"SELECT * FROM `{dataset}.{table}` LIMIT 0", job_retry=None).result()
-        return tuple(Column(f.name, f.field_type, f.mode or "NULLABLE") for f in result.schema)
+        # schema does (without modes: NULLABLE, as every column the emulator path adds).
+        return list(self.client.query(
+            f"SELECT * FROM `{dataset}.{table}` LIMIT 0", job_retry=None).result().schema)
 
     def _load_creating_the_table(self, request: LoadRequest) -> SubmitResult:
         job = self.client.load_table_from_uri(

@@ -139,19 +139,31 @@ class GoogleBigQueryLoads:
             return False
         return True
 
-    def table_columns(self, dataset: str, table: str) -> TableColumns | None:
-        """The table's top-level columns and creation time (metadata: free); None when the
-        table does not exist."""
+    reports_bytes_processed = True
+    """Whether a query job's ``total_bytes_processed`` is BigQuery's billing figure."""
+
+    def table_schema(self, dataset: str, table: str) -> tuple[list[Any], Any] | None:
+        """The table's schema (``SchemaField``s, nested fields included) and creation time,
+        from its metadata (free); None when the table does not exist."""
         from google.api_core.exceptions import NotFound
 
         try:
             meta = self.client.get_table(self._table_ref(dataset, table))
         except NotFound:
             return None
-        return TableColumns(self._columns(dataset, table, meta), getattr(meta, "created", None))
+        return self._schema(dataset, table, meta), getattr(meta, "created", None)
 
-    def _columns(self, dataset: str, table: str, meta: Any) -> tuple[Column, ...]:
-        return tuple(Column(f.name, f.field_type, f.mode or "NULLABLE") for f in meta.schema)
+    def _schema(self, dataset: str, table: str, meta: Any) -> list[Any]:
+        return list(meta.schema)
+
+    def table_columns(self, dataset: str, table: str) -> TableColumns | None:
+        """The table's top-level columns and creation time; None when it does not exist."""
+        found = self.table_schema(dataset, table)
+        if found is None:
+            return None
+        schema, created = found
+        return TableColumns(
+            tuple(Column(f.name, f.field_type, f.mode or "NULLABLE") for f in schema), created)
 
     def table_row_count(self, dataset: str, table: str) -> int | None:
         """Rows in the table from its metadata (free; kbqe never streams, so no buffer is
