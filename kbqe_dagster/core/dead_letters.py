@@ -10,8 +10,12 @@ by the day the message was staged.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Sequence
+
+# 9999-12-31T23:59:59.999Z, the last instant BigQuery and Python's datetime can hold.
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 # Dead-letter files are not written with a registry schema; 0 keeps their names in the
 # original convention while no registry id can collide (Confluent ids start at 1).
@@ -86,9 +90,12 @@ class DeadLetter:
             "topic": self.topic,
             "partition": self.partition,
             "offset": self.offset,
+            # Null when Kafka has none (-1) or the producer wrote one past year 9999, as in the
+            # staged rows' timestamp column: such a message must still reach the dead letters.
             "kafka_timestamp": (
-                datetime.fromtimestamp(self.kafka_timestamp_ms / 1000, tz=timezone.utc)
-                if self.kafka_timestamp_ms is not None and self.kafka_timestamp_ms >= 0
+                _EPOCH + timedelta(milliseconds=self.kafka_timestamp_ms)  # exact, unlike a float
+                if self.kafka_timestamp_ms is not None
+                and 0 <= self.kafka_timestamp_ms <= MAX_TIMESTAMP_MS
                 else None
             ),
             "schema_id": self.schema_id,

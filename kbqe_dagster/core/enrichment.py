@@ -47,6 +47,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Mapping
 
 from kbqe_dagster.core.avro_names import full_name
+from kbqe_dagster.core.dead_letters import MAX_TIMESTAMP_MS
 from kbqe_dagster.core.errors import ConfigError, UnsupportedSchemaError
 
 __all__ = [
@@ -280,9 +281,9 @@ def _bytes(value: bytes) -> bytes:
 _NULL = b"\x00"
 _SECOND_BRANCH = b"\x02"
 _INT32 = (-(1 << 31), (1 << 31) - 1)
-# 9999-12-31T23:59:59.999Z: BigQuery's (and Python's) last instant. Kafka's CreateTime is
-# whatever the producer wrote; a value past it would make the whole file unloadable.
-_MAX_TIMESTAMP_MS = 253_402_300_799_999
+# Kafka's CreateTime is whatever the producer wrote; a value past BigQuery's last instant
+# would make the whole file unloadable.
+_MAX_TIMESTAMP_MS = MAX_TIMESTAMP_MS
 
 
 class EnrichmentEncoder:

@@ -26,7 +26,9 @@ TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # BigQuery dataset ids are [A-Za-z0-9_]; table ids allow more (dashes, unicode) but never a
 # dot, and a slash would make the name a path.
 DATASET_RE = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
-TABLE_RE = re.compile(r"^[^./\s]{1,1024}$")
+# No control characters either: BigQuery refuses them, and a NUL cannot be in a file name
+# (a record routed there must be unroutable, not crash the stage task).
+TABLE_RE = re.compile(r"^[^./\s\x00-\x1f\x7f-\x9f]{1,1024}$")
 _NUMBER_RE = re.compile(r"^(0|[1-9][0-9]*)$")
 
 
@@ -123,7 +125,7 @@ def _key_problem(key: FileKey) -> str | None:
     if not DATASET_RE.fullmatch(key.dataset):
         return f"dataset {key.dataset!r} must be letters, digits and underscores"
     if not TABLE_RE.fullmatch(key.table):
-        return f"table {key.table!r} must be non-empty without dots, slashes or spaces"
+        return f"table {key.table!r} must be non-empty without dots, slashes, spaces or control characters"
     if key.schema_id < 0:
         return f"schema id {key.schema_id} is negative"
     if key.first_offset < 0:

@@ -150,7 +150,7 @@ def name_problem(dataset: object, table: object) -> str | None:
     if not is_valid_dataset(dataset):
         return f"dataset {dataset!r} must be a non-empty string of letters, digits, underscores"
     if not is_valid_table(table):
-        return f"table {table!r} must be a non-empty string without dots, slashes or spaces"
+        return f"table {table!r} must be a non-empty string without dots, slashes, spaces or control characters"
     return None
 
 

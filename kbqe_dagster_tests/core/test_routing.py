@@ -340,3 +340,13 @@ def test_routing_errors_are_bad_input() -> None:
     assert issubclass(UnroutableError, RoutingError)
     assert issubclass(DestinationNotAllowedError, RoutingError)
     assert issubclass(RoutingError, BadInputError)
+
+
+def test_a_table_name_with_a_control_character_is_unroutable_not_a_crash():
+    # Found by the native kernel's differential fuzz: a corrupted byte put a NUL into a routed
+    # table name, which passed the name rule and then failed the stage task opening its file.
+    from kbqe_dagster.core.routing import name_problem
+
+    assert "control characters" in name_problem("acme_sales", "page_v\x00ews")
+    assert "control characters" in name_problem("acme_sales", "tab\x7fle")
+    assert name_problem("acme_sales", "page_views") is None
