@@ -7,18 +7,35 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-unit stack-up stack-down stack-status dev validate bench faults clean-local
+.PHONY: install kernel demo test test-unit stack-up stack-down stack-status dev validate bench faults clean-local
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml kernel/Cargo.toml kernel/pyproject.toml $(wildcard kernel/src/*.rs)
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found: install Python 3.11 (or run make PYTHON=/path/to/python3.11)"; exit 1; }
 	@command -v java >/dev/null || { echo "error: java not found: install a Java 17 JDK (Debian: apt-get install openjdk-17-jdk-headless)"; exit 1; }
 	@command -v mvn >/dev/null || { echo "error: mvn not found: install Maven (Debian: apt-get install maven)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@$(MAKE) --no-print-directory kernel
 	touch $(STAMP)
+
+# The optional native stage kernel (kernel/, Rust + PyO3): built with the machine's cargo,
+# never a downloaded toolchain (MATURIN_NO_INSTALL_RUST). Without cargo, or with KERNEL=off,
+# staging uses the Python path and everything works.
+KERNEL ?= on
+kernel:
+	@if [ "$(KERNEL)" = off ]; then \
+	  echo "native stage kernel not built: KERNEL=off; staging uses the Python path"; \
+	  $(BIN)/pip uninstall --quiet --yes kbqe-dagster-kernel 2>/dev/null || true; \
+	elif ! command -v cargo >/dev/null; then \
+	  echo "native stage kernel not built: cargo not found; staging uses the Python path"; \
+	else \
+	  echo "building the native stage kernel (kernel/, cargo $$(cargo --version | cut -d' ' -f2))"; \
+	  MATURIN_NO_INSTALL_RUST=1 $(BIN)/pip install --quiet ./kernel || { \
+	    echo "error: building the native stage kernel failed (above); make install KERNEL=off installs without it"; exit 1; }; \
+	fi
 
 # Quick start 1: the main job end to end on the local stack, then the Dagster UI.
 demo: install

@@ -27,6 +27,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 STACK_FIXTURE = "local_stack"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--kernel-fuzz-cases", type=int, default=16_000, metavar="N",
+                     help="messages of the native kernel's differential fuzz (default 16,000; "
+                          "the issue's proof runs 1,000,000)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # One stack home whatever directory pytest runs from, the same one `kbqe stack` uses
     # from the repository root, so tests reuse a developer's running stack.

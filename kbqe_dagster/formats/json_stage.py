@@ -30,6 +30,8 @@ from kbqe_dagster.staging.task import RangeStager, StageContext
 
 
 class JsonRangeStager(RangeStager):
+    native_kernel = False  # JSON is decoded and re-encoded per record: the Python path
+
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         super().__init__(ctx, rng, workdir)
         schema = dict(self.topic.value_schema or {})

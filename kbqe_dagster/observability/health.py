@@ -170,6 +170,7 @@ class HealthChecker:
         results = [ran[name][0] for name in self.probes]
         staging_result, state = ran.get("staging", (None, None))
         results.append(quarantine_result(state, staging_result))
+        results.append(stage_path_result())
         if listing is not None:
             reading = listing.read(max(0.0, started + self.timeout_s - time.monotonic()))
             now = self.metric_sources.clock()
@@ -179,6 +180,14 @@ class HealthChecker:
             {"check_timeout_seconds": self.timeout_s,
              "max_staging_age_seconds": self.max_staging_age_s},
         )
+
+
+def stage_path_result() -> CheckResult:
+    """Which stage path this installation's stage tasks take: informational, never unhealthy
+    (the Python path is complete; the native kernel is the fast path, docs/architecture.md)."""
+    from kbqe_dagster.staging.native_kernel import kernel_status
+
+    return CheckResult("stage_path", True, str(kernel_status()), 0.0)
 
 
 def quarantine_result(state: LoadState | None, staging: CheckResult | None) -> CheckResult:

@@ -118,6 +118,92 @@ def oldest_timestamp_ms(
     return None
 
 
+class RangeReader:
+    """One offset range ``topic[partition]`` ``[start, end_exclusive)`` read in ``consume()``
+    batches, for stage loops that take whole batches (the native stage kernel) as well as
+    message by message (:func:`read_range`).
+
+    The loop hands every message it does not stage itself to :meth:`accept`, which applies
+    the range's rules (a partition-EOF event ends the read; a Kafka error raises; a message
+    past the range ends it) and advances :attr:`position`; messages a loop stages without
+    asking (the kernel) are reported with :meth:`staged_through`. Offsets may be missing
+    (compaction, transaction markers, aborted records); the read ends when the position
+    reaches ``end_exclusive`` or at the end of the readable log (read_committed stops at the
+    last stable offset). :attr:`covered` is then the exclusive end the caller commits.
+    """
+
+    def __init__(self, settings: KafkaSettings, topic: str, partition: int, start: int,
+                 end_exclusive: int, batch_size: int = 10_000, idle_timeout: float = 30.0) -> None:  # fmt: skip
+        self.settings = settings
+        self.topic = topic
+        self.partition = partition
+        self.end_exclusive = end_exclusive
+        self.batch_size = batch_size
+        self.idle_timeout = idle_timeout
+        self.position = start
+        self.finished = False  # a message at or past the end was seen
+        self._eof = False
+
+    @property
+    def covered(self) -> int:
+        """The exclusive end of what was read: the offset to commit up to."""
+        return min(self.position, self.end_exclusive)
+
+    def batches(self) -> Iterator[list[Message]]:
+        """The consumed batches, raw (events included), until the range is read."""
+        consumer = _consumer(self.settings)
+        consumer.assign([TopicPartition(self.topic, self.partition, self.position)])
+        try:
+            while self.position < self.end_exclusive and not self.finished:
+                # consume() waits until it has num_messages or the timeout passes: never ask
+                # for more than the range still holds, or the last batch of every range would
+                # wait out the whole timeout. (Gaps make the range hold fewer; the
+                # partition-EOF event or the messages past the end then return the batch.)
+                want = max(1, min(self.batch_size, self.end_exclusive - self.position))
+                msgs = consumer.consume(num_messages=want, timeout=self.idle_timeout)
+                if not msgs:
+                    self.position = _position(consumer, self.topic, self.partition, self.position)
+                    log.warning("%s[%d]: no message within %.0fs at offset %d (end %d)",
+                                self.topic, self.partition, self.idle_timeout, self.position,
+                                self.end_exclusive)
+                    break
+                self._eof = False
+                yield msgs
+                if self._eof and not self.finished and self.position < self.end_exclusive:
+                    self.position = _position(consumer, self.topic, self.partition, self.position)
+                    break
+        except KafkaException as e:
+            raise KafkaReadError(
+                f"reading {self.topic}[{self.partition}] near offset {self.position}: {e}"
+            ) from e
+        finally:
+            consumer.close()
+
+    def accept(self, msg: Message) -> bool:
+        """Whether ``msg`` is a message of the range to stage (the position then moves past
+        it); False for the partition-EOF event and for a message past the range, which
+        ends the read (:attr:`finished`). Raises :class:`KafkaReadError` for a Kafka error."""
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                self._eof = True
+                return False
+            raise KafkaReadError(
+                f"reading {self.topic}[{self.partition}] near offset {self.position}: {err.str()}"
+            )
+        offset = msg.offset()
+        if offset >= self.end_exclusive:
+            self.position = self.end_exclusive
+            self.finished = True
+            return False
+        self.position = offset + 1
+        return True
+
+    def staged_through(self, offset: int) -> None:
+        """A batch loop staged every message up to ``offset`` itself."""
+        self.position = offset + 1
+
+
 def read_range(
     settings: KafkaSettings,
     topic: str,
@@ -128,56 +214,22 @@ def read_range(
     idle_timeout: float = 30.0,
     position_out: list[int] | None = None,
 ) -> Iterator[Message]:
-    """Messages of ``topic[partition]`` with offsets in ``[start, end_exclusive)``.
-
-    Offsets may be missing (compaction, transaction markers, aborted records); the read ends
-    when the consumer's position reaches ``end_exclusive``, or at the end of the readable
-    log (read_committed stops at the last stable offset). The position reached is appended to
-    ``position_out`` so the caller commits exactly what was covered.
-    """
-    consumer = _consumer(settings)
-    tp = TopicPartition(topic, partition, start)
-    consumer.assign([tp])
-    position = start
+    """Messages of ``topic[partition]`` with offsets in ``[start, end_exclusive)``, one by one
+    (:class:`RangeReader`'s rules). The position reached is appended to ``position_out`` so
+    the caller commits exactly what was covered."""
+    reader = RangeReader(settings, topic, partition, start, end_exclusive, batch_size, idle_timeout)
+    batches = reader.batches()
     try:
-        while position < end_exclusive:
-            # consume() waits until it has num_messages or the timeout passes: never ask for
-            # more than the range still holds, or the last batch of every range would wait
-            # out the whole timeout. (Gaps make the range hold fewer; the partition-EOF event
-            # or the messages past the end then return the batch.)
-            want = max(1, min(batch_size, end_exclusive - position))
-            msgs = consumer.consume(num_messages=want, timeout=idle_timeout)
-            if not msgs:
-                position = _position(consumer, topic, partition, position)
-                log.warning("%s[%d]: no message within %.0fs at offset %d (end %d)",
-                            topic, partition, idle_timeout, position, end_exclusive)
-                break
-            eof = False
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        eof = True
-                        continue
-                    raise KafkaReadError(
-                        f"reading {topic}[{partition}] near offset {position}: {err.str()}"
-                    )
-                if msg.offset() >= end_exclusive:
-                    position = end_exclusive
+        for batch in batches:
+            for msg in batch:
+                if reader.accept(msg):
+                    yield msg
+                elif reader.finished:
                     break
-                position = msg.offset() + 1
-                yield msg
-            if position >= end_exclusive:
-                break
-            if eof:
-                position = _position(consumer, topic, partition, position)
-                break
-    except KafkaException as e:
-        raise KafkaReadError(f"reading {topic}[{partition}] near offset {position}: {e}") from e
     finally:
-        consumer.close()
+        batches.close()
         if position_out is not None:
-            position_out.append(min(position, end_exclusive))
+            position_out.append(reader.covered)
 
 
 def _position(consumer: Consumer, topic: str, partition: int, fallback: int) -> int:

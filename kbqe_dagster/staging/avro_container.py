@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Mapping
 
@@ -159,6 +160,31 @@ class AvroContainerWriter:
         self._in_block += 1
         if self._in_block >= self._block_records or len(buf) >= self._block_bytes:
             self.flush_block()
+
+    def append_many(self, records: bytes | memoryview, ends: Any) -> None:
+        """Add several records given back to back in ``records``; ``ends[i]`` is where record
+        ``i`` ends (a sequence of increasing offsets, e.g. a ``memoryview`` cast to ``Q``).
+
+        Blocks end after exactly the records where :meth:`append` one by one would end them,
+        so the file's bytes do not depend on how records arrived (the native stage kernel
+        hands over a batch's records per file this way)."""
+        data = memoryview(records)
+        n = len(ends)
+        i = start = 0
+        while i < n:
+            room_records = self._block_records - self._in_block
+            room_bytes = self._block_bytes - len(self._buf)
+            # The first record after which the block is full, by bytes or by count.
+            last = min(bisect_left(ends, start + room_bytes, i, n), i + room_records - 1)
+            if last >= n:
+                self._buf += data[start:ends[n - 1]]
+                self._in_block += n - i
+                return
+            self._buf += data[start:ends[last]]
+            self._in_block += last - i + 1
+            self.flush_block()
+            start = ends[last]
+            i = last + 1
 
     def flush_block(self) -> None:
         """Compress and write the buffered records as one block (no-op when empty)."""

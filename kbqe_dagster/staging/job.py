@@ -59,6 +59,19 @@ class StageSummary:
         return dict(total)
 
     @property
+    def stage_path(self) -> str:
+        """Which stage path staged the ranges: ``native``, ``python`` or both (``native+python``)."""
+        return "+".join(sorted({r.stage_path for r in self.results}, reverse=True)) or "none"
+
+    @property
+    def kernel_handbacks(self) -> dict[str, int]:
+        """Messages the native kernel handed to the Python path, by why."""
+        total: Counter[str] = Counter()
+        for r in self.results:
+            total.update(r.kernel_handbacks)
+        return dict(total)
+
+    @property
     def tombstones(self) -> int:
         return sum(r.tombstones for r in self.results)
 

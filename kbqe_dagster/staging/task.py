@@ -53,10 +53,11 @@ from kbqe_dagster.core.offsets import OffsetRange, StartPolicy
 from kbqe_dagster.core.routing import Router, RoutingInput
 from kbqe_dagster.core.wire import HEADER_SIZE, parse_frame
 from kbqe_dagster.faults import crash_point
-from kbqe_dagster.resources.kafka import KafkaSettings, read_range
+from kbqe_dagster.resources.kafka import KafkaSettings, RangeReader
 from kbqe_dagster.resources.schema_registry import RegistrySettings, SchemaLookup
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
+from kbqe_dagster.staging.native_kernel import NATIVE, PYTHON, NativeStaging
 from kbqe_dagster.staging.probe import RecordProbe
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,8 @@ class RangeResult:
     seconds: float = 0.0
     bytes_by_dataset: dict[str, int] = field(default_factory=dict)  # file bytes per dataset
     tombstones: int = 0  # keyed topics: null values counted, not staged (keyed/stage.py)
+    stage_path: str = "python"  # "native" when the native kernel staged (staging/native_kernel.py)
+    kernel_handbacks: dict[str, int] = field(default_factory=dict)  # messages it handed back, by why
 
 
 @dataclass
@@ -110,11 +113,12 @@ class _Decoder:
 
 
 class _OpenFile:
-    def __init__(self, directory: Path, name: AvroFileName, schema: dict, codec: str) -> None:
+    def __init__(self, directory: Path, name: AvroFileName, schema: dict, codec: str,
+                 sync_marker: bytes | None = None) -> None:  # fmt: skip
         self.name = name
         self.path = directory / name.name
         self._handle = open(self.path, "wb")
-        self.writer = AvroContainerWriter(self._handle, schema, codec=codec)
+        self.writer = AvroContainerWriter(self._handle, schema, codec=codec, sync_marker=sync_marker)
         # Event day (days since 1970, as encoded) → records, for the manifest; ISO dates are
         # made once per day at commit, not once per record.
         self.days: Counter[int] = Counter()
@@ -127,6 +131,13 @@ class _OpenFile:
         self.writer.append(prefix, body)
         self.days[day] += 1
 
+    def append_many(self, records: bytes, ends: Any, days: list[tuple[int, int]]) -> None:
+        """Records staged by the native kernel: back to back, ``ends`` their end offsets,
+        ``days`` (event day, records) pairs."""
+        self.writer.append_many(records, ends)
+        for day, n in days:
+            self.days[day] += n
+
     def iso_days(self) -> dict[str, int]:
         return {from_epoch_day(day).isoformat(): n for day, n in sorted(self.days.items())}
 
@@ -138,6 +149,13 @@ class _OpenFile:
 
 class RangeStager:
     """Stages one range; split from :func:`stage_range` so tests can drive it step by step."""
+
+    native_kernel = True
+    """Whether the native kernel may do this stager's per-message work (staging/native_kernel.py).
+    A subclass that changes that work (keyed and JSON topics) sets it to False until the
+    kernel implements its variant."""
+    sync_marker: bytes | None = None
+    """The files' Avro sync marker; None draws a random one per file (tests fix it)."""
 
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         self.ctx = ctx
@@ -266,7 +284,8 @@ class RangeStager:
         open_file = self.files.get(key)
         if open_file is None:
             name = avro_file_name(self.rng, dataset, table, schema_id)
-            open_file = self.files[key] = _OpenFile(self.workdir, name, schema, self.codec)
+            open_file = self.files[key] = _OpenFile(self.workdir, name, schema, self.codec,
+                                                    self.sync_marker)
         return open_file
 
     def _bad_input(self, msg: Any, error: BadInputError) -> None:
@@ -416,6 +435,20 @@ def _stager_class(ctx: StageContext) -> type[RangeStager]:
     return RangeStager
 
 
+def stage_messages(stager: RangeStager, reader: RangeReader, native: NativeStaging | None) -> None:
+    """Every message of the range through the native kernel, or one by one through the
+    Python path (the reference; also what the kernel hands back)."""
+    if native is not None:
+        native.stage(reader)
+        return
+    for batch in reader.batches():
+        for msg in batch:
+            if reader.accept(msg):
+                stager.add(msg)
+            elif reader.finished:
+                break
+
+
 def stage_range(ctx: StageContext, rng: OffsetRange) -> RangeResult:
     """Stage and commit ``rng`` (runs inside a Spark task)."""
     started = time.monotonic()
@@ -423,13 +456,15 @@ def stage_range(ctx: StageContext, rng: OffsetRange) -> RangeResult:
     workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{rng.partition}-{rng.start}-"))
     try:
         stager = _stager_class(ctx)(ctx, rng, workdir)
-        position: list[int] = []
-        for msg in read_range(ctx.kafka, rng.topic, rng.partition, rng.start, rng.end_exclusive,
-                              position_out=position):
-            stager.add(msg)
-        result = stager.commit(ctx.staging.open(), position[0] if position else rng.start)
-        log.info("%s: %d message(s), %d record(s), %d file(s) in %.1fs", rng, result.messages,
-                 result.records, len(result.files), time.monotonic() - started)
-        return replace(result, seconds=time.monotonic() - started)
+        reader = RangeReader(ctx.kafka, rng.topic, rng.partition, rng.start, rng.end_exclusive)
+        native = NativeStaging.for_stager(stager)
+        stage_messages(stager, reader, native)
+        result = stager.commit(ctx.staging.open(), reader.covered)
+        log.info("%s: %d message(s), %d record(s), %d file(s) in %.1fs (%s stage path)", rng,
+                 result.messages, result.records, len(result.files), time.monotonic() - started,
+                 NATIVE if native else PYTHON)
+        return replace(result, seconds=time.monotonic() - started,
+                       stage_path=NATIVE if native else PYTHON,
+                       kernel_handbacks=dict(native.handbacks) if native else {})
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -121,6 +121,9 @@ class FakeMessage:
         self._headers = list(headers) or None  # confluent_kafka returns None without headers
         self._timestamp_ms = timestamp_ms
 
+    def error(self) -> None:
+        return None  # a message, not a consumer event
+
     def topic(self) -> str:
         return self._topic
 

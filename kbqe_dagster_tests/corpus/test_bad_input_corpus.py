@@ -33,8 +33,10 @@ from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging import task
-from kbqe_dagster.staging.task import RangeResult, RangeStager, StageContext, stage_range
+from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
+from kbqe_dagster.staging.task import RangeResult, RangeStager, StageContext, stage_messages, stage_range
 from kbqe_dagster_tests.corpus import make_bad_input_corpus
+from kbqe_dagster_tests.staging.kernel_equality import ListReader
 from kbqe_dagster_tests.corpus.bad_input_corpus import (
     BASE_TIMESTAMP_MS,
     Corpus,
@@ -170,7 +172,19 @@ def assert_failed_at(error: StageRangeFailed, case: CorpusCase, offset: int, top
 
 
 # --- unit: RangeStager with fake messages and a fake registry -------------------------------------
-def run_stager(tmp_path: Path, policy: str, cases: list[CorpusCase]) -> tuple[RangeResult, object]:
+# Both stage paths: the Python path (the reference) and the native kernel, which hands every
+# bad case back to it (kbqe_dagster/staging/native_kernel.py).
+STAGE_PATHS = ["python", pytest.param("native", marks=pytest.mark.skipif(
+    not kernel_status().available, reason=str(kernel_status())))]
+
+
+@pytest.fixture(scope="module", params=STAGE_PATHS)
+def stage_path(request) -> str:
+    return request.param
+
+
+def run_stager(tmp_path: Path, policy: str, cases: list[CorpusCase],
+               path: str = "python") -> tuple[RangeResult, object]:  # fmt: skip
     staging = StagingLocation(str(tmp_path / "staging"))
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
                        staging, CORPUS.pipeline(TOPIC, policy), TOPIC)
@@ -181,15 +195,17 @@ def run_stager(tmp_path: Path, policy: str, cases: list[CorpusCase]) -> tuple[Ra
         mp.setattr(task, "SchemaLookup",
                    lambda settings: FakeSchemaLookup(CORPUS.schemas, FAKE_IDS))
         stager = RangeStager(ctx, rng, workdir)
-    for msg in fake_messages(cases, FAKE_IDS, TOPIC):
-        stager.add(msg)
+    reader = ListReader(fake_messages(cases, FAKE_IDS, TOPIC), 0, len(cases))
+    native = NativeStaging.for_stager(stager) if path == "native" else None
+    assert (native is not None) == (path == "native")
+    stage_messages(stager, reader, native)
     store = staging.open()
-    return stager.commit(store, rng.end_exclusive), store
+    return stager.commit(store, reader.covered), store
 
 
 @pytest.fixture(scope="module")
-def dead_lettered(tmp_path_factory):
-    return run_stager(tmp_path_factory.mktemp("dead_letter"), "dead_letter", STREAM)
+def dead_lettered(tmp_path_factory, stage_path):
+    return run_stager(tmp_path_factory.mktemp("dead_letter"), "dead_letter", STREAM, stage_path)
 
 
 def test_dead_letter_policy_files_every_case_and_stages_the_controls(dead_lettered):
@@ -205,23 +221,23 @@ def test_dead_letter_reason_of_each_case(dead_lettered, name):
     assert dead[OFFSET_OF[name]]["reason"] == case.expect
 
 
-def test_skip_policy_counts_every_reason_and_dead_letters_nothing(tmp_path):
-    result, store = run_stager(tmp_path, "skip", STREAM)
+def test_skip_policy_counts_every_reason_and_dead_letters_nothing(tmp_path, stage_path):
+    result, store = run_stager(tmp_path, "skip", STREAM, stage_path)
     assert_skipped(result, store, TOPIC)
 
 
-def test_fail_policy_stops_at_the_first_bad_case(tmp_path):
+def test_fail_policy_stops_at_the_first_bad_case(tmp_path, stage_path):
     first_bad = next(offset for offset, c in enumerate(STREAM) if not c.is_control)
     with pytest.raises(StageRangeFailed) as failed:
-        run_stager(tmp_path, "fail", STREAM)
+        run_stager(tmp_path, "fail", STREAM, stage_path)
     assert_failed_at(failed.value, STREAM[first_bad], first_bad, TOPIC)
 
 
 @pytest.mark.parametrize("name", BAD_NAMES)
-def test_fail_policy_names_topic_partition_offset_and_reason_of_each_case(tmp_path, name):
+def test_fail_policy_names_topic_partition_offset_and_reason_of_each_case(tmp_path, name, stage_path):
     case = next(c for c in CORPUS.bad if c.name == name)
     with pytest.raises(StageRangeFailed) as failed:
-        run_stager(tmp_path, "fail", [CORPUS.controls[0], case])
+        run_stager(tmp_path, "fail", [CORPUS.controls[0], case], stage_path)
     assert_failed_at(failed.value, case, 1, TOPIC)
 
 

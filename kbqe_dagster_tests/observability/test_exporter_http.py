@@ -128,7 +128,7 @@ def test_healthcheck_answers_503_with_every_check_when_a_table_is_quarantined(se
     assert status == 503
     assert doc["healthy"] is False
     assert list(doc["checks"]) == ["kafka", "schema_registry", "staging", "quarantine",
-                                   "staging_freshness"]
+                                   "stage_path", "staging_freshness"]
     assert [n for n, c in doc["checks"].items() if not c["ok"]] == ["quarantine"]
 
 

@@ -135,3 +135,12 @@ def test_a_failing_check_is_logged_when_it_starts_failing_and_when_it_recovers(c
         ("WARNING", "health check kafka failed: ConnectionError: refused"),
         ("INFO", "health check kafka passes again"),
     ]
+
+
+def test_health_says_which_stage_path_runs_and_is_never_unhealthy_for_it(monkeypatch) -> None:
+    from kbqe_dagster.observability.health import stage_path_result
+
+    monkeypatch.setenv("KBQE_STAGE_KERNEL", "off")
+    result = stage_path_result()
+    assert result.ok and result.name == "stage_path"
+    assert result.detail == "python (KBQE_STAGE_KERNEL=off)"

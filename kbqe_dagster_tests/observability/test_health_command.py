@@ -42,5 +42,5 @@ def test_text_output_has_a_line_per_check_and_a_verdict(unhealthy, capsys) -> No
     assert code == 1
     assert [line.split()[:2] for line in lines[:-1]] == [
         ["FAIL", "kafka"], ["FAIL", "schema_registry"], ["ok", "staging"],
-        ["FAIL", "quarantine"], ["FAIL", "staging_freshness"]]
+        ["FAIL", "quarantine"], ["ok", "stage_path"], ["FAIL", "staging_freshness"]]
     assert lines[-1] == "UNHEALTHY"

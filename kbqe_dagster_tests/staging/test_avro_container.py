@@ -215,3 +215,31 @@ def test_duckdb_avro_reads_the_files_with_their_logical_types(codec, tmp_path):
     ).fetchall()
     assert rows == [(50, 1000, 1049, dt.date(2024, 9, 13), dt.date(2024, 9, 13),
                      dt.datetime(2024, 9, 13, 12, 0, 1), 25, "app")]  # fmt: skip
+
+
+@pytest.mark.parametrize("block_records, block_bytes", [(1, 1 << 20), (3, 1 << 20), (1000, 50), (7, 120), (65_536, 1 << 20)])
+@pytest.mark.parametrize("chunk", [1, 2, 5, 64])
+def test_records_appended_in_batches_make_the_same_file_as_one_by_one(block_records, block_bytes, chunk):
+    # The native stage kernel hands records over per batch: the blocks must end after exactly
+    # the records where one-by-one appends end them, so the files are identical.
+    import random
+    from array import array
+
+    rng = random.Random(block_records * 31 + chunk)
+    records = [rng.randbytes(rng.randint(1, 90)) for _ in range(400)]
+    sync = bytes(range(16))
+    one, many = io.BytesIO(), io.BytesIO()
+    options = dict(block_records=block_records, block_bytes=block_bytes, sync_marker=sync, codec="deflate")
+    with AvroContainerWriter(one, "\"bytes\"", **options) as writer:
+        for record in records:
+            writer.append(record)
+    with AvroContainerWriter(many, "\"bytes\"", **options) as writer:
+        for at in range(0, len(records), chunk):
+            part = records[at:at + chunk]
+            ends = array("Q")
+            total = 0
+            for record in part:
+                total += len(record)
+                ends.append(total)
+            writer.append_many(b"".join(part), memoryview(ends))
+    assert many.getvalue() == one.getvalue()

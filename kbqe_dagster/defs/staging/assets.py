@@ -93,6 +93,11 @@ def stage_metadata(summary: StageSummary) -> dict:
         "skipped_by_reason": dg.MetadataValue.json(summary.skipped),
         # Keyed topics count null values (Debezium's tombstones) instead of dead-lettering them.
         **({"tombstones": summary.tombstones} if summary.tombstones else {}),
+        # The native kernel or the Python path (staging/native_kernel.py), and what the kernel
+        # handed back to the Python path.
+        "stage_path": summary.stage_path,
+        **({"kernel_handbacks": dg.MetadataValue.json(summary.kernel_handbacks)}
+           if summary.kernel_handbacks else {}),
         "orphans_deleted": len(prep.orphans_deleted),
         "rolled_forward": len(prep.rolled_forward),
         "unrecognized_files": len(prep.unrecognized),

@@ -1,0 +1,224 @@
+"""The native stage kernel's seat on the append path: the Python path is the reference.
+
+The optional extension ``kbqe_dagster_kernel`` (the Rust crate in ``kernel/``, built by
+``make install`` when ``cargo`` is on the PATH) does a stage task's per-message work for whole
+``consume()`` batches. It stops at the first message it is not certain about and returns its
+index; :class:`NativeStaging` then gives that message to the Python path
+(:meth:`RangeStager.add <kbqe_dagster.staging.task.RangeStager.add>`) exactly as a run without
+the kernel would, teaches the kernel what that taught (a new schema, a new route) and resumes
+it after the message. Dead letters, their reasons, counts, file names and file bytes are the
+Python path's by construction: the kernel never decides that a message is bad, and its records
+reach the same container writer in the same order (docs/architecture.md, "Two stage paths").
+
+What stays on the Python path for good: keyed and JSON topics (stagers of their own, which set
+``native_kernel = False``), ``function`` routing, and a schema whose types or wanted fields
+the kernel does not implement (:meth:`StageKernel.add_schema` refuses it; its messages are
+handed back one by one). ``KBQE_STAGE_KERNEL=off`` forces the Python path everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from fastavro import parse_schema
+from fastavro.read import LOGICAL_READERS
+
+from kbqe_dagster.core.errors import BadInputError, KbqeError
+from kbqe_dagster.core.event_time import DateRule, epoch_day
+from kbqe_dagster.core.routing import RoutingInput, RoutingMode
+from kbqe_dagster.core.wire import HEADER_SIZE
+
+log = logging.getLogger(__name__)
+
+SWITCH = "KBQE_STAGE_KERNEL"
+"""``off`` forces the Python stage path (``on``/unset: the kernel when it is built)."""
+
+PYTHON, NATIVE = "python", "native"
+"""The ``stage_path`` values of a range result and of the stage run's metadata."""
+
+try:  # the optional extension; the Python path needs nothing of it
+    import kbqe_dagster_kernel as _extension
+except ImportError as error:  # pragma: no cover - depends on the build
+    _extension = None
+    _IMPORT_ERROR = str(error)
+else:
+    _IMPORT_ERROR = ""
+
+
+class StageKernelError(KbqeError):
+    """The native kernel failed (a panic or an internal error): the range stops uncommitted."""
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    """Which stage path a stage task takes, and why."""
+
+    available: bool
+    detail: str
+
+    @property
+    def path(self) -> str:
+        return NATIVE if self.available else PYTHON
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.detail})"
+
+
+def kernel_status() -> KernelStatus:
+    """Whether stage tasks of this process can use the native kernel (``kbqe health``)."""
+    if os.environ.get(SWITCH, "").strip().lower() in ("off", "0", "false", "no"):
+        return KernelStatus(False, f"{SWITCH}=off")
+    if _extension is None:
+        return KernelStatus(False, "native stage kernel not built: staging uses the Python path"
+                                   + (f" ({_IMPORT_ERROR})" if _IMPORT_ERROR else ""))  # fmt: skip
+    return KernelStatus(True, f"kbqe_dagster_kernel {_extension.__version__}")
+
+
+_UNIT_CODES = {"auto": "auto", "s": "s", "ms": "ms", "us": "us", "ns": "ns"}
+
+
+class NativeStaging:
+    """Drives one range's :class:`RangeStager` through the kernel (see the module docstring)."""
+
+    def __init__(self, stager: Any, extension: Any) -> None:
+        self.stager = stager
+        topic = stager.topic
+        wanted = list(topic.required_fields)
+        routing = stager.router.config
+        route_slots = None
+        if routing.mode is RoutingMode.FIELDS and stager._static is None:
+            route_slots = (wanted.index(routing.dataset_field), wanted.index(routing.table_field))
+        event = topic.event_time
+        enrichment = stager.enrichment
+        self.kernel = extension.StageKernel(
+            stager.rng.topic, stager.rng.partition, stager.max_size, wanted,
+            [wanted.index(path) for path in event.fields], route_slots,
+            _UNIT_CODES[str(event.epoch_unit)], event.date_rule is DateRule.UTC,
+            event.kafka_timestamp_fallback, epoch_day(event.min_date), epoch_day(event.max_date),
+            enrichment.timestamp_column is not None, enrichment.key_column is not None,
+            enrichment.headers_column is not None, sorted(LOGICAL_READERS),
+        )  # fmt: skip
+        self._mode = routing.mode
+        self._dataset_field, self._table_field = routing.dataset_field, routing.table_field
+        self._offered: dict[bytes, str | None] = {}  # header → None (taken) or why refused
+        self._slots: list[tuple[str, str, int, dict]] = []  # file slot → (dataset, table, id, schema)
+        self._slot_of: dict[tuple[str, str, int], int] = {}
+        self.handbacks: Counter[str] = Counter()
+
+    @classmethod
+    def for_stager(cls, stager: Any) -> NativeStaging | None:
+        """The kernel's driver for ``stager``, or None when this range takes the Python path."""
+        if not getattr(stager, "native_kernel", False) or not kernel_status().available:
+            return None
+        if stager.router.config.mode is RoutingMode.FUNCTION:
+            return None
+        return cls(stager, _extension)
+
+    # --- the loop ---------------------------------------------------------------------------
+    def stage(self, reader: Any) -> None:
+        """Stage every message ``reader`` (a :class:`~kbqe_dagster.resources.kafka.RangeReader`)
+        yields; the position it reaches is what the stager commits."""
+        kernel, stager, end = self.kernel, self.stager, reader.end_exclusive
+        for batch in reader.batches():
+            i, n = 0, len(batch)
+            while i < n:
+                try:
+                    stop = kernel.run(batch, i, end)
+                except BaseException as error:  # a Rust panic arrives as pyo3's PanicException
+                    if type(error).__name__ != "PanicException":
+                        raise
+                    raise self._failure(batch, i, error) from error
+                if stop > i:
+                    reader.staged_through(batch[stop - 1].offset())
+                    self._drain()
+                if stop >= n:
+                    break
+                msg = batch[stop]
+                reason = kernel.stopped
+                self.handbacks[reason] += 1
+                unknown_route = kernel.unknown_route
+                i = stop + 1
+                if not reader.accept(msg):
+                    if reader.finished:
+                        break
+                    continue
+                stager.add(msg)
+                self._learn(msg, reason, unknown_route)
+            if reader.finished:
+                break
+        stager.messages += kernel.messages
+
+    def _failure(self, batch: list, i: int, error: BaseException) -> StageKernelError:
+        where = batch[i] if i < len(batch) else None
+        at = f"{where.topic()}[{where.partition()}] near offset {where.offset()}" if where else "a batch"
+        return StageKernelError(f"native stage kernel failed at {at}: {error!r}; the range is not "
+                                f"committed (set {SWITCH}=off to stage with the Python path)")  # fmt: skip
+
+    def _drain(self) -> None:
+        files = self.stager._file
+        for slot, records, ends, days in self.kernel.drain():
+            dataset, table, schema_id, schema = self._slots[slot]
+            files(dataset, table, schema_id, schema).append_many(records, memoryview(ends).cast("Q"), days)
+
+    # --- what the Python path teaches ------------------------------------------------------
+    def _learn(self, msg: Any, reason: str, unknown_route: tuple[bytes, bytes] | None) -> None:
+        value = msg.value()
+        if not value or len(value) < HEADER_SIZE:
+            return
+        header = value[:HEADER_SIZE]
+        if reason == "schema_unknown" and header not in self._offered:
+            self._offer(header, msg)
+        elif reason == "route_unknown" and unknown_route is not None:
+            self._learn_route(header, msg, unknown_route)
+
+    def _offer(self, header: bytes, msg: Any) -> None:
+        known = self.stager._by_header.get(header)
+        if known is None:
+            return  # the frame or schema was bad input: nothing to learn (asked again later)
+        schema_id, decoder = known
+        constant = None
+        try:
+            if self._mode is not RoutingMode.FIELDS or self.stager._static is not None:
+                destination = self.stager._static or self.stager._route(
+                    RoutingInput(self.stager.rng.topic, self.stager.rng.partition, msg.offset(),
+                                 decoder.full_name, {}, None)  # fmt: skip
+                )
+                constant = self._slot(destination.dataset, destination.table, schema_id, decoder.schema)
+            registered = self.stager.lookup.get(schema_id)
+            text = json.dumps(parse_schema(registered.schema, _write_hint=False))
+            self.kernel.add_schema(header, text, constant)
+        except (BadInputError, ValueError) as error:
+            self._offered[header] = str(error)
+            log.debug("%s: schema id %d stays on the Python stage path: %s",
+                      self.stager.rng, schema_id, error)
+            return
+        self._offered[header] = None
+
+    def _learn_route(self, header: bytes, msg: Any, route: tuple[bytes, bytes]) -> None:
+        known = self.stager._by_header.get(header)
+        if known is None:
+            return
+        schema_id, decoder = known
+        dataset, table = route
+        fields = {self._dataset_field: dataset.decode(), self._table_field: table.decode()}
+        try:
+            destination = self.stager._route(RoutingInput(
+                self.stager.rng.topic, self.stager.rng.partition, msg.offset(), decoder.full_name,
+                fields, msg.key()))
+        except BadInputError:
+            return  # not a destination: such messages keep going to the Python path's verdict
+        slot = self._slot(destination.dataset, destination.table, schema_id, decoder.schema)
+        self.kernel.learn_route(header, dataset, table, slot)
+
+    def _slot(self, dataset: str, table: str, schema_id: int, schema: dict) -> int:
+        key = (dataset, table, schema_id)
+        slot = self._slot_of.get(key)
+        if slot is None:
+            slot = self._slot_of[key] = len(self._slots)
+            self._slots.append((dataset, table, schema_id, schema))
+        return slot

@@ -1,0 +1,174 @@
+"""Stage one message stream twice — on the Python path and through the native kernel — and
+return what each committed, byte for byte, for the differential tests of the kernel.
+
+Both runs use the same fixed sync marker and staging time, so their avro files, dead-letter
+files and done files must be identical; the native run also reports how many messages the
+kernel staged itself (a differential test where the kernel hands everything back would
+prove nothing).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pytest
+
+from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
+from kbqe_dagster.resources.staging_store import StagingLocation
+from kbqe_dagster.staging import task
+from kbqe_dagster.staging.native_kernel import NativeStaging
+from kbqe_dagster.staging.task import RangeResult, StageContext, stage_messages
+
+SYNC = bytes(range(16))
+STAGED_AT = datetime(2026, 11, 25, 6, 0, tzinfo=timezone.utc)
+
+
+class Msg:
+    """A consumed Kafka message as the stage path reads it (confluent_kafka's accessors)."""
+
+    __slots__ = ("_topic", "_partition", "_offset", "_value", "_key", "_headers", "_timestamp")
+
+    def __init__(self, topic: str, partition: int, offset: int, value: bytes | None,
+                 key: bytes | None = None, headers: list | None = None,
+                 timestamp: tuple[int, int] = (1, 1_726_238_205_123)) -> None:  # fmt: skip
+        self._topic, self._partition, self._offset = topic, partition, offset
+        self._value, self._key, self._headers, self._timestamp = value, key, headers, timestamp
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def headers(self) -> list | None:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return self._timestamp
+
+
+class ListReader:
+    """``RangeReader``'s contract over a list of messages, in batches of ``batch_size``."""
+
+    def __init__(self, messages: Sequence[Any], start: int, end_exclusive: int,
+                 batch_size: int = 64) -> None:  # fmt: skip
+        self.messages = list(messages)
+        self.end_exclusive = end_exclusive
+        self.batch_size = batch_size
+        self.position = start
+        self.finished = False
+
+    @property
+    def covered(self) -> int:
+        return min(self.position, self.end_exclusive)
+
+    def batches(self):
+        for at in range(0, len(self.messages), self.batch_size):
+            if self.finished or self.position >= self.end_exclusive:
+                return
+            yield self.messages[at:at + self.batch_size]
+
+    def accept(self, msg: Any) -> bool:
+        if msg.offset() >= self.end_exclusive:
+            self.position, self.finished = self.end_exclusive, True
+            return False
+        self.position = msg.offset() + 1
+        return True
+
+    def staged_through(self, offset: int) -> None:
+        self.position = offset + 1
+
+
+class DictLookup:
+    """The registry boundary: writer schemas by id."""
+
+    def __init__(self, schemas: Mapping[int, Any]) -> None:
+        self.schemas = dict(schemas)
+
+    def get(self, schema_id: int) -> RegisteredSchema | None:
+        schema = self.schemas.get(schema_id)
+        return None if schema is None else RegisteredSchema(schema_id, "AVRO", schema)
+
+
+@dataclass
+class Staged:
+    result: RangeResult | None
+    files: dict[str, bytes]
+    error: str | None = None  # the fail policy's StageRangeFailed
+    kernel_messages: int = 0
+    handbacks: dict[str, int] | None = None
+
+
+def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int, Any],
+          messages: Sequence[Any], *, native: bool, partition: int = 0,
+          batch_size: int = 64) -> Staged:  # fmt: skip
+    staging = StagingLocation(str(tmp / ("native" if native else "python") / "staging"))
+    workdir = tmp / ("native" if native else "python") / "work"
+    workdir.mkdir(parents=True)
+    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
+                       staging, pipeline, topic)
+    start = messages[0].offset() if messages else 0
+    end = messages[-1].offset() + 1 if messages else 0
+    rng = OffsetRange(topic, partition, start, end)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(task, "SchemaLookup", lambda settings: DictLookup(schemas))
+        stager = task._stager_class(ctx)(ctx, rng, workdir)
+    stager.sync_marker = SYNC
+    stager.staged_at = STAGED_AT
+    driver = NativeStaging.for_stager(stager) if native else None
+    if native:
+        assert driver is not None, "the native kernel is not available for this stager"
+    reader = ListReader(messages, start, end, batch_size)
+    try:
+        stage_messages(stager, reader, driver)
+    except task.StageRangeFailed as failed:
+        return Staged(None, {}, str(failed), driver.kernel.messages if driver else 0)
+    store = staging.open()
+    result = stager.commit(store, reader.covered)
+    files = {f.name: store.read_bytes(f.name) for f in store.list()}
+    return Staged(result, files, None, driver.kernel.messages if driver else 0,
+                  dict(driver.handbacks) if driver else None)
+
+
+def comparable(name: str, data: bytes) -> Any:
+    """A committed file as compared: done files without the versions that pin each avro
+    object in its store (a local store's version is a fingerprint of the file's inode and
+    time, different for every run); everything else byte for byte."""
+    if not name.endswith(".done"):
+        return data
+    manifest = json.loads(data)
+    for entry in manifest.get("files", ()):
+        entry.pop("version", None)
+    return manifest
+
+
+def assert_same(python: Staged, native: Staged, context: str = "") -> None:
+    """The native run committed exactly what the Python run committed."""
+    assert native.error == python.error, context
+    if python.result is None:
+        return
+    assert sorted(native.files) == sorted(python.files), context
+    for name, data in python.files.items():
+        assert comparable(name, native.files[name]) == comparable(name, data), f"{context}: {name} differs"
+    p, n = python.result, native.result
+    assert (n.messages, n.records, n.files, n.dead_letters, n.skipped, n.committed_last) == (
+        p.messages, p.records, p.files, p.dead_letters, p.skipped, p.committed_last), context

@@ -1,0 +1,391 @@
+//! Walking a Confluent body under its compiled schema: validate every byte, read the wanted
+//! values. The acceptance rules are the Python probe's (`staging/probe_codegen.py`); where the
+//! kernel is unsure it stops (`Err(Stop)`) and the message is handed back to the Python path,
+//! which then decides with its own reasons. So the kernel may be stricter than the probe,
+//! never more lenient: a body it accepts is one the probe accepts, with the same values.
+
+use crate::schema::{Kind, Logical, NodeId, Schema, Unsupported};
+
+/// The kernel is not certain: hand the message back.
+#[derive(Debug)]
+pub struct Stop;
+pub type R<T> = Result<T, Stop>;
+
+/// A wanted value, as far as routing and event time need it.
+#[derive(Clone, Copy, Debug)]
+pub enum Value {
+    Null,
+    Int(i64),
+    Float(f64),
+    /// Avro `date`: days since 1970-01-01.
+    Date(i64),
+    Millis(i64),
+    Micros(i64),
+    /// A string's byte range in the body (validated UTF-8).
+    Str(usize, usize),
+    /// Any other value: routing and event time hand such a message back.
+    Other,
+}
+
+/// Ranges the probe checks (`probe_runtime.RANGE_CHECKED`): what fastavro's converters accept.
+const DATE_RANGE: (i64, i64) = (-719_162, 2_932_896);
+const MILLIS_RANGE: (i64, i64) = (-62_135_596_800_000, 253_402_300_799_999);
+const MICROS_RANGE: (i64, i64) = (-62_135_596_800_000_000, 253_402_300_799_999_999);
+/// Arrays of zero-width items claiming more than this are invalid (`MAX_ZERO_WIDTH_ITEMS`).
+const MAX_ZERO_WIDTH_ITEMS: u64 = 1_000_000;
+/// Deeper nesting (recursive records) goes to the Python path rather than the native stack.
+const MAX_DEPTH: u32 = 96;
+
+/// What to do at one schema position for the wanted paths.
+#[derive(Debug)]
+pub enum Plan {
+    Skip,
+    Read(usize),
+    Record(Vec<Plan>),
+    Union(Vec<Plan>),
+}
+
+/// The wanted paths as a tree: a slot for a whole value, children by field name.
+#[derive(Default)]
+struct Want {
+    slot: Option<usize>,
+    children: Vec<(String, Want)>,
+}
+
+/// The plan of `paths` (dotted) over the schema; slot i is `paths[i]`. `leaf_ok(slot, kind)`
+/// says whether the kernel handles a value of that kind at that slot.
+pub fn plan(schema: &Schema, paths: &[String]) -> Result<Plan, Unsupported> {
+    let mut tree = Want::default();
+    for (slot, path) in paths.iter().enumerate() {
+        let mut node = &mut tree;
+        for part in path.split('.') {
+            let at = match node.children.iter().position(|(n, _)| n == part) {
+                Some(at) => at,
+                None => {
+                    node.children.push((part.to_string(), Want::default()));
+                    node.children.len() - 1
+                }
+            };
+            node = &mut node.children[at].1;
+        }
+        node.slot = Some(slot);
+    }
+    plan_at(schema, schema.top, &tree)
+}
+
+fn plan_at(schema: &Schema, id: NodeId, want: &Want) -> Result<Plan, Unsupported> {
+    if let Some(slot) = want.slot {
+        if !want.children.is_empty() {
+            return Err(Unsupported("a path wanted whole and in parts".into()));
+        }
+        if !leaf_ok(schema, id, 0) {
+            return Err(Unsupported("a wanted field of a type the kernel does not read".into()));
+        }
+        return Ok(Plan::Read(slot));
+    }
+    match &schema.nodes[id] {
+        Kind::Union(branches) => {
+            let mut plans = Vec::with_capacity(branches.len());
+            for b in branches {
+                plans.push(match schema.nodes[*b] {
+                    Kind::Record { .. } => plan_at(schema, *b, want)?,
+                    _ => Plan::Skip,
+                });
+            }
+            Ok(Plan::Union(plans))
+        }
+        Kind::Record { fields, .. } => {
+            let mut plans = Vec::with_capacity(fields.len());
+            for (name, t) in fields {
+                plans.push(match want.children.iter().find(|(n, _)| n == name) {
+                    Some((_, child)) => plan_at(schema, *t, child)?,
+                    None => Plan::Skip,
+                });
+            }
+            Ok(Plan::Record(plans))
+        }
+        _ => Ok(Plan::Skip),
+    }
+}
+
+/// Values routing and event time read natively: null, numbers, dates and timestamps, plain
+/// strings, and unions of those.
+fn leaf_ok(schema: &Schema, id: NodeId, depth: u32) -> bool {
+    match &schema.nodes[id] {
+        Kind::Null | Kind::Int(_) | Kind::Long(_) | Kind::Float | Kind::Double => true,
+        Kind::String(logical) => *logical == Logical::None,
+        Kind::Union(bs) => depth < 4 && bs.iter().all(|b| leaf_ok(schema, *b, depth + 1)),
+        _ => false,
+    }
+}
+
+pub struct Cursor<'a> {
+    pub buf: &'a [u8],
+    pub pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    #[inline]
+    fn byte(&mut self) -> R<u8> {
+        let b = *self.buf.get(self.pos).ok_or(Stop)?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    /// A zigzag long: at most 10 bytes, the unzigzagged value within 64 bits.
+    #[inline]
+    fn long(&mut self) -> R<i64> {
+        let mut b = self.byte()?;
+        if b < 0x80 {
+            return Ok(((b >> 1) as i64) ^ -((b & 1) as i64));
+        }
+        let mut n: u128 = (b & 0x7F) as u128;
+        let mut shift = 7u32;
+        while b & 0x80 != 0 {
+            if shift == 70 {
+                return Err(Stop);
+            }
+            b = self.byte()?;
+            n |= ((b & 0x7F) as u128) << shift;
+            shift += 7;
+        }
+        if n >> 64 != 0 {
+            return Err(Stop);
+        }
+        let n = n as u64;
+        Ok(((n >> 1) as i64) ^ -((n & 1) as i64))
+    }
+
+    #[inline]
+    fn int(&mut self) -> R<i64> {
+        let v = self.long()?;
+        if v < i32::MIN as i64 || v > i32::MAX as i64 {
+            return Err(Stop);
+        }
+        Ok(v)
+    }
+
+    /// A length or index: a long that must not be negative.
+    #[inline]
+    fn length(&mut self) -> R<u64> {
+        let v = self.long()?;
+        if v < 0 {
+            return Err(Stop);
+        }
+        Ok(v as u64)
+    }
+
+    #[inline]
+    fn take(&mut self, n: u64) -> R<(usize, usize)> {
+        let start = self.pos;
+        let end = (start as u64).checked_add(n).ok_or(Stop)?;
+        if end > self.buf.len() as u64 {
+            return Err(Stop);
+        }
+        self.pos = end as usize;
+        Ok((start, self.pos))
+    }
+
+    #[inline]
+    fn string(&mut self) -> R<(usize, usize)> {
+        let n = self.length()?;
+        let (s, e) = self.take(n)?;
+        if !self.buf[s..e].is_ascii() {
+            std::str::from_utf8(&self.buf[s..e]).map_err(|_| Stop)?;
+        }
+        Ok((s, e))
+    }
+
+    /// An array or map block count: a negative count is followed by the block's byte size.
+    #[inline]
+    fn block_count(&mut self) -> R<u64> {
+        let count = self.long()?;
+        if count < 0 {
+            if self.long()? < 0 {
+                return Err(Stop);
+            }
+            return Ok(count.unsigned_abs());
+        }
+        Ok(count as u64)
+    }
+
+    pub fn at_end(&self) -> bool {
+        self.pos == self.buf.len()
+    }
+}
+
+pub struct Walker<'s> {
+    pub schema: &'s Schema,
+}
+
+impl<'s> Walker<'s> {
+    pub fn walk(&self, id: NodeId, plan: &Plan, c: &mut Cursor, values: &mut [Value], depth: u32) -> R<()> {
+        match plan {
+            Plan::Skip => self.skip(id, c, depth),
+            Plan::Read(slot) => {
+                values[*slot] = self.read(id, c, depth)?;
+                Ok(())
+            }
+            Plan::Record(plans) => {
+                let Kind::Record { fields, .. } = &self.schema.nodes[id] else { return Err(Stop) };
+                for ((_, t), p) in fields.iter().zip(plans) {
+                    self.walk(*t, p, c, values, depth + 1)?;
+                }
+                Ok(())
+            }
+            Plan::Union(plans) => {
+                let Kind::Union(branches) = &self.schema.nodes[id] else { return Err(Stop) };
+                let i = c.length()? as usize;
+                let b = *branches.get(i).ok_or(Stop)?;
+                self.walk(b, &plans[i], c, values, depth + 1)
+            }
+        }
+    }
+
+    fn read(&self, id: NodeId, c: &mut Cursor, depth: u32) -> R<Value> {
+        Ok(match &self.schema.nodes[id] {
+            Kind::Null => Value::Null,
+            Kind::Int(logical) => {
+                let v = c.int()?;
+                check(*logical, v)?;
+                if *logical == Logical::Date { Value::Date(v) } else { Value::Int(v) }
+            }
+            Kind::Long(logical) => {
+                let v = c.long()?;
+                check(*logical, v)?;
+                match logical {
+                    Logical::TimestampMillis => Value::Millis(v),
+                    Logical::TimestampMicros => Value::Micros(v),
+                    _ => Value::Int(v),
+                }
+            }
+            Kind::Float => {
+                let (s, _) = c.take(4)?;
+                Value::Float(f32::from_le_bytes(c.buf[s..s + 4].try_into().unwrap()) as f64)
+            }
+            Kind::Double => {
+                let (s, _) = c.take(8)?;
+                Value::Float(f64::from_le_bytes(c.buf[s..s + 8].try_into().unwrap()))
+            }
+            Kind::String(Logical::None) => {
+                let (s, e) = c.string()?;
+                Value::Str(s, e)
+            }
+            Kind::Union(branches) => {
+                let i = c.length()? as usize;
+                let b = *branches.get(i).ok_or(Stop)?;
+                return self.read(b, c, depth + 1);
+            }
+            _ => {
+                self.skip(id, c, depth)?;
+                Value::Other
+            }
+        })
+    }
+
+    /// Advance past a value, validating it.
+    pub fn skip(&self, id: NodeId, c: &mut Cursor, depth: u32) -> R<()> {
+        if depth > MAX_DEPTH {
+            return Err(Stop);
+        }
+        match &self.schema.nodes[id] {
+            Kind::Null => Ok(()),
+            Kind::Boolean => {
+                if c.byte()? > 1 {
+                    return Err(Stop);
+                }
+                Ok(())
+            }
+            Kind::Int(logical) => check(*logical, c.int()?),
+            Kind::Long(logical) => check(*logical, c.long()?),
+            Kind::Float => c.take(4).map(drop),
+            Kind::Double => c.take(8).map(drop),
+            Kind::Fixed(n) => c.take(*n as u64).map(drop),
+            Kind::Bytes => {
+                let n = c.length()?;
+                c.take(n).map(drop)
+            }
+            Kind::String(logical) => {
+                let (s, e) = c.string()?;
+                if *logical == Logical::Uuid && !canonical_uuid(&c.buf[s..e]) {
+                    return Err(Stop); // fastavro may still accept another spelling: Python decides
+                }
+                Ok(())
+            }
+            Kind::Enum(symbols) => {
+                if c.length()? >= *symbols {
+                    return Err(Stop);
+                }
+                Ok(())
+            }
+            Kind::Union(branches) => {
+                let i = c.length()? as usize;
+                let b = *branches.get(i).ok_or(Stop)?;
+                self.skip(b, c, depth + 1)
+            }
+            Kind::Array(items) => {
+                let items = *items;
+                let min = self.schema.min_size_of(items) as u64;
+                self.blocks(c, min, |c| self.skip(items, c, depth + 1))
+            }
+            Kind::Map(values) => {
+                let values = *values;
+                let min = 1 + self.schema.min_size_of(values) as u64;
+                self.blocks(c, min, |c| {
+                    c.string()?;
+                    self.skip(values, c, depth + 1)
+                })
+            }
+            Kind::Record { fields, .. } => {
+                for (_, t) in fields {
+                    self.skip(*t, c, depth + 1)?;
+                }
+                Ok(())
+            }
+            Kind::Pending(_) => Err(Stop),
+        }
+    }
+
+    fn blocks(&self, c: &mut Cursor, entry_min: u64, mut each: impl FnMut(&mut Cursor) -> R<()>) -> R<()> {
+        loop {
+            let count = c.block_count()?;
+            if count == 0 {
+                return Ok(());
+            }
+            if entry_min > 0 {
+                let need = (c.pos as u128) + (count as u128) * (entry_min as u128);
+                if need > c.buf.len() as u128 {
+                    return Err(Stop);
+                }
+            } else if count > MAX_ZERO_WIDTH_ITEMS {
+                return Err(Stop);
+            }
+            for _ in 0..count {
+                each(c)?;
+            }
+        }
+    }
+}
+
+#[inline]
+fn check(logical: Logical, v: i64) -> R<()> {
+    let (low, high) = match logical {
+        Logical::Date => DATE_RANGE,
+        Logical::TimestampMillis => MILLIS_RANGE,
+        Logical::TimestampMicros => MICROS_RANGE,
+        _ => return Ok(()),
+    };
+    if v < low || v > high {
+        return Err(Stop);
+    }
+    Ok(())
+}
+
+/// `8-4-4-4-12` hex digits: the spelling the probe accepts without asking `uuid.UUID`.
+fn canonical_uuid(s: &[u8]) -> bool {
+    s.len() == 36
+        && s.iter().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => *b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}

@@ -1,0 +1,264 @@
+//! The event day of a record, for the values the kernel reads (`core/event_time.py` is the
+//! reference: its rules, in its order). Anything the kernel does not implement — a string that
+//! is not one of the common ISO-8601 spellings below, a zone id needed to place a naive time —
+//! returns `None`, and the message is handed back to the Python path.
+
+use crate::body::Value;
+
+const MIN_EPOCH_DAY: i64 = -719_162; // 0001-01-01
+const MAX_EPOCH_DAY: i64 = 2_932_896; // 9999-12-31
+const MS_PER_DAY: i64 = 86_400_000;
+
+#[derive(Clone, Copy, PartialEq)]
+pub enum Unit {
+    Auto,
+    Seconds,
+    Millis,
+    Micros,
+    Nanos,
+}
+
+impl Unit {
+    pub fn parse(text: &str) -> Option<Unit> {
+        Some(match text {
+            "auto" => Unit::Auto,
+            "s" => Unit::Seconds,
+            "ms" => Unit::Millis,
+            "us" => Unit::Micros,
+            "ns" => Unit::Nanos,
+            _ => return None,
+        })
+    }
+
+    fn per_day(self) -> i64 {
+        match self {
+            Unit::Seconds => 86_400,
+            Unit::Millis => 86_400_000,
+            Unit::Micros => 86_400_000_000,
+            Unit::Nanos => 86_400_000_000_000,
+            Unit::Auto => unreachable!("resolved before use"),
+        }
+    }
+
+    /// `auto`: below 1e11 seconds, below 1e14 milliseconds, below 1e17 microseconds, else
+    /// nanoseconds (the magnitude rule of `core/event_time.py`).
+    fn inferred(magnitude: f64) -> Unit {
+        if magnitude < 1e11 {
+            Unit::Seconds
+        } else if magnitude < 1e14 {
+            Unit::Millis
+        } else if magnitude < 1e17 {
+            Unit::Micros
+        } else {
+            Unit::Nanos
+        }
+    }
+}
+
+pub struct EventTime {
+    /// Slots of the candidate fields, in order.
+    pub candidates: Vec<usize>,
+    pub unit: Unit,
+    pub utc_rule: bool,
+    pub kafka_timestamp_fallback: bool,
+    pub min_day: i64,
+    pub max_day: i64,
+}
+
+impl EventTime {
+    /// The event day, or `None`: hand the message back (missing, invalid or not implemented).
+    pub fn day(&self, values: &[Value], body: &[u8], kafka_timestamp_ms: Option<i64>) -> Option<i64> {
+        for &slot in &self.candidates {
+            match values[slot] {
+                Value::Null => continue,
+                value => return self.in_range(self.value_day(value, body)?),
+            }
+        }
+        if self.kafka_timestamp_fallback {
+            if let Some(ms) = kafka_timestamp_ms {
+                if ms >= 0 {
+                    return self.in_range(ms.div_euclid(MS_PER_DAY));
+                }
+            }
+        }
+        None
+    }
+
+    fn in_range(&self, day: i64) -> Option<i64> {
+        (self.min_day..=self.max_day).contains(&day).then_some(day)
+    }
+
+    fn value_day(&self, value: Value, body: &[u8]) -> Option<i64> {
+        match value {
+            Value::Date(day) => Some(day),
+            Value::Millis(ms) => Some(ms.div_euclid(MS_PER_DAY)),
+            Value::Micros(us) => Some(us.div_euclid(MS_PER_DAY * 1000)),
+            Value::Int(v) => {
+                let unit = match self.unit {
+                    Unit::Auto => Unit::inferred_int(v),
+                    unit => unit,
+                };
+                let day = v.div_euclid(unit.per_day());
+                (MIN_EPOCH_DAY..=MAX_EPOCH_DAY).contains(&day).then_some(day)
+            }
+            Value::Float(v) => {
+                if !v.is_finite() {
+                    return None;
+                }
+                let unit = match self.unit {
+                    Unit::Auto => Unit::inferred(v.abs()),
+                    unit => unit,
+                };
+                let day = (v / unit.per_day() as f64).floor();
+                if day < MIN_EPOCH_DAY as f64 || day > MAX_EPOCH_DAY as f64 {
+                    return None;
+                }
+                Some(day as i64)
+            }
+            Value::Str(s, e) => iso_day(&body[s..e], self.utc_rule),
+            Value::Null | Value::Other => None,
+        }
+    }
+}
+
+impl Unit {
+    /// The magnitude rule on an integer, compared exactly (as Python compares int and float).
+    fn inferred_int(v: i64) -> Unit {
+        let magnitude = v.unsigned_abs();
+        if magnitude < 100_000_000_000 {
+            Unit::Seconds
+        } else if magnitude < 100_000_000_000_000 {
+            Unit::Millis
+        } else if magnitude < 100_000_000_000_000_000 {
+            Unit::Micros
+        } else {
+            Unit::Nanos
+        }
+    }
+}
+
+/// The day of the ISO-8601 spellings producers write most (a subset of what Python's
+/// `datetime.fromisoformat` reads, with the same meaning):
+/// `YYYY-MM-DD`, optionally `T` or space, `HH:MM[:SS[.fraction]]`, optionally `Z` or
+/// `±HH:MM`, optionally bracketed annotations (`[Europe/Paris]`). Anything else is `None`.
+pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
+    let (iso, annotated) = split_annotations(text)?;
+    let year = digits(iso, 0, 4)?;
+    if iso.get(4) != Some(&b'-') || iso.get(7) != Some(&b'-') {
+        return None;
+    }
+    let month = digits(iso, 5, 2)?;
+    let day = digits(iso, 8, 2)?;
+    if year < 1 || !(1..=12).contains(&month) || day < 1 || day > days_in_month(year, month) {
+        return None;
+    }
+    let date = days_from_civil(year, month, day);
+    if iso.len() == 10 {
+        // A date alone is naive: its own date under both rules, unless a zone must place it.
+        return (!(utc_rule && annotated)).then_some(date);
+    }
+    if !matches!(iso[10], b'T' | b' ') {
+        return None;
+    }
+    let hour = digits(iso, 11, 2)?;
+    if iso.get(13) != Some(&b':') {
+        return None;
+    }
+    let minute = digits(iso, 14, 2)?;
+    if hour > 23 || minute > 59 {
+        return None;
+    }
+    let mut at = 16;
+    if iso.get(at) == Some(&b':') {
+        let second = digits(iso, at + 1, 2)?;
+        if second > 59 {
+            return None;
+        }
+        at += 3;
+        if iso.get(at) == Some(&b'.') {
+            let mut n = 0;
+            while iso.get(at + 1 + n).is_some_and(u8::is_ascii_digit) {
+                n += 1;
+            }
+            if n == 0 || n > 9 {
+                return None;
+            }
+            at += 1 + n;
+        }
+    }
+    let rest = &iso[at..];
+    let offset_minutes = match rest {
+        [] => None,
+        [b'Z'] => Some(0),
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let h = two(*h1, *h2)?;
+            let m = two(*m1, *m2)?;
+            if h > 23 || m > 59 {
+                return None;
+            }
+            Some(if *sign == b'-' { -(h * 60 + m) } else { h * 60 + m })
+        }
+        _ => return None,
+    };
+    if !utc_rule {
+        return Some(date); // `local`: the date as written
+    }
+    match offset_minutes {
+        None if annotated => None, // a naive time placed by a zone id: the Python path
+        None => Some(date),
+        Some(offset) => {
+            let local = hour * 60 + minute;
+            let shifted = date + (local - offset).div_euclid(24 * 60);
+            (MIN_EPOCH_DAY..=MAX_EPOCH_DAY).contains(&shifted).then_some(shifted)
+        }
+    }
+}
+
+/// `text` without its trailing `[...]` annotations, and whether it had any (the rules of
+/// `_split_annotations`: the first `[` must not start the text).
+fn split_annotations(text: &[u8]) -> Option<(&[u8], bool)> {
+    if text.last() != Some(&b']') {
+        return Some((text, false));
+    }
+    let start = text.iter().position(|b| *b == b'[')?;
+    if start == 0 {
+        return None;
+    }
+    Some((&text[..start], true))
+}
+
+fn digits(s: &[u8], at: usize, n: usize) -> Option<i64> {
+    let part = s.get(at..at + n)?;
+    let mut v = 0i64;
+    for b in part {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + (b - b'0') as i64;
+    }
+    Some(v)
+}
+
+fn two(a: u8, b: u8) -> Option<i64> {
+    digits(&[a, b], 0, 2)
+}
+
+fn days_in_month(year: i64, month: i64) -> i64 {
+    match month {
+        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
+pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}

@@ -1,0 +1,354 @@
+//! kbqe_dagster's native stage kernel.
+//!
+//! It does, for a batch of consumed Kafka messages, the per-message work of the append stage
+//! path (`kbqe_dagster/staging/task.py`, the reference implementation): Confluent frame →
+//! compiled schema → validated body and wanted values → route → event day → enrichment prefix
+//! → the record appended to its file's buffer. It stops at the first message it is not certain
+//! about (a Kafka event, a message past the range, a null, oversized or unframed value, a
+//! schema it has not been given, a body it does not accept, an event time or route it does not
+//! know) and returns its index: the Python path stages that message exactly as it would
+//! without the kernel, teaches the kernel what it learned (a schema, a route), and resumes it
+//! after that message. Dead letters, reasons and counts are therefore always the Python path's.
+//!
+//! Records leave the kernel per file slot as one byte chunk plus the records' end offsets, and
+//! the Python container writer blocks and compresses them exactly as it does its own records.
+
+mod body;
+mod event_time;
+mod prefix;
+mod schema;
+
+use std::collections::HashMap;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::intern;
+
+use body::{Cursor, Plan, Value, Walker};
+use event_time::{EventTime, Unit};
+use prefix::{put_header, put_key, put_long, Prefix};
+use schema::Schema;
+
+/// Learned routes kept per schema (values of garbage fields must not grow memory unbounded).
+const MAX_LEARNED_ROUTES: usize = 10_000;
+
+enum Route {
+    /// Every record of the schema goes to one file slot (static or schema-name routing).
+    Constant(usize),
+    /// The dataset and table fields name the destination; destinations the Python router
+    /// accepted are learned as (dataset bytes, 0xFF, table bytes) → file slot.
+    Fields(HashMap<Vec<u8>, usize>),
+}
+
+struct Entry {
+    schema: Schema,
+    plan: Plan,
+    route: Route,
+}
+
+#[derive(Default)]
+struct SlotBuffer {
+    data: Vec<u8>,
+    ends: Vec<u64>,
+    days: Vec<(i64, u64)>,
+}
+
+impl SlotBuffer {
+    fn count_day(&mut self, day: i64) {
+        if let Some(last) = self.days.last_mut() {
+            if last.0 == day {
+                last.1 += 1;
+                return;
+            }
+        }
+        match self.days.iter_mut().find(|(d, _)| *d == day) {
+            Some(entry) => entry.1 += 1,
+            None => self.days.push((day, 1)),
+        }
+    }
+}
+
+/// The kernel of one range's stage task (one topic-partition).
+#[pyclass(module = "kbqe_dagster_kernel", unsendable)]
+struct StageKernel {
+    prefix: Prefix,
+    max_message_size: usize,
+    wanted: Vec<String>,
+    route_slots: Option<(usize, usize)>,
+    event: EventTime,
+    logical_readers: Vec<String>,
+    entries: Vec<Entry>,
+    by_header: HashMap<[u8; 5], usize>,
+    slots: Vec<SlotBuffer>,
+    /// Slots with records since the last drain, in the order of their first record: files
+    /// are then created in the order the Python path would create them.
+    touched: Vec<usize>,
+    values: Vec<Value>,
+    route_key: Vec<u8>,
+    /// Messages staged by the kernel.
+    #[pyo3(get)]
+    messages: u64,
+    /// Why the last `run` stopped: "end" (the batch is done) or the hand-back's reason.
+    #[pyo3(get)]
+    stopped: &'static str,
+    /// For a "route_unknown" stop: the dataset and table field values (UTF-8 bytes).
+    #[pyo3(get)]
+    unknown_route: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+#[pymethods]
+impl StageKernel {
+    /// `wanted`: the field paths the probe decodes (routing's, then event time's);
+    /// `event_slots`: the event-time candidates as indexes into `wanted`; `route_slots`: the
+    /// dataset and table fields' indexes for field routing.
+    #[new]
+    #[pyo3(signature = (topic, partition, max_message_size, wanted, event_slots, route_slots,
+                        epoch_unit, utc_rule, kafka_timestamp_fallback, min_day, max_day,
+                        with_timestamp, with_key, with_headers, logical_readers))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        topic: &str,
+        partition: i32,
+        max_message_size: usize,
+        wanted: Vec<String>,
+        event_slots: Vec<usize>,
+        route_slots: Option<(usize, usize)>,
+        epoch_unit: &str,
+        utc_rule: bool,
+        kafka_timestamp_fallback: bool,
+        min_day: i64,
+        max_day: i64,
+        with_timestamp: bool,
+        with_key: bool,
+        with_headers: bool,
+        logical_readers: Vec<String>,
+    ) -> PyResult<Self> {
+        let unit = Unit::parse(epoch_unit).ok_or_else(|| PyValueError::new_err(format!("epoch unit {epoch_unit:?}")))?;
+        let slot_ok = |s: usize| s < wanted.len();
+        if !event_slots.iter().all(|s| slot_ok(*s)) || !route_slots.is_none_or(|(d, t)| slot_ok(d) && slot_ok(t)) {
+            return Err(PyValueError::new_err("a slot index outside the wanted paths"));
+        }
+        Ok(StageKernel {
+            prefix: Prefix::new(topic, partition, with_timestamp, with_key, with_headers),
+            max_message_size,
+            values: vec![Value::Null; wanted.len()],
+            wanted,
+            route_slots,
+            event: EventTime { candidates: event_slots, unit, utc_rule, kafka_timestamp_fallback, min_day, max_day },
+            logical_readers,
+            entries: Vec::new(),
+            by_header: HashMap::new(),
+            slots: Vec::new(),
+            touched: Vec::new(),
+            route_key: Vec::new(),
+            messages: 0,
+            stopped: "end",
+            unknown_route: None,
+        })
+    }
+
+    /// Take on the writer schema framed by `header` (magic byte + schema id): its JSON as
+    /// fastavro's `parse_schema` normalizes it. `constant_slot`: the file slot of every record
+    /// when the route does not depend on the record. Raises ValueError for a schema the kernel
+    /// does not implement (its messages then stay on the Python path).
+    #[pyo3(signature = (header, schema_json, constant_slot=None))]
+    fn add_schema(&mut self, header: &[u8], schema_json: &str, constant_slot: Option<usize>) -> PyResult<()> {
+        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
+        let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
+        let plan = body::plan(&schema, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
+        let route = match (constant_slot, self.route_slots) {
+            (Some(slot), _) => Route::Constant(slot),
+            (None, Some(_)) => Route::Fields(HashMap::new()),
+            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
+        };
+        self.entries.push(Entry { schema, plan, route });
+        self.by_header.insert(header, self.entries.len() - 1);
+        Ok(())
+    }
+
+    /// Remember that the Python router sent (`dataset`, `table`) of the schema framed by
+    /// `header` to file slot `slot`.
+    fn learn_route(&mut self, header: &[u8], dataset: &[u8], table: &[u8], slot: usize) -> PyResult<()> {
+        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
+        let Some(&at) = self.by_header.get(&header) else { return Ok(()) };
+        if let Route::Fields(learned) = &mut self.entries[at].route {
+            if learned.len() < MAX_LEARNED_ROUTES {
+                learned.insert(route_key(dataset, table), slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stage `messages[start..]` until the end of the list or the first message to hand back;
+    /// returns the index of the first message not staged (`len(messages)` when all were).
+    /// Messages at or past `end_exclusive` are never staged.
+    fn run(&mut self, py: Python<'_>, messages: &Bound<'_, PyList>, start: usize, end_exclusive: i64) -> PyResult<usize> {
+        self.unknown_route = None;
+        let n = messages.len();
+        let mut i = start;
+        while i < n {
+            let msg = messages.get_item(i)?;
+            if let Some(reason) = self.stage_one(py, &msg, end_exclusive)? {
+                self.stopped = reason;
+                return Ok(i);
+            }
+            self.messages += 1;
+            i += 1;
+        }
+        self.stopped = "end";
+        Ok(n)
+    }
+
+    /// The records staged since the last drain, per file slot: `(slot, records, ends, days)`
+    /// where `ends` holds each record's end offset in `records` (native-endian u64) and `days`
+    /// is `[(event day, records)]`.
+    fn drain<'py>(&mut self, py: Python<'py>) -> PyResult<Vec<(usize, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(i64, u64)>)>> {
+        let mut out = Vec::with_capacity(self.touched.len());
+        for slot in self.touched.drain(..) {
+            let buffer = &mut self.slots[slot];
+            let ends: Vec<u8> = buffer.ends.iter().flat_map(|e| e.to_ne_bytes()).collect();
+            out.push((slot, PyBytes::new(py, &buffer.data), PyBytes::new(py, &ends), std::mem::take(&mut buffer.days)));
+            buffer.data.clear();
+            buffer.ends.clear();
+        }
+        Ok(out)
+    }
+}
+
+impl StageKernel {
+    /// Stage one message; `Some(reason)` hands it back untouched.
+    #[inline]
+    fn stage_one(&mut self, py: Python<'_>, msg: &Bound<'_, PyAny>, end_exclusive: i64) -> PyResult<Option<&'static str>> {
+        if !msg.call_method0(intern!(py, "error"))?.is_none() {
+            return Ok(Some("kafka_event"));
+        }
+        let offset: i64 = msg.call_method0(intern!(py, "offset"))?.extract()?;
+        if offset >= end_exclusive || offset < 0 {
+            return Ok(Some("past_range"));
+        }
+        let value = msg.call_method0(intern!(py, "value"))?;
+        let Ok(value) = value.cast::<PyBytes>() else { return Ok(Some("not_bytes")) };
+        let value = value.as_bytes();
+        if value.len() > self.max_message_size {
+            return Ok(Some("oversized"));
+        }
+        if value.len() < 5 {
+            return Ok(Some("unframed"));
+        }
+        let header: [u8; 5] = value[..5].try_into().unwrap();
+        let Some(&at) = self.by_header.get(&header) else { return Ok(Some("schema_unknown")) };
+        let body = &value[5..];
+        let entry = &self.entries[at];
+        self.values.fill(Value::Null);
+        let mut cursor = Cursor { buf: body, pos: 0 };
+        let walker = Walker { schema: &entry.schema };
+        if walker.walk(entry.schema.top, &entry.plan, &mut cursor, &mut self.values, 0).is_err() || !cursor.at_end() {
+            return Ok(Some("body_uncertain"));
+        }
+        let slot = match &entry.route {
+            Route::Constant(slot) => *slot,
+            Route::Fields(learned) => {
+                let (d, t) = self.route_slots.expect("field routing has slots");
+                let (Value::Str(ds, de), Value::Str(ts, te)) = (self.values[d], self.values[t]) else {
+                    return Ok(Some("route_uncertain"));
+                };
+                self.route_key.clear();
+                self.route_key.extend_from_slice(&body[ds..de]);
+                self.route_key.push(0xFF);
+                self.route_key.extend_from_slice(&body[ts..te]);
+                match learned.get(self.route_key.as_slice()) {
+                    Some(slot) => *slot,
+                    None => {
+                        self.unknown_route = Some((body[ds..de].to_vec(), body[ts..te].to_vec()));
+                        return Ok(Some("route_unknown"));
+                    }
+                }
+            }
+        };
+        let stamp = msg.call_method0(intern!(py, "timestamp"))?;
+        let (kind, ts): (i64, i64) = stamp.extract()?;
+        let timestamp_ms = if kind != 0 { Some(ts) } else { None };
+        let Some(day) = self.event.day(&self.values, body, timestamp_ms) else {
+            return Ok(Some("event_time_uncertain"));
+        };
+        if self.slots.len() <= slot {
+            self.slots.resize_with(slot + 1, SlotBuffer::default);
+        }
+        let buffer = &mut self.slots[slot];
+        let first = buffer.ends.is_empty();
+        let mark = buffer.data.len();
+        self.prefix.put_head(&mut buffer.data, day, offset, timestamp_ms);
+        if self.prefix.with_key {
+            let key = msg.call_method0(intern!(py, "key"))?;
+            if key.is_none() {
+                put_key(&mut buffer.data, None);
+            } else if let Ok(key) = key.cast::<PyBytes>() {
+                put_key(&mut buffer.data, Some(key.as_bytes()));
+            } else {
+                buffer.data.truncate(mark);
+                return Ok(Some("key_uncertain"));
+            }
+        }
+        if self.prefix.with_headers && !put_headers(py, msg, &mut buffer.data)? {
+            buffer.data.truncate(mark);
+            return Ok(Some("headers_uncertain"));
+        }
+        buffer.data.extend_from_slice(body);
+        buffer.ends.push(buffer.data.len() as u64);
+        buffer.count_day(day);
+        if first {
+            self.touched.push(slot);
+        }
+        Ok(None)
+    }
+}
+
+/// The headers column; false when a header is not `(str, bytes | None)`.
+fn put_headers(py: Python<'_>, msg: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<bool> {
+    let headers = msg.call_method0(intern!(py, "headers"))?;
+    if headers.is_none() {
+        out.push(0);
+        return Ok(true);
+    }
+    let Ok(list) = headers.cast::<PyList>() else { return Ok(false) };
+    if list.is_empty() {
+        out.push(0);
+        return Ok(true);
+    }
+    put_long(out, list.len() as i64);
+    for item in list.iter() {
+        let Ok(pair) = item.cast::<PyTuple>() else { return Ok(false) };
+        if pair.len() != 2 {
+            return Ok(false);
+        }
+        let key = pair.get_item(0)?;
+        let Ok(key) = key.cast::<PyString>() else { return Ok(false) };
+        let Ok(key) = key.to_str() else { return Ok(false) };
+        let value = pair.get_item(1)?;
+        if value.is_none() {
+            put_header(out, key, None);
+        } else if let Ok(value) = value.cast::<PyBytes>() {
+            put_header(out, key, Some(value.as_bytes()));
+        } else {
+            return Ok(false);
+        }
+    }
+    out.push(0);
+    Ok(true)
+}
+
+fn route_key(dataset: &[u8], table: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(dataset.len() + table.len() + 1);
+    key.extend_from_slice(dataset);
+    key.push(0xFF);
+    key.extend_from_slice(table);
+    key
+}
+
+#[pymodule]
+fn kbqe_dagster_kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<StageKernel>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,255 @@
+//! Writer schemas compiled once per schema id into an arena of nodes the body walker follows.
+//!
+//! The input is the schema as fastavro's `parse_schema` leaves it (names fully qualified,
+//! later uses of a named type written as its full name), serialized to JSON by the Python side.
+//! The rules mirror the Python probe (`staging/probe_codegen.py`): the same kinds, the same
+//! logical types checked, the same minimum sizes (which decide the zero-width-items rule).
+//! Whatever this module does not implement is `Unsupported`: the schema then stays on the
+//! Python path, which is always correct.
+
+use serde_json::Value as Json;
+use std::collections::HashMap;
+
+pub type NodeId = usize;
+
+/// Logical types whose values the Python probe checks (fastavro's converters would refuse
+/// what is outside these rules); the kernel checks them the same way.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Logical {
+    None,
+    Date,
+    TimestampMillis,
+    TimestampMicros,
+    Uuid,
+}
+
+#[derive(Clone, Debug)]
+pub enum Kind {
+    Null,
+    Boolean,
+    Int(Logical),
+    Long(Logical),
+    Float,
+    Double,
+    Bytes,
+    String(Logical),
+    Fixed(usize),
+    Enum(u64),
+    Array(NodeId),
+    Map(NodeId),
+    Union(Vec<NodeId>),
+    Record {
+        #[allow(dead_code)] // shown by Debug
+        name: String,
+        fields: Vec<(String, NodeId)>,
+    },
+    /// A named record used before its definition ended (recursion): resolved after compiling.
+    Pending(String),
+}
+
+#[derive(Debug)]
+pub struct Unsupported(pub String);
+
+pub struct Schema {
+    pub nodes: Vec<Kind>,
+    pub top: NodeId,
+    min_sizes: Vec<usize>,
+}
+
+impl Schema {
+    /// `logical_readers`: fastavro's converter keys (`int-date`, ...): a key fastavro converts
+    /// that the kernel does not check makes the schema unsupported.
+    pub fn compile(text: &str, logical_readers: &[String]) -> Result<Schema, Unsupported> {
+        let json: Json = serde_json::from_str(text).map_err(|e| Unsupported(format!("schema JSON: {e}")))?;
+        let mut c = Compiler { nodes: Vec::new(), named: HashMap::new(), logical_readers };
+        let top = c.node(&json)?;
+        let Compiler { mut nodes, named, .. } = c;
+        // Uses of a name met before its definition point at the named node itself.
+        let mut target = Vec::with_capacity(nodes.len());
+        for (i, node) in nodes.iter().enumerate() {
+            target.push(match node {
+                Kind::Pending(name) => *named.get(name).ok_or_else(|| Unsupported(format!("unknown type {name}")))?,
+                _ => i,
+            });
+        }
+        for node in nodes.iter_mut() {
+            match node {
+                Kind::Array(id) | Kind::Map(id) => *id = target[*id],
+                Kind::Union(ids) => ids.iter_mut().for_each(|id| *id = target[*id]),
+                Kind::Record { fields, .. } => fields.iter_mut().for_each(|(_, id)| *id = target[*id]),
+                _ => {}
+            }
+        }
+        let top = target[top];
+        if !matches!(nodes[top], Kind::Record { .. }) {
+            return Err(Unsupported("the writer schema is not a record".into()));
+        }
+        let mut schema = Schema { nodes, top, min_sizes: Vec::new() };
+        schema.min_sizes = (0..schema.nodes.len()).map(|i| schema.min_size(i, &mut Vec::new())).collect();
+        Ok(schema)
+    }
+
+    /// Fewest bytes a value encodes to, as the probe's `min_size` counts them: a record met
+    /// again inside itself counts 0.
+    fn min_size(&self, id: NodeId, seen: &mut Vec<NodeId>) -> usize {
+        match &self.nodes[id] {
+            Kind::Null => 0,
+            Kind::Float => 4,
+            Kind::Double => 8,
+            Kind::Fixed(n) => *n,
+            Kind::Record { fields, .. } => {
+                if seen.contains(&id) {
+                    return 0;
+                }
+                seen.push(id);
+                let total = fields.iter().map(|(_, t)| self.min_size(*t, seen)).sum();
+                seen.pop();
+                total
+            }
+            Kind::Pending(_) => 0,
+            _ => 1,
+        }
+    }
+
+    pub fn min_size_of(&self, id: NodeId) -> usize {
+        self.min_sizes[id]
+    }
+}
+
+struct Compiler<'a> {
+    nodes: Vec<Kind>,
+    named: HashMap<String, NodeId>,
+    logical_readers: &'a [String],
+}
+
+const PRIMITIVES: [&str; 8] = ["null", "boolean", "int", "long", "float", "double", "bytes", "string"];
+
+impl<'a> Compiler<'a> {
+    fn push(&mut self, kind: Kind) -> NodeId {
+        self.nodes.push(kind);
+        self.nodes.len() - 1
+    }
+
+    fn node(&mut self, json: &Json) -> Result<NodeId, Unsupported> {
+        match json {
+            Json::String(name) => self.named_or_primitive(name, Logical::None),
+            Json::Array(branches) => {
+                let id = self.push(Kind::Null);
+                let mut ids = Vec::with_capacity(branches.len());
+                for b in branches {
+                    ids.push(self.node(b)?);
+                }
+                self.nodes[id] = Kind::Union(ids);
+                Ok(id)
+            }
+            Json::Object(map) => {
+                let t = map.get("type").ok_or_else(|| Unsupported("a type without 'type'".into()))?;
+                let t = match t {
+                    // {"type": {...}} and {"type": [...]}: the wrapper is the inner type.
+                    Json::Object(_) | Json::Array(_) => return self.node(t),
+                    Json::String(s) => s.as_str(),
+                    _ => return Err(Unsupported("a 'type' that is not a string".into())),
+                };
+                let logical = match map.get("logicalType") {
+                    Some(Json::String(l)) => self.logical(t, l)?,
+                    _ => Logical::None,
+                };
+                match t {
+                    "record" | "error" | "request" => {
+                        let name = full_name(map)?;
+                        let id = self.push(Kind::Null);
+                        self.named.insert(name.clone(), id);
+                        let mut fields = Vec::new();
+                        let list = match map.get("fields") {
+                            Some(Json::Array(list)) => list,
+                            _ => return Err(Unsupported(format!("record {name} has no field list"))),
+                        };
+                        for f in list {
+                            let fname = f.get("name").and_then(Json::as_str)
+                                .ok_or_else(|| Unsupported(format!("a field of {name} has no name")))?;
+                            let ft = f.get("type").ok_or_else(|| Unsupported(format!("field {fname} has no type")))?;
+                            fields.push((fname.to_string(), self.node(ft)?));
+                        }
+                        self.nodes[id] = Kind::Record { name, fields };
+                        Ok(id)
+                    }
+                    "enum" => {
+                        let count = match map.get("symbols") {
+                            Some(Json::Array(s)) => s.len() as u64,
+                            _ => return Err(Unsupported("an enum without symbols".into())),
+                        };
+                        let id = self.push(Kind::Enum(count));
+                        self.named.insert(full_name(map)?, id);
+                        Ok(id)
+                    }
+                    "fixed" => {
+                        let size = map.get("size").and_then(Json::as_u64)
+                            .ok_or_else(|| Unsupported("a fixed without a size".into()))? as usize;
+                        let id = self.push(Kind::Fixed(size));
+                        self.named.insert(full_name(map)?, id);
+                        Ok(id)
+                    }
+                    "array" => {
+                        let id = self.push(Kind::Null);
+                        let items = self.node(map.get("items").ok_or_else(|| Unsupported("an array without items".into()))?)?;
+                        self.nodes[id] = Kind::Array(items);
+                        Ok(id)
+                    }
+                    "map" => {
+                        let id = self.push(Kind::Null);
+                        let values = self.node(map.get("values").ok_or_else(|| Unsupported("a map without values".into()))?)?;
+                        self.nodes[id] = Kind::Map(values);
+                        Ok(id)
+                    }
+                    other => self.named_or_primitive(other, logical),
+                }
+            }
+            _ => Err(Unsupported("a schema node that is not a string, list or object".into())),
+        }
+    }
+
+    fn named_or_primitive(&mut self, name: &str, logical: Logical) -> Result<NodeId, Unsupported> {
+        let kind = match name {
+            "null" => Kind::Null,
+            "boolean" => Kind::Boolean,
+            "int" => Kind::Int(logical),
+            "long" => Kind::Long(logical),
+            "float" => Kind::Float,
+            "double" => Kind::Double,
+            "bytes" => Kind::Bytes,
+            "string" => Kind::String(logical),
+            other => {
+                debug_assert!(!PRIMITIVES.contains(&other));
+                // A named type: the same node (recursion to a record being defined included).
+                return match self.named.get(other) {
+                    Some(id) => Ok(*id),
+                    None => Ok(self.push(Kind::Pending(other.to_string()))),
+                };
+            }
+        };
+        Ok(self.push(kind))
+    }
+
+    /// The logical type of a primitive or fixed node, as fastavro keys it (`int-date`).
+    fn logical(&self, base: &str, logical: &str) -> Result<Logical, Unsupported> {
+        let key = format!("{base}-{logical}");
+        let known = match key.as_str() {
+            "int-date" => Logical::Date,
+            "long-timestamp-millis" | "long-local-timestamp-millis" => Logical::TimestampMillis,
+            "long-timestamp-micros" | "long-local-timestamp-micros" => Logical::TimestampMicros,
+            "string-uuid" => Logical::Uuid,
+            // Converted by fastavro but accepting every value of the base type.
+            "bytes-decimal" | "fixed-decimal" => Logical::None,
+            _ if self.logical_readers.iter().any(|k| *k == key) => {
+                return Err(Unsupported(format!("logical type {key}")));
+            }
+            _ => Logical::None, // not a logical type fastavro knows: the base type
+        };
+        Ok(known)
+    }
+}
+
+fn full_name(map: &serde_json::Map<String, Json>) -> Result<String, Unsupported> {
+    map.get("name").and_then(Json::as_str).map(str::to_string)
+        .ok_or_else(|| Unsupported("a named type without a name".into()))
+}
