@@ -31,6 +31,7 @@ stage ≥ 0.8× baseline.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -62,11 +63,13 @@ from kbqe_dagster.resources.kafka import KafkaSettings  # noqa: E402
 from kbqe_dagster.resources.schema_registry import RegistrySettings  # noqa: E402
 from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
 from kbqe_dagster.staging.job import run_stage  # noqa: E402
+from kbqe_dagster.staging.native_kernel import kernel_status  # noqa: E402
 from kbqe_dagster.staging.task import StageContext  # noqa: E402
 
 PARTITIONS = 4
 SERVICES = ("kafka", "apicurio", "gcs")  # the BigQuery emulator is not needed here
 TARGET_RATIO = 0.8
+KERNEL = kernel_status()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -198,11 +201,12 @@ class Bench:
                                      self.args.json_values),
                             data["topic"])
 
-    def stage(self, data: dict, target: str, profile: Path | None = None) -> dict:
+    def stage(self, data: dict, target: str, profile: Path | None = None, native: bool = True) -> dict:
         spark = self.session()
-        ctx = self.context(data, target)
+        ctx = dataclasses.replace(self.context(data, target), native_kernel=native)
         count = sum(data["ends"].values())
-        say(f"stage job -> {target}{' (profiled)' if profile else ''}: {count:,} messages")
+        say(f"stage job -> {target}, {'native kernel' if native else 'Python path'}"
+            f"{' (profiled)' if profile else ''}: {count:,} messages")
         with TreeSampler(interval=0.2) as sampler:
             if profile:
                 workers = [s for s in process_tree(os.getpid()) if s.role == "worker"]
@@ -215,7 +219,9 @@ class Bench:
         task_seconds = [r.seconds for r in summary.results]
         bad = sum(summary.dead_letters.values()) + sum(summary.skipped.values())
         row = {
-            "target": target, "profiled": profile is not None, "messages": summary.messages,
+            "target": target, "stage_path": summary.stage_path,
+            "kernel_handbacks": summary.kernel_handbacks,
+            "profiled": profile is not None, "messages": summary.messages,
             "records": summary.records, "bad_input": bad,
             "exact": summary.messages == count and summary.records == count and bad == 0,
             "seconds": round(seconds, 3), "messages_per_s": round(summary.messages / seconds),
@@ -264,6 +270,19 @@ def reference(baselines: list[dict]) -> dict:
     return max((b for b in baselines if b["reader"] == "raw_tuned"), key=lambda b: b["messages_per_s"])
 
 
+def headline_ratios(stage: list[dict], ref: dict) -> dict:
+    """``ratio_kernel`` / ``ratio_python`` (local directory) and their ``_gcs`` variants: stage
+    msg/s over the reference baseline's, from the unprofiled runs at N."""
+    out: dict = {}
+    for row in stage:
+        if row["profiled"]:
+            continue
+        name = "ratio_kernel" if row["stage_path"] == "native" else "ratio_python"
+        suffix = "" if row["target"] == "local" else "_gcs"
+        out[name + suffix] = round(row["messages_per_s"] / ref["messages_per_s"], 3)
+    return out
+
+
 def print_table(report: dict) -> None:
     produce = report["produce"]
     print(f"\nN = {report['config']['messages']:,} messages, mean value {report['config']['mean_value_bytes']} B"
@@ -279,13 +298,14 @@ def print_table(report: dict) -> None:
         print(f"{name:34s} {b['messages_per_s']:>10,d} {b['mb_per_s']:>7.1f} {b['seconds']:>7.2f} "
               f"{b['cpu_seconds'] / b['messages'] * 1e6:>10.2f} {b['messages_per_s'] / base:>7.2f}")
     for s in report["stage"] + report.get("scale10", {}).get("stage", []):
-        name = f"stage -> {s['target']}{' (py-spy)' if s['profiled'] else ''} N={s['messages']:,}"
+        name = f"stage {s['stage_path']} -> {s['target']}{' (py-spy)' if s['profiled'] else ''} N={s['messages']:,}"
         rss = f"{s['peak_rss_mb'].get('driver', 0):.0f}/{s['peak_rss_mb'].get('worker', 0):.0f}"
         print(f"{name:34s} {s['messages_per_s']:>10,d} {s['mb_per_s']:>7.1f} {s['seconds']:>7.2f} "
               f"{s['cpu_us_per_message']:>10.2f} {s['messages_per_s'] / base:>7.2f} {rss:>16s}")
     ref = reference(report["baselines"])
     print(f"* ratio to the best baseline (raw_tuned, {ref['processes']} proc); target stage >= "
           f"{TARGET_RATIO}x. Load average (1 min) before/after: {report['load_average']}")
+    print(f"stage kernel: {report.get('stage_kernel')}; ratios: {report.get('ratios')}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,20 +339,25 @@ def main(argv: list[str] | None = None) -> int:
             say(f"per-message steps of a stage task over {args.breakdown:,} messages")
             report["breakdown_cpu_us_per_message"] = breakdown(bench.context(data, "local"), SCHEMA,
                                                                args.breakdown)
-        report["stage"] = [bench.stage(data, "local"), bench.stage(data, "gcs")]
+        paths = [True, False] if KERNEL.available else [False]
+        report["stage_kernel"] = str(KERNEL)
+        report["stage"] = [bench.stage(data, target, native=native)
+                           for target in ("local", "gcs") for native in paths]
         report["spark_start_seconds"] = bench.spark_start_seconds
         if args.profile:
             out = args.json.parent / "stage_profile.txt"
-            report["stage"].append(bench.stage(data, "local", profile=out))
+            report["stage"].append(bench.stage(data, "local", profile=out, native=paths[0]))
             report["profile"] = {"raw": str(out), **summarize(out)}
         if args.scale10:
             big = bench.backlog(10 * args.messages)
             report["scale10"] = {"messages": 10 * args.messages, "produce": big["produce"],
-                                 "stage": [bench.stage(big, "local"), bench.stage(big, "gcs")]}
+                                 "stage": [bench.stage(big, target, native=paths[0])
+                                           for target in ("local", "gcs")]}
         ref = reference(report["baselines"])
         report["reference_baseline"] = f"{ref['reader']}_{ref['processes']}p"
         for row in report["stage"] + report.get("scale10", {}).get("stage", []):
             row["ratio_to_baseline"] = ratios(row, report["baselines"])
+        report["ratios"] = headline_ratios(report["stage"], ref)
     finally:
         report["load_average"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]}
         bench.close()

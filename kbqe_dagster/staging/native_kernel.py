@@ -69,9 +69,15 @@ class KernelStatus:
         return f"{self.path} ({self.detail})"
 
 
+def kernel_switch_on() -> bool:
+    """The ``KBQE_STAGE_KERNEL`` switch where a stage run starts (its driver): the run's
+    tasks follow it, whatever their own environment (``StageContext.native_kernel``)."""
+    return os.environ.get(SWITCH, "").strip().lower() not in ("off", "0", "false", "no")
+
+
 def kernel_status() -> KernelStatus:
     """Whether stage tasks of this process can use the native kernel (``kbqe health``)."""
-    if os.environ.get(SWITCH, "").strip().lower() in ("off", "0", "false", "no"):
+    if not kernel_switch_on():
         return KernelStatus(False, f"{SWITCH}=off")
     if _extension is None:
         return KernelStatus(False, "native stage kernel not built: staging uses the Python path"
@@ -113,7 +119,9 @@ class NativeStaging:
     @classmethod
     def for_stager(cls, stager: Any) -> NativeStaging | None:
         """The kernel's driver for ``stager``, or None when this range takes the Python path."""
-        if not getattr(stager, "native_kernel", False) or not kernel_status().available:
+        if not getattr(stager, "native_kernel", False) or not stager.ctx.native_kernel:
+            return None
+        if _extension is None:
             return None
         if stager.router.config.mode is RoutingMode.FUNCTION:
             return None

@@ -57,7 +57,7 @@ from kbqe_dagster.resources.kafka import KafkaSettings, RangeReader
 from kbqe_dagster.resources.schema_registry import RegistrySettings, SchemaLookup
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
-from kbqe_dagster.staging.native_kernel import NATIVE, PYTHON, NativeStaging
+from kbqe_dagster.staging.native_kernel import NATIVE, PYTHON, NativeStaging, kernel_switch_on
 from kbqe_dagster.staging.probe import RecordProbe
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,9 @@ class StageContext:
     staging: StagingLocation
     pipeline: PipelineConfig
     topic_name: str
+    native_kernel: bool = field(default_factory=kernel_switch_on)
+    """Whether the run's tasks may use the native stage kernel: ``KBQE_STAGE_KERNEL`` where the
+    run starts (staging/native_kernel.py). Tasks without the extension take the Python path."""
 
     @property
     def topic(self) -> TopicConfig:

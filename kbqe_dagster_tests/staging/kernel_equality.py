@@ -120,7 +120,7 @@ class Staged:
 
 def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int, Any],
           messages: Sequence[Any], *, native: bool, partition: int = 0,
-          batch_size: int = 64) -> Staged:  # fmt: skip
+          batch_size: int = 64, end_exclusive: int | None = None) -> Staged:  # fmt: skip
     staging = StagingLocation(str(tmp / ("native" if native else "python") / "staging"))
     workdir = tmp / ("native" if native else "python") / "work"
     workdir.mkdir(parents=True)
@@ -128,6 +128,7 @@ def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int,
                        staging, pipeline, topic)
     start = messages[0].offset() if messages else 0
     end = messages[-1].offset() + 1 if messages else 0
+    end = end if end_exclusive is None else end_exclusive
     rng = OffsetRange(topic, partition, start, end)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(task, "SchemaLookup", lambda settings: DictLookup(schemas))

@@ -117,3 +117,59 @@ def test_the_switch_forces_the_python_path(monkeypatch):
     assert "KBQE_STAGE_KERNEL=off" in str(kernel_status())
     monkeypatch.delenv(native_kernel.SWITCH)
     assert kernel_status().path == "native"
+
+
+def test_messages_past_the_range_are_never_staged(tmp_path):
+    messages = orders(300)
+    python = stage(tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=False, end_exclusive=170)
+    native = stage(tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=True,
+                   batch_size=100, end_exclusive=170)  # fmt: skip
+    assert_same(python, native)
+    assert native.result.committed_last == 169 and native.result.messages == 170
+
+
+def _stager(tmp_path, config, **context):
+    from kbqe_dagster.core.offsets import OffsetRange
+    from kbqe_dagster.resources.kafka import KafkaSettings
+    from kbqe_dagster.resources.schema_registry import RegistrySettings
+    from kbqe_dagster.resources.staging_store import StagingLocation
+    from kbqe_dagster.staging.task import StageContext, _stager_class
+
+    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
+                       StagingLocation(str(tmp_path)), config, "orders", **context)
+    return _stager_class(ctx)(ctx, OffsetRange("orders", 0, 0, 10), tmp_path)
+
+
+def test_what_stays_on_the_python_path(tmp_path):
+    assert NativeStaging.for_stager(_stager(tmp_path, pipeline())) is not None
+    # The run's switch (KBQE_STAGE_KERNEL where the run starts).
+    assert NativeStaging.for_stager(_stager(tmp_path, pipeline(), native_kernel=False)) is None
+    # A user's routing function.
+    function = pipeline(routing={"mode": "function", "function": "kbqe_dagster_tests.staging.test_native_kernel:route"})
+    assert NativeStaging.for_stager(_stager(tmp_path, function)) is None
+    # Stagers of their own: JSON values and keyed topics.
+    json_topic = pipeline(format="json", schema=BENCH_SCHEMA)
+    assert NativeStaging.for_stager(_stager(tmp_path, json_topic)) is None
+    keyed = pipeline(format="debezium", keyed={"key": ["id"]},
+                     routing={"mode": "static", "dataset": "acme_sales", "table": "orders"})
+    assert NativeStaging.for_stager(_stager(tmp_path, keyed)) is None
+
+
+def route(message):  # the routing function of the test above
+    return ("acme_sales", "orders")
+
+
+def test_a_schema_the_kernel_does_not_implement_stays_on_the_python_path(tmp_path):
+    schema = {**BENCH_SCHEMA, "fields": BENCH_SCHEMA["fields"] + [
+        {"name": "at", "type": {"type": "int", "logicalType": "time-millis"}}]}
+    parsed = fastavro.parse_schema(schema)
+    messages = []
+    for offset, msg in enumerate(orders(50)):
+        record = fastavro.schemaless_reader(io.BytesIO(msg.value()[5:]), fastavro.parse_schema(BENCH_SCHEMA))
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, parsed, {**record, "at": dt.time(12, 0)})
+        messages.append(Msg("orders", 0, offset, b"\x00" + (5).to_bytes(4, "big") + body.getvalue()))
+    python = stage(tmp_path, pipeline(), "orders", {5: schema}, messages, native=False)
+    native = stage(tmp_path, pipeline(), "orders", {5: schema}, messages, native=True)
+    assert_same(python, native)
+    assert native.kernel_messages == 0 and native.handbacks == {"schema_unknown": 50}
