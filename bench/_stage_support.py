@@ -36,6 +36,7 @@ class ProcSample:
     rss: int  # bytes
     hwm: int  # bytes, 0 when unknown
     cpu: float  # seconds of user + system time
+    pss: int = 0  # bytes: resident memory with pages shared between processes split among them
 
 
 def _role(pid: int, root: int, cmdline: str) -> str:
@@ -62,7 +63,19 @@ def _read_proc(pid: int, root: int) -> ProcSample | None:
         if line.startswith(("VmRSS:", "VmHWM:")):
             memory[line[:5]] = int(line.split()[1]) * 1024
     return ProcSample(pid, ppid, _role(pid, root, cmdline), memory.get("VmRSS", 0),
-                      memory.get("VmHWM", 0), (utime + stime) / TICKS)
+                      memory.get("VmHWM", 0), (utime + stime) / TICKS, _pss(pid))
+
+
+def _pss(pid: int) -> int:
+    """Proportional set size: forked PySpark workers share most pages with their daemon, so
+    summing their RSS counts those pages several times; summing PSS counts them once."""
+    try:
+        for line in (PROC / str(pid) / "smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0
 
 
 def process_tree(root: int) -> list[ProcSample]:
@@ -140,6 +153,8 @@ class TreeSampler:
         for s in tree:
             role = "driver" if s.role in ("driver", "jvm") else s.role
             totals[role] = totals.get(role, 0) + s.rss
+            totals["pss_" + s.role] = totals.get("pss_" + s.role, 0) + s.pss
+            totals["pss_total"] = totals.get("pss_total", 0) + s.pss
             totals[s.role + "_process"] = max(totals.get(s.role + "_process", 0), s.rss)
             self.hwm[s.role] = max(self.hwm.get(s.role, 0), s.hwm)
             self._cpu_last[s.pid] = (s.role, s.cpu)
@@ -162,7 +177,11 @@ class TreeSampler:
     def report(self) -> dict:
         loads = self.loads or [os.getloadavg()[0]]
         return {
-            "peak_rss_mb": {k: round(v / MB, 1) for k, v in sorted(self.peak.items())},
+            "peak_rss_mb": {k: round(v / MB, 1) for k, v in sorted(self.peak.items())
+                            if not k.startswith("pss_")},
+            # PSS: each shared page counted once across the tree (what the machine really holds).
+            "peak_pss_mb": {k[4:]: round(v / MB, 1) for k, v in sorted(self.peak.items())
+                            if k.startswith("pss_")},
             "kernel_peak_rss_mb": {k: round(v / MB, 1) for k, v in sorted(self.hwm.items()) if v},
             "cpu_seconds": self.cpu_seconds(),
             "worker_processes_seen": len(self.worker_pids),

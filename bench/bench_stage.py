@@ -24,8 +24,15 @@ had to start are stopped; services that were running are left alone.
     .venv/bin/python bench/bench_stage.py --debezium   # Debezium envelopes into a keyed topic
     .venv/bin/python bench/bench_stage.py --json-values   # schemaless JSON (format: json)
 
+Each stage run at N runs twice when the native stage kernel is built: with the kernel and on
+the Python path (``StageContext.native_kernel``), so one report has ``ratios.ratio_kernel``
+and ``ratios.ratio_python`` (``_gcs`` for the fake-GCS target) against the reference
+baseline, and the breakdown has the kernel's per-message cost next to the Python steps'.
+Memory is reported as peak RSS per role and as peak PSS (``peak_pss_mb``: pages the forked
+PySpark workers share with their daemon counted once; ``total`` is the whole tree).
+
 Prints a table and writes ``bench/results/stage.json`` (``stage_debezium.json``). Target:
-stage ≥ 0.8× baseline.
+stage with the kernel ≥ 0.8× baseline.
 """
 
 from __future__ import annotations
@@ -288,7 +295,7 @@ def print_table(report: dict) -> None:
     print(f"\nN = {report['config']['messages']:,} messages, mean value {report['config']['mean_value_bytes']} B"
           f" + key {report['config']['key_bytes']} B, {PARTITIONS} partitions, range size "
           f"{report['config']['range_size']:,}, {report['machine']['cpus']} cores")  # fmt: skip
-    head = f"{'what':34s} {'msg/s':>10s} {'MB/s':>7s} {'s':>7s} {'CPU µs/msg':>10s} {'ratio*':>7s} {'RSS drv/wrk MB':>16s}"
+    head = f"{'what':34s} {'msg/s':>10s} {'MB/s':>7s} {'s':>7s} {'CPU µs/msg':>10s} {'ratio*':>7s} {'RSS drv/wrk, PSS MB':>24s}"
     print(head + "\n" + "-" * len(head))
     base = reference(report["baselines"])["messages_per_s"]
     print(f"{'produce (idempotent)':34s} {produce['messages_per_s']:>10,d} {produce['mb_per_s']:>7.1f} "
@@ -299,9 +306,10 @@ def print_table(report: dict) -> None:
               f"{b['cpu_seconds'] / b['messages'] * 1e6:>10.2f} {b['messages_per_s'] / base:>7.2f}")
     for s in report["stage"] + report.get("scale10", {}).get("stage", []):
         name = f"stage {s['stage_path']} -> {s['target']}{' (py-spy)' if s['profiled'] else ''} N={s['messages']:,}"
-        rss = f"{s['peak_rss_mb'].get('driver', 0):.0f}/{s['peak_rss_mb'].get('worker', 0):.0f}"
+        rss = (f"{s['peak_rss_mb'].get('driver', 0):.0f}/{s['peak_rss_mb'].get('worker', 0):.0f}"
+               f" pss {s.get('peak_pss_mb', {}).get('total', 0):.0f}")
         print(f"{name:34s} {s['messages_per_s']:>10,d} {s['mb_per_s']:>7.1f} {s['seconds']:>7.2f} "
-              f"{s['cpu_us_per_message']:>10.2f} {s['messages_per_s'] / base:>7.2f} {rss:>16s}")
+              f"{s['cpu_us_per_message']:>10.2f} {s['messages_per_s'] / base:>7.2f} {rss:>24s}")
     ref = reference(report["baselines"])
     print(f"* ratio to the best baseline (raw_tuned, {ref['processes']} proc); target stage >= "
           f"{TARGET_RATIO}x. Load average (1 min) before/after: {report['load_average']}")

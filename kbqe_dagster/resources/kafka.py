@@ -68,20 +68,29 @@ class PartitionWatermarks:
     high: int
 
 
+# Consumer tuning a pipeline's client_config may override. librdkafka (>= 2.4) otherwise
+# waits 1 s before refetching a partition whose local queue passed its threshold, and a
+# reader that drains its queue as fast as a stage task does would wait out that second again
+# and again (bench/bench_stage.py: the raw_tuned baseline against raw). Its prefetch queue
+# (64 MB by default) is most of a stage worker's memory; 16 MB keeps a task fed.
+CONSUMER_TUNING = {"fetch.queue.backoff.ms": 0, "queued.max.messages.kbytes": 16_384}
+
+
 def _consumer(settings: KafkaSettings) -> Consumer:
     # group.id is required by librdkafka even for assign(); nothing is ever committed to it.
-    return Consumer(
-        settings.config(
-            **{
-                "group.id": "kbqe-stage",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "auto.offset.reset": "error",
-            }
-        )
+    conf = settings.config(
+        **{
+            "group.id": "kbqe-stage",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+        }
     )
+    for key, value in CONSUMER_TUNING.items():
+        conf.setdefault(key, value)
+    return Consumer(conf)
 
 
 def topic_partitions(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> list[int]:
