@@ -70,6 +70,11 @@ class KernelStatus:
         return f"{self.path} ({self.detail})"
 
 
+def kernel_built() -> bool:
+    """Whether the extension is installed in this interpreter, whatever the switch says."""
+    return _extension is not None
+
+
 def kernel_switch_on() -> bool:
     """The ``KBQE_STAGE_KERNEL`` switch where a stage run starts (its driver): the run's
     tasks follow it, whatever their own environment (``StageContext.native_kernel``)."""

@@ -33,7 +33,7 @@ from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging import task
-from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
+from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_built, kernel_status
 from kbqe_dagster.staging.task import RangeResult, RangeStager, StageContext, stage_messages, stage_range
 from kbqe_dagster_tests.corpus import make_bad_input_corpus
 from kbqe_dagster_tests.staging.kernel_equality import ListReader
@@ -175,7 +175,7 @@ def assert_failed_at(error: StageRangeFailed, case: CorpusCase, offset: int, top
 # Both stage paths: the Python path (the reference) and the native kernel, which hands every
 # bad case back to it (kbqe_dagster/staging/native_kernel.py).
 STAGE_PATHS = ["python", pytest.param("native", marks=pytest.mark.skipif(
-    not kernel_status().available, reason=str(kernel_status())))]
+    not kernel_built(), reason=str(kernel_status())))]
 
 
 @pytest.fixture(scope="module", params=STAGE_PATHS)
@@ -187,7 +187,8 @@ def run_stager(tmp_path: Path, policy: str, cases: list[CorpusCase],
                path: str = "python") -> tuple[RangeResult, object]:  # fmt: skip
     staging = StagingLocation(str(tmp_path / "staging"))
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       staging, CORPUS.pipeline(TOPIC, policy), TOPIC)
+                       staging, CORPUS.pipeline(TOPIC, policy), TOPIC,
+                       native_kernel=path == "native")
     rng = OffsetRange(TOPIC, 0, 0, len(cases))
     workdir = tmp_path / "work"
     workdir.mkdir()

@@ -125,7 +125,7 @@ def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int,
     workdir = tmp / ("native" if native else "python") / "work"
     workdir.mkdir(parents=True)
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       staging, pipeline, topic)
+                       staging, pipeline, topic, native_kernel=native)
     start = messages[0].offset() if messages else 0
     end = messages[-1].offset() + 1 if messages else 0
     end = end if end_exclusive is None else end_exclusive

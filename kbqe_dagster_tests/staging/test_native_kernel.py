@@ -173,3 +173,25 @@ def test_a_schema_the_kernel_does_not_implement_stays_on_the_python_path(tmp_pat
     native = stage(tmp_path, pipeline(), "orders", {5: schema}, messages, native=True)
     assert_same(python, native)
     assert native.kernel_messages == 0 and native.handbacks == {"schema_unknown": 50}
+
+
+def test_a_panic_in_the_kernel_fails_the_range_naming_where_instead_of_aborting(tmp_path):
+    import kbqe_dagster_kernel
+
+    from kbqe_dagster.staging.native_kernel import StageKernelError
+    from kbqe_dagster_tests.staging.kernel_equality import ListReader
+
+    with pytest.raises(BaseException) as raised:
+        kbqe_dagster_kernel._panic_for_tests()
+    assert type(raised.value).__name__ == "PanicException"  # and this interpreter lives on
+
+    class Panicking:
+        messages = 0
+
+        def run(self, *args):
+            kbqe_dagster_kernel._panic_for_tests()
+
+    driver = NativeStaging.for_stager(_stager(tmp_path, pipeline()))
+    driver.kernel = Panicking()
+    with pytest.raises(StageKernelError, match=r"orders\[0\] near offset 0: .*KBQE_STAGE_KERNEL=off"):
+        driver.stage(ListReader(orders(3), 0, 3))

@@ -135,10 +135,10 @@ def test_the_native_kernel_and_the_python_path_stage_the_same_files_from_real_ka
     import fastavro
 
     from kbqe_dagster.resources.staging_store import StagingLocation
-    from kbqe_dagster.staging.native_kernel import kernel_status
+    from kbqe_dagster.staging.native_kernel import kernel_built, kernel_status
     from kbqe_dagster_tests.staging.kernel_equality import comparable
 
-    if not kernel_status().available:
+    if not kernel_built():
         pytest.skip(str(kernel_status()))
     areas = {path: StagingLocation(str(tmp_path / path)) for path in ("native", "python")}
     runs = {

@@ -346,9 +346,17 @@ fn route_key(dataset: &[u8], table: &[u8]) -> Vec<u8> {
     key
 }
 
+/// Panics: the test suite's proof that a panic reaches Python as an exception (pyo3's
+/// PanicException), which fails the range uncommitted, instead of aborting the interpreter.
+#[pyfunction]
+fn _panic_for_tests() {
+    panic!("a deliberate panic for the test suite");
+}
+
 #[pymodule]
 fn kbqe_dagster_kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<StageKernel>()?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
