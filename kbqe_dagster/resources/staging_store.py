@@ -21,12 +21,14 @@ rebuild their own client on the executor instead of shipping one.
 from __future__ import annotations
 
 import datetime as dt
+import filecmp
 import logging
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import BinaryIO, Callable, Iterator, Protocol
 
 from kbqe_dagster.core.errors import CommitConflictError, StagingError
 
@@ -144,19 +146,19 @@ class LocalStagingStore:
     def put_file(self, local_path: Path, name: str) -> None:
         target = self._path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._temp_copy(Path(local_path).read_bytes, target.parent)
+        tmp = self._temp_copy(_copy_of(local_path), target.parent)
         os.replace(tmp, target)
 
     def put_bytes(self, name: str, data: bytes) -> None:
         target = self._path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._temp_copy(lambda: data, target.parent)
+        tmp = self._temp_copy(lambda out: out.write(data), target.parent)
         os.replace(tmp, target)
 
     def create_only(self, name: str, data: bytes) -> None:
         target = self._path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._temp_copy(lambda: data, target.parent)
+        tmp = self._temp_copy(lambda out: out.write(data), target.parent)
         try:
             os.link(tmp, target)  # atomic and exclusive: the file appears whole or not at all
         except FileExistsError as e:
@@ -174,11 +176,11 @@ class LocalStagingStore:
         this upload, repeated, and its version is returned."""
         target = self._path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self._temp_copy(Path(local_path).read_bytes, target.parent)
+        tmp = self._temp_copy(_copy_of(local_path), target.parent)
         try:
             os.link(tmp, target)  # atomic and exclusive, like create_only
         except FileExistsError as e:
-            if target.read_bytes() != Path(local_path).read_bytes():
+            if not filecmp.cmp(target, local_path, shallow=False):
                 raise CommitConflictError(
                     f"{self.uri(name)} already exists with other content: another writer "
                     "uploaded it"
@@ -209,13 +211,22 @@ class LocalStagingStore:
         return str(self._path(name))
 
     @staticmethod
-    def _temp_copy(read, directory: Path) -> str:
+    def _temp_copy(write: Callable[[BinaryIO], object], directory: Path) -> str:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
         with os.fdopen(fd, "wb") as out:
-            out.write(read())
+            write(out)
             out.flush()
             os.fsync(out.fileno())
         return tmp
+
+
+def _copy_of(local_path: Path) -> Callable[[BinaryIO], None]:
+    """Writes ``local_path`` into a file in 1 MiB pieces: a staged file can be far larger
+    than a stage task's memory should grow (bench/bench_stage.py --scale10)."""
+    def write(out: BinaryIO) -> None:
+        with open(local_path, "rb") as source:
+            shutil.copyfileobj(source, out, 1 << 20)
+    return write
 
 
 class GcsStagingStore:

@@ -15,6 +15,7 @@ import yaml
 from kbqe_dagster.core.config import PipelineConfig, parse_pipeline_config
 from kbqe_dagster.core.wire import encode_frame
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
+from kbqe_dagster_tests.staging.kernel_equality import Msg
 
 CORPUS_DIR = Path(__file__).resolve().parent / "bad_input"
 STAGED = "staged"
@@ -110,43 +111,14 @@ def load_corpus(directory: Path = CORPUS_DIR) -> Corpus:
 
 
 # --- fakes at the Kafka and registry boundaries ----------------------------------------------
-class FakeMessage:
-    """What the stager reads from a confluent_kafka ``Message``."""
+class FakeMessage(Msg):
+    """What the stager reads from a confluent_kafka ``Message``, from a corpus case."""
 
     def __init__(self, topic: str, partition: int, offset: int, value: bytes | None,
                  key: bytes | None, headers: Sequence[tuple[str, bytes | None]],
                  timestamp_ms: int) -> None:  # fmt: skip
-        self._topic, self._partition, self._offset = topic, partition, offset
-        self._value, self._key = value, key
-        self._headers = list(headers) or None  # confluent_kafka returns None without headers
-        self._timestamp_ms = timestamp_ms
-
-    def error(self) -> None:
-        return None  # a message, not a consumer event
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def headers(self) -> list[tuple[str, bytes | None]] | None:
-        return self._headers
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, self._timestamp_ms)  # TIMESTAMP_CREATE_TIME
-
-    def error(self) -> None:
-        return None
+        # confluent_kafka returns None without headers; CreateTime timestamps.
+        super().__init__(topic, partition, offset, value, key, list(headers) or None, (1, timestamp_ms))
 
 
 def fake_messages(cases: Sequence[CorpusCase], ids: Mapping[str, int], topic: str,
