@@ -131,7 +131,8 @@ def test_lag_then_staged_counters_and_health_on_the_local_stack(exporter) -> Non
     assert status == 200, body
     assert all(c["ok"] for c in json.loads(body)["checks"].values())
     assert set(json.loads(body)["checks"]) == {"kafka", "schema_registry", "staging",
-                                               "bigquery", "quarantine", "staging_freshness"}
+                                               "bigquery", "quarantine", "stage_path",
+                                               "staging_freshness"}
 
     # Stage every partition as one range, and record the run as the staging asset does.
     ctx = demo.context(StagingLocation(str(staging)))

@@ -13,15 +13,23 @@ runs a million messages (docs/architecture.md, "Two stage paths").
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import io
 import random
+import sys
+import threading
 
 import fastavro
 import pytest
 
 from kbqe_dagster.core.config import parse_pipeline_config
 from kbqe_dagster.staging import native_kernel
+from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.schema_registry import RegistrySettings
+from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
+from kbqe_dagster.staging.task import RangeStager, StageContext
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
 from kbqe_dagster_tests.staging.kernel_fuzz import scenario
 
@@ -117,6 +125,25 @@ def test_the_switch_forces_the_python_path(monkeypatch):
     assert "KBQE_STAGE_KERNEL=off" in str(kernel_status())
     monkeypatch.delenv(native_kernel.SWITCH)
     assert kernel_status().path == "native"
+
+
+def test_a_kernel_made_on_one_thread_is_dropped_cleanly_on_another(tmp_path, monkeypatch):
+    """Stage tasks' objects may be collected on another thread than the one that made them;
+    dropping a kernel there must neither raise nor leak it."""
+    raised = []
+    monkeypatch.setattr(sys, "unraisablehook", raised.append)
+    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
+                       StagingLocation(str(tmp_path / "staging")), pipeline(), "orders",
+                       native_kernel=True)
+    made = []
+    worker = threading.Thread(target=lambda: made.append(NativeStaging.for_stager(
+        RangeStager(ctx, OffsetRange("orders", 0, 0, 10), tmp_path))))
+    worker.start()
+    worker.join()
+    assert made[0] is not None and made[0].kernel.messages == 0
+    made.clear()
+    gc.collect()
+    assert raised == []
 
 
 def test_messages_past_the_range_are_never_staged(tmp_path):

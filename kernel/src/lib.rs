@@ -70,7 +70,12 @@ impl SlotBuffer {
 }
 
 /// The kernel of one range's stage task (one topic-partition).
-#[pyclass(module = "kbqe_dagster_kernel", unsendable)]
+///
+/// Not `unsendable`: its fields are plain owned data (Send + Sync), and a stage task's objects
+/// may be collected on another thread than the one that made them (a Spark task's or the
+/// runner's thread pool). An `unsendable` class dropped there raised a RuntimeError at every
+/// such collection and leaked the kernel.
+#[pyclass(module = "kbqe_dagster_kernel")]
 struct StageKernel {
     prefix: Prefix,
     max_message_size: usize,
