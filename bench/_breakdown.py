@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -21,10 +22,11 @@ from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.core.routing import RoutingInput
 from kbqe_dagster.core.wire import parse_frame
 from kbqe_dagster.resources.kafka import read_range
+from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
 from kbqe_dagster.staging.probe import RecordProbe
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
-from kbqe_dagster.staging.task import RangeStager, StageContext
+from kbqe_dagster.staging.task import RangeStager, StageContext, stage_range
 
 
 def _best(fn: Callable[[], object], repeat: int) -> float:
@@ -101,7 +103,22 @@ def breakdown(ctx: StageContext, schema: dict, count: int, repeat: int = 3) -> d
     if kernel_status().available:
         out["native kernel, all of it (staging/native_kernel.py)"] = round(
             min(native(ctx, msgs) for _ in range(repeat)) / n * 1e6, 2)
+        del msgs, values, bodies, fields, prefixes
+        for reader, native_consumer in (("confluent-kafka", False), ("native", True)):
+            one = replace(ctx, native_consumer=native_consumer)
+            out[f"whole range, kernel + {reader} reader (read, stage, commit)"] = round(
+                min(whole_range(one, n) for _ in range(repeat)) / n * 1e6, 2)
     return out
+
+
+def whole_range(ctx: StageContext, count: int) -> float:
+    """CPU of ``stage_range`` over the first ``count`` messages of partition 0, in this process
+    (librdkafka's threads included): read, stage and commit to a temporary staging area."""
+    with tempfile.TemporaryDirectory() as tmp:
+        one = replace(ctx, staging=StagingLocation(str(Path(tmp) / "staging")))
+        started = time.process_time()
+        stage_range(one, OffsetRange(ctx.topic.name, 0, 0, count))
+        return time.process_time() - started
 
 
 class _Batches:

@@ -11,8 +11,9 @@ Connection settings (SASL/SSL included) travel to Spark executors inside
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Protocol, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -76,7 +77,12 @@ class PartitionWatermarks:
 CONSUMER_TUNING = {"fetch.queue.backoff.ms": 0, "queued.max.messages.kbytes": 16_384}
 
 
-def _consumer(settings: KafkaSettings) -> Consumer:
+POLL_SECONDS = 0.25
+"""How long one consume() of a range reader waits (see :meth:`RangeReader.batches`)."""
+
+
+def consumer_config(settings: KafkaSettings) -> dict:
+    """The range consumer's settings (both the confluent-kafka and the native consumer's)."""
     # group.id is required by librdkafka even for assign(); nothing is ever committed to it.
     conf = settings.config(
         **{
@@ -90,7 +96,11 @@ def _consumer(settings: KafkaSettings) -> Consumer:
     )
     for key, value in CONSUMER_TUNING.items():
         conf.setdefault(key, value)
-    return Consumer(conf)
+    return conf
+
+
+def _consumer(settings: KafkaSettings) -> Consumer:
+    return Consumer(consumer_config(settings))
 
 
 def topic_partitions(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> list[int]:
@@ -158,35 +168,44 @@ class RangeReader:
         """The exclusive end of what was read: the offset to commit up to."""
         return min(self.position, self.end_exclusive)
 
-    def batches(self) -> Iterator[list[Message]]:
+    def batches(self) -> Iterator[Sequence[Message]]:
         """The consumed batches, raw (events included), until the range is read."""
-        consumer = _consumer(self.settings)
-        consumer.assign([TopicPartition(self.topic, self.partition, self.position)])
+        source = self._open()
         try:
+            waiting_since = time.monotonic()
             while self.position < self.end_exclusive and not self.finished:
-                # consume() waits until it has num_messages or the timeout passes: never ask
-                # for more than the range still holds, or the last batch of every range would
-                # wait out the whole timeout. (Gaps make the range hold fewer; the
-                # partition-EOF event or the messages past the end then return the batch.)
+                # consume() returns when it has num_messages or its timeout passes, whatever
+                # events it holds: never ask for more than the range still holds, and wait in
+                # short polls. A range with gaps (transaction markers, compaction) holds fewer
+                # messages than offsets, so its last batch is short of `want` even with the
+                # partition-EOF event in it; one long wait would hold every such range for the
+                # whole idle timeout.
                 want = max(1, min(self.batch_size, self.end_exclusive - self.position))
-                msgs = consumer.consume(num_messages=want, timeout=self.idle_timeout)
-                if not msgs:
-                    self.position = _position(consumer, self.topic, self.partition, self.position)
+                msgs = source.consume(want, min(POLL_SECONDS, self.idle_timeout))
+                if not len(msgs):
+                    if time.monotonic() - waiting_since < self.idle_timeout:
+                        continue
+                    self.position = source.position(self.position)
                     log.warning("%s[%d]: no message within %.0fs at offset %d (end %d)",
                                 self.topic, self.partition, self.idle_timeout, self.position,
                                 self.end_exclusive)
                     break
+                waiting_since = time.monotonic()
                 self._eof = False
                 yield msgs
                 if self._eof and not self.finished and self.position < self.end_exclusive:
-                    self.position = _position(consumer, self.topic, self.partition, self.position)
+                    self.position = source.position(self.position)
                     break
         except KafkaException as e:
             raise KafkaReadError(
                 f"reading {self.topic}[{self.partition}] near offset {self.position}: {e}"
             ) from e
         finally:
-            consumer.close()
+            source.close()
+
+    def _open(self) -> _BatchSource:
+        """The consumer the batches come from, assigned at :attr:`position`."""
+        return _ConfluentSource(self.settings, self.topic, self.partition, self.position)
 
     def accept(self, msg: Message) -> bool:
         """Whether ``msg`` is a message of the range to stage (the position then moves past
@@ -241,7 +260,30 @@ def read_range(
             position_out.append(reader.covered)
 
 
-def _position(consumer: Consumer, topic: str, partition: int, fallback: int) -> int:
-    """Where the consumer stands: past transaction markers and compacted gaps."""
-    pos = consumer.position([TopicPartition(topic, partition)])[0].offset
-    return pos if pos is not None and pos >= 0 else fallback
+class _BatchSource(Protocol):
+    """What :meth:`RangeReader.batches` reads from: confluent-kafka's consumer here, the
+    native stage kernel's consumer in resources/kafka_native.py."""
+
+    def consume(self, count: int, timeout: float) -> Sequence[Message]: ...
+
+    def position(self, fallback: int) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class _ConfluentSource:
+    def __init__(self, settings: KafkaSettings, topic: str, partition: int, start: int) -> None:
+        self.topic, self.partition = topic, partition
+        self.consumer = _consumer(settings)
+        self.consumer.assign([TopicPartition(topic, partition, start)])
+
+    def consume(self, count: int, timeout: float) -> list[Message]:
+        return self.consumer.consume(num_messages=count, timeout=timeout)
+
+    def position(self, fallback: int) -> int:
+        """Where the consumer stands: past transaction markers and compacted gaps."""
+        pos = self.consumer.position([TopicPartition(self.topic, self.partition)])[0].offset
+        return pos if pos is not None and pos >= 0 else fallback
+
+    def close(self) -> None:
+        self.consumer.close()

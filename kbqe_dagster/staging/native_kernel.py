@@ -152,9 +152,14 @@ class NativeStaging:
     def _stage(self, reader: Any, kernel: Any, stager: Any, end: int) -> None:
         for batch in reader.batches():
             i, n = 0, len(batch)
+            # A native consumer's batch (resources/kafka_native.py) is staged from librdkafka's
+            # messages; a confluent-kafka batch from its Python objects.
+            raw = getattr(batch, "raw", None)
+            run = kernel.run if raw is None else kernel.run_native
+            source = batch if raw is None else raw
             while i < n:
                 try:
-                    stop = kernel.run(batch, i, end)
+                    stop = run(source, i, end)
                 except BaseException as error:  # a Rust panic arrives as pyo3's PanicException
                     if type(error).__name__ != "PanicException":
                         raise

@@ -54,6 +54,7 @@ from kbqe_dagster.core.routing import Router, RoutingInput
 from kbqe_dagster.core.wire import HEADER_SIZE, parse_frame
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.resources.kafka import KafkaSettings, RangeReader
+from kbqe_dagster.resources.kafka_native import native_consumer_switch_on, native_range_reader
 from kbqe_dagster.resources.schema_registry import RegistrySettings, SchemaLookup
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
@@ -75,6 +76,9 @@ class StageContext:
     native_kernel: bool = field(default_factory=kernel_switch_on)
     """Whether the run's tasks may use the native stage kernel: ``KBQE_STAGE_KERNEL`` where the
     run starts (staging/native_kernel.py). Tasks without the extension take the Python path."""
+    native_consumer: bool = field(default_factory=native_consumer_switch_on)
+    """Whether the kernel's ranges are read by its native consumer (resources/kafka_native.py):
+    ``KBQE_NATIVE_CONSUMER`` where the run starts."""
 
     @property
     def topic(self) -> TopicConfig:
@@ -452,6 +456,15 @@ def stage_messages(stager: RangeStager, reader: RangeReader, native: NativeStagi
                 break
 
 
+def _range_reader(ctx: StageContext, rng: OffsetRange, native: bool) -> RangeReader:
+    """The kernel's native consumer when it can read the range, else confluent-kafka's."""
+    if native and ctx.native_consumer:
+        reader = native_range_reader(ctx.kafka, rng.topic, rng.partition, rng.start, rng.end_exclusive)
+        if reader is not None:
+            return reader
+    return RangeReader(ctx.kafka, rng.topic, rng.partition, rng.start, rng.end_exclusive)
+
+
 def stage_range(ctx: StageContext, rng: OffsetRange) -> RangeResult:
     """Stage and commit ``rng`` (runs inside a Spark task)."""
     started = time.monotonic()
@@ -459,13 +472,14 @@ def stage_range(ctx: StageContext, rng: OffsetRange) -> RangeResult:
     workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-{rng.partition}-{rng.start}-"))
     try:
         stager = _stager_class(ctx)(ctx, rng, workdir)
-        reader = RangeReader(ctx.kafka, rng.topic, rng.partition, rng.start, rng.end_exclusive)
         native = NativeStaging.for_stager(stager)
+        reader = _range_reader(ctx, rng, native is not None)
         stage_messages(stager, reader, native)
         result = stager.commit(ctx.staging.open(), reader.covered)
-        log.info("%s: %d message(s), %d record(s), %d file(s) in %.1fs (%s stage path)", rng,
-                 result.messages, result.records, len(result.files), time.monotonic() - started,
-                 NATIVE if native else PYTHON)
+        log.info("%s: %d message(s), %d record(s), %d file(s) in %.1fs (%s stage path, %s reader)",
+                 rng, result.messages, result.records, len(result.files),
+                 time.monotonic() - started, NATIVE if native else PYTHON,
+                 "native" if getattr(reader, "native", False) else "confluent-kafka")
         return replace(result, seconds=time.monotonic() - started,
                        stage_path=NATIVE if native else PYTHON,
                        kernel_handbacks=dict(native.handbacks) if native else {})

@@ -140,15 +140,19 @@ def test_the_native_kernel_and_the_python_path_stage_the_same_files_from_real_ka
 
     if not kernel_built():
         pytest.skip(str(kernel_status()))
-    areas = {path: StagingLocation(str(tmp_path / path)) for path in ("native", "python")}
+    # The kernel with its native consumer (the default), the kernel fed by confluent-kafka's
+    # consumer, and the Python path.
+    ways = {"native": (True, True), "kernel_confluent": (True, False), "python": (False, False)}
+    areas = {path: StagingLocation(str(tmp_path / path)) for path in ways}
     runs = {
-        path: run_stage(spark_session, dataclasses.replace(demo_topic.context(area),
-                                                           native_kernel=path == "native"),
-                        max_messages_per_run=1_000_000, max_messages_per_range=5_000)
+        path: run_stage(spark_session, dataclasses.replace(
+            demo_topic.context(area), native_kernel=ways[path][0], native_consumer=ways[path][1]),
+            max_messages_per_run=1_000_000, max_messages_per_range=5_000)
         for path, area in areas.items()
     }  # fmt: skip
-    assert (runs["native"].stage_path, runs["python"].stage_path) == ("native", "python")
+    assert [runs[p].stage_path for p in ways] == ["native", "native", "python"]
     assert runs["python"].kernel_handbacks == {}
+    assert runs["native"].kernel_handbacks == runs["kernel_confluent"].kernel_handbacks
     # The kernel hands back each schema's and route's first message and every bad one.
     assert sum(runs["native"].kernel_handbacks.values()) < runs["native"].messages / 10
 
@@ -166,8 +170,10 @@ def test_the_native_kernel_and_the_python_path_stage_the_same_files_from_real_ka
                     out[f.name].pop("created_at")
         return out
 
-    native, python = committed(areas["native"]), committed(areas["python"])
-    assert sorted(native) == sorted(python)
-    for name in python:
-        assert native[name] == python[name], name
+    python = committed(areas["python"])
+    for way in ("native", "kernel_confluent"):
+        staged = committed(areas[way])
+        assert sorted(staged) == sorted(python), way
+        for name in python:
+            assert staged[name] == python[name], f"{way}: {name}"
     assert_exactly_once(demo_topic, areas["native"].open())

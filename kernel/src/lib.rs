@@ -14,6 +14,7 @@
 //! the Python container writer blocks and compresses them exactly as it does its own records.
 
 mod body;
+mod consumer;
 mod event_time;
 mod prefix;
 mod schema;
@@ -26,6 +27,7 @@ use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use pyo3::intern;
 
 use body::{Cursor, Plan, Value, Walker};
+use consumer::{Api, NativeBatch, NativeConsumer, RdMessage};
 use event_time::{EventTime, Unit};
 use prefix::{put_header, put_key, put_long, Prefix};
 use schema::Schema;
@@ -194,7 +196,27 @@ impl StageKernel {
         let mut i = start;
         while i < n {
             let msg = messages.get_item(i)?;
-            if let Some(reason) = self.stage_one(py, &msg, end_exclusive)? {
+            if let Some(reason) = self.stage_one(&PyIncoming { py, msg: &msg }, end_exclusive)? {
+                self.stopped = reason;
+                return Ok(i);
+            }
+            self.messages += 1;
+            i += 1;
+        }
+        self.stopped = "end";
+        Ok(n)
+    }
+
+    /// `run` over a batch of the native consumer (consumer.rs): the same work, reading
+    /// librdkafka's messages directly instead of confluent-kafka's Python objects.
+    fn run_native(&mut self, batch: &NativeBatch, start: usize, end_exclusive: i64) -> PyResult<usize> {
+        self.unknown_route = None;
+        let messages = batch.messages.lock().unwrap();
+        let n = messages.len();
+        let mut i = start;
+        while i < n {
+            let msg = RawIncoming { api: &batch.api, msg: messages[i].0 };
+            if let Some(reason) = self.stage_one(&msg, end_exclusive)? {
                 self.stopped = reason;
                 return Ok(i);
             }
@@ -224,17 +246,16 @@ impl StageKernel {
 impl StageKernel {
     /// Stage one message; `Some(reason)` hands it back untouched.
     #[inline]
-    fn stage_one(&mut self, py: Python<'_>, msg: &Bound<'_, PyAny>, end_exclusive: i64) -> PyResult<Option<&'static str>> {
-        if !msg.call_method0(intern!(py, "error"))?.is_none() {
+    fn stage_one<M: Incoming>(&mut self, msg: &M, end_exclusive: i64) -> PyResult<Option<&'static str>> {
+        if msg.is_event()? {
             return Ok(Some("kafka_event"));
         }
-        let offset: i64 = msg.call_method0(intern!(py, "offset"))?.extract()?;
+        let offset: i64 = msg.offset()?;
         if offset >= end_exclusive || offset < 0 {
             return Ok(Some("past_range"));
         }
-        let value = msg.call_method0(intern!(py, "value"))?;
-        let Ok(value) = value.cast::<PyBytes>() else { return Ok(Some("not_bytes")) };
-        let value = value.as_bytes();
+        let Some(holder) = msg.value()? else { return Ok(Some("not_bytes")) };
+        let value = holder.as_ref();
         if value.len() > self.max_message_size {
             return Ok(Some("oversized"));
         }
@@ -271,8 +292,7 @@ impl StageKernel {
                 }
             }
         };
-        let stamp = msg.call_method0(intern!(py, "timestamp"))?;
-        let (kind, ts): (i64, i64) = stamp.extract()?;
+        let (kind, ts) = msg.timestamp()?;
         let timestamp_ms = if kind != 0 { Some(ts) } else { None };
         let Some(day) = self.event.day(&self.values, body, timestamp_ms) else {
             return Ok(Some("event_time_uncertain"));
@@ -284,18 +304,11 @@ impl StageKernel {
         let first = buffer.ends.is_empty();
         let mark = buffer.data.len();
         self.prefix.put_head(&mut buffer.data, day, offset, timestamp_ms);
-        if self.prefix.with_key {
-            let key = msg.call_method0(intern!(py, "key"))?;
-            if key.is_none() {
-                put_key(&mut buffer.data, None);
-            } else if let Ok(key) = key.cast::<PyBytes>() {
-                put_key(&mut buffer.data, Some(key.as_bytes()));
-            } else {
-                buffer.data.truncate(mark);
-                return Ok(Some("key_uncertain"));
-            }
+        if self.prefix.with_key && !msg.put_key(&mut buffer.data)? {
+            buffer.data.truncate(mark);
+            return Ok(Some("key_uncertain"));
         }
-        if self.prefix.with_headers && !put_headers(py, msg, &mut buffer.data)? {
+        if self.prefix.with_headers && !msg.put_headers(&mut buffer.data)? {
             buffer.data.truncate(mark);
             return Ok(Some("headers_uncertain"));
         }
@@ -309,38 +322,166 @@ impl StageKernel {
     }
 }
 
-/// The headers column; false when a header is not `(str, bytes | None)`.
-fn put_headers(py: Python<'_>, msg: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<bool> {
-    let headers = msg.call_method0(intern!(py, "headers"))?;
-    if headers.is_none() {
-        out.push(0);
-        return Ok(true);
+/// A consumed message as the kernel reads it: a confluent-kafka `Message` (Python objects) or
+/// a native consumer's librdkafka message. Every accessor may say "not certain" (None/false),
+/// which hands the message back.
+trait Incoming {
+    type Bytes<'s>: AsRef<[u8]> where Self: 's;
+    /// A Kafka event (partition EOF, an error) rather than a message.
+    fn is_event(&self) -> PyResult<bool>;
+    fn offset(&self) -> PyResult<i64>;
+    /// The value's bytes; None for a null value (or one that is not bytes).
+    fn value(&self) -> PyResult<Option<Self::Bytes<'_>>>;
+    /// `(timestamp type, timestamp)`, as confluent-kafka's `timestamp()`.
+    fn timestamp(&self) -> PyResult<(i64, i64)>;
+    /// Append the key column; false when the key is not bytes or null.
+    fn put_key(&self, out: &mut Vec<u8>) -> PyResult<bool>;
+    /// Append the headers column; false when a header is not `(str, bytes | None)`.
+    fn put_headers(&self, out: &mut Vec<u8>) -> PyResult<bool>;
+}
+
+struct PyIncoming<'a, 'py> {
+    py: Python<'py>,
+    msg: &'a Bound<'py, PyAny>,
+}
+
+struct HeldBytes<'py>(Bound<'py, PyBytes>);
+
+impl AsRef<[u8]> for HeldBytes<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
     }
-    let Ok(list) = headers.cast::<PyList>() else { return Ok(false) };
-    if list.is_empty() {
-        out.push(0);
-        return Ok(true);
+}
+
+impl<'py> Incoming for PyIncoming<'_, 'py> {
+    type Bytes<'s> = HeldBytes<'py> where Self: 's;
+
+    fn is_event(&self) -> PyResult<bool> {
+        Ok(!self.msg.call_method0(intern!(self.py, "error"))?.is_none())
     }
-    put_long(out, list.len() as i64);
-    for item in list.iter() {
-        let Ok(pair) = item.cast::<PyTuple>() else { return Ok(false) };
-        if pair.len() != 2 {
-            return Ok(false);
-        }
-        let key = pair.get_item(0)?;
-        let Ok(key) = key.cast::<PyString>() else { return Ok(false) };
-        let Ok(key) = key.to_str() else { return Ok(false) };
-        let value = pair.get_item(1)?;
-        if value.is_none() {
-            put_header(out, key, None);
-        } else if let Ok(value) = value.cast::<PyBytes>() {
-            put_header(out, key, Some(value.as_bytes()));
+
+    fn offset(&self) -> PyResult<i64> {
+        self.msg.call_method0(intern!(self.py, "offset"))?.extract()
+    }
+
+    fn value(&self) -> PyResult<Option<HeldBytes<'py>>> {
+        let value = self.msg.call_method0(intern!(self.py, "value"))?;
+        Ok(value.cast_into::<PyBytes>().ok().map(HeldBytes))
+    }
+
+    fn timestamp(&self) -> PyResult<(i64, i64)> {
+        self.msg.call_method0(intern!(self.py, "timestamp"))?.extract()
+    }
+
+    fn put_key(&self, out: &mut Vec<u8>) -> PyResult<bool> {
+        let key = self.msg.call_method0(intern!(self.py, "key"))?;
+        if key.is_none() {
+            put_key(out, None);
+        } else if let Ok(key) = key.cast::<PyBytes>() {
+            put_key(out, Some(key.as_bytes()));
         } else {
             return Ok(false);
         }
+        Ok(true)
     }
-    out.push(0);
-    Ok(true)
+
+    fn put_headers(&self, out: &mut Vec<u8>) -> PyResult<bool> {
+        let headers = self.msg.call_method0(intern!(self.py, "headers"))?;
+        if headers.is_none() {
+            out.push(0);
+            return Ok(true);
+        }
+        let Ok(list) = headers.cast::<PyList>() else { return Ok(false) };
+        if list.is_empty() {
+            out.push(0);
+            return Ok(true);
+        }
+        put_long(out, list.len() as i64);
+        for item in list.iter() {
+            let Ok(pair) = item.cast::<PyTuple>() else { return Ok(false) };
+            if pair.len() != 2 {
+                return Ok(false);
+            }
+            let key = pair.get_item(0)?;
+            let Ok(key) = key.cast::<PyString>() else { return Ok(false) };
+            let Ok(key) = key.to_str() else { return Ok(false) };
+            let value = pair.get_item(1)?;
+            if value.is_none() {
+                put_header(out, key, None);
+            } else if let Ok(value) = value.cast::<PyBytes>() {
+                put_header(out, key, Some(value.as_bytes()));
+            } else {
+                return Ok(false);
+            }
+        }
+        out.push(0);
+        Ok(true)
+    }
+}
+
+/// A native consumer's message: librdkafka's struct, alive as long as its batch.
+struct RawIncoming<'a> {
+    api: &'a Api,
+    msg: *mut RdMessage,
+}
+
+impl RawIncoming<'_> {
+    fn raw(&self) -> &RdMessage {
+        // Safety: the batch owns the message and outlives this view.
+        unsafe { &*self.msg }
+    }
+}
+
+fn raw_slice<'s>(ptr: *const u8, len: usize) -> Option<&'s [u8]> {
+    // Safety: librdkafka's payload and key pointers are valid for their lengths (or null).
+    (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr, len) })
+}
+
+impl Incoming for RawIncoming<'_> {
+    type Bytes<'s> = &'s [u8] where Self: 's;
+
+    fn is_event(&self) -> PyResult<bool> {
+        Ok(self.raw().err != 0)
+    }
+
+    fn offset(&self) -> PyResult<i64> {
+        Ok(self.raw().offset)
+    }
+
+    fn value(&self) -> PyResult<Option<&[u8]>> {
+        let m = self.raw();
+        Ok(raw_slice(m.payload, m.len))
+    }
+
+    fn timestamp(&self) -> PyResult<(i64, i64)> {
+        Ok(self.api.timestamp(self.msg))
+    }
+
+    fn put_key(&self, out: &mut Vec<u8>) -> PyResult<bool> {
+        let m = self.raw();
+        put_key(out, raw_slice(m.key, m.key_len));
+        Ok(true)
+    }
+
+    fn put_headers(&self, out: &mut Vec<u8>) -> PyResult<bool> {
+        let Some(headers) = self.api.headers(self.msg) else {
+            out.push(0);
+            return Ok(true);
+        };
+        if headers.is_empty() {
+            out.push(0);
+            return Ok(true);
+        }
+        put_long(out, headers.len() as i64);
+        for (name, value) in headers {
+            // confluent-kafka gives header names as str: a name that is not UTF-8 is the
+            // Python path's to judge.
+            let Ok(name) = std::str::from_utf8(name) else { return Ok(false) };
+            put_header(out, name, value);
+        }
+        out.push(0);
+        Ok(true)
+    }
 }
 
 fn route_key(dataset: &[u8], table: &[u8]) -> Vec<u8> {
@@ -361,6 +502,9 @@ fn _panic_for_tests() {
 #[pymodule]
 fn kbqe_dagster_kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<StageKernel>()?;
+    m.add_class::<NativeConsumer>()?;
+    m.add_class::<NativeBatch>()?;
+    m.add_function(wrap_pyfunction!(consumer::take_kafka_log_lines, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
