@@ -169,7 +169,7 @@ def transform_config_problems(specs: Sequence[Any], routing: Any,
         try:
             compile_transforms(specs, schema, placeholder_keys)
         except TransformSchemaError as error:
-            text = str(error).split(" ", 1)[1]  # the key path says which transform
+            text = str(error).split(" ", 2)[2]  # the key path says which transform
             problems.append((f"[{error.index}]", f"{kind_of(specs[error.index])} {text}"))
     return problems
 
