@@ -3,11 +3,12 @@ its key path when the file is read, before anything is staged."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config import load_pipeline_config, parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.transform_specs import (
     AddField,
@@ -112,3 +113,11 @@ def test_mistakes_are_config_errors_at_their_key_paths(transforms, topic, expect
 def test_dropping_a_routing_field_after_renaming_another_onto_it_is_fine() -> None:
     [topic] = parse([{"drop": "tableName"}, {"rename": "kind", "to": "tableName"}]).topics
     assert len(topic.transforms) == 2
+
+
+def test_the_transforms_example_is_valid() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "transforms.yaml"
+    [topic] = load_pipeline_config(example).topics
+    assert [type(t).__name__ for t in topic.transforms][:3] == ["AddField", "ComputeField",
+                                                               "CastField"]
+    assert len(topic.transforms) == 11
