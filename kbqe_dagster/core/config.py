@@ -83,7 +83,7 @@ from kbqe_dagster.core.routing import (
     required_fields,
     resolve_function,
 )
-from kbqe_dagster.core.transform_specs import read_transforms
+from kbqe_dagster.core.transform_specs import TransformSpec, read_transforms
 from kbqe_dagster.core.transforms import transform_config_problems
 
 __all__ = [
@@ -135,7 +135,7 @@ class TopicConfig:
     optionally a history (see core/keyed.py); None for an append-only topic."""
     value_schema: Mapping[str, Any] | None = None
     """``format: json``: the Avro record schema its values are staged under (core/formats.py)."""
-    transforms: tuple[Any, ...] = ()
+    transforms: tuple[TransformSpec, ...] = ()
     """Per-record transforms, in order, applied before routing, event time and enrichment
     (core/transform_specs.py, core/transforms.py); empty: records are staged as they come."""
 

@@ -226,3 +226,18 @@ def test_expressions_cannot_reach_python_internals() -> None:
     transforms = compiled({"compute": "x", "expression": "email.__class__", "type": "string"})
     with pytest.raises(TransformFailedError, match="transforms\\[0\\] \\(compute\\) field 'x'"):
         transforms.apply(RECORD, META)
+
+
+@pytest.mark.parametrize("timestamp_ms", [None, -1, 253_402_300_800_000])
+def test_a_kafka_timestamp_that_is_unknown_or_past_9999_is_added_as_null(timestamp_ms) -> None:
+    transforms = compiled({"add": "ts", "message": "timestamp"})
+    assert transforms.apply(RECORD, META._replace(timestamp_ms=timestamp_ms))["ts"] is None
+
+
+def test_an_unexpected_error_inside_a_step_still_fails_only_the_record() -> None:
+    transforms = compiled({"mask": "email", "key_env": "K"})
+    with pytest.raises(TransformFailedError, match=r"^transforms\[0\] \(mask\) field 'email'"):
+        transforms.apply({**RECORD, "email": None}, META)  # not nullable: missing
+    odd = {**RECORD, "amount": object()}
+    with pytest.raises(TransformFailedError, match=r"^transforms\[0\] \(cast\): TypeError"):
+        compiled({"cast": "amount", "to": "long"}).apply(odd, META)
