@@ -390,7 +390,8 @@ def _compute(spec: ComputeField, fields: list[dict], _key: bytes | None) -> Step
             value = evaluator.eval(spec.expression, previously_parsed=parsed)
         except (InvalidExpression, ArithmeticError, TypeError, ValueError, AttributeError,
                 KeyError, IndexError) as error:
-            raise StepFailure(name, f"{spec.expression!r} failed: {type(error).__name__}: {error}") from None
+            why = f"{spec.expression!r} failed: {type(error).__name__}: {error}"
+            raise StepFailure(name, why) from None
         record[name] = check(name, value)
 
     return compute
@@ -403,7 +404,8 @@ def _checker(avro: Any) -> Callable[[str, Any], Any]:
     parsed = parse_schema(avro) if not isinstance(avro, str) else avro
 
     def check(name: str, value: Any) -> Any:
-        if primitive in ("double", "float") and isinstance(value, int) and not isinstance(value, bool):
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if primitive in ("double", "float") and whole:
             value = float(value)
         if isinstance(value, bool) and primitive in ("int", "long", "double", "float"):
             raise StepFailure(name, f"gave {value!r} (bool), not a {primitive}")
@@ -429,7 +431,8 @@ def _function(spec: FunctionTransform, fields: list[dict], _key: bytes | None) -
         try:
             out = function(dict(record))
         except Exception as error:  # noqa: BLE001 - a user function's failure fails its record
-            raise StepFailure(first, f"{spec.function} raised {type(error).__name__}: {error}") from None
+            why = f"{spec.function} raised {type(error).__name__}: {error}"
+            raise StepFailure(first, why) from None
         if not isinstance(out, Mapping):
             raise StepFailure(first, f"{spec.function} returned a {type(out).__name__}, not a dict")
         out = dict(out)

@@ -102,8 +102,9 @@ class AddField:
     """``key`` (null if absent), ``topic`` (string), ``partition`` (int), ``offset`` (long),
     ``timestamp`` (nullable timestamp-millis; null when Kafka has none)."""
     type: str | None = None
-    """The field's type (see the module docstring). For ``header`` and ``message: key`` it is
-    ``string`` (UTF-8; a value that is not UTF-8 fails) or ``bytes``, always nullable."""
+    """The field's type: a declared type (``string``, ``long``, ``double``, ``boolean``,
+    ``timestamp-millis``, ...; ``string?`` is nullable). For ``header`` and ``message: key`` it
+    is ``string`` (UTF-8; a value that is not UTF-8 fails) or ``bytes``, always nullable."""
 
     def __post_init__(self) -> None:
         given = [k for k in ("value", "header", "message") if getattr(self, k) is not None]
@@ -215,7 +216,8 @@ class ComputeField:
     expression: str
     """The expression, e.g. ``amount * quantity`` or ``lower(country) + "-" + str(store)``."""
     type: str
-    """The result's type (see the module docstring); a result of another type fails."""
+    """The result's declared type (``long``, ``double``, ``string?``, ...); a result of another
+    type fails (a whole number is accepted for a double)."""
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,7 @@ class FunctionTransform:
     function: str
     """``"package.module:function"``, importable where the stage runs."""
     fields: Mapping[str, str] = field(default_factory=dict)
-    """The fields it adds, name → type (see the module docstring), in order."""
+    """The fields it adds, in order: name → declared type (``string``, ``long?``, ...)."""
 
 
 TransformSpec = (AddField | RenameField | DropFields | MaskField | CastField | ConvertTimestamp

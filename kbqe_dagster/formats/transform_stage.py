@@ -166,6 +166,7 @@ class TransformRangeStager(TransformingStager):
             parsed = parse_schema(schema, _write_hint=False)
         except Exception as error:  # noqa: BLE001 - fastavro raises several types
             raise UnsupportedSchemaError(f"the writer schema does not parse: {error}") from None
+        # No probe: the record is decoded whole (see _read), which validates it as well.
         return _WriterSchema(None, schema, record_full_name(schema), parsed)  # type: ignore[arg-type]
 
 
@@ -176,7 +177,8 @@ def _read(value: bytes, parsed: Any) -> dict[str, Any]:
     try:
         record = schemaless_reader(buffer, parsed, None)
     except Exception as error:  # noqa: BLE001 - truncated or invalid data raises many types
-        raise BodyDecodeError(f"the body does not decode: {type(error).__name__}: {error}") from None
+        why = f"{type(error).__name__}: {error}"
+        raise BodyDecodeError(f"the body does not decode: {why}") from None
     trailing = len(value) - buffer.tell()
     if trailing:
         raise BodyDecodeError(f"{trailing} byte(s) left after the record")
