@@ -14,7 +14,14 @@ import inspect
 import sys
 from pathlib import Path
 
-from kbqe_dagster.core import config_sections, enrichment, event_time, keyed, routing
+from kbqe_dagster.core import (
+    config_sections,
+    enrichment,
+    event_time,
+    keyed,
+    routing,
+    transform_specs,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = REPO / "docs" / "configuration.md"
@@ -24,6 +31,14 @@ SECTIONS = [
     ("topics[].routing", routing.RoutingConfig),
     ("topics[].event_time  (defaults: top-level event_time)", event_time.EventTimeConfig),
     ("topics[].keyed  (a keyed destination: changelog, current state, history)", keyed.KeyedConfig),
+    ("topics[].transforms[]  add", transform_specs.AddField),
+    ("topics[].transforms[]  rename", transform_specs.RenameField),
+    ("topics[].transforms[]  drop", transform_specs.DropFields),
+    ("topics[].transforms[]  mask", transform_specs.MaskField),
+    ("topics[].transforms[]  cast", transform_specs.CastField),
+    ("topics[].transforms[]  timestamp", transform_specs.ConvertTimestamp),
+    ("topics[].transforms[]  compute", transform_specs.ComputeField),
+    ("topics[].transforms[]  function", transform_specs.FunctionTransform),
     ("staging  (per topic: topics[].staging)", config_sections.StagingSettings),
     ("dead_letter", config_sections.DeadLetterDestination),
     ("enrichment", enrichment.EnrichmentConfig),
@@ -53,6 +68,7 @@ topics:                          # required, at least one
     format: avro                 # avro (default) | debezium: Debezium change events | json
     schema: {...}                # format: json only: the values' Avro record (inline or a path)
     keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
+    transforms: [...]            # see topics[].transforms[]: per-record field transforms
 allowed_destinations: [acme_sales.orders, acme_web.*]   # dataset.table or dataset.*
 event_time: {...}                # defaults for every topic
 on_bad_input: dead_letter        # default for every topic
@@ -78,6 +94,22 @@ the topic declares in `schema:` (inline, or the path of an `.avsc` file relative
 pipeline file); a value that is not one JSON object is dead-lettered as `json_decode_error`,
 one that does not fit the schema as `json_schema_mismatch` naming the field. Logical types
 take Avro's JSON encoding (`timestamp-millis` as epoch milliseconds).
+
+`transforms` is a list applied in order to every record of the topic, before routing, event
+time and enrichment (which read the transformed fields); each item has one *kind key* (`add`,
+`rename`, `drop`, `mask`, `cast`, `timestamp`, `compute`, `function`) naming its field, and
+that kind's options, listed below ([`examples/transforms.yaml`](../examples/transforms.yaml)
+uses most). Declared types are `string`, `long`, `int`, `double`, `float`, `boolean`,
+`bytes`, `date`, `timestamp-millis`, `timestamp-micros`, with a trailing `?` for nullable.
+Transforms work on top-level fields. A record a transform cannot apply to is dead-lettered as
+`transform_failed`, naming `transforms[INDEX] (KIND)` and the field. A transform that cannot
+apply to the *schema* (a missing field, one that exists already, a type it does not read) is
+a config error at `topics[i].transforms[j]` when the schema is in this file (`format: json`),
+and otherwise, for Avro topics, fails every message of that registry schema with
+`transform_failed` (first seen when its first message is staged). Removing a field routing
+reads is always a config error. Topics with transforms are decoded and re-encoded per
+record (the Python stage path), and their files carry a schema id derived from the output
+schema. Not with `keyed:`.
 
 `on_bad_input`: `dead_letter` writes the raw message and the reason to the dead-letter
 table; `skip` counts and drops it (visible in run metadata and metrics); `fail` stops the

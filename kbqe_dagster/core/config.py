@@ -13,6 +13,7 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
         staging: {...}               # StagingSettings keys, overriding the pipeline's
         format: avro                 # avro | debezium (change events; needs keyed)
         keyed: {...}                 # KeyedConfig keys (core/keyed.py): a keyed destination
+        transforms: [...]            # per-record transforms (core/transform_specs.py)
     allowed_destinations: [acme_sales.*, acme_web.page_views]
     event_time: {...}                # defaults for every topic's event_time, key by key
     on_bad_input: dead_letter        # default for every topic
@@ -82,6 +83,8 @@ from kbqe_dagster.core.routing import (
     required_fields,
     resolve_function,
 )
+from kbqe_dagster.core.transform_specs import TransformSpec, read_transforms
+from kbqe_dagster.core.transforms import transform_config_problems
 
 __all__ = [
     "BadInputPolicy",
@@ -107,6 +110,7 @@ _TOP_KEYS = (
 )  # fmt: skip
 _TOPIC_KEYS = (
     "name", "format", "schema", "routing", "event_time", "on_bad_input", "staging", "keyed",
+    "transforms",
 )  # fmt: skip
 
 
@@ -131,6 +135,9 @@ class TopicConfig:
     optionally a history (see core/keyed.py); None for an append-only topic."""
     value_schema: Mapping[str, Any] | None = None
     """``format: json``: the Avro record schema its values are staged under (core/formats.py)."""
+    transforms: tuple[TransformSpec, ...] = ()
+    """Per-record transforms, in order, applied before routing, event time and enrichment
+    (core/transform_specs.py, core/transforms.py); empty: records are staged as they come."""
 
     @property
     def required_fields(self) -> tuple[str, ...]:
@@ -371,10 +378,17 @@ def _topic(
     value_schema = _value_schema(section, path, source_format, defaults.base_dir, problems)
     if source_format is SourceFormat.JSON and "keyed" in section:
         problems.add(f"{path}.keyed", "not with format: json (keyed topics are avro or debezium)")
+    transforms = read_transforms(section.get("transforms"), f"{path}.transforms", problems)
+    if transforms and "keyed" in section:
+        problems.add(f"{path}.transforms", "not with keyed: (a keyed topic's changelog is cut "
+                     "from the message as it is)")
+    if transforms and routing is not None:
+        for where, message in transform_config_problems(transforms, routing, value_schema):
+            problems.add(f"{path}.transforms{where}", message)
     if name is None or routing is None or event_time is None:
         return None
     return TopicConfig(name, routing, event_time, policy, staging, source_format, keyed,
-                       value_schema)
+                       value_schema, transforms)
 
 
 def _value_schema(

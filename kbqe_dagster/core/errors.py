@@ -144,6 +144,26 @@ class JsonSchemaMismatchError(BadInputError):
     reason = Reason.JSON_SCHEMA_MISMATCH
 
 
+class TransformError(BadInputError):
+    """A topic's transforms (core/transforms.py) cannot apply; the message names the transform
+    as ``transforms[INDEX] (KIND)`` and the field."""
+
+    reason = Reason.TRANSFORM_FAILED
+    index: int | None = None
+    """The failing transform's position in ``transforms`` (for config key paths)."""
+
+
+class TransformFailedError(TransformError):
+    """One record's value cannot be transformed: a text that is not a number, a timestamp out
+    of range, a user function that raises."""
+
+
+class TransformSchemaError(TransformError):
+    """The transforms cannot apply to a record schema: a missing field, a field that exists
+    already, a type the transform does not read. Raised on the first message of the schema;
+    every message of it follows the bad-input policy."""
+
+
 class StageRangeFailed(KbqeError):
     """A topic whose bad-input policy is ``fail`` met bad input; names topic/partition/offset."""
 

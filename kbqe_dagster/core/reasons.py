@@ -57,6 +57,11 @@ class Reason(StrEnum):
     """A JSON object that does not fit the topic's declared schema (the message names the
     field path): a wrong type, a missing required field."""
 
+    # --- transforms (core/transforms.py) ---
+    TRANSFORM_FAILED = "transform_failed"
+    """A topic's transform cannot apply to the record or to its schema; the message names the
+    transform (``transforms[INDEX] (KIND)``) and the field."""
+
     # --- size ---
     OVERSIZED = "oversized"
     """The message value exceeds the configured ``max_message_size``."""
@@ -66,3 +71,5 @@ KEYED_ONLY = frozenset({Reason.NOT_A_CHANGE})
 """Reasons that only keyed topics produce (their tests live in kbqe_dagster_tests/keyed/)."""
 JSON_ONLY = frozenset({Reason.JSON_DECODE_ERROR, Reason.JSON_SCHEMA_MISMATCH})
 """Reasons that only ``format: json`` topics produce (kbqe_dagster_tests/formats/)."""
+TRANSFORM_ONLY = frozenset({Reason.TRANSFORM_FAILED})
+"""Reasons that only topics with ``transforms`` produce (kbqe_dagster_tests/formats/)."""

@@ -430,7 +430,8 @@ def _alive(pid: int) -> bool:
 
 
 def _stager_class(ctx: StageContext) -> type[RangeStager]:
-    """Keyed topics and unframed formats are rooms of their own, built on this one."""
+    """Keyed topics, unframed formats and transformed topics are rooms of their own, built on
+    this one (JSON topics apply their transforms themselves)."""
     if ctx.topic.keyed is not None:
         from kbqe_dagster.keyed.stage import KeyedRangeStager
 
@@ -439,6 +440,10 @@ def _stager_class(ctx: StageContext) -> type[RangeStager]:
         from kbqe_dagster.formats.json_stage import JsonRangeStager
 
         return JsonRangeStager
+    if ctx.topic.transforms:
+        from kbqe_dagster.formats.transform_stage import TransformRangeStager
+
+        return TransformRangeStager
     return RangeStager
 
 

@@ -1,0 +1,105 @@
+"""Per-record cost of ``topics[].transforms`` on the stage task's Python path (DESIGN.md §10).
+
+Stages N framed Avro orders in-process (a stager fed with messages, no Kafka, registry or
+Spark) three ways and reports records/s of CPU time (``time.process_time``: meaningful on a
+shared, loaded machine), best of ``--repeat``:
+
+* ``plain``: no transforms — the slicing Python path (``RangeStager``), the reference;
+* ``drop``: one ``drop`` — the floor of any transformed topic: fastavro decode + encode;
+* ``nine``: the nine transforms of the real-stack test (constant, expression, cast, HMAC mask,
+  null mask, zoned timestamp, header, rename, drop), routed by a computed field.
+
+    .venv/bin/python bench/bench_transforms.py [-n 20000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import fastavro
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kbqe_dagster.core.config import parse_pipeline_config  # noqa: E402
+from kbqe_dagster.core.offsets import OffsetRange  # noqa: E402
+from kbqe_dagster.resources.kafka import KafkaSettings  # noqa: E402
+from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings  # noqa: E402
+from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
+from kbqe_dagster.staging.task import StageContext, _stager_class  # noqa: E402
+from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage  # noqa: E402
+from kbqe_dagster_tests.formats.test_transforms_on_local_stack import SCHEMA, transforms  # noqa: E402
+
+TOPIC = "bench.orders"
+STATIC = {"mode": "static", "dataset": "shop", "table": "books"}
+CASES = {
+    "plain": (None, STATIC),
+    "drop": ([{"drop": "debug"}], STATIC),
+    "nine": (transforms("shop"),
+             {"mode": "fields", "dataset_field": "shop", "table_field": "tableName"}),
+}
+
+
+class _Registry:
+    def get(self, schema_id: int) -> RegisteredSchema:
+        return RegisteredSchema(schema_id, "AVRO", SCHEMA)
+
+
+def _messages(n: int) -> list[FakeMessage]:
+    parsed = fastavro.parse_schema(SCHEMA)
+    out = []
+    for i in range(n):
+        body = io.BytesIO()
+        fastavro.schemaless_writer(body, parsed, {
+            "id": i, "kind": "Book", "email": f"u{i}@example.com", "phone": "+33 1",
+            "amount": f"{i}.25", "created": "2024-09-13T00:30:00", "debug": "internal"})
+        value = b"\x00" + struct.pack(">i", 1) + body.getvalue()
+        out.append(FakeMessage(TOPIC, 0, i, value, b"k", [("trace-id", b"t")], 1_726_238_205_000))
+    return out
+
+
+def _rate(case: str, messages: list[FakeMessage]) -> float:
+    specs, routing = CASES[case]
+    topic = {"name": TOPIC, "routing": routing, "event_time": {"kafka_timestamp_fallback": True}}
+    if specs:
+        topic["transforms"] = specs
+    config = parse_pipeline_config({"version": 1, "topics": [topic],
+                                    "allowed_destinations": ["shop.*"]})
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
+                           StagingLocation(f"{tmp}/staging"), config, TOPIC, native_kernel=False)
+        workdir = Path(tmp) / "work"
+        workdir.mkdir()
+        stager = _stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, len(messages)), workdir)
+        stager.lookup = _Registry()
+        started = time.process_time()
+        for msg in messages:
+            stager.add(msg)
+        seconds = time.process_time() - started
+        assert not stager.dead_letters, stager.dead_letters
+        stager._discard()
+    return len(messages) / seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    os.environ.setdefault("KBQE_TRANSFORMS_E2E_KEY", "bench-key")
+    messages = _messages(args.n)
+    for case in CASES:
+        best = max(_rate(case, messages) for _ in range(args.repeat))
+        print(f"{case:6} {best:>10,.0f} records/s (CPU time, best of {args.repeat}, n={args.n:,})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""Staging topics with ``transforms``: the one shared step from a decoded record to a staged
+record, and the Avro stager that decodes for it.
+
+A transform changes fields, so the record must be decoded: these topics leave the Avro hot
+path (no body slicing, no native kernel) for decode → transform → encode with fastavro:
+
+- :class:`TransformingStager` is the shared step. A stager that holds a record dict and its
+  Avro schema calls ``self._place_record(msg, record, schema_key, schema)``: the topic's
+  transforms, compiled once per ``schema_key`` (core/transforms.py), apply to the record; it is
+  encoded under the derived schema; routing and event time read the transformed fields; the
+  record is appended like any other (``RangeStager._place``). Without transforms the same call
+  just encodes the record under ``schema`` with ``schema_id`` (how ``format: json`` stages).
+- :class:`TransformRangeStager` is the Avro path with transforms: frame → writer schema from
+  the registry → ``schemaless_reader`` (the body must decode to exactly its length:
+  ``body_decode_error`` otherwise) → the shared step.
+
+**Schema ids of transformed files.** A staging file's name carries its schema id and every
+file of one id must carry one schema (core/commit.py). A transformed file's schema is the
+*derived* schema, not the registry's writer schema, so the registry id cannot be reused: two
+different Avro files would share a key, and a transform change would put a new schema under
+an old id. Transformed files take the declared-schema id of their output schema
+(``core/formats.declared_schema_id``): stable across runs, new for each schema change, and
+outside the registry's range.
+
+A schema the transforms cannot apply to (``TransformSchemaError``) is remembered per schema
+key: each of its messages goes to the bad-input policy with that error, the registry is not
+asked again. An HMAC key variable missing where the task runs stops the range (ConfigError).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+from typing import Any, Hashable, Mapping
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+
+from kbqe_dagster.core.avro_names import record_full_name
+from kbqe_dagster.core.enrichment import extended_schema
+from kbqe_dagster.core.errors import (
+    BadInputError,
+    BodyDecodeError,
+    TransformFailedError,
+    UnsupportedSchemaError,
+)
+from kbqe_dagster.core.formats import declared_schema_id
+from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.transforms import (
+    Compiled,
+    MessageMeta,
+    compile_transforms,
+    field_values,
+    hmac_keys,
+)
+from kbqe_dagster.core.wire import HEADER_SIZE
+from kbqe_dagster.staging.task import RangeStager, StageContext, _Decoder
+
+
+@dataclass(frozen=True)
+class StagedSchema:
+    """What one input schema stages as: the transforms over it (None: none configured), the
+    parsed schema records are encoded with, the files' schema, id and record name."""
+
+    compiled: Compiled | None
+    parsed: Any
+    file_schema: dict
+    schema_id: int
+    full_name: str | None
+
+
+class TransformingStager(RangeStager):
+    """The shared step from a decoded record to a staged one (see the module docstring)."""
+
+    native_kernel = False  # records are decoded and re-encoded: the Python path
+
+    def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
+        super().__init__(ctx, rng, workdir)
+        index = next(i for i, t in enumerate(self.pipeline.topics) if t.name == self.topic.name)
+        self.transforms = self.topic.transforms
+        # Read once per task, where it runs; a missing key stops the range (ConfigError).
+        self.hmac_keys = hmac_keys(self.transforms, os.environ, f"topics[{index}].transforms")
+        self.staged_schemas: dict[Hashable, StagedSchema | BadInputError] = {}
+        self.wanted = self.topic.required_fields
+
+    def _place_record(self, msg: Any, record: Mapping[str, Any], schema_key: Hashable,
+                      schema: Mapping[str, Any], schema_id: int | None = None) -> None:
+        """Transform (if configured), encode, route, date and append one decoded record.
+        ``schema_key`` identifies ``schema`` (a registry id, a declared id); ``schema_id`` is
+        the files' id when there are no transforms (default: the declared id of ``schema``)."""
+        staged = self._staged_schema(schema_key, schema, schema_id)
+        if staged.compiled is not None:
+            record = staged.compiled.apply(record, _meta(msg))
+        body = BytesIO()
+        try:
+            schemaless_writer(body, staged.parsed, record)
+        except Exception as error:  # noqa: BLE001 - fastavro raises several types on a misfit
+            raise TransformFailedError(
+                f"transforms output does not fit the derived schema: {error}"
+            ) from None
+        fields = field_values(record, self.wanted)
+        self._place(msg, fields, body.getvalue(), staged.schema_id, staged.file_schema,
+                    staged.full_name)
+
+    def _staged_schema(self, schema_key: Hashable, schema: Mapping[str, Any],
+                       schema_id: int | None) -> StagedSchema:
+        known = self.staged_schemas.get(schema_key)
+        if isinstance(known, StagedSchema):
+            return known
+        if isinstance(known, BadInputError):
+            raise type(known)(str(known))
+        try:
+            staged = self._derive(schema, schema_id)
+        except BadInputError as error:
+            self.staged_schemas[schema_key] = error
+            raise
+        self.staged_schemas[schema_key] = staged
+        return staged
+
+    def _derive(self, schema: Mapping[str, Any], schema_id: int | None) -> StagedSchema:
+        compiled = None
+        output: Mapping[str, Any] = schema
+        if self.transforms:
+            compiled = compile_transforms(self.transforms, schema, self.hmac_keys)
+            output = compiled.output_schema
+            schema_id = None  # the file's schema is the derived one: its own id
+        return StagedSchema(
+            compiled,
+            parse_schema(dict(output), _write_hint=False),
+            extended_schema(output, self.enrichment),
+            schema_id if schema_id is not None else declared_schema_id(output),
+            record_full_name(output),
+        )
+
+
+def _meta(msg: Any) -> MessageMeta:
+    ts_type, ts = msg.timestamp()
+    return MessageMeta(msg.topic(), msg.partition(), msg.offset(),
+                       ts if ts_type != 0 else None, msg.key(), msg.headers())
+
+
+@dataclass
+class _WriterSchema(_Decoder):
+    """A registry schema of a transformed Avro topic: decoded with fastavro, not probed."""
+
+    parsed: Any = None
+
+
+class TransformRangeStager(TransformingStager):
+    """Confluent-framed Avro with transforms: decode, then the shared step."""
+
+    def _stage(self, msg: Any) -> None:
+        value = self._value(msg)
+        known = self._by_header.get(value[:HEADER_SIZE])
+        if known is None:
+            known = self._resolve(value)
+        schema_id, writer = known
+        record = _read(value, writer.parsed)
+        self._place_record(msg, record, schema_id, writer.schema)
+
+    def _make_decoder(self, schema: dict) -> _Decoder:
+        if not isinstance(schema, dict) or schema.get("type") != "record":
+            raise UnsupportedSchemaError("the writer schema is not an Avro record")
+        try:
+            parsed = parse_schema(schema, _write_hint=False)
+        except Exception as error:  # noqa: BLE001 - fastavro raises several types
+            raise UnsupportedSchemaError(f"the writer schema does not parse: {error}") from None
+        # No probe: the record is decoded whole (see _read), which validates it as well.
+        return _WriterSchema(None, schema, record_full_name(schema), parsed)  # type: ignore[arg-type]
+
+
+def _read(value: bytes, parsed: Any) -> dict[str, Any]:
+    """The record of a framed value; the body must decode to exactly its own length."""
+    buffer = BytesIO(value)
+    buffer.seek(HEADER_SIZE)
+    try:
+        record = schemaless_reader(buffer, parsed, None)
+    except Exception as error:  # noqa: BLE001 - truncated or invalid data raises many types
+        why = f"{type(error).__name__}: {error}"
+        raise BodyDecodeError(f"the body does not decode: {why}") from None
+    trailing = len(value) - buffer.tell()
+    if trailing:
+        raise BodyDecodeError(f"{trailing} byte(s) left after the record")
+    return record

@@ -1,0 +1,140 @@
+"""An Avro topic with several transforms end to end on the local stack: framed Avro produced to
+Kafka with a registry schema, decoded, transformed and staged on Spark, loaded into the
+BigQuery emulator by ``kbqe run --until-idle``; rows checked field by field, a record that does
+not transform in the dead-letter table with its reason; run twice, the second run is idle."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import fastavro
+import pytest
+import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+from kbqe_dagster.localstack.clients import local_bigquery_client
+from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
+from kbqe_dagster.resources.kafka import CLIENT_LOG
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+KBQE = str(Path(sys.executable).parent / "kbqe")
+REPO = Path(__file__).resolve().parents[2]
+KEY = "transforms-e2e-key"
+SCHEMA = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "kind", "type": "string"},
+    {"name": "email", "type": "string"},
+    {"name": "phone", "type": ["null", "string"], "default": None},
+    {"name": "amount", "type": "string"},
+    {"name": "created", "type": "string"},
+    {"name": "debug", "type": "string"},
+]}
+
+
+def transforms(dataset: str) -> list[dict]:
+    return [
+        {"add": "shop", "value": dataset},
+        {"compute": "tableName", "expression": "lower(kind) + 's'", "type": "string"},
+        {"cast": "amount", "to": "double"},
+        {"mask": "email", "key_env": "KBQE_TRANSFORMS_E2E_KEY"},
+        {"mask": "phone", "method": None},
+        {"timestamp": "created", "to": "timestamp_millis", "zone": "Europe/Paris"},
+        {"add": "trace_id", "header": "trace-id"},
+        {"rename": "id", "to": "order_id"},
+        {"drop": "debug"},
+    ]
+
+
+@pytest.fixture
+def transformed_topic(local_stack, local_endpoints, tmp_path):
+    run = uuid.uuid4().hex[:8]
+    topic = f"transforms.orders.{run}"
+    admin = AdminClient({"bootstrap.servers": local_endpoints.kafka_bootstrap,
+                         "logger": CLIENT_LOG})
+    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
+    registry = SchemaRegistryClient({"url": local_endpoints.registry_url})
+    schema_id = registry.register_schema(f"transforms-{run}-value",
+                                         Schema(json.dumps(SCHEMA), "AVRO"))
+    dataset, dead = f"transforms_{run}", f"transforms_dead_{run}"
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(yaml.safe_dump({
+        "version": 1,
+        "topics": [{"name": topic, "transforms": transforms(dataset),
+                    "routing": {"mode": "fields", "dataset_field": "shop",
+                                "table_field": "tableName"},
+                    "event_time": {"fields": ["created"], "date_rule": "utc"}}],
+        "allowed_destinations": [f"{dataset}.*"],
+        "dead_letter": {"dataset": dead, "table": "dead_letters"},
+    }))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
+           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/transforms-{run}", "DAGSTER_HOME": str(home),
+           "KBQE_TRANSFORMS_E2E_KEY": KEY}
+    client = local_bigquery_client()
+    yield local_endpoints, topic, schema_id, dataset, dead, env, client
+    for name in (dataset, dead):
+        client.delete_dataset(name, delete_contents=True, not_found_ok=True)
+
+
+def framed(schema_id: int, record: dict) -> bytes:
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(SCHEMA), record)
+    return b"\x00" + struct.pack(">i", schema_id) + body.getvalue()
+
+
+def test_transformed_avro_loads_field_by_field_and_a_bad_value_is_dead_lettered(
+    transformed_topic,
+) -> None:
+    endpoints, topic, schema_id, dataset, dead, env, client = transformed_topic
+    orders = [{"id": i, "kind": "Book" if i % 3 else "Game", "email": f"u{i}@example.com",
+               "phone": f"+33 {i}", "amount": f"{i}.25", "created": f"2024-09-13T00:{i:02d}:00",
+               "debug": "internal"} for i in range(30)]
+    bad = {**orders[0], "id": 99, "amount": "twelve"}
+    producer = Producer({"bootstrap.servers": endpoints.kafka_bootstrap, "logger": CLIENT_LOG})
+    for record in orders:
+        producer.produce(topic, framed(schema_id, record), partition=record["id"] % 2,
+                         headers=[("trace-id", f"t-{record['id']}".encode())])
+    producer.produce(topic, framed(schema_id, bad), partition=0)
+    assert producer.flush(30) == 0
+
+    for attempt in range(2):
+        done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        report = json.loads(done.stdout)
+        assert report["topics"][topic]["staged"] == (30 if attempt == 0 else 0)
+    assert KEY not in done.stdout + done.stderr  # the HMAC key is never logged
+
+    books = {r["order_id"]: dict(r) for r in client.query(
+        f"SELECT * FROM `{dataset}.books`").result()}
+    games = {r["order_id"]: dict(r) for r in client.query(
+        f"SELECT order_id FROM `{dataset}.games`").result()}
+    assert sorted(books) == [i for i in range(30) if i % 3]
+    assert sorted(games) == [i for i in range(30) if not i % 3]
+    row = books[7]
+    assert "id" not in row and "debug" not in row
+    assert row["amount"] == 7.25 and row["phone"] is None and row["trace_id"] == "t-7"
+    assert row["email"] == hmac.new(KEY.encode(), b"u7@example.com", hashlib.sha256).hexdigest()
+    assert row["created"] == datetime(2024, 9, 12, 22, 7, tzinfo=timezone.utc)  # Paris → UTC
+    assert str(row["_event_date"]) == "2024-09-12"
+    assert (row["shop"], row["tableName"], row["_kafka_partition"]) == (dataset, "books", 1)
+    letters = [dict(r) for r in client.query(
+        f"SELECT reason, error, `offset` FROM `{dead}.dead_letters`").result()]
+    assert [letter["reason"] for letter in letters] == ["transform_failed"]
+    assert "transforms[2] (cast) field 'amount': 'twelve' is not a double" in letters[0]["error"]
