@@ -51,7 +51,9 @@ topics:                          # required, at least one
     on_bad_input: dead_letter    # dead_letter (default) | skip | fail
     staging: {...}               # overrides of the top-level staging section
     format: avro                 # avro (default) | debezium: Debezium change events | json
+                                 # | decoder: a user function decodes each message
     schema: {...}                # format: json only: the values' Avro record (inline or a path)
+    decoder: pkg.module:function # format: decoder only: message -> (record, Avro schema)
     keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
 allowed_destinations: [acme_sales.orders, acme_web.*]   # dataset.table or dataset.*
 event_time: {...}                # defaults for every topic
@@ -78,6 +80,19 @@ the topic declares in `schema:` (inline, or the path of an `.avsc` file relative
 pipeline file); a value that is not one JSON object is dead-lettered as `json_decode_error`,
 one that does not fit the schema as `json_schema_mismatch` naming the field. Logical types
 take Avro's JSON encoding (`timestamp-millis` as epoch milliseconds).
+
+`format: decoder` hands each message to the function named in `decoder:`
+(`"package.module:function"`, imported when the file is read: a missing module or attribute
+is an error at `topics[i].decoder`). It receives a `kbqe_dagster.RawMessage` (value, key,
+headers, Kafka timestamp, topic, partition, offset) and returns `(record, schema)`: a dict and
+the Avro record schema it fits; files carry that schema's declared-schema id, and every
+routing mode and event-time rule reads the record's fields. It raises
+`kbqe_dagster.DecodeError("why")` to refuse a message (`decoder_rejected`); any other
+exception, or a result that is not `(record, schema)`, is `decoder_error` naming the
+exception and the decoder's line; a record that does not fit its schema is
+`decoder_schema_mismatch` naming the field. All are dead-lettered (or skipped, or stop the
+topic) by `on_bad_input`; a decoder bug never makes a stage run fail on the same offset
+forever. Example: `examples/fix/` (FIX 4.4).
 
 `on_bad_input`: `dead_letter` writes the raw message and the reason to the dead-letter
 table; `skip` counts and drops it (visible in run metadata and metrics); `fail` stops the
