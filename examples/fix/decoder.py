@@ -19,6 +19,7 @@ repeated tag (a repeating group) is refused rather than half-read.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -30,12 +31,18 @@ BEGIN_STRING = "FIX.4.4"
 _TIMESTAMP = {"type": "long", "logicalType": "timestamp-millis"}
 
 
+_UTC_TIMESTAMP = re.compile(r"(\d{4})(\d{2})(\d{2})-(\d{2}):(\d{2}):(\d{2})(?:\.(\d{3}))?")
+
+
 def _parse_timestamp(text: str) -> datetime:
-    # UTCTimestamp: YYYYMMDD-HH:MM:SS or YYYYMMDD-HH:MM:SS.sss (FIX 4.4, milliseconds).
-    if len(text) not in (17, 21):
+    # UTCTimestamp: YYYYMMDD-HH:MM:SS or YYYYMMDD-HH:MM:SS.sss (FIX 4.4, milliseconds). A
+    # regular expression and datetime() instead of strptime: a third of the decoder's time.
+    match = _UTC_TIMESTAMP.fullmatch(text)
+    if match is None:
         raise ValueError("not YYYYMMDD-HH:MM:SS[.sss]")
-    when = datetime.strptime(text, "%Y%m%d-%H:%M:%S.%f" if len(text) == 21 else "%Y%m%d-%H:%M:%S")
-    return when.replace(tzinfo=timezone.utc)
+    year, month, day, hour, minute, second, millis = match.groups()
+    return datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
+                    int(millis or 0) * 1000, tzinfo=timezone.utc)
 
 
 def _parse_number(text: str) -> float:

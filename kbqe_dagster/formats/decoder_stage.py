@@ -54,6 +54,9 @@ class _Schema:
     """What one decoder schema needs, derived once."""
 
     parsed: Any
+    checked: Any
+    """``parsed`` with every union's ``null`` branch last: what records are validated against
+    (see :func:`_null_last`)."""
     file_schema: dict
     schema_id: int
     full_name: str | None
@@ -148,8 +151,8 @@ def _derive(schema: dict, enrichment: EnrichmentConfig) -> _Schema | BadInputErr
     except BadInputError as error:
         return error
     names = frozenset(f.get("name") for f in schema.get("fields", ()) if isinstance(f, dict))
-    return _Schema(parsed, file_schema, declared_schema_id(schema), record_full_name(schema),
-                   names)
+    return _Schema(parsed, _null_last(parsed), file_schema, declared_schema_id(schema),
+                   record_full_name(schema), names)
 
 
 def _encode(record: Mapping[str, Any], schema: _Schema) -> bytes:
@@ -163,7 +166,7 @@ def _encode(record: Mapping[str, Any], schema: _Schema) -> bytes:
             f"{schema.full_name}"
         )
     try:
-        validate(record, schema.parsed, raise_errors=True)
+        validate(record, schema.checked, raise_errors=True)
     except ValidationError as error:
         raise DecoderSchemaMismatchError(_mismatch(error)) from None
     out = BytesIO()
@@ -174,6 +177,29 @@ def _encode(record: Mapping[str, Any], schema: _Schema) -> bytes:
             f"does not fit the decoder's schema: {type(error).__name__}: {error}"
         ) from None
     return out.getvalue()
+
+
+def _null_last(node: Any) -> Any:
+    """A copy of a parsed schema whose unions list ``null`` last. A union accepts a value
+    whatever the order of its branches, so validation is the same; but fastavro tries the
+    branches in order and builds an error (a JSON dump) for each that fails, so with the usual
+    ``["null", T]`` every present value paid for a failed ``null`` first: about a third of the
+    stage time of a FIX record. Only validation uses it; the writer keeps the schema's own
+    order (the branch index is part of the encoding)."""
+    if isinstance(node, list):  # a union: the only list that is a type
+        branches = [_null_last(branch) for branch in node]
+        return [b for b in branches if b != "null"] + [b for b in branches if b == "null"]
+    if not isinstance(node, dict):
+        return node  # a primitive or a named type's name
+    copy = dict(node)
+    for key in ("type", "items", "values"):
+        if key in copy:
+            copy[key] = _null_last(copy[key])
+    if isinstance(copy.get("fields"), list):
+        copy["fields"] = [_null_last(f) for f in copy["fields"]]
+    if isinstance(copy.get("__named_schemas"), dict):
+        copy["__named_schemas"] = {n: _null_last(t) for n, t in copy["__named_schemas"].items()}
+    return copy
 
 
 def _mismatch(error: ValidationError) -> str:
