@@ -66,7 +66,9 @@ topics:                          # required, at least one
     on_bad_input: dead_letter    # dead_letter (default) | skip | fail
     staging: {...}               # overrides of the top-level staging section
     format: avro                 # avro (default) | debezium: Debezium change events | json
+                                 # | decoder: a user function decodes each message
     schema: {...}                # format: json only: the values' Avro record (inline or a path)
+    decoder: pkg.module:function # format: decoder only: message -> (record, Avro schema)
     keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
     transforms: [...]            # see topics[].transforms[]: per-record field transforms
 allowed_destinations: [acme_sales.orders, acme_web.*]   # dataset.table or dataset.*
@@ -110,6 +112,18 @@ and otherwise, for Avro topics, fails every message of that registry schema with
 reads is always a config error. Topics with transforms are decoded and re-encoded per
 record (the Python stage path), and their files carry a schema id derived from the output
 schema. Not with `keyed:`.
+`format: decoder` hands each message to the function named in `decoder:`
+(`"package.module:function"`, imported when the file is read: a missing module or attribute
+is an error at `topics[i].decoder`). It receives a `kbqe_dagster.RawMessage` (value, key,
+headers, Kafka timestamp, topic, partition, offset) and returns `(record, schema)`: a dict and
+the Avro record schema it fits; files carry that schema's declared-schema id, and every
+routing mode and event-time rule reads the record's fields. It raises
+`kbqe_dagster.DecodeError("why")` to refuse a message (`decoder_rejected`); any other
+exception, or a result that is not `(record, schema)`, is `decoder_error` naming the
+exception and the decoder's line; a record that does not fit its schema is
+`decoder_schema_mismatch` naming the field. All are dead-lettered (or skipped, or stop the
+topic) by `on_bad_input`; a decoder bug never makes a stage run fail on the same offset
+forever. Example: `examples/fix/` (FIX 4.4).
 
 `on_bad_input`: `dead_letter` writes the raw message and the reason to the dead-letter
 table; `skip` counts and drops it (visible in run metadata and metrics); `fail` stops the

@@ -11,7 +11,8 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
         event_time: {...}            # EventTimeConfig keys (core/event_time.py)
         on_bad_input: dead_letter    # dead_letter | skip | fail
         staging: {...}               # StagingSettings keys, overriding the pipeline's
-        format: avro                 # avro | debezium (change events; needs keyed)
+        format: avro                 # avro | debezium (change events; needs keyed) | json
+                                     # | decoder (with decoder: "package.module:function")
         keyed: {...}                 # KeyedConfig keys (core/keyed.py): a keyed destination
         transforms: [...]            # per-record transforms (core/transform_specs.py)
     allowed_destinations: [acme_sales.*, acme_web.page_views]
@@ -62,6 +63,7 @@ from kbqe_dagster.core.config_sections import (
     cadence_quota_verdict,
     jobs_per_table_per_day,
 )
+from kbqe_dagster.core.decoders import resolve_decoder
 from kbqe_dagster.core.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.event_time import EventTimeConfig
@@ -109,8 +111,8 @@ _TOP_KEYS = (
     "dead_letter", "enrichment", "load", "retention", "notifications",
 )  # fmt: skip
 _TOPIC_KEYS = (
-    "name", "format", "schema", "routing", "event_time", "on_bad_input", "staging", "keyed",
-    "transforms",
+    "name", "format", "schema", "decoder", "routing", "event_time", "on_bad_input", "staging",
+    "keyed", "transforms",
 )  # fmt: skip
 
 
@@ -138,6 +140,10 @@ class TopicConfig:
     transforms: tuple[TransformSpec, ...] = ()
     """Per-record transforms, in order, applied before routing, event time and enrichment
     (core/transform_specs.py, core/transforms.py); empty: records are staged as they come."""
+    decoder: str | None = None
+    """``format: decoder``: the user decoder ``"package.module:function"`` that turns each
+    message into an Avro record and its schema (core/decoders.py); checked importable when
+    the file is read."""
 
     @property
     def required_fields(self) -> tuple[str, ...]:
@@ -376,8 +382,10 @@ def _topic(
     )
     keyed = _keyed(section, path, source_format, routing, problems)
     value_schema = _value_schema(section, path, source_format, defaults.base_dir, problems)
-    if source_format is SourceFormat.JSON and "keyed" in section:
-        problems.add(f"{path}.keyed", "not with format: json (keyed topics are avro or debezium)")
+    decoder = _decoder(section, path, source_format, problems)
+    if source_format in (SourceFormat.JSON, SourceFormat.DECODER) and "keyed" in section:
+        problems.add(f"{path}.keyed", f"not with format: {source_format.value} (keyed topics "
+                     "are avro or debezium)")
     transforms = read_transforms(section.get("transforms"), f"{path}.transforms", problems)
     if transforms and "keyed" in section:
         problems.add(f"{path}.transforms", "not with keyed: (a keyed topic's changelog is cut "
@@ -388,7 +396,28 @@ def _topic(
     if name is None or routing is None or event_time is None:
         return None
     return TopicConfig(name, routing, event_time, policy, staging, source_format, keyed,
-                       value_schema, transforms)
+                       value_schema, transforms=transforms, decoder=decoder)
+
+
+def _decoder(
+    section: Mapping[str, Any], path: str, source_format: SourceFormat, problems: r.Problems,
+) -> str | None:  # fmt: skip
+    """``decoder:`` of a ``format: decoder`` topic, imported now so that a typo or a missing
+    module is a configuration error, not a stage run failing at its first message."""
+    key = f"{path}.decoder"
+    if "decoder" not in section:
+        if source_format is SourceFormat.DECODER:
+            problems.add(key, "required with format: decoder: 'package.module:function'")
+        return None
+    if source_format is not SourceFormat.DECODER:
+        problems.add(key, "only with format: decoder")
+        return None
+    try:
+        resolve_decoder(section["decoder"])
+    except ConfigError as error:
+        problems.add(key, str(error))
+        return None
+    return section["decoder"]
 
 
 def _value_schema(
@@ -403,8 +432,8 @@ def _value_schema(
             problems.add(key, "required with format: json: the Avro record schema of the values")
         return None
     if source_format is not SourceFormat.JSON:
-        problems.add(key, "only with format: json (other formats take their schema from the "
-                     "registry)")
+        problems.add(key, "only with format: json (avro and debezium take their schema from "
+                     "the registry; a decoder returns its own)")
         return None
     raw = section["schema"]
     if isinstance(raw, str):

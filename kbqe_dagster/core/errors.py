@@ -162,6 +162,25 @@ class TransformSchemaError(TransformError):
     """The transforms cannot apply to a record schema: a missing field, a field that exists
     already, a type the transform does not read. Raised on the first message of the schema;
     every message of it follows the bad-input policy."""
+class DecodeError(BadInputError):
+    """Raised by a user decoder (``format: decoder``) to refuse a message, with the reason in
+    its message; the message goes to the dead letters as ``decoder_rejected``. Public as
+    ``kbqe_dagster.DecodeError``."""
+
+    reason = Reason.DECODER_REJECTED
+
+
+class DecoderFailedError(BadInputError):
+    """A user decoder raised something other than a bad-input error, or returned something
+    other than ``(record, schema)``."""
+
+    reason = Reason.DECODER_ERROR
+
+
+class DecoderSchemaMismatchError(BadInputError):
+    """The record a user decoder returned does not fit the schema it returned."""
+
+    reason = Reason.DECODER_SCHEMA_MISMATCH
 
 
 class StageRangeFailed(KbqeError):

@@ -7,6 +7,7 @@ Their staging files carry a **declared-schema id**, derived from the schema's ca
 stable across runs, different for every schema change, and at or above
 :data:`DECLARED_SCHEMA_IDS` so it never collides with a registry id in practice (registries
 count from 1). The load reads each file's schema from its header, so no registry is needed.
+``decoder`` topics' files carry the declared-schema id of the schema their decoder returned.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ class SourceFormat(str, Enum):
     """Debezium's envelope (before/after/source/op/ts_ms) or its ExtractNewRecordState form."""
     JSON = "json"
     """Schemaless JSON objects, staged under the Avro record schema the topic declares."""
+    DECODER = "decoder"
+    """Anything: the topic's user decoder (``decoder: package.module:function``) turns each
+    message into an Avro record and its schema (core/decoders.py)."""
 
 
 def declared_schema_id(schema: Mapping[str, Any]) -> int:

@@ -61,6 +61,18 @@ class Reason(StrEnum):
     TRANSFORM_FAILED = "transform_failed"
     """A topic's transform cannot apply to the record or to its schema; the message names the
     transform (``transforms[INDEX] (KIND)``) and the field."""
+    # --- user decoders (kbqe_dagster/formats/decoder_stage.py) ---
+    DECODER_REJECTED = "decoder_rejected"
+    """A ``format: decoder`` topic's decoder refused the message: it raised
+    :class:`~kbqe_dagster.core.errors.DecodeError` (``kbqe_dagster.DecodeError``) with its
+    reason, e.g. a FIX message whose CheckSum does not match."""
+    DECODER_ERROR = "decoder_error"
+    """The decoder raised any other exception (a bug, or input it did not expect), or returned
+    something that is not ``(record, schema)``; the message names the exception type and where
+    in the decoder it was raised."""
+    DECODER_SCHEMA_MISMATCH = "decoder_schema_mismatch"
+    """The record a decoder returned does not fit the Avro schema it returned with it (the
+    message names the field path): a wrong type, a missing field, a field the schema lacks."""
 
     # --- size ---
     OVERSIZED = "oversized"
@@ -73,3 +85,7 @@ JSON_ONLY = frozenset({Reason.JSON_DECODE_ERROR, Reason.JSON_SCHEMA_MISMATCH})
 """Reasons that only ``format: json`` topics produce (kbqe_dagster_tests/formats/)."""
 TRANSFORM_ONLY = frozenset({Reason.TRANSFORM_FAILED})
 """Reasons that only topics with ``transforms`` produce (kbqe_dagster_tests/formats/)."""
+DECODER_ONLY = frozenset(
+    {Reason.DECODER_REJECTED, Reason.DECODER_ERROR, Reason.DECODER_SCHEMA_MISMATCH}
+)
+"""Reasons that only ``format: decoder`` topics produce (kbqe_dagster_tests/formats/)."""

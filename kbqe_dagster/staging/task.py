@@ -436,6 +436,10 @@ def _stager_class(ctx: StageContext) -> type[RangeStager]:
         from kbqe_dagster.keyed.stage import KeyedRangeStager
 
         return KeyedRangeStager
+    if ctx.topic.decoder is not None:
+        from kbqe_dagster.formats.decoder_stage import DecoderRangeStager
+
+        return DecoderRangeStager
     if ctx.topic.value_schema is not None:
         from kbqe_dagster.formats.json_stage import JsonRangeStager
 

@@ -115,6 +115,10 @@ def test_every_reason_is_a_distinct_stable_string() -> None:
         "not_a_change",
         "json_decode_error",
         "json_schema_mismatch",
+        "decoder_rejected",
+        "transform_failed",
+        "decoder_error",
+        "decoder_schema_mismatch",
     }
 
 

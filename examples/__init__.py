@@ -1,0 +1,1 @@
+"""Examples that are Python, importable as ``examples.*`` from the repository root."""
