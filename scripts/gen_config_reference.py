@@ -51,6 +51,7 @@ topics:                          # required, at least one
     on_bad_input: dead_letter    # dead_letter (default) | skip | fail
     staging: {...}               # overrides of the top-level staging section
     format: avro                 # avro (default) | debezium: Debezium change events | json
+                                 # | json_schema: framed JSON under a registry JSON Schema
     schema: {...}                # format: json only: the values' Avro record (inline or a path)
     keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
 allowed_destinations: [acme_sales.orders, acme_web.*]   # dataset.table or dataset.*
@@ -78,6 +79,18 @@ the topic declares in `schema:` (inline, or the path of an `.avsc` file relative
 pipeline file); a value that is not one JSON object is dead-lettered as `json_decode_error`,
 one that does not fit the schema as `json_schema_mismatch` naming the field. Logical types
 take Avro's JSON encoding (`timestamp-millis` as epoch milliseconds).
+
+`format: json_schema` reads Confluent-framed JSON (magic byte, schema id, UTF-8 JSON) whose
+schema id is a JSON Schema in the registry. Each value is validated against it (`jsonschema`)
+and staged under the Avro record derived from the schema once per id (objects → records in
+`properties` order, not-required → nullable, `date-time` → `timestamp-micros`, `date` →
+`date`; the table is in docs/architecture.md); files carry the registry id, so a new version
+that appends an optional property widens the table as an Avro topic's does. Reasons: not
+UTF-8 JSON → `json_decode_error`; fails the schema → `json_schema_mismatch` naming the JSON
+pointer; an Avro or Protobuf id → `non_json_schema`; a schema with no Avro form (`oneOf` of
+objects, `patternProperties`, a remote `$ref`...) → `unmappable_json_schema` naming the
+construct and its pointer. Routing and event time read the JSON values (a `date-time` string
+as written, with its offset).
 
 `on_bad_input`: `dead_letter` writes the raw message and the reason to the dead-letter
 table; `skip` counts and drops it (visible in run metadata and metrics); `fail` stops the

@@ -11,7 +11,8 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
         event_time: {...}            # EventTimeConfig keys (core/event_time.py)
         on_bad_input: dead_letter    # dead_letter | skip | fail
         staging: {...}               # StagingSettings keys, overriding the pipeline's
-        format: avro                 # avro | debezium (change events; needs keyed)
+        format: avro                 # avro | debezium (change events; needs keyed) | json |
+                                     # json_schema (framed JSON, registry JSON Schema)
         keyed: {...}                 # KeyedConfig keys (core/keyed.py): a keyed destination
     allowed_destinations: [acme_sales.*, acme_web.page_views]
     event_time: {...}                # defaults for every topic's event_time, key by key
@@ -369,8 +370,9 @@ def _topic(
     )
     keyed = _keyed(section, path, source_format, routing, problems)
     value_schema = _value_schema(section, path, source_format, defaults.base_dir, problems)
-    if source_format is SourceFormat.JSON and "keyed" in section:
-        problems.add(f"{path}.keyed", "not with format: json (keyed topics are avro or debezium)")
+    if source_format in (SourceFormat.JSON, SourceFormat.JSON_SCHEMA) and "keyed" in section:
+        problems.add(f"{path}.keyed", f"not with format: {source_format.value} (keyed topics "
+                     "are avro or debezium)")
     if name is None or routing is None or event_time is None:
         return None
     return TopicConfig(name, routing, event_time, policy, staging, source_format, keyed,

@@ -133,15 +133,29 @@ class NotAChangeError(BadInputError):
 
 
 class JsonDecodeError(BadInputError):
-    """A ``format: json`` value that is not a JSON object."""
+    """A ``format: json`` value that is not a JSON object (``json_schema``: not UTF-8 JSON)."""
 
     reason = Reason.JSON_DECODE_ERROR
 
 
 class JsonSchemaMismatchError(BadInputError):
-    """A JSON object that does not fit the declared schema."""
+    """A JSON object that does not fit the declared schema (``json_schema``: that does not
+    validate against its registry JSON Schema, or whose value has no Avro form)."""
 
     reason = Reason.JSON_SCHEMA_MISMATCH
+
+
+class NonJsonSchemaError(BadInputError):
+    """A ``format: json_schema`` message framed with the id of an Avro or Protobuf schema."""
+
+    reason = Reason.NON_JSON_SCHEMA
+
+
+class UnmappableJsonSchemaError(BadInputError):
+    """A registry JSON Schema with no Avro form (core/json_schema_avro.py names the construct
+    and its JSON pointer): every message framed with its id is bad input."""
+
+    reason = Reason.UNMAPPABLE_JSON_SCHEMA
 
 
 class StageRangeFailed(KbqeError):
