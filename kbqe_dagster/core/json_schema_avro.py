@@ -27,7 +27,7 @@ any local JSON pointer)                                twice is one named type, 
 
 Names: a record or enum is named from its ``title``, else from its ``$ref`` target's last
 segment, else from its property path under the root (``Click_user_address``); the root from
-its ``title``, else the name the caller gives (the topic's). Names and field names are made
+its ``title`` (or its ``$ref`` target's), else the name the caller gives (the topic's). Names and field names are made
 Avro-safe (every character outside ``[A-Za-z0-9_]`` becomes ``_``, a leading digit gets a
 ``_``); a name taken twice gets ``_2``, ``_3``. A property's ``description`` becomes the field's
 ``doc``. Properties a schema does not declare (``additionalProperties`` beside
@@ -114,15 +114,17 @@ def map_json_schema(schema: Any, root_name: str) -> JsonSchemaMapping:
     if not isinstance(schema, Mapping):
         raise UnmappableJsonSchemaError("the schema is not a JSON object, at the root")
     node, pointer, nullable = mapper.unwrap(schema, "")
+    name = _title(schema) if isinstance(schema, Mapping) else None
     if isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and node["$ref"].startswith("#/"):
         pointer = node["$ref"][1:]  # a root that is a reference to its definition
-        node, pointer, nullable = mapper.unwrap(mapper.target(pointer, "$ref"), pointer)
+        node, pointer, nullable = mapper.unwrap(mapper.target(pointer, "/$ref"), pointer)
+        name = name or _safe(pointer.rsplit("/", 1)[-1])
     if (not isinstance(node, Mapping) or nullable or _allows_null(node)
             or "properties" not in node or _kind(node, pointer) != "object"):
         raise UnmappableJsonSchemaError(
             "the root is not an object with properties (a row needs columns), at the root"
         )
-    avro, convert = mapper.record(node, pointer, _title(node) or _safe(root_name))
+    avro, convert = mapper.record(node, pointer, _title(node) or name or _safe(root_name))
     return JsonSchemaMapping(avro, convert)
 
 
@@ -153,7 +155,7 @@ class _Mapper:
             if "allOf" in node:
                 branches = node["allOf"]
                 if len(branches) != 1:
-                    raise UnmappableJsonSchemaError(f"allOf of several schemas at {pointer or '/'}")
+                    raise UnmappableJsonSchemaError(f"allOf of several schemas at {pointer}/allOf")
                 node, pointer = branches[0], f"{pointer}/allOf/0"
                 continue
             for keyword in ("anyOf", "oneOf"):

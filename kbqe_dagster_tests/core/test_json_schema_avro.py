@@ -106,7 +106,7 @@ def test_names_come_from_title_then_path_and_are_made_avro_safe_and_unique() -> 
      ({"anyOf": [{"type": "string"}, {"type": "integer"}]}, "anyOf of several schemas",
       "/properties/p/anyOf"),
      ({"allOf": [{"type": "object"}, {"type": "object"}]}, "allOf of several schemas",
-      "/properties/p"),
+      "/properties/p/allOf"),
      ({"type": "object", "patternProperties": {"^x": {"type": "string"}}}, "patternProperties",
       "/properties/p/patternProperties"),
      ({"type": "array", "items": [{"type": "string"}, {"type": "integer"}]}, "tuple array",
@@ -154,7 +154,7 @@ def test_a_root_that_references_its_definition_is_that_definition() -> None:
     schema = {"$ref": "#/definitions/Click", "definitions": {"Click": {
         "type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}}}
     assert map_json_schema(schema, "t").avro_schema == {
-        "type": "record", "name": "t", "fields": [{"name": "url", "type": "string"}]}
+        "type": "record", "name": "Click", "fields": [{"name": "url", "type": "string"}]}
 
 
 def test_properties_that_collide_once_made_avro_safe_are_refused() -> None:
