@@ -115,6 +115,8 @@ def test_every_reason_is_a_distinct_stable_string() -> None:
         "not_a_change",
         "json_decode_error",
         "json_schema_mismatch",
+        "non_json_schema",
+        "unmappable_json_schema",
     }
 
 
