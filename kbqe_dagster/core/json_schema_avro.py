@@ -142,7 +142,7 @@ class _Mapper:
         self.names: set[str] = set()
         # A $ref target mapped once: later uses reference its Avro name (Avro defines a named
         # type once) and share its converter.
-        self.named: dict[str, tuple[Any, Converter | None]] = {}
+        self.named: dict[str, tuple[Any, Converter | None, bool]] = {}
         self.resolving: set[str] = set()
 
     # --- nodes ------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ class _Mapper:
             _refuse_keywords(node, pointer)
             if "allOf" in node:
                 branches = node["allOf"]
-                if len(branches) != 1:
+                if not isinstance(branches, list) or len(branches) != 1:
                     raise UnmappableJsonSchemaError(f"allOf of several schemas at {pointer}/allOf")
                 node, pointer = branches[0], f"{pointer}/allOf/0"
                 continue
