@@ -52,25 +52,31 @@ whose items may be null. The stage step dead-letters the messages of such a sche
 ``unmappable_json_schema``) rather than stopping: the schema is a producer's data, like a bad
 message, and other schema ids of the topic keep staging; a new registry version fixes it.
 
-Values (:meth:`JsonSchemaMapping.convert`, one converter compiled per schema): a
-``date-time`` string (RFC 3339: a UTC offset or ``Z`` is required; fraction digits beyond
-microseconds are truncated) becomes microseconds since the epoch, a ``date``
-(``YYYY-MM-DD``) days since the epoch, an integer a long (outside 64 bits: refused), a number
-a double; a value that does not convert raises :class:`JsonSchemaMismatchError` naming its
-JSON pointer. Timestamps are micros, not millis: JSON date-times often carry microseconds and
-BigQuery's TIMESTAMP keeps them. The converter expects a value the schema has validated.
+Values (:meth:`JsonSchemaMapping.convert`): one converter compiled per schema from
+core/json_values.py's pieces (``date-time`` → epoch microseconds, ``date`` → epoch days,
+integers checked to 64 bits); a value that does not convert is a ``json_schema_mismatch``
+naming its JSON pointer. Timestamps are micros, not millis: JSON date-times often carry
+microseconds and BigQuery's TIMESTAMP keeps them.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from kbqe_dagster.core.errors import JsonSchemaMismatchError, UnmappableJsonSchemaError
-
-Converter = Callable[[Any], Any]
+from kbqe_dagster.core.errors import UnmappableJsonSchemaError
+from kbqe_dagster.core.json_values import (
+    Converter,
+    ValueProblem,
+    array_converter,
+    days,
+    escape,
+    long_value,
+    map_converter,
+    record_converter,
+    timestamp_micros,
+)
 
 _REFUSED = {
     "patternProperties": "patternProperties",
@@ -84,10 +90,6 @@ _REFUSED = {
     "$recursiveRef": "a $recursiveRef",
 }
 _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_EPOCH_DAY = date(1970, 1, 1).toordinal()
-_LONG = (-(1 << 63), (1 << 63) - 1)
 
 
 @dataclass(frozen=True)
@@ -102,9 +104,8 @@ class JsonSchemaMapping:
         raises :class:`JsonSchemaMismatchError` naming its JSON pointer."""
         try:
             return self._convert(value)
-        except _ValueProblem as problem:
-            pointer = "".join(f"/{_escape(str(p))}" for p in reversed(problem.path))
-            raise JsonSchemaMismatchError(f"{problem} at {pointer or 'the root'}") from None
+        except ValueProblem as problem:
+            raise problem.mismatch() from None
 
 
 def map_json_schema(schema: Any, root_name: str) -> JsonSchemaMapping:
@@ -126,14 +127,6 @@ def map_json_schema(schema: Any, root_name: str) -> JsonSchemaMapping:
         )
     avro, convert = mapper.record(node, pointer, _title(node) or name or _safe(root_name))
     return JsonSchemaMapping(avro, convert)
-
-
-class _ValueProblem(ValueError):
-    """A value that does not convert; ``path`` is filled in (innermost first) as it unwinds."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.path: list[Any] = []
 
 
 class _Mapper:
@@ -237,7 +230,7 @@ class _Mapper:
                     f"{field_name!r} at {pointer}/properties"
                 )
             taken[field_name] = key
-            child_pointer = f"{pointer}/properties/{_escape(key)}"
+            child_pointer = f"{pointer}/properties/{escape(key)}"
             avro, convert, nullable = self.value(
                 child, child_pointer, (isinstance(child, Mapping) and _title(child))
                 or f"{record_name}_{field_name}"
@@ -249,7 +242,7 @@ class _Mapper:
                 field["doc"] = child["description"]
             fields.append(field)
             steps.append((key, field_name, convert))
-        return {"type": "record", "name": record_name, "fields": fields}, _record_converter(steps)
+        return {"type": "record", "name": record_name, "fields": fields}, record_converter(steps)
 
     def object(self, node: Mapping[str, Any], pointer: str, name: str) -> tuple[Any, Converter | None]:
         if "properties" in node:
@@ -261,7 +254,7 @@ class _Mapper:
                 f"{pointer or '/'}"
             )
         avro, convert, nullable = self.value(values, f"{pointer}/additionalProperties", f"{name}_value")
-        return {"type": "map", "values": ["null", avro] if nullable else avro}, _map_converter(convert)
+        return {"type": "map", "values": ["null", avro] if nullable else avro}, map_converter(convert)
 
     def array(self, node: Mapping[str, Any], pointer: str, name: str) -> tuple[Any, Converter | None]:
         items = node.get("items")
@@ -278,7 +271,7 @@ class _Mapper:
             raise UnmappableJsonSchemaError(
                 f"an array of arrays (BigQuery cannot store one) at {pointer}/items"
             )
-        return {"type": "array", "items": avro}, _array_converter(convert)
+        return {"type": "array", "items": avro}, array_converter(convert)
 
     def enum(self, node: Mapping[str, Any], pointer: str, name: str) -> tuple[Any, Converter | None]:
         values = [v for v in node["enum"] if v is not None]
@@ -287,7 +280,7 @@ class _Mapper:
                 return {"type": "enum", "name": self.unique(name), "symbols": values}, None
             return "string", None
         if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            return "long", _long
+            return "long", long_value
         raise UnmappableJsonSchemaError(f"an enum that is neither all strings nor all integers at {pointer}/enum")
 
     def unique(self, name: str) -> str:
@@ -349,101 +342,17 @@ def _allows_null(node: Mapping[str, Any]) -> bool:
 def _scalar(kind: str, fmt: Any) -> tuple[Any, Converter | None]:
     if kind == "string":
         if fmt == "date-time":
-            return {"type": "long", "logicalType": "timestamp-micros"}, _timestamp_micros
+            return {"type": "long", "logicalType": "timestamp-micros"}, timestamp_micros
         if fmt == "date":
-            return {"type": "int", "logicalType": "date"}, _days
+            return {"type": "int", "logicalType": "date"}, days
         return "string", None
     if kind == "integer":
-        return "long", _long
+        return "long", long_value
     if kind == "number":
         return "double", None
     if kind == "boolean":
         return "boolean", None
     raise UnmappableJsonSchemaError(f"type {kind!r} is not a JSON Schema type")
-
-
-# --- converters: compiled once, per value only what its schema needs ------------------------
-def _record_converter(steps: list[tuple[str, str, Converter | None]]) -> Converter:
-    plain = tuple((key, name) for key, name, convert in steps if convert is None)
-    converted = tuple((key, name, convert) for key, name, convert in steps if convert is not None)
-
-    def convert(value: Mapping[str, Any]) -> dict:
-        get = value.get
-        out = {name: get(key) for key, name in plain}
-        for key, name, step in converted:
-            item = get(key)
-            if item is None:
-                out[name] = None
-                continue
-            try:
-                out[name] = step(item)
-            except _ValueProblem as problem:
-                problem.path.append(key)
-                raise
-        return out
-
-    return convert
-
-
-def _array_converter(step: Converter | None) -> Converter | None:
-    if step is None:
-        return None
-
-    def convert(items: list) -> list:
-        out = []
-        for index, item in enumerate(items):
-            try:
-                out.append(step(item))
-            except _ValueProblem as problem:
-                problem.path.append(index)
-                raise
-        return out
-
-    return convert
-
-
-def _map_converter(step: Converter | None) -> Converter | None:
-    if step is None:
-        return None
-
-    def convert(entries: Mapping[str, Any]) -> dict:
-        out = {}
-        for key, item in entries.items():
-            try:
-                out[key] = None if item is None else step(item)
-            except _ValueProblem as problem:
-                problem.path.append(key)
-                raise
-        return out
-
-    return convert
-
-
-def _timestamp_micros(text: str) -> int:
-    try:
-        moment = datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        raise _ValueProblem(f"{text!r} is not an RFC 3339 date-time") from None
-    if moment.tzinfo is None:
-        raise _ValueProblem(f"date-time {text!r} has no UTC offset (RFC 3339 requires one)")
-    delta = moment - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def _days(text: str) -> int:
-    try:
-        if not _DATE.fullmatch(text):
-            raise ValueError
-        return date.fromisoformat(text).toordinal() - _EPOCH_DAY
-    except (TypeError, ValueError):
-        raise _ValueProblem(f"{text!r} is not a date (YYYY-MM-DD)") from None
-
-
-def _long(number: Any) -> int:
-    value = int(number)  # 3.0 is an integer to JSON Schema (draft 6 on)
-    if not _LONG[0] <= value <= _LONG[1]:
-        raise _ValueProblem(f"{number} is outside the 64-bit integer range")
-    return value
 
 
 def _title(node: Mapping[str, Any]) -> str | None:
@@ -455,7 +364,3 @@ def _safe(text: str) -> str:
     """An Avro name from any text: other characters become ``_``, a leading digit gets ``_``."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", text.strip())
     return name if name and not name[0].isdigit() else f"_{name}"
-
-
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
