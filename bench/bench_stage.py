@@ -23,6 +23,7 @@ had to start are stopped; services that were running are left alone.
     .venv/bin/python bench/bench_stage.py [--messages 1000000] [--scale10] [--profile]
     .venv/bin/python bench/bench_stage.py --debezium   # Debezium envelopes into a keyed topic
     .venv/bin/python bench/bench_stage.py --json-values   # schemaless JSON (format: json)
+    .venv/bin/python bench/bench_stage.py --json-schema-values   # framed JSON (format: json_schema)
 
 Each stage run at N runs twice when the native stage kernel is built: with the kernel and on
 the Python path (``StageContext.native_kernel``), so one report has ``ratios.ratio_kernel``
@@ -31,7 +32,8 @@ baseline, and the breakdown has the kernel's per-message cost next to the Python
 Memory is reported as peak RSS per role and as peak PSS (``peak_pss_mb``: pages the forked
 PySpark workers share with their daemon counted once; ``total`` is the whole tree).
 
-Prints a table and writes ``bench/results/stage.json`` (``stage_debezium.json``). Target:
+Prints a table and writes ``bench/results/stage.json`` (``stage_debezium.json``,
+``stage_json.json``, ``stage_json_schema.json``). Target:
 stage with the kernel ≥ 0.8× baseline.
 """
 
@@ -60,6 +62,7 @@ from _breakdown import run_in_child as breakdown  # noqa: E402
 from _profile import WorkerProfile, summarize  # noqa: E402
 from _stage_support import TreeSampler, machine_facts, process_tree  # noqa: E402
 from _debezium_bench import envelope_schema  # noqa: E402
+from _json_bench import JSON_SCHEMA  # noqa: E402
 from bench_hot_path import SCHEMA  # noqa: E402
 
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
@@ -96,6 +99,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json-values", action="store_true",
                         help="the same row as schemaless JSON into a format: json topic "
                         "(writes bench/results/stage_json.json unless --json)")
+    parser.add_argument("--json-schema-values", action="store_true",
+                        help="the same row as Confluent-framed JSON under a registry JSON Schema "
+                        "into a format: json_schema topic (writes "
+                        "bench/results/stage_json_schema.json unless --json)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the topics and staged files")
     parser.add_argument("-v", "--verbose", action="store_true",
@@ -107,7 +114,16 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.2f}] {text}", flush=True)
 
 
-def pipeline(topic: str, range_size: int, debezium: bool = False, json_values: bool = False):
+def pipeline(topic: str, range_size: int, debezium: bool = False, json_values: bool = False,
+             json_schema_values: bool = False):
+    if json_schema_values:  # framed JSON, its Avro form derived from the registry JSON Schema
+        return parse_pipeline_config({
+            "version": 1,
+            "topics": [{"name": topic, "format": "json_schema",
+                        "routing": {"mode": "fields"}, "event_time": {"fields": ["eventTime"]}}],
+            "allowed_destinations": ["sales.*"],
+            "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
+        }, source="bench")  # fmt: skip
     if json_values:  # the same row as schemaless JSON, staged under the declared schema
         return parse_pipeline_config({
             "version": 1,
@@ -147,11 +163,16 @@ class Bench:
         kb.create_topic(self.endpoints.kafka_bootstrap, topic, PARTITIONS)
         self.topics.append(topic)
         schema = envelope_schema() if self.args.debezium else SCHEMA
-        schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value", schema)
+        if self.args.json_schema_values:
+            schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value",
+                                           JSON_SCHEMA, "JSON")
+        else:
+            schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value", schema)
         say(f"producing {count:,} messages into {topic} (schema id {schema_id})")
         produced = kb.produce(self.endpoints.kafka_bootstrap, topic, count, PARTITIONS, schema_id,
                               compression=self.args.compression, debezium=self.args.debezium,
-                              json_values=self.args.json_values)
+                              json_values=self.args.json_values,
+                              json_schema_values=self.args.json_schema_values)
         ends = kb.high_watermarks(self.endpoints.kafka_bootstrap, topic, PARTITIONS)
         if sum(ends.values()) != count:
             raise RuntimeError(f"{topic}: high watermarks {ends} do not add up to {count}")
@@ -205,7 +226,7 @@ class Bench:
     def context(self, data: dict, target: str) -> StageContext:
         return StageContext(self.kafka, self.registry, self.location(target),
                             pipeline(data["topic"], self.args.range_size, self.args.debezium,
-                                     self.args.json_values),
+                                     self.args.json_values, self.args.json_schema_values),
                             data["topic"])
 
     def stage(self, data: dict, target: str, profile: Path | None = None, native: bool = True) -> dict:
@@ -323,7 +344,8 @@ def print_table(report: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.json is None:
-        variant = "_debezium" if args.debezium else "_json" if args.json_values else ""
+        variant = ("_debezium" if args.debezium else "_json" if args.json_values
+                   else "_json_schema" if args.json_schema_values else "")
         args.json = BENCH / "results" / f"stage{variant}.json"
     # say() prints the bench's progress; the package's INFO lines (one per range) stay off.
     setup_logging(args.verbose, fmt="%(levelname)s %(name)s: %(message)s", ours_from=logging.WARNING)
@@ -343,11 +365,12 @@ def main(argv: list[str] | None = None) -> int:
             "schema_fields": len(SCHEMA["fields"]), "key_bytes": kb.VALUE_KEY_BYTES,
             "mean_value_bytes": round(data["produce"]["value_bytes"] / args.messages, 1),
             "compression": args.compression, "spark_master": "local[2]", "file_codec": "snappy",
-            "format": "debezium" if args.debezium else "json" if args.json_values else "avro",
+            "format": "debezium" if args.debezium else "json" if args.json_values
+                      else "json_schema" if args.json_schema_values else "avro",
         }  # fmt: skip
         report["produce"] = data["produce"]
         report["baselines"] = bench.baselines(data)
-        if args.breakdown and not (args.debezium or args.json_values):  # the breakdown times the append path's steps
+        if args.breakdown and not (args.debezium or args.json_values or args.json_schema_values):  # the breakdown times the append path's steps
             say(f"per-message steps of a stage task over {args.breakdown:,} messages")
             report["breakdown_cpu_us_per_message"] = breakdown(bench.context(data, "local"), SCHEMA,
                                                                args.breakdown)

@@ -67,6 +67,7 @@ topics:                          # required, at least one
     staging: {...}               # overrides of the top-level staging section
     format: avro                 # avro (default) | debezium: Debezium change events | json
                                  # | decoder: a user function decodes each message
+                                 # | json_schema: framed JSON under a registry JSON Schema
     schema: {...}                # format: json only: the values' Avro record (inline or a path)
     decoder: pkg.module:function # format: decoder only: message -> (record, Avro schema)
     keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
@@ -124,6 +125,17 @@ exception and the decoder's line; a record that does not fit its schema is
 `decoder_schema_mismatch` naming the field. All are dead-lettered (or skipped, or stop the
 topic) by `on_bad_input`; a decoder bug never makes a stage run fail on the same offset
 forever. Example: `examples/fix/` (FIX 4.4).
+`format: json_schema` reads Confluent-framed JSON (magic byte, schema id, UTF-8 JSON) whose
+schema id is a JSON Schema in the registry. Each value is validated against it (`jsonschema`)
+and staged under the Avro record derived from the schema once per id (objects → records in
+`properties` order, not-required → nullable, `date-time` → `timestamp-micros`, `date` →
+`date`; the table is in docs/architecture.md); files carry the registry id, so a new version
+that appends an optional property widens the table as an Avro topic's does. Reasons: not
+UTF-8 JSON → `json_decode_error`; fails the schema → `json_schema_mismatch` naming the JSON
+pointer; an Avro or Protobuf id → `non_json_schema`; a schema with no Avro form (`oneOf` of
+objects, `patternProperties`, a remote `$ref`...) → `unmappable_json_schema` naming the
+construct and its pointer. Routing and event time read the JSON values (a `date-time` string
+as written, with its offset).
 
 `on_bad_input`: `dead_letter` writes the raw message and the reason to the dead-letter
 table; `skip` counts and drops it (visible in run metadata and metrics); `fail` stops the

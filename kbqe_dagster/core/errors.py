@@ -133,13 +133,14 @@ class NotAChangeError(BadInputError):
 
 
 class JsonDecodeError(BadInputError):
-    """A ``format: json`` value that is not a JSON object."""
+    """A ``format: json`` value that is not a JSON object (``json_schema``: not UTF-8 JSON)."""
 
     reason = Reason.JSON_DECODE_ERROR
 
 
 class JsonSchemaMismatchError(BadInputError):
-    """A JSON object that does not fit the declared schema."""
+    """A JSON object that does not fit the declared schema (``json_schema``: that does not
+    validate against its registry JSON Schema, or whose value has no Avro form)."""
 
     reason = Reason.JSON_SCHEMA_MISMATCH
 
@@ -162,6 +163,8 @@ class TransformSchemaError(TransformError):
     """The transforms cannot apply to a record schema: a missing field, a field that exists
     already, a type the transform does not read. Raised on the first message of the schema;
     every message of it follows the bad-input policy."""
+
+
 class DecodeError(BadInputError):
     """Raised by a user decoder (``format: decoder``) to refuse a message, with the reason in
     its message; the message goes to the dead letters as ``decoder_rejected``. Public as
@@ -181,6 +184,19 @@ class DecoderSchemaMismatchError(BadInputError):
     """The record a user decoder returned does not fit the schema it returned."""
 
     reason = Reason.DECODER_SCHEMA_MISMATCH
+
+
+class NonJsonSchemaError(BadInputError):
+    """A ``format: json_schema`` message framed with the id of an Avro or Protobuf schema."""
+
+    reason = Reason.NON_JSON_SCHEMA
+
+
+class UnmappableJsonSchemaError(BadInputError):
+    """A registry JSON Schema with no Avro form (core/json_schema_avro.py names the construct
+    and its JSON pointer): every message framed with its id is bad input."""
+
+    reason = Reason.UNMAPPABLE_JSON_SCHEMA
 
 
 class StageRangeFailed(KbqeError):

@@ -3,6 +3,8 @@ formats that declare their schema in the pipeline file.
 
 ``json`` values are schemaless JSON objects, one row each, staged under the Avro record
 schema the topic declares (``schema:``, inline or a file path), as kafka-delta-ingest does.
+``json_schema`` values are Confluent-framed JSON whose schema is a registry JSON Schema; their
+files carry the framed registry id, like Avro's (core/json_schema_avro.py maps the schema).
 Their staging files carry a **declared-schema id**, derived from the schema's canonical form:
 stable across runs, different for every schema change, and at or above
 :data:`DECLARED_SCHEMA_IDS` so it never collides with a registry id in practice (registries
@@ -32,6 +34,9 @@ class SourceFormat(str, Enum):
     DECODER = "decoder"
     """Anything: the topic's user decoder (``decoder: package.module:function``) turns each
     message into an Avro record and its schema (core/decoders.py)."""
+    JSON_SCHEMA = "json_schema"
+    """Confluent-framed JSON objects validated against their registry JSON Schema, staged
+    under the Avro record derived from it (core/json_schema_avro.py)."""
 
 
 def declared_schema_id(schema: Mapping[str, Any]) -> int:

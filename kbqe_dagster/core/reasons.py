@@ -52,10 +52,19 @@ class Reason(StrEnum):
 
     # --- schemaless JSON topics (kbqe_dagster/formats/json_stage.py) ---
     JSON_DECODE_ERROR = "json_decode_error"
-    """A ``format: json`` value that is not UTF-8 JSON text of one object."""
+    """A ``format: json`` value that is not UTF-8 JSON text of one object (``json_schema``:
+    a body that is not UTF-8 JSON text)."""
     JSON_SCHEMA_MISMATCH = "json_schema_mismatch"
     """A JSON object that does not fit the topic's declared schema (the message names the
-    field path): a wrong type, a missing required field."""
+    field path): a wrong type, a missing required field. ``json_schema`` topics: the value
+    fails its registry JSON Schema (the message names the JSON pointer)."""
+
+    # --- registry JSON Schema topics (kbqe_dagster/formats/json_schema_stage.py) ---
+    NON_JSON_SCHEMA = "non_json_schema"
+    """A ``format: json_schema`` message whose framed schema id is an Avro or Protobuf schema."""
+    UNMAPPABLE_JSON_SCHEMA = "unmappable_json_schema"
+    """The framed JSON Schema has no Avro form (core/json_schema_avro.py names the construct
+    and its JSON pointer): ``oneOf`` of objects, ``patternProperties``, a remote ``$ref``..."""
 
     # --- transforms (core/transforms.py) ---
     TRANSFORM_FAILED = "transform_failed"
@@ -81,8 +90,12 @@ class Reason(StrEnum):
 
 KEYED_ONLY = frozenset({Reason.NOT_A_CHANGE})
 """Reasons that only keyed topics produce (their tests live in kbqe_dagster_tests/keyed/)."""
-JSON_ONLY = frozenset({Reason.JSON_DECODE_ERROR, Reason.JSON_SCHEMA_MISMATCH})
-"""Reasons that only ``format: json`` topics produce (kbqe_dagster_tests/formats/)."""
+JSON_ONLY = frozenset({
+    Reason.JSON_DECODE_ERROR, Reason.JSON_SCHEMA_MISMATCH, Reason.NON_JSON_SCHEMA,
+    Reason.UNMAPPABLE_JSON_SCHEMA,
+})
+"""Reasons that only ``format: json`` and ``format: json_schema`` topics produce
+(kbqe_dagster_tests/formats/)."""
 TRANSFORM_ONLY = frozenset({Reason.TRANSFORM_FAILED})
 """Reasons that only topics with ``transforms`` produce (kbqe_dagster_tests/formats/)."""
 DECODER_ONLY = frozenset(

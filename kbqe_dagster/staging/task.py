@@ -48,6 +48,7 @@ from kbqe_dagster.core.errors import (
     UnknownSchemaIdError,
 )
 from kbqe_dagster.core.event_time import epoch_day, event_date, from_epoch_day
+from kbqe_dagster.core.formats import SourceFormat
 from kbqe_dagster.core.naming import AvroFileName
 from kbqe_dagster.core.offsets import OffsetRange, StartPolicy
 from kbqe_dagster.core.routing import Router, RoutingInput
@@ -444,6 +445,10 @@ def _stager_class(ctx: StageContext) -> type[RangeStager]:
         from kbqe_dagster.formats.json_stage import JsonRangeStager
 
         return JsonRangeStager
+    if ctx.topic.format is SourceFormat.JSON_SCHEMA:
+        from kbqe_dagster.formats.json_schema_stage import JsonSchemaRangeStager
+
+        return JsonSchemaRangeStager
     if ctx.topic.transforms:
         from kbqe_dagster.formats.transform_stage import TransformRangeStager
 

@@ -119,6 +119,8 @@ def test_every_reason_is_a_distinct_stable_string() -> None:
         "transform_failed",
         "decoder_error",
         "decoder_schema_mismatch",
+        "non_json_schema",
+        "unmappable_json_schema",
     }
 
 

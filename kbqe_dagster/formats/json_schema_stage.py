@@ -1,0 +1,171 @@
+"""Registry JSON Schema topics (``format: json_schema``): Confluent-framed JSON (magic byte 0,
+the schema id, UTF-8 JSON text) validated against the JSON Schema the registry holds under
+that id, staged under the Avro record derived from it (core/json_schema_avro.py).
+
+Per schema id, once: the registry's schema (an Avro or Protobuf id is ``non_json_schema``),
+its validator (``jsonschema``, the draft its ``$schema`` names, draft 7 when none), and its
+Avro mapping (``unmappable_json_schema`` naming the construct when there is none). A schema id
+that fails either is remembered, so each of its messages is dead-lettered without asking again.
+
+Per message: the frame as on the Avro path (``bad_magic``, ``too_short``,
+``unknown_schema_id`` unchanged), the body decoded as UTF-8 JSON (``json_decode_error``),
+validated (``json_schema_mismatch`` naming the JSON pointer of the most relevant error, as
+``jsonschema.exceptions.best_match`` picks it), converted to its Avro form and encoded with
+fastavro; routing and event time read the JSON values (a ``date-time`` string as written,
+offset included, which the ``local`` date rule honours). Files carry the framed registry id,
+so each schema version has files of its own, and a version that appends an optional property
+widens the table. Like ``format: json`` this decodes and encodes every record (JSON has no
+binary form to slice), so it stays on the Python path (``native_kernel = False``).
+``format`` is annotation only here: ``jsonschema`` does not assert it, but ``date-time`` and
+``date`` values must convert, so a bad one is a mismatch all the same.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+from typing import Any, Mapping
+
+from fastavro import parse_schema, schemaless_writer
+from jsonschema.exceptions import SchemaError, best_match
+from jsonschema.validators import Draft7Validator, validator_for
+
+from kbqe_dagster.core.avro_names import record_full_name
+from kbqe_dagster.core.enrichment import extended_schema
+from kbqe_dagster.core.errors import (
+    BadInputError,
+    JsonDecodeError,
+    JsonSchemaMismatchError,
+    NonJsonSchemaError,
+    UnknownSchemaIdError,
+    UnmappableJsonSchemaError,
+)
+from kbqe_dagster.core.json_schema_avro import JsonSchemaMapping, map_json_schema
+from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.wire import HEADER_SIZE
+from kbqe_dagster.core.transforms import field_values
+from kbqe_dagster.formats.transform_stage import TransformingStager
+from kbqe_dagster.staging.task import StageContext
+
+
+@dataclass
+class _JsonSchemaDecoder:
+    """What one registry JSON Schema needs: its validator, its Avro mapping and file schema."""
+
+    validator: Any
+    mapping: JsonSchemaMapping
+    parsed: Any
+    schema: dict
+    full_name: str | None
+
+
+class JsonSchemaRangeStager(TransformingStager):
+    """Validate against the registry JSON Schema, convert to the derived Avro record; with
+    ``transforms``, that record takes the shared transform step (formats/transform_stage.py),
+    whose routing and event time then read the transformed (Avro-form) fields."""
+
+    native_kernel = False  # JSON is validated, converted and encoded per record: the Python path
+
+    def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
+        super().__init__(ctx, rng, workdir)
+        self.wanted = self.topic.required_fields
+        self.root_name = rng.topic  # the root record's name when the schema has no title
+
+    def _stage(self, msg: Any) -> None:
+        value = self._value(msg)  # null and oversized values as on the Avro path
+        known = self._by_header.get(value[:HEADER_SIZE])
+        if known is None:
+            known = self._resolve(value)  # frame reasons as on the Avro path
+        schema_id, decoder = known
+        record = _decode(value[HEADER_SIZE:])
+        first = next(decoder.validator.iter_errors(record), None)
+        if first is not None:
+            raise JsonSchemaMismatchError(_mismatch(first, decoder.validator, record))
+        if self.transforms:
+            self._place_record(msg, decoder.mapping.convert(record), schema_id,
+                               decoder.mapping.avro_schema)
+            return
+        body = _encode(decoder.mapping.convert(record), decoder.parsed)
+        fields = field_values(record, self.wanted)
+        self._place(msg, fields, body, schema_id, decoder.schema, decoder.full_name)
+
+    def _decoder(self, schema_id: int) -> _JsonSchemaDecoder:  # type: ignore[override]
+        known = self.decoders.get(schema_id)
+        if isinstance(known, BadInputError):
+            raise type(known)(str(known))
+        if known is not None:
+            return known  # type: ignore[return-value]
+        try:
+            decoder = self._make_json_decoder(schema_id)
+        except BadInputError as error:
+            self.decoders[schema_id] = error  # SchemaLookup re-asks a missing id after its TTL
+            raise
+        self.decoders[schema_id] = decoder  # type: ignore[assignment]
+        return decoder
+
+    def _make_json_decoder(self, schema_id: int) -> _JsonSchemaDecoder:
+        registered = self.lookup.get(schema_id)
+        if registered is None:
+            raise UnknownSchemaIdError(f"schema id {schema_id} is not in the registry")
+        if registered.schema_type != "JSON":
+            raise NonJsonSchemaError(
+                f"schema id {schema_id} is a {registered.schema_type} schema; a json_schema "
+                "topic needs a JSON Schema"
+            )
+        try:
+            schema = json.loads(registered.schema)
+            cls = validator_for(schema, default=Draft7Validator)
+            cls.check_schema(schema)
+        except (ValueError, SchemaError) as error:
+            raise UnmappableJsonSchemaError(
+                f"schema id {schema_id} is not a valid JSON Schema: {_one_line(error)}"
+            ) from None
+        try:
+            mapping = map_json_schema(schema, self.root_name)
+        except UnmappableJsonSchemaError as error:
+            raise UnmappableJsonSchemaError(
+                f"schema id {schema_id} has no Avro form: {error}"
+            ) from None
+        avro = mapping.avro_schema
+        return _JsonSchemaDecoder(
+            cls(schema), mapping, parse_schema(avro, _write_hint=False),
+            extended_schema(avro, self.enrichment), record_full_name(avro),
+        )
+
+
+def _decode(body: bytes) -> Any:
+    try:
+        return json.loads(body.decode("utf-8"), parse_constant=_no_constant)
+    except UnicodeDecodeError as error:
+        raise JsonDecodeError(f"not UTF-8: {error}") from None
+    except ValueError as error:
+        raise JsonDecodeError(f"not JSON: {error}") from None
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _mismatch(first: Any, validator: Any, record: Any) -> str:
+    """The most relevant error (``best_match`` over all of them: the first met may be a
+    branch's), with the JSON pointer of the value it is about."""
+    error = best_match(validator.iter_errors(record)) or first
+    pointer = "".join(f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in error.absolute_path)
+    return f"does not validate against its JSON Schema at {pointer or 'the root'}: {_one_line(error.message)}"
+
+
+def _encode(record: Mapping[str, Any], parsed: Any) -> bytes:
+    out = BytesIO()
+    try:
+        schemaless_writer(out, parsed, record)
+    except (TypeError, ValueError, OverflowError) as error:
+        # The value validated and converted, so this is a gap between the two schemas; the
+        # message is still bad input for this schema, not a reason to stop the range.
+        raise JsonSchemaMismatchError(f"does not encode as its Avro form: {_one_line(error)}") from None
+    return out.getvalue()
+
+
+def _one_line(error: Any) -> str:
+    return str(getattr(error, "message", error)).replace("\n", " ")[:500]
