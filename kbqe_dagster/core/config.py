@@ -5,7 +5,7 @@ configured from the environment. This file says *what* flows where. Layout (ever
 optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
 
     version: 1
-    topics:                          # required, at least one
+    topics:                          # at least one topic or one topic pattern
       - name: com.acme.events        # required
         routing: {...}               # RoutingConfig keys (core/routing.py); default mode fields
         event_time: {...}            # EventTimeConfig keys (core/event_time.py)
@@ -13,6 +13,12 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
         staging: {...}               # StagingSettings keys, overriding the pipeline's
         format: avro                 # avro | debezium (change events; needs keyed)
         keyed: {...}                 # KeyedConfig keys (core/keyed.py): a keyed destination
+    topic_patterns:                  # topics discovered in Kafka (core/discovery.py)
+      - match: 'shop[.].*'           # required: a regex over the whole topic name
+        exclude: ['shop[.]tmp[.].*'] # names this pattern does not take
+        include_internal: false      # let internal topics (_*, Connect's) match
+        routing: {mode: static, dataset: shop, table: "{topic}"}   # any topics[] key but
+                                     # name and keyed; {topic}: the name, dots as underscores
     allowed_destinations: [acme_sales.*, acme_web.page_views]
     event_time: {...}                # defaults for every topic's event_time, key by key
     on_bad_input: dead_letter        # default for every topic
@@ -23,7 +29,8 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
     retention: {...}
     notifications: {webhook_url: https://hooks.example/...}   # schema and table notices
 
-Rules worth knowing: ``event_time``, ``staging`` and ``on_bad_input`` at the top level are
+Rules worth knowing: a listed topic always wins over ``topic_patterns``; otherwise the first
+matching pattern does (core/discovery.py has every rule). ``event_time``, ``staging`` and ``on_bad_input`` at the top level are
 defaults a topic overrides key by key. A ``static`` route's table is implicitly allowed (it is
 declared right there); every other destination must match ``allowed_destinations``. Routing
 keys that the chosen mode does not read are errors, not silently ignored. Unknown keys are
@@ -36,7 +43,7 @@ import json
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import fastavro
 import yaml
@@ -60,6 +67,15 @@ from kbqe_dagster.core.config_sections import (
     StagingSettings,
     cadence_quota_verdict,
     jobs_per_table_per_day,
+)
+from kbqe_dagster.core.discovery import (
+    TOPIC_PLACEHOLDER,
+    TopicPattern,
+    internal_topics,
+    pattern_for,
+    regex_problem,
+    resolve_topics,
+    template_problem,
 )
 from kbqe_dagster.core.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
@@ -92,6 +108,7 @@ __all__ = [
     "RetentionSettings",
     "StagingSettings",
     "TopicConfig",
+    "TopicPattern",
     "jobs_per_table_per_day",
     "load_pipeline_config",
     "parse_pipeline_config",
@@ -102,12 +119,16 @@ log = logging.getLogger(__name__)
 
 CONFIG_VERSION = 1
 _TOP_KEYS = (
-    "version", "topics", "allowed_destinations", "event_time", "on_bad_input", "staging",
+    "version", "topics", "topic_patterns", "allowed_destinations", "event_time", "on_bad_input", "staging",
     "dead_letter", "enrichment", "load", "retention", "notifications",
 )  # fmt: skip
 _TOPIC_KEYS = (
     "name", "format", "schema", "routing", "event_time", "on_bad_input", "staging", "keyed",
 )  # fmt: skip
+_PATTERN_OWN_KEYS = ("match", "exclude", "include_internal")
+_PATTERN_KEYS = _PATTERN_OWN_KEYS + tuple(k for k in _TOPIC_KEYS if k not in ("name", "keyed"))
+_PROTOTYPE_NAME = "kbqe.topic.pattern"
+"""The name a pattern's settings are validated under (any legal topic name would do)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +152,8 @@ class TopicConfig:
     optionally a history (see core/keyed.py); None for an append-only topic."""
     value_schema: Mapping[str, Any] | None = None
     """``format: json``: the Avro record schema its values are staged under (core/formats.py)."""
+    pattern: str | None = None
+    """The ``topic_patterns[].match`` that discovered this topic; None for a listed topic."""
 
     @property
     def required_fields(self) -> tuple[str, ...]:
@@ -143,7 +166,8 @@ class PipelineConfig:
     """The validated pipeline file."""
 
     topics: tuple[TopicConfig, ...]
-    """Source topics, in file order; at least one."""
+    """Source topics: the listed ones in file order, then (after :meth:`discover`) the topics
+    found in Kafka by ``topic_patterns``, by name. At least one topic or one pattern."""
     allowed_destinations: AllowList
     """Explicit ``allowed_destinations`` plus every static route's table. Default: empty."""
     dead_letter: DeadLetterDestination = field(default_factory=DeadLetterDestination)
@@ -160,6 +184,8 @@ class PipelineConfig:
     """Where the configuration was read from, for messages."""
     warnings: tuple[str, ...] = ()
     """Accepted but risky settings (also logged once when parsed)."""
+    topic_patterns: tuple[TopicPattern, ...] = ()
+    """Topics taken from Kafka by name pattern (core/discovery.py); listed topics win."""
 
     @property
     def topic_names(self) -> tuple[str, ...]:
@@ -174,14 +200,44 @@ class PipelineConfig:
         )
 
     def topic(self, name: str) -> TopicConfig:
+        """The configuration of topic ``name``: listed or discovered, else resolved through
+        ``topic_patterns`` — so a stage run of a topic created after this configuration was
+        discovered still finds its settings."""
         for topic in self.topics:
             if topic.name == name:
                 return topic
-        raise ConfigError(f"{self.source}: topic {name!r} is not configured")
+        pattern = pattern_for(self.topic_patterns, name, name in internal_topics([name]))
+        if pattern is not None:
+            return pattern.topic_config(name)
+        patterns = " and matches no topic_patterns" if self.topic_patterns else ""
+        raise ConfigError(f"{self.source}: topic {name!r} is not configured{patterns}")
+
+    def discover(self, names: Iterable[str]) -> PipelineConfig:
+        """This configuration with the topics of ``names`` (the topics Kafka holds) that
+        ``topic_patterns`` take added to :attr:`topics`, and their static tables to the
+        allow-list (a pattern's static route is declared right there, like a listed one's).
+        Apply it to a configuration as parsed; without patterns it returns ``self``."""
+        if not self.topic_patterns:
+            return self
+        listed = tuple(t for t in self.topics if t.pattern is None)
+        topics = resolve_topics(listed, self.topic_patterns, names)
+        statics = tuple(
+            f"{d.dataset}.{d.table}"
+            for t in topics if t.pattern is not None and (d := t.routing.static_destination)
+        )
+        allowed = AllowList(tuple(dict.fromkeys(self.allowed_destinations.patterns + statics)))
+        return replace(self, topics=topics, allowed_destinations=allowed)
 
     def router(self, topic: str) -> Router:
         """A router for ``topic`` (imports a routing function, so build once per task)."""
-        return Router(self.topic(topic).routing, self.allowed_destinations)
+        config = self.topic(topic)
+        allowed = self.allowed_destinations
+        static = config.routing.static_destination
+        if static is not None and not allowed.allows(static.dataset, static.table):
+            # A topic resolved through a pattern, not discovered yet: its static table is
+            # declared by the pattern, as discover() would have allowed it.
+            allowed = AllowList(allowed.patterns + (f"{static.dataset}.{static.table}",))
+        return Router(config.routing, allowed)
 
 
 def load_pipeline_config(path: str | Path) -> PipelineConfig:
@@ -221,7 +277,10 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
     dead_letter = _build(
         DeadLetterDestination(), top.get("dead_letter"), "dead_letter", DEAD_LETTER_SPEC, problems
     )
-    topics = _topics(top.get("topics"), defaults, allowed, dead_letter, problems)
+    patterns = _topic_patterns(top.get("topic_patterns"), defaults, allowed, dead_letter,
+                               problems)
+    topics = _topics(top.get("topics"), defaults, allowed, dead_letter, problems,
+                     required=not patterns and "topic_patterns" not in top)
     enrichment = _build(
         EnrichmentConfig(), top.get("enrichment"), "enrichment", ENRICHMENT_SPEC, problems
     )
@@ -264,6 +323,7 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         notifications=notifications,
         source=source,
         warnings=warnings,
+        topic_patterns=patterns,
     )
 
 
@@ -324,9 +384,11 @@ def _allow_list(top: Mapping[str, Any], problems: r.Problems) -> AllowList:
 
 def _topics(
     raw: Any, defaults: _TopicDefaults, allowed: AllowList, dead_letter: DeadLetterDestination,
-    problems: r.Problems,
+    problems: r.Problems, required: bool = True,
 ) -> tuple[TopicConfig, ...]:
-    if not isinstance(raw, list) or not raw:
+    if raw is None and not required:
+        return ()  # topic_patterns declare the topics
+    if not isinstance(raw, list) or (required and not raw):
         problems.add("topics", f"expected a list of at least one topic, got {r.describe(raw)}")
         return ()
     topics: list[TopicConfig] = []
@@ -344,6 +406,73 @@ def _topics(
         seen.setdefault(topic.name, index)
         topics.append(topic)
     return tuple(topics)
+
+
+_REGEX = r.checked(r.string, regex_problem)
+
+
+def _topic_patterns(
+    raw: Any, defaults: _TopicDefaults, allowed: AllowList, dead_letter: DeadLetterDestination,
+    problems: r.Problems,
+) -> tuple[TopicPattern, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        problems.add("topic_patterns", f"expected a list of patterns, got {r.describe(raw)}")
+        return ()
+    return tuple(
+        pattern for index, item in enumerate(raw)
+        if (pattern := _topic_pattern(item, index, defaults, allowed, dead_letter, problems))
+    )
+
+
+def _topic_pattern(
+    raw: Any, index: int, defaults: _TopicDefaults, allowed: AllowList,
+    dead_letter: DeadLetterDestination, problems: r.Problems,
+) -> TopicPattern | None:  # fmt: skip
+    """One pattern: its own keys, then its topic settings validated as a topic of a
+    placeholder name (so every topic rule, and every key path, is the topics' own)."""
+    path = f"topic_patterns[{index}]"
+    before = len(problems.items)
+    if isinstance(raw, Mapping) and "keyed" in raw:
+        # A keyed destination's merge, checks and current/history assets are built per
+        # listed topic; discovered keyed topics would load without being merged.
+        problems.add(f"{path}.keyed", "keyed topics are listed under topics:, not discovered")
+        raw = {k: v for k, v in raw.items() if k != "keyed"}
+    section = r.read_section(raw, path, {key: _identity for key in _PATTERN_KEYS}, problems,
+                             required=("match",))
+    own = r.read_section(
+        {k: v for k, v in section.items() if k in _PATTERN_OWN_KEYS}, path,
+        {"match": _REGEX, "exclude": r.list_of(_REGEX), "include_internal": r.boolean}, problems,
+    )
+    settings = {k: v for k, v in section.items() if k not in _PATTERN_OWN_KEYS}
+    template = _table_template(settings, path, problems)
+    if template is not None:
+        routing = dict(settings["routing"])
+        routing["table"] = template.replace(TOPIC_PLACEHOLDER, "topic")
+        settings["routing"] = routing
+        if routing.get("dataset") == dead_letter.dataset:
+            problems.add(f"{path}.routing.dataset", "the dead-letter dataset takes no routes")
+    prototype = _topic({**settings, "name": _PROTOTYPE_NAME}, path, defaults, allowed, problems)
+    if prototype is None or "match" not in own or len(problems.items) > before:
+        return None
+    return TopicPattern(index, own["match"], prototype, own.get("exclude", ()),
+                        own.get("include_internal", False), template)
+
+
+def _table_template(settings: Mapping[str, Any], path: str, problems: r.Problems) -> str | None:
+    """A static route's ``table`` holding ``{topic}``, checked; None for any other routing."""
+    routing = settings.get("routing")
+    if not isinstance(routing, Mapping) or not isinstance(routing.get("table"), str):
+        return None
+    table = routing["table"]
+    if "{" not in table and "}" not in table:
+        return None
+    problem = template_problem(table)
+    if problem:
+        problems.add(f"{path}.routing.table", problem)
+        return None
+    return table
 
 
 _TOPIC_NAME = r.checked(
