@@ -69,13 +69,11 @@ from kbqe_dagster.core.config_sections import (
     jobs_per_table_per_day,
 )
 from kbqe_dagster.core.discovery import (
-    TOPIC_PLACEHOLDER,
     TopicPattern,
     internal_topics,
     pattern_for,
-    regex_problem,
+    read_topic_patterns,
     resolve_topics,
-    template_problem,
 )
 from kbqe_dagster.core.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
@@ -125,10 +123,6 @@ _TOP_KEYS = (
 _TOPIC_KEYS = (
     "name", "format", "schema", "routing", "event_time", "on_bad_input", "staging", "keyed",
 )  # fmt: skip
-_PATTERN_OWN_KEYS = ("match", "exclude", "include_internal")
-_PATTERN_KEYS = _PATTERN_OWN_KEYS + tuple(k for k in _TOPIC_KEYS if k not in ("name", "keyed"))
-_PROTOTYPE_NAME = "kbqe.topic.pattern"
-"""The name a pattern's settings are validated under (any legal topic name would do)."""
 
 
 @dataclass(frozen=True)
@@ -277,8 +271,10 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
     dead_letter = _build(
         DeadLetterDestination(), top.get("dead_letter"), "dead_letter", DEAD_LETTER_SPEC, problems
     )
-    patterns = _topic_patterns(top.get("topic_patterns"), defaults, allowed, dead_letter,
-                               problems)
+    patterns = read_topic_patterns(
+        top.get("topic_patterns"), _TOPIC_KEYS, dead_letter.dataset, problems,
+        build_topic=lambda section, path: _topic(section, path, defaults, allowed, problems),
+    )
     topics = _topics(top.get("topics"), defaults, allowed, dead_letter, problems,
                      required=not patterns and "topic_patterns" not in top)
     enrichment = _build(
@@ -406,73 +402,6 @@ def _topics(
         seen.setdefault(topic.name, index)
         topics.append(topic)
     return tuple(topics)
-
-
-_REGEX = r.checked(r.string, regex_problem)
-
-
-def _topic_patterns(
-    raw: Any, defaults: _TopicDefaults, allowed: AllowList, dead_letter: DeadLetterDestination,
-    problems: r.Problems,
-) -> tuple[TopicPattern, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list) or not raw:
-        problems.add("topic_patterns", f"expected a list of patterns, got {r.describe(raw)}")
-        return ()
-    return tuple(
-        pattern for index, item in enumerate(raw)
-        if (pattern := _topic_pattern(item, index, defaults, allowed, dead_letter, problems))
-    )
-
-
-def _topic_pattern(
-    raw: Any, index: int, defaults: _TopicDefaults, allowed: AllowList,
-    dead_letter: DeadLetterDestination, problems: r.Problems,
-) -> TopicPattern | None:  # fmt: skip
-    """One pattern: its own keys, then its topic settings validated as a topic of a
-    placeholder name (so every topic rule, and every key path, is the topics' own)."""
-    path = f"topic_patterns[{index}]"
-    before = len(problems.items)
-    if isinstance(raw, Mapping) and "keyed" in raw:
-        # A keyed destination's merge, checks and current/history assets are built per
-        # listed topic; discovered keyed topics would load without being merged.
-        problems.add(f"{path}.keyed", "keyed topics are listed under topics:, not discovered")
-        raw = {k: v for k, v in raw.items() if k != "keyed"}
-    section = r.read_section(raw, path, {key: _identity for key in _PATTERN_KEYS}, problems,
-                             required=("match",))
-    own = r.read_section(
-        {k: v for k, v in section.items() if k in _PATTERN_OWN_KEYS}, path,
-        {"match": _REGEX, "exclude": r.list_of(_REGEX), "include_internal": r.boolean}, problems,
-    )
-    settings = {k: v for k, v in section.items() if k not in _PATTERN_OWN_KEYS}
-    template = _table_template(settings, path, problems)
-    if template is not None:
-        routing = dict(settings["routing"])
-        routing["table"] = template.replace(TOPIC_PLACEHOLDER, "topic")
-        settings["routing"] = routing
-        if routing.get("dataset") == dead_letter.dataset:
-            problems.add(f"{path}.routing.dataset", "the dead-letter dataset takes no routes")
-    prototype = _topic({**settings, "name": _PROTOTYPE_NAME}, path, defaults, allowed, problems)
-    if prototype is None or "match" not in own or len(problems.items) > before:
-        return None
-    return TopicPattern(index, own["match"], prototype, own.get("exclude", ()),
-                        own.get("include_internal", False), template)
-
-
-def _table_template(settings: Mapping[str, Any], path: str, problems: r.Problems) -> str | None:
-    """A static route's ``table`` holding ``{topic}``, checked; None for any other routing."""
-    routing = settings.get("routing")
-    if not isinstance(routing, Mapping) or not isinstance(routing.get("table"), str):
-        return None
-    table = routing["table"]
-    if "{" not in table and "}" not in table:
-        return None
-    problem = template_problem(table)
-    if problem:
-        problems.add(f"{path}.routing.table", problem)
-        return None
-    return table
 
 
 _TOPIC_NAME = r.checked(

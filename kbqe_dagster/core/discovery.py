@@ -36,8 +36,9 @@ from __future__ import annotations
 import re
 import string
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.errors import ConfigError
 
 if TYPE_CHECKING:  # config.py imports this module; the types are only annotations here
@@ -165,3 +166,84 @@ def resolve_topics(
         if pattern is not None:
             found.append(pattern.topic_config(name))
     return listed + tuple(found)
+
+
+# --- reading topic_patterns[] from the pipeline file -----------------------------------------
+PATTERN_OWN_KEYS = ("match", "exclude", "include_internal")
+_PROTOTYPE_NAME = "kbqe.topic.pattern"
+"""The name a pattern's settings are validated under (any legal topic name would do)."""
+_REGEX = r.checked(r.string, regex_problem)
+_OWN_SPEC = {"match": _REGEX, "exclude": r.list_of(_REGEX), "include_internal": r.boolean}
+
+
+def read_topic_patterns(
+    raw: Any, topic_keys: tuple[str, ...], dead_letter_dataset: str, problems: r.Problems, *,
+    build_topic: Callable[[Mapping[str, Any], str], TopicConfig | None],
+) -> tuple[TopicPattern, ...]:  # fmt: skip
+    """``topic_patterns:`` validated. Each pattern's topic settings (``topic_keys`` but
+    ``name`` and ``keyed``) are validated by ``build_topic`` (config.py's own topic reader) as
+    a topic of a placeholder name, so every topic rule and every key path is the topics' own,
+    under ``topic_patterns[i]``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        problems.add("topic_patterns", f"expected a list of patterns, got {r.describe(raw)}")
+        return ()
+    settings_keys = tuple(k for k in topic_keys if k not in ("name", "keyed"))
+    patterns = []
+    for index, item in enumerate(raw):
+        pattern = _read_pattern(item, index, settings_keys, dead_letter_dataset, problems,
+                                build_topic)
+        if pattern is not None:
+            patterns.append(pattern)
+    return tuple(patterns)
+
+
+def _read_pattern(
+    raw: Any, index: int, settings_keys: tuple[str, ...], dead_letter_dataset: str,
+    problems: r.Problems, build_topic: Callable[[Mapping[str, Any], str], TopicConfig | None],
+) -> TopicPattern | None:  # fmt: skip
+    path = f"topic_patterns[{index}]"
+    before = len(problems.items)
+    if isinstance(raw, Mapping) and "keyed" in raw:
+        # A keyed destination's merge, checks and current/history assets are built per
+        # listed topic; discovered keyed topics would load without being merged.
+        problems.add(f"{path}.keyed", "keyed topics are listed under topics:, not discovered")
+        raw = {k: v for k, v in raw.items() if k != "keyed"}
+    keys = PATTERN_OWN_KEYS + settings_keys
+    section = r.read_section(raw, path, {k: _identity for k in keys}, problems,
+                             required=("match",))
+    own = r.read_section({k: v for k, v in section.items() if k in PATTERN_OWN_KEYS}, path,
+                         _OWN_SPEC, problems)
+    settings = {k: v for k, v in section.items() if k not in PATTERN_OWN_KEYS}
+    template = _table_template(settings, path, problems)
+    if template is not None:
+        routing = dict(settings["routing"])
+        routing["table"] = table_for(template, "topic")  # validated as a table like any other
+        settings["routing"] = routing
+        if routing.get("dataset") == dead_letter_dataset:
+            problems.add(f"{path}.routing.dataset", "the dead-letter dataset takes no routes")
+    prototype = build_topic({**settings, "name": _PROTOTYPE_NAME}, path)
+    if prototype is None or "match" not in own or len(problems.items) > before:
+        return None
+    return TopicPattern(index, own["match"], prototype, own.get("exclude", ()),
+                        own.get("include_internal", False), template)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _table_template(settings: Mapping[str, Any], path: str, problems: r.Problems) -> str | None:
+    """A static route's ``table`` holding ``{topic}``, checked; None for any other routing."""
+    routing = settings.get("routing")
+    if not isinstance(routing, Mapping) or not isinstance(routing.get("table"), str):
+        return None
+    table = routing["table"]
+    if "{" not in table and "}" not in table:
+        return None
+    problem = template_problem(table)
+    if problem:
+        problems.add(f"{path}.routing.table", problem)
+        return None
+    return table
