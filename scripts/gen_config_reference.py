@@ -44,7 +44,7 @@ with its key path (`topics[0].routing.mode: ...`).
 
 ```yaml
 version: 1
-topics:                          # required, at least one
+topics:                          # at least one topic, or topic_patterns
   - name: com.acme.events        # required
     routing: {...}               # see topics[].routing
     event_time: {...}            # see topics[].event_time
@@ -53,6 +53,11 @@ topics:                          # required, at least one
     format: avro                 # avro (default) | debezium: Debezium change events | json
     schema: {...}                # format: json only: the values' Avro record (inline or a path)
     keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
+topic_patterns:                  # topics found in Kafka by name (see below)
+  - match: 'shop\\..*'            # required: a regex the WHOLE topic name must match
+    exclude: ['shop\\.tmp\\..*']   # regexes of names this pattern does not take
+    include_internal: false      # true: internal topics (_*, Connect's) may match too
+    routing: {mode: static, dataset: shop, table: '{topic}'}   # any topics[] key but name/keyed
 allowed_destinations: [acme_sales.orders, acme_web.*]   # dataset.table or dataset.*
 event_time: {...}                # defaults for every topic
 on_bad_input: dead_letter        # default for every topic
@@ -78,6 +83,22 @@ the topic declares in `schema:` (inline, or the path of an `.avsc` file relative
 pipeline file); a value that is not one JSON object is dead-lettered as `json_decode_error`,
 one that does not fit the schema as `json_schema_mismatch` naming the field. Logical types
 take Avro's JSON encoding (`timestamp-millis` as epoch milliseconds).
+
+`topic_patterns` take topics from Kafka without listing them (`examples/topic_patterns.yaml`):
+each pattern carries the settings every matching topic gets, any key of a `topics[]` entry but
+`name` and `keyed` (keyed topics are listed), with the top-level defaults applied as for a
+listed topic. Precedence: a topic listed under `topics:` always wins; otherwise the first
+pattern, in file order, whose `match` matches the whole name (`re.fullmatch`) and none of
+whose `exclude` expressions does. Internal topics (names starting with `_`:
+`__consumer_offsets`, `__transaction_state`, `_schemas`; Kafka Connect's `connect-configs`,
+`connect-offsets`, `connect-status`, and any `X-configs`/`X-offsets`/`X-status` trio that
+exists whole) never match unless the pattern says `include_internal: true` or the topic is
+listed. A `static` route's `table` may hold `{topic}`, the topic name with dots as
+underscores (`shop.orders` → `shop_orders`); the dataset is literal, and each discovered
+table is allowed as a listed static route's is. Regexes and templates are checked when the
+file is read, with their key path (`topic_patterns[0].match: not a valid regular
+expression: ...`). Topics are listed when the Dagster definitions load (`kafka/<topic>`
+assets) and at every tick of the backlog sensor (staging without a reload).
 
 `on_bad_input`: `dead_letter` writes the raw message and the reason to the dead-letter
 table; `skip` counts and drops it (visible in run metadata and metrics); `fail` stops the

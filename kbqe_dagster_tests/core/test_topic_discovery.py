@@ -198,3 +198,19 @@ def test_a_discovered_configuration_travels_to_spark_tasks() -> None:
     again = pickle.loads(pickle.dumps(config))
     assert again == config
     assert again.topic("shop.later").routing.table == "shop_later"
+
+
+def test_the_example_pipeline_resolves_a_fleet_as_documented() -> None:
+    from pathlib import Path
+
+    from kbqe_dagster.core.config import load_pipeline_config
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "topic_patterns.yaml"
+    config = load_pipeline_config(example).discover([
+        "shop.orders", "shop.orders.legacy", "shop.tmp.x", "shop.orders.dlq",
+        "com.acme.events", "__consumer_offsets", "connect-offsets", "unrelated"])
+    assert [t.name for t in config.topics] == ["shop.orders.legacy", "com.acme.events",
+                                               "shop.orders"]
+    assert config.topic("shop.orders").routing.table == "shop_orders"
+    assert config.topic("shop.orders.legacy").routing.table == "orders_legacy"
+    assert config.topic("com.acme.events").routing.mode is RoutingMode.FIELDS

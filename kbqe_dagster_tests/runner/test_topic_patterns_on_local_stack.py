@@ -3,7 +3,9 @@ lists no topic; two topics created in Kafka that its pattern matches and one it 
 ``kbqe run --until-idle`` stages and loads both matching topics into their own tables of the
 BigQuery emulator and leaves the other alone. A third matching topic created afterwards is
 picked up by the next ``kbqe run --until-idle`` with no edit of the file, and each second run
-is idle. The time from creating a topic to its first rows in the emulator is measured."""
+is idle. A topic deleted from Kafka after its messages were staged is no longer polled, and
+its staged data still loads. The time from creating a topic to its first rows in the emulator
+is measured."""
 
 from __future__ import annotations
 
@@ -47,10 +49,22 @@ class Cluster:
         self.admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[
             topic].result(30)
         self.created.append(topic)
-        for n in range(messages):
+        self.produce(topic, range(messages))
+
+    def produce(self, topic: str, numbers: range) -> None:
+        for n in numbers:
             value = {"n": n, "at": 1_726_238_205_000 + n}
             self.producer.produce(topic, json.dumps(value).encode(), partition=n % 2)
         assert self.producer.flush(30) == 0
+
+    def delete(self, topic: str) -> None:
+        """Delete ``topic`` and wait until the cluster no longer lists it."""
+        self.admin.delete_topics([topic])[topic].result(30)
+        self.created.remove(topic)
+        deadline = time.monotonic() + 30
+        while topic in self.admin.list_topics(timeout=10).topics:
+            assert time.monotonic() < deadline, f"{topic} still listed 30s after its deletion"
+            time.sleep(0.5)
 
     def delete_all(self) -> None:
         if self.created:
@@ -92,6 +106,22 @@ def kbqe_run(env: dict) -> dict:
     return json.loads(done.stdout)
 
 
+STAGE_ONLY = """
+import sys
+from kbqe_dagster.runner.in_process import in_process_pipeline
+with in_process_pipeline() as pipeline:
+    outcome = pipeline.stage(sys.argv[1], pipeline.backlog(sys.argv[1]))
+assert outcome.ok and outcome.records == int(sys.argv[2]), outcome
+"""
+
+
+def stage_only(env: dict, topic: str, messages: int = 5) -> None:
+    """One stage run of ``topic``, recorded in the test's Dagster instance, and no load."""
+    done = subprocess.run([sys.executable, "-c", STAGE_ONLY, topic, str(messages)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def staged(report: dict) -> dict[str, int]:
     return {topic: t["staged"] for topic, t in report["topics"].items()}
 
@@ -126,5 +156,13 @@ def test_topics_matching_a_pattern_are_staged_and_loaded_with_no_edit(discovery)
     assert staged(kbqe_run(env)) == {orders: 0, items: 0, late: 0}
     tables = {t.table_id for t in client.list_tables(dataset)}
     assert tables == {orders.replace(".", "_"), items.replace(".", "_"), late.replace(".", "_")}
+
+    # Staged, then deleted from Kafka before any load: no longer polled, its data still loads.
+    cluster.produce(items, range(20, 25))
+    stage_only(env, items)
+    cluster.delete(items)
+    after = kbqe_run(env)
+    assert staged(after) == {orders: 0, late: 0}
+    assert rows(client, dataset, items) == list(range(25))
     print(f"\ntopic creation to first rows via kbqe run: first two topics {first_rows_s:.1f}s, "
           f"the late topic {late_rows_s:.1f}s")
