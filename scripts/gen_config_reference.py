@@ -57,7 +57,7 @@ topic_patterns:                  # topics found in Kafka by name (see below)
   - match: 'shop\\..*'            # required: a regex the WHOLE topic name must match
     exclude: ['shop\\.tmp\\..*']   # regexes of names this pattern does not take
     include_internal: false      # true: internal topics (_*, Connect's) may match too
-    routing: {mode: static, dataset: shop, table: '{topic}'}   # any topics[] key but name/keyed
+    routing: {mode: static, dataset: shop, table: '{topic}'}   # any topics[] key but name
 allowed_destinations: [acme_sales.orders, acme_web.*]   # dataset.table or dataset.*
 event_time: {...}                # defaults for every topic
 on_bad_input: dead_letter        # default for every topic
@@ -86,8 +86,8 @@ take Avro's JSON encoding (`timestamp-millis` as epoch milliseconds).
 
 `topic_patterns` take topics from Kafka without listing them (`examples/topic_patterns.yaml`):
 each pattern carries the settings every matching topic gets, any key of a `topics[]` entry but
-`name` and `keyed` (keyed topics are listed), with the top-level defaults applied as for a
-listed topic. Precedence: a topic listed under `topics:` always wins; otherwise the first
+`name`, with the top-level defaults applied as for a listed topic (a `keyed:` pattern with
+`format: debezium` and `table: '{topic}'` onboards every table of a Debezium connector). Precedence: a topic listed under `topics:` always wins; otherwise the first
 pattern, in file order, whose `match` matches the whole name (`re.fullmatch`) and none of
 whose `exclude` expressions does. Internal topics (names starting with `_`:
 `__consumer_offsets`, `__transaction_state`, `_schemas`; Kafka Connect's `connect-configs`,

@@ -18,7 +18,7 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
         exclude: ['shop[.]tmp[.].*'] # names this pattern does not take
         include_internal: false      # let internal topics (_*, Connect's) match
         routing: {mode: static, dataset: shop, table: "{topic}"}   # any topics[] key but
-                                     # name and keyed; {topic}: the name, dots as underscores
+                                     # name; {topic}: the name, dots as underscores
     allowed_destinations: [acme_sales.*, acme_web.page_views]
     event_time: {...}                # defaults for every topic's event_time, key by key
     on_bad_input: dead_letter        # default for every topic
@@ -193,6 +193,13 @@ class PipelineConfig:
             for t in self.topics if t.keyed and (d := t.routing.static_destination)
         )
 
+    def is_changelog_table(self, dataset: str, table: str) -> bool:
+        """Whether ``dataset.table`` is a keyed topic's changelog: of a topic of
+        :attr:`topics`, or of one a keyed pattern may take (a topic created since the
+        topics were discovered still gets its changelog clustered from its first load)."""
+        return (dataset, table) in self.changelog_tables or any(
+            p.makes_changelog(dataset, table) for p in self.topic_patterns)
+
     def topic(self, name: str) -> TopicConfig:
         """The configuration of topic ``name``: listed or discovered, else resolved through
         ``topic_patterns`` — so a stage run of a topic created after this configuration was
@@ -215,10 +222,11 @@ class PipelineConfig:
             return self
         listed = tuple(t for t in self.topics if t.pattern is None)
         topics = resolve_topics(listed, self.topic_patterns, names)
-        statics = tuple(
-            f"{d.dataset}.{d.table}"
-            for t in topics if t.pattern is not None and (d := t.routing.static_destination)
-        )
+        found = [(t, d) for t in topics
+                 if t.pattern is not None and (d := t.routing.static_destination)]
+        statics = tuple(f"{d.dataset}.{d.table}" for _, d in found)
+        # A keyed topic's loads go to its changelog table, declared with it (as in parsing).
+        statics += tuple(f"{d.dataset}.{changelog_table(d.table)}" for t, d in found if t.keyed)
         allowed = AllowList(tuple(dict.fromkeys(self.allowed_destinations.patterns + statics)))
         return replace(self, topics=topics, allowed_destinations=allowed)
 

@@ -2,7 +2,7 @@
 
 A pipeline file may declare ``topic_patterns:`` next to (or instead of) ``topics:``. Each
 pattern is a regular expression over topic names plus the settings every matching topic
-gets (any key of a ``topics[]`` entry except ``name`` and ``keyed``). Given the names Kafka
+gets (any key of a ``topics[]`` entry except ``name``). Given the names Kafka
 holds, :func:`resolve_topics` returns the effective topic configurations, frozen, exactly as
 if each discovered topic had been listed: everything downstream (the sensor, the stage job,
 the definitions' assets, ``kbqe run``) reads ``PipelineConfig.topics`` and
@@ -29,6 +29,8 @@ Routing in a pattern: ``fields``, ``schema_name`` and ``function`` work as in a 
 ``shop.orders`` to ``shop_orders``, ``table: "raw_{topic}"`` to ``raw_shop_orders``. The
 dataset is always literal, so a pattern can never write into a dataset nobody declared; the
 table each discovered topic resolves to is implicitly allowed, like a listed static route's.
+A keyed pattern (``format: debezium``, ``keyed:``, ``table: "{topic}"``) makes each matching
+topic a keyed destination of its own: one entry onboards every table of a Debezium connector.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.core.keyed import CHANGELOG_SUFFIX
 
 if TYPE_CHECKING:  # config.py imports this module; the types are only annotations here
     from kbqe_dagster.core.config import TopicConfig
@@ -129,6 +132,22 @@ class TopicPattern:
             return False
         return not any(e.fullmatch(name) for e in self._exclude_re)
 
+    def makes_changelog(self, dataset: str, table: str) -> bool:
+        """Whether ``dataset.table`` is the changelog of a keyed topic this pattern may take
+        (for the load side, which clusters changelogs from their first load, possibly before
+        any listing has seen the topic)."""
+        static = self.prototype.routing.static_destination
+        if self.prototype.keyed is None or static is None or static.dataset != dataset:
+            return False
+        if not table.endswith(CHANGELOG_SUFFIX):
+            return False
+        current = table[: -len(CHANGELOG_SUFFIX)]
+        if self.table_template is None:
+            return current == static.table
+        # What {topic} becomes: a topic name's characters, its dots turned into underscores.
+        parts = (re.escape(part) for part in self.table_template.split(TOPIC_PLACEHOLDER))
+        return re.fullmatch("[A-Za-z0-9_-]+".join(parts), current) is not None
+
     def topic_config(self, name: str) -> TopicConfig:
         """The configuration of topic ``name`` under this pattern."""
         routing = self.prototype.routing
@@ -181,7 +200,7 @@ def read_topic_patterns(
     build_topic: Callable[[Mapping[str, Any], str], TopicConfig | None],
 ) -> tuple[TopicPattern, ...]:  # fmt: skip
     """``topic_patterns:`` validated. Each pattern's topic settings (``topic_keys`` but
-    ``name`` and ``keyed``) are validated by ``build_topic`` (config.py's own topic reader) as
+    ``name``) are validated by ``build_topic`` (config.py's own topic reader) as
     a topic of a placeholder name, so every topic rule and every key path is the topics' own,
     under ``topic_patterns[i]``."""
     if raw is None:
@@ -189,7 +208,7 @@ def read_topic_patterns(
     if not isinstance(raw, list) or not raw:
         problems.add("topic_patterns", f"expected a list of patterns, got {r.describe(raw)}")
         return ()
-    settings_keys = tuple(k for k in topic_keys if k not in ("name", "keyed"))
+    settings_keys = tuple(k for k in topic_keys if k != "name")
     patterns = []
     for index, item in enumerate(raw):
         pattern = _read_pattern(item, index, settings_keys, dead_letter_dataset, problems,
@@ -205,11 +224,6 @@ def _read_pattern(
 ) -> TopicPattern | None:  # fmt: skip
     path = f"topic_patterns[{index}]"
     before = len(problems.items)
-    if isinstance(raw, Mapping) and "keyed" in raw:
-        # A keyed destination's merge, checks and current/history assets are built per
-        # listed topic; discovered keyed topics would load without being merged.
-        problems.add(f"{path}.keyed", "keyed topics are listed under topics:, not discovered")
-        raw = {k: v for k, v in raw.items() if k != "keyed"}
     keys = PATTERN_OWN_KEYS + settings_keys
     section = r.read_section(raw, path, {k: _identity for k in keys}, problems,
                              required=("match",))

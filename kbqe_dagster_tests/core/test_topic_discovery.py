@@ -11,6 +11,7 @@ import pytest
 from kbqe_dagster.core.config import BadInputPolicy, PipelineConfig, parse_pipeline_config
 from kbqe_dagster.core.discovery import internal_topics, table_for
 from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.core.keyed import DEBEZIUM_EVENT_TIME_FIELDS
 from kbqe_dagster.core.routing import RoutingMode
 
 ET = {"fields": ["ts"]}
@@ -155,8 +156,10 @@ def test_the_topic_placeholder(template: str, topic: str, table: str) -> None:
     ({**SHOP, "exclude": "shop.tmp"}, "topic_patterns[0].exclude", "expected a list"),
     ({k: v for k, v in SHOP.items() if k != "match"}, "topic_patterns[0].match", "required"),
     ({**SHOP, "name": "shop.orders"}, "topic_patterns[0].name", "unknown key"),
-    ({**SHOP, "keyed": {"key": ["id"], "version": "v"}}, "topic_patterns[0].keyed",
-     "keyed topics are listed under topics:, not discovered"),
+    ({**SHOP, "format": "debezium", "keyed": {"deletes": "soft"}, "routing": {"mode": "fields"}},
+     "topic_patterns[0].routing", "a keyed topic needs routing mode static"),
+    ({**SHOP, "format": "debezium"}, "topic_patterns[0].format", "debezium needs a keyed: "
+     "section"),
     ({**SHOP, "routing": {"mode": "static", "dataset": "shop", "table": "{name}"}},
      "topic_patterns[0].routing.table", "unknown placeholder {name}; the only placeholder is "
      "{topic}"),
@@ -214,3 +217,36 @@ def test_the_example_pipeline_resolves_a_fleet_as_documented() -> None:
     assert config.topic("shop.orders").routing.table == "shop_orders"
     assert config.topic("shop.orders.legacy").routing.table == "orders_legacy"
     assert config.topic("com.acme.events").routing.mode is RoutingMode.FIELDS
+    cdc = config.discover(["dbserver1.inventory.customers"]).topic("dbserver1.inventory.customers")
+    assert cdc.keyed is not None and cdc.routing.table == "dbserver1_inventory_customers"
+
+
+CDC = {"match": r"dbserver1\.inventory\..*", "format": "debezium",
+       "keyed": {"deletes": "soft", "history": True},
+       "routing": {"mode": "static", "dataset": "inventory", "table": "cdc_{topic}"}}
+
+
+def test_a_keyed_pattern_makes_every_matching_topic_a_keyed_destination() -> None:
+    # Debezium writes one topic per source table: one pattern onboards a whole database.
+    config = pipeline(CDC).discover(["dbserver1.inventory.customers", "dbserver1.inventory.orders"])
+    customers = config.topic("dbserver1.inventory.customers")
+    assert customers.keyed is not None and customers.keyed.history
+    assert customers.event_time.fields == DEBEZIUM_EVENT_TIME_FIELDS  # debezium's own default
+    assert config.changelog_tables == {
+        ("inventory", "cdc_dbserver1_inventory_customers_changelog"),
+        ("inventory", "cdc_dbserver1_inventory_orders_changelog")}
+    allowed = config.allowed_destinations
+    assert allowed.allows("inventory", "cdc_dbserver1_inventory_orders")
+    assert allowed.allows("inventory", "cdc_dbserver1_inventory_orders_changelog")
+
+
+@pytest.mark.parametrize(("table", "changelog"), [
+    ("cdc_dbserver1_inventory_later_changelog", True),   # a topic no listing has seen yet
+    ("cdc_dbserver1_inventory_later", False),            # its current table is merged, not loaded
+    ("other_changelog", False),                          # not what the template makes
+])
+def test_the_load_side_recognises_a_keyed_patterns_changelogs_before_discovery(
+    table: str, changelog: bool
+) -> None:
+    assert pipeline(CDC).is_changelog_table("inventory", table) is changelog
+    assert not pipeline(CDC).is_changelog_table("elsewhere", table)

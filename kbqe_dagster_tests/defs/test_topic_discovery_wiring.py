@@ -181,3 +181,19 @@ def test_the_stage_run_of_a_topic_newer_than_the_definitions_resolves_its_settin
     assert pipeline.topic("shop.late").routing.table == "shop_late"
     assert pipeline.router("shop.late").allowed.allows("shop", "shop_late")
     assert pipeline.topic("shop.late").staging.max_messages_per_batch == 10
+
+
+def test_a_keyed_pattern_gives_each_discovered_topic_its_keyed_assets(tmp_path, monkeypatch) -> None:
+    fake = FakeKafka("dbserver1.inventory.customers")
+    monkeypatch.setattr(kafka_module, "list_topic_names", fake.list_topic_names)
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump({"version": 1, "topic_patterns": [{
+        "match": r"dbserver1\.inventory\..*", "format": "debezium",
+        "keyed": {"deletes": "soft", "history": True},
+        "routing": {"mode": "static", "dataset": "inventory", "table": "{topic}"}}]}))
+    defs = build_definitions(str(path), env="local")
+    keys = {s.key.to_user_string() for s in defs.resolve_all_asset_specs()}
+    table = "bigquery/inventory/dbserver1_inventory_customers"
+    assert {table, f"{table}_changelog", f"{table}_history",
+            "kafka/dbserver1.inventory.customers"} <= keys
+    assert defs.resolve_job_def("merge_keyed_tables_job") is not None
