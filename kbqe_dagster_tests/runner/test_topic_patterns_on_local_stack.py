@@ -41,6 +41,7 @@ class Cluster:
     """Topics of this test only (``disco.<run>.*`` and one non-matching name)."""
 
     def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
         self.producer = Producer({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
         self.created: list[str] = []
@@ -83,6 +84,7 @@ def discovery(local_stack, local_endpoints, tmp_path):
             "match": rf"disco\.{run}\..*",
             "format": "json", "schema": SCHEMA, "event_time": {"fields": ["at"]},
             "routing": {"mode": "static", "dataset": dataset, "table": "{topic}"},
+            "staging": {"max_messages_per_batch": 10},  # due at once for the sensor
         }],
         "dead_letter": {"dataset": dead, "table": "dead_letters"},
     }))
@@ -166,3 +168,47 @@ def test_topics_matching_a_pattern_are_staged_and_loaded_with_no_edit(discovery)
     assert rows(client, dataset, items) == list(range(25))
     print(f"\ntopic creation to first rows via kbqe run: first two topics {first_rows_s:.1f}s, "
           f"the late topic {late_rows_s:.1f}s")
+
+
+SENSED = """
+import json, sys, time
+import dagster as dg
+from kbqe_dagster.definitions import build_definitions
+from kbqe_dagster.defs.staging.sensors import kafka_backlog_sensor
+from kbqe_dagster.runner.in_process import execute_job, stage_outcome
+from kbqe_dagster_tests.runner.test_topic_patterns_on_local_stack import Cluster
+
+topic, bootstrap = sys.argv[1:3]
+defs = build_definitions()  # the code location, loaded before the topic exists
+assets = sorted(s.key.path[1] for s in defs.resolve_all_asset_specs() if s.key.path[0] == "kafka")
+created = time.monotonic()
+Cluster(bootstrap).create(topic, 12)
+with dg.DagsterInstance.get() as instance:
+    tick = kafka_backlog_sensor(dg.build_sensor_context(instance=instance, resources=defs.resources))
+    [request] = [r for r in tick.run_requests if r.tags["kbqe/topic"] == topic]
+    run = execute_job(defs, instance, "stage_job", request.run_config, request.tags)
+print(json.dumps({"assets": assets, "run_key": request.run_key, "ok": run.ok, "error": run.error,
+                  "records": stage_outcome(topic, run).records,
+                  "staged_s": time.monotonic() - created}))
+"""
+
+
+def test_a_topic_created_after_the_definitions_loaded_is_staged_by_their_sensor(
+    discovery,
+) -> None:
+    # Dagster's path, without a reload: definitions built, then the topic created; one tick
+    # of their backlog sensor over the real Kafka requests its stage run, which stages it.
+    run, prefix, dataset, env, cluster, client = discovery
+    topic = f"{prefix}sensed"
+    cluster.created.append(topic)  # deleted by the fixture
+    done = subprocess.run([sys.executable, "-c", SENSED, topic, cluster.bootstrap], env=env,
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sensed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert topic not in sensed["assets"]
+    assert sensed["run_key"] == f"{topic}|0=0,1=0|0"
+    assert sensed["ok"], sensed["error"]
+    assert sensed["records"] == 12
+    assert staged(kbqe_run(env)) == {topic: 0}  # staged already; this run loads it
+    assert rows(client, dataset, topic) == list(range(12))
+    print(f"\ntopic creation to staged by the sensor's run: {sensed['staged_s']:.1f}s")
