@@ -64,14 +64,16 @@ def template_problem(template: str) -> str | None:
     """Why ``template`` is not a valid table template, or None: ``{topic}`` is the one
     placeholder, and braces are for nothing else."""
     try:
-        fields = [name for _, name, spec, conv in string.Formatter().parse(template)
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template)
                   if name is not None]
     except ValueError as error:
         return f"not a valid table template: {error}"
-    unknown = sorted({f for f in fields if f != "topic"})
+    unknown = sorted({name for name, _, _ in fields if name != "topic"})
     if unknown:
         return (f"unknown placeholder {{{unknown[0]}}}; the only placeholder is {TOPIC_PLACEHOLDER}"
                 " (the topic name with dots as underscores)")
+    if any(spec or conv for _, spec, conv in fields):
+        return f"{TOPIC_PLACEHOLDER} takes no format spec or conversion"
     return None
 
 

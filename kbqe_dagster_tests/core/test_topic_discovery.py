@@ -165,6 +165,8 @@ def test_the_topic_placeholder(template: str, topic: str, table: str) -> None:
      "{topic}"),
     ({**SHOP, "routing": {"mode": "static", "dataset": "shop", "table": "{topic"}},
      "topic_patterns[0].routing.table", "not a valid table template"),
+    ({**SHOP, "routing": {"mode": "static", "dataset": "shop", "table": "{topic!r}"}},
+     "topic_patterns[0].routing.table", "{topic} takes no format spec or conversion"),
     ({**SHOP, "routing": {"mode": "static", "dataset": "{topic}", "table": "t"}},
      "topic_patterns[0].routing.dataset", "not a dataset name"),
     ({**SHOP, "routing": {"mode": "static", "dataset": "kbqe_dead_letters", "table": "{topic}"}},
