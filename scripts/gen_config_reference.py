@@ -59,7 +59,7 @@ with its key path (`topics[0].routing.mode: ...`).
 
 ```yaml
 version: 1
-topics:                          # required, at least one
+topics:                          # at least one topic, or topic_patterns
   - name: com.acme.events        # required
     routing: {...}               # see topics[].routing
     event_time: {...}            # see topics[].event_time
@@ -72,6 +72,11 @@ topics:                          # required, at least one
     decoder: pkg.module:function # format: decoder only: message -> (record, Avro schema)
     keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
     transforms: [...]            # see topics[].transforms[]: per-record field transforms
+topic_patterns:                  # topics found in Kafka by name (see below)
+  - match: 'shop\\..*'            # required: a regex the WHOLE topic name must match
+    exclude: ['shop\\.tmp\\..*']   # regexes of names this pattern does not take
+    include_internal: false      # true: internal topics (_*, Connect's) may match too
+    routing: {mode: static, dataset: shop, table: '{topic}'}   # any topics[] key but name
 allowed_destinations: [acme_sales.orders, acme_web.*]   # dataset.table or dataset.*
 event_time: {...}                # defaults for every topic
 on_bad_input: dead_letter        # default for every topic
@@ -136,6 +141,21 @@ pointer; an Avro or Protobuf id → `non_json_schema`; a schema with no Avro for
 objects, `patternProperties`, a remote `$ref`...) → `unmappable_json_schema` naming the
 construct and its pointer. Routing and event time read the JSON values (a `date-time` string
 as written, with its offset).
+`topic_patterns` take topics from Kafka without listing them (`examples/topic_patterns.yaml`):
+each pattern carries the settings every matching topic gets, any key of a `topics[]` entry but
+`name`, with the top-level defaults applied as for a listed topic (a `keyed:` pattern with
+`format: debezium` and `table: '{topic}'` onboards every table of a Debezium connector). Precedence: a topic listed under `topics:` always wins; otherwise the first
+pattern, in file order, whose `match` matches the whole name (`re.fullmatch`) and none of
+whose `exclude` expressions does. Internal topics (names starting with `_`:
+`__consumer_offsets`, `__transaction_state`, `_schemas`; Kafka Connect's `connect-configs`,
+`connect-offsets`, `connect-status`, and any `X-configs`/`X-offsets`/`X-status` trio that
+exists whole) never match unless the pattern says `include_internal: true` or the topic is
+listed. A `static` route's `table` may hold `{topic}`, the topic name with dots as
+underscores (`shop.orders` → `shop_orders`); the dataset is literal, and each discovered
+table is allowed as a listed static route's is. Regexes and templates are checked when the
+file is read, with their key path (`topic_patterns[0].match: not a valid regular
+expression: ...`). Topics are listed when the Dagster definitions load (`kafka/<topic>`
+assets) and at every tick of the backlog sensor (staging without a reload).
 
 `on_bad_input`: `dead_letter` writes the raw message and the reason to the dead-letter
 table; `skip` counts and drops it (visible in run metadata and metrics); `fail` stops the

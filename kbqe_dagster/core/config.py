@@ -5,7 +5,7 @@ configured from the environment. This file says *what* flows where. Layout (ever
 optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
 
     version: 1
-    topics:                          # required, at least one
+    topics:                          # at least one topic or one topic pattern
       - name: com.acme.events        # required
         routing: {...}               # RoutingConfig keys (core/routing.py); default mode fields
         event_time: {...}            # EventTimeConfig keys (core/event_time.py)
@@ -16,6 +16,12 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
                                      # decoder (with decoder: "package.module:function")
         keyed: {...}                 # KeyedConfig keys (core/keyed.py): a keyed destination
         transforms: [...]            # per-record transforms (core/transform_specs.py)
+    topic_patterns:                  # topics discovered in Kafka (core/discovery.py)
+      - match: 'shop[.].*'           # required: a regex over the whole topic name
+        exclude: ['shop[.]tmp[.].*'] # names this pattern does not take
+        include_internal: false      # let internal topics (_*, Connect's) match
+        routing: {mode: static, dataset: shop, table: "{topic}"}   # any topics[] key but
+                                     # name; {topic}: the name, dots as underscores
     allowed_destinations: [acme_sales.*, acme_web.page_views]
     event_time: {...}                # defaults for every topic's event_time, key by key
     on_bad_input: dead_letter        # default for every topic
@@ -26,7 +32,8 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
     retention: {...}
     notifications: {webhook_url: https://hooks.example/...}   # schema and table notices
 
-Rules worth knowing: ``event_time``, ``staging`` and ``on_bad_input`` at the top level are
+Rules worth knowing: a listed topic always wins over ``topic_patterns``; otherwise the first
+matching pattern does (core/discovery.py has every rule). ``event_time``, ``staging`` and ``on_bad_input`` at the top level are
 defaults a topic overrides key by key. A ``static`` route's table is implicitly allowed (it is
 declared right there); every other destination must match ``allowed_destinations``. Routing
 keys that the chosen mode does not read are errors, not silently ignored. Unknown keys are
@@ -39,7 +46,7 @@ import json
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import fastavro
 import yaml
@@ -65,6 +72,13 @@ from kbqe_dagster.core.config_sections import (
     jobs_per_table_per_day,
 )
 from kbqe_dagster.core.decoders import resolve_decoder
+from kbqe_dagster.core.discovery import (
+    TopicPattern,
+    internal_topics,
+    pattern_for,
+    read_topic_patterns,
+    resolve_topics,
+)
 from kbqe_dagster.core.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.event_time import EventTimeConfig
@@ -98,6 +112,7 @@ __all__ = [
     "RetentionSettings",
     "StagingSettings",
     "TopicConfig",
+    "TopicPattern",
     "jobs_per_table_per_day",
     "load_pipeline_config",
     "parse_pipeline_config",
@@ -108,7 +123,7 @@ log = logging.getLogger(__name__)
 
 CONFIG_VERSION = 1
 _TOP_KEYS = (
-    "version", "topics", "allowed_destinations", "event_time", "on_bad_input", "staging",
+    "version", "topics", "topic_patterns", "allowed_destinations", "event_time", "on_bad_input", "staging",
     "dead_letter", "enrichment", "load", "retention", "notifications",
 )  # fmt: skip
 _TOPIC_KEYS = (
@@ -145,6 +160,8 @@ class TopicConfig:
     """``format: decoder``: the user decoder ``"package.module:function"`` that turns each
     message into an Avro record and its schema (core/decoders.py); checked importable when
     the file is read."""
+    pattern: str | None = None
+    """The ``topic_patterns[].match`` that discovered this topic; None for a listed topic."""
 
     @property
     def required_fields(self) -> tuple[str, ...]:
@@ -157,7 +174,8 @@ class PipelineConfig:
     """The validated pipeline file."""
 
     topics: tuple[TopicConfig, ...]
-    """Source topics, in file order; at least one."""
+    """Source topics: the listed ones in file order, then (after :meth:`discover`) the topics
+    found in Kafka by ``topic_patterns``, by name. At least one topic or one pattern."""
     allowed_destinations: AllowList
     """Explicit ``allowed_destinations`` plus every static route's table. Default: empty."""
     dead_letter: DeadLetterDestination = field(default_factory=DeadLetterDestination)
@@ -174,6 +192,8 @@ class PipelineConfig:
     """Where the configuration was read from, for messages."""
     warnings: tuple[str, ...] = ()
     """Accepted but risky settings (also logged once when parsed)."""
+    topic_patterns: tuple[TopicPattern, ...] = ()
+    """Topics taken from Kafka by name pattern (core/discovery.py); listed topics win."""
 
     @property
     def topic_names(self) -> tuple[str, ...]:
@@ -187,15 +207,53 @@ class PipelineConfig:
             for t in self.topics if t.keyed and (d := t.routing.static_destination)
         )
 
+    def is_changelog_table(self, dataset: str, table: str) -> bool:
+        """Whether ``dataset.table`` is a keyed topic's changelog: of a topic of
+        :attr:`topics`, or of one a keyed pattern may take (a topic created since the
+        topics were discovered still gets its changelog clustered from its first load)."""
+        return (dataset, table) in self.changelog_tables or any(
+            p.makes_changelog(dataset, table) for p in self.topic_patterns)
+
     def topic(self, name: str) -> TopicConfig:
+        """The configuration of topic ``name``: listed or discovered, else resolved through
+        ``topic_patterns`` — so a stage run of a topic created after this configuration was
+        discovered still finds its settings."""
         for topic in self.topics:
             if topic.name == name:
                 return topic
-        raise ConfigError(f"{self.source}: topic {name!r} is not configured")
+        pattern = pattern_for(self.topic_patterns, name, name in internal_topics([name]))
+        if pattern is not None:
+            return pattern.topic_config(name)
+        patterns = " and matches no topic_patterns" if self.topic_patterns else ""
+        raise ConfigError(f"{self.source}: topic {name!r} is not configured{patterns}")
+
+    def discover(self, names: Iterable[str]) -> PipelineConfig:
+        """This configuration with the topics of ``names`` (the topics Kafka holds) that
+        ``topic_patterns`` take added to :attr:`topics`, and their static tables to the
+        allow-list (a pattern's static route is declared right there, like a listed one's).
+        Apply it to a configuration as parsed; without patterns it returns ``self``."""
+        if not self.topic_patterns:
+            return self
+        listed = tuple(t for t in self.topics if t.pattern is None)
+        topics = resolve_topics(listed, self.topic_patterns, names)
+        found = [(t, d) for t in topics
+                 if t.pattern is not None and (d := t.routing.static_destination)]
+        statics = tuple(f"{d.dataset}.{d.table}" for _, d in found)
+        # A keyed topic's loads go to its changelog table, declared with it (as in parsing).
+        statics += tuple(f"{d.dataset}.{changelog_table(d.table)}" for t, d in found if t.keyed)
+        allowed = AllowList(tuple(dict.fromkeys(self.allowed_destinations.patterns + statics)))
+        return replace(self, topics=topics, allowed_destinations=allowed)
 
     def router(self, topic: str) -> Router:
         """A router for ``topic`` (imports a routing function, so build once per task)."""
-        return Router(self.topic(topic).routing, self.allowed_destinations)
+        config = self.topic(topic)
+        allowed = self.allowed_destinations
+        static = config.routing.static_destination
+        if static is not None and not allowed.allows(static.dataset, static.table):
+            # A topic resolved through a pattern, not discovered yet: its static table is
+            # declared by the pattern, as discover() would have allowed it.
+            allowed = AllowList(allowed.patterns + (f"{static.dataset}.{static.table}",))
+        return Router(config.routing, allowed)
 
 
 def load_pipeline_config(path: str | Path) -> PipelineConfig:
@@ -235,7 +293,12 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
     dead_letter = _build(
         DeadLetterDestination(), top.get("dead_letter"), "dead_letter", DEAD_LETTER_SPEC, problems
     )
-    topics = _topics(top.get("topics"), defaults, allowed, dead_letter, problems)
+    patterns = read_topic_patterns(
+        top.get("topic_patterns"), _TOPIC_KEYS, dead_letter.dataset, problems,
+        build_topic=lambda section, path: _topic(section, path, defaults, allowed, problems),
+    )
+    topics = _topics(top.get("topics"), defaults, allowed, dead_letter, problems,
+                     required=not patterns and "topic_patterns" not in top)
     enrichment = _build(
         EnrichmentConfig(), top.get("enrichment"), "enrichment", ENRICHMENT_SPEC, problems
     )
@@ -278,6 +341,7 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         notifications=notifications,
         source=source,
         warnings=warnings,
+        topic_patterns=patterns,
     )
 
 
@@ -338,9 +402,11 @@ def _allow_list(top: Mapping[str, Any], problems: r.Problems) -> AllowList:
 
 def _topics(
     raw: Any, defaults: _TopicDefaults, allowed: AllowList, dead_letter: DeadLetterDestination,
-    problems: r.Problems,
+    problems: r.Problems, required: bool = True,
 ) -> tuple[TopicConfig, ...]:
-    if not isinstance(raw, list) or not raw:
+    if raw is None and not required:
+        return ()  # topic_patterns declare the topics
+    if not isinstance(raw, list) or (required and not raw):
         problems.add("topics", f"expected a list of at least one topic, got {r.describe(raw)}")
         return ()
     topics: list[TopicConfig] = []

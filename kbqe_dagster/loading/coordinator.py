@@ -366,7 +366,7 @@ class LoadCoordinator:
         )
 
     def _clustering(self, dataset: str, table: str) -> tuple[str, ...]:
-        if (dataset, table) not in self.config.changelog_tables:
+        if not self.config.is_changelog_table(dataset, table):
             return ()
         return (self.config.enrichment.partition_column, self.config.enrichment.offset_column)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka import KafkaReadError, KafkaSettings, discover_topics
 from kbqe_dagster.resources.staging_store import StagingStore
 from kbqe_dagster.staging.backlog import TopicBacklog, topic_backlog
 
@@ -33,6 +33,10 @@ def read_lag(
     redact: Callable[[object], str] = str,
 ) -> LagView:
     readable, unreadable = [], {}
+    try:
+        pipeline = discover_topics(pipeline, kafka)  # the topics patterns take, at this scrape
+    except KafkaReadError as error:
+        raise NoTopicReadable(redact(f"listing topics: {error}")) from error
     for topic in pipeline.topics:
         try:
             readable.append(

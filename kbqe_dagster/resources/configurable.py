@@ -75,7 +75,9 @@ class PipelineResource(dg.ConfigurableResource):
     Built by the definitions with ``content``, the file's text as it was parsed when the code
     location loaded: every sensor tick, op and check of one load of the definitions then sees
     the pipeline its assets, checks and schedules were built from. An edited file takes
-    effect when the code location is reloaded, all at once, never in the sensors first.
+    effect when the code location is reloaded, all at once, never in the sensors first. So
+    do the topics ``topic_patterns`` found in Kafka then (``discovered_topics``); the backlog
+    sensor alone also looks for new ones at every tick (defs/staging/sensors.py).
     Without ``content`` (a resource built by hand), the file is read at each ``load()``."""
 
     config_path: str = Field(description="Path of the pipeline YAML file.")
@@ -83,10 +85,17 @@ class PipelineResource(dg.ConfigurableResource):
         default=None,
         description="The file's text as parsed when the definitions loaded (see the class doc).",
     )
+    discovered_topics: list[str] | None = Field(
+        default=None,
+        description="The topics the file's topic_patterns took in Kafka when the definitions "
+        "loaded (core/discovery.py): load() returns them among the topics, as if listed.",
+    )
 
     def load(self):
         from kbqe_dagster.core.config import load_pipeline_config, parse_pipeline_text
 
         if self.content is not None:
-            return parse_pipeline_text(self.content, source=self.config_path)
-        return load_pipeline_config(self.config_path)
+            config = parse_pipeline_text(self.content, source=self.config_path)
+        else:
+            config = load_pipeline_config(self.config_path)
+        return config.discover(self.discovered_topics) if self.discovered_topics else config

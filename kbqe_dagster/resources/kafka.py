@@ -18,6 +18,7 @@ from typing import Iterator, Mapping, Protocol, Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from kbqe_dagster.core.config import PipelineConfig
 from kbqe_dagster.core.errors import KbqeError
 
 log = logging.getLogger(__name__)
@@ -111,6 +112,27 @@ def topic_partitions(settings: KafkaSettings, topic: str, timeout: float = 10.0)
     if info is None or info.error is not None:
         raise KafkaReadError(f"topic {topic!r} is not available: {info.error if info else 'missing'}")
     return sorted(info.partitions)
+
+
+def list_topic_names(settings: KafkaSettings, timeout: float = 10.0) -> frozenset[str]:
+    """The names of every topic of the cluster, in one metadata request (whatever their
+    number). A topic whose metadata carries an error (being created, leader not elected yet,
+    being deleted) is left out: it is found on the next call, once it can be read."""
+    admin = AdminClient(settings.config())
+    try:
+        meta = admin.list_topics(timeout=timeout)
+    except KafkaException as error:
+        raise KafkaReadError(f"listing the topics of {settings.bootstrap_servers}: {error}") from error
+    return frozenset(name for name, info in meta.topics.items() if info.error is None)
+
+
+def discover_topics(config: PipelineConfig, settings: KafkaSettings,
+                    timeout: float = 10.0) -> PipelineConfig:
+    """``config`` with the topics its ``topic_patterns`` take from the cluster's listing
+    (core/discovery.py). Without patterns, ``config`` itself and no request to Kafka."""
+    if not config.topic_patterns:
+        return config
+    return config.discover(list_topic_names(settings, timeout))
 
 
 def watermarks(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> list[PartitionWatermarks]:

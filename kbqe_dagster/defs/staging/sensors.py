@@ -1,6 +1,7 @@
 """Sensors of the stage side.
 
-``kafka_backlog_sensor`` observes every topic (end offsets, staged offsets, lag per
+``kafka_backlog_sensor`` observes every topic — listed, or found in Kafka by the pipeline's
+``topic_patterns`` at this tick (core/discovery.py) — (end offsets, staged offsets, lag per
 partition → observations on ``kafka/<topic>``) and launches a stage run for a topic whose
 backlog reaches ``max_messages_per_batch`` or whose oldest unstaged message is older than
 ``allowed_latency``. Its run key is the topic plus the offsets the run starts from, plus the
@@ -25,6 +26,7 @@ from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, STAGING_KEY, TOPI
 from kbqe_dagster.defs.staging.jobs import stage_job, stage_run_config
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
+from kbqe_dagster.resources.kafka import KafkaReadError, discover_topics
 from kbqe_dagster.staging.backlog import TopicBacklog, topic_backlog
 
 IN_FLIGHT = [
@@ -68,12 +70,22 @@ def kafka_backlog_sensor(
     staging: StagingResource,
 ) -> dg.SensorResult:
     """Observe Kafka lag per topic and launch stage runs when a topic's backlog or latency is due."""
-    config = pipeline.load()
+    # Patterns are resolved at every tick (one metadata request): a topic created in Kafka is
+    # staged from the next tick on, without a reload; one deleted is no longer polled.
+    config = discover_topics(pipeline.load(), kafka.settings())
     store = staging.store()
     now_ms = int(time.time() * 1000)
     observations, requests = [], []
     for topic in config.topics:
-        backlog = topic_backlog(store, kafka.settings(), topic.name, topic.staging.start_offset)
+        try:
+            backlog = topic_backlog(store, kafka.settings(), topic.name,
+                                    topic.staging.start_offset)
+        except KafkaReadError as error:
+            if topic.pattern is None:
+                raise  # a listed topic that cannot be read is an error to see at every tick
+            # Listed a moment ago, gone now (deleted): the next tick's listing drops it.
+            context.log.info("%s: skipped this tick: %s", topic.name, error)
+            continue
         observations.append(lag_observation(backlog))
         reason = stage_decision(config, backlog, now_ms)
         if reason is None:
