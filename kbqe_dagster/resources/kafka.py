@@ -152,6 +152,11 @@ class RangeReader:
         self.position = start
         self.finished = False  # a message at or past the end was seen
         self._eof = False
+        self.kafka_ts_max: int | None = None
+        """The largest Kafka timestamp (ms) among the last in-range message of each batch:
+        how far the range got on Kafka time, for completeness (core/completeness.py). One
+        look per batch, whichever stage path takes the batch, so both paths commit the same
+        value; exact for LogAppendTime (monotone), a lower bound for CreateTime."""
 
     @property
     def covered(self) -> int:
@@ -177,6 +182,7 @@ class RangeReader:
                                 self.end_exclusive)
                     break
                 self._eof = False
+                self._note_time(msgs)
                 yield msgs
                 if self._eof and not self.finished and self.position < self.end_exclusive:
                     self.position = _position(consumer, self.topic, self.partition, self.position)
@@ -207,6 +213,14 @@ class RangeReader:
             return False
         self.position = offset + 1
         return True
+
+    def _note_time(self, msgs: list[Message]) -> None:
+        for msg in reversed(msgs):
+            if msg.error() is None and self.position <= msg.offset() < self.end_exclusive:
+                ts_type, ts = msg.timestamp()
+                if ts_type != 0 and ts >= 0 and (self.kafka_ts_max is None or ts > self.kafka_ts_max):
+                    self.kafka_ts_max = ts
+                return
 
     def staged_through(self, offset: int) -> None:
         """A batch loop staged every message up to ``offset`` itself."""
