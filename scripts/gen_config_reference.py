@@ -14,7 +14,7 @@ import inspect
 import sys
 from pathlib import Path
 
-from kbqe_dagster.core import config_sections, enrichment, event_time, keyed, routing
+from kbqe_dagster.core import completeness, config_sections, enrichment, event_time, keyed, routing
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = REPO / "docs" / "configuration.md"
@@ -25,6 +25,7 @@ SECTIONS = [
     ("topics[].event_time  (defaults: top-level event_time)", event_time.EventTimeConfig),
     ("topics[].keyed  (a keyed destination: changelog, current state, history)", keyed.KeyedConfig),
     ("staging  (per topic: topics[].staging)", config_sections.StagingSettings),
+    ("completeness  (per topic: topics[].completeness)", completeness.CompletenessSettings),
     ("dead_letter", config_sections.DeadLetterDestination),
     ("enrichment", enrichment.EnrichmentConfig),
     ("load", config_sections.LoadSettings),

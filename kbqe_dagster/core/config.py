@@ -13,17 +13,19 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
         staging: {...}               # StagingSettings keys, overriding the pipeline's
         format: avro                 # avro | debezium (change events; needs keyed)
         keyed: {...}                 # KeyedConfig keys (core/keyed.py): a keyed destination
+        completeness: {...}          # CompletenessSettings keys, overriding the pipeline's
     allowed_destinations: [acme_sales.*, acme_web.page_views]
     event_time: {...}                # defaults for every topic's event_time, key by key
     on_bad_input: dead_letter        # default for every topic
     staging: {...}                   # StagingSettings for every topic
+    completeness: {basis: kafka_time, lateness: 5m}   # when a DAY partition is complete
     dead_letter: {dataset: kbqe_dead_letters, table: dead_letters}
     enrichment: {...}
     load: {...}
     retention: {...}
     notifications: {webhook_url: https://hooks.example/...}   # schema and table notices
 
-Rules worth knowing: ``event_time``, ``staging`` and ``on_bad_input`` at the top level are
+Rules worth knowing: ``event_time``, ``staging``, ``completeness`` and ``on_bad_input`` at the top level are
 defaults a topic overrides key by key. A ``static`` route's table is implicitly allowed (it is
 declared right there); every other destination must match ``allowed_destinations``. Routing
 keys that the chosen mode does not read are errors, not silently ignored. Unknown keys are
@@ -61,6 +63,7 @@ from kbqe_dagster.core.config_sections import (
     cadence_quota_verdict,
     jobs_per_table_per_day,
 )
+from kbqe_dagster.core.completeness import COMPLETENESS_SPEC, CompletenessSettings
 from kbqe_dagster.core.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.event_time import EventTimeConfig
@@ -103,10 +106,11 @@ log = logging.getLogger(__name__)
 CONFIG_VERSION = 1
 _TOP_KEYS = (
     "version", "topics", "allowed_destinations", "event_time", "on_bad_input", "staging",
-    "dead_letter", "enrichment", "load", "retention", "notifications",
+    "dead_letter", "enrichment", "load", "retention", "notifications", "completeness",
 )  # fmt: skip
 _TOPIC_KEYS = (
     "name", "format", "schema", "routing", "event_time", "on_bad_input", "staging", "keyed",
+    "completeness",
 )  # fmt: skip
 
 
@@ -131,6 +135,9 @@ class TopicConfig:
     optionally a history (see core/keyed.py); None for an append-only topic."""
     value_schema: Mapping[str, Any] | None = None
     """``format: json``: the Avro record schema its values are staged under (core/formats.py)."""
+    completeness: CompletenessSettings = field(default_factory=CompletenessSettings)
+    """When its partitions count as caught up to a day: the pipeline's ``completeness:`` with
+    this topic's overrides applied (core/completeness.py)."""
 
     @property
     def required_fields(self) -> tuple[str, ...]:
@@ -216,6 +223,10 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
             top, "on_bad_input", _POLICY, BadInputPolicy.DEAD_LETTER, problems
         ),
         staging=_build(StagingSettings(), top.get("staging"), "staging", STAGING_SPEC, problems),
+        completeness=_build(
+            CompletenessSettings(), top.get("completeness"), "completeness", COMPLETENESS_SPEC,
+            problems,
+        ),
         base_dir=Path(source).parent if source != "<config>" else None,
     )
     dead_letter = _build(
@@ -273,6 +284,7 @@ class _TopicDefaults:
     event_time: dict[str, Any]
     on_bad_input: BadInputPolicy
     staging: StagingSettings
+    completeness: CompletenessSettings = field(default_factory=CompletenessSettings)
     base_dir: Path | None = None
     """Where relative ``schema:`` file paths are read from: the pipeline file's folder."""
 
@@ -373,8 +385,12 @@ def _topic(
         problems.add(f"{path}.keyed", "not with format: json (keyed topics are avro or debezium)")
     if name is None or routing is None or event_time is None:
         return None
+    completeness = _build(
+        defaults.completeness, section.get("completeness"), f"{path}.completeness",
+        COMPLETENESS_SPEC, problems,
+    )
     return TopicConfig(name, routing, event_time, policy, staging, source_format, keyed,
-                       value_schema)
+                       value_schema, completeness)
 
 
 def _value_schema(
