@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -114,6 +114,46 @@ def watermarks(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> li
         return out
     finally:
         consumer.close()
+
+
+def watermarks_of(
+    settings: KafkaSettings, topics: Iterable[str], timeout: float = 10.0
+) -> dict[tuple[str, int], PartitionWatermarks]:
+    """Low and high watermarks of every partition of ``topics``, in a bounded number of broker
+    round trips whatever the number of partitions: one metadata request, then one ListOffsets
+    request per bound (earliest, latest) for all partitions together. The high watermark is
+    read ``read_committed``, as the stage reader reads. Topics Kafka does not know are
+    absent from the result."""
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import OffsetSpec
+
+    wanted = set(topics)
+    if not wanted:
+        return {}
+    admin = AdminClient(settings.config())
+    meta = admin.list_topics(timeout=timeout)
+    tps = [
+        TopicPartition(name, p)
+        for name, info in sorted(meta.topics.items())
+        if name in wanted and info.error is None
+        for p in sorted(info.partitions)
+    ]
+    if not tps:
+        return {}
+    bounds = {}
+    for which, spec in (("low", OffsetSpec.earliest()), ("high", OffsetSpec.latest())):
+        futures = admin.list_offsets(
+            {tp: spec for tp in tps}, isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=timeout,
+        )
+        try:
+            bounds[which] = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        except KafkaException as e:
+            raise KafkaReadError(f"listing {which} offsets of {', '.join(sorted(wanted))}: {e}") from e
+    return {
+        tp: PartitionWatermarks(tp[0], tp[1], bounds["low"][tp], bounds["high"][tp])
+        for tp in sorted(bounds["high"])
+    }
 
 
 def oldest_timestamp_ms(
