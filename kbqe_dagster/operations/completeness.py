@@ -23,6 +23,7 @@ of every topic whose files for it the staging area (or the kept state) has shown
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any, Callable, Iterable, Mapping
@@ -58,6 +59,7 @@ from kbqe_dagster.resources.staging_store import StagingStore
 log = logging.getLogger(__name__)
 
 STATE_NAME = "_kbqe/completeness.json"
+READ_THREADS = 16
 MAX_NEW_DAYS = 31
 """At most this many newly complete days are announced at once (a first evaluation announces
 only the newest)."""
@@ -133,6 +135,7 @@ def evaluate(
     chains = recover(listing.done)
     avro_ranges = _avro_ranges(listing)
     settings = {t.name: t.completeness for t in config.topics}
+    facts.prefetch(_ranges_to_read(feeding, marks, chains, avro_ranges, state))
     tables: dict[str, TableReport] = {}
     new_marks: dict[str, TableMark] = dict(state.tables)
     for name, topics in sorted(feeding.items()):
@@ -169,6 +172,29 @@ def evaluate(
     if write:
         _write(store, state, CompletenessState(new_marks))
     return CompletenessReport(observed_at, tables)
+
+
+def _ranges_to_read(
+    feeding: Mapping[str, set[str]], marks: Mapping[TopicPartition, Any],
+    chains: Mapping[TopicPartition, Any], avro_ranges: set[tuple[str, int, int, str]],
+    state: CompletenessState,
+) -> list[CommittedRange]:
+    """The committed ranges whose manifests the evaluation reads: each table's loaded prefix
+    past its kept mark (older ranges are summed up in the mark)."""
+    wanted: dict[tuple[str, int, int], CommittedRange] = {}
+    for name, topics in feeding.items():
+        kept = state.tables.get(name, TableMark())
+        for tp in marks:
+            chain = chains.get(tp)
+            if tp[0] not in topics or chain is None:
+                continue
+            mark = kept.partitions.get(tp)
+            for rng in chain.chain:
+                if (rng.topic, rng.partition, rng.first, name) in avro_ranges:
+                    break
+                if mark is None or rng.last >= mark.loaded_offset:
+                    wanted[(rng.topic, rng.partition, rng.first)] = rng
+    return list(wanted.values())
 
 
 def _newly_complete(before: date | None, now: date | None) -> tuple[date, ...]:
@@ -248,12 +274,22 @@ def _facts_of(
 
 
 class _FactsReader:
-    """One manifest read per committed range, shared by every table it feeds."""
+    """One manifest read per committed range, shared by every table it feeds; a first
+    evaluation of a large staging area reads them in a small thread pool (they are GETs)."""
 
     def __init__(self, store: StagingStore, dl_dataset: str, dl_table: str) -> None:
         self.store = store
         self.dead_letter = f"{dl_dataset}.{dl_table}"
         self._cache: dict[tuple[str, int, int], Manifest | None] = {}
+
+    def prefetch(self, ranges: list[CommittedRange]) -> None:
+        if not ranges:
+            return
+        self.manifest(ranges[0])  # builds the store's client before the threads
+        with ThreadPoolExecutor(max_workers=min(READ_THREADS, len(ranges))) as pool:
+            read = list(pool.map(lambda r: self._read(r.done[0]), ranges[1:]))
+        for rng, manifest in zip(ranges[1:], read):
+            self._cache[(rng.topic, rng.partition, rng.first)] = manifest
 
     def manifest(self, rng: CommittedRange) -> Manifest | None:
         key = (rng.topic, rng.partition, rng.first)
