@@ -129,6 +129,8 @@ def evaluate(
     feeding = _feeding(config, listing, state)
     if table is not None:
         feeding = {table: feeding.get(table, set())}
+    # The listing is read before the watermarks and ``now`` is taken before both: a position
+    # can only look older than it is, and a high watermark newer, never the other way round.
     marks = read_watermarks(sorted({t for topics in feeding.values() for t in topics}))
     observed_at = now
     facts = _FactsReader(store, config.dead_letter.dataset, config.dead_letter.table)
@@ -149,9 +151,11 @@ def evaluate(
             chain = chains.get(tp)
             ranges = chain.chain if chain is not None else ()
             mark = kept.partitions.get(tp)
-            rows = [
-                _facts_of(rng, name, avro_ranges, facts, mark) for rng in ranges
-            ]
+            rows = []
+            for rng in ranges:  # up to the first range not loaded: the rest cannot count yet
+                rows.append(_facts_of(rng, name, avro_ranges, facts, mark))
+                if rows[-1].has_files:
+                    break
             position = with_mark(loaded_position(rows, start=wm.low), mark)
             new_days.append(newly_loaded_days(position, mark))
             partition_marks[tp] = mark_of(position)

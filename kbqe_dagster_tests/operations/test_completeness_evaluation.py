@@ -75,3 +75,40 @@ def test_a_new_day_is_announced_once_even_when_several_complete_together(tmp_pat
     assert later.newly_complete == (date(2026, 11, 21), date(2026, 11, 22), date(2026, 11, 23))
     again = evaluate(config(), store, caught_up, NOW, write=True).tables["shop.orders"]
     assert again.newly_complete == ()
+
+
+def test_a_routed_topic_feeds_the_tables_its_files_name_and_is_remembered(tmp_path: Path):
+    from kbqe_dagster.core.commit import avro_file_name, plan_range_commit, range_marker
+    from kbqe_dagster.core.config import parse_pipeline_config
+    from kbqe_dagster.core.offsets import OffsetRange
+    from kbqe_dagster_tests.operations.completeness_area import NOW, ms
+
+    pipeline = parse_pipeline_config({
+        "topics": [{"name": "events", "event_time": {"fields": ["at"]}}],
+        "allowed_destinations": ["web.*"],
+    })
+    store = build(tmp_path)
+    rng = OffsetRange("events", 0, 0, 10)
+    clicks = avro_file_name(rng, "web", "clicks", 3)
+    dead = avro_file_name(rng, "kbqe_dead_letters", "dead_letters", 0)
+    plan = plan_range_commit(rng, [(clicks, 9), (dead, 1)], created_at=NOW,
+                             kafka_ts_max=ms("2026-11-24T05:00:00"))
+    for done in plan.done_files:
+        store.create_only(done.name, plan.content)
+    marks = watermarks({("events", 0): (0, 10)})
+
+    report = evaluate(pipeline, store, marks, NOW, write=True)
+    assert set(report.tables) == {"web.clicks", "shop.orders"}, "no dead-letter or marker table"
+    assert report.tables["web.clicks"].topics == ("events",)
+    assert report.tables["web.clicks"].verdict.newest_complete == date(2026, 11, 23)
+
+    # Retention leaves only a later range's marker: the table still has its feeder.
+    for done in plan.done_files:
+        store.delete(done.name)
+    marker = range_marker(OffsetRange("events", 0, 10, 20))
+    store.create_only(marker.name, plan_range_commit(
+        OffsetRange("events", 0, 10, 20), [], created_at=NOW).content)
+    again = evaluate(pipeline, store, watermarks({("events", 0): (0, 25)}), NOW)
+    assert again.tables["web.clicks"].topics == ("events",)
+    held = again.tables["web.clicks"].verdict.held_back_by
+    assert [(h.partition, h.behind_messages) for h in held] == [(0, 5)]
