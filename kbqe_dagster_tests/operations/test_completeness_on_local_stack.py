@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbqe_dagster.localstack.clients import local_bigquery_client
-from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
+from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.kafka import CLIENT_LOG
 from kbqe_dagster_tests.formats.test_json_stage import SCHEMA
 
@@ -62,6 +62,11 @@ def completeness_topic(local_stack, local_endpoints, tmp_path):
     admin.delete_topics([topic])
 
 
+def newest_expected():
+    """With every partition caught up: the day before today, 5 minutes (the lateness) ago."""
+    return (datetime.now(timezone.utc) - timedelta(minutes=5)).date() - timedelta(days=1)
+
+
 def produce(bootstrap: str, topic: str, partition: int, count: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
     now_ms = int(time.time() * 1000)
@@ -70,6 +75,28 @@ def produce(bootstrap: str, topic: str, partition: int, count: int) -> None:
                   "at": now_ms + i, "user": None}
         producer.produce(topic, json.dumps(record).encode(), partition=partition)
     assert producer.flush(30) == 0
+
+
+def sensor_tick(env: dict, endpoints) -> list:
+    """One ``completeness_sensor`` tick on the run's pipeline, staging area and Kafka."""
+    import dagster as dg
+
+    from kbqe_dagster.defs.completeness.sensors import completeness_sensor
+    from kbqe_dagster.resources.configurable import (
+        KafkaResource,
+        PipelineResource,
+        StagingResource,
+    )
+
+    resources = {
+        "pipeline": PipelineResource(config_path=env["KBQE_PIPELINE_CONFIG"]),
+        "kafka": KafkaResource(bootstrap_servers=endpoints.kafka_bootstrap),
+        "staging": StagingResource(url=env["KBQE_STAGING_URL"], gcs_endpoint=endpoints.gcs_url,
+                                   gcs_project=LOCAL_PROJECT),
+    }
+    with dg.instance_for_test() as instance:
+        result = completeness_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    return list(result.asset_events or [])
 
 
 def completeness(env: dict, table: str, gcs: str) -> dict:
@@ -89,12 +116,20 @@ def test_an_idle_partition_does_not_hold_a_day_back_and_a_lagging_one_does(compl
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
 
+    yesterday = newest_expected()
     after_run = completeness(env, table, endpoints.gcs_url)
-    yesterday = (datetime.now(timezone.utc) - timedelta(minutes=5)).date() - timedelta(days=1)
+    assert newest_expected() == yesterday, "the day turned during the test: run it again"
     assert after_run["partitioning"] == "day" and after_run["basis"] == "kafka_time"
     assert after_run["newest_complete"] == yesterday.isoformat()
     assert after_run["held_back_by"] == [] and after_run["late_after_complete"] == 0
     assert after_run["partitions"] == 3
+
+    # The Dagster side, in process against the same systems: the sensor declares yesterday.
+    events = sensor_tick(env, endpoints)
+    assert [(e.asset_key.path[-1], e.partition, e.passed) for e in events] == [
+        ("clicks", yesterday.isoformat(), True)
+    ]
+    assert sensor_tick(env, endpoints) == [], "declared once"
 
     produce(endpoints.kafka_bootstrap, topic, 1, 7)  # staged by nobody yet
     lagging = completeness(env, table, endpoints.gcs_url)
