@@ -32,15 +32,17 @@ from kbqe_dagster.core.commit import Manifest, is_marker, parse_manifest
 from kbqe_dagster.core.completeness import (
     DAY,
     CompletenessSettings,
-    CompletenessState,
-    PartitionMark,
     PartitionProgress,
     RangeFacts,
     TableCompleteness,
-    TableMark,
     decide,
-    late_records,
     loaded_position,
+)
+from kbqe_dagster.core.completeness_state import (
+    CompletenessState,
+    PartitionMark,
+    TableMark,
+    late_records,
     mark_of,
     merge_counts,
     newest_of,

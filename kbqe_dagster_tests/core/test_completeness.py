@@ -17,14 +17,16 @@ import pytest
 from kbqe_dagster.core.completeness import (
     Basis,
     CompletenessSettings,
-    CompletenessState,
-    PartitionMark,
     PartitionProgress,
     RangeFacts,
-    TableMark,
     decide,
-    late_records,
     loaded_position,
+)
+from kbqe_dagster.core.completeness_state import (
+    CompletenessState,
+    PartitionMark,
+    TableMark,
+    late_records,
     newly_loaded_days,
     parse_state,
     with_mark,
