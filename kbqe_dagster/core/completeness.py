@@ -20,6 +20,10 @@ observed at time ``t`` has nothing more to give before ``t``: ``reached(p)`` is 
 once ``t`` passes ``D + 1 day + lateness``. A partition that never held a message (high
 watermark 0) is idle from the start.
 
+**Nothing is known beyond the observation.** A partition's time is capped at the moment its
+high watermark was read: timestamps ahead of it (a producer's clock running fast, event dates
+in the future) never complete a day that has not ended plus its lateness.
+
 **Lagging partitions** hold the next day back and say by how much: messages (high watermark
 minus loaded position) and seconds (the time still missing to the threshold). Caught-up
 partitions are never listed: what they wait for is the clock, not data.
@@ -126,12 +130,14 @@ class PartitionProgress:
 
     @property
     def reached(self) -> datetime | None:
-        """How far this partition got on its basis: the data's time, and at least the time
-        the high watermark was observed once it is caught up (the idle rule)."""
-        data = self.kafka_time if self.settings.basis is Basis.KAFKA_TIME else self.event_time
+        """How far this partition got on its basis: the data's time, never past the moment
+        it was observed (a producer clock ahead, or event dates from the future, must not
+        complete a day that has not ended), and that moment itself once it is caught up
+        (the idle rule)."""
         if self.caught_up:
-            return self.observed_at if data is None else max(data, self.observed_at)
-        return data
+            return self.observed_at
+        data = self.kafka_time if self.settings.basis is Basis.KAFKA_TIME else self.event_time
+        return None if data is None else min(data, self.observed_at)
 
     @property
     def complete_until(self) -> datetime | None:

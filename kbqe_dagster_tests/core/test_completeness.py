@@ -46,7 +46,8 @@ def at(text: str) -> datetime:
 
 def oracle(progress: list[PartitionProgress]) -> date | None:
     """The newest day D in a wide window such that every partition has reached D + 1 day +
-    its lateness; None when no day qualifies."""
+    its lateness, where a partition has reached its data's time but nothing past the moment it
+    was observed, and that moment once caught up; None when no day qualifies."""
     if not progress:
         return None
     newest = None
@@ -56,9 +57,9 @@ def oracle(progress: list[PartitionProgress]) -> date | None:
         ok = True
         for p in progress:
             data = p.kafka_time if p.settings.basis is Basis.KAFKA_TIME else p.event_time
-            reached = data
+            reached = data if data is None or data <= p.observed_at else p.observed_at
             if p.loaded_offset >= p.high_watermark:  # the idle rule
-                reached = p.observed_at if data is None else max(data, p.observed_at)
+                reached = p.observed_at
             if reached is None or reached - p.settings.lateness < end:
                 ok = False
         if ok:
@@ -117,6 +118,14 @@ def test_event_time_of_a_lagging_partition_is_its_newest_loaded_event_date():
     assert verdict.held_back_by[0].behind_seconds == 3600.0
 
 
+def test_timestamps_from_the_future_never_complete_a_day_that_has_not_ended():
+    # A producer clock two days fast: its data claims 11-26, but it is 11-24 06:00.
+    fast = part(0, loaded=5, high=9, kafka=at("2026-11-26T06:00:00"))
+    verdict = decide("d.t", [fast])
+    assert verdict.newest_complete == date(2026, 11, 23) == oracle([fast])
+    assert verdict.held_back_by[0].behind_seconds == 18 * 3600  # 11-25 00:00 - 11-24 06:00
+
+
 def test_a_partition_that_never_held_a_message_is_idle_from_the_start():
     empty = part(3, loaded=0, high=0)
     assert decide("d.t", [empty]).newest_complete == date(2026, 11, 23)
@@ -155,7 +164,7 @@ def test_random_scenarios_agree_with_the_oracle(seed):
     for i in range(rnd.randint(1, 5)):
         high = rnd.randint(0, 100)
         loaded = rnd.choice([high, rnd.randint(0, high)])
-        stamp = lambda: rnd.choice([None, NOW - timedelta(minutes=rnd.randint(0, 6 * 1440))])  # noqa: E731
+        stamp = lambda: rnd.choice([None, NOW + timedelta(minutes=rnd.randint(-6 * 1440, 2 * 1440))])  # noqa: E731
         settings = CompletenessSettings(
             rnd.choice(list(Basis)), timedelta(minutes=rnd.choice([0, 5, 60, 600]))
         )
