@@ -80,6 +80,7 @@ def render_completeness(report: Any) -> str:
         held = ", ".join(
             f"{h.topic}[{h.partition}] {h.behind_messages} msg"
             + (f" / {render.age(h.behind_seconds)}" if h.behind_seconds is not None else "")
+            + f" ({h.waiting_for})"
             for h in v.held_back_by
         ) or ("-" if v.newest_complete else "no feeding partition known")
         rows.append([name, v.basis, str(v.newest_complete or "-"), held,

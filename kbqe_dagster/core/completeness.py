@@ -112,6 +112,9 @@ class PartitionProgress:
     kafka_time: datetime | None = None
     event_time: datetime | None = None
     settings: CompletenessSettings = field(default_factory=CompletenessSettings)
+    staged_offset: int | None = None
+    """The end of the partition's committed chain: how far staging got (None: not given).
+    Between it and ``loaded_offset`` the loads are behind; past it, staging is."""
 
     def __post_init__(self) -> None:
         for name in ("observed_at", "kafka_time", "event_time"):
@@ -161,11 +164,23 @@ class HeldBackBy:
     behind_seconds: float | None
     """Time still missing to the day's threshold on the partition's basis; None: unknown
     (nothing known of how far the partition got)."""
+    loaded_offset: int = 0
+    staged_offset: int | None = None
+    high_watermark: int = 0
+
+    @property
+    def waiting_for(self) -> str:
+        """What the first message not loaded waits for: ``load`` when it is staged (its file
+        waits for a load job, or is quarantined), ``stage`` when it is not staged yet."""
+        staged = self.staged_offset if self.staged_offset is not None else self.loaded_offset
+        return "load" if self.loaded_offset < staged else "stage"
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "topic": self.topic, "partition": self.partition,
             "behind_messages": self.behind_messages, "behind_seconds": self.behind_seconds,
+            "loaded_offset": self.loaded_offset, "staged_offset": self.staged_offset,
+            "high_watermark": self.high_watermark, "waiting_for": self.waiting_for,
         }
 
 
@@ -203,7 +218,8 @@ def decide(table: str, progress: Sequence[PartitionProgress]) -> TableCompletene
         newest = None
         next_day = _newest_day_ending_by(min(known)) + DAY if known else None
     held = tuple(
-        HeldBackBy(p.topic, p.partition, p.behind_messages, _behind_seconds(p, next_day))
+        HeldBackBy(p.topic, p.partition, p.behind_messages, _behind_seconds(p, next_day),
+                   p.loaded_offset, p.staged_offset, p.high_watermark)
         for p in sorted(progress, key=lambda p: (p.topic, p.partition))
         if not p.caught_up
         and (p.complete_until is None if next_day is None else p.holds_back(next_day))

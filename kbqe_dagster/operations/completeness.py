@@ -164,6 +164,7 @@ def evaluate(
             progress.append(PartitionProgress(
                 tp[0], tp[1], position.offset, wm.high, observed_at, position.kafka_time,
                 position.event_time, settings.get(tp[0], CompletenessSettings()),
+                staged_offset=chain.resume_offset if chain is not None else wm.low,
             ))
         verdict = decide(name, progress)
         late = merge_counts(

@@ -36,14 +36,15 @@ def test_json_is_one_document_per_table_with_the_newest_complete_day(run: Run, s
         "late_after_complete": 0,
     }
     assert table["held_back_by"] == [
-        {"topic": "orders", "partition": 1, "behind_messages": 20, "behind_seconds": 43500.0}
+        {"topic": "orders", "partition": 1, "behind_messages": 20, "behind_seconds": 43500.0,
+         "loaded_offset": 10, "staged_offset": 20, "high_watermark": 30, "waiting_for": "load"}
     ]
 
 
 def test_table_option_limits_the_report_and_text_names_the_holder(run: Run, staged):
     result = run("completeness", "--table", "shop.orders", *staged)
     assert result.code == 0, result.err
-    assert "2026-11-22" in result.out and "orders[1] 20 msg / 12h 5m" in result.out
+    assert "2026-11-22" in result.out and "orders[1] 20 msg / 12h 5m (load)" in result.out
 
 
 def test_day_option_exits_2_while_that_day_is_not_complete(run: Run, staged):

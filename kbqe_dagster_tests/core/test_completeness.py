@@ -90,6 +90,7 @@ def test_a_lagging_partition_holds_the_next_day_back_and_says_by_how_much():
     assert verdict.next_day == date(2026, 11, 22)
     (held,) = verdict.held_back_by
     assert (held.topic, held.partition, held.behind_messages) == ("t", 1, 30)
+    assert held.waiting_for == "stage"  # no staged offset given: nothing past 70 is staged
     # 2026-11-23T00:00 + 5 min lateness - 2026-11-22T23:00 = 65 minutes
     assert held.behind_seconds == 65 * 60
 

@@ -24,7 +24,8 @@ def test_the_lagging_partition_holds_the_day_back_and_the_idle_one_does_not(tmp_
     assert orders.verdict.newest_complete == date(2026, 11, 22)
     assert [h.as_dict() for h in orders.verdict.held_back_by] == [
         # loaded to 10 of 30, at Kafka time 11-23 12:00; needs 11-24 00:05
-        {"topic": "orders", "partition": 1, "behind_messages": 20, "behind_seconds": 43500.0}
+        {"topic": "orders", "partition": 1, "behind_messages": 20, "behind_seconds": 43500.0,
+         "loaded_offset": 10, "staged_offset": 20, "high_watermark": 30, "waiting_for": "load"}
     ]
     assert orders.verdict.basis == "mixed" and orders.topics == ("clicks", "orders")
     assert not any(f.name == STATE_NAME for f in store.list("_kbqe/")), "a report writes nothing"

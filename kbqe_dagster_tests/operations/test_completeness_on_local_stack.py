@@ -134,9 +134,8 @@ def test_an_idle_partition_does_not_hold_a_day_back_and_a_lagging_one_does(compl
     produce(endpoints.kafka_bootstrap, topic, 1, 7)  # staged by nobody yet
     lagging = completeness(env, table, endpoints.gcs_url)
     assert lagging["newest_complete"] == yesterday.isoformat()
-    assert [(h["topic"], h["partition"], h["behind_messages"]) for h in lagging["held_back_by"]] == [
-        (topic, 1, 7)
-    ]
+    assert [(h["topic"], h["partition"], h["behind_messages"], h["waiting_for"])
+            for h in lagging["held_back_by"]] == [(topic, 1, 7, "stage")]
     # Known seconds (not null) means the staged ranges' manifests carried the Kafka time they
     # reached: what partition 1 still needs for today is today's end + 5 min - that time.
     assert 0 < lagging["held_back_by"][0]["behind_seconds"] <= 86400 + 300
