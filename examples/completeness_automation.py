@@ -42,12 +42,16 @@ SELECT @day, COUNT(*), CURRENT_TIMESTAMP() FROM acme_sales.orders WHERE _event_d
     group_name="reports",
     kinds={"bigquery"},
 )
-def orders_daily(context: dg.AssetExecutionContext, bigquery: BigQueryResource) -> dg.MaterializeResult:
+def orders_daily(
+    context: dg.AssetExecutionContext, bigquery: BigQueryResource
+) -> dg.MaterializeResult:
     """Orders per event day, computed once the day is complete in `acme_sales.orders`."""
     day = context.partition_key
     job = bigquery.client().query(
         AGGREGATE,
-        job_config=bq.QueryJobConfig(query_parameters=[bq.ScalarQueryParameter("day", "DATE", day)]),
+        job_config=bq.QueryJobConfig(
+            query_parameters=[bq.ScalarQueryParameter("day", "DATE", day)]
+        ),
     )
     job.result()
     return dg.MaterializeResult(metadata={"day": day, "job_id": job.job_id})

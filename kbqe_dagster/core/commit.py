@@ -222,7 +222,9 @@ def _manifest_from(doc: Any) -> Manifest:
         dead_letters=_typed(doc["dead_letters"], int),
         skipped=_typed(doc["skipped"], int),
         created_at=_typed(doc["created_at"], str),
-        kafka_ts_max=_typed(doc["kafka_ts_max"], int) if doc.get("kafka_ts_max") is not None else None,
+        kafka_ts_max=(
+            _typed(doc["kafka_ts_max"], int) if doc.get("kafka_ts_max") is not None else None
+        ),
     )
 
 

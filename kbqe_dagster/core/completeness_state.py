@@ -29,7 +29,10 @@ def late_records(days: Mapping[str, int], complete_through: date | None) -> dict
     a day already declared complete (``complete_through`` or older)."""
     if complete_through is None:
         return {}
-    return {d: n for d, n in sorted(days.items()) if n and date.fromisoformat(d) <= complete_through}
+    return {
+        d: n for d, n in sorted(days.items())
+        if n and date.fromisoformat(d) <= complete_through
+    }
 
 
 @dataclass(frozen=True)

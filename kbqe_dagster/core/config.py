@@ -25,8 +25,8 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
     retention: {...}
     notifications: {webhook_url: https://hooks.example/...}   # schema and table notices
 
-Rules worth knowing: ``event_time``, ``staging``, ``completeness`` and ``on_bad_input`` at the top level are
-defaults a topic overrides key by key. A ``static`` route's table is implicitly allowed (it is
+Rules worth knowing: ``event_time``, ``staging``, ``completeness`` and ``on_bad_input`` at the
+top level are defaults a topic overrides key by key. A ``static`` route's table is implicitly allowed (it is
 declared right there); every other destination must match ``allowed_destinations``. Routing
 keys that the chosen mode does not read are errors, not silently ignored. Unknown keys are
 errors with a did-you-mean; all problems are reported together in one :class:`ConfigError`.

@@ -147,9 +147,13 @@ def watermarks_of(
             request_timeout=timeout,
         )
         try:
-            bounds[which] = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            bounds[which] = {
+                (tp.topic, tp.partition): f.result().offset for tp, f in futures.items()
+            }
         except KafkaException as e:
-            raise KafkaReadError(f"listing {which} offsets of {', '.join(sorted(wanted))}: {e}") from e
+            raise KafkaReadError(
+                f"listing {which} offsets of {', '.join(sorted(wanted))}: {e}"
+            ) from e
     return {
         tp: PartitionWatermarks(tp[0], tp[1], bounds["low"][tp], bounds["high"][tp])
         for tp in sorted(bounds["high"])
@@ -258,7 +262,8 @@ class RangeReader:
         for msg in reversed(msgs):
             if msg.error() is None and self.position <= msg.offset() < self.end_exclusive:
                 ts_type, ts = msg.timestamp()
-                if ts_type != 0 and ts >= 0 and (self.kafka_ts_max is None or ts > self.kafka_ts_max):
+                known = ts_type != 0 and ts >= 0
+                if known and (self.kafka_ts_max is None or ts > self.kafka_ts_max):
                     self.kafka_ts_max = ts
                 return
 

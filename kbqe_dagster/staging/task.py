@@ -328,7 +328,8 @@ class RangeStager:
         return int.from_bytes(value[1:5], "big") if value and len(value) >= 5 else None
 
     # --- commit -------------------------------------------------------------------------------
-    def commit(self, store: StagingStore, position: int, kafka_ts_max: int | None = None) -> RangeResult:
+    def commit(self, store: StagingStore, position: int,
+               kafka_ts_max: int | None = None) -> RangeResult:  # fmt: skip
         """Upload the files and commit ``[start, position)``; nothing when nothing was read.
         ``kafka_ts_max``: the Kafka time the read reached, recorded for completeness."""
         if position <= self.rng.start:

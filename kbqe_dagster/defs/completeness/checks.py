@@ -6,9 +6,9 @@ D's end plus the lateness (core/completeness.py). ``completeness_sensor`` report
 each day as it becomes complete, naming the partition's latest load as the materialization
 it judged. (Executed in a run, the check evaluates the run's partition now; Dagster 1.13
 cannot yet give a check-only run a partition key, so the sensor's reports are the way it is
-evaluated per day.) The evaluation carries the evidence as metadata; a failing one names the partitions
-holding the day back (severity WARN: an incomplete day is a state, not an error). Downstream
-assets automate on it (``defs/completeness/automation.py``,
+evaluated per day.) The evaluation carries the evidence as metadata; a failing one names the
+partitions holding the day back (severity WARN: an incomplete day is a state, not an error).
+Downstream assets automate on it (``defs/completeness/automation.py``,
 ``examples/completeness_automation.py``). A later load into a complete day (late events)
 is a new materialization of the partition, which Dagster shows as not checked since: the
 truth, and the late records are counted (``late_after_complete``).
@@ -94,7 +94,8 @@ def _checks_definition(specs: list[dg.AssetCheckSpec]) -> dg.AssetChecksDefiniti
         """Evaluate ``day_complete`` now for the run's partition (the newest day without one)."""
         settings = kafka.settings()
         report = evaluate(pipeline.load(), staging.store(),
-                          lambda topics: watermarks_of(settings, topics), datetime.now(timezone.utc))
+                          lambda topics: watermarks_of(settings, topics),
+                          datetime.now(timezone.utc))
         yield from results(context, report)
 
     return completeness_day_checks
