@@ -26,6 +26,8 @@ from kbqe_dagster.defs.bigquery.jobs import (
     poll_load_jobs_job,
 )
 from kbqe_dagster.defs.bigquery.schedules import load_schedules
+from kbqe_dagster.defs.completeness.checks import completeness_checks
+from kbqe_dagster.defs.completeness.sensors import completeness_sensor
 from kbqe_dagster.defs.kafka.assets import topic_specs
 from kbqe_dagster.defs.keyed.assets import keyed_specs
 from kbqe_dagster.defs.keyed.checks import keyed_checks
@@ -66,11 +68,12 @@ def build_definitions(config_path: str | None = None, env: str | None = None) ->
             *bigquery_specs(destinations),
             *keyed_specs(config),
         ],
-        asset_checks=[load_checks(destinations), *keyed_checks(config)],
+        asset_checks=[load_checks(destinations), *keyed_checks(config),
+                      *completeness_checks(destinations)],
         jobs=[stage_job, load_job, poll_load_jobs_job, done_file_retention_job, duplicate_check_job,
               merge_keyed_tables_job],
         schedules=[*load_schedules(config, duplicate_check_job), *keyed_schedules(config)],
-        sensors=[kafka_backlog_sensor, staging_observation_sensor],
+        sensors=[kafka_backlog_sensor, staging_observation_sensor, completeness_sensor],
         resources=resources,
     )
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from kbqe_dagster.core import (
+    completeness,
     config_sections,
     enrichment,
     event_time,
@@ -40,6 +41,7 @@ SECTIONS = [
     ("topics[].transforms[]  compute", transform_specs.ComputeField),
     ("topics[].transforms[]  function", transform_specs.FunctionTransform),
     ("staging  (per topic: topics[].staging)", config_sections.StagingSettings),
+    ("completeness  (per topic: topics[].completeness)", completeness.CompletenessSettings),
     ("dead_letter", config_sections.DeadLetterDestination),
     ("enrichment", enrichment.EnrichmentConfig),
     ("load", config_sections.LoadSettings),

@@ -7,7 +7,7 @@ manifest of the whole range::
 
     {"kbqe_manifest": 1, "topic": ..., "partition": ..., "first": ..., "last": ...,
      "files": [{"avro": name, "done": name, "records": n, "version": v, "days": {...}}, ...],
-     "dead_letters": n, "skipped": n, "created_at": iso-8601}
+     "dead_letters": n, "skipped": n, "created_at": iso-8601, "kafka_ts_max": ms}
 
 so the *first* done file that exists is the commit point: a crash between two done files
 leaves a committed range whose missing done files recovery creates from the manifest (roll
@@ -25,6 +25,12 @@ committed name after the file was loaded and deleted (a zombie) cannot get it lo
 Manifests written before versions were pinned, and the Scala project's empty done files, pin
 nothing: their files load by name, as before. The field is optional, so the manifest format
 stays version 1 and older readers ignore it.
+
+**Kafka time reached.** The optional ``kafka_ts_max`` (epoch ms) is the Kafka time the range
+reached (``resources.kafka.RangeReader.kafka_ts_max``), which completeness reads
+(``core/completeness.py``); with the per-file ``days`` it tells how far a partition got on
+both clocks. Manifests without it (older releases, markers of ranges that read nothing) and
+empty done files still parse: the time is then unknown.
 
 **Markers.** A range with no staged file at all (only offset gaps, or only skipped messages)
 still commits, so offsets advance: a done file with dataset ``_kbqe``, table ``range``, schema
@@ -137,6 +143,8 @@ class Manifest:
     dead_letters: int
     skipped: int
     created_at: str
+    kafka_ts_max: int | None = None
+    """The Kafka time (epoch ms) the range reached; None: not recorded."""
 
     @property
     def records(self) -> int:
@@ -154,6 +162,8 @@ class Manifest:
             "skipped": self.skipped,
             "created_at": self.created_at,
         }
+        if self.kafka_ts_max is not None:
+            doc["kafka_ts_max"] = self.kafka_ts_max
         return (json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
@@ -212,6 +222,9 @@ def _manifest_from(doc: Any) -> Manifest:
         dead_letters=_typed(doc["dead_letters"], int),
         skipped=_typed(doc["skipped"], int),
         created_at=_typed(doc["created_at"], str),
+        kafka_ts_max=(
+            _typed(doc["kafka_ts_max"], int) if doc.get("kafka_ts_max") is not None else None
+        ),
     )
 
 
@@ -262,10 +275,12 @@ def plan_range_commit(
     created_at: datetime,
     days: Mapping[str, Mapping[str, int]] | None = None,
     versions: Mapping[str, str] | None = None,
+    kafka_ts_max: int | None = None,
 ) -> RangeCommit:
     """The commit of ``rng`` given its avro files and their record counts (``days``: avro
     name → event date → records, optional; ``versions``: avro name → the store's version of
-    the uploaded object, pinned by the commit).
+    the uploaded object, pinned by the commit; ``kafka_ts_max``: the Kafka time the range
+    reached, epoch ms).
 
     With no staged file, the range commits through its range marker.
     """
@@ -289,7 +304,7 @@ def plan_range_commit(
     done_files = tuple(avro.done(rng.last) for avro, _ in sorted(staged)) or (range_marker(rng),)
     manifest = Manifest(
         rng.topic, rng.partition, rng.start, rng.last, files, dead_letters, skipped,
-        created_at.isoformat(),
+        created_at.isoformat(), kafka_ts_max,
     )
     return RangeCommit(manifest, manifest.encode(), done_files)
 

@@ -16,6 +16,7 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
                                      # decoder (with decoder: "package.module:function")
         keyed: {...}                 # KeyedConfig keys (core/keyed.py): a keyed destination
         transforms: [...]            # per-record transforms (core/transform_specs.py)
+        completeness: {...}          # CompletenessSettings keys, overriding the pipeline's
     topic_patterns:                  # topics discovered in Kafka (core/discovery.py)
       - match: 'shop[.].*'           # required: a regex over the whole topic name
         exclude: ['shop[.]tmp[.].*'] # names this pattern does not take
@@ -26,6 +27,7 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
     event_time: {...}                # defaults for every topic's event_time, key by key
     on_bad_input: dead_letter        # default for every topic
     staging: {...}                   # StagingSettings for every topic
+    completeness: {basis: kafka_time, lateness: 5m}   # when a DAY partition is complete
     dead_letter: {dataset: kbqe_dead_letters, table: dead_letters}
     enrichment: {...}
     load: {...}
@@ -33,8 +35,9 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
     notifications: {webhook_url: https://hooks.example/...}   # schema and table notices
 
 Rules worth knowing: a listed topic always wins over ``topic_patterns``; otherwise the first
-matching pattern does (core/discovery.py has every rule). ``event_time``, ``staging`` and ``on_bad_input`` at the top level are
-defaults a topic overrides key by key. A ``static`` route's table is implicitly allowed (it is
+matching pattern does (core/discovery.py has every rule). ``event_time``, ``staging``,
+``completeness`` and ``on_bad_input`` at the top level are defaults a topic overrides key by
+key. A ``static`` route's table is implicitly allowed (it is
 declared right there); every other destination must match ``allowed_destinations``. Routing
 keys that the chosen mode does not read are errors, not silently ignored. Unknown keys are
 errors with a did-you-mean; all problems are reported together in one :class:`ConfigError`.
@@ -71,6 +74,7 @@ from kbqe_dagster.core.config_sections import (
     cadence_quota_verdict,
     jobs_per_table_per_day,
 )
+from kbqe_dagster.core.completeness import COMPLETENESS_SPEC, CompletenessSettings
 from kbqe_dagster.core.decoders import resolve_decoder
 from kbqe_dagster.core.discovery import (
     TopicPattern,
@@ -123,12 +127,12 @@ log = logging.getLogger(__name__)
 
 CONFIG_VERSION = 1
 _TOP_KEYS = (
-    "version", "topics", "topic_patterns", "allowed_destinations", "event_time", "on_bad_input", "staging",
-    "dead_letter", "enrichment", "load", "retention", "notifications",
+    "version", "topics", "topic_patterns", "allowed_destinations", "event_time", "on_bad_input",
+    "staging", "dead_letter", "enrichment", "load", "retention", "notifications", "completeness",
 )  # fmt: skip
 _TOPIC_KEYS = (
     "name", "format", "schema", "decoder", "routing", "event_time", "on_bad_input", "staging",
-    "keyed", "transforms",
+    "keyed", "transforms", "completeness",
 )  # fmt: skip
 
 
@@ -162,6 +166,9 @@ class TopicConfig:
     the file is read."""
     pattern: str | None = None
     """The ``topic_patterns[].match`` that discovered this topic; None for a listed topic."""
+    completeness: CompletenessSettings = field(default_factory=CompletenessSettings)
+    """When its partitions count as caught up to a day: the pipeline's ``completeness:`` with
+    this topic's overrides applied (core/completeness.py)."""
 
     @property
     def required_fields(self) -> tuple[str, ...]:
@@ -288,6 +295,10 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
             top, "on_bad_input", _POLICY, BadInputPolicy.DEAD_LETTER, problems
         ),
         staging=_build(StagingSettings(), top.get("staging"), "staging", STAGING_SPEC, problems),
+        completeness=_build(
+            CompletenessSettings(), top.get("completeness"), "completeness", COMPLETENESS_SPEC,
+            problems,
+        ),
         base_dir=Path(source).parent if source != "<config>" else None,
     )
     dead_letter = _build(
@@ -351,6 +362,7 @@ class _TopicDefaults:
     event_time: dict[str, Any]
     on_bad_input: BadInputPolicy
     staging: StagingSettings
+    completeness: CompletenessSettings = field(default_factory=CompletenessSettings)
     base_dir: Path | None = None
     """Where relative ``schema:`` file paths are read from: the pipeline file's folder."""
 
@@ -462,8 +474,13 @@ def _topic(
             problems.add(f"{path}.transforms{where}", message)
     if name is None or routing is None or event_time is None:
         return None
+    completeness = _build(
+        defaults.completeness, section.get("completeness"), f"{path}.completeness",
+        COMPLETENESS_SPEC, problems,
+    )
     return TopicConfig(name, routing, event_time, policy, staging, source_format, keyed,
-                       value_schema, transforms=transforms, decoder=decoder)
+                       value_schema, transforms=transforms, decoder=decoder,
+                       completeness=completeness)
 
 
 def _decoder(

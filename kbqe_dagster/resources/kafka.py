@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Protocol, Sequence
+from typing import Iterable, Iterator, Mapping, Protocol, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -148,6 +148,50 @@ def watermarks(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> li
         consumer.close()
 
 
+def watermarks_of(
+    settings: KafkaSettings, topics: Iterable[str], timeout: float = 10.0
+) -> dict[tuple[str, int], PartitionWatermarks]:
+    """Low and high watermarks of every partition of ``topics``, in a bounded number of broker
+    round trips whatever the number of partitions: one metadata request, then one ListOffsets
+    request per bound (earliest, latest) for all partitions together. The high watermark is
+    read ``read_committed``, as the stage reader reads. Topics Kafka does not know are
+    absent from the result."""
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import OffsetSpec
+
+    wanted = set(topics)
+    if not wanted:
+        return {}
+    admin = AdminClient(settings.config())
+    meta = admin.list_topics(timeout=timeout)
+    tps = [
+        TopicPartition(name, p)
+        for name, info in sorted(meta.topics.items())
+        if name in wanted and info.error is None
+        for p in sorted(info.partitions)
+    ]
+    if not tps:
+        return {}
+    bounds = {}
+    for which, spec in (("low", OffsetSpec.earliest()), ("high", OffsetSpec.latest())):
+        futures = admin.list_offsets(
+            {tp: spec for tp in tps}, isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=timeout,
+        )
+        try:
+            bounds[which] = {
+                (tp.topic, tp.partition): f.result().offset for tp, f in futures.items()
+            }
+        except KafkaException as e:
+            raise KafkaReadError(
+                f"listing {which} offsets of {', '.join(sorted(wanted))}: {e}"
+            ) from e
+    return {
+        tp: PartitionWatermarks(tp[0], tp[1], bounds["low"][tp], bounds["high"][tp])
+        for tp in sorted(bounds["high"])
+    }
+
+
 def oldest_timestamp_ms(
     settings: KafkaSettings, topic: str, partition: int, offset: int, timeout: float = 5.0
 ) -> int | None:
@@ -184,6 +228,11 @@ class RangeReader:
         self.position = start
         self.finished = False  # a message at or past the end was seen
         self._eof = False
+        self.kafka_ts_max: int | None = None
+        """The largest Kafka timestamp (ms) among the last in-range message of each batch:
+        how far the range got on Kafka time, for completeness (core/completeness.py). One
+        look per batch, whichever stage path takes the batch, so both paths commit the same
+        value; exact for LogAppendTime (monotone), a lower bound for CreateTime."""
 
     @property
     def covered(self) -> int:
@@ -214,6 +263,7 @@ class RangeReader:
                     break
                 waiting_since = time.monotonic()
                 self._eof = False
+                self._note_time(msgs)
                 yield msgs
                 if self._eof and not self.finished and self.position < self.end_exclusive:
                     self.position = source.position(self.position)
@@ -248,6 +298,15 @@ class RangeReader:
             return False
         self.position = offset + 1
         return True
+
+    def _note_time(self, msgs: list[Message]) -> None:
+        for msg in reversed(msgs):
+            if msg.error() is None and self.position <= msg.offset() < self.end_exclusive:
+                ts_type, ts = msg.timestamp()
+                known = ts_type != 0 and ts >= 0
+                if known and (self.kafka_ts_max is None or ts > self.kafka_ts_max):
+                    self.kafka_ts_max = ts
+                return
 
     def staged_through(self, offset: int) -> None:
         """A batch loop staged every message up to ``offset`` itself."""

@@ -333,8 +333,10 @@ class RangeStager:
         return int.from_bytes(value[1:5], "big") if value and len(value) >= 5 else None
 
     # --- commit -------------------------------------------------------------------------------
-    def commit(self, store: StagingStore, position: int) -> RangeResult:
-        """Upload the files and commit ``[start, position)``; nothing when nothing was read."""
+    def commit(self, store: StagingStore, position: int,
+               kafka_ts_max: int | None = None) -> RangeResult:  # fmt: skip
+        """Upload the files and commit ``[start, position)``; nothing when nothing was read.
+        ``kafka_ts_max``: the Kafka time the read reached, recorded for completeness."""
         if position <= self.rng.start:
             self._discard()
             return self._result(None, (), {})
@@ -367,6 +369,7 @@ class RangeStager:
             created_at=self.staged_at,
             days={f.name.name: f.iso_days() for f in self.files.values()},
             versions=versions,
+            kafka_ts_max=kafka_ts_max,
         )
         conflict = False
         for done in commit.done_files:
@@ -489,7 +492,7 @@ def stage_range(ctx: StageContext, rng: OffsetRange) -> RangeResult:
         native = NativeStaging.for_stager(stager)
         reader = _range_reader(ctx, rng, native is not None)
         stage_messages(stager, reader, native)
-        result = stager.commit(ctx.staging.open(), reader.covered)
+        result = stager.commit(ctx.staging.open(), reader.covered, reader.kafka_ts_max)
         log.info("%s: %d message(s), %d record(s), %d file(s) in %.1fs (%s stage path, %s reader)",
                  rng, result.messages, result.records, len(result.files),
                  time.monotonic() - started, NATIVE if native else PYTHON,

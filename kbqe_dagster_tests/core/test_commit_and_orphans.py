@@ -274,3 +274,16 @@ def test_a_version_that_is_not_a_string_is_a_damaged_manifest() -> None:
 )
 def test_only_the_pinned_version_of_a_committed_name_loads(pinned, current, loads) -> None:
     assert is_pinned(pinned, current) is loads
+
+
+def test_the_manifest_records_the_kafka_time_its_range_reached() -> None:
+    commit = plan_range_commit(RNG, [], created_at=NOW, kafka_ts_max=1_726_238_205_123)
+    assert json.loads(commit.content)["kafka_ts_max"] == 1_726_238_205_123
+    parsed = parse_manifest(commit.content, commit.done_files[0].name)
+    assert parsed is not None and parsed.kafka_ts_max == 1_726_238_205_123
+
+
+def test_a_manifest_without_the_kafka_time_stays_as_it_was_and_still_parses() -> None:
+    commit = commit_of(("orders", 5))
+    assert "kafka_ts_max" not in json.loads(commit.content)
+    assert parse_manifest(commit.content, commit.done_files[0].name).kafka_ts_max is None

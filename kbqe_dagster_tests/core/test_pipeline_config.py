@@ -452,3 +452,19 @@ def test_parsed_config_survives_pickling_to_spark_executors() -> None:
     copy = pickle.loads(pickle.dumps(config))
     assert copy == config
     assert copy.allowed_destinations.allows("acme_web", "page_views")
+
+
+def test_completeness_defaults_to_kafka_time_and_topics_override_it_key_by_key() -> None:
+    from kbqe_dagster.core.completeness import Basis
+
+    assert (_parse().topics[0].completeness.basis, _parse().topics[0].completeness.lateness) == (
+        Basis.KAFKA_TIME, timedelta(minutes=5),
+    )
+
+    def change(raw: dict[str, Any]) -> None:
+        raw["completeness"] = {"lateness": "1h"}
+        raw["topics"][0]["completeness"] = {"basis": "event_time"}
+
+    settings = _parse(change).topics[0].completeness
+    assert (settings.basis, settings.lateness) == (Basis.EVENT_TIME, timedelta(hours=1))
+    assert "completeness.basis" in _problems(_set("completeness", {"basis": "wall_clock"}))
