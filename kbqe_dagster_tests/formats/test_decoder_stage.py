@@ -352,3 +352,22 @@ def test_the_example_pipeline_file_is_valid() -> None:
     assert config.topics[0].decoder == FIX
     assert config.allowed_destinations.allows("fix", "new_order_single")
     assert config.allowed_destinations.allows("fix", "execution_report")
+
+
+def test_transforms_apply_to_decoded_records_after_the_decoders_own_check(tmp_path: Path) -> None:
+    """A decoder topic with ``transforms``: the decoder's record is checked against its own
+    schema first (``decoder_schema_mismatch``), then transformed and staged under the derived
+    schema's id."""
+    config = pipeline(f"{HERE}:echo", transforms=[
+        {"compute": "shout", "expression": "upper(text)", "type": "string"},
+        {"drop": "headers"}])
+    result, store = stage(tmp_path, [b"orders hello", b"orders bye"], config)
+    assert (result.records, result.dead_letters) == (2, {})
+    [name] = [n for n, _ in result.files]
+    assert parse_name(name).key.schema_id != declared_schema_id(ECHO)
+    rows = records(store, name)
+    assert [(r["text"], r["shout"], "headers" in r) for r in rows] == [
+        ("hello", "HELLO", False), ("bye", "BYE", False)]
+    bad, bad_store = stage(tmp_path / "bad", [b"wrong_type"], pipeline(f"{HERE}:misbehaving", transforms=[
+        {"drop": "where"}]))
+    assert bad.dead_letters == {"decoder_schema_mismatch": 1}

@@ -205,3 +205,21 @@ def test_json_schema_topic_mistakes_are_config_errors(topic, expected) -> None:
     with pytest.raises(ConfigError) as caught:
         pipeline(**topic)
     assert expected in str(caught.value)
+
+
+def test_transforms_apply_to_the_records_a_json_schema_derives(tmp_path: Path) -> None:
+    """With ``transforms``, the Avro form of each value takes the shared transform step: the
+    files carry the derived schema's own id, and a value a transform cannot take is
+    dead-lettered as ``transform_failed``."""
+    transforms = [{"compute": "line_count", "expression": "len(lines)", "type": "long"},
+                  {"drop": "lines"}, {"rename": "id", "to": "order_id"}]
+    result, store, _ = stage(tmp_path, [
+        framed("v1", GOOD), framed("v1", {**GOOD, "id": 2, "lines": []}),
+        framed("v1", {key: v for key, v in GOOD.items() if key != "lines"})],
+        routing={"mode": "static", "dataset": "shop", "table": "orders"}, transforms=transforms)
+    assert result.records == 2 and result.dead_letters == {"transform_failed": 1}
+    [name] = [n for n, _ in result.files if ".shop.orders." in n]
+    assert parse_name(name).key.schema_id not in IDS.values()  # the derived schema's id
+    first, second = records(store, name)
+    assert (first["order_id"], first["line_count"], "lines" in first) == (1, 1, False)
+    assert (second["order_id"], second["line_count"]) == (2, 0)
