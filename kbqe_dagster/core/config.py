@@ -234,6 +234,17 @@ class PipelineConfig:
         patterns = " and matches no topic_patterns" if self.topic_patterns else ""
         raise ConfigError(f"{self.source}: topic {name!r} is not configured{patterns}")
 
+    def key_path(self, name: str) -> str:
+        """Where topic ``name``'s settings are in the file, for messages: ``topics[i]`` for a
+        listed topic, ``topic_patterns[j]`` for one a pattern takes (discovered or not)."""
+        for i, topic in enumerate(self.topics):
+            if topic.name == name and topic.pattern is None:
+                return f"topics[{i}]"
+        pattern = pattern_for(self.topic_patterns, name, name in internal_topics([name]))
+        if pattern is not None:
+            return f"topic_patterns[{pattern.index}]"
+        raise ConfigError(f"{self.source}: topic {name!r} is not configured")
+
     def discover(self, names: Iterable[str]) -> PipelineConfig:
         """This configuration with the topics of ``names`` (the topics Kafka holds) that
         ``topic_patterns`` take added to :attr:`topics`, and their static tables to the

@@ -77,10 +77,10 @@ class TransformingStager(RangeStager):
 
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         super().__init__(ctx, rng, workdir)
-        index = next(i for i, t in enumerate(self.pipeline.topics) if t.name == self.topic.name)
         self.transforms = self.topic.transforms
         # Read once per task, where it runs; a missing key stops the range (ConfigError).
-        self.hmac_keys = hmac_keys(self.transforms, os.environ, f"topics[{index}].transforms")
+        where = self.pipeline.key_path(self.topic.name)
+        self.hmac_keys = hmac_keys(self.transforms, os.environ, f"{where}.transforms")
         self.staged_schemas: dict[Hashable, StagedSchema | BadInputError] = {}
         self.wanted = self.topic.required_fields
 

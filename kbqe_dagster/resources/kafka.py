@@ -141,11 +141,33 @@ def watermarks(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> li
     try:
         out = []
         for p in topic_partitions(settings, topic, timeout):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            low, high = _watermark_offsets(consumer, TopicPartition(topic, p), timeout)
             out.append(PartitionWatermarks(topic, p, low, high))
         return out
     finally:
         consumer.close()
+
+
+# A partition's leadership moves in a broker restart or a rolling upgrade: for a few seconds
+# the broker answers "not leader" (or the leader is unknown). Those answers are retried until
+# the call's timeout, so a stage run or sensor tick at that moment waits instead of failing.
+_LEADERSHIP_MOVING = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._WAIT_COORD,
+})
+
+
+def _watermark_offsets(consumer: Consumer, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=max(0.5, deadline - time.monotonic()))
+        except KafkaException as error:
+            code = error.args[0].code() if error.args else None
+            if code not in _LEADERSHIP_MOVING or time.monotonic() + 0.5 > deadline:
+                raise
+            log.info("%s[%d]: %s; asking again", tp.topic, tp.partition, error.args[0].str())
+            time.sleep(0.5)
 
 
 def watermarks_of(

@@ -252,3 +252,21 @@ def test_the_load_side_recognises_a_keyed_patterns_changelogs_before_discovery(
 ) -> None:
     assert pipeline(CDC).is_changelog_table("inventory", table) is changelog
     assert not pipeline(CDC).is_changelog_table("elsewhere", table)
+
+
+def test_a_topics_key_path_names_its_entry_listed_or_pattern() -> None:
+    config = parse_pipeline_config({
+        "version": 1,
+        "topics": [{"name": "shop.orders", "routing": {"mode": "static", "dataset": "shop", "table": "o"},
+                    "event_time": {"kafka_timestamp_fallback": True}}],
+        "topic_patterns": [
+            {"match": "x[.].*", "routing": {"mode": "static", "dataset": "x", "table": "{topic}"},
+             "event_time": {"kafka_timestamp_fallback": True}},
+            {"match": "shop[.].*", "routing": {"mode": "static", "dataset": "shop", "table": "{topic}"},
+             "event_time": {"kafka_timestamp_fallback": True}}],
+    }, source="test")  # fmt: skip
+    assert config.key_path("shop.orders") == "topics[0]"
+    assert config.key_path("shop.refunds") == "topic_patterns[1]"
+    assert config.discover(["shop.refunds"]).key_path("shop.refunds") == "topic_patterns[1]"
+    with pytest.raises(ConfigError, match="'other' is not configured"):
+        config.key_path("other")
