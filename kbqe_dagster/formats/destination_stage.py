@@ -5,10 +5,11 @@ are core/destinations.py's).
 its topic has destinations, so every record-producing stager (Avro with the decoding stager,
 ``json``, ``json_schema``, ``decoder``) gets it the same way. Per input schema, once: the
 topic's transforms, then per destination its transforms and projection, its output schema's
-file schema and declared-schema id. Per message: the topic's transforms once, then one
-placement per destination (its transforms, routing by its own :class:`Router`, event date,
-enrichment prefix, encoded projected body); only when every placement is built are they all
-appended. A failure of any destination raises the bad input of the whole message, naming the
+file schema and declared-schema id (a destination whose ``schema_names`` leave the schema
+out has no branch for it). Per message: the topic's transforms once, then one placement per
+destination that takes the record (``when``; its transforms, routing by its own
+:class:`Router`, event date, enrichment prefix, encoded projected body); only when every
+placement is built are they all appended. A message no destination takes is ``unroutable``. A failure of any destination raises the bad input of the whole message, naming the
 destination, before anything of it is appended: one row per message per destination, or one
 dead letter.
 """
@@ -55,7 +56,8 @@ class _Fanned:
     """One input schema: the topic's transforms over it, and every destination's branch."""
 
     top: Compiled | None
-    branches: tuple[_Branch, ...]
+    branches: tuple[_Branch | None, ...]
+    """Per destination; None where its ``schema_names`` leave this schema out."""
 
 
 @dataclass(frozen=True)
@@ -101,10 +103,16 @@ class DestinationFanOut:
             record = fanned.top.apply(record, meta)
         placements = []
         for k, branch in enumerate(fanned.branches):
+            if branch is None:
+                continue
             try:
-                placements.append(self._placement(k, branch, msg, record, meta))
+                if branch.compiled.takes(record):
+                    placements.append(self._placement(k, branch, msg, record, meta))
             except BadInputError as error:
                 raise type(error)(f"{self.labels[k]}: {error}") from None
+        if not placements:
+            raise UnroutableError("no destination takes this record (each destination's "
+                                  "when is false)")
         seen: dict[Destination, int] = {}
         for k, placement in enumerate(placements):
             other = seen.setdefault(placement.destination, k)
@@ -157,8 +165,12 @@ class DestinationFanOut:
         if stager.transforms:
             top = compile_transforms(stager.transforms, schema, stager.hmac_keys)
             base = top.output_schema
-        branches = []
+        branches: list[_Branch | None] = []
+        name = record_full_name(schema)
         for k, destination in enumerate(self.destinations):
+            if not destination.takes_schema(name):
+                branches.append(None)
+                continue
             try:
                 compiled = compile_destination(destination, base, self.hmac_keys[k])
                 output = compiled.output_schema
@@ -171,4 +183,7 @@ class DestinationFanOut:
                 schema_id if unchanged else declared_schema_id(output),
                 record_full_name(output),
             ))
+        if not any(branches):
+            raise UnroutableError(f"no destination takes records of schema {name} (their "
+                                  "schema_names)")
         return _Fanned(top, tuple(branches))

@@ -136,3 +136,37 @@ def test_a_destination_compiles_its_transforms_then_projects_in_the_listed_order
     assert whole.output_schema == SCHEMA and whole.project(record) is record
     with pytest.raises(TransformSchemaError, match=r"fields\[1\] 'qty': not a field"):
         project_schema(SCHEMA, ("symbol", "qty"))
+
+
+def test_a_destination_may_take_only_some_schemas_and_records() -> None:
+    fills = {**FILLS, "schema_names": ["fix.Exec"], "when": 'venue != "DARK"'}
+    [topic] = parse([EXECUTIONS, fills]).topics
+    destination = topic.destinations[1]
+    assert destination.schema_names == ("fix.Exec",) and destination.when == 'venue != "DARK"'
+    assert destination.takes_schema("fix.Exec") and not destination.takes_schema("fix.Order")
+    assert topic.destinations[0].takes_schema("anything")
+    compiled = compile_destination(destination, SCHEMA)
+    assert compiled.takes({"venue": "XPAR"}) and not compiled.takes({"venue": "DARK"})
+
+
+@pytest.mark.parametrize(
+    ("destination", "expected"),
+    [
+        ({**EXECUTIONS, "schema_names": []},
+         "topics[0].destinations[0].schema_names: expected at least one entry, got an empty list"),
+        ({**EXECUTIONS, "when": "venue =="},
+         "topics[0].destinations[0].when: not a valid expression: invalid syntax"),
+    ],
+)
+def test_filter_mistakes_are_reported_at_their_key_paths(destination, expected) -> None:
+    assert expected in problems([destination])
+
+
+def test_with_a_declared_schema_filters_are_checked_when_read() -> None:
+    json_topic = {"format": "json", "schema": SCHEMA}
+    found = problems([{**EXECUTIONS, "when": "price > 0"}], **json_topic)
+    assert found == ["topics[0].destinations[0].when: the expression reads price, not in the "
+                     "record schema Exec"]
+    found = problems([{**EXECUTIONS, "schema_names": ["fix.Order"]}], **json_topic)
+    assert found == ["topics[0].destinations: no destination takes the declared schema "
+                     "fix.Exec (schema_names)"]

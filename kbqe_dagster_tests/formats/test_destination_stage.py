@@ -280,3 +280,66 @@ def test_a_missing_hmac_key_of_a_destination_stops_the_range_naming_its_key_path
     with pytest.raises(ConfigError, match=r"topics\[0\]\.destinations\[1\]\.transforms\[0\]"
                                           r"\.key_env: environment variable KBQE_TEST_DEST_KEY"):
         stage(tmp_path, [framed(7, execution(0))], config([WHOLE, masked]))
+
+
+FILLS_ONLY = {"routing": {"mode": "static", "dataset": "fix", "table": "fills_by_symbol"},
+              "schema_names": ["fix.ExecutionReport"], "when": 'exec_type == "F"',
+              "fields": ["symbol", "side", "last_qty", "last_px", "transact_time"]}
+
+
+def fix_pipeline(*destinations):
+    return parse_pipeline_config({"version": 1, "topics": [{
+        "name": TOPIC, "format": "decoder", "decoder": "examples.fix.decoder:decode_fix",
+        "destinations": [{"routing": {"mode": "schema_name", "dataset": "fix"}}, *destinations],
+        "event_time": {"fields": ["transact_time", "sending_time"], "date_rule": "utc"}}],
+        "allowed_destinations": ["fix.new_order_single", "fix.execution_report"]})
+
+
+def test_a_destination_takes_only_the_schemas_and_records_it_names(tmp_path: Path) -> None:
+    """FIX: every message whole by type; only the fills (ExecutionReport, ExecType F), whose
+    schema the other type lacks fields of, projected into fills_by_symbol."""
+    flow = [sample.value for sample in order_flow(3, seed=7)]  # D, 8 (new), 8 (fill) each
+    stager, result, store = stage(tmp_path, flow, fix_pipeline(FILLS_ONLY))
+    assert result.dead_letters == {} and result.records == len(flow) + 3
+    fills = rows_of(store, result, "fills_by_symbol")
+    assert [r["_kafka_offset"] for r in fills] == [2, 5, 8]  # the third of each order
+    assert all(r["last_qty"] > 0 for r in fills)
+    assert set(fills[0]) - {f["name"] for f in fills_schema_enrichment(stager)} == {
+        "symbol", "side", "last_qty", "last_px", "transact_time"}
+    # The NewOrderSingle schema was never compiled for the fills (it lacks last_qty).
+    [fanned_d] = [f for f in stager.fan_out.schemas.values()
+                  if f.branches[0].full_name == "fix.NewOrderSingle"]
+    assert fanned_d.branches[1] is None
+
+
+def fills_schema_enrichment(stager) -> list[dict]:
+    return extended_schema({"type": "record", "name": "x", "fields": []},
+                           stager.enrichment)["fields"]
+
+
+def test_a_message_no_destination_takes_is_unroutable_never_dropped(tmp_path: Path) -> None:
+    pipeline = parse_pipeline_config({"version": 1, "topics": [{
+        "name": TOPIC, "format": "decoder", "decoder": "examples.fix.decoder:decode_fix",
+        "destinations": [FILLS_ONLY],
+        "event_time": {"fields": ["transact_time"], "date_rule": "utc"}}]})
+    flow = [sample.value for sample in order_flow(1, seed=7)]
+    _, result, store = stage(tmp_path, flow, pipeline)
+    assert result.records == 1 and result.dead_letters == {"unroutable": 2}
+    errors = sorted(x["error"] for x in read(store, by_table(result)["dead_letters"])[1])
+    assert "offset 0: no destination takes records of schema fix.NewOrderSingle" in errors[0]
+    assert "offset 1: no destination takes this record (each destination's when is false)" \
+        in errors[1]
+
+
+def test_a_when_that_is_not_true_or_false_fails_the_message_naming_the_destination(
+    tmp_path: Path,
+) -> None:
+    odd = {**FILLS_ONLY, "when": "last_qty"}  # a number, not a boolean
+    flow = [sample.value for sample in order_flow(1, seed=7)]
+    _, result, store = stage(tmp_path, flow, fix_pipeline(odd))
+    assert result.dead_letters == {"transform_failed": 2}
+    assert [r["_kafka_offset"] for r in rows_of(store, result, "new_order_single")] == [0]
+    assert rows_of(store, result, "execution_report") == []  # all or nothing
+    [first, _] = read(store, by_table(result)["dead_letters"])[1]
+    assert "destinations[1] (fix.fills_by_symbol): when 'last_qty' gave 0.0, not true or false" \
+        in first["error"]
