@@ -129,14 +129,17 @@ schema. Not with `keyed:`.
 ([`examples/destinations.yaml`](../examples/destinations.yaml)): each item has its own
 `routing` (required; any mode), its own `transforms` (applied after the topic's, which run
 once) and an optional projection `fields` (the top-level fields its table keeps, in that
-order). Per destination, routing and event time read the record after its transforms and
-before its projection, so a projected table keeps neither necessarily; its rows still carry
+order), and optional filters: `schema_names` (only records of these Avro full names) and
+`when` (only records for which this `compute`-style expression is true, read on the record as
+the topic's transforms left it). Per destination, routing and event time read the record
+after its transforms and before its projection, so a projected table keeps neither necessarily; its rows still carry
 the event date and the Kafka columns. Each destination's files carry the declared-schema id
 of its own output schema, and one range commit covers the files of every destination. If any
 destination of a message fails (a transform, an unroutable or not-allowed record, two
 destinations routing it to the same table), the whole message follows `on_bad_input` once,
 its error naming the destination (`destinations[1] (fix.fills_by_symbol): ...`), and nothing
-of it is staged: the tables hold exactly one row per message per destination. Static
+of it is staged: the tables hold exactly one row per message per destination that takes
+it; a message no destination takes is `unroutable`, never dropped. Static
 destination tables are allowed implicitly. Not with the topic's `routing`, not with `keyed:`,
 not in `topic_patterns`; topics with destinations take the Python stage path.
 `format: decoder` hands each message to the function named in `decoder:`
