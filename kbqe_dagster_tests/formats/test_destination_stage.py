@@ -343,3 +343,32 @@ def test_a_when_that_is_not_true_or_false_fails_the_message_naming_the_destinati
     [first, _] = read(store, by_table(result)["dead_letters"])[1]
     assert "destinations[1] (fix.fills_by_symbol): when 'last_qty' gave 0.0, not true or false" \
         in first["error"]
+
+
+def test_json_schema_topics_fan_out_through_the_same_step(tmp_path: Path) -> None:
+    from kbqe_dagster.formats.json_schema_stage import JsonSchemaRangeStager
+    from kbqe_dagster_tests.formats import test_json_schema_stage as js
+
+    pipeline = parse_pipeline_config({"version": 1, "topics": [{
+        "name": js.TOPIC, "format": "json_schema", "event_time": {"fields": ["placed_at"]},
+        "destinations": [
+            {"routing": {"mode": "fields"}},  # datasetName/tableName of each record
+            {"routing": {"mode": "static", "dataset": "shop", "table": "order_ids"},
+             "fields": ["id", "placed_at"]}]}], "allowed_destinations": ["shop.*"]})
+    values = [js.framed("v1", js.GOOD), js.framed("v1", {**js.GOOD, "id": 0})]  # id < 1: bad
+    staging = StagingLocation(str(tmp_path / "staging"))
+    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
+                       staging, pipeline, js.TOPIC)
+    stager = _stager_class(ctx)(ctx, OffsetRange(js.TOPIC, 0, 0, 2), tmp_path)
+    assert isinstance(stager, JsonSchemaRangeStager)
+    stager.lookup = js.Registry()
+    for offset, value in enumerate(values):
+        stager.add(FakeMessage(js.TOPIC, 0, offset, value, b"k", [], 1_726_238_205_000))
+    store = staging.open()
+    result = stager.commit(store, 2)
+    assert result.records == 2 and result.dead_letters == {"json_schema_mismatch": 1}
+    assert sorted(by_table(result)) == ["dead_letters", "order_ids", "orders"]
+    [ids] = rows_of(store, result, "order_ids")
+    assert {k: v for k, v in ids.items() if not k.startswith("_")} == {
+        "id": 1, "placed_at": rows_of(store, result, "orders")[0]["placed_at"]}
+    assert str(ids["_event_date"]) == "2024-09-13"
