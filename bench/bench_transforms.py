@@ -1,13 +1,17 @@
 """Per-record cost of ``topics[].transforms`` on the stage task's Python path (DESIGN.md §10).
 
 Stages N framed Avro orders in-process (a stager fed with messages, no Kafka, registry or
-Spark) three ways and reports records/s of CPU time (``time.process_time``: meaningful on a
+Spark) several ways and reports messages/s of CPU time (``time.process_time``: meaningful on a
 shared, loaded machine), best of ``--repeat``:
 
 * ``plain``: no transforms — the slicing Python path (``RangeStager``), the reference;
 * ``drop``: one ``drop`` — the floor of any transformed topic: fastavro decode + encode;
 * ``nine``: the nine transforms of the real-stack test (constant, expression, cast, HMAC mask,
-  null mask, zoned timestamp, header, rename, drop), routed by a computed field.
+  null mask, zoned timestamp, header, rename, drop), routed by a computed field;
+* ``dest1``: ``destinations`` with one static destination and nothing else — the fan-out
+  step's own cost over the ``drop`` floor (core/destinations.py);
+* ``dest2``: two destinations, the whole record and a projection to three fields: rates are
+  messages/s, each staged twice.
 
     .venv/bin/python bench/bench_transforms.py [-n 20000] [--repeat 3]
 """
@@ -39,11 +43,15 @@ from kbqe_dagster_tests.formats.test_transforms_on_local_stack import SCHEMA, tr
 
 TOPIC = "bench.orders"
 STATIC = {"mode": "static", "dataset": "shop", "table": "books"}
+PROJECTED = {"routing": {"mode": "static", "dataset": "shop", "table": "amounts"},
+             "fields": ["id", "amount", "created"]}
 CASES = {
     "plain": (None, STATIC),
     "drop": ([{"drop": "debug"}], STATIC),
     "nine": (transforms("shop"),
              {"mode": "fields", "dataset_field": "shop", "table_field": "tableName"}),
+    "dest1": (None, [{"routing": STATIC}]),  # a list: topics[].destinations
+    "dest2": (None, [{"routing": STATIC}, PROJECTED]),
 }
 
 
@@ -67,7 +75,8 @@ def _messages(n: int) -> list[FakeMessage]:
 
 def _rate(case: str, messages: list[FakeMessage]) -> float:
     specs, routing = CASES[case]
-    topic = {"name": TOPIC, "routing": routing, "event_time": {"kafka_timestamp_fallback": True}}
+    topic = {"name": TOPIC, "event_time": {"kafka_timestamp_fallback": True},
+             ("destinations" if isinstance(routing, list) else "routing"): routing}
     if specs:
         topic["transforms"] = specs
     config = parse_pipeline_config({"version": 1, "topics": [topic],
@@ -97,7 +106,7 @@ def main() -> int:
     messages = _messages(args.n)
     for case in CASES:
         best = max(_rate(case, messages) for _ in range(args.repeat))
-        print(f"{case:6} {best:>10,.0f} records/s (CPU time, best of {args.repeat}, n={args.n:,})")
+        print(f"{case:6} {best:>10,.0f} messages/s (CPU time, best of {args.repeat}, n={args.n:,})")
     return 0
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from kbqe_dagster.core import (
     completeness,
     config_sections,
+    destinations,
     enrichment,
     event_time,
     keyed,
@@ -30,6 +31,8 @@ TARGET = REPO / "docs" / "configuration.md"
 # (YAML location, class) in the order a reader meets them in a pipeline file.
 SECTIONS = [
     ("topics[].routing", routing.RoutingConfig),
+    ("topics[].destinations[]  (instead of routing: one message into several tables)",
+     destinations.DestinationConfig),
     ("topics[].event_time  (defaults: top-level event_time)", event_time.EventTimeConfig),
     ("topics[].keyed  (a keyed destination: changelog, current state, history)", keyed.KeyedConfig),
     ("topics[].transforms[]  add", transform_specs.AddField),
@@ -74,6 +77,7 @@ topics:                          # at least one topic, or topic_patterns
     decoder: pkg.module:function # format: decoder only: message -> (record, Avro schema)
     keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
     transforms: [...]            # see topics[].transforms[]: per-record field transforms
+    destinations: [...]          # instead of routing: several tables, see topics[].destinations[]
 topic_patterns:                  # topics found in Kafka by name (see below)
   - match: 'shop\\..*'            # required: a regex the WHOLE topic name must match
     exclude: ['shop\\.tmp\\..*']   # regexes of names this pattern does not take
@@ -120,6 +124,24 @@ and otherwise, for Avro topics, fails every message of that registry schema with
 reads is always a config error. Topics with transforms are decoded and re-encoded per
 record (the Python stage path), and their files carry a schema id derived from the output
 schema. Not with `keyed:`.
+
+`destinations` sends each message to several tables instead of one
+([`examples/destinations.yaml`](../examples/destinations.yaml)): each item has its own
+`routing` (required; any mode), its own `transforms` (applied after the topic's, which run
+once) and an optional projection `fields` (the top-level fields its table keeps, in that
+order), and optional filters: `schema_names` (only records of these Avro full names) and
+`when` (only records for which this `compute`-style expression is true, read on the record as
+the topic's transforms left it). Per destination, routing and event time read the record
+after its transforms and before its projection, so a projected table keeps neither necessarily; its rows still carry
+the event date and the Kafka columns. Each destination's files carry the declared-schema id
+of its own output schema, and one range commit covers the files of every destination. If any
+destination of a message fails (a transform, an unroutable or not-allowed record, two
+destinations routing it to the same table), the whole message follows `on_bad_input` once,
+its error naming the destination (`destinations[1] (fix.fills_by_symbol): ...`), and nothing
+of it is staged: the tables hold exactly one row per message per destination that takes
+it; a message no destination takes is `unroutable`, never dropped. Static
+destination tables are allowed implicitly. Not with the topic's `routing`, not with `keyed:`,
+not in `topic_patterns`; topics with destinations take the Python stage path.
 `format: decoder` hands each message to the function named in `decoder:`
 (`"package.module:function"`, imported when the file is read: a missing module or attribute
 is an error at `topics[i].decoder`). It receives a `kbqe_dagster.RawMessage` (value, key,

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
     client = local_bigquery_client()
     print("rows per table:")
-    for table in ("new_order_single", "execution_report"):
+    for table in ("new_order_single", "execution_report", "fills_by_symbol"):
         [row] = client.query(f"SELECT COUNT(*) AS n FROM `{DATASET}.{table}`").result()
         print(f"      {DATASET}.{table}: {row['n']}")
     print(f"dead letters ({DEAD_LETTERS}) per reason:")

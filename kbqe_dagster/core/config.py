@@ -8,6 +8,8 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
     topics:                          # at least one topic or one topic pattern
       - name: com.acme.events        # required
         routing: {...}               # RoutingConfig keys (core/routing.py); default mode fields
+        destinations: [...]          # instead of routing: several tables, each with its own
+                                     # routing, transforms and projection (core/destinations.py)
         event_time: {...}            # EventTimeConfig keys (core/event_time.py)
         on_bad_input: dead_letter    # dead_letter | skip | fail
         staging: {...}               # StagingSettings keys, overriding the pipeline's
@@ -37,7 +39,7 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
 Rules worth knowing: a listed topic always wins over ``topic_patterns``; otherwise the first
 matching pattern does (core/discovery.py has every rule). ``event_time``, ``staging``,
 ``completeness`` and ``on_bad_input`` at the top level are defaults a topic overrides key by
-key. A ``static`` route's table is implicitly allowed (it is
+key. A ``static`` route's table, a static destination's included, is implicitly allowed (it is
 declared right there); every other destination must match ``allowed_destinations``. Routing
 keys that the chosen mode does not read are errors, not silently ignored. Unknown keys are
 errors with a did-you-mean; all problems are reported together in one :class:`ConfigError`.
@@ -76,6 +78,11 @@ from kbqe_dagster.core.config_sections import (
 )
 from kbqe_dagster.core.completeness import COMPLETENESS_SPEC, CompletenessSettings
 from kbqe_dagster.core.decoders import resolve_decoder
+from kbqe_dagster.core.destinations import (
+    DestinationConfig,
+    destination_config_problems,
+    read_destinations,
+)
 from kbqe_dagster.core.discovery import (
     TopicPattern,
     internal_topics,
@@ -97,6 +104,7 @@ from kbqe_dagster.core.naming import TOPIC_RE
 from kbqe_dagster.core.offsets import MARKER_DATASET
 from kbqe_dagster.core.routing import (
     AllowList,
+    Destination,
     Router,
     RoutingConfig,
     RoutingMode,
@@ -132,8 +140,10 @@ _TOP_KEYS = (
 )  # fmt: skip
 _TOPIC_KEYS = (
     "name", "format", "schema", "decoder", "routing", "event_time", "on_bad_input", "staging",
-    "keyed", "transforms", "completeness",
+    "keyed", "transforms", "completeness", "destinations",
 )  # fmt: skip
+# A pattern's topics would all write the same destination tables; list such topics instead.
+_PATTERN_TOPIC_KEYS = tuple(k for k in _TOPIC_KEYS if k != "destinations")
 
 
 @dataclass(frozen=True)
@@ -143,7 +153,9 @@ class TopicConfig:
     name: str
     """The Kafka topic (dots allowed)."""
     routing: RoutingConfig
-    """Where its messages go; default: ``fields`` mode on ``datasetName``/``tableName``."""
+    """Where its messages go; default: ``fields`` mode on ``datasetName``/``tableName``. With
+    ``destinations``, the first destination's routing (each destination routes its own
+    records; see :attr:`destinations`)."""
     event_time: EventTimeConfig
     """How a record's event date is found; needs fields or the Kafka timestamp fallback."""
     on_bad_input: BadInputPolicy = BadInputPolicy.DEAD_LETTER
@@ -169,6 +181,16 @@ class TopicConfig:
     completeness: CompletenessSettings = field(default_factory=CompletenessSettings)
     """When its partitions count as caught up to a day: the pipeline's ``completeness:`` with
     this topic's overrides applied (core/completeness.py)."""
+    destinations: tuple[DestinationConfig, ...] = ()
+    """Several tables per message, each with its own routing, transforms and projection
+    (core/destinations.py); instead of ``routing``. Empty: the topic's ``routing`` alone."""
+
+    @property
+    def static_destinations(self) -> tuple[Destination, ...]:
+        """Every table this topic's static routes name: its routing's, or each of its
+        destinations' (those are implicitly allowed)."""
+        routings = [d.routing for d in self.destinations] or [self.routing]
+        return tuple(d for routing in routings if (d := routing.static_destination))
 
     @property
     def required_fields(self) -> tuple[str, ...]:
@@ -316,7 +338,7 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         DeadLetterDestination(), top.get("dead_letter"), "dead_letter", DEAD_LETTER_SPEC, problems
     )
     patterns = read_topic_patterns(
-        top.get("topic_patterns"), _TOPIC_KEYS, dead_letter.dataset, problems,
+        top.get("topic_patterns"), _PATTERN_TOPIC_KEYS, dead_letter.dataset, problems,
         build_topic=lambda section, path: _topic(section, path, defaults, allowed, problems),
     )
     topics = _topics(top.get("topics"), defaults, allowed, dead_letter, problems,
@@ -345,7 +367,7 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
     if problems:
         listed = "\n".join(f"  - {item}" for item in problems.items)
         raise ConfigError(f"{source}: {len(problems.items)} problem(s):\n{listed}")
-    statics = tuple(f"{d.dataset}.{d.table}" for t in topics if (d := t.routing.static_destination))
+    statics = tuple(f"{d.dataset}.{d.table}" for t in topics for d in t.static_destinations)
     # A keyed topic's loads go to its changelog table (core/keyed.py), declared with it.
     statics += tuple(
         f"{d.dataset}.{changelog_table(d.table)}"
@@ -480,10 +502,15 @@ def _topic(
     if transforms and "keyed" in section:
         problems.add(f"{path}.transforms", "not with keyed: (a keyed topic's changelog is cut "
                      "from the message as it is)")
-    if transforms and routing is not None:
+    destinations = _destinations(section, path, allowed, problems)
+    if destinations:
+        routing = destinations[0].routing
+        for where, message in destination_config_problems(transforms, destinations, value_schema):
+            problems.add(f"{path}.{where}", message)
+    elif transforms and routing is not None:
         for where, message in transform_config_problems(transforms, routing, value_schema):
             problems.add(f"{path}.transforms{where}", message)
-    if name is None or routing is None or event_time is None:
+    if name is None or routing is None or event_time is None or destinations is None:
         return None
     completeness = _build(
         defaults.completeness, section.get("completeness"), f"{path}.completeness",
@@ -491,7 +518,27 @@ def _topic(
     )
     return TopicConfig(name, routing, event_time, policy, staging, source_format, keyed,
                        value_schema, transforms=transforms, decoder=decoder,
-                       completeness=completeness)
+                       completeness=completeness, destinations=destinations)
+
+
+def _destinations(
+    section: Mapping[str, Any], path: str, allowed: AllowList, problems: r.Problems,
+) -> tuple[DestinationConfig, ...] | None:  # fmt: skip
+    """``destinations:`` with the rules that involve the rest of the topic; ``()`` when there
+    is none, None when it is invalid."""
+    if "destinations" not in section:
+        return ()
+    key = f"{path}.destinations"
+    if "routing" in section:
+        problems.add(f"{path}.routing", "not with destinations: each destination has its own "
+                     "routing (move this one into destinations)")
+    if "keyed" in section:
+        problems.add(key, "not with keyed: (a keyed topic's one destination is its changelog, "
+                     "current state and history)")
+    return read_destinations(
+        section["destinations"], key, problems,
+        lambda raw, where: _routing(raw, where, allowed, problems),
+    )
 
 
 def _decoder(

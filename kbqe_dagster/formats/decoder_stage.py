@@ -91,7 +91,7 @@ class DecoderRangeStager(TransformingStager):
                          ts if ts_type != 0 else None, msg.topic(), msg.partition(), msg.offset())
         record, schema = self._decode(raw)
         derived = self._schema(schema)
-        if self.transforms:
+        if self.reshapes:
             _check(record, derived)  # the decoder's own mismatch first, then the transforms
             self._place_record(msg, record, derived.schema_id, schema)
             return

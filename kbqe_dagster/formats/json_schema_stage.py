@@ -83,7 +83,7 @@ class JsonSchemaRangeStager(TransformingStager):
         first = next(decoder.validator.iter_errors(record), None)
         if first is not None:
             raise JsonSchemaMismatchError(_mismatch(first, decoder.validator, record))
-        if self.transforms:
+        if self.reshapes:
             self._place_record(msg, decoder.mapping.convert(record), schema_id,
                                decoder.mapping.avro_schema)
             return

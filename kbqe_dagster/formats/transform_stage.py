@@ -10,7 +10,10 @@ path (no body slicing, no native kernel) for decode → transform → encode wit
   encoded under the derived schema; routing and event time read the transformed fields; the
   record is appended like any other (``RangeStager._place``). Without transforms the same call
   just encodes the record under ``schema`` with ``schema_id`` (how ``format: json`` stages).
-- :class:`TransformRangeStager` is the Avro path with transforms: frame → writer schema from
+  A topic with ``destinations`` hands the record to its
+  :class:`~kbqe_dagster.formats.destination_stage.DestinationFanOut` instead: one record, one
+  placement per destination, all built before any is appended.
+- :class:`TransformRangeStager` is the Avro path with transforms or destinations: frame → writer schema from
   the registry → ``schemaless_reader`` (the body must decode to exactly its length:
   ``body_decode_error`` otherwise) → the shared step.
 
@@ -47,14 +50,9 @@ from kbqe_dagster.core.errors import (
 )
 from kbqe_dagster.core.formats import declared_schema_id
 from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.transforms import (
-    Compiled,
-    MessageMeta,
-    compile_transforms,
-    field_values,
-    hmac_keys,
-)
+from kbqe_dagster.core.transforms import Compiled, compile_transforms, field_values, hmac_keys
 from kbqe_dagster.core.wire import HEADER_SIZE
+from kbqe_dagster.formats.destination_stage import DestinationFanOut, message_meta
 from kbqe_dagster.staging.task import RangeStager, StageContext, _Decoder
 
 
@@ -83,15 +81,22 @@ class TransformingStager(RangeStager):
         self.hmac_keys = hmac_keys(self.transforms, os.environ, f"{where}.transforms")
         self.staged_schemas: dict[Hashable, StagedSchema | BadInputError] = {}
         self.wanted = self.topic.required_fields
+        self.fan_out = DestinationFanOut(self, index) if self.topic.destinations else None
+        self.reshapes = bool(self.transforms) or self.fan_out is not None
+        """Whether records must take :meth:`_place_record` (transforms or destinations): a
+        stager with a faster way for plain records keeps it only when this is False."""
 
     def _place_record(self, msg: Any, record: Mapping[str, Any], schema_key: Hashable,
                       schema: Mapping[str, Any], schema_id: int | None = None) -> None:
         """Transform (if configured), encode, route, date and append one decoded record.
         ``schema_key`` identifies ``schema`` (a registry id, a declared id); ``schema_id`` is
         the files' id when there are no transforms (default: the declared id of ``schema``)."""
+        if self.fan_out is not None:
+            self.fan_out.place(msg, record, schema_key, schema, schema_id)
+            return
         staged = self._staged_schema(schema_key, schema, schema_id)
         if staged.compiled is not None:
-            record = staged.compiled.apply(record, _meta(msg))
+            record = staged.compiled.apply(record, message_meta(msg))
         body = BytesIO()
         try:
             schemaless_writer(body, staged.parsed, record)
@@ -134,12 +139,6 @@ class TransformingStager(RangeStager):
         )
 
 
-def _meta(msg: Any) -> MessageMeta:
-    ts_type, ts = msg.timestamp()
-    return MessageMeta(msg.topic(), msg.partition(), msg.offset(),
-                       ts if ts_type != 0 else None, msg.key(), msg.headers())
-
-
 @dataclass
 class _WriterSchema(_Decoder):
     """A registry schema of a transformed Avro topic: decoded with fastavro, not probed."""
@@ -148,7 +147,7 @@ class _WriterSchema(_Decoder):
 
 
 class TransformRangeStager(TransformingStager):
-    """Confluent-framed Avro with transforms: decode, then the shared step."""
+    """Confluent-framed Avro with transforms or destinations: decode, then the shared step."""
 
     def _stage(self, msg: Any) -> None:
         value = self._value(msg)

@@ -227,8 +227,7 @@ def _feeding(
     dead = (config.dead_letter.dataset, config.dead_letter.table)
     feeding: dict[str, set[str]] = {}
     for topic in config.topics:
-        static = topic.routing.static_destination
-        if static is not None:
+        for static in topic.static_destinations:
             table = changelog_table(static.table) if topic.keyed else static.table
             feeding.setdefault(f"{static.dataset}.{table}", set()).add(topic.name)
     for name in list(listing.avro) + list(listing.done):

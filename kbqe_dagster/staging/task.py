@@ -239,14 +239,21 @@ class RangeStager:
         destination = destination or self._static or self._route(
             RoutingInput(self.rng.topic, self.rng.partition, offset, full_name, fields, key)
         )
+        prefix, day = self._prefix(msg, fields, offset, key)
+        self._file(destination.dataset, destination.table, schema_id, schema).append(
+            prefix, body, day
+        )
+
+    def _prefix(self, msg: Any, fields: dict, offset: int, key: bytes | None) -> tuple[bytes, int]:
+        """The encoded enrichment prefix and event day of one record whose routing and event
+        time fields are ``fields`` (``offset`` and ``key``: the message's, read once by the
+        caller on the hot path); raises the event-time bad input. Apart from appending, so
+        a message with several destinations builds all of them before appending any."""
         ts_type, ts = msg.timestamp()
         timestamp_ms = ts if ts_type != 0 else None
         day = epoch_day(event_date(self._event_time, fields, timestamp_ms))
         headers = msg.headers() if self._with_headers else None
-        prefix = self._encode(day, offset, timestamp_ms, key, headers)
-        self._file(destination.dataset, destination.table, schema_id, schema).append(
-            prefix, body, day
-        )
+        return self._encode(day, offset, timestamp_ms, key, headers), day
 
     def _resolve(self, value: bytes) -> tuple[int, _Decoder]:
         """Parse a header not seen yet and find its decoder; raises the frame's or the
@@ -434,8 +441,8 @@ def _alive(pid: int) -> bool:
 
 
 def _stager_class(ctx: StageContext) -> type[RangeStager]:
-    """Keyed topics, unframed formats and transformed topics are rooms of their own, built on
-    this one (JSON topics apply their transforms themselves)."""
+    """Keyed topics, unframed formats and transformed topics (or with several destinations)
+    are rooms of their own, built on this one (JSON topics apply their transforms themselves)."""
     if ctx.topic.keyed is not None:
         from kbqe_dagster.keyed.stage import KeyedRangeStager
 
@@ -452,7 +459,7 @@ def _stager_class(ctx: StageContext) -> type[RangeStager]:
         from kbqe_dagster.formats.json_schema_stage import JsonSchemaRangeStager
 
         return JsonSchemaRangeStager
-    if ctx.topic.transforms:
+    if ctx.topic.transforms or ctx.topic.destinations:
         from kbqe_dagster.formats.transform_stage import TransformRangeStager
 
         return TransformRangeStager

@@ -1,7 +1,9 @@
 """A ``format: decoder`` topic end to end on the local stack: FIX 4.4 messages produced to
 Kafka, decoded by the example decoder inside the Spark stage tasks, loaded into one BigQuery
-emulator table per message type field by field by ``kbqe run --until-idle``, the bad ones in
-the dead-letter table with the decoder's reasons; run twice, the second run changes nothing."""
+emulator table per message type field by field by ``kbqe run --until-idle``, the fills also
+projected into ``fills_by_symbol`` (a second destination: exactly one row per fill, by offsets),
+the bad ones in the dead-letter table with the decoder's reasons; run twice, the second run
+changes nothing."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 KBQE = str(Path(sys.executable).parent / "kbqe")
 REPO = Path(__file__).resolve().parents[2]
 ORDERS = 20
+FILL_FIELDS = ["symbol", "side", "last_qty", "last_px", "transact_time", "exec_id"]
 
 
 @pytest.fixture
@@ -45,7 +48,13 @@ def fix_topic(local_stack, local_endpoints, tmp_path):
         "version": 1,
         "topics": [{"name": topic, "format": "decoder",
                     "decoder": "examples.fix.decoder:decode_fix",
-                    "routing": {"mode": "schema_name", "dataset": dataset},
+                    "destinations": [
+                        {"routing": {"mode": "schema_name", "dataset": dataset}},
+                        {"routing": {"mode": "static", "dataset": dataset,
+                                     "table": "fills_by_symbol"},
+                         "schema_names": ["fix.ExecutionReport"], "when": 'exec_type == "F"',
+                         "fields": FILL_FIELDS},
+                    ],
                     "event_time": {"fields": ["transact_time", "sending_time"],
                                    "date_rule": "utc"}}],
         "allowed_destinations": [f"{dataset}.new_order_single", f"{dataset}.execution_report"],
@@ -82,7 +91,7 @@ def test_fix_messages_load_one_table_per_message_type_and_bad_ones_are_dead_lett
         assert done.returncode == 0, done.stderr[-3000:]
         report = json.loads(done.stdout)["topics"][topic]
         if attempt == 0:
-            assert (report["staged"], report["dead_lettered"]) == (3 * ORDERS, len(bad))
+            assert (report["staged"], report["dead_lettered"]) == (4 * ORDERS, len(bad))
         else:
             assert (report["messages"], report["staged"], report["stage_runs"]) == (0, 0, 0)
 
@@ -99,6 +108,20 @@ def test_fix_messages_load_one_table_per_message_type_and_bad_ones_are_dead_lett
                 assert row[column] == value, (table, name, column)
             assert row["_event_date"] == record["transact_time"].date()
             assert row["_kafka_topic"] == topic
+
+    # The fills, projected: one row per ExecType F message, its coordinates the whole row's.
+    fills = {r["exec_id"]: dict(r) for r in client.query(
+        f"SELECT * FROM `{dataset}.fills_by_symbol`").result()}
+    executions = {r["exec_id"]: dict(r) for r in client.query(
+        f"SELECT * FROM `{dataset}.execution_report`").result()}
+    wanted = {e["exec_id"] for e in expected if e["msg_type"] == "8" and e["exec_type"] == "F"}
+    assert set(fills) == wanted and len(wanted) == ORDERS
+    for exec_id, fill in fills.items():
+        whole = executions[exec_id]
+        assert [c for c in fill if not c.startswith("_")] == FILL_FIELDS
+        assert {c: fill[c] for c in FILL_FIELDS} == {c: whole[c] for c in FILL_FIELDS}
+        coordinates = ("_kafka_partition", "_kafka_offset", "_event_date")
+        assert [fill[c] for c in coordinates] == [whole[c] for c in coordinates]
 
     letters = sorted((r["offset"], r["reason"], r["error"]) for r in client.query(
         f"SELECT `offset`, reason, error FROM `{dead}.dead_letters`").result())

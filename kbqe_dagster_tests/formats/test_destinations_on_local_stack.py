@@ -1,0 +1,139 @@
+"""An Avro topic with two destinations end to end on the local stack: framed Avro produced to
+Kafka with a registry schema, staged on Spark into a whole table and a projected one, loaded
+into the BigQuery emulator by ``kbqe run --until-idle``: exactly one row per message per
+destination (checked by Kafka coordinates), the message one destination cannot take in the
+dead letters once and in neither table; run twice, the second run is idle."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import fastavro
+import pytest
+import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+from kbqe_dagster.localstack.clients import local_bigquery_client
+from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
+from kbqe_dagster.resources.kafka import CLIENT_LOG
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+KBQE = str(Path(sys.executable).parent / "kbqe")
+REPO = Path(__file__).resolve().parents[2]
+MESSAGES = 24
+SCHEMA = {"type": "record", "name": "Execution", "namespace": "fix", "fields": [
+    {"name": "exec_id", "type": "string"},
+    {"name": "symbol", "type": "string"},
+    {"name": "last_qty", "type": "string"},
+    {"name": "last_px", "type": "double"},
+    {"name": "venue", "type": "string"},
+    {"name": "transact_time", "type": "string"},
+]}
+
+
+@pytest.fixture
+def fanned_topic(local_stack, local_endpoints, tmp_path):
+    run = uuid.uuid4().hex[:8]
+    topic = f"destinations.executions.{run}"
+    admin = AdminClient({"bootstrap.servers": local_endpoints.kafka_bootstrap,
+                         "logger": CLIENT_LOG})
+    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
+    registry = SchemaRegistryClient({"url": local_endpoints.registry_url})
+    schema_id = registry.register_schema(f"destinations-{run}-value",
+                                         Schema(json.dumps(SCHEMA), "AVRO"))
+    dataset, dead = f"destinations_{run}", f"destinations_dead_{run}"
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(yaml.safe_dump({
+        "version": 1,
+        "topics": [{
+            "name": topic,
+            "destinations": [
+                {"routing": {"mode": "static", "dataset": dataset, "table": "executions"}},
+                {"routing": {"mode": "static", "dataset": dataset, "table": "fills_by_symbol"},
+                 "transforms": [{"cast": "last_qty", "to": "double"},
+                                {"compute": "notional", "expression": "last_qty * last_px",
+                                 "type": "double"}],
+                 "fields": ["symbol", "last_qty", "notional"]},
+            ],
+            "event_time": {"fields": ["transact_time"], "date_rule": "utc"}}],
+        "dead_letter": {"dataset": dead, "table": "dead_letters"},
+    }))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
+           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/destinations-{run}",
+           "DAGSTER_HOME": str(home)}
+    client = local_bigquery_client()
+    yield local_endpoints, topic, schema_id, dataset, dead, env, client
+    for name in (dataset, dead):
+        client.delete_dataset(name, delete_contents=True, not_found_ok=True)
+
+
+def framed(schema_id: int, record: dict) -> bytes:
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(SCHEMA), record)
+    return b"\x00" + struct.pack(">i", schema_id) + body.getvalue()
+
+
+def test_each_message_lands_once_per_destination_and_a_bad_one_in_neither(fanned_topic) -> None:
+    endpoints, topic, schema_id, dataset, dead, env, client = fanned_topic
+    executions = [{"exec_id": f"E{i}", "symbol": "ACME" if i % 3 else "GOOG",
+                   "last_qty": str(i + 1), "last_px": 2.5, "venue": "XPAR",
+                   "transact_time": f"2024-09-13T14:{i:02d}:00Z"} for i in range(MESSAGES)]
+    bad = {**executions[0], "exec_id": "BAD", "last_qty": "ten"}
+    producer = Producer({"bootstrap.servers": endpoints.kafka_bootstrap, "logger": CLIENT_LOG})
+    produced: dict[tuple[int, int], bytes] = {}
+
+    def delivered(error, msg) -> None:
+        assert error is None, error
+        produced[(msg.partition(), msg.offset())] = msg.value()
+
+    for i, record in enumerate(executions):
+        producer.produce(topic, framed(schema_id, record), partition=i % 2, on_delivery=delivered)
+    producer.produce(topic, framed(schema_id, bad), partition=1, on_delivery=delivered)
+    assert producer.flush(30) == 0
+
+    for attempt in range(2):
+        done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        report = json.loads(done.stdout)["topics"][topic]
+        if attempt == 0:
+            assert (report["staged"], report["dead_lettered"]) == (2 * MESSAGES, 1)
+        else:
+            assert (report["messages"], report["staged"], report["stage_runs"]) == (0, 0, 0)
+
+    good = {coords for coords, value in produced.items() if b"BAD" not in value}
+    [bad_coords] = set(produced) - good
+    for table in ("executions", "fills_by_symbol"):
+        rows = [(r["_kafka_partition"], r["_kafka_offset"]) for r in client.query(
+            f"SELECT _kafka_partition, _kafka_offset FROM `{dataset}.{table}`").result()]
+        assert sorted(rows) == sorted(good), table  # exactly once each, the bad one in neither
+    whole = {r["exec_id"]: dict(r) for r in client.query(
+        f"SELECT * FROM `{dataset}.executions`").result()}
+    assert whole["E4"]["last_qty"] == "5" and whole["E4"]["venue"] == "XPAR"
+    fills = [dict(r) for r in client.query(
+        f"SELECT * FROM `{dataset}.fills_by_symbol` WHERE _kafka_partition = 0 "
+        "AND _kafka_offset = 2").result()]
+    assert len(fills) == 1
+    fill = {k: v for k, v in fills[0].items() if not k.startswith("_")}
+    assert fill == {"symbol": "ACME", "last_qty": 5.0, "notional": 12.5}  # E4: 3rd of part. 0
+    assert str(fills[0]["_event_date"]) == "2024-09-13"
+    letters = [dict(r) for r in client.query(
+        f"SELECT reason, error, `partition`, `offset` FROM `{dead}.dead_letters`").result()]
+    assert [(x["partition"], x["offset"], x["reason"]) for x in letters] == [
+        (*bad_coords, "transform_failed")]
+    assert "destinations[1] (" in letters[0]["error"]
+    assert "transforms[0] (cast) field 'last_qty': 'ten' is not a double" in letters[0]["error"]
