@@ -72,7 +72,7 @@ class _Placement:
 class DestinationFanOut:
     """The destinations of one topic in one stage task (see the module docstring)."""
 
-    def __init__(self, stager: Any, topic_index: int) -> None:
+    def __init__(self, stager: Any, key_path: str) -> None:
         self.stager = stager  # a TransformingStager: its _prefix, _file, transforms, hmac_keys
         topic = stager.topic
         self.destinations = topic.destinations
@@ -86,7 +86,7 @@ class DestinationFanOut:
                                                 + topic.event_time.fields))
                             for d in self.destinations)
         self.labels = tuple(d.label(k) for k, d in enumerate(self.destinations))
-        where = f"topics[{topic_index}].destinations"
+        where = f"{key_path}.destinations"
         # Read once per task, where it runs; a missing key stops the range (ConfigError).
         self.hmac_keys = tuple(hmac_keys(d.transforms, os.environ, f"{where}[{k}].transforms")
                                for k, d in enumerate(self.destinations))

@@ -81,7 +81,7 @@ class TransformingStager(RangeStager):
         self.hmac_keys = hmac_keys(self.transforms, os.environ, f"{where}.transforms")
         self.staged_schemas: dict[Hashable, StagedSchema | BadInputError] = {}
         self.wanted = self.topic.required_fields
-        self.fan_out = DestinationFanOut(self, index) if self.topic.destinations else None
+        self.fan_out = DestinationFanOut(self, where) if self.topic.destinations else None
         self.reshapes = bool(self.transforms) or self.fan_out is not None
         """Whether records must take :meth:`_place_record` (transforms or destinations): a
         stager with a faster way for plain records keeps it only when this is False."""
