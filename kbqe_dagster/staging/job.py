@@ -64,6 +64,12 @@ class StageSummary:
         return "+".join(sorted({r.stage_path for r in self.results}, reverse=True)) or "none"
 
     @property
+    def reader(self) -> str:
+        """Which Kafka reader read the ranges: ``native`` (the kernel's own consumer),
+        ``confluent-kafka`` or both."""
+        return "+".join(sorted({r.reader for r in self.results}, reverse=True)) or "none"
+
+    @property
     def kernel_handbacks(self) -> dict[str, int]:
         """Messages the native kernel handed to the Python path, by why."""
         total: Counter[str] = Counter()

@@ -109,6 +109,7 @@ class RangeResult:
     tombstones: int = 0  # keyed topics: null values counted, not staged (keyed/stage.py)
     stage_path: str = "python"  # "native" when the native kernel staged (staging/native_kernel.py)
     kernel_handbacks: dict[str, int] = field(default_factory=dict)  # messages it handed back, by why
+    reader: str = "confluent-kafka"  # "native" when the kernel's own consumer read the range
 
 
 @dataclass
@@ -500,12 +501,13 @@ def stage_range(ctx: StageContext, rng: OffsetRange) -> RangeResult:
         reader = _range_reader(ctx, rng, native is not None)
         stage_messages(stager, reader, native)
         result = stager.commit(ctx.staging.open(), reader.covered, reader.kafka_ts_max)
+        reader_name = NATIVE if getattr(reader, "native", False) else "confluent-kafka"
         log.info("%s: %d message(s), %d record(s), %d file(s) in %.1fs (%s stage path, %s reader)",
                  rng, result.messages, result.records, len(result.files),
-                 time.monotonic() - started, NATIVE if native else PYTHON,
-                 "native" if getattr(reader, "native", False) else "confluent-kafka")
+                 time.monotonic() - started, NATIVE if native else PYTHON, reader_name)
         return replace(result, seconds=time.monotonic() - started,
                        stage_path=NATIVE if native else PYTHON,
-                       kernel_handbacks=dict(native.handbacks) if native else {})
+                       kernel_handbacks=dict(native.handbacks) if native else {},
+                       reader=reader_name)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

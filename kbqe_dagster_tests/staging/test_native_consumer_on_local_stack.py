@@ -104,6 +104,7 @@ def test_the_native_consumer_commits_what_confluent_kafka_reads(transactional_to
     for way in ("native_consumer", "kernel_confluent"):
         result = results[way]
         assert result.stage_path == "native", way
+        assert result.reader == ("native" if way == "native_consumer" else "confluent-kafka"), way
         assert (result.committed_last, result.messages, result.records, result.dead_letters) == (
             python.committed_last, python.messages, python.records, python.dead_letters), way
         assert staged[way] == staged["python"], way

@@ -151,6 +151,7 @@ def test_the_native_kernel_and_the_python_path_stage_the_same_files_from_real_ka
         for path, area in areas.items()
     }  # fmt: skip
     assert [runs[p].stage_path for p in ways] == ["native", "native", "python"]
+    assert [runs[p].reader for p in ways] == ["native", "confluent-kafka", "confluent-kafka"]
     assert runs["python"].kernel_handbacks == {}
     assert runs["native"].kernel_handbacks == runs["kernel_confluent"].kernel_handbacks
     # The kernel hands back each schema's and route's first message and every bad one.

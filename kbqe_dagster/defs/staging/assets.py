@@ -96,6 +96,7 @@ def stage_metadata(summary: StageSummary) -> dict:
         # The native kernel or the Python path (staging/native_kernel.py), and what the kernel
         # handed back to the Python path.
         "stage_path": summary.stage_path,
+        "kafka_reader": summary.reader,
         **({"kernel_handbacks": dg.MetadataValue.json(summary.kernel_handbacks)}
            if summary.kernel_handbacks else {}),
         "orphans_deleted": len(prep.orphans_deleted),
