@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -26,10 +24,10 @@ from kbqe_dagster import RawMessage
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster_tests.kbqe_run import until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-KBQE = str(Path(sys.executable).parent / "kbqe")
 REPO = Path(__file__).resolve().parents[2]
 ORDERS = 20
 FILL_FIELDS = ["symbol", "side", "last_qty", "last_px", "transact_time", "exec_id"]
@@ -86,9 +84,7 @@ def test_fix_messages_load_one_table_per_message_type_and_bad_ones_are_dead_lett
     assert producer.flush(30) == 0
 
     for attempt in range(2):
-        done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env, cwd=REPO,
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
+        done = until_idle(env, cwd=REPO)
         report = json.loads(done.stdout)["topics"][topic]
         if attempt == 0:
             assert (report["staged"], report["dead_lettered"]) == (4 * ORDERS, len(bad))

@@ -11,8 +11,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -26,10 +24,10 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster_tests.kbqe_run import until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-KBQE = str(Path(sys.executable).parent / "kbqe")
 REPO = Path(__file__).resolve().parents[2]
 MESSAGES = 24
 SCHEMA = {"type": "record", "name": "Execution", "namespace": "fix", "fields": [
@@ -106,9 +104,7 @@ def test_each_message_lands_once_per_destination_and_a_bad_one_in_neither(fanned
     assert producer.flush(30) == 0
 
     for attempt in range(2):
-        done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
+        done = until_idle(env)
         report = json.loads(done.stdout)["topics"][topic]
         if attempt == 0:
             assert (report["staged"], report["dead_lettered"]) == (2 * MESSAGES, 1)

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -22,10 +20,10 @@ from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG
 from kbqe_dagster_tests.formats.test_json_stage import SCHEMA
+from kbqe_dagster_tests.kbqe_run import until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-KBQE = str(Path(sys.executable).parent / "kbqe")
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -70,9 +68,7 @@ def test_json_values_load_field_by_field_and_bad_ones_are_dead_lettered(json_top
     assert producer.flush(30) == 0
 
     for attempt in range(2):
-        done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
+        done = until_idle(env)
         report = json.loads(done.stdout)
         assert report["topics"][topic]["staged"] == (40 if attempt == 0 else 0)
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,10 +26,10 @@ from kbqe_dagster.core.wire import encode_frame
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster_tests.kbqe_run import until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-KBQE = str(Path(sys.executable).parent / "kbqe")
 REPO = Path(__file__).resolve().parents[2]
 
 # A closed content model: under the registry's BACKWARD rule, appending an optional property
@@ -84,11 +82,8 @@ def json_schema_topic(local_stack, local_endpoints, tmp_path):
         client.delete_dataset(name, delete_contents=True, not_found_ok=True)
 
 
-def until_idle(env: dict) -> dict:
-    done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+def report(env: dict) -> dict:
+    return json.loads(until_idle(env).stdout)
 
 
 def order(i: int, **extra) -> dict:
@@ -118,7 +113,7 @@ def test_json_schema_values_load_field_by_field_and_a_new_version_widens_the_tab
         producer.produce(topic, raw, partition=0)
     assert producer.flush(30) == 0
 
-    first = until_idle(env)
+    first = report(env)
     assert first["topics"][topic]["staged"] == 10
     assert first["topics"][topic]["dead_lettered"] == 4
 
@@ -133,9 +128,9 @@ def test_json_schema_values_load_field_by_field_and_a_new_version_widens_the_tab
                          partition=i % 2)
     assert producer.flush(30) == 0
 
-    second = until_idle(env)
+    second = report(env)
     assert second["topics"][topic]["staged"] == 8
-    third = until_idle(env)
+    third = report(env)
     assert third["topics"][topic]["staged"] == 0 and third["topics"][topic]["dead_lettered"] == 0
 
     # A query's schema, not the table's metadata: the emulator's metadata does not list the

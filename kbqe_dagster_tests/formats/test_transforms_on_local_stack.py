@@ -12,8 +12,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
-import sys
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,10 +26,10 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster_tests.kbqe_run import until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-KBQE = str(Path(sys.executable).parent / "kbqe")
 REPO = Path(__file__).resolve().parents[2]
 KEY = "transforms-e2e-key"
 SCHEMA = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
@@ -114,9 +112,7 @@ def test_transformed_avro_loads_field_by_field_and_a_bad_value_is_dead_lettered(
     assert producer.flush(30) == 0
 
     for attempt in range(2):
-        done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env,
-                              capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stderr[-3000:]
+        done = until_idle(env)
         report = json.loads(done.stdout)
         assert report["topics"][topic]["staged"] == (30 if attempt == 0 else 0)
     assert KEY not in done.stdout + done.stderr  # the HMAC key is never logged

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -21,10 +19,10 @@ import yaml
 from kbqe_dagster.demo.debezium import ROW_COLUMNS, CustomersTable, DebeziumTopics, current_state
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
+from kbqe_dagster_tests.kbqe_run import until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-KBQE = str(Path(sys.executable).parent / "kbqe")
 REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 2
 
@@ -64,10 +62,7 @@ def cdc(local_stack, local_endpoints, tmp_path):
 
 
 def kbqe_run(env: dict) -> dict:
-    done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
-    return json.loads(done.stdout)
+    return json.loads(until_idle(env).stdout)
 
 
 def current_rows(client, dataset: str, topic: str) -> set[tuple]:

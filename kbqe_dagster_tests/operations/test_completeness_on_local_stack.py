@@ -25,6 +25,7 @@ from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.kafka import CLIENT_LOG
 from kbqe_dagster_tests.formats.test_json_stage import SCHEMA
+from kbqe_dagster_tests.kbqe_run import until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -112,9 +113,7 @@ def test_an_idle_partition_does_not_hold_a_day_back_and_a_lagging_one_does(compl
     endpoints, topic, table, env = completeness_topic
     produce(endpoints.kafka_bootstrap, topic, 0, 30)
     produce(endpoints.kafka_bootstrap, topic, 1, 20)  # partition 2 stays idle
-    done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = until_idle(env)
 
     yesterday = newest_expected()
     after_run = completeness(env, table, endpoints.gcs_url)

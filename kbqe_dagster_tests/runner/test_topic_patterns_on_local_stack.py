@@ -29,7 +29,6 @@ from kbqe_dagster.resources.kafka import CLIENT_LOG
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-KBQE = str(Path(sys.executable).parent / "kbqe")
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = {"type": "record", "name": "Order", "namespace": "disco", "fields": [
     {"name": "n", "type": "long"},
@@ -102,9 +101,7 @@ def discovery(local_stack, local_endpoints, tmp_path):
 
 
 def kbqe_run(env: dict) -> dict:
-    done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = until_idle(env)
     return json.loads(done.stdout)
 
 
@@ -177,6 +174,7 @@ from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.defs.staging.sensors import kafka_backlog_sensor
 from kbqe_dagster.runner.in_process import execute_job, stage_outcome
 from kbqe_dagster_tests.runner.test_topic_patterns_on_local_stack import Cluster
+from kbqe_dagster_tests.kbqe_run import until_idle
 
 topic, bootstrap = sys.argv[1:3]
 defs = build_definitions()  # the code location, loaded before the topic exists

@@ -9,17 +9,20 @@ prove nothing).
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import fastavro
 import pytest
 
 from kbqe_dagster.core.config import PipelineConfig
 from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka_native import ConsumedMessage
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging import task
@@ -30,40 +33,16 @@ SYNC = bytes(range(16))
 STAGED_AT = datetime(2026, 11, 25, 6, 0, tzinfo=timezone.utc)
 
 
-class Msg:
-    """A consumed Kafka message as the stage path reads it (confluent_kafka's accessors)."""
+class Msg(ConsumedMessage):
+    """A consumed Kafka message as the stage path reads it: the native reader's
+    ``ConsumedMessage`` (confluent-kafka's accessors), built from what a test names."""
 
-    __slots__ = ("_topic", "_partition", "_offset", "_value", "_key", "_headers", "_timestamp")
+    __slots__ = ()
 
     def __init__(self, topic: str, partition: int, offset: int, value: bytes | None,
                  key: bytes | None = None, headers: list | None = None,
                  timestamp: tuple[int, int] = (1, 1_726_238_205_123)) -> None:  # fmt: skip
-        self._topic, self._partition, self._offset = topic, partition, offset
-        self._value, self._key, self._headers, self._timestamp = value, key, headers, timestamp
-
-    def error(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def headers(self) -> list | None:
-        return self._headers
-
-    def timestamp(self) -> tuple[int, int]:
-        return self._timestamp
+        super().__init__(None, "", topic, partition, offset, value, key, timestamp, headers)
 
 
 class ListReader:
@@ -173,3 +152,22 @@ def assert_same(python: Staged, native: Staged, context: str = "") -> None:
     p, n = python.result, native.result
     assert (n.messages, n.records, n.files, n.dead_letters, n.skipped, n.committed_last) == (
         p.messages, p.records, p.files, p.dead_letters, p.skipped, p.committed_last), context
+
+
+def committed_records(area: Any) -> dict[str, Any]:
+    """What a staging area (a ``StagingLocation``) holds, comparable across stage runs: avro
+    files as their records (sync markers are random per file; dead letters without their
+    staging time), done files without their versions and creation time."""
+    store = area.open()
+    out: dict[str, Any] = {}
+    for f in store.list():
+        data = store.read_bytes(f.name)
+        if f.name.endswith(".avro"):
+            out[f.name] = [{k: v for k, v in r.items() if k != "staged_at"}
+                           for r in fastavro.reader(io.BytesIO(data))]  # fmt: skip
+        else:
+            out[f.name] = comparable(f.name, data)
+            if isinstance(out[f.name], dict):
+                out[f.name].pop("created_at")
+    return out
+

@@ -11,11 +11,9 @@ keys and values, headers with null values, and every kind of bad input of the de
 from __future__ import annotations
 
 import dataclasses
-import io
 import random
 import uuid
 
-import fastavro
 import pytest
 
 from kbqe_dagster.core.offsets import OffsetRange
@@ -26,7 +24,7 @@ from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.native_kernel import kernel_built
 from kbqe_dagster.staging.task import stage_range
 from kbqe_dagster_tests.staging.conftest import DemoTopic
-from kbqe_dagster_tests.staging.kernel_equality import comparable
+from kbqe_dagster_tests.staging.kernel_equality import committed_records
 
 pytestmark = pytest.mark.skipif(not kernel_built(), reason="the native stage kernel is not built (no cargo)")
 
@@ -68,21 +66,6 @@ def transactional_topic(local_stack, local_endpoints) -> tuple[DemoTopic, int, i
     return DemoTopic(topic, {}, kafka, RegistrySettings(local_endpoints.registry_url)), marks.high, len(samples)
 
 
-def committed(area: StagingLocation) -> dict:
-    store = area.open()
-    out = {}
-    for f in store.list():
-        data = store.read_bytes(f.name)
-        if f.name.endswith(".avro"):  # sync markers are random per file: compare records
-            out[f.name] = [{k: v for k, v in r.items() if k != "staged_at"}
-                           for r in fastavro.reader(io.BytesIO(data))]  # fmt: skip
-        else:
-            out[f.name] = comparable(f.name, data)
-            if isinstance(out[f.name], dict):
-                out[f.name].pop("created_at")
-    return out
-
-
 @pytest.mark.parametrize("end", ["high_watermark", "inside_the_aborted_gap", "mid_log"])
 def test_the_native_consumer_commits_what_confluent_kafka_reads(transactional_topic, tmp_path, end):
     demo, high, sent = transactional_topic
@@ -95,7 +78,7 @@ def test_the_native_consumer_commits_what_confluent_kafka_reads(transactional_to
         ctx = dataclasses.replace(demo.context(area, on_bad_input="dead_letter"),
                                   native_kernel=kernel, native_consumer=native_consumer)
         results[way] = stage_range(ctx, OffsetRange(demo.topic, 0, 0, end_exclusive))
-        staged[way] = committed(area)
+        staged[way] = committed_records(area)
         # A range whose log ends on a transaction marker holds fewer messages than offsets:
         # its reader must stop at the partition's end, not wait out its 30 s idle timeout.
         assert results[way].seconds < 20, f"{way} waited {results[way].seconds:.1f}s"

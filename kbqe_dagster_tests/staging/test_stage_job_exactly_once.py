@@ -130,13 +130,10 @@ def test_the_native_kernel_and_the_python_path_stage_the_same_files_from_real_ka
     the same dead letters and done files (sync markers are random per file, so records are
     compared, not bytes; the byte-level proof is test_native_kernel.py's)."""
     import dataclasses
-    import io
-
-    import fastavro
 
     from kbqe_dagster.resources.staging_store import StagingLocation
     from kbqe_dagster.staging.native_kernel import kernel_built, kernel_status
-    from kbqe_dagster_tests.staging.kernel_equality import comparable
+    from kbqe_dagster_tests.staging.kernel_equality import committed_records
 
     if not kernel_built():
         pytest.skip(str(kernel_status()))
@@ -157,23 +154,9 @@ def test_the_native_kernel_and_the_python_path_stage_the_same_files_from_real_ka
     # The kernel hands back each schema's and route's first message and every bad one.
     assert sum(runs["native"].kernel_handbacks.values()) < runs["native"].messages / 10
 
-    def committed(area: StagingLocation) -> dict:
-        store = area.open()
-        out = {}
-        for f in store.list():
-            data = store.read_bytes(f.name)
-            if f.name.endswith(".avro"):  # dead letters carry their staging time
-                out[f.name] = [{k: v for k, v in r.items() if k != "staged_at"}
-                               for r in fastavro.reader(io.BytesIO(data))]  # fmt: skip
-            else:
-                out[f.name] = comparable(f.name, data)
-                if isinstance(out[f.name], dict):
-                    out[f.name].pop("created_at")
-        return out
-
-    python = committed(areas["python"])
+    python = committed_records(areas["python"])
     for way in ("native", "kernel_confluent"):
-        staged = committed(areas[way])
+        staged = committed_records(areas[way])
         assert sorted(staged) == sorted(python), way
         for name in python:
             assert staged[name] == python[name], f"{way}: {name}"

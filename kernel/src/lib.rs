@@ -191,40 +191,14 @@ impl StageKernel {
     /// returns the index of the first message not staged (`len(messages)` when all were).
     /// Messages at or past `end_exclusive` are never staged.
     fn run(&mut self, py: Python<'_>, messages: &Bound<'_, PyList>, start: usize, end_exclusive: i64) -> PyResult<usize> {
-        self.unknown_route = None;
-        let n = messages.len();
-        let mut i = start;
-        while i < n {
-            let msg = messages.get_item(i)?;
-            if let Some(reason) = self.stage_one(&PyIncoming { py, msg: &msg }, end_exclusive)? {
-                self.stopped = reason;
-                return Ok(i);
-            }
-            self.messages += 1;
-            i += 1;
-        }
-        self.stopped = "end";
-        Ok(n)
+        self.stage_batch(messages.len(), start, end_exclusive, |i| Ok(PyIncoming { py, msg: messages.get_item(i)? }))
     }
 
     /// `run` over a batch of the native consumer (consumer.rs): the same work, reading
     /// librdkafka's messages directly instead of confluent-kafka's Python objects.
     fn run_native(&mut self, batch: &NativeBatch, start: usize, end_exclusive: i64) -> PyResult<usize> {
-        self.unknown_route = None;
         let messages = batch.messages.lock().unwrap();
-        let n = messages.len();
-        let mut i = start;
-        while i < n {
-            let msg = RawIncoming { api: &batch.api, msg: messages[i].0 };
-            if let Some(reason) = self.stage_one(&msg, end_exclusive)? {
-                self.stopped = reason;
-                return Ok(i);
-            }
-            self.messages += 1;
-            i += 1;
-        }
-        self.stopped = "end";
-        Ok(n)
+        self.stage_batch(messages.len(), start, end_exclusive, |i| Ok(RawIncoming { api: &batch.api, msg: messages[i].0 }))
     }
 
     /// The records staged since the last drain, per file slot: `(slot, records, ends, days)`
@@ -244,6 +218,22 @@ impl StageKernel {
 }
 
 impl StageKernel {
+    /// Stage messages `start..n` (`message(i)` gives each) until the end or the first to hand
+    /// back; returns the index of the first message not staged.
+    fn stage_batch<M: Incoming>(&mut self, n: usize, start: usize, end_exclusive: i64,
+                                message: impl Fn(usize) -> PyResult<M>) -> PyResult<usize> {
+        self.unknown_route = None;
+        for i in start..n {
+            if let Some(reason) = self.stage_one(&message(i)?, end_exclusive)? {
+                self.stopped = reason;
+                return Ok(i);
+            }
+            self.messages += 1;
+        }
+        self.stopped = "end";
+        Ok(n)
+    }
+
     /// Stage one message; `Some(reason)` hands it back untouched.
     #[inline]
     fn stage_one<M: Incoming>(&mut self, msg: &M, end_exclusive: i64) -> PyResult<Option<&'static str>> {
@@ -340,9 +330,9 @@ trait Incoming {
     fn put_headers(&self, out: &mut Vec<u8>) -> PyResult<bool>;
 }
 
-struct PyIncoming<'a, 'py> {
+struct PyIncoming<'py> {
     py: Python<'py>,
-    msg: &'a Bound<'py, PyAny>,
+    msg: Bound<'py, PyAny>,
 }
 
 struct HeldBytes<'py>(Bound<'py, PyBytes>);
@@ -353,7 +343,7 @@ impl AsRef<[u8]> for HeldBytes<'_> {
     }
 }
 
-impl<'py> Incoming for PyIncoming<'_, 'py> {
+impl<'py> Incoming for PyIncoming<'py> {
     type Bytes<'s> = HeldBytes<'py> where Self: 's;
 
     fn is_event(&self) -> PyResult<bool> {
