@@ -34,6 +34,7 @@ from kbqe_dagster.core.wire import encode_frame
 from kbqe_dagster.demo.samples import ORDER_V1, PAGE_VIEW, SampleMessage, produce, register_schemas
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
+from kbqe_dagster.resources.bigquery import GoogleBigQueryLoads
 from kbqe_dagster_tests.loading.test_stage_then_load import _body
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -126,6 +127,11 @@ def test_an_hour_table_loads_per_hour_and_a_second_run_is_idle(hourly) -> None:
         f"SELECT COUNT(*) AS n FROM `{orders}.orders`"))[0]["n"] == 10
     # The emulator's gap: no partitioning recorded (BigQuery: HOUR on _event_hour).
     assert client.get_table(f"{views}.page_views").time_partitioning is None
+    # The opt-in duplicate-offset query prunes an HOUR table on its TIMESTAMP column.
+    duplicates = GoogleBigQueryLoads(client).duplicate_offsets(
+        views, "page_views", ("_kafka_topic", "_kafka_partition", "_kafka_offset"),
+        "_event_hour", START.date(), timestamp_column=True)
+    assert duplicates.duplicates == ()
 
     with dg.DagsterInstance.from_config(str(home)) as instance:
         key = dg.AssetKey(["bigquery", views, "page_views"])

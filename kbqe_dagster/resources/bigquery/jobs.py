@@ -109,7 +109,7 @@ class BigQueryLoads(Protocol):
 
     def duplicate_offsets(
         self, dataset: str, table: str, key_columns: Sequence[str], date_column: str,
-        since: date, limit: int = 10,
+        since: date, limit: int = 10, *, timestamp_column: bool = False,
     ) -> DuplicateOffsets: ...
 
 
