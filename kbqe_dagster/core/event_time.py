@@ -185,6 +185,46 @@ def event_hour(
     raise MissingEventTimeError("no event time")  # unreachable: event_date raised
 
 
+def event_date_and_hour(
+    config: EventTimeConfig,
+    fields: Mapping[str, Any],
+    kafka_timestamp_ms: int | None = None,
+) -> tuple[date, int]:
+    """``(event_date(...), event_hour(...))`` from one read of the value: what the records
+    of an HOUR table need, at the cost of one parse."""
+    for path in config.fields:
+        value = fields.get(path)
+        if value is not None:
+            try:
+                day, hour = _value_date_hour(value, config)
+            except InvalidEventTimeError as error:
+                raise InvalidEventTimeError(f"event time field {path!r}: {error}") from None
+            return _in_range(day, config, f"field {path!r}"), hour
+    fallback_ms = kafka_timestamp_ms if config.kafka_timestamp_fallback else None
+    if fallback_ms is not None and fallback_ms >= 0:
+        day = _epoch_date(fallback_ms, EpochUnit.MILLISECONDS)
+        return _in_range(day, config, "Kafka timestamp"), fallback_ms // _MS_PER_HOUR
+    event_date(config, fields, kafka_timestamp_ms)  # raises its MissingEventTimeError
+    raise MissingEventTimeError("no event time")  # unreachable: event_date raised
+
+
+def _value_date_hour(value: Any, config: EventTimeConfig) -> tuple[date, int]:
+    if isinstance(value, str):
+        iso, zone = _split_annotations(value)
+        try:
+            moment = datetime.fromisoformat(iso)
+        except ValueError:
+            raise InvalidEventTimeError(f"{value!r} is not an ISO-8601 date or date-time") from None
+        if moment.tzinfo is None and zone is not None:
+            located = moment.replace(tzinfo=_zone(zone, value))
+            # The date rule reads the zone only under utc (module docstring); the hour always.
+            day = _datetime_date(located if config.date_rule is DateRule.UTC else moment,
+                                 config.date_rule)
+            return day, _datetime_hour(located)
+        return _datetime_date(moment, config.date_rule), _datetime_hour(moment)
+    return value_date(value, config), value_hour(value, config)
+
+
 _MS_PER_HOUR = 3_600_000
 _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 

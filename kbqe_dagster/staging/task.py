@@ -52,7 +52,7 @@ from kbqe_dagster.core.errors import (
     StageRangeFailed,
     UnknownSchemaIdError,
 )
-from kbqe_dagster.core.event_time import epoch_day, event_date, event_hour, from_epoch_day
+from kbqe_dagster.core.event_time import epoch_day, event_date, event_date_and_hour, from_epoch_day
 from kbqe_dagster.core.formats import SourceFormat
 from kbqe_dagster.core.naming import AvroFileName
 from kbqe_dagster.core.offsets import OffsetRange, StartPolicy
@@ -260,12 +260,15 @@ class RangeStager:
         )
         ts_type, ts = msg.timestamp()
         timestamp_ms = ts if ts_type != 0 else None
-        day = epoch_day(event_date(self._event_time, fields, timestamp_ms))
-        headers = msg.headers() if self._with_headers else None
-        prefix = self._encode(day, offset, timestamp_ms, key, headers)
         hour = None
         if self._any_hourly and self._is_hourly(destination.dataset, destination.table):
-            hour = event_hour(self._event_time, fields, timestamp_ms)
+            event_day, hour = event_date_and_hour(self._event_time, fields, timestamp_ms)
+            day = epoch_day(event_day)
+        else:
+            day = epoch_day(event_date(self._event_time, fields, timestamp_ms))
+        headers = msg.headers() if self._with_headers else None
+        prefix = self._encode(day, offset, timestamp_ms, key, headers)
+        if hour is not None:
             prefix += self._hour_suffix(hour)
         self._file(destination.dataset, destination.table, schema_id, schema).append(
             prefix, body, day, hour

@@ -19,8 +19,20 @@ from kbqe_dagster.core.enrichment import (
     extended_schema,
     with_event_hour,
 )
-from kbqe_dagster.core.errors import ConfigError, InvalidEventTimeError, UnsupportedSchemaError
-from kbqe_dagster.core.event_time import DateRule, EpochUnit, EventTimeConfig, event_date, event_hour
+from kbqe_dagster.core.errors import (
+    ConfigError,
+    InvalidEventTimeError,
+    MissingEventTimeError,
+    UnsupportedSchemaError,
+)
+from kbqe_dagster.core.event_time import (
+    DateRule,
+    EpochUnit,
+    EventTimeConfig,
+    event_date,
+    event_date_and_hour,
+    event_hour,
+)
 from kbqe_dagster.core.naming import AvroFileName, FileKey
 from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.core.partitioning import (
@@ -154,6 +166,9 @@ def test_the_event_hour_is_the_utc_hour_of_the_event_instant(
     value: Any, config: EventTimeConfig, expected: str
 ) -> None:
     assert hour_key(event_hour(config, {"ts": value})) == expected
+    # The hot path's one-parse reader gives the same date and hour as the two readers.
+    assert event_date_and_hour(config, {"ts": value}) == (
+        event_date(config, {"ts": value}), event_hour(config, {"ts": value}))
 
 
 def test_the_kafka_timestamp_gives_the_hour_when_it_gives_the_date() -> None:
@@ -161,6 +176,7 @@ def test_the_kafka_timestamp_gives_the_hour_when_it_gives_the_date() -> None:
     ts = 1_795_442_400_000 + 45 * 60_000  # 2026-11-23T14:45Z
     assert hour_key(event_hour(config, {}, ts)) == "2026-11-23T14"
     assert event_date(config, {}, ts) == date(2026, 11, 23)
+    assert event_date_and_hour(config, {}, ts) == (date(2026, 11, 23), event_hour(config, {}, ts))
 
 
 def test_a_value_without_an_hour_is_bad_input_like_its_date() -> None:
@@ -170,6 +186,20 @@ def test_a_value_without_an_hour_is_bad_input_like_its_date() -> None:
         event_hour(_LOCAL, {"ts": "2026-07-01T10:15:00[Mars/Olympus]"})
     with pytest.raises(InvalidEventTimeError, match="not a finite number"):
         event_hour(_LOCAL, {"ts": float("nan")})
+    with pytest.raises(InvalidEventTimeError, match="unknown time zone"):
+        event_date_and_hour(_LOCAL, {"ts": "2026-07-01T10:15:00[Mars/Olympus]"})
+    with pytest.raises(InvalidEventTimeError, match="outside the accepted range"):
+        event_date_and_hour(EventTimeConfig(fields=("ts",), max_date=date(2026, 1, 1)),
+                            {"ts": "2026-07-01T10:15:00Z"})
+    with pytest.raises(MissingEventTimeError):
+        event_date_and_hour(_UTC, {})
+
+
+def test_the_date_rule_reads_a_zone_id_only_under_utc_the_hour_always() -> None:
+    value = {"ts": "2026-07-01T23:30:00[America/New_York]"}  # 2026-07-02T03:30Z
+    assert event_date_and_hour(_LOCAL, value) == (date(2026, 7, 1), event_hour(_LOCAL, value))
+    assert event_date_and_hour(_UTC, value)[0] == date(2026, 7, 2)
+    assert hour_key(event_date_and_hour(_UTC, value)[1]) == "2026-07-02T03"
 
 
 def test_hour_keys_round_trip() -> None:
