@@ -407,7 +407,8 @@ def _check_tables(
             if dataset not in wild and dataset not in templated:
                 problems.add(f"tables.{key}", f"dataset.* needs the allow-list entry {key!r}")
         elif not allowed.allows(dataset, table) and (dataset, table) not in statics \
-                and dataset not in templated:
+                and dataset not in templated \
+                and (dataset, table) != (dead_letter.dataset, dead_letter.table):
             problems.add(f"tables.{key}", "not a destination of this pipeline (not in "
                          "allowed_destinations and no static route names it)")
         if settings.partitioning is not Partitioning.HOUR:
