@@ -220,7 +220,8 @@ def _manifest_from(doc: Any) -> Manifest:
             _typed(f["avro"], str), _typed(f["done"], str), _typed(f["records"], int),
             tuple(sorted((_typed(d, str), _typed(n, int)) for d, n in _typed(f.get("days", {}), dict).items())),
             _typed(f["version"], str) if "version" in f else None,
-            tuple(sorted((_typed(h, str), _typed(n, int)) for h, n in _typed(f.get("hours", {}), dict).items())),
+            tuple(sorted((_typed(h, str), _typed(n, int))
+                         for h, n in _typed(f.get("hours", {}), dict).items())),
         )
         for f in _typed(doc["files"], list)
     )

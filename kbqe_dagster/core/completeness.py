@@ -53,7 +53,13 @@ from enum import StrEnum
 from typing import Any, Mapping, Sequence
 
 from kbqe_dagster.core import config_reader as r
-from kbqe_dagster.core.partitioning import HOUR, Partitioning, epoch_hour_of, hour_key, parse_hour_key
+from kbqe_dagster.core.partitioning import (
+    HOUR,
+    Partitioning,
+    epoch_hour_of,
+    hour_key,
+    parse_hour_key,
+)
 
 DAY = timedelta(days=1)
 

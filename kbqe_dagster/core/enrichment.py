@@ -247,14 +247,16 @@ def with_event_hour(extended: Mapping[str, Any], config: EnrichmentConfig) -> di
     fields_ = list(extended.get("fields") or ())
     at = len(config.columns)
     column = config.event_hour_column
-    clash = [f.get("name") for f in fields_[at:] if str(f.get("name", "")).lower() == column.lower()]
+    clash = [f.get("name") for f in fields_[at:]
+             if str(f.get("name", "")).lower() == column.lower()]
     if clash:
         raise UnsupportedSchemaError(
             f"enrichment column {column!r} collides with field {clash[0]!r} of "
             f"{full_name(extended)!r}; rename enrichment.event_hour_column"
         )
     hourly = dict(extended)
-    hourly["fields"] = fields_[:at] + [{"name": column, "type": dict(_TIMESTAMP_TYPE)}] + fields_[at:]
+    column_field = {"name": column, "type": dict(_TIMESTAMP_TYPE)}
+    hourly["fields"] = fields_[:at] + [column_field] + fields_[at:]
     return hourly
 
 

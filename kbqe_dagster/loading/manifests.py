@@ -78,8 +78,8 @@ def _facts_of(store: StagingStore, done_name: str) -> dict[str, FileFacts]:
 
 
 def _days_by_avro(content: bytes, field: str = "days") -> dict[str, dict[str, int]]:
-    """The optional per-day (or per-hour) counts of each file entry; entries that do not add up to their
-    ``records`` are ignored rather than trusted."""
+    """The optional per-day (``field`` "hours": per-hour) counts of each file entry; entries
+    that do not add up to their ``records`` are ignored rather than trusted."""
     try:
         entries = json.loads(content).get("files", [])
     except (ValueError, AttributeError):

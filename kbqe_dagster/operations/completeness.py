@@ -1,5 +1,5 @@
-"""Completeness of the tables' DAY (or HOUR) partitions, read from the systems: the staging listing and
-its done files (what is committed, what is loaded, how far each range got), the Kafka
+"""Completeness of the tables' DAY (or HOUR) partitions, read from the systems: the staging
+listing and its done files (what is committed, what is loaded, how far each range got), the Kafka
 watermarks of every feeding partition (one batched read), and the kept state
 ``_kbqe/completeness.json``. The decision itself is ``core/completeness.py``.
 

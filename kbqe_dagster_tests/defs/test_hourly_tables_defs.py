@@ -61,11 +61,13 @@ def test_an_hour_table_s_asset_has_hourly_utc_partitions_from_the_daily_start() 
 
 
 def test_an_exact_tables_key_under_a_day_wildcard_gets_an_asset_of_its_own() -> None:
-    destinations = Destinations.from_config(_config({"acme_sales.orders": {"partitioning": "hour"}}))
+    destinations = Destinations.from_config(
+        _config({"acme_sales.orders": {"partitioning": "hour"}}))
     assert destinations.asset_key("acme_sales", "orders") == dg.AssetKey(
         ["bigquery", "acme_sales", "orders"])
     assert destinations.partition_key("acme_sales", "orders", "2024-09-12T07") == "2024-09-12T07"
-    assert destinations.asset_key("acme_sales", "refunds") == dg.AssetKey(["bigquery", "acme_sales"])
+    assert destinations.asset_key("acme_sales", "refunds") == dg.AssetKey(
+        ["bigquery", "acme_sales"])
 
 
 def test_an_hour_table_loads_with_hour_partitioning_and_reports_each_hour(

@@ -102,7 +102,8 @@ def stage_range(
             rows.append(record(table, topic, partition, offset, day))
             days.setdefault(name.name, Counter())[day.isoformat()] += 1
             if hour_of is not None:
-                hours.setdefault(name.name, Counter())[f"{day.isoformat()}T{hour_of(offset):02d}"] += 1
+                hour = f"{day.isoformat()}T{hour_of(offset):02d}"
+                hours.setdefault(name.name, Counter())[hour] += 1
     staged = []
     versions: dict[str, str] = {}
     for table, rows in contents.items():

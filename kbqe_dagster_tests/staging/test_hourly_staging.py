@@ -93,7 +93,8 @@ def test_without_hour_tables_the_files_are_what_they_were(tmp_path) -> None:
 def _driver(tmp_path, config) -> NativeStaging | None:
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
                        StagingLocation(str(tmp_path)), config, "clicks", native_kernel=True)
-    return NativeStaging.for_stager(_stager_class(ctx)(ctx, OffsetRange("clicks", 0, 0, 10), tmp_path))
+    stager = _stager_class(ctx)(ctx, OffsetRange("clicks", 0, 0, 10), tmp_path)
+    return NativeStaging.for_stager(stager)
 
 
 def test_topics_that_may_write_an_hour_table_never_take_the_native_kernel(

@@ -15,10 +15,10 @@ so such a dataset is **one** asset ``bigquery/<dataset>`` partitioned by ``table
 (a ``MultiPartitionsDefinition`` of a ``DynamicPartitionsDefinition`` named
 ``bigquery_<dataset>_tables`` and the same daily partitions). The load op adds a table to the
 dynamic partitions the first time it loads it. An HOUR wildcard (``tables: {dataset.*:
-{partitioning: hour}}``) has a ``table`` × ``hour`` asset. Nothing is invented up front and every load
-is reported; the price is that checks of a wildcard dataset cover all its tables at once (a
-failing check names the table). A table both named outright and under a wildcard is reported
-on its own asset.
+{partitioning: hour}}``) has a ``table`` × ``hour`` asset. Nothing is invented up front and
+every load is reported; the price is that checks of a wildcard dataset cover all its tables
+at once (a failing check names the table). A table both named outright and under a wildcard
+is reported on its own asset.
 
 The load op reports materializations; Dagster never materializes these assets itself.
 """

@@ -1,7 +1,7 @@
 """What a load-coordinator run reports to Dagster: one ``AssetMaterialization`` per (table,
-DAY or HOUR partition, as the table is partitioned) a finished job wrote — rows, bytes, job id, file count, offset ranges — and
-the check evaluations computed during the load itself (rows loaded, quarantine, staging
-freshness). Job statistics are free; nothing here queries a table.
+DAY or HOUR partition, as the table is partitioned) a finished job wrote — rows, bytes, job
+id, file count, offset ranges — and the check evaluations computed during the load itself
+(rows loaded, quarantine, staging freshness). Job statistics are free; nothing here queries a table.
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ from kbqe_dagster.defs.completeness.checks import DAY_COMPLETE, HOUR_COMPLETE
 __all__ = ["DAY_COMPLETE", "HOUR_COMPLETE", "once_after_day_complete", "upstream_day_complete"]
 
 
-def upstream_day_complete(*tables: dg.AssetKey, check: str = DAY_COMPLETE) -> dg.AutomationCondition:
+def upstream_day_complete(
+    *tables: dg.AssetKey, check: str = DAY_COMPLETE
+) -> dg.AutomationCondition:
     """True for a partition when each dependency among ``tables`` passed ``day_complete``
     (``check``: ``hour_complete`` for HOUR tables) for it (a dependency that is not a table
     of ``tables`` is not asked)."""

@@ -3,8 +3,9 @@ the one interface (:class:`BigQueryLoads`) every implementation offers.
 
 The load job configuration is fixed by the design: AVRO with ``use_avro_logical_types``,
 WRITE_APPEND, CREATE_IF_NEEDED, DAY time partitioning on the event-date column (HOUR on the
-event-hour column for a table configured ``partitioning: hour``; expiration optional), schema update options ALLOW_FIELD_ADDITION and ALLOW_FIELD_RELAXATION, and labels
-naming the pipeline and the destination. A job for a table that does not exist yet carries
+event-hour column for a table configured ``partitioning: hour``; expiration optional),
+schema update options ALLOW_FIELD_ADDITION and ALLOW_FIELD_RELAXATION, and labels naming the
+pipeline and the destination. A job for a table that does not exist yet carries
 the schema derived from its first file (``resources/bigquery/schema.py`` explains why).
 """
 
