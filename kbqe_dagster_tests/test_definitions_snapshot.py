@@ -17,7 +17,7 @@ from kbqe_dagster.definitions import build_definitions
 
 REPO = Path(__file__).resolve().parents[1]
 SNAPSHOTS = Path(__file__).resolve().parent / "snapshots"
-EXAMPLES = ("pipeline", "debezium")
+EXAMPLES = ("pipeline", "debezium", "hourly")
 
 
 def shape(example: str) -> dict:

@@ -21,6 +21,7 @@ from kbqe_dagster.core import (
     enrichment,
     event_time,
     keyed,
+    partitioning,
     routing,
     transform_specs,
 )
@@ -45,6 +46,7 @@ SECTIONS = [
     ("topics[].transforms[]  function", transform_specs.FunctionTransform),
     ("staging  (per topic: topics[].staging)", config_sections.StagingSettings),
     ("completeness  (per topic: topics[].completeness)", completeness.CompletenessSettings),
+    ("tables.<dataset.table | dataset.*>", partitioning.TableSettings),
     ("dead_letter", config_sections.DeadLetterDestination),
     ("enrichment", enrichment.EnrichmentConfig),
     ("load", config_sections.LoadSettings),
@@ -92,7 +94,18 @@ enrichment: {...}
 load: {...}
 retention: {...}
 notifications: {...}             # schema and table notices to a webhook
+tables:                          # per destination table; exact keys win over dataset.*
+  acme_web.page_views: {partitioning: hour}   # HOUR partitions (DAY is the default)
 ```
+
+`tables` sets a destination table's time partitioning: `day` (the default; on the event date
+column) or `hour` (on `enrichment.event_hour_column`, `_event_hour`: a TIMESTAMP column, the
+event instant's UTC hour, written only into HOUR tables). Its keys are `dataset.table` or
+`dataset.*` and must name destinations of the pipeline (an allow-list entry or a static
+route); the dead-letter table and keyed topics' tables cannot be `hour`. An HOUR table's
+Dagster asset has hourly partitions (UTC, keys `2026-11-23T14`), its loads report one
+materialization per hour, its completeness is per hour (`hour_complete`); see
+docs/architecture.md ("Hourly tables").
 
 `format: debezium` reads Debezium's change events: the standard envelope
 (`before`/`after`/`source`/`op`/`ts_ms`) or the flattened form of its `ExtractNewRecordState`

@@ -1,5 +1,6 @@
-"""``kbqe completeness``: per table, the newest complete DAY partition and what holds the next
-one back (core/completeness.py decides, operations/completeness.py reads the systems)."""
+"""``kbqe completeness``: per table, the newest complete DAY partition (an HOUR table's: hour,
+``2026-11-23T14``) and what holds the next one back (core/completeness.py decides,
+operations/completeness.py reads the systems)."""
 
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ def _completeness(args: argparse.Namespace) -> int:
     )
     emit(args, report, render_completeness)
     if args.day is not None:
+        # An HOUR table's day is complete with its 23:00 UTC hour.
         complete = all(
-            t.verdict.newest_complete is not None and t.verdict.newest_complete >= args.day
+            t.verdict.unit.covers_day(t.verdict.newest_complete, args.day)
             for t in report.tables.values()
         )
         return 0 if complete and report.tables else NOT_COMPLETE_EXIT
@@ -83,7 +85,7 @@ def render_completeness(report: Any) -> str:
             + f" ({h.waiting_for})"
             for h in v.held_back_by
         ) or ("-" if v.newest_complete else "no feeding partition known")
-        rows.append([name, v.basis, str(v.newest_complete or "-"), held,
+        rows.append([name, v.basis, v.key(v.newest_complete) or "-", held,
                      str(sum(t.late_after_complete.values()))])
     if not rows:
         return "no table: nothing is routed statically and the staging area holds no file"

@@ -6,7 +6,8 @@ each created create-only. Every done file written by kbqe carries the same small
 manifest of the whole range::
 
     {"kbqe_manifest": 1, "topic": ..., "partition": ..., "first": ..., "last": ...,
-     "files": [{"avro": name, "done": name, "records": n, "version": v, "days": {...}}, ...],
+     "files": [{"avro": name, "done": name, "records": n, "version": v, "days": {...},
+                "hours": {...}}, ...],
      "dead_letters": n, "skipped": n, "created_at": iso-8601, "kafka_ts_max": ms}
 
 so the *first* done file that exists is the commit point: a crash between two done files
@@ -31,6 +32,11 @@ reached (``resources.kafka.RangeReader.kafka_ts_max``), which completeness reads
 (``core/completeness.py``); with the per-file ``days`` it tells how far a partition got on
 both clocks. Manifests without it (older releases, markers of ranges that read nothing) and
 empty done files still parse: the time is then unknown.
+
+**Hours.** A file of an HOUR-partitioned table (core/partitioning.py) also records its
+records per event hour, ``"hours": {"2026-11-23T14": n}`` (UTC), next to ``days``; other
+files have no ``hours``. The field is optional like ``version``: older done files parse, and
+their files are reported per day.
 
 **Markers.** A range with no staged file at all (only offset gaps, or only skipped messages)
 still commits, so offsets advance: a done file with dataset ``_kbqe``, table ``range``, schema
@@ -129,6 +135,8 @@ class StagedFile:
     records: int
     days: tuple[tuple[str, int], ...] = ()
     version: str | None = None  # the store's version of the avro object this commit pins
+    hours: tuple[tuple[str, int], ...] = ()
+    """Records per event hour (``YYYY-MM-DDTHH`` UTC), for an HOUR table's file; empty else."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,8 @@ def _file_doc(staged: StagedFile) -> dict[str, Any]:
         doc["days"] = dict(staged.days)
     if staged.version is not None:
         doc["version"] = staged.version
+    if staged.hours:
+        doc["hours"] = dict(staged.hours)
     return doc
 
 
@@ -210,6 +220,8 @@ def _manifest_from(doc: Any) -> Manifest:
             _typed(f["avro"], str), _typed(f["done"], str), _typed(f["records"], int),
             tuple(sorted((_typed(d, str), _typed(n, int)) for d, n in _typed(f.get("days", {}), dict).items())),
             _typed(f["version"], str) if "version" in f else None,
+            tuple(sorted((_typed(h, str), _typed(n, int))
+                         for h, n in _typed(f.get("hours", {}), dict).items())),
         )
         for f in _typed(doc["files"], list)
     )
@@ -276,11 +288,12 @@ def plan_range_commit(
     days: Mapping[str, Mapping[str, int]] | None = None,
     versions: Mapping[str, str] | None = None,
     kafka_ts_max: int | None = None,
+    hours: Mapping[str, Mapping[str, int]] | None = None,
 ) -> RangeCommit:
     """The commit of ``rng`` given its avro files and their record counts (``days``: avro
     name → event date → records, optional; ``versions``: avro name → the store's version of
     the uploaded object, pinned by the commit; ``kafka_ts_max``: the Kafka time the range
-    reached, epoch ms).
+    reached, epoch ms; ``hours``: avro name → event hour → records, for HOUR tables' files).
 
     With no staged file, the range commits through its range marker.
     """
@@ -296,9 +309,11 @@ def plan_range_commit(
             raise ValueError(f"{avro.name}: the {MARKER_DATASET} dataset is reserved for markers")
     days = days or {}
     versions = versions or {}
+    hours = hours or {}
     files = tuple(
         StagedFile(avro.name, avro.done(rng.last).name, records,
-                   tuple(sorted(days.get(avro.name, {}).items())), versions.get(avro.name))
+                   tuple(sorted(days.get(avro.name, {}).items())), versions.get(avro.name),
+                   tuple(sorted(hours.get(avro.name, {}).items())))
         for avro, records in sorted(staged)
     )
     done_files = tuple(avro.done(rng.last) for avro, _ in sorted(staged)) or (range_marker(rng),)

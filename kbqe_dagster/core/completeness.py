@@ -33,6 +33,14 @@ nothing is dropped. They are counted per table and day as ``late_after_complete`
 (``core/completeness_state.py``), by whoever declares completeness and keeps the count
 (``operations/completeness.py``).
 
+**HOUR tables** (``tables: {...: {partitioning: hour}}``, core/partitioning.py): the unit is
+the hour, and the same rule reads ``reached(p) - lateness(p) >= H + 1 hour`` for an hour ``H``
+(UTC). On the ``event_time`` basis a partition's time is then the start of the newest event
+*hour* loaded (the manifests of HOUR tables' files count records per hour), or of the newest
+event date where only dates are known — a lower bound either way. A partition is identified
+by a ``date`` (DAY) or by the aware ``datetime`` its hour starts at (HOUR); :class:`Unit`
+holds the arithmetic of both.
+
 Everything here is a function of its inputs; reading watermarks, done files and the load
 state is the systems side's job.
 """
@@ -45,8 +53,77 @@ from enum import StrEnum
 from typing import Any, Mapping, Sequence
 
 from kbqe_dagster.core import config_reader as r
+from kbqe_dagster.core.partitioning import (
+    HOUR,
+    Partitioning,
+    epoch_hour_of,
+    hour_key,
+    parse_hour_key,
+)
 
 DAY = timedelta(days=1)
+
+Period = date | datetime
+"""A table partition: its ``date`` (DAY) or the aware UTC ``datetime`` its hour starts (HOUR)."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The arithmetic of a table's partitions, by its partitioning."""
+
+    partitioning: Partitioning = Partitioning.DAY
+
+    @property
+    def hourly(self) -> bool:
+        return self.partitioning is Partitioning.HOUR
+
+    def end(self, period: Period) -> datetime:
+        """The instant ``period`` ends (the next one starts)."""
+        if self.hourly:
+            return _as_hour(period) + HOUR
+        return day_end(period if not isinstance(period, datetime) else period.date())
+
+    def newest_ending_by(self, instant: datetime) -> Period:
+        """The newest period whose end is at or before ``instant``."""
+        if self.hourly:
+            floor = instant.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+            return floor - HOUR
+        return instant.astimezone(timezone.utc).date() - DAY
+
+    def next(self, period: Period) -> Period:
+        return period + (HOUR if self.hourly else DAY)
+
+    def key(self, period: Period) -> str:
+        """``2026-11-23`` (DAY) or ``2026-11-23T14`` (HOUR): the partition key."""
+        if self.hourly:
+            return hour_key(epoch_hour_of(_as_hour(period)))
+        return period.isoformat()
+
+    def parse(self, key: str) -> Period:
+        return parse_hour_key(key) if self.hourly else date.fromisoformat(key)
+
+    def covers_day(self, newest: Period | None, day: date) -> bool:
+        """Whether every partition of ``day`` is complete when ``newest`` is (an HOUR table:
+        its 23:00 UTC hour)."""
+        if newest is None:
+            return False
+        if self.hourly:
+            return _as_hour(newest) >= datetime.combine(day, time(23), tzinfo=timezone.utc)
+        return newest >= day
+
+
+def _as_hour(period: Period) -> datetime:
+    if isinstance(period, datetime):
+        return period
+    return datetime.combine(period, time(0), tzinfo=timezone.utc)
+
+
+DAY_UNIT = Unit()
+HOUR_UNIT = Unit(Partitioning.HOUR)
+
+
+def unit_of(partitioning: Partitioning) -> Unit:
+    return HOUR_UNIT if partitioning is Partitioning.HOUR else DAY_UNIT
 
 
 class Basis(StrEnum):
@@ -149,9 +226,9 @@ class PartitionProgress:
         reached = self.reached
         return None if reached is None else reached - self.settings.lateness
 
-    def holds_back(self, day: date) -> bool:
+    def holds_back(self, day: Period, unit: Unit = DAY_UNIT) -> bool:
         until = self.complete_until
-        return until is None or until < day_end(day)
+        return until is None or until < unit.end(day)
 
 
 @dataclass(frozen=True)
@@ -186,20 +263,29 @@ class HeldBackBy:
 
 @dataclass(frozen=True)
 class TableCompleteness:
-    """The verdict for one table: the newest complete day and what holds the next one."""
+    """The verdict for one table: the newest complete partition (day, or hour of an HOUR
+    table) and what holds the next one."""
 
     table: str
     basis: str
     """The feeding topics' basis, or ``mixed`` when they differ."""
-    newest_complete: date | None
-    next_day: date | None
+    newest_complete: Period | None
+    next_day: Period | None
+    """The next partition (an hour of an HOUR table, despite the name)."""
     held_back_by: tuple[HeldBackBy, ...]
     partitions: int
     """Feeding partitions considered."""
+    unit: Unit = DAY_UNIT
+
+    def key(self, period: Period | None) -> str | None:
+        return None if period is None else self.unit.key(period)
 
 
-def decide(table: str, progress: Sequence[PartitionProgress]) -> TableCompleteness:
-    """The newest complete day of ``table`` from its feeding partitions' progress.
+def decide(
+    table: str, progress: Sequence[PartitionProgress], unit: Unit = DAY_UNIT
+) -> TableCompleteness:
+    """The newest complete partition (``unit``: day or hour) of ``table`` from its feeding
+    partitions' progress.
 
     With no feeding partition, nothing is known to be complete (``newest_complete`` None):
     a table nobody feeds is not vouched for.
@@ -207,36 +293,31 @@ def decide(table: str, progress: Sequence[PartitionProgress]) -> TableCompletene
     bases = sorted({p.settings.basis.value for p in progress})
     basis = bases[0] if len(bases) == 1 else ("mixed" if bases else Basis.KAFKA_TIME.value)
     if not progress:
-        return TableCompleteness(table, basis, None, None, (), 0)
+        return TableCompleteness(table, basis, None, None, (), 0, unit)
     untils = [p.complete_until for p in progress]
     known = [u for u in untils if u is not None]
     if len(known) == len(untils):
         watermark = min(known)
-        newest: date | None = _newest_day_ending_by(watermark)
-        next_day = newest + DAY
+        newest: Period | None = unit.newest_ending_by(watermark)
+        next_day = unit.next(newest)
     else:
         newest = None
-        next_day = _newest_day_ending_by(min(known)) + DAY if known else None
+        next_day = unit.next(unit.newest_ending_by(min(known))) if known else None
     held = tuple(
-        HeldBackBy(p.topic, p.partition, p.behind_messages, _behind_seconds(p, next_day),
+        HeldBackBy(p.topic, p.partition, p.behind_messages, _behind_seconds(p, next_day, unit),
                    p.loaded_offset, p.staged_offset, p.high_watermark)
         for p in sorted(progress, key=lambda p: (p.topic, p.partition))
         if not p.caught_up
-        and (p.complete_until is None if next_day is None else p.holds_back(next_day))
+        and (p.complete_until is None if next_day is None else p.holds_back(next_day, unit))
     )
-    return TableCompleteness(table, basis, newest, next_day, held, len(progress))
+    return TableCompleteness(table, basis, newest, next_day, held, len(progress), unit)
 
 
-def _newest_day_ending_by(instant: datetime) -> date:
-    """The newest day whose end (next 00:00 UTC) is at or before ``instant``."""
-    return instant.astimezone(timezone.utc).date() - DAY
-
-
-def _behind_seconds(p: PartitionProgress, day: date | None) -> float | None:
+def _behind_seconds(p: PartitionProgress, period: Period | None, unit: Unit) -> float | None:
     until = p.complete_until
-    if until is None or day is None:
+    if until is None or period is None:
         return None
-    return round(max(0.0, (day_end(day) - until).total_seconds()), 3)
+    return round(max(0.0, (unit.end(period) - until).total_seconds()), 3)
 
 
 # --- loaded position -------------------------------------------------------------------------
@@ -248,7 +329,9 @@ class RangeFacts:
     (committed, not loaded yet: pending, in a load job or quarantined); ``kafka_time_ms``:
     the Kafka time the range reached (manifest ``kafka_ts_max``; None: not recorded);
     ``event_day``: the newest event date of its records (any table but the dead letters);
-    ``days``: the table's records per event date in this range.
+    ``days``: the table's records per event date in this range; ``event_hour``: the start of
+    the newest event hour among its files that count hours (HOUR tables' files; None: none);
+    ``hours``: the table's records per event hour (an HOUR table's).
     """
 
     first: int
@@ -257,6 +340,8 @@ class RangeFacts:
     kafka_time_ms: int | None = None
     event_day: date | None = None
     days: Mapping[str, int] = field(default_factory=dict)
+    event_hour: datetime | None = None
+    hours: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -281,10 +366,12 @@ def loaded_position(chain: Sequence[RangeFacts], *, start: int = 0) -> LoadedPos
         loaded.append(rng)
         offset = rng.last + 1
     kafka = [r.kafka_time_ms for r in loaded if r.kafka_time_ms is not None]
-    days = [r.event_day for r in loaded if r.event_day is not None]
+    # Event time known to the day, or to the hour where files counted hours: the latest start.
+    starts = [day_start(r.event_day) for r in loaded if r.event_day is not None]
+    starts += [r.event_hour for r in loaded if r.event_hour is not None]
     return LoadedPosition(
         offset,
         datetime.fromtimestamp(max(kafka) / 1000, timezone.utc) if kafka else None,
-        day_start(max(days)) if days else None,
+        max(starts) if starts else None,
         tuple(loaded),
     )

@@ -30,6 +30,8 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
     on_bad_input: dead_letter        # default for every topic
     staging: {...}                   # StagingSettings for every topic
     completeness: {basis: kafka_time, lateness: 5m}   # when a DAY partition is complete
+    tables:                          # per destination table (core/partitioning.py)
+      acme_web.*: {partitioning: hour}   # HOUR partitions; dataset.table wins over dataset.*
     dead_letter: {dataset: kbqe_dead_letters, table: dead_letters}
     enrichment: {...}
     load: {...}
@@ -101,6 +103,7 @@ from kbqe_dagster.core.keyed import (
     changelog_table,
 )
 from kbqe_dagster.core.naming import TOPIC_RE
+from kbqe_dagster.core.partitioning import Partitioning, TablesConfig, read_tables
 from kbqe_dagster.core.offsets import MARKER_DATASET
 from kbqe_dagster.core.routing import (
     AllowList,
@@ -137,6 +140,7 @@ CONFIG_VERSION = 1
 _TOP_KEYS = (
     "version", "topics", "topic_patterns", "allowed_destinations", "event_time", "on_bad_input",
     "staging", "dead_letter", "enrichment", "load", "retention", "notifications", "completeness",
+    "tables",
 )  # fmt: skip
 _TOPIC_KEYS = (
     "name", "format", "schema", "decoder", "routing", "event_time", "on_bad_input", "staging",
@@ -223,6 +227,24 @@ class PipelineConfig:
     """Accepted but risky settings (also logged once when parsed)."""
     topic_patterns: tuple[TopicPattern, ...] = ()
     """Topics taken from Kafka by name pattern (core/discovery.py); listed topics win."""
+    tables: TablesConfig = field(default_factory=TablesConfig)
+    """Per destination table (``dataset.table`` or ``dataset.*``): its partitioning, DAY by
+    default or HOUR (core/partitioning.py)."""
+
+    def partitioning(self, dataset: str, table: str) -> Partitioning:
+        """The time partitioning of ``dataset.table``: DAY unless ``tables:`` says HOUR."""
+        return self.tables.partitioning(dataset, table)
+
+    def is_hourly(self, dataset: str, table: str) -> bool:
+        return self.tables.is_hourly(dataset, table)
+
+    def topic_may_write_hourly(self, topic: str) -> bool:
+        """Whether any destination ``topic`` may write is HOUR-partitioned: its static table,
+        or (routing that names tables per record) any HOUR table of the file at all."""
+        if not self.tables.any_hourly:
+            return False
+        static = self.topic(topic).routing.static_destination
+        return self.is_hourly(*static) if static is not None else True
 
     @property
     def topic_names(self) -> tuple[str, ...]:
@@ -354,6 +376,8 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         NotificationSettings(), top.get("notifications"), "notifications", NOTIFICATION_SPEC,
         problems,
     )
+    tables = read_tables(top.get("tables"), problems)
+    _check_tables(tables, allowed, topics, patterns, dead_letter, problems)
     if allowed.allows(dead_letter.dataset, dead_letter.table):
         problems.add(
             "allowed_destinations",
@@ -386,7 +410,52 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         source=source,
         warnings=warnings,
         topic_patterns=patterns,
+        tables=tables,
     )
+
+
+def _check_tables(
+    tables: TablesConfig, allowed: AllowList, topics: tuple[TopicConfig, ...],
+    patterns: tuple[TopicPattern, ...], dead_letter: DeadLetterDestination, problems: r.Problems,
+) -> None:  # fmt: skip
+    """Every ``tables:`` key names a destination the pipeline writes, and no HOUR key covers
+    a table that must stay DAY (the dead letters; keyed topics' tables)."""
+    # Static routes declare their tables: (dataset, table) -> (who, keyed); a pattern's
+    # templated table may be any table of its dataset.
+    statics = {d: (repr(t.name), t.keyed is not None)
+               for t in topics if (d := t.routing.static_destination) is not None}
+    templated: dict[str, tuple[str, bool]] = {}
+    for p in patterns:
+        if (d := p.prototype.routing.static_destination) is None:
+            continue
+        who = (p.where, p.prototype.keyed is not None)
+        if p.table_template is None:
+            statics.setdefault(d, who)
+        else:
+            templated.setdefault(d.dataset, who)
+    wild = {p.split(".")[0] for p in allowed.patterns if p.endswith(".*")}
+    for key, settings in tables.settings.items():
+        dataset, table = key.split(".")
+        if table == "*":
+            if dataset not in wild and dataset not in templated:
+                problems.add(f"tables.{key}", f"dataset.* needs the allow-list entry {key!r}")
+        elif not allowed.allows(dataset, table) and (dataset, table) not in statics \
+                and dataset not in templated \
+                and (dataset, table) != (dead_letter.dataset, dead_letter.table):
+            problems.add(f"tables.{key}", "not a destination of this pipeline (not in "
+                         "allowed_destinations and no static route names it)")
+        if settings.partitioning is not Partitioning.HOUR:
+            continue
+        if dataset == dead_letter.dataset and table in ("*", dead_letter.table):
+            problems.add(f"tables.{key}.partitioning", "the dead-letter table is DAY-partitioned "
+                         "on its staging date")
+        keyed = [who for (ds, tb), (who, is_keyed) in statics.items()
+                 if is_keyed and ds == dataset and table in ("*", tb, changelog_table(tb))]
+        if templated.get(dataset, ("", False))[1]:
+            keyed.append(templated[dataset][0])
+        for who in keyed[:1]:
+            problems.add(f"tables.{key}.partitioning", f"covers the tables of keyed topic {who}: "
+                         "keyed tables are DAY-partitioned (the MERGE prunes by date)")
 
 
 # --- sections ----------------------------------------------------------------------------------

@@ -242,6 +242,7 @@ ENRICHMENT_SPEC: dict[str, r.Converter] = {
     "timestamp_column": r.nullable(_COLUMN),
     "key_column": r.nullable(_COLUMN),
     "headers_column": r.nullable(_COLUMN),
+    "event_hour_column": _COLUMN,
 }
 
 

@@ -24,7 +24,14 @@ offset             ``long``                                     Kafka offset
 timestamp          ``["null", long/timestamp-millis]``          Kafka timestamp, null if -1
 key (optional)     ``["null", "bytes"]``                        message key, null if absent
 headers (optional) ``array<{key: string, value: [null, bytes]}>``  message headers, in order
+event hour (HOUR)  ``long`` / ``timestamp-millis``              the event instant's UTC hour
 ================== ============================================ ==============================
+
+The event hour is written only into the files of HOUR-partitioned tables
+(core/partitioning.py): BigQuery partitions by hour on a TIMESTAMP column, and a DAY table
+has no use for it. It comes last among the enrichment columns, so an HOUR table's prefix is a
+DAY table's prefix plus one long (:func:`event_hour_suffix`), and every file of one table has
+the same layout.
 
 The Kafka timestamp is nullable because Kafka reports ``-1`` when a message has none (old
 producers, ``NO_TIMESTAMP_TYPE``); writing 1969-12-31T23:59:59.999 instead would be a lie that
@@ -55,8 +62,10 @@ __all__ = [
     "EnrichmentEncoder",
     "HEADER_RECORD_NAME",
     "encode_enrichment",
+    "event_hour_suffix",
     "extended_schema",
     "schema_json",
+    "with_event_hour",
 ]
 
 # Full name of the headers' item record. A namespace of our own, so it cannot clash with a
@@ -92,6 +101,10 @@ class EnrichmentConfig:
     headers_column: str | None = None
     """Message headers, ``array`` of ``{key: string, value: ["null", "bytes"]}`` in Kafka's
     order (keys may repeat). ``None`` (default) leaves the column out."""
+    event_hour_column: str = "_event_hour"
+    """Event hour, ``long`` with logicalType ``timestamp-millis`` (BigQuery TIMESTAMP): the
+    event instant truncated to the hour, UTC; the HOUR partition column. Written only into
+    the files of HOUR-partitioned tables (``tables:``). Required."""
 
     def __post_init__(self) -> None:
         problem = _config_problem(self)
@@ -125,11 +138,17 @@ class EnrichmentConfig:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """The enabled column names, in the order they are written (before the record's fields)."""
+        """The enabled column names of a DAY table's files, in the order they are written
+        (before the record's fields); an HOUR table's files add :attr:`event_hour_column`."""
         return tuple(name for name, _ in _enrichment_fields(self))
 
+    def columns_of(self, hourly: bool) -> tuple[str, ...]:
+        """The enrichment columns of a DAY (``hourly`` False) or HOUR table's files."""
+        return self.columns + ((self.event_hour_column,) if hourly else ())
 
-_REQUIRED = ("event_date_column", "topic_column", "partition_column", "offset_column")
+
+_REQUIRED = ("event_date_column", "topic_column", "partition_column", "offset_column",
+             "event_hour_column")
 
 
 def _config_problem(config: EnrichmentConfig) -> str | None:
@@ -153,7 +172,9 @@ def _config_problem(config: EnrichmentConfig) -> str | None:
 _TIMESTAMP_TYPE = {"type": "long", "logicalType": "timestamp-millis"}
 
 
-def _enrichment_fields(config: EnrichmentConfig) -> list[tuple[str, dict[str, Any]]]:
+def _enrichment_fields(
+    config: EnrichmentConfig, hourly: bool = False
+) -> list[tuple[str, dict[str, Any]]]:
     out: list[tuple[str, dict[str, Any]]] = [
         (config.event_date_column, {"type": {"type": "int", "logicalType": "date"}}),
         (config.topic_column, {"type": "string"}),
@@ -175,11 +196,16 @@ def _enrichment_fields(config: EnrichmentConfig) -> list[tuple[str, dict[str, An
             ],
         }
         out.append((config.headers_column, {"type": {"type": "array", "items": header}, "default": []}))
+    if hourly:
+        out.append((config.event_hour_column, {"type": _TIMESTAMP_TYPE}))
     return out
 
 
-def extended_schema(writer_schema: Mapping[str, Any], config: EnrichmentConfig) -> dict[str, Any]:
-    """The writer's record schema with the enrichment fields first (see the module docstring).
+def extended_schema(
+    writer_schema: Mapping[str, Any], config: EnrichmentConfig, hourly: bool = False
+) -> dict[str, Any]:
+    """The writer's record schema with the enrichment fields first (see the module docstring);
+    ``hourly``: of an HOUR table's files, with the event hour column last among them.
 
     Name, namespace, doc, aliases and every other attribute of the writer's record are kept,
     and its fields keep their order after the enrichment columns. The input is not modified. Raises :class:`UnsupportedSchemaError` when the schema is not a
@@ -195,7 +221,7 @@ def extended_schema(writer_schema: Mapping[str, Any], config: EnrichmentConfig) 
     if not isinstance(original, list):
         raise UnsupportedSchemaError(f"record schema {full_name(writer_schema)!r} has no field list")
     existing = {str(f.get("name", "")).lower(): f.get("name") for f in original if isinstance(f, Mapping)}
-    for column in config.columns:
+    for column in config.columns_of(hourly):
         if column.lower() in existing:
             raise UnsupportedSchemaError(
                 f"enrichment column {column!r} collides with field {existing[column.lower()]!r} of "
@@ -208,9 +234,30 @@ def extended_schema(writer_schema: Mapping[str, Any], config: EnrichmentConfig) 
         )
     extended = copy.deepcopy(dict(writer_schema))
     extended["fields"] = [
-        {"name": name, **spec} for name, spec in _enrichment_fields(config)
+        {"name": name, **spec} for name, spec in _enrichment_fields(config, hourly)
     ] + list(extended["fields"])
     return extended
+
+
+def with_event_hour(extended: Mapping[str, Any], config: EnrichmentConfig) -> dict[str, Any]:
+    """An HOUR table's file schema from a DAY table's (``extended_schema(W, config)`` or a
+    format's equivalent with the same enrichment prefix): the event hour column inserted
+    after the other enrichment columns. Raises :class:`UnsupportedSchemaError` when a record
+    field already has its name."""
+    fields_ = list(extended.get("fields") or ())
+    at = len(config.columns)
+    column = config.event_hour_column
+    clash = [f.get("name") for f in fields_[at:]
+             if str(f.get("name", "")).lower() == column.lower()]
+    if clash:
+        raise UnsupportedSchemaError(
+            f"enrichment column {column!r} collides with field {clash[0]!r} of "
+            f"{full_name(extended)!r}; rename enrichment.event_hour_column"
+        )
+    hourly = dict(extended)
+    column_field = {"name": column, "type": dict(_TIMESTAMP_TYPE)}
+    hourly["fields"] = fields_[:at] + [column_field] + fields_[at:]
+    return hourly
 
 
 def schema_json(schema: Mapping[str, Any]) -> str:
@@ -367,6 +414,12 @@ def _headers(headers: Iterable[tuple[str, bytes | None]] | None) -> bytes:
         out += _string(key)
         out += _NULL if value is None else _SECOND_BRANCH + _bytes(value)
     return out + _NULL
+
+
+def event_hour_suffix(epoch_hour: int) -> bytes:
+    """The event hour column's encoding (hours since 1970 UTC → its first millisecond), put
+    after a record's enrichment prefix in an HOUR table's files."""
+    return _long(epoch_hour * 3_600_000)
 
 
 @lru_cache(maxsize=256)

@@ -40,6 +40,14 @@ Date rule (``date_rule``):
 Epoch numbers and the Kafka timestamp are instants without an offset: their date is the UTC
 date under both rules.
 
+Event hour (HOUR-partitioned tables, core/partitioning.py): :func:`event_hour` reads the same
+candidate the date came from and gives the **UTC hour of the instant**, whatever the date
+rule: BigQuery's HOUR partitions are on a TIMESTAMP, which is an instant. Naive values are
+taken as UTC, a zone id without an offset is resolved with its zone, a date alone is its
+00:00 UTC. Under ``date_rule: local`` an instant late in a zone west of UTC has its event
+date on one day and its hour on the next (UTC) day: the two columns answer different
+questions, and an HOUR table's partitions follow the hour.
+
 Range: a date must lie in ``[min_date, max_date]``, by default BigQuery's whole DATE range
 0001-01-01..9999-12-31 (which is also Python's). Far-future dates inside that range are
 accepted on purpose: a rule relative to "now" would make staging depend on the wall clock, so a
@@ -153,6 +161,105 @@ def event_date(
         else "Kafka timestamp fallback is off"
     )
     raise MissingEventTimeError(f"no event time: none of {tried} has a value and {fallback}")
+
+
+def event_hour(
+    config: EventTimeConfig,
+    fields: Mapping[str, Any],
+    kafka_timestamp_ms: int | None = None,
+) -> int:
+    """The event hour of one record, hours since 1970-01-01T00 UTC (see the module docstring);
+    raises like :func:`event_date`, whose checks it repeats (it is called for the records of
+    HOUR tables only, after :func:`event_date`)."""
+    for path in config.fields:
+        value = fields.get(path)
+        if value is not None:
+            try:
+                return value_hour(value, config)
+            except InvalidEventTimeError as error:
+                raise InvalidEventTimeError(f"event time field {path!r}: {error}") from None
+    fallback_ms = kafka_timestamp_ms if config.kafka_timestamp_fallback else None
+    if fallback_ms is not None and fallback_ms >= 0:
+        return fallback_ms // _MS_PER_HOUR
+    event_date(config, fields, kafka_timestamp_ms)  # raises its MissingEventTimeError
+    raise MissingEventTimeError("no event time")  # unreachable: event_date raised
+
+
+def event_date_and_hour(
+    config: EventTimeConfig,
+    fields: Mapping[str, Any],
+    kafka_timestamp_ms: int | None = None,
+) -> tuple[date, int]:
+    """``(event_date(...), event_hour(...))`` from one read of the value: what the records
+    of an HOUR table need, at the cost of one parse."""
+    for path in config.fields:
+        value = fields.get(path)
+        if value is not None:
+            try:
+                day, hour = _value_date_hour(value, config)
+            except InvalidEventTimeError as error:
+                raise InvalidEventTimeError(f"event time field {path!r}: {error}") from None
+            return _in_range(day, config, f"field {path!r}"), hour
+    fallback_ms = kafka_timestamp_ms if config.kafka_timestamp_fallback else None
+    if fallback_ms is not None and fallback_ms >= 0:
+        day = _epoch_date(fallback_ms, EpochUnit.MILLISECONDS)
+        return _in_range(day, config, "Kafka timestamp"), fallback_ms // _MS_PER_HOUR
+    event_date(config, fields, kafka_timestamp_ms)  # raises its MissingEventTimeError
+    raise MissingEventTimeError("no event time")  # unreachable: event_date raised
+
+
+def _value_date_hour(value: Any, config: EventTimeConfig) -> tuple[date, int]:
+    if isinstance(value, str):
+        iso, zone = _split_annotations(value)
+        try:
+            moment = datetime.fromisoformat(iso)
+        except ValueError:
+            raise InvalidEventTimeError(f"{value!r} is not an ISO-8601 date or date-time") from None
+        if moment.tzinfo is None and zone is not None:
+            located = moment.replace(tzinfo=_zone(zone, value))
+            # The date rule reads the zone only under utc (module docstring); the hour always.
+            day = _datetime_date(located if config.date_rule is DateRule.UTC else moment,
+                                 config.date_rule)
+            return day, _datetime_hour(located)
+        return _datetime_date(moment, config.date_rule), _datetime_hour(moment)
+    return value_date(value, config), value_hour(value, config)
+
+
+_MS_PER_HOUR = 3_600_000
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def value_hour(value: Any, config: EventTimeConfig) -> int:
+    """The UTC hour (hours since 1970) of one non-null event-time value under ``config``'s
+    epoch unit; raises :class:`InvalidEventTimeError`."""
+    if isinstance(value, datetime):
+        return _datetime_hour(value)
+    if isinstance(value, date):
+        return epoch_day(value) * 24
+    if isinstance(value, str):
+        iso, zone = _split_annotations(value)
+        try:
+            moment = datetime.fromisoformat(iso)
+        except ValueError:
+            raise InvalidEventTimeError(f"{value!r} is not an ISO-8601 date or date-time") from None
+        if moment.tzinfo is None and zone is not None:
+            moment = moment.replace(tzinfo=_zone(zone, value))
+        return _datetime_hour(moment)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        _epoch_date(value, config.epoch_unit)  # the same finiteness and range checks
+        unit = config.epoch_unit
+        if unit is EpochUnit.AUTO:
+            unit = _inferred_unit(abs(value))
+        per_hour = _UNITS_PER_DAY[unit] // 24
+        return value // per_hour if isinstance(value, int) else math.floor(value / per_hour)
+    raise InvalidEventTimeError(f"unsupported value type {type(value).__name__}: {value!r}")
+
+
+def _datetime_hour(moment: datetime) -> int:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    delta = moment - _UNIX_EPOCH  # exact integers: a float would round 13:59:59.9999999 up
+    return (delta.days * 86_400 + delta.seconds) // 3600
 
 
 def epoch_day(day: date) -> int:

@@ -67,6 +67,7 @@ class _Placement:
     prefix: bytes
     body: bytes
     day: int
+    hour: int | None
 
 
 class DestinationFanOut:
@@ -123,7 +124,8 @@ class DestinationFanOut:
         for placement in placements:
             branch = placement.branch
             file(placement.destination.dataset, placement.destination.table, branch.schema_id,
-                 branch.file_schema).append(placement.prefix, placement.body, placement.day)
+                 branch.file_schema).append(placement.prefix, placement.body, placement.day,
+                                            placement.hour)
 
     def _placement(self, k: int, branch: _Branch, msg: Any, record: Mapping[str, Any],
                    meta: MessageMeta) -> _Placement:
@@ -140,8 +142,8 @@ class DestinationFanOut:
             raise TransformFailedError(
                 f"the record does not fit the destination's schema: {error}"
             ) from None
-        prefix, day = self.stager._prefix(msg, fields, offset, key)
-        return _Placement(destination, branch, prefix, body.getvalue(), day)
+        prefix, day, hour = self.stager._prefix(msg, fields, offset, key, destination)
+        return _Placement(destination, branch, prefix, body.getvalue(), day, hour)
 
     def _fanned(self, schema_key: Hashable, schema: Mapping[str, Any],
                 schema_id: int | None) -> _Fanned:

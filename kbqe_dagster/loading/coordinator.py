@@ -62,6 +62,7 @@ from kbqe_dagster.core.load_state import (
     retry_job,
 )
 from kbqe_dagster.core.naming import parse_listing
+from kbqe_dagster.core.partitioning import Partitioning
 from kbqe_dagster.core.notices import (
     KNOWN_SCHEMAS_FILE,
     decode_known,
@@ -363,6 +364,7 @@ class LoadCoordinator:
             partition_expiration_days=self.settings.partition_expiration_days,
             avro_schema=schema,
             clustering_fields=self._clustering(dataset, table),
+            partitioning=self._partitioning(dataset, table),
         )
 
     def _clustering(self, dataset: str, table: str) -> tuple[str, ...]:
@@ -370,10 +372,18 @@ class LoadCoordinator:
             return ()
         return (self.config.enrichment.partition_column, self.config.enrichment.offset_column)
 
+    def _partitioning(self, dataset: str, table: str) -> Partitioning:
+        dead = self.config.dead_letter
+        if (dataset, table) == (dead.dataset, dead.table):
+            return Partitioning.DAY
+        return self.config.partitioning(dataset, table)
+
     def _partition_field(self, dataset: str, table: str) -> str:
         dead = self.config.dead_letter
         if (dataset, table) == (dead.dataset, dead.table):
             return DEAD_LETTER_PARTITION_FIELD
+        if self._partitioning(dataset, table) is Partitioning.HOUR:
+            return self.config.enrichment.event_hour_column
         return self.config.enrichment.event_date_column
 
     def _complete(

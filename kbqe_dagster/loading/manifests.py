@@ -8,7 +8,8 @@ empty: their files have no known count. Reads run in a small thread pool (they a
 Per-day counts are read from an optional ``days`` object in a manifest's file entry
 (``{"avro": ..., "records": 12, "days": {"2024-09-13": 7, "2024-09-14": 5}}``), which
 ``core.commit.Manifest`` does not model yet; without it a load is reported for its table as
-a whole instead of per DAY partition.
+a whole instead of per DAY partition. Files of HOUR tables also carry ``hours``
+(``{"2026-11-23T14": 7}``), read the same way, reported per HOUR partition.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class FileFacts:
     records: int | None = None
     days: Mapping[str, int] | None = None
     version: str | None = None  # the object version the commit pinned; None: pins nothing
+    hours: Mapping[str, int] | None = None
+    """Records per event hour (``YYYY-MM-DDTHH``), for an HOUR table's file; None: not recorded."""
 
 
 def read_file_facts(store: StagingStore, done_files: Iterable[str]) -> dict[str, FileFacts]:
@@ -69,19 +72,21 @@ def _facts_of(store: StagingStore, done_name: str) -> dict[str, FileFacts]:
     if manifest is None:
         return {}
     days = _days_by_avro(content)
-    return {f.avro: FileFacts(f.records, days.get(f.avro), f.version) for f in manifest.files}
+    hours = _days_by_avro(content, "hours")
+    return {f.avro: FileFacts(f.records, days.get(f.avro), f.version, hours.get(f.avro))
+            for f in manifest.files}
 
 
-def _days_by_avro(content: bytes) -> dict[str, dict[str, int]]:
-    """The optional per-day counts of each file entry; entries that do not add up to their
-    ``records`` are ignored rather than trusted."""
+def _days_by_avro(content: bytes, field: str = "days") -> dict[str, dict[str, int]]:
+    """The optional per-day (``field`` "hours": per-hour) counts of each file entry; entries
+    that do not add up to their ``records`` are ignored rather than trusted."""
     try:
         entries = json.loads(content).get("files", [])
     except (ValueError, AttributeError):
         return {}
     out: dict[str, dict[str, int]] = {}
     for entry in entries:
-        days = entry.get("days") if isinstance(entry, dict) else None
+        days = entry.get(field) if isinstance(entry, dict) else None
         if not isinstance(days, dict):
             continue
         if all(isinstance(k, str) and type(v) is int and v >= 0 for k, v in days.items()) and (

@@ -1,5 +1,5 @@
 """What one run of the load coordinator did, in terms the Dagster layer reports: loads per
-(table, DAY partition) with rows, bytes, job id, file count and offset ranges; the rows
+(table, DAY or HOUR partition) with rows, bytes, job id, file count and offset ranges; the rows
 check of every finished job; retries, quarantines and jobs running too long.
 
 Pure data and arithmetic; ``defs/bigquery`` turns it into materializations and check results.
@@ -14,6 +14,7 @@ from kbqe_dagster.core.load_checks import JobRows
 from kbqe_dagster.core.load_state import LoadJobRecord
 from kbqe_dagster.core.naming import DoneFileName, parse_name
 from kbqe_dagster.core.notices import SchemaNotice
+from kbqe_dagster.core.partitioning import Partitioning
 from kbqe_dagster.loading.manifests import FileFacts
 from kbqe_dagster.resources.bigquery import JobReport
 
@@ -22,8 +23,10 @@ OffsetRange = tuple[str, int, int, int]  # topic, partition, first, last (inclus
 
 @dataclass(frozen=True)
 class PartitionLoad:
-    """Rows one job wrote into one DAY partition of its table. ``day`` is ``None`` for rows
-    whose day is not recorded (done files without per-day counts): the table as a whole."""
+    """Rows one job wrote into one partition of its table. ``day`` is the partition key: the
+    event date of a DAY table, the event hour (``YYYY-MM-DDTHH``) of an HOUR table; ``None``
+    for rows whose partition is not recorded (done files without per-day or per-hour
+    counts): the table as a whole."""
 
     dataset: str
     table: str
@@ -55,14 +58,16 @@ class CompletedLoad:
         return JobRows(self.job.job_id, f"{self.job.dataset}.{self.job.table}",
                        self.job.records, self.stats.output_rows, self.stats.rows_source)
 
-    def partitions(self) -> tuple[PartitionLoad, ...]:
-        """One entry per event day the job's files hold records for, plus one ``day=None``
-        entry for the files whose days are not recorded."""
+    def partitions(self, unit: Partitioning = Partitioning.DAY) -> tuple[PartitionLoad, ...]:
+        """One entry per event day (``unit`` HOUR: per event hour) the job's files hold
+        records for, plus one ``day=None`` entry for the files whose days (hours) are not
+        recorded — an HOUR table's files staged before it was made HOUR, for instance."""
         days: dict[str | None, _Day] = {}
         done_files = self.job.done_files or (None,) * len(self.job.files)
         for avro, done in zip(self.job.files, done_files):
             facts = self.facts.get(avro, FileFacts())
-            per_day = dict(facts.days) if facts.days is not None else {None: facts.records}
+            counts = facts.hours if unit is Partitioning.HOUR else facts.days
+            per_day = dict(counts) if counts is not None else {None: facts.records}
             for day, count in per_day.items():
                 days.setdefault(day, _Day()).add(count, _offset_range(done))
         if list(days) == [None] and days[None].rows is None:

@@ -1,5 +1,5 @@
-"""Completeness of the tables' DAY partitions, read from the systems: the staging listing and
-its done files (what is committed, what is loaded, how far each range got), the Kafka
+"""Completeness of the tables' DAY (or HOUR) partitions, read from the systems: the staging
+listing and its done files (what is committed, what is loaded, how far each range got), the Kafka
 watermarks of every feeding partition (one batched read), and the kept state
 ``_kbqe/completeness.json``. The decision itself is ``core/completeness.py``.
 
@@ -30,13 +30,15 @@ from typing import Any, Callable, Iterable, Mapping
 
 from kbqe_dagster.core.commit import Manifest, is_marker, parse_manifest
 from kbqe_dagster.core.completeness import (
-    DAY,
     CompletenessSettings,
     PartitionProgress,
+    Period,
     RangeFacts,
     TableCompleteness,
+    Unit,
     decide,
     loaded_position,
+    unit_of,
 )
 from kbqe_dagster.core.completeness_state import (
     CompletenessState,
@@ -55,6 +57,7 @@ from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.keyed import changelog_table
 from kbqe_dagster.core.naming import DoneFileName, ParsedListing, parse_listing, parse_name
 from kbqe_dagster.core.offsets import CommittedRange, recover
+from kbqe_dagster.core.partitioning import parse_hour_key
 from kbqe_dagster.resources.kafka import PartitionWatermarks
 from kbqe_dagster.resources.staging_store import StagingStore
 
@@ -65,6 +68,8 @@ READ_THREADS = 16
 MAX_NEW_DAYS = 31
 """At most this many newly complete days are announced at once (a first evaluation announces
 only the newest)."""
+MAX_NEW_HOURS = 48
+"""The same for the hours of an HOUR table."""
 
 TopicPartition = tuple[str, int]
 WatermarkReader = Callable[[Iterable[str]], Mapping[TopicPartition, PartitionWatermarks]]
@@ -74,20 +79,29 @@ WatermarkReader = Callable[[Iterable[str]], Mapping[TopicPartition, PartitionWat
 class TableReport:
     verdict: TableCompleteness
     late_after_complete: Mapping[str, int]
-    newly_complete: tuple[date, ...]
-    """Days complete now that the kept state had not declared yet (announced by Dagster)."""
+    newly_complete: tuple[Period, ...]
+    """Partitions (days, or hours of an HOUR table) complete now that the kept state had not
+    declared yet (announced by Dagster)."""
     topics: tuple[str, ...]
 
+    @property
+    def unit(self) -> Unit:
+        return self.verdict.unit
+
     def to_json(self) -> dict[str, Any]:
+        """An HOUR table's keys are hours (``2026-11-23T14``): ``next_hour`` and
+        ``late_after_complete_by_hour`` stand for the DAY tables' ``next_day`` and
+        ``late_after_complete_by_day``."""
         v = self.verdict
+        unit = "hour" if v.unit.hourly else "day"
         return {
-            "partitioning": "day",
+            "partitioning": unit,
             "basis": v.basis,
-            "newest_complete": v.newest_complete.isoformat() if v.newest_complete else None,
-            "next_day": v.next_day.isoformat() if v.next_day else None,
+            "newest_complete": v.key(v.newest_complete),
+            f"next_{unit}": v.key(v.next_day),
             "held_back_by": [h.as_dict() for h in v.held_back_by],
             "late_after_complete": sum(self.late_after_complete.values()),
-            "late_after_complete_by_day": dict(self.late_after_complete),
+            f"late_after_complete_by_{unit}": dict(self.late_after_complete),
             "topics": list(self.topics),
             "partitions": v.partitions,
         }
@@ -143,7 +157,8 @@ def evaluate(
     tables: dict[str, TableReport] = {}
     new_marks: dict[str, TableMark] = dict(state.tables)
     for name, topics in sorted(feeding.items()):
-        kept = state.tables.get(name, TableMark())
+        unit = unit_of(config.partitioning(*name.split(".", 1)))
+        kept = _kept(state.tables.get(name, TableMark()), unit)
         progress: list[PartitionProgress] = []
         new_days: list[Mapping[str, int]] = []
         partition_marks: dict[TopicPartition, PartitionMark] = {}
@@ -159,18 +174,19 @@ def evaluate(
                 if rows[-1].has_files:
                     break
             position = with_mark(loaded_position(rows, start=wm.low), mark)
-            new_days.append(newly_loaded_days(position, mark))
+            new_days.append(newly_loaded_days(position, mark, unit))
             partition_marks[tp] = mark_of(position)
             progress.append(PartitionProgress(
                 tp[0], tp[1], position.offset, wm.high, observed_at, position.kafka_time,
                 position.event_time, settings.get(tp[0], CompletenessSettings()),
                 staged_offset=chain.resume_offset if chain is not None else wm.low,
             ))
-        verdict = decide(name, progress)
+        verdict = decide(name, progress, unit)
         late = merge_counts(
-            kept.late_after_complete, late_records(merge_counts(*new_days), kept.newest_complete)
+            kept.late_after_complete,
+            late_records(merge_counts(*new_days), kept.newest_complete, unit),
         )
-        newly = _newly_complete(kept.newest_complete, verdict.newest_complete)
+        newly = _newly_complete(kept.newest_complete, verdict.newest_complete, unit)
         tables[name] = TableReport(verdict, late, newly, tuple(sorted(topics)))
         new_marks[name] = TableMark(
             newest_of(kept.newest_complete, verdict.newest_complete), late,
@@ -204,15 +220,28 @@ def _ranges_to_read(
     return list(wanted.values())
 
 
-def _newly_complete(before: date | None, now: date | None) -> tuple[date, ...]:
+def _kept(mark: TableMark, unit: Unit) -> TableMark:
+    """The kept mark, without the declarations of another unit (a table switched between DAY
+    and HOUR): its partitions' progress still counts, its declared days or hours do not."""
+    newest = mark.newest_complete
+    if newest is None or isinstance(newest, datetime) == unit.hourly:
+        return mark
+    return TableMark(None, {}, mark.partitions)
+
+
+def _newly_complete(
+    before: Period | None, now: Period | None, unit: Unit
+) -> tuple[Period, ...]:
     if now is None or (before is not None and now <= before):
         return ()
-    first = now if before is None else max(before + DAY, now - timedelta(days=MAX_NEW_DAYS - 1))
-    days, day = [], first
-    while day <= now:
-        days.append(day)
-        day += DAY
-    return tuple(days)
+    most = MAX_NEW_HOURS if unit.hourly else MAX_NEW_DAYS
+    step = timedelta(hours=1) if unit.hourly else timedelta(days=1)
+    first = now if before is None else max(unit.next(before), now - step * (most - 1))
+    periods, period = [], first
+    while period <= now:
+        periods.append(period)
+        period = unit.next(period)
+    return tuple(periods)
 
 
 def _write(store: StagingStore, before: CompletenessState, after: CompletenessState) -> None:
@@ -261,7 +290,9 @@ def _facts_of(
     if manifest is None:
         return RangeFacts(rng.first, rng.last, has_files)
     days: dict[str, int] = {}
+    hours: dict[str, int] = {}
     event_days: list[str] = []
+    event_hours: list[str] = []
     for f in manifest.files:
         parsed = parse_name(f.avro)
         if parsed is None:
@@ -270,12 +301,16 @@ def _facts_of(
         if file_table == reader.dead_letter:
             continue
         event_days.extend(d for d, n in f.days if n)
+        event_hours.extend(h for h, n in f.hours if n)
         if file_table == table:
             for d, n in f.days:
                 days[d] = days.get(d, 0) + n
+            for h, n in f.hours:
+                hours[h] = hours.get(h, 0) + n
     return RangeFacts(
         rng.first, rng.last, has_files, manifest.kafka_ts_max,
         date.fromisoformat(max(event_days)) if event_days else None, days,
+        parse_hour_key(max(event_hours)) if event_hours else None, hours,
     )
 
 

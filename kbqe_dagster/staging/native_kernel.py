@@ -11,7 +11,8 @@ Python path's by construction: the kernel never decides that a message is bad, a
 reach the same container writer in the same order (docs/architecture.md, "Two stage paths").
 
 What stays on the Python path for good: keyed and JSON topics (stagers of their own, which set
-``native_kernel = False``), ``function`` routing, and a schema whose types or wanted fields
+``native_kernel = False``), ``function`` routing, topics that may write an HOUR-partitioned
+table (core/partitioning.py: the event hour column), and a schema whose types or wanted fields
 the kernel does not implement (:meth:`StageKernel.add_schema` refuses it; its messages are
 handed back one by one). ``KBQE_STAGE_KERNEL=off`` forces the Python path everywhere.
 """
@@ -130,6 +131,10 @@ class NativeStaging:
         if _extension is None:
             return None
         if stager.router.config.mode is RoutingMode.FUNCTION:
+            return None
+        if stager.pipeline.topic_may_write_hourly(stager.topic.name):
+            # The kernel writes DAY tables' layout only; an HOUR table's records carry the
+            # event hour column too (core/partitioning.py), which the Python path adds.
             return None
         return cls(stager, _extension)
 

@@ -38,7 +38,12 @@ from kbqe_dagster.core.avro_names import record_full_name
 from kbqe_dagster.core.commit import avro_file_name, plan_range_commit
 from kbqe_dagster.core.config import BadInputPolicy, PipelineConfig, TopicConfig
 from kbqe_dagster.core.dead_letters import DEAD_LETTER_SCHEMA, DEAD_LETTER_SCHEMA_ID, DeadLetter
-from kbqe_dagster.core.enrichment import EnrichmentEncoder, extended_schema
+from kbqe_dagster.core.enrichment import (
+    EnrichmentEncoder,
+    event_hour_suffix,
+    extended_schema,
+    with_event_hour,
+)
 from kbqe_dagster.core.errors import (
     BadInputError,
     CommitConflictError,
@@ -47,10 +52,11 @@ from kbqe_dagster.core.errors import (
     StageRangeFailed,
     UnknownSchemaIdError,
 )
-from kbqe_dagster.core.event_time import epoch_day, event_date, from_epoch_day
+from kbqe_dagster.core.event_time import epoch_day, event_date, event_date_and_hour, from_epoch_day
 from kbqe_dagster.core.formats import SourceFormat
 from kbqe_dagster.core.naming import AvroFileName
 from kbqe_dagster.core.offsets import OffsetRange, StartPolicy
+from kbqe_dagster.core.partitioning import hour_key
 from kbqe_dagster.core.routing import Router, RoutingInput
 from kbqe_dagster.core.wire import HEADER_SIZE, parse_frame
 from kbqe_dagster.faults import crash_point
@@ -131,14 +137,18 @@ class _OpenFile:
         # Event day (days since 1970, as encoded) → records, for the manifest; ISO dates are
         # made once per day at commit, not once per record.
         self.days: Counter[int] = Counter()
+        # Event hour (hours since 1970 UTC) → records, for an HOUR table's file only.
+        self.hours: Counter[int] = Counter()
 
     @property
     def records(self) -> int:
         return self.writer.records
 
-    def append(self, prefix: bytes, body: bytes, day: int) -> None:
+    def append(self, prefix: bytes, body: bytes, day: int, hour: int | None = None) -> None:
         self.writer.append(prefix, body)
         self.days[day] += 1
+        if hour is not None:
+            self.hours[hour] += 1
 
     def append_many(self, records: bytes, ends: Any, days: list[tuple[int, int]]) -> None:
         """Records staged by the native kernel: back to back, ``ends`` their end offsets,
@@ -149,6 +159,9 @@ class _OpenFile:
 
     def iso_days(self) -> dict[str, int]:
         return {from_epoch_day(day).isoformat(): n for day, n in sorted(self.days.items())}
+
+    def hour_keys(self) -> dict[str, int]:
+        return {hour_key(hour): n for hour, n in sorted(self.hours.items())}
 
     def close(self) -> int:
         self.writer.close()
@@ -197,6 +210,12 @@ class RangeStager:
         # or not by its 5 bytes alone, so a known one skips parse_frame and the decoder
         # lookup. Only headers whose schema resolved are kept: one entry per good schema id.
         self._by_header: dict[bytes, tuple[int, _Decoder]] = {}
+        # HOUR tables (core/partitioning.py): their records also get the event hour column.
+        # A pipeline without any pays one attribute test per record.
+        self._tables = self.pipeline.tables
+        self._any_hourly = self._tables.any_hourly
+        self._hourly: dict[tuple[str, str], bool] = {}
+        self._hour_suffixes: dict[int, bytes] = {}
 
     # --- per message ------------------------------------------------------------------------
     def add(self, msg: Any) -> None:
@@ -240,21 +259,47 @@ class RangeStager:
         destination = destination or self._static or self._route(
             RoutingInput(self.rng.topic, self.rng.partition, offset, full_name, fields, key)
         )
-        prefix, day = self._prefix(msg, fields, offset, key)
+        prefix, day, hour = self._prefix(msg, fields, offset, key, destination)
         self._file(destination.dataset, destination.table, schema_id, schema).append(
-            prefix, body, day
+            prefix, body, day, hour
         )
 
-    def _prefix(self, msg: Any, fields: dict, offset: int, key: bytes | None) -> tuple[bytes, int]:
-        """The encoded enrichment prefix and event day of one record whose routing and event
-        time fields are ``fields`` (``offset`` and ``key``: the message's, read once by the
-        caller on the hot path); raises the event-time bad input. Apart from appending, so
-        a message with several destinations builds all of them before appending any."""
+    def _prefix(self, msg: Any, fields: dict, offset: int, key: bytes | None,
+                destination: Any) -> tuple[bytes, int, int | None]:
+        """The encoded enrichment prefix, event day and (for an hourly destination table)
+        event hour of one record whose routing and event time fields are ``fields``
+        (``offset`` and ``key``: the message's, read once by the caller on the hot path);
+        raises the event-time bad input. Apart from appending, so a message with several
+        destinations builds all of them before appending any."""
         ts_type, ts = msg.timestamp()
         timestamp_ms = ts if ts_type != 0 else None
-        day = epoch_day(event_date(self._event_time, fields, timestamp_ms))
+        hour = None
+        if self._any_hourly and self._is_hourly(destination.dataset, destination.table):
+            event_day, hour = event_date_and_hour(self._event_time, fields, timestamp_ms)
+            day = epoch_day(event_day)
+        else:
+            day = epoch_day(event_date(self._event_time, fields, timestamp_ms))
         headers = msg.headers() if self._with_headers else None
-        return self._encode(day, offset, timestamp_ms, key, headers), day
+        prefix = self._encode(day, offset, timestamp_ms, key, headers)
+        if hour is not None:
+            prefix += self._hour_suffix(hour)
+        return prefix, day, hour
+
+    def _is_hourly(self, dataset: str, table: str) -> bool:
+        known = self._hourly.get((dataset, table))
+        if known is None:
+            if len(self._hourly) >= 4096:  # routed names come from data: keep it bounded
+                self._hourly.clear()
+            known = self._hourly[(dataset, table)] = self._tables.is_hourly(dataset, table)
+        return known
+
+    def _hour_suffix(self, hour: int) -> bytes:
+        suffix = self._hour_suffixes.get(hour)
+        if suffix is None:
+            if len(self._hour_suffixes) >= 4096:  # hours cluster, garbage does not
+                self._hour_suffixes.clear()
+            suffix = self._hour_suffixes[hour] = event_hour_suffix(hour)
+        return suffix
 
     def _resolve(self, value: bytes) -> tuple[int, _Decoder]:
         """Parse a header not seen yet and find its decoder; raises the frame's or the
@@ -300,6 +345,8 @@ class RangeStager:
         open_file = self.files.get(key)
         if open_file is None:
             name = avro_file_name(self.rng, dataset, table, schema_id)
+            if self._any_hourly and self._is_hourly(dataset, table):
+                schema = with_event_hour(schema, self.enrichment)
             open_file = self.files[key] = _OpenFile(self.workdir, name, schema, self.codec,
                                                     self.sync_marker)
         return open_file
@@ -376,6 +423,7 @@ class RangeStager:
             skipped=sum(self.skipped.values()),
             created_at=self.staged_at,
             days={f.name.name: f.iso_days() for f in self.files.values()},
+            hours={f.name.name: f.hour_keys() for f in self.files.values() if f.hours},
             versions=versions,
             kafka_ts_max=kafka_ts_max,
         )

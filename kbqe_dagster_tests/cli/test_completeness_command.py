@@ -55,3 +55,29 @@ def test_day_option_exits_2_while_that_day_is_not_complete(run: Run, staged):
 def test_a_table_name_without_a_dataset_is_refused(run: Run, staged):
     result = run("completeness", "--table", "orders", *staged)
     assert result.code == 1 and "DATASET.TABLE" in result.err
+
+
+@pytest.fixture
+def staged_hourly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from kbqe_dagster_tests.operations import test_completeness_per_hour as hourly
+
+    hourly._area(tmp_path / "staging")
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(yaml.safe_dump(hourly.PIPELINE))
+    monkeypatch.setattr(command, "watermark_reader", lambda args: area.watermarks(hourly.MARKS))
+    monkeypatch.setattr(command, "now", lambda: hourly.NOW)
+    return ["--staging", str(tmp_path / "staging"), "--config", str(pipeline)]
+
+
+def test_an_hour_table_answers_in_hours_and_a_day_counts_once_its_last_hour_does(
+    run: Run, staged_hourly
+):
+    result = run("completeness", "--json", *staged_hourly)
+    assert result.code == 0, result.err
+    table = json.loads(result.out)["tables"]["web.clicks"]
+    assert (table["partitioning"], table["newest_complete"], table["next_hour"]) == (
+        "hour", "2026-11-23T13", "2026-11-23T14")
+    text = run("completeness", *staged_hourly)
+    assert "2026-11-23T13" in text.out and "clicks[1] 20 msg / 25m 0s (load)" in text.out
+    assert run("completeness", "--day", "2026-11-22", *staged_hourly).code == 0
+    assert run("completeness", "--day", "2026-11-23", *staged_hourly).code == 2

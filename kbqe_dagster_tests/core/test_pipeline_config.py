@@ -246,7 +246,8 @@ def test_each_wrong_value_is_reported_at_its_key_path(path: str, value: Any, exp
         ("alowed_destinations",
          "alowed_destinations: unknown key; did you mean 'allowed_destinations'?"),
         ("enrichment.zzz",
-         "enrichment.zzz: unknown key; expected one of event_date_column, headers_column"),
+         "enrichment.zzz: unknown key; expected one of event_date_column, event_hour_column, "
+         "headers_column"),
     ],
 )  # fmt: skip
 def test_unknown_keys_are_refused_with_a_suggestion(path: str, expected: str) -> None:

@@ -32,6 +32,7 @@ class FakeTable:
     columns: list[str]
     rows: list[Row] = field(default_factory=list)
     time_partitioning_field: str | None = None
+    time_partitioning_type: str | None = None
     created: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     @property
@@ -146,7 +147,8 @@ class FakeBigQueryClient:
                 raise BadRequest(f"Not found: Dataset {job.destination[0]}")
             names = [f.name for f in config.schema] if config.schema else _field_names(files[0])
             partitioning = config.time_partitioning.field if config.time_partitioning else None
-            table = FakeTable(names, time_partitioning_field=partitioning)
+            table = FakeTable(names, time_partitioning_field=partitioning, time_partitioning_type=(
+                config.time_partitioning.type_ if config.time_partitioning else None))
         allow_addition = "ALLOW_FIELD_ADDITION" in (config.schema_update_options or [])
         rows: list[Row] = []
         for reader in files:

@@ -83,20 +83,27 @@ def stage_range(
     with_days: bool = True,
     scala_done: bool = False,
     pin_versions: bool = True,
+    hour_of: Any = None,
 ) -> StagedRange:
     """Commit ``[first, last]``: the offsets from ``first`` are given, in order, to the
     (table, count, day) groups of ``placement``; the rest of the range stays empty (gaps).
     Like the stage task, the manifest pins the version of each uploaded avro object, unless
-    ``pin_versions`` is off (manifests written before versions were pinned)."""
+    ``pin_versions`` is off (manifests written before versions were pinned). ``hour_of``
+    (offset → hour of the day) also records per-hour counts, as for an HOUR table's file."""
     offsets = iter(range(first, last + 1))
     contents: dict[Table, list[dict]] = {}
     days: dict[str, Counter] = {}
+    hours: dict[str, Counter] = {}
     for table, count, day in placement:
         rows = contents.setdefault(table, [])
         name = _avro_name(table, topic, partition, first)
         for _ in range(count):
-            rows.append(record(table, topic, partition, next(offsets), day))
+            offset = next(offsets)
+            rows.append(record(table, topic, partition, offset, day))
             days.setdefault(name.name, Counter())[day.isoformat()] += 1
+            if hour_of is not None:
+                hour = f"{day.isoformat()}T{hour_of(offset):02d}"
+                hours.setdefault(name.name, Counter())[hour] += 1
     staged = []
     versions: dict[str, str] = {}
     for table, rows in contents.items():
@@ -111,6 +118,7 @@ def stage_range(
     commit = plan_range_commit(
         OffsetRange(topic, partition, first, last + 1), staged,
         created_at=datetime.now(timezone.utc), versions=versions,
+        hours={k: dict(v) for k, v in hours.items()},
     )
     content = commit.content
     if scala_done:

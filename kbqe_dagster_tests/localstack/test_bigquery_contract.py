@@ -268,6 +268,25 @@ def test_emulator_gap_time_partitioning_of_a_load_not_recorded(bq, dataset, stag
     assert bq.get_table(table).time_partitioning is None
 
 
+def test_emulator_gap_hour_partitioning_of_a_load_not_recorded(bq, dataset, stage) -> None:
+    """BigQuery creates the destination HOUR-partitioned on the TIMESTAMP ``event_ts`` (the
+    load step's config for a ``partitioning: hour`` table); the emulator accepts the
+    configuration, loads every row with its timestamp, and creates an unpartitioned table."""
+    table = f"{dataset}.hourly"
+    job = _load(bq, stage(EVENT_SCHEMA, _events()), table, schema=EVENT_TABLE_SCHEMA,
+                time_partitioning=bigquery.TimePartitioning(
+                    type_=bigquery.TimePartitioningType.HOUR, field="event_ts"))
+    job.result(timeout=60)
+
+    assert job.error_result is None
+    hours = _rows(bq, f"SELECT TIMESTAMP_TRUNC(event_ts, HOUR), COUNT(*) FROM `{table}` "
+                      "GROUP BY 1 ORDER BY 1")
+    assert [(h.isoformat(), n) for h, n in hours] == [
+        ("2026-03-01T23:00:00+00:00", 2), ("2026-03-02T23:00:00+00:00", 3),
+        ("2026-03-03T23:00:00+00:00", 1)]
+    assert bq.get_table(table).time_partitioning is None
+
+
 def test_emulator_gap_required_mode_not_enforced(bq, dataset, stage) -> None:
     """BigQuery rejects a null for a REQUIRED column unless ALLOW_FIELD_RELAXATION relaxes
     the column to NULLABLE; the emulator stores the null and leaves the mode REQUIRED."""

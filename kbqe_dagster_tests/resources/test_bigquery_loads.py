@@ -14,6 +14,7 @@ from google.api_core import exceptions as gx
 from google.auth.exceptions import TransportError
 
 from kbqe_dagster.core.load_lifecycle import ObservedKind, SubmitOutcome
+from kbqe_dagster.core.partitioning import Partitioning
 from kbqe_dagster.resources.bigquery import (
     GoogleBigQueryLoads,
     LoadRequest,
@@ -42,6 +43,13 @@ def test_the_load_job_config_is_the_designed_one() -> None:
                              "kbqe_table": "orders-eu"}
     assert config.schema is None
     assert config.clustering_fields is None
+
+
+def test_an_hour_table_is_partitioned_by_hour_on_its_event_hour_column() -> None:
+    config = load_job_config(replace(REQUEST, partition_field="_event_hour",
+                                     partitioning=Partitioning.HOUR, partition_expiration_days=2))
+    assert (config.time_partitioning.type_, config.time_partitioning.field,
+            config.time_partitioning.expiration_ms) == ("HOUR", "_event_hour", 2 * 86_400_000)
 
 
 def test_a_keyed_changelog_is_created_clustered_by_partition_and_offset() -> None:

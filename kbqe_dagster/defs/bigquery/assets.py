@@ -3,17 +3,22 @@
 Which tables exist is only partly known when the definitions load. The pipeline file names
 some tables outright — static routes, allow-list entries ``dataset.table``, the dead-letter
 table — and each of those is an asset ``bigquery/<dataset>/<table>`` with one DAY partition
-per event date (``DailyPartitionsDefinition``, matching the table's DAY partitions).
+per event date (``DailyPartitionsDefinition``, matching the table's DAY partitions), or, for a
+table the ``tables:`` map makes HOUR-partitioned, one partition per event hour
+(``HourlyPartitionsDefinition`` in UTC, keys ``YYYY-MM-DDTHH``, from the same start). Every
+exact ``tables:`` key is named outright too, so a table whose partitioning differs from its
+dataset wildcard's has its own asset with its own partitions.
 
 An allow-list entry ``dataset.*`` admits tables nobody has named yet: routing reads them from
 the records. Reloading the definitions whenever a record names a new table is not an option,
 so such a dataset is **one** asset ``bigquery/<dataset>`` partitioned by ``table`` × ``date``
 (a ``MultiPartitionsDefinition`` of a ``DynamicPartitionsDefinition`` named
 ``bigquery_<dataset>_tables`` and the same daily partitions). The load op adds a table to the
-dynamic partitions the first time it loads it. Nothing is invented up front and every load
-is reported; the price is that checks of a wildcard dataset cover all its tables at once (a
-failing check names the table). A table both named outright and under a wildcard is reported
-on its own asset.
+dynamic partitions the first time it loads it. An HOUR wildcard (``tables: {dataset.*:
+{partitioning: hour}}``) has a ``table`` × ``hour`` asset. Nothing is invented up front and
+every load is reported; the price is that checks of a wildcard dataset cover all its tables
+at once (a failing check names the table). A table both named outright and under a wildcard
+is reported on its own asset.
 
 The load op reports materializations; Dagster never materializes these assets itself.
 """
@@ -26,6 +31,7 @@ from datetime import date
 import dagster as dg
 
 from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.partitioning import HOUR_KEY_FORMAT, Partitioning, TablesConfig
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 
 BIGQUERY_GROUP = "bigquery"
@@ -43,6 +49,8 @@ class Destinations:
     wildcard_datasets: tuple[str, ...]
     dead_letter: tuple[str, str]
     partition_start: date = DEFAULT_PARTITION_START
+    table_settings: TablesConfig = TablesConfig()
+    """The ``tables:`` map: which tables (and wildcard datasets) are HOUR-partitioned."""
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> Destinations:
@@ -55,17 +63,47 @@ class Destinations:
                 wild.append(dataset)
             else:
                 named.append((dataset, table))
+        # An exact tables: key has its own asset (its partitions may differ from its dataset's).
+        for key in config.tables.settings:
+            dataset, table = key.split(".")
+            if table != "*":
+                named.append((dataset, table))
         starts = [t.event_time.min_date for t in config.topics]
         start = max(DEFAULT_PARTITION_START, min(starts)) if starts else DEFAULT_PARTITION_START
         # A keyed topic's loads go to its changelog; its current table is merged, not loaded
         # (defs/keyed/assets.py declares it).
         merged = {d for t in config.topics if t.keyed and (d := t.routing.static_destination)}
         tables = tuple(dict.fromkeys([*(n for n in named if n not in merged), dead]))
-        return cls(tables, tuple(dict.fromkeys(wild)), dead, start)
+        return cls(tables, tuple(dict.fromkeys(wild)), dead, start, config.tables)
 
     @property
     def daily(self) -> dg.DailyPartitionsDefinition:
         return dg.DailyPartitionsDefinition(start_date=self.partition_start.isoformat(), end_offset=1)
+
+    @property
+    def hourly(self) -> dg.HourlyPartitionsDefinition:
+        """HOUR partitions in UTC from the daily ones' start, keyed like the manifests' hours."""
+        start = self.partition_start.strftime(HOUR_KEY_FORMAT)
+        return dg.HourlyPartitionsDefinition(start_date=start, timezone="UTC",
+                                             fmt=HOUR_KEY_FORMAT, end_offset=1)
+
+    def partitioning(self, dataset: str, table: str) -> Partitioning:
+        """The partitioning of the asset ``dataset.table`` is reported on: its own for a named
+        table, its dataset wildcard's for a table under ``dataset.*``."""
+        if (dataset, table) == self.dead_letter:
+            return Partitioning.DAY
+        if self.is_wildcard(dataset, table):
+            return self.table_settings.partitioning(dataset, "*")
+        return self.table_settings.partitioning(dataset, table)
+
+    def time_partitions(self, dataset: str, table: str) -> dg.TimeWindowPartitionsDefinition:
+        """``table="*"``: of a wildcard dataset's asset."""
+        hourly = self.table_settings.partitioning(dataset, table) is Partitioning.HOUR
+        return self.hourly if hourly and (dataset, table) != self.dead_letter else self.daily
+
+    def time_dimension(self, dataset: str) -> str:
+        """The time dimension's name in a wildcard dataset's multi-partitions."""
+        return "hour" if self.table_settings.is_hourly(dataset, "*") else "date"
 
     def asset_key(self, dataset: str, table: str) -> dg.AssetKey | None:
         """The asset a load into ``dataset.table`` is reported on; ``None``: no asset (the
@@ -83,7 +121,7 @@ class Destinations:
             return None
         if (dataset, table) in self.tables:
             return day
-        return dg.MultiPartitionKey({"date": day, "table": table})
+        return dg.MultiPartitionKey({self.time_dimension(dataset): day, "table": table})
 
     def is_wildcard(self, dataset: str, table: str) -> bool:
         return (dataset, table) not in self.tables and dataset in self.wildcard_datasets
@@ -112,39 +150,45 @@ def bigquery_specs(destinations: Destinations) -> list[dg.AssetSpec]:
 
 def _table_spec(destinations: Destinations, dataset: str, table: str) -> dg.AssetSpec:
     dead = (dataset, table) == destinations.dead_letter
+    hourly = destinations.partitioning(dataset, table) is Partitioning.HOUR
+    unit = "hour" if hourly else "day"
     what = (
         "Dead letters: messages that could not be staged, with raw bytes and the reason; "
         "DAY partitions on `staged_date`."
         if dead
+        else "Kafka records routed here, with enrichment columns; HOUR partitions on the event "
+        "hour (UTC)." if hourly
         else "Kafka records routed here, with enrichment columns; DAY partitions on the event date."
     )
     return dg.AssetSpec(
         key=dg.AssetKey(["bigquery", dataset, table]),
         description=(
             f"BigQuery table `{dataset}.{table}`. {what} Appended by free batch load jobs of "
-            "staged avro files, exactly once; each load reports one materialization per day "
+            f"staged avro files, exactly once; each load reports one materialization per {unit} "
             "partition with rows, bytes, job id and offset ranges."
         ),
         deps=[STAGING_KEY],
-        partitions_def=destinations.daily,
+        partitions_def=destinations.time_partitions(dataset, table),
         group_name=BIGQUERY_GROUP,
         kinds={"bigquery"},
         owners=["team:data-platform"],
-        metadata={"dataset": dataset, "table": table, "dead_letters": dead},
+        metadata={"dataset": dataset, "table": table, "dead_letters": dead,
+                  **({"partitioning": "hour"} if hourly else {})},
     )
 
 
 def _dataset_spec(destinations: Destinations, dataset: str) -> dg.AssetSpec:
+    dimension = destinations.time_dimension(dataset)
     return dg.AssetSpec(
         key=dataset_asset_key(dataset),
         description=(
             f"BigQuery tables of dataset `{dataset}` admitted by the allow-list entry "
             f"`{dataset}.*`: routing names them per record, so they are partitions "
-            "(table × event date) of this asset, added as they are first loaded."
+            f"(table × event {dimension}) of this asset, added as they are first loaded."
         ),
         deps=[STAGING_KEY],
         partitions_def=dg.MultiPartitionsDefinition({
-            "date": destinations.daily,
+            dimension: destinations.time_partitions(dataset, "*"),
             "table": dg.DynamicPartitionsDefinition(name=tables_partitions_name(dataset)),
         }),
         group_name=BIGQUERY_GROUP,

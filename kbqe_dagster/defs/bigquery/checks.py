@@ -154,15 +154,22 @@ def duplicate_offsets_result(
     found, billed, samples = 0, 0, []
     enrichment = config.enrichment
     for dataset, table in sorted(tables):
+        hourly = False
         if (dataset, table) == destinations.dead_letter:
             columns, day_column = ("topic", "partition", "offset"), DEAD_LETTER_PARTITION_FIELD
         else:
             columns = (enrichment.topic_column, enrichment.partition_column,
                        enrichment.offset_column)
-            day_column = enrichment.event_date_column
+            # An HOUR table is pruned on its TIMESTAMP partition column.
+            hourly = config.is_hourly(dataset, table)
+            day_column = enrichment.event_hour_column if hourly else enrichment.event_date_column
         if loads.table_row_count(dataset, table) is None:
             continue  # not created yet: nothing can be duplicated
-        result = loads.duplicate_offsets(dataset, table, columns, day_column, since)
+        if hourly:
+            result = loads.duplicate_offsets(dataset, table, columns, day_column, since,
+                                             timestamp_column=True)
+        else:
+            result = loads.duplicate_offsets(dataset, table, columns, day_column, since)
         found += len(result.duplicates)
         billed += result.bytes_processed or 0
         samples += [{"table": f"{dataset}.{table}", "topic": t, "partition": p, "offset": o,

@@ -1,7 +1,7 @@
 """What a load-coordinator run reports to Dagster: one ``AssetMaterialization`` per (table,
-DAY partition) a finished job wrote — rows, bytes, job id, file count, offset ranges — and
-the check evaluations computed during the load itself (rows loaded, quarantine, staging
-freshness). Job statistics are free; nothing here queries a table.
+DAY or HOUR partition, as the table is partitioned) a finished job wrote — rows, bytes, job
+id, file count, offset ranges — and the check evaluations computed during the load itself
+(rows loaded, quarantine, staging freshness). Job statistics are free; nothing here queries a table.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def load_events(
     staging freshness check too (load cycles only: a poll does not list the staging area)."""
     _register_tables(report, destinations, instance)
     for completed in report.completed:
-        for part in completed.partitions():
+        for part in completed.partitions(destinations.partitioning(*completed.table_id)):
             event = materialization(completed, part, destinations)
             if event is not None:
                 yield event
@@ -93,7 +93,7 @@ def materialization(
         metadata["job_seconds"] = round(completed.stats.seconds, 3)
     if part.day is None:
         metadata["partition_note"] = (
-            "event days not recorded in the done files: reported for the table as a whole"
+            "event days (hours) not recorded in the done files: reported for the table as a whole"
         )
     return dg.AssetMaterialization(
         asset_key=key,

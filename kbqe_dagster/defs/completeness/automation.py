@@ -11,6 +11,8 @@ daemon (no user-code evaluation needed):
   materializing the upstream partition (late events) do not request it again;
 - ``missing()`` and ``~in_progress()``: never a partition that exists or is running.
 
+Downstream of HOUR tables, pass ``check=HOUR_COMPLETE``: the same condition per HOUR partition.
+
 A run that fails is not retried by the condition (the partition is handled); rerun it from the
 UI, or add ``| execution_failed()`` to the first operand if retries are wanted.
 """
@@ -19,14 +21,19 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kbqe_dagster.defs.completeness.checks import DAY_COMPLETE
+from kbqe_dagster.defs.completeness.checks import DAY_COMPLETE, HOUR_COMPLETE
+
+__all__ = ["DAY_COMPLETE", "HOUR_COMPLETE", "once_after_day_complete", "upstream_day_complete"]
 
 
-def upstream_day_complete(*tables: dg.AssetKey) -> dg.AutomationCondition:
+def upstream_day_complete(
+    *tables: dg.AssetKey, check: str = DAY_COMPLETE
+) -> dg.AutomationCondition:
     """True for a partition when each dependency among ``tables`` passed ``day_complete``
-    for it (a dependency that is not a table of ``tables`` is not asked)."""
+    (``check``: ``hour_complete`` for HOUR tables) for it (a dependency that is not a table
+    of ``tables`` is not asked)."""
     passed = dg.AutomationCondition.any_checks_match(dg.AutomationCondition.check_passed()).allow(
-        dg.AssetSelection.checks(*(dg.AssetCheckKey(t, DAY_COMPLETE) for t in tables))
+        dg.AssetSelection.checks(*(dg.AssetCheckKey(t, check) for t in tables))
     )
     return (
         dg.AutomationCondition.all_deps_match(passed)
@@ -35,10 +42,13 @@ def upstream_day_complete(*tables: dg.AssetKey) -> dg.AutomationCondition:
     )
 
 
-def once_after_day_complete(*tables: dg.AssetKey) -> dg.AutomationCondition:
-    """Each DAY partition once, after ``tables`` are complete for that day."""
+def once_after_day_complete(
+    *tables: dg.AssetKey, check: str = DAY_COMPLETE
+) -> dg.AutomationCondition:
+    """Each DAY partition once, after ``tables`` are complete for that day (``check``
+    ``hour_complete``: each HOUR partition, after that hour)."""
     return (
         dg.AutomationCondition.missing()
-        & upstream_day_complete(*tables).newly_true().since_last_handled()
+        & upstream_day_complete(*tables, check=check).newly_true().since_last_handled()
         & ~dg.AutomationCondition.in_progress()
     ).with_label("once after day complete")

@@ -1,5 +1,7 @@
 """``day_complete``: a partitioned asset check on every named table asset
-``bigquery/<dataset>/<table>``, one evaluation per DAY partition.
+``bigquery/<dataset>/<table>``, one evaluation per DAY partition; on an HOUR-partitioned
+table (``tables:``, core/partitioning.py) it is ``hour_complete``, one evaluation per HOUR
+partition (key ``YYYY-MM-DDTHH``, UTC), by the same rule with the hour as the unit.
 
 It passes for day D when every Kafka partition feeding the table is staged and loaded past
 D's end plus the lateness (core/completeness.py). ``completeness_sensor`` reports it once for
@@ -20,17 +22,20 @@ reports their tables.
 
 # No ``from __future__ import annotations``: dagster resolves the context annotation.
 import warnings
-from datetime import date, datetime, timezone
+from datetime import datetime, timezone
 from typing import Iterator
 
 import dagster as dg
 
+from kbqe_dagster.core.completeness import Period
+from kbqe_dagster.core.partitioning import Partitioning
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.operations.completeness import CompletenessReport, TableReport, evaluate
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.resources.kafka import watermarks_of
 
 DAY_COMPLETE = "day_complete"
+HOUR_COMPLETE = "hour_complete"
 CHECK_OP = "completeness_checks"
 
 
@@ -39,15 +44,21 @@ def checked_tables(destinations: Destinations) -> list[tuple[str, str]]:
     return [t for t in destinations.tables if t != destinations.dead_letter]
 
 
+def check_name(destinations: Destinations, dataset: str, table: str) -> str:
+    """``hour_complete`` on an HOUR table, ``day_complete`` on the others."""
+    hourly = destinations.partitioning(dataset, table) is Partitioning.HOUR
+    return HOUR_COMPLETE if hourly else DAY_COMPLETE
+
+
 def day_complete_key(dataset: str, table: str) -> dg.AssetCheckKey:
     return dg.AssetCheckKey(dg.AssetKey(["bigquery", dataset, table]), DAY_COMPLETE)
 
 
-def check_metadata(report: TableReport, day: date) -> dict:
+def check_metadata(report: TableReport, day: Period) -> dict:
     v = report.verdict
     return {
-        "day": day.isoformat(),
-        "newest_complete": v.newest_complete.isoformat() if v.newest_complete else "none",
+        "hour" if v.unit.hourly else "day": v.key(day),
+        "newest_complete": v.key(v.newest_complete) or "none",
         "basis": v.basis,
         "feeding_partitions": v.partitions,
         "topics": ", ".join(report.topics),
@@ -73,13 +84,15 @@ def completeness_checks(destinations: Destinations) -> list[dg.AssetChecksDefini
 def _specs(destinations: Destinations, tables: list[tuple[str, str]]) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec(
-            DAY_COMPLETE, asset=dg.AssetKey(["bigquery", d, t]),
-            partitions_def=destinations.daily,
-            description="Every Kafka partition feeding this table is staged and loaded past "
-                        "the day's end plus the configured lateness (idle partitions never "
-                        "hold a day back).",
+            name, asset=dg.AssetKey(["bigquery", d, t]),
+            partitions_def=destinations.time_partitions(d, t),
+            description=f"Every Kafka partition feeding this table is staged and loaded past "
+                        f"the {unit}'s end plus the configured lateness (idle partitions never "
+                        f"hold a {unit} back).",
         )
         for d, t in tables
+        for name in [check_name(destinations, d, t)]
+        for unit in ["hour" if name == HOUR_COMPLETE else "day"]
     ]
 
 
@@ -91,7 +104,7 @@ def _checks_definition(specs: list[dg.AssetCheckSpec]) -> dg.AssetChecksDefiniti
         staging: StagingResource,
         kafka: KafkaResource,
     ) -> Iterator[dg.AssetCheckResult]:
-        """Evaluate ``day_complete`` now for the run's partition (the newest day without one)."""
+        """Evaluate ``day_complete`` (``hour_complete``) now for the run's partition."""
         settings = kafka.settings()
         report = evaluate(pipeline.load(), staging.store(),
                           lambda topics: watermarks_of(settings, topics),
@@ -110,16 +123,18 @@ def results(
         found = report.tables.get(f"{dataset}.{table}")
         if found is None:
             yield dg.AssetCheckResult(
-                asset_key=key.asset_key, check_name=DAY_COMPLETE, passed=False,
+                asset_key=key.asset_key, check_name=key.name, passed=False,
                 severity=dg.AssetCheckSeverity.WARN,
                 description="no Kafka partition is known to feed this table yet",
             )
             continue
+        unit = found.unit
         newest = found.verdict.newest_complete
-        day = (date.fromisoformat(context.partition_key) if context.has_partition_key
-               else newest or report.observed_at.date())
+        fallback = unit.newest_ending_by(report.observed_at)
+        day = (unit.parse(context.partition_key) if context.has_partition_key
+               else newest or fallback)
         yield dg.AssetCheckResult(
-            asset_key=key.asset_key, check_name=DAY_COMPLETE,
+            asset_key=key.asset_key, check_name=key.name,
             passed=newest is not None and day <= newest,
             severity=dg.AssetCheckSeverity.WARN, metadata=check_metadata(found, day),
         )

@@ -1,4 +1,4 @@
-"""``completeness_sensor``: after loads, which DAY partitions became complete.
+"""``completeness_sensor``: after loads, which DAY (or HOUR) partitions became complete.
 
 Each tick reads the staging area, the kept state and Kafka's watermarks once
 (operations/completeness.py), updates the kept state (declared days, late records, the marks
@@ -10,7 +10,7 @@ loaded ranges are read before retention deletes their done files.
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import datetime, timezone
 
 import dagster as dg
 
@@ -25,7 +25,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 )
 
 from kbqe_dagster.defs.bigquery.assets import Destinations
-from kbqe_dagster.defs.completeness.checks import DAY_COMPLETE, check_metadata, checked_tables
+from kbqe_dagster.defs.completeness.checks import check_metadata, check_name, checked_tables
 from kbqe_dagster.operations.completeness import CompletenessReport, evaluate
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.resources.kafka import watermarks_of
@@ -34,30 +34,35 @@ from kbqe_dagster.resources.kafka import watermarks_of
 def day_complete_events(
     report: CompletenessReport, destinations: Destinations, instance: dg.DagsterInstance
 ) -> list[dg.AssetCheckEvaluation]:
-    """A passed ``day_complete`` per newly complete day of each checked table."""
+    """A passed ``day_complete`` per newly complete day of each checked table
+    (``hour_complete`` per newly complete hour of an HOUR table)."""
     checked = {f"{d}.{t}" for d, t in checked_tables(destinations)}
+    start = destinations.partition_start.isoformat()
     events = []
     for name, table in sorted(report.tables.items()):
         if name not in checked:
             continue
-        key = dg.AssetKey(["bigquery", *name.split(".")])
-        for day in table.newly_complete:
-            if day < destinations.partition_start:
+        dataset, table_name = name.split(".")
+        key = dg.AssetKey(["bigquery", dataset, table_name])
+        check = check_name(destinations, dataset, table_name)
+        for period in table.newly_complete:
+            partition = table.unit.key(period)
+            if partition < start:  # ISO keys of either unit sort as their times
                 continue
             events.append(dg.AssetCheckEvaluation(
-                asset_key=key, check_name=DAY_COMPLETE, passed=True, partition=day.isoformat(),
-                severity=dg.AssetCheckSeverity.WARN, metadata=check_metadata(table, day),
-                target_materialization_data=_latest_materialization(instance, key, day),
+                asset_key=key, check_name=check, passed=True, partition=partition,
+                severity=dg.AssetCheckSeverity.WARN, metadata=check_metadata(table, period),
+                target_materialization_data=_latest_materialization(instance, key, partition),
             ))
     return events
 
 
 def _latest_materialization(
-    instance: dg.DagsterInstance, key: dg.AssetKey, day: date
+    instance: dg.DagsterInstance, key: dg.AssetKey, partition: str
 ) -> AssetCheckEvaluationTargetMaterializationData | None:
-    """The partition's latest load (None: no record of the day loaded, e.g. an empty day)."""
+    """The partition's latest load (None: no record of it loaded, e.g. an empty day)."""
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[day.isoformat()]), limit=1
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
     ).records
     if not records:
         return None
@@ -74,7 +79,7 @@ def completeness_sensor(
     staging: StagingResource,
     kafka: KafkaResource,
 ) -> dg.SensorResult:
-    """Report ``day_complete`` for each DAY partition of a table that became complete."""
+    """Report ``day_complete`` (``hour_complete``) for each partition that became complete."""
     config = pipeline.load()
     settings = kafka.settings()
     report = evaluate(config, staging.store(), lambda topics: watermarks_of(settings, topics),

@@ -187,11 +187,12 @@ class GoogleBigQueryLoads:
     # --- checks -------------------------------------------------------------------------------
     def duplicate_offsets(
         self, dataset: str, table: str, key_columns: Sequence[str], date_column: str,
-        since: date, limit: int = 10,
+        since: date, limit: int = 10, *, timestamp_column: bool = False,
     ) -> DuplicateOffsets:
         """Kafka positions present more than once in the partitions since ``since`` — a query
         that is billed for the bytes of the key columns it scans (capped by
-        ``max_bytes_billed``)."""
+        ``max_bytes_billed``). ``timestamp_column``: ``date_column`` is an HOUR table's
+        TIMESTAMP partition column, compared with ``since``'s 00:00 UTC (so it prunes)."""
         from google.cloud import bigquery
 
         if len(key_columns) != 3:
@@ -200,7 +201,8 @@ class GoogleBigQueryLoads:
         sql = (
             f"SELECT {topic}, {partition}, {offset}, COUNT(*) AS copies "
             f"FROM `{self._table_ref(dataset, table)}` "
-            f"WHERE `{date_column}` >= DATE '{since.isoformat()}' "
+            f"WHERE `{date_column}` >= {'TIMESTAMP' if timestamp_column else 'DATE'} "
+            f"'{since.isoformat()}' "
             f"GROUP BY {topic}, {partition}, {offset} HAVING COUNT(*) > 1 "
             f"ORDER BY copies DESC LIMIT {int(limit)}"
         )

@@ -2,9 +2,10 @@
 the one interface (:class:`BigQueryLoads`) every implementation offers.
 
 The load job configuration is fixed by the design: AVRO with ``use_avro_logical_types``,
-WRITE_APPEND, CREATE_IF_NEEDED, DAY time partitioning on the event-date column (expiration
-optional), schema update options ALLOW_FIELD_ADDITION and ALLOW_FIELD_RELAXATION, and labels
-naming the pipeline and the destination. A job for a table that does not exist yet carries
+WRITE_APPEND, CREATE_IF_NEEDED, DAY time partitioning on the event-date column (HOUR on the
+event-hour column for a table configured ``partitioning: hour``; expiration optional),
+schema update options ALLOW_FIELD_ADDITION and ALLOW_FIELD_RELAXATION, and labels naming the
+pipeline and the destination. A job for a table that does not exist yet carries
 the schema derived from its first file (``resources/bigquery/schema.py`` explains why).
 """
 
@@ -17,6 +18,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from kbqe_dagster.core.load_lifecycle import ObservedJob, SubmitOutcome
 from kbqe_dagster.core.notices import Column
+from kbqe_dagster.core.partitioning import Partitioning
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
 PIPELINE_LABEL = "kbqe_dagster"
@@ -36,13 +38,16 @@ class LoadRequest:
     table: str
     source_uris: tuple[str, ...]
     partition_field: str
-    """The DATE column of the table's DAY partitions (the event date)."""
+    """The DATE column of the table's DAY partitions (the event date), or the TIMESTAMP
+    column of its HOUR partitions (the event hour)."""
     partition_expiration_days: int | None = None
     avro_schema: Mapping[str, Any] | None = None
     """The files' Avro schema, given only when the table does not exist yet."""
     clustering_fields: tuple[str, ...] = ()
     """Clustering of a table this load creates (a keyed changelog: by partition and offset,
     so that the MERGE's offset ranges prune blocks)."""
+    partitioning: Partitioning = Partitioning.DAY
+    """The unit of the table's time partitions (core/partitioning.py)."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +110,7 @@ class BigQueryLoads(Protocol):
 
     def duplicate_offsets(
         self, dataset: str, table: str, key_columns: Sequence[str], date_column: str,
-        since: date, limit: int = 10,
+        since: date, limit: int = 10, *, timestamp_column: bool = False,
     ) -> DuplicateOffsets: ...
 
 
@@ -120,7 +125,7 @@ def load_job_config(request: LoadRequest, labels: Mapping[str, str] | None = Non
         write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
         create_disposition=bigquery.CreateDisposition.CREATE_IF_NEEDED,
         time_partitioning=bigquery.TimePartitioning(
-            type_=bigquery.TimePartitioningType.DAY,
+            type_=_PARTITION_TYPES[request.partitioning],
             field=request.partition_field,
             expiration_ms=expiration * 86_400_000 if expiration else None,
         ),
@@ -137,6 +142,10 @@ def load_job_config(request: LoadRequest, labels: Mapping[str, str] | None = Non
         columns = bigquery_schema_from_avro(dict(request.avro_schema), source)
         config.schema = [bigquery.SchemaField.from_api_repr(c) for c in columns]
     return config
+
+
+_PARTITION_TYPES = {Partitioning.DAY: "DAY", Partitioning.HOUR: "HOUR"}
+"""``bigquery.TimePartitioningType`` values (plain strings in the client library)."""
 
 
 def job_labels(request: LoadRequest) -> dict[str, str]:
