@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster_tests.kbqe_run import until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -174,7 +175,6 @@ from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.defs.staging.sensors import kafka_backlog_sensor
 from kbqe_dagster.runner.in_process import execute_job, stage_outcome
 from kbqe_dagster_tests.runner.test_topic_patterns_on_local_stack import Cluster
-from kbqe_dagster_tests.kbqe_run import until_idle
 
 topic, bootstrap = sys.argv[1:3]
 defs = build_definitions()  # the code location, loaded before the topic exists
