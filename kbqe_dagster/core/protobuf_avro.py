@@ -108,7 +108,9 @@ def map_protobuf_message(descriptor: Any) -> ProtobufMapping:
 
 def message_at(file_descriptor: Any, indexes: tuple[int, ...]) -> Any:
     """The message type Confluent's message indexes name in a file (core/protobuf_wire.py):
-    the first picks a top-level message, each next one a nested message of the previous."""
+    the first picks a top-level message, each next one a nested message of the previous, in
+    descriptor order: a map field's synthetic ``...Entry`` message counts where the field
+    stands, as Confluent's serializers (Java and Python) count it."""
     types = file_descriptor.message_types_by_name
     candidates = list(types.values())
     descriptor = None
