@@ -82,13 +82,15 @@ class _ProtobufSchema:
             return known
         try:
             known = self._make(indexes)
-        except BadInputError as error:
+        except UnmappableProtobufSchemaError as error:
             self.types[indexes] = error
             raise
         self.types[indexes] = known
         return known
 
     def _make(self, indexes: tuple[int, ...]) -> _MessageType:
+        # Indexes naming no message raise here, uncached: garbage indexes are cheap to refuse
+        # again and must not grow the cache; a refused mapping is cached (one per real type).
         descriptor = message_at(self.root, indexes)
         try:
             mapping = map_protobuf_message(descriptor)
