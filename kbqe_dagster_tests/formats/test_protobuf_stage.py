@@ -259,3 +259,15 @@ def test_transforms_apply_to_the_records_a_protobuf_schema_derives(tmp_path: Pat
     first, second = records(store, name)
     assert (first["order_id"], first["line_count"], "lines" in first) == (1, 1, False)
     assert second["order_id"] == 2 and second["total"] == {"currency": "EUR", "units": 20}
+
+
+def test_indexes_naming_no_message_are_refused_without_growing_the_cache(tmp_path: Path) -> None:
+    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
+                       StagingLocation(str(tmp_path / "staging")), pipeline(), TOPIC)
+    stager = ProtobufRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 50), tmp_path)
+    stager.lookup = Registry()
+    garbage = [framed("v1", order(), (i,)) for i in range(2, 50)]
+    for offset, value in enumerate([framed("v1", order()), *garbage]):
+        stager.add(FakeMessage(TOPIC, 0, offset, value, b"k", [], 1_726_238_205_000))
+    assert stager.dead_letters == {"protobuf_decode_error": 48}
+    assert list(stager.decoders[IDS["v1"]].types) == [(0,)]  # only the real message type
