@@ -44,11 +44,13 @@ def delete_topic(bootstrap: str, topic: str) -> None:
     admin.delete_topics([topic])[topic].result(60)
 
 
-def register_schema(registry_url: str, subject: str, schema: dict, schema_type: str = "AVRO") -> int:
+def register_schema(registry_url: str, subject: str, schema: dict | str,
+                    schema_type: str = "AVRO") -> int:
+    """Register ``schema`` (a dict as JSON; a string, e.g. ``.proto`` text, as it is)."""
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-    return SchemaRegistryClient({"url": registry_url}).register_schema(
-        subject, Schema(json.dumps(schema), schema_type))
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    return SchemaRegistryClient({"url": registry_url}).register_schema(subject, Schema(text, schema_type))
 
 
 def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
@@ -64,7 +66,8 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
 
 def _produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id: int,
              unique: int, seed: int, compression: str, debezium: bool, json_values: bool,
-             json_schema_values: bool, queue: multiprocessing.Queue) -> None:
+             json_schema_values: bool, protobuf_values: bool,
+             queue: multiprocessing.Queue) -> None:
     from confluent_kafka import Producer
 
     from _debezium_bench import build_envelopes
@@ -79,6 +82,10 @@ def _produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id:
         from _json_bench import build_json_schema_values
 
         values = [encode_frame(schema_id, text) for text in build_json_schema_values(unique, unique, seed)]
+    elif protobuf_values:  # message indexes + Protobuf binary framed with the .proto's id
+        from _protobuf_bench import build_protobuf_values
+
+        values = [encode_frame(schema_id, body) for body in build_protobuf_values(unique, unique, seed)]
     else:
         build = build_envelopes if debezium else build_bodies
         values = [encode_frame(schema_id, body) for body in build(unique, unique, seed)]
@@ -119,13 +126,13 @@ def _produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id:
 def produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id: int, *,
             unique: int = 50_000, seed: int = 1, compression: str = "none",
             debezium: bool = False, json_values: bool = False,
-            json_schema_values: bool = False) -> dict:
+            json_schema_values: bool = False, protobuf_values: bool = False) -> dict:
     """Produce ``count`` Confluent-framed messages round-robin (idempotent producer) in a
     child process; cycles over ``unique`` distinct bodies (encoding millions with fastavro
     would take longer than the benchmark)."""
     [result] = _in_processes(_produce, [(bootstrap, topic, count, partitions, schema_id, unique,
                                          seed, compression, debezium, json_values,
-                                         json_schema_values)])
+                                         json_schema_values, protobuf_values)])
     result["messages_per_s"] = round(count / result["seconds"])
     result["mb_per_s"] = round((result["value_bytes"] + result["key_bytes"]) / result["seconds"] / 1e6, 1)
     if result["undelivered"] or result["error_count"]:

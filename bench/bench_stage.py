@@ -24,6 +24,7 @@ had to start are stopped; services that were running are left alone.
     .venv/bin/python bench/bench_stage.py --debezium   # Debezium envelopes into a keyed topic
     .venv/bin/python bench/bench_stage.py --json-values   # schemaless JSON (format: json)
     .venv/bin/python bench/bench_stage.py --json-schema-values   # framed JSON (format: json_schema)
+    .venv/bin/python bench/bench_stage.py --protobuf-values   # framed Protobuf (format: protobuf)
 
 Each stage run at N runs twice when the native stage kernel is built: with the kernel and on
 the Python path (``StageContext.native_kernel``), so one report has ``ratios.ratio_kernel``
@@ -33,7 +34,7 @@ Memory is reported as peak RSS per role and as peak PSS (``peak_pss_mb``: pages 
 PySpark workers share with their daemon counted once; ``total`` is the whole tree).
 
 Prints a table and writes ``bench/results/stage.json`` (``stage_debezium.json``,
-``stage_json.json``, ``stage_json_schema.json``). Target:
+``stage_json.json``, ``stage_json_schema.json``, ``stage_protobuf.json``). Target:
 stage with the kernel ≥ 0.8× baseline.
 """
 
@@ -63,6 +64,7 @@ from _profile import WorkerProfile, summarize  # noqa: E402
 from _stage_support import TreeSampler, machine_facts, process_tree  # noqa: E402
 from _debezium_bench import envelope_schema  # noqa: E402
 from _json_bench import JSON_SCHEMA  # noqa: E402
+from _protobuf_bench import PROTO  # noqa: E402
 from bench_hot_path import SCHEMA  # noqa: E402
 
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
@@ -103,6 +105,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the same row as Confluent-framed JSON under a registry JSON Schema "
                         "into a format: json_schema topic (writes "
                         "bench/results/stage_json_schema.json unless --json)")
+    parser.add_argument("--protobuf-values", action="store_true",
+                        help="the same row as Confluent-framed Protobuf under a registry .proto, "
+                        "into a format: protobuf topic (writes bench/results/stage_protobuf.json "
+                        "unless --json)")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the topics and staged files")
     parser.add_argument("-v", "--verbose", action="store_true",
@@ -115,7 +121,15 @@ def say(text: str) -> None:
 
 
 def pipeline(topic: str, range_size: int, debezium: bool = False, json_values: bool = False,
-             json_schema_values: bool = False):
+             json_schema_values: bool = False, protobuf_values: bool = False):
+    if protobuf_values:  # framed Protobuf, its Avro form derived from the registry .proto
+        return parse_pipeline_config({
+            "version": 1,
+            "topics": [{"name": topic, "format": "protobuf",
+                        "routing": {"mode": "fields"}, "event_time": {"fields": ["eventTime"]}}],
+            "allowed_destinations": ["sales.*"],
+            "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
+        }, source="bench")  # fmt: skip
     if json_schema_values:  # framed JSON, its Avro form derived from the registry JSON Schema
         return parse_pipeline_config({
             "version": 1,
@@ -166,13 +180,17 @@ class Bench:
         if self.args.json_schema_values:
             schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value",
                                            JSON_SCHEMA, "JSON")
+        elif self.args.protobuf_values:
+            schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value",
+                                           PROTO, "PROTOBUF")
         else:
             schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value", schema)
         say(f"producing {count:,} messages into {topic} (schema id {schema_id})")
         produced = kb.produce(self.endpoints.kafka_bootstrap, topic, count, PARTITIONS, schema_id,
                               compression=self.args.compression, debezium=self.args.debezium,
                               json_values=self.args.json_values,
-                              json_schema_values=self.args.json_schema_values)
+                              json_schema_values=self.args.json_schema_values,
+                              protobuf_values=self.args.protobuf_values)
         ends = kb.high_watermarks(self.endpoints.kafka_bootstrap, topic, PARTITIONS)
         if sum(ends.values()) != count:
             raise RuntimeError(f"{topic}: high watermarks {ends} do not add up to {count}")
@@ -226,7 +244,8 @@ class Bench:
     def context(self, data: dict, target: str) -> StageContext:
         return StageContext(self.kafka, self.registry, self.location(target),
                             pipeline(data["topic"], self.args.range_size, self.args.debezium,
-                                     self.args.json_values, self.args.json_schema_values),
+                                     self.args.json_values, self.args.json_schema_values,
+                                     self.args.protobuf_values),
                             data["topic"])
 
     def stage(self, data: dict, target: str, profile: Path | None = None, native: bool = True) -> dict:
@@ -345,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.json is None:
         variant = ("_debezium" if args.debezium else "_json" if args.json_values
-                   else "_json_schema" if args.json_schema_values else "")
+                   else "_json_schema" if args.json_schema_values
+                   else "_protobuf" if args.protobuf_values else "")
         args.json = BENCH / "results" / f"stage{variant}.json"
     # say() prints the bench's progress; the package's INFO lines (one per range) stay off.
     setup_logging(args.verbose, fmt="%(levelname)s %(name)s: %(message)s", ours_from=logging.WARNING)
@@ -366,11 +386,13 @@ def main(argv: list[str] | None = None) -> int:
             "mean_value_bytes": round(data["produce"]["value_bytes"] / args.messages, 1),
             "compression": args.compression, "spark_master": "local[2]", "file_codec": "snappy",
             "format": "debezium" if args.debezium else "json" if args.json_values
-                      else "json_schema" if args.json_schema_values else "avro",
+                      else "json_schema" if args.json_schema_values
+                      else "protobuf" if args.protobuf_values else "avro",
         }  # fmt: skip
         report["produce"] = data["produce"]
         report["baselines"] = bench.baselines(data)
-        if args.breakdown and not (args.debezium or args.json_values or args.json_schema_values):  # the breakdown times the append path's steps
+        if args.breakdown and not (args.debezium or args.json_values or args.json_schema_values
+                                   or args.protobuf_values):  # the breakdown times the append path's steps
             say(f"per-message steps of a stage task over {args.breakdown:,} messages")
             report["breakdown_cpu_us_per_message"] = breakdown(bench.context(data, "local"), SCHEMA,
                                                                args.breakdown)

@@ -75,6 +75,7 @@ topics:                          # at least one topic, or topic_patterns
     format: avro                 # avro (default) | debezium: Debezium change events | json
                                  # | decoder: a user function decodes each message
                                  # | json_schema: framed JSON under a registry JSON Schema
+                                 # | protobuf: framed Protobuf under a registry .proto
     schema: {...}                # format: json only: the values' Avro record (inline or a path)
     decoder: pkg.module:function # format: decoder only: message -> (record, Avro schema)
     keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
@@ -178,6 +179,22 @@ pointer; an Avro or Protobuf id → `non_json_schema`; a schema with no Avro for
 objects, `patternProperties`, a remote `$ref`...) → `unmappable_json_schema` naming the
 construct and its pointer. Routing and event time read the JSON values (a `date-time` string
 as written, with its offset).
+`format: protobuf` reads Confluent-framed Protobuf (magic byte, schema id, the message
+indexes, the Protobuf binary) whose schema id is `.proto` text in the registry. The text and
+every registered subject it imports (schema `references`; `google/protobuf/*.proto` come
+with the compiler) are compiled once per id by the `protoc` that `grpcio-tools` bundles, each
+message is parsed with the `protobuf` runtime and staged under the Avro record derived from
+its message type (fields in declaration order; message-typed, `oneof`, `optional` fields
+nullable; an unset plain proto3 scalar is its default, never null; enums → enums, `map` →
+map with string keys, `Timestamp` → `timestamp-micros`, wrappers → nullable scalars,
+`uint64` → range-checked long; the table is in docs/architecture.md). A schema's first
+message type (indexes `[0]`) stages under the registry id, so a version that adds a field
+widens the table; other message types of the schema under a declared id of their own.
+Reasons: a body or message indexes that do not parse, indexes naming no message, a value with
+no Avro form (a uint64 above 2^63-1, an undeclared enum number) → `protobuf_decode_error`;
+an Avro or JSON id → `non_protobuf_schema`; a `.proto` that does not compile, a missing
+reference or a message with no Avro form (recursive, no fields) → `unmappable_protobuf_schema`
+naming it. Not with `keyed:`; `transforms` apply.
 `topic_patterns` take topics from Kafka without listing them (`examples/topic_patterns.yaml`):
 each pattern carries the settings every matching topic gets, any key of a `topics[]` entry but
 `name`, with the top-level defaults applied as for a listed topic (a `keyed:` pattern with

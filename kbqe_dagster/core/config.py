@@ -15,6 +15,7 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
         staging: {...}               # StagingSettings keys, overriding the pipeline's
         format: avro                 # avro | debezium (change events; needs keyed) | json |
                                      # json_schema (framed JSON, registry JSON Schema) |
+                                     # protobuf (framed Protobuf, registry .proto) |
                                      # decoder (with decoder: "package.module:function")
         keyed: {...}                 # KeyedConfig keys (core/keyed.py): a keyed destination
         transforms: [...]            # per-record transforms (core/transform_specs.py)
@@ -564,7 +565,8 @@ def _topic(
     keyed = _keyed(section, path, source_format, routing, problems)
     value_schema = _value_schema(section, path, source_format, defaults.base_dir, problems)
     decoder = _decoder(section, path, source_format, problems)
-    if source_format in (SourceFormat.JSON, SourceFormat.JSON_SCHEMA, SourceFormat.DECODER) and "keyed" in section:
+    if source_format in (SourceFormat.JSON, SourceFormat.JSON_SCHEMA, SourceFormat.PROTOBUF,
+                         SourceFormat.DECODER) and "keyed" in section:
         problems.add(f"{path}.keyed", f"not with format: {source_format.value} (keyed topics "
                      "are avro or debezium)")
     transforms = read_transforms(section.get("transforms"), f"{path}.transforms", problems)

@@ -199,6 +199,25 @@ class UnmappableJsonSchemaError(BadInputError):
     reason = Reason.UNMAPPABLE_JSON_SCHEMA
 
 
+class ProtobufDecodeError(BadInputError):
+    """A ``format: protobuf`` body that is not its message (see core/reasons.py)."""
+
+    reason = Reason.PROTOBUF_DECODE_ERROR
+
+
+class NonProtobufSchemaError(BadInputError):
+    """A ``format: protobuf`` message framed with the id of an Avro or JSON schema."""
+
+    reason = Reason.NON_PROTOBUF_SCHEMA
+
+
+class UnmappableProtobufSchemaError(BadInputError):
+    """A registry ``.proto`` that does not compile or has no Avro form (core/protobuf_avro.py
+    names the construct): every message framed with its id is bad input."""
+
+    reason = Reason.UNMAPPABLE_PROTOBUF_SCHEMA
+
+
 class StageRangeFailed(KbqeError):
     """A topic whose bad-input policy is ``fail`` met bad input; names topic/partition/offset."""
 

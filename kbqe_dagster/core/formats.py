@@ -9,6 +9,9 @@ Their staging files carry a **declared-schema id**, derived from the schema's ca
 stable across runs, different for every schema change, and at or above
 :data:`DECLARED_SCHEMA_IDS` so it never collides with a registry id in practice (registries
 count from 1). The load reads each file's schema from its header, so no registry is needed.
+``protobuf`` values are Confluent-framed Protobuf (core/protobuf_wire.py); a schema's first
+message type stages under the framed registry id, other message types of it under the
+declared-schema id of their Avro record (core/protobuf_avro.py maps them).
 ``decoder`` topics' files carry the declared-schema id of the schema their decoder returned.
 """
 
@@ -37,6 +40,10 @@ class SourceFormat(str, Enum):
     JSON_SCHEMA = "json_schema"
     """Confluent-framed JSON objects validated against their registry JSON Schema, staged
     under the Avro record derived from it (core/json_schema_avro.py)."""
+    PROTOBUF = "protobuf"
+    """Confluent-framed Protobuf (message indexes, then the binary) parsed with its registry
+    ``.proto``, staged under the Avro record derived from the message type
+    (core/protobuf_avro.py)."""
 
 
 def declared_schema_id(schema: Mapping[str, Any]) -> int:

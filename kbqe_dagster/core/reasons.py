@@ -66,6 +66,20 @@ class Reason(StrEnum):
     """The framed JSON Schema has no Avro form (core/json_schema_avro.py names the construct
     and its JSON pointer): ``oneOf`` of objects, ``patternProperties``, a remote ``$ref``..."""
 
+    # --- registry Protobuf topics (kbqe_dagster/formats/protobuf_stage.py) ---
+    PROTOBUF_DECODE_ERROR = "protobuf_decode_error"
+    """A ``format: protobuf`` body that is not its message: malformed message indexes
+    (core/protobuf_wire.py), indexes that name no message of the schema, a Protobuf binary
+    that does not parse (a proto2 required field missing included), or a value with no Avro
+    form (a uint64 above 2^63-1, an enum number the schema does not declare, a Timestamp
+    outside years 1-9999); the message names the field."""
+    NON_PROTOBUF_SCHEMA = "non_protobuf_schema"
+    """A ``format: protobuf`` message whose framed schema id is an Avro or JSON schema."""
+    UNMAPPABLE_PROTOBUF_SCHEMA = "unmappable_protobuf_schema"
+    """The framed ``.proto`` does not compile (the message carries protoc's error), a
+    reference cannot be fetched, or a message has no Avro form (core/protobuf_avro.py names
+    the construct and the field): a recursive message, a message without fields..."""
+
     # --- transforms (core/transforms.py) ---
     TRANSFORM_FAILED = "transform_failed"
     """A topic's transform cannot apply to the record or to its schema; the message names the
@@ -96,6 +110,10 @@ JSON_ONLY = frozenset({
 })
 """Reasons that only ``format: json`` and ``format: json_schema`` topics produce
 (kbqe_dagster_tests/formats/)."""
+PROTOBUF_ONLY = frozenset({
+    Reason.PROTOBUF_DECODE_ERROR, Reason.NON_PROTOBUF_SCHEMA, Reason.UNMAPPABLE_PROTOBUF_SCHEMA,
+})
+"""Reasons that only ``format: protobuf`` topics produce (kbqe_dagster_tests/formats/)."""
 TRANSFORM_ONLY = frozenset({Reason.TRANSFORM_FAILED})
 """Reasons that only topics with ``transforms`` produce (kbqe_dagster_tests/formats/)."""
 DECODER_ONLY = frozenset(

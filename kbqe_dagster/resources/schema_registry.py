@@ -77,10 +77,21 @@ def split_user_info(url: str) -> tuple[str, str | None]:
 
 
 @dataclass(frozen=True)
+class SchemaReference:
+    """A schema's import of another registered subject version (``references`` in the
+    registry API): ``name`` is how the importing schema names it (a ``.proto`` import path)."""
+
+    name: str
+    subject: str
+    version: int
+
+
+@dataclass(frozen=True)
 class RegisteredSchema:
     schema_id: int
     schema_type: str  # AVRO, PROTOBUF, JSON
     schema: Any  # parsed JSON for AVRO, the raw string otherwise
+    references: tuple[SchemaReference, ...] = ()
 
 
 class SchemaLookup:
@@ -91,6 +102,7 @@ class SchemaLookup:
         self._found: dict[int, RegisteredSchema] = {}
         self._missing: dict[int, float] = {}
         self._missing_ttl = missing_ttl
+        self._versions: dict[tuple[str, int], RegisteredSchema] = {}
 
     def get(self, schema_id: int) -> RegisteredSchema | None:
         """The schema, or None when the registry says the id does not exist."""
@@ -108,12 +120,37 @@ class SchemaLookup:
             raise RegistryUnavailableError(f"schema registry error for id {schema_id}: {e}") from e
         except Exception as e:  # connection errors surface as requests/httpx exceptions
             raise RegistryUnavailableError(f"schema registry unreachable for id {schema_id}: {e}") from e
-        schema_type = (schema.schema_type or "AVRO").upper()
-        parsed = json.loads(schema.schema_str) if schema_type == "AVRO" else schema.schema_str
-        found = RegisteredSchema(schema_id, schema_type, parsed)
+        found = _registered(schema_id, schema)
         self._found[schema_id] = found
         self._missing.pop(schema_id, None)
         return found
+
+    def get_reference(self, reference: SchemaReference) -> RegisteredSchema | None:
+        """The subject version a schema references (cached: a version never changes), or None
+        when the registry does not have it."""
+        key = (reference.subject, reference.version)
+        if key in self._versions:
+            return self._versions[key]
+        where = f"subject {reference.subject!r} version {reference.version}"
+        try:
+            version = self._client.get_version(reference.subject, reference.version)
+        except SchemaRegistryError as e:
+            if e.http_status_code == 404:
+                return None
+            raise RegistryUnavailableError(f"schema registry error for {where}: {e}") from e
+        except Exception as e:  # connection errors surface as requests/httpx exceptions
+            raise RegistryUnavailableError(f"schema registry unreachable for {where}: {e}") from e
+        found = self._versions[key] = _registered(version.schema_id, version.schema)
+        return found
+
+
+def _registered(schema_id: int, schema: Any) -> RegisteredSchema:
+    schema_type = (schema.schema_type or "AVRO").upper()
+    parsed = json.loads(schema.schema_str) if schema_type == "AVRO" else schema.schema_str
+    references = tuple(
+        SchemaReference(r.name, r.subject, int(r.version)) for r in (schema.references or ())
+    )
+    return RegisteredSchema(schema_id, schema_type, parsed, references)
 
 
 def key_schema_fields(settings: RegistrySettings, topic: str) -> tuple[str, ...]:

@@ -508,6 +508,10 @@ def _stager_class(ctx: StageContext) -> type[RangeStager]:
         from kbqe_dagster.formats.json_schema_stage import JsonSchemaRangeStager
 
         return JsonSchemaRangeStager
+    if ctx.topic.format is SourceFormat.PROTOBUF:
+        from kbqe_dagster.formats.protobuf_stage import ProtobufRangeStager
+
+        return ProtobufRangeStager
     if ctx.topic.transforms or ctx.topic.destinations:
         from kbqe_dagster.formats.transform_stage import TransformRangeStager
 

@@ -121,6 +121,9 @@ def test_every_reason_is_a_distinct_stable_string() -> None:
         "decoder_schema_mismatch",
         "non_json_schema",
         "unmappable_json_schema",
+        "protobuf_decode_error",
+        "non_protobuf_schema",
+        "unmappable_protobuf_schema",
     }
 
 

@@ -83,8 +83,11 @@ def test_append_topics_are_unchanged() -> None:
     [
         ({"format": "debezium", "routing": STATIC},
          "topics[0].format: debezium needs a keyed: section"),
+        ({"format": "thrift", "routing": STATIC, "keyed": {}},
+         "topics[0].format: expected one of avro, debezium, json, decoder, json_schema, protobuf, "
+         "got 'thrift'"),
         ({"format": "protobuf", "routing": STATIC, "keyed": {}},
-         "topics[0].format: expected one of avro, debezium, json, decoder, json_schema, got 'protobuf'"),
+         "topics[0].keyed: not with format: protobuf (keyed topics are avro or debezium)"),
         ({"routing": STATIC, "keyed": {"version": "v"}, "event_time": {"fields": ["v"]}},
          "topics[0].keyed.key: required unless format: debezium"),
         ({"routing": STATIC, "keyed": {"key": ["id"], "history": True},

@@ -1,0 +1,166 @@
+"""Registry Protobuf topics (``format: protobuf``): Confluent-framed Protobuf (magic byte 0, the
+schema id, the message indexes of core/protobuf_wire.py, the Protobuf binary) parsed with the
+Python ``protobuf`` runtime and staged under the Avro record derived from the message type
+(core/protobuf_avro.py).
+
+Per schema id, once: the registry's schema (an Avro or JSON id is ``non_protobuf_schema``),
+its ``.proto`` text and every subject version it references, compiled by ``grpcio-tools``'
+protoc into a ``FileDescriptorSet`` (resources/protobuf_compiler.py) and added to a
+**fresh** ``DescriptorPool`` of its own: two versions of one schema define the same full
+names, which one shared pool would refuse. A schema that does not compile, or whose reference
+the registry lacks, is ``unmappable_protobuf_schema`` with protoc's diagnostics.
+
+Per (schema id, message indexes), once: the message type the indexes name (indexes naming
+no message are ``protobuf_decode_error``), its class (``message_factory.GetMessageClass``)
+and its Avro mapping (``unmappable_protobuf_schema`` naming the construct). Every error is
+remembered, so a bad schema's messages are dead-lettered without asking or compiling again:
+the schema is a producer's data like the message bodies (the raw values stay in the dead
+letters for a replay, other schema ids keep staging, a new version fixes it).
+
+Per message: the frame as on the Avro path (``bad_magic``, ``too_short``,
+``unknown_schema_id`` unchanged), the message indexes and ``ParseFromString``
+(``protobuf_decode_error``), the message converted by the compiled mapping (never through
+``MessageToDict``: the mapping knows each field's type and presence), then the shared step of
+formats/transform_stage.py: the topic's ``transforms`` if any, fastavro encoding, routing and
+event time on the converted fields (a ``Timestamp`` is an aware UTC ``datetime``), append.
+
+**File schema ids.** A staging file's key carries one schema. A schema's first message type
+(indexes ``[0]``, what nearly every topic carries) stages under the **registry id**, as Avro
+does; another message type of the same schema stages under the declared-schema id of its
+Avro record (core/formats.declared_schema_id: stable across runs, distinct per type and
+version, above 2^30 and so apart from registry ids), since one registry id cannot name two
+file schemas. With transforms every file carries its derived schema's declared id.
+Decoding and encoding happen per record, so this stays on the Python path
+(``native_kernel = False``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import descriptor_pool, message, message_factory
+
+from kbqe_dagster.core.errors import (
+    BadInputError,
+    NonProtobufSchemaError,
+    ProtobufDecodeError,
+    UnknownSchemaIdError,
+    UnmappableProtobufSchemaError,
+)
+from kbqe_dagster.core.formats import declared_schema_id
+from kbqe_dagster.core.protobuf_avro import ProtobufMapping, map_protobuf_message, message_at
+from kbqe_dagster.core.protobuf_wire import FIRST_MESSAGE, read_message_indexes
+from kbqe_dagster.core.wire import HEADER_SIZE
+from kbqe_dagster.formats.transform_stage import TransformingStager
+from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files, registry_proto_files
+
+
+@dataclass
+class _MessageType:
+    """One message type of one schema id: its class, mapping and files' schema id."""
+
+    cls: Any
+    mapping: ProtobufMapping
+    file_schema_id: int
+
+
+@dataclass
+class _ProtobufSchema:
+    """One registry schema id compiled: its root file and the message types met so far."""
+
+    schema_id: int
+    pool: Any
+    root: Any
+    types: dict[tuple[int, ...], _MessageType | BadInputError] = field(default_factory=dict)
+
+    def message_type(self, indexes: tuple[int, ...]) -> _MessageType:
+        known = self.types.get(indexes)
+        if isinstance(known, BadInputError):
+            raise type(known)(str(known))
+        if known is not None:
+            return known
+        try:
+            known = self._make(indexes)
+        except UnmappableProtobufSchemaError as error:
+            self.types[indexes] = error
+            raise
+        self.types[indexes] = known
+        return known
+
+    def _make(self, indexes: tuple[int, ...]) -> _MessageType:
+        # Indexes naming no message raise here, uncached: garbage indexes are cheap to refuse
+        # again and must not grow the cache; a refused mapping is cached (one per real type).
+        descriptor = message_at(self.root, indexes)
+        try:
+            mapping = map_protobuf_message(descriptor)
+        except UnmappableProtobufSchemaError as error:
+            raise UnmappableProtobufSchemaError(
+                f"schema id {self.schema_id} message {descriptor.full_name} has no Avro form: {error}"
+            ) from None
+        file_id = (self.schema_id if indexes == FIRST_MESSAGE
+                   else declared_schema_id(mapping.avro_schema))
+        return _MessageType(message_factory.GetMessageClass(descriptor), mapping, file_id)
+
+
+class ProtobufRangeStager(TransformingStager):
+    """Parse with the registry ``.proto``, convert to the derived Avro record, then the shared
+    step of formats/transform_stage.py (transforms, encoding, routing, event time)."""
+
+    native_kernel = False  # Protobuf is parsed, converted and encoded per record: the Python path
+
+    def _stage(self, msg: Any) -> None:
+        value = self._value(msg)  # null and oversized values as on the Avro path
+        known = self._by_header.get(value[:HEADER_SIZE])
+        if known is None:
+            known = self._resolve(value)  # frame reasons as on the Avro path
+        schema_id, schema = known
+        indexes, start = read_message_indexes(value, HEADER_SIZE)
+        kind = schema.message_type(indexes)
+        try:
+            parsed = kind.cls.FromString(value[start:])
+        except message.DecodeError as error:
+            raise ProtobufDecodeError(
+                f"the body is not a {kind.cls.DESCRIPTOR.full_name}: {error}"
+            ) from None
+        self._place_record(msg, kind.mapping.convert(parsed), (schema_id, indexes),
+                           kind.mapping.avro_schema, kind.file_schema_id)
+
+    def _decoder(self, schema_id: int) -> _ProtobufSchema:  # type: ignore[override]
+        known = self.decoders.get(schema_id)
+        if isinstance(known, BadInputError):
+            raise type(known)(str(known))
+        if known is not None:
+            return known  # type: ignore[return-value]
+        try:
+            compiled = self._compile(schema_id)
+        except BadInputError as error:
+            self.decoders[schema_id] = error  # SchemaLookup re-asks a missing id after its TTL
+            raise
+        self.decoders[schema_id] = compiled  # type: ignore[assignment]
+        return compiled
+
+    def _compile(self, schema_id: int) -> _ProtobufSchema:
+        registered = self.lookup.get(schema_id)
+        if registered is None:
+            raise UnknownSchemaIdError(f"schema id {schema_id} is not in the registry")
+        if registered.schema_type != "PROTOBUF":
+            raise NonProtobufSchemaError(
+                f"schema id {schema_id} is a {registered.schema_type} schema; a protobuf "
+                "topic needs a Protobuf schema"
+            )
+        try:
+            files = compile_files(registry_proto_files(self.lookup, registered)).file
+            pool = descriptor_pool.DescriptorPool()  # per schema id: versions share full names
+            for proto in files:
+                pool.Add(proto)
+            root = pool.FindFileByName(ROOT_FILE)
+        except UnmappableProtobufSchemaError as error:
+            raise UnmappableProtobufSchemaError(f"schema id {schema_id}: {error}") from None
+        except (TypeError, KeyError) as error:  # the runtime refusing what protoc accepted
+            raise UnmappableProtobufSchemaError(
+                f"schema id {schema_id}: its descriptors do not load: {error}"
+            ) from None
+        if not root.message_types_by_name:
+            raise UnmappableProtobufSchemaError(f"schema id {schema_id} declares no message")
+        return _ProtobufSchema(schema_id, pool, root)
