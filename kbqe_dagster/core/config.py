@@ -27,6 +27,7 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
     event_time: {...}                # defaults for every topic's event_time, key by key
     on_bad_input: dead_letter        # default for every topic
     staging: {...}                   # StagingSettings for every topic
+    stage_runs: {max_topics_per_run: 50}   # how due topics share runs (core/stage_groups.py)
     completeness: {basis: kafka_time, lateness: 5m}   # when a DAY partition is complete
     dead_letter: {dataset: kbqe_dead_letters, table: dead_letters}
     enrichment: {...}
@@ -104,6 +105,7 @@ from kbqe_dagster.core.routing import (
     required_fields,
     resolve_function,
 )
+from kbqe_dagster.core.stage_groups import STAGE_RUNS_SPEC, StageRunSettings
 from kbqe_dagster.core.transform_specs import TransformSpec, read_transforms
 from kbqe_dagster.core.transforms import transform_config_problems
 
@@ -129,6 +131,7 @@ CONFIG_VERSION = 1
 _TOP_KEYS = (
     "version", "topics", "topic_patterns", "allowed_destinations", "event_time", "on_bad_input",
     "staging", "dead_letter", "enrichment", "load", "retention", "notifications", "completeness",
+    "stage_runs",
 )  # fmt: skip
 _TOPIC_KEYS = (
     "name", "format", "schema", "decoder", "routing", "event_time", "on_bad_input", "staging",
@@ -201,6 +204,8 @@ class PipelineConfig:
     """Accepted but risky settings (also logged once when parsed)."""
     topic_patterns: tuple[TopicPattern, ...] = ()
     """Topics taken from Kafka by name pattern (core/discovery.py); listed topics win."""
+    stage_runs: StageRunSettings = field(default_factory=StageRunSettings)
+    """How due topics share stage runs (core/stage_groups.py)."""
 
     @property
     def topic_names(self) -> tuple[str, ...]:
@@ -321,6 +326,9 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         NotificationSettings(), top.get("notifications"), "notifications", NOTIFICATION_SPEC,
         problems,
     )
+    stage_runs = _build(
+        StageRunSettings(), top.get("stage_runs"), "stage_runs", STAGE_RUNS_SPEC, problems
+    )
     if allowed.allows(dead_letter.dataset, dead_letter.table):
         problems.add(
             "allowed_destinations",
@@ -353,6 +361,7 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         source=source,
         warnings=warnings,
         topic_patterns=patterns,
+        stage_runs=stage_runs,
     )
 
 
