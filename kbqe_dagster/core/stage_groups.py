@@ -125,3 +125,16 @@ def join_topics(topics: Sequence[str]) -> str:
 
 def split_topics(tag: str | None) -> tuple[str, ...]:
     return tuple(t for t in (tag or "").split(TOPICS_SEPARATOR) if t)
+
+
+def yielded_topics(mine: int, topics: Iterable[str],
+                   in_flight: Iterable[tuple[int, Iterable[str]]]) -> frozenset[str]:
+    """Of ``topics`` (a run's, ``mine`` its order of creation), those an older run in flight
+    holds: this run leaves them alone. One run prepares and stages a topic at a time, because
+    a run's preparation deletes avro files that have no done file (DESIGN.md §3) and must not
+    take another run's upload in flight for a crash leftover. The oldest run wins, so two runs
+    that see each other never both stage a topic and never both drop it; the per-range
+    create-only commit stays the guard against zombies of runs no longer in flight."""
+    wanted = set(topics)
+    return frozenset(
+        topic for order, held in in_flight if order < mine for topic in held if topic in wanted)

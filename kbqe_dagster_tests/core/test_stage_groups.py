@@ -14,6 +14,7 @@ from kbqe_dagster.core.stage_groups import (
     group_due_topics,
     join_topics,
     split_topics,
+    yielded_topics,
 )
 
 
@@ -94,3 +95,11 @@ def test_the_pipeline_file_sets_stage_runs_and_defaults_otherwise() -> None:
 def test_bad_stage_runs_settings_are_config_errors_naming_the_key(section, problem) -> None:
     with pytest.raises(ConfigError, match=problem.replace(".", r"\.")):
         parse_pipeline_config({**BASE, "stage_runs": section})
+
+
+def test_a_run_leaves_to_older_runs_in_flight_the_topics_they_hold() -> None:
+    in_flight = [(3, {"a", "b"}), (9, {"c"}), (5, {"x"})]
+    assert yielded_topics(7, ["a", "c", "d"], in_flight) == {"a"}  # c: a younger run's
+    assert yielded_topics(9, ["c"], [(7, {"c"})]) == {"c"}
+    assert yielded_topics(7, ["c"], [(9, {"c"})]) == frozenset()  # the older one keeps it
+    assert yielded_topics(1, ["a"], []) == frozenset()

@@ -6,6 +6,7 @@ held by a run in flight not launched again, a failed grouped run retried under a
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import dagster as dg
@@ -14,6 +15,7 @@ import yaml
 
 from kbqe_dagster.defs.staging import sensors
 from kbqe_dagster.defs.staging.assets import GROUP_TAG, TOPIC_TAG, TOPICS_TAG
+from kbqe_dagster.defs.staging.claims import yielded_to_older_runs
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 
@@ -138,3 +140,16 @@ def test_a_failed_grouped_run_from_the_same_offsets_is_retried_under_a_new_key(
     [retry] = tick(instance, resources, monkeypatch, fleet).run_requests
 
     assert first.run_key.endswith("|0") and retry.run_key == first.run_key[:-1] + "1"
+
+
+def test_a_stage_run_leaves_the_topics_an_older_run_in_flight_holds(tmp_path, instance) -> None:
+    def started(**kwargs) -> dg.DagsterRun:
+        return instance.add_run(dg.DagsterRun(job_name="stage_job", run_id=str(uuid.uuid4()),
+                                              status=dg.DagsterRunStatus.STARTED, **kwargs))
+
+    older = started(run_config={"ops": {"staging": {"config": {"topic": "a"}}}})  # by hand
+    mine = started(tags={TOPICS_TAG: "a,b,c"})
+    younger = started(tags={TOPICS_TAG: "b"})
+    assert yielded_to_older_runs(instance, mine.run_id, ["a", "b", "c"]) == {"a"}
+    assert yielded_to_older_runs(instance, younger.run_id, ["b"]) == {"b"}
+    assert yielded_to_older_runs(instance, older.run_id, ["a"]) == frozenset()

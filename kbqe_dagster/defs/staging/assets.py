@@ -11,29 +11,28 @@ from collections import Counter
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
+from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.naming import STAGING_ASSET
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
+from kbqe_dagster.defs.staging.claims import yielded_to_older_runs
+from kbqe_dagster.defs.staging.tags import (  # noqa: F401 - the tags' long-standing home
+    FROM_OFFSETS_TAG,
+    GROUP_TAG,
+    STAGE_TAG,
+    TOPIC_TAG,
+    TOPICS_TAG,
+)
 from kbqe_dagster.resources.configurable import (
     KafkaResource,
     PipelineResource,
     SchemaRegistryResource,
     StagingResource,
 )
-from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.staging.job import StageSummary, run_stage_group
 from kbqe_dagster.staging.task import StageContext
 
 STAGING_KEY = dg.AssetKey([STAGING_ASSET])
 STAGING_GROUP = "staging"
-TOPIC_TAG = "kbqe/topic"
-"""The topic of a single-topic stage run."""
-TOPICS_TAG = "kbqe/topics"
-"""The topics of a grouped stage run, comma-separated (core/stage_groups.py)."""
-GROUP_TAG = "kbqe/stage_group"
-"""A grouped run's digest of its topics and start offsets: earlier runs of the same group."""
-FROM_OFFSETS_TAG = "kbqe/from_offsets"
-STAGE_TAG = "kbqe/stage"
-"""On every stage run (a tag of the job): dagster.yaml bounds how many run at once."""
 
 
 class StageConfig(dg.Config):
@@ -78,6 +77,15 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
         """
         pipeline_config = pipeline.load()
         names = config.names()
+        # One run prepares a topic at a time (its preparation deletes uploads without a done
+        # file): the topics an older run in flight holds are left to it.
+        yielded = yielded_to_older_runs(context.instance, context.run.run_id, names)
+        if yielded:
+            context.log.warning("left to an older stage run in flight: %s", ", ".join(sorted(yielded)))
+            names = tuple(n for n in names if n not in yielded)
+        if not names:
+            return dg.MaterializeResult(metadata={"topics": dg.MetadataValue.json([]),
+                                                  "yielded": dg.MetadataValue.json(sorted(yielded))})
         ctx = StageContext(
             kafka=kafka.settings(),
             registry=schema_registry.settings(),

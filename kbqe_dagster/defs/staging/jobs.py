@@ -9,11 +9,11 @@ import dagster as dg
 
 from kbqe_dagster.core.stage_decision import from_offsets
 from kbqe_dagster.core.stage_groups import StageGroup, join_topics
-from kbqe_dagster.defs.staging.assets import (
+from kbqe_dagster.defs.staging.assets import STAGING_KEY
+from kbqe_dagster.defs.staging.tags import (
     FROM_OFFSETS_TAG,
     GROUP_TAG,
     STAGE_TAG,
-    STAGING_KEY,
     TOPIC_TAG,
     TOPICS_TAG,
 )

@@ -29,28 +29,15 @@ import dagster as dg
 from kbqe_dagster.core.config import PipelineConfig
 from kbqe_dagster.core.pending import staging_view
 from kbqe_dagster.core.stage_decision import from_offsets, stage_due
-from kbqe_dagster.core.stage_groups import DueTopic, StageGroup, group_due_topics, split_topics
+from kbqe_dagster.core.stage_groups import DueTopic, StageGroup, group_due_topics
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
-from kbqe_dagster.defs.staging.assets import (
-    FROM_OFFSETS_TAG,
-    GROUP_TAG,
-    STAGING_KEY,
-    TOPIC_TAG,
-    TOPICS_TAG,
-)
+from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, GROUP_TAG, STAGING_KEY, TOPIC_TAG
+from kbqe_dagster.defs.staging.claims import topics_in_flight
 from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_job, stage_tags
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.resources.kafka import KafkaReadError, discover_topics
 from kbqe_dagster.staging.backlog import TopicBacklog, fleet_backlog
-
-IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
-
 
 def stage_decision(config: PipelineConfig, backlog: TopicBacklog, now_ms: int) -> str | None:
     """Why a stage run is due for this topic (core/stage_decision.py), or None."""
@@ -76,17 +63,6 @@ def lag_observation(backlog: TopicBacklog) -> dg.AssetObservation:
             ),
         },
     )
-
-
-def topics_in_flight(instance: dg.DagsterInstance) -> frozenset[str]:
-    """Every topic a stage run in flight holds, from one query of the run storage."""
-    runs = instance.get_runs(filters=dg.RunsFilter(job_name=stage_job.name, statuses=IN_FLIGHT))
-    held: set[str] = set()
-    for run in runs:
-        held.update(split_topics(run.tags.get(TOPICS_TAG)))
-        if run.tags.get(TOPIC_TAG):
-            held.add(run.tags[TOPIC_TAG])
-    return frozenset(held)
 
 
 def earlier_runs(instance: dg.DagsterInstance, group: StageGroup) -> int:
