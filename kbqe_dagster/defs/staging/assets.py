@@ -146,7 +146,8 @@ def topic_totals(summary: StageSummary) -> dict:
         "dead_letters": sum(summary.dead_letters.values()),
         "dead_letters_by_reason": summary.dead_letters,
         "skipped_by_reason": summary.skipped,
-        "tombstones": summary.tombstones,
+        # Keyed topics count null values; append topics dead-letter or skip them (as above).
+        **({"tombstones": summary.tombstones} if summary.tombstones else {}),
         "orphans_deleted": len(summary.preparation.orphans_deleted),
         "seconds": round(summary.seconds, 3),
     }
