@@ -113,7 +113,9 @@ def kafka_backlog_sensor(
         due.append(DueTopic(topic.name, backlog.next_offsets, backlog.lag, reason))
     requests = []
     for group in group_due_topics(due, config.stage_runs):
-        context.log.info("stage run due for %s: %s", ", ".join(group.names), group.reason)
+        shown = ", ".join(group.names[:5]) + (
+            f" and {len(group.names) - 5} more" if len(group.names) > 5 else "")
+        context.log.info("stage run due for %s: %s", shown, group.reason)
         requests.append(
             dg.RunRequest(
                 run_key=group.run_key(earlier_runs(context.instance, group)),
