@@ -211,11 +211,12 @@ def stage_outcome(topic: str, run: JobRun) -> StageOutcome:
         return StageOutcome(topic, run.run_id, run.ok, run.error)
     md = staged[0]
     # A grouped run reports each topic's share under by_topic (defs/staging/assets.py).
-    share = (md.get("by_topic") or {}).get(topic)
-    if share is not None:
+    # A topic the run did not stage (left to an older run in flight) has no share.
+    if "by_topic" in md or "topics" in md:
+        share = (md.get("by_topic") or {}).get(topic)
+        if share is None:
+            return StageOutcome(topic, run.run_id, run.ok, run.error)
         md = share
-    elif md.get("topics") and topic not in md["topics"]:
-        return StageOutcome(topic, run.run_id, run.ok, run.error)
     by_reason, skipped = md.get("dead_letters_by_reason") or {}, md.get("skipped_by_reason") or {}
     # Keyed topics count tombstones themselves; append topics dead-letter or skip them.
     tombstones = md.get("tombstones")

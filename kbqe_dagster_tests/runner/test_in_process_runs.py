@@ -107,6 +107,23 @@ def test_the_stage_totals_come_from_the_staging_materialization() -> None:
             outcome.ranges) == (90, 100, 7, 5, 2)
 
 
+def test_a_grouped_stage_run_gives_each_topic_its_own_share() -> None:
+    metadata = {"topics": ["t", "u", "v"], "dagster/row_count": 95, "messages": 100,
+                "ranges": ["t[0] 0..49", "u[0] 0..49"],
+                "by_topic": {"t": {"dagster/row_count": 45, "messages": 50, "dead_letters": 5,
+                                   "dead_letters_by_reason": {"tombstone": 1},
+                                   "ranges": ["t[0] 0..49"]},
+                             "u": {"dagster/row_count": 50, "messages": 50, "dead_letters": 0,
+                                   "ranges": ["u[0] 0..49"]}}}
+    run = JobRun("stage_job", "r1", True, materializations=((("staging",), metadata),))
+
+    t, u, v = (stage_outcome(topic, run) for topic in ("t", "u", "v"))
+
+    assert (t.records, t.messages, t.dead_letters, t.tombstones, t.ranges) == (45, 50, 5, 1, 1)
+    assert (u.records, u.messages, u.ranges) == (50, 50, 1)
+    assert (v.ok, v.records, v.ranges) == (True, 0, 0)  # left to an older run: no progress
+
+
 def test_a_keyed_stage_run_reports_its_tombstones_itself() -> None:
     metadata = {"dagster/row_count": 8, "messages": 10, "dead_letters": 0, "tombstones": 2,
                 "ranges": ["t[0] 0..9"]}
