@@ -1,10 +1,12 @@
 """The backlog sensor over a fleet of topics, evaluated with Dagster's own context builder: one
 backlog read for every topic per tick (whatever their number), the oldest-message time asked
 only below the size trigger, small due topics grouped into runs and a hot one alone, a topic
-held by a run in flight not launched again, a failed grouped run retried under a new key."""
+held by a run in flight not launched again, a failed grouped run retried under a new key; a
+stage run leaves to an older run the topics they share; the instance bounds the stage runs."""
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -16,6 +18,8 @@ import yaml
 from kbqe_dagster.defs.staging import sensors
 from kbqe_dagster.defs.staging.assets import GROUP_TAG, TOPIC_TAG, TOPICS_TAG
 from kbqe_dagster.defs.staging.claims import yielded_to_older_runs
+from kbqe_dagster.defs.staging.jobs import stage_job
+from kbqe_dagster.defs.staging.tags import STAGE_TAG
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 
@@ -153,3 +157,11 @@ def test_a_stage_run_leaves_the_topics_an_older_run_in_flight_holds(tmp_path, in
     assert yielded_to_older_runs(instance, mine.run_id, ["a", "b", "c"]) == {"a"}
     assert yielded_to_older_runs(instance, younger.run_id, ["b"]) == {"b"}
     assert yielded_to_older_runs(instance, older.run_id, ["a"]) == frozenset()
+
+
+def test_the_instance_bounds_the_stage_runs_every_stage_run_is_counted_in(tmp_path) -> None:
+    shutil.copyfile(Path(__file__).resolve().parents[2] / "dagster.yaml", tmp_path / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+    assert {"key": STAGE_TAG, "limit": 2} in limits
+    assert stage_job.tags[STAGE_TAG] == "true"  # on every run, launched by hand too
