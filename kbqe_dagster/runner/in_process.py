@@ -139,7 +139,10 @@ class InProcessPipeline:
         out = {}
         for topic, b in found.items():
             if isinstance(b, KafkaReadError):
-                raise b
+                if self.config.topic(topic).pattern is None:
+                    raise b  # a listed topic that cannot be read stops the run, as ever
+                out[topic] = Backlog(0, {})  # found by a pattern, deleted since: nothing to stage
+                continue
             out[topic] = Backlog(b.lag, b.next_offsets)
         return out
 
