@@ -14,9 +14,10 @@ Stops early, with a one-line reason:
 A stage run that fails, or succeeds without committing a range while its topic has a backlog
 (no progress: another run would do the same), fails that topic only; the others are staged
 and loaded to the end, then the run exits non-zero naming it. A grouped run that fails does
-not yet say which topic failed: its topics are staged one run each from the next round on,
-and only a topic whose own run fails is failed (the ranges the grouped run committed stand). Quarantined files (the load
-coordinator gave up on them) make the run fail too, once everything else is loaded.
+not say which topic failed: its topics are staged one run each from the next round on, and
+only a topic whose own run fails is failed (the ranges the grouped run committed stand).
+Quarantined files (the load coordinator gave up on them) make the run fail too, once
+everything else is loaded.
 
 No Dagster here: the loop drives a :class:`Pipeline` (``in_process.py`` executes the jobs).
 """

@@ -1,8 +1,10 @@
 """How far behind a topic is: what Kafka holds beyond the committed done files.
 
-Shared by the sensor that launches stage runs, the lag observations of ``kafka/<topic>``
-and the CLI. Read-only: nothing is written or deleted here (the stage run's preparation does
-that), so it is safe on every sensor tick.
+Shared by the sensor that launches stage runs, the lag observations of ``kafka/<topic>``,
+the metrics and ``kbqe run``. Read-only: nothing is written or deleted here (the stage run's
+preparation does that), so it is safe on every sensor tick. :func:`fleet_backlog` reads every
+topic at once in a bounded number of calls (a fleet of hundreds of topics);
+:func:`topic_backlog` one topic.
 """
 
 from __future__ import annotations
