@@ -166,7 +166,8 @@ def watermarks_of(
     try:
         meta = admin.list_topics(timeout=timeout)
     except KafkaException as error:
-        raise KafkaReadError(f"listing the topics of {settings.bootstrap_servers}: {error}") from error
+        raise KafkaReadError(
+            f"listing the topics of {settings.bootstrap_servers}: {error}") from error
     tps = [
         TopicPartition(name, p)
         for name, info in sorted(meta.topics.items())

@@ -81,11 +81,13 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
         # file): the topics an older run in flight holds are left to it.
         yielded = yielded_to_older_runs(context.instance, context.run.run_id, names)
         if yielded:
-            context.log.warning("left to an older stage run in flight: %s", ", ".join(sorted(yielded)))
+            context.log.warning("left to an older stage run in flight: %s",
+                                ", ".join(sorted(yielded)))
             names = tuple(n for n in names if n not in yielded)
         if not names:
-            return dg.MaterializeResult(metadata={"topics": dg.MetadataValue.json([]),
-                                                  "yielded": dg.MetadataValue.json(sorted(yielded))})
+            return dg.MaterializeResult(metadata={
+                "topics": dg.MetadataValue.json([]), "by_topic": dg.MetadataValue.json({}),
+                "yielded": dg.MetadataValue.json(sorted(yielded))})
         ctx = StageContext(
             kafka=kafka.settings(),
             registry=schema_registry.settings(),
@@ -186,7 +188,8 @@ def group_metadata(names: tuple[str, ...], summaries: tuple[StageSummary, ...]) 
         "orphans_deleted": sum(len(s.preparation.orphans_deleted) for s in summaries),
         "rolled_forward": sum(len(s.preparation.rolled_forward) for s in summaries),
         "unrecognized_files": sum(len(s.preparation.unrecognized) for s in summaries),
-        "lost_offsets": sum(p.lost_messages for s in summaries for p in s.preparation.plan.partitions),
+        "lost_offsets": sum(p.lost_messages for s in summaries
+                            for p in s.preparation.plan.partitions),
         "seconds": round(max((s.seconds for s in summaries), default=0.0), 3),
         "by_topic": by_topic,
     }
