@@ -23,6 +23,7 @@ from kbqe_dagster.core import (
     keyed,
     partitioning,
     routing,
+    stage_groups,
     transform_specs,
 )
 
@@ -45,6 +46,7 @@ SECTIONS = [
     ("topics[].transforms[]  compute", transform_specs.ComputeField),
     ("topics[].transforms[]  function", transform_specs.FunctionTransform),
     ("staging  (per topic: topics[].staging)", config_sections.StagingSettings),
+    ("stage_runs  (how due topics share stage runs)", stage_groups.StageRunSettings),
     ("completeness  (per topic: topics[].completeness)", completeness.CompletenessSettings),
     ("tables.<dataset.table | dataset.*>", partitioning.TableSettings),
     ("dead_letter", config_sections.DeadLetterDestination),
@@ -90,6 +92,7 @@ allowed_destinations: [acme_sales.orders, acme_web.*]   # dataset.table or datas
 event_time: {...}                # defaults for every topic
 on_bad_input: dead_letter        # default for every topic
 staging: {...}
+stage_runs: {...}                # small due topics share a stage run (one Spark job)
 dead_letter: {...}
 enrichment: {...}
 load: {...}

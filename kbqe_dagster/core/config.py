@@ -30,6 +30,7 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
     event_time: {...}                # defaults for every topic's event_time, key by key
     on_bad_input: dead_letter        # default for every topic
     staging: {...}                   # StagingSettings for every topic
+    stage_runs: {max_topics_per_run: 50}   # how due topics share runs (core/stage_groups.py)
     completeness: {basis: kafka_time, lateness: 5m}   # when a DAY partition is complete
     tables:                          # per destination table (core/partitioning.py)
       acme_web.*: {partitioning: hour}   # HOUR partitions; dataset.table wins over dataset.*
@@ -116,6 +117,7 @@ from kbqe_dagster.core.routing import (
     required_fields,
     resolve_function,
 )
+from kbqe_dagster.core.stage_groups import STAGE_RUNS_SPEC, StageRunSettings
 from kbqe_dagster.core.transform_specs import TransformSpec, read_transforms
 from kbqe_dagster.core.transforms import transform_config_problems
 
@@ -141,7 +143,7 @@ CONFIG_VERSION = 1
 _TOP_KEYS = (
     "version", "topics", "topic_patterns", "allowed_destinations", "event_time", "on_bad_input",
     "staging", "dead_letter", "enrichment", "load", "retention", "notifications", "completeness",
-    "tables",
+    "tables", "stage_runs",
 )  # fmt: skip
 _TOPIC_KEYS = (
     "name", "format", "schema", "decoder", "routing", "event_time", "on_bad_input", "staging",
@@ -231,6 +233,8 @@ class PipelineConfig:
     tables: TablesConfig = field(default_factory=TablesConfig)
     """Per destination table (``dataset.table`` or ``dataset.*``): its partitioning, DAY by
     default or HOUR (core/partitioning.py)."""
+    stage_runs: StageRunSettings = field(default_factory=StageRunSettings)
+    """How due topics share stage runs (core/stage_groups.py)."""
 
     def partitioning(self, dataset: str, table: str) -> Partitioning:
         """The time partitioning of ``dataset.table``: DAY unless ``tables:`` says HOUR."""
@@ -379,6 +383,9 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
     )
     tables = read_tables(top.get("tables"), problems)
     _check_tables(tables, allowed, topics, patterns, dead_letter, problems)
+    stage_runs = _build(
+        StageRunSettings(), top.get("stage_runs"), "stage_runs", STAGE_RUNS_SPEC, problems
+    )
     if allowed.allows(dead_letter.dataset, dead_letter.table):
         problems.add(
             "allowed_destinations",
@@ -412,6 +419,7 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
         warnings=warnings,
         topic_patterns=patterns,
         tables=tables,
+        stage_runs=stage_runs,
     )
 
 

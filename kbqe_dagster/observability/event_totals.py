@@ -120,6 +120,13 @@ class EventTotals:
 
     # --- stage runs ------------------------------------------------------------------------
     def add_stage_run(self, meta: Mapping[str, Any]) -> None:
+        by_topic = meta.get("by_topic")
+        if meta.get("topic") is None and isinstance(by_topic, Mapping):
+            # A grouped run (core/stage_groups.py): each topic counts as a run of its own.
+            for topic, share in by_topic.items():
+                if isinstance(share, Mapping):
+                    self.add_stage_run({**share, "topic": topic})
+            return
         topic = str(meta.get("topic") or "unknown")
         t = self.topics.setdefault(topic, TopicTotals())
         t.runs += 1

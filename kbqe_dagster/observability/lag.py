@@ -1,9 +1,10 @@
 """Lag per topic-partition: Kafka's high watermark against the next offset the done files
 give (``staging/backlog.py``, the same figure the stage sensor launches runs on).
 
-Read-only, like the sensor. A topic that cannot be read (deleted, no permission) is reported
-as not readable and the others still are; only when no configured topic can be read is the
-whole source down.
+Read-only, like the sensor, and with the sensor's bounded cost: every topic's lag from one
+staging listing and one watermark read (``fleet_backlog``), whatever the number of topics. A
+topic that cannot be read (deleted, no permission) is reported as not readable and the others
+still are; only when no configured topic can be read is the whole source down.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Callable
 from kbqe_dagster.core.config import PipelineConfig
 from kbqe_dagster.resources.kafka import KafkaReadError, KafkaSettings, discover_topics
 from kbqe_dagster.resources.staging_store import StagingStore
-from kbqe_dagster.staging.backlog import TopicBacklog, topic_backlog
+from kbqe_dagster.staging.backlog import TopicBacklog, fleet_backlog
 
 
 @dataclass(frozen=True)
@@ -37,14 +38,19 @@ def read_lag(
         pipeline = discover_topics(pipeline, kafka)  # the topics patterns take, at this scrape
     except KafkaReadError as error:
         raise NoTopicReadable(redact(f"listing topics: {error}")) from error
+    try:
+        found = fleet_backlog(
+            store, kafka, {t.name: t.staging.start_offset for t in pipeline.topics},
+            oldest_wanted=lambda backlog: False,
+        )
+    except Exception as error:  # noqa: BLE001 - the one read of every topic failed: Kafka's
+        found = {t.name: error for t in pipeline.topics}
     for topic in pipeline.topics:
-        try:
-            readable.append(
-                topic_backlog(store, kafka, topic.name, topic.staging.start_offset,
-                              with_oldest=False)
-            )
-        except Exception as error:  # noqa: BLE001 - one topic's problem is a reading
-            unreadable[topic.name] = redact(f"{type(error).__name__}: {error}")
+        backlog = found[topic.name]
+        if isinstance(backlog, TopicBacklog):
+            readable.append(backlog)
+        else:
+            unreadable[topic.name] = redact(f"{type(backlog).__name__}: {backlog}")
     if unreadable and not readable:
         raise NoTopicReadable("; ".join(f"{t}: {e}" for t, e in sorted(unreadable.items())))
     return LagView(tuple(readable), unreadable)

@@ -185,7 +185,11 @@ def watermarks_of(
     if not wanted:
         return {}
     admin = AdminClient(settings.config())
-    meta = admin.list_topics(timeout=timeout)
+    try:
+        meta = admin.list_topics(timeout=timeout)
+    except KafkaException as error:
+        raise KafkaReadError(
+            f"listing the topics of {settings.bootstrap_servers}: {error}") from error
     tps = [
         TopicPartition(name, p)
         for name, info in sorted(meta.topics.items())
@@ -223,6 +227,51 @@ def oldest_timestamp_ms(
         ts_type, ts = msg.timestamp()
         return ts if ts_type != 0 and ts >= 0 else None
     return None
+
+
+def first_timestamps_ms(
+    settings: KafkaSettings, positions: Mapping[tuple[str, int], int], timeout: float = 5.0
+) -> dict[tuple[str, int], int | None]:
+    """The Kafka timestamp of the first readable message at or after each position, for the
+    latency trigger of many partitions at once: one consumer with every partition assigned
+    reads until it holds one message (or the end of the log) per partition, so its fetches
+    ask each broker for all its partitions together — the round trips do not grow with the
+    number of partitions. None for a partition with nothing readable within ``timeout``.
+
+    A position below the log start (retention deleted the messages) reads from the log
+    start: the oldest message still there is the oldest unstaged one."""
+    if not positions:
+        return {}
+    conf = consumer_config(settings)
+    conf.update({"auto.offset.reset": "earliest", "queued.max.messages.kbytes": 1024})
+    consumer = Consumer(conf)
+    found: dict[tuple[str, int], int | None] = {}
+    try:
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
+        deadline = time.monotonic() + timeout
+        while len(found) < len(positions) and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=max(1, len(positions)), timeout=0.2):
+                tp = (msg.topic(), msg.partition())
+                if tp in found or tp not in positions:
+                    continue
+                err = msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaReadError(
+                            f"reading the oldest unstaged message of {tp[0]}[{tp[1]}] from "
+                            f"offset {positions[tp]}: {err.str()}")
+                    found[tp] = None
+                    continue
+                ts_type, ts = msg.timestamp()
+                found[tp] = ts if ts_type != 0 and ts >= 0 else None
+                # One message is all this partition owes: stop fetching it.
+                consumer.pause([TopicPartition(*tp)])
+    except KafkaException as e:
+        raise KafkaReadError(f"reading the oldest unstaged messages of {len(positions)} "
+                             f"partition(s): {e}") from e
+    finally:
+        consumer.close()
+    return {tp: found.get(tp) for tp in positions}
 
 
 class RangeReader:

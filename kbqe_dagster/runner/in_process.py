@@ -7,7 +7,8 @@ The instance is ``$DAGSTER_HOME``, else the local one ``kbqe demo`` and ``kbqe d
 The definitions read ``KBQE_ENV``, ``KBQE_PIPELINE_CONFIG`` and ``KBQE_STAGING_URL`` exactly as
 for the daemon. The load ops keep their pool (``bigquery_load``, one slot): in-process
 execution claims it too, so a daemon's load run and this one never coordinate at the same
-time. Two stage runs of one topic stay safe by construction (create-only done files).
+time. Two stage runs of one topic stay safe by construction (create-only done files). Small
+topics share a stage run as the sensor groups them (``stage_runs``, core/stage_groups.py).
 
 Each run is tagged with the runner's host and pid. No daemon monitors in-process runs, so a
 runner killed mid-run leaves its run in flight; the next runner on that host marks such runs
@@ -20,19 +21,21 @@ import logging
 import os
 import socket
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import dagster as dg
 
 from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, STAGING_KEY, TOPIC_TAG
-from kbqe_dagster.defs.staging.jobs import stage_run_config
+from kbqe_dagster.core.stage_groups import DueTopic, StageGroup
+from kbqe_dagster.defs.staging.assets import STAGING_KEY
+from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_tags
 from kbqe_dagster.operations.load_plan import load_plan
 from kbqe_dagster.operations.snapshot import read_load_state
 from kbqe_dagster.runner.after_load import JobRun
 from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableLoad
 from kbqe_dagster.runner.until_idle import Backlog, LoadSide
-from kbqe_dagster.staging.backlog import topic_backlog
+from kbqe_dagster.resources.kafka import KafkaReadError
+from kbqe_dagster.staging.backlog import fleet_backlog
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +128,23 @@ class InProcessPipeline:
         self._kafka = resources.kafka.settings()
 
     # --- observations ---------------------------------------------------------------------
-    def backlog(self, topic: str) -> Backlog:
-        start = self.config.topic(topic).staging.start_offset
-        b = topic_backlog(self._store, self._kafka, topic, start, with_oldest=False)
-        return Backlog(b.lag, b.next_offsets)
+    def backlogs(self, topics: Sequence[str]) -> dict[str, Backlog]:
+        """Every topic's backlog in one pass (staging/backlog.py ``fleet_backlog``); no
+        oldest time: a catch-up stages whatever its age."""
+        found = fleet_backlog(
+            self._store, self._kafka,
+            {t: self.config.topic(t).staging.start_offset for t in topics},
+            oldest_wanted=lambda backlog: False,
+        )
+        out = {}
+        for topic, b in found.items():
+            if isinstance(b, KafkaReadError):
+                if self.config.topic(topic).pattern is None:
+                    raise b  # a listed topic that cannot be read stops the run, as ever
+                out[topic] = Backlog(0, {})  # found by a pattern, deleted since: nothing to stage
+                continue
+            out[topic] = Backlog(b.lag, b.next_offsets)
+        return out
 
     def load_side(self) -> LoadSide:
         state = read_load_state(self._store)
@@ -140,11 +156,13 @@ class InProcessPipeline:
         )
 
     # --- the jobs -------------------------------------------------------------------------
-    def stage(self, topic: str, backlog: Backlog) -> StageOutcome:
+    def stage(self, topics: Mapping[str, Backlog]) -> list[StageOutcome]:
+        group = StageGroup(tuple(DueTopic(t, b.next_offsets, b.lag, f"backlog {b.lag}")
+                                 for t, b in topics.items()))
         # The sensor's tags: its in-flight check sees this run, the UI filters by topic.
-        tags = {TOPIC_TAG: topic, FROM_OFFSETS_TAG: backlog.offsets(),
-                "kbqe/reason": f"{LAUNCHED_BY}: backlog {backlog.lag}"}
-        return stage_outcome(topic, self.run_job("stage_job", stage_run_config(topic), tags))
+        tags = stage_tags(group, f"{LAUNCHED_BY}: {group.reason}")
+        run = self.run_job("stage_job", stage_group_run_config(group.names), tags)
+        return [stage_outcome(topic, run) for topic in group.names]
 
     def load(self) -> LoadOutcome:
         return load_outcome(self.run_job("load_job"))
@@ -195,6 +213,13 @@ def stage_outcome(topic: str, run: JobRun) -> StageOutcome:
     if not staged:
         return StageOutcome(topic, run.run_id, run.ok, run.error)
     md = staged[0]
+    # A grouped run reports each topic's share under by_topic (defs/staging/assets.py).
+    # A topic the run did not stage (left to an older run in flight) has no share.
+    if "by_topic" in md or "topics" in md:
+        share = (md.get("by_topic") or {}).get(topic)
+        if share is None:
+            return StageOutcome(topic, run.run_id, run.ok, run.error)
+        md = share
     by_reason, skipped = md.get("dead_letters_by_reason") or {}, md.get("skipped_by_reason") or {}
     # Keyed topics count tombstones themselves; append topics dead-letter or skip them.
     tombstones = md.get("tombstones")

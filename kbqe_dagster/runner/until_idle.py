@@ -1,6 +1,7 @@
 """The loop of ``kbqe run --until-idle`` and when it stops.
 
-A round: stage every topic that has a backlog (one stage run each), run a load cycle if
+A round: stage every topic that has a backlog (small topics share a run, as the sensor groups
+them: core/stage_groups.py ``stage_runs``), run a load cycle if
 anything is loadable or pending, poll until no load job is pending, then run the after-load
 steps. A round that staged nothing, loaded nothing and whose steps ask for nothing more
 proves the pipeline idle: the run ends, ``ok`` unless something failed or is quarantined.
@@ -12,8 +13,11 @@ Stops early, with a one-line reason:
 
 A stage run that fails, or succeeds without committing a range while its topic has a backlog
 (no progress: another run would do the same), fails that topic only; the others are staged
-and loaded to the end, then the run exits non-zero naming it. Quarantined files (the load
-coordinator gave up on them) make the run fail too, once everything else is loaded.
+and loaded to the end, then the run exits non-zero naming it. A grouped run that fails does
+not say which topic failed: its topics are staged one run each from the next round on, and
+only a topic whose own run fails is failed (the ranges the grouped run committed stand).
+Quarantined files (the load coordinator gave up on them) make the run fail too, once
+everything else is loaded.
 
 No Dagster here: the loop drives a :class:`Pipeline` (``in_process.py`` executes the jobs).
 """
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.core.stage_groups import DueTopic, StageGroup, group_due_topics
 from kbqe_dagster.runner.after_load import (
     AFTER_LOAD_STEPS,
     AfterLoadContext,
@@ -75,9 +80,11 @@ class Pipeline(Protocol):
 
     config: PipelineConfig
 
-    def backlog(self, topic: str) -> Backlog: ...
+    def backlogs(self, topics: Sequence[str]) -> Mapping[str, Backlog]: ...
 
-    def stage(self, topic: str, backlog: Backlog) -> StageOutcome: ...
+    def stage(self, topics: Mapping[str, Backlog]) -> Sequence[StageOutcome]:
+        """One stage run of every topic of ``topics``; an outcome per topic, in order."""
+        ...
 
     def load(self) -> LoadOutcome: ...
 
@@ -134,6 +141,8 @@ class _Loop:
         self.clock = clock
         self.report = UntilIdleReport({t: TopicTotals() for t in topics})
         self.failed_topics: dict[str, str] = {}
+        self.solo: set[str] = set()
+        """Topics of a grouped run that failed: staged one run each from then on."""
 
     def run(self) -> UntilIdleReport:
         try:
@@ -154,29 +163,44 @@ class _Loop:
     # --- stage ----------------------------------------------------------------------------
     def _stage(self, number: int) -> bool:
         staged = False
-        for topic in self.topics:
-            if topic in self.failed_topics:
+        wanted = [t for t in self.topics if t not in self.failed_topics]
+        backlogs = self.pipeline.backlogs(wanted) if wanted else {}
+        due = [DueTopic(t, b.next_offsets, b.lag, f"backlog {b.lag}")
+               for t in wanted if (b := backlogs[t]).lag > 0]
+        grouped = group_due_topics([d for d in due if d.topic not in self.solo],
+                                   self.pipeline.config.stage_runs)
+        alone = [StageGroup((d,)) for d in due if d.topic in self.solo]
+        for group in grouped + alone:
+            outcomes = self.pipeline.stage({t: backlogs[t] for t in group.names})
+            if len(group.topics) > 1 and not any(o.ok for o in outcomes):
+                self.solo.update(group.names)
+                staged = True  # the next round stages them one by one
+                self.progress(f"round {number}: stage run {outcomes[0].run_id} of "
+                              f"{len(group.topics)} topics failed ({outcomes[0].error}); "
+                              "their next runs stage them one by one")
                 continue
-            backlog = self.pipeline.backlog(topic)
-            if backlog.lag <= 0:
-                continue
-            outcome = self.pipeline.stage(topic, backlog)
-            self.report.add_stage(outcome)
-            if outcome.ok and outcome.ranges > 0:
-                staged = True
-                self.progress(
-                    f"round {number}: {topic}: staged {outcome.records} record(s) from "
-                    f"{outcome.messages} message(s), {outcome.dead_letters} dead-lettered, "
-                    f"{outcome.ranges} range(s) (run {outcome.run_id})"
-                )
-                continue
-            self.failed_topics[topic] = (
-                f"{topic}: stage run {outcome.run_id} failed: {outcome.error}" if not outcome.ok
-                else f"{topic}: stage run {outcome.run_id} committed no offset range although "
-                f"{backlog.lag} message(s) wait from offsets {backlog.offsets()}"
-            )
-            self.progress(f"round {number}: {self.failed_topics[topic]}")
+            for outcome in outcomes:
+                staged = self._staged(number, outcome, backlogs[outcome.topic]) or staged
         return staged
+
+    def _staged(self, number: int, outcome: StageOutcome, backlog: Backlog) -> bool:
+        """Report one topic's outcome; whether it made progress."""
+        topic = outcome.topic
+        self.report.add_stage(outcome)
+        if outcome.ok and outcome.ranges > 0:
+            self.progress(
+                f"round {number}: {topic}: staged {outcome.records} record(s) from "
+                f"{outcome.messages} message(s), {outcome.dead_letters} dead-lettered, "
+                f"{outcome.ranges} range(s) (run {outcome.run_id})"
+            )
+            return True
+        self.failed_topics[topic] = (
+            f"{topic}: stage run {outcome.run_id} failed: {outcome.error}" if not outcome.ok
+            else f"{topic}: stage run {outcome.run_id} committed no offset range although "
+            f"{backlog.lag} message(s) wait from offsets {backlog.offsets()}"
+        )
+        self.progress(f"round {number}: {self.failed_topics[topic]}")
+        return False
 
     # --- load -----------------------------------------------------------------------------
     def _load(self, number: int) -> tuple[dict[str, TableLoad], bool]:
@@ -243,8 +267,9 @@ class _Loop:
             )
 
     def _not_idle(self) -> str:
-        left = [f"{t} lag {b.lag}" for t in self.topics if t not in self.failed_topics
-                for b in [self.pipeline.backlog(t)] if b.lag > 0]
+        wanted = [t for t in self.topics if t not in self.failed_topics]
+        backlogs = self.pipeline.backlogs(wanted) if wanted else {}
+        left = [f"{t} lag {backlogs[t].lag}" for t in wanted if backlogs[t].lag > 0]
         side = self.pipeline.load_side()
         if side.loadable_files:
             left.append(f"{side.loadable_files} loadable file(s)")

@@ -1,8 +1,12 @@
-"""One stage run of one topic on Spark: prepare on the driver, one task per offset range.
+"""One stage run on Spark — of one topic, or of a group of topics (core/stage_groups.py):
+prepare on the driver, one task per offset range.
 
 Spark is the unit of parallelism (DESIGN.md §8): every planned range becomes a partition of
-an RDD whose task consumes exactly that range on an executor and commits it. The driver
-never sees a message; tasks return small :class:`RangeResult` summaries.
+an RDD whose task consumes exactly that range on an executor and commits it. A grouped run
+puts the ranges of all its topics into one RDD, so a fleet of small topics costs one Spark
+job, not one per topic; each range still commits alone (create-only done files), so nothing
+about exactly-once depends on which topics share a run. The driver never sees a message;
+tasks return small :class:`RangeResult` summaries.
 """
 
 from __future__ import annotations
@@ -10,10 +14,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.offsets import OffsetRange, Watermarks
+from kbqe_dagster.resources.kafka import watermarks_of
 from kbqe_dagster.staging.prepare import Preparation, prepare_topic
 from kbqe_dagster.staging.task import RangeResult, StageContext, stage_range
 
@@ -122,6 +128,62 @@ def run_stage(spark_session, ctx: StageContext, *, max_messages_per_run: int,
             "committed; the failed ones are redone by the next run):\n  " + "\n  ".join(failures)
         )
     return summary
+
+
+def run_stage_group(spark_session, ctx: StageContext,
+                    topics: Sequence[str]) -> tuple[StageSummary, ...]:
+    """Stage everything planned for each of ``topics`` in **one** Spark job: one summary per
+    topic staged, in order. ``ctx.topic_name`` is ignored (each range is staged with its own
+    topic's settings). The watermarks of all topics are read in one request; each topic is
+    then prepared as in :func:`run_stage` (its own listing, roll forward, orphans, plan, with
+    its own ``staging.max_messages_per_run`` and ``max_messages_per_range``).
+
+    A topic Kafka no longer holds is skipped when a pattern took it (deleted since the tick)
+    and fails the run when it is listed. A failed range fails the run after every other range
+    of every topic had its chance (their commits stand; the failed one is redone next run)."""
+    started = time.monotonic()
+    store = ctx.staging.open()
+    marks: dict[str, dict[tuple[str, int], Watermarks]] = {}
+    for tp, w in watermarks_of(ctx.kafka, topics).items():
+        marks.setdefault(tp[0], {})[tp] = Watermarks(w.low, w.high)
+    preps: dict[str, Preparation] = {}
+    failures: list[str] = []
+    for topic in dict.fromkeys(topics):
+        settings = replace(ctx, topic_name=topic).topic
+        if topic not in marks:
+            if settings.pattern is None:
+                failures.append(f"{topic}: not available in Kafka; not staged")
+            else:  # found by a pattern at the tick, deleted since: nothing to stage
+                log.warning("%s: not in Kafka any more; not staged", topic)
+            continue
+        preps[topic] = prepare_topic(
+            store, ctx.kafka, topic,
+            max_messages_per_run=settings.staging.max_messages_per_run,
+            max_messages_per_range=settings.staging.max_messages_per_range,
+            start_policy=settings.staging.start_offset, marks=marks[topic],
+        )
+    ranges = [rng for prep in preps.values() for rng in prep.plan.ranges]
+    log.info("%d topic(s), %d range(s) planned in one Spark job", len(preps), len(ranges))
+    outcomes = (
+        spark_session.sparkContext.parallelize(ranges, len(ranges))
+        .map(lambda rng: _stage_or_report(replace(ctx, topic_name=rng.topic), rng))
+        .collect()
+    ) if ranges else []
+    seconds = time.monotonic() - started
+    summaries = []
+    for topic, prep in preps.items():
+        mine = [o for rng, o in zip(ranges, outcomes) if rng.topic == topic]
+        failed = tuple(o for o in mine if isinstance(o, str))
+        failures.extend(failed)
+        summaries.append(StageSummary(
+            topic, prep, tuple(o for o in mine if isinstance(o, RangeResult)), seconds, failed))
+    if failures:
+        raise StagingError(
+            f"{len(failures)} failure(s) in a stage run of {len(topics)} topic(s) (the other "
+            "ranges are committed; the failed ones are redone by the next run):\n  "
+            + "\n  ".join(failures)
+        )
+    return tuple(summaries)
 
 
 def _stage_or_report(ctx: StageContext, rng: OffsetRange) -> RangeResult | str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Mapping
 
 from kbqe_dagster.core.commit import manifests_needed, plan_bootstrap, plan_cleanup
 from kbqe_dagster.core.errors import CommitConflictError
@@ -65,11 +66,15 @@ def prepare_topic(
     max_messages_per_run: int,
     max_messages_per_range: int,
     start_policy: StartPolicy,
+    marks: Mapping[tuple[str, int], Watermarks] | None = None,
 ) -> Preparation:
+    """``marks``: the topic's watermarks when the caller read them already (a grouped run
+    reads every topic's in one request, ``resources.kafka.watermarks_of``)."""
     created, deleted, names, unrecognized = clean_up(store, topic)
-    marks = {
-        (w.topic, w.partition): Watermarks(w.low, w.high) for w in watermarks(kafka, topic)
-    }
+    if marks is None:
+        marks = {
+            (w.topic, w.partition): Watermarks(w.low, w.high) for w in watermarks(kafka, topic)
+        }
     plan = plan_ranges(
         recover(names), marks,
         max_messages_per_run=max_messages_per_run,

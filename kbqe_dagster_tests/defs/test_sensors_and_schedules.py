@@ -47,7 +47,8 @@ def backlog(lag: int, age_s: float | None = None) -> TopicBacklog:
 
 
 def tick(instance, resources, monkeypatch, topic_backlog: TopicBacklog) -> dg.SensorResult:
-    monkeypatch.setattr(sensors, "topic_backlog", lambda *args, **kwargs: topic_backlog)
+    monkeypatch.setattr(sensors, "fleet_backlog",
+                        lambda store, settings, topics, **kwargs: {t: topic_backlog for t in topics})
     context = dg.build_sensor_context(instance=instance, resources=resources)
     return sensors.kafka_backlog_sensor(context)
 

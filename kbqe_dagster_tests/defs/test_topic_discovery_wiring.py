@@ -107,14 +107,12 @@ def backlog_of(topic: str, lag: int) -> TopicBacklog:
 def tick(defs: dg.Definitions, monkeypatch, lags: dict[str, int | Exception]) -> dg.SensorResult:
     polled = []
 
-    def fake_backlog(store, settings, topic, start_policy):
-        polled.append(topic)
-        lag = lags[topic]
-        if isinstance(lag, Exception):
-            raise lag
-        return backlog_of(topic, lag)
+    def fake_backlog(store, settings, topics, **kwargs):
+        polled.extend(topics)
+        return {topic: lags[topic] if isinstance(lags[topic], Exception)
+                else backlog_of(topic, lags[topic]) for topic in topics}
 
-    monkeypatch.setattr(sensors, "topic_backlog", fake_backlog)
+    monkeypatch.setattr(sensors, "fleet_backlog", fake_backlog)
     with dg.instance_for_test() as instance:
         context = dg.build_sensor_context(instance=instance, resources=defs.resources)
         result = sensors.kafka_backlog_sensor(context)

@@ -4,6 +4,7 @@ in a real (ephemeral) instance and read back incrementally."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from kbqe_dagster.core.load_state import JobStatus, LoadJobRecord
 from kbqe_dagster.core.offsets import RangePlan
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.bigquery.events import materialization
-from kbqe_dagster.defs.staging.assets import STAGING_KEY, stage_metadata
+from kbqe_dagster.defs.staging.assets import STAGING_KEY, group_metadata, stage_metadata
 from kbqe_dagster.loading.manifests import FileFacts
 from kbqe_dagster.loading.report import CompletedLoad
 from kbqe_dagster.observability.event_log import EventLogFold
@@ -85,6 +86,23 @@ def test_stage_runs_add_up_per_topic_and_bytes_per_dataset(instance, fold) -> No
     assert dict(topic.dead_letters) == {"bad_magic": 2, "tombstone": 1}
     assert dict(totals.bytes_by_dataset) == {
         (T, "acme_sales"): 4000, (T, "kbqe_dead_letters"): 300, (T, "acme_web"): 1500}
+
+
+def test_a_grouped_stage_run_counts_as_one_run_of_each_of_its_topics(instance, fold) -> None:
+    prep = Preparation((), ("orphan.avro",), (), RangePlan((), ()))
+    other = dataclasses.replace(range_result(0, 20, 20, {"acme_web": 700}), topic="shop.orders")
+    summaries = (StageSummary(T, prep, (range_result(0, 100, 97, {"acme_sales": 4000},
+                                                     dead={"bad_magic": 3}),), 9.0),
+                 StageSummary("shop.orders", prep, (other,), 9.0))
+    report(instance, STAGING_KEY, dict(group_metadata((T, "shop.orders"), summaries)))
+
+    totals = fold.refresh()
+
+    assert {t: (v.runs, v.messages, v.records, v.orphans_deleted)
+            for t, v in totals.topics.items()} == {T: (1, 100, 97, 1), "shop.orders": (1, 20, 20, 1)}
+    assert dict(totals.topics[T].dead_letters) == {"bad_magic": 3}
+    assert dict(totals.bytes_by_dataset) == {(T, "acme_sales"): 4000,
+                                             ("shop.orders", "acme_web"): 700}
 
 
 def test_each_event_is_counted_once_across_refreshes(instance, fold) -> None:

@@ -1,7 +1,9 @@
 """A fake :class:`~kbqe_dagster.runner.until_idle.Pipeline` for the loop's unit tests: topics
 with a backlog, stage runs that take up to ``per_run`` messages, load jobs that finish after
 a number of polls, and switches for every way a run can go wrong. Each topic ``t`` loads
-into table ``ds.t``; ``calls`` records what the runner asked, in order."""
+into table ``ds.t``; ``calls`` records what the runner asked, in order. ``max_topics_per_run``
+is the pipeline's ``stage_runs.max_topics_per_run`` (1 unless a test groups topics): a grouped
+run fails as a whole when one of its topics fails, as a real one does."""
 
 from __future__ import annotations
 
@@ -44,12 +46,14 @@ class FakePipeline:
     pending: list[Job] = field(default_factory=list)
     quarantined: set[str] = field(default_factory=set)
     runs: int = 0
+    max_topics_per_run: int = 1
 
     def __post_init__(self) -> None:
         self.config: PipelineConfig = parse_pipeline_config(
             {"version": 1,
              "topics": [{"name": t, "event_time": {"fields": ["at"]}} for t in self.lags],
-             "allowed_destinations": ["ds.*"]},
+             "allowed_destinations": ["ds.*"],
+             "stage_runs": {"max_topics_per_run": self.max_topics_per_run}},
             source="fake",
         )
         self.offsets = {t: 0 for t in self.lags}
@@ -65,6 +69,9 @@ class FakePipeline:
         self.lags[topic] += self.arrivals_per_backlog
         return Backlog(self.lags[topic], {0: self.offsets[topic]})
 
+    def backlogs(self, topics) -> dict[str, Backlog]:
+        return {t: self.backlog(t) for t in topics}
+
     def load_side(self) -> LoadSide:
         return LoadSide(
             pending_jobs=tuple(j.job_id for j in self.pending),
@@ -73,11 +80,16 @@ class FakePipeline:
         )
 
     # --- jobs -----------------------------------------------------------------------------
-    def stage(self, topic: str, backlog: Backlog) -> StageOutcome:
-        self.calls.append(f"stage {topic}")
+    def stage(self, topics: Mapping[str, Backlog]) -> list[StageOutcome]:
+        self.calls.append(f"stage {','.join(topics)}")
         run_id = self._run_id("stage")
-        if topic in self.fail_stage:
-            return StageOutcome(topic, run_id, False, "StageRangeFailed: broker gone at offset 7")
+        failed = [t for t in topics if t in self.fail_stage]
+        if failed:
+            return [StageOutcome(t, run_id, False, "StageRangeFailed: broker gone at offset 7")
+                    for t in topics]
+        return [self._stage_one(t, run_id) for t in topics]
+
+    def _stage_one(self, topic: str, run_id: str) -> StageOutcome:
         if topic in self.no_progress:
             return StageOutcome(topic, run_id, True)
         n = min(self.lags[topic], self.per_run)

@@ -9,23 +9,29 @@ import os
 import socket
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import dagster as dg
 import pytest
 
+from kbqe_dagster.core.config import parse_pipeline_config
 from kbqe_dagster.core.errors import StagingError
+from kbqe_dagster.resources.kafka import KafkaReadError
+from kbqe_dagster.runner import in_process
 from kbqe_dagster.runner.after_load import JobRun
 from kbqe_dagster.runner.in_process import (
     LAUNCHED_BY,
     LAUNCHED_BY_TAG,
     RUNNER_HOST_TAG,
     RUNNER_PID_TAG,
+    InProcessPipeline,
     execute_job,
     fail_abandoned_runs,
     load_outcome,
     one_line_error,
     stage_outcome,
 )
+from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 
 RANGE_FAILED = (
     "t: 1 of 3 range(s) failed (the others are committed; the failed ones are redone by the "
@@ -107,6 +113,23 @@ def test_the_stage_totals_come_from_the_staging_materialization() -> None:
             outcome.ranges) == (90, 100, 7, 5, 2)
 
 
+def test_a_grouped_stage_run_gives_each_topic_its_own_share() -> None:
+    metadata = {"topics": ["t", "u", "v"], "dagster/row_count": 95, "messages": 100,
+                "ranges": ["t[0] 0..49", "u[0] 0..49"],
+                "by_topic": {"t": {"dagster/row_count": 45, "messages": 50, "dead_letters": 5,
+                                   "dead_letters_by_reason": {"tombstone": 1},
+                                   "ranges": ["t[0] 0..49"]},
+                             "u": {"dagster/row_count": 50, "messages": 50, "dead_letters": 0,
+                                   "ranges": ["u[0] 0..49"]}}}
+    run = JobRun("stage_job", "r1", True, materializations=((("staging",), metadata),))
+
+    t, u, v = (stage_outcome(topic, run) for topic in ("t", "u", "v"))
+
+    assert (t.records, t.messages, t.dead_letters, t.tombstones, t.ranges) == (45, 50, 5, 1, 1)
+    assert (u.records, u.messages, u.ranges) == (50, 50, 1)
+    assert (v.ok, v.records, v.ranges) == (True, 0, 0)  # left to an older run: no progress
+
+
 def test_a_keyed_stage_run_reports_its_tombstones_itself() -> None:
     metadata = {"dagster/row_count": 8, "messages": 10, "dead_letters": 0, "tombstones": 2,
                 "ranges": ["t[0] 0..9"]}
@@ -170,3 +193,32 @@ def test_each_run_names_the_runner_process_that_executes_it(instance) -> None:
     run = instance.get_run_by_id(execute_job(DEFS, instance, "loading").run_id)
     assert run.tags[RUNNER_PID_TAG] == str(os.getpid())
     assert run.tags[RUNNER_HOST_TAG] == socket.gethostname()
+
+
+def test_backlogs_are_read_at_once_and_a_deleted_pattern_topic_has_none(monkeypatch) -> None:
+    config = parse_pipeline_config({
+        "version": 1, "topics": [{"name": "listed", "event_time": {"fields": ["ts"]}}],
+        "topic_patterns": [{"match": r"shop\..*", "event_time": {"fields": ["ts"]}}],
+        "allowed_destinations": ["d.*"]})
+    reads = []
+
+    def fleet_backlog(store, kafka, topics, oldest_wanted):
+        reads.append(list(topics))
+        return {"listed": TopicBacklog("listed", (PartitionBacklog(0, 0, 9, 4, 5),), None),
+                "shop.gone": KafkaReadError("topic 'shop.gone' is not available: missing")}
+
+    monkeypatch.setattr(in_process, "fleet_backlog", fleet_backlog)
+    resources = SimpleNamespace(pipeline=SimpleNamespace(load=lambda: config),
+                                staging=SimpleNamespace(store=lambda: None),
+                                kafka=SimpleNamespace(settings=lambda: None))
+    pipeline = InProcessPipeline(None, None, resources)
+
+    backlogs = pipeline.backlogs(["listed", "shop.gone"])
+
+    assert reads == [["listed", "shop.gone"]]
+    assert (backlogs["listed"].lag, dict(backlogs["listed"].next_offsets)) == (5, {0: 4})
+    assert (backlogs["shop.gone"].lag, dict(backlogs["shop.gone"].next_offsets)) == (0, {})
+    monkeypatch.setattr(in_process, "fleet_backlog", lambda *a, **k: {
+        "listed": KafkaReadError("topic 'listed' is not available: missing")})
+    with pytest.raises(KafkaReadError, match="listed"):
+        pipeline.backlogs(["listed"])

@@ -110,7 +110,7 @@ STAGE_ONLY = """
 import sys
 from kbqe_dagster.runner.in_process import in_process_pipeline
 with in_process_pipeline() as pipeline:
-    outcome = pipeline.stage(sys.argv[1], pipeline.backlog(sys.argv[1]))
+    [outcome] = pipeline.stage(pipeline.backlogs([sys.argv[1]]))
 assert outcome.ok and outcome.records == int(sys.argv[2]), outcome
 """
 

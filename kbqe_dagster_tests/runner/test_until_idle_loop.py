@@ -268,3 +268,28 @@ def test_merge_bytes_stay_null_until_a_merge_reports_them(merged_bytes) -> None:
     report, _ = run(FakePipeline({"a": 0}), after_load_steps=[merge])
 
     assert report.to_json()["tables"]["ds.a"]["merge_bytes_processed"] == merged_bytes
+
+
+def test_small_topics_share_stage_runs_up_to_max_topics_per_run() -> None:
+    pipeline = FakePipeline({"a": 10, "b": 20, "c": 30}, max_topics_per_run=2)
+
+    report, progress = run(pipeline)
+
+    assert report.ok
+    assert [c for c in pipeline.calls if c.startswith("stage")] == ["stage a,b", "stage c"]
+    assert {t: totals.messages for t, totals in report.topics.items()} == {"a": 10, "b": 20, "c": 30}
+    assert all(totals.stage_runs == 1 for totals in report.topics.values())
+    assert "round 1: b: staged 19 record(s) from 20 message(s)" in "\n".join(progress)
+
+
+def test_a_failed_grouped_run_stages_its_topics_alone_and_fails_only_the_bad_one() -> None:
+    pipeline = FakePipeline({"bad": 10, "good": 10}, max_topics_per_run=10, fail_stage={"bad"})
+
+    report, progress = run(pipeline)
+
+    assert not report.ok
+    assert [c for c in pipeline.calls if c.startswith("stage")] == [
+        "stage bad,good", "stage bad", "stage good"]
+    assert report.error.startswith("bad: stage run stage-")
+    assert pipeline.lags["good"] == 0 and report.tables["ds.good"].rows_loaded == 9
+    assert any("their next runs stage them one by one" in line for line in progress)

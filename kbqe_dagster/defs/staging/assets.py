@@ -1,5 +1,6 @@
-"""``staging``: the staging area. Materialized by the stage job (one topic per run), observed
-by ``staging_observation_sensor`` (pending files, bytes, oldest age, next offsets).
+"""``staging``: the staging area. Materialized by the stage job (one topic, or a group of
+topics, per run: core/stage_groups.py), observed by ``staging_observation_sensor`` (pending
+files, bytes, oldest age, next offsets).
 
 No ``from __future__ import annotations`` here: Dagster reads the config and resource
 annotations of the asset function when it is decorated, and needs real types for that.
@@ -10,25 +11,44 @@ from collections import Counter
 import dagster as dg
 from dagster_pyspark import LazyPySparkResource
 
+from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.naming import STAGING_ASSET
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
+from kbqe_dagster.defs.staging.claims import yielded_to_older_runs
+from kbqe_dagster.defs.staging.tags import (  # noqa: F401 - the tags' long-standing home
+    FROM_OFFSETS_TAG,
+    GROUP_TAG,
+    STAGE_TAG,
+    TOPIC_TAG,
+    TOPICS_TAG,
+)
 from kbqe_dagster.resources.configurable import (
     KafkaResource,
     PipelineResource,
     SchemaRegistryResource,
     StagingResource,
 )
-from kbqe_dagster.staging.job import StageSummary, run_stage
+from kbqe_dagster.staging.job import StageSummary, run_stage_group
 from kbqe_dagster.staging.task import StageContext
 
 STAGING_KEY = dg.AssetKey([STAGING_ASSET])
 STAGING_GROUP = "staging"
-TOPIC_TAG = "kbqe/topic"
-FROM_OFFSETS_TAG = "kbqe/from_offsets"
 
 
 class StageConfig(dg.Config):
-    topic: str
+    """The topics of one stage run. ``topic`` is the single topic of the run config written
+    before grouped runs existed (still accepted, by hand or by script); ``topics`` the
+    topics of a grouped run. Either or both; at least one topic in all."""
+
+    topic: str = ""
+    topics: list[str] = []
+
+    def names(self) -> tuple[str, ...]:
+        names = tuple(dict.fromkeys(([self.topic] if self.topic else []) + list(self.topics)))
+        if not names:
+            raise ConfigError("stage_job run config names no topic: set ops.staging.config."
+                              "topic or ops.staging.config.topics")
+        return names
 
 
 def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
@@ -50,30 +70,39 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         """Avro files and done files of Kafka offset ranges, awaiting BigQuery load jobs.
 
-        Each run stages one topic: it rolls committed ranges forward, deletes crash leftovers,
-        plans offset ranges from the done files and the high watermarks, and stages one range
-        per Spark task. Done files are create-only, so a range commits exactly once.
+        Each run stages one topic or a group of small topics: per topic it rolls committed
+        ranges forward, deletes crash leftovers, plans offset ranges from the done files and
+        the high watermarks; then it stages one range per Spark task, every topic's ranges in
+        one Spark job. Done files are create-only, so a range commits exactly once.
         """
         pipeline_config = pipeline.load()
-        topic = pipeline_config.topic(config.topic)
+        names = config.names()
+        # One run prepares a topic at a time (its preparation deletes uploads without a done
+        # file): the topics an older run in flight holds are left to it.
+        yielded = yielded_to_older_runs(context.instance, context.run.run_id, names)
+        if yielded:
+            context.log.warning("left to an older stage run in flight: %s",
+                                ", ".join(sorted(yielded)))
+            names = tuple(n for n in names if n not in yielded)
+        if not names:
+            return dg.MaterializeResult(metadata={
+                "topics": dg.MetadataValue.json([]), "by_topic": dg.MetadataValue.json({}),
+                "yielded": dg.MetadataValue.json(sorted(yielded))})
         ctx = StageContext(
             kafka=kafka.settings(),
             registry=schema_registry.settings(),
             staging=staging.location(),
             pipeline=pipeline_config,
-            topic_name=topic.name,
+            topic_name=pipeline_config.topic(names[0]).name,
         )
-        summary = run_stage(
-            pyspark.spark_session, ctx,
-            max_messages_per_run=topic.staging.max_messages_per_run,
-            max_messages_per_range=topic.staging.max_messages_per_range,
-        )
-        context.log.info(
-            "%s: staged %d record(s) from %d message(s) in %d file(s), %s dead letter(s)",
-            topic.name, summary.records, summary.messages, len(summary.files),
-            sum(summary.dead_letters.values()),
-        )
-        return dg.MaterializeResult(metadata=stage_metadata(summary))
+        summaries = run_stage_group(pyspark.spark_session, ctx, names)
+        for summary in summaries:
+            context.log.info(
+                "%s: staged %d record(s) from %d message(s) in %d file(s), %s dead letter(s)",
+                summary.topic, summary.records, summary.messages, len(summary.files),
+                sum(summary.dead_letters.values()),
+            )
+        return dg.MaterializeResult(metadata=group_metadata(names, summaries))
 
     return staging
 
@@ -104,6 +133,66 @@ def stage_metadata(summary: StageSummary) -> dict:
         "unrecognized_files": len(prep.unrecognized),
         "lost_offsets": sum(p.lost_messages for p in prep.plan.partitions),
         "seconds": round(summary.seconds, 3),
+    }
+
+
+def topic_totals(summary: StageSummary) -> dict:
+    """One topic's share of a run, plain values under :func:`stage_metadata`'s key names (the
+    metrics fold a grouped run's topics one by one: observability/event_totals.py)."""
+    return {
+        "dagster/row_count": summary.records,
+        "messages": summary.messages,
+        "bytes_written": summary.bytes_written,
+        "bytes_written_by_dataset": _bytes_by_dataset(summary),
+        "files_written": len(summary.files),
+        "ranges": list(summary.committed_ranges),
+        "dead_letters": sum(summary.dead_letters.values()),
+        "dead_letters_by_reason": summary.dead_letters,
+        "skipped_by_reason": summary.skipped,
+        # Keyed topics count null values; append topics dead-letter or skip them (as above).
+        **({"tombstones": summary.tombstones} if summary.tombstones else {}),
+        "orphans_deleted": len(summary.preparation.orphans_deleted),
+        "seconds": round(summary.seconds, 3),
+    }
+
+
+def group_metadata(names: tuple[str, ...], summaries: tuple[StageSummary, ...]) -> dict:
+    """A single topic's :func:`stage_metadata` as ever; for a group the same keys summed over
+    its topics, plus ``topics`` and ``by_topic`` (what ``kbqe run --until-idle`` reports per
+    topic)."""
+    by_topic = dg.MetadataValue.json({s.topic: topic_totals(s) for s in summaries})
+    if len(names) == 1 and len(summaries) == 1:
+        return {**stage_metadata(summaries[0]), "topics": dg.MetadataValue.json(list(names)),
+                "by_topic": by_topic}
+    dead: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
+    written: Counter[str] = Counter()
+    for s in summaries:
+        dead.update(s.dead_letters)
+        skipped.update(s.skipped)
+        written.update(_bytes_by_dataset(s))
+    tombstones = sum(s.tombstones for s in summaries)
+    return {
+        "topics": dg.MetadataValue.json(list(names)),
+        "dagster/row_count": sum(s.records for s in summaries),
+        "messages": sum(s.messages for s in summaries),
+        "bytes_written": sum(s.bytes_written for s in summaries),
+        "bytes_written_by_dataset": dg.MetadataValue.json(dict(written)),
+        "files_written": sum(len(s.files) for s in summaries),
+        "ranges": dg.MetadataValue.json([r for s in summaries for r in s.committed_ranges]),
+        "dead_letters": sum(dead.values()),
+        "dead_letters_by_reason": dg.MetadataValue.json(dict(dead)),
+        "skipped_by_reason": dg.MetadataValue.json(dict(skipped)),
+        **({"tombstones": tombstones} if tombstones else {}),
+        "stage_path": "+".join(sorted({p for s in summaries for p in s.stage_path.split("+")
+                                       if p != "none"}, reverse=True)) or "none",
+        "orphans_deleted": sum(len(s.preparation.orphans_deleted) for s in summaries),
+        "rolled_forward": sum(len(s.preparation.rolled_forward) for s in summaries),
+        "unrecognized_files": sum(len(s.preparation.unrecognized) for s in summaries),
+        "lost_offsets": sum(p.lost_messages for s in summaries
+                            for p in s.preparation.plan.partitions),
+        "seconds": round(max((s.seconds for s in summaries), default=0.0), 3),
+        "by_topic": by_topic,
     }
 
 

@@ -2,11 +2,19 @@
 
 ``kafka_backlog_sensor`` observes every topic — listed, or found in Kafka by the pipeline's
 ``topic_patterns`` at this tick (core/discovery.py) — (end offsets, staged offsets, lag per
-partition → observations on ``kafka/<topic>``) and launches a stage run for a topic whose
+partition → observations on ``kafka/<topic>``) and launches stage runs for the topics whose
 backlog reaches ``max_messages_per_batch`` or whose oldest unstaged message is older than
-``allowed_latency``. Its run key is the topic plus the offsets the run starts from, plus the
-number of earlier runs from those offsets: a tick never double-launches a queued run, and a
-failed run (which committed nothing) can be retried by a later tick.
+``allowed_latency``; due topics share runs (core/stage_groups.py).
+
+A tick costs the same few calls whatever the number of topics (staging/backlog.py
+``fleet_backlog``): one staging listing, one metadata request, one ListOffsets request per
+bound for every partition, one consumer reading one message per partition whose age is wanted
+(only topics below the size trigger), and one query of the stage runs in flight.
+
+A topic held by a stage run in flight is not launched again. A run's key is its topics plus
+the offsets each starts from, plus the number of earlier runs from those offsets: a tick never
+double-launches a queued run, and a failed run (which committed nothing) can be retried by a
+later tick.
 
 ``staging_observation_sensor`` records what waits in the staging area on ``staging``.
 """
@@ -20,22 +28,16 @@ import dagster as dg
 
 from kbqe_dagster.core.config import PipelineConfig
 from kbqe_dagster.core.pending import staging_view
-from kbqe_dagster.core.stage_decision import from_offsets, stage_due, stage_run_key
+from kbqe_dagster.core.stage_decision import from_offsets, stage_due
+from kbqe_dagster.core.stage_groups import DueTopic, StageGroup, group_due_topics
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
-from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, STAGING_KEY, TOPIC_TAG
-from kbqe_dagster.defs.staging.jobs import stage_job, stage_run_config
+from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, GROUP_TAG, STAGING_KEY, TOPIC_TAG
+from kbqe_dagster.defs.staging.claims import topics_in_flight
+from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_job, stage_tags
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.resources.kafka import KafkaReadError, discover_topics
-from kbqe_dagster.staging.backlog import TopicBacklog, topic_backlog
-
-IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
-
+from kbqe_dagster.staging.backlog import TopicBacklog, fleet_backlog
 
 def stage_decision(config: PipelineConfig, backlog: TopicBacklog, now_ms: int) -> str | None:
     """Why a stage run is due for this topic (core/stage_decision.py), or None."""
@@ -53,6 +55,7 @@ def lag_observation(backlog: TopicBacklog) -> dg.AssetObservation:
                 {str(p.partition): p.next_offset for p in backlog.partitions}
             ),
             "lag_by_partition": dg.MetadataValue.json({str(p.partition): p.lag for p in backlog.partitions}),
+            # Not read for a topic at its size trigger (due whatever its age): 0.0 then.
             "oldest_unstaged_age_s": (
                 round(time.time() - backlog.oldest_unstaged_ms / 1000, 1)
                 if backlog.oldest_unstaged_ms is not None
@@ -62,6 +65,17 @@ def lag_observation(backlog: TopicBacklog) -> dg.AssetObservation:
     )
 
 
+def earlier_runs(instance: dg.DagsterInstance, group: StageGroup) -> int:
+    """Runs of the same topics from the same offsets before this one (failed ones: a run
+    that succeeded moved the offsets on)."""
+    if len(group.topics) == 1:
+        only = group.topics[0]
+        tags = {TOPIC_TAG: only.topic, FROM_OFFSETS_TAG: from_offsets(only.next_offsets)}
+    else:
+        tags = {GROUP_TAG: group.group_id}
+    return len(instance.get_run_ids(filters=dg.RunsFilter(tags=tags)))
+
+
 @dg.sensor(job=stage_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
 def kafka_backlog_sensor(
     context: dg.SensorEvaluationContext,
@@ -69,39 +83,44 @@ def kafka_backlog_sensor(
     kafka: KafkaResource,
     staging: StagingResource,
 ) -> dg.SensorResult:
-    """Observe Kafka lag per topic and launch stage runs when a topic's backlog or latency is due."""
+    """Observe Kafka lag per topic and launch stage runs for the topics whose backlog or
+    latency is due, small topics together."""
     # Patterns are resolved at every tick (one metadata request): a topic created in Kafka is
     # staged from the next tick on, without a reload; one deleted is no longer polled.
-    config = discover_topics(pipeline.load(), kafka.settings())
-    store = staging.store()
+    settings = kafka.settings()
+    config = discover_topics(pipeline.load(), settings)
+    topics = {t.name: t for t in config.topics}
     now_ms = int(time.time() * 1000)
-    observations, requests = [], []
+    backlogs = fleet_backlog(
+        staging.store(), settings, {name: t.staging.start_offset for name, t in topics.items()},
+        # The latency trigger only matters below the size trigger: no read for a full batch.
+        oldest_wanted=lambda b: b.lag < topics[b.topic].staging.max_messages_per_batch,
+    )
+    busy = topics_in_flight(context.instance)
+    observations, due = [], []
     for topic in config.topics:
-        try:
-            backlog = topic_backlog(store, kafka.settings(), topic.name,
-                                    topic.staging.start_offset)
-        except KafkaReadError as error:
+        backlog = backlogs[topic.name]
+        if isinstance(backlog, KafkaReadError):
             if topic.pattern is None:
-                raise  # a listed topic that cannot be read is an error to see at every tick
+                raise backlog  # a listed topic that cannot be read is an error to see at every tick
             # Listed a moment ago, gone now (deleted): the next tick's listing drops it.
-            context.log.info("%s: skipped this tick: %s", topic.name, error)
+            context.log.info("%s: skipped this tick: %s", topic.name, backlog)
             continue
         observations.append(lag_observation(backlog))
         reason = stage_decision(config, backlog, now_ms)
-        if reason is None:
+        if reason is None or topic.name in busy:
             continue
-        starts = from_offsets(backlog.next_offsets)
-        earlier = context.instance.get_runs(
-            filters=dg.RunsFilter(tags={TOPIC_TAG: topic.name, FROM_OFFSETS_TAG: starts})
-        )
-        if any(run.status in IN_FLIGHT for run in earlier):
-            continue
-        context.log.info("%s: stage run due: %s", topic.name, reason)
+        due.append(DueTopic(topic.name, backlog.next_offsets, backlog.lag, reason))
+    requests = []
+    for group in group_due_topics(due, config.stage_runs):
+        shown = ", ".join(group.names[:5]) + (
+            f" and {len(group.names) - 5} more" if len(group.names) > 5 else "")
+        context.log.info("stage run due for %s: %s", shown, group.reason)
         requests.append(
             dg.RunRequest(
-                run_key=stage_run_key(topic.name, backlog.next_offsets, len(earlier)),
-                run_config=stage_run_config(topic.name),
-                tags={TOPIC_TAG: topic.name, FROM_OFFSETS_TAG: starts, "kbqe/reason": reason},
+                run_key=group.run_key(earlier_runs(context.instance, group)),
+                run_config=stage_group_run_config(group.names),
+                tags=stage_tags(group),
             )
         )
     return dg.SensorResult(run_requests=requests, asset_events=observations)

@@ -1,0 +1,56 @@
+"""Which topics the stage runs in flight hold, read from the run storage in one query: the
+sensor skips them, and a stage run leaves to an older run in flight the topics they share
+(core/stage_groups.py ``yielded_topics``: one run prepares a topic at a time)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import dagster as dg
+
+from kbqe_dagster.core.stage_groups import split_topics, yielded_topics
+from kbqe_dagster.defs.staging.tags import TOPIC_TAG, TOPICS_TAG
+
+STAGE_JOB = "stage_job"
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def run_topics(run: dg.DagsterRun) -> frozenset[str]:
+    """The topics a stage run holds: its run config (``topic``/``topics``, also when launched
+    by hand without tags) and its tags."""
+    config = (((run.run_config or {}).get("ops") or {}).get("staging") or {}).get("config") or {}
+    names = set(config.get("topics") or ())
+    if config.get("topic"):
+        names.add(config["topic"])
+    names.update(split_topics(run.tags.get(TOPICS_TAG)))
+    if run.tags.get(TOPIC_TAG):
+        names.add(run.tags[TOPIC_TAG])
+    return frozenset(names)
+
+
+def _in_flight(instance: dg.DagsterInstance) -> list[dg.RunRecord]:
+    return list(instance.get_run_records(
+        filters=dg.RunsFilter(job_name=STAGE_JOB, statuses=IN_FLIGHT)))
+
+
+def topics_in_flight(instance: dg.DagsterInstance) -> frozenset[str]:
+    """Every topic a stage run in flight holds."""
+    return frozenset(t for record in _in_flight(instance) for t in run_topics(record.dagster_run))
+
+
+def yielded_to_older_runs(instance: dg.DagsterInstance, run_id: str,
+                          topics: Iterable[str]) -> frozenset[str]:
+    """Of ``topics``, those an older stage run in flight holds (empty when this run is not
+    recorded, as in a direct invocation)."""
+    records = _in_flight(instance)
+    mine = next((r.storage_id for r in records if r.dagster_run.run_id == run_id), None)
+    if mine is None:
+        return frozenset()
+    return yielded_topics(mine, topics, (
+        (r.storage_id, run_topics(r.dagster_run)) for r in records
+        if r.dagster_run.run_id != run_id))
