@@ -34,6 +34,9 @@ QUIET_BELOW = {
     KAFKA_CLIENT_LOGGER: logging.ERROR,
     # The load coordinator's delete threads overflow urllib3's pool of 10: noise, not a fault.
     "urllib3.connectionpool": logging.ERROR,
+    # Schema notices as JSON documents (loading/coordinator.py): for log shippers and -v; the
+    # console already has each notice's one-line text.
+    "kbqe_dagster.notices": logging.WARNING,
 }
 
 VERBOSE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

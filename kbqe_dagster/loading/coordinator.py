@@ -85,6 +85,9 @@ from kbqe_dagster.resources.bigquery import BigQueryLoads, JobReport, LoadReques
 from kbqe_dagster.resources.staging_store import StagingStore, StoredFile
 
 log = logging.getLogger(__name__)
+NOTICE_LOG = logging.getLogger("kbqe_dagster.notices")
+"""Where each schema and table notice goes as one JSON document (the structured log line for
+log shippers); the console shows its one-line text instead (cli/logs.py)."""
 
 QUARANTINE_PREFIX = "_kbqe/quarantine/"
 DELETE_THREADS = 16
@@ -175,7 +178,9 @@ class LoadCoordinator:
             for notice in schema_notices(name, before, current.columns, created=created,
                                          job_id=finished[-1].job.job_id):
                 report.notices.append(notice)
-                log.info("schema notice: %s", json.dumps(notice.to_json()))
+                document = notice.to_json()
+                log.info("schema notice: %s", document["text"])
+                NOTICE_LOG.info("schema notice: %s", json.dumps(document))
             if before != current.columns:
                 known[name] = current.columns
                 changed = True

@@ -36,6 +36,8 @@ def _record(name: str, level: int) -> logging.LogRecord:
         (KAFKA_CLIENT_LOGGER, logging.WARNING, False),
         (KAFKA_CLIENT_LOGGER, logging.ERROR, True),
         ("urllib3.connectionpool", logging.WARNING, False),
+        ("kbqe_dagster.loading.coordinator", logging.INFO, True),  # a notice's one-line text
+        ("kbqe_dagster.notices", logging.INFO, False),  # its JSON document: log shippers, -v
         ("kbqe_dagsterx", logging.INFO, False),  # a prefix is not a parent
     ],
 )

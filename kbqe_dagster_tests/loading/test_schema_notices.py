@@ -126,3 +126,21 @@ def test_the_webhook_is_configured_in_the_pipeline_file() -> None:
                                                         timedelta(seconds=2), 0)
     with pytest.raises(ConfigError, match="notifications: webhook_url must start with http"):
         parse_pipeline_config({**raw, "notifications": {"webhook_url": "ftp://x"}})
+
+
+
+def test_a_notice_is_a_text_line_for_people_and_a_json_line_for_log_shippers(
+    store, make_coordinator, caplog
+) -> None:
+    """The load's own logger (on the console) gets the notice's one-line text; the
+    ``kbqe_dagster.notices`` logger the whole JSON document, which the console shows only
+    with -v (cli/logs.py)."""
+    import logging
+
+    stage_range(store, TOPIC, 0, 0, 3, [(ORDERS_V1, 4, DAY)])
+    with caplog.at_level(logging.INFO):
+        [notice] = make_coordinator().run_cycle().notices
+    lines = {r.name: r.getMessage() for r in caplog.records if "schema notice" in r.getMessage()}
+    assert lines["kbqe_dagster.loading.coordinator"] == f"schema notice: {notice.to_json()['text']}"
+    document = json.loads(lines["kbqe_dagster.notices"].split(": ", 1)[1])
+    assert document["table"] == "acme_sales.orders" and document["after"]
