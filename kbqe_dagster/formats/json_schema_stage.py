@@ -91,21 +91,7 @@ class JsonSchemaRangeStager(TransformingStager):
         fields = field_values(record, self.wanted)
         self._place(msg, fields, body, schema_id, decoder.schema, decoder.full_name)
 
-    def _decoder(self, schema_id: int) -> _JsonSchemaDecoder:  # type: ignore[override]
-        known = self.decoders.get(schema_id)
-        if isinstance(known, BadInputError):
-            raise type(known)(str(known))
-        if known is not None:
-            return known  # type: ignore[return-value]
-        try:
-            decoder = self._make_json_decoder(schema_id)
-        except BadInputError as error:
-            self.decoders[schema_id] = error  # SchemaLookup re-asks a missing id after its TTL
-            raise
-        self.decoders[schema_id] = decoder  # type: ignore[assignment]
-        return decoder
-
-    def _make_json_decoder(self, schema_id: int) -> _JsonSchemaDecoder:
+    def _new_decoder(self, schema_id: int) -> _JsonSchemaDecoder:
         registered = self.lookup.get(schema_id)
         if registered is None:
             raise UnknownSchemaIdError(f"schema id {schema_id} is not in the registry")

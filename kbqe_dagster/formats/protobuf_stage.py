@@ -126,21 +126,7 @@ class ProtobufRangeStager(TransformingStager):
         self._place_record(msg, kind.mapping.convert(parsed), (schema_id, indexes),
                            kind.mapping.avro_schema, kind.file_schema_id)
 
-    def _decoder(self, schema_id: int) -> _ProtobufSchema:  # type: ignore[override]
-        known = self.decoders.get(schema_id)
-        if isinstance(known, BadInputError):
-            raise type(known)(str(known))
-        if known is not None:
-            return known  # type: ignore[return-value]
-        try:
-            compiled = self._compile(schema_id)
-        except BadInputError as error:
-            self.decoders[schema_id] = error  # SchemaLookup re-asks a missing id after its TTL
-            raise
-        self.decoders[schema_id] = compiled  # type: ignore[assignment]
-        return compiled
-
-    def _compile(self, schema_id: int) -> _ProtobufSchema:
+    def _new_decoder(self, schema_id: int) -> _ProtobufSchema:
         registered = self.lookup.get(schema_id)
         if registered is None:
             raise UnknownSchemaIdError(f"schema id {schema_id} is not in the registry")

@@ -191,7 +191,7 @@ class RangeStager:
         self.enrichment = self.pipeline.enrichment
         self.encoder = EnrichmentEncoder(self.enrichment, rng.topic, rng.partition)
         self.lookup = SchemaLookup(ctx.registry)
-        self.decoders: dict[int, _Decoder | BadInputError] = {}
+        self.decoders: dict[int, Any] = {}  # schema id → its decoder or its BadInputError
         self.files: dict[tuple[str, str, int], _OpenFile] = {}
         self.messages = 0
         self.dead_letters: Counter[str] = Counter()
@@ -309,28 +309,31 @@ class RangeStager:
         known = self._by_header[value[:HEADER_SIZE]] = (frame.schema_id, decoder)
         return known
 
-    def _decoder(self, schema_id: int) -> _Decoder:
+    def _decoder(self, schema_id: int) -> Any:
+        """The decoder of ``schema_id``, or its bad input, each made once per range
+        (:meth:`_new_decoder`); SchemaLookup re-asks a missing id after its negative TTL."""
         known = self.decoders.get(schema_id)
-        if isinstance(known, _Decoder):
-            return known
         if isinstance(known, BadInputError):
             raise type(known)(str(known))
-        registered = self.lookup.get(schema_id)
-        if registered is None:
-            error: BadInputError = UnknownSchemaIdError(f"schema id {schema_id} is not in the registry")
-            self.decoders[schema_id] = error  # SchemaLookup re-asks after its negative TTL
-            raise error
-        if registered.schema_type != "AVRO":
-            error = NonAvroSchemaError(f"schema id {schema_id} is a {registered.schema_type} schema")
-            self.decoders[schema_id] = error
-            raise error
+        if known is not None:
+            return known
         try:
-            decoder = self._make_decoder(registered.schema)
+            decoder = self._new_decoder(schema_id)
         except BadInputError as error:
             self.decoders[schema_id] = error
             raise
         self.decoders[schema_id] = decoder
         return decoder
+
+    def _new_decoder(self, schema_id: int) -> Any:
+        """What staging needs of a registry schema id not seen yet; raises its bad input.
+        Formats of other registry schema types (json_schema, protobuf) override it."""
+        registered = self.lookup.get(schema_id)
+        if registered is None:
+            raise UnknownSchemaIdError(f"schema id {schema_id} is not in the registry")
+        if registered.schema_type != "AVRO":
+            raise NonAvroSchemaError(f"schema id {schema_id} is a {registered.schema_type} schema")
+        return self._make_decoder(registered.schema)
 
     def _make_decoder(self, schema: dict) -> _Decoder:
         """The probe and file schema of one writer schema (keyed topics build their own)."""
