@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import replace
 from datetime import date, timedelta
 from enum import Enum
 from typing import Any, Callable, Hashable, Mapping
+
+from kbqe_dagster.core.errors import ConfigError
 
 Converter = Callable[[Any], Any]
 
@@ -268,3 +271,37 @@ def checked(convert: Converter, problem: Callable[[Any], str | None]) -> Convert
         return result
 
     return read
+
+
+def identity(value: Any) -> Any:
+    """A section key whose value is read by the section's own code."""
+    return value
+
+
+def read_value(
+    section: Mapping[str, Any], key: str, convert: Converter, default: Any, problems: Problems,
+    path: str = "",
+) -> Any:  # fmt: skip
+    """``section[key]`` converted, or ``default`` when absent or invalid (the problem noted)."""
+    if key not in section:
+        return default
+    try:
+        return convert(section[key])
+    except Invalid as error:
+        problems.add(join(path, key) + error.subpath, str(error))
+        return default
+
+
+def build_section(
+    base: Any, raw: Any, path: str, spec: Mapping[str, Converter], problems: Problems
+) -> Any:
+    """``base`` with the valid keys of ``raw`` applied; cross-field errors land on ``path``."""
+    before = len(problems.items)
+    values = read_section(raw, path, spec, problems)
+    if len(problems.items) > before:
+        return base  # cross-field checks on a half-read section would only add noise
+    try:
+        return replace(base, **values)
+    except (ValueError, TypeError, ConfigError) as error:  # ConfigError: a checked __post_init__
+        problems.add(path, str(error).removeprefix(f"{path}: "))
+        return base
