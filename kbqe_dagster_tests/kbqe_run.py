@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 KBQE = str(Path(sys.executable).parent / "kbqe")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def until_idle(env: dict, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
@@ -16,3 +17,21 @@ def until_idle(env: dict, cwd: str | Path | None = None) -> subprocess.Completed
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
+
+
+def cli_env(tmp_path: Path, pipeline: dict, staging_url: str) -> dict:
+    """The environment a user's ``kbqe`` runs in for one test: ``pipeline`` written as the
+    pipeline file, a Dagster home of its own (the repository's dagster.yaml), staging under
+    ``staging_url``, the local stack."""
+    import os
+    import shutil
+
+    import yaml
+
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(pipeline))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    return {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(path),
+            "KBQE_STAGING_URL": staging_url, "DAGSTER_HOME": str(home)}

@@ -61,6 +61,7 @@ from kbqe_dagster.core.transform_specs import (
     TransformSpec,
     expression_names,
     kind_of,
+    read_expression,
     read_transforms,
 )
 from kbqe_dagster.core.transforms import Compiled, MessageMeta, compile_transforms
@@ -212,20 +213,11 @@ def _field_name(value: Any) -> str:
     return name
 
 
-def _expression(value: Any) -> str:
-    text = r.string(value)
-    try:
-        expression_names(text)
-    except ValueError as error:
-        raise r.Invalid(str(error)) from None
-    return text
-
-
 _FIELDS = r.list_of(_field_name, non_empty=True)
 _SPEC: dict[str, r.Converter] = {"routing": lambda v: v, "fields": _FIELDS,
                                  "transforms": lambda v: v,
                                  "schema_names": r.list_of(r.string, non_empty=True),
-                                 "when": _expression}
+                                 "when": read_expression}
 
 
 def read_destinations(

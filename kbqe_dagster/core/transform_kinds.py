@@ -248,16 +248,32 @@ def _mask(spec: MaskField, fields: list[dict], key: bytes | None) -> Step:
     _set_type(fields, position, _wrap("string", nullable))
     assert key is not None, "hmac_keys() provides the key of every hmac mask"
 
-    def mask(record: dict, _meta: MessageMeta) -> None:
+    def digest(value: Any) -> str:
+        data = value if isinstance(value, bytes) else str(value).encode("utf-8")
+        return hmac.digest(key, data, "sha256").hex()  # one-shot: OpenSSL's fast path
+
+    return _replace_value(name, nullable, digest)
+
+
+def _replace_value(name: str, nullable: bool, convert: Callable[[Any], Any],
+                   errors: tuple[type[Exception], ...] = (),
+                   failure: Callable[[Any, Exception], str] | None = None) -> Step:  # fmt: skip
+    """The step that replaces field ``name`` by ``convert(value)``: a null stays null where the
+    field may be null and is a missing field otherwise; ``errors`` from ``convert`` fail the
+    record with ``failure(value, error)``."""
+
+    def step(record: dict, _meta: MessageMeta) -> None:
         value = record.get(name)
         if value is None:
             if not nullable:
                 raise StepFailure(name, "is missing from the record")
             return
-        data = value if isinstance(value, bytes) else str(value).encode("utf-8")
-        record[name] = hmac.digest(key, data, "sha256").hex()  # one-shot: OpenSSL's fast path
+        try:
+            record[name] = convert(value)
+        except errors as error:
+            raise StepFailure(name, failure(value, error) if failure else str(error)) from None
 
-    return mask
+    return step
 
 
 def _describe(avro: Any) -> str:
@@ -281,18 +297,8 @@ def _cast(spec: CastField, fields: list[dict], _key: bytes | None) -> Step:
     _set_type(fields, position, _wrap(spec.to.value, nullable))
     convert = converter(source, spec.to)
 
-    def cast(record: dict, _meta: MessageMeta) -> None:
-        value = record.get(name)
-        if value is None:
-            if not nullable:
-                raise StepFailure(name, "is missing from the record")
-            return
-        try:
-            record[name] = convert(value)
-        except (ValueError, OverflowError) as error:
-            raise StepFailure(name, f"{value!r} is not a {spec.to.value}: {error}") from None
-
-    return cast
+    return _replace_value(name, nullable, convert, (ValueError, OverflowError),
+                          lambda value, error: f"{value!r} is not a {spec.to.value}: {error}")
 
 
 def _timestamp(spec: ConvertTimestamp, fields: list[dict], _key: bytes | None) -> Step:
@@ -303,18 +309,11 @@ def _timestamp(spec: ConvertTimestamp, fields: list[dict], _key: bytes | None) -
     write = _time_writer(spec)
     _set_type(fields, position, _wrap(_TIME_TYPES[spec.to], nullable))
 
-    def convert(record: dict, _meta: MessageMeta) -> None:
-        value = record.get(name)
-        if value is None:
-            if not nullable:
-                raise StepFailure(name, "is missing from the record")
-            return
-        try:
-            record[name] = write(read(value))
-        except (ValueError, OverflowError, TypeError, KeyError, AttributeError) as error:
-            raise StepFailure(name, f"{value!r} is not a timestamp here: {error}") from None
-
-    return convert
+    return _replace_value(
+        name, nullable, lambda value: write(read(value)),
+        (ValueError, OverflowError, TypeError, KeyError, AttributeError),
+        lambda value, error: f"{value!r} is not a timestamp here: {error}",
+    )
 
 
 _TIME_TYPES: dict[TimeFormat, Any] = {

@@ -341,7 +341,8 @@ def _declared_fields(value: Any) -> dict[str, str]:
     return out
 
 
-def _expression(value: Any) -> str:
+def read_expression(value: Any) -> str:
+    """An expression (``compute``, a destination's ``when``), checked to parse."""
     text = r.string(value)
     try:
         expression_names(text)
@@ -361,7 +362,7 @@ _SPECS: dict[str, dict[str, Callable[[Any], Any]]] = {
     "timestamp": {"timestamp": _field_name, "to": r.choice(TimeFormat),
                   "epoch_unit": r.choice(EpochUnit), "zone": r.string, "format": r.string,
                   "input_format": r.string},
-    "compute": {"compute": _field_name, "expression": _expression, "type": _type_name},
+    "compute": {"compute": _field_name, "expression": read_expression, "type": _type_name},
     "function": {"function": _function, "fields": _declared_fields},
 }  # fmt: skip
 _REQUIRED = {"rename": ("to",), "cast": ("to",), "timestamp": ("to",),

@@ -39,7 +39,6 @@ from kbqe_dagster.core.errors import (
     JsonDecodeError,
     JsonSchemaMismatchError,
     NonJsonSchemaError,
-    UnknownSchemaIdError,
     UnmappableJsonSchemaError,
 )
 from kbqe_dagster.core.json_schema_avro import JsonSchemaMapping, map_json_schema
@@ -92,14 +91,8 @@ class JsonSchemaRangeStager(TransformingStager):
         self._place(msg, fields, body, schema_id, decoder.schema, decoder.full_name)
 
     def _new_decoder(self, schema_id: int) -> _JsonSchemaDecoder:
-        registered = self.lookup.get(schema_id)
-        if registered is None:
-            raise UnknownSchemaIdError(f"schema id {schema_id} is not in the registry")
-        if registered.schema_type != "JSON":
-            raise NonJsonSchemaError(
-                f"schema id {schema_id} is a {registered.schema_type} schema; a json_schema "
-                "topic needs a JSON Schema"
-            )
+        registered = self._registered(schema_id, "JSON", NonJsonSchemaError,
+                                      "; a json_schema topic needs a JSON Schema")
         try:
             schema = json.loads(registered.schema)
             cls = validator_for(schema, default=Draft7Validator)

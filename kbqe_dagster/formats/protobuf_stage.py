@@ -45,7 +45,6 @@ from kbqe_dagster.core.errors import (
     BadInputError,
     NonProtobufSchemaError,
     ProtobufDecodeError,
-    UnknownSchemaIdError,
     UnmappableProtobufSchemaError,
 )
 from kbqe_dagster.core.formats import declared_schema_id
@@ -127,14 +126,8 @@ class ProtobufRangeStager(TransformingStager):
                            kind.mapping.avro_schema, kind.file_schema_id)
 
     def _new_decoder(self, schema_id: int) -> _ProtobufSchema:
-        registered = self.lookup.get(schema_id)
-        if registered is None:
-            raise UnknownSchemaIdError(f"schema id {schema_id} is not in the registry")
-        if registered.schema_type != "PROTOBUF":
-            raise NonProtobufSchemaError(
-                f"schema id {schema_id} is a {registered.schema_type} schema; a protobuf "
-                "topic needs a Protobuf schema"
-            )
+        registered = self._registered(schema_id, "PROTOBUF", NonProtobufSchemaError,
+                                      "; a protobuf topic needs a Protobuf schema")
         try:
             files = compile_files(registry_proto_files(self.lookup, registered)).file
             pool = descriptor_pool.DescriptorPool()  # per schema id: versions share full names

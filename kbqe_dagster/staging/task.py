@@ -328,12 +328,18 @@ class RangeStager:
     def _new_decoder(self, schema_id: int) -> Any:
         """What staging needs of a registry schema id not seen yet; raises its bad input.
         Formats of other registry schema types (json_schema, protobuf) override it."""
+        return self._make_decoder(self._registered(schema_id, "AVRO", NonAvroSchemaError).schema)
+
+    def _registered(self, schema_id: int, schema_type: str, wrong_type: type[BadInputError],
+                    needs: str = "") -> Any:  # fmt: skip
+        """The registry's schema of ``schema_id``, which must be a ``schema_type`` schema
+        (``wrong_type`` otherwise, its message ending with ``needs``)."""
         registered = self.lookup.get(schema_id)
         if registered is None:
             raise UnknownSchemaIdError(f"schema id {schema_id} is not in the registry")
-        if registered.schema_type != "AVRO":
-            raise NonAvroSchemaError(f"schema id {schema_id} is a {registered.schema_type} schema")
-        return self._make_decoder(registered.schema)
+        if registered.schema_type != schema_type:
+            raise wrong_type(f"schema id {schema_id} is a {registered.schema_type} schema{needs}")
+        return registered
 
     def _make_decoder(self, schema: dict) -> _Decoder:
         """The probe and file schema of one writer schema (keyed topics build their own)."""

@@ -8,14 +8,10 @@ with their reasons; a last run changes nothing."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import uuid
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
-import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -26,11 +22,10 @@ from kbqe_dagster.core.wire import encode_frame
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG
-from kbqe_dagster_tests.kbqe_run import until_idle
+from kbqe_dagster_tests.kbqe_run import cli_env, until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 
 # A closed content model: under the registry's BACKWARD rule, appending an optional property
 # is compatible only when additionalProperties is false (adding to an open model narrows it).
@@ -63,19 +58,13 @@ def json_schema_topic(local_stack, local_endpoints, tmp_path):
                          "logger": CLIENT_LOG})
     admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
     dataset, dead = f"jsonschema_{run}", f"jsonschema_dead_{run}"
-    pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
+    env = cli_env(tmp_path, {
         "version": 1,
         "topics": [{"name": topic, "format": "json_schema",
                     "routing": {"mode": "static", "dataset": dataset, "table": "orders"},
                     "event_time": {"fields": ["placed_at"]}}],
         "dead_letter": {"dataset": dead, "table": "dead_letters"},
-    }))
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
-           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/jsonschema-{run}", "DAGSTER_HOME": str(home)}
+    }, f"gs://{LOCAL_BUCKET}/jsonschema-{run}")
     client = local_bigquery_client()
     yield local_endpoints, topic, dataset, dead, env, client
     for name in (dataset, dead):

@@ -10,16 +10,10 @@ last run changes nothing."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 import uuid
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
-import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
@@ -31,11 +25,10 @@ from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
+from kbqe_dagster_tests.kbqe_run import cli_env, until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-KBQE = str(Path(sys.executable).parent / "kbqe")
-REPO = Path(__file__).resolve().parents[2]
 
 COMMON = """syntax = "proto3";
 package pbstack.common;
@@ -75,30 +68,21 @@ def protobuf_topic(local_stack, local_endpoints, tmp_path):
                          "logger": CLIENT_LOG})
     admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
     dataset, dead = f"protobuf_{run}", f"protobuf_dead_{run}"
-    pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
+    env = cli_env(tmp_path, {
         "version": 1,
         "topics": [{"name": topic, "format": "protobuf",
                     "routing": {"mode": "static", "dataset": dataset, "table": "orders"},
                     "event_time": {"fields": ["placed_at"]}}],
         "dead_letter": {"dataset": dead, "table": "dead_letters"},
-    }))
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
-           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/protobuf-{run}", "DAGSTER_HOME": str(home)}
+    }, f"gs://{LOCAL_BUCKET}/protobuf-{run}")
     client = local_bigquery_client()
     yield local_endpoints, topic, dataset, dead, env, client
     for name in (dataset, dead):
         client.delete_dataset(name, delete_contents=True, not_found_ok=True)
 
 
-def until_idle(env: dict) -> dict:
-    done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+def report(env: dict) -> dict:
+    return json.loads(until_idle(env).stdout)
 
 
 def order(cls, i: int, **extra):
@@ -140,7 +124,7 @@ def test_protobuf_values_load_field_by_field_and_a_new_version_widens_the_table(
         producer.produce(topic, raw, partition=0)
     assert producer.flush(30) == 0
 
-    first = until_idle(env)
+    first = report(env)
     assert first["topics"][topic]["staged"] == 10
     assert first["topics"][topic]["dead_lettered"] == 4
 
@@ -155,9 +139,9 @@ def test_protobuf_values_load_field_by_field_and_a_new_version_widens_the_table(
                          partition=i % 2)
     assert producer.flush(30) == 0
 
-    second = until_idle(env)
+    second = report(env)
     assert second["topics"][topic]["staged"] == 8
-    third = until_idle(env)
+    third = report(env)
     assert third["topics"][topic]["staged"] == 0 and third["topics"][topic]["dead_lettered"] == 0
 
     # A query's schema, not the table's metadata: the emulator's metadata does not list the
