@@ -10,6 +10,10 @@ Baseline readers, over the partitions given to one process:
   long (default 1 s) before refetching a partition whose local queue passed
   ``queued.min.messages``; a reader faster than the broker round trip drains the queue and
   stalls ~0.85 s per partition. The stage job, 10× slower than its reader, never drains it;
+* ``raw_stage_tuned``: the same with the stage consumer's own tuning
+  (``resources.kafka.CONSUMER_TUNING``: a 20 ms backoff, which keeps librdkafka's broker
+  thread from spinning at 0, and 4 MiB fetches), so the reference of the ratio is the
+  fastest plain consumer whatever tuning the stage job found;
 * ``read_range``: the stage job's own reader (``resources.kafka.read_range``, one consumer
   per partition, one after another), to separate the reader's cost from the stage's.
 
@@ -157,7 +161,10 @@ def _read(bootstrap: str, topic: str, ends: dict[int, int], kind: str,
                 messages += 1
                 nbytes += len(msg.value()) + len(msg.key() or b"")
     else:
-        tuning = {"fetch.queue.backoff.ms": 0} if kind == "raw_tuned" else {}
+        from kbqe_dagster.resources.kafka import CONSUMER_TUNING
+
+        tuning = ({"fetch.queue.backoff.ms": 0} if kind == "raw_tuned"
+                  else dict(CONSUMER_TUNING) if kind == "raw_stage_tuned" else {})
         consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": "kbqe-bench", "enable.auto.commit": False,
             "isolation.level": "read_committed", "enable.partition.eof": True,
