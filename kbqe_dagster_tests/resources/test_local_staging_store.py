@@ -117,3 +117,33 @@ def test_delete_version_deletes_only_that_exact_object(store, tmp_path) -> None:
     assert store.delete_version("t.0.d.x.1.0.avro", new) is True
     assert store.list() == []
     assert store.delete_version("t.0.d.x.1.0.avro", new) is False
+
+
+def test_a_file_on_the_same_file_system_is_linked_in_not_copied(store, tmp_path) -> None:
+    """A stage task's file is written once: the staged file is the task's own (one inode)."""
+    src = tmp_path / "local.avro"
+    src.write_bytes(b"avro-bytes")
+    store.create_only_file(src, "t.0.d.x.1.0.avro")
+    assert (Path(store.root) / "t.0.d.x.1.0.avro").stat().st_ino == src.stat().st_ino
+
+
+def test_a_file_on_another_file_system_is_copied_in_whole(store, tmp_path, monkeypatch) -> None:
+    import errno
+    import os
+
+    real_link = os.link
+
+    def link(source, target):
+        if Path(source).parent == tmp_path:  # the task's file: "another file system"
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        real_link(source, target)
+
+    monkeypatch.setattr(os, "link", link)
+    src = tmp_path / "local.avro"
+    src.write_bytes(b"avro-bytes")
+    version = store.create_only_file(src, "t.0.d.x.1.0.avro")
+
+    staged = Path(store.root) / "t.0.d.x.1.0.avro"
+    assert staged.read_bytes() == b"avro-bytes" and staged.stat().st_ino != src.stat().st_ino
+    assert [(f.name, f.version) for f in store.list()] == [("t.0.d.x.1.0.avro", version)]
+    assert not list(Path(store.root).glob(".tmp-*"))
