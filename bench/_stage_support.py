@@ -66,6 +66,13 @@ def _read_proc(pid: int, root: int) -> ProcSample | None:
                       memory.get("VmHWM", 0), (utime + stime) / TICKS, _pss(pid))
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds ``pid`` has used so far (None when it is not running): the
+    stack's services (the Kafka broker, fake GCS) work for the stage job outside its tree."""
+    sample = _read_proc(pid, pid) if pid else None
+    return sample.cpu if sample else None
+
+
 def _pss(pid: int) -> int:
     """Proportional set size: forked PySpark workers share most pages with their daemon, so
     summing their RSS counts those pages several times; summing PSS counts them once."""

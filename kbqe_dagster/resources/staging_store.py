@@ -36,8 +36,11 @@ from kbqe_dagster.core.errors import CommitConflictError, StagingError
 
 log = logging.getLogger(__name__)
 
-# Resumable uploads in chunks keep memory bounded for large avro files on GCS.
-GCS_CHUNK_SIZE = 8 * 1024 * 1024
+# Resumable uploads in chunks keep memory bounded for large avro files on GCS (a chunk is read
+# into memory whole). 16 MiB sends a stage task's typical file (10-16 MB per table and range
+# at the default range size) in one request instead of two: a range's commit to fake GCS took
+# 0.35 s instead of 0.5 s (bench/bench_stage.py), for at most 8 MiB more per upload.
+GCS_CHUNK_SIZE = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
