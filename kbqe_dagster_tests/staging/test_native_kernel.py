@@ -93,6 +93,37 @@ def test_the_benchmark_row_is_staged_by_the_kernel_into_identical_files(tmp_path
     assert native.handbacks == {"schema_unknown": 1, "route_unknown": 2}
 
 
+UUID_SPELLINGS = [
+    "0b7e1c52-6a5d-4a6e-9f1e-3d2c1b0a9f8e",  # canonical: the kernel stages it
+    "0B7E1C52-6A5D-4A6E-9F1E-3D2C1B0A9F8E",  # upper case: canonical too
+    "0b7e1c526a5d4a6e9f1e3d2c1b0a9f8e",  # no dashes: uuid.UUID accepts it, the Python path decides
+    "{0b7e1c52-6a5d-4a6e-9f1e-3d2c1b0a9f8e}",
+    "urn:uuid:0b7e1c52-6a5d-4a6e-9f1e-3d2c1b0a9f8e",
+    "0b7e1c52-6a5d-4a6e-9f1e-3d2c1b0a9f8g",  # not hex: a dead letter
+    "0b7e1c5-26a5d-4a6e-9f1e-3d2c1b0a9f8e",  # a dash out of place
+    "0b7e1c52-6a5d-4a6e-9f1e-3d2c1b0a9f8",  # one digit short
+    "0b7e1c52-6a5d-4a6e-9f1e-3d2c1b0a9f8ee",  # one digit too many
+    "",
+]
+
+
+def test_every_uuid_spelling_gets_the_python_paths_verdict(tmp_path):
+    """The kernel stages canonical uuids itself and hands every other spelling back."""
+    parsed = fastavro.parse_schema(BENCH_SCHEMA)
+    template = orders(1)[0]
+    messages = []
+    for offset, spelling in enumerate(UUID_SPELLINGS * 3):
+        body = io.BytesIO()
+        record = fastavro.schemaless_reader(io.BytesIO(template.value()[5:]), parsed)
+        fastavro.schemaless_writer(body, parsed, {**record, "eventId": spelling, "tableName": "orders"})
+        messages.append(Msg("orders", 0, offset, b"\x00" + (5).to_bytes(4, "big") + body.getvalue()))
+    python = stage(tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=False)
+    native = stage(tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=True, batch_size=1000)
+    assert_same(python, native)
+    assert native.kernel_messages >= 2 * 3 - 2  # both canonical spellings, after learning
+    assert python.result.dead_letters  # the bad spellings are dead letters, on both paths
+
+
 def fuzz_seeds(config) -> list[int]:
     cases = config.getoption("--kernel-fuzz-cases")
     return list(range(max(1, cases // 400)))

@@ -382,10 +382,22 @@ fn check(logical: Logical, v: i64) -> R<()> {
 }
 
 /// `8-4-4-4-12` hex digits: the spelling the probe accepts without asking `uuid.UUID`.
+/// A table lookup per byte and no branch per position: this runs for every uuid field of
+/// every message (perf showed the match-per-position form at 8 % of a stage task's time).
 fn canonical_uuid(s: &[u8]) -> bool {
-    s.len() == 36
-        && s.iter().enumerate().all(|(i, b)| match i {
-            8 | 13 | 18 | 23 => *b == b'-',
-            _ => b.is_ascii_hexdigit(),
-        })
+    if s.len() != 36 || s[8] != b'-' || s[13] != b'-' || s[18] != b'-' || s[23] != b'-' {
+        return false;
+    }
+    let hex = |part: &[u8]| part.iter().fold(true, |ok, b| ok & HEX_DIGIT[*b as usize]);
+    hex(&s[0..8]) & hex(&s[9..13]) & hex(&s[14..18]) & hex(&s[19..23]) & hex(&s[24..36])
 }
+
+static HEX_DIGIT: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = (b as u8).is_ascii_hexdigit();
+        b += 1;
+    }
+    table
+};
