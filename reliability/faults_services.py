@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from kbqe_dagster.resources.schema_registry import RegistryUnavailableError
+from kbqe_dagster.resources.schema_registry import RegistryUnavailableError, forget_found_schemas
 from kbqe_dagster.staging.task import stage_range
 from reliability import children
 from reliability.harness import Suite, SuiteFailure, join
@@ -69,8 +69,10 @@ def _registry_http_client() -> type:
 
 
 def registry_down(suite: Suite) -> None:
-    """A range staged while the registry is down fails with RegistryUnavailableError after
-    the client's retries, commits nothing and dead-letters nothing."""
+    """A range staged while the registry is down, by a worker that has not seen its schema
+    yet (a worker keeps the schemas it found: ids never change), fails with
+    RegistryUnavailableError after the client's retries, commits nothing and dead-letters
+    nothing."""
     started = time.monotonic()
     suite.produce(100, 200, REGISTRY_DOWN)
     world = suite.world
@@ -89,6 +91,7 @@ def registry_down(suite: Suite) -> None:
             attempts.append(time.monotonic())
         return real_send(self, request, *args, **kwargs)
 
+    forget_found_schemas()  # a fresh worker
     with outage("apicurio", world.endpoints):
         client_class.send = counting_send  # type: ignore[method-assign]
         failed_at = time.monotonic()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -95,14 +95,25 @@ class RegisteredSchema:
 
 
 class SchemaLookup:
-    """Schema by id: cached when found, negatively cached for ``missing_ttl`` seconds."""
+    """Schema by id: cached when found, negatively cached for ``missing_ttl`` seconds.
+
+    A registry never changes what an id or a subject version means, so what was found is kept
+    for the life of the process and shared by every lookup of the same registry: a stage
+    worker is reused for range after range, and each range used to build its own client
+    (~20 ms, most of it loading the TLS trust store) and ask again for every schema. The
+    client is built on the first question. What was *not* found is remembered per lookup only
+    (one range): an id may be registered a moment later."""
 
     def __init__(self, settings: RegistrySettings, missing_ttl: float = 30.0) -> None:
-        self._client = SchemaRegistryClient(settings.client_config())
-        self._found: dict[int, RegisteredSchema] = {}
+        self._shared = _shared_cache(settings)
+        self._found = self._shared.found
+        self._versions = self._shared.versions
         self._missing: dict[int, float] = {}
         self._missing_ttl = missing_ttl
-        self._versions: dict[tuple[str, int], RegisteredSchema] = {}
+
+    @property
+    def _client(self) -> SchemaRegistryClient:
+        return self._shared.client()
 
     def get(self, schema_id: int) -> RegisteredSchema | None:
         """The schema, or None when the registry says the id does not exist."""
@@ -142,6 +153,37 @@ class SchemaLookup:
             raise RegistryUnavailableError(f"schema registry unreachable for {where}: {e}") from e
         found = self._versions[key] = _registered(version.schema_id, version.schema)
         return found
+
+
+@dataclass
+class _RegistryCache:
+    """What every :class:`SchemaLookup` of one registry shares within a process."""
+
+    settings: RegistrySettings
+    found: dict[int, RegisteredSchema] = field(default_factory=dict)
+    versions: dict[tuple[str, int], RegisteredSchema] = field(default_factory=dict)
+    _client: SchemaRegistryClient | None = None
+
+    def client(self) -> SchemaRegistryClient:
+        if self._client is None:
+            self._client = SchemaRegistryClient(self.settings.client_config())
+        return self._client
+
+
+_CACHES: dict[RegistrySettings, _RegistryCache] = {}
+
+
+def forget_found_schemas() -> None:
+    """Empty this process's shared cache, as a fresh stage worker starts (the fault suite's
+    registry outage needs a worker that has not seen the schema yet)."""
+    _CACHES.clear()
+
+
+def _shared_cache(settings: RegistrySettings) -> _RegistryCache:
+    cache = _CACHES.get(settings)
+    if cache is None:
+        cache = _CACHES[settings] = _RegistryCache(settings)
+    return cache
 
 
 def _registered(schema_id: int, schema: Any) -> RegisteredSchema:

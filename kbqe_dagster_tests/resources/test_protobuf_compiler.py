@@ -93,13 +93,22 @@ class Client:
         return SimpleNamespace(schema_id=41, schema=schema, subject=subject, version=version)
 
 
-def lookup_with(client: Client) -> SchemaLookup:
-    lookup = SchemaLookup(RegistrySettings("http://127.0.0.1:9"))
-    lookup._client = client  # the confluent-kafka client, faked at its boundary
-    return lookup
+@pytest.fixture
+def lookup_with(monkeypatch):
+    """A lookup whose confluent-kafka client is ``client`` (faked at its boundary), with an
+    empty process-wide cache (SchemaLookup shares what it found per registry and process)."""
+    from kbqe_dagster.resources import schema_registry
+
+    monkeypatch.setattr(schema_registry, "_CACHES", {})
+
+    def make(client: Client) -> SchemaLookup:
+        monkeypatch.setattr(schema_registry, "SchemaRegistryClient", lambda config: client)
+        monkeypatch.setattr(schema_registry, "_CACHES", {})
+        return SchemaLookup(RegistrySettings("http://127.0.0.1:9"))
+    return make
 
 
-def test_a_referenced_version_is_read_with_its_own_references_and_cached() -> None:
+def test_a_referenced_version_is_read_with_its_own_references_and_cached(lookup_with) -> None:
     client = Client()
     lookup = lookup_with(client)
     found = lookup.get_reference(MONEY)
@@ -107,7 +116,7 @@ def test_a_referenced_version_is_read_with_its_own_references_and_cached() -> No
     assert lookup.get_reference(MONEY) is found and client.calls == 1  # a version never changes
 
 
-def test_a_missing_reference_is_none_and_a_failing_registry_is_an_error() -> None:
+def test_a_missing_reference_is_none_and_a_failing_registry_is_an_error(lookup_with) -> None:
     assert lookup_with(Client(404)).get_reference(MONEY) is None
     with pytest.raises(RegistryUnavailableError, match="subject 'acme-money' version 2"):
         lookup_with(Client(500)).get_reference(MONEY)
