@@ -57,7 +57,7 @@ def _worker_facts(_: int) -> tuple[bool, bool]:
 
 
 @pytest.mark.integration
-def test_spark_tasks_run_in_workers_forked_from_the_preloading_daemon(spark_session) -> None:
+def test_spark_tasks_run_in_workers_forked_from_the_preloading_daemon(spark_context) -> None:
     # Only this daemon freezes objects before forking: PySpark's own imports after the fork.
-    facts = spark_session.sparkContext.parallelize([0, 1], 2).map(_worker_facts).collect()
+    facts = spark_context.parallelize([0, 1], 2).map(_worker_facts).collect()
     assert facts == [(True, True), (True, True)]
