@@ -266,7 +266,7 @@ def measure_per_topic(fleet: Fleet) -> dict:
             "staging_listings": listings["staging_listing"]}
 
 
-def measure_stage(fleet: Fleet, requests: list, spark) -> dict:
+def measure_stage(fleet: Fleet, requests: list, sc) -> dict:
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
     from kbqe_dagster.staging.job import run_stage_group
@@ -277,7 +277,6 @@ def measure_stage(fleet: Fleet, requests: list, spark) -> dict:
     ctx = StageContext(KafkaSettings(fleet.bootstrap), RegistrySettings("http://127.0.0.1:1"),
                        StagingLocation(str(fleet.staging)), config, config.topics[0].name,
                        native_kernel=False)
-    sc = spark.sparkContext
     jobs, ranges, records, runs = 0, 0, 0, 0
     driver: dict = {"driver_heap_peak_mb": 0.0}
     started = time.perf_counter()
@@ -288,7 +287,7 @@ def measure_stage(fleet: Fleet, requests: list, spark) -> dict:
         sc.setJobGroup(group, "grouped stage run")
         peak: dict = {}
         with heap_peak(peak, "mb"):
-            summaries = run_stage_group(spark, ctx, topics)
+            summaries = run_stage_group(sc, ctx, topics)
         driver["driver_heap_peak_mb"] = max(driver["driver_heap_peak_mb"], peak["mb"])
         jobs += len(sc.statusTracker().getJobIdsForGroup(group))
         runs += 1
@@ -345,8 +344,8 @@ def main() -> int:
                     if spark is None:
                         from kbqe_dagster.resources.spark import local_spark_config, spark_resource
 
-                        spark = spark_resource(local_spark_config("local[2]")).spark_session
-                        spark.sparkContext.setLogLevel("ERROR")
+                        spark = spark_resource(local_spark_config("local[2]")).spark_context
+                        spark.setLogLevel("ERROR")
                     entry["stage"] = measure_stage(fleet, requests, spark)
                     entry["load_plan"] = measure_load_plan(fleet)
                     entry["tick_after_staging"], _ = measure_tick(fleet, 1)

@@ -76,11 +76,12 @@ def _stop_started(candidates: list[LocalService]) -> None:
 
 
 @pytest.fixture(scope="session")
-def spark_session(local_stack):
-    """One local SparkSession for the whole session (stage-job and stage-then-load tests)."""
+def spark_context(local_stack):
+    """One local SparkContext for the whole session (stage-job and stage-then-load tests),
+    from the resource the stage asset uses."""
     from kbqe_dagster.resources.spark import local_spark_config, spark_resource
 
     resource = spark_resource(local_spark_config("local[2]"))
-    session = resource.spark_session
-    yield session
-    session.stop()
+    context = resource.spark_context
+    yield context
+    context.stop()

@@ -96,7 +96,7 @@ class StageSummary:
         )
 
 
-def run_stage(spark_session, ctx: StageContext, *, max_messages_per_run: int,
+def run_stage(spark_context, ctx: StageContext, *, max_messages_per_run: int,
               max_messages_per_range: int) -> StageSummary:
     """Stage everything planned for ``ctx.topic.name``; a failed range fails the run after
     every other range had its chance (their commits stand; the failed one is redone next run)."""
@@ -115,7 +115,7 @@ def run_stage(spark_session, ctx: StageContext, *, max_messages_per_run: int,
     if not ranges:
         return StageSummary(topic, prep, (), time.monotonic() - started)
     outcomes = (
-        spark_session.sparkContext.parallelize(ranges, len(ranges))
+        spark_context.parallelize(ranges, len(ranges))
         .map(lambda rng: _stage_or_report(ctx, rng))
         .collect()
     )
@@ -130,7 +130,7 @@ def run_stage(spark_session, ctx: StageContext, *, max_messages_per_run: int,
     return summary
 
 
-def run_stage_group(spark_session, ctx: StageContext,
+def run_stage_group(spark_context, ctx: StageContext,
                     topics: Sequence[str]) -> tuple[StageSummary, ...]:
     """Stage everything planned for each of ``topics`` in **one** Spark job: one summary per
     topic staged, in order. ``ctx.topic_name`` is ignored (each range is staged with its own
@@ -165,7 +165,7 @@ def run_stage_group(spark_session, ctx: StageContext,
     ranges = [rng for prep in preps.values() for rng in prep.plan.ranges]
     log.info("%d topic(s), %d range(s) planned in one Spark job", len(preps), len(ranges))
     outcomes = (
-        spark_session.sparkContext.parallelize(ranges, len(ranges))
+        spark_context.parallelize(ranges, len(ranges))
         .map(lambda rng: _stage_or_report(replace(ctx, topic_name=rng.topic), rng))
         .collect()
     ) if ranges else []

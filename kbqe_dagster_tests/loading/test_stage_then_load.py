@@ -80,7 +80,7 @@ def good_messages(run: str, ids: dict[str, int]) -> list[SampleMessage]:
 
 
 def test_kafka_messages_staged_by_spark_land_exactly_once_in_bigquery(
-    local_stack, local_endpoints, spark_session
+    local_stack, local_endpoints, spark_context
 ) -> None:
     run = uuid.uuid4().hex[:8]
     topic = f"com.acme.events.e2e{run}"
@@ -105,7 +105,7 @@ def test_kafka_messages_staged_by_spark_land_exactly_once_in_bigquery(
     try:
         # A fresh partition's first run stages one range (it anchors the chain); the next
         # run stages the rest in parallel ranges.
-        while run_stage(spark_session, ctx, max_messages_per_run=100_000, max_messages_per_range=400).results:
+        while run_stage(spark_context, ctx, max_messages_per_run=100_000, max_messages_per_range=400).results:
             pass
         loads = EmulatorBigQueryLoads(client)
         report = LoadCoordinator(staging.open(), loads, config).run_cycle()

@@ -67,10 +67,7 @@ class _LocalContext:
 class InProcessSpark:
     """The ``pyspark`` resource's surface the stage job uses, run in this process."""
 
-    class _Session:
-        sparkContext = _LocalContext()
-
-    spark_session = _Session()
+    spark_context = _LocalContext()
 
 
 @pytest.fixture(scope="module")

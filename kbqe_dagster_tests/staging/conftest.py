@@ -1,5 +1,5 @@
 """Fixtures of the stage-job tests: a demo topic with known messages on the real local
-Kafka, and a pipeline config pointing at it (``spark_session`` is in the top conftest)."""
+Kafka, and a pipeline config pointing at it (``spark_context`` is in the top conftest)."""
 
 from __future__ import annotations
 

@@ -41,15 +41,15 @@ def context(fleet, staging) -> StageContext:
 
 
 def test_a_grouped_run_stages_several_topics_in_one_spark_job_each_message_once(
-    fleet, gcs_staging, spark_session
+    fleet, gcs_staging, spark_context
 ) -> None:
     topics, _ = fleet
     ctx = context(fleet, gcs_staging)
     names = [d.topic for d in topics]
-    sc = spark_session.sparkContext
+    sc = spark_context
     sc.setJobGroup("kbqe-grouped-stage-test", "grouped stage run")
     try:
-        summaries = run_stage_group(spark_session, ctx, names)
+        summaries = run_stage_group(spark_context, ctx, names)
         jobs = sc.statusTracker().getJobIdsForGroup("kbqe-grouped-stage-test")
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
@@ -59,7 +59,7 @@ def test_a_grouped_run_stages_several_topics_in_one_spark_job_each_message_once(
     assert all(len(s.results) == 3 for s in summaries), "each partition's anchoring range"
     messages = {s.topic: s.messages for s in summaries}
     while any(s.results for s in summaries):  # the rest in parallel ranges, runs of 3 topics
-        summaries = run_stage_group(spark_session, ctx, names)
+        summaries = run_stage_group(spark_context, ctx, names)
         for s in summaries:
             messages[s.topic] += s.messages
     for demo in topics:

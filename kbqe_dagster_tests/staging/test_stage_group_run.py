@@ -29,11 +29,10 @@ PIPELINE = parse_pipeline_config({
 
 
 class FakeSpark:
-    """``sparkContext.parallelize(items, n).map(f).collect()``, run here; counts the jobs."""
+    """A SparkContext's ``parallelize(items, n).map(f).collect()``, run here; counts the jobs."""
 
     def __init__(self) -> None:
         self.jobs: list[int] = []
-        self.sparkContext = self
 
     def parallelize(self, items, slices):
         assert slices == len(items)

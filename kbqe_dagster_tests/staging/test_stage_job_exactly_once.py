@@ -44,10 +44,10 @@ def assert_exactly_once(demo, store) -> None:
 
 
 def test_every_message_is_staged_once_and_a_run_with_no_new_messages_stages_nothing(
-    demo_topic, gcs_staging, spark_session
+    demo_topic, gcs_staging, spark_context
 ) -> None:
     ctx = demo_topic.context(gcs_staging)
-    stage = lambda: run_stage(spark_session, ctx, max_messages_per_run=1_000_000, max_messages_per_range=500)  # noqa: E731
+    stage = lambda: run_stage(spark_context, ctx, max_messages_per_run=1_000_000, max_messages_per_range=500)  # noqa: E731
 
     first = stage()
     assert len(first.results) == 3, "a partition's first range commits alone: it anchors the chain"
@@ -67,10 +67,10 @@ def test_every_message_is_staged_once_and_a_run_with_no_new_messages_stages_noth
 
 
 def test_skip_policy_counts_bad_input_and_writes_no_dead_letters(
-    demo_topic, gcs_staging, spark_session
+    demo_topic, gcs_staging, spark_context
 ) -> None:
     ctx = demo_topic.context(gcs_staging, on_bad_input="skip")
-    summary = run_stage(spark_session, ctx, max_messages_per_run=1_000_000, max_messages_per_range=5_000)
+    summary = run_stage(spark_context, ctx, max_messages_per_run=1_000_000, max_messages_per_range=5_000)
     assert sum(summary.skipped.values()) == len(demo_topic.bad)
     assert summary.dead_letters == {}
     staged = read_staging(gcs_staging.open(), demo_topic.topic)
@@ -78,11 +78,11 @@ def test_skip_policy_counts_bad_input_and_writes_no_dead_letters(
 
 
 def test_fail_policy_stops_with_topic_partition_and_offset_and_commits_nothing_of_that_range(
-    demo_topic, gcs_staging, spark_session
+    demo_topic, gcs_staging, spark_context
 ) -> None:
     ctx = demo_topic.context(gcs_staging, on_bad_input="fail")
     with pytest.raises(Exception) as failure:
-        run_stage(spark_session, ctx, max_messages_per_run=1_000_000, max_messages_per_range=100_000)
+        run_stage(spark_context, ctx, max_messages_per_run=1_000_000, max_messages_per_range=100_000)
     first_bad = min(demo_topic.bad)
     assert f"{demo_topic.topic}[{first_bad[0]}] offset" in str(failure.value)
     staged = read_staging(gcs_staging.open(), demo_topic.topic)
@@ -124,7 +124,7 @@ def test_a_stage_killed_with_sigkill_and_rerun_is_still_exactly_once(
 
 
 def test_the_native_kernel_and_the_python_path_stage_the_same_files_from_real_kafka(
-    demo_topic, tmp_path, spark_session
+    demo_topic, tmp_path, spark_context
 ) -> None:
     """Both stage paths over the same real topic: the same files, the same records in them,
     the same dead letters and done files (sync markers are random per file, so records are
@@ -142,7 +142,7 @@ def test_the_native_kernel_and_the_python_path_stage_the_same_files_from_real_ka
     ways = {"native": (True, True), "kernel_confluent": (True, False), "python": (False, False)}
     areas = {path: StagingLocation(str(tmp_path / path)) for path in ways}
     runs = {
-        path: run_stage(spark_session, dataclasses.replace(
+        path: run_stage(spark_context, dataclasses.replace(
             demo_topic.context(area), native_kernel=ways[path][0], native_consumer=ways[path][1]),
             max_messages_per_run=1_000_000, max_messages_per_range=5_000)
         for path, area in areas.items()

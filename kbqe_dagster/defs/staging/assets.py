@@ -9,7 +9,6 @@ annotations of the asset function when it is decorated, and needs real types for
 from collections import Counter
 
 import dagster as dg
-from dagster_pyspark import LazyPySparkResource
 
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.naming import STAGING_ASSET
@@ -28,6 +27,7 @@ from kbqe_dagster.resources.configurable import (
     SchemaRegistryResource,
     StagingResource,
 )
+from kbqe_dagster.resources.spark import LazySparkContextResource
 from kbqe_dagster.staging.job import StageSummary, run_stage_group
 from kbqe_dagster.staging.task import StageContext
 
@@ -66,7 +66,7 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
         kafka: KafkaResource,
         schema_registry: SchemaRegistryResource,
         staging: StagingResource,
-        pyspark: LazyPySparkResource,
+        pyspark: LazySparkContextResource,
     ) -> dg.MaterializeResult:
         """Avro files and done files of Kafka offset ranges, awaiting BigQuery load jobs.
 
@@ -95,7 +95,7 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
             pipeline=pipeline_config,
             topic_name=pipeline_config.topic(names[0]).name,
         )
-        summaries = run_stage_group(pyspark.spark_session, ctx, names)
+        summaries = run_stage_group(pyspark.spark_context, ctx, names)
         for summary in summaries:
             context.log.info(
                 "%s: staged %d record(s) from %d message(s) in %d file(s), %s dead letter(s)",
