@@ -114,9 +114,19 @@ def _consumer(settings: KafkaSettings) -> Consumer:
     return Consumer(consumer_config(settings))
 
 
+def _admin(settings: KafkaSettings) -> AdminClient:
+    """An admin client for one or two metadata or offset requests. librdkafka's sparse
+    connections make a new client's first metadata request wait about 50 ms for a broker
+    connection it only starts on demand; connecting to the bootstrap brokers at once answers
+    in 2 ms (a stage run's preparation and every sensor tick ask through a new client)."""
+    conf = settings.config()
+    conf.setdefault("enable.sparse.connections", False)
+    return AdminClient(conf)
+
+
 def topic_partitions(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> list[int]:
     """The partition numbers of ``topic``; a KafkaReadError if it does not exist."""
-    admin = AdminClient(settings.config())
+    admin = _admin(settings)
     meta = admin.list_topics(topic=topic, timeout=timeout)
     info = meta.topics.get(topic)
     if info is None or info.error is not None:
@@ -128,7 +138,7 @@ def list_topic_names(settings: KafkaSettings, timeout: float = 10.0) -> frozense
     """The names of every topic of the cluster, in one metadata request (whatever their
     number). A topic whose metadata carries an error (being created, leader not elected yet,
     being deleted) is left out: it is found on the next call, once it can be read."""
-    admin = AdminClient(settings.config())
+    admin = _admin(settings)
     try:
         meta = admin.list_topics(timeout=timeout)
     except KafkaException as error:
@@ -147,7 +157,8 @@ def discover_topics(config: PipelineConfig, settings: KafkaSettings,
 
 def watermarks(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> list[PartitionWatermarks]:
     """Low and high watermark of every partition of ``topic``."""
-    consumer = _consumer(settings)
+    # Connected at once, like _admin's clients: its first request answers ~50 ms sooner.
+    consumer = Consumer({"enable.sparse.connections": False, **consumer_config(settings)})
     try:
         out = []
         for p in topic_partitions(settings, topic, timeout):
@@ -194,7 +205,7 @@ def watermarks_of(
     wanted = set(topics)
     if not wanted:
         return {}
-    admin = AdminClient(settings.config())
+    admin = _admin(settings)
     try:
         meta = admin.list_topics(timeout=timeout)
     except KafkaException as error:
