@@ -111,7 +111,9 @@ def consumer_config(settings: KafkaSettings) -> dict:
 
 
 def _consumer(settings: KafkaSettings) -> Consumer:
-    return Consumer(consumer_config(settings))
+    """A consumer with the range reader's settings, connected at once (see :func:`_admin`):
+    a watermark query through a new client answers ~50 ms sooner."""
+    return Consumer({"enable.sparse.connections": False, **consumer_config(settings)})
 
 
 def _admin(settings: KafkaSettings) -> AdminClient:
@@ -157,8 +159,7 @@ def discover_topics(config: PipelineConfig, settings: KafkaSettings,
 
 def watermarks(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> list[PartitionWatermarks]:
     """Low and high watermark of every partition of ``topic``."""
-    # Connected at once, like _admin's clients: its first request answers ~50 ms sooner.
-    consumer = Consumer({"enable.sparse.connections": False, **consumer_config(settings)})
+    consumer = _consumer(settings)
     try:
         out = []
         for p in topic_partitions(settings, topic, timeout):
