@@ -67,6 +67,16 @@ class RecordProbe:
         wanted = list(dict.fromkeys(wanted_paths))
         self.paths: tuple[str, ...] = tuple(p for p in wanted if _resolves(gen, top, p.split(".")))
         self.missing_paths: tuple[str, ...] = tuple(p for p in wanted if p not in self.paths)
+        self._gen, self._top, self._fast_path = gen, top, fast_path
+        self._exact: Callable[[bytes], dict[str, Any]] | None = None
+        self._fast: Callable[[bytes], dict[str, Any] | None] | None = None
+        self._calls = self._misses = self._paused = 0
+
+    def _compile(self) -> None:
+        """Generate and compile the probe's code, on its first use: with the native kernel most
+        schemas never reach the Python path, and compiling (the fast path's regex above all)
+        took ~0.15 s of a fresh worker's first range."""
+        gen, top = self._gen, self._top
         tree = Want()
         variables = {}
         for number, path in enumerate(self.paths):
@@ -75,7 +85,7 @@ class RecordProbe:
                 node = node.children.setdefault(part, Want())
             node.var = variables[path] = f"w{number}"
         fast = None
-        if fast_path:
+        if self._fast_path:
             try:
                 fast = RegexBuilder(gen).build(top, tree)
             except NoFastPath:
@@ -84,24 +94,33 @@ class RecordProbe:
         if fast is not None:
             _fast_function(gen, fast, variables)
         namespace = gen.compile()
-        self._exact: Callable[[bytes], dict[str, Any]] = namespace["_exact"]
-        self._fast: Callable[[bytes], dict[str, Any] | None] | None = namespace.get("_fast")
-        self._calls = self._misses = self._paused = 0
-        self.source = "\n\n".join(gen.sources)
+        self._fast = namespace.get("_fast")
+        self._exact = namespace["_exact"]  # set last: it marks the probe compiled
+        self._source = "\n\n".join(gen.sources)
+
+    @property
+    def source(self) -> str:
         """The generated Python, for debugging and the curious."""
+        if self._exact is None:
+            self._compile()
+        return self._source
 
     @property
     def has_fast_path(self) -> bool:
         """Whether the schema has a fast-path pattern at all."""
+        if self._exact is None:
+            self._compile()
         return self._fast is not None
 
     @property
     def fast_path_active(self) -> bool:
         """Whether the next body tries the fast path first (it pauses while most miss it)."""
-        return self._fast is not None and not self._paused
+        return self.has_fast_path and not self._paused
 
     def probe(self, body: bytes) -> dict[str, Any]:
         """Validate ``body`` and return the wanted values (see the class docstring)."""
+        if self._exact is None:
+            self._compile()
         if type(body) is not bytes:
             body = bytes(body)
         try:
