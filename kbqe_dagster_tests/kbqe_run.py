@@ -11,6 +11,23 @@ KBQE = str(Path(sys.executable).parent / "kbqe")
 REPO = Path(__file__).resolve().parents[1]
 
 
+def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
+    """A topic of the local Kafka for one test, created before it returns."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kbqe_dagster.resources.kafka import CLIENT_LOG
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[
+        topic].result(30)
+
+
+def drop_datasets(client, *names: str) -> None:
+    """Remove a test's BigQuery datasets (the emulator outlives test runs)."""
+    for name in names:
+        client.delete_dataset(name, delete_contents=True, not_found_ok=True)
+
+
 def until_idle(env: dict, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
     """One ``kbqe run --until-idle --json``; it must exit 0 (its stderr tail otherwise)."""
     done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env, cwd=cwd,

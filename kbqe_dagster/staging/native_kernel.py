@@ -3,10 +3,11 @@
 The optional extension ``kbqe_dagster_kernel`` (the Rust crate in ``kernel/``, built by
 ``make install`` when ``cargo`` is on the PATH) does a stage task's per-message work for whole
 ``consume()`` batches. It stops at the first message it is not certain about and returns its
-index; :class:`NativeStaging` then gives that message to the Python path
-(:meth:`RangeStager.add <kbqe_dagster.staging.task.RangeStager.add>`) exactly as a run without
-the kernel would, teaches the kernel what that taught (a new schema, a new route) and resumes
-it after the message. Dead letters, their reasons, counts, file names and file bytes are the
+index. When it stopped at a schema or a route it has not been given, :class:`NativeStaging`
+teaches it what the Python path's own sources say (the registry schema, the router's
+destination) and gives it the message again; otherwise, or when they refuse, it gives that
+message to the Python path (:meth:`RangeStager.add <kbqe_dagster.staging.task.RangeStager.add>`)
+exactly as a run without the kernel would, and resumes the kernel after it. Dead letters, their reasons, counts, file names and file bytes are the
 Python path's by construction: the kernel never decides that a message is bad, and its records
 reach the same container writer in the same order (docs/architecture.md, "Two stage paths").
 
@@ -193,7 +194,6 @@ class NativeStaging:
                         break
                     continue
                 stager.add(msg)
-                self._learn(msg, reason, unknown_route)
             if reader.finished:
                 break
 
@@ -209,7 +209,7 @@ class NativeStaging:
             dataset, table, schema_id, schema = self._slots[slot]
             files(dataset, table, schema_id, schema).append_many(records, memoryview(ends).cast("Q"), days)
 
-    # --- what the Python path teaches ------------------------------------------------------
+    # --- what the kernel is taught ----------------------------------------------------------
     def _teach(self, msg: Any, reason: str, unknown_route: tuple[bytes, bytes] | None) -> bool:
         """Teach the kernel the schema or the route it stopped at *before* the Python path
         stages the message, so the kernel stages it and the Python path never has to compile
@@ -235,16 +235,6 @@ class NativeStaging:
                 return False  # a bad frame or schema: the Python path's verdict
         self._offer(header, msg)
         return self._offered.get(header, "") is None
-
-    def _learn(self, msg: Any, reason: str, unknown_route: tuple[bytes, bytes] | None) -> None:
-        value = msg.value()
-        if not value or len(value) < HEADER_SIZE:
-            return
-        header = value[:HEADER_SIZE]
-        if reason == "schema_unknown" and header not in self._offered:
-            self._offer(header, msg)
-        elif reason == "route_unknown" and unknown_route is not None:
-            self._learn_route(header, msg, unknown_route)
 
     def _offer(self, header: bytes, msg: Any) -> None:
         known = self.stager._by_header.get(header)

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from examples.fix.decoder import decode_fix
 from examples.fix.messages import bad_messages, order_flow
@@ -24,7 +23,7 @@ from kbqe_dagster import RawMessage
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG
-from kbqe_dagster_tests.kbqe_run import until_idle
+from kbqe_dagster_tests.kbqe_run import create_topic, drop_datasets, until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,9 +36,7 @@ FILL_FIELDS = ["symbol", "side", "last_qty", "last_px", "transact_time", "exec_i
 def fix_topic(local_stack, local_endpoints, tmp_path):
     run = uuid.uuid4().hex[:8]
     topic = f"decoder.fix{run}"
-    admin = AdminClient({"bootstrap.servers": local_endpoints.kafka_bootstrap,
-                         "logger": CLIENT_LOG})
-    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
+    create_topic(local_endpoints.kafka_bootstrap, topic)
     dataset, dead = f"fix_{run}", f"fixdead_{run}"
     pipeline = tmp_path / "pipeline.yaml"
     pipeline.write_text(yaml.safe_dump({
@@ -67,8 +64,7 @@ def fix_topic(local_stack, local_endpoints, tmp_path):
            "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
     client = local_bigquery_client()
     yield local_endpoints, topic, dataset, dead, env, client
-    for name in (dataset, dead):
-        client.delete_dataset(name, delete_contents=True, not_found_ok=True)
+    drop_datasets(client, dataset, dead)
 
 
 def test_fix_messages_load_one_table_per_message_type_and_bad_ones_are_dead_lettered(

@@ -18,13 +18,12 @@ import fastavro
 import pytest
 import yaml
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG
-from kbqe_dagster_tests.kbqe_run import until_idle
+from kbqe_dagster_tests.kbqe_run import create_topic, drop_datasets, until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -44,9 +43,7 @@ SCHEMA = {"type": "record", "name": "Execution", "namespace": "fix", "fields": [
 def fanned_topic(local_stack, local_endpoints, tmp_path):
     run = uuid.uuid4().hex[:8]
     topic = f"destinations.executions.{run}"
-    admin = AdminClient({"bootstrap.servers": local_endpoints.kafka_bootstrap,
-                         "logger": CLIENT_LOG})
-    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
+    create_topic(local_endpoints.kafka_bootstrap, topic)
     registry = SchemaRegistryClient({"url": local_endpoints.registry_url})
     schema_id = registry.register_schema(f"destinations-{run}-value",
                                          Schema(json.dumps(SCHEMA), "AVRO"))
@@ -75,8 +72,7 @@ def fanned_topic(local_stack, local_endpoints, tmp_path):
            "DAGSTER_HOME": str(home)}
     client = local_bigquery_client()
     yield local_endpoints, topic, schema_id, dataset, dead, env, client
-    for name in (dataset, dead):
-        client.delete_dataset(name, delete_contents=True, not_found_ok=True)
+    drop_datasets(client, dataset, dead)
 
 
 def framed(schema_id: int, record: dict) -> bytes:

@@ -14,13 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG
 from kbqe_dagster_tests.formats.test_json_stage import SCHEMA
-from kbqe_dagster_tests.kbqe_run import until_idle
+from kbqe_dagster_tests.kbqe_run import create_topic, drop_datasets, until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,9 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 def json_topic(local_stack, local_endpoints, tmp_path):
     run = uuid.uuid4().hex[:8]
     topic = f"shop.clicks.json{run}"
-    admin = AdminClient({"bootstrap.servers": local_endpoints.kafka_bootstrap,
-                         "logger": CLIENT_LOG})
-    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
+    create_topic(local_endpoints.kafka_bootstrap, topic)
     dataset, dead = f"web_{run}", f"dead_{run}"
     pipeline = tmp_path / "pipeline.yaml"
     pipeline.write_text(yaml.safe_dump({
@@ -50,8 +47,7 @@ def json_topic(local_stack, local_endpoints, tmp_path):
            "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/json-{run}", "DAGSTER_HOME": str(home)}
     client = local_bigquery_client()
     yield local_endpoints, topic, dataset, dead, env, client
-    for name in (dataset, dead):
-        client.delete_dataset(name, delete_contents=True, not_found_ok=True)
+    drop_datasets(client, dataset, dead)
 
 
 def test_json_values_load_field_by_field_and_bad_ones_are_dead_lettered(json_topic) -> None:

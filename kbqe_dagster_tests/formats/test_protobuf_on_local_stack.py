@@ -15,7 +15,6 @@ from datetime import datetime, timezone
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from google.protobuf import descriptor_pool, message_factory
 
@@ -25,7 +24,7 @@ from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
-from kbqe_dagster_tests.kbqe_run import cli_env, until_idle
+from kbqe_dagster_tests.kbqe_run import cli_env, create_topic, drop_datasets, until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -64,9 +63,7 @@ def order_class(text: str):
 def protobuf_topic(local_stack, local_endpoints, tmp_path):
     run = uuid.uuid4().hex[:8]
     topic = f"protobuf.orders.{run}"
-    admin = AdminClient({"bootstrap.servers": local_endpoints.kafka_bootstrap,
-                         "logger": CLIENT_LOG})
-    admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
+    create_topic(local_endpoints.kafka_bootstrap, topic)
     dataset, dead = f"protobuf_{run}", f"protobuf_dead_{run}"
     env = cli_env(tmp_path, {
         "version": 1,
@@ -77,8 +74,7 @@ def protobuf_topic(local_stack, local_endpoints, tmp_path):
     }, f"gs://{LOCAL_BUCKET}/protobuf-{run}")
     client = local_bigquery_client()
     yield local_endpoints, topic, dataset, dead, env, client
-    for name in (dataset, dead):
-        client.delete_dataset(name, delete_contents=True, not_found_ok=True)
+    drop_datasets(client, dataset, dead)
 
 
 def report(env: dict) -> dict:

@@ -25,7 +25,7 @@ from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.kafka import CLIENT_LOG
 from kbqe_dagster_tests.formats.test_json_stage import SCHEMA
-from kbqe_dagster_tests.kbqe_run import until_idle
+from kbqe_dagster_tests.kbqe_run import drop_datasets, until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -58,8 +58,7 @@ def completeness_topic(local_stack, local_endpoints, tmp_path):
            "DAGSTER_HOME": str(home)}
     yield local_endpoints, topic, f"{dataset}.clicks", env
     client = local_bigquery_client()
-    for name in (dataset, dead):
-        client.delete_dataset(name, delete_contents=True, not_found_ok=True)
+    drop_datasets(client, dataset, dead)
     admin.delete_topics([topic])
 
 

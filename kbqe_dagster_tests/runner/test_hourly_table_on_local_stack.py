@@ -28,13 +28,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbqe_dagster.core.wire import encode_frame
 from kbqe_dagster.demo.samples import ORDER_V1, PAGE_VIEW, SampleMessage, produce, register_schemas
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.bigquery import GoogleBigQueryLoads
+from kbqe_dagster_tests.kbqe_run import create_topic, drop_datasets
 from kbqe_dagster_tests.loading.test_stage_then_load import _body
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -70,9 +70,7 @@ def _messages(run: str, ids: dict[str, int]) -> list[SampleMessage]:
 def hourly(local_stack, local_endpoints, tmp_path):
     run = uuid.uuid4().hex[:8]
     topic = f"hourly.events{run}"
-    admin = AdminClient({"bootstrap.servers": local_endpoints.kafka_bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[
-        topic].result(30)
+    create_topic(local_endpoints.kafka_bootstrap, topic, PARTITIONS)
     ids = register_schemas(local_endpoints.registry_url)
     produce(local_endpoints.kafka_bootstrap, topic, _messages(run, ids), PARTITIONS)
     views, orders, dead = f"hourly_web_{run}", f"hourly_sales_{run}", f"hourly_dead_{run}"
@@ -93,8 +91,7 @@ def hourly(local_stack, local_endpoints, tmp_path):
     # `kbqe completeness` reads a gs:// staging URL through the endpoint and project named.
     env["KBQE_GCS_ENDPOINT"], env["KBQE_GCP_PROJECT"] = local_endpoints.gcs_url, LOCAL_PROJECT
     yield topic, views, orders, env, home, client
-    for name in (views, orders, dead):
-        client.delete_dataset(name, delete_contents=True, not_found_ok=True)
+    drop_datasets(client, views, orders, dead)
 
 
 def _kbqe(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
