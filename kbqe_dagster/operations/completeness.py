@@ -13,10 +13,10 @@ last known loaded offset, times, and when it was last seen caught up. It is need
 retention deletes the done files of loaded ranges, and with them the times their manifests
 recorded. :func:`evaluate` with ``write=True`` updates it; ``completeness_sensor`` and
 ``kbqe run --until-idle`` do, through one function (``defs/completeness/declare.py``),
-``kbqe completeness`` only reads it. It is written by one
-writer at a time in practice (a sensor tick, or a ``kbqe run``); a lost update loses only a
-count of late records or lets a time be re-learned from the next loaded range — never a
-completeness claim that the data does not support.
+``kbqe completeness`` only reads it. It is written by one writer at a time in practice (a
+sensor tick, or a ``kbqe run``); a lost update (both at once) loses only a count of late
+records, a caught-up moment, or a declaration the next evaluation makes again as far as the
+data support it — never a completeness claim that the data does not support.
 
 **Which partitions feed a table**: every partition of the topics routed to it statically, and
 of every topic whose files for it the staging area (or the kept state) has shown.
