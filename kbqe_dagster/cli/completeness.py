@@ -29,8 +29,9 @@ def add_completeness(sub: SubParsers, common: argparse.ArgumentParser) -> None:
         help="newest complete day per table, and which partitions hold the next one back",
         description="A day of a table is complete when every Kafka partition feeding it is "
                     "staged and loaded past the day's end plus the configured lateness; a "
-                    "partition loaded up to its high watermark never holds a day back. Reads "
-                    "only: the Dagster sensor keeps the declared days and late counts.",
+                    "partition loaded up to its high watermark never holds a day back, and a "
+                    "declared day stays declared. Reads only: completeness_sensor and `kbqe "
+                    "run --until-idle` declare days and keep the late counts.",
     )
     cmd.add_argument("--table", metavar="DATASET.TABLE", help="only this table")
     cmd.add_argument("--day", metavar="YYYY-MM-DD", type=date.fromisoformat,

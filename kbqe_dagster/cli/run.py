@@ -2,9 +2,10 @@
 
 Registered in ``cli.COMMANDS`` by :func:`add_run`; the catch-up loop itself lives in
 ``runner/``. Progress lines go to stderr as the rounds go; the result goes to stdout
-at the end: a table per topic and per table, or with ``--json`` exactly one JSON document
-(:meth:`UntilIdleReport.to_json`). Everything the jobs write while they run — Spark's JVM,
-Dagster, libraries — is sent to stderr, so stdout carries the result alone. Exit code 0 only
+at the end: a table per topic, per table loaded and per table's completeness, or with
+``--json`` exactly one JSON document (:meth:`UntilIdleReport.to_json`). Everything the jobs
+write while they run — Spark's JVM, Dagster, libraries — is sent to stderr, so stdout carries
+the result alone. Exit code 0 only
 when everything was staged and loaded; otherwise 1 and ``kbqe: error: <reason>`` on stderr
 (the report is still printed).
 """
@@ -126,10 +127,18 @@ def render(report: UntilIdleReport) -> str:
           "-" if t.merge_bytes_processed is None else str(t.merge_bytes_processed))
          for name, t in sorted(report.tables.items())),
     ) if report.tables else "nothing loaded"
+    complete = ""  # no section when nothing was evaluated (the ending says why)
+    if report.completeness:
+        complete = _table(
+            ("table", "newest complete", "declared now", "late after complete"),
+            ((name, t.newest_complete or "-", ", ".join(t.newly_complete) or "-",
+              str(t.late_after_complete))
+             for name, t in sorted(report.completeness.items())),
+        ) + "\n\n"
     ending = (f"idle after {report.rounds} round(s)" if report.ok
               else f"stopped after {report.rounds} round(s): {report.error}")
     runs = f"{len(report.run_ids)} run(s) recorded in the Dagster instance"
-    return f"{topics}\n\n{tables}\n\n{ending}; {runs}"
+    return f"{topics}\n\n{tables}\n\n{complete}{ending}; {runs}"
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:

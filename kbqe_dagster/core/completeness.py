@@ -20,6 +20,20 @@ observed at time ``t`` has nothing more to give before ``t``: ``reached(p)`` is 
 once ``t`` passes ``D + 1 day + lateness``. A partition that never held a message (high
 watermark 0) is idle from the start.
 
+The idle rule also holds **after** the observation: a partition found caught up at ``t`` with
+every offset below ``N`` loaded has reached at least ``t`` for as long as offsets below ``N``
+stay loaded, whatever arrives after ``t`` (messages appended later are later on Kafka's
+clock; on the event clock the claim is the one the rule already made at ``t``). The kept
+state carries that time forward (``caught_up_at``), so a partition that was idle at the last
+evaluation is still known at the next one when new messages wait in it.
+
+**A declared day stays declared.** Once a day was declared complete (the kept state's
+``newest_complete``), the verdict never goes back to an earlier day or to nothing: downstream
+work may have run on it, and what arrives for it afterwards is counted as late, not used to
+take the claim back. The newest complete day is the later of the declared one and the one
+the partitions' progress supports, and ``held_back_by`` names what holds back the day after
+it.
+
 **Nothing is known beyond the observation.** A partition's time is capped at the moment its
 high watermark was read: timestamps ahead of it (a producer's clock running fast, event dates
 in the future) never complete a day that has not ended plus its lateness.
@@ -192,9 +206,13 @@ class PartitionProgress:
     staged_offset: int | None = None
     """The end of the partition's committed chain: how far staging got (None: not given).
     Between it and ``loaded_offset`` the loads are behind; past it, staging is."""
+    caught_up_at: datetime | None = None
+    """When an earlier observation found the partition caught up at or below
+    ``loaded_offset`` (the kept state's mark): it has reached at least that time on either
+    clock, whatever arrived since (None: never seen caught up)."""
 
     def __post_init__(self) -> None:
-        for name in ("observed_at", "kafka_time", "event_time"):
+        for name in ("observed_at", "kafka_time", "event_time", "caught_up_at"):
             value = getattr(self, name)
             if value is not None and value.tzinfo is None:
                 raise ValueError(f"{self.topic}[{self.partition}]: {name} must be timezone-aware")
@@ -210,14 +228,15 @@ class PartitionProgress:
 
     @property
     def reached(self) -> datetime | None:
-        """How far this partition got on its basis: the data's time, never past the moment
-        it was observed (a producer clock ahead, or event dates from the future, must not
-        complete a day that has not ended), and that moment itself once it is caught up
-        (the idle rule)."""
+        """How far this partition got on its basis: the data's time, or the moment an earlier
+        observation found it caught up if that is later, never past the moment it was observed
+        (a producer clock ahead, or event dates from the future, must not complete a day that
+        has not ended), and that moment itself once it is caught up (the idle rule)."""
         if self.caught_up:
             return self.observed_at
         data = self.kafka_time if self.settings.basis is Basis.KAFKA_TIME else self.event_time
-        return None if data is None else min(data, self.observed_at)
+        known = [t for t in (data, self.caught_up_at) if t is not None]
+        return min(max(known), self.observed_at) if known else None
 
     @property
     def complete_until(self) -> datetime | None:
@@ -282,26 +301,31 @@ class TableCompleteness:
 
 
 def decide(
-    table: str, progress: Sequence[PartitionProgress], unit: Unit = DAY_UNIT
+    table: str, progress: Sequence[PartitionProgress], unit: Unit = DAY_UNIT,
+    *, declared: Period | None = None,
 ) -> TableCompleteness:
     """The newest complete partition (``unit``: day or hour) of ``table`` from its feeding
-    partitions' progress.
+    partitions' progress, never earlier than ``declared`` (the newest one already declared
+    complete: a declared day stays declared).
 
-    With no feeding partition, nothing is known to be complete (``newest_complete`` None):
-    a table nobody feeds is not vouched for.
+    With no feeding partition and nothing declared, nothing is known to be complete
+    (``newest_complete`` None): a table nobody feeds is not vouched for.
     """
     bases = sorted({p.settings.basis.value for p in progress})
     basis = bases[0] if len(bases) == 1 else ("mixed" if bases else Basis.KAFKA_TIME.value)
     if not progress:
-        return TableCompleteness(table, basis, None, None, (), 0, unit)
+        following = None if declared is None else unit.next(declared)
+        return TableCompleteness(table, basis, declared, following, (), 0, unit)
     untils = [p.complete_until for p in progress]
     known = [u for u in untils if u is not None]
+    newest: Period | None = None
     if len(known) == len(untils):
-        watermark = min(known)
-        newest: Period | None = unit.newest_ending_by(watermark)
-        next_day = unit.next(newest)
+        newest = unit.newest_ending_by(min(known))
+    if declared is not None and (newest is None or newest < declared):
+        newest = declared
+    if newest is not None:
+        next_day: Period | None = unit.next(newest)
     else:
-        newest = None
         next_day = unit.next(unit.newest_ending_by(min(known))) if known else None
     held = tuple(
         HeldBackBy(p.topic, p.partition, p.behind_messages, _behind_seconds(p, next_day, unit),
@@ -352,6 +376,9 @@ class LoadedPosition:
     kafka_time: datetime | None
     event_time: datetime | None
     loaded_ranges: tuple[RangeFacts, ...]
+    caught_up_at: datetime | None = None
+    """When an earlier observation found the partition caught up at or below ``offset``
+    (from the kept state; see :attr:`PartitionProgress.caught_up_at`)."""
 
 
 def loaded_position(chain: Sequence[RangeFacts], *, start: int = 0) -> LoadedPosition:

@@ -10,6 +10,14 @@ evaluation only while it is not ahead of the loaded position found in the stagin
 counted per table and day from the ranges loaded since the previous evaluation (past the
 mark), with the per-day counts the manifests record; they are loaded like every record.
 
+A mark also keeps **when the partition was last seen caught up** (``caught_up_at_ms``): the
+idle rule's claim at that moment (nothing beyond the loaded offset, so the partition reached
+that time) stays true while the loaded offset does not go back, so a partition idle at one
+evaluation is not unknown at the next when new messages wait in it.
+
+**Declared stays declared**: ``newest_complete`` only moves forward; the decision takes it as
+its floor (``decide(declared=...)``).
+
 **HOUR tables** keep the same state with hour keys: ``newest_complete`` is ``2026-11-23T14``,
 late records are counted per hour, and a mark also keeps the event time to the hour
 (``event_time_ms``, optional: states written before it parse).
@@ -53,6 +61,9 @@ class PartitionMark:
     event_day: date | None = None
     event_time_ms: int | None = None
     """The event time reached, to the hour where HOUR tables' files counted hours."""
+    caught_up_at_ms: int | None = None
+    """The latest observation that found the partition caught up at or below
+    ``loaded_offset`` (optional: states written before it parse)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +117,8 @@ def _mark_doc(mark: PartitionMark) -> dict[str, Any]:
     }
     if mark.event_time_ms is not None:
         doc["event_time_ms"] = mark.event_time_ms
+    if mark.caught_up_at_ms is not None:
+        doc["caught_up_at_ms"] = mark.caught_up_at_ms
     return doc
 
 
@@ -122,7 +135,8 @@ def parse_state(content: bytes | None, name: str = "_kbqe/completeness.json") ->
                 _opt_date(t.get("newest_complete")),
                 {str(d): int(n) for d, n in t.get("late_after_complete", {}).items()},
                 {_tp(k): PartitionMark(int(v["loaded_offset"]), v.get("kafka_time_ms"),
-                                       _opt_date(v.get("event_day")), v.get("event_time_ms"))
+                                       _opt_date(v.get("event_day")), v.get("event_time_ms"),
+                                       v.get("caught_up_at_ms"))
                  for k, v in t.get("partitions", {}).items()},
             )
             for table, t in doc["tables"].items()
@@ -145,7 +159,8 @@ def _tp(key: str) -> tuple[str, int]:
 
 def with_mark(position: LoadedPosition, mark: PartitionMark | None) -> LoadedPosition:
     """``position`` with the times a kept mark knew, when the mark is not ahead of it: the
-    done files of loaded ranges are deleted by retention, and with them their times."""
+    done files of loaded ranges are deleted by retention, and with them their times; and the
+    moment the partition was last seen caught up."""
     if mark is None or mark.loaded_offset > position.offset:
         return position
     kafka = position.kafka_time
@@ -159,18 +174,30 @@ def with_mark(position: LoadedPosition, mark: PartitionMark | None) -> LoadedPos
     if mark.event_time_ms is not None:
         kept_time = datetime.fromtimestamp(mark.event_time_ms / 1000, timezone.utc)
         event = kept_time if event is None else max(event, kept_time)
-    return LoadedPosition(position.offset, kafka, event, position.loaded_ranges)
+    caught_up = position.caught_up_at
+    if mark.caught_up_at_ms is not None:
+        kept_idle = _instant(mark.caught_up_at_ms)
+        caught_up = kept_idle if caught_up is None else max(caught_up, kept_idle)
+    return LoadedPosition(position.offset, kafka, event, position.loaded_ranges, caught_up)
 
 
-def mark_of(position: LoadedPosition) -> PartitionMark:
+def _instant(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+def mark_of(position: LoadedPosition, caught_up_at: datetime | None = None) -> PartitionMark:
+    """The mark to keep for ``position``; ``caught_up_at``: the observation that found the
+    partition caught up there now (None: not caught up; a kept moment carries over)."""
     event = position.event_time
     # The day says it all unless hours said more (a DAY-only state stays as it was).
     finer = event is not None and event != day_start(event.date())
+    idle = [t for t in (position.caught_up_at, caught_up_at) if t is not None]
     return PartitionMark(
         position.offset,
         int(position.kafka_time.timestamp() * 1000) if position.kafka_time else None,
         event.date() if event else None,
         int(event.timestamp() * 1000) if finer else None,
+        int(max(idle).timestamp() * 1000) if idle else None,
     )
 
 

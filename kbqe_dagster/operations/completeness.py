@@ -7,14 +7,16 @@ watermarks of every feeding partition (one batched read), and the kept state
 area. The load step deletes a file only after its load job succeeded, so a committed range
 without its file was loaded (a quarantined file stays, and holds the table back).
 
-**The kept state** remembers, per table, the newest day declared complete, the late records
-counted since, and each feeding partition's last known loaded offset and times. It is needed
-because retention deletes the done files of loaded ranges, and with them the times their
-manifests recorded. :func:`evaluate` with ``write=True`` updates it; the Dagster sensor and the
-after-load step of ``kbqe run`` do, ``kbqe completeness`` only reads it. It is written by one
-writer at a time in practice (a sensor tick, or a ``kbqe run``); a lost update loses only a
-count of late records or lets a time be re-learned from the next loaded range — never a
-completeness claim that the data does not support.
+**The kept state** remembers, per table, the newest day declared complete (a floor: a
+declared day stays declared), the late records counted since, and each feeding partition's
+last known loaded offset, times, and when it was last seen caught up. It is needed because
+retention deletes the done files of loaded ranges, and with them the times their manifests
+recorded. :func:`evaluate` with ``write=True`` updates it; ``completeness_sensor`` and
+``kbqe run --until-idle`` do, through one function (``defs/completeness/declare.py``),
+``kbqe completeness`` only reads it. It is written by one writer at a time in practice (a
+sensor tick, or a ``kbqe run``); a lost update (both at once) loses only a count of late
+records, a caught-up moment, or a declaration the next evaluation makes again as far as the
+data support it — never a completeness claim that the data does not support.
 
 **Which partitions feed a table**: every partition of the topics routed to it statically, and
 of every topic whose files for it the staging area (or the kept state) has shown.
@@ -175,13 +177,15 @@ def evaluate(
                     break
             position = with_mark(loaded_position(rows, start=wm.low), mark)
             new_days.append(newly_loaded_days(position, mark, unit))
-            partition_marks[tp] = mark_of(position)
+            caught_up = position.offset >= wm.high
+            partition_marks[tp] = mark_of(position, observed_at if caught_up else None)
             progress.append(PartitionProgress(
                 tp[0], tp[1], position.offset, wm.high, observed_at, position.kafka_time,
                 position.event_time, settings.get(tp[0], CompletenessSettings()),
                 staged_offset=chain.resume_offset if chain is not None else wm.low,
+                caught_up_at=position.caught_up_at,
             ))
-        verdict = decide(name, progress, unit)
+        verdict = decide(name, progress, unit, declared=kept.newest_complete)
         late = merge_counts(
             kept.late_after_complete,
             late_records(merge_counts(*new_days), kept.newest_complete, unit),

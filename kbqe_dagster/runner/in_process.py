@@ -10,6 +10,11 @@ execution claims it too, so a daemon's load run and this one never coordinate at
 time. Two stage runs of one topic stay safe by construction (create-only done files). Small
 topics share a stage run as the sensor groups them (``stage_runs``, core/stage_groups.py).
 
+After the last round, :meth:`InProcessPipeline.completeness` calls the function
+``completeness_sensor`` calls (``defs/completeness/declare.py``): it writes the kept state, and
+the ``day_complete`` evaluations of the days it declared are recorded on this instance, as the
+daemon records a sensor's.
+
 Each run is tagged with the runner's host and pid. No daemon monitors in-process runs, so a
 runner killed mid-run leaves its run in flight; the next runner on that host marks such runs
 failed and frees their pool slot (:func:`fail_abandoned_runs`).
@@ -21,20 +26,22 @@ import logging
 import os
 import socket
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import dagster as dg
 
 from kbqe_dagster.core.config import PipelineConfig
 from kbqe_dagster.core.stage_groups import DueTopic, StageGroup
+from kbqe_dagster.defs.completeness.declare import declare_complete_days
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_tags
 from kbqe_dagster.operations.load_plan import load_plan
 from kbqe_dagster.operations.snapshot import read_load_state
 from kbqe_dagster.runner.after_load import JobRun
-from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableLoad
+from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableCompleteness, TableLoad
 from kbqe_dagster.runner.until_idle import Backlog, LoadSide
-from kbqe_dagster.resources.kafka import KafkaReadError
+from kbqe_dagster.resources.kafka import KafkaReadError, watermarks_of
 from kbqe_dagster.staging.backlog import fleet_backlog
 
 log = logging.getLogger(__name__)
@@ -154,6 +161,20 @@ class InProcessPipeline:
             loadable_files=sum(len(j.files) for j in plan.jobs) + plan.deferred_files,
             quarantined_tables=tuple(sorted(f"{d}.{t}" for d, t in state.quarantined_tables())),
         )
+
+    def completeness(self) -> dict[str, TableCompleteness]:
+        """The sensor's evaluation (one function for both), its declared days recorded on
+        this instance."""
+        declared = declare_complete_days(
+            self.config, self._store, lambda topics: watermarks_of(self._kafka, topics),
+            datetime.now(timezone.utc), self.instance,
+        )
+        for event in declared.events:
+            self.instance.report_runless_asset_event(event)
+        return {
+            name: TableCompleteness(t.to_json(), tuple(t.unit.key(p) for p in t.newly_complete))
+            for name, t in declared.report.tables.items()
+        }
 
     # --- the jobs -------------------------------------------------------------------------
     def stage(self, topics: Mapping[str, Backlog]) -> list[StageOutcome]:

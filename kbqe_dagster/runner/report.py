@@ -83,6 +83,28 @@ class TableTotals:
             self.merge_bytes_processed = (self.merge_bytes_processed or 0) + bytes_processed
 
 
+@dataclass(frozen=True)
+class TableCompleteness:
+    """One table's completeness after the run, as ``kbqe completeness --json`` shows it
+    (``doc``: its per-table document), and the days this run declared complete."""
+
+    doc: Mapping[str, Any]
+    newly_complete: tuple[str, ...] = ()
+    """Partition keys declared complete by this run (recorded in Dagster as
+    ``day_complete`` / ``hour_complete`` where the table has the check)."""
+
+    @property
+    def newest_complete(self) -> str | None:
+        return self.doc.get("newest_complete")
+
+    @property
+    def late_after_complete(self) -> int:
+        return int(self.doc.get("late_after_complete", 0))
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.doc, "newly_complete": list(self.newly_complete)}
+
+
 @dataclass
 class UntilIdleReport:
     """Totals of one ``kbqe run --until-idle``; ``ok`` only when everything was staged and
@@ -94,6 +116,9 @@ class UntilIdleReport:
     run_ids: list[str] = field(default_factory=list)
     quarantined_tables: tuple[str, ...] = ()
     error: str | None = None
+    completeness: dict[str, TableCompleteness] = field(default_factory=dict)
+    """Per table fed by the pipeline, evaluated once after the last round (whether or not
+    the run loaded it): ``completeness_sensor``'s evaluation, which this run also wrote."""
 
     @property
     def ok(self) -> bool:
@@ -133,4 +158,7 @@ class UntilIdleReport:
                 for name, t in sorted(self.tables.items())
             },
             "quarantined_tables": list(self.quarantined_tables),
+            "completeness": {
+                name: t.to_json() for name, t in sorted(self.completeness.items())
+            },
         }

@@ -19,6 +19,11 @@ only a topic whose own run fails is failed (the ranges the grouped run committed
 Quarantined files (the load coordinator gave up on them) make the run fail too, once
 everything else is loaded.
 
+After the last round, whatever ended it, completeness is evaluated once, as
+``completeness_sensor`` evaluates it (one function for both): complete days are declared, late
+records counted, the kept state written. A run from cron thus keeps completeness without the
+daemon. An evaluation that fails (Kafka unreachable) fails the run, unless it already failed.
+
 No Dagster here: the loop drives a :class:`Pipeline` (``in_process.py`` executes the jobs).
 """
 
@@ -40,6 +45,7 @@ from kbqe_dagster.runner.after_load import (
 from kbqe_dagster.runner.report import (
     LoadOutcome,
     StageOutcome,
+    TableCompleteness,
     TableLoad,
     TopicTotals,
     UntilIdleReport,
@@ -91,6 +97,11 @@ class Pipeline(Protocol):
     def poll(self) -> LoadOutcome: ...
 
     def load_side(self) -> LoadSide: ...
+
+    def completeness(self) -> Mapping[str, TableCompleteness]:
+        """Evaluate completeness now, write the kept state and record the newly declared
+        days: per table, the verdict."""
+        ...
 
     def run_job(self, job_name: str, run_config: Mapping | None = None,
                 tags: Mapping[str, str] | None = None) -> JobRun: ...
@@ -146,19 +157,23 @@ class _Loop:
 
     def run(self) -> UntilIdleReport:
         try:
-            for number in range(1, self.limits.max_rounds + 1):
-                self.report.rounds = number
-                staged = self._stage(number)
-                loaded, load_ran = self._load(number)
-                more = self._after_load(number, loaded)
-                if not (staged or load_ran or more):
-                    self.progress(f"round {number}: idle")
-                    self._finish()
-                    return self.report
-            raise _Stop(self._not_idle())
+            self._rounds()
         except (_Stop, KbqeError) as stop:
             self.report.error = _one_line(str(stop))
+        self._completeness()
         return self.report
+
+    def _rounds(self) -> None:
+        for number in range(1, self.limits.max_rounds + 1):
+            self.report.rounds = number
+            staged = self._stage(number)
+            loaded, load_ran = self._load(number)
+            more = self._after_load(number, loaded)
+            if not (staged or load_ran or more):
+                self.progress(f"round {number}: idle")
+                self._finish()
+                return
+        raise _Stop(self._not_idle())
 
     # --- stage ----------------------------------------------------------------------------
     def _stage(self, number: int) -> bool:
@@ -254,6 +269,24 @@ class _Loop:
         return more
 
     # --- the end --------------------------------------------------------------------------
+    def _completeness(self) -> None:
+        """Whatever ended the rounds, what they loaded is loaded: its days are declared and
+        its late records counted now, not left to a daemon that may not exist."""
+        try:
+            tables = self.pipeline.completeness()
+        except KbqeError as error:
+            reason = f"completeness not evaluated: {_one_line(str(error))}"
+            self.progress(reason)
+            self.report.error = self.report.error or reason
+            return
+        self.report.completeness = dict(tables)
+        for name, table in sorted(tables.items()):
+            days = ", ".join(table.newly_complete)
+            declared = f"; declared {days}" if days else ""
+            self.progress(f"completeness: {name}: newest complete "
+                          f"{table.newest_complete or 'none'}{declared}; "
+                          f"{table.late_after_complete} late after complete")
+
     def _finish(self) -> None:
         quarantined = self.pipeline.load_side().quarantined_tables
         self.report.quarantined_tables = quarantined

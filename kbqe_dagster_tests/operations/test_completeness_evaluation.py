@@ -113,3 +113,28 @@ def test_a_routed_topic_feeds_the_tables_its_files_name_and_is_remembered(tmp_pa
     assert again.tables["web.clicks"].topics == ("events",)
     held = again.tables["web.clicks"].verdict.held_back_by
     assert [(h.partition, h.behind_messages) for h in held] == [(0, 5)]
+
+
+def test_new_messages_in_an_idle_partition_never_take_a_declared_day_back(tmp_path: Path):
+    """clicks[0] was empty (idle) when 11-23 was declared; 7 unstaged messages arrive in it an
+    hour later. The declared day stays, and clicks[0] holds back 11-24 by its 7 messages and
+    the time from the moment it was seen caught up (05:00, event_time basis, lateness 1 h)."""
+    store = build(tmp_path)
+    store.delete(PENDING)
+    caught_up = {("orders", 0): (0, 20), ("orders", 1): (0, 20), ("clicks", 0): (0, 0)}
+    seen = NOW - timedelta(hours=1)
+    declared = evaluate(config(), store, watermarks(caught_up), seen, write=True)
+    assert declared.tables["shop.orders"].verdict.newest_complete == date(2026, 11, 23)
+
+    arrived = watermarks({**caught_up, ("clicks", 0): (0, 7)})
+    read_only = evaluate(config(), store, arrived, NOW).tables["shop.orders"].verdict
+    written = evaluate(config(), store, arrived, NOW, write=True).tables["shop.orders"].verdict
+    for verdict in (read_only, written):
+        assert (verdict.newest_complete, verdict.next_day) == (date(2026, 11, 23),
+                                                               date(2026, 11, 24))
+        assert [(h.topic, h.partition, h.behind_messages, h.behind_seconds, h.waiting_for)
+                for h in verdict.held_back_by] == [
+            # 11-25 00:00 + 1 h lateness - 11-24 05:00 = 20 h
+            ("clicks", 0, 7, 20 * 3600.0, "stage"),
+        ]
+    assert read_state(store).tables["shop.orders"].newest_complete == date(2026, 11, 23)

@@ -1,9 +1,11 @@
 """A fake :class:`~kbqe_dagster.runner.until_idle.Pipeline` for the loop's unit tests: topics
 with a backlog, stage runs that take up to ``per_run`` messages, load jobs that finish after
 a number of polls, and switches for every way a run can go wrong. Each topic ``t`` loads
-into table ``ds.t``; ``calls`` records what the runner asked, in order. ``max_topics_per_run``
-is the pipeline's ``stage_runs.max_topics_per_run`` (1 unless a test groups topics): a grouped
-run fails as a whole when one of its topics fails, as a real one does."""
+into table ``ds.t``; ``calls`` records what the runner asked, in order (the completeness
+evaluation apart: ``evaluations`` holds what was staged and pending at each one).
+``max_topics_per_run`` is the pipeline's ``stage_runs.max_topics_per_run`` (1 unless a test
+groups topics): a grouped run fails as a whole when one of its topics fails, as a real one
+does."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any, Mapping
 
 from kbqe_dagster.core.config import PipelineConfig, parse_pipeline_config
 from kbqe_dagster.runner.after_load import JobRun
-from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableLoad
+from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableCompleteness, TableLoad
 from kbqe_dagster.runner.until_idle import Backlog, LoadSide
 
 
@@ -47,6 +49,11 @@ class FakePipeline:
     quarantined: set[str] = field(default_factory=set)
     runs: int = 0
     max_topics_per_run: int = 1
+    completeness_of: Any = None
+    """Called with the pipeline at each completeness evaluation: what it returns per table
+    (None: no table known). May raise, as an evaluation whose Kafka is unreachable does."""
+    evaluations: list[dict[str, int]] = field(default_factory=list)
+    """At each completeness evaluation: the offsets staged per topic and the jobs pending."""
 
     def __post_init__(self) -> None:
         self.config: PipelineConfig = parse_pipeline_config(
@@ -78,6 +85,10 @@ class FakePipeline:
             loadable_files=sum(len(r) for r in self.staged.values()),
             quarantined_tables=tuple(sorted(self.quarantined)),
         )
+
+    def completeness(self) -> dict[str, TableCompleteness]:
+        self.evaluations.append({**self.offsets, "pending jobs": len(self.pending)})
+        return {} if self.completeness_of is None else self.completeness_of(self)
 
     # --- jobs -----------------------------------------------------------------------------
     def stage(self, topics: Mapping[str, Backlog]) -> list[StageOutcome]:

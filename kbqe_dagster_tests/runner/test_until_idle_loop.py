@@ -1,13 +1,16 @@
 """The loop of ``kbqe run --until-idle``: it stages and loads until there is no backlog and
 nothing pending, without waiting; it stops with a one-line reason on failures, quarantines,
-load jobs that never finish and runs that never get idle. Against a fake pipeline."""
+load jobs that never finish and runs that never get idle; after the last round it evaluates
+completeness once, as the sensor does. Against a fake pipeline."""
 
 from __future__ import annotations
 
 import pytest
 
 from kbqe_dagster.core.errors import StagingError
+from kbqe_dagster.resources.kafka import KafkaReadError
 from kbqe_dagster.runner.after_load import AFTER_LOAD_STEPS, AfterLoadResult, TableMerge
+from kbqe_dagster.runner.report import TableCompleteness
 from kbqe_dagster.runner.until_idle import Limits, run_until_idle
 from kbqe_dagster_tests.runner.fake_pipeline import FakePipeline
 
@@ -293,3 +296,82 @@ def test_a_failed_grouped_run_stages_its_topics_alone_and_fails_only_the_bad_one
     assert report.error.startswith("bad: stage run stage-")
     assert pipeline.lags["good"] == 0 and report.tables["ds.good"].rows_loaded == 9
     assert any("their next runs stage them one by one" in line for line in progress)
+
+
+# --- completeness after the last round (what a cron job gets without the daemon) ----------
+def declared_per_loaded_table(pipeline: FakePipeline) -> dict[str, TableCompleteness]:
+    """Every table that loaded something: 2026-11-23 complete, declared now; late records
+    of 11-22 in ds.a."""
+    return {
+        f"ds.{t}": TableCompleteness(
+            {"partitioning": "day", "newest_complete": "2026-11-23",
+             "late_after_complete": 4 if t == "a" else 0,
+             "late_after_complete_by_day": {"2026-11-22": 4} if t == "a" else {}},
+            ("2026-11-23",),
+        )
+        for t, offset in pipeline.offsets.items() if offset
+    }
+
+
+def test_completeness_is_evaluated_once_after_the_last_round_and_reported_per_table() -> None:
+    pipeline = FakePipeline({"a": 1_500, "b": 10}, per_run=1_000, polls_to_finish=1,
+                            completeness_of=declared_per_loaded_table)
+
+    report, progress = run(pipeline)
+
+    assert report.ok
+    assert pipeline.evaluations == [{"a": 1_500, "b": 10, "pending jobs": 0}], (
+        "once, after everything was staged and every load job finished")
+    assert report.to_json()["completeness"] == {
+        "ds.a": {"partitioning": "day", "newest_complete": "2026-11-23",
+                 "late_after_complete": 4, "late_after_complete_by_day": {"2026-11-22": 4},
+                 "newly_complete": ["2026-11-23"]},
+        "ds.b": {"partitioning": "day", "newest_complete": "2026-11-23",
+                 "late_after_complete": 0, "late_after_complete_by_day": {},
+                 "newly_complete": ["2026-11-23"]},
+    }
+    assert progress[-2:] == [
+        "completeness: ds.a: newest complete 2026-11-23; declared 2026-11-23; "
+        "4 late after complete",
+        "completeness: ds.b: newest complete 2026-11-23; declared 2026-11-23; "
+        "0 late after complete",
+    ]
+
+
+def test_a_run_that_stopped_still_evaluates_what_it_loaded() -> None:
+    pipeline = FakePipeline({"a": 1_500, "q": 10}, quarantine={"ds.q"},
+                            completeness_of=declared_per_loaded_table)
+
+    report, _ = run(pipeline)
+
+    assert not report.ok and report.error.startswith("quarantined files in ds.q")
+    assert len(pipeline.evaluations) == 1
+    assert report.completeness["ds.a"].late_after_complete == 4
+
+
+def test_an_evaluation_that_fails_fails_the_run_unless_it_already_failed() -> None:
+    def unreachable(pipeline):
+        raise KafkaReadError("cannot read the watermarks of topic a: broker down\ntrace...")
+
+    report, progress = run(FakePipeline({"a": 10}, completeness_of=unreachable))
+    assert not report.ok and report.completeness == {}
+    assert report.error == (
+        "completeness not evaluated: cannot read the watermarks of topic a: broker down")
+    assert progress[-1] == report.error
+
+    failed = FakePipeline({"a": 10}, fail_load=True, completeness_of=unreachable)
+    report, _ = run(failed)
+    assert report.error == "load cycle run load-2 failed: LoadError: BigQuery unreachable"
+
+
+def test_text_output_shows_completeness_per_table() -> None:
+    from kbqe_dagster.cli.run import render
+
+    report, _ = run(FakePipeline({"a": 10}, completeness_of=declared_per_loaded_table))
+
+    assert render(report).splitlines()[-4:] == [
+        "table  newest complete  declared now  late after complete",
+        "ds.a   2026-11-23       2026-11-23    4",
+        "",
+        f"idle after 2 round(s); {len(report.run_ids)} run(s) recorded in the Dagster instance",
+    ]

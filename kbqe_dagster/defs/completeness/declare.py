@@ -1,0 +1,104 @@
+"""Declaring complete days: the one function ``completeness_sensor`` and ``kbqe run
+--until-idle`` both call, so a pipeline run by the daemon and one run from cron keep the same
+state and record the same verdicts in Dagster.
+
+:func:`declare_complete_days` evaluates completeness as of ``now`` and updates the kept state
+(operations/completeness.py: declared days, late records, the partitions' marks), then builds
+a passed ``day_complete`` (``hour_complete``) evaluation for every day of every checked table
+that became complete, on that table asset's partition, naming the partition's latest load on
+``instance`` as the materialization it judged. The caller records the evaluations: the
+sensor returns them in its ``SensorResult`` (the daemon records them on its instance), the
+runner reports them on its instance with ``report_runless_asset_event`` — the same call the
+daemon makes for a sensor's asset events.
+
+No definition lives here (no sensor, asset or job): plain functions over Dagster's event
+types, importable by the runner without the sensor's wiring.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import dagster as dg
+
+# Dagster 1.13 ties a partitioned check's verdict to the partition's latest materialization:
+# an evaluation that names none does not count once the partition was materialized, and a
+# check-only run cannot take a partition key yet (partitioned checks are a preview). An
+# evaluation reported outside a run of the check therefore names the materialization it
+# judged, with this record, which dagster does not export at the top level. The one private
+# import of defs/; see docs/architecture.md (Completeness) for what to change when Dagster
+# lets the check run.
+from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+    AssetCheckEvaluationTargetMaterializationData,
+)
+
+from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.defs.bigquery.assets import Destinations
+from kbqe_dagster.defs.completeness.checks import check_metadata, check_name, checked_tables
+from kbqe_dagster.operations.completeness import CompletenessReport, WatermarkReader, evaluate
+from kbqe_dagster.resources.staging_store import StagingStore
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One evaluation: the verdict per table (the kept state already updated) and the
+    ``day_complete`` evaluations to record for the days it declared."""
+
+    report: CompletenessReport
+    events: tuple[dg.AssetCheckEvaluation, ...]
+
+
+def declare_complete_days(
+    config: PipelineConfig,
+    store: StagingStore,
+    read_watermarks: WatermarkReader,
+    now: datetime,
+    instance: dg.DagsterInstance,
+) -> Declaration:
+    """Evaluate completeness as of ``now``, write the kept state, and build the passed
+    ``day_complete`` evaluations of the days that became complete."""
+    report = evaluate(config, store, read_watermarks, now, write=True)
+    events = day_complete_events(report, Destinations.from_config(config), instance)
+    return Declaration(report, tuple(events))
+
+
+def day_complete_events(
+    report: CompletenessReport, destinations: Destinations, instance: dg.DagsterInstance
+) -> list[dg.AssetCheckEvaluation]:
+    """A passed ``day_complete`` per newly complete day of each checked table
+    (``hour_complete`` per newly complete hour of an HOUR table)."""
+    checked = {f"{d}.{t}" for d, t in checked_tables(destinations)}
+    start = destinations.partition_start.isoformat()
+    events = []
+    for name, table in sorted(report.tables.items()):
+        if name not in checked:
+            continue
+        dataset, table_name = name.split(".")
+        key = dg.AssetKey(["bigquery", dataset, table_name])
+        check = check_name(destinations, dataset, table_name)
+        for period in table.newly_complete:
+            partition = table.unit.key(period)
+            if partition < start:  # ISO keys of either unit sort as their times
+                continue
+            events.append(dg.AssetCheckEvaluation(
+                asset_key=key, check_name=check, passed=True, partition=partition,
+                severity=dg.AssetCheckSeverity.WARN, metadata=check_metadata(table, period),
+                target_materialization_data=_latest_materialization(instance, key, partition),
+            ))
+    return events
+
+
+def _latest_materialization(
+    instance: dg.DagsterInstance, key: dg.AssetKey, partition: str
+) -> AssetCheckEvaluationTargetMaterializationData | None:
+    """The partition's latest load (None: no record of it loaded, e.g. an empty day)."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+    ).records
+    if not records:
+        return None
+    latest = records[0]
+    return AssetCheckEvaluationTargetMaterializationData(
+        storage_id=latest.storage_id, run_id=latest.run_id, timestamp=latest.timestamp
+    )
