@@ -16,9 +16,10 @@ Checks, all run in parallel, each answering within ``timeout_s`` (default 3 s) o
   listing, and adds that listing's own age, so a stale listing never hides an old file.
 
 Healthy when every check passes; degraded (still healthy: ``/healthcheck`` answers 200, exit
-0) when a check that passes says something the pipeline wants is absent. A probe still running from an earlier request is not
-started again (it fails as "still running"), so an unreachable system never accumulates
-threads. Every text that comes from a client library is redacted.
+0) when a check that passes says something the pipeline wants is absent. A probe still
+running from an earlier request is not started again (it fails as "still running"), so an
+unreachable system never accumulates threads. Every text that comes from a client library is
+redacted.
 """
 
 from __future__ import annotations

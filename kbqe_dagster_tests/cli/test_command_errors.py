@@ -142,7 +142,8 @@ EMULATOR = "http://127.0.0.1:14443"
         ("gs://b/p", None, {**GCP, "KBQE_GCP_PROJECT": "acme-prod"},
          StagingLocation("gs://b/p", None, "acme-prod")),
         # In local (the default), a gs:// URL is the local stack's emulator, as for the runs.
-        ("gs://kbqe-local/p", None, {}, StagingLocation("gs://kbqe-local/p", EMULATOR, "kbqe-local")),
+        ("gs://kbqe-local/p", None, {},
+         StagingLocation("gs://kbqe-local/p", EMULATOR, "kbqe-local")),
         (None, None, {"KBQE_STAGING_URL": "gs://kbqe-local/p"},
          StagingLocation("gs://kbqe-local/p", EMULATOR, "kbqe-local")),
         ("gs://kbqe-local/p", "http://opt:2", {"KBQE_GCS_ENDPOINT": "http://env:1"},
