@@ -213,6 +213,11 @@ table is allowed as a listed static route's is. Regexes and templates are checke
 file is read, with their key path (`topic_patterns[0].match: not a valid regular
 expression: ...`). Topics are listed when the Dagster definitions load (`kafka/<topic>`
 assets) and at every tick of the backlog sensor (staging without a reload).
+A listed topic that Kafka does not hold (not created yet, or deleted) is not an error: the
+backlog sensor, the stage runs and `kbqe run --until-idle` skip it with a one-line reason
+naming it and serve the other topics, `kafka/<topic>` records `missing: true`, and
+`kbqe health` stays healthy but degraded, naming it; it is staged from the first tick after
+it exists.
 
 `on_bad_input`: `dead_letter` writes the raw message and the reason to the dead-letter
 table; `skip` counts and drops it (visible in run metadata and metrics); `fail` stops the
@@ -226,6 +231,13 @@ points at the local stack; `KBQE_ENV=gcp` reads `KBQE_KAFKA_BOOTSTRAP_SERVERS`,
 `KBQE_STAGING_URL`, `KBQE_GCP_PROJECT`, `KBQE_BIGQUERY_LOCATION`; Spark takes
 `KBQE_SPARK_MASTER` and `KBQE_SPARK_CONF_<key>`. Secrets come only from the environment and
 are never logged.
+
+`KBQE_STAGING_URL` is read in `local` too (default `gs://kbqe-local/staging`): a second
+pipeline on the local stack takes a prefix of its own, `gs://kbqe-local/<prefix>`. Which GCS a
+`gs://` URL means is decided in one place (`resources/environment.py`), for the Dagster runs
+and every `kbqe` command alike: `KBQE_GCS_ENDPOINT` when set, else in `local` the local
+stack's emulator, in `gcp` real GCS (Application Default Credentials); a command's
+`--gcs-endpoint` wins over both.
 """
 
 

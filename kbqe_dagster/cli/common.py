@@ -5,9 +5,10 @@ pipeline file are, the options that name them, and printing a report (``--json``
 Where things are, each decided here and nowhere else:
 - staging area: ``--staging`` > ``KBQE_STAGING_URL`` > with ``KBQE_ENV=local`` (the
   default) the local stack's bucket, with ``gcp`` an error naming ``KBQE_STAGING_URL``; a
-  local directory or ``gs://bucket/prefix``; for ``gs://``, ``--gcs-endpoint`` >
-  ``KBQE_GCS_ENDPOINT`` points at an emulator (none: real GCS, Application Default
-  Credentials, ``KBQE_GCP_PROJECT``);
+  local directory or ``gs://bucket/prefix``. Which GCS a ``gs://`` URL means is the runs'
+  decision (``resources/environment.py`` ``gcs_endpoint_for``): ``--gcs-endpoint`` >
+  ``KBQE_GCS_ENDPOINT`` > with ``local`` the local stack's emulator, with ``gcp`` real GCS
+  (Application Default Credentials, ``KBQE_GCP_PROJECT``);
 - pipeline file: ``--config`` > ``KBQE_PIPELINE_CONFIG`` > ``examples/pipeline.yaml``;
 - Kafka and the schema registry (``produce-sample``): the options, else the local stack.
 """
@@ -31,7 +32,6 @@ CommandAdder = Callable[[SubParsers, argparse.ArgumentParser], None]
 
 STAGING_ENV = "KBQE_STAGING_URL"
 GCS_ENDPOINT_ENV = "KBQE_GCS_ENDPOINT"
-GCP_PROJECT_ENV = "KBQE_GCP_PROJECT"
 PIPELINE_ENV = "KBQE_PIPELINE_CONFIG"
 DEFAULT_PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"
 
@@ -41,13 +41,16 @@ def staging_location(
     url: str | None, gcs_endpoint: str | None, environ: Mapping[str, str] = os.environ
 ) -> StagingLocation:
     """The staging location from the options, else ``$KBQE_STAGING_URL``, else the one of
-    the ``KBQE_ENV`` environment (see :func:`environment_staging`)."""
+    the ``KBQE_ENV`` environment (see :func:`environment_staging`). A ``gs://`` location is
+    where the runs of the environment find it (``staging_location_for``)."""
+    # Lazy: resources/environment.py imports Dagster, which `kbqe --help` need not load.
+    from kbqe_dagster.resources.environment import staging_location_for
+
     url = url or environ.get(STAGING_ENV)
     if not url:
-        return environment_staging(gcs_endpoint)
+        return environment_staging(gcs_endpoint, environ)
     if url.startswith("gs://"):
-        endpoint = gcs_endpoint or environ.get(GCS_ENDPOINT_ENV) or None
-        return StagingLocation(url, endpoint, environ.get(GCP_PROJECT_ENV) or None)
+        return staging_location_for(url, gcs_endpoint=gcs_endpoint, environ=environ)
     if "://" in url:
         raise OperatorCommandError(
             f"staging location {url!r}: expected a local directory or gs://bucket/prefix"
@@ -59,21 +62,21 @@ def staging_location(
     return StagingLocation(url)
 
 
-def environment_staging(gcs_endpoint: str | None = None) -> StagingLocation:
+def environment_staging(gcs_endpoint: str | None = None,
+                        environ: Mapping[str, str] = os.environ) -> StagingLocation:
     """The staging area the ``KBQE_ENV`` environment's runs use when no location is named:
     ``local`` (the default) is the local stack's bucket, as for the Dagster runs and
     ``kbqe health``; ``gcp`` has no default, so the error names the variable to set."""
-    from kbqe_dagster.defs.resources import current_environment
-    from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT, local_endpoints
+    from kbqe_dagster.resources.environment import current_environment, staging_location_for
 
-    env = current_environment()
+    env = current_environment(environ)
     if env != "local":
         raise OperatorCommandError(
             f"no staging location: KBQE_ENV={env} needs {STAGING_ENV} (gs://bucket/prefix) "
             "or --staging"
         )
-    return StagingLocation(LOCAL_STAGING_URL, gcs_endpoint or local_endpoints().gcs_url,
-                           LOCAL_PROJECT)
+    return staging_location_for(LOCAL_STAGING_URL, env, gcs_endpoint=gcs_endpoint,
+                                environ=environ)
 
 
 def open_store(args: argparse.Namespace) -> StagingStore:
@@ -106,7 +109,8 @@ def staging_options() -> argparse.ArgumentParser:
                            f"stack's {LOCAL_STAGING_URL})")
     opts.add_argument("--gcs-endpoint", metavar="URL",
                       help=f"GCS emulator endpoint for gs:// locations (default: "
-                           f"${GCS_ENDPOINT_ENV}; unset: real GCS)")
+                           f"${GCS_ENDPOINT_ENV}, else with KBQE_ENV=local the local stack's "
+                           "emulator, else real GCS)")
     opts.add_argument("--json", action="store_true", help="print JSON instead of text")
     return opts
 

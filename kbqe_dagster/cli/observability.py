@@ -118,10 +118,16 @@ def render_health(doc: dict[str, Any]) -> str:
     checks = doc["checks"]
     width = max(len(name) for name in checks)
     lines = [
-        f"{'ok  ' if c['ok'] else 'FAIL'}  {name.ljust(width)}  {c['seconds']:5.2f}s  "
-        f"{c['detail']}"
+        f"{_verdict(c)}  {name.ljust(width)}  {c['seconds']:5.2f}s  {c['detail']}"
         for name, c in checks.items()
     ]
-    lines.append("healthy" if doc["healthy"] else "UNHEALTHY")
+    degraded = doc.get("degraded") or []
+    lines.append(("healthy" if doc["healthy"] else "UNHEALTHY")
+                 + (f" (degraded: {', '.join(degraded)})" if degraded else ""))
     return "\n".join(lines)
 
+
+def _verdict(check: dict[str, Any]) -> str:
+    if not check["ok"]:
+        return "FAIL"
+    return "WARN" if check.get("degraded") else "ok  "

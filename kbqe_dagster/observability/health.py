@@ -2,7 +2,9 @@
 
 Checks, all run in parallel, each answering within ``timeout_s`` (default 3 s) or failing:
 
-- ``kafka``: the cluster answers a metadata request (configured topics it lacks are named);
+- ``kafka``: the cluster answers a metadata request. A configured topic it does not hold (not
+  created yet, or deleted) is a normal state that the stage side skips: the check passes but
+  is *degraded*, naming the topics;
 - ``schema_registry``: the registry lists its subjects;
 - ``staging``: the staging area lists and its load state file reads (a corrupt state file
   stops loading, so it fails this check);
@@ -13,9 +15,11 @@ Checks, all run in parallel, each answering within ``timeout_s`` (default 3 s) o
   asset check's limit, ``FRESHNESS_CADENCES`` load cadences. It uses the metrics' cached
   listing, and adds that listing's own age, so a stale listing never hides an old file.
 
-Healthy when every check passes. A probe still running from an earlier request is not
-started again (it fails as "still running"), so an unreachable system never accumulates
-threads. Every text that comes from a client library is redacted.
+Healthy when every check passes; degraded (still healthy: ``/healthcheck`` answers 200, exit
+0) when a check that passes says something the pipeline wants is absent. A probe still
+running from an earlier request is not started again (it fails as "still running"), so an
+unreachable system never accumulates threads. Every text that comes from a client library is
+redacted.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import functools
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
@@ -47,9 +51,12 @@ class CheckResult:
     ok: bool
     detail: str
     seconds: float
+    degraded: bool = False
+    """Passes, but something the pipeline wants is absent (the detail says what)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "detail": self.detail, "seconds": round(self.seconds, 3)}
+        return {"ok": self.ok, "degraded": self.degraded, "detail": self.detail,
+                "seconds": round(self.seconds, 3)}
 
 
 @dataclass(frozen=True)
@@ -62,9 +69,15 @@ class HealthReport:
     def healthy(self) -> bool:
         return all(c.ok for c in self.checks)
 
+    @property
+    def degraded(self) -> tuple[str, ...]:
+        """The checks that pass degraded."""
+        return tuple(c.name for c in self.checks if c.degraded)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "healthy": self.healthy,
+            "degraded": list(self.degraded),
             "checked_at": self.checked_at.isoformat(),
             "checks": {c.name: c.to_json() for c in self.checks},
             "thresholds": dict(self.thresholds),
@@ -168,6 +181,9 @@ class HealthChecker:
             listing.read(0)  # the listing refreshes while the probes run
         ran = self.prober.run(self.probes)
         results = [ran[name][0] for name in self.probes]
+        kafka, missing = ran.get("kafka", (None, None))
+        if kafka is not None and kafka.ok and missing:
+            results[results.index(kafka)] = replace(kafka, degraded=True)
         staging_result, state = ran.get("staging", (None, None))
         results.append(quarantine_result(state, staging_result))
         results.append(stage_path_result())
@@ -250,10 +266,14 @@ def kafka_admin(sources: ExporterSources) -> Any:
 
 
 def kafka_probe(admin: Any, sources: ExporterSources, timeout_s: float) -> tuple[str, Any]:
+    """The detail, and the configured topics Kafka does not hold (the check is then degraded)."""
     meta = admin.list_topics(timeout=timeout_s)
     missing = sorted(t.name for t in sources.pipeline.topics if t.name not in meta.topics)
     detail = f"{len(meta.brokers)} broker(s) answered"
-    return detail + (f"; configured topics missing: {', '.join(missing)}" if missing else ""), None
+    if missing:
+        detail += (f"; configured topic(s) missing in Kafka (not created yet, or deleted; not "
+                   f"staged until they exist): {', '.join(missing)}")
+    return detail, tuple(missing)
 
 
 def registry_probe(sources: ExporterSources, timeout_s: float) -> tuple[str, Any]:

@@ -5,17 +5,21 @@ Apicurio registry, fake-gcs-server as the staging bucket, the BigQuery emulator 
 ``local[2]``. ``gcp`` reads every connection from environment variables through
 ``dg.EnvVar`` so secrets are resolved at run time and never appear in the definitions.
 Sensor and asset code never branches on the environment: it only sees these resources.
+
+Which GCS a ``gs://`` staging URL means is decided here, once, for the runs and for every
+operator command (``cli/common.py``): :func:`gcs_endpoint_for`.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Mapping
 
 import dagster as dg
 
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, local_endpoints
+from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT, LOCAL_STAGING_URL, local_endpoints
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
     KafkaResource,
@@ -24,13 +28,17 @@ from kbqe_dagster.resources.configurable import (
     StagingResource,
 )
 from kbqe_dagster.resources.spark import spark_config_from_environment, spark_resource
+from kbqe_dagster.resources.staging_store import StagingLocation
 
 ENVIRONMENTS = ("local", "gcp")
+STAGING_ENV = "KBQE_STAGING_URL"
+GCS_ENDPOINT_ENV = "KBQE_GCS_ENDPOINT"
+GCP_PROJECT_ENV = "KBQE_GCP_PROJECT"
 DEFAULT_PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"
 
 
-def current_environment() -> str:
-    env = os.environ.get("KBQE_ENV", "local")
+def current_environment(environ: Mapping[str, str] = os.environ) -> str:
+    env = environ.get("KBQE_ENV", "local")
     if env not in ENVIRONMENTS:
         raise ConfigError(f"KBQE_ENV={env!r}: expected one of {', '.join(ENVIRONMENTS)}")
     return env
@@ -40,18 +48,43 @@ def pipeline_config_path() -> str:
     return os.environ.get("KBQE_PIPELINE_CONFIG", str(DEFAULT_PIPELINE))
 
 
+def gcs_endpoint_for(env: str, explicit: str | None = None,
+                     environ: Mapping[str, str] = os.environ) -> str | None:
+    """The GCS API endpoint a ``gs://`` staging URL is read and written through, for the runs
+    and every command of ``env`` alike: ``explicit`` (a command's ``--gcs-endpoint``), else
+    ``$KBQE_GCS_ENDPOINT``, else in ``local`` the local stack's fake-gcs-server (so
+    ``gs://kbqe-local/<prefix>`` is the emulator's bucket whoever reads it), else ``None``:
+    real GCS with Application Default Credentials."""
+    if explicit:
+        return explicit
+    if environ.get(GCS_ENDPOINT_ENV):
+        return environ[GCS_ENDPOINT_ENV]
+    return local_endpoints().gcs_url if env == "local" else None
+
+
+def staging_location_for(url: str, env: str | None = None, *, gcs_endpoint: str | None = None,
+                         environ: Mapping[str, str] = os.environ) -> StagingLocation:
+    """Where the staging area ``url`` (``gs://bucket/prefix`` or a directory) lives in ``env``
+    (default ``$KBQE_ENV``): a ``gs://`` URL gets the endpoint of :func:`gcs_endpoint_for`
+    and the project of the environment (the local stack's, else ``$KBQE_GCP_PROJECT``)."""
+    if not url.startswith("gs://"):
+        return StagingLocation(url)
+    env = env or current_environment(environ)
+    project = LOCAL_PROJECT if env == "local" else environ.get(GCP_PROJECT_ENV) or None
+    return StagingLocation(url, gcs_endpoint_for(env, gcs_endpoint, environ), project)
+
+
 def local_resources(pipeline: PipelineResource | None = None) -> dict:
     ends = local_endpoints()
     # Spark binds the driver to loopback only; no other address is needed on one machine.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    staging = staging_location_for(os.environ.get(STAGING_ENV, LOCAL_STAGING_URL), "local")
     return {
         "pipeline": pipeline or PipelineResource(config_path=pipeline_config_path()),
         "kafka": KafkaResource(bootstrap_servers=ends.kafka_bootstrap),
         "schema_registry": SchemaRegistryResource(url=ends.registry_url),
         "staging": StagingResource(
-            url=os.environ.get("KBQE_STAGING_URL", f"gs://{LOCAL_BUCKET}/staging"),
-            gcs_endpoint=ends.gcs_url,
-            gcs_project=LOCAL_PROJECT,
+            url=staging.url, gcs_endpoint=staging.gcs_endpoint, gcs_project=staging.gcs_project,
         ),
         "pyspark": spark_resource(spark_config_from_environment("local[2]")),
         # The emulator: anonymous, and its own load path (resources/bigquery/emulator.py).
@@ -85,8 +118,11 @@ def gcp_resources(pipeline: PipelineResource | None = None) -> dict:
             basic_auth_user_info=_optional_env("KBQE_SCHEMA_REGISTRY_BASIC_AUTH"),
             ssl_ca_location=_optional_env("KBQE_SCHEMA_REGISTRY_SSL_CA_LOCATION"),
         ),
+        # The URL is resolved at run time; the endpoint (real GCS unless KBQE_GCS_ENDPOINT)
+        # is the commands' decision too, so runs and commands see one staging area.
         "staging": StagingResource(
-            url=dg.EnvVar("KBQE_STAGING_URL"), gcs_project=dg.EnvVar("KBQE_GCP_PROJECT")
+            url=dg.EnvVar(STAGING_ENV), gcs_project=dg.EnvVar(GCP_PROJECT_ENV),
+            gcs_endpoint=gcs_endpoint_for("gcp"),
         ),
         "pyspark": spark_resource(spark_config_from_environment("local[*]")),
         # Application Default Credentials; load job statistics are the row figures.

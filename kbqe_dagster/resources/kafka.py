@@ -40,6 +40,17 @@ class KafkaReadError(KbqeError):
     """Kafka could not be read; the message names topic/partition/offset."""
 
 
+class TopicMissing(KafkaReadError):
+    """A configured topic Kafka does not hold: not created yet (a pipeline started before its
+    producers), or deleted. A normal state, not a failure: whoever reads it skips the topic
+    with this one-line reason and serves the others."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        super().__init__(f"topic {topic!r} does not exist in Kafka (not created yet, or "
+                         "deleted); not staged until it exists")
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     """Bootstrap servers plus any librdkafka client setting (``security.protocol``,
@@ -127,12 +138,16 @@ def _admin(settings: KafkaSettings) -> AdminClient:
 
 
 def topic_partitions(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> list[int]:
-    """The partition numbers of ``topic``; a KafkaReadError if it does not exist."""
+    """The partition numbers of ``topic``; :class:`TopicMissing` if Kafka does not hold it, a
+    KafkaReadError if its metadata carries another error."""
     admin = _admin(settings)
     meta = admin.list_topics(topic=topic, timeout=timeout)
     info = meta.topics.get(topic)
-    if info is None or info.error is not None:
-        raise KafkaReadError(f"topic {topic!r} is not available: {info.error if info else 'missing'}")
+    if info is None or (info.error is not None
+                        and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+        raise TopicMissing(topic)
+    if info.error is not None:
+        raise KafkaReadError(f"topic {topic!r} is not available: {info.error}")
     return sorted(info.partitions)
 
 

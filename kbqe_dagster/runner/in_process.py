@@ -41,7 +41,7 @@ from kbqe_dagster.operations.snapshot import read_load_state
 from kbqe_dagster.runner.after_load import JobRun
 from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableCompleteness, TableLoad
 from kbqe_dagster.runner.until_idle import Backlog, LoadSide
-from kbqe_dagster.resources.kafka import KafkaReadError, watermarks_of
+from kbqe_dagster.resources.kafka import KafkaReadError, TopicMissing, watermarks_of
 from kbqe_dagster.staging.backlog import fleet_backlog
 
 log = logging.getLogger(__name__)
@@ -145,10 +145,8 @@ class InProcessPipeline:
         )
         out = {}
         for topic, b in found.items():
-            if isinstance(b, KafkaReadError):
-                if self.config.topic(topic).pattern is None:
-                    raise b  # a listed topic that cannot be read stops the run, as ever
-                out[topic] = Backlog(0, {})  # found by a pattern, deleted since: nothing to stage
+            if isinstance(b, TopicMissing):  # not created yet, or deleted: nothing to stage
+                out[topic] = Backlog(0, {}, missing=str(b))
                 continue
             out[topic] = Backlog(b.lag, b.next_offsets)
         return out

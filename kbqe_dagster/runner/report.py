@@ -56,6 +56,8 @@ class TopicTotals:
     tombstones: int = 0
     messages: int = 0
     stage_runs: int = 0
+    missing: str | None = None
+    """Why the topic was not staged at the last look: Kafka does not hold it."""
 
     def add(self, outcome: StageOutcome) -> None:
         self.staged += outcome.records
@@ -147,6 +149,8 @@ class UntilIdleReport:
                     "staged": t.staged, "dead_lettered": t.dead_lettered,
                     "tombstones": t.tombstones, "messages": t.messages,
                     "stage_runs": t.stage_runs,
+                    # Only for a topic Kafka does not hold, so the usual document is unchanged.
+                    **({"missing": t.missing} if t.missing else {}),
                 }
                 for name, t in sorted(self.topics.items())
             },

@@ -11,6 +11,9 @@ Stops early, with a one-line reason:
 - a load or poll run fails, polling outlasts ``poll_timeout_s``, or a step reports an error;
 - after ``max_rounds`` rounds without becoming idle (the reason says what is left).
 
+A configured topic Kafka does not hold (not created yet, or deleted) is skipped with a one-line
+reason and reported ``missing`` in the topic's totals; it fails nothing.
+
 A stage run that fails, or succeeds without committing a range while its topic has a backlog
 (no progress: another run would do the same), fails that topic only; the others are staged
 and loaded to the end, then the run exits non-zero naming it. A grouped run that fails does
@@ -63,6 +66,9 @@ class Backlog:
 
     lag: int
     next_offsets: Mapping[int, int]
+    missing: str | None = None
+    """Why there is nothing to stage when Kafka does not hold the topic (not created yet, or
+    deleted): a state the run reports, not a failure."""
 
     def offsets(self) -> str:
         return ",".join(f"{p}={o}" for p, o in sorted(self.next_offsets.items()))
@@ -180,6 +186,7 @@ class _Loop:
         staged = False
         wanted = [t for t in self.topics if t not in self.failed_topics]
         backlogs = self.pipeline.backlogs(wanted) if wanted else {}
+        self._note_missing(number, backlogs)
         due = [DueTopic(t, b.next_offsets, b.lag, f"backlog {b.lag}")
                for t in wanted if (b := backlogs[t]).lag > 0]
         grouped = group_due_topics([d for d in due if d.topic not in self.solo],
@@ -197,6 +204,15 @@ class _Loop:
             for outcome in outcomes:
                 staged = self._staged(number, outcome, backlogs[outcome.topic]) or staged
         return staged
+
+    def _note_missing(self, number: int, backlogs: Mapping[str, Backlog]) -> None:
+        """Report a topic Kafka does not hold once, when first seen missing (and again if it
+        comes back and goes again); the report keeps its latest state."""
+        for topic, backlog in backlogs.items():
+            totals = self.report.topics.setdefault(topic, TopicTotals())
+            if backlog.missing is not None and totals.missing is None:
+                self.progress(f"round {number}: skipped: {backlog.missing}")
+            totals.missing = backlog.missing
 
     def _staged(self, number: int, outcome: StageOutcome, backlog: Backlog) -> bool:
         """Report one topic's outcome; whether it made progress."""

@@ -17,8 +17,8 @@ from typing import Callable, Iterable, Mapping
 from kbqe_dagster.core.naming import parse_name
 from kbqe_dagster.core.offsets import StartPolicy, Watermarks, plan_ranges, recover
 from kbqe_dagster.resources.kafka import (
-    KafkaReadError,
     KafkaSettings,
+    TopicMissing,
     first_timestamps_ms,
     oldest_timestamp_ms,
     watermarks,
@@ -119,7 +119,7 @@ def fleet_backlog(
     topics: Mapping[str, StartPolicy],
     *,
     oldest_wanted: Wanted = lambda backlog: True,
-) -> dict[str, TopicBacklog | KafkaReadError]:
+) -> dict[str, TopicBacklog | TopicMissing]:
     """:func:`topic_backlog` of many topics in a bounded number of calls whatever their
     number: one staging listing, one metadata request plus one ListOffsets request per bound
     for every partition (``watermarks_of``), and one consumer reading one message per
@@ -127,16 +127,17 @@ def fleet_backlog(
 
     ``oldest_wanted(backlog)`` says whether a topic's oldest unstaged time is needed (the
     sensor asks only for topics whose backlog is below the size trigger: a full batch is due
-    whatever its age). A topic Kafka does not know maps to a :class:`KafkaReadError`."""
+    whatever its age). A topic Kafka does not hold (not created yet, deleted) maps to a
+    :class:`TopicMissing`, its reason: the other topics are read all the same."""
     names = staging_names_by_topic(store, topics)
     marks = {tp: Watermarks(w.low, w.high) for tp, w in watermarks_of(kafka, topics).items()}
     by_topic: dict[str, dict[tuple[str, int], Watermarks]] = defaultdict(dict)
     for tp, mark in marks.items():
         by_topic[tp[0]][tp] = mark
-    out: dict[str, TopicBacklog | KafkaReadError] = {}
+    out: dict[str, TopicBacklog | TopicMissing] = {}
     for topic, policy in topics.items():
         if topic not in by_topic:
-            out[topic] = KafkaReadError(f"topic {topic!r} is not available: missing")
+            out[topic] = TopicMissing(topic)
             continue
         out[topic] = _backlog_of(topic, names[topic], by_topic[topic], policy)
     positions = {

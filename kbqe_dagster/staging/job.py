@@ -19,7 +19,7 @@ from typing import Sequence
 
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.offsets import OffsetRange, Watermarks
-from kbqe_dagster.resources.kafka import watermarks_of
+from kbqe_dagster.resources.kafka import TopicMissing, watermarks_of
 from kbqe_dagster.staging.prepare import Preparation, prepare_topic
 from kbqe_dagster.staging.task import RangeResult, StageContext, stage_range
 
@@ -138,9 +138,10 @@ def run_stage_group(spark_context, ctx: StageContext,
     then prepared as in :func:`run_stage` (its own listing, roll forward, orphans, plan, with
     its own ``staging.max_messages_per_run`` and ``max_messages_per_range``).
 
-    A topic Kafka no longer holds is skipped when a pattern took it (deleted since the tick)
-    and fails the run when it is listed. A failed range fails the run after every other range
-    of every topic had its chance (their commits stand; the failed one is redone next run)."""
+    A topic Kafka does not hold (not created yet, or deleted since the tick) is skipped with a
+    warning naming it and has no summary; the other topics are staged. A failed range fails the
+    run after every other range of every topic had its chance (their commits stand; the failed
+    one is redone next run)."""
     started = time.monotonic()
     store = ctx.staging.open()
     marks: dict[str, dict[tuple[str, int], Watermarks]] = {}
@@ -149,13 +150,10 @@ def run_stage_group(spark_context, ctx: StageContext,
     preps: dict[str, Preparation] = {}
     failures: list[str] = []
     for topic in dict.fromkeys(topics):
-        settings = replace(ctx, topic_name=topic).topic
         if topic not in marks:
-            if settings.pattern is None:
-                failures.append(f"{topic}: not available in Kafka; not staged")
-            else:  # found by a pattern at the tick, deleted since: nothing to stage
-                log.warning("%s: not in Kafka any more; not staged", topic)
+            log.warning("not staged: %s", TopicMissing(topic))
             continue
+        settings = replace(ctx, topic_name=topic).topic
         preps[topic] = prepare_topic(
             store, ctx.kafka, topic,
             max_messages_per_run=settings.staging.max_messages_per_run,

@@ -3,7 +3,9 @@
 Order matters. Roll forward first (a range whose first done file exists is committed: its
 missing done files are created from the manifest), then delete orphans (avro files of
 attempts that never reached a commit point), then recover offsets from the done files and
-plan the ranges. Everything is derived from the listing of this topic's prefix.
+plan the ranges. Everything is derived from the listing of this topic's prefix. A topic Kafka
+does not hold (not created yet, or deleted) plans nothing: its preparation says why
+(:attr:`Preparation.missing`) and the run goes on with its other topics.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from kbqe_dagster.core.commit import manifests_needed, plan_bootstrap, plan_clea
 from kbqe_dagster.core.errors import CommitConflictError
 from kbqe_dagster.core.naming import of_topic, topic_prefix
 from kbqe_dagster.core.offsets import RangePlan, StartPolicy, Watermarks, plan_ranges, recover
-from kbqe_dagster.resources.kafka import KafkaSettings, watermarks
+from kbqe_dagster.resources.kafka import KafkaSettings, TopicMissing, watermarks
 from kbqe_dagster.resources.staging_store import StagingStore
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,8 @@ class Preparation:
     orphans_deleted: tuple[str, ...]
     unrecognized: tuple[str, ...]
     plan: RangePlan
+    missing: str | None = None
+    """Why nothing was planned when Kafka does not hold the topic; None when it does."""
 
 
 def topic_file_names(store: StagingStore, topic: str) -> tuple[list[str], list[str]]:
@@ -72,9 +76,14 @@ def prepare_topic(
     reads every topic's in one request, ``resources.kafka.watermarks_of``)."""
     created, deleted, names, unrecognized = clean_up(store, topic)
     if marks is None:
-        marks = {
-            (w.topic, w.partition): Watermarks(w.low, w.high) for w in watermarks(kafka, topic)
-        }
+        try:
+            marks = {
+                (w.topic, w.partition): Watermarks(w.low, w.high) for w in watermarks(kafka, topic)
+            }
+        except TopicMissing as missing:
+            log.warning("not staged: %s", missing)
+            return Preparation(created, deleted, tuple(unrecognized), RangePlan((), ()),
+                               missing=str(missing))
     plan = plan_ranges(
         recover(names), marks,
         max_messages_per_run=max_messages_per_run,

@@ -125,22 +125,32 @@ def test_a_negative_limit_is_refused(run: Run, area: Area) -> None:
     assert_one_error_line(result, "kbqe: error: --limit must be 0 or more, got -1")
 
 
+GCP = {"KBQE_ENV": "gcp"}
+EMULATOR = "http://127.0.0.1:14443"
+
+
 @pytest.mark.parametrize(
     ("url", "endpoint", "environ", "expected"),
     [
-        ("gs://b/p", None, {}, StagingLocation("gs://b/p")),
-        ("gs://b/p", "http://127.0.0.1:14443", {},
-         StagingLocation("gs://b/p", "http://127.0.0.1:14443")),
-        (None, None, {"KBQE_STAGING_URL": "gs://b/p", "KBQE_GCS_ENDPOINT": "http://e:1"},
+        ("gs://b/p", None, GCP, StagingLocation("gs://b/p")),
+        ("gs://b/p", EMULATOR, GCP, StagingLocation("gs://b/p", EMULATOR)),
+        (None, None, {**GCP, "KBQE_STAGING_URL": "gs://b/p", "KBQE_GCS_ENDPOINT": "http://e:1"},
          StagingLocation("gs://b/p", "http://e:1")),
-        ("gs://b/q", "http://opt:2", {"KBQE_STAGING_URL": "gs://b/p",
+        ("gs://b/q", "http://opt:2", {**GCP, "KBQE_STAGING_URL": "gs://b/p",
                                       "KBQE_GCS_ENDPOINT": "http://env:1"},
          StagingLocation("gs://b/q", "http://opt:2")),
-        ("gs://b/p", None, {"KBQE_GCP_PROJECT": "acme-prod"},
+        ("gs://b/p", None, {**GCP, "KBQE_GCP_PROJECT": "acme-prod"},
          StagingLocation("gs://b/p", None, "acme-prod")),
+        # In local (the default), a gs:// URL is the local stack's emulator, as for the runs.
+        ("gs://kbqe-local/p", None, {},
+         StagingLocation("gs://kbqe-local/p", EMULATOR, "kbqe-local")),
+        (None, None, {"KBQE_STAGING_URL": "gs://kbqe-local/p"},
+         StagingLocation("gs://kbqe-local/p", EMULATOR, "kbqe-local")),
+        ("gs://kbqe-local/p", "http://opt:2", {"KBQE_GCS_ENDPOINT": "http://env:1"},
+         StagingLocation("gs://kbqe-local/p", "http://opt:2", "kbqe-local")),
     ],
 )
-def test_options_win_over_the_environment_and_gcs_defaults_to_real_gcs(
+def test_options_win_over_the_environment_and_gcs_is_the_environments(
     url, endpoint, environ, expected
 ) -> None:
     assert staging_location(url, endpoint, environ) == expected

@@ -17,7 +17,7 @@ from kbqe_dagster.defs.staging import sensors
 from kbqe_dagster.defs.staging.assets import TOPIC_TAG
 from kbqe_dagster.defs.staging.jobs import stage_run_config
 from kbqe_dagster.resources import kafka as kafka_module
-from kbqe_dagster.resources.kafka import KafkaReadError
+from kbqe_dagster.resources.kafka import KafkaReadError, TopicMissing
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 
 PIPELINE = {
@@ -144,14 +144,23 @@ def test_a_deleted_topic_is_no_longer_polled(defs, kafka, monkeypatch) -> None:
 def test_a_topic_deleted_between_listing_and_reading_is_skipped_for_this_tick(
     defs, kafka, monkeypatch
 ) -> None:
-    gone = KafkaReadError("topic 'shop.orders' is not available: missing")
-    result = tick(defs, monkeypatch, {"billing.invoices": 0, "shop.orders": gone})
-    assert {e.asset_key.path[1] for e in result.asset_events} == {"billing.invoices"}
+    result = tick(defs, monkeypatch, {"billing.invoices": 0,
+                                      "shop.orders": TopicMissing("shop.orders")})
+    observed = {e.asset_key.path[1]: e.metadata["missing"].value for e in result.asset_events}
+    assert observed == {"billing.invoices": False, "shop.orders": True}
+    assert result.run_requests == []
+    assert result.skip_reason.skip_message.startswith("topic 'shop.orders' does not exist in Kafka")
 
 
-def test_a_listed_topic_that_cannot_be_read_still_fails_the_tick(defs, monkeypatch) -> None:
-    with pytest.raises(KafkaReadError):
-        tick(defs, monkeypatch, {"billing.invoices": KafkaReadError("missing"), "shop.orders": 0})
+def test_a_listed_topic_kafka_does_not_hold_is_skipped_and_the_others_served(
+    defs, monkeypatch
+) -> None:
+    result = tick(defs, monkeypatch, {"billing.invoices": TopicMissing("billing.invoices"),
+                                      "shop.orders": 10})
+    [request] = result.run_requests
+    assert request.tags[TOPIC_TAG] == "shop.orders"
+    observed = {e.asset_key.path[1]: e.metadata["missing"].value for e in result.asset_events}
+    assert observed == {"billing.invoices": True, "shop.orders": False}
 
 
 class _Resolved(Exception):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from kbqe_dagster.cli.observability import render_health
 from kbqe_dagster.observability.collector import MetricSources
-from kbqe_dagster.observability.health import HealthChecker, Prober, staging_probe
+from kbqe_dagster.observability.health import HealthChecker, Prober, kafka_probe, staging_probe
 from kbqe_dagster.observability.redact import Redactor
 from kbqe_dagster_tests.cli.staging_area import AGE_SECONDS, build
 from kbqe_dagster_tests.observability.conftest import sources_for
@@ -144,3 +145,55 @@ def test_health_says_which_stage_path_runs_and_is_never_unhealthy_for_it(monkeyp
     result = stage_path_result()
     assert result.ok and result.name == "stage_path"
     assert result.detail == "python (KBQE_STAGE_KERNEL=off)"
+
+
+class _Metadata:
+    """What ``AdminClient.list_topics`` answers: brokers and the topics the cluster holds."""
+
+    def __init__(self, topics: set[str]) -> None:
+        self.brokers = {1: "broker"}
+        self.topics = {name: object() for name in topics}
+
+
+class _Admin:
+    def __init__(self, topics: set[str]) -> None:
+        self.topics = topics
+
+    def list_topics(self, timeout: float):
+        return _Metadata(self.topics)
+
+
+def kafka_holding(tmp_path: Path, pipeline, topics: set[str]) -> HealthChecker:
+    sources = sources_for(tmp_path, pipeline)
+    probes = {"kafka": lambda: kafka_probe(_Admin(topics), sources, 1.0),
+              "staging": lambda: staging_probe(sources.staging.open())}
+    return HealthChecker(probes, None, max_staging_age_s=60, timeout_s=2,
+                         redact=sources.redactor())
+
+
+def test_a_configured_topic_kafka_does_not_hold_is_healthy_but_degraded_naming_it(
+    tmp_path, example_pipeline
+) -> None:
+    report = kafka_holding(tmp_path, example_pipeline, {"other.topic"}).check()
+    kafka = next(c for c in report.checks if c.name == "kafka")
+
+    assert report.healthy and report.degraded == ("kafka",)
+    assert kafka.ok and kafka.degraded
+    assert kafka.detail == (
+        "1 broker(s) answered; configured topic(s) missing in Kafka (not created yet, or "
+        "deleted; not staged until they exist): com.acme.events")
+    doc = report.to_json()
+    assert doc["degraded"] == ["kafka"] and doc["checks"]["kafka"]["degraded"] is True
+    assert "WARN  kafka" in render_health(doc)
+    assert render_health(doc).splitlines()[-1] == "healthy (degraded: kafka)"
+
+
+def test_every_configured_topic_present_is_neither_degraded_nor_named(
+    tmp_path, example_pipeline
+) -> None:
+    report = kafka_holding(tmp_path, example_pipeline, {"com.acme.events"}).check()
+    kafka = next(c for c in report.checks if c.name == "kafka")
+
+    assert report.healthy and report.degraded == ()
+    assert (kafka.ok, kafka.degraded, kafka.detail) == (True, False, "1 broker(s) answered")
+    assert render_health(report.to_json()).splitlines()[-1] == "healthy"

@@ -16,7 +16,7 @@ import pytest
 
 from kbqe_dagster.core.config import parse_pipeline_config
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.resources.kafka import KafkaReadError
+from kbqe_dagster.resources.kafka import TopicMissing
 from kbqe_dagster.runner import in_process
 from kbqe_dagster.runner.after_load import JobRun
 from kbqe_dagster.runner.in_process import (
@@ -205,7 +205,7 @@ def test_backlogs_are_read_at_once_and_a_deleted_pattern_topic_has_none(monkeypa
     def fleet_backlog(store, kafka, topics, oldest_wanted):
         reads.append(list(topics))
         return {"listed": TopicBacklog("listed", (PartitionBacklog(0, 0, 9, 4, 5),), None),
-                "shop.gone": KafkaReadError("topic 'shop.gone' is not available: missing")}
+                "shop.gone": TopicMissing("shop.gone")}
 
     monkeypatch.setattr(in_process, "fleet_backlog", fleet_backlog)
     resources = SimpleNamespace(pipeline=SimpleNamespace(load=lambda: config),
@@ -218,7 +218,10 @@ def test_backlogs_are_read_at_once_and_a_deleted_pattern_topic_has_none(monkeypa
     assert reads == [["listed", "shop.gone"]]
     assert (backlogs["listed"].lag, dict(backlogs["listed"].next_offsets)) == (5, {0: 4})
     assert (backlogs["shop.gone"].lag, dict(backlogs["shop.gone"].next_offsets)) == (0, {})
+    assert backlogs["shop.gone"].missing == str(TopicMissing("shop.gone"))
+    assert backlogs["listed"].missing is None
+    # A listed topic Kafka does not hold (not created yet) is a state, not an error either.
     monkeypatch.setattr(in_process, "fleet_backlog", lambda *a, **k: {
-        "listed": KafkaReadError("topic 'listed' is not available: missing")})
-    with pytest.raises(KafkaReadError, match="listed"):
-        pipeline.backlogs(["listed"])
+        "listed": TopicMissing("listed")})
+    [(topic, listed)] = pipeline.backlogs(["listed"]).items()
+    assert (topic, listed.lag, listed.missing) == ("listed", 0, str(TopicMissing("listed")))

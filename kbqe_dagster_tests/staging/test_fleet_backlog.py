@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kbqe_dagster.core.offsets import StartPolicy
-from kbqe_dagster.resources.kafka import KafkaReadError, KafkaSettings, PartitionWatermarks
+from kbqe_dagster.resources.kafka import KafkaSettings, PartitionWatermarks, TopicMissing
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 from kbqe_dagster.staging import backlog as backlog_module
 from kbqe_dagster.staging.backlog import fleet_backlog, staging_names_by_topic
@@ -110,5 +110,6 @@ def test_a_topic_kafka_does_not_hold_is_an_error_of_that_topic_only(store, monke
     result = fleet_backlog(store, KAFKA, {"fleet.a": StartPolicy.EARLIEST,
                                           "fleet.gone": StartPolicy.EARLIEST})
     assert result["fleet.a"].lag == 2
-    assert isinstance(result["fleet.gone"], KafkaReadError)
+    assert isinstance(result["fleet.gone"], TopicMissing)
+    assert result["fleet.gone"].topic == "fleet.gone"
     assert "fleet.gone" in str(result["fleet.gone"])

@@ -25,7 +25,8 @@ def topic_specs(config: PipelineConfig) -> list[dg.AssetSpec]:
             description=(
                 f"Kafka topic `{topic.name}`: Confluent-framed Avro messages, staged by the "
                 "stage job from explicit offset ranges. Observations carry end offsets, "
-                "staged offsets and lag per partition."
+                "staged offsets and lag per partition, or `missing: true` and the reason "
+                "while Kafka does not hold the topic."
                 + (f" Found in Kafka by the topic pattern `{topic.pattern}`."
                    if topic.pattern is not None else "")
             ),

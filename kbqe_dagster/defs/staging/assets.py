@@ -27,6 +27,7 @@ from kbqe_dagster.resources.configurable import (
     SchemaRegistryResource,
     StagingResource,
 )
+from kbqe_dagster.resources.kafka import TopicMissing
 from kbqe_dagster.resources.spark import LazySparkContextResource
 from kbqe_dagster.staging.job import StageSummary, run_stage_group
 from kbqe_dagster.staging.task import StageContext
@@ -102,7 +103,13 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
                 summary.topic, summary.records, summary.messages, len(summary.files),
                 sum(summary.dead_letters.values()),
             )
-        return dg.MaterializeResult(metadata=group_metadata(names, summaries))
+        # A topic without a summary is one Kafka does not hold (deleted since the tick).
+        missing = sorted(set(names) - {s.topic for s in summaries})
+        for topic in missing:
+            context.log.warning("not staged: %s", TopicMissing(topic))
+        return dg.MaterializeResult(metadata={
+            **group_metadata(names, summaries),
+            **({"missing_topics": dg.MetadataValue.json(missing)} if missing else {})})
 
     return staging
 

@@ -4,7 +4,10 @@
 ``topic_patterns`` at this tick (core/discovery.py) — (end offsets, staged offsets, lag per
 partition → observations on ``kafka/<topic>``) and launches stage runs for the topics whose
 backlog reaches ``max_messages_per_batch`` or whose oldest unstaged message is older than
-``allowed_latency``; due topics share runs (core/stage_groups.py).
+``allowed_latency``; due topics share runs (core/stage_groups.py). A configured topic Kafka
+does not hold (not created yet, or deleted) is a normal state, not an error: the tick skips it
+with a one-line reason naming it (the tick's skip reason when nothing else is launched), records
+``missing`` on ``kafka/<topic>`` and serves the other topics.
 
 A tick costs the same few calls whatever the number of topics (staging/backlog.py
 ``fleet_backlog``): one staging listing, one metadata request, one ListOffsets request per
@@ -36,7 +39,7 @@ from kbqe_dagster.defs.staging.claims import topics_in_flight
 from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_job, stage_tags
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
-from kbqe_dagster.resources.kafka import KafkaReadError, discover_topics
+from kbqe_dagster.resources.kafka import TopicMissing, discover_topics
 from kbqe_dagster.staging.backlog import TopicBacklog, fleet_backlog
 
 def stage_decision(config: PipelineConfig, backlog: TopicBacklog, now_ms: int) -> str | None:
@@ -49,6 +52,7 @@ def lag_observation(backlog: TopicBacklog) -> dg.AssetObservation:
     return dg.AssetObservation(
         asset_key=topic_asset_key(backlog.topic),
         metadata={
+            "missing": False,
             "lag": backlog.lag,
             "end_offsets": dg.MetadataValue.json({str(p.partition): p.high for p in backlog.partitions}),
             "staged_offsets": dg.MetadataValue.json(
@@ -63,6 +67,24 @@ def lag_observation(backlog: TopicBacklog) -> dg.AssetObservation:
             ),
         },
     )
+
+
+def missing_observation(missing: TopicMissing) -> dg.AssetObservation:
+    """``kafka/<topic>`` says the topic is missing: its last lag figures no longer hold."""
+    return dg.AssetObservation(
+        asset_key=topic_asset_key(missing.topic),
+        metadata={"missing": True, "reason": str(missing)},
+    )
+
+
+def missing_reason(missing: list[TopicMissing]) -> str:
+    """One line naming the topics skipped because Kafka does not hold them."""
+    if len(missing) == 1:
+        return str(missing[0])
+    names = [m.topic for m in missing]
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (f"{len(names)} topics do not exist in Kafka (not created yet, or deleted): "
+            f"{shown}; not staged until they exist")
 
 
 def earlier_runs(instance: dg.DagsterInstance, group: StageGroup) -> int:
@@ -97,14 +119,15 @@ def kafka_backlog_sensor(
         oldest_wanted=lambda b: b.lag < topics[b.topic].staging.max_messages_per_batch,
     )
     busy = topics_in_flight(context.instance)
-    observations, due = [], []
+    observations, due, skipped = [], [], []
     for topic in config.topics:
         backlog = backlogs[topic.name]
-        if isinstance(backlog, KafkaReadError):
-            if topic.pattern is None:
-                raise backlog  # a listed topic that cannot be read is an error to see at every tick
-            # Listed a moment ago, gone now (deleted): the next tick's listing drops it.
-            context.log.info("%s: skipped this tick: %s", topic.name, backlog)
+        if isinstance(backlog, TopicMissing):
+            # Listed, or found by a pattern a moment ago and deleted since (the next tick's
+            # listing drops it): skipped, the other topics served.
+            context.log.info("skipped this tick: %s", backlog)
+            skipped.append(backlog)
+            observations.append(missing_observation(backlog))
             continue
         observations.append(lag_observation(backlog))
         reason = stage_decision(config, backlog, now_ms)
@@ -123,7 +146,11 @@ def kafka_backlog_sensor(
                 tags=stage_tags(group),
             )
         )
-    return dg.SensorResult(run_requests=requests, asset_events=observations)
+    # Dagster takes a skip reason only from a tick that launches nothing; otherwise the log
+    # lines above name the skipped topics.
+    skip_reason = missing_reason(skipped) if skipped and not requests else None
+    return dg.SensorResult(run_requests=requests, asset_events=observations,
+                           skip_reason=skip_reason)
 
 
 @dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
