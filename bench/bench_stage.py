@@ -12,9 +12,10 @@ In one run:
    (``raw_stage_tuned``), the fastest of which is the reference of the ratio, plus the stage job's own reader (``read_range``) in 2 processes; then each
    per-message step of a stage task timed alone (``--breakdown``, in a child process);
 3. the stage job, ``run_stage`` on Spark ``local[2]`` over the whole backlog, staging to a
-   local directory and to the fake-GCS bucket, each run on a SparkContext of its own (as each
-   Dagster run starts one; its two workers warmed first), while the driver (this process +
-   the Spark JVM) and the Python workers are sampled at 5 Hz for RSS and CPU;
+   local directory and to the fake-GCS bucket, each run on a SparkContext and a JVM of its
+   own (as each Dagster run starts one; its two workers warmed first), while the driver (this
+   process + the Spark JVM) and the Python workers are sampled at 5 Hz for RSS and CPU (the
+   stack's services are left out, also those this bench started and so are its children);
 4. optionally (``--profile``) one more stage run with py-spy on the Python workers, and
    (``--scale10``) the produce and both stage runs again at 10× N for the memory figures.
 
