@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 try:  # optional, only used where /proc is missing
     import psutil
@@ -39,12 +39,17 @@ class ProcSample:
     pss: int = 0  # bytes: resident memory with pages shared between processes split among them
 
 
+SPARK_JVM_MAIN = "org.apache.spark.deploy.SparkSubmit"  # what PySpark's launch_gateway runs
+
+
 def _role(pid: int, root: int, cmdline: str) -> str:
     if pid == root:
         return "driver"
     if "pyspark.daemon" in cmdline or "pyspark/daemon" in cmdline or "pyspark.worker" in cmdline:
         return "worker"
-    if cmdline.split("\0", 1)[0].endswith("java"):
+    # Spark's JVM only: a Kafka broker or Apicurio the measuring process started is a JVM too,
+    # and counting one as "the Spark JVM" is how 160 MB became 730 MB (bench_stage.py).
+    if cmdline.split("\0", 1)[0].endswith("java") and SPARK_JVM_MAIN in cmdline:
         return "jvm"
     return "other"
 
@@ -93,8 +98,12 @@ def _pss(pid: int) -> int:
     return 0
 
 
-def process_tree(root: int) -> list[ProcSample]:
-    """``root`` and all its descendants, classified by role."""
+def process_tree(root: int, exclude: Iterable[int] = ()) -> list[ProcSample]:
+    """``root`` and all its descendants, classified by role, less the processes in
+    ``exclude`` and their own descendants: the local stack's services, which are children of
+    the process that started them (``bench_stage.py`` starts those that are not running) but
+    serve every run of the machine, and are not part of the run being measured."""
+    exclude = frozenset(exclude)
     if PROC.is_dir():
         # Parents from each process's stat line only; the costly reads (status, cmdline,
         # smaps_rollup) for the tree's few processes only. Reading them for every process of
@@ -109,6 +118,8 @@ def process_tree(root: int) -> list[ProcSample]:
         tree, todo = [], [root]
         while todo:
             pid = todo.pop()
+            if pid in exclude:
+                continue
             sample = _read_proc(pid, root)
             if sample is not None:
                 tree.append(sample)
@@ -117,9 +128,13 @@ def process_tree(root: int) -> list[ProcSample]:
     if psutil is None:
         return []
     out = []
-    top = psutil.Process(root)
-    for proc in [top, *top.children(recursive=True)]:
+    procs = [psutil.Process(root)]
+    while procs:
+        proc = procs.pop()
+        if proc.pid in exclude:
+            continue
         try:
+            procs.extend(proc.children())
             with proc.oneshot():
                 cpu = proc.cpu_times()
                 out.append(ProcSample(proc.pid, proc.ppid(), _role(proc.pid, root, "\0".join(proc.cmdline())),
@@ -138,6 +153,8 @@ class TreeSampler:
 
     root: int = field(default_factory=os.getpid)
     interval: float = 0.2
+    exclude: frozenset[int] = frozenset()
+    """pids left out with their descendants (:func:`process_tree`): the stack's services."""
     peak: dict[str, int] = field(default_factory=dict)
     hwm: dict[str, int] = field(default_factory=dict)
     samples: int = 0
@@ -155,7 +172,7 @@ class TreeSampler:
         self._started = time.monotonic()
 
     def __enter__(self) -> TreeSampler:
-        for s in process_tree(self.root):
+        for s in process_tree(self.root, self.exclude):
             self._cpu_start[s.pid] = s.cpu
         self._thread.start()
         return self
@@ -170,7 +187,7 @@ class TreeSampler:
             self._sample()
 
     def _sample(self) -> None:
-        tree = process_tree(self.root)
+        tree = process_tree(self.root, self.exclude)
         totals: dict[str, int] = {}
         for s in tree:
             role = "driver" if s.role in ("driver", "jvm") else s.role

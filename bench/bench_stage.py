@@ -12,9 +12,10 @@ In one run:
    (``raw_stage_tuned``), the fastest of which is the reference of the ratio, plus the stage job's own reader (``read_range``) in 2 processes; then each
    per-message step of a stage task timed alone (``--breakdown``, in a child process);
 3. the stage job, ``run_stage`` on Spark ``local[2]`` over the whole backlog, staging to a
-   local directory and to the fake-GCS bucket, each run on a SparkContext of its own (as each
-   Dagster run starts one; its two workers warmed first), while the driver (this process +
-   the Spark JVM) and the Python workers are sampled at 5 Hz for RSS and CPU;
+   local directory and to the fake-GCS bucket, each run on a SparkContext and a JVM of its
+   own (as each Dagster run starts one; its two workers warmed first), while the driver (this
+   process + the Spark JVM) and the Python workers are sampled at 5 Hz for RSS and CPU (the
+   stack's services are left out, also those this bench started and so are its children);
 4. optionally (``--profile``) one more stage run with py-spy on the Python workers, and
    (``--scale10``) the produce and both stage runs again at 10× N for the memory figures.
 
@@ -162,6 +163,23 @@ def pipeline(topic: str, range_size: int, debezium: bool = False, json_values: b
     }, source="bench")  # fmt: skip
 
 
+def end_spark_jvm() -> None:
+    """End the JVM of the SparkContext just stopped. PySpark keeps its JVM (the Py4J gateway)
+    for the rest of the process and starts every later SparkContext on it: measured that way,
+    the second to fourth stage runs had a JVM 4-14 MB larger than the first, which a Dagster
+    run, whose JVM ends with its process, never has. The JVM exits when its stdin closes."""
+    from pyspark import SparkContext
+
+    gateway, SparkContext._gateway, SparkContext._jvm = SparkContext._gateway, None, None
+    if gateway is None:
+        return
+    gateway.close()
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -172,6 +190,12 @@ class Bench:
         self.cleanups: list = []
         self.spark = None
         self.services = {s.name: s for s in stack.build(SERVICES)}
+
+    def service_pids(self) -> frozenset[int]:
+        """The stack services' pids, which the sampler leaves out: those this bench started
+        are its children (a Kafka broker and Apicurio are JVMs of ~500 MB together), yet they
+        serve the machine, not the stage run measured."""
+        return frozenset(pid for s in self.services.values() if (pid := s.pid()) is not None)
 
     def service_cpu(self) -> dict[str, float | None]:
         return {name: cpu_seconds(service.pid()) for name, service in self.services.items()
@@ -229,10 +253,12 @@ class Bench:
     # --- Spark -------------------------------------------------------------------------------
     def session(self, fresh: bool = False):
         """The SparkContext, started (and its two workers warmed) if needed. ``fresh``: a new
-        one, as every Dagster stage run starts in its own process, so no run inherits the
-        workers (and their imports, e.g. the GCS client) of the run measured before it."""
+        one on a new JVM, as every Dagster stage run starts in its own process, so no run
+        inherits the workers (and their imports, e.g. the GCS client) or the JVM (its grown
+        heap and loaded classes) of the run measured before it."""
         if fresh and self.spark is not None:
             self.spark.stop()
+            end_spark_jvm()
             self.spark = None
         if self.spark is None:
             from kbqe_dagster.resources.spark import local_spark_config, spark_resource
@@ -279,7 +305,7 @@ class Bench:
         say(f"stage job -> {target}, {'native kernel' if native else 'Python path'}"
             f"{' (profiled)' if profile else ''}: {count:,} messages")
         before = self.service_cpu()
-        with TreeSampler(interval=0.2) as sampler:
+        with TreeSampler(interval=0.2, exclude=self.service_pids()) as sampler:
             if profile:
                 workers = [s for s in process_tree(os.getpid()) if s.role == "worker"]
                 daemon = next(s.pid for s in workers if s.ppid not in {w.pid for w in workers})
@@ -407,7 +433,10 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args)
     load_before = [round(x, 2) for x in os.getloadavg()]
     report: dict = {"generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                    "machine": machine_facts()}  # fmt: skip
+                    "machine": machine_facts(),
+                    # Started here, so children of this process: left out of the memory and
+                    # CPU figures all the same (Bench.service_pids).
+                    "services_started_by_bench": [s.name for s in started]}  # fmt: skip
     try:
         data = bench.backlog(args.messages)
         report["config"] = {
