@@ -24,7 +24,7 @@ from kbqe_dagster.core.wire import parse_frame
 from kbqe_dagster.resources.kafka import read_range
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
-from kbqe_dagster.staging.probe import RecordProbe
+from kbqe_dagster.staging.probe.record_probe import RecordProbe
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
 from kbqe_dagster.staging.task import RangeStager, StageContext, stage_range
 

@@ -19,7 +19,7 @@ from kbqe_dagster.core.keyed import changelog_table
 from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.core.routing import Destination
 from kbqe_dagster.keyed.changes import ChangeLayout, change_layout
-from kbqe_dagster.staging.probe import RecordProbe
+from kbqe_dagster.staging.probe.record_probe import RecordProbe
 from kbqe_dagster.staging.task import (
     RangeResult,
     RangeStager,

@@ -66,7 +66,7 @@ from kbqe_dagster.resources.schema_registry import RegistrySettings, SchemaLooku
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
 from kbqe_dagster.staging.native_kernel import NATIVE, PYTHON, NativeStaging, kernel_switch_on
-from kbqe_dagster.staging.probe import RecordProbe
+from kbqe_dagster.staging.probe.record_probe import RecordProbe
 
 log = logging.getLogger(__name__)
 
