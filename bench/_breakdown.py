@@ -24,9 +24,9 @@ from kbqe_dagster.core.wire import parse_frame
 from kbqe_dagster.resources.kafka import read_range
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
-from kbqe_dagster.staging.probe.record_probe import RecordProbe
-from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
 from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
+from kbqe_dagster.staging.probe.record_probe import RecordProbe
 from kbqe_dagster.staging.stager import RangeStager
 from kbqe_dagster.staging.task import stage_range
 

@@ -27,9 +27,9 @@ from kbqe_dagster.resources.bigquery import BigQueryLoads, EmulatorBigQueryLoads
 from kbqe_dagster.resources.kafka import CLIENT_LOG, KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
-from kbqe_dagster.staging.prepare import Preparation, prepare_topic
 from kbqe_dagster.stagers import stage_context
 from kbqe_dagster.staging.context import RangeResult, StageContext
+from kbqe_dagster.staging.prepare import Preparation, prepare_topic
 from kbqe_dagster.staging.task import stage_range
 from reliability.messages import Datasets, Ledger, SchemaIds, batch
 

@@ -43,8 +43,8 @@ from kbqe_dagster.core.errors import (
 )
 from kbqe_dagster.core.json_schema_avro import JsonSchemaMapping, map_json_schema
 from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.wire import HEADER_SIZE
 from kbqe_dagster.core.transforms import field_values
+from kbqe_dagster.core.wire import HEADER_SIZE
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.staging.context import StageContext
 
@@ -82,7 +82,7 @@ class JsonSchemaRangeStager(TransformingStager):
             raise JsonSchemaMismatchError(_mismatch(first, decoder.validator, record))
         if self.reshapes:
             self.place_record(msg, decoder.mapping.convert(record), schema_id,
-                               decoder.mapping.avro_schema)
+                              decoder.mapping.avro_schema)
             return
         body = _encode(decoder.mapping.convert(record), decoder.parsed)
         fields = field_values(record, self.wanted)
@@ -90,7 +90,7 @@ class JsonSchemaRangeStager(TransformingStager):
 
     def new_decoder(self, schema_id: int) -> _JsonSchemaDecoder:
         registered = self.registered_schema(schema_id, "JSON", NonJsonSchemaError,
-                                      "; a json_schema topic needs a JSON Schema")
+                                            "; a json_schema topic needs a JSON Schema")
         try:
             schema = json.loads(registered.schema)
             cls = validator_for(schema, default=Draft7Validator)

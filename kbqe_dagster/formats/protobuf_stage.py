@@ -121,11 +121,11 @@ class ProtobufRangeStager(TransformingStager):
                 f"the body is not a {kind.cls.DESCRIPTOR.full_name}: {error}"
             ) from None
         self.place_record(msg, kind.mapping.convert(parsed), (schema_id, indexes),
-                           kind.mapping.avro_schema, kind.file_schema_id)
+                          kind.mapping.avro_schema, kind.file_schema_id)
 
     def new_decoder(self, schema_id: int) -> _ProtobufSchema:
         registered = self.registered_schema(schema_id, "PROTOBUF", NonProtobufSchemaError,
-                                      "; a protobuf topic needs a Protobuf schema")
+                                            "; a protobuf topic needs a Protobuf schema")
         try:
             files = compile_files(registry_proto_files(self.lookup, registered)).file
             pool = descriptor_pool.DescriptorPool()  # per schema id: versions share full names

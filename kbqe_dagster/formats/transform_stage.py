@@ -107,7 +107,7 @@ class TransformingStager(RangeStager):
             ) from None
         fields = field_values(record, self.wanted)
         self.place(msg, fields, body.getvalue(), staged.schema_id, staged.file_schema,
-                    staged.full_name)
+                   staged.full_name)
 
     def _staged_schema(self, schema_key: Hashable, schema: Mapping[str, Any],
                        schema_id: int | None) -> StagedSchema:

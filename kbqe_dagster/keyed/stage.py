@@ -19,8 +19,8 @@ from kbqe_dagster.core.keyed import changelog_table
 from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.core.routing import Destination
 from kbqe_dagster.keyed.changes import ChangeLayout, change_layout
-from kbqe_dagster.staging.probe.record_probe import RecordProbe
 from kbqe_dagster.staging.context import RangeResult, StageContext
+from kbqe_dagster.staging.probe.record_probe import RecordProbe
 from kbqe_dagster.staging.stager import Decoder, RangeStager
 
 
@@ -63,7 +63,7 @@ class KeyedRangeStager(RangeStager):
         schema_id, decoder, body, fields = self.decode(msg)
         change = decoder.layout.body(body, fields)
         self.place(msg, fields, change, schema_id, decoder.schema, decoder.full_name,
-                    destination=self.changelog)
+                   destination=self.changelog)
 
     def range_result(self, last, files, bytes_by_dataset, conflict=False) -> RangeResult:
         result = super().range_result(last, files, bytes_by_dataset, conflict)

@@ -34,10 +34,10 @@ from kbqe_dagster.core.reasons import (
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.staging import stager as stager_module
-from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_built, kernel_status
 from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.staging import stager as stager_module
 from kbqe_dagster.staging.context import RangeResult, StageContext
+from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_built, kernel_status
 from kbqe_dagster.staging.stager import RangeStager
 from kbqe_dagster.staging.task import stage_messages, stage_range
 from kbqe_dagster_tests.corpus import make_bad_input_corpus

@@ -38,8 +38,8 @@ from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.staging.job import run_stage
 from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.staging.job import run_stage
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

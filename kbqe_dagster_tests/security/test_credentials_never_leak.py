@@ -23,8 +23,8 @@ from dagster._serdes import serialize_value
 from kbqe_dagster import cli
 from kbqe_dagster.core.errors import StageRangeFailed
 from kbqe_dagster.core.offsets import OffsetRange, RangePlan
-from kbqe_dagster.defs.staging.assets import stage_metadata
 from kbqe_dagster.definitions import build_definitions
+from kbqe_dagster.defs.staging.assets import stage_metadata
 from kbqe_dagster.resources.configurable import KafkaResource, SchemaRegistryResource
 from kbqe_dagster.resources.kafka import CLIENT_LOG, KafkaReadError, KafkaSettings, read_range
 from kbqe_dagster.resources.schema_registry import (
@@ -34,9 +34,9 @@ from kbqe_dagster.resources.schema_registry import (
 )
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging import stager as stager_module
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.job import StageSummary
 from kbqe_dagster.staging.prepare import Preparation
-from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.stager import RangeStager
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeSchemaLookup, fake_messages, load_corpus
 from kbqe_dagster_tests.security.conftest import (

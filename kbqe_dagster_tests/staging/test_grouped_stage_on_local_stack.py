@@ -11,10 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from kbqe_dagster.core.config import parse_pipeline_config
-from kbqe_dagster.staging.job import run_stage_group
-from kbqe_dagster.staging.prepare import prepare_topic
 from kbqe_dagster.stagers import stage_context
 from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.job import run_stage_group
+from kbqe_dagster.staging.prepare import prepare_topic
 from kbqe_dagster.staging.task import stage_range
 from kbqe_dagster_tests.staging.conftest import make_demo_topic
 from kbqe_dagster_tests.staging.test_stage_job_exactly_once import assert_exactly_once

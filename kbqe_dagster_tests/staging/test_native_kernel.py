@@ -23,13 +23,13 @@ import fastavro
 import pytest
 
 from kbqe_dagster.core.config import parse_pipeline_config
-from kbqe_dagster.staging import native_kernel
 from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
+from kbqe_dagster.staging import native_kernel
 from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
 from kbqe_dagster.staging.stager import RangeStager
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
 from kbqe_dagster_tests.staging.kernel_fuzz import scenario

@@ -28,8 +28,8 @@ from kbqe_dagster.resources.configurable import (
     StagingResource,
 )
 from kbqe_dagster.resources.spark import LazySparkContextResource
-from kbqe_dagster.staging.job import StageSummary, run_stage_group
 from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.staging.job import StageSummary, run_stage_group
 
 STAGING_KEY = dg.AssetKey([STAGING_ASSET])
 STAGING_GROUP = "staging"

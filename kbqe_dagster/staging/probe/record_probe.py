@@ -29,8 +29,8 @@ from typing import Any, Callable, Iterable, Mapping
 import fastavro
 
 from kbqe_dagster.core.errors import BodyDecodeError, UnsupportedSchemaError
-from kbqe_dagster.staging.probe.codegen import PythonGenerator, Want, logical_key
 from kbqe_dagster.staging.avro_binary import Invalid
+from kbqe_dagster.staging.probe.codegen import PythonGenerator, Want, logical_key
 from kbqe_dagster.staging.probe.regex import FastPath, NoFastPath, RegexBuilder
 
 __all__ = ["RecordProbe"]
