@@ -24,9 +24,11 @@ from kbqe_dagster.core.wire import parse_frame
 from kbqe_dagster.resources.kafka import read_range
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
-from kbqe_dagster.staging.probe import RecordProbe
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
-from kbqe_dagster.staging.task import RangeStager, StageContext, stage_range
+from kbqe_dagster.staging.probe.record_probe import RecordProbe
+from kbqe_dagster.staging.stager import RangeStager
+from kbqe_dagster.staging.task import stage_range
 
 
 def _best(fn: Callable[[], object], repeat: int) -> float:
@@ -84,7 +86,7 @@ def breakdown(ctx: StageContext, schema: dict, count: int, repeat: int = 3) -> d
             for m in msgs[1:]:
                 add(m)
             seconds = time.process_time() - started
-            stager._discard()  # noqa: SLF001 - the files are not committed
+            stager.discard()  # the files are not committed
             return seconds * n / (n - 1)
 
     steps: dict[str, Callable[[], object]] = {
@@ -151,7 +153,7 @@ def native(ctx: StageContext, msgs: list) -> float:
         started = time.process_time()
         driver.stage(_Batches(msgs))
         seconds = time.process_time() - started
-        stager._discard()  # noqa: SLF001 - the files are not committed
+        stager.discard()  # the files are not committed
         return seconds
 
 

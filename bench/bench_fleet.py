@@ -270,13 +270,13 @@ def measure_stage(fleet: Fleet, requests: list, sc) -> dict:
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
     from kbqe_dagster.staging.job import run_stage_group
-    from kbqe_dagster.staging.task import StageContext
+    from kbqe_dagster.stagers import stage_context
 
     config = kafka_module.discover_topics(load_pipeline_config(fleet.pipeline),
                                           KafkaSettings(fleet.bootstrap))
-    ctx = StageContext(KafkaSettings(fleet.bootstrap), RegistrySettings("http://127.0.0.1:1"),
-                       StagingLocation(str(fleet.staging)), config, config.topics[0].name,
-                       native_kernel=False)
+    ctx = stage_context(KafkaSettings(fleet.bootstrap), RegistrySettings("http://127.0.0.1:1"),
+                        StagingLocation(str(fleet.staging)), config, config.topics[0].name,
+                        native_kernel=False)
     jobs, ranges, records, runs = 0, 0, 0, 0
     driver: dict = {"driver_heap_peak_mb": 0.0}
     started = time.perf_counter()

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from kbqe_dagster.core.enrichment import EnrichmentConfig, EnrichmentEncoder, extended_schema  # noqa: E402
 from kbqe_dagster.staging.avro_container import AvroContainerWriter  # noqa: E402
-from kbqe_dagster.staging.probe import RecordProbe  # noqa: E402
+from kbqe_dagster.staging.probe.record_probe import RecordProbe  # noqa: E402
 
 UTC = dt.timezone.utc
 SCHEMA = {

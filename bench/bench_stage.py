@@ -76,9 +76,10 @@ from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, local
 from kbqe_dagster.resources.kafka import KafkaSettings  # noqa: E402
 from kbqe_dagster.resources.schema_registry import RegistrySettings  # noqa: E402
 from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
+from kbqe_dagster.stagers import stage_context  # noqa: E402
+from kbqe_dagster.staging.context import StageContext  # noqa: E402
 from kbqe_dagster.staging.job import run_stage  # noqa: E402
 from kbqe_dagster.staging.native_kernel import kernel_status  # noqa: E402
-from kbqe_dagster.staging.task import StageContext  # noqa: E402
 
 PARTITIONS = 4
 SERVICES = ("kafka", "apicurio", "gcs")  # the BigQuery emulator is not needed here
@@ -292,11 +293,11 @@ class Bench:
         return location
 
     def context(self, data: dict, target: str) -> StageContext:
-        return StageContext(self.kafka, self.registry, self.location(target),
-                            pipeline(data["topic"], self.args.range_size, self.args.debezium,
-                                     self.args.json_values, self.args.json_schema_values,
-                                     self.args.protobuf_values),
-                            data["topic"])
+        return stage_context(self.kafka, self.registry, self.location(target),
+                             pipeline(data["topic"], self.args.range_size, self.args.debezium,
+                                      self.args.json_values, self.args.json_schema_values,
+                                      self.args.protobuf_values),
+                             data["topic"])
 
     def stage(self, data: dict, target: str, profile: Path | None = None, native: bool = True) -> dict:
         spark = self.session(fresh=True)

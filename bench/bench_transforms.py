@@ -37,7 +37,8 @@ from kbqe_dagster.core.offsets import OffsetRange  # noqa: E402
 from kbqe_dagster.resources.kafka import KafkaSettings  # noqa: E402
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings  # noqa: E402
 from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
-from kbqe_dagster.staging.task import StageContext, _stager_class  # noqa: E402
+from kbqe_dagster.stagers import stager_class  # noqa: E402
+from kbqe_dagster.staging.context import StageContext  # noqa: E402
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage  # noqa: E402
 from kbqe_dagster_tests.formats.test_transforms_on_local_stack import SCHEMA, transforms  # noqa: E402
 
@@ -86,14 +87,14 @@ def _rate(case: str, messages: list[FakeMessage]) -> float:
                            StagingLocation(f"{tmp}/staging"), config, TOPIC, native_kernel=False)
         workdir = Path(tmp) / "work"
         workdir.mkdir()
-        stager = _stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, len(messages)), workdir)
+        stager = stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, len(messages)), workdir)
         stager.lookup = _Registry()
         started = time.process_time()
         for msg in messages:
             stager.add(msg)
         seconds = time.process_time() - started
         assert not stager.dead_letters, stager.dead_letters
-        stager._discard()
+        stager.discard()
     return len(messages) / seconds
 
 

@@ -25,8 +25,10 @@ from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.localstack.endpoints import LocalEndpoints
 from kbqe_dagster.resources.kafka import read_range
 from kbqe_dagster.resources.staging_store import GcsStagingStore, StagingLocation
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.prepare import prepare_topic
-from kbqe_dagster.staging.task import RangeStager, StageContext, stage_range
+from kbqe_dagster.staging.stager import RangeStager
+from kbqe_dagster.staging.task import stage_range
 from reliability.world import local_loads
 
 EVENT_TIMEOUT = 180.0  # a child never waits for the parent longer than this

@@ -27,8 +27,10 @@ from kbqe_dagster.resources.bigquery import BigQueryLoads, EmulatorBigQueryLoads
 from kbqe_dagster.resources.kafka import CLIENT_LOG, KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
+from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.prepare import Preparation, prepare_topic
-from kbqe_dagster.staging.task import RangeResult, StageContext, stage_range
+from kbqe_dagster.staging.task import stage_range
 from reliability.messages import Datasets, Ledger, SchemaIds, batch
 
 log = logging.getLogger(__name__)
@@ -106,7 +108,7 @@ class World:
 
     @property
     def ctx(self) -> StageContext:
-        return StageContext(KafkaSettings(self.endpoints.kafka_bootstrap),
+        return stage_context(KafkaSettings(self.endpoints.kafka_bootstrap),
                             RegistrySettings(self.endpoints.registry_url), self.staging,
                             self.config, self.topic)
 

@@ -34,7 +34,7 @@ class WireFormatError(BadInputError):
 class BodyDecodeError(BadInputError):
     """The Avro body does not decode under its writer schema to exactly its own length:
     truncated, trailing bytes, or invalid data (bad union/enum index, negative length, invalid
-    UTF-8, out-of-range logical value). Raised by ``staging/probe.py``."""
+    UTF-8, out-of-range logical value). Raised by ``staging/probe/record_probe.py``."""
 
     reason = "body_decode_error"
 
@@ -42,7 +42,7 @@ class BodyDecodeError(BadInputError):
 class UnsupportedSchemaError(BadInputError):
     """The writer schema cannot be staged: it does not parse, is not a record, or an
     enrichment column collides with one of its fields. Raised by ``core/enrichment.py`` and
-    ``staging/probe.py``."""
+    ``staging/probe/record_probe.py``."""
 
     reason = "unsupported_schema"
 

@@ -40,7 +40,7 @@ from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.core.reasons import Reason
 from kbqe_dagster.core.transforms import field_values
 from kbqe_dagster.formats.transform_stage import TransformingStager
-from kbqe_dagster.staging.task import StageContext
+from kbqe_dagster.staging.context import StageContext
 
 MAX_SCHEMAS_PER_RANGE = 1_000
 """Distinct schemas one range may meet. Each gets files of its own (an open file handle per
@@ -84,22 +84,22 @@ class DecoderRangeStager(TransformingStager):
         # so its id cannot be reused by another schema while cached.
         self._by_identity: dict[int, tuple[Any, _Schema]] = {}
 
-    def _stage(self, msg: Any) -> None:
-        value = self._value(msg)  # null and oversized values as on the Avro path
+    def stage(self, msg: Any) -> None:
+        value = self.checked_value(msg)  # null and oversized values as on the Avro path
         ts_type, ts = msg.timestamp()
         raw = RawMessage(value, msg.key(), tuple(msg.headers() or ()),
                          ts if ts_type != 0 else None, msg.topic(), msg.partition(), msg.offset())
-        record, schema = self._decode(raw)
+        record, schema = self._run_decoder(raw)
         derived = self._schema(schema)
         if self.reshapes:
             _check(record, derived)  # the decoder's own mismatch first, then the transforms
-            self._place_record(msg, record, derived.schema_id, schema)
+            self.place_record(msg, record, derived.schema_id, schema)
             return
         body = _encode(record, derived)
         fields = field_values(record, self.wanted)
-        self._place(msg, fields, body, derived.schema_id, derived.file_schema, derived.full_name)
+        self.place(msg, fields, body, derived.schema_id, derived.file_schema, derived.full_name)
 
-    def _decode(self, raw: RawMessage) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    def _run_decoder(self, raw: RawMessage) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
         try:
             result = self.decoder(raw)
         except BadInputError as error:
@@ -140,7 +140,7 @@ class DecoderRangeStager(TransformingStager):
         return derived
 
     @staticmethod
-    def _framed_schema_id(value: bytes | None) -> int | None:
+    def framed_schema_id(value: bytes | None) -> int | None:
         return None  # decoded values carry no registry schema id
 
 

@@ -1,7 +1,7 @@
 """Staging one decoded record into several destinations (``topics[].destinations``; the rules
 are core/destinations.py's).
 
-:class:`DestinationFanOut` is what ``TransformingStager._place_record`` hands a record to when
+:class:`DestinationFanOut` is what ``TransformingStager.place_record`` hands a record to when
 its topic has destinations, so every record-producing stager (Avro with the decoding stager,
 ``json``, ``json_schema``, ``decoder``) gets it the same way. Per input schema, once: the
 topic's transforms, then per destination its transforms and projection, its output schema's
@@ -74,7 +74,7 @@ class DestinationFanOut:
     """The destinations of one topic in one stage task (see the module docstring)."""
 
     def __init__(self, stager: Any, key_path: str) -> None:
-        self.stager = stager  # a TransformingStager: its _prefix, _file, transforms, hmac_keys
+        self.stager = stager  # a TransformingStager: its prefix, open_file, transforms, hmac_keys
         topic = stager.topic
         self.destinations = topic.destinations
         allowed = stager.router.allowed  # the topic's allow-list, its static tables included
@@ -120,7 +120,7 @@ class DestinationFanOut:
             if other != k:
                 raise UnroutableError(f"{self.labels[other]} and {self.labels[k]} both route "
                                       f"to {placement.destination}: a row would be doubled")
-        file = self.stager._file
+        file = self.stager.open_file
         for placement in placements:
             branch = placement.branch
             file(placement.destination.dataset, placement.destination.table, branch.schema_id,
@@ -142,7 +142,7 @@ class DestinationFanOut:
             raise TransformFailedError(
                 f"the record does not fit the destination's schema: {error}"
             ) from None
-        prefix, day, hour = self.stager._prefix(msg, fields, offset, key, destination)
+        prefix, day, hour = self.stager.prefix(msg, fields, offset, key, destination)
         return _Placement(destination, branch, prefix, body.getvalue(), day, hour)
 
     def _fanned(self, schema_key: Hashable, schema: Mapping[str, Any],

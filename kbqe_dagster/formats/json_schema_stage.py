@@ -43,10 +43,10 @@ from kbqe_dagster.core.errors import (
 )
 from kbqe_dagster.core.json_schema_avro import JsonSchemaMapping, map_json_schema
 from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.wire import HEADER_SIZE
 from kbqe_dagster.core.transforms import field_values
+from kbqe_dagster.core.wire import HEADER_SIZE
 from kbqe_dagster.formats.transform_stage import TransformingStager
-from kbqe_dagster.staging.task import StageContext
+from kbqe_dagster.staging.context import StageContext
 
 
 @dataclass
@@ -72,27 +72,25 @@ class JsonSchemaRangeStager(TransformingStager):
         self.wanted = self.topic.required_fields
         self.root_name = rng.topic  # the root record's name when the schema has no title
 
-    def _stage(self, msg: Any) -> None:
-        value = self._value(msg)  # null and oversized values as on the Avro path
-        known = self._by_header.get(value[:HEADER_SIZE])
-        if known is None:
-            known = self._resolve(value)  # frame reasons as on the Avro path
+    def stage(self, msg: Any) -> None:
+        value = self.checked_value(msg)  # null and oversized values as on the Avro path
+        known = self.frame(value)  # frame reasons as on the Avro path
         schema_id, decoder = known
         record = _decode(value[HEADER_SIZE:])
         first = next(decoder.validator.iter_errors(record), None)
         if first is not None:
             raise JsonSchemaMismatchError(_mismatch(first, decoder.validator, record))
         if self.reshapes:
-            self._place_record(msg, decoder.mapping.convert(record), schema_id,
-                               decoder.mapping.avro_schema)
+            self.place_record(msg, decoder.mapping.convert(record), schema_id,
+                              decoder.mapping.avro_schema)
             return
         body = _encode(decoder.mapping.convert(record), decoder.parsed)
         fields = field_values(record, self.wanted)
-        self._place(msg, fields, body, schema_id, decoder.schema, decoder.full_name)
+        self.place(msg, fields, body, schema_id, decoder.schema, decoder.full_name)
 
-    def _new_decoder(self, schema_id: int) -> _JsonSchemaDecoder:
-        registered = self._registered(schema_id, "JSON", NonJsonSchemaError,
-                                      "; a json_schema topic needs a JSON Schema")
+    def new_decoder(self, schema_id: int) -> _JsonSchemaDecoder:
+        registered = self.registered_schema(schema_id, "JSON", NonJsonSchemaError,
+                                            "; a json_schema topic needs a JSON Schema")
         try:
             schema = json.loads(registered.schema)
             cls = validator_for(schema, default=Draft7Validator)

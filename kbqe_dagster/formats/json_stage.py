@@ -26,7 +26,7 @@ from kbqe_dagster.core.errors import JsonDecodeError, JsonSchemaMismatchError
 from kbqe_dagster.core.formats import declared_schema_id
 from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.formats.transform_stage import TransformingStager
-from kbqe_dagster.staging.task import StageContext
+from kbqe_dagster.staging.context import StageContext
 
 
 class JsonRangeStager(TransformingStager):
@@ -39,13 +39,13 @@ class JsonRangeStager(TransformingStager):
         self.parsed = parse_schema(schema, _write_hint=False)
         self.schema_id = declared_schema_id(schema)
 
-    def _stage(self, msg: Any) -> None:
-        record = _decode(self._value(msg))  # null and oversized values as on the Avro path
+    def stage(self, msg: Any) -> None:
+        record = _decode(self.checked_value(msg))  # null and oversized values as on the Avro path
         _check(record, self.parsed)
-        self._place_record(msg, record, self.schema_id, self.value_schema, self.schema_id)
+        self.place_record(msg, record, self.schema_id, self.value_schema, self.schema_id)
 
     @staticmethod
-    def _framed_schema_id(value: bytes | None) -> int | None:
+    def framed_schema_id(value: bytes | None) -> int | None:
         return None  # JSON values carry no schema id
 
 

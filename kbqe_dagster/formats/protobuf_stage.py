@@ -108,11 +108,9 @@ class ProtobufRangeStager(TransformingStager):
 
     native_kernel = False  # Protobuf is parsed, converted and encoded per record: the Python path
 
-    def _stage(self, msg: Any) -> None:
-        value = self._value(msg)  # null and oversized values as on the Avro path
-        known = self._by_header.get(value[:HEADER_SIZE])
-        if known is None:
-            known = self._resolve(value)  # frame reasons as on the Avro path
+    def stage(self, msg: Any) -> None:
+        value = self.checked_value(msg)  # null and oversized values as on the Avro path
+        known = self.frame(value)  # frame reasons as on the Avro path
         schema_id, schema = known
         indexes, start = read_message_indexes(value, HEADER_SIZE)
         kind = schema.message_type(indexes)
@@ -122,12 +120,12 @@ class ProtobufRangeStager(TransformingStager):
             raise ProtobufDecodeError(
                 f"the body is not a {kind.cls.DESCRIPTOR.full_name}: {error}"
             ) from None
-        self._place_record(msg, kind.mapping.convert(parsed), (schema_id, indexes),
-                           kind.mapping.avro_schema, kind.file_schema_id)
+        self.place_record(msg, kind.mapping.convert(parsed), (schema_id, indexes),
+                          kind.mapping.avro_schema, kind.file_schema_id)
 
-    def _new_decoder(self, schema_id: int) -> _ProtobufSchema:
-        registered = self._registered(schema_id, "PROTOBUF", NonProtobufSchemaError,
-                                      "; a protobuf topic needs a Protobuf schema")
+    def new_decoder(self, schema_id: int) -> _ProtobufSchema:
+        registered = self.registered_schema(schema_id, "PROTOBUF", NonProtobufSchemaError,
+                                            "; a protobuf topic needs a Protobuf schema")
         try:
             files = compile_files(registry_proto_files(self.lookup, registered)).file
             pool = descriptor_pool.DescriptorPool()  # per schema id: versions share full names

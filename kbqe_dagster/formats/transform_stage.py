@@ -5,10 +5,10 @@ A transform changes fields, so the record must be decoded: these topics leave th
 path (no body slicing, no native kernel) for decode → transform → encode with fastavro:
 
 - :class:`TransformingStager` is the shared step. A stager that holds a record dict and its
-  Avro schema calls ``self._place_record(msg, record, schema_key, schema)``: the topic's
+  Avro schema calls ``self.place_record(msg, record, schema_key, schema)``: the topic's
   transforms, compiled once per ``schema_key`` (core/transforms.py), apply to the record; it is
   encoded under the derived schema; routing and event time read the transformed fields; the
-  record is appended like any other (``RangeStager._place``). Without transforms the same call
+  record is appended like any other (``RangeStager.place``). Without transforms the same call
   just encodes the record under ``schema`` with ``schema_id`` (how ``format: json`` stages).
   A topic with ``destinations`` hands the record to its
   :class:`~kbqe_dagster.formats.destination_stage.DestinationFanOut` instead: one record, one
@@ -53,7 +53,8 @@ from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.core.transforms import Compiled, compile_transforms, field_values, hmac_keys
 from kbqe_dagster.core.wire import HEADER_SIZE
 from kbqe_dagster.formats.destination_stage import DestinationFanOut, message_meta
-from kbqe_dagster.staging.task import RangeStager, StageContext, _Decoder
+from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.stager import Decoder, RangeStager
 
 
 @dataclass(frozen=True)
@@ -83,10 +84,10 @@ class TransformingStager(RangeStager):
         self.wanted = self.topic.required_fields
         self.fan_out = DestinationFanOut(self, where) if self.topic.destinations else None
         self.reshapes = bool(self.transforms) or self.fan_out is not None
-        """Whether records must take :meth:`_place_record` (transforms or destinations): a
+        """Whether records must take :meth:`place_record` (transforms or destinations): a
         stager with a faster way for plain records keeps it only when this is False."""
 
-    def _place_record(self, msg: Any, record: Mapping[str, Any], schema_key: Hashable,
+    def place_record(self, msg: Any, record: Mapping[str, Any], schema_key: Hashable,
                       schema: Mapping[str, Any], schema_id: int | None = None) -> None:
         """Transform (if configured), encode, route, date and append one decoded record.
         ``schema_key`` identifies ``schema`` (a registry id, a declared id); ``schema_id`` is
@@ -105,8 +106,8 @@ class TransformingStager(RangeStager):
                 f"transforms output does not fit the derived schema: {error}"
             ) from None
         fields = field_values(record, self.wanted)
-        self._place(msg, fields, body.getvalue(), staged.schema_id, staged.file_schema,
-                    staged.full_name)
+        self.place(msg, fields, body.getvalue(), staged.schema_id, staged.file_schema,
+                   staged.full_name)
 
     def _staged_schema(self, schema_key: Hashable, schema: Mapping[str, Any],
                        schema_id: int | None) -> StagedSchema:
@@ -140,7 +141,7 @@ class TransformingStager(RangeStager):
 
 
 @dataclass
-class _WriterSchema(_Decoder):
+class _WriterSchema(Decoder):
     """A registry schema of a transformed Avro topic: decoded with fastavro, not probed."""
 
     parsed: Any = None
@@ -149,16 +150,14 @@ class _WriterSchema(_Decoder):
 class TransformRangeStager(TransformingStager):
     """Confluent-framed Avro with transforms or destinations: decode, then the shared step."""
 
-    def _stage(self, msg: Any) -> None:
-        value = self._value(msg)
-        known = self._by_header.get(value[:HEADER_SIZE])
-        if known is None:
-            known = self._resolve(value)
+    def stage(self, msg: Any) -> None:
+        value = self.checked_value(msg)
+        known = self.frame(value)
         schema_id, writer = known
         record = _read(value, writer.parsed)
-        self._place_record(msg, record, schema_id, writer.schema)
+        self.place_record(msg, record, schema_id, writer.schema)
 
-    def _make_decoder(self, schema: dict) -> _Decoder:
+    def make_decoder(self, schema: dict) -> Decoder:
         if not isinstance(schema, dict) or schema.get("type") != "record":
             raise UnsupportedSchemaError("the writer schema is not an Avro record")
         try:

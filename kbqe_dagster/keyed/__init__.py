@@ -4,7 +4,8 @@ current-state table and an SCD type II history.
 - ``avro_skip.py``: find where one field's bytes end in an Avro body, without decoding it;
 - ``changes.py``: how one writer schema's change messages become flat changelog records
   (the stage side: slices of the body, never a decode and re-encode of the row);
-- ``stage.py``: the range stager of keyed topics (tombstones are counted, not staged);
+- ``stage.py``: the range stager of keyed topics (tombstones are counted, not staged), built
+  on ``staging/stager.py``'s public interface and chosen by kbqe_dagster/stagers.py;
 - ``merge_sql.py``: the idempotent MERGE and the history view, as SQL text (pure);
 - ``merge.py``: runs them after the loads, and remembers which load jobs it has merged.
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from kbqe_dagster.core.avro_names import full_name
-from kbqe_dagster.staging.avro_container import encode_long
-from kbqe_dagster.staging.probe_runtime import varint as read_long
+from kbqe_dagster.staging.avro_binary import encode_long
+from kbqe_dagster.staging.avro_binary import varint as read_long
 
 __all__ = ["SkipCompiler", "encode_long", "full_name", "read_long", "record_skipper"]
 

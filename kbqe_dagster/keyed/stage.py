@@ -19,17 +19,13 @@ from kbqe_dagster.core.keyed import changelog_table
 from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.core.routing import Destination
 from kbqe_dagster.keyed.changes import ChangeLayout, change_layout
-from kbqe_dagster.staging.probe import RecordProbe
-from kbqe_dagster.staging.task import (
-    RangeResult,
-    RangeStager,
-    StageContext,
-    _Decoder,
-)
+from kbqe_dagster.staging.context import RangeResult, StageContext
+from kbqe_dagster.staging.probe.record_probe import RecordProbe
+from kbqe_dagster.staging.stager import Decoder, RangeStager
 
 
 @dataclass
-class _ChangeDecoder(_Decoder):
+class _ChangeDecoder(Decoder):
     layout: ChangeLayout | None = None
 
 
@@ -53,7 +49,7 @@ class KeyedRangeStager(RangeStager):
             return
         super().add(msg)
 
-    def _make_decoder(self, schema: dict) -> _ChangeDecoder:
+    def make_decoder(self, schema: dict) -> _ChangeDecoder:
         layout = change_layout(schema, self.topic)
         wanted = tuple(dict.fromkeys(self.topic.required_fields + layout.wanted))
         return _ChangeDecoder(
@@ -63,12 +59,12 @@ class KeyedRangeStager(RangeStager):
             layout,
         )
 
-    def _stage(self, msg: Any) -> None:
-        schema_id, decoder, body, fields = self._decode(msg)
+    def stage(self, msg: Any) -> None:
+        schema_id, decoder, body, fields = self.decode(msg)
         change = decoder.layout.body(body, fields)
-        self._place(msg, fields, change, schema_id, decoder.schema, decoder.full_name,
-                    destination=self.changelog)
+        self.place(msg, fields, change, schema_id, decoder.schema, decoder.full_name,
+                   destination=self.changelog)
 
-    def _result(self, last, files, bytes_by_dataset, conflict=False) -> RangeResult:
-        result = super()._result(last, files, bytes_by_dataset, conflict)
+    def range_result(self, last, files, bytes_by_dataset, conflict=False) -> RangeResult:
+        result = super().range_result(last, files, bytes_by_dataset, conflict)
         return replace(result, tombstones=self.tombstones)

@@ -24,6 +24,8 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Mapping
 
+from kbqe_dagster.staging.avro_binary import encode_long
+
 __all__ = [
     "CODECS",
     "DEFAULT_BLOCK_BYTES",
@@ -53,17 +55,6 @@ class ContainerStats:
     """Data blocks written (0 for a file without records)."""
     record_bytes: int
     """Uncompressed size of all records (enrichment prefixes + bodies)."""
-
-
-def encode_long(value: int) -> bytes:
-    """An Avro long: zig-zag, then base-128 varint."""
-    n = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _header(schema_json: str, codec: str, sync: bytes, metadata: Mapping[str, bytes]) -> bytes:
@@ -125,7 +116,7 @@ class AvroContainerWriter:
     ``schema`` is the file's schema (the extended schema), a dict or its JSON text; the text
     written into the header is exactly the given text, or ``json.dumps`` of the dict in compact
     form. Nothing here validates records against it: callers append bytes they have validated
-    (``staging/probe.py``) and encoded (``core/enrichment.py``).
+    (``staging/probe/record_probe.py``) and encoded (``core/enrichment.py``).
 
     The sink is written as blocks fill and is flushed, not closed, by :meth:`close`: it
     belongs to the caller (typically a temporary file later uploaded to the staging area).

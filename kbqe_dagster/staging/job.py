@@ -20,8 +20,9 @@ from typing import Sequence
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.offsets import OffsetRange, Watermarks
 from kbqe_dagster.resources.kafka import TopicMissing, watermarks_of
+from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.prepare import Preparation, prepare_topic
-from kbqe_dagster.staging.task import RangeResult, StageContext, stage_range
+from kbqe_dagster.staging.task import stage_range
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ The optional extension ``kbqe_dagster_kernel`` (the Rust crate in ``kernel/``, b
 index. When it stopped at a schema or a route it has not been given, :class:`NativeStaging`
 teaches it what the Python path's own sources say (the registry schema, the router's
 destination) and gives it the message again; otherwise, or when they refuse, it gives that
-message to the Python path (:meth:`RangeStager.add <kbqe_dagster.staging.task.RangeStager.add>`)
+message to the Python path (:meth:`RangeStager.add <kbqe_dagster.staging.stager.RangeStager.add>`)
 exactly as a run without the kernel would, and resumes the kernel after it. Dead letters, their reasons, counts, file names and file bytes are the
 Python path's by construction: the kernel never decides that a message is bad, and its records
 reach the same container writer in the same order (docs/architecture.md, "Two stage paths").
@@ -105,7 +105,7 @@ class NativeStaging:
         wanted = list(topic.required_fields)
         routing = stager.router.config
         route_slots = None
-        if routing.mode is RoutingMode.FIELDS and stager._static is None:
+        if routing.mode is RoutingMode.FIELDS and stager.static_destination is None:
             route_slots = (wanted.index(routing.dataset_field), wanted.index(routing.table_field))
         event = topic.event_time
         enrichment = stager.enrichment
@@ -204,7 +204,7 @@ class NativeStaging:
                                 f"committed (set {SWITCH}=off to stage with the Python path)")  # fmt: skip
 
     def _drain(self) -> None:
-        files = self.stager._file
+        files = self.stager.open_file
         for slot, records, ends, days in self.kernel.drain():
             dataset, table, schema_id, schema = self._slots[slot]
             files(dataset, table, schema_id, schema).append_many(records, memoryview(ends).cast("Q"), days)
@@ -228,23 +228,19 @@ class NativeStaging:
             return unknown_route is not None and self._learn_route(header, msg, unknown_route)
         if header in self._offered:
             return False  # offered before: the kernel refused the schema
-        if header not in self.stager._by_header:
-            try:
-                self.stager._resolve(value)
-            except BadInputError:
-                return False  # a bad frame or schema: the Python path's verdict
-        self._offer(header, msg)
+        try:
+            known = self.stager.frame(value)
+        except BadInputError:
+            return False  # a bad frame or schema: the Python path's verdict
+        self._offer(header, msg, known)
         return self._offered.get(header, "") is None
 
-    def _offer(self, header: bytes, msg: Any) -> None:
-        known = self.stager._by_header.get(header)
-        if known is None:
-            return  # the frame or schema was bad input: nothing to learn (asked again later)
+    def _offer(self, header: bytes, msg: Any, known: tuple[int, Any]) -> None:
         schema_id, decoder = known
         constant = None
         try:
-            if self._mode is not RoutingMode.FIELDS or self.stager._static is not None:
-                destination = self.stager._static or self.stager._route(
+            if self._mode is not RoutingMode.FIELDS or self.stager.static_destination is not None:
+                destination = self.stager.static_destination or self.stager.route(
                     RoutingInput(self.stager.rng.topic, self.stager.rng.partition, msg.offset(),
                                  decoder.full_name, {}, None)  # fmt: skip
                 )
@@ -261,14 +257,14 @@ class NativeStaging:
 
     def _learn_route(self, header: bytes, msg: Any, route: tuple[bytes, bytes]) -> bool:
         """Teach the kernel the destination of a pair of routing values; whether it was."""
-        known = self.stager._by_header.get(header)
+        known = self.stager.known_frame(header)
         if known is None:
             return False
         schema_id, decoder = known
         dataset, table = route
         try:
             fields = {self._dataset_field: dataset.decode(), self._table_field: table.decode()}
-            destination = self.stager._route(RoutingInput(
+            destination = self.stager.route(RoutingInput(
                 self.stager.rng.topic, self.stager.rng.partition, msg.offset(), decoder.full_name,
                 fields, msg.key()))
         except (BadInputError, UnicodeDecodeError):

@@ -9,7 +9,7 @@
   offset and reason, and commits nothing.
 
 Unit tests drive ``RangeStager`` with fake messages and a fake ``SchemaLookup`` (the registry
-boundary, replaced where ``staging/task.py`` looks it up); the integration test produces the
+boundary, replaced where ``staging/stager.py`` looks it up); the integration test produces the
 corpus to the real local Kafka, registers the corpus schemas in the real Apicurio and runs
 ``stage_range`` — same assertions.
 """
@@ -34,9 +34,12 @@ from kbqe_dagster.core.reasons import (
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.staging import task
+from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.staging import stager as stager_module
+from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_built, kernel_status
-from kbqe_dagster.staging.task import RangeResult, RangeStager, StageContext, stage_messages, stage_range
+from kbqe_dagster.staging.stager import RangeStager
+from kbqe_dagster.staging.task import stage_messages, stage_range
 from kbqe_dagster_tests.corpus import make_bad_input_corpus
 from kbqe_dagster_tests.staging.kernel_equality import ListReader
 from kbqe_dagster_tests.corpus.bad_input_corpus import (
@@ -196,7 +199,7 @@ def run_stager(tmp_path: Path, policy: str, cases: list[CorpusCase],
     workdir = tmp_path / "work"
     workdir.mkdir()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(task, "SchemaLookup",
+        mp.setattr(stager_module, "SchemaLookup",
                    lambda settings: FakeSchemaLookup(CORPUS.schemas, FAKE_IDS))
         stager = RangeStager(ctx, rng, workdir)
     reader = ListReader(fake_messages(cases, FAKE_IDS, TOPIC), 0, len(cases))
@@ -275,9 +278,9 @@ def produced_corpus(local_stack, local_endpoints):
 
 def real_context(produced, tmp_path: Path, policy: str) -> tuple[StageContext, OffsetRange]:
     topic, _, ends = produced
-    ctx = StageContext(KafkaSettings(ends.kafka_bootstrap), RegistrySettings(ends.registry_url),
-                       StagingLocation(str(tmp_path / "staging")),
-                       CORPUS.pipeline(topic, policy), topic)
+    ctx = stage_context(KafkaSettings(ends.kafka_bootstrap), RegistrySettings(ends.registry_url),
+                        StagingLocation(str(tmp_path / "staging")),
+                        CORPUS.pipeline(topic, policy), topic)
     return ctx, OffsetRange(topic, 0, 0, len(STREAM))
 
 

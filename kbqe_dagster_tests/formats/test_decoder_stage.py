@@ -26,7 +26,8 @@ from kbqe_dagster.formats.decoder_stage import DecoderRangeStager
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.staging.task import StageContext, _stager_class
+from kbqe_dagster.stagers import stager_class
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
 
 TOPIC = "fix.orders"
@@ -133,7 +134,7 @@ def stager_for(tmp_path: Path, config, count: int) -> tuple[DecoderRangeStager, 
                        staging, config, TOPIC)
     workdir = tmp_path / "work"
     workdir.mkdir(parents=True)
-    stager = _stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, max(count, 1)), workdir)
+    stager = stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, max(count, 1)), workdir)
     return stager, staging
 
 

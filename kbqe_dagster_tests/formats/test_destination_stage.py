@@ -27,8 +27,9 @@ from kbqe_dagster.formats.transform_stage import TransformRangeStager
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
+from kbqe_dagster.stagers import stager_class
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
-from kbqe_dagster.staging.task import StageContext, _stager_class
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
 
 TOPIC = "fix.executions"
@@ -87,7 +88,7 @@ def stage(tmp_path: Path, values, pipeline):
     rng = OffsetRange(TOPIC, 0, 0, len(values))
     workdir = tmp_path / "work"
     workdir.mkdir()
-    stager = _stager_class(ctx)(ctx, rng, workdir)
+    stager = stager_class(ctx)(ctx, rng, workdir)
     stager.lookup = FakeLookup()
     for offset, value in enumerate(values):
         stager.add(FakeMessage(TOPIC, 0, offset, value, b"k", [], 1_726_238_205_000 + offset))
@@ -359,7 +360,7 @@ def test_json_schema_topics_fan_out_through_the_same_step(tmp_path: Path) -> Non
     staging = StagingLocation(str(tmp_path / "staging"))
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
                        staging, pipeline, js.TOPIC)
-    stager = _stager_class(ctx)(ctx, OffsetRange(js.TOPIC, 0, 0, 2), tmp_path)
+    stager = stager_class(ctx)(ctx, OffsetRange(js.TOPIC, 0, 0, 2), tmp_path)
     assert isinstance(stager, JsonSchemaRangeStager)
     stager.lookup = js.Registry()
     for offset, value in enumerate(values):

@@ -21,8 +21,9 @@ from kbqe_dagster.formats.json_schema_stage import JsonSchemaRangeStager
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
+from kbqe_dagster.stagers import stager_class
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
-from kbqe_dagster.staging.task import StageContext, _stager_class
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
 
 TOPIC = "shop.orders"
@@ -86,7 +87,7 @@ def stage(tmp_path: Path, values: list[bytes | None], **topic):
     rng = OffsetRange(TOPIC, 0, 0, len(values))
     workdir = tmp_path / "work"
     workdir.mkdir()
-    stager = _stager_class(ctx)(ctx, rng, workdir)
+    stager = stager_class(ctx)(ctx, rng, workdir)
     registry = stager.lookup = Registry()
     for offset, value in enumerate(values):
         stager.add(FakeMessage(TOPIC, 0, offset, value, b"k", [], 1_726_238_205_000 + offset))
@@ -102,7 +103,7 @@ def test_a_json_schema_topic_has_its_own_stager_on_the_python_path(tmp_path: Pat
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
                        StagingLocation(str(tmp_path)), pipeline(), TOPIC)
     assert ctx.topic.format is SourceFormat.JSON_SCHEMA
-    assert _stager_class(ctx) is JsonSchemaRangeStager
+    assert stager_class(ctx) is JsonSchemaRangeStager
     stager = JsonSchemaRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 1), tmp_path)
     assert JsonSchemaRangeStager.native_kernel is False
     assert NativeStaging.for_stager(stager) is None

@@ -18,7 +18,8 @@ from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.staging.task import StageContext, _stager_class
+from kbqe_dagster.stagers import stager_class
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
 
 TOPIC = "shop.clicks"
@@ -49,7 +50,7 @@ def stage(tmp_path: Path, values: list[bytes | None]):
     rng = OffsetRange(TOPIC, 0, 0, len(values))
     workdir = tmp_path / "work"
     workdir.mkdir()
-    stager = _stager_class(ctx)(ctx, rng, workdir)
+    stager = stager_class(ctx)(ctx, rng, workdir)
     for offset, value in enumerate(values):
         stager.add(FakeMessage(TOPIC, 0, offset, value, b"k", [], 1_726_238_205_000 + offset))
     store = staging.open()

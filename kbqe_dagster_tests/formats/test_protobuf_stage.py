@@ -29,8 +29,9 @@ from kbqe_dagster.resources.schema_registry import (
     SchemaReference,
 )
 from kbqe_dagster.resources.staging_store import StagingLocation
+from kbqe_dagster.stagers import stager_class
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
-from kbqe_dagster.staging.task import StageContext, _stager_class
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
 
 TOPIC = "shop.orders"
@@ -129,7 +130,7 @@ def stage(tmp_path: Path, values: list[bytes | None], **topic):
     rng = OffsetRange(TOPIC, 0, 0, len(values))
     workdir = tmp_path / "work"
     workdir.mkdir()
-    stager = _stager_class(ctx)(ctx, rng, workdir)
+    stager = stager_class(ctx)(ctx, rng, workdir)
     registry = stager.lookup = Registry()
     for offset, value in enumerate(values):
         stager.add(FakeMessage(TOPIC, 0, offset, value, b"k", [], 1_726_238_205_000 + offset))
@@ -150,7 +151,7 @@ def test_a_protobuf_topic_has_its_own_stager_on_the_python_path(tmp_path: Path) 
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
                        StagingLocation(str(tmp_path)), pipeline(), TOPIC)
     assert ctx.topic.format is SourceFormat.PROTOBUF
-    assert _stager_class(ctx) is ProtobufRangeStager
+    assert stager_class(ctx) is ProtobufRangeStager
     assert ProtobufRangeStager.native_kernel is False
     assert NativeStaging.for_stager(ProtobufRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 1), tmp_path)) is None
 

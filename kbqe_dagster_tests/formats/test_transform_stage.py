@@ -27,8 +27,9 @@ from kbqe_dagster.formats.transform_stage import TransformRangeStager
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
+from kbqe_dagster.stagers import stager_class
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
-from kbqe_dagster.staging.task import StageContext, _stager_class
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
 
 TOPIC = "shop.orders"
@@ -86,7 +87,7 @@ def stage(tmp_path: Path, values, config, headers=()):
     rng = OffsetRange(TOPIC, 0, 0, len(values))
     workdir = tmp_path / "work"
     workdir.mkdir()
-    stager = _stager_class(ctx)(ctx, rng, workdir)
+    stager = stager_class(ctx)(ctx, rng, workdir)
     stager.lookup = FakeLookup()
     for offset, value in enumerate(values):
         stager.add(FakeMessage(TOPIC, 0, offset, value, b"k", list(headers),

@@ -13,7 +13,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from kbqe_dagster.core.config import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, NotAChangeError, UnsupportedSchemaError
 from kbqe_dagster.keyed.changes import change_layout
-from kbqe_dagster.staging.probe import RecordProbe
+from kbqe_dagster.staging.probe.record_probe import RecordProbe
 from kbqe_dagster.demo.debezium import (
     ROW_V2,
     Change,

@@ -38,8 +38,8 @@ from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
+from kbqe_dagster.stagers import stage_context
 from kbqe_dagster.staging.job import run_stage
-from kbqe_dagster.staging.task import StageContext
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -99,7 +99,7 @@ def test_kafka_messages_staged_by_spark_land_exactly_once_in_bigquery(
     }, source="e2e")
     staging = StagingLocation(f"gs://{LOCAL_BUCKET}/e2e-{run}", local_endpoints.gcs_url,
                               LOCAL_PROJECT)
-    ctx = StageContext(KafkaSettings(local_endpoints.kafka_bootstrap),
+    ctx = stage_context(KafkaSettings(local_endpoints.kafka_bootstrap),
                        RegistrySettings(local_endpoints.registry_url), staging, config, topic)
     client = local_bigquery_client()
     try:

@@ -22,9 +22,9 @@ from kbqe_dagster.loading.manifests import FileFacts
 from kbqe_dagster.loading.report import CompletedLoad
 from kbqe_dagster.observability.event_log import EventLogFold
 from kbqe_dagster.resources.bigquery import JobReport
+from kbqe_dagster.staging.context import RangeResult
 from kbqe_dagster.staging.job import StageSummary
 from kbqe_dagster.staging.prepare import Preparation
-from kbqe_dagster.staging.task import RangeResult
 
 REPO = Path(__file__).resolve().parents[2]
 T = "com.acme.events"

@@ -23,8 +23,8 @@ from dagster._serdes import serialize_value
 from kbqe_dagster import cli
 from kbqe_dagster.core.errors import StageRangeFailed
 from kbqe_dagster.core.offsets import OffsetRange, RangePlan
-from kbqe_dagster.defs.staging.assets import stage_metadata
 from kbqe_dagster.definitions import build_definitions
+from kbqe_dagster.defs.staging.assets import stage_metadata
 from kbqe_dagster.resources.configurable import KafkaResource, SchemaRegistryResource
 from kbqe_dagster.resources.kafka import CLIENT_LOG, KafkaReadError, KafkaSettings, read_range
 from kbqe_dagster.resources.schema_registry import (
@@ -33,10 +33,11 @@ from kbqe_dagster.resources.schema_registry import (
     SchemaLookup,
 )
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.staging import task
+from kbqe_dagster.staging import stager as stager_module
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.job import StageSummary
 from kbqe_dagster.staging.prepare import Preparation
-from kbqe_dagster.staging.task import RangeStager, StageContext
+from kbqe_dagster.staging.stager import RangeStager
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeSchemaLookup, fake_messages, load_corpus
 from kbqe_dagster_tests.security.conftest import (
     KAFKA_SECRET,
@@ -130,7 +131,7 @@ def _stage(tmp_path: Path, policy: str):
     rng = OffsetRange(TOPIC, 0, 0, len(CORPUS.cases))
     (tmp_path / "work").mkdir()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(task, "SchemaLookup", lambda settings: FakeSchemaLookup(CORPUS.schemas, ids))
+        mp.setattr(stager_module, "SchemaLookup", lambda settings: FakeSchemaLookup(CORPUS.schemas, ids))
         stager = RangeStager(ctx, rng, tmp_path / "work")
     for msg in fake_messages(CORPUS.cases, ids, TOPIC):
         stager.add(msg)

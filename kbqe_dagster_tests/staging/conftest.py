@@ -21,7 +21,8 @@ from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.staging.task import StageContext
+from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.staging.context import StageContext
 
 
 def pipeline_for(topic: str, **topic_overrides) -> PipelineConfig:
@@ -51,7 +52,7 @@ class DemoTopic:
     registry: RegistrySettings
 
     def context(self, staging: StagingLocation, **topic_overrides) -> StageContext:
-        return StageContext(self.kafka, self.registry, staging, pipeline_for(self.topic, **topic_overrides), self.topic)
+        return stage_context(self.kafka, self.registry, staging, pipeline_for(self.topic, **topic_overrides), self.topic)
 
     @property
     def good(self) -> dict[tuple[int, int], SampleMessage]:

@@ -20,14 +20,17 @@ import fastavro
 import pytest
 
 from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.errors import StageRangeFailed
 from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.kafka_native import ConsumedMessage
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.staging import task
+from kbqe_dagster.stagers import stager_class
+from kbqe_dagster.staging import stager as stager_module
+from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
-from kbqe_dagster.staging.task import RangeResult, StageContext, stage_messages
+from kbqe_dagster.staging.task import stage_messages
 
 SYNC = bytes(range(16))
 STAGED_AT = datetime(2026, 11, 25, 6, 0, tzinfo=timezone.utc)
@@ -110,8 +113,8 @@ def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int,
     end = end if end_exclusive is None else end_exclusive
     rng = OffsetRange(topic, partition, start, end)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(task, "SchemaLookup", lambda settings: DictLookup(schemas))
-        stager = task._stager_class(ctx)(ctx, rng, workdir)
+        mp.setattr(stager_module, "SchemaLookup", lambda settings: DictLookup(schemas))
+        stager = stager_class(ctx)(ctx, rng, workdir)
     stager.sync_marker = SYNC
     stager.staged_at = STAGED_AT
     driver = NativeStaging.for_stager(stager) if native else None
@@ -120,7 +123,7 @@ def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int,
     reader = ListReader(messages, start, end, batch_size)
     try:
         stage_messages(stager, reader, driver)
-    except task.StageRangeFailed as failed:
+    except StageRangeFailed as failed:
         return Staged(None, {}, str(failed), driver.kernel.messages if driver else 0)
     store = staging.open()
     result = stager.commit(store, reader.covered)

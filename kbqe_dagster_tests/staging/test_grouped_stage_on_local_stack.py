@@ -11,9 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.job import run_stage_group
 from kbqe_dagster.staging.prepare import prepare_topic
-from kbqe_dagster.staging.task import StageContext, stage_range
+from kbqe_dagster.staging.task import stage_range
 from kbqe_dagster_tests.staging.conftest import make_demo_topic
 from kbqe_dagster_tests.staging.test_stage_job_exactly_once import assert_exactly_once
 
@@ -36,8 +38,8 @@ def fleet(local_stack, local_endpoints):
 def context(fleet, staging) -> StageContext:
     topics, pipeline = fleet
     first = topics[0]
-    return StageContext(first.kafka, first.registry, staging, pipeline, first.topic,
-                        native_kernel=False)
+    return stage_context(first.kafka, first.registry, staging, pipeline, first.topic,
+                         native_kernel=False)
 
 
 def test_a_grouped_run_stages_several_topics_in_one_spark_job_each_message_once(

@@ -18,9 +18,10 @@ from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
+from kbqe_dagster.stagers import stager_class
 from kbqe_dagster.staging import native_kernel
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
-from kbqe_dagster.staging.task import StageContext, _stager_class
 from kbqe_dagster_tests.staging.kernel_equality import Msg, stage
 
 SCHEMA = {
@@ -93,7 +94,7 @@ def test_without_hour_tables_the_files_are_what_they_were(tmp_path) -> None:
 def _driver(tmp_path, config) -> NativeStaging | None:
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
                        StagingLocation(str(tmp_path)), config, "clicks", native_kernel=True)
-    stager = _stager_class(ctx)(ctx, OffsetRange("clicks", 0, 0, 10), tmp_path)
+    stager = stager_class(ctx)(ctx, OffsetRange("clicks", 0, 0, 10), tmp_path)
     return NativeStaging.for_stager(stager)
 
 

@@ -23,13 +23,14 @@ import fastavro
 import pytest
 
 from kbqe_dagster.core.config import parse_pipeline_config
-from kbqe_dagster.staging import native_kernel
 from kbqe_dagster.core.offsets import OffsetRange
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
+from kbqe_dagster.staging import native_kernel
+from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
-from kbqe_dagster.staging.task import RangeStager, StageContext
+from kbqe_dagster.staging.stager import RangeStager
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
 from kbqe_dagster_tests.staging.kernel_fuzz import scenario
 
@@ -193,11 +194,12 @@ def _stager(tmp_path, config, **context):
     from kbqe_dagster.resources.kafka import KafkaSettings
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
-    from kbqe_dagster.staging.task import StageContext, _stager_class
+    from kbqe_dagster.stagers import stager_class
+    from kbqe_dagster.staging.context import StageContext
 
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
                        StagingLocation(str(tmp_path)), config, "orders", **context)
-    return _stager_class(ctx)(ctx, OffsetRange("orders", 0, 0, 10), tmp_path)
+    return stager_class(ctx)(ctx, OffsetRange("orders", 0, 0, 10), tmp_path)
 
 
 def test_what_stays_on_the_python_path(tmp_path):

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from kbqe_dagster.core.errors import BodyDecodeError, UnsupportedSchemaError
-from kbqe_dagster.staging.probe import RecordProbe
+from kbqe_dagster.staging.probe.record_probe import RecordProbe
 from kbqe_dagster_tests.staging.avro_fuzz import (
     ASCII_WORDS,
     WORDS,

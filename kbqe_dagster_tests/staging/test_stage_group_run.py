@@ -16,8 +16,8 @@ from kbqe_dagster.resources.kafka import KafkaSettings, PartitionWatermarks
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging import job as job_module
+from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.prepare import Preparation
-from kbqe_dagster.staging.task import RangeResult, StageContext
 
 PIPELINE = parse_pipeline_config({
     "version": 1,

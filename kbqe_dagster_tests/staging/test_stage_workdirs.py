@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kbqe_dagster.staging.task import WORKDIR_PREFIX, remove_abandoned_workdirs
+from kbqe_dagster.staging.workdirs import WORKDIR_PREFIX, remove_abandoned_workdirs
 
 
 def test_dirs_of_dead_processes_are_removed_and_live_ones_kept(tmp_path: Path) -> None:

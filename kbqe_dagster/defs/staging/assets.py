@@ -29,8 +29,8 @@ from kbqe_dagster.resources.configurable import (
 )
 from kbqe_dagster.resources.kafka import TopicMissing
 from kbqe_dagster.resources.spark import LazySparkContextResource
+from kbqe_dagster.stagers import stage_context
 from kbqe_dagster.staging.job import StageSummary, run_stage_group
-from kbqe_dagster.staging.task import StageContext
 
 STAGING_KEY = dg.AssetKey([STAGING_ASSET])
 STAGING_GROUP = "staging"
@@ -89,7 +89,7 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
             return dg.MaterializeResult(metadata={
                 "topics": dg.MetadataValue.json([]), "by_topic": dg.MetadataValue.json({}),
                 "yielded": dg.MetadataValue.json(sorted(yielded))})
-        ctx = StageContext(
+        ctx = stage_context(
             kafka=kafka.settings(),
             registry=schema_registry.settings(),
             staging=staging.location(),

@@ -1,7 +1,8 @@
-"""What the probe's generated code calls at run time: varint decoders, the single-byte
-length table, the error type, and the value ranges of fastavro's logical converters.
+"""What the probe's generated code calls at run time: varint decoders (the general one, and
+the error type, are ``staging/avro_binary.py``'s, shared with the keyed path), the single-byte
+length table and the value ranges of fastavro's logical converters.
 
-Kept apart from the generator (``probe_codegen.py``) because these run per record: they are
+Kept apart from the generator (``codegen.py``) because these run per record: they are
 the slow paths of the generated code (multi-byte varints, negative block counts) and must be
 exact — at most 10 varint bytes, int32/int64 ranges, no negative lengths.
 """
@@ -12,37 +13,17 @@ import re
 import struct
 from typing import Any
 
+from kbqe_dagster.staging.avro_binary import Invalid, varint
+
 PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
 # Arrays of zero-width items (null, empty records) could claim 2**62 items in one byte; no
 # producer writes that many, and fastavro would try to build the list.
 MAX_ZERO_WIDTH_ITEMS = 1_000_000
 
 
-class Invalid(Exception):
-    """The body breaks an Avro encoding rule; the message says which."""
-
-
 # Single-byte varints of non-negative values (even bytes below 0x80); -1 sends the generated
 # code to the general decoder (multi-byte or negative).
 LEN1 = tuple((b >> 1) if b < 0x80 and not b & 1 else -1 for b in range(256))
-
-
-def varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag long at ``pos``: (value, next position). At most 10 bytes, within int64."""
-    b = buf[pos]
-    pos += 1
-    n = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        if shift == 70:
-            raise Invalid("varint longer than 10 bytes")
-        b = buf[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-    if n >> 64:
-        raise Invalid("long out of the int64 range")
-    return (n >> 1) ^ -(n & 1), pos
 
 
 def int32(buf: bytes, pos: int) -> tuple[int, int]:

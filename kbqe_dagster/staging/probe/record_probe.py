@@ -5,10 +5,10 @@ body is valid under its writer schema — a body that is not would make BigQuery
 whole load job — and (b) the few fields that routing and event time read. Per schema, a
 :class:`RecordProbe` compiles:
 
-1. an **exact decoder**, Python source generated for the schema (``probe_codegen.py``): it
+1. an **exact decoder**, Python source generated for the schema (``codegen.py``): it
    validates every byte and decodes only the wanted fields, as fastavro would return them;
 2. a **fast path**, a regular expression matching the schema's common encodings
-   (``probe_regex.py``), run first: a match proves validity at C speed, and the wanted fields
+   (``regex.py``), run first: a match proves validity at C speed, and the wanted fields
    are decoded from their match groups. No match → the exact decoder decides.
 
 If most bodies of a schema miss the fast path (long strings, non-ASCII text), trying it first
@@ -29,9 +29,9 @@ from typing import Any, Callable, Iterable, Mapping
 import fastavro
 
 from kbqe_dagster.core.errors import BodyDecodeError, UnsupportedSchemaError
-from kbqe_dagster.staging.probe_codegen import PythonGenerator, Want, logical_key
-from kbqe_dagster.staging.probe_runtime import Invalid
-from kbqe_dagster.staging.probe_regex import FastPath, NoFastPath, RegexBuilder
+from kbqe_dagster.staging.avro_binary import Invalid
+from kbqe_dagster.staging.probe.codegen import PythonGenerator, Want, logical_key
+from kbqe_dagster.staging.probe.regex import FastPath, NoFastPath, RegexBuilder
 
 __all__ = ["RecordProbe"]
 

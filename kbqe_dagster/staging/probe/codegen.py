@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 
 from fastavro.read import LOGICAL_READERS
 
-from kbqe_dagster.staging.probe_runtime import HELPERS, PRIMITIVES, RANGE_CHECKED, UNCHECKED
+from kbqe_dagster.staging.probe.runtime import HELPERS, PRIMITIVES, RANGE_CHECKED, UNCHECKED
 
 LOCAL_HELPERS = ", ".join(f"{name}={name}" for name in HELPERS if name != "MAX_ZW")
 

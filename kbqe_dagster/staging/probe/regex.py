@@ -29,8 +29,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbqe_dagster.staging.probe_codegen import PythonGenerator, Want, logical_key
-from kbqe_dagster.staging.probe_runtime import UNCHECKED, UUID_PATTERN
+from kbqe_dagster.staging.probe.codegen import PythonGenerator, Want, logical_key
+from kbqe_dagster.staging.probe.runtime import UNCHECKED, UUID_PATTERN
 
 # Above this the pattern's compilation time and memory stop being worth it.
 MAX_PATTERN_BYTES = 1_000_000
