@@ -7,7 +7,18 @@ differs (DESIGN.md §7; each gap is pinned by a ``test_emulator_gap_*`` contract
   into an existing table goes through a temporary table created from the file's own schema,
   then ``INSERT INTO table (columns) SELECT columns FROM temporary`` names every column.
 * **Field addition.** The emulator ignores ALLOW_FIELD_ADDITION: the columns a newer schema
-  adds are added with ``ALTER TABLE`` before the load, as BigQuery would add them in the load.
+  adds are added with ``ALTER TABLE`` before the load, as BigQuery would add them in the load
+  (records, arrays and maps too, with their BigQuery type).
+* **Avro maps.** BigQuery loads an Avro map as a REPEATED RECORD of ``key``/``value``; the
+  emulator's DuckDB reads it as a MAP and cannot cast that into the table's list of structs,
+  so any load of a file with a map fails there, the creating one included (it creates the
+  table, then its insert fails). For such files the temporary table is created by DDL with
+  the maps as ``MAP<STRING, T>``, and the by-name INSERT converts every column that holds a
+  map at any depth (``MAP_ENTRIES``, ``LIST_TRANSFORM`` over arrays and map values,
+  ``STRUCT`` for records; built from the files' Avro schema by ``emulator_maps.py``). A table
+  such files would create is created first, with the schema the creating load carries, then
+  loaded by name: the column is BigQuery's REPEATED RECORD whichever load created the table,
+  and reads back as ``[{key, value}, ...]``.
 * **Rows appended.** The emulator's ``outputRows`` is the table's total after a load. The
   by-name INSERT reports the rows it added itself (DML statistics, readable from any process);
   a load that creates its table appends to an empty table, so the total is its figure.
