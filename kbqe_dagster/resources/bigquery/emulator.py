@@ -139,7 +139,11 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
             table.clustering_fields = list(request.clustering_fields)
         log.info("%s.%s: creating the table before a load of files with maps (emulator)",
                  request.dataset, request.table)
-        self.client.create_table(table, exists_ok=True)
+        # A bounded retry: the emulator answers some schemas with a 500 every time (a nested
+        # field named like a DuckDB keyword), which the default retry would repeat for 10
+        # minutes while holding the load pool; the coordinator resubmits a transient answer.
+        self.client.create_table(table, exists_ok=True,
+                                 retry=bigquery.DEFAULT_RETRY.with_deadline(30))
 
     def _add_new_columns(self, request: LoadRequest, existing: set[str]) -> None:
         ref = f"{request.dataset}.{request.table}"
