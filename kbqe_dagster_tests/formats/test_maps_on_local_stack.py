@@ -1,6 +1,7 @@
-"""Map fields end to end on the local stack, through the real stage path: a ``format:
-protobuf`` topic whose message has ``map<..>`` fields and a ``format: json_schema`` topic
-whose schema has ``additionalProperties`` objects, both mapped to Avro maps (at the top level,
+"""Map fields end to end on the local stack, through the real stage path: an Avro topic whose
+schema has ``map`` fields, a ``format: protobuf`` topic whose message has ``map<..>`` fields
+and a ``format: json_schema`` topic whose schema has ``additionalProperties`` objects (both
+mapped to Avro maps) (at the top level,
 inside a nested record, inside an array of records, and a map of records holding a map),
 staged on Spark and loaded into the BigQuery emulator by ``kbqe run --until-idle``; a second
 run loads a newer version that adds a map field and an older version's later messages into
@@ -15,6 +16,7 @@ from datetime import datetime, timezone
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pool, message_factory
@@ -256,6 +258,66 @@ def test_json_schema_additional_properties_load_as_repeated_key_value_records(
         for i, labels in labelled.items():
             producer.produce(topic, v2(json_event(i, labels=labels), value), partition=i % 2)
         producer.produce(topic, v1(json_event(6), value), partition=0)  # still on V1
+        assert producer.flush(30) == 0
+        assert staged_and_dead(env, topic) == (3, 0)
+
+        check_table(client, dataset, range(7), labelled)
+    finally:
+        drop_datasets(client, dataset, dead)
+
+
+def _avro_map(values) -> dict:
+    return {"type": "map", "values": values}
+
+
+AVRO_V1 = {"type": "record", "name": "Event", "namespace": "com.acme.maps", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "placed_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    {"name": "attrs", "type": _avro_map("long")},
+    {"name": "detail", "default": None, "type": ["null", {
+        "type": "record", "name": "Detail", "fields": [
+            {"name": "kind", "type": "string"}, {"name": "scores", "type": _avro_map("double")}]}]},
+    {"name": "lines", "type": {"type": "array", "items": {
+        "type": "record", "name": "Line", "fields": [
+            {"name": "sku", "type": "string"},
+            {"name": "notes", "type": _avro_map(["null", "string"])}]}}},
+    {"name": "counters", "type": _avro_map({
+        "type": "record", "name": "Counter", "fields": [
+            {"name": "n", "type": "long"}, {"name": "flags", "type": _avro_map("boolean")}]})},
+]}
+AVRO_V2 = {**AVRO_V1, "fields": [
+    *AVRO_V1["fields"], {"name": "labels", "type": _avro_map("string"), "default": {}}]}
+
+
+def test_avro_map_fields_load_as_repeated_key_value_records(
+    local_stack, local_endpoints, tmp_path,
+) -> None:
+    topic, dataset, dead, env = stack_env(tmp_path, local_endpoints, "avro")
+    client = local_bigquery_client()
+    try:
+        registry = SchemaRegistryClient({"url": local_endpoints.registry_url})
+        producer = Producer({"bootstrap.servers": local_endpoints.kafka_bootstrap,
+                             "logger": CLIENT_LOG})
+        value = SerializationContext(topic, MessageField.VALUE)
+
+        def avro_event(i: int, **extra) -> dict:
+            plain = {**event(i), **extra,
+                     "placed_at": datetime.fromtimestamp(PLACED + i, timezone.utc)}
+            for line in plain["lines"]:
+                line["notes"] = {str(k): v for k, v in line["notes"].items()}
+            return plain
+
+        v1 = AvroSerializer(registry, json.dumps(AVRO_V1))  # registers V1 under <topic>-value
+        for i in range(4):
+            producer.produce(topic, v1(avro_event(i), value), partition=i % 2)
+        assert producer.flush(30) == 0
+        assert staged_and_dead(env, topic) == (4, 0)
+
+        v2 = AvroSerializer(registry, json.dumps(AVRO_V2))  # registers V2: BACKWARD-compatible
+        labelled = {4: {"team": "t4", "env": "e4"}, 5: {"team": "t5"}}
+        for i, labels in labelled.items():
+            producer.produce(topic, v2(avro_event(i, labels=labels), value), partition=i % 2)
+        producer.produce(topic, v1(avro_event(6), value), partition=0)  # still on V1
         assert producer.flush(30) == 0
         assert staged_and_dead(env, topic) == (3, 0)
 
