@@ -49,7 +49,8 @@ message Event {
   message Counter { int64 n = 1; map<string, bool> flags = 2; }
 }
 """
-PROTO_V2 = PROTO_V1.replace("  message Detail", "  map<string, string> labels = 7;\n  message Detail")
+PROTO_V2 = PROTO_V1.replace(
+    "  message Detail", "  map<string, string> labels = 7;\n  message Detail")
 
 _MAP_OF = {"type": "object"}
 JSON_V1 = {

@@ -29,6 +29,9 @@ DAY = dt.date(2026, 11, 24)
 AT = dt.datetime(2026, 11, 24, 10, 30, 0, 123456, tzinfo=UTC)
 
 
+MICROS = {"type": "long", "logicalType": "timestamp-micros"}
+
+
 def _map(values: Any) -> dict:
     return {"type": "map", "values": values}
 
@@ -85,7 +88,7 @@ SHAPES = [
                                                   {"key": "gone", "value": None}]}
                      for j in range(i % 3)]),
     Shape("byname", _map(_record(
-              "Counter", ("n", "long"), ("seen", {"type": "long", "logicalType": "timestamp-micros"}),
+              "Counter", ("n", "long"), ("seen", MICROS),
               ("flags", _map("boolean")))),
           lambda i: {f"c{i}": {"n": i, "seen": AT, "flags": {"on": bool(i % 2)}}},
           lambda i: [{"key": f"c{i}", "value": {

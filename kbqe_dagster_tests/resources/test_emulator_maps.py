@@ -20,6 +20,9 @@ from kbqe_dagster.resources.bigquery.emulator_maps import (
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
 
+MICROS = {"type": "long", "logicalType": "timestamp-micros"}
+
+
 def _map(values: Any) -> dict:
     return {"type": "map", "values": values}
 
@@ -50,7 +53,7 @@ TAGGED = _record("Tagged", ("sku", "string"), ("tags", _map("string")))
     pytest.param(_map({"type": "array", "items": "bytes"}), "MAP<STRING, ARRAY<BYTES>>",
                  "MAP_ENTRIES(`c`)", id="map-of-arrays"),
     pytest.param(
-        _map(_record("V", ("n", "long"), ("at", {"type": "long", "logicalType": "timestamp-micros"}))),
+        _map(_record("V", ("n", "long"), ("at", MICROS))),
         "MAP<STRING, STRUCT<`n` INT64, `at` TIMESTAMP>>", "MAP_ENTRIES(`c`)",
         id="map-of-records"),
     pytest.param(
