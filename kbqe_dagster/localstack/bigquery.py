@@ -34,7 +34,8 @@ is ignored and a file with more or fewer columns than the table fails; Avro colu
 matched by position; an Avro load creates a missing table only from an explicit ``schema``
 in the job config, and without its time partitioning; REQUIRED is not enforced; load
 statistics carry ``outputRows`` only, and it is the destination's row count after the load,
-not the rows this job appended. ``resources/bigquery/emulator.py`` rebuilds BigQuery's
+not the rows this job appended; an Avro map (read as a DuckDB MAP) cannot be inserted into
+BigQuery's REPEATED RECORD of key/value. ``resources/bigquery/emulator.py`` rebuilds BigQuery's
 behaviour over these gaps for the load step.
 """
 

@@ -300,3 +300,43 @@ def test_emulator_gap_required_mode_not_enforced(bq, dataset, stage) -> None:
 
     assert _rows(bq, f"SELECT a, b FROM `{table}`") == [(None, "b1")]
     assert [f.mode for f in bq.get_table(table).schema] == ["REQUIRED", "NULLABLE"]
+
+
+def test_emulator_gap_avro_map_not_loaded_into_a_repeated_record(bq, dataset, stage) -> None:
+    """BigQuery loads an Avro ``map<long>`` into the REPEATED RECORD ``(key STRING, value
+    INTEGER)`` it makes of it; the emulator reads the field as a DuckDB MAP, has no cast from a
+    map to a list of structs and fails the job (resources/bigquery/emulator_maps.py loads such
+    files through a temporary table of maps and converts them)."""
+    table = f"{dataset}.with_map"
+    bq.create_table(bigquery.Table(f"{bq.project}.{table}", schema=[
+        bigquery.SchemaField("id", "STRING"),
+        bigquery.SchemaField("attrs", "RECORD", mode="REPEATED", fields=[
+            bigquery.SchemaField("key", "STRING"), bigquery.SchemaField("value", "INTEGER")])]))
+    schema = {"type": "record", "name": "M", "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "attrs", "type": {"type": "map", "values": "long"}}]}
+    uri = stage(schema, [{"id": "a", "attrs": {"x": 1}}])
+
+    job = _load(bq, uri, table, time_partitioning=None)
+    with pytest.raises(BadRequest, match=r"Unimplemented type for cast \(MAP\(VARCHAR, BIGINT\)"):
+        job.result(timeout=60)
+
+    assert _count(bq, table) == 0
+
+
+def test_emulator_gap_nested_field_named_like_a_duckdb_keyword_fails_the_table(
+    bq, dataset,
+) -> None:
+    """BigQuery creates a table whose RECORD has a field named ``at`` (or ``inner``, ...); the
+    emulator writes nested field names unquoted into DuckDB's CREATE TABLE and answers 500, so
+    neither ``tables.insert`` nor a creating load can make such a table locally (the client's
+    default retry then retries the 500 until its deadline)."""
+    from google.api_core.exceptions import InternalServerError
+
+    table = bigquery.Table(f"{bq.project}.{dataset}.keyword_field", schema=[
+        bigquery.SchemaField("r", "RECORD", fields=[bigquery.SchemaField("at", "TIMESTAMP")])])
+
+    with pytest.raises(InternalServerError):
+        bq.create_table(table, retry=None)
+
+    assert "keyword_field" not in [t.table_id for t in bq.list_tables(dataset)]

@@ -5,6 +5,8 @@
 - ``google_client.py``: BigQuery's own path over ``google-cloud-bigquery``;
 - ``emulator.py``: the local emulator's path, a subclass that rebuilds BigQuery's behaviour
   where the emulator differs (its gaps are behaviour of an implementation, not flags);
+- ``emulator_maps.py``: the SQL by which the emulator's path turns Avro maps (DuckDB MAPs)
+  into BigQuery's repeated key/value records;
 - ``schema.py``: the table schema a first load carries, derived from the file's Avro schema;
 - ``resource.py``: the Dagster resource choosing between them.
 """

@@ -7,7 +7,18 @@ differs (DESIGN.md §7; each gap is pinned by a ``test_emulator_gap_*`` contract
   into an existing table goes through a temporary table created from the file's own schema,
   then ``INSERT INTO table (columns) SELECT columns FROM temporary`` names every column.
 * **Field addition.** The emulator ignores ALLOW_FIELD_ADDITION: the columns a newer schema
-  adds are added with ``ALTER TABLE`` before the load, as BigQuery would add them in the load.
+  adds are added with ``ALTER TABLE`` before the load, as BigQuery would add them in the load
+  (records, arrays and maps too, with their BigQuery type).
+* **Avro maps.** BigQuery loads an Avro map as a REPEATED RECORD of ``key``/``value``; the
+  emulator's DuckDB reads it as a MAP and cannot cast that into the table's list of structs,
+  so any load of a file with a map fails there, the creating one included (it creates the
+  table, then its insert fails). For such files the temporary table is created by DDL with
+  the maps as ``MAP<STRING, T>``, and the by-name INSERT converts every column that holds a
+  map at any depth (``MAP_ENTRIES``, ``LIST_TRANSFORM`` over arrays and map values,
+  ``STRUCT`` for records; built from the files' Avro schema by ``emulator_maps.py``). A table
+  such files would create is created first, with the schema the creating load carries, then
+  loaded by name: the column is BigQuery's REPEATED RECORD whichever load created the table,
+  and reads back as ``[{key, value}, ...]``.
 * **Rows appended.** The emulator's ``outputRows`` is the table's total after a load. The
   by-name INSERT reports the rows it added itself (DML statistics, readable from any process);
   a load that creates its table appends to an empty table, so the total is its figure.
@@ -38,6 +49,12 @@ from kbqe_dagster.resources.bigquery.jobs import (
     LoadRequest,
     SubmitResult,
     load_job_config,
+)
+from kbqe_dagster.resources.bigquery.emulator_maps import (
+    holds_map,
+    select_list,
+    sql_type,
+    staging_columns_ddl,
 )
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
@@ -71,9 +88,15 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
                              "Avro schema (wants_file_schema)")
         try:
             existing = self._existing_columns(request)
-            if existing is None:
+            if existing is None and not self._holds_maps(request):
                 return self._load_creating_the_table(request)
-            self._add_new_columns(request, existing)
+            if existing is None:
+                # DuckDB cannot cast the files' maps into the table's repeated records, so
+                # the creating load would create the table and then fail: create it, then
+                # load by name, which converts them (emulator_maps.py).
+                self._create_table(request)
+            else:
+                self._add_new_columns(request, existing)
             return self._load_by_name(request)
         except Exception as error:  # noqa: BLE001 - classified like BigQuery's own answers
             return self._refused(request, error)
@@ -103,21 +126,36 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
         self._created[request.job_id] = self.table_row_count(request.dataset, request.table) or 0
         return SubmitResult(classify_submit(200))
 
+    def _create_table(self, request: LoadRequest) -> None:
+        """The empty table the creating load would make (same schema, partitioning and
+        clustering), for files whose maps that load cannot insert (emulator_maps.py)."""
+        from google.cloud import bigquery
+
+        config = load_job_config(request)
+        table = bigquery.Table(self._table_ref(request.dataset, request.table),
+                               schema=config.schema)
+        table.time_partitioning = config.time_partitioning
+        if request.clustering_fields:
+            table.clustering_fields = list(request.clustering_fields)
+        log.info("%s.%s: creating the table before a load of files with maps (emulator)",
+                 request.dataset, request.table)
+        # A bounded retry: the emulator answers some schemas with a 500 every time (a nested
+        # field named like a DuckDB keyword), which the default retry would repeat for 10
+        # minutes while holding the load pool; the coordinator resubmits a transient answer.
+        self.client.create_table(table, exists_ok=True,
+                                 retry=bigquery.DEFAULT_RETRY.with_deadline(30))
+
     def _add_new_columns(self, request: LoadRequest, existing: set[str]) -> None:
         ref = f"{request.dataset}.{request.table}"
         for column in self._file_columns(request):
             if column["name"].lower() in existing:
                 continue
-            if column["type"] == "RECORD" or column["mode"] == "REPEATED":
-                log.warning("%s: cannot add nested column %s before the load (emulator)",
-                            ref, column["name"])
-                continue
-            log.info("%s: adding column %s %s (emulated field addition)",
-                     ref, column["name"], column["type"])
+            kind = sql_type(column)
+            log.info("%s: adding column %s %s (emulated field addition)", ref, column["name"], kind)
             # IF NOT EXISTS: two loads of the newer schema may race for the same column.
             self.client.query(
-                f"ALTER TABLE `{ref}` ADD COLUMN IF NOT EXISTS `{column['name']}` "
-                f"{column['type']}", job_retry=None,
+                f"ALTER TABLE `{ref}` ADD COLUMN IF NOT EXISTS `{column['name']}` {kind}",
+                job_retry=None,
             ).result()
 
     def _load_by_name(self, request: LoadRequest) -> SubmitResult:
@@ -125,6 +163,14 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
         temp_ref = self._table_ref(request.dataset, temp)
         self.client.delete_table(temp_ref, not_found_ok=True)  # a killed attempt's leftover
         temp_request = replace(request, table=temp, partition_expiration_days=None)
+        columns = self._file_columns(request, keep_maps=True)
+        if any(holds_map(c) for c in columns):
+            # The files' maps stay maps in the temporary table; the INSERT converts them.
+            self.client.query(
+                f"CREATE TABLE `{request.dataset}.{temp}` ({staging_columns_ddl(columns)})",
+                job_retry=None, location=self.location,
+            ).result()
+            temp_request = replace(temp_request, avro_schema=None)
         staged = self.client.load_table_from_uri(
             list(request.source_uris), temp_ref,
             job_id=f"{request.job_id}-by-name-{uuid.uuid4().hex[:8]}",
@@ -137,10 +183,10 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
             log.warning("load job %s (%s.%s): the files were refused: %s",
                         request.job_id, request.dataset, request.table, error)
             return SubmitResult(classify_submit(400), 400, f"files refused: {error}")
-        names = ", ".join(f"`{c['name']}`" for c in self._file_columns(request))
+        names = ", ".join(f"`{c['name']}`" for c in columns)
         insert = self.client.query(
             f"INSERT INTO `{request.dataset}.{request.table}` ({names}) "
-            f"SELECT {names} FROM `{request.dataset}.{temp}`",
+            f"SELECT {select_list(columns)} FROM `{request.dataset}.{temp}`",
             job_id=request.job_id, job_retry=None, location=self.location,
         )
         try:
@@ -151,8 +197,12 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
         return SubmitResult(classify_submit(200))
 
     @staticmethod
-    def _file_columns(request: LoadRequest) -> list[dict]:
-        return bigquery_schema_from_avro(dict(request.avro_schema or {}), request.job_id)
+    def _file_columns(request: LoadRequest, *, keep_maps: bool = False) -> list[dict]:
+        return bigquery_schema_from_avro(dict(request.avro_schema or {}), request.job_id,
+                                         keep_maps=keep_maps)
+
+    def _holds_maps(self, request: LoadRequest) -> bool:
+        return any(holds_map(c) for c in self._file_columns(request, keep_maps=True))
 
     # --- reports ------------------------------------------------------------------------------
     def _done_report(self, job_id: str, job: Any) -> JobReport:

@@ -33,7 +33,10 @@ uuid                            STRING
 =============================== ======================================================
 
 The result is the REST representation (``{"name", "type", "mode", "fields"}`` dicts), which
-``google.cloud.bigquery.SchemaField.from_api_repr`` turns into schema fields.
+``google.cloud.bigquery.SchemaField.from_api_repr`` turns into schema fields. With
+``keep_maps`` a map's column says ``"type": "MAP"`` instead of ``"RECORD"`` (same mode, same
+``key``/``value`` fields): not a BigQuery type, but what the emulator's load path needs to
+know which repeated records its files hold as DuckDB maps (``emulator_maps.py``).
 """
 
 from __future__ import annotations
@@ -64,19 +67,23 @@ _LOGICAL = {
 }
 
 
-def bigquery_schema_from_avro(schema: dict[str, Any], source: str = "avro file") -> list[dict]:
-    """The columns of a table created from records of ``schema`` (a record schema).
+def bigquery_schema_from_avro(
+    schema: dict[str, Any], source: str = "avro file", *, keep_maps: bool = False,
+) -> list[dict]:
+    """The columns of a table created from records of ``schema`` (a record schema); with
+    ``keep_maps``, maps marked as ``MAP`` (module docstring).
 
     Raises :class:`LoadError` naming ``source`` and the field for a type BigQuery cannot load.
     """
     if not isinstance(schema, dict) or schema.get("type") != "record":
         raise LoadError(f"{source}: the Avro schema is not a record schema")
-    return _Converter(source).record_fields(schema, path="")
+    return _Converter(source, keep_maps).record_fields(schema, path="")
 
 
 class _Converter:
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, keep_maps: bool = False) -> None:
         self.source = source
+        self.map_type = "MAP" if keep_maps else "RECORD"
         self.named: dict[str, Any] = {}  # full name → definition, for references by name
 
     def record_fields(self, record: dict[str, Any], path: str) -> list[dict]:
@@ -109,7 +116,8 @@ class _Converter:
         if isinstance(avro, dict) and avro.get("type") == "map":
             value = self.column("value", avro["values"], f"{path}{{}}", namespace)
             key = {"name": "key", "type": "STRING", "mode": "REQUIRED"}
-            return {"name": name, "type": "RECORD", "mode": "REPEATED", "fields": [key, value]}
+            return {"name": name, "type": self.map_type, "mode": "REPEATED",
+                    "fields": [key, value]}
         return {"name": name, **self._type(avro, path, namespace), "mode": mode}
 
     def _type(self, avro: Any, path: str, namespace: str | None) -> dict:
