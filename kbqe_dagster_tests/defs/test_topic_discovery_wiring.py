@@ -176,7 +176,7 @@ def test_the_stage_run_of_a_topic_newer_than_the_definitions_resolves_its_settin
         seen.update(kwargs)
         raise _Resolved
 
-    monkeypatch.setattr(staging_assets, "StageContext", capture)
+    monkeypatch.setattr(staging_assets, "stage_context", capture)
     kafka.names.add("shop.late")
     with dg.instance_for_test() as instance:
         result = defs.resolve_job_def("stage_job").execute_in_process(
