@@ -76,7 +76,7 @@ def _produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id:
 
     from _debezium_bench import build_envelopes
     from bench_hot_path import build_bodies
-    from kbqe_dagster.core.wire import encode_frame
+    from kbqe_dagster.core.record.wire import encode_frame
 
     if json_values:  # schemaless: no Confluent frame
         from _json_bench import build_json_values

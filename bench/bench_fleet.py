@@ -52,7 +52,7 @@ import yaml  # noqa: E402
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from kbqe_dagster.core.config import load_pipeline_config  # noqa: E402
+from kbqe_dagster.core.config.pipeline import load_pipeline_config  # noqa: E402
 from kbqe_dagster.defs.staging import sensors  # noqa: E402
 from kbqe_dagster.localstack.endpoints import local_endpoints  # noqa: E402
 from kbqe_dagster.resources import kafka as kafka_module  # noqa: E402

@@ -18,8 +18,8 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.faults import CRASH_ENV
 from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.localstack.endpoints import LocalEndpoints

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import date
 
-from kbqe_dagster.core.config import PipelineConfig, parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
 from kbqe_dagster.demo.samples import produce, register_schemas
 from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.loading.report import CycleReport

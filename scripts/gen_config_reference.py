@@ -14,18 +14,12 @@ import inspect
 import sys
 from pathlib import Path
 
-from kbqe_dagster.core import (
-    completeness,
-    config_sections,
-    destinations,
-    enrichment,
-    event_time,
-    keyed,
-    partitioning,
-    routing,
-    stage_groups,
-    transform_specs,
-)
+from kbqe_dagster.core.completeness import decision as completeness
+from kbqe_dagster.core.config import sections as config_sections
+from kbqe_dagster.core.keyed import contract as keyed
+from kbqe_dagster.core.record import enrichment, event_time, partitioning, routing
+from kbqe_dagster.core.stage_runs import groups as stage_groups
+from kbqe_dagster.core.transforms import destinations, specs as transform_specs
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = REPO / "docs" / "configuration.md"

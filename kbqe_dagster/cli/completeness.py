@@ -1,5 +1,5 @@
 """``kbqe completeness``: per table, the newest complete DAY partition (an HOUR table's: hour,
-``2026-11-23T14``) and what holds the next one back (core/completeness.py decides,
+``2026-11-23T14``) and what holds the next one back (core/completeness/decision.py decides,
 operations/completeness.py reads the systems)."""
 
 from __future__ import annotations

@@ -9,5 +9,5 @@ current-state table and an SCD type II history.
 - ``merge.py``: runs them after the loads, and remembers which load jobs it has merged.
 
 The contract between the halves (column names, the order of a key's events) is
-``core/keyed.py``.
+``core/keyed/contract.py``.
 """

@@ -1,7 +1,7 @@
 """Completeness of the tables' DAY (or HOUR) partitions, read from the systems: the staging
 listing and its done files (what is committed, what is loaded, how far each range got), the Kafka
 watermarks of every feeding partition (one batched read), and the kept state
-``_kbqe/completeness.json``. The decision itself is ``core/completeness.py``.
+``_kbqe/completeness.json``. The decision itself is ``core/completeness/decision.py``.
 
 **Loaded** means: a committed range whose avro files of the table are gone from the staging
 area. The load step deletes a file only after its load job succeeded, so a committed range
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any, Callable, Iterable, Mapping
 
-from kbqe_dagster.core.commit import Manifest, is_marker, parse_manifest
-from kbqe_dagster.core.completeness import (
+from kbqe_dagster.core.protocol.commit import Manifest, is_marker, parse_manifest
+from kbqe_dagster.core.completeness.decision import (
     CompletenessSettings,
     PartitionProgress,
     Period,
@@ -40,7 +40,7 @@ from kbqe_dagster.core.completeness import (
     loaded_position,
     unit_of,
 )
-from kbqe_dagster.core.completeness_state import (
+from kbqe_dagster.core.completeness.state import (
     CompletenessState,
     PartitionMark,
     TableMark,
@@ -52,12 +52,12 @@ from kbqe_dagster.core.completeness_state import (
     parse_state,
     with_mark,
 )
-from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.core.keyed import changelog_table
-from kbqe_dagster.core.naming import DoneFileName, ParsedListing, parse_listing, parse_name
-from kbqe_dagster.core.offsets import CommittedRange, recover
-from kbqe_dagster.core.partitioning import parse_hour_key
+from kbqe_dagster.core.keyed.contract import changelog_table
+from kbqe_dagster.core.protocol.naming import DoneFileName, ParsedListing, parse_listing, parse_name
+from kbqe_dagster.core.protocol.offsets import CommittedRange, recover
+from kbqe_dagster.core.record.partitioning import parse_hour_key
 from kbqe_dagster.resources.kafka import PartitionWatermarks
 from kbqe_dagster.resources.staging_store import StagingStore
 

@@ -18,7 +18,7 @@ from typing import Iterable, Iterator, Mapping, Protocol, Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.errors import KbqeError
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def list_topic_names(settings: KafkaSettings, timeout: float = 10.0) -> frozense
 def discover_topics(config: PipelineConfig, settings: KafkaSettings,
                     timeout: float = 10.0) -> PipelineConfig:
     """``config`` with the topics its ``topic_patterns`` take from the cluster's listing
-    (core/discovery.py). Without patterns, ``config`` itself and no request to Kafka."""
+    (core/config/discovery.py). Without patterns, ``config`` itself and no request to Kafka."""
     if not config.topic_patterns:
         return config
     return config.discover(list_topic_names(settings, timeout))
@@ -323,7 +323,7 @@ class RangeReader:
         self._eof = False
         self.kafka_ts_max: int | None = None
         """The largest Kafka timestamp (ms) among the last in-range message of each batch:
-        how far the range got on Kafka time, for completeness (core/completeness.py). One
+        how far the range got on Kafka time, for completeness (core/completeness/decision.py). One
         look per batch, whichever stage path takes the batch, so both paths commit the same
         value; exact for LogAppendTime (monotone), a lower bound for CreateTime."""
 

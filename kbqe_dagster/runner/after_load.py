@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 from kbqe_dagster.runner.report import TableLoad
 
 if TYPE_CHECKING:  # annotations only: `kbqe --help` must not import the config model
-    from kbqe_dagster.core.config import PipelineConfig
+    from kbqe_dagster.core.config.pipeline import PipelineConfig
 
 
 @dataclass(frozen=True)

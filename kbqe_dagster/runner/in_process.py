@@ -8,7 +8,7 @@ The definitions read ``KBQE_ENV``, ``KBQE_PIPELINE_CONFIG`` and ``KBQE_STAGING_U
 for the daemon. The load ops keep their pool (``bigquery_load``, one slot): in-process
 execution claims it too, so a daemon's load run and this one never coordinate at the same
 time. Two stage runs of one topic stay safe by construction (create-only done files). Small
-topics share a stage run as the sensor groups them (``stage_runs``, core/stage_groups.py).
+topics share a stage run as the sensor groups them (``stage_runs``, core/stage_runs/groups.py).
 
 Each run is tagged with the runner's host and pid. No daemon monitors in-process runs, so a
 runner killed mid-run leaves its run in flight; the next runner on that host marks such runs
@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.stage_groups import DueTopic, StageGroup
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_tags
 from kbqe_dagster.operations.load_plan import load_plan

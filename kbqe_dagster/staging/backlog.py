@@ -14,8 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from kbqe_dagster.core.naming import parse_name
-from kbqe_dagster.core.offsets import StartPolicy, Watermarks, plan_ranges, recover
+from kbqe_dagster.core.protocol.naming import parse_name
+from kbqe_dagster.core.protocol.offsets import StartPolicy, Watermarks, plan_ranges, recover
 from kbqe_dagster.resources.kafka import (
     KafkaReadError,
     KafkaSettings,

@@ -13,10 +13,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Mapping
 
-from kbqe_dagster.core.commit import manifests_needed, plan_bootstrap, plan_cleanup
+from kbqe_dagster.core.protocol.commit import manifests_needed, plan_bootstrap, plan_cleanup
 from kbqe_dagster.core.errors import CommitConflictError
-from kbqe_dagster.core.naming import of_topic, topic_prefix
-from kbqe_dagster.core.offsets import RangePlan, StartPolicy, Watermarks, plan_ranges, recover
+from kbqe_dagster.core.protocol.naming import of_topic, topic_prefix
+from kbqe_dagster.core.protocol.offsets import (
+    RangePlan,
+    StartPolicy,
+    Watermarks,
+    plan_ranges,
+    recover,
+)
 from kbqe_dagster.resources.kafka import KafkaSettings, watermarks
 from kbqe_dagster.resources.staging_store import StagingStore
 

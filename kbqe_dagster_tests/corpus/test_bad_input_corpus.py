@@ -26,8 +26,8 @@ import pytest
 from fastavro import reader
 
 from kbqe_dagster.core.errors import StageRangeFailed
-from kbqe_dagster.core.naming import parse_listing
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.protocol.naming import parse_listing
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.reasons import (
     DECODER_ONLY, JSON_ONLY, KEYED_ONLY, PROTOBUF_ONLY, TRANSFORM_ONLY, Reason,
 )

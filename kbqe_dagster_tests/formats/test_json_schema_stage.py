@@ -11,12 +11,12 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, StageRangeFailed
-from kbqe_dagster.core.formats import SourceFormat
-from kbqe_dagster.core.naming import AvroFileName, parse_name
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.formats.source_format import SourceFormat
+from kbqe_dagster.core.protocol.naming import AvroFileName, parse_name
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.formats.json_schema_stage import JsonSchemaRangeStager
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings

@@ -18,8 +18,8 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from google.protobuf import descriptor_pool, message_factory
 
-from kbqe_dagster.core.protobuf_wire import encode_message_indexes
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.formats.protobuf_wire import encode_message_indexes
+from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka import CLIENT_LOG

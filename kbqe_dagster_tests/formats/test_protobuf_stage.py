@@ -13,13 +13,13 @@ import fastavro
 import pytest
 from google.protobuf import descriptor_pool, message_factory
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, StageRangeFailed
-from kbqe_dagster.core.formats import DECLARED_SCHEMA_IDS, SourceFormat
-from kbqe_dagster.core.naming import parse_name
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.protobuf_wire import encode_message_indexes
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.formats.source_format import DECLARED_SCHEMA_IDS, SourceFormat
+from kbqe_dagster.core.protocol.naming import parse_name
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.formats.protobuf_wire import encode_message_indexes
+from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.formats.protobuf_stage import ProtobufRangeStager
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files

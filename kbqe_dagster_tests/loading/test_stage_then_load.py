@@ -20,8 +20,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from fastavro import parse_schema, schemaless_writer
 
-from kbqe_dagster.core.config import parse_pipeline_config
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.demo.samples import (
     ORDER_V1,
     ORDER_V2,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.observability import lag as lag_module
 from kbqe_dagster.observability.lag import NoTopicReadable, read_lag
 from kbqe_dagster.resources import kafka as kafka_module

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import dagster as dg
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.resources.kafka import KafkaReadError
 from kbqe_dagster.runner import in_process

@@ -197,7 +197,7 @@ def test_an_error_of_a_system_ends_the_run_with_its_message() -> None:
 
 # --- the after-load extension point ----------------------------------------------------------
 def test_the_only_registered_step_merges_keyed_tables_and_runs_nothing_for_append_topics() -> None:
-    from kbqe_dagster.core.config import parse_pipeline_config
+    from kbqe_dagster.core.config.pipeline import parse_pipeline_config
     from kbqe_dagster.runner.after_load import AfterLoadContext
 
     config = parse_pipeline_config({"version": 1, "topics": [

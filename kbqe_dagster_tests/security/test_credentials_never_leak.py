@@ -22,7 +22,7 @@ from dagster._serdes import serialize_value
 
 from kbqe_dagster import cli
 from kbqe_dagster.core.errors import StageRangeFailed
-from kbqe_dagster.core.offsets import OffsetRange, RangePlan
+from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan
 from kbqe_dagster.defs.staging.assets import stage_metadata
 from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.resources.configurable import KafkaResource, SchemaRegistryResource

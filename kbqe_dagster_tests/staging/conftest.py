@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kbqe_dagster.core.config import PipelineConfig, parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
 from kbqe_dagster.demo.samples import (
     SampleMessage,
     placed_bad,

@@ -19,8 +19,8 @@ from typing import Any, Mapping, Sequence
 import fastavro
 import pytest
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.resources.kafka import KafkaSettings
 from kbqe_dagster.resources.kafka_native import ConsumedMessage
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings

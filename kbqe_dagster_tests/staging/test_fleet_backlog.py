@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kbqe_dagster.core.offsets import StartPolicy
+from kbqe_dagster.core.protocol.offsets import StartPolicy
 from kbqe_dagster.resources.kafka import KafkaReadError, KafkaSettings, PartitionWatermarks
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 from kbqe_dagster.staging import backlog as backlog_module

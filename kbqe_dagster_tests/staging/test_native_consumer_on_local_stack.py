@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.demo.samples import register_schemas, sample_messages
 from kbqe_dagster.resources.kafka import RangeReader
 from kbqe_dagster.resources.kafka_native import NativeRangeReader, native_range_reader

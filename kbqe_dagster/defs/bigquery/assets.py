@@ -30,8 +30,8 @@ from datetime import date
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.partitioning import HOUR_KEY_FORMAT, Partitioning, TablesConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.record.partitioning import HOUR_KEY_FORMAT, Partitioning, TablesConfig
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 
 BIGQUERY_GROUP = "bigquery"

@@ -24,10 +24,10 @@ from typing import Iterator
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.dead_letters import DEAD_LETTER_PARTITION_FIELD
-from kbqe_dagster.core.load_state import JobStatus, LoadState
-from kbqe_dagster.core.load_checks import (
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_PARTITION_FIELD
+from kbqe_dagster.core.load.state import JobStatus, LoadState
+from kbqe_dagster.core.load.checks import (
     NO_QUARANTINED_FILES,
     PENDING_FILES_FRESH,
     ROWS_LOADED,
@@ -37,8 +37,8 @@ from kbqe_dagster.core.load_checks import (
     pending_files_fresh,
     rows_loaded,
 )
-from kbqe_dagster.core.pending import freshness_limit_s
-from kbqe_dagster.core.pending import staging_view
+from kbqe_dagster.core.load.pending import freshness_limit_s
+from kbqe_dagster.core.load.pending import staging_view
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.loading.state_file import StateFile

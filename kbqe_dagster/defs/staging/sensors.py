@@ -1,10 +1,10 @@
 """Sensors of the stage side.
 
 ``kafka_backlog_sensor`` observes every topic — listed, or found in Kafka by the pipeline's
-``topic_patterns`` at this tick (core/discovery.py) — (end offsets, staged offsets, lag per
+``topic_patterns`` at this tick (core/config/discovery.py) — (end offsets, staged offsets, lag per
 partition → observations on ``kafka/<topic>``) and launches stage runs for the topics whose
 backlog reaches ``max_messages_per_batch`` or whose oldest unstaged message is older than
-``allowed_latency``; due topics share runs (core/stage_groups.py).
+``allowed_latency``; due topics share runs (core/stage_runs/groups.py).
 
 A tick costs the same few calls whatever the number of topics (staging/backlog.py
 ``fleet_backlog``): one staging listing, one metadata request, one ListOffsets request per
@@ -26,10 +26,10 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.pending import staging_view
-from kbqe_dagster.core.stage_decision import from_offsets, stage_due
-from kbqe_dagster.core.stage_groups import DueTopic, StageGroup, group_due_topics
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.load.pending import staging_view
+from kbqe_dagster.core.stage_runs.due import from_offsets, stage_due
+from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup, group_due_topics
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
 from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, GROUP_TAG, STAGING_KEY, TOPIC_TAG
 from kbqe_dagster.defs.staging.claims import topics_in_flight
@@ -40,7 +40,7 @@ from kbqe_dagster.resources.kafka import KafkaReadError, discover_topics
 from kbqe_dagster.staging.backlog import TopicBacklog, fleet_backlog
 
 def stage_decision(config: PipelineConfig, backlog: TopicBacklog, now_ms: int) -> str | None:
-    """Why a stage run is due for this topic (core/stage_decision.py), or None."""
+    """Why a stage run is due for this topic (core/stage_runs/due.py), or None."""
     return stage_due(config.topic(backlog.topic).staging, backlog.lag,
                      backlog.oldest_unstaged_ms, now_ms)
 
@@ -131,7 +131,7 @@ def kafka_backlog_sensor(
 def staging_observation_sensor(
     context: dg.SensorEvaluationContext, staging: StagingResource
 ) -> dg.SensorResult:
-    """Record what waits in the staging area (core/pending.py): pending files, their bytes and
+    """Record what waits in the staging area (core/load/pending.py): pending files, their bytes and
     the oldest one's age, as the freshness check and the health judge them."""
     store = staging.store()
     view = staging_view(store.list(), StateFile(store).read(), datetime.now(timezone.utc))
