@@ -72,7 +72,7 @@ from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config  # noqa: E402
 from kbqe_dagster.localstack import stack  # noqa: E402
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, local_endpoints  # noqa: E402
-from kbqe_dagster.resources.kafka import KafkaSettings  # noqa: E402
+from kbqe_dagster.resources.kafka.clients import KafkaSettings  # noqa: E402
 from kbqe_dagster.resources.schema_registry import RegistrySettings  # noqa: E402
 from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
 from kbqe_dagster.staging.job import run_stage  # noqa: E402

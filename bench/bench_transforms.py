@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config  # noqa: E402
 from kbqe_dagster.core.protocol.offsets import OffsetRange  # noqa: E402
-from kbqe_dagster.resources.kafka import KafkaSettings  # noqa: E402
+from kbqe_dagster.resources.kafka.clients import KafkaSettings  # noqa: E402
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings  # noqa: E402
 from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
 from kbqe_dagster.staging.task import StageContext, _stager_class  # noqa: E402

@@ -38,7 +38,8 @@ from kbqe_dagster.defs.staging.assets import staging_asset
 from kbqe_dagster.defs.staging.jobs import stage_job
 from kbqe_dagster.defs.staging.sensors import kafka_backlog_sensor, staging_observation_sensor
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource
-from kbqe_dagster.resources.kafka import KafkaReadError, discover_topics
+from kbqe_dagster.resources.kafka.clients import KafkaReadError
+from kbqe_dagster.resources.kafka.cluster import discover_topics
 
 log = logging.getLogger(__name__)
 

@@ -92,7 +92,7 @@ def produce(bootstrap: str, orders: int, seed: int) -> dict[str, int]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from examples.fix.messages import bad_messages, order_flow
-    from kbqe_dagster.resources.kafka import CLIENT_LOG
+    from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
     if TOPIC not in admin.list_topics(timeout=30).topics:

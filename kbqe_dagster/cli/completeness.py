@@ -62,7 +62,8 @@ def _completeness(args: argparse.Namespace) -> int:
 
 def watermark_reader(args: argparse.Namespace) -> Any:
     """Kafka's watermarks, read in one batch for every feeding partition."""
-    from kbqe_dagster.resources.kafka import KafkaSettings, watermarks_of
+    from kbqe_dagster.resources.kafka.clients import KafkaSettings
+    from kbqe_dagster.resources.kafka.cluster import watermarks_of
 
     if args.bootstrap_servers:
         settings = KafkaSettings(args.bootstrap_servers)

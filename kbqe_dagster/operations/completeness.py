@@ -58,7 +58,7 @@ from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.protocol.naming import DoneFileName, ParsedListing, parse_listing, parse_name
 from kbqe_dagster.core.protocol.offsets import CommittedRange, recover
 from kbqe_dagster.core.record.partitioning import parse_hour_key
-from kbqe_dagster.resources.kafka import PartitionWatermarks
+from kbqe_dagster.resources.kafka.cluster import PartitionWatermarks
 from kbqe_dagster.resources.staging_store import StagingStore
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dagster as dg
 from pydantic import Field
 
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
 

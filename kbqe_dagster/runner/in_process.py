@@ -34,7 +34,7 @@ from kbqe_dagster.operations.snapshot import read_load_state
 from kbqe_dagster.runner.after_load import JobRun
 from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableLoad
 from kbqe_dagster.runner.until_idle import Backlog, LoadSide
-from kbqe_dagster.resources.kafka import KafkaReadError
+from kbqe_dagster.resources.kafka.clients import KafkaReadError
 from kbqe_dagster.staging.backlog import fleet_backlog
 
 log = logging.getLogger(__name__)

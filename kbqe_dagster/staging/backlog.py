@@ -16,9 +16,11 @@ from typing import Callable, Iterable, Mapping
 
 from kbqe_dagster.core.protocol.naming import parse_name
 from kbqe_dagster.core.protocol.offsets import StartPolicy, Watermarks, plan_ranges, recover
-from kbqe_dagster.resources.kafka import (
+from kbqe_dagster.resources.kafka.clients import (
     KafkaReadError,
     KafkaSettings,
+)
+from kbqe_dagster.resources.kafka.cluster import (
     first_timestamps_ms,
     oldest_timestamp_ms,
     watermarks,

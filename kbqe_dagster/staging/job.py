@@ -19,7 +19,7 @@ from typing import Sequence
 
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.offsets import OffsetRange, Watermarks
-from kbqe_dagster.resources.kafka import watermarks_of
+from kbqe_dagster.resources.kafka.cluster import watermarks_of
 from kbqe_dagster.staging.prepare import Preparation, prepare_topic
 from kbqe_dagster.staging.task import RangeResult, StageContext, stage_range
 

@@ -141,7 +141,7 @@ class NativeStaging:
 
     # --- the loop ---------------------------------------------------------------------------
     def stage(self, reader: Any) -> None:
-        """Stage every message ``reader`` (a :class:`~kbqe_dagster.resources.kafka.RangeReader`)
+        """Stage every message ``reader`` (a :class:`~kbqe_dagster.resources.kafka.range_reader.RangeReader`)
         yields; the position it reaches is what the stager commits."""
         kernel, stager, end = self.kernel, self.stager, reader.end_exclusive
         # Each batch is thousands of fresh message objects that refcounting frees; the cyclic
@@ -158,7 +158,7 @@ class NativeStaging:
     def _stage(self, reader: Any, kernel: Any, stager: Any, end: int) -> None:
         for batch in reader.batches():
             i, n = 0, len(batch)
-            # A native consumer's batch (resources/kafka_native.py) is staged from librdkafka's
+            # A native consumer's batch (resources/kafka/native_reader.py) is staged from librdkafka's
             # messages; a confluent-kafka batch from its Python objects.
             raw = getattr(batch, "raw", None)
             run = kernel.run if raw is None else kernel.run_native

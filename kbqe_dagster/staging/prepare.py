@@ -23,7 +23,8 @@ from kbqe_dagster.core.protocol.offsets import (
     plan_ranges,
     recover,
 )
-from kbqe_dagster.resources.kafka import KafkaSettings, watermarks
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.kafka.cluster import watermarks
 from kbqe_dagster.resources.staging_store import StagingStore
 
 log = logging.getLogger(__name__)

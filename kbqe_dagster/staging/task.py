@@ -69,8 +69,12 @@ from kbqe_dagster.core.record.partitioning import hour_key
 from kbqe_dagster.core.record.routing import Router, RoutingInput
 from kbqe_dagster.core.record.wire import HEADER_SIZE, parse_frame
 from kbqe_dagster.faults import crash_point
-from kbqe_dagster.resources.kafka import KafkaSettings, RangeReader
-from kbqe_dagster.resources.kafka_native import native_consumer_switch_on, native_range_reader
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.kafka.range_reader import RangeReader
+from kbqe_dagster.resources.kafka.native_reader import (
+    native_consumer_switch_on,
+    native_range_reader,
+)
 from kbqe_dagster.resources.schema_registry import RegistrySettings, SchemaLookup
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
@@ -93,7 +97,7 @@ class StageContext:
     """Whether the run's tasks may use the native stage kernel: ``KBQE_STAGE_KERNEL`` where the
     run starts (staging/native_kernel.py). Tasks without the extension take the Python path."""
     native_consumer: bool = field(default_factory=native_consumer_switch_on)
-    """Whether the kernel's ranges are read by its native consumer (resources/kafka_native.py):
+    """Whether the kernel's ranges are read by its native consumer (resources/kafka/native_reader.py):
     ``KBQE_NATIVE_CONSUMER`` where the run starts."""
 
     @property

@@ -31,7 +31,7 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.reasons import (
     DECODER_ONLY, JSON_ONLY, KEYED_ONLY, PROTOBUF_ONLY, TRANSFORM_ONLY, Reason,
 )
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging import task

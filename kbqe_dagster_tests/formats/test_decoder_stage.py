@@ -23,7 +23,7 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.wire import parse_frame
 from kbqe_dagster.formats import decoder_stage
 from kbqe_dagster.formats.decoder_stage import DecoderRangeStager
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.task import StageContext, _stager_class

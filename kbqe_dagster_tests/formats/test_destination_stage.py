@@ -24,7 +24,7 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.formats.decoder_stage import DecoderRangeStager
 from kbqe_dagster.formats.json_stage import JsonRangeStager
 from kbqe_dagster.formats.transform_stage import TransformRangeStager
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.native_kernel import NativeStaging

@@ -18,7 +18,7 @@ from kbqe_dagster.core.protocol.naming import AvroFileName, parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.formats.json_schema_stage import JsonSchemaRangeStager
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.native_kernel import NativeStaging

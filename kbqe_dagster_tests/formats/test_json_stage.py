@@ -19,7 +19,7 @@ from kbqe_dagster.core.formats.source_format import (
 )
 from kbqe_dagster.core.protocol.naming import AvroFileName, parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.task import StageContext, _stager_class

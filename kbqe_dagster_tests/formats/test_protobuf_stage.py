@@ -21,7 +21,7 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.formats.protobuf_wire import encode_message_indexes
 from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.formats.protobuf_stage import ProtobufRangeStager
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 from kbqe_dagster.resources.schema_registry import (
     RegisteredSchema,

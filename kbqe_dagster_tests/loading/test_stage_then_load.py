@@ -35,7 +35,7 @@ from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.job import run_stage

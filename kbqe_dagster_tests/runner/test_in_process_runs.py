@@ -16,7 +16,7 @@ import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.resources.kafka import KafkaReadError
+from kbqe_dagster.resources.kafka.clients import KafkaReadError
 from kbqe_dagster.runner import in_process
 from kbqe_dagster.runner.after_load import JobRun
 from kbqe_dagster.runner.in_process import (

@@ -18,7 +18,7 @@ from kbqe_dagster.demo.samples import (
     sample_messages,
 )
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.task import StageContext

@@ -21,8 +21,8 @@ import pytest
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.resources.kafka import KafkaSettings
-from kbqe_dagster.resources.kafka_native import ConsumedMessage
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.kafka.native_reader import ConsumedMessage
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging import task

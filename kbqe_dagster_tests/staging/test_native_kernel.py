@@ -25,7 +25,7 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.staging import native_kernel
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
@@ -190,7 +190,7 @@ def test_messages_past_the_range_are_never_staged(tmp_path):
 
 def _stager(tmp_path, config, **context):
     from kbqe_dagster.core.protocol.offsets import OffsetRange
-    from kbqe_dagster.resources.kafka import KafkaSettings
+    from kbqe_dagster.resources.kafka.clients import KafkaSettings
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
     from kbqe_dagster.staging.task import StageContext, _stager_class

@@ -32,7 +32,7 @@ from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.operations.completeness import CompletenessReport, TableReport, evaluate
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
-from kbqe_dagster.resources.kafka import watermarks_of
+from kbqe_dagster.resources.kafka.cluster import watermarks_of
 
 DAY_COMPLETE = "day_complete"
 HOUR_COMPLETE = "hour_complete"

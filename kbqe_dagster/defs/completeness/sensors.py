@@ -28,7 +28,7 @@ from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.completeness.checks import check_metadata, check_name, checked_tables
 from kbqe_dagster.operations.completeness import CompletenessReport, evaluate
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
-from kbqe_dagster.resources.kafka import watermarks_of
+from kbqe_dagster.resources.kafka.cluster import watermarks_of
 
 
 def day_complete_events(

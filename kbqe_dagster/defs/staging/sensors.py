@@ -36,7 +36,8 @@ from kbqe_dagster.defs.staging.claims import topics_in_flight
 from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_job, stage_tags
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
-from kbqe_dagster.resources.kafka import KafkaReadError, discover_topics
+from kbqe_dagster.resources.kafka.clients import KafkaReadError
+from kbqe_dagster.resources.kafka.cluster import discover_topics
 from kbqe_dagster.staging.backlog import TopicBacklog, fleet_backlog
 
 def stage_decision(config: PipelineConfig, backlog: TopicBacklog, now_ms: int) -> str | None:

@@ -4,7 +4,7 @@ confluent-kafka's ``consume()`` builds a Python ``Message`` per message, which c
 everything the native kernel does with it (``bench/bench_stage.py``'s breakdown). When the
 kernel stages a range, :class:`NativeRangeReader` reads it through the extension's
 ``NativeConsumer`` instead: the same librdkafka library that confluent-kafka ships and has
-loaded, the same consumer settings (:func:`~kbqe_dagster.resources.kafka.consumer_config`),
+loaded, the same consumer settings (:func:`~kbqe_dagster.resources.kafka.clients.consumer_config`),
 batches kept as librdkafka's own messages for the kernel to stage from. Only a message the
 kernel hands back becomes a Python object, a :class:`ConsumedMessage` with confluent-kafka's
 accessors, so the Python path treats it exactly as it treats a consumed ``Message``.
@@ -25,7 +25,13 @@ from typing import Any, Sequence
 
 from confluent_kafka import KafkaError
 
-from kbqe_dagster.resources.kafka import CLIENT_LOG, KafkaReadError, KafkaSettings, RangeReader, consumer_config
+from kbqe_dagster.resources.kafka.clients import (
+    CLIENT_LOG,
+    KafkaReadError,
+    KafkaSettings,
+    consumer_config,
+)
+from kbqe_dagster.resources.kafka.range_reader import RangeReader
 
 log = logging.getLogger(__name__)
 
