@@ -50,6 +50,11 @@ log = logging.getLogger(__name__)
 
 MERGE_STATE_FILE = "_kbqe/merge_state.json"
 
+MERGE_JOB = "merge_keyed_tables_job"
+MERGE_OP = "merge_keyed_tables_op"
+"""The names defs/keyed/jobs.py gives the job and its op, which ``kbqe run --until-idle``
+runs after its loads (runner/keyed_merge.py); defined here, where both can import them."""
+
 
 class MergeError(KbqeError):
     """A keyed destination could not be merged; the message names the table."""

@@ -10,6 +10,7 @@ Sensor and asset code never branches on the environment: it only sees these reso
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import dagster as dg
@@ -26,7 +27,8 @@ from kbqe_dagster.resources.configurable import (
 from kbqe_dagster.resources.spark import spark_config_from_environment, spark_resource
 
 ENVIRONMENTS = ("local", "gcp")
-DEFAULT_PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_PIPELINE = REPO / "examples" / "pipeline.yaml"
 
 
 def current_environment() -> str:
@@ -106,6 +108,17 @@ def resources_for_environment(env: str | None = None,
 
 
 DAGSTER_HOME_ENV = "DAGSTER_HOME"
+
+
+def local_dagster_home() -> Path:
+    """The local Dagster instance: ``.kbqe-local/dagster_home`` with the repo's dagster.yaml
+    (``kbqe demo``, ``kbqe dev`` and ``kbqe run`` without ``$DAGSTER_HOME``)."""
+    from kbqe_dagster.localstack.base import stack_home
+
+    home = stack_home() / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    return home
 
 
 def default_dagster_home(env: str) -> str | None:

@@ -77,9 +77,9 @@ class AfterLoadResult:
 AfterLoadStep = Callable[[AfterLoadContext], AfterLoadResult]
 
 def _merge_keyed_tables(context: AfterLoadContext) -> AfterLoadResult:
-    """Keyed destinations' MERGE (kbqe_dagster/keyed/runner_step.py); nothing to do, and no
+    """Keyed destinations' MERGE (runner/keyed_merge.py); nothing to do, and no
     run recorded, for a pipeline without keyed topics."""
-    from kbqe_dagster.keyed.runner_step import merge_keyed_tables
+    from kbqe_dagster.runner.keyed_merge import merge_keyed_tables
 
     return merge_keyed_tables(context)
 

@@ -111,9 +111,9 @@ def _pid_alive(pid: int) -> bool:
 def dagster_instance() -> dg.DagsterInstance:
     home = os.environ.get("DAGSTER_HOME")
     if not home:
-        from kbqe_dagster.demo.run import dagster_home
+        from kbqe_dagster.resources.environment import local_dagster_home
 
-        home = str(dagster_home())
+        home = str(local_dagster_home())
     return dg.DagsterInstance.from_config(home)
 
 

@@ -10,12 +10,12 @@ from kbqe_dagster.core.stage_runs.due import stage_run_key
 from kbqe_dagster.core.stage_runs.groups import (
     DueTopic,
     StageGroup,
-    StageRunSettings,
     group_due_topics,
     join_topics,
     split_topics,
     yielded_topics,
 )
+from kbqe_dagster.core.config.sections import StageRunSettings
 
 
 def due(topic: str, lag: int, offsets: dict[int, int] | None = None) -> DueTopic:

@@ -38,14 +38,12 @@ from __future__ import annotations
 import re
 import string
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from kbqe_dagster.core import config_reader as r
+from kbqe_dagster.core.config.topics import TopicConfig
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.keyed.contract import CHANGELOG_SUFFIX
-
-if TYPE_CHECKING:  # config.py imports this module; the types are only annotations here
-    from kbqe_dagster.core.config.pipeline import TopicConfig
 
 TOPIC_PLACEHOLDER = "{topic}"
 """Replaced in a pattern's static ``routing.table`` by the topic name, dots → underscores."""

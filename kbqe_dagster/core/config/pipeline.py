@@ -98,7 +98,7 @@ from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.protocol.offsets import MARKER_DATASET
 from kbqe_dagster.core.record.partitioning import Partitioning, TablesConfig, read_tables
 from kbqe_dagster.core.record.routing import AllowList, Router, allow_pattern_problem
-from kbqe_dagster.core.stage_runs.groups import STAGE_RUNS_SPEC, StageRunSettings
+from kbqe_dagster.core.config.sections import STAGE_RUNS_SPEC, StageRunSettings
 
 __all__ = [
     "BadInputPolicy",

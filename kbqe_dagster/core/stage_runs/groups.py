@@ -25,28 +25,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from kbqe_dagster.core import config_reader as r
+from kbqe_dagster.core.config.sections import StageRunSettings
 from kbqe_dagster.core.stage_runs.due import from_offsets, stage_run_key
-
-
-@dataclass(frozen=True)
-class StageRunSettings:
-    """How due topics share stage runs (a fleet of small topics), under ``stage_runs:``."""
-
-    max_topics_per_run: int = 50
-    """At most this many topics in one stage run (one Spark job). ``1`` gives every topic a run
-    of its own, as before fleets. Default 50."""
-    max_messages_per_run: int = 5_000_000
-    """A run takes topics until their backlogs together reach this many messages; a topic
-    whose backlog alone reaches it gets a run of its own (a hot topic, staged in parallel
-    ranges as ever). Each topic's ``staging.max_messages_per_run`` still caps what a run takes
-    from each of its partitions. Default 5,000,000."""
-
-
-STAGE_RUNS_SPEC: dict[str, r.Converter] = {
-    "max_topics_per_run": r.integer(minimum=1),
-    "max_messages_per_run": r.integer(minimum=1),
-}
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,11 @@
 """The after-load step of ``kbqe run --until-idle``: the merge job, forced (a catch-up merges
 whatever is new, whatever ``merge_every`` says), recorded in the Dagster instance like every
-run of the runner. Registered in runner/after_load.py's AFTER_LOAD_STEPS."""
+run of the runner. Registered in after_load.py's AFTER_LOAD_STEPS."""
 
 from __future__ import annotations
 
-from kbqe_dagster.keyed.merge import keyed_destinations
+from kbqe_dagster.keyed.merge import MERGE_JOB, MERGE_OP, keyed_destinations
 from kbqe_dagster.runner.after_load import AfterLoadContext, AfterLoadResult, TableMerge
-
-MERGE_JOB = "merge_keyed_tables_job"
-MERGE_OP = "merge_keyed_tables_op"
-"""The names defs/keyed/jobs.py gives the job and its op (defined here: no Dagster here)."""
-
 
 def merge_keyed_tables(context: AfterLoadContext) -> AfterLoadResult:
     destinations = {d.name for d in keyed_destinations(context.config)}
