@@ -40,11 +40,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "core.stage_runs": frozenset({CORE, "core.config", "core.protocol"}),
     # the leaves and the systems
     "faults": frozenset(),  # fault hooks: imported by every room, import nothing
+    "processes": frozenset(),  # whether a pid runs: a leaf too
     "package": CORE_ROOMS,  # kbqe_dagster/__init__.py: what a user decoder imports
-    "localstack": CORE_ROOMS,
+    "localstack": CORE_ROOMS | {"processes"},
     "resources": CORE_ROOMS | {"localstack"},  # localstack only in SEAMS below
     # the stage engine and its extensions: staging never imports what plugs into it
-    "staging": CORE_ROOMS | {"resources", "faults"},
+    "staging": CORE_ROOMS | {"resources", "faults", "processes"},
     "formats": CORE_ROOMS | {"resources", "staging"},
     "keyed": CORE_ROOMS | {"resources", "staging"},
     "extensions": CORE_ROOMS | {"resources", "staging", "formats", "keyed"},
@@ -60,7 +61,7 @@ ALLOWED: dict[str, frozenset[str]] = {
                           "operations", "faults"},
     "definitions": CORE_ROOMS | {"resources", "defs"},
     "runner": CORE_ROOMS | {"resources", "staging", "loading", "keyed", "formats", "extensions",
-                            "operations", "defs", "definitions"},
+                            "operations", "defs", "definitions", "processes"},
     # the demo drives the local stack and the jobs; the CLI is the top and nothing imports it
     "demo": CORE_ROOMS | {"resources", "loading", "localstack", "defs", "definitions"},
     "cli": CORE_ROOMS | {"resources", "localstack", "operations", "observability", "defs",
@@ -109,9 +110,18 @@ def _package_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = package.rsplit(".", node.level - 1)[0] if node.level else ""
             target = ".".join(p for p in (base, node.module or "") if p)
-            names.add(target)
-            names.update(f"{target}.{alias.name}" for alias in node.names)
+            for alias in node.names:  # a module of a package, else a name of the module
+                full = f"{target}.{alias.name}"
+                names.add(full if _is_module(full) else target)
+                names.add(full)
     return {n for n in names if n == "kbqe_dagster" or n.startswith("kbqe_dagster.")}
+
+
+def _is_module(name: str) -> bool:
+    if not name.startswith("kbqe_dagster."):
+        return False
+    path = PACKAGE.joinpath(*name.split(".")[1:])
+    return path.is_dir() or path.with_suffix(".py").is_file()
 
 
 def _room(module: str) -> str | None:
@@ -287,6 +297,7 @@ def test_operations_never_import_the_demo() -> None:
 def test_the_fault_hooks_are_a_leaf_that_imports_nothing_of_the_package() -> None:
     assert ALLOWED["faults"] == frozenset()
     assert _package_imports(PACKAGE / "faults.py") == set()
+    assert ALLOWED["processes"] == frozenset()
 
 
 def test_observability_and_operations_never_import_the_definitions() -> None:

@@ -40,7 +40,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
-from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_PARTITION_FIELD
 from kbqe_dagster.core.errors import KbqeError, StagingError
 from kbqe_dagster.core.load.lifecycle import (
     Action,
@@ -62,7 +61,6 @@ from kbqe_dagster.core.load.state import (
     retry_job,
 )
 from kbqe_dagster.core.protocol.naming import parse_listing
-from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.core.load.notices import (
     KNOWN_SCHEMAS_FILE,
     decode_known,
@@ -360,36 +358,18 @@ class LoadCoordinator:
                 self._tables_seen.add(job.table_id)
             else:
                 schema = read_avro_schema(self.store, job.files[0])
+        layout = self.config.table_layout(dataset, table)
         return LoadRequest(
             job_id=job.job_id,
             dataset=dataset,
             table=table,
             source_uris=tuple(self.store.uri(f) for f in job.files),
-            partition_field=self._partition_field(dataset, table),
+            partition_field=layout.partition_column,
             partition_expiration_days=self.settings.partition_expiration_days,
             avro_schema=schema,
-            clustering_fields=self._clustering(dataset, table),
-            partitioning=self._partitioning(dataset, table),
+            clustering_fields=layout.clustering,
+            partitioning=layout.partitioning,
         )
-
-    def _clustering(self, dataset: str, table: str) -> tuple[str, ...]:
-        if not self.config.is_changelog_table(dataset, table):
-            return ()
-        return (self.config.enrichment.partition_column, self.config.enrichment.offset_column)
-
-    def _partitioning(self, dataset: str, table: str) -> Partitioning:
-        dead = self.config.dead_letter
-        if (dataset, table) == (dead.dataset, dead.table):
-            return Partitioning.DAY
-        return self.config.partitioning(dataset, table)
-
-    def _partition_field(self, dataset: str, table: str) -> str:
-        dead = self.config.dead_letter
-        if (dataset, table) == (dead.dataset, dead.table):
-            return DEAD_LETTER_PARTITION_FIELD
-        if self._partitioning(dataset, table) is Partitioning.HOUR:
-            return self.config.enrichment.event_hour_column
-        return self.config.enrichment.event_date_column
 
     def _complete(
         self, state: LoadState, job: LoadJobRecord, stats: JobReport, report: CycleReport

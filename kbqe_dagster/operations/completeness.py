@@ -53,6 +53,7 @@ from kbqe_dagster.core.completeness.state import (
     with_mark,
 )
 from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.config.sections import DeadLetterDestination
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.protocol.naming import DoneFileName, ParsedListing, parse_listing, parse_name
@@ -149,7 +150,7 @@ def evaluate(
     # can only look older than it is, and a high watermark newer, never the other way round.
     marks = read_watermarks(sorted({t for topics in feeding.values() for t in topics}))
     observed_at = now
-    facts = _FactsReader(store, config.dead_letter.dataset, config.dead_letter.table)
+    facts = _FactsReader(store, config.dead_letter)
     chains = recover(listing.done)
     avro_ranges = _avro_ranges(listing)
     settings = {t.name: t.completeness for t in config.topics}
@@ -253,7 +254,6 @@ def _write(store: StagingStore, before: CompletenessState, after: CompletenessSt
 def _feeding(
     config: PipelineConfig, listing: ParsedListing, state: CompletenessState
 ) -> dict[str, set[str]]:
-    dead = (config.dead_letter.dataset, config.dead_letter.table)
     feeding: dict[str, set[str]] = {}
     for topic in config.topics:
         for static in topic.static_destinations:
@@ -261,7 +261,7 @@ def _feeding(
             feeding.setdefault(f"{static.dataset}.{table}", set()).add(topic.name)
     for name in list(listing.avro) + list(listing.done):
         key = name.key
-        if is_marker(key) or (key.dataset, key.table) == dead:
+        if is_marker(key) or config.is_dead_letter_table(key.dataset, key.table):
             continue
         feeding.setdefault(f"{key.dataset}.{key.table}", set()).add(key.topic)
     for table, mark in state.tables.items():
@@ -297,9 +297,9 @@ def _facts_of(
         parsed = parse_name(f.avro)
         if parsed is None:
             continue
-        file_table = f"{parsed.key.dataset}.{parsed.key.table}"
-        if file_table == reader.dead_letter:
+        if reader.dead_letter.is_table(parsed.key.dataset, parsed.key.table):
             continue
+        file_table = f"{parsed.key.dataset}.{parsed.key.table}"
         event_days.extend(d for d, n in f.days if n)
         event_hours.extend(h for h, n in f.hours if n)
         if file_table == table:
@@ -318,9 +318,9 @@ class _FactsReader:
     """One manifest read per committed range, shared by every table it feeds; a first
     evaluation of a large staging area reads them in a small thread pool (they are GETs)."""
 
-    def __init__(self, store: StagingStore, dl_dataset: str, dl_table: str) -> None:
+    def __init__(self, store: StagingStore, dead_letter: DeadLetterDestination) -> None:
         self.store = store
-        self.dead_letter = f"{dl_dataset}.{dl_table}"
+        self.dead_letter = dead_letter
         self._cache: dict[tuple[str, int, int], Manifest | None] = {}
 
     def prefetch(self, ranges: list[CommittedRange]) -> None:

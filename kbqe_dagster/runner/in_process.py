@@ -31,6 +31,7 @@ from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_tags
 from kbqe_dagster.operations.load_plan import load_plan
 from kbqe_dagster.operations.snapshot import read_load_state
+from kbqe_dagster.processes import pid_alive
 from kbqe_dagster.runner.after_load import JobRun
 from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableLoad
 from kbqe_dagster.runner.until_idle import Backlog, LoadSide
@@ -81,7 +82,7 @@ def fail_abandoned_runs(
     would make the backlog sensor wait for it forever, and a load op killed mid-run would keep
     the one ``bigquery_load`` slot, stalling every later load. Returns the run ids failed."""
     host = host or socket.gethostname()
-    is_alive = is_alive or _pid_alive
+    is_alive = is_alive or pid_alive
     failed = []
     runs = instance.get_runs(filters=dg.RunsFilter(
         tags={LAUNCHED_BY_TAG: LAUNCHED_BY, RUNNER_HOST_TAG: host}, statuses=IN_FLIGHT))
@@ -96,16 +97,6 @@ def fail_abandoned_runs(
         log.warning("run %s (%s) marked failed: %s", run.run_id, run.job_name, message)
         failed.append(run.run_id)
     return failed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process under that pid: alive
-        return True
-    return True
 
 
 def dagster_instance() -> dg.DagsterInstance:

@@ -85,6 +85,7 @@ from kbqe_dagster.core.config.topics import (
     read_topic,
     read_topics,
 )
+from kbqe_dagster.core.config.table_layout import TableLayout, table_layout
 from kbqe_dagster.core.config.discovery import (
     TopicPattern,
     internal_topics,
@@ -161,6 +162,17 @@ class PipelineConfig:
 
     def is_hourly(self, dataset: str, table: str) -> bool:
         return self.tables.is_hourly(dataset, table)
+
+    def is_dead_letter_table(self, dataset: str, table: str) -> bool:
+        """Whether ``dataset.table`` is the dead-letter table (``dead_letter:``)."""
+        return self.dead_letter.is_table(dataset, table)
+
+    def table_layout(self, dataset: str, table: str) -> TableLayout:
+        """How ``dataset.table`` is laid out in BigQuery: partitioning and its column,
+        clustering, offset columns (core/config/table_layout.py)."""
+        return table_layout(self.enrichment, self.partitioning(dataset, table),
+                            dead_letter=self.is_dead_letter_table(dataset, table),
+                            changelog=self.is_changelog_table(dataset, table))
 
     def topic_may_write_hourly(self, topic: str) -> bool:
         """Whether any destination ``topic`` may write is HOUR-partitioned: its static table,
@@ -369,7 +381,7 @@ def _check_tables(
                 problems.add(f"tables.{key}", f"dataset.* needs the allow-list entry {key!r}")
         elif not allowed.allows(dataset, table) and (dataset, table) not in statics \
                 and dataset not in templated \
-                and (dataset, table) != (dead_letter.dataset, dead_letter.table):
+                and not dead_letter.is_table(dataset, table):
             problems.add(f"tables.{key}", "not a destination of this pipeline (not in "
                          "allowed_destinations and no static route names it)")
         if settings.partitioning is not Partitioning.HOUR:

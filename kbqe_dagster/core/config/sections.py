@@ -214,6 +214,10 @@ class DeadLetterDestination:
     table: str = "dead_letters"
     """The dead-letter table. Default ``dead_letters``."""
 
+    def is_table(self, dataset: str, table: str) -> bool:
+        """Whether ``dataset.table`` is the dead-letter table: the one place that says so."""
+        return (dataset, table) == (self.dataset, self.table)
+
     def __post_init__(self) -> None:
         problem = name_problem(self.dataset, self.table)
         if problem:

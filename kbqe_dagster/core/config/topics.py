@@ -142,7 +142,7 @@ def read_topics(
         path = f"topics[{index}]"
         topic = read_topic(item, path, defaults, allowed, problems)
         static = topic.routing.static_destination if topic else None
-        if topic and topic.keyed and static == (dead_letter.dataset, dead_letter.table):
+        if topic and topic.keyed and static and dead_letter.is_table(*static):
             problems.add(f"{path}.keyed", "not allowed on the dead-letter table")
         if topic is None:
             continue

@@ -41,7 +41,7 @@ CHECK_OP = "completeness_checks"
 
 def checked_tables(destinations: Destinations) -> list[tuple[str, str]]:
     """The tables with a ``day_complete`` check: named tables, not the dead letters."""
-    return [t for t in destinations.tables if t != destinations.dead_letter]
+    return [t for t in destinations.tables if not destinations.dead_letter.is_table(*t)]
 
 
 def check_name(destinations: Destinations, dataset: str, table: str) -> str:
