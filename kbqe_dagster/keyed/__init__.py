@@ -10,4 +10,6 @@ current-state table and an SCD type II history.
 
 The contract between the halves (column names, the order of a key's events) is
 ``core/keyed/contract.py``.
-"""
+
+May import core/, resources/ and staging/ (the stage side plugs into the stage engine); never
+the runner, defs/ or the CLI."""
