@@ -16,12 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from kbqe_dagster.core.enrichment import EnrichmentEncoder, extended_schema
-from kbqe_dagster.core.event_time import epoch_day, event_date
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.routing import RoutingInput
-from kbqe_dagster.core.wire import parse_frame
-from kbqe_dagster.resources.kafka import read_range
+from kbqe_dagster.core.record.enrichment import EnrichmentEncoder, extended_schema
+from kbqe_dagster.core.record.event_time import epoch_day, event_date
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.routing import RoutingInput
+from kbqe_dagster.core.record.wire import parse_frame
+from kbqe_dagster.resources.kafka.range_reader import read_range
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
 from kbqe_dagster.staging.context import StageContext

@@ -76,7 +76,7 @@ def _produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id:
 
     from _debezium_bench import build_envelopes
     from bench_hot_path import build_bodies
-    from kbqe_dagster.core.wire import encode_frame
+    from kbqe_dagster.core.record.wire import encode_frame
 
     if json_values:  # schemaless: no Confluent frame
         from _json_bench import build_json_values
@@ -148,7 +148,8 @@ def _read(bootstrap: str, topic: str, ends: dict[int, int], kind: str,
           start_at: float, queue: multiprocessing.Queue) -> None:
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    from kbqe_dagster.resources.kafka import KafkaSettings, read_range
+    from kbqe_dagster.resources.kafka.clients import KafkaSettings
+    from kbqe_dagster.resources.kafka.range_reader import read_range
 
     while time.time() < start_at:  # every process starts together (imports are not timed)
         time.sleep(0.005)
@@ -161,7 +162,7 @@ def _read(bootstrap: str, topic: str, ends: dict[int, int], kind: str,
                 messages += 1
                 nbytes += len(msg.value()) + len(msg.key() or b"")
     else:
-        from kbqe_dagster.resources.kafka import CONSUMER_TUNING
+        from kbqe_dagster.resources.kafka.clients import CONSUMER_TUNING
 
         tuning = ({"fetch.queue.backoff.ms": 0} if kind == "raw_tuned"
                   else dict(CONSUMER_TUNING) if kind == "raw_stage_tuned" else {})

@@ -52,16 +52,17 @@ import yaml  # noqa: E402
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from kbqe_dagster.core.config import load_pipeline_config  # noqa: E402
+from kbqe_dagster.core.config.pipeline import load_pipeline_config  # noqa: E402
 from kbqe_dagster.defs.staging import sensors  # noqa: E402
 from kbqe_dagster.localstack.endpoints import local_endpoints  # noqa: E402
-from kbqe_dagster.resources import kafka as kafka_module  # noqa: E402
+from kbqe_dagster.resources.kafka import clients as kafka_clients  # noqa: E402
+from kbqe_dagster.resources.kafka import cluster as kafka_cluster  # noqa: E402
 from kbqe_dagster.resources.configurable import (  # noqa: E402
     KafkaResource,
     PipelineResource,
     StagingResource,
 )
-from kbqe_dagster.resources.kafka import CLIENT_LOG, KafkaSettings  # noqa: E402
+from kbqe_dagster.resources.kafka.clients import CLIENT_LOG, KafkaSettings  # noqa: E402
 from kbqe_dagster.resources.staging_store import LocalStagingStore  # noqa: E402
 from kbqe_dagster.staging import backlog as backlog_module  # noqa: E402
 
@@ -113,15 +114,19 @@ def _counting_list(self, prefix: str = ""):
 
 @contextlib.contextmanager
 def counted():
-    saved = (kafka_module.AdminClient, kafka_module.Consumer, LocalStagingStore.list)
-    kafka_module.AdminClient, kafka_module.Consumer = CountingAdmin, CountingConsumer
+    # the clients of resources/kafka/clients.py, and the one consumer cluster.py builds itself
+    saved = (kafka_clients.AdminClient, kafka_clients.Consumer, kafka_cluster.Consumer,
+             LocalStagingStore.list)
+    kafka_clients.AdminClient, kafka_clients.Consumer = CountingAdmin, CountingConsumer
+    kafka_cluster.Consumer = CountingConsumer
     LocalStagingStore.list = _counting_list
     CALLS.clear()
     LISTINGS.clear()
     try:
         yield
     finally:
-        kafka_module.AdminClient, kafka_module.Consumer, LocalStagingStore.list = saved
+        (kafka_clients.AdminClient, kafka_clients.Consumer, kafka_cluster.Consumer,
+         LocalStagingStore.list) = saved
 
 
 def round_trips(calls: Counter) -> int:
@@ -251,7 +256,7 @@ def measure_tick(fleet: Fleet, ticks: int) -> tuple[dict, list]:
 
 def measure_per_topic(fleet: Fleet) -> dict:
     """The tick before fleets: topic_backlog (with the oldest time) topic by topic."""
-    config = kafka_module.discover_topics(load_pipeline_config(fleet.pipeline),
+    config = kafka_cluster.discover_topics(load_pipeline_config(fleet.pipeline),
                                           KafkaSettings(fleet.bootstrap))
     store = LocalStagingStore(fleet.staging)
     settings = KafkaSettings(fleet.bootstrap)
@@ -272,7 +277,7 @@ def measure_stage(fleet: Fleet, requests: list, sc) -> dict:
     from kbqe_dagster.staging.job import run_stage_group
     from kbqe_dagster.stagers import stage_context
 
-    config = kafka_module.discover_topics(load_pipeline_config(fleet.pipeline),
+    config = kafka_cluster.discover_topics(load_pipeline_config(fleet.pipeline),
                                           KafkaSettings(fleet.bootstrap))
     ctx = stage_context(KafkaSettings(fleet.bootstrap), RegistrySettings("http://127.0.0.1:1"),
                         StagingLocation(str(fleet.staging)), config, config.topics[0].name,

@@ -41,7 +41,11 @@ import fastavro
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kbqe_dagster.core.enrichment import EnrichmentConfig, EnrichmentEncoder, extended_schema  # noqa: E402
+from kbqe_dagster.core.record.enrichment import (  # noqa: E402
+    EnrichmentConfig,
+    EnrichmentEncoder,
+    extended_schema,
+)
 from kbqe_dagster.staging.avro_container import AvroContainerWriter  # noqa: E402
 from kbqe_dagster.staging.probe.record_probe import RecordProbe  # noqa: E402
 

@@ -70,10 +70,10 @@ from _protobuf_bench import PROTO  # noqa: E402
 from bench_hot_path import SCHEMA  # noqa: E402
 
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
-from kbqe_dagster.core.config import parse_pipeline_config  # noqa: E402
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config  # noqa: E402
 from kbqe_dagster.localstack import stack  # noqa: E402
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, local_endpoints  # noqa: E402
-from kbqe_dagster.resources.kafka import KafkaSettings  # noqa: E402
+from kbqe_dagster.resources.kafka.clients import KafkaSettings  # noqa: E402
 from kbqe_dagster.resources.schema_registry import RegistrySettings  # noqa: E402
 from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
 from kbqe_dagster.stagers import stage_context  # noqa: E402
@@ -149,7 +149,7 @@ def pipeline(topic: str, range_size: int, debezium: bool = False, json_values: b
             "allowed_destinations": ["sales.*"],
             "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
         }, source="bench")  # fmt: skip
-    if debezium:  # keyed: every change into sales.orders_changelog (core/keyed.py)
+    if debezium:  # keyed: every change into sales.orders_changelog (core/keyed/contract.py)
         return parse_pipeline_config({
             "version": 1,
             "topics": [{"name": topic, "format": "debezium", "keyed": {"key": ["eventId"]},

@@ -9,7 +9,7 @@ shared, loaded machine), best of ``--repeat``:
 * ``nine``: the nine transforms of the real-stack test (constant, expression, cast, HMAC mask,
   null mask, zoned timestamp, header, rename, drop), routed by a computed field;
 * ``dest1``: ``destinations`` with one static destination and nothing else — the fan-out
-  step's own cost over the ``drop`` floor (core/destinations.py);
+  step's own cost over the ``drop`` floor (core/transforms/destinations.py);
 * ``dest2``: two destinations, the whole record and a projection to three fields: rates are
   messages/s, each staged twice.
 
@@ -32,9 +32,9 @@ import fastavro
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kbqe_dagster.core.config import parse_pipeline_config  # noqa: E402
-from kbqe_dagster.core.offsets import OffsetRange  # noqa: E402
-from kbqe_dagster.resources.kafka import KafkaSettings  # noqa: E402
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config  # noqa: E402
+from kbqe_dagster.core.protocol.offsets import OffsetRange  # noqa: E402
+from kbqe_dagster.resources.kafka.clients import KafkaSettings  # noqa: E402
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings  # noqa: E402
 from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
 from kbqe_dagster.stagers import stager_class  # noqa: E402

@@ -2,11 +2,11 @@
 
 What user code imports from the top of the package: a ``format: decoder`` topic's decoder
 receives a :class:`RawMessage` and raises :class:`DecodeError` to refuse a message
-(core/decoders.py). Both come from ``core/``, which imports no system, so importing the
+(core/formats/decoders.py). Both come from ``core/``, which imports no system, so importing the
 package stays cheap.
 """
 
-from kbqe_dagster.core.decoders import RawMessage
+from kbqe_dagster.core.formats.decoders import RawMessage
 from kbqe_dagster.core.errors import DecodeError
 
 __all__ = ["DecodeError", "RawMessage"]

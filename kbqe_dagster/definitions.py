@@ -4,7 +4,7 @@ Definitions are built when Dagster loads them (``@dg.definitions``), not at impo
 the pipeline file decides which topic assets exist, and the environment (``KBQE_ENV``)
 decides the resources — both read once, here. A pipeline with ``topic_patterns`` also lists
 Kafka's topics here, once, so every topic the patterns take has its ``kafka/<topic>`` asset
-(core/discovery.py; a topic created later gets its asset at the next reload, and is staged
+(core/config/discovery.py; a topic created later gets its asset at the next reload, and is staged
 before that by the backlog sensor, which resolves the patterns at every tick).
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig, parse_pipeline_text
+from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_text
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.defs.bigquery.assets import Destinations, bigquery_specs
 from kbqe_dagster.defs.bigquery.checks import load_checks
@@ -38,7 +38,8 @@ from kbqe_dagster.defs.staging.assets import staging_asset
 from kbqe_dagster.defs.staging.jobs import stage_job
 from kbqe_dagster.defs.staging.sensors import kafka_backlog_sensor, staging_observation_sensor
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource
-from kbqe_dagster.resources.kafka import KafkaReadError, discover_topics
+from kbqe_dagster.resources.kafka.clients import KafkaReadError
+from kbqe_dagster.resources.kafka.cluster import discover_topics
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Callable
 
-from kbqe_dagster.core.config import PipelineConfig, TopicConfig
-from kbqe_dagster.core.formats import SourceFormat
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.core.config.pipeline import PipelineConfig, TopicConfig
+from kbqe_dagster.core.formats.source_format import SourceFormat
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.context import StageContext

@@ -15,7 +15,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
     """A topic of the local Kafka for one test, created before it returns."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from kbqe_dagster.resources.kafka import CLIENT_LOG
+    from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
     admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[

@@ -1,8 +1,14 @@
-"""The layers of the package hold: core/ decides and imports no system or orchestrator."""
+"""The layers of the package hold: one table of the arrows allowed between its rooms (core/'s
+sub-packages included), checked for every module, and no import cycle between rooms.
+
+Imports are read from the source (``ast``), wherever they are: at module level, inside
+functions, under ``TYPE_CHECKING``. A deferred import is still a dependency.
+"""
 
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -11,6 +17,67 @@ import kbqe_dagster
 
 PACKAGE = Path(kbqe_dagster.__file__).parent
 FORBIDDEN_IN_CORE = ("dagster", "google.cloud", "pyspark", "confluent_kafka", "requests")
+
+# --- the rooms and the arrows allowed between them -------------------------------------------
+CORE = "core"
+"""core/'s top: errors.py, reasons.py, config_reader.py: what every concern of core/ uses."""
+CORE_ROOMS = frozenset({
+    CORE, "core.formats", "core.protocol", "core.record", "core.load", "core.transforms",
+    "core.keyed", "core.completeness", "core.config", "core.stage_runs",
+})
+
+ALLOWED: dict[str, frozenset[str]] = {
+    # core/ by concern, lowest first; core imports only core
+    CORE: frozenset(),
+    "core.formats": frozenset({CORE}),
+    "core.protocol": frozenset({CORE}),
+    "core.record": frozenset({CORE, "core.formats", "core.protocol"}),
+    "core.load": frozenset({CORE, "core.protocol"}),
+    "core.transforms": frozenset({CORE, "core.formats", "core.record"}),
+    "core.keyed": frozenset({CORE, "core.formats", "core.load"}),
+    "core.completeness": frozenset({CORE, "core.record"}),
+    "core.config": CORE_ROOMS - {"core.config", "core.stage_runs"},
+    "core.stage_runs": frozenset({CORE, "core.config", "core.protocol"}),
+    # the leaves and the systems
+    "faults": frozenset(),  # fault hooks: imported by every room, import nothing
+    "processes": frozenset(),  # whether a pid runs: a leaf too
+    "package": CORE_ROOMS,  # kbqe_dagster/__init__.py: what a user decoder imports
+    "localstack": CORE_ROOMS | {"processes"},
+    "resources": CORE_ROOMS | {"localstack"},  # localstack only in SEAMS below
+    # the stage engine and its extensions: staging never imports what plugs into it
+    "staging": CORE_ROOMS | {"resources", "faults", "processes"},
+    "formats": CORE_ROOMS | {"resources", "staging"},
+    "keyed": CORE_ROOMS | {"resources", "staging"},
+    # stagers.py: the one module above staging that maps a topic to its stager (it names the
+    # extensions' modules as text, imported on first use; test_stagers.py loads every entry)
+    "stagers": CORE_ROOMS | {"resources", "staging", "formats", "keyed"},
+    # the load side: never the stage side, never the wiring
+    "loading": CORE_ROOMS | {"resources", "faults"},
+    # what operators see and do: never the wiring above them
+    "operations": CORE_ROOMS | {"resources", "loading"},
+    "observability": CORE_ROOMS | {"resources", "staging", "operations"},
+    # the wiring, the entry point, the in-process runner
+    "defs": CORE_ROOMS | {"resources", "staging", "loading", "keyed", "formats", "stagers",
+                          "operations", "faults"},
+    "definitions": CORE_ROOMS | {"resources", "defs"},
+    "runner": CORE_ROOMS | {"resources", "staging", "loading", "keyed", "formats", "stagers",
+                            "operations", "defs", "definitions", "processes"},
+    # the demo drives the local stack and the jobs; the CLI is the top and nothing imports it
+    "demo": CORE_ROOMS | {"resources", "loading", "localstack", "defs", "definitions"},
+    "cli": CORE_ROOMS | {"resources", "localstack", "operations", "observability", "defs",
+                         "runner", "demo"},
+}
+
+SEAMS = {"localstack": {"resources": {"resources/environment.py"}}}
+"""Arrows a room may take only through the modules named: the local stack's addresses are
+known to resources/environment.py (which builds the local resources), not to every system."""
+
+
+
+# --- reading imports --------------------------------------------------------------------------
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(("kbqe_dagster", *(p for p in parts if p != "__init__")))
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -24,29 +91,10 @@ def _imported_modules(path: Path) -> set[str]:
     return names
 
 
-CORE_FILES = sorted((PACKAGE / "core").rglob("*.py"))
-
-
-@pytest.mark.parametrize("path", CORE_FILES, ids=lambda p: p.name)
-def test_core_imports_no_system_or_orchestrator(path: Path) -> None:
-    bad = {
-        name
-        for name in _imported_modules(path)
-        for forbidden in FORBIDDEN_IN_CORE
-        if name == forbidden or name.startswith(forbidden + ".")
-    }
-    assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)}: core/ must stay pure"
-
-
-def test_core_is_not_empty() -> None:
-    assert len(CORE_FILES) >= 3
-
-
-# --- who may import whom outside core/ -----------------------------------------------------
 def _package_imports(path: Path) -> set[str]:
     """The ``kbqe_dagster`` modules a file imports, relative imports resolved."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    module = ".".join(("kbqe_dagster", *path.relative_to(PACKAGE).with_suffix("").parts))
+    module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -55,41 +103,203 @@ def _package_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = package.rsplit(".", node.level - 1)[0] if node.level else ""
             target = ".".join(p for p in (base, node.module or "") if p)
-            names.add(target)
-            names.update(f"{target}.{alias.name}" for alias in node.names)
+            for alias in node.names:  # a module of a package, else a name of the module
+                full = f"{target}.{alias.name}"
+                names.add(full if _is_module(full) else target)
+                names.add(full)
     return {n for n in names if n == "kbqe_dagster" or n.startswith("kbqe_dagster.")}
 
 
-def _imports_any(path: Path, prefixes: tuple[str, ...]) -> list[str]:
-    return sorted(
-        name for name in _package_imports(path)
-        if any(name == p or name.startswith(p + ".") for p in prefixes)
-    )
+def _is_module(name: str) -> bool:
+    if not name.startswith("kbqe_dagster."):
+        return False
+    path = PACKAGE.joinpath(*name.split(".")[1:])
+    return path.is_dir() or path.with_suffix(".py").is_file()
 
 
-def _files_outside(*rooms: str) -> list[Path]:
-    return sorted(
-        p for p in PACKAGE.rglob("*.py")
-        if p.relative_to(PACKAGE).parts[0] not in rooms
-    )
+def _room(module: str) -> str | None:
+    """The room of a ``kbqe_dagster`` module or package: a top-level package or module, or a
+    sub-package of core/ (core/'s own modules are the room ``core``). ``kbqe_dagster`` itself
+    is ``package``; None for a name that is no module (an attribute of one)."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "package"
+    if parts[0] == "core" and len(parts) > 1 and (PACKAGE / "core" / parts[1]).is_dir():
+        return f"core.{parts[1]}"
+    if (PACKAGE / parts[0]).is_dir() or (PACKAGE / f"{parts[0]}.py").is_file():
+        return parts[0]
+    return None
 
 
-@pytest.mark.parametrize("path", _files_outside("cli"), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_nothing_below_the_cli_imports_it(path: Path) -> None:
-    bad = _imports_any(path, ("kbqe_dagster.cli",))
-    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}: the CLI is the top layer"
+def _rooms_imported(path: Path) -> set[str]:
+    rooms = {_room(name) for name in _package_imports(path)}
+    return {r for r in rooms if r is not None}
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "operations").rglob("*.py")),
-                         ids=lambda p: p.name)
-def test_operations_never_import_the_demo(path: Path) -> None:
-    bad = _imports_any(path, ("kbqe_dagster.demo",))
-    assert not bad, f"operations/{path.name} imports {bad}: the demo sits above operations/"
+def _rel(path: Path) -> str:
+    return str(path.relative_to(PACKAGE))
+
+
+ALL_FILES = sorted(PACKAGE.rglob("*.py"))
+CORE_FILES = sorted((PACKAGE / "core").rglob("*.py"))
+
+
+# --- the table, for every module ----------------------------------------------------------------
+def test_every_room_of_the_package_has_a_row() -> None:
+    rooms = {_room(_module_name(p)) for p in ALL_FILES}
+    assert rooms - set(ALLOWED) == set()
+    assert all(targets <= set(ALLOWED) for targets in ALLOWED.values())
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=_rel)
+def test_every_module_imports_only_the_rooms_its_room_may(path: Path) -> None:
+    own = _room(_module_name(path))
+    bad = sorted(r for r in _rooms_imported(path) - {own} if r not in ALLOWED[own])
+    assert not bad, f"{_rel(path)} ({own}) imports {bad}: not an arrow of the table"
+
+
+@pytest.mark.parametrize("path", ALL_FILES, ids=_rel)
+def test_an_arrow_through_a_seam_goes_through_it_only(path: Path) -> None:
+    own = _room(_module_name(path))
+    for target, through in SEAMS.items():
+        if own in through and target in _rooms_imported(path):
+            assert _rel(path) in through[own], (
+                f"{_rel(path)} imports {target}/: only {sorted(through[own])} may, in {own}/")
+
+
+# --- no cycle between rooms ---------------------------------------------------------------------
+def _room_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in ALL_FILES:
+        own = _room(_module_name(path))
+        graph[own] |= _rooms_imported(path) - {own}
+    return graph
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Tarjan's algorithm, iterative: the strongly connected sets of ``graph``."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+    nodes = sorted(set(graph) | {t for ts in graph.values() for t in ts})
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                members = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    members.add(member)
+                    if member == node:
+                        break
+                found.append(frozenset(members))
+    return found
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
+    assert sorted(map(sorted, _strongly_connected(graph))) == [["a", "b", "c"], ["d"], ["e"]]
+
+
+def test_the_table_itself_has_no_cycle() -> None:
+    table = {room: set(targets) - {room} for room, targets in ALLOWED.items()}
+    assert [s for s in _strongly_connected(table) if len(s) > 1] == []
+
+
+def test_no_two_rooms_import_each_other_even_through_others() -> None:
+    cycles = [s for s in _strongly_connected(_room_graph()) if len(s) > 1]
+    assert cycles == [], f"rooms importing each other: {[sorted(c) for c in cycles]}"
+
+
+# --- core/ is pure ------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", CORE_FILES, ids=_rel)
+def test_core_imports_no_system_or_orchestrator(path: Path) -> None:
+    bad = {
+        name
+        for name in _imported_modules(path)
+        for forbidden in FORBIDDEN_IN_CORE
+        if name == forbidden or name.startswith(forbidden + ".")
+    }
+    assert not bad, f"{_rel(path)} imports {sorted(bad)}: core/ must stay pure"
+
+
+def test_core_is_not_empty() -> None:
+    assert len(CORE_FILES) >= 3
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "core").rglob("__init__.py")), ids=_rel)
+def test_core_packages_re_export_nothing(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    assert ast.get_docstring(tree), f"{_rel(path)}: say what the room owns and may import"
+    assert all(isinstance(n, ast.Expr) for n in tree.body), f"{_rel(path)}: a docstring only"
+
+
+# --- the rules the table must keep (issue 17), stated on the table ------------------------------
+def test_nothing_below_the_cli_imports_it() -> None:
+    assert [room for room, targets in ALLOWED.items() if "cli" in targets] == []
+
+
+def test_operations_never_import_the_demo() -> None:
+    assert "demo" not in ALLOWED["operations"]
 
 
 def test_the_fault_hooks_are_a_leaf_that_imports_nothing_of_the_package() -> None:
-    faults = PACKAGE / "faults.py"
-    assert _package_imports(faults) == set()
+    assert ALLOWED["faults"] == frozenset()
+    assert _package_imports(PACKAGE / "faults.py") == set()
+    assert ALLOWED["processes"] == frozenset()
+
+
+def test_observability_and_operations_never_import_the_definitions() -> None:
+    for room in ("observability", "operations"):
+        assert not ALLOWED[room] & {"defs", "definitions"}, room
+
+
+def test_systems_never_import_the_jobs_built_on_them() -> None:
+    assert not ALLOWED["resources"] & {"staging", "loading", "keyed", "runner", "defs"}
+
+
+def test_the_local_stack_is_reached_through_one_seam() -> None:
+    # resources/environment.py builds the local resources; the CLI and the demo drive the
+    # stack itself. Nothing else knows where the local services listen.
+    reaching = {room for room, targets in ALLOWED.items() if "localstack" in targets}
+    assert reaching == {"resources", "demo", "cli"}
+    assert SEAMS["localstack"] == {"resources": {"resources/environment.py"}}
+
+
+def test_the_stage_and_load_sides_never_import_each_other_or_the_wiring() -> None:
+    assert not ALLOWED["staging"] & {"loading", "defs", "runner"}
+    assert not ALLOWED["loading"] & {"staging", "defs", "runner"}
+
+
+def test_the_stage_engine_never_imports_its_extensions() -> None:
+    assert not ALLOWED["staging"] & {"formats", "keyed", "stagers"}
+
+
+def test_core_imports_only_core() -> None:
+    for room in CORE_ROOMS:
+        assert ALLOWED[room] <= CORE_ROOMS, room
 
 
 def test_the_cli_lives_in_its_package_not_beside_it() -> None:
@@ -103,39 +313,4 @@ def test_the_layer_rules_see_module_level_and_in_function_imports() -> None:
     assert "kbqe_dagster.cli.stack" in _package_imports(cli_init)
     demo_run = PACKAGE / "demo" / "run.py"
     assert "kbqe_dagster.demo.produce" in _package_imports(demo_run)  # imported in a function
-
-
-# --- the whole order (issue 17) -------------------------------------------------------------
-def _room(room: str) -> list[Path]:
-    return sorted((PACKAGE / room).rglob("*.py"))
-
-
-@pytest.mark.parametrize("path", _room("observability") + _room("operations"),
-                         ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_observability_and_operations_never_import_the_definitions(path: Path) -> None:
-    bad = _imports_any(path, ("kbqe_dagster.defs", "kbqe_dagster.definitions"))
-    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}: defs/ is wiring, above them"
-
-
-@pytest.mark.parametrize("path", _room("resources"), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_systems_never_import_the_jobs_built_on_them(path: Path) -> None:
-    bad = _imports_any(path, ("kbqe_dagster.staging", "kbqe_dagster.loading",
-                              "kbqe_dagster.keyed", "kbqe_dagster.runner", "kbqe_dagster.defs"))
-    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}: resources/ only uses core/"
-
-
-@pytest.mark.parametrize("path", _files_outside("localstack", "resources", "cli", "demo"),
-                         ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_the_local_stack_is_reached_through_one_seam(path: Path) -> None:
-    # resources/environment.py builds the local resources; the CLI and the demo drive the
-    # stack itself. Nothing else knows where the local services listen.
-    bad = _imports_any(path, ("kbqe_dagster.localstack",))
-    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}: use resources/environment.py"
-
-
-@pytest.mark.parametrize("path", _room("staging") + _room("loading"),
-                         ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_the_stage_and_load_sides_never_import_each_other_or_the_wiring(path: Path) -> None:
-    other = "kbqe_dagster.loading" if path.is_relative_to(PACKAGE / "staging") else "kbqe_dagster.staging"
-    bad = _imports_any(path, (other, "kbqe_dagster.defs", "kbqe_dagster.runner"))
-    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}"
+    assert "localstack" in _rooms_imported(demo_run)  # in a function too

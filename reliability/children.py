@@ -18,12 +18,12 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.faults import CRASH_ENV
 from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.localstack.endpoints import LocalEndpoints
-from kbqe_dagster.resources.kafka import read_range
+from kbqe_dagster.resources.kafka.range_reader import read_range
 from kbqe_dagster.resources.staging_store import GcsStagingStore, StagingLocation
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.prepare import prepare_topic

@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kbqe_dagster.core.load_state import STATE_FILE, decode_state
-from kbqe_dagster.core.naming import parse_listing
+from kbqe_dagster.core.load.state import STATE_FILE, decode_state
+from kbqe_dagster.core.protocol.naming import parse_listing
 from kbqe_dagster.operations.load_release import release
 from reliability import children
 from reliability.harness import SIGKILLED, Suite, SuiteFailure

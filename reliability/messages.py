@@ -18,7 +18,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from fastavro import parse_schema, schemaless_writer
 
 from kbqe_dagster.core.reasons import Reason
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.demo.samples import (
     ORDER_V1,
     ORDER_V2,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from kbqe_dagster.core.naming import parse_listing
+from kbqe_dagster.core.protocol.naming import parse_listing
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from reliability.world import World
 

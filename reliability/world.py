@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import date
 
-from kbqe_dagster.core.config import PipelineConfig, parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
 from kbqe_dagster.demo.samples import produce, register_schemas
 from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.loading.report import CycleReport
@@ -24,7 +24,7 @@ from kbqe_dagster.loading.retention import RetentionResult, apply_retention
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, LocalEndpoints
 from kbqe_dagster.resources.bigquery import BigQueryLoads, EmulatorBigQueryLoads
-from kbqe_dagster.resources.kafka import CLIENT_LOG, KafkaSettings
+from kbqe_dagster.resources.kafka.clients import CLIENT_LOG, KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
 from kbqe_dagster.stagers import stage_context

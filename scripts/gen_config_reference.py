@@ -14,18 +14,11 @@ import inspect
 import sys
 from pathlib import Path
 
-from kbqe_dagster.core import (
-    completeness,
-    config_sections,
-    destinations,
-    enrichment,
-    event_time,
-    keyed,
-    partitioning,
-    routing,
-    stage_groups,
-    transform_specs,
-)
+from kbqe_dagster.core.completeness import decision as completeness
+from kbqe_dagster.core.config import sections as config_sections
+from kbqe_dagster.core.keyed import contract as keyed
+from kbqe_dagster.core.record import enrichment, event_time, partitioning, routing
+from kbqe_dagster.core.transforms import destinations, specs as transform_specs
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = REPO / "docs" / "configuration.md"
@@ -46,7 +39,7 @@ SECTIONS = [
     ("topics[].transforms[]  compute", transform_specs.ComputeField),
     ("topics[].transforms[]  function", transform_specs.FunctionTransform),
     ("staging  (per topic: topics[].staging)", config_sections.StagingSettings),
-    ("stage_runs  (how due topics share stage runs)", stage_groups.StageRunSettings),
+    ("stage_runs  (how due topics share stage runs)", config_sections.StageRunSettings),
     ("completeness  (per topic: topics[].completeness)", completeness.CompletenessSettings),
     ("tables.<dataset.table | dataset.*>", partitioning.TableSettings),
     ("dead_letter", config_sections.DeadLetterDestination),

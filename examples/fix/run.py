@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("KBQE_ENV", "local")
-    from kbqe_dagster.demo.run import dagster_home
+    from kbqe_dagster.resources.environment import local_dagster_home as dagster_home
     from kbqe_dagster.localstack import stack
     from kbqe_dagster.localstack.clients import local_bigquery_client
     from kbqe_dagster.localstack.endpoints import local_endpoints
@@ -92,7 +92,7 @@ def produce(bootstrap: str, orders: int, seed: int) -> dict[str, int]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from examples.fix.messages import bad_messages, order_flow
-    from kbqe_dagster.resources.kafka import CLIENT_LOG
+    from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
     if TOPIC not in admin.list_topics(timeout=30).topics:

@@ -11,7 +11,8 @@ Errors are one line on stderr (``kbqe: error: ...``) and exit code 1; ``--verbos
 full message and the traceback. Progress goes through ``logging`` to stderr (set up by
 ``cli/logs.py``: libraries' chatter only with ``--verbose``); results (tables, JSON) go to
 stdout, so ``kbqe stack status --json | jq`` works.
-"""
+
+May import every room of the package; nothing imports it: the top layer."""
 
 from __future__ import annotations
 

@@ -84,7 +84,7 @@ def open_store(args: argparse.Namespace) -> StagingStore:
 
 
 def pipeline_config(args: argparse.Namespace) -> Any:
-    from kbqe_dagster.core.config import load_pipeline_config
+    from kbqe_dagster.core.config.pipeline import load_pipeline_config
 
     return load_pipeline_config(args.config or os.environ.get(PIPELINE_ENV) or DEFAULT_PIPELINE)
 

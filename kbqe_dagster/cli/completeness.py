@@ -1,5 +1,5 @@
 """``kbqe completeness``: per table, the newest complete DAY partition (an HOUR table's: hour,
-``2026-11-23T14``) and what holds the next one back (core/completeness.py decides,
+``2026-11-23T14``) and what holds the next one back (core/completeness/decision.py decides,
 operations/completeness.py reads the systems)."""
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def _completeness(args: argparse.Namespace) -> int:
 
 def watermark_reader(args: argparse.Namespace) -> Any:
     """Kafka's watermarks, read in one batch for every feeding partition."""
-    from kbqe_dagster.resources.kafka import KafkaSettings, watermarks_of
+    from kbqe_dagster.resources.kafka.clients import KafkaSettings
+    from kbqe_dagster.resources.kafka.cluster import watermarks_of
 
     if args.bootstrap_servers:
         settings = KafkaSettings(args.bootstrap_servers)

@@ -1,6 +1,6 @@
 """Reading untrusted configuration mappings: key paths, unknown keys, typed values.
 
-``core/config.py`` declares *what* the pipeline file holds; this module owns *how* a raw
+``core/config/pipeline.py`` declares *what* the pipeline file holds; this module owns *how* a raw
 mapping (from YAML) is checked: every problem is collected with the key path it concerns
 (``topics[2].routing.mode``), unknown keys get a did-you-mean, and nothing stops at the first
 error, so one run of the validator shows everything to fix.

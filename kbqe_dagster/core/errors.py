@@ -41,7 +41,7 @@ class BodyDecodeError(BadInputError):
 
 class UnsupportedSchemaError(BadInputError):
     """The writer schema cannot be staged: it does not parse, is not a record, or an
-    enrichment column collides with one of its fields. Raised by ``core/enrichment.py`` and
+    enrichment column collides with one of its fields. Raised by ``core/record/enrichment.py`` and
     ``staging/probe/record_probe.py``."""
 
     reason = "unsupported_schema"
@@ -73,7 +73,7 @@ class InvalidSchemaIdError(WireFormatError):
 
 
 class EventTimeError(BadInputError):
-    """The event date of a record cannot be determined (core/event_time.py)."""
+    """The event date of a record cannot be determined (core/record/event_time.py)."""
 
     reason = Reason.INVALID_EVENT_TIME
 
@@ -91,7 +91,7 @@ class InvalidEventTimeError(EventTimeError):
 
 
 class RoutingError(BadInputError):
-    """No allowed destination table can be derived for a message (core/routing.py)."""
+    """No allowed destination table can be derived for a message (core/record/routing.py)."""
 
     reason = Reason.UNROUTABLE
 
@@ -146,7 +146,7 @@ class JsonSchemaMismatchError(BadInputError):
 
 
 class TransformError(BadInputError):
-    """A topic's transforms (core/transforms.py) cannot apply; the message names the transform
+    """A topic's transforms (core/transforms/compiler.py) cannot apply; the message names the transform
     as ``transforms[INDEX] (KIND)`` and the field."""
 
     reason = Reason.TRANSFORM_FAILED
@@ -193,7 +193,7 @@ class NonJsonSchemaError(BadInputError):
 
 
 class UnmappableJsonSchemaError(BadInputError):
-    """A registry JSON Schema with no Avro form (core/json_schema_avro.py names the construct
+    """A registry JSON Schema with no Avro form (core/formats/json_schema_avro.py names the construct
     and its JSON pointer): every message framed with its id is bad input."""
 
     reason = Reason.UNMAPPABLE_JSON_SCHEMA
@@ -212,7 +212,7 @@ class NonProtobufSchemaError(BadInputError):
 
 
 class UnmappableProtobufSchemaError(BadInputError):
-    """A registry ``.proto`` that does not compile or has no Avro form (core/protobuf_avro.py
+    """A registry ``.proto`` that does not compile or has no Avro form (core/formats/protobuf_avro.py
     names the construct): every message framed with its id is bad input."""
 
     reason = Reason.UNMAPPABLE_PROTOBUF_SCHEMA

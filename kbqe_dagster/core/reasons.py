@@ -14,7 +14,7 @@ class Reason(StrEnum):
     """Why a message could not be staged. A ``StrEnum``: members compare equal to their string
     value and format as it, so they can be written to columns and labels directly."""
 
-    # --- framing (core/wire.py) ---
+    # --- framing (core/record/wire.py) ---
     TOMBSTONE = "tombstone"
     """The value is null (a compaction tombstone): there is no record to stage."""
     TOO_SHORT = "too_short"
@@ -31,15 +31,15 @@ class Reason(StrEnum):
     """The body does not decode with its schema to exactly its own length."""
     UNSUPPORTED_SCHEMA = "unsupported_schema"
     """The writer schema cannot be staged: it does not parse, is not a record, or an enrichment
-    column collides with one of its fields (core/enrichment.py)."""
+    column collides with one of its fields (core/record/enrichment.py)."""
 
-    # --- event time (core/event_time.py) ---
+    # --- event time (core/record/event_time.py) ---
     MISSING_EVENT_TIME = "missing_event_time"
     """No candidate field is present and non-null, and no Kafka timestamp fallback applies."""
     INVALID_EVENT_TIME = "invalid_event_time"
     """A candidate value is present but unparseable or outside the accepted date range."""
 
-    # --- routing (core/routing.py) ---
+    # --- routing (core/record/routing.py) ---
     UNROUTABLE = "unroutable"
     """No valid ``(dataset, table)`` could be derived for the message."""
     DESTINATION_NOT_ALLOWED = "destination_not_allowed"
@@ -63,13 +63,13 @@ class Reason(StrEnum):
     NON_JSON_SCHEMA = "non_json_schema"
     """A ``format: json_schema`` message whose framed schema id is an Avro or Protobuf schema."""
     UNMAPPABLE_JSON_SCHEMA = "unmappable_json_schema"
-    """The framed JSON Schema has no Avro form (core/json_schema_avro.py names the construct
+    """The framed JSON Schema has no Avro form (core/formats/json_schema_avro.py names the construct
     and its JSON pointer): ``oneOf`` of objects, ``patternProperties``, a remote ``$ref``..."""
 
     # --- registry Protobuf topics (kbqe_dagster/formats/protobuf_stage.py) ---
     PROTOBUF_DECODE_ERROR = "protobuf_decode_error"
     """A ``format: protobuf`` body that is not its message: malformed message indexes
-    (core/protobuf_wire.py), indexes that name no message of the schema, a Protobuf binary
+    (core/formats/protobuf_wire.py), indexes that name no message of the schema, a Protobuf binary
     that does not parse (a proto2 required field missing included), or a value with no Avro
     form (a uint64 above 2^63-1, an enum number the schema does not declare, a Timestamp
     outside years 1-9999); the message names the field."""
@@ -77,10 +77,10 @@ class Reason(StrEnum):
     """A ``format: protobuf`` message whose framed schema id is an Avro or JSON schema."""
     UNMAPPABLE_PROTOBUF_SCHEMA = "unmappable_protobuf_schema"
     """The framed ``.proto`` does not compile (the message carries protoc's error), a
-    reference cannot be fetched, or a message has no Avro form (core/protobuf_avro.py names
+    reference cannot be fetched, or a message has no Avro form (core/formats/protobuf_avro.py names
     the construct and the field): a recursive message, a message without fields..."""
 
-    # --- transforms (core/transforms.py) ---
+    # --- transforms (core/transforms/compiler.py) ---
     TRANSFORM_FAILED = "transform_failed"
     """A topic's transform cannot apply to the record or to its schema; the message names the
     transform (``transforms[INDEX] (KIND)``) and the field."""

@@ -12,7 +12,7 @@ the table's state, so the generated stream holds snapshot reads, inserts, update
 each followed by a tombstone, keys re-created after their delete (also in the same
 millisecond), redelivered duplicates, out-of-order versions and, from schema v2 on, a column
 added mid-stream. The oracle computes ``D.T`` and ``D.T_history`` from the produced events by
-the rule of core/keyed.py, independently of the SQL under test.
+the rule of core/keyed/contract.py, independently of the SQL under test.
 """
 
 from __future__ import annotations

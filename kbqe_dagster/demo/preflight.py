@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from kbqe_dagster.core.errors import KbqeError
-from kbqe_dagster.core.load_state import LoadState
+from kbqe_dagster.core.load.state import LoadState
 
 START_OVER = "kbqe stack down && kbqe stack up --fresh"
 NOT_ANSWERING_GRACE_SECONDS = 15.0  # a loaded machine answers slowly; a hung service never

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbqe_dagster.core.errors import OperatorCommandError
-from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 
 # librdkafka's lines go to the logger every Kafka client of the package uses.
 kafka_log = CLIENT_LOG

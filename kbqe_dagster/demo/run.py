@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -28,16 +27,6 @@ from kbqe_dagster.demo.progress import every
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def dagster_home() -> Path:
-    """The local Dagster instance: ``.kbqe-local/dagster_home`` with the repo's dagster.yaml."""
-    from kbqe_dagster.localstack.base import stack_home
-
-    home = stack_home() / "dagster_home"
-    home.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    return home
 
 
 def produce_demo_events(count: int) -> dict[str, int]:
@@ -65,6 +54,7 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     logger's level; the CLI passes a quiet one unless ``-v``). ``verbose``: keep Spark's
     driver log lines."""
     from kbqe_dagster.localstack import stack
+    from kbqe_dagster.resources.environment import local_dagster_home
 
     os.environ.setdefault("KBQE_ENV", "local")
     _stop_on(check_stack(lambda: [ServiceFact(s.name, s.pid, s.running) for s in stack.status()]))
@@ -75,7 +65,7 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     for name, n in sorted(produce_demo_events(count).items()):
         print(f"      {name}: {n}")
 
-    os.environ["DAGSTER_HOME"] = str(dagster_home())
+    os.environ["DAGSTER_HOME"] = str(local_dagster_home())
     if not verbose:
         from kbqe_dagster.demo.spark_console import quiet_spark_driver
         from kbqe_dagster.localstack.base import stack_home
@@ -137,7 +127,9 @@ def _committed(store, topic: str, elapsed: float) -> str:
 
 def exec_dagster_dev(port: int = 3000) -> int:
     """Replace this process with ``dagster dev`` on the local instance (Ctrl-C to stop)."""
-    home = dagster_home()
+    from kbqe_dagster.resources.environment import local_dagster_home
+
+    home = local_dagster_home()
     env = {**os.environ, "DAGSTER_HOME": str(home), "KBQE_ENV": os.environ.get("KBQE_ENV", "local")}
     dagster = str(Path(sys.executable).parent / "dagster")
     print(f"Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it; `make stack-down` stops the stack)",

@@ -18,7 +18,7 @@ from typing import Sequence
 from fastavro import parse_schema, schemaless_writer
 
 from kbqe_dagster.core.reasons import Reason
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.record.wire import encode_frame
 
 DEMO_TOPIC = "com.acme.events"
 

@@ -1,15 +1,15 @@
 """User-decoded topics (``format: decoder``): each message goes through the topic's decoder
-(core/decoders.py), which returns an Avro record and its schema; the record is then staged
+(core/formats/decoders.py), which returns an Avro record and its schema; the record is then staged
 like a ``format: json`` record under that schema.
 
 Per message: the null and oversized rules of the Avro path, then the decoder on a
-:class:`~kbqe_dagster.core.decoders.RawMessage` (a ``DecodeError`` is ``decoder_rejected``,
+:class:`~kbqe_dagster.core.formats.decoders.RawMessage` (a ``DecodeError`` is ``decoder_rejected``,
 any other exception or a result that is not ``(record, schema)`` is ``decoder_error``), then
 the schema's derived form — parsed schema, file schema, declared-schema id, full name — made
 once per distinct schema, then the record checked against it and encoded with fastavro
 (``decoder_schema_mismatch`` naming the field path), then routing, event time, enrichment and
 the range's files and commit exactly as on the Avro path. Files carry the declared-schema id
-of the decoder's schema (core/formats.py) and their schema in the header, so the load needs
+of the decoder's schema (core/formats/source_format.py) and their schema in the header, so the load needs
 nothing new. The native kernel never sees these topics: the decoder is Python.
 """
 
@@ -25,9 +25,9 @@ from typing import Any, Mapping
 from fastavro import parse_schema, schemaless_writer
 from fastavro.validation import ValidationError, validate
 
-from kbqe_dagster.core.avro_names import record_full_name
-from kbqe_dagster.core.decoders import RawMessage, resolve_decoder
-from kbqe_dagster.core.enrichment import EnrichmentConfig, extended_schema
+from kbqe_dagster.core.formats.avro_names import record_full_name
+from kbqe_dagster.core.formats.decoders import RawMessage, resolve_decoder
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig, extended_schema
 from kbqe_dagster.core.errors import (
     BadInputError,
     DecodeError,
@@ -35,10 +35,10 @@ from kbqe_dagster.core.errors import (
     DecoderSchemaMismatchError,
     UnsupportedSchemaError,
 )
-from kbqe_dagster.core.formats import declared_schema_id
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.formats.source_format import declared_schema_id
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.reasons import Reason
-from kbqe_dagster.core.transforms import field_values
+from kbqe_dagster.core.transforms.compiler import field_values
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.staging.context import StageContext
 
@@ -106,7 +106,7 @@ class DecoderRangeStager(TransformingStager):
             if error.reason in _REASONS and not isinstance(error, DecodeError):
                 raise  # a kbqe bad input the decoder met (e.g. core.wire's), reason kept
             raise DecodeError(str(error)) from None  # reasons stay a closed set
-        except Exception as error:  # noqa: BLE001 - the rule of core/decoders.py
+        except Exception as error:  # noqa: BLE001 - the rule of core/formats/decoders.py
             raise DecoderFailedError(
                 f"decoder {self.spec!r} raised {type(error).__name__}{_where(error)}: {error}"
             ) from None

@@ -1,5 +1,5 @@
 """Staging one decoded record into several destinations (``topics[].destinations``; the rules
-are core/destinations.py's).
+are core/transforms/destinations.py's).
 
 :class:`DestinationFanOut` is what ``TransformingStager.place_record`` hands a record to when
 its topic has destinations, so every record-producing stager (Avro with the decoding stager,
@@ -23,14 +23,14 @@ from typing import Any, Hashable, Mapping
 
 from fastavro import parse_schema, schemaless_writer
 
-from kbqe_dagster.core.avro_names import record_full_name
-from kbqe_dagster.core.destinations import CompiledDestination, compile_destination
-from kbqe_dagster.core.enrichment import extended_schema
+from kbqe_dagster.core.formats.avro_names import record_full_name
+from kbqe_dagster.core.transforms.destinations import CompiledDestination, compile_destination
+from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.errors import BadInputError, TransformFailedError, UnroutableError
-from kbqe_dagster.core.formats import declared_schema_id
-from kbqe_dagster.core.routing import Destination, Router, RoutingInput, required_fields
-from kbqe_dagster.core.transforms import Compiled, MessageMeta, compile_transforms
-from kbqe_dagster.core.transforms import field_values, hmac_keys
+from kbqe_dagster.core.formats.source_format import declared_schema_id
+from kbqe_dagster.core.record.routing import Destination, Router, RoutingInput, required_fields
+from kbqe_dagster.core.transforms.compiler import Compiled, MessageMeta, compile_transforms
+from kbqe_dagster.core.transforms.compiler import field_values, hmac_keys
 
 
 def message_meta(msg: Any) -> MessageMeta:

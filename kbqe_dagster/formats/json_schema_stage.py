@@ -1,6 +1,6 @@
 """Registry JSON Schema topics (``format: json_schema``): Confluent-framed JSON (magic byte 0,
 the schema id, UTF-8 JSON text) validated against the JSON Schema the registry holds under
-that id, staged under the Avro record derived from it (core/json_schema_avro.py).
+that id, staged under the Avro record derived from it (core/formats/json_schema_avro.py).
 
 Per schema id, once: the registry's schema (an Avro or Protobuf id is ``non_json_schema``),
 its validator (``jsonschema``, the draft its ``$schema`` names, draft 7 when none), and its
@@ -32,8 +32,8 @@ from fastavro import parse_schema, schemaless_writer
 from jsonschema.exceptions import SchemaError, best_match
 from jsonschema.validators import Draft7Validator, validator_for
 
-from kbqe_dagster.core.avro_names import record_full_name
-from kbqe_dagster.core.enrichment import extended_schema
+from kbqe_dagster.core.formats.avro_names import record_full_name
+from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.errors import (
     BadInputError,
     JsonDecodeError,
@@ -41,10 +41,10 @@ from kbqe_dagster.core.errors import (
     NonJsonSchemaError,
     UnmappableJsonSchemaError,
 )
-from kbqe_dagster.core.json_schema_avro import JsonSchemaMapping, map_json_schema
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.transforms import field_values
-from kbqe_dagster.core.wire import HEADER_SIZE
+from kbqe_dagster.core.formats.json_schema_avro import JsonSchemaMapping, map_json_schema
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.transforms.compiler import field_values
+from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.staging.context import StageContext
 

@@ -23,8 +23,8 @@ from fastavro import parse_schema
 from fastavro.validation import ValidationError, validate
 
 from kbqe_dagster.core.errors import JsonDecodeError, JsonSchemaMismatchError
-from kbqe_dagster.core.formats import declared_schema_id
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.formats.source_format import declared_schema_id
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.staging.context import StageContext
 

@@ -1,7 +1,7 @@
 """Registry Protobuf topics (``format: protobuf``): Confluent-framed Protobuf (magic byte 0, the
-schema id, the message indexes of core/protobuf_wire.py, the Protobuf binary) parsed with the
+schema id, the message indexes of core/formats/protobuf_wire.py, the Protobuf binary) parsed with the
 Python ``protobuf`` runtime and staged under the Avro record derived from the message type
-(core/protobuf_avro.py).
+(core/formats/protobuf_avro.py).
 
 Per schema id, once: the registry's schema (an Avro or JSON id is ``non_protobuf_schema``),
 its ``.proto`` text and every subject version it references, compiled by ``grpcio-tools``'
@@ -47,10 +47,14 @@ from kbqe_dagster.core.errors import (
     ProtobufDecodeError,
     UnmappableProtobufSchemaError,
 )
-from kbqe_dagster.core.formats import declared_schema_id
-from kbqe_dagster.core.protobuf_avro import ProtobufMapping, map_protobuf_message, message_at
-from kbqe_dagster.core.protobuf_wire import FIRST_MESSAGE, read_message_indexes
-from kbqe_dagster.core.wire import HEADER_SIZE
+from kbqe_dagster.core.formats.source_format import declared_schema_id
+from kbqe_dagster.core.formats.protobuf_avro import (
+    ProtobufMapping,
+    map_protobuf_message,
+    message_at,
+)
+from kbqe_dagster.core.formats.protobuf_wire import FIRST_MESSAGE, read_message_indexes
+from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files, registry_proto_files
 

@@ -6,7 +6,7 @@ path (no body slicing, no native kernel) for decode → transform → encode wit
 
 - :class:`TransformingStager` is the shared step. A stager that holds a record dict and its
   Avro schema calls ``self.place_record(msg, record, schema_key, schema)``: the topic's
-  transforms, compiled once per ``schema_key`` (core/transforms.py), apply to the record; it is
+  transforms, compiled once per ``schema_key`` (core/transforms/compiler.py), apply to the record; it is
   encoded under the derived schema; routing and event time read the transformed fields; the
   record is appended like any other (``RangeStager.place``). Without transforms the same call
   just encodes the record under ``schema`` with ``schema_id`` (how ``format: json`` stages).
@@ -18,7 +18,7 @@ path (no body slicing, no native kernel) for decode → transform → encode wit
   ``body_decode_error`` otherwise) → the shared step.
 
 **Schema ids of transformed files.** A staging file's name carries its schema id and every
-file of one id must carry one schema (core/commit.py). A transformed file's schema is the
+file of one id must carry one schema (core/protocol/commit.py). A transformed file's schema is the
 *derived* schema, not the registry's writer schema, so the registry id cannot be reused: two
 different Avro files would share a key, and a transform change would put a new schema under
 an old id. Transformed files take the declared-schema id of their output schema
@@ -40,18 +40,23 @@ from typing import Any, Hashable, Mapping
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from kbqe_dagster.core.avro_names import record_full_name
-from kbqe_dagster.core.enrichment import extended_schema
+from kbqe_dagster.core.formats.avro_names import record_full_name
+from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.errors import (
     BadInputError,
     BodyDecodeError,
     TransformFailedError,
     UnsupportedSchemaError,
 )
-from kbqe_dagster.core.formats import declared_schema_id
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.transforms import Compiled, compile_transforms, field_values, hmac_keys
-from kbqe_dagster.core.wire import HEADER_SIZE
+from kbqe_dagster.core.formats.source_format import declared_schema_id
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.transforms.compiler import (
+    Compiled,
+    compile_transforms,
+    field_values,
+    hmac_keys,
+)
+from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.formats.destination_stage import DestinationFanOut, message_meta
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.stager import Decoder, RangeStager

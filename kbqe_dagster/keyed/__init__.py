@@ -10,5 +10,7 @@ current-state table and an SCD type II history.
 - ``merge.py``: runs them after the loads, and remembers which load jobs it has merged.
 
 The contract between the halves (column names, the order of a key's events) is
-``core/keyed.py``.
-"""
+``core/keyed/contract.py``.
+
+May import core/, resources/ and staging/ (the stage side plugs into the stage engine); never
+the runner, defs/ or the CLI."""

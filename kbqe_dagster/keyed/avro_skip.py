@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from kbqe_dagster.core.avro_names import full_name
+from kbqe_dagster.core.formats.avro_names import full_name
 from kbqe_dagster.staging.avro_binary import encode_long
 from kbqe_dagster.staging.avro_binary import varint as read_long
 

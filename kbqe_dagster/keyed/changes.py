@@ -1,7 +1,7 @@
 """How the change messages of one writer schema become flat changelog records (stage side).
 
 A changelog record is the change columns (``_op``, ``_source_ts_ms``, ``_deleted``, see
-core/keyed.py) followed by the row fields. Avro encodes a record as its fields' encodings one
+core/keyed/contract.py) followed by the row fields. Avro encodes a record as its fields' encodings one
 after the other, so the record's body is three small encoded values plus **a byte slice of the
 message body**: the envelope's ``before``/``after`` row image, or the leading row fields of the
 flattened form. The row is never decoded and re-encoded (DESIGN.md §5); the probe has already
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from kbqe_dagster.core.config import TopicConfig
+from kbqe_dagster.core.config.pipeline import TopicConfig
 from kbqe_dagster.core.errors import ConfigError, NotAChangeError, UnsupportedSchemaError
-from kbqe_dagster.core.keyed import (
+from kbqe_dagster.core.keyed.contract import (
     CHANGE_COLUMNS,
     DELETED_COLUMN,
     OP_COLUMN,

@@ -21,18 +21,18 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from kbqe_dagster.core.config import PipelineConfig, TopicConfig
-from kbqe_dagster.core.enrichment import EnrichmentConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig, TopicConfig
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError, KbqeError, StagingError
-from kbqe_dagster.core.keyed import (
+from kbqe_dagster.core.keyed.contract import (
     CHANGE_COLUMNS,
     DeleteMode,
     changelog_table,
     history_table,
 )
-from kbqe_dagster.core.keyed_checks import KeyedCheck, sample_for
-from kbqe_dagster.core.load_state import JobStatus, LoadJobRecord, LoadState
-from kbqe_dagster.core.naming import DoneFileName, parse_name
+from kbqe_dagster.core.keyed.checks import KeyedCheck, sample_for
+from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord, LoadState
+from kbqe_dagster.core.protocol.naming import DoneFileName, parse_name
 from kbqe_dagster.keyed.merge_sql import (
     DELETED_KEYS_SUFFIX,
     MergeSpec,
@@ -49,6 +49,11 @@ if TYPE_CHECKING:  # the merger is handed the resource's interface; no import co
 log = logging.getLogger(__name__)
 
 MERGE_STATE_FILE = "_kbqe/merge_state.json"
+
+MERGE_JOB = "merge_keyed_tables_job"
+MERGE_OP = "merge_keyed_tables_op"
+"""The names defs/keyed/jobs.py gives the job and its op, which ``kbqe run --until-idle``
+runs after its loads (runner/keyed_merge.py); defined here, where both can import them."""
 
 
 class MergeError(KbqeError):

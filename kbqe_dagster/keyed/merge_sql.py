@@ -1,7 +1,7 @@
 """The SQL of a keyed destination ``D.T``: the MERGE that keeps its current state, and the
 SCD type II history view. Pure text from a :class:`MergeSpec`; ``merge.py`` runs it.
 
-**Order.** A key's events compare by ``(version, partition, offset)`` (core/keyed.py); the
+**Order.** A key's events compare by ``(version, partition, offset)`` (core/keyed/contract.py); the
 SQL spells the lexicographic comparison out (:func:`newer`), since BigQuery cannot compare
 structs with ``>``.
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from kbqe_dagster.core.keyed import DELETED_COLUMN, OP_COLUMN, VERSION_COLUMN, DeleteMode
+from kbqe_dagster.core.keyed.contract import DELETED_COLUMN, OP_COLUMN, VERSION_COLUMN, DeleteMode
 
 END_OF_TIME = "TIMESTAMP '9999-12-31 23:59:59.999999 UTC'"
 DELETED_KEYS_SUFFIX = "_deleted_keys"

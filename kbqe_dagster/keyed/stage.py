@@ -13,11 +13,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kbqe_dagster.core.avro_names import record_full_name
-from kbqe_dagster.core.enrichment import extended_schema
-from kbqe_dagster.core.keyed import changelog_table
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.routing import Destination
+from kbqe_dagster.core.formats.avro_names import record_full_name
+from kbqe_dagster.core.record.enrichment import extended_schema
+from kbqe_dagster.core.keyed.contract import changelog_table
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.routing import Destination
 from kbqe_dagster.keyed.changes import ChangeLayout, change_layout
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.probe.record_probe import RecordProbe

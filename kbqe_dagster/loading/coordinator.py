@@ -20,7 +20,7 @@ One run (a load cycle, or a poll) does, in this order:
 Listing comes after the first poll on purpose: a listing taken before it would still show
 the avro files that poll deletes, and planning them again would load them twice.
 
-Every step is a decision of ``core/load_lifecycle.py`` applied to ``core/load_state.py``;
+Every step is a decision of ``core/load/lifecycle.py`` applied to ``core/load/state.py``;
 this class does the I/O in the order that keeps any crash safe. One coordinator at a time:
 the Dagster op runs in the singleton pool ``bigquery_load``.
 
@@ -39,17 +39,16 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.dead_letters import DEAD_LETTER_PARTITION_FIELD
+from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.errors import KbqeError, StagingError
-from kbqe_dagster.core.load_lifecycle import (
+from kbqe_dagster.core.load.lifecycle import (
     Action,
     ObservedJob,
     ObservedKind,
     SubmitOutcome,
     decide,
 )
-from kbqe_dagster.core.load_state import (
+from kbqe_dagster.core.load.state import (
     JobStatus,
     LoadJobRecord,
     LoadState,
@@ -61,16 +60,15 @@ from kbqe_dagster.core.load_state import (
     record_planned,
     retry_job,
 )
-from kbqe_dagster.core.naming import parse_listing
-from kbqe_dagster.core.partitioning import Partitioning
-from kbqe_dagster.core.notices import (
+from kbqe_dagster.core.protocol.naming import parse_listing
+from kbqe_dagster.core.load.notices import (
     KNOWN_SCHEMAS_FILE,
     decode_known,
     encode_known,
     schema_notices,
 )
-from kbqe_dagster.core.pending import staging_view
-from kbqe_dagster.core.selection import (
+from kbqe_dagster.core.load.pending import staging_view
+from kbqe_dagster.core.load.selection import (
     PlannedLoadJob,
     make_job_id,
     plan_load_jobs,
@@ -252,7 +250,7 @@ class LoadCoordinator:
         return kept
 
     def _measure_backlog(self, state: LoadState, report: CycleReport) -> None:
-        """What still waits after this cycle (core/pending.py) in the listing of its start,
+        """What still waits after this cycle (core/load/pending.py) in the listing of its start,
         less the files its completed jobs loaded."""
         loaded = {f for c in report.completed for f in c.job.files}
         view = staging_view((f for f in self._listed if f.name not in loaded), state, self.now())
@@ -360,36 +358,18 @@ class LoadCoordinator:
                 self._tables_seen.add(job.table_id)
             else:
                 schema = read_avro_schema(self.store, job.files[0])
+        layout = self.config.table_layout(dataset, table)
         return LoadRequest(
             job_id=job.job_id,
             dataset=dataset,
             table=table,
             source_uris=tuple(self.store.uri(f) for f in job.files),
-            partition_field=self._partition_field(dataset, table),
+            partition_field=layout.partition_column,
             partition_expiration_days=self.settings.partition_expiration_days,
             avro_schema=schema,
-            clustering_fields=self._clustering(dataset, table),
-            partitioning=self._partitioning(dataset, table),
+            clustering_fields=layout.clustering,
+            partitioning=layout.partitioning,
         )
-
-    def _clustering(self, dataset: str, table: str) -> tuple[str, ...]:
-        if not self.config.is_changelog_table(dataset, table):
-            return ()
-        return (self.config.enrichment.partition_column, self.config.enrichment.offset_column)
-
-    def _partitioning(self, dataset: str, table: str) -> Partitioning:
-        dead = self.config.dead_letter
-        if (dataset, table) == (dead.dataset, dead.table):
-            return Partitioning.DAY
-        return self.config.partitioning(dataset, table)
-
-    def _partition_field(self, dataset: str, table: str) -> str:
-        dead = self.config.dead_letter
-        if (dataset, table) == (dead.dataset, dead.table):
-            return DEAD_LETTER_PARTITION_FIELD
-        if self._partitioning(dataset, table) is Partitioning.HOUR:
-            return self.config.enrichment.event_hour_column
-        return self.config.enrichment.event_date_column
 
     def _complete(
         self, state: LoadState, job: LoadJobRecord, stats: JobReport, report: CycleReport

@@ -1,7 +1,7 @@
 """What the done files say about the avro files of a load job: record counts, records per
 event date when the stage side recorded them, and the object version each commit pinned.
 
-Every done file kbqe writes carries the manifest of its whole range (``core/commit.py``), so
+Every done file kbqe writes carries the manifest of its whole range (``core/protocol/commit.py``), so
 one read per range serves all of its files. Done files of the original Scala project are
 empty: their files have no known count. Reads run in a small thread pool (they are GETs).
 
@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from kbqe_dagster.core.commit import parse_manifest
+from kbqe_dagster.core.protocol.commit import parse_manifest
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.core.naming import DoneFileName, parse_name
+from kbqe_dagster.core.protocol.naming import DoneFileName, parse_name
 from kbqe_dagster.resources.staging_store import StagingStore
 
 log = logging.getLogger(__name__)

@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from kbqe_dagster.core.load_checks import JobRows
-from kbqe_dagster.core.load_state import LoadJobRecord
-from kbqe_dagster.core.naming import DoneFileName, parse_name
-from kbqe_dagster.core.notices import SchemaNotice
-from kbqe_dagster.core.partitioning import Partitioning
+from kbqe_dagster.core.load.checks import JobRows
+from kbqe_dagster.core.load.state import LoadJobRecord
+from kbqe_dagster.core.protocol.naming import DoneFileName, parse_name
+from kbqe_dagster.core.load.notices import SchemaNotice
+from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.loading.manifests import FileFacts
 from kbqe_dagster.resources.bigquery import JobReport
 
@@ -54,7 +54,7 @@ class CompletedLoad:
     @property
     def rows_check(self) -> JobRows:
         """Rows the job wrote (BigQuery's statistics) against the records staged in its files
-        (the done-file manifests); core/load_checks.py judges them."""
+        (the done-file manifests); core/load/checks.py judges them."""
         return JobRows(self.job.job_id, f"{self.job.dataset}.{self.job.table}",
                        self.job.records, self.stats.output_rows, self.stats.rows_source)
 
@@ -128,7 +128,7 @@ class CycleReport:
     stuck: list[str] = field(default_factory=list)
     """Operator messages for jobs pending longer than the stuck threshold."""
     notices: list[SchemaNotice] = field(default_factory=list)
-    """Tables created, columns added or relaxed by the jobs this run finished (core/notices.py)."""
+    """Tables created, columns added or relaxed by the jobs this run finished (core/load/notices.py)."""
     leftovers_deleted: list[str] = field(default_factory=list)
     """Objects under a committed name that were not the version the commit pinned (a late
     writer's re-upload): deleted, never loaded."""

@@ -1,6 +1,6 @@
 """Reading and writing the load state file (``_kbqe/load_state.json``) in the staging area.
 
-The model and its JSON live in ``core/load_state.py``; this module only moves bytes, in the
+The model and its JSON live in ``core/load/state.py``; this module only moves bytes, in the
 order ``plan_state_write`` gives (previous version to the backup, then the new state). A
 write that changes nothing is skipped. An unreadable state raises ``StateFileError`` with
 the recovery path and loading stops — it is never replaced by an empty state.
@@ -9,7 +9,7 @@ the recovery path and loading stops — it is never replaced by an empty state.
 from __future__ import annotations
 
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.core.load_state import (
+from kbqe_dagster.core.load.state import (
     STATE_BACKUP,
     STATE_FILE,
     LoadState,

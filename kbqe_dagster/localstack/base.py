@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from kbqe_dagster import processes
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.endpoints import LocalEndpoints, local_endpoints
 
@@ -118,18 +119,8 @@ def read_pid(pid_file: Path) -> int | None:
 
 
 def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours still answers kill(0); reap it if it is ours.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
+    """A service's process runs: a zombie child of ours (a service that exited) is reaped."""
+    return processes.pid_alive(pid, reap_child=True)
 
 
 def spawn(

@@ -29,4 +29,5 @@ Secrets of the connections never appear in any answer or log line (``redact.py``
 
 The exporter runs next to ``dagster-daemon``, with the same environment (``KBQE_ENV``,
 ``DAGSTER_HOME``, the connection variables); see ``docs/operations.md``.
-"""
+
+May import core/, resources/, staging/ and operations/; never defs/ or definitions.py."""

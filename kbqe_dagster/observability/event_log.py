@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import dagster as dg
 
-from kbqe_dagster.core.naming import STAGING_ASSET
+from kbqe_dagster.core.protocol.naming import STAGING_ASSET
 from kbqe_dagster.observability.event_totals import EventTotals
 
 log = logging.getLogger(__name__)

@@ -122,7 +122,7 @@ class EventTotals:
     def add_stage_run(self, meta: Mapping[str, Any]) -> None:
         by_topic = meta.get("by_topic")
         if meta.get("topic") is None and isinstance(by_topic, Mapping):
-            # A grouped run (core/stage_groups.py): each topic counts as a run of its own.
+            # A grouped run (core/stage_runs/groups.py): each topic counts as a run of its own.
             for topic, share in by_topic.items():
                 if isinstance(share, Mapping):
                     self.add_stage_run({**share, "topic": topic})

@@ -18,7 +18,7 @@ from prometheus_client.core import (
 
 from prometheus_client.utils import floatToGoString
 
-from kbqe_dagster.core.load_state import JobStatus, LoadState
+from kbqe_dagster.core.load.state import JobStatus, LoadState
 from kbqe_dagster.observability.event_totals import EventTotals, Histogram
 from kbqe_dagster.observability.lag import LagView
 from kbqe_dagster.observability.load_counts import jobs_by_status, load_counts

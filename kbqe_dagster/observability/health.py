@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
-from kbqe_dagster.core.load_state import LoadState
+from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.observability.collector import MetricSources
 from kbqe_dagster.observability.sources import ExporterSources
 from kbqe_dagster.operations.snapshot import read_load_state

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.resources.kafka import KafkaReadError, KafkaSettings, discover_topics
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.resources.kafka.clients import KafkaReadError, KafkaSettings
+from kbqe_dagster.resources.kafka.cluster import discover_topics
 from kbqe_dagster.resources.staging_store import StagingStore
 from kbqe_dagster.staging.backlog import TopicBacklog, fleet_backlog
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from kbqe_dagster.core.load_state import JobStatus, LoadJobRecord, LoadState
+from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord, LoadState
 from kbqe_dagster.observability.event_totals import EventTotals
 
 

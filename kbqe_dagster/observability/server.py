@@ -150,7 +150,7 @@ def build_checker(
 ) -> HealthChecker:
     """The health checks of ``sources``; the staging age limit defaults to the staging
     freshness asset check's (``FRESHNESS_CADENCES`` load cadences)."""
-    from kbqe_dagster.core.pending import freshness_limit_s
+    from kbqe_dagster.core.load.pending import freshness_limit_s
 
     limit = max_staging_age_s if max_staging_age_s is not None else freshness_limit_s(
         sources.pipeline.load.cadence

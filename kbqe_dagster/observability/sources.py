@@ -16,10 +16,10 @@ from typing import Any
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.observability.redact import Redactor, secret_settings
 from kbqe_dagster.resources.bigquery import BigQueryResource
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 

@@ -1,5 +1,5 @@
 """What the staging area holds right now, for the metrics and the health check: the one
-definition of pending files (``core/pending.py``) over one listing of the staging location
+definition of pending files (``core/load/pending.py``) over one listing of the staging location
 plus the load state file (``operations/snapshot.py``), the same reading ``kbqe staging
 status`` does, so the metrics, the checks and the operator command never disagree."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from kbqe_dagster.core.pending import PendingFiles, PendingState, StagingView, staging_view
+from kbqe_dagster.core.load.pending import PendingFiles, PendingState, StagingView, staging_view
 from kbqe_dagster.operations.snapshot import read_load_state, take_snapshot
 from kbqe_dagster.resources.staging_store import StagingStore
 

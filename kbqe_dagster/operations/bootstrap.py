@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Mapping
 
-from kbqe_dagster.core.commit import plan_bootstrap
+from kbqe_dagster.core.protocol.commit import plan_bootstrap
 from kbqe_dagster.core.errors import OperatorCommandError
-from kbqe_dagster.core.naming import TOPIC_RE
-from kbqe_dagster.core.offsets import recover
+from kbqe_dagster.core.protocol.naming import TOPIC_RE
+from kbqe_dagster.core.protocol.offsets import recover
 from kbqe_dagster.operations.snapshot import topic_snapshot
 from kbqe_dagster.resources.staging_store import StagingStore
 

@@ -1,7 +1,7 @@
 """Completeness of the tables' DAY (or HOUR) partitions, read from the systems: the staging
 listing and its done files (what is committed, what is loaded, how far each range got), the Kafka
 watermarks of every feeding partition (one batched read), and the kept state
-``_kbqe/completeness.json``. The decision itself is ``core/completeness.py``.
+``_kbqe/completeness.json``. The decision itself is ``core/completeness/decision.py``.
 
 **Loaded** means: a committed range whose avro files of the table are gone from the staging
 area. The load step deletes a file only after its load job succeeded, so a committed range
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any, Callable, Iterable, Mapping
 
-from kbqe_dagster.core.commit import Manifest, is_marker, parse_manifest
-from kbqe_dagster.core.completeness import (
+from kbqe_dagster.core.protocol.commit import Manifest, is_marker, parse_manifest
+from kbqe_dagster.core.completeness.decision import (
     CompletenessSettings,
     PartitionProgress,
     Period,
@@ -42,7 +42,7 @@ from kbqe_dagster.core.completeness import (
     loaded_position,
     unit_of,
 )
-from kbqe_dagster.core.completeness_state import (
+from kbqe_dagster.core.completeness.state import (
     CompletenessState,
     PartitionMark,
     TableMark,
@@ -54,13 +54,14 @@ from kbqe_dagster.core.completeness_state import (
     parse_state,
     with_mark,
 )
-from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.config.sections import DeadLetterDestination
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.core.keyed import changelog_table
-from kbqe_dagster.core.naming import DoneFileName, ParsedListing, parse_listing, parse_name
-from kbqe_dagster.core.offsets import CommittedRange, recover
-from kbqe_dagster.core.partitioning import parse_hour_key
-from kbqe_dagster.resources.kafka import PartitionWatermarks
+from kbqe_dagster.core.keyed.contract import changelog_table
+from kbqe_dagster.core.protocol.naming import DoneFileName, ParsedListing, parse_listing, parse_name
+from kbqe_dagster.core.protocol.offsets import CommittedRange, recover
+from kbqe_dagster.core.record.partitioning import parse_hour_key
+from kbqe_dagster.resources.kafka.cluster import PartitionWatermarks
 from kbqe_dagster.resources.staging_store import StagingStore
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ def evaluate(
     # can only look older than it is, and a high watermark newer, never the other way round.
     marks = read_watermarks(sorted({t for topics in feeding.values() for t in topics}))
     observed_at = now
-    facts = _FactsReader(store, config.dead_letter.dataset, config.dead_letter.table)
+    facts = _FactsReader(store, config.dead_letter)
     chains = recover(listing.done)
     avro_ranges = _avro_ranges(listing)
     settings = {t.name: t.completeness for t in config.topics}
@@ -257,7 +258,6 @@ def _write(store: StagingStore, before: CompletenessState, after: CompletenessSt
 def _feeding(
     config: PipelineConfig, listing: ParsedListing, state: CompletenessState
 ) -> dict[str, set[str]]:
-    dead = (config.dead_letter.dataset, config.dead_letter.table)
     feeding: dict[str, set[str]] = {}
     for topic in config.topics:
         for static in topic.static_destinations:
@@ -265,7 +265,7 @@ def _feeding(
             feeding.setdefault(f"{static.dataset}.{table}", set()).add(topic.name)
     for name in list(listing.avro) + list(listing.done):
         key = name.key
-        if is_marker(key) or (key.dataset, key.table) == dead:
+        if is_marker(key) or config.is_dead_letter_table(key.dataset, key.table):
             continue
         feeding.setdefault(f"{key.dataset}.{key.table}", set()).add(key.topic)
     for table, mark in state.tables.items():
@@ -301,9 +301,9 @@ def _facts_of(
         parsed = parse_name(f.avro)
         if parsed is None:
             continue
-        file_table = f"{parsed.key.dataset}.{parsed.key.table}"
-        if file_table == reader.dead_letter:
+        if reader.dead_letter.is_table(parsed.key.dataset, parsed.key.table):
             continue
+        file_table = f"{parsed.key.dataset}.{parsed.key.table}"
         event_days.extend(d for d, n in f.days if n)
         event_hours.extend(h for h, n in f.hours if n)
         if file_table == table:
@@ -322,9 +322,9 @@ class _FactsReader:
     """One manifest read per committed range, shared by every table it feeds; a first
     evaluation of a large staging area reads them in a small thread pool (they are GETs)."""
 
-    def __init__(self, store: StagingStore, dl_dataset: str, dl_table: str) -> None:
+    def __init__(self, store: StagingStore, dead_letter: DeadLetterDestination) -> None:
         self.store = store
-        self.dead_letter = f"{dl_dataset}.{dl_table}"
+        self.dead_letter = dead_letter
         self._cache: dict[tuple[str, int, int], Manifest | None] = {}
 
     def prefetch(self, ranges: list[CommittedRange]) -> None:

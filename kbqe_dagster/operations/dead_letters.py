@@ -1,7 +1,7 @@
 """``kbqe dead-letters``: the dead-letter records still in the staging area, with reasons.
 
 Dead-letter files are staged like any table under the configured dead-letter dataset/table
-(``PipelineConfig.dead_letter``) with schema id 0 (``core/dead_letters.py``). Only committed
+(``PipelineConfig.dead_letter``) with schema id 0 (``core/record/dead_letters.py``). Only committed
 files (with their done file) are read: an avro file without one is a stage run in flight or
 a crash leftover that the next run deletes and redoes, so its records would show twice.
 Files already loaded are gone from the staging area; query the dead-letter table for those.
@@ -20,9 +20,9 @@ from typing import Any, Iterator
 
 import fastavro
 
-from kbqe_dagster.core.config import DeadLetterDestination
+from kbqe_dagster.core.config.pipeline import DeadLetterDestination
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.core.naming import AvroFileName
+from kbqe_dagster.core.protocol.naming import AvroFileName
 from kbqe_dagster.operations.snapshot import take_snapshot
 from kbqe_dagster.resources.staging_store import StagingStore
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.load_state import LoadJobRecord, LoadState
-from kbqe_dagster.core.selection import (
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.load.state import LoadJobRecord, LoadState
+from kbqe_dagster.core.load.selection import (
     PlannedLoadJob,
     loadable_files,
     plan_load_jobs,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from kbqe_dagster.core.errors import OperatorCommandError
-from kbqe_dagster.core.load_state import QuarantinedFile, release_quarantine
+from kbqe_dagster.core.load.state import QuarantinedFile, release_quarantine
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.staging_store import StagingStore
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Mapping
 
-from kbqe_dagster.core.load_state import LoadState
-from kbqe_dagster.core.naming import ParsedListing, of_topic, parse_listing, topic_prefix
+from kbqe_dagster.core.load.state import LoadState
+from kbqe_dagster.core.protocol.naming import ParsedListing, of_topic, parse_listing, topic_prefix
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.staging_store import StagingStore, StoredFile
 

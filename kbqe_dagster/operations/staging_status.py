@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable
 
-from kbqe_dagster.core.commit import is_marker
-from kbqe_dagster.core.load_state import LoadState
-from kbqe_dagster.core.naming import AvroFileName
-from kbqe_dagster.core.offsets import CommittedRange, PartitionChain, recover
-from kbqe_dagster.core.selection import loadable_files
+from kbqe_dagster.core.protocol.commit import is_marker
+from kbqe_dagster.core.load.state import LoadState
+from kbqe_dagster.core.protocol.naming import AvroFileName
+from kbqe_dagster.core.protocol.offsets import CommittedRange, PartitionChain, recover
+from kbqe_dagster.core.load.selection import loadable_files
 from kbqe_dagster.operations.snapshot import StagingSnapshot, read_load_state, take_snapshot
 from kbqe_dagster.resources.staging_store import StagingStore
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dagster as dg
 from pydantic import Field
 
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
 
@@ -88,11 +88,11 @@ class PipelineResource(dg.ConfigurableResource):
     discovered_topics: list[str] | None = Field(
         default=None,
         description="The topics the file's topic_patterns took in Kafka when the definitions "
-        "loaded (core/discovery.py): load() returns them among the topics, as if listed.",
+        "loaded (core/config/discovery.py): load() returns them among the topics, as if listed.",
     )
 
     def load(self):
-        from kbqe_dagster.core.config import load_pipeline_config, parse_pipeline_text
+        from kbqe_dagster.core.config.pipeline import load_pipeline_config, parse_pipeline_text
 
         if self.content is not None:
             config = parse_pipeline_text(self.content, source=self.config_path)

@@ -13,6 +13,7 @@ operator command (``cli/common.py``): :func:`gcs_endpoint_for`.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Mapping
 
@@ -34,7 +35,8 @@ ENVIRONMENTS = ("local", "gcp")
 STAGING_ENV = "KBQE_STAGING_URL"
 GCS_ENDPOINT_ENV = "KBQE_GCS_ENDPOINT"
 GCP_PROJECT_ENV = "KBQE_GCP_PROJECT"
-DEFAULT_PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_PIPELINE = REPO / "examples" / "pipeline.yaml"
 
 
 def current_environment(environ: Mapping[str, str] = os.environ) -> str:
@@ -142,6 +144,17 @@ def resources_for_environment(env: str | None = None,
 
 
 DAGSTER_HOME_ENV = "DAGSTER_HOME"
+
+
+def local_dagster_home() -> Path:
+    """The local Dagster instance: ``.kbqe-local/dagster_home`` with the repo's dagster.yaml
+    (``kbqe demo``, ``kbqe dev`` and ``kbqe run`` without ``$DAGSTER_HOME``)."""
+    from kbqe_dagster.localstack.base import stack_home
+
+    home = stack_home() / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    return home
 
 
 def default_dagster_home(env: str) -> str | None:

@@ -1,6 +1,6 @@
 """Posting schema and table notices to a webhook (``notifications.webhook_url``).
 
-Each notice is one HTTP POST of its JSON document (core/notices.py; a Slack-compatible
+Each notice is one HTTP POST of its JSON document (core/load/notices.py; a Slack-compatible
 ``text`` field first), with a per-attempt timeout and a few retries on connection errors and
 5xx answers. Posting never holds a load back: it starts after the load's work is done and
 saved, runs in a worker thread, and the caller waits at most a bounded time for it; a notice
@@ -16,8 +16,8 @@ from typing import Sequence
 
 import requests
 
-from kbqe_dagster.core.config_sections import NotificationSettings
-from kbqe_dagster.core.notices import SchemaNotice
+from kbqe_dagster.core.config.sections import NotificationSettings
+from kbqe_dagster.core.load.notices import SchemaNotice
 
 log = logging.getLogger(__name__)
 

@@ -16,4 +16,6 @@ Its own package rather than ``operations/`` (read-only reports over a staging st
 - ``report.py``: what a run did, per topic and per table, as text and as JSON;
 - ``in_process.py``: the :class:`Pipeline` that executes the Dagster jobs;
 - ``command.py``: the ``kbqe run`` sub-command (arguments and output).
-"""
+
+May import core/, resources/, staging/, loading/, keyed/, formats/, operations/, defs/,
+definitions.py and processes.py; never the demo or the CLI."""

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 from kbqe_dagster.runner.report import TableLoad
 
 if TYPE_CHECKING:  # annotations only: `kbqe --help` must not import the config model
-    from kbqe_dagster.core.config import PipelineConfig
+    from kbqe_dagster.core.config.pipeline import PipelineConfig
 
 
 @dataclass(frozen=True)
@@ -77,9 +77,9 @@ class AfterLoadResult:
 AfterLoadStep = Callable[[AfterLoadContext], AfterLoadResult]
 
 def _merge_keyed_tables(context: AfterLoadContext) -> AfterLoadResult:
-    """Keyed destinations' MERGE (kbqe_dagster/keyed/runner_step.py); nothing to do, and no
+    """Keyed destinations' MERGE (runner/keyed_merge.py); nothing to do, and no
     run recorded, for a pipeline without keyed topics."""
-    from kbqe_dagster.keyed.runner_step import merge_keyed_tables
+    from kbqe_dagster.runner.keyed_merge import merge_keyed_tables
 
     return merge_keyed_tables(context)
 

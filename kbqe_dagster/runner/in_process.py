@@ -8,7 +8,7 @@ The definitions read ``KBQE_ENV``, ``KBQE_PIPELINE_CONFIG`` and ``KBQE_STAGING_U
 for the daemon. The load ops keep their pool (``bigquery_load``, one slot): in-process
 execution claims it too, so a daemon's load run and this one never coordinate at the same
 time. Two stage runs of one topic stay safe by construction (create-only done files). Small
-topics share a stage run as the sensor groups them (``stage_runs``, core/stage_groups.py).
+topics share a stage run as the sensor groups them (``stage_runs``, core/stage_runs/groups.py).
 
 After the last round, :meth:`InProcessPipeline.completeness` calls the function
 ``completeness_sensor`` calls (``defs/completeness/declare.py``): it writes the kept state, and
@@ -31,17 +31,19 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.stage_groups import DueTopic, StageGroup
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup
 from kbqe_dagster.defs.completeness.declare import declare_complete_days
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_tags
 from kbqe_dagster.operations.load_plan import load_plan
 from kbqe_dagster.operations.snapshot import read_load_state
+from kbqe_dagster.processes import pid_alive
 from kbqe_dagster.runner.after_load import JobRun
 from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableCompleteness, TableLoad
 from kbqe_dagster.runner.until_idle import Backlog, LoadSide
-from kbqe_dagster.resources.kafka import KafkaReadError, TopicMissing, watermarks_of
+from kbqe_dagster.resources.kafka.clients import KafkaReadError, TopicMissing
+from kbqe_dagster.resources.kafka.cluster import watermarks_of
 from kbqe_dagster.staging.backlog import fleet_backlog
 
 log = logging.getLogger(__name__)
@@ -88,7 +90,7 @@ def fail_abandoned_runs(
     would make the backlog sensor wait for it forever, and a load op killed mid-run would keep
     the one ``bigquery_load`` slot, stalling every later load. Returns the run ids failed."""
     host = host or socket.gethostname()
-    is_alive = is_alive or _pid_alive
+    is_alive = is_alive or pid_alive
     failed = []
     runs = instance.get_runs(filters=dg.RunsFilter(
         tags={LAUNCHED_BY_TAG: LAUNCHED_BY, RUNNER_HOST_TAG: host}, statuses=IN_FLIGHT))
@@ -105,22 +107,12 @@ def fail_abandoned_runs(
     return failed
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process under that pid: alive
-        return True
-    return True
-
-
 def dagster_instance() -> dg.DagsterInstance:
     home = os.environ.get("DAGSTER_HOME")
     if not home:
-        from kbqe_dagster.demo.run import dagster_home
+        from kbqe_dagster.resources.environment import local_dagster_home
 
-        home = str(dagster_home())
+        home = str(local_dagster_home())
     return dg.DagsterInstance.from_config(home)
 
 

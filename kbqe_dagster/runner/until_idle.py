@@ -1,7 +1,7 @@
 """The loop of ``kbqe run --until-idle`` and when it stops.
 
 A round: stage every topic that has a backlog (small topics share a run, as the sensor groups
-them: core/stage_groups.py ``stage_runs``), run a load cycle if
+them: core/stage_runs/groups.py ``stage_runs``), run a load cycle if
 anything is loadable or pending, poll until no load job is pending, then run the after-load
 steps. A round that staged nothing, loaded nothing and whose steps ask for nothing more
 proves the pipeline idle: the run ends, ``ok`` unless something failed or is quarantined.
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from kbqe_dagster.core.errors import KbqeError
-from kbqe_dagster.core.stage_groups import DueTopic, StageGroup, group_due_topics
+from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup, group_due_topics
 from kbqe_dagster.runner.after_load import (
     AFTER_LOAD_STEPS,
     AfterLoadContext,
@@ -55,7 +55,7 @@ from kbqe_dagster.runner.report import (
 )
 
 if TYPE_CHECKING:  # annotations only: `kbqe --help` must not import the config model
-    from kbqe_dagster.core.config import PipelineConfig
+    from kbqe_dagster.core.config.pipeline import PipelineConfig
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ then blocks: record count (long), byte size (long), the records' concatenated en
 compressed with the codec, and the sync marker again.
 
 The stage job never builds record objects (DESIGN.md §5): each record is its enrichment
-prefix (``core/enrichment.py``) followed by the Confluent body, appended here as raw bytes. Memory
+prefix (``core/record/enrichment.py``) followed by the Confluent body, appended here as raw bytes. Memory
 is bounded whatever the size of the offset range: at most one block is buffered before it is
 compressed and written to the sink (a temporary file on disk in the stage task).
 
@@ -116,7 +116,7 @@ class AvroContainerWriter:
     ``schema`` is the file's schema (the extended schema), a dict or its JSON text; the text
     written into the header is exactly the given text, or ``json.dumps`` of the dict in compact
     form. Nothing here validates records against it: callers append bytes they have validated
-    (``staging/probe/record_probe.py``) and encoded (``core/enrichment.py``).
+    (``staging/probe/record_probe.py``) and encoded (``core/record/enrichment.py``).
 
     The sink is written as blocks fill and is flushed, not closed, by :meth:`close`: it
     belongs to the caller (typically a temporary file later uploaded to the staging area).

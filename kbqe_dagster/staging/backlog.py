@@ -14,11 +14,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from kbqe_dagster.core.naming import parse_name
-from kbqe_dagster.core.offsets import StartPolicy, Watermarks, plan_ranges, recover
-from kbqe_dagster.resources.kafka import (
+from kbqe_dagster.core.protocol.naming import parse_name
+from kbqe_dagster.core.protocol.offsets import StartPolicy, Watermarks, plan_ranges, recover
+from kbqe_dagster.resources.kafka.clients import (
     KafkaSettings,
     TopicMissing,
+)
+from kbqe_dagster.resources.kafka.cluster import (
     first_timestamps_ms,
     oldest_timestamp_ms,
     watermarks,

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from kbqe_dagster.core.config import PipelineConfig, TopicConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig, TopicConfig
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.core.offsets import StartPolicy
-from kbqe_dagster.resources.kafka import KafkaSettings
-from kbqe_dagster.resources.kafka_native import native_consumer_switch_on
+from kbqe_dagster.core.protocol.offsets import StartPolicy
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.kafka.native_reader import native_consumer_switch_on
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.native_kernel import kernel_switch_on
@@ -35,7 +35,7 @@ class StageContext:
     """Whether the run's tasks may use the native stage kernel: ``KBQE_STAGE_KERNEL`` where the
     run starts (staging/native_kernel.py). Tasks without the extension take the Python path."""
     native_consumer: bool = field(default_factory=native_consumer_switch_on)
-    """Whether the kernel's ranges are read by its native consumer (resources/kafka_native.py):
+    """Whether the kernel's ranges are read by its native consumer (resources/kafka/native_reader.py):
     ``KBQE_NATIVE_CONSUMER`` where the run starts."""
     stager_for: Callable[[TopicConfig], type[RangeStager]] | None = field(default=None, repr=False)
     """The stager class of a topic: the extension seam's chooser (``kbqe_dagster.stagers.

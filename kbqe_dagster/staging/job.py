@@ -1,4 +1,4 @@
-"""One stage run on Spark — of one topic, or of a group of topics (core/stage_groups.py):
+"""One stage run on Spark — of one topic, or of a group of topics (core/stage_runs/groups.py):
 prepare on the driver, one task per offset range.
 
 Spark is the unit of parallelism (DESIGN.md §8): every planned range becomes a partition of
@@ -18,8 +18,9 @@ from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.core.offsets import OffsetRange, Watermarks
-from kbqe_dagster.resources.kafka import TopicMissing, watermarks_of
+from kbqe_dagster.core.protocol.offsets import OffsetRange, Watermarks
+from kbqe_dagster.resources.kafka.clients import TopicMissing
+from kbqe_dagster.resources.kafka.cluster import watermarks_of
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.prepare import Preparation, prepare_topic
 from kbqe_dagster.staging.task import stage_range

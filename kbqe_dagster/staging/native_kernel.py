@@ -13,7 +13,7 @@ reach the same container writer in the same order (docs/architecture.md, "Two st
 
 What stays on the Python path for good: keyed and JSON topics (stagers of their own, which set
 ``native_kernel = False``), ``function`` routing, topics that may write an HOUR-partitioned
-table (core/partitioning.py: the event hour column), and a schema whose types or wanted fields
+table (core/record/partitioning.py: the event hour column), and a schema whose types or wanted fields
 the kernel does not implement (:meth:`StageKernel.add_schema` refuses it; its messages are
 handed back one by one). ``KBQE_STAGE_KERNEL=off`` forces the Python path everywhere.
 """
@@ -32,9 +32,9 @@ from fastavro import parse_schema
 from fastavro.read import LOGICAL_READERS
 
 from kbqe_dagster.core.errors import BadInputError, KbqeError
-from kbqe_dagster.core.event_time import DateRule, epoch_day
-from kbqe_dagster.core.routing import RoutingInput, RoutingMode
-from kbqe_dagster.core.wire import HEADER_SIZE
+from kbqe_dagster.core.record.event_time import DateRule, epoch_day
+from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
+from kbqe_dagster.core.record.wire import HEADER_SIZE
 
 log = logging.getLogger(__name__)
 
@@ -135,13 +135,13 @@ class NativeStaging:
             return None
         if stager.pipeline.topic_may_write_hourly(stager.topic.name):
             # The kernel writes DAY tables' layout only; an HOUR table's records carry the
-            # event hour column too (core/partitioning.py), which the Python path adds.
+            # event hour column too (core/record/partitioning.py), which the Python path adds.
             return None
         return cls(stager, _extension)
 
     # --- the loop ---------------------------------------------------------------------------
     def stage(self, reader: Any) -> None:
-        """Stage every message ``reader`` (a :class:`~kbqe_dagster.resources.kafka.RangeReader`)
+        """Stage every message ``reader`` (a :class:`~kbqe_dagster.resources.kafka.range_reader.RangeReader`)
         yields; the position it reaches is what the stager commits."""
         kernel, stager, end = self.kernel, self.stager, reader.end_exclusive
         # Each batch is thousands of fresh message objects that refcounting frees; the cyclic
@@ -158,7 +158,7 @@ class NativeStaging:
     def _stage(self, reader: Any, kernel: Any, stager: Any, end: int) -> None:
         for batch in reader.batches():
             i, n = 0, len(batch)
-            # A native consumer's batch (resources/kafka_native.py) is staged from librdkafka's
+            # A native consumer's batch (resources/kafka/native_reader.py) is staged from librdkafka's
             # messages; a confluent-kafka batch from its Python objects.
             raw = getattr(batch, "raw", None)
             run = kernel.run if raw is None else kernel.run_native

@@ -9,9 +9,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kbqe_dagster.core.event_time import from_epoch_day
-from kbqe_dagster.core.naming import AvroFileName
-from kbqe_dagster.core.partitioning import hour_key
+from kbqe_dagster.core.record.event_time import from_epoch_day
+from kbqe_dagster.core.protocol.naming import AvroFileName
+from kbqe_dagster.core.record.partitioning import hour_key
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
 
 

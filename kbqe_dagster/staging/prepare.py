@@ -15,11 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Mapping
 
-from kbqe_dagster.core.commit import manifests_needed, plan_bootstrap, plan_cleanup
+from kbqe_dagster.core.protocol.commit import manifests_needed, plan_bootstrap, plan_cleanup
 from kbqe_dagster.core.errors import CommitConflictError
-from kbqe_dagster.core.naming import of_topic, topic_prefix
-from kbqe_dagster.core.offsets import RangePlan, StartPolicy, Watermarks, plan_ranges, recover
-from kbqe_dagster.resources.kafka import KafkaSettings, TopicMissing, watermarks
+from kbqe_dagster.core.protocol.naming import of_topic, topic_prefix
+from kbqe_dagster.core.protocol.offsets import (
+    RangePlan,
+    StartPolicy,
+    Watermarks,
+    plan_ranges,
+    recover,
+)
+from kbqe_dagster.resources.kafka.clients import KafkaSettings, TopicMissing
+from kbqe_dagster.resources.kafka.cluster import watermarks
 from kbqe_dagster.resources.staging_store import StagingStore
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.resources.staging_store import StagingStore
 
 
@@ -49,7 +49,7 @@ class RangeTally:
     skipped: int
     created_at: datetime
     kafka_ts_max: int | None = None
-    """The Kafka time the read reached, for completeness (core/completeness.py)."""
+    """The Kafka time the read reached, for completeness (core/completeness/decision.py)."""
 
 
 @dataclass(frozen=True)

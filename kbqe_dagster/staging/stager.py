@@ -42,10 +42,14 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 
-from kbqe_dagster.core.avro_names import record_full_name
-from kbqe_dagster.core.config import BadInputPolicy
-from kbqe_dagster.core.dead_letters import DEAD_LETTER_SCHEMA, DEAD_LETTER_SCHEMA_ID, DeadLetter
-from kbqe_dagster.core.enrichment import (
+from kbqe_dagster.core.formats.avro_names import record_full_name
+from kbqe_dagster.core.config.pipeline import BadInputPolicy
+from kbqe_dagster.core.record.dead_letters import (
+    DEAD_LETTER_SCHEMA,
+    DEAD_LETTER_SCHEMA_ID,
+    DeadLetter,
+)
+from kbqe_dagster.core.record.enrichment import (
     EnrichmentEncoder,
     event_hour_suffix,
     extended_schema,
@@ -58,10 +62,10 @@ from kbqe_dagster.core.errors import (
     StageRangeFailed,
     UnknownSchemaIdError,
 )
-from kbqe_dagster.core.event_time import epoch_day, event_date, event_date_and_hour
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.routing import Destination, Router, RoutingInput
-from kbqe_dagster.core.wire import HEADER_SIZE, parse_frame
+from kbqe_dagster.core.record.event_time import epoch_day, event_date, event_date_and_hour
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.routing import Destination, Router, RoutingInput
+from kbqe_dagster.core.record.wire import HEADER_SIZE, parse_frame
 from kbqe_dagster.resources.schema_registry import SchemaLookup
 from kbqe_dagster.resources.staging_store import StagingStore
 from kbqe_dagster.staging.context import RangeResult, StageContext
@@ -122,7 +126,7 @@ class RangeStager:
         # or not by its 5 bytes alone, so a known one skips parse_frame and the decoder
         # lookup. Only headers whose schema resolved are kept: one entry per good schema id.
         self._by_header: dict[bytes, tuple[int, Any]] = {}
-        # HOUR tables (core/partitioning.py): their records also get the event hour column.
+        # HOUR tables (core/record/partitioning.py): their records also get the event hour column.
         # A pipeline without any pays one attribute test per record.
         self._tables = self.pipeline.tables
         self._any_hourly = self._tables.any_hourly

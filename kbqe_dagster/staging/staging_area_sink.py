@@ -17,9 +17,9 @@ import logging
 from collections import Counter
 from pathlib import Path
 
-from kbqe_dagster.core.commit import avro_file_name, plan_range_commit
+from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit
 from kbqe_dagster.core.errors import CommitConflictError
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.resources.staging_store import StagingStore
 from kbqe_dagster.staging.open_file import OpenFile

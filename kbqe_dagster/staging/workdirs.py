@@ -8,6 +8,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from kbqe_dagster.processes import pid_alive
+
 WORKDIR_PREFIX = "kbqe-stage-"
 
 
@@ -24,17 +26,8 @@ def remove_abandoned_workdirs(root: Path | None = None) -> int:
     removed = 0
     for path in root.glob(f"{WORKDIR_PREFIX}*"):
         pid = path.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
             removed += 1
     return removed
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -27,18 +27,18 @@ from pathlib import Path
 
 import fastavro
 
-from kbqe_dagster.core.commit import plan_range_commit
-from kbqe_dagster.core.dead_letters import DEAD_LETTER_SCHEMA, DeadLetter
-from kbqe_dagster.core.load_state import (
+from kbqe_dagster.core.protocol.commit import plan_range_commit
+from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA, DeadLetter
+from kbqe_dagster.core.load.state import (
     STATE_FILE,
     LoadState,
     encode_state,
     quarantine_job,
     record_planned,
 )
-from kbqe_dagster.core.naming import AvroFileName, FileKey
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.selection import PlannedLoadJob
+from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.load.selection import PlannedLoadJob
 
 T = "com.acme.events"
 AGE_SECONDS = 3600  # every staged file was written an hour ago

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kbqe_dagster.core.commit import parse_manifest
+from kbqe_dagster.core.protocol.commit import parse_manifest
 from kbqe_dagster_tests.cli.conftest import Run
 from kbqe_dagster_tests.cli.staging_area import Area
 

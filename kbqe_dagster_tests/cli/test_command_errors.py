@@ -9,7 +9,7 @@ import pytest
 
 from kbqe_dagster.cli.common import staging_location
 from kbqe_dagster.core.errors import OperatorCommandError
-from kbqe_dagster.core.load_state import STATE_FILE
+from kbqe_dagster.core.load.state import STATE_FILE
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster_tests.cli.conftest import Run
 from kbqe_dagster_tests.cli.staging_area import Area

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kbqe_dagster.core.load_state import STATE_FILE
+from kbqe_dagster.core.load.state import STATE_FILE
 from kbqe_dagster_tests.cli.conftest import Run
 from kbqe_dagster_tests.cli.staging_area import (
     DEAD_P1,

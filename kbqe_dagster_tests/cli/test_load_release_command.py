@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from kbqe_dagster.core.load_state import (
+from kbqe_dagster.core.load.state import (
     STATE_BACKUP,
     STATE_FILE,
     decode_state,
     quarantine_job,
     record_planned,
 )
-from kbqe_dagster.core.selection import PlannedLoadJob
+from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster_tests.cli.conftest import Run
 from kbqe_dagster_tests.cli.staging_area import (
     CREATED,

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from kbqe_dagster.core.commit import (
+from kbqe_dagster.core.protocol.commit import (
     Manifest,
     avro_file_name,
     bootstrap_marker,
@@ -23,7 +23,7 @@ from kbqe_dagster.core.commit import (
     records_by_avro,
 )
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.core.offsets import OffsetRange, recover
+from kbqe_dagster.core.protocol.offsets import OffsetRange, recover
 
 NOW = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
 RNG = OffsetRange("com.acme.events", 2, 100, 200)

@@ -1,4 +1,4 @@
-"""When a day of a table is complete (core/completeness.py), specified against an oracle.
+"""When a day of a table is complete (core/completeness/decision.py), specified against an oracle.
 
 The oracle restates the definition literally — day D is complete when, for every feeding
 partition, the partition is known to have reached D's end (next 00:00 UTC) plus its lateness,
@@ -14,7 +14,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from kbqe_dagster.core.completeness import (
+from kbqe_dagster.core.completeness.decision import (
     Basis,
     CompletenessSettings,
     PartitionProgress,
@@ -22,7 +22,7 @@ from kbqe_dagster.core.completeness import (
     decide,
     loaded_position,
 )
-from kbqe_dagster.core.completeness_state import (
+from kbqe_dagster.core.completeness.state import (
     CompletenessState,
     PartitionMark,
     TableMark,

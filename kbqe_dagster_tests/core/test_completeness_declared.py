@@ -1,5 +1,5 @@
 """A declared day stays declared, and a partition seen caught up stays known
-(core/completeness.py, core/completeness_state.py).
+(core/completeness/decision.py, core/completeness/state.py).
 
 Once a day was declared complete, ``newest_complete`` never goes back to an earlier day or to
 nothing, whatever arrives afterwards: new messages in a partition that was idle hold back the
@@ -14,7 +14,7 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from kbqe_dagster.core.completeness import (
+from kbqe_dagster.core.completeness.decision import (
     HOUR_UNIT,
     Basis,
     CompletenessSettings,
@@ -22,7 +22,7 @@ from kbqe_dagster.core.completeness import (
     decide,
     loaded_position,
 )
-from kbqe_dagster.core.completeness_state import (
+from kbqe_dagster.core.completeness.state import (
     CompletenessState,
     PartitionMark,
     TableMark,

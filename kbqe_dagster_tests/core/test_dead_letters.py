@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from kbqe_dagster.core.dead_letters import MAX_TIMESTAMP_MS, DeadLetter
+from kbqe_dagster.core.record.dead_letters import MAX_TIMESTAMP_MS, DeadLetter
 
 
 def letter(timestamp_ms: int | None) -> DeadLetter:

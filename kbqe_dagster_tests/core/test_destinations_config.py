@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
-from kbqe_dagster.core.destinations import compile_destination, project_schema
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.transforms.destinations import compile_destination, project_schema
 from kbqe_dagster.core.errors import ConfigError, TransformSchemaError
-from kbqe_dagster.core.routing import Destination, RoutingMode
-from kbqe_dagster.core.transform_specs import CastField, CastType
+from kbqe_dagster.core.record.routing import Destination, RoutingMode
+from kbqe_dagster.core.transforms.specs import CastField, CastType
 
 EXECUTIONS = {"routing": {"mode": "static", "dataset": "fix", "table": "executions"}}
 FILLS = {"routing": {"mode": "static", "dataset": "fix", "table": "fills_by_symbol"},

@@ -12,7 +12,7 @@ import json
 import fastavro
 import pytest
 
-from kbqe_dagster.core.enrichment import (
+from kbqe_dagster.core.record.enrichment import (
     EnrichmentConfig,
     EnrichmentEncoder,
     _long,

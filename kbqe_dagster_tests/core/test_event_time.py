@@ -13,7 +13,7 @@ from kbqe_dagster.core.errors import (
     InvalidEventTimeError,
     MissingEventTimeError,
 )
-from kbqe_dagster.core.event_time import (
+from kbqe_dagster.core.record.event_time import (
     DateRule,
     EpochUnit,
     EventTimeConfig,

@@ -10,9 +10,9 @@ from typing import Any
 import fastavro
 import pytest
 
-from kbqe_dagster.core.commit import parse_manifest, plan_range_commit
-from kbqe_dagster.core.config import parse_pipeline_config
-from kbqe_dagster.core.enrichment import (
+from kbqe_dagster.core.protocol.commit import parse_manifest, plan_range_commit
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.record.enrichment import (
     EnrichmentConfig,
     EnrichmentEncoder,
     event_hour_suffix,
@@ -25,7 +25,7 @@ from kbqe_dagster.core.errors import (
     MissingEventTimeError,
     UnsupportedSchemaError,
 )
-from kbqe_dagster.core.event_time import (
+from kbqe_dagster.core.record.event_time import (
     DateRule,
     EpochUnit,
     EventTimeConfig,
@@ -33,9 +33,9 @@ from kbqe_dagster.core.event_time import (
     event_date_and_hour,
     event_hour,
 )
-from kbqe_dagster.core.naming import AvroFileName, FileKey
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.partitioning import (
+from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.partitioning import (
     Partitioning,
     epoch_hour_of,
     hour_key,

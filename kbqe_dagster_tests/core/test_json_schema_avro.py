@@ -9,7 +9,7 @@ import fastavro
 import pytest
 
 from kbqe_dagster.core.errors import JsonSchemaMismatchError, UnmappableJsonSchemaError
-from kbqe_dagster.core.json_schema_avro import map_json_schema
+from kbqe_dagster.core.formats.json_schema_avro import map_json_schema
 
 CLICK = {
     "$schema": "http://json-schema.org/draft-07/schema#",

@@ -1,8 +1,8 @@
-"""The load checks' verdicts, decided once (core/load_checks.py)."""
+"""The load checks' verdicts, decided once (core/load/checks.py)."""
 
 from __future__ import annotations
 
-from kbqe_dagster.core.load_checks import (
+from kbqe_dagster.core.load.checks import (
     ERROR,
     WARN,
     JobRows,

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kbqe_dagster.core.load_lifecycle import (
+from kbqe_dagster.core.load.lifecycle import (
     Action,
     ObservedJob,
     ObservedKind,
@@ -14,7 +14,7 @@ from kbqe_dagster.core.load_lifecycle import (
     classify_submit,
     decide,
 )
-from kbqe_dagster.core.load_state import (
+from kbqe_dagster.core.load.state import (
     JobStatus,
     LoadJobRecord,
     LoadState,
@@ -25,7 +25,7 @@ from kbqe_dagster.core.load_state import (
     record_planned,
     retry_job,
 )
-from kbqe_dagster.core.selection import PlannedLoadJob, make_job_id, plan_load_jobs
+from kbqe_dagster.core.load.selection import PlannedLoadJob, make_job_id, plan_load_jobs
 
 T0 = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
 STUCK_AFTER = timedelta(hours=6)

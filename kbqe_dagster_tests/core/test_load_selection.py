@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kbqe_dagster.core.commit import range_marker
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.selection import (
+from kbqe_dagster.core.protocol.commit import range_marker
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.load.selection import (
     MAX_FILES_PER_JOB,
     loadable_files,
     make_job_id,
@@ -158,7 +158,7 @@ def test_a_job_id_needs_an_aware_clock() -> None:
 
 # --- pinned versions -------------------------------------------------------------------------
 def test_files_that_are_not_their_pinned_version_leave_the_plan_as_leftovers() -> None:
-    from kbqe_dagster.core.selection import PlannedLoadJob, without_leftovers
+    from kbqe_dagster.core.load.selection import PlannedLoadJob, without_leftovers
 
     job = PlannedLoadJob("sales", "orders", 5, ("t.0.sales.orders.5.0.avro", "t.0.sales.orders.5.10.avro",
                                                  "t.1.sales.orders.5.0.avro"),

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kbqe_dagster.core.errors import LoadError, StateFileError
-from kbqe_dagster.core.load_state import (
+from kbqe_dagster.core.load.state import (
     STATE_BACKUP,
     STATE_FILE,
     JobStatus,
@@ -26,8 +26,8 @@ from kbqe_dagster.core.load_state import (
     release_quarantine,
     retry_job,
 )
-from kbqe_dagster.core.naming import parse_name
-from kbqe_dagster.core.selection import PlannedLoadJob
+from kbqe_dagster.core.protocol.naming import parse_name
+from kbqe_dagster.core.load.selection import PlannedLoadJob
 
 T0 = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kbqe_dagster.core.commit import bootstrap_marker, range_marker
-from kbqe_dagster.core.offsets import OffsetRange, committed_ranges, recover
+from kbqe_dagster.core.protocol.commit import bootstrap_marker, range_marker
+from kbqe_dagster.core.protocol.offsets import OffsetRange, committed_ranges, recover
 
 
 def done(first: int, last: int, *, topic: str = "orders", partition: int = 0,

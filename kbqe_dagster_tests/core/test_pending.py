@@ -1,13 +1,13 @@
-"""One definition of what waits for a load (core/pending.py), over one listing."""
+"""One definition of what waits for a load (core/load/pending.py), over one listing."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from kbqe_dagster.core.load_state import JobStatus, LoadJobRecord, LoadState, QuarantinedFile
-from kbqe_dagster.core.naming import of_topic
-from kbqe_dagster.core.pending import PendingState, freshness_limit_s, staging_view
+from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord, LoadState, QuarantinedFile
+from kbqe_dagster.core.protocol.naming import of_topic
+from kbqe_dagster.core.load.pending import PendingState, freshness_limit_s, staging_view
 
 NOW = datetime(2024, 11, 19, 12, 0, tzinfo=timezone.utc)
 

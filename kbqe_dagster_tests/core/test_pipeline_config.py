@@ -10,7 +10,7 @@ from typing import Any, Callable
 import pytest
 
 from kbqe_dagster.core import config_reader as r
-from kbqe_dagster.core.config import (
+from kbqe_dagster.core.config.pipeline import (
     BadInputPolicy,
     DeadLetterDestination,
     EnrichmentConfig,
@@ -22,11 +22,11 @@ from kbqe_dagster.core.config import (
     load_pipeline_config,
     parse_pipeline_config,
 )
-from kbqe_dagster.core.config_sections import FileCodec
+from kbqe_dagster.core.config.sections import FileCodec
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.event_time import DateRule, EpochUnit, EventTimeConfig
-from kbqe_dagster.core.offsets import StartPolicy
-from kbqe_dagster.core.routing import Destination, RoutingInput, RoutingMode
+from kbqe_dagster.core.record.event_time import DateRule, EpochUnit, EventTimeConfig
+from kbqe_dagster.core.protocol.offsets import StartPolicy
+from kbqe_dagster.core.record.routing import Destination, RoutingInput, RoutingMode
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"
 
@@ -456,7 +456,7 @@ def test_parsed_config_survives_pickling_to_spark_executors() -> None:
 
 
 def test_completeness_defaults_to_kafka_time_and_topics_override_it_key_by_key() -> None:
-    from kbqe_dagster.core.completeness import Basis
+    from kbqe_dagster.core.completeness.decision import Basis
 
     assert (_parse().topics[0].completeness.basis, _parse().topics[0].completeness.lateness) == (
         Basis.KAFKA_TIME, timedelta(minutes=5),

@@ -12,8 +12,8 @@ import pytest
 from google.protobuf import descriptor_pool, message_factory
 
 from kbqe_dagster.core.errors import ProtobufDecodeError, UnmappableProtobufSchemaError
-from kbqe_dagster.core.protobuf_avro import map_protobuf_message, message_at
-from kbqe_dagster.core.protobuf_wire import encode_message_indexes, read_message_indexes
+from kbqe_dagster.core.formats.protobuf_avro import map_protobuf_message, message_at
+from kbqe_dagster.core.formats.protobuf_wire import encode_message_indexes, read_message_indexes
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 
 ORDER = """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kbqe_dagster.core.commit import bootstrap_marker
+from kbqe_dagster.core.protocol.commit import bootstrap_marker
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.offsets import (
+from kbqe_dagster.core.protocol.offsets import (
     OffsetRange,
     StartPolicy,
     Watermarks,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kbqe_dagster.core.commit import bootstrap_marker, range_marker
-from kbqe_dagster.core.offsets import OffsetRange, recover
-from kbqe_dagster.core.retention import KeepReason, plan_retention
+from kbqe_dagster.core.protocol.commit import bootstrap_marker, range_marker
+from kbqe_dagster.core.protocol.offsets import OffsetRange, recover
+from kbqe_dagster.core.protocol.retention import KeepReason, plan_retention
 
 
 def done(first: int, last: int, *, partition: int = 0, table: str = "orders") -> str:

@@ -13,7 +13,7 @@ from kbqe_dagster.core.errors import (
     RoutingError,
     UnroutableError,
 )
-from kbqe_dagster.core.routing import (
+from kbqe_dagster.core.record.routing import (
     AllowList,
     Destination,
     Router,
@@ -345,7 +345,7 @@ def test_routing_errors_are_bad_input() -> None:
 def test_a_table_name_with_a_control_character_is_unroutable_not_a_crash():
     # Found by the native kernel's differential fuzz: a corrupted byte put a NUL into a routed
     # table name, which passed the name rule and then failed the stage task opening its file.
-    from kbqe_dagster.core.routing import name_problem
+    from kbqe_dagster.core.record.routing import name_problem
 
     assert "control characters" in name_problem("acme_sales", "page_v\x00ews")
     assert "control characters" in name_problem("acme_sales", "tab\x7fle")

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from kbqe_dagster.core.config_sections import StagingSettings
-from kbqe_dagster.core.stage_decision import from_offsets, stage_due, stage_run_key
+from kbqe_dagster.core.config.sections import StagingSettings
+from kbqe_dagster.core.stage_runs.due import from_offsets, stage_due, stage_run_key
 
 SETTINGS = StagingSettings(allowed_latency=timedelta(minutes=15), max_messages_per_batch=1000)
 NOW = 1_732_000_000_000

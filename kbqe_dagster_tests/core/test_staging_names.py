@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbqe_dagster.core.naming import (
+from kbqe_dagster.core.protocol.naming import (
     AvroFileName,
     DoneFileName,
     FileKey,

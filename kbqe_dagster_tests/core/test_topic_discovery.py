@@ -1,4 +1,4 @@
-"""Topics from patterns (core/discovery.py): given the pipeline file and the topic names Kafka
+"""Topics from patterns (core/config/discovery.py): given the pipeline file and the topic names Kafka
 holds, the effective topics are the listed ones, then every name the first matching pattern
 takes, with that pattern's settings, as if it had been listed."""
 
@@ -8,11 +8,11 @@ import pickle
 
 import pytest
 
-from kbqe_dagster.core.config import BadInputPolicy, PipelineConfig, parse_pipeline_config
-from kbqe_dagster.core.discovery import internal_topics, table_for
+from kbqe_dagster.core.config.pipeline import BadInputPolicy, PipelineConfig, parse_pipeline_config
+from kbqe_dagster.core.config.discovery import internal_topics, table_for
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.keyed import DEBEZIUM_EVENT_TIME_FIELDS
-from kbqe_dagster.core.routing import RoutingMode
+from kbqe_dagster.core.keyed.contract import DEBEZIUM_EVENT_TIME_FIELDS
+from kbqe_dagster.core.record.routing import RoutingMode
 
 ET = {"fields": ["ts"]}
 
@@ -208,7 +208,7 @@ def test_a_discovered_configuration_travels_to_spark_tasks() -> None:
 def test_the_example_pipeline_resolves_a_fleet_as_documented() -> None:
     from pathlib import Path
 
-    from kbqe_dagster.core.config import load_pipeline_config
+    from kbqe_dagster.core.config.pipeline import load_pipeline_config
 
     example = Path(__file__).resolve().parents[2] / "examples" / "topic_patterns.yaml"
     config = load_pipeline_config(example).discover([

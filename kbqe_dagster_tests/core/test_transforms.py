@@ -14,8 +14,8 @@ import pytest
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.errors import ConfigError, TransformFailedError, TransformSchemaError
 from kbqe_dagster.core.reasons import Reason
-from kbqe_dagster.core.transform_specs import read_transforms
-from kbqe_dagster.core.transforms import MessageMeta, compile_transforms, hmac_keys
+from kbqe_dagster.core.transforms.specs import read_transforms
+from kbqe_dagster.core.transforms.compiler import MessageMeta, compile_transforms, hmac_keys
 
 SCHEMA = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "long"},

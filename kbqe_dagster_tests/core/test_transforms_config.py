@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from kbqe_dagster.core.config import load_pipeline_config, parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import load_pipeline_config, parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.transform_specs import (
+from kbqe_dagster.core.transforms.specs import (
     AddField,
     CastField,
     CastType,

@@ -13,7 +13,7 @@ from kbqe_dagster.core.errors import (
     WireFormatError,
 )
 from kbqe_dagster.core.reasons import Reason
-from kbqe_dagster.core.wire import MAX_SCHEMA_ID, Frame, encode_frame, parse_frame
+from kbqe_dagster.core.record.wire import MAX_SCHEMA_ID, Frame, encode_frame, parse_frame
 
 
 @pytest.mark.parametrize(

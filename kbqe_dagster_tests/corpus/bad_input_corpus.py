@@ -12,8 +12,8 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from kbqe_dagster.core.config import PipelineConfig, parse_pipeline_config
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
+from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 

@@ -26,12 +26,12 @@ import pytest
 from fastavro import reader
 
 from kbqe_dagster.core.errors import StageRangeFailed
-from kbqe_dagster.core.naming import parse_listing
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.protocol.naming import parse_listing
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.reasons import (
     DECODER_ONLY, JSON_ONLY, KEYED_ONLY, PROTOBUF_ONLY, TRANSFORM_ONLY, Reason,
 )
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stage_context

@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from kbqe_dagster.core.load_lifecycle import ObservedJob, ObservedKind
+from kbqe_dagster.core.load.lifecycle import ObservedJob, ObservedKind
 from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.bigquery.events import load_events

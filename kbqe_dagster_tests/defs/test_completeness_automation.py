@@ -13,8 +13,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from kbqe_dagster.core.completeness import TableCompleteness
-from kbqe_dagster.core.config import load_pipeline_config
+from kbqe_dagster.core.completeness.decision import TableCompleteness
+from kbqe_dagster.core.config.pipeline import load_pipeline_config
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.completeness.checks import DAY_COMPLETE
 from kbqe_dagster.defs.completeness.sensors import day_complete_events

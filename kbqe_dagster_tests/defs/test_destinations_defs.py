@@ -8,7 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from kbqe_dagster.core.config import load_pipeline_config
+from kbqe_dagster.core.config.pipeline import load_pipeline_config
 from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.defs.bigquery.assets import Destinations
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from kbqe_dagster.core.completeness import HOUR_UNIT, TableCompleteness
-from kbqe_dagster.core.config import load_pipeline_config
+from kbqe_dagster.core.completeness.decision import HOUR_UNIT, TableCompleteness
+from kbqe_dagster.core.config.pipeline import load_pipeline_config
 from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.completeness.automation import HOUR_COMPLETE, once_after_day_complete

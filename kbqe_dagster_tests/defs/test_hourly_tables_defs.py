@@ -11,7 +11,7 @@ from typing import Any
 
 import dagster as dg
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.defs.bigquery.assets import Destinations, bigquery_specs
 from kbqe_dagster.defs.bigquery.events import load_events
 from kbqe_dagster.defs.completeness.checks import (

@@ -13,11 +13,11 @@ import dagster as dg
 import pytest
 import yaml
 
-from kbqe_dagster.core.offsets import StartPolicy
+from kbqe_dagster.core.protocol.offsets import StartPolicy
 from kbqe_dagster.defs.staging.assets import TOPIC_TAG
 from kbqe_dagster.defs.staging.sensors import kafka_backlog_sensor
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
-from kbqe_dagster.resources.kafka import KafkaSettings, TopicMissing
+from kbqe_dagster.resources.kafka.clients import KafkaSettings, TopicMissing
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 from kbqe_dagster.staging.prepare import prepare_topic
 from kbqe_dagster_tests.runner.test_topic_patterns_on_local_stack import SCHEMA, Cluster

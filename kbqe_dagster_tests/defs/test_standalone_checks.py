@@ -1,5 +1,5 @@
 """The standalone load checks (run from the UI or a schedule) judge the same facts as the
-load op does as it loads: both go through core/load_checks.py. Here over a fake BigQuery at
+load op does as it loads: both go through core/load/checks.py. Here over a fake BigQuery at
 the boundary and a real local staging directory."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from kbqe_dagster.core.load_checks import NO_QUARANTINED_FILES, PENDING_FILES_FRESH, ROWS_LOADED
+from kbqe_dagster.core.load.checks import NO_QUARANTINED_FILES, PENDING_FILES_FRESH, ROWS_LOADED
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.bigquery.checks import load_checks
 from kbqe_dagster.defs.bigquery.events import load_events

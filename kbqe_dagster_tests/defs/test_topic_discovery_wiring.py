@@ -16,8 +16,8 @@ from kbqe_dagster.defs.staging import assets as staging_assets
 from kbqe_dagster.defs.staging import sensors
 from kbqe_dagster.defs.staging.assets import TOPIC_TAG
 from kbqe_dagster.defs.staging.jobs import stage_run_config
-from kbqe_dagster.resources import kafka as kafka_module
-from kbqe_dagster.resources.kafka import KafkaReadError, TopicMissing
+from kbqe_dagster.resources.kafka import cluster as kafka_module
+from kbqe_dagster.resources.kafka.clients import KafkaReadError, TopicMissing
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 
 PIPELINE = {

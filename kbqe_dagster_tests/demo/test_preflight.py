@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from kbqe_dagster.core.errors import KbqeError, StateFileError
-from kbqe_dagster.core.load_state import LoadState, QuarantinedFile
+from kbqe_dagster.core.load.state import LoadState, QuarantinedFile
 from kbqe_dagster.demo import preflight
 from kbqe_dagster.demo.preflight import (
     START_OVER,

@@ -22,7 +22,7 @@ from examples.fix.messages import bad_messages, order_flow
 from kbqe_dagster import RawMessage
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
-from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 from kbqe_dagster_tests.kbqe_run import create_topic, drop_datasets, until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -15,15 +15,15 @@ import pytest
 from examples.fix.decoder import SCHEMAS
 from examples.fix.messages import bad_messages, order_flow
 from kbqe_dagster import DecodeError, RawMessage
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, StageRangeFailed
-from kbqe_dagster.core.formats import SourceFormat, declared_schema_id
-from kbqe_dagster.core.naming import AvroFileName, parse_name
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.wire import parse_frame
+from kbqe_dagster.core.formats.source_format import SourceFormat, declared_schema_id
+from kbqe_dagster.core.protocol.naming import AvroFileName, parse_name
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.wire import parse_frame
 from kbqe_dagster.formats import decoder_stage
 from kbqe_dagster.formats.decoder_stage import DecoderRangeStager
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_class
@@ -347,7 +347,7 @@ def test_decoder_topic_mistakes_are_config_errors_at_their_key_path(topic, expec
 
 
 def test_the_example_pipeline_file_is_valid() -> None:
-    from kbqe_dagster.core.config import load_pipeline_config
+    from kbqe_dagster.core.config.pipeline import load_pipeline_config
 
     config = load_pipeline_config(Path(__file__).resolve().parents[2] / "examples/fix/pipeline.yaml")
     assert config.topics[0].decoder == FIX

@@ -7,30 +7,31 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 from pathlib import Path
 
 import fastavro
 import pytest
 
 from examples.fix.messages import order_flow
-from kbqe_dagster.core.commit import parse_manifest
-from kbqe_dagster.core.config import parse_pipeline_config
-from kbqe_dagster.core.dead_letters import DEAD_LETTER_SCHEMA_ID
-from kbqe_dagster.core.enrichment import extended_schema
-from kbqe_dagster.core.formats import declared_schema_id
-from kbqe_dagster.core.naming import parse_name
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.protocol.commit import parse_manifest
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA_ID
+from kbqe_dagster.core.record.enrichment import extended_schema
+from kbqe_dagster.core.formats.source_format import declared_schema_id
+from kbqe_dagster.core.protocol.naming import parse_name
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.formats.decoder_stage import DecoderRangeStager
 from kbqe_dagster.formats.json_stage import JsonRangeStager
 from kbqe_dagster.formats.transform_stage import TransformRangeStager
-from kbqe_dagster.resources.kafka import KafkaSettings
-from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_class
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
+from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
+from kbqe_dagster_tests.support.framing import avro_framed
 
 TOPIC = "fix.executions"
 SCHEMA = {"type": "record", "name": "Execution", "namespace": "fix", "fields": [
@@ -52,21 +53,8 @@ FILLS = {"routing": {"mode": "static", "dataset": "fix", "table": "fills_by_symb
          "fields": ["symbol", "last_qty", "last_px", "notional"]}
 
 
-class FakeLookup:
-    """The registry boundary: schemas by id, and which ids were asked."""
-
-    def __init__(self) -> None:
-        self.asked: list[int] = []
-
-    def get(self, schema_id: int) -> RegisteredSchema | None:
-        self.asked.append(schema_id)
-        return RegisteredSchema(schema_id, "AVRO", IDS[schema_id]) if schema_id in IDS else None
-
-
 def framed(schema_id: int, record: dict) -> bytes:
-    body = io.BytesIO()
-    fastavro.schemaless_writer(body, fastavro.parse_schema(IDS[schema_id]), record)
-    return b"\x00" + struct.pack(">i", schema_id) + body.getvalue()
+    return avro_framed(schema_id, IDS[schema_id], record)
 
 
 def execution(i: int, **changes) -> dict:
@@ -89,7 +77,7 @@ def stage(tmp_path: Path, values, pipeline):
     workdir = tmp_path / "work"
     workdir.mkdir()
     stager = stager_class(ctx)(ctx, rng, workdir)
-    stager.lookup = FakeLookup()
+    stager.lookup = FakeSchemaRegistry.avro(IDS)
     for offset, value in enumerate(values):
         stager.add(FakeMessage(TOPIC, 0, offset, value, b"k", [], 1_726_238_205_000 + offset))
     store = staging.open()
@@ -362,7 +350,7 @@ def test_json_schema_topics_fan_out_through_the_same_step(tmp_path: Path) -> Non
                        staging, pipeline, js.TOPIC)
     stager = stager_class(ctx)(ctx, OffsetRange(js.TOPIC, 0, 0, 2), tmp_path)
     assert isinstance(stager, JsonSchemaRangeStager)
-    stager.lookup = js.Registry()
+    stager.lookup = js.fake_registry()
     for offset, value in enumerate(values):
         stager.add(FakeMessage(js.TOPIC, 0, offset, value, b"k", [], 1_726_238_205_000))
     store = staging.open()

@@ -6,15 +6,12 @@ dead letters once and in neither table; run twice, the second run is idle."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
-import struct
 import uuid
 from pathlib import Path
 
-import fastavro
 import pytest
 import yaml
 from confluent_kafka import Producer
@@ -22,8 +19,9 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
-from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 from kbqe_dagster_tests.kbqe_run import create_topic, drop_datasets, until_idle
+from kbqe_dagster_tests.support.framing import avro_framed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -76,9 +74,7 @@ def fanned_topic(local_stack, local_endpoints, tmp_path):
 
 
 def framed(schema_id: int, record: dict) -> bytes:
-    body = io.BytesIO()
-    fastavro.schemaless_writer(body, fastavro.parse_schema(SCHEMA), record)
-    return b"\x00" + struct.pack(">i", schema_id) + body.getvalue()
+    return avro_framed(schema_id, SCHEMA, record)
 
 
 def test_each_message_lands_once_per_destination_and_a_bad_one_in_neither(fanned_topic) -> None:

@@ -17,10 +17,10 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
-from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 from kbqe_dagster_tests.kbqe_run import cli_env, create_topic, drop_datasets, until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -11,20 +11,22 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, StageRangeFailed
-from kbqe_dagster.core.formats import SourceFormat
-from kbqe_dagster.core.naming import AvroFileName, parse_name
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.formats.source_format import SourceFormat
+from kbqe_dagster.core.protocol.naming import AvroFileName, parse_name
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.formats.json_schema_stage import JsonSchemaRangeStager
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_class
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
+from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
+from kbqe_dagster_tests.support.framing import json_framed
 
 TOPIC = "shop.orders"
 V1 = {
@@ -51,22 +53,15 @@ GOOD = {"datasetName": "shop", "tableName": "orders", "id": 1,
         "placed_at": "2024-09-13T14:36:45.123+02:00", "lines": [{"sku": "a", "qty": 2}]}
 
 
-class Registry:
-    """SchemaLookup at the registry boundary: fixed schemas under fixed ids, counting asks."""
-
-    def __init__(self) -> None:
-        self.schemas = {
-            IDS["v1"]: RegisteredSchema(IDS["v1"], "JSON", json.dumps(V1)),
-            IDS["v2"]: RegisteredSchema(IDS["v2"], "JSON", json.dumps(V2)),
-            IDS["unmappable"]: RegisteredSchema(IDS["unmappable"], "JSON", json.dumps(UNMAPPABLE)),
-            IDS["avro"]: RegisteredSchema(IDS["avro"], "AVRO", AVRO),
-            IDS["invalid"]: RegisteredSchema(IDS["invalid"], "JSON", json.dumps({"type": 5})),
-        }
-        self.asked: list[int] = []
-
-    def get(self, schema_id: int) -> RegisteredSchema | None:
-        self.asked.append(schema_id)
-        return self.schemas.get(schema_id)
+def fake_registry() -> FakeSchemaRegistry:
+    """The registry boundary: this file's schemas under fixed ids."""
+    return FakeSchemaRegistry({
+        IDS["v1"]: RegisteredSchema(IDS["v1"], "JSON", json.dumps(V1)),
+        IDS["v2"]: RegisteredSchema(IDS["v2"], "JSON", json.dumps(V2)),
+        IDS["unmappable"]: RegisteredSchema(IDS["unmappable"], "JSON", json.dumps(UNMAPPABLE)),
+        IDS["avro"]: RegisteredSchema(IDS["avro"], "AVRO", AVRO),
+        IDS["invalid"]: RegisteredSchema(IDS["invalid"], "JSON", json.dumps({"type": 5})),
+    })
 
 
 def pipeline(**topic):
@@ -76,8 +71,7 @@ def pipeline(**topic):
 
 
 def framed(version: str, record) -> bytes:
-    text = record if isinstance(record, bytes) else json.dumps(record).encode()
-    return encode_frame(IDS[version], text)
+    return json_framed(IDS[version], record)
 
 
 def stage(tmp_path: Path, values: list[bytes | None], **topic):
@@ -88,7 +82,7 @@ def stage(tmp_path: Path, values: list[bytes | None], **topic):
     workdir = tmp_path / "work"
     workdir.mkdir()
     stager = stager_class(ctx)(ctx, rng, workdir)
-    registry = stager.lookup = Registry()
+    registry = stager.lookup = fake_registry()
     for offset, value in enumerate(values):
         stager.add(FakeMessage(TOPIC, 0, offset, value, b"k", [], 1_726_238_205_000 + offset))
     store = staging.open()

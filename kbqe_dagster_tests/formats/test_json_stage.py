@@ -10,12 +10,16 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.formats import DECLARED_SCHEMA_IDS, SourceFormat, declared_schema_id
-from kbqe_dagster.core.naming import AvroFileName, parse_name
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.core.formats.source_format import (
+    DECLARED_SCHEMA_IDS,
+    SourceFormat,
+    declared_schema_id,
+)
+from kbqe_dagster.core.protocol.naming import AvroFileName, parse_name
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_class
@@ -107,7 +111,7 @@ def test_the_schema_is_declared_inline_or_in_a_file_and_checked_with_the_config(
         "name": TOPIC, "format": "json", "schema": "click.avsc",
         "routing": {"mode": "static", "dataset": "web", "table": "clicks"},
         "event_time": {"fields": ["at"]}}]}))
-    from kbqe_dagster.core.config import load_pipeline_config
+    from kbqe_dagster.core.config.pipeline import load_pipeline_config
 
     topic = load_pipeline_config(tmp_path / "pipeline.yaml").topics[0]
     assert topic.format is SourceFormat.JSON and topic.value_schema == SCHEMA

@@ -21,11 +21,11 @@ from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pool, message_factory
 
-from kbqe_dagster.core.protobuf_wire import encode_message_indexes
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.formats.protobuf_wire import encode_message_indexes
+from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
-from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 from kbqe_dagster_tests.kbqe_run import cli_env, create_topic, drop_datasets, until_idle
 

@@ -18,13 +18,12 @@ from confluent_kafka import Producer
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from google.protobuf import descriptor_pool, message_factory
 
-from kbqe_dagster.core.protobuf_wire import encode_message_indexes
-from kbqe_dagster.core.wire import encode_frame
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
-from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 from kbqe_dagster_tests.kbqe_run import cli_env, create_topic, drop_datasets, until_idle
+from kbqe_dagster_tests.support.framing import protobuf_framed as framed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -88,10 +87,6 @@ def order(cls, i: int, **extra):
     message.total.currency, message.total.units = "EUR", 100 + i
     message.lines.add(sku=f"s{i}", qty=i)
     return message
-
-
-def framed(schema_id: int, body: bytes, indexes=(0,)) -> bytes:
-    return encode_frame(schema_id, encode_message_indexes(indexes) + body)
 
 
 def test_protobuf_values_load_field_by_field_and_a_new_version_widens_the_table(

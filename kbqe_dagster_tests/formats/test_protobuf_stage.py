@@ -13,15 +13,14 @@ import fastavro
 import pytest
 from google.protobuf import descriptor_pool, message_factory
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, StageRangeFailed
-from kbqe_dagster.core.formats import DECLARED_SCHEMA_IDS, SourceFormat
-from kbqe_dagster.core.naming import parse_name
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.core.protobuf_wire import encode_message_indexes
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.formats.source_format import DECLARED_SCHEMA_IDS, SourceFormat
+from kbqe_dagster.core.protocol.naming import parse_name
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.formats.protobuf_stage import ProtobufRangeStager
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 from kbqe_dagster.resources.schema_registry import (
     RegisteredSchema,
@@ -33,6 +32,8 @@ from kbqe_dagster.stagers import stager_class
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
+from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
+from kbqe_dagster_tests.support.framing import protobuf_framed
 
 TOPIC = "shop.orders"
 COMMON = """syntax = "proto3";
@@ -62,33 +63,20 @@ IDS = {"v1": 21, "v2": 22, "recursive": 23, "broken": 24, "avro": 25, "json": 26
        "lost_ref": 27}
 
 
-class Registry:
-    """SchemaLookup at the registry boundary: fixed schemas under fixed ids, counting asks."""
-
-    def __init__(self) -> None:
-        self.schemas = {
-            IDS["v1"]: RegisteredSchema(IDS["v1"], "PROTOBUF", V1, REF),
-            IDS["v2"]: RegisteredSchema(IDS["v2"], "PROTOBUF", V2, REF),
-            IDS["recursive"]: RegisteredSchema(IDS["recursive"], "PROTOBUF", RECURSIVE),
-            IDS["broken"]: RegisteredSchema(IDS["broken"], "PROTOBUF", BROKEN),
-            IDS["avro"]: RegisteredSchema(IDS["avro"], "AVRO", {"type": "record", "name": "A",
-                                                                "fields": []}),
-            IDS["json"]: RegisteredSchema(IDS["json"], "JSON", '{"type": "object"}'),
-            IDS["lost_ref"]: RegisteredSchema(IDS["lost_ref"], "PROTOBUF", V1, (
-                SchemaReference("acme/common.proto", "acme-common", 9),)),
-        }
-        self.asked: list[int] = []
-        self.references: list[SchemaReference] = []
-
-    def get(self, schema_id: int) -> RegisteredSchema | None:
-        self.asked.append(schema_id)
-        return self.schemas.get(schema_id)
-
-    def get_reference(self, reference: SchemaReference) -> RegisteredSchema | None:
-        self.references.append(reference)
-        if (reference.subject, reference.version) == ("acme-common", 1):
-            return RegisteredSchema(7, "PROTOBUF", COMMON)
-        return None
+def fake_registry() -> FakeSchemaRegistry:
+    """The registry boundary: this file's schemas under fixed ids, and the one import they
+    reference (acme-common version 1)."""
+    return FakeSchemaRegistry({
+        IDS["v1"]: RegisteredSchema(IDS["v1"], "PROTOBUF", V1, REF),
+        IDS["v2"]: RegisteredSchema(IDS["v2"], "PROTOBUF", V2, REF),
+        IDS["recursive"]: RegisteredSchema(IDS["recursive"], "PROTOBUF", RECURSIVE),
+        IDS["broken"]: RegisteredSchema(IDS["broken"], "PROTOBUF", BROKEN),
+        IDS["avro"]: RegisteredSchema(IDS["avro"], "AVRO", {"type": "record", "name": "A",
+                                                            "fields": []}),
+        IDS["json"]: RegisteredSchema(IDS["json"], "JSON", '{"type": "object"}'),
+        IDS["lost_ref"]: RegisteredSchema(IDS["lost_ref"], "PROTOBUF", V1, (
+            SchemaReference("acme/common.proto", "acme-common", 9),)),
+    }, references={("acme-common", 1): RegisteredSchema(7, "PROTOBUF", COMMON)})
 
 
 def classes(text: str) -> dict:
@@ -113,8 +101,7 @@ def order(cls=ORDER_V1, i: int = 1, **extra):
 
 
 def framed(version: str, message, indexes=(0,)) -> bytes:
-    body = message if isinstance(message, bytes) else message.SerializeToString()
-    return encode_frame(IDS[version], encode_message_indexes(indexes) + body)
+    return protobuf_framed(IDS[version], message, indexes)
 
 
 def pipeline(**topic):
@@ -131,7 +118,7 @@ def stage(tmp_path: Path, values: list[bytes | None], **topic):
     workdir = tmp_path / "work"
     workdir.mkdir()
     stager = stager_class(ctx)(ctx, rng, workdir)
-    registry = stager.lookup = Registry()
+    registry = stager.lookup = fake_registry()
     for offset, value in enumerate(values):
         stager.add(FakeMessage(TOPIC, 0, offset, value, b"k", [], 1_726_238_205_000 + offset))
     store = staging.open()
@@ -266,7 +253,7 @@ def test_indexes_naming_no_message_are_refused_without_growing_the_cache(tmp_pat
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
                        StagingLocation(str(tmp_path / "staging")), pipeline(), TOPIC)
     stager = ProtobufRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 50), tmp_path)
-    stager.lookup = Registry()
+    stager.lookup = fake_registry()
     garbage = [framed("v1", order(), (i,)) for i in range(2, 50)]
     for offset, value in enumerate([framed("v1", order()), *garbage]):
         stager.add(FakeMessage(TOPIC, 0, offset, value, b"k", [], 1_726_238_205_000))

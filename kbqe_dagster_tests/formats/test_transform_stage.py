@@ -9,28 +9,29 @@ import hashlib
 import hmac
 import io
 import json
-import struct
 from pathlib import Path
 
 import fastavro
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
-from kbqe_dagster.core.dead_letters import DEAD_LETTER_SCHEMA_ID
-from kbqe_dagster.core.enrichment import extended_schema
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA_ID
+from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.formats import DECLARED_SCHEMA_IDS, declared_schema_id
-from kbqe_dagster.core.naming import parse_name
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.formats.source_format import DECLARED_SCHEMA_IDS, declared_schema_id
+from kbqe_dagster.core.protocol.naming import parse_name
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.formats.json_stage import JsonRangeStager
 from kbqe_dagster.formats.transform_stage import TransformRangeStager
-from kbqe_dagster.resources.kafka import KafkaSettings
-from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_class
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
+from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
+from kbqe_dagster_tests.support.framing import avro_framed
 
 TOPIC = "shop.orders"
 KEY_ENV = "KBQE_TEST_TRANSFORM_KEY"
@@ -57,22 +58,8 @@ TRANSFORMS = [
 IDS = {7: SCHEMA, 8: OLD_SCHEMA}
 
 
-class FakeLookup:
-    """The registry boundary: schemas by id, and which ids were asked."""
-
-    def __init__(self) -> None:
-        self.asked: list[int] = []
-
-    def get(self, schema_id: int) -> RegisteredSchema | None:
-        self.asked.append(schema_id)
-        schema = IDS.get(schema_id)
-        return RegisteredSchema(schema_id, "AVRO", schema) if schema else None
-
-
 def framed(schema_id: int, record: dict, trailing: bytes = b"") -> bytes:
-    body = io.BytesIO()
-    fastavro.schemaless_writer(body, fastavro.parse_schema(IDS[schema_id]), record)
-    return b"\x00" + struct.pack(">i", schema_id) + body.getvalue() + trailing
+    return avro_framed(schema_id, IDS[schema_id], record, trailing)
 
 
 def order(**changes) -> dict:
@@ -88,7 +75,7 @@ def stage(tmp_path: Path, values, config, headers=()):
     workdir = tmp_path / "work"
     workdir.mkdir()
     stager = stager_class(ctx)(ctx, rng, workdir)
-    stager.lookup = FakeLookup()
+    stager.lookup = FakeSchemaRegistry.avro(IDS)
     for offset, value in enumerate(values):
         stager.add(FakeMessage(TOPIC, 0, offset, value, b"k", list(headers),
                                1_726_238_205_000 + offset))

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import io
 import json
 import os
 import shutil
-import struct
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-import fastavro
 import pytest
 import yaml
 from confluent_kafka import Producer
@@ -24,8 +21,9 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
-from kbqe_dagster.resources.kafka import CLIENT_LOG
+from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 from kbqe_dagster_tests.kbqe_run import create_topic, drop_datasets, until_idle
+from kbqe_dagster_tests.support.framing import avro_framed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -87,9 +85,7 @@ def transformed_topic(local_stack, local_endpoints, tmp_path):
 
 
 def framed(schema_id: int, record: dict) -> bytes:
-    body = io.BytesIO()
-    fastavro.schemaless_writer(body, fastavro.parse_schema(SCHEMA), record)
-    return b"\x00" + struct.pack(">i", schema_id) + body.getvalue()
+    return avro_framed(schema_id, SCHEMA, record)
 
 
 def test_transformed_avro_loads_field_by_field_and_a_bad_value_is_dead_lettered(

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, NotAChangeError, UnsupportedSchemaError
 from kbqe_dagster.keyed.changes import change_layout
 from kbqe_dagster.staging.probe.record_probe import RecordProbe

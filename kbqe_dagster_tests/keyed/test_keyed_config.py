@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.event_time import DateRule
-from kbqe_dagster.core.keyed import DeleteMode, KeyedConfig, SourceFormat
+from kbqe_dagster.core.record.event_time import DateRule
+from kbqe_dagster.core.keyed.contract import DeleteMode, KeyedConfig, SourceFormat
 
 STATIC = {"mode": "static", "dataset": "inventory", "table": "customers"}
 
@@ -124,7 +124,7 @@ def test_the_pipeline_names_its_changelog_tables() -> None:
 def test_the_debezium_example_pipeline_is_valid() -> None:
     from pathlib import Path
 
-    from kbqe_dagster.core.config import load_pipeline_config
+    from kbqe_dagster.core.config.pipeline import load_pipeline_config
 
     example = Path(__file__).resolve().parents[2] / "examples" / "debezium.yaml"
     config = load_pipeline_config(example)

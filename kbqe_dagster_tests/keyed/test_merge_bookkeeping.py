@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
-from kbqe_dagster.core.load_state import JobStatus, LoadJobRecord, LoadState
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord, LoadState
 from kbqe_dagster.keyed.merge import (
     MERGE_STATE_FILE,
     MergeError,

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.keyed.merge import KeyedMerger, keyed_destinations
 from kbqe_dagster.keyed.merge_sql import MergeSpec, merge_sql
 from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads
@@ -156,7 +156,7 @@ def test_the_merge_keeps_each_keys_greatest_event_batch_after_batch(bq, dataset,
 
 
 def _spec(merger: KeyedMerger, dest, dataset: str) -> MergeSpec:
-    from kbqe_dagster.core.keyed import DeleteMode
+    from kbqe_dagster.core.keyed.contract import DeleteMode
 
     return MergeSpec(
         target=merger.ref(dataset, "customers"), changelog=merger.ref(dataset, "customers_changelog"),
@@ -167,7 +167,7 @@ def _spec(merger: KeyedMerger, dest, dataset: str) -> MergeSpec:
 
 @pytest.mark.parametrize("deletes", ["soft", "hard"])
 def test_the_checks_see_a_correct_table_pass_and_each_kind_of_damage(bq, dataset, deletes):
-    from kbqe_dagster.core.keyed_checks import keyed_verdicts
+    from kbqe_dagster.core.keyed.checks import keyed_verdicts
 
     bq.query(f"CREATE TABLE `{dataset}.customers_changelog` (_event_date DATE, "
              "_kafka_partition INT64, _kafka_offset INT64, _op STRING, _source_ts_ms INT64, "

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kbqe_dagster.core.config import PipelineConfig, parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
 from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.resources.bigquery import GoogleBigQueryLoads
 from kbqe_dagster.resources.staging_store import LocalStagingStore

@@ -14,11 +14,15 @@ from typing import Any, Sequence
 
 import fastavro
 
-from kbqe_dagster.core.commit import plan_range_commit
-from kbqe_dagster.core.dead_letters import DEAD_LETTER_SCHEMA, DEAD_LETTER_SCHEMA_ID, DeadLetter
-from kbqe_dagster.core.enrichment import EnrichmentConfig, extended_schema
-from kbqe_dagster.core.naming import AvroFileName, FileKey
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.protocol.commit import plan_range_commit
+from kbqe_dagster.core.record.dead_letters import (
+    DEAD_LETTER_SCHEMA,
+    DEAD_LETTER_SCHEMA_ID,
+    DeadLetter,
+)
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig, extended_schema
+from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.resources.staging_store import StagingStore
 
 ORDER_V1 = {

@@ -13,8 +13,8 @@ from datetime import date, timedelta
 import pytest
 
 from kbqe_dagster.core.errors import StateFileError
-from kbqe_dagster.core.load_state import STATE_FILE, JobStatus, decode_state
-from kbqe_dagster.core.naming import AvroFileName, DoneFileName, parse_name
+from kbqe_dagster.core.load.state import STATE_FILE, JobStatus, decode_state
+from kbqe_dagster.core.protocol.naming import AvroFileName, DoneFileName, parse_name
 from kbqe_dagster_tests.loading.conftest import (
     DEAD_LETTERS,
     ORDERS_V1,

@@ -24,11 +24,11 @@ import fastavro
 import pytest
 import yaml
 
-from kbqe_dagster.core.commit import plan_range_commit
-from kbqe_dagster.core.config import PipelineConfig, load_pipeline_config
-from kbqe_dagster.core.load_state import STATE_FILE, JobStatus, decode_state
-from kbqe_dagster.core.naming import AvroFileName, DoneFileName, FileKey, parse_name
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.protocol.commit import plan_range_commit
+from kbqe_dagster.core.config.pipeline import PipelineConfig, load_pipeline_config
+from kbqe_dagster.core.load.state import STATE_FILE, JobStatus, decode_state
+from kbqe_dagster.core.protocol.naming import AvroFileName, DoneFileName, FileKey, parse_name
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.localstack.clients import local_bigquery_client

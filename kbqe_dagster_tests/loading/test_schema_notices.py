@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from kbqe_dagster.core.config_sections import NotificationSettings
-from kbqe_dagster.core.notices import (
+from kbqe_dagster.core.config.sections import NotificationSettings
+from kbqe_dagster.core.load.notices import (
     KNOWN_SCHEMAS_FILE,
     Column,
     NoticeKind,
@@ -115,7 +115,7 @@ def test_an_unreachable_webhook_costs_a_bounded_time_and_never_raises() -> None:
 
 
 def test_the_webhook_is_configured_in_the_pipeline_file() -> None:
-    from kbqe_dagster.core.config import parse_pipeline_config
+    from kbqe_dagster.core.config.pipeline import parse_pipeline_config
     from kbqe_dagster.core.errors import ConfigError
 
     raw = {"version": 1, "topics": [{"name": "t", "event_time": {"fields": ["ts"]}}]}

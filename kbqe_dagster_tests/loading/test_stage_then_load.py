@@ -20,8 +20,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from fastavro import parse_schema, schemaless_writer
 
-from kbqe_dagster.core.config import parse_pipeline_config
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.demo.samples import (
     ORDER_V1,
     ORDER_V2,
@@ -35,7 +35,7 @@ from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stage_context

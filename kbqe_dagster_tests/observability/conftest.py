@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kbqe_dagster.core.config import PipelineConfig, load_pipeline_config
+from kbqe_dagster.core.config.pipeline import PipelineConfig, load_pipeline_config
 from kbqe_dagster.observability.sources import ExporterSources
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 

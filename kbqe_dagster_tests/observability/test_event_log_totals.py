@@ -11,10 +11,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from kbqe_dagster.core.config import load_pipeline_config
-from kbqe_dagster.core.load_lifecycle import ObservedJob, ObservedKind
-from kbqe_dagster.core.load_state import JobStatus, LoadJobRecord
-from kbqe_dagster.core.offsets import RangePlan
+from kbqe_dagster.core.config.pipeline import load_pipeline_config
+from kbqe_dagster.core.load.lifecycle import ObservedJob, ObservedKind
+from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord
+from kbqe_dagster.core.protocol.offsets import RangePlan
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.bigquery.events import materialization
 from kbqe_dagster.defs.staging.assets import STAGING_KEY, group_metadata, stage_metadata

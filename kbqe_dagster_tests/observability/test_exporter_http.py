@@ -20,7 +20,7 @@ from kbqe_dagster.observability.collector import KbqeCollector, MetricSources
 from kbqe_dagster.observability.health import HealthChecker, default_probes, staging_probe
 from kbqe_dagster.observability.lag import LagView, NoTopicReadable
 from kbqe_dagster.observability.server import MetricsServer
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster_tests.cli.staging_area import build
 from kbqe_dagster_tests.observability.conftest import CLOSED, sources_for

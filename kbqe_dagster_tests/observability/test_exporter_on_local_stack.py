@@ -23,10 +23,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from kbqe_dagster.core.naming import AvroFileName, parse_name
-from kbqe_dagster.core.offsets import OffsetRange, RangePlan
+from kbqe_dagster.core.protocol.naming import AvroFileName, parse_name
+from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan
 from kbqe_dagster.defs.staging.assets import STAGING_KEY, stage_metadata
-from kbqe_dagster.resources.kafka import watermarks
+from kbqe_dagster.resources.kafka.cluster import watermarks
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.job import StageSummary
 from kbqe_dagster.staging.prepare import Preparation

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.observability import lag as lag_module
 from kbqe_dagster.observability.lag import NoTopicReadable, read_lag
-from kbqe_dagster.resources import kafka as kafka_module
-from kbqe_dagster.resources.kafka import KafkaReadError, KafkaSettings
+from kbqe_dagster.resources.kafka import cluster as kafka_module
+from kbqe_dagster.resources.kafka.clients import KafkaReadError, KafkaSettings
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 
 PIPELINE = parse_pipeline_config({

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from kbqe_dagster.core.load_state import (
+from kbqe_dagster.core.load.state import (
     LoadState,
     mark_failed,
     mark_submitted,
@@ -16,7 +16,7 @@ from kbqe_dagster.core.load_state import (
     release_quarantine,
     retry_job,
 )
-from kbqe_dagster.core.selection import PlannedLoadJob
+from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster.observability.event_totals import EventTotals
 from kbqe_dagster.observability.load_counts import LoadCounts, jobs_by_status, load_counts
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kbqe_dagster.core.commit import avro_file_name, plan_range_commit
-from kbqe_dagster.core.config import PipelineConfig, parse_pipeline_config
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.resources.kafka import PartitionWatermarks
+from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit
+from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.resources.kafka.cluster import PartitionWatermarks
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 
 UTC = timezone.utc

@@ -8,16 +8,16 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from kbqe_dagster.core.commit import avro_file_name, plan_range_commit
-from kbqe_dagster.core.completeness import (
+from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit
+from kbqe_dagster.core.completeness.decision import (
     DAY_UNIT,
     HOUR_UNIT,
     CompletenessSettings,
     PartitionProgress,
     decide,
 )
-from kbqe_dagster.core.config import parse_pipeline_config
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.operations.completeness import evaluate, read_state
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 from kbqe_dagster_tests.operations.completeness_area import ms, watermarks

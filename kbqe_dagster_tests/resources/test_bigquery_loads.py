@@ -13,8 +13,8 @@ import pytest
 from google.api_core import exceptions as gx
 from google.auth.exceptions import TransportError
 
-from kbqe_dagster.core.load_lifecycle import ObservedKind, SubmitOutcome
-from kbqe_dagster.core.partitioning import Partitioning
+from kbqe_dagster.core.load.lifecycle import ObservedKind, SubmitOutcome
+from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.resources.bigquery import (
     GoogleBigQueryLoads,
     LoadRequest,

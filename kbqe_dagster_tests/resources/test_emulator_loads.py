@@ -14,7 +14,7 @@ import fastavro
 import pytest
 from google.cloud import bigquery, storage
 
-from kbqe_dagster.core.load_lifecycle import ObservedKind, SubmitOutcome
+from kbqe_dagster.core.load.lifecycle import ObservedKind, SubmitOutcome
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads, LoadRequest

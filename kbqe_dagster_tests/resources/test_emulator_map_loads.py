@@ -16,7 +16,7 @@ import fastavro
 import pytest
 from google.cloud import bigquery, storage
 
-from kbqe_dagster.core.load_lifecycle import ObservedKind, SubmitOutcome
+from kbqe_dagster.core.load.lifecycle import ObservedKind, SubmitOutcome
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads, LoadRequest
 from kbqe_dagster.resources.bigquery.jobs import ROWS_FROM_CREATED_TABLE, ROWS_FROM_DML

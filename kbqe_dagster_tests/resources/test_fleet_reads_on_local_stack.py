@@ -11,9 +11,11 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kbqe_dagster.resources.kafka import (
+from kbqe_dagster.resources.kafka.clients import (
     CLIENT_LOG,
     KafkaSettings,
+)
+from kbqe_dagster.resources.kafka.cluster import (
     first_timestamps_ms,
     watermarks_of,
 )

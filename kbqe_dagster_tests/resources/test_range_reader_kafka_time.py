@@ -4,7 +4,7 @@ the Python path record the same value."""
 
 from __future__ import annotations
 
-from kbqe_dagster.resources.kafka import RangeReader
+from kbqe_dagster.resources.kafka.range_reader import RangeReader
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from kbqe_dagster.resources import kafka
-from kbqe_dagster.resources.kafka import KafkaSettings, watermarks
+from kbqe_dagster.resources.kafka import cluster as kafka
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.kafka.cluster import watermarks
 
 
 class MovingLeader:
@@ -36,14 +37,14 @@ def one_partition(monkeypatch):
 
 def test_not_leader_answers_are_asked_again_until_the_leader_answers(monkeypatch, one_partition):
     consumer = MovingLeader([KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE])
-    monkeypatch.setattr(kafka, "_consumer", lambda settings: consumer)
+    monkeypatch.setattr(kafka, "connected_consumer", lambda settings: consumer)
     [marks] = watermarks(KafkaSettings("127.0.0.1:9"), "orders")
     assert (marks.low, marks.high, consumer.asked) == (3, 42, 3)
 
 
 def test_other_errors_fail_at_once(monkeypatch, one_partition):
     consumer = MovingLeader([KafkaError.TOPIC_AUTHORIZATION_FAILED])
-    monkeypatch.setattr(kafka, "_consumer", lambda settings: consumer)
+    monkeypatch.setattr(kafka, "connected_consumer", lambda settings: consumer)
     with pytest.raises(KafkaException):
         watermarks(KafkaSettings("127.0.0.1:9"), "orders")
     assert consumer.asked == 1
@@ -51,7 +52,7 @@ def test_other_errors_fail_at_once(monkeypatch, one_partition):
 
 def test_a_leader_that_never_comes_back_fails_by_the_timeout(monkeypatch, one_partition):
     consumer = MovingLeader([KafkaError.NOT_LEADER_FOR_PARTITION] * 1000)
-    monkeypatch.setattr(kafka, "_consumer", lambda settings: consumer)
+    monkeypatch.setattr(kafka, "connected_consumer", lambda settings: consumer)
     clock = iter(range(0, 10_000))
     monkeypatch.setattr(kafka.time, "monotonic", lambda: next(clock) * 0.25)
     with pytest.raises(KafkaException):

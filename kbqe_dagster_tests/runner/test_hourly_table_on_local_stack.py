@@ -29,7 +29,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from kbqe_dagster.core.wire import encode_frame
+from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.demo.samples import ORDER_V1, PAGE_VIEW, SampleMessage, produce, register_schemas
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT

@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import dagster as dg
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.resources.kafka import TopicMissing
+from kbqe_dagster.resources.kafka.clients import TopicMissing
 from kbqe_dagster.runner import in_process
 from kbqe_dagster.runner.after_load import JobRun
 from kbqe_dagster.runner.in_process import (

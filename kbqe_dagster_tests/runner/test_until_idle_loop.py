@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.resources.kafka import KafkaReadError
+from kbqe_dagster.resources.kafka.clients import KafkaReadError
 from kbqe_dagster.runner.after_load import AFTER_LOAD_STEPS, AfterLoadResult, TableMerge
 from kbqe_dagster.runner.report import TableCompleteness
 from kbqe_dagster.runner.until_idle import Limits, run_until_idle
@@ -200,7 +200,7 @@ def test_an_error_of_a_system_ends_the_run_with_its_message() -> None:
 
 # --- the after-load extension point ----------------------------------------------------------
 def test_the_only_registered_step_merges_keyed_tables_and_runs_nothing_for_append_topics() -> None:
-    from kbqe_dagster.core.config import parse_pipeline_config
+    from kbqe_dagster.core.config.pipeline import parse_pipeline_config
     from kbqe_dagster.runner.after_load import AfterLoadContext
 
     config = parse_pipeline_config({"version": 1, "topics": [

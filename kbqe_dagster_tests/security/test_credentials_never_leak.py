@@ -22,11 +22,12 @@ from dagster._serdes import serialize_value
 
 from kbqe_dagster import cli
 from kbqe_dagster.core.errors import StageRangeFailed
-from kbqe_dagster.core.offsets import OffsetRange, RangePlan
+from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan
 from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.defs.staging.assets import stage_metadata
 from kbqe_dagster.resources.configurable import KafkaResource, SchemaRegistryResource
-from kbqe_dagster.resources.kafka import CLIENT_LOG, KafkaReadError, KafkaSettings, read_range
+from kbqe_dagster.resources.kafka.clients import CLIENT_LOG, KafkaReadError, KafkaSettings
+from kbqe_dagster.resources.kafka.range_reader import read_range
 from kbqe_dagster.resources.schema_registry import (
     RegistrySettings,
     RegistryUnavailableError,
@@ -187,7 +188,7 @@ def test_kafka_authentication_failure_logs_and_errors_hold_no_credentials(caplog
         seen = broker.wait()
     assert secrets_in(seen.auth_bytes)  # control: the password went to the broker
     out, err = capfd.readouterr()
-    # librdkafka's own log lines go to the kbqe_dagster.kafka logger (resources/kafka.py).
+    # librdkafka's own log lines go to the kbqe_dagster.kafka logger (resources/kafka/cluster.py).
     logged = log_text([r for r in caplog.records if r.name == CLIENT_LOG.name])
     assert "SASL" in logged or "sasl" in logged  # control: the failure was logged
     assert not secrets_in(out + err + error)

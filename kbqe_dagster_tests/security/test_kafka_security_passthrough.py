@@ -17,15 +17,15 @@ import pytest
 from confluent_kafka import KafkaException
 
 from kbqe_dagster.defs.resources import resources_for_environment
-from kbqe_dagster.resources import kafka as kafka_module
+from kbqe_dagster.resources.kafka import clients as kafka_module
 from kbqe_dagster.resources.configurable import KafkaResource
-from kbqe_dagster.resources.kafka import (
+from kbqe_dagster.resources.kafka.clients import (
     CLIENT_LOG,
     KafkaReadError,
     KafkaSettings,
-    read_range,
-    watermarks,
 )
+from kbqe_dagster.resources.kafka.cluster import watermarks
+from kbqe_dagster.resources.kafka.range_reader import read_range
 from kbqe_dagster_tests.security.conftest import KAFKA_SECRET, secrets_in
 from kbqe_dagster_tests.security.fake_broker import SASL_AUTHENTICATE, SASL_HANDSHAKE, FakeBroker
 

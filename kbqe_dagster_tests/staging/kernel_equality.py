@@ -19,11 +19,11 @@ from typing import Any, Mapping, Sequence
 import fastavro
 import pytest
 
-from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.errors import StageRangeFailed
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.resources.kafka import KafkaSettings
-from kbqe_dagster.resources.kafka_native import ConsumedMessage
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.kafka.native_reader import ConsumedMessage
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_class

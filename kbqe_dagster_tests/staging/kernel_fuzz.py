@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from kbqe_dagster.core.config import PipelineConfig, parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
 from kbqe_dagster_tests.staging.avro_fuzz import SchemaFactory, ValueFactory, corruptions, encode, parse
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 from fastavro import reader
 
-from kbqe_dagster.core.commit import is_marker
-from kbqe_dagster.core.naming import parse_listing
+from kbqe_dagster.core.protocol.commit import is_marker
+from kbqe_dagster.core.protocol.naming import parse_listing
 
 
 @dataclass

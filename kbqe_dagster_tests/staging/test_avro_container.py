@@ -14,7 +14,12 @@ import fastavro
 import pytest
 from cramjam import snappy
 
-from kbqe_dagster.core.enrichment import EnrichmentConfig, EnrichmentEncoder, extended_schema, schema_json
+from kbqe_dagster.core.record.enrichment import (
+    EnrichmentConfig,
+    EnrichmentEncoder,
+    extended_schema,
+    schema_json,
+)
 from kbqe_dagster.staging.avro_container import CODECS, AvroContainerWriter
 
 UTC = dt.timezone.utc

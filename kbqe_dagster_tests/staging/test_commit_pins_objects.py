@@ -6,8 +6,8 @@ on a local staging directory."""
 
 from __future__ import annotations
 
-from kbqe_dagster.core.commit import parse_manifest
-from kbqe_dagster.core.naming import DoneFileName, parse_name
+from kbqe_dagster.core.protocol.commit import parse_manifest
+from kbqe_dagster.core.protocol.naming import DoneFileName, parse_name
 from kbqe_dagster_tests.corpus.test_bad_input_corpus import STREAM, run_stager
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kbqe_dagster.core.offsets import StartPolicy
-from kbqe_dagster.resources.kafka import KafkaSettings, PartitionWatermarks, TopicMissing
+from kbqe_dagster.core.protocol.offsets import StartPolicy
+from kbqe_dagster.resources.kafka.clients import KafkaSettings, TopicMissing
+from kbqe_dagster.resources.kafka.cluster import PartitionWatermarks
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 from kbqe_dagster.staging import backlog as backlog_module
 from kbqe_dagster.staging.backlog import fleet_backlog, staging_names_by_topic

@@ -1,4 +1,4 @@
-"""A grouped stage run on the real local stack (core/stage_groups.py): several topics' ranges
+"""A grouped stage run on the real local stack (core/stage_runs/groups.py): several topics' ranges
 staged in **one** Spark job, every message of every topic staged exactly once, a second run
 stages nothing; and two writers racing over the same ranges commit each range once (the
 create-only done files are the writer guard, whatever runs the ranges belong to)."""
@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.stagers import stage_context
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.job import run_stage_group

@@ -13,9 +13,9 @@ from typing import Any
 import fastavro
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
-from kbqe_dagster.core.offsets import OffsetRange
-from kbqe_dagster.resources.kafka import KafkaSettings
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_class

@@ -1,4 +1,4 @@
-"""The native stage kernel's own Kafka reader (resources/kafka_native.py) reads exactly what
+"""The native stage kernel's own Kafka reader (resources/kafka/native_reader.py) reads exactly what
 confluent-kafka's reader reads, on the real local Kafka.
 
 A range is staged three ways — the Python path, the kernel fed by confluent-kafka, the kernel
@@ -16,10 +16,10 @@ import uuid
 
 import pytest
 
-from kbqe_dagster.core.offsets import OffsetRange
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.demo.samples import register_schemas, sample_messages
-from kbqe_dagster.resources.kafka import RangeReader
-from kbqe_dagster.resources.kafka_native import NativeRangeReader, native_range_reader
+from kbqe_dagster.resources.kafka.range_reader import RangeReader
+from kbqe_dagster.resources.kafka.native_reader import NativeRangeReader, native_range_reader
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.native_kernel import kernel_built
 from kbqe_dagster.staging.task import stage_range
@@ -58,7 +58,8 @@ def transactional_topic(local_stack, local_endpoints) -> tuple[DemoTopic, int, i
             producer.abort_transaction(30)
         else:
             producer.commit_transaction(30)
-    from kbqe_dagster.resources.kafka import KafkaSettings, watermarks
+    from kbqe_dagster.resources.kafka.clients import KafkaSettings
+    from kbqe_dagster.resources.kafka.cluster import watermarks
     from kbqe_dagster.resources.schema_registry import RegistrySettings
 
     kafka = KafkaSettings(bootstrap)
@@ -109,7 +110,7 @@ def test_the_native_reader_is_chosen_only_when_it_can_read(transactional_topic):
 def test_a_start_past_the_log_fails_naming_topic_partition_and_offset(transactional_topic, native):
     """``auto.offset.reset: error``: a range that starts where the log has no offset is an
     error of the range (both readers), never a silent restart elsewhere."""
-    from kbqe_dagster.resources.kafka import KafkaReadError
+    from kbqe_dagster.resources.kafka.clients import KafkaReadError
 
     demo, high, _ = transactional_topic
     start = high + 1000

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from kbqe_dagster.core.config import parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import StagingError
-from kbqe_dagster.core.offsets import OffsetRange, RangePlan
-from kbqe_dagster.resources.kafka import KafkaSettings, PartitionWatermarks
+from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.kafka.cluster import PartitionWatermarks
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging import job as job_module

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from kbqe_dagster.resources.kafka import watermarks
+from kbqe_dagster.resources.kafka.cluster import watermarks
 from kbqe_dagster.staging.job import run_stage
 from kbqe_dagster.staging.prepare import prepare_topic
 from kbqe_dagster.staging.task import stage_range

@@ -30,8 +30,9 @@ from datetime import date
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.partitioning import HOUR_KEY_FORMAT, Partitioning, TablesConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.config.sections import DeadLetterDestination
+from kbqe_dagster.core.record.partitioning import HOUR_KEY_FORMAT, Partitioning, TablesConfig
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 
 BIGQUERY_GROUP = "bigquery"
@@ -47,14 +48,14 @@ class Destinations:
     tables: tuple[tuple[str, str], ...]
     """Tables named in the pipeline file, the dead-letter table included."""
     wildcard_datasets: tuple[str, ...]
-    dead_letter: tuple[str, str]
+    dead_letter: DeadLetterDestination
     partition_start: date = DEFAULT_PARTITION_START
     table_settings: TablesConfig = TablesConfig()
     """The ``tables:`` map: which tables (and wildcard datasets) are HOUR-partitioned."""
 
     @classmethod
     def from_config(cls, config: PipelineConfig) -> Destinations:
-        dead = (config.dead_letter.dataset, config.dead_letter.table)
+        dead = config.dead_letter
         named: list[tuple[str, str]] = []
         wild: list[str] = []
         for pattern in config.allowed_destinations.patterns:
@@ -73,7 +74,8 @@ class Destinations:
         # A keyed topic's loads go to its changelog; its current table is merged, not loaded
         # (defs/keyed/assets.py declares it).
         merged = {d for t in config.topics if t.keyed and (d := t.routing.static_destination)}
-        tables = tuple(dict.fromkeys([*(n for n in named if n not in merged), dead]))
+        tables = tuple(dict.fromkeys([*(n for n in named if n not in merged),
+                                      (dead.dataset, dead.table)]))
         return cls(tables, tuple(dict.fromkeys(wild)), dead, start, config.tables)
 
     @property
@@ -90,7 +92,7 @@ class Destinations:
     def partitioning(self, dataset: str, table: str) -> Partitioning:
         """The partitioning of the asset ``dataset.table`` is reported on: its own for a named
         table, its dataset wildcard's for a table under ``dataset.*``."""
-        if (dataset, table) == self.dead_letter:
+        if self.dead_letter.is_table(dataset, table):
             return Partitioning.DAY
         if self.is_wildcard(dataset, table):
             return self.table_settings.partitioning(dataset, "*")
@@ -99,7 +101,7 @@ class Destinations:
     def time_partitions(self, dataset: str, table: str) -> dg.TimeWindowPartitionsDefinition:
         """``table="*"``: of a wildcard dataset's asset."""
         hourly = self.table_settings.partitioning(dataset, table) is Partitioning.HOUR
-        return self.hourly if hourly and (dataset, table) != self.dead_letter else self.daily
+        return self.hourly if hourly and not self.dead_letter.is_table(dataset, table) else self.daily
 
     def time_dimension(self, dataset: str) -> str:
         """The time dimension's name in a wildcard dataset's multi-partitions."""
@@ -149,7 +151,7 @@ def bigquery_specs(destinations: Destinations) -> list[dg.AssetSpec]:
 
 
 def _table_spec(destinations: Destinations, dataset: str, table: str) -> dg.AssetSpec:
-    dead = (dataset, table) == destinations.dead_letter
+    dead = destinations.dead_letter.is_table(dataset, table)
     hourly = destinations.partitioning(dataset, table) is Partitioning.HOUR
     unit = "hour" if hourly else "day"
     what = (

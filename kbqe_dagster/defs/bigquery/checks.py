@@ -24,10 +24,10 @@ from typing import Iterator
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.dead_letters import DEAD_LETTER_PARTITION_FIELD
-from kbqe_dagster.core.load_state import JobStatus, LoadState
-from kbqe_dagster.core.load_checks import (
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.record.partitioning import Partitioning
+from kbqe_dagster.core.load.state import JobStatus, LoadState
+from kbqe_dagster.core.load.checks import (
     NO_QUARANTINED_FILES,
     PENDING_FILES_FRESH,
     ROWS_LOADED,
@@ -37,8 +37,8 @@ from kbqe_dagster.core.load_checks import (
     pending_files_fresh,
     rows_loaded,
 )
-from kbqe_dagster.core.pending import freshness_limit_s
-from kbqe_dagster.core.pending import staging_view
+from kbqe_dagster.core.load.pending import freshness_limit_s
+from kbqe_dagster.core.load.pending import staging_view
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.loading.state_file import StateFile
@@ -116,7 +116,7 @@ def load_checks(destinations: Destinations) -> dg.AssetChecksDefinition:
             tables = _tables_of(check.asset_key, destinations, state, context.instance)
             if check.name == NO_DUPLICATE_OFFSETS:
                 yield duplicate_offsets_result(
-                    check.asset_key, tables, loads, config, destinations,
+                    check.asset_key, tables, loads, config,
                     date.today() - timedelta(days=DUPLICATE_WINDOW_DAYS),
                 )
             elif check.name == NO_QUARANTINED_FILES:
@@ -147,22 +147,15 @@ def duplicate_offsets_result(
     tables: set[tuple[str, str]],
     loads: BigQueryLoads,
     config: PipelineConfig,
-    destinations: Destinations,
     since: date,
 ) -> dg.AssetCheckResult:
     """The duplicate-offset query over ``tables`` for the day partitions since ``since``."""
     found, billed, samples = 0, 0, []
-    enrichment = config.enrichment
     for dataset, table in sorted(tables):
-        hourly = False
-        if (dataset, table) == destinations.dead_letter:
-            columns, day_column = ("topic", "partition", "offset"), DEAD_LETTER_PARTITION_FIELD
-        else:
-            columns = (enrichment.topic_column, enrichment.partition_column,
-                       enrichment.offset_column)
-            # An HOUR table is pruned on its TIMESTAMP partition column.
-            hourly = config.is_hourly(dataset, table)
-            day_column = enrichment.event_hour_column if hourly else enrichment.event_date_column
+        layout = config.table_layout(dataset, table)
+        columns, day_column = layout.offset_columns, layout.partition_column
+        # An HOUR table is pruned on its TIMESTAMP partition column.
+        hourly = layout.partitioning is Partitioning.HOUR
         if loads.table_row_count(dataset, table) is None:
             continue  # not created yet: nothing can be duplicated
         if hourly:

@@ -12,7 +12,7 @@ from typing import Iterator
 import dagster as dg
 
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
-from kbqe_dagster.core.load_checks import (
+from kbqe_dagster.core.load.checks import (
     no_quarantined_files,
     pending_files_fresh,
     rows_loaded,
@@ -135,7 +135,7 @@ def quarantine_evaluations(
 
 
 def notice_events(notices, destinations: Destinations) -> Iterator[dg.AssetObservation]:
-    """A table created, columns added or relaxed (core/notices.py), on the table's asset."""
+    """A table created, columns added or relaxed (core/load/notices.py), on the table's asset."""
     for notice in notices:
         dataset, table = notice.table.split(".", 1)
         key = destinations.asset_key(dataset, table)

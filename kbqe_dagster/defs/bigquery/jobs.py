@@ -19,7 +19,7 @@ from typing import Iterator
 import dagster as dg
 from pydantic import Field
 
-from kbqe_dagster.core.pending import freshness_limit_s
+from kbqe_dagster.core.load.pending import freshness_limit_s
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.bigquery.checks import duplicate_check_keys
 from kbqe_dagster.defs.bigquery.events import load_events, notice_events

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.defs.bigquery.jobs import done_file_retention_job, load_job, poll_load_jobs_job
 
 IN_FLIGHT = [

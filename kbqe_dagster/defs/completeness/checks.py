@@ -1,10 +1,10 @@
 """``day_complete``: a partitioned asset check on every named table asset
 ``bigquery/<dataset>/<table>``, one evaluation per DAY partition; on an HOUR-partitioned
-table (``tables:``, core/partitioning.py) it is ``hour_complete``, one evaluation per HOUR
+table (``tables:``, core/record/partitioning.py) it is ``hour_complete``, one evaluation per HOUR
 partition (key ``YYYY-MM-DDTHH``, UTC), by the same rule with the hour as the unit.
 
 It passes for day D when every Kafka partition feeding the table is staged and loaded past
-D's end plus the lateness (core/completeness.py). ``completeness_sensor`` reports it once for
+D's end plus the lateness (core/completeness/decision.py). ``completeness_sensor`` reports it once for
 each day as it becomes complete, naming the partition's latest load as the materialization
 it judged. (Executed in a run, the check evaluates the run's partition now; Dagster 1.13
 cannot yet give a check-only run a partition key, so the sensor's reports are the way it is
@@ -27,12 +27,12 @@ from typing import Iterator
 
 import dagster as dg
 
-from kbqe_dagster.core.completeness import Period
-from kbqe_dagster.core.partitioning import Partitioning
+from kbqe_dagster.core.completeness.decision import Period
+from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.operations.completeness import CompletenessReport, TableReport, evaluate
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
-from kbqe_dagster.resources.kafka import watermarks_of
+from kbqe_dagster.resources.kafka.cluster import watermarks_of
 
 DAY_COMPLETE = "day_complete"
 HOUR_COMPLETE = "hour_complete"
@@ -41,7 +41,7 @@ CHECK_OP = "completeness_checks"
 
 def checked_tables(destinations: Destinations) -> list[tuple[str, str]]:
     """The tables with a ``day_complete`` check: named tables, not the dead letters."""
-    return [t for t in destinations.tables if t != destinations.dead_letter]
+    return [t for t in destinations.tables if not destinations.dead_letter.is_table(*t)]
 
 
 def check_name(destinations: Destinations, dataset: str, table: str) -> str:

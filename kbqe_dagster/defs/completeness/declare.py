@@ -33,7 +33,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
     AssetCheckEvaluationTargetMaterializationData,
 )
 
-from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.completeness.checks import check_metadata, check_name, checked_tables
 from kbqe_dagster.operations.completeness import CompletenessReport, WatermarkReader, evaluate

@@ -18,7 +18,7 @@ import dagster as dg
 
 from kbqe_dagster.defs.completeness.declare import day_complete_events, declare_complete_days
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
-from kbqe_dagster.resources.kafka import watermarks_of
+from kbqe_dagster.resources.kafka.cluster import watermarks_of
 
 __all__ = ["completeness_sensor", "day_complete_events"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig
 
 KAFKA_GROUP = "kafka"
 

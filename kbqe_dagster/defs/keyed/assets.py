@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.keyed import history_table
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.keyed.contract import history_table
 from kbqe_dagster.keyed.merge import Destination, keyed_destinations
 
 KEYED_GROUP = "keyed"

@@ -1,4 +1,4 @@
-"""Asset checks of the keyed current tables (verdicts: core/keyed_checks.py), runnable on their
+"""Asset checks of the keyed current tables (verdicts: core/keyed/checks.py), runnable on their
 own; the merge job evaluates them after each merge too."""
 
 # No ``from __future__ import annotations``: dagster checks the context's annotation.
@@ -7,8 +7,8 @@ from typing import Iterator
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.keyed_checks import KeyedCheck, check_names, keyed_verdicts
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.keyed.checks import KeyedCheck, check_names, keyed_verdicts
 from kbqe_dagster.defs.bigquery.checks import evaluation, result
 from kbqe_dagster.defs.keyed.assets import table_key
 from kbqe_dagster.keyed.merge import KeyedMerger, check_keyed_tables, keyed_destinations

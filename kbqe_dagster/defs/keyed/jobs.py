@@ -13,7 +13,7 @@ from kbqe_dagster.defs.keyed.assets import table_key
 from kbqe_dagster.defs.keyed.checks import check_evaluations, merger_from
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.keyed.merge import check_keyed_tables, merge_keyed_tables
-from kbqe_dagster.keyed.runner_step import MERGE_JOB, MERGE_OP
+from kbqe_dagster.keyed.merge import MERGE_JOB, MERGE_OP
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
+from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.defs.bigquery.schedules import skipping_schedule
 from kbqe_dagster.defs.keyed.jobs import merge_keyed_tables_job
 from kbqe_dagster.keyed.merge import keyed_destinations

@@ -1,5 +1,5 @@
 """``staging``: the staging area. Materialized by the stage job (one topic, or a group of
-topics, per run: core/stage_groups.py), observed by ``staging_observation_sensor`` (pending
+topics, per run: core/stage_runs/groups.py), observed by ``staging_observation_sensor`` (pending
 files, bytes, oldest age, next offsets).
 
 No ``from __future__ import annotations`` here: Dagster reads the config and resource
@@ -11,7 +11,7 @@ from collections import Counter
 import dagster as dg
 
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.naming import STAGING_ASSET
+from kbqe_dagster.core.protocol.naming import STAGING_ASSET
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
 from kbqe_dagster.defs.staging.claims import yielded_to_older_runs
 from kbqe_dagster.defs.staging.tags import (  # noqa: F401 - the tags' long-standing home
@@ -27,7 +27,7 @@ from kbqe_dagster.resources.configurable import (
     SchemaRegistryResource,
     StagingResource,
 )
-from kbqe_dagster.resources.kafka import TopicMissing
+from kbqe_dagster.resources.kafka.clients import TopicMissing
 from kbqe_dagster.resources.spark import LazySparkContextResource
 from kbqe_dagster.stagers import stage_context
 from kbqe_dagster.staging.job import StageSummary, run_stage_group

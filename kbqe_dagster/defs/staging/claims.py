@@ -1,6 +1,6 @@
 """Which topics the stage runs in flight hold, read from the run storage in one query: the
 sensor skips them, and a stage run leaves to an older run in flight the topics they share
-(core/stage_groups.py ``yielded_topics``: one run prepares a topic at a time)."""
+(core/stage_runs/groups.py ``yielded_topics``: one run prepares a topic at a time)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Iterable
 
 import dagster as dg
 
-from kbqe_dagster.core.stage_groups import split_topics, yielded_topics
+from kbqe_dagster.core.stage_runs.groups import split_topics, yielded_topics
 from kbqe_dagster.defs.staging.tags import TOPIC_TAG, TOPICS_TAG
 
 STAGE_JOB = "stage_job"

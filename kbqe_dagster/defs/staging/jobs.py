@@ -1,5 +1,5 @@
 """``stage_job``: materialize ``staging`` for one topic or a group of topics (run config
-``topic`` or ``topics``; core/stage_groups.py), and the run config and tags of one run."""
+``topic`` or ``topics``; core/stage_runs/groups.py), and the run config and tags of one run."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Sequence
 
 import dagster as dg
 
-from kbqe_dagster.core.stage_decision import from_offsets
-from kbqe_dagster.core.stage_groups import StageGroup, join_topics
+from kbqe_dagster.core.stage_runs.due import from_offsets
+from kbqe_dagster.core.stage_runs.groups import StageGroup, join_topics
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.defs.staging.tags import (
     FROM_OFFSETS_TAG,

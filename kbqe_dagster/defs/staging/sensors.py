@@ -1,10 +1,10 @@
 """Sensors of the stage side.
 
 ``kafka_backlog_sensor`` observes every topic — listed, or found in Kafka by the pipeline's
-``topic_patterns`` at this tick (core/discovery.py) — (end offsets, staged offsets, lag per
+``topic_patterns`` at this tick (core/config/discovery.py) — (end offsets, staged offsets, lag per
 partition → observations on ``kafka/<topic>``) and launches stage runs for the topics whose
 backlog reaches ``max_messages_per_batch`` or whose oldest unstaged message is older than
-``allowed_latency``; due topics share runs (core/stage_groups.py). A configured topic Kafka
+``allowed_latency``; due topics share runs (core/stage_runs/groups.py). A configured topic Kafka
 does not hold (not created yet, or deleted) is a normal state, not an error: the tick skips it
 with a one-line reason naming it (the tick's skip reason when nothing else is launched), records
 ``missing`` on ``kafka/<topic>`` and serves the other topics.
@@ -29,21 +29,22 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from kbqe_dagster.core.config import PipelineConfig
-from kbqe_dagster.core.pending import staging_view
-from kbqe_dagster.core.stage_decision import from_offsets, stage_due
-from kbqe_dagster.core.stage_groups import DueTopic, StageGroup, group_due_topics
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.load.pending import staging_view
+from kbqe_dagster.core.stage_runs.due import from_offsets, stage_due
+from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup, group_due_topics
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
 from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, GROUP_TAG, STAGING_KEY, TOPIC_TAG
 from kbqe_dagster.defs.staging.claims import topics_in_flight
 from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_job, stage_tags
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
-from kbqe_dagster.resources.kafka import TopicMissing, discover_topics
+from kbqe_dagster.resources.kafka.clients import TopicMissing
+from kbqe_dagster.resources.kafka.cluster import discover_topics
 from kbqe_dagster.staging.backlog import TopicBacklog, fleet_backlog
 
 def stage_decision(config: PipelineConfig, backlog: TopicBacklog, now_ms: int) -> str | None:
-    """Why a stage run is due for this topic (core/stage_decision.py), or None."""
+    """Why a stage run is due for this topic (core/stage_runs/due.py), or None."""
     return stage_due(config.topic(backlog.topic).staging, backlog.lag,
                      backlog.oldest_unstaged_ms, now_ms)
 
@@ -158,7 +159,7 @@ def kafka_backlog_sensor(
 def staging_observation_sensor(
     context: dg.SensorEvaluationContext, staging: StagingResource
 ) -> dg.SensorResult:
-    """Record what waits in the staging area (core/pending.py): pending files, their bytes and
+    """Record what waits in the staging area (core/load/pending.py): pending files, their bytes and
     the oldest one's age, as the freshness check and the health judge them."""
     store = staging.store()
     view = staging_view(store.list(), StateFile(store).read(), datetime.now(timezone.utc))

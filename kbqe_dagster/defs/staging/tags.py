@@ -4,7 +4,7 @@
 TOPIC_TAG = "kbqe/topic"
 """The topic of a single-topic stage run."""
 TOPICS_TAG = "kbqe/topics"
-"""The topics of a grouped stage run, comma-separated (core/stage_groups.py)."""
+"""The topics of a grouped stage run, comma-separated (core/stage_runs/groups.py)."""
 GROUP_TAG = "kbqe/stage_group"
 """A grouped run's digest of its topics and start offsets: earlier runs of the same group."""
 FROM_OFFSETS_TAG = "kbqe/from_offsets"

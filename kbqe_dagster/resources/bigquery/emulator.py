@@ -39,7 +39,7 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from kbqe_dagster.core.load_lifecycle import ObservedJob, ObservedKind, classify_submit
+from kbqe_dagster.core.load.lifecycle import ObservedJob, ObservedKind, classify_submit
 from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
 from kbqe_dagster.resources.bigquery.jobs import (
     ROWS_FROM_DML,

@@ -13,13 +13,13 @@ import logging
 from datetime import date
 from typing import Any, Sequence
 
-from kbqe_dagster.core.load_lifecycle import (
+from kbqe_dagster.core.load.lifecycle import (
     ObservedJob,
     ObservedKind,
     SubmitOutcome,
     classify_submit,
 )
-from kbqe_dagster.core.notices import Column
+from kbqe_dagster.core.load.notices import Column
 from kbqe_dagster.resources.bigquery.jobs import (
     PIPELINE_LABEL,
     ROWS_FROM_JOB,

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Mapping, Protocol, Sequence
 
-from kbqe_dagster.core.load_lifecycle import ObservedJob, SubmitOutcome
-from kbqe_dagster.core.notices import Column
-from kbqe_dagster.core.partitioning import Partitioning
+from kbqe_dagster.core.load.lifecycle import ObservedJob, SubmitOutcome
+from kbqe_dagster.core.load.notices import Column
+from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
 PIPELINE_LABEL = "kbqe_dagster"
@@ -47,7 +47,7 @@ class LoadRequest:
     """Clustering of a table this load creates (a keyed changelog: by partition and offset,
     so that the MERGE's offset ranges prune blocks)."""
     partitioning: Partitioning = Partitioning.DAY
-    """The unit of the table's time partitions (core/partitioning.py)."""
+    """The unit of the table's time partitions (core/record/partitioning.py)."""
 
 
 @dataclass(frozen=True)

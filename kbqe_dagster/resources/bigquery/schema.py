@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbqe_dagster.core.avro_names import full_name
+from kbqe_dagster.core.formats.avro_names import full_name
 from kbqe_dagster.core.errors import LoadError
 
 _PRIMITIVES = {

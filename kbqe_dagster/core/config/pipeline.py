@@ -1,0 +1,409 @@
+"""The pipeline configuration: one YAML file, validated into frozen dataclasses (DESIGN.md §6).
+
+Connections (Kafka, registry, GCS, BigQuery, Spark) are not here: they are Dagster resources
+configured from the environment. This file says *what* flows where. Layout (every key
+optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
+
+    version: 1
+    topics:                          # at least one topic or one topic pattern
+      - name: com.acme.events        # required
+        routing: {...}               # RoutingConfig keys (core/record/routing.py); default mode fields
+        destinations: [...]          # instead of routing: several tables, each with its own
+                                     # routing, transforms and projection (core/transforms/destinations.py)
+        event_time: {...}            # EventTimeConfig keys (core/record/event_time.py)
+        on_bad_input: dead_letter    # dead_letter | skip | fail
+        staging: {...}               # StagingSettings keys, overriding the pipeline's
+        format: avro                 # avro | debezium (change events; needs keyed) | json |
+                                     # json_schema (framed JSON, registry JSON Schema) |
+                                     # protobuf (framed Protobuf, registry .proto) |
+                                     # decoder (with decoder: "package.module:function")
+        keyed: {...}                 # KeyedConfig keys (core/keyed/contract.py): a keyed destination
+        transforms: [...]            # per-record transforms (core/transforms/specs.py)
+        completeness: {...}          # CompletenessSettings keys, overriding the pipeline's
+    topic_patterns:                  # topics discovered in Kafka (core/config/discovery.py)
+      - match: 'shop[.].*'           # required: a regex over the whole topic name
+        exclude: ['shop[.]tmp[.].*'] # names this pattern does not take
+        include_internal: false      # let internal topics (_*, Connect's) match
+        routing: {mode: static, dataset: shop, table: "{topic}"}   # any topics[] key but
+                                     # name; {topic}: the name, dots as underscores
+    allowed_destinations: [acme_sales.*, acme_web.page_views]
+    event_time: {...}                # defaults for every topic's event_time, key by key
+    on_bad_input: dead_letter        # default for every topic
+    staging: {...}                   # StagingSettings for every topic
+    stage_runs: {max_topics_per_run: 50}   # how due topics share runs (core/stage_runs/groups.py)
+    completeness: {basis: kafka_time, lateness: 5m}   # when a DAY partition is complete
+    tables:                          # per destination table (core/record/partitioning.py)
+      acme_web.*: {partitioning: hour}   # HOUR partitions; dataset.table wins over dataset.*
+    dead_letter: {dataset: kbqe_dead_letters, table: dead_letters}
+    enrichment: {...}
+    load: {...}
+    retention: {...}
+    notifications: {webhook_url: https://hooks.example/...}   # schema and table notices
+
+Rules worth knowing: a listed topic always wins over ``topic_patterns``; otherwise the first
+matching pattern does (core/config/discovery.py has every rule). ``event_time``, ``staging``,
+``completeness`` and ``on_bad_input`` at the top level are defaults a topic overrides key by
+key. A ``static`` route's table, a static destination's included, is implicitly allowed (it is
+declared right there); every other destination must match ``allowed_destinations``. Routing
+keys that the chosen mode does not read are errors, not silently ignored. Unknown keys are
+errors with a did-you-mean; all problems are reported together in one :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from kbqe_dagster.core import config_reader as r
+from kbqe_dagster.core.completeness.decision import COMPLETENESS_SPEC, CompletenessSettings
+from kbqe_dagster.core.config.sections import (
+    DEAD_LETTER_SPEC,
+    ENRICHMENT_SPEC,
+    EVENT_TIME_SPEC,
+    LOAD_SPEC,
+    NOTIFICATION_SPEC,
+    RETENTION_SPEC,
+    STAGING_SPEC,
+    BadInputPolicy,
+    DeadLetterDestination,
+    LoadSettings,
+    NotificationSettings,
+    RetentionSettings,
+    StagingSettings,
+    cadence_quota_verdict,
+    jobs_per_table_per_day,
+)
+from kbqe_dagster.core.config.topics import (
+    BAD_INPUT_POLICY,
+    PATTERN_TOPIC_KEYS,
+    TopicConfig,
+    TopicDefaults,
+    read_topic,
+    read_topics,
+)
+from kbqe_dagster.core.config.table_layout import TableLayout, table_layout
+from kbqe_dagster.core.config.discovery import (
+    TopicPattern,
+    internal_topics,
+    pattern_for,
+    read_topic_patterns,
+    resolve_topics,
+)
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig
+from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.core.keyed.contract import changelog_table
+from kbqe_dagster.core.protocol.offsets import MARKER_DATASET
+from kbqe_dagster.core.record.partitioning import Partitioning, TablesConfig, read_tables
+from kbqe_dagster.core.record.routing import AllowList, Router, allow_pattern_problem
+from kbqe_dagster.core.config.sections import STAGE_RUNS_SPEC, StageRunSettings
+
+__all__ = [
+    "BadInputPolicy",
+    "DeadLetterDestination",
+    "EnrichmentConfig",
+    "LoadSettings",
+    "PipelineConfig",
+    "RetentionSettings",
+    "StagingSettings",
+    "TopicConfig",
+    "TopicPattern",
+    "jobs_per_table_per_day",
+    "load_pipeline_config",
+    "parse_pipeline_config",
+    "parse_pipeline_text",
+]
+
+log = logging.getLogger(__name__)
+
+CONFIG_VERSION = 1
+_TOP_KEYS = (
+    "version", "topics", "topic_patterns", "allowed_destinations", "event_time", "on_bad_input",
+    "staging", "dead_letter", "enrichment", "load", "retention", "notifications", "completeness",
+    "tables", "stage_runs",
+)  # fmt: skip
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The validated pipeline file."""
+
+    topics: tuple[TopicConfig, ...]
+    """Source topics: the listed ones in file order, then (after :meth:`discover`) the topics
+    found in Kafka by ``topic_patterns``, by name. At least one topic or one pattern."""
+    allowed_destinations: AllowList
+    """Explicit ``allowed_destinations`` plus every static route's table. Default: empty."""
+    dead_letter: DeadLetterDestination = field(default_factory=DeadLetterDestination)
+    """The dead-letter table. Default ``kbqe_dead_letters.dead_letters``."""
+    enrichment: EnrichmentConfig = field(default_factory=EnrichmentConfig)
+    """Columns added to every record (core/record/enrichment.py documents each and its default)."""
+    load: LoadSettings = field(default_factory=LoadSettings)
+    """The BigQuery load coordinator's settings."""
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    """Staging-area housekeeping."""
+    notifications: NotificationSettings = field(default_factory=NotificationSettings)
+    """Where schema and table notices are posted (besides Dagster and the log)."""
+    source: str = "<config>"
+    """Where the configuration was read from, for messages."""
+    warnings: tuple[str, ...] = ()
+    """Accepted but risky settings (also logged once when parsed)."""
+    topic_patterns: tuple[TopicPattern, ...] = ()
+    """Topics taken from Kafka by name pattern (core/config/discovery.py); listed topics win."""
+    tables: TablesConfig = field(default_factory=TablesConfig)
+    """Per destination table (``dataset.table`` or ``dataset.*``): its partitioning, DAY by
+    default or HOUR (core/record/partitioning.py)."""
+    stage_runs: StageRunSettings = field(default_factory=StageRunSettings)
+    """How due topics share stage runs (core/stage_runs/groups.py)."""
+
+    def partitioning(self, dataset: str, table: str) -> Partitioning:
+        """The time partitioning of ``dataset.table``: DAY unless ``tables:`` says HOUR."""
+        return self.tables.partitioning(dataset, table)
+
+    def is_hourly(self, dataset: str, table: str) -> bool:
+        return self.tables.is_hourly(dataset, table)
+
+    def is_dead_letter_table(self, dataset: str, table: str) -> bool:
+        """Whether ``dataset.table`` is the dead-letter table (``dead_letter:``)."""
+        return self.dead_letter.is_table(dataset, table)
+
+    def table_layout(self, dataset: str, table: str) -> TableLayout:
+        """How ``dataset.table`` is laid out in BigQuery: partitioning and its column,
+        clustering, offset columns (core/config/table_layout.py)."""
+        return table_layout(self.enrichment, self.partitioning(dataset, table),
+                            dead_letter=self.is_dead_letter_table(dataset, table),
+                            changelog=self.is_changelog_table(dataset, table))
+
+    def topic_may_write_hourly(self, topic: str) -> bool:
+        """Whether any destination ``topic`` may write is HOUR-partitioned: its static table,
+        or (routing that names tables per record) any HOUR table of the file at all."""
+        if not self.tables.any_hourly:
+            return False
+        static = self.topic(topic).routing.static_destination
+        return self.is_hourly(*static) if static is not None else True
+
+    @property
+    def topic_names(self) -> tuple[str, ...]:
+        return tuple(topic.name for topic in self.topics)
+
+    @property
+    def changelog_tables(self) -> frozenset[tuple[str, str]]:
+        """``(dataset, table)`` of every keyed topic's changelog (core/keyed/contract.py)."""
+        return frozenset(
+            (d.dataset, changelog_table(d.table))
+            for t in self.topics if t.keyed and (d := t.routing.static_destination)
+        )
+
+    def is_changelog_table(self, dataset: str, table: str) -> bool:
+        """Whether ``dataset.table`` is a keyed topic's changelog: of a topic of
+        :attr:`topics`, or of one a keyed pattern may take (a topic created since the
+        topics were discovered still gets its changelog clustered from its first load)."""
+        return (dataset, table) in self.changelog_tables or any(
+            p.makes_changelog(dataset, table) for p in self.topic_patterns)
+
+    def topic(self, name: str) -> TopicConfig:
+        """The configuration of topic ``name``: listed or discovered, else resolved through
+        ``topic_patterns`` — so a stage run of a topic created after this configuration was
+        discovered still finds its settings."""
+        for topic in self.topics:
+            if topic.name == name:
+                return topic
+        pattern = pattern_for(self.topic_patterns, name, name in internal_topics([name]))
+        if pattern is not None:
+            return pattern.topic_config(name)
+        patterns = " and matches no topic_patterns" if self.topic_patterns else ""
+        raise ConfigError(f"{self.source}: topic {name!r} is not configured{patterns}")
+
+    def key_path(self, name: str) -> str:
+        """Where topic ``name``'s settings are in the file, for messages: ``topics[i]`` for a
+        listed topic, ``topic_patterns[j]`` for one a pattern takes (discovered or not)."""
+        for i, topic in enumerate(self.topics):
+            if topic.name == name and topic.pattern is None:
+                return f"topics[{i}]"
+        pattern = pattern_for(self.topic_patterns, name, name in internal_topics([name]))
+        if pattern is not None:
+            return f"topic_patterns[{pattern.index}]"
+        raise ConfigError(f"{self.source}: topic {name!r} is not configured")
+
+    def discover(self, names: Iterable[str]) -> PipelineConfig:
+        """This configuration with the topics of ``names`` (the topics Kafka holds) that
+        ``topic_patterns`` take added to :attr:`topics`, and their static tables to the
+        allow-list (a pattern's static route is declared right there, like a listed one's).
+        Apply it to a configuration as parsed; without patterns it returns ``self``."""
+        if not self.topic_patterns:
+            return self
+        listed = tuple(t for t in self.topics if t.pattern is None)
+        topics = resolve_topics(listed, self.topic_patterns, names)
+        found = [(t, d) for t in topics
+                 if t.pattern is not None and (d := t.routing.static_destination)]
+        statics = tuple(f"{d.dataset}.{d.table}" for _, d in found)
+        # A keyed topic's loads go to its changelog table, declared with it (as in parsing).
+        statics += tuple(f"{d.dataset}.{changelog_table(d.table)}" for t, d in found if t.keyed)
+        allowed = AllowList(tuple(dict.fromkeys(self.allowed_destinations.patterns + statics)))
+        return replace(self, topics=topics, allowed_destinations=allowed)
+
+    def router(self, topic: str) -> Router:
+        """A router for ``topic`` (imports a routing function, so build once per task)."""
+        config = self.topic(topic)
+        allowed = self.allowed_destinations
+        static = config.routing.static_destination
+        if static is not None and not allowed.allows(static.dataset, static.table):
+            # A topic resolved through a pattern, not discovered yet: its static table is
+            # declared by the pattern, as discover() would have allowed it.
+            allowed = AllowList(allowed.patterns + (f"{static.dataset}.{static.table}",))
+        return Router(config.routing, allowed)
+
+
+def load_pipeline_config(path: str | Path) -> PipelineConfig:
+    """Read and validate the pipeline YAML file at ``path``."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{source}: cannot read the pipeline configuration: {error}") from error
+    return parse_pipeline_text(text, source=source)
+
+
+def parse_pipeline_text(text: str, source: str = "<config>") -> PipelineConfig:
+    """Validate the text of a pipeline YAML file."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{source}: not valid YAML: {error}") from error
+    return parse_pipeline_config(raw, source=source)
+
+
+def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
+    """Validate a parsed YAML document; raises one :class:`ConfigError` listing every problem."""
+    problems = r.Problems()
+    top = r.read_section(raw, "", {key: r.identity for key in _TOP_KEYS}, problems)
+    if "version" in top and top["version"] != CONFIG_VERSION:
+        problems.add("version", f"expected {CONFIG_VERSION}, got {r.describe(top['version'])}")
+    allowed = _allow_list(top, problems)
+    defaults = TopicDefaults(
+        event_time=r.read_section(top.get("event_time"), "event_time", EVENT_TIME_SPEC, problems),
+        on_bad_input=r.read_value(
+            top, "on_bad_input", BAD_INPUT_POLICY, BadInputPolicy.DEAD_LETTER, problems
+        ),
+        staging=r.build_section(StagingSettings(), top.get("staging"), "staging", STAGING_SPEC, problems),
+        completeness=r.build_section(
+            CompletenessSettings(), top.get("completeness"), "completeness", COMPLETENESS_SPEC,
+            problems,
+        ),
+        base_dir=Path(source).parent if source != "<config>" else None,
+    )
+    dead_letter = r.build_section(
+        DeadLetterDestination(), top.get("dead_letter"), "dead_letter", DEAD_LETTER_SPEC, problems
+    )
+    patterns = read_topic_patterns(
+        top.get("topic_patterns"), PATTERN_TOPIC_KEYS, dead_letter.dataset, problems,
+        build_topic=lambda section, path: read_topic(section, path, defaults, allowed, problems),
+    )
+    topics = read_topics(top.get("topics"), defaults, allowed, dead_letter, problems,
+                     required=not patterns and "topic_patterns" not in top)
+    enrichment = r.build_section(
+        EnrichmentConfig(), top.get("enrichment"), "enrichment", ENRICHMENT_SPEC, problems
+    )
+    load = r.build_section(LoadSettings(), top.get("load"), "load", LOAD_SPEC, problems)
+    retention = r.build_section(
+        RetentionSettings(), top.get("retention"), "retention", RETENTION_SPEC, problems
+    )
+    notifications = r.build_section(
+        NotificationSettings(), top.get("notifications"), "notifications", NOTIFICATION_SPEC,
+        problems,
+    )
+    tables = read_tables(top.get("tables"), problems)
+    _check_tables(tables, allowed, topics, patterns, dead_letter, problems)
+    stage_runs = r.build_section(
+        StageRunSettings(), top.get("stage_runs"), "stage_runs", STAGE_RUNS_SPEC, problems
+    )
+    if allowed.allows(dead_letter.dataset, dead_letter.table):
+        problems.add(
+            "allowed_destinations",
+            f"covers the dead-letter table {dead_letter.dataset}.{dead_letter.table}: "
+            "messages must not be routed into it",
+        )
+    error, warning = cadence_quota_verdict(load.cadence)
+    if error:
+        problems.add("load.cadence", error)
+    warnings = (f"load.cadence {warning}",) if warning else ()
+    if problems:
+        listed = "\n".join(f"  - {item}" for item in problems.items)
+        raise ConfigError(f"{source}: {len(problems.items)} problem(s):\n{listed}")
+    statics = tuple(f"{d.dataset}.{d.table}" for t in topics for d in t.static_destinations)
+    # A keyed topic's loads go to its changelog table (core/keyed/contract.py), declared with it.
+    statics += tuple(
+        f"{d.dataset}.{changelog_table(d.table)}"
+        for t in topics if t.keyed and (d := t.routing.static_destination)
+    )
+    for warning in warnings:
+        log.warning("%s: %s", source, warning)
+    return PipelineConfig(
+        topics=topics,
+        allowed_destinations=AllowList(tuple(dict.fromkeys(allowed.patterns + statics))),
+        dead_letter=dead_letter,
+        enrichment=enrichment,
+        load=load,
+        retention=retention,
+        notifications=notifications,
+        source=source,
+        warnings=warnings,
+        topic_patterns=patterns,
+        tables=tables,
+        stage_runs=stage_runs,
+    )
+
+
+def _check_tables(
+    tables: TablesConfig, allowed: AllowList, topics: tuple[TopicConfig, ...],
+    patterns: tuple[TopicPattern, ...], dead_letter: DeadLetterDestination, problems: r.Problems,
+) -> None:  # fmt: skip
+    """Every ``tables:`` key names a destination the pipeline writes, and no HOUR key covers
+    a table that must stay DAY (the dead letters; keyed topics' tables)."""
+    # Static routes declare their tables: (dataset, table) -> (who, keyed); a pattern's
+    # templated table may be any table of its dataset.
+    statics = {d: (repr(t.name), t.keyed is not None)
+               for t in topics if (d := t.routing.static_destination) is not None}
+    templated: dict[str, tuple[str, bool]] = {}
+    for p in patterns:
+        if (d := p.prototype.routing.static_destination) is None:
+            continue
+        who = (p.where, p.prototype.keyed is not None)
+        if p.table_template is None:
+            statics.setdefault(d, who)
+        else:
+            templated.setdefault(d.dataset, who)
+    wild = {p.split(".")[0] for p in allowed.patterns if p.endswith(".*")}
+    for key, settings in tables.settings.items():
+        dataset, table = key.split(".")
+        if table == "*":
+            if dataset not in wild and dataset not in templated:
+                problems.add(f"tables.{key}", f"dataset.* needs the allow-list entry {key!r}")
+        elif not allowed.allows(dataset, table) and (dataset, table) not in statics \
+                and dataset not in templated \
+                and not dead_letter.is_table(dataset, table):
+            problems.add(f"tables.{key}", "not a destination of this pipeline (not in "
+                         "allowed_destinations and no static route names it)")
+        if settings.partitioning is not Partitioning.HOUR:
+            continue
+        if dataset == dead_letter.dataset and table in ("*", dead_letter.table):
+            problems.add(f"tables.{key}.partitioning", "the dead-letter table is DAY-partitioned "
+                         "on its staging date")
+        keyed = [who for (ds, tb), (who, is_keyed) in statics.items()
+                 if is_keyed and ds == dataset and table in ("*", tb, changelog_table(tb))]
+        if templated.get(dataset, ("", False))[1]:
+            keyed.append(templated[dataset][0])
+        for who in keyed[:1]:
+            problems.add(f"tables.{key}.partitioning", f"covers the tables of keyed topic {who}: "
+                         "keyed tables are DAY-partitioned (the MERGE prunes by date)")
+
+
+# --- sections ----------------------------------------------------------------------------------
+_PATTERNS = r.list_of(r.checked(r.string, allow_pattern_problem))
+
+
+def _allow_list(top: Mapping[str, Any], problems: r.Problems) -> AllowList:
+    patterns = r.read_value(top, "allowed_destinations", _PATTERNS, (), problems)
+    if any(p.split(".")[0] == MARKER_DATASET for p in patterns):
+        problems.add("allowed_destinations", f"dataset {MARKER_DATASET!r} is reserved for markers")
+    return AllowList(patterns)

@@ -1,0 +1,51 @@
+"""A destination table's layout in BigQuery, decided in one place: its time partitioning and
+the column it partitions on, its clustering, the columns that name a message's offset, and
+whether it is the dead-letter table (DESIGN.md §4).
+
+The dead-letter table differs from every other: DAY partitions on its staging date, whatever
+``tables:`` says, and its own topic/partition/offset columns. A keyed topic's changelog is
+clustered by Kafka partition and offset (its MERGE reads offset ranges). The load coordinator
+creates tables with this layout (loading/coordinator.py) and the duplicate-offset check prunes
+and matches on it (defs/bigquery/checks.py), so the two can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_PARTITION_FIELD
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig
+from kbqe_dagster.core.record.partitioning import Partitioning
+
+DEAD_LETTER_OFFSET_COLUMNS = ("topic", "partition", "offset")
+"""Where a dead letter came from: fields of the dead-letter schema (core/record/dead_letters.py)."""
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """How one destination table is laid out (:meth:`PipelineConfig.table_layout`)."""
+
+    partitioning: Partitioning
+    partition_column: str
+    """The column BigQuery partitions on: the staging date for dead letters, else the event
+    hour (HOUR tables) or the event date."""
+    clustering: tuple[str, ...]
+    """Clustering columns: Kafka partition and offset for a changelog, else none."""
+    offset_columns: tuple[str, str, str]
+    """The columns naming a row's topic, partition and offset: a message's identity."""
+    dead_letter: bool
+    """The dead-letter table."""
+
+
+def table_layout(enrichment: EnrichmentConfig, partitioning: Partitioning, *, dead_letter: bool,
+                 changelog: bool) -> TableLayout:
+    """The layout of a table with ``partitioning`` under ``tables:``."""
+    if dead_letter:
+        partitioning, column, offsets = (Partitioning.DAY, DEAD_LETTER_PARTITION_FIELD,
+                                         DEAD_LETTER_OFFSET_COLUMNS)
+    else:
+        column = (enrichment.event_hour_column if partitioning is Partitioning.HOUR
+                  else enrichment.event_date_column)
+        offsets = (enrichment.topic_column, enrichment.partition_column, enrichment.offset_column)
+    clustering = (enrichment.partition_column, enrichment.offset_column) if changelog else ()
+    return TableLayout(partitioning, column, clustering, offsets, dead_letter)

@@ -1,0 +1,107 @@
+"""Keyed destinations: the contract between the stage side and the merge side.
+
+A keyed topic (``keyed:`` in the pipeline file, usually with ``format: debezium``) lands in three
+BigQuery objects for its destination ``D.T``:
+
+* ``D.T_changelog`` — one row per change message, loaded with free batch load jobs exactly like an
+  append table. Its layout is **flat and the same for every source format**: the usual
+  enrichment columns (``_event_date``, ``_kafka_topic``, ``_kafka_partition``,
+  ``_kafka_offset``, ...), then :data:`OP_COLUMN`, :data:`VERSION_COLUMN`,
+  :data:`DELETED_COLUMN`, then the row fields (the Debezium ``after`` image, or ``before`` for a
+  delete; the record itself for plain keyed topics), so that a field added to the source row
+  later is appended at the end. All the format-specific work happens at stage time, so the MERGE
+  and the history see one shape.
+* ``D.T`` — the current state, one row per key, maintained by an idempotent MERGE from the
+  changelog rows the finished load jobs added.
+* ``D.T_history`` — SCD type II, one row per version, when ``history: true``.
+
+**The order of one key's events** is ``(version, kafka partition, kafka offset)`` compared
+lexicographically; the greatest wins (spelled out in SQL by ``keyed/merge_sql.newer``). Equal versions within a partition are
+decided by the offset (Debezium keeps one key's changes in order in its partition); equal versions
+across partitions by the partition number, deterministically. Events of a key with the same version
+collapse into one version, the winner.
+
+Kafka tombstones (null values) are neither bad input nor changes in keyed mode: they are counted,
+never staged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from kbqe_dagster.core import config_reader as r
+from kbqe_dagster.core.formats.source_format import SourceFormat
+
+__all__ = ["DeleteMode", "KeyedConfig", "SourceFormat", "changelog_table", "history_table"]
+
+OP_COLUMN = "_op"
+"""``c`` (create), ``r`` (snapshot read), ``u`` (update) or ``d`` (delete), as Debezium writes it."""
+VERSION_COLUMN = "_source_ts_ms"
+"""INT64 epoch milliseconds: Debezium's ``source.ts_ms``, or a plain keyed topic's ``version``."""
+DELETED_COLUMN = "_deleted"
+"""BOOL: this event deletes its key."""
+CHANGE_COLUMNS = (OP_COLUMN, VERSION_COLUMN, DELETED_COLUMN)
+
+CHANGELOG_SUFFIX = "_changelog"
+HISTORY_SUFFIX = "_history"
+"""``D.T`` is fed by ``D.T_changelog``; its SCD type II history is ``D.T_history``."""
+
+
+class DeleteMode(str, Enum):
+    SOFT = "soft"
+    """A deleted key keeps its last values (the before image) with ``_deleted = true``."""
+    HARD = "hard"
+    """A deleted key has no row in the current table."""
+
+
+@dataclass(frozen=True)
+class KeyedConfig:
+    """A topic's ``keyed:`` section, defaults applied."""
+
+    key: tuple[str, ...] = ()
+    """Row fields that identify a row. Empty with ``format: debezium``: the fields of the Kafka
+    key's schema."""
+    deletes: DeleteMode = DeleteMode.SOFT
+    """``soft``: a deleted key keeps its last values with ``_deleted = true``; ``hard``: it has
+    no row in the current table."""
+    history: bool = False
+    """Also maintain the SCD type II ``<table>_history``."""
+    version: str | None = None
+    """Plain keyed topics: the field path (timestamp or long) that orders a key's versions."""
+    delete_field: str | None = None
+    """Plain keyed topics: an optional boolean field meaning "this key is deleted"."""
+    merge_every: int = 1
+    """Merge the current table every N load cycles (1: after every cycle)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", tuple(self.key))
+        object.__setattr__(self, "deletes", DeleteMode(self.deletes))
+        if self.merge_every < 1:
+            raise ValueError(f"merge_every must be at least 1, got {self.merge_every}")
+
+
+KEYED_SPEC: dict[str, r.Converter] = {
+    "key": r.list_of(r.string, non_empty=True),
+    "deletes": r.choice(DeleteMode),
+    "history": r.boolean,
+    "version": r.string,
+    "delete_field": r.string,
+    "merge_every": r.integer(minimum=1),
+}
+"""How each key of a topic's ``keyed:`` section is read (core/config/pipeline.py adds the rules that
+involve the topic: its format, routing and the dead-letter table)."""
+
+DEBEZIUM_EVENT_TIME_FIELDS = ("source.ts_ms", "__source_ts_ms")
+"""A Debezium topic's event date, unless its ``event_time.fields`` say otherwise: the change's
+``source.ts_ms`` (the envelope) or ``__source_ts_ms`` (ExtractNewRecordState), in UTC."""
+
+
+def changelog_table(table: str) -> str:
+    """The table a keyed destination's changes are loaded into."""
+    return table + CHANGELOG_SUFFIX
+
+
+def history_table(table: str) -> str:
+    return table + HISTORY_SUFFIX
+

@@ -1,0 +1,130 @@
+"""A destination table's time partitioning: DAY (the default) or HOUR, under ``tables:``.
+
+**Where it lives, and why there.** Partitioning is a property of a *table*, not of a topic:
+one topic may route to many tables (``fields``, ``schema_name``, ``function`` routing), and
+one table may be fed by many topics. The pipeline file already names tables in one place,
+the destination allow-list, so a table's settings sit in a map keyed the same way::
+
+    allowed_destinations: [acme_web.*, acme_sales.orders]
+    tables:
+      acme_web.*:          {partitioning: hour}   # every table of the dataset
+      acme_web.page_views: {partitioning: day}    # the exact name wins over dataset.*
+      acme_sales.orders:   {partitioning: hour}
+
+A key is ``dataset.table`` or ``dataset.*``; an exact key wins over its dataset's wildcard;
+a table no key covers is DAY. Each key must name a destination the pipeline can write (an
+allow-list entry or a static route; ``dataset.*`` only where the allow-list has ``dataset.*``),
+so a typo is an error, not a silently DAY table. Not HOUR: the dead-letter table (partitioned
+on its staging date) and keyed topics' tables (their MERGE prunes by event date).
+
+**HOUR tables.** BigQuery partitions by hour on a TIMESTAMP column, so an HOUR table's files
+carry one more enrichment column, ``enrichment.event_hour_column`` (``_event_hour``): the
+event instant truncated to the hour, in UTC (core/record/event_time.py, ``event_hour``). A table's
+partition key is then ``YYYY-MM-DDTHH`` (UTC), the key of Dagster's hourly partitions, of the
+manifests' per-file ``hours`` counts and of completeness per hour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from enum import StrEnum
+from typing import Any, Mapping
+
+from kbqe_dagster.core import config_reader as r
+from kbqe_dagster.core.record.routing import allow_pattern_problem
+
+HOUR_MS = 3_600_000
+HOUR = timedelta(hours=1)
+HOUR_KEY_FORMAT = "%Y-%m-%dT%H"
+"""Partition key of an HOUR partition (UTC): ``2026-11-23T14``. Also Dagster's ``fmt``."""
+
+
+class Partitioning(StrEnum):
+    """The unit of a table's time partitions."""
+
+    DAY = "day"
+    """DAY partitions on the event date column (DATE). The default."""
+    HOUR = "hour"
+    """HOUR partitions on the event hour column (TIMESTAMP, UTC)."""
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """Settings of the tables one ``tables:`` key covers."""
+
+    partitioning: Partitioning = Partitioning.DAY
+    """``day`` (default) or ``hour``: the unit of the table's BigQuery time partitions, of its
+    Dagster partitions, of its load materializations and of its completeness."""
+
+
+TABLE_SPEC: dict[str, r.Converter] = {"partitioning": r.choice(Partitioning)}
+
+
+@dataclass(frozen=True)
+class TablesConfig:
+    """The ``tables:`` map: per ``dataset.table`` / ``dataset.*`` key, its settings."""
+
+    settings: Mapping[str, TableSettings] = field(default_factory=dict)
+
+    def of(self, dataset: str, table: str) -> TableSettings:
+        """The exact key's settings, else the dataset wildcard's, else the defaults."""
+        found = self.settings.get(f"{dataset}.{table}") or self.settings.get(f"{dataset}.*")
+        return found or TableSettings()
+
+    def partitioning(self, dataset: str, table: str) -> Partitioning:
+        return self.of(dataset, table).partitioning
+
+    def is_hourly(self, dataset: str, table: str) -> bool:
+        return self.of(dataset, table).partitioning is Partitioning.HOUR
+
+    @property
+    def any_hourly(self) -> bool:
+        return any(s.partitioning is Partitioning.HOUR for s in self.settings.values())
+
+    @property
+    def hourly_keys(self) -> tuple[str, ...]:
+        return tuple(k for k, s in self.settings.items() if s.partitioning is Partitioning.HOUR)
+
+
+def read_tables(raw: Any, problems: r.Problems, path: str = "tables") -> TablesConfig:
+    """Read the ``tables:`` mapping; problems name ``tables.<key>[.partitioning]``. Whether a
+    key names a writable destination is checked by the caller (core/config/pipeline.py), which knows
+    the allow-list."""
+    if raw is None:
+        return TablesConfig()
+    if not isinstance(raw, Mapping):
+        problems.add(path, f"expected a mapping of 'dataset.table' or 'dataset.*' to settings, "
+                     f"got {r.describe(raw)}")
+        return TablesConfig()
+    settings: dict[str, TableSettings] = {}
+    for key, section in raw.items():
+        where = f"{path}.{key}"
+        problem = allow_pattern_problem(key)
+        if problem:
+            problems.add(where, problem.replace("allow-list entry", "table key"))
+            continue
+        values = r.read_section(section, where, TABLE_SPEC, problems)
+        settings[key] = TableSettings(**values)
+    return TablesConfig(settings)
+
+
+# --- hour keys -------------------------------------------------------------------------------
+def hour_start(epoch_hour: int) -> datetime:
+    """The UTC instant an hour (hours since 1970-01-01T00 UTC) starts."""
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + epoch_hour * HOUR
+
+
+def hour_key(epoch_hour: int) -> str:
+    """``2026-11-23T14``: the partition key of an hour."""
+    return hour_start(epoch_hour).strftime(HOUR_KEY_FORMAT)
+
+
+def parse_hour_key(key: str) -> datetime:
+    """The UTC start of the hour ``key`` names; ``ValueError`` for anything else."""
+    return datetime.strptime(key, HOUR_KEY_FORMAT).replace(tzinfo=timezone.utc)
+
+
+def epoch_hour_of(instant: datetime) -> int:
+    """Hours since 1970-01-01T00 UTC of an aware instant (floored)."""
+    return int((instant - datetime(1970, 1, 1, tzinfo=timezone.utc)) // HOUR)
