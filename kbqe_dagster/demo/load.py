@@ -52,27 +52,30 @@ def load_and_report(defs: dg.Definitions, instance: dg.DagsterInstance,
 
 def print_table_rows(client, dead_letter: tuple[str, str],
                      datasets: set[str] | None = None) -> None:
-    """Rows and distinct Kafka (partition, offset) pairs per table of ``datasets`` (default:
-    every dataset): equal numbers mean no duplicates arrived. Tables without the Kafka
-    columns (another tool's, a keyed current table) show their rows only; views are skipped."""
+    """Rows and distinct Kafka (topic, partition, offset) positions per table of ``datasets``
+    (default: every dataset): equal numbers mean no duplicates arrived, also in a table that
+    several topics feed (their offsets overlap, their positions never do). Tables without the
+    Kafka columns (another tool's, a keyed current table) show their rows only; views are
+    skipped."""
     listed = sorted(d.dataset_id for d in client.list_datasets())
     for dataset in (d for d in listed if datasets is None or d in datasets):
         for item in sorted(client.list_tables(dataset), key=lambda t: t.table_id):
             table = item.table_id
             if item.table_type == "VIEW":
                 continue
-            partition, offset = (
-                ("partition", "offset") if (dataset, table) == dead_letter
-                else ("_kafka_partition", "_kafka_offset")
+            position = (
+                ("topic", "partition", "offset") if (dataset, table) == dead_letter
+                else ("_kafka_topic", "_kafka_partition", "_kafka_offset")
             )
             columns = {f.name for f in client.get_table(f"{dataset}.{table}").schema}
-            if {partition, offset} <= columns:
+            if set(position) <= columns:
+                key = ", ':', ".join(f"CAST(`{c}` AS STRING)" for c in position)
                 row = list(client.query(
-                    f"SELECT COUNT(*) AS n, COUNT(DISTINCT CONCAT(CAST(`{partition}` AS STRING), "
-                    f"':', CAST(`{offset}` AS STRING))) AS d FROM `{dataset}.{table}`"
+                    f"SELECT COUNT(*) AS n, COUNT(DISTINCT CONCAT({key})) AS d "
+                    f"FROM `{dataset}.{table}`"
                 ).result())[0]
                 print(f"      {dataset}.{table}: {row['n']} row(s), {row['d']} distinct Kafka "
-                      "offset(s)")
+                      "position(s)")
             else:
                 row = list(client.query(f"SELECT COUNT(*) AS n FROM `{dataset}.{table}`").result())[0]
                 print(f"      {dataset}.{table}: {row['n']} row(s)")
