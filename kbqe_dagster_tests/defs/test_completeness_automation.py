@@ -96,7 +96,6 @@ def test_each_day_is_requested_once_after_it_is_complete_and_not_before(example,
 def test_the_day_complete_evaluation_names_the_partitions_latest_load(example):
     instance = dg.DagsterInstance.ephemeral()
     load(instance, example.ORDERS, "2026-11-23")
-    declare(instance, "2026-11-23")
     record = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=example.ORDERS, asset_partitions=["2026-11-23"]), limit=1
     ).records[0]

@@ -77,9 +77,15 @@ def day_complete_events(
         dataset, table_name = name.split(".")
         key = dg.AssetKey(["bigquery", dataset, table_name])
         check = check_name(destinations, dataset, table_name)
+        declared = _declared_in_dagster(instance, dg.AssetCheckKey(key, check))
         for period in table.newly_complete:
             partition = table.unit.key(period)
             if partition < start:  # ISO keys of either unit sort as their times
+                continue
+            if partition in declared:
+                # Declared already (another staging area's state, or a kept state that was
+                # deleted): Dagster holds one runless evaluation per check and partition, and
+                # refuses a second one (a UNIQUE constraint), which failed the whole tick.
                 continue
             events.append(dg.AssetCheckEvaluation(
                 asset_key=key, check_name=check, passed=True, partition=partition,
@@ -87,6 +93,19 @@ def day_complete_events(
                 target_materialization_data=_latest_materialization(instance, key, partition),
             ))
     return events
+
+
+def _declared_in_dagster(instance: dg.DagsterInstance, check: dg.AssetCheckKey) -> set[str]:
+    """The partitions ``check`` already has a runless evaluation for (what this module
+    records: no run executes the check)."""
+    history = instance.event_log_storage.get_asset_check_execution_history(
+        check, limit=_DECLARED_LOOKBACK)
+    return {r.partition for r in history if not r.run_id and r.partition is not None}
+
+
+_DECLARED_LOOKBACK = 1000
+"""Evaluations read per check: newly complete days are the newest, so the latest thousand
+(almost three years of days, six weeks of hours) hold any earlier declaration of them."""
 
 
 def _latest_materialization(
