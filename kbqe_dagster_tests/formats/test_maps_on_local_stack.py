@@ -9,6 +9,7 @@ the same table. Every map reads back as BigQuery's REPEATED RECORD of ``key``/``
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from datetime import datetime, timezone
@@ -167,6 +168,30 @@ def staged_and_dead(env: dict, topic: str) -> tuple[int, int]:
     return counts["staged"], counts["dead_lettered"]
 
 
+LABELLED = {4: {"team": "t4", "env": "e4"}, 5: {"team": "t5"}}
+"""The events V2 producers send, with the map field V2 adds (``labels``)."""
+
+
+def two_versions_load(client, env: dict, topic: str, dataset: str, producer,
+                      send_v1, send_v2) -> None:
+    """The scenario of every format: four V1 events load (the first load creates the table);
+    then V2 events, whose new map field widens the table, and one more V1 event after that;
+    all seven rows read back with their maps. ``send_v1(i)`` and ``send_v2(i, labels)``
+    produce event ``i`` in the format's own framing."""
+    for i in range(4):
+        send_v1(i)
+    assert producer.flush(30) == 0
+    assert staged_and_dead(env, topic) == (4, 0)
+
+    for i, labels in LABELLED.items():
+        send_v2(i, labels)
+    send_v1(6)  # a producer still on V1, after V2 widened the table
+    assert producer.flush(30) == 0
+    assert staged_and_dead(env, topic) == (3, 0)
+
+    check_table(client, dataset, range(7), LABELLED)
+
+
 def test_protobuf_map_fields_load_as_repeated_key_value_records(
     local_stack, local_endpoints, tmp_path,
 ) -> None:
@@ -184,21 +209,15 @@ def test_protobuf_map_fields_load_as_repeated_key_value_records(
             body = encode_message_indexes((0,)) + message.SerializeToString()
             producer.produce(topic, encode_frame(schema_id, body), partition=i % 2)
 
-        for i in range(4):
-            produce(v1_id, v1, i)
-        assert producer.flush(30) == 0
-        assert staged_and_dead(env, topic) == (4, 0)
+        @functools.cache
+        def v2_id() -> int:  # registered when the first V2 event is sent
+            schema_id = registry.register_schema(f"{topic}-value", Schema(PROTO_V2, "PROTOBUF"))
+            assert schema_id != v1_id
+            return schema_id
 
-        v2_id = registry.register_schema(f"{topic}-value", Schema(PROTO_V2, "PROTOBUF"))
-        assert v2_id != v1_id
-        labelled = {4: {"team": "t4", "env": "e4"}, 5: {"team": "t5"}}
-        for i, labels in labelled.items():
-            produce(v2_id, v2, i, labels=labels)
-        produce(v1_id, v1, 6)  # a producer still on V1, after V2 widened the table
-        assert producer.flush(30) == 0
-        assert staged_and_dead(env, topic) == (3, 0)
-
-        check_table(client, dataset, range(7), labelled)
+        two_versions_load(client, env, topic, dataset, producer,
+                          lambda i: produce(v1_id, v1, i),
+                          lambda i, labels: produce(v2_id(), v2, i, labels=labels))
     finally:
         drop_datasets(client, dataset, dead)
 
@@ -249,20 +268,12 @@ def test_json_schema_additional_properties_load_as_repeated_key_value_records(
             return plain
 
         v1 = JSONSerializer(json.dumps(JSON_V1), registry)  # registers V1 under <topic>-value
-        for i in range(4):
-            producer.produce(topic, v1(json_event(i), value), partition=i % 2)
-        assert producer.flush(30) == 0
-        assert staged_and_dead(env, topic) == (4, 0)
-
-        v2 = JSONSerializer(json.dumps(JSON_V2), registry)  # registers V2: BACKWARD-compatible
-        labelled = {4: {"team": "t4", "env": "e4"}, 5: {"team": "t5"}}
-        for i, labels in labelled.items():
-            producer.produce(topic, v2(json_event(i, labels=labels), value), partition=i % 2)
-        producer.produce(topic, v1(json_event(6), value), partition=0)  # still on V1
-        assert producer.flush(30) == 0
-        assert staged_and_dead(env, topic) == (3, 0)
-
-        check_table(client, dataset, range(7), labelled)
+        v2 = JSONSerializer(json.dumps(JSON_V2), registry)  # V2 (BACKWARD-compatible) on first use
+        two_versions_load(
+            client, env, topic, dataset, producer,
+            lambda i: producer.produce(topic, v1(json_event(i), value), partition=i % 2),
+            lambda i, labels: producer.produce(
+                topic, v2(json_event(i, labels=labels), value), partition=i % 2))
     finally:
         drop_datasets(client, dataset, dead)
 
@@ -309,19 +320,11 @@ def test_avro_map_fields_load_as_repeated_key_value_records(
             return plain
 
         v1 = AvroSerializer(registry, json.dumps(AVRO_V1))  # registers V1 under <topic>-value
-        for i in range(4):
-            producer.produce(topic, v1(avro_event(i), value), partition=i % 2)
-        assert producer.flush(30) == 0
-        assert staged_and_dead(env, topic) == (4, 0)
-
-        v2 = AvroSerializer(registry, json.dumps(AVRO_V2))  # registers V2: BACKWARD-compatible
-        labelled = {4: {"team": "t4", "env": "e4"}, 5: {"team": "t5"}}
-        for i, labels in labelled.items():
-            producer.produce(topic, v2(avro_event(i, labels=labels), value), partition=i % 2)
-        producer.produce(topic, v1(avro_event(6), value), partition=0)  # still on V1
-        assert producer.flush(30) == 0
-        assert staged_and_dead(env, topic) == (3, 0)
-
-        check_table(client, dataset, range(7), labelled)
+        v2 = AvroSerializer(registry, json.dumps(AVRO_V2))  # V2 (BACKWARD-compatible) on first use
+        two_versions_load(
+            client, env, topic, dataset, producer,
+            lambda i: producer.produce(topic, v1(avro_event(i), value), partition=i % 2),
+            lambda i, labels: producer.produce(
+                topic, v2(avro_event(i, labels=labels), value), partition=i % 2))
     finally:
         drop_datasets(client, dataset, dead)
