@@ -25,7 +25,10 @@ gs:// URIs. bqemulator does not talk to a GCS API: it maps ``gs://b/o`` to
 Storage. Persistent: the DuckDB file ``run/bigquery/data/duckdb/bqemulator.duckdb`` survives
 restarts, like the fake GCS bucket does, so the staging area, the load state and the tables
 stay consistent with one another across ``kbqe stack down``/``up``. Delete
-``run/bigquery/data`` for an empty emulator.
+``run/bigquery/data`` for an empty emulator. An emulator killed in the middle of a write can
+leave a write-ahead log that DuckDB no longer replays ("Failure while replaying WAL file":
+the emulator then exits at every start); :meth:`BigQueryEmulatorService.up` moves that
+database aside (kept, for a look) and starts an empty one, with a warning naming both.
 
 Behaviour the load step must not rely on locally (pinned by
 ``kbqe_dagster_tests/localstack/test_bigquery_contract.py``; see DESIGN.md §7): a duplicate
@@ -44,12 +47,13 @@ from __future__ import annotations
 import importlib.util
 import logging
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from kbqe_dagster.core.errors import StackError
-from kbqe_dagster.localstack.base import HOST, LocalService, spawn
+from kbqe_dagster.localstack.base import HOST, LocalService, ServiceStatus, spawn
 from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT, LocalEndpoints
 from kbqe_dagster.localstack.gcs import GcsService
 from kbqe_dagster.localstack.probe import request_json
@@ -134,6 +138,12 @@ def install_extensions(extension_dir: Path, names: Sequence[str]) -> list[str]:
     return installed
 
 
+WAL_REPLAY_FAILURE = "Failure while replaying WAL file"
+"""DuckDB's words when a database's write-ahead log cannot be replayed at open."""
+WAL_LOG_LINES = 80
+"""Lines at the end of the log searched for it (the emulator's start-up traceback)."""
+
+
 class BigQueryEmulatorService(LocalService):
     """bqemulator's REST (and gRPC Storage API) server, persistent, offline extensions."""
 
@@ -176,6 +186,27 @@ class BigQueryEmulatorService(LocalService):
     @property
     def database_dir(self) -> Path:
         return self.dirs.data / "duckdb"
+
+    def up(self) -> ServiceStatus:
+        """Start the emulator; a database whose write-ahead log no longer replays is moved
+        aside and the emulator starts empty (module docstring)."""
+        try:
+            return super().up()
+        except StackError:
+            if not self._database_unreplayable():
+                raise
+        kept = self.database_dir.with_name(f"{self.database_dir.name}.unreplayable-{int(time.time())}")
+        self.database_dir.rename(kept)
+        log.warning("bigquery: the emulator's database no longer opens (its write-ahead log does "
+                    "not replay, see %s); moved it to %s and starting an empty one",
+                    self.dirs.log_file, kept)
+        return super().up()
+
+    def _database_unreplayable(self) -> bool:
+        if not self.dirs.log_file.exists() or not self.database_dir.exists():
+            return False
+        tail = self.dirs.log_file.read_text(errors="replace").splitlines()[-WAL_LOG_LINES:]
+        return any(WAL_REPLAY_FAILURE in line for line in tail)
 
     def install(self) -> None:
         newly = install_extensions(self.extension_dir, REQUIRED_EXTENSIONS)
