@@ -261,7 +261,8 @@ class _Builder:
             proto.type = F.TYPE_MESSAGE
             proto.type_name = nested.name
             if entries:  # BigQuery's map: REPEATED RECORD (key STRING, value T)
-                entry = [{"name": "key", "type": "string"}, {"name": "value", "type": avro["values"]}]
+                entry = [{"name": "key", "type": "string"},
+                         {"name": "value", "type": avro["values"]}]
                 plan = self._fields(nested, entry, path, namespace)
             else:
                 plan = self.record(nested, avro, path, namespace)

@@ -186,7 +186,8 @@ class GoogleStorageWriter:
     def __init__(self, client: Any, settings: StorageWriteSettings) -> None:
         self.client = client
         self.settings = settings
-        self._connections: dict[str, tuple[Any, bytes]] = {}  # stream → (AppendRowsStream, schema)
+        # stream → (its AppendRows connection, the serialized writer schema it was opened with)
+        self._connections: dict[str, tuple[Any, bytes]] = {}
         self._lock = threading.Lock()
 
     # --- streams ---------------------------------------------------------------------------
