@@ -123,6 +123,8 @@ class _Table:
     table: str
     files: list[_StreamFile]
     rows: dict[int, RowsFile] = field(default_factory=dict)  # by schema id
+    fresh: bool = False
+    """This attempt created the intent: no earlier attempt can have appended its rows."""
 
     @property
     def parts(self) -> tuple[tuple[int, int], ...]:
@@ -221,6 +223,7 @@ class DeliverySink:
         new one, created now (create-only) before any append."""
         name = intent_name(covered, t.dataset, t.table, t.files[0].schema_id)
         where = f"{t.dataset}.{t.table} {covered}"
+        t.fresh = False
         if name in listing.intents:
             intent = parse_intent(store.read_bytes(name.name), name)
             log.info("%s: rolling forward intent %s (stream %s, rows from %d)", where,
@@ -235,6 +238,7 @@ class DeliverySink:
             check_no_overlap(intent, others)
             try:
                 store.create_only(name.name, intent.encode())
+                t.fresh = True
             except CommitConflictError:
                 # A concurrent attempt of this very range created it first: its rows are ours
                 # (same range, same staging), so its stream and offset are the ones to use.
@@ -303,6 +307,13 @@ class DeliverySink:
                                                "had not refused in the same request before")
                         step = again
                 elif outcome.kind == "already_exists":
+                    if t.fresh:
+                        # Nobody but this attempt knows the intent it just created: rows at
+                        # its offsets are a foreign writer's, not ours to skip.
+                        raise StagingError(
+                            f"{where} row {offset}: the stream already holds rows at offsets "
+                            f"this new intent claims ({outcome.message}); another writer? not "
+                            "appending (the intent stays open)")
                     skipped += 1
                 if note is not None:
                     refused_here.update({indices[i]: why for i, why in note.refused})
