@@ -206,3 +206,60 @@ def test_two_ranges_never_claim_the_same_rows_of_a_stream() -> None:
         check_no_overlap(ours, {"x": foreign})
     check_no_overlap(ours, {"same range": ours})  # its own intent, as read back
     check_no_overlap(ours, {"other stream": _intent(offset=120, stream="s2")})
+
+
+# --- planning ------------------------------------------------------------------------------
+def _plan(per_range: int = 100):
+    from kbqe_dagster.core.protocol.offsets import Watermarks, plan_ranges, recover
+
+    names = ["t.0.d.x.1.0.99.done", "t.1.d.x.1.0.99.done"]
+    marks = {("t", 0): Watermarks(0, 500), ("t", 1): Watermarks(0, 500)}
+    return plan_ranges(recover(names), marks, max_messages_per_run=400,
+                       max_messages_per_range=per_range)
+
+
+def test_a_topic_feeding_a_storage_write_table_stages_one_range_per_partition() -> None:
+    from kbqe_dagster.core.protocol.delivery import plan_with_deliveries
+
+    plan = plan_with_deliveries(_plan(), (), one_range_per_partition=True)
+    assert plan.ranges == (OffsetRange("t", 0, 100, 200), OffsetRange("t", 1, 100, 200))
+    assert [p.backlog_after_run for p in plan.partitions] == [300, 300]
+
+
+def test_an_open_intent_s_exact_range_is_restaged_first_and_alone_in_its_partition() -> None:
+    from kbqe_dagster.core.protocol.delivery import plan_with_deliveries
+
+    open_range = OffsetRange("t", 1, 100, 137)  # covered less than it was planned
+    plan = plan_with_deliveries(_plan(), (open_range,), one_range_per_partition=False)
+    assert plan.ranges[0] == open_range
+    assert [r for r in plan.ranges if r.partition == 1] == [open_range]
+    assert len([r for r in plan.ranges if r.partition == 0]) == 4  # a load-only topic splits
+
+
+def test_without_storage_write_the_plan_is_unchanged() -> None:
+    from kbqe_dagster.core.protocol.delivery import plan_with_deliveries
+
+    assert plan_with_deliveries(_plan(), (), one_range_per_partition=False) == _plan()
+
+
+# --- retention -----------------------------------------------------------------------------
+def test_retention_deletes_a_committed_range_s_intent_and_notes_before_any_done_file() -> None:
+    from kbqe_dagster.core.protocol.retention import plan_retention
+
+    names = [
+        "t.0.d.x.1.0.9.intent", "t.0.d.x.1.0.9.3.refused", "t.0.d.x.1.0.9.done",
+        "t.0.d.x.1.10.19.intent", "t.0.d.x.1.10.19.done",
+        "t.0.d.x.1.20.29.intent",  # open: rolled forward by the next run, never deleted
+    ]
+    plan = plan_retention(names)
+    assert plan.delete == ("t.0.d.x.1.0.9.3.refused", "t.0.d.x.1.0.9.intent",
+                           "t.0.d.x.1.10.19.intent", "t.0.d.x.1.0.9.done")
+    # A storage_write done file has no avro file: loaded, as far as retention is concerned;
+    # the newest range's is kept (resume point).
+    assert [k.name for k in plan.keep] == ["t.0.d.x.1.10.19.done"]
+
+
+def test_an_intent_left_below_the_done_files_by_an_interrupted_retention_is_not_open() -> None:
+    names = ["t.0.d.x.1.0.9.intent", "t.0.d.x.1.10.19.done"]  # 0..9's done file deleted
+    assert open_intents(names) == ()
+    assert ranges_to_roll_forward(names) == ()

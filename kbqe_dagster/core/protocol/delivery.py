@@ -31,7 +31,7 @@ partition) continues the stream where the latest committed range left it
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from kbqe_dagster.core.errors import StagingError
@@ -43,7 +43,7 @@ from kbqe_dagster.core.protocol.naming import (
     RefusalFileName,
     parse_listing,
 )
-from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan
 
 INTENT_VERSION = 1
 
@@ -201,12 +201,21 @@ def _parsed(names: Listing) -> ParsedListing:
 
 
 def open_intents(names: Listing) -> tuple[IntentFileName, ...]:
-    """Intents whose range has no done file: to roll forward before anything else."""
+    """Intents whose range has no done file: to roll forward before anything else. An intent
+    below every done file of its partition is not open: retention deleted its range's done
+    files (it deletes intents first, but a crash may stop it in between), the range is
+    committed."""
     listing = _parsed(names)
     committed = {(d.key.topic, d.key.partition, d.first_offset, d.last_offset)
                  for d in listing.done}
-    return tuple(i for i in listing.intents
-                 if (i.key.topic, i.key.partition, i.first_offset, i.last_offset) not in committed)
+    lowest: dict[tuple[str, int], int] = {}
+    for d in listing.done:
+        tp = d.key.topic_partition
+        lowest[tp] = min(lowest.get(tp, d.first_offset), d.first_offset)
+    return tuple(
+        i for i in listing.intents
+        if (i.key.topic, i.key.partition, i.first_offset, i.last_offset) not in committed
+        and i.first_offset >= lowest.get(i.key.topic_partition, 0))
 
 
 def ranges_to_roll_forward(names: Listing) -> tuple[OffsetRange, ...]:
@@ -221,6 +230,16 @@ def committed_intents(names: Listing) -> tuple[IntentFileName, ...]:
     them with their refusal notes."""
     open_ = set(open_intents(names))
     return tuple(i for i in _parsed(names).intents if i not in open_)
+
+
+def delivery_notes_to_delete(names: Listing) -> tuple[str, ...]:
+    """The intents of committed ranges and their refusal notes, refusal notes first: what
+    retention deletes before any done file (an intent outliving its done files would look
+    open to a reader that does not know the rule of :func:`open_intents`)."""
+    listing = _parsed(names)
+    done_intents = set(committed_intents(listing))
+    notes = [r.name for r in listing.refusals if r.intent in done_intents]
+    return tuple(sorted(notes)) + tuple(sorted(i.name for i in done_intents))
 
 
 @dataclass(frozen=True)
@@ -274,3 +293,33 @@ def check_no_overlap(intent: Intent, others: Mapping[str, Intent]) -> None:
                 f"{intent.dataset}.{intent.table}: {intent.range} would append rows "
                 f"{intent.offset}..{end - 1} of stream {intent.stream}, which intent {name} "
                 f"({other.range}) holds; not appending")
+
+
+# --- planning ------------------------------------------------------------------------------
+def plan_with_deliveries(plan: RangePlan, roll_forward: Sequence[OffsetRange], *,
+                         one_range_per_partition: bool) -> RangePlan:
+    """``plan`` (core/protocol/offsets.py) with the open intents' exact ranges first: a
+    partition with an open intent stages that range and nothing else this run (its range
+    must be restaged exactly, and the stream offsets of any later range follow from its
+    rows). With ``one_range_per_partition`` (a topic that may write a storage_write table)
+    every other partition stages only its first planned range: a range's stream offsets are
+    known only once the previous range of the partition is committed."""
+    rolled = {}
+    for rng in sorted(roll_forward):
+        rolled.setdefault(rng.topic_partition, rng)
+    partitions = []
+    for p in plan.partitions:
+        tp = (p.topic, p.partition)
+        if tp in rolled:
+            ranges: tuple[OffsetRange, ...] = (rolled[tp],)
+        elif one_range_per_partition:
+            ranges = p.ranges[:1]
+        else:
+            ranges = p.ranges
+        dropped = sum(r.size for r in p.ranges) - sum(r.size for r in ranges if r in p.ranges)
+        partitions.append(replace(p, ranges=ranges,
+                                  backlog_after_run=p.backlog_after_run + max(dropped, 0)))
+    kept = {r for p in partitions for r in p.ranges}
+    ordered = [r for r in plan.ranges if r in kept]
+    ordered = sorted(set(kept) - set(ordered)) + ordered  # roll-forward ranges first
+    return RangePlan(tuple(ordered), tuple(partitions))
