@@ -202,7 +202,9 @@ class DeliverySink:
                            tally.kafka_ts_max)
         outcome = self.area.commit(store, covered, tally, delivered=delivered)
         by_reason = {str(Reason.STORAGE_WRITE_REFUSED): len(dead)} if dead else {}
-        return SinkOutcome(outcome.committed_last, outcome.files, outcome.bytes_by_dataset,
+        appended = {name.name for name, *_ in delivered}
+        files = tuple(f for f in outcome.files if f[0] not in appended)  # files written only
+        return SinkOutcome(outcome.committed_last, files, outcome.bytes_by_dataset,
                            outcome.conflict, by_reason, tuple(reports))
 
     def _listing(self, store: StagingStore, covered: OffsetRange) -> ParsedListing:

@@ -114,6 +114,7 @@ def test_a_storage_write_table_s_rows_are_appended_and_the_load_table_s_staged(t
             delivery.records, delivery.refused) == ("acme", "clicks", 0, 5, 5, 0)
     assert delivery.bytes > 0 and delivery.days == (("2026-11-25", 5),)
     assert result.committed_last == 9 and result.records == 10
+    assert result.files == (("web.events.0.acme.views.7.0.avro", 5),)  # files written only
 
 
 def test_the_done_file_s_manifest_says_where_the_rows_went(tmp_path):
