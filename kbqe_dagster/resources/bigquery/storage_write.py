@@ -22,10 +22,13 @@ an ``append_result``                  ``appended``     next batch
 ``INVALID_ARGUMENT``)                                  with the API's reason; none of the
                                                        request's rows was written
 a transport error (UNAVAILABLE,       retried          with ``google.api_core`` retry, at the
-INTERNAL, ABORTED, DEADLINE, a                         same offset: a retry of an append that
-closed connection)                                     did land answers ``already_exists``
-anything else                         raises           :class:`StorageWriteError` naming
-                                                       dataset.table, the stream and the status
+INTERNAL, ABORTED, DEADLINE, UNKNOWN,                  same offset: a retry of an append that
+a closed connection)                                   did land answers ``already_exists``
+``NOT_FOUND`` (the stream is gone)    raises           :class:`WriteStreamNotFoundError`
+anything else (INVALID_ARGUMENT       raises           :class:`StorageWriteError` naming
+without row errors, a quota's                          dataset.table, the stream and the
+RESOURCE_EXHAUSTED, ...)                               status; the range fails and is retried
+                                                       by a later stage run
 ===================================== ================ ========================================
 
 An append without an offset (``offset=None``) is not retried: nothing would tell a retry of a
@@ -398,7 +401,7 @@ def _retryable(exc: BaseException) -> bool:
 
     return isinstance(exc, (
         exceptions.ServiceUnavailable, exceptions.InternalServerError, exceptions.Aborted,
-        exceptions.DeadlineExceeded, exceptions.Unknown, exceptions.ResourceExhausted,
+        exceptions.DeadlineExceeded, exceptions.Unknown,
         bqstorage_exceptions.StreamClosedError,
     ))
 
