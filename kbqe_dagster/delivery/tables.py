@@ -64,13 +64,15 @@ class BigQueryTableKeeper:
         wanted = frozenset(c["name"].lower() for c in columns)
         if wanted <= self.ready.get((dataset, table), frozenset()):
             return
-        found = self.loads.table_schema(dataset, table)
         request = LoadRequest(
             job_id="", dataset=dataset, table=table, source_uris=(),
             partition_field=layout.partition_column,
             partition_expiration_days=self.settings.partition_expiration_days,
             avro_schema=file_schema, clustering_fields=layout.clustering,
             partitioning=layout.partitioning)
+        # The metadata (free), not a query: on the emulator it is also the schema appends are
+        # made by, which must hold every column (see _add_columns).
+        found = self._metadata_schema(dataset, table)
         if found is None:
             if self.settings.create_datasets:
                 self.loads.ensure_dataset(dataset)
@@ -82,6 +84,16 @@ class BigQueryTableKeeper:
                 self._add_columns(request, columns, existing)
                 existing = existing | wanted
         self.ready[(dataset, table)] = existing
+
+    def _metadata_schema(self, dataset: str, table: str) -> tuple[list, Any] | None:
+        """The table's columns from its metadata (free); None when it does not exist."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            meta = self.loads.client.get_table(f"{self.loads.project}.{dataset}.{table}")
+        except NotFound:
+            return None
+        return list(meta.schema), getattr(meta, "created", None)
 
     def _create(self, request: LoadRequest) -> None:
         from google.cloud import bigquery
@@ -98,17 +110,20 @@ class BigQueryTableKeeper:
 
     def _add_columns(self, request: LoadRequest, columns: list[dict],
                      existing: frozenset[str]) -> None:
-        if self.settings.emulator:
-            # The emulator's table metadata does not take new columns; its load path adds
-            # them with ALTER TABLE (resources/bigquery/emulator.py), and so do appends.
-            self.loads._add_new_columns(request, set(existing))
-            return
         from google.cloud import bigquery
 
         ref = f"{self.loads.project}.{request.dataset}.{request.table}"
+        if self.settings.emulator:
+            # The emulator stores a column added by ALTER TABLE (its load path's way,
+            # resources/bigquery/emulator.py) but appends by the schema tables.patch records:
+            # it needs both (the gap is pinned in resources/test_storage_write_on_local_stack.py).
+            self.loads._add_new_columns(request, set(existing))
         meta = self.loads.client.get_table(ref)
+        known = {f.name.lower() for f in meta.schema}
         added = [bigquery.SchemaField.from_api_repr(c) for c in columns
-                 if c["name"].lower() not in existing]
+                 if c["name"].lower() not in known]
+        if not added:
+            return
         log.info("%s: adding column(s) %s before appending rows that carry them", ref,
                  ", ".join(f.name for f in added))
         meta.schema = list(meta.schema) + added
