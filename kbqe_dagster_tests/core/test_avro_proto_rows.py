@@ -399,3 +399,14 @@ def test_a_row_over_the_limit_comes_alone_and_nothing_is_lost() -> None:
 def test_no_rows_no_batches_and_the_default_leaves_room_under_ten_megabytes() -> None:
     assert list(batches([])) == []
     assert MAX_REQUEST_BYTES <= 10_000_000 - 1_000_000
+
+
+def test_files_of_one_schema_share_one_compiled_schema_whatever_their_names() -> None:
+    from kbqe_dagster.core.formats import avro_proto
+
+    schema = {"type": "record", "name": "Shared", "fields": [{"name": "n", "type": "long"}]}
+    encode_rows(schema, [{"n": 1}], source="a.avro")
+    before = len(avro_proto._cache)
+    encode_rows(schema, [{"n": 2}], source="b.avro")
+    proto_schema(schema, source="c.avro")
+    assert len(avro_proto._cache) == before

@@ -49,9 +49,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from decimal import Decimal
-from functools import lru_cache
 from itertools import count
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -181,10 +182,28 @@ def _schema_key(schema: Mapping[str, Any]) -> str:
 
 
 _file_numbers = count()
+_cache: OrderedDict[str, _Compiled] = OrderedDict()
+_cache_lock = threading.Lock()
+_CACHE_SIZE = 128
 
 
-@lru_cache(maxsize=128)
 def _compiled(schema_key: str, source: str) -> _Compiled:
+    """The compiled schema, cached by the schema alone (``source`` only names it in errors:
+    every file of one schema shares one entry)."""
+    with _cache_lock:
+        found = _cache.get(schema_key)
+        if found is not None:
+            _cache.move_to_end(schema_key)
+            return found
+    compiled = _compile(schema_key, source)
+    with _cache_lock:
+        _cache[schema_key] = compiled
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return compiled
+
+
+def _compile(schema_key: str, source: str) -> _Compiled:
     schema = json.loads(schema_key)
     if not isinstance(schema, dict) or schema.get("type") not in ("record", "error"):
         raise UnsupportedSchemaError(f"{source}: the Avro schema is not a record schema")
