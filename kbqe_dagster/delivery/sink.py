@@ -273,7 +273,8 @@ class DeliverySink:
         return stream, 0
 
     def _append(self, store: StagingStore, writer: Any, listing: ParsedListing, intent: Intent,
-                t: _Table, tally: RangeTally) -> tuple[list[tuple], TableDelivery, list[DeadLetter]]:
+                t: _Table, tally: RangeTally
+                ) -> tuple[list[tuple], TableDelivery, list[DeadLetter]]:
         """Every request of table ``t`` at its offset (module docstring, step 3)."""
         name = intent_name(intent.range, t.dataset, t.table, t.files[0].schema_id)
         noted = {r.row_offset: r for r in listing.refusals if r.intent == name}

@@ -5,7 +5,8 @@ missing done files are created from the manifest), then delete orphans (avro fil
 attempts that never reached a commit point), then recover offsets from the done files and
 plan the ranges. A Storage Write intent without a done file (core/protocol/delivery.py) puts
 its exact range first in its partition's plan, alone: restaged, its rows already in the
-stream answer ``already_exists``. Everything is derived from the listing of this topic's prefix. A topic Kafka
+stream answer ``already_exists``.
+Everything is derived from the listing of this topic's prefix. A topic Kafka
 does not hold (not created yet, or deleted) plans nothing: its preparation says why
 (:attr:`Preparation.missing`) and the run goes on with its other topics.
 """

@@ -53,8 +53,8 @@ def _pipeline(clicks: str = "storage_write"):
 
 def _messages(first: int, count: int) -> list[FakeMessage]:
     return [FakeMessage(TOPIC, 0, o, avro_framed(SCHEMA_ID, SCHEMA, {
-        "datasetName": "acme", "tableName": TABLES[o % 2], "ts": "2026-11-25T10:00:00Z", "n": o}), b"k", [],
-        1_764_064_800_000 + o) for o in range(first, first + count)]
+        "datasetName": "acme", "tableName": TABLES[o % 2], "ts": "2026-11-25T10:00:00Z",
+        "n": o}), b"k", [], 1_764_064_800_000 + o) for o in range(first, first + count)]
 
 
 class Stage:
