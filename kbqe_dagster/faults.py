@@ -8,7 +8,13 @@ Points (where a real crash hurts most):
 - ``load_before_submit`` (load): a job is recorded in the state file, BigQuery has not seen it;
 - ``load_after_submit`` (load): BigQuery accepted the job, the state file does not say so yet;
 - ``avro_deleted`` (load): after each loaded avro file is deleted, before the job is marked
-  succeeded (a crash in the middle of a job's deletes).
+  succeeded (a crash in the middle of a job's deletes);
+- ``storage_write_intent`` (stage, Storage Write delivery): after a table's intent is created,
+  before its first append;
+- ``storage_write_appended`` (stage): after each AppendRows request answered (between two
+  appends, and after the last one);
+- ``storage_write_delivered`` (stage): after the last append of every table of a range, before
+  its done files (the done files' own point is ``done_created``).
 
 Unset in production. It is read once per file or job, never per message, so it costs nothing.
 SIGKILL, not an exception: no ``finally`` runs, exactly like a lost machine.

@@ -51,6 +51,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     # stagers.py: the one module above staging that maps a topic to its stager (it names the
     # extensions' modules as text, imported on first use; test_stagers.py loads every entry)
     "stagers": CORE_ROOMS | {"resources", "staging", "formats", "keyed"},
+    # delivery/: a sink above staging (the Storage Write API), chosen by the driver; staging
+    # never imports it
+    "delivery": CORE_ROOMS | {"resources", "staging", "faults"},
     # the load side: never the stage side, never the wiring
     "loading": CORE_ROOMS | {"resources", "faults"},
     # what operators see and do: never the wiring above them
@@ -58,10 +61,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "observability": CORE_ROOMS | {"resources", "staging", "operations"},
     # the wiring, the entry point, the in-process runner
     "defs": CORE_ROOMS | {"resources", "staging", "loading", "keyed", "formats", "stagers",
-                          "operations", "faults"},
+                          "operations", "faults", "delivery"},
     "definitions": CORE_ROOMS | {"resources", "defs"},
     "runner": CORE_ROOMS | {"resources", "staging", "loading", "keyed", "formats", "stagers",
-                            "operations", "defs", "definitions", "processes"},
+                            "operations", "defs", "definitions", "processes", "delivery"},
     # the demo drives the local stack and the jobs; the CLI is the top and nothing imports it
     "demo": CORE_ROOMS | {"resources", "loading", "localstack", "defs", "definitions"},
     "cli": CORE_ROOMS | {"resources", "localstack", "operations", "observability", "defs",

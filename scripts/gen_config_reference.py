@@ -76,6 +76,8 @@ topics:                          # at least one topic, or topic_patterns
     keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
     transforms: [...]            # see topics[].transforms[]: per-record field transforms
     destinations: [...]          # instead of routing: several tables, see topics[].destinations[]
+    delivery: load               # load (default) | storage_write: for the tables it writes that
+                                 # tables: says nothing of (see tables below)
 topic_patterns:                  # topics found in Kafka by name (see below)
   - match: 'shop\\..*'            # required: a regex the WHOLE topic name must match
     exclude: ['shop\\.tmp\\..*']   # regexes of names this pattern does not take
@@ -93,6 +95,7 @@ retention: {...}
 notifications: {...}             # schema and table notices to a webhook
 tables:                          # per destination table; exact keys win over dataset.*
   acme_web.page_views: {partitioning: hour}   # HOUR partitions (DAY is the default)
+  acme_web.clicks: {delivery: storage_write}  # rows in BigQuery in seconds (billed)
 ```
 
 `tables` sets a destination table's time partitioning: `day` (the default; on the event date
@@ -103,6 +106,17 @@ route); the dead-letter table and keyed topics' tables cannot be `hour`. An HOUR
 Dagster asset has hourly partitions (UTC, keys `2026-11-23T14`), its loads report one
 materialization per hour, its completeness is per hour (`hour_complete`); see
 docs/architecture.md ("Hourly tables").
+
+`tables` also sets how a table's rows reach BigQuery, `delivery`: `load` (the default: staged
+Avro files, free batch load jobs, a load cadence old) or `storage_write` (each staged range's
+rows are appended through the BigQuery Storage Write API when the range commits: visible in
+seconds, no load job, billed per GiB appended; exactly once by stream offsets tied to the
+range's intent and done files, see docs/architecture.md, "Storage Write delivery"). A table no
+key covers takes the `delivery` of the topic that writes it (`topics[].delivery`, default
+`load`). One topic may feed tables of both kinds; a topic that may write a `storage_write`
+table stages one range per partition per run. Not yet `storage_write`: the dead-letter table
+(rows the API refuses are dead-lettered there, by a load) and keyed topics' tables; both are
+refused naming the table.
 
 `format: debezium` reads Debezium's change events: the standard envelope
 (`before`/`after`/`source`/`op`/`ts_ms`) or the flattened form of its `ExtractNewRecordState`

@@ -84,6 +84,8 @@ def staging_status(s: StagingStatus) -> str:
             notes.append(f"{where}: uncommitted hole(s) {intervals(p.holes)} — the next stage "
                          "run redoes them first")
         notes += [f"{where}: {w}" for w in p.warnings]
+        notes += [f"{where}: Storage Write intent {i} has no done file — the next stage run "
+                  "restages exactly its range first" for i in p.open_intents]
     out += ["", *notes] if notes else []
     if s.tables:
         out += ["", "tables", table(

@@ -240,6 +240,29 @@ class StateFileError(LoadError):
     """The load state file is missing, unreadable or corrupt."""
 
 
+# --- Storage Write API delivery (issue 25) -------------------------------------------------
+class RowEncodeError(KbqeError):
+    """A staged record that cannot be a Storage Write API row (core/formats/avro_proto.py): a
+    null item in an array (BigQuery's REPEATED has no NULL), a value of the wrong type. The
+    message names the file, the record's index (``index``) and the field."""
+
+    index: int | None = None
+
+
+class StorageWriteError(KbqeError):
+    """The BigQuery Storage Write API answered something the delivery protocol does not
+    expect (resources/bigquery/storage_write.py): a missing table or stream, a refused
+    schema, a transport error that outlived its retries. The message names dataset.table,
+    the stream and the API's status. Offsets already written (``ALREADY_EXISTS``), a gap
+    (``OUT_OF_RANGE``) and refused rows are answers, not errors (``AppendOutcome``)."""
+
+
+class WriteStreamNotFoundError(StorageWriteError):
+    """The stream an append or a finalize names does not exist (any more): BigQuery garbage
+    collects idle streams, and the local emulator forgets every stream when it restarts.
+    The delivery protocol then creates a new stream."""
+
+
 # --- operator commands -----------------------------------------------------------------------
 class OperatorCommandError(KbqeError):
     """An operator command (``kbqe ...``) got an argument it cannot use, or was asked for

@@ -101,6 +101,12 @@ class Reason(StrEnum):
     OVERSIZED = "oversized"
     """The message value exceeds the configured ``max_message_size``."""
 
+    # --- Storage Write delivery (kbqe_dagster/delivery/) ---
+    STORAGE_WRITE_REFUSED = "storage_write_refused"
+    """A row of a ``delivery: storage_write`` table that the BigQuery Storage Write API
+    refused, or that cannot be a row of its request; the error carries the API's reason. The
+    raw value is the record as staged (enrichment columns first), the schema id its file's."""
+
 
 KEYED_ONLY = frozenset({Reason.NOT_A_CHANGE})
 """Reasons that only keyed topics produce (their tests live in kbqe_dagster_tests/keyed/)."""
@@ -116,6 +122,9 @@ PROTOBUF_ONLY = frozenset({
 """Reasons that only ``format: protobuf`` topics produce (kbqe_dagster_tests/formats/)."""
 TRANSFORM_ONLY = frozenset({Reason.TRANSFORM_FAILED})
 """Reasons that only topics with ``transforms`` produce (kbqe_dagster_tests/formats/)."""
+STORAGE_WRITE_ONLY = frozenset({Reason.STORAGE_WRITE_REFUSED})
+"""Reasons only ``delivery: storage_write`` tables produce, at the range's commit
+(kbqe_dagster_tests/delivery/)."""
 DECODER_ONLY = frozenset(
     {Reason.DECODER_REJECTED, Reason.DECODER_ERROR, Reason.DECODER_SCHEMA_MISMATCH}
 )

@@ -7,6 +7,11 @@ oldest age). Per destination table: the files a load cycle could take now
 (``core/selection.loadable_files``), the files held by pending load jobs and the quarantined
 ones. Names that are not staging names are listed, never fatal.
 
+Ranges of ``delivery: storage_write`` tables (core/protocol/delivery.py) are committed ranges
+like any other; their files were appended through the Storage Write API, so they are never
+pending. A Storage Write intent without a done file is listed per partition
+(``open_intents``): the next stage run restages exactly its range first.
+
 Bootstrap markers are not listed as committed ranges (they commit no message, they pin a
 start); ``bootstrap_offset`` shows them. Range markers (ranges that staged no file) are.
 """
@@ -18,6 +23,7 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from kbqe_dagster.core.protocol.commit import is_marker
+from kbqe_dagster.core.protocol.delivery import open_intents
 from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.core.protocol.naming import AvroFileName
 from kbqe_dagster.core.protocol.offsets import CommittedRange, PartitionChain, recover
@@ -49,6 +55,8 @@ class PartitionStatus:
     uncommitted_files: int
     """Avro files without a done file: a stage run in flight, or leftovers it will delete."""
     warnings: tuple[str, ...]
+    open_intents: tuple[str, ...] = ()
+    """Storage Write intents without a done file: ranges the next stage run rolls forward."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,7 @@ def _partition_json(p: PartitionStatus) -> dict[str, Any]:
         "oldest_pending_age_seconds": p.oldest_pending_age_seconds,
         "uncommitted_files": p.uncommitted_files,
         "warnings": list(p.warnings),
+        "open_intents": list(p.open_intents),
     }
 
 
@@ -183,6 +192,8 @@ def _partition_status(
         oldest_pending_age_seconds=_oldest(snapshot, pending, now),
         uncommitted_files=sum(1 for a in uncommitted if a.key.topic_partition == tp),
         warnings=warnings,
+        open_intents=tuple(i.name for i in open_intents(snapshot.listing)
+                           if i.key.topic_partition == tp),
     )
 
 

@@ -20,7 +20,12 @@ from typing import Mapping
 import dagster as dg
 
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT, LOCAL_STAGING_URL, local_endpoints
+from kbqe_dagster.localstack.endpoints import (
+    HOST,
+    LOCAL_PROJECT,
+    LOCAL_STAGING_URL,
+    local_endpoints,
+)
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
     KafkaResource,
@@ -95,6 +100,8 @@ def local_resources(pipeline: PipelineResource | None = None) -> dict:
             api_endpoint=ends.bigquery_url,
             anonymous_credentials=True,
             emulator=True,
+            # The emulator serves the Storage Write API on its gRPC port, not on the REST one.
+            storage_write_endpoint=f"{HOST}:{ends.bigquery_grpc_port}",
         ),
     }
 

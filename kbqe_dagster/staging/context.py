@@ -16,7 +16,7 @@ from kbqe_dagster.resources.kafka.native_reader import native_consumer_switch_on
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.native_kernel import kernel_switch_on
-from kbqe_dagster.staging.sink import SinkFactory
+from kbqe_dagster.staging.sink import SinkFactory, TableDelivery
 
 if TYPE_CHECKING:
     from kbqe_dagster.staging.stager import RangeStager
@@ -84,3 +84,4 @@ class RangeResult:
     stage_path: str = "python"  # "native" when the native kernel staged (staging/native_kernel.py)
     kernel_handbacks: dict[str, int] = field(default_factory=dict)  # messages it handed back, by why
     reader: str = "confluent-kafka"  # "native" when the kernel's own consumer read the range
+    delivered: tuple[TableDelivery, ...] = ()  # tables written through the Storage Write API

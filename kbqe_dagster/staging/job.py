@@ -110,6 +110,7 @@ def run_stage(spark_context, ctx: StageContext, *, max_messages_per_run: int,
         max_messages_per_run=max_messages_per_run,
         max_messages_per_range=max_messages_per_range,
         start_policy=ctx.start_policy,
+        **_deliveries(ctx, topic),
     )
     ranges = list(prep.plan.ranges)
     log.info("%s: %d orphan(s) deleted, %d done file(s) rolled forward, %d range(s) planned",
@@ -161,6 +162,7 @@ def run_stage_group(spark_context, ctx: StageContext,
             max_messages_per_run=settings.staging.max_messages_per_run,
             max_messages_per_range=settings.staging.max_messages_per_range,
             start_policy=settings.staging.start_offset, marks=marks[topic],
+            **_deliveries(ctx, topic),
         )
     ranges = [rng for prep in preps.values() for rng in prep.plan.ranges]
     log.info("%d topic(s), %d range(s) planned in one Spark job", len(preps), len(ranges))
@@ -184,6 +186,14 @@ def run_stage_group(spark_context, ctx: StageContext,
             + "\n  ".join(failures)
         )
     return tuple(summaries)
+
+
+def _deliveries(ctx: StageContext, topic: str) -> dict:
+    """Preparation options of a topic that may write a ``delivery: storage_write`` table: one
+    range per partition (core/protocol/delivery.py); none for any other topic."""
+    if ctx.pipeline.topic_may_deliver_by_storage_write(topic):
+        return {"one_range_per_partition": True}
+    return {}
 
 
 def _stage_or_report(ctx: StageContext, rng: OffsetRange) -> RangeResult | str:

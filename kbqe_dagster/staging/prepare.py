@@ -3,7 +3,10 @@
 Order matters. Roll forward first (a range whose first done file exists is committed: its
 missing done files are created from the manifest), then delete orphans (avro files of
 attempts that never reached a commit point), then recover offsets from the done files and
-plan the ranges. Everything is derived from the listing of this topic's prefix. A topic Kafka
+plan the ranges. A Storage Write intent without a done file (core/protocol/delivery.py) puts
+its exact range first in its partition's plan, alone: restaged, its rows already in the
+stream answer ``already_exists``.
+Everything is derived from the listing of this topic's prefix. A topic Kafka
 does not hold (not created yet, or deleted) plans nothing: its preparation says why
 (:attr:`Preparation.missing`) and the run goes on with its other topics.
 """
@@ -16,6 +19,7 @@ from datetime import datetime, timezone
 from typing import Mapping
 
 from kbqe_dagster.core.protocol.commit import manifests_needed, plan_bootstrap, plan_cleanup
+from kbqe_dagster.core.protocol.delivery import plan_with_deliveries, ranges_to_roll_forward
 from kbqe_dagster.core.errors import CommitConflictError
 from kbqe_dagster.core.protocol.naming import of_topic, topic_prefix
 from kbqe_dagster.core.protocol.offsets import (
@@ -78,9 +82,11 @@ def prepare_topic(
     max_messages_per_range: int,
     start_policy: StartPolicy,
     marks: Mapping[tuple[str, int], Watermarks] | None = None,
+    one_range_per_partition: bool = False,
 ) -> Preparation:
     """``marks``: the topic's watermarks when the caller read them already (a grouped run
-    reads every topic's in one request, ``resources.kafka.watermarks_of``)."""
+    reads every topic's in one request, ``resources.kafka.watermarks_of``);
+    ``one_range_per_partition``: the topic may write a ``delivery: storage_write`` table."""
     created, deleted, names, unrecognized = clean_up(store, topic)
     if marks is None:
         try:
@@ -97,6 +103,12 @@ def prepare_topic(
         max_messages_per_range=max_messages_per_range,
         start_policy=start_policy,
     )
+    roll_forward = ranges_to_roll_forward(names)
+    if roll_forward or one_range_per_partition:
+        for rng in roll_forward:
+            log.info("%s: an intent has no done file: restaging exactly this range first", rng)
+        plan = plan_with_deliveries(plan, roll_forward,
+                                    one_range_per_partition=one_range_per_partition)
     for (t, p), offset in plan.bootstrap_offsets.items():
         commit = plan_bootstrap(t, p, offset, created_at=datetime.now(timezone.utc))
         for done in commit.done_files:

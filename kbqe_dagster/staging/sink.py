@@ -8,10 +8,11 @@ directly from then on (no call through the sink per record), and at the end comm
 range through the sink or aborts it. Formats, keyed changes and transforms never know which
 sink they write to.
 
-One implementation today: :class:`~kbqe_dagster.staging.staging_area_sink.StagingAreaSink`,
-Avro container files committed by done files in the staging area (DESIGN.md §3). A second
-sink (the BigQuery Storage Write API) is a class with these three methods, given to the
-stage context (``StageContext.sink``): no stager changes.
+The staging area's: :class:`~kbqe_dagster.staging.staging_area_sink.StagingAreaSink`, Avro
+container files committed by done files in the staging area (DESIGN.md §3). Above staging/,
+``kbqe_dagster/delivery/`` routes the tables of ``delivery: storage_write`` to the BigQuery
+Storage Write API and the others to the staging area; the driver gives it to the stage
+context (``StageContext.sink``): no stager changes, and staging/ never imports it.
 """
 
 from __future__ import annotations
@@ -53,6 +54,36 @@ class RangeTally:
 
 
 @dataclass(frozen=True)
+class TableDelivery:
+    """What a range appended to one table through the Storage Write API (kbqe_dagster/
+    delivery/), for the table's materialization and its rows check."""
+
+    dataset: str
+    table: str
+    stream: str
+    first_row: int
+    """The first row offset of the range's rows in :attr:`stream`."""
+    rows: int
+    """Rows now in the stream from this range (refused rows not counted)."""
+    records: int
+    """Records the range staged for the table (``rows`` + :attr:`refused`)."""
+    refused: int
+    """Records dead-lettered because the API refused them (or they could not be rows)."""
+    bytes: int
+    """Serialized row bytes appended (what the API bills)."""
+    days: tuple[tuple[str, int], ...] = ()
+    """Records per event date (ISO date), as in a manifest."""
+    requests: int = 0
+    """AppendRows requests sent by this attempt (those answered already_exists included)."""
+    skipped_requests: int = 0
+    """Requests answered ``already_exists``: written by an earlier attempt of the range."""
+
+    @property
+    def last_row(self) -> int:
+        return self.first_row + self.rows - 1
+
+
+@dataclass(frozen=True)
 class SinkOutcome:
     """How a range's commit through a sink went."""
 
@@ -63,6 +94,10 @@ class SinkOutcome:
     bytes_by_dataset: dict[str, int] = field(default_factory=dict)
     conflict: bool = False
     """Another writer owns the range (it committed first, or holds a name this one needs)."""
+    dead_letters: dict[str, int] = field(default_factory=dict)
+    """Dead letters the commit itself made, by reason (rows the Storage Write API refused)."""
+    delivered: tuple[TableDelivery, ...] = ()
+    """What went to tables through the Storage Write API."""
 
 
 class RangeSink(Protocol):

@@ -34,7 +34,7 @@ topic/partition/offset, and nothing of it is committed).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from io import BytesIO
 from pathlib import Path
@@ -350,8 +350,10 @@ class RangeStager:
         tally = RangeTally(sum(self.dead_letters.values()), sum(self.skipped.values()),
                            self.staged_at, kafka_ts_max)
         outcome = self.sink.commit(store, covered, tally)
-        return self.range_result(outcome.committed_last, outcome.files, outcome.bytes_by_dataset,
-                                 outcome.conflict)
+        self.dead_letters.update(outcome.dead_letters)
+        result = self.range_result(outcome.committed_last, outcome.files,
+                                   outcome.bytes_by_dataset, outcome.conflict)
+        return replace(result, delivered=outcome.delivered) if outcome.delivered else result
 
     def discard(self) -> None:
         """Drop what was staged (the sink aborts): nothing of the range is committed."""

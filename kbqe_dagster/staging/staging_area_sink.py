@@ -16,8 +16,10 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from pathlib import Path
+from typing import Mapping, Sequence
 
-from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit
+from kbqe_dagster.core.protocol.commit import Delivered, avro_file_name, plan_range_commit
+from kbqe_dagster.core.protocol.naming import AvroFileName
 from kbqe_dagster.core.errors import CommitConflictError
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.faults import crash_point
@@ -45,7 +47,18 @@ class StagingAreaSink:
         self.files.append((dataset, open_file))
         return open_file
 
-    def commit(self, store: StagingStore, covered: OffsetRange, tally: RangeTally) -> SinkOutcome:
+    def opened(self, dataset: str, table: str, schema_id: int) -> OpenFile | None:
+        """The file :meth:`open` made for this key, if any (a sink above may add records to it
+        at commit: the dead letters of rows the Storage Write API refused)."""
+        name = avro_file_name(self.rng, dataset, table, schema_id)
+        return next((f for _, f in self.files if f.name == name), None)
+
+    def commit(self, store: StagingStore, covered: OffsetRange, tally: RangeTally, *,
+               delivered: Sequence[tuple[AvroFileName, int, Mapping[str, int],
+                                         Mapping[str, int], Delivered]] = ()) -> SinkOutcome:
+        """``delivered``: files a sink above sent through the Storage Write API instead of the
+        staging area, (name, records, days, hours, where they went), listed in the manifest
+        with no object uploaded."""
         staged = []
         versions: dict[str, str] = {}
         bytes_by_dataset: Counter[str] = Counter()
@@ -68,15 +81,23 @@ class StagingAreaSink:
             staged.append((open_file.name, open_file.records))
             crash_point("avro_uploaded")
         files = [f for _, f in self.files]
+        days = {f.name.name: f.iso_days() for f in files}
+        hours = {f.name.name: f.hour_keys() for f in files if f.hours}
+        for name, records, file_days, file_hours, _ in delivered:
+            staged.append((name, records))
+            days[name.name] = dict(file_days)
+            if file_hours:
+                hours[name.name] = dict(file_hours)
         commit = plan_range_commit(
             covered, staged,
             dead_letters=tally.dead_letters,
             skipped=tally.skipped,
             created_at=tally.created_at,
-            days={f.name.name: f.iso_days() for f in files},
-            hours={f.name.name: f.hour_keys() for f in files if f.hours},
+            days=days,
+            hours=hours,
             versions=versions,
             kafka_ts_max=tally.kafka_ts_max,
+            delivered={name.name: where for name, _, _, _, where in delivered} or None,
         )
         conflict = False
         for done in commit.done_files:

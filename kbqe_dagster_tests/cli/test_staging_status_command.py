@@ -106,3 +106,18 @@ def test_the_location_comes_from_the_environment_when_no_option_is_given(
     assert report["staging"] == str(area.root)
     assert [p["next_offset"] for p in report["partitions"]] == [10, 300, 50, 10, 30]
 
+
+
+def test_a_storage_write_intent_without_its_done_file_is_listed_for_its_partition(
+    run: Run, tmp_path: Path
+) -> None:
+    (tmp_path / f"{T}.5.fast.clicks.7.0.9.intent").write_text("{}")
+    (tmp_path / f"{T}.5.fast.clicks.7.0.9.done").write_text("")
+    (tmp_path / f"{T}.5.fast.clicks.7.10.19.intent").write_text("{}")  # open
+    report = run("staging", "status", "--staging", str(tmp_path), "--json").json()
+    (partition,) = report["partitions"]
+    assert partition["open_intents"] == [f"{T}.5.fast.clicks.7.10.19.intent"]
+    assert report["unrecognized"] == [] and partition["pending_files"] == 0
+    text = run("staging", "status", "--staging", str(tmp_path)).out
+    assert (f"{T}[5]: Storage Write intent {T}.5.fast.clicks.7.10.19.intent has no done file"
+            in text)

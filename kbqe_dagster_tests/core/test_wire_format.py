@@ -124,6 +124,7 @@ def test_every_reason_is_a_distinct_stable_string() -> None:
         "protobuf_decode_error",
         "non_protobuf_schema",
         "unmappable_protobuf_schema",
+        "storage_write_refused",
     }
 
 

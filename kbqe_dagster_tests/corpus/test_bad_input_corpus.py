@@ -29,7 +29,8 @@ from kbqe_dagster.core.errors import StageRangeFailed
 from kbqe_dagster.core.protocol.naming import parse_listing
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.reasons import (
-    DECODER_ONLY, JSON_ONLY, KEYED_ONLY, PROTOBUF_ONLY, TRANSFORM_ONLY, Reason,
+    DECODER_ONLY, JSON_ONLY, KEYED_ONLY, PROTOBUF_ONLY, STORAGE_WRITE_ONLY, TRANSFORM_ONLY,
+    Reason,
 )
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
@@ -77,8 +78,10 @@ OFFSET_OF = {case.name: offset for offset, case in enumerate(STREAM)}
 # --- the corpus itself -------------------------------------------------------------------------
 def test_corpus_has_a_case_for_every_reason():
     # The corpus stages Avro append topics; keyed-only, JSON-only, Protobuf-only, decoder-only
-    # and transform-only reasons are specified in kbqe_dagster_tests/keyed/ and .../formats/.
-    only_elsewhere = KEYED_ONLY | JSON_ONLY | PROTOBUF_ONLY | DECODER_ONLY | TRANSFORM_ONLY
+    # and transform-only reasons are specified in kbqe_dagster_tests/keyed/ and .../formats/;
+    # the Storage Write API's refusals in kbqe_dagster_tests/delivery/.
+    only_elsewhere = (KEYED_ONLY | JSON_ONLY | PROTOBUF_ONLY | DECODER_ONLY | TRANSFORM_ONLY
+                      | STORAGE_WRITE_ONLY)
     assert set(CORPUS.expected_reasons()) == {str(r) for r in Reason} - only_elsewhere
 
 

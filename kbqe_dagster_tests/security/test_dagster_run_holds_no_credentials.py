@@ -28,6 +28,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from kbqe_dagster.defs.staging.assets import staging_asset
 from kbqe_dagster.defs.staging.jobs import stage_run_config
+from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
     KafkaResource,
     PipelineResource,
@@ -102,6 +103,9 @@ def _resources(tmp_path: Path, topic: str, bootstrap: str, registry_url: str) ->
             url=registry_url, basic_auth_user_info=dg.EnvVar("KBQE_TEST_REGISTRY_AUTH")),
         "staging": StagingResource(url=str(tmp_path / "staging")),
         "pyspark": InProcessSpark(),
+        # The stage run builds the Storage Write sink from it when a table needs it; this
+        # pipeline has none, so it is never reached.
+        "bigquery": BigQueryResource(project="kbqe-local"),
     }
 
 

@@ -20,6 +20,7 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
         keyed: {...}                 # KeyedConfig keys (core/keyed/contract.py): a keyed destination
         transforms: [...]            # per-record transforms (core/transforms/specs.py)
         completeness: {...}          # CompletenessSettings keys, overriding the pipeline's
+        delivery: load               # load | storage_write: for its tables tables: is silent on
     topic_patterns:                  # topics discovered in Kafka (core/config/discovery.py)
       - match: 'shop[.].*'           # required: a regex over the whole topic name
         exclude: ['shop[.]tmp[.].*'] # names this pattern does not take
@@ -34,6 +35,7 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
     completeness: {basis: kafka_time, lateness: 5m}   # when a DAY partition is complete
     tables:                          # per destination table (core/record/partitioning.py)
       acme_web.*: {partitioning: hour}   # HOUR partitions; dataset.table wins over dataset.*
+      acme_web.clicks: {delivery: storage_write}   # rows in seconds (Storage Write API)
     dead_letter: {dataset: kbqe_dead_letters, table: dead_letters}
     enrichment: {...}
     load: {...}
@@ -97,7 +99,12 @@ from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.protocol.offsets import MARKER_DATASET
-from kbqe_dagster.core.record.partitioning import Partitioning, TablesConfig, read_tables
+from kbqe_dagster.core.record.partitioning import (
+    Delivery,
+    Partitioning,
+    TablesConfig,
+    read_tables,
+)
 from kbqe_dagster.core.record.routing import AllowList, Router, allow_pattern_problem
 from kbqe_dagster.core.config.sections import STAGE_RUNS_SPEC, StageRunSettings
 
@@ -172,7 +179,37 @@ class PipelineConfig:
         clustering, offset columns (core/config/table_layout.py)."""
         return table_layout(self.enrichment, self.partitioning(dataset, table),
                             dead_letter=self.is_dead_letter_table(dataset, table),
-                            changelog=self.is_changelog_table(dataset, table))
+                            changelog=self.is_changelog_table(dataset, table),
+                            delivery=self.delivery(dataset, table))
+
+    def delivery(self, dataset: str, table: str, topic: str | None = None) -> Delivery:
+        """How ``dataset.table``'s rows reach BigQuery: its ``tables:`` entry, else the
+        ``delivery`` of ``topic`` (the topic writing the rows), else of the first listed topic
+        whose static route names the table, else ``load``. The dead-letter table follows its
+        own entry only."""
+        explicit = self.tables.delivery(dataset, table)
+        if explicit is not None or self.is_dead_letter_table(dataset, table):
+            return explicit or Delivery.LOAD
+        if topic is not None:
+            return self.topic(topic).delivery
+        for t in self.topics:
+            if (dataset, table) in {(d.dataset, d.table) for d in t.static_destinations}:
+                return t.delivery
+        return Delivery.LOAD
+
+    def topic_may_deliver_by_storage_write(self, topic: str) -> bool:
+        """Whether ``topic`` may write a ``storage_write`` table: then its stage runs plan one
+        range per partition (a range's stream offsets follow the previous range's rows)."""
+        config = self.topic(topic)
+        if config.delivery is Delivery.STORAGE_WRITE:
+            return True
+        if not self.tables.any_storage_write:
+            return False
+        statics = config.static_destinations
+        if not statics or config.routing.static_destination is None:
+            return True  # routing names tables per record: any storage_write table may be one
+        return any(self.delivery(d.dataset, d.table, topic) is Delivery.STORAGE_WRITE
+                   for d in statics)
 
     def topic_may_write_hourly(self, topic: str) -> bool:
         """Whether any destination ``topic`` may write is HOUR-partitioned: its static table,
@@ -384,6 +421,8 @@ def _check_tables(
                 and not dead_letter.is_table(dataset, table):
             problems.add(f"tables.{key}", "not a destination of this pipeline (not in "
                          "allowed_destinations and no static route names it)")
+        if settings.delivery is Delivery.STORAGE_WRITE:
+            _check_storage_write(key, dataset, table, statics, templated, dead_letter, problems)
         if settings.partitioning is not Partitioning.HOUR:
             continue
         if dataset == dead_letter.dataset and table in ("*", dead_letter.table):
@@ -396,6 +435,26 @@ def _check_tables(
         for who in keyed[:1]:
             problems.add(f"tables.{key}.partitioning", f"covers the tables of keyed topic {who}: "
                          "keyed tables are DAY-partitioned (the MERGE prunes by date)")
+
+
+def _check_storage_write(
+    key: str, dataset: str, table: str, statics: Mapping[Any, tuple[str, bool]],
+    templated: Mapping[str, tuple[str, bool]], dead_letter: DeadLetterDestination,
+    problems: r.Problems,
+) -> None:  # fmt: skip
+    """What ``delivery: storage_write`` cannot do yet, refused naming the table."""
+    if dataset == dead_letter.dataset and table in ("*", dead_letter.table):
+        problems.add(f"tables.{key}.delivery", f"storage_write is not supported yet for the "
+                     f"dead-letter table {dead_letter.dataset}.{dead_letter.table}: its rows "
+                     "(rows the Storage Write API refuses among them) are loaded")
+    keyed = [who for (ds, tb), (who, is_keyed) in statics.items()
+             if is_keyed and ds == dataset and table in ("*", tb, changelog_table(tb))]
+    if templated.get(dataset, ("", False))[1]:
+        keyed.append(templated[dataset][0])
+    for who in keyed[:1]:
+        problems.add(f"tables.{key}.delivery", f"storage_write is not supported yet for the "
+                     f"tables of keyed topic {who} (its changelog is loaded; the MERGE reads "
+                     "the loads)")
 
 
 # --- sections ----------------------------------------------------------------------------------

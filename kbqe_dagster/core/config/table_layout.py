@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_PARTITION_FIELD
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
-from kbqe_dagster.core.record.partitioning import Partitioning
+from kbqe_dagster.core.record.partitioning import Delivery, Partitioning
 
 DEAD_LETTER_OFFSET_COLUMNS = ("topic", "partition", "offset")
 """Where a dead letter came from: fields of the dead-letter schema (core/record/dead_letters.py)."""
@@ -35,10 +35,12 @@ class TableLayout:
     """The columns naming a row's topic, partition and offset: a message's identity."""
     dead_letter: bool
     """The dead-letter table."""
+    delivery: Delivery = Delivery.LOAD
+    """How its rows arrive: load jobs of staged files, or the Storage Write API at commit."""
 
 
 def table_layout(enrichment: EnrichmentConfig, partitioning: Partitioning, *, dead_letter: bool,
-                 changelog: bool) -> TableLayout:
+                 changelog: bool, delivery: Delivery = Delivery.LOAD) -> TableLayout:
     """The layout of a table with ``partitioning`` under ``tables:``."""
     if dead_letter:
         partitioning, column, offsets = (Partitioning.DAY, DEAD_LETTER_PARTITION_FIELD,
@@ -48,4 +50,4 @@ def table_layout(enrichment: EnrichmentConfig, partitioning: Partitioning, *, de
                   else enrichment.event_date_column)
         offsets = (enrichment.topic_column, enrichment.partition_column, enrichment.offset_column)
     clustering = (enrichment.partition_column, enrichment.offset_column) if changelog else ()
-    return TableLayout(partitioning, column, clustering, offsets, dead_letter)
+    return TableLayout(partitioning, column, clustering, offsets, dead_letter, delivery)

@@ -38,6 +38,7 @@ from kbqe_dagster.core.keyed.contract import (
     SourceFormat,
 )
 from kbqe_dagster.core.protocol.naming import TOPIC_RE
+from kbqe_dagster.core.record.partitioning import Delivery
 from kbqe_dagster.core.record.routing import (
     AllowList,
     Destination,
@@ -52,7 +53,7 @@ from kbqe_dagster.core.transforms.compiler import transform_config_problems
 
 TOPIC_KEYS = (
     "name", "format", "schema", "decoder", "routing", "event_time", "on_bad_input", "staging",
-    "keyed", "transforms", "completeness", "destinations",
+    "keyed", "transforms", "completeness", "destinations", "delivery",
 )  # fmt: skip
 # A pattern's topics would all write the same destination tables; list such topics instead.
 PATTERN_TOPIC_KEYS = tuple(k for k in TOPIC_KEYS if k != "destinations")
@@ -96,6 +97,11 @@ class TopicConfig:
     destinations: tuple[DestinationConfig, ...] = ()
     """Several tables per message, each with its own routing, transforms and projection
     (core/transforms/destinations.py); instead of ``routing``. Empty: the topic's ``routing`` alone."""
+    delivery: Delivery = Delivery.LOAD
+    """How the rows of the tables this topic writes reach BigQuery, for each table that
+    ``tables:`` says nothing of: ``load`` (default; free batch load jobs) or
+    ``storage_write`` (the Storage Write API, seconds; core/record/partitioning.py). A topic
+    that may write a ``storage_write`` table stages one range per partition per run."""
 
     @property
     def static_destinations(self) -> tuple[Destination, ...]:
@@ -199,9 +205,13 @@ def read_topic(
         defaults.completeness, section.get("completeness"), f"{path}.completeness",
         COMPLETENESS_SPEC, problems,
     )
+    delivery = r.read_value(section, "delivery", _DELIVERY, Delivery.LOAD, problems, path)
+    if delivery is Delivery.STORAGE_WRITE and "keyed" in section:
+        problems.add(f"{path}.delivery", "storage_write is not supported yet for a keyed topic "
+                     "(its changelog is delivered by load jobs; the MERGE reads them)")
     return TopicConfig(name, routing, event_time, policy, staging, source_format, keyed,
                        value_schema, transforms=transforms, decoder=decoder,
-                       completeness=completeness, destinations=destinations)
+                       completeness=completeness, destinations=destinations, delivery=delivery)
 
 
 def _destinations(
@@ -280,6 +290,7 @@ def _value_schema(
 
 
 _FORMAT = r.choice(SourceFormat)
+_DELIVERY = r.choice(Delivery)
 
 
 def _keyed(

@@ -38,6 +38,12 @@ records per event hour, ``"hours": {"2026-11-23T14": n}`` (UTC), next to ``days`
 files have no ``hours``. The field is optional like ``version``: older done files parse, and
 their files are reported per day.
 
+**Storage Write.** A file of a table delivered through the Storage Write API
+(core/protocol/delivery.py) is listed like any other, with ``"storage_write": {"stream": s,
+"offset": o, "rows": n}`` (its rows are ``o..o+n-1`` of stream ``s``); its avro file never
+exists in the staging area, so the load side never loads it and retention treats it as
+loaded. Manifests without the field (every load file, older releases) parse as before.
+
 **Markers.** A range with no staged file at all (only offset gaps, or only skipped messages)
 still commits, so offsets advance: a done file with dataset ``_kbqe``, table ``range``, schema
 id 0 and no avro file. A bootstrap marker (operator: "start partition p at offset N", N ≥ 1,
@@ -125,6 +131,20 @@ def bootstrap_marker(topic: str, partition: int, next_offset: int) -> DoneFileNa
 
 # --- manifest ------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class Delivered:
+    """Where a file's rows went through the Storage Write API: rows ``offset`` ..
+    ``offset + rows - 1`` of ``stream`` (rows the API refused are not counted)."""
+
+    stream: str
+    offset: int
+    rows: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.offset + self.rows
+
+
+@dataclass(frozen=True)
 class StagedFile:
     """One avro file of a committed range, its done file and its record count; ``days``
     splits the count by event date (ISO date, count), so the load step can report one
@@ -137,6 +157,8 @@ class StagedFile:
     version: str | None = None  # the store's version of the avro object this commit pins
     hours: tuple[tuple[str, int], ...] = ()
     """Records per event hour (``YYYY-MM-DDTHH`` UTC), for an HOUR table's file; empty else."""
+    delivered: Delivered | None = None
+    """Set when the records went through the Storage Write API, not into an avro file."""
 
 
 @dataclass(frozen=True)
@@ -183,7 +205,18 @@ def _file_doc(staged: StagedFile) -> dict[str, Any]:
         doc["version"] = staged.version
     if staged.hours:
         doc["hours"] = dict(staged.hours)
+    if staged.delivered is not None:
+        d = staged.delivered
+        doc["storage_write"] = {"stream": d.stream, "offset": d.offset, "rows": d.rows}
     return doc
+
+
+def _delivered(doc: Any) -> Delivered | None:
+    if doc is None:
+        return None
+    doc = _typed(doc, dict)
+    return Delivered(_typed(doc["stream"], str), _typed(doc["offset"], int),
+                     _typed(doc["rows"], int))
 
 
 def parse_manifest(content: bytes, done_name: str) -> Manifest | None:
@@ -222,6 +255,7 @@ def _manifest_from(doc: Any) -> Manifest:
             _typed(f["version"], str) if "version" in f else None,
             tuple(sorted((_typed(h, str), _typed(n, int))
                          for h, n in _typed(f.get("hours", {}), dict).items())),
+            _delivered(f.get("storage_write")),
         )
         for f in _typed(doc["files"], list)
     )
@@ -289,11 +323,14 @@ def plan_range_commit(
     versions: Mapping[str, str] | None = None,
     kafka_ts_max: int | None = None,
     hours: Mapping[str, Mapping[str, int]] | None = None,
+    delivered: Mapping[str, Delivered] | None = None,
 ) -> RangeCommit:
     """The commit of ``rng`` given its avro files and their record counts (``days``: avro
     name → event date → records, optional; ``versions``: avro name → the store's version of
     the uploaded object, pinned by the commit; ``kafka_ts_max``: the Kafka time the range
-    reached, epoch ms; ``hours``: avro name → event hour → records, for HOUR tables' files).
+    reached, epoch ms; ``hours``: avro name → event hour → records, for HOUR tables' files;
+    ``delivered``: avro name → where its records went through the Storage Write API, for the
+    files of storage_write tables, which are never uploaded).
 
     With no staged file, the range commits through its range marker.
     """
@@ -310,10 +347,11 @@ def plan_range_commit(
     days = days or {}
     versions = versions or {}
     hours = hours or {}
+    delivered = delivered or {}
     files = tuple(
         StagedFile(avro.name, avro.done(rng.last).name, records,
                    tuple(sorted(days.get(avro.name, {}).items())), versions.get(avro.name),
-                   tuple(sorted(hours.get(avro.name, {}).items())))
+                   tuple(sorted(hours.get(avro.name, {}).items())), delivered.get(avro.name))
         for avro, records in sorted(staged)
     )
     done_files = tuple(avro.done(rng.last) for avro, _ in sorted(staged)) or (range_marker(rng),)

@@ -10,6 +10,13 @@ that does not parse is not ours; callers report it and go on (never fatal).
 A done file matches exactly one avro file on the **full** key, schema id included: the
 original matched without the schema id and lost data when one window wrote two schema ids.
 ``lastOffset`` is inclusive.
+
+A range delivered through the Storage Write API (core/protocol/delivery.py) also writes, per
+table, an **intent** before its first append, and a **refusal note** per request the API
+refused rows of; both parse from the right like a done file:
+
+    $topic.$partition.$dataset.$table.$schemaId.$firstOffset.$lastOffset.intent
+    $topic.$partition.$dataset.$table.$schemaId.$firstOffset.$lastOffset.$rowOffset.refused
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from typing import Iterable
 
 AVRO_SUFFIX = "avro"
 DONE_SUFFIX = "done"
+INTENT_SUFFIX = "intent"
+REFUSED_SUFFIX = "refused"
 
 # Kafka's legal topic characters; dots are legal, which is why names parse from the right.
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -114,7 +123,55 @@ class DoneFileName:
         return self.name
 
 
-StagingName = AvroFileName | DoneFileName
+@dataclass(frozen=True, order=True)
+class IntentFileName:
+    """Before the first Storage Write append of range ``first..last`` to a table: the stream
+    and row offset its rows go to (core/protocol/delivery.py)."""
+
+    key: FileKey
+    last_offset: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.key._stem()}.{self.last_offset}.{INTENT_SUFFIX}"
+
+    @property
+    def first_offset(self) -> int:
+        return self.key.first_offset
+
+    @property
+    def done(self) -> DoneFileName:
+        return DoneFileName(self.key, self.last_offset)
+
+    def refusal(self, row_offset: int) -> RefusalFileName:
+        return RefusalFileName(self.key, self.last_offset, row_offset)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, order=True)
+class RefusalFileName:
+    """The rows the Storage Write API refused of the request at ``row_offset`` of an intent's
+    stream, and why (core/protocol/delivery.py)."""
+
+    key: FileKey
+    last_offset: int
+    row_offset: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.key._stem()}.{self.last_offset}.{self.row_offset}.{REFUSED_SUFFIX}"
+
+    @property
+    def intent(self) -> IntentFileName:
+        return IntentFileName(self.key, self.last_offset)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+StagingName = AvroFileName | DoneFileName | IntentFileName | RefusalFileName
 
 
 def _key_problem(key: FileKey) -> str | None:
@@ -143,8 +200,10 @@ def parse_name(name: str) -> StagingName | None:
     parts = basename(name).split(".")
     if parts[-1] == AVRO_SUFFIX:
         numbers_needed, fixed = 2, 6  # schemaId, firstOffset | partition..firstOffset + suffix
-    elif parts[-1] == DONE_SUFFIX:
+    elif parts[-1] in (DONE_SUFFIX, INTENT_SUFFIX):
         numbers_needed, fixed = 3, 7
+    elif parts[-1] == REFUSED_SUFFIX:
+        numbers_needed, fixed = 4, 8
     else:
         return None
     if len(parts) <= fixed:
@@ -158,6 +217,10 @@ def parse_name(name: str) -> StagingName | None:
         key = FileKey(topic, int(partition), dataset, table, int(numbers[0]), int(numbers[1]))
         if parts[-1] == AVRO_SUFFIX:
             return AvroFileName(key)
+        if parts[-1] == INTENT_SUFFIX:
+            return IntentFileName(key, int(numbers[2]))
+        if parts[-1] == REFUSED_SUFFIX:
+            return RefusalFileName(key, int(numbers[2]), int(numbers[3]))
         return DoneFileName(key, int(numbers[2]))
     except ValueError:
         return None
@@ -165,11 +228,14 @@ def parse_name(name: str) -> StagingName | None:
 
 @dataclass(frozen=True)
 class ParsedListing:
-    """A staging listing sorted into avro files, done files and names that are not ours."""
+    """A staging listing sorted into avro files, done files and names that are not ours
+    (and the Storage Write intents and refusal notes, core/protocol/delivery.py)."""
 
     avro: tuple[AvroFileName, ...]
     done: tuple[DoneFileName, ...]
     unrecognized: tuple[str, ...]
+    intents: tuple[IntentFileName, ...] = ()
+    refusals: tuple[RefusalFileName, ...] = ()
 
 
 def parse_listing(names: Iterable[str]) -> ParsedListing:
@@ -177,15 +243,22 @@ def parse_listing(names: Iterable[str]) -> ParsedListing:
     avro: list[AvroFileName] = []
     done: list[DoneFileName] = []
     unrecognized: list[str] = []
+    intents: list[IntentFileName] = []
+    refusals: list[RefusalFileName] = []
     for name in names:
         parsed = parse_name(name)
         if isinstance(parsed, AvroFileName):
             avro.append(parsed)
         elif isinstance(parsed, DoneFileName):
             done.append(parsed)
+        elif isinstance(parsed, IntentFileName):
+            intents.append(parsed)
+        elif isinstance(parsed, RefusalFileName):
+            refusals.append(parsed)
         else:
             unrecognized.append(name)
-    return ParsedListing(tuple(sorted(avro)), tuple(sorted(done)), tuple(unrecognized))
+    return ParsedListing(tuple(sorted(avro)), tuple(sorted(done)), tuple(unrecognized),
+                         tuple(sorted(intents)), tuple(sorted(refusals)))
 
 
 STAGING_ASSET = "staging"

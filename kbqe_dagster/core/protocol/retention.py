@@ -21,6 +21,10 @@ nothing twice. A done file is deletable when:
   where the hole ends. Deleting one would widen the hole and the planner would re-stage
   offsets that were already committed.
 
+Storage Write delivery (core/protocol/delivery.py): a done file of a storage_write table
+never has an avro file, so it counts as loaded. The intents of committed ranges and their
+refusal notes come first in the delete list: their done files say everything.
+
 Markers follow the same rules (they have no avro file). Ranges that end before the bootstrap
 anchor are superseded and deletable once their avro files are gone; they come first in the
 delete order because deleting the anchor while an older done file remains would move the
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Iterable
 
+from kbqe_dagster.core.protocol.delivery import delivery_notes_to_delete
 from kbqe_dagster.core.protocol.naming import DoneFileName, FileKey, ParsedListing, parse_listing
 from kbqe_dagster.core.protocol.offsets import CommittedRange, PartitionChain, recover
 
@@ -65,7 +70,7 @@ def plan_retention(names: Iterable[str] | ParsedListing) -> RetentionPlan:
     listing = names if isinstance(names, ParsedListing) else parse_listing(names)
     avro_keys = {a.key for a in listing.avro}
     ranges_with_avro = {(a.key.topic, a.key.partition, a.key.first_offset) for a in listing.avro}
-    delete: list[str] = []
+    delete: list[str] = list(delivery_notes_to_delete(listing))
     keep: list[KeptDoneFile] = []
     for chain in recover(listing.done).values():
         part_delete, part_keep = _plan_partition(chain, avro_keys, ranges_with_avro)

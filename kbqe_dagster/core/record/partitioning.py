@@ -22,6 +22,12 @@ carry one more enrichment column, ``enrichment.event_hour_column`` (``_event_hou
 event instant truncated to the hour, in UTC (core/record/event_time.py, ``event_hour``). A table's
 partition key is then ``YYYY-MM-DDTHH`` (UTC), the key of Dagster's hourly partitions, of the
 manifests' per-file ``hours`` counts and of completeness per hour.
+
+**Delivery.** The same map says how a table's rows reach BigQuery (:class:`Delivery`):
+``load`` (free batch load jobs of staged Avro files, the default) or ``storage_write`` (rows
+appended through the BigQuery Storage Write API at commit of each staged range, visible in
+seconds; docs/architecture.md, "Storage Write delivery"). A table no key covers takes its
+topic's ``delivery:`` (core/config/topics.py), else ``load``.
 """
 
 from __future__ import annotations
@@ -49,6 +55,17 @@ class Partitioning(StrEnum):
     """HOUR partitions on the event hour column (TIMESTAMP, UTC)."""
 
 
+class Delivery(StrEnum):
+    """How a table's rows reach BigQuery."""
+
+    LOAD = "load"
+    """Staged Avro files loaded by batch load jobs (free; a load cadence old). The default."""
+    STORAGE_WRITE = "storage_write"
+    """Rows appended through the Storage Write API when each range commits (seconds; billed
+    per GiB appended). Exactly once by stream offsets tied to the range's intent and done
+    files (core/protocol/delivery.py)."""
+
+
 @dataclass(frozen=True)
 class TableSettings:
     """Settings of the tables one ``tables:`` key covers."""
@@ -56,9 +73,15 @@ class TableSettings:
     partitioning: Partitioning = Partitioning.DAY
     """``day`` (default) or ``hour``: the unit of the table's BigQuery time partitions, of its
     Dagster partitions, of its load materializations and of its completeness."""
+    delivery: Delivery | None = None
+    """``load`` (free batch load jobs, minutes) or ``storage_write`` (rows appended through
+    the BigQuery Storage Write API as each range commits, seconds; billed). Unset: the
+    delivery of the topic that writes the table (``topics[].delivery``), else ``load``. Not
+    ``storage_write`` yet: the dead-letter table, keyed topics' tables."""
 
 
-TABLE_SPEC: dict[str, r.Converter] = {"partitioning": r.choice(Partitioning)}
+TABLE_SPEC: dict[str, r.Converter] = {"partitioning": r.choice(Partitioning),
+                                      "delivery": r.choice(Delivery)}
 
 
 @dataclass(frozen=True)
@@ -77,6 +100,14 @@ class TablesConfig:
 
     def is_hourly(self, dataset: str, table: str) -> bool:
         return self.of(dataset, table).partitioning is Partitioning.HOUR
+
+    def delivery(self, dataset: str, table: str) -> Delivery | None:
+        """The delivery ``tables:`` sets for ``dataset.table``; None when no key says."""
+        return self.of(dataset, table).delivery
+
+    @property
+    def any_storage_write(self) -> bool:
+        return any(s.delivery is Delivery.STORAGE_WRITE for s in self.settings.values())
 
     @property
     def any_hourly(self) -> bool:

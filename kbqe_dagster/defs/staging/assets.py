@@ -21,6 +21,9 @@ from kbqe_dagster.defs.staging.tags import (  # noqa: F401 - the tags' long-stan
     TOPIC_TAG,
     TOPICS_TAG,
 )
+from kbqe_dagster.delivery.sink import delivery_sink
+from kbqe_dagster.delivery.tables import TableKeeperSettings
+from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
     KafkaResource,
     PipelineResource,
@@ -68,13 +71,16 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
         schema_registry: SchemaRegistryResource,
         staging: StagingResource,
         pyspark: LazySparkContextResource,
+        bigquery: BigQueryResource,
     ) -> dg.MaterializeResult:
         """Avro files and done files of Kafka offset ranges, awaiting BigQuery load jobs.
 
         Each run stages one topic or a group of small topics: per topic it rolls committed
         ranges forward, deletes crash leftovers, plans offset ranges from the done files and
         the high watermarks; then it stages one range per Spark task, every topic's ranges in
-        one Spark job. Done files are create-only, so a range commits exactly once.
+        one Spark job. Done files are create-only, so a range commits exactly once. Tables
+        with ``delivery: storage_write`` get their rows appended through the BigQuery Storage
+        Write API as each range commits, reported on their ``bigquery/...`` assets.
         """
         pipeline_config = pipeline.load()
         names = config.names()
@@ -95,8 +101,15 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
             staging=staging.location(),
             pipeline=pipeline_config,
             topic_name=pipeline_config.topic(names[0]).name,
+            sink=storage_write_sink(pipeline_config, bigquery),
         )
         summaries = run_stage_group(pyspark.spark_context, ctx, names)
+        # Here, not at the top: defs/bigquery/assets.py imports this module (STAGING_KEY).
+        from kbqe_dagster.defs.bigquery.assets import Destinations
+        from kbqe_dagster.defs.staging.deliveries import delivery_events
+
+        for event in delivery_events(summaries, Destinations.from_config(pipeline_config)):
+            context.log_event(event)
         for summary in summaries:
             context.log.info(
                 "%s: staged %d record(s) from %d message(s) in %d file(s), %s dead letter(s)",
@@ -112,6 +125,15 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
             **({"missing_topics": dg.MetadataValue.json(missing)} if missing else {})})
 
     return staging
+
+
+def storage_write_sink(pipeline_config, bigquery: BigQueryResource):
+    """The stage context's sink: the delivery sink when any table may be delivered by
+    storage_write (kbqe_dagster/delivery/), else None (the staging area's own)."""
+    load = pipeline_config.load
+    return delivery_sink(
+        pipeline_config, bigquery.storage_write_settings() if bigquery.project else None,
+        TableKeeperSettings.of(bigquery, load.partition_expiration_days, load.create_datasets))
 
 
 def stage_metadata(summary: StageSummary) -> dict:

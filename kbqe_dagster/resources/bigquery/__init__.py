@@ -7,6 +7,8 @@
   where the emulator differs (its gaps are behaviour of an implementation, not flags);
 - ``emulator_maps.py``: the SQL by which the emulator's path turns Avro maps (DuckDB MAPs)
   into BigQuery's repeated key/value records;
+- ``storage_write.py``: the Storage Write API (streams, appends at an offset, finalize,
+  commit) behind the :class:`StorageWriter` interface the delivery sink sees;
 - ``schema.py``: the table schema a first load carries, derived from the file's Avro schema;
 - ``resource.py``: the Dagster resource choosing between them.
 """
@@ -23,15 +25,25 @@ from kbqe_dagster.resources.bigquery.jobs import (
     load_job_config,
 )
 from kbqe_dagster.resources.bigquery.resource import BigQueryResource
+from kbqe_dagster.resources.bigquery.storage_write import (
+    AppendOutcome,
+    GoogleStorageWriter,
+    StorageWriter,
+    StorageWriteSettings,
+)
 
 __all__ = [
+    "AppendOutcome",
     "BigQueryLoads",
     "BigQueryResource",
     "DuplicateOffsets",
     "EmulatorBigQueryLoads",
     "GoogleBigQueryLoads",
+    "GoogleStorageWriter",
     "JobReport",
     "LoadRequest",
+    "StorageWriteSettings",
+    "StorageWriter",
     "SubmitResult",
     "job_labels",
     "load_job_config",

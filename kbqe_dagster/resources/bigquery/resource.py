@@ -1,4 +1,5 @@
-"""The Dagster resource that hands out BigQuery clients and the load interface."""
+"""The Dagster resource that hands out BigQuery clients, the load interface and the Storage
+Write API's settings."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from kbqe_dagster.core.errors import LoadError
+from kbqe_dagster.core.errors import LoadError, StorageWriteError
 from kbqe_dagster.resources.bigquery.emulator import EmulatorBigQueryLoads
 from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
+from kbqe_dagster.resources.bigquery.storage_write import StorageWriter, StorageWriteSettings
 
 
 class BigQueryResource(dg.ConfigurableResource):
@@ -35,6 +37,14 @@ class BigQueryResource(dg.ConfigurableResource):
             "rows appended; resources/bigquery/emulator.py). Local stack only."
         ),
     )
+    storage_write_endpoint: str | None = Field(
+        default=None,
+        description=(
+            "``host:port`` of the local emulator's gRPC port, where the Storage Write API is "
+            "reached over an insecure channel, anonymously. None: BigQuery's own endpoint "
+            "with Application Default Credentials. Local stack only."
+        ),
+    )
     max_bytes_billed: int = Field(
         default=10 * 1024**3,
         description="Cap on the bytes billed by the opt-in duplicate-offset check query.",
@@ -51,6 +61,18 @@ class BigQueryResource(dg.ConfigurableResource):
         if self.api_endpoint:
             options["client_options"] = {"api_endpoint": self.api_endpoint}
         return bigquery.Client(**options)
+
+    def storage_write_settings(self) -> StorageWriteSettings:
+        """How a stage task reaches the Storage Write API: picklable, so the task builds its
+        writer in the executor (``.writer()``); the writer itself never travels."""
+        if not self.project:
+            raise StorageWriteError("the bigquery resource needs a project")
+        return StorageWriteSettings(project=self.project,
+                                    grpc_endpoint=self.storage_write_endpoint)
+
+    def storage_writer(self) -> StorageWriter:
+        """A Storage Write API client on the driver (tests, operator commands)."""
+        return self.storage_write_settings().writer()
 
     def loads(self) -> GoogleBigQueryLoads:
         if not self.project:

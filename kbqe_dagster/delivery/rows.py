@@ -1,0 +1,108 @@
+"""A storage_write table's staged records as Storage Write rows: each record file of the range
+(an Avro container in the task's work directory, memory bounded like any staged file) is read
+back, every record encoded as a row of its file schema's writer schema
+(core/formats/avro_proto.py) into a rows file beside it, and cut into requests under the API's
+size limit. Reading and cutting are deterministic: a retry of the same range sends the same
+requests at the same stream offsets, which is what makes ``ALREADY_EXISTS`` mean "ours".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+from typing import Any, Iterator
+
+from fastavro import parse_schema, reader, schemaless_writer
+
+from kbqe_dagster.core.errors import RowEncodeError
+from kbqe_dagster.core.formats.avro_proto import MAX_REQUEST_BYTES, batches, encode_rows
+from kbqe_dagster.staging.avro_binary import encode_long
+
+CHUNK_RECORDS = 4096
+"""Records encoded and cut into requests at a time (bounded memory; deterministic cuts)."""
+
+
+@dataclass
+class RowsFile:
+    """The encodable records of one record file, as rows, each with its record's index."""
+
+    path: Path
+    rows: int = 0
+    bytes: int = 0
+    unencodable: tuple[tuple[int, str], ...] = ()
+    """(record index, why) of records that cannot be rows: dead-lettered, never appended."""
+
+
+def encode_file(records_path: Path, schema: dict, source: str) -> RowsFile:
+    """Encode every record of the Avro container ``records_path`` (written under ``schema``)
+    into a rows file next to it."""
+    out = RowsFile(records_path.with_suffix(".rows"))
+    refused: list[tuple[int, str]] = []
+    with open(records_path, "rb") as src, open(out.path, "wb") as dst:
+        for index, record in enumerate(reader(src)):
+            try:
+                row = encode_rows(schema, [record], source)[0]
+            except RowEncodeError as error:
+                refused.append((index, str(error).replace(" record 0:", f" record {index}:")))
+                continue
+            dst.write(encode_long(index) + encode_long(len(row)) + row)
+            out.rows += 1
+            out.bytes += len(row)
+    out.unencodable = tuple(refused)
+    return out
+
+
+def _read_long(handle: Any) -> int | None:
+    shift = result = 0
+    while True:
+        byte = handle.read(1)
+        if not byte:
+            return None
+        b = byte[0]
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1)
+        shift += 7
+
+
+def _rows(path: Path) -> Iterator[tuple[int, bytes]]:
+    with open(path, "rb") as handle:
+        while (index := _read_long(handle)) is not None:
+            size = _read_long(handle)
+            yield index, handle.read(size or 0)
+
+
+def requests(rows: RowsFile, max_bytes: int = MAX_REQUEST_BYTES
+             ) -> Iterator[tuple[list[int], list[bytes]]]:
+    """(record indices, rows) of each request, in order."""
+    chunk: list[tuple[int, bytes]] = []
+
+    def cut() -> Iterator[tuple[list[int], list[bytes]]]:
+        position = 0
+        for batch in batches([row for _, row in chunk], max_bytes):
+            yield [i for i, _ in chunk[position:position + len(batch)]], batch
+            position += len(batch)
+
+    for item in _rows(rows.path):
+        chunk.append(item)
+        if len(chunk) >= CHUNK_RECORDS:
+            yield from cut()
+            chunk = []
+    if chunk:
+        yield from cut()
+
+
+def records_at(records_path: Path, indices: set[int]) -> dict[int, tuple[dict, bytes]]:
+    """The records at ``indices`` of a record file: (record, its bytes as staged), for the
+    dead letters of rows the API refused (rare: one more read of the file)."""
+    found: dict[int, tuple[dict, bytes]] = {}
+    with open(records_path, "rb") as src:
+        avro = reader(src)
+        parsed = parse_schema(avro.writer_schema)
+        for index, record in enumerate(avro):
+            if index in indices:
+                body = BytesIO()
+                schemaless_writer(body, parsed, record)
+                found[index] = (record, body.getvalue())
+    return found

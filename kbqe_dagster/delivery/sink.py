@@ -1,0 +1,402 @@
+"""The delivery sink: per (dataset, table), the staging area (Avro files loaded later, as
+today) or the BigQuery Storage Write API (rows appended when the range commits), as the
+table's ``delivery`` says (core/record/partitioning.py).
+
+A storage_write table's records stream to a record file in the task's work directory during
+the range (memory bounded). At commit, per such table, in this order (core/protocol/
+delivery.py; docs/architecture.md, "Storage Write delivery"):
+
+1. the table is made ready (created, new columns added: delivery/tables.py);
+2. its **intent** is created, create-only: the stream (the table's stream for this partition,
+   continued where the latest committed range left it, or a new one), the first row offset,
+   the exact Kafka range and the rows per schema id. A retry of the range finds it and uses
+   it: same rows, same offsets;
+3. every request is **appended at its offset**; ``already_exists`` is skipped (an earlier
+   attempt wrote it), ``out_of_range`` fails the range naming everything, rows the API
+   refuses are noted (refusal note, create-only), dead-lettered with the API's reason, and
+   the request's other rows appended at the same offset;
+
+then the range commits through the staging area's done files (the existing commit point),
+whose manifest lists each storage_write file with its stream, offset and rows and no object.
+Every other table of the range is staged and committed exactly as by the staging area's own
+sink: their files and done files are byte-identical to a run without this sink.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.errors import CommitConflictError, StagingError
+from kbqe_dagster.core.formats.avro_proto import ProtoRows, proto_schema
+from kbqe_dagster.core.protocol.commit import Delivered, avro_file_name, parse_manifest
+from kbqe_dagster.core.protocol.delivery import (
+    Intent,
+    Refusal,
+    append_decision,
+    check_no_overlap,
+    intent_name,
+    open_intents,
+    parse_intent,
+    parse_refusal,
+    stream_position,
+)
+from kbqe_dagster.core.protocol.naming import ParsedListing, of_topic, parse_listing, topic_prefix
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.reasons import Reason
+from kbqe_dagster.core.record.dead_letters import (
+    DEAD_LETTER_SCHEMA,
+    DEAD_LETTER_SCHEMA_ID,
+    DeadLetter,
+)
+from kbqe_dagster.core.record.event_time import epoch_day
+from kbqe_dagster.core.record.partitioning import Delivery
+from kbqe_dagster.delivery.rows import RowsFile, encode_file, records_at, requests
+from kbqe_dagster.faults import crash_point
+from kbqe_dagster.resources.staging_store import StagingStore
+from kbqe_dagster.staging.open_file import OpenFile
+from kbqe_dagster.staging.sink import RangeTally, SinkOutcome, TableDelivery
+from kbqe_dagster.staging.staging_area_sink import StagingAreaSink
+
+log = logging.getLogger(__name__)
+
+_DEAD_LETTER_PARSED: Any = None
+
+
+class WriterSettings(Protocol):
+    """Picklable settings that build a Storage Write client in the task
+    (``resources.bigquery.storage_write.StorageWriteSettings``)."""
+
+    def writer(self) -> Any: ...
+
+
+class KeeperSettings(Protocol):
+    """Picklable settings that build a table keeper in the task (delivery/tables.py)."""
+
+    def keeper(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class DeliverySinkFactory:
+    """The stage context's sink (``StageContext.sink``): a :class:`DeliverySink` per range.
+    Picklable; the writer and the table keeper are built in the task, once per process."""
+
+    pipeline: PipelineConfig
+    writer: WriterSettings
+    tables: KeeperSettings
+
+    def __call__(self, rng: OffsetRange, workdir: Path, codec: str) -> DeliverySink:
+        return DeliverySink(rng, workdir, codec, self)
+
+
+_built: dict[int, tuple[Any, Any]] = {}
+
+
+def _clients(factory: DeliverySinkFactory) -> tuple[Any, Any]:
+    """The writer and table keeper of this process for ``factory``'s settings: streams keep
+    their connection across the ranges a task stages."""
+    key = hash((factory.writer, factory.tables))
+    if key not in _built:
+        _built[key] = (factory.writer.writer(), factory.tables.keeper())
+    return _built[key]
+
+
+@dataclass
+class _StreamFile:
+    dataset: str
+    table: str
+    schema_id: int
+    schema: dict
+    file: OpenFile
+
+
+@dataclass
+class _Table:
+    """One storage_write table of the range at commit."""
+
+    dataset: str
+    table: str
+    files: list[_StreamFile]
+    rows: dict[int, RowsFile] = field(default_factory=dict)  # by schema id
+    fresh: bool = False
+    """This attempt created the intent: no earlier attempt can have appended its rows."""
+
+    @property
+    def parts(self) -> tuple[tuple[int, int], ...]:
+        return tuple((f.schema_id, self.rows[f.schema_id].rows) for f in self.files)
+
+
+class DeliverySink:
+    """A :class:`~kbqe_dagster.staging.sink.RangeSink` routing tables by their delivery."""
+
+    def __init__(self, rng: OffsetRange, workdir: Path, codec: str,
+                 factory: DeliverySinkFactory) -> None:
+        self.rng = rng
+        self.workdir = workdir
+        self.factory = factory
+        self.pipeline = factory.pipeline
+        self.area = StagingAreaSink(rng, workdir, codec)
+        self.streamed: list[_StreamFile] = []
+        self._delivery: dict[tuple[str, str], Delivery] = {}
+
+    @property
+    def sync_marker(self) -> bytes | None:
+        return self.area.sync_marker
+
+    @sync_marker.setter
+    def sync_marker(self, marker: bytes | None) -> None:
+        self.area.sync_marker = marker
+
+    def open(self, dataset: str, table: str, schema_id: int, schema: dict) -> OpenFile:
+        if self.pipeline.delivery(dataset, table, self.rng.topic) is not Delivery.STORAGE_WRITE:
+            return self.area.open(dataset, table, schema_id, schema)
+        name = avro_file_name(self.rng, dataset, table, schema_id)
+        # Not compressed: read back once by this task, never uploaded.
+        record_file = OpenFile(self.workdir, name, schema, "null", None)
+        self.streamed.append(_StreamFile(dataset, table, schema_id, schema, record_file))
+        return record_file
+
+    def abort(self) -> None:
+        self.area.abort()
+        for f in self.streamed:
+            f.file.close()
+
+    # --- commit ---------------------------------------------------------------------------
+    def commit(self, store: StagingStore, covered: OffsetRange, tally: RangeTally) -> SinkOutcome:
+        if not self.streamed:
+            return self.area.commit(store, covered, tally)
+        writer, keeper = _clients(self.factory)
+        tables: dict[tuple[str, str], _Table] = {}
+        for f in sorted(self.streamed, key=lambda f: (f.dataset, f.table, f.schema_id)):
+            f.file.close()
+            tables.setdefault((f.dataset, f.table), _Table(f.dataset, f.table, [])).files.append(f)
+        listing = self._listing(store, covered)
+        dead: list[DeadLetter] = []
+        delivered: list[tuple] = []
+        reports: list[TableDelivery] = []
+        for t in tables.values():
+            for f in t.files:
+                t.rows[f.schema_id] = encode_file(f.file.path, f.schema,
+                                                  f"{f.dataset}.{f.table} {covered}")
+                dead += self._dead_letters(f, t.rows[f.schema_id].unencodable, tally.created_at,
+                                           "cannot be a Storage Write row")
+            layout = self.pipeline.table_layout(t.dataset, t.table)
+            for f in t.files:
+                keeper.ensure(t.dataset, t.table, f.schema, layout)
+        intents = {key: self._intent(store, writer, listing, covered, t)
+                   for key, t in tables.items()}
+        for key, t in tables.items():
+            files, report, letters = self._append(store, writer, listing, intents[key], t, tally)
+            delivered += files
+            reports.append(report)
+            dead += letters
+        crash_point("storage_write_delivered")
+        if dead:
+            self._stage_dead_letters(dead)
+        tally = RangeTally(tally.dead_letters + len(dead), tally.skipped, tally.created_at,
+                           tally.kafka_ts_max)
+        outcome = self.area.commit(store, covered, tally, delivered=delivered)
+        by_reason = {str(Reason.STORAGE_WRITE_REFUSED): len(dead)} if dead else {}
+        appended = {name.name for name, *_ in delivered}
+        files = tuple(f for f in outcome.files if f[0] not in appended)  # files written only
+        return SinkOutcome(outcome.committed_last, files, outcome.bytes_by_dataset,
+                           outcome.conflict, by_reason, tuple(reports))
+
+    def _listing(self, store: StagingStore, covered: OffsetRange) -> ParsedListing:
+        """This partition's staging names (one prefix listing of the topic)."""
+        names, _ = of_topic((f.name for f in store.list(topic_prefix(covered.topic))),
+                            covered.topic)
+        listing = parse_listing(names)
+        p = covered.partition
+        return ParsedListing(
+            tuple(a for a in listing.avro if a.key.partition == p),
+            tuple(d for d in listing.done if d.key.partition == p), (),
+            tuple(i for i in listing.intents if i.key.partition == p),
+            tuple(r for r in listing.refusals if r.key.partition == p))
+
+    def _intent(self, store: StagingStore, writer: Any, listing: ParsedListing,
+                covered: OffsetRange, t: _Table) -> Intent:
+        """The intent of this range for table ``t``: the one an earlier attempt created, or a
+        new one, created now (create-only) before any append."""
+        name = intent_name(covered, t.dataset, t.table, t.files[0].schema_id)
+        where = f"{t.dataset}.{t.table} {covered}"
+        t.fresh = False
+        if name in listing.intents:
+            intent = parse_intent(store.read_bytes(name.name), name)
+            log.info("%s: rolling forward intent %s (stream %s, rows from %d)", where,
+                     name.name, intent.stream, intent.offset)
+        else:
+            stream, offset = self._stream_for(store, writer, listing, t)
+            intent = Intent(covered.topic, covered.partition, t.dataset, t.table,
+                            covered.start, covered.last, stream, offset, t.parts)
+            others = {i.name: parse_intent(store.read_bytes(i.name), i)
+                      for i in open_intents(listing)
+                      if (i.key.dataset, i.key.table) == (t.dataset, t.table)}
+            check_no_overlap(intent, others)
+            try:
+                store.create_only(name.name, intent.encode())
+                t.fresh = True
+            except CommitConflictError:
+                # A concurrent attempt of this very range created it first: its rows are ours
+                # (same range, same staging), so its stream and offset are the ones to use.
+                intent = parse_intent(store.read_bytes(name.name), name)
+            crash_point("storage_write_intent")
+        if intent.parts != t.parts:
+            raise StagingError(
+                f"{where}: intent {name.name} recorded rows per schema id {list(intent.parts)}, "
+                f"this attempt staged {list(t.parts)}: staging of the range is not deterministic "
+                "(a routing function or transform that changed?); not appending")
+        return intent
+
+    def _stream_for(self, store: StagingStore, writer: Any, listing: ParsedListing,
+                    t: _Table) -> tuple[str, int]:
+        """The table's stream for this partition where the latest committed range left it,
+        or a new stream (none yet, a new schema id, or the stream is gone)."""
+        latest = max((d for d in listing.done if (d.key.dataset, d.key.table) == (t.dataset,
+                                                                                  t.table)),
+                     key=lambda d: d.first_offset, default=None)
+        position = None
+        if latest is not None:
+            manifest = parse_manifest(store.read_bytes(latest.name), latest.name)
+            position = stream_position([manifest] if manifest else [], t.dataset, t.table)
+        schema_ids = {f.schema_id for f in t.files}
+        if position is not None and schema_ids <= position.schema_ids \
+                and writer.stream_state(position.stream) is not None:
+            return position.stream, position.next_offset
+        stream = writer.create_stream(t.dataset, t.table, "committed")
+        log.info("%s.%s[%d]: new stream %s", t.dataset, t.table, self.rng.partition, stream)
+        return stream, 0
+
+    def _append(self, store: StagingStore, writer: Any, listing: ParsedListing, intent: Intent,
+                t: _Table, tally: RangeTally
+                ) -> tuple[list[tuple], TableDelivery, list[DeadLetter]]:
+        """Every request of table ``t`` at its offset (module docstring, step 3)."""
+        name = intent_name(intent.range, t.dataset, t.table, t.files[0].schema_id)
+        noted = {r.row_offset: r for r in listing.refusals if r.intent == name}
+        where = (f"{t.dataset}.{t.table} stream {intent.stream}, {intent.range} (intent "
+                 f"{name.name})")
+        offset = intent.offset
+        delivered, letters = [], []
+        requests_sent = skipped = appended_bytes = refused_total = 0
+        days: Counter[str] = Counter()
+        for f in t.files:
+            descriptor = proto_schema(f.schema, f"{t.dataset}.{t.table}")
+            first = offset
+            refused_here: dict[int, str] = {}
+            for indices, rows in requests(t.rows[f.schema_id]):
+                note = (parse_refusal(store.read_bytes(noted[offset].name), noted[offset])
+                        if offset in noted else None)
+                outcome = writer.append(intent.stream, ProtoRows(descriptor, tuple(rows)), offset)
+                requests_sent += 1
+                step = append_decision(outcome.kind, len(rows), outcome.message,
+                                       outcome.row_errors, f"{where} row {offset}", note)
+                if step.refused:
+                    note = Refusal(offset, step.refused)
+                    self._note(store, name.refusal(offset), note)
+                    keep = [r for i, r in enumerate(rows) if i not in dict(step.refused)]
+                    if keep:
+                        retry = writer.append(intent.stream, ProtoRows(descriptor, tuple(keep)),
+                                              offset)
+                        requests_sent += 1
+                        again = append_decision(retry.kind, len(keep), retry.message,
+                                                retry.row_errors, f"{where} row {offset}")
+                        if again.refused:
+                            raise StagingError(f"{where} row {offset}: the API refused rows it "
+                                               "had not refused in the same request before")
+                        step = again
+                elif outcome.kind == "already_exists":
+                    if t.fresh:
+                        # Nobody but this attempt knows the intent it just created: rows at
+                        # its offsets are a foreign writer's, not ours to skip.
+                        raise StagingError(
+                            f"{where} row {offset}: the stream already holds rows at offsets "
+                            f"this new intent claims ({outcome.message}); another writer? not "
+                            "appending (the intent stays open)")
+                    skipped += 1
+                if note is not None:
+                    refused_here.update({indices[i]: why for i, why in note.refused})
+                appended_bytes += sum(len(r) for i, r in enumerate(rows)
+                                      if note is None or i not in dict(note.refused))
+                offset += step.advance
+                crash_point("storage_write_appended")
+            letters += self._dead_letters(f, tuple(sorted(refused_here.items())),
+                                          tally.created_at, "refused by the Storage Write API")
+            refused_total += len(refused_here) + len(t.rows[f.schema_id].unencodable)
+            delivered.append((f.file.name, f.file.records, f.file.iso_days(),
+                              f.file.hour_keys(), Delivered(intent.stream, first, offset - first)))
+            days.update(f.file.iso_days())
+        report = TableDelivery(
+            t.dataset, t.table, intent.stream, intent.offset, offset - intent.offset,
+            sum(f.file.records for f in t.files), refused_total, appended_bytes,
+            tuple(sorted(days.items())), requests_sent, skipped)
+        return delivered, report, letters
+
+    @staticmethod
+    def _note(store: StagingStore, name: Any, note: Refusal) -> None:
+        try:
+            store.create_only(name.name, note.encode())
+        except CommitConflictError:
+            pass  # a zombie of the same intent noted the same refusal of the same request
+
+    def _dead_letters(self, f: _StreamFile, refused: tuple[tuple[int, str], ...],
+                      staged_at: datetime, what: str) -> list[DeadLetter]:
+        if not refused:
+            return []
+        why = dict(refused)
+        e = self.pipeline.enrichment
+        letters = []
+        for index, (record, raw) in sorted(records_at(f.file.path, set(why)).items()):
+            topic, partition, offset = (record.get(e.topic_column), record.get(e.partition_column),
+                                        record.get(e.offset_column))
+            stamp = record.get(e.timestamp_column) if e.timestamp_column else None
+            letters.append(DeadLetter(
+                reason=str(Reason.STORAGE_WRITE_REFUSED),
+                error=(f"{topic}[{partition}] offset {offset}: {f.dataset}.{f.table}: {what}: "
+                       f"{why[index]}"),
+                topic=str(topic), partition=int(partition), offset=int(offset),
+                kafka_timestamp_ms=int(stamp.timestamp() * 1000) if stamp else None,
+                schema_id=f.schema_id,
+                raw_key=record.get(e.key_column) if e.key_column else None,
+                raw_value=raw, headers=[], staged_at=staged_at))
+        return letters
+
+    def _stage_dead_letters(self, letters: list[DeadLetter]) -> None:
+        from io import BytesIO
+
+        from fastavro import parse_schema, schemaless_writer
+
+        global _DEAD_LETTER_PARSED
+        if _DEAD_LETTER_PARSED is None:
+            _DEAD_LETTER_PARSED = parse_schema(DEAD_LETTER_SCHEMA)
+        dl = self.pipeline.dead_letter
+        target = self.area.opened(dl.dataset, dl.table, DEAD_LETTER_SCHEMA_ID) or self.area.open(
+            dl.dataset, dl.table, DEAD_LETTER_SCHEMA_ID, DEAD_LETTER_SCHEMA)
+        for letter in letters:
+            body = BytesIO()
+            schemaless_writer(body, _DEAD_LETTER_PARSED, letter.to_record())
+            target.append(body.getvalue(), b"", epoch_day(letter.staged_at.date()))
+
+
+def delivery_sink(pipeline: PipelineConfig, writer: WriterSettings | None,
+                  tables: KeeperSettings | None) -> Callable[..., Any] | None:
+    """The stage context's sink for ``pipeline``: a :class:`DeliverySinkFactory` when any
+    table may be delivered by storage_write (and the settings to reach the API are given),
+    else None (the staging area's own sink, exactly as before)."""
+    if not _any_storage_write(pipeline):
+        return None
+    if writer is None or tables is None:
+        raise StagingError(
+            f"{pipeline.source}: tables are delivered by storage_write but the stage run has no "
+            "Storage Write settings (resources/environment.py builds them)")
+    return DeliverySinkFactory(pipeline, writer, tables)
+
+
+def _any_storage_write(pipeline: PipelineConfig) -> bool:
+    return pipeline.tables.any_storage_write or any(
+        t.delivery is Delivery.STORAGE_WRITE for t in pipeline.topics) or any(
+        p.prototype.delivery is Delivery.STORAGE_WRITE for p in pipeline.topic_patterns)

@@ -1,0 +1,69 @@
+"""The table a Storage Write append goes to, made ready on the local BigQuery emulator
+(delivery/tables.py): created with the columns a load would give it, widened before rows that
+carry a new column are appended (the emulator needs ALTER TABLE and tables.patch both, a gap
+pinned in resources/test_storage_write_on_local_stack.py), and left alone when ready."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Iterator
+
+import pytest
+from google.cloud import bigquery
+
+from kbqe_dagster.core.config.table_layout import table_layout
+from kbqe_dagster.core.formats.avro_proto import proto_rows
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig
+from kbqe_dagster.core.record.partitioning import Partitioning
+from kbqe_dagster.delivery.tables import TableKeeperSettings
+from kbqe_dagster.resources.environment import local_resources
+from kbqe_dagster_tests.localstack.emulators import bq, emulators  # noqa: F401 (fixtures)
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
+
+V1 = {"type": "record", "name": "Click", "fields": [
+    {"name": "_event_date", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "n", "type": "long"}]}
+V2 = {**V1, "fields": [*V1["fields"], {"name": "ref", "type": ["null", "string"],
+                                      "default": None}]}
+LAYOUT = table_layout(EnrichmentConfig(), Partitioning.DAY, dead_letter=False, changelog=False)
+
+
+@pytest.fixture
+def dataset(bq: bigquery.Client) -> Iterator[str]:
+    name = f"keeper_{uuid.uuid4().hex[:10]}"
+    yield name
+    bq.delete_dataset(name, delete_contents=True, not_found_ok=True)
+
+
+def _keeper():
+    return TableKeeperSettings.of(local_resources()["bigquery"]).keeper()
+
+
+def test_a_missing_table_is_created_then_a_new_column_added_before_its_rows(bq, dataset):
+    writer = local_resources()["bigquery"].storage_write_settings().writer()
+    keeper = _keeper()
+    keeper.ensure(dataset, "clicks", V1, LAYOUT)
+    assert [f.name for f in bq.get_table(f"{dataset}.clicks").schema] == ["_event_date", "n"]
+    stream = writer.create_stream(dataset, "clicks")
+    assert writer.append(stream, proto_rows(V1, [{"_event_date": 20000, "n": 1}]), 0).kind \
+        == "appended"
+
+    _keeper().ensure(dataset, "clicks", V2, LAYOUT)  # another task, the newer schema
+    stream = writer.create_stream(dataset, "clicks")  # a new schema id: a new stream
+    outcome = writer.append(stream, proto_rows(V2, [{"_event_date": 20000, "n": 2,
+                                                     "ref": "r"}]), 0)
+    assert outcome.kind == "appended"
+    rows = sorted(tuple(r.values()) for r in bq.query_and_wait(
+        f"SELECT n, ref FROM `{dataset}.clicks`"))
+    assert rows == [(1, None), (2, "r")]
+    writer.close()
+
+
+def test_a_ready_table_costs_one_metadata_read_per_keeper(bq, dataset, monkeypatch):
+    keeper = _keeper()
+    keeper.ensure(dataset, "clicks", V2, LAYOUT)
+    reads = []
+    monkeypatch.setattr(keeper, "_metadata_schema", lambda *a: reads.append(a))
+    keeper.ensure(dataset, "clicks", V1, LAYOUT)  # narrower: nothing to do, nothing asked
+    assert reads == []
