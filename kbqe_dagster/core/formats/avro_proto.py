@@ -59,7 +59,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from kbqe_dagster.core.errors import RowEncodeError, UnsupportedSchemaError
-from kbqe_dagster.core.formats.avro_names import full_name
+from kbqe_dagster.core.formats.avro_names import NamedTypes, namespace_of
 
 __all__ = [
     "MAX_REQUEST_BYTES",
@@ -243,13 +243,13 @@ class _Builder:
 
     def __init__(self, source: str) -> None:
         self.source = source
-        self.named: dict[str, Any] = {}
+        self.names = NamedTypes()  # named types met so far, for references by name
 
     def record(self, message: descriptor_pb2.DescriptorProto, record: Mapping[str, Any],
                path: str, namespace: str | None) -> _MessagePlan:
-        self._remember(record, namespace)
+        self.names.remember(record, namespace)
         return self._fields(message, record.get("fields") or (), path,
-                            _namespace_of(record, namespace))
+                            namespace_of(record, namespace))
 
     def _fields(self, message: descriptor_pb2.DescriptorProto, fields: Sequence[Any],
                 path: str, namespace: str | None) -> _MessagePlan:
@@ -262,12 +262,12 @@ class _Builder:
 
     def field(self, message: descriptor_pb2.DescriptorProto, taken: set[str], number: int,
               name: str, avro: Any, path: str, namespace: str | None) -> _FieldPlan:
-        avro = self._resolve(self._non_null(avro, path), namespace)
+        avro = self.names.resolve(self._non_null(avro, path), namespace)
         repeated = entries = False
         if isinstance(avro, dict) and avro.get("type") == "array":
             repeated = True
             # BigQuery has no NULL inside an array: [null, T] → T (a null item: RowEncodeError)
-            avro = self._resolve(self._non_null(avro["items"], f"{path}[]"), namespace)
+            avro = self.names.resolve(self._non_null(avro["items"], f"{path}[]"), namespace)
             if isinstance(avro, dict) and avro.get("type") in ("array", "map"):
                 raise UnsupportedSchemaError(f"{self.source}: field {path} is an array of arrays")
         elif isinstance(avro, dict) and avro.get("type") == "map":
@@ -312,10 +312,10 @@ class _Builder:
         kind = avro.get("type")
         logical = avro.get("logicalType")
         if kind == "enum":
-            self._remember(avro, namespace)
+            self.names.remember(avro, namespace)
             return F.TYPE_STRING, str
         if kind == "fixed":
-            self._remember(avro, namespace)
+            self.names.remember(avro, namespace)
             if logical == "decimal":
                 return F.TYPE_STRING, _decimal_text(avro, path, self.source)
             return F.TYPE_BYTES, bytes
@@ -325,34 +325,13 @@ class _Builder:
         if special is not None:
             return special
         if isinstance(kind, (str, dict, list)):  # {"type": "long"}, or an unknown logical type
-            resolved = self._resolve(kind, namespace)
+            resolved = self.names.resolve(kind, namespace)
             if isinstance(resolved, dict) and resolved.get("type") in ("record", "array", "map"):
                 raise UnsupportedSchemaError(
                     f"{self.source}: field {path} wraps a {resolved['type']} in a type object")
             return self.scalar(resolved, path, namespace)
         raise UnsupportedSchemaError(
             f"{self.source}: field {path} has an unreadable Avro type {avro!r}")
-
-    def _remember(self, named: Mapping[str, Any], namespace: str | None) -> None:
-        if named.get("name"):
-            full = full_name(named, namespace)
-            self.named[full] = named
-            self.named.setdefault(str(named["name"]), named)
-
-    def _resolve(self, avro: Any, namespace: str | None) -> Any:
-        if isinstance(avro, str) and avro not in _PRIMITIVES:
-            qualified = f"{namespace}.{avro}" if namespace and "." not in avro else avro
-            for candidate in (qualified, avro):
-                if candidate in self.named:
-                    return self.named[candidate]
-        return avro
-
-
-def _namespace_of(named: Mapping[str, Any], enclosing: str | None) -> str | None:
-    name = str(named.get("name", ""))
-    if "." in name:
-        return name.rpartition(".")[0]
-    return named.get("namespace", enclosing)
 
 
 def _free_name(field_name: str, taken: set[str]) -> str:

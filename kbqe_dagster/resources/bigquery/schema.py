@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbqe_dagster.core.formats.avro_names import full_name
+from kbqe_dagster.core.formats.avro_names import NamedTypes, namespace_of
 from kbqe_dagster.core.errors import LoadError
 
 _PRIMITIVES = {
@@ -84,11 +84,11 @@ class _Converter:
     def __init__(self, source: str, keep_maps: bool = False) -> None:
         self.source = source
         self.map_type = "MAP" if keep_maps else "RECORD"
-        self.named: dict[str, Any] = {}  # full name → definition, for references by name
+        self.names = NamedTypes()  # named types met so far, for references by name
 
     def record_fields(self, record: dict[str, Any], path: str) -> list[dict]:
-        self._remember(record, namespace=None)
-        namespace = _namespace_of(record, None)
+        self.names.remember(record, None)
+        namespace = namespace_of(record, None)
         return [self.column(f["name"], f["type"], f"{path}{f['name']}", namespace)
                 for f in record.get("fields", [])]
 
@@ -103,7 +103,7 @@ class _Converter:
                 )
             mode = "NULLABLE" if len(avro) > 1 else "REQUIRED"
             avro = branches[0]
-        avro = self._resolve(avro, namespace)
+        avro = self.names.resolve(avro, namespace)
         if isinstance(avro, dict) and avro.get("type") == "array":
             item = avro["items"]
             if isinstance(item, list):  # BigQuery has no NULL inside an array: [null, T] → T
@@ -127,16 +127,16 @@ class _Converter:
             raise LoadError(f"{self.source}: field {path} has unknown Avro type {avro!r}")
         kind = avro.get("type")
         if kind == "record":
-            self._remember(avro, namespace)
-            inner_ns = _namespace_of(avro, namespace)
+            self.names.remember(avro, namespace)
+            inner_ns = namespace_of(avro, namespace)
             fields = [self.column(f["name"], f["type"], f"{path}.{f['name']}", inner_ns)
                       for f in avro.get("fields", [])]
             return {"type": "RECORD", "fields": fields}
         if kind == "enum":
-            self._remember(avro, namespace)
+            self.names.remember(avro, namespace)
             return {"type": "STRING"}
         if kind == "fixed":
-            self._remember(avro, namespace)
+            self.names.remember(avro, namespace)
             if avro.get("logicalType") == "decimal":
                 return _decimal(avro, path, self.source)
             return {"type": "BYTES"}
@@ -146,29 +146,8 @@ class _Converter:
         if (kind, logical) in _LOGICAL:
             return {"type": _LOGICAL[(kind, logical)]}
         if isinstance(kind, (str, dict, list)):  # {"type": "long"}, or an unknown logical type
-            return self._type(self._resolve(kind, namespace), path, namespace)
+            return self._type(self.names.resolve(kind, namespace), path, namespace)
         raise LoadError(f"{self.source}: field {path} has an unreadable Avro type {avro!r}")
-
-    def _remember(self, named: dict[str, Any], namespace: str | None) -> None:
-        full = full_name(named, namespace) if named.get("name") else None
-        if full:
-            self.named[full] = named
-            self.named.setdefault(named["name"], named)
-
-    def _resolve(self, avro: Any, namespace: str | None) -> Any:
-        if isinstance(avro, str) and avro not in _PRIMITIVES:
-            qualified = f"{namespace}.{avro}" if namespace and "." not in avro else avro
-            for candidate in (qualified, avro):
-                if candidate in self.named:
-                    return self.named[candidate]
-        return avro
-
-
-def _namespace_of(named: dict[str, Any], enclosing: str | None) -> str | None:
-    name = named.get("name", "")
-    if "." in name:
-        return name.rpartition(".")[0]
-    return named.get("namespace", enclosing)
 
 
 def _decimal(avro: dict[str, Any], path: str, source: str) -> dict:
