@@ -7,6 +7,7 @@ JVMs and fail whenever another process holds a Kafka port.
 
 from __future__ import annotations
 
+import uuid
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -50,3 +51,17 @@ def bq(emulators: None) -> bigquery.Client:
 def bucket(emulators: None) -> storage.Bucket:
     """The local stack's bucket on fake-gcs-server."""
     return local_storage_client().bucket(LOCAL_BUCKET)
+
+
+@contextmanager
+def emulator_dataset(bq: bigquery.Client, bucket: storage.Bucket, prefix: str) -> Iterator[str]:
+    """A new dataset ``<prefix>_<random>`` on the BigQuery emulator, dropped afterwards with
+    the objects its test staged under ``gs://<bucket>/<dataset>/``."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    bq.create_dataset(name)
+    try:
+        yield name
+    finally:
+        bq.delete_dataset(name, delete_contents=True, not_found_ok=True)
+        for blob in bucket.list_blobs(prefix=f"{name}/"):
+            blob.delete()

@@ -20,7 +20,7 @@ from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads, LoadRequest
 from kbqe_dagster.resources.bigquery.emulator import TEMP_TABLE_PREFIX
 from kbqe_dagster.resources.bigquery.jobs import ROWS_FROM_CREATED_TABLE, ROWS_FROM_DML
-from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulators  # noqa: F401 (fixtures)
+from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulator_dataset, emulators  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
@@ -38,12 +38,8 @@ V1_REORDERED: dict[str, Any] = {**V1, "fields": [DAY, V1["fields"][1], V1["field
 
 @pytest.fixture
 def dataset(bq: bigquery.Client, bucket: storage.Bucket) -> Iterator[str]:
-    name = f"by_name_{uuid.uuid4().hex[:10]}"
-    bq.create_dataset(name)
-    yield name
-    bq.delete_dataset(name, delete_contents=True, not_found_ok=True)
-    for blob in bucket.list_blobs(prefix=f"{name}/"):
-        blob.delete()
+    with emulator_dataset(bq, bucket, "by_name") as name:
+        yield name
 
 
 @pytest.fixture

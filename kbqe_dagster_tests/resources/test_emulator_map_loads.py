@@ -20,7 +20,7 @@ from kbqe_dagster.core.load.lifecycle import ObservedKind, SubmitOutcome
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads, LoadRequest
 from kbqe_dagster.resources.bigquery.jobs import ROWS_FROM_CREATED_TABLE, ROWS_FROM_DML
-from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulators  # noqa: F401 (fixtures)
+from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulator_dataset, emulators  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
@@ -98,12 +98,8 @@ SHAPES = [
 
 @pytest.fixture
 def dataset(bq: bigquery.Client, bucket: storage.Bucket) -> Iterator[str]:
-    name = f"maps_{uuid.uuid4().hex[:10]}"
-    bq.create_dataset(name)
-    yield name
-    bq.delete_dataset(name, delete_contents=True, not_found_ok=True)
-    for blob in bucket.list_blobs(prefix=f"{name}/"):
-        blob.delete()
+    with emulator_dataset(bq, bucket, "maps") as name:
+        yield name
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from kbqe_dagster.resources.bigquery.storage_write import (
     ProtoRows,
 )
 from kbqe_dagster.resources.environment import local_resources
-from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulators  # noqa: F401 (fixtures)
+from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulator_dataset, emulators  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
@@ -48,12 +48,8 @@ CLICK = {"type": "record", "name": "Click", "namespace": "kbqe.contract", "field
 
 @pytest.fixture
 def dataset(bq: bigquery.Client, bucket: storage.Bucket) -> Iterator[str]:
-    name = f"storage_write_{uuid.uuid4().hex[:10]}"
-    bq.create_dataset(name)
-    yield name
-    bq.delete_dataset(name, delete_contents=True, not_found_ok=True)
-    for blob in bucket.list_blobs(prefix=f"{name}/"):
-        blob.delete()
+    with emulator_dataset(bq, bucket, "storage_write") as name:
+        yield name
 
 
 @pytest.fixture
