@@ -169,22 +169,21 @@ def with_mark(position: LoadedPosition, mark: PartitionMark | None) -> LoadedPos
     moment the partition was last seen caught up."""
     if mark is None or mark.loaded_offset > position.offset:
         return position
-    kafka = position.kafka_time
-    if mark.kafka_time_ms is not None:
-        kept = datetime.fromtimestamp(mark.kafka_time_ms / 1000, timezone.utc)
-        kafka = kept if kafka is None else max(kafka, kept)
-    event = position.event_time
-    if mark.event_day is not None:
-        kept_day = day_start(mark.event_day)
-        event = kept_day if event is None else max(event, kept_day)
-    if mark.event_time_ms is not None:
-        kept_time = datetime.fromtimestamp(mark.event_time_ms / 1000, timezone.utc)
-        event = kept_time if event is None else max(event, kept_time)
-    caught_up = position.caught_up_at
-    if mark.caught_up_at_ms is not None:
-        kept_idle = _instant(mark.caught_up_at_ms)
-        caught_up = kept_idle if caught_up is None else max(caught_up, kept_idle)
+    def kept(ms: int | None) -> datetime | None:
+        return None if ms is None else _instant(ms)
+
+    kafka = _later(position.kafka_time, kept(mark.kafka_time_ms))
+    event_day = None if mark.event_day is None else day_start(mark.event_day)
+    event = _later(_later(position.event_time, event_day), kept(mark.event_time_ms))
+    caught_up = _later(position.caught_up_at, kept(mark.caught_up_at_ms))
     return LoadedPosition(position.offset, kafka, event, position.loaded_ranges, caught_up)
+
+
+def _later(a: datetime | None, b: datetime | None) -> datetime | None:
+    """The later of two moments, either of which may be unknown."""
+    if a is None or b is None:
+        return a if b is None else b
+    return max(a, b)
 
 
 def _instant(ms: int) -> datetime:

@@ -425,16 +425,31 @@ def _check_tables(
             _check_storage_write(key, dataset, table, statics, templated, dead_letter, problems)
         if settings.partitioning is not Partitioning.HOUR:
             continue
-        if dataset == dead_letter.dataset and table in ("*", dead_letter.table):
+        if _covers_dead_letter(dataset, table, dead_letter):
             problems.add(f"tables.{key}.partitioning", "the dead-letter table is DAY-partitioned "
                          "on its staging date")
-        keyed = [who for (ds, tb), (who, is_keyed) in statics.items()
-                 if is_keyed and ds == dataset and table in ("*", tb, changelog_table(tb))]
-        if templated.get(dataset, ("", False))[1]:
-            keyed.append(templated[dataset][0])
-        for who in keyed[:1]:
+        for who in _keyed_topics_covered(dataset, table, statics, templated)[:1]:
             problems.add(f"tables.{key}.partitioning", f"covers the tables of keyed topic {who}: "
                          "keyed tables are DAY-partitioned (the MERGE prunes by date)")
+
+
+def _covers_dead_letter(dataset: str, table: str, dead_letter: DeadLetterDestination) -> bool:
+    """Whether the ``tables:`` key ``dataset.table`` (``table`` may be ``*``) covers the
+    dead-letter table."""
+    return dataset == dead_letter.dataset and table in ("*", dead_letter.table)
+
+
+def _keyed_topics_covered(
+    dataset: str, table: str, statics: Mapping[Any, tuple[str, bool]],
+    templated: Mapping[str, tuple[str, bool]],
+) -> list[str]:
+    """The keyed topics whose tables (current state or changelog) the ``tables:`` key
+    ``dataset.table`` covers."""
+    keyed = [who for (ds, tb), (who, is_keyed) in statics.items()
+             if is_keyed and ds == dataset and table in ("*", tb, changelog_table(tb))]
+    if templated.get(dataset, ("", False))[1]:
+        keyed.append(templated[dataset][0])
+    return keyed
 
 
 def _check_storage_write(
@@ -443,15 +458,11 @@ def _check_storage_write(
     problems: r.Problems,
 ) -> None:  # fmt: skip
     """What ``delivery: storage_write`` cannot do yet, refused naming the table."""
-    if dataset == dead_letter.dataset and table in ("*", dead_letter.table):
+    if _covers_dead_letter(dataset, table, dead_letter):
         problems.add(f"tables.{key}.delivery", f"storage_write is not supported yet for the "
                      f"dead-letter table {dead_letter.dataset}.{dead_letter.table}: its rows "
                      "(rows the Storage Write API refuses among them) are loaded")
-    keyed = [who for (ds, tb), (who, is_keyed) in statics.items()
-             if is_keyed and ds == dataset and table in ("*", tb, changelog_table(tb))]
-    if templated.get(dataset, ("", False))[1]:
-        keyed.append(templated[dataset][0])
-    for who in keyed[:1]:
+    for who in _keyed_topics_covered(dataset, table, statics, templated)[:1]:
         problems.add(f"tables.{key}.delivery", f"storage_write is not supported yet for the "
                      f"tables of keyed topic {who} (its changelog is loaded; the MERGE reads "
                      "the loads)")
