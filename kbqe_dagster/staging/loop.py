@@ -30,6 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
+from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.protocol.offsets import RangePlan, Watermarks
 from kbqe_dagster.resources.kafka.cluster import watermarks_of
 from kbqe_dagster.staging.context import RangeResult, StageContext
@@ -282,3 +283,16 @@ def _sum(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
     total = Counter(a)
     total.update(b)
     return dict(total)
+
+
+def loop_topics(config: PipelineConfig) -> list[str]:
+    """The topics the stage loop stages under the daemon: those that may write a ``delivery:
+    storage_write`` table (their rows are appended as each range commits, so staging often is
+    what makes them fresh)."""
+    return [t for t in config.topic_names if config.topic_may_deliver_by_storage_write(t)]
+
+
+def loop_interval_s(config: PipelineConfig, topics: Iterable[str]) -> float:
+    """The shortest ``staging.loop_interval`` of ``topics`` (one loop paces them all)."""
+    return min((config.topic(t).staging.loop_interval.total_seconds() for t in topics),
+               default=LoopSettings.interval_s)
