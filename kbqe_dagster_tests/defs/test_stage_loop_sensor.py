@@ -3,12 +3,16 @@ Dagster's own context builders: ``stage_loop_sensor`` launches one loop run hold
 topics that no run in flight holds (again once it ended), ``kafka_backlog_sensor`` observes
 them but launches batch runs for the other topics only; a loop run is a stage run in flight
 (an ordinary run yields it its topics); a loop run launched with another pipeline is asked to
-stop; a loop run stops when terminated or tagged; the instance bounds loop runs apart from
+stop; a loop run stops when terminated or tagged, an interrupt ends it after its round; its
+rounds are reported folded every ``report_every_s``; the instance bounds loop runs apart from
 stage runs."""
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -20,7 +24,9 @@ import yaml
 from kbqe_dagster.defs.staging import sensors
 from kbqe_dagster.defs.staging.claims import topics_in_flight, yielded_to_older_runs
 from kbqe_dagster.defs.staging.jobs import pipeline_digest, stage_job, stage_loop_job
-from kbqe_dagster.defs.staging.loop import LoopStop
+from kbqe_dagster.core.protocol.offsets import RangePlan, Watermarks
+from kbqe_dagster.defs.bigquery.assets import Destinations
+from kbqe_dagster.defs.staging.loop import LoopReport, LoopStop, interrupts_between_rounds
 from kbqe_dagster.defs.staging.tags import (
     PIPELINE_DIGEST_TAG,
     STAGE_LOOP_TAG,
@@ -30,6 +36,11 @@ from kbqe_dagster.defs.staging.tags import (
 )
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
+from kbqe_dagster.staging.context import RangeResult
+from kbqe_dagster.staging.job import StageSummary
+from kbqe_dagster.staging.loop import LoopRound
+from kbqe_dagster.staging.prepare import Preparation
+from kbqe_dagster.staging.sink import TableDelivery
 
 OLD = 16 * 60  # seconds: past allowed_latency
 
@@ -187,3 +198,75 @@ def test_the_instance_bounds_loop_runs_apart_from_stage_runs(tmp_path) -> None:
     assert {"key": STAGE_LOOP_TAG, "limit": 2} in limits
     assert stage_loop_job.tags == {STAGE_LOOP_TAG: "true"}  # never kbqe/stage: see tags.py
     assert STAGE_TAG in stage_job.tags
+
+
+def test_an_interrupt_ends_the_loop_after_its_round_and_one_much_later_interrupts_at_once(
+    instance
+) -> None:
+    seen: list[int] = []
+    now = [0.0]
+    previous = signal.signal(signal.SIGINT, lambda signo, frame: seen.append(signo))
+    try:
+        stop = LoopStop(instance, str(uuid.uuid4()))
+        with interrupts_between_rounds(stop, clock=lambda: now[0]):
+            os.kill(os.getpid(), signal.SIGINT)
+            assert stop() == "terminated" and seen == []
+            now[0] = 2.0  # Ctrl-C's copy forwarded by the run worker: the same request
+            os.kill(os.getpid(), signal.SIGINT)
+            assert seen == []
+            now[0] = 10.0  # asked again, deliberately: interrupted at once
+            os.kill(os.getpid(), signal.SIGINT)
+            assert seen == [signal.SIGINT]
+        os.kill(os.getpid(), signal.SIGINT)
+        assert seen == [signal.SIGINT] * 2, "the handler before the loop is back"
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class FakeContext:
+    """What LoopReport uses of an asset's context."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+        self.log = logging.getLogger("fake-context")
+
+    def log_event(self, event) -> None:
+        self.events.append(event)
+
+
+def _busy_round(number: int, start: int, last: int) -> LoopRound:
+    result = RangeResult("orders", 0, start, last, last, last - start + 1, last - start + 1, (),
+                         0, delivered=(TableDelivery("sales", "orders", "s0", start,
+                                                     last - start + 1, last - start + 1, 0, 10,
+                                                     (("2026-11-25", last - start + 1),), 1),))
+    prep = Preparation((), (), (), RangePlan((), ()))
+    marks = {("orders", 0): Watermarks(0, last + 1)}
+    return LoopRound(number, 0.0, 0.5, (StageSummary("orders", prep, (result,), 0.5),), marks,
+                     {("orders", 0): last + 1})
+
+
+def test_the_rounds_are_reported_folded_every_report_every_s(tmp_path) -> None:
+    now = [0.0]
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(pipeline_text())
+    destinations = Destinations.from_config(PipelineResource(config_path=str(path)).load())
+    context = FakeContext()
+    report = LoopReport(context, destinations, ["orders"], 30.0, clock=lambda: now[0])
+    for number, (start, last) in enumerate([(0, 9), (10, 19), (20, 24)], 1):
+        now[0] += 1
+        report(_busy_round(number, start, last))
+    report(LoopRound(4, 0.0, 0.01, (), {("orders", 0): Watermarks(0, 25)}, {("orders", 0): 25}))
+    assert context.events == [], "nothing before report_every_s"
+    now[0] = 30.0
+    report(LoopRound(5, 0.0, 0.01, (), {("orders", 0): Watermarks(0, 27)}, {("orders", 0): 25}))
+    materializations = [e for e in context.events if isinstance(e, dg.AssetMaterialization)]
+    [one] = materializations  # three busy rounds, one table, one day, one partition
+    assert one.metadata["dagster/row_count"].value == 25
+    assert one.metadata["stream_rows"].value == [0, 24]
+    [check] = [e for e in context.events if isinstance(e, dg.AssetCheckEvaluation)]
+    assert check.passed
+    [lag] = [e for e in context.events if isinstance(e, dg.AssetObservation)]
+    assert (lag.asset_key, lag.metadata["lag"].value) == (dg.AssetKey(["kafka", "orders"]), 2)
+    assert report.metadata() == {"idle_round_seconds": 0.01, "busy_round_seconds": 0.5}
+    report.flush()
+    assert len(context.events) == 3, "nothing new to report"

@@ -81,22 +81,39 @@ class LoopStop:
         return run.tags.get(STOP_TAG)
 
 
+REPEAT_WINDOW_S = 3.0
+"""Interrupts this soon after the first are the same stop request: a terminal's Ctrl-C reaches
+every process of ``dagster dev``'s group, and the run worker forwards it to the step once
+more."""
+
+
 @contextmanager
-def interrupts_between_rounds(stop: LoopStop) -> Iterator[None]:
+def interrupts_between_rounds(stop: LoopStop, clock: Callable[[], float] = time.monotonic
+                              ) -> Iterator[None]:
     """Dagster terminates a run by interrupting its step process (SIGINT), which would cut a
-    range anywhere: here the first interrupt only tells ``stop``, so the loop ends after its
-    round (a second one interrupts at once, as before). Python takes signals in the main
-    thread only: elsewhere (a test's thread) this does nothing and the status check stops
-    the loop."""
+    range anywhere (PySpark's own handler raises KeyboardInterrupt): here an interrupt only
+    tells ``stop``, so the loop ends after its round. One more than ``REPEAT_WINDOW_S`` later
+    interrupts at once, as before. Python takes signals in the main thread only: elsewhere (a
+    test's thread) this does nothing and the status check stops the loop."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.getsignal(signal.SIGINT)
+    first: list[float] = []
 
     def defer(signo, frame) -> None:
-        log.warning("stage loop: interrupted; ending after this round")
-        stop.interrupted = True
+        if not first:
+            first.append(clock())
+            log.warning("stage loop: interrupted; ending after this round")
+            stop.interrupted = True
+            return
+        if clock() - first[0] < REPEAT_WINDOW_S:
+            return
         signal.signal(signal.SIGINT, previous)
+        if callable(previous):
+            previous(signo, frame)
+        else:
+            raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, defer)
     try:
