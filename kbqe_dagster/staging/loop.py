@@ -296,3 +296,21 @@ def loop_interval_s(config: PipelineConfig, topics: Iterable[str]) -> float:
     """The shortest ``staging.loop_interval`` of ``topics`` (one loop paces them all)."""
     return min((config.topic(t).staging.loop_interval.total_seconds() for t in topics),
                default=LoopSettings.interval_s)
+
+
+def warm_up(spark_context, ctx: StageContext) -> float:
+    """One Spark job of a task per slot that unpickles the stage context (importing its
+    stager chooser and sink) and the stage task's module, so the loop's first busy round
+    does not pay Spark's first job and the executors' imports (about 5 s on the local
+    stack). Returns its seconds."""
+    started = time.monotonic()
+    slots = max(int(spark_context.defaultParallelism), 1)
+    spark_context.parallelize(range(slots), slots).map(lambda _: _warm(ctx)).collect()
+    return time.monotonic() - started
+
+
+def _warm(ctx: StageContext) -> int:
+    """Runs on an executor: what a stage task imports first."""
+    import kbqe_dagster.staging.task  # noqa: F401 - the import is the point
+
+    return 0 if ctx.stager_for is None else 1

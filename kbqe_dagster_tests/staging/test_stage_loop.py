@@ -25,6 +25,7 @@ from kbqe_dagster.staging.loop import (
     fold_rounds,
     run_stage_loop,
     staged_positions,
+    warm_up,
 )
 from kbqe_dagster.staging.prepare import Preparation
 from kbqe_dagster.staging.sink import TableDelivery
@@ -270,3 +271,32 @@ def test_a_rounds_lag_is_what_kafka_held_beyond_the_positions_staged():
     r = LoopRound(1, 0.0, 0.0, (), marks, {("orders", 0): 10})
     assert r.lag("orders") == {0: 2, 1: 4}
     assert r.lag("clicks") == {0: 1}
+
+
+def test_the_warm_up_is_one_spark_job_of_a_task_per_slot(ctx):
+    class Spark:
+        defaultParallelism = 3
+
+        def __init__(self):
+            self.jobs = []
+
+        def parallelize(self, items, slices):
+            items = list(items)
+            assert slices == len(items)
+            return _Collect(self, items)
+
+    class _Collect:
+        def __init__(self, spark, items):
+            self.spark, self.items = spark, items
+
+        def map(self, fn):
+            self.fn = fn
+            return self
+
+        def collect(self):
+            self.spark.jobs.append([self.fn(i) for i in self.items])
+            return self.spark.jobs[-1]
+
+    spark = Spark()
+    assert warm_up(spark, ctx) >= 0
+    assert spark.jobs == [[0, 0, 0]]  # the context names no stager chooser: 0 each

@@ -47,6 +47,7 @@ from kbqe_dagster.staging.loop import (
     fold_rounds,
     loop_interval_s,
     run_stage_loop,
+    warm_up,
 )
 
 log = logging.getLogger(__name__)
@@ -221,6 +222,7 @@ def stage_loop(context: dg.AssetExecutionContext, pipeline_config: PipelineConfi
     if waited is not None:
         outcome = LoopOutcome(0, 0, waited, ())
     else:
+        context.log.info("stage loop: Spark warmed up in %.1fs", warm_up(spark_context, ctx))
         with interrupts_between_rounds(stop):
             try:
                 outcome = run_stage_loop(spark_context, ctx, topics, settings,
