@@ -85,6 +85,8 @@ class DemoFreshness:
     """``dataset.table`` → {"rows", "bytes"} appended by the stage run (its metadata)."""
     bytes_loaded: int
     """Input bytes of the load jobs the demo ran (free)."""
+    load_cadence_s: float | None = None
+    """``load.cadence``: what a load table's rows wait more under the daemon, at worst."""
 
     def lines(self) -> list[str]:
         out = ["      freshness: last message produced → its rows queryable in BigQuery"]
@@ -95,9 +97,11 @@ class DemoFreshness:
             out.append(f"        {sw} (storage_write): "
                        f"{self.storage_write_seen_at - self.produced_at:.1f} s, as the stage "
                        "run committed its ranges (no load job)")
+        cadence = (f" + up to load.cadence ({self.load_cadence_s:.0f} s) under the daemon"
+                   if self.load_cadence_s else "")
         out.append(f"        {', '.join(self.load_tables)} (load): "
                    f"{self.loaded_at - self.produced_at:.1f} s, after the stage run and a "
-                   "load job (the daemon waits a load cadence too)")
+                   f"load job{cadence}")
         for table in self.storage_write_tables:
             a = self.appended.get(table, {})
             n_bytes = int(a.get("bytes", 0))

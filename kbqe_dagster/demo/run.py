@@ -97,7 +97,8 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     instance = dg.DagsterInstance.get()
     print("3/4 stage job (Spark) ...", flush=True)
     store = defs.resources["staging"].store()
-    fast, slow = _by_delivery(defs.resources["pipeline"].load(), produced)
+    config = defs.resources["pipeline"].load()
+    fast, slow = _by_delivery(config, produced)
     watches = _watch(defs.resources["bigquery"], fast, produced)
     with every(PROGRESS_SECONDS, lambda s: _committed(store, DEMO_TOPIC, s)):
         staged = defs.resolve_job_def("stage_job").execute_in_process(
@@ -124,7 +125,7 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     loaded = load_and_report(defs, instance, dagster_logging or {})
     freshness = DemoFreshness(
         produced_at, fast, None if None in seen or not seen else max(seen), slow, loaded.at,
-        appended, loaded.bytes_loaded)
+        appended, loaded.bytes_loaded, config.load.cadence.total_seconds())
     for line in freshness.lines():
         print(line)
     if then_dagster_dev:

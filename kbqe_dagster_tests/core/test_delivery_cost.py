@@ -63,7 +63,8 @@ def test_a_steady_topic_appends_rate_times_row_size_times_a_730_hour_month() -> 
 
 
 @pytest.mark.parametrize("amount, text", [
-    (0.0, "$0.00"), (30.594, "$30.59"), (1234.5, "$1,234.50"), (0.0000421, "$0.000042")])
+    (0.0, "$0.00"), (30.594, "$30.59"), (1234.5, "$1,234.50"), (0.0000421, "$0.000042"),
+    (2.38e-07, "$0.00000024"), (0.0099, "$0.0099")])
 def test_prices_are_shown_in_cents_or_with_enough_digits_to_be_seen(amount, text) -> None:
     assert usd(amount) == text
 

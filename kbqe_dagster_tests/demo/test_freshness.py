@@ -32,14 +32,14 @@ def test_the_lines_show_both_deliveries_seconds_and_what_they_cost() -> None:
         produced_at=100.0, storage_write_tables=("acme_web.clicks",),
         storage_write_seen_at=121.04, load_tables=("acme_sales.orders", "acme_web.page_views"),
         loaded_at=163.5, appended={"acme_web.clicks": {"rows": 500, "bytes": 2**30}},
-        bytes_loaded=123_456)
+        bytes_loaded=123_456, load_cadence_s=300.0)
 
     assert freshness.lines() == [
         "      freshness: last message produced → its rows queryable in BigQuery",
         "        acme_web.clicks (storage_write): 21.0 s, as the stage run committed its "
         "ranges (no load job)",
         "        acme_sales.orders, acme_web.page_views (load): 63.5 s, after the stage run "
-        "and a load job (the daemon waits a load cadence too)",
+        "and a load job + up to load.cadence (300 s) under the daemon",
         "      cost: acme_web.clicks: 500 row(s), 1,073,741,824 byte(s) appended through the "
         "Storage Write API = $0.03 at list price ($0.025/GiB, before the free 2 TiB a month)",
         "      cost: load tables: 123,456 byte(s) loaded by batch load jobs = $0.00 (free)",

@@ -14,6 +14,7 @@ invoice. Pure: no I/O.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # List prices, BigQuery "Data ingestion pricing" (https://cloud.google.com/bigquery/pricing),
@@ -46,8 +47,11 @@ def storage_write_list_price(bytes_appended: int | float) -> float:
 
 
 def usd(amount: float) -> str:
-    """``$30.59``; below a cent, enough digits to show it is not nothing (``$0.000042``)."""
-    return f"${amount:,.2f}" if amount >= 0.01 or amount == 0 else f"${amount:.6f}"
+    """``$30.59``; below a cent, two significant digits, so that a small price never reads
+    as nothing (``$0.000042``, ``$0.00000024``)."""
+    if amount >= 0.01 or amount <= 0:
+        return f"${amount:,.2f}"
+    return f"${amount:.{1 - math.floor(math.log10(amount))}f}"
 
 
 def load_price(bytes_loaded: int | float) -> float:
