@@ -52,7 +52,7 @@ def produce_demo_events(count: int, clicks: int = 0) -> dict[str, int]:
 
 
 PROGRESS_SECONDS = 10.0
-CLICKS_PER_EVENT = 4
+EVENTS_PER_CLICK = 4
 """One click (the Storage Write table's) per this many sample events."""
 
 
@@ -69,7 +69,7 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     print("1/4 starting the local stack (first run downloads Kafka and Apicurio) ...", flush=True)
     stack.up()
     _stop_on(check_staging(_local_load_state))
-    clicks = count // CLICKS_PER_EVENT
+    clicks = count // EVENTS_PER_CLICK
     print(f"2/4 producing {count} sample events (+ one of every bad-input kind) and {clicks} "
           "clicks ...", flush=True)
     produced = produce_demo_events(count, clicks)
