@@ -110,13 +110,14 @@ docs/architecture.md ("Hourly tables").
 `tables` also sets how a table's rows reach BigQuery, `delivery`: `load` (the default: staged
 Avro files, free batch load jobs, a load cadence old) or `storage_write` (each staged range's
 rows are appended through the BigQuery Storage Write API when the range commits: visible in
-seconds, no load job, billed per GiB appended; exactly once by stream offsets tied to the
-range's intent and done files, see docs/architecture.md, "Storage Write delivery"). A table no
-key covers takes the `delivery` of the topic that writes it (`topics[].delivery`, default
-`load`). One topic may feed tables of both kinds; a topic that may write a `storage_write`
-table stages one range per partition per run. Not yet `storage_write`: the dead-letter table
-(rows the API refuses are dead-lettered there, by a load) and keyed topics' tables; both are
-refused naming the table.
+seconds, no load job, billed per GiB appended: $0.025 per GiB after 2 TiB a month free, a
+typical topic's month in the cost table of docs/operations.md, "Cost"; exactly once by stream
+offsets tied to the range's intent and done files, see docs/architecture.md, "Storage Write
+delivery"). A table no key covers takes the `delivery` of the topic that writes it
+(`topics[].delivery`, default `load`). One topic may feed tables of both kinds; a topic that
+may write a `storage_write` table stages one range per partition per run. Not yet
+`storage_write`: the dead-letter table (rows the API refuses are dead-lettered there, by a
+load) and keyed topics' tables; both are refused naming the table.
 
 `format: debezium` reads Debezium's change events: the standard envelope
 (`before`/`after`/`source`/`op`/`ts_ms`) or the flattened form of its `ExtractNewRecordState`
