@@ -225,6 +225,20 @@ def ranges_to_roll_forward(names: Listing) -> tuple[OffsetRange, ...]:
     return tuple(sorted(found))
 
 
+PinnedTable = tuple[str, int, int, str, str]
+"""(topic, partition, first Kafka offset, dataset, table) of an open intent."""
+
+
+def pinned_tables(intents: Iterable[IntentFileName]) -> frozenset[PinnedTable]:
+    """The tables whose delivery open ``intents`` pin: restaging an open intent's range
+    delivers its table through the Storage Write API whatever the pipeline file says now.
+    Rows of the range may already be in the stream (the table); a table switched to ``load``
+    meanwhile must not stage them as avro files too (loaded, they would be there twice). The
+    switch takes effect at the next range, a range boundary."""
+    return frozenset((i.key.topic, i.key.partition, i.first_offset, i.key.dataset,
+                      i.key.table) for i in intents)
+
+
 def committed_intents(names: Listing) -> tuple[IntentFileName, ...]:
     """Intents whose range is committed: their done files say everything; retention deletes
     them with their refusal notes."""
