@@ -269,16 +269,21 @@ class StreamPosition:
 def stream_position(manifests: Iterable[Manifest], dataset: str,
                     table: str) -> StreamPosition | None:
     """The stream of ``dataset.table`` as the latest (highest Kafka offsets) of
-    ``manifests`` (one partition's committed ranges) that delivered rows to it left it;
-    None when none did (a first range, or retention deleted them): a new stream then."""
-    best: tuple[int, StreamPosition] | None = None
+    ``manifests`` (one partition's committed ranges) that wrote the table left it; None when
+    none did (a first range, or retention deleted them) or when that range **loaded** the
+    table (it was switched to ``load`` since its last appends): a new stream then, so a
+    table switched back never continues a stream from before its loads."""
+    best: tuple[int, StreamPosition | None] | None = None
     for manifest in manifests:
-        files = [(f, f.delivered) for f in manifest.files if f.delivered is not None
-                 and _table_of(f.avro) == (dataset, table)]
+        files = [f for f in manifest.files if _table_of(f.avro) == (dataset, table)]
         if not files or (best is not None and manifest.first <= best[0]):
             continue
-        last: Delivered = max((d for _, d in files), key=lambda d: d.next_offset)
-        schema_ids = frozenset(_schema_of(f.avro) for f, _ in files)
+        delivered = [(f, f.delivered) for f in files if f.delivered is not None]
+        if not delivered:
+            best = (manifest.first, None)
+            continue
+        last: Delivered = max((d for _, d in delivered), key=lambda d: d.next_offset)
+        schema_ids = frozenset(_schema_of(f.avro) for f, _ in delivered)
         best = (manifest.first, StreamPosition(last.stream, last.next_offset, schema_ids))
     return best[1] if best else None
 
