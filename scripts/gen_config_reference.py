@@ -115,9 +115,14 @@ typical topic's month in the cost table of docs/operations.md, "Cost"; exactly o
 offsets tied to the range's intent and done files, see docs/architecture.md, "Storage Write
 delivery"). A table no key covers takes the `delivery` of the topic that writes it
 (`topics[].delivery`, default `load`). One topic may feed tables of both kinds; a topic that
-may write a `storage_write` table stages one range per partition per run. Not yet
-`storage_write`: the dead-letter table (rows the API refuses are dead-lettered there, by a
-load) and keyed topics' tables; both are refused naming the table.
+may write a `storage_write` table stages one range per partition per run. A table keeps the
+columns, partitioning (`partitioning: hour` too), transforms and checks of a loaded one, and
+may switch between `load` and `storage_write` by editing this file: the switch takes effect at
+the next staged range, nothing lost or doubled (a range already half appended is finished
+through the API). Not `storage_write`: the dead-letter table (it stays loaded: the rows the
+API refuses are dead-lettered there, and a row refused for it could not be dead-lettered
+again; see docs/architecture.md, "Storage Write delivery") and, not yet, keyed topics'
+tables; both are refused naming the table.
 
 `format: debezium` reads Debezium's change events: the standard envelope
 (`before`/`after`/`source`/`op`/`ts_ms`) or the flattened form of its `ExtractNewRecordState`

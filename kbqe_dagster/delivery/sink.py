@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -37,6 +37,7 @@ from kbqe_dagster.core.formats.avro_proto import ProtoRows, proto_schema
 from kbqe_dagster.core.protocol.commit import Delivered, avro_file_name, parse_manifest
 from kbqe_dagster.core.protocol.delivery import (
     Intent,
+    PinnedTable,
     Refusal,
     append_decision,
     check_no_overlap,
@@ -89,9 +90,24 @@ class DeliverySinkFactory:
     pipeline: PipelineConfig
     writer: WriterSettings
     tables: KeeperSettings
+    pinned: frozenset[PinnedTable] = frozenset()
+    """Tables of the open intents the run restages: delivered through the Storage Write API
+    whatever the pipeline file says now (core/protocol/delivery.py, ``pinned_tables``)."""
 
     def __call__(self, rng: OffsetRange, workdir: Path, codec: str) -> DeliverySink:
         return DeliverySink(rng, workdir, codec, self)
+
+    def pinning(self, pinned: frozenset[PinnedTable]) -> DeliverySinkFactory:
+        """This factory, also delivering the ``pinned`` tables (staging/sink.py)."""
+        return replace(self, pinned=self.pinned | pinned)
+
+    def storage_write(self, rng: OffsetRange, dataset: str, table: str) -> bool:
+        """Whether range ``rng``'s records for ``dataset.table`` are appended: the table's
+        delivery, unless an open intent of this very range pins it (the range was begun
+        through the Storage Write API before the table was switched to ``load``)."""
+        if (rng.topic, rng.partition, rng.start, dataset, table) in self.pinned:
+            return True
+        return self.pipeline.delivery(dataset, table, rng.topic) is Delivery.STORAGE_WRITE
 
 
 _built: dict[int, tuple[Any, Any]] = {}
@@ -153,7 +169,7 @@ class DeliverySink:
         self.area.sync_marker = marker
 
     def open(self, dataset: str, table: str, schema_id: int, schema: dict) -> OpenFile:
-        if self.pipeline.delivery(dataset, table, self.rng.topic) is not Delivery.STORAGE_WRITE:
+        if not self.factory.storage_write(self.rng, dataset, table):
             return self.area.open(dataset, table, schema_id, schema)
         name = avro_file_name(self.rng, dataset, table, schema_id)
         # Not compressed: read back once by this task, never uploaded.
@@ -384,12 +400,14 @@ class DeliverySink:
 
 def delivery_sink(pipeline: PipelineConfig, writer: WriterSettings | None,
                   tables: KeeperSettings | None) -> Callable[..., Any] | None:
-    """The stage context's sink for ``pipeline``: a :class:`DeliverySinkFactory` when any
-    table may be delivered by storage_write (and the settings to reach the API are given),
-    else None (the staging area's own sink, exactly as before)."""
-    if not _any_storage_write(pipeline):
-        return None
+    """The stage context's sink for ``pipeline``: a :class:`DeliverySinkFactory` whenever the
+    settings to reach the API are given, else None (the staging area's own sink). A pipeline
+    without any storage_write table gets the factory too: its tables go to the staging area
+    exactly as by the staging area's sink (same files, same calls), and an open intent left
+    by a table since switched to ``load`` is still delivered as it says (``pinning``)."""
     if writer is None or tables is None:
+        if not _any_storage_write(pipeline):
+            return None
         raise StagingError(
             f"{pipeline.source}: tables are delivered by storage_write but the stage run has no "
             "Storage Write settings (resources/environment.py builds them)")

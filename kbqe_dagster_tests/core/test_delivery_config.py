@@ -82,8 +82,8 @@ def test_the_dead_letter_table_follows_its_own_entry_not_the_topic_s() -> None:
      "tables.acme_web.views.delivery: expected one of load, storage_write, got 'streaming'"),
     (None, "fast", "topics[0].delivery: expected one of load, storage_write, got 'fast'"),
     ({"kbqe_dead_letters.dead_letters": {"delivery": "storage_write"}}, None,
-     "tables.kbqe_dead_letters.dead_letters.delivery: storage_write is not supported yet for "
-     "the dead-letter table kbqe_dead_letters.dead_letters"),
+     "tables.kbqe_dead_letters.dead_letters.delivery: storage_write is not supported for "
+     "the dead-letter table kbqe_dead_letters.dead_letters: it stays loaded"),
     ({"inventory.customers_changelog": {"delivery": "storage_write"}}, None,
      "tables.inventory.customers_changelog.delivery: storage_write is not supported yet for "
      "the tables of keyed topic 'dbserver1.inventory.customers'"),

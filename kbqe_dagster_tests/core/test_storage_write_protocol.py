@@ -25,6 +25,7 @@ from kbqe_dagster.core.protocol.delivery import (
     open_intents,
     parse_intent,
     parse_refusal,
+    pinned_tables,
     ranges_to_roll_forward,
     stream_position,
 )
@@ -197,6 +198,23 @@ def test_the_next_range_continues_the_stream_where_the_latest_range_left_it() ->
 def test_a_table_without_a_delivered_range_starts_a_new_stream() -> None:
     loaded = _manifest(OffsetRange("t", 0, 0, 100), {("clicks", 7): None})  # delivery: load
     assert stream_position([loaded], "fast", "clicks") is None
+
+
+def test_a_table_switched_back_after_loads_starts_a_new_stream() -> None:
+    appended = _manifest(OffsetRange("t", 0, 0, 100), {("clicks", 7): Delivered(STREAM, 0, 90)})
+    loaded = _manifest(OffsetRange("t", 0, 100, 200), {("clicks", 7): None})  # switched to load
+    other = _manifest(OffsetRange("t", 0, 200, 300), {("views", 7): None})  # not this table
+    assert stream_position([appended, loaded, other], "fast", "clicks") is None
+    again = _manifest(OffsetRange("t", 0, 300, 400), {("clicks", 7): Delivered("s2", 0, 5)})
+    position = stream_position([again, appended, loaded], "fast", "clicks")
+    assert (position.stream, position.next_offset) == ("s2", 5)
+
+
+def test_the_tables_an_open_intent_pins_are_its_range_s() -> None:
+    names = [INTENT, "com.acme.events.3.fast.views.7.100.149.intent", DONE.replace(
+        "100.149", "50.99"), "com.acme.events.3.fast.orders.7.50.99.intent"]
+    assert pinned_tables(open_intents(names)) == {
+        ("com.acme.events", 3, 100, "fast", "clicks"), ("com.acme.events", 3, 100, "fast", "views")}
 
 
 def test_two_ranges_never_claim_the_same_rows_of_a_stream() -> None:

@@ -80,6 +80,23 @@ def test_destinations_give_each_table_its_asset_and_partition_key() -> None:
     assert destinations.asset_key("acme_web", "clicks") is None, "acme_web.* is not allowed"
 
 
+def test_the_duplicate_check_of_a_wildcard_dataset_covers_its_appended_tables_too() -> None:
+    """A table of ``dataset.*`` delivered by storage_write has no load job; the stage run's
+    materialization of it (defs/staging/deliveries.py) names it."""
+    from kbqe_dagster.core.load.state import LoadState
+    from kbqe_dagster.defs.bigquery.checks import _tables_of
+
+    destinations = Destinations.from_config(pipeline())
+    key = destinations.asset_key("acme_sales", "clicks")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("bigquery_acme_sales_tables", ["orders"])  # loaded
+    assert _tables_of(key, destinations, LoadState(), instance) == {("acme_sales", "orders")}
+    instance.report_runless_asset_event(dg.AssetMaterialization(
+        asset_key=key, partition=destinations.partition_key("acme_sales", "clicks", "2024-09-13")))
+    assert _tables_of(key, destinations, LoadState(), instance) == {("acme_sales", "orders"),
+                                                                  ("acme_sales", "clicks")}
+
+
 def _events(report: CycleReport, instance=None, **kwargs) -> list:
     instance = instance or dg.DagsterInstance.ephemeral()
     return list(load_events(report, Destinations.from_config(pipeline()), instance, **kwargs))

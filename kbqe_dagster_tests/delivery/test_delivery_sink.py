@@ -14,15 +14,17 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.commit import parse_manifest
-from kbqe_dagster.core.protocol.delivery import ranges_to_roll_forward
-from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.protocol.delivery import open_intents, ranges_to_roll_forward
+from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan
 from kbqe_dagster.delivery.sink import DeliverySinkFactory, delivery_sink
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.staging import job as stage_job
 from kbqe_dagster.staging import stager as stager_module
 from kbqe_dagster.staging.context import RangeResult
+from kbqe_dagster.staging.prepare import Preparation
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
 from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
 from kbqe_dagster_tests.support.framing import avro_framed
@@ -75,6 +77,9 @@ class Stage:
         sink = delivery_sink(pipeline, self.writer_settings, self.keeper_settings)
         ctx = stage_context(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
                             self.staging, pipeline, TOPIC, sink=sink, native_kernel=False)
+        # What the driver does after preparing the topic (staging/job.py).
+        prep = Preparation((), (), (), RangePlan((), ()), open_intents=open_intents(self.names()))
+        ctx = stage_job._pinned(ctx, [prep])
         self.runs += 1
         workdir = self.tmp / f"work{self.runs}"
         workdir.mkdir()
@@ -137,8 +142,52 @@ def test_the_load_table_s_files_are_those_the_staging_area_sink_writes(tmp_path)
     assert stage.writer.appends() == []
     assert not any(n.endswith(".intent") for n in stage.names())
     assert _offsets(stage.loaded_rows("clicks")) == [0, 2, 4, 6, 8]
-    # Without a storage_write table anywhere, the stage context keeps the staging area's sink.
+    # Without a storage_write table nor Storage Write settings: the staging area's own sink.
     assert delivery_sink(_pipeline("load"), None, None) is None
+
+
+# --- switching a table between load and storage_write -----------------------------------------
+def test_a_switch_to_load_takes_effect_at_the_next_range_after_an_open_intent(tmp_path):
+    """A range begun through the API (an open intent, some of its rows in the table) is
+    finished through the API after the table switched to load: staged as an avro file too, its
+    rows would be in the table twice once loaded."""
+    from kbqe_dagster.delivery import rows
+
+    writer = FakeStorageWriter()
+    stage = Stage(tmp_path, writer)
+    stage.range(0, 10)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rows, "CHUNK_RECORDS", 2)
+        writer.crash_after = 2
+        with pytest.raises(Crash):
+            stage.range(10, 12)  # clicks 10..20: killed after its first request (2 rows)
+        assert _offsets(writer.table_rows("acme", "clicks")) == [0, 2, 4, 6, 8, 10, 12]
+        restaged = stage.range(10, 12, clicks="load")
+    assert [d.table for d in restaged.delivered] == ["clicks"]
+    assert not any(n.endswith(".avro") and ".clicks." in n for n in stage.names())
+    stage.range(22, 6, clicks="load")  # the next range: the switch
+    assert _offsets(writer.table_rows("acme", "clicks")) == list(range(0, 22, 2))
+    assert _offsets(stage.loaded_rows("clicks")) == [22, 24, 26]
+    assert _offsets(stage.loaded_rows("views")) == list(range(1, 28, 2))
+    assert ranges_to_roll_forward(stage.names()) == ()
+
+
+def test_a_load_only_pipeline_with_api_settings_stages_as_the_staging_area_sink(tmp_path):
+    stage = Stage(tmp_path, clicks="load")
+    factory = delivery_sink(_pipeline("load"), stage.writer_settings, stage.keeper_settings)
+    assert isinstance(factory, DeliverySinkFactory)  # ready to finish an open intent
+    stage.range(0, 10)
+    assert stage.writer.calls == [] and not any(n.endswith(".intent") for n in stage.names())
+    assert _offsets(stage.loaded_rows("clicks")) == [0, 2, 4, 6, 8]
+
+
+def test_a_switched_table_with_an_open_intent_and_no_delivery_sink_is_an_error_naming_it():
+    prep = Preparation((), (), (), RangePlan((), ()), open_intents=open_intents(
+        ["web.events.0.acme.clicks.7.10.21.intent"]))
+    ctx = stage_context(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
+                        StagingLocation("/nowhere"), _pipeline("load"), TOPIC, sink=None)
+    with pytest.raises(StagingError, match=r"web\.events\.0\.acme\.clicks\.7\.10\.21\.intent"):
+        stage_job._pinned(ctx, [prep])
 
 
 def test_the_next_range_continues_the_same_stream_at_the_next_row(tmp_path):

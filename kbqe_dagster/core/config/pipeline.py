@@ -459,9 +459,12 @@ def _check_storage_write(
 ) -> None:  # fmt: skip
     """What ``delivery: storage_write`` cannot do yet, refused naming the table."""
     if _covers_dead_letter(dataset, table, dead_letter):
-        problems.add(f"tables.{key}.delivery", f"storage_write is not supported yet for the "
-                     f"dead-letter table {dead_letter.dataset}.{dead_letter.table}: its rows "
-                     "(rows the Storage Write API refuses among them) are loaded")
+        # Not "yet": the table of last resort stays loaded (docs/architecture.md, "Storage
+        # Write delivery").
+        problems.add(f"tables.{key}.delivery", f"storage_write is not supported for the "
+                     f"dead-letter table {dead_letter.dataset}.{dead_letter.table}: it stays "
+                     "loaded (the rows the Storage Write API refuses are dead-lettered there, "
+                     "and a row it refused for this table could not be dead-lettered again)")
     for who in _keyed_topics_covered(dataset, table, statics, templated)[:1]:
         problems.add(f"tables.{key}.delivery", f"storage_write is not supported yet for the "
                      f"tables of keyed topic {who} (its changelog is loaded; the MERGE reads "

@@ -225,6 +225,20 @@ def ranges_to_roll_forward(names: Listing) -> tuple[OffsetRange, ...]:
     return tuple(sorted(found))
 
 
+PinnedTable = tuple[str, int, int, str, str]
+"""(topic, partition, first Kafka offset, dataset, table) of an open intent."""
+
+
+def pinned_tables(intents: Iterable[IntentFileName]) -> frozenset[PinnedTable]:
+    """The tables whose delivery open ``intents`` pin: restaging an open intent's range
+    delivers its table through the Storage Write API whatever the pipeline file says now.
+    Rows of the range may already be in the stream (the table); a table switched to ``load``
+    meanwhile must not stage them as avro files too (loaded, they would be there twice). The
+    switch takes effect at the next range, a range boundary."""
+    return frozenset((i.key.topic, i.key.partition, i.first_offset, i.key.dataset,
+                      i.key.table) for i in intents)
+
+
 def committed_intents(names: Listing) -> tuple[IntentFileName, ...]:
     """Intents whose range is committed: their done files say everything; retention deletes
     them with their refusal notes."""
@@ -255,16 +269,21 @@ class StreamPosition:
 def stream_position(manifests: Iterable[Manifest], dataset: str,
                     table: str) -> StreamPosition | None:
     """The stream of ``dataset.table`` as the latest (highest Kafka offsets) of
-    ``manifests`` (one partition's committed ranges) that delivered rows to it left it;
-    None when none did (a first range, or retention deleted them): a new stream then."""
-    best: tuple[int, StreamPosition] | None = None
+    ``manifests`` (one partition's committed ranges) that wrote the table left it; None when
+    none did (a first range, or retention deleted them) or when that range **loaded** the
+    table (it was switched to ``load`` since its last appends): a new stream then, so a
+    table switched back never continues a stream from before its loads."""
+    best: tuple[int, StreamPosition | None] | None = None
     for manifest in manifests:
-        files = [(f, f.delivered) for f in manifest.files if f.delivered is not None
-                 and _table_of(f.avro) == (dataset, table)]
+        files = [f for f in manifest.files if _table_of(f.avro) == (dataset, table)]
         if not files or (best is not None and manifest.first <= best[0]):
             continue
-        last: Delivered = max((d for _, d in files), key=lambda d: d.next_offset)
-        schema_ids = frozenset(_schema_of(f.avro) for f, _ in files)
+        delivered = [(f, f.delivered) for f in files if f.delivered is not None]
+        if not delivered:
+            best = (manifest.first, None)
+            continue
+        last: Delivered = max((d for _, d in delivered), key=lambda d: d.next_offset)
+        schema_ids = frozenset(_schema_of(f.avro) for f, _ in delivered)
         best = (manifest.first, StreamPosition(last.stream, last.next_offset, schema_ids))
     return best[1] if best else None
 
