@@ -77,7 +77,8 @@ class TableSettings:
     """``load`` (free batch load jobs, minutes) or ``storage_write`` (rows appended through
     the BigQuery Storage Write API as each range commits, seconds; billed). Unset: the
     delivery of the topic that writes the table (``topics[].delivery``), else ``load``. Not
-    ``storage_write`` yet: the dead-letter table, keyed topics' tables."""
+    ``storage_write`` yet: the dead-letter table. A keyed topic's changelog may be (its MERGE
+    keeps its cadence), never its current table, which only the MERGE writes."""
 
 
 TABLE_SPEC: dict[str, r.Converter] = {"partitioning": r.choice(Partitioning),
