@@ -405,6 +405,13 @@ def merge_keyed_tables(
             view = delivered_view(store, dest, load_state)
             window = delivered_window(state.delivered.get(dest.name, {}), view.committed,
                                       view.owned)
+        if window and not jobs and merger.columns(dest.dataset, dest.changelog) is None:
+            # Ranges committed without a changelog row (tombstones, dead letters only): listed
+            # before this check, so any row of theirs would have created the table first.
+            state.delivered[dest.name] = advanced(state.delivered.get(dest.name, {}),
+                                                  view.committed)
+            store.put_bytes(MERGE_STATE_FILE, state.encode())
+            window = {}
         if not jobs and not window:
             # No new rows, but the view may be missing (e.g. history was just enabled).
             if dest.topic.keyed.history and _history_missing(merger.loads, dest):

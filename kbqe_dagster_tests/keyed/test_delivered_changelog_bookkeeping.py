@@ -76,9 +76,13 @@ def loaded(job_id: str, partition: int, first: int, last: int,
 
 
 class FakeMerger:
-    def __init__(self) -> None:
+    def __init__(self, changelog_exists: bool = True) -> None:
         self.merges: list[dict] = []
         self.checked: list[dict] = []
+        self.changelog_exists = changelog_exists
+
+    def columns(self, dataset, table):
+        return {"id": None} if self.changelog_exists else None
 
     def merge(self, dest, ranges, jobs, crash=lambda point: None):
         self.merges.append({p: list(s) for p, s in ranges.items()})
@@ -131,6 +135,17 @@ def test_done_files_deleted_by_retention_between_merges_lose_nothing(tmp_path) -
         staging.retention_deletes(0, first, first + 9)
     merge_keyed_tables(config(), merger, staging.store, LoadState())
     assert merger.merges == [{0: [(0, 9)]}, {0: [(10, 39)]}]
+
+
+def test_ranges_committed_before_the_changelog_has_a_row_are_passed_over(tmp_path) -> None:
+    staging, merger = Staging(tmp_path), FakeMerger(changelog_exists=False)
+    staging.delivered(0, 0, 9)  # tombstones and dead letters only: no changelog row, no table
+    assert merge_keyed_tables(config(), merger, staging.store, LoadState()) == []
+    assert merger.merges == [] and watermarks(staging) == {0: 9}
+    merger.changelog_exists = True
+    staging.delivered(0, 10, 19)
+    merge_keyed_tables(config(), merger, staging.store, LoadState())
+    assert merger.merges == [{0: [(10, 19)]}]
 
 
 def test_merge_every_counts_cycles_with_newly_delivered_ranges(tmp_path) -> None:
