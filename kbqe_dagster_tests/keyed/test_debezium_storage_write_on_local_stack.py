@@ -9,7 +9,8 @@ anything was loaded, folds exactly the committed ranges it has not merged yet. A
 ``D.T`` and ``D.T_history`` equal the oracle (the same one the load path's test compares with),
 for soft and for hard deletes; the changelog holds each change once; a column added by schema
 v2 mid-stream arrives as for loads; a run killed between the appends and the done files is
-repaired by the next; a round with nothing new merges nothing.
+repaired by the next; a round with nothing new merges nothing. A changelog switched from load
+to storage_write and back between runs merges every change once, by the path that delivered it.
 
 The changelog's columns are flat (the customers row, the change and enrichment columns), which
 the emulator appends; it loses appended rows of RECORD columns (docs/architecture.md, "Local
@@ -36,14 +37,19 @@ PARTITIONS = 2
 @pytest.fixture
 def rig(local_stack, local_endpoints, tmp_path):
     rig = KeyedRig.create(local_endpoints, tmp_path, partitions=PARTITIONS)
+    rig.endpoints = local_endpoints
+    set_delivery(rig, "storage_write")
+    yield rig
+    rig.remove()
+
+
+def set_delivery(rig: KeyedRig, delivery: str) -> None:
+    """Rewrite the pipeline file between runs: both topics' changelogs delivered so."""
     pipeline = Path(rig.env["KBQE_PIPELINE_CONFIG"])
     raw = yaml.safe_load(pipeline.read_text())
     for topic in raw["topics"]:
-        topic["delivery"] = "storage_write"
+        topic["delivery"] = delivery
     pipeline.write_text(yaml.safe_dump(raw))
-    rig.endpoints = local_endpoints
-    yield rig
-    rig.remove()
 
 
 def run_until_idle(rig: KeyedRig, crash_at: str | None = None) -> dict:
@@ -73,6 +79,9 @@ def assert_as_the_oracle_says(rig: KeyedRig, table: CustomersTable) -> None:
     for mode in MODES:
         assert differences[mode]["current_rows"] > 0 and differences[mode]["history_rows"] > 0
         assert changelog_counts(rig, mode) == (changes, changes), mode
+
+
+def assert_never_loaded(rig: KeyedRig) -> None:
     names = staging_names(rig)
     assert not [n for n in names if "_changelog." in n and n.endswith(".avro")], \
         "a changelog delivered by storage_write is never staged for a load"
@@ -94,6 +103,7 @@ def test_a_debezium_changelog_delivered_by_storage_write_merges_as_the_oracle_sa
         changelog = report["tables"].get(f"{rig.dataset}.customers_{mode}_changelog", {})
         assert not changelog.get("load_jobs"), changelog
     assert_as_the_oracle_says(rig, table)
+    assert_never_loaded(rig)
 
     # Round 2: schema v2 adds a column mid-stream; the run is killed after the appends of a
     # range, before its done files: the next run rolls the range forward, then merges it.
@@ -104,6 +114,7 @@ def test_a_debezium_changelog_delivered_by_storage_write_merges_as_the_oracle_sa
     assert killed.returncode != 0, killed.stderr[-2000:]
     assert run_until_idle(rig)["ok"] is True  # exits 0 only when the keyed checks pass
     assert_as_the_oracle_says(rig, table)
+    assert_never_loaded(rig)
 
     # Round 3: nothing new: nothing staged, nothing merged, the tables unchanged.
     before = {m: sorted(rig.current_rows(m), key=repr) for m in MODES}
@@ -114,3 +125,18 @@ def test_a_debezium_changelog_delivered_by_storage_write_merges_as_the_oracle_sa
         assert merged.get("keys_merged", 0) == 0
         assert sorted(rig.current_rows(mode), key=repr) == before[mode]
     assert_as_the_oracle_says(rig, table)
+
+
+def test_a_changelog_switched_between_load_and_storage_write_merges_every_change_once(rig):
+    table = CustomersTable(seed=37, partitions=PARTITIONS)
+    for number, delivery in enumerate(("load", "storage_write", "load")):
+        set_delivery(rig, delivery)  # between runs: at a range boundary
+        if number == 0:
+            table.snapshot(15)
+        table.round(inserts=5, updates=8, deletes=3)
+        rig.topics.produce(table)
+        report = run_until_idle(rig)  # exits 0 only when the keyed checks pass
+        loads = sum(report["tables"].get(f"{rig.dataset}.customers_{m}_changelog", {})
+                    .get("load_jobs", 0) for m in MODES)
+        assert (loads > 0) == (delivery == "load"), (delivery, report["tables"])
+        assert_as_the_oracle_says(rig, table)
