@@ -6,7 +6,8 @@ names give the exact offset ranges they loaded. A changelog delivered through th
 API (``delivery: storage_write``): the offsets after the merge's *delivered watermark* of each
 partition, up to the end of its committed chain of done files (core/keyed/delivered.py). The
 merge state (``_kbqe/merge_state.json`` in the staging area, written only by this step, which
-runs in the BigQuery pool like the loads) lists the jobs already merged and the watermarks.
+runs in the BigQuery pool like the loads; merge_state.py) lists the jobs already merged and the
+watermarks.
 A crash anywhere is therefore harmless: the jobs and ranges not yet recorded are merged again by
 the next run, and the MERGE is idempotent (merge_sql.py).
 
@@ -20,14 +21,13 @@ forced merge (``kbqe run --until-idle``) merges whatever is new.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, TopicConfig
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
-from kbqe_dagster.core.errors import ConfigError, KbqeError, StagingError
+from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.keyed.contract import (
     CHANGE_COLUMNS,
     DeleteMode,
@@ -37,20 +37,11 @@ from kbqe_dagster.core.keyed.contract import (
 from kbqe_dagster.core.keyed.checks import KeyedCheck, sample_for
 from kbqe_dagster.core.keyed.delivered import (
     advanced,
-    coalesce,
     delivered_window,
     not_merged_yet,
     union,
 )
-from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord, LoadState
-from kbqe_dagster.core.protocol.naming import (
-    DoneFileName,
-    of_topic,
-    parse_listing,
-    parse_name,
-    topic_prefix,
-)
-from kbqe_dagster.core.protocol.offsets import recover
+from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.core.record.partitioning import Delivery
 from kbqe_dagster.keyed.merge_sql import (
     DELETED_KEYS_SUFFIX,
@@ -60,6 +51,16 @@ from kbqe_dagster.keyed.merge_sql import (
     history_sql,
     merge_sql,
 )
+from kbqe_dagster.keyed.merge_state import (
+    MERGE_STATE_FILE,
+    DeliveredView,
+    MergeError,
+    MergeState,
+    delivered_view,
+    not_merged_ranges,
+    read_merge_state,
+    unmerged_ranges,
+)
 from kbqe_dagster.resources.staging_store import StagingStore
 
 if TYPE_CHECKING:  # the merger is handed the resource's interface; no import cost here
@@ -67,16 +68,10 @@ if TYPE_CHECKING:  # the merger is handed the resource's interface; no import co
 
 log = logging.getLogger(__name__)
 
-MERGE_STATE_FILE = "_kbqe/merge_state.json"
-
 MERGE_JOB = "merge_keyed_tables_job"
 MERGE_OP = "merge_keyed_tables_op"
 """The names defs/keyed/jobs.py gives the job and its op, which ``kbqe run --until-idle``
 runs after its loads (runner/keyed_merge.py); defined here, where both can import them."""
-
-
-class MergeError(KbqeError):
-    """A keyed destination could not be merged; the message names the table."""
 
 
 @dataclass(frozen=True)
@@ -105,101 +100,6 @@ def keyed_destinations(config: PipelineConfig) -> list[Destination]:
     return out
 
 
-# --- the merge state ----------------------------------------------------------------------------
-@dataclass
-class MergeState:
-    merged_jobs: dict[str, set[str]] = field(default_factory=dict)
-    """``dataset.table`` → ids of the load jobs whose rows are merged."""
-    cycles: dict[str, int] = field(default_factory=dict)
-    """``dataset.table`` → cycles with new rows since its last merge (for ``merge_every``)."""
-    delivered: dict[str, dict[int, int]] = field(default_factory=dict)
-    """``dataset.table`` → Kafka partition → the last offset of the changelog's delivered rows
-    merged (``delivery: storage_write``; core/keyed/delivered.py)."""
-
-    @classmethod
-    def decode(cls, content: bytes | None) -> "MergeState":
-        if not content:
-            return cls()
-        try:
-            raw = json.loads(content)
-            tables = raw["tables"].items()
-            return cls({t: set(v.get("merged_jobs", ())) for t, v in tables},
-                       {t: int(v.get("cycles", 0)) for t, v in tables},
-                       {t: {int(p): int(o) for p, o in v["delivered"].items()}
-                        for t, v in tables if "delivered" in v})
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise MergeError(
-                f"{MERGE_STATE_FILE} is unreadable ({error}); deleting it is safe: every "
-                "succeeded load job is then merged again, which changes nothing"
-            ) from error
-
-    def encode(self) -> bytes:
-        tables: dict[str, dict[str, Any]] = {
-            t: {"merged_jobs": sorted(self.merged_jobs.get(t, ())), "cycles": self.cycles.get(t, 0)}
-            for t in sorted(set(self.merged_jobs) | set(self.cycles) | set(self.delivered))
-        }
-        for t, marks in self.delivered.items():
-            tables[t]["delivered"] = {str(p): o for p, o in sorted(marks.items())}
-        return json.dumps({"version": 1, "tables": tables}, indent=1).encode()
-
-
-def read_merge_state(store: StagingStore) -> MergeState:
-    names = {f.name for f in store.list("_kbqe/")}
-    if MERGE_STATE_FILE not in names:
-        return MergeState()
-    try:
-        return MergeState.decode(store.read_bytes(MERGE_STATE_FILE))
-    except StagingError:
-        return MergeState()
-
-
-def unmerged_ranges(
-    state: LoadState, merged: set[str], dataset: str, changelog: str
-) -> tuple[list[str], dict[int, list[tuple[int, int]]]]:
-    """The succeeded load jobs of the changelog not merged yet, and the exact offset ranges of
-    their done files per partition (adjacent ranges joined)."""
-    jobs = [j for j in _changelog_jobs(state, dataset, changelog)
-            if j.status is JobStatus.SUCCEEDED and j.job_id not in merged]
-    return [j.job_id for j in jobs], job_ranges(jobs)
-
-
-def not_merged_ranges(
-    state: LoadState, merged: set[str], dataset: str, changelog: str
-) -> dict[int, list[tuple[int, int]]]:
-    """The offset ranges of every load job of the changelog the merge has not applied: the
-    succeeded ones not merged yet and the pending ones (whose rows may land any moment)."""
-    return job_ranges([j for j in _changelog_jobs(state, dataset, changelog)
-                       if j.job_id not in merged])
-
-
-def _changelog_jobs(state: LoadState, dataset: str, changelog: str) -> list[LoadJobRecord]:
-    return [j for j in state.jobs if (j.dataset, j.table) == (dataset, changelog)]
-
-
-def job_ranges(jobs: Iterable[LoadJobRecord]) -> dict[int, list[tuple[int, int]]]:
-    spans: dict[int, list[tuple[int, int]]] = {}
-    for job in jobs:
-        for name in job.done_files:
-            done = parse_name(name)
-            if isinstance(done, DoneFileName):
-                spans.setdefault(done.key.partition, []).append(
-                    (done.key.first_offset, done.last_offset))
-    return {p: coalesce(s) for p, s in spans.items()}
-
-
-# --- rows delivered through the Storage Write API ------------------------------------------------
-@dataclass(frozen=True)
-class DeliveredView:
-    """What the staging area says, at one listing, about a changelog's delivered rows."""
-
-    committed: dict[int, int]
-    """Kafka partition → last offset of its contiguous chain of committed ranges: every row up
-    to it is in the changelog (a range's appends precede its done files)."""
-    owned: dict[int, list[tuple[int, int]]]
-    """Ranges the load path owns: the changelog's load jobs and committed files still to load
-    (a table switched between deliveries)."""
-
-
 def delivers_by_storage_write(config: PipelineConfig, dest: Destination,
                               state: MergeState) -> bool:
     """Whether ``dest``'s changelog is delivered through the Storage Write API, or was: its
@@ -208,22 +108,9 @@ def delivers_by_storage_write(config: PipelineConfig, dest: Destination,
             is Delivery.STORAGE_WRITE or dest.name in state.delivered)
 
 
-def delivered_view(store: StagingStore, dest: Destination, load_state: LoadState
-                   ) -> DeliveredView:
-    """One prefix listing of the topic's staging names (DESIGN.md §8: never the bucket)."""
-    topic = dest.topic.name
-    names, _ = of_topic((f.name for f in store.list(topic_prefix(topic))), topic)
-    listing = parse_listing(names)
-    committed = {p: chain.chain_last for (_, p), chain in recover(listing.done).items()}
-    waiting = {a.key for a in listing.avro if (a.key.dataset, a.key.table) ==
-               (dest.dataset, dest.changelog)}
-    to_load: dict[int, list[tuple[int, int]]] = {}
-    for done in listing.done:
-        if done.key in waiting:
-            to_load.setdefault(done.key.partition, []).append((done.first_offset,
-                                                               done.last_offset))
-    loads = job_ranges(_changelog_jobs(load_state, dest.dataset, dest.changelog))
-    return DeliveredView(committed, union(loads, to_load))
+def _delivered_view(store: StagingStore, dest: Destination, load_state: LoadState
+                    ) -> DeliveredView:
+    return delivered_view(store, dest.topic.name, dest.dataset, dest.changelog, load_state)
 
 
 # --- one merge ------------------------------------------------------------------------------------
@@ -402,7 +289,7 @@ def merge_keyed_tables(
         jobs, ranges = unmerged_ranges(load_state, merged, dest.dataset, dest.changelog)
         view, window = None, {}
         if delivers_by_storage_write(config, dest, state):
-            view = delivered_view(store, dest, load_state)
+            view = _delivered_view(store, dest, load_state)
             window = delivered_window(state.delivered.get(dest.name, {}), view.committed,
                                       view.owned)
         if window and not jobs and merger.columns(dest.dataset, dest.changelog) is None:
@@ -455,7 +342,7 @@ def check_keyed_tables(
         merged = state.merged_jobs.get(dest.name, set())
         unmerged = not_merged_ranges(load_state, merged, dest.dataset, dest.changelog)
         if delivers_by_storage_write(config, dest, state):
-            view = delivered_view(store, dest, load_state)
+            view = _delivered_view(store, dest, load_state)
             unmerged = union(unmerged, not_merged_yet(state.delivered.get(dest.name, {}),
                                                       view.committed, view.owned))
         out.append(merger.check(dest, unmerged, seed))

@@ -17,13 +17,8 @@ from kbqe_dagster.core.keyed.checks import KeyedCheck
 from kbqe_dagster.core.keyed.contract import DeleteMode
 from kbqe_dagster.core.keyed.delivered import LAST_OFFSET, not_merged_yet, subtract
 from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord, LoadState
-from kbqe_dagster.keyed.merge import (
-    MERGE_STATE_FILE,
-    MergeState,
-    TableMergeResult,
-    check_keyed_tables,
-    merge_keyed_tables,
-)
+from kbqe_dagster.keyed.merge import TableMergeResult, check_keyed_tables, merge_keyed_tables
+from kbqe_dagster.keyed.merge_state import MERGE_STATE_FILE, MergeState
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 
 NOW = datetime(2024, 11, 19, tzinfo=timezone.utc)

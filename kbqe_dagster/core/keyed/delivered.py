@@ -1,7 +1,7 @@
 """Which rows of a changelog delivered through the Storage Write API the next MERGE takes.
 
 A changelog delivered by load jobs names its new rows by the load jobs: their done files are
-the exact offset ranges (keyed/merge.py). A changelog delivered by ``storage_write`` has no
+the exact offset ranges (keyed/merge_state.py). A changelog delivered by ``storage_write`` has no
 load job. Its rows are queryable as soon as they are appended (a COMMITTED stream), and a
 range's rows are all appended before its first done file is created (core/protocol/
 delivery.py), so **every offset up to the end of a partition's contiguous chain of committed
