@@ -88,6 +88,17 @@ def assert_never_loaded(rig: KeyedRig) -> None:
     assert [n for n in names if "_changelog." in n and n.endswith(".done")]
 
 
+def merge_metadata(rig: KeyedRig, mode: str) -> list:
+    """The metadata of the merge job's materializations of ``D.T`` in the run's instance."""
+    import dagster as dg
+
+    key = dg.AssetKey(["bigquery", rig.dataset, f"customers_{mode}"])
+    with dg.DagsterInstance.from_config(rig.env["DAGSTER_HOME"]) as instance:
+        records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key),
+                                                  limit=100).records
+    return [r.asset_materialization.metadata for r in records]
+
+
 def test_a_debezium_changelog_delivered_by_storage_write_merges_as_the_oracle_says(rig) -> None:
     assert LOCAL_BUCKET in rig.env["KBQE_STAGING_URL"]
     table = CustomersTable(seed=31, partitions=PARTITIONS)
@@ -104,6 +115,11 @@ def test_a_debezium_changelog_delivered_by_storage_write_merges_as_the_oracle_sa
         assert not changelog.get("load_jobs"), changelog
     assert_as_the_oracle_says(rig, table)
     assert_never_loaded(rig)
+    merges = merge_metadata(rig, "soft")
+    assert merges and all(m["load_jobs_merged"].value == 0 for m in merges)
+    merged = {(r["partition"], r["first"]) for m in merges
+              for r in m["delivered_ranges_merged"].value}
+    assert {p for p, _ in merged} == set(range(PARTITIONS)) and (0, 0) in merged
 
     # Round 2: schema v2 adds a column mid-stream; the run is killed after the appends of a
     # range, before its done files: the next run rolls the range forward, then merges it.
