@@ -78,7 +78,8 @@ class TableSettings:
     the BigQuery Storage Write API as each range commits, seconds; billed). Unset: the
     delivery of the topic that writes the table (``topics[].delivery``), else ``load``.
     Switching takes effect at the next staged range. Never ``storage_write``: the dead-letter
-    table; not yet: keyed topics' tables."""
+    table. A keyed topic's changelog may be (its MERGE keeps its cadence), never its current
+    table, which only the MERGE writes."""
 
 
 TABLE_SPEC: dict[str, r.Converter] = {"partitioning": r.choice(Partitioning),
