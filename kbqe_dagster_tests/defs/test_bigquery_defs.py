@@ -54,7 +54,7 @@ def test_load_jobs_run_in_the_singleton_pool_and_schedules_follow_the_config() -
         assert defs.resolve_job_def(job).graph.node_named(op).definition.pool == LOAD_POOL
     crons = {s.name: s.cron_schedule for s in defs.schedules}
     assert crons == {"load_cycle": "*/5 * * * *", "poll_load_jobs": "*/2 * * * *",
-                     "done_file_retention": "*/9 * * * *", "duplicate_offsets_schedule": "30 3 * * *"}
+                     "done_file_retention": "*/10 * * * *", "duplicate_offsets_schedule": "30 3 * * *"}
     stopped = {s.name for s in defs.schedules
                if s.default_status == dg.DefaultScheduleStatus.STOPPED}
     assert stopped == {"duplicate_offsets_schedule"}, "the billed query is opt-in"
@@ -64,10 +64,33 @@ def test_load_jobs_run_in_the_singleton_pool_and_schedules_follow_the_config() -
     ("interval", "cron"),
     [(timedelta(seconds=30), "* * * * *"), (timedelta(minutes=2), "*/2 * * * *"),
      (timedelta(minutes=15), "*/15 * * * *"), (timedelta(hours=2), "0 */2 * * *"),
-     (timedelta(days=2), "0 0 * * *")],
+     (timedelta(days=2), "0 0 * * *"),
+     # Rounded up, never down: a cadence the quota check accepted must not fire more often.
+     (timedelta(minutes=1, seconds=56), "*/2 * * * *"), (timedelta(minutes=7), "*/10 * * * *"),
+     (timedelta(minutes=9), "*/10 * * * *"), (timedelta(minutes=45), "0 * * * *"),
+     (timedelta(hours=1), "0 * * * *"), (timedelta(hours=5), "0 */6 * * *"),
+     (timedelta(hours=13), "0 0 * * *")],
 )
 def test_cadences_become_cron_expressions(interval, cron) -> None:
     assert cron_every(interval) == cron
+
+
+@pytest.mark.parametrize("seconds", range(1, 2 * 86400, 97))
+def test_a_cadence_never_fires_more_often_than_asked(seconds: int) -> None:
+    """Every cron the schedules get fires at even steps that divide the hour (or the day),
+    and the step is at least the cadence (up to a day: longer ones fire daily)."""
+    cron = cron_every(timedelta(seconds=seconds))
+    minute, hour = cron.split()[:2]
+    if minute == "*" or minute.startswith("*/"):
+        assert hour == "*"
+        step_s = 60 * int(minute.removeprefix("*/") if minute != "*" else 1)
+        assert 3600 % step_s == 0
+    else:
+        assert minute == "0"
+        hours = {"*": 1, "0": 24}.get(hour) or int(hour.removeprefix("*/"))
+        step_s = 3600 * hours
+        assert 86400 % step_s == 0
+    assert step_s >= min(seconds, 86400), (seconds, cron)
 
 
 def test_destinations_give_each_table_its_asset_and_partition_key() -> None:
