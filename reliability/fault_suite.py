@@ -40,7 +40,13 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
 from kbqe_dagster.localstack import stack  # noqa: E402
 from kbqe_dagster.localstack.endpoints import LocalEndpoints, local_endpoints  # noqa: E402
-from reliability import faults_keyed, faults_load, faults_services, faults_stage  # noqa: E402
+from reliability import (  # noqa: E402
+    faults_keyed,
+    faults_load,
+    faults_services,
+    faults_stage,
+    faults_storage_write,
+)
 from reliability.harness import Suite, SuiteFailure  # noqa: E402
 from reliability.report import LOAD_KILLS, STAGE_KILLS, SuiteReport  # noqa: E402
 from reliability.verify import account  # noqa: E402
@@ -60,6 +66,9 @@ ONE_OFFS: tuple[tuple[str, Step], ...] = (
     ("bigquery refuses", faults_load.bigquery_refuses),
     ("zombie", faults_stage.zombie),
     ("keyed merge kills", faults_keyed.merge_kills),
+    ("storage_write kills", faults_storage_write.kills),
+    ("storage_write zombie", faults_storage_write.zombie),
+    ("bigquery restart", faults_storage_write.bigquery_restart),
 )
 
 
@@ -109,6 +118,7 @@ def run_suite(seed: int, iterations: int, *, long: bool = False,
             step(suite)
         log.info("final: stage and load what is left")
         world.stage_pass()
+        world.stage_pass(topic=world.sw_topic)
         last = world.load_until_settled()[-1]
         if last.pending_after or last.quarantined_tables:
             raise SuiteFailure(f"final load did not settle: {last.summary()}")
