@@ -13,7 +13,15 @@ topic, staging prefix and datasets of its own, a seeded run does:
   let BigQuery refuse every load into one table, race two writers of the same ranges, and
   SIGKILL keyed tables' merge at each of its points (Debezium topics of their own, checked
   against an oracle: reliability/faults_keyed.py);
-- then stage and load whatever is left and account for every produced offset in BigQuery.
+- once each, on a second topic whose ranges feed a ``delivery: storage_write`` table
+  (``orders_live``) and loaded tables at once: SIGKILL a stage run at each Storage Write
+  crash point (after the intent, between two appends, after the last append before the done
+  file), a zombie stage process on a range whose first writer is between two appends, and a
+  BigQuery emulator restart while a stage run is between two appends (it forgets its
+  streams): reliability/faults_storage_write.py. The protocol uses COMMITTED streams with
+  offsets only, so there is no "between finalize and commit" point (that is PENDING streams');
+- then stage and load whatever is left and account for every produced offset in BigQuery
+  (the storage_write table's duplicates and losses also on their own).
 
 It prints a summary table and writes it as JSON (``--json``). The exit code is 0 only when
 every fault kind was injected at least once and there are no duplicates, no losses, nothing

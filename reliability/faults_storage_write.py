@@ -75,6 +75,14 @@ def _first_appending(suite: Suite) -> tuple[OffsetRange, int]:
     raise SuiteFailure("storage_write: no planned range has rows for the storage_write table")
 
 
+def _short(failure: str) -> str:
+    """A child's failure line without the stream and intent names in its middle: the range,
+    the error type and the end of the message (what happened)."""
+    head, _, rest = failure.partition(": ")
+    kind, _, message = rest.partition(": ")
+    return f"{head}: {kind}: …{message[-150:]}" if len(message) > 150 else failure
+
+
 def _open_intents(suite: Suite) -> tuple[OffsetRange, ...]:
     names = [f.name for f in suite.world.store().list()]
     return tuple(r for r in ranges_to_roll_forward(names) if r.topic == suite.world.sw_topic)
@@ -167,12 +175,13 @@ def zombie(suite: Suite) -> None:
         raise SuiteFailure(f"sw zombie: the first writer also committed {committed_by_first} "
                            "after the second had")
     _, results = world.stage_pass(topic=world.sw_topic)
-    refused = during["failures"] + [f"{c}: done files refused" for c in during["conflicts"]]
+    refused = [_short(f) for f in during["failures"]] + [
+        f"{c}: done files refused (create-only)" for c in during["conflicts"]]
     suite.record(SW_ZOMBIE, None, bool(raced) and paused is not None,
                  f"first writer paused after its first append in range {paused} "
                  f"(open intent(s) {[str(r) for r in raced]}); the second rolled it forward and "
                  f"committed; the first, woken, committed {len(during['committed'])} range(s) "
-                 f"and was refused for {len(refused)}: {'; '.join(refused)[:300]}; the next "
+                 f"and was refused for {len(refused)}: {' | '.join(refused)}; the next "
                  f"pass staged {len(results)} range(s)", started)
 
 
@@ -213,7 +222,8 @@ def bigquery_restart(suite: Suite) -> None:
                  f"emulator down {down.seconds:.1f}s while range {during['paused_in']} was "
                  f"between appends (the table held {held} of its rows); the run: "
                  f"{len(during['committed'])} committed, failures: "
-                 f"{'; '.join(during['failures'])[:240] or 'none'}; the restart rolled forward "
+                 f"{' | '.join(_short(f) for f in during['failures']) or 'none'}; the restart "
+                 f"rolled forward "
                  f"{len(prep.plan.ranges)} range(s), {replaced} intent(s) on a new stream "
                  f"left {skipped} row(s) already in the table out; staged {len(results)} "
                  f"range(s)", started)
