@@ -231,9 +231,13 @@ class DeliverySink:
         t.fresh = False
         intent: Intent | None = None
         if name in listing.intents:
+            # The version before the content: a replacement in between fails the guarded
+            # delete below instead of deleting the replacement.
+            version = next((f.version for f in store.list(name.name) if f.name == name.name),
+                           None)
             intent = parse_intent(store.read_bytes(name.name), name)
             if writer.stream_state(intent.stream) is None:
-                intent = self._drop_gone(store, name, intent, where)
+                intent = self._drop_gone(store, name, intent, version, where)
             else:
                 log.info("%s: rolling forward intent %s (stream %s, rows from %d)", where,
                          name.name, intent.stream, intent.offset)
@@ -265,11 +269,11 @@ class DeliverySink:
         return intent
 
     @staticmethod
-    def _drop_gone(store: StagingStore, name: Any, intent: Intent, where: str) -> Intent | None:
-        """An open intent whose stream is gone: delete it while it is the version read, so
-        that this attempt creates a new one (None); or the intent another writer put in its
-        place meanwhile."""
-        version = next((f.version for f in store.list(name.name) if f.name == name.name), None)
+    def _drop_gone(store: StagingStore, name: Any, intent: Intent, version: str | None,
+                   where: str) -> Intent | None:
+        """An open intent whose stream is gone: delete it while it is ``version``, the one
+        read, so that this attempt creates a new one (None); or the intent another writer put
+        in its place meanwhile."""
         if version is not None and store.delete_version(name.name, version):
             log.warning("%s: stream %s of intent %s is gone; the range gets a new stream "
                         "(the table's rows at its Kafka offsets are not appended again)",

@@ -327,6 +327,36 @@ def writer_appends(writer: FakeStorageWriter) -> int:
     return len(writer.appends())
 
 
+def test_two_writers_replacing_one_gone_intent_agree_on_one_new_stream(tmp_path, monkeypatch):
+    from kbqe_dagster.delivery import rows
+
+    monkeypatch.setattr(rows, "CHUNK_RECORDS", 2)
+    writer = FakeStorageWriter()
+    stage = Stage(tmp_path, writer)
+    writer.crash_after = 1
+    with pytest.raises(Crash):
+        stage.range(0, 12)
+    (gone,) = writer.streams
+    writer.forget_streams()
+    real_state, other = writer.stream_state, []
+
+    def raced_state(stream: str):
+        # The late writer read the intent; the other writer replaces it and commits now.
+        if stream == gone and not other:
+            other.append(None)
+            other[0] = stage.range(0, 12)
+        return real_state(stream)
+
+    monkeypatch.setattr(writer, "stream_state", raced_state)
+    late = stage.range(0, 12)
+    assert other[0].committed_last == 11
+    assert late.conflict and late.committed_last is None
+    # The late writer's guarded delete failed: it used the other's new intent and stream
+    # instead of deleting it and opening a third stream.
+    assert len(writer.streams) == 1
+    assert _offsets(writer.table_rows("acme", "clicks")) == [0, 2, 4, 6, 8, 10]
+
+
 def test_refusal_notes_of_a_gone_stream_are_deleted_and_the_rows_refused_again(tmp_path):
     writer = FakeStorageWriter(refuse=_refuse_by_offset(4))
     stage = Stage(tmp_path, writer)
