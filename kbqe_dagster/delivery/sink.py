@@ -10,7 +10,11 @@ delivery.py; docs/architecture.md, "Storage Write delivery"):
 2. its **intent** is created, create-only: the stream (the table's stream for this partition,
    continued where the latest committed range left it, or a new one), the first row offset,
    the exact Kafka range and the rows per schema id. A retry of the range finds it and uses
-   it: same rows, same offsets;
+   it: same rows, same offsets. Before a new stream the table is asked which of the range's
+   Kafka offsets it holds (rows an earlier attempt appended through a stream that is gone
+   since): the intent records them as ``delivered_before`` and they are not appended; an
+   open intent whose stream is gone is replaced that way (core/protocol/delivery.py, "A
+   stream gone");
 3. every request is **appended at its offset**; ``already_exists`` is skipped (an earlier
    attempt wrote it), ``out_of_range`` fails the range naming everything, rows the API
    refuses are noted (refusal note, create-only), dead-lettered with the API's reason, and
