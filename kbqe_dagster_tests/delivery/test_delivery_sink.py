@@ -369,8 +369,10 @@ def test_refusal_notes_of_a_gone_stream_are_deleted_and_the_rows_refused_again(t
     assert _offsets(writer.table_rows("acme", "clicks")) == [0, 2, 6, 8]
     assert _intent_of(stage, 0, 9)["delivered_before"] == [0, 2, 6, 8]
     assert result.dead_letters == {"storage_write_refused": 1}
+    # The stale note was deleted and the same name now holds the new stream's refusal.
     (renoted,) = [n for n in stage.names() if n.endswith(".refused")]
-    assert json.loads(stage.store.read_bytes(renoted))["stream"] == _intent_of(stage, 0, 9)["stream"]
+    stream = _intent_of(stage, 0, 9)["stream"]
+    assert renoted == note and json.loads(stage.store.read_bytes(renoted))["stream"] == stream
 
 
 def test_the_table_is_asked_only_before_a_new_stream(tmp_path):

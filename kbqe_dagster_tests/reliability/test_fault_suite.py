@@ -62,7 +62,8 @@ def test_the_storage_write_table_holds_every_offset_routed_to_it_once(suite_repo
     # that path, never loaded: its own count of duplicates and losses.
     (count,) = suite_report.accounting.storage_write.values()
     assert count.expected > 100
-    assert (count.rows, count.duplicates, count.losses, count.misplaced) == (count.expected, 0, 0, 0)
+    assert (count.rows, count.duplicates, count.losses, count.misplaced) \
+        == (count.expected, 0, 0, 0)
     for kind in STORAGE_WRITE_FAULTS:
         assert any(e.injected for e in suite_report.events if e.kind == kind), kind
         assert suite_report.accounting.errors_of(kind) == 0, suite_report.accounting.samples
@@ -96,7 +97,8 @@ def test_the_summary_renders_and_serializes(suite_report, tmp_path) -> None:
     sw = a.storage_write
     assert re.search(rf"^storage_write losses\s+{sum(c.losses for c in sw.values())}$",
                      rendered, re.M)
-    assert re.search(r"^storage_write table\s+expected\s+rows\s+duplicates\s+losses", rendered, re.M)
+    assert re.search(r"^storage_write table\s+expected\s+rows\s+duplicates\s+losses", rendered,
+                     re.M)
 
 
 def test_every_service_the_suite_stopped_is_running_again(suite_report, local_stack) -> None:
