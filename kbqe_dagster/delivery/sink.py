@@ -10,7 +10,11 @@ delivery.py; docs/architecture.md, "Storage Write delivery"):
 2. its **intent** is created, create-only: the stream (the table's stream for this partition,
    continued where the latest committed range left it, or a new one), the first row offset,
    the exact Kafka range and the rows per schema id. A retry of the range finds it and uses
-   it: same rows, same offsets;
+   it: same rows, same offsets. Before a new stream the table is asked which of the range's
+   Kafka offsets it holds (rows an earlier attempt appended through a stream that is gone
+   since): the intent records them as ``delivered_before`` and they are not appended; an
+   open intent whose stream is gone is replaced that way (core/protocol/delivery.py, "A
+   stream gone");
 3. every request is **appended at its offset**; ``already_exists`` is skipped (an earlier
    attempt wrote it), ``out_of_range`` fails the range naming everything, rows the API
    refuses are noted (refusal note, create-only), dead-lettered with the API's reason, and
@@ -141,6 +145,8 @@ class _Table:
     rows: dict[int, RowsFile] = field(default_factory=dict)  # by schema id
     fresh: bool = False
     """This attempt created the intent: no earlier attempt can have appended its rows."""
+    skipped: frozenset[int] = frozenset()
+    """Kafka offsets left out of :attr:`rows` (the intent's ``delivered_before``)."""
 
     @property
     def parts(self) -> tuple[tuple[int, int], ...]:
@@ -204,7 +210,7 @@ class DeliverySink:
             layout = self.pipeline.table_layout(t.dataset, t.table)
             for f in t.files:
                 keeper.ensure(t.dataset, t.table, f.schema, layout)
-        intents = {key: self._intent(store, writer, listing, covered, t)
+        intents = {key: self._intent(store, writer, keeper, listing, covered, t)
                    for key, t in tables.items()}
         for key, t in tables.items():
             files, report, letters = self._append(store, writer, listing, intents[key], t, tally)
@@ -235,24 +241,36 @@ class DeliverySink:
             tuple(i for i in listing.intents if i.key.partition == p),
             tuple(r for r in listing.refusals if r.key.partition == p))
 
-    def _intent(self, store: StagingStore, writer: Any, listing: ParsedListing,
+    def _intent(self, store: StagingStore, writer: Any, keeper: Any, listing: ParsedListing,
                 covered: OffsetRange, t: _Table) -> Intent:
         """The intent of this range for table ``t``: the one an earlier attempt created, or a
-        new one, created now (create-only) before any append."""
+        new one, created now (create-only) before any append. An earlier intent whose stream
+        is gone is replaced (core/protocol/delivery.py, "A stream gone")."""
         name = intent_name(covered, t.dataset, t.table, t.files[0].schema_id)
         where = f"{t.dataset}.{t.table} {covered}"
         t.fresh = False
+        intent: Intent | None = None
         if name in listing.intents:
+            # The version before the content: a replacement in between fails the guarded
+            # delete below instead of deleting the replacement.
+            version = next((f.version for f in store.list(name.name) if f.name == name.name),
+                           None)
             intent = parse_intent(store.read_bytes(name.name), name)
-            log.info("%s: rolling forward intent %s (stream %s, rows from %d)", where,
-                     name.name, intent.stream, intent.offset)
-        else:
-            stream, offset = self._stream_for(store, writer, listing, t)
+            if writer.stream_state(intent.stream) is None:
+                intent = self._drop_gone(store, name, intent, version, where)
+            else:
+                log.info("%s: rolling forward intent %s (stream %s, rows from %d)", where,
+                         name.name, intent.stream, intent.offset)
+        if intent is None:
+            stream, offset, new = self._stream_for(store, writer, listing, t)
+            present = self._present(keeper, covered, t) if new else frozenset()
+            self._skip(t, present, covered)
             intent = Intent(covered.topic, covered.partition, t.dataset, t.table,
-                            covered.start, covered.last, stream, offset, t.parts)
+                            covered.start, covered.last, stream, offset, t.parts,
+                            tuple(sorted(present)))
             others = {i.name: parse_intent(store.read_bytes(i.name), i)
                       for i in open_intents(listing)
-                      if (i.key.dataset, i.key.table) == (t.dataset, t.table)}
+                      if (i.key.dataset, i.key.table) == (t.dataset, t.table) and i != name}
             check_no_overlap(intent, others)
             try:
                 store.create_only(name.name, intent.encode())
@@ -262,6 +280,7 @@ class DeliverySink:
                 # (same range, same staging), so its stream and offset are the ones to use.
                 intent = parse_intent(store.read_bytes(name.name), name)
             crash_point("storage_write_intent")
+        self._skip(t, frozenset(intent.delivered_before), covered)
         if intent.parts != t.parts:
             raise StagingError(
                 f"{where}: intent {name.name} recorded rows per schema id {list(intent.parts)}, "
@@ -269,10 +288,50 @@ class DeliverySink:
                 "(a routing function or transform that changed?); not appending")
         return intent
 
+    @staticmethod
+    def _drop_gone(store: StagingStore, name: Any, intent: Intent, version: str | None,
+                   where: str) -> Intent | None:
+        """An open intent whose stream is gone: delete it while it is ``version``, the one
+        read, so that this attempt creates a new one (None); or the intent another writer put
+        in its place meanwhile."""
+        if version is not None and store.delete_version(name.name, version):
+            log.warning("%s: stream %s of intent %s is gone; the range gets a new stream "
+                        "(the table's rows at its Kafka offsets are not appended again)",
+                        where, intent.stream, name.name)
+            return None
+        if not any(f.name == name.name for f in store.list(name.name)):
+            return None  # deleted by another writer, which may be creating its new one
+        return parse_intent(store.read_bytes(name.name), name)
+
+    def _present(self, keeper: Any, covered: OffsetRange, t: _Table) -> frozenset[int]:
+        """The range's Kafka offsets the table holds rows of (asked before a new stream)."""
+        e = self.pipeline.enrichment
+        present = keeper.offsets_present(
+            t.dataset, t.table, (e.topic_column, e.partition_column, e.offset_column),
+            covered.topic, covered.partition, covered.start, covered.last)
+        if present:
+            log.warning("%s.%s %s: the table holds rows of %d of the range's offsets already "
+                        "(appended through a stream that is gone): not appending them again",
+                        t.dataset, t.table, covered, len(present))
+        return frozenset(present)
+
+    def _skip(self, t: _Table, offsets: frozenset[int], covered: OffsetRange) -> None:
+        """Encode ``t``'s rows again without the records at ``offsets`` (when they differ
+        from what its rows were encoded without)."""
+        if offsets == t.skipped:
+            return
+        column = self.pipeline.enrichment.offset_column
+        for f in t.files:
+            t.rows[f.schema_id] = encode_file(f.file.path, f.schema,
+                                              f"{f.dataset}.{f.table} {covered}",
+                                              skip=(column, offsets))
+        t.skipped = offsets
+
     def _stream_for(self, store: StagingStore, writer: Any, listing: ParsedListing,
-                    t: _Table) -> tuple[str, int]:
+                    t: _Table) -> tuple[str, int, bool]:
         """The table's stream for this partition where the latest committed range left it,
-        or a new stream (none yet, a new schema id, or the stream is gone)."""
+        or a new stream (none yet, a new schema id, or the stream is gone): (stream, first
+        row offset, whether it is new)."""
         latest = max((d for d in listing.done if (d.key.dataset, d.key.table) == (t.dataset,
                                                                                   t.table)),
                      key=lambda d: d.first_offset, default=None)
@@ -283,17 +342,17 @@ class DeliverySink:
         schema_ids = {f.schema_id for f in t.files}
         if position is not None and schema_ids <= position.schema_ids \
                 and writer.stream_state(position.stream) is not None:
-            return position.stream, position.next_offset
+            return position.stream, position.next_offset, False
         stream = writer.create_stream(t.dataset, t.table, "committed")
         log.info("%s.%s[%d]: new stream %s", t.dataset, t.table, self.rng.partition, stream)
-        return stream, 0
+        return stream, 0, True
 
     def _append(self, store: StagingStore, writer: Any, listing: ParsedListing, intent: Intent,
                 t: _Table, tally: RangeTally
                 ) -> tuple[list[tuple], TableDelivery, list[DeadLetter]]:
         """Every request of table ``t`` at its offset (module docstring, step 3)."""
         name = intent_name(intent.range, t.dataset, t.table, t.files[0].schema_id)
-        noted = {r.row_offset: r for r in listing.refusals if r.intent == name}
+        noted = self._notes(store, listing, name, intent.stream)
         where = (f"{t.dataset}.{t.table} stream {intent.stream}, {intent.range} (intent "
                  f"{name.name})")
         offset = intent.offset
@@ -305,14 +364,13 @@ class DeliverySink:
             first = offset
             refused_here: dict[int, str] = {}
             for indices, rows in requests(t.rows[f.schema_id]):
-                note = (parse_refusal(store.read_bytes(noted[offset].name), noted[offset])
-                        if offset in noted else None)
+                note = noted.get(offset)
                 outcome = writer.append(intent.stream, ProtoRows(descriptor, tuple(rows)), offset)
                 requests_sent += 1
                 step = append_decision(outcome.kind, len(rows), outcome.message,
                                        outcome.row_errors, f"{where} row {offset}", note)
                 if step.refused:
-                    note = Refusal(offset, step.refused)
+                    note = Refusal(offset, step.refused, intent.stream)
                     self._note(store, name.refusal(offset), note)
                     keep = [r for i, r in enumerate(rows) if i not in dict(step.refused)]
                     if keep:
@@ -348,9 +406,27 @@ class DeliverySink:
             days.update(f.file.iso_days())
         report = TableDelivery(
             t.dataset, t.table, intent.stream, intent.offset, offset - intent.offset,
-            sum(f.file.records for f in t.files), refused_total, appended_bytes,
-            tuple(sorted(days.items())), requests_sent, skipped)
+            # Records already in the table (delivered_before) are not this range's appends.
+            sum(f.file.records for f in t.files) - len(t.skipped), refused_total,
+            appended_bytes, tuple(sorted(days.items())), requests_sent, skipped)
         return delivered, report, letters
+
+    @staticmethod
+    def _notes(store: StagingStore, listing: ParsedListing, name: Any,
+               stream: str) -> dict[int, Refusal]:
+        """The refusal notes of intent ``name`` by row offset; notes of another stream (of an
+        intent replaced after its stream was gone) are deleted: their offsets mean nothing in
+        ``stream``, and a note of this stream may need their names."""
+        notes = {}
+        for r in listing.refusals:
+            if r.intent != name:
+                continue
+            note = parse_refusal(store.read_bytes(r.name), r)
+            if note.stream and note.stream != stream:
+                store.delete(r.name)
+            else:
+                notes[r.row_offset] = note
+        return notes
 
     @staticmethod
     def _note(store: StagingStore, name: Any, note: Refusal) -> None:

@@ -103,6 +103,24 @@ def test_a_refusal_note_round_trips() -> None:
     assert parse_refusal(note.encode(), name) == note
 
 
+def test_an_intent_on_a_new_stream_records_the_offsets_the_table_held_already() -> None:
+    intent = Intent(RNG.topic, RNG.partition, "fast", "clicks", RNG.start, RNG.last, STREAM, 0,
+                    ((7, 37),), (100, 101, 104))
+    name = intent_name(RNG, "fast", "clicks", 7)
+    assert parse_intent(intent.encode(), name) == intent
+    # Without any, the intent's bytes are what they always were (older intents parse alike).
+    assert b"delivered_before" not in _intent().encode()
+    assert parse_intent(_intent().encode(), name).delivered_before == ()
+
+
+def test_a_refusal_note_records_its_stream_and_older_notes_without_one_parse() -> None:
+    name = intent_name(RNG, "fast", "clicks", 7).refusal(4096)
+    note = Refusal(4096, ((3, "bad"),), STREAM)
+    assert parse_refusal(note.encode(), name) == note
+    older = b'{"kbqe_refusal":1,"refused":[[3,"bad"]],"row_offset":4096}\n'
+    assert parse_refusal(older, name) == Refusal(4096, ((3, "bad"),))
+
+
 # --- appends -------------------------------------------------------------------------------
 def test_an_appended_request_advances_the_stream_by_its_rows() -> None:
     assert append_decision("appended", 40, "", (), WHERE).advance == 40

@@ -283,6 +283,166 @@ def test_rows_of_a_foreign_writer_at_a_new_intent_s_offsets_are_never_skipped(tm
         stage.range(10, 10)
 
 
+# --- a stream gone (the emulator restarted, BigQuery garbage-collected it) ---------------------
+def _intent_of(stage: Stage, first: int, last: int) -> dict:
+    return json.loads(stage.store.read_bytes(f"web.events.0.acme.clicks.7.{first}.{last}.intent"))
+
+
+def test_a_stream_gone_between_ranges_gives_the_next_range_a_new_stream(tmp_path):
+    stage = Stage(tmp_path)
+    stage.range(0, 10)
+    stage.writer.forget_streams()
+    second = stage.range(10, 6)
+    assert (second.delivered[0].first_row, second.delivered[0].rows) == (0, 3)
+    assert _offsets(stage.writer.table_rows("acme", "clicks")) == [0, 2, 4, 6, 8, 10, 12, 14]
+    assert "delivered_before" not in _intent_of(stage, 10, 15)
+
+
+@pytest.mark.parametrize("killed_after_appends", [0, 1, 2])
+def test_an_open_intent_whose_stream_is_gone_is_replaced_and_nothing_is_appended_twice(
+        tmp_path, monkeypatch, killed_after_appends):
+    # clicks: 6 records, 3 requests of 2; killed after 0, 1 or 2 of them landed, then every
+    # stream is forgotten (the rows stay in the table): the retry must not fail on the gone
+    # stream forever, and must not append again what the table holds.
+    from kbqe_dagster.delivery import rows
+
+    monkeypatch.setattr(rows, "CHUNK_RECORDS", 2)
+    writer = FakeStorageWriter()
+    stage = Stage(tmp_path, writer)
+    writer.crash_after = killed_after_appends or None
+    if killed_after_appends:
+        with pytest.raises(Crash):
+            stage.range(0, 12)
+    else:
+        _kill_at(monkeypatch, "storage_write_intent", lambda: stage.range(0, 12))
+    (gone,) = writer.streams
+    writer.forget_streams()
+    result = stage.range(0, 12)
+    held = list(range(0, 4 * killed_after_appends, 2))
+    assert _offsets(writer.table_rows("acme", "clicks")) == [0, 2, 4, 6, 8, 10]
+    intent = _intent_of(stage, 0, 11)
+    assert intent["stream"] != gone and intent["offset"] == 0
+    assert intent.get("delivered_before", []) == held
+    assert intent["parts"] == [[7, 6 - len(held)]]
+    assert result.committed_last == 11 and ranges_to_roll_forward(stage.names()) == ()
+    (delivery,) = result.delivered
+    assert (delivery.rows, delivery.records) == (6 - len(held), 6 - len(held))
+    # The next range continues the new stream after the rows it holds.
+    assert stage.range(12, 2).delivered[0].first_row == 6 - len(held)
+
+
+def test_a_retry_of_a_replaced_intent_skips_what_it_recorded_not_what_the_table_holds(
+        tmp_path, monkeypatch):
+    from kbqe_dagster.delivery import rows
+
+    monkeypatch.setattr(rows, "CHUNK_RECORDS", 2)
+    writer = FakeStorageWriter()
+    stage = Stage(tmp_path, writer)
+    writer.crash_after = 1
+    with pytest.raises(Crash):
+        stage.range(0, 12)  # offsets 0, 2 in the table
+    writer.forget_streams()
+    writer.crash_after = writer_appends(writer) + 1  # the retry: offsets 4, 6 land, killed
+    with pytest.raises(Crash):
+        stage.range(0, 12)
+    assert _intent_of(stage, 0, 11)["delivered_before"] == [0, 2]
+    stage.range(0, 12)  # the replaced intent's stream lives: already_exists, then the rest
+    assert _offsets(writer.table_rows("acme", "clicks")) == [0, 2, 4, 6, 8, 10]
+    assert len(writer.streams) == 1
+
+
+def test_a_crash_after_the_gone_intent_was_deleted_still_appends_nothing_twice(
+        tmp_path, monkeypatch):
+    from kbqe_dagster.delivery import rows
+
+    monkeypatch.setattr(rows, "CHUNK_RECORDS", 2)
+    writer = FakeStorageWriter()
+    stage = Stage(tmp_path, writer)
+    stage.range(0, 4)
+    writer.crash_after = writer_appends(writer) + 1
+    with pytest.raises(Crash):
+        stage.range(4, 12)  # offsets 4, 6 of clicks in the table
+    writer.forget_streams()
+    stage.store.delete("web.events.0.acme.clicks.7.4.15.intent")  # the crash's window
+    assert ranges_to_roll_forward(stage.names()) == ()
+    # Planned like any uncommitted range (here: longer), and checked against the table.
+    result = stage.range(4, 14)
+    assert _offsets(writer.table_rows("acme", "clicks")) == list(range(0, 18, 2))
+    assert _intent_of(stage, 4, 17)["delivered_before"] == [4, 6]
+    assert result.delivered[0].rows == 5
+
+
+def writer_appends(writer: FakeStorageWriter) -> int:
+    return len(writer.appends())
+
+
+def test_two_writers_replacing_one_gone_intent_agree_on_one_new_stream(tmp_path, monkeypatch):
+    from kbqe_dagster.delivery import rows
+
+    monkeypatch.setattr(rows, "CHUNK_RECORDS", 2)
+    writer = FakeStorageWriter()
+    stage = Stage(tmp_path, writer)
+    writer.crash_after = 1
+    with pytest.raises(Crash):
+        stage.range(0, 12)
+    (gone,) = writer.streams
+    writer.forget_streams()
+    real_state, other = writer.stream_state, []
+
+    def raced_state(stream: str):
+        # The late writer read the intent; the other writer replaces it and commits now.
+        if stream == gone and not other:
+            other.append(None)
+            other[0] = stage.range(0, 12)
+        return real_state(stream)
+
+    monkeypatch.setattr(writer, "stream_state", raced_state)
+    late = stage.range(0, 12)
+    assert other[0].committed_last == 11
+    assert late.conflict and late.committed_last is None
+    # The late writer's guarded delete failed: it used the other's new intent and stream
+    # instead of deleting it and opening a third stream.
+    assert len(writer.streams) == 1
+    assert _offsets(writer.table_rows("acme", "clicks")) == [0, 2, 4, 6, 8, 10]
+
+
+def test_refusal_notes_of_a_gone_stream_are_deleted_and_the_rows_refused_again(tmp_path):
+    writer = FakeStorageWriter(refuse=_refuse_by_offset(4))
+    stage = Stage(tmp_path, writer)
+    writer.crash_after = 2  # the refused request noted, its other rows appended, killed
+    with pytest.raises(Crash):
+        stage.range(0, 10)
+    (note,) = [n for n in stage.names() if n.endswith(".refused")]
+    writer.forget_streams()
+    result = stage.range(0, 10)
+    assert _offsets(writer.table_rows("acme", "clicks")) == [0, 2, 6, 8]
+    assert _intent_of(stage, 0, 9)["delivered_before"] == [0, 2, 6, 8]
+    assert result.dead_letters == {"storage_write_refused": 1}
+    # The stale note was deleted and the same name now holds the new stream's refusal.
+    (renoted,) = [n for n in stage.names() if n.endswith(".refused")]
+    stream = _intent_of(stage, 0, 9)["stream"]
+    assert renoted == note and json.loads(stage.store.read_bytes(renoted))["stream"] == stream
+
+
+def test_the_table_is_asked_only_before_a_new_stream(tmp_path):
+    stage = Stage(tmp_path)
+    keeper = stage.keeper_settings.keeper()
+    stage.range(0, 10)
+    stage.range(10, 10)
+    assert keeper.asked == [("acme", "clicks", 0, 0, 9)]
+
+
+def _kill_at(monkeypatch, point: str, run) -> None:
+    from kbqe_dagster import faults
+
+    monkeypatch.setenv("KBQE_CRASH_AT", f"{point}:1")
+    monkeypatch.setattr(faults.os, "kill", _raise_crash)
+    monkeypatch.setattr(faults, "_counts", type(faults._counts)())
+    with pytest.raises(Crash):
+        run()
+    monkeypatch.delenv("KBQE_CRASH_AT")
+
+
 # --- rows the API refuses ----------------------------------------------------------------------
 def test_refused_rows_are_dead_lettered_with_the_api_s_reason_and_the_rest_appended(tmp_path):
     writer = FakeStorageWriter(refuse=lambda row: None)
