@@ -26,10 +26,9 @@ from kbqe_dagster.localstack.endpoints import LocalEndpoints
 from kbqe_dagster.resources.kafka.range_reader import read_range
 from kbqe_dagster.resources.staging_store import GcsStagingStore, StagingLocation
 from kbqe_dagster.staging.context import StageContext
-from kbqe_dagster.staging.prepare import prepare_topic
 from kbqe_dagster.staging.stager import RangeStager
 from kbqe_dagster.staging.task import stage_range
-from reliability.world import local_loads
+from reliability.world import local_loads, plan_run
 
 EVENT_TIMEOUT = 180.0  # a child never waits for the parent longer than this
 
@@ -52,13 +51,7 @@ def _crash_at(spec: str | None) -> None:
 
 
 def _plan(ctx: StageContext) -> list[OffsetRange]:
-    prep = prepare_topic(
-        ctx.staging.open(), ctx.kafka, ctx.topic_name,
-        max_messages_per_run=1_000_000,
-        max_messages_per_range=ctx.topic.staging.max_messages_per_range,
-        start_policy=ctx.start_policy,
-    )
-    return list(prep.plan.ranges)
+    return list(plan_run(ctx).plan.ranges)
 
 
 def _failure(rng: OffsetRange, error: BaseException) -> str:
@@ -142,6 +135,47 @@ def stage_run_upload_outage(ctx: StageContext, uploaded: Any, resume: Any, outco
             failures.append(_failure(rng, error))
     uploaded.set()
     outcome.put({"attempted": attempted, "committed": committed, "failures": failures})
+
+
+def stage_run_paused_at_append(ctx: StageContext, appended: Any, resume: Any,
+                               outcome: Any) -> None:
+    """A stage run whose ranges run one at a time and that, right after its first Storage
+    Write append was answered, sets ``appended`` and waits for ``resume`` (the parent starts
+    a zombie or restarts the BigQuery emulator meanwhile): paused between two appends of a
+    range, its intent open. Puts ``{"committed": [...], "conflicts": [...], "failures":
+    [...], "paused_in": "partition:start"}`` on ``outcome``."""
+    from kbqe_dagster.resources.bigquery.storage_write import GoogleStorageWriter
+
+    _crash_at(None)
+    real_append = GoogleStorageWriter.append
+    state: dict[str, Any] = {"appends": 0, "range": None}
+
+    def append(writer: GoogleStorageWriter, stream: str, rows: Any, offset: int | None) -> Any:
+        answer = real_append(writer, stream, rows, offset)
+        state["appends"] += 1
+        if state["appends"] == 1:
+            state["paused_in"] = state["range"]
+            appended.set()
+            resume.wait(EVENT_TIMEOUT)
+        return answer
+
+    GoogleStorageWriter.append = append  # type: ignore[method-assign] - this child only
+    committed: list[str] = []
+    conflicts: list[str] = []
+    failures: list[str] = []
+    for rng in _plan(ctx):
+        state["range"] = f"{rng.partition}:{rng.start}"
+        try:
+            result = stage_range(ctx, rng)
+            if result.committed_last is not None:
+                committed.append(f"{rng.partition}:{rng.start}..{result.committed_last}")
+            elif result.conflict:
+                conflicts.append(f"{rng.partition}:{rng.start}")
+        except Exception as error:  # noqa: BLE001 - reported to the parent
+            failures.append(_failure(rng, error))
+    appended.set()  # never appended: the parent must not wait forever
+    outcome.put({"committed": committed, "conflicts": conflicts, "failures": failures,
+                 "paused_in": state.get("paused_in")})
 
 
 def zombie_writer(ctx: StageContext, ranges: list[OffsetRange], name: str, read_done: Any,

@@ -13,7 +13,15 @@ topic, staging prefix and datasets of its own, a seeded run does:
   let BigQuery refuse every load into one table, race two writers of the same ranges, and
   SIGKILL keyed tables' merge at each of its points (Debezium topics of their own, checked
   against an oracle: reliability/faults_keyed.py);
-- then stage and load whatever is left and account for every produced offset in BigQuery.
+- once each, on a second topic whose ranges feed a ``delivery: storage_write`` table
+  (``orders_live``) and loaded tables at once: SIGKILL a stage run at each Storage Write
+  crash point (after the intent, between two appends, after the last append before the done
+  file), a zombie stage process on a range whose first writer is between two appends, and a
+  BigQuery emulator restart while a stage run is between two appends (it forgets its
+  streams): reliability/faults_storage_write.py. The protocol uses COMMITTED streams with
+  offsets only, so there is no "between finalize and commit" point (that is PENDING streams');
+- then stage and load whatever is left and account for every produced offset in BigQuery
+  (the storage_write table's duplicates and losses also on their own).
 
 It prints a summary table and writes it as JSON (``--json``). The exit code is 0 only when
 every fault kind was injected at least once and there are no duplicates, no losses, nothing
@@ -40,7 +48,13 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
 from kbqe_dagster.localstack import stack  # noqa: E402
 from kbqe_dagster.localstack.endpoints import LocalEndpoints, local_endpoints  # noqa: E402
-from reliability import faults_keyed, faults_load, faults_services, faults_stage  # noqa: E402
+from reliability import (  # noqa: E402
+    faults_keyed,
+    faults_load,
+    faults_services,
+    faults_stage,
+    faults_storage_write,
+)
 from reliability.harness import Suite, SuiteFailure  # noqa: E402
 from reliability.report import LOAD_KILLS, STAGE_KILLS, SuiteReport  # noqa: E402
 from reliability.verify import account  # noqa: E402
@@ -60,6 +74,9 @@ ONE_OFFS: tuple[tuple[str, Step], ...] = (
     ("bigquery refuses", faults_load.bigquery_refuses),
     ("zombie", faults_stage.zombie),
     ("keyed merge kills", faults_keyed.merge_kills),
+    ("storage_write kills", faults_storage_write.kills),
+    ("storage_write zombie", faults_storage_write.zombie),
+    ("bigquery restart", faults_storage_write.bigquery_restart),
 )
 
 
@@ -109,6 +126,7 @@ def run_suite(seed: int, iterations: int, *, long: bool = False,
             step(suite)
         log.info("final: stage and load what is left")
         world.stage_pass()
+        world.stage_pass(topic=world.sw_topic)
         last = world.load_until_settled()[-1]
         if last.pending_after or last.quarantined_tables:
             raise SuiteFailure(f"final load did not settle: {last.summary()}")

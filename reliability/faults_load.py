@@ -107,7 +107,7 @@ def bigquery_refuses(suite: Suite) -> None:
     world = suite.world
     suite.produce(150, 250, BIGQUERY_REFUSES)
     world.stage_pass()
-    dataset, table = suite.rnd.choice(world.tables)
+    dataset, table = suite.rnd.choice(world.loaded_tables)
     loads = world.bigquery()
     refusing = RefusingClient(loads.client, dataset, table)
     loads.client = refusing
@@ -119,7 +119,7 @@ def bigquery_refuses(suite: Suite) -> None:
     jobs = {q.job_id for q in state.quarantined}
     if quarantined != {(dataset, table)}:
         raise SuiteFailure(f"refused {dataset}.{table}: quarantined tables are {quarantined}")
-    others = {t for t in (*world.tables, world.dead_letter_table) if t != (dataset, table)}
+    others = {t for t in (*world.loaded_tables, world.dead_letter_table) if t != (dataset, table)}
     if not others <= loaded_tables:
         raise SuiteFailure(f"refused {dataset}.{table}: the other tables did not all load "
                            f"(loaded {sorted(loaded_tables)})")

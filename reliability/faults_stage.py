@@ -140,15 +140,18 @@ def zombie(suite: Suite) -> None:
         else:
             uncommitted.add(where)
     _, results = suite.world.stage_pass()
-    restaged = {(r.partition, r.start) for r in results}
+    # Only the raced ranges matter: with a storage_write table in the pipeline file the
+    # planner gives each partition one range per run, so the batch's later ranges (never
+    # raced) are staged by this pass too.
+    restaged = {(r.partition, r.start) for r in results} & set(per_range)
     if restaged != uncommitted:
         raise SuiteFailure(f"zombie: the next run staged {sorted(restaged)}, expected exactly "
                            f"the ranges no writer committed {sorted(uncommitted)}")
     suite.record(ZOMBIE, None, True,
                  f"{len(ranges)} range(s) raced by two writers: A committed {wins['A']}, "
                  f"B committed {wins['B']}, {len(uncommitted)} interleaved and left to the "
-                 f"next run, which staged exactly those; every loser stopped at a create-only "
-                 f"name", started)
+                 f"next run, which staged exactly those of the raced ranges; every loser "
+                 f"stopped at a create-only name", started)
 
 
 def late_zombie(suite: Suite) -> None:

@@ -50,6 +50,12 @@ class Suite:
         self.report.messages_produced += count
         return count
 
+    def produce_to(self, topic: str, low: int, high: int, step: str) -> int:
+        """:meth:`produce`, into ``topic``."""
+        count = self.world.produce_batch(self.rnd.randint(low, high), step, topic)
+        self.report.messages_produced += count
+        return count
+
     def child(self, target: Callable[..., None], *args: Any) -> int:
         """Run ``target(*args)`` in a child and return its exit code (-9: SIGKILLed)."""
         return join(self.spawn(target, *args))

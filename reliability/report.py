@@ -26,11 +26,20 @@ BIGQUERY_REFUSES = "bigquery_refuses_load"
 ZOMBIE = "zombie_concurrent_stage"
 ZOMBIE_LATE = "zombie_late_upload"
 MERGE_KILL = "keyed_merge_kill"
+# delivery: storage_write (reliability/faults_storage_write.py)
+SW_KILL_INTENT = "sw_kill_after_intent"
+SW_KILL_BETWEEN_APPENDS = "sw_kill_between_appends"
+SW_KILL_AFTER_LAST_APPEND = "sw_kill_after_last_append"
+SW_ZOMBIE = "sw_zombie_between_appends"
+BIGQUERY_RESTART = "bigquery_restart_mid_append"
 
 STAGE_KILLS = (STAGE_KILL_AVRO, STAGE_KILL_DONE)
 LOAD_KILLS = (LOAD_KILL_BEFORE_SUBMIT, LOAD_KILL_AFTER_SUBMIT, LOAD_KILL_MID_DELETE)
+SW_KILLS = (SW_KILL_INTENT, SW_KILL_BETWEEN_APPENDS, SW_KILL_AFTER_LAST_APPEND)
+STORAGE_WRITE_FAULTS = (*SW_KILLS, SW_ZOMBIE, BIGQUERY_RESTART)
 ALL_FAULTS = (*STAGE_KILLS, STAGE_KILL_FIRST_RANGE, *LOAD_KILLS, KAFKA_RESTART, REGISTRY_DOWN,
-              GCS_DOWN, BIGQUERY_REFUSES, ZOMBIE, ZOMBIE_LATE, MERGE_KILL)
+              GCS_DOWN, BIGQUERY_REFUSES, ZOMBIE, ZOMBIE_LATE, MERGE_KILL,
+              *STORAGE_WRITE_FAULTS)
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,7 @@ class SuiteReport:
             "avro_left_in_staging": a.avro_left_in_staging,
             "leftovers_deleted": self.leftovers_deleted,
             "rows_loaded": a.rows_loaded,
+            "storage_write": {name: asdict(count) for name, count in a.storage_write.items()},
             "dead_letters_loaded": a.dead_letters_loaded,
             "bad_inputs_by_reason": a.bad_by_reason,
             "by_step": a.by_step,
@@ -123,13 +133,15 @@ class SuiteReport:
             ("topic", self.topic),
             ("seconds", f"{self.seconds:.1f}"),
             ("messages produced", str(self.messages_produced)),
-            ("rows loaded", str(a.rows_loaded)),
+            ("rows in tables", str(a.rows_loaded)),
             ("dead letters loaded", str(a.dead_letters_loaded)),
             ("duplicates found", str(a.duplicates)),
             ("losses found", str(a.losses)),
             ("misplaced", str(a.misplaced)),
             ("unexpected rows", str(a.unexpected)),
             ("avro left in staging", str(a.avro_left_in_staging)),
+            ("storage_write duplicates", str(sum(c.duplicates for c in a.storage_write.values()))),
+            ("storage_write losses", str(sum(c.losses for c in a.storage_write.values()))),
             ("zombie leftovers deleted", str(self.leftovers_deleted)),
             ("keyed changes produced", str(self.keyed.get("changes_produced", "-"))),
             ("keyed rows/keys wrong", str(self.keyed.get("wrong", "-"))),
@@ -140,7 +152,12 @@ class SuiteReport:
         ])
         reasons = table(("bad input reason", "dead letters"),
                         [(r, str(n)) for r, n in a.bad_by_reason.items()] or [("-", "0")])
-        parts = [head, faults, reasons]
+        appended = table(("storage_write table", "expected", "rows", "duplicates", "losses",
+                          "misplaced"),
+                         [(name, *(str(getattr(c, k)) for k in ("expected", "rows", "duplicates",
+                                                                "losses", "misplaced")))
+                          for name, c in a.storage_write.items()] or [("-", "0", "0", "0", "0", "0")])
+        parts = [head, faults, appended, reasons]
         wrong = [(step, c) for step, c in a.by_step.items() if a.errors_of(step)]
         if wrong:
             parts.append(table(("step with errors", "produced", "duplicates", "losses", "misplaced"),

@@ -1,6 +1,7 @@
 """The exactly-once accounting: every produced offset against what BigQuery holds.
 
-For each ``(partition, offset)`` of the ledger the run's tables must hold exactly one row —
+For each ``(topic, partition, offset)`` of the ledgers (the run's two topics) the run's
+tables must hold exactly one row —
 in the destination table on the right event date for good input, in the dead-letter table
 with the right reason for bad input. Anything else is counted:
 
@@ -12,6 +13,10 @@ with the right reason for bad input. Anything else is counted:
 
 The staging area is checked too: after the final load nothing may wait (an avro file left
 is data not loaded) and nothing may be quarantined.
+
+The ``delivery: storage_write`` tables get their own figures (:class:`TableCount`): their
+rows were appended through the Storage Write API, never loaded, so their duplicates and
+losses are the Storage Write protocol's alone.
 """
 
 from __future__ import annotations
@@ -24,6 +29,21 @@ from kbqe_dagster.localstack.clients import local_bigquery_client
 from reliability.world import World
 
 SAMPLE = 5  # offsets listed per kind of error in the report
+
+
+@dataclass
+class TableCount:
+    """One table's share of the accounting: offsets expected there, rows found there, and
+    the errors that concern it."""
+
+    expected: int = 0
+    rows: int = 0
+    duplicates: int = 0
+    """Copies beyond the first of one offset in this table."""
+    losses: int = 0
+    """Offsets expected here and found nowhere."""
+    misplaced: int = 0
+    """Offsets expected here found elsewhere only, or found here but expected elsewhere."""
 
 
 @dataclass
@@ -43,6 +63,8 @@ class Accounting:
     by_step: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per suite step (the fault that produced the messages): produced, duplicates,
     losses, misplaced."""
+    storage_write: dict[str, TableCount] = field(default_factory=dict)
+    """Per ``delivery: storage_write`` table (``dataset.table``)."""
 
     def errors_of(self, step: str) -> int:
         counts = self.by_step.get(step, {})
@@ -54,9 +76,10 @@ class Accounting:
                     or self.avro_left_in_staging)
 
 
-# (partition, offset) → [(where, detail)], where is "dataset.table"; detail the event date
-# for table rows, the reason for dead letters.
-Found = dict[tuple[int, int], list[tuple[str, str]]]
+# (topic, partition, offset) → [(where, detail)], where is "dataset.table"; detail the event
+# date for table rows, the reason for dead letters.
+Position = tuple[str, int, int]
+Found = dict[Position, list[tuple[str, str]]]
 
 
 def _query(world: World, sql: str) -> list[tuple]:
@@ -69,43 +92,64 @@ def _query(world: World, sql: str) -> list[tuple]:
         return []  # a table nothing was loaded into (yet)
 
 
+def _topics_in(world: World) -> str:
+    return ", ".join(f"'{t.replace(chr(39), '')}'" for t in world.ledgers)
+
+
 def found_rows(world: World) -> Found:
     found: Found = defaultdict(list)
-    topic = world.topic.replace("'", "")
+    topics = _topics_in(world)
     for dataset, table in world.tables:
-        sql = (f"SELECT _kafka_partition, _kafka_offset, CAST(_event_date AS STRING) "
-               f"FROM `{dataset}.{table}` WHERE _kafka_topic = '{topic}'")
-        for partition, offset, day in _query(world, sql):
-            found[(partition, offset)].append((f"{dataset}.{table}", day))
+        sql = (f"SELECT _kafka_topic, _kafka_partition, _kafka_offset, "
+               f"CAST(_event_date AS STRING) FROM `{dataset}.{table}` "
+               f"WHERE _kafka_topic IN ({topics})")
+        for topic, partition, offset, day in _query(world, sql):
+            found[(topic, partition, offset)].append((f"{dataset}.{table}", day))
     dataset, table = world.dead_letter_table
-    sql = f"SELECT `partition`, `offset`, reason FROM `{dataset}.{table}` WHERE topic = '{topic}'"
-    for partition, offset, reason in _query(world, sql):
-        found[(partition, offset)].append((f"{dataset}.{table}", reason))
+    sql = (f"SELECT topic, `partition`, `offset`, reason FROM `{dataset}.{table}` "
+           f"WHERE topic IN ({topics})")
+    for topic, partition, offset, reason in _query(world, sql):
+        found[(topic, partition, offset)].append((f"{dataset}.{table}", reason))
     return found
 
 
 def account(world: World) -> Accounting:
-    """Compare the ledger with BigQuery and the staging area."""
-    ledger = world.ledger
+    """Compare the ledgers with BigQuery and the staging area."""
+    placed = {(topic, p, o): (message, ledger.step_of.get((p, o), "?"))
+              for topic, ledger in world.ledgers.items()
+              for (p, o), message in ledger.placed.items()}
     found = found_rows(world)
-    out = Accounting(produced=len(ledger), good=len(ledger.good), bad=len(ledger.bad))
+    out = Accounting(produced=len(placed),
+                     good=sum(len(ledger.good) for ledger in world.ledgers.values()),
+                     bad=sum(len(ledger.bad) for ledger in world.ledgers.values()))
     samples: dict[str, list[str]] = defaultdict(list)
     dead_table = ".".join(world.dead_letter_table)
     reasons: Counter[str] = Counter()
-
     by_step: dict[str, Counter[str]] = defaultdict(Counter)
+    tables = {".".join(t): TableCount() for t in world.storage_write_tables}
 
     def note(kind: str, text: str) -> None:
         if len(samples[kind]) < SAMPLE:
             samples[kind].append(text)
 
-    for where, message in ledger.placed.items():
-        step = by_step[ledger.step_of.get(where, "?")]
+    for where, (message, step_name) in placed.items():
+        step = by_step[step_name]
         step["produced"] += 1
         copies = found.get(where, [])
+        want = ".".join(message.expect_table) if message.expect_table else dead_table
+        if want in tables:
+            tables[want].expected += 1
+        for name, count in tables.items():
+            here = sum(1 for location, _ in copies if location == name)
+            count.rows += here
+            count.duplicates += max(here - 1, 0)
+            if (here and want != name) or (want == name and copies and not here):
+                count.misplaced += 1
         if not copies:
             out.losses += 1
             step["losses"] += 1
+            if want in tables:
+                tables[want].losses += 1
             note("losses", f"{where}")
             continue
         if len(copies) > 1:
@@ -123,18 +167,19 @@ def account(world: World) -> Accounting:
             out.misplaced += 1
             step["misplaced"] += 1
             note("misplaced", f"{where}: found {location} {detail}, expected {expected}")
-    for where in found.keys() - ledger.placed.keys():
+    for where in found.keys() - placed.keys():
         out.unexpected += len(found[where])
         note("unexpected", f"{where}: {found[where]}")
     out.rows_loaded = sum(1 for rows in found.values() for loc, _ in rows if loc != dead_table)
     out.dead_letters_loaded = sum(1 for rows in found.values() for loc, _ in rows if loc == dead_table)
     out.bad_by_reason = dict(sorted(reasons.items()))
     listing = parse_listing(f.name for f in world.store().list())
-    left = [a.name for a in listing.avro if a.key.topic == world.topic]
+    left = [a.name for a in listing.avro if a.key.topic in world.ledgers]
     out.avro_left_in_staging = len(left)
     for name in left[:SAMPLE]:
         note("avro_left_in_staging", name)
     out.samples = dict(samples)
     out.by_step = {name: {k: counts.get(k, 0) for k in ("produced", "duplicates", "losses", "misplaced")}
                    for name, counts in by_step.items()}
+    out.storage_write = tables
     return out

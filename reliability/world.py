@@ -6,6 +6,14 @@ or earlier runs. The steps here are the *restarts*: a stage pass (plan on the dr
 one ``stage_range`` per planned range — what the Spark job runs, without the Spark
 scheduler) repeated until nothing is planned, load cycles until nothing is left to do, and
 done-file retention.
+
+A second topic of its own, :attr:`World.sw_topic`, feeds tables of both kinds in one range:
+its orders go to ``orders_live``, ``delivery: storage_write`` (appended through the
+emulator's Storage Write API as each range commits), its page views and bad input to the
+loaded ``page_views`` and dead-letter tables, like the first topic's. Its faults are
+reliability/faults_storage_write.py. With a storage_write table in the file, every topic
+routed per record plans one range per partition per stage run, as the stage job does
+(``PipelineConfig.topic_may_deliver_by_storage_write``): the first topic too.
 """
 
 from __future__ import annotations
@@ -17,13 +25,15 @@ from dataclasses import dataclass, field
 from datetime import date
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
+from kbqe_dagster.delivery.sink import delivery_sink
+from kbqe_dagster.delivery.tables import TableKeeperSettings
 from kbqe_dagster.demo.samples import produce, register_schemas
 from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.loading.report import CycleReport
 from kbqe_dagster.loading.retention import RetentionResult, apply_retention
 from kbqe_dagster.localstack.clients import local_bigquery_client
-from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, LocalEndpoints
-from kbqe_dagster.resources.bigquery import BigQueryLoads, EmulatorBigQueryLoads
+from kbqe_dagster.localstack.endpoints import HOST, LOCAL_BUCKET, LOCAL_PROJECT, LocalEndpoints
+from kbqe_dagster.resources.bigquery import BigQueryLoads, BigQueryResource, EmulatorBigQueryLoads
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG, KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
@@ -36,6 +46,7 @@ from reliability.messages import Datasets, Ledger, SchemaIds, batch
 log = logging.getLogger(__name__)
 
 PARTITIONS = 3
+SW_PARTITIONS = 2
 MAX_MESSAGES_PER_RANGE = 60  # small ranges: many files and commit points per stage pass
 MAX_RETRIES = 1  # a refused table is retried once, then quarantined
 DEAD_LETTER_TABLE = "dead_letters"
@@ -50,7 +61,8 @@ class World:
     today: date
     rnd: random.Random
     ids: SchemaIds = field(default_factory=dict)
-    ledger: Ledger = field(default_factory=Ledger)
+    ledgers: dict[str, Ledger] = field(default_factory=dict)
+    """Per topic: where every produced offset must end up."""
 
     @classmethod
     def create(cls, endpoints: LocalEndpoints, seed: int, today: date) -> World:
@@ -58,9 +70,13 @@ class World:
         from confluent_kafka.admin import AdminClient, NewTopic
 
         world = cls(uuid.uuid4().hex[:8], endpoints, today, random.Random(seed))
+        world.ledgers = {world.topic: Ledger(), world.sw_topic: Ledger()}
         admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap, "logger": CLIENT_LOG})
-        admin.create_topics([NewTopic(world.topic, num_partitions=PARTITIONS,
-                                      replication_factor=1)])[world.topic].result(30)
+        created = admin.create_topics([
+            NewTopic(world.topic, num_partitions=PARTITIONS, replication_factor=1),
+            NewTopic(world.sw_topic, num_partitions=SW_PARTITIONS, replication_factor=1)])
+        for future in created.values():
+            future.result(30)
         world.ids = register_schemas(endpoints.registry_url)
         log.info("suite run %s: topic %s, staging %s", world.run_id, world.topic,
                  world.staging.url)
@@ -72,14 +88,34 @@ class World:
         return f"rel.faults.t{self.run_id}"
 
     @property
+    def sw_topic(self) -> str:
+        """The topic feeding the storage_write table (and the loaded ones)."""
+        return f"rel.faults.sw{self.run_id}"
+
+    @property
+    def ledger(self) -> Ledger:
+        """The first topic's ledger (the faults of the load path produce there)."""
+        return self.ledgers[self.topic]
+
+    @property
     def datasets(self) -> Datasets:
         return Datasets(f"rel_{self.run_id}_sales", f"rel_{self.run_id}_web",
                         f"rel_{self.run_id}_dead")
 
     @property
-    def tables(self) -> tuple[tuple[str, str], ...]:
+    def loaded_tables(self) -> tuple[tuple[str, str], ...]:
+        """The destination tables of ``delivery: load`` (the dead-letter table aside)."""
         ds = self.datasets
         return (ds.orders, ds.page_views)
+
+    @property
+    def tables(self) -> tuple[tuple[str, str], ...]:
+        """Every destination table (the dead-letter table aside)."""
+        return (*self.loaded_tables, *self.storage_write_tables)
+
+    @property
+    def storage_write_tables(self) -> tuple[tuple[str, str], ...]:
+        return (self.datasets.orders_live,)
 
     @property
     def dead_letter_table(self) -> tuple[str, str]:
@@ -96,21 +132,31 @@ class World:
         return parse_pipeline_config({
             "version": 1,
             "topics": [{
-                "name": self.topic,
+                "name": name,
                 "routing": {"mode": "fields"},
                 "event_time": {"fields": ["eventTime", "occurredAt"]},
                 "staging": {"max_messages_per_range": MAX_MESSAGES_PER_RANGE},
-            }],
+            } for name in (self.topic, self.sw_topic)],
             "allowed_destinations": [f"{ds.sales}.*", f"{ds.web}.*"],
+            "tables": {".".join(t): {"delivery": "storage_write"}
+                       for t in self.storage_write_tables},
             "dead_letter": {"dataset": ds.dead, "table": DEAD_LETTER_TABLE},
             "load": {"max_retries": MAX_RETRIES, "job_id_prefix": f"rel_{self.run_id}"},
         }, source=f"fault suite {self.run_id}")
 
     @property
     def ctx(self) -> StageContext:
+        return self.ctx_of(self.topic)
+
+    def ctx_of(self, topic: str) -> StageContext:
+        """The stage context of ``topic``, with the delivery sink the stage job gives it."""
+        config = self.config
+        bigquery = local_bigquery_resource(self.endpoints)
+        sink = delivery_sink(config, bigquery.storage_write_settings(),
+                             TableKeeperSettings.of(bigquery))
         return stage_context(KafkaSettings(self.endpoints.kafka_bootstrap),
-                            RegistrySettings(self.endpoints.registry_url), self.staging,
-                            self.config, self.topic)
+                             RegistrySettings(self.endpoints.registry_url), self.staging,
+                             config, topic, sink=sink)
 
     def store(self) -> StagingStore:
         return self.staging.open()
@@ -119,30 +165,32 @@ class World:
         return local_loads(self.endpoints)
 
     # --- producing --------------------------------------------------------------------------
-    def produce_batch(self, count: int, step: str) -> int:
-        """Produce ``count`` seeded messages for ``step`` and record where Kafka put them."""
-        messages = batch(self.rnd, self.ids, self.datasets, count, self.today)
-        placed = produce(self.endpoints.kafka_bootstrap, self.topic, messages, PARTITIONS,
-                         {"logger": CLIENT_LOG})
-        self.ledger.add(placed, step)
+    def produce_batch(self, count: int, step: str, topic: str | None = None) -> int:
+        """Produce ``count`` seeded messages for ``step`` into ``topic`` (the first topic by
+        default) and record where Kafka put them."""
+        topic = topic or self.topic
+        sw = topic == self.sw_topic
+        messages = batch(self.rnd, self.ids, self.datasets, count, self.today,
+                         orders_table="orders_live" if sw else "orders")
+        placed = produce(self.endpoints.kafka_bootstrap, topic, messages,
+                         SW_PARTITIONS if sw else PARTITIONS, {"logger": CLIENT_LOG})
+        self.ledgers[topic].add(placed, step)
         return len(messages)
 
     # --- undisturbed steps (the restarts) ---------------------------------------------------
-    def prepare(self) -> Preparation:
-        return prepare_topic(
-            self.store(), self.ctx.kafka, self.topic,
-            max_messages_per_run=1_000_000, max_messages_per_range=MAX_MESSAGES_PER_RANGE,
-            start_policy=self.ctx.start_policy,
-        )
+    def prepare(self, topic: str | None = None) -> Preparation:
+        return plan_run(self.ctx_of(topic or self.topic))
 
-    def stage_pass(self, max_runs: int = 10) -> tuple[Preparation, list[RangeResult]]:
-        """Stage runs until one plans nothing (a partition without commits gets one range per
-        run): the first run's preparation (its recovery) and every range staged."""
-        ctx = self.ctx
+    def stage_pass(self, max_runs: int = 20, topic: str | None = None
+                   ) -> tuple[Preparation, list[RangeResult]]:
+        """Stage runs of ``topic`` (the first by default) until one plans nothing (a
+        partition without commits, or a topic that may write a storage_write table, gets one
+        range per run): the first run's preparation (its recovery) and every range staged."""
+        ctx = self.ctx_of(topic or self.topic)
         first: Preparation | None = None
         results: list[RangeResult] = []
         for _ in range(max_runs):
-            prep = self.prepare()
+            prep = plan_run(ctx)
             first = first or prep
             if not prep.plan.ranges:
                 break
@@ -181,9 +229,28 @@ class World:
                 store.delete(stored.name)
             admin = AdminClient({"bootstrap.servers": self.endpoints.kafka_bootstrap,
                                  "logger": CLIENT_LOG})
-            admin.delete_topics([self.topic])[self.topic].result(30)
+            for future in admin.delete_topics([self.topic, self.sw_topic]).values():
+                future.result(30)
         except Exception as error:  # noqa: BLE001
             log.warning("could not remove staging files or topic of run %s: %s", self.run_id, error)
+
+
+def plan_run(ctx: StageContext) -> Preparation:
+    """A stage run's recovery and plan for ``ctx``'s topic, as the stage job makes it (one
+    range per partition for a topic that may write a storage_write table)."""
+    return prepare_topic(
+        ctx.staging.open(), ctx.kafka, ctx.topic_name,
+        max_messages_per_run=1_000_000, max_messages_per_range=MAX_MESSAGES_PER_RANGE,
+        start_policy=ctx.start_policy,
+        one_range_per_partition=ctx.pipeline.topic_may_deliver_by_storage_write(ctx.topic_name),
+    )
+
+
+def local_bigquery_resource(endpoints: LocalEndpoints) -> BigQueryResource:
+    """The local stack's BigQuery resource (its Storage Write API on the gRPC port)."""
+    return BigQueryResource(project=LOCAL_PROJECT, api_endpoint=endpoints.bigquery_url,
+                            anonymous_credentials=True, emulator=True,
+                            storage_write_endpoint=f"{HOST}:{endpoints.bigquery_grpc_port}")
 
 
 def local_loads(endpoints: LocalEndpoints) -> EmulatorBigQueryLoads:

@@ -110,13 +110,20 @@ docs/architecture.md ("Hourly tables").
 `tables` also sets how a table's rows reach BigQuery, `delivery`: `load` (the default: staged
 Avro files, free batch load jobs, a load cadence old) or `storage_write` (each staged range's
 rows are appended through the BigQuery Storage Write API when the range commits: visible in
-seconds, no load job, billed per GiB appended; exactly once by stream offsets tied to the
-range's intent and done files, see docs/architecture.md, "Storage Write delivery"). A table no
-key covers takes the `delivery` of the topic that writes it (`topics[].delivery`, default
-`load`). One topic may feed tables of both kinds; a topic that may write a `storage_write`
-table stages one range per partition per run. Not yet `storage_write`: the dead-letter table
-(rows the API refuses are dead-lettered there, by a load) and keyed topics' tables; both are
-refused naming the table.
+seconds, no load job, billed per GiB appended: $0.025 per GiB after 2 TiB a month free, a
+typical topic's month in the cost table of docs/operations.md, "Cost"; exactly once by stream
+offsets tied to the range's intent and done files, see docs/architecture.md, "Storage Write
+delivery"). A table no key covers takes the `delivery` of the topic that writes it
+(`topics[].delivery`, default `load`). One topic may feed tables of both kinds; a topic that
+may write a `storage_write` table stages one range per partition per run. A table keeps the
+columns, partitioning (`partitioning: hour` too), transforms and checks of a loaded one, and
+may switch between `load` and `storage_write` by editing this file: the switch takes effect at
+the next staged range, nothing lost or doubled (a range already half appended is finished
+through the API). A keyed topic's changelog may be `storage_write` (its MERGE keeps its
+cadence), never its current table, which only the MERGE writes. Not `storage_write`: the
+dead-letter table (it stays loaded: the rows the API refuses are dead-lettered there, and a
+row refused for it could not be dead-lettered again; see docs/architecture.md, "Storage Write
+delivery"); refused naming the table.
 
 `format: debezium` reads Debezium's change events: the standard envelope
 (`before`/`after`/`source`/`op`/`ts_ms`) or the flattened form of its `ExtractNewRecordState`
@@ -126,6 +133,16 @@ transform (`__op`, `__source_ts_ms`, `__deleted`). It needs a `keyed:` section a
 kept by a MERGE) and, with `history: true`, `D.T_history` (SCD type II); see
 docs/architecture.md. In keyed mode a Kafka tombstone (null value) is counted, not
 dead-lettered.
+
+A keyed topic's changelog may be delivered through the Storage Write API: `delivery:
+storage_write` on the topic, or a `tables:` entry for `D.T_changelog` (or `D.*`). The changelog
+is then fresh in seconds (each range's changes appended as it commits, billed per GiB), and
+`D.T` keeps the MERGE's cadence: the merge schedule runs every `load.poll_interval` and merges a
+table at every `keyed.merge_every`-th tick that finds newly committed ranges, no load needed
+(`kbqe run --until-idle` merges at once). `D.T_history` is a view over the changelog, so it is
+as fresh as the changelog. `D.T` itself is written only by the MERGE: a `tables:` entry that
+sets its `delivery` is refused, naming the changelog to set instead. Freshness and cost:
+docs/architecture.md, "Keyed tables delivered by storage_write".
 
 `format: json` reads schemaless JSON objects and stages them under the Avro record schema
 the topic declares in `schema:` (inline, or the path of an `.avsc` file relative to the

@@ -22,6 +22,7 @@ import sys
 from typing import Any, Iterable, Iterator, Sequence
 
 from kbqe_dagster.core.errors import OperatorCommandError
+from kbqe_dagster.core.load.cost import usd
 from kbqe_dagster.runner.report import UntilIdleReport
 from kbqe_dagster.runner.until_idle import Limits
 
@@ -121,10 +122,17 @@ def render(report: UntilIdleReport) -> str:
         ((name, str(t.staged), str(t.dead_lettered), str(t.tombstones), str(t.stage_runs))
          for name, t in sorted(report.topics.items())),
     )
+    # The Storage Write columns only when a table was delivered that way (their price beside the
+    # free loads' bytes); a load-only pipeline's table stays narrow.
+    appended = any(t.bytes_appended or t.rows_appended for t in report.tables.values())
     tables = _table(
-        ("table", "rows loaded", "load jobs", "keys merged", "merge bytes"),
+        ("table", "rows loaded", "load jobs", "keys merged", "merge bytes", "bytes loaded")
+        + (("rows appended", "bytes appended", "list price") if appended else ()),
         ((name, str(t.rows_loaded), str(t.load_jobs), str(t.keys_merged),
-          "-" if t.merge_bytes_processed is None else str(t.merge_bytes_processed))
+          "-" if t.merge_bytes_processed is None else str(t.merge_bytes_processed),
+          f"{t.bytes_loaded} (free)" if t.load_jobs else "-")
+         + ((str(t.rows_appended), str(t.bytes_appended), usd(t.list_price_usd))
+            if appended else ())
          for name, t in sorted(report.tables.items())),
     ) if report.tables else "nothing loaded"
     complete = ""  # no section when nothing was evaluated (the ending says why)

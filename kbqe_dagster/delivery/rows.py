@@ -34,13 +34,18 @@ class RowsFile:
     """(record index, why) of records that cannot be rows: dead-lettered, never appended."""
 
 
-def encode_file(records_path: Path, schema: dict, source: str) -> RowsFile:
+def encode_file(records_path: Path, schema: dict, source: str,
+                skip: tuple[str, frozenset[int]] | None = None) -> RowsFile:
     """Encode every record of the Avro container ``records_path`` (written under ``schema``)
-    into a rows file next to it."""
+    into a rows file next to it; ``skip``: (offset column, Kafka offsets) of records that are
+    not rows of this attempt (already in the table: an intent's ``delivered_before``)."""
     out = RowsFile(records_path.with_suffix(".rows"))
     refused: list[tuple[int, str]] = []
+    column, offsets = skip or ("", frozenset())
     with open(records_path, "rb") as src, open(out.path, "wb") as dst:
         for index, record in enumerate(reader(src)):
+            if offsets and record.get(column) in offsets:
+                continue
             try:
                 row = encode_rows(schema, [record], source)[0]
             except RowEncodeError as error:

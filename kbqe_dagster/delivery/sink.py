@@ -10,7 +10,11 @@ delivery.py; docs/architecture.md, "Storage Write delivery"):
 2. its **intent** is created, create-only: the stream (the table's stream for this partition,
    continued where the latest committed range left it, or a new one), the first row offset,
    the exact Kafka range and the rows per schema id. A retry of the range finds it and uses
-   it: same rows, same offsets;
+   it: same rows, same offsets. Before a new stream the table is asked which of the range's
+   Kafka offsets it holds (rows an earlier attempt appended through a stream that is gone
+   since): the intent records them as ``delivered_before`` and they are not appended; an
+   open intent whose stream is gone is replaced that way (core/protocol/delivery.py, "A
+   stream gone");
 3. every request is **appended at its offset**; ``already_exists`` is skipped (an earlier
    attempt wrote it), ``out_of_range`` fails the range naming everything, rows the API
    refuses are noted (refusal note, create-only), dead-lettered with the API's reason, and
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -37,6 +41,7 @@ from kbqe_dagster.core.formats.avro_proto import ProtoRows, proto_schema
 from kbqe_dagster.core.protocol.commit import Delivered, avro_file_name, parse_manifest
 from kbqe_dagster.core.protocol.delivery import (
     Intent,
+    PinnedTable,
     Refusal,
     append_decision,
     check_no_overlap,
@@ -89,9 +94,24 @@ class DeliverySinkFactory:
     pipeline: PipelineConfig
     writer: WriterSettings
     tables: KeeperSettings
+    pinned: frozenset[PinnedTable] = frozenset()
+    """Tables of the open intents the run restages: delivered through the Storage Write API
+    whatever the pipeline file says now (core/protocol/delivery.py, ``pinned_tables``)."""
 
     def __call__(self, rng: OffsetRange, workdir: Path, codec: str) -> DeliverySink:
         return DeliverySink(rng, workdir, codec, self)
+
+    def pinning(self, pinned: frozenset[PinnedTable]) -> DeliverySinkFactory:
+        """This factory, also delivering the ``pinned`` tables (staging/sink.py)."""
+        return replace(self, pinned=self.pinned | pinned)
+
+    def storage_write(self, rng: OffsetRange, dataset: str, table: str) -> bool:
+        """Whether range ``rng``'s records for ``dataset.table`` are appended: the table's
+        delivery, unless an open intent of this very range pins it (the range was begun
+        through the Storage Write API before the table was switched to ``load``)."""
+        if (rng.topic, rng.partition, rng.start, dataset, table) in self.pinned:
+            return True
+        return self.pipeline.delivery(dataset, table, rng.topic) is Delivery.STORAGE_WRITE
 
 
 _built: dict[int, tuple[Any, Any]] = {}
@@ -125,6 +145,8 @@ class _Table:
     rows: dict[int, RowsFile] = field(default_factory=dict)  # by schema id
     fresh: bool = False
     """This attempt created the intent: no earlier attempt can have appended its rows."""
+    skipped: frozenset[int] = frozenset()
+    """Kafka offsets left out of :attr:`rows` (the intent's ``delivered_before``)."""
 
     @property
     def parts(self) -> tuple[tuple[int, int], ...]:
@@ -153,7 +175,7 @@ class DeliverySink:
         self.area.sync_marker = marker
 
     def open(self, dataset: str, table: str, schema_id: int, schema: dict) -> OpenFile:
-        if self.pipeline.delivery(dataset, table, self.rng.topic) is not Delivery.STORAGE_WRITE:
+        if not self.factory.storage_write(self.rng, dataset, table):
             return self.area.open(dataset, table, schema_id, schema)
         name = avro_file_name(self.rng, dataset, table, schema_id)
         # Not compressed: read back once by this task, never uploaded.
@@ -188,7 +210,7 @@ class DeliverySink:
             layout = self.pipeline.table_layout(t.dataset, t.table)
             for f in t.files:
                 keeper.ensure(t.dataset, t.table, f.schema, layout)
-        intents = {key: self._intent(store, writer, listing, covered, t)
+        intents = {key: self._intent(store, writer, keeper, listing, covered, t)
                    for key, t in tables.items()}
         for key, t in tables.items():
             files, report, letters = self._append(store, writer, listing, intents[key], t, tally)
@@ -219,24 +241,36 @@ class DeliverySink:
             tuple(i for i in listing.intents if i.key.partition == p),
             tuple(r for r in listing.refusals if r.key.partition == p))
 
-    def _intent(self, store: StagingStore, writer: Any, listing: ParsedListing,
+    def _intent(self, store: StagingStore, writer: Any, keeper: Any, listing: ParsedListing,
                 covered: OffsetRange, t: _Table) -> Intent:
         """The intent of this range for table ``t``: the one an earlier attempt created, or a
-        new one, created now (create-only) before any append."""
+        new one, created now (create-only) before any append. An earlier intent whose stream
+        is gone is replaced (core/protocol/delivery.py, "A stream gone")."""
         name = intent_name(covered, t.dataset, t.table, t.files[0].schema_id)
         where = f"{t.dataset}.{t.table} {covered}"
         t.fresh = False
+        intent: Intent | None = None
         if name in listing.intents:
+            # The version before the content: a replacement in between fails the guarded
+            # delete below instead of deleting the replacement.
+            version = next((f.version for f in store.list(name.name) if f.name == name.name),
+                           None)
             intent = parse_intent(store.read_bytes(name.name), name)
-            log.info("%s: rolling forward intent %s (stream %s, rows from %d)", where,
-                     name.name, intent.stream, intent.offset)
-        else:
-            stream, offset = self._stream_for(store, writer, listing, t)
+            if writer.stream_state(intent.stream) is None:
+                intent = self._drop_gone(store, name, intent, version, where)
+            else:
+                log.info("%s: rolling forward intent %s (stream %s, rows from %d)", where,
+                         name.name, intent.stream, intent.offset)
+        if intent is None:
+            stream, offset, new = self._stream_for(store, writer, listing, t)
+            present = self._present(keeper, covered, t) if new else frozenset()
+            self._skip(t, present, covered)
             intent = Intent(covered.topic, covered.partition, t.dataset, t.table,
-                            covered.start, covered.last, stream, offset, t.parts)
+                            covered.start, covered.last, stream, offset, t.parts,
+                            tuple(sorted(present)))
             others = {i.name: parse_intent(store.read_bytes(i.name), i)
                       for i in open_intents(listing)
-                      if (i.key.dataset, i.key.table) == (t.dataset, t.table)}
+                      if (i.key.dataset, i.key.table) == (t.dataset, t.table) and i != name}
             check_no_overlap(intent, others)
             try:
                 store.create_only(name.name, intent.encode())
@@ -246,6 +280,7 @@ class DeliverySink:
                 # (same range, same staging), so its stream and offset are the ones to use.
                 intent = parse_intent(store.read_bytes(name.name), name)
             crash_point("storage_write_intent")
+        self._skip(t, frozenset(intent.delivered_before), covered)
         if intent.parts != t.parts:
             raise StagingError(
                 f"{where}: intent {name.name} recorded rows per schema id {list(intent.parts)}, "
@@ -253,10 +288,50 @@ class DeliverySink:
                 "(a routing function or transform that changed?); not appending")
         return intent
 
+    @staticmethod
+    def _drop_gone(store: StagingStore, name: Any, intent: Intent, version: str | None,
+                   where: str) -> Intent | None:
+        """An open intent whose stream is gone: delete it while it is ``version``, the one
+        read, so that this attempt creates a new one (None); or the intent another writer put
+        in its place meanwhile."""
+        if version is not None and store.delete_version(name.name, version):
+            log.warning("%s: stream %s of intent %s is gone; the range gets a new stream "
+                        "(the table's rows at its Kafka offsets are not appended again)",
+                        where, intent.stream, name.name)
+            return None
+        if not any(f.name == name.name for f in store.list(name.name)):
+            return None  # deleted by another writer, which may be creating its new one
+        return parse_intent(store.read_bytes(name.name), name)
+
+    def _present(self, keeper: Any, covered: OffsetRange, t: _Table) -> frozenset[int]:
+        """The range's Kafka offsets the table holds rows of (asked before a new stream)."""
+        e = self.pipeline.enrichment
+        present = keeper.offsets_present(
+            t.dataset, t.table, (e.topic_column, e.partition_column, e.offset_column),
+            covered.topic, covered.partition, covered.start, covered.last)
+        if present:
+            log.warning("%s.%s %s: the table holds rows of %d of the range's offsets already "
+                        "(appended through a stream that is gone): not appending them again",
+                        t.dataset, t.table, covered, len(present))
+        return frozenset(present)
+
+    def _skip(self, t: _Table, offsets: frozenset[int], covered: OffsetRange) -> None:
+        """Encode ``t``'s rows again without the records at ``offsets`` (when they differ
+        from what its rows were encoded without)."""
+        if offsets == t.skipped:
+            return
+        column = self.pipeline.enrichment.offset_column
+        for f in t.files:
+            t.rows[f.schema_id] = encode_file(f.file.path, f.schema,
+                                              f"{f.dataset}.{f.table} {covered}",
+                                              skip=(column, offsets))
+        t.skipped = offsets
+
     def _stream_for(self, store: StagingStore, writer: Any, listing: ParsedListing,
-                    t: _Table) -> tuple[str, int]:
+                    t: _Table) -> tuple[str, int, bool]:
         """The table's stream for this partition where the latest committed range left it,
-        or a new stream (none yet, a new schema id, or the stream is gone)."""
+        or a new stream (none yet, a new schema id, or the stream is gone): (stream, first
+        row offset, whether it is new)."""
         latest = max((d for d in listing.done if (d.key.dataset, d.key.table) == (t.dataset,
                                                                                   t.table)),
                      key=lambda d: d.first_offset, default=None)
@@ -267,17 +342,17 @@ class DeliverySink:
         schema_ids = {f.schema_id for f in t.files}
         if position is not None and schema_ids <= position.schema_ids \
                 and writer.stream_state(position.stream) is not None:
-            return position.stream, position.next_offset
+            return position.stream, position.next_offset, False
         stream = writer.create_stream(t.dataset, t.table, "committed")
         log.info("%s.%s[%d]: new stream %s", t.dataset, t.table, self.rng.partition, stream)
-        return stream, 0
+        return stream, 0, True
 
     def _append(self, store: StagingStore, writer: Any, listing: ParsedListing, intent: Intent,
                 t: _Table, tally: RangeTally
                 ) -> tuple[list[tuple], TableDelivery, list[DeadLetter]]:
         """Every request of table ``t`` at its offset (module docstring, step 3)."""
         name = intent_name(intent.range, t.dataset, t.table, t.files[0].schema_id)
-        noted = {r.row_offset: r for r in listing.refusals if r.intent == name}
+        noted = self._notes(store, listing, name, intent.stream)
         where = (f"{t.dataset}.{t.table} stream {intent.stream}, {intent.range} (intent "
                  f"{name.name})")
         offset = intent.offset
@@ -289,14 +364,13 @@ class DeliverySink:
             first = offset
             refused_here: dict[int, str] = {}
             for indices, rows in requests(t.rows[f.schema_id]):
-                note = (parse_refusal(store.read_bytes(noted[offset].name), noted[offset])
-                        if offset in noted else None)
+                note = noted.get(offset)
                 outcome = writer.append(intent.stream, ProtoRows(descriptor, tuple(rows)), offset)
                 requests_sent += 1
                 step = append_decision(outcome.kind, len(rows), outcome.message,
                                        outcome.row_errors, f"{where} row {offset}", note)
                 if step.refused:
-                    note = Refusal(offset, step.refused)
+                    note = Refusal(offset, step.refused, intent.stream)
                     self._note(store, name.refusal(offset), note)
                     keep = [r for i, r in enumerate(rows) if i not in dict(step.refused)]
                     if keep:
@@ -332,9 +406,27 @@ class DeliverySink:
             days.update(f.file.iso_days())
         report = TableDelivery(
             t.dataset, t.table, intent.stream, intent.offset, offset - intent.offset,
-            sum(f.file.records for f in t.files), refused_total, appended_bytes,
-            tuple(sorted(days.items())), requests_sent, skipped)
+            # Records already in the table (delivered_before) are not this range's appends.
+            sum(f.file.records for f in t.files) - len(t.skipped), refused_total,
+            appended_bytes, tuple(sorted(days.items())), requests_sent, skipped)
         return delivered, report, letters
+
+    @staticmethod
+    def _notes(store: StagingStore, listing: ParsedListing, name: Any,
+               stream: str) -> dict[int, Refusal]:
+        """The refusal notes of intent ``name`` by row offset; notes of another stream (of an
+        intent replaced after its stream was gone) are deleted: their offsets mean nothing in
+        ``stream``, and a note of this stream may need their names."""
+        notes = {}
+        for r in listing.refusals:
+            if r.intent != name:
+                continue
+            note = parse_refusal(store.read_bytes(r.name), r)
+            if note.stream and note.stream != stream:
+                store.delete(r.name)
+            else:
+                notes[r.row_offset] = note
+        return notes
 
     @staticmethod
     def _note(store: StagingStore, name: Any, note: Refusal) -> None:
@@ -384,12 +476,14 @@ class DeliverySink:
 
 def delivery_sink(pipeline: PipelineConfig, writer: WriterSettings | None,
                   tables: KeeperSettings | None) -> Callable[..., Any] | None:
-    """The stage context's sink for ``pipeline``: a :class:`DeliverySinkFactory` when any
-    table may be delivered by storage_write (and the settings to reach the API are given),
-    else None (the staging area's own sink, exactly as before)."""
-    if not _any_storage_write(pipeline):
-        return None
+    """The stage context's sink for ``pipeline``: a :class:`DeliverySinkFactory` whenever the
+    settings to reach the API are given, else None (the staging area's own sink). A pipeline
+    without any storage_write table gets the factory too: its tables go to the staging area
+    exactly as by the staging area's sink (same files, same calls), and an open intent left
+    by a table since switched to ``load`` is still delivered as it says (``pinning``)."""
     if writer is None or tables is None:
+        if not _any_storage_write(pipeline):
+            return None
         raise StagingError(
             f"{pipeline.source}: tables are delivered by storage_write but the stage run has no "
             "Storage Write settings (resources/environment.py builds them)")

@@ -21,6 +21,9 @@ from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
 log = logging.getLogger(__name__)
 
+# Kafka's legal topic characters: a topic is written into the query text as a literal.
+_KAFKA_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
 
 @dataclass(frozen=True)
 class TableKeeperSettings:
@@ -84,6 +87,26 @@ class BigQueryTableKeeper:
                 self._add_columns(request, columns, existing)
                 existing = existing | wanted
         self.ready[(dataset, table)] = existing
+
+    def offsets_present(self, dataset: str, table: str, columns: tuple[str, str, str],
+                        topic: str, partition: int, first: int, last: int) -> frozenset[int]:
+        """The Kafka offsets of ``topic[partition]`` between ``first`` and ``last`` (inclusive)
+        that ``dataset.table`` holds rows of (``columns``: the topic, partition and offset
+        columns); empty when the table does not exist. A query, billed for the three columns
+        it scans: the delivery sink asks only before a range's rows go to a new stream
+        (core/protocol/delivery.py, "A stream gone")."""
+        from google.api_core.exceptions import NotFound
+
+        topic_col, partition_col, offset_col = columns
+        if not set(topic) <= _KAFKA_TOPIC_CHARS:
+            raise ValueError(f"{topic!r} is not a Kafka topic name")
+        sql = (f"SELECT DISTINCT `{offset_col}` FROM `{self.loads.project}.{dataset}.{table}` "
+               f"WHERE `{topic_col}` = '{topic}' AND `{partition_col}` = {int(partition)} "
+               f"AND `{offset_col}` BETWEEN {int(first)} AND {int(last)}")
+        try:
+            return frozenset(int(row[0]) for row in self.loads.client.query_and_wait(sql))
+        except NotFound:
+            return frozenset()
 
     def _metadata_schema(self, dataset: str, table: str) -> tuple[list, Any] | None:
         """The table's columns from its metadata (free); None when it does not exist."""

@@ -1,10 +1,12 @@
 """The load half of ``kbqe demo``: run load cycles until nothing is pending, then show the
-rows that arrived per BigQuery table (and per day for the first days)."""
+rows that arrived per BigQuery table (and per day for the first days); returns when the loads
+were done and the bytes they loaded, for the demo's freshness and cost lines."""
 
 from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 
 import dagster as dg
 
@@ -16,8 +18,16 @@ MAX_POLLS = 30
 PROGRESS_POLLS = 5  # a "still waiting" line every this many polls
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """When the demo's load jobs were all done (``time.monotonic()``) and their input bytes."""
+
+    at: float
+    bytes_loaded: int
+
+
 def load_and_report(defs: dg.Definitions, instance: dg.DagsterInstance,
-                    run_config: dict | None = None) -> None:
+                    run_config: dict | None = None) -> Loaded:
     """``run_config``: added to each in-process run's (the CLI's console logging)."""
     resources = defs.resources
     store = resources["staging"].store()
@@ -25,6 +35,7 @@ def load_and_report(defs: dg.Definitions, instance: dg.DagsterInstance,
         run_config=run_config or {}, instance=instance)
     if not loaded.success:
         raise KbqeError("the load run failed; see `dagster dev` → Runs for its logs")
+    job_bytes = _job_bytes(loaded)
     for poll in range(MAX_POLLS):
         pending = StateFile(store).read().pending_jobs()
         if not pending:
@@ -32,10 +43,12 @@ def load_and_report(defs: dg.Definitions, instance: dg.DagsterInstance,
         if poll and poll % PROGRESS_POLLS == 0:
             print(f"      ... waiting for {len(pending)} load job(s) ({poll} polls)", flush=True)
         time.sleep(1)
-        defs.resolve_job_def("poll_load_jobs_job").execute_in_process(
+        polled = defs.resolve_job_def("poll_load_jobs_job").execute_in_process(
             run_config=run_config or {}, instance=instance)
+        job_bytes.update(_job_bytes(polled))
     else:
         raise KbqeError(f"load jobs still pending after {MAX_POLLS} polls; `kbqe load plan` shows them")
+    done = Loaded(time.monotonic(), sum(job_bytes.values()))
     config = resources["pipeline"].load()
     dl = config.dead_letter
     datasets = {p.split(".")[0] for p in config.allowed_destinations.patterns} | {dl.dataset}
@@ -48,6 +61,17 @@ def load_and_report(defs: dg.Definitions, instance: dg.DagsterInstance,
             print(f"kbqe demo: {problem}", file=sys.stderr)
         raise KbqeError(f"the load quarantined files of {len(quarantine)} table(s), missing "
                         "from the rows above; the fix is above")
+    return done
+
+
+def _job_bytes(result: dg.ExecuteInProcessResult) -> dict[str, int]:
+    """Input bytes per load job the run finished (reported on each day it wrote: once)."""
+    out = {}
+    for event in result.get_asset_materialization_events():
+        meta = event.materialization.metadata
+        if "job_id" in meta and "job_input_bytes" in meta:
+            out[str(meta["job_id"].value)] = int(meta["job_input_bytes"].value)
+    return out
 
 
 def print_table_rows(client, dead_letter: tuple[str, str],

@@ -94,9 +94,17 @@ def produce_sample(
     count: int,
     partitions: int = 3,
     seed: int = 7,
+    clicks: int = 0,
 ) -> SampleReport:
-    """Produce ``count`` good demo messages plus the bad ones to ``topic``."""
-    from kbqe_dagster.demo.samples import produce, register_schemas, sample_messages
+    """Produce ``count`` good demo messages plus the bad ones to ``topic``, then ``clicks``
+    clicks (``kbqe demo``'s Storage Write table, ``acme_web.clicks``)."""
+    from kbqe_dagster.demo.samples import (
+        click_messages,
+        produce,
+        register_click_schema,
+        register_schemas,
+        sample_messages,
+    )
     from kbqe_dagster.resources.schema_registry import split_user_info
 
     if count < 0:
@@ -107,6 +115,8 @@ def produce_sample(
     url, auth = split_user_info(registry_url)
     try:
         ids = register_schemas(url, auth)
+        if clicks:
+            ids["clicks"] = register_click_schema(url, auth)
     except Exception as exc:  # noqa: BLE001 - the registry client raises many kinds
         raise OperatorCommandError(
             f"schema registry at {url}: cannot register the demo schemas: {exc} "
@@ -114,6 +124,8 @@ def produce_sample(
         ) from exc
     actual, created = ensure_topic(bootstrap_servers, topic, partitions)
     messages = sample_messages(count, ids, seed=seed)
+    if clicks:
+        messages += click_messages(clicks, ids["clicks"], seed=seed)
     try:
         produce(bootstrap_servers, topic, messages, actual, {"logger": kafka_log})
     except RuntimeError as exc:

@@ -4,6 +4,11 @@ Check that an earlier run left nothing the demo cannot run on (``demo/preflight.
 start the stack, put sample events on ``com.acme.events``, run the stage job and the load
 job through Dagster (so the runs, materializations and checks are in the local instance),
 print the rows per BigQuery table, then optionally hand over to ``dagster dev``.
+
+One table, ``acme_web.clicks``, is delivered through the BigQuery Storage Write API
+(``examples/pipeline.yaml``): its rows arrive during the stage run, the others after the load
+job. The demo prints how many seconds after the last message produced each kind was
+queryable, and what the clicks cost at list price (demo/freshness.py).
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
 
 
-def produce_demo_events(count: int) -> dict[str, int]:
+def produce_demo_events(count: int, clicks: int = 0) -> dict[str, int]:
     """Produce ``count`` good events plus one of each bad kind on the local stack's demo topic
-    (as ``kbqe produce-sample`` does, with a fresh seed per run); returns the messages per
-    table and per bad-input reason (``bad:<reason>``)."""
+    (as ``kbqe produce-sample`` does, with a fresh seed per run), then ``clicks`` clicks (the
+    Storage Write table's); returns the messages per table and per bad-input reason
+    (``bad:<reason>``)."""
     from kbqe_dagster.demo.samples import DEMO_TOPIC
     from kbqe_dagster.localstack.endpoints import local_endpoints
     from kbqe_dagster.demo.produce import produce_sample
@@ -40,12 +46,14 @@ def produce_demo_events(count: int) -> dict[str, int]:
     ends = local_endpoints()
     report = produce_sample(
         ends.kafka_bootstrap, ends.registry_url, topic=DEMO_TOPIC, count=count,
-        seed=int(time.time()),
+        seed=int(time.time()), clicks=clicks,
     )
     return {**report.per_table, **{f"bad:{r}": n for r, n in report.per_reason.items()}}
 
 
 PROGRESS_SECONDS = 10.0
+EVENTS_PER_CLICK = 4
+"""One click (the Storage Write table's) per this many sample events."""
 
 
 def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
@@ -61,8 +69,12 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     print("1/4 starting the local stack (first run downloads Kafka and Apicurio) ...", flush=True)
     stack.up()
     _stop_on(check_staging(_local_load_state))
-    print(f"2/4 producing {count} sample events (+ one of every bad-input kind) ...", flush=True)
-    for name, n in sorted(produce_demo_events(count).items()):
+    clicks = count // EVENTS_PER_CLICK
+    print(f"2/4 producing {count} sample events (+ one of every bad-input kind) and {clicks} "
+          "clicks ...", flush=True)
+    produced = produce_demo_events(count, clicks)
+    produced_at = time.monotonic()
+    for name, n in sorted(produced.items()):
         print(f"      {name}: {n}")
 
     os.environ["DAGSTER_HOME"] = str(local_dagster_home())
@@ -78,31 +90,73 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     from kbqe_dagster.defs.staging.jobs import stage_run_config
     from kbqe_dagster.demo.samples import DEMO_TOPIC
 
+    from kbqe_dagster.defs.staging.assets import STAGING_KEY
+    from kbqe_dagster.demo.freshness import DemoFreshness
+
     defs = build_definitions()
     instance = dg.DagsterInstance.get()
     print("3/4 stage job (Spark) ...", flush=True)
     store = defs.resources["staging"].store()
+    config = defs.resources["pipeline"].load()
+    fast, slow = _by_delivery(config, produced)
+    watches = _watch(defs.resources["bigquery"], fast, produced)
     with every(PROGRESS_SECONDS, lambda s: _committed(store, DEMO_TOPIC, s)):
         staged = defs.resolve_job_def("stage_job").execute_in_process(
             run_config={**stage_run_config(DEMO_TOPIC), **(dagster_logging or {})},
             instance=instance, tags={TOPIC_TAG: DEMO_TOPIC},
         )
+    seen = [w.finish() for w in watches]
     if not staged.success:
         raise KbqeError("the stage run failed; see `dagster dev` → Runs for its logs")
+    appended: dict = {}
     for event in staged.get_asset_materialization_events():
+        if event.materialization.asset_key != STAGING_KEY:
+            continue  # a storage_write table's rows, per day: summed in the staging one
         meta = event.materialization.metadata
         print(f"      staged {meta['dagster/row_count'].value} record(s), "
               f"{meta['dead_letters'].value} dead letter(s) in {meta['files_written'].value} file(s)")
+        appended = meta["storage_write_by_table"].value
+    for table, a in sorted(appended.items()):
+        print(f"      appended {a['rows']} row(s) to {table} through the Storage Write API")
 
     print("4/4 load job (BigQuery emulator) ...", flush=True)
     from kbqe_dagster.demo.load import load_and_report
 
-    load_and_report(defs, instance, dagster_logging or {})
+    loaded = load_and_report(defs, instance, dagster_logging or {})
+    freshness = DemoFreshness(
+        produced_at, fast, None if None in seen or not seen else max(seen), slow, loaded.at,
+        appended, loaded.bytes_loaded, config.load.cadence.total_seconds())
+    for line in freshness.lines():
+        print(line)
     if then_dagster_dev:
         return exec_dagster_dev()
     print("the runs, assets and checks are in the Dagster UI: `kbqe dev`, then "
           "http://127.0.0.1:3000 (`-v` shows every log line)")
     return 0
+
+
+def _by_delivery(config, produced: dict[str, int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The tables the demo produced for, ``storage_write`` ones first, then the load ones."""
+    from kbqe_dagster.core.record.partitioning import Delivery
+    from kbqe_dagster.demo.samples import DEMO_TOPIC
+
+    tables = sorted(t for t, n in produced.items() if n and not t.startswith("bad:"))
+    fast = tuple(t for t in tables
+                 if config.delivery(*t.split("."), DEMO_TOPIC) is Delivery.STORAGE_WRITE)
+    return fast, tuple(t for t in tables if t not in fast)
+
+
+def _watch(bigquery, tables: tuple[str, ...], produced: dict[str, int]) -> list:
+    """A watcher per storage_write table: its rows now plus the ones just produced."""
+    from kbqe_dagster.demo.freshness import VisibilityWatch, count_rows
+
+    watches = []
+    for table in tables:
+        client = bigquery.client()  # one per thread: the watcher's own
+        before = count_rows(client, table)
+        watches.append(VisibilityWatch(lambda c=client, t=table: count_rows(c, t),
+                                       before + produced[table]).start())
+    return watches
 
 
 def _local_load_state():

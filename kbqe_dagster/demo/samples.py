@@ -4,6 +4,10 @@ Two tables (``acme_sales.orders``, ``acme_web.page_views``), a schema evolution 
 adds an optional ``coupon`` field, BACKWARD compatible) and one message of every bad-input
 kind, each with the reason the stage job must give it. Deterministic for a seed, so a test
 knows exactly which offset must end where.
+
+``kbqe demo`` adds clicks (:func:`click_messages`, ``acme_web.clicks``): the table
+``examples/pipeline.yaml`` delivers through the Storage Write API. Flat columns only: the
+local emulator loses the rows of RECORD columns appended through that API.
 """
 
 from __future__ import annotations
@@ -53,6 +57,21 @@ PAGE_VIEW = {
         {"name": "occurredAt", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     ],
 }
+CLICK = {
+    "type": "record",
+    "name": "Click",
+    "namespace": "com.acme.web",
+    "fields": [
+        {"name": "datasetName", "type": "string"},
+        {"name": "tableName", "type": "string"},
+        {"name": "sessionId", "type": "string"},
+        {"name": "element", "type": "string"},
+        {"name": "x", "type": "int"},
+        {"name": "y", "type": "int"},
+        {"name": "occurredAt", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
+CLICK_SUBJECT = f"{DEMO_TOPIC}-com.acme.web.Click"
 # A record without any event-time field: its messages are dead-lettered (missing_event_time).
 PING = {
     "type": "record",
@@ -111,6 +130,35 @@ def register_schemas(registry_url: str, auth: str | None = None) -> dict[str, in
     }
     ids["json"] = client.register_schema(f"{DEMO_TOPIC}-json-value", Schema(JSON_SCHEMA, "JSON"))
     return ids
+
+
+def register_click_schema(registry_url: str, auth: str | None = None) -> int:
+    """Register the clicks' schema (idempotent); its id. Apart from :func:`register_schemas`
+    so that only ``kbqe demo``, which produces clicks, registers it."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    conf = {"url": registry_url, **({"basic.auth.user.info": auth} if auth else {})}
+    return SchemaRegistryClient(conf).register_schema(CLICK_SUBJECT,
+                                                      Schema(json.dumps(CLICK), "AVRO"))
+
+
+def click_messages(count: int, click_id: int, seed: int = 7) -> list[SampleMessage]:
+    """``count`` clicks for ``acme_web.clicks`` (schema id ``click_id``), event times over
+    the same 5 days as :func:`sample_messages`."""
+    rnd = random.Random(seed)
+    base = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+    out = []
+    for i in range(count):
+        moment = base - timedelta(minutes=rnd.randrange(5 * 24 * 60))
+        record = {
+            "datasetName": "acme_web", "tableName": "clicks",
+            "sessionId": f"s-{rnd.randrange(5_000)}",
+            "element": rnd.choice(["buy", "search", "menu", "logo"]),
+            "x": rnd.randrange(1920), "y": rnd.randrange(1080), "occurredAt": moment,
+        }
+        out.append(SampleMessage(None, encode_frame(click_id, _encode(CLICK, record)),
+                                 ("acme_web", "clicks"), None, moment.date().isoformat()))
+    return out
 
 
 def _encode(schema: dict, record: dict) -> bytes:

@@ -1,29 +1,33 @@
 """Run the MERGE of every keyed destination after loads, and remember what it merged.
 
-What to merge comes from the load state, not from memory: the succeeded load jobs of
-``D.T_changelog`` carry their done files, whose names give the exact offset ranges they
-loaded. The merge state (``_kbqe/merge_state.json`` in the staging area, written only by
-this step, which runs in the BigQuery pool like the loads) lists the jobs already merged.
-A crash anywhere is therefore harmless: the jobs not yet recorded are merged again by the
-next run, and the MERGE is idempotent (merge_sql.py).
+What to merge comes from what is stored, not from memory. A changelog delivered by load jobs
+(``delivery: load``): the succeeded load jobs of ``D.T_changelog`` carry their done files, whose
+names give the exact offset ranges they loaded. A changelog delivered through the Storage Write
+API (``delivery: storage_write``): the offsets after the merge's *delivered watermark* of each
+partition, up to the end of its committed chain of done files (core/keyed/delivered.py). The
+merge state (``_kbqe/merge_state.json`` in the staging area, written only by this step, which
+runs in the BigQuery pool like the loads; merge_state.py) lists the jobs already merged and the
+watermarks.
+A crash anywhere is therefore harmless: the jobs and ranges not yet recorded are merged again by
+the next run, and the MERGE is idempotent (merge_sql.py).
 
 Per destination, a merge: reads the changelog's columns; creates ``D.T`` clustered by the
 key (and, for hard deletes, ``D.T_deleted_keys``) or adds the columns a newer row schema
 brought; runs the statements over the new jobs' offset ranges; replaces the history view
-when ``history: true``; then records the jobs. ``merge_every: N`` merges every N-th cycle
-that has new jobs; a forced merge (``kbqe run --until-idle``) merges whatever is new.
+when ``history: true``; then records the jobs and watermarks. ``merge_every: N`` merges every
+N-th cycle that has new jobs or newly delivered ranges, whether or not anything was loaded; a
+forced merge (``kbqe run --until-idle``) merges whatever is new.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, TopicConfig
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
-from kbqe_dagster.core.errors import ConfigError, KbqeError, StagingError
+from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.keyed.contract import (
     CHANGE_COLUMNS,
     DeleteMode,
@@ -31,8 +35,14 @@ from kbqe_dagster.core.keyed.contract import (
     history_table,
 )
 from kbqe_dagster.core.keyed.checks import KeyedCheck, sample_for
-from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord, LoadState
-from kbqe_dagster.core.protocol.naming import DoneFileName, parse_name
+from kbqe_dagster.core.keyed.delivered import (
+    advanced,
+    delivered_window,
+    not_merged_yet,
+    union,
+)
+from kbqe_dagster.core.load.state import LoadState
+from kbqe_dagster.core.record.partitioning import Delivery
 from kbqe_dagster.keyed.merge_sql import (
     DELETED_KEYS_SUFFIX,
     MergeSpec,
@@ -41,6 +51,16 @@ from kbqe_dagster.keyed.merge_sql import (
     history_sql,
     merge_sql,
 )
+from kbqe_dagster.keyed.merge_state import (
+    MERGE_STATE_FILE,
+    DeliveredView,
+    MergeError,
+    MergeState,
+    delivered_view,
+    not_merged_ranges,
+    read_merge_state,
+    unmerged_ranges,
+)
 from kbqe_dagster.resources.staging_store import StagingStore
 
 if TYPE_CHECKING:  # the merger is handed the resource's interface; no import cost here
@@ -48,16 +68,10 @@ if TYPE_CHECKING:  # the merger is handed the resource's interface; no import co
 
 log = logging.getLogger(__name__)
 
-MERGE_STATE_FILE = "_kbqe/merge_state.json"
-
 MERGE_JOB = "merge_keyed_tables_job"
 MERGE_OP = "merge_keyed_tables_op"
 """The names defs/keyed/jobs.py gives the job and its op, which ``kbqe run --until-idle``
 runs after its loads (runner/keyed_merge.py); defined here, where both can import them."""
-
-
-class MergeError(KbqeError):
-    """A keyed destination could not be merged; the message names the table."""
 
 
 @dataclass(frozen=True)
@@ -86,88 +100,17 @@ def keyed_destinations(config: PipelineConfig) -> list[Destination]:
     return out
 
 
-# --- the merge state ----------------------------------------------------------------------------
-@dataclass
-class MergeState:
-    merged_jobs: dict[str, set[str]] = field(default_factory=dict)
-    """``dataset.table`` → ids of the load jobs whose rows are merged."""
-    cycles: dict[str, int] = field(default_factory=dict)
-    """``dataset.table`` → cycles with new jobs since its last merge (for ``merge_every``)."""
-
-    @classmethod
-    def decode(cls, content: bytes | None) -> "MergeState":
-        if not content:
-            return cls()
-        try:
-            raw = json.loads(content)
-            return cls({t: set(v.get("merged_jobs", ())) for t, v in raw["tables"].items()},
-                       {t: int(v.get("cycles", 0)) for t, v in raw["tables"].items()})
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise MergeError(
-                f"{MERGE_STATE_FILE} is unreadable ({error}); deleting it is safe: every "
-                "succeeded load job is then merged again, which changes nothing"
-            ) from error
-
-    def encode(self) -> bytes:
-        tables = {
-            t: {"merged_jobs": sorted(self.merged_jobs.get(t, ())), "cycles": self.cycles.get(t, 0)}
-            for t in sorted(set(self.merged_jobs) | set(self.cycles))
-        }
-        return json.dumps({"version": 1, "tables": tables}, indent=1).encode()
+def delivers_by_storage_write(config: PipelineConfig, dest: Destination,
+                              state: MergeState) -> bool:
+    """Whether ``dest``'s changelog is delivered through the Storage Write API, or was: its
+    watermarks then still tell what of its delivered rows is merged."""
+    return (config.delivery(dest.dataset, dest.changelog, dest.topic.name)
+            is Delivery.STORAGE_WRITE or dest.name in state.delivered)
 
 
-def read_merge_state(store: StagingStore) -> MergeState:
-    names = {f.name for f in store.list("_kbqe/")}
-    if MERGE_STATE_FILE not in names:
-        return MergeState()
-    try:
-        return MergeState.decode(store.read_bytes(MERGE_STATE_FILE))
-    except StagingError:
-        return MergeState()
-
-
-def unmerged_ranges(
-    state: LoadState, merged: set[str], dataset: str, changelog: str
-) -> tuple[list[str], dict[int, list[tuple[int, int]]]]:
-    """The succeeded load jobs of the changelog not merged yet, and the exact offset ranges of
-    their done files per partition (adjacent ranges joined)."""
-    jobs = [j for j in _changelog_jobs(state, dataset, changelog)
-            if j.status is JobStatus.SUCCEEDED and j.job_id not in merged]
-    return [j.job_id for j in jobs], job_ranges(jobs)
-
-
-def not_merged_ranges(
-    state: LoadState, merged: set[str], dataset: str, changelog: str
-) -> dict[int, list[tuple[int, int]]]:
-    """The offset ranges of every load job of the changelog the merge has not applied: the
-    succeeded ones not merged yet and the pending ones (whose rows may land any moment)."""
-    return job_ranges([j for j in _changelog_jobs(state, dataset, changelog)
-                       if j.job_id not in merged])
-
-
-def _changelog_jobs(state: LoadState, dataset: str, changelog: str) -> list[LoadJobRecord]:
-    return [j for j in state.jobs if (j.dataset, j.table) == (dataset, changelog)]
-
-
-def job_ranges(jobs: Iterable[LoadJobRecord]) -> dict[int, list[tuple[int, int]]]:
-    spans: dict[int, list[tuple[int, int]]] = {}
-    for job in jobs:
-        for name in job.done_files:
-            done = parse_name(name)
-            if isinstance(done, DoneFileName):
-                spans.setdefault(done.key.partition, []).append(
-                    (done.key.first_offset, done.last_offset))
-    return {p: _coalesce(s) for p, s in spans.items()}
-
-
-def _coalesce(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for first, last in sorted(spans):
-        if out and first <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], last))
-        else:
-            out.append((first, last))
-    return out
+def _delivered_view(store: StagingStore, dest: Destination, load_state: LoadState
+                    ) -> DeliveredView:
+    return delivered_view(store, dest.topic.name, dest.dataset, dest.changelog, load_state)
 
 
 # --- one merge ------------------------------------------------------------------------------------
@@ -179,6 +122,8 @@ class TableMergeResult:
     bytes_processed: int | None
     statements: int
     history: str | None = None
+    delivered: Ranges = field(default_factory=dict)
+    """The offset ranges of delivered (storage_write) changelog rows merged."""
 
 
 class KeyedMerger:
@@ -335,14 +280,26 @@ def merge_keyed_tables(
     config: PipelineConfig, merger: KeyedMerger, store: StagingStore, load_state: LoadState,
     *, force: bool = False, crash: Callable[[str], None] = lambda point: None,
 ) -> list[TableMergeResult]:
-    """Merge every keyed destination that has new load jobs and is due (``merge_every``, or
-    ``force``); the merge state is saved after each destination."""
+    """Merge every keyed destination that has new load jobs or newly delivered rows and is due
+    (``merge_every``, or ``force``); the merge state is saved after each destination."""
     state = read_merge_state(store)
     results = []
     for dest in keyed_destinations(config):
         merged = state.merged_jobs.setdefault(dest.name, set())
         jobs, ranges = unmerged_ranges(load_state, merged, dest.dataset, dest.changelog)
-        if not jobs:
+        view, window = None, {}
+        if delivers_by_storage_write(config, dest, state):
+            view = _delivered_view(store, dest, load_state)
+            window = delivered_window(state.delivered.get(dest.name, {}), view.committed,
+                                      view.owned)
+        if window and not jobs and merger.columns(dest.dataset, dest.changelog) is None:
+            # Ranges committed without a changelog row (tombstones, dead letters only): listed
+            # before this check, so any row of theirs would have created the table first.
+            state.delivered[dest.name] = advanced(state.delivered.get(dest.name, {}),
+                                                  view.committed)
+            store.put_bytes(MERGE_STATE_FILE, state.encode())
+            window = {}
+        if not jobs and not window:
             # No new rows, but the view may be missing (e.g. history was just enabled).
             if dest.topic.keyed.history and _history_missing(merger.loads, dest):
                 results.append(merger.merge(dest, {}, 0))
@@ -352,15 +309,19 @@ def merge_keyed_tables(
             state.cycles[dest.name] = cycles
             store.put_bytes(MERGE_STATE_FILE, state.encode())
             continue
-        result = merger.merge(dest, ranges, len(jobs), crash)
+        result = replace(merger.merge(dest, union(ranges, window), len(jobs), crash),
+                         delivered=window)
         crash("merge_before_state")
         # Forget job ids the load state no longer holds: they cannot come back.
         held = {j.job_id for j in load_state.jobs}
         state.merged_jobs[dest.name] = {j for j in merged | set(jobs) if j in held}
+        if view is not None:
+            state.delivered[dest.name] = advanced(state.delivered.get(dest.name, {}),
+                                                  view.committed)
         state.cycles[dest.name] = 0
         store.put_bytes(MERGE_STATE_FILE, state.encode())
-        log.info("%s: merged %d load job(s), %d key(s) changed%s", dest.name, len(jobs),
-                 result.keys_merged,
+        log.info("%s: merged %d load job(s)%s, %d key(s) changed%s", dest.name, len(jobs),
+                 f" and delivered rows {_spans(window)}" if window else "", result.keys_merged,
                  f", {result.bytes_processed:,} bytes processed" if result.bytes_processed else "")
         results.append(result)
     return results
@@ -380,5 +341,13 @@ def check_keyed_tables(
             continue
         merged = state.merged_jobs.get(dest.name, set())
         unmerged = not_merged_ranges(load_state, merged, dest.dataset, dest.changelog)
+        if delivers_by_storage_write(config, dest, state):
+            view = _delivered_view(store, dest, load_state)
+            unmerged = union(unmerged, not_merged_yet(state.delivered.get(dest.name, {}),
+                                                      view.committed, view.owned))
         out.append(merger.check(dest, unmerged, seed))
     return out
+
+
+def _spans(ranges: Ranges) -> str:
+    return ", ".join(f"[{p}] {a}..{b}" for p, spans in sorted(ranges.items()) for a, b in spans)

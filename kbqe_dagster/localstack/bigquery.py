@@ -216,7 +216,9 @@ class BigQueryEmulatorService(LocalService):
 
     def launch(self) -> int:
         argv = [
-            sys.executable, "-m", "bqemulator", "start",
+            # bqemulator's own command line, a DuckDB cursor per worker thread against a
+            # deadlock between a query and an append (bqemulator_threads.py).
+            sys.executable, "-m", "kbqe_dagster.localstack.bqemulator_threads", "start",
             "--rest-host", HOST, "--rest-port", str(self.endpoints.bigquery_port),
             "--grpc-host", HOST, "--grpc-port", str(self.endpoints.bigquery_grpc_port),
             "--data-dir", str(self.database_dir),

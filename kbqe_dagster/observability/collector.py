@@ -127,6 +127,7 @@ class KbqeCollector(Collector):
             yield from families.lag_families(r.kafka.value)
         if r.dagster.value is not None:
             yield from families.stage_families(r.dagster.value)
+            yield from families.storage_write_families(r.dagster.value)
             if r.staging.ok:
                 assert r.staging.value is not None
                 yield from families.load_families(r.dagster.value, r.staging.value.state)

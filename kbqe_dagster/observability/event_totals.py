@@ -4,7 +4,8 @@ Three kinds of events feed them, each read through its metadata (plain values, a
 unwrapped from Dagster's ``MetadataValue``):
 - a materialization of ``staging`` is one stage run of one topic
   (``defs/staging/assets.py`` ``stage_metadata``): messages, records, bytes, files, orphans,
-  dead letters and skips per reason, run seconds;
+  dead letters and skips per reason, run seconds, and the rows and bytes appended through the
+  Storage Write API per table (``storage_write_by_table``);
 - an observation of ``staging`` with ``done_files_deleted`` is one retention run; one with
   ``leftovers_deleted`` is a load cycle that deleted late re-uploads under committed names;
 - a materialization of a ``bigquery`` asset with a ``job_id`` is one (table, day) of a
@@ -95,6 +96,16 @@ class TableLoads:
     files_deleted: int = 0
     """Their avro files, deleted from the staging area once the job succeeded."""
     rows: int = 0
+    bytes: int = 0
+    """Input bytes of those jobs (the avro files loaded, free), counted once per job."""
+
+
+@dataclass
+class TableAppends:
+    """What stage runs appended to one table through the Storage Write API (billed)."""
+
+    rows: int = 0
+    bytes: int = 0
 
 
 @dataclass
@@ -111,6 +122,8 @@ class EventTotals:
     bytes_by_dataset: Counter[tuple[str, str]] = field(default_factory=Counter)
     """Bytes written by (topic, dataset)."""
     tables: dict[tuple[str, str], TableLoads] = field(default_factory=dict)
+    appends: dict[tuple[str, str], TableAppends] = field(default_factory=dict)
+    """Rows and bytes appended through the Storage Write API, by (dataset, table)."""
     done_files_deleted: int = 0
     leftovers_deleted: int = 0
     """Objects under committed names that were not the pinned version: deleted, not loaded."""
@@ -149,7 +162,19 @@ class EventTotals:
                 self.bytes_by_dataset[(topic, dataset)] += n
         elif written:
             self.bytes_by_dataset[(topic, UNKNOWN_DATASET)] += written
+        self._add_appends(meta.get("storage_write_by_table"))
         self.events += 1
+
+    def _add_appends(self, by_table: Any) -> None:
+        if not isinstance(by_table, Mapping):
+            return  # runs recorded before Storage Write delivery: nothing appended
+        for table, appended in by_table.items():
+            if not isinstance(appended, Mapping) or "." not in str(table):
+                continue
+            dataset, _, name = str(table).partition(".")
+            totals = self.appends.setdefault((dataset, name), TableAppends())
+            totals.rows += _int(appended.get("rows"))
+            totals.bytes += _int(appended.get("bytes"))
 
     # --- retention -------------------------------------------------------------------------
     def add_staging_observation(self, meta: Mapping[str, Any]) -> None:
@@ -177,6 +202,7 @@ class EventTotals:
             totals.jobs += 1
             totals.attempts += attempts
             totals.failed_attempts += attempts - 1
+            totals.bytes += _int(meta.get("job_input_bytes"))  # the job's, on each of its days
         before = max(len(job.ranges), job.files)
         job.ranges.update(_ranges(meta.get("offset_ranges")))
         job.files = max(job.files, _int(meta.get("files")))

@@ -18,6 +18,7 @@ from prometheus_client.core import (
 
 from prometheus_client.utils import floatToGoString
 
+from kbqe_dagster.core.load.cost import STORAGE_WRITE_USD_PER_GIB
 from kbqe_dagster.core.load.state import JobStatus, LoadState
 from kbqe_dagster.observability.event_totals import EventTotals, Histogram
 from kbqe_dagster.observability.lag import LagView
@@ -101,6 +102,21 @@ def load_families(totals: EventTotals, state: LoadState) -> Iterator[Metric]:
                    ((d, t, c.files_deleted) for (d, t), c in counts))
     yield _counter("kbqe_load_rows", "Rows loaded, from the load jobs' statistics.", TABLE,
                    ((d, t, c.rows) for (d, t), c in counts))
+    yield _counter("kbqe_load_bytes", "Input bytes of succeeded load jobs (avro files loaded; "
+                   "batch loads are free).", TABLE,
+                   ((d, t, v.bytes) for (d, t), v in sorted(totals.tables.items())))
+
+
+# --- Storage Write API (event log) ------------------------------------------------------------
+def storage_write_families(totals: EventTotals) -> Iterator[Metric]:
+    appends = sorted(totals.appends.items())
+    yield _counter("kbqe_storage_write_rows", "Rows appended through the BigQuery Storage Write "
+                   "API by committed ranges (delivery: storage_write).", TABLE,
+                   ((d, t, v.rows) for (d, t), v in appends))
+    yield _counter("kbqe_storage_write_bytes", "Serialized row bytes appended through the "
+                   "BigQuery Storage Write API by committed ranges: what the API bills "
+                   f"(list ${STORAGE_WRITE_USD_PER_GIB} per GiB after a monthly free tier).",
+                   TABLE, ((d, t, v.bytes) for (d, t), v in appends))
 
 
 def load_state_families(state: LoadState) -> Iterator[Metric]:

@@ -7,7 +7,9 @@ stays as it is. The contract a step relies on:
   pending in the load state), **also when the round loaded nothing**: a merge interrupted by
   a crash in an earlier process is caught up by the next run;
 - ``context.loaded`` holds what this round's load runs finished per ``"dataset.table"``
-  (rows, job ids, exact Kafka offset ranges): the rows an incremental MERGE reads;
+  (rows, job ids, exact Kafka offset ranges); a step must not rely on it alone: rows of a
+  table delivered through the Storage Write API arrive with no load (the keyed merge reads
+  its own bookkeeping of load jobs and delivered ranges);
 - ``context.run_job(job_name, run_config, tags)`` executes a job of the definitions in this
   process against the same Dagster instance (recorded, visible in the UI) and returns a
   :class:`JobRun`; a step that queries BigQuery directly may instead use its own resources;

@@ -240,6 +240,8 @@ def stage_outcome(topic: str, run: JobRun) -> StageOutcome:
         topic, run.run_id, run.ok, run.error, records=md.get("dagster/row_count", 0),
         messages=md.get("messages", 0), dead_letters=md.get("dead_letters", 0),
         tombstones=tombstones, ranges=len(md.get("ranges") or ()),
+        appended={table: (int(a.get("rows", 0)), int(a.get("bytes", 0)))
+                  for table, a in (md.get("storage_write_by_table") or {}).items()},
     )
 
 
@@ -247,7 +249,7 @@ def load_outcome(run: JobRun) -> LoadOutcome:
     """Per table, the rows, job ids and offset ranges of the loads the run finished (one
     materialization per table and DAY partition each)."""
     rows: dict[str, int] = {}
-    jobs: dict[str, dict[str, None]] = {}
+    jobs: dict[str, dict[str, int]] = {}  # job id → its input bytes (once per job)
     # A file with records on several event days shows its offset range once per day.
     ranges: dict[str, dict[tuple[str, int, int, int], None]] = {}
     for _, md in run.materializations:
@@ -255,12 +257,13 @@ def load_outcome(run: JobRun) -> LoadOutcome:
         if table is None:
             continue
         rows[table] = rows.get(table, 0) + (md.get("dagster/row_count") or 0)
-        jobs.setdefault(table, {})[md["job_id"]] = None
+        jobs.setdefault(table, {})[md["job_id"]] = md.get("job_input_bytes") or 0
         ranges.setdefault(table, {}).update(
             ((r["topic"], r["partition"], r["first"], r["last"]), None)
             for r in md.get("offset_ranges") or ()
         )
-    tables = {t: TableLoad(rows[t], tuple(jobs[t]), tuple(ranges[t])) for t in rows}
+    tables = {t: TableLoad(rows[t], tuple(jobs[t]), tuple(ranges[t]), sum(jobs[t].values()))
+              for t in rows}
     return LoadOutcome(run.run_id, run.ok, run.error, tables)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from kbqe_dagster.core.load.cost import storage_write_list_price
+
 OffsetRange = tuple[str, int, int, int]  # topic, partition, first, last (inclusive)
 
 
@@ -28,6 +30,8 @@ class StageOutcome:
     """Null values seen: dead-lettered or skipped in append mode, counted only when keyed."""
     ranges: int = 0
     """Offset ranges the run committed: zero while the topic has a backlog is no progress."""
+    appended: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """``dataset.table`` → (rows, bytes) appended through the Storage Write API."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class TableLoad:
     rows: int
     job_ids: tuple[str, ...]
     offset_ranges: tuple[OffsetRange, ...]
+    bytes: int = 0
+    """Input bytes of those jobs (the avro files loaded: free)."""
 
 
 @dataclass(frozen=True)
@@ -74,10 +80,26 @@ class TableTotals:
     keys_merged: int = 0
     merge_bytes_processed: int | None = None
     """``None`` until a merge reports its billed bytes (never, for append tables)."""
+    bytes_loaded: int = 0
+    """Input bytes of its load jobs: free."""
+    rows_appended: int = 0
+    bytes_appended: int = 0
+    """Through the Storage Write API (``delivery: storage_write``): billed per GiB."""
+
+    @property
+    def list_price_usd(self) -> float:
+        """The bytes appended at the Storage Write API's list rate, before the monthly free
+        tier (core/load/cost.py); loads cost nothing."""
+        return storage_write_list_price(self.bytes_appended)
 
     def add_load(self, load: TableLoad) -> None:
         self.rows_loaded += load.rows
         self.load_jobs += len(load.job_ids)
+        self.bytes_loaded += load.bytes
+
+    def add_appended(self, rows: int, n_bytes: int) -> None:
+        self.rows_appended += rows
+        self.bytes_appended += n_bytes
 
     def add_merge(self, keys: int, bytes_processed: int | None) -> None:
         self.keys_merged += keys
@@ -132,6 +154,8 @@ class UntilIdleReport:
     def add_stage(self, outcome: StageOutcome) -> None:
         self.run_ids.append(outcome.run_id)
         self.topics.setdefault(outcome.topic, TopicTotals()).add(outcome)
+        for name, (rows, n_bytes) in outcome.appended.items():
+            self.table(name).add_appended(rows, n_bytes)
 
     def add_load(self, outcome: LoadOutcome) -> None:
         self.run_ids.append(outcome.run_id)
@@ -158,6 +182,9 @@ class UntilIdleReport:
                 name: {
                     "rows_loaded": t.rows_loaded, "keys_merged": t.keys_merged,
                     "merge_bytes_processed": t.merge_bytes_processed, "load_jobs": t.load_jobs,
+                    "bytes_loaded": t.bytes_loaded, "rows_appended": t.rows_appended,
+                    "bytes_appended": t.bytes_appended,
+                    "list_price_usd": round(t.list_price_usd, 6),
                 }
                 for name, t in sorted(self.tables.items())
             },

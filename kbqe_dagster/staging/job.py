@@ -15,9 +15,10 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from kbqe_dagster.core.errors import StagingError
+from kbqe_dagster.core.protocol.delivery import pinned_tables
 from kbqe_dagster.core.protocol.offsets import OffsetRange, Watermarks
 from kbqe_dagster.resources.kafka.clients import TopicMissing
 from kbqe_dagster.resources.kafka.cluster import watermarks_of
@@ -112,6 +113,7 @@ def run_stage(spark_context, ctx: StageContext, *, max_messages_per_run: int,
         start_policy=ctx.start_policy,
         **_deliveries(ctx, topic),
     )
+    ctx = _pinned(ctx, [prep])
     ranges = list(prep.plan.ranges)
     log.info("%s: %d orphan(s) deleted, %d done file(s) rolled forward, %d range(s) planned",
              topic, len(prep.orphans_deleted), len(prep.rolled_forward), len(ranges))
@@ -170,6 +172,7 @@ def run_stage_group(spark_context, ctx: StageContext, topics: Sequence[str], *,
             start_policy=settings.staging.start_offset, marks=by_topic[topic],
             **_deliveries(ctx, topic),
         )
+    ctx = _pinned(ctx, preps.values())
     ranges = [rng for prep in preps.values() for rng in prep.plan.ranges]
     log.info("%d topic(s), %d range(s) planned in one Spark job", len(preps), len(ranges))
     outcomes = (
@@ -192,6 +195,23 @@ def run_stage_group(spark_context, ctx: StageContext, topics: Sequence[str], *,
             + "\n  ".join(failures)
         )
     return tuple(summaries)
+
+
+def _pinned(ctx: StageContext, preps: Iterable[Preparation]) -> StageContext:
+    """``ctx`` whose sink delivers the tables of the open Storage Write intents this run
+    restages as those intents say (``pinned_tables``), whatever the pipeline file says now:
+    a table switched between ``storage_write`` and ``load`` switches at a range boundary."""
+    intents = tuple(i for prep in preps for i in prep.open_intents)
+    if not intents:
+        return ctx
+    pinning = getattr(ctx.sink, "pinning", None)
+    if pinning is None:
+        raise StagingError(
+            f"open Storage Write intent(s) {', '.join(i.name for i in intents[:5])}: their "
+            "ranges must be restaged through the Storage Write API (rows of them may be in "
+            "the table already), but this stage run has no delivery sink (no Storage Write "
+            "settings: resources/environment.py builds them)")
+    return replace(ctx, sink=pinning(pinned_tables(intents)))
 
 
 def _deliveries(ctx: StageContext, topic: str) -> dict:

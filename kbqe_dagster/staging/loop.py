@@ -230,6 +230,7 @@ def _fold_topic(topic: str, summaries: list[StageSummary]) -> StageSummary:
         # Only what the metadata reads of a plan: the partitions that lost offsets.
         plan=RangePlan((), tuple(part for p in preps for part in p.plan.partitions if part.lost)),
         missing=preps[-1].missing,
+        open_intents=tuple(dict.fromkeys(i for p in preps for i in p.open_intents)),
     )
     return StageSummary(topic, prep, tuple(results), sum(s.seconds for s in summaries),
                         tuple(f for s in summaries for f in s.failures))

@@ -19,9 +19,13 @@ from datetime import datetime, timezone
 from typing import Mapping
 
 from kbqe_dagster.core.protocol.commit import manifests_needed, plan_bootstrap, plan_cleanup
-from kbqe_dagster.core.protocol.delivery import plan_with_deliveries, ranges_to_roll_forward
+from kbqe_dagster.core.protocol.delivery import (
+    open_intents,
+    plan_with_deliveries,
+    ranges_to_roll_forward,
+)
 from kbqe_dagster.core.errors import CommitConflictError
-from kbqe_dagster.core.protocol.naming import of_topic, topic_prefix
+from kbqe_dagster.core.protocol.naming import IntentFileName, of_topic, topic_prefix
 from kbqe_dagster.core.protocol.offsets import (
     RangePlan,
     StartPolicy,
@@ -44,6 +48,9 @@ class Preparation:
     plan: RangePlan
     missing: str | None = None
     """Why nothing was planned when Kafka does not hold the topic; None when it does."""
+    open_intents: tuple[IntentFileName, ...] = ()
+    """Storage Write intents without a done file: their ranges are restaged first, and their
+    tables delivered as the intents say (core/protocol/delivery.py, ``pinned_tables``)."""
 
 
 def topic_file_names(store: StagingStore, topic: str) -> tuple[list[str], list[str]]:
@@ -119,4 +126,5 @@ def prepare_topic(
     for partition in plan.partitions:
         for warning in partition.warnings:
             log.warning("%s[%d]: %s", partition.topic, partition.partition, warning)
-    return Preparation(created, deleted, tuple(unrecognized), plan)
+    return Preparation(created, deleted, tuple(unrecognized), plan,
+                       open_intents=open_intents(names))

@@ -117,4 +117,7 @@ class RangeSink(Protocol):
 
 
 SinkFactory = Callable[[OffsetRange, Path, str], RangeSink]
-"""Makes the sink of one range: (the range, the task's work directory, the topic's file codec)."""
+"""Makes the sink of one range: (the range, the task's work directory, the topic's file codec).
+A factory that delivers through the Storage Write API also has ``pinning(pinned) ->
+SinkFactory``: the driver hands it the tables of the open intents the run restages
+(core/protocol/delivery.py, ``pinned_tables``), which it delivers as the intents say."""

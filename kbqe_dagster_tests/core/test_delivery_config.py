@@ -82,11 +82,12 @@ def test_the_dead_letter_table_follows_its_own_entry_not_the_topic_s() -> None:
      "tables.acme_web.views.delivery: expected one of load, storage_write, got 'streaming'"),
     (None, "fast", "topics[0].delivery: expected one of load, storage_write, got 'fast'"),
     ({"kbqe_dead_letters.dead_letters": {"delivery": "storage_write"}}, None,
-     "tables.kbqe_dead_letters.dead_letters.delivery: storage_write is not supported yet for "
-     "the dead-letter table kbqe_dead_letters.dead_letters"),
-    ({"inventory.customers_changelog": {"delivery": "storage_write"}}, None,
-     "tables.inventory.customers_changelog.delivery: storage_write is not supported yet for "
-     "the tables of keyed topic 'dbserver1.inventory.customers'"),
+     "tables.kbqe_dead_letters.dead_letters.delivery: storage_write is not supported for "
+     "the dead-letter table kbqe_dead_letters.dead_letters: it stays loaded"),
+    ({"inventory.customers": {"delivery": "storage_write"}}, None,
+     "tables.inventory.customers.delivery: inventory.customers is the current state of keyed "
+     "topic 'dbserver1.inventory.customers', written by its MERGE, never delivered: set the "
+     "delivery of its changelog inventory.customers_changelog (or the topic's)"),
 ])
 def test_what_this_slice_cannot_do_is_refused_naming_the_table(
     tables: Any, topic_delivery: str | None, expected: str
@@ -94,8 +95,24 @@ def test_what_this_slice_cannot_do_is_refused_naming_the_table(
     assert expected in _problems(_raw(tables, topic_delivery=topic_delivery))
 
 
-def test_a_keyed_topic_cannot_default_its_tables_to_storage_write() -> None:
+def test_a_keyed_topic_delivers_its_changelog_by_its_own_delivery() -> None:
     raw = _raw()
     raw["topics"][2]["delivery"] = "storage_write"
-    assert ("topics[2].delivery: storage_write is not supported yet for a keyed topic"
-            in _problems(raw))
+    config = parse_pipeline_config(raw)
+    topic = "dbserver1.inventory.customers"
+    assert config.delivery("inventory", "customers_changelog", topic) is Delivery.STORAGE_WRITE
+    assert config.delivery("inventory", "customers_changelog") is Delivery.STORAGE_WRITE
+    assert config.table_layout("inventory", "customers_changelog").delivery \
+        is Delivery.STORAGE_WRITE
+    assert config.topic_may_deliver_by_storage_write(topic)  # one range per partition
+
+
+@pytest.mark.parametrize("key", ["inventory.customers_changelog", "inventory.*"])
+def test_a_tables_entry_delivers_a_keyed_changelog_by_storage_write(key: str) -> None:
+    config = parse_pipeline_config(_raw({key: {"delivery": "storage_write"}},
+                                        allowed_destinations=["acme_web.*", "acme_sales.*",
+                                                              "inventory.*"]))
+    topic = "dbserver1.inventory.customers"
+    assert config.delivery("inventory", "customers_changelog", topic) is Delivery.STORAGE_WRITE
+    assert config.topic_may_deliver_by_storage_write(topic)
+    assert not config.topic_may_deliver_by_storage_write("web")

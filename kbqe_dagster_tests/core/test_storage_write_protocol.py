@@ -25,6 +25,7 @@ from kbqe_dagster.core.protocol.delivery import (
     open_intents,
     parse_intent,
     parse_refusal,
+    pinned_tables,
     ranges_to_roll_forward,
     stream_position,
 )
@@ -100,6 +101,24 @@ def test_a_refusal_note_round_trips() -> None:
     note = Refusal(4096, ((3, "field ts: not a timestamp"),))
     name = intent_name(RNG, "fast", "clicks", 7).refusal(4096)
     assert parse_refusal(note.encode(), name) == note
+
+
+def test_an_intent_on_a_new_stream_records_the_offsets_the_table_held_already() -> None:
+    intent = Intent(RNG.topic, RNG.partition, "fast", "clicks", RNG.start, RNG.last, STREAM, 0,
+                    ((7, 37),), (100, 101, 104))
+    name = intent_name(RNG, "fast", "clicks", 7)
+    assert parse_intent(intent.encode(), name) == intent
+    # Without any, the intent's bytes are what they always were (older intents parse alike).
+    assert b"delivered_before" not in _intent().encode()
+    assert parse_intent(_intent().encode(), name).delivered_before == ()
+
+
+def test_a_refusal_note_records_its_stream_and_older_notes_without_one_parse() -> None:
+    name = intent_name(RNG, "fast", "clicks", 7).refusal(4096)
+    note = Refusal(4096, ((3, "bad"),), STREAM)
+    assert parse_refusal(note.encode(), name) == note
+    older = b'{"kbqe_refusal":1,"refused":[[3,"bad"]],"row_offset":4096}\n'
+    assert parse_refusal(older, name) == Refusal(4096, ((3, "bad"),))
 
 
 # --- appends -------------------------------------------------------------------------------
@@ -197,6 +216,23 @@ def test_the_next_range_continues_the_stream_where_the_latest_range_left_it() ->
 def test_a_table_without_a_delivered_range_starts_a_new_stream() -> None:
     loaded = _manifest(OffsetRange("t", 0, 0, 100), {("clicks", 7): None})  # delivery: load
     assert stream_position([loaded], "fast", "clicks") is None
+
+
+def test_a_table_switched_back_after_loads_starts_a_new_stream() -> None:
+    appended = _manifest(OffsetRange("t", 0, 0, 100), {("clicks", 7): Delivered(STREAM, 0, 90)})
+    loaded = _manifest(OffsetRange("t", 0, 100, 200), {("clicks", 7): None})  # switched to load
+    other = _manifest(OffsetRange("t", 0, 200, 300), {("views", 7): None})  # not this table
+    assert stream_position([appended, loaded, other], "fast", "clicks") is None
+    again = _manifest(OffsetRange("t", 0, 300, 400), {("clicks", 7): Delivered("s2", 0, 5)})
+    position = stream_position([again, appended, loaded], "fast", "clicks")
+    assert (position.stream, position.next_offset) == ("s2", 5)
+
+
+def test_the_tables_an_open_intent_pins_are_its_range_s() -> None:
+    names = [INTENT, "com.acme.events.3.fast.views.7.100.149.intent", DONE.replace(
+        "100.149", "50.99"), "com.acme.events.3.fast.orders.7.50.99.intent"]
+    assert pinned_tables(open_intents(names)) == {
+        ("com.acme.events", 3, 100, "fast", "clicks"), ("com.acme.events", 3, 100, "fast", "views")}
 
 
 def test_two_ranges_never_claim_the_same_rows_of_a_stream() -> None:

@@ -35,9 +35,11 @@ def test_named_tables_and_wildcard_datasets_become_assets_downstream_of_staging(
     defs = build_definitions(str(REPO / "examples" / "pipeline.yaml"), env="local")
     specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
 
-    # examples/pipeline.yaml names acme_sales.orders and admits acme_web.*
+    # examples/pipeline.yaml names acme_sales.orders, admits acme_web.* and names
+    # acme_web.clicks in its tables: map (delivery: storage_write), which gives it its own asset
     assert {k for k in specs if k.startswith("bigquery/")} == {
-        "bigquery/acme_sales/orders", "bigquery/acme_web", "bigquery/kbqe_dead_letters/dead_letters"}
+        "bigquery/acme_sales/orders", "bigquery/acme_web", "bigquery/acme_web/clicks",
+        "bigquery/kbqe_dead_letters/dead_letters"}
     dead = specs["bigquery/kbqe_dead_letters/dead_letters"]
     assert isinstance(dead.partitions_def, dg.DailyPartitionsDefinition)
     assert isinstance(specs["bigquery/acme_sales/orders"].partitions_def, dg.DailyPartitionsDefinition)
@@ -52,7 +54,7 @@ def test_load_jobs_run_in_the_singleton_pool_and_schedules_follow_the_config() -
         assert defs.resolve_job_def(job).graph.node_named(op).definition.pool == LOAD_POOL
     crons = {s.name: s.cron_schedule for s in defs.schedules}
     assert crons == {"load_cycle": "*/5 * * * *", "poll_load_jobs": "*/2 * * * *",
-                     "done_file_retention": "*/9 * * * *", "duplicate_offsets_schedule": "30 3 * * *"}
+                     "done_file_retention": "*/10 * * * *", "duplicate_offsets_schedule": "30 3 * * *"}
     stopped = {s.name for s in defs.schedules
                if s.default_status == dg.DefaultScheduleStatus.STOPPED}
     assert stopped == {"duplicate_offsets_schedule"}, "the billed query is opt-in"
@@ -62,10 +64,33 @@ def test_load_jobs_run_in_the_singleton_pool_and_schedules_follow_the_config() -
     ("interval", "cron"),
     [(timedelta(seconds=30), "* * * * *"), (timedelta(minutes=2), "*/2 * * * *"),
      (timedelta(minutes=15), "*/15 * * * *"), (timedelta(hours=2), "0 */2 * * *"),
-     (timedelta(days=2), "0 0 * * *")],
+     (timedelta(days=2), "0 0 * * *"),
+     # Rounded up, never down: a cadence the quota check accepted must not fire more often.
+     (timedelta(minutes=1, seconds=56), "*/2 * * * *"), (timedelta(minutes=7), "*/10 * * * *"),
+     (timedelta(minutes=9), "*/10 * * * *"), (timedelta(minutes=45), "0 * * * *"),
+     (timedelta(hours=1), "0 * * * *"), (timedelta(hours=5), "0 */6 * * *"),
+     (timedelta(hours=13), "0 0 * * *")],
 )
 def test_cadences_become_cron_expressions(interval, cron) -> None:
     assert cron_every(interval) == cron
+
+
+@pytest.mark.parametrize("seconds", range(1, 2 * 86400, 97))
+def test_a_cadence_never_fires_more_often_than_asked(seconds: int) -> None:
+    """Every cron the schedules get fires at even steps that divide the hour (or the day),
+    and the step is at least the cadence (up to a day: longer ones fire daily)."""
+    cron = cron_every(timedelta(seconds=seconds))
+    minute, hour = cron.split()[:2]
+    if minute == "*" or minute.startswith("*/"):
+        assert hour == "*"
+        step_s = 60 * int(minute.removeprefix("*/") if minute != "*" else 1)
+        assert 3600 % step_s == 0
+    else:
+        assert minute == "0"
+        hours = {"*": 1, "0": 24}.get(hour) or int(hour.removeprefix("*/"))
+        step_s = 3600 * hours
+        assert 86400 % step_s == 0
+    assert step_s >= min(seconds, 86400), (seconds, cron)
 
 
 def test_destinations_give_each_table_its_asset_and_partition_key() -> None:
@@ -78,6 +103,23 @@ def test_destinations_give_each_table_its_asset_and_partition_key() -> None:
     assert destinations.partition_key("acme_sales", "orders", "2024-09-13") == dg.MultiPartitionKey(
         {"date": "2024-09-13", "table": "orders"})
     assert destinations.asset_key("acme_web", "clicks") is None, "acme_web.* is not allowed"
+
+
+def test_the_duplicate_check_of_a_wildcard_dataset_covers_its_appended_tables_too() -> None:
+    """A table of ``dataset.*`` delivered by storage_write has no load job; the stage run's
+    materialization of it (defs/staging/deliveries.py) names it."""
+    from kbqe_dagster.core.load.state import LoadState
+    from kbqe_dagster.defs.bigquery.checks import _tables_of
+
+    destinations = Destinations.from_config(pipeline())
+    key = destinations.asset_key("acme_sales", "clicks")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("bigquery_acme_sales_tables", ["orders"])  # loaded
+    assert _tables_of(key, destinations, LoadState(), instance) == {("acme_sales", "orders")}
+    instance.report_runless_asset_event(dg.AssetMaterialization(
+        asset_key=key, partition=destinations.partition_key("acme_sales", "clicks", "2024-09-13")))
+    assert _tables_of(key, destinations, LoadState(), instance) == {("acme_sales", "orders"),
+                                                                  ("acme_sales", "clicks")}
 
 
 def _events(report: CycleReport, instance=None, **kwargs) -> list:

@@ -14,15 +14,17 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.commit import parse_manifest
-from kbqe_dagster.core.protocol.delivery import ranges_to_roll_forward
-from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.protocol.delivery import open_intents, ranges_to_roll_forward
+from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan
 from kbqe_dagster.delivery.sink import DeliverySinkFactory, delivery_sink
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.staging import job as stage_job
 from kbqe_dagster.staging import stager as stager_module
 from kbqe_dagster.staging.context import RangeResult
+from kbqe_dagster.staging.prepare import Preparation
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
 from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
 from kbqe_dagster_tests.support.framing import avro_framed
@@ -75,6 +77,9 @@ class Stage:
         sink = delivery_sink(pipeline, self.writer_settings, self.keeper_settings)
         ctx = stage_context(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
                             self.staging, pipeline, TOPIC, sink=sink, native_kernel=False)
+        # What the driver does after preparing the topic (staging/job.py).
+        prep = Preparation((), (), (), RangePlan((), ()), open_intents=open_intents(self.names()))
+        ctx = stage_job._pinned(ctx, [prep])
         self.runs += 1
         workdir = self.tmp / f"work{self.runs}"
         workdir.mkdir()
@@ -137,8 +142,52 @@ def test_the_load_table_s_files_are_those_the_staging_area_sink_writes(tmp_path)
     assert stage.writer.appends() == []
     assert not any(n.endswith(".intent") for n in stage.names())
     assert _offsets(stage.loaded_rows("clicks")) == [0, 2, 4, 6, 8]
-    # Without a storage_write table anywhere, the stage context keeps the staging area's sink.
+    # Without a storage_write table nor Storage Write settings: the staging area's own sink.
     assert delivery_sink(_pipeline("load"), None, None) is None
+
+
+# --- switching a table between load and storage_write -----------------------------------------
+def test_a_switch_to_load_takes_effect_at_the_next_range_after_an_open_intent(tmp_path):
+    """A range begun through the API (an open intent, some of its rows in the table) is
+    finished through the API after the table switched to load: staged as an avro file too, its
+    rows would be in the table twice once loaded."""
+    from kbqe_dagster.delivery import rows
+
+    writer = FakeStorageWriter()
+    stage = Stage(tmp_path, writer)
+    stage.range(0, 10)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rows, "CHUNK_RECORDS", 2)
+        writer.crash_after = 2
+        with pytest.raises(Crash):
+            stage.range(10, 12)  # clicks 10..20: killed after its first request (2 rows)
+        assert _offsets(writer.table_rows("acme", "clicks")) == [0, 2, 4, 6, 8, 10, 12]
+        restaged = stage.range(10, 12, clicks="load")
+    assert [d.table for d in restaged.delivered] == ["clicks"]
+    assert not any(n.endswith(".avro") and ".clicks." in n for n in stage.names())
+    stage.range(22, 6, clicks="load")  # the next range: the switch
+    assert _offsets(writer.table_rows("acme", "clicks")) == list(range(0, 22, 2))
+    assert _offsets(stage.loaded_rows("clicks")) == [22, 24, 26]
+    assert _offsets(stage.loaded_rows("views")) == list(range(1, 28, 2))
+    assert ranges_to_roll_forward(stage.names()) == ()
+
+
+def test_a_load_only_pipeline_with_api_settings_stages_as_the_staging_area_sink(tmp_path):
+    stage = Stage(tmp_path, clicks="load")
+    factory = delivery_sink(_pipeline("load"), stage.writer_settings, stage.keeper_settings)
+    assert isinstance(factory, DeliverySinkFactory)  # ready to finish an open intent
+    stage.range(0, 10)
+    assert stage.writer.calls == [] and not any(n.endswith(".intent") for n in stage.names())
+    assert _offsets(stage.loaded_rows("clicks")) == [0, 2, 4, 6, 8]
+
+
+def test_a_switched_table_with_an_open_intent_and_no_delivery_sink_is_an_error_naming_it():
+    prep = Preparation((), (), (), RangePlan((), ()), open_intents=open_intents(
+        ["web.events.0.acme.clicks.7.10.21.intent"]))
+    ctx = stage_context(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
+                        StagingLocation("/nowhere"), _pipeline("load"), TOPIC, sink=None)
+    with pytest.raises(StagingError, match=r"web\.events\.0\.acme\.clicks\.7\.10\.21\.intent"):
+        stage_job._pinned(ctx, [prep])
 
 
 def test_the_next_range_continues_the_same_stream_at_the_next_row(tmp_path):
@@ -232,6 +281,166 @@ def test_rows_of_a_foreign_writer_at_a_new_intent_s_offsets_are_never_skipped(tm
     with pytest.raises(StagingError, match=r"row 5: the stream already holds rows at offsets "
                                            r"this new intent claims"):
         stage.range(10, 10)
+
+
+# --- a stream gone (the emulator restarted, BigQuery garbage-collected it) ---------------------
+def _intent_of(stage: Stage, first: int, last: int) -> dict:
+    return json.loads(stage.store.read_bytes(f"web.events.0.acme.clicks.7.{first}.{last}.intent"))
+
+
+def test_a_stream_gone_between_ranges_gives_the_next_range_a_new_stream(tmp_path):
+    stage = Stage(tmp_path)
+    stage.range(0, 10)
+    stage.writer.forget_streams()
+    second = stage.range(10, 6)
+    assert (second.delivered[0].first_row, second.delivered[0].rows) == (0, 3)
+    assert _offsets(stage.writer.table_rows("acme", "clicks")) == [0, 2, 4, 6, 8, 10, 12, 14]
+    assert "delivered_before" not in _intent_of(stage, 10, 15)
+
+
+@pytest.mark.parametrize("killed_after_appends", [0, 1, 2])
+def test_an_open_intent_whose_stream_is_gone_is_replaced_and_nothing_is_appended_twice(
+        tmp_path, monkeypatch, killed_after_appends):
+    # clicks: 6 records, 3 requests of 2; killed after 0, 1 or 2 of them landed, then every
+    # stream is forgotten (the rows stay in the table): the retry must not fail on the gone
+    # stream forever, and must not append again what the table holds.
+    from kbqe_dagster.delivery import rows
+
+    monkeypatch.setattr(rows, "CHUNK_RECORDS", 2)
+    writer = FakeStorageWriter()
+    stage = Stage(tmp_path, writer)
+    writer.crash_after = killed_after_appends or None
+    if killed_after_appends:
+        with pytest.raises(Crash):
+            stage.range(0, 12)
+    else:
+        _kill_at(monkeypatch, "storage_write_intent", lambda: stage.range(0, 12))
+    (gone,) = writer.streams
+    writer.forget_streams()
+    result = stage.range(0, 12)
+    held = list(range(0, 4 * killed_after_appends, 2))
+    assert _offsets(writer.table_rows("acme", "clicks")) == [0, 2, 4, 6, 8, 10]
+    intent = _intent_of(stage, 0, 11)
+    assert intent["stream"] != gone and intent["offset"] == 0
+    assert intent.get("delivered_before", []) == held
+    assert intent["parts"] == [[7, 6 - len(held)]]
+    assert result.committed_last == 11 and ranges_to_roll_forward(stage.names()) == ()
+    (delivery,) = result.delivered
+    assert (delivery.rows, delivery.records) == (6 - len(held), 6 - len(held))
+    # The next range continues the new stream after the rows it holds.
+    assert stage.range(12, 2).delivered[0].first_row == 6 - len(held)
+
+
+def test_a_retry_of_a_replaced_intent_skips_what_it_recorded_not_what_the_table_holds(
+        tmp_path, monkeypatch):
+    from kbqe_dagster.delivery import rows
+
+    monkeypatch.setattr(rows, "CHUNK_RECORDS", 2)
+    writer = FakeStorageWriter()
+    stage = Stage(tmp_path, writer)
+    writer.crash_after = 1
+    with pytest.raises(Crash):
+        stage.range(0, 12)  # offsets 0, 2 in the table
+    writer.forget_streams()
+    writer.crash_after = writer_appends(writer) + 1  # the retry: offsets 4, 6 land, killed
+    with pytest.raises(Crash):
+        stage.range(0, 12)
+    assert _intent_of(stage, 0, 11)["delivered_before"] == [0, 2]
+    stage.range(0, 12)  # the replaced intent's stream lives: already_exists, then the rest
+    assert _offsets(writer.table_rows("acme", "clicks")) == [0, 2, 4, 6, 8, 10]
+    assert len(writer.streams) == 1
+
+
+def test_a_crash_after_the_gone_intent_was_deleted_still_appends_nothing_twice(
+        tmp_path, monkeypatch):
+    from kbqe_dagster.delivery import rows
+
+    monkeypatch.setattr(rows, "CHUNK_RECORDS", 2)
+    writer = FakeStorageWriter()
+    stage = Stage(tmp_path, writer)
+    stage.range(0, 4)
+    writer.crash_after = writer_appends(writer) + 1
+    with pytest.raises(Crash):
+        stage.range(4, 12)  # offsets 4, 6 of clicks in the table
+    writer.forget_streams()
+    stage.store.delete("web.events.0.acme.clicks.7.4.15.intent")  # the crash's window
+    assert ranges_to_roll_forward(stage.names()) == ()
+    # Planned like any uncommitted range (here: longer), and checked against the table.
+    result = stage.range(4, 14)
+    assert _offsets(writer.table_rows("acme", "clicks")) == list(range(0, 18, 2))
+    assert _intent_of(stage, 4, 17)["delivered_before"] == [4, 6]
+    assert result.delivered[0].rows == 5
+
+
+def writer_appends(writer: FakeStorageWriter) -> int:
+    return len(writer.appends())
+
+
+def test_two_writers_replacing_one_gone_intent_agree_on_one_new_stream(tmp_path, monkeypatch):
+    from kbqe_dagster.delivery import rows
+
+    monkeypatch.setattr(rows, "CHUNK_RECORDS", 2)
+    writer = FakeStorageWriter()
+    stage = Stage(tmp_path, writer)
+    writer.crash_after = 1
+    with pytest.raises(Crash):
+        stage.range(0, 12)
+    (gone,) = writer.streams
+    writer.forget_streams()
+    real_state, other = writer.stream_state, []
+
+    def raced_state(stream: str):
+        # The late writer read the intent; the other writer replaces it and commits now.
+        if stream == gone and not other:
+            other.append(None)
+            other[0] = stage.range(0, 12)
+        return real_state(stream)
+
+    monkeypatch.setattr(writer, "stream_state", raced_state)
+    late = stage.range(0, 12)
+    assert other[0].committed_last == 11
+    assert late.conflict and late.committed_last is None
+    # The late writer's guarded delete failed: it used the other's new intent and stream
+    # instead of deleting it and opening a third stream.
+    assert len(writer.streams) == 1
+    assert _offsets(writer.table_rows("acme", "clicks")) == [0, 2, 4, 6, 8, 10]
+
+
+def test_refusal_notes_of_a_gone_stream_are_deleted_and_the_rows_refused_again(tmp_path):
+    writer = FakeStorageWriter(refuse=_refuse_by_offset(4))
+    stage = Stage(tmp_path, writer)
+    writer.crash_after = 2  # the refused request noted, its other rows appended, killed
+    with pytest.raises(Crash):
+        stage.range(0, 10)
+    (note,) = [n for n in stage.names() if n.endswith(".refused")]
+    writer.forget_streams()
+    result = stage.range(0, 10)
+    assert _offsets(writer.table_rows("acme", "clicks")) == [0, 2, 6, 8]
+    assert _intent_of(stage, 0, 9)["delivered_before"] == [0, 2, 6, 8]
+    assert result.dead_letters == {"storage_write_refused": 1}
+    # The stale note was deleted and the same name now holds the new stream's refusal.
+    (renoted,) = [n for n in stage.names() if n.endswith(".refused")]
+    stream = _intent_of(stage, 0, 9)["stream"]
+    assert renoted == note and json.loads(stage.store.read_bytes(renoted))["stream"] == stream
+
+
+def test_the_table_is_asked_only_before_a_new_stream(tmp_path):
+    stage = Stage(tmp_path)
+    keeper = stage.keeper_settings.keeper()
+    stage.range(0, 10)
+    stage.range(10, 10)
+    assert keeper.asked == [("acme", "clicks", 0, 0, 9)]
+
+
+def _kill_at(monkeypatch, point: str, run) -> None:
+    from kbqe_dagster import faults
+
+    monkeypatch.setenv("KBQE_CRASH_AT", f"{point}:1")
+    monkeypatch.setattr(faults.os, "kill", _raise_crash)
+    monkeypatch.setattr(faults, "_counts", type(faults._counts)())
+    with pytest.raises(Crash):
+        run()
+    monkeypatch.delenv("KBQE_CRASH_AT")
 
 
 # --- rows the API refuses ----------------------------------------------------------------------

@@ -67,3 +67,28 @@ def test_a_ready_table_costs_one_metadata_read_per_keeper(bq, dataset, monkeypat
     monkeypatch.setattr(keeper, "_metadata_schema", lambda *a: reads.append(a))
     keeper.ensure(dataset, "clicks", V1, LAYOUT)  # narrower: nothing to do, nothing asked
     assert reads == []
+
+
+KAFKA = {"type": "record", "name": "Click", "fields": [
+    {"name": "n", "type": "long"}, {"name": "_kafka_topic", "type": "string"},
+    {"name": "_kafka_partition", "type": "int"}, {"name": "_kafka_offset", "type": "long"}]}
+COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
+
+
+def test_the_kafka_offsets_a_table_holds_of_a_range_are_read_from_its_rows(bq, dataset):
+    # What the delivery sink asks before a range's rows go to a new stream (a stream gone).
+    writer = local_resources()["bigquery"].storage_write_settings().writer()
+    keeper = _keeper()
+    assert keeper.offsets_present(dataset, "clicks", COLUMNS, "web.events", 0, 0, 99) \
+        == frozenset(), "no table yet: nothing held"
+    keeper.ensure(dataset, "clicks", KAFKA, LAYOUT)
+    stream = writer.create_stream(dataset, "clicks")
+    rows = [{"n": o, "_kafka_topic": t, "_kafka_partition": p, "_kafka_offset": o}
+            for t, p, o in [("web.events", 0, 10), ("web.events", 0, 12), ("web.events", 1, 11),
+                            ("web.other", 0, 11), ("web.events", 0, 40)]]
+    assert writer.append(stream, proto_rows(KAFKA, rows), 0).kind == "appended"
+    writer.close()
+    assert keeper.offsets_present(dataset, "clicks", COLUMNS, "web.events", 0, 10, 39) \
+        == frozenset({10, 12})
+    with pytest.raises(ValueError, match="not a Kafka topic name"):
+        keeper.offsets_present(dataset, "clicks", COLUMNS, "x' OR '1'='1", 0, 0, 1)

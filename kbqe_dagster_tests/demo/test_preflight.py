@@ -166,7 +166,8 @@ def test_the_demo_stops_on_a_quarantine_before_producing(
 # --- after the load: a quarantine is not a success -----------------------------------------
 class _Job:
     def execute_in_process(self, **_):
-        return type("Result", (), {"success": True})()
+        return type("Result", (), {"success": True,
+                                   "get_asset_materialization_events": lambda _self: []})()
 
 
 class _Defs:
@@ -213,5 +214,6 @@ def test_the_demo_load_without_a_quarantine_just_prints_the_rows(
 
     store = StagingLocation(str(tmp_path)).open()
     monkeypatch.setattr(load, "print_table_rows", lambda client, dead_letter, datasets: print("rows", sorted(datasets)))
-    load.load_and_report(_Defs(store), instance=None)
+    loaded = load.load_and_report(_Defs(store), instance=None)
     assert capsys.readouterr() == ("rows ['acme_sales', 'dl']\n", "")
+    assert loaded.bytes_loaded == 0, "no job finished: nothing loaded"

@@ -79,3 +79,21 @@ def test_the_daemon_merges_on_a_schedule_only_when_the_pipeline_has_keyed_topics
     assert keyed.resolve_schedule_def("merge_keyed_tables").job_name == MERGE_JOB
     append = build_definitions(str(EXAMPLE.parent / "pipeline.yaml"), env="local")
     assert "merge_keyed_tables" not in {s.name for s in append.schedules}
+
+
+def test_the_merge_schedule_requests_a_merge_with_no_load_run_behind_it(tmp_path) -> None:
+    """A changelog delivered by storage_write gets rows with no load: the schedule does not wait
+    for one (the merge op finds the committed ranges itself, keyed/merge.py)."""
+    import yaml
+
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    for topic in raw["topics"]:
+        topic["delivery"] = "storage_write"
+    pipeline = tmp_path / "debezium-storage-write.yaml"
+    pipeline.write_text(yaml.safe_dump(raw))
+    defs = build_definitions(str(pipeline), env="local")
+    schedule = defs.resolve_schedule_def("merge_keyed_tables")
+    with dg.instance_for_test() as instance:
+        assert not instance.get_runs()  # nothing ever loaded
+        tick = schedule.evaluate_tick(dg.build_schedule_context(instance=instance))
+    assert [r.job_name or schedule.job_name for r in tick.run_requests] == [MERGE_JOB]

@@ -11,12 +11,11 @@ import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord, LoadState
-from kbqe_dagster.keyed.merge import (
+from kbqe_dagster.keyed.merge import TableMergeResult, merge_keyed_tables
+from kbqe_dagster.keyed.merge_state import (
     MERGE_STATE_FILE,
     MergeError,
     MergeState,
-    TableMergeResult,
-    merge_keyed_tables,
     not_merged_ranges,
     unmerged_ranges,
 )

@@ -25,6 +25,7 @@ from kbqe_dagster.resources.bigquery import JobReport
 from kbqe_dagster.staging.context import RangeResult
 from kbqe_dagster.staging.job import StageSummary
 from kbqe_dagster.staging.prepare import Preparation
+from kbqe_dagster.staging.sink import TableDelivery
 
 REPO = Path(__file__).resolve().parents[2]
 T = "com.acme.events"
@@ -199,3 +200,40 @@ def test_a_load_job_reported_per_day_counts_once_with_its_distinct_files(instanc
 
     assert (loads.jobs, loads.attempts, loads.failed_attempts) == (1, 3, 2)
     assert (loads.files_deleted, loads.rows) == (2, 15)
+    assert loads.bytes == 2048, "the job's input bytes once, not once per day"
+
+
+def appended(partition: int, table: str, rows: int, n_bytes: int, *,
+             committed: bool = True) -> RangeResult:
+    """A range that appended ``rows`` rows of ``n_bytes`` to ``acme_web.<table>`` through the
+    Storage Write API (``committed=False``: an attempt that did not commit)."""
+    delivery = TableDelivery("acme_web", table, f"streams/{table}-{partition}", 0, rows, rows,
+                             0, n_bytes, (("2024-09-13", rows),), requests=1)
+    result = range_result(partition, rows, rows, {})
+    return dataclasses.replace(result, delivered=(delivery,),
+                               committed_last=result.committed_last if committed else None)
+
+
+def test_bytes_appended_through_storage_write_add_up_per_table(instance, fold) -> None:
+    report(instance, STAGING_KEY, stage_run(
+        appended(0, "clicks", 10, 1_000), appended(1, "clicks", 5, 600),
+        appended(2, "clicks", 7, 999, committed=False), appended(0, "taps", 3, 90)))
+    prep = Preparation((), (), (), RangePlan((), ()))
+    other = dataclasses.replace(appended(0, "clicks", 2, 250), topic="shop.orders")
+    report(instance, STAGING_KEY, dict(group_metadata(
+        (T, "shop.orders"), (StageSummary(T, prep, (appended(1, "clicks", 1, 50),), 1.0),
+                             StageSummary("shop.orders", prep, (other,), 1.0)))))
+
+    appends = fold.refresh().appends
+
+    assert {k: (v.rows, v.bytes) for k, v in appends.items()} == {
+        ("acme_web", "clicks"): (18, 1_900), ("acme_web", "taps"): (3, 90)}, \
+        "committed ranges only, every topic of a grouped run once"
+
+
+def test_runs_from_before_storage_write_delivery_append_nothing(instance, fold) -> None:
+    metadata = stage_run(range_result(0, 10, 10, {"acme_sales": 10}))
+    del metadata["storage_write_by_table"]
+    report(instance, STAGING_KEY, metadata)
+
+    assert fold.refresh().appends == {}

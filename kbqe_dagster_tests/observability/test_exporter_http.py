@@ -80,6 +80,8 @@ def server(tmp_path: Path, example_pipeline, instance) -> Iterator[MetricsServer
         "files_written": 3, "orphans_deleted": 1, "seconds": 12.5,
         "dead_letters_by_reason": dg.MetadataValue.json({"bad_magic": 3}),
         "skipped_by_reason": dg.MetadataValue.json({}),
+        "storage_write_by_table": dg.MetadataValue.json(
+            {"acme_web.clicks": {"rows": 20, "bytes": 1500, "list_price_usd": 0.0}}),
     }))
     probes = {"kafka": lambda: ("up", None), "schema_registry": lambda: ("up", None),
               "staging": lambda: staging_probe(sources.staging.open())}
@@ -108,6 +110,8 @@ def test_metrics_carry_the_staging_area_and_the_event_log(server) -> None:
         ("kbqe_bytes_written_total", (("topic", "com.acme.events"),
                                       ("dataset", "acme_sales"))): 8000,
         ("kbqe_dead_letters_total", (("topic", "com.acme.events"), ("reason", "bad_magic"))): 3,
+        ("kbqe_storage_write_bytes_total", (("dataset", "acme_web"), ("table", "clicks"))): 1500,
+        ("kbqe_storage_write_rows_total", (("dataset", "acme_web"), ("table", "clicks"))): 20,
         ("kbqe_orphan_avro_files_deleted_total", (("topic", "com.acme.events"),)): 1,
         ("kbqe_stage_run_seconds_count", (("topic", "com.acme.events"),)): 1,
         ("kbqe_stage_run_seconds_bucket", (("topic", "com.acme.events"), ("le", "15.0"))): 1,

@@ -5,8 +5,10 @@ One seeded run: partition 0's first range killed after the other ranges committe
 iterations (each load crash point once, both stage crash points), and the one-off faults —
 a Kafka broker restart, the registry down, fake-gcs-server down between two uploads,
 BigQuery refusing a table, a zombie writer, keyed tables' merge killed at each of its points
-(whose tables must then equal their oracle). A fault that never fired fails this test: it
-would prove nothing. Errors are attributed to the step whose messages they hit. The long
+(whose tables must then equal their oracle), and on a second topic feeding a
+``delivery: storage_write`` table next to loaded ones: a stage run killed at each Storage Write
+crash point, a zombie writer between two appends, the BigQuery emulator restarted between two
+appends. A fault that never fired fails this test: it would prove nothing. Errors are attributed to the step whose messages they hit. The long
 run is ``make faults ARGS=--long``.
 """
 
@@ -20,7 +22,7 @@ import pytest
 from kbqe_dagster.core.reasons import Reason
 from kbqe_dagster.localstack import stack
 from reliability.fault_suite import run_suite
-from reliability.report import ALL_FAULTS, STAGE_KILL_FIRST_RANGE
+from reliability.report import ALL_FAULTS, STAGE_KILL_FIRST_RANGE, STORAGE_WRITE_FAULTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,6 +57,20 @@ def test_no_fault_loses_doubles_or_misplaces_an_offset(suite_report) -> None:
     assert (a.rows_loaded, a.dead_letters_loaded) == (a.good, a.bad)
 
 
+def test_the_storage_write_table_holds_every_offset_routed_to_it_once(suite_report) -> None:
+    # Its rows were appended through the emulator's Storage Write API under every fault of
+    # that path, never loaded: its own count of duplicates and losses.
+    (count,) = suite_report.accounting.storage_write.values()
+    assert count.expected > 100
+    assert (count.rows, count.duplicates, count.losses, count.misplaced) \
+        == (count.expected, 0, 0, 0)
+    for kind in STORAGE_WRITE_FAULTS:
+        assert any(e.injected for e in suite_report.events if e.kind == kind), kind
+        assert suite_report.accounting.errors_of(kind) == 0, suite_report.accounting.samples
+    restart = next(e for e in suite_report.events if e.kind == "bigquery_restart_mid_append")
+    assert "does not exist (any more)" in restart.detail, restart.detail
+
+
 def test_bad_input_is_dead_lettered_with_its_reason(suite_report) -> None:
     reasons = suite_report.accounting.bad_by_reason
     assert set(reasons) <= {str(r) for r in Reason}
@@ -69,12 +85,20 @@ def test_the_summary_renders_and_serializes(suite_report, tmp_path) -> None:
     doc = json.loads(path.read_text())
     assert doc["passed"] is suite_report.passed
     assert (doc["duplicates"], doc["losses"]) == (a.duplicates, a.losses)
+    (table,) = doc["storage_write"]
+    assert set(doc["storage_write"][table]) == {"expected", "rows", "duplicates", "losses",
+                                                "misplaced"}
     assert doc["messages_produced"] == suite_report.messages_produced
     assert set(doc["faults_injected"]) >= set(ALL_FAULTS)
     rendered = suite_report.render()
     assert re.search(rf"^result\s+{'PASS' if suite_report.passed else 'FAIL'}$", rendered, re.M)
     assert re.search(rf"^duplicates found\s+{a.duplicates}$", rendered, re.M)
     assert re.search(rf"^losses found\s+{a.losses}$", rendered, re.M)
+    sw = a.storage_write
+    assert re.search(rf"^storage_write losses\s+{sum(c.losses for c in sw.values())}$",
+                     rendered, re.M)
+    assert re.search(r"^storage_write table\s+expected\s+rows\s+duplicates\s+losses", rendered,
+                     re.M)
 
 
 def test_every_service_the_suite_stopped_is_running_again(suite_report, local_stack) -> None:

@@ -19,6 +19,7 @@ from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.resources.kafka.clients import TopicMissing
 from kbqe_dagster.runner import in_process
 from kbqe_dagster.runner.after_load import JobRun
+from kbqe_dagster.runner.report import UntilIdleReport
 from kbqe_dagster.runner.in_process import (
     LAUNCHED_BY,
     LAUNCHED_BY_TAG,
@@ -59,6 +60,7 @@ def loads():
         yield dg.AssetMaterialization(
             asset_key=["bigquery", "ds", key], partition=day,
             metadata={"table": table, "job_id": job, "dagster/row_count": rows,
+                      "job_input_bytes": {"j1": 7000, "j2": 300}[job],
                       "offset_ranges": dg.MetadataValue.json(ranges)})
 
 
@@ -99,6 +101,8 @@ def test_the_load_totals_are_summed_per_table_with_each_job_and_range_once(insta
         "ds.a": (10, ("j1",), (("t", 0, 0, 9),)),
         "ds.b": (5, ("j2",), (("t", 0, 0, 9),)),
     }
+    assert {t: l.bytes for t, l in outcome.tables.items()} == {"ds.a": 7000, "ds.b": 300}, \
+        "a job's input bytes once, not once per day it wrote"
 
 
 def test_the_stage_totals_come_from_the_staging_materialization() -> None:
@@ -128,6 +132,26 @@ def test_a_grouped_stage_run_gives_each_topic_its_own_share() -> None:
     assert (t.records, t.messages, t.dead_letters, t.tombstones, t.ranges) == (45, 50, 5, 1, 1)
     assert (u.records, u.messages, u.ranges) == (50, 50, 1)
     assert (v.ok, v.records, v.ranges) == (True, 0, 0)  # left to an older run: no progress
+
+
+def test_the_bytes_appended_through_storage_write_come_with_each_topics_share() -> None:
+    appended = {"acme_web.clicks": {"rows": 40, "bytes": 3200, "list_price_usd": 0.0}}
+    metadata = {"topics": ["t", "u"], "dagster/row_count": 60, "messages": 60,
+                "storage_write_by_table": appended,
+                "by_topic": {"t": {"dagster/row_count": 50, "messages": 50,
+                                   "storage_write_by_table": appended},
+                             "u": {"dagster/row_count": 10, "messages": 10,
+                                   "storage_write_by_table": {}}}}
+    run = JobRun("stage_job", "r1", True, materializations=((("staging",), metadata),))
+
+    t, u = (stage_outcome(topic, run) for topic in ("t", "u"))
+
+    assert t.appended == {"acme_web.clicks": (40, 3200)} and u.appended == {}
+    report = UntilIdleReport({})
+    report.add_stage(t)
+    report.add_stage(u)
+    assert (report.tables["acme_web.clicks"].rows_appended,
+            report.tables["acme_web.clicks"].bytes_appended) == (40, 3200)
 
 
 def test_a_keyed_stage_run_reports_its_tombstones_itself() -> None:

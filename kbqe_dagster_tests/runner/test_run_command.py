@@ -82,19 +82,38 @@ def test_an_unknown_topic_fails_before_any_run(tmp_path, monkeypatch, capsys) ->
 def test_text_output_is_a_table_per_topic_and_per_table_then_how_it_ended() -> None:
     report = UntilIdleReport({"com.acme.events": TopicTotals(1125, 12, 1, 1137, 2)}, rounds=3,
                              run_ids=["r"] * 4)
-    report.tables = {"acme_sales.orders": TableTotals(375, 2),
+    report.tables = {"acme_sales.orders": TableTotals(375, 2, bytes_loaded=51_200),
                      "inventory.customers": TableTotals(10, 1, keys_merged=7,
-                                                        merge_bytes_processed=2048)}
+                                                        merge_bytes_processed=2048,
+                                                        bytes_loaded=900)}
     assert render(report).splitlines() == [
         "topic            staged  dead-lettered  tombstones  stage runs",
         "com.acme.events  1125    12             1           2",
         "",
-        "table                rows loaded  load jobs  keys merged  merge bytes",
-        "acme_sales.orders    375          2          0            -",
-        "inventory.customers  10           1          7            2048",
+        "table                rows loaded  load jobs  keys merged  merge bytes  bytes loaded",
+        "acme_sales.orders    375          2          0            -            51200 (free)",
+        "inventory.customers  10           1          7            2048         900 (free)",
         "",
         "idle after 3 round(s); 4 run(s) recorded in the Dagster instance",
     ]
+
+
+def test_tables_delivered_through_storage_write_show_bytes_appended_and_list_price() -> None:
+    report = UntilIdleReport({"com.acme.events": TopicTotals(30, 0, 0, 30, 1)}, rounds=2)
+    report.tables = {"acme_sales.orders": TableTotals(20, 1, bytes_loaded=4096),
+                     "acme_web.clicks": TableTotals(rows_appended=10, bytes_appended=3 * 2**30)}
+    assert render(report).splitlines()[3:6] == [
+        "table              rows loaded  load jobs  keys merged  merge bytes  bytes loaded  "
+        "rows appended  bytes appended  list price",
+        "acme_sales.orders  20           1          0            -            4096 (free)   "
+        "0              0               $0.00",
+        "acme_web.clicks    0            0          0            -            -             "
+        "10             3221225472      $0.08",
+    ]
+    assert report.to_json()["tables"]["acme_web.clicks"] == {
+        "rows_loaded": 0, "keys_merged": 0, "merge_bytes_processed": None, "load_jobs": 0,
+        "bytes_loaded": 0, "rows_appended": 10, "bytes_appended": 3 * 2**30,
+        "list_price_usd": 0.075}
 
 
 def test_text_output_of_a_failed_run_ends_with_its_reason() -> None:

@@ -38,6 +38,10 @@ def run(pipeline: FakePipeline, topics=None, clock: Clock | None = None, **kwarg
     return report, progress
 
 
+LOAD_ONLY = {"bytes_loaded": 0, "rows_appended": 0, "bytes_appended": 0, "list_price_usd": 0.0}
+"""The Storage Write keys of a table only loaded (the fake's loads report no bytes)."""
+
+
 def test_a_backlog_is_staged_and_loaded_round_after_round_until_idle() -> None:
     pipeline = FakePipeline({"a": 2_500, "b": 10}, per_run=1_000)
 
@@ -54,9 +58,9 @@ def test_a_backlog_is_staged_and_loaded_round_after_round_until_idle() -> None:
     }
     assert report.to_json()["tables"] == {
         "ds.a": {"rows_loaded": 2_497, "keys_merged": 0, "merge_bytes_processed": None,
-                 "load_jobs": 3},
+                 "load_jobs": 3, **LOAD_ONLY},
         "ds.b": {"rows_loaded": 9, "keys_merged": 0, "merge_bytes_processed": None,
-                 "load_jobs": 1},
+                 "load_jobs": 1, **LOAD_ONLY},
     }
     assert progress[-1] == "round 4: idle"
     assert any(line.startswith("round 1: a: staged 999 record(s)") for line in progress)

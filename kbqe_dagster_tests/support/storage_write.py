@@ -45,7 +45,15 @@ class FakeStorageWriter:
         self.calls: list[tuple[str, Any]] = []
         self.crash_after: int | None = None
         """Raise :class:`Crash` after this many appends answered (None: never)."""
+        self.forgotten: list[_Stream] = []
+        """Streams gone (:meth:`forget_streams`) whose rows stay in their tables."""
         self._ids = itertools.count(1)
+
+    def forget_streams(self) -> None:
+        """Every stream is gone, its rows stay in the table: what the local emulator does on
+        a restart (and BigQuery when it garbage-collects a stream)."""
+        self.forgotten += self.streams.values()
+        self.streams.clear()
 
     def create_stream(self, dataset: str, table: str, kind: str = "committed") -> str:
         assert kind == "committed"
@@ -58,6 +66,10 @@ class FakeStorageWriter:
         return StreamState(stream, "committed", None, None) if stream in self.streams else None
 
     def append(self, stream: str, rows: Any, offset: int | None) -> AppendOutcome:
+        if stream not in self.streams:
+            from kbqe_dagster.core.errors import WriteStreamNotFoundError
+
+            raise WriteStreamNotFoundError(f"stream {stream} does not exist (any more)")
         target = self.streams[stream]
         self.calls.append(("append", (stream, offset, len(rows.rows))))
         try:
@@ -93,7 +105,7 @@ class FakeStorageWriter:
     def table_rows(self, dataset: str, table: str) -> list[dict]:
         """Every row of the table's streams, decoded."""
         out = []
-        for s in self.streams.values():
+        for s in [*self.forgotten, *self.streams.values()]:
             if (s.dataset, s.table) == (dataset, table):
                 out += [_decode(d, r) for d, r in zip(s.descriptors, s.rows)]
         return out
@@ -119,11 +131,24 @@ class FakeTableKeeper:
     """The table keeper (delivery/tables.py) at the BigQuery metadata boundary: records which
     tables were made ready with which columns, in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, writer: FakeStorageWriter | None = None) -> None:
         self.ensured: list[tuple[str, str, tuple[str, ...]]] = []
+        self.writer = writer
+        self.asked: list[tuple[str, str, int, int, int]] = []
+        """Every :meth:`offsets_present` question: (dataset, table, partition, first, last)."""
 
     def ensure(self, dataset: str, table: str, file_schema: dict, layout: Any) -> None:
         self.ensured.append((dataset, table, tuple(f["name"] for f in file_schema["fields"])))
+
+    def offsets_present(self, dataset: str, table: str, columns: tuple[str, str, str],
+                        topic: str, partition: int, first: int, last: int) -> frozenset[int]:
+        """The table's rows are the writer's (every stream's, gone ones included)."""
+        self.asked.append((dataset, table, partition, first, last))
+        topic_col, partition_col, offset_col = columns
+        rows = self.writer.table_rows(dataset, table) if self.writer else []
+        return frozenset(int(r[offset_col]) for r in rows
+                         if r.get(topic_col) == topic and int(r[partition_col]) == partition
+                         and first <= int(r[offset_col]) <= last)
 
 
 @dataclass(frozen=True)
@@ -149,5 +174,5 @@ def fake_storage_write(name: str, writer: FakeStorageWriter | None = None
     """Settings for a new in-memory writer and keeper registered under ``name`` (unique per
     test: the delivery sink keeps a writer per settings for the process)."""
     _writers[name] = writer or FakeStorageWriter()
-    _keepers[name] = FakeTableKeeper()
+    _keepers[name] = FakeTableKeeper(_writers[name])
     return FakeWriterSettings(name), FakeKeeperSettings(name)

@@ -195,6 +195,10 @@ class PipelineConfig:
         for t in self.topics:
             if (dataset, table) in {(d.dataset, d.table) for d in t.static_destinations}:
                 return t.delivery
+            static = t.routing.static_destination
+            if t.keyed and static and (dataset, table) == (static.dataset,
+                                                           changelog_table(static.table)):
+                return t.delivery  # a keyed topic writes its changelog
         return Delivery.LOAD
 
     def topic_may_deliver_by_storage_write(self, topic: str) -> bool:
@@ -208,6 +212,8 @@ class PipelineConfig:
         statics = config.static_destinations
         if not statics or config.routing.static_destination is None:
             return True  # routing names tables per record: any storage_write table may be one
+        if config.keyed:  # its rows go to the changelog, never to the current table
+            statics = tuple(d._replace(table=changelog_table(d.table)) for d in statics)
         return any(self.delivery(d.dataset, d.table, topic) is Delivery.STORAGE_WRITE
                    for d in statics)
 
@@ -411,13 +417,14 @@ def _check_tables(
         else:
             templated.setdefault(d.dataset, who)
     wild = {p.split(".")[0] for p in allowed.patterns if p.endswith(".*")}
+    changelogs = {(ds, changelog_table(tb)) for (ds, tb), (_, keyed) in statics.items() if keyed}
     for key, settings in tables.settings.items():
         dataset, table = key.split(".")
         if table == "*":
             if dataset not in wild and dataset not in templated:
                 problems.add(f"tables.{key}", f"dataset.* needs the allow-list entry {key!r}")
         elif not allowed.allows(dataset, table) and (dataset, table) not in statics \
-                and dataset not in templated \
+                and dataset not in templated and (dataset, table) not in changelogs \
                 and not dead_letter.is_table(dataset, table):
             problems.add(f"tables.{key}", "not a destination of this pipeline (not in "
                          "allowed_destinations and no static route names it)")
@@ -457,15 +464,21 @@ def _check_storage_write(
     templated: Mapping[str, tuple[str, bool]], dead_letter: DeadLetterDestination,
     problems: r.Problems,
 ) -> None:  # fmt: skip
-    """What ``delivery: storage_write`` cannot do yet, refused naming the table."""
+    """What ``delivery: storage_write`` cannot do, refused naming the table. A keyed topic's
+    changelog may be delivered so (its MERGE takes the delivered rows at its cadence), not
+    its current table, which only the MERGE writes."""
     if _covers_dead_letter(dataset, table, dead_letter):
-        problems.add(f"tables.{key}.delivery", f"storage_write is not supported yet for the "
-                     f"dead-letter table {dead_letter.dataset}.{dead_letter.table}: its rows "
-                     "(rows the Storage Write API refuses among them) are loaded")
-    for who in _keyed_topics_covered(dataset, table, statics, templated)[:1]:
-        problems.add(f"tables.{key}.delivery", f"storage_write is not supported yet for the "
-                     f"tables of keyed topic {who} (its changelog is loaded; the MERGE reads "
-                     "the loads)")
+        # Not "yet": the table of last resort stays loaded (docs/architecture.md, "Storage
+        # Write delivery").
+        problems.add(f"tables.{key}.delivery", f"storage_write is not supported for the "
+                     f"dead-letter table {dead_letter.dataset}.{dead_letter.table}: it stays "
+                     "loaded (the rows the Storage Write API refuses are dead-lettered there, "
+                     "and a row it refused for this table could not be dead-lettered again)")
+    for (ds, tb), (who, is_keyed) in statics.items():
+        if is_keyed and (ds, tb) == (dataset, table):
+            problems.add(f"tables.{key}.delivery", f"{key} is the current state of keyed topic "
+                         f"{who}, written by its MERGE, never delivered: set the delivery of "
+                         f"its changelog {ds}.{changelog_table(tb)} (or the topic's)")
 
 
 # --- sections ----------------------------------------------------------------------------------

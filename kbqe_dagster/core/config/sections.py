@@ -102,7 +102,9 @@ class LoadSettings:
 
     cadence: timedelta = timedelta(minutes=15)
     """How often loadable files are grouped into load jobs. Default ``15m``. Bounded by the
-    per-table load-job quota (see ``jobs_per_table_per_day`` in core/config/pipeline.py)."""
+    per-table load-job quota (see ``jobs_per_table_per_day`` in core/config/pipeline.py).
+    The daemon's schedule rounds it up to a step cron keeps evenly (minutes dividing an
+    hour, hours dividing a day: ``7m`` runs every 10 minutes), never down."""
     poll_interval: timedelta = timedelta(minutes=2)
     """How often pending load jobs are polled. Default ``2m``."""
     max_files_per_job: int = MAX_FILES_PER_JOB

@@ -101,7 +101,9 @@ class TopicConfig:
     """How the rows of the tables this topic writes reach BigQuery, for each table that
     ``tables:`` says nothing of: ``load`` (default; free batch load jobs) or
     ``storage_write`` (the Storage Write API, seconds; core/record/partitioning.py). A topic
-    that may write a ``storage_write`` table stages one range per partition per run."""
+    that may write a ``storage_write`` table stages one range per partition per run. A keyed
+    topic's table is its changelog: delivered so, it is fresh in seconds and its MERGE keeps
+    its cadence (keyed/merge.py)."""
 
     @property
     def static_destinations(self) -> tuple[Destination, ...]:
@@ -206,9 +208,6 @@ def read_topic(
         COMPLETENESS_SPEC, problems,
     )
     delivery = r.read_value(section, "delivery", _DELIVERY, Delivery.LOAD, problems, path)
-    if delivery is Delivery.STORAGE_WRITE and "keyed" in section:
-        problems.add(f"{path}.delivery", "storage_write is not supported yet for a keyed topic "
-                     "(its changelog is delivered by load jobs; the MERGE reads them)")
     return TopicConfig(name, routing, event_time, policy, staging, source_format, keyed,
                        value_schema, transforms=transforms, decoder=decoder,
                        completeness=completeness, destinations=destinations, delivery=delivery)

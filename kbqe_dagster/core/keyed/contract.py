@@ -72,7 +72,9 @@ class KeyedConfig:
     delete_field: str | None = None
     """Plain keyed topics: an optional boolean field meaning "this key is deleted"."""
     merge_every: int = 1
-    """Merge the current table every N load cycles (1: after every cycle)."""
+    """Merge the current table at every N-th merge tick (``load.poll_interval``) that finds
+    new changelog rows, loaded or delivered through the Storage Write API (1: at every such
+    tick); ``kbqe run --until-idle`` merges what is new at once."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", tuple(self.key))

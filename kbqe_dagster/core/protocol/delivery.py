@@ -26,6 +26,22 @@ partition restages exactly its range before anything else is planned (:func:`ope
 and the rows already in the stream answer ``already_exists``. The next range of a (table,
 partition) continues the stream where the latest committed range left it
 (:func:`stream_position`).
+
+**A stream gone** (deleted, garbage-collected, or the local emulator restarted: it forgets
+its streams) can never gain a row again, so the table's content says what the range still
+owes it. Whenever a range's rows go to a stream it does not continue, a **new** stream (the
+first range of a (table, partition), a new schema id, the previous stream gone, or an open
+intent whose stream is gone), the sink first asks the table which of the range's Kafka
+offsets it holds (one query, only then): their rows were appended by an earlier attempt
+through a stream that is gone, and the intent records them as :attr:`Intent.delivered_before`
+(not appended again; a retry of the intent skips exactly those, whatever the table holds by
+then). An open intent whose stream is gone is replaced: its refusal notes (of the gone
+stream's requests) are deleted, then the intent itself, only while it is the version read
+(``delete_version``: of two writers, one replaces it; the other finds the new intent, or none
+and creates it, create-only), and a new intent is created as above. A crash in between
+leaves no intent: the range is planned like any uncommitted one, and its new stream is
+checked against the table the same way. Exactly once either way; never a range stuck on a
+stream that no longer exists.
 """
 
 from __future__ import annotations
@@ -80,6 +96,11 @@ class Intent:
     """The first row offset of the range's rows in :attr:`stream`."""
     parts: tuple[tuple[int, int], ...]
     """(schema id, rows) in append order: each schema id's rows are one file of the range."""
+    delivered_before: tuple[int, ...] = ()
+    """Kafka offsets of the range whose rows the table already held when this intent chose a
+    new stream (an earlier attempt's appends through a stream that is gone since): not
+    appended again, not counted in :attr:`parts`. Empty for every intent that continues a
+    stream (module docstring, "A stream gone")."""
 
     @property
     def rows(self) -> int:
@@ -97,6 +118,8 @@ class Intent:
             "last": self.last, "stream": self.stream, "offset": self.offset,
             "parts": [[schema_id, rows] for schema_id, rows in self.parts],
         }
+        if self.delivered_before:  # absent otherwise: such intents read as they always did
+            doc["delivered_before"] = list(self.delivered_before)
         return (json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
@@ -113,6 +136,7 @@ def parse_intent(content: bytes, name: IntentFileName) -> Intent:
             _typed(doc["table"], str), _typed(doc["first"], int), _typed(doc["last"], int),
             _typed(doc["stream"], str), _typed(doc["offset"], int),
             tuple((_typed(s, int), _typed(n, int)) for s, n in _typed(doc["parts"], list)),
+            tuple(_typed(o, int) for o in _typed(doc.get("delivered_before", []), list)),
         )
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise StagingError(f"intent {name.name} is not readable: {exc}") from exc
@@ -139,10 +163,16 @@ class Refusal:
 
     row_offset: int
     refused: tuple[tuple[int, str], ...]
+    stream: str = ""
+    """The stream of the request (empty in notes written before it was recorded): a note of
+    another stream than its intent's is a replaced intent's, stale (module docstring, "A
+    stream gone")."""
 
     def encode(self) -> bytes:
-        doc = {"kbqe_refusal": 1, "row_offset": self.row_offset,
-               "refused": [[i, why] for i, why in self.refused]}
+        doc: dict[str, Any] = {"kbqe_refusal": 1, "row_offset": self.row_offset,
+                               "refused": [[i, why] for i, why in self.refused]}
+        if self.stream:
+            doc["stream"] = self.stream
         return (json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
@@ -150,7 +180,8 @@ def parse_refusal(content: bytes, name: RefusalFileName) -> Refusal:
     try:
         doc = json.loads(content)
         refusal = Refusal(_typed(doc["row_offset"], int),
-                          tuple((_typed(i, int), _typed(w, str)) for i, w in doc["refused"]))
+                          tuple((_typed(i, int), _typed(w, str)) for i, w in doc["refused"]),
+                          _typed(doc.get("stream", ""), str))
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise StagingError(f"refusal note {name.name} is not readable: {exc}") from exc
     if refusal.row_offset != name.row_offset:
@@ -225,6 +256,20 @@ def ranges_to_roll_forward(names: Listing) -> tuple[OffsetRange, ...]:
     return tuple(sorted(found))
 
 
+PinnedTable = tuple[str, int, int, str, str]
+"""(topic, partition, first Kafka offset, dataset, table) of an open intent."""
+
+
+def pinned_tables(intents: Iterable[IntentFileName]) -> frozenset[PinnedTable]:
+    """The tables whose delivery open ``intents`` pin: restaging an open intent's range
+    delivers its table through the Storage Write API whatever the pipeline file says now.
+    Rows of the range may already be in the stream (the table); a table switched to ``load``
+    meanwhile must not stage them as avro files too (loaded, they would be there twice). The
+    switch takes effect at the next range, a range boundary."""
+    return frozenset((i.key.topic, i.key.partition, i.first_offset, i.key.dataset,
+                      i.key.table) for i in intents)
+
+
 def committed_intents(names: Listing) -> tuple[IntentFileName, ...]:
     """Intents whose range is committed: their done files say everything; retention deletes
     them with their refusal notes."""
@@ -255,16 +300,21 @@ class StreamPosition:
 def stream_position(manifests: Iterable[Manifest], dataset: str,
                     table: str) -> StreamPosition | None:
     """The stream of ``dataset.table`` as the latest (highest Kafka offsets) of
-    ``manifests`` (one partition's committed ranges) that delivered rows to it left it;
-    None when none did (a first range, or retention deleted them): a new stream then."""
-    best: tuple[int, StreamPosition] | None = None
+    ``manifests`` (one partition's committed ranges) that wrote the table left it; None when
+    none did (a first range, or retention deleted them) or when that range **loaded** the
+    table (it was switched to ``load`` since its last appends): a new stream then, so a
+    table switched back never continues a stream from before its loads."""
+    best: tuple[int, StreamPosition | None] | None = None
     for manifest in manifests:
-        files = [(f, f.delivered) for f in manifest.files if f.delivered is not None
-                 and _table_of(f.avro) == (dataset, table)]
+        files = [f for f in manifest.files if _table_of(f.avro) == (dataset, table)]
         if not files or (best is not None and manifest.first <= best[0]):
             continue
-        last: Delivered = max((d for _, d in files), key=lambda d: d.next_offset)
-        schema_ids = frozenset(_schema_of(f.avro) for f, _ in files)
+        delivered = [(f, f.delivered) for f in files if f.delivered is not None]
+        if not delivered:
+            best = (manifest.first, None)
+            continue
+        last: Delivered = max((d for _, d in delivered), key=lambda d: d.next_offset)
+        schema_ids = frozenset(_schema_of(f.avro) for f, _ in delivered)
         best = (manifest.first, StreamPosition(last.stream, last.next_offset, schema_ids))
     return best[1] if best else None
 

@@ -76,8 +76,10 @@ class TableSettings:
     delivery: Delivery | None = None
     """``load`` (free batch load jobs, minutes) or ``storage_write`` (rows appended through
     the BigQuery Storage Write API as each range commits, seconds; billed). Unset: the
-    delivery of the topic that writes the table (``topics[].delivery``), else ``load``. Not
-    ``storage_write`` yet: the dead-letter table, keyed topics' tables."""
+    delivery of the topic that writes the table (``topics[].delivery``), else ``load``.
+    Switching takes effect at the next staged range. Never ``storage_write``: the dead-letter
+    table. A keyed topic's changelog may be (its MERGE keeps its cadence), never its current
+    table, which only the MERGE writes."""
 
 
 TABLE_SPEC: dict[str, r.Converter] = {"partitioning": r.choice(Partitioning),

@@ -11,7 +11,8 @@ On every destination asset:
 - ``no_duplicate_offsets`` (**opt-in**, a query billed for the key columns it scans, capped
   by the resource's ``max_bytes_billed``): no (topic, partition, offset) twice in the last
   ``DUPLICATE_WINDOW_DAYS`` day partitions. Never run by the load; run it from the UI or
-  enable ``duplicate_offsets_schedule``.
+  enable ``duplicate_offsets_schedule``. The same query on a ``delivery: storage_write``
+  table (its rows carry the same Kafka columns).
 
 On ``staging``: ``pending_files_fresh``: the oldest avro file still waiting for a load is
 younger than ``FRESHNESS_CADENCES`` load cadences. Evaluated at the end of every load cycle.
@@ -132,13 +133,19 @@ def load_checks(destinations: Destinations) -> dg.AssetChecksDefinition:
 def _tables_of(
     key: dg.AssetKey, destinations: Destinations, state: LoadState, instance: dg.DagsterInstance
 ) -> set[tuple[str, str]]:
-    """The tables behind an asset: one, or every loaded table of a wildcard dataset."""
+    """The tables behind an asset: one, or every loaded or appended table of a wildcard
+    dataset."""
     if len(key.path) == 3:
         return {(key.path[1], key.path[2])}
     dataset = key.path[1]
     tables = {(dataset, t) for t in instance.get_dynamic_partitions(tables_partitions_name(dataset))}
     tables |= {j.table_id for j in state.jobs if destinations.is_wildcard(*j.table_id)
                and j.dataset == dataset}
+    # A table appended through the Storage Write API has no load job: the stage run's
+    # materializations name it (table × time keys print as "<time>|<table>": dimensions in
+    # name order, and "table" sorts after "date" and "hour").
+    tables |= {(dataset, str(k).rsplit("|", 1)[-1])
+               for k in instance.get_materialized_partitions(key) if "|" in str(k)}
     return tables
 
 

@@ -25,13 +25,26 @@ IN_FLIGHT = [
 ]
 
 
+MINUTE_STEPS = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30)
+"""Steps of ``*/n`` that divide an hour: any other ``n`` fires twice closer together at the
+top of the hour (``*/7`` at :56 and :00)."""
+HOUR_STEPS = (1, 2, 3, 4, 6, 8, 12)
+
+
 def cron_every(interval: timedelta) -> str:
-    minutes = max(1, int(interval.total_seconds() // 60))
+    """The cron expression that fires every ``interval`` or less often, never more often: the
+    load cadence keeps a table's load jobs under BigQuery's daily quota (the config check
+    counts them at the cadence), so a cadence is rounded up to the next step cron can keep
+    evenly (``1m56s`` fires every 2 minutes, ``7m`` every 10), not down."""
+    minutes = max(1, -(-int(interval.total_seconds()) // 60))
     if minutes < 60:
-        return "* * * * *" if minutes == 1 else f"*/{minutes} * * * *"
-    hours = max(1, minutes // 60)
-    if hours < 24:
-        return f"0 */{hours} * * *"
+        step = next((m for m in MINUTE_STEPS if m >= minutes), 60)
+        if step < 60:
+            return "* * * * *" if step == 1 else f"*/{step} * * * *"
+    hours = -(-minutes // 60)
+    step = next((h for h in HOUR_STEPS if h >= hours), 24)
+    if step < 24:
+        return "0 * * * *" if step == 1 else f"0 */{step} * * *"
     return "0 0 * * *"
 
 

@@ -35,7 +35,8 @@ def keyed_specs(config: PipelineConfig) -> list[dg.AssetSpec]:
             description=(
                 f"Current state of `{dest.name}`: one row per key ({', '.join(keyed.key) or 'the Kafka key'}), "
                 f"deletes {keyed.deletes.value}; kept by an idempotent MERGE of the changelog "
-                "rows each load cycle added. Clustered by the key."
+                "rows new since the last merge (loaded, or appended through the Storage Write "
+                "API), every keyed.merge_every merge tick with new rows. Clustered by the key."
             ),
             deps=[changelog], group_name=KEYED_GROUP, kinds={"bigquery"},
             owners=["team:data-platform"],

@@ -52,6 +52,9 @@ def merge_keyed_tables_op(
                 "keys_merged": result.keys_merged,
                 "merge_bytes_processed": result.bytes_processed,
                 "load_jobs_merged": result.jobs,
+                "delivered_ranges_merged": dg.MetadataValue.json(
+                    [{"partition": p, "first": a, "last": b}
+                     for p, spans in sorted(result.delivered.items()) for a, b in spans]),
                 "statements": result.statements,
             },
         )
@@ -69,6 +72,7 @@ def merge_keyed_tables_op(
             yield from check_evaluations(check)
 
 
-@dg.job(name=MERGE_JOB, description="MERGE the new changelog rows into each keyed table.")
+@dg.job(name=MERGE_JOB, description="MERGE the new changelog rows (loaded or delivered) into "
+        "each keyed table.")
 def merge_keyed_tables_job() -> None:
     merge_keyed_tables_op()

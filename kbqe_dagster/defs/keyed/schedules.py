@@ -1,6 +1,9 @@
 """When the daemon merges keyed tables: every ``load.poll_interval`` (the poll is when load
-jobs finish), skipped while a merge is in flight. A tick with no new load job merges nothing
-and bills nothing; ``keyed.merge_every`` spaces the merges of a table further."""
+jobs finish), skipped while a merge is in flight. The tick does not wait for a load: a
+changelog delivered through the Storage Write API has new rows whenever a range commits, and
+the merge op finds them in the staging area (keyed/merge.py). A tick with no new load job and
+no newly committed range merges nothing and bills nothing; ``keyed.merge_every`` spaces the
+merges of a table further."""
 
 from __future__ import annotations
 

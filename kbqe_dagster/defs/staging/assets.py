@@ -7,10 +7,12 @@ annotations of the asset function when it is decorated, and needs real types for
 """
 
 from collections import Counter
+from typing import Iterable
 
 import dagster as dg
 
 from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.core.load.cost import storage_write_list_price
 from kbqe_dagster.core.protocol.naming import STAGING_ASSET
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
 from kbqe_dagster.defs.staging.claims import STAGE_LOOP_JOB, yielded_to_older_runs
@@ -184,6 +186,7 @@ def stage_metadata(summary: StageSummary) -> dict:
         "messages": summary.messages,
         "bytes_written": summary.bytes_written,
         "bytes_written_by_dataset": dg.MetadataValue.json(_bytes_by_dataset(summary)),
+        "storage_write_by_table": dg.MetadataValue.json(appended_by_table([summary])),
         "files_written": len(summary.files),
         "ranges": dg.MetadataValue.json(list(summary.committed_ranges)),
         "dead_letters": sum(summary.dead_letters.values()),
@@ -213,6 +216,7 @@ def topic_totals(summary: StageSummary) -> dict:
         "messages": summary.messages,
         "bytes_written": summary.bytes_written,
         "bytes_written_by_dataset": _bytes_by_dataset(summary),
+        "storage_write_by_table": appended_by_table([summary]),
         "files_written": len(summary.files),
         "ranges": list(summary.committed_ranges),
         "dead_letters": sum(summary.dead_letters.values()),
@@ -247,6 +251,7 @@ def group_metadata(names: tuple[str, ...], summaries: tuple[StageSummary, ...]) 
         "messages": sum(s.messages for s in summaries),
         "bytes_written": sum(s.bytes_written for s in summaries),
         "bytes_written_by_dataset": dg.MetadataValue.json(dict(written)),
+        "storage_write_by_table": dg.MetadataValue.json(appended_by_table(summaries)),
         "files_written": sum(len(s.files) for s in summaries),
         "ranges": dg.MetadataValue.json([r for s in summaries for r in s.committed_ranges]),
         "dead_letters": sum(dead.values()),
@@ -271,3 +276,21 @@ def _bytes_by_dataset(summary: StageSummary) -> dict[str, int]:
     for result in summary.results:
         total.update(result.bytes_by_dataset)
     return dict(total)
+
+
+def appended_by_table(summaries: Iterable[StageSummary]) -> dict[str, dict]:
+    """Per ``dataset.table`` delivered through the Storage Write API by these stage summaries'
+    committed ranges: rows and bytes appended, and their list price in USD before the free
+    tier (core/load/cost.py); empty for a run of load tables only."""
+    rows: Counter[str] = Counter()
+    appended: Counter[str] = Counter()
+    for summary in summaries:
+        for result in summary.results:
+            if result.committed_last is None:
+                continue
+            for d in result.delivered:
+                rows[f"{d.dataset}.{d.table}"] += d.rows
+                appended[f"{d.dataset}.{d.table}"] += d.bytes
+    return {table: {"rows": rows[table], "bytes": appended[table],
+                    "list_price_usd": round(storage_write_list_price(appended[table]), 6)}
+            for table in sorted(appended)}

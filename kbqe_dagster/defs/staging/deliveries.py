@@ -14,6 +14,7 @@ from typing import Iterable, Iterator
 import dagster as dg
 
 from kbqe_dagster.core.load.checks import JobRows, rows_loaded
+from kbqe_dagster.core.load.cost import storage_write_list_price
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.bigquery.checks import evaluation
 from kbqe_dagster.staging.context import RangeResult
@@ -55,6 +56,8 @@ def _materializations(key: dg.AssetKey, result: RangeResult, delivery: TableDeli
         "stream_rows": dg.MetadataValue.json([delivery.first_row, delivery.last_row]),
         "rows_appended": delivery.rows,
         "bytes_appended": delivery.bytes,
+        # Before the free tier (2 TiB a month per billing account, unknown to a run).
+        "list_price_usd": round(storage_write_list_price(delivery.bytes), 6),
         "rows_refused": delivery.refused,
         "requests": delivery.requests,
         "requests_already_written": delivery.skipped_requests,
