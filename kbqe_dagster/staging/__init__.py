@@ -2,7 +2,8 @@
 
 Driver side: ``prepare.py`` (roll committed ranges forward, delete crash leftovers, plan
 ranges), ``backlog.py`` (every topic's backlog for the sensor), ``job.py`` (the ranges as an
-RDD on a SparkContext, a summary for Dagster to report).
+RDD on a SparkContext, a summary for Dagster to report), ``loop.py`` (the stage loop: one
+long run staging its topics round after round, an idle round costing one watermarks read).
 
 Executor side, one module per concern: ``task.py`` (``stage_range``: one range, read, staged,
 committed), ``context.py`` (``StageContext`` shipped to the tasks, ``RangeResult`` returned),

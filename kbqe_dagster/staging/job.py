@@ -15,7 +15,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.offsets import OffsetRange, Watermarks
@@ -133,8 +133,9 @@ def run_stage(spark_context, ctx: StageContext, *, max_messages_per_run: int,
     return summary
 
 
-def run_stage_group(spark_context, ctx: StageContext,
-                    topics: Sequence[str]) -> tuple[StageSummary, ...]:
+def run_stage_group(spark_context, ctx: StageContext, topics: Sequence[str], *,
+                    marks: Mapping[tuple[str, int], Watermarks] | None = None,
+                    ) -> tuple[StageSummary, ...]:
     """Stage everything planned for each of ``topics`` in **one** Spark job: one summary per
     topic staged, in order. ``ctx.topic_name`` is ignored (each range is staged with its own
     topic's settings). The watermarks of all topics are read in one request; each topic is
@@ -144,16 +145,21 @@ def run_stage_group(spark_context, ctx: StageContext,
     A topic Kafka does not hold (not created yet, or deleted since the tick) is skipped with a
     warning naming it and has no summary; the other topics are staged. A failed range fails the
     run after every other range of every topic had its chance (their commits stand; the failed
-    one is redone next run)."""
+    one is redone next run).
+
+    ``marks``: the topics' watermarks when the caller read them already (the stage loop,
+    staging/loop.py, reads them to tell an idle round from a busy one)."""
     started = time.monotonic()
     store = ctx.staging.open()
-    marks: dict[str, dict[tuple[str, int], Watermarks]] = {}
-    for tp, w in watermarks_of(ctx.kafka, topics).items():
-        marks.setdefault(tp[0], {})[tp] = Watermarks(w.low, w.high)
+    if marks is None:
+        marks = {tp: Watermarks(w.low, w.high) for tp, w in watermarks_of(ctx.kafka, topics).items()}
+    by_topic: dict[str, dict[tuple[str, int], Watermarks]] = {}
+    for tp, mark in marks.items():
+        by_topic.setdefault(tp[0], {})[tp] = mark
     preps: dict[str, Preparation] = {}
     failures: list[str] = []
     for topic in dict.fromkeys(topics):
-        if topic not in marks:
+        if topic not in by_topic:
             log.warning("not staged: %s", TopicMissing(topic))
             continue
         settings = replace(ctx, topic_name=topic).topic
@@ -161,7 +167,7 @@ def run_stage_group(spark_context, ctx: StageContext,
             store, ctx.kafka, topic,
             max_messages_per_run=settings.staging.max_messages_per_run,
             max_messages_per_range=settings.staging.max_messages_per_range,
-            start_policy=settings.staging.start_offset, marks=marks[topic],
+            start_policy=settings.staging.start_offset, marks=by_topic[topic],
             **_deliveries(ctx, topic),
         )
     ranges = [rng for prep in preps.values() for rng in prep.plan.ranges]

@@ -126,6 +126,16 @@ def test_top_level_sections_are_defaults_that_topics_override_key_by_key() -> No
     assert (events.on_bad_input, audit.on_bad_input) == (BadInputPolicy.FAIL, BadInputPolicy.SKIP)
 
 
+def test_the_loop_interval_is_a_second_unless_a_topic_or_the_pipeline_says_otherwise() -> None:
+    def change(raw: dict[str, Any]) -> None:
+        raw["topics"][0]["staging"] = {"loop_interval": "250ms"}
+
+    assert [t.staging.loop_interval for t in _parse().topics] == [timedelta(seconds=1)] * 2
+    events, audit = _parse(change).topics
+    assert (events.staging.loop_interval, audit.staging.loop_interval) == (
+        timedelta(milliseconds=250), timedelta(seconds=1))
+
+
 def test_static_destinations_are_implicitly_allowed() -> None:
     config = _parse()
     assert config.allowed_destinations.patterns == ("acme_sales.*", "acme_web.*", "ops.audit")
@@ -187,6 +197,11 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
          "got int 900"),
         ("topics[0].staging.allowed_latency", "15 minutes",
          "topics[0].staging.allowed_latency: expected a duration"),
+        ("topics[0].staging.loop_interval", 1,
+         "topics[0].staging.loop_interval: expected a duration such as '30s', '15m', '1h', "
+         "got int 1"),
+        ("staging.loop_interval", "10ms",
+         "staging.loop_interval: must be at least 100ms, got '10ms'"),
         ("topics[0].staging.max_messages_per_range", 0,
          "topics[0].staging.max_messages_per_range: must be at least 1, got 0"),
         ("staging.max_messages_per_batch", True,

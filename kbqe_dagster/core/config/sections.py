@@ -75,6 +75,12 @@ class StagingSettings:
     """Codec of staged avro files: ``snappy`` (default), ``deflate`` or ``null``."""
     start_offset: StartPolicy = StartPolicy.EARLIEST
     """Where a partition with no done file starts: ``earliest`` (default) or ``latest``."""
+    loop_interval: timedelta = timedelta(seconds=1)
+    """A topic that may write a ``delivery: storage_write`` table is staged by the stage loop
+    (one long run, under the Dagster daemon), which looks at its watermarks this often and
+    stages what is new: its rows reach BigQuery about this long after Kafka has them. A round
+    with nothing new costs one watermarks request. At least ``100ms``; default ``1s``. A loop
+    run of several topics uses the shortest of their intervals."""
 
 
 STAGING_SPEC: dict[str, r.Converter] = {
@@ -86,6 +92,7 @@ STAGING_SPEC: dict[str, r.Converter] = {
     "max_message_size": r.byte_size(minimum=6),  # the 5-byte header plus at least one byte
     "file_codec": r.choice(FileCodec, aliases={None: "null"}),  # YAML reads bare null as None
     "start_offset": r.choice(StartPolicy),
+    "loop_interval": r.duration(minimum=timedelta(milliseconds=100)),
 }
 
 
