@@ -147,7 +147,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="every library's log lines (Dagster, Spark, librdkafka, ...)")
     args = parser.parse_args(argv)
-    args.rates = parse_rates(args.rates, args.partitions)
+    try:
+        args.rates = parse_rates(args.rates, args.partitions)
+    except (ValueError, argparse.ArgumentTypeError) as e:
+        parser.error(str(e))
     args.paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     unknown = [p for p in args.paths if p not in PATHS]
     if unknown or not args.paths:
