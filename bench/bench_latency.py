@@ -684,8 +684,21 @@ class Bench:
             "stopped_because": work.stopped_because,
             "settings": work.notes,
         }  # fmt: skip
+        row["drain_s"] = round(visible_at - last_at, 2) if visible_at else None
+        row["kept_up_basis"] = "backlog growth"
+        if row["kept_up"] is None and row["staged_msg_per_busy_s"]:
+            # Too few polls in the window (a round as long as the window holds them back):
+            # judged by what a second of staging moves instead.
+            row["kept_up"] = row["staged_msg_per_busy_s"] >= 0.95 * case.rate
+            row["kept_up_basis"] = "messages staged per busy second against the rate"
         if row["produce"]["achieved_msg_per_s"] < 0.95 * case.rate:
             row["producer_kept_up"] = False
+        if case.path == "load" and produce_s < 2 * self.args.load_cadence:
+            # Nothing is visible between two load cycles: over a window shorter than two of
+            # them the backlog grows by construction, which says nothing of the throughput.
+            row["kept_up"] = None
+            row["kept_up_note"] = (f"not judged: produced for {produce_s:.0f} s, under two load "
+                                   f"cycles ({2 * self.args.load_cadence:g} s)")
         lat = row["latency_s"]
         say(f"  p50 {lat.get('p50')} s, p99 {lat.get('p99')} s, max {lat.get('max')} s over "
             f"{lat.get('messages', 0):,} messages; unseen {row['unseen']}; kept up: {row['kept_up']}"
@@ -736,6 +749,10 @@ def verdicts(rows: list[dict]) -> list[str]:
     return out
 
 
+def _cell(value) -> str:
+    return "-" if value is None else f"{value:,}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
 def print_table(report: dict) -> None:
     head = (f"{'path':14s} {'msg/s':>7s} {'P':>2s} {'achieved':>8s} {'p50 s':>7s} {'p90 s':>7s} "
             f"{'p99 s':>7s} {'max s':>7s} {'deliv/s':>8s} {'staged/busy s':>13s} {'kept up':>8s} "
@@ -746,8 +763,9 @@ def print_table(report: dict) -> None:
         print(f"{r['path']:14s} {r['rate']:>7,d} {r['partitions']:>2d} "
               f"{r['produce']['achieved_msg_per_s']:>8,d} {lat.get('p50', '-'):>7} "
               f"{lat.get('p90', '-'):>7} {lat.get('p99', '-'):>7} {lat.get('max', '-'):>7} "
-              f"{r['delivered_msg_per_s'] or '-':>8} {r['staged_msg_per_busy_s'] or '-':>13} "
-              f"{str(r['kept_up']):>8s} {r['backlog_growth_msg_per_s'] or 0:>11} {r['unseen']:>6d}")
+              f"{_cell(r['delivered_msg_per_s']):>8s} {_cell(r['staged_msg_per_busy_s']):>13s} "
+              f"{_cell(r['kept_up']):>8s} {_cell(r['backlog_growth_msg_per_s']):>11s} "
+              f"{r['unseen']:>6d}")
     for r in report["results"]:
         if r["path"] == "load":
             s = r["settings"]
@@ -763,6 +781,12 @@ def print_table(report: dict) -> None:
                   f"{r['poller'].get('mean_period_s')} s (query {r['poller'].get('mean_query_s')} s)"
                   ": latencies include up to one poll period.")
             break
+    for r in report["results"]:
+        if r.get("kept_up_note"):
+            print(f"kept up, {r['path']} {r['rate']:,} msg/s: {r['kept_up_note']}")
+        if r.get("producer_kept_up") is False:
+            print(f"the producer did not hold {r['rate']:,} msg/s: {r['produce']['achieved_msg_per_s']:,}"
+                  f" achieved, up to {r['produce']['max_behind_schedule_s']} s behind schedule")
     for line in report["verdicts"]:
         print("target: " + line)
     print(f"load average (1 min) before/after: {report['load_average']}; "
