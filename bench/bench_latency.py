@@ -54,6 +54,7 @@ import math
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -677,6 +678,8 @@ class Bench:
                                     if visible_at else None),
             "staged_msg_per_busy_s": round(staged / busy) if busy else None,
             "staging_rounds": len(work.rounds), "staging_busy_s": round(busy, 2),
+            # Each busy round or stage run: seconds after the first produce, its length, messages.
+            "rounds": [[round(a - first_at, 2), round(s, 2), n] for a, s, n in work.rounds],
             "load_cycles": [{"at": round(a - first_at, 1), "seconds": round(s, 2), "rows": n}
                             for a, s, n in work.loads],
             **keeping_up(series, first_at, last_at, case.rate),
@@ -796,6 +799,8 @@ def print_table(report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # A TERM (a timeout, a CI job cancelled) ends like Ctrl-C: the finally below cleans up.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     setup_logging(args.verbose, fmt="%(levelname)s %(name)s: %(message)s", ours_from=logging.WARNING)
     if not args.verbose:
         logging.getLogger("alembic").setLevel(logging.WARNING)
