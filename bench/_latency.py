@@ -97,6 +97,8 @@ class Matched:
     """Every message's latency (seconds, in no particular order) and what was never seen."""
 
     latencies: list[float] = field(default_factory=list)
+    produced_at: list[float] = field(default_factory=list)
+    """Each latency's message's produce time, in the same order."""
     unseen: dict[int, int] = field(default_factory=dict)
     """Per partition, messages no poll showed (the run ended first)."""
     gap_polls: int = 0
@@ -118,10 +120,18 @@ def match(produced: Mapping[int, Produced], polls: Sequence[Poll]) -> Matched:
             m = produced[p]
             end = min(end, m.end)
             if end > reached[p]:
-                out.latencies.extend(poll.at - t for t in m.times[reached[p] - m.first:end - m.first])
+                times = m.times[reached[p] - m.first:end - m.first]
+                out.latencies.extend(poll.at - t for t in times)
+                out.produced_at.extend(times)
                 reached[p] = end
     out.unseen = {p: m.end - reached[p] for p, m in produced.items() if m.end > reached[p]}
     return out
+
+
+def produced_after(matched: Matched, since: float) -> list[float]:
+    """The latencies of the messages produced at or after ``since`` (past a warm-up: a new
+    table's first rows also wait for its creation and its first stream)."""
+    return [lat for lat, t in zip(matched.latencies, matched.produced_at) if t >= since]
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

@@ -24,6 +24,7 @@ from _latency import (  # noqa: E402
     latency_summary,
     match,
     percentile,
+    produced_after,
     visible_ends,
 )
 
@@ -89,6 +90,13 @@ def test_rows_beyond_what_was_produced_and_other_partitions_are_ignored() -> Non
     produced = {0: Produced(0, [1.0])}
     matched = match(produced, [Poll(2.0, {0: 5, 7: 3})])
     assert matched.latencies == [1.0]
+
+
+def test_latencies_after_a_warm_up_keep_only_the_messages_produced_since() -> None:
+    produced = {0: Produced(0, [0.0, 1.0, 2.0]), 1: Produced(0, [0.5, 2.5])}
+    matched = match(produced, [Poll(3.0, {0: 3}), Poll(4.0, {1: 2})])
+    assert sorted(produced_after(matched, 1.0)) == pytest.approx([1.0, 1.5, 2.0])
+    assert len(produced_after(matched, 0.0)) == 5
 
 
 def test_gap_polls_are_counted() -> None:
