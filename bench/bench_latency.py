@@ -52,19 +52,15 @@ import datetime as dt
 import json
 import logging
 import math
-import multiprocessing
 import os
 import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from queue import Empty
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -72,34 +68,15 @@ sys.path[:0] = [str(BENCH), str(ROOT)]
 os.environ.setdefault("KBQE_LOCAL_HOME", str(ROOT / ".kbqe-local"))
 
 import _kafka_bench as kb  # noqa: E402
-from _latency import (  # noqa: E402
-    PartitionRows,
-    Poll,
-    Produced,
-    backlog_series,
-    keeping_up,
-    latency_summary,
-    match,
-    produced_after,
-    visible_ends,
-)
+from _latency import backlog_series, keeping_up, latency_summary, match, produced_after  # noqa: E402
+from _latency_poller import TablePoller  # noqa: E402
+from _latency_producer import SCHEMA, SteadyProducer, encode_body  # noqa: E402
 from _stage_support import machine_facts  # noqa: E402
 
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, local_endpoints  # noqa: E402
 
 PATHS = ("storage_write", "load")
-SCHEMA = {
-    "type": "record", "name": "LatencyProbe", "namespace": "kbqe.bench",
-    "fields": [
-        {"name": "seq", "type": "long"},
-        {"name": "eventTime", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {"name": "source", "type": "string"},
-        {"name": "amount", "type": "double"},
-        {"name": "payload", "type": "string"},
-    ],
-}  # fmt: skip
-PAYLOAD = b"x" * 120  # ~160-byte values
 TARGETS = {"storage_write": {1000: {"p50": 2.0, "p99": 5.0}, 20000: {"p99": 10.0}}}
 BACKLOG_SENSOR_INTERVAL_S = 30  # defs/staging/sensors.py kafka_backlog_sensor (read at run time)
 
@@ -167,235 +144,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.2f}] {text}", flush=True)
-
-
-# --- the producer (a child process) ----------------------------------------------------------
-def _zigzag(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def encode_body(seq: int, event_ms: int, source: bytes, amount: bytes) -> bytes:
-    """The Avro binary of :data:`SCHEMA` (``amount``: its 8 little-endian bytes)."""
-    return (_zigzag(seq) + _zigzag(event_ms) + _zigzag(len(source)) + source + amount
-            + _zigzag(len(PAYLOAD)) + PAYLOAD)
-
-
-def _produce_steady(bootstrap: str, topic: str, rate: int, seconds: float, partitions: int,
-                    schema_id: int, queue: multiprocessing.Queue) -> None:
-    """Produce ``rate * seconds`` messages on a schedule of ``rate`` a second (checked every
-    5 ms: the messages due by now are sent), round-robin over the partitions, and put each
-    partition's (first offset, Kafka timestamps in offset order) on ``queue``."""
-    import struct
-
-    from confluent_kafka import Producer
-
-    from kbqe_dagster.core.record.wire import encode_frame
-
-    total = int(rate * seconds)
-    stamps: dict[int, list[tuple[int, int]]] = {p: [] for p in range(partitions)}
-    errors: list[str] = []
-
-    def delivered(err, msg) -> None:
-        if err is not None:
-            errors.append(str(err))
-        else:
-            stamps[msg.partition()].append((msg.offset(), msg.timestamp()[1]))
-
-    producer = Producer({
-        "bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
-        "batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000,
-    })  # fmt: skip
-    # The Kafka timestamp (CreateTime) is set by librdkafka when produce() is called: the
-    # produce time of the latency, as the table's _kafka_timestamp has it.
-    source, amount = topic.encode(), struct.pack("<d", 12.5)
-    sent, behind, started_cpu = 0, 0.0, time.process_time()
-    started = time.time()
-    while sent < total:
-        now = time.time()
-        due = min(total, int((now - started) * rate) + 1)
-        # How far the schedule is ahead of what was sent (~ one tick when keeping up).
-        behind = max(behind, (now - started) - sent / rate)
-        while sent < due:
-            ms = int(time.time() * 1000)
-            value = encode_frame(schema_id, encode_body(sent, ms, source, amount))
-            try:
-                producer.produce(topic, value, None, sent % partitions, on_delivery=delivered)
-            except BufferError:
-                producer.poll(0.01)
-                continue
-            sent += 1
-        producer.poll(0)
-        if sent < total:  # the next message's time, in ticks of at least 2 ms
-            time.sleep(max(0.002, started + sent / rate - time.time()))
-    ended = time.time()
-    left = producer.flush(120)
-    out = {}
-    for p, pairs in stamps.items():
-        pairs.sort()
-        offsets = [o for o, _ in pairs]
-        if offsets and offsets != list(range(offsets[0], offsets[0] + len(offsets))):
-            errors.append(f"partition {p}: offsets not contiguous")
-        out[p] = (offsets[0] if offsets else 0, array("q", (t for _, t in pairs)))
-    queue.put({"messages": total, "started": started, "ended": ended, "undelivered": left,
-               "errors": errors[:5], "error_count": len(errors), "max_behind_s": round(behind, 3),
-               "cpu_seconds": round(time.process_time() - started_cpu, 2), "partitions": out})
-
-
-class SteadyProducer:
-    """The producer child process, and its result when it ends (a thread waits for it)."""
-
-    def __init__(self, bootstrap: str, topic: str, rate: int, seconds: float, partitions: int,
-                 schema_id: int) -> None:
-        ctx = multiprocessing.get_context("spawn")  # no inherited Kafka or Spark threads
-        self.queue = ctx.Queue()
-        self.process = ctx.Process(target=_produce_steady, name=f"produce-{topic}",
-                                   args=(bootstrap, topic, rate, seconds, partitions, schema_id,
-                                         self.queue))
-        self.result: dict | None = None
-        self.failed: str | None = None
-        self.done = threading.Event()
-        self._waiter = threading.Thread(target=self._wait, name="producer-wait", daemon=True)
-
-    def start(self) -> None:
-        self.process.start()
-        self._waiter.start()
-
-    def _wait(self) -> None:
-        try:
-            while self.result is None:
-                try:
-                    self.result = self.queue.get(timeout=1.0)
-                except Empty:
-                    if self.process.exitcode not in (None, 0):
-                        self.failed = f"producer exited with {self.process.exitcode}"
-                        return
-            self.process.join()
-            if self.result["undelivered"] or self.result["error_count"]:
-                self.failed = (f"produce failed: {self.result['undelivered']} undelivered, "
-                               f"errors {self.result['errors']}")
-        finally:
-            self.done.set()
-
-    def stop(self) -> None:
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(10)
-
-    def produced(self) -> dict[int, Produced]:
-        assert self.result is not None
-        return {p: Produced(first, [t / 1000 for t in stamps])
-                for p, (first, stamps) in self.result["partitions"].items()}
-
-
-# --- the poller (a thread) -------------------------------------------------------------------
-class TablePoller:
-    """Asks the table every ``interval`` s for each partition's row count and offset bounds;
-    keeps every answer (its arrival time and rows) and the visible end of each partition.
-
-    :meth:`pause` holds the polls while the path writes to BigQuery (a stage-loop round, a
-    load cycle), :meth:`resume` lets them go on. The emulator (bqemulator 1.4.0) deadlocks
-    when a query arrives while a Storage Write append is committing: the append's thread holds
-    DuckDB's connection lock and waits for the GIL, the REST handler holds the GIL and waits
-    for the connection lock, and the emulator never answers again (seen on the shared stack at
-    5 polls a second). A row appended during a round is then seen by the poll made right after
-    the round (``resume(poll_now=True)``, in the loop's thread: one query per round, ~0.1 s,
-    added to a busy loop's pace): its latency is an upper bound, by at most the rest of that
-    round."""
-
-    def __init__(self, client, dataset: str, table: str, partitions: int, interval: float,
-                 pausing: bool = True) -> None:
-        self.client = client
-        self.sql = (f"SELECT _kafka_partition AS p, COUNT(*) AS n, MIN(_kafka_offset) AS lo, "
-                    f"MAX(_kafka_offset) AS hi FROM `{dataset}.{table}` GROUP BY p")
-        self.first = dict.fromkeys(range(partitions), 0)  # a fresh topic starts at 0
-        self.interval = interval
-        self.answers: list[tuple[float, float, tuple[PartitionRows, ...]]] = []
-        self.ends: dict[int, int] = {}
-        self.errors: list[str] = []
-        self.pausing = pausing
-        self._stop = threading.Event()
-        self._running = threading.Event()
-        self._running.set()
-        self._querying = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="table-poller", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._running.set()
-        self._thread.join()
-
-    def pause(self) -> None:
-        """No poll from now until :meth:`resume`; returns once a poll in flight has ended."""
-        if self.pausing:
-            self._running.clear()
-            with self._querying:
-                pass
-
-    def resume(self, poll_now: bool = False) -> None:
-        """Let the polls go on; ``poll_now``: one poll first, in the caller's thread, so a
-        path whose rounds run back to back is still seen after every round."""
-        if poll_now and self.pausing:
-            with self._querying:
-                self._poll()
-        self._running.set()
-
-    def visible(self) -> int:
-        return sum(self.ends.values())
-
-    def _run(self) -> None:
-        next_at = time.time()
-        while not self._stop.is_set():
-            self._running.wait()
-            with self._querying:
-                if not self._running.is_set():
-                    continue  # paused between the wait and the lock
-                self._poll()
-            next_at = max(next_at + self.interval, time.time())
-            self._stop.wait(max(0.0, next_at - time.time()))
-
-    def _poll(self) -> None:
-        """One query, its answer kept (a failed one is a missed sample, reported)."""
-        from google.api_core.exceptions import NotFound
-
-        asked = time.time()
-        try:
-            rows = tuple(PartitionRows(r["p"], r["n"], r["lo"], r["hi"])
-                         for r in self.client.query_and_wait(self.sql, api_timeout=30,
-                                                             wait_timeout=30))
-        except NotFound:  # the table is created by the first range delivered or loaded
-            rows = ()
-        except Exception as e:  # noqa: BLE001 - reported with the poller's figures
-            self.errors.append(f"{type(e).__name__}: {e}"[:300])
-            return
-        self.answers.append((asked, time.time(), rows))
-        self.ends, _ = visible_ends(rows, self.first, self.ends)
-
-    def polls(self, first: dict[int, int]) -> list[Poll]:
-        """Every answer as a :class:`Poll`, its ends computed with the produced first offsets."""
-        out, ends = [], {}
-        for _, arrived, rows in self.answers:
-            ends, gaps = visible_ends(rows, first, ends)
-            out.append(Poll(arrived, dict(ends), gaps))
-        return out
-
-    def timing(self) -> dict:
-        if len(self.answers) < 2:
-            return {"polls": len(self.answers)}
-        took = [arrived - asked for asked, arrived, _ in self.answers]
-        period = (self.answers[-1][1] - self.answers[0][1]) / (len(self.answers) - 1)
-        return {"polls": len(self.answers), "mean_period_s": round(period, 3),
-                "mean_query_s": round(sum(took) / len(took), 3),
-                "max_query_s": round(max(took), 3), "failed_polls": len(self.errors),
-                "first_errors": self.errors[:3]}
 
 
 # --- one measurement -------------------------------------------------------------------------
@@ -680,7 +428,8 @@ class Bench:
             # Past the warm-up: the first rows of a new table also wait for its creation.
             "warmup_s": self.args.warmup,
             "latency_after_warmup_s": latency_summary(
-                produced_after(matched, first_at + self.args.warmup)),
+                produced_after(matched, first_at + self.args.warmup)
+                if self.args.seconds > self.args.warmup else []),
             "unseen": sum(matched.unseen.values()),
             "unseen_by_partition": matched.unseen,
             "gap_polls": matched.gap_polls,
