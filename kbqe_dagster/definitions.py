@@ -35,8 +35,12 @@ from kbqe_dagster.defs.keyed.jobs import merge_keyed_tables_job
 from kbqe_dagster.defs.keyed.schedules import keyed_schedules
 from kbqe_dagster.defs.resources import pipeline_config_path, resources_for_environment
 from kbqe_dagster.defs.staging.assets import staging_asset
-from kbqe_dagster.defs.staging.jobs import stage_job
-from kbqe_dagster.defs.staging.sensors import kafka_backlog_sensor, staging_observation_sensor
+from kbqe_dagster.defs.staging.jobs import stage_job, stage_loop_job
+from kbqe_dagster.defs.staging.sensors import (
+    kafka_backlog_sensor,
+    stage_loop_sensor,
+    staging_observation_sensor,
+)
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource
 from kbqe_dagster.resources.kafka.clients import KafkaReadError
 from kbqe_dagster.resources.kafka.cluster import discover_topics
@@ -71,10 +75,11 @@ def build_definitions(config_path: str | None = None, env: str | None = None) ->
         ],
         asset_checks=[load_checks(destinations), *keyed_checks(config),
                       *completeness_checks(destinations)],
-        jobs=[stage_job, load_job, poll_load_jobs_job, done_file_retention_job, duplicate_check_job,
+        jobs=[stage_job, stage_loop_job, load_job, poll_load_jobs_job, done_file_retention_job, duplicate_check_job,
               merge_keyed_tables_job],
         schedules=[*load_schedules(config, duplicate_check_job), *keyed_schedules(config)],
-        sensors=[kafka_backlog_sensor, staging_observation_sensor, completeness_sensor],
+        sensors=[kafka_backlog_sensor, stage_loop_sensor, staging_observation_sensor,
+                 completeness_sensor],
         resources=resources,
     )
 

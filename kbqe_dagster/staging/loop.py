@@ -26,13 +26,17 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from kbqe_dagster.core.protocol.offsets import Watermarks
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.protocol.offsets import RangePlan, Watermarks
 from kbqe_dagster.resources.kafka.cluster import watermarks_of
-from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.job import StageSummary, run_stage_group
+from kbqe_dagster.staging.prepare import Preparation
+from kbqe_dagster.staging.sink import TableDelivery
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,17 @@ class LoopRound:
     seconds: float
     summaries: tuple[StageSummary, ...]
     """One per topic staged by the round (empty: an idle round), as run_stage_group returns."""
+    marks: Marks = field(default_factory=dict)
+    """The watermarks the round read (every partition of the loop's topics Kafka holds)."""
+    positions: Mapping[TopicPartition, int] = field(default_factory=dict)
+    """Where each partition is staged up to after the round, as far as the loop knows (a
+    partition absent: its topic is prepared again next round)."""
+
+    def lag(self, topic: str) -> dict[int, int]:
+        """Messages of ``topic`` per partition in Kafka at the round's start and not staged
+        after it (a partition whose position is unknown counts from its low watermark)."""
+        return {p: max(mark.high - self.positions.get((t, p), mark.low), 0)
+                for (t, p), mark in sorted(self.marks.items()) if t == topic}
 
     @property
     def idle(self) -> bool:
@@ -177,7 +192,107 @@ def run_stage_loop(spark_context, ctx: StageContext, topics: Sequence[str],
             idle_rounds += 1
             idle_seconds += seconds
             log.debug("stage loop round %d: idle in %.3fs", rounds, seconds)
-        on_round(LoopRound(rounds, wall_start, seconds, staged))
+        on_round(LoopRound(rounds, wall_start, seconds, staged, marks, dict(positions)))
     log.info("stage loop of %s stopped (%s) after %d round(s), %d idle (%.3fs idle, %.3fs "
              "busy)", ", ".join(topics), reason, rounds, idle_rounds, idle_seconds, busy_seconds)
     return LoopOutcome(rounds, idle_rounds, reason, tuple(summaries), idle_seconds, busy_seconds)
+
+
+def fold_rounds(summaries: Iterable[StageSummary]) -> tuple[StageSummary, ...]:
+    """The summaries of many rounds as one per topic, for what a loop run reports every
+    ``report_every_s`` and at its end: a partition's consecutive committed ranges become one
+    range (and their Storage Write deliveries to a table, one delivery per contiguous run of
+    stream rows), so the events and metadata grow with the partitions, not with the rounds.
+    Counts are summed; ``seconds`` is the time the rounds spent staging."""
+    by_topic: dict[str, list[StageSummary]] = {}
+    for summary in summaries:
+        by_topic.setdefault(summary.topic, []).append(summary)
+    return tuple(_fold_topic(topic, mine) for topic, mine in by_topic.items())
+
+
+def _fold_topic(topic: str, summaries: list[StageSummary]) -> StageSummary:
+    results: list[RangeResult] = []
+    for result in sorted((r for s in summaries for r in s.results),
+                         key=lambda r: (r.partition, r.start)):
+        last = results[-1] if results else None
+        if (last is not None and last.partition == result.partition
+                and last.committed_last is not None and result.committed_last is not None
+                and result.start == last.committed_last + 1):
+            results[-1] = _fold_results(last, result)
+        else:
+            results.append(result)
+    preps = [s.preparation for s in summaries]
+    prep = Preparation(
+        rolled_forward=tuple(n for p in preps for n in p.rolled_forward),
+        orphans_deleted=tuple(n for p in preps for n in p.orphans_deleted),
+        # Listed again by every round that prepares the topic: each name once.
+        unrecognized=tuple(dict.fromkeys(n for p in preps for n in p.unrecognized)),
+        # Only what the metadata reads of a plan: the partitions that lost offsets.
+        plan=RangePlan((), tuple(part for p in preps for part in p.plan.partitions if part.lost)),
+        missing=preps[-1].missing,
+    )
+    return StageSummary(topic, prep, tuple(results), sum(s.seconds for s in summaries),
+                        tuple(f for s in summaries for f in s.failures))
+
+
+def _fold_results(a: RangeResult, b: RangeResult) -> RangeResult:
+    """Two consecutive committed ranges of one partition as one."""
+    return replace(
+        a,
+        planned_last=b.planned_last,
+        committed_last=b.committed_last,
+        messages=a.messages + b.messages,
+        records=a.records + b.records,
+        files=a.files + b.files,
+        bytes_written=a.bytes_written + b.bytes_written,
+        dead_letters=_sum(a.dead_letters, b.dead_letters),
+        skipped=_sum(a.skipped, b.skipped),
+        conflict=a.conflict or b.conflict,
+        seconds=a.seconds + b.seconds,
+        bytes_by_dataset=_sum(a.bytes_by_dataset, b.bytes_by_dataset),
+        tombstones=a.tombstones + b.tombstones,
+        stage_path="+".join(sorted({*a.stage_path.split("+"), *b.stage_path.split("+")},
+                                   reverse=True)),
+        kernel_handbacks=_sum(a.kernel_handbacks, b.kernel_handbacks),
+        reader="+".join(sorted({*a.reader.split("+"), *b.reader.split("+")}, reverse=True)),
+        delivered=_fold_deliveries(a.delivered + b.delivered),
+    )
+
+
+def _fold_deliveries(deliveries: tuple[TableDelivery, ...]) -> tuple[TableDelivery, ...]:
+    """Deliveries of consecutive ranges: one per table and contiguous run of stream rows."""
+    out: list[TableDelivery] = []
+    for d in deliveries:
+        i = next((i for i, o in enumerate(out)
+                  if (o.dataset, o.table, o.stream) == (d.dataset, d.table, d.stream)
+                  and d.first_row == o.first_row + o.rows), None)
+        if i is None:
+            out.append(d)
+            continue
+        o = out[i]
+        out[i] = replace(
+            o, rows=o.rows + d.rows, records=o.records + d.records,
+            refused=o.refused + d.refused, bytes=o.bytes + d.bytes,
+            days=tuple(sorted(_sum(dict(o.days), dict(d.days)).items())),
+            requests=o.requests + d.requests,
+            skipped_requests=o.skipped_requests + d.skipped_requests)
+    return tuple(out)
+
+
+def _sum(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    total = Counter(a)
+    total.update(b)
+    return dict(total)
+
+
+def loop_topics(config: PipelineConfig) -> list[str]:
+    """The topics the stage loop stages under the daemon: those that may write a ``delivery:
+    storage_write`` table (their rows are appended as each range commits, so staging often is
+    what makes them fresh)."""
+    return [t for t in config.topic_names if config.topic_may_deliver_by_storage_write(t)]
+
+
+def loop_interval_s(config: PipelineConfig, topics: Iterable[str]) -> float:
+    """The shortest ``staging.loop_interval`` of ``topics`` (one loop paces them all)."""
+    return min((config.topic(t).staging.loop_interval.total_seconds() for t in topics),
+               default=LoopSettings.interval_s)

@@ -22,10 +22,12 @@ from kbqe_dagster.staging.loop import (
     LoopRound,
     LoopSettings,
     due_topics,
+    fold_rounds,
     run_stage_loop,
     staged_positions,
 )
 from kbqe_dagster.staging.prepare import Preparation
+from kbqe_dagster.staging.sink import TableDelivery
 
 PIPELINE = parse_pipeline_config({
     "version": 1,
@@ -222,3 +224,49 @@ def test_positions_are_vouched_by_committed_ranges_or_an_empty_plan():
     marks = {("t", 0): Watermarks(0, 40), ("t", 1): Watermarks(0, 20)}
     assert due_topics(["t"], marks, positions) == []
     assert due_topics(["t"], {**marks, ("t", 3): Watermarks(0, 9)}, positions) == ["t"]
+
+
+def _delivered(first_row: int, rows: int, day: str, stream: str = "s0") -> TableDelivery:
+    return TableDelivery("d", "t", stream, first_row, rows, rows + 1, 1, rows * 10,
+                         ((day, rows + 1),), 1, 0)
+
+
+def _round(partition: int, start: int, last: int, *deliveries: TableDelivery) -> StageSummary:
+    result = RangeResult("orders", partition, start, last, last, last - start + 1,
+                         last - start + 1, (), 0, dead_letters={"refused": 1} if deliveries else {},
+                         delivered=deliveries)
+    prep = Preparation((), (), ("orders/README",),
+                       RangePlan((), (PartitionPlan("orders", partition, start, (), (), None, 0),)))
+    return StageSummary("orders", prep, (result,), 0.5)
+
+
+def test_folded_rounds_have_one_range_and_one_delivery_per_contiguous_run():
+    rounds = [
+        _round(0, 0, 9, _delivered(0, 9, "2026-11-24")),
+        _round(1, 0, 4),
+        _round(0, 10, 19, _delivered(9, 9, "2026-11-25")),
+        _round(0, 20, 29, _delivered(18, 9, "2026-11-25")),
+        # The stream was replaced: its rows are not contiguous with the earlier ones.
+        _round(0, 30, 39, _delivered(0, 9, "2026-11-25", stream="s1")),
+        _round(1, 7, 9),  # after a gap (5..6 staged elsewhere): a range of its own
+    ]
+    [folded] = fold_rounds(rounds)
+    assert [(r.partition, r.start, r.committed_last) for r in folded.results] == [
+        (0, 0, 39), (1, 0, 4), (1, 7, 9)]
+    p0 = folded.results[0]
+    assert (p0.messages, p0.dead_letters) == (40, {"refused": 4})
+    assert [(d.stream, d.first_row, d.rows, d.records, d.bytes, d.days, d.requests)
+            for d in p0.delivered] == [
+        ("s0", 0, 27, 30, 270, (("2026-11-24", 10), ("2026-11-25", 20)), 3),
+        ("s1", 0, 9, 10, 90, (("2026-11-25", 10),), 1)]
+    assert folded.records == sum(s.records for s in rounds)
+    assert folded.seconds == 3.0
+    assert folded.preparation.unrecognized == ("orders/README",)
+
+
+def test_a_rounds_lag_is_what_kafka_held_beyond_the_positions_staged():
+    marks = {("orders", 0): Watermarks(0, 12), ("orders", 1): Watermarks(3, 7),
+             ("clicks", 0): Watermarks(0, 1)}
+    r = LoopRound(1, 0.0, 0.0, (), marks, {("orders", 0): 10})
+    assert r.lag("orders") == {0: 2, 1: 4}
+    assert r.lag("clicks") == {0: 1}

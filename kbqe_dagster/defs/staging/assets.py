@@ -13,7 +13,7 @@ import dagster as dg
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.protocol.naming import STAGING_ASSET
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
-from kbqe_dagster.defs.staging.claims import yielded_to_older_runs
+from kbqe_dagster.defs.staging.claims import STAGE_LOOP_JOB, yielded_to_older_runs
 from kbqe_dagster.defs.staging.tags import (  # noqa: F401 - the tags' long-standing home
     FROM_OFFSETS_TAG,
     GROUP_TAG,
@@ -34,6 +34,7 @@ from kbqe_dagster.resources.kafka.clients import TopicMissing
 from kbqe_dagster.resources.spark import LazySparkContextResource
 from kbqe_dagster.stagers import stage_context
 from kbqe_dagster.staging.job import StageSummary, run_stage_group
+from kbqe_dagster.staging.loop import loop_topics
 
 STAGING_KEY = dg.AssetKey([STAGING_ASSET])
 STAGING_GROUP = "staging"
@@ -42,10 +43,18 @@ STAGING_GROUP = "staging"
 class StageConfig(dg.Config):
     """The topics of one stage run. ``topic`` is the single topic of the run config written
     before grouped runs existed (still accepted, by hand or by script); ``topics`` the
-    topics of a grouped run. Either or both; at least one topic in all."""
+    topics of a grouped run. Either or both; at least one topic in all (but a loop run:
+    none named means every topic that may write a storage_write table)."""
 
     topic: str = ""
     topics: list[str] = []
+    loop: bool = False
+    """Stage the topics round after round until the run is stopped (defs/staging/loop.py);
+    what ``stage_loop_job`` runs (it loops whatever this says)."""
+    max_run_s: float = 3600.0
+    """A loop run ends by itself after this many seconds (its sensor relaunches it)."""
+    report_every_s: float = 30.0
+    """A loop run reports its rounds' deliveries and lag to Dagster this often."""
 
     def names(self) -> tuple[str, ...]:
         names = tuple(dict.fromkeys(([self.topic] if self.topic else []) + list(self.topics)))
@@ -80,10 +89,19 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
         the high watermarks; then it stages one range per Spark task, every topic's ranges in
         one Spark job. Done files are create-only, so a range commits exactly once. Tables
         with ``delivery: storage_write`` get their rows appended through the BigQuery Storage
-        Write API as each range commits, reported on their ``bigquery/...`` assets.
+        Write API as each range commits, reported on their ``bigquery/...`` assets; the
+        topics that feed them are staged by ``stage_loop_job``: one run staging them round
+        after round, every ``staging.loop_interval``.
         """
         pipeline_config = pipeline.load()
-        names = config.names()
+        looping = config.loop or context.job_name == STAGE_LOOP_JOB
+        if looping and not (config.topic or config.topics):
+            names = tuple(loop_topics(pipeline_config))
+        else:
+            names = config.names()
+        if looping:
+            return _stage_loop(context, config, pipeline_config, names, kafka, schema_registry,
+                               staging, pyspark, bigquery)
         # One run prepares a topic at a time (its preparation deletes uploads without a done
         # file): the topics an older run in flight holds are left to it.
         yielded = yielded_to_older_runs(context.instance, context.run.run_id, names)
@@ -125,6 +143,28 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
             **({"missing_topics": dg.MetadataValue.json(missing)} if missing else {})})
 
     return staging
+
+
+def _stage_loop(context, config, pipeline_config, names, kafka, schema_registry, staging,
+                pyspark, bigquery) -> dg.MaterializeResult:
+    # Here, not at the top: defs/staging/loop.py imports this module (group_metadata).
+    from kbqe_dagster.defs.staging.loop import stage_loop
+
+    if not names:
+        context.log.info("stage loop: no topic may write a delivery: storage_write table")
+        return dg.MaterializeResult(metadata={
+            "topics": dg.MetadataValue.json([]), "rounds": 0, "idle_rounds": 0,
+            "stopped_because": "no_topics"})
+    ctx = stage_context(
+        kafka=kafka.settings(),
+        registry=schema_registry.settings(),
+        staging=staging.location(),
+        pipeline=pipeline_config,
+        topic_name=pipeline_config.topic(names[0]).name if names else "",
+        sink=storage_write_sink(pipeline_config, bigquery),
+    )
+    return stage_loop(context, pipeline_config, names, ctx, pyspark.spark_context,
+                      max_run_s=config.max_run_s, report_every_s=config.report_every_s)
 
 
 def storage_write_sink(pipeline_config, bigquery: BigQueryResource):

@@ -1,6 +1,8 @@
 """Which topics the stage runs in flight hold, read from the run storage in one query: the
-sensor skips them, and a stage run leaves to an older run in flight the topics they share
-(core/stage_runs/groups.py ``yielded_topics``: one run prepares a topic at a time)."""
+sensors skip them, and a stage run leaves to an older run in flight the topics they share
+(core/stage_runs/groups.py ``yielded_topics``: one run prepares a topic at a time). A stage
+loop run (``stage_loop_job``, defs/staging/loop.py) is a stage run in flight like any other:
+it holds its topics for as long as it loops."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from kbqe_dagster.core.stage_runs.groups import split_topics, yielded_topics
 from kbqe_dagster.defs.staging.tags import TOPIC_TAG, TOPICS_TAG
 
 STAGE_JOB = "stage_job"
+STAGE_LOOP_JOB = "stage_loop_job"
+STAGE_JOBS = frozenset({STAGE_JOB, STAGE_LOOP_JOB})
 IN_FLIGHT = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -34,8 +38,15 @@ def run_topics(run: dg.DagsterRun) -> frozenset[str]:
 
 
 def _in_flight(instance: dg.DagsterInstance) -> list[dg.RunRecord]:
-    return list(instance.get_run_records(
-        filters=dg.RunsFilter(job_name=STAGE_JOB, statuses=IN_FLIGHT)))
+    # One query for both jobs (a filter names one job): the runs in flight are few.
+    return [r for r in instance.get_run_records(filters=dg.RunsFilter(statuses=IN_FLIGHT))
+            if r.dagster_run.job_name in STAGE_JOBS]
+
+
+def loop_runs_in_flight(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
+    """The stage loop runs in flight, oldest first."""
+    return [r.dagster_run for r in sorted(_in_flight(instance), key=lambda r: r.storage_id)
+            if r.dagster_run.job_name == STAGE_LOOP_JOB]
 
 
 def topics_in_flight(instance: dg.DagsterInstance) -> frozenset[str]:

@@ -1,8 +1,11 @@
 """``stage_job``: materialize ``staging`` for one topic or a group of topics (run config
-``topic`` or ``topics``; core/stage_runs/groups.py), and the run config and tags of one run."""
+``topic`` or ``topics``; core/stage_runs/groups.py), and the run config and tags of one run;
+``stage_loop_job``: the same asset staged round after round by one long run (the topics that
+may write a ``delivery: storage_write`` table; defs/staging/loop.py)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Sequence
 
 import dagster as dg
@@ -10,13 +13,17 @@ import dagster as dg
 from kbqe_dagster.core.stage_runs.due import from_offsets
 from kbqe_dagster.core.stage_runs.groups import StageGroup, join_topics
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
+from kbqe_dagster.defs.staging.claims import STAGE_LOOP_JOB
 from kbqe_dagster.defs.staging.tags import (
     FROM_OFFSETS_TAG,
     GROUP_TAG,
+    PIPELINE_DIGEST_TAG,
+    STAGE_LOOP_TAG,
     STAGE_TAG,
     TOPIC_TAG,
     TOPICS_TAG,
 )
+from kbqe_dagster.resources.configurable import PipelineResource
 
 stage_job = dg.define_asset_job(
     "stage_job",
@@ -28,6 +35,21 @@ stage_job = dg.define_asset_job(
         "done files), whatever run it belongs to."
     ),
     tags={STAGE_TAG: "true"},
+)
+
+stage_loop_job = dg.define_asset_job(
+    STAGE_LOOP_JOB,
+    selection=dg.AssetSelection.assets(STAGING_KEY),
+    description=(
+        "Stage the topics that may write a delivery: storage_write table round after round in "
+        "one long run (one Spark context): every staging.loop_interval their watermarks are "
+        "read, and what is new is staged and appended to BigQuery. Launched by "
+        "stage_loop_sensor; ends when terminated (after its round), after max_run_s, or when "
+        "the code location's pipeline changed (the sensor then relaunches it). dagster.yaml "
+        "bounds the loop runs in flight (tag kbqe/stage_loop)."
+    ),
+    tags={STAGE_LOOP_TAG: "true"},
+    config={"ops": {"staging": {"config": {"loop": True}}}},
 )
 
 
@@ -54,3 +76,28 @@ def stage_tags(group: StageGroup, reason: str | None = None) -> dict[str, str]:
     else:
         tags.update({TOPICS_TAG: join_topics(group.names), GROUP_TAG: group.group_id})
     return tags
+
+
+def stage_loop_run_config(topics: Sequence[str]) -> dict:
+    """A loop run of ``topics``."""
+    return {"ops": {"staging": {"config": {"topics": list(topics), "loop": True}}}}
+
+
+def stage_loop_tags(topics: Sequence[str], pipeline_digest: str) -> dict[str, str]:
+    """The tags of a loop run: its topics always under ``kbqe/topics``, even one (``kbqe/topic``
+    has a limit of one run per topic in dagster.yaml: an ordinary run of the topic launched by
+    hand would queue behind the loop for up to max_run_s, while the loop waits for it), and
+    the pipeline it was launched with."""
+    return {TOPICS_TAG: join_topics(topics), PIPELINE_DIGEST_TAG: pipeline_digest,
+            "kbqe/reason": "stage loop (topics writing delivery: storage_write tables)"}
+
+
+def pipeline_digest(pipeline: PipelineResource) -> str:
+    """What identifies the pipeline a code location loaded: its file's text (read now when
+    the resource was built by hand, without the text)."""
+    if pipeline.content is not None:
+        text = pipeline.content
+    else:
+        with open(pipeline.config_path, encoding="utf-8") as f:
+            text = f.read()
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -14,10 +14,20 @@ A tick costs the same few calls whatever the number of topics (staging/backlog.p
 bound for every partition, one consumer reading one message per partition whose age is wanted
 (only topics below the size trigger), and one query of the stage runs in flight.
 
+A topic that may write a ``delivery: storage_write`` table is observed but never launched
+here: ``stage_loop_sensor`` keeps one stage loop run holding it (defs/staging/loop.py), which
+stages it every ``staging.loop_interval``.
+
 A topic held by a stage run in flight is not launched again. A run's key is its topics plus
 the offsets each starts from, plus the number of earlier runs from those offsets: a tick never
 double-launches a queued run, and a failed run (which committed nothing) can be retried by a
 later tick.
+
+``stage_loop_sensor`` launches one stage loop run holding the loop topics no run in flight
+holds: at the start, and again after a loop run ended (terminated, ``max_run_s``, a new
+pipeline, a crash). It asks the loop runs launched with another pipeline than its code
+location's to stop after their round (the ``kbqe/stop`` tag), and launches their successor
+once they ended.
 
 ``staging_observation_sensor`` records what waits in the staging area on ``staging``.
 """
@@ -35,13 +45,23 @@ from kbqe_dagster.core.stage_runs.due import from_offsets, stage_due
 from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup, group_due_topics
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
 from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, GROUP_TAG, STAGING_KEY, TOPIC_TAG
-from kbqe_dagster.defs.staging.claims import topics_in_flight
-from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_job, stage_tags
+from kbqe_dagster.defs.staging.claims import loop_runs_in_flight, topics_in_flight
+from kbqe_dagster.defs.staging.jobs import (
+    pipeline_digest,
+    stage_group_run_config,
+    stage_job,
+    stage_loop_job,
+    stage_loop_run_config,
+    stage_loop_tags,
+    stage_tags,
+)
+from kbqe_dagster.defs.staging.tags import PIPELINE_DIGEST_TAG, STOP_TAG
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.resources.kafka.clients import TopicMissing
 from kbqe_dagster.resources.kafka.cluster import discover_topics
 from kbqe_dagster.staging.backlog import TopicBacklog, fleet_backlog
+from kbqe_dagster.staging.loop import CONFIG_CHANGED, loop_topics
 
 def stage_decision(config: PipelineConfig, backlog: TopicBacklog, now_ms: int) -> str | None:
     """Why a stage run is due for this topic (core/stage_runs/due.py), or None."""
@@ -134,6 +154,8 @@ def kafka_backlog_sensor(
         reason = stage_decision(config, backlog, now_ms)
         if reason is None or topic.name in busy:
             continue
+        if config.topic_may_deliver_by_storage_write(topic.name):
+            continue  # the stage loop's (stage_loop_sensor), even between two loop runs
         due.append(DueTopic(topic.name, backlog.next_offsets, backlog.lag, reason))
     requests = []
     for group in group_due_topics(due, config.stage_runs):
@@ -152,6 +174,40 @@ def kafka_backlog_sensor(
     skip_reason = missing_reason(skipped) if skipped and not requests else None
     return dg.SensorResult(run_requests=requests, asset_events=observations,
                            skip_reason=skip_reason)
+
+
+@dg.sensor(job=stage_loop_job, minimum_interval_seconds=15,
+           default_status=dg.DefaultSensorStatus.RUNNING)
+def stage_loop_sensor(
+    context: dg.SensorEvaluationContext,
+    pipeline: PipelineResource,
+    kafka: KafkaResource,
+) -> dg.SensorResult:
+    """Keep a stage loop run holding every topic that may write a storage_write table."""
+    config = discover_topics(pipeline.load(), kafka.settings())
+    wanted = loop_topics(config)
+    digest = pipeline_digest(pipeline)
+    for run in loop_runs_in_flight(context.instance):
+        if run.tags.get(PIPELINE_DIGEST_TAG) != digest and STOP_TAG not in run.tags:
+            # The code location loaded another pipeline since: the run ends after its round
+            # and the next tick launches its successor with this pipeline.
+            context.log.info("asking stage loop run %s to stop: launched with another "
+                             "pipeline", run.run_id)
+            context.instance.add_run_tags(run.run_id, {STOP_TAG: CONFIG_CHANGED})
+    if not wanted:
+        return dg.SensorResult(skip_reason="no topic may write a delivery: storage_write table")
+    held = topics_in_flight(context.instance)
+    free = [t for t in wanted if t not in held]
+    if not free:
+        return dg.SensorResult(skip_reason="every loop topic is held by a run in flight")
+    launched = int(context.cursor or 0) + 1
+    shown = ", ".join(free[:5]) + (f" and {len(free) - 5} more" if len(free) > 5 else "")
+    context.log.info("stage loop run for %s", shown)
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=f"stage_loop:{launched}",
+                                    run_config=stage_loop_run_config(free),
+                                    tags=stage_loop_tags(free, digest))],
+        cursor=str(launched))
 
 
 @dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,

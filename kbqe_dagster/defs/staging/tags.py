@@ -11,3 +11,12 @@ FROM_OFFSETS_TAG = "kbqe/from_offsets"
 """Where a single-topic run starts, per partition (``0=12,1=40``)."""
 STAGE_TAG = "kbqe/stage"
 """On every stage run (a tag of the job): dagster.yaml bounds how many run at once."""
+STAGE_LOOP_TAG = "kbqe/stage_loop"
+"""On every stage loop run (a tag of ``stage_loop_job``, never with ``kbqe/stage``: a loop run
+lasts up to ``max_run_s`` and would hold a slot of the stage runs' limit all along):
+dagster.yaml bounds the loop runs in flight on its own."""
+PIPELINE_DIGEST_TAG = "kbqe/pipeline_digest"
+"""The digest of the pipeline file a loop run was launched with: the loop sensor asks the loop
+runs of another pipeline (the code location reloaded since) to stop."""
+STOP_TAG = "kbqe/stop"
+"""Added to a loop run in flight to ask it to end after its round (its value: why)."""

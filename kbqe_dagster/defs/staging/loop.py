@@ -1,0 +1,223 @@
+"""A ``stage_loop_job`` run: the ``staging`` asset staged round after round
+(staging/loop.py ``run_stage_loop``) inside one Dagster run, and what the run tells Dagster.
+
+When it stops, between rounds, never mid-range:
+
+* terminated (Dagster's terminate: the run's status is CANCELING, and its step process gets an
+  interrupt, deferred here until the round ends) -> the run ends as Dagster ends a terminated
+  run, with its events recorded;
+* ``max_run_s`` -> success; ``stage_loop_sensor`` relaunches it (a deploy's code is picked up,
+  any leak bounded);
+* ``config_changed``: the sensor of a code location reloaded with another pipeline file added
+  the ``kbqe/stop`` tag to the run -> success; the sensor relaunches it with the new pipeline.
+
+What it reports: every ``report_every_s``, the rounds since the last report folded
+(staging/loop.py ``fold_rounds``) into the deliveries' events (defs/staging/deliveries.py:
+materializations of each table and event day, the ``rows_loaded`` check) and one lag
+observation per topic on ``kafka/<topic>``; at the end, the ``staging`` materialization of the
+whole run with ``rounds``, ``idle_rounds`` and ``stopped_because``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+import dagster as dg
+
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.defs.bigquery.assets import Destinations
+from kbqe_dagster.defs.staging.assets import group_metadata
+from kbqe_dagster.defs.staging.claims import yielded_to_older_runs
+from kbqe_dagster.defs.staging.deliveries import delivery_events
+from kbqe_dagster.defs.staging.sensors import lag_observation
+from kbqe_dagster.defs.staging.tags import STOP_TAG
+from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
+from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.loop import (
+    MAX_RUN_S,
+    TERMINATED,
+    LoopOutcome,
+    LoopRound,
+    LoopSettings,
+    fold_rounds,
+    loop_interval_s,
+    run_stage_loop,
+)
+
+log = logging.getLogger(__name__)
+
+STOPPING = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
+
+
+class LoopStop:
+    """``should_stop`` of a loop run: an interrupt received (Dagster's terminate), the run's
+    status CANCELING, or a ``kbqe/stop`` tag on the run. The run storage is read at most every
+    ``check_every_s`` (a round may be a tenth of a second)."""
+
+    def __init__(self, instance: dg.DagsterInstance, run_id: str, check_every_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.instance, self.run_id, self.check_every_s, self.clock = (
+            instance, run_id, check_every_s, clock)
+        self.interrupted = False
+        self._next_check = 0.0
+
+    def __call__(self) -> str | None:
+        if self.interrupted:
+            return TERMINATED
+        now = self.clock()
+        if now < self._next_check:
+            return None
+        self._next_check = now + self.check_every_s
+        run = self.instance.get_run_by_id(self.run_id)
+        if run is None:
+            return None
+        if run.status in STOPPING:
+            return TERMINATED
+        return run.tags.get(STOP_TAG)
+
+
+@contextmanager
+def interrupts_between_rounds(stop: LoopStop) -> Iterator[None]:
+    """Dagster terminates a run by interrupting its step process (SIGINT), which would cut a
+    range anywhere: here the first interrupt only tells ``stop``, so the loop ends after its
+    round (a second one interrupts at once, as before). Python takes signals in the main
+    thread only: elsewhere (a test's thread) this does nothing and the status check stops
+    the loop."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def defer(signo, frame) -> None:
+        log.warning("stage loop: interrupted; ending after this round")
+        stop.interrupted = True
+        signal.signal(signal.SIGINT, previous)
+
+    signal.signal(signal.SIGINT, defer)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class LoopReport:
+    """``on_round`` of a loop run: keeps the rounds, and every ``report_every_s`` logs their
+    folded events (and the topics' lag) to Dagster."""
+
+    def __init__(self, context: dg.AssetExecutionContext, destinations: Destinations,
+                 topics: Sequence[str], report_every_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.context, self.destinations, self.topics = context, destinations, topics
+        self.report_every_s, self.clock = report_every_s, clock
+        self.pending: list[LoopRound] = []
+        self.last_report = clock()
+        self.idle = [0, 0.0]  # rounds, seconds: the fixed cost of a round, for the metadata
+        self.busy = [0, 0.0]
+
+    def __call__(self, rnd: LoopRound) -> None:
+        self.pending.append(rnd)
+        totals = self.idle if rnd.idle else self.busy
+        totals[0] += 1
+        totals[1] += rnd.seconds
+        if self.clock() - self.last_report >= self.report_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        self.last_report = self.clock()
+        if not self.pending:
+            return
+        rounds, self.pending = self.pending, []
+        folded = fold_rounds(s for r in rounds for s in r.summaries)
+        for event in delivery_events(folded, self.destinations):
+            self.context.log_event(event)
+        last = rounds[-1]
+        for topic in self.topics:
+            backlog = _backlog(last, topic)
+            if backlog is not None:
+                self.context.log_event(lag_observation(backlog))
+        idle = sum(1 for r in rounds if r.idle)
+        self.context.log.info(
+            "stage loop: %d round(s) (%d idle) since the last report: %d record(s) staged; "
+            "rounds take %.3fs idle, %.3fs busy on average", len(rounds), idle,
+            sum(s.records for s in folded), _mean(self.idle), _mean(self.busy))
+
+    def metadata(self) -> dict:
+        return {"idle_round_seconds": round(_mean(self.idle), 4),
+                "busy_round_seconds": round(_mean(self.busy), 4)}
+
+
+def _mean(totals: list) -> float:
+    return totals[1] / totals[0] if totals[0] else 0.0
+
+
+def _backlog(rnd: LoopRound, topic: str) -> TopicBacklog | None:
+    """A topic's lag after a round, as the backlog sensor observes it (no oldest time)."""
+    lag = rnd.lag(topic)
+    if not lag:
+        return None  # Kafka does not hold the topic (the backlog sensor says it is missing)
+    partitions = []
+    for p, behind in lag.items():
+        mark = rnd.marks[(topic, p)]
+        partitions.append(PartitionBacklog(p, mark.low, mark.high, mark.high - behind, behind))
+    return TopicBacklog(topic, tuple(partitions), None)
+
+
+def wait_for_older_runs(context: dg.AssetExecutionContext, topics: Sequence[str],
+                        should_stop: Callable[[], str | None], max_wait_s: float,
+                        poll_s: float = 2.0) -> str | None:
+    """Wait until no older stage run in flight holds any of ``topics`` (one run prepares a
+    topic at a time: defs/staging/claims.py); a run launched by hand may hold one. Returns
+    why the wait ended the run instead (``should_stop``'s reason, or ``max_run_s``)."""
+    deadline = time.monotonic() + max_wait_s
+    warned = False
+    while yielded := yielded_to_older_runs(context.instance, context.run.run_id, topics):
+        if not warned:
+            context.log.warning("stage loop: waiting for the older stage run(s) in flight "
+                                "holding %s", ", ".join(sorted(yielded)))
+            warned = True
+        reason = should_stop()
+        if reason is not None:
+            return reason
+        if time.monotonic() >= deadline:
+            return MAX_RUN_S
+        time.sleep(poll_s)
+    return None
+
+
+def stage_loop(context: dg.AssetExecutionContext, pipeline_config: PipelineConfig,
+               topics: Sequence[str], ctx: StageContext, spark_context, *, max_run_s: float,
+               report_every_s: float) -> dg.MaterializeResult:
+    """Run the stage loop of ``topics`` in this run, until it stops; its final materialization."""
+    settings = LoopSettings(interval_s=loop_interval_s(pipeline_config, topics),
+                            max_run_s=max_run_s, report_every_s=report_every_s)
+    stop = LoopStop(context.instance, context.run.run_id)
+    report = LoopReport(context, Destinations.from_config(pipeline_config), topics,
+                        settings.report_every_s)
+    context.log.info("stage loop of %s: a round every %.3gs, for at most %.0fs",
+                     ", ".join(topics), settings.interval_s, settings.max_run_s)
+    waited = wait_for_older_runs(context, topics, stop, settings.max_run_s)
+    if waited is not None:
+        outcome = LoopOutcome(0, 0, waited, ())
+    else:
+        with interrupts_between_rounds(stop):
+            try:
+                outcome = run_stage_loop(spark_context, ctx, topics, settings,
+                                         should_stop=stop, on_round=report)
+            finally:
+                report.flush()  # what committed is reported, even when a range failed
+    context.log.info("stage loop of %s stopped (%s) after %d round(s), %d idle",
+                     ", ".join(topics), outcome.stopped_because, outcome.rounds,
+                     outcome.idle_rounds)
+    return dg.MaterializeResult(metadata={
+        **group_metadata(tuple(topics), fold_rounds(outcome.summaries)),
+        "rounds": outcome.rounds,
+        "idle_rounds": outcome.idle_rounds,
+        "stopped_because": outcome.stopped_because,
+        "loop_interval_s": settings.interval_s,
+        **report.metadata(),
+    })

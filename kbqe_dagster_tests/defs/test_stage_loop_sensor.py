@@ -1,0 +1,189 @@
+"""Who stages a topic that may write a ``delivery: storage_write`` table under the daemon, with
+Dagster's own context builders: ``stage_loop_sensor`` launches one loop run holding those
+topics that no run in flight holds (again once it ended), ``kafka_backlog_sensor`` observes
+them but launches batch runs for the other topics only; a loop run is a stage run in flight
+(an ordinary run yields it its topics); a loop run launched with another pipeline is asked to
+stop; a loop run stops when terminated or tagged; the instance bounds loop runs apart from
+stage runs."""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from kbqe_dagster.defs.staging import sensors
+from kbqe_dagster.defs.staging.claims import topics_in_flight, yielded_to_older_runs
+from kbqe_dagster.defs.staging.jobs import pipeline_digest, stage_job, stage_loop_job
+from kbqe_dagster.defs.staging.loop import LoopStop
+from kbqe_dagster.defs.staging.tags import (
+    PIPELINE_DIGEST_TAG,
+    STAGE_LOOP_TAG,
+    STAGE_TAG,
+    STOP_TAG,
+    TOPICS_TAG,
+)
+from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
+from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
+
+OLD = 16 * 60  # seconds: past allowed_latency
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def pipeline_text(extra_topic: str | None = None) -> str:
+    """``orders`` and ``refunds`` feed the storage_write table sales.orders; ``views`` a load
+    table."""
+    names = {"orders": "orders", "refunds": "orders", "views": "views"}
+    if extra_topic:
+        names[extra_topic] = "orders"
+    return yaml.safe_dump({
+        "version": 1,
+        "topics": [{"name": name, "event_time": {"fields": ["ts"]},
+                    "routing": {"mode": "static", "dataset": "sales", "table": table}}
+                   for name, table in names.items()],
+        "staging": {"max_messages_per_batch": 1000, "allowed_latency": "15m"},
+        "tables": {"sales.orders": {"delivery": "storage_write"}},
+    })
+
+
+@pytest.fixture
+def resources(tmp_path: Path) -> dict:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(pipeline_text())
+    (tmp_path / "staging").mkdir()
+    return {"pipeline": PipelineResource(config_path=str(path), content=path.read_text()),
+            "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"),
+            "staging": StagingResource(url=str(tmp_path / "staging"))}
+
+
+def loop_tick(instance, resources, cursor: str | None = None) -> dg.SensorResult:
+    context = dg.build_sensor_context(instance=instance, resources=resources, cursor=cursor)
+    return sensors.stage_loop_sensor(context)
+
+
+def started(instance, job_name: str, tags: dict, status=dg.DagsterRunStatus.STARTED
+            ) -> dg.DagsterRun:
+    return instance.add_run(dg.DagsterRun(job_name=job_name, run_id=str(uuid.uuid4()),
+                                          status=status, tags=tags))
+
+
+def test_the_loop_sensor_launches_one_run_holding_the_storage_write_topics(
+    instance, resources
+) -> None:
+    result = loop_tick(instance, resources)
+    [request] = result.run_requests
+    assert request.tags[TOPICS_TAG] == "orders,refunds"
+    assert "kbqe/topic" not in request.tags  # no per-topic limit: see stage_loop_tags
+    assert request.tags[PIPELINE_DIGEST_TAG] == pipeline_digest(resources["pipeline"])
+    assert request.run_config == {"ops": {"staging": {"config": {
+        "topics": ["orders", "refunds"], "loop": True}}}}
+    assert (request.run_key, result.cursor) == ("stage_loop:1", "1")
+    assert sensors.stage_loop_sensor.job_name == "stage_loop_job"
+
+
+def test_topics_held_by_a_run_in_flight_are_left_to_it_and_relaunched_once_it_ended(
+    instance, resources
+) -> None:
+    digest = pipeline_digest(resources["pipeline"])
+    loop = started(instance, "stage_loop_job", {TOPICS_TAG: "orders",
+                                                PIPELINE_DIGEST_TAG: digest})
+    started(instance, "stage_job", {"kbqe/topic": "refunds"})
+    assert loop_tick(instance, resources).run_requests == []
+
+    instance.report_run_canceled(loop)  # terminated: its topic is free again
+    [request] = loop_tick(instance, resources, cursor="7").run_requests
+    assert request.tags[TOPICS_TAG] == "orders"
+    assert request.run_key == "stage_loop:8"
+
+
+def test_a_loop_run_of_another_pipeline_is_asked_to_stop_and_succeeded_once_it_ended(
+    instance, resources, tmp_path
+) -> None:
+    before = PipelineResource(config_path=str(tmp_path / "pipeline.yaml"),
+                              content=pipeline_text(extra_topic="returns"))
+    old = started(instance, "stage_loop_job", {TOPICS_TAG: "orders,refunds,returns",
+                                               PIPELINE_DIGEST_TAG: pipeline_digest(before)})
+    same = started(instance, "stage_loop_job", {
+        TOPICS_TAG: "refunds", PIPELINE_DIGEST_TAG: pipeline_digest(resources["pipeline"])})
+
+    assert loop_tick(instance, resources).run_requests == []
+    assert instance.get_run_by_id(old.run_id).tags[STOP_TAG] == "config_changed"
+    assert STOP_TAG not in instance.get_run_by_id(same.run_id).tags
+
+    instance.report_run_canceled(old)  # it ended after its round
+    [request] = loop_tick(instance, resources).run_requests
+    assert request.tags[TOPICS_TAG] == "orders"
+
+
+def test_no_loop_run_without_a_storage_write_table(instance, tmp_path) -> None:
+    path = tmp_path / "plain.yaml"
+    path.write_text(pipeline_text().replace("storage_write", "load"))
+    result = loop_tick(instance, {"pipeline": PipelineResource(config_path=str(path)),
+                                  "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1")})
+    assert result.run_requests == [] and "storage_write" in result.skip_reason.skip_message
+
+
+def test_the_backlog_sensor_observes_loop_topics_but_launches_batch_runs_for_the_others(
+    instance, resources, monkeypatch
+) -> None:
+    def fleet_backlog(store, settings, topics, **kwargs):
+        oldest = int((time.time() - OLD) * 1000)
+        return {t: TopicBacklog(t, (PartitionBacklog(0, 0, 50, 0, 50),), oldest) for t in topics}
+
+    monkeypatch.setattr(sensors, "fleet_backlog", fleet_backlog)
+    result = sensors.kafka_backlog_sensor(
+        dg.build_sensor_context(instance=instance, resources=resources))
+    assert [r.tags.get("kbqe/topic") for r in result.run_requests] == ["views"]
+    assert sorted(e.asset_key.path[1] for e in result.asset_events) == [
+        "orders", "refunds", "views"]
+
+
+def test_a_loop_run_is_a_stage_run_in_flight_and_an_ordinary_run_yields_it_its_topics(
+    instance
+) -> None:
+    loop = started(instance, "stage_loop_job", {TOPICS_TAG: "orders,refunds"})
+    younger = started(instance, "stage_job", {TOPICS_TAG: "refunds,views"})
+    assert topics_in_flight(instance) == {"orders", "refunds", "views"}
+    assert yielded_to_older_runs(instance, younger.run_id, ["refunds", "views"]) == {"refunds"}
+    assert yielded_to_older_runs(instance, loop.run_id, ["orders", "refunds"]) == frozenset()
+
+
+def test_a_loop_run_stops_when_terminated_or_tagged_and_reads_the_run_at_most_every_second(
+    instance
+) -> None:
+    now = [0.0]
+    run = started(instance, "stage_loop_job", {TOPICS_TAG: "orders"})
+    stop = LoopStop(instance, run.run_id, check_every_s=1.0, clock=lambda: now[0])
+    assert stop() is None
+    instance.add_run_tags(run.run_id, {STOP_TAG: "config_changed"})
+    now[0] = 0.5
+    assert stop() is None, "not read again within the second"
+    now[0] = 1.0
+    assert stop() == "config_changed"
+
+    other = started(instance, "stage_loop_job", {TOPICS_TAG: "refunds"})
+    stop = LoopStop(instance, other.run_id, clock=lambda: now[0])
+    instance.report_run_canceling(other)
+    assert stop() == "terminated"
+    interrupted = LoopStop(instance, str(uuid.uuid4()))
+    interrupted.interrupted = True
+    assert interrupted() == "terminated"
+
+
+def test_the_instance_bounds_loop_runs_apart_from_stage_runs(tmp_path) -> None:
+    shutil.copyfile(Path(__file__).resolve().parents[2] / "dagster.yaml", tmp_path / "dagster.yaml")
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+    assert {"key": STAGE_LOOP_TAG, "limit": 2} in limits
+    assert stage_loop_job.tags == {STAGE_LOOP_TAG: "true"}  # never kbqe/stage: see tags.py
+    assert STAGE_TAG in stage_job.tags
