@@ -487,7 +487,8 @@ class Bench:
             from kbqe_dagster.resources.staging_store import StagingLocation
 
             store = StagingLocation(self.staging_url, self.endpoints.gcs_url, LOCAL_PROJECT).open()
-            for f in store.list(""):
+            # A flat listing leaves out the load state under _kbqe/: asked for by name.
+            for f in store.list("") + store.list("_kbqe/"):
                 store.delete(f.name)
         except Exception as e:  # noqa: BLE001
             say(f"could not delete staging {self.staging_url}: {e}")
