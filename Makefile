@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install kernel demo test test-unit stack-up stack-down stack-status dev validate bench faults clean-local
+.PHONY: install kernel demo test test-unit stack-up stack-down stack-status dev validate bench bench-latency faults clean-local
 
 install: $(STAMP)
 
@@ -63,6 +63,11 @@ dev: install
 
 bench: install
 	$(BIN)/python bench/bench_stage.py
+
+# Produce -> visible-in-BigQuery latency of both delivery paths on the running local stack
+# (docs/operations.md); e.g. ARGS="--rates 1000:1 --seconds 20" for a short run.
+bench-latency: install
+	$(BIN)/python bench/bench_latency.py $(ARGS)
 
 # The fault-injection suite on the local stack (docs/operations.md); ARGS="--long" for the long run.
 faults: install
