@@ -7,10 +7,11 @@ The top of the package: one module per command group (``stack``, ``demo``, ``sta
 ``(args) -> exit code``; to add a command, write one such function in its group's module and
 append it to :data:`COMMANDS`. Nothing below the CLI imports this package.
 
-Errors are one line on stderr (``kbqe: error: ...``) and exit code 1; ``--verbose`` adds the
-full message and the traceback. Progress goes through ``logging`` to stderr (set up by
-``cli/logs.py``: libraries' chatter only with ``--verbose``); results (tables, JSON) go to
-stdout, so ``kbqe stack status --json | jq`` works.
+Errors go to stderr whole (``kbqe: error: ...``; an invalid pipeline file: every problem, one
+per line) with exit code 1 (exit codes: docs/cli.md); ``--verbose`` adds the traceback.
+Progress goes through ``logging`` to stderr (set up by ``cli/logs.py``: libraries' chatter
+only with ``--verbose``); results (tables, JSON) go to stdout, so ``kbqe stack status --json
+| jq`` works.
 
 May import every room of the package; nothing imports it: the top layer."""
 
@@ -84,11 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _report(message: str, verbose: bool) -> None:
-    lines = message.strip().splitlines() or ["(no message)"]
+    """The whole message (a pipeline file's every problem, one per line); ``--verbose``
+    adds the traceback, never more of the message."""
     if verbose:
         traceback.print_exc(file=sys.stderr)
-        print(f"kbqe: error: {message.strip()}", file=sys.stderr)
-        return
-    more = " (more with --verbose)" if len(lines) > 1 else ""
-    print(f"kbqe: error: {lines[0]}{more}", file=sys.stderr)
-
+    print(f"kbqe: error: {message.strip() or '(no message)'}", file=sys.stderr)

@@ -15,6 +15,8 @@ from datetime import date, timedelta
 from enum import Enum
 from typing import Any, Callable, Hashable, Mapping
 
+import yaml
+
 from kbqe_dagster.core.errors import ConfigError
 
 Converter = Callable[[Any], Any]
@@ -49,16 +51,64 @@ class Invalid(Exception):
 
 
 class Problems:
-    """Problems found so far, each prefixed by its key path."""
+    """Problems found so far: ``items`` each prefixed by its key path, ``located`` the same
+    as ``(key path, message)`` pairs."""
 
     def __init__(self) -> None:
         self.items: list[str] = []
+        self.located: list[tuple[str, str]] = []
 
     def add(self, path: str, message: str) -> None:
         self.items.append(f"{path}: {message}" if path else message)
+        self.located.append((path, message))
 
     def __bool__(self) -> bool:
         return bool(self.items)
+
+
+def load_yaml(text: str, problems: Problems) -> Any:
+    """The YAML document of ``text``, like ``yaml.safe_load``, but a key repeated in one
+    mapping is a problem (key path and both lines) instead of silently keeping the last value
+    (``load: {cadence: 5m, cadence: 10m}`` would run with 10m). Raises ``yaml.YAMLError``."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        for path, first, second in repeated_keys(node):
+            problems.add(path, f"key repeated in one mapping (lines {first} and {second}); "
+                         "YAML would keep only the last: remove one")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def repeated_keys(node: yaml.Node, path: str = "",
+                  seen: set[int] | None = None) -> list[tuple[str, int, int]]:
+    """``(key path, first line, repeated line)`` of every key given twice in a mapping of the
+    composed YAML ``node`` (lines from 1). Keys are compared as resolved scalars (tag and
+    text); an aliased node is walked once."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:
+        return []
+    seen.add(id(node))
+    found: list[tuple[str, int, int]] = []
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[tuple[str, str], int] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                found += repeated_keys(value_node, path, seen)
+                continue
+            key = (key_node.tag, key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in lines and key_node.tag != "tag:yaml.org,2002:merge":
+                found.append((join(path, key_node.value), lines[key], line))
+            lines.setdefault(key, line)
+            found += repeated_keys(value_node, join(path, key_node.value), seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            found += repeated_keys(item, join(path, index), seen)
+    return found
 
 
 def join(path: str, key: str | int) -> str:
@@ -125,7 +175,21 @@ def nullable(convert: Converter) -> Converter:
     def read(value: Any) -> Any:
         return None if value is None else convert(value)
 
-    return read
+    return with_schema(read, {"anyOf": [json_schema(convert), {"type": "null"}]})
+
+
+# --- the JSON Schema of what a converter accepts (core/config/schema.py) ---------------------
+def with_schema(convert: Converter, schema: Mapping[str, Any]) -> Converter:
+    """``convert``, which accepts what the JSON Schema ``schema`` describes (for editors; the
+    converter stays the judge: a schema cannot say "a legal Kafka topic name")."""
+    convert.json_schema = dict(schema)  # type: ignore[attr-defined]
+    return convert
+
+
+def json_schema(convert: Converter) -> dict[str, Any]:
+    """The JSON Schema of ``convert``'s values; ``{}`` (anything) for a converter that does
+    not declare one (a section's key read by the section's own code)."""
+    return dict(getattr(convert, "json_schema", {}))
 
 
 # --- converters: each returns the typed value or raises Invalid ------------------------------
@@ -151,7 +215,9 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Converter
             raise Invalid(f"must be at most {maximum:,}, got {value:,}")
         return value
 
-    return read
+    bounds = {"minimum": minimum, "maximum": maximum}
+    return with_schema(read, {"type": "integer",
+                              **{k: v for k, v in bounds.items() if v is not None}})
 
 
 def choice(enum: type[Enum], aliases: Mapping[Any, str] | None = None) -> Converter:
@@ -166,7 +232,8 @@ def choice(enum: type[Enum], aliases: Mapping[Any, str] | None = None) -> Conver
             names = ", ".join(str(member.value) for member in enum)  # type: ignore[var-annotated]
             raise Invalid(f"expected one of {names}, got {describe(value)}") from None
 
-    return read
+    values = [member.value for member in enum]  # type: ignore[var-annotated]
+    return with_schema(read, {"enum": values + [a for a in (aliases or {}) if a not in values]})
 
 
 def duration(minimum: timedelta = timedelta(0)) -> Converter:
@@ -183,7 +250,11 @@ def duration(minimum: timedelta = timedelta(0)) -> Converter:
             raise Invalid(f"must be at least {format_duration(minimum)}, got {value!r}")
         return total
 
-    return read
+    return with_schema(read, {"type": "string", "pattern": DURATION_PATTERN})
+
+
+DURATION_PATTERN = r"^\s*(\d+(\.\d+)?(ms|s|m|h|d)\s*)+$"
+"""What :func:`duration` reads, as a JSON Schema pattern (editors)."""
 
 
 def format_duration(value: timedelta) -> str:
@@ -214,7 +285,10 @@ def byte_size(minimum: int = 0) -> Converter:
             raise Invalid(f"must be at least {minimum:,} bytes, got {size:,}")
         return size
 
-    return read
+    return with_schema(read, {"anyOf": [
+        {"type": "integer", "minimum": minimum},
+        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMG]i?B|B)?\s*$"},
+    ]})
 
 
 def calendar_date(value: Any) -> date:
@@ -245,7 +319,12 @@ def list_of(convert: Converter, *, non_empty: bool = False, unique: bool = True)
                 raise Invalid(f"duplicate entry {describe(item)}", f"[{index}]")
         return tuple(out)
 
-    return read
+    schema: dict[str, Any] = {"type": "array", "items": json_schema(convert)}
+    if non_empty:
+        schema["minItems"] = 1
+    if unique:
+        schema["uniqueItems"] = True
+    return with_schema(read, schema)
 
 
 def string_map(value: Any) -> dict[str, str]:
@@ -270,7 +349,15 @@ def checked(convert: Converter, problem: Callable[[Any], str | None]) -> Convert
             raise Invalid(message)
         return result
 
-    return read
+    return with_schema(read, json_schema(convert))
+
+
+with_schema(string, {"type": "string", "minLength": 1})
+with_schema(boolean, {"type": "boolean"})
+# A YAML date unquoted is a date to PyYAML and a string to editors (YAML 1.2).
+with_schema(calendar_date, {"type": "string", "format": "date"})
+with_schema(string_map, {"type": "object",
+                         "additionalProperties": {"type": "string", "minLength": 1}})
 
 
 def identity(value: Any) -> Any:
