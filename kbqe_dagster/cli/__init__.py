@@ -2,7 +2,7 @@
 
 The top of the package: one module per command group (``stack``, ``demo``, ``staging``,
 ``load``, ``retention``, ``bootstrap``, ``dead_letters``, ``produce_sample``,
-``observability``, ``run``, ``completeness``), what they share in ``common``, the terminal text in
+``observability``, ``run``, ``completeness``, ``config``), what they share in ``common``, the terminal text in
 ``render``. Each group's ``add_<group>`` adds its sub-parsers and sets ``handler`` to a function
 ``(args) -> exit code``; to add a command, write one such function in its group's module and
 append it to :data:`COMMANDS`. Nothing below the CLI imports this package.
@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 from kbqe_dagster.cli.bootstrap import add_bootstrap
 from kbqe_dagster.cli.common import CommandAdder
 from kbqe_dagster.cli.completeness import add_completeness
+from kbqe_dagster.cli.config import add_config
 from kbqe_dagster.cli.dead_letters import add_dead_letters
 from kbqe_dagster.cli.demo import add_demo
 from kbqe_dagster.cli.load import add_load
@@ -46,7 +47,7 @@ Handler = Callable[[argparse.Namespace], int]
 # --- the command line itself ---------------------------------------------------------------
 COMMANDS: list[CommandAdder] = [
     add_stack, add_demo, add_staging, add_load, add_retention, add_bootstrap, add_dead_letters,
-    add_produce_sample, add_metrics, add_health, add_run, add_completeness,
+    add_produce_sample, add_metrics, add_health, add_run, add_completeness, add_config,
 ]
 
 

@@ -76,34 +76,40 @@ def load_yaml(text: str, problems: Problems) -> Any:
         if node is None:
             return None
         for path, first, second in repeated_keys(node):
-            problems.add(path, f"key repeated in one mapping (lines {first} and {second}); "
-                         "YAML would keep only the last: remove one")
+            where = (f"lines {first[0]} and {second[0]}" if first[0] != second[0]
+                     else f"line {first[0]}, columns {first[1]} and {second[1]}")
+            problems.add(path, f"key repeated in one mapping ({where}); YAML would keep only "
+                         "the last: remove one")
         return loader.construct_document(node)
     finally:
         loader.dispose()
 
 
+Position = tuple[int, int]
+"""(line, column) in a YAML text, both from 1."""
+
+
 def repeated_keys(node: yaml.Node, path: str = "",
-                  seen: set[int] | None = None) -> list[tuple[str, int, int]]:
-    """``(key path, first line, repeated line)`` of every key given twice in a mapping of the
-    composed YAML ``node`` (lines from 1). Keys are compared as resolved scalars (tag and
+                  seen: set[int] | None = None) -> list[tuple[str, Position, Position]]:
+    """``(key path, first position, repeated position)`` of every key given twice in a
+    mapping of the composed YAML ``node``. Keys are compared as resolved scalars (tag and
     text); an aliased node is walked once."""
     seen = set() if seen is None else seen
     if id(node) in seen:
         return []
     seen.add(id(node))
-    found: list[tuple[str, int, int]] = []
+    found: list[tuple[str, Position, Position]] = []
     if isinstance(node, yaml.MappingNode):
-        lines: dict[tuple[str, str], int] = {}
+        positions: dict[tuple[str, str], Position] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 found += repeated_keys(value_node, path, seen)
                 continue
             key = (key_node.tag, key_node.value)
-            line = key_node.start_mark.line + 1
-            if key in lines and key_node.tag != "tag:yaml.org,2002:merge":
-                found.append((join(path, key_node.value), lines[key], line))
-            lines.setdefault(key, line)
+            here = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            if key in positions and key_node.tag != "tag:yaml.org,2002:merge":
+                found.append((join(path, key_node.value), positions[key], here))
+            positions.setdefault(key, here)
             found += repeated_keys(value_node, join(path, key_node.value), seen)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):

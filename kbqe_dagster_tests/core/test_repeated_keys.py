@@ -71,8 +71,8 @@ def test_keys_are_compared_as_yaml_reads_them() -> None:
     # 'on' and "on" are the same string key; 1 and '1' are not the same key.
     assert r.load_yaml("m: {'on': 1, \"on\": 2, 1: a, '1': b}\n", problems) == {
         "m": {"on": 2, 1: "a", "1": "b"}}
-    assert problems.located == [("m.on", "key repeated in one mapping (lines 1 and 1); YAML "
-                                         "would keep only the last: remove one")]
+    assert problems.located == [("m.on", "key repeated in one mapping (line 1, columns 5 and "
+                                         "14); YAML would keep only the last: remove one")]
 
 
 def test_an_anchor_used_twice_is_not_a_repeated_key() -> None:
