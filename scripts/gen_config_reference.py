@@ -26,8 +26,12 @@ HEADER = """# Configuration reference
 
 The pipeline is one YAML file (`KBQE_PIPELINE_CONFIG`, default `examples/pipeline.yaml`,
 which uses every section). Durations are written `30s`, `15m`, `1h`, `7d`; sizes `512KiB`,
-`1MiB`. Unknown keys are errors with a did-you-mean, and every problem is reported at once
-with its key path (`topics[0].routing.mode: ...`).
+`1MiB`. Unknown keys are errors with a did-you-mean, a key given twice in one mapping is an
+error naming both lines, and every problem is reported at once with its key path
+(`topics[0].routing.mode: ...`): `kbqe config check` prints them without running anything.
+`kbqe config schema` prints the file's JSON Schema, generated from the same model as this page,
+for an editor to complete and check the YAML (VS Code: a first line
+`# yaml-language-server: $schema=./kbqe-pipeline.schema.json`; docs/cli.md).
 
 ```yaml
 version: 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kbqe_dagster.core import config_reader as r
+from kbqe_dagster.core.config.yaml_file import load_yaml
 from kbqe_dagster.core.config.pipeline import parse_pipeline_text
 from kbqe_dagster.core.errors import ConfigError
 
@@ -69,7 +70,7 @@ def test_the_same_key_in_two_mappings_is_not_repeated() -> None:
 def test_keys_are_compared_as_yaml_reads_them() -> None:
     problems = r.Problems()
     # 'on' and "on" are the same string key; 1 and '1' are not the same key.
-    assert r.load_yaml("m: {'on': 1, \"on\": 2, 1: a, '1': b}\n", problems) == {
+    assert load_yaml("m: {'on': 1, \"on\": 2, 1: a, '1': b}\n", problems) == {
         "m": {"on": 2, 1: "a", "1": "b"}}
     assert problems.located == [("m.on", "key repeated in one mapping (line 1, columns 5 and "
                                          "14); YAML would keep only the last: remove one")]
@@ -77,13 +78,13 @@ def test_keys_are_compared_as_yaml_reads_them() -> None:
 
 def test_an_anchor_used_twice_is_not_a_repeated_key() -> None:
     problems = r.Problems()
-    raw = r.load_yaml("base: &b {x: 1}\none: *b\ntwo: *b\n", problems)
+    raw = load_yaml("base: &b {x: 1}\none: *b\ntwo: *b\n", problems)
     assert raw == {"base": {"x": 1}, "one": {"x": 1}, "two": {"x": 1}}
     assert not problems
 
 
 def test_an_empty_document_reads_as_none_and_bad_yaml_still_raises() -> None:
     problems = r.Problems()
-    assert r.load_yaml("", problems) is None and not problems
+    assert load_yaml("", problems) is None and not problems
     with pytest.raises(ConfigError, match="p.yaml: not valid YAML"):
         parse_pipeline_text("a: [1,\n", source="p.yaml")

@@ -48,7 +48,8 @@ matching pattern does (core/config/discovery.py has every rule). ``event_time``,
 key. A ``static`` route's table, a static destination's included, is implicitly allowed (it is
 declared right there); every other destination must match ``allowed_destinations``. Routing
 keys that the chosen mode does not read are errors, not silently ignored. Unknown keys are
-errors with a did-you-mean; all problems are reported together in one :class:`ConfigError`.
+errors with a did-you-mean, a key repeated in one mapping an error naming both lines
+(core/config/yaml_file.py); all problems are reported together in one :class:`ConfigError`.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ from kbqe_dagster.core.config.topics import (
     read_topics,
 )
 from kbqe_dagster.core.config.table_layout import TableLayout, table_layout
+from kbqe_dagster.core.config.yaml_file import load_yaml
 from kbqe_dagster.core.config.discovery import (
     TopicPattern,
     internal_topics,
@@ -305,7 +307,7 @@ def parse_pipeline_text(text: str, source: str = "<config>") -> PipelineConfig:
     """Validate the text of a pipeline YAML file."""
     problems = r.Problems()
     try:
-        raw = r.load_yaml(text, problems)  # a repeated key is a problem, not the last one wins
+        raw = load_yaml(text, problems)  # a repeated key is a problem, not the last one wins
     except yaml.YAMLError as error:
         raise ConfigError(f"{source}: not valid YAML: {error}") from error
     return parse_pipeline_config(raw, source=source, problems=problems)
