@@ -9,45 +9,15 @@ the committed file differs from what this script writes; run it after changing a
 
 from __future__ import annotations
 
-import ast
-import inspect
 import sys
 from pathlib import Path
 
-from kbqe_dagster.core.completeness import decision as completeness
-from kbqe_dagster.core.config import sections as config_sections
-from kbqe_dagster.core.keyed import contract as keyed
-from kbqe_dagster.core.record import enrichment, event_time, partitioning, routing
-from kbqe_dagster.core.transforms import destinations, specs as transform_specs
+from kbqe_dagster.core.config.reference import SECTIONS, field_docs
 
 REPO = Path(__file__).resolve().parents[1]
 TARGET = REPO / "docs" / "configuration.md"
 
-# (YAML location, class) in the order a reader meets them in a pipeline file.
-SECTIONS = [
-    ("topics[].routing", routing.RoutingConfig),
-    ("topics[].destinations[]  (instead of routing: one message into several tables)",
-     destinations.DestinationConfig),
-    ("topics[].event_time  (defaults: top-level event_time)", event_time.EventTimeConfig),
-    ("topics[].keyed  (a keyed destination: changelog, current state, history)", keyed.KeyedConfig),
-    ("topics[].transforms[]  add", transform_specs.AddField),
-    ("topics[].transforms[]  rename", transform_specs.RenameField),
-    ("topics[].transforms[]  drop", transform_specs.DropFields),
-    ("topics[].transforms[]  mask", transform_specs.MaskField),
-    ("topics[].transforms[]  cast", transform_specs.CastField),
-    ("topics[].transforms[]  timestamp", transform_specs.ConvertTimestamp),
-    ("topics[].transforms[]  compute", transform_specs.ComputeField),
-    ("topics[].transforms[]  function", transform_specs.FunctionTransform),
-    ("staging  (per topic: topics[].staging)", config_sections.StagingSettings),
-    ("stage_runs  (how due topics share stage runs)", config_sections.StageRunSettings),
-    ("completeness  (per topic: topics[].completeness)", completeness.CompletenessSettings),
-    ("tables.<dataset.table | dataset.*>", partitioning.TableSettings),
-    ("dead_letter", config_sections.DeadLetterDestination),
-    ("enrichment", enrichment.EnrichmentConfig),
-    ("load", config_sections.LoadSettings),
-    ("retention", config_sections.RetentionSettings),
-    ("notifications", config_sections.NotificationSettings),
-]
+__all__ = ["SECTIONS", "field_docs", "render"]  # the walk of the model lives in the package
 
 HEADER = """# Configuration reference
 
@@ -56,8 +26,12 @@ HEADER = """# Configuration reference
 
 The pipeline is one YAML file (`KBQE_PIPELINE_CONFIG`, default `examples/pipeline.yaml`,
 which uses every section). Durations are written `30s`, `15m`, `1h`, `7d`; sizes `512KiB`,
-`1MiB`. Unknown keys are errors with a did-you-mean, and every problem is reported at once
-with its key path (`topics[0].routing.mode: ...`).
+`1MiB`. Unknown keys are errors with a did-you-mean, a key given twice in one mapping is an
+error naming both lines, and every problem is reported at once with its key path
+(`topics[0].routing.mode: ...`): `kbqe config check` prints them without running anything.
+`kbqe config schema` prints the file's JSON Schema, generated from the same model as this page,
+for an editor to complete and check the YAML (VS Code: a first line
+`# yaml-language-server: $schema=./kbqe-pipeline.schema.json`; docs/cli.md).
 
 ```yaml
 version: 1
@@ -263,23 +237,6 @@ and every `kbqe` command alike: `KBQE_GCS_ENDPOINT` when set, else in `local` th
 stack's emulator, in `gcp` real GCS (Application Default Credentials); a command's
 `--gcs-endpoint` wins over both.
 """
-
-
-def field_docs(cls: type) -> list[tuple[str, str, str]]:
-    """(name, default as written in the source, docstring) of each annotated field."""
-    tree = ast.parse(inspect.getsource(cls))
-    body = tree.body[0].body
-    out = []
-    for i, node in enumerate(body):
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            default = ast.get_source_segment(inspect.getsource(cls), node.value) if node.value else "(required)"
-            doc = ""
-            if i + 1 < len(body) and isinstance(body[i + 1], ast.Expr) and isinstance(
-                getattr(body[i + 1], "value", None), ast.Constant
-            ):
-                doc = " ".join(str(body[i + 1].value.value).split())
-            out.append((node.target.id, default or "", doc))
-    return out
 
 
 def render() -> str:

@@ -2,15 +2,16 @@
 
 The top of the package: one module per command group (``stack``, ``demo``, ``staging``,
 ``load``, ``retention``, ``bootstrap``, ``dead_letters``, ``produce_sample``,
-``observability``, ``run``, ``completeness``), what they share in ``common``, the terminal text in
+``observability``, ``run``, ``completeness``, ``config``), what they share in ``common``, the terminal text in
 ``render``. Each group's ``add_<group>`` adds its sub-parsers and sets ``handler`` to a function
 ``(args) -> exit code``; to add a command, write one such function in its group's module and
 append it to :data:`COMMANDS`. Nothing below the CLI imports this package.
 
-Errors are one line on stderr (``kbqe: error: ...``) and exit code 1; ``--verbose`` adds the
-full message and the traceback. Progress goes through ``logging`` to stderr (set up by
-``cli/logs.py``: libraries' chatter only with ``--verbose``); results (tables, JSON) go to
-stdout, so ``kbqe stack status --json | jq`` works.
+Errors go to stderr whole (``kbqe: error: ...``; an invalid pipeline file: every problem, one
+per line) with exit code 1 (exit codes: docs/cli.md); ``--verbose`` adds the traceback.
+Progress goes through ``logging`` to stderr (set up by ``cli/logs.py``: libraries' chatter
+only with ``--verbose``); results (tables, JSON) go to stdout, so ``kbqe stack status --json
+| jq`` works.
 
 May import every room of the package; nothing imports it: the top layer."""
 
@@ -25,6 +26,7 @@ from typing import Callable, Sequence
 from kbqe_dagster.cli.bootstrap import add_bootstrap
 from kbqe_dagster.cli.common import CommandAdder
 from kbqe_dagster.cli.completeness import add_completeness
+from kbqe_dagster.cli.config import add_config
 from kbqe_dagster.cli.dead_letters import add_dead_letters
 from kbqe_dagster.cli.demo import add_demo
 from kbqe_dagster.cli.load import add_load
@@ -45,7 +47,7 @@ Handler = Callable[[argparse.Namespace], int]
 # --- the command line itself ---------------------------------------------------------------
 COMMANDS: list[CommandAdder] = [
     add_stack, add_demo, add_staging, add_load, add_retention, add_bootstrap, add_dead_letters,
-    add_produce_sample, add_metrics, add_health, add_run, add_completeness,
+    add_produce_sample, add_metrics, add_health, add_run, add_completeness, add_config,
 ]
 
 
@@ -84,11 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _report(message: str, verbose: bool) -> None:
-    lines = message.strip().splitlines() or ["(no message)"]
+    """The whole message (a pipeline file's every problem, one per line); ``--verbose``
+    adds the traceback, never more of the message."""
     if verbose:
         traceback.print_exc(file=sys.stderr)
-        print(f"kbqe: error: {message.strip()}", file=sys.stderr)
-        return
-    more = " (more with --verbose)" if len(lines) > 1 else ""
-    print(f"kbqe: error: {lines[0]}{more}", file=sys.stderr)
-
+    print(f"kbqe: error: {message.strip() or '(no message)'}", file=sys.stderr)

@@ -83,10 +83,15 @@ def open_store(args: argparse.Namespace) -> StagingStore:
     return staging_location(args.staging, args.gcs_endpoint).open()
 
 
+def pipeline_path(args: argparse.Namespace) -> str | Path:
+    """The pipeline file the options name: ``--config`` > ``$KBQE_PIPELINE_CONFIG`` > default."""
+    return args.config or os.environ.get(PIPELINE_ENV) or DEFAULT_PIPELINE
+
+
 def pipeline_config(args: argparse.Namespace) -> Any:
     from kbqe_dagster.core.config.pipeline import load_pipeline_config
 
-    return load_pipeline_config(args.config or os.environ.get(PIPELINE_ENV) or DEFAULT_PIPELINE)
+    return load_pipeline_config(pipeline_path(args))
 
 
 def now() -> datetime:

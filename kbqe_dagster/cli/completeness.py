@@ -19,8 +19,9 @@ from kbqe_dagster.cli.common import (
 )
 from kbqe_dagster.core.errors import OperatorCommandError
 
-NOT_COMPLETE_EXIT = 2
-"""``--day`` given and that day is not complete for every table shown."""
+NOT_COMPLETE_EXIT = 3
+"""``--day`` given and that day is not complete for every table shown. Not 2: argparse
+exits 2 on a usage error, and a script must tell "not yet" from "wrong command line"."""
 
 
 def add_completeness(sub: SubParsers, common: argparse.ArgumentParser) -> None:

@@ -49,13 +49,16 @@ class Invalid(Exception):
 
 
 class Problems:
-    """Problems found so far, each prefixed by its key path."""
+    """Problems found so far: ``items`` each prefixed by its key path, ``located`` the same
+    as ``(key path, message)`` pairs."""
 
     def __init__(self) -> None:
         self.items: list[str] = []
+        self.located: list[tuple[str, str]] = []
 
     def add(self, path: str, message: str) -> None:
         self.items.append(f"{path}: {message}" if path else message)
+        self.located.append((path, message))
 
     def __bool__(self) -> bool:
         return bool(self.items)
@@ -125,7 +128,21 @@ def nullable(convert: Converter) -> Converter:
     def read(value: Any) -> Any:
         return None if value is None else convert(value)
 
-    return read
+    return with_schema(read, {"anyOf": [json_schema(convert), {"type": "null"}]})
+
+
+# --- the JSON Schema of what a converter accepts (core/config/schema.py) ---------------------
+def with_schema(convert: Converter, schema: Mapping[str, Any]) -> Converter:
+    """``convert``, which accepts what the JSON Schema ``schema`` describes (for editors; the
+    converter stays the judge: a schema cannot say "a legal Kafka topic name")."""
+    convert.json_schema = dict(schema)  # type: ignore[attr-defined]
+    return convert
+
+
+def json_schema(convert: Converter) -> dict[str, Any]:
+    """The JSON Schema of ``convert``'s values; ``{}`` (anything) for a converter that does
+    not declare one (a section's key read by the section's own code)."""
+    return dict(getattr(convert, "json_schema", {}))
 
 
 # --- converters: each returns the typed value or raises Invalid ------------------------------
@@ -151,7 +168,9 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Converter
             raise Invalid(f"must be at most {maximum:,}, got {value:,}")
         return value
 
-    return read
+    bounds = {"minimum": minimum, "maximum": maximum}
+    return with_schema(read, {"type": "integer",
+                              **{k: v for k, v in bounds.items() if v is not None}})
 
 
 def choice(enum: type[Enum], aliases: Mapping[Any, str] | None = None) -> Converter:
@@ -166,7 +185,8 @@ def choice(enum: type[Enum], aliases: Mapping[Any, str] | None = None) -> Conver
             names = ", ".join(str(member.value) for member in enum)  # type: ignore[var-annotated]
             raise Invalid(f"expected one of {names}, got {describe(value)}") from None
 
-    return read
+    values = [member.value for member in enum]  # type: ignore[var-annotated]
+    return with_schema(read, {"enum": values + [a for a in (aliases or {}) if a not in values]})
 
 
 def duration(minimum: timedelta = timedelta(0)) -> Converter:
@@ -183,7 +203,11 @@ def duration(minimum: timedelta = timedelta(0)) -> Converter:
             raise Invalid(f"must be at least {format_duration(minimum)}, got {value!r}")
         return total
 
-    return read
+    return with_schema(read, {"type": "string", "pattern": DURATION_PATTERN})
+
+
+DURATION_PATTERN = r"^\s*(\d+(\.\d+)?(ms|s|m|h|d)\s*)+$"
+"""What :func:`duration` reads, as a JSON Schema pattern (editors)."""
 
 
 def format_duration(value: timedelta) -> str:
@@ -214,7 +238,10 @@ def byte_size(minimum: int = 0) -> Converter:
             raise Invalid(f"must be at least {minimum:,} bytes, got {size:,}")
         return size
 
-    return read
+    return with_schema(read, {"anyOf": [
+        {"type": "integer", "minimum": minimum},
+        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMG]i?B|B)?\s*$"},
+    ]})
 
 
 def calendar_date(value: Any) -> date:
@@ -245,7 +272,12 @@ def list_of(convert: Converter, *, non_empty: bool = False, unique: bool = True)
                 raise Invalid(f"duplicate entry {describe(item)}", f"[{index}]")
         return tuple(out)
 
-    return read
+    schema: dict[str, Any] = {"type": "array", "items": json_schema(convert)}
+    if non_empty:
+        schema["minItems"] = 1
+    if unique:
+        schema["uniqueItems"] = True
+    return with_schema(read, schema)
 
 
 def string_map(value: Any) -> dict[str, str]:
@@ -270,7 +302,15 @@ def checked(convert: Converter, problem: Callable[[Any], str | None]) -> Convert
             raise Invalid(message)
         return result
 
-    return read
+    return with_schema(read, json_schema(convert))
+
+
+with_schema(string, {"type": "string", "minLength": 1})
+with_schema(boolean, {"type": "boolean"})
+# A YAML date unquoted is a date to PyYAML and a string to editors (YAML 1.2).
+with_schema(calendar_date, {"type": "string", "format": "date"})
+with_schema(string_map, {"type": "object",
+                         "additionalProperties": {"type": "string", "minLength": 1}})
 
 
 def identity(value: Any) -> Any:

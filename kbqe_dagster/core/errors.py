@@ -15,7 +15,13 @@ class KbqeError(Exception):
 
 # --- configuration -------------------------------------------------------------------------
 class ConfigError(KbqeError):
-    """The pipeline configuration is invalid; the message names the offending key path."""
+    """The pipeline configuration is invalid; the message names the offending key path.
+    ``problems``: each problem as ``(key path, message)`` when the file was read whole
+    (``kbqe config check --json`` lists them); empty for an error raised alone."""
+
+    def __init__(self, message: str, problems: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems
 
 
 # --- messages (DESIGN.md §2) ---------------------------------------------------------------

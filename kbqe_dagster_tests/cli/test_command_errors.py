@@ -1,5 +1,6 @@
-"""Where the commands find the staging area and the pipeline file, and how they fail: one
-line on stderr naming the problem and the fix, exit code 1, a traceback only with --verbose."""
+"""Where the commands find the staging area and the pipeline file, and how they fail: the
+error on stderr naming the problem and the fix (one line, or one per problem of a pipeline
+file), exit code 1, a traceback only with --verbose."""
 
 from __future__ import annotations
 
@@ -110,14 +111,29 @@ def test_verbose_adds_the_traceback(run: Run, area: Area) -> None:
     assert "StateFileError" in result.err
 
 
-def test_an_invalid_pipeline_file_is_one_line_with_a_pointer_to_verbose(
+def test_an_invalid_pipeline_file_prints_every_problem_with_its_key_path(
     run: Run, area: Area, tmp_path: Path
 ) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("version: 1\ntopics: []\nload: {cadense: 5m}\n")
     result = run("load", "plan", "--staging", str(area.root), "--config", str(config))
-    assert_one_error_line(result, f"kbqe: error: {config}: 2 problem(s):")
-    assert result.err.rstrip().endswith("(more with --verbose)")
+    assert result.code == 1 and result.out == ""
+    assert result.err.splitlines() == [
+        f"kbqe: error: {config}: 2 problem(s):",
+        "  - topics: expected a list of at least one topic, got a list",
+        "  - load.cadense: unknown key; did you mean 'cadence'?",
+    ]
+
+
+def test_verbose_adds_only_the_traceback_to_a_pipeline_files_problems(
+    run: Run, area: Area, tmp_path: Path
+) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("version: 1\ntopics: []\nload: {cadense: 5m}\n")
+    plain = run("load", "plan", "--staging", str(area.root), "--config", str(config))
+    verbose = run("load", "plan", "--staging", str(area.root), "--config", str(config), "-v")
+    assert "Traceback (most recent call last)" in verbose.err and "ConfigError" in verbose.err
+    assert verbose.err.rstrip().endswith(plain.err.rstrip())
 
 
 def test_a_negative_limit_is_refused(run: Run, area: Area) -> None:

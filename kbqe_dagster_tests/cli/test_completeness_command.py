@@ -47,9 +47,15 @@ def test_table_option_limits_the_report_and_text_names_the_holder(run: Run, stag
     assert "2026-11-22" in result.out and "orders[1] 20 msg / 12h 5m (load)" in result.out
 
 
-def test_day_option_exits_2_while_that_day_is_not_complete(run: Run, staged):
+def test_day_option_exits_3_while_that_day_is_not_complete(run: Run, staged):
     assert run("completeness", "--day", "2026-11-22", *staged).code == 0
-    assert run("completeness", "--day", "2026-11-23", "--json", *staged).code == 2
+    assert run("completeness", "--day", "2026-11-23", "--json", *staged).code == 3
+
+
+def test_a_usage_error_is_2_and_not_the_not_complete_code(run: Run, staged):
+    with pytest.raises(SystemExit) as usage:
+        run("completeness", "--day", "23/11/2026", *staged)
+    assert usage.value.code == 2
 
 
 def test_a_table_name_without_a_dataset_is_refused(run: Run, staged):
@@ -80,4 +86,4 @@ def test_an_hour_table_answers_in_hours_and_a_day_counts_once_its_last_hour_does
     text = run("completeness", *staged_hourly)
     assert "2026-11-23T13" in text.out and "clicks[1] 20 msg / 25m 0s (load)" in text.out
     assert run("completeness", "--day", "2026-11-22", *staged_hourly).code == 0
-    assert run("completeness", "--day", "2026-11-23", *staged_hourly).code == 2
+    assert run("completeness", "--day", "2026-11-23", *staged_hourly).code == 3

@@ -48,7 +48,8 @@ matching pattern does (core/config/discovery.py has every rule). ``event_time``,
 key. A ``static`` route's table, a static destination's included, is implicitly allowed (it is
 declared right there); every other destination must match ``allowed_destinations``. Routing
 keys that the chosen mode does not read are errors, not silently ignored. Unknown keys are
-errors with a did-you-mean; all problems are reported together in one :class:`ConfigError`.
+errors with a did-you-mean, a key repeated in one mapping an error naming both lines
+(core/config/yaml_file.py); all problems are reported together in one :class:`ConfigError`.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ from kbqe_dagster.core.config.topics import (
     read_topics,
 )
 from kbqe_dagster.core.config.table_layout import TableLayout, table_layout
+from kbqe_dagster.core.config.yaml_file import load_yaml
 from kbqe_dagster.core.config.discovery import (
     TopicPattern,
     internal_topics,
@@ -309,16 +311,20 @@ def load_pipeline_config(path: str | Path) -> PipelineConfig:
 
 def parse_pipeline_text(text: str, source: str = "<config>") -> PipelineConfig:
     """Validate the text of a pipeline YAML file."""
+    problems = r.Problems()
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text, problems)  # a repeated key is a problem, not the last one wins
     except yaml.YAMLError as error:
         raise ConfigError(f"{source}: not valid YAML: {error}") from error
-    return parse_pipeline_config(raw, source=source)
+    return parse_pipeline_config(raw, source=source, problems=problems)
 
 
-def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
-    """Validate a parsed YAML document; raises one :class:`ConfigError` listing every problem."""
-    problems = r.Problems()
+def parse_pipeline_config(
+    raw: Any, source: str = "<config>", problems: r.Problems | None = None
+) -> PipelineConfig:
+    """Validate a parsed YAML document; raises one :class:`ConfigError` listing every problem
+    (``problems``: those found while reading the text, e.g. repeated keys)."""
+    problems = problems if problems is not None else r.Problems()
     top = r.read_section(raw, "", {key: r.identity for key in _TOP_KEYS}, problems)
     if "version" in top and top["version"] != CONFIG_VERSION:
         problems.add("version", f"expected {CONFIG_VERSION}, got {r.describe(top['version'])}")
@@ -372,7 +378,8 @@ def parse_pipeline_config(raw: Any, source: str = "<config>") -> PipelineConfig:
     warnings = (f"load.cadence {warning}",) if warning else ()
     if problems:
         listed = "\n".join(f"  - {item}" for item in problems.items)
-        raise ConfigError(f"{source}: {len(problems.items)} problem(s):\n{listed}")
+        raise ConfigError(f"{source}: {len(problems.items)} problem(s):\n{listed}",
+                          tuple(problems.located))
     statics = tuple(f"{d.dataset}.{d.table}" for t in topics for d in t.static_destinations)
     # A keyed topic's loads go to its changelog table (core/keyed/contract.py), declared with it.
     statics += tuple(
