@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from kbqe_dagster.localstack.clients import local_bigquery_client
-from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
+from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
+from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster_tests.kbqe_run import drop_datasets
 from kbqe_dagster_tests.packaging.wheel import (
     REPO,
@@ -114,11 +115,16 @@ def test_the_default_pipeline_is_the_packaged_sample(venv, outside, local_stack)
 
 @pytest.fixture
 def private(local_stack):
-    """This run's names; its datasets dropped afterwards (the emulator outlives the test)."""
+    """This run's names; its datasets and staging files removed afterwards (the emulators
+    outlive the test)."""
     name = f"wheel{uuid.uuid4().hex[:8]}"
     yield name
     drop_datasets(local_bigquery_client(), f"{name}_acme_sales", f"{name}_acme_web",
                   f"{name}_dead_letters")
+    store = StagingLocation(f"gs://{LOCAL_BUCKET}/{name}", local_stack.gcs_url,
+                            LOCAL_PROJECT).open()
+    for stored in store.list("_kbqe/") + store.list():
+        store.delete(stored.name)
 
 
 def test_one_run_until_idle_of_the_sample_pipeline_from_the_wheel(venv, outside, private):
