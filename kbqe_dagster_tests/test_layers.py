@@ -41,9 +41,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     # the leaves and the systems
     "faults": frozenset(),  # fault hooks: imported by every room, import nothing
     "processes": frozenset(),  # whether a pid runs: a leaf too
+    "packaged": frozenset(),  # the files shipped in kbqe_dagster/data/: a leaf too
     "package": CORE_ROOMS,  # kbqe_dagster/__init__.py: what a user decoder imports
-    "localstack": CORE_ROOMS | {"processes"},
-    "resources": CORE_ROOMS | {"localstack"},  # localstack only in SEAMS below
+    "localstack": CORE_ROOMS | {"processes", "packaged"},
+    "resources": CORE_ROOMS | {"localstack", "packaged"},  # localstack only in SEAMS below
     # the stage engine and its extensions: staging never imports what plugs into it
     "staging": CORE_ROOMS | {"resources", "faults", "processes"},
     "formats": CORE_ROOMS | {"resources", "staging"},
@@ -66,9 +67,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     "runner": CORE_ROOMS | {"resources", "staging", "loading", "keyed", "formats", "stagers",
                             "operations", "defs", "definitions", "processes", "delivery"},
     # the demo drives the local stack and the jobs; the CLI is the top and nothing imports it
-    "demo": CORE_ROOMS | {"resources", "loading", "localstack", "defs", "definitions"},
+    "demo": CORE_ROOMS | {"resources", "loading", "localstack", "defs", "definitions",
+                          "packaged"},
     "cli": CORE_ROOMS | {"resources", "localstack", "operations", "observability", "defs",
-                         "runner", "demo"},
+                         "runner", "demo", "packaged"},
 }
 
 SEAMS = {"localstack": {"resources": {"resources/environment.py"}}}

@@ -38,6 +38,7 @@ from kbqe_dagster.cli.run import add_run
 from kbqe_dagster.cli.stack import add_stack
 from kbqe_dagster.cli.staging import add_staging
 from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.packaged import package_version
 
 log = logging.getLogger("kbqe")
 
@@ -61,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kbqe", parents=[common],
         description="kbqe_dagster operator commands: Kafka -> BigQuery, exactly once.",
     )
+    # The installed distribution's version (importlib.metadata), what `pip show` says.
+    parser.add_argument("--version", action="version", version=f"kbqe {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in COMMANDS:
         add(sub, common)

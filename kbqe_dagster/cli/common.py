@@ -9,7 +9,8 @@ Where things are, each decided here and nowhere else:
   decision (``resources/environment.py`` ``gcs_endpoint_for``): ``--gcs-endpoint`` >
   ``KBQE_GCS_ENDPOINT`` > with ``local`` the local stack's emulator, with ``gcp`` real GCS
   (Application Default Credentials, ``KBQE_GCP_PROJECT``);
-- pipeline file: ``--config`` > ``KBQE_PIPELINE_CONFIG`` > ``examples/pipeline.yaml``;
+- pipeline file: ``--config`` > ``KBQE_PIPELINE_CONFIG`` > the sample pipeline
+  (``examples/pipeline.yaml``, packaged as ``kbqe_dagster/data/pipeline.yaml``);
 - Kafka and the schema registry (``produce-sample``): the options, else the local stack.
 """
 
@@ -24,6 +25,7 @@ from typing import Any, Callable, Mapping
 
 from kbqe_dagster.core.errors import OperatorCommandError
 from kbqe_dagster.localstack.endpoints import LOCAL_STAGING_URL
+from kbqe_dagster.packaged import data_file
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
 
 SubParsers = Any  # argparse's _SubParsersAction, which has no public name
@@ -33,7 +35,7 @@ CommandAdder = Callable[[SubParsers, argparse.ArgumentParser], None]
 STAGING_ENV = "KBQE_STAGING_URL"
 GCS_ENDPOINT_ENV = "KBQE_GCS_ENDPOINT"
 PIPELINE_ENV = "KBQE_PIPELINE_CONFIG"
-DEFAULT_PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"
+DEFAULT_PIPELINE = data_file("pipeline.yaml")
 
 
 # --- where things are ----------------------------------------------------------------------

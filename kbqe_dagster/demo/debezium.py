@@ -376,6 +376,7 @@ class KeyedRig:
 
         from kbqe_dagster.localstack.clients import local_bigquery_client
         from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
+        from kbqe_dagster.packaged import data_file
 
         run = uuid.uuid4().hex[:8]
         by_mode = {mode: f"dbserver1.inventory.customers{run}{mode}" for mode in MODES}
@@ -397,8 +398,7 @@ class KeyedRig:
         }))
         home = workdir / f"dagster_home-{run}"
         home.mkdir()
-        repo = Path(__file__).resolve().parents[2]
-        shutil.copyfile(repo / "dagster.yaml", home / "dagster.yaml")
+        shutil.copyfile(data_file("dagster.yaml"), home / "dagster.yaml")
         env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
                "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/keyed-{run}", "DAGSTER_HOME": str(home)}
         env.pop("KBQE_CRASH_AT", None)

@@ -31,8 +31,6 @@ from kbqe_dagster.demo.progress import every
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def produce_demo_events(count: int, clicks: int = 0) -> dict[str, int]:
     """Produce ``count`` good events plus one of each bad kind on the local stack's demo topic
@@ -181,13 +179,19 @@ def _committed(store, topic: str, elapsed: float) -> str:
 
 def exec_dagster_dev(port: int = 3000) -> int:
     """Replace this process with ``dagster dev`` on the local instance (Ctrl-C to stop)."""
+    from kbqe_dagster.packaged import checkout_root, data_file
     from kbqe_dagster.resources.environment import local_dagster_home
 
     home = local_dagster_home()
     env = {**os.environ, "DAGSTER_HOME": str(home), "KBQE_ENV": os.environ.get("KBQE_ENV", "local")}
     dagster = str(Path(sys.executable).parent / "dagster")
-    print(f"Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it; `make stack-down` stops the stack)",
+    print(f"Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it; `kbqe stack down` stops the stack)",
           flush=True)
-    os.chdir(REPO)
-    os.execve(dagster, [dagster, "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)], env)
+    # The packaged workspace.yaml (the repository's in a checkout, where the UI starts from
+    # the repository root as ever); an installed wheel starts where the user is.
+    checkout = checkout_root()
+    if checkout is not None:
+        os.chdir(checkout)
+    workspace = str(data_file("workspace.yaml"))
+    os.execve(dagster, [dagster, "dev", "-w", workspace, "-h", "127.0.0.1", "-p", str(port)], env)
     return 0  # not reached

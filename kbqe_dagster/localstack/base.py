@@ -18,15 +18,27 @@ from typing import Callable, Mapping, Sequence
 from kbqe_dagster import processes
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.endpoints import LocalEndpoints, local_endpoints
+from kbqe_dagster.packaged import checkout_root
 
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 
 
+LOCAL_HOME_ENV = "KBQE_LOCAL_HOME"
+USER_HOME_DIR = ".kbqe-local"
+
+
 def stack_home() -> Path:
-    """``$KBQE_LOCAL_HOME`` or ``.kbqe-local`` in the working directory (the repo root)."""
-    return Path(os.environ.get("KBQE_LOCAL_HOME") or Path.cwd() / ".kbqe-local").resolve()
+    """Where the stack keeps its downloads, data, logs and pid files: ``$KBQE_LOCAL_HOME``,
+    else ``.kbqe-local`` in the checkout the package runs from (the repository root, as
+    ``make`` and the tests use it), else, for an installed wheel, ``~/.kbqe-local``: one home
+    per user whatever the working directory, and never inside site-packages."""
+    explicit = os.environ.get(LOCAL_HOME_ENV)
+    if explicit:
+        return Path(explicit).resolve()
+    checkout = checkout_root()
+    return ((checkout or Path.home()) / USER_HOME_DIR).resolve()
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """The local stack's Apache Kafka: one KRaft process that is both broker and controller, on
-127.0.0.1, run from the broker's jars on Maven Central (``stack/kafka/pom.xml``).
+127.0.0.1, run from the broker's jars on Maven Central (``stack/kafka/pom.xml``, shipped in the
+package as ``kbqe_dagster/data/kafka-pom.xml``). The jars go to the stack home's download cache
+(``localstack/base.py`` ``stack_home``), never next to the pom: site-packages stays read-only.
 
 Choices, and why:
 - Static quorum (``controller.quorum.voters=1@127.0.0.1:<controller port>``), not a dynamic
@@ -36,11 +38,11 @@ from kbqe_dagster.localstack.endpoints import LocalEndpoints
 from kbqe_dagster.localstack.jvm import (
     DEPENDENCY_PLUGIN, install_once, require_java, run_maven,
 )
+from kbqe_dagster.packaged import data_file
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-KAFKA_POM = REPO_ROOT / "stack" / "kafka" / "pom.xml"
+KAFKA_POM = data_file("kafka-pom.xml")
 NODE_ID = 1
 JVM_OPTIONS = ("-Xmx384m", "-Xms128m", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true")
 FORMAT_TIMEOUT = 180.0
@@ -66,8 +68,8 @@ def kafka_version(pom: Path = KAFKA_POM) -> str:
         text = pom.read_text()
     except OSError as err:
         raise StackError(
-            f"the Kafka pom {pom} is missing ({err}); the local stack runs from a checkout "
-            f"of the repository (pip install -e .)"
+            f"the Kafka pom {pom} is missing ({err}): reinstall kbqe_dagster (its wheel ships "
+            f"kbqe_dagster/data/kafka-pom.xml; a checkout links it to stack/kafka/pom.xml)"
         ) from err
     match = re.search(r"<kafka\.version>\s*([^<\s]+)\s*</kafka\.version>", text)
     if match is None:

@@ -34,14 +34,15 @@ from kbqe_dagster.resources.configurable import (
     StagingResource,
 )
 from kbqe_dagster.resources.spark import spark_config_from_environment, spark_resource
+from kbqe_dagster.packaged import data_file
 from kbqe_dagster.resources.staging_store import StagingLocation
 
 ENVIRONMENTS = ("local", "gcp")
 STAGING_ENV = "KBQE_STAGING_URL"
 GCS_ENDPOINT_ENV = "KBQE_GCS_ENDPOINT"
 GCP_PROJECT_ENV = "KBQE_GCP_PROJECT"
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_PIPELINE = REPO / "examples" / "pipeline.yaml"
+DEFAULT_PIPELINE = data_file("pipeline.yaml")
+"""The sample pipeline (``examples/pipeline.yaml`` in a checkout, packaged in a wheel)."""
 
 
 def current_environment(environ: Mapping[str, str] = os.environ) -> str:
@@ -154,13 +155,13 @@ DAGSTER_HOME_ENV = "DAGSTER_HOME"
 
 
 def local_dagster_home() -> Path:
-    """The local Dagster instance: ``.kbqe-local/dagster_home`` with the repo's dagster.yaml
-    (``kbqe demo``, ``kbqe dev`` and ``kbqe run`` without ``$DAGSTER_HOME``)."""
+    """The local Dagster instance: ``.kbqe-local/dagster_home`` with the packaged dagster.yaml
+    (the repository's; ``kbqe demo``, ``kbqe dev`` and ``kbqe run`` without ``$DAGSTER_HOME``)."""
     from kbqe_dagster.localstack.base import stack_home
 
     home = stack_home() / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    shutil.copyfile(data_file("dagster.yaml"), home / "dagster.yaml")
     return home
 
 
