@@ -13,18 +13,16 @@ class TablePoller:
     """Asks the table every ``interval`` s for each partition's row count and offset bounds;
     keeps every answer (its arrival time and rows) and the visible end of each partition.
 
-    :meth:`pause` holds the polls while the path writes to BigQuery (a stage-loop round, a
-    load cycle), :meth:`resume` lets them go on. The emulator (bqemulator 1.4.0) deadlocks
-    when a query arrives while a Storage Write append is committing: the append's thread holds
-    DuckDB's connection lock and waits for the GIL, the REST handler holds the GIL and waits
-    for the connection lock, and the emulator never answers again (seen on the shared stack at
-    5 polls a second). A row appended during a round is then seen by the poll made right after
-    the round (``resume(poll_now=True)``, in the loop's thread: one query per round, ~0.1 s,
-    added to a busy loop's pace): its latency is an upper bound, by at most the rest of that
+    By default the polls run throughout, while the path appends, as a user's dashboard would
+    (the local stack's emulator answers a query during an append: localstack/
+    bqemulator_threads.py). ``pausing`` (``--paused-polls``, for a bqemulator started without
+    it, which deadlocks then): :meth:`pause` holds the polls while the path writes (a
+    stage-loop round, a load cycle) and :meth:`resume` polls once in the caller's thread
+    before letting them go on; a latency is then an upper bound, by at most the rest of the
     round."""
 
     def __init__(self, client, dataset: str, table: str, partitions: int, interval: float,
-                 pausing: bool = True) -> None:
+                 pausing: bool = False) -> None:
         self.client = client
         self.sql = (f"SELECT _kafka_partition AS p, COUNT(*) AS n, MIN(_kafka_offset) AS lo, "
                     f"MAX(_kafka_offset) AS hi FROM `{dataset}.{table}` GROUP BY p")

@@ -121,10 +121,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="latencies are also reported for the messages produced after the "
                         "first WARMUP seconds (default 10): a new table's first rows wait for "
                         "its creation and its first stream")
-    parser.add_argument("--concurrent-polls", action="store_true",
-                        help="poll while the path writes too (the local emulator can deadlock: "
-                        "TablePoller); default: polls pause during stage-loop rounds and load "
-                        "cycles")
+    parser.add_argument("--paused-polls", action="store_true",
+                        help="pause the poller during stage-loop rounds and load cycles (for a "
+                        "bqemulator started without localstack/bqemulator_threads.py, which "
+                        "deadlocks on a query during an append); default: poll throughout")
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "latency.json")
     parser.add_argument("--keep", action="store_true",
                         help="keep the topics, dataset and staging files")
@@ -236,7 +236,7 @@ class Bench:
         say(f"{case.path}: {case.rate:,} msg/s on {case.partitions} partition(s) for "
             f"{self.args.seconds:g} s into {case.topic}")
         poller = TablePoller(self.client, self.dataset, case.table, case.partitions,
-                             self.args.poll_interval, pausing=not self.args.concurrent_polls)
+                             self.args.poll_interval, pausing=self.args.paused_polls)
         producer = SteadyProducer(self.endpoints.kafka_bootstrap, case.topic, case.rate,
                                   self.args.seconds, case.partitions, self.schema_ids[case.topic])
         total = int(case.rate * self.args.seconds)
