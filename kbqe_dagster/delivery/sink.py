@@ -213,7 +213,13 @@ class DeliverySink:
         intents = {key: self._intent(store, writer, keeper, listing, covered, t)
                    for key, t in tables.items()}
         for key, t in tables.items():
-            files, report, letters = self._append(store, writer, listing, intents[key], t, tally)
+            try:
+                files, report, letters = self._append(store, writer, listing, intents[key], t,
+                                                      tally)
+            finally:
+                # One connection per range and stream: the next range of this (table,
+                # partition) may be another process's (StorageWriter.release).
+                writer.release(intents[key].stream)
             delivered += files
             reports.append(report)
             dead += letters

@@ -200,6 +200,30 @@ def test_the_next_range_continues_the_same_stream_at_the_next_row(tmp_path):
     assert _offsets(stage.writer.table_rows("acme", "clicks")) == [0, 2, 4, 6, 8, 10, 12, 14]
 
 
+def test_each_range_releases_its_stream_s_connection_after_its_appends(tmp_path):
+    """One connection per range and stream: the next range of the (table, partition) may be
+    staged by another Spark worker, and an AppendRows connection left open holds a server's
+    worker (the local emulator has six: a long-lived stage loop whose workers kept every
+    stream's connection stopped answering new ones)."""
+    stage = Stage(tmp_path)
+    stage.range(0, 10)
+    stage.range(10, 6)
+    (stream,) = stage.writer.streams
+    kinds = [(kind, arg if kind == "release" else arg[1])
+             for kind, arg in stage.writer.calls if kind in ("append", "release")]
+    assert kinds == [("append", 0), ("release", stream), ("append", 5), ("release", stream)]
+
+
+def test_a_range_that_fails_mid_append_still_releases_its_stream(tmp_path):
+    stage = Stage(tmp_path)
+    stage.range(0, 10)
+    (stream,) = stage.writer.streams
+    stage.writer.streams[stream].rows.pop()
+    with pytest.raises(StagingError):
+        stage.range(10, 10)
+    assert stage.writer.calls[-1] == ("release", stream)
+
+
 # --- crashes and retries ----------------------------------------------------------------------
 def _retry_until_committed(stage: Stage, first: int, count: int) -> RangeResult:
     """What the next run does: roll the open intent's exact range forward."""

@@ -604,3 +604,23 @@ def test_queries_answer_while_rows_are_appended(bq: bigquery.Client, dataset: st
     assert len(counts) >= 5 and counts == sorted(counts)
     final = list(bq.query(f"SELECT COUNT(*) FROM `{dataset}.{table}`").result(timeout=20))
     assert final[0][0] == sum(appended) > 0
+
+
+def test_released_streams_free_their_connections_for_the_next_ones(
+        bq: bigquery.Client, dataset: str, writer: GoogleStorageWriter) -> None:
+    """Twelve streams appended one after the other, each released after its append, all
+    answer: the emulator serves an AppendRows connection with one of its few workers (six on
+    two cores: Python's default executor) for as long as the connection stays open, so a
+    writer that kept every stream's connection (as the stage loop's long-lived Spark workers
+    did) waits forever for the seventh. BigQuery allows thousands of connections; the
+    delivery sink releases a stream after each range anyway (one connection per stream)."""
+    table = "released"
+    bq.create_table(bigquery.Table(f"{bq.project}.{dataset}.{table}",
+                                   schema=bigquery_schema_from_avro(CLICK)))
+    for n in range(12):
+        stream = writer.create_stream(dataset, table)
+        assert writer.append(stream, proto_rows(CLICK, [{"n": n, "url": None}]), 0).kind \
+            == "appended"
+        writer.release(stream)
+    rows = list(bq.query(f"SELECT COUNT(*) FROM `{dataset}.{table}`").result(timeout=20))
+    assert rows[0][0] == 12

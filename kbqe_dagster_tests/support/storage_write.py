@@ -95,6 +95,9 @@ class FakeStorageWriter:
     def finalize(self, stream: str) -> int:
         return len(self.streams[stream].rows)
 
+    def release(self, stream: str) -> None:
+        self.calls.append(("release", stream))
+
     def commit(self, dataset: str, table: str, streams: Sequence[str]) -> None:
         raise AssertionError("the delivery protocol uses COMMITTED streams only")
 

@@ -131,6 +131,13 @@ class StorageWriter(Protocol):
         """What the API says of ``stream``; ``None`` when it does not exist (any more)."""
         ...
 
+    def release(self, stream: str) -> None:
+        """This range is done with ``stream``: end its connection. The next range of the
+        same (table, partition) may be staged by another process; the API allows one active
+        connection per application-created stream, and a connection left open holds a
+        server's worker for as long as it stays open."""
+        ...
+
     def close(self) -> None:
         """End this writer's connections (the process's client stays)."""
         ...
@@ -344,6 +351,9 @@ class GoogleStorageWriter:
         with self._lock:
             self._connections[stream] = (connection, schema)
         return connection
+
+    def release(self, stream: str) -> None:
+        self._drop_connection(stream)
 
     def _drop_connection(self, stream: str) -> None:
         with self._lock:
