@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from fastavro import parse_schema, reader, schemaless_writer
 
 from kbqe_dagster.core.errors import RowEncodeError
-from kbqe_dagster.core.formats.avro_proto import MAX_REQUEST_BYTES, batches, encode_rows
+from kbqe_dagster.core.formats.avro_proto import MAX_REQUEST_BYTES, batches, row_encoder
 from kbqe_dagster.staging.avro_binary import encode_long
 
 CHUNK_RECORDS = 4096
@@ -42,14 +42,15 @@ def encode_file(records_path: Path, schema: dict, source: str,
     out = RowsFile(records_path.with_suffix(".rows"))
     refused: list[tuple[int, str]] = []
     column, offsets = skip or ("", frozenset())
+    encode = row_encoder(schema, source)
     with open(records_path, "rb") as src, open(out.path, "wb") as dst:
         for index, record in enumerate(reader(src)):
             if offsets and record.get(column) in offsets:
                 continue
             try:
-                row = encode_rows(schema, [record], source)[0]
+                row = encode(record, index)
             except RowEncodeError as error:
-                refused.append((index, str(error).replace(" record 0:", f" record {index}:")))
+                refused.append((index, str(error)))
                 continue
             dst.write(encode_long(index) + encode_long(len(row)) + row)
             out.rows += 1

@@ -111,18 +111,29 @@ def encode_rows(avro_file_schema: Mapping[str, Any], records: Iterable[Mapping[s
     :func:`proto_schema` ``(avro_file_schema)``. The compiled schema is cached per schema.
     Raises :class:`RowEncodeError` naming ``source``, the record's index and the field for a
     value the row cannot carry."""
+    encode = row_encoder(avro_file_schema, source)
+    return [encode(record, index) for index, record in enumerate(records)]
+
+
+def row_encoder(avro_file_schema: Mapping[str, Any], source: str = "avro file"
+                ) -> Callable[[Mapping[str, Any], int], bytes]:
+    """:func:`encode_rows` for one record at a time, the schema compiled (and its cache key
+    computed) once: ``encode(record, index)`` → the row; ``index`` names the record in a
+    :class:`RowEncodeError`. For a file's records, one call per record."""
     compiled = _compiled(_schema_key(avro_file_schema), source)
-    out: list[bytes] = []
-    for index, record in enumerate(records):
-        message = compiled.message_class()
+    message_class, plan = compiled.message_class, compiled.plan
+
+    def encode(record: Mapping[str, Any], index: int = 0) -> bytes:
+        message = message_class()
         try:
-            _fill(message, compiled.plan, record)
+            _fill(message, plan, record)
         except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
             error = RowEncodeError(f"{source}: record {index}: {exc}")
             error.index = index
             raise error from exc
-        out.append(message.SerializeToString())
-    return out
+        return message.SerializeToString()
+
+    return encode
 
 
 def proto_rows(avro_file_schema: Mapping[str, Any], records: Iterable[Mapping[str, Any]],
