@@ -324,11 +324,10 @@ class GoogleStorageWriter:
     def _request(stream: str, rows: ProtoRows, offset: int | None) -> Any:
         from google.cloud.bigquery_storage_v1 import types
 
-        request = types.AppendRowsRequest(
-            write_stream=stream,
-            proto_rows=types.AppendRowsRequest.ProtoData(
-                rows=types.ProtoRows(serialized_rows=list(rows.rows))),
-        )
+        request = types.AppendRowsRequest(write_stream=stream)
+        # The rows go straight into the underlying protobuf message: proto-plus's
+        # constructor marshals a repeated field item by item (~1 us a row, 10 ms a request).
+        types.AppendRowsRequest.pb(request).proto_rows.rows.serialized_rows.extend(rows.rows)
         if offset is not None:
             request.offset = offset  # an Int64Value: set means "check the offset"
         return request
