@@ -17,6 +17,10 @@ def add_produce_sample(sub: SubParsers, common: argparse.ArgumentParser) -> None
     ps.add_argument("--topic", help="target topic (default: the demo topic com.acme.events)")
     ps.add_argument("--partitions", type=int, default=3,
                     help="partitions when the topic is created (default 3)")
+    ps.add_argument("--clicks", type=int, default=0,
+                    help="also this many clicks: rows of acme_web.clicks, the sample "
+                    "pipeline's storage_write table, in BigQuery in seconds under `kbqe dev` "
+                    "(default 0)")
     ps.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
     ps.add_argument("--bootstrap-servers", metavar="HOST:PORT",
                     help="Kafka (default: the local stack)")
@@ -36,7 +40,7 @@ def _produce_sample(args: argparse.Namespace) -> int:
         args.bootstrap_servers or ends.kafka_bootstrap,
         args.registry_url or ends.registry_url,
         topic=args.topic or DEMO_TOPIC, count=args.count, partitions=args.partitions,
-        seed=args.seed,
+        seed=args.seed, clicks=args.clicks,
     )
     emit(args, report, render.produce_sample)
     return 0

@@ -58,6 +58,22 @@ def test_a_new_topic_is_created_and_gets_every_sample_message(
         admin.delete_topics([topic])[topic].result(timeout=30)
 
 
+def test_clicks_are_produced_for_the_storage_write_table_when_asked(
+    run: Run, local_stack: LocalEndpoints
+) -> None:
+    topic = f"cli-sample-{uuid.uuid4().hex[:8]}"
+    try:
+        report = run("produce-sample", "--count", "10", "--clicks", "7", "--topic", topic,
+                     "--partitions", "1", "--bootstrap-servers", local_stack.kafka_bootstrap,
+                     "--registry-url", local_stack.registry_url, "--json").json()
+        assert report["per_table"]["acme_web.clicks"] == 7
+        assert report["produced"] == 10 + 7 + sum(BAD_REASONS.values())
+        assert sum(end_offsets(local_stack.kafka_bootstrap, topic, 1)) == report["produced"]
+    finally:
+        admin = AdminClient({"bootstrap.servers": local_stack.kafka_bootstrap})
+        admin.delete_topics([topic])[topic].result(timeout=30)
+
+
 def test_an_unreachable_registry_is_one_error_line(run: Run) -> None:
     result = run("produce-sample", "--count", "1", "--bootstrap-servers", "127.0.0.1:1",
                  "--registry-url", "http://127.0.0.1:1")
