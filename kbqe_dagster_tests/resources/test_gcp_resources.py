@@ -21,6 +21,7 @@ from dagster._serdes import serialize_value
 
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.definitions import build_definitions
+from kbqe_dagster.delivery.tables import TableKeeperSettings
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.bigquery.storage_write import _new_client
 from kbqe_dagster.resources.environment import (
@@ -122,6 +123,11 @@ def test_the_one_key_reaches_bigquery_storage_write_and_gcs(gcp_env):
     write_client = _new_client(travelled)
     assert write_client._transport._credentials.service_account_email == ACCOUNT
 
+    # The stage task's table keeper (Storage Write tables), rebuilt in the executor.
+    keeper_settings = pickle.loads(pickle.dumps(TableKeeperSettings.of(built.bigquery)))
+    keeper_client = keeper_settings.keeper().loads.client
+    assert keeper_client._credentials.service_account_email == ACCOUNT
+
     store = GcsStagingStore(pickle.loads(pickle.dumps(built.staging.location())))
     assert store.bucket.client._credentials.service_account_email == ACCOUNT
     assert store.bucket.client.project == "acme-prod"
@@ -135,12 +141,21 @@ def test_operator_commands_read_the_same_key(gcp_env, key):
     assert local.gcp_credentials is None  # the emulator is anonymous
 
 
+def test_the_metrics_exporter_resolves_the_same_resources(gcp_env, key):
+    """``kbqe metrics serve`` / ``kbqe health`` resolve the resources outside any run."""
+    from kbqe_dagster.observability.sources import sources_from_environment
+
+    sources = sources_from_environment("gcp")
+    assert sources.staging == StagingLocation("gs://acme-staging/kbqe", None, "acme-prod", key)
+    assert (sources.bigquery.project, sources.bigquery.gcp_credentials) == ("acme-prod", key)
+
+
 def test_the_key_is_in_no_repr_and_not_in_the_definitions(gcp_env, key):
     built = _resolved({"bigquery": gcp_resources()["bigquery"],
                        "staging": gcp_resources()["staging"]})
     shown = " ".join(repr(x) for x in (
         built.bigquery, built.staging, built.staging.location(),
-        built.bigquery.storage_write_settings()))
+        built.bigquery.storage_write_settings(), TableKeeperSettings.of(built.bigquery)))
     assert "acme-prod" in shown  # control: the resolved settings are what is shown
     assert key not in shown and key[:40] not in shown
     defs = build_definitions(str(REPO / "examples" / "pipeline.yaml"), env="gcp")
