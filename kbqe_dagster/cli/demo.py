@@ -15,10 +15,11 @@ def add_demo(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     )
     demo.add_argument("--count", type=int, default=2_000, help="good sample events to produce")
     demo.add_argument("--then-dagster-dev", action="store_true",
-                      help="afterwards, start `dagster dev` on the same local instance")
+                      help="afterwards, start the Dagster UI (`dg dev`) on the same local instance")
     demo.set_defaults(handler=_demo)
 
-    dev = sub.add_parser("dev", parents=[common], help="start `dagster dev` on the local instance")
+    dev = sub.add_parser("dev", parents=[common],
+                         help="start the Dagster UI (`dg dev`) on the local instance")
     dev.add_argument("--port", type=int, default=3000)
     dev.set_defaults(handler=_dev)
 

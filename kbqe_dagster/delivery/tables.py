@@ -37,18 +37,21 @@ class TableKeeperSettings:
     emulator: bool = False
     partition_expiration_days: int | None = None
     create_datasets: bool = True
+    # The resource's base64 service account key (None: ADC); travels to the task, never shown.
+    gcp_credentials: str | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, resource: BigQueryResource, partition_expiration_days: int | None = None,
            create_datasets: bool = True) -> TableKeeperSettings:
         return cls(resource.project, resource.location, resource.api_endpoint,
                    resource.anonymous_credentials, resource.emulator, partition_expiration_days,
-                   create_datasets)
+                   create_datasets, resource.gcp_credentials)
 
     def keeper(self) -> BigQueryTableKeeper:
         resource = BigQueryResource(
             project=self.project, location=self.location, api_endpoint=self.api_endpoint,
-            anonymous_credentials=self.anonymous_credentials, emulator=self.emulator)
+            anonymous_credentials=self.anonymous_credentials, emulator=self.emulator,
+            gcp_credentials=self.gcp_credentials)
         return BigQueryTableKeeper(resource.loads(), self)
 
 

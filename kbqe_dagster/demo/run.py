@@ -178,20 +178,37 @@ def _committed(store, topic: str, elapsed: float) -> str:
 
 
 def exec_dagster_dev(port: int = 3000) -> int:
-    """Replace this process with ``dagster dev`` on the local instance (Ctrl-C to stop)."""
-    from kbqe_dagster.packaged import checkout_root, data_file
+    """Replace this process with ``dg dev`` (``dagster dev`` without dagster-dg-cli) on the
+    local instance (Ctrl-C to stop)."""
     from kbqe_dagster.resources.environment import local_dagster_home
 
     home = local_dagster_home()
     env = {**os.environ, "DAGSTER_HOME": str(home), "KBQE_ENV": os.environ.get("KBQE_ENV", "local")}
-    dagster = str(Path(sys.executable).parent / "dagster")
     print(f"Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it; `kbqe stack down` stops the stack)",
           flush=True)
-    # The packaged workspace.yaml (the repository's in a checkout, where the UI starts from
-    # the repository root as ever); an installed wheel starts where the user is.
+    argv = dagster_dev_command(port)
+    os.execve(argv[0], argv, env)
+    return 0  # not reached
+
+
+def dagster_dev_command(port: int) -> list[str]:
+    """The command ``kbqe dev`` becomes, its working directory made current.
+
+    ``dg dev`` (dagster-dg-cli, the dev extra) where it is installed: in a checkout, the
+    repository is the ``dg`` project (pyproject.toml's ``[tool.dg]``) and the UI starts from
+    its root as ever; an installed wheel has no project, so the packaged workspace.yaml names
+    the code location, where the user is. Both run Dagster's own ``dev`` on ``$DAGSTER_HOME``,
+    our dagster.yaml (run queue, tag limits, the ``bigquery_load`` pool). Without dg, the same
+    through ``dagster dev`` (which calls itself superseded by ``dg dev``)."""
+    from kbqe_dagster.packaged import checkout_root, data_file
+
+    bin_dir = Path(sys.executable).parent
+    bind = ["-h", "127.0.0.1", "-p", str(port)]
     checkout = checkout_root()
     if checkout is not None:
         os.chdir(checkout)
-    workspace = str(data_file("workspace.yaml"))
-    os.execve(dagster, [dagster, "dev", "-w", workspace, "-h", "127.0.0.1", "-p", str(port)], env)
-    return 0  # not reached
+    dg = bin_dir / "dg"
+    if dg.is_file():
+        target = [] if checkout is not None else ["-w", str(data_file("workspace.yaml"))]
+        return [str(dg), "dev", *target, *bind]
+    return [str(bin_dir / "dagster"), "dev", "-w", str(data_file("workspace.yaml")), *bind]

@@ -86,9 +86,12 @@ def open_instance(home: str) -> dg.DagsterInstance:
 
 def _resolved(resource: Any) -> Any:
     """A copy of ``resource`` whose ``dg.EnvVar`` fields hold their values (Dagster resolves
-    them only inside a run; the exporter runs outside any)."""
+    them only inside a run; the exporter runs outside any), nested resources (dagster-gcp's
+    ``GCSResource`` in the staging resource) resolved alike."""
     fields = {}
     for name in type(resource).model_fields:
         value = getattr(resource, name)
+        if isinstance(value, dg.ConfigurableResource):
+            value = _resolved(value)
         fields[name] = value.get_value() if isinstance(value, dg.EnvVar) else value
     return type(resource)(**fields)

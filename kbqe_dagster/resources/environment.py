@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 import dagster as dg
+import dagster_gcp
 
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.localstack.endpoints import (
@@ -41,6 +42,9 @@ ENVIRONMENTS = ("local", "gcp")
 STAGING_ENV = "KBQE_STAGING_URL"
 GCS_ENDPOINT_ENV = "KBQE_GCS_ENDPOINT"
 GCP_PROJECT_ENV = "KBQE_GCP_PROJECT"
+GCP_CREDENTIALS_ENV = "KBQE_GCP_CREDENTIALS"
+"""dagster-gcp's ``gcp_credentials``: a base64 service account key (``base64 -w0 key.json``)."""
+BIGQUERY_LOCATION_ENV = "KBQE_BIGQUERY_LOCATION"
 DEFAULT_PIPELINE = data_file("pipeline.yaml")
 """The sample pipeline (``examples/pipeline.yaml`` in a checkout, packaged in a wheel)."""
 
@@ -74,12 +78,16 @@ def staging_location_for(url: str, env: str | None = None, *, gcs_endpoint: str 
                          environ: Mapping[str, str] = os.environ) -> StagingLocation:
     """Where the staging area ``url`` (``gs://bucket/prefix`` or a directory) lives in ``env``
     (default ``$KBQE_ENV``): a ``gs://`` URL gets the endpoint of :func:`gcs_endpoint_for`
-    and the project of the environment (the local stack's, else ``$KBQE_GCP_PROJECT``)."""
+    and the project of the environment (the local stack's, else ``$KBQE_GCP_PROJECT``), and
+    in ``gcp`` the runs' credentials (``$KBQE_GCP_CREDENTIALS``, else Application Default)."""
     if not url.startswith("gs://"):
         return StagingLocation(url)
     env = env or current_environment(environ)
-    project = LOCAL_PROJECT if env == "local" else environ.get(GCP_PROJECT_ENV) or None
-    return StagingLocation(url, gcs_endpoint_for(env, gcs_endpoint, environ), project)
+    if env == "local":
+        return StagingLocation(url, gcs_endpoint_for(env, gcs_endpoint, environ), LOCAL_PROJECT)
+    return StagingLocation(url, gcs_endpoint_for(env, gcs_endpoint, environ),
+                           environ.get(GCP_PROJECT_ENV) or None,
+                           environ.get(GCP_CREDENTIALS_ENV) or None)
 
 
 def local_resources(pipeline: PipelineResource | None = None) -> dict:
@@ -113,6 +121,12 @@ def _optional_env(name: str) -> dg.EnvVar | None:
 
 
 def gcp_resources(pipeline: PipelineResource | None = None) -> dict:
+    """GCP the way any Dagster project configures it: dagster-gcp's resources, their
+    ``project``, ``location`` and ``gcp_credentials`` from environment variables (unset
+    ``KBQE_GCP_CREDENTIALS``: Application Default Credentials), for BigQuery, its Storage
+    Write API and the GCS staging area alike."""
+    gcp_project = dg.EnvVar(GCP_PROJECT_ENV)
+    credentials = _optional_env(GCP_CREDENTIALS_ENV)
     return {
         "pipeline": pipeline or PipelineResource(config_path=pipeline_config_path()),
         "kafka": KafkaResource(
@@ -131,14 +145,15 @@ def gcp_resources(pipeline: PipelineResource | None = None) -> dict:
         # The URL is resolved at run time; the endpoint (real GCS unless KBQE_GCS_ENDPOINT)
         # is the commands' decision too, so runs and commands see one staging area.
         "staging": StagingResource(
-            url=dg.EnvVar(STAGING_ENV), gcs_project=dg.EnvVar(GCP_PROJECT_ENV),
-            gcs_endpoint=gcs_endpoint_for("gcp"),
+            url=dg.EnvVar(STAGING_ENV), gcs=dagster_gcp.GCSResource(project=gcp_project),
+            gcp_credentials=credentials, gcs_endpoint=gcs_endpoint_for("gcp"),
         ),
         "pyspark": spark_resource(spark_config_from_environment("local[*]")),
-        # Application Default Credentials; load job statistics are the row figures.
+        # dagster-gcp's BigQueryResource (a subclass); load job statistics are the row figures.
         "bigquery": BigQueryResource(
-            project=dg.EnvVar("KBQE_GCP_PROJECT"),
-            location=_optional_env("KBQE_BIGQUERY_LOCATION"),
+            project=gcp_project,
+            location=_optional_env(BIGQUERY_LOCATION_ENV),
+            gcp_credentials=credentials,
         ),
     }
 

@@ -28,9 +28,9 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Protocol
+from typing import Any, BinaryIO, Callable, Iterator, Protocol
 
 from kbqe_dagster.core.errors import CommitConflictError, StagingError
 
@@ -55,13 +55,16 @@ class StoredFile:
 class StagingLocation:
     """Where the staging files live: ``gs://bucket/prefix`` or a local directory path.
 
-    ``gcs_endpoint``/``gcs_project`` point the GCS client at an emulator (local stack) and
-    are ``None`` in production, where Application Default Credentials are used.
+    ``gcs_endpoint``/``gcs_project`` point the GCS client at an emulator (local stack);
+    in production the endpoint is ``None`` and the client is dagster-gcp's ``GCSResource``'s,
+    with ``gcp_credentials`` (resources/gcp_credentials.py; ``None``: Application Default
+    Credentials).
     """
 
     url: str
     gcs_endpoint: str | None = None
     gcs_project: str | None = None
+    gcp_credentials: str | None = field(default=None, repr=False)
 
     @property
     def is_gcs(self) -> bool:
@@ -261,6 +264,22 @@ def _copy_of(local_path: Path) -> Callable[[BinaryIO], None]:
     return write
 
 
+def gcs_client(project: str | None, gcp_credentials: str | None) -> Any:
+    """Real GCS's client: dagster-gcp's ``GCSResource`` (Application Default Credentials), or
+    with a service account key, the same client given that key's credentials (GCSResource has
+    no ``gcp_credentials`` of its own; the bigquery resource's key serves both)."""
+    from kbqe_dagster.resources.gcp_credentials import credentials_from_base64
+
+    credentials = credentials_from_base64(gcp_credentials)
+    if credentials is None:
+        import dagster_gcp
+
+        return dagster_gcp.GCSResource(project=project).get_client()
+    from google.cloud import storage
+
+    return storage.Client(project=project, credentials=credentials)
+
+
 class GcsStagingStore:
     """Staging files under ``gs://bucket/prefix/``; the client is built lazily per process."""
 
@@ -289,7 +308,7 @@ class GcsStagingStore:
                     client_options={"api_endpoint": self.location.gcs_endpoint},
                 )
             else:
-                client = storage.Client(project=self.location.gcs_project)
+                client = gcs_client(self.location.gcs_project, self.location.gcp_credentials)
             self._bucket = client.bucket(self.bucket_name)
         return self._bucket
 

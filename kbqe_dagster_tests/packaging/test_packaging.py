@@ -121,29 +121,43 @@ def test_kbqe_version_prints_the_distribution_version(capsys) -> None:
     assert capsys.readouterr().out == f"kbqe {project_version()}\n"
 
 
-# --- kbqe dev -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("checkout", [REPO, None], ids=["checkout", "installed wheel"])
-def test_kbqe_dev_starts_dagster_dev_on_the_packaged_workspace(monkeypatch, tmp_path,
-                                                               checkout) -> None:
-    """In a checkout from the repository root, as ``make dev`` always did; from an installed
-    wheel where the user is, with the wheel's workspace.yaml."""
+# --- kbqe dev ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(("checkout", "with_dg", "expected"), [
+    (REPO, True, ["dg", "dev", "-h", "127.0.0.1", "-p", "3001"]),
+    (None, True, ["dg", "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", "3001"]),
+    (REPO, False, ["dagster", "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1",
+                   "-p", "3001"]),
+    (None, False, ["dagster", "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1",
+                   "-p", "3001"]),
+], ids=["checkout-dg", "installed-wheel-dg", "checkout-without-dg", "installed-wheel-without-dg"])
+def test_kbqe_dev_starts_dg_dev_on_the_local_instance(monkeypatch, tmp_path, checkout, with_dg,
+                                                      expected) -> None:
+    """``dg dev`` where dagster-dg-cli is installed: in a checkout from the repository root
+    (the ``dg`` project, as ``make dev`` always started), from an installed wheel where the
+    user is, with the wheel's workspace.yaml; without dg, ``dagster dev`` on that workspace."""
     import os
+    import sys
 
     from kbqe_dagster import packaged
     from kbqe_dagster.demo import run
 
     calls: list = []
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name in ("dagster", "dg") if with_dg else ("dagster",):
+        (bin_dir / name).write_text("")
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
     monkeypatch.setenv("KBQE_LOCAL_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(packaged, "checkout_root", lambda: checkout)
     monkeypatch.setattr(os, "chdir", lambda path: calls.append(("chdir", path)))
-    monkeypatch.setattr(os, "execve", lambda exe, argv, env: calls.append((argv, env)))
+    monkeypatch.setattr(os, "execve", lambda exe, argv, env: calls.append((exe, argv, env)))
 
     run.exec_dagster_dev(3001)
 
-    *chdir, (argv, env) = calls
+    *chdir, (exe, argv, env) = calls
     assert chdir == ([("chdir", REPO)] if checkout else [])
-    assert argv[1:] == ["dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1",
-                        "-p", "3001"]
+    assert exe == argv[0] == str(bin_dir / expected[0])
+    assert argv[1:] == expected[1:]
     assert env["DAGSTER_HOME"] == str(tmp_path / "home" / "dagster_home")
     assert (tmp_path / "home/dagster_home/dagster.yaml").read_bytes() == (
         REPO / "dagster.yaml").read_bytes()

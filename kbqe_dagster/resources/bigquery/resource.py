@@ -1,27 +1,38 @@
 """The Dagster resource that hands out BigQuery clients, the load interface and the Storage
-Write API's settings."""
+Write API's settings.
+
+It is dagster-gcp's ``BigQueryResource`` (a subclass): ``project``, ``location`` and
+``gcp_credentials`` mean what they mean in any Dagster project, and ``get_client()`` works
+for a user's own assets. What it adds: the load interface (job ids, 409 handling), the local
+emulator's variant and the Storage Write API's settings, all with the same credentials."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import dagster as dg
+import dagster_gcp
 from pydantic import Field
 
 from kbqe_dagster.core.errors import LoadError, StorageWriteError
 from kbqe_dagster.resources.bigquery.emulator import EmulatorBigQueryLoads
 from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
 from kbqe_dagster.resources.bigquery.storage_write import StorageWriter, StorageWriteSettings
+from kbqe_dagster.resources.gcp_credentials import credentials_from_base64
 
 
-class BigQueryResource(dg.ConfigurableResource):
-    """BigQuery for load jobs and checks. Production uses Application Default Credentials;
-    the local stack points ``api_endpoint`` at the emulator with anonymous credentials and
+class BigQueryResource(dagster_gcp.BigQueryResource):
+    """BigQuery for load jobs and checks. On GCP: dagster-gcp's ``project``, ``location`` and
+    ``gcp_credentials`` (base64 service account key; unset: Application Default Credentials).
+    The local stack points ``api_endpoint`` at the emulator with anonymous credentials and
     sets ``emulator``."""
 
+    # Required here (optional in dagster-gcp): job ids, tables and streams are named in it.
     project: str = Field(description="GCP project that runs the load jobs and owns the datasets.")
-    location: str | None = Field(
-        default=None, description="Dataset and job location (US, EU, europe-west1, ...)."
+    # repr=False: once Dagster resolves the EnvVar the resource holds the key itself.
+    gcp_credentials: str | None = Field(
+        default=None, repr=False,
+        description="Base64-encoded service account JSON key, through dg.EnvVar (dagster-gcp's "
+        "convention); None: Application Default Credentials. Never logged.",
     )
     api_endpoint: str | None = Field(
         default=None, description="API endpoint override: the local BigQuery emulator."
@@ -50,6 +61,11 @@ class BigQueryResource(dg.ConfigurableResource):
         description="Cap on the bytes billed by the opt-in duplicate-offset check query.",
     )
 
+    def get_object_to_set_on_execution_context(self) -> Any:
+        # dagster-gcp hands ops a client built at resource initialisation (every run, Google
+        # credentials looked up then); ours builds its clients when, and where, they are used.
+        return self
+
     def client(self) -> Any:
         from google.cloud import bigquery
 
@@ -58,6 +74,10 @@ class BigQueryResource(dg.ConfigurableResource):
             from google.auth.credentials import AnonymousCredentials
 
             options["credentials"] = AnonymousCredentials()
+        elif self.gcp_credentials:
+            # dagster-gcp's get_client() swaps GOOGLE_APPLICATION_CREDENTIALS process-wide for
+            # this (resources/gcp_credentials.py); the same key, passed to the client instead.
+            options["credentials"] = credentials_from_base64(self.gcp_credentials)
         if self.api_endpoint:
             options["client_options"] = {"api_endpoint": self.api_endpoint}
         return bigquery.Client(**options)
@@ -68,7 +88,8 @@ class BigQueryResource(dg.ConfigurableResource):
         if not self.project:
             raise StorageWriteError("the bigquery resource needs a project")
         return StorageWriteSettings(project=self.project,
-                                    grpc_endpoint=self.storage_write_endpoint)
+                                    grpc_endpoint=self.storage_write_endpoint,
+                                    gcp_credentials=self.gcp_credentials)
 
     def storage_writer(self) -> StorageWriter:
         """A Storage Write API client on the driver (tests, operator commands)."""

@@ -53,7 +53,7 @@ import datetime as dt
 import logging
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 from kbqe_dagster.core.errors import StorageWriteError, WriteStreamNotFoundError
@@ -152,7 +152,10 @@ class StorageWriteSettings:
     """The project of the tables written (and of the streams)."""
     grpc_endpoint: str | None = None
     """``host:port`` of the local emulator's gRPC port: an insecure channel, anonymous.
-    ``None``: BigQuery, with Application Default Credentials."""
+    ``None``: BigQuery, with ``gcp_credentials``."""
+    gcp_credentials: str | None = field(default=None, repr=False)
+    """The bigquery resource's (dagster-gcp's convention, resources/gcp_credentials.py): a
+    base64 service account key, ``None`` for Application Default Credentials. Not in repr."""
     append_timeout_s: float = 120.0
     """How long one append waits for its answer, retries included."""
 
@@ -179,7 +182,10 @@ def _new_client(settings: StorageWriteSettings) -> Any:
     from google.cloud import bigquery_storage_v1
 
     if settings.grpc_endpoint is None:
-        return bigquery_storage_v1.BigQueryWriteClient()
+        from kbqe_dagster.resources.gcp_credentials import credentials_from_base64
+
+        return bigquery_storage_v1.BigQueryWriteClient(
+            credentials=credentials_from_base64(settings.gcp_credentials))
     import grpc
     from google.cloud.bigquery_storage_v1.services.big_query_write.transports import (
         BigQueryWriteGrpcTransport,
