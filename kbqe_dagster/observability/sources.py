@@ -86,8 +86,7 @@ def open_instance(home: str) -> dg.DagsterInstance:
 
 def _resolved(resource: Any) -> Any:
     """A copy of ``resource`` whose ``dg.EnvVar`` fields hold their values (Dagster resolves
-    them only inside a run; the exporter runs outside any), nested resources (dagster-gcp's
-    ``GCSResource`` in the staging resource) resolved alike."""
+    them only inside a run; the exporter runs outside any), nested resources resolved alike."""
     fields = {}
     for name in type(resource).model_fields:
         value = getattr(resource, name)

@@ -8,7 +8,6 @@ arrive through ``dg.EnvVar`` and are never logged (the settings objects redact t
 from __future__ import annotations
 
 import dagster as dg
-import dagster_gcp
 from pydantic import Field
 
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
@@ -17,21 +16,18 @@ from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
 
 
 class StagingResource(dg.ConfigurableResource):
-    """The staging area: ``gs://bucket/prefix`` or a local directory. On GCP, the GCS project
-    is dagster-gcp's ``GCSResource``'s (``gcs``) and the credentials dagster-gcp's
-    ``gcp_credentials`` convention, the bigquery resource's key (resources/gcp_credentials.py)."""
+    """The staging area: ``gs://bucket/prefix`` or a local directory. On GCP the client is
+    dagster-gcp's ``GCSResource``'s (resources/staging_store.py), for ``gcs_project`` (the
+    project of the definitions' ``gcs`` resource), with dagster-gcp's ``gcp_credentials``
+    convention: the bigquery resource's key (resources/gcp_credentials.py). Not a nested
+    ``GCSResource`` field: a nested resource makes this one a generator, which every sensor,
+    check and op test would then have to open as a context manager for a project name."""
 
     url: str = Field(description="gs://bucket/prefix, or a local directory path.")
     gcs_endpoint: str | None = Field(
         default=None, description="GCS API endpoint override (the local fake-gcs-server)."
     )
-    gcs_project: str | None = Field(
-        default=None, description="GCP project for the GCS client when ``gcs`` is not set "
-        "(the local stack's)."
-    )
-    gcs: dagster_gcp.GCSResource | None = Field(
-        default=None, description="dagster-gcp's GCS resource (KBQE_ENV=gcp): its project."
-    )
+    gcs_project: str | None = Field(default=None, description="GCP project for the GCS client.")
     gcp_credentials: str | None = Field(  # repr=False: see KafkaResource.sasl_password
         default=None, repr=False,
         description="Base64-encoded service account JSON key, through dg.EnvVar; None: "
@@ -39,8 +35,8 @@ class StagingResource(dg.ConfigurableResource):
     )
 
     def location(self) -> StagingLocation:
-        project = self.gcs.project if self.gcs is not None else self.gcs_project
-        return StagingLocation(self.url, self.gcs_endpoint, project, self.gcp_credentials)
+        return StagingLocation(self.url, self.gcs_endpoint, self.gcs_project,
+                               self.gcp_credentials)
 
     def store(self) -> StagingStore:
         return self.location().open()

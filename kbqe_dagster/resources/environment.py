@@ -145,9 +145,12 @@ def gcp_resources(pipeline: PipelineResource | None = None) -> dict:
         # The URL is resolved at run time; the endpoint (real GCS unless KBQE_GCS_ENDPOINT)
         # is the commands' decision too, so runs and commands see one staging area.
         "staging": StagingResource(
-            url=dg.EnvVar(STAGING_ENV), gcs=dagster_gcp.GCSResource(project=gcp_project),
+            url=dg.EnvVar(STAGING_ENV), gcs_project=gcp_project,
             gcp_credentials=credentials, gcs_endpoint=gcs_endpoint_for("gcp"),
         ),
+        # dagster-gcp's GCS resource, as a Dagster user expects it (for their own assets); the
+        # staging store's client is built the same way (resources/staging_store.py).
+        "gcs": dagster_gcp.GCSResource(project=gcp_project),
         "pyspark": spark_resource(spark_config_from_environment("local[*]")),
         # dagster-gcp's BigQueryResource (a subclass); load job statistics are the row figures.
         "bigquery": BigQueryResource(

@@ -69,11 +69,12 @@ def _resolved(resources: dict) -> dg.ConfigurableResource:
 def test_gcp_resources_are_dagster_gcps_with_their_environment_variables(gcp_env, key):
     resources = gcp_resources()
     assert isinstance(resources["bigquery"], dagster_gcp.BigQueryResource)
-    assert isinstance(resources["staging"].gcs, dagster_gcp.GCSResource)
+    assert isinstance(resources["gcs"], dagster_gcp.GCSResource)
     # Unresolved, the definitions hold the variables' names, not their values.
     assert resources["bigquery"].gcp_credentials == dg.EnvVar("KBQE_GCP_CREDENTIALS")
     assert resources["bigquery"].project == dg.EnvVar("KBQE_GCP_PROJECT")
-    assert resources["staging"].gcs.project == dg.EnvVar("KBQE_GCP_PROJECT")
+    assert resources["gcs"].project == dg.EnvVar("KBQE_GCP_PROJECT")
+    assert resources["staging"].gcs_project == dg.EnvVar("KBQE_GCP_PROJECT")
 
     built = _resolved({"bigquery": resources["bigquery"], "staging": resources["staging"]})
     bigquery, staging = built.bigquery, built.staging
@@ -192,4 +193,4 @@ def test_the_local_stack_keeps_its_emulators():
     assert isinstance(bigquery, BigQueryResource)
     assert (bigquery.emulator, bigquery.anonymous_credentials, bigquery.gcp_credentials) == (
         True, True, None)
-    assert local["staging"].gcs is None and local["staging"].gcs_endpoint
+    assert "gcs" not in local and local["staging"].gcs_endpoint
