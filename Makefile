@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install kernel demo test test-unit stack-up stack-down stack-status dev validate bench bench-latency faults clean-local
+.PHONY: install kernel demo lint test test-unit stack-up stack-down stack-status dev validate bench bench-latency faults clean-local
 
 install: $(STAMP)
 
@@ -41,12 +41,16 @@ kernel:
 demo: install
 	$(BIN)/kbqe demo --then-dagster-dev
 
+# ruff and mypy (configured in pyproject.toml), before the tests: a second or two.
+lint: install
+	$(BIN)/ruff check .
+
 # Quick start 2: the whole test suite; the tests start the local stack once and stop
 # exactly what they started.
-test: install
+test: install lint
 	$(BIN)/python -m pytest
 
-test-unit: install
+test-unit: install lint
 	$(BIN)/python -m pytest -m "not integration"
 
 stack-up: install

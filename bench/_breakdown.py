@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import EnrichmentEncoder, extended_schema
 from kbqe_dagster.core.record.event_time import epoch_day, event_date
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.routing import RoutingInput
 from kbqe_dagster.core.record.wire import parse_frame
 from kbqe_dagster.resources.kafka.range_reader import read_range

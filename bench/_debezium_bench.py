@@ -11,7 +11,6 @@ import io
 import random
 
 import fastavro
-
 from bench_hot_path import SCHEMA, make_record
 
 NAMESPACE = "bench.inventory.orders"

@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
+from collections.abc import Sequence
 from queue import Empty
-from typing import Sequence
 
 from _stage_support import self_peak_rss_mb
 
@@ -72,10 +72,10 @@ def _produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id:
              unique: int, seed: int, compression: str, debezium: bool, json_values: bool,
              json_schema_values: bool, protobuf_values: bool,
              queue: multiprocessing.Queue) -> None:
-    from confluent_kafka import Producer
-
     from _debezium_bench import build_envelopes
     from bench_hot_path import build_bodies
+    from confluent_kafka import Producer
+
     from kbqe_dagster.core.record.wire import encode_frame
 
     if json_values:  # schemaless: no Confluent frame

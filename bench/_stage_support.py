@@ -14,9 +14,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 try:  # optional, only used where /proc is missing
     import psutil

@@ -55,13 +55,13 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kbqe_dagster.core.config.pipeline import load_pipeline_config  # noqa: E402
 from kbqe_dagster.defs.staging import sensors  # noqa: E402
 from kbqe_dagster.localstack.endpoints import local_endpoints  # noqa: E402
-from kbqe_dagster.resources.kafka import clients as kafka_clients  # noqa: E402
-from kbqe_dagster.resources.kafka import cluster as kafka_cluster  # noqa: E402
 from kbqe_dagster.resources.configurable import (  # noqa: E402
     KafkaResource,
     PipelineResource,
     StagingResource,
 )
+from kbqe_dagster.resources.kafka import clients as kafka_clients  # noqa: E402
+from kbqe_dagster.resources.kafka import cluster as kafka_cluster  # noqa: E402
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG, KafkaSettings  # noqa: E402
 from kbqe_dagster.resources.staging_store import LocalStagingStore  # noqa: E402
 from kbqe_dagster.staging import backlog as backlog_module  # noqa: E402
@@ -274,8 +274,8 @@ def measure_per_topic(fleet: Fleet) -> dict:
 def measure_stage(fleet: Fleet, requests: list, sc) -> dict:
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
-    from kbqe_dagster.staging.job import run_stage_group
     from kbqe_dagster.stagers import stage_context
+    from kbqe_dagster.staging.job import run_stage_group
 
     config = kafka_cluster.discover_topics(load_pipeline_config(fleet.pipeline),
                                           KafkaSettings(fleet.bootstrap))

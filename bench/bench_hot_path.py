@@ -33,8 +33,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import fastavro
 
@@ -49,7 +50,7 @@ from kbqe_dagster.core.record.enrichment import (  # noqa: E402
 from kbqe_dagster.staging.avro_container import AvroContainerWriter  # noqa: E402
 from kbqe_dagster.staging.probe.record_probe import RecordProbe  # noqa: E402
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 SCHEMA = {
     "type": "record", "name": "OrderEvent", "namespace": "com.acme.events",
     "fields": [
@@ -85,7 +86,7 @@ def make_record(rng: random.Random) -> dict[str, Any]:
         "datasetName": "sales",
         "tableName": rng.choice(["orders", "refunds", "carts"]),
         "userId": rng.randrange(1, 10**12),
-        "sessionId": "sess-%016x" % rng.getrandbits(64),
+        "sessionId": f"sess-{rng.getrandbits(64):016x}",
         "amount": round(rng.random() * 1000, 2),
         "currency": rng.choice(["EUR", "USD", "GBP", "JPY"]),
         "quantity": rng.randrange(1, 500),

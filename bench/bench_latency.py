@@ -577,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("alembic").setLevel(logging.WARNING)
     bench = Bench(args)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    report: dict = {"generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    report: dict = {"generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                     "machine": machine_facts(),
                     "config": {"rates": args.rates, "seconds": args.seconds, "paths": args.paths,
                                "poll_interval_s": args.poll_interval, "warmup_s": args.warmup,

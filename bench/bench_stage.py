@@ -62,11 +62,11 @@ os.environ.setdefault("KBQE_LOCAL_HOME", str(ROOT / ".kbqe-local"))
 
 import _kafka_bench as kb  # noqa: E402
 from _breakdown import run_in_child as breakdown  # noqa: E402
-from _profile import WorkerProfile, summarize  # noqa: E402
-from _stage_support import TreeSampler, cpu_seconds, machine_facts, process_tree  # noqa: E402
 from _debezium_bench import envelope_schema  # noqa: E402
 from _json_bench import JSON_SCHEMA  # noqa: E402
+from _profile import WorkerProfile, summarize  # noqa: E402
 from _protobuf_bench import PROTO  # noqa: E402
+from _stage_support import TreeSampler, cpu_seconds, machine_facts, process_tree  # noqa: E402
 from bench_hot_path import SCHEMA  # noqa: E402
 
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     stack.up_services(services)
     bench = Bench(args)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    report: dict = {"generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    report: dict = {"generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                     "machine": machine_facts(),
                     # Started here, so children of this process: left out of the memory and
                     # CPU figures all the same (Bench.service_pids).

@@ -26,9 +26,10 @@ Imported by whoever builds a stage context (``defs/staging``, ``reliability/``, 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable
+from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, TopicConfig
 from kbqe_dagster.core.formats.source_format import SourceFormat

@@ -38,9 +38,9 @@ import argparse
 import logging
 import sys
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -117,7 +117,7 @@ def run_suite(seed: int, iterations: int, *, long: bool = False,
         raise ValueError(f"--iterations must be at least {MIN_ITERATIONS} (one per load kill point)")
     started = time.monotonic()
     report = SuiteReport(seed, iterations, long)
-    world = World.create(endpoints or local_endpoints(), seed, datetime.now(timezone.utc).date())
+    world = World.create(endpoints or local_endpoints(), seed, datetime.now(UTC).date())
     report.run_id, report.topic = world.run_id, world.topic
     suite = Suite.start(world, report, long)
     try:

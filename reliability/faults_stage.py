@@ -12,9 +12,9 @@ import time
 from collections import Counter, defaultdict
 
 from kbqe_dagster.core.protocol.naming import parse_listing
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from reliability import children
 from reliability.harness import CHILD_TIMEOUT, SIGKILLED, Suite, SuiteFailure, join
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from reliability.report import (
     STAGE_KILL_AVRO,
     STAGE_KILL_DONE,

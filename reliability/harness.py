@@ -6,10 +6,11 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
-from typing import Any, Callable
+from typing import Any
 
 from reliability import children
 from reliability.report import FaultEvent, SuiteReport

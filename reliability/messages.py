@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import random
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 
 from fastavro import parse_schema, schemaless_writer
 
@@ -113,7 +113,7 @@ def _order(rnd: random.Random, ids: SchemaIds, ds: Datasets, i: int, day: date,
 
 
 def _page_view(rnd: random.Random, ids: SchemaIds, ds: Datasets, i: int, day: date) -> SampleMessage:
-    moment = datetime.combine(day, time(rnd.randrange(24), rnd.randrange(60)), tzinfo=timezone.utc)
+    moment = datetime.combine(day, time(rnd.randrange(24), rnd.randrange(60)), tzinfo=UTC)
     record = {
         "datasetName": ds.web, "tableName": "page_views", "url": f"/p/{i}",
         "sessionId": f"s-{rnd.randrange(5_000)}", "durationMs": rnd.randrange(60_000),
@@ -162,7 +162,7 @@ def batch(rnd: random.Random, ids: SchemaIds, ds: Datasets, count: int, today: d
     ``bad_ratio`` of them, at least one) mixed in at random positions; orders go to
     ``orders_table`` of the sales dataset."""
     out: list[SampleMessage] = []
-    for i in range(count):
+    for _i in range(count):
         if rnd.random() < bad_ratio:
             out.append(bad_message(rnd, ids, ds))
             continue

@@ -20,8 +20,9 @@ repeated tag (a repeating group) is refused rather than half-read.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from kbqe_dagster import DecodeError, RawMessage
 
@@ -42,7 +43,7 @@ def _parse_timestamp(text: str) -> datetime:
         raise ValueError("not YYYYMMDD-HH:MM:SS[.sss]")
     year, month, day, hour, minute, second, millis = match.groups()
     return datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
-                    int(millis or 0) * 1000, tzinfo=timezone.utc)
+                    int(millis or 0) * 1000, tzinfo=UTC)
 
 
 def _parse_number(text: str) -> float:

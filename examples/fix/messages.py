@@ -5,8 +5,9 @@ decoder gives it (``examples/fix/decoder.py``)."""
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
-from typing import Iterator, NamedTuple, Sequence
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 SOH = "\x01"
 SENDER, TARGET = "BUYSIDE", "SELLSIDE"
@@ -34,7 +35,7 @@ class Sample(NamedTuple):
 
 
 def order_flow(orders: int, seed: int = 44,
-               start: datetime = datetime(2024, 9, 13, 14, 30, tzinfo=timezone.utc)) -> Iterator[Sample]:  # fmt: skip
+               start: datetime = datetime(2024, 9, 13, 14, 30, tzinfo=UTC)) -> Iterator[Sample]:  # fmt: skip
     """``orders`` NewOrderSingles, each followed by an ExecutionReport that acknowledges it
     (ExecType 0, New) and one that fills it (ExecType F, Trade): three messages per order."""
     rng = random.Random(seed)
@@ -64,7 +65,7 @@ def order_flow(orders: int, seed: int = 44,
             ]), "8", "staged")
 
 
-def bad_messages(when: datetime = datetime(2024, 9, 13, 15, 0, tzinfo=timezone.utc)) -> list[Sample]:
+def bad_messages(when: datetime = datetime(2024, 9, 13, 15, 0, tzinfo=UTC)) -> list[Sample]:
     """One message per way the decoder refuses FIX (``expect`` is a fragment of its reason)."""
     ts = utc_timestamp(when)
     order = [(35, "D"), (49, SENDER), (56, TARGET), (34, 900), (52, ts), (11, "BAD1"),

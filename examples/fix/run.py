@@ -36,10 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("KBQE_ENV", "local")
-    from kbqe_dagster.resources.environment import local_dagster_home as dagster_home
     from kbqe_dagster.localstack import stack
     from kbqe_dagster.localstack.clients import local_bigquery_client
     from kbqe_dagster.localstack.endpoints import local_endpoints
+    from kbqe_dagster.resources.environment import local_dagster_home as dagster_home
 
     print("1/3 local stack ...", flush=True)
     stack.up()

@@ -21,7 +21,7 @@ import argparse
 import logging
 import sys
 import traceback
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from kbqe_dagster.cli.bootstrap import add_bootstrap
 from kbqe_dagster.cli.common import CommandAdder

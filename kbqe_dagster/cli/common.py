@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from kbqe_dagster.core.errors import OperatorCommandError
 from kbqe_dagster.localstack.endpoints import LOCAL_STAGING_URL
@@ -97,7 +98,7 @@ def pipeline_config(args: argparse.Namespace) -> Any:
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def emit(args: argparse.Namespace, report: Any, render: Callable[[Any], str]) -> None:

@@ -27,9 +27,9 @@ def add_produce_sample(sub: SubParsers, common: argparse.ArgumentParser) -> None
 
 
 def _produce_sample(args: argparse.Namespace) -> int:
+    from kbqe_dagster.demo.produce import produce_sample
     from kbqe_dagster.demo.samples import DEMO_TOPIC
     from kbqe_dagster.localstack.endpoints import local_endpoints
-    from kbqe_dagster.demo.produce import produce_sample
 
     ends = local_endpoints()
     report = produce_sample(

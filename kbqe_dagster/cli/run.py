@@ -19,7 +19,8 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from kbqe_dagster.core.errors import OperatorCommandError
 from kbqe_dagster.core.load.cost import usd

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from kbqe_dagster.cli import render
 from kbqe_dagster.cli.common import SubParsers

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import replace
 from datetime import date, timedelta
 from enum import Enum
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any
 
 from kbqe_dagster.core.errors import ConfigError
 

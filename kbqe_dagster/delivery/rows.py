@@ -8,10 +8,11 @@ requests at the same stream offsets, which is what makes ``ALREADY_EXISTS`` mean
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from fastavro import parse_schema, reader, schemaless_writer
 

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.errors import CommitConflictError, StagingError

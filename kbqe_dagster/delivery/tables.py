@@ -11,8 +11,9 @@ remembers what it made ready, so a range pays one metadata read per table.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from kbqe_dagster.core.config.table_layout import TableLayout
 from kbqe_dagster.resources.bigquery import BigQueryResource

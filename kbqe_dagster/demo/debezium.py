@@ -23,7 +23,7 @@ import logging
 import random
 import struct
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ ROW_V1 = [
 ]
 ROW_V2 = ROW_V1 + [{"name": "phone", "type": ["null", "string"], "default": None}]
 ROW_COLUMNS = ("id", "first_name", "last_name", "email", "phone")
-END_OF_TIME = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
+END_OF_TIME = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 
 def envelope_schema(namespace: str, row_fields: list[dict]) -> dict:
@@ -264,7 +264,7 @@ class DebeziumTopics:
             delivered: list[Produced] = []
             errors: list[str] = []
             for change in new:
-                def done(err, msg, change=change):
+                def done(err, msg, change=change, errors=errors, delivered=delivered):
                     if err is not None:
                         errors.append(str(err))
                     else:
@@ -342,7 +342,7 @@ def history(produced: list[Produced]) -> set[tuple]:
 
 
 def _ts(ms: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
 # --- a run's own corner of the local stack ---------------------------------------------------------
@@ -366,7 +366,7 @@ class KeyedRig:
 
     @classmethod
     def create(cls, endpoints: Any, workdir: Path, *, partitions: int = 3,
-               range_size: int = 40) -> "KeyedRig":
+               range_size: int = 40) -> KeyedRig:
         import os
         import shutil
         import sys

@@ -9,8 +9,8 @@ unit-tested; :func:`check_stack` and :func:`check_staging` gather the facts.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from kbqe_dagster.core.errors import KbqeError
 from kbqe_dagster.core.load.state import LoadState

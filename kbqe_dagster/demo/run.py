@@ -37,9 +37,9 @@ def produce_demo_events(count: int, clicks: int = 0) -> dict[str, int]:
     (as ``kbqe produce-sample`` does, with a fresh seed per run), then ``clicks`` clicks (the
     Storage Write table's); returns the messages per table and per bad-input reason
     (``bad:<reason>``)."""
+    from kbqe_dagster.demo.produce import produce_sample
     from kbqe_dagster.demo.samples import DEMO_TOPIC
     from kbqe_dagster.localstack.endpoints import local_endpoints
-    from kbqe_dagster.demo.produce import produce_sample
 
     ends = local_endpoints()
     report = produce_sample(
@@ -84,12 +84,10 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     import dagster as dg
 
     from kbqe_dagster.definitions import build_definitions
-    from kbqe_dagster.defs.staging.assets import TOPIC_TAG
+    from kbqe_dagster.defs.staging.assets import STAGING_KEY, TOPIC_TAG
     from kbqe_dagster.defs.staging.jobs import stage_run_config
-    from kbqe_dagster.demo.samples import DEMO_TOPIC
-
-    from kbqe_dagster.defs.staging.assets import STAGING_KEY
     from kbqe_dagster.demo.freshness import DemoFreshness
+    from kbqe_dagster.demo.samples import DEMO_TOPIC
 
     defs = build_definitions()
     instance = dg.DagsterInstance.get()

@@ -15,9 +15,9 @@ from __future__ import annotations
 import io
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Sequence
+from datetime import UTC, datetime, timedelta, timezone
 
 from fastavro import parse_schema, schemaless_writer
 
@@ -146,9 +146,9 @@ def click_messages(count: int, click_id: int, seed: int = 7) -> list[SampleMessa
     """``count`` clicks for ``acme_web.clicks`` (schema id ``click_id``), event times over
     the same 5 days as :func:`sample_messages`."""
     rnd = random.Random(seed)
-    base = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+    base = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
     out = []
-    for i in range(count):
+    for _i in range(count):
         moment = base - timedelta(minutes=rnd.randrange(5 * 24 * 60))
         record = {
             "datasetName": "acme_web", "tableName": "clicks",
@@ -171,7 +171,7 @@ def sample_messages(count: int, ids: dict[str, int], seed: int = 7) -> list[Samp
     """``count`` good messages (orders v1/v2 and page views mixed) followed by one message of
     every bad-input kind. Event times spread over the last 5 days."""
     rnd = random.Random(seed)
-    base = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+    base = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
     out: list[SampleMessage] = []
     for i in range(count):
         moment = base - timedelta(minutes=rnd.randrange(5 * 24 * 60))

@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import json
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 from fastavro.validation import ValidationError, validate
 
-from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.formats.decoders import RawMessage, resolve_decoder
-from kbqe_dagster.core.record.enrichment import EnrichmentConfig, extended_schema
 from kbqe_dagster.core.errors import (
     BadInputError,
     DecodeError,
@@ -35,9 +33,12 @@ from kbqe_dagster.core.errors import (
     DecoderSchemaMismatchError,
     UnsupportedSchemaError,
 )
+from kbqe_dagster.core.formats.avro_names import record_full_name
+from kbqe_dagster.core.formats.decoders import RawMessage, resolve_decoder
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.reasons import Reason
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig, extended_schema
 from kbqe_dagster.core.transforms.compiler import field_values
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.staging.context import StageContext

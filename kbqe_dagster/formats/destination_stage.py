@@ -17,20 +17,26 @@ dead letter.
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from io import BytesIO
-from typing import Any, Hashable, Mapping
+from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 
-from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.transforms.destinations import CompiledDestination, compile_destination
-from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.errors import BadInputError, TransformFailedError, UnroutableError
+from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.formats.source_format import declared_schema_id
+from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.routing import Destination, Router, RoutingInput, required_fields
-from kbqe_dagster.core.transforms.compiler import Compiled, MessageMeta, compile_transforms
-from kbqe_dagster.core.transforms.compiler import field_values, hmac_keys
+from kbqe_dagster.core.transforms.compiler import (
+    Compiled,
+    MessageMeta,
+    compile_transforms,
+    field_values,
+    hmac_keys,
+)
+from kbqe_dagster.core.transforms.destinations import CompiledDestination, compile_destination
 
 
 def message_meta(msg: Any) -> MessageMeta:

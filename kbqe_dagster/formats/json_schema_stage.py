@@ -23,28 +23,28 @@ binary form to slice), so it stays on the Python path (``native_kernel = False``
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 from jsonschema.exceptions import SchemaError, best_match
 from jsonschema.validators import Draft7Validator, validator_for
 
-from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.errors import (
-    BadInputError,
     JsonDecodeError,
     JsonSchemaMismatchError,
     NonJsonSchemaError,
     UnmappableJsonSchemaError,
 )
+from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.formats.json_schema_avro import JsonSchemaMapping, map_json_schema
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.core.transforms.compiler import field_values
+from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.wire import HEADER_SIZE
+from kbqe_dagster.core.transforms.compiler import field_values
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.staging.context import StageContext
 

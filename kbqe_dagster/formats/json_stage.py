@@ -16,8 +16,9 @@ Avro's JSON encoding does.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fastavro import parse_schema
 from fastavro.validation import ValidationError, validate

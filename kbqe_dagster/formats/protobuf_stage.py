@@ -47,13 +47,13 @@ from kbqe_dagster.core.errors import (
     ProtobufDecodeError,
     UnmappableProtobufSchemaError,
 )
-from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.formats.protobuf_avro import (
     ProtobufMapping,
     map_protobuf_message,
     message_at,
 )
 from kbqe_dagster.core.formats.protobuf_wire import FIRST_MESSAGE, read_message_indexes
+from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files, registry_proto_files

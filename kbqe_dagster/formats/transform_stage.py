@@ -33,30 +33,31 @@ asked again. An HMAC key variable missing where the task runs stops the range (C
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Hashable, Mapping
+from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.errors import (
     BadInputError,
     BodyDecodeError,
     TransformFailedError,
     UnsupportedSchemaError,
 )
+from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.enrichment import extended_schema
+from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.core.transforms.compiler import (
     Compiled,
     compile_transforms,
     field_values,
     hmac_keys,
 )
-from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.formats.destination_stage import DestinationFanOut, message_meta
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.stager import Decoder, RangeStager

@@ -13,7 +13,8 @@ schema — a few bytecodes per field instead of a call each, about 4× faster on
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from kbqe_dagster.core.formats.avro_names import full_name
 from kbqe_dagster.staging.avro_binary import encode_long

@@ -22,19 +22,19 @@ forced merge (``kbqe run --until-idle``) merges whatever is new.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, TopicConfig
-from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.core.keyed.checks import KeyedCheck, sample_for
 from kbqe_dagster.core.keyed.contract import (
     CHANGE_COLUMNS,
     DeleteMode,
     changelog_table,
     history_table,
 )
-from kbqe_dagster.core.keyed.checks import KeyedCheck, sample_for
 from kbqe_dagster.core.keyed.delivered import (
     advanced,
     delivered_window,
@@ -42,6 +42,7 @@ from kbqe_dagster.core.keyed.delivered import (
     union,
 )
 from kbqe_dagster.core.load.state import LoadState
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.record.partitioning import Delivery
 from kbqe_dagster.keyed.merge_sql import (
     DELETED_KEYS_SUFFIX,

@@ -30,8 +30,8 @@ when the row's columns change.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from kbqe_dagster.core.keyed.contract import DELETED_COLUMN, OP_COLUMN, VERSION_COLUMN, DeleteMode
 

@@ -12,8 +12,9 @@ merged again, which changes nothing.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from kbqe_dagster.core.errors import KbqeError, StagingError
 from kbqe_dagster.core.keyed.delivered import coalesce, union
@@ -45,7 +46,7 @@ class MergeState:
     merged (``delivery: storage_write``; core/keyed/delivered.py)."""
 
     @classmethod
-    def decode(cls, content: bytes | None) -> "MergeState":
+    def decode(cls, content: bytes | None) -> MergeState:
         if not content:
             return cls()
         try:

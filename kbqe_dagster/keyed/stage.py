@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.routing import Destination
 from kbqe_dagster.keyed.changes import ChangeLayout, change_layout
 from kbqe_dagster.staging.context import RangeResult, StageContext

@@ -34,7 +34,8 @@ def read_avro_schema(store: StagingStore, name: str) -> dict[str, Any]:
             metadata = parse_header(head, complete=len(head) < size)
         except _Truncated:
             if size >= MAX_HEADER:
-                raise LoadError(f"{store.uri(name)}: Avro header larger than {MAX_HEADER} bytes")
+                raise LoadError(
+                    f"{store.uri(name)}: Avro header larger than {MAX_HEADER} bytes") from None
             size *= 4
             continue
         except LoadError as error:

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from datetime import UTC, datetime, timedelta
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.errors import KbqeError, StagingError
@@ -47,6 +47,19 @@ from kbqe_dagster.core.load.lifecycle import (
     ObservedKind,
     SubmitOutcome,
     decide,
+)
+from kbqe_dagster.core.load.notices import (
+    KNOWN_SCHEMAS_FILE,
+    decode_known,
+    encode_known,
+    schema_notices,
+)
+from kbqe_dagster.core.load.pending import staging_view
+from kbqe_dagster.core.load.selection import (
+    PlannedLoadJob,
+    make_job_id,
+    plan_load_jobs,
+    without_leftovers,
 )
 from kbqe_dagster.core.load.state import (
     JobStatus,
@@ -61,19 +74,6 @@ from kbqe_dagster.core.load.state import (
     retry_job,
 )
 from kbqe_dagster.core.protocol.naming import parse_listing
-from kbqe_dagster.core.load.notices import (
-    KNOWN_SCHEMAS_FILE,
-    decode_known,
-    encode_known,
-    schema_notices,
-)
-from kbqe_dagster.core.load.pending import staging_view
-from kbqe_dagster.core.load.selection import (
-    PlannedLoadJob,
-    make_job_id,
-    plan_load_jobs,
-    without_leftovers,
-)
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.loading.avro_header import read_avro_schema
 from kbqe_dagster.loading.manifests import FileFacts, read_file_facts
@@ -93,7 +93,7 @@ DEFAULT_STUCK_AFTER = timedelta(hours=1)
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class LoadCoordinator:

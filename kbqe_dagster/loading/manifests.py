@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
-from kbqe_dagster.core.protocol.commit import parse_manifest
 from kbqe_dagster.core.errors import StagingError
+from kbqe_dagster.core.protocol.commit import parse_manifest
 from kbqe_dagster.core.protocol.naming import DoneFileName, parse_name
 from kbqe_dagster.resources.staging_store import StagingStore
 

@@ -7,13 +7,13 @@ Pure data and arithmetic; ``defs/bigquery`` turns it into materializations and c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from kbqe_dagster.core.load.checks import JobRows
+from kbqe_dagster.core.load.notices import SchemaNotice
 from kbqe_dagster.core.load.state import LoadJobRecord
 from kbqe_dagster.core.protocol.naming import DoneFileName, parse_name
-from kbqe_dagster.core.load.notices import SchemaNotice
 from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.loading.manifests import FileFacts
 from kbqe_dagster.resources.bigquery import JobReport

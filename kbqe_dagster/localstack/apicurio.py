@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import HOST, LocalService, spawn

@@ -11,9 +11,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from kbqe_dagster import processes
 from kbqe_dagster.core.errors import StackError

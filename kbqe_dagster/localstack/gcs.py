@@ -26,8 +26,8 @@ import importlib.util
 import logging
 import platform
 import stat
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import HOST, LocalService, spawn

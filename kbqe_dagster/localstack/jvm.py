@@ -17,8 +17,8 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import require_command

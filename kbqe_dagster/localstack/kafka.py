@@ -25,9 +25,9 @@ import logging
 import re
 import subprocess
 import uuid
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Sequence
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -36,7 +36,10 @@ from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import HOST, LocalService, port_open, spawn
 from kbqe_dagster.localstack.endpoints import LocalEndpoints
 from kbqe_dagster.localstack.jvm import (
-    DEPENDENCY_PLUGIN, install_once, require_java, run_maven,
+    DEPENDENCY_PLUGIN,
+    install_once,
+    require_java,
+    run_maven,
 )
 from kbqe_dagster.packaged import data_file
 

@@ -14,10 +14,10 @@ import importlib
 import logging
 import shutil
 import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import LocalService, ServiceStatus

@@ -17,9 +17,9 @@ left out while either is missing — a partial sum would look like a counter res
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -68,7 +68,7 @@ class MetricSources:
         store = sources.staging.open()
         describe = self._describe
         self.staging: CachedSource[StagingView] = CachedSource(
-            "staging", lambda: read_staging_view(store, datetime.now(timezone.utc)), ttl_s,
+            "staging", lambda: read_staging_view(store, datetime.now(UTC)), ttl_s,
             describe_error=describe, clock=clock,
         )
         self.kafka: CachedSource[LagView] = CachedSource(

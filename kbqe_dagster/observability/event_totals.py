@@ -26,8 +26,9 @@ from __future__ import annotations
 import bisect
 import copy
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 STAGE_SECONDS_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 BATCH_MESSAGES_BUCKETS = (

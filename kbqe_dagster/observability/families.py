@@ -7,7 +7,7 @@ load state file), recomputed at each scrape; gauges are the state at the last re
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -15,7 +15,6 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
-
 from prometheus_client.utils import floatToGoString
 
 from kbqe_dagster.core.load.cost import STORAGE_WRITE_USD_PER_GIB

@@ -28,9 +28,10 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.observability.collector import MetricSources
@@ -192,7 +193,7 @@ class HealthChecker:
             now = self.metric_sources.clock()
             results.append(freshness_result(reading, self.max_staging_age_s, now))
         return HealthReport(
-            tuple(results), datetime.now(timezone.utc),
+            tuple(results), datetime.now(UTC),
             {"check_timeout_seconds": self.timeout_s,
              "max_staging_age_seconds": self.max_staging_age_s},
         )

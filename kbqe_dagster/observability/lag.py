@@ -9,8 +9,8 @@ still are; only when no configured topic can be read is the whole source down.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.resources.kafka.clients import KafkaReadError, KafkaSettings

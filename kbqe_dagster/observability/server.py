@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
-from typing import Any, Callable, Iterable
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app

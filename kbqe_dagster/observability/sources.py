@@ -24,7 +24,6 @@ from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 
 
-
 @dataclass(frozen=True)
 class ExporterSources:
     """Everything the collectors and health checks connect to."""

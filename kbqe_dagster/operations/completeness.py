@@ -25,12 +25,12 @@ of every topic whose files for it the staging area (or the kept state) has shown
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
-from kbqe_dagster.core.protocol.commit import Manifest, is_marker, parse_manifest
 from kbqe_dagster.core.completeness.decision import (
     CompletenessSettings,
     PartitionProgress,
@@ -58,6 +58,7 @@ from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.config.sections import DeadLetterDestination
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.keyed.contract import changelog_table
+from kbqe_dagster.core.protocol.commit import Manifest, is_marker, parse_manifest
 from kbqe_dagster.core.protocol.naming import DoneFileName, ParsedListing, parse_listing, parse_name
 from kbqe_dagster.core.protocol.offsets import CommittedRange, recover
 from kbqe_dagster.core.record.partitioning import parse_hour_key

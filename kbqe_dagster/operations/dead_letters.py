@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import io
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any
 
 import fastavro
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
-from kbqe_dagster.core.load.state import LoadJobRecord, LoadState
 from kbqe_dagster.core.load.selection import (
     PlannedLoadJob,
     loadable_files,
     plan_load_jobs,
     without_leftovers,
 )
+from kbqe_dagster.core.load.state import LoadJobRecord, LoadState
 from kbqe_dagster.loading.manifests import read_file_facts
 from kbqe_dagster.operations.snapshot import read_load_state, take_snapshot
 from kbqe_dagster.resources.staging_store import StagingStore

@@ -14,8 +14,9 @@ The operator pauses the load schedules first; the command says so every time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from kbqe_dagster.core.errors import OperatorCommandError
 from kbqe_dagster.core.load.state import QuarantinedFile, release_quarantine

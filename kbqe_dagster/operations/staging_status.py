@@ -18,16 +18,17 @@ start); ``bootstrap_offset`` shows them. Range markers (ranges that staged no fi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
+from kbqe_dagster.core.load.selection import loadable_files
+from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.core.protocol.commit import is_marker
 from kbqe_dagster.core.protocol.delivery import open_intents
-from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.core.protocol.naming import AvroFileName
 from kbqe_dagster.core.protocol.offsets import CommittedRange, PartitionChain, recover
-from kbqe_dagster.core.load.selection import loadable_files
 from kbqe_dagster.operations.snapshot import StagingSnapshot, read_load_state, take_snapshot
 from kbqe_dagster.resources.staging_store import StagingStore
 

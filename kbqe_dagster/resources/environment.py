@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import dagster as dg
 
@@ -26,6 +26,7 @@ from kbqe_dagster.localstack.endpoints import (
     LOCAL_STAGING_URL,
     local_endpoints,
 )
+from kbqe_dagster.packaged import data_file
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
     KafkaResource,
@@ -34,7 +35,6 @@ from kbqe_dagster.resources.configurable import (
     StagingResource,
 )
 from kbqe_dagster.resources.spark import spark_config_from_environment, spark_resource
-from kbqe_dagster.packaged import data_file
 from kbqe_dagster.resources.staging_store import StagingLocation
 
 ENVIRONMENTS = ("local", "gcp")

@@ -19,9 +19,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path, PurePosixPath
-from typing import Mapping
 
 from google.protobuf import descriptor_pb2
 

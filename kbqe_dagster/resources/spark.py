@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from dagster_pyspark import LazyPySparkResource
 from dagster_spark.utils import flatten_dict

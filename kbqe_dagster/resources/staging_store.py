@@ -28,9 +28,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, Protocol
+from typing import BinaryIO, Protocol
 
 from kbqe_dagster.core.errors import CommitConflictError, StagingError
 
@@ -412,4 +413,4 @@ def _local_version(st: os.stat_result) -> str:
 
 
 def _mtime(ts: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC)

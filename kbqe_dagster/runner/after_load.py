@@ -20,8 +20,9 @@ stays as it is. The contract a step relies on:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kbqe_dagster.runner.report import TableLoad
 

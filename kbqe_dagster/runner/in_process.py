@@ -25,9 +25,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 
@@ -39,11 +40,11 @@ from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_tags
 from kbqe_dagster.operations.load_plan import load_plan
 from kbqe_dagster.operations.snapshot import read_load_state
 from kbqe_dagster.processes import pid_alive
+from kbqe_dagster.resources.kafka.clients import TopicMissing
+from kbqe_dagster.resources.kafka.cluster import watermarks_of
 from kbqe_dagster.runner.after_load import JobRun
 from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableCompleteness, TableLoad
 from kbqe_dagster.runner.until_idle import Backlog, LoadSide
-from kbqe_dagster.resources.kafka.clients import KafkaReadError, TopicMissing
-from kbqe_dagster.resources.kafka.cluster import watermarks_of
 from kbqe_dagster.staging.backlog import fleet_backlog
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,7 @@ class InProcessPipeline:
         this instance."""
         declared = declare_complete_days(
             self.config, self._store, lambda topics: watermarks_of(self._kafka, topics),
-            datetime.now(timezone.utc), self.instance,
+            datetime.now(UTC), self.instance,
         )
         for event in declared.events:
             self.instance.report_runless_asset_event(event)

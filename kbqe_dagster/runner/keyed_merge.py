@@ -7,6 +7,7 @@ from __future__ import annotations
 from kbqe_dagster.keyed.merge import MERGE_JOB, MERGE_OP, keyed_destinations
 from kbqe_dagster.runner.after_load import AfterLoadContext, AfterLoadResult, TableMerge
 
+
 def merge_keyed_tables(context: AfterLoadContext) -> AfterLoadResult:
     destinations = {d.name for d in keyed_destinations(context.config)}
     if not destinations:

@@ -6,8 +6,9 @@ events into these outcomes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from kbqe_dagster.core.load.cost import storage_write_list_price
 

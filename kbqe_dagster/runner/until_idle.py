@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from kbqe_dagster.core.errors import KbqeError
 from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup, group_due_topics

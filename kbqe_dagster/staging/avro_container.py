@@ -21,8 +21,9 @@ import json
 import os
 import zlib
 from bisect import bisect_left
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable, Mapping
+from typing import Any, BinaryIO
 
 from kbqe_dagster.staging.avro_binary import encode_long
 

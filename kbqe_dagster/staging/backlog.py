@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
 
 from kbqe_dagster.core.protocol.naming import parse_name
 from kbqe_dagster.core.protocol.offsets import StartPolicy, Watermarks, plan_ranges, recover

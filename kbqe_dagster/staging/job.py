@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
 
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.delivery import pinned_tables

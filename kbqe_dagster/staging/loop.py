@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Mapping, Sequence
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.protocol.offsets import RangePlan, Watermarks

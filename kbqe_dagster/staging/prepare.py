@@ -14,17 +14,17 @@ does not hold (not created yet, or deleted) plans nothing: its preparation says 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Mapping
+from datetime import UTC, datetime
 
+from kbqe_dagster.core.errors import CommitConflictError
 from kbqe_dagster.core.protocol.commit import manifests_needed, plan_bootstrap, plan_cleanup
 from kbqe_dagster.core.protocol.delivery import (
     open_intents,
     plan_with_deliveries,
     ranges_to_roll_forward,
 )
-from kbqe_dagster.core.errors import CommitConflictError
 from kbqe_dagster.core.protocol.naming import IntentFileName, of_topic, topic_prefix
 from kbqe_dagster.core.protocol.offsets import (
     RangePlan,
@@ -117,7 +117,7 @@ def prepare_topic(
         plan = plan_with_deliveries(plan, roll_forward,
                                     one_range_per_partition=one_range_per_partition)
     for (t, p), offset in plan.bootstrap_offsets.items():
-        commit = plan_bootstrap(t, p, offset, created_at=datetime.now(timezone.utc))
+        commit = plan_bootstrap(t, p, offset, created_at=datetime.now(UTC))
         for done in commit.done_files:
             try:
                 store.create_only(done.name, commit.content)

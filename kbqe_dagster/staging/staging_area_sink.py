@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
+from kbqe_dagster.core.errors import CommitConflictError
 from kbqe_dagster.core.protocol.commit import Delivered, avro_file_name, plan_range_commit
 from kbqe_dagster.core.protocol.naming import AvroFileName
-from kbqe_dagster.core.errors import CommitConflictError
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.resources.staging_store import StagingStore

@@ -16,8 +16,8 @@ import time
 from dataclasses import replace
 
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.resources.kafka.range_reader import RangeReader
 from kbqe_dagster.resources.kafka.native_reader import native_range_reader
+from kbqe_dagster.resources.kafka.range_reader import RangeReader
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.native_kernel import NATIVE, PYTHON, NativeStaging
 from kbqe_dagster.staging.stager import RangeStager

@@ -22,13 +22,12 @@ import io
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import fastavro
 
-from kbqe_dagster.core.protocol.commit import plan_range_commit
-from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA, DeadLetter
+from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster.core.load.state import (
     STATE_FILE,
     LoadState,
@@ -36,13 +35,14 @@ from kbqe_dagster.core.load.state import (
     quarantine_job,
     record_planned,
 )
+from kbqe_dagster.core.protocol.commit import plan_range_commit
 from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.core.load.selection import PlannedLoadJob
+from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA, DeadLetter
 
 T = "com.acme.events"
 AGE_SECONDS = 3600  # every staged file was written an hour ago
-CREATED = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+CREATED = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
 
 ORDERS_3_P0 = f"{T}.0.acme_sales.orders.3.0.avro"
 ORDERS_4_P0 = f"{T}.0.acme_sales.orders.4.0.avro"  # quarantined
@@ -134,7 +134,7 @@ def build(root: Path) -> Area:
         path.write_bytes(content)
         os.utime(path, (written_at, written_at))
     write_state(root, state_with_pending_and_quarantine())
-    return Area(root, datetime.now(timezone.utc))
+    return Area(root, datetime.now(UTC))
 
 
 def state_with_pending_and_quarantine() -> LoadState:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from kbqe_dagster.cli import build_parser
 

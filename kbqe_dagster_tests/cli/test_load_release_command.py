@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster.core.load.state import (
     STATE_BACKUP,
     STATE_FILE,
@@ -16,7 +17,6 @@ from kbqe_dagster.core.load.state import (
     quarantine_job,
     record_planned,
 )
-from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster_tests.cli.conftest import Run
 from kbqe_dagster_tests.cli.staging_area import (
     CREATED,
@@ -24,9 +24,9 @@ from kbqe_dagster_tests.cli.staging_area import (
     ORDERS_3_P0,
     ORDERS_3_P1,
     ORDERS_4_P0,
-    T,
     VIEWS_P0,
     Area,
+    T,
     state_with_pending_and_quarantine,
     write_state,
 )

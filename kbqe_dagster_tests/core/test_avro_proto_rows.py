@@ -35,7 +35,7 @@ from kbqe_dagster.core.record.enrichment import (
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
 F = descriptor_pb2.FieldDescriptorProto
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 # The proto types the API takes for each BigQuery column type, as this mapping chooses them
 # ("Supported protocol buffer data types"): DATE int32 days, TIMESTAMP int64 micros, DATETIME,

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
+from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.commit import (
     Manifest,
     avro_file_name,
     bootstrap_marker,
     is_bootstrap_marker,
-    is_pinned,
     is_marker,
+    is_pinned,
     manifests_needed,
     parse_manifest,
     plan_bootstrap,
@@ -22,10 +23,9 @@ from kbqe_dagster.core.protocol.commit import (
     range_marker,
     records_by_avro,
 )
-from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.offsets import OffsetRange, recover
 
-NOW = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
 RNG = OffsetRange("com.acme.events", 2, 100, 200)
 
 

@@ -10,7 +10,7 @@ minimum; the tests compare both on the named scenarios and on seeded random ones
 from __future__ import annotations
 
 import random
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
@@ -33,7 +33,7 @@ from kbqe_dagster.core.completeness.state import (
 )
 from kbqe_dagster.core.errors import StagingError
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 KAFKA_0 = CompletenessSettings(Basis.KAFKA_TIME, timedelta(0))
 KAFKA_5M = CompletenessSettings(Basis.KAFKA_TIME, timedelta(minutes=5))
@@ -177,7 +177,7 @@ def test_random_scenarios_agree_with_the_oracle(seed):
         held = {h.partition for h in verdict.held_back_by}
         assert held == {
             p.partition for p in progress if p.holds_back(verdict.next_day) and not p.caught_up
-        }, "the lagging partitions that keep the next day open, and only those" 
+        }, "the lagging partitions that keep the next day open, and only those"
 
 
 # --- loaded position ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ was last seen caught up is kept with its mark, so its time is known at the next 
 from __future__ import annotations
 
 import random
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
@@ -31,7 +31,7 @@ from kbqe_dagster.core.completeness.state import (
     with_mark,
 )
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 KAFKA_5M = CompletenessSettings(Basis.KAFKA_TIME, timedelta(minutes=5))
 EVENT_1H = CompletenessSettings(Basis.EVENT_TIME, timedelta(hours=1))

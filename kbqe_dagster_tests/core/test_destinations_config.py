@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster.core.transforms.destinations import compile_destination, project_schema
 from kbqe_dagster.core.errors import ConfigError, TransformSchemaError
 from kbqe_dagster.core.record.routing import Destination, RoutingMode
+from kbqe_dagster.core.transforms.destinations import compile_destination, project_schema
 from kbqe_dagster.core.transforms.specs import CastField, CastType
 
 EXECUTIONS = {"routing": {"mode": "static", "dataset": "fix", "table": "executions"}}

@@ -12,6 +12,7 @@ import json
 import fastavro
 import pytest
 
+from kbqe_dagster.core.errors import ConfigError, UnsupportedSchemaError
 from kbqe_dagster.core.record.enrichment import (
     EnrichmentConfig,
     EnrichmentEncoder,
@@ -20,9 +21,8 @@ from kbqe_dagster.core.record.enrichment import (
     extended_schema,
     schema_json,
 )
-from kbqe_dagster.core.errors import ConfigError, UnsupportedSchemaError
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 WRITER = {
     "type": "record", "name": "Order", "namespace": "com.acme", "doc": "an order",
     "fields": [
@@ -77,7 +77,7 @@ def test_a_field_added_at_the_end_keeps_every_older_column_in_its_position():
 def test_extended_schema_does_not_touch_its_input():
     before = copy.deepcopy(WRITER)
     extended_schema(WRITER, FULL)["fields"][0]["name"] = "changed"
-    assert WRITER == before
+    assert before == WRITER
 
 
 def test_extended_schema_json_is_deterministic():

@@ -134,7 +134,7 @@ def test_auto_unit_is_inferred_from_magnitude(value: float, expected: date) -> N
     "value, local, utc",
     [
         (date(2024, 9, 13), date(2024, 9, 13), date(2024, 9, 13)),
-        (datetime(2024, 9, 13, 23, 0, tzinfo=timezone.utc), date(2024, 9, 13), date(2024, 9, 13)),
+        (datetime(2024, 9, 13, 23, 0, tzinfo=timezone.utc), date(2024, 9, 13), date(2024, 9, 13)),  # noqa: UP017 (UTC names an EventTimeConfig here)
         (
             datetime(2024, 9, 13, 23, 0, tzinfo=timezone(timedelta(hours=-3))),
             date(2024, 9, 13),

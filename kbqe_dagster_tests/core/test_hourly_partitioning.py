@@ -4,26 +4,28 @@ the event hour column of an HOUR table's files, and manifests that count records
 from __future__ import annotations
 
 import io
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from typing import Any
 
 import fastavro
 import pytest
 
-from kbqe_dagster.core.protocol.commit import parse_manifest, plan_range_commit
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.errors import (
+    ConfigError,
+    InvalidEventTimeError,
+    MissingEventTimeError,
+    UnsupportedSchemaError,
+)
+from kbqe_dagster.core.protocol.commit import parse_manifest, plan_range_commit
+from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import (
     EnrichmentConfig,
     EnrichmentEncoder,
     event_hour_suffix,
     extended_schema,
     with_event_hour,
-)
-from kbqe_dagster.core.errors import (
-    ConfigError,
-    InvalidEventTimeError,
-    MissingEventTimeError,
-    UnsupportedSchemaError,
 )
 from kbqe_dagster.core.record.event_time import (
     DateRule,
@@ -33,8 +35,6 @@ from kbqe_dagster.core.record.event_time import (
     event_date_and_hour,
     event_hour,
 )
-from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.partitioning import (
     Partitioning,
     epoch_hour_of,
@@ -151,7 +151,7 @@ def _hour(text: str) -> int:
         ("2026-11-23T14:05:00", _LOCAL, "2026-11-23T14"),
         ("2026-11-23", _LOCAL, "2026-11-23T00"),
         (date(2026, 11, 23), _LOCAL, "2026-11-23T00"),
-        (datetime(2026, 11, 23, 14, 1, tzinfo=timezone.utc), _LOCAL, "2026-11-23T14"),
+        (datetime(2026, 11, 23, 14, 1, tzinfo=UTC), _LOCAL, "2026-11-23T14"),
         # Epochs in their unit (auto: by magnitude); pre-1970 floors to the earlier hour.
         (1_795_442_400, _LOCAL, "2026-11-23T14"),
         (1_795_442_400_000 + 3_599_999, _LOCAL, "2026-11-23T14"),
@@ -203,7 +203,7 @@ def test_hour_keys_round_trip() -> None:
     hour = _hour("2026-11-23T14:00:00+00:00")
     assert hour_key(hour) == "2026-11-23T14"
     assert parse_hour_key("2026-11-23T14") == hour_start(hour)
-    assert hour_start(hour) == datetime(2026, 11, 23, 14, tzinfo=timezone.utc)
+    assert hour_start(hour) == datetime(2026, 11, 23, 14, tzinfo=UTC)
 
 
 # --- the event hour column -----------------------------------------------------------------------
@@ -234,7 +234,7 @@ def test_the_prefix_plus_the_hour_suffix_is_a_record_of_the_hour_schema() -> Non
     fastavro.schemaless_writer(body, fastavro.parse_schema(_WRITER), {"url": "/a"})
     record = fastavro.schemaless_reader(io.BytesIO(prefix + body.getvalue()),
                                         fastavro.parse_schema(schema))
-    assert record["_event_hour"] == datetime(2026, 11, 23, 14, tzinfo=timezone.utc)
+    assert record["_event_hour"] == datetime(2026, 11, 23, 14, tzinfo=UTC)
     assert record["_kafka_offset"] == 42 and record["url"] == "/a"
 
 
@@ -253,7 +253,7 @@ def _range_commit(**kwargs: Any):
     rng = OffsetRange("clicks", 0, 10, 19)
     avro = AvroFileName(FileKey("clicks", 0, "acme_web", "clicks", 7, 10))
     return avro, plan_range_commit(rng, [(avro, 10)], created_at=datetime(2026, 11, 23, 15,
-                                   tzinfo=timezone.utc), **kwargs)
+                                   tzinfo=UTC), **kwargs)
 
 
 def test_a_manifest_records_hours_next_to_days_and_reads_them_back() -> None:

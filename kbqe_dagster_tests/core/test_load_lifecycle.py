@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -14,6 +14,7 @@ from kbqe_dagster.core.load.lifecycle import (
     classify_submit,
     decide,
 )
+from kbqe_dagster.core.load.selection import PlannedLoadJob, make_job_id, plan_load_jobs
 from kbqe_dagster.core.load.state import (
     JobStatus,
     LoadJobRecord,
@@ -25,9 +26,8 @@ from kbqe_dagster.core.load.state import (
     record_planned,
     retry_job,
 )
-from kbqe_dagster.core.load.selection import PlannedLoadJob, make_job_id, plan_load_jobs
 
-T0 = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
 STUCK_AFTER = timedelta(hours=6)
 UNKNOWN = ObservedJob(ObservedKind.UNKNOWN)
 RUNNING = ObservedJob(ObservedKind.RUNNING)

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from kbqe_dagster.core.protocol.commit import range_marker
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.load.selection import (
     MAX_FILES_PER_JOB,
     loadable_files,
     make_job_id,
     plan_load_jobs,
 )
+from kbqe_dagster.core.protocol.commit import range_marker
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 
-NOW = datetime(2024, 9, 13, 14, 36, 45, tzinfo=timezone.utc)
+NOW = datetime(2024, 9, 13, 14, 36, 45, tzinfo=UTC)
 
 
 def staged(first: int, *, last: int | None = None, partition: int = 0, table: str = "orders",

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from kbqe_dagster.core.errors import LoadError, StateFileError
+from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster.core.load.state import (
     STATE_BACKUP,
     STATE_FILE,
@@ -27,9 +28,8 @@ from kbqe_dagster.core.load.state import (
     retry_job,
 )
 from kbqe_dagster.core.protocol.naming import parse_name
-from kbqe_dagster.core.load.selection import PlannedLoadJob
 
-T0 = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
 
 
 def planned(table: str = "orders", files: tuple[str, ...] = ("a.avro", "b.avro")):

@@ -41,7 +41,7 @@ def test_resume_point_is_after_the_highest_range_of_a_contiguous_chain() -> None
 def test_each_partition_resumes_after_its_own_highest_committed_offset(
     partition_files: dict[int, list[tuple[int, int]]], expected: dict[int, int]
 ) -> None:
-    names = [done(f, l, partition=p) for p, ranges in partition_files.items() for f, l in ranges]
+    names = [done(f, last, partition=p) for p, ranges in partition_files.items() for f, last in ranges]
     chains = recover(names)
     assert {p: chains[("orders", p)].resume_offset for p in expected} == expected
 

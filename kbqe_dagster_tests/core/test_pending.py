@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
+from kbqe_dagster.core.load.pending import PendingState, freshness_limit_s, staging_view
 from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord, LoadState, QuarantinedFile
 from kbqe_dagster.core.protocol.naming import of_topic
-from kbqe_dagster.core.load.pending import PendingState, freshness_limit_s, staging_view
 
-NOW = datetime(2024, 11, 19, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2024, 11, 19, 12, 0, tzinfo=UTC)
 
 
 @dataclass(frozen=True)

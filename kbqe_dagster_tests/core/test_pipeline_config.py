@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -24,8 +25,8 @@ from kbqe_dagster.core.config.pipeline import (
 )
 from kbqe_dagster.core.config.sections import FileCodec
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.record.event_time import DateRule, EpochUnit, EventTimeConfig
 from kbqe_dagster.core.protocol.offsets import StartPolicy
+from kbqe_dagster.core.record.event_time import DateRule, EpochUnit, EventTimeConfig
 from kbqe_dagster.core.record.routing import Destination, RoutingInput, RoutingMode
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"

@@ -4,7 +4,7 @@ construct maps to, with the values its parsed messages convert to (descriptors c
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from io import BytesIO
 
 import fastavro
@@ -212,7 +212,7 @@ def test_set_values_convert_field_by_field() -> None:
     order.coupon.value = ""  # a set wrapper holding its default is not null
     order.ucount.value = 9
     record = roundtrip(order)
-    assert record["placed_at"] == datetime(2024, 9, 13, 14, 36, 45, 123_456, tzinfo=timezone.utc)
+    assert record["placed_at"] == datetime(2024, 9, 13, 14, 36, 45, 123_456, tzinfo=UTC)
     assert record["note"] == "" and record["coupon"] == "" and record["ucount"] == 9
     assert (record["big"], record["u32"], record["small"], record["zig"]) == (2**63 - 1, 2**32 - 1, -5, -6)
     assert record["lines"] == [{"sku": "s1", "qty": 2}] and record["labels"] == ["a", "b"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kbqe_dagster.core.protocol.commit import bootstrap_marker
 from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.core.protocol.commit import bootstrap_marker
 from kbqe_dagster.core.protocol.offsets import (
     OffsetRange,
     StartPolicy,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from kbqe_dagster.core import config_reader as r
-from kbqe_dagster.core.config.yaml_file import load_yaml
 from kbqe_dagster.core.config.pipeline import parse_pipeline_text
+from kbqe_dagster.core.config.yaml_file import load_yaml
 from kbqe_dagster.core.errors import ConfigError
 
 TOPIC = "topics:\n  - name: t\n    event_time: {fields: [ts]}\n"

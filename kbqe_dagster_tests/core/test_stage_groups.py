@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.config.sections import StageRunSettings
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.stage_runs.due import stage_run_key
 from kbqe_dagster.core.stage_runs.groups import (
@@ -15,7 +16,6 @@ from kbqe_dagster.core.stage_runs.groups import (
     split_topics,
     yielded_topics,
 )
-from kbqe_dagster.core.config.sections import StageRunSettings
 
 
 def due(topic: str, lag: int, offsets: dict[int, int] | None = None) -> DueTopic:

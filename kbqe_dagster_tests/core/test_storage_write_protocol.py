@@ -4,7 +4,7 @@ ranges recovery rolls forward and where the next range of a table continues its 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -30,14 +30,13 @@ from kbqe_dagster.core.protocol.delivery import (
     stream_position,
 )
 from kbqe_dagster.core.protocol.naming import (
-    IntentFileName,
     RefusalFileName,
     parse_listing,
     parse_name,
 )
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 
-NOW = datetime(2026, 11, 25, 14, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 25, 14, 0, tzinfo=UTC)
 RNG = OffsetRange("com.acme.events", 3, 100, 150)  # offsets 100..149
 STREAM = "projects/p/datasets/fast/tables/clicks/streams/s1"
 WHERE = "fast.clicks stream s1, com.acme.events[3] 100..149"

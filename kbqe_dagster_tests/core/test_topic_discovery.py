@@ -8,8 +8,8 @@ import pickle
 
 import pytest
 
-from kbqe_dagster.core.config.pipeline import BadInputPolicy, PipelineConfig, parse_pipeline_config
 from kbqe_dagster.core.config.discovery import internal_topics, table_for
+from kbqe_dagster.core.config.pipeline import BadInputPolicy, PipelineConfig, parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.keyed.contract import DEBEZIUM_EVENT_TIME_FIELDS
 from kbqe_dagster.core.record.routing import RoutingMode

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import fastavro
 import pytest
@@ -14,8 +14,8 @@ import pytest
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.errors import ConfigError, TransformFailedError, TransformSchemaError
 from kbqe_dagster.core.reasons import Reason
-from kbqe_dagster.core.transforms.specs import read_transforms
 from kbqe_dagster.core.transforms.compiler import MessageMeta, compile_transforms, hmac_keys
+from kbqe_dagster.core.transforms.specs import read_transforms
 
 SCHEMA = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "id", "type": "long"},
@@ -29,7 +29,7 @@ SCHEMA = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
     {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
     {"name": "local", "type": "string"},
 ]}
-AT = datetime(2024, 9, 13, 12, 36, 45, 123000, tzinfo=timezone.utc)
+AT = datetime(2024, 9, 13, 12, 36, 45, 123000, tzinfo=UTC)
 RECORD = {"id": 7, "email": "ann@example.com", "phone": "+33 1", "amount": "12",
           "qty": 3, "price": 2.5, "paid": True, "created_ms": 1_726_230_000_000, "at": AT,
           "local": "2024-09-13T14:36:45.123+02:00[Europe/Paris]"}
@@ -77,7 +77,7 @@ def roundtrip(schema: dict, record: dict) -> dict:
         ({"add": "o", "message": "offset"}, "o", "long", 41),
         ({"add": "ts", "message": "timestamp"}, "ts",
          ["null", {"type": "long", "logicalType": "timestamp-millis"}],
-         datetime(2024, 9, 13, 14, 36, 45, tzinfo=timezone.utc)),
+         datetime(2024, 9, 13, 14, 36, 45, tzinfo=UTC)),
         ({"rename": "amount", "to": "amount_text"}, "amount_text", "string", "12"),
         ({"mask": "email", "key_env": "K"}, "email", "string",
          hmac.new(KEY, b"ann@example.com", hashlib.sha256).hexdigest()),
@@ -93,7 +93,7 @@ def roundtrip(schema: dict, record: dict) -> dict:
         ({"cast": "phone", "to": "string"}, "phone", ["null", "string"], "+33 1"),
         ({"timestamp": "created_ms", "epoch_unit": "ms", "to": "timestamp_micros"}, "created_ms",
          {"type": "long", "logicalType": "timestamp-micros"},
-         datetime(2024, 9, 13, 12, 20, tzinfo=timezone.utc)),
+         datetime(2024, 9, 13, 12, 20, tzinfo=UTC)),
         ({"timestamp": "at", "to": "epoch_s"}, "at", "long", 1_726_231_005),
         ({"timestamp": "at", "to": "epoch_us"}, "at", "long", 1_726_231_005_123_000),
         ({"timestamp": "at", "to": "string", "zone": "Europe/Paris"}, "at", "string",

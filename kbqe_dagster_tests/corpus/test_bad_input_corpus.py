@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 import math
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,12 @@ from kbqe_dagster.core.errors import StageRangeFailed
 from kbqe_dagster.core.protocol.naming import parse_listing
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.reasons import (
-    DECODER_ONLY, JSON_ONLY, KEYED_ONLY, PROTOBUF_ONLY, STORAGE_WRITE_ONLY, TRANSFORM_ONLY,
+    DECODER_ONLY,
+    JSON_ONLY,
+    KEYED_ONLY,
+    PROTOBUF_ONLY,
+    STORAGE_WRITE_ONLY,
+    TRANSFORM_ONLY,
     Reason,
 )
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
@@ -42,7 +47,6 @@ from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_built, kern
 from kbqe_dagster.staging.stager import RangeStager
 from kbqe_dagster.staging.task import stage_messages, stage_range
 from kbqe_dagster_tests.corpus import make_bad_input_corpus
-from kbqe_dagster_tests.staging.kernel_equality import ListReader
 from kbqe_dagster_tests.corpus.bad_input_corpus import (
     BASE_TIMESTAMP_MS,
     Corpus,
@@ -51,6 +55,7 @@ from kbqe_dagster_tests.corpus.bad_input_corpus import (
     fake_messages,
     load_corpus,
 )
+from kbqe_dagster_tests.staging.kernel_equality import ListReader
 
 CORPUS = load_corpus()
 TOPIC = "com.acme.corpus.bad"
@@ -158,7 +163,7 @@ def assert_dead_lettered(result: RangeResult, store, ids, topic: str) -> None:
         assert [(h["key"], h["value"]) for h in record["headers"]] == list(case.headers), case.name
         assert (record["topic"], record["partition"]) == (topic, 0)
         assert record["kafka_timestamp"] == datetime.fromtimestamp(
-            (BASE_TIMESTAMP_MS + offset) / 1000, tz=timezone.utc)
+            (BASE_TIMESTAMP_MS + offset) / 1000, tz=UTC)
         header_id = int.from_bytes(value[1:5], "big") if value and len(value) >= 5 else None
         assert record["schema_id"] == header_id, case.name
         assert f"{topic}[0] offset {offset}" in record["error"], case.name

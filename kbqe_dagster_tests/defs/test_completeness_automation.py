@@ -7,7 +7,7 @@ which days became complete; the loads are materializations of the upstream parti
 from __future__ import annotations
 
 import importlib.util
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -22,7 +22,7 @@ from kbqe_dagster.operations.completeness import CompletenessReport, TableReport
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "completeness_automation.py"
 PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"
-NOW = datetime(2026, 11, 24, 6, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ day is already declared in Dagster, so nothing is recorded again.
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -24,7 +24,7 @@ from kbqe_dagster.defs.completeness.declare import day_complete_events
 from kbqe_dagster.operations.completeness import CompletenessReport, TableReport
 
 PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"
-NOW = datetime(2026, 11, 24, 6, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 ORDERS = dg.AssetKey(["bigquery", "acme_sales", "orders"])
 
 

@@ -4,7 +4,7 @@ after ``completeness_sensor`` reported ``hour_complete`` for it (examples/hourly
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -19,7 +19,7 @@ from kbqe_dagster.operations.completeness import CompletenessReport, TableReport
 
 PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "hourly.yaml"
 VIEWS = dg.AssetKey(["bigquery", "acme_web", "page_views"])
-NOW = datetime(2026, 11, 23, 18, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 23, 18, 0, tzinfo=UTC)
 
 
 def _defs() -> tuple[dg.Definitions, dg.AssetKey]:

@@ -5,7 +5,7 @@ and the schedules' skip while their job is in flight."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -41,7 +41,7 @@ def resources(tmp_path: Path) -> dict:
 
 
 def backlog(lag: int, age_s: float | None = None) -> TopicBacklog:
-    oldest = None if age_s is None else int((datetime.now(timezone.utc).timestamp() - age_s) * 1000)
+    oldest = None if age_s is None else int((datetime.now(UTC).timestamp() - age_s) * 1000)
     return TopicBacklog(TOPIC, (PartitionBacklog(0, 0, 10 + lag, 10, lag),
                                 PartitionBacklog(1, 0, 4, 4, 0)), oldest)
 

@@ -21,11 +21,11 @@ import dagster as dg
 import pytest
 import yaml
 
+from kbqe_dagster.core.protocol.offsets import RangePlan, Watermarks
+from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.staging import sensors
 from kbqe_dagster.defs.staging.claims import topics_in_flight, yielded_to_older_runs
 from kbqe_dagster.defs.staging.jobs import pipeline_digest, stage_job, stage_loop_job
-from kbqe_dagster.core.protocol.offsets import RangePlan, Watermarks
-from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.staging.loop import LoopReport, LoopStop, interrupts_between_rounds
 from kbqe_dagster.defs.staging.tags import (
     PIPELINE_DIGEST_TAG,

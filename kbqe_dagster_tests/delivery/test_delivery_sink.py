@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+
 import fastavro
 import pytest
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -34,7 +34,7 @@ from kbqe_dagster_tests.loading.test_stage_then_load import _body
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PARTITIONS = 2
-NOW = datetime.now(timezone.utc).replace(microsecond=0)
+NOW = datetime.now(UTC).replace(microsecond=0)
 
 
 class Rig:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -99,7 +99,7 @@ def test_completeness_and_the_duplicate_check_read_a_storage_write_table(rig) ->
     first = _completeness(rig)
     assert first["held_back_by"] == [] and first["partitions"] == PARTITIONS
     # Caught up now: complete up to now minus the default lateness (5 minutes).
-    today = (datetime.now(timezone.utc) - timedelta(minutes=5)).date()
+    today = (datetime.now(UTC) - timedelta(minutes=5)).date()
     assert first["newest_complete"] == (today - timedelta(days=1)).isoformat()
     # Produced, not delivered yet: every partition with new messages holds the next day back
     # at its delivered position (the done files' ends), waiting for a stage.

@@ -6,7 +6,7 @@ pinned in resources/test_storage_write_on_local_stack.py), and left alone when r
 from __future__ import annotations
 
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from google.cloud import bigquery

@@ -3,7 +3,7 @@ what is wrong and the command that fixes it."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -20,7 +20,7 @@ from kbqe_dagster.demo.preflight import (
     staging_problems,
 )
 
-AT = datetime(2026, 11, 24, tzinfo=timezone.utc)
+AT = datetime(2026, 11, 24, tzinfo=UTC)
 
 
 def quarantined(table: str, name: str, error: str = "Binder Error: 14 columns but 13 values"):

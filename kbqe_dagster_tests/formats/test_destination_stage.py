@@ -13,13 +13,13 @@ import fastavro
 import pytest
 
 from examples.fix.messages import order_flow
-from kbqe_dagster.core.protocol.commit import parse_manifest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA_ID
-from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.formats.source_format import declared_schema_id
+from kbqe_dagster.core.protocol.commit import parse_manifest
 from kbqe_dagster.core.protocol.naming import parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA_ID
+from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.formats.decoder_stage import DecoderRangeStager
 from kbqe_dagster.formats.json_stage import JsonRangeStager
 from kbqe_dagster.formats.transform_stage import TransformRangeStager

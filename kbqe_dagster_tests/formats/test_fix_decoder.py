@@ -4,7 +4,7 @@ refusal says precisely why."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import fastavro
 import pytest
@@ -35,10 +35,10 @@ def test_a_new_order_single_becomes_a_record_of_its_schema() -> None:
     assert schema is SCHEMAS["D"] and schema["name"] == "NewOrderSingle"
     assert record == {
         "msg_type": "D", "sender_comp_id": "BUY", "target_comp_id": "SELL", "msg_seq_num": 7,
-        "sending_time": datetime(2024, 9, 13, 14, 30, 0, 123000, tzinfo=timezone.utc),
+        "sending_time": datetime(2024, 9, 13, 14, 30, 0, 123000, tzinfo=UTC),
         "cl_ord_id": "C1", "symbol": "AAPL", "side": "2", "order_qty": 300.0, "ord_type": "2",
         "price": 187.25,
-        "transact_time": datetime(2024, 9, 13, 14, 30, 0, 123000, tzinfo=timezone.utc),
+        "transact_time": datetime(2024, 9, 13, 14, 30, 0, 123000, tzinfo=UTC),
     }
     assert fastavro.validate(record, fastavro.parse_schema(schema))
 
@@ -49,7 +49,7 @@ def test_an_execution_report_keeps_optional_tags_null_and_seconds_only_timestamp
         (37, "O1"), (17, "E1"), (150, "0"), (39, "0"), (55, "AAPL"), (54, "1"), (14, 0),
         (151, 300), (6, 0)]))
     assert schema["name"] == "ExecutionReport"
-    assert record["sending_time"] == datetime(2024, 9, 13, 14, 30, 1, tzinfo=timezone.utc)
+    assert record["sending_time"] == datetime(2024, 9, 13, 14, 30, 1, tzinfo=UTC)
     assert record["cl_ord_id"] is None and record["transact_time"] is None
     assert record["last_px"] is None and record["leaves_qty"] == 300.0
     assert fastavro.validate(record, fastavro.parse_schema(schema))

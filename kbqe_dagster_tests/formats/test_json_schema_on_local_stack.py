@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import Producer
@@ -128,7 +128,7 @@ def test_json_schema_values_load_field_by_field_and_a_new_version_widens_the_tab
     ).result()}
     assert sorted(rows) == list(range(18))
     three = rows[3]
-    assert three["placed_at"] == datetime(2024, 9, 14, 4, 30, 3, 500_000, tzinfo=timezone.utc)
+    assert three["placed_at"] == datetime(2024, 9, 14, 4, 30, 3, 500_000, tzinfo=UTC)
     assert str(three["day"]) == "2024-09-13" and three["status"] == "paid"
     assert [dict(line) for line in three["lines"]] == [{"sku": "s3", "qty": 3}]
     # The event date is the date as written, in the value's own offset (date_rule local).

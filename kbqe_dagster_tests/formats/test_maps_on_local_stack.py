@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import Producer
@@ -145,7 +145,7 @@ def check_table(client, dataset: str, ids: range, labelled: dict[int, dict]) -> 
     for i in ids:
         assert read_back(rows[i]) == as_read(i), i
         assert entries(rows[i]["labels"]) == labelled.get(i, {}), i
-    assert rows[1]["placed_at"] == datetime(2024, 9, 13, 23, 30, 1, tzinfo=timezone.utc)
+    assert rows[1]["placed_at"] == datetime(2024, 9, 13, 23, 30, 1, tzinfo=UTC)
 
 
 def stack_env(tmp_path, local_endpoints, kind: str):
@@ -260,7 +260,7 @@ def test_json_schema_additional_properties_load_as_repeated_key_value_records(
 
         def json_event(i: int, **extra) -> dict:
             plain = {**event(i), **extra,
-                     "placed_at": datetime.fromtimestamp(PLACED + i, timezone.utc).isoformat()}
+                     "placed_at": datetime.fromtimestamp(PLACED + i, UTC).isoformat()}
             for line in plain["lines"]:
                 line["notes"] = {str(k): v for k, v in line["notes"].items()}
             if plain["detail"] is None:
@@ -314,7 +314,7 @@ def test_avro_map_fields_load_as_repeated_key_value_records(
 
         def avro_event(i: int, **extra) -> dict:
             plain = {**event(i), **extra,
-                     "placed_at": datetime.fromtimestamp(PLACED + i, timezone.utc)}
+                     "placed_at": datetime.fromtimestamp(PLACED + i, UTC)}
             for line in plain["lines"]:
                 line["notes"] = {str(k): v for k, v in line["notes"].items()}
             return plain

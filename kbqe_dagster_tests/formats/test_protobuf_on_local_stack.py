@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import Producer
@@ -145,7 +145,7 @@ def test_protobuf_values_load_field_by_field_and_a_new_version_widens_the_table(
     ).result()}
     assert sorted(rows) == list(range(18))
     three = rows[3]
-    assert three["placed_at"] == datetime(2024, 9, 13, 23, 30, 3, 500_000, tzinfo=timezone.utc)
+    assert three["placed_at"] == datetime(2024, 9, 13, 23, 30, 3, 500_000, tzinfo=UTC)
     assert three["status"] == "PAID" and rows[4]["status"] == "NEW"  # an unset enum: its 0 value
     assert dict(three["total"]) == {"currency": "EUR", "units": 103}  # the referenced subject's type
     assert [dict(line) for line in three["lines"]] == [{"sku": "s3", "qty": 3}]

@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -119,7 +119,7 @@ def test_transformed_avro_loads_field_by_field_and_a_bad_value_is_dead_lettered(
     assert "id" not in row and "debug" not in row
     assert row["amount"] == 7.25 and row["phone"] is None and row["trace_id"] == "t-7"
     assert row["email"] == hmac.new(KEY.encode(), b"u7@example.com", hashlib.sha256).hexdigest()
-    assert row["created"] == datetime(2024, 9, 12, 22, 7, tzinfo=timezone.utc)  # Paris → UTC
+    assert row["created"] == datetime(2024, 9, 12, 22, 7, tzinfo=UTC)  # Paris → UTC
     assert str(row["_event_date"]) == "2024-09-12"
     assert (row["shop"], row["tableName"], row["_kafka_partition"]) == (dataset, "books", 1)
     letters = [dict(r) for r in client.query(

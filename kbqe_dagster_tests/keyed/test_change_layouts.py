@@ -5,21 +5,21 @@ changelog schema (so the row bytes are a correct slice), for every source form."
 from __future__ import annotations
 
 import io
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, NotAChangeError, UnsupportedSchemaError
-from kbqe_dagster.keyed.changes import change_layout
-from kbqe_dagster.staging.probe.record_probe import RecordProbe
 from kbqe_dagster.demo.debezium import (
     ROW_V2,
     Change,
     envelope_schema,
     value_record,
 )
+from kbqe_dagster.keyed.changes import change_layout
+from kbqe_dagster.staging.probe.record_probe import RecordProbe
 
 NS = "dbserver1.inventory.customers"
 STATIC = {"mode": "static", "dataset": "inventory", "table": "customers"}
@@ -136,7 +136,7 @@ PRICE = {"type": "record", "name": "Price", "namespace": "shop", "fields": [
 
 @pytest.mark.parametrize(("discontinued", "op"), [(False, "u"), (True, "d")])
 def test_a_plain_keyed_record_is_an_upsert_or_a_delete_versioned_by_its_field(discontinued, op):
-    at = datetime(2024, 11, 19, 12, 0, 0, 123000, tzinfo=timezone.utc)
+    at = datetime(2024, 11, 19, 12, 0, 0, 123000, tzinfo=UTC)
     price = {"sku": "A-1", "cents": 1999, "updated_at": at, "discontinued": discontinued}
     record = changelog_record(PRICE, encode(PRICE, price), plain_topic(delete_field="discontinued"))
     assert record == {"_op": op, "_source_ts_ms": 1_732_017_600_123, "_deleted": discontinued,

@@ -8,8 +8,8 @@ import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.record.event_time import DateRule
 from kbqe_dagster.core.keyed.contract import DeleteMode, KeyedConfig, SourceFormat
+from kbqe_dagster.core.record.event_time import DateRule
 
 STATIC = {"mode": "static", "dataset": "inventory", "table": "customers"}
 

@@ -10,9 +10,9 @@ import dagster as dg
 from kbqe_dagster.core.config.pipeline import load_pipeline_config
 from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.defs.bigquery.jobs import LOAD_POOL
-from kbqe_dagster.runner.keyed_merge import merge_keyed_tables
 from kbqe_dagster.keyed.merge import MERGE_JOB
 from kbqe_dagster.runner.after_load import AfterLoadContext, JobRun, TableMerge
+from kbqe_dagster.runner.keyed_merge import merge_keyed_tables
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "debezium.yaml"
 

@@ -5,7 +5,7 @@ recover."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -21,7 +21,7 @@ from kbqe_dagster.keyed.merge_state import (
 )
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 
-NOW = datetime(2024, 11, 19, tzinfo=timezone.utc)
+NOW = datetime(2024, 11, 19, tzinfo=UTC)
 TOPIC = "dbserver1.inventory.customers"
 
 

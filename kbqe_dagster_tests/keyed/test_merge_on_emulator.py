@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -20,7 +20,7 @@ from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads
 from kbqe_dagster_tests.localstack.emulators import bq, emulators  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
-END = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
+END = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def oracle_history(events: list[Event]) -> set[tuple]:
 
 
 def _ts(ms: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
 @pytest.fixture

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import fastavro
 from google.api_core.exceptions import BadRequest, Conflict, NotFound, ServiceUnavailable
@@ -33,7 +34,7 @@ class FakeTable:
     rows: list[Row] = field(default_factory=list)
     time_partitioning_field: str | None = None
     time_partitioning_type: str | None = None
-    created: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    created: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def num_rows(self) -> int:
@@ -107,7 +108,7 @@ class FakeBigQueryClient:
             raise Conflict(f"Already Exists: Job {self.project}:{job_id}")
         _, dataset, table = destination.split(".")
         job = FakeJob(job_id, (dataset, table), list(uris), job_config,
-                      started=datetime.now(timezone.utc))
+                      started=datetime.now(UTC))
         self.jobs[job_id] = job
         if not self.hold:
             self._run(job)
@@ -128,7 +129,7 @@ class FakeBigQueryClient:
 
     def _run(self, job: FakeJob) -> None:
         job.state = "DONE"
-        job.ended = (job.started or datetime.now(timezone.utc)) + timedelta(seconds=2)
+        job.ended = (job.started or datetime.now(UTC)) + timedelta(seconds=2)
         if self.fail_tables.get(job.destination, 0) > 0:
             self.fail_tables[job.destination] -= 1
             job.error_result = {"reason": "backendError", "message": "injected failure"}

@@ -8,21 +8,22 @@ from __future__ import annotations
 import io
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
-from typing import Any, Sequence
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 import fastavro
 
 from kbqe_dagster.core.protocol.commit import plan_range_commit
+from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.dead_letters import (
     DEAD_LETTER_SCHEMA,
     DEAD_LETTER_SCHEMA_ID,
     DeadLetter,
 )
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig, extended_schema
-from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.resources.staging_store import StagingStore
 
 ORDER_V1 = {
@@ -36,7 +37,7 @@ PAGE_VIEW = {
     "fields": [{"name": "url", "type": "string"}, {"name": "durationMs", "type": "int"}],
 }
 ENRICHMENT = EnrichmentConfig()
-EPOCH = datetime(2024, 9, 13, 12, tzinfo=timezone.utc)
+EPOCH = datetime(2024, 9, 13, 12, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Table:
 def record(table: Table, topic: str, partition: int, offset: int, day: date) -> dict[str, Any]:
     """One record of ``table`` at (topic, partition, offset) with event date ``day``."""
     if table.schema_id == DEAD_LETTER_SCHEMA_ID:
-        staged = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc)
+        staged = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
         return DeadLetter("bad_magic", f"{topic}[{partition}] offset {offset}: bad magic", topic,
                           partition, offset, None, None, b"key", b"\x01body", [], staged).to_record()
     body: dict[str, Any] = {}
@@ -121,7 +122,7 @@ def stage_range(
         staged.append((name, len(rows)))
     commit = plan_range_commit(
         OffsetRange(topic, partition, first, last + 1), staged,
-        created_at=datetime.now(timezone.utc), versions=versions,
+        created_at=datetime.now(UTC), versions=versions,
         hours={k: dict(v) for k, v in hours.items()},
     )
     content = commit.content

@@ -14,19 +14,19 @@ import multiprocessing
 import os
 import signal
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Iterator
 
 import dagster as dg
 import fastavro
 import pytest
 import yaml
 
-from kbqe_dagster.core.protocol.commit import plan_range_commit
 from kbqe_dagster.core.config.pipeline import PipelineConfig, load_pipeline_config
 from kbqe_dagster.core.load.state import STATE_FILE, JobStatus, decode_state
+from kbqe_dagster.core.protocol.commit import plan_range_commit
 from kbqe_dagster.core.protocol.naming import AvroFileName, DoneFileName, FileKey, parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.definitions import build_definitions
@@ -39,8 +39,8 @@ from kbqe_dagster.resources.bigquery import (
     LoadRequest,
 )
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster_tests.localstack.emulators import emulators  # noqa: F401 (fixture)
 from kbqe_dagster_tests.loading.staged import ORDER_V1, PAGE_VIEW, Table, record, stage_range
+from kbqe_dagster_tests.localstack.emulators import emulators  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
@@ -209,7 +209,7 @@ def test_a_table_whose_loads_keep_failing_is_quarantined_while_the_others_load(r
     corrupt = AvroFileName(FileKey(TOPIC, 0, run.orders.dataset, "orders", 11, 30))
     store.put_bytes(corrupt.name, b"this is not an avro file")
     commit = plan_range_commit(OffsetRange(TOPIC, 0, 30, 35), [(corrupt, 5)],
-                               created_at=datetime.now(timezone.utc))
+                               created_at=datetime.now(UTC))
     store.create_only(commit.done_files[0].name, commit.content)
     stage_range(store, TOPIC, 1, 10, 14, [(run.page_views, 5, DAY2)])
 

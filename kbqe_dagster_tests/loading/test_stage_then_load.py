@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 import uuid
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -59,7 +59,7 @@ def good_messages(run: str, ids: dict[str, int]) -> list[SampleMessage]:
     out = []
     for i in range(GOOD):
         day = TODAY - timedelta(days=i % 3)
-        moment = datetime.combine(day, time(12, i % 60), tzinfo=timezone.utc)
+        moment = datetime.combine(day, time(12, i % 60), tzinfo=UTC)
         if i % 2:
             table = (f"acme_sales_{run}", "orders")
             order = {

@@ -12,7 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import io
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import fastavro
 import pytest
@@ -24,7 +25,7 @@ from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulators  # noq
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 EVENT_SCHEMA: dict[str, Any] = {
     "type": "record", "name": "Event", "namespace": "kbqe.contract",
     "fields": [

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import requests

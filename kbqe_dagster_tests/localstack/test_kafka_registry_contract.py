@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import fastavro
 import pytest

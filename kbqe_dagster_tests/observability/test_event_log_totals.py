@@ -5,7 +5,7 @@ in a real (ephemeral) instance and read back incrementally."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -29,7 +29,7 @@ from kbqe_dagster.staging.sink import TableDelivery
 
 REPO = Path(__file__).resolve().parents[2]
 T = "com.acme.events"
-NOW = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import json
 import logging
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import dagster as dg
 import pytest

@@ -3,8 +3,9 @@ once, with the same figures on either side, so the counters only grow through it
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
+from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster.core.load.state import (
     LoadState,
     mark_failed,
@@ -16,11 +17,10 @@ from kbqe_dagster.core.load.state import (
     release_quarantine,
     retry_job,
 )
-from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster.observability.event_totals import EventTotals
 from kbqe_dagster.observability.load_counts import LoadCounts, jobs_by_status, load_counts
 
-T0 = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
 TABLE = ("acme_sales", "orders")
 FILES = ("com.acme.events.0.acme_sales.orders.3.0.avro",
          "com.acme.events.1.acme_sales.orders.3.0.avro")

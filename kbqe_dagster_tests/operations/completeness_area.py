@@ -10,16 +10,16 @@ real done files and manifests on disk).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit
 from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
+from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.resources.kafka.cluster import PartitionWatermarks
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 PIPELINE = {
     "topics": [

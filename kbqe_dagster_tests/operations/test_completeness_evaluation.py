@@ -79,8 +79,8 @@ def test_a_new_day_is_announced_once_even_when_several_complete_together(tmp_pat
 
 
 def test_a_routed_topic_feeds_the_tables_its_files_name_and_is_remembered(tmp_path: Path):
-    from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit, range_marker
     from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+    from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit, range_marker
     from kbqe_dagster.core.protocol.offsets import OffsetRange
     from kbqe_dagster_tests.operations.completeness_area import NOW, ms
 

@@ -10,7 +10,7 @@ the position until it is loaded.
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
@@ -21,7 +21,7 @@ from kbqe_dagster.operations.completeness import evaluate
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 from kbqe_dagster_tests.operations.completeness_area import ms, watermarks
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 STREAM = "projects/p/datasets/shop/tables/orders/streams/s1"
 SCHEMA_ID = 7

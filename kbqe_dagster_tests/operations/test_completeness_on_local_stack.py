@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -64,7 +64,7 @@ def completeness_topic(local_stack, local_endpoints, tmp_path):
 
 def newest_expected():
     """With every partition caught up: the day before today, 5 minutes (the lateness) ago."""
-    return (datetime.now(timezone.utc) - timedelta(minutes=5)).date() - timedelta(days=1)
+    return (datetime.now(UTC) - timedelta(minutes=5)).date() - timedelta(days=1)
 
 
 def produce(bootstrap: str, topic: str, partition: int, count: int) -> None:

@@ -4,11 +4,10 @@ per hour, and ``kbqe completeness --json`` says ``"partitioning": "hour"`` with 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit
 from kbqe_dagster.core.completeness.decision import (
     DAY_UNIT,
     HOUR_UNIT,
@@ -17,12 +16,13 @@ from kbqe_dagster.core.completeness.decision import (
     decide,
 )
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.operations.completeness import evaluate, read_state
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 from kbqe_dagster_tests.operations.completeness_area import ms, watermarks
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 11, 23, 16, 30, tzinfo=UTC)
 
 

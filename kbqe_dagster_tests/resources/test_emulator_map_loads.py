@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import io
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import fastavro
 import pytest
@@ -24,7 +25,7 @@ from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulator_dataset
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 DAY = dt.date(2026, 11, 24)
 AT = dt.datetime(2026, 11, 24, 10, 30, 0, 123456, tzinfo=UTC)
 

@@ -19,7 +19,6 @@ from kbqe_dagster.resources.bigquery.emulator_maps import (
 )
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
-
 MICROS = {"type": "long", "logicalType": "timestamp-micros"}
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import datetime as dt
 import io
 import uuid
+from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any, Iterator
+from typing import Any
 
 import fastavro
 import pytest
@@ -39,7 +40,7 @@ from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulator_dataset
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 CLICK = {"type": "record", "name": "Click", "namespace": "kbqe.contract", "fields": [
     {"name": "n", "type": "long"},
     {"name": "url", "type": ["null", "string"], "default": None},

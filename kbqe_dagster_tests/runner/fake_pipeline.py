@@ -9,8 +9,9 @@ does."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
 from kbqe_dagster.runner.after_load import JobRun

@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from datetime import datetime, time as day_time, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from datetime import time as day_time
 
 import dagster as dg
 import pytest
@@ -35,7 +36,7 @@ from kbqe_dagster_tests.kbqe_run import KBQE, cli_env, create_topic, drop_datase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-UTC = timezone.utc
+UTC = UTC
 KAFKA_LATENESS = timedelta(minutes=5)
 EVENT_LATENESS = timedelta(hours=1)
 

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 KBQE = Path(sys.executable).parent / "kbqe"
 REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 2
-START = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=30)
+START = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=30)
 
 
 def _messages(run: str, ids: dict[str, int]) -> list[SampleMessage]:
@@ -149,6 +149,6 @@ def test_an_hour_table_loads_per_hour_and_a_second_run_is_idle(hourly) -> None:
     table = json.loads(completeness.stdout)["tables"][f"{views}.page_views"]
     assert table["partitioning"] == "hour"
     # Both partitions are caught up: complete up to the hour before now minus the lateness.
-    newest = datetime.strptime(table["newest_complete"], "%Y-%m-%dT%H").replace(tzinfo=timezone.utc)
-    assert datetime.now(timezone.utc) - newest < timedelta(hours=3)
+    newest = datetime.strptime(table["newest_complete"], "%Y-%m-%dT%H").replace(tzinfo=UTC)
+    assert datetime.now(UTC) - newest < timedelta(hours=3)
     assert table["held_back_by"] == []

@@ -19,7 +19,6 @@ from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.resources.kafka.clients import TopicMissing
 from kbqe_dagster.runner import in_process
 from kbqe_dagster.runner.after_load import JobRun
-from kbqe_dagster.runner.report import UntilIdleReport
 from kbqe_dagster.runner.in_process import (
     LAUNCHED_BY,
     LAUNCHED_BY_TAG,
@@ -32,6 +31,7 @@ from kbqe_dagster.runner.in_process import (
     one_line_error,
     stage_outcome,
 )
+from kbqe_dagster.runner.report import UntilIdleReport
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 
 RANGE_FAILED = (
@@ -97,11 +97,11 @@ def test_the_load_totals_are_summed_per_table_with_each_job_and_range_once(insta
     outcome = load_outcome(execute_job(DEFS, instance, "loading"))
 
     assert outcome.ok and outcome.error is None
-    assert {t: (l.rows, l.job_ids, l.offset_ranges) for t, l in outcome.tables.items()} == {
+    assert {t: (load.rows, load.job_ids, load.offset_ranges) for t, load in outcome.tables.items()} == {
         "ds.a": (10, ("j1",), (("t", 0, 0, 9),)),
         "ds.b": (5, ("j2",), (("t", 0, 0, 9),)),
     }
-    assert {t: l.bytes for t, l in outcome.tables.items()} == {"ds.a": 7000, "ds.b": 300}, \
+    assert {t: load.bytes for t, load in outcome.tables.items()} == {"ds.a": 7000, "ds.b": 300}, \
         "a job's input bytes once, not once per day it wrote"
 
 

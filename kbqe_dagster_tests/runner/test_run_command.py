@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from kbqe_dagster import cli
-from kbqe_dagster.core.errors import OperatorCommandError
 from kbqe_dagster.cli.run import render, select_topics
+from kbqe_dagster.core.errors import OperatorCommandError
 from kbqe_dagster.runner.report import TableTotals, TopicTotals, UntilIdleReport
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,9 +18,10 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import dagster as dg
 import pytest

@@ -226,7 +226,7 @@ def test_after_load_steps_run_every_round_after_the_loads_with_what_the_round_lo
         loaded = {t: (load.rows, load.offset_ranges) for t, load in context.loaded.items()}
         seen.append((context.round, loaded, tuple(j.job_id for j in pipeline.pending)))
         run = context.run_job("merge_job", None, {"kbqe/table": "ds.a"})
-        rows = sum(l.rows for l in context.loaded.values())
+        rows = sum(load.rows for load in context.loaded.values())
         return AfterLoadResult({"ds.a": TableMerge(rows // 10, 1_000 if rows else None)},
                                run_ids=(run.run_id,))
 

@@ -9,10 +9,10 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import pytest
 

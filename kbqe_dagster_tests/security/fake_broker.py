@@ -62,7 +62,7 @@ class FakeBroker:
         while not self._stop.is_set():
             try:
                 conn, _ = self._server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             with conn:
                 conn.settimeout(5)

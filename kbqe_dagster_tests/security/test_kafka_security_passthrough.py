@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import KafkaException
 
 from kbqe_dagster.defs.resources import resources_for_environment
-from kbqe_dagster.resources.kafka import clients as kafka_module
 from kbqe_dagster.resources.configurable import KafkaResource
+from kbqe_dagster.resources.kafka import clients as kafka_module
 from kbqe_dagster.resources.kafka.clients import (
     CLIENT_LOG,
     KafkaReadError,

@@ -19,7 +19,7 @@ from typing import Any
 import fastavro
 from fastavro.validation import validate
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 WORDS = ["", "a", "order", "Zürich", "日本語", "x" * 63, "y" * 64, "long " * 40, "emoji 🎉", "tab\tnl\n"]
 # Short ASCII only: values the probe's fast path matches, so its checks get exercised too.
 ASCII_WORDS = ["", "a", "order", "x" * 63, "tab\tnl\n", "\x00\x7f"]

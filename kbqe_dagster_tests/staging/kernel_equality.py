@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import fastavro
 import pytest
@@ -33,7 +34,7 @@ from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster.staging.task import stage_messages
 
 SYNC = bytes(range(16))
-STAGED_AT = datetime(2026, 11, 25, 6, 0, tzinfo=timezone.utc)
+STAGED_AT = datetime(2026, 11, 25, 6, 0, tzinfo=UTC)
 
 
 class Msg(ConsumedMessage):

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
-from kbqe_dagster_tests.staging.avro_fuzz import SchemaFactory, ValueFactory, corruptions, encode, parse
+from kbqe_dagster_tests.staging.avro_fuzz import (
+    SchemaFactory,
+    ValueFactory,
+    corruptions,
+    encode,
+    parse,
+)
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 
 TOPIC = "fuzz.events"

@@ -22,7 +22,7 @@ from kbqe_dagster.core.record.enrichment import (
 )
 from kbqe_dagster.staging.avro_container import CODECS, AvroContainerWriter
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 V1 = {
     "type": "record", "name": "Order", "namespace": "com.acme",
     "fields": [
@@ -207,10 +207,9 @@ def test_the_writer_refuses_use_after_close_and_bad_options():
 
 def test_a_failed_context_leaves_the_last_block_unwritten():
     sink = io.BytesIO()
-    with pytest.raises(RuntimeError):
-        with AvroContainerWriter(sink, '"string"', "null") as writer:
-            writer.append(b"\x02a")
-            raise RuntimeError("task failed")
+    with pytest.raises(RuntimeError), AvroContainerWriter(sink, '"string"', "null") as writer:
+        writer.append(b"\x02a")
+        raise RuntimeError("task failed")
     assert list(fastavro.reader(io.BytesIO(sink.getvalue()))) == []
 
 

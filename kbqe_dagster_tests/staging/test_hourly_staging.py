@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,7 +30,7 @@ SCHEMA = {
                {"name": "datasetName", "type": "string"},
                {"name": "tableName", "type": "string"}],
 }
-UTC = timezone.utc
+UTC = UTC
 
 
 def _pipeline(tables: dict[str, Any], **topic: Any):

@@ -18,8 +18,8 @@ import pytest
 
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.demo.samples import register_schemas, sample_messages
-from kbqe_dagster.resources.kafka.range_reader import RangeReader
 from kbqe_dagster.resources.kafka.native_reader import NativeRangeReader, native_range_reader
+from kbqe_dagster.resources.kafka.range_reader import RangeReader
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.native_kernel import kernel_built
 from kbqe_dagster.staging.task import stage_range

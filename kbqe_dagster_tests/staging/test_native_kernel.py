@@ -65,7 +65,7 @@ def orders(count: int, seed: int = 1) -> list[Msg]:
             "eventTime": f"2024-09-{rng.randint(1, 30):02d}T14:36:45.123+02:00[Europe/Paris]",
             "datasetName": "acme_sales", "tableName": rng.choice(["orders", "refunds"]),
             "amount": rng.random(), "tags": ["web"], "attributes": {"c": "x"},
-            "payload": {"eventTime": dt.datetime(2024, 9, 13, tzinfo=dt.timezone.utc)},
+            "payload": {"eventTime": dt.datetime(2024, 9, 13, tzinfo=dt.UTC)},
             "note": None, "createdDate": dt.date(2024, 9, 13),
         })  # fmt: skip
         out.append(Msg("orders", 0, offset, b"\x00" + (5).to_bytes(4, "big") + body.getvalue(),

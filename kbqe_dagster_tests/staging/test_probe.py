@@ -24,7 +24,7 @@ from kbqe_dagster_tests.staging.avro_fuzz import (
     same,
 )
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 ORDER = {
     "type": "record", "name": "Order", "namespace": "com.acme",
     "fields": [

@@ -11,8 +11,9 @@ kbqe_dagster_tests/delivery/test_storage_write_on_local_stack.py.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 

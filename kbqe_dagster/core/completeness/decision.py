@@ -61,10 +61,11 @@ state is the systems side's job.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.record.partitioning import (
@@ -100,9 +101,9 @@ class Unit:
     def newest_ending_by(self, instant: datetime) -> Period:
         """The newest period whose end is at or before ``instant``."""
         if self.hourly:
-            floor = instant.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+            floor = instant.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
             return floor - HOUR
-        return instant.astimezone(timezone.utc).date() - DAY
+        return instant.astimezone(UTC).date() - DAY
 
     def next(self, period: Period) -> Period:
         return period + (HOUR if self.hourly else DAY)
@@ -122,14 +123,14 @@ class Unit:
         if newest is None:
             return False
         if self.hourly:
-            return _as_hour(newest) >= datetime.combine(day, time(23), tzinfo=timezone.utc)
+            return _as_hour(newest) >= datetime.combine(day, time(23), tzinfo=UTC)
         return newest >= day
 
 
 def _as_hour(period: Period) -> datetime:
     if isinstance(period, datetime):
         return period
-    return datetime.combine(period, time(0), tzinfo=timezone.utc)
+    return datetime.combine(period, time(0), tzinfo=UTC)
 
 
 DAY_UNIT = Unit()
@@ -176,11 +177,11 @@ COMPLETENESS_SPEC: dict[str, r.Converter] = {
 
 def day_end(day: date) -> datetime:
     """The instant a DAY partition ends: the next day's 00:00 UTC."""
-    return datetime.combine(day + DAY, time(0), tzinfo=timezone.utc)
+    return datetime.combine(day + DAY, time(0), tzinfo=UTC)
 
 
 def day_start(day: date) -> datetime:
-    return datetime.combine(day, time(0), tzinfo=timezone.utc)
+    return datetime.combine(day, time(0), tzinfo=UTC)
 
 
 # --- one partition ---------------------------------------------------------------------------
@@ -398,7 +399,7 @@ def loaded_position(chain: Sequence[RangeFacts], *, start: int = 0) -> LoadedPos
     starts += [r.event_hour for r in loaded if r.event_hour is not None]
     return LoadedPosition(
         offset,
-        datetime.fromtimestamp(max(kafka) / 1000, timezone.utc) if kafka else None,
+        datetime.fromtimestamp(max(kafka) / 1000, UTC) if kafka else None,
         max(starts) if starts else None,
         tuple(loaded),
     )

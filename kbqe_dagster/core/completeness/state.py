@@ -26,9 +26,10 @@ late records are counted per hour, and a mark also keeps the event time to the h
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
-from typing import Any, Mapping
+from datetime import UTC, date, datetime
+from typing import Any
 
 from kbqe_dagster.core.completeness.decision import (
     DAY_UNIT,
@@ -111,7 +112,7 @@ def _period_doc(period: Period | None) -> str | None:
     if period is None:
         return None
     if isinstance(period, datetime):
-        return period.astimezone(timezone.utc).strftime("%Y-%m-%dT%H")
+        return period.astimezone(UTC).strftime("%Y-%m-%dT%H")
     return period.isoformat()
 
 
@@ -187,7 +188,7 @@ def _later(a: datetime | None, b: datetime | None) -> datetime | None:
 
 
 def _instant(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def mark_of(position: LoadedPosition, caught_up_at: datetime | None = None) -> PartitionMark:

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.config.topics import TopicConfig

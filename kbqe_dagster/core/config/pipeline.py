@@ -55,14 +55,22 @@ errors with a did-you-mean, a key repeated in one mapping an error naming both l
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.completeness.decision import COMPLETENESS_SPEC, CompletenessSettings
+from kbqe_dagster.core.config.discovery import (
+    TopicPattern,
+    internal_topics,
+    pattern_for,
+    read_topic_patterns,
+    resolve_topics,
+)
 from kbqe_dagster.core.config.sections import (
     DEAD_LETTER_SPEC,
     ENRICHMENT_SPEC,
@@ -70,16 +78,19 @@ from kbqe_dagster.core.config.sections import (
     LOAD_SPEC,
     NOTIFICATION_SPEC,
     RETENTION_SPEC,
+    STAGE_RUNS_SPEC,
     STAGING_SPEC,
     BadInputPolicy,
     DeadLetterDestination,
     LoadSettings,
     NotificationSettings,
     RetentionSettings,
+    StageRunSettings,
     StagingSettings,
     cadence_quota_verdict,
     jobs_per_table_per_day,
 )
+from kbqe_dagster.core.config.table_layout import TableLayout, table_layout
 from kbqe_dagster.core.config.topics import (
     BAD_INPUT_POLICY,
     PATTERN_TOPIC_KEYS,
@@ -88,19 +99,11 @@ from kbqe_dagster.core.config.topics import (
     read_topic,
     read_topics,
 )
-from kbqe_dagster.core.config.table_layout import TableLayout, table_layout
 from kbqe_dagster.core.config.yaml_file import load_yaml
-from kbqe_dagster.core.config.discovery import (
-    TopicPattern,
-    internal_topics,
-    pattern_for,
-    read_topic_patterns,
-    resolve_topics,
-)
-from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.protocol.offsets import MARKER_DATASET
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.record.partitioning import (
     Delivery,
     Partitioning,
@@ -108,7 +111,6 @@ from kbqe_dagster.core.record.partitioning import (
     read_tables,
 )
 from kbqe_dagster.core.record.routing import AllowList, Router, allow_pattern_problem
-from kbqe_dagster.core.config.sections import STAGE_RUNS_SPEC, StageRunSettings
 
 __all__ = [
     "BadInputPolicy",

@@ -14,7 +14,8 @@ Draft-07, the draft editors' YAML support knows best.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.completeness.decision import COMPLETENESS_SPEC, CompletenessSettings
@@ -23,7 +24,8 @@ from kbqe_dagster.core.config.reference import descriptions
 from kbqe_dagster.core.keyed.contract import KEYED_SPEC, KeyedConfig, SourceFormat
 from kbqe_dagster.core.record import enrichment, event_time, partitioning
 from kbqe_dagster.core.record.routing import RoutingConfig
-from kbqe_dagster.core.transforms import destinations, specs as transforms
+from kbqe_dagster.core.transforms import destinations
+from kbqe_dagster.core.transforms import specs as transforms
 
 DRAFT = "http://json-schema.org/draft-07/schema#"
 SCHEMA_TITLE = "kbqe_dagster pipeline file"

@@ -6,13 +6,15 @@ named by its key path. The pipeline file as a whole is read in core/config/pipel
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import fastavro
 
 from kbqe_dagster.core import config_reader as r
+from kbqe_dagster.core.completeness.decision import COMPLETENESS_SPEC, CompletenessSettings
 from kbqe_dagster.core.config.sections import (
     EVENT_TIME_SPEC,
     ROUTING_KEYS_BY_MODE,
@@ -22,15 +24,8 @@ from kbqe_dagster.core.config.sections import (
     DeadLetterDestination,
     StagingSettings,
 )
-from kbqe_dagster.core.completeness.decision import COMPLETENESS_SPEC, CompletenessSettings
-from kbqe_dagster.core.formats.decoders import resolve_decoder
-from kbqe_dagster.core.transforms.destinations import (
-    DestinationConfig,
-    destination_config_problems,
-    read_destinations,
-)
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.record.event_time import EventTimeConfig
+from kbqe_dagster.core.formats.decoders import resolve_decoder
 from kbqe_dagster.core.keyed.contract import (
     DEBEZIUM_EVENT_TIME_FIELDS,
     KEYED_SPEC,
@@ -38,6 +33,7 @@ from kbqe_dagster.core.keyed.contract import (
     SourceFormat,
 )
 from kbqe_dagster.core.protocol.naming import TOPIC_RE
+from kbqe_dagster.core.record.event_time import EventTimeConfig
 from kbqe_dagster.core.record.partitioning import Delivery
 from kbqe_dagster.core.record.routing import (
     AllowList,
@@ -47,9 +43,13 @@ from kbqe_dagster.core.record.routing import (
     required_fields,
     resolve_function,
 )
-from kbqe_dagster.core.transforms.specs import TransformSpec, read_transforms
 from kbqe_dagster.core.transforms.compiler import transform_config_problems
-
+from kbqe_dagster.core.transforms.destinations import (
+    DestinationConfig,
+    destination_config_problems,
+    read_destinations,
+)
+from kbqe_dagster.core.transforms.specs import TransformSpec, read_transforms
 
 TOPIC_KEYS = (
     "name", "format", "schema", "decoder", "routing", "event_time", "on_bad_input", "staging",

@@ -6,7 +6,8 @@ every walker of a schema: the BigQuery columns of a file, its Storage Write prot
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def full_name(named: Mapping[str, Any], enclosing: str | None = None) -> str:

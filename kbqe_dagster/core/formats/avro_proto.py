@@ -51,10 +51,11 @@ import datetime as dt
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import count
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -77,7 +78,7 @@ the writer schema and the stream name); 1 MB is left for the rest."""
 
 F = descriptor_pb2.FieldDescriptorProto
 _EPOCH_DATE = dt.date(1970, 1, 1)
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICRO = dt.timedelta(microseconds=1)
 
 
@@ -172,7 +173,7 @@ class _FieldPlan:
     kind: str                                 # "scalar" | "message"
     repeated: bool
     convert: Callable[[Any], Any] | None      # scalars: Avro value → proto value
-    nested: "_MessagePlan | None" = None      # messages
+    nested: _MessagePlan | None = None      # messages
     entries: bool = False                     # a map: dict → [{"key", "value"}]
 
 
@@ -367,7 +368,7 @@ def _micros(value: Any, per_unit: int) -> int:
     writes it) exactly, or a raw Avro count of ``1 / per_unit``-second units."""
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
+            value = value.replace(tzinfo=dt.UTC)
         return (value - _EPOCH) // _MICRO
     return int(value) * (1_000_000 // per_unit)
 

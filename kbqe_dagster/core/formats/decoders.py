@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from kbqe_dagster.core.errors import ConfigError
 

@@ -62,8 +62,9 @@ microseconds and BigQuery's TIMESTAMP keeps them.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from kbqe_dagster.core.errors import UnmappableJsonSchemaError
 from kbqe_dagster.core.formats.json_values import (

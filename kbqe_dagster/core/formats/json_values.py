@@ -14,15 +14,16 @@ on that path (each container adds its key as the error unwinds).
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, timezone
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from datetime import UTC, date, datetime
+from typing import Any
 
 from kbqe_dagster.core.errors import JsonSchemaMismatchError
 
 Converter = Callable[[Any], Any]
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_DAY = date(1970, 1, 1).toordinal()
 _LONG = (-(1 << 63), (1 << 63) - 1)
 

@@ -56,9 +56,10 @@ Extensions and unknown fields are not staged: a record has the columns its schem
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from kbqe_dagster.core.errors import ProtobufDecodeError, UnmappableProtobufSchemaError
 
@@ -83,7 +84,7 @@ _WRAPPERS = {
     "google.protobuf.BoolValue": _BOOL, "google.protobuf.StringValue": _STRING,
     "google.protobuf.BytesValue": _BYTES,
 }
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)

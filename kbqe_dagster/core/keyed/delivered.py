@@ -23,7 +23,7 @@ Pure arithmetic on ``{partition: [(first, last), ...]}`` (inclusive), like ``mer
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 Spans = Mapping[int, Sequence[tuple[int, int]]]
 

@@ -12,8 +12,9 @@ so the two can never judge the same facts differently. Each returns a :class:`Ve
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 ROWS_LOADED = "rows_loaded"
 NO_QUARANTINED_FILES = "no_quarantined_files"

@@ -13,9 +13,10 @@ seen for the first time is a **created** table when it was created by one of kbq
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 KNOWN_SCHEMAS_FILE = "_kbqe/table_schemas.json"
 

@@ -14,10 +14,11 @@ check of their own), against :func:`freshness_limit_s`.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Iterable, Protocol
+from typing import Protocol
 
 from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.core.protocol.naming import parse_listing

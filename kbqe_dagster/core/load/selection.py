@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import AbstractSet, Iterable, Mapping
+from datetime import UTC, datetime
 
 from kbqe_dagster.core.protocol.commit import is_marker, is_pinned
 from kbqe_dagster.core.protocol.naming import (
@@ -153,7 +154,7 @@ def make_job_id(
     """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
-    stamp = now.astimezone(timezone.utc).strftime("%Y%m%d%H%M%S")
+    stamp = now.astimezone(UTC).strftime("%Y%m%d%H%M%S")
     unique = _JOB_ID_UNSAFE.sub("_", token if token is not None else uuid.uuid4().hex)
     head = _JOB_ID_UNSAFE.sub("_", prefix)
     if not unique:

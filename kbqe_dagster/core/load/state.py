@@ -24,10 +24,11 @@ with the safe recovery path; :func:`plan_state_write` keeps the previous version
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Iterable
+from typing import Any
 
 from kbqe_dagster.core.errors import LoadError, StateFileError
 from kbqe_dagster.core.load.selection import PlannedLoadJob

@@ -63,9 +63,10 @@ tasks start: a per-task cleanup would delete a sibling task's files in flight.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.naming import (

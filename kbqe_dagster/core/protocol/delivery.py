@@ -47,8 +47,9 @@ stream that no longer exists.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.commit import Delivered, Manifest

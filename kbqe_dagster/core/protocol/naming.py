@@ -22,8 +22,8 @@ refused rows of; both parse from the right like a done file:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 AVRO_SUFFIX = "avro"
 DONE_SUFFIX = "done"

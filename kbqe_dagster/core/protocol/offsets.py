@@ -38,9 +38,9 @@ parallel tasks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Iterable, Mapping
 
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.protocol.naming import DoneFileName, ParsedListing, parse_name

@@ -49,13 +49,14 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any
 
+from kbqe_dagster.core.errors import ConfigError, UnsupportedSchemaError
 from kbqe_dagster.core.formats.avro_names import full_name
 from kbqe_dagster.core.record.dead_letters import MAX_TIMESTAMP_MS
-from kbqe_dagster.core.errors import ConfigError, UnsupportedSchemaError
 
 __all__ = [
     "EnrichmentConfig",

@@ -59,11 +59,12 @@ cannot partition still load, into its ``__UNPARTITIONED__`` partition.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from kbqe_dagster.core.errors import InvalidEventTimeError, MissingEventTimeError
@@ -226,7 +227,7 @@ def _value_date_hour(value: Any, config: EventTimeConfig) -> tuple[date, int]:
 
 
 _MS_PER_HOUR = 3_600_000
-_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def value_hour(value: Any, config: EventTimeConfig) -> int:
@@ -257,7 +258,7 @@ def value_hour(value: Any, config: EventTimeConfig) -> int:
 
 def _datetime_hour(moment: datetime) -> int:
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     delta = moment - _UNIX_EPOCH  # exact integers: a float would round 13:59:59.9999999 up
     return (delta.days * 86_400 + delta.seconds) // 3600
 
@@ -298,7 +299,7 @@ def _in_range(day: date, config: EventTimeConfig, source: str) -> date:
 def _datetime_date(moment: datetime, rule: DateRule) -> date:
     if rule is DateRule.UTC and moment.tzinfo is not None:
         try:
-            return moment.astimezone(timezone.utc).date()
+            return moment.astimezone(UTC).date()
         except OverflowError:
             raise InvalidEventTimeError(
                 f"{moment.isoformat()} is outside the date range in UTC"

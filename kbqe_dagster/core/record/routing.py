@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from kbqe_dagster.core.errors import ConfigError, DestinationNotAllowedError, UnroutableError
 from kbqe_dagster.core.protocol.naming import DATASET_RE, TABLE_RE

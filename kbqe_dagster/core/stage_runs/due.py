@@ -11,7 +11,7 @@ new key.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from kbqe_dagster.core.config.sections import StagingSettings
 

@@ -22,8 +22,8 @@ run history of a topic read as before.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from kbqe_dagster.core.config.sections import StageRunSettings
 from kbqe_dagster.core.stage_runs.due import from_offsets, stage_run_key

@@ -29,8 +29,9 @@ keep the input record's name and namespace, so ``schema_name`` routing is unchan
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from kbqe_dagster.core.errors import ConfigError, TransformFailedError, TransformSchemaError
 from kbqe_dagster.core.record.routing import required_fields

@@ -46,15 +46,22 @@ The range commit already covers every file of a range atomically (core/protocol/
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from simpleeval import EvalWithCompoundTypes, InvalidExpression
 
 from kbqe_dagster.core import config_reader as r
-from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.errors import TransformFailedError, TransformSchemaError
+from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.record.routing import RoutingConfig
+from kbqe_dagster.core.transforms.compiler import (
+    Compiled,
+    MessageMeta,
+    compile_transforms,
+    transform_config_problems,
+)
 from kbqe_dagster.core.transforms.kinds import FUNCTIONS
 from kbqe_dagster.core.transforms.specs import (
     FIELD_NAME_RE,
@@ -64,8 +71,6 @@ from kbqe_dagster.core.transforms.specs import (
     read_expression,
     read_transforms,
 )
-from kbqe_dagster.core.transforms.compiler import Compiled, MessageMeta, compile_transforms
-from kbqe_dagster.core.transforms.compiler import transform_config_problems
 
 __all__ = ["CompiledDestination", "DestinationConfig", "compile_destination",
            "destination_config_problems", "read_destinations"]

@@ -7,8 +7,9 @@ transform."""
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from fastavro import parse_schema

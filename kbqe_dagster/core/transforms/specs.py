@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Callable, Mapping
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from kbqe_dagster.core import config_reader as r

@@ -20,14 +20,12 @@ younger than ``FRESHNESS_CADENCES`` load cadences. Evaluated at the end of every
 
 # No ``from __future__ import annotations`` here: dagster validates the ``context``
 # annotation of a check function as a class and cannot resolve it from a string.
-from datetime import date, datetime, timedelta, timezone
-from typing import Iterator
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
-from kbqe_dagster.core.record.partitioning import Partitioning
-from kbqe_dagster.core.load.state import JobStatus, LoadState
 from kbqe_dagster.core.load.checks import (
     NO_QUARANTINED_FILES,
     PENDING_FILES_FRESH,
@@ -38,8 +36,9 @@ from kbqe_dagster.core.load.checks import (
     pending_files_fresh,
     rows_loaded,
 )
-from kbqe_dagster.core.load.pending import freshness_limit_s
-from kbqe_dagster.core.load.pending import staging_view
+from kbqe_dagster.core.load.pending import freshness_limit_s, staging_view
+from kbqe_dagster.core.load.state import JobStatus, LoadState
+from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.loading.state_file import StateFile
@@ -200,6 +199,6 @@ def _latest_rows_result(
 
 
 def _freshness_result(store: StagingStore, state: LoadState, limit_s: float) -> dg.AssetCheckResult:
-    view = staging_view(store.list(), state, datetime.now(timezone.utc))
+    view = staging_view(store.list(), state, datetime.now(UTC))
     verdict = pending_files_fresh(view.oldest_pending_age_s or 0.0, view.waiting_files, limit_s)
     return result(STAGING_KEY, verdict)

@@ -7,16 +7,16 @@ id, file count, offset ranges — and the check evaluations computed during the 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterator
+from collections.abc import Iterator
 
 import dagster as dg
 
-from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.core.load.checks import (
     no_quarantined_files,
     pending_files_fresh,
     rows_loaded,
 )
+from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.defs.bigquery.checks import evaluation
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.loading.report import CompletedLoad, CycleReport, PartitionLoad
@@ -78,7 +78,7 @@ def materialization(
         "schema_id": completed.job.schema_id,
         "files": part.files,
         "offset_ranges": dg.MetadataValue.json(
-            [{"topic": t, "partition": p, "first": f, "last": l} for t, p, f, l in part.offset_ranges]
+            [{"topic": t, "partition": p, "first": f, "last": last} for t, p, f, last in part.offset_ranges]
         ),
         "attempts": len(completed.job.attempt_ids),
         "rows_source": completed.stats.rows_source if part.day is None else "done-file manifests",

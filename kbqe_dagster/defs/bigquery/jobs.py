@@ -13,8 +13,8 @@ limits to one slot (``dagster.yaml``): a single coordinator at a time, enforced 
 
 # No ``from __future__ import annotations`` here: dagster's @op reads the run-config class
 # from the ``config`` parameter's annotation and cannot resolve it from a string.
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Iterator
 
 import dagster as dg
 from pydantic import Field
@@ -100,8 +100,7 @@ def _notices(report, destinations: Destinations,
              coordinator: LoadCoordinator) -> Iterator[dg.AssetObservation]:
     """Schema and table notices as observations of the table's asset, then to the webhook
     (after the run's work is saved: a notice never holds a load back)."""
-    for event in notice_events(report.notices, destinations):
-        yield event
+    yield from notice_events(report.notices, destinations)
     post_notices(coordinator.config.notifications, report.notices)
 
 

@@ -22,8 +22,8 @@ reports their tables.
 
 # No ``from __future__ import annotations``: dagster resolves the context annotation.
 import warnings
-from datetime import datetime, timezone
-from typing import Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -108,7 +108,7 @@ def _checks_definition(specs: list[dg.AssetCheckSpec]) -> dg.AssetChecksDefiniti
         settings = kafka.settings()
         report = evaluate(pipeline.load(), staging.store(),
                           lambda topics: watermarks_of(settings, topics),
-                          datetime.now(timezone.utc))
+                          datetime.now(UTC))
         yield from results(context, report)
 
     return completeness_day_checks

@@ -12,7 +12,7 @@ their done files.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -34,7 +34,7 @@ def completeness_sensor(
     settings = kafka.settings()
     declared = declare_complete_days(
         pipeline.load(), staging.store(), lambda topics: watermarks_of(settings, topics),
-        datetime.now(timezone.utc), context.instance,
+        datetime.now(UTC), context.instance,
     )
     for name, table in sorted(declared.report.tables.items()):
         held = ", ".join(f"{h.topic}[{h.partition}]" for h in table.verdict.held_back_by)

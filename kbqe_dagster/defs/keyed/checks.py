@@ -2,8 +2,8 @@
 own; the merge job evaluates them after each merge too."""
 
 # No ``from __future__ import annotations``: dagster checks the context's annotation.
+from collections.abc import Iterator
 from datetime import date
-from typing import Iterator
 
 import dagster as dg
 

@@ -2,8 +2,8 @@
 load coordinator, which writes the load state the merge reads)."""
 
 # No ``from __future__ import annotations``: dagster reads the config class from the annotation.
+from collections.abc import Iterator
 from datetime import date
-from typing import Iterator, Union
 
 import dagster as dg
 from pydantic import Field
@@ -12,8 +12,7 @@ from kbqe_dagster.defs.bigquery.jobs import LOAD_POOL
 from kbqe_dagster.defs.keyed.assets import table_key
 from kbqe_dagster.defs.keyed.checks import check_evaluations, merger_from
 from kbqe_dagster.faults import crash_point
-from kbqe_dagster.keyed.merge import check_keyed_tables, merge_keyed_tables
-from kbqe_dagster.keyed.merge import MERGE_JOB, MERGE_OP
+from kbqe_dagster.keyed.merge import MERGE_JOB, MERGE_OP, check_keyed_tables, merge_keyed_tables
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
@@ -21,7 +20,6 @@ from kbqe_dagster.resources.configurable import (
     SchemaRegistryResource,
     StagingResource,
 )
-
 
 
 class MergeRunConfig(dg.Config):
@@ -36,7 +34,7 @@ class MergeRunConfig(dg.Config):
 def merge_keyed_tables_op(
     context: dg.OpExecutionContext, config: MergeRunConfig, pipeline: PipelineResource,
     staging: StagingResource, bigquery: BigQueryResource, schema_registry: SchemaRegistryResource,
-) -> Iterator[Union[dg.AssetMaterialization, dg.AssetCheckEvaluation]]:
+) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     pipeline_config = pipeline.load()
     store = staging.store()
     merger = merger_from(pipeline_config, bigquery, schema_registry)

@@ -7,7 +7,7 @@ annotations of the asset function when it is decorated, and needs real types for
 """
 
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 import dagster as dg
 

@@ -6,7 +6,7 @@ it holds its topics for as long as it loops."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import dagster as dg
 

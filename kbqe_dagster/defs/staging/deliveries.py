@@ -9,7 +9,7 @@ those dead-lettered because the API refused them).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import dagster as dg
 

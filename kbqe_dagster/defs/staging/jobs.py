@@ -6,7 +6,7 @@ may write a ``delivery: storage_write`` table; defs/staging/loop.py)."""
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import dagster as dg
 

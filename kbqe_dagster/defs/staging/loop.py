@@ -24,8 +24,8 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
 
 import dagster as dg
 

@@ -35,7 +35,7 @@ once they ended.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -62,6 +62,7 @@ from kbqe_dagster.resources.kafka.clients import TopicMissing
 from kbqe_dagster.resources.kafka.cluster import discover_topics
 from kbqe_dagster.staging.backlog import TopicBacklog, fleet_backlog
 from kbqe_dagster.staging.loop import CONFIG_CHANGED, loop_topics
+
 
 def stage_decision(config: PipelineConfig, backlog: TopicBacklog, now_ms: int) -> str | None:
     """Why a stage run is due for this topic (core/stage_runs/due.py), or None."""
@@ -218,7 +219,7 @@ def staging_observation_sensor(
     """Record what waits in the staging area (core/load/pending.py): pending files, their bytes and
     the oldest one's age, as the freshness check and the health judge them."""
     store = staging.store()
-    view = staging_view(store.list(), StateFile(store).read(), datetime.now(timezone.utc))
+    view = staging_view(store.list(), StateFile(store).read(), datetime.now(UTC))
     return dg.SensorResult(
         asset_events=[
             dg.AssetObservation(

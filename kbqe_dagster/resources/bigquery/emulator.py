@@ -40,21 +40,21 @@ from dataclasses import replace
 from typing import Any
 
 from kbqe_dagster.core.load.lifecycle import ObservedJob, ObservedKind, classify_submit
-from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
-from kbqe_dagster.resources.bigquery.jobs import (
-    ROWS_FROM_DML,
-    ROWS_FROM_CREATED_TABLE,
-    ROWS_UNAVAILABLE,
-    JobReport,
-    LoadRequest,
-    SubmitResult,
-    load_job_config,
-)
 from kbqe_dagster.resources.bigquery.emulator_maps import (
     holds_map,
     select_list,
     sql_type,
     staging_columns_ddl,
+)
+from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
+from kbqe_dagster.resources.bigquery.jobs import (
+    ROWS_FROM_CREATED_TABLE,
+    ROWS_FROM_DML,
+    ROWS_UNAVAILABLE,
+    JobReport,
+    LoadRequest,
+    SubmitResult,
+    load_job_config,
 )
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 

@@ -27,7 +27,8 @@ returns SQL text; ``emulator.py`` runs it.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 Column = Mapping[str, Any]
 """A column dict of ``bigquery_schema_from_avro(..., keep_maps=True)``: ``name``, ``type``

@@ -10,8 +10,9 @@ exists", i.e. already submitted — never a failure. The local emulator's differ
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import date
-from typing import Any, Sequence
+from typing import Any
 
 from kbqe_dagster.core.load.lifecycle import (
     ObservedJob,

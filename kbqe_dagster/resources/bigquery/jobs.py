@@ -12,9 +12,10 @@ the schema derived from its first file (``resources/bigquery/schema.py`` explain
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from kbqe_dagster.core.load.lifecycle import ObservedJob, SubmitOutcome
 from kbqe_dagster.core.load.notices import Column

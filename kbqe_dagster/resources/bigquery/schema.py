@@ -43,8 +43,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbqe_dagster.core.formats.avro_names import NamedTypes, namespace_of
 from kbqe_dagster.core.errors import LoadError
+from kbqe_dagster.core.formats.avro_names import NamedTypes, namespace_of
 
 _PRIMITIVES = {
     "boolean": "BOOLEAN",

@@ -53,8 +53,9 @@ import datetime as dt
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from kbqe_dagster.core.errors import StorageWriteError, WriteStreamNotFoundError
 from kbqe_dagster.core.formats.avro_proto import ProtoRows

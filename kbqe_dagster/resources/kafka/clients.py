@@ -7,8 +7,8 @@ logger librdkafka's own lines go to.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient

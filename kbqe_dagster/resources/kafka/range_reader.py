@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterator, Protocol, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 

@@ -19,8 +19,9 @@ and a skip past the end leaves ``pos > len(buf)``, which the final length check 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from fastavro.read import LOGICAL_READERS
 

@@ -24,7 +24,8 @@ is not taken in a body is ``None``. Values are fastavro's: ``date`` → ``dateti
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import fastavro
 
