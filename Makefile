@@ -44,6 +44,7 @@ demo: install
 # ruff and mypy (configured in pyproject.toml), before the tests: a second or two.
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # Quick start 2: the whole test suite; the tests start the local stack once and stop
 # exactly what they started.

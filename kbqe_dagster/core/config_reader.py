@@ -183,10 +183,10 @@ def choice(enum: type[Enum], aliases: Mapping[Any, str] | None = None) -> Conver
         try:
             return enum(value)
         except ValueError:
-            names = ", ".join(str(member.value) for member in enum)  # type: ignore[var-annotated]
+            names = ", ".join(str(member.value) for member in enum)
             raise Invalid(f"expected one of {names}, got {describe(value)}") from None
 
-    values = [member.value for member in enum]  # type: ignore[var-annotated]
+    values = [member.value for member in enum]
     return with_schema(read, {"enum": values + [a for a in (aliases or {}) if a not in values]})
 
 

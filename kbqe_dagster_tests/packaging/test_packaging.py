@@ -49,6 +49,11 @@ def test_the_wheel_carries_the_content_of_the_user_facing_copies(wheel) -> None:
         assert wheel.read(f"kbqe_dagster/data/{name}") == copy.read_bytes(), name
 
 
+def test_the_wheel_is_marked_typed(wheel) -> None:
+    """PEP 561: without kbqe_dagster/py.typed, type checkers ignore the package's annotations."""
+    assert "kbqe_dagster/py.typed" in wheel.namelist()
+
+
 def test_the_console_script_is_kbqe(wheel) -> None:
     entry_points = wheel.read(f"kbqe_dagster-{project_version()}.dist-info/entry_points.txt")
     assert "kbqe = kbqe_dagster.cli:main" in entry_points.decode()

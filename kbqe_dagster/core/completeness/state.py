@@ -202,7 +202,7 @@ def mark_of(position: LoadedPosition, caught_up_at: datetime | None = None) -> P
         position.offset,
         int(position.kafka_time.timestamp() * 1000) if position.kafka_time else None,
         event.date() if event else None,
-        int(event.timestamp() * 1000) if finer else None,
+        int(event.timestamp() * 1000) if finer and event else None,
         int(max(idle).timestamp() * 1000) if idle else None,
     )
 

@@ -114,8 +114,8 @@ class TopicPattern:
     """Whether internal topics (``_*``, Connect's storage topics) may match."""
     table_template: str | None = None
     """A static route's ``table`` holding ``{topic}``, or None (the table is literal)."""
-    _match_re: re.Pattern = field(init=False, repr=False, compare=False)
-    _exclude_re: tuple[re.Pattern, ...] = field(init=False, repr=False, compare=False)
+    _match_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    _exclude_re: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_match_re", re.compile(self.match))
@@ -254,7 +254,7 @@ def _table_template(settings: Mapping[str, Any], path: str, problems: r.Problems
     routing = settings.get("routing")
     if not isinstance(routing, Mapping) or not isinstance(routing.get("table"), str):
         return None
-    table = routing["table"]
+    table: str = routing["table"]
     if "{" not in table and "}" not in table:
         return None
     problem = template_problem(table)

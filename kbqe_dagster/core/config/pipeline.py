@@ -444,8 +444,8 @@ def _check_tables(
         if _covers_dead_letter(dataset, table, dead_letter):
             problems.add(f"tables.{key}.partitioning", "the dead-letter table is DAY-partitioned "
                          "on its staging date")
-        for who in _keyed_topics_covered(dataset, table, statics, templated)[:1]:
-            problems.add(f"tables.{key}.partitioning", f"covers the tables of keyed topic {who}: "
+        for keyed in _keyed_topics_covered(dataset, table, statics, templated)[:1]:
+            problems.add(f"tables.{key}.partitioning", f"covers the tables of keyed topic {keyed}: "
                          "keyed tables are DAY-partitioned (the MERGE prunes by date)")
 
 

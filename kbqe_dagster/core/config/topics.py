@@ -251,7 +251,8 @@ def _decoder(
     except ConfigError as error:
         problems.add(key, str(error))
         return None
-    return section["decoder"]
+    decoder: str = section["decoder"]
+    return decoder
 
 
 def _value_schema(

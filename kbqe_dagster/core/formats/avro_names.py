@@ -34,7 +34,8 @@ def namespace_of(named: Mapping[str, Any], enclosing: str | None) -> str | None:
     name = str(named.get("name", ""))
     if "." in name:
         return name.rpartition(".")[0]
-    return named.get("namespace", enclosing)
+    namespace: str | None = named.get("namespace", enclosing)
+    return namespace
 
 
 class NamedTypes:

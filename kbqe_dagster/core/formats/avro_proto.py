@@ -55,7 +55,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import count
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -77,6 +77,8 @@ MAX_REQUEST_BYTES = 9_000_000
 the writer schema and the stream name); 1 MB is left for the rest."""
 
 F = descriptor_pb2.FieldDescriptorProto
+if TYPE_CHECKING:
+    _ProtoType: TypeAlias = descriptor_pb2.FieldDescriptorProto.Type.ValueType
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICRO = dt.timedelta(microseconds=1)
@@ -132,7 +134,8 @@ def row_encoder(avro_file_schema: Mapping[str, Any], source: str = "avro file"
             error = RowEncodeError(f"{source}: record {index}: {exc}")
             error.index = index
             raise error from exc
-        return message.SerializeToString()
+        data: bytes = message.SerializeToString()
+        return data
 
     return encode
 
@@ -226,9 +229,10 @@ def _compile(schema_key: str, source: str) -> _Compiled:
     file_name = f"kbqe_avro_proto_{next(_file_numbers)}.proto"
     file = descriptor_pb2.FileDescriptorProto(name=file_name, syntax="proto2")
     file.message_type.add().CopyFrom(descriptor)
-    pool.Add(file)
+    # types-protobuf leaves DescriptorPool's methods unannotated.
+    pool.Add(file)  # type: ignore[no-untyped-call]
     message_class = message_factory.GetMessageClass(
-        pool.FindMessageTypeByName(descriptor.name))
+        pool.FindMessageTypeByName(descriptor.name))  # type: ignore[no-untyped-call]
     return _Compiled(descriptor, plan, message_class)
 
 
@@ -237,7 +241,7 @@ def _message_name(record: Mapping[str, Any]) -> str:
     return name or "Row"
 
 
-_PRIMITIVES: dict[str, tuple[int, Callable[[Any], Any]]] = {
+_PRIMITIVES: dict[str, tuple[_ProtoType, Callable[[Any], Any]]] = {
     "boolean": (F.TYPE_BOOL, bool),
     "int": (F.TYPE_INT64, int),
     "long": (F.TYPE_INT64, int),
@@ -312,7 +316,7 @@ class _Builder:
         return branches[0]
 
     def scalar(self, avro: Any, path: str, namespace: str | None
-               ) -> tuple[int, Callable[[Any], Any]]:
+               ) -> tuple[_ProtoType, Callable[[Any], Any]]:
         if isinstance(avro, str):
             if avro in _PRIMITIVES:
                 return _PRIMITIVES[avro]
@@ -369,7 +373,8 @@ def _micros(value: Any, per_unit: int) -> int:
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.UTC)
-        return (value - _EPOCH) // _MICRO
+        micros: int = (value - _EPOCH) // _MICRO
+        return micros
     return int(value) * (1_000_000 // per_unit)
 
 
@@ -378,7 +383,8 @@ def _local_datetime_text(per_unit: int) -> Callable[[Any], str]:
         if not isinstance(value, dt.datetime):
             value = dt.datetime(1970, 1, 1) + dt.timedelta(
                 microseconds=int(value) * (1_000_000 // per_unit))
-        return value.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+        text: str = value.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+        return text
     return convert
 
 
@@ -390,7 +396,8 @@ def _time_text(per_unit: int) -> Callable[[Any], str]:
             minutes, second = divmod(seconds, 60)
             hour, minute = divmod(minutes, 60)
             value = dt.time(hour, minute, second, micro)
-        return value.replace(tzinfo=None).isoformat(timespec="microseconds")
+        text: str = value.replace(tzinfo=None).isoformat(timespec="microseconds")
+        return text
     return convert
 
 
@@ -410,7 +417,7 @@ def _decimal_text(avro: Mapping[str, Any], path: str, source: str) -> Callable[[
     return convert
 
 
-_LOGICAL: dict[tuple[Any, Any], tuple[int, Callable[[Any], Any]]] = {
+_LOGICAL: dict[tuple[Any, Any], tuple[_ProtoType, Callable[[Any], Any]]] = {
     ("int", "date"): (F.TYPE_INT32, _date_days),
     ("int", "time-millis"): (F.TYPE_STRING, _time_text(1_000)),
     ("long", "time-micros"): (F.TYPE_STRING, _time_text(1_000_000)),
@@ -424,26 +431,29 @@ _LOGICAL: dict[tuple[Any, Any], tuple[int, Callable[[Any], Any]]] = {
 
 def _fill(message: Any, plan: _MessagePlan, record: Mapping[str, Any], path: str = "") -> None:
     for field in plan.fields:
-        value = record.get(field.name)
+        value: Any = record.get(field.name)
         if value is None:
             continue  # a null; an absent REPEATED value is an empty one
         where = f"{path}.{field.name}" if path else field.name
         if field.entries:
             value = [{"key": k, "value": v} for k, v in value.items()]
-        if field.kind == "scalar":
+        convert = field.convert
+        if convert is not None:  # a scalar
             if field.repeated:
-                getattr(message, field.name).extend(
-                    field.convert(_item(v, where)) for v in value)
+                getattr(message, field.name).extend(convert(_item(v, where)) for v in value)
             else:
-                setattr(message, field.name, field.convert(value))
-        elif field.repeated:
+                setattr(message, field.name, convert(value))
+            continue
+        nested = field.nested
+        assert nested is not None  # a message field has its plan
+        if field.repeated:
             container = getattr(message, field.name)
             for item in value:
-                _fill(container.add(), field.nested, _item(item, where), where)
+                _fill(container.add(), nested, _item(item, where), where)
         else:
             child = getattr(message, field.name)
             child.SetInParent()  # a record with only null fields is still not NULL
-            _fill(child, field.nested, value, where)
+            _fill(child, nested, value, where)
 
 
 def _item(value: Any, path: str) -> Any:

@@ -73,4 +73,5 @@ def resolve_decoder(spec: str) -> Decoder:
         ) from error
     if not callable(target):
         raise ConfigError(f"decoder {spec!r} is a {type(target).__name__}, not callable")
-    return target
+    decoder: Decoder = target
+    return decoder

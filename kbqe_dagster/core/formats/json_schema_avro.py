@@ -97,14 +97,15 @@ _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 class JsonSchemaMapping:
     """A JSON Schema's Avro record and the converter of its (validated) values."""
 
-    avro_schema: dict
+    avro_schema: dict[str, Any]
     _convert: Converter
 
-    def convert(self, value: Mapping[str, Any]) -> dict:
+    def convert(self, value: Mapping[str, Any]) -> dict[str, Any]:
         """The Avro-form record of a validated JSON object; a value that does not convert
         raises :class:`JsonSchemaMismatchError` naming its JSON pointer."""
         try:
-            return self._convert(value)
+            record: dict[str, Any] = self._convert(value)
+            return record
         except ValueProblem as problem:
             raise problem.mismatch() from None
 
@@ -216,10 +217,12 @@ class _Mapper:
                 raise UnmappableJsonSchemaError(f"a $ref to nothing (#{target}) at {where}")
         return node
 
-    def record(self, node: Mapping[str, Any], pointer: str, name: str) -> tuple[dict, Converter]:
+    def record(self, node: Mapping[str, Any], pointer: str, name: str) -> tuple[dict[str, Any], Converter]:
         record_name = self.unique(name)
         required = set(node.get("required") or ())
-        fields, steps, taken = [], [], {}
+        fields: list[dict[str, Any]] = []
+        steps: list[tuple[str, str, Converter | None]] = []
+        taken: dict[str, str] = {}
         properties = node["properties"]
         if not isinstance(properties, Mapping):
             raise UnmappableJsonSchemaError(f"properties that are not an object at {pointer}/properties")

@@ -47,7 +47,7 @@ def record_converter(steps: list[tuple[str, str, Converter | None]]) -> Converte
     plain = tuple((key, name) for key, name, convert in steps if convert is None)
     converted = tuple((key, name, convert) for key, name, convert in steps if convert is not None)
 
-    def convert(value: Mapping[str, Any]) -> dict:
+    def convert(value: Mapping[str, Any]) -> dict[str, Any]:
         get = value.get
         out = {name: get(key) for key, name in plain}
         for key, name, step in converted:
@@ -70,7 +70,7 @@ def array_converter(step: Converter | None) -> Converter | None:
     if step is None:
         return None
 
-    def convert(items: list) -> list:
+    def convert(items: list[Any]) -> list[Any]:
         out = []
         for index, item in enumerate(items):
             try:
@@ -88,7 +88,7 @@ def map_converter(step: Converter | None) -> Converter | None:
     if step is None:
         return None
 
-    def convert(entries: Mapping[str, Any]) -> dict:
+    def convert(entries: Mapping[str, Any]) -> dict[str, Any]:
         out = {}
         for key, item in entries.items():
             try:

@@ -91,13 +91,14 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 class ProtobufMapping:
     """A message type's Avro record and the converter of its parsed messages."""
 
-    avro_schema: dict
+    avro_schema: dict[str, Any]
     _convert: Converter
 
-    def convert(self, message: Any) -> dict:
+    def convert(self, message: Any) -> dict[str, Any]:
         """The Avro-form record of a parsed message; a value with no Avro form raises
         :class:`ProtobufDecodeError` naming the field."""
-        return self._convert(message)
+        record: dict[str, Any] = self._convert(message)
+        return record
 
 
 def map_protobuf_message(descriptor: Any) -> ProtobufMapping:
@@ -156,13 +157,13 @@ class _Mapper:
             getters.append((field.name, getter))
         self.resolving.pop()
 
-        def convert(message: Any) -> dict:
+        def convert(message: Any) -> dict[str, Any]:
             return {key: get(message) for key, get in getters}
 
         self.converters[name] = convert
         return {"type": "record", "name": name, "fields": fields}, convert
 
-    def field(self, field: Any, path: str) -> tuple[dict, Converter]:
+    def field(self, field: Any, path: str) -> tuple[dict[str, Any], Converter]:
         name = field.name
         entry = field.message_type
         if field.is_repeated and entry is not None and entry.GetOptions().map_entry:

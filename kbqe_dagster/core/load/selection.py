@@ -33,6 +33,7 @@ from kbqe_dagster.core.protocol.commit import is_marker, is_pinned
 from kbqe_dagster.core.protocol.naming import (
     AvroFileName,
     DoneFileName,
+    FileKey,
     ParsedListing,
     parse_listing,
     parse_name,
@@ -90,19 +91,19 @@ def loadable_files(
     after their job failed too often.
     """
     listing = names if isinstance(names, ParsedListing) else parse_listing(names)
-    done_by_key: dict = {}
+    done_by_key: dict[FileKey, DoneFileName] = {}
     for done in listing.done:
         # Two done files for one avro key would mean two writers committed different bounds
         # from the same start; the avro file is still loaded once, with the lowest bound.
         done_by_key.setdefault(done.key, done)
     pairs = []
     for avro in listing.avro:
-        done = done_by_key.get(avro.key)
-        if done is None or is_marker(avro):
+        paired = done_by_key.get(avro.key)
+        if paired is None or is_marker(avro):
             continue
         if avro.name in pending or avro.name in quarantined:
             continue
-        pairs.append((avro, done))
+        pairs.append((avro, paired))
     return tuple(pairs)
 
 
@@ -133,7 +134,8 @@ def plan_load_jobs(
         chosen = pairs[:max_files_per_job]
         files = tuple(a.name for a, _ in chosen)
         counts = [records.get(name) for name in files] if records is not None else [None]
-        total = sum(counts) if all(c is not None for c in counts) else None  # type: ignore[misc]
+        known = [c for c in counts if c is not None]
+        total = sum(known) if len(known) == len(counts) else None
         done_files = tuple(d.name for _, d in chosen)
         jobs.append(PlannedLoadJob(dataset, table, schema_id, files, done_files, total))
     return tuple(jobs)

@@ -60,7 +60,7 @@ from kbqe_dagster.core.protocol.naming import (
     RefusalFileName,
     parse_listing,
 )
-from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan
+from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan, TopicPartition
 
 INTENT_VERSION = 1
 
@@ -355,7 +355,7 @@ def plan_with_deliveries(plan: RangePlan, roll_forward: Sequence[OffsetRange], *
     rows). With ``one_range_per_partition`` (a topic that may write a storage_write table)
     every other partition stages only its first planned range: a range's stream offsets are
     known only once the previous range of the partition is committed."""
-    rolled = {}
+    rolled: dict[TopicPartition, OffsetRange] = {}
     for rng in sorted(roll_forward):
         rolled.setdefault(rng.topic_partition, rng)
     partitions = []

@@ -199,7 +199,10 @@ def chain_of(ranges: tuple[CommittedRange, ...]) -> PartitionChain:
         superseded, considered = (), list(ranges)
     considered.sort(key=lambda r: (r.first, r.last))
 
-    chain, after, holes, overlapping = [considered[0]], [], [], []
+    chain: list[CommittedRange] = [considered[0]]
+    after: list[CommittedRange] = []
+    holes: list[tuple[int, int]] = []
+    overlapping: list[CommittedRange] = []
     end = considered[0].last
     for rng in considered[1:]:
         if rng.first <= end:  # bounds differ (grouped by bounds) yet offsets are shared

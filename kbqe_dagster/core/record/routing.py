@@ -161,7 +161,7 @@ def snake_case(name: str) -> str:
     return _CAMEL_BOUNDARY.sub("_", name).lower()
 
 
-def resolve_function(spec: str) -> Callable[[RoutingInput], tuple[str, str] | None]:
+def resolve_function(spec: str) -> Callable[..., Any]:
     """Import ``"package.module:function"``; a failure is a :class:`ConfigError`."""
     module_name, _, attribute = spec.partition(":")
     try:
@@ -170,7 +170,8 @@ def resolve_function(spec: str) -> Callable[[RoutingInput], tuple[str, str] | No
         raise ConfigError(f"routing function {spec!r} cannot be imported: {error}") from error
     if not callable(target):
         raise ConfigError(f"routing function {spec!r} is a {type(target).__name__}, not callable")
-    return target
+    function: Callable[..., Any] = target
+    return function
 
 
 @dataclass(frozen=True)

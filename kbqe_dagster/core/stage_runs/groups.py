@@ -78,7 +78,8 @@ def group_due_topics(due: Iterable[DueTopic], settings: StageRunSettings) -> lis
     """Due topics packed into runs: hot topics (backlog >= the run budget) alone, the others
     by name into runs of at most ``max_topics_per_run`` topics and ``max_messages_per_run``
     messages of backlog together (a run always takes at least one topic)."""
-    hot, small = [], []
+    hot: list[DueTopic] = []
+    small: list[DueTopic] = []
     for topic in sorted(due, key=lambda t: t.topic):
         (hot if topic.lag >= settings.max_messages_per_run else small).append(topic)
     groups = [StageGroup((topic,)) for topic in hot]

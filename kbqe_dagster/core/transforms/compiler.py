@@ -125,6 +125,7 @@ def transform_config_problems(specs: Sequence[Any], routing: Any,
             compile_transforms(specs, schema, placeholder_keys)
         except TransformSchemaError as error:
             text = str(error).split(" ", 2)[2]  # the key path says which transform
+            assert error.index is not None  # compile_transforms sets it
             problems.append((f"[{error.index}]", f"{kind_of(specs[error.index])} {text}"))
     return problems
 

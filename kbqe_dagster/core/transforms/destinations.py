@@ -302,9 +302,10 @@ def destination_config_problems(
 
 def _problem(error: TransformSchemaError, specs: Sequence[Any]) -> str:
     """The message of a schema error without its own location (the key path says it)."""
-    where = getattr(error, "where", None)
+    where = error.where
     if where == "when":
         return str(error).removeprefix("when: ")
     if where is not None and where.startswith("fields"):
         return str(error).split(" ", 1)[1]
+    assert error.index is not None  # compile_transforms sets it
     return f"{kind_of(specs[error.index])} {str(error).split(' ', 2)[2]}"

@@ -310,7 +310,8 @@ def _type_name(value: Any) -> str:
         avro_type(value)
     except ValueError as error:
         raise r.Invalid(str(error)) from None
-    return value
+    name: str = value
+    return name
 
 
 def _any(value: Any) -> Any:
