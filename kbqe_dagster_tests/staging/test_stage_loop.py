@@ -106,7 +106,10 @@ def stop_after(rounds_seen: list[LoopRound], n: int):
     return lambda: "terminated" if len(rounds_seen) >= n else None
 
 
-def loop(ctx, kafka: FakeKafka, clock: FakeClock, settings=LoopSettings(), *, rounds: int,  # noqa: B008 (frozen)
+DEFAULT_SETTINGS = LoopSettings()
+
+
+def loop(ctx, kafka: FakeKafka, clock: FakeClock, settings=DEFAULT_SETTINGS, *, rounds: int,
          topics=("orders", "clicks")):
     seen: list[LoopRound] = []
     outcome = run_stage_loop(None, ctx, topics, settings, should_stop=stop_after(seen, rounds),
