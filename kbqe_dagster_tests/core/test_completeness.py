@@ -165,7 +165,10 @@ def test_random_scenarios_agree_with_the_oracle(seed):
     for i in range(rnd.randint(1, 5)):
         high = rnd.randint(0, 100)
         loaded = rnd.choice([high, rnd.randint(0, high)])
-        stamp = lambda: rnd.choice([None, NOW + timedelta(minutes=rnd.randint(-6 * 1440, 2 * 1440))])  # noqa: E731
+
+        def stamp():
+            return rnd.choice([None, NOW + timedelta(minutes=rnd.randint(-6 * 1440, 2 * 1440))])
+
         settings = CompletenessSettings(
             rnd.choice(list(Basis)), timedelta(minutes=rnd.choice([0, 5, 60, 600]))
         )

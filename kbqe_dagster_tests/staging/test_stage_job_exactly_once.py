@@ -47,7 +47,10 @@ def test_every_message_is_staged_once_and_a_run_with_no_new_messages_stages_noth
     demo_topic, gcs_staging, spark_context
 ) -> None:
     ctx = demo_topic.context(gcs_staging)
-    stage = lambda: run_stage(spark_context, ctx, max_messages_per_run=1_000_000, max_messages_per_range=500)  # noqa: E731
+
+    def stage():
+        return run_stage(spark_context, ctx, max_messages_per_run=1_000_000, max_messages_per_range=500)
+
 
     first = stage()
     assert len(first.results) == 3, "a partition's first range commits alone: it anchors the chain"
