@@ -104,12 +104,14 @@ def breakdown(ctx: StageContext, schema: dict, count: int, repeat: int = 3) -> d
     out["RangeStager.add, all of it"] = round(min(stage() for _ in range(repeat)) / n * 1e6, 2)
     if kernel_status().available:
         out["native kernel, all of it (staging/native_kernel.py)"] = round(
-            min(native(ctx, msgs) for _ in range(repeat)) / n * 1e6, 2)
+            min(native(ctx, msgs) for _ in range(repeat)) / n * 1e6, 2
+        )
         del msgs, values, bodies, fields, prefixes
         for reader, native_consumer in (("confluent-kafka", False), ("native", True)):
             one = replace(ctx, native_consumer=native_consumer)
             out[f"whole range, kernel + {reader} reader (read, stage, commit)"] = round(
-                min(whole_range(one, n) for _ in range(repeat)) / n * 1e6, 2)
+                min(whole_range(one, n) for _ in range(repeat)) / n * 1e6, 2
+            )
     return out
 
 
@@ -133,7 +135,7 @@ class _Batches:
 
     def batches(self):
         for at in range(0, len(self.msgs), self.size):
-            yield self.msgs[at:at + self.size]
+            yield self.msgs[at : at + self.size]
 
     def accept(self, msg) -> bool:
         self.position = msg.offset() + 1

@@ -170,8 +170,9 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Converter
         return value
 
     bounds = {"minimum": minimum, "maximum": maximum}
-    return with_schema(read, {"type": "integer",
-                              **{k: v for k, v in bounds.items() if v is not None}})
+    return with_schema(
+        read, {"type": "integer", **{k: v for k, v in bounds.items() if v is not None}}
+    )
 
 
 def choice(enum: type[Enum], aliases: Mapping[Any, str] | None = None) -> Converter:
@@ -239,10 +240,15 @@ def byte_size(minimum: int = 0) -> Converter:
             raise Invalid(f"must be at least {minimum:,} bytes, got {size:,}")
         return size
 
-    return with_schema(read, {"anyOf": [
-        {"type": "integer", "minimum": minimum},
-        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMG]i?B|B)?\s*$"},
-    ]})
+    return with_schema(
+        read,
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": minimum},
+                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMG]i?B|B)?\s*$"},
+            ]
+        },
+    )
 
 
 def calendar_date(value: Any) -> date:
@@ -310,8 +316,9 @@ with_schema(string, {"type": "string", "minLength": 1})
 with_schema(boolean, {"type": "boolean"})
 # A YAML date unquoted is a date to PyYAML and a string to editors (YAML 1.2).
 with_schema(calendar_date, {"type": "string", "format": "date"})
-with_schema(string_map, {"type": "object",
-                         "additionalProperties": {"type": "string", "minLength": 1}})
+with_schema(
+    string_map, {"type": "object", "additionalProperties": {"type": "string", "minLength": 1}}
+)
 
 
 def identity(value: Any) -> Any:

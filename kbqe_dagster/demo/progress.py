@@ -10,8 +10,9 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def every(seconds: float, report: Callable[[float], str | None],
-          say: Callable[[str], None] = print) -> Iterator[None]:
+def every(
+    seconds: float, report: Callable[[float], str | None], say: Callable[[str], None] = print
+) -> Iterator[None]:
     """While the block runs, call ``report(elapsed seconds)`` every ``seconds`` and print its
     line (``None``: nothing to say this time). A failing ``report`` is skipped: progress is a
     courtesy and must never break the step it watches."""

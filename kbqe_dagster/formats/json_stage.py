@@ -72,4 +72,3 @@ def _mismatch(error: ValidationError) -> str:
     details = [str(e) for e in getattr(error, "errors", ())] or [str(error)]
     first = details[0].replace("\n", " ")
     return f"does not fit the declared schema: {first}"
-

@@ -93,8 +93,14 @@ class TransformingStager(RangeStager):
         """Whether records must take :meth:`place_record` (transforms or destinations): a
         stager with a faster way for plain records keeps it only when this is False."""
 
-    def place_record(self, msg: Any, record: Mapping[str, Any], schema_key: Hashable,
-                      schema: Mapping[str, Any], schema_id: int | None = None) -> None:
+    def place_record(
+        self,
+        msg: Any,
+        record: Mapping[str, Any],
+        schema_key: Hashable,
+        schema: Mapping[str, Any],
+        schema_id: int | None = None,
+    ) -> None:
         """Transform (if configured), encode, route, date and append one decoded record.
         ``schema_key`` identifies ``schema`` (a registry id, a declared id); ``schema_id`` is
         the files' id when there are no transforms (default: the declared id of ``schema``)."""
@@ -112,11 +118,13 @@ class TransformingStager(RangeStager):
                 f"transforms output does not fit the derived schema: {error}"
             ) from None
         fields = field_values(record, self.wanted)
-        self.place(msg, fields, body.getvalue(), staged.schema_id, staged.file_schema,
-                   staged.full_name)
+        self.place(
+            msg, fields, body.getvalue(), staged.schema_id, staged.file_schema, staged.full_name
+        )
 
-    def _staged_schema(self, schema_key: Hashable, schema: Mapping[str, Any],
-                       schema_id: int | None) -> StagedSchema:
+    def _staged_schema(
+        self, schema_key: Hashable, schema: Mapping[str, Any], schema_id: int | None
+    ) -> StagedSchema:
         known = self.staged_schemas.get(schema_key)
         if isinstance(known, StagedSchema):
             return known

@@ -226,8 +226,9 @@ class _SkipGenerator:
             add(f"{pad}pos = {self.helper(self.compiler.compile(schema, namespace))}(buf, pos)")
 
 
-def record_skipper(schema: Mapping[str, Any], compiler: SkipCompiler | None = None,
-                   namespace: str | None = None) -> Skip:
+def record_skipper(
+    schema: Mapping[str, Any], compiler: SkipCompiler | None = None, namespace: str | None = None
+) -> Skip:
     """A generated skip function for ``schema`` (any type; records are flattened)."""
     compiler = compiler or SkipCompiler(namespace)
     gen = _SkipGenerator(compiler)

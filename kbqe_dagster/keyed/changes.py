@@ -141,13 +141,16 @@ class _EnvelopeLayout(ChangeLayout):
         compiler = SkipCompiler(namespace or None)
         last = max(index["before"], index["after"])
         skips = tuple(record_skipper(f["type"], compiler) for f in fields[: last + 1])
-        row = _row_record(fields[index["before"]]["type"], fields[index["after"]]["type"],
-                          compiler, namespace)
+        row = _row_record(
+            fields[index["before"]]["type"], fields[index["after"]]["type"], compiler, namespace
+        )
         return cls(
             schema=_changelog_schema(row, row["fields"], namespace),
             wanted=("op", "source.ts_ms"),
             row_fields=tuple(f["name"] for f in row["fields"]),
-            skips=skips, before_index=index["before"], after_index=index["after"],
+            skips=skips,
+            before_index=index["before"],
+            after_index=index["after"],
         )
 
     def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
@@ -244,18 +247,29 @@ class _PlainLayout(ChangeLayout):
         keyed = topic.keyed
         assert keyed is not None and keyed.version
         where = f"topics[{topic.name}].keyed"
-        _check_field(record, keyed.version, f"{where}.version", _is_orderable,
-                     "a long, an int or a timestamp-millis/micros")
+        _check_field(
+            record,
+            keyed.version,
+            f"{where}.version",
+            _is_orderable,
+            "a long, an int or a timestamp-millis/micros",
+        )
         if keyed.delete_field:
-            _check_field(record, keyed.delete_field, f"{where}.delete_field",
-                         lambda t: t == "boolean", "a boolean")
+            _check_field(
+                record,
+                keyed.delete_field,
+                f"{where}.delete_field",
+                lambda t: t == "boolean",
+                "a boolean",
+            )
         namespace = record.get("namespace")
         wanted = (keyed.version,) + ((keyed.delete_field,) if keyed.delete_field else ())
         return cls(
             schema=_changelog_schema(record, record["fields"], namespace),
             wanted=wanted,
             row_fields=tuple(f["name"] for f in record["fields"]),
-            version_path=keyed.version, delete_path=keyed.delete_field,
+            version_path=keyed.version,
+            delete_path=keyed.delete_field,
         )
 
     def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:

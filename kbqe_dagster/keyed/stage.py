@@ -62,8 +62,15 @@ class KeyedRangeStager(RangeStager):
     def stage(self, msg: Any) -> None:
         schema_id, decoder, body, fields = self.decode(msg)
         change = decoder.layout.body(body, fields)
-        self.place(msg, fields, change, schema_id, decoder.schema, decoder.full_name,
-                   destination=self.changelog)
+        self.place(
+            msg,
+            fields,
+            change,
+            schema_id,
+            decoder.schema,
+            decoder.full_name,
+            destination=self.changelog,
+        )
 
     def range_result(self, last, files, bytes_by_dataset, conflict=False) -> RangeResult:
         result = super().range_result(last, files, bytes_by_dataset, conflict)

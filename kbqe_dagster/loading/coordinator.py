@@ -173,8 +173,9 @@ class LoadCoordinator:
             before = known.get(name)
             planned = min(c.job.created_at for c in finished)
             created = current.created is None or current.created >= planned
-            for notice in schema_notices(name, before, current.columns, created=created,
-                                         job_id=finished[-1].job.job_id):
+            for notice in schema_notices(
+                name, before, current.columns, created=created, job_id=finished[-1].job.job_id
+            ):
                 report.notices.append(notice)
                 document = notice.to_json()
                 log.info("schema notice: %s", document["text"])
@@ -220,8 +221,11 @@ class LoadCoordinator:
         return state
 
     def _without_leftovers(
-        self, planned: list[PlannedLoadJob], facts: dict[str, FileFacts],
-        files: list[StoredFile], report: CycleReport,
+        self,
+        planned: list[PlannedLoadJob],
+        facts: dict[str, FileFacts],
+        files: list[StoredFile],
+        report: CycleReport,
     ) -> list[PlannedLoadJob]:
         """The planned jobs without their leftovers, which are deleted here.
 
@@ -240,7 +244,9 @@ class LoadCoordinator:
             log.warning(
                 "leftover %s: object version %s is not the version %s its commit pinned "
                 "(a late writer re-uploaded a loaded file); %s, not loaded",
-                self.store.uri(avro), version, facts[avro].version,
+                self.store.uri(avro),
+                version,
+                facts[avro].version,
                 "deleted" if deleted else "already gone",
             )
             if deleted:
@@ -276,8 +282,11 @@ class LoadCoordinator:
             job = state.job(job_id)
             observed = self._observe(job)
             decision = decide(
-                job, observed.observed, self.now(),
-                max_retries=self.settings.max_retries, stuck_after=self.stuck_after,
+                job,
+                observed.observed,
+                self.now(),
+                max_retries=self.settings.max_retries,
+                stuck_after=self.stuck_after,
             )
             if decision.mark_submitted:
                 state = mark_submitted(state, job_id, self.now())
@@ -394,7 +403,12 @@ class LoadCoordinator:
         if check.passed is False:
             log.error(
                 "load job %s (%s.%s): %s rows loaded, %s records staged (%s)",
-                job.job_id, job.dataset, job.table, check.loaded, check.expected, check.source,
+                job.job_id,
+                job.dataset,
+                job.table,
+                check.loaded,
+                check.expected,
+                check.source,
             )
         return state
 

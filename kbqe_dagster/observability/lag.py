@@ -31,7 +31,9 @@ class NoTopicReadable(Exception):
 
 
 def read_lag(
-    store: StagingStore, kafka: KafkaSettings, pipeline: PipelineConfig,
+    store: StagingStore,
+    kafka: KafkaSettings,
+    pipeline: PipelineConfig,
     redact: Callable[[object], str] = str,
 ) -> LagView:
     readable, unreadable = [], {}
@@ -41,7 +43,9 @@ def read_lag(
         raise NoTopicReadable(redact(f"listing topics: {error}")) from error
     try:
         found = fleet_backlog(
-            store, kafka, {t.name: t.staging.start_offset for t in pipeline.topics},
+            store,
+            kafka,
+            {t.name: t.staging.start_offset for t in pipeline.topics},
             oldest_wanted=lambda backlog: False,
         )
     except Exception as error:  # noqa: BLE001 - the one read of every topic failed: Kafka's

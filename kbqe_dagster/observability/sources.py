@@ -39,10 +39,12 @@ class ExporterSources:
     disables the event-log metrics (reported as ``kbqe_exporter_source_up{source="dagster"} 0``)."""
 
     def redactor(self) -> Redactor:
-        return Redactor.of([
-            *secret_settings(self.kafka.client_config),
-            self.registry.basic_auth_user_info,
-        ])
+        return Redactor.of(
+            [
+                *secret_settings(self.kafka.client_config),
+                self.registry.basic_auth_user_info,
+            ]
+        )
 
     def __repr__(self) -> str:  # short, and only through the settings' own redacting reprs
         return (

@@ -92,7 +92,8 @@ def load_plan(
     deferred = len(loadable) - sum(len(j.files) for j in jobs)
     facts = read_file_facts(store, [d for job in jobs for d in job.done_files])
     jobs, leftovers = without_leftovers(
-        jobs, {name: f.version for name, f in facts.items()},
+        jobs,
+        {name: f.version for name, f in facts.items()},
         {f.name: f.version for f in snapshot.files.values()},
     )
     return LoadPlanReport(

@@ -50,7 +50,9 @@ class ReleaseReport:
             "dry_run": self.dry_run,
             "released": [
                 {
-                    "file": q.file, "job_id": q.job_id, "error": q.error,
+                    "file": q.file,
+                    "job_id": q.job_id,
+                    "error": q.error,
                     "quarantined_at": q.quarantined_at.isoformat(),
                 }
                 for q in self.released

@@ -46,7 +46,9 @@ class JobRun:
 
 class JobRunner(Protocol):
     def __call__(
-        self, job_name: str, run_config: Mapping[str, Any] | None = None,
+        self,
+        job_name: str,
+        run_config: Mapping[str, Any] | None = None,
         tags: Mapping[str, str] | None = None,
     ) -> JobRun: ...
 
@@ -78,6 +80,7 @@ class AfterLoadResult:
 
 
 AfterLoadStep = Callable[[AfterLoadContext], AfterLoadResult]
+
 
 def _merge_keyed_tables(context: AfterLoadContext) -> AfterLoadResult:
     """Keyed destinations' MERGE (runner/keyed_merge.py); nothing to do, and no

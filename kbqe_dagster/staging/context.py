@@ -83,6 +83,8 @@ class RangeResult:
     bytes_by_dataset: dict[str, int] = field(default_factory=dict)  # file bytes per dataset
     tombstones: int = 0  # keyed topics: null values counted, not staged (keyed/stage.py)
     stage_path: str = "python"  # "native" when the native kernel staged (staging/native_kernel.py)
-    kernel_handbacks: dict[str, int] = field(default_factory=dict)  # messages it handed back, by why
+    kernel_handbacks: dict[str, int] = field(
+        default_factory=dict
+    )  # messages it handed back, by why
     reader: str = "confluent-kafka"  # "native" when the kernel's own consumer read the range
     delivered: tuple[TableDelivery, ...] = ()  # tables written through the Storage Write API

@@ -24,7 +24,9 @@ class OpenFile:
         self.path = directory / name.name
         # Open for the file's life across appends; close() closes it.
         self._handle = open(self.path, "wb")  # noqa: SIM115
-        self.writer = AvroContainerWriter(self._handle, schema, codec=codec, sync_marker=sync_marker)
+        self.writer = AvroContainerWriter(
+            self._handle, schema, codec=codec, sync_marker=sync_marker
+        )
         # Event day (days since 1970, as encoded) → records, for the manifest; ISO dates are
         # made once per day at commit, not once per record.
         self.days: Counter[int] = Counter()

@@ -13,8 +13,14 @@ import pytest
 from kbqe_dagster import cli
 from kbqe_dagster_tests.cli.staging_area import Area, build
 
-ENV_VARS = ("KBQE_STAGING_URL", "KBQE_GCS_ENDPOINT", "KBQE_GCP_PROJECT", "KBQE_PIPELINE_CONFIG",
-            "KBQE_ENV", "KBQE_LOCAL_GCS_PORT")
+ENV_VARS = (
+    "KBQE_STAGING_URL",
+    "KBQE_GCS_ENDPOINT",
+    "KBQE_GCP_PROJECT",
+    "KBQE_PIPELINE_CONFIG",
+    "KBQE_ENV",
+    "KBQE_LOCAL_GCS_PORT",
+)
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,9 @@ PREFIX_TOPIC_ORDERS = "com.acme.0.acme_sales.orders.3.0.avro"
 UNRECOGNIZED = ("README.txt", f"{T}.x.avro")
 
 ORDER_SCHEMA = {
-    "type": "record", "name": "Order", "fields": [{"name": "orderId", "type": "string"}],
+    "type": "record",
+    "name": "Order",
+    "fields": [{"name": "orderId", "type": "string"}],
 }
 
 
@@ -74,9 +76,17 @@ def avro_bytes(schema: dict, records: list[dict]) -> bytes:
 def dead_letter_records() -> list[dict]:
     def letter(offset: int, reason: str, value: bytes | None, error: str) -> dict:
         return DeadLetter(
-            reason=reason, error=error, topic=T, partition=1, offset=offset,
-            kafka_timestamp_ms=1_726_230_000_000, schema_id=None, raw_key=b"bad",
-            raw_value=value, headers=[("trace", b"x")], staged_at=CREATED,
+            reason=reason,
+            error=error,
+            topic=T,
+            partition=1,
+            offset=offset,
+            kafka_timestamp_ms=1_726_230_000_000,
+            schema_id=None,
+            raw_key=b"bad",
+            raw_value=value,
+            headers=[("trace", b"x")],
+            staged_at=CREATED,
         ).to_record()
 
     return [
@@ -92,8 +102,9 @@ def build(root: Path) -> Area:
     orders = avro_bytes(ORDER_SCHEMA, [{"orderId": "o-1"}, {"orderId": "o-2"}])
 
     # Scala era: original names, empty done files.
-    def scala(topic: str, partition: int, table: str, schema: int, first: int, last: int,
-              with_avro: bool) -> None:
+    def scala(
+        topic: str, partition: int, table: str, schema: int, first: int, last: int, with_avro: bool
+    ) -> None:
         dataset, _, tbl = table.partition(".")
         stem = f"{topic}.{partition}.{dataset}.{tbl}.{schema}.{first}"
         files[f"{stem}.{last}.done"] = b""
@@ -139,14 +150,20 @@ def build(root: Path) -> Area:
 
 def state_with_pending_and_quarantine() -> LoadState:
     state = LoadState()
-    views = PlannedLoadJob("acme_web", "page_views", 5, (VIEWS_P0,),
-                           (f"{T}.0.acme_web.page_views.5.200.299.done",))
+    views = PlannedLoadJob(
+        "acme_web", "page_views", 5, (VIEWS_P0,), (f"{T}.0.acme_web.page_views.5.200.299.done",)
+    )
     state = record_planned(state, views, "kbqe_acme_web_page_views_1", CREATED)
-    orders4 = PlannedLoadJob("acme_sales", "orders", 4, (ORDERS_4_P0,),
-                             (f"{T}.0.acme_sales.orders.4.0.99.done",))
+    orders4 = PlannedLoadJob(
+        "acme_sales", "orders", 4, (ORDERS_4_P0,), (f"{T}.0.acme_sales.orders.4.0.99.done",)
+    )
     state = record_planned(state, orders4, "kbqe_acme_sales_orders_1", CREATED)
-    return quarantine_job(state, "kbqe_acme_sales_orders_1", CREATED + timedelta(hours=1),
-                          "Provided Schema does not match Table")
+    return quarantine_job(
+        state,
+        "kbqe_acme_sales_orders_1",
+        CREATED + timedelta(hours=1),
+        "Provided Schema does not match Table",
+    )
 
 
 def write_state(root: Path, state: LoadState) -> None:

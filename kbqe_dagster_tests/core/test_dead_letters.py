@@ -10,8 +10,19 @@ from kbqe_dagster.core.record.dead_letters import MAX_TIMESTAMP_MS, DeadLetter
 
 
 def letter(timestamp_ms: int | None) -> DeadLetter:
-    return DeadLetter("body_decode_error", "t[0] offset 7: bad", "t", 0, 7, timestamp_ms, 5,
-                      None, b"\x00", [], datetime(2026, 11, 25, tzinfo=UTC))
+    return DeadLetter(
+        "body_decode_error",
+        "t[0] offset 7: bad",
+        "t",
+        0,
+        7,
+        timestamp_ms,
+        5,
+        None,
+        b"\x00",
+        [],
+        datetime(2026, 11, 25, tzinfo=UTC),
+    )
 
 
 @pytest.mark.parametrize("timestamp_ms", [None, -1, MAX_TIMESTAMP_MS + 1, 86_400_000 * 2_932_897])

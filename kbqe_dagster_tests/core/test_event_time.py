@@ -283,7 +283,9 @@ def test_epoch_day_round_trips(day: date, days: int) -> None:
 
 def test_config_coerces_strings_and_rejects_contradictions() -> None:
     config = EventTimeConfig(
-        fields=["a", "b"], epoch_unit="ms", date_rule="utc"  # type: ignore[arg-type]
+        fields=["a", "b"],
+        epoch_unit="ms",
+        date_rule="utc",  # type: ignore[arg-type]
     )
     assert (config.fields, config.epoch_unit, config.date_rule) == (
         ("a", "b"),

@@ -48,8 +48,11 @@ def _raw(tables: Any = None, **extra: Any) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "topics": [
             {"name": "clicks", "event_time": {"fields": ["ts"]}},
-            {"name": "audit", "routing": {"mode": "static", "dataset": "ops", "table": "audit"},
-             "event_time": {"kafka_timestamp_fallback": True}},
+            {
+                "name": "audit",
+                "routing": {"mode": "static", "dataset": "ops", "table": "audit"},
+                "event_time": {"kafka_timestamp_fallback": True},
+            },
         ],
         "allowed_destinations": ["acme_web.*", "acme_sales.orders"],
         **extra,
@@ -74,11 +77,16 @@ def test_tables_are_day_partitioned_unless_the_tables_map_says_hour() -> None:
 
 
 def test_an_exact_key_wins_over_its_dataset_wildcard() -> None:
-    config = parse_pipeline_config(_raw({
-        "acme_web.*": {"partitioning": "hour"},
-        "acme_web.page_views": {"partitioning": "day"},
-        "ops.audit": {"partitioning": "hour"},
-    }), source="test.yaml")
+    config = parse_pipeline_config(
+        _raw(
+            {
+                "acme_web.*": {"partitioning": "hour"},
+                "acme_web.page_views": {"partitioning": "day"},
+                "ops.audit": {"partitioning": "hour"},
+            }
+        ),
+        source="test.yaml",
+    )
     assert config.partitioning("acme_web", "clicks") is Partitioning.HOUR
     assert config.partitioning("acme_web", "page_views") is Partitioning.DAY
     assert config.partitioning("acme_sales", "orders") is Partitioning.DAY
@@ -89,8 +97,9 @@ def test_an_exact_key_wins_over_its_dataset_wildcard() -> None:
 
 
 def test_a_static_topic_of_a_day_table_is_not_hourly_when_others_are() -> None:
-    config = parse_pipeline_config(_raw({"acme_sales.orders": {"partitioning": "hour"}}),
-                                   source="test.yaml")
+    config = parse_pipeline_config(
+        _raw({"acme_sales.orders": {"partitioning": "hour"}}), source="test.yaml"
+    )
     assert config.topic_may_write_hourly("audit") is False
 
 
@@ -119,12 +128,17 @@ def test_wrong_tables_entries_are_named_by_key_path(tables: Any, expected: str) 
 
 def test_keyed_tables_cannot_be_hourly() -> None:
     raw = _raw({"shop.*": {"partitioning": "hour"}}, allowed_destinations=["shop.*"])
-    raw["topics"].append({
-        "name": "customers", "format": "debezium", "keyed": {},
-        "routing": {"mode": "static", "dataset": "shop", "table": "customers"},
-    })
+    raw["topics"].append(
+        {
+            "name": "customers",
+            "format": "debezium",
+            "keyed": {},
+            "routing": {"mode": "static", "dataset": "shop", "table": "customers"},
+        }
+    )
     assert "tables.shop.*.partitioning: covers the tables of keyed topic 'customers'" in (
-        _problems(raw))
+        _problems(raw)
+    )
 
 
 # --- the event hour of a record -----------------------------------------------------------------
@@ -165,7 +179,9 @@ def test_the_event_hour_is_the_utc_hour_of_the_event_instant(
     assert hour_key(event_hour(config, {"ts": value})) == expected
     # The hot path's one-parse reader gives the same date and hour as the two readers.
     assert event_date_and_hour(config, {"ts": value}) == (
-        event_date(config, {"ts": value}), event_hour(config, {"ts": value}))
+        event_date(config, {"ts": value}),
+        event_hour(config, {"ts": value}),
+    )
 
 
 def test_the_kafka_timestamp_gives_the_hour_when_it_gives_the_date() -> None:
@@ -186,8 +202,10 @@ def test_a_value_without_an_hour_is_bad_input_like_its_date() -> None:
     with pytest.raises(InvalidEventTimeError, match="unknown time zone"):
         event_date_and_hour(_LOCAL, {"ts": "2026-07-01T10:15:00[Mars/Olympus]"})
     with pytest.raises(InvalidEventTimeError, match="outside the accepted range"):
-        event_date_and_hour(EventTimeConfig(fields=("ts",), max_date=date(2026, 1, 1)),
-                            {"ts": "2026-07-01T10:15:00Z"})
+        event_date_and_hour(
+            EventTimeConfig(fields=("ts",), max_date=date(2026, 1, 1)),
+            {"ts": "2026-07-01T10:15:00Z"},
+        )
     with pytest.raises(MissingEventTimeError):
         event_date_and_hour(_UTC, {})
 
@@ -207,8 +225,12 @@ def test_hour_keys_round_trip() -> None:
 
 
 # --- the event hour column -----------------------------------------------------------------------
-_WRITER = {"type": "record", "name": "Click", "namespace": "acme",
-           "fields": [{"name": "url", "type": "string"}]}
+_WRITER = {
+    "type": "record",
+    "name": "Click",
+    "namespace": "acme",
+    "fields": [{"name": "url", "type": "string"}],
+}
 
 
 def test_an_hour_table_s_files_carry_the_event_hour_last_among_the_enrichment_columns() -> None:
@@ -219,7 +241,9 @@ def test_an_hour_table_s_files_carry_the_event_hour_last_among_the_enrichment_co
     assert names == [*config.columns, "_event_hour", "url"]
     assert [f["name"] for f in daily["fields"]] == [*config.columns, "url"]
     assert hourly["fields"][len(config.columns)]["type"] == {
-        "type": "long", "logicalType": "timestamp-millis"}
+        "type": "long",
+        "logicalType": "timestamp-millis",
+    }
     # A format's own DAY file schema becomes the same HOUR file schema.
     assert with_event_hour(daily, config) == hourly
 
@@ -229,11 +253,13 @@ def test_the_prefix_plus_the_hour_suffix_is_a_record_of_the_hour_schema() -> Non
     schema = extended_schema(_WRITER, config, hourly=True)
     hour = _hour("2026-11-23T14:00:00+00:00")
     prefix = EnrichmentEncoder(config, "clicks", 3).encode(
-        20_415, 42, 1_795_442_400_123) + event_hour_suffix(hour)
+        20_415, 42, 1_795_442_400_123
+    ) + event_hour_suffix(hour)
     body = io.BytesIO()
     fastavro.schemaless_writer(body, fastavro.parse_schema(_WRITER), {"url": "/a"})
-    record = fastavro.schemaless_reader(io.BytesIO(prefix + body.getvalue()),
-                                        fastavro.parse_schema(schema))
+    record = fastavro.schemaless_reader(
+        io.BytesIO(prefix + body.getvalue()), fastavro.parse_schema(schema)
+    )
     assert record["_event_hour"] == datetime(2026, 11, 23, 14, tzinfo=UTC)
     assert record["_kafka_offset"] == 42 and record["url"] == "/a"
 
@@ -252,16 +278,22 @@ def test_the_event_hour_column_may_not_collide_with_a_record_field() -> None:
 def _range_commit(**kwargs: Any):
     rng = OffsetRange("clicks", 0, 10, 19)
     avro = AvroFileName(FileKey("clicks", 0, "acme_web", "clicks", 7, 10))
-    return avro, plan_range_commit(rng, [(avro, 10)], created_at=datetime(2026, 11, 23, 15,
-                                   tzinfo=UTC), **kwargs)
+    return avro, plan_range_commit(
+        rng, [(avro, 10)], created_at=datetime(2026, 11, 23, 15, tzinfo=UTC), **kwargs
+    )
 
 
 def test_a_manifest_records_hours_next_to_days_and_reads_them_back() -> None:
     avro, commit = _range_commit(
-        days={AvroFileName(FileKey("clicks", 0, "acme_web", "clicks", 7, 10)).name:
-              {"2026-11-23": 10}},
-        hours={AvroFileName(FileKey("clicks", 0, "acme_web", "clicks", 7, 10)).name:
-               {"2026-11-23T14": 6, "2026-11-23T13": 4}},
+        days={
+            AvroFileName(FileKey("clicks", 0, "acme_web", "clicks", 7, 10)).name: {"2026-11-23": 10}
+        },
+        hours={
+            AvroFileName(FileKey("clicks", 0, "acme_web", "clicks", 7, 10)).name: {
+                "2026-11-23T14": 6,
+                "2026-11-23T13": 4,
+            }
+        },
     )
     assert b'"hours":{"2026-11-23T13":4,"2026-11-23T14":6}' in commit.content
     parsed = parse_manifest(commit.content, commit.done_files[0].name)

@@ -100,7 +100,8 @@ def test_quarantine_sets_files_aside_until_an_operator_releases_them() -> None:
     state = quarantine_job(state, "j1", T0, "bad")
     assert state.job("j1").status is JobStatus.QUARANTINED
     assert [(q.file, q.table, q.error) for q in state.quarantined] == [
-        ("a.avro", "orders", "bad"), ("b.avro", "orders", "bad"),
+        ("a.avro", "orders", "bad"),
+        ("b.avro", "orders", "bad"),
     ]
     assert state.pending_files() == frozenset()
     assert release_quarantine(state, ["a.avro"]).quarantined_files() == {"b.avro"}

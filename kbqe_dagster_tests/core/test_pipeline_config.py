@@ -134,7 +134,9 @@ def test_the_loop_interval_is_a_second_unless_a_topic_or_the_pipeline_says_other
     assert [t.staging.loop_interval for t in _parse().topics] == [timedelta(seconds=1)] * 2
     events, audit = _parse(change).topics
     assert (events.staging.loop_interval, audit.staging.loop_interval) == (
-        timedelta(milliseconds=250), timedelta(seconds=1))
+        timedelta(milliseconds=250),
+        timedelta(seconds=1),
+    )
 
 
 def test_static_destinations_are_implicitly_allowed() -> None:
@@ -475,7 +477,8 @@ def test_completeness_defaults_to_kafka_time_and_topics_override_it_key_by_key()
     from kbqe_dagster.core.completeness.decision import Basis
 
     assert (_parse().topics[0].completeness.basis, _parse().topics[0].completeness.lateness) == (
-        Basis.KAFKA_TIME, timedelta(minutes=5),
+        Basis.KAFKA_TIME,
+        timedelta(minutes=5),
     )
 
     def change(raw: dict[str, Any]) -> None:

@@ -77,21 +77,28 @@ def test_the_topics_tag_round_trips_dotted_names() -> None:
     assert split_topics(None) == () and split_topics("") == ()
 
 
-BASE = {"version": 1, "topics": [{"name": "t", "event_time": {"fields": ["ts"]}}],
-        "allowed_destinations": ["d.*"]}
+BASE = {
+    "version": 1,
+    "topics": [{"name": "t", "event_time": {"fields": ["ts"]}}],
+    "allowed_destinations": ["d.*"],
+}
 
 
 def test_the_pipeline_file_sets_stage_runs_and_defaults_otherwise() -> None:
     assert parse_pipeline_config(BASE).stage_runs == StageRunSettings(50, 5_000_000)
     config = parse_pipeline_config(
-        {**BASE, "stage_runs": {"max_topics_per_run": 8, "max_messages_per_run": 1000}})
+        {**BASE, "stage_runs": {"max_topics_per_run": 8, "max_messages_per_run": 1000}}
+    )
     assert config.stage_runs == StageRunSettings(max_topics_per_run=8, max_messages_per_run=1000)
 
 
-@pytest.mark.parametrize("section, problem", [
-    ({"max_topics_per_run": 0}, "stage_runs.max_topics_per_run"),
-    ({"max_topic_per_run": 5}, "stage_runs"),
-])
+@pytest.mark.parametrize(
+    "section, problem",
+    [
+        ({"max_topics_per_run": 0}, "stage_runs.max_topics_per_run"),
+        ({"max_topic_per_run": 5}, "stage_runs"),
+    ],
+)
 def test_bad_stage_runs_settings_are_config_errors_naming_the_key(section, problem) -> None:
     with pytest.raises(ConfigError, match=problem.replace(".", r"\.")):
         parse_pipeline_config({**BASE, "stage_runs": section})

@@ -30,10 +30,17 @@ ORDERS = dg.AssetKey(["bigquery", "acme_sales", "orders"])
 
 def report(*days: str) -> CompletenessReport:
     """What an evaluation reports when ``days`` of acme_sales.orders became complete."""
-    verdict = TableCompleteness("acme_sales.orders", "kafka_time", date.fromisoformat(max(days)),
-                                None, (), 1)
-    return CompletenessReport(NOW, {"acme_sales.orders": TableReport(
-        verdict, {}, tuple(date.fromisoformat(d) for d in days), ("com.acme.events",))})
+    verdict = TableCompleteness(
+        "acme_sales.orders", "kafka_time", date.fromisoformat(max(days)), None, (), 1
+    )
+    return CompletenessReport(
+        NOW,
+        {
+            "acme_sales.orders": TableReport(
+                verdict, {}, tuple(date.fromisoformat(d) for d in days), ("com.acme.events",)
+            )
+        },
+    )
 
 
 def declare(instance: dg.DagsterInstance, *days: str) -> list[str]:
@@ -47,7 +54,8 @@ def declare(instance: dg.DagsterInstance, *days: str) -> list[str]:
 
 def passed_days(instance: dg.DagsterInstance) -> list[str]:
     history = instance.event_log_storage.get_asset_check_execution_history(
-        dg.AssetCheckKey(ORDERS, DAY_COMPLETE), limit=100)
+        dg.AssetCheckKey(ORDERS, DAY_COMPLETE), limit=100
+    )
     return sorted(r.partition for r in history)
 
 

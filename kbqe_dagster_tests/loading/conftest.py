@@ -65,7 +65,8 @@ def make_coordinator(store, bq, clock):
     """A new coordinator each call: a restarted process with the same staging and BigQuery."""
 
     def make(config: PipelineConfig | None = None, **kwargs: Any) -> LoadCoordinator:
-        return LoadCoordinator(store, GoogleBigQueryLoads(bq), config or pipeline(), now=clock,
-                               **kwargs)
+        return LoadCoordinator(
+            store, GoogleBigQueryLoads(bq), config or pipeline(), now=clock, **kwargs
+        )
 
     return make

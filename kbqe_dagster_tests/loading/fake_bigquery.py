@@ -107,8 +107,7 @@ class FakeBigQueryClient:
         if job_id in self.jobs:
             raise Conflict(f"Already Exists: Job {self.project}:{job_id}")
         _, dataset, table = destination.split(".")
-        job = FakeJob(job_id, (dataset, table), list(uris), job_config,
-                      started=datetime.now(UTC))
+        job = FakeJob(job_id, (dataset, table), list(uris), job_config, started=datetime.now(UTC))
         self.jobs[job_id] = job
         if not self.hold:
             self._run(job)
@@ -148,8 +147,13 @@ class FakeBigQueryClient:
                 raise BadRequest(f"Not found: Dataset {job.destination[0]}")
             names = [f.name for f in config.schema] if config.schema else _field_names(files[0])
             partitioning = config.time_partitioning.field if config.time_partitioning else None
-            table = FakeTable(names, time_partitioning_field=partitioning, time_partitioning_type=(
-                config.time_partitioning.type_ if config.time_partitioning else None))
+            table = FakeTable(
+                names,
+                time_partitioning_field=partitioning,
+                time_partitioning_type=(
+                    config.time_partitioning.type_ if config.time_partitioning else None
+                ),
+            )
         allow_addition = "ALLOW_FIELD_ADDITION" in (config.schema_update_options or [])
         rows: list[Row] = []
         for reader in files:

@@ -37,8 +37,9 @@ def test_committed_avro_files_are_grouped_per_table_and_load_state(view) -> None
 
 
 def test_bytes_and_ages_are_those_of_the_files(view) -> None:
-    loadable = next(p for p in view.pending if p.state is PendingState.LOADABLE
-                    and p.table == "orders")
+    loadable = next(
+        p for p in view.pending if p.state is PendingState.LOADABLE and p.table == "orders"
+    )
     assert loadable.bytes == 4 * ORDERS_BYTES
     assert loadable.oldest_age_s == pytest.approx(AGE_SECONDS, abs=30)
 
@@ -46,8 +47,12 @@ def test_bytes_and_ages_are_those_of_the_files(view) -> None:
 def test_files_are_counted_by_kind(view) -> None:
     # 8 avro names (one in flight), 13 done files (10 Scala-era, 3 of one kbqe range), and
     # README.txt plus a name that only looks like an avro file
-    assert (view.avro_files, view.uncommitted_files, view.done_files,
-            view.unrecognized_files) == (8, 1, 13, 2)
+    assert (view.avro_files, view.uncommitted_files, view.done_files, view.unrecognized_files) == (
+        8,
+        1,
+        13,
+        2,
+    )
 
 
 def test_quarantined_files_name_their_table_and_are_left_out_of_the_freshness_age(

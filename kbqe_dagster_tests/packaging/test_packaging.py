@@ -113,8 +113,13 @@ def test_the_stack_home_of_an_installed_wheel_is_the_users(monkeypatch, tmp_path
 # --- dependencies and version -------------------------------------------------------------------
 def test_every_import_of_the_package_is_a_declared_dependency() -> None:
     """deptry, configured in pyproject.toml ([tool.deptry]: what it ignores and why)."""
-    done = subprocess.run([sys.executable, "-m", "deptry", "kbqe_dagster"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "deptry", "kbqe_dagster"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
@@ -127,8 +132,9 @@ def test_kbqe_version_prints_the_distribution_version(capsys) -> None:
 
 # --- kbqe dev -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("checkout", [REPO, None], ids=["checkout", "installed wheel"])
-def test_kbqe_dev_starts_dagster_dev_on_the_packaged_workspace(monkeypatch, tmp_path,
-                                                               checkout) -> None:
+def test_kbqe_dev_starts_dagster_dev_on_the_packaged_workspace(
+    monkeypatch, tmp_path, checkout
+) -> None:
     """In a checkout from the repository root, as ``make dev`` always did; from an installed
     wheel where the user is, with the wheel's workspace.yaml."""
     import os
@@ -146,8 +152,8 @@ def test_kbqe_dev_starts_dagster_dev_on_the_packaged_workspace(monkeypatch, tmp_
 
     *chdir, (argv, env) = calls
     assert chdir == ([("chdir", REPO)] if checkout else [])
-    assert argv[1:] == ["dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1",
-                        "-p", "3001"]
+    assert argv[1:] == ["dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", "3001"]
     assert env["DAGSTER_HOME"] == str(tmp_path / "home" / "dagster_home")
     assert (tmp_path / "home/dagster_home/dagster.yaml").read_bytes() == (
-        REPO / "dagster.yaml").read_bytes()
+        REPO / "dagster.yaml"
+    ).read_bytes()

@@ -274,10 +274,14 @@ class HeldBackBy:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "topic": self.topic, "partition": self.partition,
-            "behind_messages": self.behind_messages, "behind_seconds": self.behind_seconds,
-            "loaded_offset": self.loaded_offset, "staged_offset": self.staged_offset,
-            "high_watermark": self.high_watermark, "waiting_for": self.waiting_for,
+            "topic": self.topic,
+            "partition": self.partition,
+            "behind_messages": self.behind_messages,
+            "behind_seconds": self.behind_seconds,
+            "loaded_offset": self.loaded_offset,
+            "staged_offset": self.staged_offset,
+            "high_watermark": self.high_watermark,
+            "waiting_for": self.waiting_for,
         }
 
 
@@ -302,8 +306,11 @@ class TableCompleteness:
 
 
 def decide(
-    table: str, progress: Sequence[PartitionProgress], unit: Unit = DAY_UNIT,
-    *, declared: Period | None = None,
+    table: str,
+    progress: Sequence[PartitionProgress],
+    unit: Unit = DAY_UNIT,
+    *,
+    declared: Period | None = None,
 ) -> TableCompleteness:
     """The newest complete partition (``unit``: day or hour) of ``table`` from its feeding
     partitions' progress, never earlier than ``declared`` (the newest one already declared
@@ -329,8 +336,15 @@ def decide(
     else:
         next_day = unit.next(unit.newest_ending_by(min(known))) if known else None
     held = tuple(
-        HeldBackBy(p.topic, p.partition, p.behind_messages, _behind_seconds(p, next_day, unit),
-                   p.loaded_offset, p.staged_offset, p.high_watermark)
+        HeldBackBy(
+            p.topic,
+            p.partition,
+            p.behind_messages,
+            _behind_seconds(p, next_day, unit),
+            p.loaded_offset,
+            p.staged_offset,
+            p.high_watermark,
+        )
         for p in sorted(progress, key=lambda p: (p.topic, p.partition))
         if not p.caught_up
         and (p.complete_until is None if next_day is None else p.holds_back(next_day, unit))

@@ -52,10 +52,7 @@ def late_records(
     (``complete_through`` or older)."""
     if complete_through is None:
         return {}
-    return {
-        d: n for d, n in sorted(days.items())
-        if n and unit.parse(d) <= complete_through
-    }
+    return {d: n for d, n in sorted(days.items()) if n and unit.parse(d) <= complete_through}
 
 
 @dataclass(frozen=True)
@@ -137,17 +134,25 @@ def parse_state(content: bytes | None, name: str = "_kbqe/completeness.json") ->
         doc = json.loads(content)
         if doc.get("kbqe_completeness") != STATE_VERSION:
             raise ValueError(f"version {doc.get('kbqe_completeness')!r}")
-        return CompletenessState({
-            table: TableMark(
-                _opt_date(t.get("newest_complete")),
-                {str(d): int(n) for d, n in t.get("late_after_complete", {}).items()},
-                {_tp(k): PartitionMark(int(v["loaded_offset"]), v.get("kafka_time_ms"),
-                                       _opt_date(v.get("event_day")), v.get("event_time_ms"),
-                                       v.get("caught_up_at_ms"))
-                 for k, v in t.get("partitions", {}).items()},
-            )
-            for table, t in doc["tables"].items()
-        })
+        return CompletenessState(
+            {
+                table: TableMark(
+                    _opt_date(t.get("newest_complete")),
+                    {str(d): int(n) for d, n in t.get("late_after_complete", {}).items()},
+                    {
+                        _tp(k): PartitionMark(
+                            int(v["loaded_offset"]),
+                            v.get("kafka_time_ms"),
+                            _opt_date(v.get("event_day")),
+                            v.get("event_time_ms"),
+                            v.get("caught_up_at_ms"),
+                        )
+                        for k, v in t.get("partitions", {}).items()
+                    },
+                )
+                for table, t in doc["tables"].items()
+            }
+        )
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         raise StagingError(f"{name}: not a readable completeness state: {error}") from error
 
@@ -170,6 +175,7 @@ def with_mark(position: LoadedPosition, mark: PartitionMark | None) -> LoadedPos
     moment the partition was last seen caught up."""
     if mark is None or mark.loaded_offset > position.offset:
         return position
+
     def kept(ms: int | None) -> datetime | None:
         return None if ms is None else _instant(ms)
 
@@ -234,4 +240,3 @@ def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
 def newest_of(*days: Period | None) -> Period | None:
     known = [d for d in days if d is not None]
     return max(known) if known else None
-

@@ -24,8 +24,10 @@ from kbqe_dagster.core.transforms import specs as transform_specs
 # note; for transforms the note starts with the kind key.
 SECTIONS: list[tuple[str, type]] = [
     ("topics[].routing", routing.RoutingConfig),
-    ("topics[].destinations[]  (instead of routing: one message into several tables)",
-     destinations.DestinationConfig),
+    (
+        "topics[].destinations[]  (instead of routing: one message into several tables)",
+        destinations.DestinationConfig,
+    ),
     ("topics[].event_time  (defaults: top-level event_time)", event_time.EventTimeConfig),
     ("topics[].keyed  (a keyed destination: changelog, current state, history)", keyed.KeyedConfig),
     ("topics[].transforms[]  add", transform_specs.AddField),

@@ -204,7 +204,9 @@ class NotificationSettings:
 
     def __post_init__(self) -> None:
         if self.webhook_url is not None and not re.match(r"https?://", self.webhook_url):
-            raise ValueError(f"webhook_url must start with http:// or https://, got {self.webhook_url!r}")
+            raise ValueError(
+                f"webhook_url must start with http:// or https://, got {self.webhook_url!r}"
+            )
 
 
 NOTIFICATION_SPEC: dict[str, r.Converter] = {

@@ -26,7 +26,9 @@ def record_full_name(schema: Any) -> str | None:
     return full_name(schema)
 
 
-AVRO_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+AVRO_PRIMITIVES = frozenset(
+    {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
+)
 
 
 def namespace_of(named: Mapping[str, Any], enclosing: str | None) -> str | None:

@@ -125,7 +125,10 @@ def staging_view(files: Iterable[ListedFile], state: LoadState, now: datetime) -
         groups[(avro.key.dataset, avro.key.table, where)].append(avro.name)
     pending = tuple(
         PendingFiles(
-            dataset, table, where, len(names),
+            dataset,
+            table,
+            where,
+            len(names),
             sum(by_name[n].size for n in names),
             round(max(max(0.0, (now - by_name[n].updated).total_seconds()) for n in names), 3),
         )

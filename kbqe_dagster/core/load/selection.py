@@ -189,13 +189,20 @@ def without_leftovers(
     leftovers: list[str] = []
     for job in jobs:
         pairs = [
-            (avro, done) for avro, done in zip(job.files, job.done_files)
+            (avro, done)
+            for avro, done in zip(job.files, job.done_files)
             if is_pinned(pinned.get(avro), current.get(avro))
         ]
         leftovers.extend(avro for avro in job.files if avro not in {a for a, _ in pairs})
         if pairs:
-            kept.append(PlannedLoadJob(
-                job.dataset, job.table, job.schema_id,
-                tuple(a for a, _ in pairs), tuple(d for _, d in pairs), job.records,
-            ))
+            kept.append(
+                PlannedLoadJob(
+                    job.dataset,
+                    job.table,
+                    job.schema_id,
+                    tuple(a for a, _ in pairs),
+                    tuple(d for _, d in pairs),
+                    job.records,
+                )
+            )
     return kept, tuple(leftovers)

@@ -257,8 +257,13 @@ def parse_listing(names: Iterable[str]) -> ParsedListing:
             refusals.append(parsed)
         else:
             unrecognized.append(name)
-    return ParsedListing(tuple(sorted(avro)), tuple(sorted(done)), tuple(unrecognized),
-                         tuple(sorted(intents)), tuple(sorted(refusals)))
+    return ParsedListing(
+        tuple(sorted(avro)),
+        tuple(sorted(done)),
+        tuple(unrecognized),
+        tuple(sorted(intents)),
+        tuple(sorted(refusals)),
+    )
 
 
 STAGING_ASSET = "staging"

@@ -319,7 +319,11 @@ def plan_ranges(
     partitions: list[PartitionPlan] = []
     for tp in sorted(watermarks):
         plan, holes, tails = _plan_partition(
-            tp, chains.get(tp), watermarks[tp], start_policy, max_messages_per_run,
+            tp,
+            chains.get(tp),
+            watermarks[tp],
+            start_policy,
+            max_messages_per_run,
             max_messages_per_range,
         )
         partitions.append(plan)
@@ -358,9 +362,7 @@ def _plan_partition(
                 f"{chain.committed_end - 1}, beyond the high watermark {high} (topic "
                 "recreated or offsets reset?); nothing is staged until an operator resolves it"
             )
-            plan = PartitionPlan(
-                topic, partition, chain.resume_offset, (), (), None, 0, (warning,)
-            )
+            plan = PartitionPlan(topic, partition, chain.resume_offset, (), (), None, 0, (warning,))
             return plan, [], []
         tail = [(chain.committed_end, high)] if chain.committed_end < high else []
         holes, lost_holes = _clip(list(chain.holes), low)

@@ -219,8 +219,9 @@ def _value_date_hour(value: Any, config: EventTimeConfig) -> tuple[date, int]:
         if moment.tzinfo is None and zone is not None:
             located = moment.replace(tzinfo=_zone(zone, value))
             # The date rule reads the zone only under utc (module docstring); the hour always.
-            day = _datetime_date(located if config.date_rule is DateRule.UTC else moment,
-                                 config.date_rule)
+            day = _datetime_date(
+                located if config.date_rule is DateRule.UTC else moment, config.date_rule
+            )
             return day, _datetime_hour(located)
         return _datetime_date(moment, config.date_rule), _datetime_hour(moment)
     return value_date(value, config), value_hour(value, config)
@@ -365,7 +366,6 @@ def _epoch_date(value: int | float, unit: EpochUnit) -> date:
     days = value // per_day if isinstance(value, int) else math.floor(value / per_day)
     if not _MIN_EPOCH_DAY <= days <= _MAX_EPOCH_DAY:
         raise InvalidEventTimeError(
-            f"epoch value {value!r} ({unit.value}) is outside the date range "
-            "0001-01-01..9999-12-31"
+            f"epoch value {value!r} ({unit.value}) is outside the date range 0001-01-01..9999-12-31"
         )
     return from_epoch_day(int(days))

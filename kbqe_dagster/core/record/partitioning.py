@@ -83,8 +83,10 @@ class TableSettings:
     table, which only the MERGE writes."""
 
 
-TABLE_SPEC: dict[str, r.Converter] = {"partitioning": r.choice(Partitioning),
-                                      "delivery": r.choice(Delivery)}
+TABLE_SPEC: dict[str, r.Converter] = {
+    "partitioning": r.choice(Partitioning),
+    "delivery": r.choice(Delivery),
+}
 
 
 @dataclass(frozen=True)
@@ -128,8 +130,11 @@ def read_tables(raw: Any, problems: r.Problems, path: str = "tables") -> TablesC
     if raw is None:
         return TablesConfig()
     if not isinstance(raw, Mapping):
-        problems.add(path, f"expected a mapping of 'dataset.table' or 'dataset.*' to settings, "
-                     f"got {r.describe(raw)}")
+        problems.add(
+            path,
+            f"expected a mapping of 'dataset.table' or 'dataset.*' to settings, "
+            f"got {r.describe(raw)}",
+        )
         return TablesConfig()
     settings: dict[str, TableSettings] = {}
     for key, section in raw.items():

@@ -86,7 +86,8 @@ def group_due_topics(due: Iterable[DueTopic], settings: StageRunSettings) -> lis
     current: list[DueTopic] = []
     for topic in small:
         full = len(current) >= settings.max_topics_per_run or (
-            sum(t.lag for t in current) + topic.lag > settings.max_messages_per_run)
+            sum(t.lag for t in current) + topic.lag > settings.max_messages_per_run
+        )
         if current and full:
             groups.append(StageGroup(tuple(current)))
             current = []
@@ -108,8 +109,9 @@ def split_topics(tag: str | None) -> tuple[str, ...]:
     return tuple(t for t in (tag or "").split(TOPICS_SEPARATOR) if t)
 
 
-def yielded_topics(mine: int, topics: Iterable[str],
-                   in_flight: Iterable[tuple[int, Iterable[str]]]) -> frozenset[str]:
+def yielded_topics(
+    mine: int, topics: Iterable[str], in_flight: Iterable[tuple[int, Iterable[str]]]
+) -> frozenset[str]:
     """Of ``topics`` (a run's, ``mine`` its order of creation), those an older run in flight
     holds: this run leaves them alone. One run prepares and stages a topic at a time, because
     a run's preparation deletes avro files that have no done file (DESIGN.md §3) and must not
@@ -118,4 +120,5 @@ def yielded_topics(mine: int, topics: Iterable[str],
     create-only commit stays the guard against zombies of runs no longer in flight."""
     wanted = set(topics)
     return frozenset(
-        topic for order, held in in_flight if order < mine for topic in held if topic in wanted)
+        topic for order, held in in_flight if order < mine for topic in held if topic in wanted
+    )

@@ -179,8 +179,9 @@ def _add_meta(name: str, source: MessageSource, fields: list[dict[str, Any]]) ->
 def _add_constant(spec: AddField, fields: list[dict[str, Any]]) -> Step:
     name, value = spec.add, spec.value
     avro = avro_type(spec.type) if spec.type else _constant_type(value, name)
-    if not validate(value, avro if isinstance(avro, str) else parse_schema(avro),
-                    raise_errors=False):
+    if not validate(
+        value, avro if isinstance(avro, str) else parse_schema(avro), raise_errors=False
+    ):
         raise StepFailure(name, f"the constant {value!r} is not a {spec.type or avro}")
     fields.append(_new_field(name, avro))
 
@@ -294,13 +295,19 @@ def _cast(spec: CastField, fields: list[dict[str, Any]], _key: bytes | None) -> 
     primitive, logical = _base_name(base)
     source = _CASTABLE.get(primitive) if logical is None else None
     if source is None:
-        raise StepFailure(name, f"is a {_describe(base)}; cast reads string, int, long, float, "
-                          "double or boolean")
+        raise StepFailure(
+            name, f"is a {_describe(base)}; cast reads string, int, long, float, double or boolean"
+        )
     _set_type(fields, position, _wrap(spec.to.value, nullable))
     convert = converter(source, spec.to)
 
-    return _replace_value(name, nullable, convert, (ValueError, OverflowError),
-                          lambda value, error: f"{value!r} is not a {spec.to.value}: {error}")
+    return _replace_value(
+        name,
+        nullable,
+        convert,
+        (ValueError, OverflowError),
+        lambda value, error: f"{value!r} is not a {spec.to.value}: {error}",
+    )
 
 
 def _timestamp(spec: ConvertTimestamp, fields: list[dict[str, Any]], _key: bytes | None) -> Step:
@@ -312,7 +319,9 @@ def _timestamp(spec: ConvertTimestamp, fields: list[dict[str, Any]], _key: bytes
     _set_type(fields, position, _wrap(_TIME_TYPES[spec.to], nullable))
 
     return _replace_value(
-        name, nullable, lambda value: write(read(value)),
+        name,
+        nullable,
+        lambda value: write(read(value)),
         (ValueError, OverflowError, TypeError, KeyError, AttributeError),
         lambda value, error: f"{value!r} is not a timestamp here: {error}",
     )
@@ -342,8 +351,10 @@ def _time_reader(spec: ConvertTimestamp, base: Any, name: str) -> Callable[[Any]
         zone = ZoneInfo(spec.zone)
         pattern = spec.input_format
         return lambda value: to_micros(parse_time(value, pattern, zone))
-    raise StepFailure(name, f"is a {_describe(base)}; timestamp reads a timestamp, a long or int "
-                      "epoch, or a string")
+    raise StepFailure(
+        name,
+        f"is a {_describe(base)}; timestamp reads a timestamp, a long or int epoch, or a string",
+    )
 
 
 def _time_writer(spec: ConvertTimestamp) -> Callable[[int], Any]:
@@ -376,8 +387,11 @@ def _compute(spec: ComputeField, fields: list[dict[str, Any]], _key: bytes | Non
     known = {item["name"] for item in fields}
     unknown = expression_names(spec.expression) - known - FUNCTIONS.keys() - _CONSTANTS
     if unknown:
-        raise StepFailure(name, f"the expression reads {', '.join(sorted(unknown))}, not in the "
-                          "record schema at this point")
+        raise StepFailure(
+            name,
+            f"the expression reads {', '.join(sorted(unknown))}, not in the "
+            "record schema at this point",
+        )
     avro = avro_type(spec.type)
     check = _checker(avro)
     evaluator = EvalWithCompoundTypes(functions=FUNCTIONS)
@@ -389,8 +403,15 @@ def _compute(spec: ComputeField, fields: list[dict[str, Any]], _key: bytes | Non
         evaluator.names = record
         try:
             value = evaluator.eval(spec.expression, previously_parsed=parsed)
-        except (InvalidExpression, ArithmeticError, TypeError, ValueError, AttributeError,
-                KeyError, IndexError) as error:
+        except (
+            InvalidExpression,
+            ArithmeticError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            KeyError,
+            IndexError,
+        ) as error:
             why = f"{spec.expression!r} failed: {type(error).__name__}: {error}"
             raise StepFailure(name, why) from None
         record[name] = check(name, value)
@@ -411,8 +432,11 @@ def _checker(avro: Any) -> Callable[[str, Any], Any]:
         if isinstance(value, bool) and primitive in ("int", "long", "double", "float"):
             raise StepFailure(name, f"gave {value!r} (bool), not a {primitive}")
         if not validate(value, parsed, raise_errors=False):
-            raise StepFailure(name, f"gave {value!r} ({type(value).__name__}), not a "
-                              f"{'nullable ' if nullable else ''}{primitive}")
+            raise StepFailure(
+                name,
+                f"gave {value!r} ({type(value).__name__}), not a "
+                f"{'nullable ' if nullable else ''}{primitive}",
+            )
         return value
 
     return check
@@ -442,8 +466,11 @@ def _function(spec: FunctionTransform, fields: list[dict[str, Any]], _key: bytes
         extra = out.keys() - expected - record.keys()
         missing = ((record.keys() & expected) | declared) - out.keys()
         if extra or missing:
-            raise StepFailure(first, f"{spec.function} returned undeclared field(s) "
-                              f"{sorted(extra)} / lost field(s) {sorted(missing)}")
+            raise StepFailure(
+                first,
+                f"{spec.function} returned undeclared field(s) "
+                f"{sorted(extra)} / lost field(s) {sorted(missing)}",
+            )
         for name, check in checks.items():
             out[name] = check(name, out.get(name))
         record.clear()

@@ -32,15 +32,24 @@ class MergeRunConfig(dg.Config):
 
 @dg.op(name=MERGE_OP, pool=LOAD_POOL, out={}, tags={"kbqe/step": "merge"})
 def merge_keyed_tables_op(
-    context: dg.OpExecutionContext, config: MergeRunConfig, pipeline: PipelineResource,
-    staging: StagingResource, bigquery: BigQueryResource, schema_registry: SchemaRegistryResource,
+    context: dg.OpExecutionContext,
+    config: MergeRunConfig,
+    pipeline: PipelineResource,
+    staging: StagingResource,
+    bigquery: BigQueryResource,
+    schema_registry: SchemaRegistryResource,
 ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     pipeline_config = pipeline.load()
     store = staging.store()
     merger = merger_from(pipeline_config, bigquery, schema_registry)
     load_state = StateFile(store).read()
     results = merge_keyed_tables(
-        pipeline_config, merger, store, load_state, force=config.force, crash=crash_point,
+        pipeline_config,
+        merger,
+        store,
+        load_state,
+        force=config.force,
+        crash=crash_point,
     )
     for result in results:
         dataset, table = result.table.split(".", 1)
@@ -51,8 +60,12 @@ def merge_keyed_tables_op(
                 "merge_bytes_processed": result.bytes_processed,
                 "load_jobs_merged": result.jobs,
                 "delivered_ranges_merged": dg.MetadataValue.json(
-                    [{"partition": p, "first": a, "last": b}
-                     for p, spans in sorted(result.delivered.items()) for a, b in spans]),
+                    [
+                        {"partition": p, "first": a, "last": b}
+                        for p, spans in sorted(result.delivered.items())
+                        for a, b in spans
+                    ]
+                ),
                 "statements": result.statements,
             },
         )
@@ -65,12 +78,15 @@ def merge_keyed_tables_op(
     context.log.info("merged %d keyed table(s)", len(results))
     merged = [r.table for r in results]
     if merged:  # the checks of what just changed, against the merge state just written
-        for check in check_keyed_tables(pipeline_config, merger, store, load_state,
-                                        seed=date.today().isoformat(), tables=merged):
+        for check in check_keyed_tables(
+            pipeline_config, merger, store, load_state, seed=date.today().isoformat(), tables=merged
+        ):
             yield from check_evaluations(check)
 
 
-@dg.job(name=MERGE_JOB, description="MERGE the new changelog rows (loaded or delivered) into "
-        "each keyed table.")
+@dg.job(
+    name=MERGE_JOB,
+    description="MERGE the new changelog rows (loaded or delivered) into each keyed table.",
+)
 def merge_keyed_tables_job() -> None:
     merge_keyed_tables_op()

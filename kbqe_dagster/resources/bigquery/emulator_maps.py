@@ -76,8 +76,10 @@ def bigquery_value(column: Column, ref: str, depth: int = 0) -> str:
             return entries
         entry = f"_e{depth}"
         converted = bigquery_value(value, f"{entry}.`value`", depth + 1)
-        return (f"LIST_TRANSFORM({entries}, {entry} -> "
-                f"STRUCT({entry}.`key` AS `key`, {converted} AS `value`))")
+        return (
+            f"LIST_TRANSFORM({entries}, {entry} -> "
+            f"STRUCT({entry}.`key` AS `key`, {converted} AS `value`))"
+        )
     if column.get("mode") == "REPEATED":
         element = f"_e{depth}"
         return f"LIST_TRANSFORM({ref}, {element} -> {_record(column, element, depth + 1)})"
@@ -99,9 +101,11 @@ def _record(column: Column, ref: str, depth: int) -> str:
 def select_list(columns: Sequence[Column]) -> str:
     """The SELECT list of the by-name INSERT: every column by its name, maps converted."""
     return ", ".join(
-        f"{bigquery_value(c, _quote(c['name']))} AS {_quote(c['name'])}" if holds_map(c)
+        f"{bigquery_value(c, _quote(c['name']))} AS {_quote(c['name'])}"
+        if holds_map(c)
         else _quote(c["name"])
-        for c in columns)
+        for c in columns
+    )
 
 
 def _quote(name: str) -> str:

@@ -110,8 +110,15 @@ class BigQueryLoads(Protocol):
     def ensure_dataset(self, dataset: str) -> None: ...
 
     def duplicate_offsets(
-        self, dataset: str, table: str, key_columns: Sequence[str], date_column: str,
-        since: date, limit: int = 10, *, timestamp_column: bool = False,
+        self,
+        dataset: str,
+        table: str,
+        key_columns: Sequence[str],
+        date_column: str,
+        since: date,
+        limit: int = 10,
+        *,
+        timestamp_column: bool = False,
     ) -> DuplicateOffsets: ...
 
 
@@ -161,4 +168,3 @@ def job_labels(request: LoadRequest) -> dict[str, str]:
 
 def _label_value(text: str) -> str:
     return _LABEL_UNSAFE.sub("_", text.lower())[:63]
-

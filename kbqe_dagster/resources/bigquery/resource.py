@@ -67,8 +67,7 @@ class BigQueryResource(dg.ConfigurableResource):
         writer in the executor (``.writer()``); the writer itself never travels."""
         if not self.project:
             raise StorageWriteError("the bigquery resource needs a project")
-        return StorageWriteSettings(project=self.project,
-                                    grpc_endpoint=self.storage_write_endpoint)
+        return StorageWriteSettings(project=self.project, grpc_endpoint=self.storage_write_endpoint)
 
     def storage_writer(self) -> StorageWriter:
         """A Storage Write API client on the driver (tests, operator commands)."""
@@ -78,5 +77,4 @@ class BigQueryResource(dg.ConfigurableResource):
         if not self.project:
             raise LoadError("the bigquery resource needs a project")
         kind = EmulatorBigQueryLoads if self.emulator else GoogleBigQueryLoads
-        return kind(self.client(), location=self.location,
-                    max_bytes_billed=self.max_bytes_billed)
+        return kind(self.client(), location=self.location, max_bytes_billed=self.max_bytes_billed)

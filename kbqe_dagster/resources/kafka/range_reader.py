@@ -77,9 +77,14 @@ class RangeReader:
                     if time.monotonic() - waiting_since < self.idle_timeout:
                         continue
                     self.position = source.position(self.position)
-                    log.warning("%s[%d]: no message within %.0fs at offset %d (end %d)",
-                                self.topic, self.partition, self.idle_timeout, self.position,
-                                self.end_exclusive)
+                    log.warning(
+                        "%s[%d]: no message within %.0fs at offset %d (end %d)",
+                        self.topic,
+                        self.partition,
+                        self.idle_timeout,
+                        self.position,
+                        self.end_exclusive,
+                    )
                     break
                 waiting_since = time.monotonic()
                 self._eof = False
