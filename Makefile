@@ -41,9 +41,11 @@ kernel:
 demo: install
 	$(BIN)/kbqe demo --then-dagster-dev
 
-# ruff and mypy (configured in pyproject.toml), before the tests: a second or two.
+# ruff (lint and format) and mypy, configured in pyproject.toml, before the tests: about 20 s
+# on a fresh clone, under a second with mypy's cache (.mypy_cache/).
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # Quick start 2: the whole test suite; the tests start the local stack once and stop
