@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install kernel demo test test-unit stack-up stack-down stack-status dev validate bench bench-latency faults clean-local
+.PHONY: install kernel demo lint test test-unit stack-up stack-down stack-status dev validate bench bench-latency faults clean-local
 
 install: $(STAMP)
 
@@ -41,12 +41,19 @@ kernel:
 demo: install
 	$(BIN)/kbqe demo --then-dagster-dev
 
+# ruff (lint and format) and mypy, configured in pyproject.toml, before the tests: about 20 s
+# on a fresh clone, under a second with mypy's cache (.mypy_cache/).
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
 # Quick start 2: the whole test suite; the tests start the local stack once and stop
 # exactly what they started.
-test: install
+test: install lint
 	$(BIN)/python -m pytest
 
-test-unit: install
+test-unit: install lint
 	$(BIN)/python -m pytest -m "not integration"
 
 stack-up: install

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import EnrichmentEncoder, extended_schema
 from kbqe_dagster.core.record.event_time import epoch_day, event_date
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.routing import RoutingInput
 from kbqe_dagster.core.record.wire import parse_frame
 from kbqe_dagster.resources.kafka.range_reader import read_range
@@ -104,12 +104,14 @@ def breakdown(ctx: StageContext, schema: dict, count: int, repeat: int = 3) -> d
     out["RangeStager.add, all of it"] = round(min(stage() for _ in range(repeat)) / n * 1e6, 2)
     if kernel_status().available:
         out["native kernel, all of it (staging/native_kernel.py)"] = round(
-            min(native(ctx, msgs) for _ in range(repeat)) / n * 1e6, 2)
+            min(native(ctx, msgs) for _ in range(repeat)) / n * 1e6, 2
+        )
         del msgs, values, bodies, fields, prefixes
         for reader, native_consumer in (("confluent-kafka", False), ("native", True)):
             one = replace(ctx, native_consumer=native_consumer)
             out[f"whole range, kernel + {reader} reader (read, stage, commit)"] = round(
-                min(whole_range(one, n) for _ in range(repeat)) / n * 1e6, 2)
+                min(whole_range(one, n) for _ in range(repeat)) / n * 1e6, 2
+            )
     return out
 
 
@@ -133,7 +135,7 @@ class _Batches:
 
     def batches(self):
         for at in range(0, len(self.msgs), self.size):
-            yield self.msgs[at:at + self.size]
+            yield self.msgs[at : at + self.size]
 
     def accept(self, msg) -> bool:
         self.position = msg.offset() + 1

@@ -11,7 +11,6 @@ import io
 import random
 
 import fastavro
-
 from bench_hot_path import SCHEMA, make_record
 
 NAMESPACE = "bench.inventory.orders"
@@ -20,24 +19,35 @@ NAMESPACE = "bench.inventory.orders"
 def envelope_schema() -> dict:
     row = copy.deepcopy(SCHEMA)
     row.update({"name": "Value", "namespace": NAMESPACE})
-    source = {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
-              "fields": [{"name": "version", "type": "string"},
-                         {"name": "connector", "type": "string"},
-                         {"name": "name", "type": "string"},
-                         {"name": "ts_ms", "type": "long"},
-                         {"name": "db", "type": "string"},
-                         {"name": "schema", "type": "string"},
-                         {"name": "table", "type": "string"},
-                         {"name": "txId", "type": ["null", "long"], "default": None},
-                         {"name": "lsn", "type": ["null", "long"], "default": None}]}
-    return {"type": "record", "name": "Envelope", "namespace": NAMESPACE, "fields": [
-        {"name": "before", "type": ["null", row], "default": None},
-        {"name": "after", "type": ["null", "Value"], "default": None},
-        {"name": "source", "type": source},
-        {"name": "op", "type": "string"},
-        {"name": "ts_ms", "type": ["null", "long"], "default": None},
-        {"name": "transaction", "type": ["null", "string"], "default": None},
-    ]}
+    source = {
+        "type": "record",
+        "name": "Source",
+        "namespace": "io.debezium.connector.postgresql",
+        "fields": [
+            {"name": "version", "type": "string"},
+            {"name": "connector", "type": "string"},
+            {"name": "name", "type": "string"},
+            {"name": "ts_ms", "type": "long"},
+            {"name": "db", "type": "string"},
+            {"name": "schema", "type": "string"},
+            {"name": "table", "type": "string"},
+            {"name": "txId", "type": ["null", "long"], "default": None},
+            {"name": "lsn", "type": ["null", "long"], "default": None},
+        ],
+    }
+    return {
+        "type": "record",
+        "name": "Envelope",
+        "namespace": NAMESPACE,
+        "fields": [
+            {"name": "before", "type": ["null", row], "default": None},
+            {"name": "after", "type": ["null", "Value"], "default": None},
+            {"name": "source", "type": source},
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": None},
+            {"name": "transaction", "type": ["null", "string"], "default": None},
+        ],
+    }
 
 
 def build_envelopes(count: int, unique: int, seed: int) -> list[bytes]:
@@ -50,11 +60,22 @@ def build_envelopes(count: int, unique: int, seed: int) -> list[bytes]:
         after = make_record(rng)
         update = i % 3 == 0
         record = {
-            "before": make_record(rng) if update else None, "after": after,
-            "source": {"version": "2.7.0.Final", "connector": "postgresql", "name": "bench",
-                       "ts_ms": ts, "db": "shop", "schema": "public", "table": "orders",
-                       "txId": 1000 + i, "lsn": 10_000_000 + i},
-            "op": "u" if update else "c", "ts_ms": ts + 2, "transaction": None,
+            "before": make_record(rng) if update else None,
+            "after": after,
+            "source": {
+                "version": "2.7.0.Final",
+                "connector": "postgresql",
+                "name": "bench",
+                "ts_ms": ts,
+                "db": "shop",
+                "schema": "public",
+                "table": "orders",
+                "txId": 1000 + i,
+                "lsn": 10_000_000 + i,
+            },
+            "op": "u" if update else "c",
+            "ts_ms": ts + 2,
+            "transaction": None,
         }
         out = io.BytesIO()
         fastavro.schemaless_writer(out, parsed, record)

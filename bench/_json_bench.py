@@ -40,7 +40,7 @@ JSON_SCHEMA = {
 }  # fmt: skip
 JSON_SCHEMA["required"] = [name for name in JSON_SCHEMA["properties"] if name != "note"]
 
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _plain(value: Any) -> Any:

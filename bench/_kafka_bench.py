@@ -26,8 +26,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
+from collections.abc import Sequence
 from queue import Empty
-from typing import Sequence
 
 from _stage_support import self_peak_rss_mb
 
@@ -38,7 +38,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[
+        topic
+    ].result(30)
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:
@@ -48,13 +50,16 @@ def delete_topic(bootstrap: str, topic: str) -> None:
     admin.delete_topics([topic])[topic].result(60)
 
 
-def register_schema(registry_url: str, subject: str, schema: dict | str,
-                    schema_type: str = "AVRO") -> int:
+def register_schema(
+    registry_url: str, subject: str, schema: dict | str, schema_type: str = "AVRO"
+) -> int:
     """Register ``schema`` (a dict as JSON; a string, e.g. ``.proto`` text, as it is)."""
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
     text = schema if isinstance(schema, str) else json.dumps(schema)
-    return SchemaRegistryClient({"url": registry_url}).register_schema(subject, Schema(text, schema_type))
+    return SchemaRegistryClient({"url": registry_url}).register_schema(
+        subject, Schema(text, schema_type)
+    )
 
 
 def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
@@ -68,14 +73,25 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
         consumer.close()
 
 
-def _produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id: int,
-             unique: int, seed: int, compression: str, debezium: bool, json_values: bool,
-             json_schema_values: bool, protobuf_values: bool,
-             queue: multiprocessing.Queue) -> None:
-    from confluent_kafka import Producer
-
+def _produce(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    partitions: int,
+    schema_id: int,
+    unique: int,
+    seed: int,
+    compression: str,
+    debezium: bool,
+    json_values: bool,
+    json_schema_values: bool,
+    protobuf_values: bool,
+    queue: multiprocessing.Queue,
+) -> None:
     from _debezium_bench import build_envelopes
     from bench_hot_path import build_bodies
+    from confluent_kafka import Producer
+
     from kbqe_dagster.core.record.wire import encode_frame
 
     if json_values:  # schemaless: no Confluent frame
@@ -85,11 +101,15 @@ def _produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id:
     elif json_schema_values:  # JSON text framed with the registry JSON Schema's id
         from _json_bench import build_json_schema_values
 
-        values = [encode_frame(schema_id, text) for text in build_json_schema_values(unique, unique, seed)]
+        values = [
+            encode_frame(schema_id, text) for text in build_json_schema_values(unique, unique, seed)
+        ]
     elif protobuf_values:  # message indexes + Protobuf binary framed with the .proto's id
         from _protobuf_bench import build_protobuf_values
 
-        values = [encode_frame(schema_id, body) for body in build_protobuf_values(unique, unique, seed)]
+        values = [
+            encode_frame(schema_id, body) for body in build_protobuf_values(unique, unique, seed)
+        ]
     else:
         build = build_envelopes if debezium else build_bodies
         values = [encode_frame(schema_id, body) for body in build(unique, unique, seed)]
@@ -127,25 +147,60 @@ def _produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id:
                "peak_rss_mb": self_peak_rss_mb()})  # fmt: skip
 
 
-def produce(bootstrap: str, topic: str, count: int, partitions: int, schema_id: int, *,
-            unique: int = 50_000, seed: int = 1, compression: str = "none",
-            debezium: bool = False, json_values: bool = False,
-            json_schema_values: bool = False, protobuf_values: bool = False) -> dict:
+def produce(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    partitions: int,
+    schema_id: int,
+    *,
+    unique: int = 50_000,
+    seed: int = 1,
+    compression: str = "none",
+    debezium: bool = False,
+    json_values: bool = False,
+    json_schema_values: bool = False,
+    protobuf_values: bool = False,
+) -> dict:
     """Produce ``count`` Confluent-framed messages round-robin (idempotent producer) in a
     child process; cycles over ``unique`` distinct bodies (encoding millions with fastavro
     would take longer than the benchmark)."""
-    [result] = _in_processes(_produce, [(bootstrap, topic, count, partitions, schema_id, unique,
-                                         seed, compression, debezium, json_values,
-                                         json_schema_values, protobuf_values)])
+    [result] = _in_processes(
+        _produce,
+        [
+            (
+                bootstrap,
+                topic,
+                count,
+                partitions,
+                schema_id,
+                unique,
+                seed,
+                compression,
+                debezium,
+                json_values,
+                json_schema_values,
+                protobuf_values,
+            )
+        ],
+    )
     result["messages_per_s"] = round(count / result["seconds"])
-    result["mb_per_s"] = round((result["value_bytes"] + result["key_bytes"]) / result["seconds"] / 1e6, 1)
+    result["mb_per_s"] = round(
+        (result["value_bytes"] + result["key_bytes"]) / result["seconds"] / 1e6, 1
+    )
     if result["undelivered"] or result["error_count"]:
         raise RuntimeError(f"produce to {topic} failed: {result}")
     return result
 
 
-def _read(bootstrap: str, topic: str, ends: dict[int, int], kind: str,
-          start_at: float, queue: multiprocessing.Queue) -> None:
+def _read(
+    bootstrap: str,
+    topic: str,
+    ends: dict[int, int],
+    kind: str,
+    start_at: float,
+    queue: multiprocessing.Queue,
+) -> None:
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     from kbqe_dagster.resources.kafka.clients import KafkaSettings
@@ -164,8 +219,13 @@ def _read(bootstrap: str, topic: str, ends: dict[int, int], kind: str,
     else:
         from kbqe_dagster.resources.kafka.clients import CONSUMER_TUNING
 
-        tuning = ({"fetch.queue.backoff.ms": 0} if kind == "raw_tuned"
-                  else dict(CONSUMER_TUNING) if kind == "raw_stage_tuned" else {})
+        tuning = (
+            {"fetch.queue.backoff.ms": 0}
+            if kind == "raw_tuned"
+            else dict(CONSUMER_TUNING)
+            if kind == "raw_stage_tuned"
+            else {}
+        )
         consumer = Consumer({
             "bootstrap.servers": bootstrap, "group.id": "kbqe-bench", "enable.auto.commit": False,
             "isolation.level": "read_committed", "enable.partition.eof": True,
@@ -186,11 +246,21 @@ def _read(bootstrap: str, topic: str, ends: dict[int, int], kind: str,
                 nbytes += len(msg.value()) + len(msg.key() or b"")
                 position[msg.partition()] = msg.offset() + 1
         consumer.close()
-    queue.put({"messages": messages, "bytes": nbytes, "started": started, "ended": time.time(),
-               "cpu_seconds": round(time.process_time() - cpu, 2), "peak_rss_mb": self_peak_rss_mb()})
+    queue.put(
+        {
+            "messages": messages,
+            "bytes": nbytes,
+            "started": started,
+            "ended": time.time(),
+            "cpu_seconds": round(time.process_time() - cpu, 2),
+            "peak_rss_mb": self_peak_rss_mb(),
+        }
+    )
 
 
-def consume(bootstrap: str, topic: str, ends: dict[int, int], processes: int, kind: str = "raw") -> dict:
+def consume(
+    bootstrap: str, topic: str, ends: dict[int, int], processes: int, kind: str = "raw"
+) -> dict:
     """Read every partition to ``ends`` with ``processes`` processes (partitions dealt
     round-robin); the rate is over the wall time from the common start to the last end."""
     parts = [dict(list(ends.items())[i::processes]) for i in range(processes)]

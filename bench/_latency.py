@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 PERCENTILES = (50, 90, 99)
 
@@ -56,8 +56,9 @@ class Poll:
     """Partitions whose rows were not contiguous in this poll (their end was kept)."""
 
 
-def visible_ends(rows: Iterable[PartitionRows], first: Mapping[int, int],
-                 previous: Mapping[int, int]) -> tuple[dict[int, int], frozenset[int]]:
+def visible_ends(
+    rows: Iterable[PartitionRows], first: Mapping[int, int], previous: Mapping[int, int]
+) -> tuple[dict[int, int], frozenset[int]]:
     """The visible end of every partition after a poll whose answer is ``rows``; ``first``:
     each partition's first produced offset; ``previous``: the ends after the poll before.
     Also the partitions whose rows had a gap. Raises :class:`UnexpectedRows`."""
@@ -67,11 +68,15 @@ def visible_ends(rows: Iterable[PartitionRows], first: Mapping[int, int],
         start = first.get(r.partition, r.min_offset)
         span = r.max_offset - start + 1
         if r.min_offset < start:
-            raise UnexpectedRows(f"partition {r.partition}: offset {r.min_offset} in the table, "
-                                 f"the first produced is {start}")
+            raise UnexpectedRows(
+                f"partition {r.partition}: offset {r.min_offset} in the table, "
+                f"the first produced is {start}"
+            )
         if r.count > span:
-            raise UnexpectedRows(f"partition {r.partition}: {r.count} row(s) for offsets "
-                                 f"{start}..{r.max_offset}: a message is in the table twice")
+            raise UnexpectedRows(
+                f"partition {r.partition}: {r.count} row(s) for offsets "
+                f"{start}..{r.max_offset}: a message is in the table twice"
+            )
         if r.count == span:
             ends[r.partition] = max(ends.get(r.partition, start), r.max_offset + 1)
         else:
@@ -120,7 +125,7 @@ def match(produced: Mapping[int, Produced], polls: Sequence[Poll]) -> Matched:
             m = produced[p]
             end = min(end, m.end)
             if end > reached[p]:
-                times = m.times[reached[p] - m.first:end - m.first]
+                times = m.times[reached[p] - m.first : end - m.first]
                 out.latencies.extend(poll.at - t for t in times)
                 out.produced_at.extend(times)
                 reached[p] = end
@@ -158,8 +163,9 @@ def latency_summary(latencies: Iterable[float], qs: Sequence[float] = PERCENTILE
     return out
 
 
-def backlog_series(produced: Mapping[int, Produced], polls: Sequence[Poll]
-                   ) -> list[tuple[float, int, int]]:
+def backlog_series(
+    produced: Mapping[int, Produced], polls: Sequence[Poll]
+) -> list[tuple[float, int, int]]:
     """At each poll: (time, messages produced by then, messages visible then). Produce times
     of a partition are not assumed sorted (a retried batch can carry an older timestamp)."""
     sorted_times = {p: sorted(m.times) for p, m in produced.items()}
@@ -184,8 +190,13 @@ def growth_per_s(points: Sequence[tuple[float, float]]) -> float | None:
     return num / den
 
 
-def keeping_up(series: Sequence[tuple[float, int, int]], produce_from: float,
-               produce_until: float, rate: float, tolerance: float = 0.05) -> dict:
+def keeping_up(
+    series: Sequence[tuple[float, int, int]],
+    produce_from: float,
+    produce_until: float,
+    rate: float,
+    tolerance: float = 0.05,
+) -> dict:
     """Whether the path kept up with the producer: the backlog (produced − visible) over the
     second half of the produce window must not grow by more than ``tolerance`` × ``rate``
     per second. A path that cannot sustain the rate shows a backlog growing at (rate − its

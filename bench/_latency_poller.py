@@ -21,11 +21,20 @@ class TablePoller:
     before letting them go on; a latency is then an upper bound, by at most the rest of the
     round."""
 
-    def __init__(self, client, dataset: str, table: str, partitions: int, interval: float,
-                 pausing: bool = False) -> None:
+    def __init__(
+        self,
+        client,
+        dataset: str,
+        table: str,
+        partitions: int,
+        interval: float,
+        pausing: bool = False,
+    ) -> None:
         self.client = client
-        self.sql = (f"SELECT _kafka_partition AS p, COUNT(*) AS n, MIN(_kafka_offset) AS lo, "
-                    f"MAX(_kafka_offset) AS hi FROM `{dataset}.{table}` GROUP BY p")
+        self.sql = (
+            f"SELECT _kafka_partition AS p, COUNT(*) AS n, MIN(_kafka_offset) AS lo, "
+            f"MAX(_kafka_offset) AS hi FROM `{dataset}.{table}` GROUP BY p"
+        )
         self.first = dict.fromkeys(range(partitions), 0)  # a fresh topic starts at 0
         self.interval = interval
         self.answers: list[tuple[float, float, tuple[PartitionRows, ...]]] = []
@@ -81,9 +90,10 @@ class TablePoller:
 
         asked = time.time()
         try:
-            rows = tuple(PartitionRows(r["p"], r["n"], r["lo"], r["hi"])
-                         for r in self.client.query_and_wait(self.sql, api_timeout=30,
-                                                             wait_timeout=30))
+            rows = tuple(
+                PartitionRows(r["p"], r["n"], r["lo"], r["hi"])
+                for r in self.client.query_and_wait(self.sql, api_timeout=30, wait_timeout=30)
+            )
         except NotFound:  # the table is created by the first range delivered or loaded
             rows = ()
         except Exception as e:  # noqa: BLE001 - reported with the poller's figures
@@ -105,7 +115,11 @@ class TablePoller:
             return {"polls": len(self.answers)}
         took = [arrived - asked for asked, arrived, _ in self.answers]
         period = (self.answers[-1][1] - self.answers[0][1]) / (len(self.answers) - 1)
-        return {"polls": len(self.answers), "mean_period_s": round(period, 3),
-                "mean_query_s": round(sum(took) / len(took), 3),
-                "max_query_s": round(max(took), 3), "failed_polls": len(self.errors),
-                "first_errors": self.errors[:3]}
+        return {
+            "polls": len(self.answers),
+            "mean_period_s": round(period, 3),
+            "mean_query_s": round(sum(took) / len(took), 3),
+            "max_query_s": round(max(took), 3),
+            "failed_polls": len(self.errors),
+            "first_errors": self.errors[:3],
+        }

@@ -42,12 +42,26 @@ def _zigzag(n: int) -> bytes:
 
 def encode_body(seq: int, event_ms: int, source: bytes, amount: bytes) -> bytes:
     """The Avro binary of :data:`SCHEMA` (``amount``: its 8 little-endian bytes)."""
-    return (_zigzag(seq) + _zigzag(event_ms) + _zigzag(len(source)) + source + amount
-            + _zigzag(len(PAYLOAD)) + PAYLOAD)
+    return (
+        _zigzag(seq)
+        + _zigzag(event_ms)
+        + _zigzag(len(source))
+        + source
+        + amount
+        + _zigzag(len(PAYLOAD))
+        + PAYLOAD
+    )
 
 
-def _produce_steady(bootstrap: str, topic: str, rate: int, seconds: float, partitions: int,
-                    schema_id: int, queue: multiprocessing.Queue) -> None:
+def _produce_steady(
+    bootstrap: str,
+    topic: str,
+    rate: int,
+    seconds: float,
+    partitions: int,
+    schema_id: int,
+    queue: multiprocessing.Queue,
+) -> None:
     """Produce ``rate * seconds`` messages on a schedule of ``rate`` a second (checked every
     5 ms: the messages due by now are sent), round-robin over the partitions, and put each
     partition's (first offset, Kafka timestamps in offset order) on ``queue``."""
@@ -102,21 +116,34 @@ def _produce_steady(bootstrap: str, topic: str, rate: int, seconds: float, parti
         if offsets and offsets != list(range(offsets[0], offsets[0] + len(offsets))):
             errors.append(f"partition {p}: offsets not contiguous")
         out[p] = (offsets[0] if offsets else 0, array("q", (t for _, t in pairs)))
-    queue.put({"messages": total, "started": started, "ended": ended, "undelivered": left,
-               "errors": errors[:5], "error_count": len(errors), "max_behind_s": round(behind, 3),
-               "cpu_seconds": round(time.process_time() - started_cpu, 2), "partitions": out})
+    queue.put(
+        {
+            "messages": total,
+            "started": started,
+            "ended": ended,
+            "undelivered": left,
+            "errors": errors[:5],
+            "error_count": len(errors),
+            "max_behind_s": round(behind, 3),
+            "cpu_seconds": round(time.process_time() - started_cpu, 2),
+            "partitions": out,
+        }
+    )
 
 
 class SteadyProducer:
     """The producer child process, and its result when it ends (a thread waits for it)."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: int, seconds: float, partitions: int,
-                 schema_id: int) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, rate: int, seconds: float, partitions: int, schema_id: int
+    ) -> None:
         ctx = multiprocessing.get_context("spawn")  # no inherited Kafka or Spark threads
         self.queue = ctx.Queue()
-        self.process = ctx.Process(target=_produce_steady, name=f"produce-{topic}",
-                                   args=(bootstrap, topic, rate, seconds, partitions, schema_id,
-                                         self.queue))
+        self.process = ctx.Process(
+            target=_produce_steady,
+            name=f"produce-{topic}",
+            args=(bootstrap, topic, rate, seconds, partitions, schema_id, self.queue),
+        )
         self.result: dict | None = None
         self.failed: str | None = None
         self.done = threading.Event()
@@ -137,8 +164,10 @@ class SteadyProducer:
                         return
             self.process.join()
             if self.result["undelivered"] or self.result["error_count"]:
-                self.failed = (f"produce failed: {self.result['undelivered']} undelivered, "
-                               f"errors {self.result['errors']}")
+                self.failed = (
+                    f"produce failed: {self.result['undelivered']} undelivered, "
+                    f"errors {self.result['errors']}"
+                )
         finally:
             self.done.set()
 
@@ -149,5 +178,7 @@ class SteadyProducer:
 
     def produced(self) -> dict[int, Produced]:
         assert self.result is not None
-        return {p: Produced(first, [t / 1000 for t in stamps])
-                for p, (first, stamps) in self.result["partitions"].items()}
+        return {
+            p: Produced(first, [t / 1000 for t in stamps])
+            for p, (first, stamps) in self.result["partitions"].items()
+        }

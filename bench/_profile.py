@@ -33,7 +33,9 @@ class WorkerProfile:
 
     def __enter__(self) -> WorkerProfile:
         self.output.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            self.command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         time.sleep(1.0)  # py-spy needs a moment to attach before the run starts
         return self
 

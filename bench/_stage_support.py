@@ -14,9 +14,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 try:  # optional, only used where /proc is missing
     import psutil
@@ -67,8 +67,15 @@ def _read_proc(pid: int, root: int) -> ProcSample | None:
     for line in status.splitlines():
         if line.startswith(("VmRSS:", "VmHWM:")):
             memory[line[:5]] = int(line.split()[1]) * 1024
-    return ProcSample(pid, ppid, _role(pid, root, cmdline), memory.get("VmRSS", 0),
-                      memory.get("VmHWM", 0), (utime + stime) / TICKS, _pss(pid))
+    return ProcSample(
+        pid,
+        ppid,
+        _role(pid, root, cmdline),
+        memory.get("VmRSS", 0),
+        memory.get("VmHWM", 0),
+        (utime + stime) / TICKS,
+        _pss(pid),
+    )
 
 
 def cpu_seconds(pid: int | None) -> float | None:
@@ -137,8 +144,16 @@ def process_tree(root: int, exclude: Iterable[int] = ()) -> list[ProcSample]:
             procs.extend(proc.children())
             with proc.oneshot():
                 cpu = proc.cpu_times()
-                out.append(ProcSample(proc.pid, proc.ppid(), _role(proc.pid, root, "\0".join(proc.cmdline())),
-                                      proc.memory_info().rss, 0, cpu.user + cpu.system))
+                out.append(
+                    ProcSample(
+                        proc.pid,
+                        proc.ppid(),
+                        _role(proc.pid, root, "\0".join(proc.cmdline())),
+                        proc.memory_info().rss,
+                        0,
+                        cpu.user + cpu.system,
+                    )
+                )
         except psutil.Error:
             continue
     return out
@@ -203,8 +218,15 @@ class TreeSampler:
             self.peak[key] = max(self.peak.get(key, 0), value)
         self.loads.append(os.getloadavg()[0])
         if self.samples % max(1, round(1 / self.interval)) == 0:
-            self.series.append((round(time.monotonic() - self._started, 1),
-                                *(round(totals.get(k, 0) / MB, 1) for k in ("driver", "worker", "worker_process"))))
+            self.series.append(
+                (
+                    round(time.monotonic() - self._started, 1),
+                    *(
+                        round(totals.get(k, 0) / MB, 1)
+                        for k in ("driver", "worker", "worker_process")
+                    ),
+                )
+            )
         self.samples += 1
 
     def cpu_seconds(self) -> dict[str, float]:
@@ -216,18 +238,26 @@ class TreeSampler:
     def report(self) -> dict:
         loads = self.loads or [os.getloadavg()[0]]
         return {
-            "peak_rss_mb": {k: round(v / MB, 1) for k, v in sorted(self.peak.items())
-                            if not k.startswith("pss_")},
+            "peak_rss_mb": {
+                k: round(v / MB, 1)
+                for k, v in sorted(self.peak.items())
+                if not k.startswith("pss_")
+            },
             # PSS: each shared page counted once across the tree (what the machine really holds).
-            "peak_pss_mb": {k[4:]: round(v / MB, 1) for k, v in sorted(self.peak.items())
-                            if k.startswith("pss_")},
+            "peak_pss_mb": {
+                k[4:]: round(v / MB, 1)
+                for k, v in sorted(self.peak.items())
+                if k.startswith("pss_")
+            },
             "kernel_peak_rss_mb": {k: round(v / MB, 1) for k, v in sorted(self.hwm.items()) if v},
             "cpu_seconds": self.cpu_seconds(),
             "worker_processes_seen": len(self.worker_pids),
             "samples": self.samples,
             "load_1min": {"max": round(max(loads), 2), "mean": round(sum(loads) / len(loads), 2)},
-            "rss_series_mb": {"columns": ["s", "driver", "workers", "largest_worker"],
-                              "rows": self.series},
+            "rss_series_mb": {
+                "columns": ["s", "driver", "workers", "largest_worker"],
+                "rows": self.series,
+            },
         }
 
 

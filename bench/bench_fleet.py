@@ -55,20 +55,26 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kbqe_dagster.core.config.pipeline import load_pipeline_config  # noqa: E402
 from kbqe_dagster.defs.staging import sensors  # noqa: E402
 from kbqe_dagster.localstack.endpoints import local_endpoints  # noqa: E402
-from kbqe_dagster.resources.kafka import clients as kafka_clients  # noqa: E402
-from kbqe_dagster.resources.kafka import cluster as kafka_cluster  # noqa: E402
 from kbqe_dagster.resources.configurable import (  # noqa: E402
     KafkaResource,
     PipelineResource,
     StagingResource,
 )
+from kbqe_dagster.resources.kafka import clients as kafka_clients  # noqa: E402
+from kbqe_dagster.resources.kafka import cluster as kafka_cluster  # noqa: E402
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG, KafkaSettings  # noqa: E402
 from kbqe_dagster.resources.staging_store import LocalStagingStore  # noqa: E402
 from kbqe_dagster.staging import backlog as backlog_module  # noqa: E402
 
-SCHEMA = {"type": "record", "name": "Ping", "namespace": "fleet", "fields": [
-    {"name": "n", "type": "long"},
-    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}
+SCHEMA = {
+    "type": "record",
+    "name": "Ping",
+    "namespace": "fleet",
+    "fields": [
+        {"name": "n", "type": "long"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
 PARTITIONS = 3
 CALLS: Counter[str] = Counter()
 LISTINGS: Counter[str] = Counter()
@@ -115,8 +121,12 @@ def _counting_list(self, prefix: str = ""):
 @contextlib.contextmanager
 def counted():
     # the clients of resources/kafka/clients.py, and the one consumer cluster.py builds itself
-    saved = (kafka_clients.AdminClient, kafka_clients.Consumer, kafka_cluster.Consumer,
-             LocalStagingStore.list)
+    saved = (
+        kafka_clients.AdminClient,
+        kafka_clients.Consumer,
+        kafka_cluster.Consumer,
+        LocalStagingStore.list,
+    )
     kafka_clients.AdminClient, kafka_clients.Consumer = CountingAdmin, CountingConsumer
     kafka_cluster.Consumer = CountingConsumer
     LocalStagingStore.list = _counting_list
@@ -125,15 +135,23 @@ def counted():
     try:
         yield
     finally:
-        (kafka_clients.AdminClient, kafka_clients.Consumer, kafka_cluster.Consumer,
-         LocalStagingStore.list) = saved
+        (
+            kafka_clients.AdminClient,
+            kafka_clients.Consumer,
+            kafka_cluster.Consumer,
+            LocalStagingStore.list,
+        ) = saved
 
 
 def round_trips(calls: Counter) -> int:
     """Requests to the broker: metadata, ListOffsets, watermark queries, and one fetch session
     per consumer (its fetches ask the broker for all its assigned partitions together)."""
-    return (calls["metadata_request"] + calls["list_offsets_request"]
-            + calls["watermark_request"] + calls["consumer"])
+    return (
+        calls["metadata_request"]
+        + calls["list_offsets_request"]
+        + calls["watermark_request"]
+        + calls["consumer"]
+    )
 
 
 def rss_mb() -> float:
@@ -159,50 +177,72 @@ class Fleet:
         self.topics = [f"{self.prefix}.t{i:03d}" for i in range(size)]
         busy_every, small_every = 10, 3
         self.busy = [t for i, t in enumerate(self.topics) if i % busy_every == 0]
-        self.small = [t for i, t in enumerate(self.topics)
-                      if i % busy_every and i % busy_every <= small_every]
+        self.small = [
+            t for i, t in enumerate(self.topics) if i % busy_every and i % busy_every <= small_every
+        ]
         self.busy_messages = busy_messages
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
         self.staging = workdir / f"staging-{size}"
         self.staging.mkdir(parents=True)
         self.pipeline = workdir / f"pipeline-{size}.yaml"
-        self.pipeline.write_text(yaml.safe_dump({
-            "version": 1,
-            "topic_patterns": [{
-                "match": rf"{self.prefix}\..*", "format": "json", "schema": SCHEMA,
-                "event_time": {"fields": ["at"]},
-                "routing": {"mode": "static", "dataset": "fleet_bench", "table": "{topic}"}}],
-            "staging": {"allowed_latency": "1s", "max_messages_per_batch": busy_messages // 2},
-            "stage_runs": {"max_topics_per_run": 50},
-        }))
+        self.pipeline.write_text(
+            yaml.safe_dump(
+                {
+                    "version": 1,
+                    "topic_patterns": [
+                        {
+                            "match": rf"{self.prefix}\..*",
+                            "format": "json",
+                            "schema": SCHEMA,
+                            "event_time": {"fields": ["at"]},
+                            "routing": {
+                                "mode": "static",
+                                "dataset": "fleet_bench",
+                                "table": "{topic}",
+                            },
+                        }
+                    ],
+                    "staging": {
+                        "allowed_latency": "1s",
+                        "max_messages_per_batch": busy_messages // 2,
+                    },
+                    "stage_runs": {"max_topics_per_run": 50},
+                }
+            )
+        )
 
     def create(self) -> float:
         started = time.perf_counter()
         futures = self.admin.create_topics(
             [NewTopic(t, num_partitions=PARTITIONS, replication_factor=1) for t in self.topics],
-            operation_timeout=60)
+            operation_timeout=60,
+        )
         for future in futures.values():
             future.result(120)
         # Until every partition has a leader, the metadata lists a topic with an error.
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             meta = self.admin.list_topics(timeout=20).topics
-            if all(t in meta and meta[t].error is None and len(meta[t].partitions) == PARTITIONS
-                   for t in self.topics):
+            if all(
+                t in meta and meta[t].error is None and len(meta[t].partitions) == PARTITIONS
+                for t in self.topics
+            ):
                 break
             time.sleep(0.5)
         return round(time.perf_counter() - started, 2)
 
     def produce(self) -> int:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOG,
-                             "linger.ms": 20})
+        producer = Producer(
+            {"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOG, "linger.ms": 20}
+        )
         sent = 0
         at = int(time.time() * 1000) - 60_000
         for topic in self.busy + self.small:
             count = self.busy_messages if topic in self.busy else 4
             for n in range(count):
-                producer.produce(topic, json.dumps({"n": n, "at": at + n}).encode(),
-                                 partition=n % PARTITIONS)
+                producer.produce(
+                    topic, json.dumps({"n": n, "at": at + n}).encode(), partition=n % PARTITIONS
+                )
                 sent += 1
                 if sent % 10_000 == 0:
                     producer.poll(0)
@@ -215,9 +255,11 @@ class Fleet:
                 future.result(120)
 
     def resources(self) -> dict:
-        return {"pipeline": PipelineResource(config_path=str(self.pipeline)),
-                "kafka": KafkaResource(bootstrap_servers=self.bootstrap),
-                "staging": StagingResource(url=str(self.staging))}
+        return {
+            "pipeline": PipelineResource(config_path=str(self.pipeline)),
+            "kafka": KafkaResource(bootstrap_servers=self.bootstrap),
+            "staging": StagingResource(url=str(self.staging)),
+        }
 
 
 # --- the measures ---------------------------------------------------------------------------
@@ -232,32 +274,41 @@ def measure_tick(fleet: Fleet, ticks: int) -> tuple[dict, list]:
                 if i == ticks - 1:
                     with heap_peak(out, "heap_peak_mb"):
                         result = sensors.kafka_backlog_sensor(
-                            dg.build_sensor_context(instance=instance, resources=resources))
+                            dg.build_sensor_context(instance=instance, resources=resources)
+                        )
                 else:
                     result = sensors.kafka_backlog_sensor(
-                        dg.build_sensor_context(instance=instance, resources=resources))
+                        dg.build_sensor_context(instance=instance, resources=resources)
+                    )
                 times.append(time.perf_counter() - started)
                 calls, listings = Counter(CALLS), Counter(LISTINGS)
     requests = result.run_requests
-    out.update({
-        "seconds": [round(t, 3) for t in times],
-        "seconds_best": round(min(times), 3),
-        "kafka_calls": dict(calls),
-        "broker_round_trips": round_trips(calls),
-        "staging_listings": listings["staging_listing"],
-        "observations": len(result.asset_events),
-        "run_requests": len(requests),
-        "topics_in_runs": sum(len(r.run_config["ops"]["staging"]["config"].get("topics")
-                                  or [r.run_config["ops"]["staging"]["config"]["topic"]])
-                              for r in requests),
-    })
+    out.update(
+        {
+            "seconds": [round(t, 3) for t in times],
+            "seconds_best": round(min(times), 3),
+            "kafka_calls": dict(calls),
+            "broker_round_trips": round_trips(calls),
+            "staging_listings": listings["staging_listing"],
+            "observations": len(result.asset_events),
+            "run_requests": len(requests),
+            "topics_in_runs": sum(
+                len(
+                    r.run_config["ops"]["staging"]["config"].get("topics")
+                    or [r.run_config["ops"]["staging"]["config"]["topic"]]
+                )
+                for r in requests
+            ),
+        }
+    )
     return out, requests
 
 
 def measure_per_topic(fleet: Fleet) -> dict:
     """The tick before fleets: topic_backlog (with the oldest time) topic by topic."""
-    config = kafka_cluster.discover_topics(load_pipeline_config(fleet.pipeline),
-                                          KafkaSettings(fleet.bootstrap))
+    config = kafka_cluster.discover_topics(
+        load_pipeline_config(fleet.pipeline), KafkaSettings(fleet.bootstrap)
+    )
     store = LocalStagingStore(fleet.staging)
     settings = KafkaSettings(fleet.bootstrap)
     with counted():
@@ -266,22 +317,31 @@ def measure_per_topic(fleet: Fleet) -> dict:
             backlog_module.topic_backlog(store, settings, topic.name, topic.staging.start_offset)
         seconds = time.perf_counter() - started
         calls, listings = Counter(CALLS), Counter(LISTINGS)
-    return {"seconds": round(seconds, 3), "kafka_calls": dict(calls),
-            "broker_round_trips": round_trips(calls),
-            "staging_listings": listings["staging_listing"]}
+    return {
+        "seconds": round(seconds, 3),
+        "kafka_calls": dict(calls),
+        "broker_round_trips": round_trips(calls),
+        "staging_listings": listings["staging_listing"],
+    }
 
 
 def measure_stage(fleet: Fleet, requests: list, sc) -> dict:
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
-    from kbqe_dagster.staging.job import run_stage_group
     from kbqe_dagster.stagers import stage_context
+    from kbqe_dagster.staging.job import run_stage_group
 
-    config = kafka_cluster.discover_topics(load_pipeline_config(fleet.pipeline),
-                                          KafkaSettings(fleet.bootstrap))
-    ctx = stage_context(KafkaSettings(fleet.bootstrap), RegistrySettings("http://127.0.0.1:1"),
-                        StagingLocation(str(fleet.staging)), config, config.topics[0].name,
-                        native_kernel=False)
+    config = kafka_cluster.discover_topics(
+        load_pipeline_config(fleet.pipeline), KafkaSettings(fleet.bootstrap)
+    )
+    ctx = stage_context(
+        KafkaSettings(fleet.bootstrap),
+        RegistrySettings("http://127.0.0.1:1"),
+        StagingLocation(str(fleet.staging)),
+        config,
+        config.topics[0].name,
+        native_kernel=False,
+    )
     jobs, ranges, records, runs = 0, 0, 0, 0
     driver: dict = {"driver_heap_peak_mb": 0.0}
     started = time.perf_counter()
@@ -299,11 +359,17 @@ def measure_stage(fleet: Fleet, requests: list, sc) -> dict:
         ranges += sum(len(s.results) for s in summaries)
         records += sum(s.records for s in summaries)
     sc.setLocalProperty("spark.jobGroup.id", None)
-    return {"stage_runs": runs, "spark_jobs": jobs, "ranges": ranges, "records": records,
-            "seconds": round(time.perf_counter() - started, 2),
-            "runs_one_per_topic_would_be": sum(
-                len(r.run_config["ops"]["staging"]["config"].get("topics") or [1])
-                for r in requests), **driver}
+    return {
+        "stage_runs": runs,
+        "spark_jobs": jobs,
+        "ranges": ranges,
+        "records": records,
+        "seconds": round(time.perf_counter() - started, 2),
+        "runs_one_per_topic_would_be": sum(
+            len(r.run_config["ops"]["staging"]["config"].get("topics") or [1]) for r in requests
+        ),
+        **driver,
+    }
 
 
 def measure_load_plan(fleet: Fleet) -> dict:
@@ -316,9 +382,14 @@ def measure_load_plan(fleet: Fleet) -> dict:
     started = time.perf_counter()
     with heap_peak(out, "heap_peak_mb"):
         plan = load_plan(store, config)
-    out.update({"seconds": round(time.perf_counter() - started, 3), "files_listed": listed,
-                "load_jobs": len(plan.jobs),
-                "files_in_jobs": sum(len(j.files) for j in plan.jobs)})
+    out.update(
+        {
+            "seconds": round(time.perf_counter() - started, 3),
+            "files_listed": listed,
+            "load_jobs": len(plan.jobs),
+            "files_in_jobs": sum(len(j.files) for j in plan.jobs),
+        }
+    )
     return out
 
 
@@ -331,15 +402,22 @@ def main() -> int:
     args = parser.parse_args()
     bootstrap = local_endpoints().kafka_bootstrap
     workdir = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
-    results: dict = {"partitions_per_topic": PARTITIONS, "busy_messages": args.busy_messages,
-                     "sizes": {}}
+    results: dict = {
+        "partitions_per_topic": PARTITIONS,
+        "busy_messages": args.busy_messages,
+        "sizes": {},
+    }
     spark = None
     try:
         for size in (int(s) for s in args.sizes.split(",")):
             fleet = Fleet(bootstrap, size, args.busy_messages, workdir)
             try:
-                entry: dict = {"topics": size, "busy": len(fleet.busy), "small": len(fleet.small),
-                               "idle": size - len(fleet.busy) - len(fleet.small)}
+                entry: dict = {
+                    "topics": size,
+                    "busy": len(fleet.busy),
+                    "small": len(fleet.small),
+                    "idle": size - len(fleet.busy) - len(fleet.small),
+                }
                 entry["create_seconds"] = fleet.create()
                 entry["messages"] = fleet.produce()
                 time.sleep(1.5)  # past allowed_latency: the small topics are due by age
@@ -372,25 +450,37 @@ def main() -> int:
 
 def print_entry(e: dict) -> None:
     t, p = e["tick"], e["per_topic_backlog_reads"]
-    print(f"\n== {e['topics']} topics × {PARTITIONS} partitions: {e['busy']} busy, {e['small']} "
-          f"small, {e['idle']} idle; {e['messages']} messages")
-    print(f"  sensor tick        {t['seconds_best']:.3f}s best of {t['seconds']}, "
-          f"{t['broker_round_trips']} broker round trips {t['kafka_calls']}, "
-          f"{t['staging_listings']} staging listing(s), heap peak {t['heap_peak_mb']} MB, "
-          f"{t['run_requests']} run request(s) for {t['topics_in_runs']} topic(s)")
-    print(f"  topic by topic     {p['seconds']:.3f}s, {p['broker_round_trips']} broker round "
-          f"trips {p['kafka_calls']}, {p['staging_listings']} staging listing(s)")
+    print(
+        f"\n== {e['topics']} topics × {PARTITIONS} partitions: {e['busy']} busy, {e['small']} "
+        f"small, {e['idle']} idle; {e['messages']} messages"
+    )
+    print(
+        f"  sensor tick        {t['seconds_best']:.3f}s best of {t['seconds']}, "
+        f"{t['broker_round_trips']} broker round trips {t['kafka_calls']}, "
+        f"{t['staging_listings']} staging listing(s), heap peak {t['heap_peak_mb']} MB, "
+        f"{t['run_requests']} run request(s) for {t['topics_in_runs']} topic(s)"
+    )
+    print(
+        f"  topic by topic     {p['seconds']:.3f}s, {p['broker_round_trips']} broker round "
+        f"trips {p['kafka_calls']}, {p['staging_listings']} staging listing(s)"
+    )
     if "stage" in e:
         s, lp = e["stage"], e["load_plan"]
-        print(f"  stage              {s['stage_runs']} run(s), {s['spark_jobs']} Spark job(s) "
-              f"(one run per topic: {s['runs_one_per_topic_would_be']}), {s['ranges']} ranges, "
-              f"{s['records']} records in {s['seconds']}s, driver heap peak "
-              f"{s['driver_heap_peak_mb']} MB")
-        print(f"  load plan          {lp['seconds']:.3f}s over {lp['files_listed']} files, "
-              f"{lp['load_jobs']} job(s), heap peak {lp['heap_peak_mb']} MB")
+        print(
+            f"  stage              {s['stage_runs']} run(s), {s['spark_jobs']} Spark job(s) "
+            f"(one run per topic: {s['runs_one_per_topic_would_be']}), {s['ranges']} ranges, "
+            f"{s['records']} records in {s['seconds']}s, driver heap peak "
+            f"{s['driver_heap_peak_mb']} MB"
+        )
+        print(
+            f"  load plan          {lp['seconds']:.3f}s over {lp['files_listed']} files, "
+            f"{lp['load_jobs']} job(s), heap peak {lp['heap_peak_mb']} MB"
+        )
         ta = e["tick_after_staging"]
-        print(f"  tick after staging {ta['seconds_best']:.3f}s, {ta['broker_round_trips']} "
-              f"round trips, heap peak {ta['heap_peak_mb']} MB")
+        print(
+            f"  tick after staging {ta['seconds_best']:.3f}s, {ta['broker_round_trips']} "
+            f"round trips, heap peak {ta['heap_peak_mb']} MB"
+        )
     print(f"  process max RSS    {e['process_max_rss_mb']} MB")
 
 

@@ -29,28 +29,47 @@ FORMATS = {  # format → bench_stage.py flags
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=200_000, help="N per format (default 200,000)")
+    parser.add_argument(
+        "--messages", type=int, default=200_000, help="N per format (default 200,000)"
+    )
     parser.add_argument("--only", nargs="*", choices=sorted(FORMATS), help="a subset of formats")
     args = parser.parse_args(argv)
     rows = []
     for name in args.only or FORMATS:
         out = BENCH / "results" / f"formats_{name}.json"
-        command = [sys.executable, str(BENCH / "bench_stage.py"), "--messages", str(args.messages),
-                   "--breakdown", "0", "--json", str(out), *FORMATS[name]]
+        command = [
+            sys.executable,
+            str(BENCH / "bench_stage.py"),
+            "--messages",
+            str(args.messages),
+            "--breakdown",
+            "0",
+            "--json",
+            str(out),
+            *FORMATS[name],
+        ]
         print(f"--- {name}: {' '.join(command[1:])}", flush=True)
         if subprocess.run(command).returncode != 0:
             print(f"{name}: the benchmark failed (above)", file=sys.stderr)
             return 1
         report = json.loads(out.read_text())
         for stage in report["stage"]:
-            rows.append({"format": name, "target": stage["target"], "stage_path": stage["stage_path"],
-                         "messages_per_s": stage["messages_per_s"],
-                         "cpu_us_per_message": stage.get("cpu_us_per_message"),
-                         "bad_input": stage.get("bad_input", 0)})
+            rows.append(
+                {
+                    "format": name,
+                    "target": stage["target"],
+                    "stage_path": stage["stage_path"],
+                    "messages_per_s": stage["messages_per_s"],
+                    "cpu_us_per_message": stage.get("cpu_us_per_message"),
+                    "bad_input": stage.get("bad_input", 0),
+                }
+            )
     print(f"\n{'format':12} {'target':6} {'path':7} {'msg/s':>10} {'CPU µs/msg':>11}")
     for row in rows:
-        print(f"{row['format']:12} {row['target']:6} {row['stage_path']:7} "
-              f"{row['messages_per_s']:>10,} {row['cpu_us_per_message'] or 0:>11.2f}")
+        print(
+            f"{row['format']:12} {row['target']:6} {row['stage_path']:7} "
+            f"{row['messages_per_s']:>10,} {row['cpu_us_per_message'] or 0:>11.2f}"
+        )
     result = BENCH / "results" / "formats.json"
     result.write_text(json.dumps({"messages": args.messages, "rows": rows}, indent=2))
     print(f"\nwritten {result}")

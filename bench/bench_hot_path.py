@@ -33,8 +33,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import fastavro
 
@@ -49,7 +50,7 @@ from kbqe_dagster.core.record.enrichment import (  # noqa: E402
 from kbqe_dagster.staging.avro_container import AvroContainerWriter  # noqa: E402
 from kbqe_dagster.staging.probe.record_probe import RecordProbe  # noqa: E402
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 SCHEMA = {
     "type": "record", "name": "OrderEvent", "namespace": "com.acme.events",
     "fields": [
@@ -74,7 +75,11 @@ SCHEMA = {
         {"name": "ip", "type": "string"},
     ],
 }  # fmt: skip
-WANTED = ("datasetName", "tableName", "eventTime")  # routing fields + event time, as the stage job reads
+WANTED = (
+    "datasetName",
+    "tableName",
+    "eventTime",
+)  # routing fields + event time, as the stage job reads
 TOPIC, PARTITION, DAY, TIMESTAMP_MS = "com.acme.events", 3, 19979, 1_726_238_205_123
 
 
@@ -85,7 +90,7 @@ def make_record(rng: random.Random) -> dict[str, Any]:
         "datasetName": "sales",
         "tableName": rng.choice(["orders", "refunds", "carts"]),
         "userId": rng.randrange(1, 10**12),
-        "sessionId": "sess-%016x" % rng.getrandbits(64),
+        "sessionId": f"sess-{rng.getrandbits(64):016x}",
         "amount": round(rng.random() * 1000, 2),
         "currency": rng.choice(["EUR", "USD", "GBP", "JPY"]),
         "quantity": rng.randrange(1, 500),
@@ -113,7 +118,9 @@ def build_bodies(count: int, unique: int, seed: int) -> list[bytes]:
     return [distinct[i % len(distinct)] for i in range(count)]
 
 
-def measure(name: str, run: Callable[[Sequence[bytes]], int], bodies: Sequence[bytes], repeat: int) -> dict[str, Any]:
+def measure(
+    name: str, run: Callable[[Sequence[bytes]], int], bodies: Sequence[bytes], repeat: int
+) -> dict[str, Any]:
     """Best of ``repeat`` runs; ``run`` returns the bytes it processed."""
     best_cpu = best_wall = float("inf")
     processed = 0
@@ -164,6 +171,7 @@ def stages(workdir: Path) -> dict[str, Callable[[Sequence[bytes]], int]]:
             for body in bodies:
                 call(body)
             return sum(map(len, bodies))
+
         return run
 
     def enrich(bodies: Sequence[bytes]) -> int:
@@ -224,7 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--records", type=int, default=1_000_000)
     parser.add_argument("--unique", type=int, default=50_000, help="distinct bodies to cycle over")
-    parser.add_argument("--slow-sample", type=int, default=100_000, help="records for the slow stages")
+    parser.add_argument(
+        "--slow-sample", type=int, default=100_000, help="records for the slow stages"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "hot_path.json")

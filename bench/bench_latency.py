@@ -94,42 +94,84 @@ def parse_rates(text: str, partitions: int) -> list[tuple[int, int]]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rates", default="1000:1,20000:4",
-                        help="RATE[:PARTITIONS],... messages a second (default 1000:1,20000:4)")
-    parser.add_argument("--partitions", type=int, default=4,
-                        help="partitions of a rate given without :P (default 4)")
-    parser.add_argument("--seconds", type=float, default=60.0,
-                        help="how long each rate is produced (default 60)")
-    parser.add_argument("--paths", default=",".join(PATHS),
-                        help=f"which delivery paths, comma-separated (default {','.join(PATHS)})")
-    parser.add_argument("--poll-interval", type=float, default=0.2,
-                        help="seconds between two polls of the table (default 0.2)")
-    parser.add_argument("--loop-interval", type=float, default=1.0,
-                        help="storage_write: staging.loop_interval in seconds, the stage "
-                        "loop's interval_s (default 1.0, the config's default)")
-    parser.add_argument("--load-cadence", type=float, default=120.0,
-                        help="load: seconds between load cycles, on the clock (default 120: "
-                        "load.cadence 2m, the shortest whole-minute cadence the config accepts)")
-    parser.add_argument("--stage-every", type=float, default=None,
-                        help="load: seconds between stage runs (default: the backlog sensor's "
-                        "interval, 30)")
-    parser.add_argument("--drain-timeout", type=float, default=None,
-                        help="seconds to wait after the last produce for every message to be "
-                        "visible (default: 120 for storage_write; two load cadences + a stage "
-                        "interval + 120 for load)")
-    parser.add_argument("--warmup", type=float, default=10.0,
-                        help="latencies are also reported for the messages produced after the "
-                        "first WARMUP seconds (default 10): a new table's first rows wait for "
-                        "its creation and its first stream")
-    parser.add_argument("--paused-polls", action="store_true",
-                        help="pause the poller during stage-loop rounds and load cycles (for a "
-                        "bqemulator started without localstack/bqemulator_threads.py, which "
-                        "deadlocks on a query during an append); default: poll throughout")
+    parser.add_argument(
+        "--rates",
+        default="1000:1,20000:4",
+        help="RATE[:PARTITIONS],... messages a second (default 1000:1,20000:4)",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=4,
+        help="partitions of a rate given without :P (default 4)",
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=60.0, help="how long each rate is produced (default 60)"
+    )
+    parser.add_argument(
+        "--paths",
+        default=",".join(PATHS),
+        help=f"which delivery paths, comma-separated (default {','.join(PATHS)})",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=0.2,
+        help="seconds between two polls of the table (default 0.2)",
+    )
+    parser.add_argument(
+        "--loop-interval",
+        type=float,
+        default=1.0,
+        help="storage_write: staging.loop_interval in seconds, the stage "
+        "loop's interval_s (default 1.0, the config's default)",
+    )
+    parser.add_argument(
+        "--load-cadence",
+        type=float,
+        default=120.0,
+        help="load: seconds between load cycles, on the clock (default 120: "
+        "load.cadence 2m, the shortest whole-minute cadence the config accepts)",
+    )
+    parser.add_argument(
+        "--stage-every",
+        type=float,
+        default=None,
+        help="load: seconds between stage runs (default: the backlog sensor's interval, 30)",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=None,
+        help="seconds to wait after the last produce for every message to be "
+        "visible (default: 120 for storage_write; two load cadences + a stage "
+        "interval + 120 for load)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=10.0,
+        help="latencies are also reported for the messages produced after the "
+        "first WARMUP seconds (default 10): a new table's first rows wait for "
+        "its creation and its first stream",
+    )
+    parser.add_argument(
+        "--paused-polls",
+        action="store_true",
+        help="pause the poller during stage-loop rounds and load cycles (for a "
+        "bqemulator started without localstack/bqemulator_threads.py, which "
+        "deadlocks on a query during an append); default: poll throughout",
+    )
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "latency.json")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the topics, dataset and staging files")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="every library's log lines (Dagster, Spark, librdkafka, ...)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the topics, dataset and staging files"
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="every library's log lines (Dagster, Spark, librdkafka, ...)",
+    )
     args = parser.parse_args(argv)
     try:
         args.rates = parse_rates(args.rates, args.partitions)
@@ -178,9 +220,17 @@ class Bench:
         self.staging_url = f"gs://{LOCAL_BUCKET}/{self.prefix}"
         self.home = Path(tempfile.mkdtemp(prefix="kbqe-bench-latency-"))
         self.client = local_bigquery_client()
-        self.cases = [Case(path, rate, parts, f"bench_latency.{self.run_id}.{path}.r{rate}p{parts}",
-                           f"{path}_r{rate}_p{parts}")
-                      for rate, parts in args.rates for path in args.paths]
+        self.cases = [
+            Case(
+                path,
+                rate,
+                parts,
+                f"bench_latency.{self.run_id}.{path}.r{rate}p{parts}",
+                f"{path}_r{rate}_p{parts}",
+            )
+            for rate, parts in args.rates
+            for path in args.paths
+        ]
         self.topics: list[str] = []
         self.spark = None
         self.schema_ids: dict[str, int] = {}
@@ -211,14 +261,21 @@ class Bench:
         dagster_home.mkdir()
         shutil.copyfile(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
         # What the batch path's definitions read (as for `kbqe run`: kbqe_dagster_tests/kbqe_run.py).
-        os.environ.update({"KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(path),
-                           "KBQE_STAGING_URL": self.staging_url, "DAGSTER_HOME": str(dagster_home)})
+        os.environ.update(
+            {
+                "KBQE_ENV": "local",
+                "KBQE_PIPELINE_CONFIG": str(path),
+                "KBQE_STAGING_URL": self.staging_url,
+                "DAGSTER_HOME": str(dagster_home),
+            }
+        )
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         for case in self.cases:
             kb.create_topic(self.endpoints.kafka_bootstrap, case.topic, case.partitions)
             self.topics.append(case.topic)
             self.schema_ids[case.topic] = kb.register_schema(
-                self.endpoints.registry_url, f"{case.topic}-value", SCHEMA)
+                self.endpoints.registry_url, f"{case.topic}-value", SCHEMA
+            )
 
     def spark_context(self):
         if self.spark is None:
@@ -228,22 +285,40 @@ class Bench:
             self.spark.setLogLevel("ERROR")
             # Both Python workers started and the stage code imported before the clock runs.
             self.spark.parallelize([0, 1], 2).map(
-                lambda _: __import__("kbqe_dagster.staging.task") and 0).collect()
+                lambda _: __import__("kbqe_dagster.staging.task") and 0
+            ).collect()
         return self.spark
 
     # --- a case -----------------------------------------------------------------------------
     def measure(self, case: Case) -> dict:
-        say(f"{case.path}: {case.rate:,} msg/s on {case.partitions} partition(s) for "
-            f"{self.args.seconds:g} s into {case.topic}")
-        poller = TablePoller(self.client, self.dataset, case.table, case.partitions,
-                             self.args.poll_interval, pausing=self.args.paused_polls)
-        producer = SteadyProducer(self.endpoints.kafka_bootstrap, case.topic, case.rate,
-                                  self.args.seconds, case.partitions, self.schema_ids[case.topic])
+        say(
+            f"{case.path}: {case.rate:,} msg/s on {case.partitions} partition(s) for "
+            f"{self.args.seconds:g} s into {case.topic}"
+        )
+        poller = TablePoller(
+            self.client,
+            self.dataset,
+            case.table,
+            case.partitions,
+            self.args.poll_interval,
+            pausing=self.args.paused_polls,
+        )
+        producer = SteadyProducer(
+            self.endpoints.kafka_bootstrap,
+            case.topic,
+            case.rate,
+            self.args.seconds,
+            case.partitions,
+            self.schema_ids[case.topic],
+        )
         total = int(case.rate * self.args.seconds)
         drain = self.args.drain_timeout
         if drain is None:
-            drain = 120.0 if case.path == "storage_write" else (
-                2 * self.args.load_cadence + self.stage_every() + 120.0)
+            drain = (
+                120.0
+                if case.path == "storage_write"
+                else (2 * self.args.load_cadence + self.stage_every() + 120.0)
+            )
         deadline: list[float] = []
 
         def should_stop() -> str | None:
@@ -293,8 +368,9 @@ class Bench:
 
         return float(kafka_backlog_sensor.minimum_interval_seconds or BACKLOG_SENSOR_INTERVAL_S)
 
-    def run_storage_write(self, case: Case, begin, should_stop, poller: TablePoller,
-                          work: Work) -> None:
+    def run_storage_write(
+        self, case: Case, begin, should_stop, poller: TablePoller, work: Work
+    ) -> None:
         """The stage loop in this thread until ``should_stop`` says why; ``begin`` after its
         first round. The poller is paused during each round (``should_stop`` is asked right
         before a round, ``on_round`` right after it)."""
@@ -311,14 +387,18 @@ class Bench:
             KafkaSettings(self.endpoints.kafka_bootstrap),
             RegistrySettings(self.endpoints.registry_url),
             StagingLocation(self.staging_url, self.endpoints.gcs_url, LOCAL_PROJECT),
-            self.config, case.topic,
+            self.config,
+            case.topic,
             sink=storage_write_sink(self.config, local_resources()["bigquery"]),
         )
         # As the Dagster wiring paces it: the topic's staging.loop_interval.
         settings = LoopSettings(
-            interval_s=self.config.topic(case.topic).staging.loop_interval.total_seconds())
-        work.notes = {"driver": "staging/loop.py run_stage_loop",
-                      "loop_interval_s": settings.interval_s}
+            interval_s=self.config.topic(case.topic).staging.loop_interval.total_seconds()
+        )
+        work.notes = {
+            "driver": "staging/loop.py run_stage_loop",
+            "loop_interval_s": settings.interval_s,
+        }
 
         def before_round() -> str | None:
             why = should_stop()
@@ -334,14 +414,18 @@ class Bench:
                 work.rounds.append((r.started_at, r.seconds, messages))
 
         try:
-            outcome = run_stage_loop(spark, ctx, [case.topic], settings,
-                                     should_stop=before_round, on_round=on_round)
+            outcome = run_stage_loop(
+                spark, ctx, [case.topic], settings, should_stop=before_round, on_round=on_round
+            )
         finally:
             poller.resume()
         work.stopped_because = outcome.stopped_because
-        work.notes.update(rounds=outcome.rounds, idle_rounds=outcome.idle_rounds,
-                          idle_seconds=round(outcome.idle_seconds, 2),
-                          busy_seconds=round(outcome.busy_seconds, 2))
+        work.notes.update(
+            rounds=outcome.rounds,
+            idle_rounds=outcome.idle_rounds,
+            idle_seconds=round(outcome.idle_seconds, 2),
+            busy_seconds=round(outcome.busy_seconds, 2),
+        )
 
     def run_load(self, case: Case, begin, should_stop, poller: TablePoller, work: Work) -> None:
         """Stage runs at every sensor tick and load cycles on the cadence's clock, executed in
@@ -371,8 +455,9 @@ class Bench:
                         started = time.time()
                         [outcome] = pipeline.stage({case.topic: backlog[case.topic]})
                         if not outcome.ok:
-                            raise RuntimeError(f"{case.topic}: stage run {outcome.run_id} "
-                                               f"failed: {outcome.error}")
+                            raise RuntimeError(
+                                f"{case.topic}: stage run {outcome.run_id} failed: {outcome.error}"
+                            )
                         work.rounds.append((started, time.time() - started, outcome.messages))
                     continue
                 if now >= next_load:
@@ -459,20 +544,26 @@ class Bench:
             # Nothing is visible between two load cycles: over a window shorter than two of
             # them the backlog grows by construction, which says nothing of the throughput.
             row["kept_up"] = None
-            row["kept_up_note"] = (f"not judged: produced for {produce_s:.0f} s, under two load "
-                                   f"cycles ({2 * self.args.load_cadence:g} s)")
+            row["kept_up_note"] = (
+                f"not judged: produced for {produce_s:.0f} s, under two load "
+                f"cycles ({2 * self.args.load_cadence:g} s)"
+            )
         lat = row["latency_s"]
-        say(f"  p50 {lat.get('p50')} s, p99 {lat.get('p99')} s, max {lat.get('max')} s over "
+        say(
+            f"  p50 {lat.get('p50')} s, p99 {lat.get('p99')} s, max {lat.get('max')} s over "
             f"{lat.get('messages', 0):,} messages; unseen {row['unseen']}; kept up: {row['kept_up']}"
-            f" ({work.stopped_because})")
+            f" ({work.stopped_because})"
+        )
         return row
 
     def close(self) -> None:
         if self.spark is not None:
             self.spark.stop()
         if self.args.keep:
-            say(f"kept: topics {self.topics}, dataset {self.dataset}, staging {self.staging_url}, "
-                f"{self.home}")
+            say(
+                f"kept: topics {self.topics}, dataset {self.dataset}, staging {self.staging_url}, "
+                f"{self.home}"
+            )
             return
         for topic in self.topics:
             try:
@@ -496,7 +587,9 @@ class Bench:
 
 
 def _duration(seconds: float) -> str:
-    return f"{int(seconds // 60)}m{int(seconds % 60)}s" if seconds % 60 else f"{int(seconds // 60)}m"
+    return (
+        f"{int(seconds // 60)}m{int(seconds % 60)}s" if seconds % 60 else f"{int(seconds // 60)}m"
+    )
 
 
 def verdicts(rows: list[dict]) -> list[str]:
@@ -509,9 +602,11 @@ def verdicts(rows: list[dict]) -> list[str]:
             for label, key in (("", "latency_s"), (" after warm-up", "latency_after_warmup_s")):
                 got = row[key].get(name)
                 if got is not None:
-                    out.append(f"{row['path']} {row['rate']:,} msg/s on {row['partitions']}"
-                               f"{label}: {name} {got} s {'<=' if got <= limit else '>'} "
-                               f"target {limit} s")
+                    out.append(
+                        f"{row['path']} {row['rate']:,} msg/s on {row['partitions']}"
+                        f"{label}: {name} {got} s {'<=' if got <= limit else '>'} "
+                        f"target {limit} s"
+                    )
     return out
 
 
@@ -524,60 +619,76 @@ def _cell(value) -> str:
 
 
 def print_table(report: dict) -> None:
-    head = (f"{'path':14s} {'msg/s':>7s} {'P':>2s} {'achieved':>8s} {'p50 s':>7s} {'p90 s':>7s} "
-            f"{'p99 s':>7s} {'max s':>7s} {'p50 w':>7s} {'p99 w':>7s} {'deliv/s':>8s} "
-            f"{'staged/busy s':>13s} {'kept up':>8s} {'backlog +/s':>11s} {'unseen':>6s}")
+    head = (
+        f"{'path':14s} {'msg/s':>7s} {'P':>2s} {'achieved':>8s} {'p50 s':>7s} {'p90 s':>7s} "
+        f"{'p99 s':>7s} {'max s':>7s} {'p50 w':>7s} {'p99 w':>7s} {'deliv/s':>8s} "
+        f"{'staged/busy s':>13s} {'kept up':>8s} {'backlog +/s':>11s} {'unseen':>6s}"
+    )
     print("\n" + head + "\n" + "-" * len(head))
     for r in report["results"]:
         lat = r["latency_s"]
-        print(f"{r['path']:14s} {r['rate']:>7,d} {r['partitions']:>2d} "
-              f"{r['produce']['achieved_msg_per_s']:>8,d} {lat.get('p50', '-'):>7} "
-              f"{lat.get('p90', '-'):>7} {lat.get('p99', '-'):>7} {lat.get('max', '-'):>7} "
-              f"{r['latency_after_warmup_s'].get('p50', '-'):>7} "
-              f"{r['latency_after_warmup_s'].get('p99', '-'):>7} "
-              f"{_cell(r['delivered_msg_per_s']):>8s} {_cell(r['staged_msg_per_busy_s']):>13s} "
-              f"{_cell(r['kept_up']):>8s} {_cell(r['backlog_growth_msg_per_s']):>11s} "
-              f"{r['unseen']:>6d}")
-    print(f"p50 w, p99 w: the messages produced after the first {report['config']['warmup_s']:g}"
-          " s (a new table's first rows also wait for its creation and first stream)")
+        print(
+            f"{r['path']:14s} {r['rate']:>7,d} {r['partitions']:>2d} "
+            f"{r['produce']['achieved_msg_per_s']:>8,d} {lat.get('p50', '-'):>7} "
+            f"{lat.get('p90', '-'):>7} {lat.get('p99', '-'):>7} {lat.get('max', '-'):>7} "
+            f"{r['latency_after_warmup_s'].get('p50', '-'):>7} "
+            f"{r['latency_after_warmup_s'].get('p99', '-'):>7} "
+            f"{_cell(r['delivered_msg_per_s']):>8s} {_cell(r['staged_msg_per_busy_s']):>13s} "
+            f"{_cell(r['kept_up']):>8s} {_cell(r['backlog_growth_msg_per_s']):>11s} "
+            f"{r['unseen']:>6d}"
+        )
+    print(
+        f"p50 w, p99 w: the messages produced after the first {report['config']['warmup_s']:g}"
+        " s (a new table's first rows also wait for its creation and first stream)"
+    )
     for r in report["results"]:
         if r["path"] == "load":
             s = r["settings"]
-            print(f"load path settings: a stage run every {s['stage_every_s']:g} s (the backlog "
-                  f"sensor's interval; allowed_latency {s['allowed_latency']}), a load cycle every "
-                  f"{s['load_cadence_s']:g} s on the clock (load.cadence), load jobs polled every "
-                  f"{s['load_poll_s']:g} s: its latency is dominated by {s['dominated_by']}.")
+            print(
+                f"load path settings: a stage run every {s['stage_every_s']:g} s (the backlog "
+                f"sensor's interval; allowed_latency {s['allowed_latency']}), a load cycle every "
+                f"{s['load_cadence_s']:g} s on the clock (load.cadence), load jobs polled every "
+                f"{s['load_poll_s']:g} s: its latency is dominated by {s['dominated_by']}."
+            )
             break
     for r in report["results"]:
         if r["path"] == "storage_write":
-            print(f"storage_write path: {r['settings'].get('driver')}, interval "
-                  f"{r['settings'].get('loop_interval_s')} s; poll of the table every "
-                  f"{r['poller'].get('mean_period_s')} s (query {r['poller'].get('mean_query_s')} s)"
-                  ": latencies include up to one poll period.")
+            print(
+                f"storage_write path: {r['settings'].get('driver')}, interval "
+                f"{r['settings'].get('loop_interval_s')} s; poll of the table every "
+                f"{r['poller'].get('mean_period_s')} s (query {r['poller'].get('mean_query_s')} s)"
+                ": latencies include up to one poll period."
+            )
             break
     for r in report["results"]:
         if r.get("kept_up_note"):
             print(f"kept up, {r['path']} {r['rate']:,} msg/s: {r['kept_up_note']}")
         if r.get("producer_kept_up") is False:
-            print(f"the producer did not hold {r['rate']:,} msg/s: {r['produce']['achieved_msg_per_s']:,}"
-                  f" achieved, up to {r['produce']['max_behind_schedule_s']} s behind schedule")
+            print(
+                f"the producer did not hold {r['rate']:,} msg/s: {r['produce']['achieved_msg_per_s']:,}"
+                f" achieved, up to {r['produce']['max_behind_schedule_s']} s behind schedule"
+            )
     for line in report["verdicts"]:
         print("target: " + line)
-    print(f"load average (1 min) before/after: {report['load_average']}; "
-          f"{report['machine']['cpus']} cores. Measured on the shared local stack: other work on "
-          "the machine inflates latencies and lowers rates.")
+    print(
+        f"load average (1 min) before/after: {report['load_average']}; "
+        f"{report['machine']['cpus']} cores. Measured on the shared local stack: other work on "
+        "the machine inflates latencies and lowers rates."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # A TERM (a timeout, a CI job cancelled) ends like Ctrl-C: the finally below cleans up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    setup_logging(args.verbose, fmt="%(levelname)s %(name)s: %(message)s", ours_from=logging.WARNING)
+    setup_logging(
+        args.verbose, fmt="%(levelname)s %(name)s: %(message)s", ours_from=logging.WARNING
+    )
     if not args.verbose:
         logging.getLogger("alembic").setLevel(logging.WARNING)
     bench = Bench(args)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    report: dict = {"generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    report: dict = {"generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                     "machine": machine_facts(),
                     "config": {"rates": args.rates, "seconds": args.seconds, "paths": args.paths,
                                "poll_interval_s": args.poll_interval, "warmup_s": args.warmup,
@@ -590,7 +701,10 @@ def main(argv: list[str] | None = None) -> int:
         for case in bench.cases:
             report["results"].append(bench.measure(case))
     finally:
-        report["load_average"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]}
+        report["load_average"] = {
+            "before": load_before,
+            "after": [round(x, 2) for x in os.getloadavg()],
+        }
         bench.close()
     report["verdicts"] = verdicts(report["results"])
     print_table(report)

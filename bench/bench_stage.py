@@ -62,11 +62,11 @@ os.environ.setdefault("KBQE_LOCAL_HOME", str(ROOT / ".kbqe-local"))
 
 import _kafka_bench as kb  # noqa: E402
 from _breakdown import run_in_child as breakdown  # noqa: E402
-from _profile import WorkerProfile, summarize  # noqa: E402
-from _stage_support import TreeSampler, cpu_seconds, machine_facts, process_tree  # noqa: E402
 from _debezium_bench import envelope_schema  # noqa: E402
 from _json_bench import JSON_SCHEMA  # noqa: E402
+from _profile import WorkerProfile, summarize  # noqa: E402
 from _protobuf_bench import PROTO  # noqa: E402
+from _stage_support import TreeSampler, cpu_seconds, machine_facts, process_tree  # noqa: E402
 from bench_hot_path import SCHEMA  # noqa: E402
 
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
@@ -91,31 +91,59 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000, help="N (default 1,000,000)")
     parser.add_argument("--scale10", action="store_true", help="also stage 10×N for peak RSS")
-    parser.add_argument("--profile", action="store_true",
-                        help="one extra stage run under py-spy (bench/results/stage_profile.txt)")
-    parser.add_argument("--range-size", type=int, default=500_000,
-                        help="max_messages_per_range (default: the config default, 500,000)")
-    parser.add_argument("--breakdown", type=int, default=100_000, metavar="M",
-                        help="time each per-message step over M messages (0: skip)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="one extra stage run under py-spy (bench/results/stage_profile.txt)",
+    )
+    parser.add_argument(
+        "--range-size",
+        type=int,
+        default=500_000,
+        help="max_messages_per_range (default: the config default, 500,000)",
+    )
+    parser.add_argument(
+        "--breakdown",
+        type=int,
+        default=100_000,
+        metavar="M",
+        help="time each per-message step over M messages (0: skip)",
+    )
     parser.add_argument("--compression", default="none", help="producer compression.type")
-    parser.add_argument("--debezium", action="store_true",
-                        help="Debezium envelopes of the same row into a keyed topic "
-                        "(writes bench/results/stage_debezium.json unless --json)")
-    parser.add_argument("--json-values", action="store_true",
-                        help="the same row as schemaless JSON into a format: json topic "
-                        "(writes bench/results/stage_json.json unless --json)")
-    parser.add_argument("--json-schema-values", action="store_true",
-                        help="the same row as Confluent-framed JSON under a registry JSON Schema "
-                        "into a format: json_schema topic (writes "
-                        "bench/results/stage_json_schema.json unless --json)")
-    parser.add_argument("--protobuf-values", action="store_true",
-                        help="the same row as Confluent-framed Protobuf under a registry .proto, "
-                        "into a format: protobuf topic (writes bench/results/stage_protobuf.json "
-                        "unless --json)")
+    parser.add_argument(
+        "--debezium",
+        action="store_true",
+        help="Debezium envelopes of the same row into a keyed topic "
+        "(writes bench/results/stage_debezium.json unless --json)",
+    )
+    parser.add_argument(
+        "--json-values",
+        action="store_true",
+        help="the same row as schemaless JSON into a format: json topic "
+        "(writes bench/results/stage_json.json unless --json)",
+    )
+    parser.add_argument(
+        "--json-schema-values",
+        action="store_true",
+        help="the same row as Confluent-framed JSON under a registry JSON Schema "
+        "into a format: json_schema topic (writes "
+        "bench/results/stage_json_schema.json unless --json)",
+    )
+    parser.add_argument(
+        "--protobuf-values",
+        action="store_true",
+        help="the same row as Confluent-framed Protobuf under a registry .proto, "
+        "into a format: protobuf topic (writes bench/results/stage_protobuf.json "
+        "unless --json)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the topics and staged files")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="every library's log lines (Dagster, httpx, librdkafka, ...)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="every library's log lines (Dagster, httpx, librdkafka, ...)",
+    )
     return parser.parse_args(argv)
 
 
@@ -123,8 +151,14 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.2f}] {text}", flush=True)
 
 
-def pipeline(topic: str, range_size: int, debezium: bool = False, json_values: bool = False,
-             json_schema_values: bool = False, protobuf_values: bool = False):
+def pipeline(
+    topic: str,
+    range_size: int,
+    debezium: bool = False,
+    json_values: bool = False,
+    json_schema_values: bool = False,
+    protobuf_values: bool = False,
+):
     if protobuf_values:  # framed Protobuf, its Avro form derived from the registry .proto
         return parse_pipeline_config({
             "version": 1,
@@ -199,14 +233,21 @@ class Bench:
         return frozenset(pid for s in self.services.values() if (pid := s.pid()) is not None)
 
     def service_cpu(self) -> dict[str, float | None]:
-        return {name: cpu_seconds(service.pid()) for name, service in self.services.items()
-                if name != "apicurio"}
+        return {
+            name: cpu_seconds(service.pid())
+            for name, service in self.services.items()
+            if name != "apicurio"
+        }
 
     def service_cpu_since(self, before: dict) -> dict[str, float]:
         """CPU seconds the Kafka broker and fake GCS used since ``before``: work done for the
         run measured, on the same two cores, that the process tree's figures leave out."""
         now = self.service_cpu()
-        return {k: round(now[k] - before[k], 2) for k in now if now[k] is not None and before.get(k) is not None}
+        return {
+            k: round(now[k] - before[k], 2)
+            for k in now
+            if now[k] is not None and before.get(k) is not None
+        }
 
     # --- Kafka -------------------------------------------------------------------------------
     def backlog(self, count: int) -> dict:
@@ -215,19 +256,28 @@ class Bench:
         self.topics.append(topic)
         schema = envelope_schema() if self.args.debezium else SCHEMA
         if self.args.json_schema_values:
-            schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value",
-                                           JSON_SCHEMA, "JSON")
+            schema_id = kb.register_schema(
+                self.endpoints.registry_url, f"{topic}-value", JSON_SCHEMA, "JSON"
+            )
         elif self.args.protobuf_values:
-            schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value",
-                                           PROTO, "PROTOBUF")
+            schema_id = kb.register_schema(
+                self.endpoints.registry_url, f"{topic}-value", PROTO, "PROTOBUF"
+            )
         else:
             schema_id = kb.register_schema(self.endpoints.registry_url, f"{topic}-value", schema)
         say(f"producing {count:,} messages into {topic} (schema id {schema_id})")
-        produced = kb.produce(self.endpoints.kafka_bootstrap, topic, count, PARTITIONS, schema_id,
-                              compression=self.args.compression, debezium=self.args.debezium,
-                              json_values=self.args.json_values,
-                              json_schema_values=self.args.json_schema_values,
-                              protobuf_values=self.args.protobuf_values)
+        produced = kb.produce(
+            self.endpoints.kafka_bootstrap,
+            topic,
+            count,
+            PARTITIONS,
+            schema_id,
+            compression=self.args.compression,
+            debezium=self.args.debezium,
+            json_values=self.args.json_values,
+            json_schema_values=self.args.json_schema_values,
+            protobuf_values=self.args.protobuf_values,
+        )
         ends = kb.high_watermarks(self.endpoints.kafka_bootstrap, topic, PARTITIONS)
         if sum(ends.values()) != count:
             raise RuntimeError(f"{topic}: high watermarks {ends} do not add up to {count}")
@@ -237,18 +287,31 @@ class Bench:
 
     def baselines(self, data: dict) -> list[dict]:
         rows = []
-        for processes, kind in ((1, "raw"), (2, "raw"), (1, "raw_tuned"), (2, "raw_tuned"),
-                                (1, "raw_stage_tuned"), (2, "raw_stage_tuned"), (2, "read_range")):
+        for processes, kind in (
+            (1, "raw"),
+            (2, "raw"),
+            (1, "raw_tuned"),
+            (2, "raw_tuned"),
+            (1, "raw_stage_tuned"),
+            (2, "raw_stage_tuned"),
+            (2, "read_range"),
+        ):
             say(f"baseline: {kind} reader, {processes} process(es)")
             before = self.service_cpu()
-            row = kb.consume(self.endpoints.kafka_bootstrap, data["topic"], data["ends"], processes, kind)
+            row = kb.consume(
+                self.endpoints.kafka_bootstrap, data["topic"], data["ends"], processes, kind
+            )
             row["service_cpu_seconds"] = self.service_cpu_since(before)
             if row["messages"] != sum(data["ends"].values()):
-                raise RuntimeError(f"baseline read {row['messages']} of {sum(data['ends'].values())}")
+                raise RuntimeError(
+                    f"baseline read {row['messages']} of {sum(data['ends'].values())}"
+                )
             row["load_1min_after"] = round(os.getloadavg()[0], 2)
             rows.append(row)
-            say(f"  {row['messages_per_s']:,} msg/s, {row['mb_per_s']} MB/s; "
-                f"CPU s of the services: {row['service_cpu_seconds']}")
+            say(
+                f"  {row['messages_per_s']:,} msg/s, {row['mb_per_s']} MB/s; "
+                f"CPU s of the services: {row['service_cpu_seconds']}"
+            )
         return rows
 
     # --- Spark -------------------------------------------------------------------------------
@@ -272,7 +335,8 @@ class Bench:
             # runs see warm workers (spark.python.worker.reuse), as every run after a
             # Dagster run's first does.
             self.spark.parallelize([0, 1], 2).map(
-                lambda _: __import__("kbqe_dagster.staging.task") and 0).collect()
+                lambda _: __import__("kbqe_dagster.staging.task") and 0
+            ).collect()
             if not hasattr(self, "spark_start_seconds"):
                 self.spark_start_seconds = round(time.perf_counter() - started, 2)
         return self.spark
@@ -282,29 +346,46 @@ class Bench:
             directory = tempfile.mkdtemp(prefix="kbqe-bench-stage-")
             self.cleanups.append(lambda: shutil.rmtree(directory, ignore_errors=True))
             return StagingLocation(directory)
-        location = StagingLocation(f"gs://{LOCAL_BUCKET}/bench-{uuid.uuid4().hex[:8]}",
-                                   self.endpoints.gcs_url, LOCAL_PROJECT)
+        location = StagingLocation(
+            f"gs://{LOCAL_BUCKET}/bench-{uuid.uuid4().hex[:8]}",
+            self.endpoints.gcs_url,
+            LOCAL_PROJECT,
+        )
 
         def remove() -> None:
             store = location.open()
             for f in store.list(""):
                 store.delete(f.name)
+
         self.cleanups.append(remove)
         return location
 
     def context(self, data: dict, target: str) -> StageContext:
-        return stage_context(self.kafka, self.registry, self.location(target),
-                             pipeline(data["topic"], self.args.range_size, self.args.debezium,
-                                      self.args.json_values, self.args.json_schema_values,
-                                      self.args.protobuf_values),
-                             data["topic"])
+        return stage_context(
+            self.kafka,
+            self.registry,
+            self.location(target),
+            pipeline(
+                data["topic"],
+                self.args.range_size,
+                self.args.debezium,
+                self.args.json_values,
+                self.args.json_schema_values,
+                self.args.protobuf_values,
+            ),
+            data["topic"],
+        )
 
-    def stage(self, data: dict, target: str, profile: Path | None = None, native: bool = True) -> dict:
+    def stage(
+        self, data: dict, target: str, profile: Path | None = None, native: bool = True
+    ) -> dict:
         spark = self.session(fresh=True)
         ctx = dataclasses.replace(self.context(data, target), native_kernel=native)
         count = sum(data["ends"].values())
-        say(f"stage job -> {target}, {'native kernel' if native else 'Python path'}"
-            f"{' (profiled)' if profile else ''}: {count:,} messages")
+        say(
+            f"stage job -> {target}, {'native kernel' if native else 'Python path'}"
+            f"{' (profiled)' if profile else ''}: {count:,} messages"
+        )
         before = self.service_cpu()
         with TreeSampler(interval=0.2, exclude=self.service_pids()) as sampler:
             if profile:
@@ -334,9 +415,11 @@ class Bench:
         }  # fmt: skip
         cpu = sum(row["cpu_seconds"].values())
         row["cpu_us_per_message"] = round(cpu / count * 1e6, 2)
-        say(f"  {row['messages_per_s']:,} msg/s, {row['mb_per_s']} MB/s, peak RSS "
+        say(
+            f"  {row['messages_per_s']:,} msg/s, {row['mb_per_s']} MB/s, peak RSS "
             f"driver {row['peak_rss_mb'].get('driver')} MB, workers {row['peak_rss_mb'].get('worker')} MB; "
-            f"CPU s of the services: {row['service_cpu_seconds']}")
+            f"CPU s of the services: {row['service_cpu_seconds']}"
+        )
         if not row["exact"]:
             raise RuntimeError(f"stage run did not stage exactly the backlog: {row}")
         return row
@@ -346,8 +429,12 @@ class Bench:
         # commits alone, so a range must cover the partition (at 10×N as at N: memory is
         # per block, not per range, which is what the 10×N figures show).
         largest = max(data["ends"].values())
-        return run_stage(spark, ctx, max_messages_per_run=largest,
-                         max_messages_per_range=max(self.args.range_size, largest))
+        return run_stage(
+            spark,
+            ctx,
+            max_messages_per_run=largest,
+            max_messages_per_range=max(self.args.range_size, largest),
+        )
 
     def close(self) -> None:
         if self.spark is not None:
@@ -373,8 +460,10 @@ def reference(baselines: list[dict]) -> dict:
     (``raw_tuned`` and ``raw_stage_tuned``, 1 or 2 processes; on a busy 2-core machine two
     readers and the broker do not always beat one). The stricter choice: the JSON has the
     ratio to every baseline."""
-    return max((b for b in baselines if b["reader"] in ("raw_tuned", "raw_stage_tuned")),
-               key=lambda b: b["messages_per_s"])
+    return max(
+        (b for b in baselines if b["reader"] in ("raw_tuned", "raw_stage_tuned")),
+        key=lambda b: b["messages_per_s"],
+    )
 
 
 def headline_ratios(stage: list[dict], ref: dict) -> dict:
@@ -398,34 +487,56 @@ def print_table(report: dict) -> None:
     head = f"{'what':34s} {'msg/s':>10s} {'MB/s':>7s} {'s':>7s} {'CPU µs/msg':>10s} {'ratio*':>7s} {'RSS drv/wrk, PSS MB':>24s}"
     print(head + "\n" + "-" * len(head))
     base = reference(report["baselines"])["messages_per_s"]
-    print(f"{'produce (idempotent)':34s} {produce['messages_per_s']:>10,d} {produce['mb_per_s']:>7.1f} "
-          f"{produce['seconds']:>7.2f} {produce['cpu_seconds'] / produce['messages'] * 1e6:>10.2f}")
+    print(
+        f"{'produce (idempotent)':34s} {produce['messages_per_s']:>10,d} {produce['mb_per_s']:>7.1f} "
+        f"{produce['seconds']:>7.2f} {produce['cpu_seconds'] / produce['messages'] * 1e6:>10.2f}"
+    )
     for b in report["baselines"]:
         name = f"baseline {b['reader']}, {b['processes']} proc"
-        print(f"{name:34s} {b['messages_per_s']:>10,d} {b['mb_per_s']:>7.1f} {b['seconds']:>7.2f} "
-              f"{b['cpu_seconds'] / b['messages'] * 1e6:>10.2f} {b['messages_per_s'] / base:>7.2f}")
+        print(
+            f"{name:34s} {b['messages_per_s']:>10,d} {b['mb_per_s']:>7.1f} {b['seconds']:>7.2f} "
+            f"{b['cpu_seconds'] / b['messages'] * 1e6:>10.2f} {b['messages_per_s'] / base:>7.2f}"
+        )
     for s in report["stage"] + report.get("scale10", {}).get("stage", []):
         name = f"stage {s['stage_path']} -> {s['target']}{' (py-spy)' if s['profiled'] else ''} N={s['messages']:,}"
-        rss = (f"{s['peak_rss_mb'].get('driver', 0):.0f}/{s['peak_rss_mb'].get('worker', 0):.0f}"
-               f" pss {s.get('peak_pss_mb', {}).get('total', 0):.0f}")
-        print(f"{name:34s} {s['messages_per_s']:>10,d} {s['mb_per_s']:>7.1f} {s['seconds']:>7.2f} "
-              f"{s['cpu_us_per_message']:>10.2f} {s['messages_per_s'] / base:>7.2f} {rss:>24s}")
+        rss = (
+            f"{s['peak_rss_mb'].get('driver', 0):.0f}/{s['peak_rss_mb'].get('worker', 0):.0f}"
+            f" pss {s.get('peak_pss_mb', {}).get('total', 0):.0f}"
+        )
+        print(
+            f"{name:34s} {s['messages_per_s']:>10,d} {s['mb_per_s']:>7.1f} {s['seconds']:>7.2f} "
+            f"{s['cpu_us_per_message']:>10.2f} {s['messages_per_s'] / base:>7.2f} {rss:>24s}"
+        )
     ref = reference(report["baselines"])
-    print(f"* ratio to the best baseline ({ref['reader']}, {ref['processes']} proc); target stage >= "
-          f"{TARGET_RATIO}x. Load average (1 min) before/after: {report['load_average']}")
+    print(
+        f"* ratio to the best baseline ({ref['reader']}, {ref['processes']} proc); target stage >= "
+        f"{TARGET_RATIO}x. Load average (1 min) before/after: {report['load_average']}"
+    )
     print(f"stage kernel: {report.get('stage_kernel')}; ratios: {report.get('ratios')}")
-    print(f"ratios to raw_tuned (backoff 0, the issue's first baseline): {report.get('ratios_vs_raw_tuned')}")
+    print(
+        f"ratios to raw_tuned (backoff 0, the issue's first baseline): {report.get('ratios_vs_raw_tuned')}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.json is None:
-        variant = ("_debezium" if args.debezium else "_json" if args.json_values
-                   else "_json_schema" if args.json_schema_values
-                   else "_protobuf" if args.protobuf_values else "")
+        variant = (
+            "_debezium"
+            if args.debezium
+            else "_json"
+            if args.json_values
+            else "_json_schema"
+            if args.json_schema_values
+            else "_protobuf"
+            if args.protobuf_values
+            else ""
+        )
         args.json = BENCH / "results" / f"stage{variant}.json"
     # say() prints the bench's progress; the package's INFO lines (one per range) stay off.
-    setup_logging(args.verbose, fmt="%(levelname)s %(name)s: %(message)s", ours_from=logging.WARNING)
+    setup_logging(
+        args.verbose, fmt="%(levelname)s %(name)s: %(message)s", ours_from=logging.WARNING
+    )
     services = stack.build(SERVICES)
     started = [s for s in services if s.pid() is None]
     if started:
@@ -433,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     stack.up_services(services)
     bench = Bench(args)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    report: dict = {"generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    report: dict = {"generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                     "machine": machine_facts(),
                     # Started here, so children of this process: left out of the memory and
                     # CPU figures all the same (Bench.service_pids).
@@ -451,15 +562,20 @@ def main(argv: list[str] | None = None) -> int:
         }  # fmt: skip
         report["produce"] = data["produce"]
         report["baselines"] = bench.baselines(data)
-        if args.breakdown and not (args.debezium or args.json_values or args.json_schema_values
-                                   or args.protobuf_values):  # the breakdown times the append path's steps
+        if args.breakdown and not (
+            args.debezium or args.json_values or args.json_schema_values or args.protobuf_values
+        ):  # the breakdown times the append path's steps
             say(f"per-message steps of a stage task over {args.breakdown:,} messages")
-            report["breakdown_cpu_us_per_message"] = breakdown(bench.context(data, "local"), SCHEMA,
-                                                               args.breakdown)
+            report["breakdown_cpu_us_per_message"] = breakdown(
+                bench.context(data, "local"), SCHEMA, args.breakdown
+            )
         paths = [True, False] if KERNEL.available else [False]
         report["stage_kernel"] = str(KERNEL)
-        report["stage"] = [bench.stage(data, target, native=native)
-                           for target in ("local", "gcs") for native in paths]
+        report["stage"] = [
+            bench.stage(data, target, native=native)
+            for target in ("local", "gcs")
+            for native in paths
+        ]
         report["spark_start_seconds"] = bench.spark_start_seconds
         if args.profile:
             out = args.json.parent / "stage_profile.txt"
@@ -467,9 +583,11 @@ def main(argv: list[str] | None = None) -> int:
             report["profile"] = {"raw": str(out), **summarize(out)}
         if args.scale10:
             big = bench.backlog(10 * args.messages)
-            report["scale10"] = {"messages": 10 * args.messages, "produce": big["produce"],
-                                 "stage": [bench.stage(big, target, native=paths[0])
-                                           for target in ("local", "gcs")]}
+            report["scale10"] = {
+                "messages": 10 * args.messages,
+                "produce": big["produce"],
+                "stage": [bench.stage(big, target, native=paths[0]) for target in ("local", "gcs")],
+            }
         ref = reference(report["baselines"])
         report["reference_baseline"] = f"{ref['reader']}_{ref['processes']}p"
         for row in report["stage"] + report.get("scale10", {}).get("stage", []):
@@ -478,19 +596,26 @@ def main(argv: list[str] | None = None) -> int:
         # Against the tuned consumer the issue's target was set with (fetch.queue.backoff.ms
         # 0, whose broker thread spins): for comparison with figures from before the stage
         # consumer found its own tuning, which made the plain consumer twice as fast too.
-        spinning = max((b for b in report["baselines"] if b["reader"] == "raw_tuned"),
-                       key=lambda b: b["messages_per_s"])
+        spinning = max(
+            (b for b in report["baselines"] if b["reader"] == "raw_tuned"),
+            key=lambda b: b["messages_per_s"],
+        )
         report["ratios_vs_raw_tuned"] = headline_ratios(report["stage"], spinning)
     finally:
-        report["load_average"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]}
+        report["load_average"] = {
+            "before": load_before,
+            "after": [round(x, 2) for x in os.getloadavg()],
+        }
         bench.close()
         if started:
             stack.down_services([s for s in started if s.pid() is not None])
     print_table(report)
     if "breakdown_cpu_us_per_message" in report:
         steps = dict(report["breakdown_cpu_us_per_message"])
-        print(f"\nstage task per-message steps, each alone over {steps.pop('messages'):,} messages "
-              "(CPU µs/message):")
+        print(
+            f"\nstage task per-message steps, each alone over {steps.pop('messages'):,} messages "
+            "(CPU µs/message):"
+        )
         for name, us in steps.items():
             print(f"  {us:>8.2f}  {name}")
     if "profile" in report:

@@ -44,13 +44,17 @@ from kbqe_dagster_tests.formats.test_transforms_on_local_stack import SCHEMA, tr
 
 TOPIC = "bench.orders"
 STATIC = {"mode": "static", "dataset": "shop", "table": "books"}
-PROJECTED = {"routing": {"mode": "static", "dataset": "shop", "table": "amounts"},
-             "fields": ["id", "amount", "created"]}
+PROJECTED = {
+    "routing": {"mode": "static", "dataset": "shop", "table": "amounts"},
+    "fields": ["id", "amount", "created"],
+}
 CASES = {
     "plain": (None, STATIC),
     "drop": ([{"drop": "debug"}], STATIC),
-    "nine": (transforms("shop"),
-             {"mode": "fields", "dataset_field": "shop", "table_field": "tableName"}),
+    "nine": (
+        transforms("shop"),
+        {"mode": "fields", "dataset_field": "shop", "table_field": "tableName"},
+    ),
     "dest1": (None, [{"routing": STATIC}]),  # a list: topics[].destinations
     "dest2": (None, [{"routing": STATIC}, PROJECTED]),
 }
@@ -66,9 +70,19 @@ def _messages(n: int) -> list[FakeMessage]:
     out = []
     for i in range(n):
         body = io.BytesIO()
-        fastavro.schemaless_writer(body, parsed, {
-            "id": i, "kind": "Book", "email": f"u{i}@example.com", "phone": "+33 1",
-            "amount": f"{i}.25", "created": "2024-09-13T00:30:00", "debug": "internal"})
+        fastavro.schemaless_writer(
+            body,
+            parsed,
+            {
+                "id": i,
+                "kind": "Book",
+                "email": f"u{i}@example.com",
+                "phone": "+33 1",
+                "amount": f"{i}.25",
+                "created": "2024-09-13T00:30:00",
+                "debug": "internal",
+            },
+        )
         value = b"\x00" + struct.pack(">i", 1) + body.getvalue()
         out.append(FakeMessage(TOPIC, 0, i, value, b"k", [("trace-id", b"t")], 1_726_238_205_000))
     return out
@@ -76,15 +90,25 @@ def _messages(n: int) -> list[FakeMessage]:
 
 def _rate(case: str, messages: list[FakeMessage]) -> float:
     specs, routing = CASES[case]
-    topic = {"name": TOPIC, "event_time": {"kafka_timestamp_fallback": True},
-             ("destinations" if isinstance(routing, list) else "routing"): routing}
+    topic = {
+        "name": TOPIC,
+        "event_time": {"kafka_timestamp_fallback": True},
+        ("destinations" if isinstance(routing, list) else "routing"): routing,
+    }
     if specs:
         topic["transforms"] = specs
-    config = parse_pipeline_config({"version": 1, "topics": [topic],
-                                    "allowed_destinations": ["shop.*"]})
+    config = parse_pipeline_config(
+        {"version": 1, "topics": [topic], "allowed_destinations": ["shop.*"]}
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                           StagingLocation(f"{tmp}/staging"), config, TOPIC, native_kernel=False)
+        ctx = StageContext(
+            KafkaSettings("127.0.0.1:9"),
+            RegistrySettings("http://127.0.0.1:9"),
+            StagingLocation(f"{tmp}/staging"),
+            config,
+            TOPIC,
+            native_kernel=False,
+        )
         workdir = Path(tmp) / "work"
         workdir.mkdir()
         stager = stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, len(messages)), workdir)

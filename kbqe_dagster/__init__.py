@@ -6,7 +6,7 @@ receives a :class:`RawMessage` and raises :class:`DecodeError` to refuse a messa
 package stays cheap.
 """
 
-from kbqe_dagster.core.formats.decoders import RawMessage
 from kbqe_dagster.core.errors import DecodeError
+from kbqe_dagster.core.formats.decoders import RawMessage
 
 __all__ = ["DecodeError", "RawMessage"]

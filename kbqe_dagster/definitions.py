@@ -56,14 +56,15 @@ def build_definitions(config_path: str | None = None, env: str | None = None) ->
         content = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"{path}: cannot read the pipeline configuration: {error}") from error
-    resources = resources_for_environment(
-        env, PipelineResource(config_path=path, content=content))
+    resources = resources_for_environment(env, PipelineResource(config_path=path, content=content))
     config = _discovered(parse_pipeline_text(content, source=path), resources["kafka"])
     if config.topic_patterns:
         # Ops, checks and schedules then see the topics these assets were built from.
         resources["pipeline"] = PipelineResource(
-            config_path=path, content=content,
-            discovered_topics=[t.name for t in config.topics if t.pattern is not None])
+            config_path=path,
+            content=content,
+            discovered_topics=[t.name for t in config.topics if t.pattern is not None],
+        )
     destinations = Destinations.from_config(config)
     duplicate_check_job = duplicate_offsets_check_job(destinations)
     return dg.Definitions(
@@ -73,13 +74,27 @@ def build_definitions(config_path: str | None = None, env: str | None = None) ->
             *bigquery_specs(destinations),
             *keyed_specs(config),
         ],
-        asset_checks=[load_checks(destinations), *keyed_checks(config),
-                      *completeness_checks(destinations)],
-        jobs=[stage_job, stage_loop_job, load_job, poll_load_jobs_job, done_file_retention_job, duplicate_check_job,
-              merge_keyed_tables_job],
+        asset_checks=[
+            load_checks(destinations),
+            *keyed_checks(config),
+            *completeness_checks(destinations),
+        ],
+        jobs=[
+            stage_job,
+            stage_loop_job,
+            load_job,
+            poll_load_jobs_job,
+            done_file_retention_job,
+            duplicate_check_job,
+            merge_keyed_tables_job,
+        ],
         schedules=[*load_schedules(config, duplicate_check_job), *keyed_schedules(config)],
-        sensors=[kafka_backlog_sensor, stage_loop_sensor, staging_observation_sensor,
-                 completeness_sensor],
+        sensors=[
+            kafka_backlog_sensor,
+            stage_loop_sensor,
+            staging_observation_sensor,
+            completeness_sensor,
+        ],
         resources=resources,
     )
 
@@ -95,9 +110,12 @@ def _discovered(config: PipelineConfig, kafka: KafkaResource) -> PipelineConfig:
         # The resource as Dagster would initialize it: dg.EnvVar values resolved.
         return discover_topics(config, kafka.process_config_and_initialize().settings())
     except (KafkaReadError, dg.DagsterError) as error:
-        log.warning("%s: topic_patterns not resolved while loading the definitions, so only "
-                    "listed topics have kafka/<topic> assets until the next reload: %s",
-                    config.source, error)
+        log.warning(
+            "%s: topic_patterns not resolved while loading the definitions, so only "
+            "listed topics have kafka/<topic> assets until the next reload: %s",
+            config.source,
+            error,
+        )
         return config
 
 

@@ -32,8 +32,10 @@ def data_file(name: str) -> Path:
         raise ValueError(f"kbqe_dagster/data/{name}: not a packaged file ({', '.join(DATA_FILES)})")
     resource = resources.files("kbqe_dagster").joinpath("data", name)
     if not isinstance(resource, Path):
-        raise RuntimeError(f"kbqe_dagster/data/{name} is not a file on disk ({resource!r}): "
-                           "install the kbqe_dagster wheel unzipped (pip does)")
+        raise RuntimeError(
+            f"kbqe_dagster/data/{name} is not a file on disk ({resource!r}): "
+            "install the kbqe_dagster wheel unzipped (pip does)"
+        )
     return resource.resolve()
 
 

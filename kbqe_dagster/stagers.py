@@ -26,9 +26,10 @@ Imported by whoever builds a stage context (``defs/staging``, ``reliability/``, 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable
+from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, TopicConfig
 from kbqe_dagster.core.formats.source_format import SourceFormat
@@ -56,17 +57,34 @@ class StagerEntry:
 STAGERS: tuple[StagerEntry, ...] = (
     # Keyed topics, unframed formats and transformed topics (or with several destinations) are
     # rooms of their own; JSON-family topics apply their transforms themselves.
-    StagerEntry("keyed", lambda t: t.keyed is not None, "kbqe_dagster.keyed.stage:KeyedRangeStager"),
-    StagerEntry("decoder", lambda t: t.decoder is not None,
-                "kbqe_dagster.formats.decoder_stage:DecoderRangeStager"),
-    StagerEntry("json", lambda t: t.value_schema is not None,
-                "kbqe_dagster.formats.json_stage:JsonRangeStager"),
-    StagerEntry("json_schema", lambda t: t.format is SourceFormat.JSON_SCHEMA,
-                "kbqe_dagster.formats.json_schema_stage:JsonSchemaRangeStager"),
-    StagerEntry("protobuf", lambda t: t.format is SourceFormat.PROTOBUF,
-                "kbqe_dagster.formats.protobuf_stage:ProtobufRangeStager"),
-    StagerEntry("transforms", lambda t: bool(t.transforms or t.destinations),
-                "kbqe_dagster.formats.transform_stage:TransformRangeStager"),
+    StagerEntry(
+        "keyed", lambda t: t.keyed is not None, "kbqe_dagster.keyed.stage:KeyedRangeStager"
+    ),
+    StagerEntry(
+        "decoder",
+        lambda t: t.decoder is not None,
+        "kbqe_dagster.formats.decoder_stage:DecoderRangeStager",
+    ),
+    StagerEntry(
+        "json",
+        lambda t: t.value_schema is not None,
+        "kbqe_dagster.formats.json_stage:JsonRangeStager",
+    ),
+    StagerEntry(
+        "json_schema",
+        lambda t: t.format is SourceFormat.JSON_SCHEMA,
+        "kbqe_dagster.formats.json_schema_stage:JsonSchemaRangeStager",
+    ),
+    StagerEntry(
+        "protobuf",
+        lambda t: t.format is SourceFormat.PROTOBUF,
+        "kbqe_dagster.formats.protobuf_stage:ProtobufRangeStager",
+    ),
+    StagerEntry(
+        "transforms",
+        lambda t: bool(t.transforms or t.destinations),
+        "kbqe_dagster.formats.transform_stage:TransformRangeStager",
+    ),
 )
 """The registry, in order of precedence."""
 
@@ -86,12 +104,19 @@ def stager_class(ctx: StageContext) -> type[RangeStager]:
     return stager_for(ctx.topic)
 
 
-def stage_context(kafka: KafkaSettings, registry: RegistrySettings, staging: StagingLocation,
-                  pipeline: PipelineConfig, topic_name: str, **options: Any) -> StageContext:
+def stage_context(
+    kafka: KafkaSettings,
+    registry: RegistrySettings,
+    staging: StagingLocation,
+    pipeline: PipelineConfig,
+    topic_name: str,
+    **options: Any,
+) -> StageContext:
     """A stage context whose tasks choose their stager here (``options``: the other
     :class:`StageContext` fields)."""
-    return StageContext(kafka, registry, staging, pipeline, topic_name, stager_for=stager_for,
-                        **options)
+    return StageContext(
+        kafka, registry, staging, pipeline, topic_name, stager_for=stager_for, **options
+    )
 
 
 @cache

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -28,9 +28,14 @@ STACK_FIXTURE = "local_stack"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--kernel-fuzz-cases", type=int, default=16_000, metavar="N",
-                     help="messages of the native kernel's differential fuzz (default 16,000; "
-                          "the issue's proof runs 1,000,000)")
+    parser.addoption(
+        "--kernel-fuzz-cases",
+        type=int,
+        default=16_000,
+        metavar="N",
+        help="messages of the native kernel's differential fuzz (default 16,000; "
+        "the issue's proof runs 1,000,000)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,8 +67,11 @@ def local_stack(local_endpoints: LocalEndpoints) -> Iterator[LocalEndpoints]:
     except BaseException:
         _stop_started(not_running)
         raise
-    log.info("local stack ready in %.1fs (started: %s)", time.monotonic() - started_at,
-             ", ".join(s.name for s in not_running) or "none")
+    log.info(
+        "local stack ready in %.1fs (started: %s)",
+        time.monotonic() - started_at,
+        ", ".join(s.name for s in not_running) or "none",
+    )
     try:
         yield local_endpoints
     finally:

@@ -19,7 +19,8 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
     admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[
-        topic].result(30)
+        topic
+    ].result(30)
 
 
 def drop_datasets(client, *names: str) -> None:
@@ -30,8 +31,14 @@ def drop_datasets(client, *names: str) -> None:
 
 def until_idle(env: dict, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
     """One ``kbqe run --until-idle --json``; it must exit 0 (its stderr tail otherwise)."""
-    done = subprocess.run([KBQE, "run", "--until-idle", "--json"], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [KBQE, "run", "--until-idle", "--json"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -50,5 +57,10 @@ def cli_env(tmp_path: Path, pipeline: dict, staging_url: str) -> dict:
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    return {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(path),
-            "KBQE_STAGING_URL": staging_url, "DAGSTER_HOME": str(home)}
+    return {
+        **os.environ,
+        "KBQE_ENV": "local",
+        "KBQE_PIPELINE_CONFIG": str(path),
+        "KBQE_STAGING_URL": staging_url,
+        "DAGSTER_HOME": str(home),
+    }

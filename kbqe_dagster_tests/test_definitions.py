@@ -32,7 +32,9 @@ def test_loading_the_definitions_starts_no_spark_jvm() -> None:
         "from pyspark import SparkContext\n"
         "print('spark active' if SparkContext._active_spark_context else 'no spark')\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300
+    )
     assert result.stdout.strip().splitlines()[-1:] == ["no spark"], result.stderr[-2000:]
 
 
@@ -48,8 +50,18 @@ def test_dagster_definitions_validate_accepts_the_workspace(tmp_path: Path) -> N
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     (tmp_path / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        [
+            str(Path(sys.executable).parent / "dagster"),
+            "definitions",
+            "validate",
+            "-w",
+            "workspace.yaml",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 

@@ -39,8 +39,9 @@ def shape(example: str) -> dict:
         )
     return {
         "assets": assets,
-        "checks": sorted(f"{k.asset_key.to_user_string()}:{k.name}"
-                         for k in graph.asset_check_keys),
+        "checks": sorted(
+            f"{k.asset_key.to_user_string()}:{k.name}" for k in graph.asset_check_keys
+        ),
         "jobs": jobs,
         "sensors": sorted(s.name for s in defs.sensors),
         "schedules": sorted(f"{s.name}@{s.cron_schedule}" for s in defs.schedules),

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 DG = Path(sys.executable).parent / "dg"
 
 pytestmark = pytest.mark.skipif(
-    not DG.is_file(), reason="dagster-dg-cli is not installed (pip install -e '.[dev]')")
+    not DG.is_file(), reason="dagster-dg-cli is not installed (pip install -e '.[dev]')"
+)
 
 
 def _dg_check_defs(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
@@ -24,10 +25,21 @@ def _dg_check_defs(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     # The sample pipeline unless the test names a file (not the caller's KBQE_PIPELINE_CONFIG).
     inherited = {k: v for k, v in os.environ.items() if k != "KBQE_PIPELINE_CONFIG"}
-    environ = {**inherited, "DAGSTER_HOME": str(home), "KBQE_ENV": "local",
-               "PYTHONPATH": str(REPO), **env}
-    return subprocess.run([str(DG), "check", "defs"], cwd=REPO, env=environ,
-                          capture_output=True, text=True, timeout=120)
+    environ = {
+        **inherited,
+        "DAGSTER_HOME": str(home),
+        "KBQE_ENV": "local",
+        "PYTHONPATH": str(REPO),
+        **env,
+    }
+    return subprocess.run(
+        [str(DG), "check", "defs"],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_dg_check_defs_loads_the_definitions(tmp_path) -> None:

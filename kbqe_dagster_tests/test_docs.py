@@ -10,7 +10,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("gen_config_reference", REPO / "scripts" / "gen_config_reference.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen_config_reference", REPO / "scripts" / "gen_config_reference.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -26,7 +28,10 @@ def test_configuration_reference_is_generated_from_the_current_field_docs() -> N
 def test_every_configuration_field_is_documented_where_it_is_declared() -> None:
     gen = _generator()
     undocumented = [
-        f"{cls.__name__}.{name}" for _, cls in gen.SECTIONS for name, _, doc in gen.field_docs(cls) if not doc
+        f"{cls.__name__}.{name}"
+        for _, cls in gen.SECTIONS
+        for name, _, doc in gen.field_docs(cls)
+        if not doc
     ]
     assert undocumented == []
 
@@ -55,3 +60,17 @@ def test_the_readme_map_and_the_architecture_list_every_package_folder() -> None
     assert [r for r in rooms if f"`kbqe_dagster/{r}/`" not in readme] == []
     assert [r for r in rooms if f"`{r}/" not in architecture] == []
     assert "`kbqe_dagster/faults.py`" in readme and "`faults.py`" in architecture
+
+
+def test_examples_readme_lists_every_example() -> None:
+    """Every pipeline file, Python example and example folder of examples/ has its row in
+    examples/README.md's table (a link to it), so a new example cannot go unmentioned."""
+    examples = REPO / "examples"
+    listed = set(re.findall(r"^\| \[`([^`]+)`\]\(", (examples / "README.md").read_text(), re.M))
+    present = {p.name for p in examples.glob("*.yaml")}
+    present |= {p.name for p in examples.glob("*.py") if p.name != "__init__.py"}
+    present |= {
+        f"{p.name}/" for p in examples.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+    }
+    assert present - listed == set(), "examples/README.md's table misses these"
+    assert listed - present == set(), "examples/README.md's table lists files that do not exist"

@@ -21,10 +21,20 @@ FORBIDDEN_IN_CORE = ("dagster", "google.cloud", "pyspark", "confluent_kafka", "r
 # --- the rooms and the arrows allowed between them -------------------------------------------
 CORE = "core"
 """core/'s top: errors.py, reasons.py, config_reader.py: what every concern of core/ uses."""
-CORE_ROOMS = frozenset({
-    CORE, "core.formats", "core.protocol", "core.record", "core.load", "core.transforms",
-    "core.keyed", "core.completeness", "core.config", "core.stage_runs",
-})
+CORE_ROOMS = frozenset(
+    {
+        CORE,
+        "core.formats",
+        "core.protocol",
+        "core.record",
+        "core.load",
+        "core.transforms",
+        "core.keyed",
+        "core.completeness",
+        "core.config",
+        "core.stage_runs",
+    }
+)
 
 ALLOWED: dict[str, frozenset[str]] = {
     # core/ by concern, lowest first; core imports only core
@@ -61,22 +71,51 @@ ALLOWED: dict[str, frozenset[str]] = {
     "operations": CORE_ROOMS | {"resources", "loading"},
     "observability": CORE_ROOMS | {"resources", "staging", "operations"},
     # the wiring, the entry point, the in-process runner
-    "defs": CORE_ROOMS | {"resources", "staging", "loading", "keyed", "formats", "stagers",
-                          "operations", "faults", "delivery"},
+    "defs": CORE_ROOMS
+    | {
+        "resources",
+        "staging",
+        "loading",
+        "keyed",
+        "formats",
+        "stagers",
+        "operations",
+        "faults",
+        "delivery",
+    },
     "definitions": CORE_ROOMS | {"resources", "defs"},
-    "runner": CORE_ROOMS | {"resources", "staging", "loading", "keyed", "formats", "stagers",
-                            "operations", "defs", "definitions", "processes", "delivery"},
+    "runner": CORE_ROOMS
+    | {
+        "resources",
+        "staging",
+        "loading",
+        "keyed",
+        "formats",
+        "stagers",
+        "operations",
+        "defs",
+        "definitions",
+        "processes",
+        "delivery",
+    },
     # the demo drives the local stack and the jobs; the CLI is the top and nothing imports it
-    "demo": CORE_ROOMS | {"resources", "loading", "localstack", "defs", "definitions",
-                          "packaged"},
-    "cli": CORE_ROOMS | {"resources", "localstack", "operations", "observability", "defs",
-                         "runner", "demo", "packaged"},
+    "demo": CORE_ROOMS | {"resources", "loading", "localstack", "defs", "definitions", "packaged"},
+    "cli": CORE_ROOMS
+    | {
+        "resources",
+        "localstack",
+        "operations",
+        "observability",
+        "defs",
+        "runner",
+        "demo",
+        "packaged",
+    },
 }
 
 SEAMS = {"localstack": {"resources": {"resources/environment.py"}}}
 """Arrows a room may take only through the modules named: the local stack's addresses are
 known to resources/environment.py (which builds the local resources), not to every system."""
-
 
 
 # --- reading imports --------------------------------------------------------------------------
@@ -169,7 +208,8 @@ def test_an_arrow_through_a_seam_goes_through_it_only(path: Path) -> None:
     for target, through in SEAMS.items():
         if own in through and target in _rooms_imported(path):
             assert _rel(path) in through[own], (
-                f"{_rel(path)} imports {target}/: only {sorted(through[own])} may, in {own}/")
+                f"{_rel(path)} imports {target}/: only {sorted(through[own])} may, in {own}/"
+            )
 
 
 # --- no cycle between rooms ---------------------------------------------------------------------

@@ -34,8 +34,11 @@ def pipeline(**topic):
 
 
 def settings(tmp_path):
-    return (KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-            StagingLocation(str(tmp_path)))
+    return (
+        KafkaSettings("127.0.0.1:9"),
+        RegistrySettings("http://127.0.0.1:9"),
+        StagingLocation(str(tmp_path)),
+    )
 
 
 @pytest.mark.parametrize("entry", STAGERS, ids=lambda e: e.name)
@@ -45,11 +48,14 @@ def test_every_registry_entry_names_a_range_stager_of_an_extension(entry) -> Non
     assert stager.__module__.split(".")[1] in ("formats", "keyed")
 
 
-@pytest.mark.parametrize(("topic", "expected"), [
-    ({}, "RangeStager"),
-    ({"format": "json_schema"}, "JsonSchemaRangeStager"),
-    ({"format": "protobuf"}, "ProtobufRangeStager"),
-])
+@pytest.mark.parametrize(
+    ("topic", "expected"),
+    [
+        ({}, "RangeStager"),
+        ({"format": "json_schema"}, "JsonSchemaRangeStager"),
+        ({"format": "protobuf"}, "ProtobufRangeStager"),
+    ],
+)
 def test_a_topic_stages_with_the_first_stager_that_takes_it(topic, expected) -> None:
     assert stager_for(pipeline(**topic).topic("orders")).__name__ == expected
 
@@ -77,12 +83,18 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("path", sorted((PACKAGE / "staging").rglob("*.py")),
-                         ids=lambda p: str(p.relative_to(PACKAGE)))
+@pytest.mark.parametrize(
+    "path", sorted((PACKAGE / "staging").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE))
+)
 def test_the_stage_engine_never_imports_its_extensions(path: Path) -> None:
-    bad = sorted(n for n in _imports(path)
-                 if n.startswith(("kbqe_dagster.formats", "kbqe_dagster.keyed", "kbqe_dagster.stagers")))
-    assert not bad, f"{path.relative_to(PACKAGE)} imports {bad}: extensions plug in through stagers.py"
+    bad = sorted(
+        n
+        for n in _imports(path)
+        if n.startswith(("kbqe_dagster.formats", "kbqe_dagster.keyed", "kbqe_dagster.stagers"))
+    )
+    assert not bad, (
+        f"{path.relative_to(PACKAGE)} imports {bad}: extensions plug in through stagers.py"
+    )
 
 
 def _private_names() -> set[str]:

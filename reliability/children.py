@@ -137,8 +137,7 @@ def stage_run_upload_outage(ctx: StageContext, uploaded: Any, resume: Any, outco
     outcome.put({"attempted": attempted, "committed": committed, "failures": failures})
 
 
-def stage_run_paused_at_append(ctx: StageContext, appended: Any, resume: Any,
-                               outcome: Any) -> None:
+def stage_run_paused_at_append(ctx: StageContext, appended: Any, resume: Any, outcome: Any) -> None:
     """A stage run whose ranges run one at a time and that, right after its first Storage
     Write append was answered, sets ``appended`` and waits for ``resume`` (the parent starts
     a zombie or restarts the BigQuery emulator meanwhile): paused between two appends of a
@@ -174,12 +173,24 @@ def stage_run_paused_at_append(ctx: StageContext, appended: Any, resume: Any,
         except Exception as error:  # noqa: BLE001 - reported to the parent
             failures.append(_failure(rng, error))
     appended.set()  # never appended: the parent must not wait forever
-    outcome.put({"committed": committed, "conflicts": conflicts, "failures": failures,
-                 "paused_in": state.get("paused_in")})
+    outcome.put(
+        {
+            "committed": committed,
+            "conflicts": conflicts,
+            "failures": failures,
+            "paused_in": state.get("paused_in"),
+        }
+    )
 
 
-def zombie_writer(ctx: StageContext, ranges: list[OffsetRange], name: str, read_done: Any,
-                  commit_now: Any, outcome: Any) -> None:
+def zombie_writer(
+    ctx: StageContext,
+    ranges: list[OffsetRange],
+    name: str,
+    read_done: Any,
+    commit_now: Any,
+    outcome: Any,
+) -> None:
     """One of two writers of the same planned ranges: read them all, set ``read_done``,
     wait for ``commit_now`` (a barrier for a race, or an event for a late zombie), then
     commit each. Puts ``(name, partition, start, committed_last, conflict)`` per range."""
@@ -191,8 +202,14 @@ def zombie_writer(ctx: StageContext, ranges: list[OffsetRange], name: str, read_
             stager = RangeStager(ctx, rng, workdir / f"{rng.partition}-{rng.start}")
             stager.workdir.mkdir()
             position: list[int] = []
-            for msg in read_range(ctx.kafka, rng.topic, rng.partition, rng.start,
-                                  rng.end_exclusive, position_out=position):
+            for msg in read_range(
+                ctx.kafka,
+                rng.topic,
+                rng.partition,
+                rng.start,
+                rng.end_exclusive,
+                position_out=position,
+            ):
                 stager.add(msg)
             staged.append((rng, stager, position[0] if position else rng.start))
         read_done.set()
@@ -206,8 +223,12 @@ def zombie_writer(ctx: StageContext, ranges: list[OffsetRange], name: str, read_
 
 
 # --- load runs ----------------------------------------------------------------------------
-def load_cycle(staging: StagingLocation, config: PipelineConfig, endpoints: LocalEndpoints,
-               crash_at: str | None) -> None:
+def load_cycle(
+    staging: StagingLocation,
+    config: PipelineConfig,
+    endpoints: LocalEndpoints,
+    crash_at: str | None,
+) -> None:
     """One load cycle with the local stack's BigQuery resource, until ``crash_at`` kills it."""
     _crash_at(crash_at)
     LoadCoordinator(staging.open(), local_loads(endpoints), config).run_cycle()

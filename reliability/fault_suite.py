@@ -38,9 +38,9 @@ import argparse
 import logging
 import sys
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -95,10 +95,12 @@ def schedule(suite: Suite, iterations: int) -> list[tuple[str, Step]]:
     load_kinds = _kinds(rnd, LOAD_KILLS, iterations)
     steps: list[tuple[str, Step]] = []
     for i, (sk, lk) in enumerate(zip(stage_kinds, load_kinds), start=1):
+
         def iteration(s: Suite, i=i, sk=sk, lk=lk) -> None:
             faults_stage.stage_kill(s, i, sk)
             faults_load.load_kill(s, i, lk)
             s.world.retention()
+
         steps.append((f"iteration {i}: {sk} + {lk}", iteration))
     for name, step in ONE_OFFS:
         steps.insert(rnd.randint(1, len(steps)), (name, step))
@@ -109,15 +111,23 @@ def schedule(suite: Suite, iterations: int) -> list[tuple[str, Step]]:
     return steps
 
 
-def run_suite(seed: int, iterations: int, *, long: bool = False,
-              endpoints: LocalEndpoints | None = None, keep: bool = False) -> SuiteReport:
+def run_suite(
+    seed: int,
+    iterations: int,
+    *,
+    long: bool = False,
+    endpoints: LocalEndpoints | None = None,
+    keep: bool = False,
+) -> SuiteReport:
     """Run the whole suite on the running local stack; never raises for a failed guarantee
     (the report says what failed), only for a stack it cannot use at all."""
     if iterations < MIN_ITERATIONS:
-        raise ValueError(f"--iterations must be at least {MIN_ITERATIONS} (one per load kill point)")
+        raise ValueError(
+            f"--iterations must be at least {MIN_ITERATIONS} (one per load kill point)"
+        )
     started = time.monotonic()
     report = SuiteReport(seed, iterations, long)
-    world = World.create(endpoints or local_endpoints(), seed, datetime.now(timezone.utc).date())
+    world = World.create(endpoints or local_endpoints(), seed, datetime.now(UTC).date())
     report.run_id, report.topic = world.run_id, world.topic
     suite = Suite.start(world, report, long)
     try:
@@ -147,17 +157,32 @@ def run_suite(seed: int, iterations: int, *, long: bool = False,
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=7, help="seed of every random choice (default 7)")
-    parser.add_argument("--iterations", type=int, default=None,
-                        help=f"stage and load kill iterations (default {DEFAULT_ITERATIONS}, "
-                             f"--long {LONG_ITERATIONS}; at least {MIN_ITERATIONS})")
-    parser.add_argument("--long", action="store_true",
-                        help="the long run: more iterations, a GCS outage past the retry deadline")
+    parser.add_argument(
+        "--seed", type=int, default=7, help="seed of every random choice (default 7)"
+    )
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=None,
+        help=f"stage and load kill iterations (default {DEFAULT_ITERATIONS}, "
+        f"--long {LONG_ITERATIONS}; at least {MIN_ITERATIONS})",
+    )
+    parser.add_argument(
+        "--long",
+        action="store_true",
+        help="the long run: more iterations, a GCS outage past the retry deadline",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the summary as JSON here")
-    parser.add_argument("--keep", action="store_true",
-                        help="keep the run's topic, staging files and datasets for inspection")
-    parser.add_argument("--late-zombie", action="store_true",
-                        help="accepted for old scripts: the late-zombie probe is part of every run")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the run's topic, staging files and datasets for inspection",
+    )
+    parser.add_argument(
+        "--late-zombie",
+        action="store_true",
+        help="accepted for old scripts: the late-zombie probe is part of every run",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every step")
     return parser.parse_args(argv)
 
@@ -165,8 +190,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     # -v here means every step of the suite, not every library's debug line.
-    setup_logging(fmt="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                  ours_from=logging.INFO if args.verbose else logging.WARNING)
+    setup_logging(
+        fmt="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        ours_from=logging.INFO if args.verbose else logging.WARNING,
+    )
     log.setLevel(logging.INFO if args.verbose else logging.WARNING)
     if not args.verbose:
         # The injected faults make kbqe log errors on purpose (quarantines, refused commits);
@@ -180,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     started = [s for s in services if s.pid() is None]
     stack.up_services(services)  # what was not running is started, and stopped at the end
     try:
-        report = run_suite(args.seed, iterations, long=args.long, endpoints=endpoints,
-                           keep=args.keep)
+        report = run_suite(
+            args.seed, iterations, long=args.long, endpoints=endpoints, keep=args.keep
+        )
     finally:
         stack.down_services([s for s in started if s.pid() is not None])
     print(report.render())

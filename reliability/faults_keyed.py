@@ -39,24 +39,39 @@ def merge_kills(suite: Suite) -> None:
         for number, point in enumerate(points, start=1):
             point_started = time.monotonic()
             table.schema_version = 1 if number == 1 else 2
-            table.round(inserts=suite.rnd.randint(3, 8), updates=suite.rnd.randint(5, 12),
-                        deletes=suite.rnd.randint(2, 4))
+            table.round(
+                inserts=suite.rnd.randint(3, 8),
+                updates=suite.rnd.randint(5, 12),
+                deletes=suite.rnd.randint(2, 4),
+            )
             rig.topics.produce(table)
             killed = rig.run_until_idle(crash_at=point)
             if killed.returncode not in (SIGKILLED, 0):
-                raise SuiteFailure(f"kbqe run with KBQE_CRASH_AT={point} exited "
-                                   f"{killed.returncode}: {killed.stderr.strip()[-300:]}")
+                raise SuiteFailure(
+                    f"kbqe run with KBQE_CRASH_AT={point} exited "
+                    f"{killed.returncode}: {killed.stderr.strip()[-300:]}"
+                )
             again = rig.run_until_idle()
             if again.returncode != 0:
-                raise SuiteFailure(f"kbqe run after the merge kill at {point} exited "
-                                   f"{again.returncode}: {again.stderr.strip()[-300:]}")
-            suite.record(MERGE_KILL, number, killed.returncode == SIGKILLED,
-                         f"{point}; {len(table.changes)} changes so far; rerun ok",
-                         point_started)
+                raise SuiteFailure(
+                    f"kbqe run after the merge kill at {point} exited "
+                    f"{again.returncode}: {again.stderr.strip()[-300:]}"
+                )
+            suite.record(
+                MERGE_KILL,
+                number,
+                killed.returncode == SIGKILLED,
+                f"{point}; {len(table.changes)} changes so far; rerun ok",
+                point_started,
+            )
         differences = rig.differences()
         events = sum(len(rig.produced(mode)) for mode in rig.by_mode)
-        suite.report.keyed = {"changes_produced": events, "rounds": len(points),
-                              "wrong": wrong(differences), **differences}
+        suite.report.keyed = {
+            "changes_produced": events,
+            "rounds": len(points),
+            "wrong": wrong(differences),
+            **differences,
+        }
         if wrong(differences):
             raise SuiteFailure(f"keyed tables differ from the oracle: {differences}")
     finally:

@@ -58,10 +58,12 @@ def load_kill(suite: Suite, iteration: int, kind: str) -> None:
     reports = world.load_until_settled()
     first = reports[0]
     retention = world.retention()
-    detail = (f"KBQE_CRASH_AT={spec} of {files} file(s) in {jobs} job(s); "
-              f"{left} file(s) left; restart resubmitted {len(first.resubmitted)}, "
-              f"completed {len(first.completed)} job(s) in {len(reports)} cycle(s); "
-              f"retention deleted {len(retention.deleted)} done file(s)")
+    detail = (
+        f"KBQE_CRASH_AT={spec} of {files} file(s) in {jobs} job(s); "
+        f"{left} file(s) left; restart resubmitted {len(first.resubmitted)}, "
+        f"completed {len(first.completed)} job(s) in {len(reports)} cycle(s); "
+        f"retention deleted {len(retention.deleted)} done file(s)"
+    )
     if code != SIGKILLED:
         detail = f"cycle finished before the crash point ({detail})"
     if reports[-1].pending_after or reports[-1].quarantined:
@@ -121,18 +123,30 @@ def bigquery_refuses(suite: Suite) -> None:
         raise SuiteFailure(f"refused {dataset}.{table}: quarantined tables are {quarantined}")
     others = {t for t in (*world.loaded_tables, world.dead_letter_table) if t != (dataset, table)}
     if not others <= loaded_tables:
-        raise SuiteFailure(f"refused {dataset}.{table}: the other tables did not all load "
-                           f"(loaded {sorted(loaded_tables)})")
-    if len(refusing.refused) != len(jobs) * (1 + MAX_RETRIES) or len(retried) != len(jobs) * MAX_RETRIES:
-        raise SuiteFailure(f"refused {dataset}.{table}: {len(refusing.refused)} refusals and "
-                           f"{len(retried)} retries for {len(jobs)} quarantined job(s), expected "
-                           f"{1 + MAX_RETRIES} refusals and {MAX_RETRIES} retry per job")
+        raise SuiteFailure(
+            f"refused {dataset}.{table}: the other tables did not all load "
+            f"(loaded {sorted(loaded_tables)})"
+        )
+    if (
+        len(refusing.refused) != len(jobs) * (1 + MAX_RETRIES)
+        or len(retried) != len(jobs) * MAX_RETRIES
+    ):
+        raise SuiteFailure(
+            f"refused {dataset}.{table}: {len(refusing.refused)} refusals and "
+            f"{len(retried)} retries for {len(jobs)} quarantined job(s), expected "
+            f"{1 + MAX_RETRIES} refusals and {MAX_RETRIES} retry per job"
+        )
     released = release(world.store(), f"{dataset}.{table}", dry_run=False)
     after = world.load_until_settled()
     if after[-1].quarantined_tables or after[-1].pending_after:
         raise SuiteFailure(f"released {dataset}.{table} did not load: {after[-1].summary()}")
-    suite.record(BIGQUERY_REFUSES, None, True,
-                 f"{dataset}.{table}: {len(refusing.refused)} refused submission(s), "
-                 f"{len(retried)} retr(y/ies) under new ids, {len(jobs)} job(s) quarantined "
-                 f"while {len(others)} other table(s) loaded; {len(released.released)} file(s) "
-                 f"released and loaded", started)
+    suite.record(
+        BIGQUERY_REFUSES,
+        None,
+        True,
+        f"{dataset}.{table}: {len(refusing.refused)} refused submission(s), "
+        f"{len(retried)} retr(y/ies) under new ids, {len(jobs)} job(s) quarantined "
+        f"while {len(others)} other table(s) loaded; {len(released.released)} file(s) "
+        f"released and loaded",
+        started,
+    )

@@ -52,10 +52,15 @@ def kafka_restart(suite: Suite) -> None:
         raise SuiteFailure(f"kafka restart: the stage run exited {code}")
     during = outcome.get(timeout=10)
     prep, results = suite.world.stage_pass()
-    suite.record(KAFKA_RESTART, None, True,
-                 f"broker down {down.seconds:.1f}s mid-run; the run: {_committed_or_failed(during)}; "
-                 f"restart staged {len(results)} range(s), deleted "
-                 f"{len(prep.orphans_deleted)} orphan(s)", started)
+    suite.record(
+        KAFKA_RESTART,
+        None,
+        True,
+        f"broker down {down.seconds:.1f}s mid-run; the run: {_committed_or_failed(during)}; "
+        f"restart staged {len(results)} range(s), deleted "
+        f"{len(prep.orphans_deleted)} orphan(s)",
+        started,
+    )
 
 
 def _registry_http_client() -> type:
@@ -109,10 +114,15 @@ def registry_down(suite: Suite) -> None:
     if len(attempts) < 2:
         raise SuiteFailure(f"registry down: {len(attempts)} attempt(s), the client did not retry")
     prep, results = world.stage_pass()
-    suite.record(REGISTRY_DOWN, None, True,
-                 f"{rng}: RegistryUnavailableError after {len(attempts)} attempts in "
-                 f"{waited:.1f}s ({message[:90]}); nothing written; restart staged "
-                 f"{len(results)} range(s)", started)
+    suite.record(
+        REGISTRY_DOWN,
+        None,
+        True,
+        f"{rng}: RegistryUnavailableError after {len(attempts)} attempts in "
+        f"{waited:.1f}s ({message[:90]}); nothing written; restart staged "
+        f"{len(results)} range(s)",
+        started,
+    )
 
 
 def _done_files_on_disk(suite: Suite) -> list[str]:
@@ -151,12 +161,19 @@ def gcs_down(suite: Suite) -> None:
         if proc.is_alive():
             proc.kill()
     if committed_during:
-        raise SuiteFailure(f"gcs down: done files appeared during the outage: {committed_during[:3]}")
+        raise SuiteFailure(
+            f"gcs down: done files appeared during the outage: {committed_during[:3]}"
+        )
     if code != 0:
         raise SuiteFailure(f"gcs down: the stage run exited {code}")
     during = outcome.get(timeout=10)
     prep, results = suite.world.stage_pass()
-    suite.record(GCS_DOWN, None, True,
-                 f"down {down.seconds:.1f}s after the first upload; no done file during the "
-                 f"outage; the run: {_committed_or_failed(during)}; restart deleted "
-                 f"{len(prep.orphans_deleted)} orphan(s), staged {len(results)} range(s)", started)
+    suite.record(
+        GCS_DOWN,
+        None,
+        True,
+        f"down {down.seconds:.1f}s after the first upload; no done file during the "
+        f"outage; the run: {_committed_or_failed(during)}; restart deleted "
+        f"{len(prep.orphans_deleted)} orphan(s), staged {len(results)} range(s)",
+        started,
+    )

@@ -12,9 +12,9 @@ import time
 from collections import Counter, defaultdict
 
 from kbqe_dagster.core.protocol.naming import parse_listing
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from reliability import children
 from reliability.harness import CHILD_TIMEOUT, SIGKILLED, Suite, SuiteFailure, join
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from reliability.report import (
     STAGE_KILL_AVRO,
     STAGE_KILL_DONE,
@@ -30,8 +30,13 @@ def _files_of(suite: Suite, rng: OffsetRange) -> int:
     """The avro files staging ``rng`` writes: one per distinct destination of its messages
     in the ledger (one schema per table; bad input → the dead-letter file)."""
     placed = suite.world.ledger.placed
-    return len({placed[(rng.partition, o)].expect_table
-                for o in range(rng.start, rng.end_exclusive) if (rng.partition, o) in placed})
+    return len(
+        {
+            placed[(rng.partition, o)].expect_table
+            for o in range(rng.start, rng.end_exclusive)
+            if (rng.partition, o) in placed
+        }
+    )
 
 
 def _files_ahead(suite: Suite) -> tuple[int, int]:
@@ -68,10 +73,12 @@ def stage_kill(suite: Suite, iteration: int, kind: str) -> None:
         raise SuiteFailure(f"stage run with KBQE_CRASH_AT={spec} exited {code}")
     orphans, partial = _staging_state(suite)
     prep, results = suite.world.stage_pass()
-    detail = (f"KBQE_CRASH_AT={spec} of {files} file(s) in {ranges} range(s); left {orphans} orphan avro file(s), "
-              f"{partial} partly committed range(s); restart rolled forward "
-              f"{len(prep.rolled_forward)} done file(s), deleted {len(prep.orphans_deleted)} "
-              f"orphan(s), staged {len(results)} range(s)")
+    detail = (
+        f"KBQE_CRASH_AT={spec} of {files} file(s) in {ranges} range(s); left {orphans} orphan avro file(s), "
+        f"{partial} partly committed range(s); restart rolled forward "
+        f"{len(prep.rolled_forward)} done file(s), deleted {len(prep.orphans_deleted)} "
+        f"orphan(s), staged {len(results)} range(s)"
+    )
     if code != SIGKILLED:
         detail = f"run finished before the crash point ({detail})"
     suite.record(kind, iteration, code == SIGKILLED, detail, started)
@@ -98,11 +105,16 @@ def first_range_killed(suite: Suite) -> None:
         raise SuiteFailure(f"{STAGE_KILL_FIRST_RANGE}: KBQE_CRASH_AT={spec} exited {code}")
     prep, results = world.stage_pass()
     restaged = any((r.partition, r.start) == (0, first0) for r in results)
-    suite.record(STAGE_KILL_FIRST_RANGE, None, True,
-                 f"KBQE_CRASH_AT={spec}: {len(before)} other range(s) of {len(ranges)} "
-                 f"committed, killed in partition 0's first range; restart deleted "
-                 f"{len(prep.orphans_deleted)} orphan(s), staged {len(results)} range(s), "
-                 f"partition 0 from {first0}: {'yes' if restaged else 'NO'}", started)
+    suite.record(
+        STAGE_KILL_FIRST_RANGE,
+        None,
+        True,
+        f"KBQE_CRASH_AT={spec}: {len(before)} other range(s) of {len(ranges)} "
+        f"committed, killed in partition 0's first range; restart deleted "
+        f"{len(prep.orphans_deleted)} orphan(s), staged {len(results)} range(s), "
+        f"partition 0 from {first0}: {'yes' if restaged else 'NO'}",
+        started,
+    )
 
 
 def zombie(suite: Suite) -> None:
@@ -118,8 +130,12 @@ def zombie(suite: Suite) -> None:
     # Kept referenced until the children end: a child unpickles them after start() returns.
     barrier, outcome = suite.procs.Barrier(2), suite.procs.Queue()
     read = {name: suite.procs.Event() for name in ("A", "B")}
-    procs = [suite.spawn(children.zombie_writer, suite.world.ctx, ranges, name, read[name],
-                         barrier, outcome) for name in ("A", "B")]
+    procs = [
+        suite.spawn(
+            children.zombie_writer, suite.world.ctx, ranges, name, read[name], barrier, outcome
+        )
+        for name in ("A", "B")
+    ]
     rows = [outcome.get(timeout=CHILD_TIMEOUT) for _ in range(2 * len(ranges))]
     codes = [join(p) for p in procs]
     if codes != [0, 0]:
@@ -133,8 +149,10 @@ def zombie(suite: Suite) -> None:
         winners = [n for n, last, conflict in attempts if last is not None and not conflict]
         losers = [n for n, _, conflict in attempts if conflict]
         if len(winners) > 1 or len(winners) + len(losers) != 2:
-            raise SuiteFailure(f"zombie: range {where} committed by {winners}, refused for "
-                               f"{losers}: create-only uploads and done files admit at most one")
+            raise SuiteFailure(
+                f"zombie: range {where} committed by {winners}, refused for "
+                f"{losers}: create-only uploads and done files admit at most one"
+            )
         if winners:
             wins[winners[0]] += 1
         else:
@@ -145,13 +163,20 @@ def zombie(suite: Suite) -> None:
     # raced) are staged by this pass too.
     restaged = {(r.partition, r.start) for r in results} & set(per_range)
     if restaged != uncommitted:
-        raise SuiteFailure(f"zombie: the next run staged {sorted(restaged)}, expected exactly "
-                           f"the ranges no writer committed {sorted(uncommitted)}")
-    suite.record(ZOMBIE, None, True,
-                 f"{len(ranges)} range(s) raced by two writers: A committed {wins['A']}, "
-                 f"B committed {wins['B']}, {len(uncommitted)} interleaved and left to the "
-                 f"next run, which staged exactly those of the raced ranges; every loser "
-                 f"stopped at a create-only name", started)
+        raise SuiteFailure(
+            f"zombie: the next run staged {sorted(restaged)}, expected exactly "
+            f"the ranges no writer committed {sorted(uncommitted)}"
+        )
+    suite.record(
+        ZOMBIE,
+        None,
+        True,
+        f"{len(ranges)} range(s) raced by two writers: A committed {wins['A']}, "
+        f"B committed {wins['B']}, {len(uncommitted)} interleaved and left to the "
+        f"next run, which staged exactly those of the raced ranges; every loser "
+        f"stopped at a create-only name",
+        started,
+    )
 
 
 def late_zombie(suite: Suite) -> None:
@@ -164,8 +189,9 @@ def late_zombie(suite: Suite) -> None:
     suite.produce(100, 150, ZOMBIE_LATE)
     ranges = list(suite.world.prepare().plan.ranges)
     read_done, wake, outcome = suite.procs.Event(), suite.procs.Event(), suite.procs.Queue()
-    proc = suite.spawn(children.zombie_writer, suite.world.ctx, ranges, "Z", read_done, wake,
-                       outcome)
+    proc = suite.spawn(
+        children.zombie_writer, suite.world.ctx, ranges, "Z", read_done, wake, outcome
+    )
     try:
         if not read_done.wait(CHILD_TIMEOUT):
             raise SuiteFailure("late zombie: the zombie never finished reading")
@@ -186,10 +212,16 @@ def late_zombie(suite: Suite) -> None:
     leftovers = sum(len(c.leftovers_deleted) for c in reports)
     suite.report.leftovers_deleted += leftovers
     if again:
-        raise SuiteFailure(f"late zombie: the next load cycle loaded {again} re-uploaded "
-                           f"file(s) again")
-    suite.record(ZOMBIE_LATE, None, True,
-                 f"{len(staged)} range(s) committed and {loaded} file(s) loaded before the "
-                 f"zombie woke; its done files were refused for {refused} of {len(rows)} "
-                 f"range(s); the next load cycle deleted {leftovers} re-uploaded file(s) as "
-                 f"leftovers and loaded none again", started)
+        raise SuiteFailure(
+            f"late zombie: the next load cycle loaded {again} re-uploaded file(s) again"
+        )
+    suite.record(
+        ZOMBIE_LATE,
+        None,
+        True,
+        f"{len(staged)} range(s) committed and {loaded} file(s) loaded before the "
+        f"zombie woke; its done files were refused for {refused} of {len(rows)} "
+        f"range(s); the next load cycle deleted {leftovers} re-uploaded file(s) as "
+        f"leftovers and loaded none again",
+        started,
+    )

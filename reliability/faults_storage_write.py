@@ -66,10 +66,11 @@ def _first_appending(suite: Suite) -> tuple[OffsetRange, int]:
     placed = world.ledgers[world.sw_topic].placed
     live = world.datasets.orders_live
     for rng in world.prepare(world.sw_topic).plan.ranges:
-        schema_ids = {parse_frame(placed[(rng.partition, o)].value).schema_id
-                      for o in range(rng.start, rng.end_exclusive)
-                      if (rng.partition, o) in placed
-                      and placed[(rng.partition, o)].expect_table == live}
+        schema_ids = {
+            parse_frame(placed[(rng.partition, o)].value).schema_id
+            for o in range(rng.start, rng.end_exclusive)
+            if (rng.partition, o) in placed and placed[(rng.partition, o)].expect_table == live
+        }
         if schema_ids:
             return rng, len(schema_ids)
     raise SuiteFailure("storage_write: no planned range has rows for the storage_write table")
@@ -93,9 +94,11 @@ def _held(suite: Suite, rng: OffsetRange) -> int:
     from reliability.verify import _query
 
     dataset, table = suite.world.datasets.orders_live
-    sql = (f"SELECT COUNT(*) FROM `{dataset}.{table}` WHERE _kafka_topic = '{rng.topic}' "
-           f"AND _kafka_partition = {rng.partition} AND _kafka_offset BETWEEN {rng.start} "
-           f"AND {rng.last}")
+    sql = (
+        f"SELECT COUNT(*) FROM `{dataset}.{table}` WHERE _kafka_topic = '{rng.topic}' "
+        f"AND _kafka_partition = {rng.partition} AND _kafka_offset BETWEEN {rng.start} "
+        f"AND {rng.last}"
+    )
     rows = _query(suite.world, sql)
     return int(rows[0][0]) if rows else 0
 
@@ -104,8 +107,11 @@ def _replaced(suite: Suite) -> tuple[int, int]:
     """(intents of the topic that chose a new stream over rows already in the table, the
     rows they did not append again), read before retention deletes committed intents."""
     store = suite.world.store()
-    intents = [i for i in parse_listing(f.name for f in store.list()).intents
-               if i.key.topic == suite.world.sw_topic]
+    intents = [
+        i
+        for i in parse_listing(f.name for f in store.list()).intents
+        if i.key.topic == suite.world.sw_topic
+    ]
     parsed = [parse_intent(store.read_bytes(i.name), i) for i in intents]
     skipping = [p for p in parsed if p.delivered_before]
     return len(skipping), sum(len(p.delivered_before) for p in skipping)
@@ -130,16 +136,23 @@ def kills(suite: Suite) -> None:
         prep, results = world.stage_pass(topic=world.sw_topic)
         rolled = [r for r in left_open if r in prep.plan.ranges]
         if left_open and not rolled:
-            raise SuiteFailure(f"{kind}: the restart did not restage the open intents' ranges "
-                               f"{left_open} first (planned {prep.plan.ranges})")
+            raise SuiteFailure(
+                f"{kind}: the restart did not restage the open intents' ranges "
+                f"{left_open} first (planned {prep.plan.ranges})"
+            )
         between = kind != SW_KILL_BETWEEN_APPENDS or requests >= 2
         injected = code == SIGKILLED and bool(left_open) and between
-        suite.record(kind, None, injected,
-                     f"KBQE_CRASH_AT={spec} in {rng} ({requests} request(s) to "
-                     f"{'.'.join(world.datasets.orders_live)}); left {len(left_open)} open "
-                     f"intent(s), the table holding {held} of the range's rows; the restart "
-                     f"rolled forward {len(rolled)} intent range(s) and staged {len(results)} "
-                     f"range(s)", started)
+        suite.record(
+            kind,
+            None,
+            injected,
+            f"KBQE_CRASH_AT={spec} in {rng} ({requests} request(s) to "
+            f"{'.'.join(world.datasets.orders_live)}); left {len(left_open)} open "
+            f"intent(s), the table holding {held} of the range's rows; the restart "
+            f"rolled forward {len(rolled)} intent range(s) and staged {len(results)} "
+            f"range(s)",
+            started,
+        )
 
 
 def zombie(suite: Suite) -> None:
@@ -172,17 +185,24 @@ def zombie(suite: Suite) -> None:
     paused = during["paused_in"]
     committed_by_first = [c for c in during["committed"] if c.split("..")[0] == paused]
     if committed_by_first:
-        raise SuiteFailure(f"sw zombie: the first writer also committed {committed_by_first} "
-                           "after the second had")
+        raise SuiteFailure(
+            f"sw zombie: the first writer also committed {committed_by_first} after the second had"
+        )
     _, results = world.stage_pass(topic=world.sw_topic)
     refused = [_short(f) for f in during["failures"]] + [
-        f"{c}: done files refused (create-only)" for c in during["conflicts"]]
-    suite.record(SW_ZOMBIE, None, bool(raced) and paused is not None,
-                 f"first writer paused after its first append in range {paused} "
-                 f"(open intent(s) {[str(r) for r in raced]}); the second rolled it forward and "
-                 f"committed; the first, woken, committed {len(during['committed'])} range(s) "
-                 f"and was refused for {len(refused)}: {' | '.join(refused)}; the next "
-                 f"pass staged {len(results)} range(s)", started)
+        f"{c}: done files refused (create-only)" for c in during["conflicts"]
+    ]
+    suite.record(
+        SW_ZOMBIE,
+        None,
+        bool(raced) and paused is not None,
+        f"first writer paused after its first append in range {paused} "
+        f"(open intent(s) {[str(r) for r in raced]}); the second rolled it forward and "
+        f"committed; the first, woken, committed {len(during['committed'])} range(s) "
+        f"and was refused for {len(refused)}: {' | '.join(refused)}; the next "
+        f"pass staged {len(results)} range(s)",
+        started,
+    )
 
 
 def bigquery_restart(suite: Suite) -> None:
@@ -218,12 +238,17 @@ def bigquery_restart(suite: Suite) -> None:
     left = _open_intents(suite)
     if left:
         raise SuiteFailure(f"bigquery restart: intents still open after the restart: {left}")
-    suite.record(BIGQUERY_RESTART, None, bool(raced),
-                 f"emulator down {down.seconds:.1f}s while range {during['paused_in']} was "
-                 f"between appends (the table held {held} of its rows); the run: "
-                 f"{len(during['committed'])} committed, failures: "
-                 f"{' | '.join(_short(f) for f in during['failures']) or 'none'}; the restart "
-                 f"rolled forward "
-                 f"{len(prep.plan.ranges)} range(s), {replaced} intent(s) on a new stream "
-                 f"left {skipped} row(s) already in the table out; staged {len(results)} "
-                 f"range(s)", started)
+    suite.record(
+        BIGQUERY_RESTART,
+        None,
+        bool(raced),
+        f"emulator down {down.seconds:.1f}s while range {during['paused_in']} was "
+        f"between appends (the table held {held} of its rows); the run: "
+        f"{len(during['committed'])} committed, failures: "
+        f"{' | '.join(_short(f) for f in during['failures']) or 'none'}; the restart "
+        f"rolled forward "
+        f"{len(prep.plan.ranges)} range(s), {replaced} intent(s) on a new stream "
+        f"left {skipped} row(s) already in the table out; staged {len(results)} "
+        f"range(s)",
+        started,
+    )

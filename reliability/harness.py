@@ -6,10 +6,11 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
-from typing import Any, Callable
+from typing import Any
 
 from reliability import children
 from reliability.report import FaultEvent, SuiteReport
@@ -66,12 +67,18 @@ class Suite:
         proc.start()
         return proc
 
-    def record(self, kind: str, iteration: int | None, injected: bool, detail: str,
-               started: float) -> FaultEvent:
+    def record(
+        self, kind: str, iteration: int | None, injected: bool, detail: str, started: float
+    ) -> FaultEvent:
         event = FaultEvent(kind, iteration, injected, detail, round(time.monotonic() - started, 2))
         self.report.events.append(event)
-        log.info("%s%s: %s — %s", kind, f" #{iteration}" if iteration is not None else "",
-                 "injected" if injected else "NOT injected", detail)
+        log.info(
+            "%s%s: %s — %s",
+            kind,
+            f" #{iteration}" if iteration is not None else "",
+            "injected" if injected else "NOT injected",
+            detail,
+        )
         return event
 
 

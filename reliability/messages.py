@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import random
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 
 from fastavro import parse_schema, schemaless_writer
 
@@ -91,32 +91,51 @@ def _body(schema: dict, record: dict) -> bytes:
     return out.getvalue()
 
 
-def _order(rnd: random.Random, ids: SchemaIds, ds: Datasets, i: int, day: date,
-           table: str = "orders") -> SampleMessage:
+def _order(
+    rnd: random.Random, ids: SchemaIds, ds: Datasets, i: int, day: date, table: str = "orders"
+) -> SampleMessage:
     record = {
-        "datasetName": ds.sales, "tableName": table, "orderId": f"o-{i}",
-        "customerId": rnd.randrange(10_000), "amountCents": rnd.randrange(100, 100_000),
+        "datasetName": ds.sales,
+        "tableName": table,
+        "orderId": f"o-{i}",
+        "customerId": rnd.randrange(10_000),
+        "amountCents": rnd.randrange(100, 100_000),
         "currency": rnd.choice(["EUR", "USD"]),
         # Local time with an offset and a zone id: the event date is the local date.
         "eventTime": f"{day.isoformat()}T{rnd.randrange(24):02d}:{rnd.randrange(60):02d}"
-                     f":00.000+02:00[Europe/Paris]",
+        f":00.000+02:00[Europe/Paris]",
     }
     key = f"c-{record['customerId']}".encode()
     if rnd.random() < 0.5:
-        return SampleMessage(key, encode_frame(ids["orders_v1"], _body(ORDER_V1, record)),
-                             (ds.sales, table), None, day.isoformat())
+        return SampleMessage(
+            key,
+            encode_frame(ids["orders_v1"], _body(ORDER_V1, record)),
+            (ds.sales, table),
+            None,
+            day.isoformat(),
+        )
     # Same table: files of v1 arriving after a v2 load widened it load by name (NULL coupon);
     # appended, a range's v1 and v2 rows are two requests (a crash point between them).
     record = {**record, "coupon": f"c{i}"}
-    return SampleMessage(key, encode_frame(ids["orders_v2"], _body(ORDER_V2, record)),
-                         (ds.sales, table), None, day.isoformat())
+    return SampleMessage(
+        key,
+        encode_frame(ids["orders_v2"], _body(ORDER_V2, record)),
+        (ds.sales, table),
+        None,
+        day.isoformat(),
+    )
 
 
-def _page_view(rnd: random.Random, ids: SchemaIds, ds: Datasets, i: int, day: date) -> SampleMessage:
-    moment = datetime.combine(day, time(rnd.randrange(24), rnd.randrange(60)), tzinfo=timezone.utc)
+def _page_view(
+    rnd: random.Random, ids: SchemaIds, ds: Datasets, i: int, day: date
+) -> SampleMessage:
+    moment = datetime.combine(day, time(rnd.randrange(24), rnd.randrange(60)), tzinfo=UTC)
     record = {
-        "datasetName": ds.web, "tableName": "page_views", "url": f"/p/{i}",
-        "sessionId": f"s-{rnd.randrange(5_000)}", "durationMs": rnd.randrange(60_000),
+        "datasetName": ds.web,
+        "tableName": "page_views",
+        "url": f"/p/{i}",
+        "sessionId": f"s-{rnd.randrange(5_000)}",
+        "durationMs": rnd.randrange(60_000),
         "occurredAt": moment,
     }
     value = encode_frame(ids["page_views"], _body(PAGE_VIEW, record))
@@ -128,8 +147,12 @@ def bad_message(rnd: random.Random, ids: SchemaIds, ds: Datasets) -> SampleMessa
     with (routing fields name this run's datasets, so the first check that fails is the
     one the kind is about)."""
     order = {
-        "datasetName": ds.sales, "tableName": "orders", "orderId": "bad", "customerId": 1,
-        "amountCents": 1, "currency": "EUR",
+        "datasetName": ds.sales,
+        "tableName": "orders",
+        "orderId": "bad",
+        "customerId": 1,
+        "amountCents": 1,
+        "currency": "EUR",
         "eventTime": "2024-09-13T14:36:45.123+02:00[Europe/Paris]",
     }
     body = _body(ORDER_V1, order)
@@ -142,27 +165,41 @@ def bad_message(rnd: random.Random, ids: SchemaIds, ds: Datasets) -> SampleMessa
         (lambda: encode_frame(v1, body + b"\x00trailing"), Reason.BODY_DECODE_ERROR),
         (lambda: encode_frame(v1, body[: len(body) // 2]), Reason.BODY_DECODE_ERROR),
         (lambda: None, Reason.TOMBSTONE),
-        (lambda: encode_frame(ids["pings"], _body(PING, {
-            "datasetName": ds.web, "tableName": "pings", "note": "no time"})),
-         Reason.MISSING_EVENT_TIME),
-        (lambda: encode_frame(v1, _body(ORDER_V1, {**order, "eventTime": "not a time"})),
-         Reason.INVALID_EVENT_TIME),
-        (lambda: encode_frame(v1, _body(ORDER_V1, {**order, "tableName": ""})),
-         Reason.UNROUTABLE),
-        (lambda: encode_frame(v1, _body(ORDER_V1, {**order, "datasetName": "secret_hr"})),
-         Reason.DESTINATION_NOT_ALLOWED),
+        (
+            lambda: encode_frame(
+                ids["pings"],
+                _body(PING, {"datasetName": ds.web, "tableName": "pings", "note": "no time"}),
+            ),
+            Reason.MISSING_EVENT_TIME,
+        ),
+        (
+            lambda: encode_frame(v1, _body(ORDER_V1, {**order, "eventTime": "not a time"})),
+            Reason.INVALID_EVENT_TIME,
+        ),
+        (lambda: encode_frame(v1, _body(ORDER_V1, {**order, "tableName": ""})), Reason.UNROUTABLE),
+        (
+            lambda: encode_frame(v1, _body(ORDER_V1, {**order, "datasetName": "secret_hr"})),
+            Reason.DESTINATION_NOT_ALLOWED,
+        ),
     ]
     make, reason = rnd.choice(kinds)
     return SampleMessage(b"bad", make(), None, str(reason))
 
 
-def batch(rnd: random.Random, ids: SchemaIds, ds: Datasets, count: int, today: date,
-          bad_ratio: float = 0.03, orders_table: str = "orders") -> list[SampleMessage]:
+def batch(
+    rnd: random.Random,
+    ids: SchemaIds,
+    ds: Datasets,
+    count: int,
+    today: date,
+    bad_ratio: float = 0.03,
+    orders_table: str = "orders",
+) -> list[SampleMessage]:
     """``count`` messages: good ones over the last five event days, and bad ones (about
     ``bad_ratio`` of them, at least one) mixed in at random positions; orders go to
     ``orders_table`` of the sales dataset."""
     out: list[SampleMessage] = []
-    for i in range(count):
+    for _i in range(count):
         if rnd.random() < bad_ratio:
             out.append(bad_message(rnd, ids, ds))
             continue

@@ -37,9 +37,19 @@ STAGE_KILLS = (STAGE_KILL_AVRO, STAGE_KILL_DONE)
 LOAD_KILLS = (LOAD_KILL_BEFORE_SUBMIT, LOAD_KILL_AFTER_SUBMIT, LOAD_KILL_MID_DELETE)
 SW_KILLS = (SW_KILL_INTENT, SW_KILL_BETWEEN_APPENDS, SW_KILL_AFTER_LAST_APPEND)
 STORAGE_WRITE_FAULTS = (*SW_KILLS, SW_ZOMBIE, BIGQUERY_RESTART)
-ALL_FAULTS = (*STAGE_KILLS, STAGE_KILL_FIRST_RANGE, *LOAD_KILLS, KAFKA_RESTART, REGISTRY_DOWN,
-              GCS_DOWN, BIGQUERY_REFUSES, ZOMBIE, ZOMBIE_LATE, MERGE_KILL,
-              *STORAGE_WRITE_FAULTS)
+ALL_FAULTS = (
+    *STAGE_KILLS,
+    STAGE_KILL_FIRST_RANGE,
+    *LOAD_KILLS,
+    KAFKA_RESTART,
+    REGISTRY_DOWN,
+    GCS_DOWN,
+    BIGQUERY_REFUSES,
+    ZOMBIE,
+    ZOMBIE_LATE,
+    MERGE_KILL,
+    *STORAGE_WRITE_FAULTS,
+)
 
 
 @dataclass(frozen=True)
@@ -85,10 +95,14 @@ class SuiteReport:
 
     @property
     def passed(self) -> bool:
-        return (self.error is None and not self.missing_faults
-                and self.accounting.exactly_once and self.messages_produced > 0
-                and self.accounting.produced == self.messages_produced
-                and self.keyed.get("wrong") == 0)
+        return (
+            self.error is None
+            and not self.missing_faults
+            and self.accounting.exactly_once
+            and self.messages_produced > 0
+            and self.accounting.produced == self.messages_produced
+            and self.keyed.get("wrong") == 0
+        )
 
     def to_json(self) -> dict:
         a = self.accounting
@@ -126,45 +140,77 @@ class SuiteReport:
 
     def render(self) -> str:
         a = self.accounting
-        head = table(("", ""), [
-            ("result", "PASS" if self.passed else "FAIL"),
-            ("seed", str(self.seed)),
-            ("iterations", f"{self.iterations}{' (long)' if self.long else ''}"),
-            ("topic", self.topic),
-            ("seconds", f"{self.seconds:.1f}"),
-            ("messages produced", str(self.messages_produced)),
-            ("rows in tables", str(a.rows_loaded)),
-            ("dead letters loaded", str(a.dead_letters_loaded)),
-            ("duplicates found", str(a.duplicates)),
-            ("losses found", str(a.losses)),
-            ("misplaced", str(a.misplaced)),
-            ("unexpected rows", str(a.unexpected)),
-            ("avro left in staging", str(a.avro_left_in_staging)),
-            ("storage_write duplicates", str(sum(c.duplicates for c in a.storage_write.values()))),
-            ("storage_write losses", str(sum(c.losses for c in a.storage_write.values()))),
-            ("zombie leftovers deleted", str(self.leftovers_deleted)),
-            ("keyed changes produced", str(self.keyed.get("changes_produced", "-"))),
-            ("keyed rows/keys wrong", str(self.keyed.get("wrong", "-"))),
-        ])
+        head = table(
+            ("", ""),
+            [
+                ("result", "PASS" if self.passed else "FAIL"),
+                ("seed", str(self.seed)),
+                ("iterations", f"{self.iterations}{' (long)' if self.long else ''}"),
+                ("topic", self.topic),
+                ("seconds", f"{self.seconds:.1f}"),
+                ("messages produced", str(self.messages_produced)),
+                ("rows in tables", str(a.rows_loaded)),
+                ("dead letters loaded", str(a.dead_letters_loaded)),
+                ("duplicates found", str(a.duplicates)),
+                ("losses found", str(a.losses)),
+                ("misplaced", str(a.misplaced)),
+                ("unexpected rows", str(a.unexpected)),
+                ("avro left in staging", str(a.avro_left_in_staging)),
+                (
+                    "storage_write duplicates",
+                    str(sum(c.duplicates for c in a.storage_write.values())),
+                ),
+                ("storage_write losses", str(sum(c.losses for c in a.storage_write.values()))),
+                ("zombie leftovers deleted", str(self.leftovers_deleted)),
+                ("keyed changes produced", str(self.keyed.get("changes_produced", "-"))),
+                ("keyed rows/keys wrong", str(self.keyed.get("wrong", "-"))),
+            ],
+        )
         attempts = Counter(e.kind for e in self.events)
-        faults = table(("fault", "injected", "attempts"), [
-            (kind, str(n), str(attempts.get(kind, 0))) for kind, n in self.faults_injected.items()
-        ])
-        reasons = table(("bad input reason", "dead letters"),
-                        [(r, str(n)) for r, n in a.bad_by_reason.items()] or [("-", "0")])
-        appended = table(("storage_write table", "expected", "rows", "duplicates", "losses",
-                          "misplaced"),
-                         [(name, *(str(getattr(c, k)) for k in ("expected", "rows", "duplicates",
-                                                                "losses", "misplaced")))
-                          for name, c in a.storage_write.items()] or [("-", "0", "0", "0", "0", "0")])
+        faults = table(
+            ("fault", "injected", "attempts"),
+            [
+                (kind, str(n), str(attempts.get(kind, 0)))
+                for kind, n in self.faults_injected.items()
+            ],
+        )
+        reasons = table(
+            ("bad input reason", "dead letters"),
+            [(r, str(n)) for r, n in a.bad_by_reason.items()] or [("-", "0")],
+        )
+        appended = table(
+            ("storage_write table", "expected", "rows", "duplicates", "losses", "misplaced"),
+            [
+                (
+                    name,
+                    *(
+                        str(getattr(c, k))
+                        for k in ("expected", "rows", "duplicates", "losses", "misplaced")
+                    ),
+                )
+                for name, c in a.storage_write.items()
+            ]
+            or [("-", "0", "0", "0", "0", "0")],
+        )
         parts = [head, faults, appended, reasons]
         wrong = [(step, c) for step, c in a.by_step.items() if a.errors_of(step)]
         if wrong:
-            parts.append(table(("step with errors", "produced", "duplicates", "losses", "misplaced"),
-                               [(step, *(str(c[k]) for k in ("produced", "duplicates", "losses", "misplaced")))
-                                for step, c in wrong]))
+            parts.append(
+                table(
+                    ("step with errors", "produced", "duplicates", "losses", "misplaced"),
+                    [
+                        (
+                            step,
+                            *(str(c[k]) for k in ("produced", "duplicates", "losses", "misplaced")),
+                        )
+                        for step, c in wrong
+                    ],
+                )
+            )
         if a.samples:
-            parts.append("\n".join(f"{kind}: {', '.join(items)}" for kind, items in a.samples.items()))
+            parts.append(
+                "\n".join(f"{kind}: {', '.join(items)}" for kind, items in a.samples.items())
+            )
         if self.error:
             parts.append(f"error: {self.error}")
         return "\n\n".join(parts)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from kbqe_dagster.localstack import stack
 from kbqe_dagster.localstack.base import LocalService, port_open

@@ -72,8 +72,13 @@ class Accounting:
 
     @property
     def exactly_once(self) -> bool:
-        return not (self.duplicates or self.losses or self.misplaced or self.unexpected
-                    or self.avro_left_in_staging)
+        return not (
+            self.duplicates
+            or self.losses
+            or self.misplaced
+            or self.unexpected
+            or self.avro_left_in_staging
+        )
 
 
 # (topic, partition, offset) → [(where, detail)], where is "dataset.table"; detail the event
@@ -100,14 +105,18 @@ def found_rows(world: World) -> Found:
     found: Found = defaultdict(list)
     topics = _topics_in(world)
     for dataset, table in world.tables:
-        sql = (f"SELECT _kafka_topic, _kafka_partition, _kafka_offset, "
-               f"CAST(_event_date AS STRING) FROM `{dataset}.{table}` "
-               f"WHERE _kafka_topic IN ({topics})")
+        sql = (
+            f"SELECT _kafka_topic, _kafka_partition, _kafka_offset, "
+            f"CAST(_event_date AS STRING) FROM `{dataset}.{table}` "
+            f"WHERE _kafka_topic IN ({topics})"
+        )
         for topic, partition, offset, day in _query(world, sql):
             found[(topic, partition, offset)].append((f"{dataset}.{table}", day))
     dataset, table = world.dead_letter_table
-    sql = (f"SELECT topic, `partition`, `offset`, reason FROM `{dataset}.{table}` "
-           f"WHERE topic IN ({topics})")
+    sql = (
+        f"SELECT topic, `partition`, `offset`, reason FROM `{dataset}.{table}` "
+        f"WHERE topic IN ({topics})"
+    )
     for topic, partition, offset, reason in _query(world, sql):
         found[(topic, partition, offset)].append((f"{dataset}.{table}", reason))
     return found
@@ -115,13 +124,17 @@ def found_rows(world: World) -> Found:
 
 def account(world: World) -> Accounting:
     """Compare the ledgers with BigQuery and the staging area."""
-    placed = {(topic, p, o): (message, ledger.step_of.get((p, o), "?"))
-              for topic, ledger in world.ledgers.items()
-              for (p, o), message in ledger.placed.items()}
+    placed = {
+        (topic, p, o): (message, ledger.step_of.get((p, o), "?"))
+        for topic, ledger in world.ledgers.items()
+        for (p, o), message in ledger.placed.items()
+    }
     found = found_rows(world)
-    out = Accounting(produced=len(placed),
-                     good=sum(len(ledger.good) for ledger in world.ledgers.values()),
-                     bad=sum(len(ledger.bad) for ledger in world.ledgers.values()))
+    out = Accounting(
+        produced=len(placed),
+        good=sum(len(ledger.good) for ledger in world.ledgers.values()),
+        bad=sum(len(ledger.bad) for ledger in world.ledgers.values()),
+    )
     samples: dict[str, list[str]] = defaultdict(list)
     dead_table = ".".join(world.dead_letter_table)
     reasons: Counter[str] = Counter()
@@ -171,7 +184,9 @@ def account(world: World) -> Accounting:
         out.unexpected += len(found[where])
         note("unexpected", f"{where}: {found[where]}")
     out.rows_loaded = sum(1 for rows in found.values() for loc, _ in rows if loc != dead_table)
-    out.dead_letters_loaded = sum(1 for rows in found.values() for loc, _ in rows if loc == dead_table)
+    out.dead_letters_loaded = sum(
+        1 for rows in found.values() for loc, _ in rows if loc == dead_table
+    )
     out.bad_by_reason = dict(sorted(reasons.items()))
     listing = parse_listing(f.name for f in world.store().list())
     left = [a.name for a in listing.avro if a.key.topic in world.ledgers]
@@ -179,7 +194,9 @@ def account(world: World) -> Accounting:
     for name in left[:SAMPLE]:
         note("avro_left_in_staging", name)
     out.samples = dict(samples)
-    out.by_step = {name: {k: counts.get(k, 0) for k in ("produced", "duplicates", "losses", "misplaced")}
-                   for name, counts in by_step.items()}
+    out.by_step = {
+        name: {k: counts.get(k, 0) for k in ("produced", "duplicates", "losses", "misplaced")}
+        for name, counts in by_step.items()
+    }
     out.storage_write = tables
     return out

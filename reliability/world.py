@@ -72,14 +72,16 @@ class World:
         world = cls(uuid.uuid4().hex[:8], endpoints, today, random.Random(seed))
         world.ledgers = {world.topic: Ledger(), world.sw_topic: Ledger()}
         admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap, "logger": CLIENT_LOG})
-        created = admin.create_topics([
-            NewTopic(world.topic, num_partitions=PARTITIONS, replication_factor=1),
-            NewTopic(world.sw_topic, num_partitions=SW_PARTITIONS, replication_factor=1)])
+        created = admin.create_topics(
+            [
+                NewTopic(world.topic, num_partitions=PARTITIONS, replication_factor=1),
+                NewTopic(world.sw_topic, num_partitions=SW_PARTITIONS, replication_factor=1),
+            ]
+        )
         for future in created.values():
             future.result(30)
         world.ids = register_schemas(endpoints.registry_url)
-        log.info("suite run %s: topic %s, staging %s", world.run_id, world.topic,
-                 world.staging.url)
+        log.info("suite run %s: topic %s, staging %s", world.run_id, world.topic, world.staging.url)
         return world
 
     # --- names ------------------------------------------------------------------------------
@@ -99,8 +101,9 @@ class World:
 
     @property
     def datasets(self) -> Datasets:
-        return Datasets(f"rel_{self.run_id}_sales", f"rel_{self.run_id}_web",
-                        f"rel_{self.run_id}_dead")
+        return Datasets(
+            f"rel_{self.run_id}_sales", f"rel_{self.run_id}_web", f"rel_{self.run_id}_dead"
+        )
 
     @property
     def loaded_tables(self) -> tuple[tuple[str, str], ...]:
@@ -123,26 +126,34 @@ class World:
 
     @property
     def staging(self) -> StagingLocation:
-        return StagingLocation(f"gs://{LOCAL_BUCKET}/rel-{self.run_id}", self.endpoints.gcs_url,
-                               LOCAL_PROJECT)
+        return StagingLocation(
+            f"gs://{LOCAL_BUCKET}/rel-{self.run_id}", self.endpoints.gcs_url, LOCAL_PROJECT
+        )
 
     @property
     def config(self) -> PipelineConfig:
         ds = self.datasets
-        return parse_pipeline_config({
-            "version": 1,
-            "topics": [{
-                "name": name,
-                "routing": {"mode": "fields"},
-                "event_time": {"fields": ["eventTime", "occurredAt"]},
-                "staging": {"max_messages_per_range": MAX_MESSAGES_PER_RANGE},
-            } for name in (self.topic, self.sw_topic)],
-            "allowed_destinations": [f"{ds.sales}.*", f"{ds.web}.*"],
-            "tables": {".".join(t): {"delivery": "storage_write"}
-                       for t in self.storage_write_tables},
-            "dead_letter": {"dataset": ds.dead, "table": DEAD_LETTER_TABLE},
-            "load": {"max_retries": MAX_RETRIES, "job_id_prefix": f"rel_{self.run_id}"},
-        }, source=f"fault suite {self.run_id}")
+        return parse_pipeline_config(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": name,
+                        "routing": {"mode": "fields"},
+                        "event_time": {"fields": ["eventTime", "occurredAt"]},
+                        "staging": {"max_messages_per_range": MAX_MESSAGES_PER_RANGE},
+                    }
+                    for name in (self.topic, self.sw_topic)
+                ],
+                "allowed_destinations": [f"{ds.sales}.*", f"{ds.web}.*"],
+                "tables": {
+                    ".".join(t): {"delivery": "storage_write"} for t in self.storage_write_tables
+                },
+                "dead_letter": {"dataset": ds.dead, "table": DEAD_LETTER_TABLE},
+                "load": {"max_retries": MAX_RETRIES, "job_id_prefix": f"rel_{self.run_id}"},
+            },
+            source=f"fault suite {self.run_id}",
+        )
 
     @property
     def ctx(self) -> StageContext:
@@ -152,11 +163,17 @@ class World:
         """The stage context of ``topic``, with the delivery sink the stage job gives it."""
         config = self.config
         bigquery = local_bigquery_resource(self.endpoints)
-        sink = delivery_sink(config, bigquery.storage_write_settings(),
-                             TableKeeperSettings.of(bigquery))
-        return stage_context(KafkaSettings(self.endpoints.kafka_bootstrap),
-                             RegistrySettings(self.endpoints.registry_url), self.staging,
-                             config, topic, sink=sink)
+        sink = delivery_sink(
+            config, bigquery.storage_write_settings(), TableKeeperSettings.of(bigquery)
+        )
+        return stage_context(
+            KafkaSettings(self.endpoints.kafka_bootstrap),
+            RegistrySettings(self.endpoints.registry_url),
+            self.staging,
+            config,
+            topic,
+            sink=sink,
+        )
 
     def store(self) -> StagingStore:
         return self.staging.open()
@@ -170,10 +187,21 @@ class World:
         default) and record where Kafka put them."""
         topic = topic or self.topic
         sw = topic == self.sw_topic
-        messages = batch(self.rnd, self.ids, self.datasets, count, self.today,
-                         orders_table="orders_live" if sw else "orders")
-        placed = produce(self.endpoints.kafka_bootstrap, topic, messages,
-                         SW_PARTITIONS if sw else PARTITIONS, {"logger": CLIENT_LOG})
+        messages = batch(
+            self.rnd,
+            self.ids,
+            self.datasets,
+            count,
+            self.today,
+            orders_table="orders_live" if sw else "orders",
+        )
+        placed = produce(
+            self.endpoints.kafka_bootstrap,
+            topic,
+            messages,
+            SW_PARTITIONS if sw else PARTITIONS,
+            {"logger": CLIENT_LOG},
+        )
         self.ledgers[topic].add(placed, step)
         return len(messages)
 
@@ -181,8 +209,9 @@ class World:
     def prepare(self, topic: str | None = None) -> Preparation:
         return plan_run(self.ctx_of(topic or self.topic))
 
-    def stage_pass(self, max_runs: int = 20, topic: str | None = None
-                   ) -> tuple[Preparation, list[RangeResult]]:
+    def stage_pass(
+        self, max_runs: int = 20, topic: str | None = None
+    ) -> tuple[Preparation, list[RangeResult]]:
         """Stage runs of ``topic`` (the first by default) until one plans nothing (a
         partition without commits, or a topic that may write a storage_write table, gets one
         range per run): the first run's preparation (its recovery) and every range staged."""
@@ -198,12 +227,15 @@ class World:
         assert first is not None
         return first, results
 
-    def load_until_settled(self, loads: BigQueryLoads | None = None,
-                           max_cycles: int = 4) -> list[CycleReport]:
+    def load_until_settled(
+        self, loads: BigQueryLoads | None = None, max_cycles: int = 4
+    ) -> list[CycleReport]:
         """Load cycles until one plans nothing and leaves nothing pending."""
         reports = []
         for _ in range(max_cycles):
-            report = LoadCoordinator(self.store(), loads or self.bigquery(), self.config).run_cycle()
+            report = LoadCoordinator(
+                self.store(), loads or self.bigquery(), self.config
+            ).run_cycle()
             reports.append(report)
             if not report.planned and report.pending_after == 0:
                 break
@@ -227,8 +259,9 @@ class World:
             store = self.store()
             for stored in store.list("_kbqe/") + store.list():
                 store.delete(stored.name)
-            admin = AdminClient({"bootstrap.servers": self.endpoints.kafka_bootstrap,
-                                 "logger": CLIENT_LOG})
+            admin = AdminClient(
+                {"bootstrap.servers": self.endpoints.kafka_bootstrap, "logger": CLIENT_LOG}
+            )
             for future in admin.delete_topics([self.topic, self.sw_topic]).values():
                 future.result(30)
         except Exception as error:  # noqa: BLE001
@@ -239,8 +272,11 @@ def plan_run(ctx: StageContext) -> Preparation:
     """A stage run's recovery and plan for ``ctx``'s topic, as the stage job makes it (one
     range per partition for a topic that may write a storage_write table)."""
     return prepare_topic(
-        ctx.staging.open(), ctx.kafka, ctx.topic_name,
-        max_messages_per_run=1_000_000, max_messages_per_range=MAX_MESSAGES_PER_RANGE,
+        ctx.staging.open(),
+        ctx.kafka,
+        ctx.topic_name,
+        max_messages_per_run=1_000_000,
+        max_messages_per_range=MAX_MESSAGES_PER_RANGE,
         start_policy=ctx.start_policy,
         one_range_per_partition=ctx.pipeline.topic_may_deliver_by_storage_write(ctx.topic_name),
     )
@@ -248,9 +284,13 @@ def plan_run(ctx: StageContext) -> Preparation:
 
 def local_bigquery_resource(endpoints: LocalEndpoints) -> BigQueryResource:
     """The local stack's BigQuery resource (its Storage Write API on the gRPC port)."""
-    return BigQueryResource(project=LOCAL_PROJECT, api_endpoint=endpoints.bigquery_url,
-                            anonymous_credentials=True, emulator=True,
-                            storage_write_endpoint=f"{HOST}:{endpoints.bigquery_grpc_port}")
+    return BigQueryResource(
+        project=LOCAL_PROJECT,
+        api_endpoint=endpoints.bigquery_url,
+        anonymous_credentials=True,
+        emulator=True,
+        storage_write_endpoint=f"{HOST}:{endpoints.bigquery_grpc_port}",
+    )
 
 
 def local_loads(endpoints: LocalEndpoints) -> EmulatorBigQueryLoads:

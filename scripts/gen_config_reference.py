@@ -246,7 +246,9 @@ def render() -> str:
         parts.append(f"\n## `{where}`\n\n{' '.join((cls.__doc__ or '').split())}\n\n")
         parts.append("| key | default in code | meaning |\n|---|---|---|\n")
         for name, default, doc in field_docs(cls):
-            parts.append(f"| `{name}` | `{default.replace('|', '/')}` | {doc.replace('|', '/')} |\n")
+            parts.append(
+                f"| `{name}` | `{default.replace('|', '/')}` | {doc.replace('|', '/')} |\n"
+            )
     return "".join(parts)
 
 

@@ -20,8 +20,9 @@ repeated tag (a repeating group) is refused rather than half-read.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from kbqe_dagster import DecodeError, RawMessage
 
@@ -41,8 +42,16 @@ def _parse_timestamp(text: str) -> datetime:
     if match is None:
         raise ValueError("not YYYYMMDD-HH:MM:SS[.sss]")
     year, month, day, hour, minute, second, millis = match.groups()
-    return datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
-                    int(millis or 0) * 1000, tzinfo=timezone.utc)
+    return datetime(
+        int(year),
+        int(month),
+        int(day),
+        int(hour),
+        int(minute),
+        int(second),
+        int(millis or 0) * 1000,
+        tzinfo=UTC,
+    )
 
 
 def _parse_number(text: str) -> float:
@@ -69,30 +78,36 @@ _HEADER = (
     (52, "SendingTime", "sending_time", "UTCTimestamp", True),
 )
 _BODIES = {
-    "D": ("NewOrderSingle", (
-        (11, "ClOrdID", "cl_ord_id", "String", True),
-        (55, "Symbol", "symbol", "String", True),
-        (54, "Side", "side", "String", True),
-        (38, "OrderQty", "order_qty", "Qty", True),
-        (40, "OrdType", "ord_type", "String", True),
-        (44, "Price", "price", "Price", False),
-        (60, "TransactTime", "transact_time", "UTCTimestamp", True),
-    )),
-    "8": ("ExecutionReport", (
-        (37, "OrderID", "order_id", "String", True),
-        (11, "ClOrdID", "cl_ord_id", "String", False),
-        (17, "ExecID", "exec_id", "String", True),
-        (150, "ExecType", "exec_type", "String", True),
-        (39, "OrdStatus", "ord_status", "String", True),
-        (55, "Symbol", "symbol", "String", True),
-        (54, "Side", "side", "String", True),
-        (32, "LastQty", "last_qty", "Qty", False),
-        (31, "LastPx", "last_px", "Price", False),
-        (14, "CumQty", "cum_qty", "Qty", True),
-        (151, "LeavesQty", "leaves_qty", "Qty", True),
-        (6, "AvgPx", "avg_px", "Price", True),
-        (60, "TransactTime", "transact_time", "UTCTimestamp", False),
-    )),
+    "D": (
+        "NewOrderSingle",
+        (
+            (11, "ClOrdID", "cl_ord_id", "String", True),
+            (55, "Symbol", "symbol", "String", True),
+            (54, "Side", "side", "String", True),
+            (38, "OrderQty", "order_qty", "Qty", True),
+            (40, "OrdType", "ord_type", "String", True),
+            (44, "Price", "price", "Price", False),
+            (60, "TransactTime", "transact_time", "UTCTimestamp", True),
+        ),
+    ),
+    "8": (
+        "ExecutionReport",
+        (
+            (37, "OrderID", "order_id", "String", True),
+            (11, "ClOrdID", "cl_ord_id", "String", False),
+            (17, "ExecID", "exec_id", "String", True),
+            (150, "ExecType", "exec_type", "String", True),
+            (39, "OrdStatus", "ord_status", "String", True),
+            (55, "Symbol", "symbol", "String", True),
+            (54, "Side", "side", "String", True),
+            (32, "LastQty", "last_qty", "Qty", False),
+            (31, "LastPx", "last_px", "Price", False),
+            (14, "CumQty", "cum_qty", "Qty", True),
+            (151, "LeavesQty", "leaves_qty", "Qty", True),
+            (6, "AvgPx", "avg_px", "Price", True),
+            (60, "TransactTime", "transact_time", "UTCTimestamp", False),
+        ),
+    ),
 }
 
 
@@ -117,8 +132,10 @@ def decode_fix(message: RawMessage) -> tuple[dict[str, Any], dict]:
     fields = parse_fix(message.value)
     msg_type = fields.get(35)
     if msg_type not in _BODIES:
-        raise DecodeError(f"MsgType 35={msg_type} is not decoded: only 35=D (NewOrderSingle) "
-                          "and 35=8 (ExecutionReport)")
+        raise DecodeError(
+            f"MsgType 35={msg_type} is not decoded: only 35=D (NewOrderSingle) "
+            "and 35=8 (ExecutionReport)"
+        )
     name, body = _BODIES[msg_type]
     record: dict[str, Any] = {"msg_type": msg_type}
     for tag, fix_name, column, kind, required in _HEADER + body:
@@ -148,13 +165,17 @@ def parse_fix(value: bytes) -> dict[int, str]:
     for raw in text[:-1].split("\x01"):
         tag, sep, field_value = raw.partition("=")
         if not sep or not tag.isdigit() or not field_value:
-            raise DecodeError(f"not a FIX field at byte {position}: {raw[:40]!r} (expected tag=value)")
+            raise DecodeError(
+                f"not a FIX field at byte {position}: {raw[:40]!r} (expected tag=value)"
+            )
         pairs.append((int(tag), field_value))
         position += len(raw) + 1
     if len(pairs) < 4 or [tag for tag, _ in pairs[:3]] != [8, 9, 35] or pairs[-1][0] != 10:
         order = ", ".join(str(tag) for tag, _ in pairs[:3])
-        raise DecodeError(f"not a FIX message: starts with tags {order} and ends with tag "
-                          f"{pairs[-1][0]}; expected 8, 9, 35 first and 10 last")
+        raise DecodeError(
+            f"not a FIX message: starts with tags {order} and ends with tag "
+            f"{pairs[-1][0]}; expected 8, 9, 35 first and 10 last"
+        )
     if pairs[0][1] != BEGIN_STRING:
         raise DecodeError(f"BeginString 8={pairs[0][1]}, expected 8={BEGIN_STRING}")
     _check_body_length(value, pairs[1][1])

@@ -5,8 +5,9 @@ decoder gives it (``examples/fix/decoder.py``)."""
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta, timezone
-from typing import Iterator, NamedTuple, Sequence
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 SOH = "\x01"
 SENDER, TARGET = "BUYSIDE", "SELLSIDE"
@@ -34,7 +35,7 @@ class Sample(NamedTuple):
 
 
 def order_flow(orders: int, seed: int = 44,
-               start: datetime = datetime(2024, 9, 13, 14, 30, tzinfo=timezone.utc)) -> Iterator[Sample]:  # fmt: skip
+               start: datetime = datetime(2024, 9, 13, 14, 30, tzinfo=UTC)) -> Iterator[Sample]:  # fmt: skip
     """``orders`` NewOrderSingles, each followed by an ExecutionReport that acknowledges it
     (ExecType 0, New) and one that fills it (ExecType F, Trade): three messages per order."""
     rng = random.Random(seed)
@@ -45,30 +46,75 @@ def order_flow(orders: int, seed: int = 44,
         qty, price = rng.randint(1, 50) * 100, round(rng.uniform(50, 500), 2)
         cl_ord_id, order_id = f"C{n:06d}", f"O{n:06d}"
         seq += 1
-        yield Sample(fix_message([
-            (35, "D"), (49, SENDER), (56, TARGET), (34, seq), (52, utc_timestamp(when)),
-            (11, cl_ord_id), (55, symbol), (54, side), (38, qty), (40, 2), (44, price),
-            (60, utc_timestamp(when)),
-        ]), "D", "staged")
+        yield Sample(
+            fix_message(
+                [
+                    (35, "D"),
+                    (49, SENDER),
+                    (56, TARGET),
+                    (34, seq),
+                    (52, utc_timestamp(when)),
+                    (11, cl_ord_id),
+                    (55, symbol),
+                    (54, side),
+                    (38, qty),
+                    (40, 2),
+                    (44, price),
+                    (60, utc_timestamp(when)),
+                ]
+            ),
+            "D",
+            "staged",
+        )
         for exec_n, (exec_type, status, last_qty, cum, leaves) in enumerate(
             (("0", "0", 0, 0, qty), ("F", "2", qty, qty, 0))
         ):
             seq += 1
             at = when + timedelta(milliseconds=5 * (exec_n + 1))
-            yield Sample(fix_message([
-                (35, "8"), (49, TARGET), (56, SENDER), (34, seq), (52, utc_timestamp(at)),
-                (37, order_id), (11, cl_ord_id), (17, f"E{n:06d}-{exec_n}"), (150, exec_type),
-                (39, status), (55, symbol), (54, side), (32, last_qty),
-                (31, price if last_qty else 0), (14, cum), (151, leaves),
-                (6, price if cum else 0), (60, utc_timestamp(at)),
-            ]), "8", "staged")
+            yield Sample(
+                fix_message(
+                    [
+                        (35, "8"),
+                        (49, TARGET),
+                        (56, SENDER),
+                        (34, seq),
+                        (52, utc_timestamp(at)),
+                        (37, order_id),
+                        (11, cl_ord_id),
+                        (17, f"E{n:06d}-{exec_n}"),
+                        (150, exec_type),
+                        (39, status),
+                        (55, symbol),
+                        (54, side),
+                        (32, last_qty),
+                        (31, price if last_qty else 0),
+                        (14, cum),
+                        (151, leaves),
+                        (6, price if cum else 0),
+                        (60, utc_timestamp(at)),
+                    ]
+                ),
+                "8",
+                "staged",
+            )
 
 
-def bad_messages(when: datetime = datetime(2024, 9, 13, 15, 0, tzinfo=timezone.utc)) -> list[Sample]:
+def bad_messages(when: datetime = datetime(2024, 9, 13, 15, 0, tzinfo=UTC)) -> list[Sample]:
     """One message per way the decoder refuses FIX (``expect`` is a fragment of its reason)."""
     ts = utc_timestamp(when)
-    order = [(35, "D"), (49, SENDER), (56, TARGET), (34, 900), (52, ts), (11, "BAD1"),
-             (55, "AAPL"), (54, "1"), (38, 100), (40, 1), (60, ts)]
+    order = [
+        (35, "D"),
+        (49, SENDER),
+        (56, TARGET),
+        (34, 900),
+        (52, ts),
+        (11, "BAD1"),
+        (55, "AAPL"),
+        (54, "1"),
+        (38, 100),
+        (40, 1),
+        (60, ts),
+    ]
     good = fix_message(order)
     wrong_sum = good[:-4] + f"{(int(good[-4:-1]) + 1) % 256:03d}".encode() + b"\x01"
     wrong_length = good.replace(b"\x019=", b"\x019=1", 1)
@@ -76,13 +122,20 @@ def bad_messages(when: datetime = datetime(2024, 9, 13, 15, 0, tzinfo=timezone.u
     return [
         Sample(wrong_sum, "D", "CheckSum 10="),
         Sample(wrong_length, "D", "BodyLength 9="),
-        Sample(fix_message([(35, "0"), (49, SENDER), (56, TARGET), (34, 901), (52, ts)]),
-               "0", "MsgType 35=0 is not decoded"),
+        Sample(
+            fix_message([(35, "0"), (49, SENDER), (56, TARGET), (34, 901), (52, ts)]),
+            "0",
+            "MsgType 35=0 is not decoded",
+        ),
         Sample(fix_message(order, begin_string="FIX.4.2"), "D", "BeginString 8=FIX.4.2"),
-        Sample(fix_message([f for f in order if f[0] != 55]), "D",
-               "without required tag 55 (Symbol)"),
-        Sample(fix_message([(t, "13/09/2024" if t == 60 else v) for t, v in order]), "D",
-               "TransactTime 60='13/09/2024' is not a UTCTimestamp"),
+        Sample(
+            fix_message([f for f in order if f[0] != 55]), "D", "without required tag 55 (Symbol)"
+        ),
+        Sample(
+            fix_message([(t, "13/09/2024" if t == 60 else v) for t, v in order]),
+            "D",
+            "TransactTime 60='13/09/2024' is not a UTCTimestamp",
+        ),
         Sample(b'{"not": "fix"}', "?", "does not end with SOH"),
     ]
 

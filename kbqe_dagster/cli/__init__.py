@@ -21,7 +21,7 @@ import argparse
 import logging
 import sys
 import traceback
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from kbqe_dagster.cli.bootstrap import add_bootstrap
 from kbqe_dagster.cli.common import CommandAdder
@@ -47,8 +47,19 @@ Handler = Callable[[argparse.Namespace], int]
 
 # --- the command line itself ---------------------------------------------------------------
 COMMANDS: list[CommandAdder] = [
-    add_stack, add_demo, add_staging, add_load, add_retention, add_bootstrap, add_dead_letters,
-    add_produce_sample, add_metrics, add_health, add_run, add_completeness, add_config,
+    add_stack,
+    add_demo,
+    add_staging,
+    add_load,
+    add_retention,
+    add_bootstrap,
+    add_dead_letters,
+    add_produce_sample,
+    add_metrics,
+    add_health,
+    add_run,
+    add_completeness,
+    add_config,
 ]
 
 
@@ -56,10 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
     # --verbose is accepted before and after the command; SUPPRESS keeps a sub-parser's
     # default from overwriting a --verbose given earlier on the line.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="debug logging, full error messages and tracebacks")
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="debug logging, full error messages and tracebacks",
+    )
     parser = argparse.ArgumentParser(
-        prog="kbqe", parents=[common],
+        prog="kbqe",
+        parents=[common],
         description="kbqe_dagster operator commands: Kafka -> BigQuery, exactly once.",
     )
     # The installed distribution's version (importlib.metadata), what `pip show` says.

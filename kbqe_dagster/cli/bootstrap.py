@@ -10,14 +10,19 @@ from kbqe_dagster.cli.common import SubParsers, emit, now, open_store, staging_o
 
 def add_bootstrap(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     boot = sub.add_parser(
-        "bootstrap", parents=[common, staging_options()],
+        "bootstrap",
+        parents=[common, staging_options()],
         help="make partitions of a topic start at given offsets (writes bootstrap markers)",
         description="Write bootstrap markers so each partition resumes at the given offset. "
-                    "A partition can only move forward; nothing is written if one is refused.",
+        "A partition can only move forward; nothing is written if one is refused.",
     )
     boot.add_argument("--topic", required=True, help="the Kafka topic")
-    boot.add_argument("--offsets", required=True, metavar="P=OFFSET[,P=OFFSET...]",
-                      help="next offset per partition, e.g. 0=2787665,1=2828379")
+    boot.add_argument(
+        "--offsets",
+        required=True,
+        metavar="P=OFFSET[,P=OFFSET...]",
+        help="next offset per partition, e.g. 0=2787665,1=2828379",
+    )
     boot.set_defaults(handler=_bootstrap)
 
 
@@ -28,4 +33,3 @@ def _bootstrap(args: argparse.Namespace) -> int:
     report = bootstrap(open_store(args), args.topic, offsets, now())
     emit(args, report, render.bootstrap)
     return 0
-

@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from kbqe_dagster.core.errors import OperatorCommandError
 from kbqe_dagster.localstack.endpoints import LOCAL_STAGING_URL
@@ -64,8 +65,9 @@ def staging_location(
     return StagingLocation(url)
 
 
-def environment_staging(gcs_endpoint: str | None = None,
-                        environ: Mapping[str, str] = os.environ) -> StagingLocation:
+def environment_staging(
+    gcs_endpoint: str | None = None, environ: Mapping[str, str] = os.environ
+) -> StagingLocation:
     """The staging area the ``KBQE_ENV`` environment's runs use when no location is named:
     ``local`` (the default) is the local stack's bucket, as for the Dagster runs and
     ``kbqe health``; ``gcp`` has no default, so the error names the variable to set."""
@@ -77,8 +79,7 @@ def environment_staging(gcs_endpoint: str | None = None,
             f"no staging location: KBQE_ENV={env} needs {STAGING_ENV} (gs://bucket/prefix) "
             "or --staging"
         )
-    return staging_location_for(LOCAL_STAGING_URL, env, gcs_endpoint=gcs_endpoint,
-                                environ=environ)
+    return staging_location_for(LOCAL_STAGING_URL, env, gcs_endpoint=gcs_endpoint, environ=environ)
 
 
 def open_store(args: argparse.Namespace) -> StagingStore:
@@ -97,7 +98,7 @@ def pipeline_config(args: argparse.Namespace) -> Any:
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def emit(args: argparse.Namespace, report: Any, render: Callable[[Any], str]) -> None:
@@ -110,20 +111,29 @@ def emit(args: argparse.Namespace, report: Any, render: Callable[[Any], str]) ->
 # --- options shared by several commands ----------------------------------------------------
 def staging_options() -> argparse.ArgumentParser:
     opts = argparse.ArgumentParser(add_help=False)
-    opts.add_argument("--staging", metavar="URL",
-                      help=f"staging location: a directory or gs://bucket/prefix "
-                           f"(default: ${STAGING_ENV}, else with KBQE_ENV=local the local "
-                           f"stack's {LOCAL_STAGING_URL})")
-    opts.add_argument("--gcs-endpoint", metavar="URL",
-                      help=f"GCS emulator endpoint for gs:// locations (default: "
-                           f"${GCS_ENDPOINT_ENV}, else with KBQE_ENV=local the local stack's "
-                           "emulator, else real GCS)")
+    opts.add_argument(
+        "--staging",
+        metavar="URL",
+        help=f"staging location: a directory or gs://bucket/prefix "
+        f"(default: ${STAGING_ENV}, else with KBQE_ENV=local the local "
+        f"stack's {LOCAL_STAGING_URL})",
+    )
+    opts.add_argument(
+        "--gcs-endpoint",
+        metavar="URL",
+        help=f"GCS emulator endpoint for gs:// locations (default: "
+        f"${GCS_ENDPOINT_ENV}, else with KBQE_ENV=local the local stack's "
+        "emulator, else real GCS)",
+    )
     opts.add_argument("--json", action="store_true", help="print JSON instead of text")
     return opts
 
 
 def config_option() -> argparse.ArgumentParser:
     opts = argparse.ArgumentParser(add_help=False)
-    opts.add_argument("--config", metavar="PATH",
-                      help=f"pipeline file (default: ${PIPELINE_ENV}, else examples/pipeline.yaml)")
+    opts.add_argument(
+        "--config",
+        metavar="PATH",
+        help=f"pipeline file (default: ${PIPELINE_ENV}, else examples/pipeline.yaml)",
+    )
     return opts

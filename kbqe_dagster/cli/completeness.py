@@ -26,20 +26,28 @@ exits 2 on a usage error, and a script must tell "not yet" from "wrong command l
 
 def add_completeness(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     cmd = sub.add_parser(
-        "completeness", parents=[common, staging_options(), config_option()],
+        "completeness",
+        parents=[common, staging_options(), config_option()],
         help="newest complete day per table, and which partitions hold the next one back",
         description="A day of a table is complete when every Kafka partition feeding it is "
-                    "staged and loaded past the day's end plus the configured lateness; a "
-                    "partition loaded up to its high watermark never holds a day back, and a "
-                    "declared day stays declared. Reads only: completeness_sensor and `kbqe "
-                    "run --until-idle` declare days and keep the late counts.",
+        "staged and loaded past the day's end plus the configured lateness; a "
+        "partition loaded up to its high watermark never holds a day back, and a "
+        "declared day stays declared. Reads only: completeness_sensor and `kbqe "
+        "run --until-idle` declare days and keep the late counts.",
     )
     cmd.add_argument("--table", metavar="DATASET.TABLE", help="only this table")
-    cmd.add_argument("--day", metavar="YYYY-MM-DD", type=date.fromisoformat,
-                     help=f"exit {NOT_COMPLETE_EXIT} unless this day is complete for every "
-                          "table shown (for scripts)")
-    cmd.add_argument("--bootstrap-servers", metavar="HOST:PORT",
-                     help="Kafka (default: the KBQE_ENV environment's, the local stack's)")
+    cmd.add_argument(
+        "--day",
+        metavar="YYYY-MM-DD",
+        type=date.fromisoformat,
+        help=f"exit {NOT_COMPLETE_EXIT} unless this day is complete for every "
+        "table shown (for scripts)",
+    )
+    cmd.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        help="Kafka (default: the KBQE_ENV environment's, the local stack's)",
+    )
     cmd.set_defaults(handler=_completeness)
 
 
@@ -49,7 +57,11 @@ def _completeness(args: argparse.Namespace) -> int:
     if args.table is not None and args.table.count(".") != 1:
         raise OperatorCommandError(f"--table {args.table!r}: expected DATASET.TABLE")
     report = evaluate(
-        pipeline_config(args), open_store(args), watermark_reader(args), now(), table=args.table,
+        pipeline_config(args),
+        open_store(args),
+        watermark_reader(args),
+        now(),
+        table=args.table,
     )
     emit(args, report, render_completeness)
     if args.day is not None:
@@ -88,8 +100,15 @@ def render_completeness(report: Any) -> str:
             + f" ({h.waiting_for})"
             for h in v.held_back_by
         ) or ("-" if v.newest_complete else "no feeding partition known")
-        rows.append([name, v.basis, v.key(v.newest_complete) or "-", held,
-                     str(sum(t.late_after_complete.values()))])
+        rows.append(
+            [
+                name,
+                v.basis,
+                v.key(v.newest_complete) or "-",
+                held,
+                str(sum(t.late_after_complete.values())),
+            ]
+        )
     if not rows:
         return "no table: nothing is routed statically and the staging area holds no file"
     return render.table(

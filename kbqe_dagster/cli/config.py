@@ -19,16 +19,18 @@ def add_config(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     config = sub.add_parser("config", parents=[common], help="check the pipeline file; its schema")
     actions = config.add_subparsers(dest="action", required=True)
     check = actions.add_parser(
-        "check", parents=[common, config_option()],
+        "check",
+        parents=[common, config_option()],
         help="read the pipeline file and print every problem with its key path",
         description=f"Exit 0 when the pipeline file is valid, {INVALID_EXIT} otherwise. Reads "
-                    "only the file (and what it names: a json topic's schema file, decoders "
-                    "and routing functions, imported); Kafka is not asked.",
+        "only the file (and what it names: a json topic's schema file, decoders "
+        "and routing functions, imported); Kafka is not asked.",
     )
     check.add_argument("--json", action="store_true", help="print JSON instead of text")
     check.set_defaults(handler=_check)
     schema = actions.add_parser(
-        "schema", parents=[common],
+        "schema",
+        parents=[common],
         help="print the JSON Schema of the pipeline file (for editors: completion, checks)",
     )
     schema.set_defaults(handler=_schema)
@@ -43,22 +45,35 @@ def check_report(path: Any) -> dict[str, Any]:
         config = load_pipeline_config(path)
     except ConfigError as error:
         located = error.problems or (("", str(error).removeprefix(f"{path}: ")),)
-        return {"config": str(path), "ok": False, "warnings": [],
-                "problems": [{"path": where, "message": message} for where, message in located]}
-    return {"config": str(path), "ok": True, "problems": [], "warnings": list(config.warnings),
-            "topics": list(config.topic_names),
-            "topic_patterns": [p.match for p in config.topic_patterns]}
+        return {
+            "config": str(path),
+            "ok": False,
+            "warnings": [],
+            "problems": [{"path": where, "message": message} for where, message in located],
+        }
+    return {
+        "config": str(path),
+        "ok": True,
+        "problems": [],
+        "warnings": list(config.warnings),
+        "topics": list(config.topic_names),
+        "topic_patterns": [p.match for p in config.topic_patterns],
+    }
 
 
 def render_check(report: dict[str, Any]) -> str:
     if report["ok"]:
         patterns = len(report["topic_patterns"])
-        lines = [f"{report['config']}: ok ({len(report['topics'])} topic(s)"
-                 + (f", {patterns} topic pattern(s))" if patterns else ")")]
+        lines = [
+            f"{report['config']}: ok ({len(report['topics'])} topic(s)"
+            + (f", {patterns} topic pattern(s))" if patterns else ")")
+        ]
     else:
         lines = [f"{report['config']}: {len(report['problems'])} problem(s):"]
-        lines += [f"  - {p['path']}: {p['message']}" if p["path"] else f"  - {p['message']}"
-                  for p in report["problems"]]
+        lines += [
+            f"  - {p['path']}: {p['message']}" if p["path"] else f"  - {p['message']}"
+            for p in report["problems"]
+        ]
     lines += [f"  warning: {w}" for w in report["warnings"]]
     return "\n".join(lines)
 

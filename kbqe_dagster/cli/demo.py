@@ -9,17 +9,23 @@ from kbqe_dagster.cli.common import SubParsers
 
 def add_demo(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     demo = sub.add_parser(
-        "demo", parents=[common], help="run the main job end to end on the local stack",
+        "demo",
+        parents=[common],
+        help="run the main job end to end on the local stack",
         description="Start the local stack, produce sample events, stage them on Spark, load "
         "them into the BigQuery emulator and print the rows per table.",
     )
     demo.add_argument("--count", type=int, default=2_000, help="good sample events to produce")
-    demo.add_argument("--then-dagster-dev", action="store_true",
-                      help="afterwards, start the Dagster UI (`dg dev`) on the same local instance")
+    demo.add_argument(
+        "--then-dagster-dev",
+        action="store_true",
+        help="afterwards, start the Dagster UI (`dg dev`) on the same local instance",
+    )
     demo.set_defaults(handler=_demo)
 
-    dev = sub.add_parser("dev", parents=[common],
-                         help="start the Dagster UI (`dg dev`) on the local instance")
+    dev = sub.add_parser(
+        "dev", parents=[common], help="start the Dagster UI (`dg dev`) on the local instance"
+    )
     dev.add_argument("--port", type=int, default=3000)
     dev.set_defaults(handler=_dev)
 

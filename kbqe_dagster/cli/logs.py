@@ -64,8 +64,9 @@ class ConsoleFilter(logging.Filter):
         return record.levelno >= logging.WARNING
 
 
-def setup_logging(verbose: bool = False, fmt: str | None = None,
-                  ours_from: int = logging.INFO) -> None:
+def setup_logging(
+    verbose: bool = False, fmt: str | None = None, ours_from: int = logging.INFO
+) -> None:
     """Log to stderr: everything at DEBUG with ``verbose``, else what :class:`ConsoleFilter`
     lets through (a script that prints its own progress passes ``ours_from=WARNING``). A
     second call replaces the first's handler. Like ``logging.basicConfig``, it leaves alone

@@ -12,7 +12,8 @@ def add_retention(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     retention = sub.add_parser("retention", parents=[common], help="done-file retention")
     actions = retention.add_subparsers(dest="retention_action", required=True, metavar="{plan}")
     plan = actions.add_parser(
-        "plan", parents=[common, staging_options()],
+        "plan",
+        parents=[common, staging_options()],
         help="dry run: which done files retention would delete, and why the rest stay",
     )
     plan.set_defaults(handler=_retention_plan)
@@ -23,4 +24,3 @@ def _retention_plan(args: argparse.Namespace) -> int:
 
     emit(args, retention_plan(open_store(args)), render.retention_plan)
     return 0
-

@@ -19,7 +19,8 @@ import json
 import logging
 import os
 import sys
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from kbqe_dagster.core.errors import OperatorCommandError
 from kbqe_dagster.core.load.cost import usd
@@ -31,25 +32,45 @@ log = logging.getLogger("kbqe")
 
 def add_run(sub: Any, common: argparse.ArgumentParser) -> None:
     run = sub.add_parser(
-        "run", parents=[common],
+        "run",
+        parents=[common],
         help="run the pipeline's stage, load and poll jobs in this process until idle",
         description="Catch up now: stage every topic with a backlog, load, poll until the "
-                    "load jobs finish, and repeat until there is no backlog and nothing "
-                    "pending, without waiting for allowed_latency or the load cadence. The "
-                    "runs are recorded in the Dagster instance ($DAGSTER_HOME, else the local "
-                    "one). Exits 0 only when everything was staged and loaded.",
+        "load jobs finish, and repeat until there is no backlog and nothing "
+        "pending, without waiting for allowed_latency or the load cadence. The "
+        "runs are recorded in the Dagster instance ($DAGSTER_HOME, else the local "
+        "one). Exits 0 only when everything was staged and loaded.",
     )
-    run.add_argument("--until-idle", action="store_true", required=True,
-                     help="repeat rounds until nothing is left (the only mode today)")
-    run.add_argument("--topic", action="append", default=[], metavar="TOPIC", dest="topics",
-                     help="only this topic of the pipeline file (repeatable; default: all); "
-                          "loads cover every staged table")
-    run.add_argument("--max-rounds", type=int, default=Limits.max_rounds, metavar="N",
-                     help=f"give up when not idle after N rounds (default {Limits.max_rounds})")
-    run.add_argument("--poll-timeout", type=float, default=Limits.poll_timeout_s,
-                     metavar="SECONDS",
-                     help="how long one round waits for its BigQuery load jobs (default "
-                          f"{Limits.poll_timeout_s:.0f})")
+    run.add_argument(
+        "--until-idle",
+        action="store_true",
+        required=True,
+        help="repeat rounds until nothing is left (the only mode today)",
+    )
+    run.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="TOPIC",
+        dest="topics",
+        help="only this topic of the pipeline file (repeatable; default: all); "
+        "loads cover every staged table",
+    )
+    run.add_argument(
+        "--max-rounds",
+        type=int,
+        default=Limits.max_rounds,
+        metavar="N",
+        help=f"give up when not idle after N rounds (default {Limits.max_rounds})",
+    )
+    run.add_argument(
+        "--poll-timeout",
+        type=float,
+        default=Limits.poll_timeout_s,
+        metavar="SECONDS",
+        help="how long one round waits for its BigQuery load jobs (default "
+        f"{Limits.poll_timeout_s:.0f})",
+    )
     run.add_argument("--json", action="store_true", help="print one JSON document")
     run.set_defaults(handler=_run)
 
@@ -119,32 +140,60 @@ def _fileno(stream: Any) -> int | None:
 def render(report: UntilIdleReport) -> str:
     topics = _table(
         ("topic", "staged", "dead-lettered", "tombstones", "stage runs"),
-        ((name, str(t.staged), str(t.dead_lettered), str(t.tombstones), str(t.stage_runs))
-         for name, t in sorted(report.topics.items())),
+        (
+            (name, str(t.staged), str(t.dead_lettered), str(t.tombstones), str(t.stage_runs))
+            for name, t in sorted(report.topics.items())
+        ),
     )
     # The Storage Write columns only when a table was delivered that way (their price beside the
     # free loads' bytes); a load-only pipeline's table stays narrow.
     appended = any(t.bytes_appended or t.rows_appended for t in report.tables.values())
-    tables = _table(
-        ("table", "rows loaded", "load jobs", "keys merged", "merge bytes", "bytes loaded")
-        + (("rows appended", "bytes appended", "list price") if appended else ()),
-        ((name, str(t.rows_loaded), str(t.load_jobs), str(t.keys_merged),
-          "-" if t.merge_bytes_processed is None else str(t.merge_bytes_processed),
-          f"{t.bytes_loaded} (free)" if t.load_jobs else "-")
-         + ((str(t.rows_appended), str(t.bytes_appended), usd(t.list_price_usd))
-            if appended else ())
-         for name, t in sorted(report.tables.items())),
-    ) if report.tables else "nothing loaded"
+    tables = (
+        _table(
+            ("table", "rows loaded", "load jobs", "keys merged", "merge bytes", "bytes loaded")
+            + (("rows appended", "bytes appended", "list price") if appended else ()),
+            (
+                (
+                    name,
+                    str(t.rows_loaded),
+                    str(t.load_jobs),
+                    str(t.keys_merged),
+                    "-" if t.merge_bytes_processed is None else str(t.merge_bytes_processed),
+                    f"{t.bytes_loaded} (free)" if t.load_jobs else "-",
+                )
+                + (
+                    (str(t.rows_appended), str(t.bytes_appended), usd(t.list_price_usd))
+                    if appended
+                    else ()
+                )
+                for name, t in sorted(report.tables.items())
+            ),
+        )
+        if report.tables
+        else "nothing loaded"
+    )
     complete = ""  # no section when nothing was evaluated (the ending says why)
     if report.completeness:
-        complete = _table(
-            ("table", "newest complete", "declared now", "late after complete"),
-            ((name, t.newest_complete or "-", ", ".join(t.newly_complete) or "-",
-              str(t.late_after_complete))
-             for name, t in sorted(report.completeness.items())),
-        ) + "\n\n"
-    ending = (f"idle after {report.rounds} round(s)" if report.ok
-              else f"stopped after {report.rounds} round(s): {report.error}")
+        complete = (
+            _table(
+                ("table", "newest complete", "declared now", "late after complete"),
+                (
+                    (
+                        name,
+                        t.newest_complete or "-",
+                        ", ".join(t.newly_complete) or "-",
+                        str(t.late_after_complete),
+                    )
+                    for name, t in sorted(report.completeness.items())
+                ),
+            )
+            + "\n\n"
+        )
+    ending = (
+        f"idle after {report.rounds} round(s)"
+        if report.ok
+        else f"stopped after {report.rounds} round(s): {report.error}"
+    )
     runs = f"{len(report.run_ids)} run(s) recorded in the Dagster instance"
     return f"{topics}\n\n{tables}\n\n{complete}{ending}; {runs}"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from kbqe_dagster.cli import render
 from kbqe_dagster.cli.common import SubParsers
@@ -13,7 +14,8 @@ from kbqe_dagster.cli.common import SubParsers
 
 def add_stack(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     stack = sub.add_parser(
-        "stack", parents=[common],
+        "stack",
+        parents=[common],
         help="the local development stack (Kafka, registry, GCS, BigQuery)",
         description="Install, start, stop and inspect the local stack under .kbqe-local/.",
     )
@@ -22,10 +24,13 @@ def add_stack(sub: SubParsers, common: argparse.ArgumentParser) -> None:
 
     up = actions.add_parser("up", parents=[common], help="start what is not running (idempotent)")
     up.add_argument("services", nargs="*", metavar="SERVICE", help=names_help)
-    up.add_argument("--fresh", action="store_true",
-                    help="first delete the stopped services' data (Kafka topics, schemas, "
-                         "staging bucket, BigQuery tables, the demo's Dagster instance); "
-                         "the download cache stays")
+    up.add_argument(
+        "--fresh",
+        action="store_true",
+        help="first delete the stopped services' data (Kafka topics, schemas, "
+        "staging bucket, BigQuery tables, the demo's Dagster instance); "
+        "the download cache stays",
+    )
     up.set_defaults(handler=_stack_up)
 
     down = actions.add_parser("down", parents=[common], help="stop what we started (by pid)")
@@ -77,5 +82,3 @@ def _status_table(statuses: Sequence[Any]) -> str:
         ("service", "running", "pid", "endpoint"),
         ((s.name, "yes" if s.running else "no", str(s.pid or "-"), s.endpoint) for s in statuses),
     )
-
-

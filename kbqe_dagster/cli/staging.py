@@ -12,7 +12,8 @@ def add_staging(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     staging = sub.add_parser("staging", parents=[common], help="inspect the staging area")
     actions = staging.add_subparsers(dest="staging_action", required=True, metavar="{status}")
     status = actions.add_parser(
-        "status", parents=[common, staging_options()],
+        "status",
+        parents=[common, staging_options()],
         help="next offsets, committed ranges, pending files per partition and table",
     )
     status.set_defaults(handler=_staging_status)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import replace
 from datetime import date, timedelta
 from enum import Enum
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any
 
 from kbqe_dagster.core.errors import ConfigError
 
@@ -169,8 +170,9 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Converter
         return value
 
     bounds = {"minimum": minimum, "maximum": maximum}
-    return with_schema(read, {"type": "integer",
-                              **{k: v for k, v in bounds.items() if v is not None}})
+    return with_schema(
+        read, {"type": "integer", **{k: v for k, v in bounds.items() if v is not None}}
+    )
 
 
 def choice(enum: type[Enum], aliases: Mapping[Any, str] | None = None) -> Converter:
@@ -182,10 +184,10 @@ def choice(enum: type[Enum], aliases: Mapping[Any, str] | None = None) -> Conver
         try:
             return enum(value)
         except ValueError:
-            names = ", ".join(str(member.value) for member in enum)  # type: ignore[var-annotated]
+            names = ", ".join(str(member.value) for member in enum)
             raise Invalid(f"expected one of {names}, got {describe(value)}") from None
 
-    values = [member.value for member in enum]  # type: ignore[var-annotated]
+    values = [member.value for member in enum]
     return with_schema(read, {"enum": values + [a for a in (aliases or {}) if a not in values]})
 
 
@@ -238,10 +240,15 @@ def byte_size(minimum: int = 0) -> Converter:
             raise Invalid(f"must be at least {minimum:,} bytes, got {size:,}")
         return size
 
-    return with_schema(read, {"anyOf": [
-        {"type": "integer", "minimum": minimum},
-        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMG]i?B|B)?\s*$"},
-    ]})
+    return with_schema(
+        read,
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": minimum},
+                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMG]i?B|B)?\s*$"},
+            ]
+        },
+    )
 
 
 def calendar_date(value: Any) -> date:
@@ -309,8 +316,9 @@ with_schema(string, {"type": "string", "minLength": 1})
 with_schema(boolean, {"type": "boolean"})
 # A YAML date unquoted is a date to PyYAML and a string to editors (YAML 1.2).
 with_schema(calendar_date, {"type": "string", "format": "date"})
-with_schema(string_map, {"type": "object",
-                         "additionalProperties": {"type": "string", "minLength": 1}})
+with_schema(
+    string_map, {"type": "object", "additionalProperties": {"type": "string", "minLength": 1}}
+)
 
 
 def identity(value: Any) -> Any:

@@ -170,6 +170,10 @@ class TransformSchemaError(TransformError):
     already, a type the transform does not read. Raised on the first message of the schema;
     every message of it follows the bad-input policy."""
 
+    where: str | None = None
+    """The key path under a destination (``transforms[INDEX]``, ``when``, ``fields[INDEX]``),
+    set by core/transforms/destinations.py."""
+
 
 class DecodeError(BadInputError):
     """Raised by a user decoder (``format: decoder``) to refuse a message, with the reason in

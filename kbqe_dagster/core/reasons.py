@@ -110,15 +110,23 @@ class Reason(StrEnum):
 
 KEYED_ONLY = frozenset({Reason.NOT_A_CHANGE})
 """Reasons that only keyed topics produce (their tests live in kbqe_dagster_tests/keyed/)."""
-JSON_ONLY = frozenset({
-    Reason.JSON_DECODE_ERROR, Reason.JSON_SCHEMA_MISMATCH, Reason.NON_JSON_SCHEMA,
-    Reason.UNMAPPABLE_JSON_SCHEMA,
-})
+JSON_ONLY = frozenset(
+    {
+        Reason.JSON_DECODE_ERROR,
+        Reason.JSON_SCHEMA_MISMATCH,
+        Reason.NON_JSON_SCHEMA,
+        Reason.UNMAPPABLE_JSON_SCHEMA,
+    }
+)
 """Reasons that only ``format: json`` and ``format: json_schema`` topics produce
 (kbqe_dagster_tests/formats/)."""
-PROTOBUF_ONLY = frozenset({
-    Reason.PROTOBUF_DECODE_ERROR, Reason.NON_PROTOBUF_SCHEMA, Reason.UNMAPPABLE_PROTOBUF_SCHEMA,
-})
+PROTOBUF_ONLY = frozenset(
+    {
+        Reason.PROTOBUF_DECODE_ERROR,
+        Reason.NON_PROTOBUF_SCHEMA,
+        Reason.UNMAPPABLE_PROTOBUF_SCHEMA,
+    }
+)
 """Reasons that only ``format: protobuf`` topics produce (kbqe_dagster_tests/formats/)."""
 TRANSFORM_ONLY = frozenset({Reason.TRANSFORM_FAILED})
 """Reasons that only topics with ``transforms`` produce (kbqe_dagster_tests/formats/)."""

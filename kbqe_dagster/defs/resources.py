@@ -13,6 +13,11 @@ from kbqe_dagster.resources.environment import (
 )
 
 __all__ = [
-    "DEFAULT_PIPELINE", "ENVIRONMENTS", "current_environment", "gcp_resources",
-    "local_resources", "pipeline_config_path", "resources_for_environment",
+    "DEFAULT_PIPELINE",
+    "ENVIRONMENTS",
+    "current_environment",
+    "gcp_resources",
+    "local_resources",
+    "pipeline_config_path",
+    "resources_for_environment",
 ]

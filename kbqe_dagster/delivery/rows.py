@@ -8,10 +8,11 @@ requests at the same stream offsets, which is what makes ``ALREADY_EXISTS`` mean
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from fastavro import parse_schema, reader, schemaless_writer
 
@@ -34,8 +35,9 @@ class RowsFile:
     """(record index, why) of records that cannot be rows: dead-lettered, never appended."""
 
 
-def encode_file(records_path: Path, schema: dict, source: str,
-                skip: tuple[str, frozenset[int]] | None = None) -> RowsFile:
+def encode_file(
+    records_path: Path, schema: dict, source: str, skip: tuple[str, frozenset[int]] | None = None
+) -> RowsFile:
     """Encode every record of the Avro container ``records_path`` (written under ``schema``)
     into a rows file next to it; ``skip``: (offset column, Kafka offsets) of records that are
     not rows of this attempt (already in the table: an intent's ``delivered_before``)."""
@@ -79,15 +81,16 @@ def _rows(path: Path) -> Iterator[tuple[int, bytes]]:
             yield index, handle.read(size or 0)
 
 
-def requests(rows: RowsFile, max_bytes: int = MAX_REQUEST_BYTES
-             ) -> Iterator[tuple[list[int], list[bytes]]]:
+def requests(
+    rows: RowsFile, max_bytes: int = MAX_REQUEST_BYTES
+) -> Iterator[tuple[list[int], list[bytes]]]:
     """(record indices, rows) of each request, in order."""
     chunk: list[tuple[int, bytes]] = []
 
     def cut() -> Iterator[tuple[list[int], list[bytes]]]:
         position = 0
         for batch in batches([row for _, row in chunk], max_bytes):
-            yield [i for i, _ in chunk[position:position + len(batch)]], batch
+            yield [i for i, _ in chunk[position : position + len(batch)]], batch
             position += len(batch)
 
     for item in _rows(rows.path):

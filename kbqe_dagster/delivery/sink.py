@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.errors import CommitConflictError, StagingError
@@ -156,8 +157,9 @@ class _Table:
 class DeliverySink:
     """A :class:`~kbqe_dagster.staging.sink.RangeSink` routing tables by their delivery."""
 
-    def __init__(self, rng: OffsetRange, workdir: Path, codec: str,
-                 factory: DeliverySinkFactory) -> None:
+    def __init__(
+        self, rng: OffsetRange, workdir: Path, codec: str, factory: DeliverySinkFactory
+    ) -> None:
         self.rng = rng
         self.workdir = workdir
         self.factory = factory
@@ -203,19 +205,27 @@ class DeliverySink:
         reports: list[TableDelivery] = []
         for t in tables.values():
             for f in t.files:
-                t.rows[f.schema_id] = encode_file(f.file.path, f.schema,
-                                                  f"{f.dataset}.{f.table} {covered}")
-                dead += self._dead_letters(f, t.rows[f.schema_id].unencodable, tally.created_at,
-                                           "cannot be a Storage Write row")
+                t.rows[f.schema_id] = encode_file(
+                    f.file.path, f.schema, f"{f.dataset}.{f.table} {covered}"
+                )
+                dead += self._dead_letters(
+                    f,
+                    t.rows[f.schema_id].unencodable,
+                    tally.created_at,
+                    "cannot be a Storage Write row",
+                )
             layout = self.pipeline.table_layout(t.dataset, t.table)
             for f in t.files:
                 keeper.ensure(t.dataset, t.table, f.schema, layout)
-        intents = {key: self._intent(store, writer, keeper, listing, covered, t)
-                   for key, t in tables.items()}
+        intents = {
+            key: self._intent(store, writer, keeper, listing, covered, t)
+            for key, t in tables.items()
+        }
         for key, t in tables.items():
             try:
-                files, report, letters = self._append(store, writer, listing, intents[key], t,
-                                                      tally)
+                files, report, letters = self._append(
+                    store, writer, listing, intents[key], t, tally
+                )
             finally:
                 # One connection per range and stream: the next range of this (table,
                 # partition) may be another process's (StorageWriter.release).
@@ -226,29 +236,46 @@ class DeliverySink:
         crash_point("storage_write_delivered")
         if dead:
             self._stage_dead_letters(dead)
-        tally = RangeTally(tally.dead_letters + len(dead), tally.skipped, tally.created_at,
-                           tally.kafka_ts_max)
+        tally = RangeTally(
+            tally.dead_letters + len(dead), tally.skipped, tally.created_at, tally.kafka_ts_max
+        )
         outcome = self.area.commit(store, covered, tally, delivered=delivered)
         by_reason = {str(Reason.STORAGE_WRITE_REFUSED): len(dead)} if dead else {}
         appended = {name.name for name, *_ in delivered}
         files = tuple(f for f in outcome.files if f[0] not in appended)  # files written only
-        return SinkOutcome(outcome.committed_last, files, outcome.bytes_by_dataset,
-                           outcome.conflict, by_reason, tuple(reports))
+        return SinkOutcome(
+            outcome.committed_last,
+            files,
+            outcome.bytes_by_dataset,
+            outcome.conflict,
+            by_reason,
+            tuple(reports),
+        )
 
     def _listing(self, store: StagingStore, covered: OffsetRange) -> ParsedListing:
         """This partition's staging names (one prefix listing of the topic)."""
-        names, _ = of_topic((f.name for f in store.list(topic_prefix(covered.topic))),
-                            covered.topic)
+        names, _ = of_topic(
+            (f.name for f in store.list(topic_prefix(covered.topic))), covered.topic
+        )
         listing = parse_listing(names)
         p = covered.partition
         return ParsedListing(
             tuple(a for a in listing.avro if a.key.partition == p),
-            tuple(d for d in listing.done if d.key.partition == p), (),
+            tuple(d for d in listing.done if d.key.partition == p),
+            (),
             tuple(i for i in listing.intents if i.key.partition == p),
-            tuple(r for r in listing.refusals if r.key.partition == p))
+            tuple(r for r in listing.refusals if r.key.partition == p),
+        )
 
-    def _intent(self, store: StagingStore, writer: Any, keeper: Any, listing: ParsedListing,
-                covered: OffsetRange, t: _Table) -> Intent:
+    def _intent(
+        self,
+        store: StagingStore,
+        writer: Any,
+        keeper: Any,
+        listing: ParsedListing,
+        covered: OffsetRange,
+        t: _Table,
+    ) -> Intent:
         """The intent of this range for table ``t``: the one an earlier attempt created, or a
         new one, created now (create-only) before any append. An earlier intent whose stream
         is gone is replaced (core/protocol/delivery.py, "A stream gone")."""
@@ -259,24 +286,39 @@ class DeliverySink:
         if name in listing.intents:
             # The version before the content: a replacement in between fails the guarded
             # delete below instead of deleting the replacement.
-            version = next((f.version for f in store.list(name.name) if f.name == name.name),
-                           None)
+            version = next((f.version for f in store.list(name.name) if f.name == name.name), None)
             intent = parse_intent(store.read_bytes(name.name), name)
             if writer.stream_state(intent.stream) is None:
                 intent = self._drop_gone(store, name, intent, version, where)
             else:
-                log.info("%s: rolling forward intent %s (stream %s, rows from %d)", where,
-                         name.name, intent.stream, intent.offset)
+                log.info(
+                    "%s: rolling forward intent %s (stream %s, rows from %d)",
+                    where,
+                    name.name,
+                    intent.stream,
+                    intent.offset,
+                )
         if intent is None:
             stream, offset, new = self._stream_for(store, writer, listing, t)
             present = self._present(keeper, covered, t) if new else frozenset()
             self._skip(t, present, covered)
-            intent = Intent(covered.topic, covered.partition, t.dataset, t.table,
-                            covered.start, covered.last, stream, offset, t.parts,
-                            tuple(sorted(present)))
-            others = {i.name: parse_intent(store.read_bytes(i.name), i)
-                      for i in open_intents(listing)
-                      if (i.key.dataset, i.key.table) == (t.dataset, t.table) and i != name}
+            intent = Intent(
+                covered.topic,
+                covered.partition,
+                t.dataset,
+                t.table,
+                covered.start,
+                covered.last,
+                stream,
+                offset,
+                t.parts,
+                tuple(sorted(present)),
+            )
+            others = {
+                i.name: parse_intent(store.read_bytes(i.name), i)
+                for i in open_intents(listing)
+                if (i.key.dataset, i.key.table) == (t.dataset, t.table) and i != name
+            }
             check_no_overlap(intent, others)
             try:
                 store.create_only(name.name, intent.encode())
@@ -291,19 +333,25 @@ class DeliverySink:
             raise StagingError(
                 f"{where}: intent {name.name} recorded rows per schema id {list(intent.parts)}, "
                 f"this attempt staged {list(t.parts)}: staging of the range is not deterministic "
-                "(a routing function or transform that changed?); not appending")
+                "(a routing function or transform that changed?); not appending"
+            )
         return intent
 
     @staticmethod
-    def _drop_gone(store: StagingStore, name: Any, intent: Intent, version: str | None,
-                   where: str) -> Intent | None:
+    def _drop_gone(
+        store: StagingStore, name: Any, intent: Intent, version: str | None, where: str
+    ) -> Intent | None:
         """An open intent whose stream is gone: delete it while it is ``version``, the one
         read, so that this attempt creates a new one (None); or the intent another writer put
         in its place meanwhile."""
         if version is not None and store.delete_version(name.name, version):
-            log.warning("%s: stream %s of intent %s is gone; the range gets a new stream "
-                        "(the table's rows at its Kafka offsets are not appended again)",
-                        where, intent.stream, name.name)
+            log.warning(
+                "%s: stream %s of intent %s is gone; the range gets a new stream "
+                "(the table's rows at its Kafka offsets are not appended again)",
+                where,
+                intent.stream,
+                name.name,
+            )
             return None
         if not any(f.name == name.name for f in store.list(name.name)):
             return None  # deleted by another writer, which may be creating its new one
@@ -313,12 +361,23 @@ class DeliverySink:
         """The range's Kafka offsets the table holds rows of (asked before a new stream)."""
         e = self.pipeline.enrichment
         present = keeper.offsets_present(
-            t.dataset, t.table, (e.topic_column, e.partition_column, e.offset_column),
-            covered.topic, covered.partition, covered.start, covered.last)
+            t.dataset,
+            t.table,
+            (e.topic_column, e.partition_column, e.offset_column),
+            covered.topic,
+            covered.partition,
+            covered.start,
+            covered.last,
+        )
         if present:
-            log.warning("%s.%s %s: the table holds rows of %d of the range's offsets already "
-                        "(appended through a stream that is gone): not appending them again",
-                        t.dataset, t.table, covered, len(present))
+            log.warning(
+                "%s.%s %s: the table holds rows of %d of the range's offsets already "
+                "(appended through a stream that is gone): not appending them again",
+                t.dataset,
+                t.table,
+                covered,
+                len(present),
+            )
         return frozenset(present)
 
     def _skip(self, t: _Table, offsets: frozenset[int], covered: OffsetRange) -> None:
@@ -328,39 +387,50 @@ class DeliverySink:
             return
         column = self.pipeline.enrichment.offset_column
         for f in t.files:
-            t.rows[f.schema_id] = encode_file(f.file.path, f.schema,
-                                              f"{f.dataset}.{f.table} {covered}",
-                                              skip=(column, offsets))
+            t.rows[f.schema_id] = encode_file(
+                f.file.path, f.schema, f"{f.dataset}.{f.table} {covered}", skip=(column, offsets)
+            )
         t.skipped = offsets
 
-    def _stream_for(self, store: StagingStore, writer: Any, listing: ParsedListing,
-                    t: _Table) -> tuple[str, int, bool]:
+    def _stream_for(
+        self, store: StagingStore, writer: Any, listing: ParsedListing, t: _Table
+    ) -> tuple[str, int, bool]:
         """The table's stream for this partition where the latest committed range left it,
         or a new stream (none yet, a new schema id, or the stream is gone): (stream, first
         row offset, whether it is new)."""
-        latest = max((d for d in listing.done if (d.key.dataset, d.key.table) == (t.dataset,
-                                                                                  t.table)),
-                     key=lambda d: d.first_offset, default=None)
+        latest = max(
+            (d for d in listing.done if (d.key.dataset, d.key.table) == (t.dataset, t.table)),
+            key=lambda d: d.first_offset,
+            default=None,
+        )
         position = None
         if latest is not None:
             manifest = parse_manifest(store.read_bytes(latest.name), latest.name)
             position = stream_position([manifest] if manifest else [], t.dataset, t.table)
         schema_ids = {f.schema_id for f in t.files}
-        if position is not None and schema_ids <= position.schema_ids \
-                and writer.stream_state(position.stream) is not None:
+        if (
+            position is not None
+            and schema_ids <= position.schema_ids
+            and writer.stream_state(position.stream) is not None
+        ):
             return position.stream, position.next_offset, False
         stream = writer.create_stream(t.dataset, t.table, "committed")
         log.info("%s.%s[%d]: new stream %s", t.dataset, t.table, self.rng.partition, stream)
         return stream, 0, True
 
-    def _append(self, store: StagingStore, writer: Any, listing: ParsedListing, intent: Intent,
-                t: _Table, tally: RangeTally
-                ) -> tuple[list[tuple], TableDelivery, list[DeadLetter]]:
+    def _append(
+        self,
+        store: StagingStore,
+        writer: Any,
+        listing: ParsedListing,
+        intent: Intent,
+        t: _Table,
+        tally: RangeTally,
+    ) -> tuple[list[tuple], TableDelivery, list[DeadLetter]]:
         """Every request of table ``t`` at its offset (module docstring, step 3)."""
         name = intent_name(intent.range, t.dataset, t.table, t.files[0].schema_id)
         noted = self._notes(store, listing, name, intent.stream)
-        where = (f"{t.dataset}.{t.table} stream {intent.stream}, {intent.range} (intent "
-                 f"{name.name})")
+        where = f"{t.dataset}.{t.table} stream {intent.stream}, {intent.range} (intent {name.name})"
         offset = intent.offset
         delivered, letters = [], []
         requests_sent = skipped = appended_bytes = refused_total = 0
@@ -373,21 +443,35 @@ class DeliverySink:
                 note = noted.get(offset)
                 outcome = writer.append(intent.stream, ProtoRows(descriptor, tuple(rows)), offset)
                 requests_sent += 1
-                step = append_decision(outcome.kind, len(rows), outcome.message,
-                                       outcome.row_errors, f"{where} row {offset}", note)
+                step = append_decision(
+                    outcome.kind,
+                    len(rows),
+                    outcome.message,
+                    outcome.row_errors,
+                    f"{where} row {offset}",
+                    note,
+                )
                 if step.refused:
                     note = Refusal(offset, step.refused, intent.stream)
                     self._note(store, name.refusal(offset), note)
                     keep = [r for i, r in enumerate(rows) if i not in dict(step.refused)]
                     if keep:
-                        retry = writer.append(intent.stream, ProtoRows(descriptor, tuple(keep)),
-                                              offset)
+                        retry = writer.append(
+                            intent.stream, ProtoRows(descriptor, tuple(keep)), offset
+                        )
                         requests_sent += 1
-                        again = append_decision(retry.kind, len(keep), retry.message,
-                                                retry.row_errors, f"{where} row {offset}")
+                        again = append_decision(
+                            retry.kind,
+                            len(keep),
+                            retry.message,
+                            retry.row_errors,
+                            f"{where} row {offset}",
+                        )
                         if again.refused:
-                            raise StagingError(f"{where} row {offset}: the API refused rows it "
-                                               "had not refused in the same request before")
+                            raise StagingError(
+                                f"{where} row {offset}: the API refused rows it "
+                                "had not refused in the same request before"
+                            )
                         step = again
                 elif outcome.kind == "already_exists":
                     if t.fresh:
@@ -396,30 +480,55 @@ class DeliverySink:
                         raise StagingError(
                             f"{where} row {offset}: the stream already holds rows at offsets "
                             f"this new intent claims ({outcome.message}); another writer? not "
-                            "appending (the intent stays open)")
+                            "appending (the intent stays open)"
+                        )
                     skipped += 1
                 if note is not None:
                     refused_here.update({indices[i]: why for i, why in note.refused})
-                appended_bytes += sum(len(r) for i, r in enumerate(rows)
-                                      if note is None or i not in dict(note.refused))
+                appended_bytes += sum(
+                    len(r)
+                    for i, r in enumerate(rows)
+                    if note is None or i not in dict(note.refused)
+                )
                 offset += step.advance
                 crash_point("storage_write_appended")
-            letters += self._dead_letters(f, tuple(sorted(refused_here.items())),
-                                          tally.created_at, "refused by the Storage Write API")
+            letters += self._dead_letters(
+                f,
+                tuple(sorted(refused_here.items())),
+                tally.created_at,
+                "refused by the Storage Write API",
+            )
             refused_total += len(refused_here) + len(t.rows[f.schema_id].unencodable)
-            delivered.append((f.file.name, f.file.records, f.file.iso_days(),
-                              f.file.hour_keys(), Delivered(intent.stream, first, offset - first)))
+            delivered.append(
+                (
+                    f.file.name,
+                    f.file.records,
+                    f.file.iso_days(),
+                    f.file.hour_keys(),
+                    Delivered(intent.stream, first, offset - first),
+                )
+            )
             days.update(f.file.iso_days())
         report = TableDelivery(
-            t.dataset, t.table, intent.stream, intent.offset, offset - intent.offset,
+            t.dataset,
+            t.table,
+            intent.stream,
+            intent.offset,
+            offset - intent.offset,
             # Records already in the table (delivered_before) are not this range's appends.
-            sum(f.file.records for f in t.files) - len(t.skipped), refused_total,
-            appended_bytes, tuple(sorted(days.items())), requests_sent, skipped)
+            sum(f.file.records for f in t.files) - len(t.skipped),
+            refused_total,
+            appended_bytes,
+            tuple(sorted(days.items())),
+            requests_sent,
+            skipped,
+        )
         return delivered, report, letters
 
     @staticmethod
-    def _notes(store: StagingStore, listing: ParsedListing, name: Any,
-               stream: str) -> dict[int, Refusal]:
+    def _notes(
+        store: StagingStore, listing: ParsedListing, name: Any, stream: str
+    ) -> dict[int, Refusal]:
         """The refusal notes of intent ``name`` by row offset; notes of another stream (of an
         intent replaced after its stream was gone) are deleted: their offsets mean nothing in
         ``stream``, and a note of this stream may need their names."""
@@ -441,26 +550,39 @@ class DeliverySink:
         except CommitConflictError:
             pass  # a zombie of the same intent noted the same refusal of the same request
 
-    def _dead_letters(self, f: _StreamFile, refused: tuple[tuple[int, str], ...],
-                      staged_at: datetime, what: str) -> list[DeadLetter]:
+    def _dead_letters(
+        self, f: _StreamFile, refused: tuple[tuple[int, str], ...], staged_at: datetime, what: str
+    ) -> list[DeadLetter]:
         if not refused:
             return []
         why = dict(refused)
         e = self.pipeline.enrichment
         letters = []
         for index, (record, raw) in sorted(records_at(f.file.path, set(why)).items()):
-            topic, partition, offset = (record.get(e.topic_column), record.get(e.partition_column),
-                                        record.get(e.offset_column))
+            topic, partition, offset = (
+                record.get(e.topic_column),
+                record.get(e.partition_column),
+                record.get(e.offset_column),
+            )
             stamp = record.get(e.timestamp_column) if e.timestamp_column else None
-            letters.append(DeadLetter(
-                reason=str(Reason.STORAGE_WRITE_REFUSED),
-                error=(f"{topic}[{partition}] offset {offset}: {f.dataset}.{f.table}: {what}: "
-                       f"{why[index]}"),
-                topic=str(topic), partition=int(partition), offset=int(offset),
-                kafka_timestamp_ms=int(stamp.timestamp() * 1000) if stamp else None,
-                schema_id=f.schema_id,
-                raw_key=record.get(e.key_column) if e.key_column else None,
-                raw_value=raw, headers=[], staged_at=staged_at))
+            letters.append(
+                DeadLetter(
+                    reason=str(Reason.STORAGE_WRITE_REFUSED),
+                    error=(
+                        f"{topic}[{partition}] offset {offset}: {f.dataset}.{f.table}: {what}: "
+                        f"{why[index]}"
+                    ),
+                    topic=str(topic),
+                    partition=int(partition),
+                    offset=int(offset),
+                    kafka_timestamp_ms=int(stamp.timestamp() * 1000) if stamp else None,
+                    schema_id=f.schema_id,
+                    raw_key=record.get(e.key_column) if e.key_column else None,
+                    raw_value=raw,
+                    headers=[],
+                    staged_at=staged_at,
+                )
+            )
         return letters
 
     def _stage_dead_letters(self, letters: list[DeadLetter]) -> None:
@@ -473,15 +595,17 @@ class DeliverySink:
             _DEAD_LETTER_PARSED = parse_schema(DEAD_LETTER_SCHEMA)
         dl = self.pipeline.dead_letter
         target = self.area.opened(dl.dataset, dl.table, DEAD_LETTER_SCHEMA_ID) or self.area.open(
-            dl.dataset, dl.table, DEAD_LETTER_SCHEMA_ID, DEAD_LETTER_SCHEMA)
+            dl.dataset, dl.table, DEAD_LETTER_SCHEMA_ID, DEAD_LETTER_SCHEMA
+        )
         for letter in letters:
             body = BytesIO()
             schemaless_writer(body, _DEAD_LETTER_PARSED, letter.to_record())
             target.append(body.getvalue(), b"", epoch_day(letter.staged_at.date()))
 
 
-def delivery_sink(pipeline: PipelineConfig, writer: WriterSettings | None,
-                  tables: KeeperSettings | None) -> Callable[..., Any] | None:
+def delivery_sink(
+    pipeline: PipelineConfig, writer: WriterSettings | None, tables: KeeperSettings | None
+) -> Callable[..., Any] | None:
     """The stage context's sink for ``pipeline``: a :class:`DeliverySinkFactory` whenever the
     settings to reach the API are given, else None (the staging area's own sink). A pipeline
     without any storage_write table gets the factory too: its tables go to the staging area
@@ -492,11 +616,14 @@ def delivery_sink(pipeline: PipelineConfig, writer: WriterSettings | None,
             return None
         raise StagingError(
             f"{pipeline.source}: tables are delivered by storage_write but the stage run has no "
-            "Storage Write settings (resources/environment.py builds them)")
+            "Storage Write settings (resources/environment.py builds them)"
+        )
     return DeliverySinkFactory(pipeline, writer, tables)
 
 
 def _any_storage_write(pipeline: PipelineConfig) -> bool:
-    return pipeline.tables.any_storage_write or any(
-        t.delivery is Delivery.STORAGE_WRITE for t in pipeline.topics) or any(
-        p.prototype.delivery is Delivery.STORAGE_WRITE for p in pipeline.topic_patterns)
+    return (
+        pipeline.tables.any_storage_write
+        or any(t.delivery is Delivery.STORAGE_WRITE for t in pipeline.topics)
+        or any(p.prototype.delivery is Delivery.STORAGE_WRITE for p in pipeline.topic_patterns)
+    )

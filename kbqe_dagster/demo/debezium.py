@@ -23,7 +23,7 @@ import logging
 import random
 import struct
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,24 +37,39 @@ ROW_V1 = [
 ]
 ROW_V2 = ROW_V1 + [{"name": "phone", "type": ["null", "string"], "default": None}]
 ROW_COLUMNS = ("id", "first_name", "last_name", "email", "phone")
-END_OF_TIME = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
+END_OF_TIME = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 
 def envelope_schema(namespace: str, row_fields: list[dict]) -> dict:
-    value = {"type": "record", "name": "Value", "fields": row_fields,
-             "connect.name": f"{namespace}.Value"}
+    value = {
+        "type": "record",
+        "name": "Value",
+        "fields": row_fields,
+        "connect.name": f"{namespace}.Value",
+    }
     source = {
-        "type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+        "type": "record",
+        "name": "Source",
+        "namespace": "io.debezium.connector.postgresql",
         "fields": [
             {"name": "version", "type": "string"},
             {"name": "connector", "type": "string"},
             {"name": "name", "type": "string"},
             {"name": "ts_ms", "type": "long"},
-            {"name": "snapshot", "type": [{"type": "string", "connect.version": 1,
-                                           "connect.parameters": {"allowed": "true,last,false,incremental"},
-                                           "connect.default": "false",
-                                           "connect.name": "io.debezium.data.Enum"}, "null"],
-             "default": "false"},
+            {
+                "name": "snapshot",
+                "type": [
+                    {
+                        "type": "string",
+                        "connect.version": 1,
+                        "connect.parameters": {"allowed": "true,last,false,incremental"},
+                        "connect.default": "false",
+                        "connect.name": "io.debezium.data.Enum",
+                    },
+                    "null",
+                ],
+                "default": "false",
+            },
             {"name": "db", "type": "string"},
             {"name": "sequence", "type": ["null", "string"], "default": None},
             {"name": "schema", "type": "string"},
@@ -65,13 +80,22 @@ def envelope_schema(namespace: str, row_fields: list[dict]) -> dict:
         ],
         "connect.name": "io.debezium.connector.postgresql.Source",
     }
-    block = {"type": "record", "name": "block", "namespace": "event", "fields": [
-        {"name": "id", "type": "string"},
-        {"name": "total_order", "type": "long"},
-        {"name": "data_collection_order", "type": "long"},
-    ], "connect.version": 1, "connect.name": "event.block"}
+    block = {
+        "type": "record",
+        "name": "block",
+        "namespace": "event",
+        "fields": [
+            {"name": "id", "type": "string"},
+            {"name": "total_order", "type": "long"},
+            {"name": "data_collection_order", "type": "long"},
+        ],
+        "connect.version": 1,
+        "connect.name": "event.block",
+    }
     return {
-        "type": "record", "name": "Envelope", "namespace": namespace,
+        "type": "record",
+        "name": "Envelope",
+        "namespace": namespace,
         "fields": [
             {"name": "before", "type": ["null", value], "default": None},
             {"name": "after", "type": ["null", "Value"], "default": None},
@@ -85,8 +109,13 @@ def envelope_schema(namespace: str, row_fields: list[dict]) -> dict:
 
 
 def key_schema(namespace: str) -> dict:
-    return {"type": "record", "name": "Key", "namespace": namespace,
-            "fields": [{"name": "id", "type": "int"}], "connect.name": f"{namespace}.Key"}
+    return {
+        "type": "record",
+        "name": "Key",
+        "namespace": namespace,
+        "fields": [{"name": "id", "type": "int"}],
+        "connect.name": f"{namespace}.Key",
+    }
 
 
 def frame(schema_id: int, schema: dict, record: Any) -> bytes:
@@ -135,9 +164,12 @@ class CustomersTable:
         return self.clock_ms
 
     def _row(self, id_: int) -> dict:
-        row = {"id": id_, "first_name": self.rng.choice(["Sally", "George", "Edward", "Anne"]),
-               "last_name": self.rng.choice(["Thomas", "Bailey", "Walker", "Kretchmar"]),
-               "email": f"u{id_}.{self.rng.randint(0, 10**6)}@example.com"}
+        row = {
+            "id": id_,
+            "first_name": self.rng.choice(["Sally", "George", "Edward", "Anne"]),
+            "last_name": self.rng.choice(["Thomas", "Bailey", "Walker", "Kretchmar"]),
+            "email": f"u{id_}.{self.rng.randint(0, 10**6)}@example.com",
+        }
         if self.schema_version >= 2:
             row["phone"] = self.rng.choice([None, f"+1-555-{self.rng.randint(1000, 9999)}"])
         return row
@@ -212,13 +244,25 @@ def value_record(change: Change, namespace: str) -> dict:
         return None if row is None else {**row}
 
     return {
-        "before": image(change.before), "after": image(change.after),
-        "source": {"version": "2.7.0.Final", "connector": "postgresql", "name": "dbserver1",
-                   "ts_ms": change.ts_ms, "snapshot": "true" if change.op == "r" else "false",
-                   "db": "postgres", "sequence": None, "schema": "inventory",
-                   "table": "customers", "txId": 700 + change.ts_ms % 1000,
-                   "lsn": 30_000_000 + change.ts_ms % 10**6, "xmin": None},
-        "op": change.op, "ts_ms": change.ts_ms + 3, "transaction": None,
+        "before": image(change.before),
+        "after": image(change.after),
+        "source": {
+            "version": "2.7.0.Final",
+            "connector": "postgresql",
+            "name": "dbserver1",
+            "ts_ms": change.ts_ms,
+            "snapshot": "true" if change.op == "r" else "false",
+            "db": "postgres",
+            "sequence": None,
+            "schema": "inventory",
+            "table": "customers",
+            "txId": 700 + change.ts_ms % 1000,
+            "lsn": 30_000_000 + change.ts_ms % 10**6,
+            "xmin": None,
+        },
+        "op": change.op,
+        "ts_ms": change.ts_ms + 3,
+        "transaction": None,
     }
 
 
@@ -227,8 +271,14 @@ class DebeziumTopics:
     framed through the registry (subjects ``<topic>-key``, ``<topic>-value``), a key's changes
     in one partition; remembers where each message landed, for the oracle."""
 
-    def __init__(self, bootstrap: str, registry_url: str, topics: list[str],
-                 partitions: int = 3, namespace: str = "dbserver1.inventory.customers") -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        registry_url: str,
+        topics: list[str],
+        partitions: int = 3,
+        namespace: str = "dbserver1.inventory.customers",
+    ) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -237,7 +287,8 @@ class DebeziumTopics:
         self.log = logging.getLogger("kbqe_dagster.kafka")
         admin = AdminClient({"bootstrap.servers": bootstrap, "logger": self.log})
         futures = admin.create_topics(
-            [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics])
+            [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in topics]
+        )
         for future in futures.values():
             future.result(30)
         self.registry = SchemaRegistryClient({"url": registry_url})
@@ -254,7 +305,7 @@ class DebeziumTopics:
         from confluent_kafka import Producer
 
         rows = ROW_V2 if table.schema_version >= 2 else ROW_V1
-        new = table.changes[self.sent:]
+        new = table.changes[self.sent :]
         for topic in self.topics:
             value_schema = envelope_schema(self.namespace, rows)
             value_id = self._register(f"{topic}-value", value_schema)
@@ -264,16 +315,25 @@ class DebeziumTopics:
             delivered: list[Produced] = []
             errors: list[str] = []
             for change in new:
-                def done(err, msg, change=change):
+
+                def done(err, msg, change=change, errors=errors, delivered=delivered):
                     if err is not None:
                         errors.append(str(err))
                     else:
                         delivered.append(Produced(change, msg.partition(), msg.offset()))
 
-                value = None if change.is_tombstone else frame(
-                    value_id, value_schema, value_record(change, self.namespace))
-                producer.produce(topic, value=value, key=frame(key_id, key, {"id": change.id}),
-                                 partition=change.id % self.partitions, on_delivery=done)
+                value = (
+                    None
+                    if change.is_tombstone
+                    else frame(value_id, value_schema, value_record(change, self.namespace))
+                )
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=frame(key_id, key, {"id": change.id}),
+                    partition=change.id % self.partitions,
+                    on_delivery=done,
+                )
                 producer.poll(0)
             if producer.flush(30) or errors:
                 raise RuntimeError(f"{topic}: produce failed: {errors[:3]}")
@@ -312,9 +372,16 @@ def current_state(produced: list[Produced], hard: bool) -> set[tuple]:
         if best is None or _order(p) > _order(best):
             winners[p.change.id] = p
     return {
-        (*_row_values(p.change), p.change.op, p.change.ts_ms, p.change.op == "d", p.partition,
-         p.offset)
-        for p in winners.values() if not (hard and p.change.op == "d")
+        (
+            *_row_values(p.change),
+            p.change.op,
+            p.change.ts_ms,
+            p.change.op == "d",
+            p.partition,
+            p.offset,
+        )
+        for p in winners.values()
+        if not (hard and p.change.op == "d")
     }
 
 
@@ -336,13 +403,21 @@ def history(produced: list[Produced]) -> set[tuple]:
         for i, p in enumerate(chain):
             nxt = chain[i + 1] if i + 1 < len(chain) else None
             valid_to = _ts(nxt.change.ts_ms) if nxt else END_OF_TIME
-            rows.add((*_row_values(p.change), p.change.op, p.change.op == "d",
-                      _ts(p.change.ts_ms), valid_to, nxt is None))
+            rows.add(
+                (
+                    *_row_values(p.change),
+                    p.change.op,
+                    p.change.op == "d",
+                    _ts(p.change.ts_ms),
+                    valid_to,
+                    nxt is None,
+                )
+            )
     return rows
 
 
 def _ts(ms: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
 # --- a run's own corner of the local stack ---------------------------------------------------------
@@ -365,8 +440,9 @@ class KeyedRig:
     kbqe: str
 
     @classmethod
-    def create(cls, endpoints: Any, workdir: Path, *, partitions: int = 3,
-               range_size: int = 40) -> "KeyedRig":
+    def create(
+        cls, endpoints: Any, workdir: Path, *, partitions: int = 3, range_size: int = 40
+    ) -> KeyedRig:
         import os
         import shutil
         import sys
@@ -380,27 +456,44 @@ class KeyedRig:
 
         run = uuid.uuid4().hex[:8]
         by_mode = {mode: f"dbserver1.inventory.customers{run}{mode}" for mode in MODES}
-        topics = DebeziumTopics(endpoints.kafka_bootstrap, endpoints.registry_url,
-                                list(by_mode.values()), partitions)
+        topics = DebeziumTopics(
+            endpoints.kafka_bootstrap, endpoints.registry_url, list(by_mode.values()), partitions
+        )
         dataset = f"inventory_{run}"
         workdir.mkdir(parents=True, exist_ok=True)
         pipeline = workdir / f"keyed-{run}.yaml"
-        pipeline.write_text(yaml.safe_dump({
-            "version": 1,
-            "topics": [
-                {"name": by_mode[mode], "format": "debezium",
-                 "routing": {"mode": "static", "dataset": dataset, "table": f"customers_{mode}"},
-                 "keyed": {"deletes": mode, "history": True}}
-                for mode in MODES
-            ],
-            "dead_letter": {"dataset": f"dead_{run}", "table": "dead_letters"},
-            "staging": {"max_messages_per_range": range_size},
-        }))
+        pipeline.write_text(
+            yaml.safe_dump(
+                {
+                    "version": 1,
+                    "topics": [
+                        {
+                            "name": by_mode[mode],
+                            "format": "debezium",
+                            "routing": {
+                                "mode": "static",
+                                "dataset": dataset,
+                                "table": f"customers_{mode}",
+                            },
+                            "keyed": {"deletes": mode, "history": True},
+                        }
+                        for mode in MODES
+                    ],
+                    "dead_letter": {"dataset": f"dead_{run}", "table": "dead_letters"},
+                    "staging": {"max_messages_per_range": range_size},
+                }
+            )
+        )
         home = workdir / f"dagster_home-{run}"
         home.mkdir()
         shutil.copyfile(data_file("dagster.yaml"), home / "dagster.yaml")
-        env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
-               "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/keyed-{run}", "DAGSTER_HOME": str(home)}
+        env = {
+            **os.environ,
+            "KBQE_ENV": "local",
+            "KBQE_PIPELINE_CONFIG": str(pipeline),
+            "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/keyed-{run}",
+            "DAGSTER_HOME": str(home),
+        }
         env.pop("KBQE_CRASH_AT", None)
         kbqe = str(Path(sys.executable).parent / "kbqe")
         return cls(run, topics, by_mode, dataset, env, local_bigquery_client(), kbqe)
@@ -414,8 +507,13 @@ class KeyedRig:
         import subprocess
 
         env = {**self.env, **({"KBQE_CRASH_AT": crash_at} if crash_at else {})}
-        return subprocess.run([self.kbqe, "run", "--until-idle", "--json"], env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [self.kbqe, "run", "--until-idle", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def _row_columns(self, table: str) -> str:
         """The row columns, NULL for one the table does not have yet (before schema v2)."""
@@ -425,14 +523,18 @@ class KeyedRig:
 
     def current_rows(self, mode: str) -> list[tuple]:
         table = f"{self.dataset}.customers_{mode}"
-        sql = (f"SELECT {self._row_columns(table)}, _op, _source_ts_ms, _deleted, "
-               f"_kafka_partition, _kafka_offset FROM `{table}`")
+        sql = (
+            f"SELECT {self._row_columns(table)}, _op, _source_ts_ms, _deleted, "
+            f"_kafka_partition, _kafka_offset FROM `{table}`"
+        )
         return [tuple(row) for row in self.client.query(sql).result()]
 
     def history_rows(self, mode: str) -> list[tuple]:
         table = f"{self.dataset}.customers_{mode}_history"
-        sql = (f"SELECT {self._row_columns(table)}, _op, _deleted, _valid_from, _valid_to, "
-               f"_is_current FROM `{table}`")
+        sql = (
+            f"SELECT {self._row_columns(table)}, _op, _deleted, _valid_from, _valid_to, "
+            f"_is_current FROM `{table}`"
+        )
         return [tuple(row) for row in self.client.query(sql).result()]
 
     def differences(self) -> dict[str, dict[str, int]]:
@@ -446,7 +548,8 @@ class KeyedRig:
             expected_history = history(self.produced(mode))
             keys = [row[0] for row in current]
             out[mode] = {
-                "current_rows": len(current), "history_rows": len(hist),
+                "current_rows": len(current),
+                "history_rows": len(hist),
                 "duplicate_keys": len(keys) - len(set(keys)),
                 "current_extra": len(set(current) - expected),
                 "current_missing": len(expected - set(current)),
@@ -463,5 +566,9 @@ class KeyedRig:
 
 def wrong(differences: dict[str, dict[str, int]]) -> int:
     """How many rows or keys are wrong in :meth:`KeyedRig.differences`."""
-    return sum(n for counts in differences.values() for k, n in counts.items()
-               if k not in ("current_rows", "history_rows"))
+    return sum(
+        n
+        for counts in differences.values()
+        for k, n in counts.items()
+        if k not in ("current_rows", "history_rows")
+    )

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from kbqe_dagster.core.load.cost import storage_write_list_price, usd
 
@@ -94,21 +95,32 @@ class DemoFreshness:
         if sw and self.storage_write_seen_at is None:
             out.append(f"        {sw} (storage_write): rows not seen (see the stage run's logs)")
         elif sw:
-            out.append(f"        {sw} (storage_write): "
-                       f"{self.storage_write_seen_at - self.produced_at:.1f} s, as the stage "
-                       "run committed its ranges (no load job)")
-        cadence = (f" + up to load.cadence ({self.load_cadence_s:.0f} s) under the daemon"
-                   if self.load_cadence_s else "")
-        out.append(f"        {', '.join(self.load_tables)} (load): "
-                   f"{self.loaded_at - self.produced_at:.1f} s, after the stage run and a "
-                   f"load job{cadence}")
+            out.append(
+                f"        {sw} (storage_write): "
+                f"{self.storage_write_seen_at - self.produced_at:.1f} s, as the stage "
+                "run committed its ranges (no load job)"
+            )
+        cadence = (
+            f" + up to load.cadence ({self.load_cadence_s:.0f} s) under the daemon"
+            if self.load_cadence_s
+            else ""
+        )
+        out.append(
+            f"        {', '.join(self.load_tables)} (load): "
+            f"{self.loaded_at - self.produced_at:.1f} s, after the stage run and a "
+            f"load job{cadence}"
+        )
         for table in self.storage_write_tables:
             a = self.appended.get(table, {})
             n_bytes = int(a.get("bytes", 0))
-            out.append(f"      cost: {table}: {a.get('rows', 0)} row(s), {n_bytes:,} byte(s) "
-                       f"appended through the Storage Write API = "
-                       f"{usd(storage_write_list_price(n_bytes))} at list price ($0.025/GiB, "
-                       "before the free 2 TiB a month)")
-        out.append(f"      cost: load tables: {self.bytes_loaded:,} byte(s) loaded by batch "
-                   "load jobs = $0.00 (free)")
+            out.append(
+                f"      cost: {table}: {a.get('rows', 0)} row(s), {n_bytes:,} byte(s) "
+                f"appended through the Storage Write API = "
+                f"{usd(storage_write_list_price(n_bytes))} at list price ($0.025/GiB, "
+                "before the free 2 TiB a month)"
+            )
+        out.append(
+            f"      cost: load tables: {self.bytes_loaded:,} byte(s) loaded by batch "
+            "load jobs = $0.00 (free)"
+        )
         return out

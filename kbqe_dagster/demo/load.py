@@ -26,13 +26,15 @@ class Loaded:
     bytes_loaded: int
 
 
-def load_and_report(defs: dg.Definitions, instance: dg.DagsterInstance,
-                    run_config: dict | None = None) -> Loaded:
+def load_and_report(
+    defs: dg.Definitions, instance: dg.DagsterInstance, run_config: dict | None = None
+) -> Loaded:
     """``run_config``: added to each in-process run's (the CLI's console logging)."""
     resources = defs.resources
     store = resources["staging"].store()
     loaded = defs.resolve_job_def("load_job").execute_in_process(
-        run_config=run_config or {}, instance=instance)
+        run_config=run_config or {}, instance=instance
+    )
     if not loaded.success:
         raise KbqeError("the load run failed; see `dagster dev` → Runs for its logs")
     job_bytes = _job_bytes(loaded)
@@ -44,10 +46,13 @@ def load_and_report(defs: dg.Definitions, instance: dg.DagsterInstance,
             print(f"      ... waiting for {len(pending)} load job(s) ({poll} polls)", flush=True)
         time.sleep(1)
         polled = defs.resolve_job_def("poll_load_jobs_job").execute_in_process(
-            run_config=run_config or {}, instance=instance)
+            run_config=run_config or {}, instance=instance
+        )
         job_bytes.update(_job_bytes(polled))
     else:
-        raise KbqeError(f"load jobs still pending after {MAX_POLLS} polls; `kbqe load plan` shows them")
+        raise KbqeError(
+            f"load jobs still pending after {MAX_POLLS} polls; `kbqe load plan` shows them"
+        )
     done = Loaded(time.monotonic(), sum(job_bytes.values()))
     config = resources["pipeline"].load()
     dl = config.dead_letter
@@ -59,8 +64,10 @@ def load_and_report(defs: dg.Definitions, instance: dg.DagsterInstance,
     if quarantine:
         for problem in quarantine:
             print(f"kbqe demo: {problem}", file=sys.stderr)
-        raise KbqeError(f"the load quarantined files of {len(quarantine)} table(s), missing "
-                        "from the rows above; the fix is above")
+        raise KbqeError(
+            f"the load quarantined files of {len(quarantine)} table(s), missing "
+            "from the rows above; the fix is above"
+        )
     return done
 
 
@@ -74,8 +81,9 @@ def _job_bytes(result: dg.ExecuteInProcessResult) -> dict[str, int]:
     return out
 
 
-def print_table_rows(client, dead_letter: tuple[str, str],
-                     datasets: set[str] | None = None) -> None:
+def print_table_rows(
+    client, dead_letter: tuple[str, str], datasets: set[str] | None = None
+) -> None:
     """Rows and distinct Kafka (topic, partition, offset) positions per table of ``datasets``
     (default: every dataset): equal numbers mean no duplicates arrived, also in a table that
     several topics feed (their offsets overlap, their positions never do). Tables without the
@@ -88,18 +96,25 @@ def print_table_rows(client, dead_letter: tuple[str, str],
             if item.table_type == "VIEW":
                 continue
             position = (
-                ("topic", "partition", "offset") if (dataset, table) == dead_letter
+                ("topic", "partition", "offset")
+                if (dataset, table) == dead_letter
                 else ("_kafka_topic", "_kafka_partition", "_kafka_offset")
             )
             columns = {f.name for f in client.get_table(f"{dataset}.{table}").schema}
             if set(position) <= columns:
                 key = ", ':', ".join(f"CAST(`{c}` AS STRING)" for c in position)
-                row = list(client.query(
-                    f"SELECT COUNT(*) AS n, COUNT(DISTINCT CONCAT({key})) AS d "
-                    f"FROM `{dataset}.{table}`"
-                ).result())[0]
-                print(f"      {dataset}.{table}: {row['n']} row(s), {row['d']} distinct Kafka "
-                      "position(s)")
+                row = list(
+                    client.query(
+                        f"SELECT COUNT(*) AS n, COUNT(DISTINCT CONCAT({key})) AS d "
+                        f"FROM `{dataset}.{table}`"
+                    ).result()
+                )[0]
+                print(
+                    f"      {dataset}.{table}: {row['n']} row(s), {row['d']} distinct Kafka "
+                    "position(s)"
+                )
             else:
-                row = list(client.query(f"SELECT COUNT(*) AS n FROM `{dataset}.{table}`").result())[0]
+                row = list(client.query(f"SELECT COUNT(*) AS n FROM `{dataset}.{table}`").result())[
+                    0
+                ]
                 print(f"      {dataset}.{table}: {row['n']} row(s)")

@@ -9,8 +9,8 @@ unit-tested; :func:`check_stack` and :func:`check_staging` gather the facts.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from kbqe_dagster.core.errors import KbqeError
 from kbqe_dagster.core.load.state import LoadState
@@ -65,20 +65,24 @@ def staging_problems(state: LoadState | None, state_error: str | None) -> list[P
     """An unreadable load state stops every load; quarantined files of a table would never
     reach it, so the demo's row counts could not match what it produced."""
     if state_error is not None:
-        return [Problem(
-            f"the load state file of the local staging area is unreadable: "
-            f"{_first_line(state_error)}",
-            f"{START_OVER} (a production staging area has a safe recovery: docs/runbook.md)",
-        )]
+        return [
+            Problem(
+                f"the load state file of the local staging area is unreadable: "
+                f"{_first_line(state_error)}",
+                f"{START_OVER} (a production staging area has a safe recovery: docs/runbook.md)",
+            )
+        ]
     problems = []
     for dataset, table in sorted(state.quarantined_tables() if state else ()):
         held = [q for q in state.quarantined if (q.dataset, q.table) == (dataset, table)]
-        problems.append(Problem(
-            f"{len(held)} file(s) of {dataset}.{table} are quarantined by an earlier run "
-            f"(last error: {_first_line(held[-1].error)})",
-            f"kbqe load release --table {dataset}.{table} --yes once the cause is fixed, or "
-            f"start over: {START_OVER}",
-        ))
+        problems.append(
+            Problem(
+                f"{len(held)} file(s) of {dataset}.{table} are quarantined by an earlier run "
+                f"(last error: {_first_line(held[-1].error)})",
+                f"kbqe load release --table {dataset}.{table} --yes once the cause is fixed, or "
+                f"start over: {START_OVER}",
+            )
+        )
     return problems
 
 
@@ -90,7 +94,8 @@ def _first_line(text: str) -> str:
 # --- gathering the facts -------------------------------------------------------------------
 def check_stack(
     statuses: Callable[[], Sequence[ServiceFact]],
-    grace_seconds: float | None = None, poll_seconds: float = 1.0,
+    grace_seconds: float | None = None,
+    poll_seconds: float = 1.0,
 ) -> list[Problem]:
     """The stack's problems; a service not answering gets ``grace_seconds`` (default
     :data:`NOT_ANSWERING_GRACE_SECONDS`) to answer."""

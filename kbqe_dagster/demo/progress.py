@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 
 @contextmanager
-def every(seconds: float, report: Callable[[float], str | None],
-          say: Callable[[str], None] = print) -> Iterator[None]:
+def every(
+    seconds: float, report: Callable[[float], str | None], say: Callable[[str], None] = print
+) -> Iterator[None]:
     """While the block runs, call ``report(elapsed seconds)`` every ``seconds`` and print its
     line (``None``: nothing to say this time). A failing ``report`` is skipped: progress is a
     courtesy and must never break the step it watches."""

@@ -37,14 +37,18 @@ def produce_demo_events(count: int, clicks: int = 0) -> dict[str, int]:
     (as ``kbqe produce-sample`` does, with a fresh seed per run), then ``clicks`` clicks (the
     Storage Write table's); returns the messages per table and per bad-input reason
     (``bad:<reason>``)."""
+    from kbqe_dagster.demo.produce import produce_sample
     from kbqe_dagster.demo.samples import DEMO_TOPIC
     from kbqe_dagster.localstack.endpoints import local_endpoints
-    from kbqe_dagster.demo.produce import produce_sample
 
     ends = local_endpoints()
     report = produce_sample(
-        ends.kafka_bootstrap, ends.registry_url, topic=DEMO_TOPIC, count=count,
-        seed=int(time.time()), clicks=clicks,
+        ends.kafka_bootstrap,
+        ends.registry_url,
+        topic=DEMO_TOPIC,
+        count=count,
+        seed=int(time.time()),
+        clicks=clicks,
     )
     return {**report.per_table, **{f"bad:{r}": n for r, n in report.per_reason.items()}}
 
@@ -54,8 +58,12 @@ EVENTS_PER_CLICK = 4
 """One click (the Storage Write table's) per this many sample events."""
 
 
-def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
-             dagster_logging: dict | None = None, verbose: bool = False) -> int:
+def run_demo(
+    count: int = 2_000,
+    then_dagster_dev: bool = False,
+    dagster_logging: dict | None = None,
+    verbose: bool = False,
+) -> int:
     """``dagster_logging``: the ``loggers`` run config of the in-process runs (their console
     logger's level; the CLI passes a quiet one unless ``-v``). ``verbose``: keep Spark's
     driver log lines."""
@@ -68,8 +76,11 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     stack.up()
     _stop_on(check_staging(_local_load_state))
     clicks = count // EVENTS_PER_CLICK
-    print(f"2/4 producing {count} sample events (+ one of every bad-input kind) and {clicks} "
-          "clicks ...", flush=True)
+    print(
+        f"2/4 producing {count} sample events (+ one of every bad-input kind) and {clicks} "
+        "clicks ...",
+        flush=True,
+    )
     produced = produce_demo_events(count, clicks)
     produced_at = time.monotonic()
     for name, n in sorted(produced.items()):
@@ -84,12 +95,10 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     import dagster as dg
 
     from kbqe_dagster.definitions import build_definitions
-    from kbqe_dagster.defs.staging.assets import TOPIC_TAG
+    from kbqe_dagster.defs.staging.assets import STAGING_KEY, TOPIC_TAG
     from kbqe_dagster.defs.staging.jobs import stage_run_config
-    from kbqe_dagster.demo.samples import DEMO_TOPIC
-
-    from kbqe_dagster.defs.staging.assets import STAGING_KEY
     from kbqe_dagster.demo.freshness import DemoFreshness
+    from kbqe_dagster.demo.samples import DEMO_TOPIC
 
     defs = build_definitions()
     instance = dg.DagsterInstance.get()
@@ -101,7 +110,8 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
     with every(PROGRESS_SECONDS, lambda s: _committed(store, DEMO_TOPIC, s)):
         staged = defs.resolve_job_def("stage_job").execute_in_process(
             run_config={**stage_run_config(DEMO_TOPIC), **(dagster_logging or {})},
-            instance=instance, tags={TOPIC_TAG: DEMO_TOPIC},
+            instance=instance,
+            tags={TOPIC_TAG: DEMO_TOPIC},
         )
     seen = [w.finish() for w in watches]
     if not staged.success:
@@ -111,8 +121,10 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
         if event.materialization.asset_key != STAGING_KEY:
             continue  # a storage_write table's rows, per day: summed in the staging one
         meta = event.materialization.metadata
-        print(f"      staged {meta['dagster/row_count'].value} record(s), "
-              f"{meta['dead_letters'].value} dead letter(s) in {meta['files_written'].value} file(s)")
+        print(
+            f"      staged {meta['dagster/row_count'].value} record(s), "
+            f"{meta['dead_letters'].value} dead letter(s) in {meta['files_written'].value} file(s)"
+        )
         appended = meta["storage_write_by_table"].value
     for table, a in sorted(appended.items()):
         print(f"      appended {a['rows']} row(s) to {table} through the Storage Write API")
@@ -122,14 +134,23 @@ def run_demo(count: int = 2_000, then_dagster_dev: bool = False,
 
     loaded = load_and_report(defs, instance, dagster_logging or {})
     freshness = DemoFreshness(
-        produced_at, fast, None if None in seen or not seen else max(seen), slow, loaded.at,
-        appended, loaded.bytes_loaded, config.load.cadence.total_seconds())
+        produced_at,
+        fast,
+        None if None in seen or not seen else max(seen),
+        slow,
+        loaded.at,
+        appended,
+        loaded.bytes_loaded,
+        config.load.cadence.total_seconds(),
+    )
     for line in freshness.lines():
         print(line)
     if then_dagster_dev:
         return exec_dagster_dev()
-    print("the runs, assets and checks are in the Dagster UI: `kbqe dev`, then "
-          "http://127.0.0.1:3000 (`-v` shows every log line)")
+    print(
+        "the runs, assets and checks are in the Dagster UI: `kbqe dev`, then "
+        "http://127.0.0.1:3000 (`-v` shows every log line)"
+    )
     return 0
 
 
@@ -139,8 +160,9 @@ def _by_delivery(config, produced: dict[str, int]) -> tuple[tuple[str, ...], tup
     from kbqe_dagster.demo.samples import DEMO_TOPIC
 
     tables = sorted(t for t, n in produced.items() if n and not t.startswith("bad:"))
-    fast = tuple(t for t in tables
-                 if config.delivery(*t.split("."), DEMO_TOPIC) is Delivery.STORAGE_WRITE)
+    fast = tuple(
+        t for t in tables if config.delivery(*t.split("."), DEMO_TOPIC) is Delivery.STORAGE_WRITE
+    )
     return fast, tuple(t for t in tables if t not in fast)
 
 
@@ -152,8 +174,11 @@ def _watch(bigquery, tables: tuple[str, ...], produced: dict[str, int]) -> list:
     for table in tables:
         client = bigquery.client()  # one per thread: the watcher's own
         before = count_rows(client, table)
-        watches.append(VisibilityWatch(lambda c=client, t=table: count_rows(c, t),
-                                       before + produced[table]).start())
+        watches.append(
+            VisibilityWatch(
+                lambda c=client, t=table: count_rows(c, t), before + produced[table]
+            ).start()
+        )
     return watches
 
 
@@ -184,8 +209,10 @@ def exec_dagster_dev(port: int = 3000) -> int:
 
     home = local_dagster_home()
     env = {**os.environ, "DAGSTER_HOME": str(home), "KBQE_ENV": os.environ.get("KBQE_ENV", "local")}
-    print(f"Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it; `kbqe stack down` stops the stack)",
-          flush=True)
+    print(
+        f"Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it; `kbqe stack down` stops the stack)",
+        flush=True,
+    )
     argv = dagster_dev_command(port)
     os.execve(argv[0], argv, env)
     return 0  # not reached

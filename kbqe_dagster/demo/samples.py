@@ -15,9 +15,9 @@ from __future__ import annotations
 import io
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Sequence
+from datetime import UTC, datetime, timedelta, timezone
 
 from fastavro import parse_schema, schemaless_writer
 
@@ -42,7 +42,8 @@ ORDER_V1 = {
 }
 ORDER_V2 = {
     **ORDER_V1,
-    "fields": ORDER_V1["fields"] + [{"name": "coupon", "type": ["null", "string"], "default": None}],
+    "fields": ORDER_V1["fields"]
+    + [{"name": "coupon", "type": ["null", "string"], "default": None}],
 }
 PAGE_VIEW = {
     "type": "record",
@@ -138,26 +139,37 @@ def register_click_schema(registry_url: str, auth: str | None = None) -> int:
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
     conf = {"url": registry_url, **({"basic.auth.user.info": auth} if auth else {})}
-    return SchemaRegistryClient(conf).register_schema(CLICK_SUBJECT,
-                                                      Schema(json.dumps(CLICK), "AVRO"))
+    return SchemaRegistryClient(conf).register_schema(
+        CLICK_SUBJECT, Schema(json.dumps(CLICK), "AVRO")
+    )
 
 
 def click_messages(count: int, click_id: int, seed: int = 7) -> list[SampleMessage]:
     """``count`` clicks for ``acme_web.clicks`` (schema id ``click_id``), event times over
     the same 5 days as :func:`sample_messages`."""
     rnd = random.Random(seed)
-    base = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+    base = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
     out = []
-    for i in range(count):
+    for _i in range(count):
         moment = base - timedelta(minutes=rnd.randrange(5 * 24 * 60))
         record = {
-            "datasetName": "acme_web", "tableName": "clicks",
+            "datasetName": "acme_web",
+            "tableName": "clicks",
             "sessionId": f"s-{rnd.randrange(5_000)}",
             "element": rnd.choice(["buy", "search", "menu", "logo"]),
-            "x": rnd.randrange(1920), "y": rnd.randrange(1080), "occurredAt": moment,
+            "x": rnd.randrange(1920),
+            "y": rnd.randrange(1080),
+            "occurredAt": moment,
         }
-        out.append(SampleMessage(None, encode_frame(click_id, _encode(CLICK, record)),
-                                 ("acme_web", "clicks"), None, moment.date().isoformat()))
+        out.append(
+            SampleMessage(
+                None,
+                encode_frame(click_id, _encode(CLICK, record)),
+                ("acme_web", "clicks"),
+                None,
+                moment.date().isoformat(),
+            )
+        )
     return out
 
 
@@ -171,7 +183,7 @@ def sample_messages(count: int, ids: dict[str, int], seed: int = 7) -> list[Samp
     """``count`` good messages (orders v1/v2 and page views mixed) followed by one message of
     every bad-input kind. Event times spread over the last 5 days."""
     rnd = random.Random(seed)
-    base = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+    base = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
     out: list[SampleMessage] = []
     for i in range(count):
         moment = base - timedelta(minutes=rnd.randrange(5 * 24 * 60))
@@ -184,12 +196,17 @@ def sample_messages(count: int, ids: dict[str, int], seed: int = 7) -> list[Samp
     return out
 
 
-def _order(i: int, moment: datetime, ids: dict[str, int], rnd: random.Random, v2: bool) -> SampleMessage:
+def _order(
+    i: int, moment: datetime, ids: dict[str, int], rnd: random.Random, v2: bool
+) -> SampleMessage:
     # Written with an explicit offset ("+02:00[Europe/Paris]"): the local date rule applies.
     local = moment.astimezone(timezone(timedelta(hours=2)))
     record = {
-        "datasetName": "acme_sales", "tableName": "orders", "orderId": f"o-{i}",
-        "customerId": rnd.randrange(10_000), "amountCents": rnd.randrange(100, 100_000),
+        "datasetName": "acme_sales",
+        "tableName": "orders",
+        "orderId": f"o-{i}",
+        "customerId": rnd.randrange(10_000),
+        "amountCents": rnd.randrange(100, 100_000),
         "currency": rnd.choice(["EUR", "USD"]),
         "eventTime": local.isoformat(timespec="milliseconds") + "[Europe/Paris]",
     }
@@ -198,14 +215,22 @@ def _order(i: int, moment: datetime, ids: dict[str, int], rnd: random.Random, v2
         record["coupon"] = rnd.choice([None, "WELCOME10"])
         schema, schema_id = (ORDER_V2, ids["orders_v2"])
     value = encode_frame(schema_id, _encode(schema, record))
-    return SampleMessage(f"c-{record['customerId']}".encode(), value, ("acme_sales", "orders"), None,
-                         local.date().isoformat())
+    return SampleMessage(
+        f"c-{record['customerId']}".encode(),
+        value,
+        ("acme_sales", "orders"),
+        None,
+        local.date().isoformat(),
+    )
 
 
 def _page_view(i: int, moment: datetime, ids: dict[str, int], rnd: random.Random) -> SampleMessage:
     record = {
-        "datasetName": "acme_web", "tableName": "page_views", "url": f"/p/{rnd.randrange(500)}",
-        "sessionId": f"s-{rnd.randrange(5_000)}", "durationMs": rnd.randrange(60_000),
+        "datasetName": "acme_web",
+        "tableName": "page_views",
+        "url": f"/p/{rnd.randrange(500)}",
+        "sessionId": f"s-{rnd.randrange(5_000)}",
+        "durationMs": rnd.randrange(60_000),
         "occurredAt": moment,
     }
     value = encode_frame(ids["page_views"], _encode(PAGE_VIEW, record))
@@ -215,8 +240,12 @@ def _page_view(i: int, moment: datetime, ids: dict[str, int], rnd: random.Random
 def bad_messages(ids: dict[str, int]) -> list[SampleMessage]:
     """One message per bad-input kind, with the reason it must be dead-lettered with."""
     good = {
-        "datasetName": "acme_sales", "tableName": "orders", "orderId": "bad",
-        "customerId": 1, "amountCents": 1, "currency": "EUR",
+        "datasetName": "acme_sales",
+        "tableName": "orders",
+        "orderId": "bad",
+        "customerId": 1,
+        "amountCents": 1,
+        "currency": "EUR",
         "eventTime": "2024-09-13T14:36:45.123+02:00[Europe/Paris]",
     }
     body = _encode(ORDER_V1, good)
@@ -233,28 +262,47 @@ def bad_messages(ids: dict[str, int]) -> list[SampleMessage]:
         bad(encode_frame(v1, body + b"\x00trailing"), Reason.BODY_DECODE_ERROR),
         bad(encode_frame(v1, body[: len(body) // 2]), Reason.BODY_DECODE_ERROR),
         bad(None, Reason.TOMBSTONE),
-        bad(encode_frame(ids["pings"], _encode(PING, {
-            "datasetName": "acme_web", "tableName": "pings", "note": "no time"})),
-            Reason.MISSING_EVENT_TIME),
-        bad(encode_frame(v1, _encode(ORDER_V1, {**good, "eventTime": "not a time"})),
-            Reason.INVALID_EVENT_TIME),
+        bad(
+            encode_frame(
+                ids["pings"],
+                _encode(PING, {"datasetName": "acme_web", "tableName": "pings", "note": "no time"}),
+            ),
+            Reason.MISSING_EVENT_TIME,
+        ),
+        bad(
+            encode_frame(v1, _encode(ORDER_V1, {**good, "eventTime": "not a time"})),
+            Reason.INVALID_EVENT_TIME,
+        ),
         bad(encode_frame(ids["page_views"], b""), Reason.BODY_DECODE_ERROR),  # empty body
         bad(encode_frame(v1, _encode(ORDER_V1, {**good, "tableName": ""})), Reason.UNROUTABLE),
-        bad(encode_frame(v1, _encode(ORDER_V1, {**good, "datasetName": "secret_hr"})),
-            Reason.DESTINATION_NOT_ALLOWED),
+        bad(
+            encode_frame(v1, _encode(ORDER_V1, {**good, "datasetName": "secret_hr"})),
+            Reason.DESTINATION_NOT_ALLOWED,
+        ),
     ]
 
 
-def produce(bootstrap: str, topic: str, messages: list[SampleMessage], partitions: int,
-            client_config: dict | None = None,
-            only_partitions: Sequence[int] | None = None) -> dict[tuple[int, int], SampleMessage]:
+def produce(
+    bootstrap: str,
+    topic: str,
+    messages: list[SampleMessage],
+    partitions: int,
+    client_config: dict | None = None,
+    only_partitions: Sequence[int] | None = None,
+) -> dict[tuple[int, int], SampleMessage]:
     """Produce ``messages`` round-robin over ``partitions`` (or over ``only_partitions``:
     e.g. one lagging producer's partition) with an idempotent producer, and return what
     landed at each (partition, offset)."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "linger.ms": 20, **(client_config or {})})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            **(client_config or {}),
+        }
+    )
     placed: dict[tuple[int, int], SampleMessage] = {}
     errors: list[str] = []
 
@@ -267,10 +315,16 @@ def produce(bootstrap: str, topic: str, messages: list[SampleMessage], partition
     for i, sample in enumerate(messages):
         while True:
             try:
-                partition = (only_partitions[i % len(only_partitions)] if only_partitions
-                             else i % partitions)
-                producer.produce(topic, value=sample.value, key=sample.key, partition=partition,
-                                 on_delivery=lambda err, msg, s=sample: delivered(err, msg, s))
+                partition = (
+                    only_partitions[i % len(only_partitions)] if only_partitions else i % partitions
+                )
+                producer.produce(
+                    topic,
+                    value=sample.value,
+                    key=sample.key,
+                    partition=partition,
+                    on_delivery=lambda err, msg, s=sample: delivered(err, msg, s),
+                )
                 break
             except BufferError:
                 producer.poll(0.5)

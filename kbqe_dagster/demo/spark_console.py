@@ -10,8 +10,8 @@ its default profile. A user's own ``SPARK_CONF_DIR`` is left alone.
 from __future__ import annotations
 
 import os
+from collections.abc import MutableMapping
 from pathlib import Path
-from typing import MutableMapping
 
 LOG4J2_PROPERTIES = """\
 # Written by `kbqe demo` (run it with -v for Spark's default profile).

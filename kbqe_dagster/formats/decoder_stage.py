@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import json
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 from fastavro.validation import ValidationError, validate
 
-from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.formats.decoders import RawMessage, resolve_decoder
-from kbqe_dagster.core.record.enrichment import EnrichmentConfig, extended_schema
 from kbqe_dagster.core.errors import (
     BadInputError,
     DecodeError,
@@ -35,9 +33,12 @@ from kbqe_dagster.core.errors import (
     DecoderSchemaMismatchError,
     UnsupportedSchemaError,
 )
+from kbqe_dagster.core.formats.avro_names import record_full_name
+from kbqe_dagster.core.formats.decoders import RawMessage, resolve_decoder
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.reasons import Reason
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig, extended_schema
 from kbqe_dagster.core.transforms.compiler import field_values
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.staging.context import StageContext
@@ -87,8 +88,15 @@ class DecoderRangeStager(TransformingStager):
     def stage(self, msg: Any) -> None:
         value = self.checked_value(msg)  # null and oversized values as on the Avro path
         ts_type, ts = msg.timestamp()
-        raw = RawMessage(value, msg.key(), tuple(msg.headers() or ()),
-                         ts if ts_type != 0 else None, msg.topic(), msg.partition(), msg.offset())
+        raw = RawMessage(
+            value,
+            msg.key(),
+            tuple(msg.headers() or ()),
+            ts if ts_type != 0 else None,
+            msg.topic(),
+            msg.partition(),
+            msg.offset(),
+        )
         record, schema = self._run_decoder(raw)
         derived = self._schema(schema)
         if self.reshapes:
@@ -110,8 +118,12 @@ class DecoderRangeStager(TransformingStager):
             raise DecoderFailedError(
                 f"decoder {self.spec!r} raised {type(error).__name__}{_where(error)}: {error}"
             ) from None
-        if (not isinstance(result, tuple) or len(result) != 2
-                or not isinstance(result[0], Mapping) or not isinstance(result[1], Mapping)):
+        if (
+            not isinstance(result, tuple)
+            or len(result) != 2
+            or not isinstance(result[0], Mapping)
+            or not isinstance(result[1], Mapping)
+        ):
             raise DecoderFailedError(
                 f"decoder {self.spec!r} returned {_describe(result)}, expected (record, schema)"
             )
@@ -159,8 +171,14 @@ def _derive(schema: dict, enrichment: EnrichmentConfig) -> _Schema | BadInputErr
     except BadInputError as error:
         return error
     names = frozenset(f.get("name") for f in schema.get("fields", ()) if isinstance(f, dict))
-    return _Schema(parsed, _null_last(parsed), file_schema, declared_schema_id(schema),
-                   record_full_name(schema), names)
+    return _Schema(
+        parsed,
+        _null_last(parsed),
+        file_schema,
+        declared_schema_id(schema),
+        record_full_name(schema),
+        names,
+    )
 
 
 def _encode(record: Mapping[str, Any], schema: _Schema) -> bytes:

@@ -17,27 +17,39 @@ dead letter.
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from io import BytesIO
-from typing import Any, Hashable, Mapping
+from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 
-from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.transforms.destinations import CompiledDestination, compile_destination
-from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.errors import BadInputError, TransformFailedError, UnroutableError
+from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.formats.source_format import declared_schema_id
+from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.routing import Destination, Router, RoutingInput, required_fields
-from kbqe_dagster.core.transforms.compiler import Compiled, MessageMeta, compile_transforms
-from kbqe_dagster.core.transforms.compiler import field_values, hmac_keys
+from kbqe_dagster.core.transforms.compiler import (
+    Compiled,
+    MessageMeta,
+    compile_transforms,
+    field_values,
+    hmac_keys,
+)
+from kbqe_dagster.core.transforms.destinations import CompiledDestination, compile_destination
 
 
 def message_meta(msg: Any) -> MessageMeta:
     """What transforms may read of a Kafka message besides its record."""
     ts_type, ts = msg.timestamp()
-    return MessageMeta(msg.topic(), msg.partition(), msg.offset(),
-                       ts if ts_type != 0 else None, msg.key(), msg.headers())
+    return MessageMeta(
+        msg.topic(),
+        msg.partition(),
+        msg.offset(),
+        ts if ts_type != 0 else None,
+        msg.key(),
+        msg.headers(),
+    )
 
 
 @dataclass(frozen=True)
@@ -81,20 +93,31 @@ class DestinationFanOut:
         self.routers = tuple(Router(d.routing, allowed) for d in self.destinations)
         # A static table that is allowed is every record's; one that is not is still asked per
         # message, so its error names each offset (as RangeStager does).
-        self.statics = tuple(s if (s := d.routing.static_destination) and allowed.allows(*s)
-                             else None for d in self.destinations)
-        self.wanted = tuple(tuple(dict.fromkeys(required_fields(d.routing)
-                                                + topic.event_time.fields))
-                            for d in self.destinations)
+        self.statics = tuple(
+            s if (s := d.routing.static_destination) and allowed.allows(*s) else None
+            for d in self.destinations
+        )
+        self.wanted = tuple(
+            tuple(dict.fromkeys(required_fields(d.routing) + topic.event_time.fields))
+            for d in self.destinations
+        )
         self.labels = tuple(d.label(k) for k, d in enumerate(self.destinations))
         where = f"{key_path}.destinations"
         # Read once per task, where it runs; a missing key stops the range (ConfigError).
-        self.hmac_keys = tuple(hmac_keys(d.transforms, os.environ, f"{where}[{k}].transforms")
-                               for k, d in enumerate(self.destinations))
+        self.hmac_keys = tuple(
+            hmac_keys(d.transforms, os.environ, f"{where}[{k}].transforms")
+            for k, d in enumerate(self.destinations)
+        )
         self.schemas: dict[Hashable, _Fanned | BadInputError] = {}
 
-    def place(self, msg: Any, record: Mapping[str, Any], schema_key: Hashable,
-              schema: Mapping[str, Any], schema_id: int | None) -> None:
+    def place(
+        self,
+        msg: Any,
+        record: Mapping[str, Any],
+        schema_key: Hashable,
+        schema: Mapping[str, Any],
+        schema_id: int | None,
+    ) -> None:
         """Stage ``record`` (of ``schema``, identified by ``schema_key``) into every
         destination, or raise the message's bad input with nothing appended. ``schema_id``:
         the files' id for a destination that changes nothing (default: the declared id)."""
@@ -112,23 +135,30 @@ class DestinationFanOut:
             except BadInputError as error:
                 raise type(error)(f"{self.labels[k]}: {error}") from None
         if not placements:
-            raise UnroutableError("no destination takes this record (each destination's "
-                                  "when is false)")
+            raise UnroutableError(
+                "no destination takes this record (each destination's when is false)"
+            )
         seen: dict[Destination, int] = {}
         for k, placement in enumerate(placements):
             other = seen.setdefault(placement.destination, k)
             if other != k:
-                raise UnroutableError(f"{self.labels[other]} and {self.labels[k]} both route "
-                                      f"to {placement.destination}: a row would be doubled")
+                raise UnroutableError(
+                    f"{self.labels[other]} and {self.labels[k]} both route "
+                    f"to {placement.destination}: a row would be doubled"
+                )
         file = self.stager.open_file
         for placement in placements:
             branch = placement.branch
-            file(placement.destination.dataset, placement.destination.table, branch.schema_id,
-                 branch.file_schema).append(placement.prefix, placement.body, placement.day,
-                                            placement.hour)
+            file(
+                placement.destination.dataset,
+                placement.destination.table,
+                branch.schema_id,
+                branch.file_schema,
+            ).append(placement.prefix, placement.body, placement.day, placement.hour)
 
-    def _placement(self, k: int, branch: _Branch, msg: Any, record: Mapping[str, Any],
-                   meta: MessageMeta) -> _Placement:
+    def _placement(
+        self, k: int, branch: _Branch, msg: Any, record: Mapping[str, Any], meta: MessageMeta
+    ) -> _Placement:
         routed = branch.compiled.apply(record, meta)
         fields = field_values(routed, self.wanted[k])
         offset, key = meta.offset, meta.key
@@ -145,8 +175,9 @@ class DestinationFanOut:
         prefix, day, hour = self.stager.prefix(msg, fields, offset, key, destination)
         return _Placement(destination, branch, prefix, body.getvalue(), day, hour)
 
-    def _fanned(self, schema_key: Hashable, schema: Mapping[str, Any],
-                schema_id: int | None) -> _Fanned:
+    def _fanned(
+        self, schema_key: Hashable, schema: Mapping[str, Any], schema_id: int | None
+    ) -> _Fanned:
         known = self.schemas.get(schema_key)
         if isinstance(known, _Fanned):
             return known
@@ -180,12 +211,17 @@ class DestinationFanOut:
             except BadInputError as error:
                 raise type(error)(f"{self.labels[k]}: {error}") from None
             unchanged = schema_id is not None and output == dict(schema)
-            branches.append(_Branch(
-                compiled, parse_schema(dict(output), _write_hint=False), file_schema,
-                schema_id if unchanged else declared_schema_id(output),
-                record_full_name(output),
-            ))
+            branches.append(
+                _Branch(
+                    compiled,
+                    parse_schema(dict(output), _write_hint=False),
+                    file_schema,
+                    schema_id if unchanged else declared_schema_id(output),
+                    record_full_name(output),
+                )
+            )
         if not any(branches):
-            raise UnroutableError(f"no destination takes records of schema {name} (their "
-                                  "schema_names)")
+            raise UnroutableError(
+                f"no destination takes records of schema {name} (their schema_names)"
+            )
         return _Fanned(top, tuple(branches))

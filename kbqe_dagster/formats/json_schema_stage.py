@@ -23,28 +23,28 @@ binary form to slice), so it stays on the Python path (``native_kernel = False``
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 from jsonschema.exceptions import SchemaError, best_match
 from jsonschema.validators import Draft7Validator, validator_for
 
-from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.errors import (
-    BadInputError,
     JsonDecodeError,
     JsonSchemaMismatchError,
     NonJsonSchemaError,
     UnmappableJsonSchemaError,
 )
+from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.formats.json_schema_avro import JsonSchemaMapping, map_json_schema
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.core.transforms.compiler import field_values
+from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.wire import HEADER_SIZE
+from kbqe_dagster.core.transforms.compiler import field_values
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.staging.context import StageContext
 
@@ -81,16 +81,18 @@ class JsonSchemaRangeStager(TransformingStager):
         if first is not None:
             raise JsonSchemaMismatchError(_mismatch(first, decoder.validator, record))
         if self.reshapes:
-            self.place_record(msg, decoder.mapping.convert(record), schema_id,
-                              decoder.mapping.avro_schema)
+            self.place_record(
+                msg, decoder.mapping.convert(record), schema_id, decoder.mapping.avro_schema
+            )
             return
         body = _encode(decoder.mapping.convert(record), decoder.parsed)
         fields = field_values(record, self.wanted)
         self.place(msg, fields, body, schema_id, decoder.schema, decoder.full_name)
 
     def new_decoder(self, schema_id: int) -> _JsonSchemaDecoder:
-        registered = self.registered_schema(schema_id, "JSON", NonJsonSchemaError,
-                                            "; a json_schema topic needs a JSON Schema")
+        registered = self.registered_schema(
+            schema_id, "JSON", NonJsonSchemaError, "; a json_schema topic needs a JSON Schema"
+        )
         try:
             schema = json.loads(registered.schema)
             cls = validator_for(schema, default=Draft7Validator)
@@ -107,8 +109,11 @@ class JsonSchemaRangeStager(TransformingStager):
             ) from None
         avro = mapping.avro_schema
         return _JsonSchemaDecoder(
-            cls(schema), mapping, parse_schema(avro, _write_hint=False),
-            extended_schema(avro, self.enrichment), record_full_name(avro),
+            cls(schema),
+            mapping,
+            parse_schema(avro, _write_hint=False),
+            extended_schema(avro, self.enrichment),
+            record_full_name(avro),
         )
 
 
@@ -129,7 +134,9 @@ def _mismatch(first: Any, validator: Any, record: Any) -> str:
     """The most relevant error (``best_match`` over all of them: the first met may be a
     branch's), with the JSON pointer of the value it is about."""
     error = best_match(validator.iter_errors(record)) or first
-    pointer = "".join(f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in error.absolute_path)
+    pointer = "".join(
+        f"/{str(p).replace('~', '~0').replace('/', '~1')}" for p in error.absolute_path
+    )
     return f"does not validate against its JSON Schema at {pointer or 'the root'}: {_one_line(error.message)}"
 
 
@@ -140,7 +147,9 @@ def _encode(record: Mapping[str, Any], parsed: Any) -> bytes:
     except (TypeError, ValueError, OverflowError) as error:
         # The value validated and converted, so this is a gap between the two schemas; the
         # message is still bad input for this schema, not a reason to stop the range.
-        raise JsonSchemaMismatchError(f"does not encode as its Avro form: {_one_line(error)}") from None
+        raise JsonSchemaMismatchError(
+            f"does not encode as its Avro form: {_one_line(error)}"
+        ) from None
     return out.getvalue()
 
 

@@ -16,8 +16,9 @@ Avro's JSON encoding does.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fastavro import parse_schema
 from fastavro.validation import ValidationError, validate
@@ -71,4 +72,3 @@ def _mismatch(error: ValidationError) -> str:
     details = [str(e) for e in getattr(error, "errors", ())] or [str(error)]
     first = details[0].replace("\n", " ")
     return f"does not fit the declared schema: {first}"
-

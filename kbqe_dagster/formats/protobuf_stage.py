@@ -47,13 +47,13 @@ from kbqe_dagster.core.errors import (
     ProtobufDecodeError,
     UnmappableProtobufSchemaError,
 )
-from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.formats.protobuf_avro import (
     ProtobufMapping,
     map_protobuf_message,
     message_at,
 )
 from kbqe_dagster.core.formats.protobuf_wire import FIRST_MESSAGE, read_message_indexes
+from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files, registry_proto_files
@@ -101,8 +101,9 @@ class _ProtobufSchema:
             raise UnmappableProtobufSchemaError(
                 f"schema id {self.schema_id} message {descriptor.full_name} has no Avro form: {error}"
             ) from None
-        file_id = (self.schema_id if indexes == FIRST_MESSAGE
-                   else declared_schema_id(mapping.avro_schema))
+        file_id = (
+            self.schema_id if indexes == FIRST_MESSAGE else declared_schema_id(mapping.avro_schema)
+        )
         return _MessageType(message_factory.GetMessageClass(descriptor), mapping, file_id)
 
 
@@ -124,12 +125,21 @@ class ProtobufRangeStager(TransformingStager):
             raise ProtobufDecodeError(
                 f"the body is not a {kind.cls.DESCRIPTOR.full_name}: {error}"
             ) from None
-        self.place_record(msg, kind.mapping.convert(parsed), (schema_id, indexes),
-                          kind.mapping.avro_schema, kind.file_schema_id)
+        self.place_record(
+            msg,
+            kind.mapping.convert(parsed),
+            (schema_id, indexes),
+            kind.mapping.avro_schema,
+            kind.file_schema_id,
+        )
 
     def new_decoder(self, schema_id: int) -> _ProtobufSchema:
-        registered = self.registered_schema(schema_id, "PROTOBUF", NonProtobufSchemaError,
-                                            "; a protobuf topic needs a Protobuf schema")
+        registered = self.registered_schema(
+            schema_id,
+            "PROTOBUF",
+            NonProtobufSchemaError,
+            "; a protobuf topic needs a Protobuf schema",
+        )
         try:
             files = compile_files(registry_proto_files(self.lookup, registered)).file
             pool = descriptor_pool.DescriptorPool()  # per schema id: versions share full names

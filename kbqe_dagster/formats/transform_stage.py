@@ -33,30 +33,31 @@ asked again. An HMAC key variable missing where the task runs stops the range (C
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Hashable, Mapping
+from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.errors import (
     BadInputError,
     BodyDecodeError,
     TransformFailedError,
     UnsupportedSchemaError,
 )
+from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.enrichment import extended_schema
+from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.core.transforms.compiler import (
     Compiled,
     compile_transforms,
     field_values,
     hmac_keys,
 )
-from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.formats.destination_stage import DestinationFanOut, message_meta
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.stager import Decoder, RangeStager
@@ -92,8 +93,14 @@ class TransformingStager(RangeStager):
         """Whether records must take :meth:`place_record` (transforms or destinations): a
         stager with a faster way for plain records keeps it only when this is False."""
 
-    def place_record(self, msg: Any, record: Mapping[str, Any], schema_key: Hashable,
-                      schema: Mapping[str, Any], schema_id: int | None = None) -> None:
+    def place_record(
+        self,
+        msg: Any,
+        record: Mapping[str, Any],
+        schema_key: Hashable,
+        schema: Mapping[str, Any],
+        schema_id: int | None = None,
+    ) -> None:
         """Transform (if configured), encode, route, date and append one decoded record.
         ``schema_key`` identifies ``schema`` (a registry id, a declared id); ``schema_id`` is
         the files' id when there are no transforms (default: the declared id of ``schema``)."""
@@ -111,11 +118,13 @@ class TransformingStager(RangeStager):
                 f"transforms output does not fit the derived schema: {error}"
             ) from None
         fields = field_values(record, self.wanted)
-        self.place(msg, fields, body.getvalue(), staged.schema_id, staged.file_schema,
-                   staged.full_name)
+        self.place(
+            msg, fields, body.getvalue(), staged.schema_id, staged.file_schema, staged.full_name
+        )
 
-    def _staged_schema(self, schema_key: Hashable, schema: Mapping[str, Any],
-                       schema_id: int | None) -> StagedSchema:
+    def _staged_schema(
+        self, schema_key: Hashable, schema: Mapping[str, Any], schema_id: int | None
+    ) -> StagedSchema:
         known = self.staged_schemas.get(schema_key)
         if isinstance(known, StagedSchema):
             return known

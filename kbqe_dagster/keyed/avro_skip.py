@@ -13,7 +13,8 @@ schema — a few bytecodes per field instead of a call each, about 4× faster on
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from kbqe_dagster.core.formats.avro_names import full_name
 from kbqe_dagster.staging.avro_binary import encode_long
@@ -225,8 +226,9 @@ class _SkipGenerator:
             add(f"{pad}pos = {self.helper(self.compiler.compile(schema, namespace))}(buf, pos)")
 
 
-def record_skipper(schema: Mapping[str, Any], compiler: SkipCompiler | None = None,
-                   namespace: str | None = None) -> Skip:
+def record_skipper(
+    schema: Mapping[str, Any], compiler: SkipCompiler | None = None, namespace: str | None = None
+) -> Skip:
     """A generated skip function for ``schema`` (any type; records are flattened)."""
     compiler = compiler or SkipCompiler(namespace)
     gen = _SkipGenerator(compiler)

@@ -25,9 +25,10 @@ without a before image) is bad input with reason ``not_a_change``.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from kbqe_dagster.core.config.pipeline import TopicConfig
 from kbqe_dagster.core.errors import ConfigError, NotAChangeError, UnsupportedSchemaError
@@ -56,7 +57,7 @@ CHANGE_FIELDS = (
 ROW_OPS = frozenset({"c", "r", "u"})
 DELETE_OP = "d"
 FLAT_PREFIX = "__"
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _OP_BYTES = {op: encode_long(1) + op.encode() for op in ("c", "r", "u", "d")}
 _BOOL = {False: b"\x00", True: b"\x01"}
 
@@ -133,20 +134,23 @@ class _EnvelopeLayout(ChangeLayout):
     after_index: int = 1
 
     @classmethod
-    def of(cls, envelope: Mapping[str, Any]) -> "_EnvelopeLayout":
+    def of(cls, envelope: Mapping[str, Any]) -> _EnvelopeLayout:
         namespace = envelope.get("namespace") or full_name(envelope, None).rpartition(".")[0]
         fields = envelope["fields"]
         index = {f["name"]: i for i, f in enumerate(fields)}
         compiler = SkipCompiler(namespace or None)
         last = max(index["before"], index["after"])
         skips = tuple(record_skipper(f["type"], compiler) for f in fields[: last + 1])
-        row = _row_record(fields[index["before"]]["type"], fields[index["after"]]["type"],
-                          compiler, namespace)
+        row = _row_record(
+            fields[index["before"]]["type"], fields[index["after"]]["type"], compiler, namespace
+        )
         return cls(
             schema=_changelog_schema(row, row["fields"], namespace),
             wanted=("op", "source.ts_ms"),
             row_fields=tuple(f["name"] for f in row["fields"]),
-            skips=skips, before_index=index["before"], after_index=index["after"],
+            skips=skips,
+            before_index=index["before"],
+            after_index=index["after"],
         )
 
     def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
@@ -191,7 +195,7 @@ class _FlatLayout(ChangeLayout):
     skips: tuple[Any, ...] = ()
 
     @classmethod
-    def of(cls, record: Mapping[str, Any]) -> "_FlatLayout":
+    def of(cls, record: Mapping[str, Any]) -> _FlatLayout:
         fields = record["fields"]
         names = [f["name"] for f in fields]
         first = next(i for i, n in enumerate(names) if n.startswith(FLAT_PREFIX))
@@ -239,22 +243,33 @@ class _PlainLayout(ChangeLayout):
     delete_path: str | None = None
 
     @classmethod
-    def of(cls, record: Mapping[str, Any], topic: TopicConfig) -> "_PlainLayout":
+    def of(cls, record: Mapping[str, Any], topic: TopicConfig) -> _PlainLayout:
         keyed = topic.keyed
         assert keyed is not None and keyed.version
         where = f"topics[{topic.name}].keyed"
-        _check_field(record, keyed.version, f"{where}.version", _is_orderable,
-                     "a long, an int or a timestamp-millis/micros")
+        _check_field(
+            record,
+            keyed.version,
+            f"{where}.version",
+            _is_orderable,
+            "a long, an int or a timestamp-millis/micros",
+        )
         if keyed.delete_field:
-            _check_field(record, keyed.delete_field, f"{where}.delete_field",
-                         lambda t: t == "boolean", "a boolean")
+            _check_field(
+                record,
+                keyed.delete_field,
+                f"{where}.delete_field",
+                lambda t: t == "boolean",
+                "a boolean",
+            )
         namespace = record.get("namespace")
         wanted = (keyed.version,) + ((keyed.delete_field,) if keyed.delete_field else ())
         return cls(
             schema=_changelog_schema(record, record["fields"], namespace),
             wanted=wanted,
             row_fields=tuple(f["name"] for f in record["fields"]),
-            version_path=keyed.version, delete_path=keyed.delete_field,
+            version_path=keyed.version,
+            delete_path=keyed.delete_field,
         )
 
     def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:

@@ -22,19 +22,19 @@ forced merge (``kbqe run --until-idle``) merges whatever is new.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, TopicConfig
-from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.core.keyed.checks import KeyedCheck, sample_for
 from kbqe_dagster.core.keyed.contract import (
     CHANGE_COLUMNS,
     DeleteMode,
     changelog_table,
     history_table,
 )
-from kbqe_dagster.core.keyed.checks import KeyedCheck, sample_for
 from kbqe_dagster.core.keyed.delivered import (
     advanced,
     delivered_window,
@@ -42,6 +42,7 @@ from kbqe_dagster.core.keyed.delivered import (
     union,
 )
 from kbqe_dagster.core.load.state import LoadState
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.record.partitioning import Delivery
 from kbqe_dagster.keyed.merge_sql import (
     DELETED_KEYS_SUFFIX,
@@ -100,16 +101,16 @@ def keyed_destinations(config: PipelineConfig) -> list[Destination]:
     return out
 
 
-def delivers_by_storage_write(config: PipelineConfig, dest: Destination,
-                              state: MergeState) -> bool:
+def delivers_by_storage_write(config: PipelineConfig, dest: Destination, state: MergeState) -> bool:
     """Whether ``dest``'s changelog is delivered through the Storage Write API, or was: its
     watermarks then still tell what of its delivered rows is merged."""
-    return (config.delivery(dest.dataset, dest.changelog, dest.topic.name)
-            is Delivery.STORAGE_WRITE or dest.name in state.delivered)
+    return (
+        config.delivery(dest.dataset, dest.changelog, dest.topic.name) is Delivery.STORAGE_WRITE
+        or dest.name in state.delivered
+    )
 
 
-def _delivered_view(store: StagingStore, dest: Destination, load_state: LoadState
-                    ) -> DeliveredView:
+def _delivered_view(store: StagingStore, dest: Destination, load_state: LoadState) -> DeliveredView:
     return delivered_view(store, dest.topic.name, dest.dataset, dest.changelog, load_state)
 
 
@@ -130,9 +131,13 @@ class KeyedMerger:
     """Merges keyed destinations through the BigQuery resource's interface (Google or the
     emulator variant: resources/bigquery/), whose client runs the statements."""
 
-    def __init__(self, loads: GoogleBigQueryLoads, *,
-                 key_fields: Callable[[str], tuple[str, ...]] | None = None,
-                 enrichment: EnrichmentConfig | None = None) -> None:
+    def __init__(
+        self,
+        loads: GoogleBigQueryLoads,
+        *,
+        key_fields: Callable[[str], tuple[str, ...]] | None = None,
+        enrichment: EnrichmentConfig | None = None,
+    ) -> None:
         self.loads = loads
         self.client = loads.client
         self.project = loads.project
@@ -143,44 +148,66 @@ class KeyedMerger:
     def ref(self, dataset: str, table: str) -> str:
         return f"{self.project}.{dataset}.{table}"
 
-    def spec(self, dest: Destination, columns: dict[str, Any] | None = None,
-             ) -> tuple[MergeSpec, dict[str, Any]]:
+    def spec(
+        self,
+        dest: Destination,
+        columns: dict[str, Any] | None = None,
+    ) -> tuple[MergeSpec, dict[str, Any]]:
         """The destination's merge spec from its changelog's current columns (read unless
         given; returned too, name → SchemaField)."""
         keyed = dest.topic.keyed
         assert keyed is not None
         columns = columns or self.columns(dest.dataset, dest.changelog)
         if columns is None:
-            raise MergeError(f"{dest.name}: its changelog {dest.dataset}.{dest.changelog} does "
-                             "not exist (nothing was loaded into it yet)")
+            raise MergeError(
+                f"{dest.name}: its changelog {dest.dataset}.{dest.changelog} does "
+                "not exist (nothing was loaded into it yet)"
+            )
         skip = {c.lower() for c in (*self.enrichment.columns, *CHANGE_COLUMNS)}
         row = tuple(name for name in columns if name.lower() not in skip)
         key = keyed.key or self._key_of(dest)
         missing = [k for k in key if k not in row]
         if missing:
-            raise MergeError(f"{dest.name}: key field(s) {missing} are not columns of "
-                             f"{dest.changelog} ({', '.join(row)})")
+            raise MergeError(
+                f"{dest.name}: key field(s) {missing} are not columns of "
+                f"{dest.changelog} ({', '.join(row)})"
+            )
         spec = MergeSpec(
             target=self.ref(dest.dataset, dest.table),
             changelog=self.ref(dest.dataset, dest.changelog),
-            key=key, row_columns=row, deletes=keyed.deletes,
+            key=key,
+            row_columns=row,
+            deletes=keyed.deletes,
             partition_column=self.enrichment.partition_column,
             offset_column=self.enrichment.offset_column,
-            deleted_keys=(self.ref(dest.dataset, dest.table + DELETED_KEYS_SUFFIX)
-                          if keyed.deletes is DeleteMode.HARD else None),
+            deleted_keys=(
+                self.ref(dest.dataset, dest.table + DELETED_KEYS_SUFFIX)
+                if keyed.deletes is DeleteMode.HARD
+                else None
+            ),
         )
         return spec, columns
 
-    def merge(self, dest: Destination, ranges: Ranges, jobs: int,
-              crash: Callable[[str], None] = lambda point: None) -> TableMergeResult:
+    def merge(
+        self,
+        dest: Destination,
+        ranges: Ranges,
+        jobs: int,
+        crash: Callable[[str], None] = lambda point: None,
+    ) -> TableMergeResult:
         keyed = dest.topic.keyed
         assert keyed is not None
         spec, columns = self.spec(dest)
         key = spec.key
         self._ensure_table(dest.dataset, dest.table, spec.target_columns, columns, key)
         if spec.deleted_keys:
-            self._ensure_table(dest.dataset, dest.table + DELETED_KEYS_SUFFIX,
-                               (*key, *spec.order_columns), columns, key)
+            self._ensure_table(
+                dest.dataset,
+                dest.table + DELETED_KEYS_SUFFIX,
+                (*key, *spec.order_columns),
+                columns,
+                key,
+            )
         affected, billed, statements = 0, None, 0
         if ranges:
             for index, sql in enumerate(merge_sql(spec, ranges)):
@@ -198,8 +225,9 @@ class KeyedMerger:
             self.client.query(history_sql(spec, view), job_retry=None).result()
         return TableMergeResult(dest.name, jobs, affected, billed, statements, view)
 
-    def check(self, dest: Destination, unmerged: Ranges,
-              sample_seed: str | None = None) -> KeyedCheck:
+    def check(
+        self, dest: Destination, unmerged: Ranges, sample_seed: str | None = None
+    ) -> KeyedCheck:
         """Compare ``D.T`` with its recomputation from the changelog (merge_sql.check_sql);
         nothing to compare before the first load and merge."""
         deletes = dest.topic.keyed.deletes
@@ -207,28 +235,45 @@ class KeyedMerger:
         if columns is None or not self.loads.table_exists(dest.dataset, dest.table):
             return KeyedCheck(dest.name, 0, 0, 0, 0, 0, deletes)
         spec, _ = self.spec(dest, columns)
-        sample = (None if sample_seed is None else
-                  sample_for(self.loads.table_row_count(dest.dataset, dest.changelog), sample_seed))
+        sample = (
+            None
+            if sample_seed is None
+            else sample_for(self.loads.table_row_count(dest.dataset, dest.changelog), sample_seed)
+        )
         job = self.client.query(check_sql(spec, unmerged, sample), job_retry=None)
         [row] = list(job.result())
-        return KeyedCheck(dest.name, int(row["rows"]), int(row["duplicate_keys"]),
-                          int(row["extra"]), int(row["missing"]), int(row["deleted_rows"]),
-                          deletes, sample)
+        return KeyedCheck(
+            dest.name,
+            int(row["rows"]),
+            int(row["duplicate_keys"]),
+            int(row["extra"]),
+            int(row["missing"]),
+            int(row["deleted_rows"]),
+            deletes,
+            sample,
+        )
 
     def columns(self, dataset: str, table: str) -> dict[str, Any] | None:
         """Column name → SchemaField, in table order; None when the table does not exist."""
         found = self.loads.table_schema(dataset, table)
         return None if found is None else {f.name: f for f in found[0]}
 
-    def _ensure_table(self, dataset: str, table: str, wanted: Iterable[str],
-                      source: dict[str, Any], key: tuple[str, ...]) -> None:
+    def _ensure_table(
+        self,
+        dataset: str,
+        table: str,
+        wanted: Iterable[str],
+        source: dict[str, Any],
+        key: tuple[str, ...],
+    ) -> None:
         from google.cloud import bigquery
 
         wanted = list(wanted)
         existing = self.columns(dataset, table)
         if existing is None:
-            created = bigquery.Table(self.ref(dataset, table),
-                                     schema=[_nullable(source[c]) for c in wanted])
+            created = bigquery.Table(
+                self.ref(dataset, table), schema=[_nullable(source[c]) for c in wanted]
+            )
             created.clustering_fields = list(key[:4])  # BigQuery clusters on up to 4 columns
             self.client.create_table(created, exists_ok=True)
             log.info("%s.%s: created, clustered by %s", dataset, table, ", ".join(key[:4]))
@@ -238,7 +283,8 @@ class KeyedMerger:
             if name.lower() not in known:
                 self.client.query(
                     f"ALTER TABLE `{self.ref(dataset, table)}` ADD COLUMN `{name}` "
-                    f"{_sql_type(source[name])}", job_retry=None,
+                    f"{_sql_type(source[name])}",
+                    job_retry=None,
                 ).result()
                 log.info("%s.%s: added column %s (a newer row schema)", dataset, table, name)
 
@@ -247,8 +293,10 @@ class KeyedMerger:
         topic = dest.topic.name
         if topic not in self._keys:
             if self.key_fields is None:
-                raise ConfigError(f"topics[{topic}].keyed.key: not set, and no schema "
-                                  "registry to read the Kafka key's schema from")
+                raise ConfigError(
+                    f"topics[{topic}].keyed.key: not set, and no schema "
+                    "registry to read the Kafka key's schema from"
+                )
             self._keys[topic] = self.key_fields(topic)
         return self._keys[topic]
 
@@ -257,28 +305,40 @@ def _nullable(column: Any) -> Any:
     """A changelog column as a column of a merged table: every column nullable (a row may
     predate a field), repeated fields kept repeated."""
     if column.mode == "REQUIRED":
-        return column.__class__(column.name, column.field_type, mode="NULLABLE",
-                                fields=column.fields, description=column.description)
+        return column.__class__(
+            column.name,
+            column.field_type,
+            mode="NULLABLE",
+            fields=column.fields,
+            description=column.description,
+        )
     return column
 
 
 def _sql_type(column: Any) -> str:
     kind = {"INTEGER": "INT64", "FLOAT": "FLOAT64", "BOOLEAN": "BOOL"}.get(
-        column.field_type, column.field_type)
+        column.field_type, column.field_type
+    )
     if kind in ("RECORD", "STRUCT"):
         kind = "STRUCT<" + ", ".join(f"`{f.name}` {_sql_type(f)}" for f in column.fields) + ">"
     return f"ARRAY<{kind}>" if column.mode == "REPEATED" else kind
 
 
 def _history_missing(loads: GoogleBigQueryLoads, dest: Destination) -> bool:
-    return (loads.table_exists(dest.dataset, dest.changelog)
-            and not loads.table_exists(dest.dataset, history_table(dest.table)))
+    return loads.table_exists(dest.dataset, dest.changelog) and not loads.table_exists(
+        dest.dataset, history_table(dest.table)
+    )
 
 
 # --- all destinations -------------------------------------------------------------------------
 def merge_keyed_tables(
-    config: PipelineConfig, merger: KeyedMerger, store: StagingStore, load_state: LoadState,
-    *, force: bool = False, crash: Callable[[str], None] = lambda point: None,
+    config: PipelineConfig,
+    merger: KeyedMerger,
+    store: StagingStore,
+    load_state: LoadState,
+    *,
+    force: bool = False,
+    crash: Callable[[str], None] = lambda point: None,
 ) -> list[TableMergeResult]:
     """Merge every keyed destination that has new load jobs or newly delivered rows and is due
     (``merge_every``, or ``force``); the merge state is saved after each destination."""
@@ -290,13 +350,15 @@ def merge_keyed_tables(
         view, window = None, {}
         if delivers_by_storage_write(config, dest, state):
             view = _delivered_view(store, dest, load_state)
-            window = delivered_window(state.delivered.get(dest.name, {}), view.committed,
-                                      view.owned)
+            window = delivered_window(
+                state.delivered.get(dest.name, {}), view.committed, view.owned
+            )
         if window and not jobs and merger.columns(dest.dataset, dest.changelog) is None:
             # Ranges committed without a changelog row (tombstones, dead letters only): listed
             # before this check, so any row of theirs would have created the table first.
-            state.delivered[dest.name] = advanced(state.delivered.get(dest.name, {}),
-                                                  view.committed)
+            state.delivered[dest.name] = advanced(
+                state.delivered.get(dest.name, {}), view.committed
+            )
             store.put_bytes(MERGE_STATE_FILE, state.encode())
             window = {}
         if not jobs and not window:
@@ -309,27 +371,38 @@ def merge_keyed_tables(
             state.cycles[dest.name] = cycles
             store.put_bytes(MERGE_STATE_FILE, state.encode())
             continue
-        result = replace(merger.merge(dest, union(ranges, window), len(jobs), crash),
-                         delivered=window)
+        result = replace(
+            merger.merge(dest, union(ranges, window), len(jobs), crash), delivered=window
+        )
         crash("merge_before_state")
         # Forget job ids the load state no longer holds: they cannot come back.
         held = {j.job_id for j in load_state.jobs}
         state.merged_jobs[dest.name] = {j for j in merged | set(jobs) if j in held}
         if view is not None:
-            state.delivered[dest.name] = advanced(state.delivered.get(dest.name, {}),
-                                                  view.committed)
+            state.delivered[dest.name] = advanced(
+                state.delivered.get(dest.name, {}), view.committed
+            )
         state.cycles[dest.name] = 0
         store.put_bytes(MERGE_STATE_FILE, state.encode())
-        log.info("%s: merged %d load job(s)%s, %d key(s) changed%s", dest.name, len(jobs),
-                 f" and delivered rows {_spans(window)}" if window else "", result.keys_merged,
-                 f", {result.bytes_processed:,} bytes processed" if result.bytes_processed else "")
+        log.info(
+            "%s: merged %d load job(s)%s, %d key(s) changed%s",
+            dest.name,
+            len(jobs),
+            f" and delivered rows {_spans(window)}" if window else "",
+            result.keys_merged,
+            f", {result.bytes_processed:,} bytes processed" if result.bytes_processed else "",
+        )
         results.append(result)
     return results
 
 
 def check_keyed_tables(
-    config: PipelineConfig, merger: KeyedMerger, store: StagingStore, load_state: LoadState,
-    seed: str, tables: Iterable[str] | None = None,
+    config: PipelineConfig,
+    merger: KeyedMerger,
+    store: StagingStore,
+    load_state: LoadState,
+    seed: str,
+    tables: Iterable[str] | None = None,
 ) -> list[KeyedCheck]:
     """Measure every keyed current table (or those named ``dataset.table``) against the
     changelog rows its merges have applied."""
@@ -343,8 +416,10 @@ def check_keyed_tables(
         unmerged = not_merged_ranges(load_state, merged, dest.dataset, dest.changelog)
         if delivers_by_storage_write(config, dest, state):
             view = _delivered_view(store, dest, load_state)
-            unmerged = union(unmerged, not_merged_yet(state.delivered.get(dest.name, {}),
-                                                      view.committed, view.owned))
+            unmerged = union(
+                unmerged,
+                not_merged_yet(state.delivered.get(dest.name, {}), view.committed, view.owned),
+            )
         out.append(merger.check(dest, unmerged, seed))
     return out
 

@@ -30,8 +30,8 @@ when the row's columns change.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from kbqe_dagster.core.keyed.contract import DELETED_COLUMN, OP_COLUMN, VERSION_COLUMN, DeleteMode
 
@@ -61,8 +61,14 @@ class MergeSpec:
     @property
     def target_columns(self) -> tuple[str, ...]:
         """The current table's columns: row fields, change columns, the winner's location."""
-        return (*self.row_columns, OP_COLUMN, VERSION_COLUMN, DELETED_COLUMN,
-                self.partition_column, self.offset_column)
+        return (
+            *self.row_columns,
+            OP_COLUMN,
+            VERSION_COLUMN,
+            DELETED_COLUMN,
+            self.partition_column,
+            self.offset_column,
+        )
 
 
 def q(name: str) -> str:
@@ -76,8 +82,10 @@ def newer(left: str, right: str, order: Iterable[str]) -> str:
     head, *rest = columns
     if not rest:
         return f"{left}.{q(head)} > {right}.{q(head)}"
-    return (f"({left}.{q(head)} > {right}.{q(head)} OR ({left}.{q(head)} = {right}.{q(head)} "
-            f"AND {newer(left, right, rest)}))")
+    return (
+        f"({left}.{q(head)} > {right}.{q(head)} OR ({left}.{q(head)} = {right}.{q(head)} "
+        f"AND {newer(left, right, rest)}))"
+    )
 
 
 Ranges = Mapping[int, Sequence[tuple[int, int]]]
@@ -102,8 +110,10 @@ def winners_sql(spec: MergeSpec, ranges: Ranges) -> str:
     columns = ", ".join(q(c) for c in spec.target_columns)
     keys = ", ".join(q(k) for k in spec.key)
     order = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
-    return (f"SELECT {columns} FROM {q(spec.changelog)} WHERE {ranges_filter(spec, ranges)} "
-            f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {order}) = 1")
+    return (
+        f"SELECT {columns} FROM {q(spec.changelog)} WHERE {ranges_filter(spec, ranges)} "
+        f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {order}) = 1"
+    )
 
 
 def merge_sql(spec: MergeSpec, ranges: Ranges) -> list[str]:
@@ -121,12 +131,16 @@ def merge_sql(spec: MergeSpec, ranges: Ranges) -> list[str]:
             f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
         ]
     assert spec.deleted_keys, "hard deletes need the deleted-keys table"
-    remembered = ", ".join(f"s.{q(c)}" for c in columns) + ", " + ", ".join(
-        f"m.{q(c)} AS {q('_m' + c)}" for c in spec.order_columns
+    remembered = (
+        ", ".join(f"s.{q(c)}" for c in columns)
+        + ", "
+        + ", ".join(f"m.{q(c)} AS {q('_m' + c)}" for c in spec.order_columns)
     )
     m_newer = _newer_than_memory(spec)
-    with_memory = (f"SELECT {remembered} FROM ({source}) s LEFT JOIN {q(spec.deleted_keys)} m "
-                   f"ON {_key_match(spec, 's', 'm')}")
+    with_memory = (
+        f"SELECT {remembered} FROM ({source}) s LEFT JOIN {q(spec.deleted_keys)} m "
+        f"ON {_key_match(spec, 's', 'm')}"
+    )
     deleted = q(DELETED_COLUMN)
     key_columns = ", ".join(q(k) for k in spec.key)
     key_values = ", ".join(f"s.{q(k)}" for k in spec.key)
@@ -152,8 +166,10 @@ def _newer_than_memory(spec: MergeSpec) -> str:
     v, p, o = spec.order_columns
     sv, sp, so = (f"s.{q(c)}" for c in (v, p, o))
     mv, mp, mo = (f"s.{q('_m' + c)}" for c in (v, p, o))
-    return (f"({mv} IS NULL OR {sv} > {mv} OR ({sv} = {mv} AND ({sp} > {mp} OR "
-            f"({sp} = {mp} AND {so} > {mo}))))")
+    return (
+        f"({mv} IS NULL OR {sv} > {mv} OR ({sv} = {mv} AND ({sp} > {mp} OR "
+        f"({sp} = {mp} AND {so} > {mo}))))"
+    )
 
 
 def history_sql(spec: MergeSpec, view: str) -> str:
@@ -165,8 +181,10 @@ def history_sql(spec: MergeSpec, view: str) -> str:
     next_version = f"LEAD({v}) OVER (PARTITION BY {keys} ORDER BY {v})"
     # Collapse each (key, version) to its winner first: the window of the outer SELECT must
     # see one row per version, or a redelivered copy would become the "next version".
-    versions = (f"SELECT * FROM {q(spec.changelog)} QUALIFY ROW_NUMBER() OVER "
-                f"(PARTITION BY {keys}, {v} ORDER BY {p} DESC, {o} DESC) = 1")
+    versions = (
+        f"SELECT * FROM {q(spec.changelog)} QUALIFY ROW_NUMBER() OVER "
+        f"(PARTITION BY {keys}, {v} ORDER BY {p} DESC, {o} DESC) = 1"
+    )
     return (
         f"CREATE OR REPLACE VIEW {q(view)} AS SELECT {row}, {q(OP_COLUMN)}, "
         f"{q(DELETED_COLUMN)}, {valid_from} AS `_valid_from`, "
@@ -191,15 +209,19 @@ def check_sql(spec: MergeSpec, unmerged: Ranges, sample: tuple[str, int] | None 
     sampled = "TRUE"
     if sample is not None:
         seed, per_mille = sample
-        sampled = (f"MOD(ABS(FARM_FINGERPRINT(CONCAT('{seed}', TO_JSON_STRING(STRUCT({keys}))))), "
-                   f"1000) < {int(per_mille)}")
+        sampled = (
+            f"MOD(ABS(FARM_FINGERPRINT(CONCAT('{seed}', TO_JSON_STRING(STRUCT({keys}))))), "
+            f"1000) < {int(per_mille)}"
+        )
     unmerged_rows = ranges_filter(spec, unmerged)
     # A hard-deleted key's winner is filtered in the QUALIFY itself (evaluated after the
     # window), not by an outer query: the emulator mis-binds ALTER-added columns there.
     alive = f" AND NOT {q(DELETED_COLUMN)}" if spec.deletes is DeleteMode.HARD else ""
-    expected = (f"SELECT {columns} FROM {q(spec.changelog)} WHERE NOT ({unmerged_rows}) "
-                f"AND {sampled} QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {order}) "
-                f"= 1{alive}")
+    expected = (
+        f"SELECT {columns} FROM {q(spec.changelog)} WHERE NOT ({unmerged_rows}) "
+        f"AND {sampled} QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {order}) "
+        f"= 1{alive}"
+    )
     actual = f"SELECT {columns} FROM {q(spec.target)} WHERE {sampled}"
     as_json = "SELECT TO_JSON_STRING(STRUCT({columns})) AS r FROM ({source})"
     expected_json = as_json.format(columns=columns, source=expected)

@@ -12,8 +12,9 @@ merged again, which changes nothing.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from kbqe_dagster.core.errors import KbqeError, StagingError
 from kbqe_dagster.core.keyed.delivered import coalesce, union
@@ -33,6 +34,8 @@ MERGE_STATE_FILE = "_kbqe/merge_state.json"
 
 class MergeError(KbqeError):
     """A keyed destination could not be merged; the message names the table."""
+
+
 # --- the merge state ----------------------------------------------------------------------------
 @dataclass
 class MergeState:
@@ -45,16 +48,21 @@ class MergeState:
     merged (``delivery: storage_write``; core/keyed/delivered.py)."""
 
     @classmethod
-    def decode(cls, content: bytes | None) -> "MergeState":
+    def decode(cls, content: bytes | None) -> MergeState:
         if not content:
             return cls()
         try:
             raw = json.loads(content)
             tables = raw["tables"].items()
-            return cls({t: set(v.get("merged_jobs", ())) for t, v in tables},
-                       {t: int(v.get("cycles", 0)) for t, v in tables},
-                       {t: {int(p): int(o) for p, o in v["delivered"].items()}
-                        for t, v in tables if "delivered" in v})
+            return cls(
+                {t: set(v.get("merged_jobs", ())) for t, v in tables},
+                {t: int(v.get("cycles", 0)) for t, v in tables},
+                {
+                    t: {int(p): int(o) for p, o in v["delivered"].items()}
+                    for t, v in tables
+                    if "delivered" in v
+                },
+            )
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise MergeError(
                 f"{MERGE_STATE_FILE} is unreadable ({error}); deleting it is safe: every "
@@ -86,8 +94,11 @@ def unmerged_ranges(
 ) -> tuple[list[str], dict[int, list[tuple[int, int]]]]:
     """The succeeded load jobs of the changelog not merged yet, and the exact offset ranges of
     their done files per partition (adjacent ranges joined)."""
-    jobs = [j for j in _changelog_jobs(state, dataset, changelog)
-            if j.status is JobStatus.SUCCEEDED and j.job_id not in merged]
+    jobs = [
+        j
+        for j in _changelog_jobs(state, dataset, changelog)
+        if j.status is JobStatus.SUCCEEDED and j.job_id not in merged
+    ]
     return [j.job_id for j in jobs], job_ranges(jobs)
 
 
@@ -96,8 +107,9 @@ def not_merged_ranges(
 ) -> dict[int, list[tuple[int, int]]]:
     """The offset ranges of every load job of the changelog the merge has not applied: the
     succeeded ones not merged yet and the pending ones (whose rows may land any moment)."""
-    return job_ranges([j for j in _changelog_jobs(state, dataset, changelog)
-                       if j.job_id not in merged])
+    return job_ranges(
+        [j for j in _changelog_jobs(state, dataset, changelog) if j.job_id not in merged]
+    )
 
 
 def _changelog_jobs(state: LoadState, dataset: str, changelog: str) -> list[LoadJobRecord]:
@@ -111,7 +123,8 @@ def job_ranges(jobs: Iterable[LoadJobRecord]) -> dict[int, list[tuple[int, int]]
             done = parse_name(name)
             if isinstance(done, DoneFileName):
                 spans.setdefault(done.key.partition, []).append(
-                    (done.key.first_offset, done.last_offset))
+                    (done.key.first_offset, done.last_offset)
+                )
     return {p: coalesce(s) for p, s in spans.items()}
 
 
@@ -128,19 +141,18 @@ class DeliveredView:
     (a table switched between deliveries)."""
 
 
-def delivered_view(store: StagingStore, topic: str, dataset: str, changelog: str,
-                   load_state: LoadState) -> DeliveredView:
+def delivered_view(
+    store: StagingStore, topic: str, dataset: str, changelog: str, load_state: LoadState
+) -> DeliveredView:
     """The view of ``dataset.changelog``, fed by ``topic``: one prefix listing of the topic's
     staging names (DESIGN.md §8: never the whole bucket)."""
     names, _ = of_topic((f.name for f in store.list(topic_prefix(topic))), topic)
     listing = parse_listing(names)
     committed = {p: chain.chain_last for (_, p), chain in recover(listing.done).items()}
-    waiting = {a.key for a in listing.avro if (a.key.dataset, a.key.table) ==
-               (dataset, changelog)}
+    waiting = {a.key for a in listing.avro if (a.key.dataset, a.key.table) == (dataset, changelog)}
     to_load: dict[int, list[tuple[int, int]]] = {}
     for done in listing.done:
         if done.key in waiting:
-            to_load.setdefault(done.key.partition, []).append((done.first_offset,
-                                                               done.last_offset))
+            to_load.setdefault(done.key.partition, []).append((done.first_offset, done.last_offset))
     loads = job_ranges(_changelog_jobs(load_state, dataset, changelog))
     return DeliveredView(committed, union(loads, to_load))

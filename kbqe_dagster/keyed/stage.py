@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.routing import Destination
 from kbqe_dagster.keyed.changes import ChangeLayout, change_layout
 from kbqe_dagster.staging.context import RangeResult, StageContext
@@ -62,8 +62,15 @@ class KeyedRangeStager(RangeStager):
     def stage(self, msg: Any) -> None:
         schema_id, decoder, body, fields = self.decode(msg)
         change = decoder.layout.body(body, fields)
-        self.place(msg, fields, change, schema_id, decoder.schema, decoder.full_name,
-                   destination=self.changelog)
+        self.place(
+            msg,
+            fields,
+            change,
+            schema_id,
+            decoder.schema,
+            decoder.full_name,
+            destination=self.changelog,
+        )
 
     def range_result(self, last, files, bytes_by_dataset, conflict=False) -> RangeResult:
         result = super().range_result(last, files, bytes_by_dataset, conflict)

@@ -23,7 +23,6 @@ class _Truncated(Exception):
     """The bytes read so far end inside the header."""
 
 
-
 def read_avro_schema(store: StagingStore, name: str) -> dict[str, Any]:
     """The writer schema in the header of avro file ``name``; :class:`LoadError` naming the
     file when it is not an Avro container file."""
@@ -34,7 +33,9 @@ def read_avro_schema(store: StagingStore, name: str) -> dict[str, Any]:
             metadata = parse_header(head, complete=len(head) < size)
         except _Truncated:
             if size >= MAX_HEADER:
-                raise LoadError(f"{store.uri(name)}: Avro header larger than {MAX_HEADER} bytes")
+                raise LoadError(
+                    f"{store.uri(name)}: Avro header larger than {MAX_HEADER} bytes"
+                ) from None
             size *= 4
             continue
         except LoadError as error:

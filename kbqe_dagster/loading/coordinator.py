@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from datetime import UTC, datetime, timedelta
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.errors import KbqeError, StagingError
@@ -47,6 +47,19 @@ from kbqe_dagster.core.load.lifecycle import (
     ObservedKind,
     SubmitOutcome,
     decide,
+)
+from kbqe_dagster.core.load.notices import (
+    KNOWN_SCHEMAS_FILE,
+    decode_known,
+    encode_known,
+    schema_notices,
+)
+from kbqe_dagster.core.load.pending import staging_view
+from kbqe_dagster.core.load.selection import (
+    PlannedLoadJob,
+    make_job_id,
+    plan_load_jobs,
+    without_leftovers,
 )
 from kbqe_dagster.core.load.state import (
     JobStatus,
@@ -61,19 +74,6 @@ from kbqe_dagster.core.load.state import (
     retry_job,
 )
 from kbqe_dagster.core.protocol.naming import parse_listing
-from kbqe_dagster.core.load.notices import (
-    KNOWN_SCHEMAS_FILE,
-    decode_known,
-    encode_known,
-    schema_notices,
-)
-from kbqe_dagster.core.load.pending import staging_view
-from kbqe_dagster.core.load.selection import (
-    PlannedLoadJob,
-    make_job_id,
-    plan_load_jobs,
-    without_leftovers,
-)
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.loading.avro_header import read_avro_schema
 from kbqe_dagster.loading.manifests import FileFacts, read_file_facts
@@ -93,7 +93,7 @@ DEFAULT_STUCK_AFTER = timedelta(hours=1)
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class LoadCoordinator:
@@ -173,8 +173,9 @@ class LoadCoordinator:
             before = known.get(name)
             planned = min(c.job.created_at for c in finished)
             created = current.created is None or current.created >= planned
-            for notice in schema_notices(name, before, current.columns, created=created,
-                                         job_id=finished[-1].job.job_id):
+            for notice in schema_notices(
+                name, before, current.columns, created=created, job_id=finished[-1].job.job_id
+            ):
                 report.notices.append(notice)
                 document = notice.to_json()
                 log.info("schema notice: %s", document["text"])
@@ -220,8 +221,11 @@ class LoadCoordinator:
         return state
 
     def _without_leftovers(
-        self, planned: list[PlannedLoadJob], facts: dict[str, FileFacts],
-        files: list[StoredFile], report: CycleReport,
+        self,
+        planned: list[PlannedLoadJob],
+        facts: dict[str, FileFacts],
+        files: list[StoredFile],
+        report: CycleReport,
     ) -> list[PlannedLoadJob]:
         """The planned jobs without their leftovers, which are deleted here.
 
@@ -240,7 +244,9 @@ class LoadCoordinator:
             log.warning(
                 "leftover %s: object version %s is not the version %s its commit pinned "
                 "(a late writer re-uploaded a loaded file); %s, not loaded",
-                self.store.uri(avro), version, facts[avro].version,
+                self.store.uri(avro),
+                version,
+                facts[avro].version,
                 "deleted" if deleted else "already gone",
             )
             if deleted:
@@ -276,8 +282,11 @@ class LoadCoordinator:
             job = state.job(job_id)
             observed = self._observe(job)
             decision = decide(
-                job, observed.observed, self.now(),
-                max_retries=self.settings.max_retries, stuck_after=self.stuck_after,
+                job,
+                observed.observed,
+                self.now(),
+                max_retries=self.settings.max_retries,
+                stuck_after=self.stuck_after,
             )
             if decision.mark_submitted:
                 state = mark_submitted(state, job_id, self.now())
@@ -394,7 +403,12 @@ class LoadCoordinator:
         if check.passed is False:
             log.error(
                 "load job %s (%s.%s): %s rows loaded, %s records staged (%s)",
-                job.job_id, job.dataset, job.table, check.loaded, check.expected, check.source,
+                job.job_id,
+                job.dataset,
+                job.table,
+                check.loaded,
+                check.expected,
+                check.source,
             )
         return state
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
-from kbqe_dagster.core.protocol.commit import parse_manifest
 from kbqe_dagster.core.errors import StagingError
+from kbqe_dagster.core.protocol.commit import parse_manifest
 from kbqe_dagster.core.protocol.naming import DoneFileName, parse_name
 from kbqe_dagster.resources.staging_store import StagingStore
 
@@ -48,9 +48,7 @@ def read_file_facts(store: StagingStore, done_files: Iterable[str]) -> dict[str,
     for name in done_files:
         done = parse_name(name)
         if isinstance(done, DoneFileName):
-            one_per_range.setdefault(
-                (done.key.topic, done.key.partition, done.first_offset), name
-            )
+            one_per_range.setdefault((done.key.topic, done.key.partition, done.first_offset), name)
     names = sorted(one_per_range.values())
     if not names:
         return {}
@@ -73,8 +71,10 @@ def _facts_of(store: StagingStore, done_name: str) -> dict[str, FileFacts]:
         return {}
     days = _days_by_avro(content)
     hours = _days_by_avro(content, "hours")
-    return {f.avro: FileFacts(f.records, days.get(f.avro), f.version, hours.get(f.avro))
-            for f in manifest.files}
+    return {
+        f.avro: FileFacts(f.records, days.get(f.avro), f.version, hours.get(f.avro))
+        for f in manifest.files
+    }
 
 
 def _days_by_avro(content: bytes, field: str = "days") -> dict[str, dict[str, int]]:

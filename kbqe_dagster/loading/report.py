@@ -7,13 +7,13 @@ Pure data and arithmetic; ``defs/bigquery`` turns it into materializations and c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from kbqe_dagster.core.load.checks import JobRows
+from kbqe_dagster.core.load.notices import SchemaNotice
 from kbqe_dagster.core.load.state import LoadJobRecord
 from kbqe_dagster.core.protocol.naming import DoneFileName, parse_name
-from kbqe_dagster.core.load.notices import SchemaNotice
 from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.loading.manifests import FileFacts
 from kbqe_dagster.resources.bigquery import JobReport
@@ -55,8 +55,13 @@ class CompletedLoad:
     def rows_check(self) -> JobRows:
         """Rows the job wrote (BigQuery's statistics) against the records staged in its files
         (the done-file manifests); core/load/checks.py judges them."""
-        return JobRows(self.job.job_id, f"{self.job.dataset}.{self.job.table}",
-                       self.job.records, self.stats.output_rows, self.stats.rows_source)
+        return JobRows(
+            self.job.job_id,
+            f"{self.job.dataset}.{self.job.table}",
+            self.job.records,
+            self.stats.output_rows,
+            self.stats.rows_source,
+        )
 
     def partitions(self, unit: Partitioning = Partitioning.DAY) -> tuple[PartitionLoad, ...]:
         """One entry per event day (``unit`` HOUR: per event hour) the job's files hold
@@ -75,8 +80,14 @@ class CompletedLoad:
         job_bytes = self.stats.input_file_bytes or self.input_bytes
         return tuple(
             PartitionLoad(
-                self.job.dataset, self.job.table, day, acc.rows, acc.files,
-                tuple(acc.ranges), self.job.job_id, job_bytes,
+                self.job.dataset,
+                self.job.table,
+                day,
+                acc.rows,
+                acc.files,
+                tuple(acc.ranges),
+                self.job.job_id,
+                job_bytes,
             )
             for day, acc in sorted(days.items(), key=lambda item: (item[0] is None, item[0] or ""))
         )
@@ -153,5 +164,9 @@ class CycleReport:
             f"{len(self.completed)} succeeded ({self.completed_files} files), "
             f"{len(self.retried)} retried, {len(self.quarantined)} quarantined, "
             f"{len(self.stuck)} running too long, {self.pending_after} pending"
-            + (f", {len(self.leftovers_deleted)} leftover(s) deleted" if self.leftovers_deleted else "")
+            + (
+                f", {len(self.leftovers_deleted)} leftover(s) deleted"
+                if self.leftovers_deleted
+                else ""
+            )
         )

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import HOST, LocalService, spawn
@@ -36,8 +36,12 @@ COMPATIBILITY = "BACKWARD"
 # A registry answers a handful of requests: the C1 compiler only and the serial collector
 # halve its start-up on a busy 2-core machine (~8s instead of ~14s) and save ~70 MB of RSS.
 JVM_OPTIONS = (
-    "-Xmx256m", "-Xms64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-    "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+    "-Xmx256m",
+    "-Xms64m",
+    "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
 )
 _RUNNER_PATTERNS = ("quarkus-run.jar", "*-runner.jar")
 
@@ -66,14 +70,20 @@ class ApicurioService(LocalService):
 
     def _download(self, target: Path) -> None:
         run_maven(
-            [f"{DEPENDENCY_PLUGIN}:copy", f"-Dartifact={APICURIO_ARTIFACT}",
-             f"-DoutputDirectory={target}"],
-            what=f"Apicurio Registry {APICURIO_VERSION}", cwd=self.dirs.cache,
+            [
+                f"{DEPENDENCY_PLUGIN}:copy",
+                f"-Dartifact={APICURIO_ARTIFACT}",
+                f"-DoutputDirectory={target}",
+            ],
+            what=f"Apicurio Registry {APICURIO_VERSION}",
+            cwd=self.dirs.cache,
         )
         tarballs = list(target.glob("*.tar.gz"))
         if len(tarballs) != 1:
-            raise StackError(f"apicurio: expected one tarball from Maven in {target}, "
-                             f"found {[t.name for t in tarballs]}")
+            raise StackError(
+                f"apicurio: expected one tarball from Maven in {target}, "
+                f"found {[t.name for t in tarballs]}"
+            )
         with tarfile.open(tarballs[0]) as tar:
             tar.extractall(target, filter="data")
         # Maven keeps its own copy in ~/.m2; the extracted tree is all we run.
@@ -93,16 +103,21 @@ class ApicurioService(LocalService):
         java = require_java()
         self.dirs.ensure()
         database = self.dirs.data / "registry"
-        return spawn(self.dirs, [
-            java, *JVM_OPTIONS,
-            f"-Dquarkus.http.host={HOST}",
-            f"-Dquarkus.http.port={self.endpoints.registry_port}",
-            "-Dapicurio.storage.kind=sql",
-            "-Dapicurio.storage.sql.kind=h2",
-            f"-Dapicurio.datasource.url=jdbc:h2:file:{database}",
-            "-Dquarkus.log.console.format=%d{yyyy-MM-dd HH:mm:ss} %p [%c{2.}] %m%n",
-            "-jar", str(self.runner_jar()),
-        ])
+        return spawn(
+            self.dirs,
+            [
+                java,
+                *JVM_OPTIONS,
+                f"-Dquarkus.http.host={HOST}",
+                f"-Dquarkus.http.port={self.endpoints.registry_port}",
+                "-Dapicurio.storage.kind=sql",
+                "-Dapicurio.storage.sql.kind=h2",
+                f"-Dapicurio.datasource.url=jdbc:h2:file:{database}",
+                "-Dquarkus.log.console.format=%d{yyyy-MM-dd HH:mm:ss} %p [%c{2.}] %m%n",
+                "-jar",
+                str(self.runner_jar()),
+            ],
+        )
 
     def ready(self) -> bool:
         """The ccompat API answers a real request (listing subjects) with 200."""
@@ -112,7 +127,11 @@ class ApicurioService(LocalService):
     def after_ready(self) -> None:
         """Set the global compatibility rule (what Confluent's registry defaults to)."""
         answer = request_json("PUT", f"{self.endpoint}/config", {"compatibility": COMPATIBILITY})
-        level = answer.body.get("compatibilityLevel") if answer and isinstance(answer.body, dict) else None
+        level = (
+            answer.body.get("compatibilityLevel")
+            if answer and isinstance(answer.body, dict)
+            else None
+        )
         if answer is None or answer.status != 200 or level != COMPATIBILITY:
             detail = "no answer" if answer is None else f"HTTP {answer.status}: {answer.body}"
             raise StackError(

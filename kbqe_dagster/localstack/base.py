@@ -11,9 +11,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 from kbqe_dagster import processes
 from kbqe_dagster.core.errors import StackError
@@ -100,7 +100,10 @@ def require_free_port(port: int, service: str) -> None:
 
 
 def wait_until(
-    ready: Callable[[], bool], timeout: float, what: str, log_file: Path | None = None,
+    ready: Callable[[], bool],
+    timeout: float,
+    what: str,
+    log_file: Path | None = None,
     alive: Callable[[], bool] | None = None,
 ) -> None:
     """Poll ``ready`` until it is true; a StackError naming ``what`` and the log otherwise."""
@@ -136,7 +139,9 @@ def pid_alive(pid: int) -> bool:
 
 
 def spawn(
-    dirs: ServiceDirs, argv: Sequence[str], env: Mapping[str, str] | None = None,
+    dirs: ServiceDirs,
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
 ) -> int:
     """Start ``argv`` in its own session (so stop() can signal its whole group), log to the
@@ -146,8 +151,13 @@ def spawn(
     full_env.update(env or {})
     with open(dirs.log_file, "ab") as out:
         proc = subprocess.Popen(
-            list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=full_env, cwd=str(cwd or dirs.run), start_new_session=True,
+            list(argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            cwd=str(cwd or dirs.run),
+            start_new_session=True,
         )
     dirs.pid_file.write_text(str(proc.pid))
     log.info("started %s (pid %s): %s", dirs.name, proc.pid, " ".join(argv[:3]))
@@ -239,8 +249,13 @@ class LocalService:
         self.install()
         started = time.monotonic()
         pid = self.launch()
-        wait_until(self.ready, self.start_timeout, self.name, self.dirs.log_file,
-                   alive=lambda: pid_alive(pid))
+        wait_until(
+            self.ready,
+            self.start_timeout,
+            self.name,
+            self.dirs.log_file,
+            alive=lambda: pid_alive(pid),
+        )
         self.after_ready()
         log.info("%s ready at %s in %.1fs", self.name, self.endpoint, time.monotonic() - started)
         return self.status()

@@ -48,9 +48,9 @@ import importlib.util
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import HOST, LocalService, ServiceStatus, spawn
@@ -118,13 +118,17 @@ def install_extensions(extension_dir: Path, names: Sequence[str]) -> list[str]:
     files = [find_extension_file(name, version) for name in names]  # fail before writing
     extension_dir.mkdir(parents=True, exist_ok=True)
     installed: list[str] = []
-    con = duckdb.connect(":memory:", config={
-        "extension_directory": str(extension_dir),
-        "autoinstall_known_extensions": False,
-    })
+    con = duckdb.connect(
+        ":memory:",
+        config={
+            "extension_directory": str(extension_dir),
+            "autoinstall_known_extensions": False,
+        },
+    )
     try:
         present = {
-            row[0] for row in con.execute(
+            row[0]
+            for row in con.execute(
                 "SELECT extension_name FROM duckdb_extensions() WHERE installed"
             ).fetchall()
         }
@@ -151,7 +155,9 @@ class BigQueryEmulatorService(LocalService):
     start_timeout = 90.0
 
     def __init__(
-        self, home: Path | None = None, endpoints: LocalEndpoints | None = None,
+        self,
+        home: Path | None = None,
+        endpoints: LocalEndpoints | None = None,
         gcs_root: Path | None = None,
     ) -> None:
         super().__init__(home, endpoints)
@@ -195,11 +201,16 @@ class BigQueryEmulatorService(LocalService):
         except StackError:
             if not self._database_unreplayable():
                 raise
-        kept = self.database_dir.with_name(f"{self.database_dir.name}.unreplayable-{int(time.time())}")
+        kept = self.database_dir.with_name(
+            f"{self.database_dir.name}.unreplayable-{int(time.time())}"
+        )
         self.database_dir.rename(kept)
-        log.warning("bigquery: the emulator's database no longer opens (its write-ahead log does "
-                    "not replay, see %s); moved it to %s and starting an empty one",
-                    self.dirs.log_file, kept)
+        log.warning(
+            "bigquery: the emulator's database no longer opens (its write-ahead log does "
+            "not replay, see %s); moved it to %s and starting an empty one",
+            self.dirs.log_file,
+            kept,
+        )
         return super().up()
 
     def _database_unreplayable(self) -> bool:
@@ -218,12 +229,24 @@ class BigQueryEmulatorService(LocalService):
         argv = [
             # bqemulator's own command line, a DuckDB cursor per worker thread against a
             # deadlock between a query and an append (bqemulator_threads.py).
-            sys.executable, "-m", "kbqe_dagster.localstack.bqemulator_threads", "start",
-            "--rest-host", HOST, "--rest-port", str(self.endpoints.bigquery_port),
-            "--grpc-host", HOST, "--grpc-port", str(self.endpoints.bigquery_grpc_port),
-            "--data-dir", str(self.database_dir),
-            "--project", self.project,
-            "--log-format", "console",
+            sys.executable,
+            "-m",
+            "kbqe_dagster.localstack.bqemulator_threads",
+            "start",
+            "--rest-host",
+            HOST,
+            "--rest-port",
+            str(self.endpoints.bigquery_port),
+            "--grpc-host",
+            HOST,
+            "--grpc-port",
+            str(self.endpoints.bigquery_grpc_port),
+            "--data-dir",
+            str(self.database_dir),
+            "--project",
+            self.project,
+            "--log-format",
+            "console",
         ]
         env = {
             "HOME": str(self.duckdb_home),
@@ -235,9 +258,12 @@ class BigQueryEmulatorService(LocalService):
 
     def ready(self) -> bool:
         answer = request_json(
-            "GET", f"{self.endpoint}/bigquery/v2/projects/{self.project}/datasets",
+            "GET",
+            f"{self.endpoint}/bigquery/v2/projects/{self.project}/datasets",
         )
         return (
-            answer is not None and answer.status == 200
-            and isinstance(answer.body, dict) and answer.body.get("kind") == "bigquery#datasetList"
+            answer is not None
+            and answer.status == 200
+            and isinstance(answer.body, dict)
+            and answer.body.get("kind") == "bigquery#datasetList"
         )

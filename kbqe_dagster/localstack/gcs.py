@@ -26,8 +26,8 @@ import importlib.util
 import logging
 import platform
 import stat
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import HOST, LocalService, spawn
@@ -96,22 +96,32 @@ class GcsService(LocalService):
         port = str(self.endpoints.gcs_port)
         argv = [
             str(fake_gcs_binary()),
-            "-scheme", "http",
-            "-host", HOST,
-            "-port", port,
-            "-backend", "filesystem",
-            "-filesystem-root", str(self.filesystem_root),
-            "-external-url", self.endpoint,
-            "-public-host", f"{HOST}:{port}",
-            "-log-level", "warn",
+            "-scheme",
+            "http",
+            "-host",
+            HOST,
+            "-port",
+            port,
+            "-backend",
+            "filesystem",
+            "-filesystem-root",
+            str(self.filesystem_root),
+            "-external-url",
+            self.endpoint,
+            "-public-host",
+            f"{HOST}:{port}",
+            "-log-level",
+            "warn",
         ]
         return spawn(self.dirs, argv)
 
     def ready(self) -> bool:
         answer = request_json("GET", f"{self.endpoint}/storage/v1/b")
         return (
-            answer is not None and answer.status == 200
-            and isinstance(answer.body, dict) and answer.body.get("kind") == "storage#buckets"
+            answer is not None
+            and answer.status == 200
+            and isinstance(answer.body, dict)
+            and answer.body.get("kind") == "storage#buckets"
         )
 
     def after_ready(self) -> None:
@@ -120,11 +130,15 @@ class GcsService(LocalService):
     def ensure_bucket(self, bucket: str) -> None:
         """Create ``bucket`` unless it exists (409 from the server means it does)."""
         answer = request_json(
-            "POST", f"{self.endpoint}/storage/v1/b?project={LOCAL_PROJECT}", {"name": bucket},
+            "POST",
+            f"{self.endpoint}/storage/v1/b?project={LOCAL_PROJECT}",
+            {"name": bucket},
         )
         if answer is None or answer.status not in (200, 409):
             detail = "no answer" if answer is None else f"HTTP {answer.status}: {answer.body}"
-            raise StackError(f"fake-gcs-server at {self.endpoint}: creating bucket "
-                             f"'{bucket}' failed ({detail}); see {self.dirs.log_file}")
+            raise StackError(
+                f"fake-gcs-server at {self.endpoint}: creating bucket "
+                f"'{bucket}' failed ({detail}); see {self.dirs.log_file}"
+            )
         if answer.status == 200:
             log.info("created bucket gs://%s in %s", bucket, self.filesystem_root)

@@ -17,8 +17,8 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import require_command
@@ -63,7 +63,10 @@ def java_major_version(java: str) -> int:
     """The feature version of ``java`` (8 for "1.8.0_392", 17 for "17.0.15")."""
     try:
         out = subprocess.run(
-            [java, "-version"], capture_output=True, text=True, timeout=60,
+            [java, "-version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise StackError(f"could not run '{java} -version' ({err}): {_JAVA_HOW_TO_FIX}") from err
@@ -95,7 +98,11 @@ def run_maven(args: Sequence[str], what: str, cwd: Path) -> None:
     with _MAVEN_LOCK:
         try:
             proc = subprocess.run(
-                argv, cwd=str(cwd), capture_output=True, text=True, timeout=MAVEN_TIMEOUT,
+                argv,
+                cwd=str(cwd),
+                capture_output=True,
+                text=True,
+                timeout=MAVEN_TIMEOUT,
             )
         except subprocess.TimeoutExpired as err:
             raise StackError(

@@ -25,9 +25,9 @@ import logging
 import re
 import subprocess
 import uuid
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Sequence
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -36,7 +36,10 @@ from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import HOST, LocalService, port_open, spawn
 from kbqe_dagster.localstack.endpoints import LocalEndpoints
 from kbqe_dagster.localstack.jvm import (
-    DEPENDENCY_PLUGIN, install_once, require_java, run_maven,
+    DEPENDENCY_PLUGIN,
+    install_once,
+    require_java,
+    run_maven,
 )
 from kbqe_dagster.packaged import data_file
 
@@ -144,9 +147,14 @@ class KafkaService(LocalService):
 
     def _download(self, target: Path) -> None:
         run_maven(
-            ["-f", str(KAFKA_POM), f"{DEPENDENCY_PLUGIN}:copy-dependencies",
-             f"-DoutputDirectory={target}"],
-            what=f"Apache Kafka {self.version}", cwd=self.dirs.cache,
+            [
+                "-f",
+                str(KAFKA_POM),
+                f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+                f"-DoutputDirectory={target}",
+            ],
+            what=f"Apache Kafka {self.version}",
+            cwd=self.dirs.cache,
         )
 
     def launch(self) -> int:
@@ -156,10 +164,18 @@ class KafkaService(LocalService):
         log4j = self.dirs.run / "log4j2.properties"
         log4j.write_text(LOG4J2_PROPERTIES)
         self._format_storage(java)
-        return spawn(self.dirs, [
-            java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}",
-            "-cp", f"{self.libs}/*", "kafka.Kafka", str(self.config_file),
-        ])
+        return spawn(
+            self.dirs,
+            [
+                java,
+                *JVM_OPTIONS,
+                f"-Dlog4j2.configurationFile={log4j}",
+                "-cp",
+                f"{self.libs}/*",
+                "kafka.Kafka",
+                str(self.config_file),
+            ],
+        )
 
     def _format_storage(self, java: str) -> None:
         """Format the KRaft log directory once; a formatted directory is left as it is."""
@@ -168,9 +184,22 @@ class KafkaService(LocalService):
         log.info("formatting Kafka storage in %s", self.log_dir)
         with open(self.dirs.log_file, "ab") as out:
             proc = subprocess.run(
-                [java, "-Xmx256m", "-cp", f"{self.libs}/*", "kafka.tools.StorageTool", "format",
-                 "-t", new_cluster_id(), "-c", str(self.config_file), "--ignore-formatted"],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    java,
+                    "-Xmx256m",
+                    "-cp",
+                    f"{self.libs}/*",
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    new_cluster_id(),
+                    "-c",
+                    str(self.config_file),
+                    "--ignore-formatted",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 timeout=FORMAT_TIMEOUT,
             )
         if proc.returncode != 0:
@@ -184,9 +213,13 @@ class KafkaService(LocalService):
         if not port_open(self.endpoints.kafka_port):
             return False
         # librdkafka's own connection chatter goes to our logger, never to stderr.
-        admin = AdminClient({
-            "bootstrap.servers": self.endpoint, "logger": log, "socket.timeout.ms": 2000,
-        })
+        admin = AdminClient(
+            {
+                "bootstrap.servers": self.endpoint,
+                "logger": log,
+                "socket.timeout.ms": 2000,
+            }
+        )
         try:
             metadata = admin.list_topics(timeout=2)
         except KafkaException:

@@ -22,7 +22,10 @@ class HttpAnswer:
 
 
 def request_json(
-    method: str, url: str, payload: Any | None = None, timeout: float = 2.0,
+    method: str,
+    url: str,
+    payload: Any | None = None,
+    timeout: float = 2.0,
 ) -> HttpAnswer | None:
     """Send one request; the answer (also for 4xx/5xx), or ``None`` when nothing answered."""
     data = None if payload is None else json.dumps(payload).encode()

@@ -14,10 +14,10 @@ import importlib
 import logging
 import shutil
 import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.base import LocalService, ServiceStatus
@@ -46,15 +46,19 @@ def service_classes() -> list[type[LocalService]]:
         except ModuleNotFoundError as err:
             if err.name != module_name:  # the module exists but one of its imports is broken
                 raise
-            log.warning("local stack: %s is not available yet (no module %s); skipping it",
-                        class_name, module_name)
+            log.warning(
+                "local stack: %s is not available yet (no module %s); skipping it",
+                class_name,
+                module_name,
+            )
             continue
         classes.append(getattr(module, class_name))
     return classes
 
 
 def build(
-    names: Iterable[str] | None = None, home: Path | None = None,
+    names: Iterable[str] | None = None,
+    home: Path | None = None,
     endpoints: LocalEndpoints | None = None,
 ) -> list[LocalService]:
     """Service objects in start order, all of them or only ``names`` (a StackError names
@@ -66,13 +70,15 @@ def build(
     known = [s.name for s in services]
     unknown = [n for n in wanted if n not in known]
     if unknown:
-        raise StackError(f"unknown local service(s) {', '.join(unknown)}; the stack has "
-                         f"{', '.join(known)}")
+        raise StackError(
+            f"unknown local service(s) {', '.join(unknown)}; the stack has {', '.join(known)}"
+        )
     return [s for s in services if s.name in wanted]
 
 
 def up(
-    names: Iterable[str] | None = None, home: Path | None = None,
+    names: Iterable[str] | None = None,
+    home: Path | None = None,
     endpoints: LocalEndpoints | None = None,
 ) -> list[ServiceStatus]:
     """Start every service (or ``names``) that is not running and wait until each answers.
@@ -91,7 +97,8 @@ class Wiped:
 
 
 def wipe_data(
-    names: Iterable[str] | None = None, home: Path | None = None,
+    names: Iterable[str] | None = None,
+    home: Path | None = None,
     endpoints: LocalEndpoints | None = None,
 ) -> list[Wiped]:
     """Delete the data of stopped services (all, or ``names``): Kafka's log, the registry's
@@ -107,8 +114,9 @@ def wipe_data(
         )
     targets = [Wiped(s.dirs.data, f"{s.name} data") for s in services]
     if names is None and services:
-        targets.append(Wiped(services[0].dirs.home / DAGSTER_HOME_DIR,
-                             "the demo's Dagster instance"))
+        targets.append(
+            Wiped(services[0].dirs.home / DAGSTER_HOME_DIR, "the demo's Dagster instance")
+        )
     wiped = [t for t in targets if t.path.exists()]
     for t in wiped:
         shutil.rmtree(t.path)
@@ -118,8 +126,9 @@ def wipe_data(
 
 def up_services(services: Sequence[LocalService]) -> list[ServiceStatus]:
     started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=max(1, len(services)),
-                            thread_name_prefix="stack-up") as pool:
+    with ThreadPoolExecutor(
+        max_workers=max(1, len(services)), thread_name_prefix="stack-up"
+    ) as pool:
         futures = [(s.name, pool.submit(s.up)) for s in services]
         results: list[ServiceStatus] = []
         failures: list[tuple[str, BaseException]] = []
@@ -130,8 +139,11 @@ def up_services(services: Sequence[LocalService]) -> list[ServiceStatus]:
                 failures.append((name, err))
     if failures:
         raise _combined(failures)
-    log.info("local stack up in %.1fs: %s", time.monotonic() - started,
-             ", ".join(s.name for s in services))
+    log.info(
+        "local stack up in %.1fs: %s",
+        time.monotonic() - started,
+        ", ".join(s.name for s in services),
+    )
     return results
 
 
@@ -155,7 +167,8 @@ def _first_line(err: BaseException) -> str:
 
 
 def down(
-    names: Iterable[str] | None = None, home: Path | None = None,
+    names: Iterable[str] | None = None,
+    home: Path | None = None,
     endpoints: LocalEndpoints | None = None,
 ) -> list[str]:
     """Stop the services of ours that run (reverse start order, only by their pid files);
@@ -172,7 +185,8 @@ def down_services(services: Sequence[LocalService]) -> list[str]:
 
 
 def status(
-    names: Iterable[str] | None = None, home: Path | None = None,
+    names: Iterable[str] | None = None,
+    home: Path | None = None,
     endpoints: LocalEndpoints | None = None,
 ) -> list[ServiceStatus]:
     """Each service's status in start order: running means our process answers requests."""

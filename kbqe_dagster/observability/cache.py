@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -102,8 +103,10 @@ class CachedSource(Generic[T]):
                 log.log(level, "metrics source %s: %s", self.name, message)
                 keep = self._keep_on_error
                 self._reading = Reading(
-                    previous.value if keep else None, message,
-                    previous.refreshed_at if keep else None, self._clock() - started,
+                    previous.value if keep else None,
+                    message,
+                    previous.refreshed_at if keep else None,
+                    self._clock() - started,
                 )
                 self._finish(done)
             return

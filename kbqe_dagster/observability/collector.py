@@ -17,9 +17,9 @@ left out while either is missing — a partial sum would look like a counter res
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -68,17 +68,27 @@ class MetricSources:
         store = sources.staging.open()
         describe = self._describe
         self.staging: CachedSource[StagingView] = CachedSource(
-            "staging", lambda: read_staging_view(store, datetime.now(timezone.utc)), ttl_s,
-            describe_error=describe, clock=clock,
+            "staging",
+            lambda: read_staging_view(store, datetime.now(UTC)),
+            ttl_s,
+            describe_error=describe,
+            clock=clock,
         )
         self.kafka: CachedSource[LagView] = CachedSource(
-            "kafka", lambda: read_lag(store, sources.kafka, sources.pipeline, self.redact),
-            ttl_s, describe_error=describe, clock=clock,
+            "kafka",
+            lambda: read_lag(store, sources.kafka, sources.pipeline, self.redact),
+            ttl_s,
+            describe_error=describe,
+            clock=clock,
         )
         keep = sources.pipeline.retention.keep_load_history + JOB_MEMORY_MARGIN
         fold = EventLogFold(instance or self._open_instance, keep_jobs_for=keep)
         self.dagster: CachedSource[EventTotals] = CachedSource(
-            "dagster", fold.refresh, ttl_s, keep_on_error=True, describe_error=describe,
+            "dagster",
+            fold.refresh,
+            ttl_s,
+            keep_on_error=True,
+            describe_error=describe,
             clock=clock,
         )
 
@@ -99,9 +109,7 @@ class MetricSources:
         all_sources = (self.staging, self.kafka, self.dagster)
         for source in all_sources:
             source.read(0)  # starts the refresh of a stale source without waiting
-        staging, kafka, dagster = (
-            s.read(max(0.0, deadline - self.clock())) for s in all_sources
-        )
+        staging, kafka, dagster = (s.read(max(0.0, deadline - self.clock())) for s in all_sources)
         return Readings(staging, kafka, dagster, self.clock())
 
 
@@ -135,12 +143,21 @@ class KbqeCollector(Collector):
 
 def exporter_families(r: Readings) -> Iterator[Metric]:
     named = (("staging", r.staging), ("kafka", r.kafka), ("dagster", r.dagster))
-    up = GaugeMetricFamily("kbqe_exporter_source_up", "1 when the latest refresh of the "
-                           "source succeeded.", labels=["source"])
-    age = GaugeMetricFamily("kbqe_exporter_source_age_seconds", "Age of the values served "
-                            "from the source.", labels=["source"])
-    took = GaugeMetricFamily("kbqe_exporter_source_duration_seconds", "Duration of the "
-                             "source's latest refresh.", labels=["source"])
+    up = GaugeMetricFamily(
+        "kbqe_exporter_source_up",
+        "1 when the latest refresh of the source succeeded.",
+        labels=["source"],
+    )
+    age = GaugeMetricFamily(
+        "kbqe_exporter_source_age_seconds",
+        "Age of the values served from the source.",
+        labels=["source"],
+    )
+    took = GaugeMetricFamily(
+        "kbqe_exporter_source_duration_seconds",
+        "Duration of the source's latest refresh.",
+        labels=["source"],
+    )
     for name, reading in named:
         up.add_metric([name], 1.0 if reading.ok else 0.0)
         reading_age = reading.age_s(r.at)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import dagster as dg
 
@@ -57,7 +58,9 @@ class EventLogFold:
 
     def refresh(self) -> EventTotals:
         """Fold the events stored since the last refresh; a snapshot of the totals."""
-        self._materializations(dg.AssetKey([STAGING_ASSET]), lambda meta, _: self.totals.add_stage_run(meta))
+        self._materializations(
+            dg.AssetKey([STAGING_ASSET]), lambda meta, _: self.totals.add_stage_run(meta)
+        )
         for key in self.instance.get_asset_keys(prefix=LOAD_ASSET_PREFIX):
             self._materializations(key, self.totals.add_load)
         self._observations(
@@ -81,14 +84,18 @@ class EventLogFold:
         self._read("observation", key, self.instance.fetch_observations, fold)
 
     def _read(
-        self, kind: str, key: dg.AssetKey, fetch: Callable[..., Any],
+        self,
+        kind: str,
+        key: dg.AssetKey,
+        fetch: Callable[..., Any],
         fold: Callable[[dict[str, Any], float], None],
     ) -> None:
         cursor = self._cursors.get((kind, key), 0)
         while True:
             result = fetch(
                 dg.AssetRecordsFilter(asset_key=key, after_storage_id=cursor),
-                limit=self._page, ascending=True,
+                limit=self._page,
+                ascending=True,
             )
             for record in result.records:
                 event = record.asset_materialization or record.asset_observation

@@ -26,12 +26,21 @@ from __future__ import annotations
 import bisect
 import copy
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 STAGE_SECONDS_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 BATCH_MESSAGES_BUCKETS = (
-    0.0, 100.0, 1_000.0, 10_000.0, 100_000.0, 500_000.0, 1_000_000.0, 5_000_000.0, 10_000_000.0,
+    0.0,
+    100.0,
+    1_000.0,
+    10_000.0,
+    100_000.0,
+    500_000.0,
+    1_000_000.0,
+    5_000_000.0,
+    10_000_000.0,
 )
 UNKNOWN_DATASET = "unknown"
 """Dataset label of bytes from stage runs that did not report bytes per dataset (older runs)."""

@@ -28,9 +28,10 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.observability.collector import MetricSources
@@ -55,8 +56,12 @@ class CheckResult:
     """Passes, but something the pipeline wants is absent (the detail says what)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "degraded": self.degraded, "detail": self.detail,
-                "seconds": round(self.seconds, 3)}
+        return {
+            "ok": self.ok,
+            "degraded": self.degraded,
+            "detail": self.detail,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 @dataclass(frozen=True)
@@ -107,27 +112,39 @@ class Prober:
                 why = f"an earlier probe is still running ({started - since:.0f}s, no answer)"
                 results[name] = (self._fail(name, why, 0.0), None)
                 continue
-            thread = threading.Thread(target=self._probe, args=(name, probe, results),
-                                      name=f"kbqe-health-{name}", daemon=True)
+            thread = threading.Thread(
+                target=self._probe,
+                args=(name, probe, results),
+                name=f"kbqe-health-{name}",
+                daemon=True,
+            )
             thread.start()
             threads.append((name, thread))
         for name, thread in threads:
             thread.join(max(0.0, started + self.timeout_s - time.monotonic()))
             if name not in results:
-                results[name] = (self._fail(name, f"no answer within {self.timeout_s:g}s",
-                                            time.monotonic() - started), None)
+                results[name] = (
+                    self._fail(
+                        name, f"no answer within {self.timeout_s:g}s", time.monotonic() - started
+                    ),
+                    None,
+                )
         return results
 
     def _probe(self, name: str, probe: Probe, results: dict) -> None:
         started = time.monotonic()
         try:
             detail, value = probe()
-            result = (CheckResult(name, True, self.redact(detail), time.monotonic() - started),
-                      value)
+            result = (
+                CheckResult(name, True, self.redact(detail), time.monotonic() - started),
+                value,
+            )
             self._log_recovery(name)
         except Exception as error:  # noqa: BLE001 - a failing system is a check result
-            result = (self._fail(name, f"{type(error).__name__}: {error}",
-                                 time.monotonic() - started), None)
+            result = (
+                self._fail(name, f"{type(error).__name__}: {error}", time.monotonic() - started),
+                None,
+            )
         finally:
             with self._lock:
                 self._running.pop(name, None)
@@ -192,9 +209,12 @@ class HealthChecker:
             now = self.metric_sources.clock()
             results.append(freshness_result(reading, self.max_staging_age_s, now))
         return HealthReport(
-            tuple(results), datetime.now(timezone.utc),
-            {"check_timeout_seconds": self.timeout_s,
-             "max_staging_age_seconds": self.max_staging_age_s},
+            tuple(results),
+            datetime.now(UTC),
+            {
+                "check_timeout_seconds": self.timeout_s,
+                "max_staging_age_seconds": self.max_staging_age_s,
+            },
         )
 
 
@@ -209,12 +229,17 @@ def stage_path_result() -> CheckResult:
 def quarantine_result(state: LoadState | None, staging: CheckResult | None) -> CheckResult:
     if state is None:
         why = staging.detail if staging is not None else "no staging probe"
-        return CheckResult("quarantine", False,
-                           f"unknown: the load state was not read ({why})", 0.0)
+        return CheckResult(
+            "quarantine", False, f"unknown: the load state was not read ({why})", 0.0
+        )
     tables = sorted(f"{d}.{t}" for d, t in state.quarantined_tables())
     if tables:
-        return CheckResult("quarantine", False, f"quarantined files in {', '.join(tables)}: "
-                           "see _kbqe/quarantine/ in the staging area", 0.0)
+        return CheckResult(
+            "quarantine",
+            False,
+            f"quarantined files in {', '.join(tables)}: see _kbqe/quarantine/ in the staging area",
+            0.0,
+        )
     return CheckResult("quarantine", True, "no table has quarantined files", 0.0)
 
 
@@ -227,14 +252,17 @@ def freshness_result(reading: Any, limit_s: float, now: float) -> CheckResult:
     listing_age = reading.age_s(now) or 0.0
     oldest = view.oldest_pending()
     if oldest is None:
-        return CheckResult(name, True, "no committed file waits for a load "
-                           f"(listing {listing_age:.0f}s old)", 0.0)
+        return CheckResult(
+            name, True, f"no committed file waits for a load (listing {listing_age:.0f}s old)", 0.0
+        )
     age = oldest.oldest_age_s + listing_age
     ok = age <= limit_s
     return CheckResult(
-        name, ok,
+        name,
+        ok,
         f"oldest file waiting for a load is {age:.0f}s old ({oldest.dataset}.{oldest.table}, "
-        f"{oldest.state.value}); limit {limit_s:.0f}s", 0.0,
+        f"{oldest.state.value}); limit {limit_s:.0f}s",
+        0.0,
     )
 
 
@@ -271,8 +299,10 @@ def kafka_probe(admin: Any, sources: ExporterSources, timeout_s: float) -> tuple
     missing = sorted(t.name for t in sources.pipeline.topics if t.name not in meta.topics)
     detail = f"{len(meta.brokers)} broker(s) answered"
     if missing:
-        detail += (f"; configured topic(s) missing in Kafka (not created yet, or deleted; not "
-                   f"staged until they exist): {', '.join(missing)}")
+        detail += (
+            f"; configured topic(s) missing in Kafka (not created yet, or deleted; not "
+            f"staged until they exist): {', '.join(missing)}"
+        )
     return detail, tuple(missing)
 
 
@@ -287,8 +317,11 @@ def registry_probe(sources: ExporterSources, timeout_s: float) -> tuple[str, Any
 
 def staging_probe(store: StagingStore) -> tuple[str, Any]:
     state = read_load_state(store)
-    return (f"listed; load state: {len(state.pending_jobs())} pending job(s), "
-            f"{len(state.quarantined)} quarantined file(s)", state)
+    return (
+        f"listed; load state: {len(state.pending_jobs())} pending job(s), "
+        f"{len(state.quarantined)} quarantined file(s)",
+        state,
+    )
 
 
 def bigquery_probe(client: Any, dataset: str, timeout_s: float) -> tuple[str, Any]:

@@ -9,8 +9,8 @@ still are; only when no configured topic can be read is the whole source down.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.resources.kafka.clients import KafkaReadError, KafkaSettings
@@ -31,7 +31,9 @@ class NoTopicReadable(Exception):
 
 
 def read_lag(
-    store: StagingStore, kafka: KafkaSettings, pipeline: PipelineConfig,
+    store: StagingStore,
+    kafka: KafkaSettings,
+    pipeline: PipelineConfig,
     redact: Callable[[object], str] = str,
 ) -> LagView:
     readable, unreadable = [], {}
@@ -41,7 +43,9 @@ def read_lag(
         raise NoTopicReadable(redact(f"listing topics: {error}")) from error
     try:
         found = fleet_backlog(
-            store, kafka, {t.name: t.staging.start_offset for t in pipeline.topics},
+            store,
+            kafka,
+            {t.name: t.staging.start_offset for t in pipeline.topics},
             oldest_wanted=lambda backlog: False,
         )
     except Exception as error:  # noqa: BLE001 - the one read of every topic failed: Kafka's

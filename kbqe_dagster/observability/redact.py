@@ -8,8 +8,8 @@ through :class:`Redactor`, which knows the secret values of the current connecti
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 REDACTED = "***"
 # A setting is secret when its name contains one of these (librdkafka and registry names).

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
-from typing import Any, Callable, Iterable
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
@@ -64,23 +65,33 @@ class ExporterApp:
         if path == "/healthcheck":
             report = self._health()
             if report is None:
-                body = {"healthy": False, "error": "the health check could not run; see the "
-                        "exporter's log"}
+                body = {
+                    "healthy": False,
+                    "error": "the health check could not run; see the exporter's log",
+                }
             else:
                 body = report.to_json()
             status = "200 OK" if body["healthy"] else "503 Service Unavailable"
-            return _respond(start_response, status, "application/json",
-                            json.dumps(body, indent=2) + "\n")
+            return _respond(
+                start_response, status, "application/json", json.dumps(body, indent=2) + "\n"
+            )
         if path == "/":
             return _respond(start_response, "200 OK", "text/plain; charset=utf-8", INDEX)
-        return _respond(start_response, "404 Not Found", "text/plain; charset=utf-8",
-                        "not found; see /\n")
+        return _respond(
+            start_response, "404 Not Found", "text/plain; charset=utf-8", "not found; see /\n"
+        )
 
 
 def _respond(start_response: Callable, status: str, content_type: str, text: str) -> list[bytes]:
     body = text.encode()
-    start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body))),
-                            ("Cache-Control", "no-store")])
+    start_response(
+        status,
+        [
+            ("Content-Type", content_type),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", "no-store"),
+        ],
+    )
     return [body]
 
 
@@ -97,13 +108,20 @@ def cached_health(
 class MetricsServer:
     """The exporter on ``host:port`` (port 0: any free port), served from a thread."""
 
-    def __init__(self, collector: KbqeCollector, checker: HealthChecker, *,
-                 host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> None:
+    def __init__(
+        self,
+        collector: KbqeCollector,
+        checker: HealthChecker,
+        *,
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(collector)
         app = ExporterApp(self.registry, cached_health(checker))
-        self._server = make_server(host, port, app, server_class=_ThreadingServer,
-                                   handler_class=_QuietHandler)
+        self._server = make_server(
+            host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler
+        )
         self._thread: threading.Thread | None = None
 
     @property
@@ -112,8 +130,9 @@ class MetricsServer:
         return f"http://{host}:{port}"
 
     def start(self) -> MetricsServer:
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(POLL_S,),
-                                        name="kbqe-exporter", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(POLL_S,), name="kbqe-exporter", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -139,21 +158,32 @@ def build_server(
 ) -> MetricsServer:
     """The exporter for ``sources``; not serving until ``start()`` or ``serve_forever()``."""
     metric_sources = MetricSources(sources, ttl_s=ttl_s)
-    checker = build_checker(sources, metric_sources, timeout_s=timeout_s,
-                            max_staging_age_s=max_staging_age_s)
+    checker = build_checker(
+        sources, metric_sources, timeout_s=timeout_s, max_staging_age_s=max_staging_age_s
+    )
     return MetricsServer(KbqeCollector(metric_sources), checker, host=host, port=port)
 
 
 def build_checker(
-    sources: ExporterSources, metric_sources: MetricSources, *,
-    timeout_s: float = DEFAULT_TIMEOUT_S, max_staging_age_s: float | None = None,
+    sources: ExporterSources,
+    metric_sources: MetricSources,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_staging_age_s: float | None = None,
 ) -> HealthChecker:
     """The health checks of ``sources``; the staging age limit defaults to the staging
     freshness asset check's (``FRESHNESS_CADENCES`` load cadences)."""
     from kbqe_dagster.core.load.pending import freshness_limit_s
 
-    limit = max_staging_age_s if max_staging_age_s is not None else freshness_limit_s(
-        sources.pipeline.load.cadence
+    limit = (
+        max_staging_age_s
+        if max_staging_age_s is not None
+        else freshness_limit_s(sources.pipeline.load.cadence)
     )
-    return HealthChecker(default_probes(sources, timeout_s), metric_sources,
-                         max_staging_age_s=limit, timeout_s=timeout_s, redact=sources.redactor())
+    return HealthChecker(
+        default_probes(sources, timeout_s),
+        metric_sources,
+        max_staging_age_s=limit,
+        timeout_s=timeout_s,
+        redact=sources.redactor(),
+    )

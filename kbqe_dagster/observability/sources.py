@@ -24,7 +24,6 @@ from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 
 
-
 @dataclass(frozen=True)
 class ExporterSources:
     """Everything the collectors and health checks connect to."""
@@ -40,10 +39,12 @@ class ExporterSources:
     disables the event-log metrics (reported as ``kbqe_exporter_source_up{source="dagster"} 0``)."""
 
     def redactor(self) -> Redactor:
-        return Redactor.of([
-            *secret_settings(self.kafka.client_config),
-            self.registry.basic_auth_user_info,
-        ])
+        return Redactor.of(
+            [
+                *secret_settings(self.kafka.client_config),
+                self.registry.basic_auth_user_info,
+            ]
+        )
 
     def __repr__(self) -> str:  # short, and only through the settings' own redacting reprs
         return (

@@ -15,12 +15,13 @@ staged yet is the point of the command; the report says how many offsets are ski
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
-from kbqe_dagster.core.protocol.commit import plan_bootstrap
 from kbqe_dagster.core.errors import OperatorCommandError
+from kbqe_dagster.core.protocol.commit import plan_bootstrap
 from kbqe_dagster.core.protocol.naming import TOPIC_RE
 from kbqe_dagster.core.protocol.offsets import recover
 from kbqe_dagster.operations.snapshot import topic_snapshot

@@ -25,12 +25,12 @@ of every topic whose files for it the staging area (or the kept state) has shown
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
-from kbqe_dagster.core.protocol.commit import Manifest, is_marker, parse_manifest
 from kbqe_dagster.core.completeness.decision import (
     CompletenessSettings,
     PartitionProgress,
@@ -58,6 +58,7 @@ from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.config.sections import DeadLetterDestination
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.keyed.contract import changelog_table
+from kbqe_dagster.core.protocol.commit import Manifest, is_marker, parse_manifest
 from kbqe_dagster.core.protocol.naming import DoneFileName, ParsedListing, parse_listing, parse_name
 from kbqe_dagster.core.protocol.offsets import CommittedRange, recover
 from kbqe_dagster.core.record.partitioning import parse_hour_key
@@ -180,12 +181,20 @@ def evaluate(
             new_days.append(newly_loaded_days(position, mark, unit))
             caught_up = position.offset >= wm.high
             partition_marks[tp] = mark_of(position, observed_at if caught_up else None)
-            progress.append(PartitionProgress(
-                tp[0], tp[1], position.offset, wm.high, observed_at, position.kafka_time,
-                position.event_time, settings.get(tp[0], CompletenessSettings()),
-                staged_offset=chain.resume_offset if chain is not None else wm.low,
-                caught_up_at=position.caught_up_at,
-            ))
+            progress.append(
+                PartitionProgress(
+                    tp[0],
+                    tp[1],
+                    position.offset,
+                    wm.high,
+                    observed_at,
+                    position.kafka_time,
+                    position.event_time,
+                    settings.get(tp[0], CompletenessSettings()),
+                    staged_offset=chain.resume_offset if chain is not None else wm.low,
+                    caught_up_at=position.caught_up_at,
+                )
+            )
         verdict = decide(name, progress, unit, declared=kept.newest_complete)
         late = merge_counts(
             kept.late_after_complete,
@@ -194,7 +203,8 @@ def evaluate(
         newly = _newly_complete(kept.newest_complete, verdict.newest_complete, unit)
         tables[name] = TableReport(verdict, late, newly, tuple(sorted(topics)))
         new_marks[name] = TableMark(
-            newest_of(kept.newest_complete, verdict.newest_complete), late,
+            newest_of(kept.newest_complete, verdict.newest_complete),
+            late,
             {**kept.partitions, **partition_marks},
         )
     if write:
@@ -203,8 +213,10 @@ def evaluate(
 
 
 def _ranges_to_read(
-    feeding: Mapping[str, set[str]], marks: Mapping[TopicPartition, Any],
-    chains: Mapping[TopicPartition, Any], avro_ranges: set[tuple[str, int, int, str]],
+    feeding: Mapping[str, set[str]],
+    marks: Mapping[TopicPartition, Any],
+    chains: Mapping[TopicPartition, Any],
+    avro_ranges: set[tuple[str, int, int, str]],
     state: CompletenessState,
 ) -> list[CommittedRange]:
     """The committed ranges whose manifests the evaluation reads: each table's loaded prefix
@@ -234,9 +246,7 @@ def _kept(mark: TableMark, unit: Unit) -> TableMark:
     return TableMark(None, {}, mark.partitions)
 
 
-def _newly_complete(
-    before: Period | None, now: Period | None, unit: Unit
-) -> tuple[Period, ...]:
+def _newly_complete(before: Period | None, now: Period | None, unit: Unit) -> tuple[Period, ...]:
     if now is None or (before is not None and now <= before):
         return ()
     most = MAX_NEW_HOURS if unit.hourly else MAX_NEW_DAYS
@@ -282,8 +292,11 @@ def _avro_ranges(listing: ParsedListing) -> set[tuple[str, int, int, str]]:
 
 
 def _facts_of(
-    rng: CommittedRange, table: str, avro_ranges: set[tuple[str, int, int, str]],
-    reader: _FactsReader, mark: PartitionMark | None,
+    rng: CommittedRange,
+    table: str,
+    avro_ranges: set[tuple[str, int, int, str]],
+    reader: _FactsReader,
+    mark: PartitionMark | None,
 ) -> RangeFacts:
     has_files = (rng.topic, rng.partition, rng.first, table) in avro_ranges
     if has_files or (mark is not None and rng.last < mark.loaded_offset):
@@ -312,9 +325,14 @@ def _facts_of(
             for h, n in f.hours:
                 hours[h] = hours.get(h, 0) + n
     return RangeFacts(
-        rng.first, rng.last, has_files, manifest.kafka_ts_max,
-        date.fromisoformat(max(event_days)) if event_days else None, days,
-        parse_hour_key(max(event_hours)) if event_hours else None, hours,
+        rng.first,
+        rng.last,
+        has_files,
+        manifest.kafka_ts_max,
+        date.fromisoformat(max(event_days)) if event_days else None,
+        days,
+        parse_hour_key(max(event_hours)) if event_hours else None,
+        hours,
     )
 
 

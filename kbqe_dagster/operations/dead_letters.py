@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import io
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterator
+from typing import Any
 
 import fastavro
 
@@ -49,8 +50,9 @@ class BytesPreview:
             text = head.decode("utf-8")
         except UnicodeDecodeError as exc:
             # A multi-byte character cut by the preview boundary is still text.
-            cut = (truncated and exc.start >= len(head) - 3
-                   and exc.reason == "unexpected end of data")
+            cut = (
+                truncated and exc.start >= len(head) - 3 and exc.reason == "unexpected end of data"
+            )
             text = head[: exc.start].decode("utf-8") if cut else None
         if text is not None and not text.isprintable():
             text = None
@@ -131,7 +133,8 @@ def dead_letters(
     listing = take_snapshot(store).listing
     done_keys = {d.key for d in listing.done}
     files = tuple(
-        a for a in listing.avro
+        a
+        for a in listing.avro
         if a.key.table_id == (destination.dataset, destination.table)
         and a.key in done_keys
         and (topic is None or a.key.topic == topic)

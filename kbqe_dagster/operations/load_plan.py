@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
-from kbqe_dagster.core.load.state import LoadJobRecord, LoadState
 from kbqe_dagster.core.load.selection import (
     PlannedLoadJob,
     loadable_files,
     plan_load_jobs,
     without_leftovers,
 )
+from kbqe_dagster.core.load.state import LoadJobRecord, LoadState
 from kbqe_dagster.loading.manifests import read_file_facts
 from kbqe_dagster.operations.snapshot import read_load_state, take_snapshot
 from kbqe_dagster.resources.staging_store import StagingStore
@@ -92,7 +92,8 @@ def load_plan(
     deferred = len(loadable) - sum(len(j.files) for j in jobs)
     facts = read_file_facts(store, [d for job in jobs for d in job.done_files])
     jobs, leftovers = without_leftovers(
-        jobs, {name: f.version for name, f in facts.items()},
+        jobs,
+        {name: f.version for name, f in facts.items()},
         {f.name: f.version for f in snapshot.files.values()},
     )
     return LoadPlanReport(

@@ -14,8 +14,9 @@ The operator pauses the load schedules first; the command says so every time.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from kbqe_dagster.core.errors import OperatorCommandError
 from kbqe_dagster.core.load.state import QuarantinedFile, release_quarantine
@@ -49,7 +50,9 @@ class ReleaseReport:
             "dry_run": self.dry_run,
             "released": [
                 {
-                    "file": q.file, "job_id": q.job_id, "error": q.error,
+                    "file": q.file,
+                    "job_id": q.job_id,
+                    "error": q.error,
                     "quarantined_at": q.quarantined_at.isoformat(),
                 }
                 for q in self.released

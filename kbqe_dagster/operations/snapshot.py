@@ -7,9 +7,9 @@ The listing is flat: files directly under the staging location. The state file l
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Mapping
 
 from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.core.protocol.naming import ParsedListing, of_topic, parse_listing, topic_prefix

@@ -18,16 +18,17 @@ start); ``bootstrap_offset`` shows them. Range markers (ranges that staged no fi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any
 
+from kbqe_dagster.core.load.selection import loadable_files
+from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.core.protocol.commit import is_marker
 from kbqe_dagster.core.protocol.delivery import open_intents
-from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.core.protocol.naming import AvroFileName
 from kbqe_dagster.core.protocol.offsets import CommittedRange, PartitionChain, recover
-from kbqe_dagster.core.load.selection import loadable_files
 from kbqe_dagster.operations.snapshot import StagingSnapshot, read_load_state, take_snapshot
 from kbqe_dagster.resources.staging_store import StagingStore
 
@@ -192,8 +193,9 @@ def _partition_status(
         oldest_pending_age_seconds=_oldest(snapshot, pending, now),
         uncommitted_files=sum(1 for a in uncommitted if a.key.topic_partition == tp),
         warnings=warnings,
-        open_intents=tuple(i.name for i in open_intents(snapshot.listing)
-                           if i.key.topic_partition == tp),
+        open_intents=tuple(
+            i.name for i in open_intents(snapshot.listing) if i.key.topic_partition == tp
+        ),
     )
 
 
@@ -229,16 +231,18 @@ def _table_statuses(
         mine = [a for a, _ in loadable if a.key.table_id == table_id]
         names = [a.name for a in mine]
         present = [a for a in committed if a.key.table_id == table_id]
-        out.append(TableStatus(
-            dataset=table_id[0],
-            table=table_id[1],
-            loadable_files=len(names),
-            loadable_bytes=sum(snapshot.size(n) for n in names),
-            schema_ids=tuple(sorted({a.key.schema_id for a in mine})),
-            oldest_loadable_age_seconds=_oldest(snapshot, names, now),
-            files_in_pending_jobs=sum(1 for a in present if a.name in pending),
-            quarantined_files=sum(
-                1 for q in state.quarantined if (q.dataset, q.table) == table_id
-            ),
-        ))
+        out.append(
+            TableStatus(
+                dataset=table_id[0],
+                table=table_id[1],
+                loadable_files=len(names),
+                loadable_bytes=sum(snapshot.size(n) for n in names),
+                schema_ids=tuple(sorted({a.key.schema_id for a in mine})),
+                oldest_loadable_age_seconds=_oldest(snapshot, names, now),
+                files_in_pending_jobs=sum(1 for a in present if a.name in pending),
+                quarantined_files=sum(
+                    1 for q in state.quarantined if (q.dataset, q.table) == table_id
+                ),
+            )
+        )
     return tuple(out)

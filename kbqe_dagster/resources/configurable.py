@@ -29,14 +29,14 @@ class StagingResource(dg.ConfigurableResource):
     )
     gcs_project: str | None = Field(default=None, description="GCP project for the GCS client.")
     gcp_credentials: str | None = Field(  # repr=False: see KafkaResource.sasl_password
-        default=None, repr=False,
+        default=None,
+        repr=False,
         description="Base64-encoded service account JSON key, through dg.EnvVar; None: "
         "Application Default Credentials. Never logged.",
     )
 
     def location(self) -> StagingLocation:
-        return StagingLocation(self.url, self.gcs_endpoint, self.gcs_project,
-                               self.gcp_credentials)
+        return StagingLocation(self.url, self.gcs_endpoint, self.gcs_project, self.gcp_credentials)
 
     def store(self) -> StagingStore:
         return self.location().open()

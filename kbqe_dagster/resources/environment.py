@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import dagster as dg
 import dagster_gcp
@@ -27,6 +27,7 @@ from kbqe_dagster.localstack.endpoints import (
     LOCAL_STAGING_URL,
     local_endpoints,
 )
+from kbqe_dagster.packaged import data_file
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
     KafkaResource,
@@ -35,7 +36,6 @@ from kbqe_dagster.resources.configurable import (
     StagingResource,
 )
 from kbqe_dagster.resources.spark import spark_config_from_environment, spark_resource
-from kbqe_dagster.packaged import data_file
 from kbqe_dagster.resources.staging_store import StagingLocation
 
 ENVIRONMENTS = ("local", "gcp")
@@ -60,8 +60,9 @@ def pipeline_config_path() -> str:
     return os.environ.get("KBQE_PIPELINE_CONFIG", str(DEFAULT_PIPELINE))
 
 
-def gcs_endpoint_for(env: str, explicit: str | None = None,
-                     environ: Mapping[str, str] = os.environ) -> str | None:
+def gcs_endpoint_for(
+    env: str, explicit: str | None = None, environ: Mapping[str, str] = os.environ
+) -> str | None:
     """The GCS API endpoint a ``gs://`` staging URL is read and written through, for the runs
     and every command of ``env`` alike: ``explicit`` (a command's ``--gcs-endpoint``), else
     ``$KBQE_GCS_ENDPOINT``, else in ``local`` the local stack's fake-gcs-server (so
@@ -74,8 +75,13 @@ def gcs_endpoint_for(env: str, explicit: str | None = None,
     return local_endpoints().gcs_url if env == "local" else None
 
 
-def staging_location_for(url: str, env: str | None = None, *, gcs_endpoint: str | None = None,
-                         environ: Mapping[str, str] = os.environ) -> StagingLocation:
+def staging_location_for(
+    url: str,
+    env: str | None = None,
+    *,
+    gcs_endpoint: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> StagingLocation:
     """Where the staging area ``url`` (``gs://bucket/prefix`` or a directory) lives in ``env``
     (default ``$KBQE_ENV``): a ``gs://`` URL gets the endpoint of :func:`gcs_endpoint_for`
     and the project of the environment (the local stack's, else ``$KBQE_GCP_PROJECT``), and
@@ -85,9 +91,12 @@ def staging_location_for(url: str, env: str | None = None, *, gcs_endpoint: str 
     env = env or current_environment(environ)
     if env == "local":
         return StagingLocation(url, gcs_endpoint_for(env, gcs_endpoint, environ), LOCAL_PROJECT)
-    return StagingLocation(url, gcs_endpoint_for(env, gcs_endpoint, environ),
-                           environ.get(GCP_PROJECT_ENV) or None,
-                           environ.get(GCP_CREDENTIALS_ENV) or None)
+    return StagingLocation(
+        url,
+        gcs_endpoint_for(env, gcs_endpoint, environ),
+        environ.get(GCP_PROJECT_ENV) or None,
+        environ.get(GCP_CREDENTIALS_ENV) or None,
+    )
 
 
 def local_resources(pipeline: PipelineResource | None = None) -> dict:
@@ -100,7 +109,9 @@ def local_resources(pipeline: PipelineResource | None = None) -> dict:
         "kafka": KafkaResource(bootstrap_servers=ends.kafka_bootstrap),
         "schema_registry": SchemaRegistryResource(url=ends.registry_url),
         "staging": StagingResource(
-            url=staging.url, gcs_endpoint=staging.gcs_endpoint, gcs_project=staging.gcs_project,
+            url=staging.url,
+            gcs_endpoint=staging.gcs_endpoint,
+            gcs_project=staging.gcs_project,
         ),
         "pyspark": spark_resource(spark_config_from_environment("local[2]")),
         # The emulator: anonymous, and its own load path (resources/bigquery/emulator.py).
@@ -145,8 +156,10 @@ def gcp_resources(pipeline: PipelineResource | None = None) -> dict:
         # The URL is resolved at run time; the endpoint (real GCS unless KBQE_GCS_ENDPOINT)
         # is the commands' decision too, so runs and commands see one staging area.
         "staging": StagingResource(
-            url=dg.EnvVar(STAGING_ENV), gcs_project=gcp_project,
-            gcp_credentials=credentials, gcs_endpoint=gcs_endpoint_for("gcp"),
+            url=dg.EnvVar(STAGING_ENV),
+            gcs_project=gcp_project,
+            gcp_credentials=credentials,
+            gcs_endpoint=gcs_endpoint_for("gcp"),
         ),
         # dagster-gcp's GCS resource, as a Dagster user expects it (for their own assets); the
         # staging store's client is built the same way (resources/staging_store.py).
@@ -161,8 +174,9 @@ def gcp_resources(pipeline: PipelineResource | None = None) -> dict:
     }
 
 
-def resources_for_environment(env: str | None = None,
-                              pipeline: PipelineResource | None = None) -> dict:
+def resources_for_environment(
+    env: str | None = None, pipeline: PipelineResource | None = None
+) -> dict:
     """The resources of ``env`` (default ``KBQE_ENV``); ``pipeline``: the definitions' own
     (the file as they parsed it), else one that reads ``KBQE_PIPELINE_CONFIG``."""
     env = env or current_environment()

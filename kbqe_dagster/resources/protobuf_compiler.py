@@ -19,9 +19,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path, PurePosixPath
-from typing import Mapping
 
 from google.protobuf import descriptor_pb2
 
@@ -58,7 +58,9 @@ def registry_proto_files(lookup: SchemaLookup, schema: RegisteredSchema) -> dict
     return files
 
 
-def compile_files(files: Mapping[str, str], root: str = ROOT_FILE) -> descriptor_pb2.FileDescriptorSet:
+def compile_files(
+    files: Mapping[str, str], root: str = ROOT_FILE
+) -> descriptor_pb2.FileDescriptorSet:
     """Compile ``root`` among ``files`` (import path → text); the set holds ``root`` and every
     file it imports, dependencies first. Raises :class:`UnmappableProtobufSchemaError` with
     protoc's diagnostics."""
@@ -70,9 +72,21 @@ def compile_files(files: Mapping[str, str], root: str = ROOT_FILE) -> descriptor
             path.write_text(text, encoding="utf-8")
         out = Path(tmp) / "kbqe.descriptor_set"
         done = subprocess.run(
-            [sys.executable, "-m", "grpc_tools.protoc", f"--proto_path={tmp}",
-             f"--proto_path={include}", "--include_imports", f"--descriptor_set_out={out}", root],
-            cwd=tmp, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False,
+            [
+                sys.executable,
+                "-m",
+                "grpc_tools.protoc",
+                f"--proto_path={tmp}",
+                f"--proto_path={include}",
+                "--include_imports",
+                f"--descriptor_set_out={out}",
+                root,
+            ],
+            cwd=tmp,
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT_S,
+            check=False,
         )
         if done.returncode != 0:
             diagnostics = " ".join((done.stderr or done.stdout).replace(tmp + "/", "").split())
@@ -84,5 +98,7 @@ def _safe_path(root: Path, name: str) -> Path:
     """A reference name as a path inside ``root``: registries accept any string as a name."""
     relative = PurePosixPath(name)
     if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-        raise UnmappableProtobufSchemaError(f"reference name {name!r} is not a relative import path")
+        raise UnmappableProtobufSchemaError(
+            f"reference name {name!r} is not a relative import path"
+        )
     return root.joinpath(*relative.parts)

@@ -130,7 +130,9 @@ class SchemaLookup:
                 return None
             raise RegistryUnavailableError(f"schema registry error for id {schema_id}: {e}") from e
         except Exception as e:  # connection errors surface as requests/httpx exceptions
-            raise RegistryUnavailableError(f"schema registry unreachable for id {schema_id}: {e}") from e
+            raise RegistryUnavailableError(
+                f"schema registry unreachable for id {schema_id}: {e}"
+            ) from e
         found = _registered(schema_id, schema)
         self._found[schema_id] = found
         self._missing.pop(schema_id, None)

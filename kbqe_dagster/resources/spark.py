@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from dagster_pyspark import LazyPySparkResource
 from dagster_spark.utils import flatten_dict
@@ -95,7 +96,9 @@ class LazySparkContextResource(LazyPySparkResource):
         from pyspark import SparkConf, SparkContext
 
         spare_pandas_import()
-        conf = SparkConf().setAll([(key, str(value)) for key, value in flatten_dict(self.spark_config)])
+        conf = SparkConf().setAll(
+            [(key, str(value)) for key, value in flatten_dict(self.spark_config)]
+        )
         return SparkContext.getOrCreate(conf)
 
 
@@ -114,8 +117,11 @@ class _OnlyNumpyValues:
 
     def can_convert(self, obj: Any) -> bool:
         numpy = sys.modules.get("numpy")
-        return (numpy is not None and isinstance(obj, (numpy.ndarray, numpy.generic))
-                and self.converter.can_convert(obj))
+        return (
+            numpy is not None
+            and isinstance(obj, (numpy.ndarray, numpy.generic))
+            and self.converter.can_convert(obj)
+        )
 
     def convert(self, obj: Any, gateway_client: Any) -> Any:
         return self.converter.convert(obj, gateway_client)

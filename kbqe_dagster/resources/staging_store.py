@@ -28,9 +28,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from kbqe_dagster.core.errors import CommitConflictError, StagingError
 
@@ -258,9 +259,11 @@ def _link_in(local_path: Path, target: Path) -> None:
 def _copy_of(local_path: Path) -> Callable[[BinaryIO], None]:
     """Writes ``local_path`` into a file in 1 MiB pieces: a staged file can be far larger
     than a stage task's memory should grow (bench/bench_stage.py --scale10)."""
+
     def write(out: BinaryIO) -> None:
         with open(local_path, "rb") as source:
             shutil.copyfileobj(source, out, 1 << 20)
+
     return write
 
 
@@ -320,13 +323,19 @@ class GcsStagingStore:
     def list(self, prefix: str = "") -> list[StoredFile]:
         # The delimiter keeps listings flat: the state file under _kbqe/ is not a staging file.
         blobs: Iterator = self.bucket.client.list_blobs(
-            self.bucket_name, prefix=self.prefix + prefix, delimiter="/" if "/" not in prefix else None
+            self.bucket_name,
+            prefix=self.prefix + prefix,
+            delimiter="/" if "/" not in prefix else None,
         )
         cut = len(self.prefix)
         return sorted(
             (
-                StoredFile(b.name[cut:], b.size or 0, b.updated,
-                           str(b.generation) if b.generation is not None else None)
+                StoredFile(
+                    b.name[cut:],
+                    b.size or 0,
+                    b.updated,
+                    str(b.generation) if b.generation is not None else None,
+                )
                 for b in blobs
             ),
             key=lambda f: f.name,
@@ -431,4 +440,4 @@ def _local_version(st: os.stat_result) -> str:
 
 
 def _mtime(ts: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ts, tz=dt.timezone.utc)
+    return dt.datetime.fromtimestamp(ts, tz=dt.UTC)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import requests
 
@@ -31,8 +31,12 @@ def post_notices(settings: NotificationSettings, notices: Sequence[SchemaNotice]
     if not settings.webhook_url or not notices:
         return 0
     delivered: list[int] = []
-    worker = threading.Thread(target=_post_all, args=(settings, list(notices), delivered),
-                              name="kbqe-notices", daemon=True)
+    worker = threading.Thread(
+        target=_post_all,
+        args=(settings, list(notices), delivered),
+        name="kbqe-notices",
+        daemon=True,
+    )
     worker.start()
     per_notice = (settings.retries + 1) * (settings.timeout.total_seconds() + BACKOFF_S)
     worker.join(per_notice * len(notices) + 1)
@@ -41,23 +45,26 @@ def post_notices(settings: NotificationSettings, notices: Sequence[SchemaNotice]
     return len(delivered)
 
 
-def _post_all(settings: NotificationSettings, notices: list[SchemaNotice],
-              delivered: list[int]) -> None:
+def _post_all(
+    settings: NotificationSettings, notices: list[SchemaNotice], delivered: list[int]
+) -> None:
     with requests.Session() as session:
         for notice in notices:
             if _post(session, settings, notice):
                 delivered.append(1)
 
 
-def _post(session: requests.Session, settings: NotificationSettings,
-          notice: SchemaNotice) -> bool:
+def _post(session: requests.Session, settings: NotificationSettings, notice: SchemaNotice) -> bool:
     error = ""
     for attempt in range(settings.retries + 1):
         if attempt:
             time.sleep(BACKOFF_S * attempt)
         try:
-            answer = session.post(settings.webhook_url, json=notice.to_json(),
-                                  timeout=settings.timeout.total_seconds())
+            answer = session.post(
+                settings.webhook_url,
+                json=notice.to_json(),
+                timeout=settings.timeout.total_seconds(),
+            )
         except requests.RequestException as exc:
             error = type(exc).__name__
             continue

@@ -20,8 +20,9 @@ stays as it is. The contract a step relies on:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kbqe_dagster.runner.report import TableLoad
 
@@ -45,7 +46,9 @@ class JobRun:
 
 class JobRunner(Protocol):
     def __call__(
-        self, job_name: str, run_config: Mapping[str, Any] | None = None,
+        self,
+        job_name: str,
+        run_config: Mapping[str, Any] | None = None,
         tags: Mapping[str, str] | None = None,
     ) -> JobRun: ...
 
@@ -77,6 +80,7 @@ class AfterLoadResult:
 
 
 AfterLoadStep = Callable[[AfterLoadContext], AfterLoadResult]
+
 
 def _merge_keyed_tables(context: AfterLoadContext) -> AfterLoadResult:
     """Keyed destinations' MERGE (runner/keyed_merge.py); nothing to do, and no

@@ -25,9 +25,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 
@@ -39,11 +40,11 @@ from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_tags
 from kbqe_dagster.operations.load_plan import load_plan
 from kbqe_dagster.operations.snapshot import read_load_state
 from kbqe_dagster.processes import pid_alive
+from kbqe_dagster.resources.kafka.clients import TopicMissing
+from kbqe_dagster.resources.kafka.cluster import watermarks_of
 from kbqe_dagster.runner.after_load import JobRun
 from kbqe_dagster.runner.report import LoadOutcome, StageOutcome, TableCompleteness, TableLoad
 from kbqe_dagster.runner.until_idle import Backlog, LoadSide
-from kbqe_dagster.resources.kafka.clients import KafkaReadError, TopicMissing
-from kbqe_dagster.resources.kafka.cluster import watermarks_of
 from kbqe_dagster.staging.backlog import fleet_backlog
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ def in_process_pipeline(*, quiet: bool = True) -> Iterator[InProcessPipeline]:
 
 
 def fail_abandoned_runs(
-    instance: dg.DagsterInstance, host: str | None = None,
+    instance: dg.DagsterInstance,
+    host: str | None = None,
     is_alive: Callable[[int], bool] | None = None,
 ) -> list[str]:
     """Mark failed the runs an earlier ``kbqe run --until-idle`` on this host left in flight
@@ -92,8 +94,11 @@ def fail_abandoned_runs(
     host = host or socket.gethostname()
     is_alive = is_alive or pid_alive
     failed = []
-    runs = instance.get_runs(filters=dg.RunsFilter(
-        tags={LAUNCHED_BY_TAG: LAUNCHED_BY, RUNNER_HOST_TAG: host}, statuses=IN_FLIGHT))
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(
+            tags={LAUNCHED_BY_TAG: LAUNCHED_BY, RUNNER_HOST_TAG: host}, statuses=IN_FLIGHT
+        )
+    )
     for run in runs:
         pid = int(run.tags.get(RUNNER_PID_TAG, "0"))
         if pid <= 0 or is_alive(pid):
@@ -117,8 +122,14 @@ def dagster_instance() -> dg.DagsterInstance:
 
 
 class InProcessPipeline:
-    def __init__(self, defs: dg.Definitions, instance: dg.DagsterInstance, resources: Any,
-                 *, quiet: bool = True) -> None:
+    def __init__(
+        self,
+        defs: dg.Definitions,
+        instance: dg.DagsterInstance,
+        resources: Any,
+        *,
+        quiet: bool = True,
+    ) -> None:
         self.defs = defs
         self.instance = instance
         self.quiet = quiet
@@ -131,7 +142,8 @@ class InProcessPipeline:
         """Every topic's backlog in one pass (staging/backlog.py ``fleet_backlog``); no
         oldest time: a catch-up stages whatever its age."""
         found = fleet_backlog(
-            self._store, self._kafka,
+            self._store,
+            self._kafka,
             {t: self.config.topic(t).staging.start_offset for t in topics},
             oldest_wanted=lambda backlog: False,
         )
@@ -156,8 +168,11 @@ class InProcessPipeline:
         """The sensor's evaluation (one function for both), its declared days recorded on
         this instance."""
         declared = declare_complete_days(
-            self.config, self._store, lambda topics: watermarks_of(self._kafka, topics),
-            datetime.now(timezone.utc), self.instance,
+            self.config,
+            self._store,
+            lambda topics: watermarks_of(self._kafka, topics),
+            datetime.now(UTC),
+            self.instance,
         )
         for event in declared.events:
             self.instance.report_runless_asset_event(event)
@@ -168,8 +183,9 @@ class InProcessPipeline:
 
     # --- the jobs -------------------------------------------------------------------------
     def stage(self, topics: Mapping[str, Backlog]) -> list[StageOutcome]:
-        group = StageGroup(tuple(DueTopic(t, b.next_offsets, b.lag, f"backlog {b.lag}")
-                                 for t, b in topics.items()))
+        group = StageGroup(
+            tuple(DueTopic(t, b.next_offsets, b.lag, f"backlog {b.lag}") for t, b in topics.items())
+        )
         # The sensor's tags: its in-flight check sees this run, the UI filters by topic.
         tags = stage_tags(group, f"{LAUNCHED_BY}: {group.reason}")
         run = self.run_job("stage_job", stage_group_run_config(group.names), tags)
@@ -181,16 +197,23 @@ class InProcessPipeline:
     def poll(self) -> LoadOutcome:
         return load_outcome(self.run_job("poll_load_jobs_job"))
 
-    def run_job(self, job_name: str, run_config: Mapping[str, Any] | None = None,
-                tags: Mapping[str, str] | None = None) -> JobRun:
-        return execute_job(self.defs, self.instance, job_name, run_config, tags,
-                           quiet=self.quiet)
+    def run_job(
+        self,
+        job_name: str,
+        run_config: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> JobRun:
+        return execute_job(self.defs, self.instance, job_name, run_config, tags, quiet=self.quiet)
 
 
 def execute_job(
-    defs: dg.Definitions, instance: dg.DagsterInstance, job_name: str,
-    run_config: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None,
-    *, quiet: bool = True,
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    job_name: str,
+    run_config: Mapping[str, Any] | None = None,
+    tags: Mapping[str, str] | None = None,
+    *,
+    quiet: bool = True,
 ) -> JobRun:
     """Execute a job of ``defs`` in this process, recorded in ``instance``; never raises for
     a failed run (its :class:`JobRun` says why, in one line)."""
@@ -198,15 +221,26 @@ def execute_job(
     if quiet:
         config.setdefault("loggers", QUIET_LOGGERS)
     result = defs.resolve_job_def(job_name).execute_in_process(
-        run_config=config, instance=instance, raise_on_error=False,
-        tags={LAUNCHED_BY_TAG: LAUNCHED_BY, RUNNER_HOST_TAG: socket.gethostname(),
-              RUNNER_PID_TAG: str(os.getpid()), **(tags or {})},
+        run_config=config,
+        instance=instance,
+        raise_on_error=False,
+        tags={
+            LAUNCHED_BY_TAG: LAUNCHED_BY,
+            RUNNER_HOST_TAG: socket.gethostname(),
+            RUNNER_PID_TAG: str(os.getpid()),
+            **(tags or {}),
+        },
     )
     return JobRun(
-        job_name, result.run_id, result.success, None if result.success else _error(result),
+        job_name,
+        result.run_id,
+        result.success,
+        None if result.success else _error(result),
         tuple(
-            (tuple(e.materialization.asset_key.path),
-             {k: v.value for k, v in e.materialization.metadata.items()})
+            (
+                tuple(e.materialization.asset_key.path),
+                {k: v.value for k, v in e.materialization.metadata.items()},
+            )
             for e in result.get_asset_materialization_events()
         ),
         tuple(
@@ -237,11 +271,19 @@ def stage_outcome(topic: str, run: JobRun) -> StageOutcome:
     if tombstones is None:
         tombstones = by_reason.get("tombstone", 0) + skipped.get("tombstone", 0)
     return StageOutcome(
-        topic, run.run_id, run.ok, run.error, records=md.get("dagster/row_count", 0),
-        messages=md.get("messages", 0), dead_letters=md.get("dead_letters", 0),
-        tombstones=tombstones, ranges=len(md.get("ranges") or ()),
-        appended={table: (int(a.get("rows", 0)), int(a.get("bytes", 0)))
-                  for table, a in (md.get("storage_write_by_table") or {}).items()},
+        topic,
+        run.run_id,
+        run.ok,
+        run.error,
+        records=md.get("dagster/row_count", 0),
+        messages=md.get("messages", 0),
+        dead_letters=md.get("dead_letters", 0),
+        tombstones=tombstones,
+        ranges=len(md.get("ranges") or ()),
+        appended={
+            table: (int(a.get("rows", 0)), int(a.get("bytes", 0)))
+            for table, a in (md.get("storage_write_by_table") or {}).items()
+        },
     )
 
 
@@ -262,8 +304,9 @@ def load_outcome(run: JobRun) -> LoadOutcome:
             ((r["topic"], r["partition"], r["first"], r["last"]), None)
             for r in md.get("offset_ranges") or ()
         )
-    tables = {t: TableLoad(rows[t], tuple(jobs[t]), tuple(ranges[t]), sum(jobs[t].values()))
-              for t in rows}
+    tables = {
+        t: TableLoad(rows[t], tuple(jobs[t]), tuple(ranges[t]), sum(jobs[t].values())) for t in rows
+    }
     return LoadOutcome(run.run_id, run.ok, run.error, tables)
 
 

@@ -6,8 +6,9 @@ events into these outcomes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from kbqe_dagster.core.load.cost import storage_write_list_price
 
@@ -170,8 +171,10 @@ class UntilIdleReport:
             "runs": len(self.run_ids),
             "topics": {
                 name: {
-                    "staged": t.staged, "dead_lettered": t.dead_lettered,
-                    "tombstones": t.tombstones, "messages": t.messages,
+                    "staged": t.staged,
+                    "dead_lettered": t.dead_lettered,
+                    "tombstones": t.tombstones,
+                    "messages": t.messages,
                     "stage_runs": t.stage_runs,
                     # Only for a topic Kafka does not hold, so the usual document is unchanged.
                     **({"missing": t.missing} if t.missing else {}),
@@ -180,16 +183,17 @@ class UntilIdleReport:
             },
             "tables": {
                 name: {
-                    "rows_loaded": t.rows_loaded, "keys_merged": t.keys_merged,
-                    "merge_bytes_processed": t.merge_bytes_processed, "load_jobs": t.load_jobs,
-                    "bytes_loaded": t.bytes_loaded, "rows_appended": t.rows_appended,
+                    "rows_loaded": t.rows_loaded,
+                    "keys_merged": t.keys_merged,
+                    "merge_bytes_processed": t.merge_bytes_processed,
+                    "load_jobs": t.load_jobs,
+                    "bytes_loaded": t.bytes_loaded,
+                    "rows_appended": t.rows_appended,
                     "bytes_appended": t.bytes_appended,
                     "list_price_usd": round(t.list_price_usd, 6),
                 }
                 for name, t in sorted(self.tables.items())
             },
             "quarantined_tables": list(self.quarantined_tables),
-            "completeness": {
-                name: t.to_json() for name, t in sorted(self.completeness.items())
-            },
+            "completeness": {name: t.to_json() for name, t in sorted(self.completeness.items())},
         }

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from kbqe_dagster.core.errors import KbqeError
 from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup, group_due_topics
@@ -109,8 +110,12 @@ class Pipeline(Protocol):
         days: per table, the verdict."""
         ...
 
-    def run_job(self, job_name: str, run_config: Mapping | None = None,
-                tags: Mapping[str, str] | None = None) -> JobRun: ...
+    def run_job(
+        self,
+        job_name: str,
+        run_config: Mapping | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> JobRun: ...
 
 
 @dataclass(frozen=True)
@@ -146,9 +151,16 @@ def run_until_idle(
 
 
 class _Loop:
-    def __init__(self, pipeline: Pipeline, topics: tuple[str, ...], limits: Limits,
-                 steps: tuple[AfterLoadStep, ...], progress: Callable[[str], None],
-                 sleep: Callable[[float], None], clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        topics: tuple[str, ...],
+        limits: Limits,
+        steps: tuple[AfterLoadStep, ...],
+        progress: Callable[[str], None],
+        sleep: Callable[[float], None],
+        clock: Callable[[], float],
+    ) -> None:
         self.pipeline = pipeline
         self.topics = topics
         self.limits = limits
@@ -187,19 +199,25 @@ class _Loop:
         wanted = [t for t in self.topics if t not in self.failed_topics]
         backlogs = self.pipeline.backlogs(wanted) if wanted else {}
         self._note_missing(number, backlogs)
-        due = [DueTopic(t, b.next_offsets, b.lag, f"backlog {b.lag}")
-               for t in wanted if (b := backlogs[t]).lag > 0]
-        grouped = group_due_topics([d for d in due if d.topic not in self.solo],
-                                   self.pipeline.config.stage_runs)
+        due = [
+            DueTopic(t, b.next_offsets, b.lag, f"backlog {b.lag}")
+            for t in wanted
+            if (b := backlogs[t]).lag > 0
+        ]
+        grouped = group_due_topics(
+            [d for d in due if d.topic not in self.solo], self.pipeline.config.stage_runs
+        )
         alone = [StageGroup((d,)) for d in due if d.topic in self.solo]
         for group in grouped + alone:
             outcomes = self.pipeline.stage({t: backlogs[t] for t in group.names})
             if len(group.topics) > 1 and not any(o.ok for o in outcomes):
                 self.solo.update(group.names)
                 staged = True  # the next round stages them one by one
-                self.progress(f"round {number}: stage run {outcomes[0].run_id} of "
-                              f"{len(group.topics)} topics failed ({outcomes[0].error}); "
-                              "their next runs stage them one by one")
+                self.progress(
+                    f"round {number}: stage run {outcomes[0].run_id} of "
+                    f"{len(group.topics)} topics failed ({outcomes[0].error}); "
+                    "their next runs stage them one by one"
+                )
                 continue
             for outcome in outcomes:
                 staged = self._staged(number, outcome, backlogs[outcome.topic]) or staged
@@ -226,7 +244,8 @@ class _Loop:
             )
             return True
         self.failed_topics[topic] = (
-            f"{topic}: stage run {outcome.run_id} failed: {outcome.error}" if not outcome.ok
+            f"{topic}: stage run {outcome.run_id} failed: {outcome.error}"
+            if not outcome.ok
             else f"{topic}: stage run {outcome.run_id} committed no offset range although "
             f"{backlog.lag} message(s) wait from offsets {backlog.offsets()}"
         )
@@ -255,25 +274,32 @@ class _Loop:
             side = self.pipeline.load_side()
         return loaded, True
 
-    def _loaded(self, number: int, what: str, outcome: LoadOutcome,
-                loaded: dict[str, TableLoad]) -> None:
+    def _loaded(
+        self, number: int, what: str, outcome: LoadOutcome, loaded: dict[str, TableLoad]
+    ) -> None:
         self.report.add_load(outcome)
         if not outcome.ok:
             raise _Stop(f"{what} run {outcome.run_id} failed: {outcome.error}")
         for name, load in outcome.tables.items():
             before = loaded.get(name, TableLoad(0, (), ()))
-            loaded[name] = TableLoad(before.rows + load.rows, before.job_ids + load.job_ids,
-                                     before.offset_ranges + load.offset_ranges)
+            loaded[name] = TableLoad(
+                before.rows + load.rows,
+                before.job_ids + load.job_ids,
+                before.offset_ranges + load.offset_ranges,
+            )
         if outcome.tables:
             rows = sum(t.rows for t in outcome.tables.values())
-            self.progress(f"round {number}: {what}: {rows} row(s) into "
-                          f"{', '.join(sorted(outcome.tables))} (run {outcome.run_id})")
+            self.progress(
+                f"round {number}: {what}: {rows} row(s) into "
+                f"{', '.join(sorted(outcome.tables))} (run {outcome.run_id})"
+            )
 
     # --- after-load steps -----------------------------------------------------------------
     def _after_load(self, number: int, loaded: Mapping[str, TableLoad]) -> bool:
         more = False
-        context = AfterLoadContext(number, self.pipeline.config, dict(loaded),
-                                   self.pipeline.run_job)
+        context = AfterLoadContext(
+            number, self.pipeline.config, dict(loaded), self.pipeline.run_job
+        )
         for step in self.steps:
             result = step(context)
             self.report.run_ids.extend(result.run_ids)
@@ -299,9 +325,11 @@ class _Loop:
         for name, table in sorted(tables.items()):
             days = ", ".join(table.newly_complete)
             declared = f"; declared {days}" if days else ""
-            self.progress(f"completeness: {name}: newest complete "
-                          f"{table.newest_complete or 'none'}{declared}; "
-                          f"{table.late_after_complete} late after complete")
+            self.progress(
+                f"completeness: {name}: newest complete "
+                f"{table.newest_complete or 'none'}{declared}; "
+                f"{table.late_after_complete} late after complete"
+            )
 
     def _finish(self) -> None:
         quarantined = self.pipeline.load_side().quarantined_tables

@@ -21,8 +21,9 @@ import json
 import os
 import zlib
 from bisect import bisect_left
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Callable, Mapping
+from typing import Any, BinaryIO
 
 from kbqe_dagster.staging.avro_binary import encode_long
 
@@ -58,7 +59,11 @@ class ContainerStats:
 
 
 def _header(schema_json: str, codec: str, sync: bytes, metadata: Mapping[str, bytes]) -> bytes:
-    meta = {"avro.schema": schema_json.encode("utf-8"), "avro.codec": codec.encode("ascii"), **metadata}
+    meta = {
+        "avro.schema": schema_json.encode("utf-8"),
+        "avro.codec": codec.encode("ascii"),
+        **metadata,
+    }
     out = bytearray(_MAGIC)
     out += encode_long(len(meta))
     for key, value in meta.items():
@@ -99,8 +104,8 @@ class _SnappyBlocks:
         if len(self._out) < need:
             self._out = bytearray(need)  # a new buffer: views of the old one stay valid
         n = self._compress_into(data, self._out)
-        self._out[n:n + 4] = (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "big")
-        return memoryview(self._out)[:n + 4]
+        self._out[n : n + 4] = (zlib.crc32(data) & 0xFFFFFFFF).to_bytes(4, "big")
+        return memoryview(self._out)[: n + 4]
 
 
 class _ClosedBuffer(bytearray):
@@ -186,10 +191,10 @@ class AvroContainerWriter:
             # The first record after which the block is full, by bytes or by count.
             last = min(bisect_left(ends, start + room_bytes, i, n), i + room_records - 1)
             if last >= n:
-                self._buf += data[start:ends[n - 1]]
+                self._buf += data[start : ends[n - 1]]
                 self._in_block += n - i
                 return
-            self._buf += data[start:ends[last]]
+            self._buf += data[start : ends[last]]
             self._in_block += last - i + 1
             self.flush_block()
             start = ends[last]

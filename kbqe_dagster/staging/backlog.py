@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
 
 from kbqe_dagster.core.protocol.naming import parse_name
 from kbqe_dagster.core.protocol.offsets import StartPolicy, Watermarks, plan_ranges, recover
@@ -56,12 +56,19 @@ class TopicBacklog:
         return {p.partition: p.next_offset for p in self.partitions}
 
 
-def _backlog_of(topic: str, names: Iterable[str], marks: Mapping[tuple[str, int], Watermarks],
-                start_policy: StartPolicy) -> TopicBacklog:
+def _backlog_of(
+    topic: str,
+    names: Iterable[str],
+    marks: Mapping[tuple[str, int], Watermarks],
+    start_policy: StartPolicy,
+) -> TopicBacklog:
     """Lag per partition from the topic's staging names and its watermarks (no oldest time)."""
     plan = plan_ranges(
-        recover(names), marks, max_messages_per_run=_UNBOUNDED,
-        max_messages_per_range=_UNBOUNDED, start_policy=start_policy,
+        recover(names),
+        marks,
+        max_messages_per_run=_UNBOUNDED,
+        max_messages_per_range=_UNBOUNDED,
+        start_policy=start_policy,
     )
     partitions = []
     for p in plan.partitions:
@@ -146,7 +153,8 @@ def fleet_backlog(
         (topic, p.partition): p.next_offset
         for topic, backlog in out.items()
         if isinstance(backlog, TopicBacklog) and backlog.lag > 0 and oldest_wanted(backlog)
-        for p in backlog.partitions if p.lag > 0
+        for p in backlog.partitions
+        if p.lag > 0
     }
     stamps = first_timestamps_ms(kafka, positions)
     oldest: dict[str, int] = {}

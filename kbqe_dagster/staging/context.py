@@ -5,8 +5,9 @@ task sends back).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, TopicConfig
 from kbqe_dagster.core.errors import StagingError
@@ -82,6 +83,8 @@ class RangeResult:
     bytes_by_dataset: dict[str, int] = field(default_factory=dict)  # file bytes per dataset
     tombstones: int = 0  # keyed topics: null values counted, not staged (keyed/stage.py)
     stage_path: str = "python"  # "native" when the native kernel staged (staging/native_kernel.py)
-    kernel_handbacks: dict[str, int] = field(default_factory=dict)  # messages it handed back, by why
+    kernel_handbacks: dict[str, int] = field(
+        default_factory=dict
+    )  # messages it handed back, by why
     reader: str = "confluent-kafka"  # "native" when the kernel's own consumer read the range
     delivered: tuple[TableDelivery, ...] = ()  # tables written through the Storage Write API

@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Sequence
 
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.delivery import pinned_tables
@@ -99,15 +99,18 @@ class StageSummary:
         )
 
 
-def run_stage(spark_context, ctx: StageContext, *, max_messages_per_run: int,
-              max_messages_per_range: int) -> StageSummary:
+def run_stage(
+    spark_context, ctx: StageContext, *, max_messages_per_run: int, max_messages_per_range: int
+) -> StageSummary:
     """Stage everything planned for ``ctx.topic.name``; a failed range fails the run after
     every other range had its chance (their commits stand; the failed one is redone next run)."""
     started = time.monotonic()
     topic = ctx.topic.name
     store = ctx.staging.open()
     prep = prepare_topic(
-        store, ctx.kafka, topic,
+        store,
+        ctx.kafka,
+        topic,
         max_messages_per_run=max_messages_per_run,
         max_messages_per_range=max_messages_per_range,
         start_policy=ctx.start_policy,
@@ -115,8 +118,13 @@ def run_stage(spark_context, ctx: StageContext, *, max_messages_per_run: int,
     )
     ctx = _pinned(ctx, [prep])
     ranges = list(prep.plan.ranges)
-    log.info("%s: %d orphan(s) deleted, %d done file(s) rolled forward, %d range(s) planned",
-             topic, len(prep.orphans_deleted), len(prep.rolled_forward), len(ranges))
+    log.info(
+        "%s: %d orphan(s) deleted, %d done file(s) rolled forward, %d range(s) planned",
+        topic,
+        len(prep.orphans_deleted),
+        len(prep.rolled_forward),
+        len(ranges),
+    )
     if not ranges:
         return StageSummary(topic, prep, (), time.monotonic() - started)
     outcomes = (
@@ -135,9 +143,13 @@ def run_stage(spark_context, ctx: StageContext, *, max_messages_per_run: int,
     return summary
 
 
-def run_stage_group(spark_context, ctx: StageContext, topics: Sequence[str], *,
-                    marks: Mapping[tuple[str, int], Watermarks] | None = None,
-                    ) -> tuple[StageSummary, ...]:
+def run_stage_group(
+    spark_context,
+    ctx: StageContext,
+    topics: Sequence[str],
+    *,
+    marks: Mapping[tuple[str, int], Watermarks] | None = None,
+) -> tuple[StageSummary, ...]:
     """Stage everything planned for each of ``topics`` in **one** Spark job: one summary per
     topic staged, in order. ``ctx.topic_name`` is ignored (each range is staged with its own
     topic's settings). The watermarks of all topics are read in one request; each topic is
@@ -154,7 +166,9 @@ def run_stage_group(spark_context, ctx: StageContext, topics: Sequence[str], *,
     started = time.monotonic()
     store = ctx.staging.open()
     if marks is None:
-        marks = {tp: Watermarks(w.low, w.high) for tp, w in watermarks_of(ctx.kafka, topics).items()}
+        marks = {
+            tp: Watermarks(w.low, w.high) for tp, w in watermarks_of(ctx.kafka, topics).items()
+        }
     by_topic: dict[str, dict[tuple[str, int], Watermarks]] = {}
     for tp, mark in marks.items():
         by_topic.setdefault(tp[0], {})[tp] = mark
@@ -166,28 +180,38 @@ def run_stage_group(spark_context, ctx: StageContext, topics: Sequence[str], *,
             continue
         settings = replace(ctx, topic_name=topic).topic
         preps[topic] = prepare_topic(
-            store, ctx.kafka, topic,
+            store,
+            ctx.kafka,
+            topic,
             max_messages_per_run=settings.staging.max_messages_per_run,
             max_messages_per_range=settings.staging.max_messages_per_range,
-            start_policy=settings.staging.start_offset, marks=by_topic[topic],
+            start_policy=settings.staging.start_offset,
+            marks=by_topic[topic],
             **_deliveries(ctx, topic),
         )
     ctx = _pinned(ctx, preps.values())
     ranges = [rng for prep in preps.values() for rng in prep.plan.ranges]
     log.info("%d topic(s), %d range(s) planned in one Spark job", len(preps), len(ranges))
     outcomes = (
-        spark_context.parallelize(ranges, len(ranges))
-        .map(lambda rng: _stage_or_report(replace(ctx, topic_name=rng.topic), rng))
-        .collect()
-    ) if ranges else []
+        (
+            spark_context.parallelize(ranges, len(ranges))
+            .map(lambda rng: _stage_or_report(replace(ctx, topic_name=rng.topic), rng))
+            .collect()
+        )
+        if ranges
+        else []
+    )
     seconds = time.monotonic() - started
     summaries = []
     for topic, prep in preps.items():
         mine = [o for rng, o in zip(ranges, outcomes) if rng.topic == topic]
         failed = tuple(o for o in mine if isinstance(o, str))
         failures.extend(failed)
-        summaries.append(StageSummary(
-            topic, prep, tuple(o for o in mine if isinstance(o, RangeResult)), seconds, failed))
+        summaries.append(
+            StageSummary(
+                topic, prep, tuple(o for o in mine if isinstance(o, RangeResult)), seconds, failed
+            )
+        )
     if failures:
         raise StagingError(
             f"{len(failures)} failure(s) in a stage run of {len(topics)} topic(s) (the other "
@@ -210,7 +234,8 @@ def _pinned(ctx: StageContext, preps: Iterable[Preparation]) -> StageContext:
             f"open Storage Write intent(s) {', '.join(i.name for i in intents[:5])}: their "
             "ranges must be restaged through the Storage Write API (rows of them may be in "
             "the table already), but this stage run has no delivery sink (no Storage Write "
-            "settings: resources/environment.py builds them)")
+            "settings: resources/environment.py builds them)"
+        )
     return replace(ctx, sink=pinning(pinned_tables(intents)))
 
 

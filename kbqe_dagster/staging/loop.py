@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Mapping, Sequence
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.protocol.offsets import RangePlan, Watermarks
@@ -78,8 +78,11 @@ class LoopRound:
     def lag(self, topic: str) -> dict[int, int]:
         """Messages of ``topic`` per partition in Kafka at the round's start and not staged
         after it (a partition whose position is unknown counts from its low watermark)."""
-        return {p: max(mark.high - self.positions.get((t, p), mark.low), 0)
-                for (t, p), mark in sorted(self.marks.items()) if t == topic}
+        return {
+            p: max(mark.high - self.positions.get((t, p), mark.low), 0)
+            for (t, p), mark in sorted(self.marks.items())
+            if t == topic
+        }
 
     @property
     def idle(self) -> bool:
@@ -131,8 +134,9 @@ def staged_positions(summaries: Iterable[StageSummary]) -> dict[TopicPartition, 
     return positions
 
 
-def due_topics(topics: Sequence[str], marks: Marks,
-               positions: Mapping[TopicPartition, int]) -> list[str]:
+def due_topics(
+    topics: Sequence[str], marks: Marks, positions: Mapping[TopicPartition, int]
+) -> list[str]:
     """The topics with a partition whose high watermark is not the position staged up to (or
     whose position is unknown). A topic Kafka does not hold has no watermarks: not due (its
     next appearance makes it due, its partitions being unknown)."""
@@ -140,12 +144,19 @@ def due_topics(topics: Sequence[str], marks: Marks,
     return [t for t in topics if t in due]
 
 
-def run_stage_loop(spark_context, ctx: StageContext, topics: Sequence[str],
-                   settings: LoopSettings, *, should_stop: Callable[[], str | None],
-                   on_round: Callable[[LoopRound], None] = lambda r: None,
-                   stage: StageFn = run_stage_group, marks_of: MarksFn = read_marks,
-                   clock: Callable[[], float] = time.monotonic,
-                   sleep: Callable[[float], None] = time.sleep) -> LoopOutcome:
+def run_stage_loop(
+    spark_context,
+    ctx: StageContext,
+    topics: Sequence[str],
+    settings: LoopSettings,
+    *,
+    should_stop: Callable[[], str | None],
+    on_round: Callable[[LoopRound], None] = lambda r: None,
+    stage: StageFn = run_stage_group,
+    marks_of: MarksFn = read_marks,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> LoopOutcome:
     """Stage ``topics`` round after round until ``should_stop()`` names a reason (asked before
     every round) or ``settings.max_run_s`` has passed; ``on_round`` sees every round, idle or
     busy. A failed range raises from :func:`run_stage_group` (the others are committed; the
@@ -178,23 +189,36 @@ def run_stage_loop(spark_context, ctx: StageContext, topics: Sequence[str],
         due = due_topics(topics, marks, positions)
         staged: tuple[StageSummary, ...] = ()
         if due:
-            staged = stage(spark_context, ctx, due,
-                           marks={tp: m for tp, m in marks.items() if tp[0] in due})
+            staged = stage(
+                spark_context, ctx, due, marks={tp: m for tp, m in marks.items() if tp[0] in due}
+            )
             positions.update(staged_positions(staged))
             summaries.extend(staged)
         rounds += 1
         seconds = clock() - round_start
         if due:
             busy_seconds += seconds
-            log.info("stage loop round %d: %d record(s) of %s in %.3fs", rounds,
-                     sum(s.records for s in staged), ", ".join(due), seconds)
+            log.info(
+                "stage loop round %d: %d record(s) of %s in %.3fs",
+                rounds,
+                sum(s.records for s in staged),
+                ", ".join(due),
+                seconds,
+            )
         else:
             idle_rounds += 1
             idle_seconds += seconds
             log.debug("stage loop round %d: idle in %.3fs", rounds, seconds)
         on_round(LoopRound(rounds, wall_start, seconds, staged, marks, dict(positions)))
-    log.info("stage loop of %s stopped (%s) after %d round(s), %d idle (%.3fs idle, %.3fs "
-             "busy)", ", ".join(topics), reason, rounds, idle_rounds, idle_seconds, busy_seconds)
+    log.info(
+        "stage loop of %s stopped (%s) after %d round(s), %d idle (%.3fs idle, %.3fs busy)",
+        ", ".join(topics),
+        reason,
+        rounds,
+        idle_rounds,
+        idle_seconds,
+        busy_seconds,
+    )
     return LoopOutcome(rounds, idle_rounds, reason, tuple(summaries), idle_seconds, busy_seconds)
 
 
@@ -212,12 +236,17 @@ def fold_rounds(summaries: Iterable[StageSummary]) -> tuple[StageSummary, ...]:
 
 def _fold_topic(topic: str, summaries: list[StageSummary]) -> StageSummary:
     results: list[RangeResult] = []
-    for result in sorted((r for s in summaries for r in s.results),
-                         key=lambda r: (r.partition, r.start)):
+    for result in sorted(
+        (r for s in summaries for r in s.results), key=lambda r: (r.partition, r.start)
+    ):
         last = results[-1] if results else None
-        if (last is not None and last.partition == result.partition
-                and last.committed_last is not None and result.committed_last is not None
-                and result.start == last.committed_last + 1):
+        if (
+            last is not None
+            and last.partition == result.partition
+            and last.committed_last is not None
+            and result.committed_last is not None
+            and result.start == last.committed_last + 1
+        ):
             results[-1] = _fold_results(last, result)
         else:
             results.append(result)
@@ -232,8 +261,13 @@ def _fold_topic(topic: str, summaries: list[StageSummary]) -> StageSummary:
         missing=preps[-1].missing,
         open_intents=tuple(dict.fromkeys(i for p in preps for i in p.open_intents)),
     )
-    return StageSummary(topic, prep, tuple(results), sum(s.seconds for s in summaries),
-                        tuple(f for s in summaries for f in s.failures))
+    return StageSummary(
+        topic,
+        prep,
+        tuple(results),
+        sum(s.seconds for s in summaries),
+        tuple(f for s in summaries for f in s.failures),
+    )
 
 
 def _fold_results(a: RangeResult, b: RangeResult) -> RangeResult:
@@ -252,8 +286,9 @@ def _fold_results(a: RangeResult, b: RangeResult) -> RangeResult:
         seconds=a.seconds + b.seconds,
         bytes_by_dataset=_sum(a.bytes_by_dataset, b.bytes_by_dataset),
         tombstones=a.tombstones + b.tombstones,
-        stage_path="+".join(sorted({*a.stage_path.split("+"), *b.stage_path.split("+")},
-                                   reverse=True)),
+        stage_path="+".join(
+            sorted({*a.stage_path.split("+"), *b.stage_path.split("+")}, reverse=True)
+        ),
         kernel_handbacks=_sum(a.kernel_handbacks, b.kernel_handbacks),
         reader="+".join(sorted({*a.reader.split("+"), *b.reader.split("+")}, reverse=True)),
         delivered=_fold_deliveries(a.delivered + b.delivered),
@@ -264,19 +299,29 @@ def _fold_deliveries(deliveries: tuple[TableDelivery, ...]) -> tuple[TableDelive
     """Deliveries of consecutive ranges: one per table and contiguous run of stream rows."""
     out: list[TableDelivery] = []
     for d in deliveries:
-        i = next((i for i, o in enumerate(out)
-                  if (o.dataset, o.table, o.stream) == (d.dataset, d.table, d.stream)
-                  and d.first_row == o.first_row + o.rows), None)
+        i = next(
+            (
+                i
+                for i, o in enumerate(out)
+                if (o.dataset, o.table, o.stream) == (d.dataset, d.table, d.stream)
+                and d.first_row == o.first_row + o.rows
+            ),
+            None,
+        )
         if i is None:
             out.append(d)
             continue
         o = out[i]
         out[i] = replace(
-            o, rows=o.rows + d.rows, records=o.records + d.records,
-            refused=o.refused + d.refused, bytes=o.bytes + d.bytes,
+            o,
+            rows=o.rows + d.rows,
+            records=o.records + d.records,
+            refused=o.refused + d.refused,
+            bytes=o.bytes + d.bytes,
             days=tuple(sorted(_sum(dict(o.days), dict(d.days)).items())),
             requests=o.requests + d.requests,
-            skipped_requests=o.skipped_requests + d.skipped_requests)
+            skipped_requests=o.skipped_requests + d.skipped_requests,
+        )
     return tuple(out)
 
 
@@ -295,8 +340,10 @@ def loop_topics(config: PipelineConfig) -> list[str]:
 
 def loop_interval_s(config: PipelineConfig, topics: Iterable[str]) -> float:
     """The shortest ``staging.loop_interval`` of ``topics`` (one loop paces them all)."""
-    return min((config.topic(t).staging.loop_interval.total_seconds() for t in topics),
-               default=LoopSettings.interval_s)
+    return min(
+        (config.topic(t).staging.loop_interval.total_seconds() for t in topics),
+        default=LoopSettings.interval_s,
+    )
 
 
 def warm_up(spark_context, ctx: StageContext) -> float:

@@ -120,7 +120,9 @@ class NativeStaging:
         self._mode = routing.mode
         self._dataset_field, self._table_field = routing.dataset_field, routing.table_field
         self._offered: dict[bytes, str | None] = {}  # header → None (taken) or why refused
-        self._slots: list[tuple[str, str, int, dict]] = []  # file slot → (dataset, table, id, schema)
+        self._slots: list[
+            tuple[str, str, int, dict]
+        ] = []  # file slot → (dataset, table, id, schema)
         self._slot_of: dict[tuple[str, str, int], int] = {}
         self.handbacks: Counter[str] = Counter()
 
@@ -199,7 +201,11 @@ class NativeStaging:
 
     def _failure(self, batch: list, i: int, error: BaseException) -> StageKernelError:
         where = batch[i] if i < len(batch) else None
-        at = f"{where.topic()}[{where.partition()}] near offset {where.offset()}" if where else "a batch"
+        at = (
+            f"{where.topic()}[{where.partition()}] near offset {where.offset()}"
+            if where
+            else "a batch"
+        )
         return StageKernelError(f"native stage kernel failed at {at}: {error!r}; the range is not "
                                 f"committed (set {SWITCH}=off to stage with the Python path)")  # fmt: skip
 
@@ -207,7 +213,9 @@ class NativeStaging:
         files = self.stager.open_file
         for slot, records, ends, days in self.kernel.drain():
             dataset, table, schema_id, schema = self._slots[slot]
-            files(dataset, table, schema_id, schema).append_many(records, memoryview(ends).cast("Q"), days)
+            files(dataset, table, schema_id, schema).append_many(
+                records, memoryview(ends).cast("Q"), days
+            )
 
     # --- what the kernel is taught ----------------------------------------------------------
     def _teach(self, msg: Any, reason: str, unknown_route: tuple[bytes, bytes] | None) -> bool:
@@ -241,17 +249,29 @@ class NativeStaging:
         try:
             if self._mode is not RoutingMode.FIELDS or self.stager.static_destination is not None:
                 destination = self.stager.static_destination or self.stager.route(
-                    RoutingInput(self.stager.rng.topic, self.stager.rng.partition, msg.offset(),
-                                 decoder.full_name, {}, None)  # fmt: skip
+                    RoutingInput(
+                        self.stager.rng.topic,
+                        self.stager.rng.partition,
+                        msg.offset(),
+                        decoder.full_name,
+                        {},
+                        None,
+                    )  # fmt: skip
                 )
-                constant = self._slot(destination.dataset, destination.table, schema_id, decoder.schema)
+                constant = self._slot(
+                    destination.dataset, destination.table, schema_id, decoder.schema
+                )
             registered = self.stager.lookup.get(schema_id)
             text = json.dumps(parse_schema(registered.schema, _write_hint=False))
             self.kernel.add_schema(header, text, constant)
         except (BadInputError, ValueError) as error:
             self._offered[header] = str(error)
-            log.debug("%s: schema id %d stays on the Python stage path: %s",
-                      self.stager.rng, schema_id, error)
+            log.debug(
+                "%s: schema id %d stays on the Python stage path: %s",
+                self.stager.rng,
+                schema_id,
+                error,
+            )
             return
         self._offered[header] = None
 
@@ -264,9 +284,16 @@ class NativeStaging:
         dataset, table = route
         try:
             fields = {self._dataset_field: dataset.decode(), self._table_field: table.decode()}
-            destination = self.stager.route(RoutingInput(
-                self.stager.rng.topic, self.stager.rng.partition, msg.offset(), decoder.full_name,
-                fields, msg.key()))
+            destination = self.stager.route(
+                RoutingInput(
+                    self.stager.rng.topic,
+                    self.stager.rng.partition,
+                    msg.offset(),
+                    decoder.full_name,
+                    fields,
+                    msg.key(),
+                )
+            )
         except (BadInputError, UnicodeDecodeError):
             return False  # not a destination: such messages keep going to the Python path's verdict
         slot = self._slot(destination.dataset, destination.table, schema_id, decoder.schema)

@@ -9,8 +9,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kbqe_dagster.core.record.event_time import from_epoch_day
 from kbqe_dagster.core.protocol.naming import AvroFileName
+from kbqe_dagster.core.record.event_time import from_epoch_day
 from kbqe_dagster.core.record.partitioning import hour_key
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
 
@@ -22,8 +22,11 @@ class OpenFile:
                  sync_marker: bytes | None = None) -> None:  # fmt: skip
         self.name = name
         self.path = directory / name.name
-        self._handle = open(self.path, "wb")
-        self.writer = AvroContainerWriter(self._handle, schema, codec=codec, sync_marker=sync_marker)
+        # Open for the file's life across appends; close() closes it.
+        self._handle = open(self.path, "wb")  # noqa: SIM115
+        self.writer = AvroContainerWriter(
+            self._handle, schema, codec=codec, sync_marker=sync_marker
+        )
         # Event day (days since 1970, as encoded) → records, for the manifest; ISO dates are
         # made once per day at commit, not once per record.
         self.days: Counter[int] = Counter()

@@ -14,17 +14,17 @@ does not hold (not created yet, or deleted) plans nothing: its preparation says 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Mapping
+from datetime import UTC, datetime
 
+from kbqe_dagster.core.errors import CommitConflictError
 from kbqe_dagster.core.protocol.commit import manifests_needed, plan_bootstrap, plan_cleanup
 from kbqe_dagster.core.protocol.delivery import (
     open_intents,
     plan_with_deliveries,
     ranges_to_roll_forward,
 )
-from kbqe_dagster.core.errors import CommitConflictError
 from kbqe_dagster.core.protocol.naming import IntentFileName, of_topic, topic_prefix
 from kbqe_dagster.core.protocol.offsets import (
     RangePlan,
@@ -59,7 +59,9 @@ def topic_file_names(store: StagingStore, topic: str) -> tuple[list[str], list[s
     return of_topic((f.name for f in store.list(topic_prefix(topic))), topic)
 
 
-def clean_up(store: StagingStore, topic: str) -> tuple[tuple[str, ...], tuple[str, ...], list[str], list[str]]:
+def clean_up(
+    store: StagingStore, topic: str
+) -> tuple[tuple[str, ...], tuple[str, ...], list[str], list[str]]:
     """Roll forward and delete orphans; returns (created done files, deleted avro files,
     the names after clean-up, unrecognized names)."""
     names, unrecognized = topic_file_names(store, topic)
@@ -102,10 +104,12 @@ def prepare_topic(
             }
         except TopicMissing as missing:
             log.warning("not staged: %s", missing)
-            return Preparation(created, deleted, tuple(unrecognized), RangePlan((), ()),
-                               missing=str(missing))
+            return Preparation(
+                created, deleted, tuple(unrecognized), RangePlan((), ()), missing=str(missing)
+            )
     plan = plan_ranges(
-        recover(names), marks,
+        recover(names),
+        marks,
         max_messages_per_run=max_messages_per_run,
         max_messages_per_range=max_messages_per_range,
         start_policy=start_policy,
@@ -114,10 +118,11 @@ def prepare_topic(
     if roll_forward or one_range_per_partition:
         for rng in roll_forward:
             log.info("%s: an intent has no done file: restaging exactly this range first", rng)
-        plan = plan_with_deliveries(plan, roll_forward,
-                                    one_range_per_partition=one_range_per_partition)
+        plan = plan_with_deliveries(
+            plan, roll_forward, one_range_per_partition=one_range_per_partition
+        )
     for (t, p), offset in plan.bootstrap_offsets.items():
-        commit = plan_bootstrap(t, p, offset, created_at=datetime.now(timezone.utc))
+        commit = plan_bootstrap(t, p, offset, created_at=datetime.now(UTC))
         for done in commit.done_files:
             try:
                 store.create_only(done.name, commit.content)
@@ -126,5 +131,6 @@ def prepare_topic(
     for partition in plan.partitions:
         for warning in partition.warnings:
             log.warning("%s[%d]: %s", partition.topic, partition.partition, warning)
-    return Preparation(created, deleted, tuple(unrecognized), plan,
-                       open_intents=open_intents(names))
+    return Preparation(
+        created, deleted, tuple(unrecognized), plan, open_intents=open_intents(names)
+    )

@@ -17,10 +17,11 @@ context (``StageContext.sink``): no stager changes, and staging/ never imports i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.resources.staging_store import StagingStore

@@ -35,15 +35,23 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 
-from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.config.pipeline import BadInputPolicy
+from kbqe_dagster.core.errors import (
+    BadInputError,
+    NonAvroSchemaError,
+    OversizedMessageError,
+    StageRangeFailed,
+    UnknownSchemaIdError,
+)
+from kbqe_dagster.core.formats.avro_names import record_full_name
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.dead_letters import (
     DEAD_LETTER_SCHEMA,
     DEAD_LETTER_SCHEMA_ID,
@@ -55,15 +63,7 @@ from kbqe_dagster.core.record.enrichment import (
     extended_schema,
     with_event_hour,
 )
-from kbqe_dagster.core.errors import (
-    BadInputError,
-    NonAvroSchemaError,
-    OversizedMessageError,
-    StageRangeFailed,
-    UnknownSchemaIdError,
-)
 from kbqe_dagster.core.record.event_time import epoch_day, event_date, event_date_and_hour
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.routing import Destination, Router, RoutingInput
 from kbqe_dagster.core.record.wire import HEADER_SIZE, parse_frame
 from kbqe_dagster.resources.schema_registry import SchemaLookup
@@ -110,7 +110,7 @@ class RangeStager:
         self.messages = 0
         self.dead_letters: Counter[str] = Counter()
         self.skipped: Counter[str] = Counter()
-        self.staged_at = datetime.now(timezone.utc)
+        self.staged_at = datetime.now(UTC)
         # Looked up once: stage() runs per message (bench/bench_stage.py measures it).
         self.route = self.router.route
         self._encode = self.encoder.encode
@@ -189,22 +189,35 @@ class RangeStager:
         body = value[HEADER_SIZE:]  # bytes: the probe would copy a memoryview
         return schema_id, decoder, body, decoder.probe.probe(body)
 
-    def place(self, msg: Any, fields: dict, body: bytes, schema_id: int, schema: dict,
-              full_name: str | None, destination: Any = None) -> None:
+    def place(
+        self,
+        msg: Any,
+        fields: dict,
+        body: bytes,
+        schema_id: int,
+        schema: dict,
+        full_name: str | None,
+        destination: Any = None,
+    ) -> None:
         """Route (unless ``destination`` is given), date, prefix and append one record's
         body: the steps every format shares once its body and fields are known."""
         offset = msg.offset()
         key = msg.key()
-        destination = destination or self.static_destination or self.route(
-            RoutingInput(self.rng.topic, self.rng.partition, offset, full_name, fields, key)
+        destination = (
+            destination
+            or self.static_destination
+            or self.route(
+                RoutingInput(self.rng.topic, self.rng.partition, offset, full_name, fields, key)
+            )
         )
         prefix, day, hour = self.prefix(msg, fields, offset, key, destination)
         self.open_file(destination.dataset, destination.table, schema_id, schema).append(
             prefix, body, day, hour
         )
 
-    def prefix(self, msg: Any, fields: dict, offset: int, key: bytes | None,
-               destination: Any) -> tuple[bytes, int, int | None]:
+    def prefix(
+        self, msg: Any, fields: dict, offset: int, key: bytes | None, destination: Any
+    ) -> tuple[bytes, int, int | None]:
         """The encoded enrichment prefix, event day and (for an hourly destination table)
         event hour of one record whose routing and event time fields are ``fields``
         (``offset`` and ``key``: the message's, read once by the caller on the hot path);
@@ -279,7 +292,9 @@ class RangeStager:
     def new_decoder(self, schema_id: int) -> Any:
         """Hook: what staging needs of a registry schema id not seen yet; raises its bad
         input. Formats of other registry schema types (json_schema, protobuf) override it."""
-        return self.make_decoder(self.registered_schema(schema_id, "AVRO", NonAvroSchemaError).schema)
+        return self.make_decoder(
+            self.registered_schema(schema_id, "AVRO", NonAvroSchemaError).schema
+        )
 
     def registered_schema(self, schema_id: int, schema_type: str, wrong_type: type[BadInputError],
                           needs: str = "") -> Any:  # fmt: skip
@@ -347,12 +362,17 @@ class RangeStager:
             self.discard()
             return self.range_result(None, (), {})
         covered = OffsetRange(self.rng.topic, self.rng.partition, self.rng.start, position)
-        tally = RangeTally(sum(self.dead_letters.values()), sum(self.skipped.values()),
-                           self.staged_at, kafka_ts_max)
+        tally = RangeTally(
+            sum(self.dead_letters.values()),
+            sum(self.skipped.values()),
+            self.staged_at,
+            kafka_ts_max,
+        )
         outcome = self.sink.commit(store, covered, tally)
         self.dead_letters.update(outcome.dead_letters)
-        result = self.range_result(outcome.committed_last, outcome.files,
-                                   outcome.bytes_by_dataset, outcome.conflict)
+        result = self.range_result(
+            outcome.committed_last, outcome.files, outcome.bytes_by_dataset, outcome.conflict
+        )
         return replace(result, delivered=outcome.delivered) if outcome.delivered else result
 
     def discard(self) -> None:
@@ -363,13 +383,23 @@ class RangeStager:
         """Hook: the range's result (``last``: the last committed offset, None if none)."""
         dl = self.pipeline.dead_letter
         records = sum(
-            f.records for (dataset, table, _), f in self.files.items()
+            f.records
+            for (dataset, table, _), f in self.files.items()
             if (dataset, table) != (dl.dataset, dl.table)
         )
         return RangeResult(
-            self.rng.topic, self.rng.partition, self.rng.start, self.rng.last, last,
-            self.messages, records, files, sum(bytes_by_dataset.values()),
-            dict(self.dead_letters), dict(self.skipped), conflict,
+            self.rng.topic,
+            self.rng.partition,
+            self.rng.start,
+            self.rng.last,
+            last,
+            self.messages,
+            records,
+            files,
+            sum(bytes_by_dataset.values()),
+            dict(self.dead_letters),
+            dict(self.skipped),
+            conflict,
             bytes_by_dataset=dict(bytes_by_dataset),
         )
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
+from kbqe_dagster.core.errors import CommitConflictError
 from kbqe_dagster.core.protocol.commit import Delivered, avro_file_name, plan_range_commit
 from kbqe_dagster.core.protocol.naming import AvroFileName
-from kbqe_dagster.core.errors import CommitConflictError
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.resources.staging_store import StagingStore
@@ -53,9 +53,16 @@ class StagingAreaSink:
         name = avro_file_name(self.rng, dataset, table, schema_id)
         return next((f for _, f in self.files if f.name == name), None)
 
-    def commit(self, store: StagingStore, covered: OffsetRange, tally: RangeTally, *,
-               delivered: Sequence[tuple[AvroFileName, int, Mapping[str, int],
-                                         Mapping[str, int], Delivered]] = ()) -> SinkOutcome:
+    def commit(
+        self,
+        store: StagingStore,
+        covered: OffsetRange,
+        tally: RangeTally,
+        *,
+        delivered: Sequence[
+            tuple[AvroFileName, int, Mapping[str, int], Mapping[str, int], Delivered]
+        ] = (),
+    ) -> SinkOutcome:
         """``delivered``: files a sink above sent through the Storage Write API instead of the
         staging area, (name, records, days, hours, where they went), listed in the manifest
         with no object uploaded."""
@@ -89,7 +96,8 @@ class StagingAreaSink:
             if file_hours:
                 hours[name.name] = dict(file_hours)
         commit = plan_range_commit(
-            covered, staged,
+            covered,
+            staged,
             dead_letters=tally.dead_letters,
             skipped=tally.skipped,
             created_at=tally.created_at,
@@ -111,8 +119,12 @@ class StagingAreaSink:
                 conflict = True
                 break
             crash_point("done_created")
-        return SinkOutcome(covered.last, tuple((name.name, n) for name, n in staged),
-                           dict(bytes_by_dataset), conflict)
+        return SinkOutcome(
+            covered.last,
+            tuple((name.name, n) for name, n in staged),
+            dict(bytes_by_dataset),
+            conflict,
+        )
 
     def abort(self) -> None:
         for _, open_file in self.files:

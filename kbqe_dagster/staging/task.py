@@ -16,8 +16,8 @@ import time
 from dataclasses import replace
 
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.resources.kafka.range_reader import RangeReader
 from kbqe_dagster.resources.kafka.native_reader import native_range_reader
+from kbqe_dagster.resources.kafka.range_reader import RangeReader
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.native_kernel import NATIVE, PYTHON, NativeStaging
 from kbqe_dagster.staging.stager import RangeStager
@@ -43,7 +43,9 @@ def stage_messages(stager: RangeStager, reader: RangeReader, native: NativeStagi
 def _range_reader(ctx: StageContext, rng: OffsetRange, native: bool) -> RangeReader:
     """The kernel's native consumer when it can read the range, else confluent-kafka's."""
     if native and ctx.native_consumer:
-        reader = native_range_reader(ctx.kafka, rng.topic, rng.partition, rng.start, rng.end_exclusive)
+        reader = native_range_reader(
+            ctx.kafka, rng.topic, rng.partition, rng.start, rng.end_exclusive
+        )
         if reader is not None:
             return reader
     return RangeReader(ctx.kafka, rng.topic, rng.partition, rng.start, rng.end_exclusive)
@@ -61,12 +63,22 @@ def stage_range(ctx: StageContext, rng: OffsetRange) -> RangeResult:
         stage_messages(stager, reader, native)
         result = stager.commit(ctx.staging.open(), reader.covered, reader.kafka_ts_max)
         reader_name = NATIVE if getattr(reader, "native", False) else "confluent-kafka"
-        log.info("%s: %d message(s), %d record(s), %d file(s) in %.1fs (%s stage path, %s reader)",
-                 rng, result.messages, result.records, len(result.files),
-                 time.monotonic() - started, NATIVE if native else PYTHON, reader_name)
-        return replace(result, seconds=time.monotonic() - started,
-                       stage_path=NATIVE if native else PYTHON,
-                       kernel_handbacks=dict(native.handbacks) if native else {},
-                       reader=reader_name)
+        log.info(
+            "%s: %d message(s), %d record(s), %d file(s) in %.1fs (%s stage path, %s reader)",
+            rng,
+            result.messages,
+            result.records,
+            len(result.files),
+            time.monotonic() - started,
+            NATIVE if native else PYTHON,
+            reader_name,
+        )
+        return replace(
+            result,
+            seconds=time.monotonic() - started,
+            stage_path=NATIVE if native else PYTHON,
+            kernel_handbacks=dict(native.handbacks) if native else {},
+            reader=reader_name,
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

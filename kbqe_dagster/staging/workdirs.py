@@ -25,9 +25,8 @@ def remove_abandoned_workdirs(root: Path | None = None) -> int:
     root = Path(root or tempfile.gettempdir())
     removed = 0
     for path in root.glob(f"{WORKDIR_PREFIX}*"):
-        pid = path.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        pid = path.name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
             removed += 1
     return removed
-

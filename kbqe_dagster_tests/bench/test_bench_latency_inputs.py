@@ -18,14 +18,23 @@ from _latency_producer import SCHEMA, encode_body  # noqa: E402
 from bench_latency import parse_rates  # noqa: E402
 
 
-@pytest.mark.parametrize("seq, ms", [(0, 0), (1, 1_764_086_400_123), (-5, 63), (2**62, 64),
-                                     (123_456_789, -1)])
+@pytest.mark.parametrize(
+    "seq, ms", [(0, 0), (1, 1_764_086_400_123), (-5, 63), (2**62, 64), (123_456_789, -1)]
+)
 def test_the_encoder_writes_what_fastavro_reads_with_the_schema(seq, ms) -> None:
     body = encode_body(seq, ms, b"bench_latency.t", struct.pack("<d", 12.5))
     expected = io.BytesIO()
-    fastavro.schemaless_writer(expected, fastavro.parse_schema(SCHEMA), {
-        "seq": seq, "eventTime": ms, "source": "bench_latency.t", "amount": 12.5,
-        "payload": "x" * 120})
+    fastavro.schemaless_writer(
+        expected,
+        fastavro.parse_schema(SCHEMA),
+        {
+            "seq": seq,
+            "eventTime": ms,
+            "source": "bench_latency.t",
+            "amount": 12.5,
+            "payload": "x" * 120,
+        },
+    )
     assert body == expected.getvalue()
 
 

@@ -31,8 +31,9 @@ from _latency import (  # noqa: E402
 
 # --- a poll's answer -> visible ends ----------------------------------------------------------
 def test_contiguous_rows_make_every_offset_up_to_the_max_visible() -> None:
-    ends, gaps = visible_ends([PartitionRows(0, 10, 0, 9), PartitionRows(1, 3, 5, 7)],
-                              first={0: 0, 1: 5}, previous={})
+    ends, gaps = visible_ends(
+        [PartitionRows(0, 10, 0, 9), PartitionRows(1, 3, 5, 7)], first={0: 0, 1: 5}, previous={}
+    )
     assert ends == {0: 10, 1: 8}
     assert gaps == frozenset()
 
@@ -54,10 +55,13 @@ def test_an_end_never_moves_back() -> None:
     assert ends == {0: 5}
 
 
-@pytest.mark.parametrize("rows, needle", [
-    (PartitionRows(2, 11, 0, 9), "partition 2: 11 row(s) for offsets 0..9"),
-    (PartitionRows(2, 3, 1, 3), "partition 2: offset 1 in the table, the first produced is 4"),
-])
+@pytest.mark.parametrize(
+    "rows, needle",
+    [
+        (PartitionRows(2, 11, 0, 9), "partition 2: 11 row(s) for offsets 0..9"),
+        (PartitionRows(2, 3, 1, 3), "partition 2: offset 1 in the table, the first produced is 4"),
+    ],
+)
 def test_rows_a_correct_path_cannot_produce_are_an_error_naming_the_partition(rows, needle) -> None:
     first = {2: 0} if rows.min_offset == 0 else {2: 4}
     with pytest.raises(UnexpectedRows, match=re.escape(needle)):
@@ -125,8 +129,7 @@ def test_a_percentile_outside_0_to_100_is_refused(q) -> None:
 
 def test_summary_sorts_and_rounds() -> None:
     summary = latency_summary([3.0, 1.0, 2.0, 4.0])
-    assert summary == {"p50": 2.0, "p90": 4.0, "p99": 4.0, "max": 4.0, "mean": 2.5,
-                       "messages": 4}
+    assert summary == {"p50": 2.0, "p90": 4.0, "p99": 4.0, "max": 4.0, "mean": 2.5, "messages": 4}
     assert latency_summary([]) == {"messages": 0}
 
 

@@ -23,15 +23,36 @@ from _stage_support import TreeSampler, _role, process_tree  # noqa: E402
 MB = 1024 * 1024
 
 # Command lines as /proc/<pid>/cmdline gives them (NUL-separated), shortened.
-SPARK_JVM = "\0".join(["/usr/lib/jvm/java-17-openjdk-amd64/bin/java", "-cp", "pyspark/jars/*",
-                       "-Xmx1g", "-Xms32m", "org.apache.spark.deploy.SparkSubmit", "--conf",
-                       "spark.master=local[2]", "pyspark-shell"])
-KAFKA_BROKER = "\0".join(["/usr/bin/java", "-Xmx384m", "-Xms128m", "-cp", "kafka-4.3.1/libs/*",
-                          "kafka.Kafka", "server.properties"])
-APICURIO = "\0".join(["/usr/bin/java", "-Xmx256m", "-Dquarkus.http.port=18081", "-jar",
-                      "quarkus-run.jar"])
-WORKER_DAEMON = "\0".join(["/venv/bin/python", "-m", "kbqe_dagster.resources.spark_daemon",
-                          "pyspark.worker"])
+SPARK_JVM = "\0".join(
+    [
+        "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
+        "-cp",
+        "pyspark/jars/*",
+        "-Xmx1g",
+        "-Xms32m",
+        "org.apache.spark.deploy.SparkSubmit",
+        "--conf",
+        "spark.master=local[2]",
+        "pyspark-shell",
+    ]
+)
+KAFKA_BROKER = "\0".join(
+    [
+        "/usr/bin/java",
+        "-Xmx384m",
+        "-Xms128m",
+        "-cp",
+        "kafka-4.3.1/libs/*",
+        "kafka.Kafka",
+        "server.properties",
+    ]
+)
+APICURIO = "\0".join(
+    ["/usr/bin/java", "-Xmx256m", "-Dquarkus.http.port=18081", "-jar", "quarkus-run.jar"]
+)
+WORKER_DAEMON = "\0".join(
+    ["/venv/bin/python", "-m", "kbqe_dagster.resources.spark_daemon", "pyspark.worker"]
+)
 
 # A stack service as LocalService starts one (its own session), holding `hold` MB, with a
 # child of its own (a service's helper process).
@@ -46,12 +67,15 @@ time.sleep(60)
 """
 
 
-@pytest.mark.parametrize(("cmdline", "role"), [
-    (SPARK_JVM, "jvm"),
-    (KAFKA_BROKER, "other"),
-    (APICURIO, "other"),
-    (WORKER_DAEMON, "worker"),
-])
+@pytest.mark.parametrize(
+    ("cmdline", "role"),
+    [
+        (SPARK_JVM, "jvm"),
+        (KAFKA_BROKER, "other"),
+        (APICURIO, "other"),
+        (WORKER_DAEMON, "worker"),
+    ],
+)
 def test_only_the_spark_launcher_jvm_is_the_jvm_role(cmdline: str, role: str) -> None:
     assert _role(pid=200, root=100, cmdline=cmdline) == role
 
@@ -64,8 +88,12 @@ def test_the_root_is_the_driver_whatever_it_runs() -> None:
 def service():
     """A child in its own session holding 64 MB, like a stack service this process started;
     yields (its pid, its helper's pid)."""
-    proc = subprocess.Popen([sys.executable, "-c", SERVICE.format(hold=64)], stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVICE.format(hold=64)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         helper = int(proc.stdout.readline())
         yield proc.pid, helper

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from kbqe_dagster import cli
 from kbqe_dagster_tests.cli.staging_area import Area, build
 
-ENV_VARS = ("KBQE_STAGING_URL", "KBQE_GCS_ENDPOINT", "KBQE_GCP_PROJECT", "KBQE_PIPELINE_CONFIG",
-            "KBQE_ENV", "KBQE_LOCAL_GCS_PORT")
+ENV_VARS = (
+    "KBQE_STAGING_URL",
+    "KBQE_GCS_ENDPOINT",
+    "KBQE_GCP_PROJECT",
+    "KBQE_PIPELINE_CONFIG",
+    "KBQE_ENV",
+    "KBQE_LOCAL_GCS_PORT",
+)
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,12 @@ import io
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import fastavro
 
-from kbqe_dagster.core.protocol.commit import plan_range_commit
-from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA, DeadLetter
+from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster.core.load.state import (
     STATE_FILE,
     LoadState,
@@ -36,13 +35,14 @@ from kbqe_dagster.core.load.state import (
     quarantine_job,
     record_planned,
 )
+from kbqe_dagster.core.protocol.commit import plan_range_commit
 from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.core.load.selection import PlannedLoadJob
+from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA, DeadLetter
 
 T = "com.acme.events"
 AGE_SECONDS = 3600  # every staged file was written an hour ago
-CREATED = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+CREATED = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
 
 ORDERS_3_P0 = f"{T}.0.acme_sales.orders.3.0.avro"
 ORDERS_4_P0 = f"{T}.0.acme_sales.orders.4.0.avro"  # quarantined
@@ -55,7 +55,9 @@ PREFIX_TOPIC_ORDERS = "com.acme.0.acme_sales.orders.3.0.avro"
 UNRECOGNIZED = ("README.txt", f"{T}.x.avro")
 
 ORDER_SCHEMA = {
-    "type": "record", "name": "Order", "fields": [{"name": "orderId", "type": "string"}],
+    "type": "record",
+    "name": "Order",
+    "fields": [{"name": "orderId", "type": "string"}],
 }
 
 
@@ -74,9 +76,17 @@ def avro_bytes(schema: dict, records: list[dict]) -> bytes:
 def dead_letter_records() -> list[dict]:
     def letter(offset: int, reason: str, value: bytes | None, error: str) -> dict:
         return DeadLetter(
-            reason=reason, error=error, topic=T, partition=1, offset=offset,
-            kafka_timestamp_ms=1_726_230_000_000, schema_id=None, raw_key=b"bad",
-            raw_value=value, headers=[("trace", b"x")], staged_at=CREATED,
+            reason=reason,
+            error=error,
+            topic=T,
+            partition=1,
+            offset=offset,
+            kafka_timestamp_ms=1_726_230_000_000,
+            schema_id=None,
+            raw_key=b"bad",
+            raw_value=value,
+            headers=[("trace", b"x")],
+            staged_at=CREATED,
         ).to_record()
 
     return [
@@ -92,8 +102,9 @@ def build(root: Path) -> Area:
     orders = avro_bytes(ORDER_SCHEMA, [{"orderId": "o-1"}, {"orderId": "o-2"}])
 
     # Scala era: original names, empty done files.
-    def scala(topic: str, partition: int, table: str, schema: int, first: int, last: int,
-              with_avro: bool) -> None:
+    def scala(
+        topic: str, partition: int, table: str, schema: int, first: int, last: int, with_avro: bool
+    ) -> None:
         dataset, _, tbl = table.partition(".")
         stem = f"{topic}.{partition}.{dataset}.{tbl}.{schema}.{first}"
         files[f"{stem}.{last}.done"] = b""
@@ -134,19 +145,25 @@ def build(root: Path) -> Area:
         path.write_bytes(content)
         os.utime(path, (written_at, written_at))
     write_state(root, state_with_pending_and_quarantine())
-    return Area(root, datetime.now(timezone.utc))
+    return Area(root, datetime.now(UTC))
 
 
 def state_with_pending_and_quarantine() -> LoadState:
     state = LoadState()
-    views = PlannedLoadJob("acme_web", "page_views", 5, (VIEWS_P0,),
-                           (f"{T}.0.acme_web.page_views.5.200.299.done",))
+    views = PlannedLoadJob(
+        "acme_web", "page_views", 5, (VIEWS_P0,), (f"{T}.0.acme_web.page_views.5.200.299.done",)
+    )
     state = record_planned(state, views, "kbqe_acme_web_page_views_1", CREATED)
-    orders4 = PlannedLoadJob("acme_sales", "orders", 4, (ORDERS_4_P0,),
-                             (f"{T}.0.acme_sales.orders.4.0.99.done",))
+    orders4 = PlannedLoadJob(
+        "acme_sales", "orders", 4, (ORDERS_4_P0,), (f"{T}.0.acme_sales.orders.4.0.99.done",)
+    )
     state = record_planned(state, orders4, "kbqe_acme_sales_orders_1", CREATED)
-    return quarantine_job(state, "kbqe_acme_sales_orders_1", CREATED + timedelta(hours=1),
-                          "Provided Schema does not match Table")
+    return quarantine_job(
+        state,
+        "kbqe_acme_sales_orders_1",
+        CREATED + timedelta(hours=1),
+        "Provided Schema does not match Table",
+    )
 
 
 def write_state(root: Path, state: LoadState) -> None:

@@ -21,17 +21,28 @@ def next_offsets(run: Run, area: Area) -> dict[tuple[str, int], int]:
 
 def test_markers_make_the_partitions_resume_at_the_given_offsets(run: Run, area: Area) -> None:
     report = run(
-        "bootstrap", "--topic", "com.acme", "--offsets", "0=2787665,1=2828379",
-        "--staging", str(area.root), "--json",
+        "bootstrap",
+        "--topic",
+        "com.acme",
+        "--offsets",
+        "0=2787665,1=2828379",
+        "--staging",
+        str(area.root),
+        "--json",
     ).json()
-    assert [(p["partition"], p["next_offset"], p["previous_next_offset"], p["written"])
-            for p in report["partitions"]] == [(0, 2787665, 10, True), (1, 2828379, None, True)]
+    assert [
+        (p["partition"], p["next_offset"], p["previous_next_offset"], p["written"])
+        for p in report["partitions"]
+    ] == [(0, 2787665, 10, True), (1, 2828379, None, True)]
     assert report["partitions"][0]["skipped_offsets"] == 2787655
     marker = "com.acme.0._kbqe.bootstrap.0.2787664.2787664.done"
     assert report["partitions"][0]["marker"] == marker
     manifest = parse_manifest((area.root / marker).read_bytes(), marker)
     assert (manifest.topic, manifest.partition, manifest.first, manifest.files) == (
-        "com.acme", 0, 2787664, (),
+        "com.acme",
+        0,
+        2787664,
+        (),
     )
     offsets = next_offsets(run, area)
     assert offsets[("com.acme", 0)] == 2787665
@@ -51,8 +62,11 @@ def test_running_it_twice_writes_once(run: Run, area: Area) -> None:
 @pytest.mark.parametrize(
     ("offsets", "message"),
     [
-        ("3=1000,0=100", f"kbqe: error: {T}[0]: offsets up to 299 are already committed, so a "
-                         "bootstrap at 100 would change nothing"),
+        (
+            "3=1000,0=100",
+            f"kbqe: error: {T}[0]: offsets up to 299 are already committed, so a "
+            "bootstrap at 100 would change nothing",
+        ),
         ("0=0", f"kbqe: error: {T}[0]: offset 0 cannot be bootstrapped"),
         ("0:5", "kbqe: error: --offsets: '0:5' is not PARTITION=OFFSET"),
         ("1=5,1=6", "kbqe: error: --offsets: partition 1 is given twice"),
@@ -72,10 +86,12 @@ def test_a_refused_request_is_one_error_line_and_writes_nothing(
 
 
 def test_an_illegal_topic_name_is_refused(run: Run, area: Area) -> None:
-    result = run("bootstrap", "--topic", "bad topic", "--offsets", "0=5",
-                 "--staging", str(area.root))
+    result = run(
+        "bootstrap", "--topic", "bad topic", "--offsets", "0=5", "--staging", str(area.root)
+    )
     assert (result.code, result.err.strip()) == (
-        1, "kbqe: error: --topic: 'bad topic' is not a legal Kafka topic name",
+        1,
+        "kbqe: error: --topic: 'bad topic' is not a legal Kafka topic name",
     )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from kbqe_dagster.cli import build_parser
 
@@ -45,5 +45,12 @@ def test_each_command_is_documented_once() -> None:
 
 
 def test_the_operator_commands_are_registered() -> None:
-    assert {"staging status", "load plan", "load release", "retention plan", "bootstrap",
-            "dead-letters", "produce-sample"} <= set(commands(build_parser()))
+    assert {
+        "staging status",
+        "load plan",
+        "load release",
+        "retention plan",
+        "bootstrap",
+        "dead-letters",
+        "produce-sample",
+    } <= set(commands(build_parser()))

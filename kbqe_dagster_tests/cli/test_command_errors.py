@@ -16,8 +16,12 @@ from kbqe_dagster_tests.cli.conftest import Run
 from kbqe_dagster_tests.cli.staging_area import Area
 
 STAGING_COMMANDS = [
-    ("staging", "status"), ("load", "plan"), ("load", "release", "--table", "d.t"),
-    ("retention", "plan"), ("dead-letters",), ("bootstrap", "--topic", "t", "--offsets", "0=5"),
+    ("staging", "status"),
+    ("load", "plan"),
+    ("load", "release", "--table", "d.t"),
+    ("retention", "plan"),
+    ("dead-letters",),
+    ("bootstrap", "--topic", "t", "--offsets", "0=5"),
 ]
 
 
@@ -89,8 +93,10 @@ def test_a_missing_staging_directory_is_an_error_not_an_empty_area(
     [
         (("staging", "status"), "kbqe: error: load state _kbqe/load_state.json is not valid JSON"),
         (("load", "plan"), "kbqe: error: load state _kbqe/load_state.json is not valid JSON"),
-        (("load", "release", "--table", "acme_sales.orders", "--yes"),
-         "kbqe: error: load state _kbqe/load_state.json is not valid JSON"),
+        (
+            ("load", "release", "--table", "acme_sales.orders", "--yes"),
+            "kbqe: error: load state _kbqe/load_state.json is not valid JSON",
+        ),
     ],
 )
 def test_a_corrupt_state_file_stops_the_command_with_the_recovery_path(
@@ -150,20 +156,43 @@ EMULATOR = "http://127.0.0.1:14443"
     [
         ("gs://b/p", None, GCP, StagingLocation("gs://b/p")),
         ("gs://b/p", EMULATOR, GCP, StagingLocation("gs://b/p", EMULATOR)),
-        (None, None, {**GCP, "KBQE_STAGING_URL": "gs://b/p", "KBQE_GCS_ENDPOINT": "http://e:1"},
-         StagingLocation("gs://b/p", "http://e:1")),
-        ("gs://b/q", "http://opt:2", {**GCP, "KBQE_STAGING_URL": "gs://b/p",
-                                      "KBQE_GCS_ENDPOINT": "http://env:1"},
-         StagingLocation("gs://b/q", "http://opt:2")),
-        ("gs://b/p", None, {**GCP, "KBQE_GCP_PROJECT": "acme-prod"},
-         StagingLocation("gs://b/p", None, "acme-prod")),
+        (
+            None,
+            None,
+            {**GCP, "KBQE_STAGING_URL": "gs://b/p", "KBQE_GCS_ENDPOINT": "http://e:1"},
+            StagingLocation("gs://b/p", "http://e:1"),
+        ),
+        (
+            "gs://b/q",
+            "http://opt:2",
+            {**GCP, "KBQE_STAGING_URL": "gs://b/p", "KBQE_GCS_ENDPOINT": "http://env:1"},
+            StagingLocation("gs://b/q", "http://opt:2"),
+        ),
+        (
+            "gs://b/p",
+            None,
+            {**GCP, "KBQE_GCP_PROJECT": "acme-prod"},
+            StagingLocation("gs://b/p", None, "acme-prod"),
+        ),
         # In local (the default), a gs:// URL is the local stack's emulator, as for the runs.
-        ("gs://kbqe-local/p", None, {},
-         StagingLocation("gs://kbqe-local/p", EMULATOR, "kbqe-local")),
-        (None, None, {"KBQE_STAGING_URL": "gs://kbqe-local/p"},
-         StagingLocation("gs://kbqe-local/p", EMULATOR, "kbqe-local")),
-        ("gs://kbqe-local/p", "http://opt:2", {"KBQE_GCS_ENDPOINT": "http://env:1"},
-         StagingLocation("gs://kbqe-local/p", "http://opt:2", "kbqe-local")),
+        (
+            "gs://kbqe-local/p",
+            None,
+            {},
+            StagingLocation("gs://kbqe-local/p", EMULATOR, "kbqe-local"),
+        ),
+        (
+            None,
+            None,
+            {"KBQE_STAGING_URL": "gs://kbqe-local/p"},
+            StagingLocation("gs://kbqe-local/p", EMULATOR, "kbqe-local"),
+        ),
+        (
+            "gs://kbqe-local/p",
+            "http://opt:2",
+            {"KBQE_GCS_ENDPOINT": "http://env:1"},
+            StagingLocation("gs://kbqe-local/p", "http://opt:2", "kbqe-local"),
+        ),
     ],
 )
 def test_options_win_over_the_environment_and_gcs_is_the_environments(

@@ -30,14 +30,25 @@ def test_json_is_one_document_per_table_with_the_newest_complete_day(run: Run, s
     assert result.code == 0, result.err
     doc = json.loads(result.out)  # exactly one document on stdout
     table = doc["tables"]["shop.orders"]
-    assert {k: table[k] for k in ("partitioning", "basis", "newest_complete",
-                                  "late_after_complete")} == {
-        "partitioning": "day", "basis": "mixed", "newest_complete": "2026-11-22",
+    assert {
+        k: table[k] for k in ("partitioning", "basis", "newest_complete", "late_after_complete")
+    } == {
+        "partitioning": "day",
+        "basis": "mixed",
+        "newest_complete": "2026-11-22",
         "late_after_complete": 0,
     }
     assert table["held_back_by"] == [
-        {"topic": "orders", "partition": 1, "behind_messages": 20, "behind_seconds": 43500.0,
-         "loaded_offset": 10, "staged_offset": 20, "high_watermark": 30, "waiting_for": "load"}
+        {
+            "topic": "orders",
+            "partition": 1,
+            "behind_messages": 20,
+            "behind_seconds": 43500.0,
+            "loaded_offset": 10,
+            "staged_offset": 20,
+            "high_watermark": 30,
+            "waiting_for": "load",
+        }
     ]
 
 
@@ -82,7 +93,10 @@ def test_an_hour_table_answers_in_hours_and_a_day_counts_once_its_last_hour_does
     assert result.code == 0, result.err
     table = json.loads(result.out)["tables"]["web.clicks"]
     assert (table["partitioning"], table["newest_complete"], table["next_hour"]) == (
-        "hour", "2026-11-23T13", "2026-11-23T14")
+        "hour",
+        "2026-11-23T13",
+        "2026-11-23T14",
+    )
     text = run("completeness", *staged_hourly)
     assert "2026-11-23T13" in text.out and "clicks[1] 20 msg / 25m 0s (load)" in text.out
     assert run("completeness", "--day", "2026-11-22", *staged_hourly).code == 0

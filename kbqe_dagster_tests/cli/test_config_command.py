@@ -61,7 +61,10 @@ def test_json_lists_each_problem_as_key_path_and_message(run: Run, bad: Path) ->
     report = json.loads(result.out)
     assert report["ok"] is False and report["config"] == str(bad)
     assert [p["path"] for p in report["problems"]] == [
-        "load.cadence", "topics[0].routing.tabel", "retention.keep_load_history"]
+        "load.cadence",
+        "topics[0].routing.tabel",
+        "retention.keep_load_history",
+    ]
     assert report["problems"][1]["message"] == "unknown key; did you mean 'table'?"
 
 
@@ -82,8 +85,9 @@ def test_a_missing_file_is_a_problem_of_the_file_itself(run: Run, tmp_path: Path
 
 def test_warnings_of_a_valid_file_are_shown(run: Run, tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
-    path.write_text("version: 1\ntopics: [{name: t, event_time: {fields: [ts]}}]\n"
-                    "load: {cadence: 3m}\n")
+    path.write_text(
+        "version: 1\ntopics: [{name: t, event_time: {fields: [ts]}}]\nload: {cadence: 3m}\n"
+    )
     result = run("config", "check", "--config", str(path), "--json")
     assert result.code == 0
     [warning] = result.json()["warnings"]

@@ -53,7 +53,8 @@ def test_a_script_that_prints_its_own_progress_keeps_our_info_off() -> None:
 
 def test_dagster_runs_print_only_warnings_without_verbose() -> None:
     assert dagster_console_config(False) == {
-        "loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+        "loggers": {"console": {"config": {"log_level": "WARNING"}}}
+    }
     assert dagster_console_config(True)["loggers"]["console"]["config"]["log_level"] == "DEBUG"
 
 
@@ -83,8 +84,9 @@ assert tiny.execute_in_process(run_config=dagster_console_config(verbose)).succe
 
 
 def _console(*argv: str) -> str:
-    done = subprocess.run([sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *argv], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout + done.stderr
 
@@ -96,8 +98,15 @@ def test_without_verbose_only_our_lines_and_real_errors_reach_the_console() -> N
 
 def test_verbose_shows_every_library_and_every_dagster_event() -> None:
     out = _console("-v")
-    for expected in ("HTTP Request:", "setup plugin", "%4|FAIL|", "ours: 3 tables loaded",
-                     "a library error", "dagster - DEBUG - tiny", "an op line"):
+    for expected in (
+        "HTTP Request:",
+        "setup plugin",
+        "%4|FAIL|",
+        "ours: 3 tables loaded",
+        "a library error",
+        "dagster - DEBUG - tiny",
+        "an op line",
+    ):
         assert expected in out, expected
 
 
@@ -105,18 +114,23 @@ def test_verbose_shows_every_library_and_every_dagster_event() -> None:
 def test_the_scripts_set_up_the_console_with_the_one_function(script: str) -> None:
     tree = ast.parse((REPO / script).read_text())
     main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
-    calls = [n.func.id for n in ast.walk(main)
-             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    calls = [
+        n.func.id
+        for n in ast.walk(main)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    ]
     assert "setup_logging" in calls
-    assert not [n for n in ast.walk(main)
-                if isinstance(n, ast.Attribute) and n.attr == "basicConfig"]
+    assert not [
+        n for n in ast.walk(main) if isinstance(n, ast.Attribute) and n.attr == "basicConfig"
+    ]
     imports = {n.module for n in tree.body if isinstance(n, ast.ImportFrom)}
     assert "kbqe_dagster.cli.logs" in imports
 
 
 @pytest.mark.parametrize("script", ["bench/bench_stage.py", "reliability/fault_suite.py"])
 def test_the_scripts_accept_verbose(script: str) -> None:
-    done = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+    done = subprocess.run(
+        [sys.executable, script, "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "--verbose" in done.stdout

@@ -20,8 +20,10 @@ def test_records_are_listed_in_offset_order_with_reason_error_and_source(
     assert report["table"] == "kbqe_dead_letters.dead_letters"
     assert report["files"] == [DEAD_P1]
     assert report["counts_by_reason"] == {"bad_magic": 2, "tombstone": 1, "too_short": 1}
-    assert [(r["topic"], r["partition"], r["offset"], r["reason"], r["error"])
-            for r in report["records"]] == [
+    assert [
+        (r["topic"], r["partition"], r["offset"], r["reason"], r["error"])
+        for r in report["records"]
+    ] == [
         (T, 1, 3, "bad_magic", "byte 0 is 0x01, not 0x00"),
         (T, 1, 7, "too_short", "2 bytes, shorter than the 5-byte header"),
         (T, 1, 9, "bad_magic", "byte 0 is 0x70"),
@@ -29,17 +31,20 @@ def test_records_are_listed_in_offset_order_with_reason_error_and_source(
     ]
 
 
-def test_raw_values_are_previewed_as_hex_and_as_text_when_printable(
-    run: Run, area: Area
-) -> None:
+def test_raw_values_are_previewed_as_hex_and_as_text_when_printable(run: Run, area: Area) -> None:
     records = {r["offset"]: r for r in letters(run, area)["records"]}
     assert records[3]["value"] == {
-        "size": 9, "hex": "0100000003626f6479", "text": None, "truncated": False,
+        "size": 9,
+        "hex": "0100000003626f6479",
+        "text": None,
+        "truncated": False,
     }
     text_value = b"plain text, not avro at all: hello world!"
     assert records[9]["value"] == {
-        "size": len(text_value), "hex": text_value[:32].hex(),
-        "text": text_value[:32].decode(), "truncated": True,
+        "size": len(text_value),
+        "hex": text_value[:32].hex(),
+        "text": text_value[:32].decode(),
+        "truncated": True,
     }
     assert records[11]["value"] is None
     assert records[3]["key"]["text"] == "bad"

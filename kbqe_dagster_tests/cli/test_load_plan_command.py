@@ -34,21 +34,25 @@ def test_jobs_are_listed_in_submission_order_with_files_in_offset_order(
     run: Run, area: Area
 ) -> None:
     plan = run("load", "plan", "--staging", str(area.root), "--json").json()
-    jobs = [
-        {k: job[k] for k in ("dataset", "table", "schema_id", "files")} for job in plan["jobs"]
-    ]
+    jobs = [{k: job[k] for k in ("dataset", "table", "schema_id", "files")} for job in plan["jobs"]]
     assert jobs == [
-        {"dataset": "acme_sales", "table": "orders", "schema_id": 3,
-         "files": [PREFIX_TOPIC_ORDERS, ORDERS_3_P0, ORDERS_3_P1]},
+        {
+            "dataset": "acme_sales",
+            "table": "orders",
+            "schema_id": 3,
+            "files": [PREFIX_TOPIC_ORDERS, ORDERS_3_P0, ORDERS_3_P1],
+        },
         {"dataset": "acme_sales", "table": "orders", "schema_id": 4, "files": [ORDERS_4_P1]},
-        {"dataset": "kbqe_dead_letters", "table": "dead_letters", "schema_id": 0,
-         "files": [DEAD_P1]},
+        {
+            "dataset": "kbqe_dead_letters",
+            "table": "dead_letters",
+            "schema_id": 0,
+            "files": [DEAD_P1],
+        },
     ]
 
 
-def test_pending_jobs_and_quarantined_files_are_reported_not_planned(
-    run: Run, area: Area
-) -> None:
+def test_pending_jobs_and_quarantined_files_are_reported_not_planned(run: Run, area: Area) -> None:
     plan = run("load", "plan", "--staging", str(area.root), "--json").json()
     planned = {f for job in plan["jobs"] for f in job["files"]}
     assert VIEWS_P0 not in planned
@@ -86,7 +90,10 @@ def test_without_a_state_file_every_committed_file_is_planned(run: Run, area: Ar
     (area.root / STATE_FILE).unlink()
     plan = run("load", "plan", "--staging", str(area.root), "--json").json()
     assert [(j["table"], j["schema_id"], len(j["files"])) for j in plan["jobs"]] == [
-        ("orders", 3, 3), ("orders", 4, 2), ("page_views", 5, 1), ("dead_letters", 0, 1),
+        ("orders", 3, 3),
+        ("orders", 4, 2),
+        ("page_views", 5, 1),
+        ("dead_letters", 0, 1),
     ]
     assert plan["pending_jobs"] == [] and plan["quarantined_files"] == []
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster.core.load.state import (
     STATE_BACKUP,
     STATE_FILE,
@@ -16,7 +17,6 @@ from kbqe_dagster.core.load.state import (
     quarantine_job,
     record_planned,
 )
-from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster_tests.cli.conftest import Run
 from kbqe_dagster_tests.cli.staging_area import (
     CREATED,
@@ -24,9 +24,9 @@ from kbqe_dagster_tests.cli.staging_area import (
     ORDERS_3_P0,
     ORDERS_3_P1,
     ORDERS_4_P0,
-    T,
     VIEWS_P0,
     Area,
+    T,
     state_with_pending_and_quarantine,
     write_state,
 )
@@ -45,12 +45,26 @@ def quarantined(area: Area) -> Area:
     state = state_with_pending_and_quarantine()
     later = CREATED + timedelta(hours=2)
     for job_id, job in (
-        ("kbqe_acme_sales_orders_2", PlannedLoadJob(
-            "acme_sales", "orders", 3, (ORDERS_3_P0, ORDERS_3_P1),
-            (f"{T}.0.acme_sales.orders.3.0.99.done", f"{T}.1.acme_sales.orders.3.0.49.done"))),
-        ("kbqe_dead_letters_1", PlannedLoadJob(
-            "kbqe_dead_letters", "dead_letters", 0, (DEAD_P1,),
-            (f"{T}.1.kbqe_dead_letters.dead_letters.0.0.49.done",))),
+        (
+            "kbqe_acme_sales_orders_2",
+            PlannedLoadJob(
+                "acme_sales",
+                "orders",
+                3,
+                (ORDERS_3_P0, ORDERS_3_P1),
+                (f"{T}.0.acme_sales.orders.3.0.99.done", f"{T}.1.acme_sales.orders.3.0.49.done"),
+            ),
+        ),
+        (
+            "kbqe_dead_letters_1",
+            PlannedLoadJob(
+                "kbqe_dead_letters",
+                "dead_letters",
+                0,
+                (DEAD_P1,),
+                (f"{T}.1.kbqe_dead_letters.dead_letters.0.0.49.done",),
+            ),
+        ),
     ):
         state = record_planned(state, job, job_id, CREATED)
         state = quarantine_job(state, job_id, later, "Access Denied")
@@ -89,8 +103,9 @@ def test_yes_releases_exactly_these_files_and_the_next_plan_loads_them(
     root = quarantined.root
     before = quarantined_now(root)
     options = [arg for name in named for arg in ("--file", name)]
-    report = run("load", "release", "--staging", str(root), "--table", ORDERS, *options,
-                 "--yes", "--json").json()
+    report = run(
+        "load", "release", "--staging", str(root), "--table", ORDERS, *options, "--yes", "--json"
+    ).json()
     assert report["dry_run"] is False
     assert {r["file"] for r in report["released"]} == released
     assert quarantined_now(root) == before - released
@@ -116,17 +131,30 @@ def test_the_dry_run_shows_the_release_and_changes_nothing(run: Run, quarantined
 def test_the_text_dry_run_says_how_to_release_and_why_the_files_are_held(
     run: Run, quarantined: Area
 ) -> None:
-    result = run("load", "release", "--staging", str(quarantined.root), "--table", ORDERS,
-                 "--file", ORDERS_4_P0)
+    result = run(
+        "load",
+        "release",
+        "--staging",
+        str(quarantined.root),
+        "--table",
+        ORDERS,
+        "--file",
+        ORDERS_4_P0,
+    )
     lines = result.out.splitlines()
     assert result.code == 0
-    assert lines[0] == (f"{ORDERS} in {quarantined.root}: would release 1 of 3 quarantined "
-                        "file(s) (dry run, nothing changed; --yes releases them)")
+    assert lines[0] == (
+        f"{ORDERS} in {quarantined.root}: would release 1 of 3 quarantined "
+        "file(s) (dry run, nothing changed; --yes releases them)"
+    )
     assert f"  {ORDERS_4_P0}" in lines
-    assert ("  kbqe_acme_sales_orders_1 (quarantined 2024-09-13T13:00:00+00:00): "
-            "Provided Schema does not match Table") in lines
-    assert lines[lines.index("still quarantined (2):") + 1:][:2] == [
-        f"  {ORDERS_3_P0}", f"  {ORDERS_3_P1}",
+    assert (
+        "  kbqe_acme_sales_orders_1 (quarantined 2024-09-13T13:00:00+00:00): "
+        "Provided Schema does not match Table"
+    ) in lines
+    assert lines[lines.index("still quarantined (2):") + 1 :][:2] == [
+        f"  {ORDERS_3_P0}",
+        f"  {ORDERS_3_P1}",
     ]
 
 
@@ -134,8 +162,15 @@ def test_the_text_dry_run_says_how_to_release_and_why_the_files_are_held(
 def test_every_run_reminds_to_pause_the_load_schedules(
     run: Run, quarantined: Area, write: bool
 ) -> None:
-    result = run("load", "release", "--staging", str(quarantined.root), "--table", ORDERS,
-                 *(["--yes"] if write else []))
+    result = run(
+        "load",
+        "release",
+        "--staging",
+        str(quarantined.root),
+        "--table",
+        ORDERS,
+        *(["--yes"] if write else []),
+    )
     assert result.code == 0
     assert result.err.startswith(REMINDER)
 
@@ -155,21 +190,38 @@ def test_the_previous_state_goes_to_the_backup_and_the_notes_stay(
 @pytest.mark.parametrize(
     ("options", "first_words"),
     [
-        (("--table", "acme_web.page_views"),
-         "kbqe: error: acme_web.page_views has no quarantined file in "),
-        (("--table", "acme_sales.nothing_here"),
-         "kbqe: error: acme_sales.nothing_here has no quarantined file in "),
-        (("--table", ORDERS, "--file", VIEWS_P0),
-         f"kbqe: error: --file {VIEWS_P0}: not a quarantined file of {ORDERS}"),
-        (("--table", ORDERS, "--file", ORDERS_3_P0, "--file", DEAD_P1),
-         f"kbqe: error: --file {DEAD_P1}: not a quarantined file of {ORDERS}"),
-        (("--table", ORDERS, "--file", "typo.avro", "--file", "other.avro"),
-         f"kbqe: error: --file typo.avro (and 1 more): not a quarantined file of {ORDERS}"),
+        (
+            ("--table", "acme_web.page_views"),
+            "kbqe: error: acme_web.page_views has no quarantined file in ",
+        ),
+        (
+            ("--table", "acme_sales.nothing_here"),
+            "kbqe: error: acme_sales.nothing_here has no quarantined file in ",
+        ),
+        (
+            ("--table", ORDERS, "--file", VIEWS_P0),
+            f"kbqe: error: --file {VIEWS_P0}: not a quarantined file of {ORDERS}",
+        ),
+        (
+            ("--table", ORDERS, "--file", ORDERS_3_P0, "--file", DEAD_P1),
+            f"kbqe: error: --file {DEAD_P1}: not a quarantined file of {ORDERS}",
+        ),
+        (
+            ("--table", ORDERS, "--file", "typo.avro", "--file", "other.avro"),
+            f"kbqe: error: --file typo.avro (and 1 more): not a quarantined file of {ORDERS}",
+        ),
         (("--table", "orders"), "kbqe: error: --table: 'orders' is not DATASET.TABLE"),
         (("--table", "a.b.c"), "kbqe: error: --table: 'a.b.c' is not DATASET.TABLE"),
     ],
-    ids=["table with only a pending job", "unknown table", "file not quarantined",
-         "file of another table", "two unknown files", "no dataset", "two dots"],
+    ids=[
+        "table with only a pending job",
+        "unknown table",
+        "file not quarantined",
+        "file of another table",
+        "two unknown files",
+        "no dataset",
+        "two dots",
+    ],
 )
 def test_refusals_are_one_line_and_write_nothing(
     run: Run, quarantined: Area, options: tuple[str, ...], first_words: str
@@ -185,6 +237,7 @@ def test_a_table_is_refused_once_all_its_files_are_released(run: Run, area: Area
     assert run(*args).code == 0
     result = run(*args)
     assert_one_error_line(
-        result, f"kbqe: error: {ORDERS} has no quarantined file in {area.root}; nothing to "
-                "release (no table has any)",
+        result,
+        f"kbqe: error: {ORDERS} has no quarantined file in {area.root}; nothing to "
+        "release (no table has any)",
     )

@@ -10,8 +10,12 @@ from kbqe_dagster_tests.cli.conftest import Run
 
 LOCAL_STAGING = "gs://kbqe-local/staging"
 
-READ_ONLY_COMMANDS = [("staging", "status"), ("load", "plan"), ("retention", "plan"),
-                      ("dead-letters", "--limit", "0")]
+READ_ONLY_COMMANDS = [
+    ("staging", "status"),
+    ("load", "plan"),
+    ("retention", "plan"),
+    ("dead-letters", "--limit", "0"),
+]
 
 
 @pytest.mark.parametrize("command", READ_ONLY_COMMANDS, ids=" ".join)

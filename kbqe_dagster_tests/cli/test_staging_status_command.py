@@ -41,9 +41,7 @@ def test_every_partition_with_done_files_reports_its_next_offset_and_committed_r
     assert all(type(p["partition"]) is int and type(p["next_offset"]) is int for p in partitions)
 
 
-def test_pending_files_bytes_and_oldest_age_are_counted_per_partition(
-    run: Run, area: Area
-) -> None:
+def test_pending_files_bytes_and_oldest_age_are_counted_per_partition(run: Run, area: Area) -> None:
     by_tp = {(p["topic"], p["partition"]): p for p in status(run, area)["partitions"]}
     p1 = by_tp[(T, 1)]
     assert p1["pending_files"] == 3  # two orders files and the dead letters; not the in-flight one
@@ -63,13 +61,16 @@ def test_tables_report_only_loadable_files_apart_from_pending_and_quarantined(
 ) -> None:
     tables = {(t["dataset"], t["table"]): t for t in status(run, area)["tables"]}
     assert sorted(tables) == [
-        ("acme_sales", "orders"), ("acme_web", "page_views"),
+        ("acme_sales", "orders"),
+        ("acme_web", "page_views"),
         ("kbqe_dead_letters", "dead_letters"),
     ]
     orders = tables[("acme_sales", "orders")]
     # Committed orders files: p0 schema 3 and 4 (4 quarantined), p1 schema 3 and 4, com.acme.
     assert (orders["loadable_files"], orders["schema_ids"], orders["quarantined_files"]) == (
-        4, [3, 4], 1,
+        4,
+        [3, 4],
+        1,
     )
     views = tables[("acme_web", "page_views")]
     assert (views["loadable_files"], views["files_in_pending_jobs"]) == (0, 1)
@@ -107,7 +108,6 @@ def test_the_location_comes_from_the_environment_when_no_option_is_given(
     assert [p["next_offset"] for p in report["partitions"]] == [10, 300, 50, 10, 30]
 
 
-
 def test_a_storage_write_intent_without_its_done_file_is_listed_for_its_partition(
     run: Run, tmp_path: Path
 ) -> None:
@@ -119,5 +119,4 @@ def test_a_storage_write_intent_without_its_done_file_is_listed_for_its_partitio
     assert partition["open_intents"] == [f"{T}.5.fast.clicks.7.10.19.intent"]
     assert report["unrecognized"] == [] and partition["pending_files"] == 0
     text = run("staging", "status", "--staging", str(tmp_path)).out
-    assert (f"{T}[5]: Storage Write intent {T}.5.fast.clicks.7.10.19.intent has no done file"
-            in text)
+    assert f"{T}[5]: Storage Write intent {T}.5.fast.clicks.7.10.19.intent has no done file" in text

@@ -54,8 +54,11 @@ def second_pipeline(local_stack, tmp_path: Path, monkeypatch) -> tuple[str, Area
 
 def without_moments(doc: Any) -> Any:
     if isinstance(doc, dict):
-        return {k: without_moments(v) for k, v in doc.items()
-                if k not in MOMENT_KEYS and "age_s" not in k}
+        return {
+            k: without_moments(v)
+            for k, v in doc.items()
+            if k not in MOMENT_KEYS and "age_s" not in k
+        }
     if isinstance(doc, list):
         return [without_moments(v) for v in doc]
     return doc
@@ -82,8 +85,9 @@ def test_what_bootstrap_writes_to_the_emulator_staging_status_reads_back(
     status = run("staging", "status", "--json").json()
 
     assert written["staging"] == url
-    assert {p["partition"]: p["next_offset"] for p in status["partitions"]
-            if p["topic"] == "mtse.boot"} == {0: 5, 1: 7}
+    assert {
+        p["partition"]: p["next_offset"] for p in status["partitions"] if p["topic"] == "mtse.boot"
+    } == {0: 5, 1: 7}
     assert any(s.name.startswith("mtse.boot.0.") for s in store.list("mtse.boot."))
 
 

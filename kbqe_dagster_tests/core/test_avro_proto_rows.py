@@ -35,66 +35,108 @@ from kbqe_dagster.core.record.enrichment import (
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
 F = descriptor_pb2.FieldDescriptorProto
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 # The proto types the API takes for each BigQuery column type, as this mapping chooses them
 # ("Supported protocol buffer data types"): DATE int32 days, TIMESTAMP int64 micros, DATETIME,
 # TIME and NUMERIC as their string literals.
 PROTO_TYPE_OF = {
-    "BOOLEAN": F.TYPE_BOOL, "INTEGER": F.TYPE_INT64, "FLOAT": F.TYPE_DOUBLE,
-    "BYTES": F.TYPE_BYTES, "STRING": F.TYPE_STRING, "DATE": F.TYPE_INT32,
-    "TIMESTAMP": F.TYPE_INT64, "DATETIME": F.TYPE_STRING, "TIME": F.TYPE_STRING,
-    "NUMERIC": F.TYPE_STRING, "BIGNUMERIC": F.TYPE_STRING, "RECORD": F.TYPE_MESSAGE,
+    "BOOLEAN": F.TYPE_BOOL,
+    "INTEGER": F.TYPE_INT64,
+    "FLOAT": F.TYPE_DOUBLE,
+    "BYTES": F.TYPE_BYTES,
+    "STRING": F.TYPE_STRING,
+    "DATE": F.TYPE_INT32,
+    "TIMESTAMP": F.TYPE_INT64,
+    "DATETIME": F.TYPE_STRING,
+    "TIME": F.TYPE_STRING,
+    "NUMERIC": F.TYPE_STRING,
+    "BIGNUMERIC": F.TYPE_STRING,
+    "RECORD": F.TYPE_MESSAGE,
 }
 
 DEC = {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 3}
-BIGDEC = {"type": "fixed", "name": "Big", "size": 20, "logicalType": "decimal",
-          "precision": 40, "scale": 9}
-ADDRESS = {"type": "record", "name": "Address", "namespace": "shop.common", "fields": [
-    {"name": "city", "type": "string"},
-    {"name": "zip", "type": ["null", "string"], "default": None},
-]}
-EVERY_TYPE = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
-    {"name": "flag", "type": "boolean"},
-    {"name": "small", "type": "int"},
-    {"name": "big", "type": "long"},
-    {"name": "ratio", "type": "float"},
-    {"name": "amount", "type": "double"},
-    {"name": "blob", "type": "bytes"},
-    {"name": "name", "type": "string"},
-    {"name": "maybe", "type": ["null", "string"], "default": None},
-    {"name": "maybe_last", "type": ["long", "null"]},
-    {"name": "color", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
-    {"name": "hash", "type": {"type": "fixed", "name": "Hash", "size": 4}},
-    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-    {"name": "clock_ms", "type": {"type": "int", "logicalType": "time-millis"}},
-    {"name": "clock_us", "type": {"type": "long", "logicalType": "time-micros"}},
-    {"name": "at_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "at_us", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
-    {"name": "local_ms", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
-    {"name": "local_us", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
-    {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
-    {"name": "price", "type": DEC},
-    {"name": "huge", "type": BIGDEC},
-    {"name": "future", "type": {"type": "long", "logicalType": "some-future-type"}},
-    {"name": "ship_to", "type": ADDRESS},
-    {"name": "bill_to", "type": ["null", "shop.common.Address"], "default": None},
-    {"name": "tags", "type": {"type": "array", "items": "string"}},
-    {"name": "scores", "type": {"type": "array", "items": ["null", "long"]}},
-    {"name": "lines", "type": {"type": "array", "items": {
-        "type": "record", "name": "Line", "fields": [
-            {"name": "sku", "type": "string"},
-            {"name": "qty", "type": "int"},
-            {"name": "attrs", "type": {"type": "map", "values": "string"}},
-        ]}}},
-    {"name": "counts", "type": {"type": "map", "values": ["null", "long"]}},
-    {"name": "where", "type": {"type": "map", "values": "shop.common.Address"}},
-    {"name": "lists", "type": {"type": "map", "values": {"type": "array", "items": "int"}}},
-    {"name": "nested_maps", "type": {"type": "map", "values": {"type": "map", "values": "int"}}},
-    {"name": "opt_map", "type": ["null", {"type": "map", "values": "double"}], "default": None},
-    {"name": "empty", "type": {"type": "record", "name": "Empty", "fields": [
-        {"name": "nothing", "type": ["null", "int"], "default": None}]}},
-]}
+BIGDEC = {
+    "type": "fixed",
+    "name": "Big",
+    "size": 20,
+    "logicalType": "decimal",
+    "precision": 40,
+    "scale": 9,
+}
+ADDRESS = {
+    "type": "record",
+    "name": "Address",
+    "namespace": "shop.common",
+    "fields": [
+        {"name": "city", "type": "string"},
+        {"name": "zip", "type": ["null", "string"], "default": None},
+    ],
+}
+EVERY_TYPE = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "flag", "type": "boolean"},
+        {"name": "small", "type": "int"},
+        {"name": "big", "type": "long"},
+        {"name": "ratio", "type": "float"},
+        {"name": "amount", "type": "double"},
+        {"name": "blob", "type": "bytes"},
+        {"name": "name", "type": "string"},
+        {"name": "maybe", "type": ["null", "string"], "default": None},
+        {"name": "maybe_last", "type": ["long", "null"]},
+        {"name": "color", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
+        {"name": "hash", "type": {"type": "fixed", "name": "Hash", "size": 4}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "clock_ms", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "clock_us", "type": {"type": "long", "logicalType": "time-micros"}},
+        {"name": "at_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "at_us", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
+        {"name": "local_ms", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+        {"name": "local_us", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "price", "type": DEC},
+        {"name": "huge", "type": BIGDEC},
+        {"name": "future", "type": {"type": "long", "logicalType": "some-future-type"}},
+        {"name": "ship_to", "type": ADDRESS},
+        {"name": "bill_to", "type": ["null", "shop.common.Address"], "default": None},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "scores", "type": {"type": "array", "items": ["null", "long"]}},
+        {
+            "name": "lines",
+            "type": {
+                "type": "array",
+                "items": {
+                    "type": "record",
+                    "name": "Line",
+                    "fields": [
+                        {"name": "sku", "type": "string"},
+                        {"name": "qty", "type": "int"},
+                        {"name": "attrs", "type": {"type": "map", "values": "string"}},
+                    ],
+                },
+            },
+        },
+        {"name": "counts", "type": {"type": "map", "values": ["null", "long"]}},
+        {"name": "where", "type": {"type": "map", "values": "shop.common.Address"}},
+        {"name": "lists", "type": {"type": "map", "values": {"type": "array", "items": "int"}}},
+        {
+            "name": "nested_maps",
+            "type": {"type": "map", "values": {"type": "map", "values": "int"}},
+        },
+        {"name": "opt_map", "type": ["null", {"type": "map", "values": "double"}], "default": None},
+        {
+            "name": "empty",
+            "type": {
+                "type": "record",
+                "name": "Empty",
+                "fields": [{"name": "nothing", "type": ["null", "int"], "default": None}],
+            },
+        },
+    ],
+}
 ORDER = {
     "flag": True, "small": -7, "big": 2**62, "ratio": 1.1, "amount": -0.25, "blob": b"\x00\xff",
     "name": "Ünïcode ✓", "maybe": None, "maybe_last": 5, "color": "GREEN",
@@ -177,18 +219,24 @@ def test_the_writer_schema_has_the_columns_a_load_of_the_same_file_creates() -> 
 
 
 @pytest.mark.parametrize("hourly", [False, True], ids=["day table", "hour table"])
-@pytest.mark.parametrize("config", [
-    EnrichmentConfig(),
-    EnrichmentConfig(key_column="_kafka_key", headers_column="_kafka_headers"),
-    EnrichmentConfig(timestamp_column=None, event_date_column="ev_day"),
-], ids=["default", "key and headers", "renamed, no timestamp"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        EnrichmentConfig(),
+        EnrichmentConfig(key_column="_kafka_key", headers_column="_kafka_headers"),
+        EnrichmentConfig(timestamp_column=None, event_date_column="ev_day"),
+    ],
+    ids=["default", "key and headers", "renamed, no timestamp"],
+)
 def test_the_enrichment_columns_come_first_exactly_as_the_load_path_makes_them(
-        config, hourly) -> None:
+    config, hourly
+) -> None:
     schema = extended_schema(EVERY_TYPE, config, hourly=hourly)
     descriptor = proto_schema(schema)
     assert_columns_match(bigquery_schema_from_avro(schema), descriptor)
-    assert [f.name for f in descriptor.field][:len(config.columns_of(hourly))] == list(
-        config.columns_of(hourly))
+    assert [f.name for f in descriptor.field][: len(config.columns_of(hourly))] == list(
+        config.columns_of(hourly)
+    )
     by_name = {f.name: f for f in descriptor.field}
     assert by_name[config.event_date_column].type == F.TYPE_INT32  # DATE: days
     if hourly:
@@ -197,16 +245,23 @@ def test_the_enrichment_columns_come_first_exactly_as_the_load_path_makes_them(
 
 def test_the_hourly_schema_of_a_day_tables_file_maps_like_the_extended_one() -> None:
     config = EnrichmentConfig()
-    assert proto_schema(with_event_hour(extended_schema(EVERY_TYPE, config), config)) == \
-        proto_schema(extended_schema(EVERY_TYPE, config, hourly=True))
+    assert proto_schema(
+        with_event_hour(extended_schema(EVERY_TYPE, config), config)
+    ) == proto_schema(extended_schema(EVERY_TYPE, config, hourly=True))
 
 
 def test_nested_message_names_never_clash_with_a_field_of_the_same_message() -> None:
-    schema = {"type": "record", "name": "R", "fields": [
-        {"name": "a", "type": {"type": "record", "name": "A", "fields": [
-            {"name": "x", "type": "int"}]}},
-        {"name": "AMessage", "type": "string"},
-    ]}
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [
+            {
+                "name": "a",
+                "type": {"type": "record", "name": "A", "fields": [{"name": "x", "type": "int"}]},
+            },
+            {"name": "AMessage", "type": "string"},
+        ],
+    }
     descriptor = proto_schema(schema)
     assert {n.name for n in descriptor.nested_type}.isdisjoint(f.name for f in descriptor.field)
     assert parsed(schema, [{"a": {"x": 1}, "AMessage": "s"}]) == [{"a": {"x": 1}, "AMessage": "s"}]
@@ -219,18 +274,26 @@ def test_the_writer_schema_is_a_copy_the_caller_may_change() -> None:
     assert encode_rows(EVERY_TYPE, avro_round_trip(EVERY_TYPE, [ORDER]))  # still encodes
 
 
-@pytest.mark.parametrize(("avro_type", "problem"), [
-    (["null", "string", "long"], "union of 2 non-null types"),
-    ({"type": "array", "items": {"type": "array", "items": "int"}}, "array of arrays"),
-    ({"type": "array", "items": {"type": "map", "values": "int"}}, "array of arrays"),
-    ({"type": "bytes", "logicalType": "decimal", "precision": 80, "scale": 2}, "decimal(80, 2)"),
-    ("no.such.Type", "unknown Avro type"),
-])
+@pytest.mark.parametrize(
+    ("avro_type", "problem"),
+    [
+        (["null", "string", "long"], "union of 2 non-null types"),
+        ({"type": "array", "items": {"type": "array", "items": "int"}}, "array of arrays"),
+        ({"type": "array", "items": {"type": "map", "values": "int"}}, "array of arrays"),
+        (
+            {"type": "bytes", "logicalType": "decimal", "precision": 80, "scale": 2},
+            "decimal(80, 2)",
+        ),
+        ("no.such.Type", "unknown Avro type"),
+    ],
+)
 def test_a_type_bigquery_cannot_hold_is_refused_naming_the_file_and_field(
-        avro_type, problem) -> None:
+    avro_type, problem
+) -> None:
     schema = {"type": "record", "name": "R", "fields": [{"name": "f", "type": avro_type}]}
-    with pytest.raises(UnsupportedSchemaError,
-                       match=rf"orders-0\.avro: field f.*{re.escape(problem)}"):
+    with pytest.raises(
+        UnsupportedSchemaError, match=rf"orders-0\.avro: field f.*{re.escape(problem)}"
+    ):
         proto_schema(schema, source="orders-0.avro")
 
 
@@ -243,20 +306,35 @@ def test_a_schema_that_is_not_a_record_is_refused() -> None:
 def test_every_type_round_trips_to_the_values_its_column_holds() -> None:
     (row,) = parsed(EVERY_TYPE, avro_round_trip(EVERY_TYPE, [ORDER]))
     assert row == {
-        "flag": True, "small": -7, "big": 2**62,
-        "ratio": pytest.approx(1.1, rel=1e-7), "amount": -0.25, "blob": b"\x00\xff",
-        "name": "Ünïcode ✓", "maybe_last": 5, "color": "GREEN", "hash": b"\x01\x02\x03\x04",
+        "flag": True,
+        "small": -7,
+        "big": 2**62,
+        "ratio": pytest.approx(1.1, rel=1e-7),
+        "amount": -0.25,
+        "blob": b"\x00\xff",
+        "name": "Ünïcode ✓",
+        "maybe_last": 5,
+        "color": "GREEN",
+        "hash": b"\x01\x02\x03\x04",
         "day": (dt.date(2024, 2, 29) - dt.date(1970, 1, 1)).days,
-        "clock_ms": "23:59:58.123000", "clock_us": "00:00:01.000005",
-        "at_ms": 1726228800123000, "at_us": -1,
-        "local_ms": "2024-01-02 03:04:05.006000", "local_us": "9999-12-31 23:59:59.999999",
+        "clock_ms": "23:59:58.123000",
+        "clock_us": "00:00:01.000005",
+        "at_ms": 1726228800123000,
+        "at_us": -1,
+        "local_ms": "2024-01-02 03:04:05.006000",
+        "local_us": "9999-12-31 23:59:59.999999",
         "id": "12345678-1234-5678-1234-567812345678",
-        "price": "-123456789.125", "huge": "12345678901234567890123456789.123456789",
+        "price": "-123456789.125",
+        "huge": "12345678901234567890123456789.123456789",
         "future": 42,
-        "ship_to": {"city": "Paris"}, "bill_to": {"city": "Lyon", "zip": "69001"},
-        "tags": ["a", "", "c"], "scores": [1, 2],
-        "lines": [{"sku": "x", "qty": 2, "attrs": [{"key": "size", "value": "L"}]},
-                  {"sku": "y", "qty": 0}],
+        "ship_to": {"city": "Paris"},
+        "bill_to": {"city": "Lyon", "zip": "69001"},
+        "tags": ["a", "", "c"],
+        "scores": [1, 2],
+        "lines": [
+            {"sku": "x", "qty": 2, "attrs": [{"key": "size", "value": "L"}]},
+            {"sku": "y", "qty": 0},
+        ],
         "counts": [{"key": "a", "value": 1}, {"key": "b"}],
         "where": [{"key": "home", "value": {"city": "Nice"}}],
         "lists": [{"key": "evens", "value": [2, 4]}, {"key": "none"}],
@@ -282,27 +360,41 @@ def test_a_null_record_is_an_unset_field_and_an_empty_record_a_set_one() -> None
 
 
 def test_raw_avro_values_encode_like_the_decoded_logical_values() -> None:
-    schema = {"type": "record", "name": "R", "fields": [
-        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-        {"name": "at_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {"name": "at_us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-        {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
-        {"name": "clock", "type": {"type": "int", "logicalType": "time-millis"}},
-        {"name": "price", "type": DEC},
-        {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
-    ]}
-    raw = {"day": 19782, "at_ms": 1726228800123, "at_us": 1726228800123456,
-           "local": 1704164645006, "clock": 86_398_123,
-           "price": (-123456789125).to_bytes(6, "big", signed=True),
-           "id": "12345678-1234-5678-1234-567812345678"}
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "at_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "at_us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+            {"name": "clock", "type": {"type": "int", "logicalType": "time-millis"}},
+            {"name": "price", "type": DEC},
+            {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+        ],
+    }
+    raw = {
+        "day": 19782,
+        "at_ms": 1726228800123,
+        "at_us": 1726228800123456,
+        "local": 1704164645006,
+        "clock": 86_398_123,
+        "price": (-123456789125).to_bytes(6, "big", signed=True),
+        "id": "12345678-1234-5678-1234-567812345678",
+    }
     decoded = avro_round_trip(schema, [raw])
     assert encode_rows(schema, [raw]) == encode_rows(schema, decoded)
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (Decimal("1E+3"), "1000"), (Decimal("0.000"), "0.000"), (Decimal("-0.5"), "-0.5"),
-    (Decimal("999999999.999"), "999999999.999"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (Decimal("1E+3"), "1000"),
+        (Decimal("0.000"), "0.000"),
+        (Decimal("-0.5"), "-0.5"),
+        (Decimal("999999999.999"), "999999999.999"),
+    ],
+)
 def test_a_decimal_is_written_in_plain_notation(value, text) -> None:
     schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": DEC}]}
     assert parsed(schema, [{"n": value}]) == [{"n": text}]
@@ -312,23 +404,34 @@ def test_the_enrichment_of_a_staged_record_round_trips() -> None:
     """The bytes the stage path writes (enrichment prefix, event hour, then the Confluent
     body) decoded by fastavro under the file schema, encoded, parsed back."""
     config = EnrichmentConfig(key_column="_kafka_key", headers_column="_kafka_headers")
-    writer = {"type": "record", "name": "Click", "fields": [
-        {"name": "url", "type": "string"}, {"name": "n", "type": ["null", "int"]}]}
+    writer = {
+        "type": "record",
+        "name": "Click",
+        "fields": [{"name": "url", "type": "string"}, {"name": "n", "type": ["null", "int"]}],
+    }
     schema = extended_schema(writer, config, hourly=True)
     body = io.BytesIO()
     fastavro.schemaless_writer(body, fastavro.parse_schema(writer), {"url": "/a", "n": None})
     encoder = EnrichmentEncoder(config, "clicks", 3)
-    staged = (encoder.encode(19_979, 1_234_567, 1_726_228_800_123, b"k-1",
-                             [("trace", b"t"), ("trace", None)])
-              + event_hour_suffix(479_508) + body.getvalue())
+    staged = (
+        encoder.encode(
+            19_979, 1_234_567, 1_726_228_800_123, b"k-1", [("trace", b"t"), ("trace", None)]
+        )
+        + event_hour_suffix(479_508)
+        + body.getvalue()
+    )
     record = fastavro.schemaless_reader(io.BytesIO(staged), fastavro.parse_schema(schema))
     (row,) = parsed(schema, [record])
     assert row == {
-        "_event_date": 19_979, "_kafka_topic": "clicks", "_kafka_partition": 3,
-        "_kafka_offset": 1_234_567, "_kafka_timestamp": 1_726_228_800_123_000,
+        "_event_date": 19_979,
+        "_kafka_topic": "clicks",
+        "_kafka_partition": 3,
+        "_kafka_offset": 1_234_567,
+        "_kafka_timestamp": 1_726_228_800_123_000,
         "_kafka_key": b"k-1",
         "_kafka_headers": [{"key": "trace", "value": b"t"}, {"key": "trace"}],
-        "_event_hour": 479_508 * 3_600 * 1_000_000, "url": "/a",
+        "_event_hour": 479_508 * 3_600 * 1_000_000,
+        "url": "/a",
     }
 
 
@@ -340,9 +443,15 @@ def test_a_staged_record_without_timestamp_or_headers_leaves_them_null_and_empty
     fastavro.schemaless_writer(body, fastavro.parse_schema(writer), {"url": "/b"})
     staged = EnrichmentEncoder(config, "clicks", 0).encode(0, 0, -1, None, None) + body.getvalue()
     record = fastavro.schemaless_reader(io.BytesIO(staged), fastavro.parse_schema(schema))
-    assert parsed(schema, [record]) == [{
-        "_event_date": 0, "_kafka_topic": "clicks", "_kafka_partition": 0, "_kafka_offset": 0,
-        "url": "/b"}]  # proto3-style zero values are still set fields in proto2: check presence
+    assert parsed(schema, [record]) == [
+        {
+            "_event_date": 0,
+            "_kafka_topic": "clicks",
+            "_kafka_partition": 0,
+            "_kafka_offset": 0,
+            "url": "/b",
+        }
+    ]  # proto3-style zero values are still set fields in proto2: check presence
     message = message_class(proto_schema(schema))()
     message.ParseFromString(encode_rows(schema, [record])[0])
     assert message.HasField("_event_date") and message.HasField("_kafka_offset")
@@ -351,9 +460,14 @@ def test_a_staged_record_without_timestamp_or_headers_leaves_them_null_and_empty
 
 def test_a_null_array_item_is_refused_naming_the_record_and_field() -> None:
     records = [{"tags": ["a"], "n": 1}, {"tags": ["a", None], "n": 2}]
-    schema = {"type": "record", "name": "R", "fields": [
-        {"name": "tags", "type": {"type": "array", "items": ["null", "string"]}},
-        {"name": "n", "type": "int"}]}
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [
+            {"name": "tags", "type": {"type": "array", "items": ["null", "string"]}},
+            {"name": "n", "type": "int"},
+        ],
+    }
     with pytest.raises(RowEncodeError, match=r"orders-0\.avro: record 1: field tags .*NULL") as err:
         encode_rows(schema, records, source="orders-0.avro")
     assert err.value.index == 1

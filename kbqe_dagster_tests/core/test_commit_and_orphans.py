@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
+from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.commit import (
     Manifest,
     avro_file_name,
     bootstrap_marker,
     is_bootstrap_marker,
-    is_pinned,
     is_marker,
+    is_pinned,
     manifests_needed,
     parse_manifest,
     plan_bootstrap,
@@ -22,10 +23,9 @@ from kbqe_dagster.core.protocol.commit import (
     range_marker,
     records_by_avro,
 )
-from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.offsets import OffsetRange, recover
 
-NOW = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
 RNG = OffsetRange("com.acme.events", 2, 100, 200)
 
 
@@ -50,7 +50,9 @@ def test_all_done_files_of_a_range_share_one_manifest_of_the_whole_range() -> No
     doc = json.loads(commit.content)
     assert (doc["kbqe_manifest"], doc["first"], doc["last"]) == (1, 100, 199)
     assert (doc["dead_letters"], doc["skipped"], doc["created_at"]) == (
-        1, 2, "2024-09-13T12:00:00+00:00",
+        1,
+        2,
+        "2024-09-13T12:00:00+00:00",
     )
     assert records_by_avro([manifest]) == {f.avro: 10 for f in manifest.files}
 
@@ -87,8 +89,10 @@ def test_data_files_and_foreign_names_are_not_markers(name: str) -> None:
 @pytest.mark.parametrize(
     "staged, message",
     [
-        ([(avro_file_name(OffsetRange("com.acme.events", 2, 0, 100), "sales", "o", 1), 1)],
-         "is not a file of range"),
+        (
+            [(avro_file_name(OffsetRange("com.acme.events", 2, 0, 100), "sales", "o", 1), 1)],
+            "is not a file of range",
+        ),
         ([(avro_file_name(RNG, "_kbqe", "o", 1), 1)], "reserved for markers"),
         ([(avro_file_name(RNG, "sales", "o", 1), 1)] * 2, "listed twice"),
     ],
@@ -108,10 +112,16 @@ def test_an_empty_done_file_from_the_scala_project_has_no_manifest() -> None:
         (b"\x00\xff not json", "no readable manifest"),
         (b'{"something": "else"}', "no readable manifest"),
         (b'{"kbqe_manifest": 2}', "newer release"),
-        (json.dumps({**json.loads(commit_of(("orders", 5)).content), "first": 0}).encode(),
-         "not this file's range"),
-        (json.dumps({**json.loads(commit_of(("orders", 5)).content), "files": [{"avro": 1}]})
-         .encode(), "no readable manifest"),
+        (
+            json.dumps({**json.loads(commit_of(("orders", 5)).content), "first": 0}).encode(),
+            "not this file's range",
+        ),
+        (
+            json.dumps(
+                {**json.loads(commit_of(("orders", 5)).content), "files": [{"avro": 1}]}
+            ).encode(),
+            "no readable manifest",
+        ),
     ],
 )
 def test_a_damaged_manifest_is_an_error_naming_the_done_file(content: bytes, message: str) -> None:
@@ -139,9 +149,7 @@ def test_a_crash_between_done_files_rolls_forward_the_missing_ones() -> None:
     assert manifests_needed(names) == (commit.done_files[0].name,)
     cleanup = plan_cleanup(names, contents)
     assert cleanup.delete_avro == ()
-    assert cleanup.create_done == tuple(
-        (d.name, commit.content) for d in commit.done_files[1:]
-    )
+    assert cleanup.create_done == tuple((d.name, commit.content) for d in commit.done_files[1:])
 
 
 def test_roll_forward_skips_files_already_loaded_and_deleted() -> None:
@@ -177,7 +185,8 @@ def test_an_avro_file_the_manifest_does_not_list_is_an_orphan() -> None:
 
 def test_an_empty_legacy_done_file_commits_only_its_own_avro_file() -> None:
     names = [
-        "orders.0.sales.orders.1.0.avro", "orders.0.sales.orders.1.0.99.done",
+        "orders.0.sales.orders.1.0.avro",
+        "orders.0.sales.orders.1.0.99.done",
         "orders.0.sales.orders.2.0.avro",
     ]
     cleanup = plan_cleanup(names, {"orders.0.sales.orders.1.0.99.done": b""})
@@ -218,7 +227,9 @@ def test_manifest_encoding_is_deterministic() -> None:
 def test_the_manifest_carries_records_per_event_date_and_reads_them_back() -> None:
     avro = avro_file_name(RNG, "sales", "orders", 5)
     commit = plan_range_commit(
-        RNG, [(avro, 12)], created_at=NOW,
+        RNG,
+        [(avro, 12)],
+        created_at=NOW,
         days={avro.name: {"2024-09-14": 5, "2024-09-13": 7}},
     )
     doc = json.loads(commit.content)
@@ -236,7 +247,9 @@ def test_a_manifest_without_days_stays_as_it_was() -> None:
 def test_the_manifest_pins_the_version_of_each_uploaded_avro_object() -> None:
     orders, refunds = (avro_file_name(RNG, "sales", t, 5) for t in ("orders", "refunds"))
     commit = plan_range_commit(
-        RNG, [(orders, 3), (refunds, 4)], created_at=NOW,
+        RNG,
+        [(orders, 3), (refunds, 4)],
+        created_at=NOW,
         versions={orders.name: "1700000000000001", refunds.name: "1700000000000002"},
     )
     doc = json.loads(commit.content)
@@ -244,7 +257,8 @@ def test_the_manifest_pins_the_version_of_each_uploaded_avro_object() -> None:
     parsed = parse_manifest(commit.content, commit.done_files[1].name)
     assert parsed is not None
     assert {f.avro: f.version for f in parsed.files} == {
-        orders.name: "1700000000000001", refunds.name: "1700000000000002",
+        orders.name: "1700000000000001",
+        refunds.name: "1700000000000002",
     }
 
 

@@ -10,7 +10,7 @@ minimum; the tests compare both on the named scenarios and on seeded random ones
 from __future__ import annotations
 
 import random
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
@@ -33,7 +33,7 @@ from kbqe_dagster.core.completeness.state import (
 )
 from kbqe_dagster.core.errors import StagingError
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 KAFKA_0 = CompletenessSettings(Basis.KAFKA_TIME, timedelta(0))
 KAFKA_5M = CompletenessSettings(Basis.KAFKA_TIME, timedelta(minutes=5))
@@ -104,8 +104,9 @@ def test_lateness_delays_a_caught_up_partition_on_kafka_time():
 
 def test_event_time_idle_partition_completes_a_day_once_the_lateness_has_passed():
     # Caught up at 00:30: the day before is not complete until 01:00 (lateness 1 h).
-    early = part(0, observed=at("2026-11-24T00:30:00"), event=at("2026-11-23T00:00:00"),
-                 settings=EVENT_1H)
+    early = part(
+        0, observed=at("2026-11-24T00:30:00"), event=at("2026-11-23T00:00:00"), settings=EVENT_1H
+    )
     assert decide("d.t", [early]).newest_complete == date(2026, 11, 22) == oracle([early])
     late = part(0, observed=at("2026-11-24T01:00:00"), settings=EVENT_1H)
     assert decide("d.t", [late]).newest_complete == date(2026, 11, 23) == oracle([late])
@@ -145,8 +146,9 @@ def test_a_partition_with_a_backlog_and_nothing_known_holds_back_with_unknown_se
 
 def test_several_topics_feed_one_table_each_on_its_own_settings():
     kafka = part(0, topic="orders", kafka=at("2026-11-23T10:00:00"), loaded=1, high=2)
-    events = part(0, topic="devices", loaded=1, high=2, event=at("2026-11-23T00:00:00"),
-                  settings=EVENT_1H)
+    events = part(
+        0, topic="devices", loaded=1, high=2, event=at("2026-11-23T00:00:00"), settings=EVENT_1H
+    )
     verdict = decide("d.t", [kafka, events])
     assert verdict.basis == "mixed"
     assert verdict.newest_complete == date(2026, 11, 21) == oracle([kafka, events])
@@ -165,7 +167,10 @@ def test_random_scenarios_agree_with_the_oracle(seed):
     for i in range(rnd.randint(1, 5)):
         high = rnd.randint(0, 100)
         loaded = rnd.choice([high, rnd.randint(0, high)])
-        stamp = lambda: rnd.choice([None, NOW + timedelta(minutes=rnd.randint(-6 * 1440, 2 * 1440))])  # noqa: E731
+
+        def stamp():
+            return rnd.choice([None, NOW + timedelta(minutes=rnd.randint(-6 * 1440, 2 * 1440))])
+
         settings = CompletenessSettings(
             rnd.choice(list(Basis)), timedelta(minutes=rnd.choice([0, 5, 60, 600]))
         )
@@ -177,7 +182,7 @@ def test_random_scenarios_agree_with_the_oracle(seed):
         held = {h.partition for h in verdict.held_back_by}
         assert held == {
             p.partition for p in progress if p.holds_back(verdict.next_day) and not p.caught_up
-        }, "the lagging partitions that keep the next day open, and only those" 
+        }, "the lagging partitions that keep the next day open, and only those"
 
 
 # --- loaded position ---------------------------------------------------------------------------
@@ -222,25 +227,33 @@ def test_a_kept_mark_supplies_the_times_of_ranges_retention_deleted():
 
 # --- late events -------------------------------------------------------------------------------
 def test_records_of_a_declared_day_loaded_afterwards_are_late_and_others_are_not():
-    assert late_records({"2026-11-22": 3, "2026-11-23": 4, "2026-11-24": 5},
-                        date(2026, 11, 23)) == {"2026-11-22": 3, "2026-11-23": 4}
+    assert late_records(
+        {"2026-11-22": 3, "2026-11-23": 4, "2026-11-24": 5}, date(2026, 11, 23)
+    ) == {"2026-11-22": 3, "2026-11-23": 4}
     assert late_records({"2026-11-22": 3}, None) == {}
 
 
 def test_only_ranges_loaded_since_the_kept_mark_are_new():
-    position = loaded_position([
-        RangeFacts(0, 9, days={"2026-11-22": 2}),
-        RangeFacts(10, 19, days={"2026-11-22": 1, "2026-11-24": 7}),
-    ])
+    position = loaded_position(
+        [
+            RangeFacts(0, 9, days={"2026-11-22": 2}),
+            RangeFacts(10, 19, days={"2026-11-22": 1, "2026-11-24": 7}),
+        ]
+    )
     assert newly_loaded_days(position, PartitionMark(10)) == {"2026-11-22": 1, "2026-11-24": 7}
     assert newly_loaded_days(position, None) == {}
 
 
 def test_the_state_round_trips_and_an_unreadable_one_is_an_error_naming_it():
-    state = CompletenessState({"d.t": TableMark(
-        date(2026, 11, 23), {"2026-11-23": 2},
-        {("com.acme.events", 3): PartitionMark(10, 123, date(2026, 11, 23))},
-    )})
+    state = CompletenessState(
+        {
+            "d.t": TableMark(
+                date(2026, 11, 23),
+                {"2026-11-23": 2},
+                {("com.acme.events", 3): PartitionMark(10, 123, date(2026, 11, 23))},
+            )
+        }
+    )
     assert parse_state(state.encode()) == state
     assert parse_state(None) == CompletenessState()
     with pytest.raises(StagingError, match="completeness.json"):

@@ -10,7 +10,7 @@ was last seen caught up is kept with its mark, so its time is known at the next 
 from __future__ import annotations
 
 import random
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
@@ -31,7 +31,7 @@ from kbqe_dagster.core.completeness.state import (
     with_mark,
 )
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 KAFKA_5M = CompletenessSettings(Basis.KAFKA_TIME, timedelta(minutes=5))
 EVENT_1H = CompletenessSettings(Basis.EVENT_TIME, timedelta(hours=1))
@@ -43,8 +43,9 @@ def at(text: str) -> datetime:
 
 def part(partition=0, loaded=100, high=100, kafka=None, event=None, settings=KAFKA_5M,
          caught_up_at=None, topic="t", observed=NOW) -> PartitionProgress:  # fmt: skip
-    return PartitionProgress(topic, partition, loaded, high, observed, kafka, event, settings,
-                             caught_up_at=caught_up_at)
+    return PartitionProgress(
+        topic, partition, loaded, high, observed, kafka, event, settings, caught_up_at=caught_up_at
+    )
 
 
 # --- declared stays declared ---------------------------------------------------------------
@@ -58,8 +59,10 @@ def test_new_messages_in_a_partition_idle_before_never_take_a_declared_day_back(
 
     assert verdict.newest_complete == date(2026, 11, 23)
     assert verdict.next_day == date(2026, 11, 24), "what is held back is the day after it"
-    assert [(h.partition, h.behind_messages, h.behind_seconds, h.waiting_for)
-            for h in verdict.held_back_by] == [(2, 7, None, "stage")]
+    assert [
+        (h.partition, h.behind_messages, h.behind_seconds, h.waiting_for)
+        for h in verdict.held_back_by
+    ] == [(2, 7, None, "stage")]
 
 
 def test_a_partition_lagging_behind_the_declared_day_holds_back_the_day_after_it():
@@ -90,7 +93,10 @@ def test_a_declared_hour_stays_declared_on_an_hour_table():
 def test_a_table_without_feeding_partitions_keeps_its_declared_day():
     verdict = decide("d.t", [], declared=date(2026, 11, 23))
     assert (verdict.newest_complete, verdict.next_day, verdict.held_back_by) == (
-        date(2026, 11, 23), date(2026, 11, 24), ())
+        date(2026, 11, 23),
+        date(2026, 11, 24),
+        (),
+    )
 
 
 @pytest.mark.parametrize("seed", range(100))
@@ -108,8 +114,17 @@ def test_fed_back_from_evaluation_to_evaluation_the_newest_day_never_goes_back(s
             high = rnd.randint(0, 50)
             loaded = rnd.choice([high, rnd.randint(0, high)])
             data = rnd.choice([None, observed - timedelta(hours=rnd.randint(0, 72))])
-            progress.append(part(p, loaded, high, kafka=data, event=data, observed=observed,
-                                 settings=rnd.choice([KAFKA_5M, EVENT_1H])))
+            progress.append(
+                part(
+                    p,
+                    loaded,
+                    high,
+                    kafka=data,
+                    event=data,
+                    observed=observed,
+                    settings=rnd.choice([KAFKA_5M, EVENT_1H]),
+                )
+            )
         supported = decide("d.t", progress).newest_complete
         verdict = decide("d.t", progress, declared=declared)
         expected = max((d for d in (declared, supported) if d is not None), default=None)
@@ -128,11 +143,18 @@ def test_a_partition_seen_caught_up_has_reached_that_moment_when_new_messages_wa
 
 
 def test_the_later_of_the_data_and_the_caught_up_moment_counts_and_never_past_now():
-    data_later = part(0, loaded=5, high=9, kafka=at("2026-11-24T05:00:00"),
-                      caught_up_at=at("2026-11-23T10:00:00"))
+    data_later = part(
+        0, loaded=5, high=9, kafka=at("2026-11-24T05:00:00"), caught_up_at=at("2026-11-23T10:00:00")
+    )
     assert data_later.reached == at("2026-11-24T05:00:00")
-    moment_later = part(0, loaded=5, high=9, event=at("2026-11-22T00:00:00"), settings=EVENT_1H,
-                        caught_up_at=at("2026-11-24T02:00:00"))
+    moment_later = part(
+        0,
+        loaded=5,
+        high=9,
+        event=at("2026-11-22T00:00:00"),
+        settings=EVENT_1H,
+        caught_up_at=at("2026-11-24T02:00:00"),
+    )
     assert moment_later.reached == at("2026-11-24T02:00:00")
     future = part(0, loaded=5, high=9, caught_up_at=NOW + timedelta(hours=3))
     assert future.reached == NOW
@@ -155,10 +177,18 @@ def test_the_mark_keeps_the_caught_up_moment_while_the_loaded_offset_does_not_go
 
 
 def test_the_caught_up_moment_survives_the_state_file_and_older_states_still_parse():
-    state = CompletenessState({"d.t": TableMark(
-        date(2026, 11, 23), {}, {("t", 2): PartitionMark(0, caught_up_at_ms=1_795_000_000_000)},
-    )})
+    state = CompletenessState(
+        {
+            "d.t": TableMark(
+                date(2026, 11, 23),
+                {},
+                {("t", 2): PartitionMark(0, caught_up_at_ms=1_795_000_000_000)},
+            )
+        }
+    )
     assert parse_state(state.encode()) == state
-    old = (b'{"kbqe_completeness": 1, "tables": {"d.t": {"newest_complete": "2026-11-23",'
-           b' "partitions": {"t/2": {"loaded_offset": 0}}}}}')
+    old = (
+        b'{"kbqe_completeness": 1, "tables": {"d.t": {"newest_complete": "2026-11-23",'
+        b' "partitions": {"t/2": {"loaded_offset": 0}}}}}'
+    )
     assert parse_state(old).tables["d.t"].partitions[("t", 2)].caught_up_at_ms is None

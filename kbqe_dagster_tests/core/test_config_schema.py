@@ -34,8 +34,10 @@ def as_editor_reads(raw: Any) -> Any:
 
 
 def errors(document: Any) -> list[tuple[str, str]]:
-    return sorted((".".join(map(str, e.absolute_path)), e.message)
-                  for e in VALIDATOR.iter_errors(as_editor_reads(document)))
+    return sorted(
+        (".".join(map(str, e.absolute_path)), e.message)
+        for e in VALIDATOR.iter_errors(as_editor_reads(document))
+    )
 
 
 def test_the_schema_is_a_valid_draft_07_schema() -> None:
@@ -95,8 +97,11 @@ def test_the_reference_documents_dozens_of_keys() -> None:
     assert {h for h, _, _ in documented_keys()} == {where for where, _ in SECTIONS}
 
 
-@pytest.mark.parametrize(("heading", "key", "meaning"), documented_keys(),
-                         ids=lambda v: v.split("  ")[0] if isinstance(v, str) else v)
+@pytest.mark.parametrize(
+    ("heading", "key", "meaning"),
+    documented_keys(),
+    ids=lambda v: v.split("  ")[0] if isinstance(v, str) else v,
+)
 def test_every_key_the_reference_documents_is_in_the_schema_with_its_doc(
     heading: str, key: str, meaning: str
 ) -> None:
@@ -146,9 +151,17 @@ def test_what_the_schema_refuses_the_reader_refuses_too(
 
 
 def test_sizes_durations_and_null_sections_read_as_the_reader_reads_them() -> None:
-    document = {"version": 1, "topics": [TOPIC], "retention": None,
-                "staging": {"max_message_size": "64MiB", "min_bytes_per_file": 1024,
-                            "allowed_latency": "1h 30m", "file_codec": None},
-                "notifications": {"webhook_url": None}}
+    document = {
+        "version": 1,
+        "topics": [TOPIC],
+        "retention": None,
+        "staging": {
+            "max_message_size": "64MiB",
+            "min_bytes_per_file": 1024,
+            "allowed_latency": "1h 30m",
+            "file_codec": None,
+        },
+        "notifications": {"webhook_url": None},
+    }
     assert errors(document) == []
     parse_pipeline_config(document)  # and the reader takes it

@@ -22,12 +22,15 @@ from kbqe_dagster.core.load.cost import (
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("n_bytes, price", [
-    (0, 0.0),
-    (GIB, 0.025),
-    (40 * GIB, 1.0),
-    (2**40, 25.6),  # a TiB
-])
+@pytest.mark.parametrize(
+    "n_bytes, price",
+    [
+        (0, 0.0),
+        (GIB, 0.025),
+        (40 * GIB, 1.0),
+        (2**40, 25.6),  # a TiB
+    ],
+)
 def test_the_list_price_is_a_fortieth_of_a_dollar_per_gib_appended(n_bytes, price) -> None:
     assert storage_write_list_price(n_bytes) == pytest.approx(price)
 
@@ -41,16 +44,20 @@ def test_negative_bytes_are_refused() -> None:
         storage_write_list_price(-1)
 
 
-@pytest.mark.parametrize("tib, list_usd, after_free_usd", [
-    (1, 25.6, 0.0),  # within the free 2 TiB
-    (2, 51.2, 0.0),  # exactly the free tier
-    (3, 76.8, 25.6),  # one TiB beyond it
-])
-def test_the_free_tier_takes_off_the_first_2_tib_of_a_month(tib, list_usd,
-                                                            after_free_usd) -> None:
+@pytest.mark.parametrize(
+    "tib, list_usd, after_free_usd",
+    [
+        (1, 25.6, 0.0),  # within the free 2 TiB
+        (2, 51.2, 0.0),  # exactly the free tier
+        (3, 76.8, 25.6),  # one TiB beyond it
+    ],
+)
+def test_the_free_tier_takes_off_the_first_2_tib_of_a_month(tib, list_usd, after_free_usd) -> None:
     cost = storage_write_cost(tib * 2**40)
-    assert (cost.list_usd, cost.after_free_tier_usd) == (pytest.approx(list_usd),
-                                                         pytest.approx(after_free_usd))
+    assert (cost.list_usd, cost.after_free_tier_usd) == (
+        pytest.approx(list_usd),
+        pytest.approx(after_free_usd),
+    )
     assert STORAGE_WRITE_FREE_BYTES_PER_MONTH == 2 * 2**40
 
 
@@ -62,9 +69,17 @@ def test_a_steady_topic_appends_rate_times_row_size_times_a_730_hour_month() -> 
     assert (round(cost.list_usd, 2), cost.after_free_tier_usd) == (30.59, 0.0)
 
 
-@pytest.mark.parametrize("amount, text", [
-    (0.0, "$0.00"), (30.594, "$30.59"), (1234.5, "$1,234.50"), (0.0000421, "$0.000042"),
-    (2.38e-07, "$0.00000024"), (0.0099, "$0.0099")])
+@pytest.mark.parametrize(
+    "amount, text",
+    [
+        (0.0, "$0.00"),
+        (30.594, "$30.59"),
+        (1234.5, "$1,234.50"),
+        (0.0000421, "$0.000042"),
+        (2.38e-07, "$0.00000024"),
+        (0.0099, "$0.0099"),
+    ],
+)
 def test_prices_are_shown_in_cents_or_with_enough_digits_to_be_seen(amount, text) -> None:
     assert usd(amount) == text
 
@@ -78,8 +93,11 @@ def cost_section() -> str:
 def cost_table_rows() -> list[list[str]]:
     """The rows of the cost table in docs/operations.md ("Cost"), cells stripped."""
     section = cost_section().split("\n#", 1)[0]
-    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
-            for line in section.splitlines() if line.startswith("| ")]
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| ")
+    ]
     return [r for r in rows if r[0] and r[0][0].isdigit()]
 
 

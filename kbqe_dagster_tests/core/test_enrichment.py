@@ -12,6 +12,7 @@ import json
 import fastavro
 import pytest
 
+from kbqe_dagster.core.errors import ConfigError, UnsupportedSchemaError
 from kbqe_dagster.core.record.enrichment import (
     EnrichmentConfig,
     EnrichmentEncoder,
@@ -20,9 +21,8 @@ from kbqe_dagster.core.record.enrichment import (
     extended_schema,
     schema_json,
 )
-from kbqe_dagster.core.errors import ConfigError, UnsupportedSchemaError
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 WRITER = {
     "type": "record", "name": "Order", "namespace": "com.acme", "doc": "an order",
     "fields": [
@@ -58,31 +58,47 @@ def test_default_columns_in_order():
 
 def test_extended_schema_puts_the_columns_first_and_keeps_the_record_identity():
     extended = extended_schema(WRITER, FULL)
-    assert (extended["name"], extended["namespace"], extended["doc"]) == ("Order", "com.acme", "an order")
+    assert (extended["name"], extended["namespace"], extended["doc"]) == (
+        "Order",
+        "com.acme",
+        "an order",
+    )
     assert [f["name"] for f in extended["fields"]] == [*FULL.columns, "id", "at", "lines"]
     assert extended["fields"][0]["type"] == {"type": "int", "logicalType": "date"}
-    assert extended["fields"][4]["type"] == ["null", {"type": "long", "logicalType": "timestamp-millis"}]
+    assert extended["fields"][4]["type"] == [
+        "null",
+        {"type": "long", "logicalType": "timestamp-millis"},
+    ]
     fastavro.parse_schema(extended)  # a valid schema
 
 
 def test_a_field_added_at_the_end_keeps_every_older_column_in_its_position():
     # Readers that match Avro columns by position (the BigQuery emulator, DuckDB) line up
     # files of both schema versions: that is why the enrichment goes first.
-    evolved = {**WRITER, "fields": WRITER["fields"] + [{"name": "coupon", "type": ["null", "string"], "default": None}]}
+    evolved = {
+        **WRITER,
+        "fields": WRITER["fields"]
+        + [{"name": "coupon", "type": ["null", "string"], "default": None}],
+    }
     old = [f["name"] for f in extended_schema(WRITER, FULL)["fields"]]
     new = [f["name"] for f in extended_schema(evolved, FULL)["fields"]]
-    assert new[: len(old)] == old and new[len(old):] == ["coupon"]
+    assert new[: len(old)] == old and new[len(old) :] == ["coupon"]
 
 
 def test_extended_schema_does_not_touch_its_input():
     before = copy.deepcopy(WRITER)
     extended_schema(WRITER, FULL)["fields"][0]["name"] = "changed"
-    assert WRITER == before
+    assert before == WRITER
 
 
 def test_extended_schema_json_is_deterministic():
     first = schema_json(extended_schema(WRITER, FULL))
-    again = schema_json(extended_schema(json.loads(json.dumps(WRITER)), EnrichmentConfig(key_column="_key", headers_column="_headers")))
+    again = schema_json(
+        extended_schema(
+            json.loads(json.dumps(WRITER)),
+            EnrichmentConfig(key_column="_key", headers_column="_headers"),
+        )
+    )
     assert first == again
     assert json.loads(first) == extended_schema(WRITER, FULL)
 
@@ -107,7 +123,10 @@ def test_prefix_plus_body_decodes_to_the_enrichment_and_the_original_fields(conf
     prefix = EnrichmentEncoder(config, "com.acme.events", 7).encode(
         19979, 123_456_789_012, 1_726_238_205_123, b"k-1", [("trace", b"\x00\x01"), ("trace", None)]
     )
-    assert decode(extended_schema(WRITER, config), prefix + body_of(WRITER, ORDER)) == {**ORDER, **value}
+    assert decode(extended_schema(WRITER, config), prefix + body_of(WRITER, ORDER)) == {
+        **ORDER,
+        **value,
+    }
 
 
 @pytest.mark.parametrize("timestamp", [None, -1, 253_402_300_800_000, 2**62])
@@ -120,20 +139,28 @@ def test_an_unknown_or_impossible_kafka_timestamp_is_null(timestamp):
 @pytest.mark.parametrize("day", [-719162, -1, 0, 19979, 2932896])
 @pytest.mark.parametrize("offset", [0, 63, 64, 8191, 8192, 2**27, 2**40, 2**62, 2**63 - 1])
 def test_days_and_offsets_round_trip_at_varint_boundaries(day, offset):
-    prefix = encode_enrichment(day, "t", 2**31 - 1, offset, 1_726_238_205_123, None, None, EnrichmentConfig())
+    prefix = encode_enrichment(
+        day, "t", 2**31 - 1, offset, 1_726_238_205_123, None, None, EnrichmentConfig()
+    )
     record = decode(extended_schema(WRITER, EnrichmentConfig()), prefix + body_of(WRITER, ORDER))
     assert record["_event_date"] == dt.date(1970, 1, 1) + dt.timedelta(days=day)
     assert (record["_kafka_offset"], record["_kafka_partition"]) == (offset, 2**31 - 1)
 
 
-@pytest.mark.parametrize("value", [0, -1, 1, 63, -64, 64, 8191, -8193, 2**21, 2**42, -(2**42), 2**63 - 1, -(2**63)])
+@pytest.mark.parametrize(
+    "value", [0, -1, 1, 63, -64, 64, 8191, -8193, 2**21, 2**42, -(2**42), 2**63 - 1, -(2**63)]
+)
 def test_long_encoding_is_avro_zigzag(value):
-    assert _long(value) == body_of({"type": "record", "name": "L", "fields": [{"name": "v", "type": "long"}]}, {"v": value})
+    assert _long(value) == body_of(
+        {"type": "record", "name": "L", "fields": [{"name": "v", "type": "long"}]}, {"v": value}
+    )
 
 
 def test_encode_enrichment_equals_the_encoder():
     encoder = EnrichmentEncoder(FULL, "t", 3)
-    assert encode_enrichment(5, "t", 3, 10, 20, b"k", [("h", b"v")], FULL) == encoder.encode(5, 10, 20, b"k", [("h", b"v")])
+    assert encode_enrichment(5, "t", 3, 10, 20, b"k", [("h", b"v")], FULL) == encoder.encode(
+        5, 10, 20, b"k", [("h", b"v")]
+    )
 
 
 def test_a_partition_beyond_int32_is_refused():
@@ -162,9 +189,9 @@ def test_schemas_that_cannot_be_extended_are_unsupported(schema, match):
 
 def test_from_mapping_takes_defaults_and_overrides():
     assert EnrichmentConfig.from_mapping(None) == EnrichmentConfig()
-    assert EnrichmentConfig.from_mapping({"key_column": "k", "timestamp_column": None}) == EnrichmentConfig(
-        key_column="k", timestamp_column=None
-    )
+    assert EnrichmentConfig.from_mapping(
+        {"key_column": "k", "timestamp_column": None}
+    ) == EnrichmentConfig(key_column="k", timestamp_column=None)
 
 
 @pytest.mark.parametrize(

@@ -134,7 +134,7 @@ def test_auto_unit_is_inferred_from_magnitude(value: float, expected: date) -> N
     "value, local, utc",
     [
         (date(2024, 9, 13), date(2024, 9, 13), date(2024, 9, 13)),
-        (datetime(2024, 9, 13, 23, 0, tzinfo=timezone.utc), date(2024, 9, 13), date(2024, 9, 13)),
+        (datetime(2024, 9, 13, 23, 0, tzinfo=timezone.utc), date(2024, 9, 13), date(2024, 9, 13)),  # noqa: UP017 (UTC names an EventTimeConfig here)
         (
             datetime(2024, 9, 13, 23, 0, tzinfo=timezone(timedelta(hours=-3))),
             date(2024, 9, 13),
@@ -283,7 +283,9 @@ def test_epoch_day_round_trips(day: date, days: int) -> None:
 
 def test_config_coerces_strings_and_rejects_contradictions() -> None:
     config = EventTimeConfig(
-        fields=["a", "b"], epoch_unit="ms", date_rule="utc"  # type: ignore[arg-type]
+        fields=["a", "b"],
+        epoch_unit="ms",
+        date_rule="utc",  # type: ignore[arg-type]
     )
     assert (config.fields, config.epoch_unit, config.date_rule) == (
         ("a", "b"),

@@ -4,26 +4,28 @@ the event hour column of an HOUR table's files, and manifests that count records
 from __future__ import annotations
 
 import io
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from typing import Any
 
 import fastavro
 import pytest
 
-from kbqe_dagster.core.protocol.commit import parse_manifest, plan_range_commit
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.errors import (
+    ConfigError,
+    InvalidEventTimeError,
+    MissingEventTimeError,
+    UnsupportedSchemaError,
+)
+from kbqe_dagster.core.protocol.commit import parse_manifest, plan_range_commit
+from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import (
     EnrichmentConfig,
     EnrichmentEncoder,
     event_hour_suffix,
     extended_schema,
     with_event_hour,
-)
-from kbqe_dagster.core.errors import (
-    ConfigError,
-    InvalidEventTimeError,
-    MissingEventTimeError,
-    UnsupportedSchemaError,
 )
 from kbqe_dagster.core.record.event_time import (
     DateRule,
@@ -33,8 +35,6 @@ from kbqe_dagster.core.record.event_time import (
     event_date_and_hour,
     event_hour,
 )
-from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.partitioning import (
     Partitioning,
     epoch_hour_of,
@@ -48,8 +48,11 @@ def _raw(tables: Any = None, **extra: Any) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "topics": [
             {"name": "clicks", "event_time": {"fields": ["ts"]}},
-            {"name": "audit", "routing": {"mode": "static", "dataset": "ops", "table": "audit"},
-             "event_time": {"kafka_timestamp_fallback": True}},
+            {
+                "name": "audit",
+                "routing": {"mode": "static", "dataset": "ops", "table": "audit"},
+                "event_time": {"kafka_timestamp_fallback": True},
+            },
         ],
         "allowed_destinations": ["acme_web.*", "acme_sales.orders"],
         **extra,
@@ -74,11 +77,16 @@ def test_tables_are_day_partitioned_unless_the_tables_map_says_hour() -> None:
 
 
 def test_an_exact_key_wins_over_its_dataset_wildcard() -> None:
-    config = parse_pipeline_config(_raw({
-        "acme_web.*": {"partitioning": "hour"},
-        "acme_web.page_views": {"partitioning": "day"},
-        "ops.audit": {"partitioning": "hour"},
-    }), source="test.yaml")
+    config = parse_pipeline_config(
+        _raw(
+            {
+                "acme_web.*": {"partitioning": "hour"},
+                "acme_web.page_views": {"partitioning": "day"},
+                "ops.audit": {"partitioning": "hour"},
+            }
+        ),
+        source="test.yaml",
+    )
     assert config.partitioning("acme_web", "clicks") is Partitioning.HOUR
     assert config.partitioning("acme_web", "page_views") is Partitioning.DAY
     assert config.partitioning("acme_sales", "orders") is Partitioning.DAY
@@ -89,8 +97,9 @@ def test_an_exact_key_wins_over_its_dataset_wildcard() -> None:
 
 
 def test_a_static_topic_of_a_day_table_is_not_hourly_when_others_are() -> None:
-    config = parse_pipeline_config(_raw({"acme_sales.orders": {"partitioning": "hour"}}),
-                                   source="test.yaml")
+    config = parse_pipeline_config(
+        _raw({"acme_sales.orders": {"partitioning": "hour"}}), source="test.yaml"
+    )
     assert config.topic_may_write_hourly("audit") is False
 
 
@@ -119,12 +128,17 @@ def test_wrong_tables_entries_are_named_by_key_path(tables: Any, expected: str) 
 
 def test_keyed_tables_cannot_be_hourly() -> None:
     raw = _raw({"shop.*": {"partitioning": "hour"}}, allowed_destinations=["shop.*"])
-    raw["topics"].append({
-        "name": "customers", "format": "debezium", "keyed": {},
-        "routing": {"mode": "static", "dataset": "shop", "table": "customers"},
-    })
+    raw["topics"].append(
+        {
+            "name": "customers",
+            "format": "debezium",
+            "keyed": {},
+            "routing": {"mode": "static", "dataset": "shop", "table": "customers"},
+        }
+    )
     assert "tables.shop.*.partitioning: covers the tables of keyed topic 'customers'" in (
-        _problems(raw))
+        _problems(raw)
+    )
 
 
 # --- the event hour of a record -----------------------------------------------------------------
@@ -151,7 +165,7 @@ def _hour(text: str) -> int:
         ("2026-11-23T14:05:00", _LOCAL, "2026-11-23T14"),
         ("2026-11-23", _LOCAL, "2026-11-23T00"),
         (date(2026, 11, 23), _LOCAL, "2026-11-23T00"),
-        (datetime(2026, 11, 23, 14, 1, tzinfo=timezone.utc), _LOCAL, "2026-11-23T14"),
+        (datetime(2026, 11, 23, 14, 1, tzinfo=UTC), _LOCAL, "2026-11-23T14"),
         # Epochs in their unit (auto: by magnitude); pre-1970 floors to the earlier hour.
         (1_795_442_400, _LOCAL, "2026-11-23T14"),
         (1_795_442_400_000 + 3_599_999, _LOCAL, "2026-11-23T14"),
@@ -165,7 +179,9 @@ def test_the_event_hour_is_the_utc_hour_of_the_event_instant(
     assert hour_key(event_hour(config, {"ts": value})) == expected
     # The hot path's one-parse reader gives the same date and hour as the two readers.
     assert event_date_and_hour(config, {"ts": value}) == (
-        event_date(config, {"ts": value}), event_hour(config, {"ts": value}))
+        event_date(config, {"ts": value}),
+        event_hour(config, {"ts": value}),
+    )
 
 
 def test_the_kafka_timestamp_gives_the_hour_when_it_gives_the_date() -> None:
@@ -186,8 +202,10 @@ def test_a_value_without_an_hour_is_bad_input_like_its_date() -> None:
     with pytest.raises(InvalidEventTimeError, match="unknown time zone"):
         event_date_and_hour(_LOCAL, {"ts": "2026-07-01T10:15:00[Mars/Olympus]"})
     with pytest.raises(InvalidEventTimeError, match="outside the accepted range"):
-        event_date_and_hour(EventTimeConfig(fields=("ts",), max_date=date(2026, 1, 1)),
-                            {"ts": "2026-07-01T10:15:00Z"})
+        event_date_and_hour(
+            EventTimeConfig(fields=("ts",), max_date=date(2026, 1, 1)),
+            {"ts": "2026-07-01T10:15:00Z"},
+        )
     with pytest.raises(MissingEventTimeError):
         event_date_and_hour(_UTC, {})
 
@@ -203,12 +221,16 @@ def test_hour_keys_round_trip() -> None:
     hour = _hour("2026-11-23T14:00:00+00:00")
     assert hour_key(hour) == "2026-11-23T14"
     assert parse_hour_key("2026-11-23T14") == hour_start(hour)
-    assert hour_start(hour) == datetime(2026, 11, 23, 14, tzinfo=timezone.utc)
+    assert hour_start(hour) == datetime(2026, 11, 23, 14, tzinfo=UTC)
 
 
 # --- the event hour column -----------------------------------------------------------------------
-_WRITER = {"type": "record", "name": "Click", "namespace": "acme",
-           "fields": [{"name": "url", "type": "string"}]}
+_WRITER = {
+    "type": "record",
+    "name": "Click",
+    "namespace": "acme",
+    "fields": [{"name": "url", "type": "string"}],
+}
 
 
 def test_an_hour_table_s_files_carry_the_event_hour_last_among_the_enrichment_columns() -> None:
@@ -219,7 +241,9 @@ def test_an_hour_table_s_files_carry_the_event_hour_last_among_the_enrichment_co
     assert names == [*config.columns, "_event_hour", "url"]
     assert [f["name"] for f in daily["fields"]] == [*config.columns, "url"]
     assert hourly["fields"][len(config.columns)]["type"] == {
-        "type": "long", "logicalType": "timestamp-millis"}
+        "type": "long",
+        "logicalType": "timestamp-millis",
+    }
     # A format's own DAY file schema becomes the same HOUR file schema.
     assert with_event_hour(daily, config) == hourly
 
@@ -229,12 +253,14 @@ def test_the_prefix_plus_the_hour_suffix_is_a_record_of_the_hour_schema() -> Non
     schema = extended_schema(_WRITER, config, hourly=True)
     hour = _hour("2026-11-23T14:00:00+00:00")
     prefix = EnrichmentEncoder(config, "clicks", 3).encode(
-        20_415, 42, 1_795_442_400_123) + event_hour_suffix(hour)
+        20_415, 42, 1_795_442_400_123
+    ) + event_hour_suffix(hour)
     body = io.BytesIO()
     fastavro.schemaless_writer(body, fastavro.parse_schema(_WRITER), {"url": "/a"})
-    record = fastavro.schemaless_reader(io.BytesIO(prefix + body.getvalue()),
-                                        fastavro.parse_schema(schema))
-    assert record["_event_hour"] == datetime(2026, 11, 23, 14, tzinfo=timezone.utc)
+    record = fastavro.schemaless_reader(
+        io.BytesIO(prefix + body.getvalue()), fastavro.parse_schema(schema)
+    )
+    assert record["_event_hour"] == datetime(2026, 11, 23, 14, tzinfo=UTC)
     assert record["_kafka_offset"] == 42 and record["url"] == "/a"
 
 
@@ -252,16 +278,22 @@ def test_the_event_hour_column_may_not_collide_with_a_record_field() -> None:
 def _range_commit(**kwargs: Any):
     rng = OffsetRange("clicks", 0, 10, 19)
     avro = AvroFileName(FileKey("clicks", 0, "acme_web", "clicks", 7, 10))
-    return avro, plan_range_commit(rng, [(avro, 10)], created_at=datetime(2026, 11, 23, 15,
-                                   tzinfo=timezone.utc), **kwargs)
+    return avro, plan_range_commit(
+        rng, [(avro, 10)], created_at=datetime(2026, 11, 23, 15, tzinfo=UTC), **kwargs
+    )
 
 
 def test_a_manifest_records_hours_next_to_days_and_reads_them_back() -> None:
     avro, commit = _range_commit(
-        days={AvroFileName(FileKey("clicks", 0, "acme_web", "clicks", 7, 10)).name:
-              {"2026-11-23": 10}},
-        hours={AvroFileName(FileKey("clicks", 0, "acme_web", "clicks", 7, 10)).name:
-               {"2026-11-23T14": 6, "2026-11-23T13": 4}},
+        days={
+            AvroFileName(FileKey("clicks", 0, "acme_web", "clicks", 7, 10)).name: {"2026-11-23": 10}
+        },
+        hours={
+            AvroFileName(FileKey("clicks", 0, "acme_web", "clicks", 7, 10)).name: {
+                "2026-11-23T14": 6,
+                "2026-11-23T13": 4,
+            }
+        },
     )
     assert b'"hours":{"2026-11-23T13":4,"2026-11-23T14":6}' in commit.content
     parsed = parse_manifest(commit.content, commit.done_files[0].name)

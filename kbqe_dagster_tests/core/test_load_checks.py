@@ -13,10 +13,16 @@ from kbqe_dagster.core.load.checks import (
 
 
 def test_rows_loaded_passes_only_when_every_count_is_known_and_equal() -> None:
-    ok, dup, unknown = (JobRows("a", "d.t", 5, 5, "job"), JobRows("b", "d.t", 5, 10, "job"),
-                        JobRows("c", "d.t", 5, None, "unavailable"))
+    ok, dup, unknown = (
+        JobRows("a", "d.t", 5, 5, "job"),
+        JobRows("b", "d.t", 5, 10, "job"),
+        JobRows("c", "d.t", 5, None, "unavailable"),
+    )
     assert (rows_loaded([ok]).passed, rows_loaded([ok]).severity) == (True, ERROR)
-    assert (rows_loaded([ok, dup, unknown]).passed, rows_loaded([ok, dup]).severity) == (False, ERROR)
+    assert (rows_loaded([ok, dup, unknown]).passed, rows_loaded([ok, dup]).severity) == (
+        False,
+        ERROR,
+    )
     verdict = rows_loaded([ok, unknown])
     assert (verdict.passed, verdict.severity) == (False, WARN)
     assert "e.g. c" in verdict.description
@@ -34,4 +40,7 @@ def test_freshness_warns_past_the_limit_only() -> None:
     assert pending_files_fresh(900, 3, 900).passed
     late = pending_files_fresh(901, 3, 900)
     assert (late.passed, late.severity) == (False, WARN)
-    assert late.description == "3 avro file(s) wait for a load; the oldest for 901s (over the 900s limit)"
+    assert (
+        late.description
+        == "3 avro file(s) wait for a load; the oldest for 901s (over the 900s limit)"
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -14,6 +14,7 @@ from kbqe_dagster.core.load.lifecycle import (
     classify_submit,
     decide,
 )
+from kbqe_dagster.core.load.selection import PlannedLoadJob, make_job_id, plan_load_jobs
 from kbqe_dagster.core.load.state import (
     JobStatus,
     LoadJobRecord,
@@ -25,9 +26,8 @@ from kbqe_dagster.core.load.state import (
     record_planned,
     retry_job,
 )
-from kbqe_dagster.core.load.selection import PlannedLoadJob, make_job_id, plan_load_jobs
 
-T0 = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
 STUCK_AFTER = timedelta(hours=6)
 UNKNOWN = ObservedJob(ObservedKind.UNKNOWN)
 RUNNING = ObservedJob(ObservedKind.RUNNING)
@@ -37,16 +37,27 @@ DONE_OK = ObservedJob(ObservedKind.DONE_OK)
 
 def job(status: JobStatus = JobStatus.SUBMITTED, **changes) -> LoadJobRecord:
     fields = dict(
-        job_id="kbqe_sales_orders_1", dataset="sales", table="orders", schema_id=3,
-        files=("a.avro",), created_at=T0, updated_at=T0, status=status,
+        job_id="kbqe_sales_orders_1",
+        dataset="sales",
+        table="orders",
+        schema_id=3,
+        files=("a.avro",),
+        created_at=T0,
+        updated_at=T0,
+        status=status,
         submitted_at=T0 if status is JobStatus.SUBMITTED else None,
     )
     fields.update(changes)
     return LoadJobRecord(**fields)
 
 
-def decide_now(record: LoadJobRecord, observed: ObservedJob, *, after=timedelta(minutes=2),
-               max_retries: int = 2):
+def decide_now(
+    record: LoadJobRecord,
+    observed: ObservedJob,
+    *,
+    after=timedelta(minutes=2),
+    max_retries: int = 2,
+):
     return decide(record, observed, T0 + after, max_retries=max_retries, stuck_after=STUCK_AFTER)
 
 
@@ -138,12 +149,15 @@ def test_a_failing_load_walks_from_plan_to_quarantine_and_leaves_selection() -> 
 
     final = state.job(current.job_id)
     assert (final.status, final.retry_count, len(final.attempt_ids)) == (
-        JobStatus.QUARANTINED, 2, 3,
+        JobStatus.QUARANTINED,
+        2,
+        3,
     )
     assert state.quarantined_files() == {"orders.0.sales.orders.3.0.avro"}
-    assert plan_load_jobs(
-        names, pending=state.pending_files(), quarantined=state.quarantined_files()
-    ) == ()
+    assert (
+        plan_load_jobs(names, pending=state.pending_files(), quarantined=state.quarantined_files())
+        == ()
+    )
 
 
 def test_a_rejected_submission_counts_as_a_failed_attempt() -> None:

@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from kbqe_dagster.core.protocol.commit import range_marker
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.load.selection import (
     MAX_FILES_PER_JOB,
     loadable_files,
     make_job_id,
     plan_load_jobs,
 )
+from kbqe_dagster.core.protocol.commit import range_marker
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 
-NOW = datetime(2024, 9, 13, 14, 36, 45, tzinfo=timezone.utc)
+NOW = datetime(2024, 9, 13, 14, 36, 45, tzinfo=UTC)
 
 
-def staged(first: int, *, last: int | None = None, partition: int = 0, table: str = "orders",
-           schema: int = 1, dataset: str = "sales", topic: str = "orders") -> list[str]:
+def staged(
+    first: int,
+    *,
+    last: int | None = None,
+    partition: int = 0,
+    table: str = "orders",
+    schema: int = 1,
+    dataset: str = "sales",
+    topic: str = "orders",
+) -> list[str]:
     stem = f"{topic}.{partition}.{dataset}.{table}.{schema}.{first}"
     return [f"{stem}.avro", f"{stem}.{first + 9 if last is None else last}.done"]
 
@@ -42,7 +50,9 @@ def test_each_schema_id_of_a_table_gets_its_own_job_lowest_first() -> None:
     names = staged(0, schema=12) + staged(10, schema=3) + staged(20, schema=7)
     jobs = plan_load_jobs(names)
     assert [(j.table, j.schema_id, len(j.files)) for j in jobs] == [
-        ("orders", 3, 1), ("orders", 7, 1), ("orders", 12, 1),
+        ("orders", 3, 1),
+        ("orders", 7, 1),
+        ("orders", 12, 1),
     ]
 
 
@@ -92,7 +102,8 @@ def test_dead_letter_files_are_loaded_like_any_table() -> None:
     names = staged(0) + staged(0, dataset="kbqe_ops", table="dead_letters", schema=0)
     jobs = plan_load_jobs(names)
     assert [(j.dataset, j.table) for j in jobs] == [
-        ("kbqe_ops", "dead_letters"), ("sales", "orders"),
+        ("kbqe_ops", "dead_letters"),
+        ("sales", "orders"),
     ]
 
 
@@ -102,7 +113,8 @@ def test_jobs_carry_done_files_offsets_and_record_counts_when_known() -> None:
     (job,) = plan_load_jobs(names, records=counts)
     assert job.records == 12
     assert job.done_files == (
-        "orders.1.sales.orders.1.0.9.done", "orders.1.sales.orders.1.10.24.done",
+        "orders.1.sales.orders.1.0.9.done",
+        "orders.1.sales.orders.1.10.24.done",
     )
     assert job.offset_ranges == (("orders", 1, 0, 9), ("orders", 1, 10, 24))
     (partial,) = plan_load_jobs(names, records={"orders.1.sales.orders.1.0.avro": 5})
@@ -160,20 +172,39 @@ def test_a_job_id_needs_an_aware_clock() -> None:
 def test_files_that_are_not_their_pinned_version_leave_the_plan_as_leftovers() -> None:
     from kbqe_dagster.core.load.selection import PlannedLoadJob, without_leftovers
 
-    job = PlannedLoadJob("sales", "orders", 5, ("t.0.sales.orders.5.0.avro", "t.0.sales.orders.5.10.avro",
-                                                 "t.1.sales.orders.5.0.avro"),
-                         ("t.0.sales.orders.5.0.9.done", "t.0.sales.orders.5.10.19.done",
-                          "t.1.sales.orders.5.0.9.done"))
-    only = PlannedLoadJob("sales", "refunds", 5, ("t.0.sales.refunds.5.0.avro",),
-                          ("t.0.sales.refunds.5.0.9.done",))
-    pinned = {"t.0.sales.orders.5.0.avro": "g1", "t.0.sales.orders.5.10.avro": "g2",
-              "t.0.sales.refunds.5.0.avro": "g3"}  # t.1…: a Scala-era commit, no pin
-    current = {"t.0.sales.orders.5.0.avro": "g1", "t.0.sales.orders.5.10.avro": "g9",
-               "t.1.sales.orders.5.0.avro": "g7", "t.0.sales.refunds.5.0.avro": "g8"}
+    job = PlannedLoadJob(
+        "sales",
+        "orders",
+        5,
+        ("t.0.sales.orders.5.0.avro", "t.0.sales.orders.5.10.avro", "t.1.sales.orders.5.0.avro"),
+        (
+            "t.0.sales.orders.5.0.9.done",
+            "t.0.sales.orders.5.10.19.done",
+            "t.1.sales.orders.5.0.9.done",
+        ),
+    )
+    only = PlannedLoadJob(
+        "sales", "refunds", 5, ("t.0.sales.refunds.5.0.avro",), ("t.0.sales.refunds.5.0.9.done",)
+    )
+    pinned = {
+        "t.0.sales.orders.5.0.avro": "g1",
+        "t.0.sales.orders.5.10.avro": "g2",
+        "t.0.sales.refunds.5.0.avro": "g3",
+    }  # t.1…: a Scala-era commit, no pin
+    current = {
+        "t.0.sales.orders.5.0.avro": "g1",
+        "t.0.sales.orders.5.10.avro": "g9",
+        "t.1.sales.orders.5.0.avro": "g7",
+        "t.0.sales.refunds.5.0.avro": "g8",
+    }
 
     kept, leftovers = without_leftovers([job, only], pinned, current)
 
     assert leftovers == ("t.0.sales.orders.5.10.avro", "t.0.sales.refunds.5.0.avro")
     assert [(k.table, k.files, k.done_files) for k in kept] == [
-        ("orders", ("t.0.sales.orders.5.0.avro", "t.1.sales.orders.5.0.avro"),
-         ("t.0.sales.orders.5.0.9.done", "t.1.sales.orders.5.0.9.done"))]
+        (
+            "orders",
+            ("t.0.sales.orders.5.0.avro", "t.1.sales.orders.5.0.avro"),
+            ("t.0.sales.orders.5.0.9.done", "t.1.sales.orders.5.0.9.done"),
+        )
+    ]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from kbqe_dagster.core.errors import LoadError, StateFileError
+from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster.core.load.state import (
     STATE_BACKUP,
     STATE_FILE,
@@ -27,9 +28,8 @@ from kbqe_dagster.core.load.state import (
     retry_job,
 )
 from kbqe_dagster.core.protocol.naming import parse_name
-from kbqe_dagster.core.load.selection import PlannedLoadJob
 
-T0 = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
 
 
 def planned(table: str = "orders", files: tuple[str, ...] = ("a.avro", "b.avro")):
@@ -100,7 +100,8 @@ def test_quarantine_sets_files_aside_until_an_operator_releases_them() -> None:
     state = quarantine_job(state, "j1", T0, "bad")
     assert state.job("j1").status is JobStatus.QUARANTINED
     assert [(q.file, q.table, q.error) for q in state.quarantined] == [
-        ("a.avro", "orders", "bad"), ("b.avro", "orders", "bad"),
+        ("a.avro", "orders", "bad"),
+        ("b.avro", "orders", "bad"),
     ]
     assert state.pending_files() == frozenset()
     assert release_quarantine(state, ["a.avro"]).quarantined_files() == {"b.avro"}

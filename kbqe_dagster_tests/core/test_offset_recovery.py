@@ -8,13 +8,21 @@ from kbqe_dagster.core.protocol.commit import bootstrap_marker, range_marker
 from kbqe_dagster.core.protocol.offsets import OffsetRange, committed_ranges, recover
 
 
-def done(first: int, last: int, *, topic: str = "orders", partition: int = 0,
-         table: str = "orders", schema: int = 1) -> str:
+def done(
+    first: int,
+    last: int,
+    *,
+    topic: str = "orders",
+    partition: int = 0,
+    table: str = "orders",
+    schema: int = 1,
+) -> str:
     return f"{topic}.{partition}.sales.{table}.{schema}.{first}.{last}.done"
 
 
-def avro(first: int, *, topic: str = "orders", partition: int = 0, table: str = "orders",
-         schema: int = 1) -> str:
+def avro(
+    first: int, *, topic: str = "orders", partition: int = 0, table: str = "orders", schema: int = 1
+) -> str:
     return f"{topic}.{partition}.sales.{table}.{schema}.{first}.avro"
 
 
@@ -41,7 +49,9 @@ def test_resume_point_is_after_the_highest_range_of_a_contiguous_chain() -> None
 def test_each_partition_resumes_after_its_own_highest_committed_offset(
     partition_files: dict[int, list[tuple[int, int]]], expected: dict[int, int]
 ) -> None:
-    names = [done(f, l, partition=p) for p, ranges in partition_files.items() for f, l in ranges]
+    names = [
+        done(f, last, partition=p) for p, ranges in partition_files.items() for f, last in ranges
+    ]
     chains = recover(names)
     assert {p: chains[("orders", p)].resume_offset for p in expected} == expected
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
+from kbqe_dagster.core.load.pending import PendingState, freshness_limit_s, staging_view
 from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord, LoadState, QuarantinedFile
 from kbqe_dagster.core.protocol.naming import of_topic
-from kbqe_dagster.core.load.pending import PendingState, freshness_limit_s, staging_view
 
-NOW = datetime(2024, 11, 19, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2024, 11, 19, 12, 0, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -26,15 +26,30 @@ def avro(first: int, table: str = "orders", age_s: float = 60, topic: str = "t")
 
 
 def test_committed_files_are_loadable_in_a_job_or_quarantined_and_the_rest_not_pending() -> None:
-    files = [*avro(0, age_s=300), *avro(10, age_s=200), *avro(20, age_s=900),
-             Listed("t.0.sales.orders.1.30.avro", 100, NOW - timedelta(hours=5))]  # uncommitted
-    job = LoadJobRecord("j1", "sales", "orders", 1, ("t.0.sales.orders.1.10.avro",), NOW, NOW,
-                        status=JobStatus.SUBMITTED)
+    files = [
+        *avro(0, age_s=300),
+        *avro(10, age_s=200),
+        *avro(20, age_s=900),
+        Listed("t.0.sales.orders.1.30.avro", 100, NOW - timedelta(hours=5)),
+    ]  # uncommitted
+    job = LoadJobRecord(
+        "j1",
+        "sales",
+        "orders",
+        1,
+        ("t.0.sales.orders.1.10.avro",),
+        NOW,
+        NOW,
+        status=JobStatus.SUBMITTED,
+    )
     quarantined = QuarantinedFile("t.0.sales.orders.1.20.avro", "sales", "orders", "j0", "bad", NOW)
     view = staging_view(files, LoadState((job,), (quarantined,)), NOW)
     states = {p.state: (p.files, p.oldest_age_s) for p in view.pending}
-    assert states == {PendingState.LOADABLE: (1, 300.0), PendingState.IN_LOAD_JOB: (1, 200.0),
-                      PendingState.QUARANTINED: (1, 900.0)}
+    assert states == {
+        PendingState.LOADABLE: (1, 300.0),
+        PendingState.IN_LOAD_JOB: (1, 200.0),
+        PendingState.QUARANTINED: (1, 900.0),
+    }
     assert view.uncommitted_files == 1
     # The freshness judged by the check, the health and the sensor: quarantine left out.
     assert (view.waiting_files, view.waiting_bytes, view.oldest_pending_age_s) == (2, 200, 300.0)

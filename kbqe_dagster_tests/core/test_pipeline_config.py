@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -24,8 +25,8 @@ from kbqe_dagster.core.config.pipeline import (
 )
 from kbqe_dagster.core.config.sections import FileCodec
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.record.event_time import DateRule, EpochUnit, EventTimeConfig
 from kbqe_dagster.core.protocol.offsets import StartPolicy
+from kbqe_dagster.core.record.event_time import DateRule, EpochUnit, EventTimeConfig
 from kbqe_dagster.core.record.routing import Destination, RoutingInput, RoutingMode
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"
@@ -133,7 +134,9 @@ def test_the_loop_interval_is_a_second_unless_a_topic_or_the_pipeline_says_other
     assert [t.staging.loop_interval for t in _parse().topics] == [timedelta(seconds=1)] * 2
     events, audit = _parse(change).topics
     assert (events.staging.loop_interval, audit.staging.loop_interval) == (
-        timedelta(milliseconds=250), timedelta(seconds=1))
+        timedelta(milliseconds=250),
+        timedelta(seconds=1),
+    )
 
 
 def test_static_destinations_are_implicitly_allowed() -> None:
@@ -474,7 +477,8 @@ def test_completeness_defaults_to_kafka_time_and_topics_override_it_key_by_key()
     from kbqe_dagster.core.completeness.decision import Basis
 
     assert (_parse().topics[0].completeness.basis, _parse().topics[0].completeness.lateness) == (
-        Basis.KAFKA_TIME, timedelta(minutes=5),
+        Basis.KAFKA_TIME,
+        timedelta(minutes=5),
     )
 
     def change(raw: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@ construct maps to, with the values its parsed messages convert to (descriptors c
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from io import BytesIO
 
 import fastavro
@@ -52,8 +52,9 @@ COMMON = 'syntax = "proto3"; package acme.common; message Money { string currenc
 
 
 def compiled(text: str, **files: str):
-    fds = compile_files({ROOT_FILE: text, **{k.replace("__", "/") + ".proto": v
-                                             for k, v in files.items()}})
+    fds = compile_files(
+        {ROOT_FILE: text, **{k.replace("__", "/") + ".proto": v for k, v in files.items()}}
+    )
     pool = descriptor_pool.DescriptorPool()
     for proto in fds.file:
         pool.Add(proto)
@@ -81,14 +82,22 @@ def roundtrip(message) -> dict:
 # --- message indexes -------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("encoded", "indexes"),
-    [(b"\x00", (0,)), (b"\x02\x00", (0,)), (b"\x02\x02", (1,)), (b"\x04\x02\x04", (1, 2)),
-     (b"\x02\x80\x01", (64,))],
+    [
+        (b"\x00", (0,)),
+        (b"\x02\x00", (0,)),
+        (b"\x02\x02", (1,)),
+        (b"\x04\x02\x04", (1, 2)),
+        (b"\x02\x80\x01", (64,)),
+    ],
 )
 def test_message_indexes_are_zigzag_varints_and_a_zero_count_is_the_first_message(
-    encoded: bytes, indexes: tuple[int, ...],
+    encoded: bytes,
+    indexes: tuple[int, ...],
 ) -> None:
     assert read_message_indexes(b"\x00\x00\x00\x00\x07" + encoded + b"\x08\x01", 5) == (
-        indexes, 5 + len(encoded))
+        indexes,
+        5 + len(encoded),
+    )
 
 
 @pytest.mark.parametrize("indexes", [(0,), (1,), (1, 2), (64, 0, 300)])
@@ -101,9 +110,14 @@ def test_encoded_message_indexes_read_back(indexes: tuple[int, ...]) -> None:
 
 @pytest.mark.parametrize(
     ("encoded", "why"),
-    [(b"", "ends inside a varint"), (b"\x80", "ends inside a varint"),
-     (b"\x01", "negative count"), (b"\x02\x01", "negative index"),
-     (b"\x08\x02", "a count of 4 with 1 byte"), (b"\xff" * 11, "longer than 10 bytes")],
+    [
+        (b"", "ends inside a varint"),
+        (b"\x80", "ends inside a varint"),
+        (b"\x01", "negative count"),
+        (b"\x02\x01", "negative index"),
+        (b"\x08\x02", "a count of 4 with 1 byte"),
+        (b"\xff" * 11, "longer than 10 bytes"),
+    ],
 )
 def test_malformed_message_indexes_are_protobuf_decode_errors(encoded: bytes, why: str) -> None:
     with pytest.raises(ProtobufDecodeError, match=why) as caught:
@@ -134,10 +148,23 @@ def test_a_message_is_a_record_named_by_its_full_name_fields_in_declaration_orde
 
 @pytest.mark.parametrize(
     ("field", "avro"),
-    [("small", "int"), ("zig", "int"), ("fix", "int"), ("id", "long"), ("zig64", "long"),
-     ("fix64", "long"), ("u32", "long"), ("f32", "long"), ("big", "long"), ("f64", "long"),
-     ("ratio", "float"), ("price", "double"), ("gift_wrap", "boolean"), ("blob", "bytes"),
-     ("labels", {"type": "array", "items": "string"})],
+    [
+        ("small", "int"),
+        ("zig", "int"),
+        ("fix", "int"),
+        ("id", "long"),
+        ("zig64", "long"),
+        ("fix64", "long"),
+        ("u32", "long"),
+        ("f32", "long"),
+        ("big", "long"),
+        ("f64", "long"),
+        ("ratio", "float"),
+        ("price", "double"),
+        ("gift_wrap", "boolean"),
+        ("blob", "bytes"),
+        ("labels", {"type": "array", "items": "string"}),
+    ],
 )
 def test_scalars_map_to_the_avro_type_that_holds_every_value(field: str, avro) -> None:
     assert FIELDS[field] == avro
@@ -145,8 +172,19 @@ def test_scalars_map_to_the_avro_type_that_holds_every_value(field: str, avro) -
 
 def test_fields_with_presence_are_nullable_and_plain_scalars_are_not() -> None:
     nullable = {name for name, t in FIELDS.items() if isinstance(t, list)}
-    assert nullable == {"placed_at", "note", "total", "coupon", "card", "gift", "count",
-                        "ucount", "paid", "raw", "main_line"}
+    assert nullable == {
+        "placed_at",
+        "note",
+        "total",
+        "coupon",
+        "card",
+        "gift",
+        "count",
+        "ucount",
+        "paid",
+        "raw",
+        "main_line",
+    }
     assert all(t[0] == "null" for t in FIELDS.values() if isinstance(t, list))
     defaults = {f["name"]: f.get("default", "none") for f in MAPPING.avro_schema["fields"]}
     assert defaults["note"] is None and defaults["id"] == "none"
@@ -166,8 +204,11 @@ def test_nested_imported_and_enum_types_are_named_types_defined_once() -> None:
     assert FIELDS["gift"] == ["null", "acme.orders.Order.Line"]  # referenced, not redefined
     assert FIELDS["main_line"] == ["null", "acme.orders.Order.Line"]
     assert FIELDS["total"][1]["name"] == "acme.common.Money"
-    assert FIELDS["status"] == {"type": "enum", "name": "acme.orders.Order.Status",
-                                "symbols": ["NEW", "PAID"]}
+    assert FIELDS["status"] == {
+        "type": "enum",
+        "name": "acme.orders.Order.Status",
+        "symbols": ["NEW", "PAID"],
+    }
     assert FIELDS["tags"] == {"type": "map", "values": "string"}
     assert FIELDS["flags"] == {"type": "map", "values": "acme.orders.Order.Line"}
     fastavro.parse_schema(MAPPING.avro_schema)  # a valid Avro schema, names resolved
@@ -175,16 +216,29 @@ def test_nested_imported_and_enum_types_are_named_types_defined_once() -> None:
 
 @pytest.mark.parametrize(
     ("text", "construct"),
-    [("message Node { string v = 1; Node next = 2; }", r"recursive message \(Node → Node\) .* at Node.next"),
-     ("message A { B b = 1; } message B { repeated A a = 1; }", r"recursive message \(A → B → A\)"),
-     ('import "google/protobuf/struct.proto"; message S { google.protobuf.Struct s = 1; }',
-      r"recursive message \(google.protobuf.Struct → google.protobuf.Value → google.protobuf.Struct\)"),
-     ('import "google/protobuf/empty.proto"; message E { google.protobuf.Empty e = 1; }',
-      r"message google.protobuf.Empty has no fields .* at E.e"),
-     ("message Nothing {}", "message Nothing has no fields")],
+    [
+        (
+            "message Node { string v = 1; Node next = 2; }",
+            r"recursive message \(Node → Node\) .* at Node.next",
+        ),
+        (
+            "message A { B b = 1; } message B { repeated A a = 1; }",
+            r"recursive message \(A → B → A\)",
+        ),
+        (
+            'import "google/protobuf/struct.proto"; message S { google.protobuf.Struct s = 1; }',
+            r"recursive message \(google.protobuf.Struct → google.protobuf.Value → google.protobuf.Struct\)",
+        ),
+        (
+            'import "google/protobuf/empty.proto"; message E { google.protobuf.Empty e = 1; }',
+            r"message google.protobuf.Empty has no fields .* at E.e",
+        ),
+        ("message Nothing {}", "message Nothing has no fields"),
+    ],
 )
 def test_messages_without_a_fixed_column_layout_are_refused_naming_the_construct(
-    text: str, construct: str,
+    text: str,
+    construct: str,
 ) -> None:
     root = compiled('syntax = "proto3"; ' + text).message_types_by_name
     with pytest.raises(UnmappableProtobufSchemaError, match=construct) as caught:
@@ -196,14 +250,30 @@ def test_messages_without_a_fixed_column_layout_are_refused_naming_the_construct
 def test_unset_proto3_scalars_are_their_defaults_and_fields_with_presence_are_null() -> None:
     record = roundtrip(Order())
     assert (record["id"], record["big"], record["ratio"], record["gift_wrap"]) == (0, 0, 0.0, False)
-    assert (record["blob"], record["status"], record["lines"], record["tags"]) == (b"", "NEW", [], {})
+    assert (record["blob"], record["status"], record["lines"], record["tags"]) == (
+        b"",
+        "NEW",
+        [],
+        {},
+    )
     for name in ("placed_at", "note", "total", "coupon", "card", "gift", "count", "main_line"):
         assert record[name] is None, name
 
 
 def test_set_values_convert_field_by_field() -> None:
-    order = Order(id=7, note="", big=2**63 - 1, u32=2**32 - 1, small=-5, zig=-6, ratio=0.5,
-                  labels=["a", "b"], card="visa", status=Order.PAID, blob=b"\x00\xff")
+    order = Order(
+        id=7,
+        note="",
+        big=2**63 - 1,
+        u32=2**32 - 1,
+        small=-5,
+        zig=-6,
+        ratio=0.5,
+        labels=["a", "b"],
+        card="visa",
+        status=Order.PAID,
+        blob=b"\x00\xff",
+    )
     order.placed_at.seconds, order.placed_at.nanos = 1_726_238_205, 123_456_789
     order.lines.add(sku="s1", qty=2)
     order.tags[3] = "three"
@@ -212,17 +282,26 @@ def test_set_values_convert_field_by_field() -> None:
     order.coupon.value = ""  # a set wrapper holding its default is not null
     order.ucount.value = 9
     record = roundtrip(order)
-    assert record["placed_at"] == datetime(2024, 9, 13, 14, 36, 45, 123_456, tzinfo=timezone.utc)
+    assert record["placed_at"] == datetime(2024, 9, 13, 14, 36, 45, 123_456, tzinfo=UTC)
     assert record["note"] == "" and record["coupon"] == "" and record["ucount"] == 9
-    assert (record["big"], record["u32"], record["small"], record["zig"]) == (2**63 - 1, 2**32 - 1, -5, -6)
+    assert (record["big"], record["u32"], record["small"], record["zig"]) == (
+        2**63 - 1,
+        2**32 - 1,
+        -5,
+        -6,
+    )
     assert record["lines"] == [{"sku": "s1", "qty": 2}] and record["labels"] == ["a", "b"]
-    assert record["tags"] == {"3": "three"} and record["flags"] == {"true": {"sku": "flag", "qty": 0}}
+    assert record["tags"] == {"3": "three"} and record["flags"] == {
+        "true": {"sku": "flag", "qty": 0}
+    }
     assert record["total"] == {"currency": "EUR", "units": 12} and record["status"] == "PAID"
     assert (record["card"], record["gift"]) == ("visa", None)  # one oneof member set
 
 
 def test_a_uint64_above_the_avro_long_range_is_a_decode_error_naming_the_field() -> None:
-    with pytest.raises(ProtobufDecodeError, match=r"acme.orders.Order.big: 9223372036854775808 is above"):
+    with pytest.raises(
+        ProtobufDecodeError, match=r"acme.orders.Order.big: 9223372036854775808 is above"
+    ):
         roundtrip(Order(big=2**63))
     wrapped = Order()
     wrapped.ucount.value = 2**64 - 1
@@ -231,7 +310,9 @@ def test_a_uint64_above_the_avro_long_range_is_a_decode_error_naming_the_field()
 
 
 def test_an_enum_number_the_schema_does_not_declare_is_a_decode_error() -> None:
-    with pytest.raises(ProtobufDecodeError, match="enum acme.orders.Order.Status has no value numbered 7"):
+    with pytest.raises(
+        ProtobufDecodeError, match="enum acme.orders.Order.Status has no value numbered 7"
+    ):
         roundtrip(Order(status=7))  # proto3 enums are open: the runtime keeps the number
 
 
@@ -243,7 +324,9 @@ def test_a_timestamp_outside_years_1_to_9999_is_a_decode_error() -> None:
 
 
 def test_proto2_optional_fields_are_nullable_and_required_ones_are_not() -> None:
-    root = compiled('syntax = "proto2"; message P { required int32 a = 1; optional string b = 2 [default = "x"]; }')
+    root = compiled(
+        'syntax = "proto2"; message P { required int32 a = 1; optional string b = 2 [default = "x"]; }'
+    )
     mapping = map_protobuf_message(root.message_types_by_name["P"])
     assert [f["type"] for f in mapping.avro_schema["fields"]] == ["int", ["null", "string"]]
     cls = message_factory.GetMessageClass(root.message_types_by_name["P"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kbqe_dagster.core.protocol.commit import bootstrap_marker
 from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.core.protocol.commit import bootstrap_marker
 from kbqe_dagster.core.protocol.offsets import (
     OffsetRange,
     StartPolicy,
@@ -23,7 +23,10 @@ def done(first: int, last: int, *, partition: int = 0) -> str:
 
 def plan(names, marks, *, per_run=1_000_000, per_range=1_000_000, policy=StartPolicy.EARLIEST):
     return plan_ranges(
-        recover(names), marks, max_messages_per_run=per_run, max_messages_per_range=per_range,
+        recover(names),
+        marks,
+        max_messages_per_run=per_run,
+        max_messages_per_range=per_range,
         start_policy=policy,
     )
 
@@ -175,14 +178,24 @@ def test_repeated_runs_with_a_failed_middle_range_stage_every_offset_exactly_onc
     assert recover(committed)[TP].resume_offset == high
 
 
-def test_a_partition_without_any_commit_stages_one_range_first_so_a_failure_cannot_hide_behind_later_ranges() -> None:
+def test_a_partition_without_any_commit_stages_one_range_first_so_a_failure_cannot_hide_behind_later_ranges() -> (
+    None
+):
     # Found by the fault suite: split ranges of a fresh partition, the first killed and the
     # later ones committed, used to start the chain at the later range and lose the first.
-    fresh = plan_ranges({}, {("t", 0): Watermarks(0, 10_000)},
-                        max_messages_per_run=10_000, max_messages_per_range=1_000)
+    fresh = plan_ranges(
+        {},
+        {("t", 0): Watermarks(0, 10_000)},
+        max_messages_per_run=10_000,
+        max_messages_per_range=1_000,
+    )
     assert [(r.start, r.end_exclusive) for r in fresh.ranges] == [(0, 1_000)]
     assert fresh.partitions[0].backlog_after_run == 9_000
 
-    anchored = plan_ranges(recover(["t.0.d.x.1.0.999.done"]), {("t", 0): Watermarks(0, 10_000)},
-                           max_messages_per_run=10_000, max_messages_per_range=1_000)
+    anchored = plan_ranges(
+        recover(["t.0.d.x.1.0.999.done"]),
+        {("t", 0): Watermarks(0, 10_000)},
+        max_messages_per_run=10_000,
+        max_messages_per_range=1_000,
+    )
     assert len(anchored.ranges) == 9, "once anchored, a hot partition splits into parallel ranges"

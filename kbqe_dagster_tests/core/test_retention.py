@@ -90,17 +90,29 @@ def test_superseded_done_files_go_first_and_the_anchor_outlives_them() -> None:
 
 def test_overlapping_legacy_done_files_are_deleted_without_uncovering_offsets() -> None:
     # Deleting 0..100 first would leave 5..50 and 60..200: a hole at 51..59, redone.
-    names = [done(0, 100, table="a"), done(5, 50, table="b"), done(60, 200, table="c"),
-             done(201, 300)]
+    names = [
+        done(0, 100, table="a"),
+        done(5, 50, table="b"),
+        done(60, 200, table="c"),
+        done(201, 300),
+    ]
     plan = plan_retention(names)
-    assert plan.delete == (done(5, 50, table="b"), done(0, 100, table="a"),
-                           done(60, 200, table="c"))
+    assert plan.delete == (
+        done(5, 50, table="b"),
+        done(0, 100, table="a"),
+        done(60, 200, table="c"),
+    )
     assert reasons(plan) == {done(201, 300): KeepReason.NEWEST}
 
 
 def test_partitions_are_decided_independently() -> None:
-    names = [done(0, 99), done(100, 199), done(0, 9, partition=1), avro(0, partition=1),
-             done(10, 19, partition=1)]
+    names = [
+        done(0, 99),
+        done(100, 199),
+        done(0, 9, partition=1),
+        avro(0, partition=1),
+        done(10, 19, partition=1),
+    ]
     plan = plan_retention(names)
     assert plan.delete == (done(0, 99),)
     assert reasons(plan)[done(0, 9, partition=1)] is KeepReason.AVRO_PRESENT
@@ -108,19 +120,40 @@ def test_partitions_are_decided_independently() -> None:
 
 SCENARIOS = {
     "plain chain": [done(0, 99), done(100, 199), done(200, 299), done(300, 399)],
-    "multi-file ranges": [done(0, 99), done(0, 99, table="r"), done(100, 199),
-                          done(100, 199, table="r"), done(200, 299)],
+    "multi-file ranges": [
+        done(0, 99),
+        done(0, 99, table="r"),
+        done(100, 199),
+        done(100, 199, table="r"),
+        done(200, 299),
+    ],
     "hole": [done(0, 99), done(100, 199), done(300, 399), done(400, 499)],
-    "bootstrap": [done(0, 99), bootstrap_marker("orders", 0, 1000).name, done(1000, 1099),
-                  done(1100, 1199)],
-    "straddling bootstrap": [done(0, 99), done(100, 299), bootstrap_marker("orders", 0, 250).name,
-                             done(300, 399)],
-    "overlaps": [done(0, 100, table="a"), done(5, 98, table="b"), done(101, 150),
-                 done(151, 160)],
-    "bridging overlap": [done(0, 100, table="a"), done(5, 50, table="b"),
-                         done(60, 200, table="c"), done(201, 300)],
-    "pending in the middle": [done(0, 99), done(100, 199), avro(100), done(200, 299),
-                              done(300, 399)],
+    "bootstrap": [
+        done(0, 99),
+        bootstrap_marker("orders", 0, 1000).name,
+        done(1000, 1099),
+        done(1100, 1199),
+    ],
+    "straddling bootstrap": [
+        done(0, 99),
+        done(100, 299),
+        bootstrap_marker("orders", 0, 250).name,
+        done(300, 399),
+    ],
+    "overlaps": [done(0, 100, table="a"), done(5, 98, table="b"), done(101, 150), done(151, 160)],
+    "bridging overlap": [
+        done(0, 100, table="a"),
+        done(5, 50, table="b"),
+        done(60, 200, table="c"),
+        done(201, 300),
+    ],
+    "pending in the middle": [
+        done(0, 99),
+        done(100, 199),
+        avro(100),
+        done(200, 299),
+        done(300, 399),
+    ],
 }
 
 

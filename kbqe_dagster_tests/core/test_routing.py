@@ -112,9 +112,7 @@ def test_fields_mode_reads_configured_dotted_paths() -> None:
         ({"datasetName": "acme_sales", "tableName": {"n": 1}}, "table {'n': 1}"),
     ],
 )
-def test_missing_or_invalid_names_are_unroutable(
-    fields: dict[str, Any], message_part: str
-) -> None:
+def test_missing_or_invalid_names_are_unroutable(fields: dict[str, Any], message_part: str) -> None:
     router = Router(RoutingConfig(), ACME)
     with pytest.raises(UnroutableError) as caught:
         router.route(_message(fields))
@@ -238,9 +236,7 @@ def test_function_may_choose_its_reason_and_bugs_propagate() -> None:
         (f"{SELF}:NOT_CALLABLE", "is a int, not callable"),
     ],
 )
-def test_unresolvable_functions_fail_when_the_router_is_built(
-    spec: str, message_part: str
-) -> None:
+def test_unresolvable_functions_fail_when_the_router_is_built(spec: str, message_part: str) -> None:
     with pytest.raises(ConfigError, match=message_part):
         Router(RoutingConfig(RoutingMode.FUNCTION, function=spec), ACME)
 

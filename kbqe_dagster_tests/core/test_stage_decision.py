@@ -27,7 +27,8 @@ def test_a_full_batch_is_due_at_once_and_one_less_is_not() -> None:
 def test_the_oldest_message_is_due_at_exactly_allowed_latency() -> None:
     assert stage_due(SETTINGS, 1, NOW - LATENCY_MS + 1, NOW) is None
     assert stage_due(SETTINGS, 1, NOW - LATENCY_MS, NOW) == (
-        "oldest unstaged message is 900s old >= allowed_latency 0:15:00")
+        "oldest unstaged message is 900s old >= allowed_latency 0:15:00"
+    )
 
 
 def test_an_unknown_age_waits_for_a_full_batch() -> None:
@@ -45,5 +46,6 @@ def test_the_run_key_names_the_topic_its_start_and_the_earlier_runs_from_there()
     assert from_offsets(offsets) == "0=12,1=40,2=7"
     assert stage_run_key("com.acme.events", offsets, 0) == "com.acme.events|0=12,1=40,2=7|0"
     # A failed run from the same offsets: the next tick's key differs, so Dagster launches it.
-    assert stage_run_key("com.acme.events", offsets, 1) != stage_run_key("com.acme.events",
-                                                                         offsets, 0)
+    assert stage_run_key("com.acme.events", offsets, 1) != stage_run_key(
+        "com.acme.events", offsets, 0
+    )

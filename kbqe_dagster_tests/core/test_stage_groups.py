@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.config.sections import StageRunSettings
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.stage_runs.due import stage_run_key
 from kbqe_dagster.core.stage_runs.groups import (
@@ -15,7 +16,6 @@ from kbqe_dagster.core.stage_runs.groups import (
     split_topics,
     yielded_topics,
 )
-from kbqe_dagster.core.config.sections import StageRunSettings
 
 
 def due(topic: str, lag: int, offsets: dict[int, int] | None = None) -> DueTopic:
@@ -77,21 +77,28 @@ def test_the_topics_tag_round_trips_dotted_names() -> None:
     assert split_topics(None) == () and split_topics("") == ()
 
 
-BASE = {"version": 1, "topics": [{"name": "t", "event_time": {"fields": ["ts"]}}],
-        "allowed_destinations": ["d.*"]}
+BASE = {
+    "version": 1,
+    "topics": [{"name": "t", "event_time": {"fields": ["ts"]}}],
+    "allowed_destinations": ["d.*"],
+}
 
 
 def test_the_pipeline_file_sets_stage_runs_and_defaults_otherwise() -> None:
     assert parse_pipeline_config(BASE).stage_runs == StageRunSettings(50, 5_000_000)
     config = parse_pipeline_config(
-        {**BASE, "stage_runs": {"max_topics_per_run": 8, "max_messages_per_run": 1000}})
+        {**BASE, "stage_runs": {"max_topics_per_run": 8, "max_messages_per_run": 1000}}
+    )
     assert config.stage_runs == StageRunSettings(max_topics_per_run=8, max_messages_per_run=1000)
 
 
-@pytest.mark.parametrize("section, problem", [
-    ({"max_topics_per_run": 0}, "stage_runs.max_topics_per_run"),
-    ({"max_topic_per_run": 5}, "stage_runs"),
-])
+@pytest.mark.parametrize(
+    "section, problem",
+    [
+        ({"max_topics_per_run": 0}, "stage_runs.max_topics_per_run"),
+        ({"max_topic_per_run": 5}, "stage_runs"),
+    ],
+)
 def test_bad_stage_runs_settings_are_config_errors_naming_the_key(section, problem) -> None:
     with pytest.raises(ConfigError, match=problem.replace(".", r"\.")):
         parse_pipeline_config({**BASE, "stage_runs": section})

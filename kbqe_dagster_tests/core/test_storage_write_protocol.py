@@ -4,7 +4,7 @@ ranges recovery rolls forward and where the next range of a table continues its 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -30,23 +30,32 @@ from kbqe_dagster.core.protocol.delivery import (
     stream_position,
 )
 from kbqe_dagster.core.protocol.naming import (
-    IntentFileName,
     RefusalFileName,
     parse_listing,
     parse_name,
 )
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 
-NOW = datetime(2026, 11, 25, 14, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 25, 14, 0, tzinfo=UTC)
 RNG = OffsetRange("com.acme.events", 3, 100, 150)  # offsets 100..149
 STREAM = "projects/p/datasets/fast/tables/clicks/streams/s1"
 WHERE = "fast.clicks stream s1, com.acme.events[3] 100..149"
 
 
-def _intent(offset: int = 0, parts=((7, 40),), rng: OffsetRange = RNG,
-            stream: str = STREAM) -> Intent:
-    return Intent(rng.topic, rng.partition, "fast", "clicks", rng.start, rng.last, stream,
-                  offset, tuple(parts))
+def _intent(
+    offset: int = 0, parts=((7, 40),), rng: OffsetRange = RNG, stream: str = STREAM
+) -> Intent:
+    return Intent(
+        rng.topic,
+        rng.partition,
+        "fast",
+        "clicks",
+        rng.start,
+        rng.last,
+        stream,
+        offset,
+        tuple(parts),
+    )
 
 
 # --- names ---------------------------------------------------------------------------------
@@ -66,12 +75,14 @@ def test_a_refusal_note_names_its_intent_and_the_request_s_row_offset() -> None:
 
 
 def test_a_listing_sorts_intents_and_refusals_apart_from_what_it_does_not_know() -> None:
-    listing = parse_listing([
-        "com.acme.events.3.fast.clicks.7.100.149.intent",
-        "com.acme.events.3.fast.clicks.7.100.149.0.refused",
-        "com.acme.events.3.fast.clicks.7.100.149.done",
-        "notes.txt",
-    ])
+    listing = parse_listing(
+        [
+            "com.acme.events.3.fast.clicks.7.100.149.intent",
+            "com.acme.events.3.fast.clicks.7.100.149.0.refused",
+            "com.acme.events.3.fast.clicks.7.100.149.done",
+            "notes.txt",
+        ]
+    )
     assert [i.name for i in listing.intents] == ["com.acme.events.3.fast.clicks.7.100.149.intent"]
     assert len(listing.refusals) == 1 and len(listing.done) == 1
     assert listing.unrecognized == ("notes.txt",)
@@ -87,8 +98,11 @@ def test_an_intent_records_stream_first_row_exact_kafka_range_and_rows_per_schem
 
 def test_an_intent_of_another_range_under_this_name_is_refused_naming_the_file() -> None:
     other = _intent(rng=OffsetRange("com.acme.events", 3, 150, 200))
-    with pytest.raises(StagingError, match=r"intent com\.acme\.events\.3\.fast\.clicks\.7\."
-                                           r"100\.149\.intent describes"):
+    with pytest.raises(
+        StagingError,
+        match=r"intent com\.acme\.events\.3\.fast\.clicks\.7\."
+        r"100\.149\.intent describes",
+    ):
         parse_intent(other.encode(), intent_name(RNG, "fast", "clicks", 7))
 
 
@@ -104,8 +118,18 @@ def test_a_refusal_note_round_trips() -> None:
 
 
 def test_an_intent_on_a_new_stream_records_the_offsets_the_table_held_already() -> None:
-    intent = Intent(RNG.topic, RNG.partition, "fast", "clicks", RNG.start, RNG.last, STREAM, 0,
-                    ((7, 37),), (100, 101, 104))
+    intent = Intent(
+        RNG.topic,
+        RNG.partition,
+        "fast",
+        "clicks",
+        RNG.start,
+        RNG.last,
+        STREAM,
+        0,
+        ((7, 37),),
+        (100, 101, 104),
+    )
     name = intent_name(RNG, "fast", "clicks", 7)
     assert parse_intent(intent.encode(), name) == intent
     # Without any, the intent's bytes are what they always were (older intents parse alike).
@@ -127,8 +151,9 @@ def test_an_appended_request_advances_the_stream_by_its_rows() -> None:
 
 
 def test_already_exists_means_an_earlier_attempt_wrote_the_same_rows_skip_them() -> None:
-    assert append_decision("already_exists", 40, "Offset 0 already committed", (), WHERE) \
-        .advance == 40
+    assert (
+        append_decision("already_exists", 40, "Offset 0 already committed", (), WHERE).advance == 40
+    )
 
 
 def test_already_exists_after_a_refusal_counts_only_the_rows_the_api_took() -> None:
@@ -137,8 +162,11 @@ def test_already_exists_after_a_refusal_counts_only_the_rows_the_api_took() -> N
 
 
 def test_out_of_range_fails_the_range_naming_table_stream_and_offsets() -> None:
-    with pytest.raises(StagingError, match=r"fast\.clicks stream s1, com\.acme\.events\[3\] "
-                                           r"100\.\.149: the stream is not where the intent"):
+    with pytest.raises(
+        StagingError,
+        match=r"fast\.clicks stream s1, com\.acme\.events\[3\] "
+        r"100\.\.149: the stream is not where the intent",
+    ):
         append_decision("out_of_range", 40, "next expected 17", (), WHERE)
 
 
@@ -158,19 +186,23 @@ INTENT = "com.acme.events.3.fast.clicks.7.100.149.intent"
 DONE = "com.acme.events.3.fast.clicks.7.100.149.done"
 
 
-@pytest.mark.parametrize("crash, names, roll_forward", [
-    # after staging, before the intent: nothing is recorded, no row is in the stream; the
-    # range is simply planned again
-    ("before the intent", [], ()),
-    # after the intent, before or between appends, after the last append: the intent is open;
-    # its exact range is restaged and appended at its offsets (already_exists for what is there)
-    ("after the intent", [INTENT], (RNG,)),
-    ("between appends", [INTENT, "com.acme.events.3.fast.clicks.7.100.149.0.refused"], (RNG,)),
-    # after the done file: committed; nothing to roll forward
-    ("after the done file", [INTENT, DONE], ()),
-])
-def test_every_crash_point_leaves_what_recovery_needs(crash: str, names: list[str],
-                                                      roll_forward: tuple) -> None:
+@pytest.mark.parametrize(
+    "crash, names, roll_forward",
+    [
+        # after staging, before the intent: nothing is recorded, no row is in the stream; the
+        # range is simply planned again
+        ("before the intent", [], ()),
+        # after the intent, before or between appends, after the last append: the intent is open;
+        # its exact range is restaged and appended at its offsets (already_exists for what is there)
+        ("after the intent", [INTENT], (RNG,)),
+        ("between appends", [INTENT, "com.acme.events.3.fast.clicks.7.100.149.0.refused"], (RNG,)),
+        # after the done file: committed; nothing to roll forward
+        ("after the done file", [INTENT, DONE], ()),
+    ],
+)
+def test_every_crash_point_leaves_what_recovery_needs(
+    crash: str, names: list[str], roll_forward: tuple
+) -> None:
     assert ranges_to_roll_forward(names) == roll_forward, crash
 
 
@@ -187,8 +219,12 @@ def test_a_committed_range_s_intents_are_for_retention_only() -> None:
 
 def _manifest(rng: OffsetRange, files: dict[tuple[str, int], Delivered | None]):
     staged = [(avro_file_name(rng, "fast", table, schema), 10) for table, schema in files]
-    commit = plan_range_commit(rng, staged, created_at=NOW, delivered={
-        avro_file_name(rng, "fast", t, s).name: d for (t, s), d in files.items() if d})
+    commit = plan_range_commit(
+        rng,
+        staged,
+        created_at=NOW,
+        delivered={avro_file_name(rng, "fast", t, s).name: d for (t, s), d in files.items() if d},
+    )
     return parse_manifest(commit.content, commit.done_files[0].name)
 
 
@@ -205,12 +241,17 @@ def test_a_load_file_s_manifest_entry_is_unchanged() -> None:
 
 def test_the_next_range_continues_the_stream_where_the_latest_range_left_it() -> None:
     first = _manifest(OffsetRange("t", 0, 0, 100), {("clicks", 7): Delivered(STREAM, 0, 90)})
-    second = _manifest(OffsetRange("t", 0, 100, 200), {("clicks", 7): Delivered(STREAM, 90, 8),
-                                                       ("clicks", 9): Delivered(STREAM, 98, 2)})
+    second = _manifest(
+        OffsetRange("t", 0, 100, 200),
+        {("clicks", 7): Delivered(STREAM, 90, 8), ("clicks", 9): Delivered(STREAM, 98, 2)},
+    )
     third = _manifest(OffsetRange("t", 0, 200, 300), {("views", 7): None})  # another table
     position = stream_position([second, third, first], "fast", "clicks")
     assert (position.stream, position.next_offset, position.schema_ids) == (
-        STREAM, 100, frozenset({7, 9}))
+        STREAM,
+        100,
+        frozenset({7, 9}),
+    )
 
 
 def test_a_table_without_a_delivered_range_starts_a_new_stream() -> None:
@@ -229,10 +270,16 @@ def test_a_table_switched_back_after_loads_starts_a_new_stream() -> None:
 
 
 def test_the_tables_an_open_intent_pins_are_its_range_s() -> None:
-    names = [INTENT, "com.acme.events.3.fast.views.7.100.149.intent", DONE.replace(
-        "100.149", "50.99"), "com.acme.events.3.fast.orders.7.50.99.intent"]
+    names = [
+        INTENT,
+        "com.acme.events.3.fast.views.7.100.149.intent",
+        DONE.replace("100.149", "50.99"),
+        "com.acme.events.3.fast.orders.7.50.99.intent",
+    ]
     assert pinned_tables(open_intents(names)) == {
-        ("com.acme.events", 3, 100, "fast", "clicks"), ("com.acme.events", 3, 100, "fast", "views")}
+        ("com.acme.events", 3, 100, "fast", "clicks"),
+        ("com.acme.events", 3, 100, "fast", "views"),
+    }
 
 
 def test_two_ranges_never_claim_the_same_rows_of_a_stream() -> None:
@@ -250,8 +297,9 @@ def _plan(per_range: int = 100):
 
     names = ["t.0.d.x.1.0.99.done", "t.1.d.x.1.0.99.done"]
     marks = {("t", 0): Watermarks(0, 500), ("t", 1): Watermarks(0, 500)}
-    return plan_ranges(recover(names), marks, max_messages_per_run=400,
-                       max_messages_per_range=per_range)
+    return plan_ranges(
+        recover(names), marks, max_messages_per_run=400, max_messages_per_range=per_range
+    )
 
 
 def test_a_topic_feeding_a_storage_write_table_stages_one_range_per_partition() -> None:
@@ -283,13 +331,20 @@ def test_retention_deletes_a_committed_range_s_intent_and_notes_before_any_done_
     from kbqe_dagster.core.protocol.retention import plan_retention
 
     names = [
-        "t.0.d.x.1.0.9.intent", "t.0.d.x.1.0.9.3.refused", "t.0.d.x.1.0.9.done",
-        "t.0.d.x.1.10.19.intent", "t.0.d.x.1.10.19.done",
+        "t.0.d.x.1.0.9.intent",
+        "t.0.d.x.1.0.9.3.refused",
+        "t.0.d.x.1.0.9.done",
+        "t.0.d.x.1.10.19.intent",
+        "t.0.d.x.1.10.19.done",
         "t.0.d.x.1.20.29.intent",  # open: rolled forward by the next run, never deleted
     ]
     plan = plan_retention(names)
-    assert plan.delete == ("t.0.d.x.1.0.9.3.refused", "t.0.d.x.1.0.9.intent",
-                           "t.0.d.x.1.10.19.intent", "t.0.d.x.1.0.9.done")
+    assert plan.delete == (
+        "t.0.d.x.1.0.9.3.refused",
+        "t.0.d.x.1.0.9.intent",
+        "t.0.d.x.1.10.19.intent",
+        "t.0.d.x.1.0.9.done",
+    )
     # A storage_write done file has no avro file: loaded, as far as retention is concerned;
     # the newest range's is kept (resume point).
     assert [k.name for k in plan.keep] == ["t.0.d.x.1.10.19.done"]

@@ -8,8 +8,8 @@ import pickle
 
 import pytest
 
-from kbqe_dagster.core.config.pipeline import BadInputPolicy, PipelineConfig, parse_pipeline_config
 from kbqe_dagster.core.config.discovery import internal_topics, table_for
+from kbqe_dagster.core.config.pipeline import BadInputPolicy, PipelineConfig, parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.keyed.contract import DEBEZIUM_EVENT_TIME_FIELDS
 from kbqe_dagster.core.record.routing import RoutingMode
@@ -24,10 +24,17 @@ def pipeline(*patterns: dict, topics: list[dict] | None = None, **top) -> Pipeli
     return parse_pipeline_config(raw, source="p.yaml")
 
 
-SHOP = {"match": r"shop\..*", "event_time": ET,
-        "routing": {"mode": "static", "dataset": "shop", "table": "{topic}"}}
-ANY = {"match": ".*", "event_time": {"kafka_timestamp_fallback": True}, "on_bad_input": "skip",
-       "routing": {"mode": "fields"}}
+SHOP = {
+    "match": r"shop\..*",
+    "event_time": ET,
+    "routing": {"mode": "static", "dataset": "shop", "table": "{topic}"},
+}
+ANY = {
+    "match": ".*",
+    "event_time": {"kafka_timestamp_fallback": True},
+    "on_bad_input": "skip",
+    "routing": {"mode": "fields"},
+}
 
 
 def names(config: PipelineConfig) -> list[str]:
@@ -56,8 +63,12 @@ def test_the_match_covers_the_whole_name_not_a_substring() -> None:
 
 
 def test_a_listed_topic_wins_over_every_pattern_and_keeps_its_place() -> None:
-    listed = {"name": "shop.orders", "event_time": ET, "on_bad_input": "fail",
-              "routing": {"mode": "static", "dataset": "shop", "table": "orders_v2"}}
+    listed = {
+        "name": "shop.orders",
+        "event_time": ET,
+        "on_bad_input": "fail",
+        "routing": {"mode": "static", "dataset": "shop", "table": "orders_v2"},
+    }
     config = pipeline(SHOP, topics=[listed]).discover(["shop.items", "shop.orders"])
     assert names(config) == ["shop.orders", "shop.items"]
     orders = config.topic("shop.orders")
@@ -81,9 +92,18 @@ def test_an_excluded_name_is_left_to_the_next_pattern_or_to_none() -> None:
     assert with_fallback.topic("shop.tmp.x").pattern == ".*"
 
 
-INTERNAL = ["__consumer_offsets", "__transaction_state", "_schemas", "_confluent-metrics",
-            "connect-configs", "connect-offsets", "connect-status",
-            "dwh-connect-configs", "dwh-connect-offsets", "dwh-connect-status"]
+INTERNAL = [
+    "__consumer_offsets",
+    "__transaction_state",
+    "_schemas",
+    "_confluent-metrics",
+    "connect-configs",
+    "connect-offsets",
+    "connect-status",
+    "dwh-connect-configs",
+    "dwh-connect-offsets",
+    "dwh-connect-status",
+]
 
 
 def test_internal_topics_never_match_a_pattern_that_does_not_ask_for_them() -> None:
@@ -101,14 +121,20 @@ def test_a_listed_internal_topic_is_staged_like_any_listed_topic() -> None:
     assert names(config) == ["_schemas"]
 
 
-@pytest.mark.parametrize(("listing", "internal"), [
-    (["__consumer_offsets", "_schemas", "orders"], {"__consumer_offsets", "_schemas"}),
-    (["connect-status", "orders"], {"connect-status"}),
-    # A Connect cluster's three storage topics share a prefix: all three there, all internal.
-    (["x-configs", "x-offsets", "x-status", "y-status"], {"x-configs", "x-offsets", "x-status"}),
-    # One or two of them alone are business topics (order-status, price-offsets).
-    (["order-status", "price-offsets", "x-configs", "x-status"], set()),
-])
+@pytest.mark.parametrize(
+    ("listing", "internal"),
+    [
+        (["__consumer_offsets", "_schemas", "orders"], {"__consumer_offsets", "_schemas"}),
+        (["connect-status", "orders"], {"connect-status"}),
+        # A Connect cluster's three storage topics share a prefix: all three there, all internal.
+        (
+            ["x-configs", "x-offsets", "x-status", "y-status"],
+            {"x-configs", "x-offsets", "x-status"},
+        ),
+        # One or two of them alone are business topics (order-status, price-offsets).
+        (["order-status", "price-offsets", "x-configs", "x-status"], set()),
+    ],
+)
 def test_what_counts_as_internal(listing: list[str], internal: set[str]) -> None:
     assert internal_topics(listing) == internal
 
@@ -118,8 +144,9 @@ def test_topic_resolves_a_name_through_the_patterns_without_a_listing() -> None:
     config = pipeline(SHOP, ANY)
     assert config.topic("shop.new").routing.table == "shop_new"
     assert config.topic("anything").pattern == ".*"
-    with pytest.raises(ConfigError, match="'__consumer_offsets' is not configured and matches "
-                                          "no topic_patterns"):
+    with pytest.raises(
+        ConfigError, match="'__consumer_offsets' is not configured and matches no topic_patterns"
+    ):
         config.topic("__consumer_offsets")
 
 
@@ -139,43 +166,89 @@ def test_a_topic_deleted_from_kafka_drops_out_at_the_next_discovery() -> None:
     assert names(config.discover(["shop.b"])) == ["shop.b"]
 
 
-@pytest.mark.parametrize(("template", "topic", "table"), [
-    ("{topic}", "shop.orders", "shop_orders"),
-    ("raw_{topic}", "com.acme.click-events", "raw_com_acme_click-events"),
-    ("{topic}_v1", "plain", "plain_v1"),
-])
+@pytest.mark.parametrize(
+    ("template", "topic", "table"),
+    [
+        ("{topic}", "shop.orders", "shop_orders"),
+        ("raw_{topic}", "com.acme.click-events", "raw_com_acme_click-events"),
+        ("{topic}_v1", "plain", "plain_v1"),
+    ],
+)
 def test_the_topic_placeholder(template: str, topic: str, table: str) -> None:
     assert table_for(template, topic) == table
 
 
-@pytest.mark.parametrize(("pattern", "path", "message"), [
-    ({**SHOP, "match": "shop.(orders"}, "topic_patterns[0].match",
-     "not a valid regular expression: missing ), unterminated subpattern"),
-    ({**SHOP, "exclude": ["ok", "[bad"]}, "topic_patterns[0].exclude[1]",
-     "not a valid regular expression: unterminated character set"),
-    ({**SHOP, "exclude": "shop.tmp"}, "topic_patterns[0].exclude", "expected a list"),
-    ({k: v for k, v in SHOP.items() if k != "match"}, "topic_patterns[0].match", "required"),
-    ({**SHOP, "name": "shop.orders"}, "topic_patterns[0].name", "unknown key"),
-    ({**SHOP, "format": "debezium", "keyed": {"deletes": "soft"}, "routing": {"mode": "fields"}},
-     "topic_patterns[0].routing", "a keyed topic needs routing mode static"),
-    ({**SHOP, "format": "debezium"}, "topic_patterns[0].format", "debezium needs a keyed: "
-     "section"),
-    ({**SHOP, "routing": {"mode": "static", "dataset": "shop", "table": "{name}"}},
-     "topic_patterns[0].routing.table", "unknown placeholder {name}; the only placeholder is "
-     "{topic}"),
-    ({**SHOP, "routing": {"mode": "static", "dataset": "shop", "table": "{topic"}},
-     "topic_patterns[0].routing.table", "not a valid table template"),
-    ({**SHOP, "routing": {"mode": "static", "dataset": "shop", "table": "{topic!r}"}},
-     "topic_patterns[0].routing.table", "{topic} takes no format spec or conversion"),
-    ({**SHOP, "routing": {"mode": "static", "dataset": "{topic}", "table": "t"}},
-     "topic_patterns[0].routing.dataset", "not a dataset name"),
-    ({**SHOP, "routing": {"mode": "static", "dataset": "kbqe_dead_letters", "table": "{topic}"}},
-     "topic_patterns[0].routing.dataset", "the dead-letter dataset takes no routes"),
-    ({**SHOP, "event_time": {}}, "topic_patterns[0].event_time",
-     "needs at least one field or kafka_timestamp_fallback: true"),
-    ({**SHOP, "include_internal": "yes"}, "topic_patterns[0].include_internal",
-     "expected true or false"),
-])
+@pytest.mark.parametrize(
+    ("pattern", "path", "message"),
+    [
+        (
+            {**SHOP, "match": "shop.(orders"},
+            "topic_patterns[0].match",
+            "not a valid regular expression: missing ), unterminated subpattern",
+        ),
+        (
+            {**SHOP, "exclude": ["ok", "[bad"]},
+            "topic_patterns[0].exclude[1]",
+            "not a valid regular expression: unterminated character set",
+        ),
+        ({**SHOP, "exclude": "shop.tmp"}, "topic_patterns[0].exclude", "expected a list"),
+        ({k: v for k, v in SHOP.items() if k != "match"}, "topic_patterns[0].match", "required"),
+        ({**SHOP, "name": "shop.orders"}, "topic_patterns[0].name", "unknown key"),
+        (
+            {
+                **SHOP,
+                "format": "debezium",
+                "keyed": {"deletes": "soft"},
+                "routing": {"mode": "fields"},
+            },
+            "topic_patterns[0].routing",
+            "a keyed topic needs routing mode static",
+        ),
+        (
+            {**SHOP, "format": "debezium"},
+            "topic_patterns[0].format",
+            "debezium needs a keyed: section",
+        ),
+        (
+            {**SHOP, "routing": {"mode": "static", "dataset": "shop", "table": "{name}"}},
+            "topic_patterns[0].routing.table",
+            "unknown placeholder {name}; the only placeholder is {topic}",
+        ),
+        (
+            {**SHOP, "routing": {"mode": "static", "dataset": "shop", "table": "{topic"}},
+            "topic_patterns[0].routing.table",
+            "not a valid table template",
+        ),
+        (
+            {**SHOP, "routing": {"mode": "static", "dataset": "shop", "table": "{topic!r}"}},
+            "topic_patterns[0].routing.table",
+            "{topic} takes no format spec or conversion",
+        ),
+        (
+            {**SHOP, "routing": {"mode": "static", "dataset": "{topic}", "table": "t"}},
+            "topic_patterns[0].routing.dataset",
+            "not a dataset name",
+        ),
+        (
+            {
+                **SHOP,
+                "routing": {"mode": "static", "dataset": "kbqe_dead_letters", "table": "{topic}"},
+            },
+            "topic_patterns[0].routing.dataset",
+            "the dead-letter dataset takes no routes",
+        ),
+        (
+            {**SHOP, "event_time": {}},
+            "topic_patterns[0].event_time",
+            "needs at least one field or kafka_timestamp_fallback: true",
+        ),
+        (
+            {**SHOP, "include_internal": "yes"},
+            "topic_patterns[0].include_internal",
+            "expected true or false",
+        ),
+    ],
+)
 def test_problems_are_reported_at_the_patterns_key_path(pattern, path, message) -> None:
     with pytest.raises(ConfigError) as error:
         pipeline(pattern)
@@ -190,8 +263,13 @@ def test_neither_topics_nor_patterns_is_still_an_error() -> None:
 
 
 def test_pattern_defaults_come_from_the_top_level_like_a_topics() -> None:
-    config = pipeline({"match": ".*"}, event_time={"fields": ["at"]}, on_bad_input="skip",
-                      staging={"allowed_latency": "30s"}, allowed_destinations=["sales.*"])
+    config = pipeline(
+        {"match": ".*"},
+        event_time={"fields": ["at"]},
+        on_bad_input="skip",
+        staging={"allowed_latency": "30s"},
+        allowed_destinations=["sales.*"],
+    )
     topic = config.topic("x")
     assert topic.event_time.fields == ("at",)
     assert topic.on_bad_input is BadInputPolicy.SKIP
@@ -211,11 +289,23 @@ def test_the_example_pipeline_resolves_a_fleet_as_documented() -> None:
     from kbqe_dagster.core.config.pipeline import load_pipeline_config
 
     example = Path(__file__).resolve().parents[2] / "examples" / "topic_patterns.yaml"
-    config = load_pipeline_config(example).discover([
-        "shop.orders", "shop.orders.legacy", "shop.tmp.x", "shop.orders.dlq",
-        "com.acme.events", "__consumer_offsets", "connect-offsets", "unrelated"])
-    assert [t.name for t in config.topics] == ["shop.orders.legacy", "com.acme.events",
-                                               "shop.orders"]
+    config = load_pipeline_config(example).discover(
+        [
+            "shop.orders",
+            "shop.orders.legacy",
+            "shop.tmp.x",
+            "shop.orders.dlq",
+            "com.acme.events",
+            "__consumer_offsets",
+            "connect-offsets",
+            "unrelated",
+        ]
+    )
+    assert [t.name for t in config.topics] == [
+        "shop.orders.legacy",
+        "com.acme.events",
+        "shop.orders",
+    ]
     assert config.topic("shop.orders").routing.table == "shop_orders"
     assert config.topic("shop.orders.legacy").routing.table == "orders_legacy"
     assert config.topic("com.acme.events").routing.mode is RoutingMode.FIELDS
@@ -223,9 +313,12 @@ def test_the_example_pipeline_resolves_a_fleet_as_documented() -> None:
     assert cdc.keyed is not None and cdc.routing.table == "dbserver1_inventory_customers"
 
 
-CDC = {"match": r"dbserver1\.inventory\..*", "format": "debezium",
-       "keyed": {"deletes": "soft", "history": True},
-       "routing": {"mode": "static", "dataset": "inventory", "table": "cdc_{topic}"}}
+CDC = {
+    "match": r"dbserver1\.inventory\..*",
+    "format": "debezium",
+    "keyed": {"deletes": "soft", "history": True},
+    "routing": {"mode": "static", "dataset": "inventory", "table": "cdc_{topic}"},
+}
 
 
 def test_a_keyed_pattern_makes_every_matching_topic_a_keyed_destination() -> None:
@@ -236,17 +329,21 @@ def test_a_keyed_pattern_makes_every_matching_topic_a_keyed_destination() -> Non
     assert customers.event_time.fields == DEBEZIUM_EVENT_TIME_FIELDS  # debezium's own default
     assert config.changelog_tables == {
         ("inventory", "cdc_dbserver1_inventory_customers_changelog"),
-        ("inventory", "cdc_dbserver1_inventory_orders_changelog")}
+        ("inventory", "cdc_dbserver1_inventory_orders_changelog"),
+    }
     allowed = config.allowed_destinations
     assert allowed.allows("inventory", "cdc_dbserver1_inventory_orders")
     assert allowed.allows("inventory", "cdc_dbserver1_inventory_orders_changelog")
 
 
-@pytest.mark.parametrize(("table", "changelog"), [
-    ("cdc_dbserver1_inventory_later_changelog", True),   # a topic no listing has seen yet
-    ("cdc_dbserver1_inventory_later", False),            # its current table is merged, not loaded
-    ("other_changelog", False),                          # not what the template makes
-])
+@pytest.mark.parametrize(
+    ("table", "changelog"),
+    [
+        ("cdc_dbserver1_inventory_later_changelog", True),  # a topic no listing has seen yet
+        ("cdc_dbserver1_inventory_later", False),  # its current table is merged, not loaded
+        ("other_changelog", False),  # not what the template makes
+    ],
+)
 def test_the_load_side_recognises_a_keyed_patterns_changelogs_before_discovery(
     table: str, changelog: bool
 ) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import fastavro
 import pytest
@@ -14,27 +14,47 @@ import pytest
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.errors import ConfigError, TransformFailedError, TransformSchemaError
 from kbqe_dagster.core.reasons import Reason
-from kbqe_dagster.core.transforms.specs import read_transforms
 from kbqe_dagster.core.transforms.compiler import MessageMeta, compile_transforms, hmac_keys
+from kbqe_dagster.core.transforms.specs import read_transforms
 
-SCHEMA = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
-    {"name": "id", "type": "long"},
-    {"name": "email", "type": "string"},
-    {"name": "phone", "type": ["null", "string"], "default": None},
-    {"name": "amount", "type": "string"},
-    {"name": "qty", "type": "int"},
-    {"name": "price", "type": "double"},
-    {"name": "paid", "type": "boolean"},
-    {"name": "created_ms", "type": "long"},
-    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "local", "type": "string"},
-]}
-AT = datetime(2024, 9, 13, 12, 36, 45, 123000, tzinfo=timezone.utc)
-RECORD = {"id": 7, "email": "ann@example.com", "phone": "+33 1", "amount": "12",
-          "qty": 3, "price": 2.5, "paid": True, "created_ms": 1_726_230_000_000, "at": AT,
-          "local": "2024-09-13T14:36:45.123+02:00[Europe/Paris]"}
-META = MessageMeta("shop.orders", 2, 41, 1_726_238_205_000, b"order-7",
-                   [("trace-id", b"t-1"), ("trace-id", b"t-2"), ("bin", b"\xff")])
+SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "email", "type": "string"},
+        {"name": "phone", "type": ["null", "string"], "default": None},
+        {"name": "amount", "type": "string"},
+        {"name": "qty", "type": "int"},
+        {"name": "price", "type": "double"},
+        {"name": "paid", "type": "boolean"},
+        {"name": "created_ms", "type": "long"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "local", "type": "string"},
+    ],
+}
+AT = datetime(2024, 9, 13, 12, 36, 45, 123000, tzinfo=UTC)
+RECORD = {
+    "id": 7,
+    "email": "ann@example.com",
+    "phone": "+33 1",
+    "amount": "12",
+    "qty": 3,
+    "price": 2.5,
+    "paid": True,
+    "created_ms": 1_726_230_000_000,
+    "at": AT,
+    "local": "2024-09-13T14:36:45.123+02:00[Europe/Paris]",
+}
+META = MessageMeta(
+    "shop.orders",
+    2,
+    41,
+    1_726_238_205_000,
+    b"order-7",
+    [("trace-id", b"t-1"), ("trace-id", b"t-2"), ("bin", b"\xff")],
+)
 KEY = b"s3cret"
 
 
@@ -75,14 +95,25 @@ def roundtrip(schema: dict, record: dict) -> dict:
         ({"add": "t", "message": "topic"}, "t", "string", "shop.orders"),
         ({"add": "p", "message": "partition"}, "p", "int", 2),
         ({"add": "o", "message": "offset"}, "o", "long", 41),
-        ({"add": "ts", "message": "timestamp"}, "ts",
-         ["null", {"type": "long", "logicalType": "timestamp-millis"}],
-         datetime(2024, 9, 13, 14, 36, 45, tzinfo=timezone.utc)),
+        (
+            {"add": "ts", "message": "timestamp"},
+            "ts",
+            ["null", {"type": "long", "logicalType": "timestamp-millis"}],
+            datetime(2024, 9, 13, 14, 36, 45, tzinfo=UTC),
+        ),
         ({"rename": "amount", "to": "amount_text"}, "amount_text", "string", "12"),
-        ({"mask": "email", "key_env": "K"}, "email", "string",
-         hmac.new(KEY, b"ann@example.com", hashlib.sha256).hexdigest()),
-        ({"mask": "id", "key_env": "K"}, "id", "string",
-         hmac.new(KEY, b"7", hashlib.sha256).hexdigest()),
+        (
+            {"mask": "email", "key_env": "K"},
+            "email",
+            "string",
+            hmac.new(KEY, b"ann@example.com", hashlib.sha256).hexdigest(),
+        ),
+        (
+            {"mask": "id", "key_env": "K"},
+            "id",
+            "string",
+            hmac.new(KEY, b"7", hashlib.sha256).hexdigest(),
+        ),
         ({"mask": "email", "method": None}, "email", ["null", "string"], None),
         ({"cast": "amount", "to": "long"}, "amount", "long", 12),
         ({"cast": "amount", "to": "double"}, "amount", "double", 12.0),
@@ -91,25 +122,68 @@ def roundtrip(schema: dict, record: dict) -> dict:
         ({"cast": "paid", "to": "string"}, "paid", "string", "true"),
         ({"cast": "paid", "to": "long"}, "paid", "long", 1),
         ({"cast": "phone", "to": "string"}, "phone", ["null", "string"], "+33 1"),
-        ({"timestamp": "created_ms", "epoch_unit": "ms", "to": "timestamp_micros"}, "created_ms",
-         {"type": "long", "logicalType": "timestamp-micros"},
-         datetime(2024, 9, 13, 12, 20, tzinfo=timezone.utc)),
+        (
+            {"timestamp": "created_ms", "epoch_unit": "ms", "to": "timestamp_micros"},
+            "created_ms",
+            {"type": "long", "logicalType": "timestamp-micros"},
+            datetime(2024, 9, 13, 12, 20, tzinfo=UTC),
+        ),
         ({"timestamp": "at", "to": "epoch_s"}, "at", "long", 1_726_231_005),
         ({"timestamp": "at", "to": "epoch_us"}, "at", "long", 1_726_231_005_123_000),
-        ({"timestamp": "at", "to": "string", "zone": "Europe/Paris"}, "at", "string",
-         "2024-09-13T14:36:45.123000+02:00"),
-        ({"timestamp": "at", "to": "string", "zone": "America/New_York",
-          "format": "%Y-%m-%d %H:%M %Z"}, "at", "string", "2024-09-13 08:36 EDT"),
-        ({"timestamp": "local", "to": "timestamp_millis"}, "local",
-         {"type": "long", "logicalType": "timestamp-millis"}, AT),
-        ({"compute": "total", "expression": "price * qty", "type": "double"}, "total",
-         "double", 7.5),
-        ({"compute": "label", "expression": "upper(email[:3]) + '-' + str(id)",
-          "type": "string"}, "label", "string", "ANN-7"),
-        ({"compute": "big", "expression": "qty > 2 and paid", "type": "boolean"}, "big",
-         "boolean", True),
-        ({"function": "kbqe_dagster_tests.core.transform_functions:add_segment",
-          "fields": {"segment": "string?"}}, "segment", ["null", "string"], "bulk"),
+        (
+            {"timestamp": "at", "to": "string", "zone": "Europe/Paris"},
+            "at",
+            "string",
+            "2024-09-13T14:36:45.123000+02:00",
+        ),
+        (
+            {
+                "timestamp": "at",
+                "to": "string",
+                "zone": "America/New_York",
+                "format": "%Y-%m-%d %H:%M %Z",
+            },
+            "at",
+            "string",
+            "2024-09-13 08:36 EDT",
+        ),
+        (
+            {"timestamp": "local", "to": "timestamp_millis"},
+            "local",
+            {"type": "long", "logicalType": "timestamp-millis"},
+            AT,
+        ),
+        (
+            {"compute": "total", "expression": "price * qty", "type": "double"},
+            "total",
+            "double",
+            7.5,
+        ),
+        (
+            {
+                "compute": "label",
+                "expression": "upper(email[:3]) + '-' + str(id)",
+                "type": "string",
+            },
+            "label",
+            "string",
+            "ANN-7",
+        ),
+        (
+            {"compute": "big", "expression": "qty > 2 and paid", "type": "boolean"},
+            "big",
+            "boolean",
+            True,
+        ),
+        (
+            {
+                "function": "kbqe_dagster_tests.core.transform_functions:add_segment",
+                "fields": {"segment": "string?"},
+            },
+            "segment",
+            ["null", "string"],
+            "bulk",
+        ),
     ],
 )
 def test_each_kind_derives_its_field_type_and_value(item, field, avro, value) -> None:
@@ -125,7 +199,10 @@ def test_drop_removes_fields_from_schema_and_record_and_keeps_the_record_name() 
     transforms = compiled({"drop": ["phone", "local"]}, {"drop": "qty"})
     names = [f["name"] for f in transforms.output_schema["fields"]]
     assert names == ["id", "email", "amount", "price", "paid", "created_ms", "at"]
-    assert (transforms.output_schema["name"], transforms.output_schema["namespace"]) == ("Order", "shop")
+    assert (transforms.output_schema["name"], transforms.output_schema["namespace"]) == (
+        "Order",
+        "shop",
+    )
     out = transforms.apply(RECORD, META)
     assert "phone" not in out and "qty" not in out
     assert roundtrip(transforms.output_schema, out)["id"] == 7
@@ -160,20 +237,41 @@ def test_hmac_mask_of_a_nullable_field_keeps_null_and_stays_nullable() -> None:
         ({"cast": "qty", "to": "boolean"}, {"qty": 2}, "only 0 and 1 are booleans"),
         ({"cast": "price", "to": "long"}, {"price": 2.5}, "not a whole number"),
         ({"timestamp": "local", "to": "epoch_ms"}, {"local": "13/09/2024"}, "not a timestamp"),
-        ({"timestamp": "local", "to": "epoch_ms"}, {"local": "2024-09-13T10:00[Mars/Base]"},
-         "not a timestamp"),
-        ({"timestamp": "created_ms", "epoch_unit": "s", "to": "timestamp_millis"},
-         {"created_ms": 10**15}, "not a timestamp"),
+        (
+            {"timestamp": "local", "to": "epoch_ms"},
+            {"local": "2024-09-13T10:00[Mars/Base]"},
+            "not a timestamp",
+        ),
+        (
+            {"timestamp": "created_ms", "epoch_unit": "s", "to": "timestamp_millis"},
+            {"created_ms": 10**15},
+            "not a timestamp",
+        ),
         ({"add": "bad", "header": "bin"}, {}, "not UTF-8"),
-        ({"compute": "x", "expression": "price / (qty - 3)", "type": "double"}, {},
-         "ZeroDivisionError"),
+        (
+            {"compute": "x", "expression": "price / (qty - 3)", "type": "double"},
+            {},
+            "ZeroDivisionError",
+        ),
         ({"compute": "x", "expression": "email", "type": "long"}, {}, "not a long"),
-        ({"function": "kbqe_dagster_tests.core.transform_functions:explode",
-          "fields": {}}, {}, "raised RuntimeError: boom for 7"),
-        ({"function": "kbqe_dagster_tests.core.transform_functions:undeclared",
-          "fields": {}}, {}, "undeclared field(s) ['extra']"),
-        ({"function": "kbqe_dagster_tests.core.transform_functions:add_segment",
-          "fields": {"segment": "long"}}, {}, "not a long"),
+        (
+            {"function": "kbqe_dagster_tests.core.transform_functions:explode", "fields": {}},
+            {},
+            "raised RuntimeError: boom for 7",
+        ),
+        (
+            {"function": "kbqe_dagster_tests.core.transform_functions:undeclared", "fields": {}},
+            {},
+            "undeclared field(s) ['extra']",
+        ),
+        (
+            {
+                "function": "kbqe_dagster_tests.core.transform_functions:add_segment",
+                "fields": {"segment": "long"},
+            },
+            {},
+            "not a long",
+        ),
     ],
 )
 def test_a_value_that_does_not_transform_fails_naming_transform_and_field(
@@ -211,15 +309,22 @@ def test_a_transform_that_does_not_fit_the_schema_is_a_schema_error(item, detail
     assert detail in str(raised.value) and "(record schema Order)" in str(raised.value)
 
 
-def test_the_hmac_key_comes_from_the_environment_and_a_missing_one_stops_naming_the_variable() -> None:
+def test_the_hmac_key_comes_from_the_environment_and_a_missing_one_stops_naming_the_variable() -> (
+    None
+):
     problems = r.Problems()
-    specs = read_transforms([{"add": "a", "value": 1}, {"mask": "email", "key_env": "SHOP_KEY"}],
-                            "topics[0].transforms", problems)
+    specs = read_transforms(
+        [{"add": "a", "value": 1}, {"mask": "email", "key_env": "SHOP_KEY"}],
+        "topics[0].transforms",
+        problems,
+    )
     assert hmac_keys(specs, {"SHOP_KEY": "k1"}, "topics[0].transforms") == {1: b"k1"}
     with pytest.raises(ConfigError) as raised:
         hmac_keys(specs, {}, "topics[0].transforms")
-    assert str(raised.value) == ("topics[0].transforms[1].key_env: environment variable SHOP_KEY "
-                                 "is not set (or empty) where the stage runs")
+    assert str(raised.value) == (
+        "topics[0].transforms[1].key_env: environment variable SHOP_KEY "
+        "is not set (or empty) where the stage runs"
+    )
 
 
 def test_expressions_cannot_reach_python_internals() -> None:

@@ -62,7 +62,7 @@ def test_five_byte_frame_is_well_formed_with_an_empty_body() -> None:
         (b"\x00", FrameTooShortError, "too_short", "1 byte(s)"),
         (b"\x00\x00\x00\x07", FrameTooShortError, "too_short", "4 byte(s)"),
         (b"\x01\x00\x00\x00\x07body", BadMagicError, "bad_magic", "0x01"),
-        (b"{\"json\": true}", BadMagicError, "bad_magic", "0x7b"),
+        (b'{"json": true}', BadMagicError, "bad_magic", "0x7b"),
         (b"\x00\x80\x00\x00\x00body", InvalidSchemaIdError, "unknown_schema_id", "0x80000000"),
         (b"\x00\xff\xff\xff\xffbody", InvalidSchemaIdError, "unknown_schema_id", "0xffffffff"),
     ],

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import yaml
 
@@ -94,19 +95,21 @@ def load_corpus(directory: Path = CORPUS_DIR) -> Corpus:
         if entry.get("tombstone"):
             assert not value_file.exists(), f"{entry['name']}: a tombstone has no value.bin"
         table = entry.get("table")
-        cases.append(CorpusCase(
-            name=entry["name"],
-            expect=entry["expect"],
-            why=entry["why"],
-            schema=entry.get("schema"),
-            body=None if entry.get("tombstone") else value_file.read_bytes(),
-            key=key_file.read_bytes() if key_file.exists() else None,
-            headers=tuple(
-                (k, None if v is None else v.encode()) for k, v in entry.get("headers", [])
-            ),
-            table=tuple(table.split(".")) if table else None,
-            event_date=entry.get("event_date"),
-        ))
+        cases.append(
+            CorpusCase(
+                name=entry["name"],
+                expect=entry["expect"],
+                why=entry["why"],
+                schema=entry.get("schema"),
+                body=None if entry.get("tombstone") else value_file.read_bytes(),
+                key=key_file.read_bytes() if key_file.exists() else None,
+                headers=tuple(
+                    (k, None if v is None else v.encode()) for k, v in entry.get("headers", [])
+                ),
+                table=tuple(table.split(".")) if table else None,
+                event_date=entry.get("event_date"),
+            )
+        )
     return Corpus(schemas, tuple(cases), manifest["pipeline"])
 
 
@@ -118,14 +121,23 @@ class FakeMessage(Msg):
                  key: bytes | None, headers: Sequence[tuple[str, bytes | None]],
                  timestamp_ms: int) -> None:  # fmt: skip
         # confluent_kafka returns None without headers; CreateTime timestamps.
-        super().__init__(topic, partition, offset, value, key, list(headers) or None, (1, timestamp_ms))
+        super().__init__(
+            topic, partition, offset, value, key, list(headers) or None, (1, timestamp_ms)
+        )
 
 
 def fake_messages(cases: Sequence[CorpusCase], ids: Mapping[str, int], topic: str,
                   partition: int = 0, first_offset: int = 0) -> list[FakeMessage]:  # fmt: skip
     return [
-        FakeMessage(topic, partition, first_offset + i, case.value(ids), case.key, case.headers,
-                    BASE_TIMESTAMP_MS + i)
+        FakeMessage(
+            topic,
+            partition,
+            first_offset + i,
+            case.value(ids),
+            case.key,
+            case.headers,
+            BASE_TIMESTAMP_MS + i,
+        )
         for i, case in enumerate(cases)
     ]
 

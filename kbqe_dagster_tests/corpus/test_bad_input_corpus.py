@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 import math
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,12 @@ from kbqe_dagster.core.errors import StageRangeFailed
 from kbqe_dagster.core.protocol.naming import parse_listing
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.reasons import (
-    DECODER_ONLY, JSON_ONLY, KEYED_ONLY, PROTOBUF_ONLY, STORAGE_WRITE_ONLY, TRANSFORM_ONLY,
+    DECODER_ONLY,
+    JSON_ONLY,
+    KEYED_ONLY,
+    PROTOBUF_ONLY,
+    STORAGE_WRITE_ONLY,
+    TRANSFORM_ONLY,
     Reason,
 )
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
@@ -42,7 +47,6 @@ from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_built, kern
 from kbqe_dagster.staging.stager import RangeStager
 from kbqe_dagster.staging.task import stage_messages, stage_range
 from kbqe_dagster_tests.corpus import make_bad_input_corpus
-from kbqe_dagster_tests.staging.kernel_equality import ListReader
 from kbqe_dagster_tests.corpus.bad_input_corpus import (
     BASE_TIMESTAMP_MS,
     Corpus,
@@ -51,6 +55,7 @@ from kbqe_dagster_tests.corpus.bad_input_corpus import (
     fake_messages,
     load_corpus,
 )
+from kbqe_dagster_tests.staging.kernel_equality import ListReader
 
 CORPUS = load_corpus()
 TOPIC = "com.acme.corpus.bad"
@@ -80,8 +85,9 @@ def test_corpus_has_a_case_for_every_reason():
     # The corpus stages Avro append topics; keyed-only, JSON-only, Protobuf-only, decoder-only
     # and transform-only reasons are specified in kbqe_dagster_tests/keyed/ and .../formats/;
     # the Storage Write API's refusals in kbqe_dagster_tests/delivery/.
-    only_elsewhere = (KEYED_ONLY | JSON_ONLY | PROTOBUF_ONLY | DECODER_ONLY | TRANSFORM_ONLY
-                      | STORAGE_WRITE_ONLY)
+    only_elsewhere = (
+        KEYED_ONLY | JSON_ONLY | PROTOBUF_ONLY | DECODER_ONLY | TRANSFORM_ONLY | STORAGE_WRITE_ONLY
+    )
     assert set(CORPUS.expected_reasons()) == {str(r) for r in Reason} - only_elsewhere
 
 
@@ -90,7 +96,8 @@ def test_generator_reproduces_the_committed_files_byte_for_byte(tmp_path):
     committed = make_bad_input_corpus.CORPUS_DIR
     produced = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
     assert produced == sorted(
-        p.relative_to(committed) for p in committed.rglob("*")
+        p.relative_to(committed)
+        for p in committed.rglob("*")
         if p.is_file() and p.name != "README.md"
     )
     for rel in produced:
@@ -98,8 +105,10 @@ def test_generator_reproduces_the_committed_files_byte_for_byte(tmp_path):
 
 
 RECORD_BODIES = [
-    c for c in CORPUS.cases
-    if c.schema and isinstance(CORPUS.schemas[c.schema].parsed, dict)
+    c
+    for c in CORPUS.cases
+    if c.schema
+    and isinstance(CORPUS.schemas[c.schema].parsed, dict)
     and CORPUS.schemas[c.schema].schema_type == "AVRO"
 ]
 
@@ -158,7 +167,8 @@ def assert_dead_lettered(result: RangeResult, store, ids, topic: str) -> None:
         assert [(h["key"], h["value"]) for h in record["headers"]] == list(case.headers), case.name
         assert (record["topic"], record["partition"]) == (topic, 0)
         assert record["kafka_timestamp"] == datetime.fromtimestamp(
-            (BASE_TIMESTAMP_MS + offset) / 1000, tz=timezone.utc)
+            (BASE_TIMESTAMP_MS + offset) / 1000, tz=UTC
+        )
         header_id = int.from_bytes(value[1:5], "big") if value and len(value) >= 5 else None
         assert record["schema_id"] == header_id, case.name
         assert f"{topic}[0] offset {offset}" in record["error"], case.name
@@ -171,7 +181,8 @@ def assert_skipped(result: RangeResult, store, topic: str) -> None:
     assert dead == {}
     assert staged == {
         offset: (case.table, case.event_date)
-        for offset, case in enumerate(STREAM) if case.is_control
+        for offset, case in enumerate(STREAM)
+        if case.is_control
     }
     assert committed == {(0, len(STREAM) - 1)}
 
@@ -183,8 +194,12 @@ def assert_failed_at(error: StageRangeFailed, case: CorpusCase, offset: int, top
 # --- unit: RangeStager with fake messages and a fake registry -------------------------------------
 # Both stage paths: the Python path (the reference) and the native kernel, which hands every
 # bad case back to it (kbqe_dagster/staging/native_kernel.py).
-STAGE_PATHS = ["python", pytest.param("native", marks=pytest.mark.skipif(
-    not kernel_built(), reason=str(kernel_status())))]
+STAGE_PATHS = [
+    "python",
+    pytest.param(
+        "native", marks=pytest.mark.skipif(not kernel_built(), reason=str(kernel_status()))
+    ),
+]
 
 
 @pytest.fixture(scope="module", params=STAGE_PATHS)
@@ -195,15 +210,23 @@ def stage_path(request) -> str:
 def run_stager(tmp_path: Path, policy: str, cases: list[CorpusCase],
                path: str = "python") -> tuple[RangeResult, object]:  # fmt: skip
     staging = StagingLocation(str(tmp_path / "staging"))
-    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       staging, CORPUS.pipeline(TOPIC, policy), TOPIC,
-                       native_kernel=path == "native")
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:9"),
+        RegistrySettings("http://127.0.0.1:9"),
+        staging,
+        CORPUS.pipeline(TOPIC, policy),
+        TOPIC,
+        native_kernel=path == "native",
+    )
     rng = OffsetRange(TOPIC, 0, 0, len(cases))
     workdir = tmp_path / "work"
     workdir.mkdir()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stager_module, "SchemaLookup",
-                   lambda settings: FakeSchemaLookup(CORPUS.schemas, FAKE_IDS))
+        mp.setattr(
+            stager_module,
+            "SchemaLookup",
+            lambda settings: FakeSchemaLookup(CORPUS.schemas, FAKE_IDS),
+        )
         stager = RangeStager(ctx, rng, workdir)
     reader = ListReader(fake_messages(cases, FAKE_IDS, TOPIC), 0, len(cases))
     native = NativeStaging.for_stager(stager) if path == "native" else None
@@ -244,7 +267,9 @@ def test_fail_policy_stops_at_the_first_bad_case(tmp_path, stage_path):
 
 
 @pytest.mark.parametrize("name", BAD_NAMES)
-def test_fail_policy_names_topic_partition_offset_and_reason_of_each_case(tmp_path, name, stage_path):
+def test_fail_policy_names_topic_partition_offset_and_reason_of_each_case(
+    tmp_path, name, stage_path
+):
     case = next(c for c in CORPUS.bad if c.name == name)
     with pytest.raises(StageRangeFailed) as failed:
         run_stager(tmp_path, "fail", [CORPUS.controls[0], case], stage_path)
@@ -267,13 +292,24 @@ def produced_corpus(local_stack, local_endpoints):
     topic = f"com.acme.corpus.t{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": local_endpoints.kafka_bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": local_endpoints.kafka_bootstrap,
-                         "enable.idempotence": True, "message.max.bytes": 1_000_000})
+    producer = Producer(
+        {
+            "bootstrap.servers": local_endpoints.kafka_bootstrap,
+            "enable.idempotence": True,
+            "message.max.bytes": 1_000_000,
+        }
+    )
     offsets: list[int] = []
     for i, case in enumerate(STREAM):
-        producer.produce(topic, value=case.value(ids), key=case.key, partition=0,
-                         headers=list(case.headers) or None, timestamp=BASE_TIMESTAMP_MS + i,
-                         on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()))
+        producer.produce(
+            topic,
+            value=case.value(ids),
+            key=case.key,
+            partition=0,
+            headers=list(case.headers) or None,
+            timestamp=BASE_TIMESTAMP_MS + i,
+            on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()),
+        )
     producer.flush(30)
     assert offsets == list(range(len(STREAM)))
     return topic, ids, local_endpoints
@@ -281,9 +317,13 @@ def produced_corpus(local_stack, local_endpoints):
 
 def real_context(produced, tmp_path: Path, policy: str) -> tuple[StageContext, OffsetRange]:
     topic, _, ends = produced
-    ctx = stage_context(KafkaSettings(ends.kafka_bootstrap), RegistrySettings(ends.registry_url),
-                        StagingLocation(str(tmp_path / "staging")),
-                        CORPUS.pipeline(topic, policy), topic)
+    ctx = stage_context(
+        KafkaSettings(ends.kafka_bootstrap),
+        RegistrySettings(ends.registry_url),
+        StagingLocation(str(tmp_path / "staging")),
+        CORPUS.pipeline(topic, policy),
+        topic,
+    )
     return ctx, OffsetRange(topic, 0, 0, len(STREAM))
 
 
@@ -306,4 +346,3 @@ def test_corpus_through_real_kafka_and_registry(produced_corpus, tmp_path, polic
         assert_dead_lettered(result, store, ids, topic)
     else:
         assert_skipped(result, store, topic)
-

@@ -7,7 +7,7 @@ which days became complete; the loads are materializations of the upstream parti
 from __future__ import annotations
 
 import importlib.util
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -22,7 +22,7 @@ from kbqe_dagster.operations.completeness import CompletenessReport, TableReport
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "completeness_automation.py"
 PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"
-NOW = datetime(2026, 11, 24, 6, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,14 @@ def declare(instance: dg.DagsterInstance, *days: str) -> None:
     """What a sensor tick reports when ``days`` of acme_sales.orders became complete."""
     newest = date.fromisoformat(max(days))
     verdict = TableCompleteness("acme_sales.orders", "kafka_time", newest, None, (), 1)
-    report = CompletenessReport(NOW, {"acme_sales.orders": TableReport(
-        verdict, {}, tuple(date.fromisoformat(d) for d in days), ("com.acme.events",))})
+    report = CompletenessReport(
+        NOW,
+        {
+            "acme_sales.orders": TableReport(
+                verdict, {}, tuple(date.fromisoformat(d) for d in days), ("com.acme.events",)
+            )
+        },
+    )
     destinations = Destinations.from_config(load_pipeline_config(PIPELINE))
     for event in day_complete_events(report, destinations, instance):
         instance.report_runless_asset_event(event)
@@ -63,7 +69,9 @@ def requested(result, key: dg.AssetKey) -> set[str]:
 
 def tick(defs, instance, previous=None):
     return dg.evaluate_automation_conditions(
-        defs=defs, instance=instance, evaluation_time=NOW,
+        defs=defs,
+        instance=instance,
+        evaluation_time=NOW,
         cursor=previous.cursor if previous is not None else None,
     )
 
@@ -100,9 +108,19 @@ def test_the_day_complete_evaluation_names_the_partitions_latest_load(example):
         dg.AssetRecordsFilter(asset_key=example.ORDERS, asset_partitions=["2026-11-23"]), limit=1
     ).records[0]
     (evaluation,) = day_complete_events(
-        CompletenessReport(NOW, {"acme_sales.orders": TableReport(
-            TableCompleteness("acme_sales.orders", "kafka_time", date(2026, 11, 23), None, (), 1),
-            {}, (date(2026, 11, 23),), ("com.acme.events",))}),
+        CompletenessReport(
+            NOW,
+            {
+                "acme_sales.orders": TableReport(
+                    TableCompleteness(
+                        "acme_sales.orders", "kafka_time", date(2026, 11, 23), None, (), 1
+                    ),
+                    {},
+                    (date(2026, 11, 23),),
+                    ("com.acme.events",),
+                )
+            },
+        ),
         Destinations.from_config(load_pipeline_config(PIPELINE)),
         instance,
     )

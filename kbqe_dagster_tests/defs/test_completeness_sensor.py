@@ -33,25 +33,33 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     pipeline = tmp_path / "pipeline.yaml"
     pipeline.write_text(yaml.safe_dump(area.PIPELINE))
     marks = {"now": area.WATERMARKS}
-    monkeypatch.setattr(sensors, "watermarks_of",
-                        lambda settings, topics: area.watermarks(marks["now"])(topics))
+    monkeypatch.setattr(
+        sensors, "watermarks_of", lambda settings, topics: area.watermarks(marks["now"])(topics)
+    )
     monkeypatch.setattr(sensors, "datetime", FixedClock)
-    resources = {"pipeline": PipelineResource(config_path=str(pipeline)),
-                 "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"),
-                 "staging": StagingResource(url=str(tmp_path / "staging"))}
+    resources = {
+        "pipeline": PipelineResource(config_path=str(pipeline)),
+        "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"),
+        "staging": StagingResource(url=str(tmp_path / "staging")),
+    }
     with dg.instance_for_test() as instance:
         yield instance, resources, store, marks
 
 
 def tick(instance, resources) -> dg.SensorResult:
-    return sensors.completeness_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    return sensors.completeness_sensor(
+        dg.build_sensor_context(instance=instance, resources=resources)
+    )
 
 
 def test_a_newly_complete_day_is_reported_once_on_its_partition(setup):
     instance, resources, store, marks = setup
     (event,) = tick(instance, resources).asset_events
     assert (event.asset_key, event.check_name, event.partition, event.passed) == (
-        dg.AssetKey(["bigquery", "shop", "orders"]), DAY_COMPLETE, "2026-11-22", True,
+        dg.AssetKey(["bigquery", "shop", "orders"]),
+        DAY_COMPLETE,
+        "2026-11-22",
+        True,
     )
     assert event.metadata["held_back_by"].value[0]["partition"] == 1
     assert read_state(store).tables["shop.orders"].newest_complete == date(2026, 11, 22)

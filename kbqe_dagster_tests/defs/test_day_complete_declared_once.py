@@ -11,7 +11,7 @@ day is already declared in Dagster, so nothing is recorded again.
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -24,16 +24,23 @@ from kbqe_dagster.defs.completeness.declare import day_complete_events
 from kbqe_dagster.operations.completeness import CompletenessReport, TableReport
 
 PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "pipeline.yaml"
-NOW = datetime(2026, 11, 24, 6, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 24, 6, 0, tzinfo=UTC)
 ORDERS = dg.AssetKey(["bigquery", "acme_sales", "orders"])
 
 
 def report(*days: str) -> CompletenessReport:
     """What an evaluation reports when ``days`` of acme_sales.orders became complete."""
-    verdict = TableCompleteness("acme_sales.orders", "kafka_time", date.fromisoformat(max(days)),
-                                None, (), 1)
-    return CompletenessReport(NOW, {"acme_sales.orders": TableReport(
-        verdict, {}, tuple(date.fromisoformat(d) for d in days), ("com.acme.events",))})
+    verdict = TableCompleteness(
+        "acme_sales.orders", "kafka_time", date.fromisoformat(max(days)), None, (), 1
+    )
+    return CompletenessReport(
+        NOW,
+        {
+            "acme_sales.orders": TableReport(
+                verdict, {}, tuple(date.fromisoformat(d) for d in days), ("com.acme.events",)
+            )
+        },
+    )
 
 
 def declare(instance: dg.DagsterInstance, *days: str) -> list[str]:
@@ -47,7 +54,8 @@ def declare(instance: dg.DagsterInstance, *days: str) -> list[str]:
 
 def passed_days(instance: dg.DagsterInstance) -> list[str]:
     history = instance.event_log_storage.get_asset_check_execution_history(
-        dg.AssetCheckKey(ORDERS, DAY_COMPLETE), limit=100)
+        dg.AssetCheckKey(ORDERS, DAY_COMPLETE), limit=100
+    )
     return sorted(r.partition for r in history)
 
 

@@ -19,8 +19,9 @@ GIB = 2**30
 def test_each_day_s_materialization_carries_the_list_price_of_the_range_s_bytes() -> None:
     delivery = dataclasses.replace(_delivery(), bytes=4 * GIB)
     events = list(delivery_events([_summary(delivery)], Destinations.from_config(CONFIG)))
-    prices = [e.metadata["list_price_usd"].value for e in events
-              if isinstance(e, dg.AssetMaterialization)]
+    prices = [
+        e.metadata["list_price_usd"].value for e in events if isinstance(e, dg.AssetMaterialization)
+    ]
     assert prices == [0.1, 0.1], "$0.025 per GiB before the free tier, on each day of the range"
 
 
@@ -30,10 +31,12 @@ def test_the_stage_run_reports_rows_bytes_and_price_appended_per_table() -> None
     both = dataclasses.replace(summary, results=summary.results + uncommitted.results)
 
     assert stage_metadata(both)["storage_write_by_table"].value == {
-        "acme.clicks": {"rows": 60, "bytes": GIB, "list_price_usd": 0.025}}
+        "acme.clicks": {"rows": 60, "bytes": GIB, "list_price_usd": 0.025}
+    }
     other = dataclasses.replace(summary, topic="app")
     assert group_metadata(("web", "app"), (summary, other))["storage_write_by_table"].value == {
-        "acme.clicks": {"rows": 120, "bytes": 2 * GIB, "list_price_usd": 0.05}}
+        "acme.clicks": {"rows": 120, "bytes": 2 * GIB, "list_price_usd": 0.05}
+    }
 
 
 def test_a_run_of_load_tables_appends_nothing() -> None:

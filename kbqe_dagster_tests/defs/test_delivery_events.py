@@ -15,12 +15,14 @@ from kbqe_dagster.staging.job import StageSummary
 from kbqe_dagster.staging.prepare import Preparation
 from kbqe_dagster.staging.sink import TableDelivery
 
-CONFIG = parse_pipeline_config({
-    "version": 1,
-    "topics": [{"name": "web", "event_time": {"fields": ["ts"]}}],
-    "allowed_destinations": ["acme.clicks", "acme.views"],
-    "tables": {"acme.clicks": {"delivery": "storage_write"}},
-})
+CONFIG = parse_pipeline_config(
+    {
+        "version": 1,
+        "topics": [{"name": "web", "event_time": {"fields": ["ts"]}}],
+        "allowed_destinations": ["acme.clicks", "acme.views"],
+        "tables": {"acme.clicks": {"delivery": "storage_write"}},
+    }
+)
 STREAM = "projects/p/datasets/acme/tables/clicks/streams/s1"
 
 
@@ -30,40 +32,66 @@ def _summary(delivery: TableDelivery, committed: int | None = 99) -> StageSummar
 
 
 def _delivery(rows: int = 60, refused: int = 0) -> TableDelivery:
-    return TableDelivery("acme", "clicks", STREAM, 40, rows, 60, refused, 4096,
-                         (("2026-11-24", 20), ("2026-11-25", 40)), 1, 0)
+    return TableDelivery(
+        "acme",
+        "clicks",
+        STREAM,
+        40,
+        rows,
+        60,
+        refused,
+        4096,
+        (("2026-11-24", 20), ("2026-11-25", 40)),
+        1,
+        0,
+    )
 
 
 def test_one_materialization_per_event_day_on_the_table_s_asset() -> None:
     events = list(delivery_events([_summary(_delivery())], Destinations.from_config(CONFIG)))
     materializations = [e for e in events if isinstance(e, dg.AssetMaterialization)]
-    assert [(m.asset_key.path, m.partition, m.metadata["dagster/row_count"].value)
-            for m in materializations] == [
+    assert [
+        (m.asset_key.path, m.partition, m.metadata["dagster/row_count"].value)
+        for m in materializations
+    ] == [
         (["bigquery", "acme", "clicks"], "2026-11-24", 20),
-        (["bigquery", "acme", "clicks"], "2026-11-25", 40)]
+        (["bigquery", "acme", "clicks"], "2026-11-25", 40),
+    ]
     metadata = materializations[0].metadata
-    assert (metadata["stream"].value, metadata["rows_appended"].value,
-            metadata["bytes_appended"].value, metadata["delivery"].value) == (
-        STREAM, 60, 4096, "storage_write")
+    assert (
+        metadata["stream"].value,
+        metadata["rows_appended"].value,
+        metadata["bytes_appended"].value,
+        metadata["delivery"].value,
+    ) == (STREAM, 60, 4096, "storage_write")
     assert metadata["stream_rows"].value == [40, 99]
     assert metadata["offset_ranges"].value == [
-        {"topic": "web", "partition": 0, "first": 0, "last": 99}]
+        {"topic": "web", "partition": 0, "first": 0, "last": 99}
+    ]
 
 
 def test_rows_loaded_passes_when_the_stream_holds_every_record_not_refused() -> None:
-    events = list(delivery_events([_summary(_delivery(rows=58, refused=2))],
-                                  Destinations.from_config(CONFIG)))
+    events = list(
+        delivery_events([_summary(_delivery(rows=58, refused=2))], Destinations.from_config(CONFIG))
+    )
     (check,) = [e for e in events if isinstance(e, dg.AssetCheckEvaluation)]
     assert (check.check_name, check.passed) == ("rows_loaded", True)
 
 
 def test_rows_loaded_fails_when_rows_are_missing_from_the_stream() -> None:
-    events = list(delivery_events([_summary(_delivery(rows=57, refused=2))],
-                                  Destinations.from_config(CONFIG)))
+    events = list(
+        delivery_events([_summary(_delivery(rows=57, refused=2))], Destinations.from_config(CONFIG))
+    )
     (check,) = [e for e in events if isinstance(e, dg.AssetCheckEvaluation)]
     assert not check.passed
 
 
 def test_an_attempt_that_did_not_commit_reports_nothing() -> None:
-    assert list(delivery_events([_summary(_delivery(), committed=None)],
-                                Destinations.from_config(CONFIG))) == []
+    assert (
+        list(
+            delivery_events(
+                [_summary(_delivery(), committed=None)], Destinations.from_config(CONFIG)
+            )
+        )
+        == []
+    )

@@ -28,24 +28,36 @@ BATCH = 1_000
 
 def resources_for(tmp_path: Path, topics: list[str], **stage_runs) -> dict:
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
-        "version": 1,
-        "topics": [{"name": t, "event_time": {"fields": ["ts"]}} for t in topics],
-        "staging": {"max_messages_per_batch": BATCH, "allowed_latency": "15m"},
-        "allowed_destinations": ["sales.*"],
-        **({"stage_runs": stage_runs} if stage_runs else {}),
-    }))
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topics": [{"name": t, "event_time": {"fields": ["ts"]}} for t in topics],
+                "staging": {"max_messages_per_batch": BATCH, "allowed_latency": "15m"},
+                "allowed_destinations": ["sales.*"],
+                **({"stage_runs": stage_runs} if stage_runs else {}),
+            }
+        )
+    )
     (tmp_path / "staging").mkdir(exist_ok=True)
-    return {"pipeline": PipelineResource(config_path=str(pipeline)),
-            "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"),
-            "staging": StagingResource(url=str(tmp_path / "staging"))}
+    return {
+        "pipeline": PipelineResource(config_path=str(pipeline)),
+        "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"),
+        "staging": StagingResource(url=str(tmp_path / "staging")),
+    }
 
 
 def backlog(topic: str, lag: int, age_s: float | None = None) -> TopicBacklog:
     oldest = None if age_s is None else int((time.time() - age_s) * 1000)
-    return TopicBacklog(topic, (PartitionBacklog(0, 0, 7 + lag, 7, lag),
-                                PartitionBacklog(1, 0, 3, 3, 0),
-                                PartitionBacklog(2, 0, 0, 0, 0)), oldest)
+    return TopicBacklog(
+        topic,
+        (
+            PartitionBacklog(0, 0, 7 + lag, 7, lag),
+            PartitionBacklog(1, 0, 3, 3, 0),
+            PartitionBacklog(2, 0, 0, 0, 0),
+        ),
+        oldest,
+    )
 
 
 class FakeFleet:
@@ -73,7 +85,8 @@ def instance():
 def tick(instance, resources, monkeypatch, fleet: FakeFleet) -> dg.SensorResult:
     monkeypatch.setattr(sensors, "fleet_backlog", fleet)
     return sensors.kafka_backlog_sensor(
-        dg.build_sensor_context(instance=instance, resources=resources))
+        dg.build_sensor_context(instance=instance, resources=resources)
+    )
 
 
 OLD = 16 * 60  # seconds: past allowed_latency
@@ -99,15 +112,25 @@ def test_small_due_topics_share_runs_and_a_hot_topic_runs_alone(
     tmp_path, instance, monkeypatch
 ) -> None:
     names = ["a", "b", "c", "hot", "idle", "young"]
-    fleet = FakeFleet({"a": backlog("a", 5, OLD), "b": backlog("b", 6, OLD),
-                       "c": backlog("c", 7, OLD), "hot": backlog("hot", 400, OLD),
-                       "idle": backlog("idle", 0), "young": backlog("young", 9, 60)})
+    fleet = FakeFleet(
+        {
+            "a": backlog("a", 5, OLD),
+            "b": backlog("b", 6, OLD),
+            "c": backlog("c", 7, OLD),
+            "hot": backlog("hot", 400, OLD),
+            "idle": backlog("idle", 0),
+            "young": backlog("young", 9, 60),
+        }
+    )
     resources = resources_for(tmp_path, names, max_topics_per_run=2, max_messages_per_run=300)
 
     requests = tick(instance, resources, monkeypatch, fleet).run_requests
 
     assert [r.run_config["ops"]["staging"]["config"] for r in requests] == [
-        {"topic": "hot"}, {"topics": ["a", "b"]}, {"topic": "c"}]
+        {"topic": "hot"},
+        {"topics": ["a", "b"]},
+        {"topic": "c"},
+    ]
     hot, pair, single = requests
     assert hot.run_key == "hot|0=7,1=3,2=0|0" and hot.tags[TOPIC_TAG] == "hot"
     assert pair.tags[TOPICS_TAG] == "a,b" and TOPIC_TAG not in pair.tags
@@ -128,7 +151,9 @@ def test_topics_held_by_a_grouped_run_in_flight_are_not_launched_again(
     _run(instance, dg.DagsterRunStatus.SUCCESS, {TOPICS_TAG: "c"})  # finished: holds nothing
     fleet = FakeFleet({t: backlog(t, 5, OLD) for t in "abcd"})
 
-    requests = tick(instance, resources_for(tmp_path, list("abcd")), monkeypatch, fleet).run_requests
+    requests = tick(
+        instance, resources_for(tmp_path, list("abcd")), monkeypatch, fleet
+    ).run_requests
 
     assert [r.tags.get(TOPICS_TAG) for r in requests] == ["c,d"]
 
@@ -148,8 +173,14 @@ def test_a_failed_grouped_run_from_the_same_offsets_is_retried_under_a_new_key(
 
 def test_a_stage_run_leaves_the_topics_an_older_run_in_flight_holds(tmp_path, instance) -> None:
     def started(**kwargs) -> dg.DagsterRun:
-        return instance.add_run(dg.DagsterRun(job_name="stage_job", run_id=str(uuid.uuid4()),
-                                              status=dg.DagsterRunStatus.STARTED, **kwargs))
+        return instance.add_run(
+            dg.DagsterRun(
+                job_name="stage_job",
+                run_id=str(uuid.uuid4()),
+                status=dg.DagsterRunStatus.STARTED,
+                **kwargs,
+            )
+        )
 
     older = started(run_config={"ops": {"staging": {"config": {"topic": "a"}}}})  # by hand
     mine = started(tags={TOPICS_TAG: "a,b,c"})

@@ -4,7 +4,7 @@ after ``completeness_sensor`` reported ``hour_complete`` for it (examples/hourly
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -19,29 +19,35 @@ from kbqe_dagster.operations.completeness import CompletenessReport, TableReport
 
 PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "hourly.yaml"
 VIEWS = dg.AssetKey(["bigquery", "acme_web", "page_views"])
-NOW = datetime(2026, 11, 23, 18, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 23, 18, 0, tzinfo=UTC)
 
 
 def _defs() -> tuple[dg.Definitions, dg.AssetKey]:
     destinations = Destinations.from_config(load_pipeline_config(PIPELINE))
 
-    @dg.asset(key=["reports", "page_views_hourly"], deps=[VIEWS],
-              partitions_def=destinations.hourly,
-              automation_condition=once_after_day_complete(VIEWS, check=HOUR_COMPLETE))
+    @dg.asset(
+        key=["reports", "page_views_hourly"],
+        deps=[VIEWS],
+        partitions_def=destinations.hourly,
+        automation_condition=once_after_day_complete(VIEWS, check=HOUR_COMPLETE),
+    )
     def page_views_hourly() -> None:
         """Page views per hour, once the hour is complete."""
 
     kbqe = build_definitions(str(PIPELINE), env="local")
-    return dg.Definitions.merge(kbqe, dg.Definitions(assets=[page_views_hourly])), \
-        page_views_hourly.key
+    return dg.Definitions.merge(
+        kbqe, dg.Definitions(assets=[page_views_hourly])
+    ), page_views_hourly.key
 
 
 def _declare(instance: dg.DagsterInstance, *hours: str) -> None:
     periods = tuple(HOUR_UNIT.parse(h) for h in hours)
-    verdict = TableCompleteness("acme_web.page_views", "kafka_time", max(periods), None, (), 1,
-                                HOUR_UNIT)
-    report = CompletenessReport(NOW, {"acme_web.page_views": TableReport(
-        verdict, {}, periods, ("com.acme.events",))})
+    verdict = TableCompleteness(
+        "acme_web.page_views", "kafka_time", max(periods), None, (), 1, HOUR_UNIT
+    )
+    report = CompletenessReport(
+        NOW, {"acme_web.page_views": TableReport(verdict, {}, periods, ("com.acme.events",))}
+    )
     destinations = Destinations.from_config(load_pipeline_config(PIPELINE))
     for event in day_complete_events(report, destinations, instance):
         assert (event.check_name, event.partition in hours) == (HOUR_COMPLETE, True)
@@ -59,8 +65,11 @@ def test_each_hour_is_requested_once_after_it_is_complete() -> None:
 
     def tick(previous=None):
         return dg.evaluate_automation_conditions(
-            defs=defs, instance=instance, evaluation_time=NOW,
-            cursor=previous.cursor if previous is not None else None)
+            defs=defs,
+            instance=instance,
+            evaluation_time=NOW,
+            cursor=previous.cursor if previous is not None else None,
+        )
 
     first = tick()
     assert _requested(first, key) == set(), "a load alone requests nothing"

@@ -40,29 +40,42 @@ def topics(local_stack, local_endpoints):
 
 def resources(tmp_path: Path, bootstrap: str, names: list[str], batch: int) -> dict:
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
-        "version": 1,
-        "topics": [{"name": name, "format": "json", "schema": SCHEMA,
-                    "event_time": {"fields": ["at"]},
-                    "routing": {"mode": "static", "dataset": "mtse", "table": "t"}}
-                   for name in names],
-        "staging": {"max_messages_per_batch": batch, "allowed_latency": "15m"},
-    }))
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": name,
+                        "format": "json",
+                        "schema": SCHEMA,
+                        "event_time": {"fields": ["at"]},
+                        "routing": {"mode": "static", "dataset": "mtse", "table": "t"},
+                    }
+                    for name in names
+                ],
+                "staging": {"max_messages_per_batch": batch, "allowed_latency": "15m"},
+            }
+        )
+    )
     (tmp_path / "staging").mkdir()
-    return {"pipeline": PipelineResource(config_path=str(pipeline)),
-            "kafka": KafkaResource(bootstrap_servers=bootstrap),
-            "staging": StagingResource(url=str(tmp_path / "staging"))}
+    return {
+        "pipeline": PipelineResource(config_path=str(pipeline)),
+        "kafka": KafkaResource(bootstrap_servers=bootstrap),
+        "staging": StagingResource(url=str(tmp_path / "staging")),
+    }
 
 
 def tick(resources: dict) -> dg.SensorResult:
     with dg.instance_for_test() as instance:
-        return kafka_backlog_sensor(dg.build_sensor_context(instance=instance,
-                                                            resources=resources))
+        return kafka_backlog_sensor(dg.build_sensor_context(instance=instance, resources=resources))
 
 
 def observations(result: dg.SensorResult) -> dict[str, dict]:
-    return {e.asset_key.path[1]: {k: v.value for k, v in e.metadata.items()}
-            for e in result.asset_events}
+    return {
+        e.asset_key.path[1]: {k: v.value for k, v in e.metadata.items()}
+        for e in result.asset_events
+    }
 
 
 def test_the_sensor_launches_the_topic_that_exists_and_marks_the_missing_one(
@@ -78,7 +91,8 @@ def test_the_sensor_launches_the_topic_that_exists_and_marks_the_missing_one(
     assert seen[absent] == {"missing": True, "reason": str(TopicMissing(absent))}
     assert seen[absent]["reason"] == (
         f"topic '{absent}' does not exist in Kafka (not created yet, or deleted); not staged "
-        "until it exists")
+        "until it exists"
+    )
 
 
 def test_a_tick_that_launches_nothing_gives_the_missing_topic_as_its_skip_reason(
@@ -119,8 +133,14 @@ def test_a_stage_run_preparation_plans_nothing_for_a_missing_topic_and_says_why(
     kafka = KafkaSettings(local_endpoints.kafka_bootstrap)
 
     def prepare(topic: str):
-        return prepare_topic(store, kafka, topic, max_messages_per_run=1_000,
-                             max_messages_per_range=1_000, start_policy=StartPolicy.EARLIEST)
+        return prepare_topic(
+            store,
+            kafka,
+            topic,
+            max_messages_per_run=1_000,
+            max_messages_per_range=1_000,
+            start_policy=StartPolicy.EARLIEST,
+        )
 
     with caplog.at_level("WARNING", logger="kbqe_dagster.staging.prepare"):
         missing = prepare(absent)
@@ -130,4 +150,6 @@ def test_a_stage_run_preparation_plans_nothing_for_a_missing_topic_and_says_why(
     assert [r.getMessage() for r in caplog.records] == [f"not staged: {TopicMissing(absent)}"]
     assert found.missing is None
     assert sorted((r.partition, r.start, r.end_exclusive) for r in found.plan.ranges) == [
-        (0, 0, 15), (1, 0, 15)]
+        (0, 0, 15),
+        (1, 0, 15),
+    ]

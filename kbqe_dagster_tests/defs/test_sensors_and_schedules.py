@@ -5,7 +5,7 @@ and the schedules' skip while their job is in flight."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -30,25 +30,42 @@ def instance():
 @pytest.fixture
 def resources(tmp_path: Path) -> dict:
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({"version": 1, "topics": [
-        {"name": TOPIC, "event_time": {"fields": ["ts"]},
-         "staging": {"max_messages_per_batch": 100, "allowed_latency": "15m"}}],
-        "allowed_destinations": ["sales.*"]}))
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": TOPIC,
+                        "event_time": {"fields": ["ts"]},
+                        "staging": {"max_messages_per_batch": 100, "allowed_latency": "15m"},
+                    }
+                ],
+                "allowed_destinations": ["sales.*"],
+            }
+        )
+    )
     (tmp_path / "staging").mkdir()
-    return {"pipeline": PipelineResource(config_path=str(pipeline)),
-            "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"),
-            "staging": StagingResource(url=str(tmp_path / "staging"))}
+    return {
+        "pipeline": PipelineResource(config_path=str(pipeline)),
+        "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"),
+        "staging": StagingResource(url=str(tmp_path / "staging")),
+    }
 
 
 def backlog(lag: int, age_s: float | None = None) -> TopicBacklog:
-    oldest = None if age_s is None else int((datetime.now(timezone.utc).timestamp() - age_s) * 1000)
-    return TopicBacklog(TOPIC, (PartitionBacklog(0, 0, 10 + lag, 10, lag),
-                                PartitionBacklog(1, 0, 4, 4, 0)), oldest)
+    oldest = None if age_s is None else int((datetime.now(UTC).timestamp() - age_s) * 1000)
+    return TopicBacklog(
+        TOPIC, (PartitionBacklog(0, 0, 10 + lag, 10, lag), PartitionBacklog(1, 0, 4, 4, 0)), oldest
+    )
 
 
 def tick(instance, resources, monkeypatch, topic_backlog: TopicBacklog) -> dg.SensorResult:
-    monkeypatch.setattr(sensors, "fleet_backlog",
-                        lambda store, settings, topics, **kwargs: {t: topic_backlog for t in topics})
+    monkeypatch.setattr(
+        sensors,
+        "fleet_backlog",
+        lambda store, settings, topics, **kwargs: {t: topic_backlog for t in topics},
+    )
     context = dg.build_sensor_context(instance=instance, resources=resources)
     return sensors.kafka_backlog_sensor(context)
 
@@ -77,8 +94,9 @@ def test_an_old_message_launches_a_run_before_the_batch_is_full(
     assert "allowed_latency" in request.tags["kbqe/reason"]
 
 
-def _run(instance, status: dg.DagsterRunStatus, job_name: str = "stage_job",
-         tags: dict | None = None) -> None:
+def _run(
+    instance, status: dg.DagsterRunStatus, job_name: str = "stage_job", tags: dict | None = None
+) -> None:
     """A run of ``job_name`` recorded in the instance with ``status``."""
     job = dg.JobDefinition(graph_def=dg.GraphDefinition(name=job_name))
     instance.create_run_for_job(job, status=status, tags=tags)
@@ -95,8 +113,9 @@ def test_a_run_in_flight_from_the_same_offsets_is_not_launched_again(
 def test_a_failed_run_from_the_same_offsets_is_retried_under_a_new_key(
     instance, resources, monkeypatch
 ) -> None:
-    _run(instance, dg.DagsterRunStatus.FAILURE, tags={TOPIC_TAG: TOPIC,
-                                                      FROM_OFFSETS_TAG: "0=10,1=4"})
+    _run(
+        instance, dg.DagsterRunStatus.FAILURE, tags={TOPIC_TAG: TOPIC, FROM_OFFSETS_TAG: "0=10,1=4"}
+    )
     [request] = tick(instance, resources, monkeypatch, backlog(100)).run_requests
     assert request.run_key == f"{TOPIC}|0=10,1=4|1"
 

@@ -45,8 +45,14 @@ IDLE_S = 3.5  # after the last burst: at least two idle rounds (one a second)
 @pytest.fixture
 def rig(local_stack, local_endpoints, tmp_path, monkeypatch):
     rig = Rig(local_endpoints, tmp_path)
-    for name in ("KBQE_ENV", "KBQE_PIPELINE_CONFIG", "KBQE_STAGING_URL", "KBQE_GCS_ENDPOINT",
-                 "KBQE_GCP_PROJECT", "DAGSTER_HOME"):
+    for name in (
+        "KBQE_ENV",
+        "KBQE_PIPELINE_CONFIG",
+        "KBQE_STAGING_URL",
+        "KBQE_GCS_ENDPOINT",
+        "KBQE_GCP_PROJECT",
+        "DAGSTER_HOME",
+    ):
         monkeypatch.setenv(name, rig.env[name])
     yield rig
     rig.remove()
@@ -59,8 +65,9 @@ class Producer(threading.Thread):
     def __init__(self, rig: Rig, instance: dg.DagsterInstance) -> None:
         super().__init__(daemon=True)
         self.rig, self.instance = rig, instance
-        self.store = StagingLocation(rig.env["KBQE_STAGING_URL"], rig.endpoints.gcs_url,
-                                     LOCAL_PROJECT).open()
+        self.store = StagingLocation(
+            rig.env["KBQE_STAGING_URL"], rig.endpoints.gcs_url, LOCAL_PROJECT
+        ).open()
         self.kafka = KafkaSettings(rig.endpoints.kafka_bootstrap)
         self.seconds: list[float] = []  # produce -> every row appended, per burst
         self.error: BaseException | None = None
@@ -94,17 +101,17 @@ class Producer(threading.Thread):
             if self._lag() == 0:
                 return
             time.sleep(0.2)
-        raise AssertionError(f"{self._lag()} message(s) of {self.rig.produced['orders']} not "
-                             f"committed after {VISIBLE_WITHIN_S}s")
+        raise AssertionError(
+            f"{self._lag()} message(s) of {self.rig.produced['orders']} not "
+            f"committed after {VISIBLE_WITHIN_S}s"
+        )
 
     def _lag(self) -> int:
         """Messages in Kafka beyond the done files (each done file follows its range's append)."""
         return topic_backlog(self.store, self.kafka, self.rig.topic, with_oldest=False).lag
 
 
-def test_the_loop_delivers_each_message_once_within_seconds_and_stops_when_terminated(
-    rig
-) -> None:
+def test_the_loop_delivers_each_message_once_within_seconds_and_stops_when_terminated(rig) -> None:
     defs = build_definitions(rig.env["KBQE_PIPELINE_CONFIG"], "local")
     with dg.DagsterInstance.from_config(rig.env["DAGSTER_HOME"]) as instance:
         producer = Producer(rig, instance)
@@ -112,32 +119,48 @@ def test_the_loop_delivers_each_message_once_within_seconds_and_stops_when_termi
         config = stage_loop_run_config([rig.topic])
         config["ops"]["staging"]["config"].update({"max_run_s": 240.0, "report_every_s": 600.0})
         result = defs.resolve_job_def("stage_loop_job").execute_in_process(
-            run_config=config, instance=instance)
+            run_config=config, instance=instance
+        )
         producer.join(30)
         key = dg.AssetKey(["bigquery", rig.sales, "orders"])
-        records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key),
-                                                  limit=1000).records
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key), limit=1000
+        ).records
         (check,) = instance.event_log_storage.get_asset_check_execution_history(
-            dg.AssetCheckKey(key, "rows_loaded"), limit=1)
+            dg.AssetCheckKey(key, "rows_loaded"), limit=1
+        )
     assert producer.error is None, producer.error
     assert result.success
-    [staging] = [e.materialization for e in result.get_asset_materialization_events()
-                 if e.materialization.asset_key == dg.AssetKey(["staging"])]
+    [staging] = [
+        e.materialization
+        for e in result.get_asset_materialization_events()
+        if e.materialization.asset_key == dg.AssetKey(["staging"])
+    ]
     meta = {k: v.value for k, v in staging.metadata.items()}
-    log.info("produce -> appended: %s s; %d round(s), %d idle; rounds take %ss idle, %ss busy",
-             [round(s, 2) for s in producer.seconds], meta["rounds"], meta["idle_rounds"],
-             meta["idle_round_seconds"], meta["busy_round_seconds"])
+    log.info(
+        "produce -> appended: %s s; %d round(s), %d idle; rounds take %ss idle, %ss busy",
+        [round(s, 2) for s in producer.seconds],
+        meta["rounds"],
+        meta["idle_rounds"],
+        meta["idle_round_seconds"],
+        meta["busy_round_seconds"],
+    )
     assert meta["stopped_because"] == "terminated"
     assert meta["idle_rounds"] >= 2 and meta["rounds"] - meta["idle_rounds"] >= len(BURSTS)
     assert meta["dagster/row_count"] == sum(BURSTS)
     assert rig.counts(rig.sales, "orders") == (sum(BURSTS), sum(BURSTS))  # exactly once
 
-    folds = [(r.asset_materialization.partition,
-              r.asset_materialization.metadata["offset_ranges"].value[0]["partition"])
-             for r in records]
+    folds = [
+        (
+            r.asset_materialization.partition,
+            r.asset_materialization.metadata["offset_ranges"].value[0]["partition"],
+        )
+        for r in records
+    ]
     assert len(folds) == len(set(folds)), "one materialization per Kafka partition and day"
-    assert sum(r.asset_materialization.metadata["dagster/row_count"].value
-               for r in records) == sum(BURSTS)
+    assert sum(r.asset_materialization.metadata["dagster/row_count"].value for r in records) == sum(
+        BURSTS
+    )
     assert check.status.value == "SUCCEEDED"
     # After the first burst (which waited for the SparkContext), rows are appended within a
     # few seconds of being produced.

@@ -21,11 +21,11 @@ import dagster as dg
 import pytest
 import yaml
 
+from kbqe_dagster.core.protocol.offsets import RangePlan, Watermarks
+from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.staging import sensors
 from kbqe_dagster.defs.staging.claims import topics_in_flight, yielded_to_older_runs
 from kbqe_dagster.defs.staging.jobs import pipeline_digest, stage_job, stage_loop_job
-from kbqe_dagster.core.protocol.offsets import RangePlan, Watermarks
-from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.staging.loop import LoopReport, LoopStop, interrupts_between_rounds
 from kbqe_dagster.defs.staging.tags import (
     PIPELINE_DIGEST_TAG,
@@ -57,14 +57,21 @@ def pipeline_text(extra_topic: str | None = None) -> str:
     names = {"orders": "orders", "refunds": "orders", "views": "views"}
     if extra_topic:
         names[extra_topic] = "orders"
-    return yaml.safe_dump({
-        "version": 1,
-        "topics": [{"name": name, "event_time": {"fields": ["ts"]},
-                    "routing": {"mode": "static", "dataset": "sales", "table": table}}
-                   for name, table in names.items()],
-        "staging": {"max_messages_per_batch": 1000, "allowed_latency": "15m"},
-        "tables": {"sales.orders": {"delivery": "storage_write"}},
-    })
+    return yaml.safe_dump(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": name,
+                    "event_time": {"fields": ["ts"]},
+                    "routing": {"mode": "static", "dataset": "sales", "table": table},
+                }
+                for name, table in names.items()
+            ],
+            "staging": {"max_messages_per_batch": 1000, "allowed_latency": "15m"},
+            "tables": {"sales.orders": {"delivery": "storage_write"}},
+        }
+    )
 
 
 @pytest.fixture
@@ -72,9 +79,11 @@ def resources(tmp_path: Path) -> dict:
     path = tmp_path / "pipeline.yaml"
     path.write_text(pipeline_text())
     (tmp_path / "staging").mkdir()
-    return {"pipeline": PipelineResource(config_path=str(path), content=path.read_text()),
-            "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"),
-            "staging": StagingResource(url=str(tmp_path / "staging"))}
+    return {
+        "pipeline": PipelineResource(config_path=str(path), content=path.read_text()),
+        "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"),
+        "staging": StagingResource(url=str(tmp_path / "staging")),
+    }
 
 
 def loop_tick(instance, resources, cursor: str | None = None) -> dg.SensorResult:
@@ -82,10 +91,12 @@ def loop_tick(instance, resources, cursor: str | None = None) -> dg.SensorResult
     return sensors.stage_loop_sensor(context)
 
 
-def started(instance, job_name: str, tags: dict, status=dg.DagsterRunStatus.STARTED
-            ) -> dg.DagsterRun:
-    return instance.add_run(dg.DagsterRun(job_name=job_name, run_id=str(uuid.uuid4()),
-                                          status=status, tags=tags))
+def started(
+    instance, job_name: str, tags: dict, status=dg.DagsterRunStatus.STARTED
+) -> dg.DagsterRun:
+    return instance.add_run(
+        dg.DagsterRun(job_name=job_name, run_id=str(uuid.uuid4()), status=status, tags=tags)
+    )
 
 
 def test_the_loop_sensor_launches_one_run_holding_the_storage_write_topics(
@@ -96,8 +107,9 @@ def test_the_loop_sensor_launches_one_run_holding_the_storage_write_topics(
     assert request.tags[TOPICS_TAG] == "orders,refunds"
     assert "kbqe/topic" not in request.tags  # no per-topic limit: see stage_loop_tags
     assert request.tags[PIPELINE_DIGEST_TAG] == pipeline_digest(resources["pipeline"])
-    assert request.run_config == {"ops": {"staging": {"config": {
-        "topics": ["orders", "refunds"], "loop": True}}}}
+    assert request.run_config == {
+        "ops": {"staging": {"config": {"topics": ["orders", "refunds"], "loop": True}}}
+    }
     assert (request.run_key, result.cursor) == ("stage_loop:1", "1")
     assert sensors.stage_loop_sensor.job_name == "stage_loop_job"
 
@@ -106,8 +118,7 @@ def test_topics_held_by_a_run_in_flight_are_left_to_it_and_relaunched_once_it_en
     instance, resources
 ) -> None:
     digest = pipeline_digest(resources["pipeline"])
-    loop = started(instance, "stage_loop_job", {TOPICS_TAG: "orders",
-                                                PIPELINE_DIGEST_TAG: digest})
+    loop = started(instance, "stage_loop_job", {TOPICS_TAG: "orders", PIPELINE_DIGEST_TAG: digest})
     started(instance, "stage_job", {"kbqe/topic": "refunds"})
     assert loop_tick(instance, resources).run_requests == []
 
@@ -120,12 +131,19 @@ def test_topics_held_by_a_run_in_flight_are_left_to_it_and_relaunched_once_it_en
 def test_a_loop_run_of_another_pipeline_is_asked_to_stop_and_succeeded_once_it_ended(
     instance, resources, tmp_path
 ) -> None:
-    before = PipelineResource(config_path=str(tmp_path / "pipeline.yaml"),
-                              content=pipeline_text(extra_topic="returns"))
-    old = started(instance, "stage_loop_job", {TOPICS_TAG: "orders,refunds,returns",
-                                               PIPELINE_DIGEST_TAG: pipeline_digest(before)})
-    same = started(instance, "stage_loop_job", {
-        TOPICS_TAG: "refunds", PIPELINE_DIGEST_TAG: pipeline_digest(resources["pipeline"])})
+    before = PipelineResource(
+        config_path=str(tmp_path / "pipeline.yaml"), content=pipeline_text(extra_topic="returns")
+    )
+    old = started(
+        instance,
+        "stage_loop_job",
+        {TOPICS_TAG: "orders,refunds,returns", PIPELINE_DIGEST_TAG: pipeline_digest(before)},
+    )
+    same = started(
+        instance,
+        "stage_loop_job",
+        {TOPICS_TAG: "refunds", PIPELINE_DIGEST_TAG: pipeline_digest(resources["pipeline"])},
+    )
 
     assert loop_tick(instance, resources).run_requests == []
     assert instance.get_run_by_id(old.run_id).tags[STOP_TAG] == "config_changed"
@@ -139,8 +157,13 @@ def test_a_loop_run_of_another_pipeline_is_asked_to_stop_and_succeeded_once_it_e
 def test_no_loop_run_without_a_storage_write_table(instance, tmp_path) -> None:
     path = tmp_path / "plain.yaml"
     path.write_text(pipeline_text().replace("storage_write", "load"))
-    result = loop_tick(instance, {"pipeline": PipelineResource(config_path=str(path)),
-                                  "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1")})
+    result = loop_tick(
+        instance,
+        {
+            "pipeline": PipelineResource(config_path=str(path)),
+            "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1"),
+        },
+    )
     assert result.run_requests == [] and "storage_write" in result.skip_reason.skip_message
 
 
@@ -153,14 +176,18 @@ def test_the_backlog_sensor_observes_loop_topics_but_launches_batch_runs_for_the
 
     monkeypatch.setattr(sensors, "fleet_backlog", fleet_backlog)
     result = sensors.kafka_backlog_sensor(
-        dg.build_sensor_context(instance=instance, resources=resources))
+        dg.build_sensor_context(instance=instance, resources=resources)
+    )
     assert [r.tags.get("kbqe/topic") for r in result.run_requests] == ["views"]
     assert sorted(e.asset_key.path[1] for e in result.asset_events) == [
-        "orders", "refunds", "views"]
+        "orders",
+        "refunds",
+        "views",
+    ]
 
 
 def test_a_loop_run_is_a_stage_run_in_flight_and_an_ordinary_run_yields_it_its_topics(
-    instance
+    instance,
 ) -> None:
     loop = started(instance, "stage_loop_job", {TOPICS_TAG: "orders,refunds"})
     younger = started(instance, "stage_job", {TOPICS_TAG: "refunds,views"})
@@ -170,7 +197,7 @@ def test_a_loop_run_is_a_stage_run_in_flight_and_an_ordinary_run_yields_it_its_t
 
 
 def test_a_loop_run_stops_when_terminated_or_tagged_and_reads_the_run_at_most_every_second(
-    instance
+    instance,
 ) -> None:
     now = [0.0]
     run = started(instance, "stage_loop_job", {TOPICS_TAG: "orders"})
@@ -201,7 +228,7 @@ def test_the_instance_bounds_loop_runs_apart_from_stage_runs(tmp_path) -> None:
 
 
 def test_an_interrupt_ends_the_loop_after_its_round_and_one_much_later_interrupts_at_once(
-    instance
+    instance,
 ) -> None:
     seen: list[int] = []
     now = [0.0]
@@ -235,14 +262,41 @@ class FakeContext:
 
 
 def _busy_round(number: int, start: int, last: int) -> LoopRound:
-    result = RangeResult("orders", 0, start, last, last, last - start + 1, last - start + 1, (),
-                         0, delivered=(TableDelivery("sales", "orders", "s0", start,
-                                                     last - start + 1, last - start + 1, 0, 10,
-                                                     (("2026-11-25", last - start + 1),), 1),))
+    result = RangeResult(
+        "orders",
+        0,
+        start,
+        last,
+        last,
+        last - start + 1,
+        last - start + 1,
+        (),
+        0,
+        delivered=(
+            TableDelivery(
+                "sales",
+                "orders",
+                "s0",
+                start,
+                last - start + 1,
+                last - start + 1,
+                0,
+                10,
+                (("2026-11-25", last - start + 1),),
+                1,
+            ),
+        ),
+    )
     prep = Preparation((), (), (), RangePlan((), ()))
     marks = {("orders", 0): Watermarks(0, last + 1)}
-    return LoopRound(number, 0.0, 0.5, (StageSummary("orders", prep, (result,), 0.5),), marks,
-                     {("orders", 0): last + 1})
+    return LoopRound(
+        number,
+        0.0,
+        0.5,
+        (StageSummary("orders", prep, (result,), 0.5),),
+        marks,
+        {("orders", 0): last + 1},
+    )
 
 
 def test_the_rounds_are_reported_folded_every_report_every_s(tmp_path) -> None:

@@ -35,25 +35,30 @@ def resources(tmp_path: Path, store, bq, monkeypatch) -> dict:
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(RAW_PIPELINE))
     monkeypatch.setattr(BigQueryResource, "client", lambda self: bq)
-    return {"pipeline": PipelineResource(config_path=str(path)),
-            "staging": StagingResource(url=str(store.root)),
-            "bigquery": BigQueryResource(project="p")}
+    return {
+        "pipeline": PipelineResource(config_path=str(path)),
+        "staging": StagingResource(url=str(store.root)),
+        "bigquery": BigQueryResource(project="p"),
+    }
 
 
 def _by_check(events) -> dict[tuple[str, str], bool]:
-    return {(e.asset_key.to_user_string(), e.check_name): e.passed for e in events
-            if isinstance(e, (dg.AssetCheckEvaluation, dg.AssetCheckResult))}
+    return {
+        (e.asset_key.to_user_string(), e.check_name): e.passed
+        for e in events
+        if isinstance(e, (dg.AssetCheckEvaluation, dg.AssetCheckResult))
+    }
 
 
-def test_the_standalone_checks_agree_with_the_load_op(store, bq, make_coordinator,
-                                                      resources) -> None:
+def test_the_standalone_checks_agree_with_the_load_op(
+    store, bq, make_coordinator, resources
+) -> None:
     stage_range(store, TOPIC, 0, 0, 9, [(ORDERS_V1, 4, DAY), (PAGE_VIEWS, 5, DAY)])
     bq.fail_tables[("acme_web", "page_views")] = 99
     report = make_coordinator().run_cycle()
     with dg.instance_for_test() as instance:
         destinations = Destinations.from_config(pipeline())
-        during_load = _by_check(load_events(report, destinations, instance,
-                                            freshness_limit_s=900))
+        during_load = _by_check(load_events(report, destinations, instance, freshness_limit_s=900))
         checks = load_checks(destinations)
         context = dg.build_asset_check_context(resources=resources, instance=instance)
         standalone = _by_check(checks(context))

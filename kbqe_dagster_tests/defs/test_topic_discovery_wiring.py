@@ -22,13 +22,22 @@ from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 
 PIPELINE = {
     "version": 1,
-    "topics": [{"name": "billing.invoices", "event_time": {"fields": ["ts"]},
-                "routing": {"mode": "static", "dataset": "billing", "table": "invoices"}}],
-    "topic_patterns": [{
-        "match": r"shop\..*", "exclude": [r"shop\.tmp\..*"], "event_time": {"fields": ["ts"]},
-        "routing": {"mode": "static", "dataset": "shop", "table": "{topic}"},
-        "staging": {"max_messages_per_batch": 10},
-    }],
+    "topics": [
+        {
+            "name": "billing.invoices",
+            "event_time": {"fields": ["ts"]},
+            "routing": {"mode": "static", "dataset": "billing", "table": "invoices"},
+        }
+    ],
+    "topic_patterns": [
+        {
+            "match": r"shop\..*",
+            "exclude": [r"shop\.tmp\..*"],
+            "event_time": {"fields": ["ts"]},
+            "routing": {"mode": "static", "dataset": "shop", "table": "{topic}"},
+            "staging": {"max_messages_per_batch": 10},
+        }
+    ],
 }
 
 
@@ -46,8 +55,7 @@ class FakeKafka:
 
 @pytest.fixture
 def kafka(monkeypatch) -> FakeKafka:
-    fake = FakeKafka("billing.invoices", "shop.orders", "shop.tmp.x", "__consumer_offsets",
-                     "other")
+    fake = FakeKafka("billing.invoices", "shop.orders", "shop.tmp.x", "__consumer_offsets", "other")
     monkeypatch.setattr(kafka_module, "list_topic_names", fake.list_topic_names)
     return fake
 
@@ -62,8 +70,9 @@ def defs(tmp_path: Path, kafka: FakeKafka, monkeypatch) -> dg.Definitions:
 
 
 def kafka_keys(defs: dg.Definitions) -> set[str]:
-    return {spec.key.path[1] for spec in defs.resolve_all_asset_specs()
-            if spec.key.path[0] == "kafka"}
+    return {
+        spec.key.path[1] for spec in defs.resolve_all_asset_specs() if spec.key.path[0] == "kafka"
+    }
 
 
 def test_the_definitions_hold_an_asset_per_listed_and_discovered_topic(defs) -> None:
@@ -109,8 +118,12 @@ def tick(defs: dg.Definitions, monkeypatch, lags: dict[str, int | Exception]) ->
 
     def fake_backlog(store, settings, topics, **kwargs):
         polled.extend(topics)
-        return {topic: lags[topic] if isinstance(lags[topic], Exception)
-                else backlog_of(topic, lags[topic]) for topic in topics}
+        return {
+            topic: lags[topic]
+            if isinstance(lags[topic], Exception)
+            else backlog_of(topic, lags[topic])
+            for topic in topics
+        }
 
     monkeypatch.setattr(sensors, "fleet_backlog", fake_backlog)
     with dg.instance_for_test() as instance:
@@ -144,8 +157,9 @@ def test_a_deleted_topic_is_no_longer_polled(defs, kafka, monkeypatch) -> None:
 def test_a_topic_deleted_between_listing_and_reading_is_skipped_for_this_tick(
     defs, kafka, monkeypatch
 ) -> None:
-    result = tick(defs, monkeypatch, {"billing.invoices": 0,
-                                      "shop.orders": TopicMissing("shop.orders")})
+    result = tick(
+        defs, monkeypatch, {"billing.invoices": 0, "shop.orders": TopicMissing("shop.orders")}
+    )
     observed = {e.asset_key.path[1]: e.metadata["missing"].value for e in result.asset_events}
     assert observed == {"billing.invoices": False, "shop.orders": True}
     assert result.run_requests == []
@@ -155,8 +169,9 @@ def test_a_topic_deleted_between_listing_and_reading_is_skipped_for_this_tick(
 def test_a_listed_topic_kafka_does_not_hold_is_skipped_and_the_others_served(
     defs, monkeypatch
 ) -> None:
-    result = tick(defs, monkeypatch, {"billing.invoices": TopicMissing("billing.invoices"),
-                                      "shop.orders": 10})
+    result = tick(
+        defs, monkeypatch, {"billing.invoices": TopicMissing("billing.invoices"), "shop.orders": 10}
+    )
     [request] = result.run_requests
     assert request.tags[TOPIC_TAG] == "shop.orders"
     observed = {e.asset_key.path[1]: e.metadata["missing"].value for e in result.asset_events}
@@ -180,8 +195,11 @@ def test_the_stage_run_of_a_topic_newer_than_the_definitions_resolves_its_settin
     kafka.names.add("shop.late")
     with dg.instance_for_test() as instance:
         result = defs.resolve_job_def("stage_job").execute_in_process(
-            run_config=stage_run_config("shop.late"), instance=instance, raise_on_error=False,
-            tags={TOPIC_TAG: "shop.late"})
+            run_config=stage_run_config("shop.late"),
+            instance=instance,
+            raise_on_error=False,
+            tags={TOPIC_TAG: "shop.late"},
+        )
     assert not result.success  # stopped on purpose, before Spark
     assert seen["topic_name"] == "shop.late"
     pipeline = seen["pipeline"]
@@ -190,17 +208,34 @@ def test_the_stage_run_of_a_topic_newer_than_the_definitions_resolves_its_settin
     assert pipeline.topic("shop.late").staging.max_messages_per_batch == 10
 
 
-def test_a_keyed_pattern_gives_each_discovered_topic_its_keyed_assets(tmp_path, monkeypatch) -> None:
+def test_a_keyed_pattern_gives_each_discovered_topic_its_keyed_assets(
+    tmp_path, monkeypatch
+) -> None:
     fake = FakeKafka("dbserver1.inventory.customers")
     monkeypatch.setattr(kafka_module, "list_topic_names", fake.list_topic_names)
     path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump({"version": 1, "topic_patterns": [{
-        "match": r"dbserver1\.inventory\..*", "format": "debezium",
-        "keyed": {"deletes": "soft", "history": True},
-        "routing": {"mode": "static", "dataset": "inventory", "table": "{topic}"}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topic_patterns": [
+                    {
+                        "match": r"dbserver1\.inventory\..*",
+                        "format": "debezium",
+                        "keyed": {"deletes": "soft", "history": True},
+                        "routing": {"mode": "static", "dataset": "inventory", "table": "{topic}"},
+                    }
+                ],
+            }
+        )
+    )
     defs = build_definitions(str(path), env="local")
     keys = {s.key.to_user_string() for s in defs.resolve_all_asset_specs()}
     table = "bigquery/inventory/dbserver1_inventory_customers"
-    assert {table, f"{table}_changelog", f"{table}_history",
-            "kafka/dbserver1.inventory.customers"} <= keys
+    assert {
+        table,
+        f"{table}_changelog",
+        f"{table}_history",
+        "kafka/dbserver1.inventory.customers",
+    } <= keys
     assert defs.resolve_job_def("merge_keyed_tables_job") is not None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+
 import fastavro
 import pytest
 
@@ -35,35 +36,63 @@ from kbqe_dagster_tests.support.storage_write import (
 )
 
 TOPIC = "web.events"
-SCHEMA = {"type": "record", "name": "Click", "fields": [
-    {"name": "datasetName", "type": "string"}, {"name": "tableName", "type": "string"},
-    {"name": "ts", "type": "string"},
-    {"name": "n", "type": "long"}]}
+SCHEMA = {
+    "type": "record",
+    "name": "Click",
+    "fields": [
+        {"name": "datasetName", "type": "string"},
+        {"name": "tableName", "type": "string"},
+        {"name": "ts", "type": "string"},
+        {"name": "n", "type": "long"},
+    ],
+}
 SCHEMA_ID = 7
 TABLES = ("clicks", "views")  # clicks: storage_write; views: load
 
 
 def _pipeline(clicks: str = "storage_write"):
-    return parse_pipeline_config({
-        "version": 1,
-        "topics": [{"name": TOPIC, "event_time": {"fields": ["ts"]},
-                    "routing": {"mode": "fields"}}],
-        "allowed_destinations": ["acme.*"],
-        "tables": {"acme.clicks": {"delivery": clicks}},
-    })
+    return parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {"name": TOPIC, "event_time": {"fields": ["ts"]}, "routing": {"mode": "fields"}}
+            ],
+            "allowed_destinations": ["acme.*"],
+            "tables": {"acme.clicks": {"delivery": clicks}},
+        }
+    )
 
 
 def _messages(first: int, count: int) -> list[FakeMessage]:
-    return [FakeMessage(TOPIC, 0, o, avro_framed(SCHEMA_ID, SCHEMA, {
-        "datasetName": "acme", "tableName": TABLES[o % 2], "ts": "2026-11-25T10:00:00Z",
-        "n": o}), b"k", [], 1_764_064_800_000 + o) for o in range(first, first + count)]
+    return [
+        FakeMessage(
+            TOPIC,
+            0,
+            o,
+            avro_framed(
+                SCHEMA_ID,
+                SCHEMA,
+                {
+                    "datasetName": "acme",
+                    "tableName": TABLES[o % 2],
+                    "ts": "2026-11-25T10:00:00Z",
+                    "n": o,
+                },
+            ),
+            b"k",
+            [],
+            1_764_064_800_000 + o,
+        )
+        for o in range(first, first + count)
+    ]
 
 
 class Stage:
     """Stages ranges of the topic through the delivery sink into one staging directory."""
 
-    def __init__(self, tmp_path: Path, writer: FakeStorageWriter | None = None,
-                 clicks: str = "storage_write") -> None:
+    def __init__(
+        self, tmp_path: Path, writer: FakeStorageWriter | None = None, clicks: str = "storage_write"
+    ) -> None:
         self.tmp = tmp_path
         self.staging = StagingLocation(str(tmp_path / "staging"))
         self.store = self.staging.open()
@@ -75,8 +104,15 @@ class Stage:
     def range(self, first: int, count: int, clicks: str | None = None) -> RangeResult:
         pipeline = _pipeline(clicks or self.clicks)
         sink = delivery_sink(pipeline, self.writer_settings, self.keeper_settings)
-        ctx = stage_context(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                            self.staging, pipeline, TOPIC, sink=sink, native_kernel=False)
+        ctx = stage_context(
+            KafkaSettings("127.0.0.1:9"),
+            RegistrySettings("http://127.0.0.1:9"),
+            self.staging,
+            pipeline,
+            TOPIC,
+            sink=sink,
+            native_kernel=False,
+        )
         # What the driver does after preparing the topic (staging/job.py).
         prep = Preparation((), (), (), RangePlan((), ()), open_intents=open_intents(self.names()))
         ctx = stage_job._pinned(ctx, [prep])
@@ -84,8 +120,11 @@ class Stage:
         workdir = self.tmp / f"work{self.runs}"
         workdir.mkdir()
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(stager_module, "SchemaLookup",
-                       lambda settings: FakeSchemaRegistry.avro({SCHEMA_ID: SCHEMA}))
+            mp.setattr(
+                stager_module,
+                "SchemaLookup",
+                lambda settings: FakeSchemaRegistry.avro({SCHEMA_ID: SCHEMA}),
+            )
             stager = ctx.stager_class()(ctx, OffsetRange(TOPIC, 0, first, first + count), workdir)
         for msg in _messages(first, count):
             stager.add(msg)
@@ -115,8 +154,14 @@ def test_a_storage_write_table_s_rows_are_appended_and_the_load_table_s_staged(t
     assert _offsets(stage.loaded_rows("views")) == [1, 3, 5, 7, 9]
     assert stage.loaded_rows("clicks") == []  # no avro file for a storage_write table
     (delivery,) = result.delivered
-    assert (delivery.dataset, delivery.table, delivery.first_row, delivery.rows,
-            delivery.records, delivery.refused) == ("acme", "clicks", 0, 5, 5, 0)
+    assert (
+        delivery.dataset,
+        delivery.table,
+        delivery.first_row,
+        delivery.rows,
+        delivery.records,
+        delivery.refused,
+    ) == ("acme", "clicks", 0, 5, 5, 0)
     assert delivery.bytes > 0 and delivery.days == (("2026-11-25", 5),)
     assert result.committed_last == 9 and result.records == 10
     assert result.files == (("web.events.0.acme.views.7.0.avro", 5),)  # files written only
@@ -132,8 +177,13 @@ def test_the_done_file_s_manifest_says_where_the_rows_went(tmp_path):
     assert (entry.delivered.stream, entry.delivered.offset, entry.delivered.rows) == (stream, 0, 5)
     assert entry.records == 5
     intent = json.loads(stage.store.read_bytes("web.events.0.acme.clicks.7.0.9.intent"))
-    assert (intent["stream"], intent["offset"], intent["first"], intent["last"],
-            intent["parts"]) == (stream, 0, 0, 9, [[7, 5]])
+    assert (
+        intent["stream"],
+        intent["offset"],
+        intent["first"],
+        intent["last"],
+        intent["parts"],
+    ) == (stream, 0, 0, 9, [[7, 5]])
 
 
 def test_the_load_table_s_files_are_those_the_staging_area_sink_writes(tmp_path):
@@ -182,10 +232,21 @@ def test_a_load_only_pipeline_with_api_settings_stages_as_the_staging_area_sink(
 
 
 def test_a_switched_table_with_an_open_intent_and_no_delivery_sink_is_an_error_naming_it():
-    prep = Preparation((), (), (), RangePlan((), ()), open_intents=open_intents(
-        ["web.events.0.acme.clicks.7.10.21.intent"]))
-    ctx = stage_context(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                        StagingLocation("/nowhere"), _pipeline("load"), TOPIC, sink=None)
+    prep = Preparation(
+        (),
+        (),
+        (),
+        RangePlan((), ()),
+        open_intents=open_intents(["web.events.0.acme.clicks.7.10.21.intent"]),
+    )
+    ctx = stage_context(
+        KafkaSettings("127.0.0.1:9"),
+        RegistrySettings("http://127.0.0.1:9"),
+        StagingLocation("/nowhere"),
+        _pipeline("load"),
+        TOPIC,
+        sink=None,
+    )
     with pytest.raises(StagingError, match=r"web\.events\.0\.acme\.clicks\.7\.10\.21\.intent"):
         stage_job._pinned(ctx, [prep])
 
@@ -209,8 +270,11 @@ def test_each_range_releases_its_stream_s_connection_after_its_appends(tmp_path)
     stage.range(0, 10)
     stage.range(10, 6)
     (stream,) = stage.writer.streams
-    kinds = [(kind, arg if kind == "release" else arg[1])
-             for kind, arg in stage.writer.calls if kind in ("append", "release")]
+    kinds = [
+        (kind, arg if kind == "release" else arg[1])
+        for kind, arg in stage.writer.calls
+        if kind in ("append", "release")
+    ]
     assert kinds == [("append", 0), ("release", stream), ("append", 5), ("release", stream)]
 
 
@@ -227,15 +291,20 @@ def test_a_range_that_fails_mid_append_still_releases_its_stream(tmp_path):
 # --- crashes and retries ----------------------------------------------------------------------
 def _retry_until_committed(stage: Stage, first: int, count: int) -> RangeResult:
     """What the next run does: roll the open intent's exact range forward."""
-    assert ranges_to_roll_forward(stage.names()) in ((), (OffsetRange(TOPIC, 0, first,
-                                                                       first + count),))
+    assert ranges_to_roll_forward(stage.names()) in (
+        (),
+        (OffsetRange(TOPIC, 0, first, first + count),),
+    )
     return stage.range(first, count)
 
 
-@pytest.mark.parametrize("point", ["storage_write_intent", "storage_write_appended",
-                                   "storage_write_delivered", "done_created"])
-def test_a_kill_at_each_crash_point_then_a_retry_gives_exactly_one_copy(tmp_path, monkeypatch,
-                                                                        point):
+@pytest.mark.parametrize(
+    "point",
+    ["storage_write_intent", "storage_write_appended", "storage_write_delivered", "done_created"],
+)
+def test_a_kill_at_each_crash_point_then_a_retry_gives_exactly_one_copy(
+    tmp_path, monkeypatch, point
+):
     stage = Stage(tmp_path)
     stage.range(0, 10)
     monkeypatch.setenv("KBQE_CRASH_AT", f"{point}:1")
@@ -291,8 +360,11 @@ def test_a_stream_short_of_where_the_intent_says_fails_the_range_naming_it(tmp_p
     stage.range(0, 10)
     (stream,) = stage.writer.streams
     stage.writer.streams[stream].rows.pop()  # rows the done file counts are not there
-    with pytest.raises(StagingError, match=r"acme\.clicks stream .*s1, web\.events\[0\] "
-                                           r"10\.\.19 .* row 5: the stream is not where"):
+    with pytest.raises(
+        StagingError,
+        match=r"acme\.clicks stream .*s1, web\.events\[0\] "
+        r"10\.\.19 .* row 5: the stream is not where",
+    ):
         stage.range(10, 10)
     assert ranges_to_roll_forward(stage.names()) == (OffsetRange(TOPIC, 0, 10, 20),)
 
@@ -302,8 +374,11 @@ def test_rows_of_a_foreign_writer_at_a_new_intent_s_offsets_are_never_skipped(tm
     stage.range(0, 10)
     (stream,) = stage.writer.streams
     stage.writer.streams[stream].rows.append(b"")  # a foreign writer appended a row
-    with pytest.raises(StagingError, match=r"row 5: the stream already holds rows at offsets "
-                                           r"this new intent claims"):
+    with pytest.raises(
+        StagingError,
+        match=r"row 5: the stream already holds rows at offsets "
+        r"this new intent claims",
+    ):
         stage.range(10, 10)
 
 
@@ -324,7 +399,8 @@ def test_a_stream_gone_between_ranges_gives_the_next_range_a_new_stream(tmp_path
 
 @pytest.mark.parametrize("killed_after_appends", [0, 1, 2])
 def test_an_open_intent_whose_stream_is_gone_is_replaced_and_nothing_is_appended_twice(
-        tmp_path, monkeypatch, killed_after_appends):
+    tmp_path, monkeypatch, killed_after_appends
+):
     # clicks: 6 records, 3 requests of 2; killed after 0, 1 or 2 of them landed, then every
     # stream is forgotten (the rows stay in the table): the retry must not fail on the gone
     # stream forever, and must not append again what the table holds.
@@ -356,7 +432,8 @@ def test_an_open_intent_whose_stream_is_gone_is_replaced_and_nothing_is_appended
 
 
 def test_a_retry_of_a_replaced_intent_skips_what_it_recorded_not_what_the_table_holds(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     from kbqe_dagster.delivery import rows
 
     monkeypatch.setattr(rows, "CHUNK_RECORDS", 2)
@@ -376,7 +453,8 @@ def test_a_retry_of_a_replaced_intent_skips_what_it_recorded_not_what_the_table_
 
 
 def test_a_crash_after_the_gone_intent_was_deleted_still_appends_nothing_twice(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     from kbqe_dagster.delivery import rows
 
     monkeypatch.setattr(rows, "CHUNK_RECORDS", 2)
@@ -478,9 +556,12 @@ def test_refused_rows_are_dead_lettered_with_the_api_s_reason_and_the_rest_appen
     assert result.dead_letters == {"storage_write_refused": 1}
     (delivery,) = result.delivered
     assert (delivery.first_row, delivery.rows, delivery.records, delivery.refused) == (1, 3, 4, 1)
-    letters = [r for n in stage.names() if n.startswith(TOPIC) and ".kbqe_dead_letters." in n
-               and n.endswith(".avro")
-               for r in fastavro.reader(io.BytesIO(stage.store.read_bytes(n)))]
+    letters = [
+        r
+        for n in stage.names()
+        if n.startswith(TOPIC) and ".kbqe_dead_letters." in n and n.endswith(".avro")
+        for r in fastavro.reader(io.BytesIO(stage.store.read_bytes(n)))
+    ]
     assert [(d["reason"], d["offset"]) for d in letters] == [("storage_write_refused", 4)]
     assert "refused by the Storage Write API: offset 4 refused" in letters[0]["error"]
     assert any(n.endswith(".refused") for n in stage.names())
@@ -505,8 +586,10 @@ def test_a_retry_after_a_refusal_counts_the_rows_the_stream_holds(tmp_path, monk
 
 def _refuse_by_offset(offset: int):
     """Refuse the row whose Kafka offset is ``offset`` (the rows carry the offset column)."""
+
     def refuse(row: bytes) -> str | None:
         return f"offset {offset} refused" if _row_offset(row) == offset else None
+
     return refuse
 
 
@@ -552,6 +635,8 @@ def test_the_sink_factory_pickles_for_the_spark_tasks(tmp_path):
 
 
 def test_a_storage_write_pipeline_without_api_settings_is_an_error_naming_the_file():
-    with pytest.raises(StagingError, match="delivered by storage_write but the stage run has no "
-                                           "Storage Write settings"):
+    with pytest.raises(
+        StagingError,
+        match="delivered by storage_write but the stage run has no Storage Write settings",
+    ):
         delivery_sink(_pipeline(), None, None)

@@ -44,8 +44,12 @@ def test_bytes_appended_and_their_price_are_reported_once_next_to_the_free_loads
     assert (orders["rows_appended"], orders["rows_loaded"], orders["load_jobs"]) == (24, 0, 0)
     assert 24 * 20 < orders["bytes_appended"] < 24 * 500, "a few dozen bytes per order row"
     assert orders["list_price_usd"] == round(storage_write_list_price(orders["bytes_appended"]), 6)
-    assert (views["rows_loaded"], views["rows_appended"], views["bytes_appended"],
-            views["list_price_usd"]) == (30, 0, 0, 0.0)
+    assert (
+        views["rows_loaded"],
+        views["rows_appended"],
+        views["bytes_appended"],
+        views["list_price_usd"],
+    ) == (30, 0, 0, 0.0)
     assert views["bytes_loaded"] > 0, "the loads' bytes are reported, free"
     totals = folded(rig)
     assert totals.appends == {(rig.sales, "orders"): TableAppends(24, orders["bytes_appended"])}

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -65,8 +65,9 @@ def test_switching_mid_flight_both_ways_loses_and_doubles_nothing(rig) -> None:
     killed = rig.kbqe_run(crash_at="storage_write_appended:1")
     assert killed.returncode != 0, "the crash point was reached"
     names = rig.staging_names()
-    assert [n for n in names if n.endswith(".intent") and n.replace(".intent", ".done")
-            not in names], "an open intent"
+    assert [
+        n for n in names if n.endswith(".intent") and n.replace(".intent", ".done") not in names
+    ], "an open intent"
     rig.set_delivery("load")
     rig.until_idle()
     rig.assert_exactly_once()
@@ -81,14 +82,22 @@ def test_switching_mid_flight_both_ways_loses_and_doubles_nothing(rig) -> None:
     rig.until_idle()
     rig.until_idle()
     rig.assert_exactly_once()
-    assert not [n for n in rig.staging_names() if n.endswith(".intent")
-                and n.replace(".intent", ".done") not in rig.staging_names()]
+    assert not [
+        n
+        for n in rig.staging_names()
+        if n.endswith(".intent") and n.replace(".intent", ".done") not in rig.staging_names()
+    ]
 
 
 # --- completeness and no_duplicate_offsets -------------------------------------------------------
 def _completeness(rig: Rig) -> dict:
-    done = subprocess.run([KBQE, "completeness", "--json", "--table", f"{rig.sales}.orders"],
-                          env=rig.env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [KBQE, "completeness", "--json", "--table", f"{rig.sales}.orders"],
+        env=rig.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)["tables"][f"{rig.sales}.orders"]
 
@@ -99,15 +108,17 @@ def test_completeness_and_the_duplicate_check_read_a_storage_write_table(rig) ->
     first = _completeness(rig)
     assert first["held_back_by"] == [] and first["partitions"] == PARTITIONS
     # Caught up now: complete up to now minus the default lateness (5 minutes).
-    today = (datetime.now(timezone.utc) - timedelta(minutes=5)).date()
+    today = (datetime.now(UTC) - timedelta(minutes=5)).date()
     assert first["newest_complete"] == (today - timedelta(days=1)).isoformat()
     # Produced, not delivered yet: every partition with new messages holds the next day back
     # at its delivered position (the done files' ends), waiting for a stage.
     rig.produce(views=0, orders=6)
     behind = _completeness(rig)["held_back_by"]
     delivered = {p: o + 1 for p, o in _max_offsets(rig)}
-    assert behind and all(h["loaded_offset"] == delivered[h["partition"]]
-                          and h["waiting_for"] == "stage" for h in behind)
+    assert behind and all(
+        h["loaded_offset"] == delivered[h["partition"]] and h["waiting_for"] == "stage"
+        for h in behind
+    )
     rig.until_idle()
     assert _completeness(rig)["held_back_by"] == []
 
@@ -117,15 +128,20 @@ def test_completeness_and_the_duplicate_check_read_a_storage_write_table(rig) ->
     assert clean.duplicates == ()
     rig.client.query_and_wait(  # one row twice, as a second delivery of it would leave it
         f"INSERT INTO `{rig.sales}.orders` SELECT * FROM `{rig.sales}.orders` "
-        "WHERE _kafka_partition = 0 AND _kafka_offset = 0")
+        "WHERE _kafka_partition = 0 AND _kafka_offset = 0"
+    )
     found = loads.duplicate_offsets(rig.sales, "orders", OFFSET_COLUMNS, "_event_date", since)
     assert found.duplicates == ((rig.topic, 0, 0, 2),)
 
 
 def _max_offsets(rig: Rig) -> list[tuple[int, int]]:
-    return [(r["p"], r["o"]) for r in rig.client.query_and_wait(
-        f"SELECT _kafka_partition AS p, MAX(_kafka_offset) AS o FROM `{rig.sales}.orders` "
-        "GROUP BY p")]
+    return [
+        (r["p"], r["o"])
+        for r in rig.client.query_and_wait(
+            f"SELECT _kafka_partition AS p, MAX(_kafka_offset) AS o FROM `{rig.sales}.orders` "
+            "GROUP BY p"
+        )
+    ]
 
 
 # --- schema evolution ------------------------------------------------------------------------
@@ -134,13 +150,26 @@ def _orders(rig: Rig, schema: dict, schema_id: int, count: int, coupon: bool) ->
     for i in range(count):
         n = rig.produced["orders"] + i
         moment = NOW - timedelta(minutes=n)
-        fields = {"datasetName": rig.sales, "tableName": "orders", "orderId": f"o-{n}",
-                  "customerId": n, "amountCents": 100 + n, "currency": "EUR",
-                  "eventTime": moment.isoformat(timespec="milliseconds")}
+        fields = {
+            "datasetName": rig.sales,
+            "tableName": "orders",
+            "orderId": f"o-{n}",
+            "customerId": n,
+            "amountCents": 100 + n,
+            "currency": "EUR",
+            "eventTime": moment.isoformat(timespec="milliseconds"),
+        }
         if coupon:
             fields["coupon"] = f"c-{n}"
-        out.append(SampleMessage(None, encode_frame(schema_id, _body(schema, fields)),
-                                 (rig.sales, "orders"), None, moment.date().isoformat()))
+        out.append(
+            SampleMessage(
+                None,
+                encode_frame(schema_id, _body(schema, fields)),
+                (rig.sales, "orders"),
+                None,
+                moment.date().isoformat(),
+            )
+        )
     produce(rig.endpoints.kafka_bootstrap, rig.topic, out, PARTITIONS)
     rig.produced["orders"] += count
 
@@ -157,8 +186,12 @@ def test_a_newer_schema_s_field_is_a_column_before_its_rows_are_appended(rig) ->
     assert rig.counts(rig.sales, "orders") == (20, 20)
     columns = [f.name for f in rig.client.get_table(f"{rig.sales}.orders").schema]
     assert "coupon" in columns
-    coupons = {r["id"]: r["coupon"] for r in rig.client.query_and_wait(
-        f"SELECT orderId AS id, coupon FROM `{rig.sales}.orders`")}
+    coupons = {
+        r["id"]: r["coupon"]
+        for r in rig.client.query_and_wait(
+            f"SELECT orderId AS id, coupon FROM `{rig.sales}.orders`"
+        )
+    }
     assert coupons == {f"o-{n}": (f"c-{n}" if 8 <= n < 16 else None) for n in range(20)}
 
 
@@ -170,24 +203,41 @@ class TwinRig(Rig):
     def pipeline(self, orders: str) -> dict:
         return {
             "version": 1,
-            "topics": [{
-                "name": self.topic,
-                "event_time": {"fields": ["eventTime"]},
-                "transforms": [{"add": "source", "value": "kbqe"},
-                               {"rename": "customerId", "to": "customer"},
-                               {"cast": "amountCents", "to": "string"}],
-                "destinations": [
-                    {"routing": {"mode": "static", "dataset": self.sales,
-                                 "table": "orders_loaded"}},
-                    {"routing": {"mode": "static", "dataset": self.sales,
-                                 "table": "orders_appended"}},
-                ],
-            }],
-            "allowed_destinations": [f"{self.sales}.orders_loaded",
-                                     f"{self.sales}.orders_appended"],
-            "tables": {f"{self.sales}.orders_loaded": {"partitioning": "hour"},
-                       f"{self.sales}.orders_appended": {"partitioning": "hour",
-                                                         "delivery": orders}},
+            "topics": [
+                {
+                    "name": self.topic,
+                    "event_time": {"fields": ["eventTime"]},
+                    "transforms": [
+                        {"add": "source", "value": "kbqe"},
+                        {"rename": "customerId", "to": "customer"},
+                        {"cast": "amountCents", "to": "string"},
+                    ],
+                    "destinations": [
+                        {
+                            "routing": {
+                                "mode": "static",
+                                "dataset": self.sales,
+                                "table": "orders_loaded",
+                            }
+                        },
+                        {
+                            "routing": {
+                                "mode": "static",
+                                "dataset": self.sales,
+                                "table": "orders_appended",
+                            }
+                        },
+                    ],
+                }
+            ],
+            "allowed_destinations": [
+                f"{self.sales}.orders_loaded",
+                f"{self.sales}.orders_appended",
+            ],
+            "tables": {
+                f"{self.sales}.orders_loaded": {"partitioning": "hour"},
+                f"{self.sales}.orders_appended": {"partitioning": "hour", "delivery": orders},
+            },
             "dead_letter": {"dataset": self.dead, "table": "dead_letters"},
         }
 
@@ -200,8 +250,12 @@ def twins(local_stack, local_endpoints, tmp_path):
 
 
 def _rows(rig: Rig, table: str) -> list[dict]:
-    return [dict(r.items()) for r in rig.client.query_and_wait(
-        f"SELECT * FROM `{rig.sales}.{table}` ORDER BY _kafka_partition, _kafka_offset")]
+    return [
+        dict(r.items())
+        for r in rig.client.query_and_wait(
+            f"SELECT * FROM `{rig.sales}.{table}` ORDER BY _kafka_partition, _kafka_offset"
+        )
+    ]
 
 
 def test_an_hour_table_appended_equals_the_same_rows_loaded(twins) -> None:
@@ -220,7 +274,9 @@ def test_an_hour_table_appended_equals_the_same_rows_loaded(twins) -> None:
     assert len(hours) >= 2 and all(h.minute == 0 and h.second == 0 for h in hours)
 
     def columns(table: str) -> list[tuple[str, str, str]]:
-        return [(f.name, f.field_type, f.mode)
-                for f in twins.client.get_table(f"{twins.sales}.{table}").schema]
+        return [
+            (f.name, f.field_type, f.mode)
+            for f in twins.client.get_table(f"{twins.sales}.{table}").schema
+        ]
 
     assert columns("orders_appended") == columns("orders_loaded")

@@ -6,7 +6,7 @@ pinned in resources/test_storage_write_on_local_stack.py), and left alone when r
 from __future__ import annotations
 
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from google.cloud import bigquery
@@ -21,11 +21,15 @@ from kbqe_dagster_tests.localstack.emulators import bq, emulators  # noqa: F401 
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
-V1 = {"type": "record", "name": "Click", "fields": [
-    {"name": "_event_date", "type": {"type": "int", "logicalType": "date"}},
-    {"name": "n", "type": "long"}]}
-V2 = {**V1, "fields": [*V1["fields"], {"name": "ref", "type": ["null", "string"],
-                                      "default": None}]}
+V1 = {
+    "type": "record",
+    "name": "Click",
+    "fields": [
+        {"name": "_event_date", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "n", "type": "long"},
+    ],
+}
+V2 = {**V1, "fields": [*V1["fields"], {"name": "ref", "type": ["null", "string"], "default": None}]}
 LAYOUT = table_layout(EnrichmentConfig(), Partitioning.DAY, dead_letter=False, changelog=False)
 
 
@@ -46,16 +50,18 @@ def test_a_missing_table_is_created_then_a_new_column_added_before_its_rows(bq, 
     keeper.ensure(dataset, "clicks", V1, LAYOUT)
     assert [f.name for f in bq.get_table(f"{dataset}.clicks").schema] == ["_event_date", "n"]
     stream = writer.create_stream(dataset, "clicks")
-    assert writer.append(stream, proto_rows(V1, [{"_event_date": 20000, "n": 1}]), 0).kind \
+    assert (
+        writer.append(stream, proto_rows(V1, [{"_event_date": 20000, "n": 1}]), 0).kind
         == "appended"
+    )
 
     _keeper().ensure(dataset, "clicks", V2, LAYOUT)  # another task, the newer schema
     stream = writer.create_stream(dataset, "clicks")  # a new schema id: a new stream
-    outcome = writer.append(stream, proto_rows(V2, [{"_event_date": 20000, "n": 2,
-                                                     "ref": "r"}]), 0)
+    outcome = writer.append(stream, proto_rows(V2, [{"_event_date": 20000, "n": 2, "ref": "r"}]), 0)
     assert outcome.kind == "appended"
-    rows = sorted(tuple(r.values()) for r in bq.query_and_wait(
-        f"SELECT n, ref FROM `{dataset}.clicks`"))
+    rows = sorted(
+        tuple(r.values()) for r in bq.query_and_wait(f"SELECT n, ref FROM `{dataset}.clicks`")
+    )
     assert rows == [(1, None), (2, "r")]
     writer.close()
 
@@ -69,9 +75,16 @@ def test_a_ready_table_costs_one_metadata_read_per_keeper(bq, dataset, monkeypat
     assert reads == []
 
 
-KAFKA = {"type": "record", "name": "Click", "fields": [
-    {"name": "n", "type": "long"}, {"name": "_kafka_topic", "type": "string"},
-    {"name": "_kafka_partition", "type": "int"}, {"name": "_kafka_offset", "type": "long"}]}
+KAFKA = {
+    "type": "record",
+    "name": "Click",
+    "fields": [
+        {"name": "n", "type": "long"},
+        {"name": "_kafka_topic", "type": "string"},
+        {"name": "_kafka_partition", "type": "int"},
+        {"name": "_kafka_offset", "type": "long"},
+    ],
+}
 COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset")
 
 
@@ -79,16 +92,25 @@ def test_the_kafka_offsets_a_table_holds_of_a_range_are_read_from_its_rows(bq, d
     # What the delivery sink asks before a range's rows go to a new stream (a stream gone).
     writer = local_resources()["bigquery"].storage_write_settings().writer()
     keeper = _keeper()
-    assert keeper.offsets_present(dataset, "clicks", COLUMNS, "web.events", 0, 0, 99) \
-        == frozenset(), "no table yet: nothing held"
+    assert (
+        keeper.offsets_present(dataset, "clicks", COLUMNS, "web.events", 0, 0, 99) == frozenset()
+    ), "no table yet: nothing held"
     keeper.ensure(dataset, "clicks", KAFKA, LAYOUT)
     stream = writer.create_stream(dataset, "clicks")
-    rows = [{"n": o, "_kafka_topic": t, "_kafka_partition": p, "_kafka_offset": o}
-            for t, p, o in [("web.events", 0, 10), ("web.events", 0, 12), ("web.events", 1, 11),
-                            ("web.other", 0, 11), ("web.events", 0, 40)]]
+    rows = [
+        {"n": o, "_kafka_topic": t, "_kafka_partition": p, "_kafka_offset": o}
+        for t, p, o in [
+            ("web.events", 0, 10),
+            ("web.events", 0, 12),
+            ("web.events", 1, 11),
+            ("web.other", 0, 11),
+            ("web.events", 0, 40),
+        ]
+    ]
     assert writer.append(stream, proto_rows(KAFKA, rows), 0).kind == "appended"
     writer.close()
-    assert keeper.offsets_present(dataset, "clicks", COLUMNS, "web.events", 0, 10, 39) \
-        == frozenset({10, 12})
+    assert keeper.offsets_present(dataset, "clicks", COLUMNS, "web.events", 0, 10, 39) == frozenset(
+        {10, 12}
+    )
     with pytest.raises(ValueError, match="not a Kafka topic name"):
         keeper.offsets_present(dataset, "clicks", COLUMNS, "x' OR '1'='1", 0, 0, 1)

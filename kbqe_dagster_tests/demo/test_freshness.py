@@ -12,8 +12,7 @@ from kbqe_dagster.demo.freshness import DemoFreshness, VisibilityWatch
 def test_the_rows_are_seen_when_the_count_reaches_the_expected_rows() -> None:
     counts = iter([100, 100, 130, 150, 150])
     ticks = itertools.count(10.0)
-    watch = VisibilityWatch(lambda: next(counts), expected=150,
-                            clock=lambda: next(ticks)).start()
+    watch = VisibilityWatch(lambda: next(counts), expected=150, clock=lambda: next(ticks)).start()
     assert watch.finish(grace_s=10) == 10.0, "seen once, at the first count reaching 150"
     assert watch.rows == 150
 
@@ -29,10 +28,15 @@ def test_rows_never_seen_leave_no_figure_and_an_error_never_escapes() -> None:
 
 def test_the_lines_show_both_deliveries_seconds_and_what_they_cost() -> None:
     freshness = DemoFreshness(
-        produced_at=100.0, storage_write_tables=("acme_web.clicks",),
-        storage_write_seen_at=121.04, load_tables=("acme_sales.orders", "acme_web.page_views"),
-        loaded_at=163.5, appended={"acme_web.clicks": {"rows": 500, "bytes": 2**30}},
-        bytes_loaded=123_456, load_cadence_s=300.0)
+        produced_at=100.0,
+        storage_write_tables=("acme_web.clicks",),
+        storage_write_seen_at=121.04,
+        load_tables=("acme_sales.orders", "acme_web.page_views"),
+        loaded_at=163.5,
+        appended={"acme_web.clicks": {"rows": 500, "bytes": 2**30}},
+        bytes_loaded=123_456,
+        load_cadence_s=300.0,
+    )
 
     assert freshness.lines() == [
         "      freshness: last message produced → its rows queryable in BigQuery",
@@ -47,7 +51,7 @@ def test_the_lines_show_both_deliveries_seconds_and_what_they_cost() -> None:
 
 
 def test_a_storage_write_table_whose_rows_were_not_seen_says_so() -> None:
-    freshness = DemoFreshness(0.0, ("acme_web.clicks",), None, ("acme_sales.orders",), 5.0,
-                              {}, 0)
-    assert freshness.lines()[1] == ("        acme_web.clicks (storage_write): rows not seen "
-                                    "(see the stage run's logs)")
+    freshness = DemoFreshness(0.0, ("acme_web.clicks",), None, ("acme_sales.orders",), 5.0, {}, 0)
+    assert freshness.lines()[1] == (
+        "        acme_web.clicks (storage_write): rows not seen (see the stage run's logs)"
+    )

@@ -3,7 +3,7 @@ what is wrong and the command that fixes it."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -20,7 +20,7 @@ from kbqe_dagster.demo.preflight import (
     staging_problems,
 )
 
-AT = datetime(2026, 11, 24, tzinfo=timezone.utc)
+AT = datetime(2026, 11, 24, tzinfo=UTC)
 
 
 def quarantined(table: str, name: str, error: str = "Binder Error: 14 columns but 13 values"):
@@ -74,10 +74,13 @@ def test_an_empty_or_clean_load_state_is_no_problem() -> None:
 
 
 def test_quarantined_files_are_named_per_table_with_the_release_command() -> None:
-    state = LoadState(quarantined=(
-        quarantined("acme_sales.orders", "a.avro"), quarantined("acme_sales.orders", "b.avro"),
-        quarantined("acme_web.page_views", "c.avro", "first line\nsecond line"),
-    ))
+    state = LoadState(
+        quarantined=(
+            quarantined("acme_sales.orders", "a.avro"),
+            quarantined("acme_sales.orders", "b.avro"),
+            quarantined("acme_web.page_views", "c.avro", "first line\nsecond line"),
+        )
+    )
     problems = staging_problems(state, None)
     assert [p.what for p in problems] == [
         "2 file(s) of acme_sales.orders are quarantined by an earlier run "
@@ -91,8 +94,10 @@ def test_quarantined_files_are_named_per_table_with_the_release_command() -> Non
 
 def test_an_unreadable_state_file_says_start_over() -> None:
     [problem] = staging_problems(None, "load state _kbqe/load_state.json is not valid JSON\n...")
-    assert problem.what == ("the load state file of the local staging area is unreadable: "
-                            "load state _kbqe/load_state.json is not valid JSON")
+    assert problem.what == (
+        "the load state file of the local staging area is unreadable: "
+        "load state _kbqe/load_state.json is not valid JSON"
+    )
     assert problem.fix.startswith(START_OVER)
 
 
@@ -107,8 +112,9 @@ def test_reading_the_state_turns_a_state_file_error_into_a_problem() -> None:
 def test_the_error_counts_the_problems_printed_above_it() -> None:
     problems = stack_problems([ServiceFact("gcs", 1, False), ServiceFact("kafka", 2, False)])
     err = DemoPreflightError(problems)
-    assert str(err) == ("the local stack is not ready for the demo: 2 problem(s), each with "
-                        "its fix above")
+    assert str(err) == (
+        "the local stack is not ready for the demo: 2 problem(s), each with its fix above"
+    )
     assert err.problems == tuple(problems)
 
 
@@ -166,8 +172,9 @@ def test_the_demo_stops_on_a_quarantine_before_producing(
 # --- after the load: a quarantine is not a success -----------------------------------------
 class _Job:
     def execute_in_process(self, **_):
-        return type("Result", (), {"success": True,
-                                   "get_asset_materialization_events": lambda _self: []})()
+        return type(
+            "Result", (), {"success": True, "get_asset_materialization_events": lambda _self: []}
+        )()
 
 
 class _Defs:
@@ -177,8 +184,9 @@ class _Defs:
     def __init__(self, store) -> None:
         dead_letter = type("DeadLetter", (), {"dataset": "dl", "table": "dead_letters"})()
         allowed = type("AllowList", (), {"patterns": ("acme_sales.*",)})()
-        pipeline = type("Pipeline", (), {"dead_letter": dead_letter,
-                                         "allowed_destinations": allowed})()
+        pipeline = type(
+            "Pipeline", (), {"dead_letter": dead_letter, "allowed_destinations": allowed}
+        )()
         self.resources = {
             "staging": type("Staging", (), {"store": lambda _self: store})(),
             "pipeline": type("PipelineResource", (), {"load": lambda _self: pipeline})(),
@@ -198,7 +206,11 @@ def test_the_demo_ends_in_an_error_naming_the_quarantine_a_load_left(
 
     store = StagingLocation(str(tmp_path)).open()
     StateFile(store).save(LoadState(quarantined=(quarantined("acme_sales.orders", "a.avro"),)))
-    monkeypatch.setattr(load, "print_table_rows", lambda client, dead_letter, datasets: print("rows", sorted(datasets)))
+    monkeypatch.setattr(
+        load,
+        "print_table_rows",
+        lambda client, dead_letter, datasets: print("rows", sorted(datasets)),
+    )
     with pytest.raises(KbqeError, match=r"quarantined files of 1 table\(s\)"):
         load.load_and_report(_Defs(store), instance=None)
     out, err = capsys.readouterr()
@@ -213,7 +225,11 @@ def test_the_demo_load_without_a_quarantine_just_prints_the_rows(
     from kbqe_dagster.resources.staging_store import StagingLocation
 
     store = StagingLocation(str(tmp_path)).open()
-    monkeypatch.setattr(load, "print_table_rows", lambda client, dead_letter, datasets: print("rows", sorted(datasets)))
+    monkeypatch.setattr(
+        load,
+        "print_table_rows",
+        lambda client, dead_letter, datasets: print("rows", sorted(datasets)),
+    )
     loaded = load.load_and_report(_Defs(store), instance=None)
     assert capsys.readouterr() == ("rows ['acme_sales', 'dl']\n", "")
     assert loaded.bytes_loaded == 0, "no job finished: nothing loaded"

@@ -27,13 +27,17 @@ def dataset(bq: bigquery.Client):
 
 
 def _table(bq: bigquery.Client, dataset: str, rows: list[tuple[str, int, int]]) -> None:
-    schema = [bigquery.SchemaField("_kafka_topic", "STRING"),
-              bigquery.SchemaField("_kafka_partition", "INTEGER"),
-              bigquery.SchemaField("_kafka_offset", "INTEGER")]
+    schema = [
+        bigquery.SchemaField("_kafka_topic", "STRING"),
+        bigquery.SchemaField("_kafka_partition", "INTEGER"),
+        bigquery.SchemaField("_kafka_offset", "INTEGER"),
+    ]
     bq.create_table(bigquery.Table(f"{bq.project}.{dataset}.orders", schema=schema))
     values = ", ".join(f"('{t}', {p}, {o})" for t, p, o in rows)
-    bq.query(f"INSERT INTO `{dataset}.orders` (_kafka_topic, _kafka_partition, _kafka_offset) "
-             f"VALUES {values}").result()
+    bq.query(
+        f"INSERT INTO `{dataset}.orders` (_kafka_topic, _kafka_partition, _kafka_offset) "
+        f"VALUES {values}"
+    ).result()
 
 
 def test_two_topics_with_the_same_offsets_are_distinct_positions(bq, dataset, capsys) -> None:

@@ -39,29 +39,54 @@ def fix_topic(local_stack, local_endpoints, tmp_path):
     create_topic(local_endpoints.kafka_bootstrap, topic)
     dataset, dead = f"fix_{run}", f"fixdead_{run}"
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
-        "version": 1,
-        "topics": [{"name": topic, "format": "decoder",
-                    "decoder": "examples.fix.decoder:decode_fix",
-                    "destinations": [
-                        {"routing": {"mode": "schema_name", "dataset": dataset}},
-                        {"routing": {"mode": "static", "dataset": dataset,
-                                     "table": "fills_by_symbol"},
-                         "schema_names": ["fix.ExecutionReport"], "when": 'exec_type == "F"',
-                         "fields": FILL_FIELDS},
-                    ],
-                    "event_time": {"fields": ["transact_time", "sending_time"],
-                                   "date_rule": "utc"}}],
-        "allowed_destinations": [f"{dataset}.new_order_single", f"{dataset}.execution_report"],
-        "dead_letter": {"dataset": dead, "table": "dead_letters"},
-    }))
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": topic,
+                        "format": "decoder",
+                        "decoder": "examples.fix.decoder:decode_fix",
+                        "destinations": [
+                            {"routing": {"mode": "schema_name", "dataset": dataset}},
+                            {
+                                "routing": {
+                                    "mode": "static",
+                                    "dataset": dataset,
+                                    "table": "fills_by_symbol",
+                                },
+                                "schema_names": ["fix.ExecutionReport"],
+                                "when": 'exec_type == "F"',
+                                "fields": FILL_FIELDS,
+                            },
+                        ],
+                        "event_time": {
+                            "fields": ["transact_time", "sending_time"],
+                            "date_rule": "utc",
+                        },
+                    }
+                ],
+                "allowed_destinations": [
+                    f"{dataset}.new_order_single",
+                    f"{dataset}.execution_report",
+                ],
+                "dead_letter": {"dataset": dead, "table": "dead_letters"},
+            }
+        )
+    )
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
-           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/decoder-{run}", "DAGSTER_HOME": str(home),
-           # the code location and every Spark stage task import examples.fix.decoder
-           "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+    env = {
+        **os.environ,
+        "KBQE_ENV": "local",
+        "KBQE_PIPELINE_CONFIG": str(pipeline),
+        "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/decoder-{run}",
+        "DAGSTER_HOME": str(home),
+        # the code location and every Spark stage task import examples.fix.decoder
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))),
+    }
     client = local_bigquery_client()
     yield local_endpoints, topic, dataset, dead, env, client
     drop_datasets(client, dataset, dead)
@@ -88,10 +113,13 @@ def test_fix_messages_load_one_table_per_message_type_and_bad_ones_are_dead_lett
             assert (report["messages"], report["staged"], report["stage_runs"]) == (0, 0, 0)
 
     expected = [decode_fix(RawMessage(s.value, None, (), None, topic, 0, 0))[0] for s in flow]
-    for table, msg_type, key in (("new_order_single", "D", "cl_ord_id"),
-                                 ("execution_report", "8", "exec_id")):
-        rows = {r[key]: dict(r) for r in client.query(
-            f"SELECT * FROM `{dataset}.{table}`").result()}
+    for table, msg_type, key in (
+        ("new_order_single", "D", "cl_ord_id"),
+        ("execution_report", "8", "exec_id"),
+    ):
+        rows = {
+            r[key]: dict(r) for r in client.query(f"SELECT * FROM `{dataset}.{table}`").result()
+        }
         wanted = {e[key]: e for e in expected if e["msg_type"] == msg_type}
         assert len(rows) == len(wanted) == ORDERS * (1 if msg_type == "D" else 2)
         for name, record in wanted.items():
@@ -102,10 +130,14 @@ def test_fix_messages_load_one_table_per_message_type_and_bad_ones_are_dead_lett
             assert row["_kafka_topic"] == topic
 
     # The fills, projected: one row per ExecType F message, its coordinates the whole row's.
-    fills = {r["exec_id"]: dict(r) for r in client.query(
-        f"SELECT * FROM `{dataset}.fills_by_symbol`").result()}
-    executions = {r["exec_id"]: dict(r) for r in client.query(
-        f"SELECT * FROM `{dataset}.execution_report`").result()}
+    fills = {
+        r["exec_id"]: dict(r)
+        for r in client.query(f"SELECT * FROM `{dataset}.fills_by_symbol`").result()
+    }
+    executions = {
+        r["exec_id"]: dict(r)
+        for r in client.query(f"SELECT * FROM `{dataset}.execution_report`").result()
+    }
     wanted = {e["exec_id"] for e in expected if e["msg_type"] == "8" and e["exec_type"] == "F"}
     assert set(fills) == wanted and len(wanted) == ORDERS
     for exec_id, fill in fills.items():
@@ -115,8 +147,10 @@ def test_fix_messages_load_one_table_per_message_type_and_bad_ones_are_dead_lett
         coordinates = ("_kafka_partition", "_kafka_offset", "_event_date")
         assert [fill[c] for c in coordinates] == [whole[c] for c in coordinates]
 
-    letters = sorted((r["offset"], r["reason"], r["error"]) for r in client.query(
-        f"SELECT `offset`, reason, error FROM `{dead}.dead_letters`").result())
+    letters = sorted(
+        (r["offset"], r["reason"], r["error"])
+        for r in client.query(f"SELECT `offset`, reason, error FROM `{dead}.dead_letters`").result()
+    )
     assert [reason for _, reason, _ in letters] == ["decoder_rejected"] * len(bad)
     first_bad = sum(1 for i in range(len(flow)) if (i // 3) % 2 == 1)
     for (offset, _, error), sample in zip(letters, bad):

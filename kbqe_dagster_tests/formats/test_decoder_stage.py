@@ -36,32 +36,49 @@ FIX = "examples.fix.decoder:decode_fix"
 TS = 1_726_238_205_000
 
 # --- decoders the tests name in their pipelines ---------------------------------------------
-ECHO = {"type": "record", "name": "Echo", "namespace": "tests", "fields": [
-    {"name": "datasetName", "type": "string"},
-    {"name": "tableName", "type": "string"},
-    {"name": "text", "type": "string"},
-    {"name": "key", "type": ["null", "bytes"]},
-    {"name": "headers", "type": {"type": "array", "items": "string"}},
-    {"name": "at", "type": ["null", "long"]},
-    {"name": "where", "type": "string"},
-]}
+ECHO = {
+    "type": "record",
+    "name": "Echo",
+    "namespace": "tests",
+    "fields": [
+        {"name": "datasetName", "type": "string"},
+        {"name": "tableName", "type": "string"},
+        {"name": "text", "type": "string"},
+        {"name": "key", "type": ["null", "bytes"]},
+        {"name": "headers", "type": {"type": "array", "items": "string"}},
+        {"name": "at", "type": ["null", "long"]},
+        {"name": "where", "type": "string"},
+    ],
+}
 
 
 def echo(message: RawMessage) -> tuple[dict, dict]:
     """The message as a record, every RawMessage attribute in a column; the value's first
     word names the table. A fresh (equal) schema dict per call, like a careless decoder."""
     table, _, text = message.value.decode().partition(" ")
-    return {"datasetName": "fix", "tableName": table, "text": text, "key": message.key,
-            "headers": [name for name, _ in message.headers], "at": message.timestamp_ms,
-            "where": f"{message.topic}/{message.partition}/{message.offset}"}, json.loads(
-        json.dumps(ECHO))
+    return {
+        "datasetName": "fix",
+        "tableName": table,
+        "text": text,
+        "key": message.key,
+        "headers": [name for name, _ in message.headers],
+        "at": message.timestamp_ms,
+        "where": f"{message.topic}/{message.partition}/{message.offset}",
+    }, json.loads(json.dumps(ECHO))
 
 
 def misbehaving(message: RawMessage) -> Any:
     """One misbehaviour per value, to prove each lands as its own reason."""
     kind = message.value.decode()
-    record = {"datasetName": "fix", "tableName": "t", "text": kind, "key": None,
-              "headers": [], "at": None, "where": ""}
+    record = {
+        "datasetName": "fix",
+        "tableName": "t",
+        "text": kind,
+        "key": None,
+        "headers": [],
+        "at": None,
+        "where": "",
+    }
     if kind == "reject":
         raise DecodeError("checksum says no")
     if kind == "custom_reason":
@@ -87,8 +104,10 @@ def misbehaving(message: RawMessage) -> Any:
     if kind == "invalid_schema":
         return record, {"type": "record", "name": "Bad", "fields": [{"name": "a", "type": "x"}]}
     if kind == "collides":
-        return {**record, "_kafka_offset": 1}, {**ECHO, "fields": ECHO["fields"] + [
-            {"name": "_kafka_offset", "type": "long"}]}
+        return {**record, "_kafka_offset": 1}, {
+            **ECHO,
+            "fields": ECHO["fields"] + [{"name": "_kafka_offset", "type": "long"}],
+        }
     if kind == "unserializable_schema":
         return record, {"type": "record", "name": "R", "fields": [], "x": object()}
     if kind == "exit":
@@ -98,16 +117,38 @@ def misbehaving(message: RawMessage) -> Any:
 
 def new_schema_each_time(message: RawMessage) -> tuple[dict, dict]:
     schema = {**ECHO, "name": f"Echo{message.offset}"}
-    return {"datasetName": "fix", "tableName": "t", "text": "", "key": None, "headers": [],
-            "at": None, "where": ""}, schema
+    return {
+        "datasetName": "fix",
+        "tableName": "t",
+        "text": "",
+        "key": None,
+        "headers": [],
+        "at": None,
+        "where": "",
+    }, schema
 
 
-NESTED = {"type": "record", "name": "Outer", "namespace": "tests", "fields": [
-    {"name": "u", "type": ["null", {"type": "record", "name": "Inner", "fields": [
-        {"name": "x", "type": ["null", "long"], "default": None}]}], "default": None},
-    {"name": "v", "type": ["null", "Inner"], "default": None},
-    {"name": "w", "type": {"type": "array", "items": ["null", "string"]}, "default": []},
-]}
+NESTED = {
+    "type": "record",
+    "name": "Outer",
+    "namespace": "tests",
+    "fields": [
+        {
+            "name": "u",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "Inner",
+                    "fields": [{"name": "x", "type": ["null", "long"], "default": None}],
+                },
+            ],
+            "default": None,
+        },
+        {"name": "v", "type": ["null", "Inner"], "default": None},
+        {"name": "w", "type": {"type": "array", "items": ["null", "string"]}, "default": []},
+    ],
+}
 
 
 def nested(message: RawMessage) -> tuple[dict, dict]:
@@ -121,17 +162,33 @@ NOT_CALLABLE = 42
 # --- helpers ---------------------------------------------------------------------------------
 def pipeline(decoder: str = FIX, **topic: Any):
     routing = {"mode": "schema_name", "dataset": "fix"} if decoder == FIX else {"mode": "fields"}
-    return parse_pipeline_config({"version": 1, "topics": [{
-        "name": TOPIC, "format": "decoder", "decoder": decoder, "routing": routing,
-        "event_time": {"fields": ["transact_time", "sending_time"], "date_rule": "utc",
-                       "kafka_timestamp_fallback": decoder != FIX}, **topic}],
-        "allowed_destinations": ["fix.*"]})
+    return parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": TOPIC,
+                    "format": "decoder",
+                    "decoder": decoder,
+                    "routing": routing,
+                    "event_time": {
+                        "fields": ["transact_time", "sending_time"],
+                        "date_rule": "utc",
+                        "kafka_timestamp_fallback": decoder != FIX,
+                    },
+                    **topic,
+                }
+            ],
+            "allowed_destinations": ["fix.*"],
+        }
+    )
 
 
 def stager_for(tmp_path: Path, config, count: int) -> tuple[DecoderRangeStager, StagingLocation]:
     staging = StagingLocation(str(tmp_path / "staging"))
-    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       staging, config, TOPIC)
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"), staging, config, TOPIC
+    )
     workdir = tmp_path / "work"
     workdir.mkdir(parents=True)
     stager = stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, max(count, 1)), workdir)
@@ -179,7 +236,11 @@ def test_fix_orders_and_executions_land_in_their_own_tables_under_their_own_sche
     assert first["_kafka_offset"] == 0 and str(first["_event_date"]) == "2024-09-13"
     fill = executions[1]
     assert (fill["exec_type"], fill["ord_status"], fill["cum_qty"], fill["leaves_qty"]) == (
-        "F", "2", fill["last_qty"], 0.0)
+        "F",
+        "2",
+        fill["last_qty"],
+        0.0,
+    )
     assert fill["order_id"] == "O000000" and fill["_kafka_offset"] == 2
     for table, msg_type in (("new_order_single", "D"), ("execution_report", "8")):
         name = parse_name(files[table])
@@ -206,32 +267,43 @@ def test_bad_fix_messages_are_dead_lettered_with_the_decoders_precise_reason(
 def test_the_decoder_sees_value_key_headers_timestamp_and_coordinates_and_fields_route(
     tmp_path: Path,
 ) -> None:
-    result, store = stage(tmp_path, [b"trades hello", b"quotes world"],
-                          pipeline(f"{HERE}:echo"), headers=[("h1", b"x"), ("h2", None)])
+    result, store = stage(
+        tmp_path,
+        [b"trades hello", b"quotes world"],
+        pipeline(f"{HERE}:echo"),
+        headers=[("h1", b"x"), ("h2", None)],
+    )
     files = files_by_table(result)
     [trade] = records(store, files["trades"])
     assert (trade["text"], trade["key"], trade["headers"], trade["at"], trade["where"]) == (
-        "hello", b"k", ["h1", "h2"], TS, "fix.orders/0/0")
+        "hello",
+        b"k",
+        ["h1", "h2"],
+        TS,
+        "fix.orders/0/0",
+    )
     assert records(store, files["quotes"])[0]["where"] == "fix.orders/0/1"
     assert str(trade["_event_date"]) == "2024-09-13"  # the Kafka timestamp fallback
 
 
 @pytest.mark.parametrize(
     ("value", "reason", "detail"),
-    [(b"reject", "decoder_rejected", "checksum says no"),
-     (b"custom_reason", "decoder_rejected", "mine"),
-     (b"framed", "bad_magic", "magic"),
-     (b"bug", "decoder_error", "raised KeyError at test_decoder_stage.py:"),
-     (b"none", "decoder_error", "returned a NoneType, expected (record, schema)"),
-     (b"triple", "decoder_error", "returned a tuple of 3 (dict, dict, int)"),
-     (b"wrong_type", "decoder_schema_mismatch", "at"),
-     (b"missing_field", "decoder_schema_mismatch", "text"),
-     (b"extra_field", "decoder_schema_mismatch", "surprise"),
-     (b"not_a_record", "unsupported_schema", "not an Avro record schema"),
-     (b"invalid_schema", "unsupported_schema", "not valid Avro"),
-     (b"collides", "unsupported_schema", "collides with field '_kafka_offset'"),
-     (b"unserializable_schema", "unsupported_schema", "not JSON"),
-     (None, "tombstone", "tombstone")],
+    [
+        (b"reject", "decoder_rejected", "checksum says no"),
+        (b"custom_reason", "decoder_rejected", "mine"),
+        (b"framed", "bad_magic", "magic"),
+        (b"bug", "decoder_error", "raised KeyError at test_decoder_stage.py:"),
+        (b"none", "decoder_error", "returned a NoneType, expected (record, schema)"),
+        (b"triple", "decoder_error", "returned a tuple of 3 (dict, dict, int)"),
+        (b"wrong_type", "decoder_schema_mismatch", "at"),
+        (b"missing_field", "decoder_schema_mismatch", "text"),
+        (b"extra_field", "decoder_schema_mismatch", "surprise"),
+        (b"not_a_record", "unsupported_schema", "not an Avro record schema"),
+        (b"invalid_schema", "unsupported_schema", "not valid Avro"),
+        (b"collides", "unsupported_schema", "collides with field '_kafka_offset'"),
+        (b"unserializable_schema", "unsupported_schema", "not JSON"),
+        (None, "tombstone", "tombstone"),
+    ],
 )
 def test_every_way_a_decoder_fails_is_a_dead_letter_with_its_reason(
     tmp_path: Path, value: bytes | None, reason: str, detail: str
@@ -248,24 +320,42 @@ def test_every_way_a_decoder_fails_is_a_dead_letter_with_its_reason(
 def test_unions_named_types_and_defaults_are_checked_and_written_in_the_schemas_order(
     tmp_path: Path,
 ) -> None:
-    config = parse_pipeline_config({"version": 1, "topics": [{
-        "name": TOPIC, "format": "decoder", "decoder": f"{HERE}:nested",
-        "routing": {"mode": "static", "dataset": "fix", "table": "nested"},
-        "event_time": {"kafka_timestamp_fallback": True}}]})
-    values = [{"u": {"x": 1}, "v": {"x": None}, "w": ["a", None]}, {"u": None},
-              {"u": {"x": "one"}}, {"v": {"x": 2.5}}, {"w": [3]}]
+    config = parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": TOPIC,
+                    "format": "decoder",
+                    "decoder": f"{HERE}:nested",
+                    "routing": {"mode": "static", "dataset": "fix", "table": "nested"},
+                    "event_time": {"kafka_timestamp_fallback": True},
+                }
+            ],
+        }
+    )
+    values = [
+        {"u": {"x": 1}, "v": {"x": None}, "w": ["a", None]},
+        {"u": None},
+        {"u": {"x": "one"}},
+        {"v": {"x": 2.5}},
+        {"w": [3]},
+    ]
     result, store = stage(tmp_path, [json.dumps(v).encode() for v in values], config)
     assert result.records == 2 and result.dead_letters == {"decoder_schema_mismatch": 3}
     rows = records(store, files_by_table(result)["nested"])
     assert [{k: r[k] for k in ("u", "v", "w")} for r in rows] == [
-        {"u": {"x": 1}, "v": {"x": None}, "w": ["a", None]}, {"u": None, "v": None, "w": []}]
+        {"u": {"x": 1}, "v": {"x": None}, "w": ["a", None]},
+        {"u": None, "v": None, "w": []},
+    ]
     errors = [letter["error"] for letter in letters(result, store)]
     # fastavro names a field by its record's full name; with null tried last, the error is
     # the present value's branch, not "expected null"
     assert [e.split("schema: ")[1] for e in errors] == [
         "tests.Inner.x is <one> of type <class 'str'> expected long",
         "tests.Inner.x is <2.5> of type <class 'float'> expected long",
-        "tests.Outer.w is <3> of type <class 'int'> expected string"]
+        "tests.Outer.w is <3> of type <class 'int'> expected string",
+    ]
 
 
 def test_a_decoder_bug_stops_the_range_when_the_topic_says_fail(tmp_path: Path) -> None:
@@ -287,9 +377,11 @@ def test_each_schema_is_derived_once_however_often_the_decoder_returns_it(
 ) -> None:
     derived: list[str] = []
     real = decoder_stage._derive
-    monkeypatch.setattr(decoder_stage, "_derive",
-                        lambda schema, enrichment: derived.append(schema["name"]) or real(
-                            schema, enrichment))
+    monkeypatch.setattr(
+        decoder_stage,
+        "_derive",
+        lambda schema, enrichment: derived.append(schema["name"]) or real(schema, enrichment),
+    )
     flow = [s.value for s in order_flow(20)]  # constant schema objects
     result, _ = stage(tmp_path, flow)
     assert result.records == 60 and sorted(derived) == ["ExecutionReport", "NewOrderSingle"]
@@ -319,37 +411,61 @@ def test_a_decoder_topic_reads_its_decoder_path() -> None:
 
 @pytest.mark.parametrize(
     ("topic", "expected"),
-    [({"format": "decoder"}, "topics[0].decoder: required with format: decoder"),
-     ({"decoder": FIX}, "topics[0].decoder: only with format: decoder"),
-     ({"format": "decoder", "decoder": "examples.fix.nowhere:decode"},
-      "topics[0].decoder: decoder 'examples.fix.nowhere:decode' cannot be imported: "
-      "ModuleNotFoundError"),
-     ({"format": "decoder", "decoder": "examples.fix.decoder:nothing"},
-      "topics[0].decoder: decoder 'examples.fix.decoder:nothing' cannot be imported: "
-      "AttributeError"),
-     ({"format": "decoder", "decoder": f"{HERE}:NOT_CALLABLE"},
-      "topics[0].decoder: decoder 'kbqe_dagster_tests.formats.test_decoder_stage:NOT_CALLABLE' "
-      "is a int, not callable"),
-     ({"format": "decoder", "decoder": "decode_fix"},
-      "topics[0].decoder: expected 'package.module:function', got 'decode_fix'"),
-     ({"format": "decoder", "decoder": FIX, "schema": ECHO},
-      "topics[0].schema: only with format: json"),
-     ({"format": "decoder", "decoder": FIX, "keyed": {"key": ["a"], "version": "b"},
-       "routing": {"mode": "static", "dataset": "fix", "table": "t"}},
-      "topics[0].keyed: not with format: decoder")],
+    [
+        ({"format": "decoder"}, "topics[0].decoder: required with format: decoder"),
+        ({"decoder": FIX}, "topics[0].decoder: only with format: decoder"),
+        (
+            {"format": "decoder", "decoder": "examples.fix.nowhere:decode"},
+            "topics[0].decoder: decoder 'examples.fix.nowhere:decode' cannot be imported: "
+            "ModuleNotFoundError",
+        ),
+        (
+            {"format": "decoder", "decoder": "examples.fix.decoder:nothing"},
+            "topics[0].decoder: decoder 'examples.fix.decoder:nothing' cannot be imported: "
+            "AttributeError",
+        ),
+        (
+            {"format": "decoder", "decoder": f"{HERE}:NOT_CALLABLE"},
+            "topics[0].decoder: decoder 'kbqe_dagster_tests.formats.test_decoder_stage:NOT_CALLABLE' "
+            "is a int, not callable",
+        ),
+        (
+            {"format": "decoder", "decoder": "decode_fix"},
+            "topics[0].decoder: expected 'package.module:function', got 'decode_fix'",
+        ),
+        (
+            {"format": "decoder", "decoder": FIX, "schema": ECHO},
+            "topics[0].schema: only with format: json",
+        ),
+        (
+            {
+                "format": "decoder",
+                "decoder": FIX,
+                "keyed": {"key": ["a"], "version": "b"},
+                "routing": {"mode": "static", "dataset": "fix", "table": "t"},
+            },
+            "topics[0].keyed: not with format: decoder",
+        ),
+    ],
 )
 def test_decoder_topic_mistakes_are_config_errors_at_their_key_path(topic, expected) -> None:
     with pytest.raises(ConfigError) as caught:
-        parse_pipeline_config({"version": 1, "topics": [
-            {"name": TOPIC, "event_time": {"fields": ["at"]}, **topic}],
-            "allowed_destinations": ["fix.*"]})
+        parse_pipeline_config(
+            {
+                "version": 1,
+                "topics": [{"name": TOPIC, "event_time": {"fields": ["at"]}, **topic}],
+                "allowed_destinations": ["fix.*"],
+            }
+        )
     assert expected in str(caught.value)
 
 
 def test_the_example_pipeline_file_is_valid() -> None:
     from kbqe_dagster.core.config.pipeline import load_pipeline_config
 
-    config = load_pipeline_config(Path(__file__).resolve().parents[2] / "examples/fix/pipeline.yaml")
+    config = load_pipeline_config(
+        Path(__file__).resolve().parents[2] / "examples/fix/pipeline.yaml"
+    )
     assert config.topics[0].decoder == FIX
     assert config.allowed_destinations.allows("fix", "new_order_single")
     assert config.allowed_destinations.allows("fix", "execution_report")
@@ -359,16 +475,25 @@ def test_transforms_apply_to_decoded_records_after_the_decoders_own_check(tmp_pa
     """A decoder topic with ``transforms``: the decoder's record is checked against its own
     schema first (``decoder_schema_mismatch``), then transformed and staged under the derived
     schema's id."""
-    config = pipeline(f"{HERE}:echo", transforms=[
-        {"compute": "shout", "expression": "upper(text)", "type": "string"},
-        {"drop": "headers"}])
+    config = pipeline(
+        f"{HERE}:echo",
+        transforms=[
+            {"compute": "shout", "expression": "upper(text)", "type": "string"},
+            {"drop": "headers"},
+        ],
+    )
     result, store = stage(tmp_path, [b"orders hello", b"orders bye"], config)
     assert (result.records, result.dead_letters) == (2, {})
     [name] = [n for n, _ in result.files]
     assert parse_name(name).key.schema_id != declared_schema_id(ECHO)
     rows = records(store, name)
     assert [(r["text"], r["shout"], "headers" in r) for r in rows] == [
-        ("hello", "HELLO", False), ("bye", "BYE", False)]
-    bad, bad_store = stage(tmp_path / "bad", [b"wrong_type"], pipeline(f"{HERE}:misbehaving", transforms=[
-        {"drop": "where"}]))
+        ("hello", "HELLO", False),
+        ("bye", "BYE", False),
+    ]
+    bad, bad_store = stage(
+        tmp_path / "bad",
+        [b"wrong_type"],
+        pipeline(f"{HERE}:misbehaving", transforms=[{"drop": "where"}]),
+    )
     assert bad.dead_letters == {"decoder_schema_mismatch": 1}

@@ -27,14 +27,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 MESSAGES = 24
-SCHEMA = {"type": "record", "name": "Execution", "namespace": "fix", "fields": [
-    {"name": "exec_id", "type": "string"},
-    {"name": "symbol", "type": "string"},
-    {"name": "last_qty", "type": "string"},
-    {"name": "last_px", "type": "double"},
-    {"name": "venue", "type": "string"},
-    {"name": "transact_time", "type": "string"},
-]}
+SCHEMA = {
+    "type": "record",
+    "name": "Execution",
+    "namespace": "fix",
+    "fields": [
+        {"name": "exec_id", "type": "string"},
+        {"name": "symbol", "type": "string"},
+        {"name": "last_qty", "type": "string"},
+        {"name": "last_px", "type": "double"},
+        {"name": "venue", "type": "string"},
+        {"name": "transact_time", "type": "string"},
+    ],
+}
 
 
 @pytest.fixture
@@ -43,31 +48,60 @@ def fanned_topic(local_stack, local_endpoints, tmp_path):
     topic = f"destinations.executions.{run}"
     create_topic(local_endpoints.kafka_bootstrap, topic)
     registry = SchemaRegistryClient({"url": local_endpoints.registry_url})
-    schema_id = registry.register_schema(f"destinations-{run}-value",
-                                         Schema(json.dumps(SCHEMA), "AVRO"))
+    schema_id = registry.register_schema(
+        f"destinations-{run}-value", Schema(json.dumps(SCHEMA), "AVRO")
+    )
     dataset, dead = f"destinations_{run}", f"destinations_dead_{run}"
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
-        "version": 1,
-        "topics": [{
-            "name": topic,
-            "destinations": [
-                {"routing": {"mode": "static", "dataset": dataset, "table": "executions"}},
-                {"routing": {"mode": "static", "dataset": dataset, "table": "fills_by_symbol"},
-                 "transforms": [{"cast": "last_qty", "to": "double"},
-                                {"compute": "notional", "expression": "last_qty * last_px",
-                                 "type": "double"}],
-                 "fields": ["symbol", "last_qty", "notional"]},
-            ],
-            "event_time": {"fields": ["transact_time"], "date_rule": "utc"}}],
-        "dead_letter": {"dataset": dead, "table": "dead_letters"},
-    }))
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": topic,
+                        "destinations": [
+                            {
+                                "routing": {
+                                    "mode": "static",
+                                    "dataset": dataset,
+                                    "table": "executions",
+                                }
+                            },
+                            {
+                                "routing": {
+                                    "mode": "static",
+                                    "dataset": dataset,
+                                    "table": "fills_by_symbol",
+                                },
+                                "transforms": [
+                                    {"cast": "last_qty", "to": "double"},
+                                    {
+                                        "compute": "notional",
+                                        "expression": "last_qty * last_px",
+                                        "type": "double",
+                                    },
+                                ],
+                                "fields": ["symbol", "last_qty", "notional"],
+                            },
+                        ],
+                        "event_time": {"fields": ["transact_time"], "date_rule": "utc"},
+                    }
+                ],
+                "dead_letter": {"dataset": dead, "table": "dead_letters"},
+            }
+        )
+    )
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
-           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/destinations-{run}",
-           "DAGSTER_HOME": str(home)}
+    env = {
+        **os.environ,
+        "KBQE_ENV": "local",
+        "KBQE_PIPELINE_CONFIG": str(pipeline),
+        "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/destinations-{run}",
+        "DAGSTER_HOME": str(home),
+    }
     client = local_bigquery_client()
     yield local_endpoints, topic, schema_id, dataset, dead, env, client
     drop_datasets(client, dataset, dead)
@@ -79,9 +113,17 @@ def framed(schema_id: int, record: dict) -> bytes:
 
 def test_each_message_lands_once_per_destination_and_a_bad_one_in_neither(fanned_topic) -> None:
     endpoints, topic, schema_id, dataset, dead, env, client = fanned_topic
-    executions = [{"exec_id": f"E{i}", "symbol": "ACME" if i % 3 else "GOOG",
-                   "last_qty": str(i + 1), "last_px": 2.5, "venue": "XPAR",
-                   "transact_time": f"2024-09-13T14:{i:02d}:00Z"} for i in range(MESSAGES)]
+    executions = [
+        {
+            "exec_id": f"E{i}",
+            "symbol": "ACME" if i % 3 else "GOOG",
+            "last_qty": str(i + 1),
+            "last_px": 2.5,
+            "venue": "XPAR",
+            "transact_time": f"2024-09-13T14:{i:02d}:00Z",
+        }
+        for i in range(MESSAGES)
+    ]
     bad = {**executions[0], "exec_id": "BAD", "last_qty": "ten"}
     producer = Producer({"bootstrap.servers": endpoints.kafka_bootstrap, "logger": CLIENT_LOG})
     produced: dict[tuple[int, int], bytes] = {}
@@ -106,22 +148,37 @@ def test_each_message_lands_once_per_destination_and_a_bad_one_in_neither(fanned
     good = {coords for coords, value in produced.items() if b"BAD" not in value}
     [bad_coords] = set(produced) - good
     for table in ("executions", "fills_by_symbol"):
-        rows = [(r["_kafka_partition"], r["_kafka_offset"]) for r in client.query(
-            f"SELECT _kafka_partition, _kafka_offset FROM `{dataset}.{table}`").result()]
+        rows = [
+            (r["_kafka_partition"], r["_kafka_offset"])
+            for r in client.query(
+                f"SELECT _kafka_partition, _kafka_offset FROM `{dataset}.{table}`"
+            ).result()
+        ]
         assert sorted(rows) == sorted(good), table  # exactly once each, the bad one in neither
-    whole = {r["exec_id"]: dict(r) for r in client.query(
-        f"SELECT * FROM `{dataset}.executions`").result()}
+    whole = {
+        r["exec_id"]: dict(r)
+        for r in client.query(f"SELECT * FROM `{dataset}.executions`").result()
+    }
     assert whole["E4"]["last_qty"] == "5" and whole["E4"]["venue"] == "XPAR"
-    fills = [dict(r) for r in client.query(
-        f"SELECT * FROM `{dataset}.fills_by_symbol` WHERE _kafka_partition = 0 "
-        "AND _kafka_offset = 2").result()]
+    fills = [
+        dict(r)
+        for r in client.query(
+            f"SELECT * FROM `{dataset}.fills_by_symbol` WHERE _kafka_partition = 0 "
+            "AND _kafka_offset = 2"
+        ).result()
+    ]
     assert len(fills) == 1
     fill = {k: v for k, v in fills[0].items() if not k.startswith("_")}
     assert fill == {"symbol": "ACME", "last_qty": 5.0, "notional": 12.5}  # E4: 3rd of part. 0
     assert str(fills[0]["_event_date"]) == "2024-09-13"
-    letters = [dict(r) for r in client.query(
-        f"SELECT reason, error, `partition`, `offset` FROM `{dead}.dead_letters`").result()]
+    letters = [
+        dict(r)
+        for r in client.query(
+            f"SELECT reason, error, `partition`, `offset` FROM `{dead}.dead_letters`"
+        ).result()
+    ]
     assert [(x["partition"], x["offset"], x["reason"]) for x in letters] == [
-        (*bad_coords, "transform_failed")]
+        (*bad_coords, "transform_failed")
+    ]
     assert "destinations[1] (" in letters[0]["error"]
     assert "transforms[0] (cast) field 'last_qty': 'ten' is not a double" in letters[0]["error"]

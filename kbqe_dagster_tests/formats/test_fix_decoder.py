@@ -4,7 +4,7 @@ refusal says precisely why."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import fastavro
 import pytest
@@ -14,8 +14,20 @@ from examples.fix.messages import bad_messages, fix_message, order_flow, readabl
 from kbqe_dagster import DecodeError, RawMessage
 
 TS = "20240913-14:30:00.123"
-ORDER = [(35, "D"), (49, "BUY"), (56, "SELL"), (34, 7), (52, TS), (11, "C1"), (55, "AAPL"),
-         (54, "2"), (38, 300), (40, 2), (44, "187.25"), (60, TS)]
+ORDER = [
+    (35, "D"),
+    (49, "BUY"),
+    (56, "SELL"),
+    (34, 7),
+    (52, TS),
+    (11, "C1"),
+    (55, "AAPL"),
+    (54, "2"),
+    (38, 300),
+    (40, 2),
+    (44, "187.25"),
+    (60, TS),
+]
 
 
 def decode(value: bytes):
@@ -24,32 +36,66 @@ def decode(value: bytes):
 
 def test_the_generator_frames_a_published_fix_message_byte_for_byte() -> None:
     # The logon message quoted in FIX guides, with its BodyLength 65 and CheckSum 062.
-    message = fix_message([(35, "A"), (49, "SERVER"), (56, "CLIENT"), (34, 177),
-                           (52, "20090107-18:15:16"), (98, 0), (108, 30)], begin_string="FIX.4.2")
-    assert readable(message) == ("8=FIX.4.2|9=65|35=A|49=SERVER|56=CLIENT|34=177|"
-                                 "52=20090107-18:15:16|98=0|108=30|10=062|")
+    message = fix_message(
+        [
+            (35, "A"),
+            (49, "SERVER"),
+            (56, "CLIENT"),
+            (34, 177),
+            (52, "20090107-18:15:16"),
+            (98, 0),
+            (108, 30),
+        ],
+        begin_string="FIX.4.2",
+    )
+    assert readable(message) == (
+        "8=FIX.4.2|9=65|35=A|49=SERVER|56=CLIENT|34=177|52=20090107-18:15:16|98=0|108=30|10=062|"
+    )
 
 
 def test_a_new_order_single_becomes_a_record_of_its_schema() -> None:
     record, schema = decode(fix_message(ORDER))
     assert schema is SCHEMAS["D"] and schema["name"] == "NewOrderSingle"
     assert record == {
-        "msg_type": "D", "sender_comp_id": "BUY", "target_comp_id": "SELL", "msg_seq_num": 7,
-        "sending_time": datetime(2024, 9, 13, 14, 30, 0, 123000, tzinfo=timezone.utc),
-        "cl_ord_id": "C1", "symbol": "AAPL", "side": "2", "order_qty": 300.0, "ord_type": "2",
+        "msg_type": "D",
+        "sender_comp_id": "BUY",
+        "target_comp_id": "SELL",
+        "msg_seq_num": 7,
+        "sending_time": datetime(2024, 9, 13, 14, 30, 0, 123000, tzinfo=UTC),
+        "cl_ord_id": "C1",
+        "symbol": "AAPL",
+        "side": "2",
+        "order_qty": 300.0,
+        "ord_type": "2",
         "price": 187.25,
-        "transact_time": datetime(2024, 9, 13, 14, 30, 0, 123000, tzinfo=timezone.utc),
+        "transact_time": datetime(2024, 9, 13, 14, 30, 0, 123000, tzinfo=UTC),
     }
     assert fastavro.validate(record, fastavro.parse_schema(schema))
 
 
 def test_an_execution_report_keeps_optional_tags_null_and_seconds_only_timestamps() -> None:
-    record, schema = decode(fix_message([
-        (35, "8"), (49, "SELL"), (56, "BUY"), (34, 8), (52, "20240913-14:30:01"),
-        (37, "O1"), (17, "E1"), (150, "0"), (39, "0"), (55, "AAPL"), (54, "1"), (14, 0),
-        (151, 300), (6, 0)]))
+    record, schema = decode(
+        fix_message(
+            [
+                (35, "8"),
+                (49, "SELL"),
+                (56, "BUY"),
+                (34, 8),
+                (52, "20240913-14:30:01"),
+                (37, "O1"),
+                (17, "E1"),
+                (150, "0"),
+                (39, "0"),
+                (55, "AAPL"),
+                (54, "1"),
+                (14, 0),
+                (151, 300),
+                (6, 0),
+            ]
+        )
+    )
     assert schema["name"] == "ExecutionReport"
-    assert record["sending_time"] == datetime(2024, 9, 13, 14, 30, 1, tzinfo=timezone.utc)
+    assert record["sending_time"] == datetime(2024, 9, 13, 14, 30, 1, tzinfo=UTC)
     assert record["cl_ord_id"] is None and record["transact_time"] is None
     assert record["last_px"] is None and record["leaves_qty"] == 300.0
     assert fastavro.validate(record, fastavro.parse_schema(schema))
@@ -69,17 +115,25 @@ def test_each_bad_sample_is_refused_with_its_reason(sample) -> None:
 
 @pytest.mark.parametrize(
     ("value", "reason"),
-    [(fix_message(ORDER)[:-1], "does not end with SOH"),
-     (fix_message(ORDER).replace(b"AAPL", b"\xc3\xa9PL"), "byte 75 is not ASCII"),
-     (b"8=FIX.4.4\x019=5\x0135=D\x01garbage\x0110=000\x01", "not a FIX field at byte 19"),
-     (b"9=5\x018=FIX.4.4\x0135=D\x0110=000\x01", "starts with tags 9, 8, 35"),
-     (fix_message(ORDER + [(55, "MSFT")]), "tag 55 repeated"),
-     (fix_message([(t, "abc" if t == 38 else v) for t, v in ORDER]),
-      "OrderQty 38='abc' is not a Qty"),
-     (fix_message([(t, "nan" if t == 44 else v) for t, v in ORDER]),
-      "Price 44='nan' is not a Price: not a finite number"),
-     (fix_message([(t, "20240913-25:00:00" if t == 60 else v) for t, v in ORDER]),
-      "TransactTime 60='20240913-25:00:00' is not a UTCTimestamp")],
+    [
+        (fix_message(ORDER)[:-1], "does not end with SOH"),
+        (fix_message(ORDER).replace(b"AAPL", b"\xc3\xa9PL"), "byte 75 is not ASCII"),
+        (b"8=FIX.4.4\x019=5\x0135=D\x01garbage\x0110=000\x01", "not a FIX field at byte 19"),
+        (b"9=5\x018=FIX.4.4\x0135=D\x0110=000\x01", "starts with tags 9, 8, 35"),
+        (fix_message(ORDER + [(55, "MSFT")]), "tag 55 repeated"),
+        (
+            fix_message([(t, "abc" if t == 38 else v) for t, v in ORDER]),
+            "OrderQty 38='abc' is not a Qty",
+        ),
+        (
+            fix_message([(t, "nan" if t == 44 else v) for t, v in ORDER]),
+            "Price 44='nan' is not a Price: not a finite number",
+        ),
+        (
+            fix_message([(t, "20240913-25:00:00" if t == 60 else v) for t, v in ORDER]),
+            "TransactTime 60='20240913-25:00:00' is not a UTCTimestamp",
+        ),
+    ],
 )
 def test_malformed_fix_is_refused_naming_what_and_where(value: bytes, reason: str) -> None:
     with pytest.raises(DecodeError) as caught:

@@ -33,18 +33,33 @@ def json_topic(local_stack, local_endpoints, tmp_path):
     create_topic(local_endpoints.kafka_bootstrap, topic)
     dataset, dead = f"web_{run}", f"dead_{run}"
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
-        "version": 1,
-        "topics": [{"name": topic, "format": "json", "schema": SCHEMA,
-                    "event_time": {"fields": ["at"]}}],
-        "allowed_destinations": [f"{dataset}.*"],
-        "dead_letter": {"dataset": dead, "table": "dead_letters"},
-    }))
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": topic,
+                        "format": "json",
+                        "schema": SCHEMA,
+                        "event_time": {"fields": ["at"]},
+                    }
+                ],
+                "allowed_destinations": [f"{dataset}.*"],
+                "dead_letter": {"dataset": dead, "table": "dead_letters"},
+            }
+        )
+    )
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
-           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/json-{run}", "DAGSTER_HOME": str(home)}
+    env = {
+        **os.environ,
+        "KBQE_ENV": "local",
+        "KBQE_PIPELINE_CONFIG": str(pipeline),
+        "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/json-{run}",
+        "DAGSTER_HOME": str(home),
+    }
     client = local_bigquery_client()
     yield local_endpoints, topic, dataset, dead, env, client
     drop_datasets(client, dataset, dead)
@@ -52,9 +67,16 @@ def json_topic(local_stack, local_endpoints, tmp_path):
 
 def test_json_values_load_field_by_field_and_bad_ones_are_dead_lettered(json_topic) -> None:
     endpoints, topic, dataset, dead, env, client = json_topic
-    good = [{"datasetName": dataset, "tableName": "clicks", "url": f"/p/{i}",
-             "at": 1_726_238_205_123 + i, "user": {"id": i} if i % 2 else None}
-            for i in range(40)]
+    good = [
+        {
+            "datasetName": dataset,
+            "tableName": "clicks",
+            "url": f"/p/{i}",
+            "at": 1_726_238_205_123 + i,
+            "user": {"id": i} if i % 2 else None,
+        }
+        for i in range(40)
+    ]
     bad = [b"{oops", json.dumps({"datasetName": dataset, "tableName": "clicks"}).encode()]
     producer = Producer({"bootstrap.servers": endpoints.kafka_bootstrap, "logger": CLIENT_LOG})
     for i, record in enumerate(good):
@@ -68,11 +90,16 @@ def test_json_values_load_field_by_field_and_bad_ones_are_dead_lettered(json_top
         report = json.loads(done.stdout)
         assert report["topics"][topic]["staged"] == (40 if attempt == 0 else 0)
 
-    rows = {r["url"]: dict(r) for r in client.query(
-        f"SELECT url, `at`, user, _kafka_partition FROM `{dataset}.clicks`").result()}
+    rows = {
+        r["url"]: dict(r)
+        for r in client.query(
+            f"SELECT url, `at`, user, _kafka_partition FROM `{dataset}.clicks`"
+        ).result()
+    }
     assert len(rows) == 40
     assert rows["/p/3"]["user"] == {"id": 3} and rows["/p/2"]["user"] is None
     assert rows["/p/5"]["at"].timestamp() * 1000 == pytest.approx(1_726_238_205_128)
-    reasons = sorted(r["reason"] for r in client.query(
-        f"SELECT reason FROM `{dead}.dead_letters`").result())
+    reasons = sorted(
+        r["reason"] for r in client.query(f"SELECT reason FROM `{dead}.dead_letters`").result()
+    )
     assert reasons == ["json_decode_error", "json_schema_mismatch"]

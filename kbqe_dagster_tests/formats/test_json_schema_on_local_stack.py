@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import Producer
@@ -30,7 +30,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 # is compatible only when additionalProperties is false (adding to an open model narrows it).
 V1 = {
     "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Order", "type": "object", "additionalProperties": False,
+    "title": "Order",
+    "type": "object",
+    "additionalProperties": False,
     "properties": {
         "id": {"type": "integer"},
         "placed_at": {"type": "string", "format": "date-time"},
@@ -39,13 +41,27 @@ V1 = {
         "lines": {"type": "array", "items": {"$ref": "#/definitions/Line"}},
     },
     "required": ["id", "placed_at", "status"],
-    "definitions": {"Line": {"type": "object", "additionalProperties": False, "properties": {
-        "sku": {"type": "string"}, "qty": {"type": "integer"}}, "required": ["sku", "qty"]}},
+    "definitions": {
+        "Line": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}},
+            "required": ["sku", "qty"],
+        }
+    },
 }
 V2 = {**V1, "properties": {**V1["properties"], "coupon": {"type": ["string", "null"]}}}
-UNMAPPABLE = {"type": "object", "properties": {"pay": {"oneOf": [
-    {"type": "object", "properties": {"card": {"type": "string"}}},
-    {"type": "object", "properties": {"iban": {"type": "string"}}}]}}}
+UNMAPPABLE = {
+    "type": "object",
+    "properties": {
+        "pay": {
+            "oneOf": [
+                {"type": "object", "properties": {"card": {"type": "string"}}},
+                {"type": "object", "properties": {"iban": {"type": "string"}}},
+            ]
+        }
+    },
+}
 AVRO = {"type": "record", "name": "Other", "fields": [{"name": "id", "type": "long"}]}
 
 
@@ -55,13 +71,22 @@ def json_schema_topic(local_stack, local_endpoints, tmp_path):
     topic = f"jsonschema.orders.{run}"
     create_topic(local_endpoints.kafka_bootstrap, topic)
     dataset, dead = f"jsonschema_{run}", f"jsonschema_dead_{run}"
-    env = cli_env(tmp_path, {
-        "version": 1,
-        "topics": [{"name": topic, "format": "json_schema",
+    env = cli_env(
+        tmp_path,
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": topic,
+                    "format": "json_schema",
                     "routing": {"mode": "static", "dataset": dataset, "table": "orders"},
-                    "event_time": {"fields": ["placed_at"]}}],
-        "dead_letter": {"dataset": dead, "table": "dead_letters"},
-    }, f"gs://{LOCAL_BUCKET}/jsonschema-{run}")
+                    "event_time": {"fields": ["placed_at"]},
+                }
+            ],
+            "dead_letter": {"dataset": dead, "table": "dead_letters"},
+        },
+        f"gs://{LOCAL_BUCKET}/jsonschema-{run}",
+    )
     client = local_bigquery_client()
     yield local_endpoints, topic, dataset, dead, env, client
     drop_datasets(client, dataset, dead)
@@ -72,8 +97,14 @@ def report(env: dict) -> dict:
 
 
 def order(i: int, **extra) -> dict:
-    return {"id": i, "placed_at": f"2024-09-13T23:30:{i:02d}.5-05:00", "day": "2024-09-13",
-            "status": "paid" if i % 2 else "new", "lines": [{"sku": f"s{i}", "qty": i}], **extra}
+    return {
+        "id": i,
+        "placed_at": f"2024-09-13T23:30:{i:02d}.5-05:00",
+        "day": "2024-09-13",
+        "status": "paid" if i % 2 else "new",
+        "lines": [{"sku": f"s{i}", "qty": i}],
+        **extra,
+    }
 
 
 def test_json_schema_values_load_field_by_field_and_a_new_version_widens_the_table(
@@ -89,11 +120,15 @@ def test_json_schema_values_load_field_by_field_and_a_new_version_widens_the_tab
     v1_id = registry.register_schema(f"{topic}-value", Schema(json.dumps(V1), "JSON"))  # its id
     other = f"{topic}-other"
     avro_id = registry.register_schema(f"{other}-avro", Schema(json.dumps(AVRO), "AVRO"))
-    unmappable_id = registry.register_schema(f"{other}-json", Schema(json.dumps(UNMAPPABLE), "JSON"))
-    bad = [encode_frame(v1_id, b"{oops"),
-           encode_frame(v1_id, json.dumps({**order(99), "status": "lost"}).encode()),
-           encode_frame(avro_id, b"\x02"),
-           encode_frame(unmappable_id, b'{"pay": {"card": "x"}}')]
+    unmappable_id = registry.register_schema(
+        f"{other}-json", Schema(json.dumps(UNMAPPABLE), "JSON")
+    )
+    bad = [
+        encode_frame(v1_id, b"{oops"),
+        encode_frame(v1_id, json.dumps({**order(99), "status": "lost"}).encode()),
+        encode_frame(avro_id, b"\x02"),
+        encode_frame(unmappable_id, b'{"pay": {"card": "x"}}'),
+    ]
     for raw in bad:
         producer.produce(topic, raw, partition=0)
     assert producer.flush(30) == 0
@@ -104,13 +139,13 @@ def test_json_schema_values_load_field_by_field_and_a_new_version_widens_the_tab
 
     v2 = JSONSerializer(json.dumps(V2), registry)  # registers V2: BACKWARD-compatible
     for i in range(10, 16):
-        producer.produce(topic, v2(order(i, coupon=f"C{i}" if i % 3 else None), value),
-                         partition=i % 2)
+        producer.produce(
+            topic, v2(order(i, coupon=f"C{i}" if i % 3 else None), value), partition=i % 2
+        )
     v2_id = registry.register_schema(f"{topic}-value", Schema(json.dumps(V2), "JSON"))
     assert v2_id != v1_id
     for i in range(16, 18):  # a producer still on V1, after V2 widened the table
-        producer.produce(topic, encode_frame(v1_id, json.dumps(order(i)).encode()),
-                         partition=i % 2)
+        producer.produce(topic, encode_frame(v1_id, json.dumps(order(i)).encode()), partition=i % 2)
     assert producer.flush(30) == 0
 
     second = report(env)
@@ -123,12 +158,15 @@ def test_json_schema_values_load_field_by_field_and_a_new_version_widens_the_tab
     widened = client.query(f"SELECT * FROM `{dataset}.orders` LIMIT 1").result().schema
     columns = [f.name for f in widened if not f.name.startswith("_")]
     assert columns == ["id", "placed_at", "day", "status", "lines", "coupon"]
-    rows = {r["id"]: dict(r) for r in client.query(
-        f"SELECT id, placed_at, day, status, lines, coupon, _event_date FROM `{dataset}.orders`"
-    ).result()}
+    rows = {
+        r["id"]: dict(r)
+        for r in client.query(
+            f"SELECT id, placed_at, day, status, lines, coupon, _event_date FROM `{dataset}.orders`"
+        ).result()
+    }
     assert sorted(rows) == list(range(18))
     three = rows[3]
-    assert three["placed_at"] == datetime(2024, 9, 14, 4, 30, 3, 500_000, tzinfo=timezone.utc)
+    assert three["placed_at"] == datetime(2024, 9, 14, 4, 30, 3, 500_000, tzinfo=UTC)
     assert str(three["day"]) == "2024-09-13" and three["status"] == "paid"
     assert [dict(line) for line in three["lines"]] == [{"sku": "s3", "qty": 3}]
     # The event date is the date as written, in the value's own offset (date_rule local).
@@ -136,8 +174,15 @@ def test_json_schema_values_load_field_by_field_and_a_new_version_widens_the_tab
     assert three["coupon"] is None and rows[16]["coupon"] is None
     assert (rows[11]["coupon"], rows[12]["coupon"]) == ("C11", None)
 
-    letters = sorted((r["reason"], r["schema_id"]) for r in client.query(
-        f"SELECT reason, schema_id FROM `{dead}.dead_letters`").result())
-    assert letters == sorted([("json_decode_error", v1_id), ("json_schema_mismatch", v1_id),
-                              ("non_json_schema", avro_id),
-                              ("unmappable_json_schema", unmappable_id)])
+    letters = sorted(
+        (r["reason"], r["schema_id"])
+        for r in client.query(f"SELECT reason, schema_id FROM `{dead}.dead_letters`").result()
+    )
+    assert letters == sorted(
+        [
+            ("json_decode_error", v1_id),
+            ("json_schema_mismatch", v1_id),
+            ("non_json_schema", avro_id),
+            ("unmappable_json_schema", unmappable_id),
+        ]
+    )

@@ -31,7 +31,9 @@ from kbqe_dagster_tests.support.framing import json_framed
 TOPIC = "shop.orders"
 V1 = {
     "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Order", "type": "object", "additionalProperties": False,
+    "title": "Order",
+    "type": "object",
+    "additionalProperties": False,
     "properties": {
         "datasetName": {"type": "string"},
         "tableName": {"type": "string"},
@@ -40,34 +42,65 @@ V1 = {
         "lines": {"type": "array", "items": {"$ref": "#/definitions/Line"}},
     },
     "required": ["datasetName", "tableName", "id", "placed_at"],
-    "definitions": {"Line": {"type": "object", "properties": {
-        "sku": {"type": "string"}, "qty": {"type": "integer"}}, "required": ["sku", "qty"]}},
+    "definitions": {
+        "Line": {
+            "type": "object",
+            "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}},
+            "required": ["sku", "qty"],
+        }
+    },
 }
 V2 = {**V1, "properties": {**V1["properties"], "coupon": {"type": ["string", "null"]}}}
-UNMAPPABLE = {"type": "object", "properties": {"pay": {"oneOf": [
-    {"type": "object", "properties": {"card": {"type": "string"}}},
-    {"type": "object", "properties": {"iban": {"type": "string"}}}]}}}
+UNMAPPABLE = {
+    "type": "object",
+    "properties": {
+        "pay": {
+            "oneOf": [
+                {"type": "object", "properties": {"card": {"type": "string"}}},
+                {"type": "object", "properties": {"iban": {"type": "string"}}},
+            ]
+        }
+    },
+}
 AVRO = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
 IDS = {"v1": 11, "v2": 12, "unmappable": 13, "avro": 14, "invalid": 15}
-GOOD = {"datasetName": "shop", "tableName": "orders", "id": 1,
-        "placed_at": "2024-09-13T14:36:45.123+02:00", "lines": [{"sku": "a", "qty": 2}]}
+GOOD = {
+    "datasetName": "shop",
+    "tableName": "orders",
+    "id": 1,
+    "placed_at": "2024-09-13T14:36:45.123+02:00",
+    "lines": [{"sku": "a", "qty": 2}],
+}
 
 
 def fake_registry() -> FakeSchemaRegistry:
     """The registry boundary: this file's schemas under fixed ids."""
-    return FakeSchemaRegistry({
-        IDS["v1"]: RegisteredSchema(IDS["v1"], "JSON", json.dumps(V1)),
-        IDS["v2"]: RegisteredSchema(IDS["v2"], "JSON", json.dumps(V2)),
-        IDS["unmappable"]: RegisteredSchema(IDS["unmappable"], "JSON", json.dumps(UNMAPPABLE)),
-        IDS["avro"]: RegisteredSchema(IDS["avro"], "AVRO", AVRO),
-        IDS["invalid"]: RegisteredSchema(IDS["invalid"], "JSON", json.dumps({"type": 5})),
-    })
+    return FakeSchemaRegistry(
+        {
+            IDS["v1"]: RegisteredSchema(IDS["v1"], "JSON", json.dumps(V1)),
+            IDS["v2"]: RegisteredSchema(IDS["v2"], "JSON", json.dumps(V2)),
+            IDS["unmappable"]: RegisteredSchema(IDS["unmappable"], "JSON", json.dumps(UNMAPPABLE)),
+            IDS["avro"]: RegisteredSchema(IDS["avro"], "AVRO", AVRO),
+            IDS["invalid"]: RegisteredSchema(IDS["invalid"], "JSON", json.dumps({"type": 5})),
+        }
+    )
 
 
 def pipeline(**topic):
-    return parse_pipeline_config({"version": 1, "topics": [{
-        "name": TOPIC, "format": "json_schema", "event_time": {"fields": ["placed_at"]},
-        **topic}], "allowed_destinations": ["shop.*"]})
+    return parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": TOPIC,
+                    "format": "json_schema",
+                    "event_time": {"fields": ["placed_at"]},
+                    **topic,
+                }
+            ],
+            "allowed_destinations": ["shop.*"],
+        }
+    )
 
 
 def framed(version: str, record) -> bytes:
@@ -76,8 +109,13 @@ def framed(version: str, record) -> bytes:
 
 def stage(tmp_path: Path, values: list[bytes | None], **topic):
     staging = StagingLocation(str(tmp_path / "staging"))
-    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       staging, pipeline(**topic), TOPIC)
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:9"),
+        RegistrySettings("http://127.0.0.1:9"),
+        staging,
+        pipeline(**topic),
+        TOPIC,
+    )
     rng = OffsetRange(TOPIC, 0, 0, len(values))
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -94,8 +132,13 @@ def records(store, name: str) -> list[dict]:
 
 
 def test_a_json_schema_topic_has_its_own_stager_on_the_python_path(tmp_path: Path) -> None:
-    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       StagingLocation(str(tmp_path)), pipeline(), TOPIC)
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:9"),
+        RegistrySettings("http://127.0.0.1:9"),
+        StagingLocation(str(tmp_path)),
+        pipeline(),
+        TOPIC,
+    )
     assert ctx.topic.format is SourceFormat.JSON_SCHEMA
     assert stager_class(ctx) is JsonSchemaRangeStager
     stager = JsonSchemaRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 1), tmp_path)
@@ -105,13 +148,17 @@ def test_a_json_schema_topic_has_its_own_stager_on_the_python_path(tmp_path: Pat
 
 def test_values_are_staged_per_registry_id_read_back_field_by_field(tmp_path: Path) -> None:
     later = {**GOOD, "id": 2, "placed_at": "2024-09-14T00:30:00Z", "coupon": "XMAS", "lines": []}
-    result, store, registry = stage(tmp_path, [
-        framed("v1", GOOD), framed("v2", later), framed("v1", {**GOOD, "id": 3})])
+    result, store, registry = stage(
+        tmp_path, [framed("v1", GOOD), framed("v2", later), framed("v1", {**GOOD, "id": 3})]
+    )
     assert (result.records, result.dead_letters) == (3, {})
     names = {parse_name(n).key.schema_id: n for n, _ in result.files}
     assert set(names) == {IDS["v1"], IDS["v2"]}
     name = parse_name(names[IDS["v1"]])
-    assert isinstance(name, AvroFileName) and (name.key.dataset, name.key.table) == ("shop", "orders")
+    assert isinstance(name, AvroFileName) and (name.key.dataset, name.key.table) == (
+        "shop",
+        "orders",
+    )
     first, third = records(store, names[IDS["v1"]])
     assert first["id"] == 1 and first["lines"] == [{"sku": "a", "qty": 2}]
     assert first["placed_at"].isoformat() == "2024-09-13T12:36:45.123000+00:00"
@@ -129,29 +176,58 @@ def test_values_are_staged_per_registry_id_read_back_field_by_field(tmp_path: Pa
 
 @pytest.mark.parametrize(
     ("value", "reason", "detail"),
-    [(framed("v1", b"{oops"), "json_decode_error", "not JSON"),
-     (framed("v1", b"\xff\xfe{}"), "json_decode_error", "not UTF-8"),
-     (framed("v1", b'{"id": NaN}'), "json_decode_error", "NaN is not JSON"),
-     (framed("v1", {**GOOD, "id": "one"}), "json_schema_mismatch", "at /id: 'one' is not of type 'integer'"),
-     (framed("v1", {**GOOD, "id": 0}), "json_schema_mismatch", "at /id: 0 is less than the minimum of 1"),
-     (framed("v1", {k: v for k, v in GOOD.items() if k != "id"}), "json_schema_mismatch",
-      "at the root: 'id' is a required property"),
-     (framed("v1", {**GOOD, "lines": [{"sku": "a", "qty": 1}, {"sku": "b"}]}),
-      "json_schema_mismatch", "at /lines/1: 'qty' is a required property"),
-     (framed("v1", {**GOOD, "coupon": "x"}), "json_schema_mismatch", "Additional properties"),
-     (framed("v1", [1, 2]), "json_schema_mismatch", "at the root"),
-     (framed("v1", {**GOOD, "placed_at": "2024-09-13 noon"}), "json_schema_mismatch",
-      "is not an RFC 3339 date-time at /placed_at"),
-     (framed("unmappable", {"pay": {"card": "x"}}), "unmappable_json_schema",
-      "schema id 13 has no Avro form: oneOf of several schemas (a union has no one column "
-      "layout) at /properties/pay/oneOf"),
-     (framed("invalid", {}), "unmappable_json_schema", "schema id 15 is not a valid JSON Schema"),
-     (framed("avro", {"id": 1}), "non_json_schema",
-      "schema id 14 is a AVRO schema; a json_schema topic needs a JSON Schema"),
-     (encode_frame(99, b"{}"), "unknown_schema_id", "schema id 99 is not in the registry"),
-     (b"\x01" + framed("v1", GOOD)[1:], "bad_magic", "bad magic byte 0x01"),
-     (b"\x00\x00", "too_short", "too short"),
-     (None, "tombstone", "tombstone")],
+    [
+        (framed("v1", b"{oops"), "json_decode_error", "not JSON"),
+        (framed("v1", b"\xff\xfe{}"), "json_decode_error", "not UTF-8"),
+        (framed("v1", b'{"id": NaN}'), "json_decode_error", "NaN is not JSON"),
+        (
+            framed("v1", {**GOOD, "id": "one"}),
+            "json_schema_mismatch",
+            "at /id: 'one' is not of type 'integer'",
+        ),
+        (
+            framed("v1", {**GOOD, "id": 0}),
+            "json_schema_mismatch",
+            "at /id: 0 is less than the minimum of 1",
+        ),
+        (
+            framed("v1", {k: v for k, v in GOOD.items() if k != "id"}),
+            "json_schema_mismatch",
+            "at the root: 'id' is a required property",
+        ),
+        (
+            framed("v1", {**GOOD, "lines": [{"sku": "a", "qty": 1}, {"sku": "b"}]}),
+            "json_schema_mismatch",
+            "at /lines/1: 'qty' is a required property",
+        ),
+        (framed("v1", {**GOOD, "coupon": "x"}), "json_schema_mismatch", "Additional properties"),
+        (framed("v1", [1, 2]), "json_schema_mismatch", "at the root"),
+        (
+            framed("v1", {**GOOD, "placed_at": "2024-09-13 noon"}),
+            "json_schema_mismatch",
+            "is not an RFC 3339 date-time at /placed_at",
+        ),
+        (
+            framed("unmappable", {"pay": {"card": "x"}}),
+            "unmappable_json_schema",
+            "schema id 13 has no Avro form: oneOf of several schemas (a union has no one column "
+            "layout) at /properties/pay/oneOf",
+        ),
+        (
+            framed("invalid", {}),
+            "unmappable_json_schema",
+            "schema id 15 is not a valid JSON Schema",
+        ),
+        (
+            framed("avro", {"id": 1}),
+            "non_json_schema",
+            "schema id 14 is a AVRO schema; a json_schema topic needs a JSON Schema",
+        ),
+        (encode_frame(99, b"{}"), "unknown_schema_id", "schema id 99 is not in the registry"),
+        (b"\x01" + framed("v1", GOOD)[1:], "bad_magic", "bad magic byte 0x01"),
+        (b"\x00\x00", "too_short", "too short"),
+        (None, "tombstone", "tombstone"),
+    ],
 )
 def test_bad_input_is_dead_lettered_with_its_reason(
     tmp_path: Path, value: bytes | None, reason: str, detail: str
@@ -164,7 +240,9 @@ def test_bad_input_is_dead_lettered_with_its_reason(
     assert "shop.orders[0] offset 1" in letter["error"] and letter["raw_value"] == value
 
 
-def test_a_schema_id_without_avro_form_dead_letters_each_message_asking_once(tmp_path: Path) -> None:
+def test_a_schema_id_without_avro_form_dead_letters_each_message_asking_once(
+    tmp_path: Path,
+) -> None:
     bad = framed("unmappable", {"pay": {"card": "x"}})
     result, _, registry = stage(tmp_path, [bad, framed("v1", GOOD), bad, bad])
     assert result.records == 1 and result.dead_letters == {"unmappable_json_schema": 3}
@@ -179,22 +257,33 @@ def test_the_dead_letter_carries_the_framed_schema_id(tmp_path: Path) -> None:
 
 def test_the_fail_policy_stops_the_range_naming_the_offset(tmp_path: Path) -> None:
     with pytest.raises(StageRangeFailed, match=r"shop.orders\[0\] offset 1: json_schema_mismatch"):
-        stage(tmp_path, [framed("v1", GOOD), framed("v1", {**GOOD, "id": "x"})], on_bad_input="fail")
+        stage(
+            tmp_path, [framed("v1", GOOD), framed("v1", {**GOOD, "id": "x"})], on_bad_input="fail"
+        )
 
 
 def test_routing_by_schema_name_reads_the_title_as_the_avro_record_name(tmp_path: Path) -> None:
-    result, _, _ = stage(tmp_path, [framed("v1", GOOD)], routing={
-        "mode": "schema_name", "dataset": "shop"})
+    result, _, _ = stage(
+        tmp_path, [framed("v1", GOOD)], routing={"mode": "schema_name", "dataset": "shop"}
+    )
     assert [parse_name(n).key.table for n, _ in result.files] == ["order"]
 
 
 @pytest.mark.parametrize(
     ("topic", "expected"),
-    [({"schema": {"type": "record", "name": "R", "fields": []}},
-      "topics[0].schema: only with format: json"),
-     ({"keyed": {"key": ["id"], "version": "id"}, "routing": {
-         "mode": "static", "dataset": "shop", "table": "t"}},
-      "topics[0].keyed: not with format: json_schema")],
+    [
+        (
+            {"schema": {"type": "record", "name": "R", "fields": []}},
+            "topics[0].schema: only with format: json",
+        ),
+        (
+            {
+                "keyed": {"key": ["id"], "version": "id"},
+                "routing": {"mode": "static", "dataset": "shop", "table": "t"},
+            },
+            "topics[0].keyed: not with format: json_schema",
+        ),
+    ],
 )
 def test_json_schema_topic_mistakes_are_config_errors(topic, expected) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -206,12 +295,21 @@ def test_transforms_apply_to_the_records_a_json_schema_derives(tmp_path: Path) -
     """With ``transforms``, the Avro form of each value takes the shared transform step: the
     files carry the derived schema's own id, and a value a transform cannot take is
     dead-lettered as ``transform_failed``."""
-    transforms = [{"compute": "line_count", "expression": "len(lines)", "type": "long"},
-                  {"drop": "lines"}, {"rename": "id", "to": "order_id"}]
-    result, store, _ = stage(tmp_path, [
-        framed("v1", GOOD), framed("v1", {**GOOD, "id": 2, "lines": []}),
-        framed("v1", {key: v for key, v in GOOD.items() if key != "lines"})],
-        routing={"mode": "static", "dataset": "shop", "table": "orders"}, transforms=transforms)
+    transforms = [
+        {"compute": "line_count", "expression": "len(lines)", "type": "long"},
+        {"drop": "lines"},
+        {"rename": "id", "to": "order_id"},
+    ]
+    result, store, _ = stage(
+        tmp_path,
+        [
+            framed("v1", GOOD),
+            framed("v1", {**GOOD, "id": 2, "lines": []}),
+            framed("v1", {key: v for key, v in GOOD.items() if key != "lines"}),
+        ],
+        routing={"mode": "static", "dataset": "shop", "table": "orders"},
+        transforms=transforms,
+    )
     assert result.records == 2 and result.dead_letters == {"transform_failed": 1}
     [name] = [n for n, _ in result.files if ".shop.orders." in n]
     assert parse_name(name).key.schema_id not in IDS.values()  # the derived schema's id

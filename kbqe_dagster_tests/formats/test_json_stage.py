@@ -27,30 +27,58 @@ from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
 
 TOPIC = "shop.clicks"
-SCHEMA = {"type": "record", "name": "Click", "namespace": "shop", "fields": [
-    {"name": "datasetName", "type": "string"},
-    {"name": "tableName", "type": "string"},
-    {"name": "url", "type": "string"},
-    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "user", "type": ["null", {"type": "record", "name": "User", "fields": [
-        {"name": "id", "type": "long"}]}], "default": None},
-]}
-GOOD = {"datasetName": "web", "tableName": "clicks", "url": "/a", "at": 1_726_238_205_123,
-        "user": {"id": 7}}
+SCHEMA = {
+    "type": "record",
+    "name": "Click",
+    "namespace": "shop",
+    "fields": [
+        {"name": "datasetName", "type": "string"},
+        {"name": "tableName", "type": "string"},
+        {"name": "url", "type": "string"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {
+            "name": "user",
+            "type": [
+                "null",
+                {"type": "record", "name": "User", "fields": [{"name": "id", "type": "long"}]},
+            ],
+            "default": None,
+        },
+    ],
+}
+GOOD = {
+    "datasetName": "web",
+    "tableName": "clicks",
+    "url": "/a",
+    "at": 1_726_238_205_123,
+    "user": {"id": 7},
+}
 
 
 def pipeline(**topic):
-    return parse_pipeline_config({"version": 1, "topics": [{
-        "name": TOPIC, "format": "json", "schema": SCHEMA,
-        "event_time": {"fields": ["at"]}, **topic}],
-        "allowed_destinations": ["web.*"]})
+    return parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": TOPIC,
+                    "format": "json",
+                    "schema": SCHEMA,
+                    "event_time": {"fields": ["at"]},
+                    **topic,
+                }
+            ],
+            "allowed_destinations": ["web.*"],
+        }
+    )
 
 
 def stage(tmp_path: Path, values: list[bytes | None]):
     config = pipeline()
     staging = StagingLocation(str(tmp_path / "staging"))
-    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       staging, config, TOPIC)
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"), staging, config, TOPIC
+    )
     rng = OffsetRange(TOPIC, 0, 0, len(values))
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -83,14 +111,19 @@ def test_json_objects_are_staged_under_the_declared_schema_and_routed_by_their_f
 
 @pytest.mark.parametrize(
     ("value", "reason", "detail"),
-    [(b"{not json", "json_decode_error", "not JSON"),
-     (b"[1, 2]", "json_decode_error", "expected a JSON object, got list"),
-     (b"\xff\xfe", "json_decode_error", "not JSON"),
-     (json.dumps({**GOOD, "at": "yesterday"}).encode(), "json_schema_mismatch", "at"),
-     (json.dumps({k: v for k, v in GOOD.items() if k != "url"}).encode(),
-      "json_schema_mismatch", "url"),
-     (json.dumps({**GOOD, "user": {"id": "seven"}}).encode(), "json_schema_mismatch", "id"),
-     (None, "tombstone", "tombstone")],
+    [
+        (b"{not json", "json_decode_error", "not JSON"),
+        (b"[1, 2]", "json_decode_error", "expected a JSON object, got list"),
+        (b"\xff\xfe", "json_decode_error", "not JSON"),
+        (json.dumps({**GOOD, "at": "yesterday"}).encode(), "json_schema_mismatch", "at"),
+        (
+            json.dumps({k: v for k, v in GOOD.items() if k != "url"}).encode(),
+            "json_schema_mismatch",
+            "url",
+        ),
+        (json.dumps({**GOOD, "user": {"id": "seven"}}).encode(), "json_schema_mismatch", "id"),
+        (None, "tombstone", "tombstone"),
+    ],
 )
 def test_values_that_do_not_fit_are_dead_lettered_with_their_reason(
     tmp_path: Path, value: bytes | None, reason: str, detail: str
@@ -107,10 +140,22 @@ def test_the_schema_is_declared_inline_or_in_a_file_and_checked_with_the_config(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "click.avsc").write_text(json.dumps(SCHEMA))
-    (tmp_path / "pipeline.yaml").write_text(json.dumps({"version": 1, "topics": [{
-        "name": TOPIC, "format": "json", "schema": "click.avsc",
-        "routing": {"mode": "static", "dataset": "web", "table": "clicks"},
-        "event_time": {"fields": ["at"]}}]}))
+    (tmp_path / "pipeline.yaml").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": TOPIC,
+                        "format": "json",
+                        "schema": "click.avsc",
+                        "routing": {"mode": "static", "dataset": "web", "table": "clicks"},
+                        "event_time": {"fields": ["at"]},
+                    }
+                ],
+            }
+        )
+    )
     from kbqe_dagster.core.config.pipeline import load_pipeline_config
 
     topic = load_pipeline_config(tmp_path / "pipeline.yaml").topics[0]
@@ -119,20 +164,43 @@ def test_the_schema_is_declared_inline_or_in_a_file_and_checked_with_the_config(
 
 @pytest.mark.parametrize(
     ("topic", "expected"),
-    [({"format": "json"}, "topics[0].schema: required with format: json"),
-     ({"format": "json", "schema": {"type": "string"}},
-      "topics[0].schema: expected an Avro record schema"),
-     ({"format": "json", "schema": {"type": "record", "name": "R", "fields": [
-         {"name": "a", "type": "nope"}]}}, "topics[0].schema: not a valid Avro schema"),
-     ({"format": "json", "schema": "missing.avsc"}, "topics[0].schema: cannot read"),
-     ({"schema": SCHEMA}, "topics[0].schema: only with format: json"),
-     ({"format": "json", "schema": SCHEMA, "keyed": {"key": ["url"], "version": "at"},
-       "routing": {"mode": "static", "dataset": "web", "table": "t"}},
-      "topics[0].keyed: not with format: json")],
+    [
+        ({"format": "json"}, "topics[0].schema: required with format: json"),
+        (
+            {"format": "json", "schema": {"type": "string"}},
+            "topics[0].schema: expected an Avro record schema",
+        ),
+        (
+            {
+                "format": "json",
+                "schema": {
+                    "type": "record",
+                    "name": "R",
+                    "fields": [{"name": "a", "type": "nope"}],
+                },
+            },
+            "topics[0].schema: not a valid Avro schema",
+        ),
+        ({"format": "json", "schema": "missing.avsc"}, "topics[0].schema: cannot read"),
+        ({"schema": SCHEMA}, "topics[0].schema: only with format: json"),
+        (
+            {
+                "format": "json",
+                "schema": SCHEMA,
+                "keyed": {"key": ["url"], "version": "at"},
+                "routing": {"mode": "static", "dataset": "web", "table": "t"},
+            },
+            "topics[0].keyed: not with format: json",
+        ),
+    ],
 )
 def test_json_topic_mistakes_are_config_errors_at_their_key_path(topic, expected) -> None:
     with pytest.raises(ConfigError) as caught:
-        parse_pipeline_config({"version": 1, "topics": [
-            {"name": TOPIC, "event_time": {"fields": ["at"]}, **topic}],
-            "allowed_destinations": ["web.*"]})
+        parse_pipeline_config(
+            {
+                "version": 1,
+                "topics": [{"name": TOPIC, "event_time": {"fields": ["at"]}, **topic}],
+                "allowed_destinations": ["web.*"],
+            }
+        )
     assert expected in str(caught.value)

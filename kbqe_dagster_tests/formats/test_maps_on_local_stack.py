@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import Producer
@@ -51,35 +51,62 @@ message Event {
 }
 """
 PROTO_V2 = PROTO_V1.replace(
-    "  message Detail", "  map<string, string> labels = 7;\n  message Detail")
+    "  message Detail", "  map<string, string> labels = 7;\n  message Detail"
+)
 
 _MAP_OF = {"type": "object"}
 JSON_V1 = {
     "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Event", "type": "object", "additionalProperties": False,
+    "title": "Event",
+    "type": "object",
+    "additionalProperties": False,
     "properties": {
         "id": {"type": "integer"},
         "placed_at": {"type": "string", "format": "date-time"},
         "attrs": {**_MAP_OF, "additionalProperties": {"type": "integer"}},
-        "detail": {"type": "object", "additionalProperties": False, "properties": {
-            "kind": {"type": "string"},
-            "scores": {**_MAP_OF, "additionalProperties": {"type": "number"}}},
-            "required": ["kind", "scores"]},
-        "lines": {"type": "array", "items": {
-            "type": "object", "additionalProperties": False, "properties": {
-                "sku": {"type": "string"},
-                "notes": {**_MAP_OF, "additionalProperties": {"type": ["string", "null"]}}},
-            "required": ["sku", "notes"]}},
-        "counters": {**_MAP_OF, "additionalProperties": {
-            "type": "object", "additionalProperties": False, "properties": {
-                "n": {"type": "integer"},
-                "flags": {**_MAP_OF, "additionalProperties": {"type": "boolean"}}},
-            "required": ["n", "flags"]}},
+        "detail": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "kind": {"type": "string"},
+                "scores": {**_MAP_OF, "additionalProperties": {"type": "number"}},
+            },
+            "required": ["kind", "scores"],
+        },
+        "lines": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "sku": {"type": "string"},
+                    "notes": {**_MAP_OF, "additionalProperties": {"type": ["string", "null"]}},
+                },
+                "required": ["sku", "notes"],
+            },
+        },
+        "counters": {
+            **_MAP_OF,
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "n": {"type": "integer"},
+                    "flags": {**_MAP_OF, "additionalProperties": {"type": "boolean"}},
+                },
+                "required": ["n", "flags"],
+            },
+        },
     },
     "required": ["id", "placed_at", "attrs", "lines", "counters"],
 }
-JSON_V2 = {**JSON_V1, "properties": {
-    **JSON_V1["properties"], "labels": {**_MAP_OF, "additionalProperties": {"type": "string"}}}}
+JSON_V2 = {
+    **JSON_V1,
+    "properties": {
+        **JSON_V1["properties"],
+        "labels": {**_MAP_OF, "additionalProperties": {"type": "string"}},
+    },
+}
 
 
 def event(i: int) -> dict:
@@ -110,11 +137,14 @@ def read_back(row: dict) -> dict:
     return {
         "id": row["id"],
         "attrs": entries(row["attrs"]),
-        "detail": None if detail is None else {
-            "kind": detail["kind"], "scores": entries(detail["scores"])},
+        "detail": None
+        if detail is None
+        else {"kind": detail["kind"], "scores": entries(detail["scores"])},
         "lines": [{"sku": line["sku"], "notes": entries(line["notes"])} for line in row["lines"]],
-        "counters": {k: {"n": v["n"], "flags": entries(v["flags"])}
-                     for k, v in entries(row["counters"]).items()},
+        "counters": {
+            k: {"n": v["n"], "flags": entries(v["flags"])}
+            for k, v in entries(row["counters"]).items()
+        },
     }
 
 
@@ -128,9 +158,12 @@ def as_read(i: int) -> dict:
 
 
 def table_rows(client, dataset: str) -> dict[int, dict]:
-    return {r["id"]: dict(r) for r in client.query(
-        f"SELECT id, placed_at, attrs, detail, lines, counters, labels FROM `{dataset}.events`"
-    ).result()}
+    return {
+        r["id"]: dict(r)
+        for r in client.query(
+            f"SELECT id, placed_at, attrs, detail, lines, counters, labels FROM `{dataset}.events`"
+        ).result()
+    }
 
 
 def check_table(client, dataset: str, ids: range, labelled: dict[int, dict]) -> None:
@@ -145,7 +178,7 @@ def check_table(client, dataset: str, ids: range, labelled: dict[int, dict]) -> 
     for i in ids:
         assert read_back(rows[i]) == as_read(i), i
         assert entries(rows[i]["labels"]) == labelled.get(i, {}), i
-    assert rows[1]["placed_at"] == datetime(2024, 9, 13, 23, 30, 1, tzinfo=timezone.utc)
+    assert rows[1]["placed_at"] == datetime(2024, 9, 13, 23, 30, 1, tzinfo=UTC)
 
 
 def stack_env(tmp_path, local_endpoints, kind: str):
@@ -153,13 +186,22 @@ def stack_env(tmp_path, local_endpoints, kind: str):
     topic = f"maps.{kind}.{run}"
     create_topic(local_endpoints.kafka_bootstrap, topic)
     dataset, dead = f"maps_{kind}_{run}", f"maps_{kind}_dead_{run}"
-    env = cli_env(tmp_path, {
-        "version": 1,
-        "topics": [{"name": topic, "format": kind.replace("jsonschema", "json_schema"),
+    env = cli_env(
+        tmp_path,
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": topic,
+                    "format": kind.replace("jsonschema", "json_schema"),
                     "routing": {"mode": "static", "dataset": dataset, "table": "events"},
-                    "event_time": {"fields": ["placed_at"]}}],
-        "dead_letter": {"dataset": dead, "table": "dead_letters"},
-    }, f"gs://{LOCAL_BUCKET}/maps-{kind}-{run}")
+                    "event_time": {"fields": ["placed_at"]},
+                }
+            ],
+            "dead_letter": {"dataset": dead, "table": "dead_letters"},
+        },
+        f"gs://{LOCAL_BUCKET}/maps-{kind}-{run}",
+    )
     return topic, dataset, dead, env
 
 
@@ -172,8 +214,9 @@ LABELLED = {4: {"team": "t4", "env": "e4"}, 5: {"team": "t5"}}
 """The events V2 producers send, with the map field V2 adds (``labels``)."""
 
 
-def two_versions_load(client, env: dict, topic: str, dataset: str, producer,
-                      send_v1, send_v2) -> None:
+def two_versions_load(
+    client, env: dict, topic: str, dataset: str, producer, send_v1, send_v2
+) -> None:
     """The scenario of every format: four V1 events load (the first load creates the table);
     then V2 events, whose new map field widens the table, and one more V1 event after that;
     all seven rows read back with their maps. ``send_v1(i)`` and ``send_v2(i, labels)``
@@ -193,14 +236,17 @@ def two_versions_load(client, env: dict, topic: str, dataset: str, producer,
 
 
 def test_protobuf_map_fields_load_as_repeated_key_value_records(
-    local_stack, local_endpoints, tmp_path,
+    local_stack,
+    local_endpoints,
+    tmp_path,
 ) -> None:
     topic, dataset, dead, env = stack_env(tmp_path, local_endpoints, "protobuf")
     client = local_bigquery_client()
     try:
         registry = SchemaRegistryClient({"url": local_endpoints.registry_url})
-        producer = Producer({"bootstrap.servers": local_endpoints.kafka_bootstrap,
-                             "logger": CLIENT_LOG})
+        producer = Producer(
+            {"bootstrap.servers": local_endpoints.kafka_bootstrap, "logger": CLIENT_LOG}
+        )
         v1_id = registry.register_schema(f"{topic}-value", Schema(PROTO_V1, "PROTOBUF"))
         v1, v2 = proto_class(PROTO_V1), proto_class(PROTO_V2)
 
@@ -215,9 +261,15 @@ def test_protobuf_map_fields_load_as_repeated_key_value_records(
             assert schema_id != v1_id
             return schema_id
 
-        two_versions_load(client, env, topic, dataset, producer,
-                          lambda i: produce(v1_id, v1, i),
-                          lambda i, labels: produce(v2_id(), v2, i, labels=labels))
+        two_versions_load(
+            client,
+            env,
+            topic,
+            dataset,
+            producer,
+            lambda i: produce(v1_id, v1, i),
+            lambda i, labels: produce(v2_id(), v2, i, labels=labels),
+        )
     finally:
         drop_datasets(client, dataset, dead)
 
@@ -248,19 +300,25 @@ def proto_message(cls, i: int, labels: dict | None = None):
 
 
 def test_json_schema_additional_properties_load_as_repeated_key_value_records(
-    local_stack, local_endpoints, tmp_path,
+    local_stack,
+    local_endpoints,
+    tmp_path,
 ) -> None:
     topic, dataset, dead, env = stack_env(tmp_path, local_endpoints, "jsonschema")
     client = local_bigquery_client()
     try:
         registry = SchemaRegistryClient({"url": local_endpoints.registry_url})
-        producer = Producer({"bootstrap.servers": local_endpoints.kafka_bootstrap,
-                             "logger": CLIENT_LOG})
+        producer = Producer(
+            {"bootstrap.servers": local_endpoints.kafka_bootstrap, "logger": CLIENT_LOG}
+        )
         value = SerializationContext(topic, MessageField.VALUE)
 
         def json_event(i: int, **extra) -> dict:
-            plain = {**event(i), **extra,
-                     "placed_at": datetime.fromtimestamp(PLACED + i, timezone.utc).isoformat()}
+            plain = {
+                **event(i),
+                **extra,
+                "placed_at": datetime.fromtimestamp(PLACED + i, UTC).isoformat(),
+            }
             for line in plain["lines"]:
                 line["notes"] = {str(k): v for k, v in line["notes"].items()}
             if plain["detail"] is None:
@@ -270,10 +328,16 @@ def test_json_schema_additional_properties_load_as_repeated_key_value_records(
         v1 = JSONSerializer(json.dumps(JSON_V1), registry)  # registers V1 under <topic>-value
         v2 = JSONSerializer(json.dumps(JSON_V2), registry)  # V2 (BACKWARD-compatible) on first use
         two_versions_load(
-            client, env, topic, dataset, producer,
+            client,
+            env,
+            topic,
+            dataset,
+            producer,
             lambda i: producer.produce(topic, v1(json_event(i), value), partition=i % 2),
             lambda i, labels: producer.produce(
-                topic, v2(json_event(i, labels=labels), value), partition=i % 2))
+                topic, v2(json_event(i, labels=labels), value), partition=i % 2
+            ),
+        )
     finally:
         drop_datasets(client, dataset, dead)
 
@@ -282,39 +346,80 @@ def _avro_map(values) -> dict:
     return {"type": "map", "values": values}
 
 
-AVRO_V1 = {"type": "record", "name": "Event", "namespace": "com.acme.maps", "fields": [
-    {"name": "id", "type": "long"},
-    {"name": "placed_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
-    {"name": "attrs", "type": _avro_map("long")},
-    {"name": "detail", "default": None, "type": ["null", {
-        "type": "record", "name": "Detail", "fields": [
-            {"name": "kind", "type": "string"}, {"name": "scores", "type": _avro_map("double")}]}]},
-    {"name": "lines", "type": {"type": "array", "items": {
-        "type": "record", "name": "Line", "fields": [
-            {"name": "sku", "type": "string"},
-            {"name": "notes", "type": _avro_map(["null", "string"])}]}}},
-    {"name": "counters", "type": _avro_map({
-        "type": "record", "name": "Counter", "fields": [
-            {"name": "n", "type": "long"}, {"name": "flags", "type": _avro_map("boolean")}]})},
-]}
-AVRO_V2 = {**AVRO_V1, "fields": [
-    *AVRO_V1["fields"], {"name": "labels", "type": _avro_map("string"), "default": {}}]}
+AVRO_V1 = {
+    "type": "record",
+    "name": "Event",
+    "namespace": "com.acme.maps",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "placed_at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "attrs", "type": _avro_map("long")},
+        {
+            "name": "detail",
+            "default": None,
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "Detail",
+                    "fields": [
+                        {"name": "kind", "type": "string"},
+                        {"name": "scores", "type": _avro_map("double")},
+                    ],
+                },
+            ],
+        },
+        {
+            "name": "lines",
+            "type": {
+                "type": "array",
+                "items": {
+                    "type": "record",
+                    "name": "Line",
+                    "fields": [
+                        {"name": "sku", "type": "string"},
+                        {"name": "notes", "type": _avro_map(["null", "string"])},
+                    ],
+                },
+            },
+        },
+        {
+            "name": "counters",
+            "type": _avro_map(
+                {
+                    "type": "record",
+                    "name": "Counter",
+                    "fields": [
+                        {"name": "n", "type": "long"},
+                        {"name": "flags", "type": _avro_map("boolean")},
+                    ],
+                }
+            ),
+        },
+    ],
+}
+AVRO_V2 = {
+    **AVRO_V1,
+    "fields": [*AVRO_V1["fields"], {"name": "labels", "type": _avro_map("string"), "default": {}}],
+}
 
 
 def test_avro_map_fields_load_as_repeated_key_value_records(
-    local_stack, local_endpoints, tmp_path,
+    local_stack,
+    local_endpoints,
+    tmp_path,
 ) -> None:
     topic, dataset, dead, env = stack_env(tmp_path, local_endpoints, "avro")
     client = local_bigquery_client()
     try:
         registry = SchemaRegistryClient({"url": local_endpoints.registry_url})
-        producer = Producer({"bootstrap.servers": local_endpoints.kafka_bootstrap,
-                             "logger": CLIENT_LOG})
+        producer = Producer(
+            {"bootstrap.servers": local_endpoints.kafka_bootstrap, "logger": CLIENT_LOG}
+        )
         value = SerializationContext(topic, MessageField.VALUE)
 
         def avro_event(i: int, **extra) -> dict:
-            plain = {**event(i), **extra,
-                     "placed_at": datetime.fromtimestamp(PLACED + i, timezone.utc)}
+            plain = {**event(i), **extra, "placed_at": datetime.fromtimestamp(PLACED + i, UTC)}
             for line in plain["lines"]:
                 line["notes"] = {str(k): v for k, v in line["notes"].items()}
             return plain
@@ -322,9 +427,15 @@ def test_avro_map_fields_load_as_repeated_key_value_records(
         v1 = AvroSerializer(registry, json.dumps(AVRO_V1))  # registers V1 under <topic>-value
         v2 = AvroSerializer(registry, json.dumps(AVRO_V2))  # V2 (BACKWARD-compatible) on first use
         two_versions_load(
-            client, env, topic, dataset, producer,
+            client,
+            env,
+            topic,
+            dataset,
+            producer,
             lambda i: producer.produce(topic, v1(avro_event(i), value), partition=i % 2),
             lambda i, labels: producer.produce(
-                topic, v2(avro_event(i, labels=labels), value), partition=i % 2))
+                topic, v2(avro_event(i, labels=labels), value), partition=i % 2
+            ),
+        )
     finally:
         drop_datasets(client, dataset, dead)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import Producer
@@ -47,7 +47,9 @@ message Order {
 }
 """
 V2 = V1.replace("  enum Status", "  optional string coupon = 6;\n  enum Status")
-RECURSIVE = 'syntax = "proto3";\npackage pbstack.tree;\nmessage Node { string v = 1; Node next = 2; }\n'
+RECURSIVE = (
+    'syntax = "proto3";\npackage pbstack.tree;\nmessage Node { string v = 1; Node next = 2; }\n'
+)
 AVRO = {"type": "record", "name": "Other", "fields": [{"name": "id", "type": "long"}]}
 
 
@@ -64,13 +66,22 @@ def protobuf_topic(local_stack, local_endpoints, tmp_path):
     topic = f"protobuf.orders.{run}"
     create_topic(local_endpoints.kafka_bootstrap, topic)
     dataset, dead = f"protobuf_{run}", f"protobuf_dead_{run}"
-    env = cli_env(tmp_path, {
-        "version": 1,
-        "topics": [{"name": topic, "format": "protobuf",
+    env = cli_env(
+        tmp_path,
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": topic,
+                    "format": "protobuf",
                     "routing": {"mode": "static", "dataset": dataset, "table": "orders"},
-                    "event_time": {"fields": ["placed_at"]}}],
-        "dead_letter": {"dataset": dead, "table": "dead_letters"},
-    }, f"gs://{LOCAL_BUCKET}/protobuf-{run}")
+                    "event_time": {"fields": ["placed_at"]},
+                }
+            ],
+            "dead_letter": {"dataset": dead, "table": "dead_letters"},
+        },
+        f"gs://{LOCAL_BUCKET}/protobuf-{run}",
+    )
     client = local_bigquery_client()
     yield local_endpoints, topic, dataset, dead, env, client
     drop_datasets(client, dataset, dead)
@@ -102,15 +113,18 @@ def test_protobuf_values_load_field_by_field_and_a_new_version_widens_the_table(
     v1_id = registry.register_schema(f"{topic}-value", Schema(V1, "PROTOBUF", reference))
     order_v1, order_v2 = order_class(V1), order_class(V2)
     for i in range(10):
-        producer.produce(topic, framed(v1_id, order(order_v1, i).SerializeToString()),
-                         partition=i % 2)
+        producer.produce(
+            topic, framed(v1_id, order(order_v1, i).SerializeToString()), partition=i % 2
+        )
     other = f"{topic}-other"
     avro_id = registry.register_schema(f"{other}-avro", Schema(json.dumps(AVRO), "AVRO"))
     recursive_id = registry.register_schema(f"{other}-tree", Schema(RECURSIVE, "PROTOBUF"))
-    bad = [framed(v1_id, b"\xff\xff"),                       # not an Order
-           framed(v1_id, order(order_v1, 98).SerializeToString(), (5,)),  # no such message
-           framed(avro_id, b"\x02"),
-           framed(recursive_id, b"\x0a\x01x")]
+    bad = [
+        framed(v1_id, b"\xff\xff"),  # not an Order
+        framed(v1_id, order(order_v1, 98).SerializeToString(), (5,)),  # no such message
+        framed(avro_id, b"\x02"),
+        framed(recursive_id, b"\x0a\x01x"),
+    ]
     for raw in bad:
         producer.produce(topic, raw, partition=0)
     assert producer.flush(30) == 0
@@ -123,11 +137,13 @@ def test_protobuf_values_load_field_by_field_and_a_new_version_widens_the_table(
     assert v2_id != v1_id  # BACKWARD-compatible: a field added
     for i in range(10, 16):
         extra = {"coupon": f"C{i}"} if i % 3 else {}
-        producer.produce(topic, framed(v2_id, order(order_v2, i, **extra).SerializeToString()),
-                         partition=i % 2)
+        producer.produce(
+            topic, framed(v2_id, order(order_v2, i, **extra).SerializeToString()), partition=i % 2
+        )
     for i in range(16, 18):  # a producer still on V1, after V2 widened the table
-        producer.produce(topic, framed(v1_id, order(order_v1, i).SerializeToString()),
-                         partition=i % 2)
+        producer.produce(
+            topic, framed(v1_id, order(order_v1, i).SerializeToString()), partition=i % 2
+        )
     assert producer.flush(30) == 0
 
     second = report(env)
@@ -139,22 +155,41 @@ def test_protobuf_values_load_field_by_field_and_a_new_version_widens_the_table(
     # columns the local adapter adds with ALTER TABLE (resources/bigquery/emulator.py).
     widened = client.query(f"SELECT * FROM `{dataset}.orders` LIMIT 1").result().schema
     assert [f.name for f in widened if not f.name.startswith("_")] == [
-        "id", "placed_at", "status", "total", "lines", "coupon"]
-    rows = {r["id"]: dict(r) for r in client.query(
-        f"SELECT id, placed_at, status, total, lines, coupon, _event_date FROM `{dataset}.orders`"
-    ).result()}
+        "id",
+        "placed_at",
+        "status",
+        "total",
+        "lines",
+        "coupon",
+    ]
+    rows = {
+        r["id"]: dict(r)
+        for r in client.query(
+            f"SELECT id, placed_at, status, total, lines, coupon, _event_date FROM `{dataset}.orders`"
+        ).result()
+    }
     assert sorted(rows) == list(range(18))
     three = rows[3]
-    assert three["placed_at"] == datetime(2024, 9, 13, 23, 30, 3, 500_000, tzinfo=timezone.utc)
+    assert three["placed_at"] == datetime(2024, 9, 13, 23, 30, 3, 500_000, tzinfo=UTC)
     assert three["status"] == "PAID" and rows[4]["status"] == "NEW"  # an unset enum: its 0 value
-    assert dict(three["total"]) == {"currency": "EUR", "units": 103}  # the referenced subject's type
+    assert dict(three["total"]) == {
+        "currency": "EUR",
+        "units": 103,
+    }  # the referenced subject's type
     assert [dict(line) for line in three["lines"]] == [{"sku": "s3", "qty": 3}]
     assert str(three["_event_date"]) == "2024-09-13"
     assert three["coupon"] is None and rows[16]["coupon"] is None
     assert (rows[11]["coupon"], rows[12]["coupon"]) == ("C11", None)
 
-    letters = sorted((r["reason"], r["schema_id"]) for r in client.query(
-        f"SELECT reason, schema_id FROM `{dead}.dead_letters`").result())
-    assert letters == sorted([("protobuf_decode_error", v1_id), ("protobuf_decode_error", v1_id),
-                              ("non_protobuf_schema", avro_id),
-                              ("unmappable_protobuf_schema", recursive_id)])
+    letters = sorted(
+        (r["reason"], r["schema_id"])
+        for r in client.query(f"SELECT reason, schema_id FROM `{dead}.dead_letters`").result()
+    )
+    assert letters == sorted(
+        [
+            ("protobuf_decode_error", v1_id),
+            ("protobuf_decode_error", v1_id),
+            ("non_protobuf_schema", avro_id),
+            ("unmappable_protobuf_schema", recursive_id),
+        ]
+    )

@@ -59,24 +59,31 @@ V2 = V1.replace("  message Line", "  optional string coupon = 7;\n  message Line
 RECURSIVE = 'syntax = "proto3"; message Node { string v = 1; Node next = 2; }'
 BROKEN = 'syntax = "proto3"; message Order { Missing m = 1; }'
 REF = (SchemaReference("acme/common.proto", "acme-common", 1),)
-IDS = {"v1": 21, "v2": 22, "recursive": 23, "broken": 24, "avro": 25, "json": 26,
-       "lost_ref": 27}
+IDS = {"v1": 21, "v2": 22, "recursive": 23, "broken": 24, "avro": 25, "json": 26, "lost_ref": 27}
 
 
 def fake_registry() -> FakeSchemaRegistry:
     """The registry boundary: this file's schemas under fixed ids, and the one import they
     reference (acme-common version 1)."""
-    return FakeSchemaRegistry({
-        IDS["v1"]: RegisteredSchema(IDS["v1"], "PROTOBUF", V1, REF),
-        IDS["v2"]: RegisteredSchema(IDS["v2"], "PROTOBUF", V2, REF),
-        IDS["recursive"]: RegisteredSchema(IDS["recursive"], "PROTOBUF", RECURSIVE),
-        IDS["broken"]: RegisteredSchema(IDS["broken"], "PROTOBUF", BROKEN),
-        IDS["avro"]: RegisteredSchema(IDS["avro"], "AVRO", {"type": "record", "name": "A",
-                                                            "fields": []}),
-        IDS["json"]: RegisteredSchema(IDS["json"], "JSON", '{"type": "object"}'),
-        IDS["lost_ref"]: RegisteredSchema(IDS["lost_ref"], "PROTOBUF", V1, (
-            SchemaReference("acme/common.proto", "acme-common", 9),)),
-    }, references={("acme-common", 1): RegisteredSchema(7, "PROTOBUF", COMMON)})
+    return FakeSchemaRegistry(
+        {
+            IDS["v1"]: RegisteredSchema(IDS["v1"], "PROTOBUF", V1, REF),
+            IDS["v2"]: RegisteredSchema(IDS["v2"], "PROTOBUF", V2, REF),
+            IDS["recursive"]: RegisteredSchema(IDS["recursive"], "PROTOBUF", RECURSIVE),
+            IDS["broken"]: RegisteredSchema(IDS["broken"], "PROTOBUF", BROKEN),
+            IDS["avro"]: RegisteredSchema(
+                IDS["avro"], "AVRO", {"type": "record", "name": "A", "fields": []}
+            ),
+            IDS["json"]: RegisteredSchema(IDS["json"], "JSON", '{"type": "object"}'),
+            IDS["lost_ref"]: RegisteredSchema(
+                IDS["lost_ref"],
+                "PROTOBUF",
+                V1,
+                (SchemaReference("acme/common.proto", "acme-common", 9),),
+            ),
+        },
+        references={("acme-common", 1): RegisteredSchema(7, "PROTOBUF", COMMON)},
+    )
 
 
 def classes(text: str) -> dict:
@@ -85,7 +92,9 @@ def classes(text: str) -> dict:
     for proto in compile_files({ROOT_FILE: text, "acme/common.proto": COMMON}).file:
         pool.Add(proto)
     root = pool.FindFileByName(ROOT_FILE)
-    return {name: message_factory.GetMessageClass(d) for name, d in root.message_types_by_name.items()}
+    return {
+        name: message_factory.GetMessageClass(d) for name, d in root.message_types_by_name.items()
+    }
 
 
 ORDER_V1, REFUND = classes(V1)["Order"], classes(V1)["Refund"]
@@ -105,15 +114,31 @@ def framed(version: str, message, indexes=(0,)) -> bytes:
 
 
 def pipeline(**topic):
-    return parse_pipeline_config({"version": 1, "topics": [{
-        "name": TOPIC, "format": "protobuf", "event_time": {"fields": ["placed_at"]},
-        **topic}], "allowed_destinations": ["shop.*"]})
+    return parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": TOPIC,
+                    "format": "protobuf",
+                    "event_time": {"fields": ["placed_at"]},
+                    **topic,
+                }
+            ],
+            "allowed_destinations": ["shop.*"],
+        }
+    )
 
 
 def stage(tmp_path: Path, values: list[bytes | None], **topic):
     staging = StagingLocation(str(tmp_path / "staging"))
-    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       staging, pipeline(**topic), TOPIC)
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:9"),
+        RegistrySettings("http://127.0.0.1:9"),
+        staging,
+        pipeline(**topic),
+        TOPIC,
+    )
     rng = OffsetRange(TOPIC, 0, 0, len(values))
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -135,24 +160,39 @@ def columns(store, name: str) -> list[str]:
 
 
 def test_a_protobuf_topic_has_its_own_stager_on_the_python_path(tmp_path: Path) -> None:
-    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       StagingLocation(str(tmp_path)), pipeline(), TOPIC)
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:9"),
+        RegistrySettings("http://127.0.0.1:9"),
+        StagingLocation(str(tmp_path)),
+        pipeline(),
+        TOPIC,
+    )
     assert ctx.topic.format is SourceFormat.PROTOBUF
     assert stager_class(ctx) is ProtobufRangeStager
     assert ProtobufRangeStager.native_kernel is False
-    assert NativeStaging.for_stager(ProtobufRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 1), tmp_path)) is None
+    assert (
+        NativeStaging.for_stager(ProtobufRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 1), tmp_path))
+        is None
+    )
 
 
 def test_messages_are_staged_per_registry_id_read_back_field_by_field(tmp_path: Path) -> None:
     later = order(ORDER_V2, 2, coupon="XMAS")
-    result, store, registry = stage(tmp_path, [
-        framed("v1", order()), framed("v2", later),
-        encode_frame(IDS["v1"], b"\x02\x00" + order(i=3).SerializeToString())])  # explicit [0]
+    result, store, registry = stage(
+        tmp_path,
+        [
+            framed("v1", order()),
+            framed("v2", later),
+            encode_frame(IDS["v1"], b"\x02\x00" + order(i=3).SerializeToString()),
+        ],
+    )  # explicit [0]
     assert (result.records, result.dead_letters) == (3, {})
     names = {parse_name(n).key.schema_id: n for n, _ in result.files}
     assert set(names) == {IDS["v1"], IDS["v2"]}  # the registry ids: the schemas' first message
     assert (parse_name(names[IDS["v1"]]).key.dataset, parse_name(names[IDS["v1"]]).key.table) == (
-        "shop", "orders")
+        "shop",
+        "orders",
+    )
     first, third = records(store, names[IDS["v1"]])
     assert (first["id"], first["datasetName"]) == (1, "shop")
     assert first["placed_at"].isoformat() == "2024-09-13T14:36:46+00:00"
@@ -164,7 +204,14 @@ def test_messages_are_staged_per_registry_id_read_back_field_by_field(tmp_path: 
     assert second["coupon"] == "XMAS"
     # v2's columns are v1's, then the appended field: the table widens at the end.
     assert columns(store, names[IDS["v2"]]) == [
-        "datasetName", "tableName", "id", "placed_at", "total", "lines", "coupon"]
+        "datasetName",
+        "tableName",
+        "id",
+        "placed_at",
+        "total",
+        "lines",
+        "coupon",
+    ]
     assert sorted(registry.asked) == [IDS["v1"], IDS["v2"]]  # once per schema id
     assert registry.references == list(REF) * 2  # once per schema id that imports it
 
@@ -172,39 +219,65 @@ def test_messages_are_staged_per_registry_id_read_back_field_by_field(tmp_path: 
 def test_another_message_type_of_a_schema_gets_a_declared_file_schema_id(tmp_path: Path) -> None:
     refund = REFUND(order_id=5)
     refund.placed_at.seconds = 1_726_238_205
-    result, store, _ = stage(tmp_path, [framed("v1", order()), framed("v1", refund, (1,))],
-                             routing={"mode": "schema_name", "dataset": "shop"})
+    result, store, _ = stage(
+        tmp_path,
+        [framed("v1", order()), framed("v1", refund, (1,))],
+        routing={"mode": "schema_name", "dataset": "shop"},
+    )
     assert result.records == 2 and result.dead_letters == {}
     tables = {parse_name(n).key.table: parse_name(n).key.schema_id for n, _ in result.files}
     assert tables["order"] == IDS["v1"]
     assert tables["refund"] >= DECLARED_SCHEMA_IDS  # one registry id cannot name two file schemas
     [name] = [n for n, _ in result.files if ".refund." in n]
-    assert records(store, name)[0]["order_id"] == 5 and columns(store, name) == ["order_id", "placed_at"]
+    assert records(store, name)[0]["order_id"] == 5 and columns(store, name) == [
+        "order_id",
+        "placed_at",
+    ]
 
 
 @pytest.mark.parametrize(
     ("value", "reason", "detail"),
-    [(framed("v1", b"\xff\xff"), "protobuf_decode_error", "the body is not a acme.orders.Order"),
-     (framed("v1", order(), (7,)), "protobuf_decode_error",
-      "message indexes [7] name no message of kbqe_registry_schema.proto"),
-     (encode_frame(IDS["v1"], b"\x01"), "protobuf_decode_error", "negative count"),
-     (encode_frame(IDS["v1"], b""), "protobuf_decode_error", "ends inside a varint"),
-     (framed("v1", ORDER_V1(id=1, placed_at={"seconds": 10**12})), "protobuf_decode_error",
-      "acme.orders.Order.placed_at: Timestamp 1000000000000s"),
-     (framed("recursive", b""), "unmappable_protobuf_schema",
-      "schema id 23 message Node has no Avro form: a recursive message (Node → Node)"),
-     (framed("broken", b""), "unmappable_protobuf_schema",
-      'schema id 24: does not compile: kbqe_registry_schema.proto:1:36: "Missing" is not defined.'),
-     (framed("lost_ref", b""), "unmappable_protobuf_schema",
-      "schema id 27: its reference 'acme/common.proto' (subject 'acme-common' version 9) is not "
-      "in the registry"),
-     (framed("avro", b""), "non_protobuf_schema",
-      "schema id 25 is a AVRO schema; a protobuf topic needs a Protobuf schema"),
-     (framed("json", b""), "non_protobuf_schema", "schema id 26 is a JSON schema"),
-     (encode_frame(99, b"\x00"), "unknown_schema_id", "schema id 99 is not in the registry"),
-     (b"\x01" + framed("v1", order())[1:], "bad_magic", "bad magic byte 0x01"),
-     (b"\x00\x00", "too_short", "too short"),
-     (None, "tombstone", "tombstone")],
+    [
+        (framed("v1", b"\xff\xff"), "protobuf_decode_error", "the body is not a acme.orders.Order"),
+        (
+            framed("v1", order(), (7,)),
+            "protobuf_decode_error",
+            "message indexes [7] name no message of kbqe_registry_schema.proto",
+        ),
+        (encode_frame(IDS["v1"], b"\x01"), "protobuf_decode_error", "negative count"),
+        (encode_frame(IDS["v1"], b""), "protobuf_decode_error", "ends inside a varint"),
+        (
+            framed("v1", ORDER_V1(id=1, placed_at={"seconds": 10**12})),
+            "protobuf_decode_error",
+            "acme.orders.Order.placed_at: Timestamp 1000000000000s",
+        ),
+        (
+            framed("recursive", b""),
+            "unmappable_protobuf_schema",
+            "schema id 23 message Node has no Avro form: a recursive message (Node → Node)",
+        ),
+        (
+            framed("broken", b""),
+            "unmappable_protobuf_schema",
+            'schema id 24: does not compile: kbqe_registry_schema.proto:1:36: "Missing" is not defined.',
+        ),
+        (
+            framed("lost_ref", b""),
+            "unmappable_protobuf_schema",
+            "schema id 27: its reference 'acme/common.proto' (subject 'acme-common' version 9) is not "
+            "in the registry",
+        ),
+        (
+            framed("avro", b""),
+            "non_protobuf_schema",
+            "schema id 25 is a AVRO schema; a protobuf topic needs a Protobuf schema",
+        ),
+        (framed("json", b""), "non_protobuf_schema", "schema id 26 is a JSON schema"),
+        (encode_frame(99, b"\x00"), "unknown_schema_id", "schema id 99 is not in the registry"),
+        (b"\x01" + framed("v1", order())[1:], "bad_magic", "bad magic byte 0x01"),
+        (b"\x00\x00", "too_short", "too short"),
+        (None, "tombstone", "tombstone"),
+    ],
 )
 def test_bad_input_is_dead_lettered_with_its_reason(
     tmp_path: Path, value: bytes | None, reason: str, detail: str
@@ -231,16 +304,24 @@ def test_the_fail_policy_stops_the_range_naming_the_offset(tmp_path: Path) -> No
 
 def test_keyed_is_not_a_protobuf_option() -> None:
     with pytest.raises(ConfigError, match="topics\\[0\\].keyed: not with format: protobuf"):
-        pipeline(keyed={"key": ["id"], "version": "id"},
-                 routing={"mode": "static", "dataset": "shop", "table": "t"})
+        pipeline(
+            keyed={"key": ["id"], "version": "id"},
+            routing={"mode": "static", "dataset": "shop", "table": "t"},
+        )
 
 
 def test_transforms_apply_to_the_records_a_protobuf_schema_derives(tmp_path: Path) -> None:
-    transforms = [{"compute": "line_count", "expression": "len(lines)", "type": "long"},
-                  {"drop": "lines"}, {"rename": "id", "to": "order_id"}]
-    result, store, _ = stage(tmp_path, [framed("v1", order()), framed("v1", order(i=2))],
-                             routing={"mode": "static", "dataset": "shop", "table": "orders"},
-                             transforms=transforms)
+    transforms = [
+        {"compute": "line_count", "expression": "len(lines)", "type": "long"},
+        {"drop": "lines"},
+        {"rename": "id", "to": "order_id"},
+    ]
+    result, store, _ = stage(
+        tmp_path,
+        [framed("v1", order()), framed("v1", order(i=2))],
+        routing={"mode": "static", "dataset": "shop", "table": "orders"},
+        transforms=transforms,
+    )
     assert result.records == 2 and result.dead_letters == {}
     [name] = [n for n, _ in result.files]
     assert parse_name(name).key.schema_id >= DECLARED_SCHEMA_IDS  # the derived schema's id
@@ -250,8 +331,13 @@ def test_transforms_apply_to_the_records_a_protobuf_schema_derives(tmp_path: Pat
 
 
 def test_indexes_naming_no_message_are_refused_without_growing_the_cache(tmp_path: Path) -> None:
-    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       StagingLocation(str(tmp_path / "staging")), pipeline(), TOPIC)
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:9"),
+        RegistrySettings("http://127.0.0.1:9"),
+        StagingLocation(str(tmp_path / "staging")),
+        pipeline(),
+        TOPIC,
+    )
     stager = ProtobufRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 50), tmp_path)
     stager.lookup = fake_registry()
     garbage = [framed("v1", order(), (i,)) for i in range(2, 50)]

@@ -15,12 +15,12 @@ import fastavro
 import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA_ID
-from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.formats.source_format import DECLARED_SCHEMA_IDS, declared_schema_id
 from kbqe_dagster.core.protocol.naming import parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA_ID
+from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.formats.json_stage import JsonRangeStager
 from kbqe_dagster.formats.transform_stage import TransformRangeStager
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
@@ -35,17 +35,28 @@ from kbqe_dagster_tests.support.framing import avro_framed
 
 TOPIC = "shop.orders"
 KEY_ENV = "KBQE_TEST_TRANSFORM_KEY"
-SCHEMA = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
-    {"name": "id", "type": "long"},
-    {"name": "kind", "type": "string"},
-    {"name": "email", "type": "string"},
-    {"name": "amount", "type": "string"},
-    {"name": "created", "type": "string"},
-    {"name": "debug", "type": ["null", "string"], "default": None},
-]}
-OLD_SCHEMA = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
-    {"name": "id", "type": "long"}, {"name": "kind", "type": "string"},
-]}
+SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "kind", "type": "string"},
+        {"name": "email", "type": "string"},
+        {"name": "amount", "type": "string"},
+        {"name": "created", "type": "string"},
+        {"name": "debug", "type": ["null", "string"], "default": None},
+    ],
+}
+OLD_SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "kind", "type": "string"},
+    ],
+}
 TRANSFORMS = [
     {"compute": "tableName", "expression": "lower(kind) + 's'", "type": "string"},
     {"cast": "amount", "to": "double"},
@@ -63,22 +74,36 @@ def framed(schema_id: int, record: dict, trailing: bytes = b"") -> bytes:
 
 
 def order(**changes) -> dict:
-    return {"id": 1, "kind": "Book", "email": "ann@example.com", "amount": "12.50",
-            "created": "2024-09-13T00:30:00", "debug": "x", **changes}
+    return {
+        "id": 1,
+        "kind": "Book",
+        "email": "ann@example.com",
+        "amount": "12.50",
+        "created": "2024-09-13T00:30:00",
+        "debug": "x",
+        **changes,
+    }
 
 
 def stage(tmp_path: Path, values, config, headers=()):
     staging = StagingLocation(str(tmp_path / "staging"))
-    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       staging, config, TOPIC, native_kernel=True)
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:9"),
+        RegistrySettings("http://127.0.0.1:9"),
+        staging,
+        config,
+        TOPIC,
+        native_kernel=True,
+    )
     rng = OffsetRange(TOPIC, 0, 0, len(values))
     workdir = tmp_path / "work"
     workdir.mkdir()
     stager = stager_class(ctx)(ctx, rng, workdir)
     stager.lookup = FakeSchemaRegistry.avro(IDS)
     for offset, value in enumerate(values):
-        stager.add(FakeMessage(TOPIC, 0, offset, value, b"k", list(headers),
-                               1_726_238_205_000 + offset))
+        stager.add(
+            FakeMessage(TOPIC, 0, offset, value, b"k", list(headers), 1_726_238_205_000 + offset)
+        )
     store = staging.open()
     return stager, stager.commit(store, rng.end_exclusive), store
 
@@ -97,11 +122,25 @@ def shop_config(monkeypatch):
     monkeypatch.setenv(KEY_ENV, "k3y")
 
     def make(transforms=TRANSFORMS, **topic):
-        return parse_pipeline_config({"version": 1, "topics": [{
-            "name": TOPIC, "transforms": with_shop(transforms),
-            "routing": {"mode": "fields", "dataset_field": "shop", "table_field": "tableName"},
-            "event_time": {"fields": ["created"], "date_rule": "utc"}, **topic}],
-            "allowed_destinations": ["sales.*"]})
+        return parse_pipeline_config(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": TOPIC,
+                        "transforms": with_shop(transforms),
+                        "routing": {
+                            "mode": "fields",
+                            "dataset_field": "shop",
+                            "table_field": "tableName",
+                        },
+                        "event_time": {"fields": ["created"], "date_rule": "utc"},
+                        **topic,
+                    }
+                ],
+                "allowed_destinations": ["sales.*"],
+            }
+        )
 
     return make
 
@@ -110,8 +149,7 @@ def test_avro_records_are_staged_transformed_under_the_derived_schema_and_its_ow
     tmp_path: Path, shop_config
 ) -> None:
     values = [framed(7, order()), framed(7, order(id=2, kind="Game", amount="3"))]
-    stager, result, store = stage(tmp_path, values, shop_config(),
-                                  headers=[("trace-id", b"t-1")])
+    stager, result, store = stage(tmp_path, values, shop_config(), headers=[("trace-id", b"t-1")])
     assert isinstance(stager, TransformRangeStager)
     assert NativeStaging.for_stager(stager) is None  # transformed topics take the Python path
     assert (result.records, result.dead_letters) == (2, {})
@@ -119,9 +157,14 @@ def test_avro_records_are_staged_transformed_under_the_derived_schema_and_its_ow
     assert sorted(files) == ["books", "games"]  # routed by the computed field
     schema, [book] = read(store, files["books"])
     output = stager.staged_schemas[7].compiled.output_schema
-    assert parse_name(files["books"]).key.schema_id == declared_schema_id(output) >= DECLARED_SCHEMA_IDS
+    assert (
+        parse_name(files["books"]).key.schema_id
+        == declared_schema_id(output)
+        >= DECLARED_SCHEMA_IDS
+    )
     assert [f["name"] for f in schema["fields"]] == [
-        f["name"] for f in extended_schema(output, stager.enrichment)["fields"]]
+        f["name"] for f in extended_schema(output, stager.enrichment)["fields"]
+    ]
     assert book["order_id"] == 1 and "id" not in book and "debug" not in book
     assert book["amount"] == 12.5 and book["trace_id"] == "t-1" and book["shop"] == "sales"
     assert book["email"] == hmac.new(b"k3y", b"ann@example.com", hashlib.sha256).hexdigest()
@@ -139,8 +182,9 @@ def test_a_record_that_does_not_transform_is_dead_lettered_naming_transform_and_
     _, result, store = stage(tmp_path, values, shop_config())
     assert result.records == 1
     assert result.dead_letters == {"transform_failed": 1, "body_decode_error": 1}
-    [dead_name] = [n for n, _ in result.files
-                   if parse_name(n).key.schema_id == DEAD_LETTER_SCHEMA_ID]
+    [dead_name] = [
+        n for n, _ in result.files if parse_name(n).key.schema_id == DEAD_LETTER_SCHEMA_ID
+    ]
     letters = {letter["offset"]: letter for letter in read(store, dead_name)[1]}
     assert letters[1]["reason"] == "transform_failed"
     assert "transforms[2] (cast) field 'amount': 'twelve' is not a double" in letters[1]["error"]
@@ -152,16 +196,23 @@ def test_a_record_that_does_not_transform_is_dead_lettered_naming_transform_and_
 def test_a_schema_the_transforms_cannot_apply_to_dead_letters_its_messages_and_asks_once(
     tmp_path: Path, shop_config
 ) -> None:
-    values = [framed(8, {"id": 1, "kind": "Book"}), framed(8, {"id": 2, "kind": "Book"}),
-              framed(7, order())]
+    values = [
+        framed(8, {"id": 1, "kind": "Book"}),
+        framed(8, {"id": 2, "kind": "Book"}),
+        framed(7, order()),
+    ]
     stager, result, store = stage(tmp_path, values, shop_config())
     assert result.records == 1 and result.dead_letters == {"transform_failed": 2}
     assert stager.lookup.asked == [8, 7]
-    [dead_name] = [n for n, _ in result.files
-                   if parse_name(n).key.schema_id == DEAD_LETTER_SCHEMA_ID]
+    [dead_name] = [
+        n for n, _ in result.files if parse_name(n).key.schema_id == DEAD_LETTER_SCHEMA_ID
+    ]
     errors = [letter["error"] for letter in read(store, dead_name)[1]]
-    assert all("transforms[2] (cast) field 'amount': is not in the record schema at this point "
-               "(record schema Order)" in error for error in errors)
+    assert all(
+        "transforms[2] (cast) field 'amount': is not in the record schema at this point "
+        "(record schema Order)" in error
+        for error in errors
+    )
 
 
 def test_a_missing_hmac_key_stops_the_range_naming_the_variable_not_a_value(
@@ -169,28 +220,54 @@ def test_a_missing_hmac_key_stops_the_range_naming_the_variable_not_a_value(
 ) -> None:
     config = shop_config()
     monkeypatch.delenv(KEY_ENV)
-    with pytest.raises(ConfigError, match=rf"topics\[0\]\.transforms\[3\]\.key_env: environment "
-                       rf"variable {KEY_ENV} is not set"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"topics\[0\]\.transforms\[3\]\.key_env: environment "
+        rf"variable {KEY_ENV} is not set",
+    ):
         stage(tmp_path, [framed(7, order())], config)
 
 
 def test_json_topics_apply_transforms_through_the_same_step(tmp_path: Path) -> None:
-    json_schema = {"type": "record", "name": "Click", "namespace": "web", "fields": [
-        {"name": "url", "type": "string"}, {"name": "ms", "type": "long"},
-        {"name": "user", "type": "string"}]}
-    config = parse_pipeline_config({"version": 1, "topics": [{
-        "name": TOPIC, "format": "json", "schema": json_schema,
-        "routing": {"mode": "static", "dataset": "web", "table": "clicks"},
-        "transforms": [{"timestamp": "ms", "epoch_unit": "ms", "to": "timestamp_micros"},
-                       {"mask": "user", "method": None},
-                       {"add": "source", "message": "topic"}],
-        "event_time": {"fields": ["ms"]}}]})
+    json_schema = {
+        "type": "record",
+        "name": "Click",
+        "namespace": "web",
+        "fields": [
+            {"name": "url", "type": "string"},
+            {"name": "ms", "type": "long"},
+            {"name": "user", "type": "string"},
+        ],
+    }
+    config = parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": TOPIC,
+                    "format": "json",
+                    "schema": json_schema,
+                    "routing": {"mode": "static", "dataset": "web", "table": "clicks"},
+                    "transforms": [
+                        {"timestamp": "ms", "epoch_unit": "ms", "to": "timestamp_micros"},
+                        {"mask": "user", "method": None},
+                        {"add": "source", "message": "topic"},
+                    ],
+                    "event_time": {"fields": ["ms"]},
+                }
+            ],
+        }
+    )
     value = json.dumps({"url": "/a", "ms": 1_726_238_205_123, "user": "ann"}).encode()
     stager, result, store = stage(tmp_path, [value], config)
     assert isinstance(stager, JsonRangeStager)
     [(name, _)] = result.files
     output = stager.staged_schemas[declared_schema_id(json_schema)].compiled.output_schema
-    assert parse_name(name).key.schema_id == declared_schema_id(output) != declared_schema_id(json_schema)
+    assert (
+        parse_name(name).key.schema_id
+        == declared_schema_id(output)
+        != declared_schema_id(json_schema)
+    )
     schema, [click] = read(store, name)
     assert click["ms"].isoformat() == "2024-09-13T14:36:45.123000+00:00"
     assert click["user"] is None and click["source"] == TOPIC

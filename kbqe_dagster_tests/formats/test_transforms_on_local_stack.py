@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -29,15 +29,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "transforms-e2e-key"
-SCHEMA = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
-    {"name": "id", "type": "long"},
-    {"name": "kind", "type": "string"},
-    {"name": "email", "type": "string"},
-    {"name": "phone", "type": ["null", "string"], "default": None},
-    {"name": "amount", "type": "string"},
-    {"name": "created", "type": "string"},
-    {"name": "debug", "type": "string"},
-]}
+SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "kind", "type": "string"},
+        {"name": "email", "type": "string"},
+        {"name": "phone", "type": ["null", "string"], "default": None},
+        {"name": "amount", "type": "string"},
+        {"name": "created", "type": "string"},
+        {"name": "debug", "type": "string"},
+    ],
+}
 
 
 def transforms(dataset: str) -> list[dict]:
@@ -60,25 +65,43 @@ def transformed_topic(local_stack, local_endpoints, tmp_path):
     topic = f"transforms.orders.{run}"
     create_topic(local_endpoints.kafka_bootstrap, topic)
     registry = SchemaRegistryClient({"url": local_endpoints.registry_url})
-    schema_id = registry.register_schema(f"transforms-{run}-value",
-                                         Schema(json.dumps(SCHEMA), "AVRO"))
+    schema_id = registry.register_schema(
+        f"transforms-{run}-value", Schema(json.dumps(SCHEMA), "AVRO")
+    )
     dataset, dead = f"transforms_{run}", f"transforms_dead_{run}"
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
-        "version": 1,
-        "topics": [{"name": topic, "transforms": transforms(dataset),
-                    "routing": {"mode": "fields", "dataset_field": "shop",
-                                "table_field": "tableName"},
-                    "event_time": {"fields": ["created"], "date_rule": "utc"}}],
-        "allowed_destinations": [f"{dataset}.*"],
-        "dead_letter": {"dataset": dead, "table": "dead_letters"},
-    }))
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": topic,
+                        "transforms": transforms(dataset),
+                        "routing": {
+                            "mode": "fields",
+                            "dataset_field": "shop",
+                            "table_field": "tableName",
+                        },
+                        "event_time": {"fields": ["created"], "date_rule": "utc"},
+                    }
+                ],
+                "allowed_destinations": [f"{dataset}.*"],
+                "dead_letter": {"dataset": dead, "table": "dead_letters"},
+            }
+        )
+    )
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
-           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/transforms-{run}", "DAGSTER_HOME": str(home),
-           "KBQE_TRANSFORMS_E2E_KEY": KEY}
+    env = {
+        **os.environ,
+        "KBQE_ENV": "local",
+        "KBQE_PIPELINE_CONFIG": str(pipeline),
+        "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/transforms-{run}",
+        "DAGSTER_HOME": str(home),
+        "KBQE_TRANSFORMS_E2E_KEY": KEY,
+    }
     client = local_bigquery_client()
     yield local_endpoints, topic, schema_id, dataset, dead, env, client
     drop_datasets(client, dataset, dead)
@@ -92,14 +115,27 @@ def test_transformed_avro_loads_field_by_field_and_a_bad_value_is_dead_lettered(
     transformed_topic,
 ) -> None:
     endpoints, topic, schema_id, dataset, dead, env, client = transformed_topic
-    orders = [{"id": i, "kind": "Book" if i % 3 else "Game", "email": f"u{i}@example.com",
-               "phone": f"+33 {i}", "amount": f"{i}.25", "created": f"2024-09-13T00:{i:02d}:00",
-               "debug": "internal"} for i in range(30)]
+    orders = [
+        {
+            "id": i,
+            "kind": "Book" if i % 3 else "Game",
+            "email": f"u{i}@example.com",
+            "phone": f"+33 {i}",
+            "amount": f"{i}.25",
+            "created": f"2024-09-13T00:{i:02d}:00",
+            "debug": "internal",
+        }
+        for i in range(30)
+    ]
     bad = {**orders[0], "id": 99, "amount": "twelve"}
     producer = Producer({"bootstrap.servers": endpoints.kafka_bootstrap, "logger": CLIENT_LOG})
     for record in orders:
-        producer.produce(topic, framed(schema_id, record), partition=record["id"] % 2,
-                         headers=[("trace-id", f"t-{record['id']}".encode())])
+        producer.produce(
+            topic,
+            framed(schema_id, record),
+            partition=record["id"] % 2,
+            headers=[("trace-id", f"t-{record['id']}".encode())],
+        )
     producer.produce(topic, framed(schema_id, bad), partition=0)
     assert producer.flush(30) == 0
 
@@ -109,20 +145,25 @@ def test_transformed_avro_loads_field_by_field_and_a_bad_value_is_dead_lettered(
         assert report["topics"][topic]["staged"] == (30 if attempt == 0 else 0)
     assert KEY not in done.stdout + done.stderr  # the HMAC key is never logged
 
-    books = {r["order_id"]: dict(r) for r in client.query(
-        f"SELECT * FROM `{dataset}.books`").result()}
-    games = {r["order_id"]: dict(r) for r in client.query(
-        f"SELECT order_id FROM `{dataset}.games`").result()}
+    books = {
+        r["order_id"]: dict(r) for r in client.query(f"SELECT * FROM `{dataset}.books`").result()
+    }
+    games = {
+        r["order_id"]: dict(r)
+        for r in client.query(f"SELECT order_id FROM `{dataset}.games`").result()
+    }
     assert sorted(books) == [i for i in range(30) if i % 3]
     assert sorted(games) == [i for i in range(30) if not i % 3]
     row = books[7]
     assert "id" not in row and "debug" not in row
     assert row["amount"] == 7.25 and row["phone"] is None and row["trace_id"] == "t-7"
     assert row["email"] == hmac.new(KEY.encode(), b"u7@example.com", hashlib.sha256).hexdigest()
-    assert row["created"] == datetime(2024, 9, 12, 22, 7, tzinfo=timezone.utc)  # Paris → UTC
+    assert row["created"] == datetime(2024, 9, 12, 22, 7, tzinfo=UTC)  # Paris → UTC
     assert str(row["_event_date"]) == "2024-09-12"
     assert (row["shop"], row["tableName"], row["_kafka_partition"]) == (dataset, "books", 1)
-    letters = [dict(r) for r in client.query(
-        f"SELECT reason, error, `offset` FROM `{dead}.dead_letters`").result()]
+    letters = [
+        dict(r)
+        for r in client.query(f"SELECT reason, error, `offset` FROM `{dead}.dead_letters`").result()
+    ]
     assert [letter["reason"] for letter in letters] == ["transform_failed"]
     assert "transforms[2] (cast) field 'amount': 'twelve' is not a double" in letters[0]["error"]

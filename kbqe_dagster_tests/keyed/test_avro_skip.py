@@ -29,14 +29,21 @@ def test_skipping_every_field_ends_exactly_at_the_end_of_the_body(seed: int) -> 
 
 
 def test_blocks_written_with_their_byte_size_are_jumped_over() -> None:
-    schema = {"type": "record", "name": "R", "fields": [
-        {"name": "xs", "type": {"type": "array", "items": "string"}},
-        {"name": "tail", "type": "int"}]}
+    schema = {
+        "type": "record",
+        "name": "R",
+        "fields": [
+            {"name": "xs", "type": {"type": "array", "items": "string"}},
+            {"name": "tail", "type": "int"},
+        ],
+    }
     # An array block of -2 items with its byte size, as some writers emit, then the end.
     items = b"".join(encode_long(len(w)) + w for w in (b"ab", b"c"))
     body = encode_long(-2) + encode_long(len(items)) + items + encode_long(0) + encode_long(5)
     assert fastavro.schemaless_reader(io.BytesIO(body), fastavro.parse_schema(schema), None) == {
-        "xs": ["ab", "c"], "tail": 5}
+        "xs": ["ab", "c"],
+        "tail": 5,
+    }
     assert SkipCompiler().compile(schema)(body, 0) == len(body)
 
 

@@ -5,35 +5,49 @@ changelog schema (so the row bytes are a correct slice), for every source form."
 from __future__ import annotations
 
 import io
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, NotAChangeError, UnsupportedSchemaError
-from kbqe_dagster.keyed.changes import change_layout
-from kbqe_dagster.staging.probe.record_probe import RecordProbe
 from kbqe_dagster.demo.debezium import (
     ROW_V2,
     Change,
     envelope_schema,
     value_record,
 )
+from kbqe_dagster.keyed.changes import change_layout
+from kbqe_dagster.staging.probe.record_probe import RecordProbe
 
 NS = "dbserver1.inventory.customers"
 STATIC = {"mode": "static", "dataset": "inventory", "table": "customers"}
 
 
 def debezium_topic(**keyed):
-    return parse_pipeline_config({"version": 1, "topics": [
-        {"name": "t", "format": "debezium", "routing": STATIC, "keyed": keyed}]}).topics[0]
+    return parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [{"name": "t", "format": "debezium", "routing": STATIC, "keyed": keyed}],
+        }
+    ).topics[0]
 
 
 def plain_topic(**keyed):
-    return parse_pipeline_config({"version": 1, "topics": [
-        {"name": "prices", "routing": STATIC, "event_time": {"fields": ["updated_at"]},
-         "keyed": {"key": ["sku"], "version": "updated_at", **keyed}}]}).topics[0]
+    return parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": "prices",
+                    "routing": STATIC,
+                    "event_time": {"fields": ["updated_at"]},
+                    "keyed": {"key": ["sku"], "version": "updated_at", **keyed},
+                }
+            ],
+        }
+    ).topics[0]
 
 
 def encode(schema, record) -> bytes:
@@ -52,15 +66,24 @@ def changelog_record(schema: dict, body: bytes, topic) -> dict:
     return decode(layout.schema, layout.body(body, fields))
 
 
-ROW = {"id": 7, "first_name": "Anne", "last_name": "Kretchmar", "email": "a@example.com",
-       "phone": None}
+ROW = {
+    "id": 7,
+    "first_name": "Anne",
+    "last_name": "Kretchmar",
+    "email": "a@example.com",
+    "phone": None,
+}
 NEWER = {**ROW, "email": "anne@example.com", "phone": "+1-555-0100"}
 
 
 @pytest.mark.parametrize(
     ("op", "before", "after", "row", "deleted"),
-    [("r", None, ROW, ROW, False), ("c", None, ROW, ROW, False),
-     ("u", ROW, NEWER, NEWER, False), ("d", NEWER, None, NEWER, True)],
+    [
+        ("r", None, ROW, ROW, False),
+        ("c", None, ROW, ROW, False),
+        ("u", ROW, NEWER, NEWER, False),
+        ("d", NEWER, None, NEWER, True),
+    ],
 )
 def test_an_envelope_becomes_the_change_columns_and_its_row_image(op, before, after, row, deleted):
     schema = envelope_schema(NS, ROW_V2)
@@ -72,16 +95,26 @@ def test_an_envelope_becomes_the_change_columns_and_its_row_image(op, before, af
 def test_the_changelog_schema_puts_change_columns_first_and_keeps_the_row_fields_in_order():
     layout = change_layout(envelope_schema(NS, ROW_V2), debezium_topic())
     names = [f["name"] for f in layout.schema["fields"]]
-    assert names == ["_op", "_source_ts_ms", "_deleted", "id", "first_name", "last_name",
-                     "email", "phone"]
+    assert names == [
+        "_op",
+        "_source_ts_ms",
+        "_deleted",
+        "id",
+        "first_name",
+        "last_name",
+        "email",
+        "phone",
+    ]
     assert layout.schema["name"] == f"{NS}.Value"
 
 
 @pytest.mark.parametrize(
     ("op", "before", "after", "expected"),
-    [("t", None, None, "op 't' is not a row change"),
-     ("d", None, None, "op 'd' without a before image"),
-     ("u", ROW, None, "op 'u' without a after image")],
+    [
+        ("t", None, None, "op 't' is not a row change"),
+        ("d", None, None, "op 'd' without a before image"),
+        ("u", ROW, None, "op 'u' without a after image"),
+    ],
 )
 def test_an_envelope_that_is_not_a_row_change_is_bad_input(op, before, after, expected):
     schema = envelope_schema(NS, ROW_V2)
@@ -91,25 +124,39 @@ def test_an_envelope_that_is_not_a_row_change_is_bad_input(op, before, after, ex
     assert caught.value.reason == "not_a_change"
 
 
-FLAT = {"type": "record", "name": "Value", "namespace": NS, "fields": [
-    *ROW_V2,
-    {"name": "__op", "type": ["null", "string"], "default": None},
-    {"name": "__source_ts_ms", "type": ["null", "long"], "default": None},
-    {"name": "__deleted", "type": ["null", "string"], "default": None},
-]}
+FLAT = {
+    "type": "record",
+    "name": "Value",
+    "namespace": NS,
+    "fields": [
+        *ROW_V2,
+        {"name": "__op", "type": ["null", "string"], "default": None},
+        {"name": "__source_ts_ms", "type": ["null", "long"], "default": None},
+        {"name": "__deleted", "type": ["null", "string"], "default": None},
+    ],
+}
 
 
 @pytest.mark.parametrize(
     ("op", "deleted", "expected_op", "expected_deleted"),
-    [("c", "false", "c", False), ("u", "false", "u", False), ("d", "true", "d", True),
-     (None, "true", "d", True)],
+    [
+        ("c", "false", "c", False),
+        ("u", "false", "u", False),
+        ("d", "true", "d", True),
+        (None, "true", "d", True),
+    ],
 )
-def test_extract_new_record_state_records_become_changes(op, deleted, expected_op,
-                                                         expected_deleted):
+def test_extract_new_record_state_records_become_changes(
+    op, deleted, expected_op, expected_deleted
+):
     body = encode(FLAT, {**NEWER, "__op": op, "__source_ts_ms": 99, "__deleted": deleted})
     record = changelog_record(FLAT, body, debezium_topic())
-    assert record == {"_op": expected_op, "_source_ts_ms": 99, "_deleted": expected_deleted,
-                      **NEWER}
+    assert record == {
+        "_op": expected_op,
+        "_source_ts_ms": 99,
+        "_deleted": expected_deleted,
+        **NEWER,
+    }
 
 
 def test_extract_new_record_state_needs_its_fields_after_the_row_and_a_version():
@@ -126,29 +173,43 @@ def test_a_debezium_topic_refuses_records_that_are_no_change_events():
         change_layout({"type": "record", "name": "X", "fields": ROW_V2}, debezium_topic())
 
 
-PRICE = {"type": "record", "name": "Price", "namespace": "shop", "fields": [
-    {"name": "sku", "type": "string"},
-    {"name": "cents", "type": "long"},
-    {"name": "updated_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "discontinued", "type": "boolean"},
-]}
+PRICE = {
+    "type": "record",
+    "name": "Price",
+    "namespace": "shop",
+    "fields": [
+        {"name": "sku", "type": "string"},
+        {"name": "cents", "type": "long"},
+        {"name": "updated_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "discontinued", "type": "boolean"},
+    ],
+}
 
 
 @pytest.mark.parametrize(("discontinued", "op"), [(False, "u"), (True, "d")])
 def test_a_plain_keyed_record_is_an_upsert_or_a_delete_versioned_by_its_field(discontinued, op):
-    at = datetime(2024, 11, 19, 12, 0, 0, 123000, tzinfo=timezone.utc)
+    at = datetime(2024, 11, 19, 12, 0, 0, 123000, tzinfo=UTC)
     price = {"sku": "A-1", "cents": 1999, "updated_at": at, "discontinued": discontinued}
     record = changelog_record(PRICE, encode(PRICE, price), plain_topic(delete_field="discontinued"))
-    assert record == {"_op": op, "_source_ts_ms": 1_732_017_600_123, "_deleted": discontinued,
-                      **price}
+    assert record == {
+        "_op": op,
+        "_source_ts_ms": 1_732_017_600_123,
+        "_deleted": discontinued,
+        **price,
+    }
 
 
 @pytest.mark.parametrize(
     ("keyed", "expected"),
-    [({"key": ["id"]}, "topics[prices].keyed.key: ['id'] not among the row fields"),
-     ({"version": "cents_x"}, "topics[prices].keyed.version: field 'cents_x' is not in shop.Price"),
-     ({"version": "sku"}, "topics[prices].keyed.version: field 'sku' is ['string'], expected"),
-     ({"delete_field": "cents"}, "topics[prices].keyed.delete_field: field 'cents' is ['long']")],
+    [
+        ({"key": ["id"]}, "topics[prices].keyed.key: ['id'] not among the row fields"),
+        (
+            {"version": "cents_x"},
+            "topics[prices].keyed.version: field 'cents_x' is not in shop.Price",
+        ),
+        ({"version": "sku"}, "topics[prices].keyed.version: field 'sku' is ['string'], expected"),
+        ({"delete_field": "cents"}, "topics[prices].keyed.delete_field: field 'cents' is ['long']"),
+    ],
 )
 def test_keyed_fields_the_schema_lacks_fail_the_run_naming_the_key_path(keyed, expected):
     with pytest.raises(ConfigError) as caught:

@@ -59,16 +59,20 @@ def run_until_idle(rig: KeyedRig, crash_at: str | None = None) -> dict:
 
 
 def staging_names(rig: KeyedRig) -> list[str]:
-    store = StagingLocation(rig.env["KBQE_STAGING_URL"], rig.endpoints.gcs_url,
-                            LOCAL_PROJECT).open()
+    store = StagingLocation(
+        rig.env["KBQE_STAGING_URL"], rig.endpoints.gcs_url, LOCAL_PROJECT
+    ).open()
     return sorted(f.name for f in store.list(""))
 
 
 def changelog_counts(rig: KeyedRig, mode: str) -> tuple[int, int]:
     """(rows, distinct (partition, offset)) of the changelog."""
-    [row] = list(rig.client.query(
-        f"SELECT COUNT(*) AS n, COUNT(DISTINCT FORMAT('%d:%d', _kafka_partition, _kafka_offset)) "
-        f"AS d FROM `{rig.dataset}.customers_{mode}_changelog`").result())
+    [row] = list(
+        rig.client.query(
+            f"SELECT COUNT(*) AS n, COUNT(DISTINCT FORMAT('%d:%d', _kafka_partition, _kafka_offset)) "
+            f"AS d FROM `{rig.dataset}.customers_{mode}_changelog`"
+        ).result()
+    )
     return row["n"], row["d"]
 
 
@@ -83,8 +87,9 @@ def assert_as_the_oracle_says(rig: KeyedRig, table: CustomersTable) -> None:
 
 def assert_never_loaded(rig: KeyedRig) -> None:
     names = staging_names(rig)
-    assert not [n for n in names if "_changelog." in n and n.endswith(".avro")], \
+    assert not [n for n in names if "_changelog." in n and n.endswith(".avro")], (
         "a changelog delivered by storage_write is never staged for a load"
+    )
     assert [n for n in names if "_changelog." in n and n.endswith(".done")]
 
 
@@ -94,8 +99,9 @@ def merge_metadata(rig: KeyedRig, mode: str) -> list:
 
     key = dg.AssetKey(["bigquery", rig.dataset, f"customers_{mode}"])
     with dg.DagsterInstance.from_config(rig.env["DAGSTER_HOME"]) as instance:
-        records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key),
-                                                  limit=100).records
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key), limit=100
+        ).records
     return [r.asset_materialization.metadata for r in records]
 
 
@@ -117,8 +123,9 @@ def test_a_debezium_changelog_delivered_by_storage_write_merges_as_the_oracle_sa
     assert_never_loaded(rig)
     merges = merge_metadata(rig, "soft")
     assert merges and all(m["load_jobs_merged"].value == 0 for m in merges)
-    merged = {(r["partition"], r["first"]) for m in merges
-              for r in m["delivered_ranges_merged"].value}
+    merged = {
+        (r["partition"], r["first"]) for m in merges for r in m["delivered_ranges_merged"].value
+    }
     assert {p for p, _ in merged} == set(range(PARTITIONS)) and (0, 0) in merged
 
     # Round 2: schema v2 adds a column mid-stream; the run is killed after the appends of a
@@ -152,7 +159,9 @@ def test_a_changelog_switched_between_load_and_storage_write_merges_every_change
         table.round(inserts=5, updates=8, deletes=3)
         rig.topics.produce(table)
         report = run_until_idle(rig)  # exits 0 only when the keyed checks pass
-        loads = sum(report["tables"].get(f"{rig.dataset}.customers_{m}_changelog", {})
-                    .get("load_jobs", 0) for m in MODES)
+        loads = sum(
+            report["tables"].get(f"{rig.dataset}.customers_{m}_changelog", {}).get("load_jobs", 0)
+            for m in MODES
+        )
         assert (loads > 0) == (delivery == "load"), (delivery, report["tables"])
         assert_as_the_oracle_says(rig, table)

@@ -8,7 +8,7 @@ deliveries merges each range by the path that delivered it."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -21,13 +21,12 @@ from kbqe_dagster.keyed.merge import TableMergeResult, check_keyed_tables, merge
 from kbqe_dagster.keyed.merge_state import MERGE_STATE_FILE, MergeState
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 
-NOW = datetime(2024, 11, 19, tzinfo=timezone.utc)
+NOW = datetime(2024, 11, 19, tzinfo=UTC)
 TOPIC = "dbserver1.inventory.customers"
 CHANGELOG = "customers_changelog"
 
 
-def name(partition: int, first: int, last: int | None, kind: str,
-         table: str = CHANGELOG) -> str:
+def name(partition: int, first: int, last: int | None, kind: str, table: str = CHANGELOG) -> str:
     bounds = f"{first}.{last}" if last is not None else f"{first}"
     return f"{TOPIC}.{partition}.inventory.{table}.3.{bounds}.{kind}"
 
@@ -57,17 +56,37 @@ class Staging:
 
 
 def config(merge_every: int = 1, delivery: str = "storage_write"):
-    return parse_pipeline_config({"version": 1, "topics": [
-        {"name": TOPIC, "format": "debezium", "delivery": delivery,
-         "routing": {"mode": "static", "dataset": "inventory", "table": "customers"},
-         "keyed": {"key": ["id"], "merge_every": merge_every}}]})
+    return parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": TOPIC,
+                    "format": "debezium",
+                    "delivery": delivery,
+                    "routing": {"mode": "static", "dataset": "inventory", "table": "customers"},
+                    "keyed": {"key": ["id"], "merge_every": merge_every},
+                }
+            ],
+        }
+    )
 
 
-def loaded(job_id: str, partition: int, first: int, last: int,
-           status: JobStatus = JobStatus.SUCCEEDED) -> LoadJobRecord:
+def loaded(
+    job_id: str, partition: int, first: int, last: int, status: JobStatus = JobStatus.SUCCEEDED
+) -> LoadJobRecord:
     done = name(partition, first, last, "done")
-    return LoadJobRecord(job_id, "inventory", CHANGELOG, 3, (done.replace(".done", ".avro"),),
-                         NOW, NOW, done_files=(done,), status=status)
+    return LoadJobRecord(
+        job_id,
+        "inventory",
+        CHANGELOG,
+        3,
+        (done.replace(".done", ".avro"),),
+        NOW,
+        NOW,
+        done_files=(done,),
+        status=status,
+    )
 
 
 class FakeMerger:
@@ -149,8 +168,9 @@ def test_merge_every_counts_cycles_with_newly_delivered_ranges(tmp_path) -> None
     assert merge_keyed_tables(config(3), merger, staging.store, LoadState()) == []
     assert merge_keyed_tables(config(3), merger, staging.store, LoadState()) == []
     staging.delivered(0, 10, 19)
-    assert [r.delivered for r in merge_keyed_tables(config(3), merger, staging.store,
-                                                    LoadState())] == [{0: [(0, 19)]}]
+    assert [
+        r.delivered for r in merge_keyed_tables(config(3), merger, staging.store, LoadState())
+    ] == [{0: [(0, 19)]}]
     staging.delivered(0, 20, 29)
     merge_keyed_tables(config(3), merger, staging.store, LoadState(), force=True)
     assert merger.merges == [{0: [(0, 19)]}, {0: [(20, 29)]}]
@@ -173,7 +193,7 @@ def test_a_crash_before_the_state_is_written_merges_the_same_rows_again(tmp_path
 
 
 def test_a_switch_between_deliveries_merges_each_range_by_the_path_that_delivered_it(
-    tmp_path
+    tmp_path,
 ) -> None:
     staging, merger = Staging(tmp_path), FakeMerger()
     # Loaded before the switch (job a), then appended, then a load range waiting for its job.
@@ -183,7 +203,9 @@ def test_a_switch_between_deliveries_merges_each_range_by_the_path_that_delivere
     state = LoadState((loaded("a", 0, 0, 9),))
     staging.store.put_bytes(name(0, 0, 9, "done"), b"")
     merge_keyed_tables(config(), merger, staging.store, state)
-    assert merger.merges == [{0: [(0, 19), (30, 39)]}]  # 0..9 by its job, 10..19 and 30..39 delivered
+    assert merger.merges == [
+        {0: [(0, 19), (30, 39)]}
+    ]  # 0..9 by its job, 10..19 and 30..39 delivered
     assert watermarks(staging) == {0: 39}
     # The waiting range is loaded later: its job brings it, the delivered path never.
     state = LoadState((*state.jobs, loaded("b", 0, 20, 29)))
@@ -206,8 +228,9 @@ def test_the_check_leaves_out_the_delivered_rows_not_merged_yet(tmp_path) -> Non
     staging.delivered(0, 10, 19)
     staging.delivered(2, 0, 9)  # a partition the merge has not seen yet
     check_keyed_tables(config(), merger, staging.store, LoadState(), seed="2024-11-19")
-    assert merger.checked == [{0: [(10, LAST_OFFSET)], 1: [(5, LAST_OFFSET)],
-                               2: [(0, LAST_OFFSET)]}]
+    assert merger.checked == [
+        {0: [(10, LAST_OFFSET)], 1: [(5, LAST_OFFSET)], 2: [(0, LAST_OFFSET)]}
+    ]
 
 
 def test_a_load_only_changelog_is_merged_by_its_jobs_without_listing_the_topic(tmp_path) -> None:
@@ -224,18 +247,23 @@ def test_a_load_only_changelog_is_merged_by_its_jobs_without_listing_the_topic(t
     assert MergeState.decode(staging.store.read_bytes(MERGE_STATE_FILE)).delivered == {}
 
 
-@pytest.mark.parametrize("spans, minus, expected", [
-    ([(0, 9)], [], [(0, 9)]),
-    ([(0, 9)], [(0, 9)], []),
-    ([(0, 29)], [(10, 19)], [(0, 9), (20, 29)]),
-    ([(5, 25)], [(0, 9), (20, 40)], [(10, 19)]),
-    ([(0, 9), (20, 29)], [(8, 21)], [(0, 7), (22, 29)]),
-    ([(10, 19)], [(0, 4), (30, 39)], [(10, 19)]),
-])
+@pytest.mark.parametrize(
+    "spans, minus, expected",
+    [
+        ([(0, 9)], [], [(0, 9)]),
+        ([(0, 9)], [(0, 9)], []),
+        ([(0, 29)], [(10, 19)], [(0, 9), (20, 29)]),
+        ([(5, 25)], [(0, 9), (20, 40)], [(10, 19)]),
+        ([(0, 9), (20, 29)], [(8, 21)], [(0, 7), (22, 29)]),
+        ([(10, 19)], [(0, 4), (30, 39)], [(10, 19)]),
+    ],
+)
 def test_subtract_leaves_the_offsets_no_span_covers(spans, minus, expected) -> None:
     assert subtract(spans, minus) == expected
 
 
 def test_not_merged_yet_is_everything_after_the_watermark_but_the_load_path_s() -> None:
     assert not_merged_yet({0: 9}, [0, 1], {0: [(20, 29)]}) == {
-        0: [(10, 19), (30, LAST_OFFSET)], 1: [(0, LAST_OFFSET)]}
+        0: [(10, 19), (30, LAST_OFFSET)],
+        1: [(0, LAST_OFFSET)],
+    }

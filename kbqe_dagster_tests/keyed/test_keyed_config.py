@@ -8,8 +8,8 @@ import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.record.event_time import DateRule
 from kbqe_dagster.core.keyed.contract import DeleteMode, KeyedConfig, SourceFormat
+from kbqe_dagster.core.record.event_time import DateRule
 
 STATIC = {"mode": "static", "dataset": "inventory", "table": "customers"}
 
@@ -41,8 +41,12 @@ def test_the_issue_example_parses_as_written() -> None:
 
 
 def test_a_debezium_topic_keeps_its_own_event_time_fields_over_the_default() -> None:
-    raw = _config(format="debezium", routing=STATIC, keyed={},
-                  event_time={"fields": ["after.updated_at"], "date_rule": "utc"})
+    raw = _config(
+        format="debezium",
+        routing=STATIC,
+        keyed={},
+        event_time={"fields": ["after.updated_at"], "date_rule": "utc"},
+    )
     raw["event_time"] = {"fields": ["eventTime"]}  # the append topics' default is not Debezium's
     topic = parse_pipeline_config(raw).topics[0]
     assert topic.event_time.fields == ("after.updated_at",)
@@ -62,8 +66,9 @@ def test_a_plain_keyed_topic_names_its_key_and_version() -> None:
     raw = _config(routing=STATIC, keyed=keyed, event_time={"fields": ["updated_at"]})
     topic = parse_pipeline_config(raw).topics[0]
     assert topic.format is SourceFormat.AVRO
-    assert topic.keyed == KeyedConfig(key=("sku",), version="updated_at",
-                                      delete_field="discontinued")
+    assert topic.keyed == KeyedConfig(
+        key=("sku",), version="updated_at", delete_field="discontinued"
+    )
 
 
 def test_the_changelog_table_is_allowed_with_its_static_destination() -> None:
@@ -81,33 +86,67 @@ def test_append_topics_are_unchanged() -> None:
 @pytest.mark.parametrize(
     ("topic", "expected"),
     [
-        ({"format": "debezium", "routing": STATIC},
-         "topics[0].format: debezium needs a keyed: section"),
-        ({"format": "thrift", "routing": STATIC, "keyed": {}},
-         "topics[0].format: expected one of avro, debezium, json, decoder, json_schema, protobuf, "
-         "got 'thrift'"),
-        ({"format": "protobuf", "routing": STATIC, "keyed": {}},
-         "topics[0].keyed: not with format: protobuf (keyed topics are avro or debezium)"),
-        ({"routing": STATIC, "keyed": {"version": "v"}, "event_time": {"fields": ["v"]}},
-         "topics[0].keyed.key: required unless format: debezium"),
-        ({"routing": STATIC, "keyed": {"key": ["id"], "history": True},
-          "event_time": {"fields": ["v"]}},
-         "topics[0].keyed.version: required unless format: debezium"),
-        ({"format": "debezium", "routing": STATIC, "keyed": {"version": "ts"}},
-         "topics[0].keyed.version: not used with format: debezium"),
-        ({"format": "debezium", "routing": STATIC, "keyed": {"deletes": "purge"}},
-         "topics[0].keyed.deletes: expected one of soft, hard, got 'purge'"),
-        ({"format": "debezium", "routing": STATIC, "keyed": {"merge_every": 0}},
-         "topics[0].keyed.merge_every: must be at least 1, got 0"),
-        ({"format": "debezium", "routing": STATIC, "keyed": {"key": []}},
-         "topics[0].keyed.key: expected at least one entry"),
-        ({"format": "debezium", "routing": STATIC, "keyed": {"histroy": True}},
-         "topics[0].keyed.histroy: unknown key; did you mean 'history'?"),
-        ({"format": "debezium", "keyed": {}},
-         "topics[0].routing: a keyed topic needs routing mode static"),
-        ({"format": "debezium", "keyed": {},
-          "routing": {"mode": "static", "dataset": "kbqe_dead_letters", "table": "dead_letters"}},
-         "topics[0].keyed: not allowed on the dead-letter table"),
+        (
+            {"format": "debezium", "routing": STATIC},
+            "topics[0].format: debezium needs a keyed: section",
+        ),
+        (
+            {"format": "thrift", "routing": STATIC, "keyed": {}},
+            "topics[0].format: expected one of avro, debezium, json, decoder, json_schema, protobuf, "
+            "got 'thrift'",
+        ),
+        (
+            {"format": "protobuf", "routing": STATIC, "keyed": {}},
+            "topics[0].keyed: not with format: protobuf (keyed topics are avro or debezium)",
+        ),
+        (
+            {"routing": STATIC, "keyed": {"version": "v"}, "event_time": {"fields": ["v"]}},
+            "topics[0].keyed.key: required unless format: debezium",
+        ),
+        (
+            {
+                "routing": STATIC,
+                "keyed": {"key": ["id"], "history": True},
+                "event_time": {"fields": ["v"]},
+            },
+            "topics[0].keyed.version: required unless format: debezium",
+        ),
+        (
+            {"format": "debezium", "routing": STATIC, "keyed": {"version": "ts"}},
+            "topics[0].keyed.version: not used with format: debezium",
+        ),
+        (
+            {"format": "debezium", "routing": STATIC, "keyed": {"deletes": "purge"}},
+            "topics[0].keyed.deletes: expected one of soft, hard, got 'purge'",
+        ),
+        (
+            {"format": "debezium", "routing": STATIC, "keyed": {"merge_every": 0}},
+            "topics[0].keyed.merge_every: must be at least 1, got 0",
+        ),
+        (
+            {"format": "debezium", "routing": STATIC, "keyed": {"key": []}},
+            "topics[0].keyed.key: expected at least one entry",
+        ),
+        (
+            {"format": "debezium", "routing": STATIC, "keyed": {"histroy": True}},
+            "topics[0].keyed.histroy: unknown key; did you mean 'history'?",
+        ),
+        (
+            {"format": "debezium", "keyed": {}},
+            "topics[0].routing: a keyed topic needs routing mode static",
+        ),
+        (
+            {
+                "format": "debezium",
+                "keyed": {},
+                "routing": {
+                    "mode": "static",
+                    "dataset": "kbqe_dead_letters",
+                    "table": "dead_letters",
+                },
+            },
+            "topics[0].keyed: not allowed on the dead-letter table",
+        ),
     ],
 )
 def test_keyed_mistakes_are_config_errors_at_their_key_path(topic: dict, expected: str) -> None:
@@ -116,8 +155,13 @@ def test_keyed_mistakes_are_config_errors_at_their_key_path(topic: dict, expecte
 
 def test_the_pipeline_names_its_changelog_tables() -> None:
     raw = _config(format="debezium", routing=STATIC, keyed={})
-    raw["topics"].append({"name": "orders", "event_time": {"fields": ["ts"]},
-                          "routing": {"mode": "static", "dataset": "sales", "table": "orders"}})
+    raw["topics"].append(
+        {
+            "name": "orders",
+            "event_time": {"fields": ["ts"]},
+            "routing": {"mode": "static", "dataset": "sales", "table": "orders"},
+        }
+    )
     assert parse_pipeline_config(raw).changelog_tables == {("inventory", "customers_changelog")}
 
 
@@ -128,6 +172,9 @@ def test_the_debezium_example_pipeline_is_valid() -> None:
 
     example = Path(__file__).resolve().parents[2] / "examples" / "debezium.yaml"
     config = load_pipeline_config(example)
-    assert [t.format for t in config.topics] == [SourceFormat.DEBEZIUM, SourceFormat.DEBEZIUM,
-                                                 SourceFormat.AVRO]
+    assert [t.format for t in config.topics] == [
+        SourceFormat.DEBEZIUM,
+        SourceFormat.DEBEZIUM,
+        SourceFormat.AVRO,
+    ]
     assert config.topics[1].keyed == KeyedConfig(deletes=DeleteMode.HARD, merge_every=4)

@@ -10,9 +10,9 @@ import dagster as dg
 from kbqe_dagster.core.config.pipeline import load_pipeline_config
 from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.defs.bigquery.jobs import LOAD_POOL
-from kbqe_dagster.runner.keyed_merge import merge_keyed_tables
 from kbqe_dagster.keyed.merge import MERGE_JOB
 from kbqe_dagster.runner.after_load import AfterLoadContext, JobRun, TableMerge
+from kbqe_dagster.runner.keyed_merge import merge_keyed_tables
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "debezium.yaml"
 
@@ -55,10 +55,21 @@ def _context(run: JobRun) -> tuple[AfterLoadContext, list]:
 
 
 def test_the_runner_step_forces_a_merge_and_reports_each_table() -> None:
-    run = JobRun(MERGE_JOB, "r1", True, materializations=(
-        (("bigquery", "inventory", "customers"), {"keys_merged": 7, "merge_bytes_processed": 10}),
-        (("bigquery", "inventory", "customers_history"), {"view": "p.inventory.customers_history"}),
-    ))
+    run = JobRun(
+        MERGE_JOB,
+        "r1",
+        True,
+        materializations=(
+            (
+                ("bigquery", "inventory", "customers"),
+                {"keys_merged": 7, "merge_bytes_processed": 10},
+            ),
+            (
+                ("bigquery", "inventory", "customers_history"),
+                {"view": "p.inventory.customers_history"},
+            ),
+        ),
+    )
     context, calls = _context(run)
     result = merge_keyed_tables(context)
     assert calls == [(MERGE_JOB, {"ops": {"merge_keyed_tables_op": {"config": {"force": True}}}})]
@@ -69,8 +80,11 @@ def test_the_runner_step_forces_a_merge_and_reports_each_table() -> None:
 def test_the_runner_step_fails_on_a_failed_merge_or_check() -> None:
     failed = merge_keyed_tables(_context(JobRun(MERGE_JOB, "r2", False, "MergeError: x"))[0])
     assert failed.error == "merge run r2: MergeError: x"
-    checked = merge_keyed_tables(_context(JobRun(
-        MERGE_JOB, "r3", True, failed_checks=("bigquery/inventory/orders:keys_unique",)))[0])
+    checked = merge_keyed_tables(
+        _context(
+            JobRun(MERGE_JOB, "r3", True, failed_checks=("bigquery/inventory/orders:keys_unique",))
+        )[0]
+    )
     assert checked.error == "merge run r3: failed check(s) bigquery/inventory/orders:keys_unique"
 
 

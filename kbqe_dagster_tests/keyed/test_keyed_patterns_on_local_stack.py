@@ -32,26 +32,44 @@ def cdc(local_stack, local_endpoints, tmp_path):
     run = uuid.uuid4().hex[:8]
     prefix, dataset, dead = f"disco{run}.inventory.", f"disco_inv_{run}", f"disco_dead_{run}"
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
-        "version": 1,
-        "topic_patterns": [{
-            "match": rf"disco{run}\.inventory\..*", "format": "debezium",
-            "keyed": {"deletes": "soft"},
-            "routing": {"mode": "static", "dataset": dataset, "table": "{topic}"},
-        }],
-        "dead_letter": {"dataset": dead, "table": "dead_letters"},
-    }))
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topic_patterns": [
+                    {
+                        "match": rf"disco{run}\.inventory\..*",
+                        "format": "debezium",
+                        "keyed": {"deletes": "soft"},
+                        "routing": {"mode": "static", "dataset": dataset, "table": "{topic}"},
+                    }
+                ],
+                "dead_letter": {"dataset": dead, "table": "dead_letters"},
+            }
+        )
+    )
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
-           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/disco-cdc-{run}", "DAGSTER_HOME": str(home)}
+    env = {
+        **os.environ,
+        "KBQE_ENV": "local",
+        "KBQE_PIPELINE_CONFIG": str(pipeline),
+        "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/disco-cdc-{run}",
+        "DAGSTER_HOME": str(home),
+    }
     client = local_bigquery_client()
     made: list[DebeziumTopics] = []
 
     def topics(*names: str) -> DebeziumTopics:
-        made.append(DebeziumTopics(local_endpoints.kafka_bootstrap, local_endpoints.registry_url,
-                                   [prefix + n for n in names], PARTITIONS))
+        made.append(
+            DebeziumTopics(
+                local_endpoints.kafka_bootstrap,
+                local_endpoints.registry_url,
+                [prefix + n for n in names],
+                PARTITIONS,
+            )
+        )
         return made[-1]
 
     yield topics, dataset, env, client
@@ -67,8 +85,10 @@ def kbqe_run(env: dict) -> dict:
 
 def current_rows(client, dataset: str, topic: str) -> set[tuple]:
     columns = ", ".join(f"`{c}`" if c != "phone" else "NULL AS phone" for c in ROW_COLUMNS)
-    sql = (f"SELECT {columns}, _op, _source_ts_ms, _deleted, _kafka_partition, _kafka_offset "
-           f"FROM `{dataset}.{topic.replace('.', '_')}`")
+    sql = (
+        f"SELECT {columns}, _op, _source_ts_ms, _deleted, _kafka_partition, _kafka_offset "
+        f"FROM `{dataset}.{topic.replace('.', '_')}`"
+    )
     return {tuple(row) for row in client.query(sql).result()}
 
 
@@ -83,7 +103,8 @@ def test_one_keyed_pattern_onboards_every_table_of_a_debezium_database(cdc) -> N
 
     report = kbqe_run(env)
     assert {t: r["staged"] for t, r in report["topics"].items()} == {
-        t: len(table.changes) - tombstones for t in first.topics}
+        t: len(table.changes) - tombstones for t in first.topics
+    }
     for topic in first.topics:
         assert current_rows(client, dataset, topic) == current_state(first.produced[topic], False)
         assert f"{dataset}.{topic.replace('.', '_')}" in report["tables"]  # merged

@@ -5,7 +5,7 @@ recover."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -21,7 +21,7 @@ from kbqe_dagster.keyed.merge_state import (
 )
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 
-NOW = datetime(2024, 11, 19, tzinfo=timezone.utc)
+NOW = datetime(2024, 11, 19, tzinfo=UTC)
 TOPIC = "dbserver1.inventory.customers"
 
 
@@ -29,33 +29,56 @@ def done(partition: int, first: int, last: int, table: str = "customers_changelo
     return f"{TOPIC}.{partition}.inventory.{table}.3.{first}.{last}.done"
 
 
-def job(job_id: str, *done_files: str, status=JobStatus.SUCCEEDED,
-        table: str = "customers_changelog") -> LoadJobRecord:
-    return LoadJobRecord(job_id, "inventory", table, 3, tuple(d.replace(".done", ".avro")
-                         for d in done_files), NOW, NOW, done_files=done_files, status=status)
+def job(
+    job_id: str, *done_files: str, status=JobStatus.SUCCEEDED, table: str = "customers_changelog"
+) -> LoadJobRecord:
+    return LoadJobRecord(
+        job_id,
+        "inventory",
+        table,
+        3,
+        tuple(d.replace(".done", ".avro") for d in done_files),
+        NOW,
+        NOW,
+        done_files=done_files,
+        status=status,
+    )
 
 
 def config(merge_every: int = 1):
-    return parse_pipeline_config({"version": 1, "topics": [
-        {"name": TOPIC, "format": "debezium",
-         "routing": {"mode": "static", "dataset": "inventory", "table": "customers"},
-         "keyed": {"key": ["id"], "merge_every": merge_every}}]})
+    return parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": TOPIC,
+                    "format": "debezium",
+                    "routing": {"mode": "static", "dataset": "inventory", "table": "customers"},
+                    "keyed": {"key": ["id"], "merge_every": merge_every},
+                }
+            ],
+        }
+    )
 
 
 def test_the_ranges_to_merge_are_the_exact_done_files_of_new_succeeded_jobs() -> None:
-    state = LoadState((
-        job("a", done(0, 0, 9), done(0, 10, 19), done(1, 0, 4)),
-        job("b", done(0, 30, 39)),
-        job("c", done(0, 20, 29), status=JobStatus.SUBMITTED),  # pending: not loaded yet
-        job("d", done(2, 0, 9)),
-        job("x", done(0, 0, 99, table="orders_changelog"), table="orders_changelog"),
-    ))
+    state = LoadState(
+        (
+            job("a", done(0, 0, 9), done(0, 10, 19), done(1, 0, 4)),
+            job("b", done(0, 30, 39)),
+            job("c", done(0, 20, 29), status=JobStatus.SUBMITTED),  # pending: not loaded yet
+            job("d", done(2, 0, 9)),
+            job("x", done(0, 0, 99, table="orders_changelog"), table="orders_changelog"),
+        )
+    )
     jobs, ranges = unmerged_ranges(state, {"d"}, "inventory", "customers_changelog")
     assert jobs == ["a", "b"]
     assert ranges == {0: [(0, 19), (30, 39)], 1: [(0, 4)]}  # adjacent joined, the gap kept
     # What a check must leave out: everything not merged, pending included.
     assert not_merged_ranges(state, {"d"}, "inventory", "customers_changelog") == {
-        0: [(0, 39)], 1: [(0, 4)]}
+        0: [(0, 39)],
+        1: [(0, 4)],
+    }
 
 
 class FakeMerger:
@@ -81,7 +104,8 @@ def test_merges_record_their_jobs_and_never_merge_them_again(tmp_path) -> None:
     merge_keyed_tables(config(), merger, store, state)
     assert merger.merges == [{0: [(0, 9)]}, {0: [(10, 19)]}]
     assert MergeState.decode(store.read_bytes(MERGE_STATE_FILE)).merged_jobs == {
-        "inventory.customers": {"a", "b"}}
+        "inventory.customers": {"a", "b"}
+    }
 
 
 def test_a_crash_before_the_state_is_written_merges_the_same_jobs_again(tmp_path) -> None:

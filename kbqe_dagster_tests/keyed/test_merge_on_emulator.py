@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -20,7 +20,7 @@ from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads
 from kbqe_dagster_tests.localstack.emulators import bq, emulators  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
-END = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
+END = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -47,14 +47,20 @@ def random_batches(seed: int, batches: int = 4, per_batch: int = 40) -> list[lis
             roll = rng.random()
             if seen and roll < 0.1:  # a redelivered copy, at a later offset of its partition
                 old = rng.choice(seen)
-                event = Event(old.id, old.name, old.op, old.version, old.partition,
-                              offsets[old.partition])
+                event = Event(
+                    old.id, old.name, old.op, old.version, old.partition, offsets[old.partition]
+                )
             else:
                 partition = rng.randrange(3) if roll < 0.2 else 0  # mostly one partition
                 op = rng.choice(["c", "u", "u", "d"])
-                event = Event(rng.randrange(12), f"n{rng.randrange(1000)}", op,
-                              rng.choice([100, 100, 200, 300, rng.randrange(1000)]), partition,
-                              offsets[partition])
+                event = Event(
+                    rng.randrange(12),
+                    f"n{rng.randrange(1000)}",
+                    op,
+                    rng.choice([100, 100, 200, 300, rng.randrange(1000)]),
+                    partition,
+                    offsets[partition],
+                )
             offsets[event.partition] += 1
             batch.append(event)
             seen.append(event)
@@ -67,8 +73,11 @@ def oracle_current(events: list[Event], hard: bool) -> set[tuple]:
     for e in events:
         if e.id not in best or e.order > best[e.id].order:
             best[e.id] = e
-    return {(e.id, e.name, e.op, e.version, e.op == "d", e.partition, e.offset)
-            for e in best.values() if not (hard and e.op == "d")}
+    return {
+        (e.id, e.name, e.op, e.version, e.op == "d", e.partition, e.offset)
+        for e in best.values()
+        if not (hard and e.op == "d")
+    }
 
 
 def oracle_history(events: list[Event]) -> set[tuple]:
@@ -84,13 +93,22 @@ def oracle_history(events: list[Event]) -> set[tuple]:
     for key_events in chain.values():
         for i, e in enumerate(key_events):
             nxt = key_events[i + 1] if i + 1 < len(key_events) else None
-            rows.add((e.id, e.name, e.op, e.op == "d", _ts(e.version),
-                      _ts(nxt.version) if nxt else END, nxt is None))
+            rows.add(
+                (
+                    e.id,
+                    e.name,
+                    e.op,
+                    e.op == "d",
+                    _ts(e.version),
+                    _ts(nxt.version) if nxt else END,
+                    nxt is None,
+                )
+            )
     return rows
 
 
 def _ts(ms: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
 @pytest.fixture
@@ -102,18 +120,31 @@ def dataset(bq):
 
 
 def _config(dataset: str, deletes: str):
-    return parse_pipeline_config({"version": 1, "topics": [
-        {"name": "customers", "format": "debezium",
-         "routing": {"mode": "static", "dataset": dataset, "table": "customers"},
-         "keyed": {"key": ["id"], "deletes": deletes, "history": True}}]})
+    return parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": "customers",
+                    "format": "debezium",
+                    "routing": {"mode": "static", "dataset": dataset, "table": "customers"},
+                    "keyed": {"key": ["id"], "deletes": deletes, "history": True},
+                }
+            ],
+        }
+    )
 
 
 def _append(bq, dataset: str, events: list[Event]) -> None:
     values = ", ".join(
         f"({e.id}, '{e.name}', '{e.op}', {e.version}, {str(e.op == 'd').upper()}, "
-        f"{e.partition}, {e.offset}, DATE '2024-11-19')" for e in events)
-    bq.query(f"INSERT INTO `{dataset}.customers_changelog` (id, name, _op, _source_ts_ms, "
-             f"_deleted, _kafka_partition, _kafka_offset, _event_date) VALUES {values}").result()
+        f"{e.partition}, {e.offset}, DATE '2024-11-19')"
+        for e in events
+    )
+    bq.query(
+        f"INSERT INTO `{dataset}.customers_changelog` (id, name, _op, _source_ts_ms, "
+        f"_deleted, _kafka_partition, _kafka_offset, _event_date) VALUES {values}"
+    ).result()
 
 
 def _ranges(events: list[Event]) -> dict[int, list[tuple[int, int]]]:
@@ -128,9 +159,11 @@ def _ranges(events: list[Event]) -> dict[int, list[tuple[int, int]]]:
 @pytest.mark.parametrize("deletes", ["soft", "hard"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_merge_keeps_each_keys_greatest_event_batch_after_batch(bq, dataset, deletes, seed):
-    bq.query(f"CREATE TABLE `{dataset}.customers_changelog` (_event_date DATE, "
-             "_kafka_partition INT64, _kafka_offset INT64, _op STRING, _source_ts_ms INT64, "
-             "_deleted BOOL, id INT64, name STRING)").result()
+    bq.query(
+        f"CREATE TABLE `{dataset}.customers_changelog` (_event_date DATE, "
+        "_kafka_partition INT64, _kafka_offset INT64, _op STRING, _source_ts_ms INT64, "
+        "_deleted BOOL, id INT64, name STRING)"
+    ).result()
     [dest] = keyed_destinations(_config(dataset, deletes))
     merger = KeyedMerger(EmulatorBigQueryLoads(bq))
     rng = random.Random(seed)
@@ -145,13 +178,21 @@ def test_the_merge_keeps_each_keys_greatest_event_batch_after_batch(bq, dataset,
         merger.merge(dest, _ranges(batch), jobs=1)
         if rng.random() < 0.5:  # the same rows merged again (a crash before the state write)
             merger.merge(dest, _ranges(batch), jobs=1)
-        current = {tuple(r) for r in bq.query(
-            f"SELECT id, name, _op, _source_ts_ms, _deleted, _kafka_partition, _kafka_offset "
-            f"FROM `{dataset}.customers`").result()}
+        current = {
+            tuple(r)
+            for r in bq.query(
+                f"SELECT id, name, _op, _source_ts_ms, _deleted, _kafka_partition, _kafka_offset "
+                f"FROM `{dataset}.customers`"
+            ).result()
+        }
         assert current == oracle_current(applied, hard=deletes == "hard")
-        history = {tuple(r) for r in bq.query(
-            f"SELECT id, name, _op, _deleted, _valid_from, _valid_to, _is_current "
-            f"FROM `{dataset}.customers_history`").result()}
+        history = {
+            tuple(r)
+            for r in bq.query(
+                f"SELECT id, name, _op, _deleted, _valid_from, _valid_to, _is_current "
+                f"FROM `{dataset}.customers_history`"
+            ).result()
+        }
         assert history == oracle_history(applied)
 
 
@@ -159,8 +200,11 @@ def _spec(merger: KeyedMerger, dest, dataset: str) -> MergeSpec:
     from kbqe_dagster.core.keyed.contract import DeleteMode
 
     return MergeSpec(
-        target=merger.ref(dataset, "customers"), changelog=merger.ref(dataset, "customers_changelog"),
-        key=("id",), row_columns=("id", "name"), deletes=DeleteMode.HARD,
+        target=merger.ref(dataset, "customers"),
+        changelog=merger.ref(dataset, "customers_changelog"),
+        key=("id",),
+        row_columns=("id", "name"),
+        deletes=DeleteMode.HARD,
         deleted_keys=merger.ref(dataset, "customers_deleted_keys"),
     )
 
@@ -169,9 +213,11 @@ def _spec(merger: KeyedMerger, dest, dataset: str) -> MergeSpec:
 def test_the_checks_see_a_correct_table_pass_and_each_kind_of_damage(bq, dataset, deletes):
     from kbqe_dagster.core.keyed.checks import keyed_verdicts
 
-    bq.query(f"CREATE TABLE `{dataset}.customers_changelog` (_event_date DATE, "
-             "_kafka_partition INT64, _kafka_offset INT64, _op STRING, _source_ts_ms INT64, "
-             "_deleted BOOL, id INT64, name STRING)").result()
+    bq.query(
+        f"CREATE TABLE `{dataset}.customers_changelog` (_event_date DATE, "
+        "_kafka_partition INT64, _kafka_offset INT64, _op STRING, _source_ts_ms INT64, "
+        "_deleted BOOL, id INT64, name STRING)"
+    ).result()
     [dest] = keyed_destinations(_config(dataset, deletes))
     merger = KeyedMerger(EmulatorBigQueryLoads(bq))
     [merged, late] = random_batches(7, batches=2)
@@ -189,12 +235,14 @@ def test_the_checks_see_a_correct_table_pass_and_each_kind_of_damage(bq, dataset
     assert all(verdicts({}).values())
 
     table = f"`{dataset}.customers`"
-    bq.query(f"UPDATE {table} SET name = 'tampered' WHERE id = (SELECT MIN(id) FROM {table})"
-             ).result()
+    bq.query(
+        f"UPDATE {table} SET name = 'tampered' WHERE id = (SELECT MIN(id) FROM {table})"
+    ).result()
     assert verdicts({})["matches_changelog"] is False
     bq.query(f"INSERT INTO {table} SELECT * FROM {table} LIMIT 1").result()
     assert verdicts({})["keys_unique"] is False
     if deletes == "hard":
-        bq.query(f"UPDATE {table} SET _deleted = TRUE WHERE id = (SELECT MAX(id) FROM {table})"
-                 ).result()
+        bq.query(
+            f"UPDATE {table} SET _deleted = TRUE WHERE id = (SELECT MAX(id) FROM {table})"
+        ).result()
         assert verdicts({})["no_deleted_rows"] is False

@@ -3,7 +3,7 @@ client at the boundary, a controllable clock and the pipeline configuration."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -36,7 +36,7 @@ def pipeline(**load: Any) -> PipelineConfig:
 
 class Clock:
     def __init__(self) -> None:
-        self.now = datetime(2024, 9, 14, 8, 0, tzinfo=timezone.utc)
+        self.now = datetime(2024, 9, 14, 8, 0, tzinfo=UTC)
 
     def __call__(self) -> datetime:
         return self.now
@@ -65,7 +65,8 @@ def make_coordinator(store, bq, clock):
     """A new coordinator each call: a restarted process with the same staging and BigQuery."""
 
     def make(config: PipelineConfig | None = None, **kwargs: Any) -> LoadCoordinator:
-        return LoadCoordinator(store, GoogleBigQueryLoads(bq), config or pipeline(), now=clock,
-                               **kwargs)
+        return LoadCoordinator(
+            store, GoogleBigQueryLoads(bq), config or pipeline(), now=clock, **kwargs
+        )
 
     return make

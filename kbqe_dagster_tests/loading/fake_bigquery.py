@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import fastavro
 from google.api_core.exceptions import BadRequest, Conflict, NotFound, ServiceUnavailable
@@ -33,7 +34,7 @@ class FakeTable:
     rows: list[Row] = field(default_factory=list)
     time_partitioning_field: str | None = None
     time_partitioning_type: str | None = None
-    created: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    created: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def num_rows(self) -> int:
@@ -106,8 +107,7 @@ class FakeBigQueryClient:
         if job_id in self.jobs:
             raise Conflict(f"Already Exists: Job {self.project}:{job_id}")
         _, dataset, table = destination.split(".")
-        job = FakeJob(job_id, (dataset, table), list(uris), job_config,
-                      started=datetime.now(timezone.utc))
+        job = FakeJob(job_id, (dataset, table), list(uris), job_config, started=datetime.now(UTC))
         self.jobs[job_id] = job
         if not self.hold:
             self._run(job)
@@ -128,7 +128,7 @@ class FakeBigQueryClient:
 
     def _run(self, job: FakeJob) -> None:
         job.state = "DONE"
-        job.ended = (job.started or datetime.now(timezone.utc)) + timedelta(seconds=2)
+        job.ended = (job.started or datetime.now(UTC)) + timedelta(seconds=2)
         if self.fail_tables.get(job.destination, 0) > 0:
             self.fail_tables[job.destination] -= 1
             job.error_result = {"reason": "backendError", "message": "injected failure"}
@@ -147,8 +147,13 @@ class FakeBigQueryClient:
                 raise BadRequest(f"Not found: Dataset {job.destination[0]}")
             names = [f.name for f in config.schema] if config.schema else _field_names(files[0])
             partitioning = config.time_partitioning.field if config.time_partitioning else None
-            table = FakeTable(names, time_partitioning_field=partitioning, time_partitioning_type=(
-                config.time_partitioning.type_ if config.time_partitioning else None))
+            table = FakeTable(
+                names,
+                time_partitioning_field=partitioning,
+                time_partitioning_type=(
+                    config.time_partitioning.type_ if config.time_partitioning else None
+                ),
+            )
         allow_addition = "ALLOW_FIELD_ADDITION" in (config.schema_update_options or [])
         rows: list[Row] = []
         for reader in files:

@@ -8,35 +8,43 @@ from __future__ import annotations
 import io
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
-from typing import Any, Sequence
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 import fastavro
 
 from kbqe_dagster.core.protocol.commit import plan_range_commit
+from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.dead_letters import (
     DEAD_LETTER_SCHEMA,
     DEAD_LETTER_SCHEMA_ID,
     DeadLetter,
 )
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig, extended_schema
-from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.resources.staging_store import StagingStore
 
 ORDER_V1 = {
-    "type": "record", "name": "Order", "namespace": "com.acme.sales",
+    "type": "record",
+    "name": "Order",
+    "namespace": "com.acme.sales",
     "fields": [{"name": "orderId", "type": "string"}, {"name": "amountCents", "type": "long"}],
 }
-ORDER_V2 = {**ORDER_V1, "fields": ORDER_V1["fields"] + [
-    {"name": "coupon", "type": ["null", "string"], "default": None}]}
+ORDER_V2 = {
+    **ORDER_V1,
+    "fields": ORDER_V1["fields"]
+    + [{"name": "coupon", "type": ["null", "string"], "default": None}],
+}
 PAGE_VIEW = {
-    "type": "record", "name": "PageView", "namespace": "com.acme.web",
+    "type": "record",
+    "name": "PageView",
+    "namespace": "com.acme.web",
     "fields": [{"name": "url", "type": "string"}, {"name": "durationMs", "type": "int"}],
 }
 ENRICHMENT = EnrichmentConfig()
-EPOCH = datetime(2024, 9, 13, 12, tzinfo=timezone.utc)
+EPOCH = datetime(2024, 9, 13, 12, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -56,16 +64,38 @@ class Table:
 def record(table: Table, topic: str, partition: int, offset: int, day: date) -> dict[str, Any]:
     """One record of ``table`` at (topic, partition, offset) with event date ``day``."""
     if table.schema_id == DEAD_LETTER_SCHEMA_ID:
-        staged = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc)
-        return DeadLetter("bad_magic", f"{topic}[{partition}] offset {offset}: bad magic", topic,
-                          partition, offset, None, None, b"key", b"\x01body", [], staged).to_record()
+        staged = datetime.combine(day, datetime.min.time(), tzinfo=UTC)
+        return DeadLetter(
+            "bad_magic",
+            f"{topic}[{partition}] offset {offset}: bad magic",
+            topic,
+            partition,
+            offset,
+            None,
+            None,
+            b"key",
+            b"\x01body",
+            [],
+            staged,
+        ).to_record()
     body: dict[str, Any] = {}
     for f in table.writer_schema["fields"]:
         name = f["name"]
-        body[name] = {"orderId": f"o-{offset}", "amountCents": offset * 10, "coupon": "WELCOME",
-                      "url": f"/p/{offset}", "durationMs": offset % 1000}[name]
-    return {**body, "_event_date": day, "_kafka_topic": topic, "_kafka_partition": partition,
-            "_kafka_offset": offset, "_kafka_timestamp": EPOCH + timedelta(seconds=offset)}
+        body[name] = {
+            "orderId": f"o-{offset}",
+            "amountCents": offset * 10,
+            "coupon": "WELCOME",
+            "url": f"/p/{offset}",
+            "durationMs": offset % 1000,
+        }[name]
+    return {
+        **body,
+        "_event_date": day,
+        "_kafka_topic": topic,
+        "_kafka_partition": partition,
+        "_kafka_offset": offset,
+        "_kafka_timestamp": EPOCH + timedelta(seconds=offset),
+    }
 
 
 @dataclass(frozen=True)
@@ -120,8 +150,10 @@ def stage_range(
             versions[name.name] = listed.version
         staged.append((name, len(rows)))
     commit = plan_range_commit(
-        OffsetRange(topic, partition, first, last + 1), staged,
-        created_at=datetime.now(timezone.utc), versions=versions,
+        OffsetRange(topic, partition, first, last + 1),
+        staged,
+        created_at=datetime.now(UTC),
+        versions=versions,
         hours={k: dict(v) for k, v in hours.items()},
     )
     content = commit.content
@@ -135,10 +167,14 @@ def stage_range(
     for done in commit.done_files:
         store.create_only(done.name, content)
     return StagedRange(
-        tuple(name.name for name, _ in staged), tuple(d.name for d in commit.done_files),
-        {name.name: n for name, n in staged}, {k: dict(v) for k, v in days.items()},
+        tuple(name.name for name, _ in staged),
+        tuple(d.name for d in commit.done_files),
+        {name.name: n for name, n in staged},
+        {k: dict(v) for k, v in days.items()},
     )
 
 
 def _avro_name(table: Table, topic: str, partition: int, first: int) -> AvroFileName:
-    return AvroFileName(FileKey(topic, partition, table.dataset, table.table, table.schema_id, first))
+    return AvroFileName(
+        FileKey(topic, partition, table.dataset, table.table, table.schema_id, first)
+    )

@@ -31,7 +31,9 @@ def test_the_schema_is_read_from_the_header(tmp_path) -> None:
     assert [f["name"] for f in schema["fields"]] == ["orderId", "amountCents"]
 
 
-def test_a_header_larger_than_the_first_read_is_read_in_growing_chunks(tmp_path, monkeypatch) -> None:
+def test_a_header_larger_than_the_first_read_is_read_in_growing_chunks(
+    tmp_path, monkeypatch
+) -> None:
     wide = {**ORDER_V1, "doc": "x" * 5_000}
     store = LocalStagingStore(tmp_path)
     store.put_bytes("f.avro", container(wide))

@@ -36,7 +36,9 @@ def files(store, kind=None) -> set[str]:
 
 
 def loaded(bq, table) -> list[tuple[int, int]]:
-    return sorted((r["_kafka_partition"], r["_kafka_offset"]) for r in bq.rows(table.dataset, table.table))
+    return sorted(
+        (r["_kafka_partition"], r["_kafka_offset"]) for r in bq.rows(table.dataset, table.table)
+    )
 
 
 def stage_two_tables(store):
@@ -60,8 +62,9 @@ def test_a_cycle_loads_every_staged_record_once_and_deletes_only_the_avro_files(
     assert loaded(bq, PAGE_VIEWS) == [(0, o) for o in range(4, 9)] + [(1, o) for o in range(3)]
     assert files(store, AvroFileName) == set()
     assert files(store, DoneFileName) == done_before
-    assert [(c.job.table, c.rows_check.expected, c.rows_check.loaded) for c in report.completed] == [
-        ("orders", 9, 9), ("page_views", 8, 8)]
+    assert [
+        (c.job.table, c.rows_check.expected, c.rows_check.loaded) for c in report.completed
+    ] == [("orders", 9, 9), ("page_views", 8, 8)]
     state = decode_state(store.read_bytes(STATE_FILE))
     assert [j.status for j in state.jobs] == [JobStatus.SUCCEEDED, JobStatus.SUCCEEDED]
 
@@ -136,6 +139,7 @@ def test_a_recorded_job_unknown_to_bigquery_is_resubmitted_under_its_recorded_id
         first = make_coordinator().run_cycle()
         assert first.transient == [j.job_id for j in first.planned]
     else:
+
         def die(job_id: str) -> None:
             bq.on_insert = None
             raise _Killed(job_id)
@@ -201,8 +205,13 @@ def test_emulator_gap_field_addition_a_newer_schema_widens_the_table_by_name(
 
     rows = sorted(bq.rows("acme_sales", "orders"), key=lambda r: r["_kafka_offset"])
     assert [(r["_kafka_offset"], r["orderId"], r["coupon"]) for r in rows] == [
-        (0, "o-0", None), (1, "o-1", None), (2, "o-2", None),
-        (3, "o-3", "WELCOME"), (4, "o-4", "WELCOME"), (5, "o-5", None)]
+        (0, "o-0", None),
+        (1, "o-1", None),
+        (2, "o-2", None),
+        (3, "o-3", "WELCOME"),
+        (4, "o-4", "WELCOME"),
+        (5, "o-5", None),
+    ]
     jobs = [bq.jobs[i] for i in bq.inserts]
     assert [j.uris[0].rsplit("/", 1)[-1].split(".")[-3] for j in jobs] == ["11", "12", "11"]
     assert all(
@@ -314,7 +323,6 @@ def test_scala_era_done_files_load_with_unknown_counts(store, bq, make_coordinat
     assert loaded(bq, ORDERS_V1) == [(0, o) for o in range(5)]
 
 
-
 # --- pinned versions: a late zombie's re-upload is a leftover, never loaded twice ----------
 def uploads_of(store, names) -> dict[str, bytes]:
     return {name: store.read_bytes(name) for name in names}
@@ -359,7 +367,8 @@ def test_a_leftover_leaves_the_pinned_files_of_the_same_table_loading(
 
     assert report.leftovers_deleted == [first.avro[0]]
     assert [c.job.files for c in report.completed] == [
-        ("com.acme.events.0.acme_sales.orders.11.4.avro",)]
+        ("com.acme.events.0.acme_sales.orders.11.4.avro",)
+    ]
     assert loaded(bq, ORDERS_V1) == [(0, o) for o in range(9)]
 
 

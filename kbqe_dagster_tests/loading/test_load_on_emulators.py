@@ -14,19 +14,19 @@ import multiprocessing
 import os
 import signal
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Iterator
 
 import dagster as dg
 import fastavro
 import pytest
 import yaml
 
-from kbqe_dagster.core.protocol.commit import plan_range_commit
 from kbqe_dagster.core.config.pipeline import PipelineConfig, load_pipeline_config
 from kbqe_dagster.core.load.state import STATE_FILE, JobStatus, decode_state
+from kbqe_dagster.core.protocol.commit import plan_range_commit
 from kbqe_dagster.core.protocol.naming import AvroFileName, DoneFileName, FileKey, parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.definitions import build_definitions
@@ -39,8 +39,8 @@ from kbqe_dagster.resources.bigquery import (
     LoadRequest,
 )
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster_tests.localstack.emulators import emulators  # noqa: F401 (fixture)
 from kbqe_dagster_tests.loading.staged import ORDER_V1, PAGE_VIEW, Table, record, stage_range
+from kbqe_dagster_tests.localstack.emulators import emulators  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
@@ -65,20 +65,25 @@ class Run:
         return load_pipeline_config(self.config_path)
 
     def rows(self, table: Table, where: str = "") -> list[tuple]:
-        columns = ("`partition`, `offset`" if table is self.dead
-                   else "_kafka_partition, _kafka_offset")
+        columns = (
+            "`partition`, `offset`" if table is self.dead else "_kafka_partition, _kafka_offset"
+        )
         sql = f"SELECT {columns} FROM `{table.dataset}.{table.table}` {where}"
         return [tuple(r.values()) for r in local_bigquery_client().query_and_wait(sql)]
 
     def per_day(self, table: Table) -> dict[str, int]:
-        sql = (f"SELECT _event_date, COUNT(*) FROM `{table.dataset}.{table.table}` "
-               "GROUP BY _event_date")
+        sql = (
+            f"SELECT _event_date, COUNT(*) FROM `{table.dataset}.{table.table}` "
+            "GROUP BY _event_date"
+        )
         return {r[0].isoformat(): r[1] for r in local_bigquery_client().query_and_wait(sql)}
 
     def staged(self) -> tuple[set[str], set[str]]:
         names = [f.name for f in self.staging.open().list()]
-        return ({n for n in names if isinstance(parse_name(n), AvroFileName)},
-                {n for n in names if isinstance(parse_name(n), DoneFileName)})
+        return (
+            {n for n in names if isinstance(parse_name(n), AvroFileName)},
+            {n for n in names if isinstance(parse_name(n), DoneFileName)},
+        )
 
 
 @pytest.fixture
@@ -93,13 +98,19 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Run]:
     }
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(config))
-    staging = StagingLocation(f"gs://{LOCAL_BUCKET}/{prefix}", local_endpoints().gcs_url,
-                              LOCAL_PROJECT)
+    staging = StagingLocation(
+        f"gs://{LOCAL_BUCKET}/{prefix}", local_endpoints().gcs_url, LOCAL_PROJECT
+    )
     monkeypatch.setenv("KBQE_PIPELINE_CONFIG", str(path))
     monkeypatch.setenv("KBQE_STAGING_URL", staging.url)
-    yield Run(prefix, path, staging, Table(f"{prefix}_sales", "orders", 11, ORDER_V1),
-              Table(f"{prefix}_web", "page_views", 21, PAGE_VIEW),
-              Table(f"{prefix}_dead", "dead_letters", 0, {}))
+    yield Run(
+        prefix,
+        path,
+        staging,
+        Table(f"{prefix}_sales", "orders", 11, ORDER_V1),
+        Table(f"{prefix}_web", "page_views", 21, PAGE_VIEW),
+        Table(f"{prefix}_dead", "dead_letters", 0, {}),
+    )
     client = local_bigquery_client()
     for dataset in ("sales", "web", "dead"):
         client.delete_dataset(f"{prefix}_{dataset}", delete_contents=True, not_found_ok=True)
@@ -112,8 +123,14 @@ def stage_demo(run: Run) -> None:
     """Partition 0: 0..19 (8 orders day 1, 8 page views day 2, 2 dead letters, 2 gaps) and
     20..29 (10 orders day 2); partition 1: 0..9 (10 page views day 1)."""
     store = run.staging.open()
-    stage_range(store, TOPIC, 0, 0, 19, [(run.orders, 8, DAY1), (run.page_views, 8, DAY2),
-                                         (run.dead, 2, DAY2)])
+    stage_range(
+        store,
+        TOPIC,
+        0,
+        0,
+        19,
+        [(run.orders, 8, DAY1), (run.page_views, 8, DAY2), (run.dead, 2, DAY2)],
+    )
     stage_range(store, TOPIC, 0, 20, 29, [(run.orders, 10, DAY2)])
     stage_range(store, TOPIC, 1, 0, 9, [(run.page_views, 10, DAY1)])
 
@@ -147,9 +164,10 @@ def test_staged_files_land_exactly_once_in_the_emulator_tables_via_dagster(run: 
 
     sales = dg.AssetKey(["bigquery", f"{run.prefix}_sales"])
     materialized = instance.fetch_materializations(sales, limit=10).records
-    assert sorted((str(r.partition_key), r.asset_materialization.metadata["dagster/row_count"].value)
-                  for r in materialized) == [(f"{DAY1.isoformat()}|orders", 8),
-                                             (f"{DAY2.isoformat()}|orders", 10)]
+    assert sorted(
+        (str(r.partition_key), r.asset_materialization.metadata["dagster/row_count"].value)
+        for r in materialized
+    ) == [(f"{DAY1.isoformat()}|orders", 8), (f"{DAY2.isoformat()}|orders", 10)]
     web = dg.AssetKey(["bigquery", f"{run.prefix}_web", "page_views"])
     assert instance.get_materialized_partitions(web) == {DAY1.isoformat(), DAY2.isoformat()}
     for key in (sales.path, web.path, ["bigquery", f"{run.prefix}_dead", "dead_letters"]):
@@ -157,13 +175,17 @@ def test_staged_files_land_exactly_once_in_the_emulator_tables_via_dagster(run: 
     assert _check_status(instance, ["staging"], "pending_files_fresh").value == "SUCCEEDED"
 
     again = defs.resolve_job_def("load_job").execute_in_process(instance=instance)
-    retention = defs.resolve_job_def("done_file_retention_job").execute_in_process(instance=instance)
+    retention = defs.resolve_job_def("done_file_retention_job").execute_in_process(
+        instance=instance
+    )
 
     assert again.success and retention.success
     assert len(run.rows(run.orders)) == 18, "a second cycle loads nothing again"
     _, done = run.staged()
     assert {(parse_name(n).key.partition, parse_name(n).first_offset) for n in done} == {
-        (0, 20), (1, 0)}, "retention keeps only the newest range of each partition"
+        (0, 20),
+        (1, 0),
+    }, "retention keeps only the newest range of each partition"
 
 
 def test_the_opt_in_duplicate_offset_check_finds_a_row_loaded_twice(run: Run) -> None:
@@ -178,26 +200,43 @@ def test_the_opt_in_duplicate_offset_check_finds_a_row_loaded_twice(run: Run) ->
     dirty = check_job.execute_in_process(instance=instance, raise_on_error=False)
 
     def outcomes(result) -> dict[str, bool]:
-        return {e.asset_key.to_user_string(): e.passed for e in result.get_asset_check_evaluations()}
+        return {
+            e.asset_key.to_user_string(): e.passed for e in result.get_asset_check_evaluations()
+        }
 
     assert set(outcomes(clean).values()) == {True}
     assert outcomes(dirty)[f"bigquery/{run.prefix}_sales"] is False
     (failed,) = [e for e in dirty.get_asset_check_evaluations() if not e.passed]
     assert failed.metadata["duplicate_offsets_sample"].value == [
-        {"table": f"{run.prefix}_sales.orders", "topic": TOPIC, "partition": 0, "offset": 0,
-         "copies": 2}]
+        {
+            "table": f"{run.prefix}_sales.orders",
+            "topic": TOPIC,
+            "partition": 0,
+            "offset": 0,
+            "copies": 2,
+        }
+    ]
 
 
 def _load_one_more_copy_of_offset_0(run: Run) -> None:
     buffer = io.BytesIO()
-    fastavro.writer(buffer, fastavro.parse_schema(run.orders.file_schema),
-                    [record(run.orders, TOPIC, 0, 0, DAY1)])
+    fastavro.writer(
+        buffer,
+        fastavro.parse_schema(run.orders.file_schema),
+        [record(run.orders, TOPIC, 0, 0, DAY1)],
+    )
     store = run.staging.open()
     store.put_bytes("_kbqe/test-extra-copy.avro", buffer.getvalue())
     loads = GoogleBigQueryLoads(local_bigquery_client())
-    loads.submit_load(LoadRequest(f"test_copy_{uuid.uuid4().hex}", run.orders.dataset,
-                                  run.orders.table, (store.uri("_kbqe/test-extra-copy.avro"),),
-                                  "_event_date"))
+    loads.submit_load(
+        LoadRequest(
+            f"test_copy_{uuid.uuid4().hex}",
+            run.orders.dataset,
+            run.orders.table,
+            (store.uri("_kbqe/test-extra-copy.avro"),),
+            "_event_date",
+        )
+    )
 
 
 def test_a_table_whose_loads_keep_failing_is_quarantined_while_the_others_load(run: Run) -> None:
@@ -208,8 +247,9 @@ def test_a_table_whose_loads_keep_failing_is_quarantined_while_the_others_load(r
     assert defs.resolve_job_def("load_job").execute_in_process(instance=instance).success
     corrupt = AvroFileName(FileKey(TOPIC, 0, run.orders.dataset, "orders", 11, 30))
     store.put_bytes(corrupt.name, b"this is not an avro file")
-    commit = plan_range_commit(OffsetRange(TOPIC, 0, 30, 35), [(corrupt, 5)],
-                               created_at=datetime.now(timezone.utc))
+    commit = plan_range_commit(
+        OffsetRange(TOPIC, 0, 30, 35), [(corrupt, 5)], created_at=datetime.now(UTC)
+    )
     store.create_only(commit.done_files[0].name, commit.content)
     stage_range(store, TOPIC, 1, 10, 14, [(run.page_views, 5, DAY2)])
 
@@ -247,7 +287,8 @@ def test_a_coordinator_killed_around_submission_loads_nothing_twice_after_restar
 ) -> None:
     stage_demo(run)
     child = multiprocessing.get_context("spawn").Process(
-        target=_kill_around_submit, args=(run.staging, str(run.config_path), when))
+        target=_kill_around_submit, args=(run.staging, str(run.config_path), when)
+    )
     child.start()
     child.join(120)
     assert child.exitcode == -signal.SIGKILL

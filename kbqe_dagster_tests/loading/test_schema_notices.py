@@ -32,7 +32,9 @@ def test_a_known_table_notices_added_and_relaxed_columns_and_nothing_else() -> N
     relaxed_a = Column("a", "STRING", "NULLABLE")
     notices = schema_notices("d.t", [A], [relaxed_a, B])
     assert [(n.kind, n.columns) for n in notices] == [
-        (NoticeKind.COLUMNS_ADDED, ("b",)), (NoticeKind.COLUMNS_RELAXED, ("a",))]
+        (NoticeKind.COLUMNS_ADDED, ("b",)),
+        (NoticeKind.COLUMNS_RELAXED, ("a",)),
+    ]
     assert schema_notices("d.t", [A, B], [A, B]) == []
     assert notices[0].to_json()["text"] == "kbqe: table d.t gained column(s) b"
 
@@ -48,11 +50,13 @@ def test_the_load_notices_a_created_table_then_its_new_column_once(store, make_c
     stage_range(store, TOPIC, 0, 0, 3, [(ORDERS_V1, 4, DAY)])
     first = make_coordinator().run_cycle()
     assert [(n.table, n.kind) for n in first.notices] == [
-        ("acme_sales.orders", NoticeKind.TABLE_CREATED)]
+        ("acme_sales.orders", NoticeKind.TABLE_CREATED)
+    ]
     stage_range(store, TOPIC, 0, 4, 7, [(ORDERS_V2, 4, DAY)])
     second = make_coordinator().run_cycle()  # a new process: the schemas are remembered
     assert [(n.kind, n.columns) for n in second.notices] == [
-        (NoticeKind.COLUMNS_ADDED, ("coupon",))]
+        (NoticeKind.COLUMNS_ADDED, ("coupon",))
+    ]
     stage_range(store, TOPIC, 0, 8, 11, [(ORDERS_V2, 4, DAY)])
     assert make_coordinator().run_cycle().notices == []
     known = decode_known(store.read_bytes(KNOWN_SCHEMAS_FILE))
@@ -107,8 +111,9 @@ def test_a_failing_receiver_is_retried_and_a_refusing_one_is_not(receiver) -> No
 
 
 def test_an_unreachable_webhook_costs_a_bounded_time_and_never_raises() -> None:
-    settings = NotificationSettings(webhook_url="http://127.0.0.1:9/hook", retries=1,
-                                    timeout=timedelta(milliseconds=200))
+    settings = NotificationSettings(
+        webhook_url="http://127.0.0.1:9/hook", retries=1, timeout=timedelta(milliseconds=200)
+    )
     started = time.monotonic()
     assert post_notices(settings, NOTICE) == 0
     assert time.monotonic() - started < 5
@@ -120,13 +125,21 @@ def test_the_webhook_is_configured_in_the_pipeline_file() -> None:
 
     raw = {"version": 1, "topics": [{"name": "t", "event_time": {"fields": ["ts"]}}]}
     assert parse_pipeline_config(raw).notifications.webhook_url is None
-    config = parse_pipeline_config({**raw, "notifications": {
-        "webhook_url": "https://hooks.example/x", "timeout": "2s", "retries": 0}})
-    assert config.notifications == NotificationSettings("https://hooks.example/x",
-                                                        timedelta(seconds=2), 0)
+    config = parse_pipeline_config(
+        {
+            **raw,
+            "notifications": {
+                "webhook_url": "https://hooks.example/x",
+                "timeout": "2s",
+                "retries": 0,
+            },
+        }
+    )
+    assert config.notifications == NotificationSettings(
+        "https://hooks.example/x", timedelta(seconds=2), 0
+    )
     with pytest.raises(ConfigError, match="notifications: webhook_url must start with http"):
         parse_pipeline_config({**raw, "notifications": {"webhook_url": "ftp://x"}})
-
 
 
 def test_a_notice_is_a_text_line_for_people_and_a_json_line_for_log_shippers(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 import uuid
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -59,22 +59,40 @@ def good_messages(run: str, ids: dict[str, int]) -> list[SampleMessage]:
     out = []
     for i in range(GOOD):
         day = TODAY - timedelta(days=i % 3)
-        moment = datetime.combine(day, time(12, i % 60), tzinfo=timezone.utc)
+        moment = datetime.combine(day, time(12, i % 60), tzinfo=UTC)
         if i % 2:
             table = (f"acme_sales_{run}", "orders")
             order = {
-                "datasetName": table[0], "tableName": table[1], "orderId": f"o-{i}",
-                "customerId": i, "amountCents": 100 + i, "currency": "EUR",
-                "eventTime": moment.isoformat(timespec="milliseconds")}
+                "datasetName": table[0],
+                "tableName": table[1],
+                "orderId": f"o-{i}",
+                "customerId": i,
+                "amountCents": 100 + i,
+                "currency": "EUR",
+                "eventTime": moment.isoformat(timespec="milliseconds"),
+            }
             if i % 4 == 3:  # every other order with the evolved schema (adds `coupon`)
-                value = encode_frame(ids["orders_v2"], _body(ORDER_V2, {**order, "coupon": f"c{i}"}))
+                value = encode_frame(
+                    ids["orders_v2"], _body(ORDER_V2, {**order, "coupon": f"c{i}"})
+                )
             else:
                 value = encode_frame(ids["orders_v1"], _body(ORDER_V1, order))
         else:
             table = (f"acme_web_{run}", "page_views")
-            value = encode_frame(ids["page_views"], _body(PAGE_VIEW, {
-                "datasetName": table[0], "tableName": table[1], "url": f"/p/{i}",
-                "sessionId": f"s-{i}", "durationMs": i, "occurredAt": moment}))
+            value = encode_frame(
+                ids["page_views"],
+                _body(
+                    PAGE_VIEW,
+                    {
+                        "datasetName": table[0],
+                        "tableName": table[1],
+                        "url": f"/p/{i}",
+                        "sessionId": f"s-{i}",
+                        "durationMs": i,
+                        "occurredAt": moment,
+                    },
+                ),
+            )
         out.append(SampleMessage(None, value, table, None, day.isoformat()))
     return out
 
@@ -86,26 +104,42 @@ def test_kafka_messages_staged_by_spark_land_exactly_once_in_bigquery(
     topic = f"com.acme.events.e2e{run}"
     admin = AdminClient({"bootstrap.servers": local_endpoints.kafka_bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[
-        topic].result(30)
+        topic
+    ].result(30)
     ids = register_schemas(local_endpoints.registry_url)
-    placed = produce(local_endpoints.kafka_bootstrap, topic,
-                     good_messages(run, ids) + bad_messages(ids), PARTITIONS)
-    config = parse_pipeline_config({
-        "version": 1,
-        "topics": [{"name": topic, "event_time": {"fields": ["eventTime", "occurredAt"]}}],
-        "allowed_destinations": [f"acme_sales_{run}.*", f"acme_web_{run}.*"],
-        "dead_letter": {"dataset": f"dead_{run}", "table": "dead_letters"},
-        "load": {"max_retries": 1},
-    }, source="e2e")
-    staging = StagingLocation(f"gs://{LOCAL_BUCKET}/e2e-{run}", local_endpoints.gcs_url,
-                              LOCAL_PROJECT)
-    ctx = stage_context(KafkaSettings(local_endpoints.kafka_bootstrap),
-                       RegistrySettings(local_endpoints.registry_url), staging, config, topic)
+    placed = produce(
+        local_endpoints.kafka_bootstrap,
+        topic,
+        good_messages(run, ids) + bad_messages(ids),
+        PARTITIONS,
+    )
+    config = parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [{"name": topic, "event_time": {"fields": ["eventTime", "occurredAt"]}}],
+            "allowed_destinations": [f"acme_sales_{run}.*", f"acme_web_{run}.*"],
+            "dead_letter": {"dataset": f"dead_{run}", "table": "dead_letters"},
+            "load": {"max_retries": 1},
+        },
+        source="e2e",
+    )
+    staging = StagingLocation(
+        f"gs://{LOCAL_BUCKET}/e2e-{run}", local_endpoints.gcs_url, LOCAL_PROJECT
+    )
+    ctx = stage_context(
+        KafkaSettings(local_endpoints.kafka_bootstrap),
+        RegistrySettings(local_endpoints.registry_url),
+        staging,
+        config,
+        topic,
+    )
     client = local_bigquery_client()
     try:
         # A fresh partition's first run stages one range (it anchors the chain); the next
         # run stages the rest in parallel ranges.
-        while run_stage(spark_context, ctx, max_messages_per_run=100_000, max_messages_per_range=400).results:
+        while run_stage(
+            spark_context, ctx, max_messages_per_run=100_000, max_messages_per_range=400
+        ).results:
             pass
         loads = EmulatorBigQueryLoads(client)
         report = LoadCoordinator(staging.open(), loads, config).run_cycle()
@@ -114,17 +148,31 @@ def test_kafka_messages_staged_by_spark_land_exactly_once_in_bigquery(
         assert [c.rows_check.passed for c in report.completed] == [True] * len(report.completed)
         for table in ((f"acme_sales_{run}", "orders"), (f"acme_web_{run}", "page_views")):
             expected = {where: m for where, m in placed.items() if m.expect_table == table}
-            rows = [tuple(r.values()) for r in client.query_and_wait(
-                f"SELECT _kafka_partition, _kafka_offset, CAST(_event_date AS STRING) "
-                f"FROM `{table[0]}.{table[1]}` WHERE _kafka_topic = '{topic}'")]
+            rows = [
+                tuple(r.values())
+                for r in client.query_and_wait(
+                    f"SELECT _kafka_partition, _kafka_offset, CAST(_event_date AS STRING) "
+                    f"FROM `{table[0]}.{table[1]}` WHERE _kafka_topic = '{topic}'"
+                )
+            ]
             assert len(rows) == len(expected), table
             assert {(p, o): d for p, o, d in rows} == {w: m.event_date for w, m in expected.items()}
-        coupons = {tuple(r.values()) for r in client.query_and_wait(
-            f"SELECT COUNT(*), COUNT(coupon) FROM `acme_sales_{run}.orders`")}
-        orders = sum(1 for m in placed.values() if m.expect_table == (f"acme_sales_{run}", "orders"))
+        coupons = {
+            tuple(r.values())
+            for r in client.query_and_wait(
+                f"SELECT COUNT(*), COUNT(coupon) FROM `acme_sales_{run}.orders`"
+            )
+        }
+        orders = sum(
+            1 for m in placed.values() if m.expect_table == (f"acme_sales_{run}", "orders")
+        )
         assert coupons == {(orders, GOOD // 4)}, "v1 rows have no coupon, every v2 row has one"
-        dead = {tuple(r.values()) for r in client.query_and_wait(
-            f"SELECT `partition`, `offset` FROM `dead_{run}.dead_letters`")}
+        dead = {
+            tuple(r.values())
+            for r in client.query_and_wait(
+                f"SELECT `partition`, `offset` FROM `dead_{run}.dead_letters`"
+            )
+        }
         assert dead == {w for w, m in placed.items() if m.expect_table is None}
         leftover = [f.name for f in staging.open().list() if f.name.endswith(".avro")]
         assert leftover == []

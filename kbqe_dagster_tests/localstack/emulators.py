@@ -8,8 +8,8 @@ JVMs and fail whenever another process holds a Kafka port.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
 from google.cloud import bigquery, storage

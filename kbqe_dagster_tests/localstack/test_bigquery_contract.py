@@ -12,7 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import io
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import fastavro
 import pytest
@@ -24,9 +25,11 @@ from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulators  # noq
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 EVENT_SCHEMA: dict[str, Any] = {
-    "type": "record", "name": "Event", "namespace": "kbqe.contract",
+    "type": "record",
+    "name": "Event",
+    "namespace": "kbqe.contract",
     "fields": [
         {"name": "event_date", "type": {"type": "int", "logicalType": "date"}},
         {"name": "event_ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
@@ -48,8 +51,14 @@ def _events(first_offset: int = 1000) -> list[dict[str, Any]]:
     for day, count in DAYS_AND_COUNTS:
         for i in range(count):
             ts = dt.datetime.combine(day, dt.time(23, 59, 58, 123000 + i * 1000), tzinfo=UTC)
-            events.append({"event_date": day, "event_ts": ts, "_kafka_offset": offset,
-                           "note": None if offset % 2 else f"note-{offset}"})
+            events.append(
+                {
+                    "event_date": day,
+                    "event_ts": ts,
+                    "_kafka_offset": offset,
+                    "note": None if offset % 2 else f"note-{offset}",
+                }
+            )
             offset += 1
     return events
 
@@ -81,12 +90,14 @@ def dataset(bq: bigquery.Client, bucket: storage.Bucket, run_id: str) -> Iterato
 @pytest.fixture
 def stage(bucket: storage.Bucket, run_id: str):
     """Write records as a snappy Avro container file to the fake bucket; returns its URI."""
+
     def write(schema: dict[str, Any], records: list[dict[str, Any]]) -> str:
         buf = io.BytesIO()
         fastavro.writer(buf, fastavro.parse_schema(schema), records, codec="snappy")
         name = f"contract-{run_id}/{uuid.uuid4().hex[:8]}.avro"
         bucket.blob(name).upload_from_string(buf.getvalue(), if_generation_match=0)
         return f"gs://{LOCAL_BUCKET}/{name}"
+
     return write
 
 
@@ -98,7 +109,8 @@ def _load_config(**overrides: Any) -> bigquery.LoadJobConfig:
         write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
         create_disposition=bigquery.CreateDisposition.CREATE_IF_NEEDED,
         time_partitioning=bigquery.TimePartitioning(
-            type_=bigquery.TimePartitioningType.DAY, field="event_date"),
+            type_=bigquery.TimePartitioningType.DAY, field="event_date"
+        ),
     )
     settings.update(overrides)
     return bigquery.LoadJobConfig(**settings)
@@ -129,16 +141,26 @@ def test_avro_load_job_appends_events_with_logical_types(bq, dataset, stage) -> 
     table = f"{dataset}.events"
     job_id = f"kbqe-contract-{uuid.uuid4().hex}"
 
-    job = bq.load_table_from_uri(stage(EVENT_SCHEMA, events), table, job_id=job_id,
-                                 job_config=_load_config(schema=EVENT_TABLE_SCHEMA))
+    job = bq.load_table_from_uri(
+        stage(EVENT_SCHEMA, events),
+        table,
+        job_id=job_id,
+        job_config=_load_config(schema=EVENT_TABLE_SCHEMA),
+    )
     job.result(timeout=60)
 
     assert (job.state, job.error_result, job.output_rows) == ("DONE", None, len(events))
-    assert _rows(bq, f"SELECT event_date, event_ts, _kafka_offset, note FROM `{table}` "
-                     "ORDER BY _kafka_offset") == [
-        (e["event_date"], e["event_ts"], e["_kafka_offset"], e["note"]) for e in events]
-    assert _rows(bq, f"SELECT event_date, COUNT(*) FROM `{table}` GROUP BY event_date "
-                     "ORDER BY event_date") == DAYS_AND_COUNTS
+    assert _rows(
+        bq,
+        f"SELECT event_date, event_ts, _kafka_offset, note FROM `{table}` ORDER BY _kafka_offset",
+    ) == [(e["event_date"], e["event_ts"], e["_kafka_offset"], e["note"]) for e in events]
+    assert (
+        _rows(
+            bq,
+            f"SELECT event_date, COUNT(*) FROM `{table}` GROUP BY event_date ORDER BY event_date",
+        )
+        == DAYS_AND_COUNTS
+    )
 
 
 def test_get_job_returns_the_finished_load_by_its_chosen_id(bq, dataset, stage) -> None:
@@ -164,8 +186,12 @@ def test_emulator_gap_load_statistics_carry_only_output_rows(bq, dataset, stage)
     fetched = bq.get_job(job.job_id)
 
     assert fetched._properties["statistics"]["load"] == {"outputRows": "6"}
-    assert (fetched.output_rows, fetched.output_bytes, fetched.input_files,
-            fetched.input_file_bytes) == (6, None, None, None)
+    assert (
+        fetched.output_rows,
+        fetched.output_bytes,
+        fetched.input_files,
+        fetched.input_file_bytes,
+    ) == (6, None, None, None)
 
 
 # --- known gaps (DESIGN.md §7) ----------------------------------------------------------------
@@ -187,7 +213,9 @@ def test_emulator_gap_duplicate_job_id_not_409(bq, dataset, stage) -> None:
 
 
 def test_emulator_gap_output_rows_is_the_table_total_not_the_rows_appended(
-    bq, dataset, stage,
+    bq,
+    dataset,
+    stage,
 ) -> None:
     """BigQuery's outputRows counts the rows this job wrote; the emulator reports the
     destination's row count after the job, so it equals the file's records only for the
@@ -210,8 +238,9 @@ def test_emulator_gap_allow_field_addition_ignored(bq, dataset, stage) -> None:
     table = _ab_table(bq, dataset, "field_addition")
     uri = stage(_ab_schema("a", "b", "c"), [{"a": "a1", "b": "b1", "c": "c1"}])
 
-    job = _load(bq, uri, table, schema_update_options=[
-        bigquery.SchemaUpdateOption.ALLOW_FIELD_ADDITION])
+    job = _load(
+        bq, uri, table, schema_update_options=[bigquery.SchemaUpdateOption.ALLOW_FIELD_ADDITION]
+    )
     with pytest.raises(BadRequest, match="has 2 columns but 3 values were supplied"):
         job.result(timeout=60)
 
@@ -245,7 +274,9 @@ def test_emulator_gap_file_missing_a_nullable_column_fails(bq, dataset, stage) -
 
 
 def test_emulator_gap_avro_load_creates_the_table_only_with_an_explicit_schema(
-    bq, dataset, stage,
+    bq,
+    dataset,
+    stage,
 ) -> None:
     """BigQuery creates a missing destination from the Avro schema (CREATE_IF_NEEDED); the
     emulator creates it only from ``schema`` in the job config and otherwise fails."""
@@ -255,8 +286,7 @@ def test_emulator_gap_avro_load_creates_the_table_only_with_an_explicit_schema(
     with pytest.raises(BadRequest, match="no_schema does not exist"):
         job.result(timeout=60)
 
-    assert [t.table_id for t in bq.list_tables(dataset)
-            if t.table_id == "no_schema"] == []
+    assert [t.table_id for t in bq.list_tables(dataset) if t.table_id == "no_schema"] == []
 
 
 def test_emulator_gap_time_partitioning_of_a_load_not_recorded(bq, dataset, stage) -> None:
@@ -273,17 +303,26 @@ def test_emulator_gap_hour_partitioning_of_a_load_not_recorded(bq, dataset, stag
     load step's config for a ``partitioning: hour`` table); the emulator accepts the
     configuration, loads every row with its timestamp, and creates an unpartitioned table."""
     table = f"{dataset}.hourly"
-    job = _load(bq, stage(EVENT_SCHEMA, _events()), table, schema=EVENT_TABLE_SCHEMA,
-                time_partitioning=bigquery.TimePartitioning(
-                    type_=bigquery.TimePartitioningType.HOUR, field="event_ts"))
+    job = _load(
+        bq,
+        stage(EVENT_SCHEMA, _events()),
+        table,
+        schema=EVENT_TABLE_SCHEMA,
+        time_partitioning=bigquery.TimePartitioning(
+            type_=bigquery.TimePartitioningType.HOUR, field="event_ts"
+        ),
+    )
     job.result(timeout=60)
 
     assert job.error_result is None
-    hours = _rows(bq, f"SELECT TIMESTAMP_TRUNC(event_ts, HOUR), COUNT(*) FROM `{table}` "
-                      "GROUP BY 1 ORDER BY 1")
+    hours = _rows(
+        bq, f"SELECT TIMESTAMP_TRUNC(event_ts, HOUR), COUNT(*) FROM `{table}` GROUP BY 1 ORDER BY 1"
+    )
     assert [(h.isoformat(), n) for h, n in hours] == [
-        ("2026-03-01T23:00:00+00:00", 2), ("2026-03-02T23:00:00+00:00", 3),
-        ("2026-03-03T23:00:00+00:00", 1)]
+        ("2026-03-01T23:00:00+00:00", 2),
+        ("2026-03-02T23:00:00+00:00", 3),
+        ("2026-03-03T23:00:00+00:00", 1),
+    ]
     assert bq.get_table(table).time_partitioning is None
 
 
@@ -291,12 +330,20 @@ def test_emulator_gap_required_mode_not_enforced(bq, dataset, stage) -> None:
     """BigQuery rejects a null for a REQUIRED column unless ALLOW_FIELD_RELAXATION relaxes
     the column to NULLABLE; the emulator stores the null and leaves the mode REQUIRED."""
     table = f"{dataset}.required"
-    bq.create_table(bigquery.Table(f"{bq.project}.{table}", schema=[
-        bigquery.SchemaField("a", "STRING", mode="REQUIRED"), bigquery.SchemaField("b", "STRING")]))
+    bq.create_table(
+        bigquery.Table(
+            f"{bq.project}.{table}",
+            schema=[
+                bigquery.SchemaField("a", "STRING", mode="REQUIRED"),
+                bigquery.SchemaField("b", "STRING"),
+            ],
+        )
+    )
     uri = stage(_ab_schema("a", "b"), [{"a": None, "b": "b1"}])
 
-    _load(bq, uri, table, schema_update_options=[
-        bigquery.SchemaUpdateOption.ALLOW_FIELD_RELAXATION]).result(timeout=60)
+    _load(
+        bq, uri, table, schema_update_options=[bigquery.SchemaUpdateOption.ALLOW_FIELD_RELAXATION]
+    ).result(timeout=60)
 
     assert _rows(bq, f"SELECT a, b FROM `{table}`") == [(None, "b1")]
     assert [f.mode for f in bq.get_table(table).schema] == ["REQUIRED", "NULLABLE"]
@@ -308,13 +355,31 @@ def test_emulator_gap_avro_map_not_loaded_into_a_repeated_record(bq, dataset, st
     map to a list of structs and fails the job (resources/bigquery/emulator_maps.py loads such
     files through a temporary table of maps and converts them)."""
     table = f"{dataset}.with_map"
-    bq.create_table(bigquery.Table(f"{bq.project}.{table}", schema=[
-        bigquery.SchemaField("id", "STRING"),
-        bigquery.SchemaField("attrs", "RECORD", mode="REPEATED", fields=[
-            bigquery.SchemaField("key", "STRING"), bigquery.SchemaField("value", "INTEGER")])]))
-    schema = {"type": "record", "name": "M", "fields": [
-        {"name": "id", "type": "string"},
-        {"name": "attrs", "type": {"type": "map", "values": "long"}}]}
+    bq.create_table(
+        bigquery.Table(
+            f"{bq.project}.{table}",
+            schema=[
+                bigquery.SchemaField("id", "STRING"),
+                bigquery.SchemaField(
+                    "attrs",
+                    "RECORD",
+                    mode="REPEATED",
+                    fields=[
+                        bigquery.SchemaField("key", "STRING"),
+                        bigquery.SchemaField("value", "INTEGER"),
+                    ],
+                ),
+            ],
+        )
+    )
+    schema = {
+        "type": "record",
+        "name": "M",
+        "fields": [
+            {"name": "id", "type": "string"},
+            {"name": "attrs", "type": {"type": "map", "values": "long"}},
+        ],
+    }
     uri = stage(schema, [{"id": "a", "attrs": {"x": 1}}])
 
     job = _load(bq, uri, table, time_partitioning=None)
@@ -325,7 +390,8 @@ def test_emulator_gap_avro_map_not_loaded_into_a_repeated_record(bq, dataset, st
 
 
 def test_emulator_gap_nested_field_named_like_a_duckdb_keyword_fails_the_table(
-    bq, dataset,
+    bq,
+    dataset,
 ) -> None:
     """BigQuery creates a table whose RECORD has a field named ``at`` (or ``inner``, ...); the
     emulator writes nested field names unquoted into DuckDB's CREATE TABLE and answers 500, so
@@ -333,8 +399,12 @@ def test_emulator_gap_nested_field_named_like_a_duckdb_keyword_fails_the_table(
     default retry then retries the 500 until its deadline)."""
     from google.api_core.exceptions import InternalServerError
 
-    table = bigquery.Table(f"{bq.project}.{dataset}.keyword_field", schema=[
-        bigquery.SchemaField("r", "RECORD", fields=[bigquery.SchemaField("at", "TIMESTAMP")])])
+    table = bigquery.Table(
+        f"{bq.project}.{dataset}.keyword_field",
+        schema=[
+            bigquery.SchemaField("r", "RECORD", fields=[bigquery.SchemaField("at", "TIMESTAMP")])
+        ],
+    )
 
     with pytest.raises(InternalServerError):
         bq.create_table(table, retry=None)

@@ -57,7 +57,8 @@ def emulator(tmp_path: Path):
 
 
 def test_a_database_whose_log_does_not_replay_is_kept_aside_and_the_emulator_starts(
-    emulator, caplog,
+    emulator,
+    caplog,
 ) -> None:
     status = emulator.up()
     assert status.running

@@ -28,30 +28,41 @@ def test_extensions_install_into_the_given_directory_once_and_then_load_offline(
     assert install_extensions(ext_dir, REQUIRED_EXTENSIONS) == list(REQUIRED_EXTENSIONS)
     assert install_extensions(ext_dir, REQUIRED_EXTENSIONS) == []
 
-    con = duckdb.connect(config={"extension_directory": str(ext_dir),
-                                 "autoinstall_known_extensions": False})
+    con = duckdb.connect(
+        config={"extension_directory": str(ext_dir), "autoinstall_known_extensions": False}
+    )
     for name in REQUIRED_EXTENSIONS:
         con.execute(f"INSTALL {name}")  # what the emulator runs: a no-op once installed
         con.execute(f"LOAD {name}")
-    loaded = {row[0] for row in con.execute(
-        "SELECT extension_name FROM duckdb_extensions() WHERE loaded").fetchall()}
+    loaded = {
+        row[0]
+        for row in con.execute(
+            "SELECT extension_name FROM duckdb_extensions() WHERE loaded"
+        ).fetchall()
+    }
     assert set(REQUIRED_EXTENSIONS) <= loaded
     platform = con.execute("PRAGMA platform").fetchone()[0]
     assert {p.name for p in (ext_dir / f"v{duckdb.__version__}" / platform).iterdir()} >= {
-        f"{name}.duckdb_extension" for name in REQUIRED_EXTENSIONS}
+        f"{name}.duckdb_extension" for name in REQUIRED_EXTENSIONS
+    }
 
 
 @pytest.mark.parametrize(
     ("name", "version", "message"),
     [
-        ("nosuch", duckdb.__version__,
-         f"pip install 'duckdb-extension-nosuch=={duckdb.__version__}'"),
+        (
+            "nosuch",
+            duckdb.__version__,
+            f"pip install 'duckdb-extension-nosuch=={duckdb.__version__}'",
+        ),
         ("avro", "0.0.1", "pip install 'duckdb-extension-avro==0.0.1'"),
     ],
     ids=["package-missing", "package-for-another-duckdb"],
 )
 def test_a_missing_extension_is_named_with_the_pip_package_to_install(
-    name: str, version: str, message: str,
+    name: str,
+    version: str,
+    message: str,
 ) -> None:
     with pytest.raises(StackError, match=f"'{name}'") as raised:
         find_extension_file(name, version)

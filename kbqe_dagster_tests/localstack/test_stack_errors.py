@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import socket
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -69,8 +69,13 @@ JAVA_17 = """echo 'openjdk version "17.0.15" 2025-04-15' >&2"""
     ],
 )
 def test_a_taken_port_is_named_before_anything_is_downloaded(
-    isolated_ports: None, listening_socket: socket.socket, monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path, service_class: type, port_variable: str, port_field: str,
+    isolated_ports: None,
+    listening_socket: socket.socket,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    service_class: type,
+    port_variable: str,
+    port_field: str,
 ) -> None:
     taken = listening_socket.getsockname()[1]
     monkeypatch.setenv(f"KBQE_LOCAL_{port_variable}_PORT", str(taken))
@@ -88,7 +93,10 @@ def test_a_taken_port_is_named_before_anything_is_downloaded(
 
 @pytest.mark.parametrize("service_class", JVM_SERVICES)
 def test_missing_java_says_how_to_install_it(
-    isolated_ports: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, service_class: type,
+    isolated_ports: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    service_class: type,
 ) -> None:
     monkeypatch.setenv("PATH", str(fake_bin(tmp_path)))
 
@@ -102,7 +110,10 @@ def test_missing_java_says_how_to_install_it(
 
 @pytest.mark.parametrize("service_class", JVM_SERVICES)
 def test_a_java_older_than_17_is_refused(
-    isolated_ports: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, service_class: type,
+    isolated_ports: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    service_class: type,
 ) -> None:
     java_11 = """echo 'openjdk version "11.0.2" 2019-01-15' >&2"""
     monkeypatch.setenv("PATH", str(fake_bin(tmp_path, java=java_11)))
@@ -115,19 +126,28 @@ def test_a_java_older_than_17_is_refused(
 
 @pytest.mark.parametrize("service_class", JVM_SERVICES)
 def test_missing_maven_says_how_to_install_it(
-    isolated_ports: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, service_class: type,
+    isolated_ports: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    service_class: type,
 ) -> None:
     monkeypatch.setenv("PATH", str(fake_bin(tmp_path, java=JAVA_17)))
 
     with pytest.raises(StackError) as raised:
         service_class(tmp_path / "home").install()
 
-    assert "'mvn' was not found on PATH: install Maven (Debian/Ubuntu: `apt-get install maven`)" in str(raised.value)
+    assert (
+        "'mvn' was not found on PATH: install Maven (Debian/Ubuntu: `apt-get install maven`)"
+        in str(raised.value)
+    )
 
 
 @pytest.mark.parametrize("service_class", JVM_SERVICES)
 def test_a_failed_download_names_mavens_error_and_leaves_no_partial_install(
-    isolated_ports: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, service_class: type,
+    isolated_ports: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    service_class: type,
 ) -> None:
     failing_mvn = (
         "printf '\\033[0m[ERROR] Could not transfer artifact from central: Connection refused\\n'"
@@ -141,14 +161,19 @@ def test_a_failed_download_names_mavens_error_and_leaves_no_partial_install(
         service.install()
 
     message = str(raised.value)
-    assert "with Maven failed (exit 1): Could not transfer artifact from central: Connection refused" in message
+    assert (
+        "with Maven failed (exit 1): Could not transfer artifact from central: Connection refused"
+        in message
+    )
     assert "check that Maven Central is reachable" in message
     assert [p for p in service.dirs.cache.rglob("*") if not p.is_dir()] == []
     assert [p.name for p in service.dirs.cache.rglob("*partial*")] == []
 
 
 def test_the_cli_reports_a_stack_error_as_one_line_and_exit_code_1(
-    isolated_ports: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    isolated_ports: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("PATH", str(fake_bin(tmp_path)))
@@ -161,7 +186,9 @@ def test_the_cli_reports_a_stack_error_as_one_line_and_exit_code_1(
 
 
 def test_the_cli_shows_the_traceback_with_verbose(
-    isolated_ports: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    isolated_ports: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("PATH", str(fake_bin(tmp_path)))
@@ -174,16 +201,20 @@ def test_the_cli_shows_the_traceback_with_verbose(
 
 
 def test_an_unknown_service_name_lists_the_known_ones(
-    isolated_ports: None, capsys: pytest.CaptureFixture[str],
+    isolated_ports: None,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert cli.main(["stack", "status", "zookeeper"]) == 1
 
     err = capsys.readouterr().err.strip()
-    assert err.startswith("kbqe: error: unknown local service(s) zookeeper; the stack has kafka, apicurio")
+    assert err.startswith(
+        "kbqe: error: unknown local service(s) zookeeper; the stack has kafka, apicurio"
+    )
 
 
 def test_status_of_a_stack_that_never_ran_says_not_running(
-    isolated_ports: None, capsys: pytest.CaptureFixture[str],
+    isolated_ports: None,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert cli.main(["stack", "status", "kafka", "apicurio"]) == 0
 
@@ -252,8 +283,10 @@ def test_when_services_fail_the_others_still_start_and_one_error_names_each_fail
 
 
 def test_a_single_failure_is_raised_as_it_is(tmp_path: Path) -> None:
-    services = [ScriptedService("alpha", "exited during start-up", tmp_path),
-                ScriptedService("beta", None, tmp_path)]
+    services = [
+        ScriptedService("alpha", "exited during start-up", tmp_path),
+        ScriptedService("beta", None, tmp_path),
+    ]
 
     with pytest.raises(StackError) as raised:
         stack.up_services(services)
@@ -264,11 +297,15 @@ def test_a_single_failure_is_raised_as_it_is(tmp_path: Path) -> None:
 def test_a_service_whose_module_does_not_exist_yet_is_skipped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(stack, "SERVICES", (
-        ("kbqe_dagster.localstack.kafka", "KafkaService"),
-        ("kbqe_dagster.localstack.not_written_yet", "FutureService"),
-        ("kbqe_dagster.localstack.apicurio", "ApicurioService"),
-    ))
+    monkeypatch.setattr(
+        stack,
+        "SERVICES",
+        (
+            ("kbqe_dagster.localstack.kafka", "KafkaService"),
+            ("kbqe_dagster.localstack.not_written_yet", "FutureService"),
+            ("kbqe_dagster.localstack.apicurio", "ApicurioService"),
+        ),
+    )
 
     assert stack.service_classes() == [KafkaService, ApicurioService]
 

@@ -38,9 +38,16 @@ def test_fresh_deletes_every_data_dir_and_the_dagster_instance_and_keeps_cache_a
 ) -> None:
     wiped = stack.wipe_data(home=home)
     assert [w.path for w in wiped] == [
-        *(home / "run" / name / "data" for name in SERVICES), home / "dagster_home"]
+        *(home / "run" / name / "data" for name in SERVICES),
+        home / "dagster_home",
+    ]
     assert [w.what for w in wiped] == [
-        "kafka data", "apicurio data", "gcs data", "bigquery data", "the demo's Dagster instance"]
+        "kafka data",
+        "apicurio data",
+        "gcs data",
+        "bigquery data",
+        "the demo's Dagster instance",
+    ]
     assert not any((home / "run" / name / "data").exists() for name in SERVICES)
     assert not (home / "dagster_home").exists()
     assert (home / "cache" / "kafka-4.1.0" / "libs" / "kafka.jar").read_text() == "jar"

@@ -5,7 +5,7 @@ in a real (ephemeral) instance and read back incrementally."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -29,7 +29,7 @@ from kbqe_dagster.staging.sink import TableDelivery
 
 REPO = Path(__file__).resolve().parents[2]
 T = "com.acme.events"
-NOW = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +50,26 @@ def fold(instance) -> EventLogFold:
     return EventLogFold(lambda: instance, keep_jobs_for=timedelta(days=8))
 
 
-def range_result(partition: int, messages: int, records: int, by_dataset: dict[str, int],
-                 dead: dict[str, int] | None = None) -> RangeResult:
+def range_result(
+    partition: int,
+    messages: int,
+    records: int,
+    by_dataset: dict[str, int],
+    dead: dict[str, int] | None = None,
+) -> RangeResult:
     return RangeResult(
-        T, partition, 0, messages - 1, messages - 1, messages, records,
+        T,
+        partition,
+        0,
+        messages - 1,
+        messages - 1,
+        messages,
+        records,
         files=tuple((f"{T}.{partition}.{d}.t.1.0.avro", 1) for d in by_dataset),
-        bytes_written=sum(by_dataset.values()), dead_letters=dead or {},
-        skipped={}, bytes_by_dataset=by_dataset,
+        bytes_written=sum(by_dataset.values()),
+        dead_letters=dead or {},
+        skipped={},
+        bytes_by_dataset=by_dataset,
     )
 
 
@@ -67,17 +80,27 @@ def stage_run(*results: RangeResult, seconds: float = 42.0, orphans: int = 0) ->
 
 def report(instance, key: dg.AssetKey, metadata: dict, observation: bool = False) -> None:
     event = (dg.AssetObservation if observation else dg.AssetMaterialization)(
-        asset_key=key, metadata=metadata)
+        asset_key=key, metadata=metadata
+    )
     instance.report_runless_asset_event(event)
 
 
 def test_stage_runs_add_up_per_topic_and_bytes_per_dataset(instance, fold) -> None:
-    report(instance, STAGING_KEY, stage_run(
-        range_result(0, 100, 97, {"acme_sales": 4000, "kbqe_dead_letters": 300},
-                     dead={"bad_magic": 2, "tombstone": 1}),
-        range_result(1, 50, 50, {"acme_web": 1500}),
-        orphans=2,
-    ))
+    report(
+        instance,
+        STAGING_KEY,
+        stage_run(
+            range_result(
+                0,
+                100,
+                97,
+                {"acme_sales": 4000, "kbqe_dead_letters": 300},
+                dead={"bad_magic": 2, "tombstone": 1},
+            ),
+            range_result(1, 50, 50, {"acme_web": 1500}),
+            orphans=2,
+        ),
+    )
 
     totals = fold.refresh()
 
@@ -86,24 +109,33 @@ def test_stage_runs_add_up_per_topic_and_bytes_per_dataset(instance, fold) -> No
     assert (topic.bytes_written, topic.files_written, topic.orphans_deleted) == (5800, 3, 2)
     assert dict(topic.dead_letters) == {"bad_magic": 2, "tombstone": 1}
     assert dict(totals.bytes_by_dataset) == {
-        (T, "acme_sales"): 4000, (T, "kbqe_dead_letters"): 300, (T, "acme_web"): 1500}
+        (T, "acme_sales"): 4000,
+        (T, "kbqe_dead_letters"): 300,
+        (T, "acme_web"): 1500,
+    }
 
 
 def test_a_grouped_stage_run_counts_as_one_run_of_each_of_its_topics(instance, fold) -> None:
     prep = Preparation((), ("orphan.avro",), (), RangePlan((), ()))
     other = dataclasses.replace(range_result(0, 20, 20, {"acme_web": 700}), topic="shop.orders")
-    summaries = (StageSummary(T, prep, (range_result(0, 100, 97, {"acme_sales": 4000},
-                                                     dead={"bad_magic": 3}),), 9.0),
-                 StageSummary("shop.orders", prep, (other,), 9.0))
+    summaries = (
+        StageSummary(
+            T, prep, (range_result(0, 100, 97, {"acme_sales": 4000}, dead={"bad_magic": 3}),), 9.0
+        ),
+        StageSummary("shop.orders", prep, (other,), 9.0),
+    )
     report(instance, STAGING_KEY, dict(group_metadata((T, "shop.orders"), summaries)))
 
     totals = fold.refresh()
 
-    assert {t: (v.runs, v.messages, v.records, v.orphans_deleted)
-            for t, v in totals.topics.items()} == {T: (1, 100, 97, 1), "shop.orders": (1, 20, 20, 1)}
+    assert {
+        t: (v.runs, v.messages, v.records, v.orphans_deleted) for t, v in totals.topics.items()
+    } == {T: (1, 100, 97, 1), "shop.orders": (1, 20, 20, 1)}
     assert dict(totals.topics[T].dead_letters) == {"bad_magic": 3}
-    assert dict(totals.bytes_by_dataset) == {(T, "acme_sales"): 4000,
-                                             ("shop.orders", "acme_web"): 700}
+    assert dict(totals.bytes_by_dataset) == {
+        (T, "acme_sales"): 4000,
+        ("shop.orders", "acme_web"): 700,
+    }
 
 
 def test_each_event_is_counted_once_across_refreshes(instance, fold) -> None:
@@ -176,13 +208,26 @@ def completed_load(retries: int) -> CompletedLoad:
     done = (f"{T}.0.acme_sales.orders.3.0.9.done", f"{T}.1.acme_sales.orders.3.0.4.done")
     ids = tuple(f"kbqe_orders_{i}" for i in range(retries + 1))
     job = LoadJobRecord(
-        ids[-1], "acme_sales", "orders", 3, files, NOW, NOW, done_files=done, records=15,
-        status=JobStatus.SUCCEEDED, retry_count=retries, attempt_ids=ids,
+        ids[-1],
+        "acme_sales",
+        "orders",
+        3,
+        files,
+        NOW,
+        NOW,
+        done_files=done,
+        records=15,
+        status=JobStatus.SUCCEEDED,
+        retry_count=retries,
+        attempt_ids=ids,
     )
-    facts = {files[0]: FileFacts(10, {"2024-09-12": 4, "2024-09-13": 6}),
-             files[1]: FileFacts(5, {"2024-09-13": 5})}
-    return CompletedLoad(job, JobReport(ObservedJob(ObservedKind.DONE_OK), output_rows=15),
-                         facts, input_bytes=2048)
+    facts = {
+        files[0]: FileFacts(10, {"2024-09-12": 4, "2024-09-13": 6}),
+        files[1]: FileFacts(5, {"2024-09-13": 5}),
+    }
+    return CompletedLoad(
+        job, JobReport(ObservedJob(ObservedKind.DONE_OK), output_rows=15), facts, input_bytes=2048
+    )
 
 
 def test_a_load_job_reported_per_day_counts_once_with_its_distinct_files(instance, fold) -> None:
@@ -203,32 +248,62 @@ def test_a_load_job_reported_per_day_counts_once_with_its_distinct_files(instanc
     assert loads.bytes == 2048, "the job's input bytes once, not once per day"
 
 
-def appended(partition: int, table: str, rows: int, n_bytes: int, *,
-             committed: bool = True) -> RangeResult:
+def appended(
+    partition: int, table: str, rows: int, n_bytes: int, *, committed: bool = True
+) -> RangeResult:
     """A range that appended ``rows`` rows of ``n_bytes`` to ``acme_web.<table>`` through the
     Storage Write API (``committed=False``: an attempt that did not commit)."""
-    delivery = TableDelivery("acme_web", table, f"streams/{table}-{partition}", 0, rows, rows,
-                             0, n_bytes, (("2024-09-13", rows),), requests=1)
+    delivery = TableDelivery(
+        "acme_web",
+        table,
+        f"streams/{table}-{partition}",
+        0,
+        rows,
+        rows,
+        0,
+        n_bytes,
+        (("2024-09-13", rows),),
+        requests=1,
+    )
     result = range_result(partition, rows, rows, {})
-    return dataclasses.replace(result, delivered=(delivery,),
-                               committed_last=result.committed_last if committed else None)
+    return dataclasses.replace(
+        result, delivered=(delivery,), committed_last=result.committed_last if committed else None
+    )
 
 
 def test_bytes_appended_through_storage_write_add_up_per_table(instance, fold) -> None:
-    report(instance, STAGING_KEY, stage_run(
-        appended(0, "clicks", 10, 1_000), appended(1, "clicks", 5, 600),
-        appended(2, "clicks", 7, 999, committed=False), appended(0, "taps", 3, 90)))
+    report(
+        instance,
+        STAGING_KEY,
+        stage_run(
+            appended(0, "clicks", 10, 1_000),
+            appended(1, "clicks", 5, 600),
+            appended(2, "clicks", 7, 999, committed=False),
+            appended(0, "taps", 3, 90),
+        ),
+    )
     prep = Preparation((), (), (), RangePlan((), ()))
     other = dataclasses.replace(appended(0, "clicks", 2, 250), topic="shop.orders")
-    report(instance, STAGING_KEY, dict(group_metadata(
-        (T, "shop.orders"), (StageSummary(T, prep, (appended(1, "clicks", 1, 50),), 1.0),
-                             StageSummary("shop.orders", prep, (other,), 1.0)))))
+    report(
+        instance,
+        STAGING_KEY,
+        dict(
+            group_metadata(
+                (T, "shop.orders"),
+                (
+                    StageSummary(T, prep, (appended(1, "clicks", 1, 50),), 1.0),
+                    StageSummary("shop.orders", prep, (other,), 1.0),
+                ),
+            )
+        ),
+    )
 
     appends = fold.refresh().appends
 
     assert {k: (v.rows, v.bytes) for k, v in appends.items()} == {
-        ("acme_web", "clicks"): (18, 1_900), ("acme_web", "taps"): (3, 90)}, \
-        "committed ranges only, every topic of a grouped run once"
+        ("acme_web", "clicks"): (18, 1_900),
+        ("acme_web", "taps"): (3, 90),
+    }, "committed ranges only, every topic of a grouped run once"
 
 
 def test_runs_from_before_storage_write_delivery_append_nothing(instance, fold) -> None:

@@ -7,8 +7,8 @@ import json
 import logging
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import dagster as dg
 import pytest
@@ -65,26 +65,42 @@ def serve(sources, instance, probes) -> MetricsServer:
     metric_sources = MetricSources(sources, ttl_s=0.1, instance=lambda: instance)
     # No broker in these tests (the real lag source is exercised on the local stack).
     metric_sources.kafka = CachedSource("kafka", no_kafka, ttl_s=0.1)
-    checker = HealthChecker(probes, metric_sources, max_staging_age_s=7200, timeout_s=1,
-                            redact=sources.redactor())
+    checker = HealthChecker(
+        probes, metric_sources, max_staging_age_s=7200, timeout_s=1, redact=sources.redactor()
+    )
     return MetricsServer(KbqeCollector(metric_sources, wait_s=2.0), checker, port=0).start()
 
 
 @pytest.fixture
 def server(tmp_path: Path, example_pipeline, instance) -> Iterator[MetricsServer]:
     sources = sources_for(build(tmp_path / "staging").root, example_pipeline)
-    instance.report_runless_asset_event(dg.AssetMaterialization(STAGING_KEY, metadata={
-        "topic": "com.acme.events", "messages": 120, "dagster/row_count": 117,
-        "bytes_written": 9000, "bytes_written_by_dataset": dg.MetadataValue.json(
-            {"acme_sales": 8000, "kbqe_dead_letters": 1000}),
-        "files_written": 3, "orphans_deleted": 1, "seconds": 12.5,
-        "dead_letters_by_reason": dg.MetadataValue.json({"bad_magic": 3}),
-        "skipped_by_reason": dg.MetadataValue.json({}),
-        "storage_write_by_table": dg.MetadataValue.json(
-            {"acme_web.clicks": {"rows": 20, "bytes": 1500, "list_price_usd": 0.0}}),
-    }))
-    probes = {"kafka": lambda: ("up", None), "schema_registry": lambda: ("up", None),
-              "staging": lambda: staging_probe(sources.staging.open())}
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(
+            STAGING_KEY,
+            metadata={
+                "topic": "com.acme.events",
+                "messages": 120,
+                "dagster/row_count": 117,
+                "bytes_written": 9000,
+                "bytes_written_by_dataset": dg.MetadataValue.json(
+                    {"acme_sales": 8000, "kbqe_dead_letters": 1000}
+                ),
+                "files_written": 3,
+                "orphans_deleted": 1,
+                "seconds": 12.5,
+                "dead_letters_by_reason": dg.MetadataValue.json({"bad_magic": 3}),
+                "skipped_by_reason": dg.MetadataValue.json({}),
+                "storage_write_by_table": dg.MetadataValue.json(
+                    {"acme_web.clicks": {"rows": 20, "bytes": 1500, "list_price_usd": 0.0}}
+                ),
+            },
+        )
+    )
+    probes = {
+        "kafka": lambda: ("up", None),
+        "schema_registry": lambda: ("up", None),
+        "staging": lambda: staging_probe(sources.staging.open()),
+    }
     srv = serve(sources, instance, probes)
     yield srv
     srv.stop()
@@ -96,19 +112,27 @@ def test_metrics_carry_the_staging_area_and_the_event_log(server) -> None:
 
     assert status == 200
     expected = {
-        ("kbqe_staging_pending_files", (("dataset", "acme_sales"), ("table", "orders"),
-                                        ("state", "loadable"))): 4,
-        ("kbqe_staging_pending_files", (("dataset", "acme_sales"), ("table", "orders"),
-                                        ("state", "quarantined"))): 1,
+        (
+            "kbqe_staging_pending_files",
+            (("dataset", "acme_sales"), ("table", "orders"), ("state", "loadable")),
+        ): 4,
+        (
+            "kbqe_staging_pending_files",
+            (("dataset", "acme_sales"), ("table", "orders"), ("state", "quarantined")),
+        ): 1,
         ("kbqe_staging_uncommitted_avro_files", ()): 1,
         ("kbqe_staging_quarantined_tables", ()): 1,
-        ("kbqe_load_jobs", (("dataset", "acme_web"), ("table", "page_views"),
-                            ("status", "planned"))): 1,
+        (
+            "kbqe_load_jobs",
+            (("dataset", "acme_web"), ("table", "page_views"), ("status", "planned")),
+        ): 1,
         ("kbqe_load_jobs_failed_total", (("dataset", "acme_sales"), ("table", "orders"))): 1,
         ("kbqe_messages_consumed_total", (("topic", "com.acme.events"),)): 120,
         ("kbqe_records_staged_total", (("topic", "com.acme.events"),)): 117,
-        ("kbqe_bytes_written_total", (("topic", "com.acme.events"),
-                                      ("dataset", "acme_sales"))): 8000,
+        (
+            "kbqe_bytes_written_total",
+            (("topic", "com.acme.events"), ("dataset", "acme_sales")),
+        ): 8000,
         ("kbqe_dead_letters_total", (("topic", "com.acme.events"), ("reason", "bad_magic"))): 3,
         ("kbqe_storage_write_bytes_total", (("dataset", "acme_web"), ("table", "clicks"))): 1500,
         ("kbqe_storage_write_rows_total", (("dataset", "acme_web"), ("table", "clicks"))): 20,
@@ -131,13 +155,20 @@ def test_healthcheck_answers_503_with_every_check_when_a_table_is_quarantined(se
 
     assert status == 503
     assert doc["healthy"] is False
-    assert list(doc["checks"]) == ["kafka", "schema_registry", "staging", "quarantine",
-                                   "stage_path", "staging_freshness"]
+    assert list(doc["checks"]) == [
+        "kafka",
+        "schema_registry",
+        "staging",
+        "quarantine",
+        "stage_path",
+        "staging_freshness",
+    ]
     assert [n for n, c in doc["checks"].items() if not c["ok"]] == ["quarantine"]
 
 
-def test_healthcheck_answers_200_when_every_check_passes(tmp_path, example_pipeline,
-                                                         instance) -> None:
+def test_healthcheck_answers_200_when_every_check_passes(
+    tmp_path, example_pipeline, instance
+) -> None:
     sources = sources_for(tmp_path, example_pipeline)
     srv = serve(sources, instance, {"staging": lambda: staging_probe(sources.staging.open())})
     try:
@@ -157,18 +188,29 @@ def test_no_connection_secret_appears_in_metrics_health_or_logs(
     tmp_path, example_pipeline, instance, caplog
 ) -> None:
     sources = sources_for(
-        tmp_path, example_pipeline,
-        kafka=KafkaSettings(CLOSED, {"security.protocol": "SASL_PLAINTEXT",
-                                     "sasl.mechanism": "PLAIN", "sasl.username": "kbqe",
-                                     "sasl.password": KAFKA_PASSWORD}),
-        registry=RegistrySettings(f"http://{CLOSED}",
-                                  basic_auth_user_info=f"kbqe:{REGISTRY_PASSWORD}"),
+        tmp_path,
+        example_pipeline,
+        kafka=KafkaSettings(
+            CLOSED,
+            {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": "kbqe",
+                "sasl.password": KAFKA_PASSWORD,
+            },
+        ),
+        registry=RegistrySettings(
+            f"http://{CLOSED}", basic_auth_user_info=f"kbqe:{REGISTRY_PASSWORD}"
+        ),
     )
     probes = default_probes(sources, timeout_s=1)
     # A client library that echoes its configuration in an error, as some do.
-    probes["echo"] = lambda: (_ for _ in ()).throw(RuntimeError(
-        f"login kbqe/{KAFKA_PASSWORD} refused; registry kbqe:{REGISTRY_PASSWORD} at "
-        f"http://kbqe:{REGISTRY_PASSWORD}@registry/"))
+    probes["echo"] = lambda: (_ for _ in ()).throw(
+        RuntimeError(
+            f"login kbqe/{KAFKA_PASSWORD} refused; registry kbqe:{REGISTRY_PASSWORD} at "
+            f"http://kbqe:{REGISTRY_PASSWORD}@registry/"
+        )
+    )
     caplog.set_level(logging.DEBUG)
     srv = serve(sources, instance, probes)
     try:
@@ -179,7 +221,8 @@ def test_no_connection_secret_appears_in_metrics_health_or_logs(
 
     doc = json.loads(health)
     assert doc["checks"]["echo"]["detail"] == (
-        "RuntimeError: login kbqe/*** refused; registry *** at http://***@registry/")
+        "RuntimeError: login kbqe/*** refused; registry *** at http://***@registry/"
+    )
     assert not doc["checks"]["kafka"]["ok"] and not doc["checks"]["schema_registry"]["ok"]
     for secret in (KAFKA_PASSWORD, REGISTRY_PASSWORD):
         assert secret not in health

@@ -83,20 +83,36 @@ def exporter(local_stack, tmp_path: Path):
     staging.mkdir()
     home.mkdir()
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
-        "version": 1,
-        "topics": [{"name": demo.topic, "routing": {"mode": "fields"},
-                    "event_time": {"fields": ["eventTime", "occurredAt"]}}],
-        "allowed_destinations": ["acme_sales.*", "acme_web.*"],
-    }))
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": demo.topic,
+                        "routing": {"mode": "fields"},
+                        "event_time": {"fields": ["eventTime", "occurredAt"]},
+                    }
+                ],
+                "allowed_destinations": ["acme_sales.*", "acme_web.*"],
+            }
+        )
+    )
     port = free_port()
-    env = {**os.environ, "KBQE_ENV": "local", "KBQE_STAGING_URL": str(staging),
-           "KBQE_PIPELINE_CONFIG": str(pipeline), "DAGSTER_HOME": str(home)}
+    env = {
+        **os.environ,
+        "KBQE_ENV": "local",
+        "KBQE_STAGING_URL": str(staging),
+        "KBQE_PIPELINE_CONFIG": str(pipeline),
+        "DAGSTER_HOME": str(home),
+    }
     log = tmp_path / "exporter.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [KBQE, "metrics", "serve", "--port", str(port), "--cache-seconds", str(CACHE_S)],
-            env=env, stdout=out, stderr=subprocess.STDOUT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -130,29 +146,52 @@ def test_lag_then_staged_counters_and_health_on_the_local_stack(exporter) -> Non
     status, body = get(url + "/healthcheck")
     assert status == 200, body
     assert all(c["ok"] for c in json.loads(body)["checks"].values())
-    assert set(json.loads(body)["checks"]) == {"kafka", "schema_registry", "staging",
-                                               "bigquery", "quarantine", "stage_path",
-                                               "staging_freshness"}
+    assert set(json.loads(body)["checks"]) == {
+        "kafka",
+        "schema_registry",
+        "staging",
+        "bigquery",
+        "quarantine",
+        "stage_path",
+        "staging_freshness",
+    }
 
     # Stage every partition as one range, and record the run as the staging asset does.
     ctx = demo.context(StagingLocation(str(staging)))
     ends = {w.partition: w.high for w in watermarks(demo.kafka, demo.topic)}
     # One task per partition, in parallel, as the Spark stage job runs them.
     with ThreadPoolExecutor(len(ends)) as pool:
-        results = tuple(pool.map(
-            lambda item: stage_range(ctx, OffsetRange(demo.topic, item[0], 0, item[1])),
-            ends.items()))
+        results = tuple(
+            pool.map(
+                lambda item: stage_range(ctx, OffsetRange(demo.topic, item[0], 0, item[1])),
+                ends.items(),
+            )
+        )
     summary = StageSummary(demo.topic, Preparation((), (), (), RangePlan((), ())), results, 3.0)
     instance = dg.DagsterInstance.from_config(str(home))
     instance.report_runless_asset_event(
-        dg.AssetMaterialization(STAGING_KEY, metadata=stage_metadata(summary)))
+        dg.AssetMaterialization(STAGING_KEY, metadata=stage_metadata(summary))
+    )
 
     # Each source refreshes on its own cache clock: wait until all three show the stage.
-    after = scrape_until(url, lambda v: value(
-        v, "kbqe_messages_consumed_total", topic=demo.topic) is not None and all(value(
-        v, "kbqe_kafka_lag_messages", topic=demo.topic, partition=p) == 0 for p in ends) and value(
-        v, "kbqe_staging_pending_files", dataset="acme_sales", table="orders",
-        state="loadable") is not None)
+    after = scrape_until(
+        url,
+        lambda v: (
+            value(v, "kbqe_messages_consumed_total", topic=demo.topic) is not None
+            and all(
+                value(v, "kbqe_kafka_lag_messages", topic=demo.topic, partition=p) == 0
+                for p in ends
+            )
+            and value(
+                v,
+                "kbqe_staging_pending_files",
+                dataset="acme_sales",
+                table="orders",
+                state="loadable",
+            )
+            is not None
+        ),
+    )
 
     for p, end in ends.items():
         assert value(after, "kbqe_kafka_lag_messages", topic=demo.topic, partition=p) == 0
@@ -174,8 +213,13 @@ def test_lag_then_staged_counters_and_health_on_the_local_stack(exporter) -> Non
     for dataset, n in bytes_by_dataset.items():
         assert value(after, "kbqe_bytes_written_total", topic=demo.topic, dataset=dataset) == n
     for (dataset, table), n in files_by_table.items():
-        assert value(after, "kbqe_staging_pending_files", dataset=dataset, table=table,
-                     state="loadable") == n
+        assert (
+            value(
+                after, "kbqe_staging_pending_files", dataset=dataset, table=table, state="loadable"
+            )
+            == n
+        )
     assert value(after, "kbqe_avro_files_written_total", topic=demo.topic) == sum(
-        files_by_table.values())
+        files_by_table.values()
+    )
     assert get(url + "/healthcheck")[0] == 200

@@ -69,9 +69,18 @@ def test_a_failure_names_the_error_without_the_secrets_it_echoes() -> None:
 def checker(tmp_path: Path, pipeline, *, max_age: float, area: bool = True) -> HealthChecker:
     root = build(tmp_path / "staging").root if area else tmp_path
     sources = sources_for(root, pipeline)
-    probes = {"kafka": ok(), "schema_registry": ok(), "staging": lambda: staging_probe(sources.staging.open())}
-    return HealthChecker(probes, MetricSources(sources), max_staging_age_s=max_age, timeout_s=2,
-                         redact=sources.redactor())
+    probes = {
+        "kafka": ok(),
+        "schema_registry": ok(),
+        "staging": lambda: staging_probe(sources.staging.open()),
+    }
+    return HealthChecker(
+        probes,
+        MetricSources(sources),
+        max_staging_age_s=max_age,
+        timeout_s=2,
+        redact=sources.redactor(),
+    )
 
 
 def test_a_quarantined_table_makes_the_pipeline_unhealthy(tmp_path, example_pipeline) -> None:
@@ -99,8 +108,10 @@ def test_an_empty_reachable_staging_area_is_healthy(tmp_path, example_pipeline) 
     report = checker(tmp_path, example_pipeline, max_age=60, area=False).check()
 
     assert report.healthy, report.to_json()
-    assert report.to_json()["thresholds"] == {"check_timeout_seconds": 2,
-                                              "max_staging_age_seconds": 60}
+    assert report.to_json()["thresholds"] == {
+        "check_timeout_seconds": 2,
+        "max_staging_age_seconds": 60,
+    }
 
 
 def test_an_unreadable_staging_area_fails_staging_and_leaves_quarantine_unknown(
@@ -110,8 +121,9 @@ def test_an_unreadable_staging_area_fails_staging_and_leaves_quarantine_unknown(
     (tmp_path / "_kbqe").mkdir()
     (tmp_path / "_kbqe" / "load_state.json").write_text("{ not json")
     probes = {"staging": lambda: staging_probe(sources.staging.open())}
-    report = HealthChecker(probes, None, max_staging_age_s=60, timeout_s=2,
-                           redact=Redactor()).check()
+    report = HealthChecker(
+        probes, None, max_staging_age_s=60, timeout_s=2, redact=Redactor()
+    ).check()
     checks = {c.name: c for c in report.checks}
 
     assert not checks["staging"].ok and "not valid JSON" in checks["staging"].detail
@@ -165,10 +177,11 @@ class _Admin:
 
 def kafka_holding(tmp_path: Path, pipeline, topics: set[str]) -> HealthChecker:
     sources = sources_for(tmp_path, pipeline)
-    probes = {"kafka": lambda: kafka_probe(_Admin(topics), sources, 1.0),
-              "staging": lambda: staging_probe(sources.staging.open())}
-    return HealthChecker(probes, None, max_staging_age_s=60, timeout_s=2,
-                         redact=sources.redactor())
+    probes = {
+        "kafka": lambda: kafka_probe(_Admin(topics), sources, 1.0),
+        "staging": lambda: staging_probe(sources.staging.open()),
+    }
+    return HealthChecker(probes, None, max_staging_age_s=60, timeout_s=2, redact=sources.redactor())
 
 
 def test_a_configured_topic_kafka_does_not_hold_is_healthy_but_degraded_naming_it(
@@ -181,7 +194,8 @@ def test_a_configured_topic_kafka_does_not_hold_is_healthy_but_degraded_naming_i
     assert kafka.ok and kafka.degraded
     assert kafka.detail == (
         "1 broker(s) answered; configured topic(s) missing in Kafka (not created yet, or "
-        "deleted; not staged until they exist): com.acme.events")
+        "deleted; not staged until they exist): com.acme.events"
+    )
     doc = report.to_json()
     assert doc["degraded"] == ["kafka"] and doc["checks"]["kafka"]["degraded"] is True
     assert "WARN  kafka" in render_health(doc)

@@ -30,7 +30,11 @@ def test_json_output_is_the_healthcheck_document_and_the_exit_code_says_unhealth
     assert doc["healthy"] is False
     # files waited an hour; the default limit is 3 load cadences of 5m (examples/pipeline.yaml)
     assert {n for n, c in doc["checks"].items() if not c["ok"]} == {
-        "kafka", "schema_registry", "quarantine", "staging_freshness"}
+        "kafka",
+        "schema_registry",
+        "quarantine",
+        "staging_freshness",
+    }
     assert doc["checks"]["staging"]["ok"] is True
     assert doc["thresholds"] == {"check_timeout_seconds": 0.5, "max_staging_age_seconds": 900}
 
@@ -41,6 +45,11 @@ def test_text_output_has_a_line_per_check_and_a_verdict(unhealthy, capsys) -> No
 
     assert code == 1
     assert [line.split()[:2] for line in lines[:-1]] == [
-        ["FAIL", "kafka"], ["FAIL", "schema_registry"], ["ok", "staging"],
-        ["FAIL", "quarantine"], ["ok", "stage_path"], ["FAIL", "staging_freshness"]]
+        ["FAIL", "kafka"],
+        ["FAIL", "schema_registry"],
+        ["ok", "staging"],
+        ["FAIL", "quarantine"],
+        ["ok", "stage_path"],
+        ["FAIL", "staging_freshness"],
+    ]
     assert lines[-1] == "UNHEALTHY"

@@ -16,8 +16,9 @@ from kbqe_dagster_tests.runner.test_topic_patterns_on_local_stack import SCHEMA,
 pytestmark = pytest.mark.integration
 
 
-def test_health_is_degraded_naming_the_missing_topic(local_stack, local_endpoints,
-                                                     tmp_path) -> None:
+def test_health_is_degraded_naming_the_missing_topic(
+    local_stack, local_endpoints, tmp_path
+) -> None:
     run = uuid.uuid4().hex[:8]
     present, absent = f"mtse.{run}.present", f"mtse.{run}.absent"
     cluster = Cluster(local_endpoints.kafka_bootstrap)
@@ -25,15 +26,26 @@ def test_health_is_degraded_naming_the_missing_topic(local_stack, local_endpoint
     try:
         staging = tmp_path / "staging"
         staging.mkdir()
-        env = cli_env(tmp_path, {
-            "version": 1,
-            "topics": [{"name": name, "format": "json", "schema": SCHEMA,
+        env = cli_env(
+            tmp_path,
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": name,
+                        "format": "json",
+                        "schema": SCHEMA,
                         "event_time": {"fields": ["at"]},
-                        "routing": {"mode": "static", "dataset": "mtse", "table": "t"}}
-                       for name in (present, absent)],
-        }, str(staging))
-        done = subprocess.run([KBQE, "health", "--json"], env=env, capture_output=True,
-                              text=True, timeout=120)
+                        "routing": {"mode": "static", "dataset": "mtse", "table": "t"},
+                    }
+                    for name in (present, absent)
+                ],
+            },
+            str(staging),
+        )
+        done = subprocess.run(
+            [KBQE, "health", "--json"], env=env, capture_output=True, text=True, timeout=120
+        )
     finally:
         cluster.delete_all()
 

@@ -12,12 +12,14 @@ from kbqe_dagster.resources.kafka import cluster as kafka_module
 from kbqe_dagster.resources.kafka.clients import KafkaReadError, KafkaSettings
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 
-PIPELINE = parse_pipeline_config({
-    "version": 1,
-    "topics": [{"name": "billing.invoices", "event_time": {"fields": ["ts"]}}],
-    "topic_patterns": [{"match": r"shop\..*", "event_time": {"fields": ["ts"]}}],
-    "allowed_destinations": ["shop.*", "billing.*"],
-})
+PIPELINE = parse_pipeline_config(
+    {
+        "version": 1,
+        "topics": [{"name": "billing.invoices", "event_time": {"fields": ["ts"]}}],
+        "topic_patterns": [{"match": r"shop\..*", "event_time": {"fields": ["ts"]}}],
+        "allowed_destinations": ["shop.*", "billing.*"],
+    }
+)
 
 
 def fake_backlog(store, kafka, topics, oldest_wanted) -> dict[str, TopicBacklog]:
@@ -25,8 +27,11 @@ def fake_backlog(store, kafka, topics, oldest_wanted) -> dict[str, TopicBacklog]
 
 
 def test_lag_is_read_for_listed_and_discovered_topics(monkeypatch) -> None:
-    monkeypatch.setattr(kafka_module, "list_topic_names",
-                        lambda settings, timeout=10.0: frozenset({"shop.orders", "other"}))
+    monkeypatch.setattr(
+        kafka_module,
+        "list_topic_names",
+        lambda settings, timeout=10.0: frozenset({"shop.orders", "other"}),
+    )
     monkeypatch.setattr(lag_module, "fleet_backlog", fake_backlog)
     view = read_lag(None, KafkaSettings("127.0.0.1:1"), PIPELINE)
     assert sorted(b.topic for b in view.topics) == ["billing.invoices", "shop.orders"]
@@ -42,8 +47,9 @@ def test_a_failed_listing_means_no_topic_is_readable(monkeypatch) -> None:
 
 
 def test_one_topic_kafka_cannot_read_is_reported_and_the_others_still_are(monkeypatch) -> None:
-    monkeypatch.setattr(kafka_module, "list_topic_names",
-                        lambda settings, timeout=10.0: frozenset({"shop.orders"}))
+    monkeypatch.setattr(
+        kafka_module, "list_topic_names", lambda settings, timeout=10.0: frozenset({"shop.orders"})
+    )
 
     def one_gone(store, kafka, topics, oldest_wanted):
         out = fake_backlog(store, kafka, topics, oldest_wanted)
@@ -54,12 +60,14 @@ def test_one_topic_kafka_cannot_read_is_reported_and_the_others_still_are(monkey
     view = read_lag(None, KafkaSettings("127.0.0.1:1"), PIPELINE)
     assert [b.topic for b in view.topics] == ["billing.invoices"]
     assert view.unreadable == {
-        "shop.orders": "KafkaReadError: topic 'shop.orders' is not available: missing"}
+        "shop.orders": "KafkaReadError: topic 'shop.orders' is not available: missing"
+    }
 
 
 def test_kafka_down_for_the_one_read_means_no_topic_is_readable(monkeypatch) -> None:
-    monkeypatch.setattr(kafka_module, "list_topic_names",
-                        lambda settings, timeout=10.0: frozenset())
+    monkeypatch.setattr(
+        kafka_module, "list_topic_names", lambda settings, timeout=10.0: frozenset()
+    )
 
     def down(store, kafka, topics, oldest_wanted):
         raise KafkaReadError("listing the topics of 127.0.0.1:1: timed out")

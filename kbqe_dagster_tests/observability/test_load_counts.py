@@ -3,8 +3,9 @@ once, with the same figures on either side, so the counters only grow through it
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
+from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster.core.load.state import (
     LoadState,
     mark_failed,
@@ -16,16 +17,19 @@ from kbqe_dagster.core.load.state import (
     release_quarantine,
     retry_job,
 )
-from kbqe_dagster.core.load.selection import PlannedLoadJob
 from kbqe_dagster.observability.event_totals import EventTotals
 from kbqe_dagster.observability.load_counts import LoadCounts, jobs_by_status, load_counts
 
-T0 = datetime(2024, 9, 13, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 9, 13, 12, 0, tzinfo=UTC)
 TABLE = ("acme_sales", "orders")
-FILES = ("com.acme.events.0.acme_sales.orders.3.0.avro",
-         "com.acme.events.1.acme_sales.orders.3.0.avro")
-DONE = ("com.acme.events.0.acme_sales.orders.3.0.9.done",
-        "com.acme.events.1.acme_sales.orders.3.0.4.done")
+FILES = (
+    "com.acme.events.0.acme_sales.orders.3.0.avro",
+    "com.acme.events.1.acme_sales.orders.3.0.avro",
+)
+DONE = (
+    "com.acme.events.0.acme_sales.orders.3.0.9.done",
+    "com.acme.events.1.acme_sales.orders.3.0.4.done",
+)
 JOB = PlannedLoadJob("acme_sales", "orders", 3, FILES, DONE, 15)
 
 
@@ -40,12 +44,25 @@ def counts(totals: EventTotals, state: LoadState) -> tuple[int, int, int, int]:
 def reported(totals: EventTotals, job_id: str, attempts: int) -> None:
     """What the load op reports for a succeeded job: one event per day partition."""
     for day_files in (FILES[:1], FILES):
-        totals.add_load({
-            "job_id": job_id, "table": "acme_sales.orders", "attempts": attempts,
-            "files": len(day_files), "dagster/row_count": 5,
-            "offset_ranges": [{"topic": "com.acme.events", "partition": i, "first": 0,
-                               "last": 9 if i == 0 else 4} for i in range(len(day_files))],
-        }, T0.timestamp())
+        totals.add_load(
+            {
+                "job_id": job_id,
+                "table": "acme_sales.orders",
+                "attempts": attempts,
+                "files": len(day_files),
+                "dagster/row_count": 5,
+                "offset_ranges": [
+                    {
+                        "topic": "com.acme.events",
+                        "partition": i,
+                        "first": 0,
+                        "last": 9 if i == 0 else 4,
+                    }
+                    for i in range(len(day_files))
+                ],
+            },
+            T0.timestamp(),
+        )
 
 
 def test_a_job_retried_once_counts_two_submissions_one_failure_and_its_files_once() -> None:
@@ -88,8 +105,12 @@ def test_rows_come_from_the_event_log() -> None:
 
 
 def test_a_quarantined_job_counts_its_failed_attempt_until_released_and_pruned() -> None:
-    s = mark_failed(mark_submitted(record_planned(LoadState(), JOB, "kbqe_1", T0), "kbqe_1", T0),
-                    "kbqe_1", T0, "Access Denied")
+    s = mark_failed(
+        mark_submitted(record_planned(LoadState(), JOB, "kbqe_1", T0), "kbqe_1", T0),
+        "kbqe_1",
+        T0,
+        "Access Denied",
+    )
     s = quarantine_job(s, "kbqe_1", T0, "Access Denied")
     assert counts(EventTotals(), s) == (1, 1, 0, 0)
 
@@ -103,5 +124,7 @@ def test_jobs_are_counted_by_table_and_status() -> None:
     views = PlannedLoadJob("acme_web", "page_views", 5, ("v.avro",), ("v.done",), None)
     s = mark_submitted(record_planned(s, views, "kbqe_2", T0), "kbqe_2", T0)
 
-    assert jobs_by_status(s) == {("acme_sales", "orders", "planned"): 1,
-                                 ("acme_web", "page_views", "submitted"): 1}
+    assert jobs_by_status(s) == {
+        ("acme_sales", "orders", "planned"): 1,
+        ("acme_web", "page_views", "submitted"): 1,
+    }

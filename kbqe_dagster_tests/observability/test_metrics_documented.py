@@ -33,5 +33,8 @@ def test_every_served_metric_is_documented_and_every_documented_one_served() -> 
 
 
 def test_the_storage_write_bytes_are_served_next_to_the_load_bytes() -> None:
-    assert {"kbqe_storage_write_bytes_total", "kbqe_storage_write_rows_total",
-            "kbqe_load_bytes_total"} <= served() & documented()
+    assert {
+        "kbqe_storage_write_bytes_total",
+        "kbqe_storage_write_rows_total",
+        "kbqe_load_bytes_total",
+    } <= served() & documented()

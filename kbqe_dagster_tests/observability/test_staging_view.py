@@ -4,7 +4,7 @@ files per table and state, file counts by kind, and the oldest file still to loa
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,7 @@ ORDERS_BYTES = len(avro_bytes(ORDER_SCHEMA, [{"orderId": "o-1"}, {"orderId": "o-
 @pytest.fixture
 def view(tmp_path: Path):
     area = build(tmp_path / "staging")
-    return read_staging_view(LocalStagingStore(area.root), datetime.now(timezone.utc))
+    return read_staging_view(LocalStagingStore(area.root), datetime.now(UTC))
 
 
 def _files(view) -> dict[tuple[str, str, str], int]:
@@ -37,8 +37,9 @@ def test_committed_avro_files_are_grouped_per_table_and_load_state(view) -> None
 
 
 def test_bytes_and_ages_are_those_of_the_files(view) -> None:
-    loadable = next(p for p in view.pending if p.state is PendingState.LOADABLE
-                    and p.table == "orders")
+    loadable = next(
+        p for p in view.pending if p.state is PendingState.LOADABLE and p.table == "orders"
+    )
     assert loadable.bytes == 4 * ORDERS_BYTES
     assert loadable.oldest_age_s == pytest.approx(AGE_SECONDS, abs=30)
 
@@ -46,8 +47,12 @@ def test_bytes_and_ages_are_those_of_the_files(view) -> None:
 def test_files_are_counted_by_kind(view) -> None:
     # 8 avro names (one in flight), 13 done files (10 Scala-era, 3 of one kbqe range), and
     # README.txt plus a name that only looks like an avro file
-    assert (view.avro_files, view.uncommitted_files, view.done_files,
-            view.unrecognized_files) == (8, 1, 13, 2)
+    assert (view.avro_files, view.uncommitted_files, view.done_files, view.unrecognized_files) == (
+        8,
+        1,
+        13,
+        2,
+    )
 
 
 def test_quarantined_files_name_their_table_and_are_left_out_of_the_freshness_age(
@@ -57,7 +62,7 @@ def test_quarantined_files_name_their_table_and_are_left_out_of_the_freshness_ag
     quarantined = area.root / "com.acme.events.0.acme_sales.orders.4.0.avro"
     old = quarantined.stat().st_mtime - 86_400
     os.utime(quarantined, (old, old))  # the quarantined file is a day older than the rest
-    view = read_staging_view(LocalStagingStore(area.root), datetime.now(timezone.utc))
+    view = read_staging_view(LocalStagingStore(area.root), datetime.now(UTC))
 
     assert view.quarantined_tables == {("acme_sales", "orders")}
     assert view.oldest_pending_age_s == pytest.approx(AGE_SECONDS, abs=30)
@@ -65,7 +70,7 @@ def test_quarantined_files_name_their_table_and_are_left_out_of_the_freshness_ag
 
 
 def test_an_empty_staging_area_has_nothing_pending(tmp_path: Path) -> None:
-    view = read_staging_view(LocalStagingStore(tmp_path), datetime.now(timezone.utc))
+    view = read_staging_view(LocalStagingStore(tmp_path), datetime.now(UTC))
 
     assert view.pending == ()
     assert view.oldest_pending_age_s is None

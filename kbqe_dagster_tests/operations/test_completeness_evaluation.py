@@ -24,8 +24,16 @@ def test_the_lagging_partition_holds_the_day_back_and_the_idle_one_does_not(tmp_
     assert orders.verdict.newest_complete == date(2026, 11, 22)
     assert [h.as_dict() for h in orders.verdict.held_back_by] == [
         # loaded to 10 of 30, at Kafka time 11-23 12:00; needs 11-24 00:05
-        {"topic": "orders", "partition": 1, "behind_messages": 20, "behind_seconds": 43500.0,
-         "loaded_offset": 10, "staged_offset": 20, "high_watermark": 30, "waiting_for": "load"}
+        {
+            "topic": "orders",
+            "partition": 1,
+            "behind_messages": 20,
+            "behind_seconds": 43500.0,
+            "loaded_offset": 10,
+            "staged_offset": 20,
+            "high_watermark": 30,
+            "waiting_for": "load",
+        }
     ]
     assert orders.verdict.basis == "mixed" and orders.topics == ("clicks", "orders")
     assert not any(f.name == STATE_NAME for f in store.list("_kbqe/")), "a report writes nothing"
@@ -79,21 +87,24 @@ def test_a_new_day_is_announced_once_even_when_several_complete_together(tmp_pat
 
 
 def test_a_routed_topic_feeds_the_tables_its_files_name_and_is_remembered(tmp_path: Path):
-    from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit, range_marker
     from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+    from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit, range_marker
     from kbqe_dagster.core.protocol.offsets import OffsetRange
     from kbqe_dagster_tests.operations.completeness_area import NOW, ms
 
-    pipeline = parse_pipeline_config({
-        "topics": [{"name": "events", "event_time": {"fields": ["at"]}}],
-        "allowed_destinations": ["web.*"],
-    })
+    pipeline = parse_pipeline_config(
+        {
+            "topics": [{"name": "events", "event_time": {"fields": ["at"]}}],
+            "allowed_destinations": ["web.*"],
+        }
+    )
     store = build(tmp_path)
     rng = OffsetRange("events", 0, 0, 10)
     clicks = avro_file_name(rng, "web", "clicks", 3)
     dead = avro_file_name(rng, "kbqe_dead_letters", "dead_letters", 0)
-    plan = plan_range_commit(rng, [(clicks, 9), (dead, 1)], created_at=NOW,
-                             kafka_ts_max=ms("2026-11-24T05:00:00"))
+    plan = plan_range_commit(
+        rng, [(clicks, 9), (dead, 1)], created_at=NOW, kafka_ts_max=ms("2026-11-24T05:00:00")
+    )
     for done in plan.done_files:
         store.create_only(done.name, plan.content)
     marks = watermarks({("events", 0): (0, 10)})
@@ -107,8 +118,9 @@ def test_a_routed_topic_feeds_the_tables_its_files_name_and_is_remembered(tmp_pa
     for done in plan.done_files:
         store.delete(done.name)
     marker = range_marker(OffsetRange("events", 0, 10, 20))
-    store.create_only(marker.name, plan_range_commit(
-        OffsetRange("events", 0, 10, 20), [], created_at=NOW).content)
+    store.create_only(
+        marker.name, plan_range_commit(OffsetRange("events", 0, 10, 20), [], created_at=NOW).content
+    )
     again = evaluate(pipeline, store, watermarks({("events", 0): (0, 25)}), NOW)
     assert again.tables["web.clicks"].topics == ("events",)
     held = again.tables["web.clicks"].verdict.held_back_by
@@ -130,10 +142,14 @@ def test_new_messages_in_an_idle_partition_never_take_a_declared_day_back(tmp_pa
     read_only = evaluate(config(), store, arrived, NOW).tables["shop.orders"].verdict
     written = evaluate(config(), store, arrived, NOW, write=True).tables["shop.orders"].verdict
     for verdict in (read_only, written):
-        assert (verdict.newest_complete, verdict.next_day) == (date(2026, 11, 23),
-                                                               date(2026, 11, 24))
-        assert [(h.topic, h.partition, h.behind_messages, h.behind_seconds, h.waiting_for)
-                for h in verdict.held_back_by] == [
+        assert (verdict.newest_complete, verdict.next_day) == (
+            date(2026, 11, 23),
+            date(2026, 11, 24),
+        )
+        assert [
+            (h.topic, h.partition, h.behind_messages, h.behind_seconds, h.waiting_for)
+            for h in verdict.held_back_by
+        ] == [
             # 11-25 00:00 + 1 h lateness - 11-24 05:00 = 20 h
             ("clicks", 0, 7, 20 * 3600.0, "stage"),
         ]

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -37,25 +37,40 @@ REPO = Path(__file__).resolve().parents[2]
 def completeness_topic(local_stack, local_endpoints, tmp_path):
     run = uuid.uuid4().hex[:8]
     topic = f"completeness.clicks.{run}"
-    admin = AdminClient({"bootstrap.servers": local_endpoints.kafka_bootstrap,
-                         "logger": CLIENT_LOG})
+    admin = AdminClient(
+        {"bootstrap.servers": local_endpoints.kafka_bootstrap, "logger": CLIENT_LOG}
+    )
     admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(30)
     dataset, dead = f"completeness_{run}", f"completeness_dead_{run}"
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
-        "version": 1,
-        "topics": [{"name": topic, "format": "json", "schema": SCHEMA,
-                    "routing": {"mode": "static", "dataset": dataset, "table": "clicks"},
-                    "event_time": {"fields": ["at"]}}],
-        "dead_letter": {"dataset": dead, "table": "dead_letters"},
-        "completeness": {"basis": "kafka_time", "lateness": "5m"},
-    }))
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": topic,
+                        "format": "json",
+                        "schema": SCHEMA,
+                        "routing": {"mode": "static", "dataset": dataset, "table": "clicks"},
+                        "event_time": {"fields": ["at"]},
+                    }
+                ],
+                "dead_letter": {"dataset": dead, "table": "dead_letters"},
+                "completeness": {"basis": "kafka_time", "lateness": "5m"},
+            }
+        )
+    )
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
-           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/completeness-{run}",
-           "DAGSTER_HOME": str(home)}
+    env = {
+        **os.environ,
+        "KBQE_ENV": "local",
+        "KBQE_PIPELINE_CONFIG": str(pipeline),
+        "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/completeness-{run}",
+        "DAGSTER_HOME": str(home),
+    }
     yield local_endpoints, topic, f"{dataset}.clicks", env
     client = local_bigquery_client()
     drop_datasets(client, dataset, dead)
@@ -64,15 +79,20 @@ def completeness_topic(local_stack, local_endpoints, tmp_path):
 
 def newest_expected():
     """With every partition caught up: the day before today, 5 minutes (the lateness) ago."""
-    return (datetime.now(timezone.utc) - timedelta(minutes=5)).date() - timedelta(days=1)
+    return (datetime.now(UTC) - timedelta(minutes=5)).date() - timedelta(days=1)
 
 
 def produce(bootstrap: str, topic: str, partition: int, count: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
     now_ms = int(time.time() * 1000)
     for i in range(count):
-        record = {"datasetName": "x", "tableName": "y", "url": f"/p/{partition}/{i}",
-                  "at": now_ms + i, "user": None}
+        record = {
+            "datasetName": "x",
+            "tableName": "y",
+            "url": f"/p/{partition}/{i}",
+            "at": now_ms + i,
+            "user": None,
+        }
         producer.produce(topic, json.dumps(record).encode(), partition=partition)
     assert producer.flush(30) == 0
 
@@ -91,19 +111,26 @@ def sensor_tick(env: dict, endpoints) -> list:
     resources = {
         "pipeline": PipelineResource(config_path=env["KBQE_PIPELINE_CONFIG"]),
         "kafka": KafkaResource(bootstrap_servers=endpoints.kafka_bootstrap),
-        "staging": StagingResource(url=env["KBQE_STAGING_URL"], gcs_endpoint=endpoints.gcs_url,
-                                   gcs_project=LOCAL_PROJECT),
+        "staging": StagingResource(
+            url=env["KBQE_STAGING_URL"], gcs_endpoint=endpoints.gcs_url, gcs_project=LOCAL_PROJECT
+        ),
     }
     with dg.instance_for_test() as instance:
-        result = completeness_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        result = completeness_sensor(
+            dg.build_sensor_context(instance=instance, resources=resources)
+        )
     return list(result.asset_events or [])
 
 
 def completeness(env: dict, table: str, gcs: str) -> dict:
     # The CLI takes a gs:// staging URL to real GCS unless told the emulator's endpoint.
-    done = subprocess.run([KBQE, "completeness", "--table", table, "--json"],
-                          env={**env, "KBQE_GCS_ENDPOINT": gcs},
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [KBQE, "completeness", "--table", table, "--json"],
+        env={**env, "KBQE_GCS_ENDPOINT": gcs},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)["tables"][table]
 
@@ -125,14 +152,17 @@ def test_an_idle_partition_does_not_hold_a_day_back_and_a_lagging_one_does(compl
     # The run declared yesterday itself, as the sensor would have (one function for both):
     # the sensor, in process against the same systems, finds nothing left to declare.
     assert json.loads(done.stdout)["completeness"][table]["newly_complete"] == [
-        yesterday.isoformat()]
+        yesterday.isoformat()
+    ]
     assert sensor_tick(env, endpoints) == [], "declared once, by the run"
 
     produce(endpoints.kafka_bootstrap, topic, 1, 7)  # staged by nobody yet
     lagging = completeness(env, table, endpoints.gcs_url)
     assert lagging["newest_complete"] == yesterday.isoformat()
-    assert [(h["topic"], h["partition"], h["behind_messages"], h["waiting_for"])
-            for h in lagging["held_back_by"]] == [(topic, 1, 7, "stage")]
+    assert [
+        (h["topic"], h["partition"], h["behind_messages"], h["waiting_for"])
+        for h in lagging["held_back_by"]
+    ] == [(topic, 1, 7, "stage")]
     # Known seconds (not null) means the staged ranges' manifests carried the Kafka time they
     # reached: what partition 1 still needs for today is today's end + 5 min - that time.
     assert 0 < lagging["held_back_by"][0]["behind_seconds"] <= 86400 + 300

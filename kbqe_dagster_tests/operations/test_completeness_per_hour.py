@@ -4,11 +4,10 @@ per hour, and ``kbqe completeness --json`` says ``"partitioning": "hour"`` with 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit
 from kbqe_dagster.core.completeness.decision import (
     DAY_UNIT,
     HOUR_UNIT,
@@ -17,12 +16,13 @@ from kbqe_dagster.core.completeness.decision import (
     decide,
 )
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.operations.completeness import evaluate, read_state
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 from kbqe_dagster_tests.operations.completeness_area import ms, watermarks
 
-UTC = timezone.utc
+UTC = UTC
 NOW = datetime(2026, 11, 23, 16, 30, tzinfo=UTC)
 
 
@@ -32,9 +32,15 @@ def _at(text: str) -> datetime:
 
 # --- the decision --------------------------------------------------------------------------------
 def _progress(partition: int, loaded: int, high: int, kafka: str | None) -> PartitionProgress:
-    return PartitionProgress("clicks", partition, loaded, high, NOW,
-                             kafka_time=_at(kafka) if kafka else None,
-                             settings=CompletenessSettings(lateness=timedelta(minutes=5)))
+    return PartitionProgress(
+        "clicks",
+        partition,
+        loaded,
+        high,
+        NOW,
+        kafka_time=_at(kafka) if kafka else None,
+        settings=CompletenessSettings(lateness=timedelta(minutes=5)),
+    )
 
 
 def test_the_newest_complete_hour_is_the_last_one_ended_before_the_slowest_partition() -> None:
@@ -69,11 +75,17 @@ def test_the_same_progress_completes_days_as_before() -> None:
 # --- read from a staging area --------------------------------------------------------------------
 PIPELINE: dict[str, Any] = {
     "topics": [
-        {"name": "clicks", "routing": {"mode": "static", "dataset": "web", "table": "clicks"},
-         "event_time": {"kafka_timestamp_fallback": True}},
-        {"name": "views", "routing": {"mode": "static", "dataset": "web", "table": "clicks"},
-         "event_time": {"kafka_timestamp_fallback": True},
-         "completeness": {"basis": "event_time", "lateness": "10m"}},
+        {
+            "name": "clicks",
+            "routing": {"mode": "static", "dataset": "web", "table": "clicks"},
+            "event_time": {"kafka_timestamp_fallback": True},
+        },
+        {
+            "name": "views",
+            "routing": {"mode": "static", "dataset": "web", "table": "clicks"},
+            "event_time": {"kafka_timestamp_fallback": True},
+            "completeness": {"basis": "event_time", "lateness": "10m"},
+        },
     ],
     "tables": {"web.clicks": {"partitioning": "hour"}},
 }
@@ -86,9 +98,14 @@ def _commit(store: LocalStagingStore, topic: str, partition: int, start: int, en
     days: dict[str, int] = {}
     for hour, n in hours.items():
         days[hour[:10]] = days.get(hour[:10], 0) + n
-    plan = plan_range_commit(rng, [(avro, sum(hours.values()))], created_at=NOW,
-                             days={avro.name: days}, hours={avro.name: hours},
-                             kafka_ts_max=ms(kafka))
+    plan = plan_range_commit(
+        rng,
+        [(avro, sum(hours.values()))],
+        created_at=NOW,
+        days={avro.name: days},
+        hours={avro.name: hours},
+        kafka_ts_max=ms(kafka),
+    )
     if not loaded:
         store.put_bytes(avro.name, b"Obj\x01 pending")
     for done in plan.done_files:
@@ -101,15 +118,27 @@ def _area(root: Path) -> tuple[LocalStagingStore, str]:
     store = LocalStagingStore(root)
     _commit(store, "clicks", 0, 0, 10, "2026-11-23T16:10:00", {"2026-11-23T16": 10}, loaded=True)
     _commit(store, "clicks", 1, 0, 10, "2026-11-23T14:40:00", {"2026-11-23T14": 10}, loaded=True)
-    pending = _commit(store, "clicks", 1, 10, 20, "2026-11-23T15:50:00",
-                      {"2026-11-23T13": 2, "2026-11-23T15": 8}, loaded=False)
+    pending = _commit(
+        store,
+        "clicks",
+        1,
+        10,
+        20,
+        "2026-11-23T15:50:00",
+        {"2026-11-23T13": 2, "2026-11-23T15": 8},
+        loaded=False,
+    )
     # views[0] (event_time basis) reached event hour 16:00 and Kafka's end.
     _commit(store, "views", 0, 0, 5, "2026-11-23T16:20:00", {"2026-11-23T16": 5}, loaded=True)
     return store, pending
 
 
-MARKS = {("clicks", 0): (0, 10), ("clicks", 1): (0, 30), ("clicks", 2): (0, 0),
-         ("views", 0): (0, 5)}
+MARKS = {
+    ("clicks", 0): (0, 10),
+    ("clicks", 1): (0, 30),
+    ("clicks", 2): (0, 0),
+    ("views", 0): (0, 5),
+}
 
 
 def test_an_hour_table_is_complete_per_hour_and_says_so_in_its_json(tmp_path: Path) -> None:
@@ -123,7 +152,8 @@ def test_an_hour_table_is_complete_per_hour_and_says_so_in_its_json(tmp_path: Pa
     assert doc["newest_complete"] == "2026-11-23T13"
     assert doc["next_hour"] == "2026-11-23T14"
     assert [(h["topic"], h["partition"], h["waiting_for"]) for h in doc["held_back_by"]] == [
-        ("clicks", 1, "load")]
+        ("clicks", 1, "load")
+    ]
     assert "next_day" not in doc and "late_after_complete_by_hour" in doc
 
 

@@ -11,7 +11,6 @@ import ast
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
@@ -48,6 +47,11 @@ def test_every_module_of_the_package_is_in_the_wheel(wheel) -> None:
 def test_the_wheel_carries_the_content_of_the_user_facing_copies(wheel) -> None:
     for name, copy in USER_FACING.items():
         assert wheel.read(f"kbqe_dagster/data/{name}") == copy.read_bytes(), name
+
+
+def test_the_wheel_is_marked_typed(wheel) -> None:
+    """PEP 561: without kbqe_dagster/py.typed, type checkers ignore the package's annotations."""
+    assert "kbqe_dagster/py.typed" in wheel.namelist()
 
 
 def test_the_console_script_is_kbqe(wheel) -> None:
@@ -109,8 +113,13 @@ def test_the_stack_home_of_an_installed_wheel_is_the_users(monkeypatch, tmp_path
 # --- dependencies and version -------------------------------------------------------------------
 def test_every_import_of_the_package_is_a_declared_dependency() -> None:
     """deptry, configured in pyproject.toml ([tool.deptry]: what it ignores and why)."""
-    done = subprocess.run([sys.executable, "-m", "deptry", "kbqe_dagster"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "deptry", "kbqe_dagster"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
@@ -122,16 +131,31 @@ def test_kbqe_version_prints_the_distribution_version(capsys) -> None:
 
 
 # --- kbqe dev ---------------------------------------------------------------------------------
-@pytest.mark.parametrize(("checkout", "with_dg", "expected"), [
-    (REPO, True, ["dg", "dev", "-h", "127.0.0.1", "-p", "3001"]),
-    (None, True, ["dg", "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", "3001"]),
-    (REPO, False, ["dagster", "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1",
-                   "-p", "3001"]),
-    (None, False, ["dagster", "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1",
-                   "-p", "3001"]),
-], ids=["checkout-dg", "installed-wheel-dg", "checkout-without-dg", "installed-wheel-without-dg"])
-def test_kbqe_dev_starts_dg_dev_on_the_local_instance(monkeypatch, tmp_path, checkout, with_dg,
-                                                      expected) -> None:
+@pytest.mark.parametrize(
+    ("checkout", "with_dg", "expected"),
+    [
+        (REPO, True, ["dg", "dev", "-h", "127.0.0.1", "-p", "3001"]),
+        (
+            None,
+            True,
+            ["dg", "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", "3001"],
+        ),
+        (
+            REPO,
+            False,
+            ["dagster", "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", "3001"],
+        ),
+        (
+            None,
+            False,
+            ["dagster", "dev", "-w", str(REPO / "workspace.yaml"), "-h", "127.0.0.1", "-p", "3001"],
+        ),
+    ],
+    ids=["checkout-dg", "installed-wheel-dg", "checkout-without-dg", "installed-wheel-without-dg"],
+)
+def test_kbqe_dev_starts_dg_dev_on_the_local_instance(
+    monkeypatch, tmp_path, checkout, with_dg, expected
+) -> None:
     """``dg dev`` where dagster-dg-cli is installed: in a checkout from the repository root
     (the ``dg`` project, as ``make dev`` always started), from an installed wheel where the
     user is, with the wheel's workspace.yaml; without dg, ``dagster dev`` on that workspace."""
@@ -160,4 +184,5 @@ def test_kbqe_dev_starts_dg_dev_on_the_local_instance(monkeypatch, tmp_path, che
     assert argv[1:] == expected[1:]
     assert env["DAGSTER_HOME"] == str(tmp_path / "home" / "dagster_home")
     assert (tmp_path / "home/dagster_home/dagster.yaml").read_bytes() == (
-        REPO / "dagster.yaml").read_bytes()
+        REPO / "dagster.yaml"
+    ).read_bytes()

@@ -60,8 +60,14 @@ def outside(tmp_path: Path) -> Path:
 
 
 def run(venv: FreshVenv, cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([venv.kbqe, *args], cwd=cwd, env=outside_env(**env),
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [venv.kbqe, *args],
+        cwd=cwd,
+        env=outside_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def test_the_wheel_installs_with_every_declared_dependency_satisfied(venv) -> None:
@@ -72,8 +78,14 @@ def test_the_wheel_installs_with_every_declared_dependency_satisfied(venv) -> No
 def test_the_installed_package_finds_its_files_in_site_packages(venv, outside) -> None:
     env = outside_env(HOME=str(outside))
     env.pop("KBQE_LOCAL_HOME", None)
-    done = subprocess.run([venv.python, "-c", PROBE], cwd=outside, env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [venv.python, "-c", PROBE],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     probe = json.loads(done.stdout)
     package = Path(probe["package"]).parent
@@ -90,9 +102,18 @@ def test_the_installed_package_finds_its_files_in_site_packages(venv, outside) -
 def packaged(venv: FreshVenv, cwd: Path, name: str) -> str:
     """The text of ``kbqe_dagster/data/<name>`` as the installed wheel reads it."""
     return subprocess.run(
-        [venv.python, "-c", f"from kbqe_dagster.packaged import data_file; "
-                            f"print(data_file({name!r}).read_text(), end='')"],
-        cwd=cwd, env=outside_env(), capture_output=True, text=True, check=True).stdout
+        [
+            venv.python,
+            "-c",
+            f"from kbqe_dagster.packaged import data_file; "
+            f"print(data_file({name!r}).read_text(), end='')",
+        ],
+        cwd=cwd,
+        env=outside_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def test_kbqe_version(venv, outside) -> None:
@@ -104,7 +125,11 @@ def test_kbqe_stack_status_sees_the_running_stack(venv, outside, local_stack) ->
     done = run(venv, outside, "stack", "status", "--json")
     assert done.returncode == 0, done.stderr
     assert {s["name"]: s["running"] for s in json.loads(done.stdout)} == {
-        "kafka": True, "apicurio": True, "gcs": True, "bigquery": True}
+        "kafka": True,
+        "apicurio": True,
+        "gcs": True,
+        "bigquery": True,
+    }
 
 
 def test_the_default_pipeline_is_the_packaged_sample(venv, outside, local_stack) -> None:
@@ -119,10 +144,12 @@ def private(local_stack):
     outlive the test)."""
     name = f"wheel{uuid.uuid4().hex[:8]}"
     yield name
-    drop_datasets(local_bigquery_client(), f"{name}_acme_sales", f"{name}_acme_web",
-                  f"{name}_dead_letters")
-    store = StagingLocation(f"gs://{LOCAL_BUCKET}/{name}", local_stack.gcs_url,
-                            LOCAL_PROJECT).open()
+    drop_datasets(
+        local_bigquery_client(), f"{name}_acme_sales", f"{name}_acme_web", f"{name}_dead_letters"
+    )
+    store = StagingLocation(
+        f"gs://{LOCAL_BUCKET}/{name}", local_stack.gcs_url, LOCAL_PROJECT
+    ).open()
     for stored in store.list("_kbqe/") + store.list():
         store.delete(stored.name)
 
@@ -132,8 +159,9 @@ def test_one_run_until_idle_of_the_sample_pipeline_from_the_wheel(venv, outside,
     pipeline = yaml.safe_load(packaged(venv, outside, "pipeline.yaml"))
     (sample,) = pipeline["topics"]
     sample["name"] = topic
-    sample["transforms"] = [{"compute": "datasetName", "expression": f"'{private}_' + datasetName",
-                             "type": "string"}]
+    sample["transforms"] = [
+        {"compute": "datasetName", "expression": f"'{private}_' + datasetName", "type": "string"}
+    ]
     pipeline["allowed_destinations"] = [f"{private}_{d}" for d in pipeline["allowed_destinations"]]
     pipeline["tables"] = {f"{private}_{t}": v for t, v in pipeline["tables"].items()}
     pipeline["dead_letter"]["dataset"] = f"{private}_dead_letters"
@@ -146,20 +174,34 @@ def test_one_run_until_idle_of_the_sample_pipeline_from_the_wheel(venv, outside,
     assert produced.returncode == 0, produced.stderr
     sample_report = json.loads(produced.stdout)
 
-    done = run(venv, outside, "run", "--until-idle", "--json", KBQE_ENV="local",
-               KBQE_PIPELINE_CONFIG=str(outside / "pipeline.yaml"), DAGSTER_HOME=str(home),
-               KBQE_STAGING_URL=f"gs://{LOCAL_BUCKET}/{private}")
+    done = run(
+        venv,
+        outside,
+        "run",
+        "--until-idle",
+        "--json",
+        KBQE_ENV="local",
+        KBQE_PIPELINE_CONFIG=str(outside / "pipeline.yaml"),
+        DAGSTER_HOME=str(home),
+        KBQE_STAGING_URL=f"gs://{LOCAL_BUCKET}/{private}",
+    )
 
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["ok"] is True
     good, bad = sum(sample_report["per_table"].values()), sum(sample_report["per_reason"].values())
     assert report["topics"][topic] | {"stage_runs": 0} == {
-        "staged": good, "dead_lettered": bad, "tombstones": 1, "messages": good + bad,
-        "stage_runs": 0}
+        "staged": good,
+        "dead_lettered": bad,
+        "tombstones": 1,
+        "messages": good + bad,
+        "stage_runs": 0,
+    }
     loaded = {t: v["rows_loaded"] for t, v in report["tables"].items()}
     assert loaded == {f"{private}_{t}": n for t, n in sample_report["per_table"].items()} | {
-        f"{private}_dead_letters.dead_letters": bad}
+        f"{private}_dead_letters.dead_letters": bad
+    }
     rows = local_bigquery_client().query_and_wait(
-        f"SELECT COUNT(*) FROM `{private}_acme_web.page_views`")
+        f"SELECT COUNT(*) FROM `{private}_acme_web.page_views`"
+    )
     assert next(iter(rows))[0] == sample_report["per_table"]["acme_web.page_views"]

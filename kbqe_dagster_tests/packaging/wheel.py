@@ -36,8 +36,12 @@ def build_wheel(workdir: Path) -> Path:
     """``pip wheel`` of a copy of the checkout (the package, its links' targets and the build
     files) into ``workdir/dist``; the wheel's path."""
     source = workdir / "source"
-    shutil.copytree(PACKAGE, source / PACKAGE.name, symlinks=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(
+        PACKAGE,
+        source / PACKAGE.name,
+        symlinks=True,
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
     for name in BUILD_FILES:
         shutil.copy2(REPO / name, source / name)
     for link in (PACKAGE / "data").iterdir():  # the user-facing copies the links point to
@@ -45,9 +49,25 @@ def build_wheel(workdir: Path) -> Path:
         (source / target).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / target, source / target)
     dist = workdir / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--no-index", "-w", str(dist), str(source)],
-                   check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(dist),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     (wheel,) = dist.glob("kbqe_dagster-*.whl")
     return wheel
 
@@ -73,20 +93,36 @@ class FreshVenv:
     def pip(self, *args: str) -> subprocess.CompletedProcess:
         # Not the checkout's environment: with the checkout on PYTHONPATH, pip would take
         # its kbqe_dagster for an installed one.
-        return subprocess.run([sys.executable, "-m", "pip", "--python", self.python, *args],
-                              env=outside_env(), capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "pip", "--python", self.python, *args],
+            env=outside_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
 
 def install_wheel(wheel: Path, root: Path) -> FreshVenv:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True,
-                   capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(root)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     venv = FreshVenv(root)
-    done = venv.pip("install", "--quiet", "--no-deps", "--no-index", "--force-reinstall",
-                    str(wheel))
+    done = venv.pip(
+        "install", "--quiet", "--no-deps", "--no-index", "--force-reinstall", str(wheel)
+    )
     assert done.returncode == 0, done.stderr
-    site = Path(subprocess.run(
-        [venv.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [venv.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (site / "_kbqe_project_dependencies.pth").write_text("".join(f"{p}\n" for p in sorted(ours)))
     return venv
@@ -95,8 +131,19 @@ def install_wheel(wheel: Path, root: Path) -> FreshVenv:
 def outside_env(**extra: str) -> dict[str, str]:
     """The environment of a command run from the fresh venv: nothing that points back at the
     checkout or at the project's interpreter (PySpark's workers would run it)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
-                        "KBQE_PIPELINE_CONFIG", "KBQE_STAGING_URL", "DAGSTER_HOME",
-                        "KBQE_CRASH_AT", "VIRTUAL_ENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "PYTHONPATH",
+            "PYSPARK_PYTHON",
+            "PYSPARK_DRIVER_PYTHON",
+            "KBQE_PIPELINE_CONFIG",
+            "KBQE_STAGING_URL",
+            "DAGSTER_HOME",
+            "KBQE_CRASH_AT",
+            "VIRTUAL_ENV",
+        )
+    }
     return {**env, **extra}

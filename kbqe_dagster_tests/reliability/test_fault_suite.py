@@ -49,7 +49,11 @@ def test_no_fault_loses_doubles_or_misplaces_an_offset(suite_report) -> None:
     # Every step is checked on its own messages: an error names the fault that caused it.
     a = suite_report.accounting
     assert suite_report.messages_produced > 1_000
-    assert sum(c["produced"] for c in a.by_step.values()) == a.produced == suite_report.messages_produced
+    assert (
+        sum(c["produced"] for c in a.by_step.values())
+        == a.produced
+        == suite_report.messages_produced
+    )
     assert a.by_step[STAGE_KILL_FIRST_RANGE]["produced"] >= 400
     wrong = {step: counts for step, counts in a.by_step.items() if any(counts[k] for k in ERRORS)}
     assert wrong == {}, a.samples
@@ -62,8 +66,12 @@ def test_the_storage_write_table_holds_every_offset_routed_to_it_once(suite_repo
     # that path, never loaded: its own count of duplicates and losses.
     (count,) = suite_report.accounting.storage_write.values()
     assert count.expected > 100
-    assert (count.rows, count.duplicates, count.losses, count.misplaced) \
-        == (count.expected, 0, 0, 0)
+    assert (count.rows, count.duplicates, count.losses, count.misplaced) == (
+        count.expected,
+        0,
+        0,
+        0,
+    )
     for kind in STORAGE_WRITE_FAULTS:
         assert any(e.injected for e in suite_report.events if e.kind == kind), kind
         assert suite_report.accounting.errors_of(kind) == 0, suite_report.accounting.samples
@@ -86,8 +94,13 @@ def test_the_summary_renders_and_serializes(suite_report, tmp_path) -> None:
     assert doc["passed"] is suite_report.passed
     assert (doc["duplicates"], doc["losses"]) == (a.duplicates, a.losses)
     (table,) = doc["storage_write"]
-    assert set(doc["storage_write"][table]) == {"expected", "rows", "duplicates", "losses",
-                                                "misplaced"}
+    assert set(doc["storage_write"][table]) == {
+        "expected",
+        "rows",
+        "duplicates",
+        "losses",
+        "misplaced",
+    }
     assert doc["messages_produced"] == suite_report.messages_produced
     assert set(doc["faults_injected"]) >= set(ALL_FAULTS)
     rendered = suite_report.render()
@@ -95,10 +108,12 @@ def test_the_summary_renders_and_serializes(suite_report, tmp_path) -> None:
     assert re.search(rf"^duplicates found\s+{a.duplicates}$", rendered, re.M)
     assert re.search(rf"^losses found\s+{a.losses}$", rendered, re.M)
     sw = a.storage_write
-    assert re.search(rf"^storage_write losses\s+{sum(c.losses for c in sw.values())}$",
-                     rendered, re.M)
-    assert re.search(r"^storage_write table\s+expected\s+rows\s+duplicates\s+losses", rendered,
-                     re.M)
+    assert re.search(
+        rf"^storage_write losses\s+{sum(c.losses for c in sw.values())}$", rendered, re.M
+    )
+    assert re.search(
+        r"^storage_write table\s+expected\s+rows\s+duplicates\s+losses", rendered, re.M
+    )
 
 
 def test_every_service_the_suite_stopped_is_running_again(suite_report, local_stack) -> None:

@@ -24,8 +24,11 @@ from kbqe_dagster_tests.loading.fake_bigquery import FakeBigQueryClient
 from kbqe_dagster_tests.loading.staged import ORDER_V1
 
 REQUEST = LoadRequest(
-    job_id="kbqe_acme_sales_orders_x", dataset="acme_sales", table="Orders-EU",
-    source_uris=("gs://b/s/t.0.acme_sales.orders.11.0.avro",), partition_field="_event_date",
+    job_id="kbqe_acme_sales_orders_x",
+    dataset="acme_sales",
+    table="Orders-EU",
+    source_uris=("gs://b/s/t.0.acme_sales.orders.11.0.avro",),
+    partition_field="_event_date",
 )
 
 
@@ -36,25 +39,41 @@ def test_the_load_job_config_is_the_designed_one() -> None:
     assert config.use_avro_logical_types is True
     assert config.write_disposition == "WRITE_APPEND"
     assert config.create_disposition == "CREATE_IF_NEEDED"
-    assert (config.time_partitioning.type_, config.time_partitioning.field,
-            config.time_partitioning.expiration_ms) == ("DAY", "_event_date", None)
+    assert (
+        config.time_partitioning.type_,
+        config.time_partitioning.field,
+        config.time_partitioning.expiration_ms,
+    ) == ("DAY", "_event_date", None)
     assert config.schema_update_options == ["ALLOW_FIELD_ADDITION", "ALLOW_FIELD_RELAXATION"]
-    assert config.labels == {"pipeline": "kbqe_dagster", "kbqe_dataset": "acme_sales",
-                             "kbqe_table": "orders-eu"}
+    assert config.labels == {
+        "pipeline": "kbqe_dagster",
+        "kbqe_dataset": "acme_sales",
+        "kbqe_table": "orders-eu",
+    }
     assert config.schema is None
     assert config.clustering_fields is None
 
 
 def test_an_hour_table_is_partitioned_by_hour_on_its_event_hour_column() -> None:
-    config = load_job_config(replace(REQUEST, partition_field="_event_hour",
-                                     partitioning=Partitioning.HOUR, partition_expiration_days=2))
-    assert (config.time_partitioning.type_, config.time_partitioning.field,
-            config.time_partitioning.expiration_ms) == ("HOUR", "_event_hour", 2 * 86_400_000)
+    config = load_job_config(
+        replace(
+            REQUEST,
+            partition_field="_event_hour",
+            partitioning=Partitioning.HOUR,
+            partition_expiration_days=2,
+        )
+    )
+    assert (
+        config.time_partitioning.type_,
+        config.time_partitioning.field,
+        config.time_partitioning.expiration_ms,
+    ) == ("HOUR", "_event_hour", 2 * 86_400_000)
 
 
 def test_a_keyed_changelog_is_created_clustered_by_partition_and_offset() -> None:
-    config = load_job_config(replace(REQUEST, clustering_fields=("_kafka_partition",
-                                                                  "_kafka_offset")))
+    config = load_job_config(
+        replace(REQUEST, clustering_fields=("_kafka_partition", "_kafka_offset"))
+    )
     assert config.clustering_fields == ["_kafka_partition", "_kafka_offset"]
 
 
@@ -63,7 +82,9 @@ def test_partition_expiration_and_a_creating_schema_are_passed_when_given() -> N
 
     assert config.time_partitioning.expiration_ms == 30 * 86_400_000
     assert [(f.name, f.field_type, f.mode) for f in config.schema] == [
-        ("orderId", "STRING", "REQUIRED"), ("amountCents", "INTEGER", "REQUIRED")]
+        ("orderId", "STRING", "REQUIRED"),
+        ("amountCents", "INTEGER", "REQUIRED"),
+    ]
 
 
 class _Refusing:
@@ -109,15 +130,25 @@ def test_emulator_gap_409_duplicate_job_id_loads_nothing_twice(tmp_path) -> None
 
     first, second = loads.submit_load(request), loads.submit_load(request)
 
-    assert (first.outcome, second.outcome) == (SubmitOutcome.SUBMITTED,
-                                               SubmitOutcome.ALREADY_SUBMITTED)
+    assert (first.outcome, second.outcome) == (
+        SubmitOutcome.SUBMITTED,
+        SubmitOutcome.ALREADY_SUBMITTED,
+    )
     assert (second.status_code, client.tables[("acme_sales", "orders")].num_rows) == (409, 1)
 
 
 def _job(state: str, error: dict | None = None, rows: int | None = None):
-    return SimpleNamespace(state=state, error_result=error, output_rows=rows, output_bytes=10,
-                           input_files=1, input_file_bytes=20, started=None, ended=None,
-                           _properties={"statistics": {"load": {"badRecords": "0"}}})
+    return SimpleNamespace(
+        state=state,
+        error_result=error,
+        output_rows=rows,
+        output_bytes=10,
+        input_files=1,
+        input_file_bytes=20,
+        started=None,
+        ended=None,
+        _properties={"statistics": {"load": {"badRecords": "0"}}},
+    )
 
 
 class _Jobs:
@@ -139,8 +170,11 @@ class _Jobs:
         (_job("PENDING"), ObservedKind.PENDING, None),
         (_job("RUNNING"), ObservedKind.RUNNING, None),
         (_job("DONE", rows=5), ObservedKind.DONE_OK, None),
-        (_job("DONE", {"reason": "invalid", "message": "bad avro", "location": "gs://b/f"}),
-         ObservedKind.DONE_ERROR, "bad avro (at gs://b/f)"),
+        (
+            _job("DONE", {"reason": "invalid", "message": "bad avro", "location": "gs://b/f"}),
+            ObservedKind.DONE_ERROR,
+            "bad avro (at gs://b/f)",
+        ),
     ],
 )
 def test_a_job_state_maps_to_the_lifecycle_observation(job, kind, error) -> None:
@@ -150,5 +184,10 @@ def test_a_job_state_maps_to_the_lifecycle_observation(job, kind, error) -> None
 
 def test_finished_job_statistics_are_reported() -> None:
     report = GoogleBigQueryLoads(_Jobs(_job("DONE", rows=5))).job_report("kbqe_x")
-    assert (report.output_rows, report.output_bytes, report.input_files, report.input_file_bytes,
-            report.bad_records) == (5, 10, 1, 20, 0)
+    assert (
+        report.output_rows,
+        report.output_bytes,
+        report.input_files,
+        report.input_file_bytes,
+        report.bad_records,
+    ) == (5, 10, 1, 20, 0)

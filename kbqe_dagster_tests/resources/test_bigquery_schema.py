@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from kbqe_dagster.core.errors import LoadError
 from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig, extended_schema
-from kbqe_dagster.core.errors import LoadError
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
 
@@ -39,10 +39,16 @@ def one_field(avro_type) -> dict:
         (["null", {"type": "long", "logicalType": "timestamp-micros"}], "TIMESTAMP", "NULLABLE"),
         ({"type": "long", "logicalType": "local-timestamp-millis"}, "DATETIME", "REQUIRED"),
         ({"type": "string", "logicalType": "uuid"}, "STRING", "REQUIRED"),
-        ({"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}, "NUMERIC",
-         "REQUIRED"),
-        ({"type": "bytes", "logicalType": "decimal", "precision": 40, "scale": 10},
-         "BIGNUMERIC", "REQUIRED"),
+        (
+            {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
+            "NUMERIC",
+            "REQUIRED",
+        ),
+        (
+            {"type": "bytes", "logicalType": "decimal", "precision": 40, "scale": 10},
+            "BIGNUMERIC",
+            "REQUIRED",
+        ),
         ({"type": "long", "logicalType": "some-future-type"}, "INTEGER", "REQUIRED"),
         ({"type": "array", "items": "string"}, "STRING", "REPEATED"),
         ({"type": "array", "items": ["null", "long"]}, "INTEGER", "REPEATED"),
@@ -54,10 +60,16 @@ def test_avro_types_map_like_bigquery_maps_them(avro_type, bq_type, mode) -> Non
 
 
 def test_records_maps_and_named_references_become_nested_columns() -> None:
-    inner = {"type": "record", "name": "Inner", "namespace": "x",
-             "fields": [{"name": "a", "type": ["null", "int"]}]}
+    inner = {
+        "type": "record",
+        "name": "Inner",
+        "namespace": "x",
+        "fields": [{"name": "a", "type": ["null", "int"]}],
+    }
     schema = {
-        "type": "record", "name": "Outer", "namespace": "x",
+        "type": "record",
+        "name": "Outer",
+        "namespace": "x",
         "fields": [
             {"name": "first", "type": inner},
             {"name": "again", "type": "Inner"},  # reference by name, resolved in namespace x
@@ -67,12 +79,22 @@ def test_records_maps_and_named_references_become_nested_columns() -> None:
 
     first, again, tags = bigquery_schema_from_avro(schema)
 
-    assert first == {"name": "first", "type": "RECORD", "mode": "REQUIRED",
-                     "fields": [{"name": "a", "type": "INTEGER", "mode": "NULLABLE"}]}
+    assert first == {
+        "name": "first",
+        "type": "RECORD",
+        "mode": "REQUIRED",
+        "fields": [{"name": "a", "type": "INTEGER", "mode": "NULLABLE"}],
+    }
     assert again == {**first, "name": "again"}
-    assert tags == {"name": "tags", "type": "RECORD", "mode": "REPEATED", "fields": [
-        {"name": "key", "type": "STRING", "mode": "REQUIRED"},
-        {"name": "value", "type": "STRING", "mode": "REQUIRED"}]}
+    assert tags == {
+        "name": "tags",
+        "type": "RECORD",
+        "mode": "REPEATED",
+        "fields": [
+            {"name": "key", "type": "STRING", "mode": "REQUIRED"},
+            {"name": "value", "type": "STRING", "mode": "REQUIRED"},
+        ],
+    }
 
 
 def test_enriched_schema_starts_with_the_enrichment_columns() -> None:
@@ -95,7 +117,9 @@ def test_dead_letter_schema_maps_headers_to_a_repeated_record() -> None:
 
     assert columns["headers"]["mode"] == "REPEATED"
     assert [(f["name"], f["type"], f["mode"]) for f in columns["headers"]["fields"]] == [
-        ("key", "STRING", "REQUIRED"), ("value", "BYTES", "NULLABLE")]
+        ("key", "STRING", "REQUIRED"),
+        ("value", "BYTES", "NULLABLE"),
+    ]
     assert (columns["staged_date"]["type"], columns["raw_value"]["mode"]) == ("DATE", "NULLABLE")
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import io
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import fastavro
 import pytest
@@ -26,13 +27,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
 DAY = {"name": "_event_date", "type": {"type": "int", "logicalType": "date"}}
 V1: dict[str, Any] = {
-    "type": "record", "name": "Order", "namespace": "com.acme.sales",
-    "fields": [{"name": "orderId", "type": "string"}, {"name": "amountCents", "type": "long"},
-               DAY],
+    "type": "record",
+    "name": "Order",
+    "namespace": "com.acme.sales",
+    "fields": [{"name": "orderId", "type": "string"}, {"name": "amountCents", "type": "long"}, DAY],
 }
-V2: dict[str, Any] = {**V1, "fields": [*V1["fields"][:2],
-                                      {"name": "coupon", "type": ["null", "string"],
-                                       "default": None}, DAY]}
+V2: dict[str, Any] = {
+    **V1,
+    "fields": [
+        *V1["fields"][:2],
+        {"name": "coupon", "type": ["null", "string"], "default": None},
+        DAY,
+    ],
+}
 V1_REORDERED: dict[str, Any] = {**V1, "fields": [DAY, V1["fields"][1], V1["fields"][0]]}
 
 
@@ -44,8 +51,11 @@ def dataset(bq: bigquery.Client, bucket: storage.Bucket) -> Iterator[str]:
 
 @pytest.fixture
 def stage(bucket: storage.Bucket, dataset: str):
-    def write(schema: dict[str, Any], records: list[dict[str, Any]] | None = None,
-              raw: bytes | None = None) -> str:
+    def write(
+        schema: dict[str, Any],
+        records: list[dict[str, Any]] | None = None,
+        raw: bytes | None = None,
+    ) -> str:
         if raw is None:
             buf = io.BytesIO()
             fastavro.writer(buf, fastavro.parse_schema(schema), records or [], codec="snappy")
@@ -53,6 +63,7 @@ def stage(bucket: storage.Bucket, dataset: str):
         name = f"{dataset}/{uuid.uuid4().hex[:8]}.avro"
         bucket.blob(name).upload_from_string(raw, if_generation_match=0)
         return f"gs://{LOCAL_BUCKET}/{name}"
+
     return write
 
 
@@ -60,13 +71,26 @@ def _orders(*ids: str, coupon: bool = False) -> list[dict[str, Any]]:
     import datetime as dt
 
     day = dt.date(2026, 11, 24)
-    return [{"orderId": i, "amountCents": n, "_event_date": day,
-             **({"coupon": f"c-{i}"} if coupon else {})} for n, i in enumerate(ids, 1)]
+    return [
+        {
+            "orderId": i,
+            "amountCents": n,
+            "_event_date": day,
+            **({"coupon": f"c-{i}"} if coupon else {}),
+        }
+        for n, i in enumerate(ids, 1)
+    ]
 
 
 def _request(dataset: str, uri: str, schema: dict[str, Any]) -> LoadRequest:
-    return LoadRequest(f"kbqe_test_{uuid.uuid4().hex}", dataset, "orders", (uri,),
-                       "_event_date", avro_schema=schema)
+    return LoadRequest(
+        f"kbqe_test_{uuid.uuid4().hex}",
+        dataset,
+        "orders",
+        (uri,),
+        "_event_date",
+        avro_schema=schema,
+    )
 
 
 def _load(loads: EmulatorBigQueryLoads, request: LoadRequest):
@@ -84,7 +108,9 @@ def _tables(bq: bigquery.Client, dataset: str) -> list[str]:
 
 
 def test_an_older_schema_file_loads_by_name_into_the_table_a_newer_one_widened(
-    bq, dataset, stage,
+    bq,
+    dataset,
+    stage,
 ) -> None:
     loads = EmulatorBigQueryLoads(bq)
     first = _load(loads, _request(dataset, stage(V1, _orders("a")), V1))
@@ -93,9 +119,16 @@ def test_an_older_schema_file_loads_by_name_into_the_table_a_newer_one_widened(
 
     assert [r.observed.kind for r in (first, widened, lagging)] == [ObservedKind.DONE_OK] * 3
     assert [(r.output_rows, r.rows_source) for r in (first, widened, lagging)] == [
-        (1, ROWS_FROM_CREATED_TABLE), (1, ROWS_FROM_DML), (2, ROWS_FROM_DML)]
+        (1, ROWS_FROM_CREATED_TABLE),
+        (1, ROWS_FROM_DML),
+        (2, ROWS_FROM_DML),
+    ]
     assert _rows(bq, f"SELECT orderId, amountCents, coupon FROM `{dataset}.orders`") == [
-        ("a", 1, None), ("b", 1, "c-b"), ("c", 1, None), ("d", 2, None)]
+        ("a", 1, None),
+        ("b", 1, "c-b"),
+        ("c", 1, None),
+        ("d", 2, None),
+    ]
     assert _tables(bq, dataset) == ["orders"], "no temporary table stays behind"
 
 
@@ -105,7 +138,10 @@ def test_fields_in_another_order_land_in_their_own_columns(bq, dataset, stage) -
     _load(loads, _request(dataset, stage(V1_REORDERED, _orders("b", "c")), V1_REORDERED))
 
     assert _rows(bq, f"SELECT orderId, amountCents FROM `{dataset}.orders`") == [
-        ("a", 1), ("b", 1), ("c", 2)]
+        ("a", 1),
+        ("b", 1),
+        ("c", 2),
+    ]
 
 
 def test_another_process_reads_the_rows_of_a_by_name_load(bq, dataset, stage) -> None:
@@ -124,7 +160,10 @@ class _Killed(BaseException):
 
 
 def test_a_process_killed_before_the_insert_leaves_its_job_unknown_and_the_retry_loads_once(
-    bq, dataset, stage, monkeypatch,
+    bq,
+    dataset,
+    stage,
+    monkeypatch,
 ) -> None:
     setup = EmulatorBigQueryLoads(bq)
     _load(setup, _request(dataset, stage(V1, _orders("a")), V1))
@@ -152,7 +191,9 @@ def test_a_process_killed_before_the_insert_leaves_its_job_unknown_and_the_retry
 
 
 def test_a_file_the_emulator_cannot_read_is_a_rejected_submission_naming_it(
-    bq, dataset, stage,
+    bq,
+    dataset,
+    stage,
 ) -> None:
     loads = EmulatorBigQueryLoads(bq)
     _load(loads, _request(dataset, stage(V1, _orders("a")), V1))

@@ -39,21 +39,37 @@ ACCOUNT = "kbqe-loader@acme-prod.iam.gserviceaccount.com"
 @pytest.fixture(scope="module")
 def key() -> str:
     """A service account key as ``base64 -w0 key.json`` prints it (a fresh RSA key)."""
-    pem = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption()).decode()
-    info = {"type": "service_account", "project_id": "acme-prod", "private_key_id": "k1",
-            "private_key": pem, "client_email": ACCOUNT, "client_id": "1",
-            "token_uri": "https://oauth2.googleapis.com/token"}
+    pem = (
+        rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        .private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        .decode()
+    )
+    info = {
+        "type": "service_account",
+        "project_id": "acme-prod",
+        "private_key_id": "k1",
+        "private_key": pem,
+        "client_email": ACCOUNT,
+        "client_id": "1",
+        "token_uri": "https://oauth2.googleapis.com/token",
+    }
     return base64.b64encode(json.dumps(info).encode()).decode()
 
 
 @pytest.fixture
 def gcp_env(monkeypatch, key):
-    values = {"KBQE_GCP_PROJECT": "acme-prod", "KBQE_BIGQUERY_LOCATION": "EU",
-              "KBQE_GCP_CREDENTIALS": key, "KBQE_STAGING_URL": "gs://acme-staging/kbqe",
-              "KBQE_KAFKA_BOOTSTRAP_SERVERS": "broker:9093",
-              "KBQE_SCHEMA_REGISTRY_URL": "https://registry:8081"}
+    values = {
+        "KBQE_GCP_PROJECT": "acme-prod",
+        "KBQE_BIGQUERY_LOCATION": "EU",
+        "KBQE_GCP_CREDENTIALS": key,
+        "KBQE_STAGING_URL": "gs://acme-staging/kbqe",
+        "KBQE_KAFKA_BOOTSTRAP_SERVERS": "broker:9093",
+        "KBQE_SCHEMA_REGISTRY_URL": "https://registry:8081",
+    }
     for name, value in values.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("KBQE_GCS_ENDPOINT", raising=False)
@@ -79,10 +95,12 @@ def test_gcp_resources_are_dagster_gcps_with_their_environment_variables(gcp_env
     built = _resolved({"bigquery": resources["bigquery"], "staging": resources["staging"]})
     bigquery, staging = built.bigquery, built.staging
     assert (bigquery.project, bigquery.location, bigquery.gcp_credentials) == (
-        "acme-prod", "EU", key)
+        "acme-prod",
+        "EU",
+        key,
+    )
     assert not bigquery.emulator and bigquery.api_endpoint is None
-    assert staging.location() == StagingLocation(
-        "gs://acme-staging/kbqe", None, "acme-prod", key)
+    assert staging.location() == StagingLocation("gs://acme-staging/kbqe", None, "acme-prod", key)
     # context.resources.bigquery is our resource, not a client built at resource
     # initialisation (dagster-gcp's default, which would look up credentials in every run).
     assert isinstance(bigquery, BigQueryResource)
@@ -96,8 +114,9 @@ def test_without_a_key_every_client_uses_application_default_credentials(gcp_env
     assert built.bigquery.storage_write_settings().gcp_credentials is None
     assert built.staging.location().gcp_credentials is None
     # The staging store's GCS client is then dagster-gcp's GCSResource's, for its project.
-    monkeypatch.setattr(dagster_gcp.GCSResource, "get_client",
-                        lambda self: _FakeStorageClient(self.project))
+    monkeypatch.setattr(
+        dagster_gcp.GCSResource, "get_client", lambda self: _FakeStorageClient(self.project)
+    )
     assert GcsStagingStore(built.staging.location()).bucket.client.project == "acme-prod"
 
 
@@ -152,11 +171,19 @@ def test_the_metrics_exporter_resolves_the_same_resources(gcp_env, key):
 
 
 def test_the_key_is_in_no_repr_and_not_in_the_definitions(gcp_env, key):
-    built = _resolved({"bigquery": gcp_resources()["bigquery"],
-                       "staging": gcp_resources()["staging"]})
-    shown = " ".join(repr(x) for x in (
-        built.bigquery, built.staging, built.staging.location(),
-        built.bigquery.storage_write_settings(), TableKeeperSettings.of(built.bigquery)))
+    built = _resolved(
+        {"bigquery": gcp_resources()["bigquery"], "staging": gcp_resources()["staging"]}
+    )
+    shown = " ".join(
+        repr(x)
+        for x in (
+            built.bigquery,
+            built.staging,
+            built.staging.location(),
+            built.bigquery.storage_write_settings(),
+            TableKeeperSettings.of(built.bigquery),
+        )
+    )
     assert "acme-prod" in shown  # control: the resolved settings are what is shown
     assert key not in shown and key[:40] not in shown
     defs = build_definitions(str(REPO / "examples" / "pipeline.yaml"), env="gcp")
@@ -167,12 +194,18 @@ def test_the_key_is_in_no_repr_and_not_in_the_definitions(gcp_env, key):
 
 @pytest.mark.parametrize(
     ("value", "message"),
-    [("not base64 at all!", "does not decode"),
-     (base64.b64encode(b"{not json").decode(), "does not decode"),
-     (base64.b64encode(json.dumps({"type": "authorized_user"}).encode()).decode(),
-      "not a service account key"),
-     (base64.b64encode(json.dumps({"type": "service_account"}).encode()).decode(),
-      "not a usable service account key")],
+    [
+        ("not base64 at all!", "does not decode"),
+        (base64.b64encode(b"{not json").decode(), "does not decode"),
+        (
+            base64.b64encode(json.dumps({"type": "authorized_user"}).encode()).decode(),
+            "not a service account key",
+        ),
+        (
+            base64.b64encode(json.dumps({"type": "service_account"}).encode()).decode(),
+            "not a usable service account key",
+        ),
+    ],
     ids=["not-base64", "not-json", "user-credentials", "incomplete-key"],
 )
 def test_a_bad_key_is_refused_without_showing_it(value, message):
@@ -192,5 +225,8 @@ def test_the_local_stack_keeps_its_emulators():
     bigquery = local["bigquery"]
     assert isinstance(bigquery, BigQueryResource)
     assert (bigquery.emulator, bigquery.anonymous_credentials, bigquery.gcp_credentials) == (
-        True, True, None)
+        True,
+        True,
+        None,
+    )
     assert "gcs" not in local and local["staging"].gcs_endpoint

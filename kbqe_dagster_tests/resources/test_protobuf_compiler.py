@@ -24,15 +24,21 @@ MONEY = SchemaReference("acme/money.proto", "acme-money", 2)
 UNIT = SchemaReference("acme/unit.proto", "acme-unit", 1)
 TEXTS = {
     ("acme-money", 2): RegisteredSchema(
-        31, "PROTOBUF",
+        31,
+        "PROTOBUF",
         'syntax = "proto3"; package acme; import "acme/unit.proto"; '
-        "message Money { Unit unit = 1; int64 amount = 2; }", (UNIT,)),
-    ("acme-unit", 1): RegisteredSchema(32, "PROTOBUF", 'syntax = "proto3"; package acme; '
-                                       "message Unit { string code = 1; }"),
+        "message Money { Unit unit = 1; int64 amount = 2; }",
+        (UNIT,),
+    ),
+    ("acme-unit", 1): RegisteredSchema(
+        32, "PROTOBUF", 'syntax = "proto3"; package acme; message Unit { string code = 1; }'
+    ),
 }
-ROOT = ('syntax = "proto3"; package shop; import "acme/money.proto"; '
-        'import "google/protobuf/timestamp.proto"; '
-        "message Order { acme.Money total = 1; google.protobuf.Timestamp at = 2; }")
+ROOT = (
+    'syntax = "proto3"; package shop; import "acme/money.proto"; '
+    'import "google/protobuf/timestamp.proto"; '
+    "message Order { acme.Money total = 1; google.protobuf.Timestamp at = 2; }"
+)
 
 
 class Lookup:
@@ -47,23 +53,32 @@ class Lookup:
 def test_references_are_gathered_transitively_under_their_import_names() -> None:
     lookup = Lookup()
     files = registry_proto_files(lookup, RegisteredSchema(30, "PROTOBUF", ROOT, (MONEY, MONEY)))
-    assert files == {ROOT_FILE: ROOT, "acme/money.proto": TEXTS[("acme-money", 2)].schema,
-                     "acme/unit.proto": TEXTS[("acme-unit", 1)].schema}
+    assert files == {
+        ROOT_FILE: ROOT,
+        "acme/money.proto": TEXTS[("acme-money", 2)].schema,
+        "acme/unit.proto": TEXTS[("acme-unit", 1)].schema,
+    }
     assert lookup.asked == [MONEY, UNIT]  # a name met twice is fetched once
 
 
 def test_a_reference_the_registry_lacks_is_an_unmappable_schema() -> None:
     lost = SchemaReference("acme/money.proto", "acme-money", 5)
-    with pytest.raises(UnmappableProtobufSchemaError,
-                       match=r"reference 'acme/money.proto' \(subject 'acme-money' version 5\)"):
+    with pytest.raises(
+        UnmappableProtobufSchemaError,
+        match=r"reference 'acme/money.proto' \(subject 'acme-money' version 5\)",
+    ):
         registry_proto_files(Lookup(), RegisteredSchema(30, "PROTOBUF", ROOT, (lost,)))
 
 
 def test_the_set_holds_the_schema_and_its_imports_well_known_types_included() -> None:
     files = registry_proto_files(Lookup(), RegisteredSchema(30, "PROTOBUF", ROOT, (MONEY,)))
     names = [f.name for f in compile_files(files).file]
-    assert set(names) == {ROOT_FILE, "acme/money.proto", "acme/unit.proto",
-                          "google/protobuf/timestamp.proto"}
+    assert set(names) == {
+        ROOT_FILE,
+        "acme/money.proto",
+        "acme/unit.proto",
+        "google/protobuf/timestamp.proto",
+    }
     assert names[-1] == ROOT_FILE  # dependencies first: a DescriptorPool takes them in order
 
 
@@ -74,8 +89,10 @@ def test_a_reference_name_that_is_not_a_relative_path_is_refused(name: str) -> N
 
 
 def test_protoc_diagnostics_name_the_file_and_line() -> None:
-    with pytest.raises(UnmappableProtobufSchemaError,
-                       match=r'does not compile: kbqe_registry_schema.proto:2:.*"Nope" is not defined'):
+    with pytest.raises(
+        UnmappableProtobufSchemaError,
+        match=r'does not compile: kbqe_registry_schema.proto:2:.*"Nope" is not defined',
+    ):
         compile_files({ROOT_FILE: 'syntax = "proto3";\nmessage M { Nope n = 1; }'})
 
 
@@ -88,8 +105,11 @@ class Client:
         self.calls += 1
         if self.status is not None:
             raise SchemaRegistryError(self.status, self.status * 100, "no")
-        schema = SimpleNamespace(schema_type="PROTOBUF", schema_str="text",
-                                 references=[SimpleNamespace(name="a.proto", subject="a", version="3")])
+        schema = SimpleNamespace(
+            schema_type="PROTOBUF",
+            schema_str="text",
+            references=[SimpleNamespace(name="a.proto", subject="a", version="3")],
+        )
         return SimpleNamespace(schema_id=41, schema=schema, subject=subject, version=version)
 
 
@@ -105,6 +125,7 @@ def lookup_with(monkeypatch):
         monkeypatch.setattr(schema_registry, "SchemaRegistryClient", lambda config: client)
         monkeypatch.setattr(schema_registry, "_CACHES", {})
         return SchemaLookup(RegistrySettings("http://127.0.0.1:9"))
+
     return make
 
 

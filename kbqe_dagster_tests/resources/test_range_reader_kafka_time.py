@@ -14,7 +14,9 @@ def reader(start: int = 10, end: int = 20) -> RangeReader:
 
 def test_the_last_in_range_message_of_each_batch_sets_the_time_reached():
     r = reader()
-    r._note_time([Msg("t", 0, 10, b"", timestamp=(1, 5_000)), Msg("t", 0, 11, b"", timestamp=(1, 7_000))])
+    r._note_time(
+        [Msg("t", 0, 10, b"", timestamp=(1, 5_000)), Msg("t", 0, 11, b"", timestamp=(1, 7_000))]
+    )
     assert r.kafka_ts_max == 7_000
     r._note_time([Msg("t", 0, 12, b"", timestamp=(1, 6_000))])  # an older CreateTime: max kept
     assert r.kafka_ts_max == 7_000
@@ -22,7 +24,9 @@ def test_the_last_in_range_message_of_each_batch_sets_the_time_reached():
 
 def test_messages_past_the_range_and_missing_timestamps_do_not_count():
     r = reader()
-    r._note_time([Msg("t", 0, 19, b"", timestamp=(1, 9_000)), Msg("t", 0, 20, b"", timestamp=(1, 99_000))])
+    r._note_time(
+        [Msg("t", 0, 19, b"", timestamp=(1, 9_000)), Msg("t", 0, 20, b"", timestamp=(1, 99_000))]
+    )
     assert r.kafka_ts_max == 9_000
     fresh = reader()
     fresh._note_time([Msg("t", 0, 10, b"", timestamp=(0, -1))])

@@ -30,8 +30,9 @@ class FakeClient:
         self.asked.append(schema_id)
         if schema_id not in self.registered:
             raise SchemaRegistryError(404, 40403, "Schema not found")
-        return SimpleNamespace(schema_type="AVRO", schema_str=json.dumps(self.registered[schema_id]),
-                               references=[])
+        return SimpleNamespace(
+            schema_type="AVRO", schema_str=json.dumps(self.registered[schema_id]), references=[]
+        )
 
     def get_version(self, subject: str, version: int):
         self.asked.append((subject, version))
@@ -77,8 +78,10 @@ def test_registries_and_credentials_do_not_share_what_they_found():
     """Another registry, or the same one with other credentials, asks for itself: a schema
     read with good credentials is never handed to a lookup whose credentials are refused."""
     SchemaLookup(RegistrySettings("http://registry:8081", "user:right")).get(7)
-    for settings in (RegistrySettings("http://registry:8081", "user:wrong"),
-                     RegistrySettings("http://other:8081", "user:right")):
+    for settings in (
+        RegistrySettings("http://registry:8081", "user:wrong"),
+        RegistrySettings("http://other:8081", "user:right"),
+    ):
         lookup = SchemaLookup(settings)
         lookup.get(7)
         assert the_client(lookup).asked == [7]

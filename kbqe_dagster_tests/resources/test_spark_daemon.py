@@ -32,7 +32,9 @@ print(gc.get_freeze_count() > 0)
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_preloading_leaves_one_thread_no_socket_and_frozen_objects() -> None:
-    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     threads, sockets, imported, frozen = result.stdout.split()
     assert (threads, sockets, imported, frozen) == ("1", "0", "True", "True")

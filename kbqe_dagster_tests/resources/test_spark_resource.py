@@ -53,7 +53,9 @@ context.stop()
 
 
 def _run(probe: str) -> list[str]:
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout.strip().splitlines()
 
@@ -62,16 +64,24 @@ def test_converters_answer_plain_values_without_importing_pandas_or_pyarrow() ->
     assert _run(CONVERTERS_PROBE) == ["False False False False"]
 
 
-@pytest.mark.parametrize(("value", "convertible"), [
-    (np.array([1, 2], dtype="int32"), True),
-    (np.array([[1], [2]]), False),  # PySpark converts one-dimensional arrays only
-    ("text", False),
-    ([1, 2], False),
-])
-def test_wrapped_array_converter_still_takes_one_dimensional_numpy_arrays(value, convertible) -> None:
+@pytest.mark.parametrize(
+    ("value", "convertible"),
+    [
+        (np.array([1, 2], dtype="int32"), True),
+        (np.array([[1], [2]]), False),  # PySpark converts one-dimensional arrays only
+        ("text", False),
+        ([1, 2], False),
+    ],
+)
+def test_wrapped_array_converter_still_takes_one_dimensional_numpy_arrays(
+    value, convertible
+) -> None:
     spare_pandas_import()
-    [array_converter] = [c for c in INPUT_CONVERTER if isinstance(c, _OnlyNumpyValues)
-                         and type(c.converter).__name__ == "NumpyArrayConverter"]
+    [array_converter] = [
+        c
+        for c in INPUT_CONVERTER
+        if isinstance(c, _OnlyNumpyValues) and type(c.converter).__name__ == "NumpyArrayConverter"
+    ]
     assert array_converter.can_convert(value) is convertible
 
 
@@ -79,8 +89,10 @@ def test_wrapping_twice_wraps_once() -> None:
     spare_pandas_import()
     spare_pandas_import()
     wrapped = [c for c in INPUT_CONVERTER if isinstance(c, _OnlyNumpyValues)]
-    assert sorted(type(c.converter).__name__ for c in wrapped) == ["NumpyArrayConverter",
-                                                                   "NumpyScalarConverter"]
+    assert sorted(type(c.converter).__name__ for c in wrapped) == [
+        "NumpyArrayConverter",
+        "NumpyScalarConverter",
+    ]
 
 
 @pytest.mark.integration

@@ -33,8 +33,15 @@ def default_ports(monkeypatch):
         ("local", "http://opt:2", {}, "http://opt:2"),
         ("gcp", None, {"KBQE_GCS_ENDPOINT": ""}, None),  # set but empty: not an endpoint
     ],
-    ids=["local", "gcp", "gcp-variable", "local-variable", "gcp-explicit", "local-explicit",
-         "gcp-empty-variable"],
+    ids=[
+        "local",
+        "gcp",
+        "gcp-variable",
+        "local-variable",
+        "gcp-explicit",
+        "local-explicit",
+        "gcp-empty-variable",
+    ],
 )
 def test_the_gcs_endpoint_of_each_environment(env, explicit, environ, endpoint) -> None:
     assert gcs_endpoint_for(env, explicit, environ) == endpoint
@@ -48,16 +55,32 @@ def test_the_local_emulator_follows_a_moved_gcs_port(monkeypatch) -> None:
 @pytest.mark.parametrize(
     ("url", "env", "environ", "expected"),
     [
-        ("gs://kbqe-local/second", "local", {},
-         StagingLocation("gs://kbqe-local/second", EMULATOR, "kbqe-local")),
-        ("gs://acme-staging/kbqe", "gcp", {"KBQE_GCP_PROJECT": "acme-prod"},
-         StagingLocation("gs://acme-staging/kbqe", None, "acme-prod")),
+        (
+            "gs://kbqe-local/second",
+            "local",
+            {},
+            StagingLocation("gs://kbqe-local/second", EMULATOR, "kbqe-local"),
+        ),
+        (
+            "gs://acme-staging/kbqe",
+            "gcp",
+            {"KBQE_GCP_PROJECT": "acme-prod"},
+            StagingLocation("gs://acme-staging/kbqe", None, "acme-prod"),
+        ),
         ("/data/staging", "local", {}, StagingLocation("/data/staging")),
-        ("/data/staging", "gcp", {"KBQE_GCS_ENDPOINT": "http://env:1"},
-         StagingLocation("/data/staging")),
+        (
+            "/data/staging",
+            "gcp",
+            {"KBQE_GCS_ENDPOINT": "http://env:1"},
+            StagingLocation("/data/staging"),
+        ),
         # The environment itself comes from KBQE_ENV when not given (default local).
-        ("gs://kbqe-local/second", None, {}, StagingLocation("gs://kbqe-local/second", EMULATOR,
-                                                            "kbqe-local")),
+        (
+            "gs://kbqe-local/second",
+            None,
+            {},
+            StagingLocation("gs://kbqe-local/second", EMULATOR, "kbqe-local"),
+        ),
         ("gs://b/p", None, {"KBQE_ENV": "gcp"}, StagingLocation("gs://b/p")),
     ],
 )

@@ -33,16 +33,19 @@ ROWS = proto_rows(SCHEMA, [{"n": 1}, {"n": 2}, {"n": 3}])
 def error_response(code: int, message: str, row_errors=()) -> types.AppendRowsResponse:
     return types.AppendRowsResponse(
         error=status_pb2.Status(code=code, message=message),
-        row_errors=[types.RowError(index=i, code=types.RowError.RowErrorCode.FIELDS_ERROR,
-                                   message=m) for i, m in row_errors],
+        row_errors=[
+            types.RowError(index=i, code=types.RowError.RowErrorCode.FIELDS_ERROR, message=m)
+            for i, m in row_errors
+        ],
     )
 
 
 def as_library_delivers(response: types.AppendRowsResponse) -> Any:
     """What ``AppendRowsFuture.result()`` returns or raises for a response."""
     if response.error.code:
-        return exceptions.from_grpc_status(response.error.code, response.error.message,
-                                           response=response)
+        return exceptions.from_grpc_status(
+            response.error.code, response.error.message, response=response
+        )
     return response
 
 
@@ -75,20 +78,22 @@ class FakeClient:
         return types.WriteStream(name=name, type_=types.WriteStream.Type.COMMITTED)
 
 
-def writer_answering(*answers: Any, stream_exists: bool = True) -> tuple[GoogleStorageWriter,
-                                                                        FakeConnection]:
+def writer_answering(
+    *answers: Any, stream_exists: bool = True
+) -> tuple[GoogleStorageWriter, FakeConnection]:
     settings = StorageWriteSettings(project="p", append_timeout_s=5.0)
     writer = GoogleStorageWriter(FakeClient(stream_exists), settings)
-    connection = FakeConnection([
-        as_library_delivers(a) if isinstance(a, types.AppendRowsResponse) else a
-        for a in answers])
+    connection = FakeConnection(
+        [as_library_delivers(a) if isinstance(a, types.AppendRowsResponse) else a for a in answers]
+    )
     writer._connection = lambda stream, rows, schema: connection  # type: ignore[method-assign]
     return writer, connection
 
 
 def ok(offset: int) -> types.AppendRowsResponse:
     return types.AppendRowsResponse(
-        append_result=types.AppendRowsResponse.AppendResult(offset=offset))
+        append_result=types.AppendRowsResponse.AppendResult(offset=offset)
+    )
 
 
 def test_an_append_result_is_appended_at_the_offset_the_api_names() -> None:
@@ -100,8 +105,9 @@ def test_an_append_result_is_appended_at_the_offset_the_api_names() -> None:
 
 
 def test_no_offset_sends_none_and_the_api_names_none() -> None:
-    writer, connection = writer_answering(types.AppendRowsResponse(
-        append_result=types.AppendRowsResponse.AppendResult()))
+    writer, connection = writer_answering(
+        types.AppendRowsResponse(append_result=types.AppendRowsResponse.AppendResult())
+    )
     assert writer.append(STREAM, ROWS, offset=None) == AppendOutcome("appended")
     assert "offset" not in connection.sent[0]
 
@@ -110,34 +116,48 @@ def test_no_offset_sends_none_and_the_api_names_none() -> None:
 def test_offset_answers_are_outcomes_with_the_apis_text(code, kind) -> None:
     writer, _ = writer_answering(error_response(code, "Offset 3 ... next expected 5"))
     assert writer.append(STREAM, ROWS, offset=3) == AppendOutcome(
-        kind, "Offset 3 ... next expected 5")
+        kind, "Offset 3 ... next expected 5"
+    )
 
 
 def test_row_errors_are_rows_refused_with_each_rows_index_and_reason() -> None:
     """BigQuery answers INVALID_ARGUMENT with ``row_errors`` and writes none of the
     request's rows."""
-    writer, _ = writer_answering(error_response(
-        3, "Errors found while processing rows.",
-        [(0, "Field n: Required field is missing"), (2, "Field n: out of range")]))
+    writer, _ = writer_answering(
+        error_response(
+            3,
+            "Errors found while processing rows.",
+            [(0, "Field n: Required field is missing"), (2, "Field n: out of range")],
+        )
+    )
     assert writer.append(STREAM, ROWS, offset=0) == AppendOutcome(
-        "rows_refused", "Errors found while processing rows.",
-        ((0, "FIELDS_ERROR: Field n: Required field is missing"),
-         (2, "FIELDS_ERROR: Field n: out of range")))
+        "rows_refused",
+        "Errors found while processing rows.",
+        (
+            (0, "FIELDS_ERROR: Field n: Required field is missing"),
+            (2, "FIELDS_ERROR: Field n: out of range"),
+        ),
+    )
 
 
 def test_invalid_argument_without_row_errors_raises_naming_table_stream_and_status() -> None:
     writer, _ = writer_answering(error_response(3, "Input schema has more fields"))
-    with pytest.raises(StorageWriteError,
-                       match=r"sales\.orders: AppendRows of 3 rows at offset 4 to stream "
-                             r".*0123456789abcdef failed: INVALID_ARGUMENT: Input schema"):
+    with pytest.raises(
+        StorageWriteError,
+        match=r"sales\.orders: AppendRows of 3 rows at offset 4 to stream "
+        r".*0123456789abcdef failed: INVALID_ARGUMENT: Input schema",
+    ):
         writer.append(STREAM, ROWS, offset=4)
 
 
-@pytest.mark.parametrize("transient", [
-    exceptions.ServiceUnavailable("connection reset"),
-    exceptions.InternalServerError("internal"),
-    exceptions.Aborted("aborted"),
-])
+@pytest.mark.parametrize(
+    "transient",
+    [
+        exceptions.ServiceUnavailable("connection reset"),
+        exceptions.InternalServerError("internal"),
+        exceptions.Aborted("aborted"),
+    ],
+)
 def test_a_transport_error_is_retried_at_the_same_offset(transient) -> None:
     writer, connection = writer_answering(transient, ok(4))
     assert writer.append(STREAM, ROWS, offset=4) == AppendOutcome("appended", offset=4)
@@ -145,8 +165,10 @@ def test_a_transport_error_is_retried_at_the_same_offset(transient) -> None:
 
 
 def test_a_retry_of_an_append_that_landed_answers_already_exists() -> None:
-    writer, _ = writer_answering(exceptions.ServiceUnavailable("reset after the write"),
-                                 error_response(6, "Offset 4 already committed"))
+    writer, _ = writer_answering(
+        exceptions.ServiceUnavailable("reset after the write"),
+        error_response(6, "Offset 4 already committed"),
+    )
     assert writer.append(STREAM, ROWS, offset=4).kind == "already_exists"
 
 
@@ -167,8 +189,9 @@ def test_a_quota_answer_is_not_retried_here_but_raised() -> None:
 
 def test_a_connection_refused_for_a_stream_that_is_gone_raises_not_found() -> None:
     """The client library reports a connection the server refused to open as UNKNOWN."""
-    writer, _ = writer_answering(exceptions.Unknown("There was a problem opening the stream"),
-                                 stream_exists=False)
+    writer, _ = writer_answering(
+        exceptions.Unknown("There was a problem opening the stream"), stream_exists=False
+    )
     with pytest.raises(WriteStreamNotFoundError, match=r"sales\.orders: stream .* not written"):
         writer.append(STREAM, ROWS, offset=0)
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import datetime as dt
 import io
 import uuid
+from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any, Iterator
+from typing import Any
 
 import fastavro
 import pytest
@@ -39,11 +40,16 @@ from kbqe_dagster_tests.localstack.emulators import bq, bucket, emulator_dataset
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
-UTC = dt.timezone.utc
-CLICK = {"type": "record", "name": "Click", "namespace": "kbqe.contract", "fields": [
-    {"name": "n", "type": "long"},
-    {"name": "url", "type": ["null", "string"], "default": None},
-]}
+UTC = dt.UTC
+CLICK = {
+    "type": "record",
+    "name": "Click",
+    "namespace": "kbqe.contract",
+    "fields": [
+        {"name": "n", "type": "long"},
+        {"name": "url", "type": ["null", "string"], "default": None},
+    ],
+}
 
 
 @pytest.fixture
@@ -77,7 +83,8 @@ def numbers_in(bq: bigquery.Client, dataset: str, table: str = "clicks") -> list
 
 # --- COMMITTED streams: offsets ----------------------------------------------------------------
 def test_a_committed_stream_appends_at_its_offsets_and_the_rows_are_queryable_at_once(
-        bq, dataset, writer) -> None:
+    bq, dataset, writer
+) -> None:
     create_table(bq, dataset, "clicks", CLICK)
     stream = writer.create_stream(dataset, "clicks")
     assert stream.startswith(f"projects/{bq.project}/datasets/{dataset}/tables/clicks/streams/")
@@ -133,14 +140,18 @@ def test_batches_of_one_range_append_at_consecutive_offsets(bq, dataset, writer)
     rows = clicks(*range(500))
     offset = 0
     for batch in batches(rows.rows, max_bytes=1_000):
-        assert writer.append(stream, ProtoRows(rows.descriptor, tuple(batch)), offset).kind == \
-            "appended"
+        assert (
+            writer.append(stream, ProtoRows(rows.descriptor, tuple(batch)), offset).kind
+            == "appended"
+        )
         offset += len(batch)
     assert offset == 500 and numbers_in(bq, dataset) == list(range(500))
 
 
-WIDER = {**CLICK, "fields": [*CLICK["fields"],
-                             {"name": "ref", "type": ["null", "string"], "default": None}]}
+WIDER = {
+    **CLICK,
+    "fields": [*CLICK["fields"], {"name": "ref", "type": ["null", "string"], "default": None}],
+}
 
 
 def patch_in_column_ref(bq: bigquery.Client, dataset: str) -> None:
@@ -151,7 +162,8 @@ def patch_in_column_ref(bq: bigquery.Client, dataset: str) -> None:
 
 
 def test_a_wider_writer_schema_after_a_new_column_opens_a_new_connection(
-        bq, dataset, writer) -> None:
+    bq, dataset, writer
+) -> None:
     """Schema evolution: the new column is added to the table first, then rows carrying it
     are appended; the stream's connection is reopened with the new writer schema. (On the
     emulator the column is added twice over, gap pinned below.)"""
@@ -165,12 +177,14 @@ def test_a_wider_writer_schema_after_a_new_column_opens_a_new_connection(
     outcome = writer.append(stream, proto_rows(WIDER, [{"n": 1, "url": None, "ref": "r"}]), 1)
 
     assert outcome.kind == "appended" and writer._connections[stream][0] is not before
-    assert sorted(tuple(r.values()) for r in bq.query_and_wait(
-        f"SELECT n, ref FROM `{dataset}.clicks`")) == [(0, None), (1, "r")]
+    assert sorted(
+        tuple(r.values()) for r in bq.query_and_wait(f"SELECT n, ref FROM `{dataset}.clicks`")
+    ) == [(0, None), (1, "r")]
 
 
 def test_emulator_gap_a_patched_in_column_is_not_stored_and_the_append_is_lost(
-        bq, dataset, writer) -> None:
+    bq, dataset, writer
+) -> None:
     """On BigQuery a column added by tables.patch is a column, and an append that fails
     writes nothing. The emulator records the patched schema but does not alter its stored
     table (and a column added by ALTER TABLE is missing from the schema it appends by), so
@@ -232,7 +246,8 @@ def test_a_pending_stream_shows_nothing_until_finalized_and_committed(bq, datase
 
 
 def test_committing_an_unfinalized_stream_commits_nothing_and_says_which(
-        bq, dataset, writer) -> None:
+    bq, dataset, writer
+) -> None:
     create_table(bq, dataset, "clicks", CLICK)
     done = writer.create_stream(dataset, "clicks", kind="pending")
     open_ = writer.create_stream(dataset, "clicks", kind="pending")
@@ -263,7 +278,8 @@ def test_emulator_gap_get_write_stream_has_no_commit_time(bq, dataset, writer) -
 
 
 def test_emulator_gap_get_write_stream_create_time_is_the_time_of_the_call(
-        bq, dataset, writer) -> None:
+    bq, dataset, writer
+) -> None:
     """BigQuery's ``create_time`` is when the stream was created; the emulator answers the
     time of the GetWriteStream call."""
     create_table(bq, dataset, "clicks", CLICK)
@@ -274,8 +290,7 @@ def test_emulator_gap_get_write_stream_create_time_is_the_time_of_the_call(
 
 
 # --- rows the API refuses ----------------------------------------------------------------------
-def test_emulator_gap_a_missing_required_value_is_written_not_refused(
-        bq, dataset, writer) -> None:
+def test_emulator_gap_a_missing_required_value_is_written_not_refused(bq, dataset, writer) -> None:
     """BigQuery refuses a row without a value for a REQUIRED column: the response carries
     ``row_errors`` naming the row (``rows_refused``). The emulator writes it, NULL in the
     REQUIRED column, and never answers row errors at all: the rows_refused path is covered by
@@ -287,28 +302,34 @@ def test_emulator_gap_a_missing_required_value_is_written_not_refused(
     outcome = writer.append(stream, without_n, offset=0)
 
     assert outcome == AppendOutcome("appended", offset=0)
-    assert [tuple(r.values()) for r in bq.query_and_wait(
-        f"SELECT n, url FROM `{dataset}.clicks`")] == [(None, "/x")]
+    assert [
+        tuple(r.values()) for r in bq.query_and_wait(f"SELECT n, url FROM `{dataset}.clicks`")
+    ] == [(None, "/x")]
 
 
-def test_emulator_gap_a_string_over_max_length_is_written_not_refused(
-        bq, dataset, writer) -> None:
+def test_emulator_gap_a_string_over_max_length_is_written_not_refused(bq, dataset, writer) -> None:
     """BigQuery refuses a value longer than its column's ``maxLength`` with a row error; the
     emulator writes it."""
-    bq.create_table(bigquery.Table(f"{bq.project}.{dataset}.short", schema=[
-        bigquery.SchemaField("n", "INTEGER"), bigquery.SchemaField("url", "STRING",
-                                                                   max_length=3)]))
+    bq.create_table(
+        bigquery.Table(
+            f"{bq.project}.{dataset}.short",
+            schema=[
+                bigquery.SchemaField("n", "INTEGER"),
+                bigquery.SchemaField("url", "STRING", max_length=3),
+            ],
+        )
+    )
     stream = writer.create_stream(dataset, "short")
 
     outcome = writer.append(stream, proto_rows(CLICK, [{"n": 1, "url": "/too-long"}]), 0)
 
     assert outcome.kind == "appended"
     assert [r["url"] for r in bq.query_and_wait(f"SELECT url FROM `{dataset}.short`")] == [
-        "/too-long"]
+        "/too-long"
+    ]
 
 
-def test_emulator_gap_a_field_the_table_lacks_is_dropped_not_refused(
-        bq, dataset, writer) -> None:
+def test_emulator_gap_a_field_the_table_lacks_is_dropped_not_refused(bq, dataset, writer) -> None:
     """BigQuery refuses a writer schema with a field the table does not have
     (INVALID_ARGUMENT: the input schema has more fields than the table); the emulator drops
     the field's values. The delivery adds new columns before appending rows that carry them,
@@ -323,7 +344,8 @@ def test_emulator_gap_a_field_the_table_lacks_is_dropped_not_refused(
 
 
 def test_emulator_gap_writer_field_types_are_not_checked_values_are_cast(
-        bq, dataset, writer) -> None:
+    bq, dataset, writer
+) -> None:
     """BigQuery refuses a writer schema whose field type its column cannot take (a proto
     ``string`` for an INTEGER column) for the whole request, INVALID_ARGUMENT. The emulator
     casts each value: a numeric text is written, any other text fails the whole request
@@ -340,44 +362,78 @@ def test_emulator_gap_writer_field_types_are_not_checked_values_are_cast(
 
 
 # --- every column type: appended rows == loaded rows -----------------------------------------
-WRITER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
-    {"name": "flag", "type": "boolean"},
-    {"name": "small", "type": "int"},
-    {"name": "big", "type": "long"},
-    {"name": "ratio", "type": "float"},
-    {"name": "amount", "type": "double"},
-    {"name": "blob", "type": "bytes"},
-    {"name": "name", "type": "string"},
-    {"name": "maybe", "type": ["null", "string"], "default": None},
-    {"name": "color", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
-    {"name": "hash", "type": {"type": "fixed", "name": "Hash", "size": 4}},
-    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-    {"name": "at_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "at_us", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
-    {"name": "clock", "type": {"type": "long", "logicalType": "time-micros"}},
-    {"name": "clock_ms", "type": {"type": "int", "logicalType": "time-millis"}},
-    {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
-    {"name": "huge", "type": {"type": "fixed", "name": "Huge", "size": 20,
-                              "logicalType": "decimal", "precision": 40, "scale": 9}},
-    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12,
-                               "scale": 3}},
-    {"name": "ship_to", "type": {"type": "record", "name": "Address", "fields": [
-        {"name": "city", "type": "string"},
-        {"name": "zip", "type": ["null", "string"], "default": None}]}},
-    {"name": "bill_to", "type": ["null", "Address"], "default": None},
-    {"name": "tags", "type": {"type": "array", "items": "string"}},
-    {"name": "lines", "type": {"type": "array", "items": {
-        "type": "record", "name": "Line", "fields": [
-            {"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}]}}},
-    {"name": "attrs", "type": {"type": "map", "values": "string"}},
-    {"name": "counts", "type": {"type": "map", "values": ["null", "long"]}},
-]}
+WRITER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "flag", "type": "boolean"},
+        {"name": "small", "type": "int"},
+        {"name": "big", "type": "long"},
+        {"name": "ratio", "type": "float"},
+        {"name": "amount", "type": "double"},
+        {"name": "blob", "type": "bytes"},
+        {"name": "name", "type": "string"},
+        {"name": "maybe", "type": ["null", "string"], "default": None},
+        {"name": "color", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
+        {"name": "hash", "type": {"type": "fixed", "name": "Hash", "size": 4}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "at_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "at_us", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
+        {"name": "clock", "type": {"type": "long", "logicalType": "time-micros"}},
+        {"name": "clock_ms", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {
+            "name": "huge",
+            "type": {
+                "type": "fixed",
+                "name": "Huge",
+                "size": 20,
+                "logicalType": "decimal",
+                "precision": 40,
+                "scale": 9,
+            },
+        },
+        {
+            "name": "price",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 3},
+        },
+        {
+            "name": "ship_to",
+            "type": {
+                "type": "record",
+                "name": "Address",
+                "fields": [
+                    {"name": "city", "type": "string"},
+                    {"name": "zip", "type": ["null", "string"], "default": None},
+                ],
+            },
+        },
+        {"name": "bill_to", "type": ["null", "Address"], "default": None},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {
+            "name": "lines",
+            "type": {
+                "type": "array",
+                "items": {
+                    "type": "record",
+                    "name": "Line",
+                    "fields": [{"name": "sku", "type": "string"}, {"name": "qty", "type": "int"}],
+                },
+            },
+        },
+        {"name": "attrs", "type": {"type": "map", "values": "string"}},
+        {"name": "counts", "type": {"type": "map", "values": ["null", "long"]}},
+    ],
+}
 CONFIG = EnrichmentConfig(key_column="_kafka_key", headers_column="_kafka_headers")
 FILE_SCHEMA = extended_schema(WRITER, CONFIG, hourly=True)
 RECORD_COLUMNS = ("_kafka_headers", "ship_to", "bill_to", "lines", "attrs", "counts")
 NOT_LOADABLE = ("local", "huge", "clock", "clock_ms")
-SCALARS = {**FILE_SCHEMA, "fields": [
-    f for f in FILE_SCHEMA["fields"] if f["name"] not in RECORD_COLUMNS + NOT_LOADABLE]}
+SCALARS = {
+    **FILE_SCHEMA,
+    "fields": [f for f in FILE_SCHEMA["fields"] if f["name"] not in RECORD_COLUMNS + NOT_LOADABLE],
+}
 """Every column type but RECORD (records, repeated records, maps, the headers): appends to a
 table with a RECORD column lose their rows on the emulator (gap pinned below); and but
 DATETIME, BIGNUMERIC and TIME, which the emulator's load of this file fails on (DATETIME and
@@ -389,37 +445,52 @@ def staged_orders() -> list[dict[str, Any]]:
     out = []
     for i in range(6):
         day = dt.date(2026, 11, 20 + i % 3)
-        out.append({
-            "_event_date": day, "_kafka_topic": "orders", "_kafka_partition": 2,
-            "_kafka_offset": 100 + i,
-            "_event_hour": dt.datetime(2026, 11, 20 + i % 3, i, tzinfo=UTC),
-            "_kafka_timestamp": None if i == 5 else dt.datetime(2026, 11, 20, 1, 2, 3,
-                                                                 i * 1000, tzinfo=UTC),
-            "_kafka_key": None if i % 2 else f"k{i}".encode(),
-            "_kafka_headers": [{"key": "trace", "value": b"t"}, {"key": "n", "value": None}]
-            if i % 2 else [],
-            "flag": bool(i % 2), "small": -i, "big": 2**40 + i, "ratio": 0.5 + i,
-            "amount": i / 4, "blob": bytes([i, 255]), "name": f"order-{i} ✓",
-            "maybe": None if i % 3 else f"m{i}", "color": "GREEN" if i % 2 else "RED",
-            "hash": bytes([i] * 4), "day": day,
-            "at_ms": dt.datetime(2026, 11, 20, 12, 0, 0, i * 1000, tzinfo=UTC),
-            "at_us": None if i == 4 else dt.datetime(2026, 1, 1, 0, 0, 0, i, tzinfo=UTC),
-            "clock": dt.time(23, 59, 59, i), "clock_ms": dt.time(1, 2, 3, i * 1000),
-            "local": dt.datetime(2026, 11, 20, 8, 30, 0, i),
-            "huge": Decimal(f"-1234567890123456789012345678{i}.12345678{i}"),
-            "price": Decimal(f"{i}123.45{i}"),
-            "ship_to": {"city": f"c{i}", "zip": None if i % 2 else "75001"},
-            "bill_to": None if i % 2 else {"city": "b", "zip": None},
-            "tags": [f"t{j}" for j in range(i % 3)],
-            "lines": [{"sku": f"s{j}", "qty": j} for j in range(i % 2 + 1)],
-            "attrs": {"size": "L", "n": str(i)} if i % 2 else {},
-            "counts": {"a": i, "b": None},
-        })
+        out.append(
+            {
+                "_event_date": day,
+                "_kafka_topic": "orders",
+                "_kafka_partition": 2,
+                "_kafka_offset": 100 + i,
+                "_event_hour": dt.datetime(2026, 11, 20 + i % 3, i, tzinfo=UTC),
+                "_kafka_timestamp": None
+                if i == 5
+                else dt.datetime(2026, 11, 20, 1, 2, 3, i * 1000, tzinfo=UTC),
+                "_kafka_key": None if i % 2 else f"k{i}".encode(),
+                "_kafka_headers": [{"key": "trace", "value": b"t"}, {"key": "n", "value": None}]
+                if i % 2
+                else [],
+                "flag": bool(i % 2),
+                "small": -i,
+                "big": 2**40 + i,
+                "ratio": 0.5 + i,
+                "amount": i / 4,
+                "blob": bytes([i, 255]),
+                "name": f"order-{i} ✓",
+                "maybe": None if i % 3 else f"m{i}",
+                "color": "GREEN" if i % 2 else "RED",
+                "hash": bytes([i] * 4),
+                "day": day,
+                "at_ms": dt.datetime(2026, 11, 20, 12, 0, 0, i * 1000, tzinfo=UTC),
+                "at_us": None if i == 4 else dt.datetime(2026, 1, 1, 0, 0, 0, i, tzinfo=UTC),
+                "clock": dt.time(23, 59, 59, i),
+                "clock_ms": dt.time(1, 2, 3, i * 1000),
+                "local": dt.datetime(2026, 11, 20, 8, 30, 0, i),
+                "huge": Decimal(f"-1234567890123456789012345678{i}.12345678{i}"),
+                "price": Decimal(f"{i}123.45{i}"),
+                "ship_to": {"city": f"c{i}", "zip": None if i % 2 else "75001"},
+                "bill_to": None if i % 2 else {"city": "b", "zip": None},
+                "tags": [f"t{j}" for j in range(i % 3)],
+                "lines": [{"sku": f"s{j}", "qty": j} for j in range(i % 2 + 1)],
+                "attrs": {"size": "L", "n": str(i)} if i % 2 else {},
+                "counts": {"a": i, "b": None},
+            }
+        )
     return out
 
 
-def staged_file(bucket: storage.Bucket, dataset: str, schema: dict[str, Any],
-                name: str = "orders-2-100-105") -> tuple[str, list[dict[str, Any]]]:
+def staged_file(
+    bucket: storage.Bucket, dataset: str, schema: dict[str, Any], name: str = "orders-2-100-105"
+) -> tuple[str, list[dict[str, Any]]]:
     """A staged file of the stage path's schema in the bucket, and its records as fastavro
     decodes them (what the delivery sink appends)."""
     names = {f["name"] for f in schema["fields"]}
@@ -433,21 +504,26 @@ def staged_file(bucket: storage.Bucket, dataset: str, schema: dict[str, Any],
 
 
 def table_rows(bq: bigquery.Client, dataset: str, table: str) -> list[dict[str, Any]]:
-    return [dict(r.items()) for r in bq.query_and_wait(
-        f"SELECT * FROM `{dataset}.{table}` ORDER BY _kafka_offset")]
+    return [
+        dict(r.items())
+        for r in bq.query_and_wait(f"SELECT * FROM `{dataset}.{table}` ORDER BY _kafka_offset")
+    ]
 
 
-def load(bq: bigquery.Client, dataset: str, table: str, uri: str, schema: dict[str, Any]
-         ) -> ObservedKind:
+def load(
+    bq: bigquery.Client, dataset: str, table: str, uri: str, schema: dict[str, Any]
+) -> ObservedKind:
     loads = EmulatorBigQueryLoads(bq)
-    request = LoadRequest(f"kbqe_test_{uuid.uuid4().hex}", dataset, table, (uri,),
-                          "_event_date", avro_schema=schema)
+    request = LoadRequest(
+        f"kbqe_test_{uuid.uuid4().hex}", dataset, table, (uri,), "_event_date", avro_schema=schema
+    )
     assert loads.submit_load(request).outcome is SubmitOutcome.SUBMITTED
     return loads.job_report(request.job_id).observed.kind
 
 
 def test_appended_rows_of_every_column_type_equal_a_load_of_the_same_file(
-        bq, bucket, dataset, writer) -> None:
+    bq, bucket, dataset, writer
+) -> None:
     uri, records = staged_file(bucket, dataset, SCALARS)
     assert load(bq, dataset, "loaded", uri, SCALARS) is ObservedKind.DONE_OK
     create_table(bq, dataset, "appended", SCALARS)
@@ -460,7 +536,8 @@ def test_appended_rows_of_every_column_type_equal_a_load_of_the_same_file(
     assert len(loaded) == 6
     assert appended == loaded
     assert [c.name for c in bq.get_table(f"{dataset}.appended").schema] == [
-        c.name for c in bq.get_table(f"{dataset}.loaded").schema]
+        c.name for c in bq.get_table(f"{dataset}.loaded").schema
+    ]
     assert appended[0]["_event_date"] == dt.date(2026, 11, 20)
     assert appended[1]["_event_hour"] == dt.datetime(2026, 11, 21, 1, tzinfo=UTC)
     assert appended[0]["at_ms"] == dt.datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
@@ -469,7 +546,8 @@ def test_appended_rows_of_every_column_type_equal_a_load_of_the_same_file(
 
 @pytest.mark.parametrize("column", RECORD_COLUMNS[:-2] + ("attrs",))
 def test_emulator_gap_an_append_to_a_table_with_a_record_column_loses_its_rows(
-        bq, dataset, writer, column) -> None:
+    bq, dataset, writer, column
+) -> None:
     """BigQuery appends rows with RECORD columns (nested and repeated records, maps as
     repeated key/value records, the headers). The emulator builds the rows of an append from
     the table's top-level columns only (a RECORD without its fields), its insert fails, yet
@@ -497,14 +575,18 @@ def test_datetime_and_time_append_as_the_values_of_their_columns(bq, dataset, wr
     records = [{k: v for k, v in r.items() if k in keep} for r in staged_orders()]
     create_table(bq, dataset, "civil", schema)
     assert [f.field_type for f in bq.get_table(f"{dataset}.civil").schema][2:] == [
-        "TIME", "TIME", "DATETIME"]
+        "TIME",
+        "TIME",
+        "DATETIME",
+    ]
     stream = writer.create_stream(dataset, "civil")
 
     assert writer.append(stream, proto_rows(schema, records), offset=0).kind == "appended"
 
     rows = table_rows(bq, dataset, "civil")
     assert [(r["clock"], r["clock_ms"], r["local"]) for r in rows] == [
-        (r["clock"], r["clock_ms"], r["local"]) for r in records]
+        (r["clock"], r["clock_ms"], r["local"]) for r in records
+    ]
 
 
 def test_emulator_gap_a_table_with_a_bignumeric_column_cannot_be_created(bq, dataset) -> None:
@@ -516,16 +598,19 @@ def test_emulator_gap_a_table_with_a_bignumeric_column_cannot_be_created(bq, dat
     columns = [bigquery.SchemaField.from_api_repr(c) for c in bigquery_schema_from_avro(schema)]
     assert columns[1].field_type == "BIGNUMERIC"
     with pytest.raises(InternalServerError):
-        bq.create_table(bigquery.Table(f"{bq.project}.{dataset}.big", schema=columns),
-                        retry=None)
+        bq.create_table(bigquery.Table(f"{bq.project}.{dataset}.big", schema=columns), retry=None)
 
 
-@pytest.mark.parametrize(("column", "error"), [
-    ("local", "Unknown Avro logical type local-timestamp-micros"),
-    ("huge", "DECIMAL type width must be between 1 and 38"),
-])
+@pytest.mark.parametrize(
+    ("column", "error"),
+    [
+        ("local", "Unknown Avro logical type local-timestamp-micros"),
+        ("huge", "DECIMAL type width must be between 1 and 38"),
+    ],
+)
 def test_emulator_gap_a_load_of_datetime_or_bignumeric_fails(
-        bq, bucket, dataset, column, error) -> None:
+    bq, bucket, dataset, column, error
+) -> None:
     """Found on the way (the load path): BigQuery loads ``local-timestamp-*`` as DATETIME
     and a decimal of more than 38 digits as BIGNUMERIC; the emulator's Avro reader fails
     the job. Appended through the Storage Write API, both land (above)."""
@@ -533,15 +618,22 @@ def test_emulator_gap_a_load_of_datetime_or_bignumeric_fails(
     schema = {**FILE_SCHEMA, "fields": [f for f in FILE_SCHEMA["fields"] if f["name"] in keep]}
     uri, _ = staged_file(bucket, dataset, schema)
     loads = EmulatorBigQueryLoads(bq)
-    request = LoadRequest(f"kbqe_test_{uuid.uuid4().hex}", dataset, "loaded", (uri,),
-                          "_event_date", avro_schema=schema)
+    request = LoadRequest(
+        f"kbqe_test_{uuid.uuid4().hex}",
+        dataset,
+        "loaded",
+        (uri,),
+        "_event_date",
+        avro_schema=schema,
+    )
     loads.submit_load(request)
     observed = loads.job_report(request.job_id).observed
     assert observed.kind is ObservedKind.DONE_ERROR and error in observed.error
 
 
 def test_emulator_gap_a_load_of_a_bytes_decimal_beside_a_record_referenced_by_name_fails(
-        bq, bucket, dataset) -> None:
+    bq, bucket, dataset
+) -> None:
     """Found on the way (the load path): BigQuery loads a file with a ``bytes`` decimal and a
     record type used a second time by its name; the emulator fails the job ("Expected bytes,
     got a 'dict' object"). Each alone loads."""
@@ -554,8 +646,7 @@ def test_emulator_gap_a_load_of_a_bytes_decimal_beside_a_record_referenced_by_na
     assert load(bq, dataset, "loaded2", uri, without_price) is ObservedKind.DONE_OK
 
 
-def test_the_writer_schema_of_the_staged_file_is_what_the_appended_table_was_built_from(
-        ) -> None:
+def test_the_writer_schema_of_the_staged_file_is_what_the_appended_table_was_built_from() -> None:
     """The same Avro schema gives the table (load path) and the writer schema (this one)."""
     columns = bigquery_schema_from_avro(SCALARS)
     assert [f.name for f in proto_schema(SCALARS).field] == [c["name"] for c in columns]
@@ -572,8 +663,9 @@ def test_queries_answer_while_rows_are_appended(bq: bigquery.Client, dataset: st
     import time
 
     table = "polled"
-    bq.create_table(bigquery.Table(f"{bq.project}.{dataset}.{table}",
-                                   schema=bigquery_schema_from_avro(CLICK)))
+    bq.create_table(
+        bigquery.Table(f"{bq.project}.{dataset}.{table}", schema=bigquery_schema_from_avro(CLICK))
+    )
     settings = local_resources()["bigquery"].storage_write_settings()
     deadline = time.monotonic() + 8
     appended: list[int] = [0, 0]
@@ -607,7 +699,8 @@ def test_queries_answer_while_rows_are_appended(bq: bigquery.Client, dataset: st
 
 
 def test_released_streams_free_their_connections_for_the_next_ones(
-        bq: bigquery.Client, dataset: str, writer: GoogleStorageWriter) -> None:
+    bq: bigquery.Client, dataset: str, writer: GoogleStorageWriter
+) -> None:
     """Twelve streams appended one after the other, each released after its append, all
     answer: the emulator serves an AppendRows connection with one of its few workers (six on
     two cores: Python's default executor) for as long as the connection stays open, so a
@@ -615,12 +708,14 @@ def test_released_streams_free_their_connections_for_the_next_ones(
     did) waits forever for the seventh. BigQuery allows thousands of connections; the
     delivery sink releases a stream after each range anyway (one connection per stream)."""
     table = "released"
-    bq.create_table(bigquery.Table(f"{bq.project}.{dataset}.{table}",
-                                   schema=bigquery_schema_from_avro(CLICK)))
+    bq.create_table(
+        bigquery.Table(f"{bq.project}.{dataset}.{table}", schema=bigquery_schema_from_avro(CLICK))
+    )
     for n in range(12):
         stream = writer.create_stream(dataset, table)
-        assert writer.append(stream, proto_rows(CLICK, [{"n": n, "url": None}]), 0).kind \
-            == "appended"
+        assert (
+            writer.append(stream, proto_rows(CLICK, [{"n": n, "url": None}]), 0).kind == "appended"
+        )
         writer.release(stream)
     rows = list(bq.query(f"SELECT COUNT(*) FROM `{dataset}.{table}`").result(timeout=20))
     assert rows[0][0] == 12

@@ -9,8 +9,9 @@ does."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
 from kbqe_dagster.runner.after_load import JobRun
@@ -57,10 +58,12 @@ class FakePipeline:
 
     def __post_init__(self) -> None:
         self.config: PipelineConfig = parse_pipeline_config(
-            {"version": 1,
-             "topics": [{"name": t, "event_time": {"fields": ["at"]}} for t in self.lags],
-             "allowed_destinations": ["ds.*"],
-             "stage_runs": {"max_topics_per_run": self.max_topics_per_run}},
+            {
+                "version": 1,
+                "topics": [{"name": t, "event_time": {"fields": ["at"]}} for t in self.lags],
+                "allowed_destinations": ["ds.*"],
+                "stage_runs": {"max_topics_per_run": self.max_topics_per_run},
+            },
             source="fake",
         )
         self.offsets = {t: 0 for t in self.lags}
@@ -96,8 +99,10 @@ class FakePipeline:
         run_id = self._run_id("stage")
         failed = [t for t in topics if t in self.fail_stage]
         if failed:
-            return [StageOutcome(t, run_id, False, "StageRangeFailed: broker gone at offset 7")
-                    for t in topics]
+            return [
+                StageOutcome(t, run_id, False, "StageRangeFailed: broker gone at offset 7")
+                for t in topics
+            ]
         return [self._stage_one(t, run_id) for t in topics]
 
     def _stage_one(self, topic: str, run_id: str) -> StageOutcome:
@@ -108,8 +113,9 @@ class FakePipeline:
         self.staged[topic].append((first, first + n - 1))
         self.offsets[topic] += n
         self.lags[topic] -= n
-        return StageOutcome(topic, run_id, True, records=n - 1, messages=n, dead_letters=1,
-                            tombstones=1, ranges=1)
+        return StageOutcome(
+            topic, run_id, True, records=n - 1, messages=n, dead_letters=1, tombstones=1, ranges=1
+        )
 
     def load(self) -> LoadOutcome:
         self.calls.append("load")
@@ -118,8 +124,17 @@ class FakePipeline:
             return LoadOutcome(run_id, False, "LoadError: BigQuery unreachable")
         for topic, ranges in self.staged.items():
             for first, last in ranges:
-                self.pending.append(Job(f"job-{topic}-{first}", f"ds.{topic}", last - first,
-                                        first, last, topic, self.polls_to_finish))
+                self.pending.append(
+                    Job(
+                        f"job-{topic}-{first}",
+                        f"ds.{topic}",
+                        last - first,
+                        first,
+                        last,
+                        topic,
+                        self.polls_to_finish,
+                    )
+                )
             ranges.clear()
         return LoadOutcome(run_id, True, None, self._finish_jobs())
 
@@ -139,11 +154,17 @@ class FakePipeline:
                 continue
             before = tables.get(job.table, TableLoad(0, (), ()))
             tables[job.table] = TableLoad(
-                before.rows + job.rows, before.job_ids + (job.job_id,),
-                before.offset_ranges + ((job.topic, 0, job.first, job.last),))
+                before.rows + job.rows,
+                before.job_ids + (job.job_id,),
+                before.offset_ranges + ((job.topic, 0, job.first, job.last),),
+            )
         return tables
 
-    def run_job(self, job_name: str, run_config: Mapping[str, Any] | None = None,
-                tags: Mapping[str, str] | None = None) -> JobRun:
+    def run_job(
+        self,
+        job_name: str,
+        run_config: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> JobRun:
         self.calls.append(f"job {job_name}")
         return JobRun(job_name, self._run_id(job_name), True)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from datetime import datetime, time as day_time, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from datetime import time as day_time
 
 import dagster as dg
 import pytest
@@ -35,7 +36,7 @@ from kbqe_dagster_tests.kbqe_run import KBQE, cli_env, create_topic, drop_datase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-UTC = timezone.utc
+UTC = UTC
 KAFKA_LATENESS = timedelta(minutes=5)
 EVENT_LATENESS = timedelta(hours=1)
 
@@ -48,26 +49,40 @@ def cron(local_stack, local_endpoints, tmp_path):
         # minutes) must not cross midnight UTC or the first 1 h 30 min after it (lateness).
         pytest.skip("too close to midnight UTC for this test's fixed days")
     run = uuid.uuid4().hex[:8]
-    topics = {"orders": f"cron.orders.{run}", "refunds": f"cron.refunds.{run}",
-              "devices": f"cron.devices.{run}"}
+    topics = {
+        "orders": f"cron.orders.{run}",
+        "refunds": f"cron.refunds.{run}",
+        "devices": f"cron.devices.{run}",
+    }
     create_topic(local_endpoints.kafka_bootstrap, topics["orders"], partitions=3)
     create_topic(local_endpoints.kafka_bootstrap, topics["refunds"], partitions=1)
     create_topic(local_endpoints.kafka_bootstrap, topics["devices"], partitions=1)
     dataset, dead = f"cron_{run}", f"cron_dead_{run}"
 
     def topic(name: str, table: str, **more) -> dict:
-        return {"name": topics[name], "format": "json", "schema": SCHEMA,
-                "routing": {"mode": "static", "dataset": dataset, "table": table},
-                "event_time": {"fields": ["at"]}, **more}
+        return {
+            "name": topics[name],
+            "format": "json",
+            "schema": SCHEMA,
+            "routing": {"mode": "static", "dataset": dataset, "table": table},
+            "event_time": {"fields": ["at"]},
+            **more,
+        }
 
-    env = cli_env(tmp_path, {
-        "version": 1,
-        "topics": [topic("orders", "orders"), topic("refunds", "orders"),
-                   topic("devices", "devices",
-                         completeness={"basis": "event_time", "lateness": "1h"})],
-        "dead_letter": {"dataset": dead, "table": "dead_letters"},
-        "completeness": {"basis": "kafka_time", "lateness": "5m"},
-    }, f"gs://{LOCAL_BUCKET}/cron-{run}")
+    env = cli_env(
+        tmp_path,
+        {
+            "version": 1,
+            "topics": [
+                topic("orders", "orders"),
+                topic("refunds", "orders"),
+                topic("devices", "devices", completeness={"basis": "event_time", "lateness": "1h"}),
+            ],
+            "dead_letter": {"dataset": dead, "table": "dead_letters"},
+            "completeness": {"basis": "kafka_time", "lateness": "5m"},
+        },
+        f"gs://{LOCAL_BUCKET}/cron-{run}",
+    )
     # `kbqe completeness` takes a gs:// staging URL to the emulator when told its endpoint.
     env["KBQE_GCS_ENDPOINT"] = local_endpoints.gcs_url
     yield local_endpoints, topics, dataset, env
@@ -77,8 +92,13 @@ def cron(local_stack, local_endpoints, tmp_path):
 def produce(bootstrap: str, topic: str, partition: int, at: list[datetime]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
     for i, when in enumerate(at):
-        record = {"datasetName": "x", "tableName": "y", "url": f"/{partition}/{i}",
-                  "at": int(when.timestamp() * 1000), "user": None}
+        record = {
+            "datasetName": "x",
+            "tableName": "y",
+            "url": f"/{partition}/{i}",
+            "at": int(when.timestamp() * 1000),
+            "user": None,
+        }
         producer.produce(topic, json.dumps(record).encode(), partition=partition)
     assert producer.flush(30) == 0
 
@@ -88,15 +108,18 @@ def run_json(env: dict) -> dict:
 
 
 def completeness(env: dict) -> dict:
-    done = subprocess.run([KBQE, "completeness", "--json"], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [KBQE, "completeness", "--json"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)["tables"]
 
 
 def held(table: dict) -> list[tuple[str, int, int, str]]:
-    return [(h["topic"], h["partition"], h["behind_messages"], h["waiting_for"])
-            for h in table["held_back_by"]]
+    return [
+        (h["topic"], h["partition"], h["behind_messages"], h["waiting_for"])
+        for h in table["held_back_by"]
+    ]
 
 
 def day_complete_evaluations(env: dict, dataset: str, table: str) -> list[tuple[str, bool]]:
@@ -104,8 +127,13 @@ def day_complete_evaluations(env: dict, dataset: str, table: str) -> list[tuple[
     key = dg.AssetCheckKey(dg.AssetKey(["bigquery", dataset, table]), "day_complete")
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         history = instance.event_log_storage.get_asset_check_execution_history(key, limit=50)
-    return sorted((r.event.dagster_event.event_specific_data.partition,
-                   r.event.dagster_event.event_specific_data.passed) for r in history)
+    return sorted(
+        (
+            r.event.dagster_event.event_specific_data.partition,
+            r.event.dagster_event.event_specific_data.passed,
+        )
+        for r in history
+    )
 
 
 def test_cron_runs_declare_days_count_late_records_and_never_take_a_day_back(cron):
@@ -132,10 +160,12 @@ def test_cron_runs_declare_days_count_late_records_and_never_take_a_day_back(cro
     for name, basis in ((orders, "kafka_time"), (devices, "event_time")):
         table = first["completeness"][name]
         assert (table["basis"], table["newest_complete"], table["newly_complete"]) == (
-            basis, yesterday.isoformat(), [yesterday.isoformat()])
+            basis,
+            yesterday.isoformat(),
+            [yesterday.isoformat()],
+        )
         assert (table["held_back_by"], table["late_after_complete"]) == ([], 0)
-    assert first["completeness"][orders]["topics"] == sorted([topics["orders"],
-                                                              topics["refunds"]])
+    assert first["completeness"][orders]["topics"] == sorted([topics["orders"], topics["refunds"]])
     assert first["completeness"][orders]["partitions"] == 4
     for table in ("orders", "devices"):
         assert day_complete_evaluations(env, dataset, table) == [(yesterday.isoformat(), True)]
@@ -152,7 +182,8 @@ def test_cron_runs_declare_days_count_late_records_and_never_take_a_day_back(cro
         assert waiting[name]["next_day"] == today.isoformat()
         assert waiting[name]["late_after_complete_by_day"] == {}, "nothing loaded yet"
     assert held(waiting[orders]) == [
-        (topics["orders"], 0, 5, "stage"), (topics["orders"], 2, 4, "stage"),
+        (topics["orders"], 0, 5, "stage"),
+        (topics["orders"], 2, 4, "stage"),
         (topics["refunds"], 0, 1, "stage"),
     ]
     assert held(waiting[devices]) == [(topics["devices"], 0, 5, "stage")]
@@ -190,7 +221,8 @@ def test_cron_runs_declare_days_count_late_records_and_never_take_a_day_back(cro
     for name in (orders, devices):
         assert third["completeness"][name]["newly_complete"] == []
         assert third["completeness"][name]["late_after_complete_by_day"] == {
-            yesterday.isoformat(): late[name]}, "each late record is counted once"
+            yesterday.isoformat(): late[name]
+        }, "each late record is counted once"
     assert sensor_tick(env, endpoints) == [], "the runs declared what the sensor would"
     for table in ("orders", "devices"):
         assert day_complete_evaluations(env, dataset, table) == [(yesterday.isoformat(), True)]
@@ -209,10 +241,12 @@ def sensor_tick(env: dict, endpoints) -> list:
     resources = {
         "pipeline": PipelineResource(config_path=env["KBQE_PIPELINE_CONFIG"]),
         "kafka": KafkaResource(bootstrap_servers=endpoints.kafka_bootstrap),
-        "staging": StagingResource(url=env["KBQE_STAGING_URL"], gcs_endpoint=endpoints.gcs_url,
-                                   gcs_project=LOCAL_PROJECT),
+        "staging": StagingResource(
+            url=env["KBQE_STAGING_URL"], gcs_endpoint=endpoints.gcs_url, gcs_project=LOCAL_PROJECT
+        ),
     }
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
-        result = completeness_sensor(dg.build_sensor_context(instance=instance,
-                                                             resources=resources))
+        result = completeness_sensor(
+            dg.build_sensor_context(instance=instance, resources=resources)
+        )
     return list(result.asset_events or [])

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 KBQE = Path(sys.executable).parent / "kbqe"
 REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 2
-START = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=30)
+START = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=30)
 
 
 def _messages(run: str, ids: dict[str, int]) -> list[SampleMessage]:
@@ -52,16 +52,38 @@ def _messages(run: str, ids: dict[str, int]) -> list[SampleMessage]:
     out = []
     for i in range(40):
         moment = START + timedelta(minutes=37 * i, seconds=i)
-        value = encode_frame(ids["page_views"], _body(PAGE_VIEW, {
-            "datasetName": views[0], "tableName": views[1], "url": f"/p/{i}",
-            "sessionId": f"s-{i}", "durationMs": i, "occurredAt": moment}))
+        value = encode_frame(
+            ids["page_views"],
+            _body(
+                PAGE_VIEW,
+                {
+                    "datasetName": views[0],
+                    "tableName": views[1],
+                    "url": f"/p/{i}",
+                    "sessionId": f"s-{i}",
+                    "durationMs": i,
+                    "occurredAt": moment,
+                },
+            ),
+        )
         out.append(SampleMessage(None, value, views, None, moment.date().isoformat()))
     for i in range(10):
         moment = START + timedelta(hours=i)
-        value = encode_frame(ids["orders_v1"], _body(ORDER_V1, {
-            "datasetName": orders[0], "tableName": orders[1], "orderId": f"o-{i}",
-            "customerId": i, "amountCents": 100 + i, "currency": "EUR",
-            "eventTime": moment.isoformat(timespec="milliseconds")}))
+        value = encode_frame(
+            ids["orders_v1"],
+            _body(
+                ORDER_V1,
+                {
+                    "datasetName": orders[0],
+                    "tableName": orders[1],
+                    "orderId": f"o-{i}",
+                    "customerId": i,
+                    "amountCents": 100 + i,
+                    "currency": "EUR",
+                    "eventTime": moment.isoformat(timespec="milliseconds"),
+                },
+            ),
+        )
         out.append(SampleMessage(None, value, orders, None, moment.date().isoformat()))
     return out
 
@@ -75,18 +97,27 @@ def hourly(local_stack, local_endpoints, tmp_path):
     produce(local_endpoints.kafka_bootstrap, topic, _messages(run, ids), PARTITIONS)
     views, orders, dead = f"hourly_web_{run}", f"hourly_sales_{run}", f"hourly_dead_{run}"
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
-        "version": 1,
-        "topics": [{"name": topic, "event_time": {"fields": ["eventTime", "occurredAt"]}}],
-        "allowed_destinations": [f"{views}.page_views", f"{orders}.*"],
-        "tables": {f"{views}.page_views": {"partitioning": "hour"}},
-        "dead_letter": {"dataset": dead, "table": "dead_letters"},
-    }))
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topics": [{"name": topic, "event_time": {"fields": ["eventTime", "occurredAt"]}}],
+                "allowed_destinations": [f"{views}.page_views", f"{orders}.*"],
+                "tables": {f"{views}.page_views": {"partitioning": "hour"}},
+                "dead_letter": {"dataset": dead, "table": "dead_letters"},
+            }
+        )
+    )
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
-           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/hourly-{run}", "DAGSTER_HOME": str(home)}
+    env = {
+        **os.environ,
+        "KBQE_ENV": "local",
+        "KBQE_PIPELINE_CONFIG": str(pipeline),
+        "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/hourly-{run}",
+        "DAGSTER_HOME": str(home),
+    }
     client = local_bigquery_client()
     # `kbqe completeness` reads a gs:// staging URL through the endpoint and project named.
     env["KBQE_GCS_ENDPOINT"], env["KBQE_GCP_PROJECT"] = local_endpoints.gcs_url, LOCAL_PROJECT
@@ -95,14 +126,14 @@ def hourly(local_stack, local_endpoints, tmp_path):
 
 
 def _kbqe(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(KBQE), *args], env=env, capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run([str(KBQE), *args], env=env, capture_output=True, text=True, timeout=900)
 
 
 def test_an_hour_table_loads_per_hour_and_a_second_run_is_idle(hourly) -> None:
     topic, views, orders, env, home, client = hourly
     expected_hours = Counter(
-        (START + timedelta(minutes=37 * i, seconds=i)).strftime("%Y-%m-%dT%H") for i in range(40))
+        (START + timedelta(minutes=37 * i, seconds=i)).strftime("%Y-%m-%dT%H") for i in range(40)
+    )
 
     for attempt in range(2):
         done = _kbqe(env, "run", "--until-idle", "--json")
@@ -111,8 +142,12 @@ def test_an_hour_table_loads_per_hour_and_a_second_run_is_idle(hourly) -> None:
         assert report["topics"][topic]["staged"] == (50 if attempt == 0 else 0)
         assert report["topics"][topic]["dead_lettered"] == 0
 
-    rows = [dict(r) for r in client.query_and_wait(
-        f"SELECT url, occurredAt, _event_hour, _event_date FROM `{views}.page_views`")]
+    rows = [
+        dict(r)
+        for r in client.query_and_wait(
+            f"SELECT url, occurredAt, _event_hour, _event_date FROM `{views}.page_views`"
+        )
+    ]
     assert len(rows) == 40, "each page view once, after two runs"
     for row in rows:
         truncated = row["occurredAt"].replace(minute=0, second=0, microsecond=0)
@@ -120,27 +155,37 @@ def test_an_hour_table_loads_per_hour_and_a_second_run_is_idle(hourly) -> None:
         assert row["_event_date"] == row["occurredAt"].date(), row
     order_columns = {f.name for f in client.get_table(f"{orders}.orders").schema}
     assert "_event_hour" not in order_columns and "_event_date" in order_columns
-    assert list(client.query_and_wait(
-        f"SELECT COUNT(*) AS n FROM `{orders}.orders`"))[0]["n"] == 10
+    assert list(client.query_and_wait(f"SELECT COUNT(*) AS n FROM `{orders}.orders`"))[0]["n"] == 10
     # The emulator's gap: no partitioning recorded (BigQuery: HOUR on _event_hour).
     assert client.get_table(f"{views}.page_views").time_partitioning is None
     # The opt-in duplicate-offset query prunes an HOUR table on its TIMESTAMP column.
     duplicates = GoogleBigQueryLoads(client).duplicate_offsets(
-        views, "page_views", ("_kafka_topic", "_kafka_partition", "_kafka_offset"),
-        "_event_hour", START.date(), timestamp_column=True)
+        views,
+        "page_views",
+        ("_kafka_topic", "_kafka_partition", "_kafka_offset"),
+        "_event_hour",
+        START.date(),
+        timestamp_column=True,
+    )
     assert duplicates.duplicates == ()
 
     with dg.DagsterInstance.from_config(str(home)) as instance:
         key = dg.AssetKey(["bigquery", views, "page_views"])
         records = instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=key), limit=1000).records
+            dg.AssetRecordsFilter(asset_key=key), limit=1000
+        ).records
         per_hour: Counter[str] = Counter()
         for record in records:
             materialization = record.asset_materialization
             per_hour[materialization.partition] += materialization.metadata[
-                "dagster/row_count"].value
-        orders_keys = {r.asset_materialization.partition for r in instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey(["bigquery", orders])), limit=1000).records}
+                "dagster/row_count"
+            ].value
+        orders_keys = {
+            r.asset_materialization.partition
+            for r in instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(["bigquery", orders])), limit=1000
+            ).records
+        }
     assert per_hour == expected_hours
     assert all("T" not in str(k) for k in orders_keys), "the DAY table reports days"
 
@@ -149,6 +194,6 @@ def test_an_hour_table_loads_per_hour_and_a_second_run_is_idle(hourly) -> None:
     table = json.loads(completeness.stdout)["tables"][f"{views}.page_views"]
     assert table["partitioning"] == "hour"
     # Both partitions are caught up: complete up to the hour before now minus the lateness.
-    newest = datetime.strptime(table["newest_complete"], "%Y-%m-%dT%H").replace(tzinfo=timezone.utc)
-    assert datetime.now(timezone.utc) - newest < timedelta(hours=3)
+    newest = datetime.strptime(table["newest_complete"], "%Y-%m-%dT%H").replace(tzinfo=UTC)
+    assert datetime.now(UTC) - newest < timedelta(hours=3)
     assert table["held_back_by"] == []

@@ -24,15 +24,28 @@ def test_a_missing_topic_is_reported_and_the_others_staged_and_loaded(
     run = uuid.uuid4().hex[:8]
     present, absent = f"mtse.{run}.present", f"mtse.{run}.absent"
     dataset = f"mtse_{run}"
-    env = cli_env(tmp_path, {
-        "version": 1,
-        "topics": [{"name": name, "format": "json", "schema": SCHEMA,
+    env = cli_env(
+        tmp_path,
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": name,
+                    "format": "json",
+                    "schema": SCHEMA,
                     "event_time": {"fields": ["at"]},
-                    "routing": {"mode": "static", "dataset": dataset,
-                                "table": name.rsplit(".", 1)[1]}}
-                   for name in (absent, present)],
-        "dead_letter": {"dataset": f"{dataset}_dead", "table": "dead_letters"},
-    }, f"gs://{LOCAL_BUCKET}/mtse-{run}")
+                    "routing": {
+                        "mode": "static",
+                        "dataset": dataset,
+                        "table": name.rsplit(".", 1)[1],
+                    },
+                }
+                for name in (absent, present)
+            ],
+            "dead_letter": {"dataset": f"{dataset}_dead", "table": "dead_letters"},
+        },
+        f"gs://{LOCAL_BUCKET}/mtse-{run}",
+    )
     cluster, client = Cluster(local_endpoints.kafka_bootstrap), local_bigquery_client()
     cluster.create(present, 30)
     try:
@@ -42,9 +55,16 @@ def test_a_missing_topic_is_reported_and_the_others_staged_and_loaded(
         assert report["topics"][present]["staged"] == 30
         assert "missing" not in report["topics"][present]
         assert report["topics"][absent] == {
-            "staged": 0, "dead_lettered": 0, "tombstones": 0, "messages": 0, "stage_runs": 0,
-            "missing": str(TopicMissing(absent))}
-        skipped = [line for line in first.stderr.splitlines() if f"skipped: topic '{absent}'" in line]
+            "staged": 0,
+            "dead_lettered": 0,
+            "tombstones": 0,
+            "messages": 0,
+            "stage_runs": 0,
+            "missing": str(TopicMissing(absent)),
+        }
+        skipped = [
+            line for line in first.stderr.splitlines() if f"skipped: topic '{absent}'" in line
+        ]
         assert len(skipped) == 1, first.stderr[-3000:]  # once, not once per round
         table = f"{dataset}.present"
         assert [r["c"] for r in client.query(f"SELECT COUNT(*) c FROM `{table}`").result()] == [30]
@@ -53,7 +73,9 @@ def test_a_missing_topic_is_reported_and_the_others_staged_and_loaded(
         second = json.loads(until_idle(env).stdout)
         assert second["ok"] is True
         assert {t: totals["staged"] for t, totals in second["topics"].items()} == {
-            present: 0, absent: 12}
+            present: 0,
+            absent: 12,
+        }
         assert "missing" not in second["topics"][absent]
     finally:
         cluster.delete_all()

@@ -18,9 +18,10 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -53,8 +54,9 @@ def schema_id(value: bytes) -> int:
 
 
 def kbqe(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([KBQE, "run", "--until-idle", *args], env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [KBQE, "run", "--until-idle", *args], env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @dataclass(frozen=True)
@@ -81,33 +83,49 @@ def make_catch_up(local_endpoints, tmp_path, bigquery):
     """A topic with the messages ``choose(run, ids)`` gives, and the environment that points
     `kbqe` at it (a pipeline file, a staging prefix and a Dagster instance of its own)."""
 
-    def make(choose: Callable[[str, dict[str, int]], list[SampleMessage]],
-             **topic_overrides: Any) -> CatchUp:
+    def make(
+        choose: Callable[[str, dict[str, int]], list[SampleMessage]], **topic_overrides: Any
+    ) -> CatchUp:
         run = uuid.uuid4().hex[:8]
         bigquery[1].append(run)
         topic = f"com.acme.events.idle{run}"
         admin = AdminClient({"bootstrap.servers": local_endpoints.kafka_bootstrap})
         admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[
-            topic].result(30)
+            topic
+        ].result(30)
         ids = register_schemas(local_endpoints.registry_url)
         placed = produce(local_endpoints.kafka_bootstrap, topic, choose(run, ids), PARTITIONS)
         pipeline = tmp_path / f"pipeline-{run}.yaml"
-        pipeline.write_text(yaml.safe_dump({
-            "version": 1,
-            "topics": [{"name": topic, "event_time": {"fields": ["eventTime", "occurredAt"]},
-                        **topic_overrides}],
-            "allowed_destinations": [f"acme_sales_{run}.*", f"acme_web_{run}.*"],
-            "dead_letter": {"dataset": f"dead_{run}", "table": "dead_letters"},
-            # Several ranges per run, and a first run that anchors each partition with one
-            # range: the catch-up needs more than one round.
-            "staging": {"max_messages_per_range": 200},
-            "load": {"max_retries": 1},
-        }))
+        pipeline.write_text(
+            yaml.safe_dump(
+                {
+                    "version": 1,
+                    "topics": [
+                        {
+                            "name": topic,
+                            "event_time": {"fields": ["eventTime", "occurredAt"]},
+                            **topic_overrides,
+                        }
+                    ],
+                    "allowed_destinations": [f"acme_sales_{run}.*", f"acme_web_{run}.*"],
+                    "dead_letter": {"dataset": f"dead_{run}", "table": "dead_letters"},
+                    # Several ranges per run, and a first run that anchors each partition with one
+                    # range: the catch-up needs more than one round.
+                    "staging": {"max_messages_per_range": 200},
+                    "load": {"max_retries": 1},
+                }
+            )
+        )
         home = tmp_path / f"dagster_home-{run}"
         home.mkdir()
         shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-        env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
-               "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/idle-{run}", "DAGSTER_HOME": str(home)}
+        env = {
+            **os.environ,
+            "KBQE_ENV": "local",
+            "KBQE_PIPELINE_CONFIG": str(pipeline),
+            "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/idle-{run}",
+            "DAGSTER_HOME": str(home),
+        }
         return CatchUp(run, topic, placed, env, home)
 
     return make
@@ -123,8 +141,13 @@ def test_one_command_stages_and_loads_everything_once_then_finds_nothing_to_do(
     make_catch_up, bigquery
 ) -> None:
     catch_up = make_catch_up(orders_page_views_and_bad)
-    run, topic, placed, env, home = (catch_up.run, catch_up.topic, catch_up.placed,
-                                     catch_up.env, catch_up.home)
+    run, topic, placed, env, home = (
+        catch_up.run,
+        catch_up.topic,
+        catch_up.placed,
+        catch_up.env,
+        catch_up.home,
+    )
     client = bigquery[0]
     good, bad = placed_good(placed), placed_bad(placed)
     tables = {f"acme_sales_{run}.orders", f"acme_web_{run}.page_views"}
@@ -134,9 +157,15 @@ def test_one_command_stages_and_loads_everything_once_then_finds_nothing_to_do(
     assert first.returncode == 0, first.stderr[-3000:]
     report = json.loads(first.stdout)  # stdout is the JSON document and nothing else
     assert report["ok"] is True and report["error"] is None
-    assert report["topics"] == {topic: {
-        "staged": len(good), "dead_lettered": len(bad), "tombstones": 1,
-        "messages": len(placed), "stage_runs": report["topics"][topic]["stage_runs"]}}
+    assert report["topics"] == {
+        topic: {
+            "staged": len(good),
+            "dead_lettered": len(bad),
+            "tombstones": 1,
+            "messages": len(placed),
+            "stage_runs": report["topics"][topic]["stage_runs"],
+        }
+    }
     assert report["topics"][topic]["stage_runs"] >= 2
     assert report["rounds"] >= 3
     per_table = Counter(".".join(m.expect_table) for m in good.values())
@@ -149,12 +178,20 @@ def test_one_command_stages_and_loads_everything_once_then_finds_nothing_to_do(
     assert "round 1: " in first.stderr and "idle" in first.stderr
 
     for name in sorted(tables):
-        rows = [tuple(r.values()) for r in client.query_and_wait(
-            f"SELECT _kafka_partition, _kafka_offset FROM `{name}` WHERE _kafka_topic = '{topic}'")]
+        rows = [
+            tuple(r.values())
+            for r in client.query_and_wait(
+                f"SELECT _kafka_partition, _kafka_offset FROM `{name}` WHERE _kafka_topic = '{topic}'"
+            )
+        ]
         expected = {w for w, m in good.items() if ".".join(m.expect_table) == name}
         assert len(rows) == len(expected) and set(rows) == expected, name
-    dead = [tuple(r.values()) for r in client.query_and_wait(
-        f"SELECT `partition`, `offset` FROM `dead_{run}.dead_letters`")]
+    dead = [
+        tuple(r.values())
+        for r in client.query_and_wait(
+            f"SELECT `partition`, `offset` FROM `dead_{run}.dead_letters`"
+        )
+    ]
     assert sorted(dead) == sorted(bad)
 
     with dg.DagsterInstance.from_config(str(home)) as instance:
@@ -178,7 +215,13 @@ def test_one_command_stages_and_loads_everything_once_then_finds_nothing_to_do(
 
     assert text.returncode == 0, text.stderr[-3000:]
     assert text.stdout.splitlines()[0].split() == [
-        "topic", "staged", "dead-lettered", "tombstones", "stage", "runs"]
+        "topic",
+        "staged",
+        "dead-lettered",
+        "tombstones",
+        "stage",
+        "runs",
+    ]
     assert "nothing loaded" in text.stdout and "idle after 1 round(s)" in text.stdout
 
 
@@ -191,7 +234,7 @@ def test_a_topic_that_fails_on_bad_input_exits_non_zero_with_a_one_line_reason(
         return good[:15] + bad + good[15:]
 
     catch_up = make_catch_up(good_then_one_bad_magic, on_bad_input="fail")
-    (where, _), = placed_bad(catch_up.placed).items()
+    ((where, _),) = placed_bad(catch_up.placed).items()
 
     result = kbqe(catch_up.env, "--json")
 
@@ -212,30 +255,47 @@ def test_a_schema_upgrade_over_separate_rounds_loads_older_files_by_name(
     `coupon`; round 3 brings more v1 orders from a lagging producer's partition. BigQuery
     loads them by name with a NULL coupon, and so does the local stack: nothing is
     quarantined, every order is in the table once."""
+
     def orders(run: str, ids: dict[str, int], version: str) -> list[SampleMessage]:
-        return [m for m in good_messages(run, ids)
-                if m.expect_table == (f"acme_sales_{run}", "orders")
-                and schema_id(m.value) == ids[version]]
+        return [
+            m
+            for m in good_messages(run, ids)
+            if m.expect_table == (f"acme_sales_{run}", "orders")
+            and schema_id(m.value) == ids[version]
+        ]
 
     catch_up = make_catch_up(lambda run, ids: orders(run, ids, "orders_v1")[:60])
     ids = register_schemas(local_endpoints.registry_url)
     table = f"acme_sales_{catch_up.run}.orders"
 
     def rows(where: str = "TRUE") -> set[tuple[int, int]]:
-        return {(r["p"], r["o"]) for r in bigquery[0].query_and_wait(
-            f"SELECT _kafka_partition AS p, _kafka_offset AS o FROM `{table}` WHERE {where}")}
+        return {
+            (r["p"], r["o"])
+            for r in bigquery[0].query_and_wait(
+                f"SELECT _kafka_partition AS p, _kafka_offset AS o FROM `{table}` WHERE {where}"
+            )
+        }
 
     assert kbqe(catch_up.env).returncode == 0
     assert rows() == set(catch_up.placed)
 
-    v2 = produce(local_endpoints.kafka_bootstrap, catch_up.topic,
-                 orders(catch_up.run, ids, "orders_v2")[:60], PARTITIONS, only_partitions=[0, 1])
+    v2 = produce(
+        local_endpoints.kafka_bootstrap,
+        catch_up.topic,
+        orders(catch_up.run, ids, "orders_v2")[:60],
+        PARTITIONS,
+        only_partitions=[0, 1],
+    )
     assert kbqe(catch_up.env).returncode == 0
     assert rows("coupon IS NOT NULL") == set(v2), "v2 widened the table"
 
-    lagging = produce(local_endpoints.kafka_bootstrap, catch_up.topic,
-                      orders(catch_up.run, ids, "orders_v1")[60:120], PARTITIONS,
-                      only_partitions=[2])
+    lagging = produce(
+        local_endpoints.kafka_bootstrap,
+        catch_up.topic,
+        orders(catch_up.run, ids, "orders_v1")[60:120],
+        PARTITIONS,
+        only_partitions=[2],
+    )
     third = kbqe(catch_up.env, "--json")
 
     assert third.returncode == 0, third.stderr[-3000:]

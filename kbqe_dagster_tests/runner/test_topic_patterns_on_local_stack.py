@@ -31,10 +31,15 @@ from kbqe_dagster_tests.kbqe_run import until_idle
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-SCHEMA = {"type": "record", "name": "Order", "namespace": "disco", "fields": [
-    {"name": "n", "type": "long"},
-    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-]}
+SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "disco",
+    "fields": [
+        {"name": "n", "type": "long"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
 
 
 class Cluster:
@@ -48,7 +53,8 @@ class Cluster:
 
     def create(self, topic: str, messages: int) -> None:
         self.admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[
-            topic].result(30)
+            topic
+        ].result(30)
         self.created.append(topic)
         self.produce(topic, range(messages))
 
@@ -78,21 +84,34 @@ def discovery(local_stack, local_endpoints, tmp_path):
     run = uuid.uuid4().hex[:8]
     prefix, dataset, dead = f"disco.{run}.", f"disco_{run}", f"disco_dead_{run}"
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(yaml.safe_dump({
-        "version": 1,
-        "topic_patterns": [{
-            "match": rf"disco\.{run}\..*",
-            "format": "json", "schema": SCHEMA, "event_time": {"fields": ["at"]},
-            "routing": {"mode": "static", "dataset": dataset, "table": "{topic}"},
-            "staging": {"max_messages_per_batch": 10},  # due at once for the sensor
-        }],
-        "dead_letter": {"dataset": dead, "table": "dead_letters"},
-    }))
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topic_patterns": [
+                    {
+                        "match": rf"disco\.{run}\..*",
+                        "format": "json",
+                        "schema": SCHEMA,
+                        "event_time": {"fields": ["at"]},
+                        "routing": {"mode": "static", "dataset": dataset, "table": "{topic}"},
+                        "staging": {"max_messages_per_batch": 10},  # due at once for the sensor
+                    }
+                ],
+                "dead_letter": {"dataset": dead, "table": "dead_letters"},
+            }
+        )
+    )
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "KBQE_ENV": "local", "KBQE_PIPELINE_CONFIG": str(pipeline),
-           "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/disco-{run}", "DAGSTER_HOME": str(home)}
+    env = {
+        **os.environ,
+        "KBQE_ENV": "local",
+        "KBQE_PIPELINE_CONFIG": str(pipeline),
+        "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/disco-{run}",
+        "DAGSTER_HOME": str(home),
+    }
     cluster = Cluster(local_endpoints.kafka_bootstrap)
     client = local_bigquery_client()
     yield run, prefix, dataset, env, cluster, client
@@ -117,8 +136,13 @@ assert outcome.ok and outcome.records == int(sys.argv[2]), outcome
 
 def stage_only(env: dict, topic: str, messages: int = 5) -> None:
     """One stage run of ``topic``, recorded in the test's Dagster instance, and no load."""
-    done = subprocess.run([sys.executable, "-c", STAGE_ONLY, topic, str(messages)], env=env,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", STAGE_ONLY, topic, str(messages)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -164,8 +188,10 @@ def test_topics_matching_a_pattern_are_staged_and_loaded_with_no_edit(discovery)
     after = kbqe_run(env)
     assert staged(after) == {orders: 0, late: 0}
     assert rows(client, dataset, items) == list(range(25))
-    print(f"\ntopic creation to first rows via kbqe run: first two topics {first_rows_s:.1f}s, "
-          f"the late topic {late_rows_s:.1f}s")
+    print(
+        f"\ntopic creation to first rows via kbqe run: first two topics {first_rows_s:.1f}s, "
+        f"the late topic {late_rows_s:.1f}s"
+    )
 
 
 SENSED = """
@@ -199,8 +225,14 @@ def test_a_topic_created_after_the_definitions_loaded_is_staged_by_their_sensor(
     run, prefix, dataset, env, cluster, client = discovery
     topic = f"{prefix}sensed"
     cluster.created.append(topic)  # deleted by the fixture
-    done = subprocess.run([sys.executable, "-c", SENSED, topic, cluster.bootstrap], env=env,
-                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", SENSED, topic, cluster.bootstrap],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     sensed = json.loads(done.stdout.strip().splitlines()[-1])
     assert topic not in sensed["assets"]

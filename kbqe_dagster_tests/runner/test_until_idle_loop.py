@@ -33,8 +33,14 @@ class Clock:
 def run(pipeline: FakePipeline, topics=None, clock: Clock | None = None, **kwargs):
     clock = clock or Clock()
     progress: list[str] = []
-    report = run_until_idle(pipeline, topics or tuple(pipeline.lags), progress=progress.append,
-                            sleep=clock.sleep, clock=clock, **kwargs)
+    report = run_until_idle(
+        pipeline,
+        topics or tuple(pipeline.lags),
+        progress=progress.append,
+        sleep=clock.sleep,
+        clock=clock,
+        **kwargs,
+    )
     return report, progress
 
 
@@ -52,15 +58,30 @@ def test_a_backlog_is_staged_and_loaded_round_after_round_until_idle() -> None:
     assert report.rounds == 4, "three rounds with work, then one that finds nothing to do"
     assert pipeline.lags == {"a": 0, "b": 0} and pipeline.load_side().busy is False
     assert report.to_json()["topics"] == {
-        "a": {"staged": 2_497, "dead_lettered": 3, "tombstones": 3, "messages": 2_500,
-              "stage_runs": 3},
+        "a": {
+            "staged": 2_497,
+            "dead_lettered": 3,
+            "tombstones": 3,
+            "messages": 2_500,
+            "stage_runs": 3,
+        },
         "b": {"staged": 9, "dead_lettered": 1, "tombstones": 1, "messages": 10, "stage_runs": 1},
     }
     assert report.to_json()["tables"] == {
-        "ds.a": {"rows_loaded": 2_497, "keys_merged": 0, "merge_bytes_processed": None,
-                 "load_jobs": 3, **LOAD_ONLY},
-        "ds.b": {"rows_loaded": 9, "keys_merged": 0, "merge_bytes_processed": None,
-                 "load_jobs": 1, **LOAD_ONLY},
+        "ds.a": {
+            "rows_loaded": 2_497,
+            "keys_merged": 0,
+            "merge_bytes_processed": None,
+            "load_jobs": 3,
+            **LOAD_ONLY,
+        },
+        "ds.b": {
+            "rows_loaded": 9,
+            "keys_merged": 0,
+            "merge_bytes_processed": None,
+            "load_jobs": 1,
+            **LOAD_ONLY,
+        },
     }
     assert progress[-1] == "round 4: idle"
     assert any(line.startswith("round 1: a: staged 999 record(s)") for line in progress)
@@ -122,7 +143,8 @@ def test_a_failed_stage_run_fails_its_topic_while_the_others_are_staged_and_load
 
     assert not report.ok
     assert report.error == (
-        "bad: stage run stage-1 failed: StageRangeFailed: broker gone at offset 7")
+        "bad: stage run stage-1 failed: StageRangeFailed: broker gone at offset 7"
+    )
     assert pipeline.calls.count("stage bad") == 1, "a failed topic is not staged again"
     assert pipeline.lags["good"] == 0 and report.tables["ds.good"].rows_loaded == 1_998
     assert f"round 1: {report.error}" in progress
@@ -152,8 +174,7 @@ def test_a_failed_load_run_stops_the_run_at_once() -> None:
     report, _ = run(pipeline)
 
     assert not report.ok and report.rounds == 1
-    assert report.error == (
-        "load cycle run load-2 failed: LoadError: BigQuery unreachable")
+    assert report.error == ("load cycle run load-2 failed: LoadError: BigQuery unreachable")
     assert pipeline.calls.count("stage a") == 1
 
 
@@ -207,9 +228,18 @@ def test_the_only_registered_step_merges_keyed_tables_and_runs_nothing_for_appen
     from kbqe_dagster.core.config.pipeline import parse_pipeline_config
     from kbqe_dagster.runner.after_load import AfterLoadContext
 
-    config = parse_pipeline_config({"version": 1, "topics": [
-        {"name": "orders", "routing": {"mode": "static", "dataset": "d", "table": "t"},
-         "event_time": {"fields": ["ts"]}}]})
+    config = parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": "orders",
+                    "routing": {"mode": "static", "dataset": "d", "table": "t"},
+                    "event_time": {"fields": ["ts"]},
+                }
+            ],
+        }
+    )
 
     def no_job(*args, **kwargs):
         raise AssertionError("an append-only pipeline runs no merge job")
@@ -226,9 +256,10 @@ def test_after_load_steps_run_every_round_after_the_loads_with_what_the_round_lo
         loaded = {t: (load.rows, load.offset_ranges) for t, load in context.loaded.items()}
         seen.append((context.round, loaded, tuple(j.job_id for j in pipeline.pending)))
         run = context.run_job("merge_job", None, {"kbqe/table": "ds.a"})
-        rows = sum(l.rows for l in context.loaded.values())
-        return AfterLoadResult({"ds.a": TableMerge(rows // 10, 1_000 if rows else None)},
-                               run_ids=(run.run_id,))
+        rows = sum(load.rows for load in context.loaded.values())
+        return AfterLoadResult(
+            {"ds.a": TableMerge(rows // 10, 1_000 if rows else None)}, run_ids=(run.run_id,)
+        )
 
     report, _ = run(pipeline, after_load_steps=[merge])
 
@@ -284,7 +315,11 @@ def test_small_topics_share_stage_runs_up_to_max_topics_per_run() -> None:
 
     assert report.ok
     assert [c for c in pipeline.calls if c.startswith("stage")] == ["stage a,b", "stage c"]
-    assert {t: totals.messages for t, totals in report.topics.items()} == {"a": 10, "b": 20, "c": 30}
+    assert {t: totals.messages for t, totals in report.topics.items()} == {
+        "a": 10,
+        "b": 20,
+        "c": 30,
+    }
     assert all(totals.stage_runs == 1 for totals in report.topics.values())
     assert "round 1: b: staged 19 record(s) from 20 message(s)" in "\n".join(progress)
 
@@ -296,7 +331,10 @@ def test_a_failed_grouped_run_stages_its_topics_alone_and_fails_only_the_bad_one
 
     assert not report.ok
     assert [c for c in pipeline.calls if c.startswith("stage")] == [
-        "stage bad,good", "stage bad", "stage good"]
+        "stage bad,good",
+        "stage bad",
+        "stage good",
+    ]
     assert report.error.startswith("bad: stage run stage-")
     assert pipeline.lags["good"] == 0 and report.tables["ds.good"].rows_loaded == 9
     assert any("their next runs stage them one by one" in line for line in progress)
@@ -308,31 +346,48 @@ def declared_per_loaded_table(pipeline: FakePipeline) -> dict[str, TableComplete
     of 11-22 in ds.a."""
     return {
         f"ds.{t}": TableCompleteness(
-            {"partitioning": "day", "newest_complete": "2026-11-23",
-             "late_after_complete": 4 if t == "a" else 0,
-             "late_after_complete_by_day": {"2026-11-22": 4} if t == "a" else {}},
+            {
+                "partitioning": "day",
+                "newest_complete": "2026-11-23",
+                "late_after_complete": 4 if t == "a" else 0,
+                "late_after_complete_by_day": {"2026-11-22": 4} if t == "a" else {},
+            },
             ("2026-11-23",),
         )
-        for t, offset in pipeline.offsets.items() if offset
+        for t, offset in pipeline.offsets.items()
+        if offset
     }
 
 
 def test_completeness_is_evaluated_once_after_the_last_round_and_reported_per_table() -> None:
-    pipeline = FakePipeline({"a": 1_500, "b": 10}, per_run=1_000, polls_to_finish=1,
-                            completeness_of=declared_per_loaded_table)
+    pipeline = FakePipeline(
+        {"a": 1_500, "b": 10},
+        per_run=1_000,
+        polls_to_finish=1,
+        completeness_of=declared_per_loaded_table,
+    )
 
     report, progress = run(pipeline)
 
     assert report.ok
     assert pipeline.evaluations == [{"a": 1_500, "b": 10, "pending jobs": 0}], (
-        "once, after everything was staged and every load job finished")
+        "once, after everything was staged and every load job finished"
+    )
     assert report.to_json()["completeness"] == {
-        "ds.a": {"partitioning": "day", "newest_complete": "2026-11-23",
-                 "late_after_complete": 4, "late_after_complete_by_day": {"2026-11-22": 4},
-                 "newly_complete": ["2026-11-23"]},
-        "ds.b": {"partitioning": "day", "newest_complete": "2026-11-23",
-                 "late_after_complete": 0, "late_after_complete_by_day": {},
-                 "newly_complete": ["2026-11-23"]},
+        "ds.a": {
+            "partitioning": "day",
+            "newest_complete": "2026-11-23",
+            "late_after_complete": 4,
+            "late_after_complete_by_day": {"2026-11-22": 4},
+            "newly_complete": ["2026-11-23"],
+        },
+        "ds.b": {
+            "partitioning": "day",
+            "newest_complete": "2026-11-23",
+            "late_after_complete": 0,
+            "late_after_complete_by_day": {},
+            "newly_complete": ["2026-11-23"],
+        },
     }
     assert progress[-2:] == [
         "completeness: ds.a: newest complete 2026-11-23; declared 2026-11-23; "
@@ -343,8 +398,9 @@ def test_completeness_is_evaluated_once_after_the_last_round_and_reported_per_ta
 
 
 def test_a_run_that_stopped_still_evaluates_what_it_loaded() -> None:
-    pipeline = FakePipeline({"a": 1_500, "q": 10}, quarantine={"ds.q"},
-                            completeness_of=declared_per_loaded_table)
+    pipeline = FakePipeline(
+        {"a": 1_500, "q": 10}, quarantine={"ds.q"}, completeness_of=declared_per_loaded_table
+    )
 
     report, _ = run(pipeline)
 
@@ -360,7 +416,8 @@ def test_an_evaluation_that_fails_fails_the_run_unless_it_already_failed() -> No
     report, progress = run(FakePipeline({"a": 10}, completeness_of=unreachable))
     assert not report.ok and report.completeness == {}
     assert report.error == (
-        "completeness not evaluated: cannot read the watermarks of topic a: broker down")
+        "completeness not evaluated: cannot read the watermarks of topic a: broker down"
+    )
     assert progress[-1] == report.error
 
     failed = FakePipeline({"a": 10}, fail_load=True, completeness_of=unreachable)

@@ -50,15 +50,20 @@ class BasicAuthApicurioService(ApicurioService):
         config = self.dirs.run / "config" / "application.properties"
         config.parent.mkdir(parents=True, exist_ok=True)
         config.touch(mode=0o600)
-        config.write_text("\n".join([
-            "quarkus.http.auth.basic=true",
-            "quarkus.security.users.embedded.enabled=true",
-            "quarkus.security.users.embedded.plain-text=true",
-            f"quarkus.security.users.embedded.users.{self.user}={self.password}",
-            f"quarkus.security.users.embedded.roles.{self.user}=sr-admin",
-            "quarkus.http.auth.permission.kbqe-api.paths=/apis/*",
-            "quarkus.http.auth.permission.kbqe-api.policy=authenticated",
-        ]) + "\n")
+        config.write_text(
+            "\n".join(
+                [
+                    "quarkus.http.auth.basic=true",
+                    "quarkus.security.users.embedded.enabled=true",
+                    "quarkus.security.users.embedded.plain-text=true",
+                    f"quarkus.security.users.embedded.users.{self.user}={self.password}",
+                    f"quarkus.security.users.embedded.roles.{self.user}=sr-admin",
+                    "quarkus.http.auth.permission.kbqe-api.paths=/apis/*",
+                    "quarkus.http.auth.permission.kbqe-api.policy=authenticated",
+                ]
+            )
+            + "\n"
+        )
         return super().launch()
 
     def request(self, method: str, path: str, payload: object = None,

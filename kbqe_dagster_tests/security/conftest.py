@@ -9,10 +9,10 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import pytest
 
@@ -59,8 +59,12 @@ def files_with_secrets(root: Path) -> dict[str, list[str]]:
 
 # --- a stub registry: GET /schemas/ids/{id} behind basic auth ------------------------------------
 STUB_SCHEMA_ID = 7
-STUB_SCHEMA = {"type": "record", "name": "Order", "namespace": "com.acme.corpus",
-               "fields": [{"name": "orderId", "type": "string"}]}
+STUB_SCHEMA = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "com.acme.corpus",
+    "fields": [{"name": "orderId", "type": "string"}],
+}
 
 
 @dataclass
@@ -90,8 +94,11 @@ def _handler(expected: str, seen: list[str | None]) -> type[BaseHTTPRequestHandl
             seen.append(auth)
             if auth == expected:
                 return True
-            self._answer(401, {"error_code": 401, "message": "Unauthorized"},
-                         {"WWW-Authenticate": 'Basic realm="registry"'})
+            self._answer(
+                401,
+                {"error_code": 401, "message": "Unauthorized"},
+                {"WWW-Authenticate": 'Basic realm="registry"'},
+            )
             return False
 
         def _answer(self, status: int, body: dict, headers: dict | None = None) -> None:

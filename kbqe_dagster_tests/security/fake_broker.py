@@ -62,7 +62,7 @@ class FakeBroker:
         while not self._stop.is_set():
             try:
                 conn, _ = self._server.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             with conn:
                 conn.settimeout(5)
@@ -82,7 +82,7 @@ class FakeBroker:
             request = self._frame(conn)
             api_key, _version, correlation = struct.unpack_from(">hhi", request)
             self.seen.api_keys.append(api_key)
-            body = request[10 + struct.unpack_from(">h", request, 8)[0]:]  # after client id
+            body = request[10 + struct.unpack_from(">h", request, 8)[0] :]  # after client id
             if api_key == API_VERSIONS:
                 conn.sendall(_api_versions_response(correlation))
             elif api_key == SASL_HANDSHAKE:

@@ -54,15 +54,25 @@ from kbqe_dagster_tests.security.fake_broker import FakeBroker
 
 REPO = Path(__file__).resolve().parents[2]
 REGISTRY_AUTH = f"{REGISTRY_USER}:{REGISTRY_SECRET}"
-KAFKA_CONFIG = {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
-                "sasl.username": "kbqe", "sasl.password": KAFKA_SECRET,
-                "ssl.key.password": KAFKA_SECRET, "sasl.oauthbearer.client.secret": KAFKA_SECRET}
-SECRET_ENV = {"KBQE_KAFKA_BOOTSTRAP_SERVERS": "broker:9093",
-              "KBQE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KBQE_KAFKA_SASL_MECHANISM": "PLAIN",
-              "KBQE_KAFKA_SASL_USERNAME": "kbqe", "KBQE_KAFKA_SASL_PASSWORD": KAFKA_SECRET,
-              "KBQE_SCHEMA_REGISTRY_URL": "https://registry:8081",
-              "KBQE_SCHEMA_REGISTRY_BASIC_AUTH": REGISTRY_AUTH,
-              "KBQE_STAGING_URL": "gs://bucket/staging", "KBQE_GCP_PROJECT": "acme"}
+KAFKA_CONFIG = {
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "PLAIN",
+    "sasl.username": "kbqe",
+    "sasl.password": KAFKA_SECRET,
+    "ssl.key.password": KAFKA_SECRET,
+    "sasl.oauthbearer.client.secret": KAFKA_SECRET,
+}
+SECRET_ENV = {
+    "KBQE_KAFKA_BOOTSTRAP_SERVERS": "broker:9093",
+    "KBQE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+    "KBQE_KAFKA_SASL_MECHANISM": "PLAIN",
+    "KBQE_KAFKA_SASL_USERNAME": "kbqe",
+    "KBQE_KAFKA_SASL_PASSWORD": KAFKA_SECRET,
+    "KBQE_SCHEMA_REGISTRY_URL": "https://registry:8081",
+    "KBQE_SCHEMA_REGISTRY_BASIC_AUTH": REGISTRY_AUTH,
+    "KBQE_STAGING_URL": "gs://bucket/staging",
+    "KBQE_GCP_PROJECT": "acme",
+}
 CORPUS = load_corpus()
 TOPIC = "com.acme.corpus.secrets"
 
@@ -81,25 +91,42 @@ def _holders(monkeypatch) -> dict[str, object]:
     return {
         "KafkaSettings": kafka,
         "RegistrySettings": registry,
-        "RegistrySettings, credentials in the URL":
-            RegistrySettings(f"https://{REGISTRY_AUTH}@registry:8081/apis/ccompat/v7"),
-        "StageContext": StageContext(kafka, registry, StagingLocation("/tmp/s"),
-                                     CORPUS.pipeline(TOPIC), TOPIC),
-        "KafkaResource, literal": KafkaResource(bootstrap_servers="b:9093",
-                                                sasl_password=KAFKA_SECRET),
-        "KafkaResource, EnvVar resolved": _resolved(KafkaResource(
-            bootstrap_servers="b:9093", sasl_password=dg.EnvVar("KBQE_TEST_SASL_PASSWORD"))),
+        "RegistrySettings, credentials in the URL": RegistrySettings(
+            f"https://{REGISTRY_AUTH}@registry:8081/apis/ccompat/v7"
+        ),
+        "StageContext": StageContext(
+            kafka, registry, StagingLocation("/tmp/s"), CORPUS.pipeline(TOPIC), TOPIC
+        ),
+        "KafkaResource, literal": KafkaResource(
+            bootstrap_servers="b:9093", sasl_password=KAFKA_SECRET
+        ),
+        "KafkaResource, EnvVar resolved": _resolved(
+            KafkaResource(
+                bootstrap_servers="b:9093", sasl_password=dg.EnvVar("KBQE_TEST_SASL_PASSWORD")
+            )
+        ),
         "SchemaRegistryResource, literal": SchemaRegistryResource(
-            url="https://registry:8081", basic_auth_user_info=REGISTRY_AUTH),
-        "SchemaRegistryResource, EnvVar resolved": _resolved(SchemaRegistryResource(
-            url="https://registry:8081",
-            basic_auth_user_info=dg.EnvVar("KBQE_TEST_REGISTRY_AUTH"))),
+            url="https://registry:8081", basic_auth_user_info=REGISTRY_AUTH
+        ),
+        "SchemaRegistryResource, EnvVar resolved": _resolved(
+            SchemaRegistryResource(
+                url="https://registry:8081",
+                basic_auth_user_info=dg.EnvVar("KBQE_TEST_REGISTRY_AUTH"),
+            )
+        ),
     }
 
 
-HOLDERS = ["KafkaSettings", "RegistrySettings", "RegistrySettings, credentials in the URL",
-           "StageContext", "KafkaResource, literal", "KafkaResource, EnvVar resolved",
-           "SchemaRegistryResource, literal", "SchemaRegistryResource, EnvVar resolved"]
+HOLDERS = [
+    "KafkaSettings",
+    "RegistrySettings",
+    "RegistrySettings, credentials in the URL",
+    "StageContext",
+    "KafkaResource, literal",
+    "KafkaResource, EnvVar resolved",
+    "SchemaRegistryResource, literal",
+    "SchemaRegistryResource, EnvVar resolved",
+]
 
 
 @pytest.mark.parametrize("name", HOLDERS)
@@ -115,24 +142,32 @@ def test_the_holders_do_carry_the_secrets(monkeypatch):
     holders = _holders(monkeypatch)
     assert holders["KafkaSettings"].config()["sasl.password"] == KAFKA_SECRET
     assert holders["KafkaResource, EnvVar resolved"].settings().config()["sasl.password"] == (
-        KAFKA_SECRET)
+        KAFKA_SECRET
+    )
     for name in ("RegistrySettings", "RegistrySettings, credentials in the URL"):
         assert holders[name].client_config()["basic.auth.user.info"] == REGISTRY_AUTH
     assert holders["SchemaRegistryResource, EnvVar resolved"].settings().basic_auth_user_info == (
-        REGISTRY_AUTH)
+        REGISTRY_AUTH
+    )
 
 
 # --- the stage task ------------------------------------------------------------------------------
 def _stage(tmp_path: Path, policy: str):
     staging = StagingLocation(str(tmp_path / "staging"))
-    ctx = StageContext(KafkaSettings("broker:9093", KAFKA_CONFIG),
-                       RegistrySettings("https://registry:8081", REGISTRY_AUTH),
-                       staging, CORPUS.pipeline(TOPIC, policy), TOPIC)
+    ctx = StageContext(
+        KafkaSettings("broker:9093", KAFKA_CONFIG),
+        RegistrySettings("https://registry:8081", REGISTRY_AUTH),
+        staging,
+        CORPUS.pipeline(TOPIC, policy),
+        TOPIC,
+    )
     ids = {name: 21 + i for i, name in enumerate(CORPUS.schemas)}
     rng = OffsetRange(TOPIC, 0, 0, len(CORPUS.cases))
     (tmp_path / "work").mkdir()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stager_module, "SchemaLookup", lambda settings: FakeSchemaLookup(CORPUS.schemas, ids))
+        mp.setattr(
+            stager_module, "SchemaLookup", lambda settings: FakeSchemaLookup(CORPUS.schemas, ids)
+        )
         stager = RangeStager(ctx, rng, tmp_path / "work")
     for msg in fake_messages(CORPUS.cases, ids, TOPIC):
         stager.add(msg)
@@ -165,8 +200,11 @@ def test_registry_refusal_logs_and_errors_hold_no_credentials(stub_registry, cap
     caplog.set_level(logging.DEBUG)  # httpx logs every request's URL at INFO
     wrong = f"{REGISTRY_USER}:{WRONG_SECRET}"
     host = stub_registry.url.removeprefix("http://")
-    settings = (RegistrySettings(stub_registry.url, wrong) if how == "basic_auth_user_info"
-                else RegistrySettings(f"http://{wrong}@{host}"))
+    settings = (
+        RegistrySettings(stub_registry.url, wrong)
+        if how == "basic_auth_user_info"
+        else RegistrySettings(f"http://{wrong}@{host}")
+    )
     with pytest.raises(RegistryUnavailableError) as refused:
         SchemaLookup(settings).get(STUB_SCHEMA_ID)
     assert stub_registry.authorizations[-1] is not None  # control: credentials were sent
@@ -176,8 +214,15 @@ def test_registry_refusal_logs_and_errors_hold_no_credentials(stub_registry, cap
 
 def test_kafka_authentication_failure_logs_and_errors_hold_no_credentials(caplog, capfd):
     caplog.set_level(logging.DEBUG)
-    settings = KafkaSettings("", {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-                                  "sasl.username": "kbqe", "sasl.password": KAFKA_SECRET})
+    settings = KafkaSettings(
+        "",
+        {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "kbqe",
+            "sasl.password": KAFKA_SECRET,
+        },
+    )
     error = ""
     with FakeBroker() as broker:
         settings = KafkaSettings(broker.bootstrap, settings.client_config)
@@ -226,9 +271,12 @@ def test_operator_commands_print_no_credentials_from_the_environment(
     stager, rng, store = _stage(tmp_path, "dead_letter")
     stager.commit(store, rng.end_exclusive)
     pipeline = tmp_path / "pipeline.yaml"
-    pipeline.write_text(json.dumps(json.loads(json.dumps(CORPUS.pipeline_template))
-                                   | {"topics": [{**CORPUS.pipeline_template["topics"][0],
-                                                  "name": TOPIC}]}))
+    pipeline.write_text(
+        json.dumps(
+            json.loads(json.dumps(CORPUS.pipeline_template))
+            | {"topics": [{**CORPUS.pipeline_template["topics"][0], "name": TOPIC}]}
+        )
+    )
     staging = ["--staging", str(tmp_path / "staging")]
     commands = [
         ["staging", "status", *staging],
@@ -249,8 +297,16 @@ def test_produce_sample_prints_no_credentials_given_in_the_registry_url(
     stub_registry, capsys, caplog
 ):
     host = stub_registry.url.removeprefix("http://")
-    code, output = _kbqe(capsys, caplog, "produce-sample", "--count", "1",
-                         "--bootstrap-servers", "127.0.0.1:9",
-                         "--registry-url", f"http://{REGISTRY_USER}:{WRONG_SECRET}@{host}")
+    code, output = _kbqe(
+        capsys,
+        caplog,
+        "produce-sample",
+        "--count",
+        "1",
+        "--bootstrap-servers",
+        "127.0.0.1:9",
+        "--registry-url",
+        f"http://{REGISTRY_USER}:{WRONG_SECRET}@{host}",
+    )
     assert code == 1 and "401" in output  # control: the stub refused the (wrong) credentials
     assert not secrets_in(output)

@@ -74,17 +74,28 @@ class InProcessSpark:
 @pytest.fixture(scope="module")
 def corpus_topic(local_stack, authenticated_registry) -> tuple[str, int]:
     """The corpus schemas in the authenticated registry, the corpus on a new topic."""
-    client = SchemaRegistryClient({"url": authenticated_registry.endpoint,
-                                   "basic.auth.user.info": authenticated_registry.user_info})
-    ids = {name: client.register_schema(f"kbqe-secrets-{name}", Schema(s.text, s.schema_type))
-           for name, s in CORPUS.schemas.items()}
+    client = SchemaRegistryClient(
+        {
+            "url": authenticated_registry.endpoint,
+            "basic.auth.user.info": authenticated_registry.user_info,
+        }
+    )
+    ids = {
+        name: client.register_schema(f"kbqe-secrets-{name}", Schema(s.text, s.schema_type))
+        for name, s in CORPUS.schemas.items()
+    }
     topic = f"com.acme.secrets.t{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": local_stack.kafka_bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
     producer = Producer({"bootstrap.servers": local_stack.kafka_bootstrap})
     for case in CORPUS.cases:
-        producer.produce(topic, value=case.value(ids), key=case.key, partition=0,
-                         headers=list(case.headers) or None)
+        producer.produce(
+            topic,
+            value=case.value(ids),
+            key=case.key,
+            partition=0,
+            headers=list(case.headers) or None,
+        )
     assert producer.flush(30) == 0
     return topic, len(CORPUS.cases)
 
@@ -96,11 +107,16 @@ def _resources(tmp_path: Path, topic: str, bootstrap: str, registry_url: str) ->
     pipeline.write_text(yaml.safe_dump(raw))
     return {
         "pipeline": PipelineResource(config_path=str(pipeline)),
-        "kafka": KafkaResource(bootstrap_servers=bootstrap, security_protocol="PLAINTEXT",
-                               sasl_mechanism="PLAIN", sasl_username="kbqe",
-                               sasl_password=dg.EnvVar("KBQE_TEST_SASL_PASSWORD")),
+        "kafka": KafkaResource(
+            bootstrap_servers=bootstrap,
+            security_protocol="PLAINTEXT",
+            sasl_mechanism="PLAIN",
+            sasl_username="kbqe",
+            sasl_password=dg.EnvVar("KBQE_TEST_SASL_PASSWORD"),
+        ),
         "schema_registry": SchemaRegistryResource(
-            url=registry_url, basic_auth_user_info=dg.EnvVar("KBQE_TEST_REGISTRY_AUTH")),
+            url=registry_url, basic_auth_user_info=dg.EnvVar("KBQE_TEST_REGISTRY_AUTH")
+        ),
         "staging": StagingResource(url=str(tmp_path / "staging")),
         "pyspark": InProcessSpark(),
         # The stage run builds the Storage Write sink from it when a table needs it; this
@@ -113,8 +129,13 @@ def _run(tmp_path: Path, topic: str, resources: dict) -> dg.ExecuteInProcessResu
     home = tmp_path / "dagster_home"
     home.mkdir()
     with dg.instance_for_test(temp_dir=str(home)) as instance:
-        return dg.materialize([staging_asset([topic])], resources=resources, instance=instance,
-                              run_config=stage_run_config(topic), raise_on_error=False)
+        return dg.materialize(
+            [staging_asset([topic])],
+            resources=resources,
+            instance=instance,
+            run_config=stage_run_config(topic),
+            raise_on_error=False,
+        )
 
 
 @pytest.mark.integration
@@ -126,9 +147,11 @@ def test_staging_run_stores_and_prints_no_credentials(
     monkeypatch.setenv("KBQE_TEST_SASL_PASSWORD", KAFKA_SECRET)
     monkeypatch.setenv("KBQE_TEST_REGISTRY_AUTH", f"{REGISTRY_USER}:{REGISTRY_SECRET}")
     caplog.set_level(logging.DEBUG)
-    result = _run(tmp_path, topic,
-                  _resources(tmp_path, topic, local_stack.kafka_bootstrap,
-                             authenticated_registry.endpoint))
+    result = _run(
+        tmp_path,
+        topic,
+        _resources(tmp_path, topic, local_stack.kafka_bootstrap, authenticated_registry.endpoint),
+    )
 
     assert result.success
     metadata = result.asset_materializations_for_node("staging")[0].metadata
@@ -139,7 +162,8 @@ def test_staging_run_stores_and_prints_no_credentials(
     assert not secrets_in(repr(metadata))
     home = tmp_path / "dagster_home"
     assert any(topic.encode() in p.read_bytes() for p in home.rglob("*") if p.is_file()), (
-        "control: the scanned files hold the run's events")
+        "control: the scanned files hold the run's events"
+    )
     assert files_with_secrets(home) == {}
     assert files_with_secrets(tmp_path / "staging") == {}
     out, err = capfd.readouterr()
@@ -156,9 +180,11 @@ def test_failed_run_with_a_wrong_registry_password_stores_no_credentials(
     monkeypatch.setenv("KBQE_TEST_SASL_PASSWORD", KAFKA_SECRET)
     monkeypatch.setenv("KBQE_TEST_REGISTRY_AUTH", f"{REGISTRY_USER}:{WRONG_SECRET}")
     caplog.set_level(logging.DEBUG)
-    result = _run(tmp_path, topic,
-                  _resources(tmp_path, topic, local_stack.kafka_bootstrap,
-                             authenticated_registry.endpoint))
+    result = _run(
+        tmp_path,
+        topic,
+        _resources(tmp_path, topic, local_stack.kafka_bootstrap, authenticated_registry.endpoint),
+    )
 
     assert not result.success
     failure = result.get_step_failure_events()[0].event_specific_data.error

@@ -30,8 +30,12 @@ from kbqe_dagster_tests.security.conftest import (
 
 RIGHT = f"{REGISTRY_USER}:{REGISTRY_SECRET}"
 WRONG = f"{REGISTRY_USER}:{WRONG_SECRET}"
-ORDER = {"type": "record", "name": "AuthOrder", "namespace": "com.acme.corpus",
-         "fields": [{"name": "orderId", "type": "string"}]}
+ORDER = {
+    "type": "record",
+    "name": "AuthOrder",
+    "namespace": "com.acme.corpus",
+    "fields": [{"name": "orderId", "type": "string"}],
+}
 
 
 # --- unit: the stub registry ---------------------------------------------------------------------
@@ -71,16 +75,18 @@ def test_credentials_given_twice_are_a_config_error():
 # --- integration: Apicurio 3.0.9 with HTTP basic auth --------------------------------------------
 @pytest.fixture(scope="module")
 def registered_id(authenticated_registry) -> int:
-    client = SchemaRegistryClient({"url": authenticated_registry.endpoint,
-                                   "basic.auth.user.info": RIGHT})
+    client = SchemaRegistryClient(
+        {"url": authenticated_registry.endpoint, "basic.auth.user.info": RIGHT}
+    )
     return client.register_schema("kbqe-auth-order", Schema(json.dumps(ORDER), "AVRO"))
 
 
 @pytest.mark.integration
 def test_apicurio_refuses_requests_without_credentials(authenticated_registry, registered_id):
     """The premise: this registry really enforces auth, so the next test proves something."""
-    status, _ = authenticated_registry.request("GET", f"/schemas/ids/{registered_id}",
-                                               user_info=None)
+    status, _ = authenticated_registry.request(
+        "GET", f"/schemas/ids/{registered_id}", user_info=None
+    )
     assert status == 401
     status, body = authenticated_registry.request("GET", f"/schemas/ids/{registered_id}")
     assert status == 200 and json.loads(body["schema"])["name"] == "AuthOrder"

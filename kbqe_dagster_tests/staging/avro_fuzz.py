@@ -19,8 +19,19 @@ from typing import Any
 import fastavro
 from fastavro.validation import validate
 
-UTC = dt.timezone.utc
-WORDS = ["", "a", "order", "Zürich", "日本語", "x" * 63, "y" * 64, "long " * 40, "emoji 🎉", "tab\tnl\n"]
+UTC = dt.UTC
+WORDS = [
+    "",
+    "a",
+    "order",
+    "Zürich",
+    "日本語",
+    "x" * 63,
+    "y" * 64,
+    "long " * 40,
+    "emoji 🎉",
+    "tab\tnl\n",
+]
 # Short ASCII only: values the probe's fast path matches, so its checks get exercised too.
 ASCII_WORDS = ["", "a", "order", "x" * 63, "tab\tnl\n", "\x00\x7f"]
 
@@ -40,7 +51,10 @@ class SchemaFactory:
     def record(self, depth: int = 0, recursive: bool = False) -> dict[str, Any]:
         rng = self.rng
         name = self.name("R")
-        fields = [{"name": self.name("f"), "type": self.type(depth + 1)} for _ in range(rng.randint(1, 7 if depth else 12))]
+        fields = [
+            {"name": self.name("f"), "type": self.type(depth + 1)}
+            for _ in range(rng.randint(1, 7 if depth else 12))
+        ]
         if recursive:
             fields.append({"name": "next", "type": ["null", name]})
         return {"type": "record", "name": name, "namespace": "fuzz", "fields": fields}
@@ -64,7 +78,11 @@ class SchemaFactory:
         if roll < 0.6:
             return dict(rng.choice(logical))
         if roll < 0.65:
-            return {"type": "enum", "name": self.name("E"), "symbols": [f"S{i}" for i in range(rng.choice([1, 3, 70]))]}
+            return {
+                "type": "enum",
+                "name": self.name("E"),
+                "symbols": [f"S{i}" for i in range(rng.choice([1, 3, 70]))],
+            }
         if roll < 0.7:
             return {"type": "fixed", "name": self.name("F"), "size": rng.choice([0, 1, 16])}
         if roll < 0.78:
@@ -72,11 +90,14 @@ class SchemaFactory:
         if roll < 0.84:
             return {"type": "map", "values": self.item(depth + 1)}
         if roll < 0.94:
-            branches = ["null", self.record(depth + 1)] if rng.random() < 0.5 else ["null", "string", "long"]
+            branches = (
+                ["null", self.record(depth + 1)]
+                if rng.random() < 0.5
+                else ["null", "string", "long"]
+            )
             rng.shuffle(branches)
             return branches
         return self.record(depth + 1)
-
 
     def item(self, depth: int) -> Any:
         """An array item or map value type that reads at least one varint or checked byte.
@@ -130,9 +151,15 @@ class ValueFactory:
                 return rng.randbytes(t["size"])
             if kind == "array":
                 sizes = [0, 1, 3, 70] if self.words is WORDS else [0, 1, 3]
-                return [self.value(t["items"], depth + 1) for _ in range(rng.choice(sizes) if depth < 3 else 0)]
+                return [
+                    self.value(t["items"], depth + 1)
+                    for _ in range(rng.choice(sizes) if depth < 3 else 0)
+                ]
             if kind == "map":
-                return {rng.choice(self.words) + str(i): self.value(t["values"], depth + 1) for i in range(rng.choice([0, 2, 5]))}
+                return {
+                    rng.choice(self.words) + str(i): self.value(t["values"], depth + 1)
+                    for i in range(rng.choice([0, 2, 5]))
+                }
             return self.value(kind, depth)
         return self.primitive(t)
 
@@ -143,9 +170,13 @@ class ValueFactory:
         if kind == "boolean":
             return rng.random() < 0.5
         if kind == "int":
-            return rng.choice([0, -1, 63, -64, 64, 2**31 - 1, -(2**31), rng.randint(-(2**31), 2**31 - 1)])
+            return rng.choice(
+                [0, -1, 63, -64, 64, 2**31 - 1, -(2**31), rng.randint(-(2**31), 2**31 - 1)]
+            )
         if kind == "long":
-            return rng.choice([0, 1, -65, 2**62, 2**63 - 1, -(2**63), rng.randint(-(2**63), 2**63 - 1)])
+            return rng.choice(
+                [0, 1, -65, 2**62, 2**63 - 1, -(2**63), rng.randint(-(2**63), 2**63 - 1)]
+            )
         if kind == "float":
             return float(rng.choice([0.0, -1.5, 3.25, math.inf]))
         if kind == "double":
@@ -157,19 +188,29 @@ class ValueFactory:
     def logical(self, kind: str, logical: str) -> Any:
         rng = self.rng
         if logical == "date":
-            return dt.date(1, 1, 1) + dt.timedelta(days=rng.choice([0, 719162, 738000, 3652058, rng.randrange(3652059)]))
+            return dt.date(1, 1, 1) + dt.timedelta(
+                days=rng.choice([0, 719162, 738000, 3652058, rng.randrange(3652059)])
+            )
         if logical in ("timestamp-millis", "timestamp-micros"):
-            seconds = rng.choice([0, 1726238205, -62135596800, 253402300799, rng.randrange(-10**10, 10**10)])
-            return dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(seconds=seconds, milliseconds=rng.randrange(1000))
+            seconds = rng.choice(
+                [0, 1726238205, -62135596800, 253402300799, rng.randrange(-(10**10), 10**10)]
+            )
+            return dt.datetime(1970, 1, 1, tzinfo=UTC) + dt.timedelta(
+                seconds=seconds, milliseconds=rng.randrange(1000)
+            )
         if logical == "local-timestamp-millis":
-            return dt.datetime(1970, 1, 1) + dt.timedelta(seconds=rng.randrange(-10**10, 10**10))
+            return dt.datetime(1970, 1, 1) + dt.timedelta(seconds=rng.randrange(-(10**10), 10**10))
         if logical == "uuid":
             return uuid.UUID(int=rng.getrandbits(128))
         if logical == "decimal":
-            return decimal.Decimal(rng.randrange(-10**11, 10**11)).scaleb(-2)
+            return decimal.Decimal(rng.randrange(-(10**11), 10**11)).scaleb(-2)
         if logical == "time-millis":
-            return dt.time(rng.randrange(24), rng.randrange(60), rng.randrange(60), rng.randrange(1000) * 1000)
-        return dt.time(rng.randrange(24), rng.randrange(60), rng.randrange(60), rng.randrange(10**6))
+            return dt.time(
+                rng.randrange(24), rng.randrange(60), rng.randrange(60), rng.randrange(1000) * 1000
+            )
+        return dt.time(
+            rng.randrange(24), rng.randrange(60), rng.randrange(60), rng.randrange(10**6)
+        )
 
 
 def parse(schema: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

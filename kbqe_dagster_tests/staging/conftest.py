@@ -52,7 +52,13 @@ class DemoTopic:
     registry: RegistrySettings
 
     def context(self, staging: StagingLocation, **topic_overrides) -> StageContext:
-        return stage_context(self.kafka, self.registry, staging, pipeline_for(self.topic, **topic_overrides), self.topic)
+        return stage_context(
+            self.kafka,
+            self.registry,
+            staging,
+            pipeline_for(self.topic, **topic_overrides),
+            self.topic,
+        )
 
     @property
     def good(self) -> dict[tuple[int, int], SampleMessage]:
@@ -69,10 +75,17 @@ def make_demo_topic(endpoints, count: int, partitions: int = 3) -> DemoTopic:
     # Dots in the name on purpose: names are parsed from the right.
     topic = f"com.acme.events.t{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[
+        topic
+    ].result(30)
     ids = register_schemas(endpoints.registry_url)
     placed = produce(endpoints.kafka_bootstrap, topic, sample_messages(count, ids), partitions)
-    return DemoTopic(topic, placed, KafkaSettings(endpoints.kafka_bootstrap), RegistrySettings(endpoints.registry_url))
+    return DemoTopic(
+        topic,
+        placed,
+        KafkaSettings(endpoints.kafka_bootstrap),
+        RegistrySettings(endpoints.registry_url),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,4 +95,6 @@ def demo_topic(local_stack, local_endpoints) -> DemoTopic:
 
 @pytest.fixture
 def gcs_staging(local_endpoints) -> StagingLocation:
-    return StagingLocation(f"gs://{LOCAL_BUCKET}/test-{uuid.uuid4().hex[:8]}", local_endpoints.gcs_url, LOCAL_PROJECT)
+    return StagingLocation(
+        f"gs://{LOCAL_BUCKET}/test-{uuid.uuid4().hex[:8]}", local_endpoints.gcs_url, LOCAL_PROJECT
+    )

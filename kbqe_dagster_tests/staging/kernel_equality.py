@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import fastavro
 import pytest
@@ -33,7 +34,7 @@ from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster.staging.task import stage_messages
 
 SYNC = bytes(range(16))
-STAGED_AT = datetime(2026, 11, 25, 6, 0, tzinfo=timezone.utc)
+STAGED_AT = datetime(2026, 11, 25, 6, 0, tzinfo=UTC)
 
 
 class Msg(ConsumedMessage):
@@ -67,7 +68,7 @@ class ListReader:
         for at in range(0, len(self.messages), self.batch_size):
             if self.finished or self.position >= self.end_exclusive:
                 return
-            yield self.messages[at:at + self.batch_size]
+            yield self.messages[at : at + self.batch_size]
 
     def accept(self, msg: Any) -> bool:
         if msg.offset() >= self.end_exclusive:
@@ -106,8 +107,14 @@ def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int,
     staging = StagingLocation(str(tmp / ("native" if native else "python") / "staging"))
     workdir = tmp / ("native" if native else "python") / "work"
     workdir.mkdir(parents=True)
-    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       staging, pipeline, topic, native_kernel=native)
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:9"),
+        RegistrySettings("http://127.0.0.1:9"),
+        staging,
+        pipeline,
+        topic,
+        native_kernel=native,
+    )
     start = messages[0].offset() if messages else 0
     end = messages[-1].offset() + 1 if messages else 0
     end = end if end_exclusive is None else end_exclusive
@@ -128,8 +135,13 @@ def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int,
     store = staging.open()
     result = stager.commit(store, reader.covered)
     files = {f.name: store.read_bytes(f.name) for f in store.list()}
-    return Staged(result, files, None, driver.kernel.messages if driver else 0,
-                  dict(driver.handbacks) if driver else None)
+    return Staged(
+        result,
+        files,
+        None,
+        driver.kernel.messages if driver else 0,
+        dict(driver.handbacks) if driver else None,
+    )
 
 
 def comparable(name: str, data: bytes) -> Any:
@@ -151,10 +163,18 @@ def assert_same(python: Staged, native: Staged, context: str = "") -> None:
         return
     assert sorted(native.files) == sorted(python.files), context
     for name, data in python.files.items():
-        assert comparable(name, native.files[name]) == comparable(name, data), f"{context}: {name} differs"
+        assert comparable(name, native.files[name]) == comparable(name, data), (
+            f"{context}: {name} differs"
+        )
     p, n = python.result, native.result
     assert (n.messages, n.records, n.files, n.dead_letters, n.skipped, n.committed_last) == (
-        p.messages, p.records, p.files, p.dead_letters, p.skipped, p.committed_last), context
+        p.messages,
+        p.records,
+        p.files,
+        p.dead_letters,
+        p.skipped,
+        p.committed_last,
+    ), context
 
 
 def committed_records(area: Any) -> dict[str, Any]:
@@ -173,4 +193,3 @@ def committed_records(area: Any) -> dict[str, Any]:
             if isinstance(out[f.name], dict):
                 out[f.name].pop("created_at")
     return out
-

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
-from kbqe_dagster_tests.staging.avro_fuzz import SchemaFactory, ValueFactory, corruptions, encode, parse
+from kbqe_dagster_tests.staging.avro_fuzz import (
+    SchemaFactory,
+    ValueFactory,
+    corruptions,
+    encode,
+    parse,
+)
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 
 TOPIC = "fuzz.events"
@@ -58,12 +64,40 @@ def iso_text(rng: random.Random) -> str:
         if rng.random() < 0.8:
             text += f":{rng.choice([0, 45, 59, 60]):02d}"
             if rng.random() < 0.6:
-                text += rng.choice(".,") + "".join(rng.choice("0123456789") for _ in range(rng.choice([0, 1, 3, 6, 9, 12])))
-        text += rng.choice(["", "", "Z", "+02:00", "-05:30", "+23:59", "-00:00", "+24:00", "+0200", "z", "+02", "+02:00:30"])
+                text += rng.choice(".,") + "".join(
+                    rng.choice("0123456789") for _ in range(rng.choice([0, 1, 3, 6, 9, 12]))
+                )
+        text += rng.choice(
+            [
+                "",
+                "",
+                "Z",
+                "+02:00",
+                "-05:30",
+                "+23:59",
+                "-00:00",
+                "+24:00",
+                "+0200",
+                "z",
+                "+02",
+                "+02:00:30",
+            ]
+        )
     if rng.random() < 0.3:
-        text += rng.choice(["[Europe/Paris]", "[u-ca=iso8601]", "[!Asia/Tokyo]", "[Bad/Zone]", "[Europe/Paris][u-ca=iso8601]", "]"])
+        text += rng.choice(
+            [
+                "[Europe/Paris]",
+                "[u-ca=iso8601]",
+                "[!Asia/Tokyo]",
+                "[Bad/Zone]",
+                "[Europe/Paris][u-ca=iso8601]",
+                "]",
+            ]
+        )
     if rng.random() < 0.03:
-        text = rng.choice(["", "[UTC]2024-01-01", "20240913", "2024-09-13T14:36:45.123+02:00 ", " 2024-09-13"])
+        text = rng.choice(
+            ["", "[UTC]2024-01-01", "20240913", "2024-09-13T14:36:45.123+02:00 ", " 2024-09-13"]
+        )
     return text
 
 
@@ -101,14 +135,19 @@ def scenario(seed: int, messages: int) -> Scenario:
             {"name": "eventTime", "type": event_type},
         ]
         if rng.random() < 0.4:
-            meta = {"type": "record", "name": factory.name("Meta"), "fields": [
-                {"name": "ts", "type": rng.choice(EVENT_TYPES[:8])}]}
+            meta = {
+                "type": "record",
+                "name": factory.name("Meta"),
+                "fields": [{"name": "ts", "type": rng.choice(EVENT_TYPES[:8])}],
+            }
             fields.append({"name": "meta", "type": ["null", meta]})
         fields += factory.record(depth=1)["fields"] if rng.random() < 0.8 else []
         rng.shuffle(fields)
         schemas[7 + version] = {"type": "record", "name": factory.name("Event"), "namespace": "fuzz",
                                 "fields": fields}  # fmt: skip
-    event_fields = rng.choice([["eventTime"], ["meta.ts", "eventTime"], ["missing", "eventTime"], ["meta.ts"]])
+    event_fields = rng.choice(
+        [["eventTime"], ["meta.ts", "eventTime"], ["missing", "eventTime"], ["meta.ts"]]
+    )
     event_time: dict[str, Any] = {
         "fields": event_fields,
         "epoch_unit": rng.choice(["auto", "auto", "s", "ms", "us", "ns"]),
@@ -158,7 +197,9 @@ def stream(rng: random.Random, schemas: dict[int, dict], count: int):
                 body = rng.choice(corruptions(rng, body))
             value = b"\x00" + sid.to_bytes(4, "big") + body
         key = rng.choice([None, b"", b"k" + str(i).encode(), rng.randbytes(20)])
-        headers = rng.choice([None, [], [("h", b"v")], [("trace", None), ("zürich", rng.randbytes(3)), ("h", b"")]])
+        headers = rng.choice(
+            [None, [], [("h", b"v")], [("trace", None), ("zürich", rng.randbytes(3)), ("h", b"")]]
+        )
         timestamp = rng.choice([(1, 1_726_238_205_123 + i), (1, 1_726_238_205_123 + i), (2, 0), (0, -1),
                                 (1, -5), (1, 253_402_300_800_000), (1, 86_400_000 * 2_932_897)])  # fmt: skip
         yield Msg(TOPIC, 0, offset, value, key, headers, timestamp)

@@ -19,11 +19,15 @@ class StagedContent:
     event_date_of: dict = field(default_factory=dict)
     dead: Counter = field(default_factory=Counter)
     reason_of: dict = field(default_factory=dict)
-    done_ranges: dict = field(default_factory=lambda: defaultdict(set))  # partition → {(first, last)}
+    done_ranges: dict = field(
+        default_factory=lambda: defaultdict(set)
+    )  # partition → {(first, last)}
     avro_without_done: list = field(default_factory=list)
 
 
-def read_staging(store, topic: str, dead_letter=("kbqe_dead_letters", "dead_letters")) -> StagedContent:
+def read_staging(
+    store, topic: str, dead_letter=("kbqe_dead_letters", "dead_letters")
+) -> StagedContent:
     listing = parse_listing(f.name for f in store.list())
     out = StagedContent()
     done_keys = {d.key for d in listing.done}

@@ -22,7 +22,7 @@ from kbqe_dagster.core.record.enrichment import (
 )
 from kbqe_dagster.staging.avro_container import CODECS, AvroContainerWriter
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 V1 = {
     "type": "record", "name": "Order", "namespace": "com.acme",
     "fields": [
@@ -75,7 +75,9 @@ def test_fastavro_reads_back_every_record_with_its_enrichment(codec, schema):
     stats = write(sink, schema, codec, 250, block_records=100)
     reader = fastavro.reader(io.BytesIO(sink.getvalue()))
     assert reader.metadata["avro.codec"] == codec
-    assert reader.writer_schema == fastavro.parse_schema(extended_schema(schema, CONFIG), _write_hint=False)
+    assert reader.writer_schema == fastavro.parse_schema(
+        extended_schema(schema, CONFIG), _write_hint=False
+    )
     assert list(reader) == [{**record(i, schema), **enrichment(i)} for i in range(250)]
     assert (stats.records, stats.blocks, stats.bytes_written) == (250, 3, len(sink.getvalue()))
 
@@ -101,7 +103,7 @@ def test_snappy_blocks_end_with_the_crc_of_the_uncompressed_records():
     blocks = list(fastavro.block_reader(io.BytesIO(data)))
     assert [b.num_records for b in blocks] == [10, 10, 10]
     for block in blocks:
-        raw = io.BytesIO(data[block.offset:block.offset + block.size])
+        raw = io.BytesIO(data[block.offset : block.offset + block.size])
         fastavro.schemaless_reader(raw, "long")  # record count
         size = fastavro.schemaless_reader(raw, "long")
         payload = raw.read(size)
@@ -121,7 +123,7 @@ def test_snappy_blocks_are_cramjams_raw_snappy_whatever_the_size_order():
     writer.close()
     data = sink.getvalue()
     for block, body in zip(fastavro.block_reader(io.BytesIO(data)), bodies, strict=True):
-        raw = io.BytesIO(data[block.offset:block.offset + block.size])
+        raw = io.BytesIO(data[block.offset : block.offset + block.size])
         fastavro.schemaless_reader(raw, "long")
         payload = raw.read(fastavro.schemaless_reader(raw, "long"))
         record = fastavro_bytes(body)
@@ -200,23 +202,29 @@ def test_the_writer_refuses_use_after_close_and_bad_options():
     assert writer.close() == writer.close()
     with pytest.raises(ValueError, match="closed"):
         writer.append(b"\x00")
-    for bad in ({"codec": "lzo"}, {"sync_marker": b"short"}, {"metadata": {"avro.codec": b"x"}}, {"block_records": 0}):
+    for bad in (
+        {"codec": "lzo"},
+        {"sync_marker": b"short"},
+        {"metadata": {"avro.codec": b"x"}},
+        {"block_records": 0},
+    ):
         with pytest.raises(ValueError):
             AvroContainerWriter(io.BytesIO(), '"string"', **bad)
 
 
 def test_a_failed_context_leaves_the_last_block_unwritten():
     sink = io.BytesIO()
-    with pytest.raises(RuntimeError):
-        with AvroContainerWriter(sink, '"string"', "null") as writer:
-            writer.append(b"\x02a")
-            raise RuntimeError("task failed")
+    with pytest.raises(RuntimeError), AvroContainerWriter(sink, '"string"', "null") as writer:
+        writer.append(b"\x02a")
+        raise RuntimeError("task failed")
     assert list(fastavro.reader(io.BytesIO(sink.getvalue()))) == []
 
 
 def test_user_metadata_and_sync_marker_are_written():
     sink = io.BytesIO()
-    AvroContainerWriter(sink, '"string"', "null", sync_marker=b"s" * 16, metadata={"kbqe.range": b"0-9"}).close()
+    AvroContainerWriter(
+        sink, '"string"', "null", sync_marker=b"s" * 16, metadata={"kbqe.range": b"0-9"}
+    ).close()
     reader = fastavro.reader(io.BytesIO(sink.getvalue()))
     assert reader.metadata["kbqe.range"] == "0-9"
     assert sink.getvalue().endswith(b"s" * 16)
@@ -247,9 +255,14 @@ def test_duckdb_avro_reads_the_files_with_their_logical_types(codec, tmp_path):
                      dt.datetime(2024, 9, 13, 12, 0, 1), 25, "app")]  # fmt: skip
 
 
-@pytest.mark.parametrize("block_records, block_bytes", [(1, 1 << 20), (3, 1 << 20), (1000, 50), (7, 120), (65_536, 1 << 20)])
+@pytest.mark.parametrize(
+    "block_records, block_bytes",
+    [(1, 1 << 20), (3, 1 << 20), (1000, 50), (7, 120), (65_536, 1 << 20)],
+)
 @pytest.mark.parametrize("chunk", [1, 2, 5, 64])
-def test_records_appended_in_batches_make_the_same_file_as_one_by_one(block_records, block_bytes, chunk):
+def test_records_appended_in_batches_make_the_same_file_as_one_by_one(
+    block_records, block_bytes, chunk
+):
     # The native stage kernel hands records over per batch: the blocks must end after exactly
     # the records where one-by-one appends end them, so the files are identical.
     import random
@@ -259,13 +272,15 @@ def test_records_appended_in_batches_make_the_same_file_as_one_by_one(block_reco
     records = [rng.randbytes(rng.randint(1, 90)) for _ in range(400)]
     sync = bytes(range(16))
     one, many = io.BytesIO(), io.BytesIO()
-    options = dict(block_records=block_records, block_bytes=block_bytes, sync_marker=sync, codec="deflate")
-    with AvroContainerWriter(one, "\"bytes\"", **options) as writer:
+    options = dict(
+        block_records=block_records, block_bytes=block_bytes, sync_marker=sync, codec="deflate"
+    )
+    with AvroContainerWriter(one, '"bytes"', **options) as writer:
         for record in records:
             writer.append(record)
-    with AvroContainerWriter(many, "\"bytes\"", **options) as writer:
+    with AvroContainerWriter(many, '"bytes"', **options) as writer:
         for at in range(0, len(records), chunk):
-            part = records[at:at + chunk]
+            part = records[at : at + chunk]
             ends = array("Q")
             total = 0
             for record in part:

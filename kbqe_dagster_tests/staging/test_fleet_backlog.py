@@ -38,8 +38,11 @@ class FakeKafka:
 
     def watermarks_of(self, settings, topics, timeout: float = 10.0):
         self.watermark_calls += 1
-        return {tp: PartitionWatermarks(tp[0], tp[1], 0, high)
-                for tp, high in self.highs.items() if tp[0] in set(topics)}
+        return {
+            tp: PartitionWatermarks(tp[0], tp[1], 0, high)
+            for tp, high in self.highs.items()
+            if tp[0] in set(topics)
+        }
 
     def first_timestamps_ms(self, settings, positions, timeout: float = 5.0):
         self.timestamp_calls.append(dict(positions))
@@ -67,8 +70,11 @@ def kafka(monkeypatch, highs) -> FakeKafka:
 
 def test_every_topic_from_one_listing_under_the_common_prefix(store) -> None:
     names = staging_names_by_topic(store, ["fleet.a", "fleet.a.sub", "fleet.b"])
-    assert names == {"fleet.a": ["fleet.a.0.sales.x.1.0.9.done"],
-                     "fleet.a.sub": ["fleet.a.sub.0.sales.x.1.0.4.done"], "fleet.b": []}
+    assert names == {
+        "fleet.a": ["fleet.a.0.sales.x.1.0.9.done"],
+        "fleet.a.sub": ["fleet.a.sub.0.sales.x.1.0.4.done"],
+        "fleet.b": [],
+    }
     assert store.listings == ["fleet."]
 
 
@@ -97,9 +103,12 @@ def test_the_oldest_time_is_read_only_where_wanted_and_only_for_partitions_with_
 ) -> None:
     fake = kafka(monkeypatch, {("fleet.a", 0): 10, ("fleet.a", 1): 4, ("fleet.b", 0): 9})
 
-    result = fleet_backlog(store, KAFKA, {"fleet.a": StartPolicy.EARLIEST,
-                                          "fleet.b": StartPolicy.EARLIEST},
-                           oldest_wanted=lambda b: b.topic == "fleet.a")
+    result = fleet_backlog(
+        store,
+        KAFKA,
+        {"fleet.a": StartPolicy.EARLIEST, "fleet.b": StartPolicy.EARLIEST},
+        oldest_wanted=lambda b: b.topic == "fleet.a",
+    )
 
     assert fake.timestamp_calls == [{("fleet.a", 1): 0}]  # a[0] is staged up to its end
     assert result["fleet.a"].oldest_unstaged_ms == 999
@@ -108,8 +117,9 @@ def test_the_oldest_time_is_read_only_where_wanted_and_only_for_partitions_with_
 
 def test_a_topic_kafka_does_not_hold_is_an_error_of_that_topic_only(store, monkeypatch) -> None:
     kafka(monkeypatch, {("fleet.a", 0): 12})
-    result = fleet_backlog(store, KAFKA, {"fleet.a": StartPolicy.EARLIEST,
-                                          "fleet.gone": StartPolicy.EARLIEST})
+    result = fleet_backlog(
+        store, KAFKA, {"fleet.a": StartPolicy.EARLIEST, "fleet.gone": StartPolicy.EARLIEST}
+    )
     assert result["fleet.a"].lag == 2
     assert isinstance(result["fleet.gone"], TopicMissing)
     assert result["fleet.gone"].topic == "fleet.gone"

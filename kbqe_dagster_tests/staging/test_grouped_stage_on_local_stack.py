@@ -25,21 +25,31 @@ pytestmark = [pytest.mark.integration]
 @pytest.fixture(scope="module")
 def fleet(local_stack, local_endpoints):
     topics = [make_demo_topic(local_endpoints, count=300 + 50 * i) for i in range(3)]
-    pipeline = parse_pipeline_config({
-        "version": 1,
-        "topics": [{"name": d.topic, "routing": {"mode": "fields"},
-                    "event_time": {"fields": ["eventTime", "occurredAt"]}} for d in topics],
-        "allowed_destinations": ["acme_sales.*", "acme_web.*"],
-        "staging": {"max_messages_per_range": 100},
-    }, source="test")
+    pipeline = parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {
+                    "name": d.topic,
+                    "routing": {"mode": "fields"},
+                    "event_time": {"fields": ["eventTime", "occurredAt"]},
+                }
+                for d in topics
+            ],
+            "allowed_destinations": ["acme_sales.*", "acme_web.*"],
+            "staging": {"max_messages_per_range": 100},
+        },
+        source="test",
+    )
     return topics, pipeline
 
 
 def context(fleet, staging) -> StageContext:
     topics, pipeline = fleet
     first = topics[0]
-    return stage_context(first.kafka, first.registry, staging, pipeline, first.topic,
-                         native_kernel=False)
+    return stage_context(
+        first.kafka, first.registry, staging, pipeline, first.topic, native_kernel=False
+    )
 
 
 def test_a_grouped_run_stages_several_topics_in_one_spark_job_each_message_once(
@@ -69,15 +79,22 @@ def test_a_grouped_run_stages_several_topics_in_one_spark_job_each_message_once(
         assert_exactly_once(demo, gcs_staging.open())
 
 
-def test_two_writers_racing_over_the_same_ranges_commit_each_range_once(
-    fleet, gcs_staging
-) -> None:
+def test_two_writers_racing_over_the_same_ranges_commit_each_range_once(fleet, gcs_staging) -> None:
     topics, _ = fleet
     ctx = context(fleet, gcs_staging)
     store = gcs_staging.open()
-    ranges = [rng for d in topics for rng in prepare_topic(
-        store, d.kafka, d.topic, max_messages_per_run=1_000_000, max_messages_per_range=200,
-        start_policy=ctx.start_policy).plan.ranges]
+    ranges = [
+        rng
+        for d in topics
+        for rng in prepare_topic(
+            store,
+            d.kafka,
+            d.topic,
+            max_messages_per_run=1_000_000,
+            max_messages_per_range=200,
+            start_policy=ctx.start_policy,
+        ).plan.ranges
+    ]
     assert len(ranges) == 9  # a partition's first range commits alone: it anchors the chain
 
     def stage(rng):
@@ -86,7 +103,7 @@ def test_two_writers_racing_over_the_same_ranges_commit_each_range_once(
     with ThreadPoolExecutor(max_workers=4) as pool:
         outcomes = list(pool.map(stage, ranges + ranges))  # every range by two writers
 
-    for rng, first, second in zip(ranges, outcomes[: len(ranges)], outcomes[len(ranges):]):
+    for rng, first, second in zip(ranges, outcomes[: len(ranges)], outcomes[len(ranges) :]):
         winners = [r for r in (first, second) if not r.conflict and r.committed_last is not None]
         # One writer commits; or, when each took one of the range's files first, neither
         # does and the range is staged again by the next run. Never both.
@@ -96,8 +113,14 @@ def test_two_writers_racing_over_the_same_ranges_commit_each_range_once(
 
     for _ in range(3):  # later runs: clean up the losers' uploads, stage what is left
         for demo in topics:
-            plan = prepare_topic(store, demo.kafka, demo.topic, max_messages_per_run=1_000_000,
-                                 max_messages_per_range=200, start_policy=ctx.start_policy).plan
+            plan = prepare_topic(
+                store,
+                demo.kafka,
+                demo.topic,
+                max_messages_per_run=1_000_000,
+                max_messages_per_range=200,
+                start_policy=ctx.start_policy,
+            ).plan
             for rng in plan.ranges:
                 stage(rng)
     for demo in topics:

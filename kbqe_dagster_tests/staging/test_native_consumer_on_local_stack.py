@@ -18,17 +18,23 @@ import pytest
 
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.demo.samples import register_schemas, sample_messages
-from kbqe_dagster.resources.kafka.range_reader import RangeReader
 from kbqe_dagster.resources.kafka.native_reader import NativeRangeReader, native_range_reader
+from kbqe_dagster.resources.kafka.range_reader import RangeReader
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.native_kernel import kernel_built
 from kbqe_dagster.staging.task import stage_range
 from kbqe_dagster_tests.staging.conftest import DemoTopic
 from kbqe_dagster_tests.staging.kernel_equality import committed_records
 
-pytestmark = pytest.mark.skipif(not kernel_built(), reason="the native stage kernel is not built (no cargo)")
+pytestmark = pytest.mark.skipif(
+    not kernel_built(), reason="the native stage kernel is not built (no cargo)"
+)
 
-WAYS = {"native_consumer": (True, True), "kernel_confluent": (True, False), "python": (False, False)}
+WAYS = {
+    "native_consumer": (True, True),
+    "kernel_confluent": (True, False),
+    "python": (False, False),
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +50,21 @@ def transactional_topic(local_stack, local_endpoints) -> tuple[DemoTopic, int, i
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
     samples = sample_messages(600, register_schemas(local_endpoints.registry_url), seed=11)
     random.Random(11).shuffle(samples)  # the bad ones (listed last) spread over every transaction
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"kbqe-test-{topic}",
-                         "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"kbqe-test-{topic}", "linger.ms": 5}
+    )
     producer.init_transactions(30)
     for round_, chunk in enumerate((samples[:250], samples[250:400], samples[400:])):
         producer.begin_transaction()
         for i, sample in enumerate(chunk):
             headers = [("trace", b"t%d" % i), ("empty", None)] if i % 3 else None
-            producer.produce(topic, value=sample.value, key=sample.key if i % 5 else None,
-                             partition=0, headers=headers)
+            producer.produce(
+                topic,
+                value=sample.value,
+                key=sample.key if i % 5 else None,
+                partition=0,
+                headers=headers,
+            )
         if round_ == 1:
             producer.flush(30)  # into the log, then aborted: read_committed must skip them
             producer.abort_transaction(30)
@@ -64,7 +76,11 @@ def transactional_topic(local_stack, local_endpoints) -> tuple[DemoTopic, int, i
 
     kafka = KafkaSettings(bootstrap)
     [marks] = watermarks(kafka, topic)
-    return DemoTopic(topic, {}, kafka, RegistrySettings(local_endpoints.registry_url)), marks.high, len(samples)
+    return (
+        DemoTopic(topic, {}, kafka, RegistrySettings(local_endpoints.registry_url)),
+        marks.high,
+        len(samples),
+    )
 
 
 @pytest.mark.parametrize("end", ["high_watermark", "inside_the_aborted_gap", "mid_log"])
@@ -76,8 +92,11 @@ def test_the_native_consumer_commits_what_confluent_kafka_reads(transactional_to
     results, staged = {}, {}
     for way, (kernel, native_consumer) in WAYS.items():
         area = StagingLocation(str(tmp_path / way))
-        ctx = dataclasses.replace(demo.context(area, on_bad_input="dead_letter"),
-                                  native_kernel=kernel, native_consumer=native_consumer)
+        ctx = dataclasses.replace(
+            demo.context(area, on_bad_input="dead_letter"),
+            native_kernel=kernel,
+            native_consumer=native_consumer,
+        )
         results[way] = stage_range(ctx, OffsetRange(demo.topic, 0, 0, end_exclusive))
         staged[way] = committed_records(area)
         # A range whose log ends on a transaction marker holds fewer messages than offsets:
@@ -90,7 +109,11 @@ def test_the_native_consumer_commits_what_confluent_kafka_reads(transactional_to
         assert result.stage_path == "native", way
         assert result.reader == ("native" if way == "native_consumer" else "confluent-kafka"), way
         assert (result.committed_last, result.messages, result.records, result.dead_letters) == (
-            python.committed_last, python.messages, python.records, python.dead_letters), way
+            python.committed_last,
+            python.messages,
+            python.records,
+            python.dead_letters,
+        ), way
         assert staged[way] == staged["python"], way
     if end != "mid_log":
         # read_committed skips the aborted records: nothing of the middle transaction.

@@ -65,11 +65,19 @@ def orders(count: int, seed: int = 1) -> list[Msg]:
             "eventTime": f"2024-09-{rng.randint(1, 30):02d}T14:36:45.123+02:00[Europe/Paris]",
             "datasetName": "acme_sales", "tableName": rng.choice(["orders", "refunds"]),
             "amount": rng.random(), "tags": ["web"], "attributes": {"c": "x"},
-            "payload": {"eventTime": dt.datetime(2024, 9, 13, tzinfo=dt.timezone.utc)},
+            "payload": {"eventTime": dt.datetime(2024, 9, 13, tzinfo=dt.UTC)},
             "note": None, "createdDate": dt.date(2024, 9, 13),
         })  # fmt: skip
-        out.append(Msg("orders", 0, offset, b"\x00" + (5).to_bytes(4, "big") + body.getvalue(),
-                       key=b"k%d" % offset, headers=[("trace", b"t")]))
+        out.append(
+            Msg(
+                "orders",
+                0,
+                offset,
+                b"\x00" + (5).to_bytes(4, "big") + body.getvalue(),
+                key=b"k%d" % offset,
+                headers=[("trace", b"t")],
+            )
+        )
     return out
 
 
@@ -86,7 +94,9 @@ def pipeline(**topic):
 def test_the_benchmark_row_is_staged_by_the_kernel_into_identical_files(tmp_path):
     messages = orders(3000)
     python = stage(tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=False)
-    native = stage(tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=True, batch_size=1000)
+    native = stage(
+        tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=True, batch_size=1000
+    )
     assert_same(python, native)
     assert python.result.records == 3000 and len(python.result.files) == 2
     # The kernel is taught the schema and each route when it first stops at them (the Python
@@ -118,10 +128,16 @@ def test_every_uuid_spelling_gets_the_python_paths_verdict(tmp_path):
     for offset, spelling in enumerate(UUID_SPELLINGS * 3):
         body = io.BytesIO()
         record = fastavro.schemaless_reader(io.BytesIO(template.value()[5:]), parsed)
-        fastavro.schemaless_writer(body, parsed, {**record, "eventId": spelling, "tableName": "orders"})
-        messages.append(Msg("orders", 0, offset, b"\x00" + (5).to_bytes(4, "big") + body.getvalue()))
+        fastavro.schemaless_writer(
+            body, parsed, {**record, "eventId": spelling, "tableName": "orders"}
+        )
+        messages.append(
+            Msg("orders", 0, offset, b"\x00" + (5).to_bytes(4, "big") + body.getvalue())
+        )
     python = stage(tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=False)
-    native = stage(tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=True, batch_size=1000)
+    native = stage(
+        tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=True, batch_size=1000
+    )
     assert_same(python, native)
     assert native.kernel_messages >= 2 * 3 - 2  # both canonical spellings, after learning
     assert python.result.dead_letters  # the bad spellings are dead letters, on both paths
@@ -146,8 +162,10 @@ def test_differential_fuzz(tmp_path_factory, pytestconfig):
         staged_natively += native.kernel_messages
         records += python.result.records if python.result else 0
         total += len(case.messages)
-    print(f"kernel fuzz: {len(seeds)} scenarios, {total} messages, {records} records staged, "
-          f"{staged_natively} of them by the kernel")
+    print(
+        f"kernel fuzz: {len(seeds)} scenarios, {total} messages, {records} records staged, "
+        f"{staged_natively} of them by the kernel"
+    )
     # Most messages are adversarial (bad bodies, frames, routes, event times: the Python path's
     # verdicts); of the records that stage, the kernel must have staged most.
     assert staged_natively > records * 0.5, "the kernel staged too few records to prove anything"
@@ -166,12 +184,20 @@ def test_a_kernel_made_on_one_thread_is_dropped_cleanly_on_another(tmp_path, mon
     dropping a kernel there must neither raise nor leak it."""
     raised = []
     monkeypatch.setattr(sys, "unraisablehook", raised.append)
-    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       StagingLocation(str(tmp_path / "staging")), pipeline(), "orders",
-                       native_kernel=True)
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:9"),
+        RegistrySettings("http://127.0.0.1:9"),
+        StagingLocation(str(tmp_path / "staging")),
+        pipeline(),
+        "orders",
+        native_kernel=True,
+    )
     made = []
-    worker = threading.Thread(target=lambda: made.append(NativeStaging.for_stager(
-        RangeStager(ctx, OffsetRange("orders", 0, 0, 10), tmp_path))))
+    worker = threading.Thread(
+        target=lambda: made.append(
+            NativeStaging.for_stager(RangeStager(ctx, OffsetRange("orders", 0, 0, 10), tmp_path))
+        )
+    )
     worker.start()
     worker.join()
     assert made[0] is not None and made[0].kernel.messages == 0
@@ -182,7 +208,9 @@ def test_a_kernel_made_on_one_thread_is_dropped_cleanly_on_another(tmp_path, mon
 
 def test_messages_past_the_range_are_never_staged(tmp_path):
     messages = orders(300)
-    python = stage(tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=False, end_exclusive=170)
+    python = stage(
+        tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=False, end_exclusive=170
+    )
     native = stage(tmp_path, pipeline(), "orders", {5: BENCH_SCHEMA}, messages, native=True,
                    batch_size=100, end_exclusive=170)  # fmt: skip
     assert_same(python, native)
@@ -197,8 +225,14 @@ def _stager(tmp_path, config, **context):
     from kbqe_dagster.stagers import stager_class
     from kbqe_dagster.staging.context import StageContext
 
-    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       StagingLocation(str(tmp_path)), config, "orders", **context)
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:9"),
+        RegistrySettings("http://127.0.0.1:9"),
+        StagingLocation(str(tmp_path)),
+        config,
+        "orders",
+        **context,
+    )
     return stager_class(ctx)(ctx, OffsetRange("orders", 0, 0, 10), tmp_path)
 
 
@@ -207,13 +241,21 @@ def test_what_stays_on_the_python_path(tmp_path):
     # The run's switch (KBQE_STAGE_KERNEL where the run starts).
     assert NativeStaging.for_stager(_stager(tmp_path, pipeline(), native_kernel=False)) is None
     # A user's routing function.
-    function = pipeline(routing={"mode": "function", "function": "kbqe_dagster_tests.staging.test_native_kernel:route"})
+    function = pipeline(
+        routing={
+            "mode": "function",
+            "function": "kbqe_dagster_tests.staging.test_native_kernel:route",
+        }
+    )
     assert NativeStaging.for_stager(_stager(tmp_path, function)) is None
     # Stagers of their own: JSON values and keyed topics.
     json_topic = pipeline(format="json", schema=BENCH_SCHEMA)
     assert NativeStaging.for_stager(_stager(tmp_path, json_topic)) is None
-    keyed = pipeline(format="debezium", keyed={"key": ["id"]},
-                     routing={"mode": "static", "dataset": "acme_sales", "table": "orders"})
+    keyed = pipeline(
+        format="debezium",
+        keyed={"key": ["id"]},
+        routing={"mode": "static", "dataset": "acme_sales", "table": "orders"},
+    )
     assert NativeStaging.for_stager(_stager(tmp_path, keyed)) is None
 
 
@@ -222,15 +264,22 @@ def route(message):  # the routing function of the test above
 
 
 def test_a_schema_the_kernel_does_not_implement_stays_on_the_python_path(tmp_path):
-    schema = {**BENCH_SCHEMA, "fields": BENCH_SCHEMA["fields"] + [
-        {"name": "at", "type": {"type": "int", "logicalType": "time-millis"}}]}
+    schema = {
+        **BENCH_SCHEMA,
+        "fields": BENCH_SCHEMA["fields"]
+        + [{"name": "at", "type": {"type": "int", "logicalType": "time-millis"}}],
+    }
     parsed = fastavro.parse_schema(schema)
     messages = []
     for offset, msg in enumerate(orders(50)):
-        record = fastavro.schemaless_reader(io.BytesIO(msg.value()[5:]), fastavro.parse_schema(BENCH_SCHEMA))
+        record = fastavro.schemaless_reader(
+            io.BytesIO(msg.value()[5:]), fastavro.parse_schema(BENCH_SCHEMA)
+        )
         body = io.BytesIO()
         fastavro.schemaless_writer(body, parsed, {**record, "at": dt.time(12, 0)})
-        messages.append(Msg("orders", 0, offset, b"\x00" + (5).to_bytes(4, "big") + body.getvalue()))
+        messages.append(
+            Msg("orders", 0, offset, b"\x00" + (5).to_bytes(4, "big") + body.getvalue())
+        )
     python = stage(tmp_path, pipeline(), "orders", {5: schema}, messages, native=False)
     native = stage(tmp_path, pipeline(), "orders", {5: schema}, messages, native=True)
     assert_same(python, native)
@@ -255,5 +304,7 @@ def test_a_panic_in_the_kernel_fails_the_range_naming_where_instead_of_aborting(
 
     driver = NativeStaging.for_stager(_stager(tmp_path, pipeline()))
     driver.kernel = Panicking()
-    with pytest.raises(StageKernelError, match=r"orders\[0\] near offset 0: .*KBQE_STAGE_KERNEL=off"):
+    with pytest.raises(
+        StageKernelError, match=r"orders\[0\] near offset 0: .*KBQE_STAGE_KERNEL=off"
+    ):
         driver.stage(ListReader(orders(3), 0, 3))

@@ -24,7 +24,7 @@ from kbqe_dagster_tests.staging.avro_fuzz import (
     same,
 )
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 ORDER = {
     "type": "record", "name": "Order", "namespace": "com.acme",
     "fields": [
@@ -60,7 +60,9 @@ def fast_path(request) -> bool:
 
 
 def test_wanted_values_are_decoded_as_fastavro_does(fast_path):
-    probe = RecordProbe(ORDER, ["datasetName", "tableName", "payload.eventTime", "payload"], fast_path=fast_path)
+    probe = RecordProbe(
+        ORDER, ["datasetName", "tableName", "payload.eventTime", "payload"], fast_path=fast_path
+    )
     assert probe.probe(order()) == {
         "datasetName": "sales",
         "tableName": "orders",
@@ -75,7 +77,10 @@ def test_the_sample_schema_gets_a_fast_path():
 
 def test_a_path_through_an_untaken_union_branch_is_none(fast_path):
     probe = RecordProbe(ORDER, ["payload.eventTime", "tableName"], fast_path=fast_path)
-    assert probe.probe(order(payload=None, tableName=None)) == {"payload.eventTime": None, "tableName": None}
+    assert probe.probe(order(payload=None, tableName=None)) == {
+        "payload.eventTime": None,
+        "tableName": None,
+    }
 
 
 def test_paths_the_schema_cannot_have_are_left_out():
@@ -175,7 +180,9 @@ def test_recursive_schemas_use_the_exact_decoder():
     schema = {"type": "record", "name": "Node", "fields": [
         {"name": "value", "type": "string"}, {"name": "next", "type": ["null", "Node"]}]}  # fmt: skip
     parsed = parse(schema)[0]
-    body = encode(parsed, {"value": "a", "next": {"value": "b", "next": {"value": "c", "next": None}}})
+    body = encode(
+        parsed, {"value": "a", "next": {"value": "b", "next": {"value": "c", "next": None}}}
+    )
     probe = RecordProbe(schema, ["value", "next.value", "next"])
     assert not probe.has_fast_path
     assert probe.probe(body) == {
@@ -220,7 +227,10 @@ def test_probe_agrees_with_fastavro_on_random_schemas_values_and_corruptions(see
     parsed, named = parse(schema)
     values = ValueFactory(rng, named, ASCII_WORDS if seed % 2 else WORDS)
     paths = _paths(schema)
-    probes = [RecordProbe(schema, paths, fast_path=True), RecordProbe(schema, paths, fast_path=False)]
+    probes = [
+        RecordProbe(schema, paths, fast_path=True),
+        RecordProbe(schema, paths, fast_path=False),
+    ]
     checked = {"valid": 0, "reject": 0}
     for _ in range(12):
         body = encode(parsed, values.value(parsed))
@@ -247,7 +257,11 @@ def test_fuzzing_reaches_the_fast_path_and_its_fallback():
     parsed = parse(schema)[0]
     probe = RecordProbe(schema, ["s", "n", "u"])
     for text in ["", "short", "x" * 64, "é"]:
-        for u in [uuid.uuid4(), "0F8FAD5B-D9CB-469F-A165-70867728950E", "{0f8fad5b-d9cb-469f-a165-70867728950e}"]:
+        for u in [
+            uuid.uuid4(),
+            "0F8FAD5B-D9CB-469F-A165-70867728950E",
+            "{0f8fad5b-d9cb-469f-a165-70867728950e}",
+        ]:
             body = encode(parsed, {"s": text, "n": rng.randint(-(2**63), 2**63 - 1), "u": u})
             assert probe.probe(body) == {k: v for k, v in decode(parsed, body)[1].items()}
 
@@ -275,7 +289,10 @@ def test_arrays_of_constant_width_items_are_skipped_and_read(value, fast_path):
 def test_a_negative_block_count_with_its_byte_size_is_valid_avro(fast_path):
     # nulls: 2 items in a block written as count -2, size 0; ids: -1 item, size 4; empty map.
     body = b"\x03\x00\x00" + b"\x01\x08abcd\x00" + b"\x00"
-    assert decode(parse(ARRAYS)[0], body) == (True, {"nulls": [None, None], "ids": [b"abcd"], "scores": {}})
+    assert decode(parse(ARRAYS)[0], body) == (
+        True,
+        {"nulls": [None, None], "ids": [b"abcd"], "scores": {}},
+    )
     probe = RecordProbe(ARRAYS, ["nulls", "ids"], fast_path=fast_path)
     assert probe.probe(body) == {"nulls": [None, None], "ids": [b"abcd"]}
 

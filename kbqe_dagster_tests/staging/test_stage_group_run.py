@@ -20,14 +20,21 @@ from kbqe_dagster.staging import job as job_module
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.prepare import Preparation
 
-PIPELINE = parse_pipeline_config({
-    "version": 1,
-    "topics": [{"name": "listed", "event_time": {"fields": ["ts"]},
-                "staging": {"max_messages_per_range": 7}},
-               {"name": "listed.gone", "event_time": {"fields": ["ts"]}}],
-    "topic_patterns": [{"match": r"shop\..*", "event_time": {"fields": ["ts"]}}],
-    "allowed_destinations": ["d.*"],
-})
+PIPELINE = parse_pipeline_config(
+    {
+        "version": 1,
+        "topics": [
+            {
+                "name": "listed",
+                "event_time": {"fields": ["ts"]},
+                "staging": {"max_messages_per_range": 7},
+            },
+            {"name": "listed.gone", "event_time": {"fields": ["ts"]}},
+        ],
+        "topic_patterns": [{"match": r"shop\..*", "event_time": {"fields": ["ts"]}}],
+        "allowed_destinations": ["d.*"],
+    }
+)
 
 
 class FakeSpark:
@@ -63,8 +70,9 @@ def seams(monkeypatch, tmp_path):
         calls["watermarks"].append(list(topics))
         return {tp: PartitionWatermarks(tp[0], tp[1], 0, 10) for tp in kafka if tp[0] in topics}
 
-    def prepare_topic(store, settings, topic, *, max_messages_per_run, max_messages_per_range,
-                      start_policy, marks):
+    def prepare_topic(
+        store, settings, topic, *, max_messages_per_run, max_messages_per_range, start_policy, marks
+    ):
         calls["prepared"][topic] = (max_messages_per_range, sorted(marks))
         ranges = tuple(OffsetRange(t, p, 0, 10) for t, p in sorted(marks))
         return Preparation((), (), (), RangePlan(ranges, ()))
@@ -78,8 +86,14 @@ def seams(monkeypatch, tmp_path):
     monkeypatch.setattr(job_module, "watermarks_of", watermarks_of)
     monkeypatch.setattr(job_module, "prepare_topic", prepare_topic)
     monkeypatch.setattr(job_module, "stage_range", stage_range)
-    ctx = StageContext(KafkaSettings("127.0.0.1:1"), RegistrySettings("http://127.0.0.1:1"),
-                       StagingLocation(str(tmp_path)), PIPELINE, "listed", native_kernel=False)
+    ctx = StageContext(
+        KafkaSettings("127.0.0.1:1"),
+        RegistrySettings("http://127.0.0.1:1"),
+        StagingLocation(str(tmp_path)),
+        PIPELINE,
+        "listed",
+        native_kernel=False,
+    )
     return calls, ctx
 
 
@@ -90,13 +104,20 @@ def test_every_topic_in_one_spark_job_each_range_under_its_own_topic(seams) -> N
     summaries = job_module.run_stage_group(spark, ctx, ["listed", "shop.a"])
 
     assert calls["watermarks"] == [["listed", "shop.a"]]
-    assert calls["prepared"] == {"listed": (7, [("listed", 0)]),
-                                 "shop.a": (500_000, [("shop.a", 0), ("shop.a", 1)])}
+    assert calls["prepared"] == {
+        "listed": (7, [("listed", 0)]),
+        "shop.a": (500_000, [("shop.a", 0), ("shop.a", 1)]),
+    }
     assert spark.jobs == [3]
-    assert sorted(calls["staged"]) == [("listed", "listed"), ("shop.a", "shop.a"),
-                                       ("shop.a", "shop.a")]
+    assert sorted(calls["staged"]) == [
+        ("listed", "listed"),
+        ("shop.a", "shop.a"),
+        ("shop.a", "shop.a"),
+    ]
     assert [(s.topic, len(s.results), s.messages) for s in summaries] == [
-        ("listed", 1, 10), ("shop.a", 2, 20)]
+        ("listed", 1, 10),
+        ("shop.a", 2, 20),
+    ]
 
 
 def test_a_pattern_topic_gone_from_kafka_is_skipped(seams) -> None:
@@ -124,4 +145,5 @@ def test_a_listed_topic_kafka_does_not_hold_is_skipped_naming_it_and_the_others_
     assert "listed.gone" not in calls["prepared"]
     assert [r.getMessage() for r in caplog.records] == [
         "not staged: topic 'listed.gone' does not exist in Kafka (not created yet, or deleted);"
-        " not staged until it exists"]
+        " not staged until it exists"
+    ]

@@ -40,14 +40,21 @@ def assert_exactly_once(demo, store) -> None:
     for where, message in demo.bad.items():
         assert staged.reason_of[where] == message.expect_reason, where
     for partition, end in _ends(demo).items():
-        assert tiles(staged.done_ranges[partition], end), (partition, sorted(staged.done_ranges[partition]))
+        assert tiles(staged.done_ranges[partition], end), (
+            partition,
+            sorted(staged.done_ranges[partition]),
+        )
 
 
 def test_every_message_is_staged_once_and_a_run_with_no_new_messages_stages_nothing(
     demo_topic, gcs_staging, spark_context
 ) -> None:
     ctx = demo_topic.context(gcs_staging)
-    stage = lambda: run_stage(spark_context, ctx, max_messages_per_run=1_000_000, max_messages_per_range=500)  # noqa: E731
+
+    def stage():
+        return run_stage(
+            spark_context, ctx, max_messages_per_run=1_000_000, max_messages_per_range=500
+        )
 
     first = stage()
     assert len(first.results) == 3, "a partition's first range commits alone: it anchors the chain"
@@ -70,7 +77,9 @@ def test_skip_policy_counts_bad_input_and_writes_no_dead_letters(
     demo_topic, gcs_staging, spark_context
 ) -> None:
     ctx = demo_topic.context(gcs_staging, on_bad_input="skip")
-    summary = run_stage(spark_context, ctx, max_messages_per_run=1_000_000, max_messages_per_range=5_000)
+    summary = run_stage(
+        spark_context, ctx, max_messages_per_run=1_000_000, max_messages_per_range=5_000
+    )
     assert sum(summary.skipped.values()) == len(demo_topic.bad)
     assert summary.dead_letters == {}
     staged = read_staging(gcs_staging.open(), demo_topic.topic)
@@ -82,7 +91,9 @@ def test_fail_policy_stops_with_topic_partition_and_offset_and_commits_nothing_o
 ) -> None:
     ctx = demo_topic.context(gcs_staging, on_bad_input="fail")
     with pytest.raises(Exception) as failure:
-        run_stage(spark_context, ctx, max_messages_per_run=1_000_000, max_messages_per_range=100_000)
+        run_stage(
+            spark_context, ctx, max_messages_per_run=1_000_000, max_messages_per_range=100_000
+        )
     first_bad = min(demo_topic.bad)
     assert f"{demo_topic.topic}[{first_bad[0]}] offset" in str(failure.value)
     staged = read_staging(gcs_staging.open(), demo_topic.topic)
@@ -97,8 +108,14 @@ def _stage_all_in_child(ctx, crash_at: str) -> None:
     else:
         os.environ.pop("KBQE_CRASH_AT", None)
     store = ctx.staging.open()
-    prep = prepare_topic(store, ctx.kafka, ctx.topic_name, max_messages_per_run=1_000_000,
-                         max_messages_per_range=1_500, start_policy=ctx.start_policy)
+    prep = prepare_topic(
+        store,
+        ctx.kafka,
+        ctx.topic_name,
+        max_messages_per_run=1_000_000,
+        max_messages_per_range=1_500,
+        start_policy=ctx.start_policy,
+    )
     for rng in prep.plan.ranges:
         stage_range(ctx, rng)
 
@@ -114,7 +131,9 @@ def test_a_stage_killed_with_sigkill_and_rerun_is_still_exactly_once(
 ) -> None:
     demo = make_demo_topic(local_endpoints, count=3_000)
     ctx = demo.context(gcs_staging)
-    child = multiprocessing.get_context("spawn").Process(target=_stage_all_in_child, args=(ctx, crash_at))
+    child = multiprocessing.get_context("spawn").Process(
+        target=_stage_all_in_child, args=(ctx, crash_at)
+    )
     child.start()
     child.join(300)
     assert child.exitcode == -9, "the stage was killed mid-commit"

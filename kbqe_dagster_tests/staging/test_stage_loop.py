@@ -30,18 +30,27 @@ from kbqe_dagster.staging.loop import (
 from kbqe_dagster.staging.prepare import Preparation
 from kbqe_dagster.staging.sink import TableDelivery
 
-PIPELINE = parse_pipeline_config({
-    "version": 1,
-    "topics": [{"name": "orders", "event_time": {"fields": ["ts"]}},
-               {"name": "clicks", "event_time": {"fields": ["ts"]}}],
-    "allowed_destinations": ["d.*"],
-})
+PIPELINE = parse_pipeline_config(
+    {
+        "version": 1,
+        "topics": [
+            {"name": "orders", "event_time": {"fields": ["ts"]}},
+            {"name": "clicks", "event_time": {"fields": ["ts"]}},
+        ],
+        "allowed_destinations": ["d.*"],
+    }
+)
 
 
 @pytest.fixture
 def ctx(tmp_path) -> StageContext:
-    return StageContext(KafkaSettings("127.0.0.1:1"), RegistrySettings("http://127.0.0.1:1"),
-                        StagingLocation(str(tmp_path)), PIPELINE, "orders")
+    return StageContext(
+        KafkaSettings("127.0.0.1:1"),
+        RegistrySettings("http://127.0.0.1:1"),
+        StagingLocation(str(tmp_path)),
+        PIPELINE,
+        "orders",
+    )
 
 
 class FakeClock:
@@ -65,8 +74,9 @@ class FakeKafka:
     partitions up to them (one range per partition with something new), as run_stage_group
     does: its preparation lists the staging area for what it has committed."""
 
-    def __init__(self, clock: FakeClock, highs: dict[tuple[str, int], int],
-                 stage_seconds: float = 0.25) -> None:
+    def __init__(
+        self, clock: FakeClock, highs: dict[tuple[str, int], int], stage_seconds: float = 0.25
+    ) -> None:
         self.clock, self.highs, self.stage_seconds = clock, highs, stage_seconds
         self.staged_upto: dict[tuple[str, int], int] = {}
         self.stage_calls: list[list[str]] = []
@@ -94,8 +104,9 @@ class FakeKafka:
                 partitions.append(PartitionPlan(t, p, start, planned, (), None, 0))
                 ranges.extend(planned)
                 for rng in planned:
-                    results.append(RangeResult(t, p, rng.start, rng.last, rng.last, rng.size,
-                                               rng.size, (), 0))
+                    results.append(
+                        RangeResult(t, p, rng.start, rng.last, rng.last, rng.size, rng.size, (), 0)
+                    )
                     self.staged_upto[(t, p)] = mark.high
             prep = Preparation((), (), (), RangePlan(tuple(ranges), tuple(partitions)))
             summaries.append(StageSummary(topic, prep, tuple(results), self.stage_seconds))
@@ -106,12 +117,31 @@ def stop_after(rounds_seen: list[LoopRound], n: int):
     return lambda: "terminated" if len(rounds_seen) >= n else None
 
 
-def loop(ctx, kafka: FakeKafka, clock: FakeClock, settings=LoopSettings(), *, rounds: int,
-         topics=("orders", "clicks")):
+DEFAULT_SETTINGS = LoopSettings()
+
+
+def loop(
+    ctx,
+    kafka: FakeKafka,
+    clock: FakeClock,
+    settings=DEFAULT_SETTINGS,
+    *,
+    rounds: int,
+    topics=("orders", "clicks"),
+):
     seen: list[LoopRound] = []
-    outcome = run_stage_loop(None, ctx, topics, settings, should_stop=stop_after(seen, rounds),
-                             on_round=seen.append, stage=kafka.stage, marks_of=kafka.marks_of,
-                             clock=clock, sleep=clock.sleep)
+    outcome = run_stage_loop(
+        None,
+        ctx,
+        topics,
+        settings,
+        should_stop=stop_after(seen, rounds),
+        on_round=seen.append,
+        stage=kafka.stage,
+        marks_of=kafka.marks_of,
+        clock=clock,
+        sleep=clock.sleep,
+    )
     return outcome, seen
 
 
@@ -163,8 +193,7 @@ def test_a_round_longer_than_the_interval_is_followed_at_once(ctx):
 def test_the_loop_ends_with_max_run_s_and_starts_no_round_after_it(ctx):
     clock = FakeClock()
     kafka = FakeKafka(clock, {("orders", 0): 5})
-    outcome, seen = loop(ctx, kafka, clock, LoopSettings(interval_s=1.0, max_run_s=3.5),
-                         rounds=100)
+    outcome, seen = loop(ctx, kafka, clock, LoopSettings(interval_s=1.0, max_run_s=3.5), rounds=100)
     assert outcome.stopped_because == MAX_RUN_S
     assert len(seen) == outcome.rounds == 4  # rounds at 0, 1, 2 and 3 s; none at 4 s
 
@@ -172,9 +201,17 @@ def test_the_loop_ends_with_max_run_s_and_starts_no_round_after_it(ctx):
 def test_should_stop_is_asked_before_the_first_round(ctx):
     clock = FakeClock()
     kafka = FakeKafka(clock, {("orders", 0): 5})
-    outcome = run_stage_loop(None, ctx, ["orders"], LoopSettings(),
-                             should_stop=lambda: "config_changed", stage=kafka.stage,
-                             marks_of=kafka.marks_of, clock=clock, sleep=clock.sleep)
+    outcome = run_stage_loop(
+        None,
+        ctx,
+        ["orders"],
+        LoopSettings(),
+        should_stop=lambda: "config_changed",
+        stage=kafka.stage,
+        marks_of=kafka.marks_of,
+        clock=clock,
+        sleep=clock.sleep,
+    )
     assert (outcome.rounds, outcome.stopped_because, outcome.summaries) == (0, "config_changed", ())
     assert kafka.marks_reads == 0
 
@@ -200,27 +237,46 @@ def test_a_failed_stage_fails_the_loop_after_on_round_saw_the_earlier_rounds(ctx
 
     seen: list[LoopRound] = []
     with pytest.raises(StagingError, match=r"orders\[0\] 5..6"):
-        run_stage_loop(None, ctx, ["orders"], LoopSettings(), should_stop=lambda: None,
-                       on_round=seen.append, stage=stage, marks_of=kafka.marks_of,
-                       clock=clock, sleep=clock.sleep)
+        run_stage_loop(
+            None,
+            ctx,
+            ["orders"],
+            LoopSettings(),
+            should_stop=lambda: None,
+            on_round=seen.append,
+            stage=stage,
+            marks_of=kafka.marks_of,
+            clock=clock,
+            sleep=clock.sleep,
+        )
     assert [r.idle for r in seen] == [False, True]
 
 
 def test_positions_are_vouched_by_committed_ranges_or_an_empty_plan():
     def summary(partitions, results):
         ranges = tuple(r for p in partitions for r in p.ranges)
-        return StageSummary("t", Preparation((), (), (), RangePlan(ranges, tuple(partitions))),
-                            tuple(results), 0.0)
+        return StageSummary(
+            "t", Preparation((), (), (), RangePlan(ranges, tuple(partitions))), tuple(results), 0.0
+        )
 
     nothing_new = PartitionPlan("t", 0, 40, (), (), None, 0)
     committed = PartitionPlan("t", 1, 10, (OffsetRange("t", 1, 10, 20),), (), None, 0)
     short = PartitionPlan("t", 2, 0, (OffsetRange("t", 2, 0, 9),), (), None, 0)
     read_nothing = PartitionPlan("t", 3, 0, (OffsetRange("t", 3, 0, 9),), (), None, 0)
-    positions = staged_positions([summary(
-        [nothing_new, committed, short, read_nothing],
-        [RangeResult("t", 1, 10, 19, 19, 10, 10, (), 0),
-         RangeResult("t", 2, 0, 8, 4, 5, 5, (), 0),  # the reader stopped at 4: 5.. next round
-         RangeResult("t", 3, 0, 8, None, 0, 0, (), 0)])])
+    positions = staged_positions(
+        [
+            summary(
+                [nothing_new, committed, short, read_nothing],
+                [
+                    RangeResult("t", 1, 10, 19, 19, 10, 10, (), 0),
+                    RangeResult(
+                        "t", 2, 0, 8, 4, 5, 5, (), 0
+                    ),  # the reader stopped at 4: 5.. next round
+                    RangeResult("t", 3, 0, 8, None, 0, 0, (), 0),
+                ],
+            )
+        ]
+    )
     assert positions == {("t", 0): 40, ("t", 1): 20, ("t", 2): 5}
     marks = {("t", 0): Watermarks(0, 40), ("t", 1): Watermarks(0, 20)}
     assert due_topics(["t"], marks, positions) == []
@@ -228,16 +284,31 @@ def test_positions_are_vouched_by_committed_ranges_or_an_empty_plan():
 
 
 def _delivered(first_row: int, rows: int, day: str, stream: str = "s0") -> TableDelivery:
-    return TableDelivery("d", "t", stream, first_row, rows, rows + 1, 1, rows * 10,
-                         ((day, rows + 1),), 1, 0)
+    return TableDelivery(
+        "d", "t", stream, first_row, rows, rows + 1, 1, rows * 10, ((day, rows + 1),), 1, 0
+    )
 
 
 def _round(partition: int, start: int, last: int, *deliveries: TableDelivery) -> StageSummary:
-    result = RangeResult("orders", partition, start, last, last, last - start + 1,
-                         last - start + 1, (), 0, dead_letters={"refused": 1} if deliveries else {},
-                         delivered=deliveries)
-    prep = Preparation((), (), ("orders/README",),
-                       RangePlan((), (PartitionPlan("orders", partition, start, (), (), None, 0),)))
+    result = RangeResult(
+        "orders",
+        partition,
+        start,
+        last,
+        last,
+        last - start + 1,
+        last - start + 1,
+        (),
+        0,
+        dead_letters={"refused": 1} if deliveries else {},
+        delivered=deliveries,
+    )
+    prep = Preparation(
+        (),
+        (),
+        ("orders/README",),
+        RangePlan((), (PartitionPlan("orders", partition, start, (), (), None, 0),)),
+    )
     return StageSummary("orders", prep, (result,), 0.5)
 
 
@@ -253,21 +324,30 @@ def test_folded_rounds_have_one_range_and_one_delivery_per_contiguous_run():
     ]
     [folded] = fold_rounds(rounds)
     assert [(r.partition, r.start, r.committed_last) for r in folded.results] == [
-        (0, 0, 39), (1, 0, 4), (1, 7, 9)]
+        (0, 0, 39),
+        (1, 0, 4),
+        (1, 7, 9),
+    ]
     p0 = folded.results[0]
     assert (p0.messages, p0.dead_letters) == (40, {"refused": 4})
-    assert [(d.stream, d.first_row, d.rows, d.records, d.bytes, d.days, d.requests)
-            for d in p0.delivered] == [
+    assert [
+        (d.stream, d.first_row, d.rows, d.records, d.bytes, d.days, d.requests)
+        for d in p0.delivered
+    ] == [
         ("s0", 0, 27, 30, 270, (("2026-11-24", 10), ("2026-11-25", 20)), 3),
-        ("s1", 0, 9, 10, 90, (("2026-11-25", 10),), 1)]
+        ("s1", 0, 9, 10, 90, (("2026-11-25", 10),), 1),
+    ]
     assert folded.records == sum(s.records for s in rounds)
     assert folded.seconds == 3.0
     assert folded.preparation.unrecognized == ("orders/README",)
 
 
 def test_a_rounds_lag_is_what_kafka_held_beyond_the_positions_staged():
-    marks = {("orders", 0): Watermarks(0, 12), ("orders", 1): Watermarks(3, 7),
-             ("clicks", 0): Watermarks(0, 1)}
+    marks = {
+        ("orders", 0): Watermarks(0, 12),
+        ("orders", 1): Watermarks(3, 7),
+        ("clicks", 0): Watermarks(0, 1),
+    }
     r = LoopRound(1, 0.0, 0.0, (), marks, {("orders", 0): 10})
     assert r.lag("orders") == {0: 2, 1: 4}
     assert r.lag("clicks") == {0: 1}

@@ -10,8 +10,12 @@ from kbqe_dagster.staging.workdirs import WORKDIR_PREFIX, remove_abandoned_workd
 
 
 def test_dirs_of_dead_processes_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     abandoned = tmp_path / f"{WORKDIR_PREFIX}{dead}-0-100-abc"
     live = tmp_path / f"{WORKDIR_PREFIX}1-0-100-abc"  # pid 1 is always alive
     ours = tmp_path / f"{WORKDIR_PREFIX}{__import__('os').getpid()}-0-5-xyz"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, SchemaReference
 
@@ -11,8 +12,11 @@ class FakeSchemaRegistry:
     """``SchemaLookup`` at the registry boundary: fixed schemas under fixed ids, counting the
     ids asked (and the references asked, for Protobuf imports)."""
 
-    def __init__(self, schemas: Mapping[int, RegisteredSchema],
-                 references: Mapping[tuple[str, int], RegisteredSchema] | None = None) -> None:
+    def __init__(
+        self,
+        schemas: Mapping[int, RegisteredSchema],
+        references: Mapping[tuple[str, int], RegisteredSchema] | None = None,
+    ) -> None:
         self.schemas = dict(schemas)
         self.by_reference = dict(references or {})
         self.asked: list[int] = []

@@ -11,8 +11,9 @@ kbqe_dagster_tests/delivery/test_storage_write_on_local_stack.py.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -74,13 +75,17 @@ class FakeStorageWriter:
         self.calls.append(("append", (stream, offset, len(rows.rows))))
         try:
             if offset is not None and offset < len(target.rows):
-                return AppendOutcome("already_exists", f"Offset {offset} already committed; "
-                                     f"next expected {len(target.rows)}")
+                return AppendOutcome(
+                    "already_exists",
+                    f"Offset {offset} already committed; next expected {len(target.rows)}",
+                )
             if offset is not None and offset > len(target.rows):
-                return AppendOutcome("out_of_range", f"offset {offset} is beyond the end "
-                                     f"{len(target.rows)}")
-            errors = tuple((i, why) for i, row in enumerate(rows.rows)
-                           if (why := self.refuse(row)) is not None)
+                return AppendOutcome(
+                    "out_of_range", f"offset {offset} is beyond the end {len(target.rows)}"
+                )
+            errors = tuple(
+                (i, why) for i, row in enumerate(rows.rows) if (why := self.refuse(row)) is not None
+            )
             if errors:
                 return AppendOutcome("rows_refused", "invalid rows", errors)
             target.rows.extend(rows.rows)
@@ -143,15 +148,27 @@ class FakeTableKeeper:
     def ensure(self, dataset: str, table: str, file_schema: dict, layout: Any) -> None:
         self.ensured.append((dataset, table, tuple(f["name"] for f in file_schema["fields"])))
 
-    def offsets_present(self, dataset: str, table: str, columns: tuple[str, str, str],
-                        topic: str, partition: int, first: int, last: int) -> frozenset[int]:
+    def offsets_present(
+        self,
+        dataset: str,
+        table: str,
+        columns: tuple[str, str, str],
+        topic: str,
+        partition: int,
+        first: int,
+        last: int,
+    ) -> frozenset[int]:
         """The table's rows are the writer's (every stream's, gone ones included)."""
         self.asked.append((dataset, table, partition, first, last))
         topic_col, partition_col, offset_col = columns
         rows = self.writer.table_rows(dataset, table) if self.writer else []
-        return frozenset(int(r[offset_col]) for r in rows
-                         if r.get(topic_col) == topic and int(r[partition_col]) == partition
-                         and first <= int(r[offset_col]) <= last)
+        return frozenset(
+            int(r[offset_col])
+            for r in rows
+            if r.get(topic_col) == topic
+            and int(r[partition_col]) == partition
+            and first <= int(r[offset_col]) <= last
+        )
 
 
 @dataclass(frozen=True)
@@ -172,8 +189,9 @@ class FakeKeeperSettings:
         return _keepers[self.name]
 
 
-def fake_storage_write(name: str, writer: FakeStorageWriter | None = None
-                       ) -> tuple[FakeWriterSettings, FakeKeeperSettings]:
+def fake_storage_write(
+    name: str, writer: FakeStorageWriter | None = None
+) -> tuple[FakeWriterSettings, FakeKeeperSettings]:
     """Settings for a new in-memory writer and keeper registered under ``name`` (unique per
     test: the delivery sink keeps a writer per settings for the process)."""
     _writers[name] = writer or FakeStorageWriter()

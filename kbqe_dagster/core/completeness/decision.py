@@ -61,10 +61,11 @@ state is the systems side's job.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.record.partitioning import (
@@ -100,9 +101,9 @@ class Unit:
     def newest_ending_by(self, instant: datetime) -> Period:
         """The newest period whose end is at or before ``instant``."""
         if self.hourly:
-            floor = instant.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+            floor = instant.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
             return floor - HOUR
-        return instant.astimezone(timezone.utc).date() - DAY
+        return instant.astimezone(UTC).date() - DAY
 
     def next(self, period: Period) -> Period:
         return period + (HOUR if self.hourly else DAY)
@@ -122,14 +123,14 @@ class Unit:
         if newest is None:
             return False
         if self.hourly:
-            return _as_hour(newest) >= datetime.combine(day, time(23), tzinfo=timezone.utc)
+            return _as_hour(newest) >= datetime.combine(day, time(23), tzinfo=UTC)
         return newest >= day
 
 
 def _as_hour(period: Period) -> datetime:
     if isinstance(period, datetime):
         return period
-    return datetime.combine(period, time(0), tzinfo=timezone.utc)
+    return datetime.combine(period, time(0), tzinfo=UTC)
 
 
 DAY_UNIT = Unit()
@@ -176,11 +177,11 @@ COMPLETENESS_SPEC: dict[str, r.Converter] = {
 
 def day_end(day: date) -> datetime:
     """The instant a DAY partition ends: the next day's 00:00 UTC."""
-    return datetime.combine(day + DAY, time(0), tzinfo=timezone.utc)
+    return datetime.combine(day + DAY, time(0), tzinfo=UTC)
 
 
 def day_start(day: date) -> datetime:
-    return datetime.combine(day, time(0), tzinfo=timezone.utc)
+    return datetime.combine(day, time(0), tzinfo=UTC)
 
 
 # --- one partition ---------------------------------------------------------------------------
@@ -273,10 +274,14 @@ class HeldBackBy:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "topic": self.topic, "partition": self.partition,
-            "behind_messages": self.behind_messages, "behind_seconds": self.behind_seconds,
-            "loaded_offset": self.loaded_offset, "staged_offset": self.staged_offset,
-            "high_watermark": self.high_watermark, "waiting_for": self.waiting_for,
+            "topic": self.topic,
+            "partition": self.partition,
+            "behind_messages": self.behind_messages,
+            "behind_seconds": self.behind_seconds,
+            "loaded_offset": self.loaded_offset,
+            "staged_offset": self.staged_offset,
+            "high_watermark": self.high_watermark,
+            "waiting_for": self.waiting_for,
         }
 
 
@@ -301,8 +306,11 @@ class TableCompleteness:
 
 
 def decide(
-    table: str, progress: Sequence[PartitionProgress], unit: Unit = DAY_UNIT,
-    *, declared: Period | None = None,
+    table: str,
+    progress: Sequence[PartitionProgress],
+    unit: Unit = DAY_UNIT,
+    *,
+    declared: Period | None = None,
 ) -> TableCompleteness:
     """The newest complete partition (``unit``: day or hour) of ``table`` from its feeding
     partitions' progress, never earlier than ``declared`` (the newest one already declared
@@ -328,8 +336,15 @@ def decide(
     else:
         next_day = unit.next(unit.newest_ending_by(min(known))) if known else None
     held = tuple(
-        HeldBackBy(p.topic, p.partition, p.behind_messages, _behind_seconds(p, next_day, unit),
-                   p.loaded_offset, p.staged_offset, p.high_watermark)
+        HeldBackBy(
+            p.topic,
+            p.partition,
+            p.behind_messages,
+            _behind_seconds(p, next_day, unit),
+            p.loaded_offset,
+            p.staged_offset,
+            p.high_watermark,
+        )
         for p in sorted(progress, key=lambda p: (p.topic, p.partition))
         if not p.caught_up
         and (p.complete_until is None if next_day is None else p.holds_back(next_day, unit))
@@ -398,7 +413,7 @@ def loaded_position(chain: Sequence[RangeFacts], *, start: int = 0) -> LoadedPos
     starts += [r.event_hour for r in loaded if r.event_hour is not None]
     return LoadedPosition(
         offset,
-        datetime.fromtimestamp(max(kafka) / 1000, timezone.utc) if kafka else None,
+        datetime.fromtimestamp(max(kafka) / 1000, UTC) if kafka else None,
         max(starts) if starts else None,
         tuple(loaded),
     )

@@ -26,9 +26,10 @@ late records are counted per hour, and a mark also keeps the event time to the h
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
-from typing import Any, Mapping
+from datetime import UTC, date, datetime
+from typing import Any
 
 from kbqe_dagster.core.completeness.decision import (
     DAY_UNIT,
@@ -51,10 +52,7 @@ def late_records(
     (``complete_through`` or older)."""
     if complete_through is None:
         return {}
-    return {
-        d: n for d, n in sorted(days.items())
-        if n and unit.parse(d) <= complete_through
-    }
+    return {d: n for d, n in sorted(days.items()) if n and unit.parse(d) <= complete_through}
 
 
 @dataclass(frozen=True)
@@ -111,7 +109,7 @@ def _period_doc(period: Period | None) -> str | None:
     if period is None:
         return None
     if isinstance(period, datetime):
-        return period.astimezone(timezone.utc).strftime("%Y-%m-%dT%H")
+        return period.astimezone(UTC).strftime("%Y-%m-%dT%H")
     return period.isoformat()
 
 
@@ -136,17 +134,25 @@ def parse_state(content: bytes | None, name: str = "_kbqe/completeness.json") ->
         doc = json.loads(content)
         if doc.get("kbqe_completeness") != STATE_VERSION:
             raise ValueError(f"version {doc.get('kbqe_completeness')!r}")
-        return CompletenessState({
-            table: TableMark(
-                _opt_date(t.get("newest_complete")),
-                {str(d): int(n) for d, n in t.get("late_after_complete", {}).items()},
-                {_tp(k): PartitionMark(int(v["loaded_offset"]), v.get("kafka_time_ms"),
-                                       _opt_date(v.get("event_day")), v.get("event_time_ms"),
-                                       v.get("caught_up_at_ms"))
-                 for k, v in t.get("partitions", {}).items()},
-            )
-            for table, t in doc["tables"].items()
-        })
+        return CompletenessState(
+            {
+                table: TableMark(
+                    _opt_date(t.get("newest_complete")),
+                    {str(d): int(n) for d, n in t.get("late_after_complete", {}).items()},
+                    {
+                        _tp(k): PartitionMark(
+                            int(v["loaded_offset"]),
+                            v.get("kafka_time_ms"),
+                            _opt_date(v.get("event_day")),
+                            v.get("event_time_ms"),
+                            v.get("caught_up_at_ms"),
+                        )
+                        for k, v in t.get("partitions", {}).items()
+                    },
+                )
+                for table, t in doc["tables"].items()
+            }
+        )
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         raise StagingError(f"{name}: not a readable completeness state: {error}") from error
 
@@ -169,6 +175,7 @@ def with_mark(position: LoadedPosition, mark: PartitionMark | None) -> LoadedPos
     moment the partition was last seen caught up."""
     if mark is None or mark.loaded_offset > position.offset:
         return position
+
     def kept(ms: int | None) -> datetime | None:
         return None if ms is None else _instant(ms)
 
@@ -187,7 +194,7 @@ def _later(a: datetime | None, b: datetime | None) -> datetime | None:
 
 
 def _instant(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def mark_of(position: LoadedPosition, caught_up_at: datetime | None = None) -> PartitionMark:
@@ -201,7 +208,7 @@ def mark_of(position: LoadedPosition, caught_up_at: datetime | None = None) -> P
         position.offset,
         int(position.kafka_time.timestamp() * 1000) if position.kafka_time else None,
         event.date() if event else None,
-        int(event.timestamp() * 1000) if finer else None,
+        int(event.timestamp() * 1000) if finer and event else None,
         int(max(idle).timestamp() * 1000) if idle else None,
     )
 
@@ -233,4 +240,3 @@ def merge_counts(*counts: Mapping[str, int]) -> dict[str, int]:
 def newest_of(*days: Period | None) -> Period | None:
     known = [d for d in days if d is not None]
     return max(known) if known else None
-

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.config.topics import TopicConfig
@@ -62,14 +63,19 @@ def template_problem(template: str) -> str | None:
     """Why ``template`` is not a valid table template, or None: ``{topic}`` is the one
     placeholder, and braces are for nothing else."""
     try:
-        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template)
-                  if name is not None]
+        fields = [
+            (name, spec, conv)
+            for _, name, spec, conv in string.Formatter().parse(template)
+            if name is not None
+        ]
     except ValueError as error:
         return f"not a valid table template: {error}"
     unknown = sorted({name for name, _, _ in fields if name != "topic"})
     if unknown:
-        return (f"unknown placeholder {{{unknown[0]}}}; the only placeholder is {TOPIC_PLACEHOLDER}"
-                " (the topic name with dots as underscores)")
+        return (
+            f"unknown placeholder {{{unknown[0]}}}; the only placeholder is {TOPIC_PLACEHOLDER}"
+            " (the topic name with dots as underscores)"
+        )
     if any(spec or conv for _, spec, conv in fields):
         return f"{TOPIC_PLACEHOLDER} takes no format spec or conversion"
     return None
@@ -113,8 +119,8 @@ class TopicPattern:
     """Whether internal topics (``_*``, Connect's storage topics) may match."""
     table_template: str | None = None
     """A static route's ``table`` holding ``{topic}``, or None (the table is literal)."""
-    _match_re: re.Pattern = field(init=False, repr=False, compare=False)
-    _exclude_re: tuple[re.Pattern, ...] = field(init=False, repr=False, compare=False)
+    _match_re: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    _exclude_re: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_match_re", re.compile(self.match))
@@ -211,8 +217,9 @@ def read_topic_patterns(
     settings_keys = tuple(k for k in topic_keys if k != "name")
     patterns = []
     for index, item in enumerate(raw):
-        pattern = _read_pattern(item, index, settings_keys, dead_letter_dataset, problems,
-                                build_topic)
+        pattern = _read_pattern(
+            item, index, settings_keys, dead_letter_dataset, problems, build_topic
+        )
         if pattern is not None:
             patterns.append(pattern)
     return tuple(patterns)
@@ -225,10 +232,10 @@ def _read_pattern(
     path = f"topic_patterns[{index}]"
     before = len(problems.items)
     keys = PATTERN_OWN_KEYS + settings_keys
-    section = r.read_section(raw, path, {k: _identity for k in keys}, problems,
-                             required=("match",))
-    own = r.read_section({k: v for k, v in section.items() if k in PATTERN_OWN_KEYS}, path,
-                         _OWN_SPEC, problems)
+    section = r.read_section(raw, path, {k: _identity for k in keys}, problems, required=("match",))
+    own = r.read_section(
+        {k: v for k, v in section.items() if k in PATTERN_OWN_KEYS}, path, _OWN_SPEC, problems
+    )
     settings = {k: v for k, v in section.items() if k not in PATTERN_OWN_KEYS}
     template = _table_template(settings, path, problems)
     if template is not None:
@@ -240,8 +247,14 @@ def _read_pattern(
     prototype = build_topic({**settings, "name": _PROTOTYPE_NAME}, path)
     if prototype is None or "match" not in own or len(problems.items) > before:
         return None
-    return TopicPattern(index, own["match"], prototype, own.get("exclude", ()),
-                        own.get("include_internal", False), template)
+    return TopicPattern(
+        index,
+        own["match"],
+        prototype,
+        own.get("exclude", ()),
+        own.get("include_internal", False),
+        template,
+    )
 
 
 def _identity(value: Any) -> Any:
@@ -253,7 +266,7 @@ def _table_template(settings: Mapping[str, Any], path: str, problems: r.Problems
     routing = settings.get("routing")
     if not isinstance(routing, Mapping) or not isinstance(routing.get("table"), str):
         return None
-    table = routing["table"]
+    table: str = routing["table"]
     if "{" not in table and "}" not in table:
         return None
     problem = template_problem(table)

@@ -55,14 +55,22 @@ errors with a did-you-mean, a key repeated in one mapping an error naming both l
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.completeness.decision import COMPLETENESS_SPEC, CompletenessSettings
+from kbqe_dagster.core.config.discovery import (
+    TopicPattern,
+    internal_topics,
+    pattern_for,
+    read_topic_patterns,
+    resolve_topics,
+)
 from kbqe_dagster.core.config.sections import (
     DEAD_LETTER_SPEC,
     ENRICHMENT_SPEC,
@@ -70,16 +78,19 @@ from kbqe_dagster.core.config.sections import (
     LOAD_SPEC,
     NOTIFICATION_SPEC,
     RETENTION_SPEC,
+    STAGE_RUNS_SPEC,
     STAGING_SPEC,
     BadInputPolicy,
     DeadLetterDestination,
     LoadSettings,
     NotificationSettings,
     RetentionSettings,
+    StageRunSettings,
     StagingSettings,
     cadence_quota_verdict,
     jobs_per_table_per_day,
 )
+from kbqe_dagster.core.config.table_layout import TableLayout, table_layout
 from kbqe_dagster.core.config.topics import (
     BAD_INPUT_POLICY,
     PATTERN_TOPIC_KEYS,
@@ -88,19 +99,11 @@ from kbqe_dagster.core.config.topics import (
     read_topic,
     read_topics,
 )
-from kbqe_dagster.core.config.table_layout import TableLayout, table_layout
 from kbqe_dagster.core.config.yaml_file import load_yaml
-from kbqe_dagster.core.config.discovery import (
-    TopicPattern,
-    internal_topics,
-    pattern_for,
-    read_topic_patterns,
-    resolve_topics,
-)
-from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.protocol.offsets import MARKER_DATASET
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.record.partitioning import (
     Delivery,
     Partitioning,
@@ -108,7 +111,6 @@ from kbqe_dagster.core.record.partitioning import (
     read_tables,
 )
 from kbqe_dagster.core.record.routing import AllowList, Router, allow_pattern_problem
-from kbqe_dagster.core.config.sections import STAGE_RUNS_SPEC, StageRunSettings
 
 __all__ = [
     "BadInputPolicy",
@@ -134,6 +136,8 @@ _TOP_KEYS = (
     "staging", "dead_letter", "enrichment", "load", "retention", "notifications", "completeness",
     "tables", "stage_runs",
 )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """The validated pipeline file."""
@@ -179,10 +183,13 @@ class PipelineConfig:
     def table_layout(self, dataset: str, table: str) -> TableLayout:
         """How ``dataset.table`` is laid out in BigQuery: partitioning and its column,
         clustering, offset columns (core/config/table_layout.py)."""
-        return table_layout(self.enrichment, self.partitioning(dataset, table),
-                            dead_letter=self.is_dead_letter_table(dataset, table),
-                            changelog=self.is_changelog_table(dataset, table),
-                            delivery=self.delivery(dataset, table))
+        return table_layout(
+            self.enrichment,
+            self.partitioning(dataset, table),
+            dead_letter=self.is_dead_letter_table(dataset, table),
+            changelog=self.is_changelog_table(dataset, table),
+            delivery=self.delivery(dataset, table),
+        )
 
     def delivery(self, dataset: str, table: str, topic: str | None = None) -> Delivery:
         """How ``dataset.table``'s rows reach BigQuery: its ``tables:`` entry, else the
@@ -198,8 +205,11 @@ class PipelineConfig:
             if (dataset, table) in {(d.dataset, d.table) for d in t.static_destinations}:
                 return t.delivery
             static = t.routing.static_destination
-            if t.keyed and static and (dataset, table) == (static.dataset,
-                                                           changelog_table(static.table)):
+            if (
+                t.keyed
+                and static
+                and (dataset, table) == (static.dataset, changelog_table(static.table))
+            ):
                 return t.delivery  # a keyed topic writes its changelog
         return Delivery.LOAD
 
@@ -216,8 +226,9 @@ class PipelineConfig:
             return True  # routing names tables per record: any storage_write table may be one
         if config.keyed:  # its rows go to the changelog, never to the current table
             statics = tuple(d._replace(table=changelog_table(d.table)) for d in statics)
-        return any(self.delivery(d.dataset, d.table, topic) is Delivery.STORAGE_WRITE
-                   for d in statics)
+        return any(
+            self.delivery(d.dataset, d.table, topic) is Delivery.STORAGE_WRITE for d in statics
+        )
 
     def topic_may_write_hourly(self, topic: str) -> bool:
         """Whether any destination ``topic`` may write is HOUR-partitioned: its static table,
@@ -236,7 +247,8 @@ class PipelineConfig:
         """``(dataset, table)`` of every keyed topic's changelog (core/keyed/contract.py)."""
         return frozenset(
             (d.dataset, changelog_table(d.table))
-            for t in self.topics if t.keyed and (d := t.routing.static_destination)
+            for t in self.topics
+            if t.keyed and (d := t.routing.static_destination)
         )
 
     def is_changelog_table(self, dataset: str, table: str) -> bool:
@@ -244,7 +256,8 @@ class PipelineConfig:
         :attr:`topics`, or of one a keyed pattern may take (a topic created since the
         topics were discovered still gets its changelog clustered from its first load)."""
         return (dataset, table) in self.changelog_tables or any(
-            p.makes_changelog(dataset, table) for p in self.topic_patterns)
+            p.makes_changelog(dataset, table) for p in self.topic_patterns
+        )
 
     def topic(self, name: str) -> TopicConfig:
         """The configuration of topic ``name``: listed or discovered, else resolved through
@@ -279,8 +292,9 @@ class PipelineConfig:
             return self
         listed = tuple(t for t in self.topics if t.pattern is None)
         topics = resolve_topics(listed, self.topic_patterns, names)
-        found = [(t, d) for t in topics
-                 if t.pattern is not None and (d := t.routing.static_destination)]
+        found = [
+            (t, d) for t in topics if t.pattern is not None and (d := t.routing.static_destination)
+        ]
         statics = tuple(f"{d.dataset}.{d.table}" for _, d in found)
         # A keyed topic's loads go to its changelog table, declared with it (as in parsing).
         statics += tuple(f"{d.dataset}.{changelog_table(d.table)}" for t, d in found if t.keyed)
@@ -334,9 +348,14 @@ def parse_pipeline_config(
         on_bad_input=r.read_value(
             top, "on_bad_input", BAD_INPUT_POLICY, BadInputPolicy.DEAD_LETTER, problems
         ),
-        staging=r.build_section(StagingSettings(), top.get("staging"), "staging", STAGING_SPEC, problems),
+        staging=r.build_section(
+            StagingSettings(), top.get("staging"), "staging", STAGING_SPEC, problems
+        ),
         completeness=r.build_section(
-            CompletenessSettings(), top.get("completeness"), "completeness", COMPLETENESS_SPEC,
+            CompletenessSettings(),
+            top.get("completeness"),
+            "completeness",
+            COMPLETENESS_SPEC,
             problems,
         ),
         base_dir=Path(source).parent if source != "<config>" else None,
@@ -345,11 +364,20 @@ def parse_pipeline_config(
         DeadLetterDestination(), top.get("dead_letter"), "dead_letter", DEAD_LETTER_SPEC, problems
     )
     patterns = read_topic_patterns(
-        top.get("topic_patterns"), PATTERN_TOPIC_KEYS, dead_letter.dataset, problems,
+        top.get("topic_patterns"),
+        PATTERN_TOPIC_KEYS,
+        dead_letter.dataset,
+        problems,
         build_topic=lambda section, path: read_topic(section, path, defaults, allowed, problems),
     )
-    topics = read_topics(top.get("topics"), defaults, allowed, dead_letter, problems,
-                     required=not patterns and "topic_patterns" not in top)
+    topics = read_topics(
+        top.get("topics"),
+        defaults,
+        allowed,
+        dead_letter,
+        problems,
+        required=not patterns and "topic_patterns" not in top,
+    )
     enrichment = r.build_section(
         EnrichmentConfig(), top.get("enrichment"), "enrichment", ENRICHMENT_SPEC, problems
     )
@@ -358,7 +386,10 @@ def parse_pipeline_config(
         RetentionSettings(), top.get("retention"), "retention", RETENTION_SPEC, problems
     )
     notifications = r.build_section(
-        NotificationSettings(), top.get("notifications"), "notifications", NOTIFICATION_SPEC,
+        NotificationSettings(),
+        top.get("notifications"),
+        "notifications",
+        NOTIFICATION_SPEC,
         problems,
     )
     tables = read_tables(top.get("tables"), problems)
@@ -378,13 +409,15 @@ def parse_pipeline_config(
     warnings = (f"load.cadence {warning}",) if warning else ()
     if problems:
         listed = "\n".join(f"  - {item}" for item in problems.items)
-        raise ConfigError(f"{source}: {len(problems.items)} problem(s):\n{listed}",
-                          tuple(problems.located))
+        raise ConfigError(
+            f"{source}: {len(problems.items)} problem(s):\n{listed}", tuple(problems.located)
+        )
     statics = tuple(f"{d.dataset}.{d.table}" for t in topics for d in t.static_destinations)
     # A keyed topic's loads go to its changelog table (core/keyed/contract.py), declared with it.
     statics += tuple(
         f"{d.dataset}.{changelog_table(d.table)}"
-        for t in topics if t.keyed and (d := t.routing.static_destination)
+        for t in topics
+        if t.keyed and (d := t.routing.static_destination)
     )
     for warning in warnings:
         log.warning("%s: %s", source, warning)
@@ -412,8 +445,11 @@ def _check_tables(
     a table that must stay DAY (the dead letters; keyed topics' tables)."""
     # Static routes declare their tables: (dataset, table) -> (who, keyed); a pattern's
     # templated table may be any table of its dataset.
-    statics = {d: (repr(t.name), t.keyed is not None)
-               for t in topics if (d := t.routing.static_destination) is not None}
+    statics = {
+        d: (repr(t.name), t.keyed is not None)
+        for t in topics
+        if (d := t.routing.static_destination) is not None
+    }
     templated: dict[str, tuple[str, bool]] = {}
     for p in patterns:
         if (d := p.prototype.routing.static_destination) is None:
@@ -430,21 +466,33 @@ def _check_tables(
         if table == "*":
             if dataset not in wild and dataset not in templated:
                 problems.add(f"tables.{key}", f"dataset.* needs the allow-list entry {key!r}")
-        elif not allowed.allows(dataset, table) and (dataset, table) not in statics \
-                and dataset not in templated and (dataset, table) not in changelogs \
-                and not dead_letter.is_table(dataset, table):
-            problems.add(f"tables.{key}", "not a destination of this pipeline (not in "
-                         "allowed_destinations and no static route names it)")
+        elif (
+            not allowed.allows(dataset, table)
+            and (dataset, table) not in statics
+            and dataset not in templated
+            and (dataset, table) not in changelogs
+            and not dead_letter.is_table(dataset, table)
+        ):
+            problems.add(
+                f"tables.{key}",
+                "not a destination of this pipeline (not in "
+                "allowed_destinations and no static route names it)",
+            )
         if settings.delivery is Delivery.STORAGE_WRITE:
             _check_storage_write(key, dataset, table, statics, templated, dead_letter, problems)
         if settings.partitioning is not Partitioning.HOUR:
             continue
         if _covers_dead_letter(dataset, table, dead_letter):
-            problems.add(f"tables.{key}.partitioning", "the dead-letter table is DAY-partitioned "
-                         "on its staging date")
-        for who in _keyed_topics_covered(dataset, table, statics, templated)[:1]:
-            problems.add(f"tables.{key}.partitioning", f"covers the tables of keyed topic {who}: "
-                         "keyed tables are DAY-partitioned (the MERGE prunes by date)")
+            problems.add(
+                f"tables.{key}.partitioning",
+                "the dead-letter table is DAY-partitioned on its staging date",
+            )
+        for keyed in _keyed_topics_covered(dataset, table, statics, templated)[:1]:
+            problems.add(
+                f"tables.{key}.partitioning",
+                f"covers the tables of keyed topic {keyed}: "
+                "keyed tables are DAY-partitioned (the MERGE prunes by date)",
+            )
 
 
 def _covers_dead_letter(dataset: str, table: str, dead_letter: DeadLetterDestination) -> bool:
@@ -454,13 +502,18 @@ def _covers_dead_letter(dataset: str, table: str, dead_letter: DeadLetterDestina
 
 
 def _keyed_topics_covered(
-    dataset: str, table: str, statics: Mapping[Any, tuple[str, bool]],
+    dataset: str,
+    table: str,
+    statics: Mapping[Any, tuple[str, bool]],
     templated: Mapping[str, tuple[str, bool]],
 ) -> list[str]:
     """The keyed topics whose tables (current state or changelog) the ``tables:`` key
     ``dataset.table`` covers."""
-    keyed = [who for (ds, tb), (who, is_keyed) in statics.items()
-             if is_keyed and ds == dataset and table in ("*", tb, changelog_table(tb))]
+    keyed = [
+        who
+        for (ds, tb), (who, is_keyed) in statics.items()
+        if is_keyed and ds == dataset and table in ("*", tb, changelog_table(tb))
+    ]
     if templated.get(dataset, ("", False))[1]:
         keyed.append(templated[dataset][0])
     return keyed
@@ -477,15 +530,21 @@ def _check_storage_write(
     if _covers_dead_letter(dataset, table, dead_letter):
         # Not "yet": the table of last resort stays loaded (docs/architecture.md, "Storage
         # Write delivery").
-        problems.add(f"tables.{key}.delivery", f"storage_write is not supported for the "
-                     f"dead-letter table {dead_letter.dataset}.{dead_letter.table}: it stays "
-                     "loaded (the rows the Storage Write API refuses are dead-lettered there, "
-                     "and a row it refused for this table could not be dead-lettered again)")
+        problems.add(
+            f"tables.{key}.delivery",
+            f"storage_write is not supported for the "
+            f"dead-letter table {dead_letter.dataset}.{dead_letter.table}: it stays "
+            "loaded (the rows the Storage Write API refuses are dead-lettered there, "
+            "and a row it refused for this table could not be dead-lettered again)",
+        )
     for (ds, tb), (who, is_keyed) in statics.items():
         if is_keyed and (ds, tb) == (dataset, table):
-            problems.add(f"tables.{key}.delivery", f"{key} is the current state of keyed topic "
-                         f"{who}, written by its MERGE, never delivered: set the delivery of "
-                         f"its changelog {ds}.{changelog_table(tb)} (or the topic's)")
+            problems.add(
+                f"tables.{key}.delivery",
+                f"{key} is the current state of keyed topic "
+                f"{who}, written by its MERGE, never delivered: set the delivery of "
+                f"its changelog {ds}.{changelog_table(tb)} (or the topic's)",
+            )
 
 
 # --- sections ----------------------------------------------------------------------------------

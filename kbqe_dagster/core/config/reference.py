@@ -16,15 +16,18 @@ from kbqe_dagster.core.completeness import decision as completeness
 from kbqe_dagster.core.config import sections as config_sections
 from kbqe_dagster.core.keyed import contract as keyed
 from kbqe_dagster.core.record import enrichment, event_time, partitioning, routing
-from kbqe_dagster.core.transforms import destinations, specs as transform_specs
+from kbqe_dagster.core.transforms import destinations
+from kbqe_dagster.core.transforms import specs as transform_specs
 
 # (YAML location, class) in the order a reader meets them in a pipeline file. The location
 # is a key path (``topics[].routing``, ``tables.<...>``: any key), then two spaces and a
 # note; for transforms the note starts with the kind key.
 SECTIONS: list[tuple[str, type]] = [
     ("topics[].routing", routing.RoutingConfig),
-    ("topics[].destinations[]  (instead of routing: one message into several tables)",
-     destinations.DestinationConfig),
+    (
+        "topics[].destinations[]  (instead of routing: one message into several tables)",
+        destinations.DestinationConfig,
+    ),
     ("topics[].event_time  (defaults: top-level event_time)", event_time.EventTimeConfig),
     ("topics[].keyed  (a keyed destination: changelog, current state, history)", keyed.KeyedConfig),
     ("topics[].transforms[]  add", transform_specs.AddField),

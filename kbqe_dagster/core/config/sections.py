@@ -13,15 +13,15 @@ from datetime import timedelta
 from enum import StrEnum
 
 from kbqe_dagster.core import config_reader as r
-from kbqe_dagster.core.record.event_time import DateRule, EpochUnit
+from kbqe_dagster.core.load.selection import DEFAULT_JOB_ID_PREFIX, MAX_FILES_PER_JOB
 from kbqe_dagster.core.protocol.offsets import MARKER_DATASET, StartPolicy
+from kbqe_dagster.core.record.event_time import DateRule, EpochUnit
 from kbqe_dagster.core.record.routing import (
     RoutingMode,
     is_valid_dataset,
     is_valid_table,
     name_problem,
 )
-from kbqe_dagster.core.load.selection import DEFAULT_JOB_ID_PREFIX, MAX_FILES_PER_JOB
 
 # Avro field names, which are also valid BigQuery column names (at most 300 characters).
 _COLUMN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,299}")
@@ -204,7 +204,9 @@ class NotificationSettings:
 
     def __post_init__(self) -> None:
         if self.webhook_url is not None and not re.match(r"https?://", self.webhook_url):
-            raise ValueError(f"webhook_url must start with http:// or https://, got {self.webhook_url!r}")
+            raise ValueError(
+                f"webhook_url must start with http:// or https://, got {self.webhook_url!r}"
+            )
 
 
 NOTIFICATION_SPEC: dict[str, r.Converter] = {

@@ -39,15 +39,27 @@ class TableLayout:
     """How its rows arrive: load jobs of staged files, or the Storage Write API at commit."""
 
 
-def table_layout(enrichment: EnrichmentConfig, partitioning: Partitioning, *, dead_letter: bool,
-                 changelog: bool, delivery: Delivery = Delivery.LOAD) -> TableLayout:
+def table_layout(
+    enrichment: EnrichmentConfig,
+    partitioning: Partitioning,
+    *,
+    dead_letter: bool,
+    changelog: bool,
+    delivery: Delivery = Delivery.LOAD,
+) -> TableLayout:
     """The layout of a table with ``partitioning`` under ``tables:``."""
     if dead_letter:
-        partitioning, column, offsets = (Partitioning.DAY, DEAD_LETTER_PARTITION_FIELD,
-                                         DEAD_LETTER_OFFSET_COLUMNS)
+        partitioning, column, offsets = (
+            Partitioning.DAY,
+            DEAD_LETTER_PARTITION_FIELD,
+            DEAD_LETTER_OFFSET_COLUMNS,
+        )
     else:
-        column = (enrichment.event_hour_column if partitioning is Partitioning.HOUR
-                  else enrichment.event_date_column)
+        column = (
+            enrichment.event_hour_column
+            if partitioning is Partitioning.HOUR
+            else enrichment.event_date_column
+        )
         offsets = (enrichment.topic_column, enrichment.partition_column, enrichment.offset_column)
     clustering = (enrichment.partition_column, enrichment.offset_column) if changelog else ()
     return TableLayout(partitioning, column, clustering, offsets, dead_letter, delivery)

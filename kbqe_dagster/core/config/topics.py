@@ -6,13 +6,15 @@ named by its key path. The pipeline file as a whole is read in core/config/pipel
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import fastavro
 
 from kbqe_dagster.core import config_reader as r
+from kbqe_dagster.core.completeness.decision import COMPLETENESS_SPEC, CompletenessSettings
 from kbqe_dagster.core.config.sections import (
     EVENT_TIME_SPEC,
     ROUTING_KEYS_BY_MODE,
@@ -22,15 +24,8 @@ from kbqe_dagster.core.config.sections import (
     DeadLetterDestination,
     StagingSettings,
 )
-from kbqe_dagster.core.completeness.decision import COMPLETENESS_SPEC, CompletenessSettings
-from kbqe_dagster.core.formats.decoders import resolve_decoder
-from kbqe_dagster.core.transforms.destinations import (
-    DestinationConfig,
-    destination_config_problems,
-    read_destinations,
-)
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.record.event_time import EventTimeConfig
+from kbqe_dagster.core.formats.decoders import resolve_decoder
 from kbqe_dagster.core.keyed.contract import (
     DEBEZIUM_EVENT_TIME_FIELDS,
     KEYED_SPEC,
@@ -38,6 +33,7 @@ from kbqe_dagster.core.keyed.contract import (
     SourceFormat,
 )
 from kbqe_dagster.core.protocol.naming import TOPIC_RE
+from kbqe_dagster.core.record.event_time import EventTimeConfig
 from kbqe_dagster.core.record.partitioning import Delivery
 from kbqe_dagster.core.record.routing import (
     AllowList,
@@ -47,9 +43,13 @@ from kbqe_dagster.core.record.routing import (
     required_fields,
     resolve_function,
 )
-from kbqe_dagster.core.transforms.specs import TransformSpec, read_transforms
 from kbqe_dagster.core.transforms.compiler import transform_config_problems
-
+from kbqe_dagster.core.transforms.destinations import (
+    DestinationConfig,
+    destination_config_problems,
+    read_destinations,
+)
+from kbqe_dagster.core.transforms.specs import TransformSpec, read_transforms
 
 TOPIC_KEYS = (
     "name", "format", "schema", "decoder", "routing", "event_time", "on_bad_input", "staging",
@@ -118,8 +118,6 @@ class TopicConfig:
         return tuple(dict.fromkeys(required_fields(self.routing) + self.event_time.fields))
 
 
-
-
 @dataclass(frozen=True)
 class TopicDefaults:
     """What a topic entry (or a pattern's settings) inherits from the top of the file."""
@@ -136,8 +134,12 @@ BAD_INPUT_POLICY = r.choice(BadInputPolicy)
 
 
 def read_topics(
-    raw: Any, defaults: TopicDefaults, allowed: AllowList, dead_letter: DeadLetterDestination,
-    problems: r.Problems, required: bool = True,
+    raw: Any,
+    defaults: TopicDefaults,
+    allowed: AllowList,
+    dead_letter: DeadLetterDestination,
+    problems: r.Problems,
+    required: bool = True,
 ) -> tuple[TopicConfig, ...]:
     if raw is None and not required:
         return ()  # topic_patterns declare the topics
@@ -175,24 +177,41 @@ def read_topic(
     source_format = r.read_value(section, "format", _FORMAT, SourceFormat.AVRO, problems, path)
     routing = _routing(section.get("routing"), f"{path}.routing", allowed, problems)
     event_time = _event_time(
-        section.get("event_time"), f"{path}.event_time", defaults, problems,
+        section.get("event_time"),
+        f"{path}.event_time",
+        defaults,
+        problems,
         default_fields=DEBEZIUM_EVENT_TIME_FIELDS if source_format is SourceFormat.DEBEZIUM else (),
     )
-    policy = r.read_value(section, "on_bad_input", BAD_INPUT_POLICY, defaults.on_bad_input, problems, path)
+    policy = r.read_value(
+        section, "on_bad_input", BAD_INPUT_POLICY, defaults.on_bad_input, problems, path
+    )
     staging = r.build_section(
         defaults.staging, section.get("staging"), f"{path}.staging", STAGING_SPEC, problems
     )
     keyed = _keyed(section, path, source_format, routing, problems)
     value_schema = _value_schema(section, path, source_format, defaults.base_dir, problems)
     decoder = _decoder(section, path, source_format, problems)
-    if source_format in (SourceFormat.JSON, SourceFormat.JSON_SCHEMA, SourceFormat.PROTOBUF,
-                         SourceFormat.DECODER) and "keyed" in section:
-        problems.add(f"{path}.keyed", f"not with format: {source_format.value} (keyed topics "
-                     "are avro or debezium)")
+    if (
+        source_format
+        in (
+            SourceFormat.JSON,
+            SourceFormat.JSON_SCHEMA,
+            SourceFormat.PROTOBUF,
+            SourceFormat.DECODER,
+        )
+        and "keyed" in section
+    ):
+        problems.add(
+            f"{path}.keyed",
+            f"not with format: {source_format.value} (keyed topics are avro or debezium)",
+        )
     transforms = read_transforms(section.get("transforms"), f"{path}.transforms", problems)
     if transforms and "keyed" in section:
-        problems.add(f"{path}.transforms", "not with keyed: (a keyed topic's changelog is cut "
-                     "from the message as it is)")
+        problems.add(
+            f"{path}.transforms",
+            "not with keyed: (a keyed topic's changelog is cut from the message as it is)",
+        )
     destinations = _destinations(section, path, allowed, problems)
     if destinations:
         routing = destinations[0].routing
@@ -204,13 +223,28 @@ def read_topic(
     if name is None or routing is None or event_time is None or destinations is None:
         return None
     completeness = r.build_section(
-        defaults.completeness, section.get("completeness"), f"{path}.completeness",
-        COMPLETENESS_SPEC, problems,
+        defaults.completeness,
+        section.get("completeness"),
+        f"{path}.completeness",
+        COMPLETENESS_SPEC,
+        problems,
     )
     delivery = r.read_value(section, "delivery", _DELIVERY, Delivery.LOAD, problems, path)
-    return TopicConfig(name, routing, event_time, policy, staging, source_format, keyed,
-                       value_schema, transforms=transforms, decoder=decoder,
-                       completeness=completeness, destinations=destinations, delivery=delivery)
+    return TopicConfig(
+        name,
+        routing,
+        event_time,
+        policy,
+        staging,
+        source_format,
+        keyed,
+        value_schema,
+        transforms=transforms,
+        decoder=decoder,
+        completeness=completeness,
+        destinations=destinations,
+        delivery=delivery,
+    )
 
 
 def _destinations(
@@ -222,13 +256,21 @@ def _destinations(
         return ()
     key = f"{path}.destinations"
     if "routing" in section:
-        problems.add(f"{path}.routing", "not with destinations: each destination has its own "
-                     "routing (move this one into destinations)")
+        problems.add(
+            f"{path}.routing",
+            "not with destinations: each destination has its own "
+            "routing (move this one into destinations)",
+        )
     if "keyed" in section:
-        problems.add(key, "not with keyed: (a keyed topic's one destination is its changelog, "
-                     "current state and history)")
+        problems.add(
+            key,
+            "not with keyed: (a keyed topic's one destination is its changelog, "
+            "current state and history)",
+        )
     return read_destinations(
-        section["destinations"], key, problems,
+        section["destinations"],
+        key,
+        problems,
         lambda raw, where: _routing(raw, where, allowed, problems),
     )
 
@@ -251,7 +293,8 @@ def _decoder(
     except ConfigError as error:
         problems.add(key, str(error))
         return None
-    return section["decoder"]
+    decoder: str = section["decoder"]
+    return decoder
 
 
 def _value_schema(
@@ -266,8 +309,11 @@ def _value_schema(
             problems.add(key, "required with format: json: the Avro record schema of the values")
         return None
     if source_format is not SourceFormat.JSON:
-        problems.add(key, "only with format: json (avro and debezium take their schema from "
-                     "the registry; a decoder returns its own)")
+        problems.add(
+            key,
+            "only with format: json (avro and debezium take their schema from "
+            "the registry; a decoder returns its own)",
+        )
         return None
     raw = section["schema"]
     if isinstance(raw, str):
@@ -314,26 +360,36 @@ def _keyed(
     if debezium:
         for key in ("version", "delete_field"):
             if key in values:
-                problems.add(f"{keyed_path}.{key}", "not used with format: debezium: the "
-                             "change's source.ts_ms is the version and op 'd' the delete")
+                problems.add(
+                    f"{keyed_path}.{key}",
+                    "not used with format: debezium: the "
+                    "change's source.ts_ms is the version and op 'd' the delete",
+                )
     else:
         if "key" not in values:
-            problems.add(f"{keyed_path}.key", "required unless format: debezium (whose default "
-                         "is the fields of the Kafka key's schema)")
+            problems.add(
+                f"{keyed_path}.key",
+                "required unless format: debezium (whose default "
+                "is the fields of the Kafka key's schema)",
+            )
         if "version" not in values:
-            problems.add(f"{keyed_path}.version", "required unless format: debezium: the field "
-                         "(timestamp or long) that orders a key's versions")
+            problems.add(
+                f"{keyed_path}.version",
+                "required unless format: debezium: the field "
+                "(timestamp or long) that orders a key's versions",
+            )
     if routing is not None and routing.static_destination is None:
-        problems.add(f"{path}.routing", "a keyed topic needs routing mode static: its "
-                     "destination is one changelog, one current-state table and one history")
+        problems.add(
+            f"{path}.routing",
+            "a keyed topic needs routing mode static: its "
+            "destination is one changelog, one current-state table and one history",
+        )
     if len(problems.items) > before:
         return None
     return KeyedConfig(**values)
 
 
-def _routing(
-    raw: Any, path: str, allowed: AllowList, problems: r.Problems
-) -> RoutingConfig | None:
+def _routing(raw: Any, path: str, allowed: AllowList, problems: r.Problems) -> RoutingConfig | None:
     before = len(problems.items)
     values = r.read_section(raw, path, ROUTING_SPEC, problems)
     if isinstance(raw, Mapping) and "mode" in raw and "mode" not in values:

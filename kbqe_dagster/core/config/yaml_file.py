@@ -25,17 +25,23 @@ def load_yaml(text: str, problems: r.Problems) -> Any:
         if node is None:
             return None
         for path, first, second in repeated_keys(node):
-            where = (f"lines {first[0]} and {second[0]}" if first[0] != second[0]
-                     else f"line {first[0]}, columns {first[1]} and {second[1]}")
-            problems.add(path, f"key repeated in one mapping ({where}); YAML would keep only "
-                         "the last: remove one")
+            where = (
+                f"lines {first[0]} and {second[0]}"
+                if first[0] != second[0]
+                else f"line {first[0]}, columns {first[1]} and {second[1]}"
+            )
+            problems.add(
+                path,
+                f"key repeated in one mapping ({where}); YAML would keep only the last: remove one",
+            )
         return loader.construct_document(node)
     finally:
         loader.dispose()
 
 
-def repeated_keys(node: yaml.Node, path: str = "",
-                  seen: set[int] | None = None) -> list[tuple[str, Position, Position]]:
+def repeated_keys(
+    node: yaml.Node, path: str = "", seen: set[int] | None = None
+) -> list[tuple[str, Position, Position]]:
     """``(key path, first position, repeated position)`` of every key given twice in a
     mapping of the composed YAML ``node``. Keys are compared as resolved scalars (tag and
     text); an aliased node is walked once."""

@@ -6,7 +6,8 @@ every walker of a schema: the BigQuery columns of a file, its Storage Write prot
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def full_name(named: Mapping[str, Any], enclosing: str | None = None) -> str:
@@ -25,7 +26,9 @@ def record_full_name(schema: Any) -> str | None:
     return full_name(schema)
 
 
-AVRO_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+AVRO_PRIMITIVES = frozenset(
+    {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
+)
 
 
 def namespace_of(named: Mapping[str, Any], enclosing: str | None) -> str | None:
@@ -33,7 +36,8 @@ def namespace_of(named: Mapping[str, Any], enclosing: str | None) -> str | None:
     name = str(named.get("name", ""))
     if "." in name:
         return name.rpartition(".")[0]
-    return named.get("namespace", enclosing)
+    namespace: str | None = named.get("namespace", enclosing)
+    return namespace
 
 
 class NamedTypes:

@@ -51,10 +51,11 @@ import datetime as dt
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from itertools import count
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -76,8 +77,10 @@ MAX_REQUEST_BYTES = 9_000_000
 the writer schema and the stream name); 1 MB is left for the rest."""
 
 F = descriptor_pb2.FieldDescriptorProto
+if TYPE_CHECKING:
+    _ProtoType: TypeAlias = descriptor_pb2.FieldDescriptorProto.Type.ValueType
 _EPOCH_DATE = dt.date(1970, 1, 1)
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MICRO = dt.timedelta(microseconds=1)
 
 
@@ -94,8 +97,9 @@ class ProtoRows:
         return sum(len(r) for r in self.rows)
 
 
-def proto_schema(avro_file_schema: Mapping[str, Any], source: str = "avro file"
-                 ) -> descriptor_pb2.DescriptorProto:
+def proto_schema(
+    avro_file_schema: Mapping[str, Any], source: str = "avro file"
+) -> descriptor_pb2.DescriptorProto:
     """The writer schema (a self-contained proto2 ``DescriptorProto``) of rows of
     ``avro_file_schema``, a record schema as the stage path writes it. A fresh copy: the
     caller may modify it. Raises :class:`UnsupportedSchemaError` naming ``source`` and the
@@ -105,8 +109,11 @@ def proto_schema(avro_file_schema: Mapping[str, Any], source: str = "avro file"
     return out
 
 
-def encode_rows(avro_file_schema: Mapping[str, Any], records: Iterable[Mapping[str, Any]],
-                source: str = "avro file") -> list[bytes]:
+def encode_rows(
+    avro_file_schema: Mapping[str, Any],
+    records: Iterable[Mapping[str, Any]],
+    source: str = "avro file",
+) -> list[bytes]:
     """Each record (a dict as fastavro decodes it) serialized as a message of
     :func:`proto_schema` ``(avro_file_schema)``. The compiled schema is cached per schema.
     Raises :class:`RowEncodeError` naming ``source``, the record's index and the field for a
@@ -115,8 +122,9 @@ def encode_rows(avro_file_schema: Mapping[str, Any], records: Iterable[Mapping[s
     return [encode(record, index) for index, record in enumerate(records)]
 
 
-def row_encoder(avro_file_schema: Mapping[str, Any], source: str = "avro file"
-                ) -> Callable[[Mapping[str, Any], int], bytes]:
+def row_encoder(
+    avro_file_schema: Mapping[str, Any], source: str = "avro file"
+) -> Callable[[Mapping[str, Any], int], bytes]:
     """:func:`encode_rows` for one record at a time, the schema compiled (and its cache key
     computed) once: ``encode(record, index)`` → the row; ``index`` names the record in a
     :class:`RowEncodeError`. For a file's records, one call per record."""
@@ -131,16 +139,22 @@ def row_encoder(avro_file_schema: Mapping[str, Any], source: str = "avro file"
             error = RowEncodeError(f"{source}: record {index}: {exc}")
             error.index = index
             raise error from exc
-        return message.SerializeToString()
+        data: bytes = message.SerializeToString()
+        return data
 
     return encode
 
 
-def proto_rows(avro_file_schema: Mapping[str, Any], records: Iterable[Mapping[str, Any]],
-               source: str = "avro file") -> ProtoRows:
+def proto_rows(
+    avro_file_schema: Mapping[str, Any],
+    records: Iterable[Mapping[str, Any]],
+    source: str = "avro file",
+) -> ProtoRows:
     """:func:`proto_schema` and :func:`encode_rows` together, as one request's payload."""
-    return ProtoRows(proto_schema(avro_file_schema, source),
-                     tuple(encode_rows(avro_file_schema, records, source)))
+    return ProtoRows(
+        proto_schema(avro_file_schema, source),
+        tuple(encode_rows(avro_file_schema, records, source)),
+    )
 
 
 def batches(rows: Sequence[bytes], max_bytes: int = MAX_REQUEST_BYTES) -> Iterator[list[bytes]]:
@@ -169,11 +183,11 @@ def _varint_size(n: int) -> int:
 @dataclass
 class _FieldPlan:
     name: str
-    kind: str                                 # "scalar" | "message"
+    kind: str  # "scalar" | "message"
     repeated: bool
-    convert: Callable[[Any], Any] | None      # scalars: Avro value → proto value
-    nested: "_MessagePlan | None" = None      # messages
-    entries: bool = False                     # a map: dict → [{"key", "value"}]
+    convert: Callable[[Any], Any] | None  # scalars: Avro value → proto value
+    nested: _MessagePlan | None = None  # messages
+    entries: bool = False  # a map: dict → [{"key", "value"}]
 
 
 @dataclass
@@ -225,9 +239,9 @@ def _compile(schema_key: str, source: str) -> _Compiled:
     file_name = f"kbqe_avro_proto_{next(_file_numbers)}.proto"
     file = descriptor_pb2.FileDescriptorProto(name=file_name, syntax="proto2")
     file.message_type.add().CopyFrom(descriptor)
-    pool.Add(file)
-    message_class = message_factory.GetMessageClass(
-        pool.FindMessageTypeByName(descriptor.name))
+    # types-protobuf leaves DescriptorPool's methods unannotated.
+    pool.Add(file)  # type: ignore[no-untyped-call]
+    message_class = message_factory.GetMessageClass(pool.FindMessageTypeByName(descriptor.name))  # type: ignore[no-untyped-call]
     return _Compiled(descriptor, plan, message_class)
 
 
@@ -236,7 +250,7 @@ def _message_name(record: Mapping[str, Any]) -> str:
     return name or "Row"
 
 
-_PRIMITIVES: dict[str, tuple[int, Callable[[Any], Any]]] = {
+_PRIMITIVES: dict[str, tuple[_ProtoType, Callable[[Any], Any]]] = {
     "boolean": (F.TYPE_BOOL, bool),
     "int": (F.TYPE_INT64, int),
     "long": (F.TYPE_INT64, int),
@@ -256,23 +270,51 @@ class _Builder:
         self.source = source
         self.names = NamedTypes()  # named types met so far, for references by name
 
-    def record(self, message: descriptor_pb2.DescriptorProto, record: Mapping[str, Any],
-               path: str, namespace: str | None) -> _MessagePlan:
+    def record(
+        self,
+        message: descriptor_pb2.DescriptorProto,
+        record: Mapping[str, Any],
+        path: str,
+        namespace: str | None,
+    ) -> _MessagePlan:
         self.names.remember(record, namespace)
-        return self._fields(message, record.get("fields") or (), path,
-                            namespace_of(record, namespace))
+        return self._fields(
+            message, record.get("fields") or (), path, namespace_of(record, namespace)
+        )
 
-    def _fields(self, message: descriptor_pb2.DescriptorProto, fields: Sequence[Any],
-                path: str, namespace: str | None) -> _MessagePlan:
+    def _fields(
+        self,
+        message: descriptor_pb2.DescriptorProto,
+        fields: Sequence[Any],
+        path: str,
+        namespace: str | None,
+    ) -> _MessagePlan:
         taken = {str(f["name"]) for f in fields}
-        return _MessagePlan([
-            self.field(message, taken, number, str(f["name"]), f["type"],
-                       f"{path}.{f['name']}" if path else str(f["name"]), namespace)
-            for number, f in enumerate(fields, start=1)
-        ])
+        return _MessagePlan(
+            [
+                self.field(
+                    message,
+                    taken,
+                    number,
+                    str(f["name"]),
+                    f["type"],
+                    f"{path}.{f['name']}" if path else str(f["name"]),
+                    namespace,
+                )
+                for number, f in enumerate(fields, start=1)
+            ]
+        )
 
-    def field(self, message: descriptor_pb2.DescriptorProto, taken: set[str], number: int,
-              name: str, avro: Any, path: str, namespace: str | None) -> _FieldPlan:
+    def field(
+        self,
+        message: descriptor_pb2.DescriptorProto,
+        taken: set[str],
+        number: int,
+        name: str,
+        avro: Any,
+        path: str,
+        namespace: str | None,
+    ) -> _FieldPlan:
         avro = self.names.resolve(self._non_null(avro, path), namespace)
         repeated = entries = False
         if isinstance(avro, dict) and avro.get("type") == "array":
@@ -283,16 +325,19 @@ class _Builder:
                 raise UnsupportedSchemaError(f"{self.source}: field {path} is an array of arrays")
         elif isinstance(avro, dict) and avro.get("type") == "map":
             repeated = entries = True
-        proto = message.field.add(name=name, number=number,
-                                  label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL)
+        proto = message.field.add(
+            name=name, number=number, label=F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL
+        )
         if entries or (isinstance(avro, dict) and avro.get("type") in ("record", "error")):
             nested = message.nested_type.add(name=_free_name(name, taken))
             taken.add(nested.name)
             proto.type = F.TYPE_MESSAGE
             proto.type_name = nested.name
             if entries:  # BigQuery's map: REPEATED RECORD (key STRING, value T)
-                entry = [{"name": "key", "type": "string"},
-                         {"name": "value", "type": avro["values"]}]
+                entry = [
+                    {"name": "key", "type": "string"},
+                    {"name": "value", "type": avro["values"]},
+                ]
                 plan = self._fields(nested, entry, path, namespace)
             else:
                 plan = self.record(nested, avro, path, namespace)
@@ -307,19 +352,23 @@ class _Builder:
         if len(branches) != 1:
             raise UnsupportedSchemaError(
                 f"{self.source}: field {path} is a union of {len(branches)} non-null types; "
-                "BigQuery takes only [null, T] unions")
+                "BigQuery takes only [null, T] unions"
+            )
         return branches[0]
 
-    def scalar(self, avro: Any, path: str, namespace: str | None
-               ) -> tuple[int, Callable[[Any], Any]]:
+    def scalar(
+        self, avro: Any, path: str, namespace: str | None
+    ) -> tuple[_ProtoType, Callable[[Any], Any]]:
         if isinstance(avro, str):
             if avro in _PRIMITIVES:
                 return _PRIMITIVES[avro]
             raise UnsupportedSchemaError(
-                f"{self.source}: field {path} has unknown Avro type {avro!r}")
+                f"{self.source}: field {path} has unknown Avro type {avro!r}"
+            )
         if not isinstance(avro, dict):
             raise UnsupportedSchemaError(
-                f"{self.source}: field {path} has an unreadable Avro type {avro!r}")
+                f"{self.source}: field {path} has an unreadable Avro type {avro!r}"
+            )
         kind = avro.get("type")
         logical = avro.get("logicalType")
         if kind == "enum":
@@ -339,10 +388,12 @@ class _Builder:
             resolved = self.names.resolve(kind, namespace)
             if isinstance(resolved, dict) and resolved.get("type") in ("record", "array", "map"):
                 raise UnsupportedSchemaError(
-                    f"{self.source}: field {path} wraps a {resolved['type']} in a type object")
+                    f"{self.source}: field {path} wraps a {resolved['type']} in a type object"
+                )
             return self.scalar(resolved, path, namespace)
         raise UnsupportedSchemaError(
-            f"{self.source}: field {path} has an unreadable Avro type {avro!r}")
+            f"{self.source}: field {path} has an unreadable Avro type {avro!r}"
+        )
 
 
 def _free_name(field_name: str, taken: set[str]) -> str:
@@ -367,8 +418,9 @@ def _micros(value: Any, per_unit: int) -> int:
     writes it) exactly, or a raw Avro count of ``1 / per_unit``-second units."""
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
-        return (value - _EPOCH) // _MICRO
+            value = value.replace(tzinfo=dt.UTC)
+        micros: int = (value - _EPOCH) // _MICRO
+        return micros
     return int(value) * (1_000_000 // per_unit)
 
 
@@ -376,8 +428,11 @@ def _local_datetime_text(per_unit: int) -> Callable[[Any], str]:
     def convert(value: Any) -> str:
         if not isinstance(value, dt.datetime):
             value = dt.datetime(1970, 1, 1) + dt.timedelta(
-                microseconds=int(value) * (1_000_000 // per_unit))
-        return value.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+                microseconds=int(value) * (1_000_000 // per_unit)
+            )
+        text: str = value.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+        return text
+
     return convert
 
 
@@ -389,7 +444,9 @@ def _time_text(per_unit: int) -> Callable[[Any], str]:
             minutes, second = divmod(seconds, 60)
             hour, minute = divmod(minutes, 60)
             value = dt.time(hour, minute, second, micro)
-        return value.replace(tzinfo=None).isoformat(timespec="microseconds")
+        text: str = value.replace(tzinfo=None).isoformat(timespec="microseconds")
+        return text
+
     return convert
 
 
@@ -400,16 +457,18 @@ def _decimal_text(avro: Mapping[str, Any], path: str, source: str) -> Callable[[
     if not (0 <= scale <= 38 and 1 <= digits <= 38):
         raise UnsupportedSchemaError(
             f"{source}: field {path} is decimal({precision}, {scale}); BigQuery's NUMERIC "
-            "and BIGNUMERIC cannot hold it")
+            "and BIGNUMERIC cannot hold it"
+        )
 
     def convert(value: Any) -> str:
         if isinstance(value, (bytes, bytearray)):  # the raw Avro two's-complement unscaled int
             value = Decimal(int.from_bytes(value, "big", signed=True)).scaleb(-scale)
         return format(Decimal(value), "f")
+
     return convert
 
 
-_LOGICAL: dict[tuple[Any, Any], tuple[int, Callable[[Any], Any]]] = {
+_LOGICAL: dict[tuple[Any, Any], tuple[_ProtoType, Callable[[Any], Any]]] = {
     ("int", "date"): (F.TYPE_INT32, _date_days),
     ("int", "time-millis"): (F.TYPE_STRING, _time_text(1_000)),
     ("long", "time-micros"): (F.TYPE_STRING, _time_text(1_000_000)),
@@ -423,30 +482,34 @@ _LOGICAL: dict[tuple[Any, Any], tuple[int, Callable[[Any], Any]]] = {
 
 def _fill(message: Any, plan: _MessagePlan, record: Mapping[str, Any], path: str = "") -> None:
     for field in plan.fields:
-        value = record.get(field.name)
+        value: Any = record.get(field.name)
         if value is None:
             continue  # a null; an absent REPEATED value is an empty one
         where = f"{path}.{field.name}" if path else field.name
         if field.entries:
             value = [{"key": k, "value": v} for k, v in value.items()]
-        if field.kind == "scalar":
+        convert = field.convert
+        if convert is not None:  # a scalar
             if field.repeated:
-                getattr(message, field.name).extend(
-                    field.convert(_item(v, where)) for v in value)
+                getattr(message, field.name).extend(convert(_item(v, where)) for v in value)
             else:
-                setattr(message, field.name, field.convert(value))
-        elif field.repeated:
+                setattr(message, field.name, convert(value))
+            continue
+        nested = field.nested
+        assert nested is not None  # a message field has its plan
+        if field.repeated:
             container = getattr(message, field.name)
             for item in value:
-                _fill(container.add(), field.nested, _item(item, where), where)
+                _fill(container.add(), nested, _item(item, where), where)
         else:
             child = getattr(message, field.name)
             child.SetInParent()  # a record with only null fields is still not NULL
-            _fill(child, field.nested, value, where)
+            _fill(child, nested, value, where)
 
 
 def _item(value: Any, path: str) -> Any:
     if value is None:
-        raise ValueError(f"field {path} holds a null array item; BigQuery's REPEATED columns "
-                         "cannot hold NULL")
+        raise ValueError(
+            f"field {path} holds a null array item; BigQuery's REPEATED columns cannot hold NULL"
+        )
     return value

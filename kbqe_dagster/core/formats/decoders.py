@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from kbqe_dagster.core.errors import ConfigError
 
@@ -72,4 +73,5 @@ def resolve_decoder(spec: str) -> Decoder:
         ) from error
     if not callable(target):
         raise ConfigError(f"decoder {spec!r} is a {type(target).__name__}, not callable")
-    return target
+    decoder: Decoder = target
+    return decoder

@@ -62,8 +62,9 @@ microseconds and BigQuery's TIMESTAMP keeps them.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from kbqe_dagster.core.errors import UnmappableJsonSchemaError
 from kbqe_dagster.core.formats.json_values import (
@@ -96,14 +97,15 @@ _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 class JsonSchemaMapping:
     """A JSON Schema's Avro record and the converter of its (validated) values."""
 
-    avro_schema: dict
+    avro_schema: dict[str, Any]
     _convert: Converter
 
-    def convert(self, value: Mapping[str, Any]) -> dict:
+    def convert(self, value: Mapping[str, Any]) -> dict[str, Any]:
         """The Avro-form record of a validated JSON object; a value that does not convert
         raises :class:`JsonSchemaMismatchError` naming its JSON pointer."""
         try:
-            return self._convert(value)
+            record: dict[str, Any] = self._convert(value)
+            return record
         except ValueProblem as problem:
             raise problem.mismatch() from None
 
@@ -116,12 +118,21 @@ def map_json_schema(schema: Any, root_name: str) -> JsonSchemaMapping:
         raise UnmappableJsonSchemaError("the schema is not a JSON object, at the root")
     node, pointer, nullable = mapper.unwrap(schema, "")
     name = _title(schema) if isinstance(schema, Mapping) else None
-    if isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and node["$ref"].startswith("#/"):
+    if (
+        isinstance(node, Mapping)
+        and isinstance(node.get("$ref"), str)
+        and node["$ref"].startswith("#/")
+    ):
         pointer = node["$ref"][1:]  # a root that is a reference to its definition
         node, pointer, nullable = mapper.unwrap(mapper.target(pointer, "/$ref"), pointer)
         name = name or _safe(pointer.rsplit("/", 1)[-1])
-    if (not isinstance(node, Mapping) or nullable or _allows_null(node)
-            or "properties" not in node or _kind(node, pointer) != "object"):
+    if (
+        not isinstance(node, Mapping)
+        or nullable
+        or _allows_null(node)
+        or "properties" not in node
+        or _kind(node, pointer) != "object"
+    ):
         raise UnmappableJsonSchemaError(
             "the root is not an object with properties (a row needs columns), at the root"
         )
@@ -182,8 +193,11 @@ class _Mapper:
 
     def ref(self, ref: Any, pointer: str) -> tuple[Any, Converter | None, bool]:
         if not isinstance(ref, str) or not ref.startswith("#/"):
-            what = "a remote $ref" if isinstance(ref, str) and not ref.startswith("#") else \
-                "a $ref that is not a local JSON pointer"
+            what = (
+                "a remote $ref"
+                if isinstance(ref, str) and not ref.startswith("#")
+                else "a $ref that is not a local JSON pointer"
+            )
             raise UnmappableJsonSchemaError(f"{what} ({ref!r}) at {pointer}/$ref")
         target = ref[1:]
         if target in self.named:
@@ -215,13 +229,19 @@ class _Mapper:
                 raise UnmappableJsonSchemaError(f"a $ref to nothing (#{target}) at {where}")
         return node
 
-    def record(self, node: Mapping[str, Any], pointer: str, name: str) -> tuple[dict, Converter]:
+    def record(
+        self, node: Mapping[str, Any], pointer: str, name: str
+    ) -> tuple[dict[str, Any], Converter]:
         record_name = self.unique(name)
         required = set(node.get("required") or ())
-        fields, steps, taken = [], [], {}
+        fields: list[dict[str, Any]] = []
+        steps: list[tuple[str, str, Converter | None]] = []
+        taken: dict[str, str] = {}
         properties = node["properties"]
         if not isinstance(properties, Mapping):
-            raise UnmappableJsonSchemaError(f"properties that are not an object at {pointer}/properties")
+            raise UnmappableJsonSchemaError(
+                f"properties that are not an object at {pointer}/properties"
+            )
         for key, child in properties.items():
             field_name = _safe(key)
             if field_name in taken:
@@ -232,8 +252,9 @@ class _Mapper:
             taken[field_name] = key
             child_pointer = f"{pointer}/properties/{escape(key)}"
             avro, convert, nullable = self.value(
-                child, child_pointer, (isinstance(child, Mapping) and _title(child))
-                or f"{record_name}_{field_name}"
+                child,
+                child_pointer,
+                (isinstance(child, Mapping) and _title(child)) or f"{record_name}_{field_name}",
             )
             field: dict[str, Any] = {"name": field_name, "type": avro}
             if nullable or key not in required:
@@ -244,7 +265,9 @@ class _Mapper:
             steps.append((key, field_name, convert))
         return {"type": "record", "name": record_name, "fields": fields}, record_converter(steps)
 
-    def object(self, node: Mapping[str, Any], pointer: str, name: str) -> tuple[Any, Converter | None]:
+    def object(
+        self, node: Mapping[str, Any], pointer: str, name: str
+    ) -> tuple[Any, Converter | None]:
         if "properties" in node:
             return self.record(node, pointer, name)
         values = node.get("additionalProperties")
@@ -253,10 +276,16 @@ class _Mapper:
                 "an object with neither properties nor an additionalProperties schema at "
                 f"{pointer or '/'}"
             )
-        avro, convert, nullable = self.value(values, f"{pointer}/additionalProperties", f"{name}_value")
-        return {"type": "map", "values": ["null", avro] if nullable else avro}, map_converter(convert)
+        avro, convert, nullable = self.value(
+            values, f"{pointer}/additionalProperties", f"{name}_value"
+        )
+        return {"type": "map", "values": ["null", avro] if nullable else avro}, map_converter(
+            convert
+        )
 
-    def array(self, node: Mapping[str, Any], pointer: str, name: str) -> tuple[Any, Converter | None]:
+    def array(
+        self, node: Mapping[str, Any], pointer: str, name: str
+    ) -> tuple[Any, Converter | None]:
         items = node.get("items")
         if isinstance(items, list):
             raise UnmappableJsonSchemaError(f"a tuple array (items as a list) at {pointer}/items")
@@ -273,7 +302,9 @@ class _Mapper:
             )
         return {"type": "array", "items": avro}, array_converter(convert)
 
-    def enum(self, node: Mapping[str, Any], pointer: str, name: str) -> tuple[Any, Converter | None]:
+    def enum(
+        self, node: Mapping[str, Any], pointer: str, name: str
+    ) -> tuple[Any, Converter | None]:
         values = [v for v in node["enum"] if v is not None]
         if values and all(isinstance(v, str) for v in values):
             if all(_AVRO_NAME.fullmatch(v) for v in values) and len(set(values)) == len(values):
@@ -281,7 +312,9 @@ class _Mapper:
             return "string", None
         if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
             return "long", long_value
-        raise UnmappableJsonSchemaError(f"an enum that is neither all strings nor all integers at {pointer}/enum")
+        raise UnmappableJsonSchemaError(
+            f"an enum that is neither all strings nor all integers at {pointer}/enum"
+        )
 
     def unique(self, name: str) -> str:
         candidate, n = name, 1
@@ -301,8 +334,11 @@ def _refuse_keywords(node: Mapping[str, Any], pointer: str) -> None:
 def _null_idiom(branches: Any, pointer: str) -> tuple[Any, str]:
     """``anyOf``/``oneOf`` of one schema and ``{"type": "null"}``: that schema, nullable."""
     if isinstance(branches, list):
-        others = [(i, b) for i, b in enumerate(branches)
-                  if not (isinstance(b, Mapping) and b.get("type") == "null")]
+        others = [
+            (i, b)
+            for i, b in enumerate(branches)
+            if not (isinstance(b, Mapping) and b.get("type") == "null")
+        ]
         if len(others) == 1 and len(branches) == 2:
             index, branch = others[0]
             return branch, f"{pointer}/{index}"
@@ -334,8 +370,10 @@ def _kind(node: Mapping[str, Any], pointer: str) -> str:
 
 def _allows_null(node: Mapping[str, Any]) -> bool:
     declared = node.get("type")
-    return declared == "null" or (isinstance(declared, list) and "null" in declared) or (
-        None in (node.get("enum") or ())
+    return (
+        declared == "null"
+        or (isinstance(declared, list) and "null" in declared)
+        or (None in (node.get("enum") or ()))
     )
 
 

@@ -14,15 +14,16 @@ on that path (each container adds its key as the error unwinds).
 from __future__ import annotations
 
 import re
-from datetime import date, datetime, timezone
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from datetime import UTC, date, datetime
+from typing import Any
 
 from kbqe_dagster.core.errors import JsonSchemaMismatchError
 
 Converter = Callable[[Any], Any]
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_DAY = date(1970, 1, 1).toordinal()
 _LONG = (-(1 << 63), (1 << 63) - 1)
 
@@ -46,7 +47,7 @@ def record_converter(steps: list[tuple[str, str, Converter | None]]) -> Converte
     plain = tuple((key, name) for key, name, convert in steps if convert is None)
     converted = tuple((key, name, convert) for key, name, convert in steps if convert is not None)
 
-    def convert(value: Mapping[str, Any]) -> dict:
+    def convert(value: Mapping[str, Any]) -> dict[str, Any]:
         get = value.get
         out = {name: get(key) for key, name in plain}
         for key, name, step in converted:
@@ -69,7 +70,7 @@ def array_converter(step: Converter | None) -> Converter | None:
     if step is None:
         return None
 
-    def convert(items: list) -> list:
+    def convert(items: list[Any]) -> list[Any]:
         out = []
         for index, item in enumerate(items):
             try:
@@ -87,7 +88,7 @@ def map_converter(step: Converter | None) -> Converter | None:
     if step is None:
         return None
 
-    def convert(entries: Mapping[str, Any]) -> dict:
+    def convert(entries: Mapping[str, Any]) -> dict[str, Any]:
         out = {}
         for key, item in entries.items():
             try:

@@ -56,9 +56,10 @@ Extensions and unknown fields are not staged: a record has the columns its schem
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from kbqe_dagster.core.errors import ProtobufDecodeError, UnmappableProtobufSchemaError
 
@@ -68,35 +69,51 @@ Converter = Callable[[Any], Any]
 _DOUBLE, _FLOAT, _INT64, _UINT64, _INT32, _FIXED64, _FIXED32, _BOOL, _STRING = range(1, 10)
 _GROUP, _MESSAGE, _BYTES, _UINT32, _ENUM, _SFIXED32, _SFIXED64, _SINT32, _SINT64 = range(10, 19)
 _SCALARS = {
-    _INT32: "int", _SINT32: "int", _SFIXED32: "int",
-    _INT64: "long", _SINT64: "long", _SFIXED64: "long",
-    _UINT32: "long", _FIXED32: "long", _UINT64: "long", _FIXED64: "long",
-    _FLOAT: "float", _DOUBLE: "double", _BOOL: "boolean", _STRING: "string", _BYTES: "bytes",
+    _INT32: "int",
+    _SINT32: "int",
+    _SFIXED32: "int",
+    _INT64: "long",
+    _SINT64: "long",
+    _SFIXED64: "long",
+    _UINT32: "long",
+    _FIXED32: "long",
+    _UINT64: "long",
+    _FIXED64: "long",
+    _FLOAT: "float",
+    _DOUBLE: "double",
+    _BOOL: "boolean",
+    _STRING: "string",
+    _BYTES: "bytes",
 }
 _UNSIGNED_64 = {_UINT64, _FIXED64}
 _LONG_MAX = 2**63 - 1
 TIMESTAMP = "google.protobuf.Timestamp"
 _WRAPPERS = {
-    "google.protobuf.DoubleValue": _DOUBLE, "google.protobuf.FloatValue": _FLOAT,
-    "google.protobuf.Int64Value": _INT64, "google.protobuf.UInt64Value": _UINT64,
-    "google.protobuf.Int32Value": _INT32, "google.protobuf.UInt32Value": _UINT32,
-    "google.protobuf.BoolValue": _BOOL, "google.protobuf.StringValue": _STRING,
+    "google.protobuf.DoubleValue": _DOUBLE,
+    "google.protobuf.FloatValue": _FLOAT,
+    "google.protobuf.Int64Value": _INT64,
+    "google.protobuf.UInt64Value": _UINT64,
+    "google.protobuf.Int32Value": _INT32,
+    "google.protobuf.UInt32Value": _UINT32,
+    "google.protobuf.BoolValue": _BOOL,
+    "google.protobuf.StringValue": _STRING,
     "google.protobuf.BytesValue": _BYTES,
 }
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
 class ProtobufMapping:
     """A message type's Avro record and the converter of its parsed messages."""
 
-    avro_schema: dict
+    avro_schema: dict[str, Any]
     _convert: Converter
 
-    def convert(self, message: Any) -> dict:
+    def convert(self, message: Any) -> dict[str, Any]:
         """The Avro-form record of a parsed message; a value with no Avro form raises
         :class:`ProtobufDecodeError` naming the field."""
-        return self._convert(message)
+        record: dict[str, Any] = self._convert(message)
+        return record
 
 
 def map_protobuf_message(descriptor: Any) -> ProtobufMapping:
@@ -139,7 +156,7 @@ class _Mapper:
         if name in self.converters:
             return name, self.converters[name]
         if name in self.resolving:
-            cycle = " → ".join([*self.resolving[self.resolving.index(name):], name])
+            cycle = " → ".join([*self.resolving[self.resolving.index(name) :], name])
             raise UnmappableProtobufSchemaError(
                 f"a recursive message ({cycle}) has no fixed column layout, at {path}"
             )
@@ -155,28 +172,34 @@ class _Mapper:
             getters.append((field.name, getter))
         self.resolving.pop()
 
-        def convert(message: Any) -> dict:
+        def convert(message: Any) -> dict[str, Any]:
             return {key: get(message) for key, get in getters}
 
         self.converters[name] = convert
         return {"type": "record", "name": name, "fields": fields}, convert
 
-    def field(self, field: Any, path: str) -> tuple[dict, Converter]:
+    def field(self, field: Any, path: str) -> tuple[dict[str, Any], Converter]:
         name = field.name
         entry = field.message_type
         if field.is_repeated and entry is not None and entry.GetOptions().map_entry:
             key_field, value_field = entry.fields_by_name["key"], entry.fields_by_name["value"]
             values, value_of = self.element(value_field, f"{path}.value")
             key_of = _map_key(key_field.type)
-            return ({"name": name, "type": {"type": "map", "values": values}},
-                    lambda m: {key_of(k): value_of(v) for k, v in getattr(m, name).items()})
+            return (
+                {"name": name, "type": {"type": "map", "values": values}},
+                lambda m: {key_of(k): value_of(v) for k, v in getattr(m, name).items()},
+            )
         avro, convert = self.element(field, path)
         if field.is_repeated:
-            return ({"name": name, "type": {"type": "array", "items": avro}},
-                    lambda m: [convert(v) for v in getattr(m, name)])
+            return (
+                {"name": name, "type": {"type": "array", "items": avro}},
+                lambda m: [convert(v) for v in getattr(m, name)],
+            )
         if field.has_presence and not field.is_required:
-            return ({"name": name, "type": ["null", avro], "default": None},
-                    lambda m: convert(getattr(m, name)) if m.HasField(name) else None)
+            return (
+                {"name": name, "type": ["null", avro], "default": None},
+                lambda m: convert(getattr(m, name)) if m.HasField(name) else None,
+            )
         if convert is _same:
             return {"name": name, "type": avro}, lambda m: getattr(m, name)
         return {"name": name, "type": avro}, lambda m: convert(getattr(m, name))
@@ -214,7 +237,11 @@ class _Mapper:
         if name in self.converters:
             return name, self.converters[name]
         self.converters[name] = convert
-        return {"type": "enum", "name": name, "symbols": [v.name for v in descriptor.values]}, convert
+        return {
+            "type": "enum",
+            "name": name,
+            "symbols": [v.name for v in descriptor.values],
+        }, convert
 
 
 def _same(value: Any) -> Any:

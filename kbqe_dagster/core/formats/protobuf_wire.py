@@ -54,7 +54,7 @@ def encode_message_indexes(indexes: tuple[int, ...] | list[int]) -> bytes:
 
 def _zigzag(data: bytes | memoryview, position: int) -> tuple[int, int]:
     value = shift = 0
-    for i in range(_MAX_VARINT_BYTES):
+    for _i in range(_MAX_VARINT_BYTES):
         if position >= len(data):
             raise ProtobufDecodeError("message indexes: the frame ends inside a varint")
         byte = data[position]

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Mapping
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any
 
 DECLARED_SCHEMA_IDS = 1 << 30
 

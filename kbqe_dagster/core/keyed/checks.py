@@ -56,16 +56,34 @@ class KeyedCheck:
 
 
 def keyed_verdicts(check: KeyedCheck) -> list[Verdict]:
-    compared = ("all keys" if check.sample is None
-                else f"keys sampled at {check.sample[1]} per mille, seed {check.sample[0]}")
+    compared = (
+        "all keys"
+        if check.sample is None
+        else f"keys sampled at {check.sample[1]} per mille, seed {check.sample[0]}"
+    )
     verdicts = [
-        Verdict(KEYS_UNIQUE, check.duplicate_keys == 0,
-                metadata={"rows": check.rows, "duplicate_keys": check.duplicate_keys}),
-        Verdict(MATCHES_CHANGELOG, check.extra == 0 and check.missing == 0,
-                metadata={"rows": check.rows, "rows_not_in_changelog_state": check.extra,
-                          "changelog_state_rows_missing": check.missing, "compared": compared}),
+        Verdict(
+            KEYS_UNIQUE,
+            check.duplicate_keys == 0,
+            metadata={"rows": check.rows, "duplicate_keys": check.duplicate_keys},
+        ),
+        Verdict(
+            MATCHES_CHANGELOG,
+            check.extra == 0 and check.missing == 0,
+            metadata={
+                "rows": check.rows,
+                "rows_not_in_changelog_state": check.extra,
+                "changelog_state_rows_missing": check.missing,
+                "compared": compared,
+            },
+        ),
     ]
     if check.deletes is DeleteMode.HARD:
-        verdicts.append(Verdict(NO_DELETED_ROWS, check.deleted_rows == 0,
-                                metadata={"deleted_rows": check.deleted_rows}))
+        verdicts.append(
+            Verdict(
+                NO_DELETED_ROWS,
+                check.deleted_rows == 0,
+                metadata={"deleted_rows": check.deleted_rows},
+            )
+        )
     return verdicts

@@ -106,4 +106,3 @@ def changelog_table(table: str) -> str:
 
 def history_table(table: str) -> str:
     return table + HISTORY_SUFFIX
-

@@ -23,7 +23,7 @@ Pure arithmetic on ``{partition: [(first, last), ...]}`` (inclusive), like ``mer
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 Spans = Mapping[int, Sequence[tuple[int, int]]]
 
@@ -47,8 +47,9 @@ def union(*many: Spans) -> dict[int, list[tuple[int, int]]]:
     return {p: coalesce(s for spans in many for s in spans.get(p, ())) for p in sorted(partitions)}
 
 
-def subtract(spans: Iterable[tuple[int, int]], minus: Iterable[tuple[int, int]]
-             ) -> list[tuple[int, int]]:
+def subtract(
+    spans: Iterable[tuple[int, int]], minus: Iterable[tuple[int, int]]
+) -> list[tuple[int, int]]:
     """The offsets of ``spans`` that no span of ``minus`` covers."""
     out = []
     holes = coalesce(minus)
@@ -66,8 +67,9 @@ def subtract(spans: Iterable[tuple[int, int]], minus: Iterable[tuple[int, int]]
     return out
 
 
-def delivered_window(watermarks: Mapping[int, int], committed: Mapping[int, int],
-                     owned: Spans) -> dict[int, list[tuple[int, int]]]:
+def delivered_window(
+    watermarks: Mapping[int, int], committed: Mapping[int, int], owned: Spans
+) -> dict[int, list[tuple[int, int]]]:
     """Per partition, the offsets after its watermark (from 0 without one) up to its
     committed chain's last offset, minus the spans the load path owns; partitions with
     nothing new are left out."""
@@ -91,15 +93,17 @@ def advanced(watermarks: Mapping[int, int], committed: Mapping[int, int]) -> dic
     return out
 
 
-def not_merged_yet(watermarks: Mapping[int, int], partitions: Iterable[int],
-                   owned: Spans) -> dict[int, list[tuple[int, int]]]:
+def not_merged_yet(
+    watermarks: Mapping[int, int], partitions: Iterable[int], owned: Spans
+) -> dict[int, list[tuple[int, int]]]:
     """What a check must leave out for the delivered rows: every offset after each
     partition's watermark (all of a partition without one), minus the load path's spans (their
     own bookkeeping says whether they are merged)."""
     out = {}
     for partition in sorted(set(partitions) | set(watermarks)):
-        spans = subtract([(watermarks.get(partition, -1) + 1, LAST_OFFSET)],
-                         owned.get(partition, ()))
+        spans = subtract(
+            [(watermarks.get(partition, -1) + 1, LAST_OFFSET)], owned.get(partition, ())
+        )
         if spans:
             out[partition] = spans
     return out

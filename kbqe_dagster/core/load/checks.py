@@ -12,8 +12,9 @@ so the two can never judge the same facts differently. Each returns a :class:`Ve
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 ROWS_LOADED = "rows_loaded"
 NO_QUARANTINED_FILES = "no_quarantined_files"
@@ -58,8 +59,10 @@ def rows_loaded(jobs: Sequence[JobRows]) -> Verdict:
     unknown = [j for j in jobs if j.passed is None]
     if failed:
         severity, passed = ERROR, False
-        what = (f"{len(failed)} job(s) loaded a different row count than staged, "
-                f"e.g. {failed[0].job_id}")
+        what = (
+            f"{len(failed)} job(s) loaded a different row count than staged, "
+            f"e.g. {failed[0].job_id}"
+        )
     elif unknown:
         severity, passed = WARN, False
         what = f"{len(unknown)} job(s) could not be verified (counts unknown), e.g. {unknown[0].job_id}"
@@ -67,10 +70,21 @@ def rows_loaded(jobs: Sequence[JobRows]) -> Verdict:
         severity, passed = ERROR, True
         what = f"{len(jobs)} job(s): rows loaded == records staged"
     return Verdict(
-        ROWS_LOADED, passed, severity, what,
+        ROWS_LOADED,
+        passed,
+        severity,
+        what,
         metadata={
-            "jobs": [{"job_id": j.job_id, "table": j.table, "staged_records": j.expected,
-                      "rows_loaded": j.loaded, "rows_source": j.source} for j in jobs],
+            "jobs": [
+                {
+                    "job_id": j.job_id,
+                    "table": j.table,
+                    "staged_records": j.expected,
+                    "rows_loaded": j.loaded,
+                    "rows_source": j.source,
+                }
+                for j in jobs
+            ],
             "rows_loaded": sum(j.loaded or 0 for j in jobs),
             "records_staged": sum(j.expected or 0 for j in jobs),
         },
@@ -78,16 +92,22 @@ def rows_loaded(jobs: Sequence[JobRows]) -> Verdict:
     )
 
 
-def no_quarantined_files(quarantined_tables: Iterable[str],
-                         errors: Mapping[str, str] | None = None) -> Verdict:
+def no_quarantined_files(
+    quarantined_tables: Iterable[str], errors: Mapping[str, str] | None = None
+) -> Verdict:
     """``quarantined_tables``: ``dataset.table`` of the asset's tables that hold quarantined
     files; ``errors``: the last error per table, where known."""
     bad = sorted(quarantined_tables)
     return Verdict(
-        NO_QUARANTINED_FILES, not bad, ERROR,
-        (f"quarantined files in {', '.join(bad)}: loading them failed too often; "
-         "`kbqe load plan` lists them, `kbqe load release` retries them"
-         if bad else "no quarantined files"),
+        NO_QUARANTINED_FILES,
+        not bad,
+        ERROR,
+        (
+            f"quarantined files in {', '.join(bad)}: loading them failed too often; "
+            "`kbqe load plan` lists them, `kbqe load release` retries them"
+            if bad
+            else "no quarantined files"
+        ),
         metadata={"quarantined_tables": bad, "errors": dict(errors or {})},
         json_keys=("quarantined_tables", "errors"),
     )
@@ -96,9 +116,16 @@ def no_quarantined_files(quarantined_tables: Iterable[str],
 def pending_files_fresh(age_s: float, files: int, limit_s: float) -> Verdict:
     passed = age_s <= limit_s
     return Verdict(
-        PENDING_FILES_FRESH, passed, WARN,
-        (f"{files} avro file(s) wait for a load; the oldest for {age_s:.0f}s "
-         f"({'within' if passed else 'over'} the {limit_s:.0f}s limit)"),
-        metadata={"oldest_pending_age_s": round(age_s, 1), "pending_files": files,
-                  "limit_s": limit_s},
+        PENDING_FILES_FRESH,
+        passed,
+        WARN,
+        (
+            f"{files} avro file(s) wait for a load; the oldest for {age_s:.0f}s "
+            f"({'within' if passed else 'over'} the {limit_s:.0f}s limit)"
+        ),
+        metadata={
+            "oldest_pending_age_s": round(age_s, 1),
+            "pending_files": files,
+            "limit_s": limit_s,
+        },
     )

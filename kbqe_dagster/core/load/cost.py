@@ -77,8 +77,9 @@ class MonthlyCost:
 def storage_write_cost(bytes_per_month: float) -> MonthlyCost:
     """The price of a month of ``bytes_per_month`` appended through the Storage Write API."""
     billed = max(0.0, bytes_per_month - STORAGE_WRITE_FREE_BYTES_PER_MONTH)
-    return MonthlyCost(bytes_per_month, storage_write_list_price(bytes_per_month),
-                       storage_write_list_price(billed))
+    return MonthlyCost(
+        bytes_per_month, storage_write_list_price(bytes_per_month), storage_write_list_price(billed)
+    )
 
 
 def topic_month(messages_per_second: float, row_bytes: float) -> MonthlyCost:

@@ -13,9 +13,10 @@ seen for the first time is a **created** table when it was created by one of kbq
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 KNOWN_SCHEMAS_FILE = "_kbqe/table_schemas.json"
 
@@ -57,40 +58,61 @@ class SchemaNotice:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "text": self.text, "table": self.table, "kind": str(self.kind),
-            "columns": list(self.columns), "job_id": self.job_id,
+            "text": self.text,
+            "table": self.table,
+            "kind": str(self.kind),
+            "columns": list(self.columns),
+            "job_id": self.job_id,
             "before": None if self.before is None else [asdict(c) for c in self.before],
             "after": [asdict(c) for c in self.after],
         }
 
 
-def schema_notices(table: str, before: Sequence[Column] | None, after: Sequence[Column],
-                   *, created: bool = False, job_id: str | None = None) -> list[SchemaNotice]:
+def schema_notices(
+    table: str,
+    before: Sequence[Column] | None,
+    after: Sequence[Column],
+    *,
+    created: bool = False,
+    job_id: str | None = None,
+) -> list[SchemaNotice]:
     """What changed from ``before`` (None: the table was not known) to ``after``.
     ``created``: an unknown table was created by kbqe's load (else it is adopted silently)."""
     after = tuple(after)
     if before is None:
         if not created:
             return []
-        return [SchemaNotice(table, NoticeKind.TABLE_CREATED, tuple(c.name for c in after),
-                             None, after, job_id)]
+        return [
+            SchemaNotice(
+                table, NoticeKind.TABLE_CREATED, tuple(c.name for c in after), None, after, job_id
+            )
+        ]
     before = tuple(before)
     old = {c.name.lower(): c for c in before}
     added = tuple(c.name for c in after if c.name.lower() not in old)
-    relaxed = tuple(c.name for c in after if c.name.lower() in old
-                    and old[c.name.lower()].mode == "REQUIRED" and c.mode == "NULLABLE")
+    relaxed = tuple(
+        c.name
+        for c in after
+        if c.name.lower() in old and old[c.name.lower()].mode == "REQUIRED" and c.mode == "NULLABLE"
+    )
     notices = []
     if added:
         notices.append(SchemaNotice(table, NoticeKind.COLUMNS_ADDED, added, before, after, job_id))
     if relaxed:
-        notices.append(SchemaNotice(table, NoticeKind.COLUMNS_RELAXED, relaxed, before, after,
-                                    job_id))
+        notices.append(
+            SchemaNotice(table, NoticeKind.COLUMNS_RELAXED, relaxed, before, after, job_id)
+        )
     return notices
 
 
 def encode_known(known: Mapping[str, Iterable[Column]]) -> bytes:
-    return json.dumps({"version": 1, "tables": {
-        t: [asdict(c) for c in cols] for t, cols in sorted(known.items())}}, indent=1).encode()
+    return json.dumps(
+        {
+            "version": 1,
+            "tables": {t: [asdict(c) for c in cols] for t, cols in sorted(known.items())},
+        },
+        indent=1,
+    ).encode()
 
 
 def decode_known(content: bytes | None) -> dict[str, tuple[Column, ...]]:

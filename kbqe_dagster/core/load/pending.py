@@ -14,10 +14,11 @@ check of their own), against :func:`freshness_limit_s`.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Iterable, Protocol
+from typing import Protocol
 
 from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.core.protocol.naming import parse_listing
@@ -124,7 +125,10 @@ def staging_view(files: Iterable[ListedFile], state: LoadState, now: datetime) -
         groups[(avro.key.dataset, avro.key.table, where)].append(avro.name)
     pending = tuple(
         PendingFiles(
-            dataset, table, where, len(names),
+            dataset,
+            table,
+            where,
+            len(names),
             sum(by_name[n].size for n in names),
             round(max(max(0.0, (now - by_name[n].updated).total_seconds()) for n in names), 3),
         )

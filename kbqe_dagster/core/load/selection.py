@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import AbstractSet, Iterable, Mapping
+from datetime import UTC, datetime
 
 from kbqe_dagster.core.protocol.commit import is_marker, is_pinned
 from kbqe_dagster.core.protocol.naming import (
     AvroFileName,
     DoneFileName,
+    FileKey,
     ParsedListing,
     parse_listing,
     parse_name,
@@ -89,19 +91,19 @@ def loadable_files(
     after their job failed too often.
     """
     listing = names if isinstance(names, ParsedListing) else parse_listing(names)
-    done_by_key: dict = {}
+    done_by_key: dict[FileKey, DoneFileName] = {}
     for done in listing.done:
         # Two done files for one avro key would mean two writers committed different bounds
         # from the same start; the avro file is still loaded once, with the lowest bound.
         done_by_key.setdefault(done.key, done)
     pairs = []
     for avro in listing.avro:
-        done = done_by_key.get(avro.key)
-        if done is None or is_marker(avro):
+        paired = done_by_key.get(avro.key)
+        if paired is None or is_marker(avro):
             continue
         if avro.name in pending or avro.name in quarantined:
             continue
-        pairs.append((avro, done))
+        pairs.append((avro, paired))
     return tuple(pairs)
 
 
@@ -132,7 +134,8 @@ def plan_load_jobs(
         chosen = pairs[:max_files_per_job]
         files = tuple(a.name for a, _ in chosen)
         counts = [records.get(name) for name in files] if records is not None else [None]
-        total = sum(counts) if all(c is not None for c in counts) else None  # type: ignore[misc]
+        known = [c for c in counts if c is not None]
+        total = sum(known) if len(known) == len(counts) else None
         done_files = tuple(d.name for _, d in chosen)
         jobs.append(PlannedLoadJob(dataset, table, schema_id, files, done_files, total))
     return tuple(jobs)
@@ -153,7 +156,7 @@ def make_job_id(
     """
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
-    stamp = now.astimezone(timezone.utc).strftime("%Y%m%d%H%M%S")
+    stamp = now.astimezone(UTC).strftime("%Y%m%d%H%M%S")
     unique = _JOB_ID_UNSAFE.sub("_", token if token is not None else uuid.uuid4().hex)
     head = _JOB_ID_UNSAFE.sub("_", prefix)
     if not unique:
@@ -186,13 +189,20 @@ def without_leftovers(
     leftovers: list[str] = []
     for job in jobs:
         pairs = [
-            (avro, done) for avro, done in zip(job.files, job.done_files)
+            (avro, done)
+            for avro, done in zip(job.files, job.done_files)
             if is_pinned(pinned.get(avro), current.get(avro))
         ]
         leftovers.extend(avro for avro in job.files if avro not in {a for a, _ in pairs})
         if pairs:
-            kept.append(PlannedLoadJob(
-                job.dataset, job.table, job.schema_id,
-                tuple(a for a, _ in pairs), tuple(d for _, d in pairs), job.records,
-            ))
+            kept.append(
+                PlannedLoadJob(
+                    job.dataset,
+                    job.table,
+                    job.schema_id,
+                    tuple(a for a, _ in pairs),
+                    tuple(d for _, d in pairs),
+                    job.records,
+                )
+            )
     return kept, tuple(leftovers)

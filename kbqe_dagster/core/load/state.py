@@ -24,10 +24,11 @@ with the safe recovery path; :func:`plan_state_write` keeps the previous version
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Iterable
+from typing import Any
 
 from kbqe_dagster.core.errors import LoadError, StateFileError
 from kbqe_dagster.core.load.selection import PlannedLoadJob
@@ -124,9 +125,16 @@ def record_planned(state: LoadState, job: PlannedLoadJob, job_id: str, now: date
             f"{len(overlap)} file(s) already in a pending job, e.g. {min(overlap)}"
         )
     record = LoadJobRecord(
-        job_id=job_id, dataset=job.dataset, table=job.table, schema_id=job.schema_id,
-        files=job.files, done_files=job.done_files, records=job.records,
-        created_at=now, updated_at=now, attempt_ids=(job_id,),
+        job_id=job_id,
+        dataset=job.dataset,
+        table=job.table,
+        schema_id=job.schema_id,
+        files=job.files,
+        done_files=job.done_files,
+        records=job.records,
+        created_at=now,
+        updated_at=now,
+        attempt_ids=(job_id,),
     )
     return replace(state, jobs=state.jobs + (record,))
 
@@ -186,9 +194,7 @@ def quarantine_job(state: LoadState, job_id: str, now: datetime, error: str) -> 
         for f in job.files
         if f not in already
     )
-    updated = _update(
-        state, job_id, status=JobStatus.QUARANTINED, updated_at=now, last_error=error
-    )
+    updated = _update(state, job_id, status=JobStatus.QUARANTINED, updated_at=now, last_error=error)
     return replace(updated, quarantined=state.quarantined + added)
 
 
@@ -221,8 +227,12 @@ def encode_state(state: LoadState) -> bytes:
         "jobs": [_job_to_json(j) for j in state.jobs],
         "quarantined": [
             {
-                "file": q.file, "dataset": q.dataset, "table": q.table, "job_id": q.job_id,
-                "error": q.error, "quarantined_at": q.quarantined_at.isoformat(),
+                "file": q.file,
+                "dataset": q.dataset,
+                "table": q.table,
+                "job_id": q.job_id,
+                "error": q.error,
+                "quarantined_at": q.quarantined_at.isoformat(),
             }
             for q in state.quarantined
         ],
@@ -232,10 +242,17 @@ def encode_state(state: LoadState) -> bytes:
 
 def _job_to_json(job: LoadJobRecord) -> dict[str, Any]:
     return {
-        "job_id": job.job_id, "dataset": job.dataset, "table": job.table,
-        "schema_id": job.schema_id, "files": list(job.files), "done_files": list(job.done_files),
-        "records": job.records, "status": job.status.value, "retry_count": job.retry_count,
-        "attempt_ids": list(job.attempt_ids), "created_at": job.created_at.isoformat(),
+        "job_id": job.job_id,
+        "dataset": job.dataset,
+        "table": job.table,
+        "schema_id": job.schema_id,
+        "files": list(job.files),
+        "done_files": list(job.done_files),
+        "records": job.records,
+        "status": job.status.value,
+        "retry_count": job.retry_count,
+        "attempt_ids": list(job.attempt_ids),
+        "created_at": job.created_at.isoformat(),
         "updated_at": job.updated_at.isoformat(),
         "submitted_at": job.submitted_at.isoformat() if job.submitted_at else None,
         "last_error": job.last_error,
@@ -259,8 +276,12 @@ def decode_state(content: bytes, source: str = STATE_FILE) -> LoadState:
         jobs = tuple(_job_from_json(j) for j in _list(doc["jobs"]))
         quarantined = tuple(
             QuarantinedFile(
-                _str(q["file"]), _str(q["dataset"]), _str(q["table"]), _str(q["job_id"]),
-                _str(q["error"]), _time(q["quarantined_at"]),
+                _str(q["file"]),
+                _str(q["dataset"]),
+                _str(q["table"]),
+                _str(q["job_id"]),
+                _str(q["error"]),
+                _time(q["quarantined_at"]),
             )
             for q in _list(doc["quarantined"])
         )
@@ -297,11 +318,15 @@ def _int(value: Any) -> int:
 def _job_from_json(j: dict[str, Any]) -> LoadJobRecord:
     submitted = j["submitted_at"]
     return LoadJobRecord(
-        job_id=_str(j["job_id"]), dataset=_str(j["dataset"]), table=_str(j["table"]),
-        schema_id=_int(j["schema_id"]), files=tuple(_str(f) for f in _list(j["files"])),
+        job_id=_str(j["job_id"]),
+        dataset=_str(j["dataset"]),
+        table=_str(j["table"]),
+        schema_id=_int(j["schema_id"]),
+        files=tuple(_str(f) for f in _list(j["files"])),
         done_files=tuple(_str(f) for f in _list(j["done_files"])),
         records=None if j["records"] is None else _int(j["records"]),
-        status=JobStatus(j["status"]), retry_count=_int(j["retry_count"]),
+        status=JobStatus(j["status"]),
+        retry_count=_int(j["retry_count"]),
         attempt_ids=tuple(_str(i) for i in _list(j["attempt_ids"])),
         created_at=_time(j["created_at"]),
         updated_at=_time(j["updated_at"]),

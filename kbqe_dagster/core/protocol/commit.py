@@ -63,9 +63,10 @@ tasks start: a per-task cleanup would delete a sibling task's files in flight.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.naming import (
@@ -123,7 +124,11 @@ def bootstrap_marker(topic: str, partition: int, next_offset: int) -> DoneFileNa
             "a partition without done files already starts at its low watermark"
         )
     key = FileKey(
-        topic, partition, MARKER_DATASET, BOOTSTRAP_MARKER_TABLE, MARKER_SCHEMA_ID,
+        topic,
+        partition,
+        MARKER_DATASET,
+        BOOTSTRAP_MARKER_TABLE,
+        MARKER_SCHEMA_ID,
         next_offset - 1,
     )
     return DoneFileName(key, next_offset - 1)
@@ -215,8 +220,9 @@ def _delivered(doc: Any) -> Delivered | None:
     if doc is None:
         return None
     doc = _typed(doc, dict)
-    return Delivered(_typed(doc["stream"], str), _typed(doc["offset"], int),
-                     _typed(doc["rows"], int))
+    return Delivered(
+        _typed(doc["stream"], str), _typed(doc["offset"], int), _typed(doc["rows"], int)
+    )
 
 
 def parse_manifest(content: bytes, done_name: str) -> Manifest | None:
@@ -250,11 +256,22 @@ def _manifest_from(doc: Any) -> Manifest:
         )
     files = tuple(
         StagedFile(
-            _typed(f["avro"], str), _typed(f["done"], str), _typed(f["records"], int),
-            tuple(sorted((_typed(d, str), _typed(n, int)) for d, n in _typed(f.get("days", {}), dict).items())),
+            _typed(f["avro"], str),
+            _typed(f["done"], str),
+            _typed(f["records"], int),
+            tuple(
+                sorted(
+                    (_typed(d, str), _typed(n, int))
+                    for d, n in _typed(f.get("days", {}), dict).items()
+                )
+            ),
             _typed(f["version"], str) if "version" in f else None,
-            tuple(sorted((_typed(h, str), _typed(n, int))
-                         for h, n in _typed(f.get("hours", {}), dict).items())),
+            tuple(
+                sorted(
+                    (_typed(h, str), _typed(n, int))
+                    for h, n in _typed(f.get("hours", {}), dict).items()
+                )
+            ),
             _delivered(f.get("storage_write")),
         )
         for f in _typed(doc["files"], list)
@@ -283,7 +300,10 @@ def _typed(value: Any, kind: type) -> Any:
 def _manifest_problem(manifest: Manifest, done: DoneFileName) -> str | None:
     key = done.key
     if (manifest.topic, manifest.partition, manifest.first, manifest.last) != (
-        key.topic, key.partition, key.first_offset, done.last_offset,
+        key.topic,
+        key.partition,
+        key.first_offset,
+        done.last_offset,
     ):
         return (
             f"describes {manifest.topic}[{manifest.partition}] "
@@ -349,15 +369,28 @@ def plan_range_commit(
     hours = hours or {}
     delivered = delivered or {}
     files = tuple(
-        StagedFile(avro.name, avro.done(rng.last).name, records,
-                   tuple(sorted(days.get(avro.name, {}).items())), versions.get(avro.name),
-                   tuple(sorted(hours.get(avro.name, {}).items())), delivered.get(avro.name))
+        StagedFile(
+            avro.name,
+            avro.done(rng.last).name,
+            records,
+            tuple(sorted(days.get(avro.name, {}).items())),
+            versions.get(avro.name),
+            tuple(sorted(hours.get(avro.name, {}).items())),
+            delivered.get(avro.name),
+        )
         for avro, records in sorted(staged)
     )
     done_files = tuple(avro.done(rng.last) for avro, _ in sorted(staged)) or (range_marker(rng),)
     manifest = Manifest(
-        rng.topic, rng.partition, rng.start, rng.last, files, dead_letters, skipped,
-        created_at.isoformat(), kafka_ts_max,
+        rng.topic,
+        rng.partition,
+        rng.start,
+        rng.last,
+        files,
+        dead_letters,
+        skipped,
+        created_at.isoformat(),
+        kafka_ts_max,
     )
     return RangeCommit(manifest, manifest.encode(), done_files)
 
@@ -370,7 +403,13 @@ def plan_bootstrap(
     if created_at.tzinfo is None:
         raise ValueError("created_at must be timezone-aware")
     manifest = Manifest(
-        topic, partition, marker.first_offset, marker.last_offset, (), 0, 0,
+        topic,
+        partition,
+        marker.first_offset,
+        marker.last_offset,
+        (),
+        0,
+        0,
         created_at.isoformat(),
     )
     return RangeCommit(manifest, manifest.encode(), (marker,))

@@ -47,8 +47,9 @@ stream that no longer exists.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.commit import Delivered, Manifest
@@ -59,7 +60,7 @@ from kbqe_dagster.core.protocol.naming import (
     RefusalFileName,
     parse_listing,
 )
-from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan
+from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan, TopicPartition
 
 INTENT_VERSION = 1
 
@@ -113,9 +114,15 @@ class Intent:
 
     def encode(self) -> bytes:
         doc = {
-            "kbqe_intent": INTENT_VERSION, "topic": self.topic, "partition": self.partition,
-            "dataset": self.dataset, "table": self.table, "first": self.first,
-            "last": self.last, "stream": self.stream, "offset": self.offset,
+            "kbqe_intent": INTENT_VERSION,
+            "topic": self.topic,
+            "partition": self.partition,
+            "dataset": self.dataset,
+            "table": self.table,
+            "first": self.first,
+            "last": self.last,
+            "stream": self.stream,
+            "offset": self.offset,
             "parts": [[schema_id, rows] for schema_id, rows in self.parts],
         }
         if self.delivered_before:  # absent otherwise: such intents read as they always did
@@ -129,23 +136,36 @@ def parse_intent(content: bytes, name: IntentFileName) -> Intent:
     try:
         doc = json.loads(content)
         if doc.get("kbqe_intent") != INTENT_VERSION:
-            raise ValueError(f"intent version {doc.get('kbqe_intent')!r}, expected "
-                             f"{INTENT_VERSION}")
+            raise ValueError(
+                f"intent version {doc.get('kbqe_intent')!r}, expected {INTENT_VERSION}"
+            )
         intent = Intent(
-            _typed(doc["topic"], str), _typed(doc["partition"], int), _typed(doc["dataset"], str),
-            _typed(doc["table"], str), _typed(doc["first"], int), _typed(doc["last"], int),
-            _typed(doc["stream"], str), _typed(doc["offset"], int),
+            _typed(doc["topic"], str),
+            _typed(doc["partition"], int),
+            _typed(doc["dataset"], str),
+            _typed(doc["table"], str),
+            _typed(doc["first"], int),
+            _typed(doc["last"], int),
+            _typed(doc["stream"], str),
+            _typed(doc["offset"], int),
             tuple((_typed(s, int), _typed(n, int)) for s, n in _typed(doc["parts"], list)),
             tuple(_typed(o, int) for o in _typed(doc.get("delivered_before", []), list)),
         )
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise StagingError(f"intent {name.name} is not readable: {exc}") from exc
     key = name.key
-    if (intent.topic, intent.partition, intent.dataset, intent.table, intent.first,
-            intent.last) != (key.topic, key.partition, key.dataset, key.table,
-                             key.first_offset, name.last_offset):
-        raise StagingError(f"intent {name.name} describes {intent.dataset}.{intent.table} "
-                           f"{intent.range}, not this file's range and table")
+    if (
+        intent.topic,
+        intent.partition,
+        intent.dataset,
+        intent.table,
+        intent.first,
+        intent.last,
+    ) != (key.topic, key.partition, key.dataset, key.table, key.first_offset, name.last_offset):
+        raise StagingError(
+            f"intent {name.name} describes {intent.dataset}.{intent.table} "
+            f"{intent.range}, not this file's range and table"
+        )
     return intent
 
 
@@ -169,8 +189,11 @@ class Refusal:
     stream gone")."""
 
     def encode(self) -> bytes:
-        doc: dict[str, Any] = {"kbqe_refusal": 1, "row_offset": self.row_offset,
-                               "refused": [[i, why] for i, why in self.refused]}
+        doc: dict[str, Any] = {
+            "kbqe_refusal": 1,
+            "row_offset": self.row_offset,
+            "refused": [[i, why] for i, why in self.refused],
+        }
         if self.stream:
             doc["stream"] = self.stream
         return (json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n").encode()
@@ -179,9 +202,11 @@ class Refusal:
 def parse_refusal(content: bytes, name: RefusalFileName) -> Refusal:
     try:
         doc = json.loads(content)
-        refusal = Refusal(_typed(doc["row_offset"], int),
-                          tuple((_typed(i, int), _typed(w, str)) for i, w in doc["refused"]),
-                          _typed(doc.get("stream", ""), str))
+        refusal = Refusal(
+            _typed(doc["row_offset"], int),
+            tuple((_typed(i, int), _typed(w, str)) for i, w in doc["refused"]),
+            _typed(doc.get("stream", ""), str),
+        )
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise StagingError(f"refusal note {name.name} is not readable: {exc}") from exc
     if refusal.row_offset != name.row_offset:
@@ -200,8 +225,14 @@ class AppendStep:
     """Rows refused: note them, dead-letter them, append the others at the same offset."""
 
 
-def append_decision(kind: str, rows: int, message: str, row_errors: Sequence[tuple[int, str]],
-                    where: str, noted: Refusal | None = None) -> AppendStep:
+def append_decision(
+    kind: str,
+    rows: int,
+    message: str,
+    row_errors: Sequence[tuple[int, str]],
+    where: str,
+    noted: Refusal | None = None,
+) -> AppendStep:
     """The protocol's answer to a request of ``rows`` rows whose outcome is ``kind``
     (``where`` names the table, stream, topic/partition and offsets for errors; ``noted``: the
     refusal note of this request, if an earlier attempt wrote one)."""
@@ -212,13 +243,16 @@ def append_decision(kind: str, rows: int, message: str, row_errors: Sequence[tup
         # minus the ones a refusal note says the API refused.
         return AppendStep(rows - len(noted.refused) if noted else rows)
     if kind == OUT_OF_RANGE:
-        raise StagingError(f"{where}: the stream is not where the intent says ({message}); "
-                           "another writer or a bug: not appending (nothing of the range is "
-                           "committed; the intent stays open)")
+        raise StagingError(
+            f"{where}: the stream is not where the intent says ({message}); "
+            "another writer or a bug: not appending (nothing of the range is "
+            "committed; the intent stays open)"
+        )
     if kind == ROWS_REFUSED:
         if not row_errors:
-            raise StagingError(f"{where}: the API refused the request without naming a row "
-                               f"({message})")
+            raise StagingError(
+                f"{where}: the API refused the request without naming a row ({message})"
+            )
         return AppendStep(0, tuple((i, why or message) for i, why in row_errors))
     raise StagingError(f"{where}: unknown append outcome {kind!r}")
 
@@ -237,22 +271,27 @@ def open_intents(names: Listing) -> tuple[IntentFileName, ...]:
     files (it deletes intents first, but a crash may stop it in between), the range is
     committed."""
     listing = _parsed(names)
-    committed = {(d.key.topic, d.key.partition, d.first_offset, d.last_offset)
-                 for d in listing.done}
+    committed = {
+        (d.key.topic, d.key.partition, d.first_offset, d.last_offset) for d in listing.done
+    }
     lowest: dict[tuple[str, int], int] = {}
     for d in listing.done:
         tp = d.key.topic_partition
         lowest[tp] = min(lowest.get(tp, d.first_offset), d.first_offset)
     return tuple(
-        i for i in listing.intents
+        i
+        for i in listing.intents
         if (i.key.topic, i.key.partition, i.first_offset, i.last_offset) not in committed
-        and i.first_offset >= lowest.get(i.key.topic_partition, 0))
+        and i.first_offset >= lowest.get(i.key.topic_partition, 0)
+    )
 
 
 def ranges_to_roll_forward(names: Listing) -> tuple[OffsetRange, ...]:
     """The exact Kafka ranges of the open intents, one per range, by partition and offset."""
-    found = {OffsetRange(i.key.topic, i.key.partition, i.first_offset, i.last_offset + 1)
-             for i in open_intents(names)}
+    found = {
+        OffsetRange(i.key.topic, i.key.partition, i.first_offset, i.last_offset + 1)
+        for i in open_intents(names)
+    }
     return tuple(sorted(found))
 
 
@@ -266,8 +305,9 @@ def pinned_tables(intents: Iterable[IntentFileName]) -> frozenset[PinnedTable]:
     Rows of the range may already be in the stream (the table); a table switched to ``load``
     meanwhile must not stage them as avro files too (loaded, they would be there twice). The
     switch takes effect at the next range, a range boundary."""
-    return frozenset((i.key.topic, i.key.partition, i.first_offset, i.key.dataset,
-                      i.key.table) for i in intents)
+    return frozenset(
+        (i.key.topic, i.key.partition, i.first_offset, i.key.dataset, i.key.table) for i in intents
+    )
 
 
 def committed_intents(names: Listing) -> tuple[IntentFileName, ...]:
@@ -297,8 +337,9 @@ class StreamPosition:
     schema_ids: frozenset[int]
 
 
-def stream_position(manifests: Iterable[Manifest], dataset: str,
-                    table: str) -> StreamPosition | None:
+def stream_position(
+    manifests: Iterable[Manifest], dataset: str, table: str
+) -> StreamPosition | None:
     """The stream of ``dataset.table`` as the latest (highest Kafka offsets) of
     ``manifests`` (one partition's committed ranges) that wrote the table left it; None when
     none did (a first range, or retention deleted them) or when that range **loaded** the
@@ -335,26 +376,30 @@ def check_no_overlap(intent: Intent, others: Mapping[str, Intent]) -> None:
     ones are rolled forward first, one run owns a topic) it never happens."""
     end = intent.offset + intent.rows
     for name, other in sorted(others.items()):
-        if other.stream != intent.stream or (other.first, other.last) == (intent.first,
-                                                                          intent.last):
+        if other.stream != intent.stream or (other.first, other.last) == (
+            intent.first,
+            intent.last,
+        ):
             continue
         if other.offset < end and intent.offset < other.offset + other.rows:
             raise StagingError(
                 f"{intent.dataset}.{intent.table}: {intent.range} would append rows "
                 f"{intent.offset}..{end - 1} of stream {intent.stream}, which intent {name} "
-                f"({other.range}) holds; not appending")
+                f"({other.range}) holds; not appending"
+            )
 
 
 # --- planning ------------------------------------------------------------------------------
-def plan_with_deliveries(plan: RangePlan, roll_forward: Sequence[OffsetRange], *,
-                         one_range_per_partition: bool) -> RangePlan:
+def plan_with_deliveries(
+    plan: RangePlan, roll_forward: Sequence[OffsetRange], *, one_range_per_partition: bool
+) -> RangePlan:
     """``plan`` (core/protocol/offsets.py) with the open intents' exact ranges first: a
     partition with an open intent stages that range and nothing else this run (its range
     must be restaged exactly, and the stream offsets of any later range follow from its
     rows). With ``one_range_per_partition`` (a topic that may write a storage_write table)
     every other partition stages only its first planned range: a range's stream offsets are
     known only once the previous range of the partition is committed."""
-    rolled = {}
+    rolled: dict[TopicPartition, OffsetRange] = {}
     for rng in sorted(roll_forward):
         rolled.setdefault(rng.topic_partition, rng)
     partitions = []
@@ -367,8 +412,9 @@ def plan_with_deliveries(plan: RangePlan, roll_forward: Sequence[OffsetRange], *
         else:
             ranges = p.ranges
         dropped = sum(r.size for r in p.ranges) - sum(r.size for r in ranges if r in p.ranges)
-        partitions.append(replace(p, ranges=ranges,
-                                  backlog_after_run=p.backlog_after_run + max(dropped, 0)))
+        partitions.append(
+            replace(p, ranges=ranges, backlog_after_run=p.backlog_after_run + max(dropped, 0))
+        )
     kept = {r for p in partitions for r in p.ranges}
     ordered = [r for r in plan.ranges if r in kept]
     ordered = sorted(set(kept) - set(ordered)) + ordered  # roll-forward ranges first

@@ -22,8 +22,8 @@ refused rows of; both parse from the right like a done file:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 AVRO_SUFFIX = "avro"
 DONE_SUFFIX = "done"
@@ -257,8 +257,13 @@ def parse_listing(names: Iterable[str]) -> ParsedListing:
             refusals.append(parsed)
         else:
             unrecognized.append(name)
-    return ParsedListing(tuple(sorted(avro)), tuple(sorted(done)), tuple(unrecognized),
-                         tuple(sorted(intents)), tuple(sorted(refusals)))
+    return ParsedListing(
+        tuple(sorted(avro)),
+        tuple(sorted(done)),
+        tuple(unrecognized),
+        tuple(sorted(intents)),
+        tuple(sorted(refusals)),
+    )
 
 
 STAGING_ASSET = "staging"

@@ -38,9 +38,9 @@ parallel tasks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Iterable, Mapping
 
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.protocol.naming import DoneFileName, ParsedListing, parse_name
@@ -199,7 +199,10 @@ def chain_of(ranges: tuple[CommittedRange, ...]) -> PartitionChain:
         superseded, considered = (), list(ranges)
     considered.sort(key=lambda r: (r.first, r.last))
 
-    chain, after, holes, overlapping = [considered[0]], [], [], []
+    chain: list[CommittedRange] = [considered[0]]
+    after: list[CommittedRange] = []
+    holes: list[tuple[int, int]] = []
+    overlapping: list[CommittedRange] = []
     end = considered[0].last
     for rng in considered[1:]:
         if rng.first <= end:  # bounds differ (grouped by bounds) yet offsets are shared
@@ -316,7 +319,11 @@ def plan_ranges(
     partitions: list[PartitionPlan] = []
     for tp in sorted(watermarks):
         plan, holes, tails = _plan_partition(
-            tp, chains.get(tp), watermarks[tp], start_policy, max_messages_per_run,
+            tp,
+            chains.get(tp),
+            watermarks[tp],
+            start_policy,
+            max_messages_per_run,
             max_messages_per_range,
         )
         partitions.append(plan)
@@ -355,9 +362,7 @@ def _plan_partition(
                 f"{chain.committed_end - 1}, beyond the high watermark {high} (topic "
                 "recreated or offsets reset?); nothing is staged until an operator resolves it"
             )
-            plan = PartitionPlan(
-                topic, partition, chain.resume_offset, (), (), None, 0, (warning,)
-            )
+            plan = PartitionPlan(topic, partition, chain.resume_offset, (), (), None, 0, (warning,))
             return plan, [], []
         tail = [(chain.committed_end, high)] if chain.committed_end < high else []
         holes, lost_holes = _clip(list(chain.holes), low)

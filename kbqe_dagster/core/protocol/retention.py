@@ -33,9 +33,9 @@ chain start back to it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Iterable
 
 from kbqe_dagster.core.protocol.delivery import delivery_notes_to_delete
 from kbqe_dagster.core.protocol.naming import DoneFileName, FileKey, ParsedListing, parse_listing

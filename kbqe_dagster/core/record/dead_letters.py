@@ -9,19 +9,20 @@ by the day the message was staged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
-from typing import Sequence
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
 
 # 9999-12-31T23:59:59.999Z, the last instant BigQuery and Python's datetime can hold.
 MAX_TIMESTAMP_MS = 253_402_300_799_999
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 # Dead-letter files are not written with a registry schema; 0 keeps their names in the
 # original convention while no registry id can collide (Confluent ids start at 1).
 DEAD_LETTER_SCHEMA_ID = 0
 
-DEAD_LETTER_SCHEMA: dict = {
+DEAD_LETTER_SCHEMA: dict[str, Any] = {
     "type": "record",
     "name": "DeadLetter",
     "namespace": "kbqe",
@@ -81,9 +82,9 @@ class DeadLetter:
     headers: Sequence[tuple[str, bytes | None]]
     staged_at: datetime
 
-    def to_record(self) -> dict:
+    def to_record(self) -> dict[str, Any]:
         """The record as fastavro writes it with :data:`DEAD_LETTER_SCHEMA`."""
-        staged_at = self.staged_at.astimezone(timezone.utc)
+        staged_at = self.staged_at.astimezone(UTC)
         return {
             "reason": str(self.reason),
             "error": self.error,
@@ -108,4 +109,4 @@ class DeadLetter:
 
 
 def staged_day(moment: datetime) -> date:
-    return moment.astimezone(timezone.utc).date()
+    return moment.astimezone(UTC).date()

@@ -49,13 +49,14 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from typing import Any, Iterable, Mapping
+from typing import Any
 
+from kbqe_dagster.core.errors import ConfigError, UnsupportedSchemaError
 from kbqe_dagster.core.formats.avro_names import full_name
 from kbqe_dagster.core.record.dead_letters import MAX_TIMESTAMP_MS
-from kbqe_dagster.core.errors import ConfigError, UnsupportedSchemaError
 
 __all__ = [
     "EnrichmentConfig",
@@ -112,7 +113,9 @@ class EnrichmentConfig:
             raise ConfigError(f"enrichment: {problem}")
 
     @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any] | None, path: str = "enrichment") -> EnrichmentConfig:
+    def from_mapping(
+        cls, raw: Mapping[str, Any] | None, path: str = "enrichment"
+    ) -> EnrichmentConfig:
         """Build from a configuration mapping (missing keys take their defaults).
 
         Errors are :class:`ConfigError` naming ``path.key``: unknown keys, non-string names,
@@ -147,8 +150,13 @@ class EnrichmentConfig:
         return self.columns + ((self.event_hour_column,) if hourly else ())
 
 
-_REQUIRED = ("event_date_column", "topic_column", "partition_column", "offset_column",
-             "event_hour_column")
+_REQUIRED = (
+    "event_date_column",
+    "topic_column",
+    "partition_column",
+    "offset_column",
+    "event_hour_column",
+)
 
 
 def _config_problem(config: EnrichmentConfig) -> str | None:
@@ -195,7 +203,9 @@ def _enrichment_fields(
                 {"name": "value", "type": ["null", "bytes"], "default": None},
             ],
         }
-        out.append((config.headers_column, {"type": {"type": "array", "items": header}, "default": []}))
+        out.append(
+            (config.headers_column, {"type": {"type": "array", "items": header}, "default": []})
+        )
     if hourly:
         out.append((config.event_hour_column, {"type": _TIMESTAMP_TYPE}))
     return out
@@ -212,15 +222,22 @@ def extended_schema(
     record, or when an enrichment column collides (case-insensitively, as BigQuery compares
     column names) with one of its fields, or the headers record name with one of its types.
     """
-    if not isinstance(writer_schema, Mapping) or writer_schema.get("type") not in ("record", "error"):
+    if not isinstance(writer_schema, Mapping) or writer_schema.get("type") not in (
+        "record",
+        "error",
+    ):
         kind = writer_schema.get("type") if isinstance(writer_schema, Mapping) else writer_schema
         raise UnsupportedSchemaError(
             f"only record schemas can be staged with enrichment columns, got type {kind!r}"
         )
     original = writer_schema.get("fields")
     if not isinstance(original, list):
-        raise UnsupportedSchemaError(f"record schema {full_name(writer_schema)!r} has no field list")
-    existing = {str(f.get("name", "")).lower(): f.get("name") for f in original if isinstance(f, Mapping)}
+        raise UnsupportedSchemaError(
+            f"record schema {full_name(writer_schema)!r} has no field list"
+        )
+    existing = {
+        str(f.get("name", "")).lower(): f.get("name") for f in original if isinstance(f, Mapping)
+    }
     for column in config.columns_of(hourly):
         if column.lower() in existing:
             raise UnsupportedSchemaError(
@@ -247,8 +264,9 @@ def with_event_hour(extended: Mapping[str, Any], config: EnrichmentConfig) -> di
     fields_ = list(extended.get("fields") or ())
     at = len(config.columns)
     column = config.event_hour_column
-    clash = [f.get("name") for f in fields_[at:]
-             if str(f.get("name", "")).lower() == column.lower()]
+    clash = [
+        f.get("name") for f in fields_[at:] if str(f.get("name", "")).lower() == column.lower()
+    ]
     if clash:
         raise UnsupportedSchemaError(
             f"enrichment column {column!r} collides with field {clash[0]!r} of "

@@ -59,11 +59,12 @@ cannot partition still load, into its ``__UNPARTITIONED__`` partition.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from kbqe_dagster.core.errors import InvalidEventTimeError, MissingEventTimeError
@@ -218,15 +219,16 @@ def _value_date_hour(value: Any, config: EventTimeConfig) -> tuple[date, int]:
         if moment.tzinfo is None and zone is not None:
             located = moment.replace(tzinfo=_zone(zone, value))
             # The date rule reads the zone only under utc (module docstring); the hour always.
-            day = _datetime_date(located if config.date_rule is DateRule.UTC else moment,
-                                 config.date_rule)
+            day = _datetime_date(
+                located if config.date_rule is DateRule.UTC else moment, config.date_rule
+            )
             return day, _datetime_hour(located)
         return _datetime_date(moment, config.date_rule), _datetime_hour(moment)
     return value_date(value, config), value_hour(value, config)
 
 
 _MS_PER_HOUR = 3_600_000
-_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def value_hour(value: Any, config: EventTimeConfig) -> int:
@@ -257,7 +259,7 @@ def value_hour(value: Any, config: EventTimeConfig) -> int:
 
 def _datetime_hour(moment: datetime) -> int:
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     delta = moment - _UNIX_EPOCH  # exact integers: a float would round 13:59:59.9999999 up
     return (delta.days * 86_400 + delta.seconds) // 3600
 
@@ -298,7 +300,7 @@ def _in_range(day: date, config: EventTimeConfig, source: str) -> date:
 def _datetime_date(moment: datetime, rule: DateRule) -> date:
     if rule is DateRule.UTC and moment.tzinfo is not None:
         try:
-            return moment.astimezone(timezone.utc).date()
+            return moment.astimezone(UTC).date()
         except OverflowError:
             raise InvalidEventTimeError(
                 f"{moment.isoformat()} is outside the date range in UTC"
@@ -364,7 +366,6 @@ def _epoch_date(value: int | float, unit: EpochUnit) -> date:
     days = value // per_day if isinstance(value, int) else math.floor(value / per_day)
     if not _MIN_EPOCH_DAY <= days <= _MAX_EPOCH_DAY:
         raise InvalidEventTimeError(
-            f"epoch value {value!r} ({unit.value}) is outside the date range "
-            "0001-01-01..9999-12-31"
+            f"epoch value {value!r} ({unit.value}) is outside the date range 0001-01-01..9999-12-31"
         )
     return from_epoch_day(int(days))

@@ -32,10 +32,11 @@ topic's ``delivery:`` (core/config/topics.py), else ``load``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, Mapping
+from typing import Any
 
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.record.routing import allow_pattern_problem
@@ -82,8 +83,10 @@ class TableSettings:
     table, which only the MERGE writes."""
 
 
-TABLE_SPEC: dict[str, r.Converter] = {"partitioning": r.choice(Partitioning),
-                                      "delivery": r.choice(Delivery)}
+TABLE_SPEC: dict[str, r.Converter] = {
+    "partitioning": r.choice(Partitioning),
+    "delivery": r.choice(Delivery),
+}
 
 
 @dataclass(frozen=True)
@@ -127,8 +130,11 @@ def read_tables(raw: Any, problems: r.Problems, path: str = "tables") -> TablesC
     if raw is None:
         return TablesConfig()
     if not isinstance(raw, Mapping):
-        problems.add(path, f"expected a mapping of 'dataset.table' or 'dataset.*' to settings, "
-                     f"got {r.describe(raw)}")
+        problems.add(
+            path,
+            f"expected a mapping of 'dataset.table' or 'dataset.*' to settings, "
+            f"got {r.describe(raw)}",
+        )
         return TablesConfig()
     settings: dict[str, TableSettings] = {}
     for key, section in raw.items():
@@ -145,7 +151,7 @@ def read_tables(raw: Any, problems: r.Problems, path: str = "tables") -> TablesC
 # --- hour keys -------------------------------------------------------------------------------
 def hour_start(epoch_hour: int) -> datetime:
     """The UTC instant an hour (hours since 1970-01-01T00 UTC) starts."""
-    return datetime(1970, 1, 1, tzinfo=timezone.utc) + epoch_hour * HOUR
+    return datetime(1970, 1, 1, tzinfo=UTC) + epoch_hour * HOUR
 
 
 def hour_key(epoch_hour: int) -> str:
@@ -155,9 +161,9 @@ def hour_key(epoch_hour: int) -> str:
 
 def parse_hour_key(key: str) -> datetime:
     """The UTC start of the hour ``key`` names; ``ValueError`` for anything else."""
-    return datetime.strptime(key, HOUR_KEY_FORMAT).replace(tzinfo=timezone.utc)
+    return datetime.strptime(key, HOUR_KEY_FORMAT).replace(tzinfo=UTC)
 
 
 def epoch_hour_of(instant: datetime) -> int:
     """Hours since 1970-01-01T00 UTC of an aware instant (floored)."""
-    return int((instant - datetime(1970, 1, 1, tzinfo=timezone.utc)) // HOUR)
+    return int((instant - datetime(1970, 1, 1, tzinfo=UTC)) // HOUR)

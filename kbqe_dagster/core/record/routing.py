@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from kbqe_dagster.core.errors import ConfigError, DestinationNotAllowedError, UnroutableError
 from kbqe_dagster.core.protocol.naming import DATASET_RE, TABLE_RE
@@ -160,7 +161,7 @@ def snake_case(name: str) -> str:
     return _CAMEL_BOUNDARY.sub("_", name).lower()
 
 
-def resolve_function(spec: str) -> Callable[[RoutingInput], tuple[str, str] | None]:
+def resolve_function(spec: str) -> Callable[..., Any]:
     """Import ``"package.module:function"``; a failure is a :class:`ConfigError`."""
     module_name, _, attribute = spec.partition(":")
     try:
@@ -169,7 +170,8 @@ def resolve_function(spec: str) -> Callable[[RoutingInput], tuple[str, str] | No
         raise ConfigError(f"routing function {spec!r} cannot be imported: {error}") from error
     if not callable(target):
         raise ConfigError(f"routing function {spec!r} is a {type(target).__name__}, not callable")
-    return target
+    function: Callable[..., Any] = target
+    return function
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,14 @@ new key.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from kbqe_dagster.core.config.sections import StagingSettings
 
 
-def stage_due(settings: StagingSettings, lag: int, oldest_unstaged_ms: int | None,
-              now_ms: int) -> str | None:
+def stage_due(
+    settings: StagingSettings, lag: int, oldest_unstaged_ms: int | None, now_ms: int
+) -> str | None:
     """Why a stage run is due (a sentence for the run's ``kbqe/reason`` tag), or None."""
     if lag <= 0:
         return None
@@ -26,8 +27,10 @@ def stage_due(settings: StagingSettings, lag: int, oldest_unstaged_ms: int | Non
     if oldest_unstaged_ms is not None:
         age_s = (now_ms - oldest_unstaged_ms) / 1000
         if age_s >= settings.allowed_latency.total_seconds():
-            return (f"oldest unstaged message is {age_s:.0f}s old >= allowed_latency "
-                    f"{settings.allowed_latency}")
+            return (
+                f"oldest unstaged message is {age_s:.0f}s old >= allowed_latency "
+                f"{settings.allowed_latency}"
+            )
     return None
 
 

@@ -22,8 +22,8 @@ run history of a topic read as before.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from kbqe_dagster.core.config.sections import StageRunSettings
 from kbqe_dagster.core.stage_runs.due import from_offsets, stage_run_key
@@ -78,14 +78,16 @@ def group_due_topics(due: Iterable[DueTopic], settings: StageRunSettings) -> lis
     """Due topics packed into runs: hot topics (backlog >= the run budget) alone, the others
     by name into runs of at most ``max_topics_per_run`` topics and ``max_messages_per_run``
     messages of backlog together (a run always takes at least one topic)."""
-    hot, small = [], []
+    hot: list[DueTopic] = []
+    small: list[DueTopic] = []
     for topic in sorted(due, key=lambda t: t.topic):
         (hot if topic.lag >= settings.max_messages_per_run else small).append(topic)
     groups = [StageGroup((topic,)) for topic in hot]
     current: list[DueTopic] = []
     for topic in small:
         full = len(current) >= settings.max_topics_per_run or (
-            sum(t.lag for t in current) + topic.lag > settings.max_messages_per_run)
+            sum(t.lag for t in current) + topic.lag > settings.max_messages_per_run
+        )
         if current and full:
             groups.append(StageGroup(tuple(current)))
             current = []
@@ -107,8 +109,9 @@ def split_topics(tag: str | None) -> tuple[str, ...]:
     return tuple(t for t in (tag or "").split(TOPICS_SEPARATOR) if t)
 
 
-def yielded_topics(mine: int, topics: Iterable[str],
-                   in_flight: Iterable[tuple[int, Iterable[str]]]) -> frozenset[str]:
+def yielded_topics(
+    mine: int, topics: Iterable[str], in_flight: Iterable[tuple[int, Iterable[str]]]
+) -> frozenset[str]:
     """Of ``topics`` (a run's, ``mine`` its order of creation), those an older run in flight
     holds: this run leaves them alone. One run prepares and stages a topic at a time, because
     a run's preparation deletes avro files that have no done file (DESIGN.md §3) and must not
@@ -117,4 +120,5 @@ def yielded_topics(mine: int, topics: Iterable[str],
     create-only commit stays the guard against zombies of runs no longer in flight."""
     wanted = set(topics)
     return frozenset(
-        topic for order, held in in_flight if order < mine for topic in held if topic in wanted)
+        topic for order, held in in_flight if order < mine for topic in held if topic in wanted
+    )

@@ -29,16 +29,23 @@ keep the input record's name and namespace, so ``schema_name`` routing is unchan
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from kbqe_dagster.core.errors import ConfigError, TransformFailedError, TransformSchemaError
 from kbqe_dagster.core.record.routing import required_fields
 from kbqe_dagster.core.transforms.kinds import COMPILERS, MessageMeta, Step, StepFailure
 from kbqe_dagster.core.transforms.specs import MaskField, MaskMethod, kind_of, removed_fields
 
-__all__ = ["Compiled", "MessageMeta", "compile_transforms", "field_values", "hmac_keys",
-           "transform_config_problems"]
+__all__ = [
+    "Compiled",
+    "MessageMeta",
+    "compile_transforms",
+    "field_values",
+    "hmac_keys",
+    "transform_config_problems",
+]
 
 
 @dataclass(frozen=True)
@@ -65,8 +72,11 @@ class Compiled:
         return out
 
 
-def compile_transforms(specs: Sequence[Any], input_schema: Mapping[str, Any],
-                       hmac_keys: Mapping[int, bytes] | None = None) -> Compiled:
+def compile_transforms(
+    specs: Sequence[Any],
+    input_schema: Mapping[str, Any],
+    hmac_keys: Mapping[int, bytes] | None = None,
+) -> Compiled:
     """Derive the output schema and the per-record steps of ``specs`` over ``input_schema``.
     ``hmac_keys`` holds the key of every hmac ``mask`` by its index (:func:`hmac_keys` reads
     them from the environment). Raises :class:`TransformSchemaError` naming the transform."""
@@ -99,14 +109,17 @@ def hmac_keys(specs: Sequence[Any], environ: Mapping[str, str], where: str) -> d
         if isinstance(spec, MaskField) and spec.method is MaskMethod.HMAC_SHA256:
             value = environ.get(spec.key_env or "")
             if not value:
-                raise ConfigError(f"{where}[{index}].key_env: environment variable "
-                                  f"{spec.key_env} is not set (or empty) where the stage runs")
+                raise ConfigError(
+                    f"{where}[{index}].key_env: environment variable "
+                    f"{spec.key_env} is not set (or empty) where the stage runs"
+                )
             keys[index] = value.encode()
     return keys
 
 
-def transform_config_problems(specs: Sequence[Any], routing: Any,
-                              schema: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+def transform_config_problems(
+    specs: Sequence[Any], routing: Any, schema: Mapping[str, Any] | None
+) -> list[tuple[str, str]]:
     """``([INDEX], problem)`` of what can be judged when the pipeline file is read: a transform
     that removes a field routing reads, and, when the schema is declared there (``format:
     json``), every schema rule of :func:`compile_transforms`."""
@@ -116,14 +129,20 @@ def transform_config_problems(specs: Sequence[Any], routing: Any,
         top = path.split(".")[0]
         if top in removed:
             kind = kind_of(specs[removed[top]])
-            problems.append((f"[{removed[top]}]", f"{kind} removes field {top!r}, which routing "
-                             f"reads ({path}); route on another field or transform later"))
+            problems.append(
+                (
+                    f"[{removed[top]}]",
+                    f"{kind} removes field {top!r}, which routing "
+                    f"reads ({path}); route on another field or transform later",
+                )
+            )
     if schema is not None:
         placeholder_keys = dict.fromkeys(range(len(specs)), b"config-check")
         try:
             compile_transforms(specs, schema, placeholder_keys)
         except TransformSchemaError as error:
             text = str(error).split(" ", 2)[2]  # the key path says which transform
+            assert error.index is not None  # compile_transforms sets it
             problems.append((f"[{error.index}]", f"{kind_of(specs[error.index])} {text}"))
     return problems
 

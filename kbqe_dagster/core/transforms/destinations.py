@@ -46,15 +46,22 @@ The range commit already covers every file of a range atomically (core/protocol/
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from simpleeval import EvalWithCompoundTypes, InvalidExpression
 
 from kbqe_dagster.core import config_reader as r
-from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.errors import TransformFailedError, TransformSchemaError
+from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.record.routing import RoutingConfig
+from kbqe_dagster.core.transforms.compiler import (
+    Compiled,
+    MessageMeta,
+    compile_transforms,
+    transform_config_problems,
+)
 from kbqe_dagster.core.transforms.kinds import FUNCTIONS
 from kbqe_dagster.core.transforms.specs import (
     FIELD_NAME_RE,
@@ -64,11 +71,14 @@ from kbqe_dagster.core.transforms.specs import (
     read_expression,
     read_transforms,
 )
-from kbqe_dagster.core.transforms.compiler import Compiled, MessageMeta, compile_transforms
-from kbqe_dagster.core.transforms.compiler import transform_config_problems
 
-__all__ = ["CompiledDestination", "DestinationConfig", "compile_destination",
-           "destination_config_problems", "read_destinations"]
+__all__ = [
+    "CompiledDestination",
+    "DestinationConfig",
+    "compile_destination",
+    "destination_config_problems",
+    "read_destinations",
+]
 
 
 @dataclass(frozen=True)
@@ -129,8 +139,11 @@ class CompiledDestination:
         return {name: record[name] for name in self.keep if name in record}
 
 
-def compile_destination(destination: DestinationConfig, input_schema: Mapping[str, Any],
-                        hmac_keys: Mapping[int, bytes] | None = None) -> CompiledDestination:
+def compile_destination(
+    destination: DestinationConfig,
+    input_schema: Mapping[str, Any],
+    hmac_keys: Mapping[int, bytes] | None = None,
+) -> CompiledDestination:
     """The destination over ``input_schema`` (the record after the topic's transforms).
     Raises :class:`TransformSchemaError` naming ``when``, ``transforms[INDEX]`` or
     ``fields[INDEX]`` (also as ``error.where``, the key path under the destination)."""
@@ -151,12 +164,20 @@ def compile_destination(destination: DestinationConfig, input_schema: Mapping[st
 
 
 _CONSTANTS = {"True", "False", "None"}
-_EVAL_ERRORS = (InvalidExpression, ArithmeticError, TypeError, ValueError, AttributeError,
-                KeyError, IndexError)
+_EVAL_ERRORS = (
+    InvalidExpression,
+    ArithmeticError,
+    TypeError,
+    ValueError,
+    AttributeError,
+    KeyError,
+    IndexError,
+)
 
 
-def compile_condition(expression: str, input_schema: Mapping[str, Any]
-                      ) -> Callable[[Mapping[str, Any]], bool]:
+def compile_condition(
+    expression: str, input_schema: Mapping[str, Any]
+) -> Callable[[Mapping[str, Any]], bool]:
     """``when`` over ``input_schema``: a field it reads must be in the schema
     (:class:`TransformSchemaError` otherwise); per record, a failure or a result that is not
     a boolean is :class:`TransformFailedError` (the message's bad input, never "false")."""
@@ -165,7 +186,8 @@ def compile_condition(expression: str, input_schema: Mapping[str, Any]
     if unknown:
         error = TransformSchemaError(
             f"when: the expression reads {', '.join(sorted(unknown))}, not in the record "
-            f"schema {input_schema.get('name', '?')}")
+            f"schema {input_schema.get('name', '?')}"
+        )
         error.where = "when"
         raise error
     evaluator = EvalWithCompoundTypes(functions=FUNCTIONS)
@@ -176,8 +198,9 @@ def compile_condition(expression: str, input_schema: Mapping[str, Any]
         try:
             value = evaluator.eval(expression, previously_parsed=parsed)
         except _EVAL_ERRORS as error:
-            raise TransformFailedError(f"when {expression!r} failed: "
-                                       f"{type(error).__name__}: {error}") from None
+            raise TransformFailedError(
+                f"when {expression!r} failed: {type(error).__name__}: {error}"
+            ) from None
         if not isinstance(value, bool):
             raise TransformFailedError(f"when {expression!r} gave {value!r}, not true or false")
         return value
@@ -208,16 +231,18 @@ def project_schema(schema: Mapping[str, Any], keep: Sequence[str]) -> dict[str, 
 def _field_name(value: Any) -> str:
     name = r.string(value)
     if not FIELD_NAME_RE.fullmatch(name):
-        raise r.Invalid(f"{name!r} is not an Avro field name (a projection keeps top-level "
-                        "fields)")
+        raise r.Invalid(f"{name!r} is not an Avro field name (a projection keeps top-level fields)")
     return name
 
 
 _FIELDS = r.list_of(_field_name, non_empty=True)
-_SPEC: dict[str, r.Converter] = {"routing": lambda v: v, "fields": _FIELDS,
-                                 "transforms": lambda v: v,
-                                 "schema_names": r.list_of(r.string, non_empty=True),
-                                 "when": read_expression}
+_SPEC: dict[str, r.Converter] = {
+    "routing": lambda v: v,
+    "fields": _FIELDS,
+    "transforms": lambda v: v,
+    "schema_names": r.list_of(r.string, non_empty=True),
+    "when": read_expression,
+}
 
 
 def read_destinations(
@@ -244,12 +269,22 @@ def read_destinations(
             continue
         static = routing.static_destination
         if static is not None and static in tables:
-            problems.add(f"{where}.routing", f"same table {static} as {path}[{tables[static]}]: "
-                         "one destination per table (each row once)")
+            problems.add(
+                f"{where}.routing",
+                f"same table {static} as {path}[{tables[static]}]: "
+                "one destination per table (each row once)",
+            )
         elif static is not None:
             tables[static] = index
-        out.append(DestinationConfig(routing, section.get("fields"), transforms,
-                                     section.get("schema_names"), section.get("when")))
+        out.append(
+            DestinationConfig(
+                routing,
+                section.get("fields"),
+                transforms,
+                section.get("schema_names"),
+                section.get("when"),
+            )
+        )
     return tuple(out) if len(problems.items) == before else None
 
 
@@ -267,8 +302,11 @@ def destination_config_problems(
         specs = tuple(topic_transforms) + destination.transforms
         for where, message in transform_config_problems(specs, destination.routing, None):
             index = int(where.strip("[]"))
-            sub = (f"transforms[{index}]" if index < top
-                   else f"destinations[{k}].transforms[{index - top}]")
+            sub = (
+                f"transforms[{index}]"
+                if index < top
+                else f"destinations[{k}].transforms[{index - top}]"
+            )
             problems[(sub, message)] = None
     if schema is None:
         return list(problems)
@@ -283,23 +321,26 @@ def destination_config_problems(
     name = record_full_name(schema)
     taking = [k for k, d in enumerate(destinations) if d.takes_schema(name)]
     if not taking:
-        problems[("destinations", f"no destination takes the declared schema {name} "
-                                  "(schema_names)")] = None
+        problems[
+            ("destinations", f"no destination takes the declared schema {name} (schema_names)")
+        ] = None
     for k in taking:
         try:
             compile_destination(destinations[k], base, keys)
         except TransformSchemaError as error:
             where = getattr(error, "where", "")
-            problems[(f"destinations[{k}].{where}",
-                      _problem(error, destinations[k].transforms))] = None
+            problems[
+                (f"destinations[{k}].{where}", _problem(error, destinations[k].transforms))
+            ] = None
     return list(problems)
 
 
 def _problem(error: TransformSchemaError, specs: Sequence[Any]) -> str:
     """The message of a schema error without its own location (the key path says it)."""
-    where = getattr(error, "where", None)
+    where = error.where
     if where == "when":
         return str(error).removeprefix("when: ")
     if where is not None and where.startswith("fields"):
         return str(error).split(" ", 1)[1]
+    assert error.index is not None  # compile_transforms sets it
     return f"{kind_of(specs[error.index])} {str(error).split(' ', 2)[2]}"

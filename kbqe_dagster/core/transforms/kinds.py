@@ -7,8 +7,9 @@ transform."""
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from fastavro import parse_schema
@@ -55,7 +56,7 @@ class MessageMeta(NamedTuple):
     headers: Sequence[tuple[str, bytes | None]] | None = None
 
 
-Step = Callable[[dict, MessageMeta], None]
+Step = Callable[[dict[str, Any], MessageMeta], None]
 """One compiled transform: changes the record dict in place; raises StepFailure(field, why)."""
 
 
@@ -68,14 +69,14 @@ class StepFailure(Exception):
 
 
 # --- schema helpers ----------------------------------------------------------------------------
-def _find(fields: list[dict], name: str) -> int:
+def _find(fields: list[dict[str, Any]], name: str) -> int:
     for position, item in enumerate(fields):
         if item["name"] == name:
             return position
     raise StepFailure(name, "is not in the record schema at this point")
 
 
-def _absent(fields: list[dict], name: str) -> None:
+def _absent(fields: list[dict[str, Any]], name: str) -> None:
     if any(item["name"] == name for item in fields):
         raise StepFailure(name, "already exists (rename or drop it first)")
 
@@ -109,7 +110,7 @@ def _new_field(name: str, avro: Any) -> dict[str, Any]:
     return entry
 
 
-def _set_type(fields: list[dict], position: int, avro: Any) -> None:
+def _set_type(fields: list[dict[str, Any]], position: int, avro: Any) -> None:
     """Give a field a new type; an old default may not fit it, a nullable one defaults null."""
     entry = {k: v for k, v in fields[position].items() if k != "default"}
     entry["type"] = avro
@@ -123,7 +124,7 @@ def _wrap(base: Any, nullable: bool) -> Any:
 
 
 # --- one compiler per kind: check the schema, change ``fields``, return the step ------------
-def _add(spec: AddField, fields: list[dict], _key: bytes | None) -> Step:
+def _add(spec: AddField, fields: list[dict[str, Any]], _key: bytes | None) -> Step:
     _absent(fields, spec.add)
     if spec.header is not None or spec.message is MessageSource.KEY:
         return _add_raw(spec, fields)
@@ -132,16 +133,17 @@ def _add(spec: AddField, fields: list[dict], _key: bytes | None) -> Step:
     return _add_constant(spec, fields)
 
 
-def _add_raw(spec: AddField, fields: list[dict]) -> Step:
+def _add_raw(spec: AddField, fields: list[dict[str, Any]]) -> Step:
     """The key or a header: nullable string (UTF-8) or bytes."""
     name, header, as_bytes = spec.add, spec.header, spec.type == "bytes"
     fields.append(_new_field(name, ["null", "bytes" if as_bytes else "string"]))
 
-    def raw(record: dict, meta: MessageMeta) -> None:
-        value = meta.key if header is None else _last_header(meta.headers, header)
-        if value is not None and not as_bytes:
+    def raw(record: dict[str, Any], meta: MessageMeta) -> None:
+        raw_value = meta.key if header is None else _last_header(meta.headers, header)
+        value: bytes | str | None = raw_value
+        if raw_value is not None and not as_bytes:
             try:
-                value = bytes(value).decode("utf-8")
+                value = bytes(raw_value).decode("utf-8")
             except UnicodeDecodeError:
                 raise StepFailure(name, "the value is not UTF-8 text (use type: bytes)") from None
         record[name] = value
@@ -155,34 +157,35 @@ _META_TYPES: dict[MessageSource, Any] = {
 }  # fmt: skip
 
 
-def _add_meta(name: str, source: MessageSource, fields: list[dict]) -> Step:
+def _add_meta(name: str, source: MessageSource, fields: list[dict[str, Any]]) -> Step:
     fields.append(_new_field(name, _META_TYPES[source]))
     if source is not MessageSource.TIMESTAMP:
         attribute = source.value
 
-        def coordinate(record: dict, meta: MessageMeta) -> None:
+        def coordinate(record: dict[str, Any], meta: MessageMeta) -> None:
             record[name] = getattr(meta, attribute)
 
         return coordinate
 
-    def timestamp(record: dict, meta: MessageMeta) -> None:
+    def timestamp(record: dict[str, Any], meta: MessageMeta) -> None:
         # Null when Kafka has none (-1) or past year 9999, as the enrichment column does.
         ts = meta.timestamp_ms
         known = ts is not None and 0 <= ts <= MAX_TIMESTAMP_MS
-        record[name] = EPOCH + timedelta(milliseconds=ts) if known else None
+        record[name] = EPOCH + timedelta(milliseconds=ts) if ts is not None and known else None
 
     return timestamp
 
 
-def _add_constant(spec: AddField, fields: list[dict]) -> Step:
+def _add_constant(spec: AddField, fields: list[dict[str, Any]]) -> Step:
     name, value = spec.add, spec.value
     avro = avro_type(spec.type) if spec.type else _constant_type(value, name)
-    if not validate(value, avro if isinstance(avro, str) else parse_schema(avro),
-                    raise_errors=False):
+    if not validate(
+        value, avro if isinstance(avro, str) else parse_schema(avro), raise_errors=False
+    ):
         raise StepFailure(name, f"the constant {value!r} is not a {spec.type or avro}")
     fields.append(_new_field(name, avro))
 
-    def constant(record: dict, _meta: MessageMeta) -> None:
+    def constant(record: dict[str, Any], _meta: MessageMeta) -> None:
         record[name] = value
 
     return constant
@@ -203,25 +206,25 @@ def _last_header(headers: Sequence[tuple[str, bytes | None]] | None, name: str) 
     return found
 
 
-def _rename(spec: RenameField, fields: list[dict], _key: bytes | None) -> Step:
+def _rename(spec: RenameField, fields: list[dict[str, Any]], _key: bytes | None) -> Step:
     position = _find(fields, spec.rename)
     _absent(fields, spec.to)
     fields[position] = {**fields[position], "name": spec.to}
     fields[position].pop("aliases", None)
     old, new = spec.rename, spec.to
 
-    def rename(record: dict, _meta: MessageMeta) -> None:
+    def rename(record: dict[str, Any], _meta: MessageMeta) -> None:
         record[new] = record.pop(old, None)
 
     return rename
 
 
-def _drop(spec: DropFields, fields: list[dict], _key: bytes | None) -> Step:
+def _drop(spec: DropFields, fields: list[dict[str, Any]], _key: bytes | None) -> Step:
     for name in spec.drop:
         del fields[_find(fields, name)]
     names = spec.drop
 
-    def drop(record: dict, _meta: MessageMeta) -> None:
+    def drop(record: dict[str, Any], _meta: MessageMeta) -> None:
         for name in names:
             record.pop(name, None)
 
@@ -231,14 +234,14 @@ def _drop(spec: DropFields, fields: list[dict], _key: bytes | None) -> Step:
 _MASKABLE = {"string", "bytes", "int", "long"}
 
 
-def _mask(spec: MaskField, fields: list[dict], key: bytes | None) -> Step:
+def _mask(spec: MaskField, fields: list[dict[str, Any]], key: bytes | None) -> Step:
     name = spec.mask
     position = _find(fields, name)
     base, nullable = _split_null(fields[position]["type"])
     if spec.method is MaskMethod.NULL:
         _set_type(fields, position, _nullable(fields[position]["type"]))
 
-        def null_out(record: dict, _meta: MessageMeta) -> None:
+        def null_out(record: dict[str, Any], _meta: MessageMeta) -> None:
             record[name] = None
 
         return null_out
@@ -262,7 +265,7 @@ def _replace_value(name: str, nullable: bool, convert: Callable[[Any], Any],
     field may be null and is a missing field otherwise; ``errors`` from ``convert`` fail the
     record with ``failure(value, error)``."""
 
-    def step(record: dict, _meta: MessageMeta) -> None:
+    def step(record: dict[str, Any], _meta: MessageMeta) -> None:
         value = record.get(name)
         if value is None:
             if not nullable:
@@ -285,23 +288,29 @@ _CASTABLE = {"string": "string", "int": "long", "long": "long", "float": "double
              "double": "double", "boolean": "boolean"}  # fmt: skip
 
 
-def _cast(spec: CastField, fields: list[dict], _key: bytes | None) -> Step:
+def _cast(spec: CastField, fields: list[dict[str, Any]], _key: bytes | None) -> Step:
     name = spec.cast
     position = _find(fields, name)
     base, nullable = _split_null(fields[position]["type"])
     primitive, logical = _base_name(base)
     source = _CASTABLE.get(primitive) if logical is None else None
     if source is None:
-        raise StepFailure(name, f"is a {_describe(base)}; cast reads string, int, long, float, "
-                          "double or boolean")
+        raise StepFailure(
+            name, f"is a {_describe(base)}; cast reads string, int, long, float, double or boolean"
+        )
     _set_type(fields, position, _wrap(spec.to.value, nullable))
     convert = converter(source, spec.to)
 
-    return _replace_value(name, nullable, convert, (ValueError, OverflowError),
-                          lambda value, error: f"{value!r} is not a {spec.to.value}: {error}")
+    return _replace_value(
+        name,
+        nullable,
+        convert,
+        (ValueError, OverflowError),
+        lambda value, error: f"{value!r} is not a {spec.to.value}: {error}",
+    )
 
 
-def _timestamp(spec: ConvertTimestamp, fields: list[dict], _key: bytes | None) -> Step:
+def _timestamp(spec: ConvertTimestamp, fields: list[dict[str, Any]], _key: bytes | None) -> Step:
     name = spec.timestamp
     position = _find(fields, name)
     base, nullable = _split_null(fields[position]["type"])
@@ -310,7 +319,9 @@ def _timestamp(spec: ConvertTimestamp, fields: list[dict], _key: bytes | None) -
     _set_type(fields, position, _wrap(_TIME_TYPES[spec.to], nullable))
 
     return _replace_value(
-        name, nullable, lambda value: write(read(value)),
+        name,
+        nullable,
+        lambda value: write(read(value)),
         (ValueError, OverflowError, TypeError, KeyError, AttributeError),
         lambda value, error: f"{value!r} is not a timestamp here: {error}",
     )
@@ -340,8 +351,10 @@ def _time_reader(spec: ConvertTimestamp, base: Any, name: str) -> Callable[[Any]
         zone = ZoneInfo(spec.zone)
         pattern = spec.input_format
         return lambda value: to_micros(parse_time(value, pattern, zone))
-    raise StepFailure(name, f"is a {_describe(base)}; timestamp reads a timestamp, a long or int "
-                      "epoch, or a string")
+    raise StepFailure(
+        name,
+        f"is a {_describe(base)}; timestamp reads a timestamp, a long or int epoch, or a string",
+    )
 
 
 def _time_writer(spec: ConvertTimestamp) -> Callable[[int], Any]:
@@ -369,13 +382,16 @@ twice must give the same records)."""
 _CONSTANTS = {"True", "False", "None"}
 
 
-def _compute(spec: ComputeField, fields: list[dict], _key: bytes | None) -> Step:
+def _compute(spec: ComputeField, fields: list[dict[str, Any]], _key: bytes | None) -> Step:
     name = spec.compute
     known = {item["name"] for item in fields}
     unknown = expression_names(spec.expression) - known - FUNCTIONS.keys() - _CONSTANTS
     if unknown:
-        raise StepFailure(name, f"the expression reads {', '.join(sorted(unknown))}, not in the "
-                          "record schema at this point")
+        raise StepFailure(
+            name,
+            f"the expression reads {', '.join(sorted(unknown))}, not in the "
+            "record schema at this point",
+        )
     avro = avro_type(spec.type)
     check = _checker(avro)
     evaluator = EvalWithCompoundTypes(functions=FUNCTIONS)
@@ -383,12 +399,19 @@ def _compute(spec: ComputeField, fields: list[dict], _key: bytes | None) -> Step
     fields[:] = [item for item in fields if item["name"] != name]
     fields.append(_new_field(name, avro))
 
-    def compute(record: dict, _meta: MessageMeta) -> None:
+    def compute(record: dict[str, Any], _meta: MessageMeta) -> None:
         evaluator.names = record
         try:
             value = evaluator.eval(spec.expression, previously_parsed=parsed)
-        except (InvalidExpression, ArithmeticError, TypeError, ValueError, AttributeError,
-                KeyError, IndexError) as error:
+        except (
+            InvalidExpression,
+            ArithmeticError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            KeyError,
+            IndexError,
+        ) as error:
             why = f"{spec.expression!r} failed: {type(error).__name__}: {error}"
             raise StepFailure(name, why) from None
         record[name] = check(name, value)
@@ -409,14 +432,17 @@ def _checker(avro: Any) -> Callable[[str, Any], Any]:
         if isinstance(value, bool) and primitive in ("int", "long", "double", "float"):
             raise StepFailure(name, f"gave {value!r} (bool), not a {primitive}")
         if not validate(value, parsed, raise_errors=False):
-            raise StepFailure(name, f"gave {value!r} ({type(value).__name__}), not a "
-                              f"{'nullable ' if nullable else ''}{primitive}")
+            raise StepFailure(
+                name,
+                f"gave {value!r} ({type(value).__name__}), not a "
+                f"{'nullable ' if nullable else ''}{primitive}",
+            )
         return value
 
     return check
 
 
-def _function(spec: FunctionTransform, fields: list[dict], _key: bytes | None) -> Step:
+def _function(spec: FunctionTransform, fields: list[dict[str, Any]], _key: bytes | None) -> Step:
     for name in spec.fields:
         _absent(fields, name)
     function = resolve_function(spec.function)
@@ -426,7 +452,7 @@ def _function(spec: FunctionTransform, fields: list[dict], _key: bytes | None) -
     declared = set(spec.fields)
     first = target_field(spec)
 
-    def call(record: dict, _meta: MessageMeta) -> None:
+    def call(record: dict[str, Any], _meta: MessageMeta) -> None:
         try:
             out = function(dict(record))
         except Exception as error:  # noqa: BLE001 - a user function's failure fails its record
@@ -440,8 +466,11 @@ def _function(spec: FunctionTransform, fields: list[dict], _key: bytes | None) -
         extra = out.keys() - expected - record.keys()
         missing = ((record.keys() & expected) | declared) - out.keys()
         if extra or missing:
-            raise StepFailure(first, f"{spec.function} returned undeclared field(s) "
-                              f"{sorted(extra)} / lost field(s) {sorted(missing)}")
+            raise StepFailure(
+                first,
+                f"{spec.function} returned undeclared field(s) "
+                f"{sorted(extra)} / lost field(s) {sorted(missing)}",
+            )
         for name, check in checks.items():
             out[name] = check(name, out.get(name))
         record.clear()
@@ -450,7 +479,7 @@ def _function(spec: FunctionTransform, fields: list[dict], _key: bytes | None) -
     return call
 
 
-COMPILERS: dict[type, Callable[[Any, list[dict], bytes | None], Step]] = {
+COMPILERS: dict[type, Callable[[Any, list[dict[str, Any]], bytes | None], Step]] = {
     AddField: _add, RenameField: _rename, DropFields: _drop, MaskField: _mask,
     CastField: _cast, ConvertTimestamp: _timestamp, ComputeField: _compute,
     FunctionTransform: _function,

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Callable, Mapping
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from kbqe_dagster.core import config_reader as r
@@ -42,8 +43,10 @@ from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.record.routing import resolve_function  # one importer of user functions
 
 FIELD_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_TYPE_RE = re.compile(r"(string|long|int|double|float|boolean|bytes|date|timestamp-millis|"
-                      r"timestamp-micros)(\?)?")
+_TYPE_RE = re.compile(
+    r"(string|long|int|double|float|boolean|bytes|date|timestamp-millis|"
+    r"timestamp-micros)(\?)?"
+)
 _FUNCTION_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
@@ -233,8 +236,16 @@ class FunctionTransform:
     """The fields it adds, in order: name → declared type (``string``, ``long?``, ...)."""
 
 
-TransformSpec = (AddField | RenameField | DropFields | MaskField | CastField | ConvertTimestamp
-                 | ComputeField | FunctionTransform)
+TransformSpec = (
+    AddField
+    | RenameField
+    | DropFields
+    | MaskField
+    | CastField
+    | ConvertTimestamp
+    | ComputeField
+    | FunctionTransform
+)
 
 KINDS: dict[str, type] = {
     "add": AddField, "rename": RenameField, "drop": DropFields, "mask": MaskField,
@@ -261,9 +272,11 @@ def avro_type(spec: Any) -> Any:
     """The Avro type of a declared type name (``long``, ``string?``); raises ValueError."""
     match = _TYPE_RE.fullmatch(spec) if isinstance(spec, str) else None
     if match is None:
-        raise ValueError(f"unknown type {spec!r}; expected one of string, long, int, double, "
-                         "float, boolean, bytes, date, timestamp-millis, timestamp-micros, "
-                         "optionally followed by ?")
+        raise ValueError(
+            f"unknown type {spec!r}; expected one of string, long, int, double, "
+            "float, boolean, bytes, date, timestamp-millis, timestamp-micros, "
+            "optionally followed by ?"
+        )
     name, nullable = match.groups()
     base: Any = name
     if name == "date":
@@ -286,8 +299,10 @@ def expression_names(expression: str) -> set[str]:
 def _field_name(value: Any) -> str:
     name = r.string(value)
     if not FIELD_NAME_RE.fullmatch(name):
-        raise r.Invalid(f"{name!r} is not an Avro field name (letters, digits, underscores; "
-                        "transforms work on top-level fields)")
+        raise r.Invalid(
+            f"{name!r} is not an Avro field name (letters, digits, underscores; "
+            "transforms work on top-level fields)"
+        )
     return name
 
 
@@ -309,7 +324,8 @@ def _type_name(value: Any) -> str:
         avro_type(value)
     except ValueError as error:
         raise r.Invalid(str(error)) from None
-    return value
+    name: str = value
+    return name
 
 
 def _any(value: Any) -> Any:
@@ -392,8 +408,7 @@ def _read_one(item: Any, path: str, problems: r.Problems) -> Any:
         return None
     kind = kinds[0]
     before = len(problems.items)
-    values = r.read_section(item, path, _SPECS[kind], problems,
-                            required=_REQUIRED.get(kind, ()))
+    values = r.read_section(item, path, _SPECS[kind], problems, required=_REQUIRED.get(kind, ()))
     if len(problems.items) > before:
         return None
     if "value" in item and item["value"] is None:

@@ -4,13 +4,14 @@ conversion between units never goes through a float."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from kbqe_dagster.core.transforms.specs import CastType, TimeFormat
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICROS = {"s": 10**6, "ms": 10**3, "us": 1, TimeFormat.EPOCH_S: 10**6,
           TimeFormat.EPOCH_MS: 10**3, TimeFormat.EPOCH_US: 1}  # fmt: skip
 """Microseconds per unit of an epoch number (``epoch_unit`` values and ``to:`` formats)."""
@@ -72,7 +73,7 @@ def _to_boolean(value: Any) -> bool:
 
 def to_micros(moment: datetime) -> int:
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     delta = moment - EPOCH
     return (delta.days * 86_400 + delta.seconds) * 10**6 + delta.microseconds
 

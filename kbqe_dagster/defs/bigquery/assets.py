@@ -74,20 +74,24 @@ class Destinations:
         # A keyed topic's loads go to its changelog; its current table is merged, not loaded
         # (defs/keyed/assets.py declares it).
         merged = {d for t in config.topics if t.keyed and (d := t.routing.static_destination)}
-        tables = tuple(dict.fromkeys([*(n for n in named if n not in merged),
-                                      (dead.dataset, dead.table)]))
+        tables = tuple(
+            dict.fromkeys([*(n for n in named if n not in merged), (dead.dataset, dead.table)])
+        )
         return cls(tables, tuple(dict.fromkeys(wild)), dead, start, config.tables)
 
     @property
     def daily(self) -> dg.DailyPartitionsDefinition:
-        return dg.DailyPartitionsDefinition(start_date=self.partition_start.isoformat(), end_offset=1)
+        return dg.DailyPartitionsDefinition(
+            start_date=self.partition_start.isoformat(), end_offset=1
+        )
 
     @property
     def hourly(self) -> dg.HourlyPartitionsDefinition:
         """HOUR partitions in UTC from the daily ones' start, keyed like the manifests' hours."""
         start = self.partition_start.strftime(HOUR_KEY_FORMAT)
-        return dg.HourlyPartitionsDefinition(start_date=start, timezone="UTC",
-                                             fmt=HOUR_KEY_FORMAT, end_offset=1)
+        return dg.HourlyPartitionsDefinition(
+            start_date=start, timezone="UTC", fmt=HOUR_KEY_FORMAT, end_offset=1
+        )
 
     def partitioning(self, dataset: str, table: str) -> Partitioning:
         """The partitioning of the asset ``dataset.table`` is reported on: its own for a named
@@ -101,7 +105,9 @@ class Destinations:
     def time_partitions(self, dataset: str, table: str) -> dg.TimeWindowPartitionsDefinition:
         """``table="*"``: of a wildcard dataset's asset."""
         hourly = self.table_settings.partitioning(dataset, table) is Partitioning.HOUR
-        return self.hourly if hourly and not self.dead_letter.is_table(dataset, table) else self.daily
+        return (
+            self.hourly if hourly and not self.dead_letter.is_table(dataset, table) else self.daily
+        )
 
     def time_dimension(self, dataset: str) -> str:
         """The time dimension's name in a wildcard dataset's multi-partitions."""
@@ -159,7 +165,8 @@ def _table_spec(destinations: Destinations, dataset: str, table: str) -> dg.Asse
         "DAY partitions on `staged_date`."
         if dead
         else "Kafka records routed here, with enrichment columns; HOUR partitions on the event "
-        "hour (UTC)." if hourly
+        "hour (UTC)."
+        if hourly
         else "Kafka records routed here, with enrichment columns; DAY partitions on the event date."
     )
     return dg.AssetSpec(
@@ -174,8 +181,12 @@ def _table_spec(destinations: Destinations, dataset: str, table: str) -> dg.Asse
         group_name=BIGQUERY_GROUP,
         kinds={"bigquery"},
         owners=["team:data-platform"],
-        metadata={"dataset": dataset, "table": table, "dead_letters": dead,
-                  **({"partitioning": "hour"} if hourly else {})},
+        metadata={
+            "dataset": dataset,
+            "table": table,
+            "dead_letters": dead,
+            **({"partitioning": "hour"} if hourly else {}),
+        },
     )
 
 
@@ -189,10 +200,12 @@ def _dataset_spec(destinations: Destinations, dataset: str) -> dg.AssetSpec:
             f"(table × event {dimension}) of this asset, added as they are first loaded."
         ),
         deps=[STAGING_KEY],
-        partitions_def=dg.MultiPartitionsDefinition({
-            dimension: destinations.time_partitions(dataset, "*"),
-            "table": dg.DynamicPartitionsDefinition(name=tables_partitions_name(dataset)),
-        }),
+        partitions_def=dg.MultiPartitionsDefinition(
+            {
+                dimension: destinations.time_partitions(dataset, "*"),
+                "table": dg.DynamicPartitionsDefinition(name=tables_partitions_name(dataset)),
+            }
+        ),
         group_name=BIGQUERY_GROUP,
         kinds={"bigquery"},
         owners=["team:data-platform"],

@@ -20,14 +20,12 @@ younger than ``FRESHNESS_CADENCES`` load cadences. Evaluated at the end of every
 
 # No ``from __future__ import annotations`` here: dagster validates the ``context``
 # annotation of a check function as a class and cannot resolve it from a string.
-from datetime import date, datetime, timedelta, timezone
-from typing import Iterator
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
 
 import dagster as dg
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
-from kbqe_dagster.core.record.partitioning import Partitioning
-from kbqe_dagster.core.load.state import JobStatus, LoadState
 from kbqe_dagster.core.load.checks import (
     NO_QUARANTINED_FILES,
     PENDING_FILES_FRESH,
@@ -38,8 +36,9 @@ from kbqe_dagster.core.load.checks import (
     pending_files_fresh,
     rows_loaded,
 )
-from kbqe_dagster.core.load.pending import freshness_limit_s
-from kbqe_dagster.core.load.pending import staging_view
+from kbqe_dagster.core.load.pending import freshness_limit_s, staging_view
+from kbqe_dagster.core.load.state import JobStatus, LoadState
+from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.loading.state_file import StateFile
@@ -53,40 +52,64 @@ CHECKS_OP = "bigquery_load_checks"
 
 
 def _metadata(verdict: Verdict) -> dict:
-    return {k: dg.MetadataValue.json(v) if k in verdict.json_keys else v
-            for k, v in verdict.metadata.items()}
+    return {
+        k: dg.MetadataValue.json(v) if k in verdict.json_keys else v
+        for k, v in verdict.metadata.items()
+    }
 
 
 def evaluation(key: dg.AssetKey, verdict: Verdict) -> dg.AssetCheckEvaluation:
     """A core verdict as the event an op yields."""
     return dg.AssetCheckEvaluation(
-        asset_key=key, check_name=verdict.name, passed=verdict.passed,
+        asset_key=key,
+        check_name=verdict.name,
+        passed=verdict.passed,
         severity=dg.AssetCheckSeverity(verdict.severity),
-        description=verdict.description or None, metadata=_metadata(verdict),
+        description=verdict.description or None,
+        metadata=_metadata(verdict),
     )
 
 
 def result(key: dg.AssetKey, verdict: Verdict) -> dg.AssetCheckResult:
     """A core verdict as the result a standalone check returns."""
     return dg.AssetCheckResult(
-        asset_key=key, check_name=verdict.name, passed=verdict.passed,
+        asset_key=key,
+        check_name=verdict.name,
+        passed=verdict.passed,
         severity=dg.AssetCheckSeverity(verdict.severity),
-        description=verdict.description or None, metadata=_metadata(verdict),
+        description=verdict.description or None,
+        metadata=_metadata(verdict),
     )
 
 
 def check_specs(destinations: Destinations) -> list[dg.AssetCheckSpec]:
-    specs = [dg.AssetCheckSpec(PENDING_FILES_FRESH, asset=STAGING_KEY,
-                               description="The oldest staged avro file is loaded in time.")]
+    specs = [
+        dg.AssetCheckSpec(
+            PENDING_FILES_FRESH,
+            asset=STAGING_KEY,
+            description="The oldest staged avro file is loaded in time.",
+        )
+    ]
     for key in destinations.asset_keys:
         specs += [
-            dg.AssetCheckSpec(ROWS_LOADED, asset=key,
-                              description="Rows each load job wrote == records in its files."),
-            dg.AssetCheckSpec(NO_QUARANTINED_FILES, asset=key,
-                              description="No staged file of this table is quarantined."),
-            dg.AssetCheckSpec(NO_DUPLICATE_OFFSETS, asset=key, description=(
-                f"Opt-in query: no Kafka offset twice in the last {DUPLICATE_WINDOW_DAYS} days "
-                "(billed for the key columns it scans).")),
+            dg.AssetCheckSpec(
+                ROWS_LOADED,
+                asset=key,
+                description="Rows each load job wrote == records in its files.",
+            ),
+            dg.AssetCheckSpec(
+                NO_QUARANTINED_FILES,
+                asset=key,
+                description="No staged file of this table is quarantined.",
+            ),
+            dg.AssetCheckSpec(
+                NO_DUPLICATE_OFFSETS,
+                asset=key,
+                description=(
+                    f"Opt-in query: no Kafka offset twice in the last {DUPLICATE_WINDOW_DAYS} days "
+                    "(billed for the key columns it scans)."
+                ),
+            ),
         ]
     return specs
 
@@ -117,12 +140,18 @@ def load_checks(destinations: Destinations) -> dg.AssetChecksDefinition:
             tables = _tables_of(check.asset_key, destinations, state, context.instance)
             if check.name == NO_DUPLICATE_OFFSETS:
                 yield duplicate_offsets_result(
-                    check.asset_key, tables, loads, config,
+                    check.asset_key,
+                    tables,
+                    loads,
+                    config,
                     date.today() - timedelta(days=DUPLICATE_WINDOW_DAYS),
                 )
             elif check.name == NO_QUARANTINED_FILES:
-                errors = {f"{q.dataset}.{q.table}": q.error for q in state.quarantined
-                          if (q.dataset, q.table) in tables}
+                errors = {
+                    f"{q.dataset}.{q.table}": q.error
+                    for q in state.quarantined
+                    if (q.dataset, q.table) in tables
+                }
                 yield result(check.asset_key, no_quarantined_files(errors, errors))
             else:
                 yield _latest_rows_result(check.asset_key, tables, state, loads)
@@ -138,14 +167,22 @@ def _tables_of(
     if len(key.path) == 3:
         return {(key.path[1], key.path[2])}
     dataset = key.path[1]
-    tables = {(dataset, t) for t in instance.get_dynamic_partitions(tables_partitions_name(dataset))}
-    tables |= {j.table_id for j in state.jobs if destinations.is_wildcard(*j.table_id)
-               and j.dataset == dataset}
+    tables = {
+        (dataset, t) for t in instance.get_dynamic_partitions(tables_partitions_name(dataset))
+    }
+    tables |= {
+        j.table_id
+        for j in state.jobs
+        if destinations.is_wildcard(*j.table_id) and j.dataset == dataset
+    }
     # A table appended through the Storage Write API has no load job: the stage run's
     # materializations name it (table × time keys print as "<time>|<table>": dimensions in
     # name order, and "table" sorts after "date" and "hour").
-    tables |= {(dataset, str(k).rsplit("|", 1)[-1])
-               for k in instance.get_materialized_partitions(key) if "|" in str(k)}
+    tables |= {
+        (dataset, str(k).rsplit("|", 1)[-1])
+        for k in instance.get_materialized_partitions(key)
+        if "|" in str(k)
+    }
     return tables
 
 
@@ -166,19 +203,27 @@ def duplicate_offsets_result(
         if loads.table_row_count(dataset, table) is None:
             continue  # not created yet: nothing can be duplicated
         if hourly:
-            result = loads.duplicate_offsets(dataset, table, columns, day_column, since,
-                                             timestamp_column=True)
+            result = loads.duplicate_offsets(
+                dataset, table, columns, day_column, since, timestamp_column=True
+            )
         else:
             result = loads.duplicate_offsets(dataset, table, columns, day_column, since)
         found += len(result.duplicates)
         billed += result.bytes_processed or 0
-        samples += [{"table": f"{dataset}.{table}", "topic": t, "partition": p, "offset": o,
-                     "copies": n} for t, p, o, n in result.duplicates]
+        samples += [
+            {"table": f"{dataset}.{table}", "topic": t, "partition": p, "offset": o, "copies": n}
+            for t, p, o, n in result.duplicates
+        ]
     return dg.AssetCheckResult(
-        asset_key=key, check_name=NO_DUPLICATE_OFFSETS, passed=found == 0,
+        asset_key=key,
+        check_name=NO_DUPLICATE_OFFSETS,
+        passed=found == 0,
         description=f"partitions since {since.isoformat()} of {len(tables)} table(s)",
-        metadata={"duplicate_offsets_sample": dg.MetadataValue.json(samples[:20]),
-                  "bytes_processed": billed, "since": since.isoformat()},
+        metadata={
+            "duplicate_offsets_sample": dg.MetadataValue.json(samples[:20]),
+            "bytes_processed": billed,
+            "since": since.isoformat(),
+        },
     )
 
 
@@ -194,12 +239,19 @@ def _latest_rows_result(
     jobs = []
     for job in latest.values():
         stats = loads.job_report(job.job_id)
-        jobs.append(JobRows(job.job_id, f"{job.dataset}.{job.table}", job.records,
-                            stats.output_rows, stats.rows_source))
+        jobs.append(
+            JobRows(
+                job.job_id,
+                f"{job.dataset}.{job.table}",
+                job.records,
+                stats.output_rows,
+                stats.rows_source,
+            )
+        )
     return result(key, rows_loaded(jobs))
 
 
 def _freshness_result(store: StagingStore, state: LoadState, limit_s: float) -> dg.AssetCheckResult:
-    view = staging_view(store.list(), state, datetime.now(timezone.utc))
+    view = staging_view(store.list(), state, datetime.now(UTC))
     verdict = pending_files_fresh(view.oldest_pending_age_s or 0.0, view.waiting_files, limit_s)
     return result(STAGING_KEY, verdict)

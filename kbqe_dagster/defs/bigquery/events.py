@@ -7,16 +7,16 @@ id, file count, offset ranges — and the check evaluations computed during the 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterator
+from collections.abc import Iterator
 
 import dagster as dg
 
-from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.core.load.checks import (
     no_quarantined_files,
     pending_files_fresh,
     rows_loaded,
 )
+from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.defs.bigquery.checks import evaluation
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.loading.report import CompletedLoad, CycleReport, PartitionLoad
@@ -41,13 +41,19 @@ def load_events(
             elif log is not None:
                 log.warning(
                     "%s.%s is not declared in the pipeline file: load %s not reported on an asset",
-                    part.dataset, part.table, part.job_id,
+                    part.dataset,
+                    part.table,
+                    part.job_id,
                 )
     yield from rows_loaded_evaluations(report, destinations)
     yield from quarantine_evaluations(report, destinations)
     if freshness_limit_s is not None and report.oldest_unloaded_age_s is not None:
-        yield evaluation(STAGING_KEY, pending_files_fresh(
-            report.oldest_unloaded_age_s, report.unloaded_files, freshness_limit_s))
+        yield evaluation(
+            STAGING_KEY,
+            pending_files_fresh(
+                report.oldest_unloaded_age_s, report.unloaded_files, freshness_limit_s
+            ),
+        )
 
 
 def _register_tables(
@@ -78,7 +84,10 @@ def materialization(
         "schema_id": completed.job.schema_id,
         "files": part.files,
         "offset_ranges": dg.MetadataValue.json(
-            [{"topic": t, "partition": p, "first": f, "last": l} for t, p, f, l in part.offset_ranges]
+            [
+                {"topic": t, "partition": p, "first": f, "last": last}
+                for t, p, f, last in part.offset_ranges
+            ]
         ),
         "attempts": len(completed.job.attempt_ids),
         "rows_source": completed.stats.rows_source if part.day is None else "done-file manifests",
@@ -143,7 +152,8 @@ def notice_events(notices, destinations: Destinations) -> Iterator[dg.AssetObser
             continue
         document = notice.to_json()
         yield dg.AssetObservation(
-            asset_key=key, description=notice.text,
+            asset_key=key,
+            description=notice.text,
             metadata={
                 "schema_notice": str(notice.kind),
                 "table": notice.table,

@@ -13,8 +13,8 @@ limits to one slot (``dagster.yaml``): a single coordinator at a time, enforced 
 
 # No ``from __future__ import annotations`` here: dagster's @op reads the run-config class
 # from the ``config`` parameter's annotation and cannot resolve it from a string.
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Iterator
 
 import dagster as dg
 from pydantic import Field
@@ -41,12 +41,16 @@ class LoadRunConfig(dg.Config):
 
 
 def _coordinator(
-    config: LoadRunConfig, pipeline: PipelineResource, staging: StagingResource,
+    config: LoadRunConfig,
+    pipeline: PipelineResource,
+    staging: StagingResource,
     bigquery: BigQueryResource,
 ) -> tuple[LoadCoordinator, Destinations]:
     pipeline_config = pipeline.load()
     coordinator = LoadCoordinator(
-        staging.store(), bigquery.loads(), pipeline_config,
+        staging.store(),
+        bigquery.loads(),
+        pipeline_config,
         stuck_after=timedelta(minutes=config.stuck_after_minutes),
     )
     return coordinator, Destinations.from_config(pipeline_config)
@@ -65,8 +69,11 @@ def load_cycle(
     report = coordinator.run_cycle()
     context.log.info("load cycle: %s", report.summary())
     yield from load_events(
-        report, destinations, context.instance,
-        freshness_limit_s=freshness_limit_s(coordinator.config.load.cadence), log=context.log,
+        report,
+        destinations,
+        context.instance,
+        freshness_limit_s=freshness_limit_s(coordinator.config.load.cadence),
+        log=context.log,
     )
     yield from _notices(report, destinations, coordinator)
     if report.leftovers_deleted:
@@ -96,12 +103,12 @@ def poll_load_jobs(
     yield from _notices(report, destinations, coordinator)
 
 
-def _notices(report, destinations: Destinations,
-             coordinator: LoadCoordinator) -> Iterator[dg.AssetObservation]:
+def _notices(
+    report, destinations: Destinations, coordinator: LoadCoordinator
+) -> Iterator[dg.AssetObservation]:
     """Schema and table notices as observations of the table's asset, then to the webhook
     (after the run's work is saved: a notice never holds a load back)."""
-    for event in notice_events(report.notices, destinations):
-        yield event
+    yield from notice_events(report.notices, destinations)
     post_notices(coordinator.config.notifications, report.notices)
 
 
@@ -139,7 +146,9 @@ def done_file_retention_job() -> None:
     done_file_retention()
 
 
-def duplicate_offsets_check_job(destinations: Destinations) -> dg.JobDefinition:  # an unresolved asset job, resolved by Definitions
+def duplicate_offsets_check_job(
+    destinations: Destinations,
+) -> dg.JobDefinition:  # an unresolved asset job, resolved by Definitions
     return dg.define_asset_job(
         "duplicate_offsets_check_job",
         selection=dg.AssetSelection.checks(*duplicate_check_keys(destinations)),

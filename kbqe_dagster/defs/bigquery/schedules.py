@@ -52,7 +52,10 @@ def skipping_schedule(
     name: str, job: dg.JobDefinition, interval: timedelta, description: str
 ) -> dg.ScheduleDefinition:
     @dg.schedule(
-        name=name, job=job, cron_schedule=cron_every(interval), description=description,
+        name=name,
+        job=job,
+        cron_schedule=cron_every(interval),
+        description=description,
         default_status=dg.DefaultScheduleStatus.RUNNING,
     )
     def _schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
@@ -71,23 +74,31 @@ def load_schedules(
 ) -> list[dg.ScheduleDefinition]:
     schedules = [
         skipping_schedule(
-            "load_cycle", load_job, config.load.cadence,
+            "load_cycle",
+            load_job,
+            config.load.cadence,
             f"Load cycle every {config.load.cadence} (load.cadence).",
         ),
         skipping_schedule(
-            "poll_load_jobs", poll_load_jobs_job, config.load.poll_interval,
+            "poll_load_jobs",
+            poll_load_jobs_job,
+            config.load.poll_interval,
             f"Follow pending load jobs every {config.load.poll_interval} (load.poll_interval).",
         ),
         skipping_schedule(
-            "done_file_retention", done_file_retention_job, config.retention.cadence,
+            "done_file_retention",
+            done_file_retention_job,
+            config.retention.cadence,
             f"Done-file retention every {config.retention.cadence} (retention.cadence).",
         ),
     ]
     if duplicate_check_job is not None:
         schedules.append(
             dg.ScheduleDefinition(
-                name="duplicate_offsets_schedule", job=duplicate_check_job,
-                cron_schedule="30 3 * * *", default_status=dg.DefaultScheduleStatus.STOPPED,
+                name="duplicate_offsets_schedule",
+                job=duplicate_check_job,
+                cron_schedule="30 3 * * *",
+                default_status=dg.DefaultScheduleStatus.STOPPED,
                 description="Opt-in daily duplicate-offset query (billed for bytes scanned).",
             )
         )

@@ -22,8 +22,8 @@ reports their tables.
 
 # No ``from __future__ import annotations``: dagster resolves the context annotation.
 import warnings
-from datetime import datetime, timezone
-from typing import Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -84,11 +84,12 @@ def completeness_checks(destinations: Destinations) -> list[dg.AssetChecksDefini
 def _specs(destinations: Destinations, tables: list[tuple[str, str]]) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec(
-            name, asset=dg.AssetKey(["bigquery", d, t]),
+            name,
+            asset=dg.AssetKey(["bigquery", d, t]),
             partitions_def=destinations.time_partitions(d, t),
             description=f"Every Kafka partition feeding this table is staged and loaded past "
-                        f"the {unit}'s end plus the configured lateness (idle partitions never "
-                        f"hold a {unit} back).",
+            f"the {unit}'s end plus the configured lateness (idle partitions never "
+            f"hold a {unit} back).",
         )
         for d, t in tables
         for name in [check_name(destinations, d, t)]
@@ -106,9 +107,12 @@ def _checks_definition(specs: list[dg.AssetCheckSpec]) -> dg.AssetChecksDefiniti
     ) -> Iterator[dg.AssetCheckResult]:
         """Evaluate ``day_complete`` (``hour_complete``) now for the run's partition."""
         settings = kafka.settings()
-        report = evaluate(pipeline.load(), staging.store(),
-                          lambda topics: watermarks_of(settings, topics),
-                          datetime.now(timezone.utc))
+        report = evaluate(
+            pipeline.load(),
+            staging.store(),
+            lambda topics: watermarks_of(settings, topics),
+            datetime.now(UTC),
+        )
         yield from results(context, report)
 
     return completeness_day_checks
@@ -123,7 +127,9 @@ def results(
         found = report.tables.get(f"{dataset}.{table}")
         if found is None:
             yield dg.AssetCheckResult(
-                asset_key=key.asset_key, check_name=key.name, passed=False,
+                asset_key=key.asset_key,
+                check_name=key.name,
+                passed=False,
                 severity=dg.AssetCheckSeverity.WARN,
                 description="no Kafka partition is known to feed this table yet",
             )
@@ -131,10 +137,11 @@ def results(
         unit = found.unit
         newest = found.verdict.newest_complete
         fallback = unit.newest_ending_by(report.observed_at)
-        day = (unit.parse(context.partition_key) if context.has_partition_key
-               else newest or fallback)
+        day = unit.parse(context.partition_key) if context.has_partition_key else newest or fallback
         yield dg.AssetCheckResult(
-            asset_key=key.asset_key, check_name=key.name,
+            asset_key=key.asset_key,
+            check_name=key.name,
             passed=newest is not None and day <= newest,
-            severity=dg.AssetCheckSeverity.WARN, metadata=check_metadata(found, day),
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata=check_metadata(found, day),
         )

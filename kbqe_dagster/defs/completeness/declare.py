@@ -87,11 +87,17 @@ def day_complete_events(
                 # deleted): Dagster holds one runless evaluation per check and partition, and
                 # refuses a second one (a UNIQUE constraint), which failed the whole tick.
                 continue
-            events.append(dg.AssetCheckEvaluation(
-                asset_key=key, check_name=check, passed=True, partition=partition,
-                severity=dg.AssetCheckSeverity.WARN, metadata=check_metadata(table, period),
-                target_materialization_data=_latest_materialization(instance, key, partition),
-            ))
+            events.append(
+                dg.AssetCheckEvaluation(
+                    asset_key=key,
+                    check_name=check,
+                    passed=True,
+                    partition=partition,
+                    severity=dg.AssetCheckSeverity.WARN,
+                    metadata=check_metadata(table, period),
+                    target_materialization_data=_latest_materialization(instance, key, partition),
+                )
+            )
     return events
 
 
@@ -99,7 +105,8 @@ def _declared_in_dagster(instance: dg.DagsterInstance, check: dg.AssetCheckKey) 
     """The partitions ``check`` already has a runless evaluation for (what this module
     records: no run executes the check)."""
     history = instance.event_log_storage.get_asset_check_execution_history(
-        check, limit=_DECLARED_LOOKBACK)
+        check, limit=_DECLARED_LOOKBACK
+    )
     return {r.partition for r in history if not r.run_id and r.partition is not None}
 
 

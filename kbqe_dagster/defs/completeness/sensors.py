@@ -12,7 +12,7 @@ their done files.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -33,13 +33,20 @@ def completeness_sensor(
     """Report ``day_complete`` (``hour_complete``) for each partition that became complete."""
     settings = kafka.settings()
     declared = declare_complete_days(
-        pipeline.load(), staging.store(), lambda topics: watermarks_of(settings, topics),
-        datetime.now(timezone.utc), context.instance,
+        pipeline.load(),
+        staging.store(),
+        lambda topics: watermarks_of(settings, topics),
+        datetime.now(UTC),
+        context.instance,
     )
     for name, table in sorted(declared.report.tables.items()):
         held = ", ".join(f"{h.topic}[{h.partition}]" for h in table.verdict.held_back_by)
-        context.log.debug("%s: newest complete %s; next held back by %s", name,
-                          table.verdict.newest_complete, held or "nothing")
+        context.log.debug(
+            "%s: newest complete %s; next held back by %s",
+            name,
+            table.verdict.newest_complete,
+            held or "nothing",
+        )
     if not declared.events:
         return dg.SensorResult(skip_reason="no day became complete")
     return dg.SensorResult(asset_events=list(declared.events))

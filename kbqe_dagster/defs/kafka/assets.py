@@ -27,14 +27,19 @@ def topic_specs(config: PipelineConfig) -> list[dg.AssetSpec]:
                 "stage job from explicit offset ranges. Observations carry end offsets, "
                 "staged offsets and lag per partition, or `missing: true` and the reason "
                 "while Kafka does not hold the topic."
-                + (f" Found in Kafka by the topic pattern `{topic.pattern}`."
-                   if topic.pattern is not None else "")
+                + (
+                    f" Found in Kafka by the topic pattern `{topic.pattern}`."
+                    if topic.pattern is not None
+                    else ""
+                )
             ),
             group_name=KAFKA_GROUP,
             kinds={"kafka"},
             owners=["team:data-platform"],
-            metadata={"topic": topic.name,
-                      **({"topic_pattern": topic.pattern} if topic.pattern is not None else {})},
+            metadata={
+                "topic": topic.name,
+                **({"topic_pattern": topic.pattern} if topic.pattern is not None else {}),
+            },
         )
         for topic in config.topics
     ]

@@ -30,24 +30,38 @@ def keyed_specs(config: PipelineConfig) -> list[dg.AssetSpec]:
     for dest in keyed_destinations(config):
         keyed = dest.topic.keyed
         changelog = table_key(dest.dataset, dest.changelog)
-        specs.append(dg.AssetSpec(
-            key=current_key(dest),
-            description=(
-                f"Current state of `{dest.name}`: one row per key ({', '.join(keyed.key) or 'the Kafka key'}), "
-                f"deletes {keyed.deletes.value}; kept by an idempotent MERGE of the changelog "
-                "rows new since the last merge (loaded, or appended through the Storage Write "
-                "API), every keyed.merge_every merge tick with new rows. Clustered by the key."
-            ),
-            deps=[changelog], group_name=KEYED_GROUP, kinds={"bigquery"},
-            owners=["team:data-platform"],
-            metadata={"dataset": dest.dataset, "table": dest.table, "deletes": keyed.deletes.value},
-        ))
-        if keyed.history:
-            specs.append(dg.AssetSpec(
-                key=history_key(dest),
-                description=(f"SCD type II history of `{dest.name}`: a view over the changelog, "
-                             "one row per version with _valid_from, _valid_to, _is_current."),
-                deps=[changelog], group_name=KEYED_GROUP, kinds={"bigquery"},
+        specs.append(
+            dg.AssetSpec(
+                key=current_key(dest),
+                description=(
+                    f"Current state of `{dest.name}`: one row per key ({', '.join(keyed.key) or 'the Kafka key'}), "
+                    f"deletes {keyed.deletes.value}; kept by an idempotent MERGE of the changelog "
+                    "rows new since the last merge (loaded, or appended through the Storage Write "
+                    "API), every keyed.merge_every merge tick with new rows. Clustered by the key."
+                ),
+                deps=[changelog],
+                group_name=KEYED_GROUP,
+                kinds={"bigquery"},
                 owners=["team:data-platform"],
-            ))
+                metadata={
+                    "dataset": dest.dataset,
+                    "table": dest.table,
+                    "deletes": keyed.deletes.value,
+                },
+            )
+        )
+        if keyed.history:
+            specs.append(
+                dg.AssetSpec(
+                    key=history_key(dest),
+                    description=(
+                        f"SCD type II history of `{dest.name}`: a view over the changelog, "
+                        "one row per version with _valid_from, _valid_to, _is_current."
+                    ),
+                    deps=[changelog],
+                    group_name=KEYED_GROUP,
+                    kinds={"bigquery"},
+                    owners=["team:data-platform"],
+                )
+            )
     return specs

@@ -2,8 +2,8 @@
 own; the merge job evaluates them after each merge too."""
 
 # No ``from __future__ import annotations``: dagster checks the context's annotation.
+from collections.abc import Iterator
 from datetime import date
-from typing import Iterator
 
 import dagster as dg
 
@@ -27,15 +27,20 @@ CHECKS_OP = "keyed_table_checks"
 def keyed_check_specs(config: PipelineConfig) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec(name, asset=table_key(d.dataset, d.table))
-        for d in keyed_destinations(config) for name in check_names(d.topic.keyed.deletes)
+        for d in keyed_destinations(config)
+        for name in check_names(d.topic.keyed.deletes)
     ]
 
 
-def merger_from(pipeline_config: PipelineConfig, bigquery: BigQueryResource,
-                schema_registry: SchemaRegistryResource) -> KeyedMerger:
+def merger_from(
+    pipeline_config: PipelineConfig,
+    bigquery: BigQueryResource,
+    schema_registry: SchemaRegistryResource,
+) -> KeyedMerger:
     registry = schema_registry.settings()
     return KeyedMerger(
-        bigquery.loads(), key_fields=lambda topic: key_schema_fields(registry, topic),
+        bigquery.loads(),
+        key_fields=lambda topic: key_schema_fields(registry, topic),
         enrichment=pipeline_config.enrichment,
     )
 
@@ -53,8 +58,10 @@ def keyed_checks(config: PipelineConfig) -> list[dg.AssetChecksDefinition]:
 
     @dg.multi_asset_check(specs=specs, can_subset=True, name=CHECKS_OP)
     def keyed_table_checks(
-        context: dg.AssetCheckExecutionContext, pipeline: PipelineResource,
-        staging: StagingResource, bigquery: BigQueryResource,
+        context: dg.AssetCheckExecutionContext,
+        pipeline: PipelineResource,
+        staging: StagingResource,
+        bigquery: BigQueryResource,
         schema_registry: SchemaRegistryResource,
     ) -> Iterator[dg.AssetCheckResult]:
         pipeline_config = pipeline.load()
@@ -62,8 +69,14 @@ def keyed_checks(config: PipelineConfig) -> list[dg.AssetChecksDefinition]:
         selected = context.selected_asset_check_keys
         tables = {".".join(k.asset_key.path[1:]) for k in selected}
         merger = merger_from(pipeline_config, bigquery, schema_registry)
-        for check in check_keyed_tables(pipeline_config, merger, store, StateFile(store).read(),
-                                        seed=date.today().isoformat(), tables=tables):
+        for check in check_keyed_tables(
+            pipeline_config,
+            merger,
+            store,
+            StateFile(store).read(),
+            seed=date.today().isoformat(),
+            tables=tables,
+        ):
             dataset, table = check.table.split(".", 1)
             key = table_key(dataset, table)
             for verdict in keyed_verdicts(check):

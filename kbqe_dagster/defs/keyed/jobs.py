@@ -2,8 +2,8 @@
 load coordinator, which writes the load state the merge reads)."""
 
 # No ``from __future__ import annotations``: dagster reads the config class from the annotation.
+from collections.abc import Iterator
 from datetime import date
-from typing import Iterator, Union
 
 import dagster as dg
 from pydantic import Field
@@ -12,8 +12,7 @@ from kbqe_dagster.defs.bigquery.jobs import LOAD_POOL
 from kbqe_dagster.defs.keyed.assets import table_key
 from kbqe_dagster.defs.keyed.checks import check_evaluations, merger_from
 from kbqe_dagster.faults import crash_point
-from kbqe_dagster.keyed.merge import check_keyed_tables, merge_keyed_tables
-from kbqe_dagster.keyed.merge import MERGE_JOB, MERGE_OP
+from kbqe_dagster.keyed.merge import MERGE_JOB, MERGE_OP, check_keyed_tables, merge_keyed_tables
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
@@ -21,7 +20,6 @@ from kbqe_dagster.resources.configurable import (
     SchemaRegistryResource,
     StagingResource,
 )
-
 
 
 class MergeRunConfig(dg.Config):
@@ -34,15 +32,24 @@ class MergeRunConfig(dg.Config):
 
 @dg.op(name=MERGE_OP, pool=LOAD_POOL, out={}, tags={"kbqe/step": "merge"})
 def merge_keyed_tables_op(
-    context: dg.OpExecutionContext, config: MergeRunConfig, pipeline: PipelineResource,
-    staging: StagingResource, bigquery: BigQueryResource, schema_registry: SchemaRegistryResource,
-) -> Iterator[Union[dg.AssetMaterialization, dg.AssetCheckEvaluation]]:
+    context: dg.OpExecutionContext,
+    config: MergeRunConfig,
+    pipeline: PipelineResource,
+    staging: StagingResource,
+    bigquery: BigQueryResource,
+    schema_registry: SchemaRegistryResource,
+) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     pipeline_config = pipeline.load()
     store = staging.store()
     merger = merger_from(pipeline_config, bigquery, schema_registry)
     load_state = StateFile(store).read()
     results = merge_keyed_tables(
-        pipeline_config, merger, store, load_state, force=config.force, crash=crash_point,
+        pipeline_config,
+        merger,
+        store,
+        load_state,
+        force=config.force,
+        crash=crash_point,
     )
     for result in results:
         dataset, table = result.table.split(".", 1)
@@ -53,8 +60,12 @@ def merge_keyed_tables_op(
                 "merge_bytes_processed": result.bytes_processed,
                 "load_jobs_merged": result.jobs,
                 "delivered_ranges_merged": dg.MetadataValue.json(
-                    [{"partition": p, "first": a, "last": b}
-                     for p, spans in sorted(result.delivered.items()) for a, b in spans]),
+                    [
+                        {"partition": p, "first": a, "last": b}
+                        for p, spans in sorted(result.delivered.items())
+                        for a, b in spans
+                    ]
+                ),
                 "statements": result.statements,
             },
         )
@@ -67,12 +78,15 @@ def merge_keyed_tables_op(
     context.log.info("merged %d keyed table(s)", len(results))
     merged = [r.table for r in results]
     if merged:  # the checks of what just changed, against the merge state just written
-        for check in check_keyed_tables(pipeline_config, merger, store, load_state,
-                                        seed=date.today().isoformat(), tables=merged):
+        for check in check_keyed_tables(
+            pipeline_config, merger, store, load_state, seed=date.today().isoformat(), tables=merged
+        ):
             yield from check_evaluations(check)
 
 
-@dg.job(name=MERGE_JOB, description="MERGE the new changelog rows (loaded or delivered) into "
-        "each keyed table.")
+@dg.job(
+    name=MERGE_JOB,
+    description="MERGE the new changelog rows (loaded or delivered) into each keyed table.",
+)
 def merge_keyed_tables_job() -> None:
     merge_keyed_tables_op()

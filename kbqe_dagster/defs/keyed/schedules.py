@@ -19,7 +19,11 @@ def keyed_schedules(config: PipelineConfig) -> list[dg.ScheduleDefinition]:
     if not keyed_destinations(config):
         return []
     every = config.load.poll_interval
-    return [skipping_schedule(
-        "merge_keyed_tables", merge_keyed_tables_job, every,
-        f"MERGE new changelog rows into keyed tables every {every} (load.poll_interval).",
-    )]
+    return [
+        skipping_schedule(
+            "merge_keyed_tables",
+            merge_keyed_tables_job,
+            every,
+            f"MERGE new changelog rows into keyed tables every {every} (load.poll_interval).",
+        )
+    ]

@@ -7,7 +7,7 @@ annotations of the asset function when it is decorated, and needs real types for
 """
 
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 import dagster as dg
 
@@ -61,8 +61,10 @@ class StageConfig(dg.Config):
     def names(self) -> tuple[str, ...]:
         names = tuple(dict.fromkeys(([self.topic] if self.topic else []) + list(self.topics)))
         if not names:
-            raise ConfigError("stage_job run config names no topic: set ops.staging.config."
-                              "topic or ops.staging.config.topics")
+            raise ConfigError(
+                "stage_job run config names no topic: set ops.staging.config."
+                "topic or ops.staging.config.topics"
+            )
         return names
 
 
@@ -102,19 +104,33 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
         else:
             names = config.names()
         if looping:
-            return _stage_loop(context, config, pipeline_config, names, kafka, schema_registry,
-                               staging, pyspark, bigquery)
+            return _stage_loop(
+                context,
+                config,
+                pipeline_config,
+                names,
+                kafka,
+                schema_registry,
+                staging,
+                pyspark,
+                bigquery,
+            )
         # One run prepares a topic at a time (its preparation deletes uploads without a done
         # file): the topics an older run in flight holds are left to it.
         yielded = yielded_to_older_runs(context.instance, context.run.run_id, names)
         if yielded:
-            context.log.warning("left to an older stage run in flight: %s",
-                                ", ".join(sorted(yielded)))
+            context.log.warning(
+                "left to an older stage run in flight: %s", ", ".join(sorted(yielded))
+            )
             names = tuple(n for n in names if n not in yielded)
         if not names:
-            return dg.MaterializeResult(metadata={
-                "topics": dg.MetadataValue.json([]), "by_topic": dg.MetadataValue.json({}),
-                "yielded": dg.MetadataValue.json(sorted(yielded))})
+            return dg.MaterializeResult(
+                metadata={
+                    "topics": dg.MetadataValue.json([]),
+                    "by_topic": dg.MetadataValue.json({}),
+                    "yielded": dg.MetadataValue.json(sorted(yielded)),
+                }
+            )
         ctx = stage_context(
             kafka=kafka.settings(),
             registry=schema_registry.settings(),
@@ -133,30 +149,42 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
         for summary in summaries:
             context.log.info(
                 "%s: staged %d record(s) from %d message(s) in %d file(s), %s dead letter(s)",
-                summary.topic, summary.records, summary.messages, len(summary.files),
+                summary.topic,
+                summary.records,
+                summary.messages,
+                len(summary.files),
                 sum(summary.dead_letters.values()),
             )
         # A topic without a summary is one Kafka does not hold (deleted since the tick).
         missing = sorted(set(names) - {s.topic for s in summaries})
         for topic in missing:
             context.log.warning("not staged: %s", TopicMissing(topic))
-        return dg.MaterializeResult(metadata={
-            **group_metadata(names, summaries),
-            **({"missing_topics": dg.MetadataValue.json(missing)} if missing else {})})
+        return dg.MaterializeResult(
+            metadata={
+                **group_metadata(names, summaries),
+                **({"missing_topics": dg.MetadataValue.json(missing)} if missing else {}),
+            }
+        )
 
     return staging
 
 
-def _stage_loop(context, config, pipeline_config, names, kafka, schema_registry, staging,
-                pyspark, bigquery) -> dg.MaterializeResult:
+def _stage_loop(
+    context, config, pipeline_config, names, kafka, schema_registry, staging, pyspark, bigquery
+) -> dg.MaterializeResult:
     # Here, not at the top: defs/staging/loop.py imports this module (group_metadata).
     from kbqe_dagster.defs.staging.loop import stage_loop
 
     if not names:
         context.log.info("stage loop: no topic may write a delivery: storage_write table")
-        return dg.MaterializeResult(metadata={
-            "topics": dg.MetadataValue.json([]), "rounds": 0, "idle_rounds": 0,
-            "stopped_because": "no_topics"})
+        return dg.MaterializeResult(
+            metadata={
+                "topics": dg.MetadataValue.json([]),
+                "rounds": 0,
+                "idle_rounds": 0,
+                "stopped_because": "no_topics",
+            }
+        )
     ctx = stage_context(
         kafka=kafka.settings(),
         registry=schema_registry.settings(),
@@ -165,8 +193,15 @@ def _stage_loop(context, config, pipeline_config, names, kafka, schema_registry,
         topic_name=pipeline_config.topic(names[0]).name if names else "",
         sink=storage_write_sink(pipeline_config, bigquery),
     )
-    return stage_loop(context, pipeline_config, names, ctx, pyspark.spark_context,
-                      max_run_s=config.max_run_s, report_every_s=config.report_every_s)
+    return stage_loop(
+        context,
+        pipeline_config,
+        names,
+        ctx,
+        pyspark.spark_context,
+        max_run_s=config.max_run_s,
+        report_every_s=config.report_every_s,
+    )
 
 
 def storage_write_sink(pipeline_config, bigquery: BigQueryResource):
@@ -174,8 +209,10 @@ def storage_write_sink(pipeline_config, bigquery: BigQueryResource):
     storage_write (kbqe_dagster/delivery/), else None (the staging area's own)."""
     load = pipeline_config.load
     return delivery_sink(
-        pipeline_config, bigquery.storage_write_settings() if bigquery.project else None,
-        TableKeeperSettings.of(bigquery, load.partition_expiration_days, load.create_datasets))
+        pipeline_config,
+        bigquery.storage_write_settings() if bigquery.project else None,
+        TableKeeperSettings.of(bigquery, load.partition_expiration_days, load.create_datasets),
+    )
 
 
 def stage_metadata(summary: StageSummary) -> dict:
@@ -198,8 +235,11 @@ def stage_metadata(summary: StageSummary) -> dict:
         # handed back to the Python path.
         "stage_path": summary.stage_path,
         "kafka_reader": summary.reader,
-        **({"kernel_handbacks": dg.MetadataValue.json(summary.kernel_handbacks)}
-           if summary.kernel_handbacks else {}),
+        **(
+            {"kernel_handbacks": dg.MetadataValue.json(summary.kernel_handbacks)}
+            if summary.kernel_handbacks
+            else {}
+        ),
         "orphans_deleted": len(prep.orphans_deleted),
         "rolled_forward": len(prep.rolled_forward),
         "unrecognized_files": len(prep.unrecognized),
@@ -235,8 +275,11 @@ def group_metadata(names: tuple[str, ...], summaries: tuple[StageSummary, ...]) 
     topic)."""
     by_topic = dg.MetadataValue.json({s.topic: topic_totals(s) for s in summaries})
     if len(names) == 1 and len(summaries) == 1:
-        return {**stage_metadata(summaries[0]), "topics": dg.MetadataValue.json(list(names)),
-                "by_topic": by_topic}
+        return {
+            **stage_metadata(summaries[0]),
+            "topics": dg.MetadataValue.json(list(names)),
+            "by_topic": by_topic,
+        }
     dead: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
     written: Counter[str] = Counter()
@@ -258,13 +301,18 @@ def group_metadata(names: tuple[str, ...], summaries: tuple[StageSummary, ...]) 
         "dead_letters_by_reason": dg.MetadataValue.json(dict(dead)),
         "skipped_by_reason": dg.MetadataValue.json(dict(skipped)),
         **({"tombstones": tombstones} if tombstones else {}),
-        "stage_path": "+".join(sorted({p for s in summaries for p in s.stage_path.split("+")
-                                       if p != "none"}, reverse=True)) or "none",
+        "stage_path": "+".join(
+            sorted(
+                {p for s in summaries for p in s.stage_path.split("+") if p != "none"}, reverse=True
+            )
+        )
+        or "none",
         "orphans_deleted": sum(len(s.preparation.orphans_deleted) for s in summaries),
         "rolled_forward": sum(len(s.preparation.rolled_forward) for s in summaries),
         "unrecognized_files": sum(len(s.preparation.unrecognized) for s in summaries),
-        "lost_offsets": sum(p.lost_messages for s in summaries
-                            for p in s.preparation.plan.partitions),
+        "lost_offsets": sum(
+            p.lost_messages for s in summaries for p in s.preparation.plan.partitions
+        ),
         "seconds": round(max((s.seconds for s in summaries), default=0.0), 3),
         "by_topic": by_topic,
     }
@@ -291,6 +339,11 @@ def appended_by_table(summaries: Iterable[StageSummary]) -> dict[str, dict]:
             for d in result.delivered:
                 rows[f"{d.dataset}.{d.table}"] += d.rows
                 appended[f"{d.dataset}.{d.table}"] += d.bytes
-    return {table: {"rows": rows[table], "bytes": appended[table],
-                    "list_price_usd": round(storage_write_list_price(appended[table]), 6)}
-            for table in sorted(appended)}
+    return {
+        table: {
+            "rows": rows[table],
+            "bytes": appended[table],
+            "list_price_usd": round(storage_write_list_price(appended[table]), 6),
+        }
+        for table in sorted(appended)
+    }

@@ -6,7 +6,7 @@ it holds its topics for as long as it loops."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import dagster as dg
 
@@ -39,14 +39,20 @@ def run_topics(run: dg.DagsterRun) -> frozenset[str]:
 
 def _in_flight(instance: dg.DagsterInstance) -> list[dg.RunRecord]:
     # One query for both jobs (a filter names one job): the runs in flight are few.
-    return [r for r in instance.get_run_records(filters=dg.RunsFilter(statuses=IN_FLIGHT))
-            if r.dagster_run.job_name in STAGE_JOBS]
+    return [
+        r
+        for r in instance.get_run_records(filters=dg.RunsFilter(statuses=IN_FLIGHT))
+        if r.dagster_run.job_name in STAGE_JOBS
+    ]
 
 
 def loop_runs_in_flight(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
     """The stage loop runs in flight, oldest first."""
-    return [r.dagster_run for r in sorted(_in_flight(instance), key=lambda r: r.storage_id)
-            if r.dagster_run.job_name == STAGE_LOOP_JOB]
+    return [
+        r.dagster_run
+        for r in sorted(_in_flight(instance), key=lambda r: r.storage_id)
+        if r.dagster_run.job_name == STAGE_LOOP_JOB
+    ]
 
 
 def topics_in_flight(instance: dg.DagsterInstance) -> frozenset[str]:
@@ -54,14 +60,21 @@ def topics_in_flight(instance: dg.DagsterInstance) -> frozenset[str]:
     return frozenset(t for record in _in_flight(instance) for t in run_topics(record.dagster_run))
 
 
-def yielded_to_older_runs(instance: dg.DagsterInstance, run_id: str,
-                          topics: Iterable[str]) -> frozenset[str]:
+def yielded_to_older_runs(
+    instance: dg.DagsterInstance, run_id: str, topics: Iterable[str]
+) -> frozenset[str]:
     """Of ``topics``, those an older stage run in flight holds (empty when this run is not
     recorded, as in a direct invocation)."""
     records = _in_flight(instance)
     mine = next((r.storage_id for r in records if r.dagster_run.run_id == run_id), None)
     if mine is None:
         return frozenset()
-    return yielded_topics(mine, topics, (
-        (r.storage_id, run_topics(r.dagster_run)) for r in records
-        if r.dagster_run.run_id != run_id))
+    return yielded_topics(
+        mine,
+        topics,
+        (
+            (r.storage_id, run_topics(r.dagster_run))
+            for r in records
+            if r.dagster_run.run_id != run_id
+        ),
+    )

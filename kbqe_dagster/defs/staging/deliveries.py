@@ -9,7 +9,7 @@ those dead-lettered because the API refused them).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import dagster as dg
 
@@ -24,8 +24,9 @@ from kbqe_dagster.staging.sink import TableDelivery
 ROWS_SOURCE = "Storage Write API: rows appended at their stream offsets"
 
 
-def delivery_events(summaries: Iterable[StageSummary], destinations: Destinations
-                    ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
+def delivery_events(
+    summaries: Iterable[StageSummary], destinations: Destinations
+) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     """Every event of the stage run's deliveries, materializations first."""
     checks: dict[dg.AssetKey, list[JobRows]] = defaultdict(list)
     for summary in summaries:
@@ -37,18 +38,28 @@ def delivery_events(summaries: Iterable[StageSummary], destinations: Destination
                 if key is None:
                     continue
                 yield from _materializations(key, result, delivery, destinations)
-                checks[key].append(JobRows(
-                    f"{delivery.stream} rows {delivery.first_row}..{delivery.last_row}",
-                    f"{delivery.dataset}.{delivery.table}",
-                    delivery.records - delivery.refused, delivery.rows, ROWS_SOURCE))
+                checks[key].append(
+                    JobRows(
+                        f"{delivery.stream} rows {delivery.first_row}..{delivery.last_row}",
+                        f"{delivery.dataset}.{delivery.table}",
+                        delivery.records - delivery.refused,
+                        delivery.rows,
+                        ROWS_SOURCE,
+                    )
+                )
     for key, rows in checks.items():
         yield evaluation(key, rows_loaded(rows))
 
 
-def _materializations(key: dg.AssetKey, result: RangeResult, delivery: TableDelivery,
-                      destinations: Destinations) -> Iterator[dg.AssetMaterialization]:
-    where = {"topic": result.topic, "partition": result.partition, "first": result.start,
-             "last": result.committed_last}
+def _materializations(
+    key: dg.AssetKey, result: RangeResult, delivery: TableDelivery, destinations: Destinations
+) -> Iterator[dg.AssetMaterialization]:
+    where = {
+        "topic": result.topic,
+        "partition": result.partition,
+        "first": result.start,
+        "last": result.committed_last,
+    }
     common = {
         "table": f"{delivery.dataset}.{delivery.table}",
         "delivery": "storage_write",

@@ -6,7 +6,7 @@ may write a ``delivery: storage_write`` table; defs/staging/loop.py)."""
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import dagster as dg
 
@@ -88,8 +88,11 @@ def stage_loop_tags(topics: Sequence[str], pipeline_digest: str) -> dict[str, st
     has a limit of one run per topic in dagster.yaml: an ordinary run of the topic launched by
     hand would queue behind the loop for up to max_run_s, while the loop waits for it), and
     the pipeline it was launched with."""
-    return {TOPICS_TAG: join_topics(topics), PIPELINE_DIGEST_TAG: pipeline_digest,
-            "kbqe/reason": "stage loop (topics writing delivery: storage_write tables)"}
+    return {
+        TOPICS_TAG: join_topics(topics),
+        PIPELINE_DIGEST_TAG: pipeline_digest,
+        "kbqe/reason": "stage loop (topics writing delivery: storage_write tables)",
+    }
 
 
 def pipeline_digest(pipeline: PipelineResource) -> str:

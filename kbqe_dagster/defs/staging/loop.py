@@ -24,8 +24,8 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence
 
 import dagster as dg
 
@@ -60,10 +60,19 @@ class LoopStop:
     status CANCELING, or a ``kbqe/stop`` tag on the run. The run storage is read at most every
     ``check_every_s`` (a round may be a tenth of a second)."""
 
-    def __init__(self, instance: dg.DagsterInstance, run_id: str, check_every_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        instance: dg.DagsterInstance,
+        run_id: str,
+        check_every_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.instance, self.run_id, self.check_every_s, self.clock = (
-            instance, run_id, check_every_s, clock)
+            instance,
+            run_id,
+            check_every_s,
+            clock,
+        )
         self.interrupted = False
         self._next_check = 0.0
 
@@ -89,8 +98,9 @@ more."""
 
 
 @contextmanager
-def interrupts_between_rounds(stop: LoopStop, clock: Callable[[], float] = time.monotonic
-                              ) -> Iterator[None]:
+def interrupts_between_rounds(
+    stop: LoopStop, clock: Callable[[], float] = time.monotonic
+) -> Iterator[None]:
     """Dagster terminates a run by interrupting its step process (SIGINT), which would cut a
     range anywhere (PySpark's own handler raises KeyboardInterrupt): here an interrupt only
     tells ``stop``, so the loop ends after its round. One more than ``REPEAT_WINDOW_S`` later
@@ -127,9 +137,14 @@ class LoopReport:
     """``on_round`` of a loop run: keeps the rounds, and every ``report_every_s`` logs their
     folded events (and the topics' lag) to Dagster."""
 
-    def __init__(self, context: dg.AssetExecutionContext, destinations: Destinations,
-                 topics: Sequence[str], report_every_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        context: dg.AssetExecutionContext,
+        destinations: Destinations,
+        topics: Sequence[str],
+        report_every_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.context, self.destinations, self.topics = context, destinations, topics
         self.report_every_s, self.clock = report_every_s, clock
         self.pending: list[LoopRound] = []
@@ -161,12 +176,19 @@ class LoopReport:
         idle = sum(1 for r in rounds if r.idle)
         self.context.log.info(
             "stage loop: %d round(s) (%d idle) since the last report: %d record(s) staged; "
-            "rounds take %.3fs idle, %.3fs busy on average", len(rounds), idle,
-            sum(s.records for s in folded), _mean(self.idle), _mean(self.busy))
+            "rounds take %.3fs idle, %.3fs busy on average",
+            len(rounds),
+            idle,
+            sum(s.records for s in folded),
+            _mean(self.idle),
+            _mean(self.busy),
+        )
 
     def metadata(self) -> dict:
-        return {"idle_round_seconds": round(_mean(self.idle), 4),
-                "busy_round_seconds": round(_mean(self.busy), 4)}
+        return {
+            "idle_round_seconds": round(_mean(self.idle), 4),
+            "busy_round_seconds": round(_mean(self.busy), 4),
+        }
 
 
 def _mean(totals: list) -> float:
@@ -185,9 +207,13 @@ def _backlog(rnd: LoopRound, topic: str) -> TopicBacklog | None:
     return TopicBacklog(topic, tuple(partitions), None)
 
 
-def wait_for_older_runs(context: dg.AssetExecutionContext, topics: Sequence[str],
-                        should_stop: Callable[[], str | None], max_wait_s: float,
-                        poll_s: float = 2.0) -> str | None:
+def wait_for_older_runs(
+    context: dg.AssetExecutionContext,
+    topics: Sequence[str],
+    should_stop: Callable[[], str | None],
+    max_wait_s: float,
+    poll_s: float = 2.0,
+) -> str | None:
     """Wait until no older stage run in flight holds any of ``topics`` (one run prepares a
     topic at a time: defs/staging/claims.py); a run launched by hand may hold one. Returns
     why the wait ended the run instead (``should_stop``'s reason, or ``max_run_s``)."""
@@ -195,8 +221,10 @@ def wait_for_older_runs(context: dg.AssetExecutionContext, topics: Sequence[str]
     warned = False
     while yielded := yielded_to_older_runs(context.instance, context.run.run_id, topics):
         if not warned:
-            context.log.warning("stage loop: waiting for the older stage run(s) in flight "
-                                "holding %s", ", ".join(sorted(yielded)))
+            context.log.warning(
+                "stage loop: waiting for the older stage run(s) in flight holding %s",
+                ", ".join(sorted(yielded)),
+            )
             warned = True
         reason = should_stop()
         if reason is not None:
@@ -207,17 +235,32 @@ def wait_for_older_runs(context: dg.AssetExecutionContext, topics: Sequence[str]
     return None
 
 
-def stage_loop(context: dg.AssetExecutionContext, pipeline_config: PipelineConfig,
-               topics: Sequence[str], ctx: StageContext, spark_context, *, max_run_s: float,
-               report_every_s: float) -> dg.MaterializeResult:
+def stage_loop(
+    context: dg.AssetExecutionContext,
+    pipeline_config: PipelineConfig,
+    topics: Sequence[str],
+    ctx: StageContext,
+    spark_context,
+    *,
+    max_run_s: float,
+    report_every_s: float,
+) -> dg.MaterializeResult:
     """Run the stage loop of ``topics`` in this run, until it stops; its final materialization."""
-    settings = LoopSettings(interval_s=loop_interval_s(pipeline_config, topics),
-                            max_run_s=max_run_s, report_every_s=report_every_s)
+    settings = LoopSettings(
+        interval_s=loop_interval_s(pipeline_config, topics),
+        max_run_s=max_run_s,
+        report_every_s=report_every_s,
+    )
     stop = LoopStop(context.instance, context.run.run_id)
-    report = LoopReport(context, Destinations.from_config(pipeline_config), topics,
-                        settings.report_every_s)
-    context.log.info("stage loop of %s: a round every %.3gs, for at most %.0fs",
-                     ", ".join(topics), settings.interval_s, settings.max_run_s)
+    report = LoopReport(
+        context, Destinations.from_config(pipeline_config), topics, settings.report_every_s
+    )
+    context.log.info(
+        "stage loop of %s: a round every %.3gs, for at most %.0fs",
+        ", ".join(topics),
+        settings.interval_s,
+        settings.max_run_s,
+    )
     waited = wait_for_older_runs(context, topics, stop, settings.max_run_s)
     if waited is not None:
         outcome = LoopOutcome(0, 0, waited, ())
@@ -225,18 +268,25 @@ def stage_loop(context: dg.AssetExecutionContext, pipeline_config: PipelineConfi
         context.log.info("stage loop: Spark warmed up in %.1fs", warm_up(spark_context, ctx))
         with interrupts_between_rounds(stop):
             try:
-                outcome = run_stage_loop(spark_context, ctx, topics, settings,
-                                         should_stop=stop, on_round=report)
+                outcome = run_stage_loop(
+                    spark_context, ctx, topics, settings, should_stop=stop, on_round=report
+                )
             finally:
                 report.flush()  # what committed is reported, even when a range failed
-    context.log.info("stage loop of %s stopped (%s) after %d round(s), %d idle",
-                     ", ".join(topics), outcome.stopped_because, outcome.rounds,
-                     outcome.idle_rounds)
-    return dg.MaterializeResult(metadata={
-        **group_metadata(tuple(topics), fold_rounds(outcome.summaries)),
-        "rounds": outcome.rounds,
-        "idle_rounds": outcome.idle_rounds,
-        "stopped_because": outcome.stopped_because,
-        "loop_interval_s": settings.interval_s,
-        **report.metadata(),
-    })
+    context.log.info(
+        "stage loop of %s stopped (%s) after %d round(s), %d idle",
+        ", ".join(topics),
+        outcome.stopped_because,
+        outcome.rounds,
+        outcome.idle_rounds,
+    )
+    return dg.MaterializeResult(
+        metadata={
+            **group_metadata(tuple(topics), fold_rounds(outcome.summaries)),
+            "rounds": outcome.rounds,
+            "idle_rounds": outcome.idle_rounds,
+            "stopped_because": outcome.stopped_because,
+            "loop_interval_s": settings.interval_s,
+            **report.metadata(),
+        }
+    )

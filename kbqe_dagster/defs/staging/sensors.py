@@ -35,7 +35,7 @@ once they ended.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -63,10 +63,12 @@ from kbqe_dagster.resources.kafka.cluster import discover_topics
 from kbqe_dagster.staging.backlog import TopicBacklog, fleet_backlog
 from kbqe_dagster.staging.loop import CONFIG_CHANGED, loop_topics
 
+
 def stage_decision(config: PipelineConfig, backlog: TopicBacklog, now_ms: int) -> str | None:
     """Why a stage run is due for this topic (core/stage_runs/due.py), or None."""
-    return stage_due(config.topic(backlog.topic).staging, backlog.lag,
-                     backlog.oldest_unstaged_ms, now_ms)
+    return stage_due(
+        config.topic(backlog.topic).staging, backlog.lag, backlog.oldest_unstaged_ms, now_ms
+    )
 
 
 def lag_observation(backlog: TopicBacklog) -> dg.AssetObservation:
@@ -75,11 +77,15 @@ def lag_observation(backlog: TopicBacklog) -> dg.AssetObservation:
         metadata={
             "missing": False,
             "lag": backlog.lag,
-            "end_offsets": dg.MetadataValue.json({str(p.partition): p.high for p in backlog.partitions}),
+            "end_offsets": dg.MetadataValue.json(
+                {str(p.partition): p.high for p in backlog.partitions}
+            ),
             "staged_offsets": dg.MetadataValue.json(
                 {str(p.partition): p.next_offset for p in backlog.partitions}
             ),
-            "lag_by_partition": dg.MetadataValue.json({str(p.partition): p.lag for p in backlog.partitions}),
+            "lag_by_partition": dg.MetadataValue.json(
+                {str(p.partition): p.lag for p in backlog.partitions}
+            ),
             # Not read for a topic at its size trigger (due whatever its age): 0.0 then.
             "oldest_unstaged_age_s": (
                 round(time.time() - backlog.oldest_unstaged_ms / 1000, 1)
@@ -104,8 +110,10 @@ def missing_reason(missing: list[TopicMissing]) -> str:
         return str(missing[0])
     names = [m.topic for m in missing]
     shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return (f"{len(names)} topics do not exist in Kafka (not created yet, or deleted): "
-            f"{shown}; not staged until they exist")
+    return (
+        f"{len(names)} topics do not exist in Kafka (not created yet, or deleted): "
+        f"{shown}; not staged until they exist"
+    )
 
 
 def earlier_runs(instance: dg.DagsterInstance, group: StageGroup) -> int:
@@ -119,7 +127,9 @@ def earlier_runs(instance: dg.DagsterInstance, group: StageGroup) -> int:
     return len(instance.get_run_ids(filters=dg.RunsFilter(tags=tags)))
 
 
-@dg.sensor(job=stage_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    job=stage_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING
+)
 def kafka_backlog_sensor(
     context: dg.SensorEvaluationContext,
     pipeline: PipelineResource,
@@ -135,7 +145,9 @@ def kafka_backlog_sensor(
     topics = {t.name: t for t in config.topics}
     now_ms = int(time.time() * 1000)
     backlogs = fleet_backlog(
-        staging.store(), settings, {name: t.staging.start_offset for name, t in topics.items()},
+        staging.store(),
+        settings,
+        {name: t.staging.start_offset for name, t in topics.items()},
         # The latency trigger only matters below the size trigger: no read for a full batch.
         oldest_wanted=lambda b: b.lag < topics[b.topic].staging.max_messages_per_batch,
     )
@@ -160,7 +172,8 @@ def kafka_backlog_sensor(
     requests = []
     for group in group_due_topics(due, config.stage_runs):
         shown = ", ".join(group.names[:5]) + (
-            f" and {len(group.names) - 5} more" if len(group.names) > 5 else "")
+            f" and {len(group.names) - 5} more" if len(group.names) > 5 else ""
+        )
         context.log.info("stage run due for %s: %s", shown, group.reason)
         requests.append(
             dg.RunRequest(
@@ -172,12 +185,14 @@ def kafka_backlog_sensor(
     # Dagster takes a skip reason only from a tick that launches nothing; otherwise the log
     # lines above name the skipped topics.
     skip_reason = missing_reason(skipped) if skipped and not requests else None
-    return dg.SensorResult(run_requests=requests, asset_events=observations,
-                           skip_reason=skip_reason)
+    return dg.SensorResult(
+        run_requests=requests, asset_events=observations, skip_reason=skip_reason
+    )
 
 
-@dg.sensor(job=stage_loop_job, minimum_interval_seconds=15,
-           default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    job=stage_loop_job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING
+)
 def stage_loop_sensor(
     context: dg.SensorEvaluationContext,
     pipeline: PipelineResource,
@@ -191,8 +206,9 @@ def stage_loop_sensor(
         if run.tags.get(PIPELINE_DIGEST_TAG) != digest and STOP_TAG not in run.tags:
             # The code location loaded another pipeline since: the run ends after its round
             # and the next tick launches its successor with this pipeline.
-            context.log.info("asking stage loop run %s to stop: launched with another "
-                             "pipeline", run.run_id)
+            context.log.info(
+                "asking stage loop run %s to stop: launched with another pipeline", run.run_id
+            )
             context.instance.add_run_tags(run.run_id, {STOP_TAG: CONFIG_CHANGED})
     if not wanted:
         return dg.SensorResult(skip_reason="no topic may write a delivery: storage_write table")
@@ -204,21 +220,29 @@ def stage_loop_sensor(
     shown = ", ".join(free[:5]) + (f" and {len(free) - 5} more" if len(free) > 5 else "")
     context.log.info("stage loop run for %s", shown)
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=f"stage_loop:{launched}",
-                                    run_config=stage_loop_run_config(free),
-                                    tags=stage_loop_tags(free, digest))],
-        cursor=str(launched))
+        run_requests=[
+            dg.RunRequest(
+                run_key=f"stage_loop:{launched}",
+                run_config=stage_loop_run_config(free),
+                tags=stage_loop_tags(free, digest),
+            )
+        ],
+        cursor=str(launched),
+    )
 
 
-@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
-           asset_selection=dg.AssetSelection.assets(STAGING_KEY))
+@dg.sensor(
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    asset_selection=dg.AssetSelection.assets(STAGING_KEY),
+)
 def staging_observation_sensor(
     context: dg.SensorEvaluationContext, staging: StagingResource
 ) -> dg.SensorResult:
     """Record what waits in the staging area (core/load/pending.py): pending files, their bytes and
     the oldest one's age, as the freshness check and the health judge them."""
     store = staging.store()
-    view = staging_view(store.list(), StateFile(store).read(), datetime.now(timezone.utc))
+    view = staging_view(store.list(), StateFile(store).read(), datetime.now(UTC))
     return dg.SensorResult(
         asset_events=[
             dg.AssetObservation(

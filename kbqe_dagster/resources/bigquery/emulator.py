@@ -40,21 +40,21 @@ from dataclasses import replace
 from typing import Any
 
 from kbqe_dagster.core.load.lifecycle import ObservedJob, ObservedKind, classify_submit
-from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
-from kbqe_dagster.resources.bigquery.jobs import (
-    ROWS_FROM_DML,
-    ROWS_FROM_CREATED_TABLE,
-    ROWS_UNAVAILABLE,
-    JobReport,
-    LoadRequest,
-    SubmitResult,
-    load_job_config,
-)
 from kbqe_dagster.resources.bigquery.emulator_maps import (
     holds_map,
     select_list,
     sql_type,
     staging_columns_ddl,
+)
+from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
+from kbqe_dagster.resources.bigquery.jobs import (
+    ROWS_FROM_CREATED_TABLE,
+    ROWS_FROM_DML,
+    ROWS_UNAVAILABLE,
+    JobReport,
+    LoadRequest,
+    SubmitResult,
+    load_job_config,
 )
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
@@ -84,8 +84,10 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
     # --- load jobs ----------------------------------------------------------------------------
     def submit_load(self, request: LoadRequest) -> SubmitResult:
         if request.avro_schema is None:
-            raise ValueError(f"load job {request.job_id}: the emulator path needs the files' "
-                             "Avro schema (wants_file_schema)")
+            raise ValueError(
+                f"load job {request.job_id}: the emulator path needs the files' "
+                "Avro schema (wants_file_schema)"
+            )
         try:
             existing = self._existing_columns(request)
             if existing is None and not self._holds_maps(request):
@@ -110,13 +112,19 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
     def _schema(self, dataset: str, table: str, meta: Any) -> list[Any]:
         # The table's metadata does not list columns added by ALTER TABLE; a query's result
         # schema does (without modes: NULLABLE, as every column the emulator path adds).
-        return list(self.client.query(
-            f"SELECT * FROM `{dataset}.{table}` LIMIT 0", job_retry=None).result().schema)
+        return list(
+            self.client.query(f"SELECT * FROM `{dataset}.{table}` LIMIT 0", job_retry=None)
+            .result()
+            .schema
+        )
 
     def _load_creating_the_table(self, request: LoadRequest) -> SubmitResult:
         job = self.client.load_table_from_uri(
-            list(request.source_uris), self._table_ref(request.dataset, request.table),
-            job_id=request.job_id, job_config=load_job_config(request), location=self.location,
+            list(request.source_uris),
+            self._table_ref(request.dataset, request.table),
+            job_id=request.job_id,
+            job_config=load_job_config(request),
+            location=self.location,
         )
         try:
             job.result(timeout=self.job_timeout_s)
@@ -132,18 +140,23 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
         from google.cloud import bigquery
 
         config = load_job_config(request)
-        table = bigquery.Table(self._table_ref(request.dataset, request.table),
-                               schema=config.schema)
+        table = bigquery.Table(
+            self._table_ref(request.dataset, request.table), schema=config.schema
+        )
         table.time_partitioning = config.time_partitioning
         if request.clustering_fields:
             table.clustering_fields = list(request.clustering_fields)
-        log.info("%s.%s: creating the table before a load of files with maps (emulator)",
-                 request.dataset, request.table)
+        log.info(
+            "%s.%s: creating the table before a load of files with maps (emulator)",
+            request.dataset,
+            request.table,
+        )
         # A bounded retry: the emulator answers some schemas with a 500 every time (a nested
         # field named like a DuckDB keyword), which the default retry would repeat for 10
         # minutes while holding the load pool; the coordinator resubmits a transient answer.
-        self.client.create_table(table, exists_ok=True,
-                                 retry=bigquery.DEFAULT_RETRY.with_deadline(30))
+        self.client.create_table(
+            table, exists_ok=True, retry=bigquery.DEFAULT_RETRY.with_deadline(30)
+        )
 
     def _add_new_columns(self, request: LoadRequest, existing: set[str]) -> None:
         ref = f"{request.dataset}.{request.table}"
@@ -168,26 +181,36 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
             # The files' maps stay maps in the temporary table; the INSERT converts them.
             self.client.query(
                 f"CREATE TABLE `{request.dataset}.{temp}` ({staging_columns_ddl(columns)})",
-                job_retry=None, location=self.location,
+                job_retry=None,
+                location=self.location,
             ).result()
             temp_request = replace(temp_request, avro_schema=None)
         staged = self.client.load_table_from_uri(
-            list(request.source_uris), temp_ref,
+            list(request.source_uris),
+            temp_ref,
             job_id=f"{request.job_id}-by-name-{uuid.uuid4().hex[:8]}",
-            job_config=load_job_config(temp_request), location=self.location,
+            job_config=load_job_config(temp_request),
+            location=self.location,
         )
         try:
             staged.result(timeout=self.job_timeout_s)
         except Exception as error:  # noqa: BLE001 - the file itself was refused
             self.client.delete_table(temp_ref, not_found_ok=True)
-            log.warning("load job %s (%s.%s): the files were refused: %s",
-                        request.job_id, request.dataset, request.table, error)
+            log.warning(
+                "load job %s (%s.%s): the files were refused: %s",
+                request.job_id,
+                request.dataset,
+                request.table,
+                error,
+            )
             return SubmitResult(classify_submit(400), 400, f"files refused: {error}")
         names = ", ".join(f"`{c['name']}`" for c in columns)
         insert = self.client.query(
             f"INSERT INTO `{request.dataset}.{request.table}` ({names}) "
             f"SELECT {select_list(columns)} FROM `{request.dataset}.{temp}`",
-            job_id=request.job_id, job_retry=None, location=self.location,
+            job_id=request.job_id,
+            job_retry=None,
+            location=self.location,
         )
         try:
             insert.result(timeout=self.job_timeout_s)
@@ -198,8 +221,9 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
 
     @staticmethod
     def _file_columns(request: LoadRequest, *, keep_maps: bool = False) -> list[dict]:
-        return bigquery_schema_from_avro(dict(request.avro_schema or {}), request.job_id,
-                                         keep_maps=keep_maps)
+        return bigquery_schema_from_avro(
+            dict(request.avro_schema or {}), request.job_id, keep_maps=keep_maps
+        )
 
     def _holds_maps(self, request: LoadRequest) -> bool:
         return any(holds_map(c) for c in self._file_columns(request, keep_maps=True))
@@ -216,5 +240,6 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
             # A creating load submitted by an earlier process: its outputRows is the table's
             # total now, which later loads may have grown, so there is no honest figure.
             rows, source = None, ROWS_UNAVAILABLE
-        return replace(report, observed=ObservedJob(ObservedKind.DONE_OK), output_rows=rows,
-                       rows_source=source)
+        return replace(
+            report, observed=ObservedJob(ObservedKind.DONE_OK), output_rows=rows, rows_source=source
+        )

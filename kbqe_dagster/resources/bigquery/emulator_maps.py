@@ -27,7 +27,8 @@ returns SQL text; ``emulator.py`` runs it.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 Column = Mapping[str, Any]
 """A column dict of ``bigquery_schema_from_avro(..., keep_maps=True)``: ``name``, ``type``
@@ -75,8 +76,10 @@ def bigquery_value(column: Column, ref: str, depth: int = 0) -> str:
             return entries
         entry = f"_e{depth}"
         converted = bigquery_value(value, f"{entry}.`value`", depth + 1)
-        return (f"LIST_TRANSFORM({entries}, {entry} -> "
-                f"STRUCT({entry}.`key` AS `key`, {converted} AS `value`))")
+        return (
+            f"LIST_TRANSFORM({entries}, {entry} -> "
+            f"STRUCT({entry}.`key` AS `key`, {converted} AS `value`))"
+        )
     if column.get("mode") == "REPEATED":
         element = f"_e{depth}"
         return f"LIST_TRANSFORM({ref}, {element} -> {_record(column, element, depth + 1)})"
@@ -98,9 +101,11 @@ def _record(column: Column, ref: str, depth: int) -> str:
 def select_list(columns: Sequence[Column]) -> str:
     """The SELECT list of the by-name INSERT: every column by its name, maps converted."""
     return ", ".join(
-        f"{bigquery_value(c, _quote(c['name']))} AS {_quote(c['name'])}" if holds_map(c)
+        f"{bigquery_value(c, _quote(c['name']))} AS {_quote(c['name'])}"
+        if holds_map(c)
         else _quote(c["name"])
-        for c in columns)
+        for c in columns
+    )
 
 
 def _quote(name: str) -> str:

@@ -10,8 +10,9 @@ exists", i.e. already submitted — never a failure. The local emulator's differ
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import date
-from typing import Any, Sequence
+from typing import Any
 
 from kbqe_dagster.core.load.lifecycle import (
     ObservedJob,
@@ -47,7 +48,11 @@ class GoogleBigQueryLoads:
     """Only a table's first load carries its files' schema; BigQuery widens tables itself."""
 
     def __init__(
-        self, client: Any, *, location: str | None = None, max_bytes_billed: int | None = None,
+        self,
+        client: Any,
+        *,
+        location: str | None = None,
+        max_bytes_billed: int | None = None,
         job_timeout_s: float = 600.0,
     ) -> None:
         self.client = client
@@ -66,8 +71,10 @@ class GoogleBigQueryLoads:
     def submit_load(self, request: LoadRequest) -> SubmitResult:
         try:
             self.client.load_table_from_uri(
-                list(request.source_uris), self._table_ref(request.dataset, request.table),
-                job_id=request.job_id, job_config=load_job_config(request),
+                list(request.source_uris),
+                self._table_ref(request.dataset, request.table),
+                job_id=request.job_id,
+                job_config=load_job_config(request),
                 location=self.location,
             )
         except Exception as error:  # noqa: BLE001 - classified, never raised
@@ -91,7 +98,11 @@ class GoogleBigQueryLoads:
         log.log(
             logging.INFO if outcome is SubmitOutcome.ALREADY_SUBMITTED else logging.WARNING,
             "load job %s (%s.%s): submission answered %s: %s",
-            request.job_id, request.dataset, request.table, code or "nothing", error,
+            request.job_id,
+            request.dataset,
+            request.table,
+            code or "nothing",
+            error,
         )
         return SubmitResult(outcome, code, str(error))
 
@@ -163,7 +174,8 @@ class GoogleBigQueryLoads:
             return None
         schema, created = found
         return TableColumns(
-            tuple(Column(f.name, f.field_type, f.mode or "NULLABLE") for f in schema), created)
+            tuple(Column(f.name, f.field_type, f.mode or "NULLABLE") for f in schema), created
+        )
 
     def table_row_count(self, dataset: str, table: str) -> int | None:
         """Rows in the table from its metadata (free; kbqe never streams, so no buffer is
@@ -186,8 +198,15 @@ class GoogleBigQueryLoads:
 
     # --- checks -------------------------------------------------------------------------------
     def duplicate_offsets(
-        self, dataset: str, table: str, key_columns: Sequence[str], date_column: str,
-        since: date, limit: int = 10, *, timestamp_column: bool = False,
+        self,
+        dataset: str,
+        table: str,
+        key_columns: Sequence[str],
+        date_column: str,
+        since: date,
+        limit: int = 10,
+        *,
+        timestamp_column: bool = False,
     ) -> DuplicateOffsets:
         """Kafka positions present more than once in the partitions since ``since`` — a query
         that is billed for the bytes of the key columns it scans (capped by
@@ -218,4 +237,3 @@ def _bad_records(job: Any) -> int | None:
     stats = getattr(job, "_properties", {}).get("statistics", {}).get("load", {})
     value = stats.get("badRecords")
     return int(value) if value is not None else None
-

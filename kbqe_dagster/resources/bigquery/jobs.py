@@ -12,9 +12,10 @@ the schema derived from its first file (``resources/bigquery/schema.py`` explain
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from kbqe_dagster.core.load.lifecycle import ObservedJob, SubmitOutcome
 from kbqe_dagster.core.load.notices import Column
@@ -109,8 +110,15 @@ class BigQueryLoads(Protocol):
     def ensure_dataset(self, dataset: str) -> None: ...
 
     def duplicate_offsets(
-        self, dataset: str, table: str, key_columns: Sequence[str], date_column: str,
-        since: date, limit: int = 10, *, timestamp_column: bool = False,
+        self,
+        dataset: str,
+        table: str,
+        key_columns: Sequence[str],
+        date_column: str,
+        since: date,
+        limit: int = 10,
+        *,
+        timestamp_column: bool = False,
     ) -> DuplicateOffsets: ...
 
 
@@ -160,4 +168,3 @@ def job_labels(request: LoadRequest) -> dict[str, str]:
 
 def _label_value(text: str) -> str:
     return _LABEL_UNSAFE.sub("_", text.lower())[:63]
-

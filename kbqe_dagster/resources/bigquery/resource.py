@@ -30,7 +30,8 @@ class BigQueryResource(dagster_gcp.BigQueryResource):
     project: str = Field(description="GCP project that runs the load jobs and owns the datasets.")
     # repr=False: once Dagster resolves the EnvVar the resource holds the key itself.
     gcp_credentials: str | None = Field(
-        default=None, repr=False,
+        default=None,
+        repr=False,
         description="Base64-encoded service account JSON key, through dg.EnvVar (dagster-gcp's "
         "convention); None: Application Default Credentials. Never logged.",
     )
@@ -87,9 +88,11 @@ class BigQueryResource(dagster_gcp.BigQueryResource):
         writer in the executor (``.writer()``); the writer itself never travels."""
         if not self.project:
             raise StorageWriteError("the bigquery resource needs a project")
-        return StorageWriteSettings(project=self.project,
-                                    grpc_endpoint=self.storage_write_endpoint,
-                                    gcp_credentials=self.gcp_credentials)
+        return StorageWriteSettings(
+            project=self.project,
+            grpc_endpoint=self.storage_write_endpoint,
+            gcp_credentials=self.gcp_credentials,
+        )
 
     def storage_writer(self) -> StorageWriter:
         """A Storage Write API client on the driver (tests, operator commands)."""
@@ -99,5 +102,4 @@ class BigQueryResource(dagster_gcp.BigQueryResource):
         if not self.project:
             raise LoadError("the bigquery resource needs a project")
         kind = EmulatorBigQueryLoads if self.emulator else GoogleBigQueryLoads
-        return kind(self.client(), location=self.location,
-                    max_bytes_billed=self.max_bytes_billed)
+        return kind(self.client(), location=self.location, max_bytes_billed=self.max_bytes_billed)

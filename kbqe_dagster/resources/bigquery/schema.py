@@ -43,8 +43,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbqe_dagster.core.formats.avro_names import NamedTypes, namespace_of
 from kbqe_dagster.core.errors import LoadError
+from kbqe_dagster.core.formats.avro_names import NamedTypes, namespace_of
 
 _PRIMITIVES = {
     "boolean": "BOOLEAN",
@@ -68,7 +68,10 @@ _LOGICAL = {
 
 
 def bigquery_schema_from_avro(
-    schema: dict[str, Any], source: str = "avro file", *, keep_maps: bool = False,
+    schema: dict[str, Any],
+    source: str = "avro file",
+    *,
+    keep_maps: bool = False,
 ) -> list[dict]:
     """The columns of a table created from records of ``schema`` (a record schema); with
     ``keep_maps``, maps marked as ``MAP`` (module docstring).
@@ -89,8 +92,10 @@ class _Converter:
     def record_fields(self, record: dict[str, Any], path: str) -> list[dict]:
         self.names.remember(record, None)
         namespace = namespace_of(record, None)
-        return [self.column(f["name"], f["type"], f"{path}{f['name']}", namespace)
-                for f in record.get("fields", [])]
+        return [
+            self.column(f["name"], f["type"], f"{path}{f['name']}", namespace)
+            for f in record.get("fields", [])
+        ]
 
     def column(self, name: str, avro: Any, path: str, namespace: str | None) -> dict:
         mode = "REQUIRED"
@@ -116,8 +121,7 @@ class _Converter:
         if isinstance(avro, dict) and avro.get("type") == "map":
             value = self.column("value", avro["values"], f"{path}{{}}", namespace)
             key = {"name": "key", "type": "STRING", "mode": "REQUIRED"}
-            return {"name": name, "type": self.map_type, "mode": "REPEATED",
-                    "fields": [key, value]}
+            return {"name": name, "type": self.map_type, "mode": "REPEATED", "fields": [key, value]}
         return {"name": name, **self._type(avro, path, namespace), "mode": mode}
 
     def _type(self, avro: Any, path: str, namespace: str | None) -> dict:
@@ -129,8 +133,10 @@ class _Converter:
         if kind == "record":
             self.names.remember(avro, namespace)
             inner_ns = namespace_of(avro, namespace)
-            fields = [self.column(f["name"], f["type"], f"{path}.{f['name']}", inner_ns)
-                      for f in avro.get("fields", [])]
+            fields = [
+                self.column(f["name"], f["type"], f"{path}.{f['name']}", inner_ns)
+                for f in avro.get("fields", [])
+            ]
             return {"type": "RECORD", "fields": fields}
         if kind == "enum":
             self.names.remember(avro, namespace)

@@ -53,8 +53,9 @@ import datetime as dt
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from kbqe_dagster.core.errors import StorageWriteError, WriteStreamNotFoundError
 from kbqe_dagster.core.formats.avro_proto import ProtoRows
@@ -100,7 +101,7 @@ class StreamState:
     """What GetWriteStream says of a stream."""
 
     name: str
-    kind: str                        # "committed" | "pending" | "buffered"
+    kind: str  # "committed" | "pending" | "buffered"
     create_time: dt.datetime | None
     commit_time: dt.datetime | None  # PENDING streams, once committed (BigQuery sets it)
 
@@ -185,7 +186,8 @@ def _new_client(settings: StorageWriteSettings) -> Any:
         from kbqe_dagster.resources.gcp_credentials import credentials_from_base64
 
         return bigquery_storage_v1.BigQueryWriteClient(
-            credentials=credentials_from_base64(settings.gcp_credentials))
+            credentials=credentials_from_base64(settings.gcp_credentials)
+        )
     import grpc
     from google.cloud.bigquery_storage_v1.services.big_query_write.transports import (
         BigQueryWriteGrpcTransport,
@@ -193,7 +195,8 @@ def _new_client(settings: StorageWriteSettings) -> Any:
 
     channel = grpc.insecure_channel(settings.grpc_endpoint)
     return bigquery_storage_v1.BigQueryWriteClient(
-        transport=BigQueryWriteGrpcTransport(channel=channel))
+        transport=BigQueryWriteGrpcTransport(channel=channel)
+    )
 
 
 class GoogleStorageWriter:
@@ -214,8 +217,10 @@ class GoogleStorageWriter:
         from google.api_core import exceptions
         from google.cloud.bigquery_storage_v1 import types
 
-        kinds = {"committed": types.WriteStream.Type.COMMITTED,
-                 "pending": types.WriteStream.Type.PENDING}
+        kinds = {
+            "committed": types.WriteStream.Type.COMMITTED,
+            "pending": types.WriteStream.Type.PENDING,
+        }
         if kind not in kinds:
             raise ValueError(f"stream kind {kind!r}: expected one of {sorted(kinds)}")
         try:
@@ -270,7 +275,8 @@ class GoogleStorageWriter:
         from google.cloud.bigquery_storage_v1 import types
 
         request = types.BatchCommitWriteStreamsRequest(
-            parent=self._table_path(dataset, table), write_streams=list(streams))
+            parent=self._table_path(dataset, table), write_streams=list(streams)
+        )
         try:
             answer = self.client.batch_commit_write_streams(request=request, retry=_retry(60.0))
         except exceptions.GoogleAPICallError as exc:
@@ -279,10 +285,12 @@ class GoogleStorageWriter:
                 f"{_status(exc)}"
             ) from exc
         if answer.stream_errors:
-            errors = "; ".join(f"{e.entity}: {e.code.name} {e.error_message}"
-                               for e in answer.stream_errors)
+            errors = "; ".join(
+                f"{e.entity}: {e.code.name} {e.error_message}" for e in answer.stream_errors
+            )
             raise StorageWriteError(
-                f"{dataset}.{table}: BatchCommitWriteStreams committed nothing: {errors}")
+                f"{dataset}.{table}: BatchCommitWriteStreams committed nothing: {errors}"
+            )
 
     # --- appends ---------------------------------------------------------------------------
     def append(self, stream: str, rows: ProtoRows, offset: int | None) -> AppendOutcome:
@@ -304,7 +312,8 @@ class GoogleStorageWriter:
                 # The client library reports a connection the server refused to open as
                 # UNKNOWN, hiding NOT_FOUND: ask whether the stream still exists.
                 if isinstance(exc, exceptions.NotFound) or (
-                        isinstance(exc, exceptions.Unknown) and self.stream_state(stream) is None):
+                    isinstance(exc, exceptions.Unknown) and self.stream_state(stream) is None
+                ):
                     raise WriteStreamNotFoundError(
                         f"{_table_of(stream)}: stream {stream} does not exist (any more); "
                         f"AppendRows of {len(rows.rows)} rows at offset {offset} not written"
@@ -319,8 +328,11 @@ class GoogleStorageWriter:
             if offset is None:
                 return once()
             return _retry(self.settings.append_timeout_s)(once)()
-        except (exceptions.GoogleAPICallError, exceptions.RetryError,
-                bqstorage_exceptions.StreamClosedError) as exc:
+        except (
+            exceptions.GoogleAPICallError,
+            exceptions.RetryError,
+            bqstorage_exceptions.StreamClosedError,
+        ) as exc:
             raise StorageWriteError(
                 f"{_table_of(stream)}: AppendRows of {len(rows.rows)} rows at offset {offset} "
                 f"to stream {stream} failed: {_status(exc)}"
@@ -350,7 +362,8 @@ class GoogleStorageWriter:
         template = types.AppendRowsRequest(
             write_stream=stream,
             proto_rows=types.AppendRowsRequest.ProtoData(
-                writer_schema=types.ProtoSchema(proto_descriptor=rows.descriptor)),
+                writer_schema=types.ProtoSchema(proto_descriptor=rows.descriptor)
+            ),
         )
         connection = writer.AppendRowsStream(self.client, template)
         with self._lock:
@@ -414,18 +427,25 @@ def _retryable(exc: BaseException) -> bool:
     from google.api_core import exceptions
     from google.cloud.bigquery_storage_v1 import exceptions as bqstorage_exceptions
 
-    return isinstance(exc, (
-        exceptions.ServiceUnavailable, exceptions.InternalServerError, exceptions.Aborted,
-        exceptions.DeadlineExceeded, exceptions.Unknown,
-        bqstorage_exceptions.StreamClosedError,
-    ))
+    return isinstance(
+        exc,
+        (
+            exceptions.ServiceUnavailable,
+            exceptions.InternalServerError,
+            exceptions.Aborted,
+            exceptions.DeadlineExceeded,
+            exceptions.Unknown,
+            bqstorage_exceptions.StreamClosedError,
+        ),
+    )
 
 
 def _retry(deadline_s: float) -> Any:
     from google.api_core import retry
 
-    return retry.Retry(predicate=_retryable, initial=0.2, maximum=5.0, multiplier=2.0,
-                       timeout=deadline_s)
+    return retry.Retry(
+        predicate=_retryable, initial=0.2, maximum=5.0, multiplier=2.0, timeout=deadline_s
+    )
 
 
 def _status(exc: BaseException) -> str:

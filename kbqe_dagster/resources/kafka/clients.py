@@ -7,8 +7,8 @@ logger librdkafka's own lines go to.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
@@ -39,8 +39,10 @@ class TopicMissing(KafkaReadError):
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
-        super().__init__(f"topic {topic!r} does not exist in Kafka (not created yet, or "
-                         "deleted); not staged until it exists")
+        super().__init__(
+            f"topic {topic!r} does not exist in Kafka (not created yet, or "
+            "deleted); not staged until it exists"
+        )
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,11 @@ class KafkaSettings:
     client_config: Mapping[str, str] = field(default_factory=dict)
 
     def config(self, **overrides: object) -> dict:
-        conf = {"bootstrap.servers": self.bootstrap_servers, "logger": CLIENT_LOG,
-                **self.client_config}
+        conf = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "logger": CLIENT_LOG,
+            **self.client_config,
+        }
         conf.update(overrides)
         return conf
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -44,8 +44,9 @@ def topic_partitions(settings: KafkaSettings, topic: str, timeout: float = 10.0)
     admin = connected_admin(settings)
     meta = admin.list_topics(topic=topic, timeout=timeout)
     info = meta.topics.get(topic)
-    if info is None or (info.error is not None
-                        and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+    if info is None or (
+        info.error is not None and info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    ):
         raise TopicMissing(topic)
     if info.error is not None:
         raise KafkaReadError(f"topic {topic!r} is not available: {info.error}")
@@ -60,12 +61,15 @@ def list_topic_names(settings: KafkaSettings, timeout: float = 10.0) -> frozense
     try:
         meta = admin.list_topics(timeout=timeout)
     except KafkaException as error:
-        raise KafkaReadError(f"listing the topics of {settings.bootstrap_servers}: {error}") from error
+        raise KafkaReadError(
+            f"listing the topics of {settings.bootstrap_servers}: {error}"
+        ) from error
     return frozenset(name for name, info in meta.topics.items() if info.error is None)
 
 
-def discover_topics(config: PipelineConfig, settings: KafkaSettings,
-                    timeout: float = 10.0) -> PipelineConfig:
+def discover_topics(
+    config: PipelineConfig, settings: KafkaSettings, timeout: float = 10.0
+) -> PipelineConfig:
     """``config`` with the topics its ``topic_patterns`` take from the cluster's listing
     (core/config/discovery.py). Without patterns, ``config`` itself and no request to Kafka."""
     if not config.topic_patterns:
@@ -73,7 +77,9 @@ def discover_topics(config: PipelineConfig, settings: KafkaSettings,
     return config.discover(list_topic_names(settings, timeout))
 
 
-def watermarks(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> list[PartitionWatermarks]:
+def watermarks(
+    settings: KafkaSettings, topic: str, timeout: float = 10.0
+) -> list[PartitionWatermarks]:
     """Low and high watermark of every partition of ``topic``."""
     consumer = connected_consumer(settings)
     try:
@@ -89,10 +95,15 @@ def watermarks(settings: KafkaSettings, topic: str, timeout: float = 10.0) -> li
 # A partition's leadership moves in a broker restart or a rolling upgrade: for a few seconds
 # the broker answers "not leader" (or the leader is unknown). Those answers are retried until
 # the call's timeout, so a stage run or sensor tick at that moment waits instead of failing.
-_LEADERSHIP_MOVING = frozenset({
-    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT, KafkaError._WAIT_COORD,
-})
+_LEADERSHIP_MOVING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._TRANSPORT,
+        KafkaError._WAIT_COORD,
+    }
+)
 
 
 def _watermark_offsets(consumer: Consumer, tp: TopicPartition, timeout: float) -> tuple[int, int]:
@@ -127,7 +138,8 @@ def watermarks_of(
         meta = admin.list_topics(timeout=timeout)
     except KafkaException as error:
         raise KafkaReadError(
-            f"listing the topics of {settings.bootstrap_servers}: {error}") from error
+            f"listing the topics of {settings.bootstrap_servers}: {error}"
+        ) from error
     tps = [
         TopicPartition(name, p)
         for name, info in sorted(meta.topics.items())
@@ -139,7 +151,8 @@ def watermarks_of(
     bounds = {}
     for which, spec in (("low", OffsetSpec.earliest()), ("high", OffsetSpec.latest())):
         futures = admin.list_offsets(
-            {tp: spec for tp in tps}, isolation_level=IsolationLevel.READ_COMMITTED,
+            {tp: spec for tp in tps},
+            isolation_level=IsolationLevel.READ_COMMITTED,
             request_timeout=timeout,
         )
         try:
@@ -197,7 +210,8 @@ def first_timestamps_ms(
                     if err.code() != KafkaError._PARTITION_EOF:
                         raise KafkaReadError(
                             f"reading the oldest unstaged message of {tp[0]}[{tp[1]}] from "
-                            f"offset {positions[tp]}: {err.str()}")
+                            f"offset {positions[tp]}: {err.str()}"
+                        )
                     found[tp] = None
                     continue
                 ts_type, ts = msg.timestamp()
@@ -205,8 +219,9 @@ def first_timestamps_ms(
                 # One message is all this partition owes: stop fetching it.
                 consumer.pause([TopicPartition(*tp)])
     except KafkaException as e:
-        raise KafkaReadError(f"reading the oldest unstaged messages of {len(positions)} "
-                             f"partition(s): {e}") from e
+        raise KafkaReadError(
+            f"reading the oldest unstaged messages of {len(positions)} partition(s): {e}"
+        ) from e
     finally:
         consumer.close()
     return {tp: found.get(tp) for tp in positions}

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from confluent_kafka import KafkaError
 
@@ -44,7 +45,15 @@ except ImportError:  # pragma: no cover - depends on the build
     _extension = None
 
 # confluent-kafka's own settings, not librdkafka's: they never reach the C library.
-_PYTHON_ONLY = ("logger", "error_cb", "throttle_cb", "stats_cb", "oauth_cb", "on_commit", "on_delivery")
+_PYTHON_ONLY = (
+    "logger",
+    "error_cb",
+    "throttle_cb",
+    "stats_cb",
+    "oauth_cb",
+    "on_commit",
+    "on_delivery",
+)
 
 
 def native_consumer_switch_on() -> bool:
@@ -98,7 +107,9 @@ class NativeRangeReader(RangeReader):
 
     native = True
 
-    def __init__(self, *args: Any, library: str, config: list[tuple[str, str]], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, library: str, config: list[tuple[str, str]], **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.library, self.native_config = library, config
 
@@ -114,7 +125,9 @@ class _NativeSource:
                                                       reader.topic, reader.partition, reader.position)  # fmt: skip
         except (RuntimeError, ValueError) as error:
             _forward_log_lines()
-            raise KafkaReadError(f"reading {self.where} from offset {reader.position}: {error}") from None
+            raise KafkaReadError(
+                f"reading {self.where} from offset {reader.position}: {error}"
+            ) from None
 
     def consume(self, count: int, timeout: float) -> NativeBatchView:
         try:
@@ -158,7 +171,16 @@ class ConsumedMessage:
     """A message of the native consumer with confluent-kafka ``Message``'s accessors (the
     ones the stage path uses), so the Python path stages it as it stages a ``Message``."""
 
-    __slots__ = ("_error", "_topic", "_partition", "_offset", "_value", "_key", "_timestamp", "_headers")
+    __slots__ = (
+        "_error",
+        "_topic",
+        "_partition",
+        "_offset",
+        "_value",
+        "_key",
+        "_timestamp",
+        "_headers",
+    )
 
     def __init__(self, code: int | None, text: str, topic: str, partition: int, offset: int,
                  value: bytes | None, key: bytes | None, timestamp: tuple[int, int],

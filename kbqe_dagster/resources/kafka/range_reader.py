@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterator, Protocol, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -76,9 +77,14 @@ class RangeReader:
                     if time.monotonic() - waiting_since < self.idle_timeout:
                         continue
                     self.position = source.position(self.position)
-                    log.warning("%s[%d]: no message within %.0fs at offset %d (end %d)",
-                                self.topic, self.partition, self.idle_timeout, self.position,
-                                self.end_exclusive)
+                    log.warning(
+                        "%s[%d]: no message within %.0fs at offset %d (end %d)",
+                        self.topic,
+                        self.partition,
+                        self.idle_timeout,
+                        self.position,
+                        self.end_exclusive,
+                    )
                     break
                 waiting_since = time.monotonic()
                 self._eof = False

@@ -19,8 +19,9 @@ and a skip past the end leaves ``pos > len(buf)``, which the final length check 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from fastavro.read import LOGICAL_READERS
 
@@ -118,18 +119,28 @@ class PythonGenerator:
         if kind == "null":
             return
         if kind == "boolean":
-            out += [f"{ind}if buf[pos] > 1: raise Invalid('boolean byte is not 0 or 1')", f"{ind}pos += 1"]
+            out += [
+                f"{ind}if buf[pos] > 1: raise Invalid('boolean byte is not 0 or 1')",
+                f"{ind}pos += 1",
+            ]
         elif kind in ("int", "long"):
             out += [f"{ind}if buf[pos] < 128: pos += 1", f"{ind}else: pos = skip_{kind}(buf, pos)"]
         elif kind in ("float", "double", "fixed"):
-            out.append(f"{ind}pos += {4 if kind == 'float' else 8 if kind == 'double' else int(t['size'])}")
+            out.append(
+                f"{ind}pos += {4 if kind == 'float' else 8 if kind == 'double' else int(t['size'])}"
+            )
         elif kind == "bytes":
             self.length(out, ind)
             out.append(f"{ind}pos += n")
         elif kind == "string":
             self.length(out, ind)
             # The bound check keeps a truncated body from being reported as invalid UTF-8.
-            out += [f"{ind}e = pos + n", f"{ind}if e > end: raise IndexError", f"{ind}buf[pos:e].decode()", f"{ind}pos = e"]
+            out += [
+                f"{ind}e = pos + n",
+                f"{ind}if e > end: raise IndexError",
+                f"{ind}buf[pos:e].decode()",
+                f"{ind}pos = e",
+            ]
         elif kind == "enum":
             self.index(out, ind, len(t["symbols"]), "enum")
         elif kind == "union":
@@ -137,9 +148,11 @@ class PythonGenerator:
         elif kind == "array":
             self.skip_items(t["items"], out, ind)
         elif kind == "map":
+
             def entry(ind2: str) -> None:
                 self.skip("string", out, ind2)
                 self.skip(t["values"], out, ind2)
+
             self.blocks(["string", t["values"]], out, ind, entry)
         else:  # record
             if t["name"] in self._stack:
@@ -171,7 +184,10 @@ class PythonGenerator:
                     f"{ind}if {var} < 128: {var} = ({var} >> 1) ^ -({var} & 1); pos += 1",
                     f"{ind}else: {var}, pos = {slow}(buf, pos)"]  # fmt: skip
         elif kind in ("float", "double"):
-            out += [f"{ind}{var} = unpack_{kind[0]}(buf, pos)[0]", f"{ind}pos += {4 if kind == 'float' else 8}"]
+            out += [
+                f"{ind}{var} = unpack_{kind[0]}(buf, pos)[0]",
+                f"{ind}pos += {4 if kind == 'float' else 8}",
+            ]
         elif kind == "fixed":
             size = int(t["size"])
             out += [f"{ind}{var} = buf[pos:pos + {size}]", f"{ind}pos += {size}"]
@@ -196,6 +212,7 @@ class PythonGenerator:
             def one(ind2: str) -> None:
                 self.read(t["items"], item, out, ind2)
                 out.append(f"{ind2}{var}.append({item})")
+
             self.blocks([t["items"]], out, ind, one)
         elif kind == "map":
             key, item = self.fresh("k"), self.fresh("x")
@@ -205,6 +222,7 @@ class PythonGenerator:
                 self.read("string", key, out, ind2)
                 self.read(t["values"], item, out, ind2)
                 out.append(f"{ind2}{var}[{key}] = {item}")
+
             self.blocks(["string", t["values"]], out, ind, entry)
         else:  # record
             if t["name"] in self._stack:
@@ -235,11 +253,13 @@ class PythonGenerator:
         t = self.resolve(t)
         kind = self.kind(t)
         if kind == "union":
+
             def branch(b: Any, ind2: str) -> None:
                 if self.kind(self.resolve(b)) == "record":
                     self.want(b, want, out, ind2)
                 else:
                     self.skip(b, out, ind2)
+
             self.union(t, out, ind, branch)
         elif kind == "record" and logical_key(t) is None:
             self._stack.append(t["name"])
@@ -255,14 +275,24 @@ class PythonGenerator:
 
     # --- shared pieces -------------------------------------------------------------------
     def length(self, out: list[str], ind: str) -> None:
-        out += [f"{ind}n = LEN1[buf[pos]]", f"{ind}if n < 0: n, pos = length(buf, pos)", f"{ind}else: pos += 1"]
+        out += [
+            f"{ind}n = LEN1[buf[pos]]",
+            f"{ind}if n < 0: n, pos = length(buf, pos)",
+            f"{ind}else: pos += 1",
+        ]
 
     def index(self, out: list[str], ind: str, count: int, what: str) -> None:
         out += [f"{ind}i = LEN1[buf[pos]]", f"{ind}if i < 0: i, pos = length(buf, pos)", f"{ind}else: pos += 1",
                 f"{ind}if i >= {count}: raise Invalid(f'{what} index {{i}} out of range')"]  # fmt: skip
 
-    def union(self, t: list[Any], out: list[str], ind: str, emit: Callable[[Any, str], None]) -> None:
-        out += [f"{ind}i = LEN1[buf[pos]]", f"{ind}if i < 0: i, pos = length(buf, pos)", f"{ind}else: pos += 1"]
+    def union(
+        self, t: list[Any], out: list[str], ind: str, emit: Callable[[Any, str], None]
+    ) -> None:
+        out += [
+            f"{ind}i = LEN1[buf[pos]]",
+            f"{ind}if i < 0: i, pos = length(buf, pos)",
+            f"{ind}else: pos += 1",
+        ]
         for number, branch in enumerate(t):
             out.append(f"{ind}{'if' if number == 0 else 'elif'} i == {number}:")
             before = len(out)
@@ -271,7 +301,9 @@ class PythonGenerator:
                 out.append(f"{ind}    pass")
         out.append(f"{ind}else: raise Invalid(f'union index {{i}} out of range')")
 
-    def blocks(self, parts: list[Any], out: list[str], ind: str, emit: Callable[[str], None]) -> None:
+    def blocks(
+        self, parts: list[Any], out: list[str], ind: str, emit: Callable[[str], None]
+    ) -> None:
         """The block loop of an array (``parts`` = [item type]) or map ([string, value type])."""
         size = sum(self.min_size(p) for p in parts)
         count = self.fresh("c")
@@ -283,7 +315,9 @@ class PythonGenerator:
         if size:
             out.append(f"{ind}    if pos + {count} * {size} > end: raise IndexError")
         else:
-            out.append(f"{ind}    if {count} > MAX_ZW: raise Invalid(f'array block of {{{count}}} zero-width items')")
+            out.append(
+                f"{ind}    if {count} > MAX_ZW: raise Invalid(f'array block of {{{count}}} zero-width items')"
+            )
         out.append(f"{ind}    for _ in range({count}):")
         before = len(out)
         emit(ind + "        ")
@@ -311,7 +345,9 @@ class PythonGenerator:
         """Reject what fastavro's converter for ``key`` would refuse."""
         if key in RANGE_CHECKED:
             low, high = RANGE_CHECKED[key]
-            out.append(f"{ind}if not {low} <= {value} <= {high}: raise Invalid(f'{key} value {{{value}}} out of range')")
+            out.append(
+                f"{ind}if not {low} <= {value} <= {high}: raise Invalid(f'{key} value {{{value}}} out of range')"
+            )
         elif key == "string-uuid":  # the canonical form needs no UUID object
             fn, schema = self.const(LOGICAL_READERS[key], "LR"), self.const(t, "S")
             out.append(f"{ind}if not UUID_FORM({value}): {fn}({value}, {schema}, None)")

@@ -24,7 +24,8 @@ is not taken in a body is ``None``. Values are fastavro's: ``date`` → ``dateti
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import fastavro
 
@@ -40,7 +41,15 @@ __all__ = ["RecordProbe"]
 _WINDOW = 1024
 _PAUSE = 65_536
 
-_DECODE_ERRORS = (IndexError, struct.error, Invalid, UnicodeDecodeError, ValueError, OverflowError, TypeError)
+_DECODE_ERRORS = (
+    IndexError,
+    struct.error,
+    Invalid,
+    UnicodeDecodeError,
+    ValueError,
+    OverflowError,
+    TypeError,
+)
 
 
 class RecordProbe:
@@ -187,7 +196,9 @@ def _result(variables: Mapping[str, str]) -> str:
     return "{" + ", ".join(f"{path!r}: {var}" for path, var in variables.items()) + "}"
 
 
-def _exact_function(gen: PythonGenerator, top: Any, tree: Want, variables: Mapping[str, str]) -> None:
+def _exact_function(
+    gen: PythonGenerator, top: Any, tree: Want, variables: Mapping[str, str]
+) -> None:
     gen.ns["Trailing"] = _Trailing
     body = ["    pos = 0"]
     if variables:
@@ -214,7 +225,10 @@ def _fast_function(gen: PythonGenerator, fast: FastPath, variables: Mapping[str,
     for var in variables.values():
         lines.append(f"    {var} = None")
         for group, node in fast.reads.get(var, []):
-            lines += [f"    s, t = m.span({group})", f"    if s >= 0: {var} = {_fast_read(gen, node)}"]
+            lines += [
+                f"    s, t = m.span({group})",
+                f"    if s >= 0: {var} = {_fast_read(gen, node)}",
+            ]
     lines.append(f"    return {_result(variables)}")
     gen.sources.append("\n".join(lines))
 
@@ -226,7 +240,12 @@ def _fast_read(gen: PythonGenerator, node: Any) -> str:
     if resolved == "string" or (isinstance(resolved, dict) and resolved.get("type") == "string"
                                 and logical_key(resolved) is None):  # fmt: skip
         return "buf[s + 1:t].decode()"
-    if isinstance(resolved, list) and len(resolved) == 2 and "null" in resolved and "string" in resolved:
+    if (
+        isinstance(resolved, list)
+        and len(resolved) == 2
+        and "null" in resolved
+        and "string" in resolved
+    ):
         null = resolved.index("null") * 2
         return f"None if buf[s] == {null} else buf[s + 2:t].decode()"
     reader = gen.fresh("_read")

@@ -51,7 +51,9 @@ def _x(byte: int) -> bytes:
 
 def _lengths(content: bytes) -> bytes:
     """Alternation over single-byte lengths 0..63 of ``content`` bytes each."""
-    alternatives = [_x(0)] + [_x(2 * n) + content + (b"{%d}" % n if n > 1 else b"") for n in range(1, 64)]
+    alternatives = [_x(0)] + [
+        _x(2 * n) + content + (b"{%d}" % n if n > 1 else b"") for n in range(1, 64)
+    ]
     return b"(?:" + b"|".join(alternatives) + b")"
 
 
@@ -115,7 +117,10 @@ class RegexBuilder:
         return FastPath(
             compiled,
             [(index[name], node) for name, node in self._checks],
-            {var: [(index[name], node) for name, node in sites] for var, sites in self._reads.items()},
+            {
+                var: [(index[name], node) for name, node in sites]
+                for var, sites in self._reads.items()
+            },
         )
 
     def group(self, prefix: str) -> str:
@@ -161,8 +166,10 @@ class RegexBuilder:
                 branches.append(_x(2 * number) + (b"(?:" + inner + b")" if inner else b""))
             return b"(?:" + b"|".join(branches) + b")"
         if kind in ("array", "map"):
-            item = self.pattern(t["items"], None, True) if kind == "array" else (
-                _ASCII_STRING + self.pattern(t["values"], None, True)
+            item = (
+                self.pattern(t["items"], None, True)
+                if kind == "array"
+                else (_ASCII_STRING + self.pattern(t["values"], None, True))
             )
             return self.blocks(item)
         # record
@@ -179,5 +186,7 @@ class RegexBuilder:
         """Blocks of 1..k items (k < 64, bounded by the pattern size), then the 0 count."""
         copies = max(1, min(63, MAX_ITEM_COPIES_BYTES // max(1, len(item))))
         group = b"(?:" + item + b")"
-        alternatives = [_x(2 * k) + group + (b"{%d}" % k if k > 1 else b"") for k in range(1, copies + 1)]
+        alternatives = [
+            _x(2 * k) + group + (b"{%d}" % k if k > 1 else b"") for k in range(1, copies + 1)
+        ]
         return b"(?:(?:" + b"|".join(alternatives) + rb")*+\x00)"
