@@ -209,6 +209,10 @@ def exec_dagster_dev(port: int = 3000) -> int:
 
     home = local_dagster_home()
     env = {**os.environ, "DAGSTER_HOME": str(home), "KBQE_ENV": os.environ.get("KBQE_ENV", "local")}
+    if sys.prefix != sys.base_prefix:
+        # The interpreter's virtual environment, also when it was not activated (`.venv/bin/
+        # kbqe dev`): dg otherwise warns that "the active virtual environment does not match".
+        env["VIRTUAL_ENV"] = sys.prefix
     print(
         f"Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops it; `kbqe stack down` stops the stack)",
         flush=True,
