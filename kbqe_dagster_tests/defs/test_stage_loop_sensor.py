@@ -324,3 +324,25 @@ def test_the_rounds_are_reported_folded_every_report_every_s(tmp_path) -> None:
     assert report.metadata() == {"idle_round_seconds": 0.01, "busy_round_seconds": 0.5}
     report.flush()
     assert len(context.events) == 3, "nothing new to report"
+
+
+def test_a_loop_run_silent_for_ten_minutes_is_marked_failed_and_its_topics_relaunched(
+    instance, resources
+) -> None:
+    """A run worker killed without Dagster noticing (the default run launcher cannot check a
+    worker's health) would hold its topics for ever: once its run has logged nothing for
+    SILENT_LOOP_S, the sensor marks it failed and launches a new loop run in the same tick."""
+    digest = pipeline_digest(resources["pipeline"])
+    tags = {TOPICS_TAG: "orders,refunds", PIPELINE_DIGEST_TAG: digest}
+    loop = started(instance, "stage_loop_job", tags)
+    instance.report_engine_event("stage loop: 30 round(s) since the last report", loop)
+    assert loop_tick(instance, resources).run_requests == []  # alive: just reported
+
+    with dg.build_sensor_context(instance=instance, resources=resources) as context:
+        later = time.time() + sensors.SILENT_LOOP_S - 5
+        assert sensors.fail_silent_loop_runs(context, now=later) == []
+        much_later = time.time() + sensors.SILENT_LOOP_S + 5
+        assert sensors.fail_silent_loop_runs(context, now=much_later) == [loop.run_id]
+    assert instance.get_run_by_id(loop.run_id).status == dg.DagsterRunStatus.FAILURE
+    [request] = loop_tick(instance, resources).run_requests
+    assert request.tags[TOPICS_TAG] == "orders,refunds"

@@ -190,6 +190,44 @@ def kafka_backlog_sensor(
     )
 
 
+SILENT_LOOP_S = 600.0
+"""A loop run in STARTED with no event for this long is taken for dead. A live loop logs a
+report every ``report_every_s`` (30 s) and one after every round longer than that; its run
+worker killed (``kill -9``, a lost host) leaves the run STARTED for ever under the default
+run launcher, which cannot check a run worker's health, and its topics held."""
+
+
+def _last_event_at(instance: dg.DagsterInstance, run: dg.DagsterRun) -> float | None:
+    records = instance.get_records_for_run(run.run_id, ascending=False, limit=1).records
+    return records[0].event_log_entry.timestamp if records else None
+
+
+def fail_silent_loop_runs(
+    context: dg.SensorEvaluationContext, now: float | None = None
+) -> list[str]:
+    """Mark failed the STARTED loop runs silent for :data:`SILENT_LOOP_S`, so that their
+    topics are staged again by a new loop run. A worker that is in fact alive but stuck stays
+    harmless: a second writer of the same ranges is a zombie the delivery protocol already
+    covers (one copy, one committer per range)."""
+    now = time.time() if now is None else now
+    failed = []
+    for run in loop_runs_in_flight(context.instance):
+        if run.status != dg.DagsterRunStatus.STARTED:
+            continue
+        last = _last_event_at(context.instance, run)
+        if last is None or now - last < SILENT_LOOP_S:
+            continue
+        message = (
+            f"stage loop run {run.run_id} logged nothing for {now - last:.0f}s (a live loop "
+            f"reports every 30s): its run worker is taken for dead; marked failed so that its "
+            f"topics are staged again"
+        )
+        context.log.warning(message)
+        context.instance.report_run_failed(run, message)
+        failed.append(run.run_id)
+    return failed
+
+
 @dg.sensor(
     job=stage_loop_job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING
 )
@@ -202,6 +240,7 @@ def stage_loop_sensor(
     config = discover_topics(pipeline.load(), kafka.settings())
     wanted = loop_topics(config)
     digest = pipeline_digest(pipeline)
+    fail_silent_loop_runs(context)
     for run in loop_runs_in_flight(context.instance):
         if run.tags.get(PIPELINE_DIGEST_TAG) != digest and STOP_TAG not in run.tags:
             # The code location loaded another pipeline since: the run ends after its round
