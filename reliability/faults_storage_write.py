@@ -31,6 +31,10 @@ exact range forward. The final accounting counts duplicates and losses per table
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 from kbqe_dagster.core.protocol.delivery import parse_intent, ranges_to_roll_forward
 from kbqe_dagster.core.protocol.naming import parse_listing
@@ -117,6 +121,36 @@ def _replaced(suite: Suite) -> tuple[int, int]:
     return len(skipping), sum(len(p.delivered_before) for p in skipping)
 
 
+@dataclass
+class _PausedWriter:
+    """A stage run in a child process, paused right after its first append."""
+
+    proc: Any
+    resume: Any
+    outcome: Any
+
+    def finish(self) -> tuple[dict, int]:
+        """Let it go on; what it reported and its exit code."""
+        self.resume.set()
+        return self.outcome.get(timeout=CHILD_TIMEOUT), join(self.proc)
+
+
+@contextmanager
+def _paused_at_append(suite: Suite, ctx: Any, never_appended: str) -> Iterator[_PausedWriter]:
+    """A stage run of ``ctx`` paused after its first append (``never_appended``: the failure
+    when it does not get there); always resumed, and killed if still alive, on the way out."""
+    appended, resume, outcome = suite.procs.Event(), suite.procs.Event(), suite.procs.Queue()
+    proc = suite.spawn(children.stage_run_paused_at_append, ctx, appended, resume, outcome)
+    try:
+        if not appended.wait(EVENT_WAIT):
+            raise SuiteFailure(never_appended)
+        yield _PausedWriter(proc, resume, outcome)
+    finally:
+        resume.set()
+        if proc.is_alive():
+            proc.kill()
+
+
 def kills(suite: Suite) -> None:
     """SIGKILL a stage run of the topic at each Storage Write crash point, in a seeded order,
     and restart it each time."""
@@ -166,20 +200,10 @@ def zombie(suite: Suite) -> None:
     world = suite.world
     _produce(suite, SW_ZOMBIE)
     ctx = world.ctx_of(world.sw_topic)
-    appended, resume, outcome = suite.procs.Event(), suite.procs.Event(), suite.procs.Queue()
-    first = suite.spawn(children.stage_run_paused_at_append, ctx, appended, resume, outcome)
-    try:
-        if not appended.wait(EVENT_WAIT):
-            raise SuiteFailure("sw zombie: the first writer never appended")
+    with _paused_at_append(suite, ctx, "sw zombie: the first writer never appended") as first:
         raced = _open_intents(suite)
         code = suite.child(children.stage_run, ctx, None, 1)
-        resume.set()
-        during = outcome.get(timeout=CHILD_TIMEOUT)
-        first_code = join(first)
-    finally:
-        resume.set()
-        if first.is_alive():
-            first.kill()
+        during, first_code = first.finish()
     if code != 0 or first_code != 0:
         raise SuiteFailure(f"sw zombie: the second writer exited {code}, the first {first_code}")
     paused = during["paused_in"]
@@ -215,21 +239,11 @@ def bigquery_restart(suite: Suite) -> None:
     world = suite.world
     _produce(suite, BIGQUERY_RESTART)
     ctx = world.ctx_of(world.sw_topic)
-    appended, resume, outcome = suite.procs.Event(), suite.procs.Event(), suite.procs.Queue()
-    proc = suite.spawn(children.stage_run_paused_at_append, ctx, appended, resume, outcome)
-    try:
-        if not appended.wait(EVENT_WAIT):
-            raise SuiteFailure("bigquery restart: the stage run never appended")
+    with _paused_at_append(suite, ctx, "bigquery restart: the stage run never appended") as run:
         raced = _open_intents(suite)
         with outage("bigquery", world.endpoints) as down:
             down.restore()
-        resume.set()
-        during = outcome.get(timeout=CHILD_TIMEOUT)
-        code = join(proc)
-    finally:
-        resume.set()
-        if proc.is_alive():
-            proc.kill()
+        during, code = run.finish()
     if code != 0:
         raise SuiteFailure(f"bigquery restart: the stage run exited {code}")
     held = sum(_held(suite, r) for r in raced)
