@@ -61,6 +61,11 @@ STAGERS: tuple[StagerEntry, ...] = (
         "keyed", lambda t: t.keyed is not None, "kbqe_dagster.keyed.stage:KeyedRangeStager"
     ),
     StagerEntry(
+        "raw",
+        lambda t: t.format is SourceFormat.RAW,
+        "kbqe_dagster.formats.raw_stage:RawRangeStager",
+    ),
+    StagerEntry(
         "decoder",
         lambda t: t.decoder is not None,
         "kbqe_dagster.formats.decoder_stage:DecoderRangeStager",

@@ -54,6 +54,14 @@ def test_every_registry_entry_names_a_range_stager_of_an_extension(entry) -> Non
         ({}, "RangeStager"),
         ({"format": "json_schema"}, "JsonSchemaRangeStager"),
         ({"format": "protobuf"}, "ProtobufRangeStager"),
+        (
+            {
+                "format": "raw",
+                "routing": {"mode": "static", "dataset": "acme_sales", "table": "r"},
+                "event_time": {},
+            },
+            "RawRangeStager",
+        ),
     ],
 )
 def test_a_topic_stages_with_the_first_stager_that_takes_it(topic, expected) -> None:

@@ -128,10 +128,14 @@ class NativeStaging:
 
     @classmethod
     def for_stager(cls, stager: Any) -> NativeStaging | None:
-        """The kernel's driver for ``stager``, or None when this range takes the Python path."""
-        if not getattr(stager, "native_kernel", False) or not stager.ctx.native_kernel:
+        """The kernel's driver for ``stager``, or None when this range takes the Python path
+        (a stager's own ``native_driver`` when it has one: formats/raw_stage.py)."""
+        if not stager.ctx.native_kernel or _extension is None:
             return None
-        if _extension is None:
+        own = getattr(stager, "native_driver", None)
+        if own is not None:
+            return own.for_range(stager, _extension)
+        if not getattr(stager, "native_kernel", False):
             return None
         if stager.router.config.mode is RoutingMode.FUNCTION:
             return None

@@ -43,12 +43,16 @@ class OpenFile:
         if hour is not None:
             self.hours[hour] += 1
 
-    def append_many(self, records: bytes, ends: Any, days: list[tuple[int, int]]) -> None:
+    def append_many(self, records: bytes, ends: Any, days: list[tuple[int, int]],
+                    hours: list[tuple[int, int]] | None = None) -> None:  # fmt: skip
         """Records staged by the native kernel: back to back, ``ends`` their end offsets,
-        ``days`` (event day, records) pairs."""
+        ``days`` (event day, records) pairs and, for an HOUR table, ``hours`` (event hour,
+        records) pairs."""
         self.writer.append_many(records, ends)
         for day, n in days:
             self.days[day] += n
+        for hour, n in hours or ():
+            self.hours[hour] += n
 
     def iso_days(self) -> dict[str, int]:
         return {from_epoch_day(day).isoformat(): n for day, n in sorted(self.days.items())}

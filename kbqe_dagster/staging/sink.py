@@ -38,9 +38,11 @@ class RecordFile(Protocol):
         """One record: its encoded enrichment prefix, its body, its event day (days since
         1970) and, for an HOUR table, its event hour (hours since 1970 UTC)."""
 
-    def append_many(self, records: bytes, ends: Any, days: list[tuple[int, int]]) -> None:
+    def append_many(self, records: bytes, ends: Any, days: list[tuple[int, int]],
+                    hours: list[tuple[int, int]] | None = None) -> None:  # fmt: skip
         """Records the native kernel staged: back to back, ``ends`` their end offsets,
-        ``days`` (event day, records) pairs."""
+        ``days`` (event day, records) pairs and, for an HOUR table, ``hours`` (event hour,
+        records) pairs."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ topic/partition/offset, and nothing of it is committed).
   types), :meth:`~RangeStager.make_decoder` (what an Avro writer schema stages with),
   :meth:`~RangeStager.framed_schema_id` (the dead letter's schema id),
   :meth:`~RangeStager.range_result` (extra counts in the result), ``native_kernel`` (whether
-  the kernel may do the per-message work).
+  the kernel may do the per-message work), ``native_driver`` (a kernel driver of its own),
+  :meth:`~RangeStager.file_enrichment` (the enrichment columns of its files).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from kbqe_dagster.core.record.dead_letters import (
     DeadLetter,
 )
 from kbqe_dagster.core.record.enrichment import (
+    EnrichmentConfig,
     EnrichmentEncoder,
     event_hour_suffix,
     extended_schema,
@@ -92,6 +94,12 @@ class RangeStager:
     A subclass that changes that work (keyed and JSON topics) sets it to False until the
     kernel implements its variant."""
 
+    native_driver: Any = None
+    """Hook: a kernel driver of the stager's own, for a format whose per-message work the
+    append kernel does not do (formats/raw_stage.py): a class whose ``for_range(stager,
+    extension)`` returns the driver of a range (``stage(reader)``, ``handbacks``) or None for
+    the Python path. None: the append kernel's driver when :attr:`native_kernel` is on."""
+
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         self.ctx = ctx
         self.rng = rng
@@ -101,7 +109,7 @@ class RangeStager:
         self.codec = str(self.topic.staging.file_codec)
         self.max_size = self.topic.staging.max_message_size
         self.router: Router = ctx.pipeline.router(self.topic.name)
-        self.enrichment = self.pipeline.enrichment
+        self.enrichment = self.file_enrichment(self.pipeline.enrichment)
         self.encoder = EnrichmentEncoder(self.enrichment, rng.topic, rng.partition)
         self.lookup = SchemaLookup(ctx.registry)
         self.decoders: dict[int, Any] = {}  # schema id → its decoder or its BadInputError
@@ -132,6 +140,11 @@ class RangeStager:
         self._any_hourly = self._tables.any_hourly
         self._hourly: dict[tuple[str, str], bool] = {}
         self._hour_suffixes: dict[int, bytes] = {}
+
+    def file_enrichment(self, enrichment: EnrichmentConfig) -> EnrichmentConfig:
+        """Hook: the enrichment columns of this stager's files, from the pipeline's
+        (``enrichment``, returned as is here; raw archives turn the key and headers on)."""
+        return enrichment
 
     @property
     def sync_marker(self) -> bytes | None:

@@ -17,6 +17,7 @@ mod body;
 mod consumer;
 mod event_time;
 mod prefix;
+mod raw;
 mod schema;
 
 // The per-message lookups (a frame header, a pair of routing values) hash a few bytes each:
@@ -495,6 +496,7 @@ fn _panic_for_tests() {
 #[pymodule]
 fn kbqe_dagster_kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<StageKernel>()?;
+    m.add_class::<raw::RawKernel>()?;
     m.add_class::<NativeConsumer>()?;
     m.add_class::<NativeBatch>()?;
     m.add_function(wrap_pyfunction!(consumer::take_kafka_log_lines, m)?)?;

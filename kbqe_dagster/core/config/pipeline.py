@@ -101,6 +101,8 @@ from kbqe_dagster.core.config.topics import (
 )
 from kbqe_dagster.core.config.yaml_file import load_yaml
 from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.core.formats.raw_archive import raw_enrichment
+from kbqe_dagster.core.formats.source_format import SourceFormat
 from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.protocol.offsets import MARKER_DATASET
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
@@ -381,6 +383,7 @@ def parse_pipeline_config(
     enrichment = r.build_section(
         EnrichmentConfig(), top.get("enrichment"), "enrichment", ENRICHMENT_SPEC, problems
     )
+    _check_raw_enrichment(enrichment, topics, patterns, problems)
     load = r.build_section(LoadSettings(), top.get("load"), "load", LOAD_SPEC, problems)
     retention = r.build_section(
         RetentionSettings(), top.get("retention"), "retention", RETENTION_SPEC, problems
@@ -435,6 +438,23 @@ def parse_pipeline_config(
         tables=tables,
         stage_runs=stage_runs,
     )
+
+
+def _check_raw_enrichment(
+    enrichment: EnrichmentConfig, topics: Any, patterns: Any, problems: r.Problems
+) -> None:
+    """A raw topic's files turn the key, headers and timestamp columns on under their default
+    names (core/formats/raw_archive.py): those must not collide with a column the pipeline
+    names otherwise."""
+    raw = [t.name for t in topics if t.format is SourceFormat.RAW] + [
+        p.match for p in patterns if p.prototype.format is SourceFormat.RAW
+    ]
+    if not raw:
+        return
+    try:
+        raw_enrichment(enrichment)
+    except ConfigError as error:
+        problems.add("enrichment", f"{error} (the raw columns of topic(s) {raw})")
 
 
 def _check_tables(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from kbqe_dagster.core.config.sections import (
 )
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.formats.decoders import resolve_decoder
+from kbqe_dagster.core.formats.raw_archive import raw_topic_problems
 from kbqe_dagster.core.keyed.contract import (
     DEBEZIUM_EVENT_TIME_FIELDS,
     KEYED_SPEC,
@@ -182,6 +183,7 @@ def read_topic(
         defaults,
         problems,
         default_fields=DEBEZIUM_EVENT_TIME_FIELDS if source_format is SourceFormat.DEBEZIUM else (),
+        kafka_dated=source_format is SourceFormat.RAW,
     )
     policy = r.read_value(
         section, "on_bad_input", BAD_INPUT_POLICY, defaults.on_bad_input, problems, path
@@ -192,7 +194,9 @@ def read_topic(
     keyed = _keyed(section, path, source_format, routing, problems)
     value_schema = _value_schema(section, path, source_format, defaults.base_dir, problems)
     decoder = _decoder(section, path, source_format, problems)
-    if (
+    if source_format is SourceFormat.RAW:
+        event_time = _raw_event_time(section, path, routing, event_time, problems)
+    elif (
         source_format
         in (
             SourceFormat.JSON,
@@ -245,6 +249,30 @@ def read_topic(
         destinations=destinations,
         delivery=delivery,
     )
+
+
+def _raw_event_time(
+    section: Mapping[str, Any], path: str, routing: RoutingConfig | None,
+    event_time: EventTimeConfig | None, problems: r.Problems,
+) -> EventTimeConfig | None:  # fmt: skip
+    """The rules of a ``format: raw`` topic (core/formats/raw_archive.py), and its event time:
+    the Kafka timestamp alone, whatever the top-level ``event_time.fields`` say (they describe
+    decoded records; the range limits still apply)."""
+    if routing is None and "routing" in section:
+        mode: str | None = "static"  # the bad routing section is reported already
+    else:
+        mode = routing.mode.value if routing is not None and "routing" in section else None
+    own = section.get("event_time")
+    for where, message in raw_topic_problems(
+        frozenset(section),
+        mode,
+        routing.function_fields if routing is not None else (),
+        dict(own) if isinstance(own, Mapping) else None,
+    ):
+        problems.add(f"{path}.{where}", message)
+    if event_time is None:
+        return None
+    return replace(event_time, fields=(), kafka_timestamp_fallback=True)
 
 
 def _destinations(
@@ -421,11 +449,11 @@ def _routing(raw: Any, path: str, allowed: AllowList, problems: r.Problems) -> R
 
 def _event_time(
     raw: Any, path: str, defaults: TopicDefaults, problems: r.Problems,
-    default_fields: tuple[str, ...] = (),
+    default_fields: tuple[str, ...] = (), kafka_dated: bool = False,
 ) -> EventTimeConfig | None:  # fmt: skip
     """``default_fields`` (a format's own, e.g. Debezium's ``source.ts_ms``) win over the
     top-level default fields, which describe append topics' records; the topic's own win over
-    both."""
+    both. ``kafka_dated``: the format dates records by their Kafka timestamp alone (raw)."""
     before = len(problems.items)
     own = r.read_section(raw, path, EVENT_TIME_SPEC, problems)
     values = {**defaults.event_time, **own}
@@ -438,6 +466,6 @@ def _event_time(
     except ValueError as error:
         problems.add(path, str(error))
         return None
-    if not config.fields and not config.kafka_timestamp_fallback:
+    if not config.fields and not config.kafka_timestamp_fallback and not kafka_dated:
         problems.add(path, "needs at least one field or kafka_timestamp_fallback: true")
     return config

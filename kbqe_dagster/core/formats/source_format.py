@@ -13,6 +13,8 @@ count from 1). The load reads each file's schema from its header, so no registry
 message type stages under the framed registry id, other message types of it under the
 declared-schema id of their Avro record (core/formats/protobuf_avro.py maps them).
 ``decoder`` topics' files carry the declared-schema id of the schema their decoder returned.
+``raw`` values are never decoded: each message is one row of a fixed schema (value, key and
+headers as bytes; core/formats/raw_archive.py), whose files carry its declared-schema id.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class SourceFormat(str, Enum):
     """Confluent-framed Protobuf (message indexes, then the binary) parsed with its registry
     ``.proto``, staged under the Avro record derived from the message type
     (core/formats/protobuf_avro.py)."""
+    RAW = "raw"
+    """Anything, never decoded: the value as bytes with the key, headers and Kafka timestamp,
+    one row per message, dated by the Kafka timestamp (core/formats/raw_archive.py)."""
 
 
 def declared_schema_id(schema: Mapping[str, Any]) -> int:

@@ -1,0 +1,209 @@
+//! The raw archive's stage routine (`kbqe_dagster/formats/raw_stage.py` is the reference):
+//! every message becomes one row, never decoded — the enrichment prefix (the Kafka timestamp's
+//! UTC day, topic, partition, offset, timestamp, key, headers), the event hour for an HOUR
+//! table, then the value as Avro `["null", "bytes"]`.
+//!
+//! There is nothing to decode, so there is nothing to teach: one file slot (the topic's static
+//! destination), no schema, no route. It hands back, untouched, what the Python path must judge:
+//! a Kafka event, a message past the range, an oversized value, a message without a usable
+//! Kafka timestamp or dated outside the event-time range, a key, header or value that is not
+//! what confluent-kafka gives (bytes or None, `(str, bytes | None)` pairs).
+
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
+
+use crate::consumer::NativeBatch;
+use crate::prefix::{put_long, Prefix};
+use crate::{HeldBytes, Incoming, PyIncoming, RawIncoming};
+
+/// 9999-12-31T23:59:59.999Z: a later timestamp has no date BigQuery can hold; the Python path
+/// judges it.
+const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
+const MS_PER_DAY: i64 = 86_400_000;
+const MS_PER_HOUR: i64 = 3_600_000;
+
+/// A consumed message's value as a raw row needs it: null and empty are different values.
+trait RawValue: Incoming {
+    /// `Some(None)`: a null value (a tombstone); `Some(Some(bytes))`; `None`: neither, which
+    /// hands the message back.
+    fn raw_value(&self) -> PyResult<Option<Option<Self::Bytes<'_>>>>;
+}
+
+impl<'py> RawValue for PyIncoming<'py> {
+    fn raw_value(&self) -> PyResult<Option<Option<HeldBytes<'py>>>> {
+        let value = self.msg.call_method0(intern!(self.py, "value"))?;
+        if value.is_none() {
+            return Ok(Some(None));
+        }
+        Ok(value.cast_into::<PyBytes>().ok().map(|b| Some(HeldBytes(b))))
+    }
+}
+
+impl RawValue for RawIncoming<'_> {
+    fn raw_value(&self) -> PyResult<Option<Option<&[u8]>>> {
+        // A null payload pointer is a null value: what confluent-kafka reads as None too.
+        Ok(Some(self.value()?))
+    }
+}
+
+/// `(key, records)` counts in first-seen order; keys cluster, so the last one is tried first.
+fn count(counts: &mut Vec<(i64, u64)>, key: i64) {
+    if let Some(last) = counts.last_mut() {
+        if last.0 == key {
+            last.1 += 1;
+            return;
+        }
+    }
+    match counts.iter_mut().find(|(k, _)| *k == key) {
+        Some(entry) => entry.1 += 1,
+        None => counts.push((key, 1)),
+    }
+}
+
+/// The raw kernel of one range's stage task (one topic-partition, one destination table).
+#[pyclass(module = "kbqe_dagster_kernel")]
+pub struct RawKernel {
+    prefix: Prefix,
+    max_message_size: usize,
+    min_day: i64,
+    max_day: i64,
+    hourly: bool,
+    data: Vec<u8>,
+    ends: Vec<u64>,
+    days: Vec<(i64, u64)>,
+    hours: Vec<(i64, u64)>,
+    /// Messages staged by the kernel.
+    #[pyo3(get)]
+    messages: u64,
+    /// Why the last `run` stopped: "end" (the batch is done) or the hand-back's reason.
+    #[pyo3(get)]
+    stopped: &'static str,
+}
+
+#[pymethods]
+impl RawKernel {
+    /// `min_day`/`max_day`: the event-time range (days since 1970); `hourly`: the destination
+    /// is an HOUR table, whose rows carry the event hour column after the enrichment prefix.
+    #[new]
+    #[pyo3(signature = (topic, partition, max_message_size, min_day, max_day, with_timestamp,
+                        with_key, with_headers, hourly))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(topic: &str, partition: i32, max_message_size: usize, min_day: i64, max_day: i64,
+           with_timestamp: bool, with_key: bool, with_headers: bool, hourly: bool) -> Self {
+        RawKernel {
+            prefix: Prefix::new(topic, partition, with_timestamp, with_key, with_headers),
+            max_message_size,
+            min_day,
+            max_day,
+            hourly,
+            data: Vec::new(),
+            ends: Vec::new(),
+            days: Vec::new(),
+            hours: Vec::new(),
+            messages: 0,
+            stopped: "end",
+        }
+    }
+
+    /// Stage `messages[start..]` until the end of the list or the first message to hand back;
+    /// returns the index of the first message not staged. Messages at or past
+    /// `end_exclusive` are never staged.
+    fn run(&mut self, py: Python<'_>, messages: &Bound<'_, PyList>, start: usize, end_exclusive: i64) -> PyResult<usize> {
+        self.stage_batch(messages.len(), start, end_exclusive, |i| Ok(PyIncoming { py, msg: messages.get_item(i)? }))
+    }
+
+    /// `run` over a batch of the native consumer (consumer.rs).
+    fn run_native(&mut self, batch: &NativeBatch, start: usize, end_exclusive: i64) -> PyResult<usize> {
+        let messages = batch.messages.lock().unwrap();
+        self.stage_batch(messages.len(), start, end_exclusive, |i| Ok(RawIncoming { api: &batch.api, msg: messages[i].0 }))
+    }
+
+    /// Never a route to learn (the append kernel's driver loop reads it after each stop).
+    #[getter]
+    fn unknown_route(&self) -> Option<(Vec<u8>, Vec<u8>)> {
+        None
+    }
+
+    /// The rows staged since the last drain: `(records, ends, days, hours)` as the append
+    /// kernel's `drain` gives one slot's (`hours`: `[(event hour, records)]`, empty for a DAY
+    /// table), or None when there are none.
+    #[allow(clippy::type_complexity)]
+    fn drain<'py>(&mut self, py: Python<'py>) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(i64, u64)>, Vec<(i64, u64)>)> {
+        if self.ends.is_empty() {
+            return None;
+        }
+        let ends: Vec<u8> = self.ends.iter().flat_map(|e| e.to_ne_bytes()).collect();
+        let out = (PyBytes::new(py, &self.data), PyBytes::new(py, &ends),
+                   std::mem::take(&mut self.days), std::mem::take(&mut self.hours));
+        self.data.clear();
+        self.ends.clear();
+        Some(out)
+    }
+}
+
+impl RawKernel {
+    fn stage_batch<M: RawValue>(&mut self, n: usize, start: usize, end_exclusive: i64,
+                                message: impl Fn(usize) -> PyResult<M>) -> PyResult<usize> {
+        for i in start..n {
+            if let Some(reason) = self.stage_one(&message(i)?, end_exclusive)? {
+                self.stopped = reason;
+                return Ok(i);
+            }
+            self.messages += 1;
+        }
+        self.stopped = "end";
+        Ok(n)
+    }
+
+    /// Stage one message; `Some(reason)` hands it back untouched.
+    #[inline]
+    fn stage_one<M: RawValue>(&mut self, msg: &M, end_exclusive: i64) -> PyResult<Option<&'static str>> {
+        if msg.is_event()? {
+            return Ok(Some("kafka_event"));
+        }
+        let offset = msg.offset()?;
+        if offset >= end_exclusive || offset < 0 {
+            return Ok(Some("past_range"));
+        }
+        let Some(value) = msg.raw_value()? else { return Ok(Some("not_bytes")) };
+        let value = value.as_ref().map(|v| v.as_ref());
+        if value.is_some_and(|v| v.len() > self.max_message_size) {
+            return Ok(Some("oversized"));
+        }
+        let (kind, ts) = msg.timestamp()?;
+        if kind == 0 || !(0..=MAX_TIMESTAMP_MS).contains(&ts) {
+            return Ok(Some("event_time_uncertain"));
+        }
+        let day = ts / MS_PER_DAY;
+        if day < self.min_day || day > self.max_day {
+            return Ok(Some("event_time_uncertain"));
+        }
+        let mark = self.data.len();
+        self.prefix.put_head(&mut self.data, day, offset, Some(ts));
+        if self.prefix.with_key && !msg.put_key(&mut self.data)? {
+            self.data.truncate(mark);
+            return Ok(Some("key_uncertain"));
+        }
+        if self.prefix.with_headers && !msg.put_headers(&mut self.data)? {
+            self.data.truncate(mark);
+            return Ok(Some("headers_uncertain"));
+        }
+        if self.hourly {
+            let hour = ts / MS_PER_HOUR;
+            put_long(&mut self.data, hour * MS_PER_HOUR);
+            count(&mut self.hours, hour);
+        }
+        match value {
+            None => self.data.push(0),
+            Some(v) => {
+                self.data.push(2);
+                put_long(&mut self.data, v.len() as i64);
+                self.data.extend_from_slice(v);
+            }
+        }
+        self.ends.push(self.data.len() as u64);
+        count(&mut self.days, day);
+        Ok(None)
+    }
+}
