@@ -27,6 +27,7 @@ had to start are stopped; services that were running are left alone.
     .venv/bin/python bench/bench_stage.py --json-values   # schemaless JSON (format: json)
     .venv/bin/python bench/bench_stage.py --json-schema-values   # framed JSON (format: json_schema)
     .venv/bin/python bench/bench_stage.py --protobuf-values   # framed Protobuf (format: protobuf)
+    .venv/bin/python bench/bench_stage.py --raw-values   # the Avro backlog archived undecoded (format: raw)
 
 Each stage run at N runs twice when the native stage kernel is built: with the kernel and on
 the Python path (``StageContext.native_kernel``), so one report has ``ratios.ratio_kernel``
@@ -36,7 +37,7 @@ Memory is reported as peak RSS per role and as peak PSS (``peak_pss_mb``: pages 
 PySpark workers share with their daemon counted once; ``total`` is the whole tree).
 
 Prints a table and writes ``bench/results/stage.json`` (``stage_debezium.json``,
-``stage_json.json``, ``stage_json_schema.json``, ``stage_protobuf.json``). Target:
+``stage_json.json``, ``stage_json_schema.json``, ``stage_protobuf.json``, ``stage_raw.json``). Target:
 stage with the kernel ≥ 0.8× baseline.
 """
 
@@ -136,6 +137,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "into a format: protobuf topic (writes bench/results/stage_protobuf.json "
         "unless --json)",
     )
+    parser.add_argument(
+        "--raw-values",
+        action="store_true",
+        help="the Avro backlog archived undecoded into a format: raw topic (one static "
+        "table; writes bench/results/stage_raw.json unless --json)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the topics and staged files")
     parser.add_argument(
@@ -158,7 +165,15 @@ def pipeline(
     json_values: bool = False,
     json_schema_values: bool = False,
     protobuf_values: bool = False,
+    raw_values: bool = False,
 ):
+    if raw_values:  # the same framed Avro bytes, never decoded: one row each, key and headers
+        return parse_pipeline_config({
+            "version": 1,
+            "topics": [{"name": topic, "format": "raw",
+                        "routing": {"mode": "static", "dataset": "sales", "table": "archive"}}],
+            "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
+        }, source="bench")  # fmt: skip
     if protobuf_values:  # framed Protobuf, its Avro form derived from the registry .proto
         return parse_pipeline_config({
             "version": 1,
@@ -372,6 +387,7 @@ class Bench:
                 self.args.json_values,
                 self.args.json_schema_values,
                 self.args.protobuf_values,
+                self.args.raw_values,
             ),
             data["topic"],
         )
@@ -530,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.json_schema_values
             else "_protobuf"
             if args.protobuf_values
+            else "_raw"
+            if args.raw_values
             else ""
         )
         args.json = BENCH / "results" / f"stage{variant}.json"
@@ -558,12 +576,17 @@ def main(argv: list[str] | None = None) -> int:
             "compression": args.compression, "spark_master": "local[2]", "file_codec": "snappy",
             "format": "debezium" if args.debezium else "json" if args.json_values
                       else "json_schema" if args.json_schema_values
-                      else "protobuf" if args.protobuf_values else "avro",
+                      else "protobuf" if args.protobuf_values
+                      else "raw" if args.raw_values else "avro",
         }  # fmt: skip
         report["produce"] = data["produce"]
         report["baselines"] = bench.baselines(data)
         if args.breakdown and not (
-            args.debezium or args.json_values or args.json_schema_values or args.protobuf_values
+            args.debezium
+            or args.json_values
+            or args.json_schema_values
+            or args.protobuf_values
+            or args.raw_values
         ):  # the breakdown times the append path's steps
             say(f"per-message steps of a stage task over {args.breakdown:,} messages")
             report["breakdown_cpu_us_per_message"] = breakdown(

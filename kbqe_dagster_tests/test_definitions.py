@@ -75,4 +75,4 @@ def test_the_pipeline_file_is_read_once_per_definitions_load(tmp_path) -> None:
     path.write_text("not: [a, pipeline")
     with dg.build_resources({"pipeline": defs.resources["pipeline"]}) as resources:
         config = resources.pipeline.load()
-    assert [t.name for t in config.topics] == ["com.acme.events"]
+    assert [t.name for t in config.topics] == ["com.acme.events", "com.acme.audit"]

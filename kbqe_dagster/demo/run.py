@@ -85,6 +85,11 @@ def run_demo(
     produced_at = time.monotonic()
     for name, n in sorted(produced.items()):
         print(f"      {name}: {n}")
+    from kbqe_dagster.demo.raw_archive import AUDIT_TOPIC, audit_line, produce_audit_events
+    from kbqe_dagster.localstack.endpoints import local_endpoints
+
+    audit = produce_audit_events(local_endpoints().kafka_bootstrap, int(time.time()))
+    print(f"      {AUDIT_TOPIC} (format: raw): {audit} message(s) no decoder could stage")
 
     os.environ["DAGSTER_HOME"] = str(local_dagster_home())
     if not verbose:
@@ -94,9 +99,11 @@ def run_demo(
         quiet_spark_driver(stack_home() / "spark-conf")
     import dagster as dg
 
+    from kbqe_dagster.core.stage_runs.groups import join_topics
     from kbqe_dagster.definitions import build_definitions
-    from kbqe_dagster.defs.staging.assets import STAGING_KEY, TOPIC_TAG
-    from kbqe_dagster.defs.staging.jobs import stage_run_config
+    from kbqe_dagster.defs.staging.assets import STAGING_KEY
+    from kbqe_dagster.defs.staging.jobs import stage_group_run_config
+    from kbqe_dagster.defs.staging.tags import TOPICS_TAG
     from kbqe_dagster.demo.freshness import DemoFreshness
     from kbqe_dagster.demo.samples import DEMO_TOPIC
 
@@ -109,9 +116,13 @@ def run_demo(
     watches = _watch(defs.resources["bigquery"], fast, produced)
     with every(PROGRESS_SECONDS, lambda s: _committed(store, DEMO_TOPIC, s)):
         staged = defs.resolve_job_def("stage_job").execute_in_process(
-            run_config={**stage_run_config(DEMO_TOPIC), **(dagster_logging or {})},
+            # The demo topic and the raw archive's in one run: one Spark start, not two.
+            run_config={
+                **stage_group_run_config([DEMO_TOPIC, AUDIT_TOPIC]),
+                **(dagster_logging or {}),
+            },
             instance=instance,
-            tags={TOPIC_TAG: DEMO_TOPIC},
+            tags={TOPICS_TAG: join_topics([DEMO_TOPIC, AUDIT_TOPIC])},
         )
     seen = [w.finish() for w in watches]
     if not staged.success:
@@ -143,6 +154,7 @@ def run_demo(
         loaded.bytes_loaded,
         config.load.cadence.total_seconds(),
     )
+    print(audit_line(defs.resources["bigquery"].client()))
     for line in freshness.lines():
         print(line)
     if then_dagster_dev:

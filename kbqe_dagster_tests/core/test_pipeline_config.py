@@ -25,6 +25,7 @@ from kbqe_dagster.core.config.pipeline import (
 )
 from kbqe_dagster.core.config.sections import FileCodec
 from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.core.formats.source_format import SourceFormat
 from kbqe_dagster.core.protocol.offsets import StartPolicy
 from kbqe_dagster.core.record.event_time import DateRule, EpochUnit, EventTimeConfig
 from kbqe_dagster.core.record.routing import Destination, RoutingInput, RoutingMode
@@ -61,12 +62,18 @@ def _problems(change: Callable[[dict[str, Any]], Any]) -> str:
 
 def test_example_pipeline_file_is_valid_and_says_what_the_demo_needs() -> None:
     config = load_pipeline_config(EXAMPLE)
-    (topic,) = config.topics
+    topic, audit = config.topics
     assert topic.name == "com.acme.events"
+    assert (audit.name, audit.format) == ("com.acme.audit", SourceFormat.RAW)
+    assert audit.routing.static_destination == Destination("acme_audit", "events")
     assert topic.routing.mode is RoutingMode.FIELDS
     assert topic.event_time.fields == ("eventTime", "occurredAt")
     assert topic.event_time.kafka_timestamp_fallback is False
-    assert config.allowed_destinations.patterns == ("acme_sales.orders", "acme_web.*")
+    assert config.allowed_destinations.patterns == (
+        "acme_sales.orders",
+        "acme_web.*",
+        "acme_audit.events",  # the raw archive's static route, implicitly allowed
+    )
     router = config.router("com.acme.events")
     for dataset, table in (("acme_sales", "orders"), ("acme_web", "page_views")):
         fields = {"datasetName": dataset, "tableName": table}
