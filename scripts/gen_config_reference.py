@@ -45,6 +45,7 @@ topics:                          # at least one topic, or topic_patterns
                                  # | decoder: a user function decodes each message
                                  # | json_schema: framed JSON under a registry JSON Schema
                                  # | protobuf: framed Protobuf under a registry .proto
+                                 # | raw: any value archived undecoded as BYTES
     schema: {...}                # format: json only: the values' Avro record (inline or a path)
     decoder: pkg.module:function # format: decoder only: message -> (record, Avro schema)
     keyed: {...}                 # see topics[].keyed: CDC upserts, deletes and history
@@ -196,6 +197,16 @@ no Avro form (a uint64 above 2^63-1, an undeclared enum number) → `protobuf_de
 an Avro or JSON id → `non_protobuf_schema`; a `.proto` that does not compile, a missing
 reference or a message with no Avro form (recursive, no fields) → `unmappable_protobuf_schema`
 naming it. Not with `keyed:`; `transforms` apply.
+`format: raw` archives every message as it came, never decoded (`examples/raw_archive.yaml`):
+one row per message of a fixed schema, the enrichment columns then `value` (BYTES, null for a
+tombstone), with the timestamp, key and headers columns always on (the `enrichment:` names
+when set, else `_kafka_timestamp`, `_kafka_key`, `_kafka_headers`: REPEATED key STRING, value
+BYTES). The date (and an HOUR table's `_event_hour`) is the Kafka timestamp's, in UTC; the
+top-level `event_time.fields` are ignored, `min_date`/`max_date` apply. Nothing is bad input
+for its content; what is left: a value over `max_message_size` → `oversized`, no Kafka
+timestamp → `missing_event_time`, a date out of range → `invalid_event_time`. Routing
+`static` or `function` (which sees the key) only; `transforms`, `keyed`, `destinations`,
+`event_time.fields` and `routing.function_fields` are errors naming the topic entry.
 `topic_patterns` take topics from Kafka without listing them (`examples/topic_patterns.yaml`):
 each pattern carries the settings every matching topic gets, any key of a `topics[]` entry but
 `name`, with the top-level defaults applied as for a listed topic (a `keyed:` pattern with

@@ -1,8 +1,14 @@
 """``format: raw`` end to end on the local stack: values of every kind (garbage that is not
 UTF-8, JSON text, Avro framed with an id no registry knows, an empty value, tombstones) with
-keys and headers produced to Kafka, archived by ``kbqe run --until-idle`` into a DAY table
-loaded by load jobs, an HOUR table and a ``delivery: storage_write`` table: every message is
-one row holding its exact bytes, nothing is dead-lettered, and a second run changes nothing."""
+keys and headers produced to Kafka, archived by ``kbqe run --until-idle`` into a DAY table and
+an HOUR table: every message is one row holding its exact bytes, nothing is dead-lettered,
+and a second run changes nothing.
+
+Not here: a ``delivery: storage_write`` raw table. Its rows have the headers column, a REPEATED
+RECORD, and the emulator's Storage Write path loses the rows of a table with a RECORD column
+(docs/architecture.md, "Local stack and its gaps": its insert fails after the offset
+advanced); ``test_raw_stage.py`` proves the raw rows encode as Storage Write rows and parse
+back to the staged values."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ import pytest
 from confluent_kafka import Producer
 
 from kbqe_dagster.localstack.clients import local_bigquery_client
-from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
+from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 from kbqe_dagster_tests.kbqe_run import cli_env, create_topic, drop_datasets, until_idle
 
@@ -28,7 +34,7 @@ VALUES = [
     b"",
     None,  # a tombstone
 ]
-TABLES = {"day": "events", "hour": "events_hourly", "storage_write": "events_sw"}
+TABLES = {"day": "events", "hour": "events_hourly"}
 
 
 @pytest.fixture
@@ -48,27 +54,23 @@ def raw_topics(local_stack, local_endpoints, tmp_path):
             }
             for kind, topic in topics.items()
         ],
-        "tables": {
-            f"{dataset}.events_hourly": {"partitioning": "hour"},
-            f"{dataset}.events_sw": {"delivery": "storage_write"},
-        },
+        "tables": {f"{dataset}.events_hourly": {"partitioning": "hour"}},
         "dead_letter": {"dataset": dead, "table": "dead_letters"},
     }
     env = cli_env(tmp_path, pipeline, f"gs://{LOCAL_BUCKET}/raw-{run}")
-    env["KBQE_GCS_ENDPOINT"] = local_endpoints.gcs_url
-    env["KBQE_GCP_PROJECT"] = LOCAL_PROJECT
     client = local_bigquery_client()
     yield local_endpoints, topics, dataset, dead, env, client
     drop_datasets(client, dataset, dead)
 
 
 def produce(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes, int]]:
-    """Every value of VALUES on both partitions, an hour apart: (value, key, timestamp)."""
+    """Every value of VALUES on both partitions, three hours apart (across midnight UTC):
+    (value, key, timestamp)."""
     producer = Producer({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
     sent = []
     for i, value in enumerate(VALUES * 2):
         key = b"key-\xff-%d" % i
-        ts = TS + i * 3_600_000
+        ts = TS + i * 3 * 3_600_000
         headers = [("trace", b"\x00\x01"), ("empty", None), ("trace", b"second")]
         producer.produce(topic, value, key, partition=i % 2, timestamp=ts, headers=headers)
         sent.append((value, key, ts))
@@ -76,7 +78,9 @@ def produce(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes, int]]
     return sent
 
 
-def test_every_message_is_archived_as_its_bytes_once_in_every_kind_of_table(raw_topics) -> None:
+def test_every_message_is_archived_as_its_bytes_once_in_a_day_and_an_hour_table(
+    raw_topics,
+) -> None:
     endpoints, topics, dataset, dead, env, client = raw_topics
     sent = {kind: produce(endpoints.kafka_bootstrap, topic) for kind, topic in topics.items()}
 
@@ -101,6 +105,9 @@ def test_every_message_is_archived_as_its_bytes_once_in_every_kind_of_table(raw_
             {"key": "trace", "value": b"\x00\x01"},
             {"key": "empty", "value": None},
             {"key": "trace", "value": b"second"},
+        ]
+        assert [r["_event_date"] for r in rows] == [
+            datetime.fromtimestamp(ts / 1000, UTC).date() for _, _, ts in sent[kind]
         ]
         assert {str(r["_event_date"]) for r in rows} == {"2024-09-13", "2024-09-14"}
         if kind == "hour":

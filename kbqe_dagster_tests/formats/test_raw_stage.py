@@ -216,6 +216,28 @@ def test_the_value_body_is_the_avro_union_of_null_and_bytes() -> None:
     assert encode_raw_value(b"x" * 64) == b"\x02\x80\x01" + b"x" * 64
 
 
+def test_raw_rows_encode_as_storage_write_rows_that_parse_back_to_the_staged_values(
+    tmp_path: Path,
+) -> None:
+    """``delivery: storage_write`` appends the staged records as proto rows
+    (core/formats/avro_proto.py): a raw row's bytes, null value and headers survive it."""
+    from kbqe_dagster_tests.core.test_avro_proto_rows import parsed
+
+    headers = [("trace", b"\x00"), ("empty", None)]
+    messages = [
+        Msg(TOPIC, 0, i, v, key=b"k", headers=headers) for i, v in enumerate((GARBAGE, None))
+    ]
+    staged = python_stage(tmp_path, messages)
+    [name] = [n for n in staged.files if n.endswith(".avro")]
+    with io.BytesIO(staged.files[name]) as f:
+        reader = fastavro.reader(f)
+        schema, records = reader.writer_schema, list(reader)
+    got = parsed(schema, records)
+    assert [r.get("value") for r in got] == [GARBAGE, None]  # null: the field left unset
+    assert [r["_kafka_key"] for r in got] == [b"k", b"k"]
+    assert got[0]["_kafka_headers"] == [{"key": "trace", "value": b"\x00"}, {"key": "empty"}]
+
+
 # --- the native kernel -----------------------------------------------------------------------
 def random_message(rnd: random.Random, offset: int) -> Msg:
     """A message of every shape a raw topic meets, edge cases over-represented."""

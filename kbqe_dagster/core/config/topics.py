@@ -77,7 +77,11 @@ class TopicConfig:
     staging: StagingSettings = field(default_factory=StagingSettings)
     """Stage-run knobs: the pipeline's ``staging:`` with this topic's overrides applied."""
     format: SourceFormat = SourceFormat.AVRO
-    """How message values are laid out (``avro`` records, or ``debezium`` change events)."""
+    """How message values are laid out: ``avro`` records (default), ``debezium`` change
+    events, ``json``, ``json_schema``, ``protobuf``, ``decoder``, or ``raw``: any value archived
+    undecoded as BYTES with its key, headers and Kafka timestamp, dated by the Kafka timestamp,
+    routed ``static`` or ``function`` only, without ``transforms``, ``keyed``,
+    ``destinations`` or ``event_time.fields`` (core/formats/raw_archive.py)."""
     keyed: KeyedConfig | None = None
     """Set for a keyed topic: its destination is a changelog, a current-state table and
     optionally a history (see core/keyed/contract.py); None for an append-only topic."""
