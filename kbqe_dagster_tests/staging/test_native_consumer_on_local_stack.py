@@ -146,3 +146,34 @@ def test_a_start_past_the_log_fails_naming_topic_partition_and_offset(transactio
         for batch in reader.batches():
             for msg in batch:
                 reader.accept(msg)
+
+
+def test_a_raw_archive_commits_the_same_files_whichever_reader_and_path(
+    transactional_topic, tmp_path
+):
+    """``format: raw`` through the raw kernel (kernel/src/raw.rs): the native consumer's
+    librdkafka messages (null values and keys, headers with null values, the samples' bad
+    input, which a raw topic archives like any bytes) commit what the Python path commits."""
+    demo, high, _ = transactional_topic
+    results, staged = {}, {}
+    for way, (kernel, native_consumer) in WAYS.items():
+        area = StagingLocation(str(tmp_path / way))
+        ctx = dataclasses.replace(
+            demo.context(
+                area,
+                format="raw",
+                routing={"mode": "static", "dataset": "acme_sales", "table": "raw_archive"},
+                event_time={},
+            ),
+            native_kernel=kernel,
+            native_consumer=native_consumer,
+        )
+        results[way] = stage_range(ctx, OffsetRange(demo.topic, 0, 0, high))
+        staged[way] = committed_records(area)
+    python = results["python"]
+    assert python.records == python.messages > 250 and not python.dead_letters
+    for way in ("native_consumer", "kernel_confluent"):
+        result = results[way]
+        assert (result.stage_path, result.kernel_handbacks) == ("native", {}), way
+        assert (result.committed_last, result.records) == (python.committed_last, python.records)
+        assert staged[way] == staged["python"], way
