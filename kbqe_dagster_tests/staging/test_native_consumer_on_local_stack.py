@@ -174,6 +174,8 @@ def test_a_raw_archive_commits_the_same_files_whichever_reader_and_path(
     assert python.records == python.messages > 250 and not python.dead_letters
     for way in ("native_consumer", "kernel_confluent"):
         result = results[way]
-        assert (result.stage_path, result.kernel_handbacks) == ("native", {}), way
+        assert result.stage_path == "native", way
+        # The reader's own events (the partition's end) only: every message is the kernel's.
+        assert set(result.kernel_handbacks) <= {"kafka_event"}, way
         assert (result.committed_last, result.records) == (python.committed_last, python.records)
         assert staged[way] == staged["python"], way
