@@ -36,8 +36,10 @@ def test_named_tables_and_wildcard_datasets_become_assets_downstream_of_staging(
     specs = {s.key.to_user_string(): s for s in defs.resolve_all_asset_specs()}
 
     # examples/pipeline.yaml names acme_sales.orders, admits acme_web.* and names
-    # acme_web.clicks in its tables: map (delivery: storage_write), which gives it its own asset
+    # acme_web.clicks in its tables: map (delivery: storage_write), which gives it its own asset;
+    # its raw audit topic routes statically to acme_audit.events
     assert {k for k in specs if k.startswith("bigquery/")} == {
+        "bigquery/acme_audit/events",
         "bigquery/acme_sales/orders",
         "bigquery/acme_web",
         "bigquery/acme_web/clicks",

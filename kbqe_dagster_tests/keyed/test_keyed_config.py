@@ -93,7 +93,7 @@ def test_append_topics_are_unchanged() -> None:
         (
             {"format": "thrift", "routing": STATIC, "keyed": {}},
             "topics[0].format: expected one of avro, debezium, json, decoder, json_schema, protobuf, "
-            "got 'thrift'",
+            "raw, got 'thrift'",
         ),
         (
             {"format": "protobuf", "routing": STATIC, "keyed": {}},

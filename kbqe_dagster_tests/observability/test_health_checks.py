@@ -194,7 +194,7 @@ def test_a_configured_topic_kafka_does_not_hold_is_healthy_but_degraded_naming_i
     assert kafka.ok and kafka.degraded
     assert kafka.detail == (
         "1 broker(s) answered; configured topic(s) missing in Kafka (not created yet, or "
-        "deleted; not staged until they exist): com.acme.events"
+        "deleted; not staged until they exist): com.acme.audit, com.acme.events"
     )
     doc = report.to_json()
     assert doc["degraded"] == ["kafka"] and doc["checks"]["kafka"]["degraded"] is True
@@ -205,7 +205,9 @@ def test_a_configured_topic_kafka_does_not_hold_is_healthy_but_degraded_naming_i
 def test_every_configured_topic_present_is_neither_degraded_nor_named(
     tmp_path, example_pipeline
 ) -> None:
-    report = kafka_holding(tmp_path, example_pipeline, {"com.acme.events"}).check()
+    report = kafka_holding(
+        tmp_path, example_pipeline, {"com.acme.events", "com.acme.audit"}
+    ).check()
     kafka = next(c for c in report.checks if c.name == "kafka")
 
     assert report.healthy and report.degraded == ()
