@@ -16,6 +16,10 @@ What stays on the Python path for good: keyed and JSON topics (stagers of their 
 table (core/record/partitioning.py: the event hour column), and a schema whose types or wanted fields
 the kernel does not implement (:meth:`StageKernel.add_schema` refuses it; its messages are
 handed back one by one). ``KBQE_STAGE_KERNEL=off`` forces the Python path everywhere.
+
+A format whose per-message work is not the append path's may bring a kernel routine of its
+own: its stager's ``native_driver`` names the driver :meth:`NativeStaging.for_stager` returns
+instead (``format: raw``: ``RawKernel`` driven by formats/raw_stage.py, this class's loop).
 """
 
 from __future__ import annotations
