@@ -6,17 +6,12 @@ table): any value (Avro of an unknown registry, Protobuf, JSON text, garbage, no
 row of one fixed schema, the enrichment columns followed by :data:`RAW_VALUE_SCHEMA`'s one
 field:
 
-================== ============================================ ==============================
-column             Avro type (BigQuery)                         value
-================== ============================================ ==============================
-enrichment columns as every format's (core/record/enrichment.py)  event date = the Kafka
-                                                                 timestamp's UTC date
-timestamp          ``["null", timestamp-millis]`` (TIMESTAMP)   always on for raw topics
-key                ``["null", "bytes"]`` (BYTES)                always on for raw topics
-headers            ``array<{key: string, value: [null, bytes]}>`` always on (REPEATED RECORD)
-value              ``["null", "bytes"]`` (BYTES)                the message value; null for a
-                                                                 tombstone
-================== ============================================ ==============================
+- the enrichment columns, as every format's (core/record/enrichment.py), the event date being
+  the Kafka timestamp's UTC date (and an HOUR table's event hour its UTC hour);
+- among them, always on for raw topics: the timestamp (``["null", timestamp-millis]``,
+  TIMESTAMP), the key (``["null", "bytes"]``, BYTES) and the headers (``array<{key: string,
+  value: ["null", "bytes"]}>``, REPEATED RECORD);
+- ``value`` (``["null", "bytes"]``, BYTES): the message value, null for a tombstone.
 
 The timestamp, key and headers columns are the pipeline's ``enrichment:`` names when it turns
 them on, else :data:`DEFAULT_KEY_COLUMN`, :data:`DEFAULT_HEADERS_COLUMN` and
