@@ -28,8 +28,8 @@ from kbqe_dagster.cli.common import CommandAdder
 from kbqe_dagster.cli.completeness import add_completeness
 from kbqe_dagster.cli.config import add_config
 from kbqe_dagster.cli.dead_letters import add_dead_letters
-from kbqe_dagster.cli.erase import add_erase
 from kbqe_dagster.cli.demo import add_demo
+from kbqe_dagster.cli.erase import add_erase
 from kbqe_dagster.cli.load import add_load
 from kbqe_dagster.cli.logs import setup_logging
 from kbqe_dagster.cli.observability import add_health, add_metrics

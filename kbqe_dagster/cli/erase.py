@@ -82,6 +82,8 @@ def _erase(args: argparse.Namespace) -> int:
     def marks(topics: Any) -> dict[tuple[str, int], tuple[int, int]]:
         return {tp: (w.low, w.high) for tp, w in watermarks_of(settings, topics).items()}
 
+    if sources.bigquery is None:
+        raise OperatorCommandError("no BigQuery resource in this environment (KBQE_ENV)")
     report = apply_erasures(
         config,
         open_store(args),

@@ -337,10 +337,10 @@ def _apply(
             per_request[p.request.request_id] += found.get(p.request.subject, 0)
         if dry_run:
             continue
-        statement = delete_statement(target.name, columns, subjects, restriction)
-        if statement is None:
+        delete = delete_statement(target.name, columns, subjects, restriction)
+        if delete is None:
             continue
-        deleted = tables.run(statement)
+        deleted = tables.run(delete)
         result.rows_deleted = int(deleted.affected_rows or 0)
         result.bytes_processed = deleted.bytes_processed
         log.info(

@@ -257,7 +257,8 @@ def state_after_pass(
     the requests whose watches are all loaded now leave (returned, complete); the others
     count one more pass. A pass ran after what it read of the loaded positions, so a request
     completes only on a pass that started with every watched offset loaded."""
-    still, done = [], []
+    still: list[PendingRequest] = []
+    done: list[PendingRequest] = []
     for p in state.pending:
         if p.request.request_id not in applied:
             still.append(p)

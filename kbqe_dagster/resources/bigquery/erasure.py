@@ -174,7 +174,9 @@ class EmulatorErasureTables(ErasureTables):
         for p in statement.params:
             if p.type == "BYTES" and p.array:
                 sql = re.sub(
-                    rf"([\w`.]+) IN UNNEST\(@{p.name}\)", rf"TO_BASE64(\1) IN UNNEST(@{p.name})", sql
+                    rf"([\w`.]+) IN UNNEST\(@{p.name}\)",
+                    rf"TO_BASE64(\1) IN UNNEST(@{p.name})",
+                    sql,
                 )
                 encoded = tuple(base64.b64encode(v).decode() for v in p.values)
                 params.append(Param(p.name, "STRING", encoded))

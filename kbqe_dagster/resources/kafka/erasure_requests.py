@@ -26,7 +26,7 @@ def new_request_messages(
             continue
         covered: list[int] = []
         for msg in read_range(settings, topic, partition, start, marks.high, position_out=covered):
-            messages.append((msg.key(), msg.value(), partition, msg.offset()))
+            messages.append((msg.key(), msg.value(), partition, int(msg.offset() or 0)))
         positions[partition] = covered[0] if covered else start
     return messages, positions
 
