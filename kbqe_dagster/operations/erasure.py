@@ -89,6 +89,8 @@ class TableErasure:
     rows_deleted: int = 0
     rows_found: int = 0
     bytes_processed: int | None = None
+    """What the DELETE processed (BigQuery's job statistics; in a dry run its estimate);
+    None where BigQuery does not say (the emulator)."""
     count_bytes_processed: int | None = None
     partitions: list[str] | None = None
     """The partitions the DELETE was restricted to; None: the whole table."""
@@ -335,10 +337,11 @@ def _apply(
         result.rows_found = sum(found.values())
         for p in reaching:
             per_request[p.request.request_id] += found.get(p.request.subject, 0)
-        if dry_run:
-            continue
         delete = delete_statement(target.name, columns, subjects, restriction)
         if delete is None:
+            continue
+        if dry_run:
+            result.bytes_processed = tables.estimate(delete)
             continue
         deleted = tables.run(delete)
         result.rows_deleted = int(deleted.affected_rows or 0)

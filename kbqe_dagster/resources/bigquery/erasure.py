@@ -107,6 +107,11 @@ class ErasureTables:
             job_id=getattr(job, "job_id", None),
         )
 
+    def estimate(self, statement: Statement) -> int | None:
+        """BigQuery's own estimate of the bytes ``statement`` would process (a dry run:
+        nothing runs, nothing is billed); for ``kbqe erase --dry-run``."""
+        return self.run(statement, dry_run=True).bytes_processed
+
     def _adapted(self, statement: Statement) -> tuple[str, tuple[Param, ...]]:
         return statement.sql, statement.params
 
@@ -157,6 +162,10 @@ class EmulatorErasureTables(ErasureTables):
     """:class:`ErasureTables` on the local emulator (module docstring: its gaps)."""
 
     reports_bytes_processed = False
+
+    def estimate(self, statement: Statement) -> int | None:
+        # No estimate to ask for (it answers 0), and a dry run must never reach a DELETE.
+        return None
 
     def _schema(self, dataset: str, table: str) -> list[Any]:
         # The table's metadata misses columns added by ALTER TABLE (resources/bigquery/emulator.py).
