@@ -4,7 +4,9 @@ no row of the subject is left (the dead letters matched on the raw Kafka key), t
 subjects' rows are untouched, a dry run counts and deletes nothing, a request re-run is
 harmless and says it found nothing, and the audit table holds only the subject's salted hash.
 A request racing a load: rows staged but not loaded, and rows still in Kafka, when it arrives
-are erased by the pass after their load, and only then is the request complete."""
+are erased by the pass after their load, and only then is the request complete. Requests on
+the requests topic: the sensor launches the ``erasure`` job, the catch-up applies them, a bad
+one is refused and audited, and the audit check finds every request read."""
 
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ class Rig:
         self.dataset = f"erasure_{run}"
         self.dead = f"erasure_{run}_dead"
         self.audit = f"erasure_{run}_audit"
+        self.requests = f"erasure.{run}.requests"  # created by the test that uses it
+        self.bootstrap = endpoints.kafka_bootstrap
         self.env = cli_env(
             tmp_path,
             {
@@ -67,6 +71,7 @@ class Rig:
                         f"{self.dead}.dead_letters": {"kafka_key": True},
                     },
                     "audit": {"dataset": self.audit, "table": "requests"},
+                    "requests_topic": self.requests,
                 },
             },
             f"gs://{LOCAL_BUCKET}/erasure-{run}",
@@ -200,3 +205,50 @@ def test_rows_staged_or_in_kafka_when_the_request_arrives_are_erased_after_their
     assert audit[0] == ("race-1", "pending") and audit[-1] == ("race-1", "complete")
     # A later pass of nothing pending finds nothing and changes nothing.
     assert rig.erase("--pending")["requests"] == []
+
+
+def test_requests_on_the_topic_are_applied_refused_audited_and_checked(rig, monkeypatch) -> None:
+    import dagster as dg
+
+    from kbqe_dagster.core.erasure.requests import ErasureRequest, request_message
+    from kbqe_dagster.defs.erasure.assets import erasure_checks
+    from kbqe_dagster.defs.erasure.sensors import erasure_request_sensor
+    from kbqe_dagster.resources.configurable import PipelineResource
+    from kbqe_dagster.resources.environment import resources_for_environment
+
+    rig.produce(20)
+    until_idle(rig.env)
+    create_topic(rig.bootstrap, rig.requests, partitions=1)
+    rig.producer.produce(rig.requests, request_message(ErasureRequest("q-1", "c2"))[1], key=b"q-1")
+    rig.producer.produce(rig.requests, b"not json", key=b"q-bad")
+    assert rig.producer.flush(30) == 0
+
+    monkeypatch.setenv("KBQE_STAGING_URL", rig.env["KBQE_STAGING_URL"])
+    monkeypatch.setenv("KBQE_ERASURE_SALT", SALT)
+    resources = resources_for_environment(
+        "local", PipelineResource(config_path=rig.env["KBQE_PIPELINE_CONFIG"])
+    )
+    sensor_resources = {k: resources[k] for k in ("pipeline", "staging", "kafka")}
+
+    def tick():
+        with dg.instance_for_test() as instance:
+            context = dg.build_sensor_context(instance=instance, resources=sensor_resources)
+            return erasure_request_sensor(context)
+
+    launched = tick()
+    assert isinstance(launched, dg.SensorResult) and len(launched.run_requests) == 1
+    assert launched.run_requests[0].tags["kbqe/erasure_reason"] == "2 new request message(s)"
+
+    # The catch-up's erasure step is the job the sensor launches.
+    until_idle(rig.env)
+    assert rig.orders_of() == {"c0": 5, "c1": 5, "c3": 5}
+    audit = {(a["request_id"], a["status"]) for a in rig.audit_rows()}
+    assert audit == {("q-1", "complete"), ("q-bad", "refused")}
+    refused = next(a for a in rig.audit_rows() if a["request_id"] == "q-bad")
+    assert f"kafka:{rig.requests}/0/1" in refused["note"] and refused["subject_hash"] is None
+
+    # Read and applied: nothing for the sensor, and the audit holds every request read.
+    assert isinstance(tick(), dg.SkipReason)
+    (check,) = erasure_checks(resources["pipeline"].load())
+    result = check(**{k: resources[k] for k in ("pipeline", "staging", "kafka", "bigquery")})
+    assert result.passed and result.metadata["requests_seen"].value == 2
