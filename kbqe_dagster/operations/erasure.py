@@ -264,8 +264,22 @@ def apply_erasures(
     audit = config.erasure.audit
     tables.ensure_audit_table(audit.dataset, audit.table)
     tables.append_audit(audit.dataset, audit.table, _audit_rows(report, batch, now))
-    store.put_bytes(STATE_FILE, after.encode())
+    store.put_bytes(STATE_FILE, _with_concurrent(after, read_state(store), batch).encode())
     return report
+
+
+def _with_concurrent(
+    after: ErasureState, current: ErasureState, batch: Sequence[PendingRequest]
+) -> ErasureState:
+    """``after``, keeping what another writer recorded since this batch read the state: a
+    ``kbqe erase`` runs outside the load pool, so it may overlap an ``erasure`` run. Its
+    pending requests are kept and the requests topic's positions only move forward."""
+    mine = {p.request.request_id for p in batch}
+    theirs = tuple(p for p in current.pending if p.request.request_id not in mine)
+    read = dict(current.requests_read)
+    for partition, offset in after.requests_read.items():
+        read[partition] = max(offset, read.get(partition, offset))
+    return replace(after, pending=after.pending + theirs, requests_read=read)
 
 
 def _arrivals(
