@@ -9,9 +9,9 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
+from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.defs.bigquery.jobs import LOAD_POOL
 from kbqe_dagster.defs.erasure.jobs import ERASURE_TAG
-from kbqe_dagster.definitions import build_definitions
 
 REPO = Path(__file__).resolve().parents[2]
 
