@@ -8,13 +8,9 @@ from __future__ import annotations
 import dagster as dg
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
-from kbqe_dagster.defs.erasure.jobs import audit_key
-from kbqe_dagster.operations.erasure import read_state
+from kbqe_dagster.defs.erasure.audit import CHECK_NAME, audit_key, audit_verdict
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
-from kbqe_dagster.resources.kafka.erasure_requests import new_request_messages
-
-CHECK_NAME = "erasure_audit_holds_every_request"
 
 
 def erasure_specs(config: PipelineConfig) -> list[dg.AssetSpec]:
@@ -42,7 +38,8 @@ def erasure_checks(config: PipelineConfig) -> list[dg.AssetChecksDefinition]:
     @dg.asset_check(
         asset=audit_key(config),
         name=CHECK_NAME,
-        description="Every request read from erasure.requests_topic has a row in the audit table.",
+        description="Every request read from erasure.requests_topic has a row in the audit "
+        "table (also evaluated by the erasure job after each batch).",
     )
     def audit_holds_every_request(
         pipeline: PipelineResource,
@@ -50,25 +47,9 @@ def erasure_checks(config: PipelineConfig) -> list[dg.AssetChecksDefinition]:
         kafka: KafkaResource,
         bigquery: BigQueryResource,
     ) -> dg.AssetCheckResult:
-        pipeline_config = pipeline.load()
-        topic = pipeline_config.erasure.requests_topic or ""
-        read_to = read_state(staging.store()).requests_read
-        messages, _ = new_request_messages(kafka.settings(), topic, {})
-        seen = {
-            (key or b"").decode("utf-8", "replace") or f"{partition}/{offset}"
-            for key, _, partition, offset in messages
-            if offset < read_to.get(partition, 0)
-        }
-        audit = pipeline_config.erasure.audit
-        audited = bigquery.erasure_tables().audited_request_ids(audit.dataset, audit.table)
-        missing = sorted(seen - audited)
-        return dg.AssetCheckResult(
-            passed=not missing,
-            metadata={
-                "requests_seen": len(seen),
-                "requests_audited": len(seen & audited),
-                "missing": dg.MetadataValue.json(missing[:50]),
-            },
+        passed, metadata = audit_verdict(
+            pipeline.load(), staging.store(), kafka.settings(), bigquery.erasure_tables()
         )
+        return dg.AssetCheckResult(passed=passed, metadata=metadata)
 
     return [audit_holds_every_request]

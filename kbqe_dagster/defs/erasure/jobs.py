@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.defs.bigquery.jobs import LOAD_POOL
+from kbqe_dagster.defs.erasure.audit import CHECK_NAME, audit_key, audit_verdict
 from kbqe_dagster.operations.erasure import apply_erasures
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
@@ -31,11 +31,6 @@ ERASURE_TAG = "kbqe/erasure"
 """On every erasure run: dagster.yaml lets one run at a time (the op's pool already does)."""
 
 
-def audit_key(config: PipelineConfig) -> dg.AssetKey:
-    audit = config.erasure.audit
-    return dg.AssetKey(["bigquery", audit.dataset, audit.table])
-
-
 @dg.op(name=ERASURE_OP, pool=LOAD_POOL, out={}, tags={"kbqe/step": "erasure"})
 def apply_erasures_op(
     context: dg.OpExecutionContext,
@@ -43,7 +38,7 @@ def apply_erasures_op(
     staging: StagingResource,
     kafka: KafkaResource,
     bigquery: BigQueryResource,
-) -> Iterator[dg.AssetMaterialization]:
+) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     """Apply the new erasure requests of the requests topic and re-run the pending ones:
     one DELETE per table, audited (subjects only as salted hashes, in the table and here)."""
     config = pipeline.load()
@@ -52,10 +47,11 @@ def apply_erasures_op(
     def marks(topics):
         return {tp: (w.low, w.high) for tp, w in watermarks_of(settings, topics).items()}
 
+    store, tables = staging.store(), bigquery.erasure_tables()
     report = apply_erasures(
         config,
-        staging.store(),
-        bigquery.erasure_tables(),
+        store,
+        tables,
         marks,
         salt=os.environ.get(config.erasure.salt_env, ""),
         now=datetime.now(UTC),
@@ -81,6 +77,11 @@ def apply_erasures_op(
             ),
         },
     )
+    if config.erasure.requests_topic:
+        passed, metadata = audit_verdict(config, store, settings, tables)
+        yield dg.AssetCheckEvaluation(
+            asset_key=audit_key(config), check_name=CHECK_NAME, passed=passed, metadata=metadata
+        )
 
 
 @dg.job(
