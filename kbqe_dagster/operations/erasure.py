@@ -261,10 +261,13 @@ def apply_erasures(
                 [] if finished else describe_watches(p.watches),
             )
         )
-    audit = config.erasure.audit
-    tables.ensure_audit_table(audit.dataset, audit.table)
-    tables.append_audit(audit.dataset, audit.table, _audit_rows(report, batch, now))
-    store.put_bytes(STATE_FILE, _with_concurrent(after, read_state(store), batch).encode())
+    rows = _audit_rows(report, batch, now)
+    if rows:  # a batch of no request touches neither the audit table nor the state
+        audit = config.erasure.audit
+        tables.ensure_audit_table(audit.dataset, audit.table)
+        tables.append_audit(audit.dataset, audit.table, rows)
+    if rows or after.requests_read != state.requests_read:
+        store.put_bytes(STATE_FILE, _with_concurrent(after, read_state(store), batch).encode())
     return report
 
 

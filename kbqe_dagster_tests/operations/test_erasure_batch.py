@@ -188,3 +188,12 @@ def test_requests_another_writer_recorded_meanwhile_are_kept(store) -> None:
 def test_no_erasure_without_the_salt(store) -> None:
     with pytest.raises(ErasureError, match="KBQE_ERASURE_SALT is unset"):
         apply_erasures(CONFIG, store, FakeTables([]), lambda t: {}, salt="", now=NOW)  # type: ignore[arg-type]
+
+
+def test_a_batch_with_no_request_writes_nothing(store) -> None:
+    tables = FakeTables([("a", "2026-01-01")])
+
+    report = batch(store, tables)
+
+    assert report.requests == [] and tables.statements == [] and tables.audit == []
+    assert STATE_FILE not in {f.name for f in store.list("_kbqe/")}
