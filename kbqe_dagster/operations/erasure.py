@@ -261,12 +261,12 @@ def apply_erasures(
                 [] if finished else describe_watches(p.watches),
             )
         )
-    rows = _audit_rows(report, batch, now)
-    if rows:  # a batch of no request touches neither the audit table nor the state
+    audit_rows = _audit_rows(report, batch, now)
+    if audit_rows:  # a batch of no request touches neither the audit table nor the state
         audit = config.erasure.audit
         tables.ensure_audit_table(audit.dataset, audit.table)
-        tables.append_audit(audit.dataset, audit.table, rows)
-    if rows or after.requests_read != state.requests_read:
+        tables.append_audit(audit.dataset, audit.table, audit_rows)
+    if audit_rows or after.requests_read != state.requests_read:
         store.put_bytes(STATE_FILE, _with_concurrent(after, read_state(store), batch).encode())
     return report
 
