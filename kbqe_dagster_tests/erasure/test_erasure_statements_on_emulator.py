@@ -1,6 +1,6 @@
 """The statements of an erasure batch on the BigQuery emulator: a DELETE with ``IN
-UNNEST(@subjects)`` of STRING, INT64 and nested-path columns, restricted by DATE partitions,
-works as on BigQuery; its one gap (an ``ARRAY<BYTES>`` parameter, the Kafka key) is pinned,
+UNNEST(@subjects)`` of STRING, INT64 and nested-path columns, restricted by DATE partitions or
+by the hours of an HOUR table, works as on BigQuery; its one gap (an ``ARRAY<BYTES>`` parameter, the Kafka key) is pinned,
 and the client's workaround (resources/bigquery/erasure.py) makes the same statement work.
 
 ``test_emulator_gap_*`` asserts the emulator's CURRENT behaviour where it differs from
@@ -100,3 +100,27 @@ def test_emulator_gap_bytes_array_parameter(bq, table) -> None:
 
     assert EmulatorErasureTables(bq).run(statement).affected_rows == 2
     assert ids(bq, table) == [("b", 2), ("c", 3)]
+
+
+def test_a_delete_restricted_to_hours_of_an_hourly_table(bq) -> None:
+    dataset = f"erasure_contract_{uuid.uuid4().hex[:8]}"
+    bq.create_dataset(dataset)
+    try:
+        bq.query(
+            f"CREATE TABLE `{dataset}.h` (id STRING, _event_hour TIMESTAMP) "
+            "PARTITION BY TIMESTAMP_TRUNC(_event_hour, HOUR)"
+        ).result()
+        bq.query(
+            f"INSERT INTO `{dataset}.h` VALUES ('a', TIMESTAMP '2026-01-02 07:00:00+00'), "
+            "('a', TIMESTAMP '2026-01-02 08:00:00+00')"
+        ).result()
+        restriction = PartitionRestriction("_event_hour", "hour", ("2026-01-02T08",))
+        statement = delete_statement(
+            f"{dataset}.h", [MatchColumn("id", "STRING")], ["a"], restriction
+        )
+
+        assert EmulatorErasureTables(bq).run(statement).affected_rows == 1
+        left = [r["_event_hour"].hour for r in bq.query(f"SELECT * FROM `{dataset}.h`").result()]
+        assert left == [7]
+    finally:
+        bq.delete_dataset(dataset, delete_contents=True, not_found_ok=True)
