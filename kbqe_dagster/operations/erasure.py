@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -64,6 +64,7 @@ from kbqe_dagster.core.erasure.targets import (
 )
 from kbqe_dagster.core.errors import KbqeError, StagingError
 from kbqe_dagster.core.protocol.commit import Manifest, parse_manifest
+from kbqe_dagster.operations.erasure_report import ErasureReport, RequestOutcome, TableErasure
 from kbqe_dagster.resources.bigquery.erasure import ErasureTables
 from kbqe_dagster.resources.staging_store import StagingStore
 
@@ -81,84 +82,6 @@ next offsets after them)."""
 class ErasureError(KbqeError):
     """An erasure batch that cannot run (no salt, an unreadable state, a table whose subject
     column is missing or of the wrong type)."""
-
-
-@dataclass
-class TableErasure:
-    table: str
-    rows_deleted: int = 0
-    rows_found: int = 0
-    bytes_processed: int | None = None
-    """What the DELETE processed (BigQuery's job statistics; in a dry run its estimate);
-    None where BigQuery does not say (the emulator)."""
-    count_bytes_processed: int | None = None
-    partitions: list[str] | None = None
-    """The partitions the DELETE was restricted to; None: the whole table."""
-    skipped: str | None = None
-    """Why no statement ran on it (nothing arrived in its partitions, no comparable column)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "rows_deleted": self.rows_deleted,
-            "rows_found": self.rows_found,
-            "bytes_processed": self.bytes_processed,
-            "count_bytes_processed": self.count_bytes_processed,
-            "partitions": self.partitions,
-            "skipped": self.skipped,
-        }
-
-
-@dataclass
-class RequestOutcome:
-    request_id: str
-    subject_hash: str | None
-    source: str
-    status: str
-    """``complete``, ``pending`` (rows may still arrive: watches outstanding), ``refused``,
-    or ``dry_run``."""
-    rows_deleted: int = 0
-    tables: list[str] = field(default_factory=list)
-    note: str = ""
-    waiting_for: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "request_id": self.request_id,
-            "subject_hash": self.subject_hash,
-            "source": self.source,
-            "status": self.status,
-            "rows_deleted": self.rows_deleted,
-            "tables": self.tables,
-            "note": self.note,
-            "waiting_for": self.waiting_for,
-        }
-
-
-@dataclass
-class ErasureReport:
-    dry_run: bool
-    requests: list[RequestOutcome] = field(default_factory=list)
-    tables: list[TableErasure] = field(default_factory=list)
-    requests_read: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def rows_deleted(self) -> int:
-        return sum(t.rows_deleted for t in self.tables)
-
-    @property
-    def bytes_processed(self) -> int | None:
-        known = [t.bytes_processed for t in self.tables if t.bytes_processed is not None]
-        return sum(known) if known else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "dry_run": self.dry_run,
-            "rows_deleted": self.rows_deleted,
-            "bytes_processed": self.bytes_processed,
-            "requests": [r.to_json() for r in self.requests],
-            "tables": [t.to_json() for t in self.tables],
-        }
 
 
 def read_state(store: StagingStore) -> ErasureState:
