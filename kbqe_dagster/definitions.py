@@ -28,6 +28,9 @@ from kbqe_dagster.defs.bigquery.jobs import (
 from kbqe_dagster.defs.bigquery.schedules import load_schedules
 from kbqe_dagster.defs.completeness.checks import completeness_checks
 from kbqe_dagster.defs.completeness.sensors import completeness_sensor
+from kbqe_dagster.defs.erasure.assets import erasure_checks, erasure_specs
+from kbqe_dagster.defs.erasure.jobs import erasure_job
+from kbqe_dagster.defs.erasure.sensors import erasure_request_sensor
 from kbqe_dagster.defs.kafka.assets import topic_specs
 from kbqe_dagster.defs.keyed.assets import keyed_specs
 from kbqe_dagster.defs.keyed.checks import keyed_checks
@@ -73,11 +76,13 @@ def build_definitions(config_path: str | None = None, env: str | None = None) ->
             staging_asset(list(config.topic_names)),
             *bigquery_specs(destinations),
             *keyed_specs(config),
+            *erasure_specs(config),
         ],
         asset_checks=[
             load_checks(destinations),
             *keyed_checks(config),
             *completeness_checks(destinations),
+            *erasure_checks(config),
         ],
         jobs=[
             stage_job,
@@ -87,6 +92,7 @@ def build_definitions(config_path: str | None = None, env: str | None = None) ->
             done_file_retention_job,
             duplicate_check_job,
             merge_keyed_tables_job,
+            *([erasure_job] if config.erasure.enabled else []),
         ],
         schedules=[*load_schedules(config, duplicate_check_job), *keyed_schedules(config)],
         sensors=[
@@ -94,6 +100,7 @@ def build_definitions(config_path: str | None = None, env: str | None = None) ->
             stage_loop_sensor,
             staging_observation_sensor,
             completeness_sensor,
+            *([erasure_request_sensor] if config.erasure.enabled else []),
         ],
         resources=resources,
     )

@@ -33,6 +33,7 @@ CORE_ROOMS = frozenset(
         "core.completeness",
         "core.config",
         "core.stage_runs",
+        "core.erasure",
     }
 )
 
@@ -46,8 +47,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "core.transforms": frozenset({CORE, "core.formats", "core.record"}),
     "core.keyed": frozenset({CORE, "core.formats", "core.load"}),
     "core.completeness": frozenset({CORE, "core.record"}),
-    "core.config": CORE_ROOMS - {"core.config", "core.stage_runs"},
+    "core.config": CORE_ROOMS - {"core.config", "core.stage_runs", "core.erasure"},
     "core.stage_runs": frozenset({CORE, "core.config", "core.protocol"}),
+    "core.erasure": frozenset({CORE, "core.config", "core.protocol", "core.record", "core.keyed"}),
     # the leaves and the systems
     "faults": frozenset(),  # fault hooks: imported by every room, import nothing
     "processes": frozenset(),  # whether a pid runs: a leaf too

@@ -2,7 +2,7 @@
 
 The top of the package: one module per command group (``stack``, ``demo``, ``staging``,
 ``load``, ``retention``, ``bootstrap``, ``dead_letters``, ``produce_sample``,
-``observability``, ``run``, ``completeness``, ``config``), what they share in ``common``, the terminal text in
+``observability``, ``run``, ``completeness``, ``config``, ``erase``), what they share in ``common``, the terminal text in
 ``render``. Each group's ``add_<group>`` adds its sub-parsers and sets ``handler`` to a function
 ``(args) -> exit code``; to add a command, write one such function in its group's module and
 append it to :data:`COMMANDS`. Nothing below the CLI imports this package.
@@ -29,6 +29,7 @@ from kbqe_dagster.cli.completeness import add_completeness
 from kbqe_dagster.cli.config import add_config
 from kbqe_dagster.cli.dead_letters import add_dead_letters
 from kbqe_dagster.cli.demo import add_demo
+from kbqe_dagster.cli.erase import add_erase
 from kbqe_dagster.cli.load import add_load
 from kbqe_dagster.cli.logs import setup_logging
 from kbqe_dagster.cli.observability import add_health, add_metrics
@@ -60,6 +61,7 @@ COMMANDS: list[CommandAdder] = [
     add_run,
     add_completeness,
     add_config,
+    add_erase,
 ]
 
 

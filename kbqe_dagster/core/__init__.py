@@ -21,6 +21,8 @@ The rooms, lowest first (each may import only the rooms listed before it, and th
 - ``config/``: the pipeline file (imports every room above).
 - ``stage_runs/``: when a topic's stage run is due and which topics share one (imports
   config, protocol).
+- ``erasure/``: a data subject's rows erased across tables: requests, targets, statements,
+  when a request is complete (imports config, protocol, record, keyed).
 
 No ``__init__.py`` re-exports: a name is imported from the module that defines it.
 """

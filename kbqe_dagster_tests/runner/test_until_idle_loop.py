@@ -224,28 +224,41 @@ def test_an_error_of_a_system_ends_the_run_with_its_message() -> None:
 
 
 # --- the after-load extension point ----------------------------------------------------------
-def test_the_only_registered_step_merges_keyed_tables_and_runs_nothing_for_append_topics() -> None:
+def test_the_registered_steps_merge_then_erase_and_run_nothing_for_a_plain_pipeline() -> None:
     from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-    from kbqe_dagster.runner.after_load import AfterLoadContext
+    from kbqe_dagster.runner.after_load import AfterLoadContext, JobRun
 
-    config = parse_pipeline_config(
-        {
-            "version": 1,
-            "topics": [
-                {
-                    "name": "orders",
-                    "routing": {"mode": "static", "dataset": "d", "table": "t"},
-                    "event_time": {"fields": ["ts"]},
-                }
-            ],
-        }
-    )
+    plain = {
+        "version": 1,
+        "topics": [
+            {
+                "name": "orders",
+                "routing": {"mode": "static", "dataset": "d", "table": "t"},
+                "event_time": {"fields": ["ts"]},
+            }
+        ],
+    }
+    config = parse_pipeline_config(plain)
 
     def no_job(*args, **kwargs):
-        raise AssertionError("an append-only pipeline runs no merge job")
+        raise AssertionError("an append-only pipeline without erasure: runs no job")
 
-    [step] = AFTER_LOAD_STEPS
-    assert step(AfterLoadContext(1, config, {}, no_job)) == AfterLoadResult()
+    assert [s.__name__ for s in AFTER_LOAD_STEPS] == ["_merge_keyed_tables", "_apply_erasures"]
+    for step in AFTER_LOAD_STEPS:
+        assert step(AfterLoadContext(1, config, {}, no_job)) == AfterLoadResult()
+
+    # With erasure: the erasure step runs the erasure job, tagged for dagster.yaml's limit.
+    erasing = parse_pipeline_config({**plain, "erasure": {"tables": {"d.t": {"columns": ["c"]}}}})
+    ran = []
+
+    def run_job(name, run_config=None, tags=None):
+        ran.append((name, dict(tags or {})))
+        return JobRun(name, "run-1", ok=True)
+
+    assert AFTER_LOAD_STEPS[1](AfterLoadContext(1, erasing, {}, run_job)) == AfterLoadResult(
+        run_ids=("run-1",)
+    )
+    assert ran == [("erasure", {"kbqe/erasure": "1"})]
 
 
 def test_after_load_steps_run_every_round_after_the_loads_with_what_the_round_loaded() -> None:

@@ -41,6 +41,7 @@ optional unless marked; ``examples/pipeline.yaml`` is a complete example)::
     load: {...}
     retention: {...}
     notifications: {webhook_url: https://hooks.example/...}   # schema and table notices
+    erasure: {...}                   # a data subject's rows erased across tables (core/config/erasure.py)
 
 Rules worth knowing: a listed topic always wins over ``topic_patterns``; otherwise the first
 matching pattern does (core/config/discovery.py has every rule). ``event_time``, ``staging``,
@@ -71,6 +72,7 @@ from kbqe_dagster.core.config.discovery import (
     read_topic_patterns,
     resolve_topics,
 )
+from kbqe_dagster.core.config.erasure import ErasureSettings, read_erasure
 from kbqe_dagster.core.config.sections import (
     DEAD_LETTER_SPEC,
     ENRICHMENT_SPEC,
@@ -136,7 +138,7 @@ CONFIG_VERSION = 1
 _TOP_KEYS = (
     "version", "topics", "topic_patterns", "allowed_destinations", "event_time", "on_bad_input",
     "staging", "dead_letter", "enrichment", "load", "retention", "notifications", "completeness",
-    "tables", "stage_runs",
+    "tables", "stage_runs", "erasure",
 )  # fmt: skip
 
 
@@ -170,6 +172,9 @@ class PipelineConfig:
     default or HOUR (core/record/partitioning.py)."""
     stage_runs: StageRunSettings = field(default_factory=StageRunSettings)
     """How due topics share stage runs (core/stage_runs/groups.py)."""
+    erasure: ErasureSettings = field(default_factory=ErasureSettings)
+    """Which tables a data subject's rows are erased from, and where requests come from
+    (core/config/erasure.py)."""
 
     def partitioning(self, dataset: str, table: str) -> Partitioning:
         """The time partitioning of ``dataset.table``: DAY unless ``tables:`` says HOUR."""
@@ -400,6 +405,8 @@ def parse_pipeline_config(
     stage_runs = r.build_section(
         StageRunSettings(), top.get("stage_runs"), "stage_runs", STAGE_RUNS_SPEC, problems
     )
+    erasure = read_erasure(top.get("erasure"), problems)
+    _check_erasure(erasure, allowed, topics, patterns, dead_letter, enrichment, problems)
     if allowed.allows(dead_letter.dataset, dead_letter.table):
         problems.add(
             "allowed_destinations",
@@ -437,6 +444,7 @@ def parse_pipeline_config(
         topic_patterns=patterns,
         tables=tables,
         stage_runs=stage_runs,
+        erasure=erasure,
     )
 
 
@@ -565,6 +573,31 @@ def _check_storage_write(
                 f"{who}, written by its MERGE, never delivered: set the delivery of "
                 f"its changelog {ds}.{changelog_table(tb)} (or the topic's)",
             )
+
+
+def _check_erasure(
+    erasure: ErasureSettings, allowed: AllowList, topics: tuple[TopicConfig, ...],
+    patterns: tuple[TopicPattern, ...], dead_letter: DeadLetterDestination,
+    enrichment: EnrichmentConfig, problems: r.Problems,
+) -> None:  # fmt: skip
+    """Every ``erasure.tables`` key names a dataset the pipeline writes; ``kafka_key`` needs
+    the key column (the dead-letter table has its own ``raw_key``); the requests topic is
+    not a topic the pipeline stages (its subjects would be loaded into BigQuery)."""
+    datasets = set(allowed.datasets) | {dead_letter.dataset}
+    datasets |= {d.dataset for t in topics for d in t.static_destinations}
+    datasets |= {d.dataset for p in patterns if (d := p.prototype.routing.static_destination)}
+    for key, settings in erasure.tables:
+        dataset, table = key.split(".")
+        if dataset not in datasets:
+            problems.add(f"erasure.tables.{key}", f"dataset {dataset!r} is not written by this "
+                         "pipeline (no allow-list entry, static route or dead-letter table)")  # fmt: skip
+        dead = _covers_dead_letter(dataset, table, dead_letter)
+        if settings.kafka_key and not enrichment.key_column and not (dead and table != "*"):
+            problems.add(f"erasure.tables.{key}.kafka_key",
+                         "needs enrichment.key_column: rows carry no Kafka key otherwise")  # fmt: skip
+    if erasure.requests_topic and erasure.requests_topic in {t.name for t in topics}:
+        problems.add("erasure.requests_topic", f"{erasure.requests_topic!r} is a topic this "
+                     "pipeline stages: erasure requests must not be loaded into BigQuery")  # fmt: skip
 
 
 # --- sections ----------------------------------------------------------------------------------

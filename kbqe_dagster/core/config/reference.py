@@ -13,6 +13,7 @@ import ast
 import inspect
 
 from kbqe_dagster.core.completeness import decision as completeness
+from kbqe_dagster.core.config import erasure
 from kbqe_dagster.core.config import sections as config_sections
 from kbqe_dagster.core.keyed import contract as keyed
 from kbqe_dagster.core.record import enrichment, event_time, partitioning, routing
@@ -47,6 +48,9 @@ SECTIONS: list[tuple[str, type]] = [
     ("load", config_sections.LoadSettings),
     ("retention", config_sections.RetentionSettings),
     ("notifications", config_sections.NotificationSettings),
+    ("erasure  (a data subject's rows erased across tables)", erasure.ErasureSettings),
+    ("erasure.tables.<dataset.table | dataset.*>", erasure.ErasureTable),
+    ("erasure.audit", erasure.AuditTable),
 ]
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.completeness.decision import COMPLETENESS_SPEC, CompletenessSettings
-from kbqe_dagster.core.config import discovery, pipeline, sections, topics
+from kbqe_dagster.core.config import discovery, erasure, pipeline, sections, topics
 from kbqe_dagster.core.config.reference import descriptions
 from kbqe_dagster.core.keyed.contract import KEYED_SPEC, KeyedConfig, SourceFormat
 from kbqe_dagster.core.record import enrichment, event_time, partitioning
@@ -174,6 +174,21 @@ def pipeline_schema() -> Schema:
             "its partitioning and delivery.",
         },
         "stage_runs": section(sections.STAGE_RUNS_SPEC, sections.StageRunSettings),
+        "erasure": section(
+            erasure.ERASURE_SPEC,
+            erasure.ErasureSettings,
+            required=("tables",),
+            overrides={
+                "tables": {
+                    "type": "object",
+                    "minProperties": 1,
+                    "additionalProperties": section(
+                        erasure.ERASURE_TABLE_SPEC, erasure.ErasureTable, nullable=False
+                    ),
+                },
+                "audit": section(erasure.AUDIT_SPEC, erasure.AuditTable),
+            },
+        ),
     }
     return {
         "$schema": DRAFT,
