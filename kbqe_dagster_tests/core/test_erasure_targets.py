@@ -9,6 +9,7 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.erasure.requests import ErasureRequest, ErasureRequestError
 from kbqe_dagster.core.erasure.targets import configured_targets, feeding_topics, request_targets
+from kbqe_dagster.core.errors import ConfigError
 
 TIME = {"kafka_timestamp_fallback": True}
 CONFIG = parse_pipeline_config(
@@ -90,3 +91,35 @@ def test_the_feeding_topics_are_those_writing_the_tables() -> None:
     assert feeding_topics(CONFIG, [by_name["crm.customers_changelog"]]) == ("customers",)
     # Every topic may dead-letter.
     assert feeding_topics(CONFIG, targets) == ("orders", "customers", "clicks")
+
+
+def test_a_raw_archive_is_erased_by_its_own_key_column_with_no_enrichment() -> None:
+    # A format: raw archive always carries the Kafka key (core/formats/raw_archive.py), so
+    # kafka_key needs no enrichment.key_column there, and the target names the raw column.
+    config = parse_pipeline_config(
+        {
+            "version": 1,
+            "topics": [
+                {"name": "audit", "format": "raw",
+                 "routing": {"mode": "static", "dataset": "archive", "table": "audit"}},
+            ],
+            "erasure": {"tables": {"archive.audit": {"kafka_key": True}}},
+        }
+    )  # fmt: skip
+    assert config.raw_archive_tables == frozenset({"archive.audit"})
+    (target,) = configured_targets(config, {"archive": ["audit"]})
+    assert (target.columns, target.key_column) == ((), "_kafka_key")
+
+
+def test_kafka_key_elsewhere_still_needs_the_key_column() -> None:
+    with pytest.raises(ConfigError, match=r"erasure\.tables\.shop\.orders\.kafka_key"):
+        parse_pipeline_config(
+            {
+                "version": 1,
+                "topics": [
+                    {"name": "orders", "event_time": TIME,
+                     "routing": {"mode": "static", "dataset": "shop", "table": "orders"}},
+                ],
+                "erasure": {"tables": {"shop.orders": {"kafka_key": True}}},
+            }
+        )  # fmt: skip

@@ -52,8 +52,9 @@ class ErasureTable:
     value in any of them is the subject's is erased. Default: none."""
     kafka_key: bool = False
     """The subject id is the Kafka key (its UTF-8 bytes): a row is erased when its key
-    column (``enrichment.key_column``, which must be set) holds it; in the dead-letter table,
-    its ``raw_key``. Default false."""
+    column (``enrichment.key_column``, which must be set) holds it; in a ``format: raw``
+    archive, its own key column (``_kafka_key`` unless ``enrichment.key_column`` names it); in
+    the dead-letter table, its ``raw_key``. Default false."""
 
     def __post_init__(self) -> None:
         if not self.columns and not self.kafka_key:

@@ -187,6 +187,20 @@ class PipelineConfig:
         """Whether ``dataset.table`` is the dead-letter table (``dead_letter:``)."""
         return self.dead_letter.is_table(dataset, table)
 
+    @property
+    def raw_archive_tables(self) -> frozenset[str]:
+        """``dataset.table`` of every table a ``format: raw`` topic (or pattern) routes to by a
+        static route: their rows carry the Kafka key under :meth:`key_column_of`'s name even
+        when ``enrichment.key_column`` is off (core/formats/raw_archive.py)."""
+        return _raw_archive_tables(self.topics, self.topic_patterns)
+
+    def key_column_of(self, dataset: str, table: str) -> str | None:
+        """The column holding the Kafka key in ``dataset.table``'s rows (None: no key): the
+        pipeline's ``enrichment.key_column``, or a raw archive's default name."""
+        if f"{dataset}.{table}" in self.raw_archive_tables:
+            return raw_enrichment(self.enrichment).key_column
+        return self.enrichment.key_column
+
     def table_layout(self, dataset: str, table: str) -> TableLayout:
         """How ``dataset.table`` is laid out in BigQuery: partitioning and its column,
         clustering, offset columns (core/config/table_layout.py)."""
@@ -592,12 +606,24 @@ def _check_erasure(
             problems.add(f"erasure.tables.{key}", f"dataset {dataset!r} is not written by this "
                          "pipeline (no allow-list entry, static route or dead-letter table)")  # fmt: skip
         dead = _covers_dead_letter(dataset, table, dead_letter)
-        if settings.kafka_key and not enrichment.key_column and not (dead and table != "*"):
+        raw_archive = key in _raw_archive_tables(topics, patterns)
+        if settings.kafka_key and not enrichment.key_column and not (dead and table != "*") \
+                and not raw_archive:  # fmt: skip
             problems.add(f"erasure.tables.{key}.kafka_key",
                          "needs enrichment.key_column: rows carry no Kafka key otherwise")  # fmt: skip
     if erasure.requests_topic and erasure.requests_topic in {t.name for t in topics}:
         problems.add("erasure.requests_topic", f"{erasure.requests_topic!r} is a topic this "
                      "pipeline stages: erasure requests must not be loaded into BigQuery")  # fmt: skip
+
+
+def _raw_archive_tables(
+    topics: Iterable[TopicConfig], patterns: Iterable[TopicPattern]
+) -> frozenset[str]:
+    out = {f"{d.dataset}.{d.table}" for t in topics if t.format is SourceFormat.RAW
+           for d in t.static_destinations}  # fmt: skip
+    out |= {f"{d.dataset}.{d.table}" for p in patterns if p.prototype.format is SourceFormat.RAW
+            if (d := p.prototype.routing.static_destination)}  # fmt: skip
+    return frozenset(out)
 
 
 # --- sections ----------------------------------------------------------------------------------

@@ -82,7 +82,7 @@ def _target(
     dead = config.is_dead_letter_table(dataset, table)
     key_column = None
     if settings.kafka_key:
-        key_column = DEAD_LETTER_KEY_COLUMN if dead else config.enrichment.key_column
+        key_column = DEAD_LETTER_KEY_COLUMN if dead else config.key_column_of(dataset, table)
     layout = config.table_layout(dataset, table)
     keyed_current = (dataset, changelog_table(table)) in config.changelog_tables
     return Target(
