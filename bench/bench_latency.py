@@ -162,6 +162,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "bqemulator started without localstack/bqemulator_threads.py, which "
         "deadlocks on a query during an append); default: poll throughout",
     )
+    parser.add_argument(
+        "--breakdown-messages",
+        type=int,
+        default=20_000,
+        help="messages of the storage_write breakdown run first (bench/_sw_breakdown.py: µs "
+        "per row of our path with a null writer, and of the emulator); 0 skips it "
+        "(default 20000)",
+    )
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "latency.json")
     parser.add_argument(
         "--keep", action="store_true", help="keep the topics, dataset and staging files"
@@ -610,6 +618,15 @@ def verdicts(rows: list[dict]) -> list[str]:
     return out
 
 
+def breakdown_line(b: dict) -> str:
+    return (
+        f"storage_write CPU µs per row: ours {b['ours_us_per_row']} (null writer), the "
+        f"client's appends {b['client_append_us_per_row']}, the emulator "
+        f"{b['emulator_us_per_row']} over {b['messages']:,} rows; dominated by "
+        f"{b.get('dominated_by', '-')}"
+    )
+
+
 def _cell(value) -> str:
     if value is None:
         return "-"
@@ -668,6 +685,8 @@ def print_table(report: dict) -> None:
                 f"the producer did not hold {r['rate']:,} msg/s: {r['produce']['achieved_msg_per_s']:,}"
                 f" achieved, up to {r['produce']['max_behind_schedule_s']} s behind schedule"
             )
+    if report.get("breakdown"):
+        print(breakdown_line(report["breakdown"]))
     for line in report["verdicts"]:
         print("target: " + line)
     print(
@@ -698,6 +717,14 @@ def main(argv: list[str] | None = None) -> int:
                     "results": []}  # fmt: skip
     try:
         bench.setup()
+        if args.breakdown_messages and "storage_write" in args.paths:
+            from _sw_breakdown import storage_write_breakdown
+
+            # Spark first: its gateway does not launch after this process used gRPC.
+            bench.spark_context()
+            say(f"storage_write breakdown over {args.breakdown_messages:,} messages")
+            report["breakdown"] = storage_write_breakdown(bench, args.breakdown_messages)
+            say(f"  {breakdown_line(report['breakdown'])}")
         for case in bench.cases:
             report["results"].append(bench.measure(case))
     finally:

@@ -20,6 +20,11 @@ topic, staging prefix and datasets of its own, a seeded run does:
   BigQuery emulator restart while a stage run is between two appends (it forgets its
   streams): reliability/faults_storage_write.py. The protocol uses COMMITTED streams with
   offsets only, so there is no "between finalize and commit" point (that is PENDING streams');
+- once, the same Storage Write faults (each kill point, the zombie, the emulator restart) on
+  keyed Debezium topics of their own whose changelogs are ``delivery: storage_write``, each
+  followed by ``kbqe run --until-idle`` (roll forward, stage, MERGE) and checked: every change
+  in its changelog once by (partition, offset), the current tables and histories equal to
+  their oracle;
 - then stage and load whatever is left and account for every produced offset in BigQuery
   (the storage_write table's duplicates and losses also on their own).
 
@@ -77,6 +82,7 @@ ONE_OFFS: tuple[tuple[str, Step], ...] = (
     ("storage_write kills", faults_storage_write.kills),
     ("storage_write zombie", faults_storage_write.zombie),
     ("bigquery restart", faults_storage_write.bigquery_restart),
+    ("keyed storage_write faults", faults_storage_write.keyed),
 )
 
 

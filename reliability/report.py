@@ -32,11 +32,24 @@ SW_KILL_BETWEEN_APPENDS = "sw_kill_between_appends"
 SW_KILL_AFTER_LAST_APPEND = "sw_kill_after_last_append"
 SW_ZOMBIE = "sw_zombie_between_appends"
 BIGQUERY_RESTART = "bigquery_restart_mid_append"
+# the same, on keyed topics whose changelogs are delivery: storage_write
+KEYED_SW_KILL_INTENT = "keyed_sw_kill_after_intent"
+KEYED_SW_KILL_BETWEEN_APPENDS = "keyed_sw_kill_between_appends"
+KEYED_SW_KILL_AFTER_LAST_APPEND = "keyed_sw_kill_after_last_append"
+KEYED_SW_ZOMBIE = "keyed_sw_zombie_between_appends"
+KEYED_BIGQUERY_RESTART = "keyed_bigquery_restart_mid_append"
 
 STAGE_KILLS = (STAGE_KILL_AVRO, STAGE_KILL_DONE)
 LOAD_KILLS = (LOAD_KILL_BEFORE_SUBMIT, LOAD_KILL_AFTER_SUBMIT, LOAD_KILL_MID_DELETE)
 SW_KILLS = (SW_KILL_INTENT, SW_KILL_BETWEEN_APPENDS, SW_KILL_AFTER_LAST_APPEND)
 STORAGE_WRITE_FAULTS = (*SW_KILLS, SW_ZOMBIE, BIGQUERY_RESTART)
+KEYED_STORAGE_WRITE_FAULTS = (
+    KEYED_SW_KILL_INTENT,
+    KEYED_SW_KILL_BETWEEN_APPENDS,
+    KEYED_SW_KILL_AFTER_LAST_APPEND,
+    KEYED_SW_ZOMBIE,
+    KEYED_BIGQUERY_RESTART,
+)
 ALL_FAULTS = (
     *STAGE_KILLS,
     STAGE_KILL_FIRST_RANGE,
@@ -49,6 +62,7 @@ ALL_FAULTS = (
     ZOMBIE_LATE,
     MERGE_KILL,
     *STORAGE_WRITE_FAULTS,
+    *KEYED_STORAGE_WRITE_FAULTS,
 )
 
 
@@ -79,6 +93,11 @@ class SuiteReport:
     """The keyed tables after the merge kills: changes produced, rows, and how many rows or
     keys differ from the oracle (``wrong``, must be 0)."""
     keyed_seconds: float = 0.0
+    keyed_storage_write: dict = field(default_factory=dict)
+    """The keyed tables whose changelogs were delivered by storage_write, after their faults:
+    changes produced, per mode the changelog's duplicates and losses by (partition, offset)
+    and the current table's and history's differences from the oracle; ``wrong`` (must be 0)
+    sums them."""
     seconds: float = 0.0
     error: str | None = None
     """Set when the run stopped early (a fault could not be injected, a check failed)."""
@@ -102,6 +121,7 @@ class SuiteReport:
             and self.messages_produced > 0
             and self.accounting.produced == self.messages_produced
             and self.keyed.get("wrong") == 0
+            and self.keyed_storage_write.get("wrong") == 0
         )
 
     def to_json(self) -> dict:
@@ -130,6 +150,7 @@ class SuiteReport:
             "by_step": a.by_step,
             "samples": a.samples,
             "keyed": self.keyed,
+            "keyed_storage_write": self.keyed_storage_write,
             "error": self.error,
             "events": [asdict(e) for e in self.events],
         }
@@ -164,6 +185,15 @@ class SuiteReport:
                 ("zombie leftovers deleted", str(self.leftovers_deleted)),
                 ("keyed changes produced", str(self.keyed.get("changes_produced", "-"))),
                 ("keyed rows/keys wrong", str(self.keyed.get("wrong", "-"))),
+                *(
+                    (f"keyed storage_write {label}", str(self.keyed_storage_write.get(key, "-")))
+                    for key, label in (
+                        ("changes_produced", "changes produced"),
+                        ("changelog_duplicates", "changelog duplicates"),
+                        ("changelog_losses", "changelog losses"),
+                        ("wrong", "rows/keys wrong"),
+                    )
+                ),
             ],
         )
         attempts = Counter(e.kind for e in self.events)

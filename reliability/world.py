@@ -161,19 +161,7 @@ class World:
 
     def ctx_of(self, topic: str) -> StageContext:
         """The stage context of ``topic``, with the delivery sink the stage job gives it."""
-        config = self.config
-        bigquery = local_bigquery_resource(self.endpoints)
-        sink = delivery_sink(
-            config, bigquery.storage_write_settings(), TableKeeperSettings.of(bigquery)
-        )
-        return stage_context(
-            KafkaSettings(self.endpoints.kafka_bootstrap),
-            RegistrySettings(self.endpoints.registry_url),
-            self.staging,
-            config,
-            topic,
-            sink=sink,
-        )
+        return local_stage_context(self.endpoints, self.staging, self.config, topic)
 
     def store(self) -> StagingStore:
         return self.staging.open()
@@ -279,6 +267,25 @@ def plan_run(ctx: StageContext) -> Preparation:
         max_messages_per_range=MAX_MESSAGES_PER_RANGE,
         start_policy=ctx.start_policy,
         one_range_per_partition=ctx.pipeline.topic_may_deliver_by_storage_write(ctx.topic_name),
+    )
+
+
+def local_stage_context(
+    endpoints: LocalEndpoints, staging: StagingLocation, config: PipelineConfig, topic: str
+) -> StageContext:
+    """The stage context of ``topic`` on the local stack, with the delivery sink the stage job
+    gives it (for the world's topics and for a keyed rig's)."""
+    bigquery = local_bigquery_resource(endpoints)
+    sink = delivery_sink(
+        config, bigquery.storage_write_settings(), TableKeeperSettings.of(bigquery)
+    )
+    return stage_context(
+        KafkaSettings(endpoints.kafka_bootstrap),
+        RegistrySettings(endpoints.registry_url),
+        staging,
+        config,
+        topic,
+        sink=sink,
     )
 
 

@@ -22,6 +22,7 @@ import json
 import logging
 import random
 import struct
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,10 +38,13 @@ ROW_V1 = [
 ]
 ROW_V2 = ROW_V1 + [{"name": "phone", "type": ["null", "string"], "default": None}]
 ROW_COLUMNS = ("id", "first_name", "last_name", "email", "phone")
+PRECISE_TS = ("ts_us", "ts_ns")
 END_OF_TIME = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 
-def envelope_schema(namespace: str, row_fields: list[dict]) -> dict:
+def envelope_schema(namespace: str, row_fields: list[dict], ts_precision: bool = False) -> dict:
+    """``ts_precision``: the envelope of Debezium 2.6 on, which adds ``ts_us`` and ``ts_ns``
+    after ``ts_ms`` (a connector upgraded mid-stream: a new value schema, the same row)."""
     value = {
         "type": "record",
         "name": "Value",
@@ -102,6 +106,11 @@ def envelope_schema(namespace: str, row_fields: list[dict]) -> dict:
             {"name": "source", "type": source},
             {"name": "op", "type": "string"},
             {"name": "ts_ms", "type": ["null", "long"], "default": None},
+            *(
+                [{"name": n, "type": ["null", "long"], "default": None} for n in PRECISE_TS]
+                if ts_precision
+                else []
+            ),
             {"name": "transaction", "type": ["null", block], "default": None},
         ],
         "connect.name": f"{namespace}.Envelope",
@@ -262,6 +271,8 @@ def value_record(change: Change, namespace: str) -> dict:
         },
         "op": change.op,
         "ts_ms": change.ts_ms + 3,
+        "ts_us": (change.ts_ms + 3) * 1_000,  # written only by a ts_precision envelope
+        "ts_ns": (change.ts_ms + 3) * 1_000_000,
         "transaction": None,
     }
 
@@ -300,14 +311,15 @@ class DebeziumTopics:
 
         return self.registry.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
 
-    def produce(self, table: CustomersTable) -> int:
-        """Send the table's changes not sent yet to every topic; returns their count."""
+    def produce(self, table: CustomersTable, ts_precision: bool = False) -> int:
+        """Send the table's changes not sent yet to every topic; returns their count.
+        ``ts_precision``: under the envelope with ``ts_us``/``ts_ns`` (:func:`envelope_schema`)."""
         from confluent_kafka import Producer
 
         rows = ROW_V2 if table.schema_version >= 2 else ROW_V1
         new = table.changes[self.sent :]
         for topic in self.topics:
-            value_schema = envelope_schema(self.namespace, rows)
+            value_schema = envelope_schema(self.namespace, rows, ts_precision)
             value_id = self._register(f"{topic}-value", value_schema)
             key = key_schema(self.namespace)
             key_id = self._register(f"{topic}-key", key)
@@ -441,8 +453,16 @@ class KeyedRig:
 
     @classmethod
     def create(
-        cls, endpoints: Any, workdir: Path, *, partitions: int = 3, range_size: int = 40
+        cls,
+        endpoints: Any,
+        workdir: Path,
+        *,
+        partitions: int = 3,
+        range_size: int = 40,
+        delivery: str | None = None,
     ) -> KeyedRig:
+        """``delivery``: both changelogs' ``delivery:`` (``load``, ``storage_write``;
+        None: the default, load)."""
         import os
         import shutil
         import sys
@@ -476,6 +496,7 @@ class KeyedRig:
                                 "table": f"customers_{mode}",
                             },
                             "keyed": {"deletes": mode, "history": True},
+                            **({"delivery": delivery} if delivery else {}),
                         }
                         for mode in MODES
                     ],
@@ -557,6 +578,27 @@ class KeyedRig:
                 "history_missing": len(expected_history - set(hist)),
             }
         return out
+
+    def changelog_accounting(self, mode: str) -> dict[str, int]:
+        """The changelog of ``mode`` against what was produced, by (partition, offset): every
+        change (tombstones aside) exactly once. ``duplicates``: copies beyond the first;
+        ``losses``: changes found nowhere; ``unexpected``: rows of offsets never produced of
+        a change (all 0 when right)."""
+        expected = {
+            (p.partition, p.offset) for p in self.produced(mode) if not p.change.is_tombstone
+        }
+        sql = (
+            f"SELECT _kafka_partition, _kafka_offset "
+            f"FROM `{self.dataset}.customers_{mode}_changelog`"
+        )
+        found = Counter((int(r[0]), int(r[1])) for r in self.client.query(sql).result())
+        return {
+            "expected": len(expected),
+            "rows": sum(found.values()),
+            "duplicates": sum(n - 1 for n in found.values()),
+            "losses": len(expected - set(found)),
+            "unexpected": len(set(found) - expected),
+        }
 
     def remove(self) -> None:
         for name in (self.dataset, f"dead_{self.run}"):

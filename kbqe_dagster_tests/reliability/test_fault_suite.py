@@ -8,7 +8,9 @@ BigQuery refusing a table, a zombie writer, keyed tables' merge killed at each o
 (whose tables must then equal their oracle), and on a second topic feeding a
 ``delivery: storage_write`` table next to loaded ones: a stage run killed at each Storage Write
 crash point, a zombie writer between two appends, the BigQuery emulator restarted between two
-appends. A fault that never fired fails this test: it would prove nothing. Errors are attributed to the step whose messages they hit. The long
+appends; and the same Storage Write faults on keyed Debezium topics whose changelogs are
+``delivery: storage_write`` (each change once in its changelog, the merged tables equal to
+their oracle). A fault that never fired fails this test: it would prove nothing. Errors are attributed to the step whose messages they hit. The long
 run is ``make faults ARGS=--long``.
 """
 
@@ -22,7 +24,12 @@ import pytest
 from kbqe_dagster.core.reasons import Reason
 from kbqe_dagster.localstack import stack
 from reliability.fault_suite import run_suite
-from reliability.report import ALL_FAULTS, STAGE_KILL_FIRST_RANGE, STORAGE_WRITE_FAULTS
+from reliability.report import (
+    ALL_FAULTS,
+    KEYED_STORAGE_WRITE_FAULTS,
+    STAGE_KILL_FIRST_RANGE,
+    STORAGE_WRITE_FAULTS,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -79,6 +86,28 @@ def test_the_storage_write_table_holds_every_offset_routed_to_it_once(suite_repo
     assert "does not exist (any more)" in restart.detail, restart.detail
 
 
+def test_keyed_changelogs_delivered_by_storage_write_hold_each_change_once_and_merge_right(
+    suite_report,
+) -> None:
+    # Kill points, zombie and emulator restart on keyed topics, each followed by kbqe run
+    # (roll forward, stage, MERGE): the changelog by (partition, offset) and D.T against the
+    # oracle, for soft and hard deletes.
+    keyed = suite_report.keyed_storage_write
+    assert keyed["wrong"] == 0 and keyed["faults"] == len(KEYED_STORAGE_WRITE_FAULTS), keyed
+    assert (keyed["changelog_duplicates"], keyed["changelog_losses"]) == (0, 0)
+    for mode in ("soft", "hard"):
+        changelog = keyed[mode]["changelog"]
+        assert changelog["expected"] > 50 and changelog["rows"] == changelog["expected"], keyed
+        assert keyed[mode]["current_rows"] > 0 and keyed[mode]["current_missing"] == 0
+    for kind in KEYED_STORAGE_WRITE_FAULTS:
+        (event,) = [e for e in suite_report.events if e.kind == kind]
+        assert event.injected, event.detail
+        if kind != "keyed_sw_kill_after_intent":  # nothing appended yet there
+            assert "2 request(s)" in event.detail, event.detail  # between two appends
+    restart = next(e for e in suite_report.events if e.kind == "keyed_bigquery_restart_mid_append")
+    assert "does not exist (any more)" in restart.detail, restart.detail
+
+
 def test_bad_input_is_dead_lettered_with_its_reason(suite_report) -> None:
     reasons = suite_report.accounting.bad_by_reason
     assert set(reasons) <= {str(r) for r in Reason}
@@ -113,6 +142,11 @@ def test_the_summary_renders_and_serializes(suite_report, tmp_path) -> None:
     )
     assert re.search(
         r"^storage_write table\s+expected\s+rows\s+duplicates\s+losses", rendered, re.M
+    )
+    keyed = suite_report.keyed_storage_write
+    assert doc["keyed_storage_write"]["wrong"] == keyed["wrong"]
+    assert re.search(
+        rf"^keyed storage_write changelog losses\s+{keyed['changelog_losses']}$", rendered, re.M
     )
 
 
