@@ -11,8 +11,12 @@ exactly as a run without the kernel would, and resumes the kernel after it. Dead
 Python path's by construction: the kernel never decides that a message is bad, and its records
 reach the same container writer in the same order (docs/architecture.md, "Two stage paths").
 
-What stays on the Python path for good: keyed and JSON topics (stagers of their own, which set
-``native_kernel = False``), ``function`` routing, topics that may write an HOUR-partitioned
+A stager whose per-message work differs from the Avro path's names its own driver,
+a subclass of :class:`NativeStaging`, as ``kernel_driver`` (``format: json`` does:
+formats/json_stage.py); its :meth:`~NativeStaging.start` may decline a range.
+
+What stays on the Python path for good: keyed topics and other formats (stagers of their own,
+which set ``native_kernel = False``), ``function`` routing, topics that may write an HOUR-partitioned
 table (core/record/partitioning.py: the event hour column), and a schema whose types or wanted fields
 the kernel does not implement (:meth:`StageKernel.add_schema` refuses it; its messages are
 handed back one by one). ``KBQE_STAGE_KERNEL=off`` forces the Python path everywhere.
@@ -139,7 +143,13 @@ class NativeStaging:
             # The kernel writes DAY tables' layout only; an HOUR table's records carry the
             # event hour column too (core/record/partitioning.py), which the Python path adds.
             return None
-        return cls(stager, _extension)
+        driver: type[NativeStaging] = getattr(stager, "kernel_driver", None) or cls
+        return driver.start(stager, _extension)
+
+    @classmethod
+    def start(cls, stager: Any, extension: Any) -> NativeStaging | None:
+        """Hook: the driver of ``stager``'s range, or None when it takes the Python path."""
+        return cls(stager, extension)
 
     # --- the loop ---------------------------------------------------------------------------
     def stage(self, reader: Any) -> None:
