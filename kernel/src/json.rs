@@ -13,15 +13,14 @@
 //! - integers outside 64 bits, non-finite doubles, floats that overflow 32 bits;
 //! - unions other than `null` and one other type, `bytes` and `fixed` values (JSON has no
 //!   bytes), a string for an `int`/`date` (fastavro parses it), a record object with a
-//!   `-type` key (fastavro's union hint), a missing field whose default is not `null`, a map
-//!   with a duplicate key (Python keeps the last value at the first key's position).
+//!   `-type` key (fastavro's union hint), a missing field whose default is not `null`.
 //!
 //! Parsing is a small borrowed parser into a reused token tape rather than `serde_json`'s
 //! `Value` (docs/architecture.md, "the JSON kernel"): a number's literal decides whether
 //! Python reads an `int` or a `float` (a `long` field refuses `1.0`; an integer beyond 64 bits is
 //! a Python `int`, which serde_json would turn into a float), doubles are read by Rust's
 //! correctly rounded `str::parse` (what Python's `float()` does), and nothing is allocated per
-//! message. Duplicate keys of a record take the last value, as Python's `dict` does.
+//! message. Duplicate keys take the last value at the first key's place, as Python's `dict` does.
 
 use crate::body::{Stop, Value, R};
 use crate::schema::Unsupported;
@@ -709,25 +708,29 @@ impl Writer<'_> {
                 out.push(0);
             }
             (Node::Map(vtype), Some(Tok::Obj { n, .. })) => {
-                if n > 0 {
-                    put_long(out, n as i64);
-                    let first = at.unwrap() + 1;
+                // Python's dict: one entry per key, at its first key's place, with its last
+                // value; fastavro writes one block of len(dict) entries, then the end marker.
+                let first = at.unwrap() + 1;
+                let members: Vec<usize> = {
+                    let mut m = Vec::with_capacity(n as usize);
                     let mut member = first;
-                    for k in 0..n {
-                        let key = self.key(member);
-                        // A duplicate key: Python's dict keeps one entry (the first's place, the
-                        // last value): the Python path encodes it.
-                        let mut other = first;
-                        for _ in 0..k {
-                            if self.key(other) == key {
-                                return Err(Stop);
-                            }
-                            other = self.skip(other + 1);
-                        }
+                    for _ in 0..n {
+                        m.push(member);
+                        member = self.skip(member + 1);
+                    }
+                    m
+                };
+                let firsts: Vec<usize> = (0..members.len())
+                    .filter(|&k| !members[..k].iter().any(|&o| self.key(o) == self.key(members[k])))
+                    .collect();
+                if !firsts.is_empty() {
+                    put_long(out, firsts.len() as i64);
+                    for &k in &firsts {
+                        let key = self.key(members[k]);
+                        let last = members[k..].iter().rev().find(|&&o| self.key(o) == key).copied().unwrap_or(members[k]);
                         put_long(out, key.len() as i64);
                         out.extend_from_slice(key);
-                        self.encode(*vtype, Some(member + 1), None, out, values, depth + 1)?;
-                        member = self.skip(member + 1);
+                        self.encode(*vtype, Some(last + 1), None, out, values, depth + 1)?;
                     }
                 }
                 out.push(0);
