@@ -87,6 +87,10 @@ def _check(record: Mapping[str, Any], parsed: Any) -> None:
         validate(record, parsed, raise_errors=True)
     except ValidationError as error:
         raise JsonSchemaMismatchError(_mismatch(error)) from None
+    except (ValueError, TypeError) as error:
+        # fastavro parses a string given for an int/date field and lets its parser's error
+        # out ("Invalid isoformat string"): a value that does not fit, not a failed range.
+        raise JsonSchemaMismatchError(f"does not fit the declared schema: {error}") from None
 
 
 def _mismatch(error: ValidationError) -> str:

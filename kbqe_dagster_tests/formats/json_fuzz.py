@@ -129,13 +129,8 @@ class Values:
     def value(self, t: Any, depth: int = 0) -> Any:
         rng = self.rng
         if rng.random() < self.wrong:
-            wrong = [None, True, 0, -1, 2**31, 2**63, -(2**63) - 1, 1.5, math.nan, math.inf,
-                     "s", "2024-09-13", [], {}, [1], {"a": 1}, 10**30]  # fmt: skip
-            if '"date"' in json.dumps(t):
-                # fastavro parses a string for an int/date and raises ValueError (not a
-                # validation error) on a bad one: the Python path fails the range, on both runs.
-                wrong = [w for w in wrong if not isinstance(w, str)]
-            return rng.choice(wrong)
+            return rng.choice([None, True, 0, -1, 2**31, 2**63, -(2**63) - 1, 1.5, math.nan,
+                               math.inf, "s", "2024-09-13", [], {}, [1], {"a": 1}, 10**30])  # fmt: skip
         if isinstance(t, str) and t in self.named:
             t = self.named[t]
         if isinstance(t, list):
@@ -239,9 +234,9 @@ class Writer:
             rng.shuffle(members) if rng.random() < 0.3 else None
             if members and rng.random() < self.odd:  # a duplicate key, the last one wins
                 key, value = rng.choice(members)
-                members.insert(0, (key, rng.choice([None, 1, "dup", value])))
+                members.insert(0, (key, rng.choice([None, 1, value])))
             if rng.random() < 0.1:
-                members.append((rng.choice(["extra", "-type", "ünknown"]), rng.choice([1, "x", None])))
+                members.append((rng.choice(["extra", "-type", "ünknown"]), rng.choice([1, None, []])))
             return "{" + ws() + ("," + ws()).join(
                 self.string(k) + ws() + ":" + ws() + self.dumps(x) for k, x in members
             ) + ws() + "}"  # fmt: skip

@@ -5,7 +5,7 @@
 //! path, which stays the reference and gives every bad message its reason.
 //!
 //! The kernel is stricter than Python, never more lenient. What it hands back:
-//! - JSON Python reads but this parser does not: a UTF-8 BOM, other encodings (UTF-16/32),
+//! - JSON Python reads but this parser does not: other encodings than UTF-8 (UTF-16/32),
 //!   `NaN`/`Infinity`, lone surrogates (raw or `\uD800` escapes), nesting deeper than
 //!   [`MAX_DEPTH`]; and everything that is not JSON at all (Python's `json_decode_error`).
 //! - a value that is not an object, and every value that does not fit the schema (Python's
@@ -182,7 +182,9 @@ impl Encoder {
     /// Parse `value`, check it against the schema and encode it into [`body`](Self::body);
     /// the wanted values go to `values` (which the caller reset to `Null`).
     pub fn encode(&mut self, value: &[u8], values: &mut [Value]) -> R<()> {
-        // Python decodes the whole value before parsing: invalid UTF-8 anywhere is an error.
+        // Python decodes the whole value before parsing (`json.detect_encoding`: a UTF-8 BOM
+        // means `utf-8-sig`, which drops it); invalid UTF-8 anywhere is an error.
+        let value = value.strip_prefix(b"\xef\xbb\xbf").unwrap_or(value);
         std::str::from_utf8(value).map_err(|_| Stop)?;
         self.tape.clear();
         self.unescaped.clear();
