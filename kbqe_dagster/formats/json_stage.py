@@ -109,6 +109,8 @@ class JsonKernelStaging(NativeStaging):
     """``learn_route``'s header: the JSON kernel has one schema, whatever header it is told."""
 
     stager: JsonRangeStager
+    staged: StagedSchema
+    """What every record stages as (set by :meth:`start`)."""
 
     @classmethod
     def start(cls, stager: Any, extension: Any) -> NativeStaging | None:
@@ -119,8 +121,14 @@ class JsonKernelStaging(NativeStaging):
             if driver._mode is not RoutingMode.FIELDS or stager.static_destination is not None:
                 # Static and schema-name routing do not depend on the record: one destination.
                 destination = stager.static_destination or stager.route(
-                    RoutingInput(stager.rng.topic, stager.rng.partition, stager.rng.start,
-                                 staged.full_name, {}, None)  # fmt: skip
+                    RoutingInput(
+                        stager.rng.topic,
+                        stager.rng.partition,
+                        stager.rng.start,
+                        staged.full_name,
+                        {},
+                        None,
+                    )  # fmt: skip
                 )
                 constant = driver._slot(
                     destination.dataset, destination.table, staged.schema_id, staged.file_schema
@@ -141,8 +149,14 @@ class JsonKernelStaging(NativeStaging):
         try:
             fields = {self._dataset_field: dataset.decode(), self._table_field: table.decode()}
             destination = self.stager.route(
-                RoutingInput(self.stager.rng.topic, self.stager.rng.partition, msg.offset(),
-                             staged.full_name, fields, msg.key())  # fmt: skip
+                RoutingInput(
+                    self.stager.rng.topic,
+                    self.stager.rng.partition,
+                    msg.offset(),
+                    staged.full_name,
+                    fields,
+                    msg.key(),
+                )  # fmt: skip
             )
         except (BadInputError, UnicodeDecodeError):
             return False

@@ -168,7 +168,9 @@ class Values:
         if kind == "int":
             return rng.choice([0, 1, -1, 19979, 2**31 - 1, -(2**31), rng.randint(-1000, 1000)])
         if kind == "long":
-            return rng.choice([0, -1, 1_726_238_205_123, 2**63 - 1, -(2**63), rng.randint(-(2**40), 2**40)])
+            return rng.choice(
+                [0, -1, 1_726_238_205_123, 2**63 - 1, -(2**63), rng.randint(-(2**40), 2**40)]
+            )
         if kind in ("float", "double"):
             big = [1e39, 5e-324, 1e308] if kind == "double" else [1e-46]  # 1e39 overflows a float
             return rng.choice([0.0, -0.0, 0.1, 1.5, -2.25e-7, 3.4028235e38, *big,
@@ -231,12 +233,15 @@ class Writer:
             return "[" + ws() + ("," + ws()).join(self.dumps(x) for x in v) + ws() + "]"
         if isinstance(v, dict):
             members = list(v.items())
-            rng.shuffle(members) if rng.random() < 0.3 else None
+            if rng.random() < 0.3:
+                rng.shuffle(members)
             if members and rng.random() < self.odd:  # a duplicate key, the last one wins
                 key, value = rng.choice(members)
                 members.insert(0, (key, rng.choice([None, 1, value])))
             if rng.random() < 0.1:
-                members.append((rng.choice(["extra", "-type", "ünknown"]), rng.choice([1, None, []])))
+                members.append(
+                    (rng.choice(["extra", "-type", "ünknown"]), rng.choice([1, None, []]))
+                )
             return "{" + ws() + ("," + ws()).join(
                 self.string(k) + ws() + ":" + ws() + self.dumps(x) for k, x in members
             ) + ws() + "}"  # fmt: skip
@@ -355,18 +360,26 @@ def stream(rng: random.Random, schema: dict, count: int, adversarial: bool):
                 for f in schema["fields"]:
                     name, t = f["name"], f["type"]
                     if name == "datasetName":
-                        record[name] = None if isinstance(t, list) and rng.random() < 0.1 else rng.choice(DATASETS)
+                        record[name] = (
+                            None
+                            if isinstance(t, list) and rng.random() < 0.1
+                            else rng.choice(DATASETS)
+                        )
                     elif name == "tableName":
                         record[name] = rng.choice(TABLES)
                     elif name == "eventTime":
                         record[name] = event_value(rng, t)
                     elif name == "meta" and rng.random() < 0.7:
                         record[name] = {"ts": event_value(rng, t[1]["fields"][0]["type"])}
-            value = (writer.ws() + writer.dumps(record) + writer.ws()).encode("utf-8", "surrogatepass")
+            value = (writer.ws() + writer.dumps(record) + writer.ws()).encode(
+                "utf-8", "surrogatepass"
+            )
             if roll < (0.06 if adversarial else 0.015):
                 value = mangle(rng, value)
         key = rng.choice([None, b"", b"k" + str(i).encode(), rng.randbytes(20)])
-        headers = rng.choice([None, [], [("h", b"v")], [("trace", None), ("zürich", rng.randbytes(3))]])
+        headers = rng.choice(
+            [None, [], [("h", b"v")], [("trace", None), ("zürich", rng.randbytes(3))]]
+        )
         timestamp = rng.choice([(1, 1_726_238_205_123 + i), (1, 1_726_238_205_123 + i), (2, 0), (0, -1),
                                 (1, -5), (1, 253_402_300_800_000)])  # fmt: skip
         yield Msg(TOPIC, 0, start + i, value, key, headers, timestamp)

@@ -12,7 +12,7 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.formats.json_stage import JsonKernelStaging
 from kbqe_dagster_tests.formats.json_fuzz import scenario
-from kbqe_dagster_tests.formats.test_json_stage import GOOD, SCHEMA, TOPIC, pipeline
+from kbqe_dagster_tests.formats.test_json_stage import GOOD, TOPIC, pipeline
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
 
 pytest.importorskip("kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)")
