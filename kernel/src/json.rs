@@ -738,25 +738,52 @@ impl Writer<'_> {
                 out.push(0);
             }
             (Node::Record(fields), Some(Tok::Obj { n, .. })) => {
-                let first = at.unwrap() + 1;
-                // fastavro's union hint: a `-type` key that names another record is a mismatch.
-                let mut member = first;
-                for _ in 0..n {
-                    if self.key(member) == b"-type" {
-                        return Err(Stop);
-                    }
+                let nf = fields.len();
+                let (mut found_buf, mut found_vec) = ([usize::MAX; 32], Vec::new());
+                let found: &mut [usize] = if nf <= 32 {
+                    &mut found_buf[..nf]
+                } else {
+                    found_vec.resize(nf, usize::MAX);
+                    &mut found_vec
+                };
+                let (mut members_buf, mut members_vec) = ([0usize; 64], Vec::new());
+                let members: &mut [usize] = if n <= 64 {
+                    &mut members_buf[..n as usize]
+                } else {
+                    members_vec.resize(n as usize, 0);
+                    &mut members_vec
+                };
+                let mut member = at.unwrap() + 1;
+                for slot in members.iter_mut() {
+                    *slot = member;
                     member = self.skip(member + 1);
                 }
-                for (index, field) in fields.iter().enumerate() {
-                    // The last member of that name, as Python's dict keeps it.
-                    let mut found = None;
-                    let mut member = first;
-                    for _ in 0..n {
-                        if self.key(member) == field.name.as_slice() {
-                            found = Some(member + 1);
+                // From the last member back: a field's first match is its last occurrence, the
+                // value Python's dict keeps. Producers mostly write the schema's order, so the
+                // field before the last one matched is tried first.
+                let mut hint = nf.wrapping_sub(1);
+                for &m in members.iter().rev() {
+                    let key = self.key(m);
+                    let f = if hint < nf && fields[hint].name == key {
+                        Some(hint)
+                    } else {
+                        fields.iter().position(|f| f.name == key)
+                    };
+                    match f {
+                        Some(f) => {
+                            if found[f] == usize::MAX {
+                                found[f] = m + 1;
+                            }
+                            hint = f.wrapping_sub(1);
                         }
-                        member = self.skip(member + 1);
+                        // fastavro's union hint: a `-type` key naming another record is a
+                        // mismatch (no Avro field name has a '-').
+                        None if key == b"-type" => return Err(Stop),
+                        None => {}
                     }
+                }
+                for (index, field) in fields.iter().enumerate() {
+                    let found = (found[index] != usize::MAX).then_some(found[index]);
                     if found.is_none() && field.default == Default_::Other {
                         return Err(Stop);
                     }
