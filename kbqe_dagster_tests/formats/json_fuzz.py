@@ -39,6 +39,8 @@ class Scenario:
     pipeline: PipelineConfig
     schema: dict
     messages: list[Msg]
+    adversarial: bool
+    """A scenario of odd schemas and spellings (else: what producers send, some bad input)."""
 
 
 class Schemas:
@@ -341,7 +343,7 @@ def scenario(seed: int, messages: int) -> Scenario:
         "version": 1, "topics": [topic], "enrichment": enrichment,
         "allowed_destinations": ["acme_sales.*", "acme_web.orders", "fuzz.*"],
     }, source=f"json kernel fuzz seed {seed}")  # fmt: skip
-    return Scenario(pipeline, schema, list(stream(rng, schema, messages, adversarial)))
+    return Scenario(pipeline, schema, list(stream(rng, schema, messages, adversarial)), adversarial)
 
 
 def stream(rng: random.Random, schema: dict, count: int, adversarial: bool):

@@ -112,6 +112,7 @@ def test_json_differential_fuzz(tmp_path_factory, pytestconfig):
     seeds = fuzz_seeds(pytestconfig)
     staged_natively = records = total = 0
     handbacks: dict[str, int] = {}
+    plain = [0, 0]  # records staged, by the kernel, in the scenarios that are not adversarial
     for seed in seeds:
         case = scenario(seed, 400)
         tmp = tmp_path_factory.mktemp(f"jsonfuzz{seed}")
@@ -122,12 +123,16 @@ def test_json_differential_fuzz(tmp_path_factory, pytestconfig):
         staged_natively += native.kernel_messages
         records += python.result.records if python.result else 0
         total += len(case.messages)
+        if not case.adversarial:
+            plain[0] += python.result.records if python.result else 0
+            plain[1] += native.kernel_messages
         for reason, n in (native.handbacks or {}).items():
             handbacks[reason] = handbacks.get(reason, 0) + n
     share = staged_natively / max(records, 1)
     print(f"json kernel fuzz: {len(seeds)} scenarios, {total} messages, 0 disagreements, "
           f"{records} records staged, {staged_natively} by the kernel ({share:.1%}); "
-          f"hand-backs {handbacks}")  # fmt: skip
+          f"hand-backs {handbacks}; producer-like scenarios: {plain[0]} records, "
+          f"{plain[1]} by the kernel ({plain[1] / max(plain[0], 1):.1%})")  # fmt: skip
     # The records it leaves to Python are spellings it does not read on purpose (a BOM, UTF-16)
     # and event times it is not sure of (as on the Avro path: offsets like "+0200").
     assert share > 0.8, "the kernel staged too few records to prove anything"

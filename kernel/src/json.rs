@@ -13,7 +13,7 @@
 //! - integers outside 64 bits, non-finite doubles, floats that overflow 32 bits;
 //! - unions other than `null` and one other type, `bytes` and `fixed` values (JSON has no
 //!   bytes), a string for an `int`/`date` (fastavro parses it), a record object with a
-//!   `-type` key (fastavro's union hint), a missing field whose default is not `null`.
+//!   `-type` key (fastavro's union hint), a missing field whose default it cannot encode.
 //!
 //! Parsing is a small borrowed parser into a reused token tape rather than `serde_json`'s
 //! `Value` (docs/architecture.md, "the JSON kernel"): a number's literal decides whether
@@ -52,9 +52,11 @@ enum Default_ {
     Absent,
     /// `"default": null`: the same.
     Null,
-    /// Any other default: fastavro uses it; the kernel hands the message back (also: no
-    /// default where fastavro's writer then refuses a missing field).
+    /// A default the kernel does not encode: the message goes back (also: no default where
+    /// fastavro's writer then refuses a missing field).
     Other,
+    /// A default fastavro writes for a missing field: its encoding, `Encoder::defaults[i]`.
+    Encoded(usize),
 }
 
 #[derive(Debug)]
@@ -62,6 +64,8 @@ struct Field {
     name: Vec<u8>,
     node: usize,
     default: Default_,
+    /// A non-null default's JSON text, encoded once the schema is compiled.
+    default_json: Option<String>,
 }
 
 #[derive(Debug)]
@@ -99,6 +103,7 @@ pub struct Encoder {
     nodes: Vec<Node>,
     top: usize,
     want: Want,
+    defaults: Vec<Vec<u8>>,
     tape: Vec<Tok>,
     unescaped: Vec<u8>,
     body: Vec<u8>,
@@ -138,6 +143,33 @@ impl Encoder {
         if !matches!(nodes[top], Node::Record(_)) {
             return Err(Unsupported("the declared schema is not a record".into()));
         }
+        // fastavro writes a missing field's default as it would write that value: encoded once
+        // here by the same rules (a default they refuse stays `Other`: handed back).
+        let mut defaults = Vec::new();
+        let mut encoded = Vec::new();
+        for (id, node) in nodes.iter().enumerate() {
+            let Node::Record(fields) = node else { continue };
+            for (index, field) in fields.iter().enumerate() {
+                let Some(text) = &field.default_json else { continue };
+                let mut tape = Vec::new();
+                let mut unescaped = Vec::new();
+                let mut p = Parser { s: text.as_bytes(), i: 0, tape: &mut tape, unescaped: &mut unescaped };
+                if p.value(0).is_err() || p.i != text.len() {
+                    continue;
+                }
+                let w = Writer { nodes: &nodes, tape: &tape, input: text.as_bytes(), unescaped: &unescaped, defaults: &[] };
+                let mut out = Vec::new();
+                if w.encode(field.node, Some(0), None, &mut out, &mut [], 0).is_ok() {
+                    encoded.push((id, index, defaults.len()));
+                    defaults.push(out);
+                }
+            }
+        }
+        for (id, index, at) in encoded {
+            if let Node::Record(fields) = &mut nodes[id] {
+                fields[index].default = Default_::Encoded(at);
+            }
+        }
         let mut want = Want::default();
         for (slot, path) in wanted.iter().enumerate() {
             let mut node_id = top;
@@ -171,7 +203,7 @@ impl Encoder {
             }
             at.slot = Some(slot);
         }
-        Ok(Encoder { nodes, top, want, tape: Vec::new(), unescaped: Vec::new(), body: Vec::new() })
+        Ok(Encoder { nodes, top, want, defaults, tape: Vec::new(), unescaped: Vec::new(), body: Vec::new() })
     }
 
     /// The Avro body of the last [`encode`](Self::encode).
@@ -196,7 +228,7 @@ impl Encoder {
         if p.i != value.len() {
             return Err(Stop);
         }
-        let w = Writer { nodes: &self.nodes, tape: &self.tape, input: value, unescaped: &self.unescaped };
+        let w = Writer { nodes: &self.nodes, tape: &self.tape, input: value, unescaped: &self.unescaped, defaults: &self.defaults };
         if !matches!(self.tape[0], Tok::Obj { .. }) {
             return Err(Stop);
         }
@@ -269,7 +301,8 @@ impl Compiler {
                                 Some(Json::Null) => Default_::Null,
                                 Some(_) => Default_::Other,
                             };
-                            fields.push(Field { name: fname.as_bytes().to_vec(), node: self.node(ft)?, default });
+                            let default_json = f.get("default").filter(|d| !d.is_null()).map(Json::to_string);
+                            fields.push(Field { name: fname.as_bytes().to_vec(), node: self.node(ft)?, default, default_json });
                         }
                         self.nodes[id] = Node::Record(fields);
                         Ok(id)
@@ -617,6 +650,7 @@ struct Writer<'a> {
     tape: &'a [Tok],
     input: &'a [u8],
     unescaped: &'a [u8],
+    defaults: &'a [Vec<u8>],
 }
 
 #[inline]
@@ -784,8 +818,15 @@ impl Writer<'_> {
                 }
                 for (index, field) in fields.iter().enumerate() {
                     let found = (found[index] != usize::MAX).then_some(found[index]);
-                    if found.is_none() && field.default == Default_::Other {
-                        return Err(Stop);
+                    match (found, field.default) {
+                        (None, Default_::Other) => return Err(Stop),
+                        (None, Default_::Encoded(at)) => {
+                            // Written as the default, read by routing and event time as absent
+                            // (Python's field_values reads the JSON object: None).
+                            out.extend_from_slice(&self.defaults[at]);
+                            continue;
+                        }
+                        _ => {}
                     }
                     let below = want.and_then(|w| w.children.iter().find(|(i, _)| *i == index)).map(|(_, w)| w);
                     let mark = out.len();
