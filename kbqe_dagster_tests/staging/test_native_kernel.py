@@ -248,9 +248,13 @@ def test_what_stays_on_the_python_path(tmp_path):
         }
     )
     assert NativeStaging.for_stager(_stager(tmp_path, function)) is None
-    # Stagers of their own: JSON values and keyed topics.
+    # Stagers of their own: JSON values take the kernel through their own driver (its
+    # kernel_driver, formats/json_stage.py), unless transforms reshape them; keyed topics stay.
     json_topic = pipeline(format="json", schema=BENCH_SCHEMA)
-    assert NativeStaging.for_stager(_stager(tmp_path, json_topic)) is None
+    driver = NativeStaging.for_stager(_stager(tmp_path, json_topic))
+    assert type(driver).__name__ == "JsonKernelStaging"
+    transformed = pipeline(format="json", schema=BENCH_SCHEMA, transforms=[{"drop": "note"}])
+    assert NativeStaging.for_stager(_stager(tmp_path, transformed)) is None
     keyed = pipeline(
         format="debezium",
         keyed={"key": ["id"]},
