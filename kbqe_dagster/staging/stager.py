@@ -28,7 +28,9 @@ topic/partition/offset, and nothing of it is committed).
   types), :meth:`~RangeStager.make_decoder` (what an Avro writer schema stages with),
   :meth:`~RangeStager.framed_schema_id` (the dead letter's schema id),
   :meth:`~RangeStager.range_result` (extra counts in the result), ``native_kernel`` (whether
-  the kernel may do the per-message work).
+  the kernel may do the per-message work), ``kernel_driver`` (optional: the
+  :class:`~kbqe_dagster.staging.native_kernel.NativeStaging` subclass that drives the kernel
+  for this stager's own variant of that work, as ``format: json`` has).
 """
 
 from __future__ import annotations
