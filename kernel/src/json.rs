@@ -10,7 +10,8 @@
 //!   [`MAX_DEPTH`]; and everything that is not JSON at all (Python's `json_decode_error`).
 //! - a value that is not an object, and every value that does not fit the schema (Python's
 //!   `json_schema_mismatch`, its reason and field path written by fastavro);
-//! - integers outside 64 bits, non-finite doubles, floats that overflow 32 bits;
+//! - integers outside 64 bits, non-finite doubles, floats that overflow 32 bits, maps of
+//!   more than [`MAX_MAP_KEYS`] keys;
 //! - unions other than `null` and one other type, `bytes` and `fixed` values (JSON has no
 //!   bytes), a string for an `int`/`date` (fastavro parses it), a record object with a
 //!   `-type` key (fastavro's union hint), a missing field whose default it cannot encode.
@@ -29,6 +30,8 @@ use std::collections::HashMap;
 
 /// Deeper JSON (or schema recursion) goes to the Python path.
 const MAX_DEPTH: u32 = 64;
+/// Bigger maps go to the Python path (duplicate keys are found by comparing pairs).
+const MAX_MAP_KEYS: u32 = 256;
 
 #[derive(Clone, Copy, Debug)]
 enum Tok {
@@ -746,22 +749,28 @@ impl Writer<'_> {
             (Node::Map(vtype), Some(Tok::Obj { n, .. })) => {
                 // Python's dict: one entry per key, at its first key's place, with its last
                 // value; fastavro writes one block of len(dict) entries, then the end marker.
-                let first = at.unwrap() + 1;
-                let members: Vec<usize> = {
-                    let mut m = Vec::with_capacity(n as usize);
-                    let mut member = first;
-                    for _ in 0..n {
-                        m.push(member);
-                        member = self.skip(member + 1);
-                    }
-                    m
+                // Keys are compared pairwise: a map of more than MAX_MAP_KEYS goes to Python.
+                if n > MAX_MAP_KEYS {
+                    return Err(Stop);
+                }
+                let (mut members_buf, mut members_vec) = ([0usize; 64], Vec::new());
+                let members: &mut [usize] = if n <= 64 {
+                    &mut members_buf[..n as usize]
+                } else {
+                    members_vec.resize(n as usize, 0);
+                    &mut members_vec
                 };
-                let firsts: Vec<usize> = (0..members.len())
-                    .filter(|&k| !members[..k].iter().any(|&o| self.key(o) == self.key(members[k])))
-                    .collect();
-                if !firsts.is_empty() {
-                    put_long(out, firsts.len() as i64);
-                    for &k in &firsts {
+                let mut member = at.unwrap() + 1;
+                for slot in members.iter_mut() {
+                    *slot = member;
+                    member = self.skip(member + 1);
+                }
+                let members = &*members;
+                let is_first = |k: usize| !members[..k].iter().any(|&o| self.key(o) == self.key(members[k]));
+                let distinct = (0..members.len()).filter(|&k| is_first(k)).count();
+                if distinct > 0 {
+                    put_long(out, distinct as i64);
+                    for k in (0..members.len()).filter(|&k| is_first(k)) {
                         let key = self.key(members[k]);
                         let last = members[k..].iter().rev().find(|&&o| self.key(o) == key).copied().unwrap_or(members[k]);
                         put_long(out, key.len() as i64);
