@@ -128,7 +128,7 @@ class JsonKernelStaging(NativeStaging):
                         staged.full_name,
                         {},
                         None,
-                    )  # fmt: skip
+                    )
                 )
                 constant = driver._slot(
                     destination.dataset, destination.table, staged.schema_id, staged.file_schema
@@ -156,11 +156,12 @@ class JsonKernelStaging(NativeStaging):
                     staged.full_name,
                     fields,
                     msg.key(),
-                )  # fmt: skip
+                )
             )
         except (BadInputError, UnicodeDecodeError):
             return False
-        slot = self._slot(destination.dataset, destination.table, staged.schema_id,
-                          staged.file_schema)  # fmt: skip
+        slot = self._slot(
+            destination.dataset, destination.table, staged.schema_id, staged.file_schema
+        )
         self.kernel.learn_route(self.LEARN_HEADER, dataset, table, slot)
         return True

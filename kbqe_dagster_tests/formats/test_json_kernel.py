@@ -4,13 +4,14 @@ dates, on seeded random scenarios (formats/json_fuzz.py) and on the cases that d
 
 from __future__ import annotations
 
+import io
 import json
 import random
 
+import fastavro
 import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster.formats.json_stage import JsonKernelStaging
 from kbqe_dagster_tests.formats.json_fuzz import scenario
 from kbqe_dagster_tests.formats.test_json_stage import GOOD, TOPIC, pipeline
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
@@ -86,19 +87,38 @@ def test_a_date_field_given_a_string_is_python_verdict_and_a_bad_one_a_dead_lett
     assert native.kernel_messages == 2
 
 
+def test_maps_and_defaults_are_encoded_as_python_keeps_them(tmp_path):
+    """A duplicate map key keeps its first place and its last value (Python's dict); a missing
+    field is written as its default; a map too big to search for duplicates goes back."""
+    schema = {"type": "record", "name": "M", "fields": [
+        {"name": "datasetName", "type": "string"}, {"name": "tableName", "type": "string"},
+        {"name": "at", "type": "long"}, {"name": "tags", "type": {"type": "map", "values": "long"}},
+        {"name": "level", "type": "string", "default": "info"},
+        {"name": "score", "type": ["double", "null"], "default": 0.5}]}  # fmt: skip
+    config = parse_pipeline_config({"version": 1, "allowed_destinations": ["web.*"], "topics": [
+        {"name": TOPIC, "format": "json", "schema": schema, "event_time": {"fields": ["at"]}}]})  # fmt: skip
+    head = '{"datasetName": "web", "tableName": "clicks", "at": 1726238205123'
+    big = ", ".join(f'"k{i}": {i}' for i in range(300))
+    values = [f'{head}, "tags": {{"a": 1, "b": 2, "a": 3}}}}'.encode(),
+              f'{head}, "tags": {{}}, "level": "warn", "score": null}}'.encode(),
+              f'{head}, "tags": {{{big}}}}}'.encode()]  # fmt: skip
+    python, native = both(tmp_path, config, messages(values))
+    assert python.result.records == 3
+    assert native.kernel_messages == 2
+    assert native.handbacks == {"json_uncertain": 1}
+    staged = [r for name, data in native.files.items() if name.endswith(".avro")
+              for r in fastavro.reader(io.BytesIO(data))]  # fmt: skip
+    assert list(staged[0]["tags"].items()) == [("a", 3), ("b", 2)]
+    assert (staged[0]["level"], staged[0]["score"]) == ("info", 0.5)
+    assert (staged[1]["level"], staged[1]["score"]) == ("warn", None)
+
+
 def test_a_topic_with_transforms_stays_on_the_python_path(tmp_path):
     config = pipeline(transforms=[{"drop": "url"}])
     python = stage(tmp_path, config, TOPIC, {}, messages([json.dumps(GOOD).encode()]), native=False)
     assert python.result.records == 1
     with pytest.raises(AssertionError, match="not available"):
         stage(tmp_path, config, TOPIC, {}, messages([json.dumps(GOOD).encode()]), native=True)
-
-
-def test_json_topics_have_their_own_kernel_driver():
-    from kbqe_dagster.formats.json_stage import JsonRangeStager
-
-    assert JsonRangeStager.kernel_driver.fget is not None
-    assert issubclass(JsonKernelStaging, object)
 
 
 def fuzz_seeds(config) -> list[int]:
