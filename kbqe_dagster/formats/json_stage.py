@@ -114,6 +114,8 @@ class JsonKernelStaging(NativeStaging):
 
     @classmethod
     def start(cls, stager: Any, extension: Any) -> NativeStaging | None:
+        if not hasattr(extension.StageKernel, "add_json_schema"):
+            return None  # a kernel built before it staged JSON (`make install` rebuilds it)
         driver = cls(stager, extension)
         staged = driver.staged = stager.staged_schema()
         constant = None
