@@ -3,9 +3,12 @@
 Runs ``bench_stage.py`` once per format over the same 16-field row — framed Avro (the native
 kernel and the Python path), Debezium envelopes into a keyed topic, schemaless JSON, framed
 JSON under a registry JSON Schema, framed Protobuf, and the Avro backlog archived undecoded
-(``format: raw``, key and headers kept) — each in its own process, at the same N,
-without the per-step breakdown, then prints msg/s and CPU µs per message per format and target
-and writes ``bench/results/formats.json``. The per-format reports stay in ``bench/results/``.
+(``format: raw``, key and headers kept) — each in its own process, at the same N, without the
+per-step breakdown, then prints msg/s and CPU µs per message per format, target and stage path
+(the native kernel and the Python path, when the kernel is built), the raw consume rate of
+that format's own topic (the fastest tuned plain consumer, ``bench_stage.py``'s reference) and
+the stage rate's ratio to it, and writes ``bench/results/formats.json``. The per-format reports
+stay in ``bench/results/``.
 
     .venv/bin/python bench/bench_formats.py [--messages 200000]
 """
@@ -55,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: the benchmark failed (above)", file=sys.stderr)
             return 1
         report = json.loads(out.read_text())
+        raw = max(
+            b["messages_per_s"]
+            for b in report["baselines"]
+            if b["reader"] in ("raw_tuned", "raw_stage_tuned")
+        )
         for stage in report["stage"]:
             rows.append(
                 {
@@ -64,13 +72,18 @@ def main(argv: list[str] | None = None) -> int:
                     "messages_per_s": stage["messages_per_s"],
                     "cpu_us_per_message": stage.get("cpu_us_per_message"),
                     "bad_input": stage.get("bad_input", 0),
+                    "raw_consume_per_s": raw,
+                    "ratio_to_raw": round(stage["messages_per_s"] / raw, 3),
+                    "kernel_handbacks": stage.get("kernel_handbacks") or {},
                 }
             )
-    print(f"\n{'format':12} {'target':6} {'path':7} {'msg/s':>10} {'CPU µs/msg':>11}")
+    print(f"\n{'format':12} {'target':6} {'path':7} {'msg/s':>10} {'CPU µs/msg':>11} "
+          f"{'raw msg/s':>10} {'ratio':>6}")  # fmt: skip
     for row in rows:
         print(
             f"{row['format']:12} {row['target']:6} {row['stage_path']:7} "
-            f"{row['messages_per_s']:>10,} {row['cpu_us_per_message'] or 0:>11.2f}"
+            f"{row['messages_per_s']:>10,} {row['cpu_us_per_message'] or 0:>11.2f} "
+            f"{row['raw_consume_per_s']:>10,} {row['ratio_to_raw']:>6.2f}"
         )
     result = BENCH / "results" / "formats.json"
     result.write_text(json.dumps({"messages": args.messages, "rows": rows}, indent=2))

@@ -123,7 +123,9 @@ docs/architecture.md, "Keyed tables delivered by storage_write".
 the topic declares in `schema:` (inline, or the path of an `.avsc` file relative to the
 pipeline file); a value that is not one JSON object is dead-lettered as `json_decode_error`,
 one that does not fit the schema as `json_schema_mismatch` naming the field. Logical types
-take Avro's JSON encoding (`timestamp-millis` as epoch milliseconds).
+take Avro's JSON encoding (`timestamp-millis` as epoch milliseconds). Without `transforms` or
+`destinations`, the native stage kernel (when built) parses, checks and encodes the values
+itself, with the same files and dead letters (`KBQE_STAGE_KERNEL=off` turns it off).
 
 `transforms` is a list applied in order to every record of the topic, before routing, event
 time and enrichment (which read the transformed fields); each item has one *kind key* (`add`,

@@ -8,14 +8,23 @@ the decoded fields, the enrichment prefix goes before the body, the files commit
 range. Topic ``transforms`` apply to the checked record through the shared step of
 ``formats/transform_stage.py`` (a schema the transforms cannot apply to is a config error here:
 the schema is declared). Unlike the Avro path this decodes and encodes every record — JSON has no binary form to
-slice; ``bench/bench_stage.py`` reports its rate. Values are taken as JSON gives them: a
+slice; ``bench/bench_formats.py`` reports its rate. Values are taken as JSON gives them: a
 ``timestamp-millis`` field wants epoch milliseconds, a ``date`` field days since 1970, as
 Avro's JSON encoding does.
+
+**The native kernel** (``kernel/src/json.rs``) does the same for a topic without transforms or
+destinations: :class:`JsonKernelStaging`, this stager's ``native_driver``, gives it the
+declared schema once, and it parses, checks and encodes each value in Rust. Every message it
+is not certain about — every one the Python path would dead-letter among them — comes back
+here and is staged (or dead-lettered, with this module's reasons) by :meth:`stage`: the files,
+dead letters and counts are this path's, byte for byte (docs/architecture.md, "The JSON
+kernel").
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,22 +32,35 @@ from typing import Any
 from fastavro import parse_schema
 from fastavro.validation import ValidationError, validate
 
-from kbqe_dagster.core.errors import JsonDecodeError, JsonSchemaMismatchError
+from kbqe_dagster.core.errors import BadInputError, JsonDecodeError, JsonSchemaMismatchError
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.formats.transform_stage import TransformingStager
+from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
+from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.native_kernel import NativeStaging
+
+log = logging.getLogger(__name__)
 
 
 class JsonRangeStager(TransformingStager):
-    native_kernel = False  # JSON is decoded and re-encoded per record: the Python path
-
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         super().__init__(ctx, rng, workdir)
         schema = dict(self.topic.value_schema or {})
         self.value_schema = schema
         self.parsed = parse_schema(schema, _write_hint=False)
         self.schema_id = declared_schema_id(schema)
+        # Transforms and destinations reshape records in Python: those topics stay here.
+        self.native_kernel = not self.reshapes
+
+    @property
+    def native_driver(self) -> type[NativeStaging]:
+        return JsonKernelStaging  # a property: the driver class is defined below
+
+    def staged_schema(self) -> StagedSchema:
+        """What every record of the topic stages as (no transforms: the declared schema, its
+        files' extended schema and id)."""
+        return self._staged_schema(self.schema_id, self.value_schema, self.schema_id)
 
     def stage(self, msg: Any) -> None:
         record = _decode(self.checked_value(msg))  # null and oversized values as on the Avro path
@@ -65,6 +87,10 @@ def _check(record: Mapping[str, Any], parsed: Any) -> None:
         validate(record, parsed, raise_errors=True)
     except ValidationError as error:
         raise JsonSchemaMismatchError(_mismatch(error)) from None
+    except (ValueError, TypeError) as error:
+        # fastavro parses a string given for an int/date field and lets its parser's error
+        # out ("Invalid isoformat string"): a value that does not fit, not a failed range.
+        raise JsonSchemaMismatchError(f"does not fit the declared schema: {error}") from None
 
 
 def _mismatch(error: ValidationError) -> str:
@@ -72,3 +98,74 @@ def _mismatch(error: ValidationError) -> str:
     details = [str(e) for e in getattr(error, "errors", ())] or [str(error)]
     first = details[0].replace("\n", " ")
     return f"does not fit the declared schema: {first}"
+
+
+class JsonKernelStaging(NativeStaging):
+    """The native kernel's driver for ``format: json`` (staging/native_kernel.py's loop): the
+    declared schema is given once, at the start; the only thing the kernel learns later is
+    a route (field routing), from the Python router."""
+
+    LEARN_HEADER = b"json:"
+    """``learn_route``'s header: the JSON kernel has one schema, whatever header it is told."""
+
+    stager: JsonRangeStager
+    staged: StagedSchema
+    """What every record stages as (set by :meth:`for_range`)."""
+
+    @classmethod
+    def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
+        if not cls.append_rules_allow(stager):
+            return None  # transforms or destinations, function routing, an HOUR table
+        if not hasattr(extension.StageKernel, "add_json_schema"):
+            return None  # a kernel built before it staged JSON (`make install` rebuilds it)
+        driver = cls(stager, extension)
+        staged = driver.staged = stager.staged_schema()
+        constant = None
+        try:
+            if driver._mode is not RoutingMode.FIELDS or stager.static_destination is not None:
+                # Static and schema-name routing do not depend on the record: one destination.
+                destination = stager.static_destination or stager.route(
+                    RoutingInput(
+                        stager.rng.topic,
+                        stager.rng.partition,
+                        stager.rng.start,
+                        staged.full_name,
+                        {},
+                        None,
+                    )
+                )
+                constant = driver._slot(
+                    destination.dataset, destination.table, staged.schema_id, staged.file_schema
+                )
+            driver.kernel.add_json_schema(json.dumps(staged.parsed), constant)
+        except (BadInputError, ValueError) as error:
+            log.debug("%s: the JSON values stay on the Python stage path: %s", stager.rng, error)
+            return None
+        return driver
+
+    def _teach(self, msg: Any, reason: str, unknown_route: tuple[bytes, bytes] | None) -> bool:
+        """A route the kernel has not seen: the Python router's destination for it, as the
+        Avro driver learns it (a route it refuses stays the Python path's to dead-letter)."""
+        if reason != "route_unknown" or unknown_route is None:
+            return False
+        dataset, table = unknown_route
+        staged = self.staged
+        try:
+            fields = {self._dataset_field: dataset.decode(), self._table_field: table.decode()}
+            destination = self.stager.route(
+                RoutingInput(
+                    self.stager.rng.topic,
+                    self.stager.rng.partition,
+                    msg.offset(),
+                    staged.full_name,
+                    fields,
+                    msg.key(),
+                )
+            )
+        except (BadInputError, UnicodeDecodeError):
+            return False
+        slot = self._slot(
+            destination.dataset, destination.table, staged.schema_id, staged.file_schema
+        )
+        self.kernel.learn_route(self.LEARN_HEADER, dataset, table, slot)
+        return True

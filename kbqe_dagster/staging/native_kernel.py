@@ -11,8 +11,13 @@ exactly as a run without the kernel would, and resumes the kernel after it. Dead
 Python path's by construction: the kernel never decides that a message is bad, and its records
 reach the same container writer in the same order (docs/architecture.md, "Two stage paths").
 
-What stays on the Python path for good: keyed and JSON topics (stagers of their own, which set
-``native_kernel = False``), ``function`` routing, topics that may write an HOUR-partitioned
+A stager whose per-message work differs from the Avro path's names its own driver, a subclass
+of :class:`NativeStaging`, as ``native_driver`` (``format: json`` and ``format: raw`` do:
+formats/json_stage.py, formats/raw_stage.py); its :meth:`~NativeStaging.for_range` may decline
+a range.
+
+What stays on the Python path for good: keyed topics and other formats (stagers of their own,
+which set ``native_kernel = False``), ``function`` routing, topics that may write an HOUR-partitioned
 table (core/record/partitioning.py: the event hour column), and a schema whose types or wanted fields
 the kernel does not implement (:meth:`StageKernel.add_schema` refuses it; its messages are
 handed back one by one). ``KBQE_STAGE_KERNEL=off`` forces the Python path everywhere.
@@ -132,22 +137,33 @@ class NativeStaging:
 
     @classmethod
     def for_stager(cls, stager: Any) -> NativeStaging | None:
-        """The kernel's driver for ``stager``, or None when this range takes the Python path
-        (a stager's own ``native_driver`` when it has one: formats/raw_stage.py)."""
+        """The kernel's driver for ``stager``, or None when this range takes the Python path:
+        the stager's own ``native_driver`` (a subclass, for a format whose per-message work
+        differs: formats/json_stage.py, formats/raw_stage.py) or this class, asked by
+        :meth:`for_range`."""
         if not stager.ctx.native_kernel or _extension is None:
             return None
-        own = getattr(stager, "native_driver", None)
-        if own is not None:
-            return own.for_range(stager, _extension)
+        driver: type[NativeStaging] = getattr(stager, "native_driver", None) or cls
+        return driver.for_range(stager, _extension)
+
+    @classmethod
+    def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
+        """Hook: the driver of ``stager``'s range, or None when it takes the Python path. Here,
+        the append kernel's rules (:meth:`append_rules_allow`)."""
+        return cls(stager, extension) if cls.append_rules_allow(stager) else None
+
+    @staticmethod
+    def append_rules_allow(stager: Any) -> bool:
+        """Whether the append kernel's loop may stage ``stager``'s range: the stager allows it
+        (``native_kernel``), routing is not a Python ``function``, and no record may go to an
+        HOUR table."""
         if not getattr(stager, "native_kernel", False):
-            return None
+            return False
         if stager.router.config.mode is RoutingMode.FUNCTION:
-            return None
-        if stager.pipeline.topic_may_write_hourly(stager.topic.name):
-            # The kernel writes DAY tables' layout only; an HOUR table's records carry the
-            # event hour column too (core/record/partitioning.py), which the Python path adds.
-            return None
-        return cls(stager, _extension)
+            return False
+        # The kernel writes DAY tables' layout only; an HOUR table's records carry the event
+        # hour column too (core/record/partitioning.py), which the Python path adds.
+        return not stager.pipeline.topic_may_write_hourly(stager.topic.name)
 
     # --- the loop ---------------------------------------------------------------------------
     def stage(self, reader: Any) -> None:

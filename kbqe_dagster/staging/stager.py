@@ -28,7 +28,9 @@ topic/partition/offset, and nothing of it is committed).
   types), :meth:`~RangeStager.make_decoder` (what an Avro writer schema stages with),
   :meth:`~RangeStager.framed_schema_id` (the dead letter's schema id),
   :meth:`~RangeStager.range_result` (extra counts in the result), ``native_kernel`` (whether
-  the kernel may do the per-message work), ``native_driver`` (a kernel driver of its own),
+  the kernel may do the per-message work), ``native_driver`` (optional: the
+  :class:`~kbqe_dagster.staging.native_kernel.NativeStaging` subclass that drives the kernel
+  for this stager's own variant of that work, as ``format: json`` and ``format: raw`` have),
   :meth:`~RangeStager.file_enrichment` (the enrichment columns of its files).
 """
 
@@ -96,9 +98,11 @@ class RangeStager:
 
     native_driver: Any = None
     """Hook: a kernel driver of the stager's own, for a format whose per-message work the
-    append kernel does not do (formats/raw_stage.py): a class whose ``for_range(stager,
-    extension)`` returns the driver of a range (``stage(reader)``, ``handbacks``) or None for
-    the Python path. None: the append kernel's driver when :attr:`native_kernel` is on."""
+    append kernel does its own way (formats/json_stage.py, formats/raw_stage.py): a
+    ``NativeStaging`` subclass whose ``for_range(stager, extension)`` returns the driver of a
+    range or None for the Python path. None: the append kernel's driver, under its rules
+    (``NativeStaging.append_rules_allow``: :attr:`native_kernel` on, no ``function``
+    routing, no HOUR table)."""
 
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         self.ctx = ctx

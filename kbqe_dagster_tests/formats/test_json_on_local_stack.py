@@ -26,8 +26,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def json_topic(local_stack, local_endpoints, tmp_path):
+@pytest.fixture(params=["on", "off"], ids=["kernel", "python"])
+def json_topic(request, local_stack, local_endpoints, tmp_path):
+    """A JSON topic staged with the native kernel (when built) or, with the switch off, on
+    the Python path: the same rows and dead letters either way."""
     run = uuid.uuid4().hex[:8]
     topic = f"shop.clicks.json{run}"
     create_topic(local_endpoints.kafka_bootstrap, topic)
@@ -59,6 +61,7 @@ def json_topic(local_stack, local_endpoints, tmp_path):
         "KBQE_PIPELINE_CONFIG": str(pipeline),
         "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/json-{run}",
         "DAGSTER_HOME": str(home),
+        "KBQE_STAGE_KERNEL": request.param,
     }
     client = local_bigquery_client()
     yield local_endpoints, topic, dataset, dead, env, client

@@ -34,7 +34,9 @@ from kbqe_dagster.staging.stager import RangeStager
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
 from kbqe_dagster_tests.staging.kernel_fuzz import scenario
 
-pytest.importorskip("kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)")
+kbqe_dagster_kernel = pytest.importorskip(
+    "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"
+)
 
 BENCH_SCHEMA = {
     "type": "record", "name": "OrderEvent", "namespace": "com.acme.events",
@@ -248,9 +250,16 @@ def test_what_stays_on_the_python_path(tmp_path):
         }
     )
     assert NativeStaging.for_stager(_stager(tmp_path, function)) is None
-    # Stagers of their own: JSON values and keyed topics.
+    # Stagers of their own: JSON values take the kernel through their own driver (its
+    # native_driver, formats/json_stage.py), unless transforms reshape them; keyed topics stay.
     json_topic = pipeline(format="json", schema=BENCH_SCHEMA)
-    assert NativeStaging.for_stager(_stager(tmp_path, json_topic)) is None
+    driver = NativeStaging.for_stager(_stager(tmp_path, json_topic))
+    if hasattr(kbqe_dagster_kernel.StageKernel, "add_json_schema"):
+        assert type(driver).__name__ == "JsonKernelStaging"
+    else:  # a kernel built before it staged JSON: the Python path
+        assert driver is None
+    transformed = pipeline(format="json", schema=BENCH_SCHEMA, transforms=[{"drop": "note"}])
+    assert NativeStaging.for_stager(_stager(tmp_path, transformed)) is None
     keyed = pipeline(
         format="debezium",
         keyed={"key": ["id"]},

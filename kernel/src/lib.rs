@@ -16,6 +16,7 @@
 mod body;
 mod consumer;
 mod event_time;
+mod json;
 mod prefix;
 mod raw;
 mod schema;
@@ -106,6 +107,8 @@ struct StageKernel {
     /// For a "route_unknown" stop: the dataset and table field values (UTF-8 bytes).
     #[pyo3(get)]
     unknown_route: Option<(Vec<u8>, Vec<u8>)>,
+    /// `format: json` (json.rs): every value is JSON under one declared schema, encoded here.
+    json: Option<(json::Encoder, Route)>,
 }
 
 #[pymethods]
@@ -156,6 +159,7 @@ impl StageKernel {
             messages: 0,
             stopped: "end",
             unknown_route: None,
+            json: None,
         })
     }
 
@@ -178,12 +182,31 @@ impl StageKernel {
         Ok(())
     }
 
+    /// Stage `format: json` values (json.rs) under the declared schema `schema_json` (as
+    /// `add_schema` takes it) instead of Confluent Avro; `constant_slot` as for `add_schema`.
+    /// Raises ValueError for a schema or wanted paths the kernel does not implement.
+    #[pyo3(signature = (schema_json, constant_slot=None))]
+    fn add_json_schema(&mut self, schema_json: &str, constant_slot: Option<usize>) -> PyResult<()> {
+        let encoder = json::Encoder::compile(schema_json, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
+        let route = match (constant_slot, self.route_slots) {
+            (Some(slot), _) => Route::Constant(slot),
+            (None, Some(_)) => Route::Fields(HashMap::default()),
+            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
+        };
+        self.json = Some((encoder, route));
+        Ok(())
+    }
+
     /// Remember that the Python router sent (`dataset`, `table`) of the schema framed by
     /// `header` to file slot `slot`.
     fn learn_route(&mut self, header: &[u8], dataset: &[u8], table: &[u8], slot: usize) -> PyResult<()> {
         let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
-        let Some(&at) = self.by_header.get(&header) else { return Ok(()) };
-        if let Route::Fields(learned) = &mut self.entries[at].route {
+        let route = match (&mut self.json, self.by_header.get(&header)) {
+            (Some((_, route)), _) => route, // JSON: one schema, whatever the header
+            (None, Some(&at)) => &mut self.entries[at].route,
+            (None, None) => return Ok(()),
+        };
+        if let Route::Fields(learned) = route {
             if learned.len() < MAX_LEARNED_ROUTES {
                 learned.insert(route_key(dataset, table), slot);
             }
@@ -253,20 +276,28 @@ impl StageKernel {
         if value.len() > self.max_message_size {
             return Ok(Some("oversized"));
         }
-        if value.len() < 5 {
-            return Ok(Some("unframed"));
-        }
-        let header: [u8; 5] = value[..5].try_into().unwrap();
-        let Some(&at) = self.by_header.get(&header) else { return Ok(Some("schema_unknown")) };
-        let body = &value[5..];
-        let entry = &self.entries[at];
         self.values.fill(Value::Null);
-        let mut cursor = Cursor { buf: body, pos: 0 };
-        let walker = Walker { schema: &entry.schema };
-        if walker.walk(entry.schema.top, &entry.plan, &mut cursor, &mut self.values, 0).is_err() || !cursor.at_end() {
-            return Ok(Some("body_uncertain"));
-        }
-        let slot = match &entry.route {
+        let (body, route): (&[u8], &Route) = if let Some((encoder, route)) = &mut self.json {
+            if encoder.encode(value, &mut self.values).is_err() {
+                return Ok(Some("json_uncertain"));
+            }
+            (encoder.body(), route)
+        } else {
+            if value.len() < 5 {
+                return Ok(Some("unframed"));
+            }
+            let header: [u8; 5] = value[..5].try_into().unwrap();
+            let Some(&at) = self.by_header.get(&header) else { return Ok(Some("schema_unknown")) };
+            let body = &value[5..];
+            let entry = &self.entries[at];
+            let mut cursor = Cursor { buf: body, pos: 0 };
+            let walker = Walker { schema: &entry.schema };
+            if walker.walk(entry.schema.top, &entry.plan, &mut cursor, &mut self.values, 0).is_err() || !cursor.at_end() {
+                return Ok(Some("body_uncertain"));
+            }
+            (body, &entry.route)
+        };
+        let slot = match route {
             Route::Constant(slot) => *slot,
             Route::Fields(learned) => {
                 let (d, t) = self.route_slots.expect("field routing has slots");

@@ -1,0 +1,387 @@
+"""Seeded random ``format: json`` scenarios for the JSON kernel's differential test.
+
+A scenario is a topic (routing mode, event-time rules, enrichment columns, bad-input policy,
+message size limit) with a random declared schema — every Avro type JSON can fill, nullable
+unions either way round, named references, defaults, logical types; sometimes types the
+kernel hands back (bytes, fixed, wider unions, non-null defaults) — and a stream of JSON
+values written the many ways producers and JSON allow: any key order and whitespace, escapes
+(``\\u`` in either case, surrogate pairs, ``\\/``), numbers as integers, fractions, exponents,
+long mantissas and ``-0``, duplicate and extra keys. Some values are wrong on purpose: wrong
+types, missing fields, out-of-range integers, ``NaN``, lone surrogates, a BOM, bad UTF-8,
+truncated or non-object JSON, tombstones, oversized values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
+from kbqe_dagster_tests.staging.kernel_equality import Msg
+from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text
+
+TOPIC = "fuzz.json"
+WORDS = ["", "a", "order", "Zürich", "日本語", "emoji 🎉", "tab\tnl\n", "q\"b\\s/", "\x00\x1f\x7f",
+         "x" * 70]  # fmt: skip
+EVENT_TYPES: list[Any] = [
+    "string", "string", ["null", "string"], "long", ["long", "null"], "int", "double", "float",
+    {"type": "int", "logicalType": "date"}, {"type": "long", "logicalType": "timestamp-millis"},
+    {"type": "long", "logicalType": "timestamp-micros"}, "boolean",
+]  # fmt: skip
+PRIMITIVES = ["boolean", "int", "long", "float", "double", "string"]
+
+
+@dataclass
+class Scenario:
+    pipeline: PipelineConfig
+    schema: dict
+    messages: list[Msg]
+    adversarial: bool
+    """A scenario of odd schemas and spellings (else: what producers send, some bad input)."""
+
+
+class Schemas:
+    """Random declared schemas (what a ``format: json`` topic may declare)."""
+
+    def __init__(self, rng: random.Random, refused: float) -> None:
+        self.rng = rng
+        self.count = 0
+        self.named: list[str] = []
+        self.refused = refused  # how often a type the kernel hands back appears
+
+    def name(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def record(self, depth: int) -> dict:
+        rng = self.rng
+        name = self.name("R")
+        fields = []
+        for _ in range(rng.randint(0, 6 if depth else 8)):
+            field: dict[str, Any] = {"name": self.name("f"), "type": self.type(depth + 1)}
+            roll, t = rng.random(), field["type"]
+            if roll < 0.15 and (t == "null" or (isinstance(t, list) and t[0] == "null")):
+                field["default"] = None
+            elif roll < 0.3 and t in ("string", "int", "long", "boolean", "double"):
+                field["default"] = {"string": "x", "boolean": False, "double": 0.5}.get(t, 0)
+            fields.append(field)
+        self.named.append(f"fuzz.{name}")
+        return {"type": "record", "name": name, "namespace": "fuzz", "fields": fields}
+
+    def type(self, depth: int) -> Any:
+        rng = self.rng
+        roll = rng.random()
+        if roll < self.refused:
+            return rng.choice(["bytes", {"type": "fixed", "name": self.name("F"), "size": 2},
+                               ["null", "string", "long"], ["string", "long"], ["null"],
+                               {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2},
+                               ["null", {"type": "null"}]])  # fmt: skip
+        if roll < 0.45 or depth > 3:
+            kind = rng.choice(PRIMITIVES)
+            if rng.random() < 0.15:
+                logical = {"int": ["date", "time-millis"], "long": ["timestamp-millis",
+                           "timestamp-micros", "local-timestamp-millis", "time-micros"],
+                           "string": ["uuid"]}.get(kind)  # fmt: skip
+                if logical:
+                    return {"type": kind, "logicalType": rng.choice(logical)}
+            return kind
+        if roll < 0.62:
+            inner = self.type(depth + 1)
+            if isinstance(inner, list):
+                return inner
+            return ["null", inner] if rng.random() < 0.7 else [inner, "null"]
+        if roll < 0.72:
+            return {"type": "array", "items": self.type(depth + 1)}
+        if roll < 0.8:
+            return {"type": "map", "values": self.type(depth + 1)}
+        if roll < 0.87:
+            symbols = rng.sample(["A", "B", "C", "d_e", "E_1"], rng.randint(1, 4))
+            return {"type": "enum", "name": self.name("E"), "symbols": symbols}
+        if roll < 0.92 and self.named:
+            return rng.choice(self.named)  # a named type used again
+        return self.record(depth)
+
+
+class Values:
+    """Python values that fit a schema (and, with ``wrong``, some that do not)."""
+
+    def __init__(self, rng: random.Random, schema: dict, wrong: float) -> None:
+        self.rng = rng
+        self.wrong = wrong
+        self.named: dict[str, Any] = {}
+        self._collect(schema)
+
+    def _collect(self, t: Any) -> None:
+        if isinstance(t, list):
+            for b in t:
+                self._collect(b)
+        elif isinstance(t, dict):
+            if t.get("type") in ("record", "enum", "fixed"):
+                self.named[f"fuzz.{t['name']}"] = t
+                self.named[t["name"]] = t
+            for f in t.get("fields", ()):
+                self._collect(f["type"])
+            for key in ("items", "values"):
+                if key in t:
+                    self._collect(t[key])
+
+    def value(self, t: Any, depth: int = 0) -> Any:
+        rng = self.rng
+        if rng.random() < self.wrong:
+            return rng.choice([None, True, 0, -1, 2**31, 2**63, -(2**63) - 1, 1.5, math.nan,
+                               math.inf, "s", "2024-09-13", [], {}, [1], {"a": 1}, 10**30])  # fmt: skip
+        if isinstance(t, str) and t in self.named:
+            t = self.named[t]
+        if isinstance(t, list):
+            return None if "null" in t and rng.random() < 0.3 else self.value(
+                rng.choice([b for b in t if b != "null"] or ["null"]), depth)  # fmt: skip
+        if isinstance(t, dict):
+            kind = t["type"]
+            if isinstance(kind, (dict, list)):
+                return self.value(kind, depth)
+            if kind == "record":
+                out = {}
+                for f in t["fields"]:
+                    if rng.random() < 0.05:
+                        continue  # missing: its default or None
+                    out[f["name"]] = self.value(f["type"], depth + 1)
+                return out
+            if kind == "enum":
+                return rng.choice(t["symbols"])
+            if kind == "array":
+                return [self.value(t["items"], depth + 1) for _ in range(rng.choice([0, 1, 3]))]
+            if kind == "map":
+                return {rng.choice(["k", "é", "", "k2", "a\"b"]) + str(i): self.value(t["values"], depth + 1)
+                        for i in range(rng.choice([0, 1, 2, 4]))}  # fmt: skip
+            if kind == "fixed":
+                return "ab"
+            t = kind
+        return self.primitive(t)
+
+    def primitive(self, kind: str) -> Any:
+        rng = self.rng
+        if kind == "null":
+            return None
+        if kind == "boolean":
+            return rng.random() < 0.5
+        if kind == "int":
+            return rng.choice([0, 1, -1, 19979, 2**31 - 1, -(2**31), rng.randint(-1000, 1000)])
+        if kind == "long":
+            return rng.choice(
+                [0, -1, 1_726_238_205_123, 2**63 - 1, -(2**63), rng.randint(-(2**40), 2**40)]
+            )
+        if kind in ("float", "double"):
+            big = [1e39, 5e-324, 1e308] if kind == "double" else [1e-46]  # 1e39 overflows a float
+            return rng.choice([0.0, -0.0, 0.1, 1.5, -2.25e-7, 3.4028235e38, *big,
+                               rng.uniform(-1e6, 1e6), rng.randint(-(2**60), 2**60), 7])  # fmt: skip
+        if kind == "string":
+            return rng.choice(WORDS)
+        return None  # bytes: no JSON value fits
+
+
+def event_value(rng: random.Random, t: Any) -> Any:
+    kind = t
+    if isinstance(t, list):
+        if rng.random() < 0.25:
+            return None
+        kind = [b for b in t if b != "null"][0]
+    if isinstance(kind, dict):
+        kind = kind["type"]
+    if kind == "string":
+        return iso_text(rng)
+    if kind in ("long", "int"):
+        value = rng.choice([0, -1, 19979, 1_726_238_205, 1_726_238_205_123, 1_726_238_205_123_456,
+                            1_726_238_205_123_456_789, -62_135_596_800, 10**11 - 1, 10**11, 10**14,
+                            2**63 - 1, -(2**63), rng.randrange(-(10**18), 10**18)])  # fmt: skip
+        return max(-(2**31), min(2**31 - 1, value)) if kind == "int" else value
+    if kind in ("double", "float"):
+        return rng.choice([0.0, -0.5, 1_726_238_205.5, 1.7262382051234e12, 1.7e15, 1.7e18,
+                           1_726_238_205, -1e300, rng.uniform(-1e12, 1e12)])  # fmt: skip
+    return rng.random() < 0.5  # boolean
+
+
+class Writer:
+    """JSON text of a value, spelled at random the ways JSON allows."""
+
+    def __init__(self, rng: random.Random, odd: float) -> None:
+        self.rng = rng
+        self.odd = odd  # how often a spelling Python reads differently (or not at all) appears
+
+    def ws(self) -> str:
+        return self.rng.choice(["", "", "", " ", "\n  ", "\t", "\r\n"])
+
+    def dumps(self, v: Any) -> str:
+        rng, ws = self.rng, self.ws
+        if v is None:
+            return "null"
+        if v is True or v is False:
+            return "true" if v else "false"
+        if isinstance(v, int):
+            return str(v)
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                return rng.choice(["NaN", "Infinity", "-Infinity", "1e400"])
+            spelled = rng.choice([repr(v), f"{v:.17g}", f"{v:e}", f"{v:E}", f"{v:.25f}",
+                                  f"{v:.40e}", repr(v)])  # fmt: skip
+            if "." not in spelled and "e" not in spelled.lower() and "n" not in spelled:
+                spelled += ".0"
+            return spelled
+        if isinstance(v, str):
+            return self.string(v)
+        if isinstance(v, list):
+            return "[" + ws() + ("," + ws()).join(self.dumps(x) for x in v) + ws() + "]"
+        if isinstance(v, dict):
+            members = list(v.items())
+            if rng.random() < 0.3:
+                rng.shuffle(members)
+            if members and rng.random() < self.odd:  # a duplicate key, the last one wins
+                key, value = rng.choice(members)
+                members.insert(0, (key, rng.choice([None, 1, value])))
+            if rng.random() < 0.1:
+                members.append(
+                    (rng.choice(["extra", "-type", "ünknown"]), rng.choice([1, None, []]))
+                )
+            return "{" + ws() + ("," + ws()).join(
+                self.string(k) + ws() + ":" + ws() + self.dumps(x) for k, x in members
+            ) + ws() + "}"  # fmt: skip
+        raise TypeError(type(v))
+
+    def string(self, s: str) -> str:
+        rng = self.rng
+        if rng.random() < 0.6:
+            return json.dumps(s, ensure_ascii=rng.random() < 0.5)
+        out = []
+        for ch in s:
+            roll = rng.random()
+            if ch in '"\\' or ord(ch) < 0x20:
+                out.append(json.dumps(ch)[1:-1] if roll < 0.7 else f"\\u{ord(ch):04X}")
+            elif roll < 0.2:
+                code = ord(ch)
+                if code > 0xFFFF:
+                    code -= 0x10000
+                    pair = (0xD800 + (code >> 10), 0xDC00 + (code & 0x3FF))
+                    out.append("".join(f"\\u{c:04x}" for c in pair))
+                else:
+                    out.append(f"\\u{code:04{'x' if rng.random() < 0.5 else 'X'}}")
+            elif ch == "/" and roll < 0.5:
+                out.append("\\/")
+            else:
+                out.append(ch)
+        if rng.random() < self.odd:
+            # Not lone surrogates: a dead letter naming one crashes the Python path's dead-letter
+            # writer (test_json_kernel.py has them where the reference survives them).
+            out.insert(rng.randrange(len(out) + 1), rng.choice(["\\x", "\x01", "\\u12"]))
+        return '"' + "".join(out) + '"'
+
+
+def mangle(rng: random.Random, text: bytes) -> bytes:
+    """JSON Python refuses (or reads in its own way): the Python path's verdicts."""
+    return rng.choice([
+        text[: rng.randrange(len(text) + 1)],
+        text + rng.choice([b"x", b" {}", b",", b"\x00"]),
+        b"\xef\xbb\xbf" + text,
+        text.replace(b"e", b"\xe9", 1),
+        b"\xed\xa0\x80" + text,
+        b"[" + text + b"]",
+        rng.choice([b"1", b'"s"', b"null", b"[]", b"", b"  ", b"{", b"{}"]),
+        text.encode("utf-16") if isinstance(text, str) else text.decode("utf-8", "replace").encode("utf-16"),
+    ])  # fmt: skip
+
+
+def scenario(seed: int, messages: int) -> Scenario:
+    rng = random.Random(seed)
+    adversarial = rng.random() < 0.3  # most scenarios are what producers send
+    factory = Schemas(rng, refused=0.08 if adversarial else 0.0)
+    routing = rng.choice(["fields", "fields", "fields", "static", "schema_name"])
+    event_type = rng.choice(EVENT_TYPES)
+    fields: list[dict] = [
+        {"name": "datasetName", "type": rng.choice(["string", "string", ["null", "string"]])},
+        {"name": "tableName", "type": "string"},
+        {"name": "eventTime", "type": event_type},
+    ]
+    if rng.random() < 0.4:
+        meta = {"type": "record", "name": "Meta",
+                "fields": [{"name": "ts", "type": rng.choice(EVENT_TYPES[:8])}]}  # fmt: skip
+        fields.append({"name": "meta", "type": ["null", meta]})
+    generated = factory.record(depth=1)["fields"]
+    factory.named.pop()  # that record's fields are the event's: its name is not a type
+    # Anywhere among the generated fields, whose order must stay (a named type is defined
+    # before it is used again).
+    for field in fields:
+        generated.insert(rng.randint(0, len(generated)), field)
+    fields = generated
+    schema = {"type": "record", "name": "Event", "namespace": "fuzz", "fields": fields}
+    event_fields = rng.choice([["eventTime"], ["meta.ts", "eventTime"], ["meta.ts"]])
+    if "meta" not in [f["name"] for f in fields]:
+        event_fields = ["eventTime"]
+    event_time: dict[str, Any] = {
+        "fields": event_fields,
+        "epoch_unit": rng.choice(["auto", "auto", "s", "ms", "us", "ns"]),
+        "date_rule": rng.choice(["local", "utc"]),
+        "kafka_timestamp_fallback": rng.random() < 0.4,
+    }
+    if rng.random() < 0.2:
+        event_time.update(min_date="2000-01-01", max_date="2030-12-31")
+    topic: dict[str, Any] = {"name": TOPIC, "format": "json", "schema": schema, "event_time": event_time,
+                             "on_bad_input": rng.choice(["dead_letter"] * 6 + ["skip"] * 2 + ["fail"])}  # fmt: skip
+    topic["routing"] = {
+        "fields": {"mode": "fields"},
+        "static": {"mode": "static", "dataset": "acme_sales", "table": "orders"},
+        "schema_name": {"mode": "schema_name"},
+    }[routing]
+    if rng.random() < 0.1:
+        topic["staging"] = {"max_message_size": rng.choice([64, 200, 400])}
+    enrichment = {
+        "timestamp_column": rng.choice(["_kafka_timestamp", "_kafka_timestamp", None]),
+        "key_column": rng.choice([None, "_kafka_key"]),
+        "headers_column": rng.choice([None, "_kafka_headers"]),
+    }
+    pipeline = parse_pipeline_config({
+        "version": 1, "topics": [topic], "enrichment": enrichment,
+        "allowed_destinations": ["acme_sales.*", "acme_web.orders", "fuzz.*"],
+    }, source=f"json kernel fuzz seed {seed}")  # fmt: skip
+    return Scenario(pipeline, schema, list(stream(rng, schema, messages, adversarial)), adversarial)
+
+
+def stream(rng: random.Random, schema: dict, count: int, adversarial: bool):
+    wrong = 0.02 if adversarial else 0.002
+    values = Values(rng, schema, wrong)
+    writer = Writer(rng, 0.05 if adversarial else 0.003)
+    start = rng.choice([0, 5, 1_000_000, 2**40])
+    for i in range(count):
+        roll = rng.random()
+        value: bytes | None
+        if roll < 0.01:
+            value = None
+        else:
+            record = values.value(schema)
+            if isinstance(record, dict):
+                for f in schema["fields"]:
+                    name, t = f["name"], f["type"]
+                    if name == "datasetName":
+                        record[name] = (
+                            None
+                            if isinstance(t, list) and rng.random() < 0.1
+                            else rng.choice(DATASETS)
+                        )
+                    elif name == "tableName":
+                        record[name] = rng.choice(TABLES)
+                    elif name == "eventTime":
+                        record[name] = event_value(rng, t)
+                    elif name == "meta" and rng.random() < 0.7:
+                        record[name] = {"ts": event_value(rng, t[1]["fields"][0]["type"])}
+            value = (writer.ws() + writer.dumps(record) + writer.ws()).encode(
+                "utf-8", "surrogatepass"
+            )
+            if roll < (0.06 if adversarial else 0.015):
+                value = mangle(rng, value)
+        key = rng.choice([None, b"", b"k" + str(i).encode(), rng.randbytes(20)])
+        headers = rng.choice(
+            [None, [], [("h", b"v")], [("trace", None), ("zürich", rng.randbytes(3))]]
+        )
+        timestamp = rng.choice([(1, 1_726_238_205_123 + i), (1, 1_726_238_205_123 + i), (2, 0), (0, -1),
+                                (1, -5), (1, 253_402_300_800_000)])  # fmt: skip
+        yield Msg(TOPIC, 0, start + i, value, key, headers, timestamp)

@@ -1,0 +1,164 @@
+"""The native kernel stages ``format: json`` values exactly as the Python path does: the same
+files byte for byte, the same dead letters with the same reasons, the same counts and event
+dates, on seeded random scenarios (formats/json_fuzz.py) and on the cases that decide it."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import fastavro
+import pytest
+
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster_tests.formats.json_fuzz import scenario
+from kbqe_dagster_tests.formats.test_json_stage import GOOD, TOPIC, pipeline
+from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
+
+kernel = pytest.importorskip(
+    "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"
+)
+if not hasattr(kernel.StageKernel, "add_json_schema"):
+    pytest.skip(
+        "the installed kernel predates format: json (make install)", allow_module_level=True
+    )
+
+
+def messages(values: list[bytes | None]) -> list[Msg]:
+    return [Msg(TOPIC, 0, offset, value, b"k") for offset, value in enumerate(values)]
+
+
+def both(tmp_path, config, msgs, batch_size=64):
+    python = stage(tmp_path, config, TOPIC, {}, msgs, native=False)
+    native = stage(tmp_path, config, TOPIC, {}, msgs, native=True, batch_size=batch_size)
+    assert_same(python, native)
+    return python, native
+
+
+def test_good_json_values_are_staged_by_the_kernel_byte_for_byte(tmp_path):
+    values = [json.dumps({**GOOD, "url": f"/p{i}", "at": 1_726_238_205_123 + i}).encode()
+              for i in range(50)]  # fmt: skip
+    python, native = both(tmp_path, pipeline(), messages(values))
+    assert python.result.records == 50
+    assert native.kernel_messages == 50
+    assert native.handbacks == {}
+
+
+def test_every_value_python_refuses_is_handed_back_and_dead_lettered_with_its_reason(tmp_path):
+    bad = [b"{oops", b"[1]", b"\xef\xbb\xbf" + json.dumps(GOOD).encode(), None,
+           json.dumps({**GOOD, "at": 1.0}).encode(), json.dumps({**GOOD, "at": 2**63}).encode(),
+           json.dumps({**GOOD, "user": {"id": "7"}}).encode(), b'{"datasetName": NaN}',
+           json.dumps({**GOOD, "url": None}).encode(), json.dumps({**GOOD, "-type": "x"}).encode()]  # fmt: skip
+    good = json.dumps(GOOD).encode()
+    python, native = both(tmp_path, pipeline(), messages([good, *bad, good]))
+    # Python reads a UTF-8 BOM (utf-8-sig), and so does the kernel.
+    assert sum(python.result.dead_letters.values()) == len(bad) - 1
+    assert python.result.records == 3
+    assert native.kernel_messages == 3
+    assert sum(native.handbacks.values()) == len(bad) - 1
+
+
+@pytest.mark.parametrize("spelling", [
+    '{"datasetName":"web","tableName":"clicks","url":"\\/a\\u00e9\\ud83c\\udf89","at":1726238205123}',
+    '{"url":"a","at":1726238205123,"tableName":"clicks","datasetName":"web","user":null,"x":[1,{}]}',
+    '{"datasetName":"web","tableName":"clicks","url":"a","at":1,"at":1726238205123}',
+    '{"datasetName":"web","tableName":"clicks","url":"a","at":-0,"user":{"id":-9223372036854775808}}',
+    '{"datasetName":"web","tableName":"clicks","url":"\\ud800","at":1}',
+    '{"datasetName":"web","tableName":"clicks","url":"\xed\xa0\x80","at":1}',
+    ' \r\n{ "datasetName" : "web" , "tableName":"clicks","url":"","at":0 }\t',
+])  # fmt: skip
+def test_json_spellings_stage_natively_as_python_reads_them(tmp_path, spelling):
+    value = spelling.encode("latin-1") if "\xed" in spelling else spelling.encode()
+    python, native = both(tmp_path, pipeline(), messages([value] * 3))
+    surrogate = "ud800" in spelling or "\xed" in spelling  # Python's; the kernel hands it back
+    assert native.kernel_messages == (0 if surrogate else 3)
+    assert python.result.records + sum(python.result.dead_letters.values()) == 3
+
+
+def test_a_date_field_given_a_string_is_python_verdict_and_a_bad_one_a_dead_letter(tmp_path):
+    """fastavro parses a string given for an ``int``/``date`` field: a good one stages (on the
+    Python path: the kernel hands strings for ints back), a bad one is a dead letter (it
+    used to escape as a ValueError and fail the range)."""
+    schema = {"type": "record", "name": "D", "fields": [
+        {"name": "datasetName", "type": "string"}, {"name": "tableName", "type": "string"},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}}]}  # fmt: skip
+    config = parse_pipeline_config({"version": 1, "allowed_destinations": ["web.*"], "topics": [
+        {"name": TOPIC, "format": "json", "schema": schema, "event_time": {"fields": ["day"]}}]})  # fmt: skip
+    values = [json.dumps({"datasetName": "web", "tableName": "clicks", "day": day}).encode()
+              for day in [19979, "2024-09-13", "x", 19980]]  # fmt: skip
+    python, native = both(tmp_path, config, messages(values))
+    assert python.result.records == 3
+    assert python.result.dead_letters == {"json_schema_mismatch": 1}
+    assert native.kernel_messages == 2
+
+
+def test_maps_and_defaults_are_encoded_as_python_keeps_them(tmp_path):
+    """A duplicate map key keeps its first place and its last value (Python's dict); a missing
+    field is written as its default; a map too big to search for duplicates goes back."""
+    schema = {"type": "record", "name": "M", "fields": [
+        {"name": "datasetName", "type": "string"}, {"name": "tableName", "type": "string"},
+        {"name": "at", "type": "long"}, {"name": "tags", "type": {"type": "map", "values": "long"}},
+        {"name": "level", "type": "string", "default": "info"},
+        {"name": "score", "type": ["double", "null"], "default": 0.5}]}  # fmt: skip
+    config = parse_pipeline_config({"version": 1, "allowed_destinations": ["web.*"], "topics": [
+        {"name": TOPIC, "format": "json", "schema": schema, "event_time": {"fields": ["at"]}}]})  # fmt: skip
+    head = '{"datasetName": "web", "tableName": "clicks", "at": 1726238205123'
+    big = ", ".join(f'"k{i}": {i}' for i in range(300))
+    values = [f'{head}, "tags": {{"a": 1, "b": 2, "a": 3}}}}'.encode(),
+              f'{head}, "tags": {{}}, "level": "warn", "score": null}}'.encode(),
+              f'{head}, "tags": {{{big}}}}}'.encode()]  # fmt: skip
+    python, native = both(tmp_path, config, messages(values))
+    assert python.result.records == 3
+    assert native.kernel_messages == 2
+    assert native.handbacks == {"json_uncertain": 1}
+    staged = [r for name, data in native.files.items() if name.endswith(".avro")
+              for r in fastavro.reader(io.BytesIO(data))]  # fmt: skip
+    assert list(staged[0]["tags"].items()) == [("a", 3), ("b", 2)]
+    assert (staged[0]["level"], staged[0]["score"]) == ("info", 0.5)
+    assert (staged[1]["level"], staged[1]["score"]) == ("warn", None)
+
+
+def test_a_topic_with_transforms_stays_on_the_python_path(tmp_path):
+    config = pipeline(transforms=[{"drop": "url"}])
+    python = stage(tmp_path, config, TOPIC, {}, messages([json.dumps(GOOD).encode()]), native=False)
+    assert python.result.records == 1
+    with pytest.raises(AssertionError, match="not available"):
+        stage(tmp_path, config, TOPIC, {}, messages([json.dumps(GOOD).encode()]), native=True)
+
+
+def fuzz_seeds(config) -> list[int]:
+    cases = config.getoption("--kernel-fuzz-cases")
+    return list(range(max(1, cases // 400)))
+
+
+def test_json_differential_fuzz(tmp_path_factory, pytestconfig):
+    """Seeded random scenarios, 400 messages each: identical commits on both paths, and the
+    kernel stages (nearly) every record that stages."""
+    seeds = fuzz_seeds(pytestconfig)
+    staged_natively = records = total = 0
+    handbacks: dict[str, int] = {}
+    plain = [0, 0]  # records staged, by the kernel, in the scenarios that are not adversarial
+    for seed in seeds:
+        case = scenario(seed, 400)
+        tmp = tmp_path_factory.mktemp(f"jsonfuzz{seed}")
+        python = stage(tmp, case.pipeline, "fuzz.json", {}, case.messages, native=False)
+        native = stage(tmp, case.pipeline, "fuzz.json", {}, case.messages, native=True,
+                       batch_size=random.Random(seed).choice([1, 7, 64, 1000]))  # fmt: skip
+        assert_same(python, native, f"seed {seed}")
+        staged_natively += native.kernel_messages
+        records += python.result.records if python.result else 0
+        total += len(case.messages)
+        if not case.adversarial:
+            plain[0] += python.result.records if python.result else 0
+            plain[1] += native.kernel_messages
+        for reason, n in (native.handbacks or {}).items():
+            handbacks[reason] = handbacks.get(reason, 0) + n
+    share = staged_natively / max(records, 1)
+    print(f"json kernel fuzz: {len(seeds)} scenarios, {total} messages, 0 disagreements, "
+          f"{records} records staged, {staged_natively} by the kernel ({share:.1%}); "
+          f"hand-backs {handbacks}; producer-like scenarios: {plain[0]} records, "
+          f"{plain[1]} by the kernel ({plain[1] / max(plain[0], 1):.1%})")  # fmt: skip
+    # The records it leaves to Python are spellings it does not read on purpose (a BOM, UTF-16)
+    # and event times it is not sure of (as on the Avro path: offsets like "+0200").
+    assert share > 0.8, "the kernel staged too few records to prove anything"

@@ -1,0 +1,875 @@
+//! `format: json` topics: a schemaless JSON value checked against the topic's declared Avro
+//! schema and encoded as its Avro body, exactly as the Python path
+//! (`kbqe_dagster/formats/json_stage.py`: `json.loads`, fastavro's `validate`, then
+//! `schemaless_writer`) would encode it, or `Err(Stop)`: the message goes back to the Python
+//! path, which stays the reference and gives every bad message its reason.
+//!
+//! The kernel is stricter than Python, never more lenient. What it hands back:
+//! - JSON Python reads but this parser does not: other encodings than UTF-8 (UTF-16/32),
+//!   `NaN`/`Infinity`, lone surrogates (raw or `\uD800` escapes), nesting deeper than
+//!   [`MAX_DEPTH`]; and everything that is not JSON at all (Python's `json_decode_error`).
+//! - a value that is not an object, and every value that does not fit the schema (Python's
+//!   `json_schema_mismatch`, its reason and field path written by fastavro);
+//! - integers outside 64 bits, non-finite doubles, floats that overflow 32 bits, maps of
+//!   more than [`MAX_MAP_KEYS`] keys;
+//! - unions other than `null` and one other type, `bytes` and `fixed` values (JSON has no
+//!   bytes), a string for an `int`/`date` (fastavro parses it), a record object with a
+//!   `-type` key (fastavro's union hint), a missing field whose default it cannot encode.
+//!
+//! Parsing is a small borrowed parser into a reused token tape rather than `serde_json`'s
+//! `Value` (docs/architecture.md, "the JSON kernel"): a number's literal decides whether
+//! Python reads an `int` or a `float` (a `long` field refuses `1.0`; an integer beyond 64 bits is
+//! a Python `int`, which serde_json would turn into a float), doubles are read by Rust's
+//! correctly rounded `str::parse` (what Python's `float()` does), and nothing is allocated per
+//! message. Duplicate keys take the last value at the first key's place, as Python's `dict` does.
+
+use crate::body::{Stop, Value, R};
+use crate::schema::Unsupported;
+use serde_json::Value as Json;
+use std::collections::HashMap;
+
+/// Deeper JSON (or schema recursion) goes to the Python path.
+const MAX_DEPTH: u32 = 64;
+/// Bigger maps go to the Python path (duplicate keys are found by comparing pairs).
+const MAX_MAP_KEYS: u32 = 256;
+
+#[derive(Clone, Copy, Debug)]
+enum Tok {
+    Null,
+    Bool(bool),
+    Int(i64),
+    /// An integer literal outside 64 bits (a Python `int`).
+    Big,
+    Float(f64),
+    /// A string's bytes: `input[s..e]`, or `unescaped[s..e]` when it had escapes.
+    Str { s: u32, e: u32, escaped: bool },
+    /// `n` items; `end`: the index after the last token of the array.
+    Arr { n: u32, end: u32 },
+    /// `n` members (key token, then the value's tokens); `end` as for arrays.
+    Obj { n: u32, end: u32 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Default_ {
+    /// No default: a missing field is `None` to fastavro.
+    Absent,
+    /// `"default": null`: the same.
+    Null,
+    /// A default the kernel does not encode: the message goes back (also: no default where
+    /// fastavro's writer then refuses a missing field).
+    Other,
+    /// A default fastavro writes for a missing field: its encoding, `Encoder::defaults[i]`.
+    Encoded(usize),
+}
+
+#[derive(Debug)]
+struct Field {
+    name: Vec<u8>,
+    node: usize,
+    default: Default_,
+    /// A non-null default's JSON text, encoded once the schema is compiled.
+    default_json: Option<String>,
+}
+
+#[derive(Debug)]
+enum Node {
+    Null,
+    Boolean,
+    Int,
+    Long,
+    Float,
+    Double,
+    String,
+    Enum(Vec<Vec<u8>>),
+    Array(usize),
+    Map(usize),
+    /// `["null", X]` (null_first) or `[X, "null"]`.
+    Nullable { inner: usize, null_first: bool },
+    Record(Vec<Field>),
+    /// A type whose JSON values the kernel does not encode (bytes, fixed, other unions,
+    /// decimals): every non-null value reaching it is handed back.
+    Refused,
+    /// A named type used before its definition ended: resolved after compiling.
+    Pending(String),
+}
+
+/// The wanted paths (routing's and event time's) over the record fields.
+#[derive(Default, Debug)]
+struct Want {
+    slot: Option<usize>,
+    /// (field index, what is wanted below it).
+    children: Vec<(usize, Want)>,
+}
+
+/// A declared schema compiled for encoding, with the wanted paths planned over it.
+pub struct Encoder {
+    nodes: Vec<Node>,
+    top: usize,
+    want: Want,
+    defaults: Vec<Vec<u8>>,
+    tape: Vec<Tok>,
+    unescaped: Vec<u8>,
+    body: Vec<u8>,
+}
+
+impl Encoder {
+    /// `text`: the declared schema as fastavro's `parse_schema` leaves it, as JSON; `wanted`:
+    /// the dotted paths whose values routing and event time read (slot i is `wanted[i]`).
+    pub fn compile(text: &str, wanted: &[String]) -> Result<Encoder, Unsupported> {
+        let json: Json = serde_json::from_str(text).map_err(|e| Unsupported(format!("schema JSON: {e}")))?;
+        let mut c = Compiler { nodes: Vec::new(), named: HashMap::new() };
+        let top = c.node(&json)?;
+        let Compiler { mut nodes, named } = c;
+        let mut target = Vec::with_capacity(nodes.len());
+        for (i, node) in nodes.iter().enumerate() {
+            target.push(match node {
+                Node::Pending(name) => *named.get(name).ok_or_else(|| Unsupported(format!("unknown type {name}")))?,
+                _ => i,
+            });
+        }
+        for node in nodes.iter_mut() {
+            match node {
+                Node::Array(id) | Node::Map(id) | Node::Nullable { inner: id, .. } => *id = target[*id],
+                Node::Record(fields) => fields.iter_mut().for_each(|f| f.node = target[f.node]),
+                _ => {}
+            }
+        }
+        // A nullable whose other branch turned out to be a union or null is not one.
+        for i in 0..nodes.len() {
+            if let Node::Nullable { inner, .. } = nodes[i] {
+                if matches!(nodes[inner], Node::Nullable { .. } | Node::Null | Node::Refused) {
+                    nodes[i] = Node::Refused;
+                }
+            }
+        }
+        let top = target[top];
+        if !matches!(nodes[top], Node::Record(_)) {
+            return Err(Unsupported("the declared schema is not a record".into()));
+        }
+        // fastavro writes a missing field's default as it would write that value: encoded once
+        // here by the same rules (a default they refuse stays `Other`: handed back).
+        let mut defaults = Vec::new();
+        let mut encoded = Vec::new();
+        for (id, node) in nodes.iter().enumerate() {
+            let Node::Record(fields) = node else { continue };
+            for (index, field) in fields.iter().enumerate() {
+                let Some(text) = &field.default_json else { continue };
+                let mut tape = Vec::new();
+                let mut unescaped = Vec::new();
+                let mut p = Parser { s: text.as_bytes(), i: 0, tape: &mut tape, unescaped: &mut unescaped };
+                if p.value(0).is_err() || p.i != text.len() {
+                    continue;
+                }
+                let w = Writer { nodes: &nodes, tape: &tape, input: text.as_bytes(), unescaped: &unescaped, defaults: &[] };
+                let mut out = Vec::new();
+                if w.encode(field.node, Some(0), None, &mut out, &mut [], 0).is_ok() {
+                    encoded.push((id, index, defaults.len()));
+                    defaults.push(out);
+                }
+            }
+        }
+        for (id, index, at) in encoded {
+            if let Node::Record(fields) = &mut nodes[id] {
+                fields[index].default = Default_::Encoded(at);
+            }
+        }
+        let mut want = Want::default();
+        for (slot, path) in wanted.iter().enumerate() {
+            let mut node_id = top;
+            let mut at = &mut want;
+            for part in path.split('.') {
+                if at.slot.is_some() {
+                    return Err(Unsupported(format!("{path}: a path wanted whole and in parts")));
+                }
+                let record = match &nodes[node_id] {
+                    Node::Record(fields) => fields,
+                    Node::Nullable { inner, .. } => match &nodes[*inner] {
+                        Node::Record(fields) => fields,
+                        _ => return Err(Unsupported(format!("{path}: not a path through records"))),
+                    },
+                    _ => return Err(Unsupported(format!("{path}: not a path through records"))),
+                };
+                let index = record.iter().position(|f| f.name == part.as_bytes())
+                    .ok_or_else(|| Unsupported(format!("{path}: {part} is not a field of the schema")))?;
+                node_id = record[index].node;
+                let child = match at.children.iter().position(|(i, _)| *i == index) {
+                    Some(c) => c,
+                    None => {
+                        at.children.push((index, Want::default()));
+                        at.children.len() - 1
+                    }
+                };
+                at = &mut at.children[child].1;
+            }
+            if at.slot.is_some() || !at.children.is_empty() {
+                return Err(Unsupported(format!("{path}: a path wanted twice or whole and in parts")));
+            }
+            at.slot = Some(slot);
+        }
+        Ok(Encoder { nodes, top, want, defaults, tape: Vec::new(), unescaped: Vec::new(), body: Vec::new() })
+    }
+
+    /// The Avro body of the last [`encode`](Self::encode).
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// Parse `value`, check it against the schema and encode it into [`body`](Self::body);
+    /// the wanted values go to `values` (which the caller reset to `Null`).
+    pub fn encode(&mut self, value: &[u8], values: &mut [Value]) -> R<()> {
+        // Python decodes the whole value before parsing (`json.detect_encoding`: a UTF-8 BOM
+        // means `utf-8-sig`, which drops it); invalid UTF-8 anywhere is an error.
+        let value = value.strip_prefix(b"\xef\xbb\xbf").unwrap_or(value);
+        std::str::from_utf8(value).map_err(|_| Stop)?;
+        self.tape.clear();
+        self.unescaped.clear();
+        self.body.clear();
+        let mut p = Parser { s: value, i: 0, tape: &mut self.tape, unescaped: &mut self.unescaped };
+        p.ws();
+        p.value(0)?;
+        p.ws();
+        if p.i != value.len() {
+            return Err(Stop);
+        }
+        let w = Writer { nodes: &self.nodes, tape: &self.tape, input: value, unescaped: &self.unescaped, defaults: &self.defaults };
+        if !matches!(self.tape[0], Tok::Obj { .. }) {
+            return Err(Stop);
+        }
+        w.encode(self.top, Some(0), Some(&self.want), &mut self.body, values, 0)
+    }
+}
+
+struct Compiler {
+    nodes: Vec<Node>,
+    named: HashMap<String, usize>,
+}
+
+impl Compiler {
+    fn push(&mut self, node: Node) -> usize {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    fn node(&mut self, json: &Json) -> Result<usize, Unsupported> {
+        match json {
+            Json::String(name) => Ok(self.named_or_primitive(name, None)),
+            Json::Array(branches) => {
+                let id = self.push(Node::Refused);
+                let nulls: Vec<bool> = branches.iter().map(|b| b.as_str() == Some("null")).collect();
+                if branches.len() == 2 && nulls[0] != nulls[1] {
+                    let other = if nulls[0] { 1 } else { 0 };
+                    let inner = self.node(&branches[other])?;
+                    self.nodes[id] = Node::Nullable { inner, null_first: nulls[0] };
+                } else {
+                    // Still compiled: named types defined inside must be known to later uses.
+                    for b in branches {
+                        self.node(b)?;
+                    }
+                }
+                Ok(id)
+            }
+            Json::Object(map) => {
+                let t = map.get("type").ok_or_else(|| Unsupported("a type without 'type'".into()))?;
+                let t = match t {
+                    Json::Object(_) | Json::Array(_) => return self.node(t),
+                    Json::String(s) => s.as_str(),
+                    _ => return Err(Unsupported("a 'type' that is not a string".into())),
+                };
+                let logical = map.get("logicalType").and_then(Json::as_str);
+                match t {
+                    "record" | "error" | "request" => {
+                        let name = full_name(map)?;
+                        let id = self.push(Node::Refused);
+                        self.named.insert(name.clone(), id);
+                        let list = match map.get("fields") {
+                            Some(Json::Array(list)) => list,
+                            _ => return Err(Unsupported(format!("record {name} has no field list"))),
+                        };
+                        let mut fields = Vec::with_capacity(list.len());
+                        for f in list {
+                            let fname = f.get("name").and_then(Json::as_str)
+                                .ok_or_else(|| Unsupported(format!("a field of {name} has no name")))?;
+                            let ft = f.get("type").ok_or_else(|| Unsupported(format!("field {fname} has no type")))?;
+                            // fastavro's writer refuses a missing field without a default unless
+                            // `"null" in field["type"]` (a string or list type), even where
+                            // validation let the missing value pass as None ({"type": "null"}).
+                            let null_in_type = match ft {
+                                Json::String(s) => s.contains("null"),
+                                Json::Array(items) => items.iter().any(|b| b.as_str() == Some("null")),
+                                _ => false,
+                            };
+                            let default = match f.get("default") {
+                                None if !null_in_type => Default_::Other,
+                                None => Default_::Absent,
+                                Some(Json::Null) => Default_::Null,
+                                Some(_) => Default_::Other,
+                            };
+                            let default_json = f.get("default").filter(|d| !d.is_null()).map(Json::to_string);
+                            fields.push(Field { name: fname.as_bytes().to_vec(), node: self.node(ft)?, default, default_json });
+                        }
+                        self.nodes[id] = Node::Record(fields);
+                        Ok(id)
+                    }
+                    "enum" => {
+                        let symbols = match map.get("symbols") {
+                            Some(Json::Array(s)) => s.iter()
+                                .map(|s| s.as_str().map(|s| s.as_bytes().to_vec()))
+                                .collect::<Option<Vec<_>>>()
+                                .ok_or_else(|| Unsupported("an enum symbol that is not a string".into()))?,
+                            _ => return Err(Unsupported("an enum without symbols".into())),
+                        };
+                        let id = self.push(Node::Enum(symbols));
+                        self.named.insert(full_name(map)?, id);
+                        Ok(id)
+                    }
+                    "fixed" => {
+                        let id = self.push(Node::Refused);
+                        self.named.insert(full_name(map)?, id);
+                        Ok(id)
+                    }
+                    "array" => {
+                        let id = self.push(Node::Refused);
+                        let items = self.node(map.get("items").ok_or_else(|| Unsupported("an array without items".into()))?)?;
+                        self.nodes[id] = Node::Array(items);
+                        Ok(id)
+                    }
+                    "map" => {
+                        let id = self.push(Node::Refused);
+                        let values = self.node(map.get("values").ok_or_else(|| Unsupported("a map without values".into()))?)?;
+                        self.nodes[id] = Node::Map(values);
+                        Ok(id)
+                    }
+                    other => Ok(self.named_or_primitive(other, logical)),
+                }
+            }
+            _ => Err(Unsupported("a schema node that is not a string, list or object".into())),
+        }
+    }
+
+    /// fastavro's logical writers leave every JSON value of a primitive as it is except a
+    /// string for `int`/`date` (which it parses; such a string is refused below anyway) and
+    /// `bytes`/`decimal` (refused with bytes): the base type is what is encoded.
+    fn named_or_primitive(&mut self, name: &str, _logical: Option<&str>) -> usize {
+        let node = match name {
+            "null" => Node::Null,
+            "boolean" => Node::Boolean,
+            "int" => Node::Int,
+            "long" => Node::Long,
+            "float" => Node::Float,
+            "double" => Node::Double,
+            "string" => Node::String,
+            "bytes" => Node::Refused,
+            other => {
+                return match self.named.get(other) {
+                    Some(id) => *id,
+                    None => self.push(Node::Pending(other.to_string())),
+                };
+            }
+        };
+        self.push(node)
+    }
+}
+
+fn full_name(map: &serde_json::Map<String, Json>) -> Result<String, Unsupported> {
+    map.get("name").and_then(Json::as_str).map(str::to_string)
+        .ok_or_else(|| Unsupported("a named type without a name".into()))
+}
+
+// --- parsing ---------------------------------------------------------------------------------
+
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+    tape: &'a mut Vec<Tok>,
+    unescaped: &'a mut Vec<u8>,
+}
+
+impl Parser<'_> {
+    #[inline]
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.s.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    #[inline]
+    fn peek(&self) -> R<u8> {
+        self.s.get(self.i).copied().ok_or(Stop)
+    }
+
+    fn value(&mut self, depth: u32) -> R<()> {
+        if depth > MAX_DEPTH {
+            return Err(Stop);
+        }
+        match self.peek()? {
+            b'{' => {
+                self.i += 1;
+                let at = self.tape.len();
+                self.tape.push(Tok::Null);
+                let mut n = 0u32;
+                self.ws();
+                if self.peek()? == b'}' {
+                    self.i += 1;
+                } else {
+                    loop {
+                        if self.peek()? != b'"' {
+                            return Err(Stop);
+                        }
+                        self.string()?;
+                        self.ws();
+                        if self.peek()? != b':' {
+                            return Err(Stop);
+                        }
+                        self.i += 1;
+                        self.ws();
+                        self.value(depth + 1)?;
+                        n += 1;
+                        self.ws();
+                        match self.peek()? {
+                            b',' => {
+                                self.i += 1;
+                                self.ws();
+                            }
+                            b'}' => {
+                                self.i += 1;
+                                break;
+                            }
+                            _ => return Err(Stop),
+                        }
+                    }
+                }
+                self.tape[at] = Tok::Obj { n, end: self.tape.len() as u32 };
+            }
+            b'[' => {
+                self.i += 1;
+                let at = self.tape.len();
+                self.tape.push(Tok::Null);
+                let mut n = 0u32;
+                self.ws();
+                if self.peek()? == b']' {
+                    self.i += 1;
+                } else {
+                    loop {
+                        self.value(depth + 1)?;
+                        n += 1;
+                        self.ws();
+                        match self.peek()? {
+                            b',' => {
+                                self.i += 1;
+                                self.ws();
+                            }
+                            b']' => {
+                                self.i += 1;
+                                break;
+                            }
+                            _ => return Err(Stop),
+                        }
+                    }
+                }
+                self.tape[at] = Tok::Arr { n, end: self.tape.len() as u32 };
+            }
+            b'"' => self.string()?,
+            b'n' => self.literal(b"null", Tok::Null)?,
+            b't' => self.literal(b"true", Tok::Bool(true))?,
+            b'f' => self.literal(b"false", Tok::Bool(false))?,
+            b'-' | b'0'..=b'9' => self.number()?,
+            _ => return Err(Stop),
+        }
+        Ok(())
+    }
+
+    fn literal(&mut self, word: &[u8], tok: Tok) -> R<()> {
+        if self.s[self.i..].starts_with(word) {
+            self.i += word.len();
+            self.tape.push(tok);
+            Ok(())
+        } else {
+            Err(Stop)
+        }
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?`, Python's number grammar (ASCII digits).
+    fn number(&mut self) -> R<()> {
+        let start = self.i;
+        let s = self.s;
+        let mut i = self.i;
+        let negative = s[i] == b'-';
+        if negative {
+            i += 1;
+        }
+        let digits = |i: &mut usize| {
+            let from = *i;
+            while s.get(*i).is_some_and(u8::is_ascii_digit) {
+                *i += 1;
+            }
+            *i - from
+        };
+        let first = *s.get(i).ok_or(Stop)?;
+        if first == b'0' {
+            i += 1;
+        } else if first.is_ascii_digit() {
+            digits(&mut i);
+        } else {
+            return Err(Stop);
+        }
+        let int_end = i;
+        let mut float = false;
+        if s.get(i) == Some(&b'.') && s.get(i + 1).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+            digits(&mut i);
+            float = true;
+        }
+        if matches!(s.get(i), Some(b'e' | b'E')) {
+            let mut j = i + 1;
+            if matches!(s.get(j), Some(b'+' | b'-')) {
+                j += 1;
+            }
+            if digits(&mut j) > 0 {
+                i = j;
+                float = true;
+            }
+            // else Python stops the number before the `e`: what follows is then an error.
+        }
+        self.i = i;
+        let text = &s[start..i];
+        if float {
+            // Safety of the unwrap: the text is ASCII digits, signs, '.', 'e' in JSON's grammar,
+            // which Rust's float grammar contains; parse is correctly rounded like Python's.
+            let v: f64 = std::str::from_utf8(text).map_err(|_| Stop)?.parse().map_err(|_| Stop)?;
+            self.tape.push(Tok::Float(v));
+        } else {
+            let mut v: i64 = 0;
+            let mut big = false;
+            for &d in &s[start + negative as usize..int_end] {
+                let d = (d - b'0') as i64;
+                match v.checked_mul(10).and_then(|v| if negative { v.checked_sub(d) } else { v.checked_add(d) }) {
+                    Some(next) => v = next,
+                    None => {
+                        big = true;
+                        break;
+                    }
+                }
+            }
+            self.tape.push(if big { Tok::Big } else { Tok::Int(v) });
+        }
+        Ok(())
+    }
+
+    fn string(&mut self) -> R<()> {
+        let s = self.s;
+        self.i += 1; // the opening quote
+        let start = self.i;
+        let mut i = start;
+        loop {
+            match *s.get(i).ok_or(Stop)? {
+                b'"' => {
+                    self.tape.push(Tok::Str { s: start as u32, e: i as u32, escaped: false });
+                    self.i = i + 1;
+                    return Ok(());
+                }
+                b'\\' => break,
+                0..=0x1f => return Err(Stop), // Python's strict mode refuses control characters
+                _ => i += 1,
+            }
+        }
+        // Escapes: the unescaped text goes to the scratch buffer.
+        let from = self.unescaped.len();
+        self.unescaped.extend_from_slice(&s[start..i]);
+        loop {
+            match *s.get(i).ok_or(Stop)? {
+                b'"' => {
+                    let to = self.unescaped.len();
+                    self.tape.push(Tok::Str { s: from as u32, e: to as u32, escaped: true });
+                    self.i = i + 1;
+                    return Ok(());
+                }
+                b'\\' => {
+                    let e = *s.get(i + 1).ok_or(Stop)?;
+                    i += 2;
+                    let byte = match e {
+                        b'"' => b'"',
+                        b'\\' => b'\\',
+                        b'/' => b'/',
+                        b'b' => 0x08,
+                        b'f' => 0x0c,
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'u' => {
+                            let mut c = hex4(s, i)?;
+                            i += 4;
+                            if (0xD800..0xDC00).contains(&c) {
+                                // A pair must follow; a lone surrogate is Python's (it keeps it).
+                                if s.get(i) != Some(&b'\\') || s.get(i + 1) != Some(&b'u') {
+                                    return Err(Stop);
+                                }
+                                let low = hex4(s, i + 2)?;
+                                if !(0xDC00..0xE000).contains(&low) {
+                                    return Err(Stop);
+                                }
+                                i += 6;
+                                c = 0x10000 + ((c - 0xD800) << 10) + (low - 0xDC00);
+                            } else if (0xDC00..0xE000).contains(&c) {
+                                return Err(Stop);
+                            }
+                            let ch = char::from_u32(c).ok_or(Stop)?;
+                            let mut buf = [0u8; 4];
+                            self.unescaped.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                            continue;
+                        }
+                        _ => return Err(Stop),
+                    };
+                    self.unescaped.push(byte);
+                }
+                0..=0x1f => return Err(Stop),
+                b => {
+                    self.unescaped.push(b);
+                    i += 1;
+                }
+            }
+        }
+    }
+}
+
+fn hex4(s: &[u8], at: usize) -> R<u32> {
+    let part = s.get(at..at + 4).ok_or(Stop)?;
+    let mut v = 0u32;
+    for &b in part {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return Err(Stop),
+        };
+        v = v * 16 + d as u32;
+    }
+    Ok(v)
+}
+
+// --- encoding --------------------------------------------------------------------------------
+
+struct Writer<'a> {
+    nodes: &'a [Node],
+    tape: &'a [Tok],
+    input: &'a [u8],
+    unescaped: &'a [u8],
+    defaults: &'a [Vec<u8>],
+}
+
+#[inline]
+fn put_long(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+impl Writer<'_> {
+    #[inline]
+    fn text(&self, s: u32, e: u32, escaped: bool) -> &[u8] {
+        let (s, e) = (s as usize, e as usize);
+        if escaped { &self.unescaped[s..e] } else { &self.input[s..e] }
+    }
+
+    #[inline]
+    fn skip(&self, at: usize) -> usize {
+        match self.tape[at] {
+            Tok::Arr { end, .. } | Tok::Obj { end, .. } => end as usize,
+            _ => at + 1,
+        }
+    }
+
+    fn key(&self, at: usize) -> &[u8] {
+        match self.tape[at] {
+            Tok::Str { s, e, escaped } => self.text(s, e, escaped),
+            _ => unreachable!("an object member's key is a string token"),
+        }
+    }
+
+    /// Encode the value at tape index `at` (None: absent, which fastavro reads as `None`)
+    /// under schema node `id`; `want`: what routing and event time want below it.
+    fn encode(&self, id: usize, at: Option<usize>, want: Option<&Want>, out: &mut Vec<u8>,
+              values: &mut [Value], depth: u32) -> R<()> {
+        if depth > MAX_DEPTH {
+            return Err(Stop);
+        }
+        let tok = at.map(|a| self.tape[a]);
+        match (&self.nodes[id], tok) {
+            (Node::Null, None | Some(Tok::Null)) => {}
+            (Node::Boolean, Some(Tok::Bool(b))) => out.push(b as u8),
+            (Node::Int, Some(Tok::Int(v))) if i32::try_from(v).is_ok() => put_long(out, v),
+            (Node::Long, Some(Tok::Int(v))) => put_long(out, v),
+            (Node::Float, Some(Tok::Int(_) | Tok::Float(_))) => {
+                let x = match tok { Some(Tok::Int(v)) => v as f64, Some(Tok::Float(f)) => f, _ => unreachable!() };
+                let y = x as f32;
+                // Python's float packing refuses a finite double that overflows 32 bits.
+                if !x.is_finite() || y.is_infinite() {
+                    return Err(Stop);
+                }
+                out.extend_from_slice(&y.to_le_bytes());
+            }
+            (Node::Double, Some(Tok::Int(_) | Tok::Float(_))) => {
+                let x = match tok { Some(Tok::Int(v)) => v as f64, Some(Tok::Float(f)) => f, _ => unreachable!() };
+                if !x.is_finite() {
+                    return Err(Stop);
+                }
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+            (Node::String, Some(Tok::Str { s, e, escaped })) => {
+                let text = self.text(s, e, escaped);
+                put_long(out, text.len() as i64);
+                out.extend_from_slice(text);
+            }
+            (Node::Enum(symbols), Some(Tok::Str { s, e, escaped })) => {
+                let text = self.text(s, e, escaped);
+                let index = symbols.iter().position(|sym| sym.as_slice() == text).ok_or(Stop)?;
+                put_long(out, index as i64);
+            }
+            (Node::Nullable { inner, null_first }, _) => {
+                let null = matches!(tok, None | Some(Tok::Null));
+                let branch = if null == *null_first { 0 } else { 1 };
+                put_long(out, branch);
+                if !null {
+                    self.encode(*inner, at, want, out, values, depth + 1)?;
+                }
+            }
+            (Node::Array(items), Some(Tok::Arr { n, .. })) => {
+                if n > 0 {
+                    put_long(out, n as i64);
+                    let mut item = at.unwrap() + 1;
+                    for _ in 0..n {
+                        self.encode(*items, Some(item), None, out, values, depth + 1)?;
+                        item = self.skip(item);
+                    }
+                }
+                out.push(0);
+            }
+            (Node::Map(vtype), Some(Tok::Obj { n, .. })) => {
+                // Python's dict: one entry per key, at its first key's place, with its last
+                // value; fastavro writes one block of len(dict) entries, then the end marker.
+                // Keys are compared pairwise: a map of more than MAX_MAP_KEYS goes to Python.
+                if n > MAX_MAP_KEYS {
+                    return Err(Stop);
+                }
+                let (mut members_buf, mut members_vec) = ([0usize; 64], Vec::new());
+                let members: &mut [usize] = if n <= 64 {
+                    &mut members_buf[..n as usize]
+                } else {
+                    members_vec.resize(n as usize, 0);
+                    &mut members_vec
+                };
+                let mut member = at.unwrap() + 1;
+                for slot in members.iter_mut() {
+                    *slot = member;
+                    member = self.skip(member + 1);
+                }
+                let members = &*members;
+                let is_first = |k: usize| !members[..k].iter().any(|&o| self.key(o) == self.key(members[k]));
+                let distinct = (0..members.len()).filter(|&k| is_first(k)).count();
+                if distinct > 0 {
+                    put_long(out, distinct as i64);
+                    for k in (0..members.len()).filter(|&k| is_first(k)) {
+                        let key = self.key(members[k]);
+                        let last = members[k..].iter().rev().find(|&&o| self.key(o) == key).copied().unwrap_or(members[k]);
+                        put_long(out, key.len() as i64);
+                        out.extend_from_slice(key);
+                        self.encode(*vtype, Some(last + 1), None, out, values, depth + 1)?;
+                    }
+                }
+                out.push(0);
+            }
+            (Node::Record(fields), Some(Tok::Obj { n, .. })) => {
+                let nf = fields.len();
+                let (mut found_buf, mut found_vec) = ([usize::MAX; 32], Vec::new());
+                let found: &mut [usize] = if nf <= 32 {
+                    &mut found_buf[..nf]
+                } else {
+                    found_vec.resize(nf, usize::MAX);
+                    &mut found_vec
+                };
+                let (mut members_buf, mut members_vec) = ([0usize; 64], Vec::new());
+                let members: &mut [usize] = if n <= 64 {
+                    &mut members_buf[..n as usize]
+                } else {
+                    members_vec.resize(n as usize, 0);
+                    &mut members_vec
+                };
+                let mut member = at.unwrap() + 1;
+                for slot in members.iter_mut() {
+                    *slot = member;
+                    member = self.skip(member + 1);
+                }
+                // From the last member back: a field's first match is its last occurrence, the
+                // value Python's dict keeps. Producers mostly write the schema's order, so the
+                // field before the last one matched is tried first.
+                let mut hint = nf.wrapping_sub(1);
+                for &m in members.iter().rev() {
+                    let key = self.key(m);
+                    let f = if hint < nf && fields[hint].name == key {
+                        Some(hint)
+                    } else {
+                        fields.iter().position(|f| f.name == key)
+                    };
+                    match f {
+                        Some(f) => {
+                            if found[f] == usize::MAX {
+                                found[f] = m + 1;
+                            }
+                            hint = f.wrapping_sub(1);
+                        }
+                        // fastavro's union hint: a `-type` key naming another record is a
+                        // mismatch (no Avro field name has a '-').
+                        None if key == b"-type" => return Err(Stop),
+                        None => {}
+                    }
+                }
+                for (index, field) in fields.iter().enumerate() {
+                    let found = (found[index] != usize::MAX).then_some(found[index]);
+                    match (found, field.default) {
+                        (None, Default_::Other) => return Err(Stop),
+                        (None, Default_::Encoded(at)) => {
+                            // Written as the default, read by routing and event time as absent
+                            // (Python's field_values reads the JSON object: None).
+                            out.extend_from_slice(&self.defaults[at]);
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    let below = want.and_then(|w| w.children.iter().find(|(i, _)| *i == index)).map(|(_, w)| w);
+                    let mark = out.len();
+                    self.encode(field.node, found, below.filter(|w| !w.children.is_empty()), out, values, depth + 1)?;
+                    if let Some(slot) = below.and_then(|w| w.slot) {
+                        values[slot] = self.wanted_value(field.node, found, mark, out);
+                    }
+                }
+            }
+            _ => return Err(Stop),
+        }
+        Ok(())
+    }
+
+    /// What Python's `field_values` reads for a wanted field (the JSON value itself, not its
+    /// Avro form): an int, a float, a string (its bytes, now at the end of `out`), null.
+    fn wanted_value(&self, id: usize, at: Option<usize>, mark: usize, out: &[u8]) -> Value {
+        let Some(at) = at else { return Value::Null };
+        match self.tape[at] {
+            Tok::Null => Value::Null,
+            Tok::Int(v) => Value::Int(v),
+            Tok::Float(f) => Value::Float(f),
+            Tok::Str { s, e, .. } => {
+                let node = match self.nodes[id] {
+                    Node::Nullable { inner, .. } => inner,
+                    _ => id,
+                };
+                if matches!(self.nodes[node], Node::String) && out.len() >= mark + (e - s) as usize {
+                    Value::Str(out.len() - (e - s) as usize, out.len())
+                } else {
+                    Value::Other
+                }
+            }
+            _ => Value::Other,
+        }
+    }
+}
