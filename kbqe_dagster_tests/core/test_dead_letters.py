@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
+from io import BytesIO
 
 import pytest
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from kbqe_dagster.core.record.dead_letters import MAX_TIMESTAMP_MS, DeadLetter
+from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA, MAX_TIMESTAMP_MS, DeadLetter
 
 
 def letter(timestamp_ms: int | None) -> DeadLetter:
@@ -35,3 +38,14 @@ def test_a_kafka_timestamp_kafka_lacks_or_past_year_9999_is_null(timestamp_ms):
 def test_the_last_instant_bigquery_holds_is_kept():
     kept = letter(MAX_TIMESTAMP_MS).to_record()["kafka_timestamp"]
     assert kept == datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
+
+
+def test_an_error_quoting_a_lone_surrogate_is_written_escaped():
+    # A JSON value's "\ud800" quoted by the reason that refuses it: UTF-8 cannot hold it, and
+    # failing the dead letter failed the range on every retry (the JSON kernel's fuzz found it).
+    parsed = parse_schema(DEAD_LETTER_SCHEMA)
+    bad = replace(letter(None), error='t[0] offset 7: got "\ud800"')
+    body = BytesIO()
+    schemaless_writer(body, parsed, bad.to_record())
+    body.seek(0)
+    assert schemaless_reader(body, parsed)["error"] == 't[0] offset 7: got "\\ud800"'

@@ -271,9 +271,10 @@ class Writer:
             else:
                 out.append(ch)
         if rng.random() < self.odd:
-            # Not lone surrogates: a dead letter naming one crashes the Python path's dead-letter
-            # writer (test_json_kernel.py has them where the reference survives them).
-            out.insert(rng.randrange(len(out) + 1), rng.choice(["\\x", "\x01", "\\u12"]))
+            # Lone surrogates too: a dead letter quoting one holds its escape
+            # (core/record/dead_letters.py); it used to fail the Python path's range.
+            out.insert(rng.randrange(len(out) + 1),
+                       rng.choice(["\\x", "\x01", "\\u12", "\\ud800", "\\uDC00"]))  # fmt: skip
         return '"' + "".join(out) + '"'
 
 

@@ -162,3 +162,15 @@ def test_json_differential_fuzz(tmp_path_factory, pytestconfig):
     # The records it leaves to Python are spellings it does not read on purpose (a BOM, UTF-16)
     # and event times it is not sure of (as on the Avro path: offsets like "+0200").
     assert share > 0.8, "the kernel staged too few records to prove anything"
+
+
+def test_a_lone_surrogate_quoted_by_a_refusal_is_dead_lettered_not_a_failed_range(tmp_path):
+    """A reason that quotes a lone surrogate (``"\\ud800"`` given for a ``long`` field) used to
+    fail the dead letter's UTF-8 encoding, and with it the range on every retry; the dead
+    letter now holds the escape (found by the JSON kernel's differential fuzz)."""
+    bad = b'{"datasetName":"web","tableName":"clicks","url":"a","at":"\\ud800"}'
+    good = json.dumps(GOOD).encode()
+    python, native = both(tmp_path, pipeline(), messages([good, bad, good]))
+    assert python.result.records == 2
+    assert python.result.dead_letters == {"json_schema_mismatch": 1}
+    assert native.kernel_messages == 2

@@ -87,7 +87,7 @@ class DeadLetter:
         staged_at = self.staged_at.astimezone(UTC)
         return {
             "reason": str(self.reason),
-            "error": self.error,
+            "error": _encodable(self.error),
             "topic": self.topic,
             "partition": self.partition,
             "offset": self.offset,
@@ -102,7 +102,7 @@ class DeadLetter:
             "schema_id": self.schema_id,
             "raw_key": self.raw_key,
             "raw_value": self.raw_value,
-            "headers": [{"key": k, "value": v} for k, v in self.headers],
+            "headers": [{"key": _encodable(k), "value": v} for k, v in self.headers],
             "staged_at": staged_at,
             "staged_date": staged_at.date(),
         }
@@ -110,3 +110,14 @@ class DeadLetter:
 
 def staged_day(moment: datetime) -> date:
     return moment.astimezone(UTC).date()
+
+
+def _encodable(text: str) -> str:
+    """``text`` as UTF-8 can hold it: a lone surrogate (a JSON value's ``"\\ud800"``, quoted by
+    the reason that refuses it) becomes its ``\\ud800`` escape instead of failing the dead
+    letter's encoding, and with it the range, on every retry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
