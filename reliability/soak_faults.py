@@ -135,7 +135,11 @@ class FaultInjector:
         self._thread = threading.Thread(target=self._loop, name="soak-faults", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, finish_within: float = 600.0) -> None:
+        """Let the planned faults finish (they run one after the other, so an outage or a wait
+        for a run delays the next ones past their time), within ``finish_within`` seconds."""
+        if self._thread is not None:
+            self._thread.join(finish_within)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(RUN_WAIT_S + 120)
