@@ -5,7 +5,8 @@ Memory: the resident set (``VmRSS``) of the daemon, the code server (its proxy a
 process it spawns), the webserver, and each run process with its Spark JVM, every few seconds,
 from ``/proc`` (no dependency). A long-lived process's trend is the least-squares slope of its
 RSS after a warm-up (imports, first loads and caches fill in the first minutes), in MB per
-hour. It counts as a leak when the slope is above :data:`LEAK_MB_PER_HOUR` *and* the process
+hour (a process the soak restarts starts a new series). It counts as a leak when the slope is
+above :data:`LEAK_MB_PER_HOUR` *and* the process
 really grew by :data:`LEAK_MIN_GROWTH_MB` between the first and last quarter of the window:
 Python's allocator moves RSS by a few MB either way, and over a ten-minute window a single
 5 MB step is already a 30 MB/h "slope"; 50 MB/h that persists is 1.2 GB a day, enough to take
@@ -32,6 +33,13 @@ log = logging.getLogger(__name__)
 LEAK_MB_PER_HOUR = 50.0
 LEAK_MIN_GROWTH_MB = 20.0
 WARM_UP_FRACTION = 0.25
+WARM_UP_MIN_S = 180.0
+"""The code server loads its definitions lazily and imports Spark's and the clients' modules at
+the first sensor ticks and runs: its first minutes are growth that is not a leak."""
+JUDGED_WINDOW_S = 300.0
+"""A process life shorter than this after its warm-up (a process the soak restarted, a short
+soak) gets its slope reported but is not judged: a few minutes of samples cannot tell a leak
+from the allocator settling."""
 
 
 # --- /proc ----------------------------------------------------------------------------------
@@ -168,9 +176,14 @@ class MemorySampler:
 
 def trend(points: list[tuple[float, float]]) -> dict[str, Any]:
     """Slope (MB/h) after the warm-up, first and last RSS, and whether it is a leak."""
-    if len(points) < 8:
-        return {"samples": len(points), "slope_mb_per_hour": None, "leak": False}
-    window = points[int(len(points) * WARM_UP_FRACTION) :]
+    warm = (
+        max(points[int(len(points) * WARM_UP_FRACTION)][0], points[0][0] + WARM_UP_MIN_S)
+        if points
+        else 0
+    )
+    window = [p for p in points if p[0] >= warm]
+    if len(window) < 8:
+        return {"samples": len(points), "slope_mb_per_hour": None, "judged": False, "leak": False}
     n = len(window)
     mean_t = sum(t for t, _ in window) / n
     mean_m = sum(m for _, m in window) / n
@@ -180,6 +193,7 @@ def trend(points: list[tuple[float, float]]) -> dict[str, Any]:
     first = sorted(m for _, m in window[:quarter])[quarter // 2]
     last = sorted(m for _, m in window[-quarter:])[quarter // 2]
     slope = slope_per_s * 3600
+    judged = window[-1][0] - window[0][0] >= JUDGED_WINDOW_S
     return {
         "samples": len(points),
         "window_s": round(window[-1][0] - window[0][0], 1),
@@ -188,7 +202,8 @@ def trend(points: list[tuple[float, float]]) -> dict[str, Any]:
         "rss_mb_max": round(max(m for _, m in points), 1),
         "growth_mb": round(last - first, 1),
         "slope_mb_per_hour": round(slope, 1),
-        "leak": slope > LEAK_MB_PER_HOUR and last - first > LEAK_MIN_GROWTH_MB,
+        "judged": judged,
+        "leak": judged and slope > LEAK_MB_PER_HOUR and last - first > LEAK_MIN_GROWTH_MB,
     }
 
 

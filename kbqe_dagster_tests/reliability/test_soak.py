@@ -5,16 +5,18 @@ every kind while every fault kind is injected once, then checked end to end.
 
 It runs on a private local stack (its own home and ports: the faults stop services), never the
 one the other tests share; ``KBQE_SOAK_MINUTES`` sets how long it produces (default 10, what
-``make test`` runs; ``make soak`` is the 60-minute run).
+``make test`` runs; ``make soak`` is the 60-minute run); ``KBQE_SOAK_REPORT`` names a file to
+write its JSON report to.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
-from reliability.soak import DEFAULT_HOME, PORTS, Soak, private_stack_env
+from reliability.soak import DEFAULT_HOME, PORTS, Soak, private_stack_env, render
 from reliability.soak_faults import KINDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -32,8 +34,11 @@ def soak_report():
         shared = os.environ.get("KBQE_LOCAL_HOME", str(REPO_ROOT / ".kbqe-local"))
         for name in PORTS:  # the shared stack's overrides are not the soak's ports
             os.environ.pop(f"KBQE_LOCAL_{name}_PORT", None)
-        private_stack_env(DEFAULT_HOME, __import__("pathlib").Path(shared) / "cache")
-        yield Soak(MINUTES, SEED, DEFAULT_HOME, faults=True, settle_minutes=15).run()
+        private_stack_env(DEFAULT_HOME, Path(shared) / "cache")
+        report = Soak(MINUTES, SEED, DEFAULT_HOME, faults=True, settle_minutes=15).run()
+        if os.environ.get("KBQE_SOAK_REPORT"):
+            Path(os.environ["KBQE_SOAK_REPORT"]).write_text(render(report) + "\n")
+        yield report
     finally:
         os.environ.clear()
         os.environ.update(saved)
