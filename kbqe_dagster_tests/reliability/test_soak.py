@@ -19,10 +19,17 @@ import pytest
 from reliability.soak import DEFAULT_HOME, PORTS, Soak, private_stack_env, render
 from reliability.soak_faults import KINDS
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
 MINUTES = float(os.environ.get("KBQE_SOAK_MINUTES", "10"))
 SEED = 7
+SETTLE_MINUTES = 15
+
+# The run takes MINUTES of producing, up to SETTLE_MINUTES of loading, then the drain: far
+# past the suite's 600 s per test (the module fixture's time counts against the first test).
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.timeout((MINUTES + SETTLE_MINUTES + 15) * 60),
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +42,7 @@ def soak_report():
         for name in PORTS:  # the shared stack's overrides are not the soak's ports
             os.environ.pop(f"KBQE_LOCAL_{name}_PORT", None)
         private_stack_env(DEFAULT_HOME, Path(shared) / "cache")
-        report = Soak(MINUTES, SEED, DEFAULT_HOME, faults=True, settle_minutes=15).run()
+        report = Soak(MINUTES, SEED, DEFAULT_HOME, faults=True, settle_minutes=SETTLE_MINUTES).run()
         if os.environ.get("KBQE_SOAK_REPORT"):
             Path(os.environ["KBQE_SOAK_REPORT"]).write_text(render(report) + "\n")
         yield report
