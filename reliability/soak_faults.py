@@ -18,7 +18,8 @@ thread of its own:
   whatever the sensor launches.
 
 Each event records when it happened; the recovery time of a fault is the time from it to the
-end of the first run that started after it and succeeded. A fault that could not be injected
+end of the first run of the job it hit (a stage run, a load run; any run for the daemon, code
+server and reload faults) that started after it and succeeded. A fault that could not be injected
 (no run of that kind in flight within its wait) is reported as such; a kind never injected is a
 soak failure, as in the fault suite: it would prove nothing.
 """
@@ -65,6 +66,18 @@ OUTAGE_KINDS = (
     "code_server_kill",
 )
 """Faults during which (plus a margin) a sensor or schedule tick may fail."""
+RECOVERED_BY = {
+    "stage_run_kill": "stage_job",
+    "run_terminate": "stage_job",
+    "manual_duplicate_runs": "stage_job",
+    "kafka_restart": "stage_job",
+    "registry_down": "stage_job",
+    "gcs_down": "stage_job",
+    "load_run_kill": "load_job",
+    "bigquery_down": "load_job",
+}
+"""The job whose first success after a fault says the fault's path works again; the daemon,
+code server and reload faults: any job."""
 OUTAGE_MARGIN_S = 90.0
 RUN_WAIT_S = 180.0
 
@@ -291,13 +304,14 @@ class FaultInjector:
         ]
 
     def recovery(self) -> dict[str, list[float | None]]:
-        """Per kind: seconds from each fault to the end of the first run that started after it
-        and succeeded (None: none did)."""
+        """Per kind: seconds from each fault to the end of the first run of the job it hit
+        (:data:`RECOVERED_BY`; any job for the others) that started after it and succeeded
+        (None: none did)."""
         import dagster as dg
 
         inst = instance(self.dagster.home)
         done = [
-            (r.start_time, r.end_time)
+            (r.dagster_run.job_name, r.start_time, r.end_time)
             for r in inst.get_run_records(
                 filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.SUCCESS])
             )
@@ -307,7 +321,8 @@ class FaultInjector:
         for event in self.events:
             if not event.injected:
                 continue
-            ends = [end for start, end in done if start >= event.at]
+            job = RECOVERED_BY.get(event.kind)
+            ends = [end for name, start, end in done if start >= event.at and job in (None, name)]
             out.setdefault(event.kind, []).append(round(min(ends) - event.at, 1) if ends else None)
         return out
 
