@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install kernel demo lint test test-unit stack-up stack-down stack-status dev validate bench bench-latency faults clean-local
+.PHONY: install kernel demo lint test test-unit stack-up stack-down stack-status dev validate bench bench-latency faults soak clean-local
 
 install: $(STAMP)
 
@@ -79,6 +79,14 @@ bench-latency: install
 # The fault-injection suite on the local stack (docs/operations.md); ARGS="--long" for the long run.
 faults: install
 	$(BIN)/python reliability/fault_suite.py --seed 7 --json reliability/results/faults.json $(ARGS)
+
+# The soak (docs/operations.md, "The soak"): dagster-daemon, the code server and the webserver
+# under a producing fleet and seeded faults for MINUTES minutes, on a private stack of its own
+# (.soak-local/, ports 39092...); writes bench/results/soak.json. E.g. make soak MINUTES=10.
+MINUTES ?= 60
+SEED ?= 7
+soak: install
+	$(BIN)/python reliability/soak.py --minutes $(MINUTES) --seed $(SEED) --cache-from .kbqe-local/cache $(ARGS)
 
 clean-local: stack-down
 	rm -rf .kbqe-local/run

@@ -23,10 +23,36 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kbqe_dagster.core.protocol.naming import parse_listing
 from kbqe_dagster.localstack.clients import local_bigquery_client
-from reliability.world import World
+from kbqe_dagster.localstack.endpoints import LocalEndpoints
+from kbqe_dagster.resources.staging_store import StagingStore
+from reliability.messages import Ledger
+
+
+class World(Protocol):
+    """What the accounting reads of a run: the fault suite's ``reliability.world.World``, or
+    the soak's fleet (reliability/soak.py)."""
+
+    @property
+    def endpoints(self) -> LocalEndpoints: ...
+
+    @property
+    def ledgers(self) -> dict[str, Ledger]: ...
+
+    @property
+    def tables(self) -> tuple[tuple[str, str], ...]: ...
+
+    @property
+    def storage_write_tables(self) -> tuple[tuple[str, str], ...]: ...
+
+    @property
+    def dead_letter_table(self) -> tuple[str, str]: ...
+
+    def store(self) -> StagingStore: ...
+
 
 SAMPLE = 5  # offsets listed per kind of error in the report
 
