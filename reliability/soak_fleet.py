@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from kbqe_dagster.core.formats.protobuf_wire import varint
 from kbqe_dagster.core.reasons import Reason
 from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.demo.debezium import CustomersTable, DebeziumTopics
@@ -72,21 +73,9 @@ message Reading {
 """
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def _pb_string(number: int, text: str) -> bytes:
     data = text.encode()
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
+    return varint(number << 3 | 2) + varint(len(data)) + data
 
 
 def reading_body(sensor: str, value: float, event_time: str) -> bytes:
@@ -95,7 +84,7 @@ def reading_body(sensor: str, value: float, event_time: str) -> bytes:
     return (
         b"\x00"
         + _pb_string(1, sensor)
-        + _varint(2 << 3 | 1)
+        + varint(2 << 3 | 1)
         + struct.pack("<d", value)
         + _pb_string(3, event_time)
     )

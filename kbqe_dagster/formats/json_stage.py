@@ -148,24 +148,11 @@ class JsonKernelStaging(NativeStaging):
         Avro driver learns it (a route it refuses stays the Python path's to dead-letter)."""
         if reason != "route_unknown" or unknown_route is None:
             return False
-        dataset, table = unknown_route
         staged = self.staged
-        try:
-            fields = {self._dataset_field: dataset.decode(), self._table_field: table.decode()}
-            destination = self.stager.route(
-                RoutingInput(
-                    self.stager.rng.topic,
-                    self.stager.rng.partition,
-                    msg.offset(),
-                    staged.full_name,
-                    fields,
-                    msg.key(),
-                )
-            )
-        except (BadInputError, UnicodeDecodeError):
-            return False
-        slot = self._slot(
-            destination.dataset, destination.table, staged.schema_id, staged.file_schema
+        slot = self._route_slot(
+            msg, unknown_route, staged.full_name, staged.schema_id, staged.file_schema
         )
-        self.kernel.learn_route(self.LEARN_HEADER, dataset, table, slot)
+        if slot is None:
+            return False
+        self.kernel.learn_route(self.LEARN_HEADER, *unknown_route, slot)
         return True

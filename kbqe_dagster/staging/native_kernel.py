@@ -305,6 +305,23 @@ class NativeStaging:
         if known is None:
             return False
         schema_id, decoder = known
+        slot = self._route_slot(msg, route, decoder.full_name, schema_id, decoder.schema)
+        if slot is None:
+            return False
+        self.kernel.learn_route(header, *route, slot)
+        return True
+
+    def _route_slot(
+        self,
+        msg: Any,
+        route: tuple[bytes, bytes],
+        full_name: str | None,
+        schema_id: int,
+        schema: dict,
+    ) -> int | None:
+        """The file slot of the Python router's destination for a pair of routing values (the
+        record named ``full_name``, staged under ``schema_id``), or None when the router
+        refuses them: such messages keep going to the Python path's verdict."""
         dataset, table = route
         try:
             fields = {self._dataset_field: dataset.decode(), self._table_field: table.decode()}
@@ -313,16 +330,14 @@ class NativeStaging:
                     self.stager.rng.topic,
                     self.stager.rng.partition,
                     msg.offset(),
-                    decoder.full_name,
+                    full_name,
                     fields,
                     msg.key(),
                 )
             )
         except (BadInputError, UnicodeDecodeError):
-            return False  # not a destination: such messages keep going to the Python path's verdict
-        slot = self._slot(destination.dataset, destination.table, schema_id, decoder.schema)
-        self.kernel.learn_route(header, dataset, table, slot)
-        return True
+            return None
+        return self._slot(destination.dataset, destination.table, schema_id, schema)
 
     def _slot(self, dataset: str, table: str, schema_id: int, schema: dict) -> int:
         key = (dataset, table, schema_id)

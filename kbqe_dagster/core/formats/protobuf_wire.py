@@ -49,7 +49,7 @@ def encode_message_indexes(indexes: tuple[int, ...] | list[int]) -> bytes:
     """The bytes Confluent's serializers write for ``indexes`` (``[0]`` as the single byte 0)."""
     if tuple(indexes) == FIRST_MESSAGE:
         return b"\x00"
-    return b"".join(_varint(_zig(n)) for n in (len(indexes), *indexes))
+    return b"".join(varint(_zig(n)) for n in (len(indexes), *indexes))
 
 
 def _zigzag(data: bytes | memoryview, position: int) -> tuple[int, int]:
@@ -70,7 +70,8 @@ def _zig(n: int) -> int:
     return (n << 1) ^ (n >> 63)
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """``n`` (≥ 0) as a base-128 varint: Protobuf's, and Avro's after its zig-zag."""
     out = bytearray()
     while True:
         byte = n & 0x7F

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
+from kbqe_dagster.core.formats.protobuf_wire import varint
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 
 RAW_RECORD_NAME = "kbqe_dagster.raw.RawMessage"
@@ -78,20 +79,11 @@ _NULL = b"\x00"
 _BYTES_BRANCH = b"\x02"
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def encode_raw_value(value: bytes | None) -> bytes:
     """The Avro body of one raw row: the ``["null", "bytes"]`` union of the value."""
     if value is None:
         return _NULL
-    return _BYTES_BRANCH + _varint(len(value) << 1) + value
+    return _BYTES_BRANCH + varint(len(value) << 1) + value
 
 
 RAW_TOPIC_KEYS_REFUSED: dict[str, str] = {
