@@ -19,9 +19,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
+from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster_tests.staging.kernel_equality import Msg
-from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text
+from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text, random_pipeline
 
 TOPIC = "fuzz.json"
 WORDS = ["", "a", "order", "Zürich", "日本語", "emoji 🎉", "tab\tnl\n", "q\"b\\s/", "\x00\x1f\x7f",
@@ -318,32 +318,9 @@ def scenario(seed: int, messages: int) -> Scenario:
     event_fields = rng.choice([["eventTime"], ["meta.ts", "eventTime"], ["meta.ts"]])
     if "meta" not in [f["name"] for f in fields]:
         event_fields = ["eventTime"]
-    event_time: dict[str, Any] = {
-        "fields": event_fields,
-        "epoch_unit": rng.choice(["auto", "auto", "s", "ms", "us", "ns"]),
-        "date_rule": rng.choice(["local", "utc"]),
-        "kafka_timestamp_fallback": rng.random() < 0.4,
-    }
-    if rng.random() < 0.2:
-        event_time.update(min_date="2000-01-01", max_date="2030-12-31")
-    topic: dict[str, Any] = {"name": TOPIC, "format": "json", "schema": schema, "event_time": event_time,
-                             "on_bad_input": rng.choice(["dead_letter"] * 6 + ["skip"] * 2 + ["fail"])}  # fmt: skip
-    topic["routing"] = {
-        "fields": {"mode": "fields"},
-        "static": {"mode": "static", "dataset": "acme_sales", "table": "orders"},
-        "schema_name": {"mode": "schema_name"},
-    }[routing]
-    if rng.random() < 0.1:
-        topic["staging"] = {"max_message_size": rng.choice([64, 200, 400])}
-    enrichment = {
-        "timestamp_column": rng.choice(["_kafka_timestamp", "_kafka_timestamp", None]),
-        "key_column": rng.choice([None, "_kafka_key"]),
-        "headers_column": rng.choice([None, "_kafka_headers"]),
-    }
-    pipeline = parse_pipeline_config({
-        "version": 1, "topics": [topic], "enrichment": enrichment,
-        "allowed_destinations": ["acme_sales.*", "acme_web.orders", "fuzz.*"],
-    }, source=f"json kernel fuzz seed {seed}")  # fmt: skip
+    topic: dict[str, Any] = {"name": TOPIC, "format": "json", "schema": schema}
+    pipeline = random_pipeline(rng, topic, event_fields, routing, size_chance=0.1,
+                               source=f"json kernel fuzz seed {seed}")  # fmt: skip
     return Scenario(pipeline, schema, list(stream(rng, schema, messages, adversarial)), adversarial)
 
 

@@ -148,6 +148,20 @@ def scenario(seed: int, messages: int) -> Scenario:
     event_fields = rng.choice(
         [["eventTime"], ["meta.ts", "eventTime"], ["missing", "eventTime"], ["meta.ts"]]
     )
+    topic: dict[str, Any] = {"name": TOPIC}
+    pipeline = random_pipeline(rng, topic, event_fields, routing, size_chance=0.15,
+                               source=f"kernel fuzz seed {seed}")  # fmt: skip
+    return Scenario(pipeline, schemas, list(stream(rng, schemas, messages)), topic["on_bad_input"])
+
+
+def random_pipeline(
+    rng: random.Random, topic: dict[str, Any], event_fields: list[str], routing: str, *,
+    size_chance: float, source: str,
+) -> PipelineConfig:  # fmt: skip
+    """A random one-topic pipeline around ``topic`` (its name, and format and schema where
+    it has them; completed in place): event time on ``event_fields``, a bad-input policy,
+    ``routing``, sometimes a small message size limit, random enrichment columns. Shared
+    with the JSON kernel's fuzz (formats/json_fuzz.py)."""
     event_time: dict[str, Any] = {
         "fields": event_fields,
         "epoch_unit": rng.choice(["auto", "auto", "s", "ms", "us", "ns"]),
@@ -156,25 +170,24 @@ def scenario(seed: int, messages: int) -> Scenario:
     }
     if rng.random() < 0.2:
         event_time.update(min_date="2000-01-01", max_date="2030-12-31")
-    topic: dict[str, Any] = {"name": TOPIC, "event_time": event_time,
-                             "on_bad_input": rng.choice(["dead_letter"] * 6 + ["skip"] * 2 + ["fail"])}  # fmt: skip
+    topic["event_time"] = event_time
+    topic["on_bad_input"] = rng.choice(["dead_letter"] * 6 + ["skip"] * 2 + ["fail"])
     topic["routing"] = {
         "fields": {"mode": "fields"},
         "static": {"mode": "static", "dataset": "acme_sales", "table": "orders"},
         "schema_name": {"mode": "schema_name"},
     }[routing]
-    if rng.random() < 0.15:
+    if rng.random() < size_chance:
         topic["staging"] = {"max_message_size": rng.choice([64, 200, 400])}
     enrichment = {
         "timestamp_column": rng.choice(["_kafka_timestamp", "_kafka_timestamp", None]),
         "key_column": rng.choice([None, "_kafka_key"]),
         "headers_column": rng.choice([None, "_kafka_headers"]),
     }
-    pipeline = parse_pipeline_config({
+    return parse_pipeline_config({
         "version": 1, "topics": [topic], "enrichment": enrichment,
         "allowed_destinations": ["acme_sales.*", "acme_web.orders", "fuzz.*"],
-    }, source=f"kernel fuzz seed {seed}")  # fmt: skip
-    return Scenario(pipeline, schemas, list(stream(rng, schemas, messages)), topic["on_bad_input"])
+    }, source=source)  # fmt: skip
 
 
 def stream(rng: random.Random, schemas: dict[int, dict], count: int):
