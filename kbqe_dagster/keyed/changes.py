@@ -80,6 +80,12 @@ class ChangeLayout:
     def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
         raise NotImplementedError
 
+    def cut(self) -> tuple[str, tuple[int, ...], tuple[str | None, ...]]:
+        """How :meth:`body` cuts, for the native kernel (kernel/src/changes.rs, which does the
+        same and hands back what it is not sure of): the layout's kind, the top-level field
+        indexes it cuts at, and the field paths of the values it reads, in the kernel's order."""
+        raise NotImplementedError
+
 
 def change_layout(writer_schema: Mapping[str, Any], topic: TopicConfig) -> ChangeLayout:
     """The layout of ``writer_schema``'s messages on keyed ``topic``. Raises
@@ -106,6 +112,15 @@ def change_layout(writer_schema: Mapping[str, Any], topic: TopicConfig) -> Chang
         raise UnsupportedSchemaError(f"row field(s) {sorted(clash)} collide with change columns")
     _check_key(layout, topic)
     return layout
+
+
+def change_paths(topic: TopicConfig) -> tuple[str, ...]:
+    """Every field path a layout of keyed ``topic``'s messages may read (:meth:`ChangeLayout.cut`),
+    whichever writer schema comes: the native kernel reads them all."""
+    if topic.format is SourceFormat.DEBEZIUM:
+        return ("op", "source.ts_ms", "__op", "__source_ts_ms", "__deleted")
+    assert topic.keyed is not None
+    return tuple(path for path in (topic.keyed.version, topic.keyed.delete_field) if path)
 
 
 def _check_key(layout: ChangeLayout, topic: TopicConfig) -> None:
@@ -152,6 +167,9 @@ class _EnvelopeLayout(ChangeLayout):
             before_index=index["before"],
             after_index=index["after"],
         )
+
+    def cut(self) -> tuple[str, tuple[int, ...], tuple[str | None, ...]]:
+        return "envelope", (self.before_index, self.after_index), ("op", "source.ts_ms")
 
     def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
         op = fields.get("op")
@@ -221,6 +239,9 @@ class _FlatLayout(ChangeLayout):
             skips=(record_skipper(row, compiler),),
         )
 
+    def cut(self) -> tuple[str, tuple[int, ...], tuple[str | None, ...]]:
+        return "flat", (len(self.row_fields),), ("__op", "__source_ts_ms", "__deleted")
+
     def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
         version = fields.get("__source_ts_ms")
         if version is None:
@@ -271,6 +292,9 @@ class _PlainLayout(ChangeLayout):
             version_path=keyed.version,
             delete_path=keyed.delete_field,
         )
+
+    def cut(self) -> tuple[str, tuple[int, ...], tuple[str | None, ...]]:
+        return "plain", (), (self.version_path, self.delete_path)
 
     def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
         value = fields.get(self.version_path)

@@ -5,6 +5,9 @@ date, enrichment, files, commit, dead letters): this class only changes what is 
 message — the change columns plus a slice of the body (keyed/changes.py) — and where (the
 destination's changelog table). A Kafka tombstone (null value) is not bad input here: it is
 counted and skipped (Debezium writes one after each delete, for log compaction).
+
+The native kernel stages these topics too (keyed/native_stage.py, kernel/src/changes.rs),
+handing back to :meth:`KeyedRangeStager.add` every message it is not certain about.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.routing import Destination
 from kbqe_dagster.keyed.changes import ChangeLayout, change_layout
+from kbqe_dagster.keyed.native_stage import KeyedNativeStaging
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.probe.record_probe import RecordProbe
 from kbqe_dagster.staging.stager import Decoder, RangeStager
@@ -30,10 +34,10 @@ class _ChangeDecoder(Decoder):
 
 
 class KeyedRangeStager(RangeStager):
-    # The seam for the native kernel: it would slice the after/before image as it finds a
-    # body today (the generated skippers of keyed/avro_skip.py show which bytes); until it
-    # does, keyed topics stage on the Python path.
+    # Not the append kernel's records: the native kernel stages keyed topics through a driver
+    # of their own (keyed/native_stage.py), which slices the row image as this class does.
     native_kernel = False
+    native_driver = KeyedNativeStaging
 
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         super().__init__(ctx, rng, workdir)

@@ -13,11 +13,11 @@ reach the same container writer in the same order (docs/architecture.md, "Two st
 
 A stager whose per-message work differs from the Avro path's names its own driver, a subclass
 of :class:`NativeStaging`, as ``native_driver`` (``format: json`` and ``format: raw`` do:
-formats/json_stage.py, formats/raw_stage.py); its :meth:`~NativeStaging.for_range` may decline
-a range.
+formats/json_stage.py, formats/raw_stage.py; keyed change topics: keyed/native_stage.py); its
+:meth:`~NativeStaging.for_range` may decline a range.
 
-What stays on the Python path for good: keyed topics and other formats (stagers of their own,
-which set ``native_kernel = False``), ``function`` routing, topics that may write an HOUR-partitioned
+What stays on the Python path for good: other formats (stagers of their own, which set
+``native_kernel = False`` and name no driver), ``function`` routing, topics that may write an HOUR-partitioned
 table (core/record/partitioning.py: the event hour column), and a schema whose types or wanted fields
 the kernel does not implement (:meth:`StageKernel.add_schema` refuses it; its messages are
 handed back one by one). ``KBQE_STAGE_KERNEL=off`` forces the Python path everywhere.
@@ -111,7 +111,7 @@ class NativeStaging:
     def __init__(self, stager: Any, extension: Any) -> None:
         self.stager = stager
         topic = stager.topic
-        wanted = list(topic.required_fields)
+        wanted = self.wanted_paths(stager)
         routing = stager.router.config
         route_slots = None
         if routing.mode is RoutingMode.FIELDS and stager.static_destination is None:
@@ -126,6 +126,7 @@ class NativeStaging:
             enrichment.timestamp_column is not None, enrichment.key_column is not None,
             enrichment.headers_column is not None, sorted(LOGICAL_READERS),
         )  # fmt: skip
+        self.wanted = wanted  # the kernel's value slots, by path
         self._mode = routing.mode
         self._dataset_field, self._table_field = routing.dataset_field, routing.table_field
         self._offered: dict[bytes, str | None] = {}  # header → None (taken) or why refused
@@ -134,6 +135,12 @@ class NativeStaging:
         ] = []  # file slot → (dataset, table, id, schema)
         self._slot_of: dict[tuple[str, str, int], int] = {}
         self.handbacks: Counter[str] = Counter()
+
+    @staticmethod
+    def wanted_paths(stager: Any) -> list[str]:
+        """Hook: the field paths the kernel reads of every record (its values by slot):
+        routing's, then event time's. A driver whose records need more appends them."""
+        return list(stager.topic.required_fields)
 
     @classmethod
     def for_stager(cls, stager: Any) -> NativeStaging | None:

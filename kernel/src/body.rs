@@ -23,6 +23,9 @@ pub enum Value {
     Micros(i64),
     /// A string's byte range in the body (validated UTF-8).
     Str(usize, usize),
+    /// A boolean: read only for a plan made with `booleans` (a keyed topic's `__deleted`
+    /// and delete flag, changes.rs); routing and event time hand such a message back.
+    Bool(bool),
     /// Any other value: routing and event time hand such a message back.
     Other,
 }
@@ -52,9 +55,10 @@ struct Want {
     children: Vec<(String, Want)>,
 }
 
-/// The plan of `paths` (dotted) over the schema; slot i is `paths[i]`. `leaf_ok(slot, kind)`
-/// says whether the kernel handles a value of that kind at that slot.
-pub fn plan(schema: &Schema, paths: &[String]) -> Result<Plan, Unsupported> {
+/// The plan of `paths` (dotted) over the schema; slot i is `paths[i]`. `leaf_ok`
+/// says whether the kernel handles a value of that kind; `booleans`: booleans too (keyed
+/// change topics read their delete flags, changes.rs; the append path reads none).
+pub fn plan(schema: &Schema, paths: &[String], booleans: bool) -> Result<Plan, Unsupported> {
     let mut tree = Want::default();
     for (slot, path) in paths.iter().enumerate() {
         let mut node = &mut tree;
@@ -70,15 +74,15 @@ pub fn plan(schema: &Schema, paths: &[String]) -> Result<Plan, Unsupported> {
         }
         node.slot = Some(slot);
     }
-    plan_at(schema, schema.top, &tree)
+    plan_at(schema, schema.top, &tree, booleans)
 }
 
-fn plan_at(schema: &Schema, id: NodeId, want: &Want) -> Result<Plan, Unsupported> {
+fn plan_at(schema: &Schema, id: NodeId, want: &Want, booleans: bool) -> Result<Plan, Unsupported> {
     if let Some(slot) = want.slot {
         if !want.children.is_empty() {
             return Err(Unsupported("a path wanted whole and in parts".into()));
         }
-        if !leaf_ok(schema, id, 0) {
+        if !leaf_ok(schema, id, 0, booleans) {
             return Err(Unsupported("a wanted field of a type the kernel does not read".into()));
         }
         return Ok(Plan::Read(slot));
@@ -88,7 +92,7 @@ fn plan_at(schema: &Schema, id: NodeId, want: &Want) -> Result<Plan, Unsupported
             let mut plans = Vec::with_capacity(branches.len());
             for b in branches {
                 plans.push(match schema.nodes[*b] {
-                    Kind::Record { .. } => plan_at(schema, *b, want)?,
+                    Kind::Record { .. } => plan_at(schema, *b, want, booleans)?,
                     _ => Plan::Skip,
                 });
             }
@@ -98,7 +102,7 @@ fn plan_at(schema: &Schema, id: NodeId, want: &Want) -> Result<Plan, Unsupported
             let mut plans = Vec::with_capacity(fields.len());
             for (name, t) in fields {
                 plans.push(match want.children.iter().find(|(n, _)| n == name) {
-                    Some((_, child)) => plan_at(schema, *t, child)?,
+                    Some((_, child)) => plan_at(schema, *t, child, booleans)?,
                     None => Plan::Skip,
                 });
             }
@@ -110,11 +114,12 @@ fn plan_at(schema: &Schema, id: NodeId, want: &Want) -> Result<Plan, Unsupported
 
 /// Values routing and event time read natively: null, numbers, dates and timestamps, plain
 /// strings, and unions of those.
-fn leaf_ok(schema: &Schema, id: NodeId, depth: u32) -> bool {
+fn leaf_ok(schema: &Schema, id: NodeId, depth: u32, booleans: bool) -> bool {
     match &schema.nodes[id] {
         Kind::Null | Kind::Int(_) | Kind::Long(_) | Kind::Float | Kind::Double => true,
+        Kind::Boolean => booleans,
         Kind::String(logical) => *logical == Logical::None,
-        Kind::Union(bs) => depth < 4 && bs.iter().all(|b| leaf_ok(schema, *b, depth + 1)),
+        Kind::Union(bs) => depth < 4 && bs.iter().all(|b| leaf_ok(schema, *b, depth + 1, booleans)),
         _ => false,
     }
 }
@@ -122,9 +127,17 @@ fn leaf_ok(schema: &Schema, id: NodeId, depth: u32) -> bool {
 pub struct Cursor<'a> {
     pub buf: &'a [u8],
     pub pos: usize,
+    /// An array or map block carried its byte size (a negative count). The walk checks the
+    /// items, not the size; the keyed path's skippers (keyed/avro_skip.py) jump by the size,
+    /// so a slice after such a block is the Python path's to cut (changes.rs).
+    pub sized_blocks: bool,
 }
 
 impl<'a> Cursor<'a> {
+    pub fn new(buf: &'a [u8]) -> Cursor<'a> {
+        Cursor { buf, pos: 0, sized_blocks: false }
+    }
+
     #[inline]
     fn byte(&mut self) -> R<u8> {
         let b = *self.buf.get(self.pos).ok_or(Stop)?;
@@ -167,7 +180,7 @@ impl<'a> Cursor<'a> {
 
     /// A length or index: a long that must not be negative.
     #[inline]
-    fn length(&mut self) -> R<u64> {
+    pub fn length(&mut self) -> R<u64> {
         let v = self.long()?;
         if v < 0 {
             return Err(Stop);
@@ -201,6 +214,7 @@ impl<'a> Cursor<'a> {
     fn block_count(&mut self) -> R<u64> {
         let count = self.long()?;
         if count < 0 {
+            self.sized_blocks = true;
             if self.long()? < 0 {
                 return Err(Stop);
             }
@@ -267,6 +281,11 @@ impl<'s> Walker<'s> {
                 let (s, _) = c.take(8)?;
                 Value::Float(f64::from_le_bytes(c.buf[s..s + 8].try_into().unwrap()))
             }
+            Kind::Boolean => match c.byte()? {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                _ => return Err(Stop),
+            },
             Kind::String(Logical::None) => {
                 let (s, e) = c.string()?;
                 Value::Str(s, e)

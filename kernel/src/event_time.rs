@@ -116,7 +116,7 @@ impl EventTime {
                 Some(day as i64)
             }
             Value::Str(s, e) => iso_day(&body[s..e], self.utc_rule),
-            Value::Null | Value::Other => None,
+            Value::Null | Value::Bool(_) | Value::Other => None,
         }
     }
 }

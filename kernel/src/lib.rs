@@ -14,6 +14,7 @@
 //! the Python container writer blocks and compresses them exactly as it does its own records.
 
 mod body;
+mod changes;
 mod consumer;
 mod event_time;
 mod json;
@@ -52,6 +53,9 @@ struct Entry {
     schema: Schema,
     plan: Plan,
     route: Route,
+    /// A keyed change topic's schema (changes.rs): the record is the change columns plus a
+    /// slice of the body, not the body.
+    change: Option<changes::Layout>,
 }
 
 #[derive(Default)]
@@ -109,6 +113,9 @@ struct StageKernel {
     unknown_route: Option<(Vec<u8>, Vec<u8>)>,
     /// `format: json` (json.rs): every value is JSON under one declared schema, encoded here.
     json: Option<(json::Encoder, Route)>,
+    /// A change message's top-level field starts (changes.rs) and its changelog record.
+    field_starts: Vec<usize>,
+    change_record: Vec<u8>,
 }
 
 #[pymethods]
@@ -160,6 +167,8 @@ impl StageKernel {
             stopped: "end",
             unknown_route: None,
             json: None,
+            field_starts: Vec::new(),
+            change_record: Vec::new(),
         })
     }
 
@@ -171,13 +180,32 @@ impl StageKernel {
     fn add_schema(&mut self, header: &[u8], schema_json: &str, constant_slot: Option<usize>) -> PyResult<()> {
         let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
         let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
-        let plan = body::plan(&schema, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
+        let plan = body::plan(&schema, &self.wanted, false).map_err(|e| PyValueError::new_err(e.0))?;
         let route = match (constant_slot, self.route_slots) {
             (Some(slot), _) => Route::Constant(slot),
             (None, Some(_)) => Route::Fields(HashMap::default()),
             (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
         };
-        self.entries.push(Entry { schema, plan, route });
+        self.entries.push(Entry { schema, plan, route, change: None });
+        self.by_header.insert(header, self.entries.len() - 1);
+        Ok(())
+    }
+
+    /// Take on the writer schema of a keyed change topic framed by `header` (as `add_schema`),
+    /// whose records go to file slot `constant_slot` (the changelog table) cut as `layout`
+    /// says (keyed/changes.py's `ChangeLayout.cut`: "envelope", "flat" or "plain", the
+    /// top-level field indexes it cuts at, and the wanted slots of the values it reads, in
+    /// changes.rs's order). Raises ValueError for what the kernel does not implement.
+    fn add_change_schema(&mut self, header: &[u8], schema_json: &str, constant_slot: usize, layout: &str,
+                         fields: Vec<usize>, slots: Vec<Option<usize>>) -> PyResult<()> {
+        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
+        if slots.iter().flatten().any(|s| *s >= self.wanted.len()) {
+            return Err(PyValueError::new_err("a slot index outside the wanted paths"));
+        }
+        let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
+        let plan = body::plan(&schema, &self.wanted, true).map_err(|e| PyValueError::new_err(e.0))?;
+        let change = changes::Layout::compile(&schema, layout, &fields, &slots).map_err(|e| PyValueError::new_err(e.0))?;
+        self.entries.push(Entry { schema, plan, route: Route::Constant(constant_slot), change: Some(change) });
         self.by_header.insert(header, self.entries.len() - 1);
         Ok(())
     }
@@ -277,11 +305,11 @@ impl StageKernel {
             return Ok(Some("oversized"));
         }
         self.values.fill(Value::Null);
-        let (body, route): (&[u8], &Route) = if let Some((encoder, route)) = &mut self.json {
+        let (body, route, changed): (&[u8], &Route, bool) = if let Some((encoder, route)) = &mut self.json {
             if encoder.encode(value, &mut self.values).is_err() {
                 return Ok(Some("json_uncertain"));
             }
-            (encoder.body(), route)
+            (encoder.body(), route, false)
         } else {
             if value.len() < 5 {
                 return Ok(Some("unframed"));
@@ -290,12 +318,21 @@ impl StageKernel {
             let Some(&at) = self.by_header.get(&header) else { return Ok(Some("schema_unknown")) };
             let body = &value[5..];
             let entry = &self.entries[at];
-            let mut cursor = Cursor { buf: body, pos: 0 };
+            let mut cursor = Cursor::new(body);
             let walker = Walker { schema: &entry.schema };
-            if walker.walk(entry.schema.top, &entry.plan, &mut cursor, &mut self.values, 0).is_err() || !cursor.at_end() {
+            let walked = match &entry.change {
+                None => walker.walk(entry.schema.top, &entry.plan, &mut cursor, &mut self.values, 0),
+                Some(layout) => layout.walk(&walker, &entry.plan, &mut cursor, &mut self.values, &mut self.field_starts),
+            };
+            if walked.is_err() || !cursor.at_end() {
                 return Ok(Some("body_uncertain"));
             }
-            (body, &entry.route)
+            if let Some(layout) = &entry.change {
+                if cursor.sized_blocks || layout.record(body, &self.values, &self.field_starts, &mut self.change_record).is_err() {
+                    return Ok(Some("change_uncertain"));
+                }
+            }
+            (body, &entry.route, entry.change.is_some())
         };
         let slot = match route {
             Route::Constant(slot) => *slot,
@@ -337,7 +374,7 @@ impl StageKernel {
             buffer.data.truncate(mark);
             return Ok(Some("headers_uncertain"));
         }
-        buffer.data.extend_from_slice(body);
+        buffer.data.extend_from_slice(if changed { &self.change_record } else { body });
         buffer.ends.push(buffer.data.len() as u64);
         buffer.count_day(day);
         if first {
