@@ -46,8 +46,8 @@ class KeyedNativeStaging(NativeStaging):
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> KeyedNativeStaging | None:
         """The driver, or None: an extension built before keyed topics (no
-        ``add_change_schema``), or a changelog table that is HOUR-partitioned (the event hour
-        column is the Python path's)."""
+        ``add_change_schema``), or an HOUR-partitioned table (the event hour column is the
+        Python path's; the configuration refuses HOUR for keyed tables today: defensive)."""
         if not hasattr(extension.StageKernel, "add_change_schema"):
             return None
         changelog = stager.changelog

@@ -167,14 +167,11 @@ def assert_same(python: Staged, native: Staged, context: str = "") -> None:
             f"{context}: {name} differs"
         )
     p, n = python.result, native.result
-    assert (n.messages, n.records, n.files, n.dead_letters, n.skipped, n.committed_last) == (
-        p.messages,
-        p.records,
-        p.files,
-        p.dead_letters,
-        p.skipped,
-        p.committed_last,
-    ), context
+    assert (
+        n.messages, n.records, n.files, n.dead_letters, n.skipped, n.committed_last, n.tombstones
+    ) == (
+        p.messages, p.records, p.files, p.dead_letters, p.skipped, p.committed_last, p.tombstones
+    ), context  # fmt: skip
 
 
 def committed_records(area: Any) -> dict[str, Any]:

@@ -34,6 +34,11 @@ pub enum Value {
 const DATE_RANGE: (i64, i64) = (-719_162, 2_932_896);
 const MILLIS_RANGE: (i64, i64) = (-62_135_596_800_000, 253_402_300_799_999);
 const MICROS_RANGE: (i64, i64) = (-62_135_596_800_000_000, 253_402_300_799_999_999);
+/// fastavro's time readers take the hour as `int(value / per_hour)` (truncated toward zero), so
+/// a value just below midnight is accepted too: exactly these (checked against fastavro 1.13's
+/// readers at every hour boundary and on random values of the whole range).
+const TIME_MILLIS_RANGE: (i64, i64) = (-3_599_999, 86_399_999);
+const TIME_MICROS_RANGE: (i64, i64) = (-3_599_999_999, 86_399_999_999);
 /// Arrays of zero-width items claiming more than this are invalid (`MAX_ZERO_WIDTH_ITEMS`).
 const MAX_ZERO_WIDTH_ITEMS: u64 = 1_000_000;
 /// Deeper nesting (recursive records) goes to the Python path rather than the native stack.
@@ -262,7 +267,11 @@ impl<'s> Walker<'s> {
             Kind::Int(logical) => {
                 let v = c.int()?;
                 check(*logical, v)?;
-                if *logical == Logical::Date { Value::Date(v) } else { Value::Int(v) }
+                match logical {
+                    Logical::Date => Value::Date(v),
+                    Logical::TimeMillis => Value::Other, // a time of day: no event time, no route
+                    _ => Value::Int(v),
+                }
             }
             Kind::Long(logical) => {
                 let v = c.long()?;
@@ -270,6 +279,7 @@ impl<'s> Walker<'s> {
                 match logical {
                     Logical::TimestampMillis => Value::Millis(v),
                     Logical::TimestampMicros => Value::Micros(v),
+                    Logical::TimeMicros => Value::Other,
                     _ => Value::Int(v),
                 }
             }
@@ -392,6 +402,8 @@ fn check(logical: Logical, v: i64) -> R<()> {
         Logical::Date => DATE_RANGE,
         Logical::TimestampMillis => MILLIS_RANGE,
         Logical::TimestampMicros => MICROS_RANGE,
+        Logical::TimeMillis => TIME_MILLIS_RANGE,
+        Logical::TimeMicros => TIME_MICROS_RANGE,
         _ => return Ok(()),
     };
     if v < low || v > high {

@@ -20,6 +20,10 @@ pub enum Logical {
     Date,
     TimestampMillis,
     TimestampMicros,
+    /// `time-millis` (int) and `time-micros` (long): fastavro builds a `datetime.time`, whose
+    /// hour must be 0..23 (body.rs checks the range).
+    TimeMillis,
+    TimeMicros,
     Uuid,
 }
 
@@ -238,6 +242,8 @@ impl<'a> Compiler<'a> {
             "long-timestamp-millis" | "long-local-timestamp-millis" => Logical::TimestampMillis,
             "long-timestamp-micros" | "long-local-timestamp-micros" => Logical::TimestampMicros,
             "string-uuid" => Logical::Uuid,
+            "int-time-millis" => Logical::TimeMillis,
+            "long-time-micros" => Logical::TimeMicros,
             // Converted by fastavro but accepting every value of the base type.
             "bytes-decimal" | "fixed-decimal" => Logical::None,
             _ if self.logical_readers.iter().any(|k| *k == key) => {

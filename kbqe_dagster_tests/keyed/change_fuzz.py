@@ -1,0 +1,218 @@
+"""Seeded random keyed-topic scenarios for the native kernel's differential test of change
+messages (test_keyed_kernel.py).
+
+A scenario is a keyed topic (``format: debezium``, or keyed ``format: avro`` with a version
+and sometimes a delete field) with the shared random pipeline options of kernel_fuzz.py
+(event time, bad-input policy, size limit, enrichment), one to three writer schemas and a
+stream of messages. Schemas take every form keyed/changes.py knows — Debezium's envelope
+(``before``/``after`` as ``[null, row]`` or ``[row, null]``, fields in Debezium's order or
+shuffled, extra fields of every Avro type), ExtractNewRecordState's flat form (``__op``,
+``__source_ts_ms``, ``__deleted`` as a string or a boolean, some of them missing), plain keyed
+records (versions as longs, ints and timestamps) — plus forms it refuses (a row field after
+the ``__`` fields, neither form) and a few the kernel does not read (an ``op`` enum, a
+``timestamp-millis`` version in an envelope is left out: the Python path fails the range on
+it). Messages are changes of every op (``c``, ``r``, ``u``, ``d``, and ``t``, ``m``, ``""``:
+not row changes), with and without their images and versions, tombstones, corrupted bodies,
+bad frames, unknown schema ids and oversized values.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster_tests.staging.avro_fuzz import SchemaFactory, ValueFactory, corruptions, encode, parse
+from kbqe_dagster_tests.staging.kernel_equality import Msg
+from kbqe_dagster_tests.staging.kernel_fuzz import event_value, random_pipeline
+
+TOPIC = "fuzz.changes"
+OPS = ["c"] * 4 + ["u"] * 4 + ["r", "d", "d", "t", "m", "", "cc", None]
+VERSION_TYPES: list[Any] = ["long"] * 5 + [["null", "long"], "int"]
+EVENT_FIELDS = {  # by form: the fields a producer would pick, and a few that are missing
+    "envelope": [["source.ts_ms"], ["ts_ms"], ["ts_ms", "source.ts_ms"], ["after.ts"], ["missing"]],
+    "flat": [["__source_ts_ms"], ["ts"], ["ts", "__source_ts_ms"], ["missing"]],
+    "plain": [["updated_at"], ["ts", "updated_at"], ["missing"]],
+}
+ANY_FIELDS = [["source.ts_ms", "__source_ts_ms", "updated_at"], ["after"], ["source"]]
+
+
+@dataclass
+class Scenario:
+    pipeline: PipelineConfig
+    schemas: dict[int, dict]
+    messages: list[Msg]
+    form: str
+
+
+def scenario(seed: int, messages: int) -> Scenario:
+    rng = random.Random(seed)
+    factory = SchemaFactory(rng)
+    form = rng.choice(["envelope"] * 5 + ["flat"] * 2 + ["plain"] * 2)
+    schemas: dict[int, dict] = {}
+    for version in range(rng.randint(1, 3)):
+        row = row_fields(rng, factory, form)
+        schemas[11 + version] = {
+            "envelope": envelope, "flat": flat, "plain": plain,
+        }[form](rng, factory, row)  # fmt: skip
+    topic: dict[str, Any] = {"name": TOPIC}
+    if form == "plain":
+        topic["keyed"] = {"key": ["id"], "version": "updated_at"}
+        if rng.random() < 0.6:
+            topic["keyed"]["delete_field"] = "is_deleted"
+    else:
+        topic["format"] = "debezium"
+        topic["keyed"] = {"key": ["id"]}
+    fields = rng.choice(EVENT_FIELDS[form] if rng.random() < 0.9 else ANY_FIELDS)
+    pipeline = random_pipeline(rng, topic, fields, "static", size_chance=0.1,
+                               source=f"change fuzz seed {seed}")  # fmt: skip
+    return Scenario(pipeline, schemas, list(stream(rng, schemas, form, messages)), form)
+
+
+def row_fields(rng: random.Random, factory: SchemaFactory, form: str) -> list[dict]:
+    fields = [{"name": "id", "type": rng.choice(["int", "long", "string"])}]
+    if rng.random() < 0.5:
+        fields.append({"name": "ts", "type": rng.choice(["long", ["null", "long"], "string"])})
+    if form == "plain":
+        fields.append({"name": "updated_at", "type": rng.choice([
+            "long", "long", "int", ["null", "long"],
+            {"type": "long", "logicalType": "timestamp-millis"},
+            {"type": "long", "logicalType": "timestamp-micros"},
+        ])})  # fmt: skip
+        fields.append({"name": "is_deleted", "type": rng.choice(["boolean", ["null", "boolean"]])})
+    if rng.random() < 0.85:
+        fields += factory.record(depth=1)["fields"]
+    rng.shuffle(fields)
+    return fields
+
+
+def envelope(rng: random.Random, factory: SchemaFactory, row: list[dict]) -> dict:
+    name = factory.name("Value")
+    value = {"type": "record", "name": name, "fields": row}
+    source = {
+        "type": "record", "name": factory.name("Source"), "namespace": "io.debezium.connector",
+        "fields": [{"name": "connector", "type": "string"},
+                   {"name": "ts_ms", "type": rng.choice(VERSION_TYPES)},
+                   {"name": "txId", "type": ["null", "long"]}],
+    }  # fmt: skip
+    op: Any = "string"
+    roll = rng.random()
+    if roll < 0.1:
+        op = ["null", "string"]
+    elif roll < 0.13:  # an enum: the probe reads its symbol, the kernel does not read enums
+        op = {"type": "enum", "name": factory.name("Op"), "symbols": ["c", "r", "u", "d", "t"]}
+    fields = [
+        {"name": "before", "type": None},
+        {"name": "after", "type": None},
+        {"name": "source", "type": source},
+        {"name": "op", "type": op},
+        {"name": "ts_ms", "type": ["null", "long"]},
+        {"name": "transaction", "type": ["null", "string"]},
+    ]
+    if rng.random() < 0.3:  # other orders and extra fields: the cut is by field index
+        fields += factory.record(depth=1)["fields"][:3]
+        rng.shuffle(fields)
+    if rng.random() < 0.02:  # neither form: every message is dead-lettered
+        fields = [f for f in fields if f["name"] != "before"]
+    # The row record is defined by the first image field and named by the second, as
+    # Debezium writes it; sometimes as [row, null], which Avro allows and Debezium never writes.
+    swap = rng.random() < 0.15
+    images = [f for f in fields if f["name"] in ("before", "after")]
+    for i, f in enumerate(images):
+        union: list[Any] = ["null", value if i == 0 else name]
+        f["type"] = union[::-1] if swap else union
+    return {"type": "record", "name": "Envelope", "namespace": factory.name("fuzz.db"),
+            "fields": fields}  # fmt: skip
+
+
+def flat(rng: random.Random, factory: SchemaFactory, row: list[dict]) -> dict:
+    extra = [
+        {"name": "__op", "type": rng.choice(["string", ["null", "string"]])},
+        {"name": "__source_ts_ms", "type": rng.choice(VERSION_TYPES)},
+        {"name": "__deleted", "type": rng.choice([["null", "string"], "string", "boolean",
+                                                   ["null", "boolean"]])},  # fmt: skip
+    ]
+    if rng.random() < 0.3:
+        extra.pop(rng.choice([0, 2]))  # __op or __deleted missing: the fallbacks decide
+    if rng.random() < 0.03:
+        extra.pop(1 if len(extra) == 3 else 0)  # no __source_ts_ms: refused
+    fields = row + extra
+    if rng.random() < 0.03:  # a row field after the transform's: refused
+        fields.append({"name": "late", "type": "int"})
+    return {"type": "record", "name": factory.name("Flat"), "namespace": "fuzz.db",
+            "fields": fields}  # fmt: skip
+
+
+def plain(rng: random.Random, factory: SchemaFactory, row: list[dict]) -> dict:
+    return {"type": "record", "name": factory.name("Price"), "namespace": "fuzz.db",
+            "fields": row}  # fmt: skip
+
+
+def stream(rng: random.Random, schemas: dict[int, dict], form: str, count: int):
+    parsed = {sid: parse(schema) for sid, schema in schemas.items()}
+    start = rng.choice([0, 5, 1_000_000])
+    for i in range(count):
+        sid = rng.choice(list(schemas))
+        schema, (p, named) = schemas[sid], parsed[sid]
+        roll = rng.random()
+        value: bytes | None
+        if roll < 0.08:
+            value = None  # a tombstone: counted, never a dead letter
+        elif roll < 0.1:
+            value = rng.choice([b"", b"\x00\x00", b"\x00" + (999).to_bytes(4, "big") + b"\x02a"])
+        else:
+            body = encode(p, change(rng, schema, named, form))
+            if roll < 0.16:
+                body = rng.choice(corruptions(rng, body))
+            value = b"\x00" + sid.to_bytes(4, "big") + body
+        key = rng.choice([None, b"k" + str(i).encode(), rng.randbytes(12)])
+        headers = rng.choice([None, [], [("h", b"v")], [("trace", None), ("zürich", b"\x01")]])
+        timestamp = rng.choice([(1, 1_726_238_205_123 + i)] * 3 + [(2, 0), (0, -1), (1, -5)])
+        yield Msg(TOPIC, 0, start + i, value, key, headers, timestamp)
+
+
+def change(rng: random.Random, schema: dict, named: dict, form: str) -> dict:
+    values = ValueFactory(rng, named)
+    out: dict[str, Any] = {}
+    for f in schema["fields"]:
+        name, t = f["name"], f["type"]
+        if name in ("source", "ts_ms", "__source_ts_ms", "updated_at") or name == "ts":
+            out[name] = version(rng, t, values)
+        elif name == "op":
+            op = rng.choice(OPS)
+            if isinstance(t, dict):  # the enum
+                op = op if op in t["symbols"] else "c"
+            out[name] = op if op is not None or isinstance(t, list) else "c"
+        elif name == "__op":
+            out[name] = rng.choice([*OPS, *OPS])
+            if out[name] is None and t == "string":
+                out[name] = ""
+        elif name == "__deleted":
+            boolean = "boolean" in t
+            out[name] = rng.choice([True, False, None] if boolean else ["true", "false", None, "TRUE"])
+            if out[name] is None and not isinstance(t, list):
+                out[name] = False if boolean else "false"
+        else:
+            out[name] = values.value(t)
+    if form == "envelope" and "op" in out:
+        op = out["op"]
+        # Images as Debezium writes them, sometimes missing where they are needed.
+        image = next(b for f in schema["fields"] if f["name"] in ("before", "after")
+                     for b in f["type"] if isinstance(b, dict))  # fmt: skip
+        for side, wanted in (("before", op in ("u", "d")), ("after", op in ("c", "r", "u"))):
+            present = wanted if rng.random() < 0.95 else not wanted
+            out[side] = values.value(image) if present else None
+    return out
+
+
+def version(rng: random.Random, t: Any, values: ValueFactory) -> Any:
+    if isinstance(t, dict) and t.get("type") == "record":  # source: its ts_ms
+        return {f["name"]: version(rng, f["type"], values) if f["name"] == "ts_ms"
+                else values.value(f["type"]) for f in t["fields"]}  # fmt: skip
+    if rng.random() < 0.6 and t in ("long", ["null", "long"]):  # a real change's version
+        return 1_726_238_205_123 + rng.randrange(10**9)
+    special = event_value(rng, t)
+    if special is not None or isinstance(t, list):
+        return special
+    return values.value(t)

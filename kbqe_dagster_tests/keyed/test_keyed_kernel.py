@@ -1,0 +1,227 @@
+"""The native kernel stages keyed change topics exactly as the Python path does.
+
+The Python path (``KeyedRangeStager``, ``ChangeLayout.body``) is the reference. Every test
+stages the same messages both ways and requires identical committed files (avro, dead-letter
+and done files, byte for byte), identical counts — tombstones included — and that the kernel
+staged the records it should, so equality is not that of a kernel handing everything back.
+The seeded differential fuzz (change_fuzz.py) runs a slice by default;
+``--kernel-fuzz-cases 1000000 --timeout 0`` runs a million messages.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+
+import fastavro
+import pytest
+
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.demo.debezium import (
+    ROW_V1,
+    ROW_V2,
+    Change,
+    CustomersTable,
+    envelope_schema,
+    frame,
+    value_record,
+)
+from kbqe_dagster_tests.keyed import change_fuzz
+from kbqe_dagster_tests.staging.kernel_equality import Msg, Staged, assert_same, stage
+
+kernel = pytest.importorskip(
+    "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"
+)
+if not hasattr(kernel.StageKernel, "add_change_schema"):
+    pytest.skip("the installed kernel predates keyed topics (make install)", allow_module_level=True)
+
+NS = "dbserver1.inventory.customers"
+TOPIC = "dbserver1.inventory.customers"
+STATIC = {"mode": "static", "dataset": "inventory", "table": "customers"}
+
+
+def debezium(**topic):
+    return parse_pipeline_config({
+        "version": 1,
+        "topics": [{"name": TOPIC, "format": "debezium", "keyed": {"key": ["id"]},
+                    "routing": STATIC, **topic}],
+        "enrichment": {"key_column": "_kafka_key", "headers_column": "_kafka_headers"},
+    }, source="test")  # fmt: skip
+
+
+def both(tmp_path, config, schemas, msgs, batch_size=64) -> tuple[Staged, Staged]:
+    python = stage(tmp_path, config, TOPIC, schemas, msgs, native=False)
+    native = stage(tmp_path, config, TOPIC, schemas, msgs, native=True, batch_size=batch_size)
+    assert_same(python, native)
+    return python, native
+
+
+def table_stream(schema_ids: dict[int, dict], seed: int = 3) -> list[Msg]:
+    """A customers table's changes (snapshot, inserts, updates, deletes each followed by its
+    tombstone, re-creations, redeliveries, late versions), a column added mid-stream."""
+    table = CustomersTable(seed=seed)
+    table.snapshot(20)
+    for round_ in range(6):
+        if round_ == 3:
+            table.schema_version = 2
+        table.round(5, 5, 3)
+    (v1, s1), (v2, s2) = schema_ids.items()
+    return [
+        Msg(TOPIC, 0, offset,
+            None if c.is_tombstone else frame(*((v1, s1) if c.schema_version == 1 else (v2, s2)),
+                                              value_record(c, NS)),
+            key=b"%d" % c.id, headers=[("source", b"pg")])
+        for offset, c in enumerate(table.changes)
+    ]  # fmt: skip
+
+
+def test_a_debezium_table_stream_is_staged_by_the_kernel_into_identical_files(tmp_path):
+    schemas = {4: envelope_schema(NS, ROW_V1), 5: envelope_schema(NS, ROW_V2, ts_precision=True)}
+    msgs = table_stream(schemas)
+    python, native = both(tmp_path, debezium(), schemas, msgs, batch_size=1000)
+    tombstones = sum(m.value() is None for m in msgs)
+    assert tombstones > 0 and python.result.records == len(msgs) - tombstones
+    # Tombstones are counted, never dead-lettered, on both paths; the kernel hands each back
+    # to KeyedRangeStager.add, which counts it, and stages every change itself.
+    assert native.result.tombstones == python.result.tombstones == tombstones
+    assert python.result.dead_letters == {}
+    assert native.kernel_messages == python.result.records
+    assert native.handbacks == {"not_bytes": tombstones}
+
+
+@pytest.mark.parametrize(
+    ("op", "before", "after", "reason"),
+    [
+        ("t", None, None, "not_a_change"),  # a truncate
+        ("m", None, None, "not_a_change"),  # a message event
+        ("d", None, None, "not_a_change"),  # a delete without its before image
+        ("u", {"id": 1, "first_name": "A", "last_name": "B", "email": "e"}, None, "not_a_change"),
+    ],
+)
+def test_what_is_not_a_row_change_is_handed_back_and_dead_lettered_with_python_reason(
+    tmp_path, op, before, after, reason
+):
+    schema = envelope_schema(NS, ROW_V1)
+    good = value_record_of("c", None, {"id": 1, "first_name": "A", "last_name": "B", "email": "e"})
+    bad = value_record_of(op, before, after)
+    msgs = [Msg(TOPIC, 0, i, frame(4, schema, r)) for i, r in enumerate([good, bad, good])]
+    python, native = both(tmp_path, debezium(), {4: schema}, msgs)
+    assert python.result.dead_letters == {reason: 1}
+    assert native.kernel_messages == 2 and native.handbacks == {"change_uncertain": 1}
+
+
+def value_record_of(op, before, after, ts_ms=1_732_000_000_123):
+    return value_record(Change(1, op, before, after, ts_ms), NS)
+
+
+def test_a_null_version_is_python_verdict(tmp_path):
+    schema = envelope_schema(NS, ROW_V1)
+    source = next(f for f in schema["fields"] if f["name"] == "source")["type"]
+    next(f for f in source["fields"] if f["name"] == "ts_ms")["type"] = ["null", "long"]
+    row = {"id": 1, "first_name": "A", "last_name": "B", "email": "e"}
+    records = [value_record_of("c", None, row), value_record_of("c", None, row)]
+    records[1]["source"]["ts_ms"] = None
+    msgs = [Msg(TOPIC, 0, i, frame(4, schema, r)) for i, r in enumerate(records)]
+    python, native = both(tmp_path, debezium(), {4: schema}, msgs)
+    assert python.result.dead_letters == {"not_a_change": 1}
+    assert native.kernel_messages == 1
+
+
+FLAT_TAIL = [
+    {"name": "__op", "type": ["null", "string"], "default": None},
+    {"name": "__source_ts_ms", "type": ["null", "long"], "default": None},
+]
+
+
+@pytest.mark.parametrize("deleted_type", [["null", "string"], "boolean"])
+def test_extract_new_record_state_is_cut_natively_with_python_fallbacks(tmp_path, deleted_type):
+    """``__op`` missing or empty falls back to ``d`` when ``__deleted`` says so (``"true"`` or
+    ``true``), else ``u``; a ``__deleted`` of any other spelling is not a delete."""
+    schema = {"type": "record", "name": "Value", "namespace": NS,
+              "fields": [*ROW_V2, *FLAT_TAIL, {"name": "__deleted", "type": deleted_type}]}  # fmt: skip
+    spellings = [True, False] if deleted_type == "boolean" else ["true", "false", "TRUE", None]
+    row = {"id": 7, "first_name": "A", "last_name": "B", "email": "e", "phone": None}
+    records = [{**row, "__op": op, "__source_ts_ms": 99, "__deleted": deleted}
+               for op in ("c", "u", "d", "r", None, "") for deleted in spellings]  # fmt: skip
+    msgs = [Msg(TOPIC, 0, i, frame(6, schema, r)) for i, r in enumerate(records)]
+    python, native = both(tmp_path, debezium(), {6: schema}, msgs)
+    assert python.result.records == len(records)
+    assert native.kernel_messages == len(records)
+
+
+def plain_topic(**keyed):
+    return parse_pipeline_config({
+        "version": 1,
+        "topics": [{"name": TOPIC, "routing": STATIC, "event_time": {"fields": ["updated_at"]},
+                    "keyed": {"key": ["sku"], "version": "updated_at", **keyed}}],
+    }, source="test")  # fmt: skip
+
+
+@pytest.mark.parametrize("logical", ["timestamp-millis", "timestamp-micros", None])
+def test_plain_keyed_records_are_versioned_and_deleted_as_python_does(tmp_path, logical):
+    """A timestamp version is epoch milliseconds, floored (micros before 1970 included)."""
+    version = {"type": "long", "logicalType": logical} if logical else "long"
+    schema = {"type": "record", "name": "Price", "namespace": "shop", "fields": [
+        {"name": "sku", "type": "string"}, {"name": "updated_at", "type": version},
+        {"name": "discontinued", "type": ["null", "boolean"]}]}  # fmt: skip
+    parsed = fastavro.parse_schema(schema)
+    values = [1_732_017_600_123_457, -1_500, -1, 0] if logical else [1_732_017_600_123, -7, 0]
+    msgs = []
+    for i, (at, gone) in enumerate((v, g) for v in values for g in (None, False, True)):
+        out = io.BytesIO()
+        when = at // 1000 if logical == "timestamp-millis" else at
+        fastavro.schemaless_writer(out, parsed, {"sku": f"A-{i}", "updated_at": when,
+                                                 "discontinued": gone})  # fmt: skip
+        msgs.append(Msg(TOPIC, 0, i, b"\x00\x00\x00\x00\x09" + out.getvalue()))
+    python, native = both(tmp_path, plain_topic(delete_field="discontinued"), {9: schema}, msgs)
+    assert native.kernel_messages == python.result.records > 0
+
+
+def test_a_block_written_with_its_byte_size_is_cut_by_python(tmp_path):
+    """Python's skippers jump over an array block by its byte size, the kernel walks its items:
+    a body with a sized block (no Avro writer of Debezium's makes one) is handed back."""
+    row = [*ROW_V1, {"name": "tags", "type": {"type": "array", "items": "string"}}]
+    schema = envelope_schema(NS, row)
+    record = value_record_of("c", None, {"id": 1, "first_name": "A", "last_name": "B",
+                                         "email": "e", "tags": []})  # fmt: skip
+    plain = frame(4, schema, record)
+    # The empty array is one 0x00 count byte at the end of the row image; write it as one
+    # sized block of one item ("x") instead: count -1 (0x01), size 2, the item, then 0.
+    at = plain.index(b"\x02e\x00") + 2
+    sized = plain[:at] + b"\x01\x04\x02x\x00" + plain[at + 1 :]
+    msgs = [Msg(TOPIC, 0, 0, plain), Msg(TOPIC, 0, 1, sized)]
+    python, native = both(tmp_path, debezium(), {4: schema}, msgs)
+    assert python.result.records == 2
+    assert native.kernel_messages == 1 and native.handbacks == {"change_uncertain": 1}
+
+
+def fuzz_seeds(config) -> list[int]:
+    cases = config.getoption("--kernel-fuzz-cases")
+    return list(range(max(1, cases // 400)))
+
+
+def test_keyed_differential_fuzz(tmp_path_factory, pytestconfig):
+    """Seeded random keyed scenarios, 400 messages each: identical commits and tombstone
+    counts on both paths, and the kernel stages (nearly) every record that stages."""
+    seeds = fuzz_seeds(pytestconfig)
+    staged_natively = records = total = tombstones = 0
+    handbacks: dict[str, int] = {}
+    for seed in seeds:
+        case = change_fuzz.scenario(seed, 400)
+        tmp = tmp_path_factory.mktemp(f"keyedfuzz{seed}")
+        python = stage(tmp, case.pipeline, change_fuzz.TOPIC, case.schemas, case.messages, native=False)
+        native = stage(tmp, case.pipeline, change_fuzz.TOPIC, case.schemas, case.messages, native=True,
+                       batch_size=random.Random(seed).choice([1, 7, 64, 1000]))  # fmt: skip
+        assert_same(python, native, f"seed {seed}")
+        staged_natively += native.kernel_messages
+        records += python.result.records if python.result else 0
+        tombstones += python.result.tombstones if python.result else 0
+        total += len(case.messages)
+        for reason, n in (native.handbacks or {}).items():
+            handbacks[reason] = handbacks.get(reason, 0) + n
+    share = staged_natively / max(records, 1)
+    print(f"keyed kernel fuzz: {len(seeds)} scenarios, {total} messages, 0 disagreements, "
+          f"{records} records staged, {staged_natively} by the kernel ({share:.1%}), "
+          f"{tombstones} tombstones; hand-backs {handbacks}")  # fmt: skip
+    # What it leaves to Python: schemas with an `op` enum (the kernel reads no enums).
+    assert share > 0.9, "the kernel staged too few records to prove anything"
