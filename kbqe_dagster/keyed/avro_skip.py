@@ -206,7 +206,11 @@ class _SkipGenerator:
         elif kind == "fixed":
             add(f"{pad}pos += {int(schema['size'])}")
         elif kind == "union" and len(schema) < 64:  # every index fits in one varint byte
-            add(f"{pad}i = buf[pos]; pos += 1")
+            # ... when written canonically; the probe reads an over-long one (0x80 0x00 is 0)
+            # as a varint, so a body it accepted is cut here the same way.
+            add(f"{pad}i = buf[pos]")
+            add(f"{pad}if i < 0x80: pos += 1")
+            add(f"{pad}else: i, pos = read_long(buf, pos); i <<= 1")
             for index, branch in enumerate(schema):
                 add(f"{pad}{'if' if index == 0 else 'elif'} i == {index * 2}:")
                 before = len(self.lines)

@@ -62,3 +62,16 @@ def test_the_generated_skipper_agrees_with_the_closures(seed: int) -> None:
     for _ in range(8):
         body = encode(parsed, values.value(parsed))
         assert generated(body, 0) == len(body)
+
+
+def test_an_over_long_union_index_is_read_as_the_probe_reads_it() -> None:
+    """``0x80 0x00`` is index 0 written in two bytes: no writer does it, fastavro and the probe
+    read it, so the generated skipper must too (it raised "union index" and failed the range;
+    found by the keyed kernel's differential fuzz)."""
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "u", "type": ["null", "long"]}, {"name": "tail", "type": "int"}]}  # fmt: skip
+    for union, value in ((b"\x80\x00", None), (b"\x82\x00\x06", 3), (b"\x00", None)):
+        body = union + encode_long(5)
+        read = fastavro.schemaless_reader(io.BytesIO(body), fastavro.parse_schema(schema), None)
+        assert read == {"u": value, "tail": 5}
+        assert record_skipper(schema)(body, 0) == SkipCompiler().compile(schema)(body, 0) == len(body)

@@ -250,8 +250,9 @@ def test_what_stays_on_the_python_path(tmp_path):
         }
     )
     assert NativeStaging.for_stager(_stager(tmp_path, function)) is None
-    # Stagers of their own: JSON values take the kernel through their own driver (its
-    # native_driver, formats/json_stage.py), unless transforms reshape them; keyed topics stay.
+    # Stagers of their own: JSON values and keyed topics take the kernel through their own
+    # drivers (their native_driver: formats/json_stage.py, keyed/native_stage.py), unless
+    # transforms reshape the JSON values.
     json_topic = pipeline(format="json", schema=BENCH_SCHEMA)
     driver = NativeStaging.for_stager(_stager(tmp_path, json_topic))
     if hasattr(kbqe_dagster_kernel.StageKernel, "add_json_schema"):
@@ -265,34 +266,61 @@ def test_what_stays_on_the_python_path(tmp_path):
         keyed={"key": ["id"]},
         routing={"mode": "static", "dataset": "acme_sales", "table": "orders"},
     )
-    assert NativeStaging.for_stager(_stager(tmp_path, keyed)) is None
+    driver = NativeStaging.for_stager(_stager(tmp_path, keyed))
+    if hasattr(kbqe_dagster_kernel.StageKernel, "add_change_schema"):
+        assert type(driver).__name__ == "KeyedNativeStaging"
+    else:  # a kernel built before it staged keyed topics: the Python path
+        assert driver is None
 
 
 def route(message):  # the routing function of the test above
     return ("acme_sales", "orders")
 
 
-def test_a_schema_the_kernel_does_not_implement_stays_on_the_python_path(tmp_path):
-    schema = {
-        **BENCH_SCHEMA,
-        "fields": BENCH_SCHEMA["fields"]
-        + [{"name": "at", "type": {"type": "int", "logicalType": "time-millis"}}],
-    }
+def with_field(field: dict, values: list) -> tuple[dict, list[Msg]]:
+    """BENCH_SCHEMA plus ``field``, and the bench rows each given one of ``values`` for it."""
+    schema = {**BENCH_SCHEMA, "fields": BENCH_SCHEMA["fields"] + [field]}
     parsed = fastavro.parse_schema(schema)
     messages = []
-    for offset, msg in enumerate(orders(50)):
+    for offset, msg in enumerate(orders(len(values))):
         record = fastavro.schemaless_reader(
             io.BytesIO(msg.value()[5:]), fastavro.parse_schema(BENCH_SCHEMA)
         )
         body = io.BytesIO()
-        fastavro.schemaless_writer(body, parsed, {**record, "at": dt.time(12, 0)})
+        fastavro.schemaless_writer(body, parsed, {**record, field["name"]: values[offset]})
         messages.append(
             Msg("orders", 0, offset, b"\x00" + (5).to_bytes(4, "big") + body.getvalue())
         )
+    return schema, messages
+
+
+def test_a_schema_the_kernel_does_not_implement_stays_on_the_python_path(tmp_path):
+    # Event time read from an array: not a value the kernel reads.
+    schema, messages = with_field({"name": "at", "type": {"type": "array", "items": "long"}},
+                                  [[1_726_238_205]] * 50)  # fmt: skip
+    config = pipeline(event_time={"fields": ["at", "eventTime"]})
+    python = stage(tmp_path, config, "orders", {5: schema}, messages, native=False)
+    native = stage(tmp_path, config, "orders", {5: schema}, messages, native=True)
+    assert_same(python, native)
+    assert native.kernel_messages == 0 and native.handbacks == {"schema_unknown": 50}
+
+
+@pytest.mark.parametrize(
+    ("logical", "base", "hour"), [("time-millis", "int", 3_600_000), ("time-micros", "long", 3_600_000_000)]
+)  # fmt: skip
+def test_times_of_day_are_checked_natively_as_fastavro_reads_them(tmp_path, logical, base, hour):
+    """fastavro's time readers take the hour as ``int(value / hour)``, truncated toward zero:
+    values down to just above minus one hour are accepted, 24:00 and past are not (the probe
+    dead-letters those; the kernel hands them back)."""
+    edges = [-hour - 1, -hour, -hour + 1, -1, 0, 1, 24 * hour - 1, 24 * hour, 2**31 - 1, -(2**31)]
+    schema, messages = with_field({"name": "at", "type": {"type": base, "logicalType": logical}},
+                                  edges * 3)  # fmt: skip
     python = stage(tmp_path, pipeline(), "orders", {5: schema}, messages, native=False)
     native = stage(tmp_path, pipeline(), "orders", {5: schema}, messages, native=True)
     assert_same(python, native)
-    assert native.kernel_messages == 0 and native.handbacks == {"schema_unknown": 50}
+    valid = [v for v in edges if -hour < v < 24 * hour]
+    assert python.result.records == native.kernel_messages == 3 * len(valid)
+    assert sum(python.result.dead_letters.values()) == 3 * (len(edges) - len(valid))
 
 
 def test_a_panic_in_the_kernel_fails_the_range_naming_where_instead_of_aborting(tmp_path):
