@@ -68,6 +68,8 @@ class KeyedNativeStaging(NativeStaging):
             wanted = self.wanted
             slots = [None if path is None else wanted.index(path) for path in paths]
             registered = stager.lookup.get(schema_id)
+            if registered is None:  # resolved a moment ago: the registry's to say again
+                raise ValueError(f"schema id {schema_id} is no longer in the registry")
             text = json.dumps(parse_schema(registered.schema, _write_hint=False))
             slot = self._slot(
                 stager.changelog.dataset, stager.changelog.table, schema_id, decoder.schema

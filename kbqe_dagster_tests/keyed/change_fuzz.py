@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
-from kbqe_dagster_tests.staging.avro_fuzz import SchemaFactory, ValueFactory, corruptions, encode, parse
+from kbqe_dagster_tests.staging.avro_fuzz import (
+    SchemaFactory,
+    ValueFactory,
+    corruptions,
+    encode,
+    parse,
+)
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import event_value, random_pipeline
 
@@ -130,8 +136,10 @@ def flat(rng: random.Random, factory: SchemaFactory, row: list[dict]) -> dict:
     extra = [
         {"name": "__op", "type": rng.choice(["string", ["null", "string"]])},
         {"name": "__source_ts_ms", "type": rng.choice(VERSION_TYPES)},
-        {"name": "__deleted", "type": rng.choice([["null", "string"], "string", "boolean",
-                                                   ["null", "boolean"]])},  # fmt: skip
+        {
+            "name": "__deleted",
+            "type": rng.choice([["null", "string"], "string", "boolean", ["null", "boolean"]]),
+        },  # fmt: skip
     ]
     if rng.random() < 0.3:
         extra.pop(rng.choice([0, 2]))  # __op or __deleted missing: the fallbacks decide
@@ -190,7 +198,9 @@ def change(rng: random.Random, schema: dict, named: dict, form: str) -> dict:
                 out[name] = ""
         elif name == "__deleted":
             boolean = "boolean" in t
-            out[name] = rng.choice([True, False, None] if boolean else ["true", "false", None, "TRUE"])
+            out[name] = rng.choice(
+                [True, False, None] if boolean else ["true", "false", None, "TRUE"]
+            )
             if out[name] is None and not isinstance(t, list):
                 out[name] = False if boolean else "false"
         else:

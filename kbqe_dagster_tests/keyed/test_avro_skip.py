@@ -74,4 +74,6 @@ def test_an_over_long_union_index_is_read_as_the_probe_reads_it() -> None:
         body = union + encode_long(5)
         read = fastavro.schemaless_reader(io.BytesIO(body), fastavro.parse_schema(schema), None)
         assert read == {"u": value, "tail": 5}
-        assert record_skipper(schema)(body, 0) == SkipCompiler().compile(schema)(body, 0) == len(body)
+        assert (
+            record_skipper(schema)(body, 0) == SkipCompiler().compile(schema)(body, 0) == len(body)
+        )

@@ -33,7 +33,9 @@ kernel = pytest.importorskip(
     "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"
 )
 if not hasattr(kernel.StageKernel, "add_change_schema"):
-    pytest.skip("the installed kernel predates keyed topics (make install)", allow_module_level=True)
+    pytest.skip(
+        "the installed kernel predates keyed topics (make install)", allow_module_level=True
+    )
 
 NS = "dbserver1.inventory.customers"
 TOPIC = "dbserver1.inventory.customers"
@@ -209,7 +211,9 @@ def test_keyed_differential_fuzz(tmp_path_factory, pytestconfig):
     for seed in seeds:
         case = change_fuzz.scenario(seed, 400)
         tmp = tmp_path_factory.mktemp(f"keyedfuzz{seed}")
-        python = stage(tmp, case.pipeline, change_fuzz.TOPIC, case.schemas, case.messages, native=False)
+        python = stage(
+            tmp, case.pipeline, change_fuzz.TOPIC, case.schemas, case.messages, native=False
+        )
         native = stage(tmp, case.pipeline, change_fuzz.TOPIC, case.schemas, case.messages, native=True,
                        batch_size=random.Random(seed).choice([1, 7, 64, 1000]))  # fmt: skip
         assert_same(python, native, f"seed {seed}")
