@@ -7,11 +7,11 @@ schema: what the kernel is taught. With a schema it gets the schema's changelog 
 (:meth:`ChangeLayout.cut <kbqe_dagster.keyed.changes.ChangeLayout.cut>`: which top-level fields
 hold the row image, which values give the change columns) and the changelog table's file slot;
 the kernel (kernel/src/changes.rs) then writes the change columns plus the row's bytes sliced
-from the validated body, as :meth:`ChangeLayout.body` does. Whatever it is not certain about —
-a tombstone (counted by :meth:`KeyedRangeStager.add`), a message that is not a row change, a
-schema whose layout or types it does not implement — is handed back to the Python path, so
-files, dead letters, counts and tombstones are that path's (docs/architecture.md, "Keyed change
-topics on the kernel").
+from the validated body, as :meth:`ChangeLayout.body` does; it counts and skips tombstones (null
+values) as :meth:`KeyedRangeStager.add` does. Whatever it is not certain about — a message that
+is not a row change, a schema whose layout or types it does not implement — is handed back to
+the Python path, so files, dead letters, counts and tombstones are that path's
+(docs/architecture.md, "Keyed change topics on the kernel").
 """
 
 from __future__ import annotations
@@ -46,16 +46,24 @@ class KeyedNativeStaging(NativeStaging):
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> KeyedNativeStaging | None:
         """The driver, or None: an extension built before keyed topics (no
-        ``add_change_schema``), or an HOUR-partitioned table (the event hour column is the
+        ``count_tombstones``), or an HOUR-partitioned table (the event hour column is the
         Python path's; the configuration refuses HOUR for keyed tables today: defensive)."""
-        if not hasattr(extension.StageKernel, "add_change_schema"):
-            return None
+        if not hasattr(extension.StageKernel, "count_tombstones"):
+            return None  # built before it staged keyed topics (`make install` rebuilds it)
         changelog = stager.changelog
         if stager.pipeline.topic_may_write_hourly(stager.topic.name) or stager.pipeline.is_hourly(
             changelog.dataset, changelog.table
         ):
             return None
         return cls(stager, extension)
+
+    def __init__(self, stager: Any, extension: Any) -> None:
+        super().__init__(stager, extension)
+        self.kernel.count_tombstones()  # counted and skipped natively, as KeyedRangeStager.add
+
+    def stage(self, reader: Any) -> None:
+        super().stage(reader)  # the kernel's messages, tombstones among them, are counted there
+        self.stager.tombstones += self.kernel.tombstones
 
     def _offer(self, header: bytes, msg: Any, known: tuple[int, Any]) -> None:
         """Teach the kernel the writer schema framed by ``header`` with its changelog layout's

@@ -116,6 +116,12 @@ struct StageKernel {
     /// A change message's top-level field starts (changes.rs) and its changelog record.
     field_starts: Vec<usize>,
     change_record: Vec<u8>,
+    /// Keyed topics (`count_tombstones`): a null value is counted here and skipped, as
+    /// `KeyedRangeStager.add` does, instead of handed back.
+    count_tombstones: bool,
+    /// Tombstones counted (a keyed topic's; also among `messages`).
+    #[pyo3(get)]
+    tombstones: u64,
 }
 
 #[pymethods]
@@ -169,6 +175,8 @@ impl StageKernel {
             json: None,
             field_starts: Vec::new(),
             change_record: Vec::new(),
+            count_tombstones: false,
+            tombstones: 0,
         })
     }
 
@@ -223,6 +231,11 @@ impl StageKernel {
         };
         self.json = Some((encoder, route));
         Ok(())
+    }
+
+    /// From now on count null values (tombstones) and skip them, as a keyed topic's stager does.
+    fn count_tombstones(&mut self) {
+        self.count_tombstones = true;
     }
 
     /// Remember that the Python router sent (`dataset`, `table`) of the schema framed by
@@ -299,7 +312,13 @@ impl StageKernel {
         if offset >= end_exclusive || offset < 0 {
             return Ok(Some("past_range"));
         }
-        let Some(holder) = msg.value()? else { return Ok(Some("not_bytes")) };
+        let Some(holder) = msg.value()? else {
+            if self.count_tombstones && msg.value_is_null()? {
+                self.tombstones += 1;
+                return Ok(None);
+            }
+            return Ok(Some("not_bytes"));
+        };
         let value = holder.as_ref();
         if value.len() > self.max_message_size {
             return Ok(Some("oversized"));
@@ -394,6 +413,8 @@ trait Incoming {
     fn offset(&self) -> PyResult<i64>;
     /// The value's bytes; None for a null value (or one that is not bytes).
     fn value(&self) -> PyResult<Option<Self::Bytes<'_>>>;
+    /// Whether the value is null (a tombstone), not merely something other than bytes.
+    fn value_is_null(&self) -> PyResult<bool>;
     /// `(timestamp type, timestamp)`, as confluent-kafka's `timestamp()`.
     fn timestamp(&self) -> PyResult<(i64, i64)>;
     /// Append the key column; false when the key is not bytes or null.
@@ -429,6 +450,10 @@ impl<'py> Incoming for PyIncoming<'py> {
     fn value(&self) -> PyResult<Option<HeldBytes<'py>>> {
         let value = self.msg.call_method0(intern!(self.py, "value"))?;
         Ok(value.cast_into::<PyBytes>().ok().map(HeldBytes))
+    }
+
+    fn value_is_null(&self) -> PyResult<bool> {
+        Ok(self.msg.call_method0(intern!(self.py, "value"))?.is_none())
     }
 
     fn timestamp(&self) -> PyResult<(i64, i64)> {
@@ -513,6 +538,10 @@ impl Incoming for RawIncoming<'_> {
     fn value(&self) -> PyResult<Option<&[u8]>> {
         let m = self.raw();
         Ok(raw_slice(m.payload, m.len))
+    }
+
+    fn value_is_null(&self) -> PyResult<bool> {
+        Ok(self.raw().payload.is_null()) // what confluent-kafka reads as None
     }
 
     fn timestamp(&self) -> PyResult<(i64, i64)> {
