@@ -195,7 +195,10 @@ class _Values:
                 items = t["items"]
                 if isinstance(items, list) and not self.raw:  # null items only in raw files
                     branch = next(i for i, b in enumerate(items) if b != "null")
-                    return [self.value(items[branch], logical_of["items"][branch], depth + 1) for _ in range(n)]
+                    return [
+                        self.value(items[branch], logical_of["items"][branch], depth + 1)
+                        for _ in range(n)
+                    ]
                 return [self.value(items, logical_of["items"], depth + 1) for _ in range(n)]  # fmt: skip
             if kind == "map":
                 return {
@@ -240,7 +243,9 @@ class _Values:
             seconds = rng.choice([0, -1, 1726238205, -62135596800, 253402300799, rng.randrange(-(10**10), 10**10)])  # fmt: skip
             sub = rng.randrange(1000) * 1000 if "millis" in logical else rng.randrange(10**6)
             when = dt.datetime(1970, 1, 1) + dt.timedelta(seconds=seconds, microseconds=sub)
-            if logical.startswith("timestamp") and rng.random() < 0.1 and abs(seconds) < 10**10:  # an aware value, another zone
+            if (
+                logical.startswith("timestamp") and rng.random() < 0.1 and abs(seconds) < 10**10
+            ):  # an aware value, another zone
                 zone = dt.timezone(dt.timedelta(hours=rng.choice([-5, 2])))
                 return when.replace(tzinfo=UTC).astimezone(zone)
             return when.replace(tzinfo=UTC) if logical.startswith("timestamp") else when

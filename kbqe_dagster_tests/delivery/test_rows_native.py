@@ -73,14 +73,29 @@ ORDER = {
     "fields": [
         {"name": "id", "type": "long"},
         {"name": "customer", "type": ["null", "string"]},
-        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}},  # fmt: skip
+        {
+            "name": "amount",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2},
+        },
         {"name": "day", "type": {"type": "int", "logicalType": "date"}},
         {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
         {"name": "tags", "type": {"type": "array", "items": ["null", "string"]}},
         {"name": "attrs", "type": {"type": "map", "values": "double"}},
         {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "PAID"]}},
-        {"name": "ship", "type": ["null", {"type": "record", "name": "Ship", "fields": [
-            {"name": "city", "type": "string"}, {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}}]}]},  # fmt: skip
+        {
+            "name": "ship",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "Ship",
+                    "fields": [
+                        {"name": "city", "type": "string"},
+                        {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
+                    ],
+                },
+            ],
+        },
         {"name": "_kafka_offset", "type": "long"},
     ],
 }
