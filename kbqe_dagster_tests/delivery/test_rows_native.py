@@ -134,6 +134,27 @@ def test_rows_already_in_the_table_are_left_out_alike(tmp_path, monkeypatch):
     assert python[1] == 8
 
 
+def test_floats_of_every_kind_widen_alike(tmp_path, monkeypatch):
+    """A producer's body is staged as it came, so a float may hold any 32 bits: signalling and
+    quiet NaNs with payloads, infinities, subnormals and signed zeros widen to the same double
+    on both paths (the hardware conversion CPython's reader uses)."""
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "f", "type": "float"}, {"name": "d", "type": "double"}]}  # fmt: skip
+    patterns = [0x7F800001, 0x7FBFFFFF, 0xFF800001, 0x7FC00001, 0xFFFFFFFF, 0x7F800000,
+                0x00000001, 0x80000000, 0x3F800000]  # fmt: skip
+    path = tmp_path / "floats.avro"
+    with open(path, "wb") as handle:
+        writer = AvroContainerWriter(handle, schema, codec="null")
+        for bits in patterns:
+            double = (0x7FF0000000000001 + bits).to_bytes(8, "little")  # a NaN with a payload
+            writer.append(bits.to_bytes(4, "little") + double)
+        writer.close()
+    python, native, by = both(monkeypatch, path, schema)
+    assert by == NATIVE
+    assert python == native
+    assert python[1] == len(patterns)
+
+
 def test_a_null_array_item_leaves_the_file_to_python(tmp_path, monkeypatch):
     """The Python encoder dead-letters that record (RowEncodeError); the kernel refuses the
     file, so the reasons are Python's."""
