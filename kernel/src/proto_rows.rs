@@ -184,7 +184,7 @@ impl Compiler {
         let node = match (kind.as_str(), logical) {
             ("record" | "error", None) => {
                 let full = self.define(map, ns, None)?;
-                let inner = full.rpartition_namespace();
+                let inner = namespace_of(&full);
                 let Some(Json::Array(fields)) = map.get("fields") else {
                     return Err(Unsupported(format!("record {full} without a field list")));
                 };
@@ -259,16 +259,10 @@ impl Compiler {
     }
 }
 
-trait Namespace {
-    fn rpartition_namespace(&self) -> Option<String>;
-}
-
-impl Namespace for String {
-    /// The namespace a record gives the types inside it (`avro_names.namespace_of`, the full
-    /// name already applied).
-    fn rpartition_namespace(&self) -> Option<String> {
-        self.rfind('.').map(|i| self[..i].to_string())
-    }
+/// The namespace a record gives the types inside it (`avro_names.namespace_of`, applied to
+/// its full name).
+fn namespace_of(full: &str) -> Option<String> {
+    full.rfind('.').map(|i| full[..i].to_string())
 }
 
 /// `avro_proto._decimal_text`'s schema rule: BigQuery's NUMERIC/BIGNUMERIC bounds.
