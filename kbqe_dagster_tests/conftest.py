@@ -33,8 +33,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=16_000,
         metavar="N",
-        help="messages of the native kernel's differential fuzz (default 16,000; "
-        "the issue's proof runs 1,000,000)",
+        help="messages of the native kernel's differential fuzzes, records of its Storage "
+        "Write rows fuzz (default 16,000; the issues' proofs run 1,000,000)",
     )
 
 

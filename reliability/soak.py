@@ -39,7 +39,9 @@ import random
 import sys
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,9 @@ TICK_S = 2.0
 CDC_EVERY_S = 20.0
 PATTERN_AT = 0.3
 EVOLVE_AT = 0.4
+HOUSEKEEPING_S = 6 * 60.0
+"""Bound on the wait for retention (every 2 minutes in the fleet) and completeness (every
+minute) to catch up with the last loads."""
 
 
 @dataclass
@@ -249,6 +254,10 @@ class Soak:
         world = SoakWorld(fleet, endpoints, producer.out.ledgers)
         keyed = self._keyed_rig(fleet, producer)
         settle_s, accounting, differences = self._settle(world, keyed)
+        settled_at = datetime.now(UTC)
+        # With the sensors and schedules still on: retention's and completeness's next ticks
+        # must tidy the staging area and declare the days the loads completed.
+        housekeeping = self._housekeeping(world, settled_at)
         freshness.stop()
 
         # No new runs from now on (sensors and schedules off, the daemon still dequeuing);
@@ -293,6 +302,9 @@ class Soak:
                     "differences": differences,
                     "wrong": wrong(differences),
                 },
+                "staging_at_end": housekeeping["staging"],
+                "completeness_at_end": housekeeping["completeness"],
+                "housekeeping_seconds": housekeeping["seconds"],
                 "runs": sd.run_outcomes(inst),
                 "runs_drained": drained,
                 "instigators_stopped": stopped,
@@ -313,6 +325,7 @@ class Soak:
             failures.append("exactly once")
         if wrong(differences):
             failures.append("keyed tables differ from their oracle")
+        failures += housekeeping["failures"]
         if stuck:
             failures.append(f"{len(stuck)} run(s) stuck in flight")
         if held:
@@ -329,6 +342,24 @@ class Soak:
             failures += injector.failures()
         self.report["failures"] = failures
         self.report["passed"] = not failures
+
+    def _housekeeping(self, world: SoakWorld, settled_at: datetime) -> dict[str, Any]:
+        """Wait (bounded: two retention cadences and two completeness ticks, plus a margin)
+        until the staging area holds only what retention keeps and every table's newest
+        complete day (hour) is the one the finished loads support, then say what is left."""
+        start = time.monotonic()
+        deadline = start + HOUSEKEEPING_S
+        while True:
+            staging, completeness = _staging_left(world), _completeness(world, settled_at)
+            problems = staging["problems"] + completeness["problems"]
+            if not problems or time.monotonic() > deadline:
+                return {
+                    "staging": staging,
+                    "completeness": completeness,
+                    "seconds": round(time.monotonic() - start, 1),
+                    "failures": problems,
+                }
+            time.sleep(15)
 
     def _keyed_rig(self, fleet: Fleet, producer: FleetProducer) -> Any:
         from kbqe_dagster.demo.debezium import KeyedRig
@@ -374,6 +405,63 @@ class Soak:
             elif time.monotonic() > deadline:
                 raise RuntimeError("the soak's tables never became readable")
             time.sleep(20)
+
+
+def _staging_left(world: SoakWorld) -> dict[str, Any]:
+    """What is left in the staging area against what retention keeps: nothing to delete, no
+    avro file, every kept done file the newest of its partition (the resume point), and no file
+    the protocol does not name (a killed writer's leftover) outside ``_kbqe/``."""
+    from kbqe_dagster.core.protocol.retention import KeepReason
+    from kbqe_dagster.operations.retention_plan import retention_plan
+
+    report = retention_plan(world.store())
+    kept_by = Counter(k.reason.name.lower() for k in report.keep)
+    strays = [n for n in report.unrecognized if not n.startswith("_kbqe/")]
+    wrongly_kept = [k.name for k in report.keep if k.reason is not KeepReason.NEWEST]
+    problems = []
+    if report.delete:
+        problems.append(f"staging: {len(report.delete)} done file(s) retention should have deleted")
+    if wrongly_kept:
+        problems.append(f"staging: {len(wrongly_kept)} done file(s) kept but not as resume points")
+    if strays:
+        problems.append(f"staging: {len(strays)} file(s) the protocol does not name")
+    return {
+        "deletable": len(report.delete),
+        "kept": dict(sorted(kept_by.items())),
+        "wrongly_kept": wrongly_kept[:10],
+        "strays": strays[:10],
+        "problems": problems,
+    }
+
+
+def _completeness(world: SoakWorld, settled_at: datetime) -> dict[str, Any]:
+    """Every table of the fleet declared complete up to the newest day (hour) that ended a
+    lateness before the loads caught up: all partitions loaded to their high watermark then,
+    so the idle rule (core/completeness/decision.py) makes it complete."""
+    from kbqe_dagster.core.completeness.decision import Unit
+    from kbqe_dagster.core.record.partitioning import Partitioning
+    from kbqe_dagster.operations.completeness import read_state
+
+    state = read_state(world.store())
+    lateness = timedelta(minutes=1)  # the fleet's completeness.lateness
+    out: dict[str, Any] = {"tables": {}, "problems": []}
+    for dataset, table in world.tables:
+        name = f"{dataset}.{table}"
+        hourly = (dataset, table) == world.fleet.hourly_table
+        unit = Unit(Partitioning.HOUR if hourly else Partitioning.DAY)
+        expected = unit.newest_ending_by(settled_at - lateness)
+        mark = state.tables.get(name)
+        newest = mark.newest_complete if mark is not None else None
+        out["tables"][name] = {
+            "newest_complete": unit.key(newest) if newest is not None else None,
+            "expected_at_least": unit.key(expected),
+        }
+        if newest is None or newest < expected:
+            out["problems"].append(
+                f"completeness: {name} declared up to {out['tables'][name]['newest_complete']}, "
+                f"expected {unit.key(expected)}"
+            )
+    return out
 
 
 def _check_definitions(pipeline: Path, staging_url: str) -> None:

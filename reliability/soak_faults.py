@@ -8,7 +8,10 @@ thread of its own:
 - ``code_server_kill``: SIGKILL the code server (the proxy ``dagster code-server start`` runs),
   start it again 5 s later; runs in flight keep running (their processes are not its own);
 - ``stage_run_kill`` / ``load_run_kill``: SIGKILL the process of a stage run / load run in flight
-  (a load run: while its load op runs, i.e. mid-submit or mid-poll);
+  (a load run: while its load op runs, i.e. mid-submit or mid-poll), with its children;
+- ``spark_jvm_kill``: SIGKILL only the Spark JVM of a stage run in flight (its driver's JVM, as
+  when the JVM runs out of memory or a container's OOM killer picks it): the run's Python process
+  lives on and must fail the run, not hang;
 - ``run_terminate``: terminate a stage run in flight through the webserver's GraphQL API
   (``DagsterGraphQLClient.terminate_run``), as an operator does;
 - ``code_location_reload``: reload the code location through the GraphQL API;
@@ -48,6 +51,7 @@ KINDS = (
     "daemon_kill",
     "code_server_kill",
     "stage_run_kill",
+    "spark_jvm_kill",
     "load_run_kill",
     "run_terminate",
     "code_location_reload",
@@ -68,6 +72,7 @@ OUTAGE_KINDS = (
 """Faults during which (plus a margin) a sensor or schedule tick may fail."""
 RECOVERED_BY = {
     "stage_run_kill": "stage_job",
+    "spark_jvm_kill": "stage_job",
     "run_terminate": "stage_job",
     "manual_duplicate_runs": "stage_job",
     "kafka_restart": "stage_job",
@@ -99,6 +104,13 @@ def _op_started(inst: Any, run_id: str, op: str) -> bool:
         and e.step_key == op
         for e in inst.all_logs(run_id)
     )
+
+
+def _is_java(pid: int) -> bool:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "java"
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:
@@ -235,6 +247,28 @@ class FaultInjector:
 
     def stage_run_kill(self) -> tuple[bool, str]:
         return self._kill_run("stage_job")
+
+    def spark_jvm_kill(self) -> tuple[bool, str]:
+        """SIGKILL the JVM of a stage run whose Spark context is up, and nothing else of it."""
+        deadline = time.monotonic() + RUN_WAIT_S
+        while time.monotonic() < deadline and not self._stop.is_set():
+            found = self._run_process("stage_job")
+            if found is None:
+                break
+            run_id, pid = found
+            jvms = [p for p in descendants(pid, _ppids()) if _is_java(p)]
+            if jvms:
+                for p in jvms:
+                    try:
+                        os.kill(p, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                return (
+                    True,
+                    f"SIGKILLed the Spark JVM {jvms} of run {run_id} (worker pid {pid} lives)",
+                )
+            time.sleep(0.5)  # its Spark context is not up yet
+        return False, f"no stage run with a Spark JVM in flight within {RUN_WAIT_S:.0f}s"
 
     def load_run_kill(self) -> tuple[bool, str]:
         return self._kill_run("load_job", "load_cycle")

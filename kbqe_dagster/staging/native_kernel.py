@@ -86,6 +86,12 @@ def kernel_built() -> bool:
     return _extension is not None
 
 
+def extension() -> Any | None:
+    """The extension module, for a routine of it used outside a stage task (Storage Write
+    rows, delivery/rows.py): None when it is not built or ``KBQE_STAGE_KERNEL`` is off."""
+    return _extension if kernel_switch_on() else None
+
+
 def kernel_switch_on() -> bool:
     """The ``KBQE_STAGE_KERNEL`` switch where a stage run starts (its driver): the run's
     tasks follow it, whatever their own environment (``StageContext.native_kernel``)."""

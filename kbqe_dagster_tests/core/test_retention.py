@@ -48,7 +48,20 @@ def test_a_pending_file_early_in_the_chain_protects_every_later_done_file() -> N
         done(0, 99): KeepReason.AVRO_PRESENT,
         done(100, 199): KeepReason.BEHIND_KEPT,
         done(200, 299): KeepReason.BEHIND_KEPT,
-        done(300, 399): KeepReason.BEHIND_KEPT,
+        done(300, 399): KeepReason.NEWEST,  # its lasting reason, behind a kept one or not
+    }
+
+
+def test_every_done_file_of_the_newest_range_is_kept_as_the_resume_point() -> None:
+    # One range writes a done file per table: the first one kept must not make the others
+    # read as "behind a kept one" (kbqe retention plan would send the operator looking for
+    # a stuck file that does not exist).
+    names = [done(0, 99), done(100, 199), done(100, 199, table="refunds")]
+    plan = plan_retention(names)
+    assert plan.delete == (done(0, 99),)
+    assert reasons(plan) == {
+        done(100, 199): KeepReason.NEWEST,
+        done(100, 199, table="refunds"): KeepReason.NEWEST,
     }
 
 

@@ -90,6 +90,18 @@ def test_checks_pass_and_ticks_fail_only_during_outages(soak_report) -> None:
     assert soak_report["tick_failures_unexplained"] == []
 
 
+def test_staging_holds_only_what_retention_keeps(soak_report) -> None:
+    staging = soak_report["staging_at_end"]
+    assert staging["problems"] == [], staging
+    assert set(staging["kept"]) == {"newest"}, staging
+
+
+def test_every_table_is_declared_complete_up_to_the_last_complete_day(soak_report) -> None:
+    completeness = soak_report["completeness_at_end"]
+    assert completeness["problems"] == [], completeness
+    assert len(completeness["tables"]) >= 5
+
+
 def test_no_long_lived_process_grows(soak_report) -> None:
     memory = soak_report["memory"]
     assert memory["leaks"] == [], memory["processes"]

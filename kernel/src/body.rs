@@ -31,9 +31,9 @@ pub enum Value {
 }
 
 /// Ranges the probe checks (`probe_runtime.RANGE_CHECKED`): what fastavro's converters accept.
-const DATE_RANGE: (i64, i64) = (-719_162, 2_932_896);
-const MILLIS_RANGE: (i64, i64) = (-62_135_596_800_000, 253_402_300_799_999);
-const MICROS_RANGE: (i64, i64) = (-62_135_596_800_000_000, 253_402_300_799_999_999);
+pub(crate) const DATE_RANGE: (i64, i64) = (-719_162, 2_932_896);
+pub(crate) const MILLIS_RANGE: (i64, i64) = (-62_135_596_800_000, 253_402_300_799_999);
+pub(crate) const MICROS_RANGE: (i64, i64) = (-62_135_596_800_000_000, 253_402_300_799_999_999);
 /// fastavro's time readers take the hour as `int(value / per_hour)` (truncated toward zero), so
 /// a value just below midnight is accepted too: exactly these (checked against fastavro 1.13's
 /// readers at every hour boundary and on random values of the whole range).
@@ -42,7 +42,7 @@ const TIME_MICROS_RANGE: (i64, i64) = (-3_599_999_999, 86_399_999_999);
 /// Arrays of zero-width items claiming more than this are invalid (`MAX_ZERO_WIDTH_ITEMS`).
 const MAX_ZERO_WIDTH_ITEMS: u64 = 1_000_000;
 /// Deeper nesting (recursive records) goes to the Python path rather than the native stack.
-const MAX_DEPTH: u32 = 96;
+pub(crate) const MAX_DEPTH: u32 = 96;
 
 /// What to do at one schema position for the wanted paths.
 #[derive(Debug)]
@@ -144,7 +144,7 @@ impl<'a> Cursor<'a> {
     }
 
     #[inline]
-    fn byte(&mut self) -> R<u8> {
+    pub(crate) fn byte(&mut self) -> R<u8> {
         let b = *self.buf.get(self.pos).ok_or(Stop)?;
         self.pos += 1;
         Ok(b)
@@ -152,7 +152,7 @@ impl<'a> Cursor<'a> {
 
     /// A zigzag long: at most 10 bytes, the unzigzagged value within 64 bits.
     #[inline]
-    fn long(&mut self) -> R<i64> {
+    pub(crate) fn long(&mut self) -> R<i64> {
         let mut b = self.byte()?;
         if b < 0x80 {
             return Ok(((b >> 1) as i64) ^ -((b & 1) as i64));
@@ -175,7 +175,7 @@ impl<'a> Cursor<'a> {
     }
 
     #[inline]
-    fn int(&mut self) -> R<i64> {
+    pub(crate) fn int(&mut self) -> R<i64> {
         let v = self.long()?;
         if v < i32::MIN as i64 || v > i32::MAX as i64 {
             return Err(Stop);
@@ -185,7 +185,7 @@ impl<'a> Cursor<'a> {
 
     /// A length or index: a long that must not be negative.
     #[inline]
-    pub fn length(&mut self) -> R<u64> {
+    pub(crate) fn length(&mut self) -> R<u64> {
         let v = self.long()?;
         if v < 0 {
             return Err(Stop);
@@ -194,7 +194,7 @@ impl<'a> Cursor<'a> {
     }
 
     #[inline]
-    fn take(&mut self, n: u64) -> R<(usize, usize)> {
+    pub(crate) fn take(&mut self, n: u64) -> R<(usize, usize)> {
         let start = self.pos;
         let end = (start as u64).checked_add(n).ok_or(Stop)?;
         if end > self.buf.len() as u64 {
@@ -205,7 +205,7 @@ impl<'a> Cursor<'a> {
     }
 
     #[inline]
-    fn string(&mut self) -> R<(usize, usize)> {
+    pub(crate) fn string(&mut self) -> R<(usize, usize)> {
         let n = self.length()?;
         let (s, e) = self.take(n)?;
         if !self.buf[s..e].is_ascii() {
@@ -216,7 +216,7 @@ impl<'a> Cursor<'a> {
 
     /// An array or map block count: a negative count is followed by the block's byte size.
     #[inline]
-    fn block_count(&mut self) -> R<u64> {
+    pub(crate) fn block_count(&mut self) -> R<u64> {
         let count = self.long()?;
         if count < 0 {
             self.sized_blocks = true;
@@ -415,7 +415,7 @@ fn check(logical: Logical, v: i64) -> R<()> {
 /// `8-4-4-4-12` hex digits: the spelling the probe accepts without asking `uuid.UUID`.
 /// A table lookup per byte and no branch per position: this runs for every uuid field of
 /// every message (perf showed the match-per-position form at 8 % of a stage task's time).
-fn canonical_uuid(s: &[u8]) -> bool {
+pub(crate) fn canonical_uuid(s: &[u8]) -> bool {
     if s.len() != 36 || s[8] != b'-' || s[13] != b'-' || s[18] != b'-' || s[23] != b'-' {
         return false;
     }

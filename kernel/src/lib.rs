@@ -19,6 +19,7 @@ mod consumer;
 mod event_time;
 mod json;
 mod prefix;
+mod proto_rows;
 mod raw;
 mod schema;
 
@@ -594,6 +595,7 @@ fn _panic_for_tests() {
 fn kbqe_dagster_kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<StageKernel>()?;
     m.add_class::<raw::RawKernel>()?;
+    m.add_class::<proto_rows::RowEncoder>()?;
     m.add_class::<NativeConsumer>()?;
     m.add_class::<NativeBatch>()?;
     m.add_function(wrap_pyfunction!(consumer::take_kafka_log_lines, m)?)?;

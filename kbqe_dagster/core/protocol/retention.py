@@ -94,13 +94,17 @@ def _plan_partition(
     order = [(f, False) for f in superseded] + [(f, True) for f in chained]
     for done, in_chain in order:
         reason = None
-        if blocked:
+        # A done file of the newest range is kept for that, its lasting reason, even behind
+        # another kept one (a range writes one done file per table: its first one blocks the
+        # rest, which are no less the resume point).
+        newest = in_chain and done.last_offset == end
+        if blocked and not newest:
             reason = KeepReason.BEHIND_KEPT
         elif done.key in avro_keys:
             reason = KeepReason.AVRO_PRESENT
         elif (done.key.topic, done.key.partition, done.first_offset) in ranges_with_avro:
             reason = KeepReason.RANGE_HAS_AVRO
-        elif in_chain and done.last_offset == end:
+        elif newest:
             reason = KeepReason.NEWEST
         if reason is None:
             delete.append(done.name)

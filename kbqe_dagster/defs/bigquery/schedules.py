@@ -16,14 +16,7 @@ import dagster as dg
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.defs.bigquery.jobs import done_file_retention_job, load_job, poll_load_jobs_job
-
-IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
-
+from kbqe_dagster.defs.staging.claims import job_run_in_flight
 
 MINUTE_STEPS = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30)
 """Steps of ``*/n`` that divide an hour: any other ``n`` fires twice closer together at the
@@ -59,11 +52,9 @@ def skipping_schedule(
         default_status=dg.DefaultScheduleStatus.RUNNING,
     )
     def _schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
-        running = context.instance.get_runs(
-            filters=dg.RunsFilter(job_name=job.name, statuses=IN_FLIGHT), limit=1
-        )
-        if running:
-            return dg.SkipReason(f"{job.name} run {running[0].run_id} is still in flight")
+        running = job_run_in_flight(context.instance, job.name)
+        if running is not None:
+            return dg.SkipReason(f"{job.name} run {running.run_id} is still in flight")
         return dg.RunRequest()
 
     return _schedule

@@ -12,17 +12,14 @@ import time
 import dagster as dg
 
 from kbqe_dagster.defs.erasure.jobs import ERASURE_JOB, erasure_job
-from kbqe_dagster.defs.staging.claims import IN_FLIGHT
+from kbqe_dagster.defs.staging.claims import job_run_in_flight
 from kbqe_dagster.operations.erasure import read_state
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.resources.kafka.erasure_requests import request_topic_backlog
 
 
 def erasure_in_flight(instance: dg.DagsterInstance) -> bool:
-    runs = instance.get_run_records(
-        filters=dg.RunsFilter(job_name=ERASURE_JOB, statuses=IN_FLIGHT), limit=1
-    )
-    return bool(runs)
+    return job_run_in_flight(instance, ERASURE_JOB) is not None
 
 
 @dg.sensor(

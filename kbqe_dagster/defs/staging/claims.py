@@ -24,6 +24,13 @@ IN_FLIGHT = [
 ]
 
 
+def job_run_in_flight(instance: dg.DagsterInstance, job_name: str) -> dg.DagsterRun | None:
+    """A run of ``job_name`` queued or running, if any: what a schedule or sensor of a job
+    that must not run twice at once (load, poll, retention, erasure) checks before asking."""
+    runs = instance.get_runs(filters=dg.RunsFilter(job_name=job_name, statuses=IN_FLIGHT), limit=1)
+    return runs[0] if runs else None
+
+
 def run_topics(run: dg.DagsterRun) -> frozenset[str]:
     """The topics a stage run holds: its run config (``topic``/``topics``, also when launched
     by hand without tags) and its tags."""
