@@ -164,18 +164,15 @@ def test_a_oneof_keeps_the_member_set_last(tmp_path):
 
 
 @pytest.mark.parametrize("field, wire", [
-    ("int32 past 32 bits", b"\x28\x80\x80\x80\x80\x20"),
     ("uint64 above 2^63-1", b"\x40\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"),
-    ("bool of 2", b"\x88\x01\x02"),
     ("unknown enum number", b"\x98\x01\x07"),
     ("NaN double", b"\x81\x01" + b"\x00\x00\x00\x00\x00\x00\xf8\x7f"),
     ("string not UTF-8", b"\xf2\x01\x01\xff"),
     ("Timestamp past 9999", b"\xba\x02\x06\x08\x80\xa0\xce\x9d\x9b\x07"),
     ("a message given twice", b"\x22\x02\x12\x00\x22\x02\x12\x00"),
     ("a group", b"\x0b\x0c"),
-    ("a varint's bits past 64 (upb drops them)", b"\x30\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f"),
-    ("a map entry with an unknown field", b"\xca\x01\x05\x0a\x01a\x18\x01"),
     ("a cleared oneof member not UTF-8", b"\xf2\x01\x01\xff\xf8\x01\x07"),
+    ("a padded length", b"\x92\x01\x81\x00x"),
 ])  # fmt: skip
 def test_what_the_kernel_is_not_certain_of_is_the_python_paths_verdict(tmp_path, field, wire):
     values = [event(HEAD), event(HEAD + wire), event(HEAD)]
@@ -183,6 +180,24 @@ def test_what_the_kernel_is_not_certain_of_is_the_python_paths_verdict(tmp_path,
                           FUZZ_TOPIC)  # fmt: skip
     assert native.kernel_messages == 2, field
     assert native.handbacks == {"protobuf_uncertain": 1}, field
+
+
+@pytest.mark.parametrize("field, wire", [
+    ("int32 past 32 bits: the low 32", b"\x28\x80\x80\x80\x80\x20"),
+    ("uint32 past 32 bits", b"\x38\xff\xff\xff\xff\x7f"),
+    ("bool of 2: true", b"\x88\x01\x02"),
+    ("a varint's bits past 64, dropped", b"\x30\xff\xff\xff\xff\xff\xff\xff\xff\xff\x7f"),
+    ("a known field of another wire type: unknown", b"\x2d\x01\x00\x00\x00"),
+    ("a map entry with an unknown field: not in the map", b"\xca\x01\x05\x0a\x01a\x18\x01"),
+])  # fmt: skip
+def test_what_upb_reads_leniently_the_kernel_reads_the_same(tmp_path, field, wire):
+    """upb's own rules (``_upb_Decoder_Munge``, unknown fields), reproduced: staged natively,
+    the same bytes as the Python path."""
+    values = [event(HEAD), event(HEAD + wire), event(HEAD)]
+    python, native = both(tmp_path, fuzz_pipeline(), messages(values, FUZZ_TOPIC), fuzz_registry(),
+                          FUZZ_TOPIC)  # fmt: skip
+    assert python.result.records == 3, field
+    assert native.kernel_messages == 3, field
 
 
 def test_a_program_is_refused_for_what_the_kernel_does_not_decode():

@@ -7,17 +7,20 @@
 //! reference and gives every bad message its reason.
 //!
 //! The kernel is stricter than the Python runtime, never more lenient. What it hands back:
-//! - anything malformed on the wire (a truncated varint or length, a varint over 10 bytes,
-//!   field number 0, groups, wire types 6/7), and a known field with a wire type other than
-//!   its own (upb would keep it as an unknown field);
-//! - integers the runtime truncates (an `int32` varint outside 32 bits, a `bool` other than
-//!   0/1), a `uint64`/`fixed64` above 2^63-1 (the mapping's `protobuf_decode_error`), a NaN
-//!   `float`/`double`, a string that is not UTF-8, an enum number without a name, a
-//!   `Timestamp` outside years 1-9999;
-//! - a singular message field given twice (upb merges the two), a map entry with an unknown
-//!   field (upb keeps the whole entry aside), and an absent map value of an enum type whose
-//!   default it was not told.
+//! - anything malformed on the wire (a truncated value or length, a varint over 10 bytes,
+//!   field number 0, groups, wire types 6/7), and tags and lengths over 5 bytes or padded;
+//! - a `uint64`/`fixed64` above 2^63-1 (the mapping's `protobuf_decode_error`), a NaN or
+//!   infinite `float`/`double`, a string that is not UTF-8 (also one a later occurrence
+//!   replaces: upb checks each as it reads it), an enum number without a name, a `Timestamp`
+//!   outside years 1-9999;
+//! - a singular message field given twice (upb merges the two), and an absent map value of an
+//!   enum type whose default it was not told.
 //!
+//! What upb reads leniently, it reads the same way (`_upb_Decoder_Munge`): an `int32`,
+//! `uint32`, `sint32` or enum varint keeps its low 32 bits, a `bool` is true when not 0, a
+//! varint's bits past 64 are dropped; a known field of another wire type than its own is an
+//! unknown field; a map entry with an unknown field is parsed, then left out of the map (upb
+//! moves it to the parent's unknown fields).
 //! Unknown fields are skipped (upb keeps them aside; the mapping never reads them). Fields
 //! are read into a per-message table first (each field's occurrences, in wire order), then
 //! encoded in declaration order, as the mapping's record lists them: last one wins for
@@ -351,24 +354,8 @@ impl Decoder {
         let end_usize = end as usize;
         let buf = &input[..end_usize];
         while pos < end_usize {
-            let tag = varint(buf, &mut pos)?;
-            if tag > u32::MAX as u64 {
-                return Err(Stop);
-            }
-            let (number, wire_type) = ((tag >> 3) as u32, (tag & 7) as u8);
-            if number == 0 {
-                return Err(Stop);
-            }
-            let value_start = pos;
-            skip(buf, &mut pos, wire_type)?;
-            let (from, to) = if wire_type == 2 {
-                // The length varint is not the value: find where it ended.
-                let mut p = value_start;
-                varint(buf, &mut p)?;
-                (p, pos)
-            } else {
-                (value_start, pos)
-            };
+            let (number, wire_type) = tag(buf, &mut pos)?;
+            let (from, to) = value_range(buf, &mut pos, wire_type)?;
             let index = message.by_number.get(number as usize).copied().unwrap_or(NONE);
             if index == NONE {
                 continue; // an unknown field: upb keeps it aside, the mapping never reads it
@@ -381,7 +368,7 @@ impl Decoder {
                 _ => wire_type == own || packed,
             };
             if !fits {
-                return Err(Stop);
+                continue; // another wire type than the field's: upb keeps it as an unknown field
             }
             let at = self.occurrences.len() as u32;
             self.occurrences.push(Occurrence { wire_type, start: from as u32, end: to as u32, next: NONE });
@@ -517,22 +504,10 @@ impl Decoder {
             let buf = &input[..o.end as usize];
             let mut pos = o.start as usize;
             let mut entry = MapEntry { key: default_key(key), value: (0, 0, 0), present: false };
-            let mut value_count = 0;
+            let (mut value_count, mut unknown) = (0, false);
             while pos < o.end as usize {
-                let tag = varint(buf, &mut pos)?;
-                if tag > u32::MAX as u64 || tag >> 3 == 0 {
-                    return Err(Stop);
-                }
-                let (number, wire_type) = (tag >> 3, (tag & 7) as u8);
-                let start = pos;
-                skip(buf, &mut pos, wire_type)?;
-                let (from, to) = if wire_type == 2 {
-                    let mut p = start;
-                    varint(buf, &mut p)?;
-                    (p, pos)
-                } else {
-                    (start, pos)
-                };
+                let (number, wire_type) = tag(buf, &mut pos)?;
+                let (from, to) = value_range(buf, &mut pos, wire_type)?;
                 match number {
                     1 if wire_type == key.wire_type() => entry.key = read_key(key, buf, from, to)?,
                     2 if wire_type == kind.wire_type() => {
@@ -544,13 +519,21 @@ impl Decoder {
                         entry.present = true;
                         value_count += 1;
                     }
-                    // upb moves an entry with an unknown field (or a key or value of another
-                    // wire type) to the parent's unknown fields: it is not in the map.
-                    _ => return Err(Stop),
+                    _ => unknown = true,
                 }
             }
             if value_count > 1 && matches!(kind, Kind::Message(_) | Kind::Timestamp | Kind::Wrapper(_)) {
                 return Err(Stop); // merged by upb
+            }
+            if unknown {
+                // upb moves an entry with an unknown field (or a key or value of another wire
+                // type) to the parent's unknown fields, after parsing it: not in the map.
+                if entry.present && matches!(kind, Kind::Message(_) | Kind::Timestamp | Kind::Wrapper(_)) {
+                    let (w, s, e) = entry.value;
+                    let mut scratch = Vec::new();
+                    self.element(kind, input, w, s, e, &mut scratch, None, values, depth)?;
+                }
+                continue;
             }
             // The last entry of a key wins (upb's map), at the key's sorted place.
             match self.entries[base..].iter().position(|e| same_key(input, e.key, entry.key)) {
@@ -610,7 +593,7 @@ impl Decoder {
         match kind {
             Kind::Scalar(s) => scalar(s, bytes, out),
             Kind::Enum(e) => {
-                let number = int32(read_varint(bytes)?)?;
+                let number = int32(read_varint(bytes)?);
                 put_long(out, self.enums[e].index(number)? as i64);
                 Ok(Value::Other)
             }
@@ -628,18 +611,10 @@ impl Decoder {
                 // `value` (field 1), the last one given; unset: the scalar's default.
                 let (mut pos, mut value) = (0, None);
                 while pos < bytes.len() {
-                    let tag = varint(bytes, &mut pos)?;
-                    if tag > u32::MAX as u64 || tag >> 3 == 0 {
-                        return Err(Stop);
-                    }
-                    let wt = (tag & 7) as u8;
-                    let from = pos;
-                    skip(bytes, &mut pos, wt)?;
-                    if tag >> 3 == 1 {
-                        if wt != s.wire_type() {
-                            return Err(Stop);
-                        }
-                        let from = if wt == 2 { let mut p = from; varint(bytes, &mut p)?; p } else { from };
+                    let (number, wt) = tag(bytes, &mut pos)?;
+                    let (from, _) = value_range(bytes, &mut pos, wt)?;
+                    // another wire type than the value's: an unknown field to upb
+                    if number == 1 && wt == s.wire_type() {
                         if s == Scalar::String {
                             std::str::from_utf8(&bytes[from..pos]).map_err(|_| Stop)?;
                         }
@@ -707,12 +682,12 @@ fn default_scalar(s: Scalar, out: &mut Vec<u8>) -> R<Value> {
 /// One scalar's Avro encoding from its wire bytes, and its wanted value.
 fn scalar(s: Scalar, bytes: &[u8], out: &mut Vec<u8>) -> R<Value> {
     let v = match s {
-        Scalar::Int32 => int32(read_varint(bytes)?)? as i64,
+        Scalar::Int32 => int32(read_varint(bytes)?) as i64,
         Scalar::Int64 => read_varint(bytes)? as i64,
-        Scalar::UInt32 => u32::try_from(read_varint(bytes)?).map_err(|_| Stop)? as i64,
+        Scalar::UInt32 => read_varint(bytes)? as u32 as i64, // upb keeps the low 32 bits
         Scalar::UInt64 => i64::try_from(read_varint(bytes)?).map_err(|_| Stop)?,
         Scalar::SInt32 => {
-            let z = u32::try_from(read_varint(bytes)?).map_err(|_| Stop)?;
+            let z = read_varint(bytes)? as u32; // the low 32 bits, as upb
             ((z >> 1) as i32 ^ -((z & 1) as i32)) as i64
         }
         Scalar::SInt64 => {
@@ -740,11 +715,7 @@ fn scalar(s: Scalar, bytes: &[u8], out: &mut Vec<u8>) -> R<Value> {
             return Ok(Value::Float(x));
         }
         Scalar::Bool => {
-            let b = read_varint(bytes)?;
-            if b > 1 {
-                return Err(Stop);
-            }
-            out.push(b as u8);
+            out.push((read_varint(bytes)? != 0) as u8); // upb: any other value than 0 is true
             return Ok(Value::Other);
         }
         Scalar::String => {
@@ -769,16 +740,11 @@ fn scalar(s: Scalar, bytes: &[u8], out: &mut Vec<u8>) -> R<Value> {
 fn timestamp(bytes: &[u8]) -> R<i64> {
     let (mut pos, mut seconds, mut nanos) = (0, 0i64, 0i64);
     while pos < bytes.len() {
-        let tag = varint(bytes, &mut pos)?;
-        if tag > u32::MAX as u64 || tag >> 3 == 0 {
-            return Err(Stop);
-        }
-        let wt = (tag & 7) as u8;
-        match (tag >> 3, wt) {
+        let (number, wt) = tag(bytes, &mut pos)?;
+        match (number, wt) {
             (1, 0) => seconds = varint(bytes, &mut pos)? as i64,
-            (2, 0) => nanos = int32(varint(bytes, &mut pos)?)? as i64,
-            (1 | 2, _) => return Err(Stop),
-            _ => skip(bytes, &mut pos, wt)?,
+            (2, 0) => nanos = int32(varint(bytes, &mut pos)?) as i64,
+            _ => skip(bytes, &mut pos, wt)?, // unknown, or another wire type: unknown to upb
         }
     }
     let micros = seconds.checked_mul(1_000_000).and_then(|s| s.checked_add(nanos.div_euclid(1000))).ok_or(Stop)?;
@@ -805,20 +771,14 @@ fn read_key(key: Scalar, input: &[u8], from: usize, to: usize) -> R<Key> {
         }
         Scalar::UInt32 | Scalar::Fixed32 | Scalar::UInt64 | Scalar::Fixed64 => {
             let v = match key {
-                Scalar::UInt32 => u32::try_from(read_varint(bytes)?).map_err(|_| Stop)? as u64,
+                Scalar::UInt32 => read_varint(bytes)? as u32 as u64,
                 Scalar::Fixed32 => u32::from_le_bytes(fixed(bytes)?) as u64,
                 Scalar::UInt64 => read_varint(bytes)?,
                 _ => u64::from_le_bytes(fixed(bytes)?),
             };
             Key::Unsigned(v)
         }
-        Scalar::Bool => {
-            let b = read_varint(bytes)?;
-            if b > 1 {
-                return Err(Stop);
-            }
-            Key::Signed(b as i64)
-        }
+        Scalar::Bool => Key::Signed((read_varint(bytes)? != 0) as i64),
         _ => {
             let mut scratch = Vec::new();
             match scalar(key, bytes, &mut scratch)? {
@@ -866,11 +826,29 @@ fn packed_count(kind: Kind, input: &[u8], start: u32, end: u32) -> R<u64> {
     }
 }
 
+/// An `int32` or enum varint as upb reads it: its low 32 bits (a negative value is
+/// sign-extended to 10 bytes on the wire; anything past 32 bits is dropped).
 #[inline]
-fn int32(v: u64) -> R<i32> {
-    // int32 and enums: a negative value is sign-extended to 10 bytes; anything else outside
-    // 32 bits would be truncated by the runtime.
-    i32::try_from(v as i64).map_err(|_| Stop)
+fn int32(v: u64) -> i32 {
+    v as u32 as i32
+}
+
+/// Where the value starting at `*pos` lies (a length-delimited one without its length), and
+/// `*pos` moved past it.
+#[inline]
+fn value_range(buf: &[u8], pos: &mut usize, wire_type: u8) -> R<(usize, usize)> {
+    if wire_type == 2 {
+        let len = short_varint(buf, pos)? as usize;
+        if len > buf.len() - *pos {
+            return Err(Stop);
+        }
+        let from = *pos;
+        *pos += len;
+        return Ok((from, *pos));
+    }
+    let from = *pos;
+    skip(buf, pos, wire_type)?;
+    Ok((from, *pos))
 }
 
 #[inline]
@@ -895,15 +873,39 @@ fn varint(buf: &[u8], pos: &mut usize) -> R<u64> {
     for i in 0..10 {
         let byte = *buf.get(*pos).ok_or(Stop)?;
         *pos += 1;
-        if i == 9 && byte > 1 {
+        if i == 9 && byte & 0x80 != 0 {
             return Err(Stop);
         }
+        // The tenth byte's bits past 64 are dropped, as upb drops them.
         value |= ((byte & 0x7F) as u64) << (7 * i);
         if byte & 0x80 == 0 {
             return Ok(value);
         }
     }
     Err(Stop)
+}
+
+/// A tag or a length: a varint of at most 5 bytes in its shortest form (what upb reads as
+/// such; a padded or longer one is handed back rather than judged), below 2^32.
+#[inline]
+fn short_varint(buf: &[u8], pos: &mut usize) -> R<u64> {
+    let start = *pos;
+    let v = varint(buf, pos)?;
+    let len = *pos - start;
+    if len > 5 || (len > 1 && buf[*pos - 1] == 0) || v > u32::MAX as u64 {
+        return Err(Stop);
+    }
+    Ok(v)
+}
+
+/// A field's tag: (field number, wire type); field number 0 is malformed.
+#[inline]
+fn tag(buf: &[u8], pos: &mut usize) -> R<(u32, u8)> {
+    let tag = short_varint(buf, pos)?;
+    if tag >> 3 == 0 {
+        return Err(Stop);
+    }
+    Ok(((tag >> 3) as u32, (tag & 7) as u8))
 }
 
 /// Move past one value of `wire_type` (groups and wire types 6/7 are not accepted).
@@ -921,7 +923,7 @@ fn skip(buf: &[u8], pos: &mut usize, wire_type: u8) -> R<()> {
             *pos += n;
         }
         2 => {
-            let len = varint(buf, pos)?;
+            let len = short_varint(buf, pos)?;
             if len > (buf.len() - *pos) as u64 {
                 return Err(Stop);
             }
