@@ -86,20 +86,9 @@ def proto_text(event_type: str, meta_type: str) -> str:
 
 
 @functools.cache
-def compiled(files: tuple[tuple[str, str], ...]) -> Any:
-    """protoc's descriptor set for ``files``, once per text (protoc is a subprocess)."""
-    return compile_files(dict(files))
-
-
-def cached_compile_files(files: dict[str, str]) -> Any:
-    """``compile_files`` for the stage path, memoized: the fuzz tests the decoder, not protoc."""
-    return compiled(tuple(sorted(files.items())))
-
-
-@functools.cache
 def descriptors(text: str) -> tuple[Any, Any]:
     pool = descriptor_pool.DescriptorPool()
-    for proto in cached_compile_files({ROOT_FILE: text}).file:
+    for proto in compile_files({ROOT_FILE: text}).file:  # once per text (protoc is cached)
         pool.Add(proto)
     root = pool.FindFileByName(ROOT_FILE)
     return root.message_types_by_name["Event"], root.message_types_by_name["Other"]

@@ -17,13 +17,9 @@ from kbqe_dagster.core.formats.protobuf_program import KernelProgramRefused, ker
 from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.formats import protobuf_stage
 from kbqe_dagster.formats.protobuf_kernel import ProtobufKernelStaging
-from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE
+from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
-from kbqe_dagster_tests.formats.protobuf_fuzz import (
-    cached_compile_files,
-    proto_text,
-    scenario,
-)
+from kbqe_dagster_tests.formats.protobuf_fuzz import proto_text, scenario
 from kbqe_dagster_tests.formats.test_protobuf_stage import (
     IDS,
     ORDER_V2,
@@ -63,12 +59,6 @@ def fuzz_pipeline():
 def event(body: bytes) -> bytes:
     """An ``Event`` of schema id 40, indexes ``[0]``."""
     return encode_frame(40, b"\x00" + body)
-
-
-@pytest.fixture(autouse=True)
-def _protoc_once(monkeypatch):
-    """protoc runs as a subprocess: each ``.proto`` text is compiled once per test session."""
-    monkeypatch.setattr(protobuf_stage, "compile_files", cached_compile_files)
 
 
 def messages(values: list[bytes | None], topic: str = TOPIC) -> list[Msg]:
@@ -202,7 +192,7 @@ def test_what_upb_reads_leniently_the_kernel_reads_the_same(tmp_path, field, wir
 
 def test_a_program_is_refused_for_what_the_kernel_does_not_decode():
     proto2 = 'syntax = "proto2"; message R { required int64 id = 1; }'
-    root = cached_compile_files({ROOT_FILE: proto2})
+    root = compile_files({ROOT_FILE: proto2})
     pool = descriptor_pool.DescriptorPool()
     for proto in root.file:
         pool.Add(proto)
@@ -215,7 +205,7 @@ def fuzz_seeds(config) -> list[int]:
     return list(range(max(1, cases // 400)))
 
 
-def test_protobuf_differential_fuzz(tmp_path_factory, pytestconfig, monkeypatch):
+def test_protobuf_differential_fuzz(tmp_path_factory, pytestconfig):
     """Seeded random scenarios, 400 messages each: identical commits on both paths, and the
     kernel stages (nearly) every record that stages."""
     seeds = fuzz_seeds(pytestconfig)
