@@ -30,13 +30,21 @@ does; another message type of the same schema stages under the declared-schema i
 Avro record (core/formats.declared_schema_id: stable across runs, distinct per type and
 version, above 2^30 and so apart from registry ids), since one registry id cannot name two
 file schemas. With transforms every file carries its derived schema's declared id.
-Decoding and encoding happen per record, so this stays on the Python path
-(``native_kernel = False``).
+
+**The native kernel** (``kernel/src/protobuf.rs``) does the same for a topic without transforms
+or destinations: :class:`~kbqe_dagster.formats.protobuf_kernel.ProtobufKernelStaging`, this
+stager's ``native_driver``, gives it each message type's decoding program
+(core/formats/protobuf_program.py) the first time a frame names it, and it decodes the binary
+and encodes the Avro body in Rust. Every message it is not certain about — every one this
+path would dead-letter among them — comes back here and is staged (or dead-lettered, with this
+module's reasons) by :meth:`ProtobufRangeStager.stage`: the files, dead letters and counts
+are this path's, byte for byte (docs/architecture.md, "The Protobuf kernel").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from google.protobuf import descriptor_pool, message, message_factory
@@ -54,9 +62,12 @@ from kbqe_dagster.core.formats.protobuf_avro import (
 )
 from kbqe_dagster.core.formats.protobuf_wire import FIRST_MESSAGE, read_message_indexes
 from kbqe_dagster.core.formats.source_format import declared_schema_id
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.wire import HEADER_SIZE
-from kbqe_dagster.formats.transform_stage import TransformingStager
+from kbqe_dagster.formats.protobuf_kernel import ProtobufKernelStaging
+from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files, registry_proto_files
+from kbqe_dagster.staging.context import StageContext
 
 
 @dataclass
@@ -111,7 +122,24 @@ class ProtobufRangeStager(TransformingStager):
     """Parse with the registry ``.proto``, convert to the derived Avro record, then the shared
     step of formats/transform_stage.py (transforms, encoding, routing, event time)."""
 
-    native_kernel = False  # Protobuf is parsed, converted and encoded per record: the Python path
+    native_driver = ProtobufKernelStaging
+
+    def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
+        super().__init__(ctx, rng, workdir)
+        # Transforms and destinations reshape records in Python: those topics stay here.
+        self.native_kernel = not self.reshapes
+
+    def staged_type(self, value: bytes) -> tuple[Any, StagedSchema]:
+        """The message type a framed ``value`` names (its descriptor) and what its records
+        stage as, or the BadInputError :meth:`stage` would give it (for the native kernel's
+        driver: formats/protobuf_kernel.py)."""
+        schema_id, schema = self.frame(value)
+        indexes, _ = read_message_indexes(value, HEADER_SIZE)
+        kind = schema.message_type(indexes)
+        staged = self._staged_schema(
+            (schema_id, indexes), kind.mapping.avro_schema, kind.file_schema_id
+        )
+        return kind.cls.DESCRIPTOR, staged
 
     def stage(self, msg: Any) -> None:
         value = self.checked_value(msg)  # null and oversized values as on the Avro path

@@ -11,11 +11,14 @@ one ships in a wheel (``grpc_tools``), well-known types' ``.proto`` files includ
 --descriptor_set_out`` over them in a temporary directory, in a subprocess so that protoc's
 diagnostics (written by C++ to the process's stderr) are captured into the error, and returns
 the ``FileDescriptorSet``. Imports of ``google/protobuf/*.proto`` resolve from
-``grpc_tools``' own include directory. This runs once per schema id per stage task.
+``grpc_tools``' own include directory. The set is kept per process for the same texts (a
+stage worker stages many ranges of one schema; protoc costs a Python start-up, ~0.2 s, which
+the native stage kernel's ranges otherwise pay per range): callers only read it.
 """
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import tempfile
@@ -63,10 +66,16 @@ def compile_files(
 ) -> descriptor_pb2.FileDescriptorSet:
     """Compile ``root`` among ``files`` (import path → text); the set holds ``root`` and every
     file it imports, dependencies first. Raises :class:`UnmappableProtobufSchemaError` with
-    protoc's diagnostics."""
+    protoc's diagnostics. The same texts compile once per process (a refusal is not kept):
+    the set returned is shared, not to be changed."""
+    return _compile(tuple(sorted(files.items())), root)
+
+
+@functools.lru_cache(maxsize=64)
+def _compile(files: tuple[tuple[str, str], ...], root: str) -> descriptor_pb2.FileDescriptorSet:
     include = str(resources.files("grpc_tools") / "_proto")
     with tempfile.TemporaryDirectory(prefix="kbqe-protoc-") as tmp:
-        for name, text in files.items():
+        for name, text in files:
             path = _safe_path(Path(tmp), name)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")

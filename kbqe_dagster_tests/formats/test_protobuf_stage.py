@@ -19,6 +19,7 @@ from kbqe_dagster.core.formats.source_format import DECLARED_SCHEMA_IDS, SourceF
 from kbqe_dagster.core.protocol.naming import parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.wire import encode_frame
+from kbqe_dagster.formats.protobuf_kernel import ProtobufKernelStaging
 from kbqe_dagster.formats.protobuf_stage import ProtobufRangeStager
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
@@ -159,21 +160,21 @@ def columns(store, name: str) -> list[str]:
     return [f["name"] for f in reader.writer_schema["fields"] if not f["name"].startswith("_")]
 
 
-def test_a_protobuf_topic_has_its_own_stager_on_the_python_path(tmp_path: Path) -> None:
+def test_a_protobuf_topic_has_its_own_stager_and_kernel_driver(tmp_path: Path) -> None:
     ctx = StageContext(
         KafkaSettings("127.0.0.1:9"),
         RegistrySettings("http://127.0.0.1:9"),
         StagingLocation(str(tmp_path)),
         pipeline(),
         TOPIC,
+        native_kernel=False,
     )
     assert ctx.topic.format is SourceFormat.PROTOBUF
     assert stager_class(ctx) is ProtobufRangeStager
-    assert ProtobufRangeStager.native_kernel is False
-    assert (
-        NativeStaging.for_stager(ProtobufRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 1), tmp_path))
-        is None
-    )
+    assert ProtobufRangeStager.native_driver is ProtobufKernelStaging  # formats/protobuf_kernel.py
+    stager = ProtobufRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 1), tmp_path)
+    assert stager.native_kernel is True  # no transforms, no destinations
+    assert NativeStaging.for_stager(stager) is None  # KBQE_STAGE_KERNEL=off: the Python path
 
 
 def test_messages_are_staged_per_registry_id_read_back_field_by_field(tmp_path: Path) -> None:

@@ -103,7 +103,10 @@ class Staged:
 
 def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int, Any],
           messages: Sequence[Any], *, native: bool, partition: int = 0,
-          batch_size: int = 64, end_exclusive: int | None = None) -> Staged:  # fmt: skip
+          batch_size: int = 64, end_exclusive: int | None = None,
+          lookup: Any = None) -> Staged:  # fmt: skip
+    """``lookup``: the registry boundary when it is not ``schemas`` as Avro writer schemas
+    (a ``FakeSchemaRegistry`` of Protobuf schemas)."""
     staging = StagingLocation(str(tmp / ("native" if native else "python") / "staging"))
     workdir = tmp / ("native" if native else "python") / "work"
     workdir.mkdir(parents=True)
@@ -120,7 +123,8 @@ def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int,
     end = end if end_exclusive is None else end_exclusive
     rng = OffsetRange(topic, partition, start, end)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(stager_module, "SchemaLookup", lambda settings: DictLookup(schemas))
+        registry = lookup if lookup is not None else DictLookup(schemas)
+        mp.setattr(stager_module, "SchemaLookup", lambda settings: registry)
         stager = stager_class(ctx)(ctx, rng, workdir)
     stager.sync_marker = SYNC
     stager.staged_at = STAGED_AT

@@ -20,6 +20,7 @@ mod event_time;
 mod json;
 mod prefix;
 mod proto_rows;
+mod protobuf;
 mod raw;
 mod schema;
 
@@ -123,6 +124,44 @@ struct StageKernel {
     /// Tombstones counted (a keyed topic's; also among `messages`).
     #[pyo3(get)]
     tombstones: u64,
+    /// `format: protobuf` (protobuf.rs): Confluent-framed Protobuf, one decoder per frame prefix.
+    protobuf: Option<ProtobufTypes>,
+}
+
+/// The Protobuf message types the kernel was given, by frame prefix: the 5-byte header and
+/// the message indexes' bytes as the producer wrote them (`[0]` is one byte, `0`).
+#[derive(Default)]
+struct ProtobufTypes {
+    by_prefix: HashMap<Vec<u8>, usize>,
+    decoders: Vec<(protobuf::Decoder, Route)>,
+}
+
+/// Where a Confluent Protobuf frame's message indexes end (core/formats/protobuf_wire.py), or
+/// None when they are not well formed (the Python path's verdict).
+fn protobuf_prefix(value: &[u8]) -> Option<usize> {
+    fn zigzag(value: &[u8], pos: &mut usize) -> Option<i64> {
+        let mut n = 0u64;
+        for i in 0..10 {
+            let byte = *value.get(*pos)?;
+            *pos += 1;
+            n |= ((byte & 0x7F) as u64) << (7 * i);
+            if byte & 0x80 == 0 {
+                return Some((n >> 1) as i64 ^ -((n & 1) as i64));
+            }
+        }
+        None
+    }
+    let mut pos = 5;
+    let count = zigzag(value, &mut pos)?;
+    if !(0..=32).contains(&count) {
+        return None;
+    }
+    for _ in 0..count {
+        if zigzag(value, &mut pos)? < 0 {
+            return None;
+        }
+    }
+    Some(pos)
 }
 
 #[pymethods]
@@ -178,6 +217,7 @@ impl StageKernel {
             change_record: Vec::new(),
             count_tombstones: false,
             tombstones: 0,
+            protobuf: None,
         })
     }
 
@@ -239,9 +279,47 @@ impl StageKernel {
         self.count_tombstones = true;
     }
 
+    /// Stage `format: protobuf` values (protobuf.rs) instead of Confluent Avro: message types
+    /// are then given by `add_protobuf_schema`, per frame prefix.
+    fn stage_protobuf(&mut self) {
+        self.protobuf.get_or_insert_with(ProtobufTypes::default);
+    }
+
+    /// Take on the message type framed by `prefix` (the header and the message indexes' bytes):
+    /// `program` is its decoding program (core/formats/protobuf_program.py); `constant_slot` as
+    /// for `add_schema`. Raises ValueError for a program or wanted paths the kernel does not
+    /// implement (that type's messages then stay on the Python path).
+    #[pyo3(signature = (prefix, program, constant_slot=None))]
+    fn add_protobuf_schema(&mut self, prefix: &[u8], program: &str, constant_slot: Option<usize>) -> PyResult<()> {
+        if protobuf_prefix(prefix) != Some(prefix.len()) {
+            return Err(PyValueError::new_err("not a Protobuf frame prefix"));
+        }
+        let decoder = protobuf::Decoder::compile(program, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
+        let route = match (constant_slot, self.route_slots) {
+            (Some(slot), _) => Route::Constant(slot),
+            (None, Some(_)) => Route::Fields(HashMap::default()),
+            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
+        };
+        let types = self.protobuf.get_or_insert_with(ProtobufTypes::default);
+        types.decoders.push((decoder, route));
+        types.by_prefix.insert(prefix.to_vec(), types.decoders.len() - 1);
+        Ok(())
+    }
+
     /// Remember that the Python router sent (`dataset`, `table`) of the schema framed by
     /// `header` to file slot `slot`.
     fn learn_route(&mut self, header: &[u8], dataset: &[u8], table: &[u8], slot: usize) -> PyResult<()> {
+        if let Some(types) = &mut self.protobuf {
+            // Protobuf: `header` is the frame prefix the message type was given under.
+            if let Some(&at) = types.by_prefix.get(header) {
+                if let Route::Fields(learned) = &mut types.decoders[at].1 {
+                    if learned.len() < MAX_LEARNED_ROUTES {
+                        learned.insert(route_key(dataset, table), slot);
+                    }
+                }
+            }
+            return Ok(());
+        }
         let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
         let route = match (&mut self.json, self.by_header.get(&header)) {
             (Some((_, route)), _) => route, // JSON: one schema, whatever the header
@@ -330,6 +408,14 @@ impl StageKernel {
                 return Ok(Some("json_uncertain"));
             }
             (encoder.body(), route, false)
+        } else if let Some(types) = &mut self.protobuf {
+            let Some(split) = protobuf_prefix(value) else { return Ok(Some("schema_unknown")) };
+            let Some(&at) = types.by_prefix.get(&value[..split]) else { return Ok(Some("schema_unknown")) };
+            let (decoder, route) = &mut types.decoders[at];
+            if decoder.encode(&value[split..], &mut self.values).is_err() {
+                return Ok(Some("protobuf_uncertain"));
+            }
+            (decoder.body(), &*route, false)
         } else {
             if value.len() < 5 {
                 return Ok(Some("unframed"));

@@ -23,7 +23,8 @@ enum ``pkg.Color``                                  enum named ``pkg.Color``, it
 ``repeated T``                                      array of T's mapping (REPEATED)
 ``map<K, V>``                                       map of V's mapping; keys as strings:
                                                     integers in decimal, bools ``true`` /
-                                                    ``false`` (Protobuf's JSON spelling)
+                                                    ``false`` (Protobuf's JSON spelling);
+                                                    entries sorted by key
 message-typed field, ``oneof`` member,              ``["null", T]``, default null (NULLABLE)
 proto3 ``optional``, proto2 ``optional``
 ``google.protobuf.Timestamp``                       long ``timestamp-micros`` (TIMESTAMP),
@@ -40,6 +41,12 @@ with *presence* are null when unset: message-typed fields (wrappers and ``Timest
 included), ``oneof`` members (all but the one set), proto3 ``optional`` and proto2
 ``optional`` fields. A proto2 ``required`` field is never null (a message lacking it does not
 parse). Elements of repeated fields and map values are never null.
+
+**Map order.** A map's entries are written sorted by their Protobuf key (strings by code
+point, integers by value, ``false`` before ``true``), not in the runtime's iteration order:
+upb iterates a map in its hash table's order, which is seeded per process, so the same message
+staged twice (a retried range, the native kernel's ``kernel/src/protobuf.rs``) would otherwise
+give different file bytes.
 
 **Order and evolution.** Fields are in declaration order, not field-number order: a new field
 is appended at the end of its message by every style guide, so a later registry version's
@@ -187,7 +194,7 @@ class _Mapper:
             key_of = _map_key(key_field.type)
             return (
                 {"name": name, "type": {"type": "map", "values": values}},
-                lambda m: {key_of(k): value_of(v) for k, v in getattr(m, name).items()},
+                lambda m: {key_of(k): value_of(v) for k, v in sorted(getattr(m, name).items())},
             )
         avro, convert = self.element(field, path)
         if field.is_repeated:
