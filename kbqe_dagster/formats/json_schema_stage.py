@@ -15,14 +15,25 @@ fastavro; routing and event time read the JSON values (a ``date-time`` string as
 offset included, which the ``local`` date rule honours). Files carry the framed registry id,
 so each schema version has files of its own, and a version that appends an optional property
 widens the table. Like ``format: json`` this decodes and encodes every record (JSON has no
-binary form to slice), so it stays on the Python path (``native_kernel = False``).
+binary form to slice).
 ``format`` is annotation only here: ``jsonschema`` does not assert it, but ``date-time`` and
 ``date`` values must convert, so a bad one is a mismatch all the same.
+
+**The native kernel** (``kernel/src/json_schema.rs``) does the same for a topic without
+transforms or destinations: :class:`JsonSchemaKernelStaging`, this stager's ``native_driver``,
+gives it each schema id's JSON Schema and derived Avro record the first time the id is met,
+and it parses, validates, converts and encodes each value in Rust. It validates a subset of
+JSON Schema (a schema using more stays here whole) and only ever says "valid": every message
+that does not validate, or that it is not certain about, comes back here and is staged or
+dead-lettered by :meth:`JsonSchemaRangeStager.stage`, which stays the reference: the files,
+dead letters, reasons and counts are this path's, byte for byte (docs/architecture.md, "The
+JSON Schema kernel").
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from io import BytesIO
@@ -47,6 +58,7 @@ from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.core.transforms.compiler import field_values
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.native_kernel import NativeStaging
 
 
 @dataclass
@@ -65,12 +77,16 @@ class JsonSchemaRangeStager(TransformingStager):
     ``transforms``, that record takes the shared transform step (formats/transform_stage.py),
     whose routing and event time then read the transformed (Avro-form) fields."""
 
-    native_kernel = False  # JSON is validated, converted and encoded per record: the Python path
-
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         super().__init__(ctx, rng, workdir)
         self.wanted = self.topic.required_fields
         self.root_name = rng.topic  # the root record's name when the schema has no title
+        # Transforms and destinations reshape records in Python: those topics stay here.
+        self.native_kernel = not self.reshapes
+
+    @property
+    def native_driver(self) -> type[NativeStaging]:
+        return JsonSchemaKernelStaging  # a property: the driver class is defined below
 
     def stage(self, msg: Any) -> None:
         value = self.checked_value(msg)  # null and oversized values as on the Avro path
@@ -155,3 +171,48 @@ def _encode(record: Mapping[str, Any], parsed: Any) -> bytes:
 
 def _one_line(error: Any) -> str:
     return str(getattr(error, "message", error)).replace("\n", " ")[:500]
+
+
+class JsonSchemaKernelStaging(NativeStaging):
+    """The native kernel's driver for ``format: json_schema`` (staging/native_kernel.py's
+    loop): like the Avro driver it learns each schema id when the kernel first stops at it,
+    here giving it the registry JSON Schema and the Avro record derived from it."""
+
+    @classmethod
+    def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
+        if not cls.append_rules_allow(stager):
+            return None  # transforms or destinations, function routing, an HOUR table
+        if not hasattr(extension.StageKernel, "add_json_schema_id"):
+            return None  # a kernel built before it staged JSON Schema (`make install` rebuilds it)
+        return cls(stager, extension)
+
+    def _add_schema(
+        self, header: bytes, schema_id: int, decoder: Any, constant: int | None
+    ) -> None:
+        registered = self.stager.lookup.get(schema_id)
+        renamed = _renamed_property(json.loads(registered.schema))
+        if renamed is not None:
+            # The kernel finds a value's fields by their Avro names: a property whose name
+            # had to change (json_schema_avro._safe) is found by its key only in Python.
+            raise ValueError(f"property {renamed!r} is staged under another Avro field name")
+        self.kernel.add_json_schema_id(
+            header, registered.schema, json.dumps(decoder.parsed), constant
+        )
+
+
+_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _renamed_property(node: Any) -> str | None:
+    """A property name anywhere in a JSON Schema document that is not already an Avro name
+    (the mapping renames it), or None."""
+    if isinstance(node, list):
+        return next((r for r in map(_renamed_property, node) if r is not None), None)
+    if not isinstance(node, Mapping):
+        return None
+    properties = node.get("properties")
+    if isinstance(properties, Mapping):
+        for key in properties:
+            if not _AVRO_NAME.fullmatch(key):
+                return str(key)
+    return next((r for r in map(_renamed_property, node.values()) if r is not None), None)

@@ -139,8 +139,9 @@ impl Unit {
 
 /// The day of the ISO-8601 spellings producers write most (a subset of what Python's
 /// `datetime.fromisoformat` reads, with the same meaning):
-/// `YYYY-MM-DD`, optionally `T` or space, `HH:MM[:SS[.fraction]]`, optionally `Z` or
-/// `±HH:MM`, optionally bracketed annotations (`[Europe/Paris]`). Anything else is `None`.
+/// `YYYY-MM-DD`, optionally `T` or space, `HH:MM[:SS[.fraction]]` (the fraction after `.` or
+/// `,`, 1 to 9 digits), optionally `Z`, `±HH:MM`, `±HHMM` or `±HH`, optionally bracketed
+/// annotations (`[Europe/Paris]`). Anything else is `None`.
 pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
     let (iso, annotated) = split_annotations(text)?;
     let year = digits(iso, 0, 4)?;
@@ -175,7 +176,8 @@ pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
             return None;
         }
         at += 3;
-        if iso.get(at) == Some(&b'.') {
+        // Python reads a fraction after `.` or `,` alike (ISO 8601 allows both).
+        if matches!(iso.get(at), Some(b'.' | b',')) {
             let mut n = 0;
             while iso.get(at + 1 + n).is_some_and(u8::is_ascii_digit) {
                 n += 1;
@@ -187,18 +189,24 @@ pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
         }
     }
     let rest = &iso[at..];
-    let offset_minutes = match rest {
-        [] => None,
-        [b'Z'] => Some(0),
-        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-            let h = two(*h1, *h2)?;
-            let m = two(*m1, *m2)?;
-            if h > 23 || m > 59 {
-                return None;
-            }
-            Some(if *sign == b'-' { -(h * 60 + m) } else { h * 60 + m })
-        }
+    // The offsets Python reads whose meaning is plain hours and minutes: `±HH:MM`, `±HHMM`
+    // (ISO basic format) and `±HH`. Python also reads seconds and fractions of an offset and
+    // minutes past 59 (`+00:60` is one hour); those stay the Python path's.
+    let (sign, h1, h2, m1, m2) = match *rest {
+        [] | [b'Z'] => (b'+', b'0', b'0', b'0', b'0'),
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] | [sign @ (b'+' | b'-'), h1, h2, m1, m2] => (sign, h1, h2, m1, m2),
+        [sign @ (b'+' | b'-'), h1, h2] => (sign, h1, h2, b'0', b'0'),
         _ => return None,
+    };
+    let offset_minutes = if rest.is_empty() {
+        None
+    } else {
+        let h = two(h1, h2)?;
+        let m = two(m1, m2)?;
+        if h > 23 || m > 59 {
+            return None;
+        }
+        Some(if sign == b'-' { -(h * 60 + m) } else { h * 60 + m })
     };
     if !utc_rule {
         return Some(date); // `local`: the date as written
