@@ -33,7 +33,6 @@ JSON Schema kernel").
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from io import BytesIO
@@ -51,7 +50,7 @@ from kbqe_dagster.core.errors import (
     UnmappableJsonSchemaError,
 )
 from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.formats.json_schema_avro import JsonSchemaMapping, map_json_schema
+from kbqe_dagster.core.formats.json_schema_avro import JsonSchemaMapping, avro_name, map_json_schema
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.wire import HEADER_SIZE
@@ -190,29 +189,42 @@ class JsonSchemaKernelStaging(NativeStaging):
         self, header: bytes, schema_id: int, decoder: Any, constant: int | None
     ) -> None:
         registered = self.stager.lookup.get(schema_id)
-        renamed = _renamed_property(json.loads(registered.schema))
-        if renamed is not None:
-            # The kernel finds a value's fields by their Avro names: a property whose name
-            # had to change (json_schema_avro._safe) is found by its key only in Python.
-            raise ValueError(f"property {renamed!r} is staged under another Avro field name")
+        keys = _property_keys(json.loads(registered.schema))
         self.kernel.add_json_schema_id(
-            header, registered.schema, json.dumps(decoder.parsed), constant
+            header, registered.schema, json.dumps(_keyed(decoder.parsed, keys)), constant
         )
 
 
-_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def _renamed_property(node: Any) -> str | None:
-    """A property name anywhere in a JSON Schema document that is not already an Avro name
-    (the mapping renames it), or None."""
+def _property_keys(node: Any, keys: dict[str, str] | None = None) -> dict[str, str]:
+    """Avro field name → the JSON property key it was made from (json_schema_avro's renaming),
+    of every property anywhere in a JSON Schema document; ValueError when two keys have one
+    Avro name (the kernel, which finds a value's members by key, could not tell them apart)."""
+    keys = {} if keys is None else keys
     if isinstance(node, list):
-        return next((r for r in map(_renamed_property, node) if r is not None), None)
-    if not isinstance(node, Mapping):
-        return None
-    properties = node.get("properties")
-    if isinstance(properties, Mapping):
-        for key in properties:
-            if not _AVRO_NAME.fullmatch(key):
-                return str(key)
-    return next((r for r in map(_renamed_property, node.values()) if r is not None), None)
+        for item in node:
+            _property_keys(item, keys)
+    elif isinstance(node, Mapping):
+        properties = node.get("properties")
+        if isinstance(properties, Mapping):
+            for key in properties:
+                name = avro_name(str(key))
+                if keys.setdefault(name, key) != key:
+                    raise ValueError(f"properties {keys[name]!r} and {key!r} are both {name!r}")
+        for value in node.values():
+            _property_keys(value, keys)
+    return keys
+
+
+def _keyed(schema: Any, keys: Mapping[str, str]) -> Any:
+    """The Avro schema with each record field named by its JSON key, as the kernel finds a
+    value's members (names are not encoded: the bytes are the same)."""
+    if isinstance(schema, list):
+        return [_keyed(item, keys) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {k: _keyed(v, keys) for k, v in schema.items() if k != "fields"}
+    if isinstance(schema.get("fields"), list):
+        out["fields"] = [
+            {**_keyed(f, keys), "name": keys.get(f["name"], f["name"])} for f in schema["fields"]
+        ]
+    return out

@@ -19,16 +19,18 @@
 //! `minLength`/`maxLength` (code points, as Python's `len`), integer `minimum`/`maximum`/
 //! `exclusiveMinimum`/`exclusiveMaximum`, `allOf`, `anyOf`, `oneOf`, local `$ref`, and the
 //! annotations (`title`, `description`, `format` — which `jsonschema` does not assert without
-//! a format checker —, `default`, `examples`, ...). Where drafts differ the kernel is the
+//! a format checker —, `default`, `examples`, any keyword no draft defines). Where drafts differ the kernel is the
 //! stricter: `const` in draft 4 and a `$ref`'s siblings before 2019-09 (which `jsonschema`
 //! ignores there) are checked, so a value they reject is handed back and Python stages it.
 //! `oneOf` is valid only when exactly one branch validates and every other one certainly
-//! rejects the value by its `type`.
+//! rejects the value by its `type`, and `not` only when its schema does. `multipleOf` an
+//! integer is checked on integers (a float's is Python's float arithmetic: handed back);
+//! `propertyNames` checks each key as a string.
 //!
 //! Refused (the Python path validates those schemas): `pattern` and `patternProperties`
-//! (Python's `re` dialect), `format` assertions, `multipleOf`, `uniqueItems`, `contains`,
-//! `not`, `propertyNames`, `min/maxProperties`, conditionals, `dependencies`, unevaluated
-//! keywords, non-integer bounds (a float literal read by serde_json may round differently
+//! (Python's `re` dialect), `format` assertions, a float `multipleOf`, `uniqueItems`,
+//! `contains`, `min/maxProperties`, conditionals, `dependencies`, unevaluated
+//! keywords, every other keyword some draft asserts ([`REFUSED`]), non-integer bounds (a float literal read by serde_json may round differently
 //! from Python's), draft-4 boolean exclusive bounds, nested `$id`, remote or recursive
 //! `$ref`, an unknown `$schema`, and every keyword the kernel does not know.
 
@@ -204,6 +206,12 @@ struct Node {
     any_of: Vec<usize>,
     one_of: Vec<usize>,
     reference: Option<usize>,
+    /// `multipleOf` an integer (of integers only: a float's is Python's float arithmetic).
+    multiple_of: Option<i64>,
+    /// `not`: valid when the subschema certainly rejects the value by its type.
+    not: Option<usize>,
+    /// `propertyNames`: every key of an object, as a string.
+    property_names: Option<usize>,
 }
 
 /// A JSON Schema compiled for the kernel's subset (module docs).
@@ -214,8 +222,17 @@ pub struct Validator {
     integral_floats: bool,
 }
 
-const ANNOTATIONS: &[&str] = &["title", "description", "$comment", "default", "examples", "format",
-                               "readOnly", "writeOnly", "deprecated"];
+/// What `jsonschema` 4 asserts in some draft (the union of its validators' keywords) and the
+/// kernel does not, and what changes how a `$ref` resolves: a schema using one is refused.
+/// Every other keyword (`title`, `description`, `default`, `x-...`) is an annotation to
+/// `jsonschema`, and to the kernel; `format` too, which it asserts only with a format checker.
+const REFUSED: &[&str] = &[
+    "$dynamicRef", "$recursiveRef", "additionalItems", "contains", "dependencies", "dependentRequired",
+    "dependentSchemas", "disallow", "divisibleBy", "extends", "if", "then", "else", "maxProperties",
+    "minProperties", "pattern", "patternProperties", "prefixItems",
+    "unevaluatedItems", "unevaluatedProperties", "uniqueItems",
+    "$id", "id", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "$schema",
+];
 const DRAFTS: &[&str] = &[
     "http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-04/schema",
     "http://json-schema.org/draft-06/schema#", "http://json-schema.org/draft-06/schema",
@@ -269,7 +286,6 @@ impl Compiler<'_> {
         };
         for (key, value) in map {
             match key.as_str() {
-                k if ANNOTATIONS.contains(&k) => {}
                 "$schema" | "$id" if root => {}
                 "definitions" | "$defs" => {} // compiled where a $ref uses them
                 "type" => node.types = Some(types(value)?),
@@ -323,7 +339,16 @@ impl Compiler<'_> {
                     }
                 }
                 "$ref" => node.reference = Some(self.reference(value, depth)?),
-                other => return refuse(format!("keyword {other:?} is not validated by the kernel")),
+                "multipleOf" => match bound(value)? {
+                    m if m > 0 => node.multiple_of = Some(m),
+                    _ => return refuse("a multipleOf that is not positive"),
+                },
+                "not" => node.not = Some(self.node(value, false, depth + 1)?),
+                "propertyNames" => node.property_names = Some(self.node(value, false, depth + 1)?),
+                other if REFUSED.contains(&other) => {
+                    return refuse(format!("keyword {other:?} is not validated by the kernel"))
+                }
+                _ => {} // an annotation
             }
         }
         Ok(self.push(node))
@@ -517,6 +542,12 @@ impl Check<'_> {
                 if !self.in_bounds(node, tok) {
                     return false;
                 }
+                if let Some(m) = node.multiple_of {
+                    // Python's `instance % m` of two ints; of a float, float arithmetic.
+                    if !matches!(tok, Tok::Int(v) if v.rem_euclid(m) == 0) {
+                        return false;
+                    }
+                }
             }
             Tok::Str { s, e, escaped } => {
                 if node.min_length.is_some() || node.max_length.is_some() {
@@ -568,6 +599,9 @@ impl Check<'_> {
                 return false;
             }
         }
+        if node.not.is_some_and(|not| !self.rejects(not, at)) {
+            return false;
+        }
         node.reference.is_none_or(|target| self.valid(target, at))
     }
 
@@ -586,6 +620,16 @@ impl Check<'_> {
     }
 
     fn object_valid(&self, node: &Node, at: usize, n: u32) -> bool {
+        if let Some(names) = node.property_names {
+            // Each key is a string token of the tape: validated as the string it is.
+            let mut member = at + 1;
+            for _ in 0..n {
+                if !self.valid(names, member) {
+                    return false;
+                }
+                member = self.skip(member + 1);
+            }
+        }
         for name in &node.required {
             let mut member = at + 1;
             let mut found = false;
