@@ -746,7 +746,7 @@ impl Writer<'_> {
             // json_schema: an integral float is an integer from draft 6 on (the validator
             // decides), converted by `int()`; outside 64 bits Python refuses it.
             (Node::Long, Some(Tok::Float(x)))
-                if self.json_schema && x.fract() == 0.0 && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&x) =>
+                if self.json_schema && x.fract() == 0.0 && (i64::MIN as f64..-(i64::MIN as f64)).contains(&x) =>
             {
                 put_long(out, x as i64)
             }
