@@ -15,9 +15,19 @@ fastavro; routing and event time read the JSON values (a ``date-time`` string as
 offset included, which the ``local`` date rule honours). Files carry the framed registry id,
 so each schema version has files of its own, and a version that appends an optional property
 widens the table. Like ``format: json`` this decodes and encodes every record (JSON has no
-binary form to slice), so it stays on the Python path (``native_kernel = False``).
+binary form to slice).
 ``format`` is annotation only here: ``jsonschema`` does not assert it, but ``date-time`` and
 ``date`` values must convert, so a bad one is a mismatch all the same.
+
+**The native kernel** (``kernel/src/json_schema.rs``) does the same for a topic without
+transforms or destinations: :class:`JsonSchemaKernelStaging`, this stager's ``native_driver``,
+gives it each schema id's JSON Schema and derived Avro record the first time the id is met,
+and it parses, validates, converts and encodes each value in Rust. It validates a subset of
+JSON Schema (a schema using more stays here whole) and only ever says "valid": every message
+that does not validate, or that it is not certain about, comes back here and is staged or
+dead-lettered by :meth:`JsonSchemaRangeStager.stage`, which stays the reference: the files,
+dead letters, reasons and counts are this path's, byte for byte (docs/architecture.md, "The
+JSON Schema kernel").
 """
 
 from __future__ import annotations
@@ -40,13 +50,14 @@ from kbqe_dagster.core.errors import (
     UnmappableJsonSchemaError,
 )
 from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.formats.json_schema_avro import JsonSchemaMapping, map_json_schema
+from kbqe_dagster.core.formats.json_schema_avro import JsonSchemaMapping, avro_name, map_json_schema
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.core.transforms.compiler import field_values
 from kbqe_dagster.formats.transform_stage import TransformingStager
 from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.native_kernel import NativeStaging
 
 
 @dataclass
@@ -65,12 +76,16 @@ class JsonSchemaRangeStager(TransformingStager):
     ``transforms``, that record takes the shared transform step (formats/transform_stage.py),
     whose routing and event time then read the transformed (Avro-form) fields."""
 
-    native_kernel = False  # JSON is validated, converted and encoded per record: the Python path
-
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         super().__init__(ctx, rng, workdir)
         self.wanted = self.topic.required_fields
         self.root_name = rng.topic  # the root record's name when the schema has no title
+        # Transforms and destinations reshape records in Python: those topics stay here.
+        self.native_kernel = not self.reshapes
+
+    @property
+    def native_driver(self) -> type[NativeStaging]:
+        return JsonSchemaKernelStaging  # a property: the driver class is defined below
 
     def stage(self, msg: Any) -> None:
         value = self.checked_value(msg)  # null and oversized values as on the Avro path
@@ -155,3 +170,61 @@ def _encode(record: Mapping[str, Any], parsed: Any) -> bytes:
 
 def _one_line(error: Any) -> str:
     return str(getattr(error, "message", error)).replace("\n", " ")[:500]
+
+
+class JsonSchemaKernelStaging(NativeStaging):
+    """The native kernel's driver for ``format: json_schema`` (staging/native_kernel.py's
+    loop): like the Avro driver it learns each schema id when the kernel first stops at it,
+    here giving it the registry JSON Schema and the Avro record derived from it."""
+
+    @classmethod
+    def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
+        if not cls.append_rules_allow(stager):
+            return None  # transforms or destinations, function routing, an HOUR table
+        if not hasattr(extension.StageKernel, "add_json_schema_id"):
+            return None  # a kernel built before it staged JSON Schema (`make install` rebuilds it)
+        return cls(stager, extension)
+
+    def _add_schema(
+        self, header: bytes, schema_id: int, decoder: Any, constant: int | None
+    ) -> None:
+        registered = self.stager.lookup.get(schema_id)
+        keys = _property_keys(json.loads(registered.schema))
+        self.kernel.add_json_schema_id(
+            header, registered.schema, json.dumps(_keyed(decoder.parsed, keys)), constant
+        )
+
+
+def _property_keys(node: Any, keys: dict[str, str] | None = None) -> dict[str, str]:
+    """Avro field name → the JSON property key it was made from (json_schema_avro's renaming),
+    of every property anywhere in a JSON Schema document; ValueError when two keys have one
+    Avro name (the kernel, which finds a value's members by key, could not tell them apart)."""
+    keys = {} if keys is None else keys
+    if isinstance(node, list):
+        for item in node:
+            _property_keys(item, keys)
+    elif isinstance(node, Mapping):
+        properties = node.get("properties")
+        if isinstance(properties, Mapping):
+            for key in properties:
+                name = avro_name(str(key))
+                if keys.setdefault(name, key) != key:
+                    raise ValueError(f"properties {keys[name]!r} and {key!r} are both {name!r}")
+        for value in node.values():
+            _property_keys(value, keys)
+    return keys
+
+
+def _keyed(schema: Any, keys: Mapping[str, str]) -> Any:
+    """The Avro schema with each record field named by its JSON key, as the kernel finds a
+    value's members (names are not encoded: the bytes are the same)."""
+    if isinstance(schema, list):
+        return [_keyed(item, keys) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {k: _keyed(v, keys) for k, v in schema.items() if k != "fields"}
+    if isinstance(schema.get("fields"), list):
+        out["fields"] = [
+            {**_keyed(f, keys), "name": keys.get(f["name"], f["name"])} for f in schema["fields"]
+        ]
+    return out

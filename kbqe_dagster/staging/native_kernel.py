@@ -298,9 +298,7 @@ class NativeStaging:
                 constant = self._slot(
                     destination.dataset, destination.table, schema_id, decoder.schema
                 )
-            registered = self.stager.lookup.get(schema_id)
-            text = json.dumps(parse_schema(registered.schema, _write_hint=False))
-            self.kernel.add_schema(header, text, constant)
+            self._add_schema(header, schema_id, decoder, constant)
         except (BadInputError, ValueError) as error:
             self._offered[header] = str(error)
             log.debug(
@@ -311,6 +309,16 @@ class NativeStaging:
             )
             return
         self._offered[header] = None
+
+    def _add_schema(
+        self, header: bytes, schema_id: int, decoder: Any, constant: int | None
+    ) -> None:
+        """Hook: give the kernel the registry schema framed by ``header`` (``decoder``: the
+        stager's for it; ``constant``: the file slot of every record, or None for field
+        routing); raises ValueError or BadInputError when the kernel refuses it."""
+        registered = self.stager.lookup.get(schema_id)
+        text = json.dumps(parse_schema(registered.schema, _write_hint=False))
+        self.kernel.add_schema(header, text, constant)
 
     def _learn_route(self, header: bytes, msg: Any, route: tuple[bytes, bytes]) -> bool:
         """Teach the kernel the destination of a pair of routing values; whether it was."""

@@ -17,13 +17,13 @@ from kbqe_dagster.core.formats.source_format import SourceFormat
 from kbqe_dagster.core.protocol.naming import AvroFileName, parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.wire import encode_frame
-from kbqe_dagster.formats.json_schema_stage import JsonSchemaRangeStager
+from kbqe_dagster.formats.json_schema_stage import JsonSchemaKernelStaging, JsonSchemaRangeStager
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_class
 from kbqe_dagster.staging.context import StageContext
-from kbqe_dagster.staging.native_kernel import NativeStaging
+from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_built
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
 from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
 from kbqe_dagster_tests.support.framing import json_framed
@@ -131,19 +131,42 @@ def records(store, name: str) -> list[dict]:
     return list(fastavro.reader(io.BytesIO(store.read_bytes(name))))
 
 
-def test_a_json_schema_topic_has_its_own_stager_on_the_python_path(tmp_path: Path) -> None:
+def _kernel_class() -> type:
+    import kbqe_dagster_kernel  # built: kernel_built() said so
+
+    return kbqe_dagster_kernel.StageKernel
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_a_json_schema_topic_has_its_own_stager_and_kernel_driver(tmp_path: Path, native) -> None:
+    """Its own stager, and the native kernel's driver of its own when the kernel is built and
+    switched on (``KBQE_STAGE_KERNEL=off`` forces the Python path); transforms keep it on
+    the Python path."""
     ctx = StageContext(
         KafkaSettings("127.0.0.1:9"),
         RegistrySettings("http://127.0.0.1:9"),
         StagingLocation(str(tmp_path)),
         pipeline(),
         TOPIC,
+        native_kernel=native,
     )
     assert ctx.topic.format is SourceFormat.JSON_SCHEMA
     assert stager_class(ctx) is JsonSchemaRangeStager
     stager = JsonSchemaRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 1), tmp_path)
-    assert JsonSchemaRangeStager.native_kernel is False
-    assert NativeStaging.for_stager(stager) is None
+    assert stager.native_driver is JsonSchemaKernelStaging
+    driver = NativeStaging.for_stager(stager)
+    if native and kernel_built() and hasattr(_kernel_class(), "add_json_schema_id"):
+        assert isinstance(driver, JsonSchemaKernelStaging)
+    else:
+        assert driver is None
+    reshaped = StageContext(ctx.kafka, ctx.registry, ctx.staging,
+                            pipeline(transforms=[{"drop": "lines"}]), TOPIC, native_kernel=native)  # fmt: skip
+    assert (
+        NativeStaging.for_stager(
+            JsonSchemaRangeStager(reshaped, OffsetRange(TOPIC, 0, 0, 1), tmp_path)
+        )
+        is None
+    )
 
 
 def test_values_are_staged_per_registry_id_read_back_field_by_field(tmp_path: Path) -> None:

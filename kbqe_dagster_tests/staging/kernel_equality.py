@@ -89,7 +89,9 @@ class DictLookup:
 
     def get(self, schema_id: int) -> RegisteredSchema | None:
         schema = self.schemas.get(schema_id)
-        return None if schema is None else RegisteredSchema(schema_id, "AVRO", schema)
+        if schema is None or isinstance(schema, RegisteredSchema):
+            return schema  # a registered schema as is (a JSON Schema's, say)
+        return RegisteredSchema(schema_id, "AVRO", schema)
 
 
 @dataclass

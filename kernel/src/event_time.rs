@@ -139,8 +139,10 @@ impl Unit {
 
 /// The day of the ISO-8601 spellings producers write most (a subset of what Python's
 /// `datetime.fromisoformat` reads, with the same meaning):
-/// `YYYY-MM-DD`, optionally `T` or space, `HH:MM[:SS[.fraction]]`, optionally `Z` or
-/// `±HH:MM`, optionally bracketed annotations (`[Europe/Paris]`). Anything else is `None`.
+/// `YYYY-MM-DD`, optionally any printable ASCII separator and `HH:MM[:SS[.fraction]]` (the
+/// fraction after `.` or `,`, any number of digits), optionally `Z`, `±HH:MM[:SS]`,
+/// `±HHMM[SS]` or `±HH`, optionally bracketed annotations (`[Europe/Paris]`). Anything else
+/// is `None`.
 pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
     let (iso, annotated) = split_annotations(text)?;
     let year = digits(iso, 0, 4)?;
@@ -157,7 +159,9 @@ pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
         // A date alone is naive: its own date under both rules, unless a zone must place it.
         return (!(utc_rule && annotated)).then_some(date);
     }
-    if !matches!(iso[10], b'T' | b' ') {
+    // Python 3.11 takes any character between an extended date and its time; the kernel
+    // reads the printable ASCII ones (a multi-byte one would move the time's byte offsets).
+    if !(0x20..=0x7E).contains(&iso[10]) {
         return None;
     }
     let hour = digits(iso, 11, 2)?;
@@ -175,40 +179,55 @@ pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
             return None;
         }
         at += 3;
-        if iso.get(at) == Some(&b'.') {
+        // Python reads a fraction after `.` or `,` alike (ISO 8601 allows both), of any
+        // number of digits (those past microseconds dropped); with no digit only before an
+        // offset (`12:00:00.Z` is noon UTC to it, `12:00:00.` an error).
+        if matches!(iso.get(at), Some(b'.' | b',')) {
             let mut n = 0;
             while iso.get(at + 1 + n).is_some_and(u8::is_ascii_digit) {
                 n += 1;
             }
-            if n == 0 || n > 9 {
+            if n == 0 && !matches!(iso.get(at + 1), Some(b'Z' | b'+' | b'-')) {
                 return None;
             }
             at += 1 + n;
         }
     }
     let rest = &iso[at..];
-    let offset_minutes = match rest {
-        [] => None,
-        [b'Z'] => Some(0),
-        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
-            let h = two(*h1, *h2)?;
-            let m = two(*m1, *m2)?;
-            if h > 23 || m > 59 {
-                return None;
-            }
-            Some(if *sign == b'-' { -(h * 60 + m) } else { h * 60 + m })
+    // The offsets Python reads in whole seconds: `±HH:MM[:SS]`, `±HHMM[SS]` (ISO basic
+    // format) and `±HH`. Python also reads fractions of an offset's second and minutes or
+    // seconds past 59 (`+00:60` is one hour); those stay the Python path's.
+    let (sign, h1, h2, m1, m2, s1, s2) = match *rest {
+        [] | [b'Z'] => (b'+', b'0', b'0', b'0', b'0', b'0', b'0'),
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2, b':', s1, s2]
+        | [sign @ (b'+' | b'-'), h1, h2, m1, m2, s1, s2] => (sign, h1, h2, m1, m2, s1, s2),
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] | [sign @ (b'+' | b'-'), h1, h2, m1, m2] => {
+            (sign, h1, h2, m1, m2, b'0', b'0')
         }
+        [sign @ (b'+' | b'-'), h1, h2] => (sign, h1, h2, b'0', b'0', b'0', b'0'),
         _ => return None,
+    };
+    let offset_seconds = if rest.is_empty() {
+        None
+    } else {
+        let (h, m, sec) = (two(h1, h2)?, two(m1, m2)?, two(s1, s2)?);
+        if h > 23 || m > 59 || sec > 59 {
+            return None;
+        }
+        let total = h * 3600 + m * 60 + sec;
+        Some(if sign == b'-' { -total } else { total })
     };
     if !utc_rule {
         return Some(date); // `local`: the date as written
     }
-    match offset_minutes {
+    match offset_seconds {
         None if annotated => None, // a naive time placed by a zone id: the Python path
         None => Some(date),
         Some(offset) => {
-            let local = hour * 60 + minute;
-            let shifted = date + (local - offset).div_euclid(24 * 60);
+            // Whole seconds on both sides: the time's fraction cannot cross a day boundary.
+            let second = if at > 16 { digits(iso, 17, 2)? } else { 0 };
+            let local = hour * 3600 + minute * 60 + second;
+            let shifted = date + (local - offset).div_euclid(86_400);
             (MIN_EPOCH_DAY..=MAX_EPOCH_DAY).contains(&shifted).then_some(shifted)
         }
     }

@@ -34,7 +34,7 @@ const MAX_DEPTH: u32 = 64;
 const MAX_MAP_KEYS: u32 = 256;
 
 #[derive(Clone, Copy, Debug)]
-enum Tok {
+pub(crate) enum Tok {
     Null,
     Bool(bool),
     Int(i64),
@@ -89,6 +89,10 @@ enum Node {
     /// A type whose JSON values the kernel does not encode (bytes, fixed, other unions,
     /// decimals): every non-null value reaching it is handed back.
     Refused,
+    /// `format: json_schema` (json_schema.rs): a `date-time` string written as its
+    /// `timestamp-micros` long, and a `date` string as its `date` int.
+    IsoMicros,
+    IsoDate,
     /// A named type used before its definition ended: resolved after compiling.
     Pending(String),
 }
@@ -103,6 +107,10 @@ struct Want {
 
 /// A declared schema compiled for encoding, with the wanted paths planned over it.
 pub struct Encoder {
+    /// `format: json_schema` (its values are converted to their Avro form first, in Python).
+    json_schema: bool,
+    /// `format: json_schema`: the event-time date rule (`utc`) that reads a `date-time` value.
+    utc_rule: bool,
     nodes: Vec<Node>,
     top: usize,
     want: Want,
@@ -116,10 +124,21 @@ impl Encoder {
     /// `text`: the declared schema as fastavro's `parse_schema` leaves it, as JSON; `wanted`:
     /// the dotted paths whose values routing and event time read (slot i is `wanted[i]`).
     pub fn compile(text: &str, wanted: &[String]) -> Result<Encoder, Unsupported> {
+        Self::compile_as(text, wanted, None)
+    }
+
+    /// `compile` for `format: json_schema` (json_schema.rs): the Avro record derived from a
+    /// JSON Schema, whose `timestamp-micros` and `date` fields take the JSON Schema's
+    /// `date-time` and `date` strings; `utc_rule`: the topic's event-time date rule.
+    pub fn compile_json_schema(text: &str, wanted: &[String], utc_rule: bool) -> Result<Encoder, Unsupported> {
+        Self::compile_as(text, wanted, Some(utc_rule))
+    }
+
+    fn compile_as(text: &str, wanted: &[String], iso: Option<bool>) -> Result<Encoder, Unsupported> {
         let json: Json = serde_json::from_str(text).map_err(|e| Unsupported(format!("schema JSON: {e}")))?;
-        let mut c = Compiler { nodes: Vec::new(), named: HashMap::new() };
+        let mut c = Compiler { nodes: Vec::new(), named: HashMap::new(), iso: iso.is_some() };
         let top = c.node(&json)?;
-        let Compiler { mut nodes, named } = c;
+        let Compiler { mut nodes, named, .. } = c;
         let mut target = Vec::with_capacity(nodes.len());
         for (i, node) in nodes.iter().enumerate() {
             target.push(match node {
@@ -160,7 +179,7 @@ impl Encoder {
                 if p.value(0).is_err() || p.i != text.len() {
                     continue;
                 }
-                let w = Writer { nodes: &nodes, tape: &tape, input: text.as_bytes(), unescaped: &unescaped, defaults: &[] };
+                let w = Writer { nodes: &nodes, tape: &tape, input: text.as_bytes(), unescaped: &unescaped, defaults: &[], json_schema: false, utc_rule: false };
                 let mut out = Vec::new();
                 if w.encode(field.node, Some(0), None, &mut out, &mut [], 0).is_ok() {
                     encoded.push((id, index, defaults.len()));
@@ -206,7 +225,7 @@ impl Encoder {
             }
             at.slot = Some(slot);
         }
-        Ok(Encoder { nodes, top, want, defaults, tape: Vec::new(), unescaped: Vec::new(), body: Vec::new() })
+        Ok(Encoder { json_schema: iso.is_some(), utc_rule: iso.unwrap_or(false), nodes, top, want, defaults, tape: Vec::new(), unescaped: Vec::new(), body: Vec::new() })
     }
 
     /// The Avro body of the last [`encode`](Self::encode).
@@ -217,6 +236,13 @@ impl Encoder {
     /// Parse `value`, check it against the schema and encode it into [`body`](Self::body);
     /// the wanted values go to `values` (which the caller reset to `Null`).
     pub fn encode(&mut self, value: &[u8], values: &mut [Value]) -> R<()> {
+        self.encode_checked(value, values, |_, _, _| true)
+    }
+
+    /// [`encode`](Self::encode) of a value that `valid` accepts (given the parsed tape, the
+    /// input and the unescaped strings' buffer) before it is encoded; `Err(Stop)` otherwise.
+    pub fn encode_checked(&mut self, value: &[u8], values: &mut [Value],
+                          valid: impl FnOnce(&[Tok], &[u8], &[u8]) -> bool) -> R<()> {
         // Python decodes the whole value before parsing (`json.detect_encoding`: a UTF-8 BOM
         // means `utf-8-sig`, which drops it); invalid UTF-8 anywhere is an error.
         let value = value.strip_prefix(b"\xef\xbb\xbf").unwrap_or(value);
@@ -231,8 +257,9 @@ impl Encoder {
         if p.i != value.len() {
             return Err(Stop);
         }
-        let w = Writer { nodes: &self.nodes, tape: &self.tape, input: value, unescaped: &self.unescaped, defaults: &self.defaults };
-        if !matches!(self.tape[0], Tok::Obj { .. }) {
+        let w = Writer { nodes: &self.nodes, tape: &self.tape, input: value, unescaped: &self.unescaped,
+                         defaults: &self.defaults, json_schema: self.json_schema, utc_rule: self.utc_rule };
+        if !matches!(self.tape[0], Tok::Obj { .. }) || !valid(&self.tape, value, &self.unescaped) {
             return Err(Stop);
         }
         w.encode(self.top, Some(0), Some(&self.want), &mut self.body, values, 0)
@@ -242,6 +269,9 @@ impl Encoder {
 struct Compiler {
     nodes: Vec<Node>,
     named: HashMap<String, usize>,
+    /// `format: json_schema`: `timestamp-micros` and `date` take ISO strings (Node::IsoMicros,
+    /// Node::IsoDate), as its converter (core/formats/json_values.py) gives them to fastavro.
+    iso: bool,
 }
 
 impl Compiler {
@@ -349,8 +379,23 @@ impl Compiler {
     /// fastavro's logical writers leave every JSON value of a primitive as it is except a
     /// string for `int`/`date` (which it parses; such a string is refused below anyway) and
     /// `bytes`/`decimal` (refused with bytes): the base type is what is encoded.
-    fn named_or_primitive(&mut self, name: &str, _logical: Option<&str>) -> usize {
-        let node = match name {
+    fn named_or_primitive(&mut self, name: &str, logical: Option<&str>) -> usize {
+        let node = match (name, logical) {
+            ("long", Some("timestamp-micros")) if self.iso => Node::IsoMicros,
+            ("int", Some("date")) if self.iso => Node::IsoDate,
+            _ => self.primitive(name),
+        };
+        match node {
+            Node::Pending(name) => match self.named.get(&name) {
+                Some(id) => *id,
+                None => self.push(Node::Pending(name)),
+            },
+            node => self.push(node),
+        }
+    }
+
+    fn primitive(&self, name: &str) -> Node {
+        match name {
             "null" => Node::Null,
             "boolean" => Node::Boolean,
             "int" => Node::Int,
@@ -359,14 +404,8 @@ impl Compiler {
             "double" => Node::Double,
             "string" => Node::String,
             "bytes" => Node::Refused,
-            other => {
-                return match self.named.get(other) {
-                    Some(id) => *id,
-                    None => self.push(Node::Pending(other.to_string())),
-                };
-            }
-        };
-        self.push(node)
+            other => Node::Pending(other.to_string()),
+        }
     }
 }
 
@@ -654,6 +693,9 @@ struct Writer<'a> {
     input: &'a [u8],
     unescaped: &'a [u8],
     defaults: &'a [Vec<u8>],
+    /// `format: json_schema`: [`Encoder::json_schema`].
+    json_schema: bool,
+    utc_rule: bool,
 }
 
 #[inline]
@@ -701,6 +743,13 @@ impl Writer<'_> {
             (Node::Boolean, Some(Tok::Bool(b))) => out.push(b as u8),
             (Node::Int, Some(Tok::Int(v))) if i32::try_from(v).is_ok() => put_long(out, v),
             (Node::Long, Some(Tok::Int(v))) => put_long(out, v),
+            // json_schema: an integral float is an integer from draft 6 on (the validator
+            // decides), converted by `int()`; outside 64 bits Python refuses it.
+            (Node::Long, Some(Tok::Float(x)))
+                if self.json_schema && x.fract() == 0.0 && (i64::MIN as f64..-(i64::MIN as f64)).contains(&x) =>
+            {
+                put_long(out, x as i64)
+            }
             (Node::Float, Some(Tok::Int(_) | Tok::Float(_))) => {
                 let x = match tok { Some(Tok::Int(v)) => v as f64, Some(Tok::Float(f)) => f, _ => unreachable!() };
                 let y = x as f32;
@@ -721,6 +770,13 @@ impl Writer<'_> {
                 let text = self.text(s, e, escaped);
                 put_long(out, text.len() as i64);
                 out.extend_from_slice(text);
+            }
+            (Node::IsoMicros, Some(Tok::Str { s, e, escaped })) => {
+                let (micros, _) = crate::json_schema::date_time_micros(self.text(s, e, escaped)).ok_or(Stop)?;
+                put_long(out, micros);
+            }
+            (Node::IsoDate, Some(Tok::Str { s, e, escaped })) => {
+                put_long(out, crate::json_schema::date_days(self.text(s, e, escaped)).ok_or(Stop)?);
             }
             (Node::Enum(symbols), Some(Tok::Str { s, e, escaped })) => {
                 let text = self.text(s, e, escaped);
@@ -820,8 +876,9 @@ impl Writer<'_> {
                             hint = f.wrapping_sub(1);
                         }
                         // fastavro's union hint: a `-type` key naming another record is a
-                        // mismatch (no Avro field name has a '-').
-                        None if key == b"-type" => return Err(Stop),
+                        // mismatch (no Avro field name has a '-'). json_schema's converter
+                        // gives fastavro the declared properties only.
+                        None if key == b"-type" && !self.json_schema => return Err(Stop),
                         None => {}
                     }
                 }
@@ -858,11 +915,27 @@ impl Writer<'_> {
             Tok::Null => Value::Null,
             Tok::Int(v) => Value::Int(v),
             Tok::Float(f) => Value::Float(f),
-            Tok::Str { s, e, .. } => {
+            Tok::Str { s, e, escaped } => {
                 let node = match self.nodes[id] {
                     Node::Nullable { inner, .. } => inner,
                     _ => id,
                 };
+                // json_schema's `date-time` and `date` strings (encoded: the text is not in
+                // `out`): the event day Python's event time reads from the text, here from
+                // the same parse (under `local` the date as written, under `utc` the
+                // instant's UTC date).
+                let text = self.text(s, e, escaped);
+                match self.nodes[node] {
+                    Node::IsoMicros => {
+                        return match crate::json_schema::date_time_micros(text) {
+                            Some((micros, _)) if self.utc_rule => Value::Micros(micros),
+                            Some((_, written)) => Value::Date(written),
+                            None => Value::Other,
+                        };
+                    }
+                    Node::IsoDate => return crate::json_schema::date_days(text).map_or(Value::Other, Value::Date),
+                    _ => {}
+                }
                 if matches!(self.nodes[node], Node::String) && out.len() >= mark + (e - s) as usize {
                     Value::Str(out.len() - (e - s) as usize, out.len())
                 } else {

@@ -18,6 +18,7 @@ mod changes;
 mod consumer;
 mod event_time;
 mod json;
+mod json_schema;
 mod prefix;
 mod proto_rows;
 mod protobuf;
@@ -126,6 +127,8 @@ struct StageKernel {
     tombstones: u64,
     /// `format: protobuf` (protobuf.rs): Confluent-framed Protobuf, one decoder per frame prefix.
     protobuf: Option<ProtobufTypes>,
+    /// `format: json_schema` (json_schema.rs): framed JSON, one compiled entry per header.
+    json_schemas: Option<HashMap<[u8; 5], json_schema::Entry>>,
 }
 
 /// The Protobuf message types the kernel was given, by frame prefix: the 5-byte header and
@@ -218,6 +221,7 @@ impl StageKernel {
             count_tombstones: false,
             tombstones: 0,
             protobuf: None,
+            json_schemas: None,
         })
     }
 
@@ -306,6 +310,25 @@ impl StageKernel {
         Ok(())
     }
 
+    /// `format: json_schema`: take on the registry JSON Schema `json_schema` framed by
+    /// `header` and the Avro record `avro_json` derived from it (as `add_schema` takes a
+    /// schema); `constant_slot` as for `add_schema`. From the first call on, every message is
+    /// framed JSON. Raises ValueError for a schema the kernel does not validate or encode.
+    #[pyo3(signature = (header, json_schema, avro_json, constant_slot=None))]
+    fn add_json_schema_id(&mut self, header: &[u8], json_schema: &str, avro_json: &str,
+                          constant_slot: Option<usize>) -> PyResult<()> {
+        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
+        let route = match (constant_slot, self.route_slots) {
+            (Some(slot), _) => Route::Constant(slot),
+            (None, Some(_)) => Route::Fields(HashMap::default()),
+            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
+        };
+        let entry = json_schema::Entry::compile(json_schema, avro_json, &self.wanted, self.event.utc_rule, route)
+            .map_err(|e| PyValueError::new_err(e.0))?;
+        self.json_schemas.get_or_insert_with(HashMap::default).insert(header, entry);
+        Ok(())
+    }
+
     /// Remember that the Python router sent (`dataset`, `table`) of the schema framed by
     /// `header` to file slot `slot`.
     fn learn_route(&mut self, header: &[u8], dataset: &[u8], table: &[u8], slot: usize) -> PyResult<()> {
@@ -321,10 +344,14 @@ impl StageKernel {
             return Ok(());
         }
         let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
-        let route = match (&mut self.json, self.by_header.get(&header)) {
-            (Some((_, route)), _) => route, // JSON: one schema, whatever the header
-            (None, Some(&at)) => &mut self.entries[at].route,
-            (None, None) => return Ok(()),
+        let route = match (&mut self.json, &mut self.json_schemas, self.by_header.get(&header)) {
+            (Some((_, route)), _, _) => route, // JSON: one schema, whatever the header
+            (None, Some(entries), _) => match entries.get_mut(&header) {
+                Some(entry) => &mut entry.route,
+                None => return Ok(()),
+            },
+            (None, None, Some(&at)) => &mut self.entries[at].route,
+            (None, None, None) => return Ok(()),
         };
         if let Route::Fields(learned) = route {
             if learned.len() < MAX_LEARNED_ROUTES {
@@ -416,6 +443,16 @@ impl StageKernel {
                 return Ok(Some("protobuf_uncertain"));
             }
             (decoder.body(), &*route, false)
+        } else if let Some(entries) = &mut self.json_schemas {
+            if value.len() < 5 {
+                return Ok(Some("unframed"));
+            }
+            let header: [u8; 5] = value[..5].try_into().unwrap();
+            let Some(entry) = entries.get_mut(&header) else { return Ok(Some("schema_unknown")) };
+            if entry.encode(&value[5..], &mut self.values).is_err() {
+                return Ok(Some("json_uncertain"));
+            }
+            (entry.body(), &entry.route, false)
         } else {
             if value.len() < 5 {
                 return Ok(Some("unframed"));

@@ -125,7 +125,7 @@ def map_json_schema(schema: Any, root_name: str) -> JsonSchemaMapping:
     ):
         pointer = node["$ref"][1:]  # a root that is a reference to its definition
         node, pointer, nullable = mapper.unwrap(mapper.target(pointer, "/$ref"), pointer)
-        name = name or _safe(pointer.rsplit("/", 1)[-1])
+        name = name or avro_name(pointer.rsplit("/", 1)[-1])
     if (
         not isinstance(node, Mapping)
         or nullable
@@ -136,7 +136,7 @@ def map_json_schema(schema: Any, root_name: str) -> JsonSchemaMapping:
         raise UnmappableJsonSchemaError(
             "the root is not an object with properties (a row needs columns), at the root"
         )
-    avro, convert = mapper.record(node, pointer, _title(node) or name or _safe(root_name))
+    avro, convert = mapper.record(node, pointer, _title(node) or name or avro_name(root_name))
     return JsonSchemaMapping(avro, convert)
 
 
@@ -208,7 +208,7 @@ class _Mapper:
         self.resolving.add(target)
         node = self.target(target, f"{pointer}/$ref")
         name = _title(node) if isinstance(node, Mapping) else None
-        mapped = self.value(node, target, name or _safe(target.rsplit("/", 1)[-1]))
+        mapped = self.value(node, target, name or avro_name(target.rsplit("/", 1)[-1]))
         self.resolving.discard(target)
         if isinstance(mapped[0], dict) and "name" in mapped[0]:
             # Only a named type is shared; anything else is mapped again at each use, so a
@@ -243,7 +243,7 @@ class _Mapper:
                 f"properties that are not an object at {pointer}/properties"
             )
         for key, child in properties.items():
-            field_name = _safe(key)
+            field_name = avro_name(key)
             if field_name in taken:
                 raise UnmappableJsonSchemaError(
                     f"properties {taken[field_name]!r} and {key!r} have the same Avro name "
@@ -395,10 +395,11 @@ def _scalar(kind: str, fmt: Any) -> tuple[Any, Converter | None]:
 
 def _title(node: Mapping[str, Any]) -> str | None:
     title = node.get("title")
-    return _safe(title) if isinstance(title, str) and title.strip() else None
+    return avro_name(title) if isinstance(title, str) and title.strip() else None
 
 
-def _safe(text: str) -> str:
-    """An Avro name from any text: other characters become ``_``, a leading digit gets ``_``."""
+def avro_name(text: str) -> str:
+    """An Avro name from any text: other characters become ``_``, a leading digit gets ``_``
+    (a property's field name; also the native kernel's driver's, formats/json_schema_stage.py)."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", text.strip())
     return name if name and not name[0].isdigit() else f"_{name}"

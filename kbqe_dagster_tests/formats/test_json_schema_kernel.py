@@ -1,0 +1,248 @@
+"""The native kernel stages ``format: json_schema`` values exactly as the Python path does:
+the same files byte for byte, the same dead letters with the same reasons and JSON pointers,
+the same counts and event dates, on seeded random scenarios (formats/json_schema_fuzz.py) and
+on the cases that decide it. The kernel only ever stages what validates: every message that
+does not, or that it is not certain about, is the Python path's to judge."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+
+import fastavro
+import pytest
+
+from kbqe_dagster.resources.schema_registry import RegisteredSchema
+from kbqe_dagster_tests.formats.json_schema_fuzz import scenario
+from kbqe_dagster_tests.formats.test_json_schema_stage import GOOD, TOPIC, V1, V2, pipeline
+from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
+from kbqe_dagster_tests.support.framing import json_framed
+
+kernel = pytest.importorskip(
+    "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"
+)
+if not hasattr(kernel.StageKernel, "add_json_schema_id"):
+    pytest.skip(
+        "the installed kernel predates format: json_schema (make install)",
+        allow_module_level=True,
+    )
+
+SCHEMAS = {11: RegisteredSchema(11, "JSON", json.dumps(V1)),
+           12: RegisteredSchema(12, "JSON", json.dumps(V2))}  # fmt: skip
+
+
+def messages(values: list[bytes | None]) -> list[Msg]:
+    return [Msg(TOPIC, 0, offset, value, b"k") for offset, value in enumerate(values)]
+
+
+def both(tmp_path, values, schemas=SCHEMAS, config=None, batch_size=64):
+    config = config or pipeline()
+    msgs = messages(values)
+    python = stage(tmp_path, config, TOPIC, schemas, msgs, native=False)
+    native = stage(tmp_path, config, TOPIC, schemas, msgs, native=True, batch_size=batch_size)
+    assert_same(python, native)
+    return python, native
+
+
+def avro_records(staged) -> list[dict]:
+    return [r for name, data in sorted(staged.files.items()) if name.endswith(".avro")
+            and "dead" not in name for r in fastavro.reader(io.BytesIO(data))]  # fmt: skip
+
+
+def test_valid_values_of_each_schema_id_are_staged_by_the_kernel_byte_for_byte(tmp_path):
+    values = [json_framed(11, {**GOOD, "id": i + 1}) for i in range(30)]
+    values += [json_framed(12, {**GOOD, "id": 99, "coupon": c}) for c in ("XMAS", None)]
+    python, native = both(tmp_path, values)
+    assert python.result.records == 32
+    assert native.kernel_messages == 32
+    assert native.handbacks == {}
+    assert len(python.result.files) == 2  # one file per registry id
+
+
+def test_every_value_that_does_not_validate_is_handed_back_with_python_reason(tmp_path):
+    bad = [
+        {**GOOD, "id": 0},  # minimum
+        {**GOOD, "id": "1"},  # type
+        {**GOOD, "id": 1.5},
+        {k: v for k, v in GOOD.items() if k != "placed_at"},  # required
+        {**GOOD, "extra": 1},  # additionalProperties: false
+        {**GOOD, "lines": [{"sku": "a"}]},  # required in a $ref'd definition
+        {**GOOD, "placed_at": "2024-09-13T14:36:45"},  # no offset: does not convert
+        {**GOOD, "placed_at": "2024-09-13T14:36:45+24:00"},
+        {**GOOD, "id": 2**63},
+    ]
+    values = [json_framed(11, GOOD), *(json_framed(11, b) for b in bad), json_framed(11, GOOD),
+              json_framed(11, b"\xef\xbb\xbf" + json.dumps(GOOD).encode()),  # a BOM: not JSON text
+              json_framed(11, b"{oops"), json_framed(999, GOOD), b"\x01bad", None]  # fmt: skip
+    python, native = both(tmp_path, values)
+    assert python.result.records == 2
+    assert python.result.dead_letters == {
+        "json_schema_mismatch": len(bad), "json_decode_error": 2, "unknown_schema_id": 1,
+        "too_short": 1, "tombstone": 1,
+    }  # fmt: skip
+    assert native.kernel_messages == 2
+
+
+@pytest.mark.parametrize(
+    ("draft", "staged"), [(None, 1), ("http://json-schema.org/draft-04/schema#", 0)]
+)
+def test_an_integral_float_is_an_integer_from_draft_6_on_natively_too(tmp_path, draft, staged):
+    """``3.0`` is an integer to JSON Schema from draft 6 on (and converts to 3), not in draft 4:
+    the kernel stages it under the first and hands it back under the second, which Python
+    dead-letters."""
+    schema = {**V1, "$schema": draft} if draft else V1
+    schemas = {11: RegisteredSchema(11, "JSON", json.dumps(schema))}
+    python, native = both(tmp_path, [json_framed(11, {**GOOD, "id": 3.0})], schemas)
+    assert python.result.records == staged
+    assert native.kernel_messages == staged
+    assert [r["id"] for r in avro_records(native)] == [3] * staged
+
+
+@pytest.mark.parametrize("spelling", [
+    "2024-09-13T14:36:45Z", "2024-09-13T14:36:45.123+02:00", "2024-09-13 14:36:45,5+0200",
+    "2024-09-13T23:59:59.999999999-0530", "2024-09-13T00:30+02", "0001-01-01T00:00:00Z",
+    "9999-12-31T23:59:59.999999+00:00", "2024-09-13T14:36:45\\u002B02:00",
+])  # fmt: skip
+@pytest.mark.parametrize("rule", ["local", "utc"])
+def test_date_times_are_converted_and_dated_natively_as_python_does(tmp_path, spelling, rule):
+    text = json.dumps({**GOOD, "placed_at": "@"}).replace("@", spelling).encode()
+    config = pipeline(event_time={"fields": ["placed_at"], "date_rule": rule})
+    python, native = both(tmp_path, [json_framed(11, text)] * 3, config=config)
+    assert python.result.records + sum(python.result.dead_letters.values()) == 3
+    assert native.kernel_messages == python.result.records == 3
+
+
+def test_a_schema_the_kernel_does_not_validate_stays_on_the_python_path(tmp_path):
+    """``pattern`` is Python's ``re`` dialect: its schema id is refused once, every message
+    handed back; a keyword no draft defines is an annotation to both."""
+    pattern = {
+        **V1,
+        "properties": {**V1["properties"], "tableName": {"type": "string", "pattern": "^o"}},
+    }
+    annotated = {
+        **V1,
+        "x-owner": "shop",
+        "properties": {**V1["properties"], "id": {"type": "integer", "x-pii": True}},
+    }
+    schemas = {**SCHEMAS, 21: RegisteredSchema(21, "JSON", json.dumps(pattern)),
+               22: RegisteredSchema(22, "JSON", json.dumps(annotated))}  # fmt: skip
+    values = [json_framed(21, GOOD), json_framed(21, {**GOOD, "tableName": "x"}),
+              json_framed(22, GOOD), json_framed(11, GOOD)]  # fmt: skip
+    python, native = both(tmp_path, values, schemas)
+    assert python.result.records == 3
+    assert python.result.dead_letters == {"json_schema_mismatch": 1}
+    assert native.kernel_messages == 2
+
+
+def test_properties_renamed_for_avro_are_found_by_their_keys(tmp_path):
+    """A property whose name is not an Avro name is staged under the mapping's name and read
+    from its key natively too; two keys with one Avro name in different objects are the
+    Python path's (the kernel could not tell them apart)."""
+    renamed = {**V1, "properties": {**V1["properties"], "order-note": {"type": "string"},
+                                    "1st": {"type": "integer"}}}  # fmt: skip
+    twice = {**V1, "properties": {**V1["properties"], "a-b": {"type": "string"},
+             "inner": {"type": "object", "properties": {"a_b": {"type": "integer"}}}}}  # fmt: skip
+    schemas = {21: RegisteredSchema(21, "JSON", json.dumps(renamed)),
+               22: RegisteredSchema(22, "JSON", json.dumps(twice))}  # fmt: skip
+    values = [json_framed(21, {**GOOD, "order-note": "n", "1st": 7}), json_framed(21, GOOD),
+              json_framed(22, {**GOOD, "a-b": "x", "inner": {"a_b": 1}})]  # fmt: skip
+    python, native = both(tmp_path, values, schemas)
+    assert python.result.records == 3
+    assert native.kernel_messages == 2
+    notes = [(r["order_note"], r["_1st"]) for r in avro_records(native) if "order_note" in r]
+    assert notes == [("n", 7), (None, None)]
+
+
+def test_one_of_the_null_idiom_and_enums_validate_natively(tmp_path):
+    schema = {
+        "type": "object",
+        "properties": {
+            "datasetName": {"type": "string"}, "tableName": {"type": "string"},
+            "placed_at": {"type": "string", "format": "date-time"},
+            "kind": {"oneOf": [{"type": "null"}, {"enum": ["A", "B"], "type": "string"}]},
+            "level": {"type": "integer", "enum": [1, 2, 3]},
+            "tags": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 2}},
+            "day": {"type": "string", "format": "date"},
+        },
+        "required": ["tableName", "placed_at"],
+    }  # fmt: skip
+    schemas = {5: RegisteredSchema(5, "JSON", json.dumps(schema))}
+    head = {"datasetName": "shop", "tableName": "orders", "placed_at": "2024-09-13T14:36:45Z"}
+    good = [{**head, "kind": "A", "level": 2, "tags": {"a": "é1"}, "day": "2024-02-29"},
+            {**head, "kind": None}, head]  # fmt: skip
+    bad = [{**head, "kind": "C"}, {**head, "level": 4}, {**head, "level": True},
+           {**head, "tags": {"a": "abc"}}, {**head, "day": "2023-02-29"}]  # fmt: skip
+    python, native = both(tmp_path, [json_framed(5, v) for v in good + bad], schemas)
+    assert python.result.records == 3
+    assert sum(python.result.dead_letters.values()) == len(bad)
+    assert native.kernel_messages == 3
+
+
+def test_multiple_of_not_and_property_names_validate_natively(tmp_path):
+    schema = {
+        "type": "object",
+        "properties": {
+            "datasetName": {"type": "string"}, "tableName": {"type": "string", "not": {"type": "null"}},
+            "placed_at": {"type": "string", "format": "date-time"},
+            "qty": {"type": "integer", "multipleOf": 5},
+            "tags": {"type": "object", "additionalProperties": {"type": "integer"},
+                     "propertyNames": {"maxLength": 2}},
+        },
+        "required": ["tableName", "placed_at"],
+    }  # fmt: skip
+    schemas = {5: RegisteredSchema(5, "JSON", json.dumps(schema))}
+    head = {"datasetName": "shop", "tableName": "orders", "placed_at": "2024-09-13T14:36:45Z"}
+    good = [{**head, "qty": -10, "tags": {"ab": 1}}, {**head, "qty": 0}]
+    bad = [{**head, "qty": 7}, {**head, "tags": {"abc": 1}}, {**head, "tableName": None}]
+    python, native = both(tmp_path, [json_framed(5, v) for v in [*good, *bad, {**head, "qty": 10.0}]],
+                          schemas)  # fmt: skip
+    assert python.result.records == 3
+    assert sum(python.result.dead_letters.values()) == len(bad)
+    assert native.kernel_messages == 2  # 10.0 % 5 is float arithmetic: Python's verdict
+
+
+def test_a_topic_with_transforms_stays_on_the_python_path(tmp_path):
+    config = pipeline(transforms=[{"drop": "lines"}])
+    python = stage(
+        tmp_path, config, TOPIC, SCHEMAS, messages([json_framed(11, GOOD)]), native=False
+    )
+    assert python.result.records == 1
+    with pytest.raises(AssertionError, match="not available"):
+        stage(tmp_path, config, TOPIC, SCHEMAS, messages([json_framed(11, GOOD)]), native=True)
+
+
+def fuzz_seeds(config) -> list[int]:
+    cases = config.getoption("--kernel-fuzz-cases")
+    return list(range(max(1, cases // 400)))
+
+
+def test_json_schema_differential_fuzz(tmp_path_factory, pytestconfig):
+    """Seeded random scenarios, 400 messages each: identical commits on both paths, and the
+    kernel stages (nearly) every record that stages."""
+    seeds = fuzz_seeds(pytestconfig)
+    staged_natively = records = total = 0
+    handbacks: dict[str, int] = {}
+    plain = [0, 0]  # records staged, by the kernel, in the scenarios that are not adversarial
+    for seed in seeds:
+        case = scenario(seed, 400)
+        tmp = tmp_path_factory.mktemp(f"jsfuzz{seed}")
+        python = stage(tmp, case.pipeline, "fuzz.jsonschema", case.schemas, case.messages,
+                       native=False)  # fmt: skip
+        native = stage(tmp, case.pipeline, "fuzz.jsonschema", case.schemas, case.messages,
+                       native=True, batch_size=random.Random(seed).choice([1, 7, 64, 1000]))  # fmt: skip
+        assert_same(python, native, f"seed {seed}")
+        staged_natively += native.kernel_messages
+        records += python.result.records if python.result else 0
+        total += len(case.messages)
+        if not case.adversarial:
+            plain[0] += python.result.records if python.result else 0
+            plain[1] += native.kernel_messages
+        for reason, n in (native.handbacks or {}).items():
+            handbacks[reason] = handbacks.get(reason, 0) + n
+    share = staged_natively / max(records, 1)
+    print(f"json_schema kernel fuzz: {len(seeds)} scenarios, {total} messages, 0 disagreements, "
+          f"{records} records staged, {staged_natively} by the kernel ({share:.1%}); "
+          f"hand-backs {handbacks}; producer-like scenarios: {plain[0]} records, "
+          f"{plain[1]} by the kernel ({plain[1] / max(plain[0], 1):.1%})")  # fmt: skip
+    assert share > 0.8, "the kernel staged too few records to prove anything"
