@@ -24,6 +24,7 @@ from kbqe_dagster.delivery.rows import encode_file
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
 from kbqe_dagster.staging.native_kernel import NATIVE, PYTHON, SWITCH
 from kbqe_dagster_tests.delivery.rows_fuzz import case
+from kbqe_dagster_tests.staging.kernel_equality import fuzz_seeds
 
 kernel = pytest.importorskip(
     "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"
@@ -195,15 +196,10 @@ def test_the_switch_off_is_the_python_encoder(tmp_path, monkeypatch):
     assert encode_file(path, ORDER, "acme.orders").encoded_by == PYTHON
 
 
-def fuzz_seeds(config: pytest.Config) -> list[int]:
-    cases = config.getoption("--kernel-fuzz-cases")
-    return list(range(max(1, cases // RECORDS_PER_CASE)))
-
-
 def test_differential_fuzz(tmp_path, monkeypatch, pytestconfig):
     """Seeded random files of ``RECORDS_PER_CASE`` records, ``--kernel-fuzz-cases`` records in
     all: identical rows files, counts and failures."""
-    seeds = fuzz_seeds(pytestconfig)
+    seeds = fuzz_seeds(pytestconfig, RECORDS_PER_CASE)
     files = native_files = records = native_records = 0
     for seed in seeds:
         c = case(seed, RECORDS_PER_CASE)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import random
 
 import fastavro
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster_tests.formats.json_fuzz import scenario
 from kbqe_dagster_tests.formats.test_json_stage import GOOD, TOPIC, pipeline
-from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
+from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 
 kernel = pytest.importorskip(
     "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"
@@ -153,41 +152,13 @@ def test_a_topic_with_transforms_stays_on_the_python_path(tmp_path):
         stage(tmp_path, config, TOPIC, {}, messages([json.dumps(GOOD).encode()]), native=True)
 
 
-def fuzz_seeds(config) -> list[int]:
-    cases = config.getoption("--kernel-fuzz-cases")
-    return list(range(max(1, cases // 400)))
-
-
 def test_json_differential_fuzz(tmp_path_factory, pytestconfig):
     """Seeded random scenarios, 400 messages each: identical commits on both paths, and the
     kernel stages (nearly) every record that stages."""
-    seeds = fuzz_seeds(pytestconfig)
-    staged_natively = records = total = 0
-    handbacks: dict[str, int] = {}
-    plain = [0, 0]  # records staged, by the kernel, in the scenarios that are not adversarial
-    for seed in seeds:
-        case = scenario(seed, 400)
-        tmp = tmp_path_factory.mktemp(f"jsonfuzz{seed}")
-        python = stage(tmp, case.pipeline, "fuzz.json", {}, case.messages, native=False)
-        native = stage(tmp, case.pipeline, "fuzz.json", {}, case.messages, native=True,
-                       batch_size=random.Random(seed).choice([1, 7, 64, 1000]))  # fmt: skip
-        assert_same(python, native, f"seed {seed}")
-        staged_natively += native.kernel_messages
-        records += python.result.records if python.result else 0
-        total += len(case.messages)
-        if not case.adversarial:
-            plain[0] += python.result.records if python.result else 0
-            plain[1] += native.kernel_messages
-        for reason, n in (native.handbacks or {}).items():
-            handbacks[reason] = handbacks.get(reason, 0) + n
-    share = staged_natively / max(records, 1)
-    print(f"json kernel fuzz: {len(seeds)} scenarios, {total} messages, 0 disagreements, "
-          f"{records} records staged, {staged_natively} by the kernel ({share:.1%}); "
-          f"hand-backs {handbacks}; producer-like scenarios: {plain[0]} records, "
-          f"{plain[1]} by the kernel ({plain[1] / max(plain[0], 1):.1%})")  # fmt: skip
+    tally = differential_fuzz("json", "fuzz.json", scenario, pytestconfig, tmp_path_factory)
     # The records it leaves to Python are spellings it does not read on purpose (UTF-16, lone
     # surrogates) and event times it is not sure of (as on the Avro path: zone ids).
-    assert share > 0.8, "the kernel staged too few records to prove anything"
+    assert tally.share > 0.8, "the kernel staged too few records to prove anything"
 
 
 def test_a_lone_surrogate_quoted_by_a_refusal_is_dead_lettered_not_a_failed_range(tmp_path):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import random
 
 import fastavro
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
 from kbqe_dagster_tests.formats.json_schema_fuzz import scenario
 from kbqe_dagster_tests.formats.test_json_schema_stage import GOOD, TOPIC, V1, V2, pipeline
-from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
+from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 from kbqe_dagster_tests.support.framing import json_framed
 
 kernel = pytest.importorskip(
@@ -212,37 +211,15 @@ def test_a_topic_with_transforms_stays_on_the_python_path(tmp_path):
         stage(tmp_path, config, TOPIC, SCHEMAS, messages([json_framed(11, GOOD)]), native=True)
 
 
-def fuzz_seeds(config) -> list[int]:
-    cases = config.getoption("--kernel-fuzz-cases")
-    return list(range(max(1, cases // 400)))
-
-
 def test_json_schema_differential_fuzz(tmp_path_factory, pytestconfig):
     """Seeded random scenarios, 400 messages each: identical commits on both paths, and the
     kernel stages (nearly) every record that stages."""
-    seeds = fuzz_seeds(pytestconfig)
-    staged_natively = records = total = 0
-    handbacks: dict[str, int] = {}
-    plain = [0, 0]  # records staged, by the kernel, in the scenarios that are not adversarial
-    for seed in seeds:
-        case = scenario(seed, 400)
-        tmp = tmp_path_factory.mktemp(f"jsfuzz{seed}")
-        python = stage(tmp, case.pipeline, "fuzz.jsonschema", case.schemas, case.messages,
-                       native=False)  # fmt: skip
-        native = stage(tmp, case.pipeline, "fuzz.jsonschema", case.schemas, case.messages,
-                       native=True, batch_size=random.Random(seed).choice([1, 7, 64, 1000]))  # fmt: skip
-        assert_same(python, native, f"seed {seed}")
-        staged_natively += native.kernel_messages
-        records += python.result.records if python.result else 0
-        total += len(case.messages)
-        if not case.adversarial:
-            plain[0] += python.result.records if python.result else 0
-            plain[1] += native.kernel_messages
-        for reason, n in (native.handbacks or {}).items():
-            handbacks[reason] = handbacks.get(reason, 0) + n
-    share = staged_natively / max(records, 1)
-    print(f"json_schema kernel fuzz: {len(seeds)} scenarios, {total} messages, 0 disagreements, "
-          f"{records} records staged, {staged_natively} by the kernel ({share:.1%}); "
-          f"hand-backs {handbacks}; producer-like scenarios: {plain[0]} records, "
-          f"{plain[1]} by the kernel ({plain[1] / max(plain[0], 1):.1%})")  # fmt: skip
-    assert share > 0.8, "the kernel staged too few records to prove anything"
+    tally = differential_fuzz(
+        "json_schema",
+        "fuzz.jsonschema",
+        scenario,
+        pytestconfig,
+        tmp_path_factory,
+        schemas_of=lambda case: case.schemas,
+    )
+    assert tally.share > 0.8, "the kernel staged too few records to prove anything"

@@ -6,7 +6,6 @@ and on the cases that decide it."""
 from __future__ import annotations
 
 import io
-import random
 
 import fastavro
 import pytest
@@ -30,7 +29,13 @@ from kbqe_dagster_tests.formats.test_protobuf_stage import (
     order,
     pipeline,
 )
-from kbqe_dagster_tests.staging.kernel_equality import Msg, Staged, assert_same, stage
+from kbqe_dagster_tests.staging.kernel_equality import (
+    Msg,
+    Staged,
+    assert_same,
+    differential_fuzz,
+    stage,
+)
 from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
 
 kernel = pytest.importorskip(
@@ -200,43 +205,17 @@ def test_a_program_is_refused_for_what_the_kernel_does_not_decode():
         kernel_program(pool.FindMessageTypeByName("R"))
 
 
-def fuzz_seeds(config) -> list[int]:
-    cases = config.getoption("--kernel-fuzz-cases")
-    return list(range(max(1, cases // 400)))
-
-
 def test_protobuf_differential_fuzz(tmp_path_factory, pytestconfig):
     """Seeded random scenarios, 400 messages each: identical commits on both paths, and the
     kernel stages (nearly) every record that stages."""
-    seeds = fuzz_seeds(pytestconfig)
-    staged_natively = records = total = 0
-    handbacks: dict[str, int] = {}
-    plain = [0, 0]  # records staged, by the kernel, in the scenarios that are not adversarial
-    for seed in seeds:
-        case = scenario(seed, 400)
-        tmp = tmp_path_factory.mktemp(f"pbfuzz{seed}")
-        python = stage(tmp, case.pipeline, "fuzz.protobuf", {}, case.messages, native=False,
-                       lookup=case.registry)  # fmt: skip
-        native = stage(tmp, case.pipeline, "fuzz.protobuf", {}, case.messages, native=True,
-                       batch_size=random.Random(seed).choice([1, 7, 64, 1000]),
-                       lookup=case.registry)  # fmt: skip
-        assert_same(python, native, f"seed {seed}")
-        total += len(case.messages)
-        if python.result is None:
-            continue  # the fail policy stopped the range: nothing committed on either path
-        staged_natively += native.kernel_messages
-        records += python.result.records
-        if not case.adversarial:
-            plain[0] += python.result.records
-            plain[1] += native.kernel_messages
-        for reason, n in (native.handbacks or {}).items():
-            handbacks[reason] = handbacks.get(reason, 0) + n
-    share = staged_natively / max(records, 1)
-    plain_share = plain[1] / max(plain[0], 1)
-    print(f"protobuf kernel fuzz: {len(seeds)} scenarios, {total} messages, 0 disagreements, "
-          f"{records} records staged, {staged_natively} by the kernel ({share:.1%}); "
-          f"hand-backs {handbacks}; producer-like scenarios: {plain[0]} records, "
-          f"{plain[1]} by the kernel ({plain_share:.1%})")  # fmt: skip
-    assert share > 0.8, "the kernel staged too few records to prove anything"
-    if plain[0] >= 1000:
-        assert plain_share >= 0.95, "the kernel hands back producers' ordinary messages"
+    tally = differential_fuzz(
+        "protobuf",
+        "fuzz.protobuf",
+        scenario,
+        pytestconfig,
+        tmp_path_factory,
+        lookup_of=lambda case: case.registry,
+    )
+    assert tally.share > 0.8, "the kernel staged too few records to prove anything"
+    if tally.plain_records >= 1000:
+        assert tally.plain_share >= 0.95, "the kernel hands back producers' ordinary messages"

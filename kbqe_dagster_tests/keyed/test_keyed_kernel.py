@@ -11,7 +11,6 @@ The seeded differential fuzz (change_fuzz.py) runs a slice by default;
 from __future__ import annotations
 
 import io
-import random
 
 import fastavro
 import pytest
@@ -27,7 +26,13 @@ from kbqe_dagster.demo.debezium import (
     value_record,
 )
 from kbqe_dagster_tests.keyed import change_fuzz
-from kbqe_dagster_tests.staging.kernel_equality import Msg, Staged, assert_same, stage
+from kbqe_dagster_tests.staging.kernel_equality import (
+    Msg,
+    Staged,
+    assert_same,
+    differential_fuzz,
+    stage,
+)
 
 kernel = pytest.importorskip(
     "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"
@@ -197,36 +202,16 @@ def test_a_block_written_with_its_byte_size_is_cut_by_python(tmp_path):
     assert native.kernel_messages == 1 and native.handbacks == {"change_uncertain": 1}
 
 
-def fuzz_seeds(config) -> list[int]:
-    cases = config.getoption("--kernel-fuzz-cases")
-    return list(range(max(1, cases // 400)))
-
-
 def test_keyed_differential_fuzz(tmp_path_factory, pytestconfig):
     """Seeded random keyed scenarios, 400 messages each: identical commits and tombstone
     counts on both paths, and the kernel stages (nearly) every record that stages."""
-    seeds = fuzz_seeds(pytestconfig)
-    staged_natively = records = total = tombstones = 0
-    handbacks: dict[str, int] = {}
-    for seed in seeds:
-        case = change_fuzz.scenario(seed, 400)
-        tmp = tmp_path_factory.mktemp(f"keyedfuzz{seed}")
-        python = stage(
-            tmp, case.pipeline, change_fuzz.TOPIC, case.schemas, case.messages, native=False
-        )
-        native = stage(tmp, case.pipeline, change_fuzz.TOPIC, case.schemas, case.messages, native=True,
-                       batch_size=random.Random(seed).choice([1, 7, 64, 1000]))  # fmt: skip
-        assert_same(python, native, f"seed {seed}")
-        # The kernel's messages are its records and the tombstones it counted (all of them).
-        staged_natively += native.kernel_messages - native.result.tombstones if native.result else 0
-        records += python.result.records if python.result else 0
-        tombstones += python.result.tombstones if python.result else 0
-        total += len(case.messages)
-        for reason, n in (native.handbacks or {}).items():
-            handbacks[reason] = handbacks.get(reason, 0) + n
-    share = staged_natively / max(records, 1)
-    print(f"keyed kernel fuzz: {len(seeds)} scenarios, {total} messages, 0 disagreements, "
-          f"{records} records staged, {staged_natively} by the kernel ({share:.1%}), "
-          f"{tombstones} tombstones; hand-backs {handbacks}")  # fmt: skip
+    tally = differential_fuzz(
+        "keyed",
+        change_fuzz.TOPIC,
+        change_fuzz.scenario,
+        pytestconfig,
+        tmp_path_factory,
+        schemas_of=lambda case: case.schemas,
+    )
     # What it leaves to Python: schemas with an `op` enum (the kernel reads no enums).
-    assert share > 0.9, "the kernel staged too few records to prove anything"
+    assert tally.share > 0.9, "the kernel staged too few records to prove anything"

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -196,3 +198,98 @@ def committed_records(area: Any) -> dict[str, Any]:
             if isinstance(out[f.name], dict):
                 out[f.name].pop("created_at")
     return out
+
+
+# --- the differential fuzz loop every kernel driver shares ------------------------------------
+SCENARIO_MESSAGES = 400
+"""Messages per seeded scenario of a differential fuzz."""
+
+
+def fuzz_seeds(config: pytest.Config, per_case: int = SCENARIO_MESSAGES) -> list[int]:
+    """The scenario seeds of a fuzz of ``--kernel-fuzz-cases`` messages (16,000 by default: a
+    seeded slice in the suite; 1,000,000 behind the flag), ``per_case`` at a time."""
+    return list(range(max(1, config.getoption("--kernel-fuzz-cases") // per_case)))
+
+
+@dataclass
+class FuzzTally:
+    """What a differential fuzz staged, and how much of it the kernel did itself: a fuzz where
+    the kernel hands everything back would prove nothing."""
+
+    scenarios: int = 0
+    messages: int = 0
+    records: int = 0
+    """Records staged (the Python path's count: both paths committed the same)."""
+    natively: int = 0
+    """Of them, the kernel's own (a keyed kernel's counted tombstones are not records)."""
+    tombstones: int = 0
+    plain_records: int = 0
+    """Records of the scenarios that are not adversarial: what producers send."""
+    plain_natively: int = 0
+    handbacks: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def share(self) -> float:
+        return self.natively / max(self.records, 1)
+
+    @property
+    def plain_share(self) -> float:
+        return self.plain_natively / max(self.plain_records, 1)
+
+    def add(self, case: Any, python: Staged, native: Staged) -> None:
+        self.scenarios += 1
+        self.messages += len(case.messages)
+        if python.result is None or native.result is None:
+            return  # the fail policy stopped the range: nothing committed on either path
+        natively = native.kernel_messages - native.result.tombstones
+        self.natively += natively
+        self.records += python.result.records
+        self.tombstones += python.result.tombstones
+        # Scenarios say whether they are adversarial; one that does not is counted as such.
+        if not getattr(case, "adversarial", True):
+            self.plain_records += python.result.records
+            self.plain_natively += natively
+        self.handbacks.update(native.handbacks or {})
+
+    def summary(self, label: str) -> str:
+        line = (
+            f"{label} kernel fuzz: {self.scenarios} scenarios, {self.messages} messages, "
+            f"0 disagreements, {self.records} records staged, {self.natively} by the kernel "
+            f"({self.share:.1%})"
+        )
+        if self.tombstones:
+            line += f", {self.tombstones} tombstones"
+        line += f"; hand-backs {dict(self.handbacks)}"
+        if self.plain_records:
+            line += (
+                f"; producer-like scenarios: {self.plain_records} records, "
+                f"{self.plain_natively} by the kernel ({self.plain_share:.1%})"
+            )
+        return line
+
+
+def differential_fuzz(
+    label: str,
+    topic: str,
+    scenario: Callable[[int, int], Any],
+    config: pytest.Config,
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    schemas_of: Callable[[Any], Mapping[int, Any]] = lambda case: {},
+    lookup_of: Callable[[Any], Any] = lambda case: None,
+) -> FuzzTally:
+    """Stage every seeded scenario (``scenario(seed, messages)``: its ``pipeline``, ``messages``
+    and whatever ``schemas_of``/``lookup_of`` read) on both paths, the kernel in consume
+    batches of a seeded size, and require identical commits; returns the tally."""
+    tally = FuzzTally()
+    for seed in fuzz_seeds(config):
+        case = scenario(seed, SCENARIO_MESSAGES)
+        tmp = tmp_path_factory.mktemp(f"{label}fuzz{seed}")
+        inputs = (tmp, case.pipeline, topic, schemas_of(case), case.messages)
+        python = stage(*inputs, native=False, lookup=lookup_of(case))
+        batch = random.Random(seed).choice([1, 7, 64, 1000])
+        native = stage(*inputs, native=True, lookup=lookup_of(case), batch_size=batch)
+        assert_same(python, native, f"seed {seed}")
+        tally.add(case, python, native)
+    print(tally.summary(label))
+    return tally

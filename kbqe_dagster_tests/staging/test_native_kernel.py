@@ -31,7 +31,7 @@ from kbqe_dagster.staging import native_kernel
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
 from kbqe_dagster.staging.stager import RangeStager
-from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
+from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 from kbqe_dagster_tests.staging.kernel_fuzz import scenario
 
 kbqe_dagster_kernel = pytest.importorskip(
@@ -145,32 +145,19 @@ def test_every_uuid_spelling_gets_the_python_paths_verdict(tmp_path):
     assert python.result.dead_letters  # the bad spellings are dead letters, on both paths
 
 
-def fuzz_seeds(config) -> list[int]:
-    cases = config.getoption("--kernel-fuzz-cases")
-    return list(range(max(1, cases // 400)))
-
-
 def test_differential_fuzz(tmp_path_factory, pytestconfig):
     """Seeded random scenarios, 400 messages each: identical commits on both paths."""
-    seeds = fuzz_seeds(pytestconfig)
-    staged_natively = records = total = 0
-    for seed in seeds:
-        case = scenario(seed, 400)
-        tmp = tmp_path_factory.mktemp(f"fuzz{seed}")
-        python = stage(tmp, case.pipeline, "fuzz.events", case.schemas, case.messages, native=False)
-        native = stage(tmp, case.pipeline, "fuzz.events", case.schemas, case.messages, native=True,
-                       batch_size=random.Random(seed).choice([1, 7, 64, 1000]))  # fmt: skip
-        assert_same(python, native, f"seed {seed}")
-        staged_natively += native.kernel_messages
-        records += python.result.records if python.result else 0
-        total += len(case.messages)
-    print(
-        f"kernel fuzz: {len(seeds)} scenarios, {total} messages, {records} records staged, "
-        f"{staged_natively} of them by the kernel"
+    tally = differential_fuzz(
+        "avro",
+        "fuzz.events",
+        scenario,
+        pytestconfig,
+        tmp_path_factory,
+        schemas_of=lambda case: case.schemas,
     )
     # Most messages are adversarial (bad bodies, frames, routes, event times: the Python path's
     # verdicts); of the records that stage, the kernel must have staged most.
-    assert staged_natively > records * 0.5, "the kernel staged too few records to prove anything"
+    assert tally.share > 0.5, "the kernel staged too few records to prove anything"
 
 
 def test_the_switch_forces_the_python_path(monkeypatch):
