@@ -356,10 +356,15 @@ def stream(rng: random.Random, schema: dict, count: int, adversarial: bool):
             )
             if roll < (0.06 if adversarial else 0.015):
                 value = mangle(rng, value)
-        key = rng.choice([None, b"", b"k" + str(i).encode(), rng.randbytes(20)])
-        headers = rng.choice(
-            [None, [], [("h", b"v")], [("trace", None), ("zürich", rng.randbytes(3))]]
-        )
-        timestamp = rng.choice([(1, 1_726_238_205_123 + i), (1, 1_726_238_205_123 + i), (2, 0), (0, -1),
-                                (1, -5), (1, 253_402_300_800_000)])  # fmt: skip
-        yield Msg(TOPIC, 0, start + i, value, key, headers, timestamp)
+        yield framed_message(rng, TOPIC, start, i, value)
+
+
+def framed_message(rng: random.Random, topic: str, start: int, i: int, value: Any) -> Msg:
+    """The ``i``-th message of a scenario (offset ``start + i``, partition 0) holding ``value``,
+    with a random key, headers and Kafka timestamp (CreateTime, LogAppendTime, none, negative,
+    past year 9999)."""
+    key = rng.choice([None, b"", b"k" + str(i).encode(), rng.randbytes(20)])
+    headers = rng.choice([None, [], [("h", b"v")], [("trace", None), ("zürich", rng.randbytes(3))]])
+    timestamp = rng.choice([(1, 1_726_238_205_123 + i), (1, 1_726_238_205_123 + i), (2, 0), (0, -1),
+                            (1, -5), (1, 253_402_300_800_000)])  # fmt: skip
+    return Msg(topic, 0, start + i, value, key, headers, timestamp)

@@ -25,7 +25,7 @@ from typing import Any
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
-from kbqe_dagster_tests.formats.json_fuzz import WORDS, Writer, mangle
+from kbqe_dagster_tests.formats.json_fuzz import WORDS, Writer, framed_message, mangle
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text, random_pipeline
 
@@ -343,10 +343,4 @@ def stream(rng: random.Random, schemas: dict[int, dict], count: int, adversarial
             if roll < (0.05 if adversarial else 0.012):
                 text = mangle(rng, text)
             value = encode_frame(sid, text)
-        key = rng.choice([None, b"", b"k" + str(i).encode(), rng.randbytes(20)])
-        headers = rng.choice(
-            [None, [], [("h", b"v")], [("trace", None), ("zürich", rng.randbytes(3))]]
-        )
-        timestamp = rng.choice([(1, 1_726_238_205_123 + i), (1, 1_726_238_205_123 + i), (2, 0), (0, -1),
-                                (1, -5), (1, 253_402_300_800_000)])  # fmt: skip
-        yield Msg(TOPIC, 0, start + i, value, key, headers, timestamp)
+        yield framed_message(rng, TOPIC, start, i, value)
