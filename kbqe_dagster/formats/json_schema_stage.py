@@ -177,12 +177,12 @@ class JsonSchemaKernelStaging(NativeStaging):
     loop): like the Avro driver it learns each schema id when the kernel first stops at it,
     here giving it the registry JSON Schema and the Avro record derived from it."""
 
+    KERNEL_METHOD = "add_json_schema_id"
+
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
         if not cls.append_rules_allow(stager):
             return None  # transforms or destinations, function routing, an HOUR table
-        if not hasattr(extension.StageKernel, "add_json_schema_id"):
-            return None  # a kernel built before it staged JSON Schema (`make install` rebuilds it)
         return cls(stager, extension)
 
     def _add_schema(

@@ -112,12 +112,12 @@ class JsonKernelStaging(NativeStaging):
     staged: StagedSchema
     """What every record stages as (set by :meth:`for_range`)."""
 
+    KERNEL_METHOD = "add_json_schema"
+
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
         if not cls.append_rules_allow(stager):
             return None  # transforms or destinations, function routing, an HOUR table
-        if not hasattr(extension.StageKernel, "add_json_schema"):
-            return None  # a kernel built before it staged JSON (`make install` rebuilds it)
         driver = cls(stager, extension)
         staged = driver.staged = stager.staged_schema()
         constant = None

@@ -38,12 +38,12 @@ class ProtobufKernelStaging(NativeStaging):
 
     stager: ProtobufRangeStager
 
+    KERNEL_METHOD = "add_protobuf_schema"
+
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
         if not cls.append_rules_allow(stager):
             return None  # transforms or destinations, function routing, an HOUR table
-        if not hasattr(extension.StageKernel, "add_protobuf_schema"):
-            return None  # a kernel built before it staged Protobuf (`make install` rebuilds it)
         driver = cls(stager, extension)
         driver.kernel.stage_protobuf()
         return driver

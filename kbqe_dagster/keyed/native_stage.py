@@ -43,13 +43,12 @@ class KeyedNativeStaging(NativeStaging):
         # kernel's wanted paths are fixed per range, its writer schemas come later.
         return list(dict.fromkeys([*stager.topic.required_fields, *change_paths(stager.topic)]))
 
+    KERNEL_METHOD = "count_tombstones"
+
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> KeyedNativeStaging | None:
-        """The driver, or None: an extension built before keyed topics (no
-        ``count_tombstones``), or an HOUR-partitioned table (the event hour column is the
+        """The driver, or None for an HOUR-partitioned table (the event hour column is the
         Python path's; the configuration refuses HOUR for keyed tables today: defensive)."""
-        if not hasattr(extension.StageKernel, "count_tombstones"):
-            return None  # built before it staged keyed topics (`make install` rebuilds it)
         changelog = stager.changelog
         if stager.pipeline.topic_may_write_hourly(stager.topic.name) or stager.pipeline.is_hourly(
             changelog.dataset, changelog.table

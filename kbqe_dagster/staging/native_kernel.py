@@ -157,7 +157,13 @@ class NativeStaging:
         if not stager.ctx.native_kernel or _extension is None:
             return None
         driver: type[NativeStaging] = getattr(stager, "native_driver", None) or cls
+        if driver.KERNEL_METHOD and not hasattr(_extension.StageKernel, driver.KERNEL_METHOD):
+            return None  # a kernel built before this driver's routine (`make install` rebuilds it)
         return driver.for_range(stager, _extension)
+
+    KERNEL_METHOD: str | None = None
+    """The ``StageKernel`` method a driver's format needs: a kernel built before it lacks the
+    method, and :meth:`for_stager` then takes the Python path."""
 
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
