@@ -8,17 +8,18 @@ delivers it (a response, or the exception ``from_grpc_status`` builds of an erro
 from __future__ import annotations
 
 import pickle
-from concurrent.futures import Future
 from typing import Any
 
 import pytest
 from google.api_core import exceptions
 from google.cloud.bigquery_storage_v1 import types
+from google.cloud.bigquery_storage_v1.writer import AppendRowsFuture
 from google.rpc import status_pb2
 
 from kbqe_dagster.core.errors import StorageWriteError, WriteStreamNotFoundError
 from kbqe_dagster.core.formats.avro_proto import proto_rows
 from kbqe_dagster.resources.bigquery.storage_write import (
+    ANSWER_POLL_MAX_S,
     AppendOutcome,
     GoogleStorageWriter,
     StorageWriteSettings,
@@ -54,9 +55,9 @@ class FakeConnection:
         self.answers = answers
         self.sent: list[Any] = []
 
-    def send(self, request: Any) -> Future:
+    def send(self, request: Any) -> AppendRowsFuture:
         self.sent.append(request)
-        future: Future = Future()
+        future = AppendRowsFuture(manager=None)  # what the library's connection returns
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
             future.set_exception(answer)
@@ -201,3 +202,25 @@ def test_settings_pickle_and_one_client_serves_a_process() -> None:
     assert pickle.loads(pickle.dumps(settings)) == settings
     assert write_client(settings) is write_client(StorageWriteSettings("p", "127.0.0.1:1"))
     assert write_client(settings) is not write_client(StorageWriteSettings("p", "127.0.0.1:2"))
+
+
+def test_an_append_looks_for_its_answer_every_few_milliseconds(monkeypatch) -> None:
+    """The library's future sleeps up to 1 s, then 1.5 s, ... between looks at an answer its
+    own thread sets the moment it arrives: every append would wait about a second. The
+    writer's append looks every 1 ms, doubling to at most ``ANSWER_POLL_MAX_S``."""
+    from google.api_core.retry import retry_unary
+
+    pending = AppendRowsFuture(manager=None)
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the answer arrives while the append sleeps
+        sleeps.append(seconds)
+        if len(sleeps) == 8:
+            pending.set_result(ok(0))
+
+    monkeypatch.setattr(retry_unary.time, "sleep", sleep)
+    writer, connection = writer_answering()
+    connection.send = lambda request: pending  # type: ignore[method-assign]
+    assert writer.append(STREAM, ROWS, offset=0) == AppendOutcome("appended", offset=0)
+    assert len(sleeps) == 8
+    assert max(sleeps) <= ANSWER_POLL_MAX_S
