@@ -1,6 +1,6 @@
 """One staging area per (table, topic) (core/load/feeds.py), against the fake BigQuery client.
 
-The incident this guards against (docs/operations.md, "A table fed from two staging areas"):
+The incident this guards against (docs/runbook.md, "A table fed from two staging areas"):
 `kbqe demo` ran once with ``KBQE_STAGING_URL=gs://kbqe-local/rawdemo-1795767661``, then with
 the default ``gs://kbqe-local/staging``. The second staging area had no done file of
 ``com.acme.events``, staged it again from offset 0, and its load put offsets 0-70 of every

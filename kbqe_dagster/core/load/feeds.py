@@ -85,7 +85,7 @@ class FeedConflict:
             "staging area that feeds the table (KBQE_STAGING_URL), or, if that one is retired "
             f"and this one was bootstrapped past its last offsets (`kbqe bootstrap`), remove "
             f"the label (`bq update --remove_label {self.label} DATASET.TABLE`) and release the "
-            "files (`kbqe load release`); docs/operations.md, 'A table fed from two staging "
+            "files (`kbqe load release`); docs/runbook.md, 'A table fed from two staging "
             "areas'"
         )
 
