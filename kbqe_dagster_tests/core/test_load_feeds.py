@@ -83,7 +83,8 @@ def test_a_topic_labelled_with_another_staging_area_conflicts_naming_both() -> N
     message = conflict.message
     assert "table acme_sales.orders is fed with topic com.acme.events" in message
     assert feed_label_value(RAWDEMO) in message and STAGING in message
-    assert f"--remove_label {feed_label_key('com.acme.events')}" in message
+    assert f"--remove_label {feed_label_key('com.acme.events')} acme_sales.orders" in message
+    assert "kbqe load release --table acme_sales.orders" in message
 
 
 @pytest.mark.parametrize(

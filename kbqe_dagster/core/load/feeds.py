@@ -84,8 +84,8 @@ class FeedConflict:
             "files would put those records in the table twice. Run the pipeline with the "
             "staging area that feeds the table (KBQE_STAGING_URL), or, if that one is retired "
             f"and this one was bootstrapped past its last offsets (`kbqe bootstrap`), remove "
-            f"the label (`bq update --remove_label {self.label} DATASET.TABLE`) and release the "
-            "files (`kbqe load release`); docs/runbook.md, 'A table fed from two staging "
+            f"the label (`bq update --remove_label {self.label} {self.table}`) and release the "
+            f"files (`kbqe load release --table {self.table}`); docs/runbook.md, 'A table fed from two staging "
             "areas'"
         )
 
