@@ -250,6 +250,12 @@ class StateFileError(LoadError):
     """The load state file is missing, unreadable or corrupt."""
 
 
+class StagingAreaConflictError(LoadError):
+    """A load job of a topic into a table that another staging area feeds with that topic
+    (core/load/feeds.py): loading it would put the topic's records in twice. The message
+    names the table, the topic and both staging areas."""
+
+
 # --- Storage Write API delivery (issue 25) -------------------------------------------------
 class RowEncodeError(KbqeError):
     """A staged record that cannot be a Storage Write API row (core/formats/avro_proto.py): a

@@ -76,6 +76,7 @@ from kbqe_dagster.core.load.state import (
 from kbqe_dagster.core.protocol.naming import parse_listing
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.loading.avro_header import read_avro_schema
+from kbqe_dagster.loading.feeds import check_feeds, record_feeds
 from kbqe_dagster.loading.manifests import FileFacts, read_file_facts
 from kbqe_dagster.loading.report import CompletedLoad, CycleReport, QuarantinedLoad
 from kbqe_dagster.loading.state_file import StateFile
@@ -356,6 +357,7 @@ class LoadCoordinator:
 
     def _request(self, job: LoadJobRecord) -> LoadRequest:
         dataset, table = job.table_id
+        check_feeds(self.bigquery, self.store.location.url, job)
         if self.settings.create_datasets and dataset not in self._datasets_ready:
             self.bigquery.ensure_dataset(dataset)
             self._datasets_ready.add(dataset)
@@ -397,6 +399,7 @@ class LoadCoordinator:
             list(pool.map(self._delete_loaded, job.files))
         state = mark_succeeded(state, job.job_id, self.now())
         self._save(state)
+        record_feeds(self.bigquery, self.store.location.url, job)
         completed = CompletedLoad(state.job(job.job_id), stats, facts, input_bytes)
         report.completed.append(completed)
         check = completed.rows_check

@@ -35,6 +35,8 @@ class FakeTable:
     time_partitioning_field: str | None = None
     time_partitioning_type: str | None = None
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
+    labels: dict[str, str] = field(default_factory=dict)
+    etag: str | None = None
 
     @property
     def num_rows(self) -> int:
@@ -172,6 +174,13 @@ class FakeBigQueryClient:
         if (dataset, table) not in self.tables:
             raise NotFound(f"Not found: Table {ref}")
         return self.tables[(dataset, table)]
+
+    def update_table(self, table, fields):
+        """Only labels, as BigQuery patches them: a ``None`` value removes its key."""
+        if list(fields) != ["labels"]:
+            raise NotImplementedError(f"the fake updates only a table's labels, not {fields}")
+        table.labels = {k: v for k, v in table.labels.items() if v is not None}
+        return table
 
     def create_dataset(self, dataset, exists_ok=False):
         self.datasets.add(dataset.dataset_id)

@@ -10,7 +10,7 @@ exists", i.e. already submitted — never a failure. The local emulator's differ
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import date
 from typing import Any
 
@@ -186,6 +186,24 @@ class GoogleBigQueryLoads:
             return int(self.client.get_table(self._table_ref(dataset, table)).num_rows or 0)
         except NotFound:
             return None
+
+    def table_labels(self, dataset: str, table: str) -> dict[str, str] | None:
+        """The table's labels (metadata: free); ``None`` when the table does not exist."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            meta = self.client.get_table(self._table_ref(dataset, table))
+        except NotFound:
+            return None
+        return dict(meta.labels or {})
+
+    def add_table_labels(self, dataset: str, table: str, labels: Mapping[str, str]) -> None:
+        """Adds ``labels`` to the table, keeping every label it has. The update carries the
+        etag of the read, so a concurrent change of the labels fails it instead of being
+        overwritten."""
+        meta = self.client.get_table(self._table_ref(dataset, table))
+        meta.labels = {**(meta.labels or {}), **labels}
+        self.client.update_table(meta, ["labels"])
 
     def ensure_dataset(self, dataset: str) -> None:
         from google.cloud import bigquery

@@ -109,6 +109,10 @@ class BigQueryLoads(Protocol):
 
     def ensure_dataset(self, dataset: str) -> None: ...
 
+    def table_labels(self, dataset: str, table: str) -> dict[str, str] | None: ...
+
+    def add_table_labels(self, dataset: str, table: str, labels: Mapping[str, str]) -> None: ...
+
     def duplicate_offsets(
         self,
         dataset: str,
