@@ -66,7 +66,7 @@ class RegistrySettings:
             conf["ssl.ca.location"] = self.ssl_ca_location
         elif self.plain_http:
             # confluent-kafka's client builds a TLS context for every client, and the
-            # default one loads the whole CA bundle (17-30 ms of CPU: a stage worker's first
+            # default one loads the whole CA bundle (~16 ms of CPU: a stage worker's first
             # range paid it). Over plain HTTP and no proxy from the environment (httpx
             # would reach an https:// proxy with it) no TLS context is ever used (the client
             # does not follow redirects), so it gets the empty one ``False`` asks for.
