@@ -74,7 +74,7 @@ def _header(schema_json: str, codec: str, sync: bytes, metadata: Mapping[str, by
     return bytes(out)
 
 
-def _compressor(codec: str, deflate_level: int) -> Callable[[bytes | bytearray], Any]:
+def _compressor(codec: str, deflate_level: int) -> Callable[[bytes | bytearray | memoryview], Any]:
     if codec == "null":
         return bytes
     if codec == "deflate":
@@ -99,7 +99,7 @@ class _SnappyBlocks:
         self._compress_into, self._max_len = snappy.compress_raw_into, snappy.compress_raw_max_len
         self._out = bytearray()
 
-    def __call__(self, data: bytes | bytearray) -> memoryview:
+    def __call__(self, data: bytes | bytearray | memoryview) -> memoryview:
         need = self._max_len(data) + 4
         if len(self._out) < need:
             self._out = bytearray(need)  # a new buffer: views of the old one stay valid
@@ -182,6 +182,8 @@ class AvroContainerWriter:
         Blocks end after exactly the records where :meth:`append` one by one would end them,
         so the file's bytes do not depend on how records arrived (the native stage kernel
         hands over a batch's records per file this way)."""
+        if self._closed:
+            raise ValueError("the container writer is closed")
         data = memoryview(records)
         n = len(ends)
         i = start = 0
@@ -194,9 +196,14 @@ class AvroContainerWriter:
                 self._buf += data[start : ends[n - 1]]
                 self._in_block += n - i
                 return
-            self._buf += data[start : ends[last]]
-            self._in_block += last - i + 1
-            self.flush_block()
+            if self._in_block:
+                self._buf += data[start : ends[last]]
+                self._in_block += last - i + 1
+                self.flush_block()
+            else:
+                # The whole block lies in ``records``: compressed where it is, not copied into
+                # the block buffer first (the same bytes in, so the same block out).
+                self._write_block(data[start : ends[last]], last - i + 1)
             start = ends[last]
             i = last + 1
 
@@ -207,11 +214,16 @@ class AvroContainerWriter:
         count = self._in_block
         if not count:
             return
-        buf = self._buf
-        size = len(buf)
+        self._write_block(self._buf, count)
+        self._in_block = 0
+        del self._buf[:]
+
+    def _write_block(self, block: bytearray | memoryview, count: int) -> None:
+        """Compress and write ``block``, the encodings of ``count`` records, as one block."""
+        size = len(block)
         if size > self._peak_buffered:
             self._peak_buffered = size
-        data = self._compress(buf)
+        data = self._compress(block)
         head = encode_long(count) + encode_long(len(data))
         sink = self._sink
         sink.write(head)
@@ -221,8 +233,6 @@ class AvroContainerWriter:
         self._records += count
         self._record_bytes += size
         self._blocks += 1
-        self._in_block = 0
-        del buf[:]
 
     def close(self) -> ContainerStats:
         """Write the last block, flush the sink and return what was written. Idempotent."""
