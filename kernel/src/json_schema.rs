@@ -34,7 +34,7 @@
 //! from Python's), draft-4 boolean exclusive bounds, nested `$id`, remote or recursive
 //! `$ref`, an unknown `$schema`, and every keyword the kernel does not know.
 
-use crate::body::{Stop, Value, R};
+use crate::body::{renote, Stop, Value, R};
 use crate::event_time::days_from_civil;
 use crate::json::{Encoder, Tok};
 use crate::schema::Unsupported;
@@ -65,6 +65,7 @@ impl Entry {
         // Python decodes the body as UTF-8 and parses the text: a BOM is then a character
         // JSON does not allow (json_decode_error), unlike `json.loads` of bytes.
         if json.starts_with(b"\xef\xbb\xbf") {
+            renote("bom");
             return Err(Stop);
         }
         let validator = &self.validator;
@@ -198,10 +199,10 @@ struct Node {
     max_items: Option<u64>,
     min_length: Option<u64>,
     max_length: Option<u64>,
-    minimum: Option<i64>,
-    maximum: Option<i64>,
-    exclusive_minimum: Option<i64>,
-    exclusive_maximum: Option<i64>,
+    minimum: Option<Bound>,
+    maximum: Option<Bound>,
+    exclusive_minimum: Option<Bound>,
+    exclusive_maximum: Option<Bound>,
     all_of: Vec<usize>,
     any_of: Vec<usize>,
     one_of: Vec<usize>,
@@ -220,6 +221,9 @@ pub struct Validator {
     root: usize,
     /// Whether a float with an integral value is an `integer` (draft 6 on; not in draft 4).
     integral_floats: bool,
+    /// Draft 4, which has no `const` (the kernel checks it anyway, being the stricter, but
+    /// never counts on it to reject a value: see `Check::rejects`).
+    draft4: bool,
 }
 
 /// What `jsonschema` 4 asserts in some draft (the union of its validators' keywords) and the
@@ -266,7 +270,7 @@ impl Validator {
         }
         let mut c = Compiler { root: &root, nodes: Vec::new(), refs: HashMap::new(), resolving: Vec::new() };
         let top = c.node(&root, true, 0)?;
-        Ok(Validator { nodes: c.nodes, root: top, integral_floats })
+        Ok(Validator { nodes: c.nodes, root: top, integral_floats, draft4: !integral_floats })
     }
 }
 
@@ -339,7 +343,7 @@ impl Compiler<'_> {
                     }
                 }
                 "$ref" => node.reference = Some(self.reference(value, depth)?),
-                "multipleOf" => match bound(value)? {
+                "multipleOf" => match integer(value)? {
                     m if m > 0 => node.multiple_of = Some(m),
                     _ => return refuse("a multipleOf that is not positive"),
                 },
@@ -424,13 +428,44 @@ fn count(value: &Json) -> Result<u64, Unsupported> {
     value.as_u64().ok_or_else(|| Unsupported(format!("a length that is not a non-negative integer: {value}")))
 }
 
-/// An integer bound, exactly as Python reads it (a float literal might round otherwise in
-/// serde_json; a draft-4 boolean exclusive bound means something else).
-fn bound(value: &Json) -> Result<i64, Unsupported> {
+/// A numeric bound as Python's `json.loads` reads it: an `int` or a `float`.
+#[derive(Clone, Copy, Debug)]
+enum Bound {
+    Int(i64),
+    Float(f64),
+}
+
+/// A bound exactly as Python reads it: an integer literal within 64 bits, or a float literal
+/// (serde_json's `float_roundtrip` parses it correctly rounded, as Python's `float` does)
+/// below 2^63 in magnitude — serde_json reads an integer literal beyond 64 bits as a float
+/// too, which Python keeps an exact `int`: those are refused. A draft-4 boolean exclusive
+/// bound (which means something else) is refused too.
+fn bound(value: &Json) -> Result<Bound, Unsupported> {
     match value {
-        Json::Number(n) if n.is_i64() => Ok(n.as_i64().unwrap()),
+        Json::Number(n) if n.is_i64() => Ok(Bound::Int(n.as_i64().unwrap())),
+        Json::Number(n) if n.is_f64() && n.as_f64().is_some_and(|b| b.abs() < TWO_63) => {
+            Ok(Bound::Float(n.as_f64().unwrap()))
+        }
         _ => refuse(format!("a bound the kernel does not compare: {value}")),
     }
+}
+
+/// An integer keyword value (`multipleOf`: of a float, Python's float arithmetic decides).
+fn integer(value: &Json) -> Result<i64, Unsupported> {
+    match value {
+        Json::Number(n) if n.is_i64() => Ok(n.as_i64().unwrap()),
+        _ => refuse(format!("a multipleOf the kernel does not compare: {value}")),
+    }
+}
+
+const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+
+/// A value the validator is not certain of, noting which rule (`StageKernel.stop_detail`:
+/// the last rule that failed; a later branch that validates makes it moot).
+#[cold]
+fn fail(why: &'static str) -> bool {
+    renote(why);
+    false
 }
 
 /// One message's tape checked against the validator.
@@ -441,10 +476,37 @@ struct Check<'a> {
     unescaped: &'a [u8],
 }
 
-/// `x` compared with the integer `b` exactly (as Python compares a float with an int); None
-/// when `b` is not exactly a double (beyond 2^53: not compared here).
+/// The float `x` compared with the integer `b` exactly, as Python compares a float with an
+/// int (not through a rounded conversion of either); None for NaN.
 fn cmp_float(x: f64, b: i64) -> Option<std::cmp::Ordering> {
-    (b.unsigned_abs() <= 1 << 53).then(|| x.partial_cmp(&(b as f64))).flatten()
+    use std::cmp::Ordering::*;
+    if x.is_nan() {
+        return None;
+    }
+    if x >= TWO_63 {
+        return Some(Greater);
+    }
+    if x < -TWO_63 {
+        return Some(Less);
+    }
+    // |x| < 2^63 (or x = -2^63): its integral part is exactly an i64.
+    let whole = x.trunc();
+    Some(match (whole as i64).cmp(&b) {
+        Equal => (x - whole).partial_cmp(&0.0)?,
+        order => order,
+    })
+}
+
+/// A number token compared with a bound exactly as Python compares them; None when not
+/// certain (NaN, an integer beyond 64 bits).
+fn cmp_bound(tok: Tok, bound: Bound) -> Option<std::cmp::Ordering> {
+    match (tok, bound) {
+        (Tok::Int(v), Bound::Int(b)) => Some(v.cmp(&b)),
+        (Tok::Float(x), Bound::Int(b)) => cmp_float(x, b),
+        (Tok::Int(v), Bound::Float(b)) => cmp_float(b, v).map(std::cmp::Ordering::reverse),
+        (Tok::Float(x), Bound::Float(b)) => x.partial_cmp(&b),
+        _ => None,
+    }
 }
 
 impl Check<'_> {
@@ -482,8 +544,9 @@ impl Check<'_> {
         }
     }
 
-    /// Whether node `id` certainly rejects the value at `at` by its `type` alone (following a
-    /// `$ref`, whose target applies in every draft).
+    /// Whether node `id` certainly rejects the value at `at` by its `type`, `enum` or `const`,
+    /// or through its `allOf` or `anyOf` branches (following a `$ref`, whose target applies in
+    /// every draft).
     fn rejects(&self, id: usize, at: usize) -> bool {
         let node = &self.v.nodes[id];
         if node.always == Some(false) {
@@ -492,24 +555,40 @@ impl Check<'_> {
         if let Some(target) = node.reference {
             return self.rejects(target, at);
         }
-        let Some(mask) = node.types else { return false };
-        let admits = match self.tape[at] {
-            Tok::Null => NULL,
-            Tok::Bool(_) => BOOLEAN,
-            Tok::Int(_) | Tok::Big => INTEGER | NUMBER,
-            Tok::Float(_) => INTEGER | NUMBER, // 1.0 is an integer from draft 6 on
-            Tok::Str { .. } => STRING,
-            Tok::Arr { .. } => ARRAY,
-            Tok::Obj { .. } => OBJECT,
-        };
-        mask & admits == 0
+        let tok = self.tape[at];
+        if let Some(mask) = node.types {
+            let admits = match tok {
+                Tok::Null => NULL,
+                Tok::Bool(_) => BOOLEAN,
+                Tok::Int(_) | Tok::Big => INTEGER | NUMBER,
+                Tok::Float(_) => INTEGER | NUMBER, // 1.0 is an integer from draft 6 on
+                Tok::Str { .. } => STRING,
+                Tok::Arr { .. } => ARRAY,
+                Tok::Obj { .. } => OBJECT,
+            };
+            if mask & admits == 0 {
+                return true;
+            }
+        }
+        // `enum` and `const` (`jsonschema`'s `equal`): a value equal to none of the literals,
+        // certainly — a float might equal an integer literal (1.0 == 1 to Python): not certain.
+        let unequal = |lit: &Lit| !matches!((lit, tok), (Lit::Int(_), Tok::Float(_))) && !self.equal(lit, tok);
+        if node.enums.as_ref().is_some_and(|enums| enums.iter().all(unequal)) {
+            return true;
+        }
+        // (Draft 4 has no `const`: `jsonschema` ignores it there.)
+        if !self.v.draft4 && node.konst.as_ref().is_some_and(unequal) {
+            return true;
+        }
+        node.all_of.iter().any(|&b| self.rejects(b, at))
+            || (!node.any_of.is_empty() && node.any_of.iter().all(|&b| self.rejects(b, at)))
     }
 
     /// Whether the value at tape index `at` certainly validates against node `id`.
     fn valid(&self, id: usize, at: usize) -> bool {
         let node = &self.v.nodes[id];
         if let Some(always) = node.always {
-            return always;
+            return always || fail("invalid_false_schema");
         }
         let tok = self.tape[at];
         if let Some(mask) = node.types {
@@ -524,28 +603,28 @@ impl Check<'_> {
                 Tok::Obj { .. } => mask & OBJECT != 0,
             };
             if !ok {
-                return false;
+                return fail(if matches!(tok, Tok::Big) { "invalid_big_int" } else { "invalid_type" });
             }
         }
         if let Some(enums) = &node.enums {
             if !enums.iter().any(|l| self.equal(l, tok)) {
-                return false;
+                return fail("invalid_enum");
             }
         }
         if let Some(konst) = &node.konst {
             if !self.equal(konst, tok) {
-                return false;
+                return fail("invalid_const");
             }
         }
         match tok {
             Tok::Int(_) | Tok::Float(_) | Tok::Big => {
                 if !self.in_bounds(node, tok) {
-                    return false;
+                    return fail("invalid_bound");
                 }
                 if let Some(m) = node.multiple_of {
                     // Python's `instance % m` of two ints; of a float, float arithmetic.
                     if !matches!(tok, Tok::Int(v) if v.rem_euclid(m) == 0) {
-                        return false;
+                        return fail("invalid_multiple_of");
                     }
                 }
             }
@@ -554,14 +633,14 @@ impl Check<'_> {
                     // Python's len: code points (UTF-8 bytes that do not continue one).
                     let n = self.text(s, e, escaped).iter().filter(|&&b| b & 0xC0 != 0x80).count() as u64;
                     if node.min_length.is_some_and(|m| n < m) || node.max_length.is_some_and(|m| n > m) {
-                        return false;
+                        return fail("invalid_length");
                     }
                 }
             }
             Tok::Arr { n, .. } => {
                 let n64 = n as u64;
                 if node.min_items.is_some_and(|m| n64 < m) || node.max_items.is_some_and(|m| n64 > m) {
-                    return false;
+                    return fail("invalid_items");
                 }
                 if let Some(items) = node.items {
                     let mut item = at + 1;
@@ -592,27 +671,24 @@ impl Check<'_> {
                 if self.valid(b, at) {
                     matched += 1;
                 } else if !self.rejects(b, at) {
-                    return false; // a branch that might validate too: not certain
+                    return fail("one_of_uncertain"); // a branch that might validate too
                 }
             }
             if matched != 1 {
-                return false;
+                return fail("invalid_one_of");
             }
         }
         if node.not.is_some_and(|not| !self.rejects(not, at)) {
-            return false;
+            return fail("not_uncertain");
         }
         node.reference.is_none_or(|target| self.valid(target, at))
     }
 
     fn in_bounds(&self, node: &Node, tok: Tok) -> bool {
         use std::cmp::Ordering::*;
-        let cmp = |b: i64| match tok {
-            Tok::Int(v) => Some(v.cmp(&b)),
-            Tok::Float(x) => cmp_float(x, b),
-            _ => None,
+        let check = |bound: Option<Bound>, ok: &[std::cmp::Ordering]| {
+            bound.is_none_or(|b| cmp_bound(tok, b).is_some_and(|o| ok.contains(&o)))
         };
-        let check = |bound: Option<i64>, ok: &[std::cmp::Ordering]| bound.is_none_or(|b| cmp(b).is_some_and(|o| ok.contains(&o)));
         check(node.minimum, &[Greater, Equal])
             && check(node.maximum, &[Less, Equal])
             && check(node.exclusive_minimum, &[Greater])
@@ -641,7 +717,7 @@ impl Check<'_> {
                 member = self.skip(member + 1);
             }
             if !found {
-                return false;
+                return fail("invalid_required");
             }
         }
         if node.properties.is_empty() && node.additional.is_none() {
@@ -673,7 +749,7 @@ impl Check<'_> {
                 }
                 None => {
                     if node.additional.is_some_and(|extra| !self.valid(extra, value)) {
-                        return false;
+                        return fail("invalid_additional");
                     }
                 }
             }
