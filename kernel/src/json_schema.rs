@@ -81,15 +81,19 @@ impl Entry {
 
 // --- values ----------------------------------------------------------------------------------
 
-/// `datetime.fromisoformat(text)` of an RFC 3339 date-time with a UTC offset, as
+/// `datetime.fromisoformat(text)` of a date-time with a UTC offset, as
 /// `json_values.timestamp_micros` converts it: (microseconds since the epoch, the date as
-/// written in days since the epoch). The spellings read: `YYYY-MM-DD`, `T` or space,
-/// `HH:MM[:SS[(.|,)F{1,9}]]` (digits past microseconds truncated, as Python does), then `Z`,
-/// `±HH:MM`, `±HHMM` or `±HH`. Anything else (also what Python reads but converts to an
-/// error, such as a naive time) is `None`: handed back.
+/// written in days since the epoch). The spellings read are the event-time reader's
+/// (`event_time::iso_day`, a subset of what Python 3.11 reads, with its meaning):
+/// `YYYY-MM-DD`, any printable ASCII separator, `HH:MM[:SS[(.|,)F*]]` (digits past
+/// microseconds dropped, as Python does; no digit only before an offset), then `Z`,
+/// `±HH:MM[:SS]`, `±HHMM[SS]` or `±HH`. Anything else (also what Python reads but converts
+/// to an error, such as a naive time) is `None`: handed back.
 pub fn date_time_micros(text: &[u8]) -> Option<(i64, i64)> {
     let date = date_days(text.get(..10)?)?;
-    if !matches!(text.get(10), Some(b'T' | b' ')) {
+    // Python 3.11 takes any character between an extended date and its time; the kernel
+    // reads the printable ASCII ones (a multi-byte one would move the time's byte offsets).
+    if !text.get(10).is_some_and(|b| (0x20..=0x7E).contains(b)) {
         return None;
     }
     let hour = num(text, 11, 2)?;
@@ -115,7 +119,7 @@ pub fn date_time_micros(text: &[u8]) -> Option<(i64, i64)> {
                 }
                 n += 1;
             }
-            if n == 0 || n > 9 {
+            if n == 0 && !matches!(text.get(at + 1), Some(b'Z' | b'+' | b'-')) {
                 return None;
             }
             for _ in n..6 {
@@ -124,18 +128,23 @@ pub fn date_time_micros(text: &[u8]) -> Option<(i64, i64)> {
             at += 1 + n;
         }
     }
-    let (sign, h, m) = match text[at..] {
-        [b'Z'] => (1, 0, 0),
-        [s @ (b'+' | b'-'), h1, h2, b':', m1, m2] | [s @ (b'+' | b'-'), h1, h2, m1, m2] => {
-            (if s == b'-' { -1 } else { 1 }, num(&[h1, h2], 0, 2)?, num(&[m1, m2], 0, 2)?)
+    let (sign, h, m, sec) = match text[at..] {
+        [b'Z'] => (b'+', 0, 0, 0),
+        [s @ (b'+' | b'-'), h1, h2, b':', m1, m2, b':', s1, s2] | [s @ (b'+' | b'-'), h1, h2, m1, m2, s1, s2] => {
+            (s, num(&[h1, h2], 0, 2)?, num(&[m1, m2], 0, 2)?, num(&[s1, s2], 0, 2)?)
         }
-        [s @ (b'+' | b'-'), h1, h2] => (if s == b'-' { -1 } else { 1 }, num(&[h1, h2], 0, 2)?, 0),
+        [s @ (b'+' | b'-'), h1, h2, b':', m1, m2] | [s @ (b'+' | b'-'), h1, h2, m1, m2] => {
+            (s, num(&[h1, h2], 0, 2)?, num(&[m1, m2], 0, 2)?, 0)
+        }
+        [s @ (b'+' | b'-'), h1, h2] => (s, num(&[h1, h2], 0, 2)?, 0, 0),
         _ => return None, // no offset (RFC 3339 requires one: a mismatch) or one not read here
     };
-    if h > 23 || m > 59 {
+    let sign = if sign == b'-' { -1 } else { 1 };
+    // Python also reads minutes or seconds past 59 (`+00:60` is an hour): the Python path's.
+    if h > 23 || m > 59 || sec > 59 {
         return None;
     }
-    let seconds = date * 86_400 + hour * 3600 + minute * 60 + second - sign * (h * 3600 + m * 60);
+    let seconds = date * 86_400 + hour * 3600 + minute * 60 + second - sign * (h * 3600 + m * 60 + sec);
     Some((seconds * 1_000_000 + micros, date))
 }
 
