@@ -230,3 +230,21 @@ def test_a_union_value_no_branch_takes_is_handed_back_and_dead_lettered(tmp_path
     assert python.result.records == 3
     assert native.kernel_messages == 2
     assert native.handed_back_records == {"json_uncertain:union_branch": 1}
+
+
+def test_nulls_of_a_nullable_bytes_or_fixed_field_stage_natively(tmp_path):
+    """No JSON value is ``bytes`` to fastavro, but a null of ``["null", "bytes"]`` (or of a
+    nullable ``fixed`` or decimal) is a null: the kernel writes it, and hands back the rest."""
+    fixed = {"type": "fixed", "name": "Two", "size": 2}
+    decimal = {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2}
+    schema = {**UNIONS, "fields": UNIONS["fields"][:3] + [
+        {"name": "raw", "type": ["null", "bytes"]}, {"name": "two", "type": [fixed, "null"]},
+        {"name": "price", "type": ["null", decimal]}]}  # fmt: skip
+    head = {"datasetName": "web", "tableName": "clicks", "at": 1}
+    values = [json.dumps({**head, "raw": None, "two": None}).encode(), json.dumps(head).encode(),
+              json.dumps({**head, "raw": "AA=="}).encode()]  # fmt: skip
+    config = pipeline(schema=schema, event_time={"fields": ["at"]})
+    python, native = both(tmp_path, config, messages(values))
+    assert python.result.records == 2
+    assert python.result.dead_letters == {"json_schema_mismatch": 1}
+    assert native.kernel_messages == 2

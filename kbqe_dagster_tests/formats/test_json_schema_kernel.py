@@ -117,11 +117,12 @@ def test_date_times_are_converted_and_dated_natively_as_python_does(tmp_path, sp
 
 
 def test_a_schema_the_kernel_does_not_validate_stays_on_the_python_path(tmp_path):
-    """``pattern`` is Python's ``re`` dialect: its schema id is refused once, every message
-    handed back; a keyword no draft defines is an annotation to both."""
+    """A ``pattern`` that is more than a literal is Python's ``re`` dialect: its schema id is
+    refused once, every message handed back; a keyword no draft defines is an annotation to
+    both."""
     pattern = {
         **V1,
-        "properties": {**V1["properties"], "tableName": {"type": "string", "pattern": "^o"}},
+        "properties": {**V1["properties"], "tableName": {"type": "string", "pattern": "^o[a-z]+$"}},
     }
     annotated = {
         **V1,
@@ -282,3 +283,36 @@ def test_const_rejects_a_value_only_where_the_draft_has_const(tmp_path, draft, s
     python, native = both(tmp_path, [json_framed(11, {**GOOD, "tag": "y"})], schemas)
     assert python.result.records == staged
     assert native.kernel_messages == staged
+
+
+@pytest.mark.parametrize(("pattern", "matches"), [
+    ("^ord", ["orders", "ord"]), ("ers$", ["orders", "orders\n"]), ("^orders$", ["orders", "orders\n"]),
+    ("rde", ["orders"]), ("", ["", "x"]), ("^$", ["", "\n"]), ("é-/: x", ["aé-/: xb"]),
+])  # fmt: skip
+def test_a_literal_pattern_is_matched_natively_as_re_search_does(tmp_path, pattern, matches):
+    """``re.search`` of a literal, optionally anchored, is a substring test — with ``$``
+    also matching before a newline that ends the text, as Python's ``$`` does."""
+    misses = ["", "\n", "order", "xorders", "orders\n\n", "Orders", "ers\nx", "aé-/:x"]
+    schema = {**V1, "properties": {**V1["properties"], "tag": {"type": "string", "pattern": pattern}}}
+    schemas = {11: RegisteredSchema(11, "JSON", json.dumps(schema))}
+    tags = matches + [m for m in misses if m not in matches]
+    python, native = both(tmp_path, [json_framed(11, {**GOOD, "tag": t}) for t in tags], schemas)
+    assert python.result.records == native.kernel_messages >= len(matches)
+
+
+@pytest.mark.parametrize(("kind", "items", "unique"), [
+    ("string", [], True), ("string", ["a", "b", "é"], True), ("string", ["a", "b", "a"], False),
+    ("integer", [1, 2, -1], True), ("integer", [1, 2, 1], False), ("integer", [1, 1.0], None),
+    ("number", [1, 2.5], None),
+])  # fmt: skip
+def test_unique_items_are_checked_natively_where_equality_is_plain(tmp_path, kind, items, unique):
+    """``uniqueItems`` on arrays of strings, integers (and nulls) is checked natively; with
+    floats (``1.0`` is 1 to ``jsonschema``), booleans (which are not 1 to it) or nested
+    values the kernel is not certain (None here) and hands the value back to Python."""
+    tags = {"type": "array", "items": {"type": kind}, "uniqueItems": True}
+    schema = {**V1, "properties": {**V1["properties"], "tags": tags}}
+    schemas = {11: RegisteredSchema(11, "JSON", json.dumps(schema))}
+    python, native = both(tmp_path, [json_framed(11, {**GOOD, "tags": items})], schemas)
+    assert native.kernel_messages == (1 if unique else 0)
+    if unique is not None:
+        assert python.result.records == (1 if unique else 0)

@@ -91,9 +91,13 @@ enum Node {
     /// logical branch is `Refused` (fastavro's logical writers parse strings on the way).
     Union(Vec<usize>),
     Record(Vec<Field>),
-    /// A type whose JSON values the kernel does not encode (bytes, fixed, other unions,
-    /// decimals): every non-null value reaching it is handed back.
+    /// A type whose JSON values the kernel does not encode (unions of named, complex or
+    /// logical types): every value reaching it is handed back.
     Refused,
+    /// `bytes` and `fixed` (decimals too): no JSON value is one (fastavro's validators want
+    /// `bytes`), so every value reaching it is handed back, but a nullable of one is a
+    /// nullable (`["null", "bytes"]`: its nulls are written natively).
+    Opaque,
     /// `format: json_schema` (json_schema.rs): a `date-time` string written as its
     /// `timestamp-micros` long, and a `date` string as its `date` int.
     IsoMicros,
@@ -372,7 +376,7 @@ impl Compiler {
                         Ok(id)
                     }
                     "fixed" => {
-                        let id = self.push(Node::Refused);
+                        let id = self.push(Node::Opaque);
                         self.named.insert(full_name(map)?, id);
                         Ok(id)
                     }
@@ -422,7 +426,7 @@ impl Compiler {
             "float" => Node::Float,
             "double" => Node::Double,
             "string" => Node::String,
-            "bytes" => Node::Refused,
+            "bytes" => Node::Opaque,
             other => Node::Pending(other.to_string()),
         }
     }
@@ -722,7 +726,7 @@ fn hex4(s: &[u8], at: usize) -> R<u32> {
 #[cold]
 fn mismatch(node: &Node, tok: Option<Tok>) -> &'static str {
     match (node, tok) {
-        (Node::Refused, _) => "refused_type",
+        (Node::Refused | Node::Opaque, _) => "refused_type",
         (_, None) => "missing",
         (_, Some(Tok::Big)) => "big_int",
         (Node::Int, Some(Tok::Int(_))) => "int_range",

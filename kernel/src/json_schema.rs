@@ -222,6 +222,45 @@ struct Node {
     not: Option<usize>,
     /// `propertyNames`: every key of an object, as a string.
     property_names: Option<usize>,
+    /// `uniqueItems: true`: checked on arrays of strings, integers and nulls (whose equality
+    /// is plain to `jsonschema`'s `uniq`); an array with anything else is not certain.
+    unique: bool,
+    /// `pattern`, when it is a literal (see [`Literal`]).
+    pattern: Option<Literal>,
+}
+
+/// A `pattern` that is a literal, optionally anchored: `re.search` of it is then a plain
+/// substring test. `^` anchors at the start; `$` (without `re.MULTILINE`) at the end or
+/// before a newline that ends the text, as Python's `$` does.
+#[derive(Debug)]
+struct Literal {
+    text: Vec<u8>,
+    start: bool,
+    end: bool,
+}
+
+impl Literal {
+    /// The literal of `pattern`, or None when it has anything `re` reads as other than
+    /// itself (every metacharacter, escapes, and inline flags with them).
+    fn of(pattern: &str) -> Option<Literal> {
+        let start = pattern.starts_with('^');
+        let body = if start { &pattern[1..] } else { pattern };
+        let end = body.ends_with('$');
+        let body = if end { &body[..body.len() - 1] } else { body };
+        let plain = |c: char| c.is_ascii_alphanumeric() || !c.is_ascii() || " _-:/@=,%&~!;<>'\"`".contains(c);
+        body.chars().all(plain).then(|| Literal { text: body.as_bytes().to_vec(), start, end })
+    }
+
+    fn search(&self, text: &[u8]) -> bool {
+        let lit = self.text.as_slice();
+        let at_end = |t: &[u8]| t.ends_with(lit) || (t.ends_with(b"\n") && t[..t.len() - 1].ends_with(lit));
+        match (self.start, self.end) {
+            (true, true) => text == lit || (text.len() == lit.len() + 1 && text.starts_with(lit) && text.ends_with(b"\n")),
+            (true, false) => text.starts_with(lit),
+            (false, true) => at_end(text),
+            (false, false) => lit.is_empty() || text.windows(lit.len()).any(|w| w == lit),
+        }
+    }
 }
 
 /// A JSON Schema compiled for the kernel's subset (module docs).
@@ -242,8 +281,8 @@ pub struct Validator {
 const REFUSED: &[&str] = &[
     "$dynamicRef", "$recursiveRef", "additionalItems", "contains", "dependencies", "dependentRequired",
     "dependentSchemas", "disallow", "divisibleBy", "extends", "if", "then", "else", "maxProperties",
-    "minProperties", "pattern", "patternProperties", "prefixItems",
-    "unevaluatedItems", "unevaluatedProperties", "uniqueItems",
+    "minProperties", "patternProperties", "prefixItems",
+    "unevaluatedItems", "unevaluatedProperties",
     "$id", "id", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "$schema",
 ];
 const DRAFTS: &[&str] = &[
@@ -358,6 +397,14 @@ impl Compiler<'_> {
                 },
                 "not" => node.not = Some(self.node(value, false, depth + 1)?),
                 "propertyNames" => node.property_names = Some(self.node(value, false, depth + 1)?),
+                "uniqueItems" => match value {
+                    Json::Bool(unique) => node.unique = *unique,
+                    _ => return refuse("a uniqueItems that is not a boolean"),
+                },
+                "pattern" => match value.as_str().and_then(Literal::of) {
+                    Some(literal) => node.pattern = Some(literal),
+                    None => return refuse(format!("a pattern the kernel does not match: {value}")),
+                },
                 other if REFUSED.contains(&other) => {
                     return refuse(format!("keyword {other:?} is not validated by the kernel"))
                 }
@@ -645,11 +692,17 @@ impl Check<'_> {
                         return fail("invalid_length");
                     }
                 }
+                if node.pattern.as_ref().is_some_and(|p| !p.search(self.text(s, e, escaped))) {
+                    return fail("invalid_pattern");
+                }
             }
             Tok::Arr { n, .. } => {
                 let n64 = n as u64;
                 if node.min_items.is_some_and(|m| n64 < m) || node.max_items.is_some_and(|m| n64 > m) {
                     return fail("invalid_items");
+                }
+                if node.unique && !self.unique(at, n) {
+                    return fail("unique_items"); // not unique, or not certain
                 }
                 if let Some(items) = node.items {
                     let mut item = at + 1;
@@ -691,6 +744,32 @@ impl Check<'_> {
             return fail("not_uncertain");
         }
         node.reference.is_none_or(|target| self.valid(target, at))
+    }
+
+    /// Whether the `n` items of the array at `at` are certainly unique: strings, integers and
+    /// nulls only (`jsonschema`'s `uniq` tells `true` from 1 and `1.0` equals 1 to it: arrays
+    /// with booleans, floats, arrays or objects are not certain here).
+    fn unique(&self, at: usize, n: u32) -> bool {
+        let items: Vec<Tok> = (0..n as usize).map(|k| self.tape[at + 1 + k]).collect();
+        if !items.iter().all(|t| matches!(t, Tok::Str { .. } | Tok::Int(_) | Tok::Null)) {
+            return false; // (scalars only: each item is one token, at at + 1 + k)
+        }
+        for (k, &a) in items.iter().enumerate() {
+            for &b in &items[..k] {
+                let same = match (a, b) {
+                    (Tok::Null, Tok::Null) => true,
+                    (Tok::Int(x), Tok::Int(y)) => x == y,
+                    (Tok::Str { s, e, escaped }, Tok::Str { s: s2, e: e2, escaped: esc2 }) => {
+                        self.text(s, e, escaped) == self.text(s2, e2, esc2)
+                    }
+                    _ => false,
+                };
+                if same {
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     fn in_bounds(&self, node: &Node, tok: Tok) -> bool {
