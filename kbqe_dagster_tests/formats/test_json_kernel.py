@@ -157,8 +157,9 @@ def test_json_differential_fuzz(tmp_path_factory, pytestconfig):
     kernel stages (nearly) every record that stages."""
     tally = differential_fuzz("json", "fuzz.json", scenario, pytestconfig, tmp_path_factory)
     # The records it leaves to Python are spellings it does not read on purpose (UTF-16, lone
-    # surrogates) and event times it is not sure of (as on the Avro path: zone ids).
-    assert tally.share > 0.8, "the kernel staged too few records to prove anything"
+    # surrogates) and event times it is not sure of (as on the Avro path: zone ids): about 1 %
+    # (formats/json_fuzz.py). Issue 26's target is 95 %.
+    assert tally.share >= 0.95, f"the kernel staged {tally.share:.1%} of the records (< 95 %)"
 
 
 def test_a_lone_surrogate_quoted_by_a_refusal_is_dead_lettered_not_a_failed_range(tmp_path):

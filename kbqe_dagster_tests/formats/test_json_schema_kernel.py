@@ -227,7 +227,9 @@ def test_json_schema_differential_fuzz(tmp_path_factory, pytestconfig):
         tmp_path_factory,
         schemas_of=lambda case: case.schemas,
     )
-    assert tally.share > 0.8, "the kernel staged too few records to prove anything"
+    # What it leaves to Python is mostly lone surrogates, handed back by design: about 1 %
+    # (formats/json_schema_fuzz.py). Issue 26's target is 95 %.
+    assert tally.share >= 0.95, f"the kernel staged {tally.share:.1%} of the records (< 95 %)"
 
 
 @pytest.mark.parametrize(("bounds", "amount", "valid"), [

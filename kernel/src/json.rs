@@ -10,11 +10,18 @@
 //!   [`MAX_DEPTH`]; and everything that is not JSON at all (Python's `json_decode_error`).
 //! - a value that is not an object, and every value that does not fit the schema (Python's
 //!   `json_schema_mismatch`, its reason and field path written by fastavro);
-//! - integers outside 64 bits, non-finite doubles, floats that overflow 32 bits, maps of
-//!   more than [`MAX_MAP_KEYS`] keys;
-//! - unions other than `null` and one other type, `bytes` and `fixed` values (JSON has no
-//!   bytes), a string for an `int`/`date` (fastavro parses it), a record object with a
-//!   `-type` key (fastavro's union hint), a missing field whose default it cannot encode.
+//! - integers outside 64 bits, non-finite numbers (`1e400`), maps of more than
+//!   [`MAX_MAP_KEYS`] keys (a finite double beyond 32 bits is written to a `float` as
+//!   fastavro's C cast writes it: an infinity);
+//! - unions with a named, complex or logical branch other than `["null", X]` (a union of
+//!   primitives is written under the branch fastavro's `write_union` picks), non-null
+//!   `bytes` and `fixed` values (JSON has no bytes), a string for an `int`/`date` (fastavro
+//!   parses it), a record object with a `-type` key (fastavro's union hint), a missing field
+//!   whose default it cannot encode.
+//!
+//! Each hand-back notes the rule it stopped at (`StageKernel.stop_detail`: `lone_surrogate`,
+//! `union_branch`, ...), which the driver counts for the hand-backs the Python path then
+//! stages (`NativeStaging.handed_back_records`).
 //!
 //! Parsing is a small borrowed parser into a reused token tape rather than `serde_json`'s
 //! `Value` (docs/architecture.md, "the JSON kernel"): a number's literal decides whether

@@ -16,23 +16,28 @@
 //! meaning in every draft it is given (4, 6, 7, 2019-09, 2020-12; none named: 7):
 //! `type`, `enum` and `const` of strings, integers, booleans and null, `properties`,
 //! `required`, `additionalProperties`, `items` (one schema), `minItems`/`maxItems`,
-//! `minLength`/`maxLength` (code points, as Python's `len`), integer `minimum`/`maximum`/
-//! `exclusiveMinimum`/`exclusiveMaximum`, `allOf`, `anyOf`, `oneOf`, local `$ref`, and the
-//! annotations (`title`, `description`, `format` — which `jsonschema` does not assert without
-//! a format checker —, `default`, `examples`, any keyword no draft defines). Where drafts differ the kernel is the
-//! stricter: `const` in draft 4 and a `$ref`'s siblings before 2019-09 (which `jsonschema`
-//! ignores there) are checked, so a value they reject is handed back and Python stages it.
-//! `oneOf` is valid only when exactly one branch validates and every other one certainly
-//! rejects the value by its `type`, and `not` only when its schema does. `multipleOf` an
-//! integer is checked on integers (a float's is Python's float arithmetic: handed back);
+//! `minLength`/`maxLength` (code points, as Python's `len`), `minimum`/`maximum`/
+//! `exclusiveMinimum`/`exclusiveMaximum` of integers and of floats (compared with the value
+//! exactly as Python compares an int with a float), `allOf`, `anyOf`, `oneOf`, local `$ref`,
+//! `uniqueItems` (certain for arrays of strings, integers and nulls: others are handed back),
+//! a `pattern` that is a literal, optionally anchored ([`Literal`]), and the annotations
+//! (`title`, `description`, `format` — which `jsonschema` does not assert without a format
+//! checker —, `default`, `examples`, any keyword no draft defines). Where drafts differ the
+//! kernel is the stricter: `const` in draft 4 and a `$ref`'s siblings before 2019-09 (which
+//! `jsonschema` ignores there) are checked, so a value they reject is handed back and Python
+//! stages it. `oneOf` is valid only when exactly one branch validates and every other one
+//! certainly rejects the value (by its `type`, `enum`, `const` — not in draft 4 —, or its
+//! `allOf`/`anyOf` branches), and `not` only when its schema does. `multipleOf` an integer is
+//! checked on integers (a float's is Python's float arithmetic: handed back);
 //! `propertyNames` checks each key as a string.
 //!
-//! Refused (the Python path validates those schemas): `pattern` and `patternProperties`
-//! (Python's `re` dialect), `format` assertions, a float `multipleOf`, `uniqueItems`,
-//! `contains`, `min/maxProperties`, conditionals, `dependencies`, unevaluated
-//! keywords, every other keyword some draft asserts ([`REFUSED`]), non-integer bounds (a float literal read by serde_json may round differently
-//! from Python's), draft-4 boolean exclusive bounds, nested `$id`, remote or recursive
-//! `$ref`, an unknown `$schema`, and every keyword the kernel does not know.
+//! Refused (the Python path validates those schemas): any other `pattern` and
+//! `patternProperties` (Python's `re` dialect), `format` assertions, a float `multipleOf`,
+//! `contains`, `min/maxProperties`, conditionals, `dependencies`, unevaluated keywords, every
+//! other keyword some draft asserts ([`REFUSED`]), bounds beyond 2^63 (serde_json reads an
+//! integer literal beyond 64 bits as a float, Python as an exact `int`), draft-4 boolean
+//! exclusive bounds, nested `$id`, remote or recursive `$ref`, an unknown `$schema`, and every
+//! keyword the kernel does not know.
 
 use crate::body::{renote, Stop, Value, R};
 use crate::event_time::days_from_civil;
