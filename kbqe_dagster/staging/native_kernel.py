@@ -246,7 +246,9 @@ class NativeStaging:
                 stager.add(msg)
                 if stager.dead_letters.total() + stager.skipped.total() == refused:
                     # (A kernel built before ``stop_detail`` gives the reason alone.)
-                    detail = getattr(kernel, "stop_detail", "") if reason == "json_uncertain" else ""
+                    detail = (
+                        getattr(kernel, "stop_detail", "") if reason == "json_uncertain" else ""
+                    )
                     self.handed_back_records[f"{reason}:{detail}" if detail else reason] += 1
             if reader.finished:
                 break

@@ -295,7 +295,10 @@ def test_a_literal_pattern_is_matched_natively_as_re_search_does(tmp_path, patte
     """``re.search`` of a literal, optionally anchored, is a substring test — with ``$``
     also matching before a newline that ends the text, as Python's ``$`` does."""
     misses = ["", "\n", "order", "xorders", "orders\n\n", "Orders", "ers\nx", "aé-/:x"]
-    schema = {**V1, "properties": {**V1["properties"], "tag": {"type": "string", "pattern": pattern}}}
+    schema = {
+        **V1,
+        "properties": {**V1["properties"], "tag": {"type": "string", "pattern": pattern}},
+    }
     schemas = {11: RegisteredSchema(11, "JSON", json.dumps(schema))}
     tags = matches + [m for m in misses if m not in matches]
     python, native = both(tmp_path, [json_framed(11, {**GOOD, "tag": t}) for t in tags], schemas)

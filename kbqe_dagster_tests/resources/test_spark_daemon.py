@@ -76,6 +76,8 @@ def test_the_registry_clients_http_transport_is_preloaded_too() -> None:
         "from confluent_kafka.schema_registry.common._httpx_compat import httpx\n"
         "print(httpx.__name__.replace('httpx', 'httpcore', 1) in sys.modules, 'h11' in sys.modules)\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["True", "True"]
