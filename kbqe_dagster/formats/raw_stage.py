@@ -59,6 +59,7 @@ class RawNativeStaging(NativeStaging):
             enrichment.headers_column is not None, self.hourly,
         )  # fmt: skip
         self.handbacks: Counter[str] = Counter()
+        self.handed_back_records: Counter[str] = Counter()  # NativeStaging's; not counted here
 
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> RawNativeStaging | None:

@@ -141,6 +141,10 @@ class NativeStaging:
         ] = []  # file slot → (dataset, table, id, schema)
         self._slot_of: dict[tuple[str, str, int], int] = {}
         self.handbacks: Counter[str] = Counter()
+        self.handed_back_records: Counter[str] = Counter()
+        """Hand-backs the Python path then staged (neither dead-lettered nor skipped), by the
+        kernel's reason and, for the JSON kernels, its ``stop_detail`` (``reason:detail``): what
+        the kernel's share of staged records loses, and to which rule."""
 
     @staticmethod
     def wanted_paths(stager: Any) -> list[str]:
@@ -238,7 +242,14 @@ class NativeStaging:
                     if reader.finished:
                         break
                     continue
+                refused = stager.dead_letters.total() + stager.skipped.total()
                 stager.add(msg)
+                if stager.dead_letters.total() + stager.skipped.total() == refused:
+                    # (A kernel built before ``stop_detail`` gives the reason alone.)
+                    detail = (
+                        getattr(kernel, "stop_detail", "") if reason == "json_uncertain" else ""
+                    )
+                    self.handed_back_records[f"{reason}:{detail}" if detail else reason] += 1
             if reader.finished:
                 break
 

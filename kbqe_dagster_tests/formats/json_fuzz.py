@@ -9,6 +9,17 @@ values written the many ways producers and JSON allow: any key order and whitesp
 long mantissas and ``-0``, duplicate and extra keys. Some values are wrong on purpose: wrong
 types, missing fields, out-of-range integers, ``NaN``, lone surrogates, a BOM, bad UTF-8,
 truncated or non-object JSON, tombstones, oversized values.
+
+The kernel's share of the records that stage (``FuzzTally``, issue 26: >= 95 %) is not raised
+by this distribution: what it leaves to the Python path is counted by rule (the tally's
+"records staged by Python after a hand-back"). At 200,000 messages (seeds 0-499) the kernel
+stages 98.9 % of them; the 1.1 % it hands back are, by rule: event times it is not sure of
+(185 records: zone ids and spellings, the Avro path's rule), and inputs this generator spoils
+on purpose, which the kernel hands back by design — lone surrogates (175: ``Writer.string``
+inserts ``\\ud800``-like escapes, mostly into keys, at the ``odd`` rate), UTF-16 text (67:
+``mangle``), integers beyond 64 bits for float fields (49) and ``NaN``/``Infinity``/``1e400``
+for them (28), all from the ``wrong`` and ``odd`` draws (0.2 % and 0.3 % of the values and
+strings of producer-like scenarios, 2 % and 5 % of adversarial ones).
 """
 
 from __future__ import annotations

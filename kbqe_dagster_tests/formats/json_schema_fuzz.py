@@ -7,11 +7,20 @@ every construct the Avro mapping takes (records, maps, arrays, enums of strings 
 ``date-time`` and ``date`` strings, ``$ref`` to definitions, ``allOf`` of one, the null idioms
 of ``anyOf``/``oneOf`` and type lists) with the keywords the kernel validates (bounds, lengths,
 ``const``, ``required``, ``additionalProperties``) under every draft, and sometimes what it
-refuses (``pattern``, ``multipleOf``, ``uniqueItems``, a property renamed for Avro) or what the
+refuses or checks only in part (``pattern``, ``multipleOf``, ``uniqueItems``, a property renamed for Avro) or what the
 mapping refuses — and a stream of framed JSON values written the many ways producers and JSON
 allow (formats/json_fuzz.py's writer), some wrong on purpose: values that break a keyword,
 wrong types, missing properties, date-times without offsets or with odd spellings, unknown
 schema ids, bad frames, tombstones, mangled JSON.
+
+The kernel's share of the records that stage (``FuzzTally``, issue 26: >= 95 %) is not raised
+by this distribution: what it leaves to the Python path is counted by rule (the tally's
+"records staged by Python after a hand-back"). At 200,000 messages (seeds 0-499) the kernel
+stages 98.8 % of them; of the 1.2 % it hands back, 328 records hold lone surrogates, which
+the writer (formats/json_fuzz.py's ``Writer.string``) inserts on purpose into keys and
+strings at its ``odd`` rate (0.3 % of the strings of producer-like scenarios, 5 % of
+adversarial ones) and the kernel hands back by design; the other 14 are ``oneOf`` branches it
+cannot call rejected, integers beyond 64 bits and floats compared with integer literals.
 """
 
 from __future__ import annotations

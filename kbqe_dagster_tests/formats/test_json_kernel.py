@@ -157,8 +157,9 @@ def test_json_differential_fuzz(tmp_path_factory, pytestconfig):
     kernel stages (nearly) every record that stages."""
     tally = differential_fuzz("json", "fuzz.json", scenario, pytestconfig, tmp_path_factory)
     # The records it leaves to Python are spellings it does not read on purpose (UTF-16, lone
-    # surrogates) and event times it is not sure of (as on the Avro path: zone ids).
-    assert tally.share > 0.8, "the kernel staged too few records to prove anything"
+    # surrogates) and event times it is not sure of (as on the Avro path: zone ids): about 1 %
+    # (formats/json_fuzz.py). Issue 26's target is 95 %.
+    assert tally.share >= 0.95, f"the kernel staged {tally.share:.1%} of the records (< 95 %)"
 
 
 def test_a_lone_surrogate_quoted_by_a_refusal_is_dead_lettered_not_a_failed_range(tmp_path):
@@ -168,6 +169,83 @@ def test_a_lone_surrogate_quoted_by_a_refusal_is_dead_lettered_not_a_failed_rang
     bad = b'{"datasetName":"web","tableName":"clicks","url":"a","at":"\\ud800"}'
     good = json.dumps(GOOD).encode()
     python, native = both(tmp_path, pipeline(), messages([good, bad, good]))
+    assert python.result.records == 2
+    assert python.result.dead_letters == {"json_schema_mismatch": 1}
+    assert native.kernel_messages == 2
+
+
+UNIONS = {
+    "type": "record",
+    "name": "Mixed",
+    "namespace": "shop",
+    "fields": [
+        {"name": "datasetName", "type": "string"},
+        {"name": "tableName", "type": "string"},
+        {"name": "at", "type": "long"},
+        {"name": "any", "type": ["null", "int", "long", "string", "boolean"]},
+        {"name": "num", "type": ["null", "long", "float", "string", "double"]},
+        {"name": "first", "type": ["float", "string"]},
+        {"name": "nulls", "type": ["null", {"type": "null"}]},
+        {"name": "opt", "type": ["string", "long", "null"], "default": "none"},
+        {"name": "small", "type": "float"},
+    ],
+}
+
+
+def test_unions_of_primitives_stage_natively_under_the_branch_fastavro_picks(tmp_path):
+    """fastavro writes a union value under the first branch whose validator takes it (an
+    int within 32 bits: ``int``; beyond: ``long``; a float: passing over ``float`` for a
+    later ``double``); a missing field under its default's branch; a double beyond 32 bits
+    as its C cast, an infinity. The kernel writes the same bytes."""
+    head = {"datasetName": "web", "tableName": "clicks", "at": 1_726_238_205_123}
+    rows = [
+        {"any": None, "num": None, "first": 1.5, "nulls": None, "opt": "x", "small": 1e39},
+        {"any": 7, "num": 7, "first": "s", "nulls": None, "small": -1e300},
+        {"any": 2**40, "num": 2.5, "first": 3, "nulls": None, "opt": 5, "small": 3.4028235e38},
+        {"any": "s", "num": "s", "first": -0.0, "opt": None, "small": 0.1},
+        {"any": True, "num": -(2**63), "first": 2**62, "small": 7},
+    ]
+    values = [json.dumps({**head, **row}).encode() for row in rows]
+    config = pipeline(schema=UNIONS, event_time={"fields": ["at"]})
+    python, native = both(tmp_path, config, messages(values))
+    assert python.result.records == len(rows)
+    assert native.kernel_messages == len(rows)
+    assert native.handbacks == {}
+    staged = [r for name, data in sorted(python.files.items()) if name.endswith(".avro")
+              for r in fastavro.reader(io.BytesIO(data))]  # fmt: skip
+    assert [r["any"] for r in staged] == [None, 7, 2**40, "s", True]
+    assert staged[0]["small"] == float("inf") and staged[1]["small"] == float("-inf")
+
+
+def test_a_union_value_no_branch_takes_is_handed_back_and_dead_lettered(tmp_path):
+    """An object for a union of primitives (Python's mismatch), or an integer beyond 64 bits
+    (which only a float branch takes, converted by Python, which stages it): handed back,
+    with the rule that stopped the kernel."""
+    head = {"datasetName": "web", "tableName": "clicks", "at": 1, "first": "s", "small": 0}
+    good = json.dumps(head).encode()
+    bad = [json.dumps({**head, "any": {"a": 1}}).encode(),
+           json.dumps({**head, "num": 2**64}).encode()]  # fmt: skip
+    config = pipeline(schema=UNIONS, event_time={"fields": ["at"]})
+    python, native = both(tmp_path, config, messages([good, *bad, good]))
+    assert python.result.dead_letters == {"json_schema_mismatch": 1}
+    assert python.result.records == 3
+    assert native.kernel_messages == 2
+    assert native.handed_back_records == {"json_uncertain:union_branch": 1}
+
+
+def test_nulls_of_a_nullable_bytes_or_fixed_field_stage_natively(tmp_path):
+    """No JSON value is ``bytes`` to fastavro, but a null of ``["null", "bytes"]`` (or of a
+    nullable ``fixed`` or decimal) is a null: the kernel writes it, and hands back the rest."""
+    fixed = {"type": "fixed", "name": "Two", "size": 2}
+    decimal = {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2}
+    schema = {**UNIONS, "fields": UNIONS["fields"][:3] + [
+        {"name": "raw", "type": ["null", "bytes"]}, {"name": "two", "type": [fixed, "null"]},
+        {"name": "price", "type": ["null", decimal]}]}  # fmt: skip
+    head = {"datasetName": "web", "tableName": "clicks", "at": 1}
+    values = [json.dumps({**head, "raw": None, "two": None}).encode(), json.dumps(head).encode(),
+              json.dumps({**head, "raw": "AA=="}).encode()]  # fmt: skip
+    config = pipeline(schema=schema, event_time={"fields": ["at"]})
+    python, native = both(tmp_path, config, messages(values))
     assert python.result.records == 2
     assert python.result.dead_letters == {"json_schema_mismatch": 1}
     assert native.kernel_messages == 2

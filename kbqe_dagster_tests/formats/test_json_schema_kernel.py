@@ -102,6 +102,10 @@ def test_an_integral_float_is_an_integer_from_draft_6_on_natively_too(tmp_path, 
     "2024-09-13T14:36:45Z", "2024-09-13T14:36:45.123+02:00", "2024-09-13 14:36:45,5+0200",
     "2024-09-13T23:59:59.999999999-0530", "2024-09-13T00:30+02", "0001-01-01T00:00:00Z",
     "9999-12-31T23:59:59.999999+00:00", "2024-09-13T14:36:45\\u002B02:00",
+    # What Python 3.11 also reads: any separator, offsets with seconds (basic format too),
+    # fractions of any length, an empty fraction before an offset.
+    "2024-09-13x14:36:45+02:00", "2024-09-13 14:36:45-00:00:01", "2024-09-13T23:59:59+000001",
+    "2024-09-13T14:36:45,1234567891234-05:30", "2024-09-13T00:00:00.Z", "0001-01-01T00:30:00.+00:30",
 ])  # fmt: skip
 @pytest.mark.parametrize("rule", ["local", "utc"])
 def test_date_times_are_converted_and_dated_natively_as_python_does(tmp_path, spelling, rule):
@@ -113,11 +117,12 @@ def test_date_times_are_converted_and_dated_natively_as_python_does(tmp_path, sp
 
 
 def test_a_schema_the_kernel_does_not_validate_stays_on_the_python_path(tmp_path):
-    """``pattern`` is Python's ``re`` dialect: its schema id is refused once, every message
-    handed back; a keyword no draft defines is an annotation to both."""
+    """A ``pattern`` that is more than a literal is Python's ``re`` dialect: its schema id is
+    refused once, every message handed back; a keyword no draft defines is an annotation to
+    both."""
     pattern = {
         **V1,
-        "properties": {**V1["properties"], "tableName": {"type": "string", "pattern": "^o"}},
+        "properties": {**V1["properties"], "tableName": {"type": "string", "pattern": "^o[a-z]+$"}},
     }
     annotated = {
         **V1,
@@ -222,4 +227,97 @@ def test_json_schema_differential_fuzz(tmp_path_factory, pytestconfig):
         tmp_path_factory,
         schemas_of=lambda case: case.schemas,
     )
-    assert tally.share > 0.8, "the kernel staged too few records to prove anything"
+    # What it leaves to Python is mostly lone surrogates, handed back by design: about 1 %
+    # (formats/json_schema_fuzz.py). Issue 26's target is 95 %.
+    assert tally.share >= 0.95, f"the kernel staged {tally.share:.1%} of the records (< 95 %)"
+
+
+@pytest.mark.parametrize(("bounds", "amount", "valid"), [
+    ({"minimum": 0.5}, 1, True), ({"minimum": 0.5}, 0, False), ({"maximum": 2.5}, 2.5, True),
+    ({"exclusiveMaximum": 2.5}, 2.5, False), ({"exclusiveMinimum": -0.5}, -0.25, True),
+    ({"maximum": 9007199254740993}, 9007199254740992.0, True),
+    ({"minimum": 9007199254740993}, 9007199254740992.0, False),
+    ({"maximum": 9007199254740992.0}, 9007199254740993, False),
+    ({"maximum": 1e18}, 10**18, True), ({"maximum": 1e18}, 10**18 + 1, False),
+    ({"minimum": -0.0}, 0, True), ({"maximum": 0.1}, 0.1, True), ({"maximum": 0.1}, 0.1000001, False),
+])  # fmt: skip
+def test_float_bounds_and_big_integer_bounds_compare_natively_as_python_does(
+    tmp_path, bounds, amount, valid
+):
+    """Python compares an int with a float exactly (not through a rounded conversion): the
+    kernel does too, so a value at or beyond 2^53 is staged or handed back as Python
+    validates it, and float bounds (``"minimum": 0.5``) keep a schema on the kernel."""
+    schema = {**V1, "properties": {**V1["properties"], "amount": {"type": "number", **bounds}}}
+    schemas = {11: RegisteredSchema(11, "JSON", json.dumps(schema))}
+    values = [json_framed(11, {**GOOD, "amount": amount})] * 2
+    python, native = both(tmp_path, values, schemas)
+    assert python.result.records == (2 if valid else 0)
+    assert native.kernel_messages == (2 if valid else 0)
+    if not valid:
+        assert native.handbacks == {"json_uncertain": 2}
+
+
+def test_one_of_a_null_and_an_enum_validates_natively(tmp_path):
+    """``oneOf`` is valid when exactly one branch validates and every other one certainly
+    rejects the value: an ``enum`` without a ``type`` certainly rejects a null (and a string
+    it does not list), so the kernel need not hand such values back."""
+    tag = {"oneOf": [{"type": "null"}, {"enum": ["A", "B"]}]}
+    schema = {**V1, "properties": {**V1["properties"], "tag": tag}}
+    schemas = {11: RegisteredSchema(11, "JSON", json.dumps(schema))}
+    values = [json_framed(11, {**GOOD, "tag": t}) for t in (None, "A", "B", "C")]
+    python, native = both(tmp_path, values, schemas)
+    assert python.result.records == 3
+    assert python.result.dead_letters == {"json_schema_mismatch": 1}
+    assert native.kernel_messages == 3
+
+
+@pytest.mark.parametrize(("draft", "staged"), [
+    ("http://json-schema.org/draft-07/schema#", 1), ("http://json-schema.org/draft-04/schema#", 0),
+])  # fmt: skip
+def test_const_rejects_a_value_only_where_the_draft_has_const(tmp_path, draft, staged):
+    """Draft 4 has no ``const`` (``jsonschema`` ignores it there): ``{"const": "x"}`` is then
+    the empty schema, every value validates against it, and ``not`` fails. The kernel checks
+    ``const`` anyway, being the stricter, but never counts on it to call a value rejected
+    (by a ``not`` or a ``oneOf`` branch) under draft 4."""
+    tag = {"type": "string", "not": {"const": "x"}}
+    schema = {**V1, "$schema": draft, "properties": {**V1["properties"], "tag": tag}}
+    schemas = {11: RegisteredSchema(11, "JSON", json.dumps(schema))}
+    python, native = both(tmp_path, [json_framed(11, {**GOOD, "tag": "y"})], schemas)
+    assert python.result.records == staged
+    assert native.kernel_messages == staged
+
+
+@pytest.mark.parametrize(("pattern", "matches"), [
+    ("^ord", ["orders", "ord"]), ("ers$", ["orders", "orders\n"]), ("^orders$", ["orders", "orders\n"]),
+    ("rde", ["orders"]), ("", ["", "x"]), ("^$", ["", "\n"]), ("é-/: x", ["aé-/: xb"]),
+])  # fmt: skip
+def test_a_literal_pattern_is_matched_natively_as_re_search_does(tmp_path, pattern, matches):
+    """``re.search`` of a literal, optionally anchored, is a substring test — with ``$``
+    also matching before a newline that ends the text, as Python's ``$`` does."""
+    misses = ["", "\n", "order", "xorders", "orders\n\n", "Orders", "ers\nx", "aé-/:x"]
+    schema = {
+        **V1,
+        "properties": {**V1["properties"], "tag": {"type": "string", "pattern": pattern}},
+    }
+    schemas = {11: RegisteredSchema(11, "JSON", json.dumps(schema))}
+    tags = matches + [m for m in misses if m not in matches]
+    python, native = both(tmp_path, [json_framed(11, {**GOOD, "tag": t}) for t in tags], schemas)
+    assert python.result.records == native.kernel_messages >= len(matches)
+
+
+@pytest.mark.parametrize(("kind", "items", "unique"), [
+    ("string", [], True), ("string", ["a", "b", "é"], True), ("string", ["a", "b", "a"], False),
+    ("integer", [1, 2, -1], True), ("integer", [1, 2, 1], False), ("integer", [1, 1.0], None),
+    ("number", [1, 2.5], None),
+])  # fmt: skip
+def test_unique_items_are_checked_natively_where_equality_is_plain(tmp_path, kind, items, unique):
+    """``uniqueItems`` on arrays of strings, integers (and nulls) is checked natively; with
+    floats (``1.0`` is 1 to ``jsonschema``), booleans (which are not 1 to it) or nested
+    values the kernel is not certain (None here) and hands the value back to Python."""
+    tags = {"type": "array", "items": {"type": kind}, "uniqueItems": True}
+    schema = {**V1, "properties": {**V1["properties"], "tags": tags}}
+    schemas = {11: RegisteredSchema(11, "JSON", json.dumps(schema))}
+    python, native = both(tmp_path, [json_framed(11, {**GOOD, "tags": items})], schemas)
+    assert native.kernel_messages == (1 if unique else 0)
+    if unique is not None:
+        assert python.result.records == (1 if unique else 0)

@@ -141,3 +141,29 @@ def test_a_missing_reference_is_none_and_a_failing_registry_is_an_error(lookup_w
     assert lookup_with(Client(404)).get_reference(MONEY) is None
     with pytest.raises(RegistryUnavailableError, match="subject 'acme-money' version 2"):
         lookup_with(Client(500)).get_reference(MONEY)
+
+
+def test_a_compiled_set_is_kept_on_disk_for_the_next_process(tmp_path, monkeypatch) -> None:
+    """Every stage run starts fresh workers: the set protoc compiled for the same texts in an
+    earlier process is read back instead of running protoc again; a damaged entry is compiled
+    again; a refusal is not kept."""
+    import subprocess
+    import tempfile
+
+    from kbqe_dagster.resources import protobuf_compiler
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    files = {ROOT_FILE: 'syntax = "proto3";\npackage cached.t;\nmessage Kept { int64 id = 1; }\n'}
+    first = compile_files(files)
+    protobuf_compiler._compile.cache_clear()  # as a fresh process starts
+    real_run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("protoc ran again"))
+    assert compile_files(files) == first
+    [entry] = (tmp_path / f"{protobuf_compiler.CACHE_DIR}-{__import__('os').getuid()}").iterdir()
+    entry.write_bytes(b"\xff not a descriptor set")
+    protobuf_compiler._compile.cache_clear()
+    monkeypatch.setattr(subprocess, "run", real_run)
+    assert compile_files(files) == first
+    with pytest.raises(UnmappableProtobufSchemaError):
+        compile_files({ROOT_FILE: "syntax = nonsense"})
+    assert len(list(entry.parent.iterdir())) == 1

@@ -63,3 +63,21 @@ def test_spark_tasks_run_in_workers_forked_from_the_preloading_daemon(spark_cont
     # Only this daemon freezes objects before forking: PySpark's own imports after the fork.
     facts = spark_context.parallelize([0, 1], 2).map(_worker_facts).collect()
     assert facts == [(True, True), (True, True)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_registry_clients_http_transport_is_preloaded_too() -> None:
+    """httpx imports its transport (httpcore, h11) only when the first registry client is
+    built: preloaded, each worker's first schema lookup does not import it again."""
+    probe = (
+        "import sys\n"
+        "from kbqe_dagster.resources.spark_daemon import preload\n"
+        "preload()\n"
+        "from confluent_kafka.schema_registry.common._httpx_compat import httpx\n"
+        "print(httpx.__name__.replace('httpx', 'httpcore', 1) in sys.modules, 'h11' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["True", "True"]

@@ -103,6 +103,8 @@ class Staged:
     error: str | None = None  # the fail policy's StageRangeFailed
     kernel_messages: int = 0
     handbacks: dict[str, int] | None = None
+    handed_back_records: dict[str, int] | None = None
+    """Hand-backs the Python path staged, by reason (``NativeStaging.handed_back_records``)."""
 
 
 def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int, Any],
@@ -149,6 +151,7 @@ def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int,
         None,
         driver.kernel.messages if driver else 0,
         dict(driver.handbacks) if driver else None,
+        dict(driver.handed_back_records) if driver else None,
     )
 
 
@@ -227,6 +230,10 @@ class FuzzTally:
     """Records of the scenarios that are not adversarial: what producers send."""
     plain_natively: int = 0
     handbacks: Counter[str] = field(default_factory=Counter)
+    handed_back_records: Counter[str] = field(default_factory=Counter)
+    """The records the kernel did not stage (what its share loses), by hand-back reason."""
+    plain_handed_back_records: Counter[str] = field(default_factory=Counter)
+    """Of them, the producer-like scenarios'."""
 
     @property
     def share(self) -> float:
@@ -249,7 +256,9 @@ class FuzzTally:
         if not getattr(case, "adversarial", True):
             self.plain_records += python.result.records
             self.plain_natively += natively
+            self.plain_handed_back_records.update(native.handed_back_records or {})
         self.handbacks.update(native.handbacks or {})
+        self.handed_back_records.update(native.handed_back_records or {})
 
     def summary(self, label: str) -> str:
         line = (
@@ -260,10 +269,12 @@ class FuzzTally:
         if self.tombstones:
             line += f", {self.tombstones} tombstones"
         line += f"; hand-backs {dict(self.handbacks)}"
+        line += f"; records staged by Python after a hand-back {dict(self.handed_back_records.most_common())}"
         if self.plain_records:
             line += (
                 f"; producer-like scenarios: {self.plain_records} records, "
-                f"{self.plain_natively} by the kernel ({self.plain_share:.1%})"
+                f"{self.plain_natively} by the kernel ({self.plain_share:.1%}), by Python after "
+                f"a hand-back {dict(self.plain_handed_back_records.most_common())}"
             )
         return line
 

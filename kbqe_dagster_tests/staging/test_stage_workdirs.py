@@ -26,3 +26,22 @@ def test_dirs_of_dead_processes_are_removed_and_live_ones_kept(tmp_path: Path) -
 
     assert remove_abandoned_workdirs(tmp_path) == 1
     assert not abandoned.exists() and live.exists() and ours.exists() and legacy.exists()
+
+
+def test_work_dirs_live_in_a_directory_of_their_own_which_the_cleanup_lists(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The cleanup every task runs lists the stage work directories only, not the whole temp
+    dir (which may hold tens of thousands of entries: a fixed cost of every range)."""
+    import tempfile
+
+    from kbqe_dagster.staging.workdirs import WORKDIR_ROOT, new_workdir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    workdir = new_workdir(3, 100)
+    assert workdir.parent == tmp_path / f"{WORKDIR_ROOT}-{__import__('os').getuid()}"
+    assert workdir.name.startswith(f"{WORKDIR_PREFIX}{__import__('os').getpid()}-3-100-")
+    stray = tmp_path / f"{WORKDIR_PREFIX}999999999-0-1-abc"  # beside, not inside: not listed
+    stray.mkdir()
+    assert remove_abandoned_workdirs() == 0
+    assert stray.exists() and workdir.exists()

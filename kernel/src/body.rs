@@ -11,6 +11,43 @@ use crate::schema::{Kind, Logical, NodeId, Schema, Unsupported};
 pub struct Stop;
 pub type R<T> = Result<T, Stop>;
 
+thread_local! {
+    /// Why the last hand-back of the JSON kernels stopped, finer than its reason
+    /// (`StageKernel.stop_detail`): which of their rules the kernel was not certain under, so
+    /// the hand-backs the Python path then stages as records can be counted by rule.
+    static WHY: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
+}
+
+/// A hand-back, noting `why` (the first one noted since [`forget_why`] stays: it is the
+/// innermost rule, the one that decided).
+#[cold]
+#[inline(never)]
+pub fn stop(why: &'static str) -> Stop {
+    note(why);
+    Stop
+}
+
+/// Note `why` unless a reason is already noted (see [`stop`]).
+#[cold]
+#[inline(never)]
+pub fn note(why: &'static str) {
+    WHY.with(|w| {
+        if w.get().is_empty() {
+            w.set(why)
+        }
+    });
+}
+
+/// Replace the noted reason (where a rule's failure is not final, as an `anyOf` branch's).
+pub fn renote(why: &'static str) {
+    WHY.with(|w| w.set(why));
+}
+
+/// The noted reason, forgotten.
+pub fn forget_why() -> &'static str {
+    WHY.with(|w| w.replace(""))
+}
+
 /// A wanted value, as far as routing and event time need it.
 #[derive(Clone, Copy, Debug)]
 pub enum Value {

@@ -10,11 +10,18 @@
 //!   [`MAX_DEPTH`]; and everything that is not JSON at all (Python's `json_decode_error`).
 //! - a value that is not an object, and every value that does not fit the schema (Python's
 //!   `json_schema_mismatch`, its reason and field path written by fastavro);
-//! - integers outside 64 bits, non-finite doubles, floats that overflow 32 bits, maps of
-//!   more than [`MAX_MAP_KEYS`] keys;
-//! - unions other than `null` and one other type, `bytes` and `fixed` values (JSON has no
-//!   bytes), a string for an `int`/`date` (fastavro parses it), a record object with a
-//!   `-type` key (fastavro's union hint), a missing field whose default it cannot encode.
+//! - integers outside 64 bits, non-finite numbers (`1e400`), maps of more than
+//!   [`MAX_MAP_KEYS`] keys (a finite double beyond 32 bits is written to a `float` as
+//!   fastavro's C cast writes it: an infinity);
+//! - unions with a named, complex or logical branch other than `["null", X]` (a union of
+//!   primitives is written under the branch fastavro's `write_union` picks), non-null
+//!   `bytes` and `fixed` values (JSON has no bytes), a string for an `int`/`date` (fastavro
+//!   parses it), a record object with a `-type` key (fastavro's union hint), a missing field
+//!   whose default it cannot encode.
+//!
+//! Each hand-back notes the rule it stopped at (`StageKernel.stop_detail`: `lone_surrogate`,
+//! `union_branch`, ...), which the driver counts for the hand-backs the Python path then
+//! stages (`NativeStaging.handed_back_records`).
 //!
 //! Parsing is a small borrowed parser into a reused token tape rather than `serde_json`'s
 //! `Value` (docs/architecture.md, "the JSON kernel"): a number's literal decides whether
@@ -23,7 +30,7 @@
 //! correctly rounded `str::parse` (what Python's `float()` does), and nothing is allocated per
 //! message. Duplicate keys take the last value at the first key's place, as Python's `dict` does.
 
-use crate::body::{Stop, Value, R};
+use crate::body::{forget_why, note, stop, Stop, Value, R};
 use crate::schema::Unsupported;
 use serde_json::Value as Json;
 use std::collections::HashMap;
@@ -85,10 +92,19 @@ enum Node {
     Map(usize),
     /// `["null", X]` (null_first) or `[X, "null"]`.
     Nullable { inner: usize, null_first: bool },
+    /// Any other union of primitives without logical types (`["null", "string", "long"]`,
+    /// `["string", "long"]`, `["null"]`): each value written under the branch fastavro's
+    /// `write_union` picks ([`Writer::union_branch`]). A union with a named, complex or
+    /// logical branch is `Refused` (fastavro's logical writers parse strings on the way).
+    Union(Vec<usize>),
     Record(Vec<Field>),
-    /// A type whose JSON values the kernel does not encode (bytes, fixed, other unions,
-    /// decimals): every non-null value reaching it is handed back.
+    /// A type whose JSON values the kernel does not encode (unions of named, complex or
+    /// logical types): every value reaching it is handed back.
     Refused,
+    /// `bytes` and `fixed` (decimals too): no JSON value is one (fastavro's validators want
+    /// `bytes`), so every value reaching it is handed back, but a nullable of one is a
+    /// nullable (`["null", "bytes"]`: its nulls are written natively).
+    Opaque,
     /// `format: json_schema` (json_schema.rs): a `date-time` string written as its
     /// `timestamp-micros` long, and a `date` string as its `date` int.
     IsoMicros,
@@ -149,14 +165,19 @@ impl Encoder {
         for node in nodes.iter_mut() {
             match node {
                 Node::Array(id) | Node::Map(id) | Node::Nullable { inner: id, .. } => *id = target[*id],
+                Node::Union(ids) => ids.iter_mut().for_each(|id| *id = target[*id]),
                 Node::Record(fields) => fields.iter_mut().for_each(|f| f.node = target[f.node]),
                 _ => {}
             }
         }
-        // A nullable whose other branch turned out to be a union or null is not one.
+        // A nullable whose other branch turned out to be a union is not one; one whose other
+        // branch is null too (`["null", {"type": "null"}]`) is a union of two nulls, whose
+        // first fastavro picks for a null (format: json; json_schema's converter: handed back).
         for i in 0..nodes.len() {
             if let Node::Nullable { inner, .. } = nodes[i] {
-                if matches!(nodes[inner], Node::Nullable { .. } | Node::Null | Node::Refused) {
+                if matches!(nodes[inner], Node::Null) && iso.is_none() {
+                    nodes[i] = Node::Union(vec![inner, inner]);
+                } else if matches!(nodes[inner], Node::Nullable { .. } | Node::Union(_) | Node::Null | Node::Refused) {
                     nodes[i] = Node::Refused;
                 }
             }
@@ -246,22 +267,27 @@ impl Encoder {
         // Python decodes the whole value before parsing (`json.detect_encoding`: a UTF-8 BOM
         // means `utf-8-sig`, which drops it); invalid UTF-8 anywhere is an error.
         let value = value.strip_prefix(b"\xef\xbb\xbf").unwrap_or(value);
-        std::str::from_utf8(value).map_err(|_| Stop)?;
+        forget_why();
+        std::str::from_utf8(value).map_err(|_| stop("utf8"))?;
         self.tape.clear();
         self.unescaped.clear();
         self.body.clear();
         let mut p = Parser { s: value, i: 0, tape: &mut self.tape, unescaped: &mut self.unescaped };
         p.ws();
-        p.value(0)?;
+        p.value(0).map_err(|_| stop("syntax"))?;
         p.ws();
         if p.i != value.len() {
-            return Err(Stop);
+            return Err(stop("syntax"));
         }
         let w = Writer { nodes: &self.nodes, tape: &self.tape, input: value, unescaped: &self.unescaped,
                          defaults: &self.defaults, json_schema: self.json_schema, utc_rule: self.utc_rule };
-        if !matches!(self.tape[0], Tok::Obj { .. }) || !valid(&self.tape, value, &self.unescaped) {
-            return Err(Stop);
+        if !matches!(self.tape[0], Tok::Obj { .. }) {
+            return Err(stop("not_object"));
         }
+        if !valid(&self.tape, value, &self.unescaped) {
+            return Err(stop("invalid")); // the validator noted which rule
+        }
+        forget_why(); // what a valid value's failed branches noted
         w.encode(self.top, Some(0), Some(&self.want), &mut self.body, values, 0)
     }
 }
@@ -292,8 +318,12 @@ impl Compiler {
                     self.nodes[id] = Node::Nullable { inner, null_first: nulls[0] };
                 } else {
                     // Still compiled: named types defined inside must be known to later uses.
+                    let mut ids = Vec::with_capacity(branches.len());
                     for b in branches {
-                        self.node(b)?;
+                        ids.push(self.node(b)?);
+                    }
+                    if !self.iso && !branches.is_empty() && branches.iter().all(plain_primitive) {
+                        self.nodes[id] = Node::Union(ids);
                     }
                 }
                 Ok(id)
@@ -353,7 +383,7 @@ impl Compiler {
                         Ok(id)
                     }
                     "fixed" => {
-                        let id = self.push(Node::Refused);
+                        let id = self.push(Node::Opaque);
                         self.named.insert(full_name(map)?, id);
                         Ok(id)
                     }
@@ -403,9 +433,21 @@ impl Compiler {
             "float" => Node::Float,
             "double" => Node::Double,
             "string" => Node::String,
-            "bytes" => Node::Refused,
+            "bytes" => Node::Opaque,
             other => Node::Pending(other.to_string()),
         }
+    }
+}
+
+/// A union branch that is a primitive type without a logical type (`"long"`, `{"type": "long"}`).
+fn plain_primitive(branch: &Json) -> bool {
+    const PRIMITIVES: &[&str] = &["null", "boolean", "int", "long", "float", "double", "string"];
+    match branch {
+        Json::String(name) => PRIMITIVES.contains(&name.as_str()),
+        Json::Object(map) => {
+            map.get("type").and_then(Json::as_str).is_some_and(|t| PRIMITIVES.contains(&t)) && !map.contains_key("logicalType")
+        }
+        _ => false,
     }
 }
 
@@ -438,7 +480,7 @@ impl Parser<'_> {
 
     fn value(&mut self, depth: u32) -> R<()> {
         if depth > MAX_DEPTH {
-            return Err(Stop);
+            return Err(stop("depth"));
         }
         match self.peek()? {
             b'{' => {
@@ -607,7 +649,7 @@ impl Parser<'_> {
                     return Ok(());
                 }
                 b'\\' => break,
-                0..=0x1f => return Err(Stop), // Python's strict mode refuses control characters
+                0..=0x1f => return Err(stop("control_char")), // Python's strict mode refuses them
                 _ => i += 1,
             }
         }
@@ -640,16 +682,16 @@ impl Parser<'_> {
                             if (0xD800..0xDC00).contains(&c) {
                                 // A pair must follow; a lone surrogate is Python's (it keeps it).
                                 if s.get(i) != Some(&b'\\') || s.get(i + 1) != Some(&b'u') {
-                                    return Err(Stop);
+                                    return Err(stop("lone_surrogate"));
                                 }
                                 let low = hex4(s, i + 2)?;
                                 if !(0xDC00..0xE000).contains(&low) {
-                                    return Err(Stop);
+                                    return Err(stop("lone_surrogate"));
                                 }
                                 i += 6;
                                 c = 0x10000 + ((c - 0xD800) << 10) + (low - 0xDC00);
                             } else if (0xDC00..0xE000).contains(&c) {
-                                return Err(Stop);
+                                return Err(stop("lone_surrogate"));
                             }
                             let ch = char::from_u32(c).ok_or(Stop)?;
                             let mut buf = [0u8; 4];
@@ -660,7 +702,7 @@ impl Parser<'_> {
                     };
                     self.unescaped.push(byte);
                 }
-                0..=0x1f => return Err(Stop),
+                0..=0x1f => return Err(stop("control_char")),
                 b => {
                     self.unescaped.push(b);
                     i += 1;
@@ -686,6 +728,20 @@ fn hex4(s: &[u8], at: usize) -> R<u32> {
 }
 
 // --- encoding --------------------------------------------------------------------------------
+
+/// A hand-back's detail (`StageKernel.stop_detail`) for a value the schema node does not take.
+#[cold]
+fn mismatch(node: &Node, tok: Option<Tok>) -> &'static str {
+    match (node, tok) {
+        (Node::Refused | Node::Opaque, _) => "refused_type",
+        (_, None) => "missing",
+        (_, Some(Tok::Big)) => "big_int",
+        (Node::Int, Some(Tok::Int(_))) => "int_range",
+        (Node::Int | Node::Long, Some(Tok::Float(_))) => "float_for_integer",
+        (Node::Int | Node::Long | Node::IsoDate, Some(Tok::Str { .. })) => "string_for_integer",
+        _ => "type_mismatch",
+    }
+}
 
 struct Writer<'a> {
     nodes: &'a [Node],
@@ -735,7 +791,7 @@ impl Writer<'_> {
     fn encode(&self, id: usize, at: Option<usize>, want: Option<&Want>, out: &mut Vec<u8>,
               values: &mut [Value], depth: u32) -> R<()> {
         if depth > MAX_DEPTH {
-            return Err(Stop);
+            return Err(stop("depth"));
         }
         let tok = at.map(|a| self.tape[a]);
         match (&self.nodes[id], tok) {
@@ -752,17 +808,17 @@ impl Writer<'_> {
             }
             (Node::Float, Some(Tok::Int(_) | Tok::Float(_))) => {
                 let x = match tok { Some(Tok::Int(v)) => v as f64, Some(Tok::Float(f)) => f, _ => unreachable!() };
-                let y = x as f32;
-                // Python's float packing refuses a finite double that overflows 32 bits.
-                if !x.is_finite() || y.is_infinite() {
-                    return Err(Stop);
+                // fastavro's writer casts the double to a C float: one beyond 32 bits is
+                // written as an infinity (rounded to nearest, as Rust's `as` rounds).
+                if !x.is_finite() {
+                    return Err(stop("non_finite"));
                 }
-                out.extend_from_slice(&y.to_le_bytes());
+                out.extend_from_slice(&(x as f32).to_le_bytes());
             }
             (Node::Double, Some(Tok::Int(_) | Tok::Float(_))) => {
                 let x = match tok { Some(Tok::Int(v)) => v as f64, Some(Tok::Float(f)) => f, _ => unreachable!() };
                 if !x.is_finite() {
-                    return Err(Stop);
+                    return Err(stop("non_finite"));
                 }
                 out.extend_from_slice(&x.to_le_bytes());
             }
@@ -772,15 +828,15 @@ impl Writer<'_> {
                 out.extend_from_slice(text);
             }
             (Node::IsoMicros, Some(Tok::Str { s, e, escaped })) => {
-                let (micros, _) = crate::json_schema::date_time_micros(self.text(s, e, escaped)).ok_or(Stop)?;
+                let (micros, _) = crate::json_schema::date_time_micros(self.text(s, e, escaped)).ok_or_else(|| stop("date_time"))?;
                 put_long(out, micros);
             }
             (Node::IsoDate, Some(Tok::Str { s, e, escaped })) => {
-                put_long(out, crate::json_schema::date_days(self.text(s, e, escaped)).ok_or(Stop)?);
+                put_long(out, crate::json_schema::date_days(self.text(s, e, escaped)).ok_or_else(|| stop("date"))?);
             }
             (Node::Enum(symbols), Some(Tok::Str { s, e, escaped })) => {
                 let text = self.text(s, e, escaped);
-                let index = symbols.iter().position(|sym| sym.as_slice() == text).ok_or(Stop)?;
+                let index = symbols.iter().position(|sym| sym.as_slice() == text).ok_or_else(|| stop("enum_symbol"))?;
                 put_long(out, index as i64);
             }
             (Node::Nullable { inner, null_first }, _) => {
@@ -790,6 +846,11 @@ impl Writer<'_> {
                 if !null {
                     self.encode(*inner, at, want, out, values, depth + 1)?;
                 }
+            }
+            (Node::Union(branches), _) => {
+                let index = self.union_branch(branches, tok).ok_or_else(|| stop("union_branch"))?;
+                put_long(out, index as i64);
+                self.encode(branches[index], at, want, out, values, depth + 1)?;
             }
             (Node::Array(items), Some(Tok::Arr { n, .. })) => {
                 if n > 0 {
@@ -807,7 +868,7 @@ impl Writer<'_> {
                 // value; fastavro writes one block of len(dict) entries, then the end marker.
                 // Keys are compared pairwise: a map of more than MAX_MAP_KEYS goes to Python.
                 if n > MAX_MAP_KEYS {
-                    return Err(Stop);
+                    return Err(stop("map_keys"));
                 }
                 let (mut members_buf, mut members_vec) = ([0usize; 64], Vec::new());
                 let members: &mut [usize] = if n <= 64 {
@@ -878,14 +939,14 @@ impl Writer<'_> {
                         // fastavro's union hint: a `-type` key naming another record is a
                         // mismatch (no Avro field name has a '-'). json_schema's converter
                         // gives fastavro the declared properties only.
-                        None if key == b"-type" && !self.json_schema => return Err(Stop),
+                        None if key == b"-type" && !self.json_schema => return Err(stop("dash_type")),
                         None => {}
                     }
                 }
                 for (index, field) in fields.iter().enumerate() {
                     let found = (found[index] != usize::MAX).then_some(found[index]);
                     match (found, field.default) {
-                        (None, Default_::Other) => return Err(Stop),
+                        (None, Default_::Other) => return Err(stop("missing_without_default")),
                         (None, Default_::Encoded(at)) => {
                             // Written as the default, read by routing and event time as absent
                             // (Python's field_values reads the JSON object: None).
@@ -902,9 +963,43 @@ impl Writer<'_> {
                     }
                 }
             }
-            _ => return Err(Stop),
+            (node, tok) => return Err(stop(mismatch(node, tok))),
         }
         Ok(())
+    }
+
+    /// The branch of a [`Node::Union`] fastavro's `write_union` writes a value (None: absent)
+    /// under: the first whose validator takes the value, except that a `float` is passed
+    /// over for a later `double`. None when no branch takes it (Python's mismatch) or for an
+    /// integer beyond 64 bits (which only a float branch takes, converted by Python).
+    fn union_branch(&self, branches: &[usize], tok: Option<Tok>) -> Option<usize> {
+        let mut float = None;
+        for (index, &branch) in branches.iter().enumerate() {
+            let node = &self.nodes[branch];
+            if float.is_some() {
+                if matches!(node, Node::Double) {
+                    return Some(index);
+                }
+                continue;
+            }
+            let takes = match (node, tok) {
+                (Node::Null, None | Some(Tok::Null)) => true,
+                (Node::Boolean, Some(Tok::Bool(_))) => true,
+                (Node::Int, Some(Tok::Int(v))) => i32::try_from(v).is_ok(),
+                (Node::Long, Some(Tok::Int(_))) => true,
+                (Node::Float | Node::Double, Some(Tok::Int(_) | Tok::Float(_))) => true,
+                (Node::String, Some(Tok::Str { .. })) => true,
+                _ => false,
+            };
+            if takes {
+                if matches!(node, Node::Float) {
+                    float = Some(index);
+                    continue;
+                }
+                return Some(index);
+            }
+        }
+        float
     }
 
     /// What Python's `field_values` reads for a wanted field (the JSON value itself, not its
@@ -916,8 +1011,12 @@ impl Writer<'_> {
             Tok::Int(v) => Value::Int(v),
             Tok::Float(f) => Value::Float(f),
             Tok::Str { s, e, escaped } => {
-                let node = match self.nodes[id] {
-                    Node::Nullable { inner, .. } => inner,
+                let node = match &self.nodes[id] {
+                    Node::Nullable { inner, .. } => *inner,
+                    // A string is written under the union's first string branch.
+                    Node::Union(branches) => {
+                        branches.iter().copied().find(|&b| matches!(self.nodes[b], Node::String)).unwrap_or(id)
+                    }
                     _ => id,
                 };
                 // json_schema's `date-time` and `date` strings (encoded: the text is not in

@@ -16,25 +16,30 @@
 //! meaning in every draft it is given (4, 6, 7, 2019-09, 2020-12; none named: 7):
 //! `type`, `enum` and `const` of strings, integers, booleans and null, `properties`,
 //! `required`, `additionalProperties`, `items` (one schema), `minItems`/`maxItems`,
-//! `minLength`/`maxLength` (code points, as Python's `len`), integer `minimum`/`maximum`/
-//! `exclusiveMinimum`/`exclusiveMaximum`, `allOf`, `anyOf`, `oneOf`, local `$ref`, and the
-//! annotations (`title`, `description`, `format` — which `jsonschema` does not assert without
-//! a format checker —, `default`, `examples`, any keyword no draft defines). Where drafts differ the kernel is the
-//! stricter: `const` in draft 4 and a `$ref`'s siblings before 2019-09 (which `jsonschema`
-//! ignores there) are checked, so a value they reject is handed back and Python stages it.
-//! `oneOf` is valid only when exactly one branch validates and every other one certainly
-//! rejects the value by its `type`, and `not` only when its schema does. `multipleOf` an
-//! integer is checked on integers (a float's is Python's float arithmetic: handed back);
+//! `minLength`/`maxLength` (code points, as Python's `len`), `minimum`/`maximum`/
+//! `exclusiveMinimum`/`exclusiveMaximum` of integers and of floats (compared with the value
+//! exactly as Python compares an int with a float), `allOf`, `anyOf`, `oneOf`, local `$ref`,
+//! `uniqueItems` (certain for arrays of strings, integers and nulls: others are handed back),
+//! a `pattern` that is a literal, optionally anchored ([`Literal`]), and the annotations
+//! (`title`, `description`, `format` — which `jsonschema` does not assert without a format
+//! checker —, `default`, `examples`, any keyword no draft defines). Where drafts differ the
+//! kernel is the stricter: `const` in draft 4 and a `$ref`'s siblings before 2019-09 (which
+//! `jsonschema` ignores there) are checked, so a value they reject is handed back and Python
+//! stages it. `oneOf` is valid only when exactly one branch validates and every other one
+//! certainly rejects the value (by its `type`, `enum`, `const` — not in draft 4 —, or its
+//! `allOf`/`anyOf` branches), and `not` only when its schema does. `multipleOf` an integer is
+//! checked on integers (a float's is Python's float arithmetic: handed back);
 //! `propertyNames` checks each key as a string.
 //!
-//! Refused (the Python path validates those schemas): `pattern` and `patternProperties`
-//! (Python's `re` dialect), `format` assertions, a float `multipleOf`, `uniqueItems`,
-//! `contains`, `min/maxProperties`, conditionals, `dependencies`, unevaluated
-//! keywords, every other keyword some draft asserts ([`REFUSED`]), non-integer bounds (a float literal read by serde_json may round differently
-//! from Python's), draft-4 boolean exclusive bounds, nested `$id`, remote or recursive
-//! `$ref`, an unknown `$schema`, and every keyword the kernel does not know.
+//! Refused (the Python path validates those schemas): any other `pattern` and
+//! `patternProperties` (Python's `re` dialect), `format` assertions, a float `multipleOf`,
+//! `contains`, `min/maxProperties`, conditionals, `dependencies`, unevaluated keywords, every
+//! other keyword some draft asserts ([`REFUSED`]), bounds beyond 2^63 (serde_json reads an
+//! integer literal beyond 64 bits as a float, Python as an exact `int`), draft-4 boolean
+//! exclusive bounds, nested `$id`, remote or recursive `$ref`, an unknown `$schema`, and every
+//! keyword the kernel does not know.
 
-use crate::body::{Stop, Value, R};
+use crate::body::{renote, Stop, Value, R};
 use crate::event_time::days_from_civil;
 use crate::json::{Encoder, Tok};
 use crate::schema::Unsupported;
@@ -65,6 +70,7 @@ impl Entry {
         // Python decodes the body as UTF-8 and parses the text: a BOM is then a character
         // JSON does not allow (json_decode_error), unlike `json.loads` of bytes.
         if json.starts_with(b"\xef\xbb\xbf") {
+            renote("bom");
             return Err(Stop);
         }
         let validator = &self.validator;
@@ -80,15 +86,19 @@ impl Entry {
 
 // --- values ----------------------------------------------------------------------------------
 
-/// `datetime.fromisoformat(text)` of an RFC 3339 date-time with a UTC offset, as
+/// `datetime.fromisoformat(text)` of a date-time with a UTC offset, as
 /// `json_values.timestamp_micros` converts it: (microseconds since the epoch, the date as
-/// written in days since the epoch). The spellings read: `YYYY-MM-DD`, `T` or space,
-/// `HH:MM[:SS[(.|,)F{1,9}]]` (digits past microseconds truncated, as Python does), then `Z`,
-/// `±HH:MM`, `±HHMM` or `±HH`. Anything else (also what Python reads but converts to an
-/// error, such as a naive time) is `None`: handed back.
+/// written in days since the epoch). The spellings read are the event-time reader's
+/// (`event_time::iso_day`, a subset of what Python 3.11 reads, with its meaning):
+/// `YYYY-MM-DD`, any printable ASCII separator, `HH:MM[:SS[(.|,)F*]]` (digits past
+/// microseconds dropped, as Python does; no digit only before an offset), then `Z`,
+/// `±HH:MM[:SS]`, `±HHMM[SS]` or `±HH`. Anything else (also what Python reads but converts
+/// to an error, such as a naive time) is `None`: handed back.
 pub fn date_time_micros(text: &[u8]) -> Option<(i64, i64)> {
     let date = date_days(text.get(..10)?)?;
-    if !matches!(text.get(10), Some(b'T' | b' ')) {
+    // Python 3.11 takes any character between an extended date and its time; the kernel
+    // reads the printable ASCII ones (a multi-byte one would move the time's byte offsets).
+    if !text.get(10).is_some_and(|b| (0x20..=0x7E).contains(b)) {
         return None;
     }
     let hour = num(text, 11, 2)?;
@@ -114,7 +124,7 @@ pub fn date_time_micros(text: &[u8]) -> Option<(i64, i64)> {
                 }
                 n += 1;
             }
-            if n == 0 || n > 9 {
+            if n == 0 && !matches!(text.get(at + 1), Some(b'Z' | b'+' | b'-')) {
                 return None;
             }
             for _ in n..6 {
@@ -123,18 +133,23 @@ pub fn date_time_micros(text: &[u8]) -> Option<(i64, i64)> {
             at += 1 + n;
         }
     }
-    let (sign, h, m) = match text[at..] {
-        [b'Z'] => (1, 0, 0),
-        [s @ (b'+' | b'-'), h1, h2, b':', m1, m2] | [s @ (b'+' | b'-'), h1, h2, m1, m2] => {
-            (if s == b'-' { -1 } else { 1 }, num(&[h1, h2], 0, 2)?, num(&[m1, m2], 0, 2)?)
+    let (sign, h, m, sec) = match text[at..] {
+        [b'Z'] => (b'+', 0, 0, 0),
+        [s @ (b'+' | b'-'), h1, h2, b':', m1, m2, b':', s1, s2] | [s @ (b'+' | b'-'), h1, h2, m1, m2, s1, s2] => {
+            (s, num(&[h1, h2], 0, 2)?, num(&[m1, m2], 0, 2)?, num(&[s1, s2], 0, 2)?)
         }
-        [s @ (b'+' | b'-'), h1, h2] => (if s == b'-' { -1 } else { 1 }, num(&[h1, h2], 0, 2)?, 0),
+        [s @ (b'+' | b'-'), h1, h2, b':', m1, m2] | [s @ (b'+' | b'-'), h1, h2, m1, m2] => {
+            (s, num(&[h1, h2], 0, 2)?, num(&[m1, m2], 0, 2)?, 0)
+        }
+        [s @ (b'+' | b'-'), h1, h2] => (s, num(&[h1, h2], 0, 2)?, 0, 0),
         _ => return None, // no offset (RFC 3339 requires one: a mismatch) or one not read here
     };
-    if h > 23 || m > 59 {
+    let sign = if sign == b'-' { -1 } else { 1 };
+    // Python also reads minutes or seconds past 59 (`+00:60` is an hour): the Python path's.
+    if h > 23 || m > 59 || sec > 59 {
         return None;
     }
-    let seconds = date * 86_400 + hour * 3600 + minute * 60 + second - sign * (h * 3600 + m * 60);
+    let seconds = date * 86_400 + hour * 3600 + minute * 60 + second - sign * (h * 3600 + m * 60 + sec);
     Some((seconds * 1_000_000 + micros, date))
 }
 
@@ -198,10 +213,10 @@ struct Node {
     max_items: Option<u64>,
     min_length: Option<u64>,
     max_length: Option<u64>,
-    minimum: Option<i64>,
-    maximum: Option<i64>,
-    exclusive_minimum: Option<i64>,
-    exclusive_maximum: Option<i64>,
+    minimum: Option<Bound>,
+    maximum: Option<Bound>,
+    exclusive_minimum: Option<Bound>,
+    exclusive_maximum: Option<Bound>,
     all_of: Vec<usize>,
     any_of: Vec<usize>,
     one_of: Vec<usize>,
@@ -212,6 +227,45 @@ struct Node {
     not: Option<usize>,
     /// `propertyNames`: every key of an object, as a string.
     property_names: Option<usize>,
+    /// `uniqueItems: true`: checked on arrays of strings, integers and nulls (whose equality
+    /// is plain to `jsonschema`'s `uniq`); an array with anything else is not certain.
+    unique: bool,
+    /// `pattern`, when it is a literal (see [`Literal`]).
+    pattern: Option<Literal>,
+}
+
+/// A `pattern` that is a literal, optionally anchored: `re.search` of it is then a plain
+/// substring test. `^` anchors at the start; `$` (without `re.MULTILINE`) at the end or
+/// before a newline that ends the text, as Python's `$` does.
+#[derive(Debug)]
+struct Literal {
+    text: Vec<u8>,
+    start: bool,
+    end: bool,
+}
+
+impl Literal {
+    /// The literal of `pattern`, or None when it has anything `re` reads as other than
+    /// itself (every metacharacter, escapes, and inline flags with them).
+    fn of(pattern: &str) -> Option<Literal> {
+        let start = pattern.starts_with('^');
+        let body = if start { &pattern[1..] } else { pattern };
+        let end = body.ends_with('$');
+        let body = if end { &body[..body.len() - 1] } else { body };
+        let plain = |c: char| c.is_ascii_alphanumeric() || !c.is_ascii() || " _-:/@=,%&~!;<>'\"`".contains(c);
+        body.chars().all(plain).then(|| Literal { text: body.as_bytes().to_vec(), start, end })
+    }
+
+    fn search(&self, text: &[u8]) -> bool {
+        let lit = self.text.as_slice();
+        let at_end = |t: &[u8]| t.ends_with(lit) || (t.ends_with(b"\n") && t[..t.len() - 1].ends_with(lit));
+        match (self.start, self.end) {
+            (true, true) => text == lit || (text.len() == lit.len() + 1 && text.starts_with(lit) && text.ends_with(b"\n")),
+            (true, false) => text.starts_with(lit),
+            (false, true) => at_end(text),
+            (false, false) => lit.is_empty() || text.windows(lit.len()).any(|w| w == lit),
+        }
+    }
 }
 
 /// A JSON Schema compiled for the kernel's subset (module docs).
@@ -220,6 +274,9 @@ pub struct Validator {
     root: usize,
     /// Whether a float with an integral value is an `integer` (draft 6 on; not in draft 4).
     integral_floats: bool,
+    /// Draft 4, which has no `const` (the kernel checks it anyway, being the stricter, but
+    /// never counts on it to reject a value: see `Check::rejects`).
+    draft4: bool,
 }
 
 /// What `jsonschema` 4 asserts in some draft (the union of its validators' keywords) and the
@@ -229,8 +286,8 @@ pub struct Validator {
 const REFUSED: &[&str] = &[
     "$dynamicRef", "$recursiveRef", "additionalItems", "contains", "dependencies", "dependentRequired",
     "dependentSchemas", "disallow", "divisibleBy", "extends", "if", "then", "else", "maxProperties",
-    "minProperties", "pattern", "patternProperties", "prefixItems",
-    "unevaluatedItems", "unevaluatedProperties", "uniqueItems",
+    "minProperties", "patternProperties", "prefixItems",
+    "unevaluatedItems", "unevaluatedProperties",
     "$id", "id", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "$schema",
 ];
 const DRAFTS: &[&str] = &[
@@ -266,7 +323,7 @@ impl Validator {
         }
         let mut c = Compiler { root: &root, nodes: Vec::new(), refs: HashMap::new(), resolving: Vec::new() };
         let top = c.node(&root, true, 0)?;
-        Ok(Validator { nodes: c.nodes, root: top, integral_floats })
+        Ok(Validator { nodes: c.nodes, root: top, integral_floats, draft4: !integral_floats })
     }
 }
 
@@ -339,12 +396,20 @@ impl Compiler<'_> {
                     }
                 }
                 "$ref" => node.reference = Some(self.reference(value, depth)?),
-                "multipleOf" => match bound(value)? {
+                "multipleOf" => match integer(value)? {
                     m if m > 0 => node.multiple_of = Some(m),
                     _ => return refuse("a multipleOf that is not positive"),
                 },
                 "not" => node.not = Some(self.node(value, false, depth + 1)?),
                 "propertyNames" => node.property_names = Some(self.node(value, false, depth + 1)?),
+                "uniqueItems" => match value {
+                    Json::Bool(unique) => node.unique = *unique,
+                    _ => return refuse("a uniqueItems that is not a boolean"),
+                },
+                "pattern" => match value.as_str().and_then(Literal::of) {
+                    Some(literal) => node.pattern = Some(literal),
+                    None => return refuse(format!("a pattern the kernel does not match: {value}")),
+                },
                 other if REFUSED.contains(&other) => {
                     return refuse(format!("keyword {other:?} is not validated by the kernel"))
                 }
@@ -424,13 +489,44 @@ fn count(value: &Json) -> Result<u64, Unsupported> {
     value.as_u64().ok_or_else(|| Unsupported(format!("a length that is not a non-negative integer: {value}")))
 }
 
-/// An integer bound, exactly as Python reads it (a float literal might round otherwise in
-/// serde_json; a draft-4 boolean exclusive bound means something else).
-fn bound(value: &Json) -> Result<i64, Unsupported> {
+/// A numeric bound as Python's `json.loads` reads it: an `int` or a `float`.
+#[derive(Clone, Copy, Debug)]
+enum Bound {
+    Int(i64),
+    Float(f64),
+}
+
+/// A bound exactly as Python reads it: an integer literal within 64 bits, or a float literal
+/// (serde_json's `float_roundtrip` parses it correctly rounded, as Python's `float` does)
+/// below 2^63 in magnitude — serde_json reads an integer literal beyond 64 bits as a float
+/// too, which Python keeps an exact `int`: those are refused. A draft-4 boolean exclusive
+/// bound (which means something else) is refused too.
+fn bound(value: &Json) -> Result<Bound, Unsupported> {
     match value {
-        Json::Number(n) if n.is_i64() => Ok(n.as_i64().unwrap()),
+        Json::Number(n) if n.is_i64() => Ok(Bound::Int(n.as_i64().unwrap())),
+        Json::Number(n) if n.is_f64() && n.as_f64().is_some_and(|b| b.abs() < TWO_63) => {
+            Ok(Bound::Float(n.as_f64().unwrap()))
+        }
         _ => refuse(format!("a bound the kernel does not compare: {value}")),
     }
+}
+
+/// An integer keyword value (`multipleOf`: of a float, Python's float arithmetic decides).
+fn integer(value: &Json) -> Result<i64, Unsupported> {
+    match value {
+        Json::Number(n) if n.is_i64() => Ok(n.as_i64().unwrap()),
+        _ => refuse(format!("a multipleOf the kernel does not compare: {value}")),
+    }
+}
+
+const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+
+/// A value the validator is not certain of, noting which rule (`StageKernel.stop_detail`:
+/// the last rule that failed; a later branch that validates makes it moot).
+#[cold]
+fn fail(why: &'static str) -> bool {
+    renote(why);
+    false
 }
 
 /// One message's tape checked against the validator.
@@ -441,10 +537,37 @@ struct Check<'a> {
     unescaped: &'a [u8],
 }
 
-/// `x` compared with the integer `b` exactly (as Python compares a float with an int); None
-/// when `b` is not exactly a double (beyond 2^53: not compared here).
+/// The float `x` compared with the integer `b` exactly, as Python compares a float with an
+/// int (not through a rounded conversion of either); None for NaN.
 fn cmp_float(x: f64, b: i64) -> Option<std::cmp::Ordering> {
-    (b.unsigned_abs() <= 1 << 53).then(|| x.partial_cmp(&(b as f64))).flatten()
+    use std::cmp::Ordering::*;
+    if x.is_nan() {
+        return None;
+    }
+    if x >= TWO_63 {
+        return Some(Greater);
+    }
+    if x < -TWO_63 {
+        return Some(Less);
+    }
+    // |x| < 2^63 (or x = -2^63): its integral part is exactly an i64.
+    let whole = x.trunc();
+    Some(match (whole as i64).cmp(&b) {
+        Equal => (x - whole).partial_cmp(&0.0)?,
+        order => order,
+    })
+}
+
+/// A number token compared with a bound exactly as Python compares them; None when not
+/// certain (NaN, an integer beyond 64 bits).
+fn cmp_bound(tok: Tok, bound: Bound) -> Option<std::cmp::Ordering> {
+    match (tok, bound) {
+        (Tok::Int(v), Bound::Int(b)) => Some(v.cmp(&b)),
+        (Tok::Float(x), Bound::Int(b)) => cmp_float(x, b),
+        (Tok::Int(v), Bound::Float(b)) => cmp_float(b, v).map(std::cmp::Ordering::reverse),
+        (Tok::Float(x), Bound::Float(b)) => x.partial_cmp(&b),
+        _ => None,
+    }
 }
 
 impl Check<'_> {
@@ -482,8 +605,9 @@ impl Check<'_> {
         }
     }
 
-    /// Whether node `id` certainly rejects the value at `at` by its `type` alone (following a
-    /// `$ref`, whose target applies in every draft).
+    /// Whether node `id` certainly rejects the value at `at` by its `type`, `enum` or `const`,
+    /// or through its `allOf` or `anyOf` branches (following a `$ref`, whose target applies in
+    /// every draft).
     fn rejects(&self, id: usize, at: usize) -> bool {
         let node = &self.v.nodes[id];
         if node.always == Some(false) {
@@ -492,24 +616,40 @@ impl Check<'_> {
         if let Some(target) = node.reference {
             return self.rejects(target, at);
         }
-        let Some(mask) = node.types else { return false };
-        let admits = match self.tape[at] {
-            Tok::Null => NULL,
-            Tok::Bool(_) => BOOLEAN,
-            Tok::Int(_) | Tok::Big => INTEGER | NUMBER,
-            Tok::Float(_) => INTEGER | NUMBER, // 1.0 is an integer from draft 6 on
-            Tok::Str { .. } => STRING,
-            Tok::Arr { .. } => ARRAY,
-            Tok::Obj { .. } => OBJECT,
-        };
-        mask & admits == 0
+        let tok = self.tape[at];
+        if let Some(mask) = node.types {
+            let admits = match tok {
+                Tok::Null => NULL,
+                Tok::Bool(_) => BOOLEAN,
+                Tok::Int(_) | Tok::Big => INTEGER | NUMBER,
+                Tok::Float(_) => INTEGER | NUMBER, // 1.0 is an integer from draft 6 on
+                Tok::Str { .. } => STRING,
+                Tok::Arr { .. } => ARRAY,
+                Tok::Obj { .. } => OBJECT,
+            };
+            if mask & admits == 0 {
+                return true;
+            }
+        }
+        // `enum` and `const` (`jsonschema`'s `equal`): a value equal to none of the literals,
+        // certainly — a float might equal an integer literal (1.0 == 1 to Python): not certain.
+        let unequal = |lit: &Lit| !matches!((lit, tok), (Lit::Int(_), Tok::Float(_))) && !self.equal(lit, tok);
+        if node.enums.as_ref().is_some_and(|enums| enums.iter().all(unequal)) {
+            return true;
+        }
+        // (Draft 4 has no `const`: `jsonschema` ignores it there.)
+        if !self.v.draft4 && node.konst.as_ref().is_some_and(unequal) {
+            return true;
+        }
+        node.all_of.iter().any(|&b| self.rejects(b, at))
+            || (!node.any_of.is_empty() && node.any_of.iter().all(|&b| self.rejects(b, at)))
     }
 
     /// Whether the value at tape index `at` certainly validates against node `id`.
     fn valid(&self, id: usize, at: usize) -> bool {
         let node = &self.v.nodes[id];
         if let Some(always) = node.always {
-            return always;
+            return always || fail("invalid_false_schema");
         }
         let tok = self.tape[at];
         if let Some(mask) = node.types {
@@ -524,28 +664,28 @@ impl Check<'_> {
                 Tok::Obj { .. } => mask & OBJECT != 0,
             };
             if !ok {
-                return false;
+                return fail(if matches!(tok, Tok::Big) { "invalid_big_int" } else { "invalid_type" });
             }
         }
         if let Some(enums) = &node.enums {
             if !enums.iter().any(|l| self.equal(l, tok)) {
-                return false;
+                return fail("invalid_enum");
             }
         }
         if let Some(konst) = &node.konst {
             if !self.equal(konst, tok) {
-                return false;
+                return fail("invalid_const");
             }
         }
         match tok {
             Tok::Int(_) | Tok::Float(_) | Tok::Big => {
                 if !self.in_bounds(node, tok) {
-                    return false;
+                    return fail("invalid_bound");
                 }
                 if let Some(m) = node.multiple_of {
                     // Python's `instance % m` of two ints; of a float, float arithmetic.
                     if !matches!(tok, Tok::Int(v) if v.rem_euclid(m) == 0) {
-                        return false;
+                        return fail("invalid_multiple_of");
                     }
                 }
             }
@@ -554,14 +694,20 @@ impl Check<'_> {
                     // Python's len: code points (UTF-8 bytes that do not continue one).
                     let n = self.text(s, e, escaped).iter().filter(|&&b| b & 0xC0 != 0x80).count() as u64;
                     if node.min_length.is_some_and(|m| n < m) || node.max_length.is_some_and(|m| n > m) {
-                        return false;
+                        return fail("invalid_length");
                     }
+                }
+                if node.pattern.as_ref().is_some_and(|p| !p.search(self.text(s, e, escaped))) {
+                    return fail("invalid_pattern");
                 }
             }
             Tok::Arr { n, .. } => {
                 let n64 = n as u64;
                 if node.min_items.is_some_and(|m| n64 < m) || node.max_items.is_some_and(|m| n64 > m) {
-                    return false;
+                    return fail("invalid_items");
+                }
+                if node.unique && !self.unique(at, n) {
+                    return fail("unique_items"); // not unique, or not certain
                 }
                 if let Some(items) = node.items {
                     let mut item = at + 1;
@@ -592,27 +738,50 @@ impl Check<'_> {
                 if self.valid(b, at) {
                     matched += 1;
                 } else if !self.rejects(b, at) {
-                    return false; // a branch that might validate too: not certain
+                    return fail("one_of_uncertain"); // a branch that might validate too
                 }
             }
             if matched != 1 {
-                return false;
+                return fail("invalid_one_of");
             }
         }
         if node.not.is_some_and(|not| !self.rejects(not, at)) {
-            return false;
+            return fail("not_uncertain");
         }
         node.reference.is_none_or(|target| self.valid(target, at))
     }
 
+    /// Whether the `n` items of the array at `at` are certainly unique: strings, integers and
+    /// nulls only (`jsonschema`'s `uniq` tells `true` from 1 and `1.0` equals 1 to it: arrays
+    /// with booleans, floats, arrays or objects are not certain here).
+    fn unique(&self, at: usize, n: u32) -> bool {
+        let items: Vec<Tok> = (0..n as usize).map(|k| self.tape[at + 1 + k]).collect();
+        if !items.iter().all(|t| matches!(t, Tok::Str { .. } | Tok::Int(_) | Tok::Null)) {
+            return false; // (scalars only: each item is one token, at at + 1 + k)
+        }
+        for (k, &a) in items.iter().enumerate() {
+            for &b in &items[..k] {
+                let same = match (a, b) {
+                    (Tok::Null, Tok::Null) => true,
+                    (Tok::Int(x), Tok::Int(y)) => x == y,
+                    (Tok::Str { s, e, escaped }, Tok::Str { s: s2, e: e2, escaped: esc2 }) => {
+                        self.text(s, e, escaped) == self.text(s2, e2, esc2)
+                    }
+                    _ => false,
+                };
+                if same {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
     fn in_bounds(&self, node: &Node, tok: Tok) -> bool {
         use std::cmp::Ordering::*;
-        let cmp = |b: i64| match tok {
-            Tok::Int(v) => Some(v.cmp(&b)),
-            Tok::Float(x) => cmp_float(x, b),
-            _ => None,
+        let check = |bound: Option<Bound>, ok: &[std::cmp::Ordering]| {
+            bound.is_none_or(|b| cmp_bound(tok, b).is_some_and(|o| ok.contains(&o)))
         };
-        let check = |bound: Option<i64>, ok: &[std::cmp::Ordering]| bound.is_none_or(|b| cmp(b).is_some_and(|o| ok.contains(&o)));
         check(node.minimum, &[Greater, Equal])
             && check(node.maximum, &[Less, Equal])
             && check(node.exclusive_minimum, &[Greater])
@@ -641,7 +810,7 @@ impl Check<'_> {
                 member = self.skip(member + 1);
             }
             if !found {
-                return false;
+                return fail("invalid_required");
             }
         }
         if node.properties.is_empty() && node.additional.is_none() {
@@ -673,7 +842,7 @@ impl Check<'_> {
                 }
                 None => {
                     if node.additional.is_some_and(|extra| !self.valid(extra, value)) {
-                        return false;
+                        return fail("invalid_additional");
                     }
                 }
             }

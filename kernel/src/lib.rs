@@ -111,6 +111,10 @@ struct StageKernel {
     /// Why the last `run` stopped: "end" (the batch is done) or the hand-back's reason.
     #[pyo3(get)]
     stopped: &'static str,
+    /// For a "json_uncertain" stop: which rule of the JSON kernels (json.rs, json_schema.rs)
+    /// the kernel was not certain under ("" otherwise), for counting hand-backs by rule.
+    #[pyo3(get)]
+    stop_detail: &'static str,
     /// For a "route_unknown" stop: the dataset and table field values (UTF-8 bytes).
     #[pyo3(get)]
     unknown_route: Option<(Vec<u8>, Vec<u8>)>,
@@ -214,6 +218,7 @@ impl StageKernel {
             route_key: Vec::new(),
             messages: 0,
             stopped: "end",
+            stop_detail: "",
             unknown_route: None,
             json: None,
             field_starts: Vec::new(),
@@ -397,6 +402,7 @@ impl StageKernel {
     fn stage_batch<M: Incoming>(&mut self, n: usize, start: usize, end_exclusive: i64,
                                 message: impl Fn(usize) -> PyResult<M>) -> PyResult<usize> {
         self.unknown_route = None;
+        self.stop_detail = "";
         for i in start..n {
             if let Some(reason) = self.stage_one(&message(i)?, end_exclusive)? {
                 self.stopped = reason;
@@ -432,6 +438,7 @@ impl StageKernel {
         self.values.fill(Value::Null);
         let (body, route, changed): (&[u8], &Route, bool) = if let Some((encoder, route)) = &mut self.json {
             if encoder.encode(value, &mut self.values).is_err() {
+                self.stop_detail = crate::body::forget_why();
                 return Ok(Some("json_uncertain"));
             }
             (encoder.body(), route, false)
@@ -450,6 +457,7 @@ impl StageKernel {
             let header: [u8; 5] = value[..5].try_into().unwrap();
             let Some(entry) = entries.get_mut(&header) else { return Ok(Some("schema_unknown")) };
             if entry.encode(&value[5..], &mut self.values).is_err() {
+                self.stop_detail = crate::body::forget_why();
                 return Ok(Some("json_uncertain"));
             }
             (entry.body(), &entry.route, false)
