@@ -117,7 +117,7 @@ class JsonKernelStaging(NativeStaging):
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
         if not cls.append_rules_allow(stager):
-            return None  # transforms or destinations, function routing, an HOUR table
+            return None  # transforms or destinations, function routing
         driver = cls(stager, extension)
         staged = driver.staged = stager.staged_schema()
         constant = None

@@ -31,6 +31,7 @@ from kbqe_dagster.staging import native_kernel
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
 from kbqe_dagster.staging.stager import RangeStager
+from kbqe_dagster_tests.staging.hourly_fuzz import hour_edge_scenario, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 from kbqe_dagster_tests.staging.kernel_fuzz import scenario
 
@@ -158,6 +159,34 @@ def test_differential_fuzz(tmp_path_factory, pytestconfig):
     # Most messages are adversarial (bad bodies, frames, routes, event times: the Python path's
     # verdicts); of the records that stage, the kernel must have staged most.
     assert tally.share > 0.5, "the kernel staged too few records to prove anything"
+
+
+def test_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig):
+    """The same scenarios with some of their tables HOUR-partitioned: the kernel writes those
+    records' event hour column and counts their hours exactly as the Python path does."""
+    tally = differential_fuzz(
+        "avrohour",
+        "fuzz.events",
+        with_hour_tables(scenario),
+        pytestconfig,
+        tmp_path_factory,
+        schemas_of=lambda case: case.schemas,
+    )
+    assert tally.share > 0.5, "the kernel staged too few records to prove anything"
+
+
+def test_differential_fuzz_of_event_times_on_hour_and_day_edges(tmp_path_factory, pytestconfig):
+    """Event times on and next to hour and day boundaries, in every kind of value, routed to
+    DAY and HOUR tables of one topic: identical commits, and the kernel stages most."""
+    tally = differential_fuzz(
+        "avroedge",
+        "fuzz.events",
+        hour_edge_scenario,
+        pytestconfig,
+        tmp_path_factory,
+        schemas_of=lambda case: case.schemas,
+    )
+    assert tally.share > 0.7, "the kernel staged too few records to prove anything"
 
 
 def test_the_switch_forces_the_python_path(monkeypatch):

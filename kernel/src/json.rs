@@ -929,7 +929,7 @@ impl Writer<'_> {
                     Node::IsoMicros => {
                         return match crate::json_schema::date_time_micros(text) {
                             Some((micros, _)) if self.utc_rule => Value::Micros(micros),
-                            Some((_, written)) => Value::Date(written),
+                            Some((micros, written)) => Value::Written { day: written, micros },
                             None => Value::Other,
                         };
                     }
