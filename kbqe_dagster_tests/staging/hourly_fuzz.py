@@ -82,7 +82,8 @@ def edge_second(rng: random.Random) -> int:
             rng.randint(-500_000, 600_000),  # 1913..2038
             rng.randint(-24, 24),  # around 1970-01-01T00
             493_000 + rng.randint(-48, 48),  # 2026
-            rng.choice([-17_259_000, 70_000_000]),  # 0001 and ~9955
+            # 0001-01-01T00 and 9999-12-31T23 UTC, the first and last hours, and ~9955
+            rng.choice([-17_259_888, 70_389_527, 70_000_000]),
         ]
     )
     day_edge = rng.random() < 0.4

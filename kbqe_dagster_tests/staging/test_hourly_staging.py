@@ -255,3 +255,18 @@ def test_an_hour_table_whose_schema_has_the_hour_column_already_stays_the_python
     native = stage(tmp_path, config, "clicks", {9: schema}, messages, native=True)
     assert_same(python, native)
     assert native.kernel_messages == 0 and python.result.dead_letters
+
+
+@needs_kernel
+def test_an_hour_past_9999_is_a_dead_letter_of_the_hour_table_on_both_paths(tmp_path):
+    """``9999-12-31T23:30-05:00`` is dated 9999-12-31 as written (``local``) but its UTC hour
+    is in the year 10000: no partition key, no TIMESTAMP. It used to fail the range at commit
+    (found by the JSON kernel's fuzz with HOUR tables); it is now the HOUR table's
+    ``invalid_event_time`` (the kernel hands it back) and a DAY table's record as before."""
+    late = "9999-12-31T23:30:00-05:00"
+    messages = [_message(0, late, "clicks"), _message(1, late, "page_views")]
+    config = _pipeline({"acme_web.clicks": {"partitioning": "hour"}})
+    python, native = _both_paths(tmp_path, config, messages)
+    assert python.result.dead_letters == {"invalid_event_time": 1}
+    assert native.kernel_messages == 1 and native.handbacks == {"event_time_uncertain": 1}
+    assert "clicks.0.acme_web.page_views.9.0.avro" in native.files

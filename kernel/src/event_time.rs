@@ -96,14 +96,14 @@ impl EventTime {
                 Value::Null => continue,
                 value => {
                     let (day, hour) = self.value_day_hour(value, body)?;
-                    return Some((self.in_range(day)?, hour));
+                    return Some((self.in_range(day)?, hour_in_range(hour)?));
                 }
             }
         }
         if self.kafka_timestamp_fallback {
             if let Some(ms) = kafka_timestamp_ms {
                 if ms >= 0 {
-                    return Some((self.in_range(ms.div_euclid(MS_PER_DAY))?, ms.div_euclid(MS_PER_HOUR)));
+                    return Some((self.in_range(ms.div_euclid(MS_PER_DAY))?, hour_in_range(ms.div_euclid(MS_PER_HOUR))?));
                 }
             }
         }
@@ -175,6 +175,12 @@ impl EventTime {
             Value::Null | Value::Bool(_) | Value::Other => None,
         }
     }
+}
+
+/// An hour of the years 0001..9999 in UTC (`_hour_in_range`): a date in range may have its
+/// UTC hour outside (`9999-12-31T23:30-05:00` under `local`), the Python path's bad input.
+fn hour_in_range(hour: i64) -> Option<i64> {
+    (MIN_EPOCH_DAY * 24..=MAX_EPOCH_DAY * 24 + 23).contains(&hour).then_some(hour)
 }
 
 impl Unit {
