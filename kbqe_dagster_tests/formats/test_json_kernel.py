@@ -13,7 +13,7 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster_tests.formats.json_fuzz import scenario
 from kbqe_dagster_tests.formats.test_json_stage import GOOD, TOPIC, pipeline
-from kbqe_dagster_tests.staging.hourly_fuzz import with_hour_tables
+from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 
 kernel = pytest.importorskip(
@@ -162,6 +162,7 @@ def test_json_differential_fuzz(tmp_path_factory, pytestconfig):
     assert tally.share > 0.8, "the kernel staged too few records to prove anything"
 
 
+@needs_hour_kernel
 def test_json_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig):
     """The same scenarios with some of their tables HOUR-partitioned (hourly_fuzz.py): the
     kernel writes those records' event hour column and counts their hours as Python does."""

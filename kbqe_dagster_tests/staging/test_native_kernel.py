@@ -31,7 +31,11 @@ from kbqe_dagster.staging import native_kernel
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
 from kbqe_dagster.staging.stager import RangeStager
-from kbqe_dagster_tests.staging.hourly_fuzz import hour_edge_scenario, with_hour_tables
+from kbqe_dagster_tests.staging.hourly_fuzz import (
+    hour_edge_scenario,
+    needs_hour_kernel,
+    with_hour_tables,
+)
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 from kbqe_dagster_tests.staging.kernel_fuzz import scenario
 
@@ -161,6 +165,7 @@ def test_differential_fuzz(tmp_path_factory, pytestconfig):
     assert tally.share > 0.5, "the kernel staged too few records to prove anything"
 
 
+@needs_hour_kernel
 def test_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig):
     """The same scenarios with some of their tables HOUR-partitioned: the kernel writes those
     records' event hour column and counts their hours exactly as the Python path does."""
@@ -175,6 +180,7 @@ def test_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig):
     assert tally.share > 0.5, "the kernel staged too few records to prove anything"
 
 
+@needs_hour_kernel
 def test_differential_fuzz_of_event_times_on_hour_and_day_edges(tmp_path_factory, pytestconfig):
     """Event times on and next to hour and day boundaries, in every kind of value, routed to
     DAY and HOUR tables of one topic: identical commits, and the kernel stages most."""
