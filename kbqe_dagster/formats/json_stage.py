@@ -13,8 +13,9 @@ slice; ``bench/bench_formats.py`` reports its rate. Values are taken as JSON giv
 Avro's JSON encoding does.
 
 **The native kernel** (``kernel/src/json.rs``) does the same for a topic without transforms or
-destinations: :class:`JsonKernelStaging`, this stager's ``native_driver``, gives it the
-declared schema once, and it parses, checks and encodes each value in Rust. Every message it
+destinations, or whose transforms only rename fields (:func:`kernel_renames`):
+:class:`JsonKernelStaging`, this stager's ``native_driver``, gives it the declared schema
+once, and it parses, checks and encodes each value in Rust. Every message it
 is not certain about — every one the Python path would dead-letter among them — comes back
 here and is staged (or dead-lettered, with this module's reasons) by :meth:`stage`: the files,
 dead letters and counts are this path's, byte for byte (docs/architecture.md, "The JSON
@@ -36,6 +37,7 @@ from kbqe_dagster.core.errors import BadInputError, JsonDecodeError, JsonSchemaM
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
+from kbqe_dagster.core.transforms.specs import RenameField
 from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
@@ -50,8 +52,11 @@ class JsonRangeStager(TransformingStager):
         self.value_schema = schema
         self.parsed = parse_schema(schema, _write_hint=False)
         self.schema_id = declared_schema_id(schema)
-        # Transforms and destinations reshape records in Python: those topics stay here.
-        self.native_kernel = not self.reshapes
+        # Transforms and destinations reshape records in Python: those topics stay here, but
+        # for renames the kernel stages exactly (kernel_renames).
+        self.native_kernel = not self.reshapes or (
+            self.fan_out is None and kernel_renames(self.transforms, schema, self.wanted)
+        )
 
     @property
     def native_driver(self) -> type[NativeStaging]:
@@ -70,6 +75,30 @@ class JsonRangeStager(TransformingStager):
     @staticmethod
     def framed_schema_id(value: bytes | None) -> int | None:
         return None  # JSON values carry no schema id
+
+
+def kernel_renames(transforms: Any, schema: Mapping[str, Any], wanted: Any) -> bool:
+    """Whether ``transforms`` only rename top-level fields in a way the kernel stages exactly:
+    a rename keeps the field's position and type, so the record's Avro bytes are the declared
+    schema's and only the files' schema and id (the derived schema's) differ. Not when a
+    renamed field has a default other than null (a value without the field is encoded with
+    its default untouched, but renamed as null: ``record.pop(old, None)``), when a rename
+    renames a renamed field,
+    or when routing or event time reads either name (``wanted``: they read the renamed
+    record)."""
+    fields = {f.get("name"): f for f in schema.get("fields") or ()}
+    read = {path.split(".")[0] for path in wanted}
+    renamed: set[str] = set()
+    for spec in transforms:
+        if not isinstance(spec, RenameField):
+            return False
+        source = fields.get(spec.rename)
+        if source is None or source.get("default") is not None or spec.rename in renamed:
+            return False
+        if spec.rename in read or spec.to in read:
+            return False
+        renamed.add(spec.to)
+    return True
 
 
 def _decode(value: bytes) -> dict[str, Any]:
@@ -137,7 +166,9 @@ class JsonKernelStaging(NativeStaging):
                 constant = driver._slot(
                     destination.dataset, destination.table, staged.schema_id, staged.file_schema
                 )
-            driver.kernel.add_json_schema(json.dumps(staged.parsed), constant)
+            # The declared schema: values are checked and encoded as declared (renames change
+            # the files' schema and id, staged.file_schema and staged.schema_id, not the bytes).
+            driver.kernel.add_json_schema(json.dumps(stager.parsed), constant)
         except (BadInputError, ValueError) as error:
             log.debug("%s: the JSON values stay on the Python stage path: %s", stager.rng, error)
             return None

@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.transforms.specs import RenameField
+from kbqe_dagster.formats.json_stage import kernel_renames
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text, random_pipeline
 
@@ -368,3 +370,25 @@ def framed_message(rng: random.Random, topic: str, start: int, i: int, value: An
     timestamp = rng.choice([(1, 1_726_238_205_123 + i), (1, 1_726_238_205_123 + i), (2, 0), (0, -1),
                             (1, -5), (1, 253_402_300_800_000)])  # fmt: skip
     return Msg(topic, 0, start + i, value, key, headers, timestamp)
+
+
+def with_renames(make: Any) -> Any:
+    """``make``'s scenarios (``scenario``) with ``rename`` transforms on one to three top-level
+    fields the kernel stages renamed (formats/json_stage.py, ``kernel_renames``: not what
+    routing or event time reads, no default other than null), drawn from their own generator
+    so the messages are those of the same seed. The renames it leaves to the Python path have
+    nothing to compare: test_json_kernel.py names them."""
+
+    def renamed(seed: int, messages: int) -> Any:
+        case = make(seed, messages)
+        rng = random.Random(~seed)
+        topic = case.pipeline.topics[0]
+        names = [f["name"] for f in case.schema["fields"]
+                 if kernel_renames([RenameField(f["name"], "x")], case.schema,
+                                   topic.required_fields)]  # fmt: skip
+        chosen = rng.sample(names, min(len(names), rng.randint(1, 3)))
+        specs = tuple(RenameField(name, f"{name}_renamed") for name in chosen)
+        case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=specs),))
+        return case
+
+    return renamed

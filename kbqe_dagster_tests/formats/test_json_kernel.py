@@ -11,8 +11,17 @@ import fastavro
 import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster_tests.formats.json_fuzz import scenario
-from kbqe_dagster_tests.formats.test_json_stage import GOOD, TOPIC, pipeline
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.transforms.specs import RenameField
+from kbqe_dagster.formats.json_stage import kernel_renames
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.schema_registry import RegistrySettings
+from kbqe_dagster.resources.staging_store import StagingLocation
+from kbqe_dagster.stagers import stager_class
+from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.native_kernel import NativeStaging
+from kbqe_dagster_tests.formats.json_fuzz import scenario, with_renames
+from kbqe_dagster_tests.formats.test_json_stage import GOOD, SCHEMA, TOPIC, pipeline
 from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 
@@ -27,6 +36,12 @@ if not hasattr(kernel.StageKernel, "add_json_schema"):
 
 def messages(values: list[bytes | None]) -> list[Msg]:
     return [Msg(TOPIC, 0, offset, value, b"k") for offset, value in enumerate(values)]
+
+
+def json_stager(tmp_path, config):
+    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
+                       StagingLocation(str(tmp_path)), config, TOPIC, native_kernel=True)  # fmt: skip
+    return stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, 10), tmp_path)
 
 
 def both(tmp_path, config, msgs, batch_size=64):
@@ -182,3 +197,59 @@ def test_a_lone_surrogate_quoted_by_a_refusal_is_dead_lettered_not_a_failed_rang
     assert python.result.records == 2
     assert python.result.dead_letters == {"json_schema_mismatch": 1}
     assert native.kernel_messages == 2
+
+
+# --- rename transforms on the kernel ----------------------------------------------------------
+RENAMES = [{"rename": "url", "to": "path"}, {"rename": "user", "to": "visitor"}]
+
+
+def test_renamed_fields_are_staged_by_the_kernel_under_the_derived_schema(tmp_path):
+    """A rename keeps the field's position and type: the record's bytes are the declared
+    schema's, its file's schema and id the derived schema's (its columns renamed)."""
+    values = [json.dumps({**GOOD, "url": f"/p{i}"}).encode() for i in range(20)]
+    values += [json.dumps({**GOOD, "url": None}).encode()]  # a mismatch: dead-lettered
+    python, native = both(tmp_path, pipeline(transforms=RENAMES), messages(values))
+    assert python.result.records == 20 and python.result.dead_letters
+    assert native.kernel_messages == 20 and native.handbacks == {"json_uncertain": 1}
+    (name,) = [n for n in native.files if n.startswith(f"{TOPIC}.0.web.clicks.")
+               and n.endswith(".avro")]  # fmt: skip
+    record = next(fastavro.reader(io.BytesIO(native.files[name])))
+    assert (record["path"], record["visitor"]) == ("/p0", {"id": 7})
+    assert "url" not in record and "user" not in record
+
+
+@pytest.mark.parametrize(
+    ("transforms", "native"),
+    [
+        (RENAMES, True),
+        ([], True),
+        # Event time reads the renamed record: the kernel reads the declared names.
+        ([{"rename": "at", "to": "when"}], False),
+        # A chain: the second renames a renamed field.
+        ([{"rename": "url", "to": "path"}, {"rename": "path", "to": "href"}], False),
+        # Any other transform reshapes the record's bytes.
+        ([{"rename": "url", "to": "path"}, {"drop": "user"}], False),
+    ],
+)
+def test_which_transforms_the_kernel_stages(tmp_path, transforms, native):
+    driver = NativeStaging.for_stager(json_stager(tmp_path, pipeline(transforms=transforms)))
+    assert (driver is not None) is native
+
+
+def test_a_renamed_field_with_a_default_other_than_null_stays_on_the_python_path():
+    """Absent, it is encoded with its default as declared but as null once renamed
+    (``record.pop(old, None)``): the kernel, which encodes as declared, must not stage it. A
+    null default encodes as null either way."""
+    schema = {**SCHEMA, "fields": [*SCHEMA["fields"], {"name": "n", "type": "long", "default": 1}]}
+    assert kernel_renames([RenameField("url", "path")], schema, ["at"])
+    assert kernel_renames([RenameField("user", "visitor")], schema, ["at"])  # default null
+    assert not kernel_renames([RenameField("n", "m")], schema, ["at"])
+
+
+def test_json_differential_fuzz_with_renames(tmp_path_factory, pytestconfig):
+    """The JSON scenarios with rename transforms (json_fuzz.with_renames): identical commits
+    on both paths, and the kernel stages the records of the renames it takes."""
+    tally = differential_fuzz(
+        "jsonrename", "fuzz.json", with_renames(scenario), pytestconfig, tmp_path_factory
+    )
+    assert tally.share > 0.5, "the kernel staged too few records to prove anything"
