@@ -13,7 +13,7 @@ slice; ``bench/bench_formats.py`` reports its rate. Values are taken as JSON giv
 Avro's JSON encoding does.
 
 **The native kernel** (``kernel/src/json.rs``) does the same for a topic without transforms or
-destinations, or whose transforms only rename fields (:func:`kernel_renames`):
+destinations, or whose transforms only rename and drop fields (:func:`kernel_transforms`):
 :class:`JsonKernelStaging`, this stager's ``native_driver``, gives it the declared schema
 once, and it parses, checks and encodes each value in Rust. Every message it
 is not certain about — every one the Python path would dead-letter among them — comes back
@@ -37,7 +37,7 @@ from kbqe_dagster.core.errors import BadInputError, JsonDecodeError, JsonSchemaM
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
-from kbqe_dagster.core.transforms.specs import RenameField
+from kbqe_dagster.core.transforms.specs import DropFields, RenameField
 from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
@@ -53,9 +53,10 @@ class JsonRangeStager(TransformingStager):
         self.parsed = parse_schema(schema, _write_hint=False)
         self.schema_id = declared_schema_id(schema)
         # Transforms and destinations reshape records in Python: those topics stay here, but
-        # for renames the kernel stages exactly (kernel_renames).
+        # for renames and drops the kernel stages exactly (kernel_transforms).
+        self.kernel_drops = kernel_transforms(self.transforms, schema, self.wanted)
         self.native_kernel = not self.reshapes or (
-            self.fan_out is None and kernel_renames(self.transforms, schema, self.wanted)
+            self.fan_out is None and self.kernel_drops is not None
         )
 
     @property
@@ -77,28 +78,38 @@ class JsonRangeStager(TransformingStager):
         return None  # JSON values carry no schema id
 
 
-def kernel_renames(transforms: Any, schema: Mapping[str, Any], wanted: Any) -> bool:
-    """Whether ``transforms`` only rename top-level fields in a way the kernel stages exactly:
-    a rename keeps the field's position and type, so the record's Avro bytes are the declared
-    schema's and only the files' schema and id (the derived schema's) differ. Not when a
-    renamed field has a default other than null (a value without the field is encoded with
-    its default untouched, but renamed as null: ``record.pop(old, None)``), when a rename
-    renames a renamed field,
-    or when routing or event time reads either name (``wanted``: they read the renamed
-    record)."""
-    fields = {f.get("name"): f for f in schema.get("fields") or ()}
+def kernel_transforms(
+    transforms: Any, schema: Mapping[str, Any], wanted: Any
+) -> tuple[str, ...] | None:
+    """The declared fields the kernel leaves out of every body when it stages a topic with
+    ``transforms`` exactly, or None when it cannot (the Python path's). It can when they only
+    rename and drop top-level fields: a rename keeps the field's position and type, a drop
+    removes the field's encoding, so the record's Avro bytes are the declared schema's without
+    the dropped fields', and only the files' schema and id (the derived schema's) differ. Not
+    when routing or event time reads a renamed or dropped name (they read the transformed
+    record), when a renamed field has a default other than null (a value without the field
+    is encoded with its default as declared, but as null once renamed:
+    ``record.pop(old, None)``), or when a rename or a drop names a renamed field (a chain)."""
+    declared = {f.get("name"): f for f in schema.get("fields") or ()}
     read = {path.split(".")[0] for path in wanted}
-    renamed: set[str] = set()
+    present = set(declared)  # declared names not yet renamed or dropped
+    dropped: list[str] = []
     for spec in transforms:
-        if not isinstance(spec, RenameField):
-            return False
-        source = fields.get(spec.rename)
-        if source is None or source.get("default") is not None or spec.rename in renamed:
-            return False
-        if spec.rename in read or spec.to in read:
-            return False
-        renamed.add(spec.to)
-    return True
+        if isinstance(spec, RenameField):
+            field = declared.get(spec.rename)
+            if spec.rename not in present or field is None or field.get("default") is not None:
+                return None
+            if spec.rename in read or spec.to in read:
+                return None
+            present.discard(spec.rename)
+        elif isinstance(spec, DropFields):
+            if any(name not in present or name in read for name in spec.drop):
+                return None
+            present.difference_update(spec.drop)
+            dropped += spec.drop
+        else:
+            return None
+    return tuple(dropped)
 
 
 def _decode(value: bytes) -> dict[str, Any]:
@@ -169,6 +180,10 @@ class JsonKernelStaging(NativeStaging):
             # The declared schema: values are checked and encoded as declared (renames change
             # the files' schema and id, staged.file_schema and staged.schema_id, not the bytes).
             driver.kernel.add_json_schema(json.dumps(stager.parsed), constant)
+            if stager.kernel_drops:
+                if not hasattr(driver.kernel, "drop_json_fields"):
+                    return None  # a kernel built before drops
+                driver.kernel.drop_json_fields(list(stager.kernel_drops))
         except (BadInputError, ValueError) as error:
             log.debug("%s: the JSON values stay on the Python stage path: %s", stager.rng, error)
             return None

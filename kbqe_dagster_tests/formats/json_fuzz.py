@@ -19,9 +19,12 @@ import random
 from dataclasses import dataclass, replace
 from typing import Any
 
+import fastavro
+
 from kbqe_dagster.core.config.pipeline import PipelineConfig
-from kbqe_dagster.core.transforms.specs import RenameField
-from kbqe_dagster.formats.json_stage import kernel_renames
+from kbqe_dagster.core.transforms.compiler import compile_transforms
+from kbqe_dagster.core.transforms.specs import DropFields, RenameField
+from kbqe_dagster.formats.json_stage import kernel_transforms
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text, random_pipeline
 
@@ -373,22 +376,44 @@ def framed_message(rng: random.Random, topic: str, start: int, i: int, value: An
 
 
 def with_renames(make: Any) -> Any:
-    """``make``'s scenarios (``scenario``) with ``rename`` transforms on one to three top-level
-    fields the kernel stages renamed (formats/json_stage.py, ``kernel_renames``: not what
-    routing or event time reads, no default other than null), drawn from their own generator
-    so the messages are those of the same seed. The renames it leaves to the Python path have
-    nothing to compare: test_json_kernel.py names them."""
+    """``make``'s scenarios (``scenario``) with ``rename`` and ``drop`` transforms on one to
+    four top-level fields the kernel stages transformed (formats/json_stage.py,
+    ``kernel_transforms``: not what routing or event time reads; renames of fields with no
+    default other than null), drawn from their own generator so the messages are those of the
+    same seed. The transforms it leaves to the Python path have nothing to compare:
+    test_json_kernel.py names them."""
 
-    def renamed(seed: int, messages: int) -> Any:
+    def transformed(seed: int, messages: int) -> Any:
         case = make(seed, messages)
         rng = random.Random(~seed)
         topic = case.pipeline.topics[0]
+        read = topic.required_fields
         names = [f["name"] for f in case.schema["fields"]
-                 if kernel_renames([RenameField(f["name"], "x")], case.schema,
-                                   topic.required_fields)]  # fmt: skip
-        chosen = rng.sample(names, min(len(names), rng.randint(1, 3)))
-        specs = tuple(RenameField(name, f"{name}_renamed") for name in chosen)
-        case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=specs),))
+                 if kernel_transforms([RenameField(f["name"], "x")], case.schema, read) is not None]  # fmt: skip
+        chosen = rng.sample(names, min(len(names), rng.randint(1, 4)))
+        specs: list[Any] = []
+        for name in chosen:
+            if rng.random() < 0.5:
+                specs.append(RenameField(name, f"{name}_renamed"))
+            else:
+                specs.append(DropFields((name,)))
+        rng.shuffle(specs)
+        if not _derivable(specs, case.schema):
+            # A dropped field defined a named type another field uses: a config error the
+            # pipeline file would report. Renames keep the definition.
+            specs = [RenameField(s.drop[0], f"{s.drop[0]}_renamed") if isinstance(s, DropFields)
+                     else s for s in specs]  # fmt: skip
+        case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=tuple(specs)),))
         return case
 
-    return renamed
+    return transformed
+
+
+def _derivable(specs: list[Any], schema: dict) -> bool:
+    """Whether the derived schema of ``specs`` over ``schema`` parses (as the pipeline file's
+    check of a ``format: json`` topic's transforms requires)."""
+    try:
+        fastavro.parse_schema(compile_transforms(specs, schema).output_schema)
+    except Exception:  # noqa: BLE001 - fastavro raises several types
+        return False
+    return True

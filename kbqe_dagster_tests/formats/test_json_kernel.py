@@ -12,8 +12,8 @@ import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.core.transforms.specs import RenameField
-from kbqe_dagster.formats.json_stage import kernel_renames
+from kbqe_dagster.core.transforms.specs import DropFields, RenameField
+from kbqe_dagster.formats.json_stage import kernel_transforms
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
@@ -160,8 +160,9 @@ def test_maps_and_defaults_are_encoded_as_python_keeps_them(tmp_path):
     assert (staged[1]["level"], staged[1]["score"]) == ("warn", None)
 
 
-def test_a_topic_with_transforms_stays_on_the_python_path(tmp_path):
-    config = pipeline(transforms=[{"drop": "url"}])
+def test_a_topic_with_transforms_that_change_values_stays_on_the_python_path(tmp_path):
+    """Renames and drops are the kernel's (below); a transform that makes values is not."""
+    config = pipeline(transforms=[{"add": "source", "value": "web"}])
     python = stage(tmp_path, config, TOPIC, {}, messages([json.dumps(GOOD).encode()]), native=False)
     assert python.result.records == 1
     with pytest.raises(AssertionError, match="not available"):
@@ -199,8 +200,12 @@ def test_a_lone_surrogate_quoted_by_a_refusal_is_dead_lettered_not_a_failed_rang
     assert native.kernel_messages == 2
 
 
-# --- rename transforms on the kernel ----------------------------------------------------------
+# --- rename and drop transforms on the kernel ----------------------------------------------
 RENAMES = [{"rename": "url", "to": "path"}, {"rename": "user", "to": "visitor"}]
+DROPS_BUILT = hasattr(kernel.StageKernel, "drop_json_fields")
+needs_drop_kernel = pytest.mark.skipif(
+    not DROPS_BUILT, reason="the native stage kernel predates drop transforms (make install)"
+)
 
 
 def test_renamed_fields_are_staged_by_the_kernel_under_the_derived_schema(tmp_path):
@@ -211,11 +216,30 @@ def test_renamed_fields_are_staged_by_the_kernel_under_the_derived_schema(tmp_pa
     python, native = both(tmp_path, pipeline(transforms=RENAMES), messages(values))
     assert python.result.records == 20 and python.result.dead_letters
     assert native.kernel_messages == 20 and native.handbacks == {"json_uncertain": 1}
-    (name,) = [n for n in native.files if n.startswith(f"{TOPIC}.0.web.clicks.")
-               and n.endswith(".avro")]  # fmt: skip
-    record = next(fastavro.reader(io.BytesIO(native.files[name])))
+    record = first_record(native)
     assert (record["path"], record["visitor"]) == ("/p0", {"id": 7})
     assert "url" not in record and "user" not in record
+
+
+@needs_drop_kernel
+def test_dropped_fields_are_checked_as_declared_then_left_out_by_the_kernel(tmp_path):
+    """Python checks the value against the declared schema before its transforms: a dropped
+    field that does not fit is still a dead letter; one that fits leaves no bytes."""
+    drops = [{"drop": "user"}, {"rename": "url", "to": "path"}]
+    values = [json.dumps({**GOOD, "url": f"/p{i}"}).encode() for i in range(20)]
+    values += [json.dumps({**GOOD, "user": {"id": "seven"}}).encode()]  # a mismatch
+    values += [json.dumps({k: v for k, v in GOOD.items() if k != "user"}).encode()]  # absent
+    python, native = both(tmp_path, pipeline(transforms=drops), messages(values))
+    assert python.result.records == 21 and python.result.dead_letters
+    assert native.kernel_messages == 21 and native.handbacks == {"json_uncertain": 1}
+    record = first_record(native)
+    assert record["path"] == "/p0" and "user" not in record
+
+
+def first_record(staged):
+    (name,) = [n for n in staged.files if n.startswith(f"{TOPIC}.0.web.clicks.")
+               and n.endswith(".avro")]  # fmt: skip
+    return next(fastavro.reader(io.BytesIO(staged.files[name])))
 
 
 @pytest.mark.parametrize(
@@ -223,32 +247,39 @@ def test_renamed_fields_are_staged_by_the_kernel_under_the_derived_schema(tmp_pa
     [
         (RENAMES, True),
         ([], True),
-        # Event time reads the renamed record: the kernel reads the declared names.
+        ([{"rename": "url", "to": "path"}, {"drop": "user"}], True),
+        # Event time reads the transformed record: the kernel reads the declared names.
         ([{"rename": "at", "to": "when"}], False),
-        # A chain: the second renames a renamed field.
+        ([{"drop": "at"}], False),
+        # A chain: the second renames (or drops) a renamed field.
         ([{"rename": "url", "to": "path"}, {"rename": "path", "to": "href"}], False),
-        # Any other transform reshapes the record's bytes.
-        ([{"rename": "url", "to": "path"}, {"drop": "user"}], False),
+        ([{"rename": "url", "to": "path"}, {"drop": "path"}], False),
+        # Any other transform reshapes the record's values.
+        ([{"rename": "url", "to": "path"}, {"add": "source", "value": "web"}], False),
     ],
 )
 def test_which_transforms_the_kernel_stages(tmp_path, transforms, native):
     driver = NativeStaging.for_stager(json_stager(tmp_path, pipeline(transforms=transforms)))
-    assert (driver is not None) is native
+    drops = any("drop" in t for t in transforms)
+    # A kernel built before drops leaves them on the Python path.
+    assert (driver is not None) is (native and (DROPS_BUILT or not drops))
 
 
 def test_a_renamed_field_with_a_default_other_than_null_stays_on_the_python_path():
     """Absent, it is encoded with its default as declared but as null once renamed
     (``record.pop(old, None)``): the kernel, which encodes as declared, must not stage it. A
-    null default encodes as null either way."""
+    null default encodes as null either way; a dropped field's default leaves no bytes."""
     schema = {**SCHEMA, "fields": [*SCHEMA["fields"], {"name": "n", "type": "long", "default": 1}]}
-    assert kernel_renames([RenameField("url", "path")], schema, ["at"])
-    assert kernel_renames([RenameField("user", "visitor")], schema, ["at"])  # default null
-    assert not kernel_renames([RenameField("n", "m")], schema, ["at"])
+    assert kernel_transforms([RenameField("url", "path")], schema, ["at"]) == ()
+    assert kernel_transforms([RenameField("user", "visitor")], schema, ["at"]) == ()
+    assert kernel_transforms([RenameField("n", "m")], schema, ["at"]) is None
+    assert kernel_transforms([DropFields(("n",))], schema, ["at"]) == ("n",)
 
 
-def test_json_differential_fuzz_with_renames(tmp_path_factory, pytestconfig):
-    """The JSON scenarios with rename transforms (json_fuzz.with_renames): identical commits
-    on both paths, and the kernel stages the records of the renames it takes."""
+@needs_drop_kernel
+def test_json_differential_fuzz_with_renames_and_drops(tmp_path_factory, pytestconfig):
+    """The JSON scenarios with rename and drop transforms (json_fuzz.with_renames): identical
+    commits on both paths, and the kernel stages the records of the transforms it takes."""
     tally = differential_fuzz(
         "jsonrename", "fuzz.json", with_renames(scenario), pytestconfig, tmp_path_factory
     )

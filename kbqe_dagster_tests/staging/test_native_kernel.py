@@ -274,14 +274,16 @@ def test_what_stays_on_the_python_path(tmp_path):
     assert NativeStaging.for_stager(_stager(tmp_path, function)) is None
     # Stagers of their own: JSON values and keyed topics take the kernel through their own
     # drivers (their native_driver: formats/json_stage.py, keyed/native_stage.py), unless
-    # transforms reshape the JSON values.
+    # transforms make values (renames and drops are the JSON kernel's: test_json_kernel.py).
     json_topic = pipeline(format="json", schema=BENCH_SCHEMA)
     driver = NativeStaging.for_stager(_stager(tmp_path, json_topic))
     if hasattr(kbqe_dagster_kernel.StageKernel, "add_json_schema"):
         assert type(driver).__name__ == "JsonKernelStaging"
     else:  # a kernel built before it staged JSON: the Python path
         assert driver is None
-    transformed = pipeline(format="json", schema=BENCH_SCHEMA, transforms=[{"drop": "note"}])
+    transformed = pipeline(
+        format="json", schema=BENCH_SCHEMA, transforms=[{"add": "source", "value": "web"}]
+    )
     assert NativeStaging.for_stager(_stager(tmp_path, transformed)) is None
     keyed = pipeline(
         format="debezium",

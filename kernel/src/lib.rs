@@ -292,7 +292,15 @@ impl StageKernel {
         self.slots[slot].hourly = true;
     }
 
-    /// From now on count null values (tombstones) and skip them, as a keyed topic's stager does.
+    /// `format: json` with `drop` transforms: leave the top-level fields `names` out of every
+    /// body (after checking them as declared). Raises ValueError without a JSON schema, or for a
+    /// name that is not a top-level field or that routing or event time reads.
+    fn drop_json_fields(&mut self, names: Vec<String>) -> PyResult<()> {
+        let Some((encoder, _)) = &mut self.json else { return Err(PyValueError::new_err("no JSON schema")) };
+        encoder.drop_fields(&names).map_err(|e| PyValueError::new_err(e.0))
+    }
+
+        /// From now on count null values (tombstones) and skip them, as a keyed topic's stager does.
     fn count_tombstones(&mut self) {
         self.count_tombstones = true;
     }
