@@ -13,14 +13,14 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.transforms.specs import DropFields, RenameField
-from kbqe_dagster.formats.json_stage import kernel_transforms
+from kbqe_dagster.formats.json_stage import KernelTransforms, kernel_transforms
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_class
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
-from kbqe_dagster_tests.formats.json_fuzz import scenario, with_renames
+from kbqe_dagster_tests.formats.json_fuzz import scenario, with_kernel_transforms
 from kbqe_dagster_tests.formats.test_json_stage import GOOD, SCHEMA, TOPIC, pipeline
 from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
@@ -161,8 +161,9 @@ def test_maps_and_defaults_are_encoded_as_python_keeps_them(tmp_path):
 
 
 def test_a_topic_with_transforms_that_change_values_stays_on_the_python_path(tmp_path):
-    """Renames and drops are the kernel's (below); a transform that makes values is not."""
-    config = pipeline(transforms=[{"add": "source", "value": "web"}])
+    """Renames, drops and constants are the kernel's (below); a value made per message (a
+    header, a part of the message, a mask, a cast) is not."""
+    config = pipeline(transforms=[{"add": "trace", "header": "trace"}])
     python = stage(tmp_path, config, TOPIC, {}, messages([json.dumps(GOOD).encode()]), native=False)
     assert python.result.records == 1
     with pytest.raises(AssertionError, match="not available"):
@@ -202,9 +203,10 @@ def test_a_lone_surrogate_quoted_by_a_refusal_is_dead_lettered_not_a_failed_rang
 
 # --- rename and drop transforms on the kernel ----------------------------------------------
 RENAMES = [{"rename": "url", "to": "path"}, {"rename": "user", "to": "visitor"}]
-DROPS_BUILT = hasattr(kernel.StageKernel, "drop_json_fields")
+DROPS_BUILT = hasattr(kernel.StageKernel, "append_json_constants")
 needs_drop_kernel = pytest.mark.skipif(
-    not DROPS_BUILT, reason="the native stage kernel predates drop transforms (make install)"
+    not DROPS_BUILT,
+    reason="the native stage kernel predates drop and add transforms (make install)",
 )
 
 
@@ -236,6 +238,17 @@ def test_dropped_fields_are_checked_as_declared_then_left_out_by_the_kernel(tmp_
     assert record["path"] == "/p0" and "user" not in record
 
 
+@needs_drop_kernel
+def test_added_constants_follow_the_record_as_fastavro_encodes_them(tmp_path):
+    adds = [{"add": "source", "value": "web"}, {"add": "seen", "value": None, "type": "long?"},
+            {"add": "at_ms", "value": 1_726_238_205_123, "type": "timestamp-millis"}]  # fmt: skip
+    values = [json.dumps({**GOOD, "url": f"/p{i}"}).encode() for i in range(10)]
+    python, native = both(tmp_path, pipeline(transforms=adds), messages(values))
+    assert native.kernel_messages == 10 == python.result.records
+    record = first_record(native)
+    assert (record["source"], record["seen"], record["at_ms"].year) == ("web", None, 2024)
+
+
 def first_record(staged):
     (name,) = [n for n in staged.files if n.startswith(f"{TOPIC}.0.web.clicks.")
                and n.endswith(".avro")]  # fmt: skip
@@ -254,15 +267,19 @@ def first_record(staged):
         # A chain: the second renames (or drops) a renamed field.
         ([{"rename": "url", "to": "path"}, {"rename": "path", "to": "href"}], False),
         ([{"rename": "url", "to": "path"}, {"drop": "path"}], False),
-        # Any other transform reshapes the record's values.
-        ([{"rename": "url", "to": "path"}, {"add": "source", "value": "web"}], False),
+        ([{"rename": "url", "to": "path"}, {"add": "source", "value": "web"}], True),
+        # A value made per message.
+        ([{"add": "source", "header": "trace"}], False),
+        ([{"add": "offset", "message": "offset"}], False),
+        # An added field renamed or dropped: a chain.
+        ([{"add": "source", "value": "web"}, {"drop": "source"}], False),
     ],
 )
 def test_which_transforms_the_kernel_stages(tmp_path, transforms, native):
     driver = NativeStaging.for_stager(json_stager(tmp_path, pipeline(transforms=transforms)))
-    drops = any("drop" in t for t in transforms)
-    # A kernel built before drops leaves them on the Python path.
-    assert (driver is not None) is (native and (DROPS_BUILT or not drops))
+    new = any("drop" in t for t in transforms) or any("value" in t for t in transforms)
+    # A kernel built before drops and constants leaves them on the Python path.
+    assert (driver is not None) is (native and (DROPS_BUILT or not new))
 
 
 def test_a_renamed_field_with_a_default_other_than_null_stays_on_the_python_path():
@@ -270,17 +287,19 @@ def test_a_renamed_field_with_a_default_other_than_null_stays_on_the_python_path
     (``record.pop(old, None)``): the kernel, which encodes as declared, must not stage it. A
     null default encodes as null either way; a dropped field's default leaves no bytes."""
     schema = {**SCHEMA, "fields": [*SCHEMA["fields"], {"name": "n", "type": "long", "default": 1}]}
-    assert kernel_transforms([RenameField("url", "path")], schema, ["at"]) == ()
-    assert kernel_transforms([RenameField("user", "visitor")], schema, ["at"]) == ()
+    none = KernelTransforms()
+    assert kernel_transforms([RenameField("url", "path")], schema, ["at"]) == none
+    assert kernel_transforms([RenameField("user", "visitor")], schema, ["at"]) == none
     assert kernel_transforms([RenameField("n", "m")], schema, ["at"]) is None
-    assert kernel_transforms([DropFields(("n",))], schema, ["at"]) == ("n",)
+    assert kernel_transforms([DropFields(("n",))], schema, ["at"]) == KernelTransforms(("n",))
 
 
 @needs_drop_kernel
-def test_json_differential_fuzz_with_renames_and_drops(tmp_path_factory, pytestconfig):
-    """The JSON scenarios with rename and drop transforms (json_fuzz.with_renames): identical
-    commits on both paths, and the kernel stages the records of the transforms it takes."""
+def test_json_differential_fuzz_with_renames_drops_and_constants(tmp_path_factory, pytestconfig):
+    """The JSON scenarios with rename, drop and add-constant transforms
+    (json_fuzz.with_kernel_transforms): identical commits on both paths, and the kernel stages
+    the records of the transforms it takes."""
     tally = differential_fuzz(
-        "jsonrename", "fuzz.json", with_renames(scenario), pytestconfig, tmp_path_factory
+        "jsonrename", "fuzz.json", with_kernel_transforms(scenario), pytestconfig, tmp_path_factory
     )
     assert tally.share > 0.5, "the kernel staged too few records to prove anything"

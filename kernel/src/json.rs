@@ -122,6 +122,8 @@ pub struct Encoder {
     /// declared, then left out of the body (into `dropped_bytes`).
     dropped: Vec<bool>,
     dropped_bytes: Vec<u8>,
+    /// `add` transforms of constants (`append_constants`): their encoding, after every body.
+    constants: Vec<u8>,
 }
 
 impl Encoder {
@@ -129,6 +131,12 @@ impl Encoder {
     /// checks the value against the declared schema, then drops the fields, and the derived
     /// schema's encoding is the other fields' encodings in order). Err for a name that is not
     /// a top-level field, or one routing or event time reads.
+    /// Append `encoded` after every body: the constants `add` transforms append to the record
+    /// as its last fields, encoded once by the Python side (fastavro).
+    pub fn append_constants(&mut self, encoded: &[u8]) {
+        self.constants.extend_from_slice(encoded);
+    }
+
     pub fn drop_fields(&mut self, names: &[String]) -> Result<(), Unsupported> {
         let Node::Record(fields) = &self.nodes[self.top] else { return Err(Unsupported("not a record".into())) };
         let mut dropped = vec![false; fields.len()];
@@ -251,7 +259,8 @@ impl Encoder {
             at.slot = Some(slot);
         }
         Ok(Encoder { json_schema: iso.is_some(), utc_rule: iso.unwrap_or(false), nodes, top, want, defaults, tape: Vec::new(),
-                     unescaped: Vec::new(), body: Vec::new(), dropped: Vec::new(), dropped_bytes: Vec::new() })
+                     unescaped: Vec::new(), body: Vec::new(), dropped: Vec::new(), dropped_bytes: Vec::new(),
+                     constants: Vec::new() })
     }
 
     /// The Avro body of the last [`encode`](Self::encode).
@@ -289,7 +298,9 @@ impl Encoder {
         if !matches!(self.tape[0], Tok::Obj { .. }) || !valid(&self.tape, value, &self.unescaped) {
             return Err(Stop);
         }
-        w.encode(self.top, Some(0), Some(&self.want), &mut self.body, values, 0)
+        w.encode(self.top, Some(0), Some(&self.want), &mut self.body, values, 0)?;
+        self.body.extend_from_slice(&self.constants);
+        Ok(())
     }
 }
 

@@ -292,6 +292,15 @@ impl StageKernel {
         self.slots[slot].hourly = true;
     }
 
+    /// `format: json` with `add` transforms of constants: `encoded` (their Avro encoding, in
+    /// order) follows every body, as the derived schema's last fields. Raises ValueError
+    /// without a JSON schema.
+    fn append_json_constants(&mut self, encoded: &[u8]) -> PyResult<()> {
+        let Some((encoder, _)) = &mut self.json else { return Err(PyValueError::new_err("no JSON schema")) };
+        encoder.append_constants(encoded);
+        Ok(())
+    }
+
     /// `format: json` with `drop` transforms: leave the top-level fields `names` out of every
     /// body (after checking them as declared). Raises ValueError without a JSON schema, or for a
     /// name that is not a top-level field or that routing or event time reads.
@@ -300,7 +309,7 @@ impl StageKernel {
         encoder.drop_fields(&names).map_err(|e| PyValueError::new_err(e.0))
     }
 
-        /// From now on count null values (tombstones) and skip them, as a keyed topic's stager does.
+    /// From now on count null values (tombstones) and skip them, as a keyed topic's stager does.
     fn count_tombstones(&mut self) {
         self.count_tombstones = true;
     }
