@@ -28,6 +28,7 @@ had to start are stopped; services that were running are left alone.
     .venv/bin/python bench/bench_stage.py --json-schema-values   # framed JSON (format: json_schema)
     .venv/bin/python bench/bench_stage.py --protobuf-values   # framed Protobuf (format: protobuf)
     .venv/bin/python bench/bench_stage.py --raw-values   # the Avro backlog archived undecoded (format: raw)
+    .venv/bin/python bench/bench_stage.py --hour-tables   # the same, into HOUR-partitioned tables
 
 Each stage run at N runs twice when the native stage kernel is built: with the kernel and on
 the Python path (``StageContext.native_kernel``), so one report has ``ratios.ratio_kernel``
@@ -37,7 +38,8 @@ Memory is reported as peak RSS per role and as peak PSS (``peak_pss_mb``: pages 
 PySpark workers share with their daemon counted once; ``total`` is the whole tree).
 
 Prints a table and writes ``bench/results/stage.json`` (``stage_debezium.json``,
-``stage_json.json``, ``stage_json_schema.json``, ``stage_protobuf.json``, ``stage_raw.json``). Target:
+``stage_json.json``, ``stage_json_schema.json``, ``stage_protobuf.json``, ``stage_raw.json``;
+``--hour-tables`` adds ``_hour``: ``stage_hour.json``, ``stage_json_hour.json``, ...). Target:
 stage with the kernel ≥ 0.8× baseline.
 """
 
@@ -72,6 +74,11 @@ from bench_hot_path import SCHEMA  # noqa: E402
 
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config  # noqa: E402
+from kbqe_dagster.core.record.partitioning import (  # noqa: E402
+    Partitioning,
+    TablesConfig,
+    TableSettings,
+)
 from kbqe_dagster.localstack import stack  # noqa: E402
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, local_endpoints  # noqa: E402
 from kbqe_dagster.resources.kafka.clients import KafkaSettings  # noqa: E402
@@ -143,6 +150,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the Avro backlog archived undecoded into a format: raw topic (one static "
         "table; writes bench/results/stage_raw.json unless --json)",
     )
+    parser.add_argument(
+        "--hour-tables",
+        action="store_true",
+        help="every destination table HOUR-partitioned (tables: {sales.*: {partitioning: "
+        "hour}}): the records carry the event hour column (not with --debezium: keyed "
+        "tables stay DAY)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the topics and staged files")
     parser.add_argument(
@@ -166,6 +180,26 @@ def pipeline(
     json_schema_values: bool = False,
     protobuf_values: bool = False,
     raw_values: bool = False,
+    hour_tables: bool = False,
+):
+    config = _pipeline(topic, range_size, debezium, json_values, json_schema_values,
+                       protobuf_values, raw_values)  # fmt: skip
+    if not hour_tables:
+        return config
+    # Every table of the bench's dataset HOUR: what `tables: {sales.*: {partitioning: hour}}`
+    # parses to (the allow-list and static routes are all in `sales`).
+    hourly = TablesConfig({"sales.*": TableSettings(Partitioning.HOUR)})
+    return dataclasses.replace(config, tables=hourly)
+
+
+def _pipeline(
+    topic: str,
+    range_size: int,
+    debezium: bool,
+    json_values: bool,
+    json_schema_values: bool,
+    protobuf_values: bool,
+    raw_values: bool,
 ):
     if raw_values:  # the same framed Avro bytes, never decoded: one row each, key and headers
         return parse_pipeline_config({
@@ -388,6 +422,7 @@ class Bench:
                 self.args.json_schema_values,
                 self.args.protobuf_values,
                 self.args.raw_values,
+                self.args.hour_tables,
             ),
             data["topic"],
         )
@@ -550,7 +585,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.raw_values
             else ""
         )
-        args.json = BENCH / "results" / f"stage{variant}.json"
+        hour = "_hour" if args.hour_tables else ""
+        args.json = BENCH / "results" / f"stage{variant}{hour}.json"
+    if args.hour_tables and args.debezium:
+        raise SystemExit("--hour-tables: a keyed topic's tables stay DAY (docs/architecture.md)")
     # say() prints the bench's progress; the package's INFO lines (one per range) stay off.
     setup_logging(
         args.verbose, fmt="%(levelname)s %(name)s: %(message)s", ours_from=logging.WARNING
@@ -578,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
                       else "json_schema" if args.json_schema_values
                       else "protobuf" if args.protobuf_values
                       else "raw" if args.raw_values else "avro",
+            "partitioning": "hour" if args.hour_tables else "day",
         }  # fmt: skip
         report["produce"] = data["produce"]
         report["baselines"] = bench.baselines(data)

@@ -182,7 +182,7 @@ class JsonSchemaKernelStaging(NativeStaging):
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
         if not cls.append_rules_allow(stager):
-            return None  # transforms or destinations, function routing, an HOUR table
+            return None  # transforms or destinations, function routing
         return cls(stager, extension)
 
     def _add_schema(

@@ -13,8 +13,10 @@ slice; ``bench/bench_formats.py`` reports its rate. Values are taken as JSON giv
 Avro's JSON encoding does.
 
 **The native kernel** (``kernel/src/json.rs``) does the same for a topic without transforms or
-destinations: :class:`JsonKernelStaging`, this stager's ``native_driver``, gives it the
-declared schema once, and it parses, checks and encodes each value in Rust. Every message it
+destinations, or whose transforms only rename, drop and add constant fields
+(:func:`kernel_transforms`):
+:class:`JsonKernelStaging`, this stager's ``native_driver``, gives it the declared schema
+once, and it parses, checks and encodes each value in Rust. Every message it
 is not certain about — every one the Python path would dead-letter among them — comes back
 here and is staged (or dead-lettered, with this module's reasons) by :meth:`stage`: the files,
 dead letters and counts are this path's, byte for byte (docs/architecture.md, "The JSON
@@ -26,16 +28,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from fastavro import parse_schema
+from fastavro import parse_schema, schemaless_writer
 from fastavro.validation import ValidationError, validate
 
 from kbqe_dagster.core.errors import BadInputError, JsonDecodeError, JsonSchemaMismatchError
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
+from kbqe_dagster.core.transforms.specs import AddField, DropFields, RenameField
 from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
@@ -50,8 +55,12 @@ class JsonRangeStager(TransformingStager):
         self.value_schema = schema
         self.parsed = parse_schema(schema, _write_hint=False)
         self.schema_id = declared_schema_id(schema)
-        # Transforms and destinations reshape records in Python: those topics stay here.
-        self.native_kernel = not self.reshapes
+        # Transforms and destinations reshape records in Python: those topics stay here, but
+        # for renames, drops and constants the kernel stages exactly (kernel_transforms).
+        self.kernel_transforms = kernel_transforms(self.transforms, schema, self.wanted)
+        self.native_kernel = not self.reshapes or (
+            self.fan_out is None and self.kernel_transforms is not None
+        )
 
     @property
     def native_driver(self) -> type[NativeStaging]:
@@ -70,6 +79,66 @@ class JsonRangeStager(TransformingStager):
     @staticmethod
     def framed_schema_id(value: bytes | None) -> int | None:
         return None  # JSON values carry no schema id
+
+
+@dataclass(frozen=True)
+class KernelTransforms:
+    """What the kernel does for a topic's transforms (:func:`kernel_transforms`): the declared
+    fields it leaves out of every body, and the constants it appends after it."""
+
+    drops: tuple[str, ...] = ()
+    constants: tuple[tuple[str, Any], ...] = ()
+    """``(field, value)`` of each ``add`` of a constant, in order."""
+
+    def constants_encoding(self, output_schema: Mapping[str, Any]) -> bytes:
+        """The constants' Avro encoding under their types in the derived ``output_schema``
+        (its last fields, in order): what fastavro writes after the other fields."""
+        types = {f["name"]: f["type"] for f in output_schema["fields"]}
+        fields = [{"name": name, "type": types[name]} for name, _ in self.constants]
+        record = {"type": "record", "name": "KbqeConstants", "fields": fields}
+        body = BytesIO()
+        schemaless_writer(body, parse_schema(record, _write_hint=False), dict(self.constants))
+        return body.getvalue()
+
+
+def kernel_transforms(
+    transforms: Any, schema: Mapping[str, Any], wanted: Any
+) -> KernelTransforms | None:
+    """What the kernel does to stage a topic with ``transforms`` exactly, or None when it
+    cannot (the Python path's). It can when they only rename and drop top-level fields and
+    add constants: a rename keeps the field's position and type, a drop removes the field's
+    encoding, an added field comes last, so the record's Avro bytes are the declared schema's
+    without the dropped fields' and with the constants' after them; only the files' schema
+    and id (the derived schema's) differ. Not when routing or event time reads a renamed,
+    dropped or added name (they read the transformed record), when a renamed field has a
+    default other than null (a value without the field is encoded with its default as
+    declared, but as null once renamed: ``record.pop(old, None)``), or when a rename or a drop
+    names a renamed or added field (a chain)."""
+    declared = {f.get("name"): f for f in schema.get("fields") or ()}
+    read = {path.split(".")[0] for path in wanted}
+    present = set(declared)  # declared names not yet renamed or dropped
+    dropped: list[str] = []
+    constants: list[tuple[str, Any]] = []
+    for spec in transforms:
+        if isinstance(spec, RenameField):
+            field = declared.get(spec.rename)
+            if spec.rename not in present or field is None or field.get("default") is not None:
+                return None
+            if spec.rename in read or spec.to in read:
+                return None
+            present.discard(spec.rename)
+        elif isinstance(spec, DropFields):
+            if any(name not in present or name in read for name in spec.drop):
+                return None
+            present.difference_update(spec.drop)
+            dropped += spec.drop
+        elif isinstance(spec, AddField) and spec.header is None and spec.message is None:
+            if spec.add in read:
+                return None
+            constants.append((spec.add, spec.value))
+        else:
+            return None
+    return KernelTransforms(tuple(dropped), tuple(constants))
 
 
 def _decode(value: bytes) -> dict[str, Any]:
@@ -117,7 +186,7 @@ class JsonKernelStaging(NativeStaging):
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
         if not cls.append_rules_allow(stager):
-            return None  # transforms or destinations, function routing, an HOUR table
+            return None  # transforms or destinations, function routing
         driver = cls(stager, extension)
         staged = driver.staged = stager.staged_schema()
         constant = None
@@ -137,7 +206,21 @@ class JsonKernelStaging(NativeStaging):
                 constant = driver._slot(
                     destination.dataset, destination.table, staged.schema_id, staged.file_schema
                 )
-            driver.kernel.add_json_schema(json.dumps(staged.parsed), constant)
+            # The declared schema: values are checked and encoded as declared (renames change
+            # the files' schema and id, staged.file_schema and staged.schema_id, not the bytes).
+            driver.kernel.add_json_schema(json.dumps(stager.parsed), constant)
+            done = stager.kernel_transforms
+            if done is not None and done.drops:
+                if not hasattr(driver.kernel, "drop_json_fields"):
+                    return None  # a kernel built before drops
+                driver.kernel.drop_json_fields(list(done.drops))
+            if done is not None and done.constants:
+                if not hasattr(driver.kernel, "append_json_constants"):
+                    return None  # a kernel built before added constants
+                if staged.compiled is None:  # constants come from transforms: never
+                    return None
+                output = staged.compiled.output_schema
+                driver.kernel.append_json_constants(done.constants_encoding(output))
         except (BadInputError, ValueError) as error:
             log.debug("%s: the JSON values stay on the Python stage path: %s", stager.rng, error)
             return None

@@ -43,7 +43,7 @@ class ProtobufKernelStaging(NativeStaging):
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
         if not cls.append_rules_allow(stager):
-            return None  # transforms or destinations, function routing, an HOUR table
+            return None  # transforms or destinations, function routing
         driver = cls(stager, extension)
         driver.kernel.stage_protobuf()
         return driver

@@ -16,11 +16,19 @@ of :class:`NativeStaging`, as ``native_driver`` (``format: json`` and ``format: 
 formats/json_stage.py, formats/raw_stage.py; keyed change topics: keyed/native_stage.py); its
 :meth:`~NativeStaging.for_range` may decline a range.
 
+HOUR-partitioned tables (core/record/partitioning.py): when a file slot's table is HOUR, the
+driver tells the kernel so (``StageKernel.hourly_slot``) and the kernel writes the event hour
+column after the enrichment prefix and counts the slot's records per hour, as the Python path's
+``RangeStager.prefix`` and ``open_file`` do; an hour it cannot read exactly (a naive time
+placed by a zone id, say) is handed back like any uncertain event time. A kernel built before
+that routine has no ``hourly_slot``: topics that may write an HOUR table then take the Python
+path (:meth:`NativeStaging.append_rules_allow`).
+
 What stays on the Python path for good: other formats (stagers of their own, which set
-``native_kernel = False`` and name no driver), ``function`` routing, topics that may write an HOUR-partitioned
-table (core/record/partitioning.py: the event hour column), and a schema whose types or wanted fields
-the kernel does not implement (:meth:`StageKernel.add_schema` refuses it; its messages are
-handed back one by one). ``KBQE_STAGE_KERNEL=off`` forces the Python path everywhere.
+``native_kernel = False`` and name no driver), ``function`` routing, and a schema whose types
+or wanted fields the kernel does not implement (:meth:`StageKernel.add_schema` refuses it; its
+messages are handed back one by one). ``KBQE_STAGE_KERNEL=off`` forces the Python path
+everywhere.
 
 A format whose per-message work is not the append path's may bring a kernel routine of its
 own: its stager's ``native_driver`` names the driver :meth:`NativeStaging.for_stager` returns
@@ -41,6 +49,7 @@ from fastavro import parse_schema
 from fastavro.read import LOGICAL_READERS
 
 from kbqe_dagster.core.errors import BadInputError, KbqeError
+from kbqe_dagster.core.record.enrichment import with_event_hour
 from kbqe_dagster.core.record.event_time import DateRule, epoch_day
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
 from kbqe_dagster.core.record.wire import HEADER_SIZE
@@ -140,6 +149,7 @@ class NativeStaging:
             tuple[str, str, int, dict]
         ] = []  # file slot → (dataset, table, id, schema)
         self._slot_of: dict[tuple[str, str, int], int] = {}
+        self._hourly_slots: set[int] = set()  # slots of HOUR tables (their drains count hours)
         self.handbacks: Counter[str] = Counter()
         self.handed_back_records: Counter[str] = Counter()
         """Hand-backs the Python path then staged (neither dead-lettered nor skipped), by the
@@ -178,15 +188,17 @@ class NativeStaging:
     @staticmethod
     def append_rules_allow(stager: Any) -> bool:
         """Whether the append kernel's loop may stage ``stager``'s range: the stager allows it
-        (``native_kernel``), routing is not a Python ``function``, and no record may go to an
-        HOUR table."""
+        (``native_kernel``), routing is not a Python ``function``, and, when a record may go
+        to an HOUR table, the kernel writes the event hour column (``hourly_slot``)."""
         if not getattr(stager, "native_kernel", False):
             return False
         if stager.router.config.mode is RoutingMode.FUNCTION:
             return False
-        # The kernel writes DAY tables' layout only; an HOUR table's records carry the event
-        # hour column too (core/record/partitioning.py), which the Python path adds.
-        return not stager.pipeline.topic_may_write_hourly(stager.topic.name)
+        # A kernel built before HOUR tables writes DAY tables' layout only; an HOUR table's
+        # records carry the event hour column too (core/record/partitioning.py).
+        return not stager.pipeline.topic_may_write_hourly(stager.topic.name) or hasattr(
+            getattr(_extension, "StageKernel", None), "hourly_slot"
+        )
 
     # --- the loop ---------------------------------------------------------------------------
     def stage(self, reader: Any) -> None:
@@ -264,11 +276,12 @@ class NativeStaging:
                                 f"committed (set {SWITCH}=off to stage with the Python path)")  # fmt: skip
 
     def _drain(self) -> None:
-        files = self.stager.open_file
-        for slot, records, ends, days in self.kernel.drain():
+        files, hourly = self.stager.open_file, self._hourly_slots
+        # (slot, records, ends, days, hours); a kernel built before HOUR tables gives no hours.
+        for slot, records, ends, days, *hours in self.kernel.drain():
             dataset, table, schema_id, schema = self._slots[slot]
             files(dataset, table, schema_id, schema).append_many(
-                records, memoryview(ends).cast("Q"), days
+                records, memoryview(ends).cast("Q"), days, hours[0] if slot in hourly else None
             )
 
     # --- what the kernel is taught ----------------------------------------------------------
@@ -373,14 +386,25 @@ class NativeStaging:
                     msg.key(),
                 )
             )
+            return self._slot(destination.dataset, destination.table, schema_id, schema)
         except (BadInputError, UnicodeDecodeError):
             return None
-        return self._slot(destination.dataset, destination.table, schema_id, schema)
 
     def _slot(self, dataset: str, table: str, schema_id: int, schema: dict) -> int:
+        """The kernel's file slot of (``dataset``, ``table``, ``schema_id``), whose DAY file
+        schema is ``schema``. An HOUR table's slot is marked so: the kernel then writes the
+        event hour column. Raises the BadInputError of an HOUR table's file schema that
+        cannot take that column (``with_event_hour``): the Python path then judges each of
+        its messages, as it does without the kernel."""
         key = (dataset, table, schema_id)
         slot = self._slot_of.get(key)
         if slot is None:
+            hourly = self.stager.pipeline.is_hourly(dataset, table)
+            if hourly:
+                with_event_hour(schema, self.stager.enrichment)  # raises its clash
             slot = self._slot_of[key] = len(self._slots)
             self._slots.append((dataset, table, schema_id, schema))
+            if hourly:
+                self.kernel.hourly_slot(slot)
+                self._hourly_slots.add(slot)
         return slot

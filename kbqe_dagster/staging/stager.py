@@ -102,7 +102,7 @@ class RangeStager:
     ``NativeStaging`` subclass whose ``for_range(stager, extension)`` returns the driver of a
     range or None for the Python path. None: the append kernel's driver, under its rules
     (``NativeStaging.append_rules_allow``: :attr:`native_kernel` on, no ``function``
-    routing, no HOUR table)."""
+    routing; HOUR tables only with a kernel that writes their event hour)."""
 
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         self.ctx = ctx

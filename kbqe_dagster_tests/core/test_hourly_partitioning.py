@@ -308,3 +308,21 @@ def test_a_day_table_s_manifest_has_no_hours_and_old_manifests_still_parse() -> 
     assert b'"hours"' not in commit.content
     parsed = parse_manifest(commit.content, commit.done_files[0].name)
     assert parsed is not None and parsed.files[0].hours == ()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "9999-12-31T23:30:00-05:00",  # dated 9999-12-31 as written; 10000-01-01T04 in UTC
+        "0001-01-01T00:30:00+01:00",  # dated 0001-01-01 as written; year 0 in UTC
+    ],
+)
+def test_an_hour_outside_the_years_0001_to_9999_is_invalid_though_its_date_is_not(value) -> None:
+    """Under ``local`` the date as written is in range but the UTC hour is not: the HOUR
+    table's record is bad input (its hour has no partition key), not a range that fails at
+    commit; a DAY table's record keeps its date."""
+    assert event_date(_LOCAL, {"ts": value}) in (date(9999, 12, 31), date(1, 1, 1))
+    with pytest.raises(InvalidEventTimeError, match="UTC hour outside"):
+        event_hour(_LOCAL, {"ts": value})
+    with pytest.raises(InvalidEventTimeError, match="UTC hour outside"):
+        event_date_and_hour(_LOCAL, {"ts": value})

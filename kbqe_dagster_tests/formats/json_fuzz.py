@@ -27,10 +27,15 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import fastavro
+
 from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.transforms.compiler import compile_transforms
+from kbqe_dagster.core.transforms.specs import AddField, DropFields, RenameField
+from kbqe_dagster.formats.json_stage import kernel_transforms
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text, random_pipeline
 
@@ -379,3 +384,58 @@ def framed_message(rng: random.Random, topic: str, start: int, i: int, value: An
     timestamp = rng.choice([(1, 1_726_238_205_123 + i), (1, 1_726_238_205_123 + i), (2, 0), (0, -1),
                             (1, -5), (1, 253_402_300_800_000)])  # fmt: skip
     return Msg(topic, 0, start + i, value, key, headers, timestamp)
+
+
+def with_kernel_transforms(make: Any) -> Any:
+    """``make``'s scenarios (``scenario``) with ``rename`` and ``drop`` transforms on one to
+    four top-level fields and ``add`` of up to two constants, as the kernel stages them
+    (formats/json_stage.py, ``kernel_transforms``: not what routing or event time reads;
+    renames of fields with no default other than null), drawn from their own generator so the
+    messages are those of the same seed. The transforms it leaves to the Python path have
+    nothing to compare: test_json_kernel.py names them."""
+
+    def transformed(seed: int, messages: int) -> Any:
+        case = make(seed, messages)
+        rng = random.Random(~seed)
+        topic = case.pipeline.topics[0]
+        read = topic.required_fields
+        names = [f["name"] for f in case.schema["fields"]
+                 if kernel_transforms([RenameField(f["name"], "x")], case.schema, read) is not None]  # fmt: skip
+        chosen = rng.sample(names, min(len(names), rng.randint(1, 4)))
+        specs: list[Any] = []
+        for name in chosen:
+            if rng.random() < 0.5:
+                specs.append(RenameField(name, f"{name}_renamed"))
+            else:
+                specs.append(DropFields((name,)))
+        for i in range(rng.choice([0, 0, 1, 2])):
+            value, kind = rng.choice(CONSTANTS)
+            specs.append(AddField(f"added{i}", value=value, type=kind))
+        rng.shuffle(specs)
+        if not _derivable(specs, case.schema):
+            # A dropped field defined a named type another field uses: a config error the
+            # pipeline file would report. Renames keep the definition.
+            specs = [RenameField(s.drop[0], f"{s.drop[0]}_renamed") if isinstance(s, DropFields)
+                     else s for s in specs]  # fmt: skip
+        case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=tuple(specs)),))
+        return case
+
+    return transformed
+
+
+# Constants of ``add`` transforms: (value, declared type or None for the value's own).
+CONSTANTS: list[tuple[Any, str | None]] = [
+    ("web", None), ("", None), ("Zürich 🎉", None), (7, None), (-(2**63), None), (0.5, None),
+    (True, None), (None, "string?"), ("x", "string?"), (3, "int"), (1_726_238_205_123, "timestamp-millis"),
+    (19979, "date"), (1.5, "float"),
+]  # fmt: skip
+
+
+def _derivable(specs: list[Any], schema: dict) -> bool:
+    """Whether the derived schema of ``specs`` over ``schema`` parses (as the pipeline file's
+    check of a ``format: json`` topic's transforms requires)."""
+    try:
+        fastavro.parse_schema(compile_transforms(specs, schema).output_schema)
+    except Exception:  # noqa: BLE001 - fastavro raises several types
+        return False
+    return True

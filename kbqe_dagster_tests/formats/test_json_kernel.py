@@ -11,8 +11,18 @@ import fastavro
 import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster_tests.formats.json_fuzz import scenario
-from kbqe_dagster_tests.formats.test_json_stage import GOOD, TOPIC, pipeline
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.transforms.specs import DropFields, RenameField
+from kbqe_dagster.formats.json_stage import KernelTransforms, kernel_transforms
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.schema_registry import RegistrySettings
+from kbqe_dagster.resources.staging_store import StagingLocation
+from kbqe_dagster.stagers import stager_class
+from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.native_kernel import NativeStaging
+from kbqe_dagster_tests.formats.json_fuzz import scenario, with_kernel_transforms
+from kbqe_dagster_tests.formats.test_json_stage import GOOD, SCHEMA, TOPIC, pipeline
+from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 
 kernel = pytest.importorskip(
@@ -26,6 +36,12 @@ if not hasattr(kernel.StageKernel, "add_json_schema"):
 
 def messages(values: list[bytes | None]) -> list[Msg]:
     return [Msg(TOPIC, 0, offset, value, b"k") for offset, value in enumerate(values)]
+
+
+def json_stager(tmp_path, config):
+    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
+                       StagingLocation(str(tmp_path)), config, TOPIC, native_kernel=True)  # fmt: skip
+    return stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, 10), tmp_path)
 
 
 def both(tmp_path, config, msgs, batch_size=64):
@@ -144,8 +160,10 @@ def test_maps_and_defaults_are_encoded_as_python_keeps_them(tmp_path):
     assert (staged[1]["level"], staged[1]["score"]) == ("warn", None)
 
 
-def test_a_topic_with_transforms_stays_on_the_python_path(tmp_path):
-    config = pipeline(transforms=[{"drop": "url"}])
+def test_a_topic_with_transforms_that_change_values_stays_on_the_python_path(tmp_path):
+    """Renames, drops and constants are the kernel's (below); a value made per message (a
+    header, a part of the message, a mask, a cast) is not."""
+    config = pipeline(transforms=[{"add": "trace", "header": "trace"}])
     python = stage(tmp_path, config, TOPIC, {}, messages([json.dumps(GOOD).encode()]), native=False)
     assert python.result.records == 1
     with pytest.raises(AssertionError, match="not available"):
@@ -160,6 +178,16 @@ def test_json_differential_fuzz(tmp_path_factory, pytestconfig):
     # surrogates) and event times it is not sure of (as on the Avro path: zone ids): about 1 %
     # (formats/json_fuzz.py). Issue 26's target is 95 %.
     assert tally.share >= 0.95, f"the kernel staged {tally.share:.1%} of the records (< 95 %)"
+
+
+@needs_hour_kernel
+def test_json_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig):
+    """The same scenarios with some of their tables HOUR-partitioned (hourly_fuzz.py): the
+    kernel writes those records' event hour column and counts their hours as Python does."""
+    tally = differential_fuzz(
+        "jsonhour", "fuzz.json", with_hour_tables(scenario), pytestconfig, tmp_path_factory
+    )
+    assert tally.share > 0.8, "the kernel staged too few records to prove anything"
 
 
 def test_a_lone_surrogate_quoted_by_a_refusal_is_dead_lettered_not_a_failed_range(tmp_path):
@@ -249,3 +277,107 @@ def test_nulls_of_a_nullable_bytes_or_fixed_field_stage_natively(tmp_path):
     assert python.result.records == 2
     assert python.result.dead_letters == {"json_schema_mismatch": 1}
     assert native.kernel_messages == 2
+
+
+# --- rename and drop transforms on the kernel ----------------------------------------------
+RENAMES = [{"rename": "url", "to": "path"}, {"rename": "user", "to": "visitor"}]
+DROPS_BUILT = hasattr(kernel.StageKernel, "append_json_constants")
+needs_drop_kernel = pytest.mark.skipif(
+    not DROPS_BUILT,
+    reason="the native stage kernel predates drop and add transforms (make install)",
+)
+
+
+def test_renamed_fields_are_staged_by_the_kernel_under_the_derived_schema(tmp_path):
+    """A rename keeps the field's position and type: the record's bytes are the declared
+    schema's, its file's schema and id the derived schema's (its columns renamed)."""
+    values = [json.dumps({**GOOD, "url": f"/p{i}"}).encode() for i in range(20)]
+    values += [json.dumps({**GOOD, "url": None}).encode()]  # a mismatch: dead-lettered
+    python, native = both(tmp_path, pipeline(transforms=RENAMES), messages(values))
+    assert python.result.records == 20 and python.result.dead_letters
+    assert native.kernel_messages == 20 and native.handbacks == {"json_uncertain": 1}
+    record = first_record(native)
+    assert (record["path"], record["visitor"]) == ("/p0", {"id": 7})
+    assert "url" not in record and "user" not in record
+
+
+@needs_drop_kernel
+def test_dropped_fields_are_checked_as_declared_then_left_out_by_the_kernel(tmp_path):
+    """Python checks the value against the declared schema before its transforms: a dropped
+    field that does not fit is still a dead letter; one that fits leaves no bytes."""
+    drops = [{"drop": "user"}, {"rename": "url", "to": "path"}]
+    values = [json.dumps({**GOOD, "url": f"/p{i}"}).encode() for i in range(20)]
+    values += [json.dumps({**GOOD, "user": {"id": "seven"}}).encode()]  # a mismatch
+    values += [json.dumps({k: v for k, v in GOOD.items() if k != "user"}).encode()]  # absent
+    python, native = both(tmp_path, pipeline(transforms=drops), messages(values))
+    assert python.result.records == 21 and python.result.dead_letters
+    assert native.kernel_messages == 21 and native.handbacks == {"json_uncertain": 1}
+    record = first_record(native)
+    assert record["path"] == "/p0" and "user" not in record
+
+
+@needs_drop_kernel
+def test_added_constants_follow_the_record_as_fastavro_encodes_them(tmp_path):
+    adds = [{"add": "source", "value": "web"}, {"add": "seen", "value": None, "type": "long?"},
+            {"add": "at_ms", "value": 1_726_238_205_123, "type": "timestamp-millis"}]  # fmt: skip
+    values = [json.dumps({**GOOD, "url": f"/p{i}"}).encode() for i in range(10)]
+    python, native = both(tmp_path, pipeline(transforms=adds), messages(values))
+    assert native.kernel_messages == 10 == python.result.records
+    record = first_record(native)
+    assert (record["source"], record["seen"], record["at_ms"].year) == ("web", None, 2024)
+
+
+def first_record(staged):
+    (name,) = [n for n in staged.files if n.startswith(f"{TOPIC}.0.web.clicks.")
+               and n.endswith(".avro")]  # fmt: skip
+    return next(fastavro.reader(io.BytesIO(staged.files[name])))
+
+
+@pytest.mark.parametrize(
+    ("transforms", "native"),
+    [
+        (RENAMES, True),
+        ([], True),
+        ([{"rename": "url", "to": "path"}, {"drop": "user"}], True),
+        # Event time reads the transformed record: the kernel reads the declared names.
+        ([{"rename": "at", "to": "when"}], False),
+        ([{"drop": "at"}], False),
+        # A chain: the second renames (or drops) a renamed field.
+        ([{"rename": "url", "to": "path"}, {"rename": "path", "to": "href"}], False),
+        ([{"rename": "url", "to": "path"}, {"drop": "path"}], False),
+        ([{"rename": "url", "to": "path"}, {"add": "source", "value": "web"}], True),
+        # A value made per message.
+        ([{"add": "source", "header": "trace"}], False),
+        ([{"add": "offset", "message": "offset"}], False),
+        # An added field renamed or dropped: a chain.
+        ([{"add": "source", "value": "web"}, {"drop": "source"}], False),
+    ],
+)
+def test_which_transforms_the_kernel_stages(tmp_path, transforms, native):
+    driver = NativeStaging.for_stager(json_stager(tmp_path, pipeline(transforms=transforms)))
+    new = any("drop" in t for t in transforms) or any("value" in t for t in transforms)
+    # A kernel built before drops and constants leaves them on the Python path.
+    assert (driver is not None) is (native and (DROPS_BUILT or not new))
+
+
+def test_a_renamed_field_with_a_default_other_than_null_stays_on_the_python_path():
+    """Absent, it is encoded with its default as declared but as null once renamed
+    (``record.pop(old, None)``): the kernel, which encodes as declared, must not stage it. A
+    null default encodes as null either way; a dropped field's default leaves no bytes."""
+    schema = {**SCHEMA, "fields": [*SCHEMA["fields"], {"name": "n", "type": "long", "default": 1}]}
+    none = KernelTransforms()
+    assert kernel_transforms([RenameField("url", "path")], schema, ["at"]) == none
+    assert kernel_transforms([RenameField("user", "visitor")], schema, ["at"]) == none
+    assert kernel_transforms([RenameField("n", "m")], schema, ["at"]) is None
+    assert kernel_transforms([DropFields(("n",))], schema, ["at"]) == KernelTransforms(("n",))
+
+
+@needs_drop_kernel
+def test_json_differential_fuzz_with_renames_drops_and_constants(tmp_path_factory, pytestconfig):
+    """The JSON scenarios with rename, drop and add-constant transforms
+    (json_fuzz.with_kernel_transforms): identical commits on both paths, and the kernel stages
+    the records of the transforms it takes."""
+    tally = differential_fuzz(
+        "jsonrename", "fuzz.json", with_kernel_transforms(scenario), pytestconfig, tmp_path_factory
+    )
+    assert tally.share > 0.5, "the kernel staged too few records to prove anything"

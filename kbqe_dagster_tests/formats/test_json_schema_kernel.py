@@ -15,6 +15,7 @@ import pytest
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
 from kbqe_dagster_tests.formats.json_schema_fuzz import scenario
 from kbqe_dagster_tests.formats.test_json_schema_stage import GOOD, TOPIC, V1, V2, pipeline
+from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 from kbqe_dagster_tests.support.framing import json_framed
 
@@ -321,3 +322,19 @@ def test_unique_items_are_checked_natively_where_equality_is_plain(tmp_path, kin
     assert native.kernel_messages == (1 if unique else 0)
     if unique is not None:
         assert python.result.records == (1 if unique else 0)
+
+
+@needs_hour_kernel
+def test_json_schema_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig):
+    """The same scenarios with some of their tables HOUR-partitioned (hourly_fuzz.py); a
+    ``date-time`` event time under ``date_rule: local`` keeps its written date and gives the
+    instant's UTC hour."""
+    tally = differential_fuzz(
+        "json_schemahour",
+        "fuzz.jsonschema",
+        with_hour_tables(scenario),
+        pytestconfig,
+        tmp_path_factory,
+        schemas_of=lambda case: case.schemas,
+    )
+    assert tally.share > 0.8, "the kernel staged too few records to prove anything"

@@ -29,6 +29,7 @@ from kbqe_dagster_tests.formats.test_protobuf_stage import (
     order,
     pipeline,
 )
+from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import (
     Msg,
     Staged,
@@ -219,3 +220,17 @@ def test_protobuf_differential_fuzz(tmp_path_factory, pytestconfig):
     assert tally.share > 0.8, "the kernel staged too few records to prove anything"
     if tally.plain_records >= 1000:
         assert tally.plain_share >= 0.95, "the kernel hands back producers' ordinary messages"
+
+
+@needs_hour_kernel
+def test_protobuf_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig):
+    """The same scenarios with some of their tables HOUR-partitioned (hourly_fuzz.py)."""
+    tally = differential_fuzz(
+        "protobufhour",
+        "fuzz.protobuf",
+        with_hour_tables(scenario),
+        pytestconfig,
+        tmp_path_factory,
+        lookup_of=lambda case: case.registry,
+    )
+    assert tally.share > 0.8, "the kernel staged too few records to prove anything"

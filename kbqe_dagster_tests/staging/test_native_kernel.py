@@ -31,6 +31,11 @@ from kbqe_dagster.staging import native_kernel
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_status
 from kbqe_dagster.staging.stager import RangeStager
+from kbqe_dagster_tests.staging.hourly_fuzz import (
+    hour_edge_scenario,
+    needs_hour_kernel,
+    with_hour_tables,
+)
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 from kbqe_dagster_tests.staging.kernel_fuzz import scenario
 
@@ -160,6 +165,36 @@ def test_differential_fuzz(tmp_path_factory, pytestconfig):
     assert tally.share > 0.5, "the kernel staged too few records to prove anything"
 
 
+@needs_hour_kernel
+def test_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig):
+    """The same scenarios with some of their tables HOUR-partitioned: the kernel writes those
+    records' event hour column and counts their hours exactly as the Python path does."""
+    tally = differential_fuzz(
+        "avrohour",
+        "fuzz.events",
+        with_hour_tables(scenario),
+        pytestconfig,
+        tmp_path_factory,
+        schemas_of=lambda case: case.schemas,
+    )
+    assert tally.share > 0.5, "the kernel staged too few records to prove anything"
+
+
+@needs_hour_kernel
+def test_differential_fuzz_of_event_times_on_hour_and_day_edges(tmp_path_factory, pytestconfig):
+    """Event times on and next to hour and day boundaries, in every kind of value, routed to
+    DAY and HOUR tables of one topic: identical commits, and the kernel stages most."""
+    tally = differential_fuzz(
+        "avroedge",
+        "fuzz.events",
+        hour_edge_scenario,
+        pytestconfig,
+        tmp_path_factory,
+        schemas_of=lambda case: case.schemas,
+    )
+    assert tally.share > 0.7, "the kernel staged too few records to prove anything"
+
+
 def test_the_switch_forces_the_python_path(monkeypatch):
     monkeypatch.setenv(native_kernel.SWITCH, "off")
     assert kernel_status().path == "python"
@@ -239,14 +274,17 @@ def test_what_stays_on_the_python_path(tmp_path):
     assert NativeStaging.for_stager(_stager(tmp_path, function)) is None
     # Stagers of their own: JSON values and keyed topics take the kernel through their own
     # drivers (their native_driver: formats/json_stage.py, keyed/native_stage.py), unless
-    # transforms reshape the JSON values.
+    # transforms make values per message (renames, drops and constants are the JSON kernel's:
+    # test_json_kernel.py).
     json_topic = pipeline(format="json", schema=BENCH_SCHEMA)
     driver = NativeStaging.for_stager(_stager(tmp_path, json_topic))
     if hasattr(kbqe_dagster_kernel.StageKernel, "add_json_schema"):
         assert type(driver).__name__ == "JsonKernelStaging"
     else:  # a kernel built before it staged JSON: the Python path
         assert driver is None
-    transformed = pipeline(format="json", schema=BENCH_SCHEMA, transforms=[{"drop": "note"}])
+    transformed = pipeline(
+        format="json", schema=BENCH_SCHEMA, transforms=[{"add": "trace", "header": "trace"}]
+    )
     assert NativeStaging.for_stager(_stager(tmp_path, transformed)) is None
     keyed = pipeline(
         format="debezium",

@@ -60,6 +60,10 @@ pub enum Value {
     Micros(i64),
     /// A string's byte range in the body (validated UTF-8).
     Str(usize, usize),
+    /// A date-time whose event day is the date as written, not the instant's UTC date
+    /// (json_schema's `date-time` text under `date_rule: local`): that day and the instant
+    /// in microseconds, whose UTC hour an HOUR table's event hour column is.
+    Written { day: i64, micros: i64 },
     /// A boolean: read only for a plan made with `booleans` (a keyed topic's `__deleted`
     /// and delete flag, changes.rs); routing and event time hand such a message back.
     Bool(bool),

@@ -1,13 +1,16 @@
-//! The event day of a record, for the values the kernel reads (`core/event_time.py` is the
-//! reference: its rules, in its order). Anything the kernel does not implement — a string that
-//! is not one of the common ISO-8601 spellings below, a zone id needed to place a naive time —
-//! returns `None`, and the message is handed back to the Python path.
+//! The event day of a record, and for an HOUR table's record its event hour too, for the
+//! values the kernel reads (`core/record/event_time.py` is the reference: its rules, in its
+//! order; the hour is the instant's UTC hour whatever the date rule). Anything the kernel does
+//! not implement — a string that is not one of the common ISO-8601 spellings below, a zone id
+//! needed to place a naive time — returns `None`, and the message is handed back to the
+//! Python path.
 
 use crate::body::Value;
 
 const MIN_EPOCH_DAY: i64 = -719_162; // 0001-01-01
 const MAX_EPOCH_DAY: i64 = 2_932_896; // 9999-12-31
 const MS_PER_DAY: i64 = 86_400_000;
+const MS_PER_HOUR: i64 = 3_600_000;
 
 #[derive(Clone, Copy, PartialEq)]
 pub enum Unit {
@@ -84,6 +87,58 @@ impl EventTime {
         None
     }
 
+    /// `(event day, event hour)` of an HOUR table's record (hours since 1970-01-01T00 UTC),
+    /// from the same candidate and the same read as [`EventTime::day`]
+    /// (`event_date_and_hour`), or `None`: hand the message back.
+    pub fn day_hour(&self, values: &[Value], body: &[u8], kafka_timestamp_ms: Option<i64>) -> Option<(i64, i64)> {
+        for &slot in &self.candidates {
+            match values[slot] {
+                Value::Null => continue,
+                value => {
+                    let (day, hour) = self.value_day_hour(value, body)?;
+                    return Some((self.in_range(day)?, hour_in_range(hour)?));
+                }
+            }
+        }
+        if self.kafka_timestamp_fallback {
+            if let Some(ms) = kafka_timestamp_ms {
+                if ms >= 0 {
+                    return Some((self.in_range(ms.div_euclid(MS_PER_DAY))?, hour_in_range(ms.div_euclid(MS_PER_HOUR))?));
+                }
+            }
+        }
+        None
+    }
+
+    /// Python's `_value_date_hour`: the day as [`EventTime::day`] reads it and the UTC hour of
+    /// the instant (`value_hour`: integers divided exactly, floats as `math.floor(v / per_hour)`).
+    fn value_day_hour(&self, value: Value, body: &[u8]) -> Option<(i64, i64)> {
+        match value {
+            Value::Date(day) => Some((day, day * 24)),
+            Value::Millis(ms) => Some((ms.div_euclid(MS_PER_DAY), ms.div_euclid(MS_PER_HOUR))),
+            Value::Micros(us) => Some((us.div_euclid(MS_PER_DAY * 1000), us.div_euclid(MS_PER_HOUR * 1000))),
+            Value::Written { day, micros } => Some((day, micros.div_euclid(MS_PER_HOUR * 1000))),
+            Value::Int(v) => {
+                let unit = match self.unit {
+                    Unit::Auto => Unit::inferred_int(v),
+                    unit => unit,
+                };
+                let day = self.value_day(value, body)?;
+                Some((day, v.div_euclid(unit.per_day() / 24)))
+            }
+            Value::Float(v) => {
+                let day = self.value_day(value, body)?; // finite and in range
+                let unit = match self.unit {
+                    Unit::Auto => Unit::inferred(v.abs()),
+                    unit => unit,
+                };
+                Some((day, (v / (unit.per_day() / 24) as f64).floor() as i64))
+            }
+            Value::Str(s, e) => iso_day_hour(&body[s..e], self.utc_rule),
+            Value::Null | Value::Bool(_) | Value::Other => None,
+        }
+    }
+
     fn in_range(&self, day: i64) -> Option<i64> {
         (self.min_day..=self.max_day).contains(&day).then_some(day)
     }
@@ -93,6 +148,7 @@ impl EventTime {
             Value::Date(day) => Some(day),
             Value::Millis(ms) => Some(ms.div_euclid(MS_PER_DAY)),
             Value::Micros(us) => Some(us.div_euclid(MS_PER_DAY * 1000)),
+            Value::Written { day, .. } => Some(day),
             Value::Int(v) => {
                 let unit = match self.unit {
                     Unit::Auto => Unit::inferred_int(v),
@@ -121,6 +177,12 @@ impl EventTime {
     }
 }
 
+/// An hour of the years 0001..9999 in UTC (`_hour_in_range`): a date in range may have its
+/// UTC hour outside (`9999-12-31T23:30-05:00` under `local`), the Python path's bad input.
+fn hour_in_range(hour: i64) -> Option<i64> {
+    (MIN_EPOCH_DAY * 24..=MAX_EPOCH_DAY * 24 + 23).contains(&hour).then_some(hour)
+}
+
 impl Unit {
     /// The magnitude rule on an integer, compared exactly (as Python compares int and float).
     fn inferred_int(v: i64) -> Unit {
@@ -137,13 +199,64 @@ impl Unit {
     }
 }
 
+/// An ISO-8601 text the kernel reads (see [`parse_iso`]).
+struct Iso {
+    /// The date as written, days since 1970-01-01.
+    date: i64,
+    /// The time of day as written, in whole seconds (the fraction never crosses an hour).
+    second_of_day: i64,
+    /// Whether a time follows the date.
+    has_time: bool,
+    /// The offset east of UTC in seconds, when the text has one.
+    offset: Option<i64>,
+    /// Whether bracketed annotations (`[Europe/Paris]`) follow.
+    annotated: bool,
+}
+
 /// The day of the ISO-8601 spellings producers write most (a subset of what Python's
-/// `datetime.fromisoformat` reads, with the same meaning):
+/// `datetime.fromisoformat` reads, with the same meaning): see [`parse_iso`].
+pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
+    day_of(&parse_iso(text)?, utc_rule)
+}
+
+/// `(day, UTC hour)` of such a text: the day as [`iso_day`] reads it, and the hour of the
+/// instant (Python's `_value_date_hour`): a naive time is UTC, one placed by a zone id is
+/// the Python path's (it needs the zone, under both date rules).
+pub fn iso_day_hour(text: &[u8], utc_rule: bool) -> Option<(i64, i64)> {
+    let iso = parse_iso(text)?;
+    let day = day_of(&iso, utc_rule)?;
+    let offset = match iso.offset {
+        Some(offset) => offset,
+        None if iso.annotated => return None,
+        None => 0,
+    };
+    Some((day, (iso.date * 86_400 + iso.second_of_day - offset).div_euclid(3600)))
+}
+
+fn day_of(iso: &Iso, utc_rule: bool) -> Option<i64> {
+    if !iso.has_time {
+        // A date alone is naive: its own date under both rules, unless a zone must place it.
+        return (!(utc_rule && iso.annotated)).then_some(iso.date);
+    }
+    if !utc_rule {
+        return Some(iso.date); // `local`: the date as written
+    }
+    match iso.offset {
+        None if iso.annotated => None, // a naive time placed by a zone id: the Python path
+        None => Some(iso.date),
+        Some(offset) => {
+            // Whole seconds on both sides: the time's fraction cannot cross a day boundary.
+            let shifted = iso.date + (iso.second_of_day - offset).div_euclid(86_400);
+            (MIN_EPOCH_DAY..=MAX_EPOCH_DAY).contains(&shifted).then_some(shifted)
+        }
+    }
+}
+
 /// `YYYY-MM-DD`, optionally any printable ASCII separator and `HH:MM[:SS[.fraction]]` (the
 /// fraction after `.` or `,`, any number of digits), optionally `Z`, `±HH:MM[:SS]`,
 /// `±HHMM[SS]` or `±HH`, optionally bracketed annotations (`[Europe/Paris]`). Anything else
 /// is `None`.
-pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
+fn parse_iso(text: &[u8]) -> Option<Iso> {
     let (iso, annotated) = split_annotations(text)?;
     let year = digits(iso, 0, 4)?;
     if iso.get(4) != Some(&b'-') || iso.get(7) != Some(&b'-') {
@@ -156,8 +269,7 @@ pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
     }
     let date = days_from_civil(year, month, day);
     if iso.len() == 10 {
-        // A date alone is naive: its own date under both rules, unless a zone must place it.
-        return (!(utc_rule && annotated)).then_some(date);
+        return Some(Iso { date, second_of_day: 0, has_time: false, offset: None, annotated });
     }
     // Python 3.11 takes any character between an extended date and its time; the kernel
     // reads the printable ASCII ones (a multi-byte one would move the time's byte offsets).
@@ -173,8 +285,9 @@ pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
         return None;
     }
     let mut at = 16;
+    let mut second = 0;
     if iso.get(at) == Some(&b':') {
-        let second = digits(iso, at + 1, 2)?;
+        second = digits(iso, at + 1, 2)?;
         if second > 59 {
             return None;
         }
@@ -207,7 +320,7 @@ pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
         [sign @ (b'+' | b'-'), h1, h2] => (sign, h1, h2, b'0', b'0', b'0', b'0'),
         _ => return None,
     };
-    let offset_seconds = if rest.is_empty() {
+    let offset = if rest.is_empty() {
         None
     } else {
         let (h, m, sec) = (two(h1, h2)?, two(m1, m2)?, two(s1, s2)?);
@@ -217,20 +330,7 @@ pub fn iso_day(text: &[u8], utc_rule: bool) -> Option<i64> {
         let total = h * 3600 + m * 60 + sec;
         Some(if sign == b'-' { -total } else { total })
     };
-    if !utc_rule {
-        return Some(date); // `local`: the date as written
-    }
-    match offset_seconds {
-        None if annotated => None, // a naive time placed by a zone id: the Python path
-        None => Some(date),
-        Some(offset) => {
-            // Whole seconds on both sides: the time's fraction cannot cross a day boundary.
-            let second = if at > 16 { digits(iso, 17, 2)? } else { 0 };
-            let local = hour * 3600 + minute * 60 + second;
-            let shifted = date + (local - offset).div_euclid(86_400);
-            (MIN_EPOCH_DAY..=MAX_EPOCH_DAY).contains(&shifted).then_some(shifted)
-        }
-    }
+    Some(Iso { date, second_of_day: hour * 3600 + minute * 60 + second, has_time: true, offset, annotated })
 }
 
 /// `text` without its trailing `[...]` annotations, and whether it had any (the rules of

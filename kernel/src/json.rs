@@ -134,9 +134,40 @@ pub struct Encoder {
     tape: Vec<Tok>,
     unescaped: Vec<u8>,
     body: Vec<u8>,
+    /// Per top-level field: dropped by a `drop` transform (`drop_fields`): checked as
+    /// declared, then left out of the body (into `dropped_bytes`).
+    dropped: Vec<bool>,
+    dropped_bytes: Vec<u8>,
+    /// `add` transforms of constants (`append_constants`): their encoding, after every body.
+    constants: Vec<u8>,
 }
 
 impl Encoder {
+    /// Leave the top-level fields `names` out of every body (a `drop` transform: Python
+    /// checks the value against the declared schema, then drops the fields, and the derived
+    /// schema's encoding is the other fields' encodings in order). Err for a name that is not
+    /// a top-level field, or one routing or event time reads.
+    /// Append `encoded` after every body: the constants `add` transforms append to the record
+    /// as its last fields, encoded once by the Python side (fastavro).
+    pub fn append_constants(&mut self, encoded: &[u8]) {
+        self.constants.extend_from_slice(encoded);
+    }
+
+    pub fn drop_fields(&mut self, names: &[String]) -> Result<(), Unsupported> {
+        let Node::Record(fields) = &self.nodes[self.top] else { return Err(Unsupported("not a record".into())) };
+        let mut dropped = vec![false; fields.len()];
+        for name in names {
+            let index = fields.iter().position(|f| f.name == name.as_bytes())
+                .ok_or_else(|| Unsupported(format!("no top-level field {name:?} to drop")))?;
+            if self.want.children.iter().any(|(i, _)| *i == index) {
+                return Err(Unsupported(format!("field {name:?} is read by routing or event time")));
+            }
+            dropped[index] = true;
+        }
+        self.dropped = dropped;
+        Ok(())
+    }
+
     /// `text`: the declared schema as fastavro's `parse_schema` leaves it, as JSON; `wanted`:
     /// the dotted paths whose values routing and event time read (slot i is `wanted[i]`).
     pub fn compile(text: &str, wanted: &[String]) -> Result<Encoder, Unsupported> {
@@ -200,7 +231,9 @@ impl Encoder {
                 if p.value(0).is_err() || p.i != text.len() {
                     continue;
                 }
-                let w = Writer { nodes: &nodes, tape: &tape, input: text.as_bytes(), unescaped: &unescaped, defaults: &[], json_schema: false, utc_rule: false };
+                let mut none = Vec::new();
+                let w = Writer { nodes: &nodes, tape: &tape, input: text.as_bytes(), unescaped: &unescaped, defaults: &[], json_schema: false,
+                                 utc_rule: false, dropped: &[], dropped_bytes: std::cell::RefCell::new(&mut none) };
                 let mut out = Vec::new();
                 if w.encode(field.node, Some(0), None, &mut out, &mut [], 0).is_ok() {
                     encoded.push((id, index, defaults.len()));
@@ -246,7 +279,9 @@ impl Encoder {
             }
             at.slot = Some(slot);
         }
-        Ok(Encoder { json_schema: iso.is_some(), utc_rule: iso.unwrap_or(false), nodes, top, want, defaults, tape: Vec::new(), unescaped: Vec::new(), body: Vec::new() })
+        Ok(Encoder { json_schema: iso.is_some(), utc_rule: iso.unwrap_or(false), nodes, top, want, defaults, tape: Vec::new(),
+                     unescaped: Vec::new(), body: Vec::new(), dropped: Vec::new(), dropped_bytes: Vec::new(),
+                     constants: Vec::new() })
     }
 
     /// The Avro body of the last [`encode`](Self::encode).
@@ -280,7 +315,8 @@ impl Encoder {
             return Err(stop("syntax"));
         }
         let w = Writer { nodes: &self.nodes, tape: &self.tape, input: value, unescaped: &self.unescaped,
-                         defaults: &self.defaults, json_schema: self.json_schema, utc_rule: self.utc_rule };
+                         defaults: &self.defaults, json_schema: self.json_schema, utc_rule: self.utc_rule,
+                         dropped: &self.dropped, dropped_bytes: std::cell::RefCell::new(&mut self.dropped_bytes) };
         if !matches!(self.tape[0], Tok::Obj { .. }) {
             return Err(stop("not_object"));
         }
@@ -288,7 +324,9 @@ impl Encoder {
             return Err(stop("invalid")); // the validator noted which rule
         }
         forget_why(); // what a valid value's failed branches noted
-        w.encode(self.top, Some(0), Some(&self.want), &mut self.body, values, 0)
+        w.encode(self.top, Some(0), Some(&self.want), &mut self.body, values, 0)?;
+        self.body.extend_from_slice(&self.constants);
+        Ok(())
     }
 }
 
@@ -752,6 +790,9 @@ struct Writer<'a> {
     /// `format: json_schema`: [`Encoder::json_schema`].
     json_schema: bool,
     utc_rule: bool,
+    /// [`Encoder::dropped`]: top-level fields encoded into `dropped_bytes`, not the body.
+    dropped: &'a [bool],
+    dropped_bytes: std::cell::RefCell<&'a mut Vec<u8>>,
 }
 
 #[inline]
@@ -945,6 +986,20 @@ impl Writer<'_> {
                 }
                 for (index, field) in fields.iter().enumerate() {
                     let found = (found[index] != usize::MAX).then_some(found[index]);
+                    if depth == 0 && self.dropped.get(index) == Some(&true) {
+                        // Checked as declared (Python checks before its transforms), then
+                        // dropped: never wanted (drop_fields), so no value to read.
+                        if found.is_none() {
+                            if matches!(field.default, Default_::Other) {
+                                return Err(stop("missing_without_default"));
+                            }
+                            continue;
+                        }
+                        let mut scratch = self.dropped_bytes.borrow_mut();
+                        scratch.clear();
+                        self.encode(field.node, found, None, &mut scratch, values, depth + 1)?;
+                        continue;
+                    }
                     match (found, field.default) {
                         (None, Default_::Other) => return Err(stop("missing_without_default")),
                         (None, Default_::Encoded(at)) => {
@@ -1028,7 +1083,7 @@ impl Writer<'_> {
                     Node::IsoMicros => {
                         return match crate::json_schema::date_time_micros(text) {
                             Some((micros, _)) if self.utc_rule => Value::Micros(micros),
-                            Some((_, written)) => Value::Date(written),
+                            Some((micros, written)) => Value::Written { day: written, micros },
                             None => Value::Other,
                         };
                     }

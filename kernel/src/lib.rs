@@ -66,20 +66,24 @@ struct SlotBuffer {
     data: Vec<u8>,
     ends: Vec<u64>,
     days: Vec<(i64, u64)>,
+    /// An HOUR table's file (`hourly_slot`): its records carry the event hour column after
+    /// the enrichment prefix, and `hours` counts them per event hour.
+    hourly: bool,
+    hours: Vec<(i64, u64)>,
 }
 
-impl SlotBuffer {
-    fn count_day(&mut self, day: i64) {
-        if let Some(last) = self.days.last_mut() {
-            if last.0 == day {
-                last.1 += 1;
-                return;
-            }
+/// One more record on `key` (an event day or hour) of `counts`: records cluster, so the last
+/// key is tried first.
+fn count(counts: &mut Vec<(i64, u64)>, key: i64) {
+    if let Some(last) = counts.last_mut() {
+        if last.0 == key {
+            last.1 += 1;
+            return;
         }
-        match self.days.iter_mut().find(|(d, _)| *d == day) {
-            Some(entry) => entry.1 += 1,
-            None => self.days.push((day, 1)),
-        }
+    }
+    match counts.iter_mut().find(|(k, _)| *k == key) {
+        Some(entry) => entry.1 += 1,
+        None => counts.push((key, 1)),
     }
 }
 
@@ -283,6 +287,33 @@ impl StageKernel {
         Ok(())
     }
 
+    /// File slot `slot` is an HOUR table's (core/record/partitioning.py): its records get the
+    /// event hour column (`event_hour_suffix`) after the enrichment prefix, and `drain` counts
+    /// them per hour. A record whose hour the kernel cannot read exactly is handed back.
+    fn hourly_slot(&mut self, slot: usize) {
+        if self.slots.len() <= slot {
+            self.slots.resize_with(slot + 1, SlotBuffer::default);
+        }
+        self.slots[slot].hourly = true;
+    }
+
+    /// `format: json` with `add` transforms of constants: `encoded` (their Avro encoding, in
+    /// order) follows every body, as the derived schema's last fields. Raises ValueError
+    /// without a JSON schema.
+    fn append_json_constants(&mut self, encoded: &[u8]) -> PyResult<()> {
+        let Some((encoder, _)) = &mut self.json else { return Err(PyValueError::new_err("no JSON schema")) };
+        encoder.append_constants(encoded);
+        Ok(())
+    }
+
+    /// `format: json` with `drop` transforms: leave the top-level fields `names` out of every
+    /// body (after checking them as declared). Raises ValueError without a JSON schema, or for a
+    /// name that is not a top-level field or that routing or event time reads.
+    fn drop_json_fields(&mut self, names: Vec<String>) -> PyResult<()> {
+        let Some((encoder, _)) = &mut self.json else { return Err(PyValueError::new_err("no JSON schema")) };
+        encoder.drop_fields(&names).map_err(|e| PyValueError::new_err(e.0))
+    }
+
     /// From now on count null values (tombstones) and skip them, as a keyed topic's stager does.
     fn count_tombstones(&mut self) {
         self.count_tombstones = true;
@@ -380,15 +411,19 @@ impl StageKernel {
         self.stage_batch(messages.len(), start, end_exclusive, |i| Ok(RawIncoming { api: &batch.api, msg: messages[i].0 }))
     }
 
-    /// The records staged since the last drain, per file slot: `(slot, records, ends, days)`
-    /// where `ends` holds each record's end offset in `records` (native-endian u64) and `days`
-    /// is `[(event day, records)]`.
-    fn drain<'py>(&mut self, py: Python<'py>) -> PyResult<Vec<(usize, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(i64, u64)>)>> {
+    /// The records staged since the last drain, per file slot: `(slot, records, ends, days,
+    /// hours)` where `ends` holds each record's end offset in `records` (native-endian u64),
+    /// `days` is `[(event day, records)]` and `hours` `[(event hour, records)]` (an HOUR
+    /// table's slot; empty for the others).
+    #[allow(clippy::type_complexity)]
+    fn drain<'py>(&mut self, py: Python<'py>)
+                  -> PyResult<Vec<(usize, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(i64, u64)>, Vec<(i64, u64)>)>> {
         let mut out = Vec::with_capacity(self.touched.len());
         for slot in self.touched.drain(..) {
             let buffer = &mut self.slots[slot];
             let ends: Vec<u8> = buffer.ends.iter().flat_map(|e| e.to_ne_bytes()).collect();
-            out.push((slot, PyBytes::new(py, &buffer.data), PyBytes::new(py, &ends), std::mem::take(&mut buffer.days)));
+            out.push((slot, PyBytes::new(py, &buffer.data), PyBytes::new(py, &ends), std::mem::take(&mut buffer.days),
+                      std::mem::take(&mut buffer.hours)));
             buffer.data.clear();
             buffer.ends.clear();
         }
@@ -507,13 +542,21 @@ impl StageKernel {
         };
         let (kind, ts) = msg.timestamp()?;
         let timestamp_ms = if kind != 0 { Some(ts) } else { None };
-        let Some(day) = self.event.day(&self.values, body, timestamp_ms) else {
-            return Ok(Some("event_time_uncertain"));
-        };
         if self.slots.len() <= slot {
             self.slots.resize_with(slot + 1, SlotBuffer::default);
         }
         let buffer = &mut self.slots[slot];
+        let (day, hour) = if buffer.hourly {
+            let Some((day, hour)) = self.event.day_hour(&self.values, body, timestamp_ms) else {
+                return Ok(Some("event_time_uncertain"));
+            };
+            (day, Some(hour))
+        } else {
+            let Some(day) = self.event.day(&self.values, body, timestamp_ms) else {
+                return Ok(Some("event_time_uncertain"));
+            };
+            (day, None)
+        };
         let first = buffer.ends.is_empty();
         let mark = buffer.data.len();
         self.prefix.put_head(&mut buffer.data, day, offset, timestamp_ms);
@@ -525,9 +568,15 @@ impl StageKernel {
             buffer.data.truncate(mark);
             return Ok(Some("headers_uncertain"));
         }
+        if let Some(hour) = hour {
+            // The event hour column comes last among the enrichment columns: its first
+            // millisecond, `timestamp-millis` (core/record/enrichment.py, `event_hour_suffix`).
+            put_long(&mut buffer.data, hour * 3_600_000);
+            count(&mut buffer.hours, hour);
+        }
         buffer.data.extend_from_slice(if changed { &self.change_record } else { body });
         buffer.ends.push(buffer.data.len() as u64);
-        buffer.count_day(day);
+        count(&mut buffer.days, day);
         if first {
             self.touched.push(slot);
         }

@@ -46,7 +46,10 @@ rule: BigQuery's HOUR partitions are on a TIMESTAMP, which is an instant. Naive 
 taken as UTC, a zone id without an offset is resolved with its zone, a date alone is its
 00:00 UTC. Under ``date_rule: local`` an instant late in a zone west of UTC has its event
 date on one day and its hour on the next (UTC) day: the two columns answer different
-questions, and an HOUR table's partitions follow the hour.
+questions, and an HOUR table's partitions follow the hour. So an hour may fall outside the
+years 0001..9999 although its date does not (``9999-12-31T23:30-05:00``): such a value is
+``invalid_event_time`` for an HOUR table (its hour has no partition key, no TIMESTAMP), and
+staged as before into a DAY table.
 
 Range: a date must lie in ``[min_date, max_date]``, by default BigQuery's whole DATE range
 0001-01-01..9999-12-31 (which is also Python's). Far-future dates inside that range are
@@ -176,12 +179,13 @@ def event_hour(
         value = fields.get(path)
         if value is not None:
             try:
-                return value_hour(value, config)
+                hour = value_hour(value, config)
             except InvalidEventTimeError as error:
                 raise InvalidEventTimeError(f"event time field {path!r}: {error}") from None
+            return _hour_in_range(hour, f"field {path!r}")
     fallback_ms = kafka_timestamp_ms if config.kafka_timestamp_fallback else None
     if fallback_ms is not None and fallback_ms >= 0:
-        return fallback_ms // _MS_PER_HOUR
+        return _hour_in_range(fallback_ms // _MS_PER_HOUR, "Kafka timestamp")
     event_date(config, fields, kafka_timestamp_ms)  # raises its MissingEventTimeError
     raise MissingEventTimeError("no event time")  # unreachable: event_date raised
 
@@ -200,11 +204,12 @@ def event_date_and_hour(
                 day, hour = _value_date_hour(value, config)
             except InvalidEventTimeError as error:
                 raise InvalidEventTimeError(f"event time field {path!r}: {error}") from None
-            return _in_range(day, config, f"field {path!r}"), hour
+            source = f"field {path!r}"
+            return _in_range(day, config, source), _hour_in_range(hour, source)
     fallback_ms = kafka_timestamp_ms if config.kafka_timestamp_fallback else None
     if fallback_ms is not None and fallback_ms >= 0:
-        day = _epoch_date(fallback_ms, EpochUnit.MILLISECONDS)
-        return _in_range(day, config, "Kafka timestamp"), fallback_ms // _MS_PER_HOUR
+        day = _in_range(_epoch_date(fallback_ms, EpochUnit.MILLISECONDS), config, "Kafka timestamp")
+        return day, _hour_in_range(fallback_ms // _MS_PER_HOUR, "Kafka timestamp")
     event_date(config, fields, kafka_timestamp_ms)  # raises its MissingEventTimeError
     raise MissingEventTimeError("no event time")  # unreachable: event_date raised
 
@@ -229,6 +234,16 @@ def _value_date_hour(value: Any, config: EventTimeConfig) -> tuple[date, int]:
 
 _MS_PER_HOUR = 3_600_000
 _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MIN_EPOCH_HOUR = _MIN_EPOCH_DAY * 24  # 0001-01-01T00 UTC
+_MAX_EPOCH_HOUR = _MAX_EPOCH_DAY * 24 + 23  # 9999-12-31T23 UTC
+
+
+def _hour_in_range(hour: int, source: str) -> int:
+    if _MIN_EPOCH_HOUR <= hour <= _MAX_EPOCH_HOUR:
+        return hour
+    raise InvalidEventTimeError(
+        f"event time from {source} has its UTC hour outside 0001-01-01T00..9999-12-31T23"
+    )
 
 
 def value_hour(value: Any, config: EventTimeConfig) -> int:
