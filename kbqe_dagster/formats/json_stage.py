@@ -101,6 +101,16 @@ class KernelTransforms:
         return body.getvalue()
 
 
+def kernel_kinds(transforms: Any) -> bool:
+    """Whether every one of ``transforms`` is of a kind the kernel can do (a rename, a drop,
+    an ``add`` of a constant): what :func:`kernel_transforms` then checks against a schema."""
+    return all(
+        isinstance(spec, (RenameField, DropFields))
+        or (isinstance(spec, AddField) and spec.header is None and spec.message is None)
+        for spec in transforms
+    )
+
+
 def kernel_transforms(
     transforms: Any, schema: Mapping[str, Any], wanted: Any
 ) -> KernelTransforms | None:

@@ -412,7 +412,7 @@ def with_kernel_transforms(make: Any) -> Any:
             value, kind = rng.choice(CONSTANTS)
             specs.append(AddField(f"added{i}", value=value, type=kind))
         rng.shuffle(specs)
-        if not _derivable(specs, case.schema):
+        if not derivable(specs, case.schema):
             # A dropped field defined a named type another field uses: a config error the
             # pipeline file would report. Renames keep the definition.
             specs = [RenameField(s.drop[0], f"{s.drop[0]}_renamed") if isinstance(s, DropFields)
@@ -431,7 +431,7 @@ CONSTANTS: list[tuple[Any, str | None]] = [
 ]  # fmt: skip
 
 
-def _derivable(specs: list[Any], schema: dict) -> bool:
+def derivable(specs: list[Any], schema: dict) -> bool:
     """Whether the derived schema of ``specs`` over ``schema`` parses (as the pipeline file's
     check of a ``format: json`` topic's transforms requires)."""
     try:

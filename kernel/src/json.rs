@@ -143,16 +143,16 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// Leave the top-level fields `names` out of every body (a `drop` transform: Python
-    /// checks the value against the declared schema, then drops the fields, and the derived
-    /// schema's encoding is the other fields' encodings in order). Err for a name that is not
-    /// a top-level field, or one routing or event time reads.
     /// Append `encoded` after every body: the constants `add` transforms append to the record
     /// as its last fields, encoded once by the Python side (fastavro).
     pub fn append_constants(&mut self, encoded: &[u8]) {
         self.constants.extend_from_slice(encoded);
     }
 
+    /// Leave the top-level fields `names` out of every body (a `drop` transform: Python
+    /// checks the value against the declared schema, then drops the fields, and the derived
+    /// schema's encoding is the other fields' encodings in order). Err for a name that is not
+    /// a top-level field, or one routing or event time reads.
     pub fn drop_fields(&mut self, names: &[String]) -> Result<(), Unsupported> {
         let Node::Record(fields) = &self.nodes[self.top] else { return Err(Unsupported("not a record".into())) };
         let mut dropped = vec![false; fields.len()];

@@ -365,6 +365,30 @@ impl StageKernel {
         Ok(())
     }
 
+    /// `format: json_schema` with `rename`, `drop` and constant `add` transforms: as
+    /// `add_json_schema_id`, and the schema's records leave the top-level fields whose JSON
+    /// keys are `drops` out of every body (after checking them as declared) and get
+    /// `constants` (the added constants' Avro encoding) after it; renames change no bytes.
+    /// The schema is taken whole or not at all: raises ValueError, and the header stays
+    /// unknown, for a schema `add_json_schema_id` refuses, or a dropped name that is not a
+    /// top-level field or that routing or event time reads.
+    #[pyo3(signature = (header, json_schema, avro_json, drops, constants, constant_slot=None))]
+    fn add_transformed_json_schema_id(&mut self, header: &[u8], json_schema: &str, avro_json: &str,
+                                      drops: Vec<String>, constants: &[u8], constant_slot: Option<usize>)
+                                      -> PyResult<()> {
+        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
+        let route = match (constant_slot, self.route_slots) {
+            (Some(slot), _) => Route::Constant(slot),
+            (None, Some(_)) => Route::Fields(HashMap::default()),
+            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
+        };
+        let mut entry = json_schema::Entry::compile(json_schema, avro_json, &self.wanted, self.event.utc_rule, route)
+            .map_err(|e| PyValueError::new_err(e.0))?;
+        entry.transform(&drops, constants).map_err(|e| PyValueError::new_err(e.0))?;
+        self.json_schemas.get_or_insert_with(HashMap::default).insert(header, entry);
+        Ok(())
+    }
+
     /// Remember that the Python router sent (`dataset`, `table`) of the schema framed by
     /// `header` to file slot `slot`.
     fn learn_route(&mut self, header: &[u8], dataset: &[u8], table: &[u8], slot: usize) -> PyResult<()> {
