@@ -346,6 +346,32 @@ impl StageKernel {
         Ok(())
     }
 
+    /// `format: protobuf` with `rename`, `drop` and constant `add` transforms: as
+    /// `add_protobuf_schema`, and the type's records leave the top-level fields `drops` out of
+    /// every body (after decoding them as declared) and get `constants` (the added constants'
+    /// Avro encoding) after it; renames change no bytes. The type is taken whole or not at
+    /// all: raises ValueError, and the prefix stays unknown, for a program
+    /// `add_protobuf_schema` refuses, or a dropped name that is not a top-level field or that
+    /// routing or event time reads.
+    #[pyo3(signature = (prefix, program, drops, constants, constant_slot=None))]
+    fn add_transformed_protobuf_schema(&mut self, prefix: &[u8], program: &str, drops: Vec<String>,
+                                       constants: &[u8], constant_slot: Option<usize>) -> PyResult<()> {
+        if protobuf_prefix(prefix) != Some(prefix.len()) {
+            return Err(PyValueError::new_err("not a Protobuf frame prefix"));
+        }
+        let mut decoder = protobuf::Decoder::compile(program, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
+        decoder.transform(&drops, constants).map_err(|e| PyValueError::new_err(e.0))?;
+        let route = match (constant_slot, self.route_slots) {
+            (Some(slot), _) => Route::Constant(slot),
+            (None, Some(_)) => Route::Fields(HashMap::default()),
+            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
+        };
+        let types = self.protobuf.get_or_insert_with(ProtobufTypes::default);
+        types.decoders.push((decoder, route));
+        types.by_prefix.insert(prefix.to_vec(), types.decoders.len() - 1);
+        Ok(())
+    }
+
     /// `format: json_schema`: take on the registry JSON Schema `json_schema` framed by
     /// `header` and the Avro record `avro_json` derived from it (as `add_schema` takes a
     /// schema); `constant_slot` as for `add_schema`. From the first call on, every message is
