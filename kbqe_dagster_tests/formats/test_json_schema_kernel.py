@@ -238,6 +238,9 @@ def test_renames_drops_and_constants_are_staged_by_the_kernel_byte_for_byte(tmp_
     ("transforms", "native"),
     [
         (KERNEL_TRANSFORMS, True),
+        # A cast that changes no bytes (to the field's own type); to a string it does.
+        ([{"cast": "id", "to": "long"}, {"drop": "lines"}], True),
+        ([{"cast": "id", "to": "string"}, {"drop": "lines"}], False),
         # A chain, a value made per message, a cast or a mask: Python's.
         ([{"rename": "id", "to": "n"}, {"drop": "n"}], False),
         ([{"add": "trace", "header": "trace"}], False),

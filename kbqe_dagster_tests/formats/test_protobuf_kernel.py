@@ -86,15 +86,16 @@ def avro_records(staged: Staged) -> list[dict]:
 
 
 def test_the_protobuf_stager_drives_the_kernel_unless_it_reshapes_records(tmp_path):
-    """Reshapes it does not do (a cast, say; renames, drops and constants it does: below)."""
+    """Reshapes it does not do (a header added, say; renames, drops, casts and constants it
+    does: below)."""
     assert protobuf_stage.ProtobufRangeStager.native_driver is ProtobufKernelStaging
     values = [framed("v1", order(i=i)) for i in range(3)]
-    cast = pipeline(transforms=[{"cast": "id", "to": "string"}])
-    python = stage(tmp_path, cast, TOPIC, {}, messages(values), native=False,
+    reshaped = pipeline(transforms=[{"add": "trace", "header": "trace"}])
+    python = stage(tmp_path, reshaped, TOPIC, {}, messages(values), native=False,
                    lookup=fake_registry())  # fmt: skip
     assert python.result.records == 3
     with pytest.raises(AssertionError, match="not available"):
-        stage(tmp_path, cast, TOPIC, {}, messages(values), native=True, lookup=fake_registry())
+        stage(tmp_path, reshaped, TOPIC, {}, messages(values), native=True, lookup=fake_registry())
 
 
 needs_transform_kernel = pytest.mark.skipif(
@@ -126,6 +127,9 @@ def test_renames_drops_and_constants_are_staged_by_the_kernel_byte_for_byte(tmp_
     [
         (KERNEL_TRANSFORMS, True),
         ([{"drop": "total"}, {"add": "n", "value": 3, "type": "int"}], True),
+        # A cast that changes no bytes (to the field's own type); to a string it does.
+        ([{"cast": "id", "to": "long"}, {"drop": "lines"}], True),
+        ([{"cast": "id", "to": "string"}, {"drop": "lines"}], False),
         # A chain, or a value made per message: Python's.
         ([{"rename": "id", "to": "n"}, {"drop": "n"}], False),
         ([{"add": "trace", "header": "trace"}], False),

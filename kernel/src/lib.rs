@@ -306,6 +306,15 @@ impl StageKernel {
         Ok(())
     }
 
+    /// `format: json` with `cast` transforms of ints or longs to strings: write the top-level
+    /// fields `names` (`["null", T]` too) as the strings of their decimal digits (after
+    /// checking them as declared). Raises ValueError without a JSON schema, or for a name that
+    /// is not such a field or that routing or event time reads.
+    fn cast_json_fields_to_digits(&mut self, names: Vec<String>) -> PyResult<()> {
+        let Some((encoder, _)) = &mut self.json else { return Err(PyValueError::new_err("no JSON schema")) };
+        encoder.cast_to_digits(&names).map_err(|e| PyValueError::new_err(e.0))
+    }
+
     /// `format: json` with `drop` transforms: leave the top-level fields `names` out of every
     /// body (after checking them as declared). Raises ValueError without a JSON schema, or for a
     /// name that is not a top-level field or that routing or event time reads.
