@@ -34,8 +34,14 @@ from typing import Any
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.formats.json_schema_avro import map_json_schema
 from kbqe_dagster.core.record.wire import encode_frame
-from kbqe_dagster.core.transforms.specs import AddField, DropFields, RenameField
-from kbqe_dagster.formats.json_stage import kernel_transforms
+from kbqe_dagster.core.transforms.specs import (
+    AddField,
+    CastField,
+    CastType,
+    DropFields,
+    RenameField,
+)
+from kbqe_dagster.formats.json_stage import cast_keeps_bytes, kernel_transforms
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
 from kbqe_dagster_tests.formats.json_fuzz import (
     CONSTANTS,
@@ -366,15 +372,16 @@ def stream(rng: random.Random, schemas: dict[int, dict], count: int, adversarial
 
 
 def with_kernel_transforms(make: Any) -> Any:
-    """``make``'s scenarios with ``rename`` and ``drop`` transforms on one to four top-level
-    fields of the first registry version's Avro record and ``add`` of up to two constants
-    (json_fuzz.with_kernel_transforms's draw, from their own generator so the messages are
-    those of the same seed). The kernel takes a schema id only when what routing and event
-    time read is the same in JSON and Avro form (formats/json_schema_stage.py,
-    ``_reads_alike``): a ``date-time``, ``date``, ``integer`` or ``number`` event time keeps
-    the scenario on the Python path. So that most scenarios prove something, three in four
-    read their ``date-time`` and ``date`` event times as plain strings (``format`` dropped from
-    the registry schemas: the same messages, dated by the event-time parser instead)."""
+    """``make``'s scenarios with ``rename``, ``drop`` and ``cast`` (that keeps the bytes)
+    transforms on one to four top-level fields of the first registry version's Avro record and
+    ``add`` of up to two constants (json_fuzz.with_kernel_transforms's draw, from their own
+    generator so the messages are those of the same seed). The kernel takes a schema id only
+    when what routing and event time read is the same in JSON and Avro form
+    (formats/json_schema_stage.py, ``_reads_alike``): a ``date-time``, ``date``, ``integer`` or
+    ``number`` event time keeps the scenario on the Python path. So that most scenarios prove
+    something, three in four read their ``date-time`` and ``date`` event times as plain strings
+    (``format`` dropped from the registry schemas: the same messages, dated by the event-time
+    parser instead)."""
 
     def transformed(seed: int, messages: int) -> Any:
         case = make(seed, messages)
@@ -390,11 +397,15 @@ def with_kernel_transforms(make: Any) -> Any:
                  if kernel_transforms([RenameField(f["name"], "x")], avro, read) is not None]  # fmt: skip
         chosen = rng.sample(names, min(len(names), rng.randint(1, 4)))
         specs: list[Any] = []
+        fields = {f["name"]: f for f in avro["fields"]}
         for name in chosen:
-            if rng.random() < 0.5:
-                specs.append(RenameField(name, f"{name}_renamed"))
+            draw = rng.random()
+            casts = [to for to in CastType if cast_keeps_bytes(fields[name], to.value)]
+            if draw < 0.8 or not casts:
+                specs.append(RenameField(name, f"{name}_renamed") if draw < 0.4
+                             else DropFields((name,)))  # fmt: skip
             else:
-                specs.append(DropFields((name,)))
+                specs.append(CastField(name, rng.choice(casts)))  # one that keeps the bytes
         for i in range(rng.choice([0, 0, 1, 2])):
             value, kind = rng.choice(CONSTANTS)
             specs.append(AddField(f"const{i}", value=value, type=kind))

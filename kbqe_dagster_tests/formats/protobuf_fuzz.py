@@ -32,8 +32,14 @@ from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.formats.protobuf_avro import map_protobuf_message
 from kbqe_dagster.core.formats.protobuf_wire import encode_message_indexes, varint
 from kbqe_dagster.core.record.wire import encode_frame
-from kbqe_dagster.core.transforms.specs import AddField, DropFields, RenameField
-from kbqe_dagster.formats.json_stage import kernel_transforms
+from kbqe_dagster.core.transforms.specs import (
+    AddField,
+    CastField,
+    CastType,
+    DropFields,
+    RenameField,
+)
+from kbqe_dagster.formats.json_stage import cast_keeps_bytes, kernel_transforms
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
 from kbqe_dagster_tests.formats.json_fuzz import CONSTANTS, derivable
@@ -302,11 +308,11 @@ def _length(data: bytes) -> bytes:
 
 
 def with_kernel_transforms(make: Any) -> Any:
-    """``make``'s scenarios with ``rename`` and ``drop`` transforms on one to four top-level
-    fields of ``Event`` (oneof members, maps and repeated fields among them) and ``add`` of up
-    to two constants (json_fuzz.with_kernel_transforms's draw, from their own generator so the
-    messages are those of the same seed). ``Other`` lacks those fields: its messages are the
-    transforms' errors on both paths."""
+    """``make``'s scenarios with ``rename``, ``drop`` and ``cast`` (that keeps the bytes)
+    transforms on one to four top-level fields of ``Event`` (oneof members, maps and repeated
+    fields among them) and ``add`` of up to two constants (json_fuzz.with_kernel_transforms's
+    draw, from their own generator so the messages are those of the same seed). ``Other`` lacks
+    those fields: its messages are the transforms' errors on both paths."""
 
     def transformed(seed: int, messages: int) -> Any:
         case = make(seed, messages)
@@ -319,11 +325,15 @@ def with_kernel_transforms(make: Any) -> Any:
                  if kernel_transforms([RenameField(f["name"], "x")], avro, read) is not None]  # fmt: skip
         chosen = rng.sample(names, min(len(names), rng.randint(1, 4)))
         specs: list[Any] = []
+        fields = {f["name"]: f for f in avro["fields"]}
         for name in chosen:
-            if rng.random() < 0.5:
-                specs.append(RenameField(name, f"{name}_renamed"))
+            draw = rng.random()
+            casts = [to for to in CastType if cast_keeps_bytes(fields[name], to.value)]
+            if draw < 0.8 or not casts:
+                specs.append(RenameField(name, f"{name}_renamed") if draw < 0.4
+                             else DropFields((name,)))  # fmt: skip
             else:
-                specs.append(DropFields((name,)))
+                specs.append(CastField(name, rng.choice(casts)))  # one that keeps the bytes
         for i in range(rng.choice([0, 0, 1, 2])):
             value, kind = rng.choice(CONSTANTS)
             specs.append(AddField(f"const{i}", value=value, type=kind))
