@@ -20,7 +20,10 @@ binary form to slice).
 ``date`` values must convert, so a bad one is a mismatch all the same.
 
 **The native kernel** (``kernel/src/json_schema.rs``) does the same for a topic without
-transforms or destinations: :class:`JsonSchemaKernelStaging`, this stager's ``native_driver``,
+destinations whose transforms, if any, only rename, drop and add constant fields as the JSON
+kernel does them (formats/json_stage.py, ``kernel_transforms``), of a schema whose values
+routing and event time read are the same in JSON and Avro form (:func:`_reads_alike`):
+:class:`JsonSchemaKernelStaging`, this stager's ``native_driver``,
 gives it each schema id's JSON Schema and derived Avro record the first time the id is met,
 and it parses, validates, converts and encodes each value in Rust. It validates a subset of
 JSON Schema (a schema using more stays here whole) and only ever says "valid": every message
@@ -55,7 +58,8 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.core.transforms.compiler import field_values
-from kbqe_dagster.formats.transform_stage import TransformingStager
+from kbqe_dagster.formats.json_stage import kernel_kinds, kernel_transforms
+from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
 
@@ -80,8 +84,12 @@ class JsonSchemaRangeStager(TransformingStager):
         super().__init__(ctx, rng, workdir)
         self.wanted = self.topic.required_fields
         self.root_name = rng.topic  # the root record's name when the schema has no title
-        # Transforms and destinations reshape records in Python: those topics stay here.
-        self.native_kernel = not self.reshapes
+        # Transforms and destinations reshape records in Python: those topics stay here, but
+        # for renames, drops and constants the kernel stages exactly (kernel_transforms, per
+        # schema id: JsonSchemaKernelStaging._add_schema).
+        self.native_kernel = not self.reshapes or (
+            self.fan_out is None and kernel_kinds(self.transforms)
+        )
 
     @property
     def native_driver(self) -> type[NativeStaging]:
@@ -103,6 +111,11 @@ class JsonSchemaRangeStager(TransformingStager):
         body = _encode(decoder.mapping.convert(record), decoder.parsed)
         fields = field_values(record, self.wanted)
         self.place(msg, fields, body, schema_id, decoder.schema, decoder.full_name)
+
+    def staged_schema(self, schema_id: int, decoder: _JsonSchemaDecoder) -> StagedSchema:
+        """What the records of ``schema_id`` stage as with transforms (what :meth:`stage`'s
+        ``place_record`` derives); raises the BadInputError of transforms that do not apply."""
+        return self._staged_schema(schema_id, decoder.mapping.avro_schema, None)
 
     def new_decoder(self, schema_id: int) -> _JsonSchemaDecoder:
         registered = self.registered_schema(
@@ -179,20 +192,82 @@ class JsonSchemaKernelStaging(NativeStaging):
 
     KERNEL_METHOD = "add_json_schema_id"
 
+    stager: JsonSchemaRangeStager
+
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
         if not cls.append_rules_allow(stager):
             return None  # transforms or destinations, function routing
+        if stager.transforms and not hasattr(extension.StageKernel, TRANSFORMED):
+            return None  # a kernel built before json_schema transforms
         return cls(stager, extension)
+
+    def _file_of(self, schema_id: int, decoder: Any) -> tuple[str | None, int, dict]:
+        if not self.stager.transforms:
+            return decoder.full_name, schema_id, decoder.schema
+        staged = self.stager.staged_schema(schema_id, decoder)  # the derived schema's files
+        return staged.full_name, staged.schema_id, staged.file_schema
 
     def _add_schema(
         self, header: bytes, schema_id: int, decoder: Any, constant: int | None
     ) -> None:
-        registered = self.stager.lookup.get(schema_id)
+        stager = self.stager
+        registered = stager.lookup.get(schema_id)
+        if registered is None:  # frame() found it: not here
+            raise ValueError(f"schema id {schema_id} is not in the lookup")
         keys = _property_keys(json.loads(registered.schema))
-        self.kernel.add_json_schema_id(
-            header, registered.schema, json.dumps(_keyed(decoder.parsed, keys)), constant
+        keyed = json.dumps(_keyed(decoder.parsed, keys))
+        if not stager.transforms:
+            self.kernel.add_json_schema_id(header, registered.schema, keyed, constant)
+            return
+        avro = decoder.mapping.avro_schema
+        done = kernel_transforms(stager.transforms, avro, stager.wanted)
+        if done is None:
+            raise ValueError("transforms the kernel does not do for this schema")
+        if done.digits:  # the JSON kernel's alone
+            raise ValueError("a cast to string the kernel does not do for this format")
+        _reads_alike(avro, keys, stager.wanted)
+        staged = stager.staged_schema(schema_id, decoder)
+        constants = b""
+        if done.constants and staged.compiled is not None:
+            constants = done.constants_encoding(staged.compiled.output_schema)
+        drops = [keys.get(name, name) for name in done.drops]  # the kernel finds members by key
+        self.kernel.add_transformed_json_schema_id(
+            header, registered.schema, keyed, drops, constants, constant
         )
+
+
+TRANSFORMED = "add_transformed_json_schema_id"
+"""The ``StageKernel`` method of schemas with transforms: a kernel built before it leaves
+a topic with transforms on the Python path."""
+
+# Avro types whose converted value is the JSON value itself (json_values: copied as parsed).
+_ALIKE = ("string", "boolean")
+
+
+def _reads_alike(avro: Mapping[str, Any], keys: Mapping[str, str], wanted: Any) -> None:
+    """Raise ValueError unless every path routing and event time read (``wanted``) has the
+    same value in the JSON object and in its converted record. Without transforms both read
+    the JSON values; with them the Python path reads the converted, transformed record
+    (transform_stage.py's ``place_record``) while the kernel reads JSON: a ``date-time``
+    there is epoch microseconds, a ``number`` a float, ``3.0`` of an ``integer`` the int 3,
+    and a property renamed for Avro has another name. So each step of the path must be a
+    declared field named as its JSON key, the last one a string (or string enum) or a
+    boolean, each before it a record, any of them nullable."""
+    for path in wanted:
+        node: Any = avro
+        for i, part in enumerate(path.split(".")):
+            fields = node.get("fields") if isinstance(node, Mapping) else None
+            field = next((f for f in fields or () if f["name"] == part), None)
+            if field is None or keys.get(part, part) != part:
+                raise ValueError(f"{path!r} is not a field named as its JSON key")
+            node = field["type"]
+            if isinstance(node, list) and len(node) == 2 and "null" in node:
+                node = next(t for t in node if t != "null")
+            last = i == len(path.split(".")) - 1
+            plain = node in _ALIKE or (isinstance(node, Mapping) and node.get("type") == "enum")
+            if last and not plain:
+                raise ValueError(f"{path!r} reads a value converted from its JSON form")
 
 
 def _property_keys(node: Any, keys: dict[str, str] | None = None) -> dict[str, str]:

@@ -11,6 +11,13 @@ and staged schema — and gives the kernel that type's decoding program
 A frame that does not resolve, a type the program refuses (proto2 ``required``, groups,
 closed enums, extensions) or a route the router refuses is never judged here: those messages
 go to the Python path, which stages or dead-letters them with its own reasons.
+
+A topic whose transforms only rename, drop and add constant fields (formats/json_stage.py,
+``kernel_transforms``, checked per message type against its Avro mapping) stages here too:
+Python converts the whole message before its transforms, so the kernel decodes and checks as
+without them, cuts the dropped fields from the body and appends the constants
+(``StageKernel.add_transformed_protobuf_schema``); the files' schema and id are the derived
+schema's (``staged_type``).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from kbqe_dagster.core.formats.protobuf_program import kernel_program
 from kbqe_dagster.core.formats.protobuf_wire import read_message_indexes
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
 from kbqe_dagster.core.record.wire import HEADER_SIZE
+from kbqe_dagster.formats.json_stage import kernel_transforms
 from kbqe_dagster.staging.native_kernel import NativeStaging
 
 if TYPE_CHECKING:
@@ -30,6 +38,10 @@ if TYPE_CHECKING:
     from kbqe_dagster.formats.transform_stage import StagedSchema
 
 log = logging.getLogger(__name__)
+
+TRANSFORMED = "add_transformed_protobuf_schema"
+"""The ``StageKernel`` method of message types with transforms: a kernel built before it
+leaves a topic with transforms on the Python path."""
 
 
 class ProtobufKernelStaging(NativeStaging):
@@ -44,6 +56,8 @@ class ProtobufKernelStaging(NativeStaging):
     def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
         if not cls.append_rules_allow(stager):
             return None  # transforms or destinations, function routing
+        if stager.transforms and not hasattr(extension.StageKernel, TRANSFORMED):
+            return None  # a kernel built before protobuf transforms
         driver = cls(stager, extension)
         driver.kernel.stage_protobuf()
         return driver
@@ -84,8 +98,15 @@ class ProtobufKernelStaging(NativeStaging):
         """Give the kernel the message type ``prefix`` frames; what it stages as, or None."""
         stager = self.stager
         try:
-            descriptor, staged = stager.staged_type(value)
+            descriptor, avro, staged = stager.staged_type(value)
             program = kernel_program(descriptor)
+            done = None
+            if stager.transforms:
+                done = kernel_transforms(stager.transforms, avro, stager.wanted)
+                if done is None:
+                    raise ValueError("transforms the kernel does not do for this message type")
+                if done.digits:  # the JSON kernel's alone
+                    raise ValueError("a cast to string the kernel does not do for this format")
             constant = None
             if self._mode is not RoutingMode.FIELDS or stager.static_destination is not None:
                 destination = stager.static_destination or stager.route(
@@ -101,7 +122,15 @@ class ProtobufKernelStaging(NativeStaging):
                 constant = self._slot(
                     destination.dataset, destination.table, staged.schema_id, staged.file_schema
                 )
-            self.kernel.add_protobuf_schema(prefix, program, constant)
+            if done is None:
+                self.kernel.add_protobuf_schema(prefix, program, constant)
+            else:
+                constants = b""
+                if done.constants and staged.compiled is not None:
+                    constants = done.constants_encoding(staged.compiled.output_schema)
+                self.kernel.add_transformed_protobuf_schema(
+                    prefix, program, list(done.drops), constants, constant
+                )
         except (BadInputError, ValueError) as error:
             log.debug("%s: frame %s stays on the Python stage path: %s", stager.rng, prefix.hex(), error)  # fmt: skip
             return None

@@ -31,8 +31,10 @@ Avro record (core/formats.declared_schema_id: stable across runs, distinct per t
 version, above 2^30 and so apart from registry ids), since one registry id cannot name two
 file schemas. With transforms every file carries its derived schema's declared id.
 
-**The native kernel** (``kernel/src/protobuf.rs``) does the same for a topic without transforms
-or destinations: :class:`~kbqe_dagster.formats.protobuf_kernel.ProtobufKernelStaging`, this
+**The native kernel** (``kernel/src/protobuf.rs``) does the same for a topic without
+destinations whose transforms, if any, only rename, drop and add constant fields as the JSON
+kernel does them (formats/json_stage.py, ``kernel_transforms``; routing and event time read the
+converted record on both paths, so no more is needed): :class:`~kbqe_dagster.formats.protobuf_kernel.ProtobufKernelStaging`, this
 stager's ``native_driver``, gives it each message type's decoding program
 (core/formats/protobuf_program.py) the first time a frame names it, and it decodes the binary
 and encodes the Avro body in Rust. Every message it is not certain about — every one this
@@ -64,6 +66,7 @@ from kbqe_dagster.core.formats.protobuf_wire import FIRST_MESSAGE, read_message_
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.wire import HEADER_SIZE
+from kbqe_dagster.formats.json_stage import kernel_kinds
 from kbqe_dagster.formats.protobuf_kernel import ProtobufKernelStaging
 from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files, registry_proto_files
@@ -127,19 +130,24 @@ class ProtobufRangeStager(TransformingStager):
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         super().__init__(ctx, rng, workdir)
         # Transforms and destinations reshape records in Python: those topics stay here.
-        self.native_kernel = not self.reshapes
+        # Transforms and destinations reshape records in Python: those topics stay here, but
+        # for renames, drops and constants the kernel stages exactly (kernel_transforms, per
+        # message type: ProtobufKernelStaging._offer_type).
+        self.native_kernel = not self.reshapes or (
+            self.fan_out is None and kernel_kinds(self.transforms)
+        )
 
-    def staged_type(self, value: bytes) -> tuple[Any, StagedSchema]:
-        """The message type a framed ``value`` names (its descriptor) and what its records
-        stage as, or the BadInputError :meth:`stage` would give it (for the native kernel's
-        driver: formats/protobuf_kernel.py)."""
+    def staged_type(self, value: bytes) -> tuple[Any, dict[str, Any], StagedSchema]:
+        """The message type a framed ``value`` names (its descriptor), its mapped Avro record
+        (before transforms) and what its records stage as, or the BadInputError :meth:`stage`
+        would give it (for the native kernel's driver: formats/protobuf_kernel.py)."""
         schema_id, schema = self.frame(value)
         indexes, _ = read_message_indexes(value, HEADER_SIZE)
         kind = schema.message_type(indexes)
         staged = self._staged_schema(
             (schema_id, indexes), kind.mapping.avro_schema, kind.file_schema_id
         )
-        return kind.cls.DESCRIPTOR, staged
+        return kind.cls.DESCRIPTOR, kind.mapping.avro_schema, staged
 
     def stage(self, msg: Any) -> None:
         value = self.checked_value(msg)  # null and oversized values as on the Avro path

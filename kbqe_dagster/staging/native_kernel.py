@@ -314,20 +314,19 @@ class NativeStaging:
         schema_id, decoder = known
         constant = None
         try:
+            full_name, file_id, file_schema = self._file_of(schema_id, decoder)
             if self._mode is not RoutingMode.FIELDS or self.stager.static_destination is not None:
                 destination = self.stager.static_destination or self.stager.route(
                     RoutingInput(
                         self.stager.rng.topic,
                         self.stager.rng.partition,
                         msg.offset(),
-                        decoder.full_name,
+                        full_name,
                         {},
                         None,
                     )  # fmt: skip
                 )
-                constant = self._slot(
-                    destination.dataset, destination.table, schema_id, decoder.schema
-                )
+                constant = self._slot(destination.dataset, destination.table, file_id, file_schema)
             self._add_schema(header, schema_id, decoder, constant)
         except (BadInputError, ValueError) as error:
             self._offered[header] = str(error)
@@ -350,13 +349,23 @@ class NativeStaging:
         text = json.dumps(parse_schema(registered.schema, _write_hint=False))
         self.kernel.add_schema(header, text, constant)
 
+    def _file_of(self, schema_id: int, decoder: Any) -> tuple[str | None, int, dict]:
+        """Hook: what the records of registry schema ``schema_id`` (``decoder``: the stager's
+        for it) are staged as: their record's full name (what schema-name routing reads), the
+        files' schema id and schema. Here the registry's; a driver whose kernel transforms the
+        records gives the derived schema's (formats/json_schema_stage.py)."""
+        return decoder.full_name, schema_id, decoder.schema
+
     def _learn_route(self, header: bytes, msg: Any, route: tuple[bytes, bytes]) -> bool:
         """Teach the kernel the destination of a pair of routing values; whether it was."""
         known = self.stager.known_frame(header)
         if known is None:
             return False
-        schema_id, decoder = known
-        slot = self._route_slot(msg, route, decoder.full_name, schema_id, decoder.schema)
+        try:
+            full_name, file_id, file_schema = self._file_of(*known)
+        except BadInputError:
+            return False  # the Python path's verdict
+        slot = self._route_slot(msg, route, full_name, file_id, file_schema)
         if slot is None:
             return False
         self.kernel.learn_route(header, *route, slot)

@@ -34,8 +34,15 @@ import fastavro
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.transforms.compiler import compile_transforms
-from kbqe_dagster.core.transforms.specs import AddField, DropFields, RenameField
-from kbqe_dagster.formats.json_stage import kernel_transforms
+from kbqe_dagster.core.transforms.specs import (
+    AddField,
+    CastField,
+    CastType,
+    DropFields,
+    RenameField,
+)
+from kbqe_dagster.formats.json_stage import cast_keeps_bytes, cast_to_digits, kernel_transforms
+from kbqe_dagster.staging import native_kernel
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text, random_pipeline
 
@@ -387,12 +394,13 @@ def framed_message(rng: random.Random, topic: str, start: int, i: int, value: An
 
 
 def with_kernel_transforms(make: Any) -> Any:
-    """``make``'s scenarios (``scenario``) with ``rename`` and ``drop`` transforms on one to
-    four top-level fields and ``add`` of up to two constants, as the kernel stages them
+    """``make``'s scenarios (``scenario``) with ``rename``, ``drop`` and ``cast`` transforms on
+    one to four top-level fields and ``add`` of up to two constants, as the kernel stages them
     (formats/json_stage.py, ``kernel_transforms``: not what routing or event time reads;
-    renames of fields with no default other than null), drawn from their own generator so the
-    messages are those of the same seed. The transforms it leaves to the Python path have
-    nothing to compare: test_json_kernel.py names them."""
+    renames and casts of fields with no default other than null; casts that keep the bytes
+    and of ints and longs to strings),
+    drawn from their own generator so the messages are those of the same seed. The transforms
+    it leaves to the Python path have nothing to compare: test_json_kernel.py names them."""
 
     def transformed(seed: int, messages: int) -> Any:
         case = make(seed, messages)
@@ -403,16 +411,24 @@ def with_kernel_transforms(make: Any) -> Any:
                  if kernel_transforms([RenameField(f["name"], "x")], case.schema, read) is not None]  # fmt: skip
         chosen = rng.sample(names, min(len(names), rng.randint(1, 4)))
         specs: list[Any] = []
+        fields = {f["name"]: f for f in case.schema["fields"]}
         for name in chosen:
-            if rng.random() < 0.5:
-                specs.append(RenameField(name, f"{name}_renamed"))
+            draw = rng.random()
+            casts = [to for to in CastType if (cast_keeps_bytes(fields[name], to.value)
+                     or (DIGITS_BUILT and cast_to_digits(fields[name], to.value)))
+                     and derivable([CastField(name, to)], case.schema)]  # fmt: skip
+            # Casts to strings rewrite bytes: drawn more often where one applies.
+            digits = any(cast_to_digits(fields[name], to.value) for to in casts)
+            if draw < (0.5 if digits else 0.8) or not casts:
+                specs.append(RenameField(name, f"{name}_renamed") if draw < 0.4
+                             else DropFields((name,)))  # fmt: skip
             else:
-                specs.append(DropFields((name,)))
+                specs.append(CastField(name, rng.choice(casts)))
         for i in range(rng.choice([0, 0, 1, 2])):
             value, kind = rng.choice(CONSTANTS)
             specs.append(AddField(f"added{i}", value=value, type=kind))
         rng.shuffle(specs)
-        if not _derivable(specs, case.schema):
+        if not derivable(specs, case.schema):
             # A dropped field defined a named type another field uses: a config error the
             # pipeline file would report. Renames keep the definition.
             specs = [RenameField(s.drop[0], f"{s.drop[0]}_renamed") if isinstance(s, DropFields)
@@ -423,6 +439,12 @@ def with_kernel_transforms(make: Any) -> Any:
     return transformed
 
 
+DIGITS_BUILT = hasattr(
+    getattr(native_kernel._extension, "StageKernel", None), "cast_json_fields_to_digits"
+)
+"""Whether the kernel writes casts to strings: one built before leaves a topic with them on the
+Python path, where the fuzz would compare nothing (its other scenarios still do)."""
+
 # Constants of ``add`` transforms: (value, declared type or None for the value's own).
 CONSTANTS: list[tuple[Any, str | None]] = [
     ("web", None), ("", None), ("Zürich 🎉", None), (7, None), (-(2**63), None), (0.5, None),
@@ -431,7 +453,7 @@ CONSTANTS: list[tuple[Any, str | None]] = [
 ]  # fmt: skip
 
 
-def _derivable(specs: list[Any], schema: dict) -> bool:
+def derivable(specs: list[Any], schema: dict) -> bool:
     """Whether the derived schema of ``specs`` over ``schema`` parses (as the pipeline file's
     check of a ``format: json`` topic's transforms requires)."""
     try:

@@ -23,16 +23,26 @@ import functools
 import math
 import random
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from google.protobuf import descriptor_pool
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.formats.protobuf_avro import map_protobuf_message
 from kbqe_dagster.core.formats.protobuf_wire import encode_message_indexes, varint
 from kbqe_dagster.core.record.wire import encode_frame
+from kbqe_dagster.core.transforms.specs import (
+    AddField,
+    CastField,
+    CastType,
+    DropFields,
+    RenameField,
+)
+from kbqe_dagster.formats.json_stage import cast_keeps_bytes, kernel_transforms
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
+from kbqe_dagster_tests.formats.json_fuzz import CONSTANTS, derivable
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text, random_pipeline
 from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
@@ -295,3 +305,44 @@ def _tag(number: int, wire: int) -> bytes:
 
 def _length(data: bytes) -> bytes:
     return varint(len(data)) + data
+
+
+def with_kernel_transforms(make: Any) -> Any:
+    """``make``'s scenarios with ``rename``, ``drop`` and ``cast`` (that keeps the bytes)
+    transforms on one to four top-level fields of ``Event`` (oneof members, maps and repeated
+    fields among them) and ``add`` of up to two constants (json_fuzz.with_kernel_transforms's
+    draw, from their own generator so the messages are those of the same seed). ``Other`` lacks
+    those fields: its messages are the transforms' errors on both paths."""
+
+    def transformed(seed: int, messages: int) -> Any:
+        case = make(seed, messages)
+        rng = random.Random(~seed)
+        topic = case.pipeline.topics[0]
+        read = topic.required_fields
+        text = case.registry.schemas[min(case.registry.schemas)].schema
+        avro = map_protobuf_message(descriptors(text)[0]).avro_schema
+        names = [f["name"] for f in avro["fields"]
+                 if kernel_transforms([RenameField(f["name"], "x")], avro, read) is not None]  # fmt: skip
+        chosen = rng.sample(names, min(len(names), rng.randint(1, 4)))
+        specs: list[Any] = []
+        fields = {f["name"]: f for f in avro["fields"]}
+        for name in chosen:
+            draw = rng.random()
+            casts = [to for to in CastType if cast_keeps_bytes(fields[name], to.value)]
+            if draw < 0.8 or not casts:
+                specs.append(RenameField(name, f"{name}_renamed") if draw < 0.4
+                             else DropFields((name,)))  # fmt: skip
+            else:
+                specs.append(CastField(name, rng.choice(casts)))  # one that keeps the bytes
+        for i in range(rng.choice([0, 0, 1, 2])):
+            value, kind = rng.choice(CONSTANTS)
+            specs.append(AddField(f"const{i}", value=value, type=kind))
+        rng.shuffle(specs)
+        if not derivable(specs, avro):
+            # A dropped field defined a named type another field uses: renames keep it.
+            specs = [RenameField(s.drop[0], f"{s.drop[0]}_renamed") if isinstance(s, DropFields)
+                     else s for s in specs]  # fmt: skip
+        case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=tuple(specs)),))
+        return case
+
+    return transformed

@@ -13,7 +13,12 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.transforms.specs import DropFields, RenameField
-from kbqe_dagster.formats.json_stage import KernelTransforms, kernel_transforms
+from kbqe_dagster.formats.json_stage import (
+    KernelTransforms,
+    cast_keeps_bytes,
+    cast_to_digits,
+    kernel_transforms,
+)
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
@@ -351,11 +356,16 @@ def first_record(staged):
         ([{"add": "offset", "message": "offset"}], False),
         # An added field renamed or dropped: a chain.
         ([{"add": "source", "value": "web"}, {"drop": "source"}], False),
+        # A cast to the field's own type changes no bytes; to another type it does.
+        ([{"cast": "url", "to": "string"}], True),
+        ([{"cast": "url", "to": "long"}], False),
+        ([{"cast": "url", "to": "string"}, {"cast": "url", "to": "string"}], False),  # a chain
+        ([{"cast": "url", "to": "boolean"}, {"rename": "url", "to": "path"}], False),
     ],
 )
 def test_which_transforms_the_kernel_stages(tmp_path, transforms, native):
     driver = NativeStaging.for_stager(json_stager(tmp_path, pipeline(transforms=transforms)))
-    new = any("drop" in t for t in transforms) or any("value" in t for t in transforms)
+    new = any("drop" in t or "value" in t or "cast" in t for t in transforms)
     # A kernel built before drops and constants leaves them on the Python path.
     assert (driver is not None) is (native and (DROPS_BUILT or not new))
 
@@ -372,9 +382,100 @@ def test_a_renamed_field_with_a_default_other_than_null_stays_on_the_python_path
     assert kernel_transforms([DropFields(("n",))], schema, ["at"]) == KernelTransforms(("n",))
 
 
+CAST_SCHEMA = {**SCHEMA, "fields": [*SCHEMA["fields"], {"name": "n", "type": "int"},
+                                    {"name": "m", "type": ["null", "int"], "default": None}]}  # fmt: skip
+
+
+@needs_drop_kernel
+def test_casts_that_keep_the_bytes_are_staged_by_the_kernel(tmp_path):
+    """An int cast to long is the same zig-zag varint, a cast to the field's own type the same
+    value: the kernel encodes as declared, the files carry the derived (long) schema. The
+    value is still checked as declared: 2^40 is no int."""
+    casts = [
+        {"cast": "n", "to": "long"},
+        {"cast": "m", "to": "long"},
+        {"cast": "url", "to": "string"},
+    ]
+    values = [json.dumps({**GOOD, "n": -i, "m": i or None}).encode() for i in range(10)]
+    values += [json.dumps({**GOOD, "n": 2**40}).encode()]  # a mismatch: dead-lettered
+    python, native = both(
+        tmp_path, pipeline(schema=CAST_SCHEMA, transforms=casts), messages(values)
+    )
+    assert python.result.records == 10 and python.result.dead_letters
+    assert native.kernel_messages == 10
+    (name,) = [n for n in native.files if n.endswith(".avro") and "web.clicks" in n]
+    types = {f["name"]: f["type"] for f in fastavro.reader(io.BytesIO(native.files[name])).writer_schema["fields"]}  # fmt: skip
+    assert (types["n"], types["m"]) == ("long", ["null", "long"])
+
+
+DIGITS_BUILT = hasattr(kernel.StageKernel, "cast_json_fields_to_digits")
+
+
+@pytest.mark.skipif(not DIGITS_BUILT, reason="the kernel predates casts to strings (make install)")
+def test_ints_and_longs_cast_to_strings_are_written_as_their_digits_by_the_kernel(tmp_path):
+    """The cast step gives fastavro ``str(value)`` of the value checked as declared: the
+    kernel writes the digits of the integer it encoded (``-0`` is ``"0"``, a null stays null)."""
+    casts = [{"cast": "n", "to": "string"}, {"cast": "m", "to": "string"}]
+    ints = [0, -1, 7, 2**31 - 1, -(2**31)]
+    values = [json.dumps({**GOOD, "n": n, "m": n or None}).encode() for n in ints]
+    values += [json.dumps({**GOOD, "n": 1}).replace('"n": 1', '"n": -0').encode()]
+    values += [json.dumps({**GOOD, "n": 1.0}).encode()]  # a float is no int: dead-lettered
+    python, native = both(
+        tmp_path, pipeline(schema=CAST_SCHEMA, transforms=casts), messages(values)
+    )
+    assert python.result.records == 6 and python.result.dead_letters
+    assert native.kernel_messages == 6
+    (name,) = [n for n in native.files if n.endswith(".avro") and "web.clicks" in n]
+    records = list(fastavro.reader(io.BytesIO(native.files[name])))
+    assert [(r["n"], r["m"]) for r in records] == [
+        ("0", None), ("-1", "-1"), ("7", "7"), ("2147483647", "2147483647"),
+        ("-2147483648", "-2147483648"), ("0", None),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("declared", "to", "digits"),
+    [
+        ({"type": "int"}, "string", True),
+        ({"type": "long"}, "string", True),
+        ({"type": ["null", "long"], "default": None}, "string", True),
+        ({"type": ["long", "null"]}, "string", False),  # another branch index once derived
+        ({"type": "double"}, "string", False),  # repr of a float: not the JSON text
+        ({"type": "boolean"}, "string", False),
+        ({"type": "long", "default": 0}, "string", False),
+        ({"type": "long"}, "double", False),
+    ],
+)
+def test_which_casts_the_kernel_writes_as_digits(declared, to, digits):
+    assert cast_to_digits({"name": "f", **declared}, to) is digits
+
+
+@pytest.mark.parametrize(
+    ("declared", "to", "same_bytes"),
+    [
+        ({"type": "int"}, "long", True),
+        ({"type": ["null", "int"], "default": None}, "long", True),
+        ({"type": "long"}, "long", True),
+        ({"type": "string"}, "string", True),
+        ({"type": "double"}, "double", True),
+        ({"type": "boolean"}, "boolean", True),
+        # The derived type is ["null", "long"]: the value is another union branch.
+        ({"type": ["int", "null"]}, "long", False),
+        # A float is written as 4 bytes, a double as 8; a number as a string is other bytes.
+        ({"type": "float"}, "double", False),
+        ({"type": "int"}, "string", False),
+        ({"type": "long"}, "double", False),
+        # Absent, it is its default as declared, but the cast step fails it.
+        ({"type": "long", "default": 1}, "long", False),
+    ],
+)
+def test_which_casts_keep_the_bytes(declared, to, same_bytes):
+    assert cast_keeps_bytes({"name": "f", **declared}, to) is same_bytes
+
+
 @needs_drop_kernel
 def test_json_differential_fuzz_with_renames_drops_and_constants(tmp_path_factory, pytestconfig):
-    """The JSON scenarios with rename, drop and add-constant transforms
+    """The JSON scenarios with rename, drop, cast and add-constant transforms
     (json_fuzz.with_kernel_transforms): identical commits on both paths, and the kernel stages
     the records of the transforms it takes."""
     tally = differential_fuzz(

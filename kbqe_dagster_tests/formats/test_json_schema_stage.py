@@ -140,8 +140,9 @@ def _kernel_class() -> type:
 @pytest.mark.parametrize("native", [False, True])
 def test_a_json_schema_topic_has_its_own_stager_and_kernel_driver(tmp_path: Path, native) -> None:
     """Its own stager, and the native kernel's driver of its own when the kernel is built and
-    switched on (``KBQE_STAGE_KERNEL=off`` forces the Python path); transforms keep it on
-    the Python path."""
+    switched on (``KBQE_STAGE_KERNEL=off`` forces the Python path); transforms the kernel
+    does not do (a header added, say) keep it on the Python path, a drop need not (each schema id's
+    drop is then the kernel's or not: test_json_schema_kernel.py)."""
     ctx = StageContext(
         KafkaSettings("127.0.0.1:9"),
         RegistrySettings("http://127.0.0.1:9"),
@@ -160,13 +161,20 @@ def test_a_json_schema_topic_has_its_own_stager_and_kernel_driver(tmp_path: Path
     else:
         assert driver is None
     reshaped = StageContext(ctx.kafka, ctx.registry, ctx.staging,
-                            pipeline(transforms=[{"drop": "lines"}]), TOPIC, native_kernel=native)  # fmt: skip
+                            pipeline(transforms=[{"add": "trace", "header": "trace"}]), TOPIC, native_kernel=native)  # fmt: skip
     assert (
         NativeStaging.for_stager(
             JsonSchemaRangeStager(reshaped, OffsetRange(TOPIC, 0, 0, 1), tmp_path)
         )
         is None
     )
+    dropping = StageContext(ctx.kafka, ctx.registry, ctx.staging,
+                            pipeline(transforms=[{"drop": "lines"}]), TOPIC, native_kernel=native)  # fmt: skip
+    driver = NativeStaging.for_stager(
+        JsonSchemaRangeStager(dropping, OffsetRange(TOPIC, 0, 0, 1), tmp_path)
+    )
+    takes_drops = kernel_built() and hasattr(_kernel_class(), "add_transformed_json_schema_id")
+    assert isinstance(driver, JsonSchemaKernelStaging) is (native and takes_drops)
 
 
 def test_values_are_staged_per_registry_id_read_back_field_by_field(tmp_path: Path) -> None:

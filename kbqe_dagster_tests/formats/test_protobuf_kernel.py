@@ -18,7 +18,7 @@ from kbqe_dagster.formats import protobuf_stage
 from kbqe_dagster.formats.protobuf_kernel import ProtobufKernelStaging
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
-from kbqe_dagster_tests.formats.protobuf_fuzz import proto_text, scenario
+from kbqe_dagster_tests.formats.protobuf_fuzz import proto_text, scenario, with_kernel_transforms
 from kbqe_dagster_tests.formats.test_protobuf_stage import (
     IDS,
     ORDER_V2,
@@ -86,14 +86,68 @@ def avro_records(staged: Staged) -> list[dict]:
 
 
 def test_the_protobuf_stager_drives_the_kernel_unless_it_reshapes_records(tmp_path):
+    """Reshapes it does not do (a header added, say; renames, drops, casts and constants it
+    does: below)."""
     assert protobuf_stage.ProtobufRangeStager.native_driver is ProtobufKernelStaging
     values = [framed("v1", order(i=i)) for i in range(3)]
-    python = stage(tmp_path, pipeline(transforms=[{"drop": "lines"}]), TOPIC, {},
-                   messages(values), native=False, lookup=fake_registry())  # fmt: skip
+    reshaped = pipeline(transforms=[{"add": "trace", "header": "trace"}])
+    python = stage(tmp_path, reshaped, TOPIC, {}, messages(values), native=False,
+                   lookup=fake_registry())  # fmt: skip
     assert python.result.records == 3
     with pytest.raises(AssertionError, match="not available"):
-        stage(tmp_path, pipeline(transforms=[{"drop": "lines"}]), TOPIC, {}, messages(values),
-              native=True, lookup=fake_registry())  # fmt: skip
+        stage(tmp_path, reshaped, TOPIC, {}, messages(values), native=True, lookup=fake_registry())
+
+
+needs_transform_kernel = pytest.mark.skipif(
+    not hasattr(kernel.StageKernel, "add_transformed_protobuf_schema"),
+    reason="the installed kernel predates protobuf transforms (make install)",
+)
+KERNEL_TRANSFORMS = [{"rename": "id", "to": "order_id"}, {"drop": "lines"},
+                     {"add": "source", "value": "web"}]  # fmt: skip
+
+
+@needs_transform_kernel
+def test_renames_drops_and_constants_are_staged_by_the_kernel_byte_for_byte(tmp_path):
+    """Python converts the whole message, then transforms it: the kernel decodes and checks
+    as without transforms, cuts the dropped field and appends the constant."""
+    values = [framed("v1", order(i=i)) for i in range(20)]
+    values += [framed("v1", order(i=99))[:-3]]  # truncated inside the dropped lines
+    python, native = both(tmp_path, pipeline(transforms=KERNEL_TRANSFORMS), messages(values))
+    assert python.result.records == 20
+    assert native.kernel_messages == 20
+    (record, *_) = [r for r in avro_records(python) if "source" in r]  # not the dead letter
+    assert "lines" not in record and "id" not in record
+    assert (record["order_id"], record["source"]) == (0, "web")
+    assert sum(python.result.dead_letters.values()) == 1  # the truncated one: Python's verdict
+
+
+@needs_transform_kernel
+@pytest.mark.parametrize(
+    ("transforms", "native"),
+    [
+        (KERNEL_TRANSFORMS, True),
+        ([{"drop": "total"}, {"add": "n", "value": 3, "type": "int"}], True),
+        # A cast that changes no bytes (to the field's own type); to a string it does.
+        ([{"cast": "id", "to": "long"}, {"drop": "lines"}], True),
+        ([{"cast": "id", "to": "string"}, {"drop": "lines"}], False),
+        # A chain, or a value made per message: Python's.
+        ([{"rename": "id", "to": "n"}, {"drop": "n"}], False),
+        ([{"add": "trace", "header": "trace"}], False),
+    ],
+)
+def test_which_transforms_the_kernel_stages(tmp_path, transforms, native):
+    values = [framed("v1", order(i=i)) for i in range(5)]
+    config = pipeline(transforms=transforms)
+    python = stage(tmp_path, config, TOPIC, {}, messages(values), native=False,
+                   lookup=fake_registry())  # fmt: skip
+    try:
+        staged = stage(tmp_path, config, TOPIC, {}, messages(values), native=True,
+                       lookup=fake_registry())  # fmt: skip
+    except AssertionError as error:  # no driver for the topic at all
+        assert not native and "not available" in str(error)
+        return
+    assert_same(python, staged)
+    assert staged.kernel_messages == (5 if native else 0)
 
 
 def test_good_messages_are_staged_by_the_kernel_byte_for_byte(tmp_path):
@@ -234,3 +288,21 @@ def test_protobuf_differential_fuzz_with_hour_tables(tmp_path_factory, pytestcon
         lookup_of=lambda case: case.registry,
     )
     assert tally.share > 0.8, "the kernel staged too few records to prove anything"
+
+
+@needs_transform_kernel
+def test_protobuf_differential_fuzz_with_renames_drops_and_constants(
+    tmp_path_factory, pytestconfig
+):
+    """The Protobuf scenarios with rename, drop and add-constant transforms
+    (protobuf_fuzz.with_kernel_transforms): identical commits on both paths, and the kernel
+    stages the records of the transforms it takes."""
+    tally = differential_fuzz(
+        "protobuftransform",
+        "fuzz.protobuf",
+        with_kernel_transforms(scenario),
+        pytestconfig,
+        tmp_path_factory,
+        lookup_of=lambda case: case.registry,
+    )
+    assert tally.share > 0.5, "the kernel staged too few records to prove anything"

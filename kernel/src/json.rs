@@ -140,19 +140,51 @@ pub struct Encoder {
     dropped_bytes: Vec<u8>,
     /// `add` transforms of constants (`append_constants`): their encoding, after every body.
     constants: Vec<u8>,
+    /// Per top-level field: an int or long `cast` to a string (`cast_to_digits`): checked and
+    /// encoded as declared, then rewritten as its decimal digits.
+    digits: Vec<bool>,
 }
 
 impl Encoder {
-    /// Leave the top-level fields `names` out of every body (a `drop` transform: Python
-    /// checks the value against the declared schema, then drops the fields, and the derived
-    /// schema's encoding is the other fields' encodings in order). Err for a name that is not
-    /// a top-level field, or one routing or event time reads.
     /// Append `encoded` after every body: the constants `add` transforms append to the record
     /// as its last fields, encoded once by the Python side (fastavro).
     pub fn append_constants(&mut self, encoded: &[u8]) {
         self.constants.extend_from_slice(encoded);
     }
 
+    /// Write the top-level int or long fields `names` (`["null", T]` too) as the strings of
+    /// their decimal digits: a `cast` to string, whose step gives fastavro `str(value)` of the
+    /// value Python checked as declared (every JSON integer that fits the type is a Python int
+    /// whose `str` is the digits of its i64). Err for a name that is not such a field, or one
+    /// routing or event time reads.
+    pub fn cast_to_digits(&mut self, names: &[String]) -> Result<(), Unsupported> {
+        let Node::Record(fields) = &self.nodes[self.top] else { return Err(Unsupported("not a record".into())) };
+        let mut digits = vec![false; fields.len()];
+        for name in names {
+            let index = fields.iter().position(|f| f.name == name.as_bytes())
+                .ok_or_else(|| Unsupported(format!("no top-level field {name:?} to cast")))?;
+            let integer = |node: usize| matches!(self.nodes[node], Node::Int | Node::Long);
+            let castable = match self.nodes[fields[index].node] {
+                Node::Int | Node::Long => true,
+                Node::Nullable { inner, null_first: true } => integer(inner),
+                _ => false,
+            };
+            if !castable {
+                return Err(Unsupported(format!("field {name:?} is not an int or long")));
+            }
+            if self.want.children.iter().any(|(i, _)| *i == index) {
+                return Err(Unsupported(format!("field {name:?} is read by routing or event time")));
+            }
+            digits[index] = true;
+        }
+        self.digits = digits;
+        Ok(())
+    }
+
+    /// Leave the top-level fields `names` out of every body (a `drop` transform: Python
+    /// checks the value against the declared schema, then drops the fields, and the derived
+    /// schema's encoding is the other fields' encodings in order). Err for a name that is not
+    /// a top-level field, or one routing or event time reads.
     pub fn drop_fields(&mut self, names: &[String]) -> Result<(), Unsupported> {
         let Node::Record(fields) = &self.nodes[self.top] else { return Err(Unsupported("not a record".into())) };
         let mut dropped = vec![false; fields.len()];
@@ -233,7 +265,7 @@ impl Encoder {
                 }
                 let mut none = Vec::new();
                 let w = Writer { nodes: &nodes, tape: &tape, input: text.as_bytes(), unescaped: &unescaped, defaults: &[], json_schema: false,
-                                 utc_rule: false, dropped: &[], dropped_bytes: std::cell::RefCell::new(&mut none) };
+                                 utc_rule: false, dropped: &[], dropped_bytes: std::cell::RefCell::new(&mut none), digits: &[] };
                 let mut out = Vec::new();
                 if w.encode(field.node, Some(0), None, &mut out, &mut [], 0).is_ok() {
                     encoded.push((id, index, defaults.len()));
@@ -281,7 +313,7 @@ impl Encoder {
         }
         Ok(Encoder { json_schema: iso.is_some(), utc_rule: iso.unwrap_or(false), nodes, top, want, defaults, tape: Vec::new(),
                      unescaped: Vec::new(), body: Vec::new(), dropped: Vec::new(), dropped_bytes: Vec::new(),
-                     constants: Vec::new() })
+                     constants: Vec::new(), digits: Vec::new() })
     }
 
     /// The Avro body of the last [`encode`](Self::encode).
@@ -316,7 +348,8 @@ impl Encoder {
         }
         let w = Writer { nodes: &self.nodes, tape: &self.tape, input: value, unescaped: &self.unescaped,
                          defaults: &self.defaults, json_schema: self.json_schema, utc_rule: self.utc_rule,
-                         dropped: &self.dropped, dropped_bytes: std::cell::RefCell::new(&mut self.dropped_bytes) };
+                         dropped: &self.dropped, dropped_bytes: std::cell::RefCell::new(&mut self.dropped_bytes),
+                         digits: &self.digits };
         if !matches!(self.tape[0], Tok::Obj { .. }) {
             return Err(stop("not_object"));
         }
@@ -793,6 +826,41 @@ struct Writer<'a> {
     /// [`Encoder::dropped`]: top-level fields encoded into `dropped_bytes`, not the body.
     dropped: &'a [bool],
     dropped_bytes: std::cell::RefCell<&'a mut Vec<u8>>,
+    /// [`Encoder::digits`]: top-level fields rewritten as their decimal digits.
+    digits: &'a [bool],
+}
+
+/// Rewrite the int or long written at `out[mark..]` (after its union index 1 when
+/// `nullable`: `["null", T]`; a null stays as written) as the Avro string of its decimal
+/// digits, Python's `str` of it.
+fn as_digits(out: &mut Vec<u8>, mark: usize, nullable: bool) -> R<()> {
+    let mut pos = mark;
+    if nullable {
+        match out.get(pos) {
+            Some(0) => return Ok(()),
+            Some(2) => pos += 1,
+            _ => return Err(stop("cast")),
+        }
+    }
+    let (mut z, mut shift) = (0u64, 0u32);
+    for (i, &b) in out[pos..].iter().enumerate() {
+        if shift > 63 {
+            return Err(stop("cast"));
+        }
+        z |= u64::from(b & 0x7f) << shift;
+        shift += 7;
+        if b & 0x80 == 0 {
+            if pos + i + 1 != out.len() {
+                return Err(stop("cast")); // not the field's last byte: not what was written
+            }
+            let text = (((z >> 1) as i64) ^ -((z & 1) as i64)).to_string();
+            out.truncate(pos);
+            put_long(out, text.len() as i64);
+            out.extend_from_slice(text.as_bytes());
+            return Ok(());
+        }
+    }
+    Err(stop("cast"))
 }
 
 #[inline]
@@ -1015,6 +1083,10 @@ impl Writer<'_> {
                     self.encode(field.node, found, below.filter(|w| !w.children.is_empty()), out, values, depth + 1)?;
                     if let Some(slot) = below.and_then(|w| w.slot) {
                         values[slot] = self.wanted_value(field.node, found, mark, out);
+                    }
+                    if depth == 0 && self.digits.get(index) == Some(&true) {
+                        // (never wanted: cast_to_digits; an absent one is its null default)
+                        as_digits(out, mark, !matches!(self.nodes[field.node], Node::Int | Node::Long))?;
                     }
                 }
             }

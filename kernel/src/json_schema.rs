@@ -82,6 +82,16 @@ impl Entry {
     pub fn body(&self) -> &[u8] {
         self.encoder.body()
     }
+
+    /// `drop` and `add` (constant) transforms of the converted record, as the JSON kernel
+    /// does them ([`Encoder::drop_fields`], [`Encoder::append_constants`]): `names` are the
+    /// dropped top-level fields' JSON keys (the encoder finds members by key), `constants`
+    /// the added constants' encoding.
+    pub fn transform(&mut self, names: &[String], constants: &[u8]) -> Result<(), Unsupported> {
+        self.encoder.drop_fields(names)?;
+        self.encoder.append_constants(constants);
+        Ok(())
+    }
 }
 
 // --- values ----------------------------------------------------------------------------------

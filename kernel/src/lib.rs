@@ -306,6 +306,15 @@ impl StageKernel {
         Ok(())
     }
 
+    /// `format: json` with `cast` transforms of ints or longs to strings: write the top-level
+    /// fields `names` (`["null", T]` too) as the strings of their decimal digits (after
+    /// checking them as declared). Raises ValueError without a JSON schema, or for a name that
+    /// is not such a field or that routing or event time reads.
+    fn cast_json_fields_to_digits(&mut self, names: Vec<String>) -> PyResult<()> {
+        let Some((encoder, _)) = &mut self.json else { return Err(PyValueError::new_err("no JSON schema")) };
+        encoder.cast_to_digits(&names).map_err(|e| PyValueError::new_err(e.0))
+    }
+
     /// `format: json` with `drop` transforms: leave the top-level fields `names` out of every
     /// body (after checking them as declared). Raises ValueError without a JSON schema, or for a
     /// name that is not a top-level field or that routing or event time reads.
@@ -346,6 +355,32 @@ impl StageKernel {
         Ok(())
     }
 
+    /// `format: protobuf` with `rename`, `drop` and constant `add` transforms: as
+    /// `add_protobuf_schema`, and the type's records leave the top-level fields `drops` out of
+    /// every body (after decoding them as declared) and get `constants` (the added constants'
+    /// Avro encoding) after it; renames change no bytes. The type is taken whole or not at
+    /// all: raises ValueError, and the prefix stays unknown, for a program
+    /// `add_protobuf_schema` refuses, or a dropped name that is not a top-level field or that
+    /// routing or event time reads.
+    #[pyo3(signature = (prefix, program, drops, constants, constant_slot=None))]
+    fn add_transformed_protobuf_schema(&mut self, prefix: &[u8], program: &str, drops: Vec<String>,
+                                       constants: &[u8], constant_slot: Option<usize>) -> PyResult<()> {
+        if protobuf_prefix(prefix) != Some(prefix.len()) {
+            return Err(PyValueError::new_err("not a Protobuf frame prefix"));
+        }
+        let mut decoder = protobuf::Decoder::compile(program, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
+        decoder.transform(&drops, constants).map_err(|e| PyValueError::new_err(e.0))?;
+        let route = match (constant_slot, self.route_slots) {
+            (Some(slot), _) => Route::Constant(slot),
+            (None, Some(_)) => Route::Fields(HashMap::default()),
+            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
+        };
+        let types = self.protobuf.get_or_insert_with(ProtobufTypes::default);
+        types.decoders.push((decoder, route));
+        types.by_prefix.insert(prefix.to_vec(), types.decoders.len() - 1);
+        Ok(())
+    }
+
     /// `format: json_schema`: take on the registry JSON Schema `json_schema` framed by
     /// `header` and the Avro record `avro_json` derived from it (as `add_schema` takes a
     /// schema); `constant_slot` as for `add_schema`. From the first call on, every message is
@@ -361,6 +396,30 @@ impl StageKernel {
         };
         let entry = json_schema::Entry::compile(json_schema, avro_json, &self.wanted, self.event.utc_rule, route)
             .map_err(|e| PyValueError::new_err(e.0))?;
+        self.json_schemas.get_or_insert_with(HashMap::default).insert(header, entry);
+        Ok(())
+    }
+
+    /// `format: json_schema` with `rename`, `drop` and constant `add` transforms: as
+    /// `add_json_schema_id`, and the schema's records leave the top-level fields whose JSON
+    /// keys are `drops` out of every body (after checking them as declared) and get
+    /// `constants` (the added constants' Avro encoding) after it; renames change no bytes.
+    /// The schema is taken whole or not at all: raises ValueError, and the header stays
+    /// unknown, for a schema `add_json_schema_id` refuses, or a dropped name that is not a
+    /// top-level field or that routing or event time reads.
+    #[pyo3(signature = (header, json_schema, avro_json, drops, constants, constant_slot=None))]
+    fn add_transformed_json_schema_id(&mut self, header: &[u8], json_schema: &str, avro_json: &str,
+                                      drops: Vec<String>, constants: &[u8], constant_slot: Option<usize>)
+                                      -> PyResult<()> {
+        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
+        let route = match (constant_slot, self.route_slots) {
+            (Some(slot), _) => Route::Constant(slot),
+            (None, Some(_)) => Route::Fields(HashMap::default()),
+            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
+        };
+        let mut entry = json_schema::Entry::compile(json_schema, avro_json, &self.wanted, self.event.utc_rule, route)
+            .map_err(|e| PyValueError::new_err(e.0))?;
+        entry.transform(&drops, constants).map_err(|e| PyValueError::new_err(e.0))?;
         self.json_schemas.get_or_insert_with(HashMap::default).insert(header, entry);
         Ok(())
     }

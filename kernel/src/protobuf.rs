@@ -216,6 +216,11 @@ pub struct Decoder {
     oneof_last: Vec<u32>,
     entries: Vec<MapEntry>,
     body: Vec<u8>,
+    /// Per top-level field: dropped by a `drop` transform (`transform`): decoded and checked
+    /// as declared, then cut from the body.
+    dropped: Vec<bool>,
+    /// `add` transforms of constants (`transform`): their encoding, after every body.
+    constants: Vec<u8>,
 }
 
 fn unsupported(what: impl Into<String>) -> Unsupported {
@@ -275,7 +280,8 @@ impl Decoder {
         let top = json.get("top").and_then(Json::as_u64).map(|t| t as usize).filter(|&t| t < messages.len())
             .ok_or_else(|| unsupported("program without a top message"))?;
         let want = plan(&messages, top, wanted)?;
-        Ok(Decoder { messages, enums, top, want, occurrences: Vec::new(), heads: Vec::new(), oneof_last: Vec::new(), entries: Vec::new(), body: Vec::new() })
+        Ok(Decoder { messages, enums, top, want, occurrences: Vec::new(), heads: Vec::new(), oneof_last: Vec::new(), entries: Vec::new(), body: Vec::new(),
+                     dropped: Vec::new(), constants: Vec::new() })
     }
 
     fn field(f: &Json, enums: usize, messages: usize) -> Result<Field, Unsupported> {
@@ -314,6 +320,27 @@ impl Decoder {
         Ok(Field { name, number, kind, label, oneof })
     }
 
+    /// `drop` and `add` (constant) transforms of the converted record: leave the top-level
+    /// fields `names` out of every body (Python converts the whole message, then drops them,
+    /// and the derived schema's encoding is the other fields' in order) and append `constants`
+    /// (the added constants' Avro encoding, the derived schema's last fields) after it. Err
+    /// for a name that is not a top-level field, or one routing or event time reads.
+    pub fn transform(&mut self, names: &[String], constants: &[u8]) -> Result<(), Unsupported> {
+        let fields = &self.messages[self.top].fields;
+        let mut dropped = vec![false; fields.len()];
+        for name in names {
+            let index = fields.iter().position(|f| &f.name == name)
+                .ok_or_else(|| unsupported(format!("no top-level field {name:?} to drop")))?;
+            if self.want.children.iter().any(|(i, _)| *i == index) {
+                return Err(unsupported(format!("field {name:?} is read by routing or event time")));
+            }
+            dropped[index] = true;
+        }
+        self.dropped = dropped;
+        self.constants = constants.to_vec();
+        Ok(())
+    }
+
     /// The Avro body of the last [`encode`](Self::encode).
     pub fn body(&self) -> &[u8] {
         &self.body
@@ -334,6 +361,7 @@ impl Decoder {
         let want = std::mem::take(&mut self.want);
         let result = self.message(self.top, input, 0, input.len() as u32, &mut out, Some(&want), values, 0);
         self.want = want;
+        out.extend_from_slice(&self.constants);
         self.body = out;
         result
     }
@@ -388,7 +416,19 @@ impl Decoder {
             return Err(Stop);
         }
         let fields = self.messages[id].fields.len();
+        // A dropped top-level field is written as any other (so it is checked as Python
+        // converts it), then cut: `cut` is where it began, applied before the next field is
+        // written (the loop `continue`s) and after the last.
+        let mut cut: Option<usize> = None;
         for index in 0..fields {
+            if let Some(at) = cut.take() {
+                out.truncate(at);
+            }
+            // (the top message: depth 0 with a plan; an absent map value's empty message is
+            // written at depth 0 too, without one)
+            if depth == 0 && want.is_some() && self.dropped.get(index) == Some(&true) {
+                cut = Some(out.len());
+            }
             let head = self.heads[head_base + index];
             let field = &self.messages[id].fields[index];
             let (kind, label, oneof) = (field.kind, field.label, field.oneof);
@@ -484,6 +524,9 @@ impl Decoder {
                     }
                 }
             }
+        }
+        if let Some(at) = cut {
+            out.truncate(at);
         }
         self.occurrences.truncate(occ_base);
         self.heads.truncate(head_base);
