@@ -18,6 +18,7 @@ from kbqe_dagster.demo.debezium import (
     envelope_schema,
     value_record,
 )
+from kbqe_dagster.keyed import changes
 from kbqe_dagster.keyed.changes import change_layout
 from kbqe_dagster.staging.probe.record_probe import RecordProbe
 
@@ -220,3 +221,40 @@ def test_keyed_fields_the_schema_lacks_fail_the_run_naming_the_key_path(keyed, e
 def test_a_debezium_key_must_be_a_row_field():
     with pytest.raises(ConfigError, match=r"topics\[t\].keyed.key: \['customer_id'\]"):
         change_layout(envelope_schema(NS, ROW_V2), debezium_topic(key=["customer_id"]))
+
+
+@pytest.mark.parametrize("form", ["envelope", "flat"])
+def test_the_python_skippers_are_generated_by_the_first_cut_only(monkeypatch, form):
+    # The native kernel cuts these layouts itself: a range it stages whole never needs the
+    # generated Python skippers, whose source generation and compile were most of a layout's
+    # cost in every range (issue 26).
+    generated = []
+    real = changes.record_skipper
+    monkeypatch.setattr(
+        changes, "record_skipper", lambda *a, **k: generated.append(a) or real(*a, **k)
+    )
+    if form == "envelope":
+        schema = envelope_schema(NS, ROW_V2)
+        body = encode(schema, value_record(Change(7, "u", ROW, NEWER, 99, 2), NS))
+    else:
+        schema = FLAT
+        body = encode(FLAT, {**NEWER, "__op": "u", "__source_ts_ms": 99, "__deleted": "false"})
+    layout = change_layout(schema, debezium_topic())
+    assert generated == []
+    fields = RecordProbe(schema, layout.wanted).probe(body)
+    record = decode(layout.schema, layout.body(body, fields))
+    assert record == {"_op": "u", "_source_ts_ms": 99, "_deleted": False, **NEWER}
+    made = len(generated)
+    assert made > 0
+    layout.body(body, fields)
+    assert len(generated) == made  # generated once per layout
+
+
+def test_an_image_naming_an_undefined_record_is_refused_when_the_layout_is_made():
+    # Checked as the layout is made, as when the skippers were generated there: the refusal
+    # does not move to the first message the Python path cuts.
+    schema = envelope_schema(NS, ROW_V2)
+    fields = [{**f, "type": ["null", "Nowhere"]} if f["name"] == "before" else f
+              for f in schema["fields"]]  # fmt: skip
+    with pytest.raises(ValueError, match="unknown Avro type 'Nowhere'"):
+        change_layout({**schema, "fields": fields}, debezium_topic())
