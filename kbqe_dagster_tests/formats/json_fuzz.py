@@ -404,39 +404,51 @@ def with_kernel_transforms(make: Any) -> Any:
 
     def transformed(seed: int, messages: int) -> Any:
         case = make(seed, messages)
-        rng = random.Random(~seed)
         topic = case.pipeline.topics[0]
-        read = topic.required_fields
-        names = [f["name"] for f in case.schema["fields"]
-                 if kernel_transforms([RenameField(f["name"], "x")], case.schema, read) is not None]  # fmt: skip
-        chosen = rng.sample(names, min(len(names), rng.randint(1, 4)))
-        specs: list[Any] = []
-        fields = {f["name"]: f for f in case.schema["fields"]}
-        for name in chosen:
-            draw = rng.random()
-            casts = [to for to in CastType if (cast_keeps_bytes(fields[name], to.value)
-                     or (DIGITS_BUILT and cast_to_digits(fields[name], to.value)))
-                     and derivable([CastField(name, to)], case.schema)]  # fmt: skip
-            # Casts to strings rewrite bytes: drawn more often where one applies.
-            digits = any(cast_to_digits(fields[name], to.value) for to in casts)
-            if draw < (0.5 if digits else 0.8) or not casts:
-                specs.append(RenameField(name, f"{name}_renamed") if draw < 0.4
-                             else DropFields((name,)))  # fmt: skip
-            else:
-                specs.append(CastField(name, rng.choice(casts)))
-        for i in range(rng.choice([0, 0, 1, 2])):
-            value, kind = rng.choice(CONSTANTS)
-            specs.append(AddField(f"added{i}", value=value, type=kind))
-        rng.shuffle(specs)
-        if not derivable(specs, case.schema):
-            # A dropped field defined a named type another field uses: a config error the
-            # pipeline file would report. Renames keep the definition.
-            specs = [RenameField(s.drop[0], f"{s.drop[0]}_renamed") if isinstance(s, DropFields)
-                     else s for s in specs]  # fmt: skip
-        case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=tuple(specs)),))
+        specs = draw_kernel_transforms(
+            random.Random(~seed), case.schema, topic.required_fields, to_digits=DIGITS_BUILT
+        )
+        case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=specs),))
         return case
 
     return transformed
+
+
+def draw_kernel_transforms(
+    rng: random.Random, schema: dict, read: Any, *, to_digits: bool = False
+) -> tuple[Any, ...]:
+    """Transforms the kernel stages, drawn over the Avro record ``schema`` (the JSON, JSON
+    Schema and Protobuf fuzzes' ``with_kernel_transforms``): ``rename``, ``drop`` or ``cast``
+    of one to four top-level fields that ``kernel_transforms`` takes with ``read`` (what routing
+    and event time read), casts that keep the bytes (and, ``to_digits``, of ints and longs to
+    strings, drawn more often where one applies: they rewrite bytes), and ``add`` of up to two
+    constants, in a random order."""
+    names = [f["name"] for f in schema["fields"]
+             if kernel_transforms([RenameField(f["name"], "x")], schema, read) is not None]  # fmt: skip
+    chosen = rng.sample(names, min(len(names), rng.randint(1, 4)))
+    specs: list[Any] = []
+    fields = {f["name"]: f for f in schema["fields"]}
+    for name in chosen:
+        draw = rng.random()
+        casts = [to for to in CastType if (cast_keeps_bytes(fields[name], to.value)
+                 or (to_digits and cast_to_digits(fields[name], to.value)))
+                 and derivable([CastField(name, to)], schema)]  # fmt: skip
+        digits = any(cast_to_digits(fields[name], to.value) for to in casts)
+        if draw < (0.5 if digits else 0.8) or not casts:
+            specs.append(RenameField(name, f"{name}_renamed") if draw < 0.4
+                         else DropFields((name,)))  # fmt: skip
+        else:
+            specs.append(CastField(name, rng.choice(casts)))
+    for i in range(rng.choice([0, 0, 1, 2])):
+        value, kind = rng.choice(CONSTANTS)
+        specs.append(AddField(f"added{i}", value=value, type=kind))
+    rng.shuffle(specs)
+    if not derivable(specs, schema):
+        # A dropped field defined a named type another field uses: a config error the
+        # pipeline file would report. Renames keep the definition.
+        specs = [RenameField(s.drop[0], f"{s.drop[0]}_renamed") if isinstance(s, DropFields)
+                 else s for s in specs]  # fmt: skip
+    return tuple(specs)
 
 
 DIGITS_BUILT = hasattr(

@@ -32,17 +32,9 @@ from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.formats.protobuf_avro import map_protobuf_message
 from kbqe_dagster.core.formats.protobuf_wire import encode_message_indexes, varint
 from kbqe_dagster.core.record.wire import encode_frame
-from kbqe_dagster.core.transforms.specs import (
-    AddField,
-    CastField,
-    CastType,
-    DropFields,
-    RenameField,
-)
-from kbqe_dagster.formats.json_stage import cast_keeps_bytes, kernel_transforms
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
-from kbqe_dagster_tests.formats.json_fuzz import CONSTANTS, derivable
+from kbqe_dagster_tests.formats.json_fuzz import draw_kernel_transforms
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text, random_pipeline
 from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
@@ -321,28 +313,8 @@ def with_kernel_transforms(make: Any) -> Any:
         read = topic.required_fields
         text = case.registry.schemas[min(case.registry.schemas)].schema
         avro = map_protobuf_message(descriptors(text)[0]).avro_schema
-        names = [f["name"] for f in avro["fields"]
-                 if kernel_transforms([RenameField(f["name"], "x")], avro, read) is not None]  # fmt: skip
-        chosen = rng.sample(names, min(len(names), rng.randint(1, 4)))
-        specs: list[Any] = []
-        fields = {f["name"]: f for f in avro["fields"]}
-        for name in chosen:
-            draw = rng.random()
-            casts = [to for to in CastType if cast_keeps_bytes(fields[name], to.value)]
-            if draw < 0.8 or not casts:
-                specs.append(RenameField(name, f"{name}_renamed") if draw < 0.4
-                             else DropFields((name,)))  # fmt: skip
-            else:
-                specs.append(CastField(name, rng.choice(casts)))  # one that keeps the bytes
-        for i in range(rng.choice([0, 0, 1, 2])):
-            value, kind = rng.choice(CONSTANTS)
-            specs.append(AddField(f"const{i}", value=value, type=kind))
-        rng.shuffle(specs)
-        if not derivable(specs, avro):
-            # A dropped field defined a named type another field uses: renames keep it.
-            specs = [RenameField(s.drop[0], f"{s.drop[0]}_renamed") if isinstance(s, DropFields)
-                     else s for s in specs]  # fmt: skip
-        case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=tuple(specs)),))
+        specs = draw_kernel_transforms(rng, avro, read)
+        case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=specs),))
         return case
 
     return transformed
