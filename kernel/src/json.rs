@@ -30,7 +30,7 @@
 //! correctly rounded `str::parse` (what Python's `float()` does), and nothing is allocated per
 //! message. Duplicate keys take the last value at the first key's place, as Python's `dict` does.
 
-use crate::body::{forget_why, note, stop, Stop, Value, R};
+use crate::body::{forget_why, stop, Stop, Value, R};
 use crate::schema::Unsupported;
 use serde_json::Value as Json;
 use std::collections::HashMap;

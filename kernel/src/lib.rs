@@ -74,7 +74,7 @@ struct SlotBuffer {
 
 /// One more record on `key` (an event day or hour) of `counts`: records cluster, so the last
 /// key is tried first.
-fn count(counts: &mut Vec<(i64, u64)>, key: i64) {
+pub(crate) fn count(counts: &mut Vec<(i64, u64)>, key: i64) {
     if let Some(last) = counts.last_mut() {
         if last.0 == key {
             last.1 += 1;
@@ -243,11 +243,7 @@ impl StageKernel {
         let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
         let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
         let plan = body::plan(&schema, &self.wanted, false).map_err(|e| PyValueError::new_err(e.0))?;
-        let route = match (constant_slot, self.route_slots) {
-            (Some(slot), _) => Route::Constant(slot),
-            (None, Some(_)) => Route::Fields(HashMap::default()),
-            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
-        };
+        let route = self.route_for(constant_slot)?;
         self.entries.push(Entry { schema, plan, route, change: None });
         self.by_header.insert(header, self.entries.len() - 1);
         Ok(())
@@ -278,11 +274,7 @@ impl StageKernel {
     #[pyo3(signature = (schema_json, constant_slot=None))]
     fn add_json_schema(&mut self, schema_json: &str, constant_slot: Option<usize>) -> PyResult<()> {
         let encoder = json::Encoder::compile(schema_json, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
-        let route = match (constant_slot, self.route_slots) {
-            (Some(slot), _) => Route::Constant(slot),
-            (None, Some(_)) => Route::Fields(HashMap::default()),
-            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
-        };
+        let route = self.route_for(constant_slot)?;
         self.json = Some((encoder, route));
         Ok(())
     }
@@ -344,15 +336,7 @@ impl StageKernel {
             return Err(PyValueError::new_err("not a Protobuf frame prefix"));
         }
         let decoder = protobuf::Decoder::compile(program, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
-        let route = match (constant_slot, self.route_slots) {
-            (Some(slot), _) => Route::Constant(slot),
-            (None, Some(_)) => Route::Fields(HashMap::default()),
-            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
-        };
-        let types = self.protobuf.get_or_insert_with(ProtobufTypes::default);
-        types.decoders.push((decoder, route));
-        types.by_prefix.insert(prefix.to_vec(), types.decoders.len() - 1);
-        Ok(())
+        self.push_protobuf(prefix, decoder, constant_slot)
     }
 
     /// `format: protobuf` with `rename`, `drop` and constant `add` transforms: as
@@ -370,15 +354,7 @@ impl StageKernel {
         }
         let mut decoder = protobuf::Decoder::compile(program, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
         decoder.transform(&drops, constants).map_err(|e| PyValueError::new_err(e.0))?;
-        let route = match (constant_slot, self.route_slots) {
-            (Some(slot), _) => Route::Constant(slot),
-            (None, Some(_)) => Route::Fields(HashMap::default()),
-            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
-        };
-        let types = self.protobuf.get_or_insert_with(ProtobufTypes::default);
-        types.decoders.push((decoder, route));
-        types.by_prefix.insert(prefix.to_vec(), types.decoders.len() - 1);
-        Ok(())
+        self.push_protobuf(prefix, decoder, constant_slot)
     }
 
     /// `format: json_schema`: take on the registry JSON Schema `json_schema` framed by
@@ -388,14 +364,7 @@ impl StageKernel {
     #[pyo3(signature = (header, json_schema, avro_json, constant_slot=None))]
     fn add_json_schema_id(&mut self, header: &[u8], json_schema: &str, avro_json: &str,
                           constant_slot: Option<usize>) -> PyResult<()> {
-        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
-        let route = match (constant_slot, self.route_slots) {
-            (Some(slot), _) => Route::Constant(slot),
-            (None, Some(_)) => Route::Fields(HashMap::default()),
-            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
-        };
-        let entry = json_schema::Entry::compile(json_schema, avro_json, &self.wanted, self.event.utc_rule, route)
-            .map_err(|e| PyValueError::new_err(e.0))?;
+        let (header, entry) = self.json_schema_entry(header, json_schema, avro_json, constant_slot)?;
         self.json_schemas.get_or_insert_with(HashMap::default).insert(header, entry);
         Ok(())
     }
@@ -411,14 +380,7 @@ impl StageKernel {
     fn add_transformed_json_schema_id(&mut self, header: &[u8], json_schema: &str, avro_json: &str,
                                       drops: Vec<String>, constants: &[u8], constant_slot: Option<usize>)
                                       -> PyResult<()> {
-        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
-        let route = match (constant_slot, self.route_slots) {
-            (Some(slot), _) => Route::Constant(slot),
-            (None, Some(_)) => Route::Fields(HashMap::default()),
-            (None, None) => return Err(PyValueError::new_err("neither a constant slot nor field routing")),
-        };
-        let mut entry = json_schema::Entry::compile(json_schema, avro_json, &self.wanted, self.event.utc_rule, route)
-            .map_err(|e| PyValueError::new_err(e.0))?;
+        let (header, mut entry) = self.json_schema_entry(header, json_schema, avro_json, constant_slot)?;
         entry.transform(&drops, constants).map_err(|e| PyValueError::new_err(e.0))?;
         self.json_schemas.get_or_insert_with(HashMap::default).insert(header, entry);
         Ok(())
@@ -491,6 +453,36 @@ impl StageKernel {
 }
 
 impl StageKernel {
+    /// Where a schema's records go: file slot `constant_slot`, else the routes learned from
+    /// the Python router (field routing).
+    fn route_for(&self, constant_slot: Option<usize>) -> PyResult<Route> {
+        match (constant_slot, self.route_slots) {
+            (Some(slot), _) => Ok(Route::Constant(slot)),
+            (None, Some(_)) => Ok(Route::Fields(HashMap::default())),
+            (None, None) => Err(PyValueError::new_err("neither a constant slot nor field routing")),
+        }
+    }
+
+    /// Take on a Protobuf message type's compiled `decoder` under its frame `prefix`.
+    fn push_protobuf(&mut self, prefix: &[u8], decoder: protobuf::Decoder, constant_slot: Option<usize>)
+                     -> PyResult<()> {
+        let route = self.route_for(constant_slot)?;
+        let types = self.protobuf.get_or_insert_with(ProtobufTypes::default);
+        types.decoders.push((decoder, route));
+        types.by_prefix.insert(prefix.to_vec(), types.decoders.len() - 1);
+        Ok(())
+    }
+
+    /// A registry JSON Schema's compiled entry, with the 5-byte frame `header` it is under.
+    fn json_schema_entry(&self, header: &[u8], json_schema: &str, avro_json: &str, constant_slot: Option<usize>)
+                         -> PyResult<([u8; 5], json_schema::Entry)> {
+        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
+        let route = self.route_for(constant_slot)?;
+        let entry = json_schema::Entry::compile(json_schema, avro_json, &self.wanted, self.event.utc_rule, route)
+            .map_err(|e| PyValueError::new_err(e.0))?;
+        Ok((header, entry))
+    }
+
     /// Stage messages `start..n` (`message(i)` gives each) until the end or the first to hand
     /// back; returns the index of the first message not staged.
     fn stage_batch<M: Incoming>(&mut self, n: usize, start: usize, end_exclusive: i64,

@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
 use crate::consumer::NativeBatch;
+use crate::count;
 use crate::prefix::{put_long, Prefix};
 use crate::{HeldBytes, Incoming, PyIncoming, RawIncoming};
 
@@ -47,19 +48,6 @@ impl RawValue for RawIncoming<'_> {
     }
 }
 
-/// `(key, records)` counts in first-seen order; keys cluster, so the last one is tried first.
-fn count(counts: &mut Vec<(i64, u64)>, key: i64) {
-    if let Some(last) = counts.last_mut() {
-        if last.0 == key {
-            last.1 += 1;
-            return;
-        }
-    }
-    match counts.iter_mut().find(|(k, _)| *k == key) {
-        Some(entry) => entry.1 += 1,
-        None => counts.push((key, 1)),
-    }
-}
 
 /// The raw kernel of one range's stage task (one topic-partition, one destination table).
 #[pyclass(module = "kbqe_dagster_kernel")]
