@@ -226,6 +226,8 @@ class JsonSchemaKernelStaging(NativeStaging):
             raise ValueError("transforms the kernel does not do for this schema")
         if done.digits:  # the JSON kernel's alone
             raise ValueError("a cast to string the kernel does not do for this format")
+        if done.rewrites:  # the JSON kernel's alone
+            raise ValueError("a mask or timestamp the kernel does not do for this format")
         _reads_alike(avro, keys, stager.wanted)
         staged = stager.staged_schema(schema_id, decoder)
         constants = b""

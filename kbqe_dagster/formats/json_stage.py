@@ -29,6 +29,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,16 @@ from kbqe_dagster.core.errors import BadInputError, JsonDecodeError, JsonSchemaM
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
-from kbqe_dagster.core.transforms.specs import AddField, CastField, DropFields, RenameField
+from kbqe_dagster.core.transforms.specs import (
+    AddField,
+    CastField,
+    ConvertTimestamp,
+    DropFields,
+    MaskField,
+    MaskMethod,
+    RenameField,
+    TimeFormat,
+)
 from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
@@ -57,7 +67,9 @@ class JsonRangeStager(TransformingStager):
         self.schema_id = declared_schema_id(schema)
         # Transforms and destinations reshape records in Python: those topics stay here, but
         # for renames, drops and constants the kernel stages exactly (kernel_transforms).
-        self.kernel_transforms = kernel_transforms(self.transforms, schema, self.wanted)
+        self.kernel_transforms = kernel_transforms(
+            self.transforms, schema, self.wanted, self.hmac_keys
+        )
         self.native_kernel = not self.reshapes or (
             self.fan_out is None and self.kernel_transforms is not None
         )
@@ -92,6 +104,9 @@ class KernelTransforms:
     """``(field, value)`` of each ``add`` of a constant, in order."""
     digits: tuple[str, ...] = ()
     """Int or long fields ``cast`` to string: written as their decimal digits."""
+    rewrites: tuple[FieldRewrite, ...] = ()
+    """``mask`` and numeric ``timestamp`` transforms: each field's encoding rewritten after it
+    is checked as declared (kernel/src/rewrite.rs)."""
 
     def constants_encoding(self, output_schema: Mapping[str, Any]) -> bytes:
         """The constants' Avro encoding under their types in the derived ``output_schema``
@@ -104,18 +119,51 @@ class KernelTransforms:
         return body.getvalue()
 
 
+@dataclass(frozen=True)
+class FieldRewrite:
+    """A top-level field's encoding rewritten by the kernel (kernel/src/rewrite.rs) after it is
+    checked and encoded as declared: a ``mask`` (``op`` ``null`` or ``hmac``) or a
+    ``timestamp`` between numbers (``time``), with the declared layout the kernel reads back
+    (:func:`field_rewrite`)."""
+
+    field: str
+    op: str
+    """``null``, ``hmac`` or ``time``."""
+    base: str
+    """The declared value: ``int``, ``long``, ``string``, ``bytes``, or ``any`` (a null mask)."""
+    declared_null: int | None = None
+    """The null branch of a declared ``["null", T]`` (0) or ``[T, "null"]`` (1)."""
+    out_null: int | None = None
+    """A null mask's derived null branch (``_nullable`` keeps a declared union's layout)."""
+    per_in: int = 1
+    """``time``: microseconds per input unit."""
+    to: str = ""
+    """``time``: ``s``, ``ms``, ``us``, ``timestamp_millis`` or ``timestamp_micros``."""
+    key: bytes = dataclass_field(default=b"", repr=False)
+    """``hmac``: the key (from the environment, hmac_keys); never printed nor logged."""
+
+    def spec(self) -> str:
+        """What the kernel's ``rewrite_json_field`` reads (without the key)."""
+        return json.dumps({"op": self.op, "base": self.base, "declared_null": self.declared_null,
+                           "out_null": self.out_null, "per_in": self.per_in, "to": self.to})  # fmt: skip
+
+
 def kernel_kinds(transforms: Any) -> bool:
     """Whether every one of ``transforms`` is of a kind the kernel can do (a rename, a drop,
     an ``add`` of a constant): what :func:`kernel_transforms` then checks against a schema."""
     return all(
-        isinstance(spec, (RenameField, DropFields, CastField))
+        isinstance(spec, (RenameField, DropFields, CastField, MaskField))
         or (isinstance(spec, AddField) and spec.header is None and spec.message is None)
+        or (isinstance(spec, ConvertTimestamp) and spec.to is not TimeFormat.STRING)
         for spec in transforms
     )
 
 
 def kernel_transforms(
-    transforms: Any, schema: Mapping[str, Any], wanted: Any
+    transforms: Any,
+    schema: Mapping[str, Any],
+    wanted: Any,
+    hmac_keys: Mapping[int, bytes] | None = None,
 ) -> KernelTransforms | None:
     """What the kernel does to stage a topic with ``transforms`` exactly, or None when it
     cannot (the Python path's). It can when they only rename and drop top-level fields and
@@ -128,7 +176,11 @@ def kernel_transforms(
     declared, but as null once renamed: ``record.pop(old, None)``), or when a rename or a drop
     names a renamed or added field (a chain). A ``cast`` too when it changes no bytes
     (:func:`cast_keeps_bytes`: to the field's own type, or an ``int`` to ``long``) or casts an
-    int or long to a string (:func:`cast_to_digits`), not after another cast of the field."""
+    int or long to a string (:func:`cast_to_digits`), not after another cast of the field.
+    A ``mask`` or a ``timestamp`` between numbers of a declared field (:func:`field_rewrite`,
+    ``hmac_keys`` by transform index as core/transforms/compiler.py ``hmac_keys`` gives them),
+    not after a cast, mask or timestamp of the field, nor of a field dropped later (Python
+    would run the step, which may fail, before the drop)."""
     declared = {f.get("name"): f for f in schema.get("fields") or ()}
     read = {path.split(".")[0] for path in wanted}
     present = set(declared)  # declared names not yet renamed or dropped
@@ -136,7 +188,9 @@ def kernel_transforms(
     constants: list[tuple[str, Any]] = []
     cast: set[str] = set()
     digits: list[str] = []
-    for spec in transforms:
+    rewrites: list[FieldRewrite] = []
+    rewritten: set[str] = set()
+    for index, spec in enumerate(transforms):
         if isinstance(spec, RenameField):
             field = declared.get(spec.rename)
             if spec.rename not in present or field is None or field.get("default") is not None:
@@ -146,6 +200,8 @@ def kernel_transforms(
             present.discard(spec.rename)
         elif isinstance(spec, DropFields):
             if any(name not in present or name in read for name in spec.drop):
+                return None
+            if any(name in rewritten for name in spec.drop):
                 return None
             present.difference_update(spec.drop)
             dropped += spec.drop
@@ -164,9 +220,83 @@ def kernel_transforms(
             if spec.add in read:
                 return None
             constants.append((spec.add, spec.value))
+        elif isinstance(spec, (MaskField, ConvertTimestamp)):
+            name = spec.mask if isinstance(spec, MaskField) else spec.timestamp
+            field = declared.get(name)
+            if name not in present or field is None or name in read or name in cast:
+                return None
+            rewrite = field_rewrite(field, spec, (hmac_keys or {}).get(index))
+            if rewrite is None:
+                return None
+            cast.add(name)
+            rewritten.add(name)
+            rewrites.append(rewrite)
         else:
             return None
-    return KernelTransforms(tuple(dropped), tuple(constants), tuple(digits))
+    return KernelTransforms(tuple(dropped), tuple(constants), tuple(digits), tuple(rewrites))
+
+
+_EPOCH_TO = {TimeFormat.EPOCH_S: "s", TimeFormat.EPOCH_MS: "ms", TimeFormat.EPOCH_US: "us",
+             TimeFormat.TIMESTAMP_MILLIS: "timestamp_millis",
+             TimeFormat.TIMESTAMP_MICROS: "timestamp_micros"}  # fmt: skip
+_MICROS_PER = {"s": 10**6, "ms": 10**3, "us": 1}
+
+
+def field_rewrite(
+    field: Mapping[str, Any], spec: MaskField | ConvertTimestamp, key: bytes | None
+) -> FieldRewrite | None:
+    """The kernel's rewrite of declared ``field`` for a ``mask`` or ``timestamp`` step
+    (core/transforms/kinds.py ``_mask``, ``_timestamp``), or None when it does not do it
+    exactly. The declared type must be ``T``, ``["null", T]`` or ``[T, "null"]`` (the kernel
+    reads the union branch back; the derived ``["null", T]`` may put the value under another
+    index), and, but for a null mask, without a default other than null (absent, it would be
+    encoded with its default, but the step reads None and fails or gives null). ``mask``:
+    ``null`` of any such type; hmac of a plain ``int``, ``long``, ``string`` or ``bytes``
+    (``str(value)``, bytes as they are) with its key. ``timestamp``: from a ``long``
+    timestamp-millis/micros or an ``int``/``long`` with ``epoch_unit``, to an epoch number or
+    a timestamp-millis/micros (strings, zones and formats stay Python's)."""
+    name = field.get("name")
+    declared = field.get("type")
+    declared_null: int | None = None
+    base: Any = declared
+    if isinstance(declared, list):
+        if len(declared) != 2 or declared.count("null") != 1:
+            return None
+        declared_null = declared.index("null")
+        base = declared[1 - declared_null]
+    if isinstance(base, dict):
+        if set(base) - {"type", "logicalType"} or not isinstance(base.get("type"), str):
+            return None
+        primitive, logical = base["type"], base.get("logicalType")
+    elif isinstance(base, str):
+        primitive, logical = base, None
+    else:
+        return None
+    if isinstance(spec, MaskField) and spec.method is MaskMethod.NULL:
+        if primitive == "null":
+            return None  # ["null", "null"]: no derived schema
+        return FieldRewrite(str(name), "null", "any", declared_null,
+                            out_null=0 if declared_null is None else declared_null)  # fmt: skip
+    if field.get("default") is not None:
+        return None
+    if isinstance(spec, MaskField):
+        if (
+            key is None
+            or logical is not None
+            or primitive not in ("int", "long", "string", "bytes")
+        ):
+            return None
+        return FieldRewrite(str(name), "hmac", primitive, declared_null, key=key)
+    to = _EPOCH_TO.get(spec.to)
+    if to is None:
+        return None
+    if primitive == "long" and logical in ("timestamp-millis", "timestamp-micros"):
+        per_in = 10**3 if logical == "timestamp-millis" else 1
+    elif primitive in ("int", "long") and logical is None and spec.epoch_unit is not None:
+        per_in = _MICROS_PER[spec.epoch_unit.value]
+    else:
+        return None
+    return FieldRewrite(str(name), "time", primitive, declared_null, per_in=per_in, to=to)
 
 
 def cast_keeps_bytes(field: Mapping[str, Any], to: str) -> bool:
@@ -277,6 +407,11 @@ class JsonKernelStaging(NativeStaging):
                 if not hasattr(driver.kernel, "cast_json_fields_to_digits"):
                     return None  # a kernel built before casts to strings
                 driver.kernel.cast_json_fields_to_digits(list(done.digits))
+            if done is not None and done.rewrites:
+                if not hasattr(driver.kernel, "rewrite_json_field"):
+                    return None  # a kernel built before masks and timestamps
+                for rewrite in done.rewrites:
+                    driver.kernel.rewrite_json_field(rewrite.field, rewrite.spec(), rewrite.key)
             if done is not None and done.constants:
                 if not hasattr(driver.kernel, "append_json_constants"):
                     return None  # a kernel built before added constants

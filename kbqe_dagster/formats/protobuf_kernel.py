@@ -107,6 +107,8 @@ class ProtobufKernelStaging(NativeStaging):
                     raise ValueError("transforms the kernel does not do for this message type")
                 if done.digits:  # the JSON kernel's alone
                     raise ValueError("a cast to string the kernel does not do for this format")
+                if done.rewrites:  # the JSON kernel's alone
+                    raise ValueError("a mask or timestamp the kernel does not do for this format")
             constant = None
             if self._mode is not RoutingMode.FIELDS or stager.static_destination is not None:
                 destination = stager.static_destination or stager.route(

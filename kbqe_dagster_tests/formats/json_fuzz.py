@@ -38,8 +38,13 @@ from kbqe_dagster.core.transforms.specs import (
     AddField,
     CastField,
     CastType,
+    ConvertTimestamp,
     DropFields,
+    EpochUnit,
+    MaskField,
+    MaskMethod,
     RenameField,
+    TimeFormat,
 )
 from kbqe_dagster.formats.json_stage import cast_keeps_bytes, cast_to_digits, kernel_transforms
 from kbqe_dagster.staging import native_kernel
@@ -393,21 +398,24 @@ def framed_message(rng: random.Random, topic: str, start: int, i: int, value: An
     return Msg(topic, 0, start + i, value, key, headers, timestamp)
 
 
-def with_kernel_transforms(make: Any) -> Any:
+def with_kernel_transforms(make: Any, *, rewrites: bool = False) -> Any:
     """``make``'s scenarios (``scenario``) with ``rename``, ``drop`` and ``cast`` transforms on
     one to four top-level fields and ``add`` of up to two constants, as the kernel stages them
     (formats/json_stage.py, ``kernel_transforms``: not what routing or event time reads;
     renames and casts of fields with no default other than null; casts that keep the bytes
     and of ints and longs to strings),
     drawn from their own generator so the messages are those of the same seed. The transforms
-    it leaves to the Python path have nothing to compare: test_json_kernel.py names them."""
+    it leaves to the Python path have nothing to compare: test_json_kernel.py names them.
+    ``rewrites``: ``mask`` and ``timestamp`` transforms too (keyed with ``FUZZ_HMAC_ENV``, which
+    the test sets)."""
 
     def transformed(seed: int, messages: int) -> Any:
         case = make(seed, messages)
         topic = case.pipeline.topics[0]
         specs = draw_kernel_transforms(
-            random.Random(~seed), case.schema, topic.required_fields, to_digits=DIGITS_BUILT
-        )
+            random.Random(~seed), case.schema, topic.required_fields, to_digits=DIGITS_BUILT,
+            rewrites=rewrites,
+        )  # fmt: skip
         case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=specs),))
         return case
 
@@ -415,17 +423,23 @@ def with_kernel_transforms(make: Any) -> Any:
 
 
 def draw_kernel_transforms(
-    rng: random.Random, schema: dict, read: Any, *, to_digits: bool = False
+    rng: random.Random, schema: dict, read: Any, *, to_digits: bool = False, rewrites: bool = False
 ) -> tuple[Any, ...]:
     """Transforms the kernel stages, drawn over the Avro record ``schema`` (the JSON, JSON
     Schema and Protobuf fuzzes' ``with_kernel_transforms``): ``rename``, ``drop`` or ``cast``
     of one to four top-level fields that ``kernel_transforms`` takes with ``read`` (what routing
     and event time read), casts that keep the bytes (and, ``to_digits``, of ints and longs to
     strings, drawn more often where one applies: they rewrite bytes), and ``add`` of up to two
-    constants, in a random order."""
+    constants, in a random order; ``rewrites``: ``mask`` (null and hmac) and ``timestamp``
+    (between numbers) transforms of the fields the kernel rewrites, drawn most often where one
+    applies."""
     names = [f["name"] for f in schema["fields"]
              if kernel_transforms([RenameField(f["name"], "x")], schema, read) is not None]  # fmt: skip
     chosen = rng.sample(names, min(len(names), rng.randint(1, 4)))
+    if rewrites:
+        # Numbers a timestamp converts are few among the drawn fields: take them more often.
+        chosen += [name for name in names if name not in chosen and rng.random() < 0.5
+                   and any(isinstance(s, ConvertTimestamp) for s in rewrite_specs(name, schema, read))]  # fmt: skip
     specs: list[Any] = []
     fields = {f["name"]: f for f in schema["fields"]}
     for name in chosen:
@@ -434,7 +448,14 @@ def draw_kernel_transforms(
                  or (to_digits and cast_to_digits(fields[name], to.value)))
                  and derivable([CastField(name, to)], schema)]  # fmt: skip
         digits = any(cast_to_digits(fields[name], to.value) for to in casts)
-        if draw < (0.5 if digits else 0.8) or not casts:
+        masks = rewrite_specs(name, schema, read) if rewrites else []
+        if masks and draw < 0.6:
+            # a kind first (null mask, hmac mask, timestamp), then one of its forms
+            kinds = sorted({kind_of(m) for m in masks})
+            timestamps = "ConvertTimestamp:" in kinds and rng.random() < 0.5  # the rarer field
+            kind = "ConvertTimestamp:" if timestamps else rng.choice(kinds)
+            specs.append(rng.choice([m for m in masks if kind_of(m) == kind]))
+        elif draw < (0.5 if digits else 0.8) or not casts:
             specs.append(RenameField(name, f"{name}_renamed") if draw < 0.4
                          else DropFields((name,)))  # fmt: skip
         else:
@@ -449,6 +470,32 @@ def draw_kernel_transforms(
         specs = [RenameField(s.drop[0], f"{s.drop[0]}_renamed") if isinstance(s, DropFields)
                  else s for s in specs]  # fmt: skip
     return tuple(specs)
+
+
+FUZZ_HMAC_ENV = "KBQE_FUZZ_HMAC_KEY"
+"""The environment variable of the fuzz's hmac masks (the tests set it: Python reads the key
+from the environment, and gives the kernel its bytes)."""
+
+
+def kind_of(spec: Any) -> str:
+    return f"{type(spec).__name__}:{getattr(spec, 'method', '')}"
+
+
+def rewrite_specs(name: str, schema: dict, read: Any) -> list[Any]:
+    """The ``mask`` and ``timestamp`` transforms of field ``name`` that the kernel rewrites
+    (``kernel_transforms`` takes them) and whose derived schema parses."""
+    candidates: list[Any] = [
+        MaskField(name, MaskMethod.NULL),
+        MaskField(name, key_env=FUZZ_HMAC_ENV),
+    ]
+    for to in TimeFormat:
+        if to is not TimeFormat.STRING:
+            candidates += [ConvertTimestamp(name, to, epoch_unit=unit)
+                           for unit in (None, *EpochUnit)]  # fmt: skip
+    keys = {0: b"fuzz-key"}
+    return [spec for spec in candidates
+            if kernel_transforms([spec], schema, read, keys) is not None
+            and derivable([spec], schema)]  # fmt: skip
 
 
 DIGITS_BUILT = hasattr(
@@ -468,8 +515,9 @@ CONSTANTS: list[tuple[Any, str | None]] = [
 def derivable(specs: list[Any], schema: dict) -> bool:
     """Whether the derived schema of ``specs`` over ``schema`` parses (as the pipeline file's
     check of a ``format: json`` topic's transforms requires)."""
+    keys = dict.fromkeys(range(len(specs)), b"fuzz-key")  # hmac masks need one
     try:
-        fastavro.parse_schema(compile_transforms(specs, schema).output_schema)
+        fastavro.parse_schema(compile_transforms(specs, schema, keys).output_schema)
     except Exception:  # noqa: BLE001 - fastavro raises several types
         return False
     return True

@@ -4,6 +4,7 @@ dates, on seeded random scenarios (formats/json_fuzz.py) and on the cases that d
 
 from __future__ import annotations
 
+import hmac
 import io
 import json
 
@@ -25,7 +26,7 @@ from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_class
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
-from kbqe_dagster_tests.formats.json_fuzz import scenario, with_kernel_transforms
+from kbqe_dagster_tests.formats.json_fuzz import FUZZ_HMAC_ENV, scenario, with_kernel_transforms
 from kbqe_dagster_tests.formats.test_json_stage import GOOD, SCHEMA, TOPIC, pipeline
 from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
@@ -481,4 +482,141 @@ def test_json_differential_fuzz_with_renames_drops_and_constants(tmp_path_factor
     tally = differential_fuzz(
         "jsonrename", "fuzz.json", with_kernel_transforms(scenario), pytestconfig, tmp_path_factory
     )
+    assert tally.share > 0.5, "the kernel staged too few records to prove anything"
+
+
+# --- mask and timestamp transforms on the kernel (rewrite.rs) -------------------------------
+REWRITES_BUILT = hasattr(kernel.StageKernel, "rewrite_json_field")
+needs_rewrite_kernel = pytest.mark.skipif(
+    not REWRITES_BUILT, reason="the native stage kernel predates masks and timestamps"
+)
+HMAC_ENV = "KBQE_TEST_JSON_KERNEL_HMAC_KEY"
+REWRITE_SCHEMA = {**SCHEMA, "fields": [
+    *SCHEMA["fields"],
+    {"name": "email", "type": "string"},
+    {"name": "ni", "type": ["int", "null"]},  # derived ["null", "string"]: another branch
+    {"name": "nl", "type": ["null", "long"], "default": None},
+    {"name": "ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "us", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
+    {"name": "sec", "type": "long"},
+    {"name": "note", "type": ["string", "null"], "default": "none"},
+]}  # fmt: skip
+REWRITE_GOOD = {**GOOD, "email": "a@b.c", "ni": 7, "nl": -3, "ms": 1_726_238_205_123,
+                "us": 1_726_238_205_123_456, "sec": 1_726_238_205, "note": "x"}  # fmt: skip
+
+
+def rewrite_records(tmp_path, transforms, values, kernel_messages):
+    python, native = both(
+        tmp_path, pipeline(schema=REWRITE_SCHEMA, transforms=transforms), messages(values)
+    )
+    assert native.kernel_messages == kernel_messages
+    (name,) = [n for n in native.files if n.endswith(".avro") and "web.clicks" in n]
+    reader = fastavro.reader(io.BytesIO(native.files[name]))
+    types = {f["name"]: f["type"] for f in reader.writer_schema["fields"]}
+    return python, list(reader), types
+
+
+@needs_rewrite_kernel
+def test_hmac_masks_are_written_by_the_kernel_as_python_digests_them(tmp_path, monkeypatch):
+    """A string's UTF-8 bytes and an int's decimal digits (``str(value)``), keyed with the
+    environment's key; a null stays null, and ``["int", "null"]`` becomes ``["null",
+    "string"]``: the value moves from branch 0 to branch 1."""
+    monkeypatch.setenv(HMAC_ENV, "s3cret")
+    masks = [{"mask": f, "key_env": HMAC_ENV} for f in ("email", "ni", "nl")]
+    values = [json.dumps({**REWRITE_GOOD, "email": e, "ni": n, "nl": n}).encode()
+              for e, n in [("a@b.c", 7), ("Zürich 🎉", None), ("", -(2**31)), ("x", 0)]]  # fmt: skip
+    _, records, types = rewrite_records(tmp_path, masks, values, 4)
+    assert (types["ni"], types["nl"]) == (["null", "string"], ["null", "string"])
+    digest = lambda v: hmac.digest(b"s3cret", str(v).encode(), "sha256").hex()  # noqa: E731
+    assert [(r["email"], r["ni"]) for r in records] == [
+        (digest("a@b.c"), digest(7)), (digest("Zürich 🎉"), None), (digest(""), digest(-(2**31))),
+        (digest("x"), digest(0)),
+    ]  # fmt: skip
+
+
+@needs_rewrite_kernel
+def test_null_masks_keep_a_declared_unions_layout_and_defaults_are_masked_too(tmp_path):
+    """``_nullable`` keeps ``["string", "null"]`` as declared (null is branch 1) and makes a
+    plain string ``["null", "string"]``; an absent field with a default is masked as well."""
+    masks = [{"mask": "email", "method": "null"}, {"mask": "note", "method": "null"}]
+    absent = {k: v for k, v in REWRITE_GOOD.items() if k != "note"}
+    values = [json.dumps(REWRITE_GOOD).encode(), json.dumps(absent).encode()]
+    _, records, types = rewrite_records(tmp_path, masks, values, 2)
+    assert (types["email"], types["note"]) == (["null", "string"], ["string", "null"])
+    assert [(r["email"], r["note"]) for r in records] == [(None, None), (None, None)]
+
+
+@needs_rewrite_kernel
+def test_timestamps_between_numbers_floor_as_python_does(tmp_path):
+    """Epoch numbers by floor division (-1,500 ms is -2 s), timestamps through microseconds
+    (a timestamp-micros written as millis is floored), a null stays null."""
+    conversions = [{"timestamp": "ms", "to": "epoch_s"},
+                   {"timestamp": "us", "to": "timestamp_millis"},
+                   {"timestamp": "sec", "to": "timestamp_micros", "epoch_unit": "s"}]  # fmt: skip
+    cases = [(-1_500, -1_501, -1), (1_999, None, 0), (0, 1, 253_402_300_799)]
+    values = [json.dumps({**REWRITE_GOOD, "ms": a, "us": b, "sec": c}).encode()
+              for a, b, c in cases]  # fmt: skip
+    _, records, types = rewrite_records(tmp_path, conversions, values, 3)
+    assert types["ms"] == "long"
+    assert [r["ms"] for r in records] == [-2, 1, 0]
+    assert [r["us"] and r["us"].timestamp() for r in records] == [-0.002, None, 0.0]
+
+
+@needs_rewrite_kernel
+def test_a_timestamp_out_of_range_is_handed_back_for_python_to_judge(tmp_path):
+    """Past year 9999 ``from_micros`` raises: the kernel hands the message back and the Python
+    path dead-letters it (``transform_failed``), as without the kernel."""
+    conversions = [{"timestamp": "sec", "to": "timestamp_millis", "epoch_unit": "s"}]
+    values = [json.dumps({**REWRITE_GOOD, "sec": s}).encode()
+              for s in (0, 253_402_300_800, -62_135_596_801, 2**62)]  # fmt: skip
+    python, native = both(
+        tmp_path, pipeline(schema=REWRITE_SCHEMA, transforms=conversions), messages(values)
+    )
+    assert python.result.records == 1 and python.result.dead_letters == {"transform_failed": 3}
+    assert native.kernel_messages == 1 and native.handbacks == {"json_uncertain": 3}
+
+
+@pytest.mark.parametrize(
+    ("transforms", "rewrites"),
+    [
+        ([{"mask": "email", "method": "null"}], 1),
+        ([{"mask": "note", "method": "null"}], 1),
+        ([{"mask": "email", "key_env": HMAC_ENV}], 1),
+        ([{"mask": "ni", "key_env": HMAC_ENV}, {"rename": "ni", "to": "n2"}], 1),
+        # Absent, it is its default as declared, but the step reads None.
+        ([{"mask": "note", "key_env": HMAC_ENV}], None),
+        # Event time reads the transformed field; a chain reads the first step's value.
+        ([{"mask": "at", "method": "null"}], None),
+        ([{"mask": "email", "method": "null"}, {"mask": "email", "method": "null"}], None),
+        ([{"cast": "sec", "to": "string"}, {"timestamp": "sec", "to": "epoch_ms"}], None),
+        # Dropped after a step that may fail: the step runs first.
+        ([{"timestamp": "ms", "to": "epoch_s"}, {"drop": "ms"}], None),
+        ([{"timestamp": "ms", "to": "epoch_us"}], 1),
+        ([{"timestamp": "sec", "to": "epoch_ms", "epoch_unit": "s"}], 1),
+        # Strings, zones and formats stay Python's.
+        ([{"timestamp": "ms", "to": "string"}], None),
+        ([{"timestamp": "email", "to": "epoch_s"}], None),
+    ],
+)
+def test_which_masks_and_timestamps_the_kernel_rewrites(transforms, rewrites):
+    from kbqe_dagster.core.transforms.compiler import hmac_keys
+
+    specs = pipeline(schema=REWRITE_SCHEMA, transforms=transforms).topics[0].transforms
+    keys = hmac_keys(specs, {HMAC_ENV: "s3cret-key"}, "topics[0].transforms")
+    done = kernel_transforms(specs, REWRITE_SCHEMA, ["at"], keys)
+    assert (None if done is None else len(done.rewrites)) == rewrites
+    assert "s3cret-key" not in repr(done)  # the key is never printed
+
+
+@needs_rewrite_kernel
+def test_json_differential_fuzz_with_masks_and_timestamps(
+    tmp_path_factory, pytestconfig, monkeypatch
+):
+    """The JSON scenarios with mask and timestamp transforms among the others
+    (json_fuzz.with_kernel_transforms(rewrites=True)): identical commits on both paths."""
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "fuzz-key")
+    tally = differential_fuzz(
+        "jsonmask", "fuzz.json", with_kernel_transforms(scenario, rewrites=True), pytestconfig,
+        tmp_path_factory,
+    )  # fmt: skip
     assert tally.share > 0.5, "the kernel staged too few records to prove anything"

@@ -31,6 +31,7 @@
 //! message. Duplicate keys take the last value at the first key's place, as Python's `dict` does.
 
 use crate::body::{forget_why, stop, Stop, Value, R};
+use crate::rewrite::{Base, FieldRewrite};
 use crate::schema::Unsupported;
 use serde_json::Value as Json;
 use std::collections::HashMap;
@@ -143,9 +144,45 @@ pub struct Encoder {
     /// Per top-level field: an int or long `cast` to a string (`cast_to_digits`): checked and
     /// encoded as declared, then rewritten as its decimal digits.
     digits: Vec<bool>,
+    /// Per top-level field: a `mask` or `timestamp` transform (`rewrite_field`): checked and
+    /// encoded as declared, then rewritten as the step gives it (rewrite.rs).
+    rewrites: Vec<Option<FieldRewrite>>,
 }
 
 impl Encoder {
+    /// Rewrite the top-level field `name` after encoding it as declared (rewrite.rs: a `mask`
+    /// or a `timestamp` between numbers). Err for a name that is not a top-level field, one
+    /// whose declared layout is not the one `rewrite` expects, or one routing or event time
+    /// reads.
+    pub fn rewrite_field(&mut self, name: &str, rewrite: FieldRewrite) -> Result<(), Unsupported> {
+        let Node::Record(fields) = &self.nodes[self.top] else { return Err(Unsupported("not a record".into())) };
+        let index = fields.iter().position(|f| f.name == name.as_bytes())
+            .ok_or_else(|| Unsupported(format!("no top-level field {name:?} to rewrite")))?;
+        if self.want.children.iter().any(|(i, _)| *i == index) {
+            return Err(Unsupported(format!("field {name:?} is read by routing or event time")));
+        }
+        let base = |node: usize| match (&self.nodes[node], rewrite.base) {
+            (_, Base::Any) => true,
+            (Node::Int, Base::Int) | (Node::Long | Node::IsoMicros, Base::Long) | (Node::String, Base::Text) => true,
+            _ => false,
+        };
+        let fits = match (&self.nodes[fields[index].node], rewrite.declared_null) {
+            (_, None) if rewrite.base == Base::Any => true,
+            (Node::Nullable { inner, null_first }, Some(null)) => *null_first == (null == 0) && base(*inner),
+            (Node::Nullable { .. } | Node::Union(_), None) => false,
+            (_, None) => base(fields[index].node),
+            _ => false,
+        };
+        if !fits {
+            return Err(Unsupported(format!("field {name:?} is not laid out as the rewrite expects")));
+        }
+        if self.rewrites.len() != fields.len() {
+            self.rewrites = vec![None; fields.len()];
+        }
+        self.rewrites[index] = Some(rewrite);
+        Ok(())
+    }
+
     /// Append `encoded` after every body: the constants `add` transforms append to the record
     /// as its last fields, encoded once by the Python side (fastavro).
     pub fn append_constants(&mut self, encoded: &[u8]) {
@@ -265,7 +302,8 @@ impl Encoder {
                 }
                 let mut none = Vec::new();
                 let w = Writer { nodes: &nodes, tape: &tape, input: text.as_bytes(), unescaped: &unescaped, defaults: &[], json_schema: false,
-                                 utc_rule: false, dropped: &[], dropped_bytes: std::cell::RefCell::new(&mut none), digits: &[] };
+                                 utc_rule: false, dropped: &[], dropped_bytes: std::cell::RefCell::new(&mut none), digits: &[],
+                                 rewrites: &[] };
                 let mut out = Vec::new();
                 if w.encode(field.node, Some(0), None, &mut out, &mut [], 0).is_ok() {
                     encoded.push((id, index, defaults.len()));
@@ -313,7 +351,7 @@ impl Encoder {
         }
         Ok(Encoder { json_schema: iso.is_some(), utc_rule: iso.unwrap_or(false), nodes, top, want, defaults, tape: Vec::new(),
                      unescaped: Vec::new(), body: Vec::new(), dropped: Vec::new(), dropped_bytes: Vec::new(),
-                     constants: Vec::new(), digits: Vec::new() })
+                     constants: Vec::new(), digits: Vec::new(), rewrites: Vec::new() })
     }
 
     /// The Avro body of the last [`encode`](Self::encode).
@@ -349,7 +387,7 @@ impl Encoder {
         let w = Writer { nodes: &self.nodes, tape: &self.tape, input: value, unescaped: &self.unescaped,
                          defaults: &self.defaults, json_schema: self.json_schema, utc_rule: self.utc_rule,
                          dropped: &self.dropped, dropped_bytes: std::cell::RefCell::new(&mut self.dropped_bytes),
-                         digits: &self.digits };
+                         digits: &self.digits, rewrites: &self.rewrites };
         if !matches!(self.tape[0], Tok::Obj { .. }) {
             return Err(stop("not_object"));
         }
@@ -828,6 +866,8 @@ struct Writer<'a> {
     dropped_bytes: std::cell::RefCell<&'a mut Vec<u8>>,
     /// [`Encoder::digits`]: top-level fields rewritten as their decimal digits.
     digits: &'a [bool],
+    /// [`Encoder::rewrites`]: top-level fields rewritten after encoding (rewrite.rs).
+    rewrites: &'a [Option<FieldRewrite>],
 }
 
 /// Rewrite the int or long written at `out[mark..]` (after its union index 1 when
@@ -1073,7 +1113,12 @@ impl Writer<'_> {
                         (None, Default_::Encoded(at)) => {
                             // Written as the default, read by routing and event time as absent
                             // (Python's field_values reads the JSON object: None).
+                            let mark = out.len();
                             out.extend_from_slice(&self.defaults[at]);
+                            if let Some(Some(rewrite)) = self.rewrites.get(index).filter(|_| depth == 0) {
+                                // (a null mask: Python refuses the others' non-null defaults)
+                                rewrite.apply(out, mark)?;
+                            }
                             continue;
                         }
                         _ => {}
@@ -1087,6 +1132,9 @@ impl Writer<'_> {
                     if depth == 0 && self.digits.get(index) == Some(&true) {
                         // (never wanted: cast_to_digits; an absent one is its null default)
                         as_digits(out, mark, !matches!(self.nodes[field.node], Node::Int | Node::Long))?;
+                    }
+                    if let Some(Some(rewrite)) = self.rewrites.get(index).filter(|_| depth == 0) {
+                        rewrite.apply(out, mark)?; // (never wanted: rewrite_field)
                     }
                 }
             }

@@ -23,6 +23,7 @@ mod prefix;
 mod proto_rows;
 mod protobuf;
 mod raw;
+mod rewrite;
 mod schema;
 
 // The per-message lookups (a frame header, a pair of routing values) hash a few bytes each:
@@ -305,6 +306,17 @@ impl StageKernel {
     fn cast_json_fields_to_digits(&mut self, names: Vec<String>) -> PyResult<()> {
         let Some((encoder, _)) = &mut self.json else { return Err(PyValueError::new_err("no JSON schema")) };
         encoder.cast_to_digits(&names).map_err(|e| PyValueError::new_err(e.0))
+    }
+
+    /// `format: json` with a `mask` or a `timestamp` transform of the top-level field `name`:
+    /// rewrite its encoding after checking it as declared (rewrite.rs; `spec` is
+    /// formats/json_stage.py `FieldRewrite.spec()`, `key` the hmac key, never logged). Raises
+    /// ValueError without a JSON schema, for a spec it does not know, or for a field that is
+    /// not laid out as the spec says or that routing or event time reads.
+    fn rewrite_json_field(&mut self, name: &str, spec: &str, key: &[u8]) -> PyResult<()> {
+        let Some((encoder, _)) = &mut self.json else { return Err(PyValueError::new_err("no JSON schema")) };
+        let rewrite = rewrite::FieldRewrite::parse(spec, key).map_err(|e| PyValueError::new_err(e.0))?;
+        encoder.rewrite_field(name, rewrite).map_err(|e| PyValueError::new_err(e.0))
     }
 
     /// `format: json` with `drop` transforms: leave the top-level fields `names` out of every

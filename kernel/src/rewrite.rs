@@ -1,0 +1,287 @@
+//! Per-field rewrites of a top-level field's Avro encoding, shared by the formats whose kernel
+//! encodes the record as declared (`format: json`, `json_schema`, `protobuf`): the field is
+//! encoded and checked as declared, then its bytes at `out[mark..]` (the field's, the last
+//! written) are read back and replaced by what the transform's step would have given fastavro
+//! under the derived type (core/transforms/kinds.py `_mask`, `_timestamp`). The Python side
+//! (formats/json_stage.py `kernel_transforms`, `FieldRewrite`) decides which transforms come
+//! here and describes the declared layout; anything the rewrite is not certain about
+//! (a layout it did not expect, an instant out of range) is `Err(Stop)`: the message goes back
+//! to the Python path, which stays the reference and decides (a dead letter, a failed range).
+//!
+//! - `mask` `method: null`: the field becomes null under the derived type (`_nullable`: the
+//!   declared union keeps its layout, a plain type becomes `["null", T]`), whatever the value.
+//! - `mask` hmac: the lowercase hex HMAC-SHA256 of the value (a string's or bytes' bytes as
+//!   they are, an int's decimal digits: Python's `str(value).encode()`), under `string` or
+//!   `["null", "string"]` (`_wrap`: null first, whichever order the declared union had); a null
+//!   stays null.
+//! - `timestamp` between numbers: the value (timestamp-millis/micros, or an int/long epoch) in
+//!   microseconds, exactly (i128: Python's ints do not overflow), then an epoch long by floor
+//!   division (Python's `//`) or a timestamp-millis/micros of `datetime` range (fastavro's
+//!   writer floors a datetime to milliseconds); a result beyond 64 bits, or an instant outside
+//!   years 1-9999 (`from_micros` raises), is handed back.
+
+use crate::body::{stop, R};
+use crate::schema::Unsupported;
+use hmac::{Hmac, Mac};
+use serde_json::Value as Json;
+use sha2::Sha256;
+
+/// `datetime(1, 1, 1, tzinfo=UTC)` and `datetime(9999, 12, 31, 23, 59, 59, 999999, UTC)` in
+/// microseconds since the epoch: `from_micros` of anything outside raises OverflowError.
+const MIN_MICROS: i128 = -62_135_596_800_000_000;
+const MAX_MICROS: i128 = 253_402_300_799_999_999;
+
+/// The declared field's value, as the format's encoder wrote it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Base {
+    Int,
+    Long,
+    /// A string or bytes: a length, then the bytes (what hmac reads as they are).
+    Text,
+    /// Not read (a null mask replaces any value).
+    Any,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum TimeOut {
+    /// An epoch long: floor division of the microseconds by this many.
+    Epoch(i128),
+    TimestampMillis,
+    TimestampMicros,
+}
+
+#[derive(Clone)]
+enum Op {
+    /// The derived type's null: its union branch index.
+    Null { out_null: i64 },
+    /// The keyed MAC, its key already absorbed (cloned per value).
+    Hmac(Box<Hmac<Sha256>>),
+    /// Microseconds per input unit, and the output.
+    Time { per_in: i128, to: TimeOut },
+}
+
+/// One top-level field's rewrite (`FieldRewrite.spec()` on the Python side).
+#[derive(Clone)]
+pub struct FieldRewrite {
+    /// The declared union's null branch (0 or 1), None for a type that is not a union.
+    pub declared_null: Option<i64>,
+    pub base: Base,
+    op: Op,
+}
+
+impl std::fmt::Debug for FieldRewrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("FieldRewrite").field("declared_null", &self.declared_null).field("base", &self.base).finish()
+    }
+}
+
+impl FieldRewrite {
+    /// `spec`: `{"op": "null"|"hmac"|"time", "declared_null": null|0|1, "base": "int"|"long"|
+    /// "string"|"bytes"|"any", "out_null": 0|1 (null), "per_in": microseconds per input unit,
+    /// "to": "s"|"ms"|"us"|"timestamp_millis"|"timestamp_micros" (time)}`; `key`: hmac's.
+    pub fn parse(spec: &str, key: &[u8]) -> Result<FieldRewrite, Unsupported> {
+        let bad = |what: &str| Unsupported(format!("field rewrite: {what}"));
+        let json: Json = serde_json::from_str(spec).map_err(|e| bad(&e.to_string()))?;
+        let text = |k: &str| json.get(k).and_then(Json::as_str).ok_or_else(|| bad(&format!("no {k}")));
+        let declared_null = match json.get("declared_null") {
+            None | Some(Json::Null) => None,
+            Some(v) => Some(v.as_i64().filter(|n| *n == 0 || *n == 1).ok_or_else(|| bad("declared_null"))?),
+        };
+        let base = match text("base")? {
+            "int" => Base::Int,
+            "long" => Base::Long,
+            "string" | "bytes" => Base::Text,
+            "any" => Base::Any,
+            other => return Err(bad(&format!("base {other}"))),
+        };
+        let op = match text("op")? {
+            "null" => {
+                let out_null = json.get("out_null").and_then(Json::as_i64).filter(|n| *n == 0 || *n == 1)
+                    .ok_or_else(|| bad("out_null"))?;
+                Op::Null { out_null }
+            }
+            "hmac" => {
+                if base == Base::Any {
+                    return Err(bad("hmac of an unknown type"));
+                }
+                let mac = Hmac::<Sha256>::new_from_slice(key).map_err(|_| bad("hmac key"))?;
+                Op::Hmac(Box::new(mac))
+            }
+            "time" => {
+                if !matches!(base, Base::Int | Base::Long) {
+                    return Err(bad("timestamp of a value that is not a number"));
+                }
+                let per_in = json.get("per_in").and_then(Json::as_i64).filter(|p| [1, 1_000, 1_000_000].contains(p))
+                    .ok_or_else(|| bad("per_in"))? as i128;
+                let to = match text("to")? {
+                    "s" => TimeOut::Epoch(1_000_000),
+                    "ms" => TimeOut::Epoch(1_000),
+                    "us" => TimeOut::Epoch(1),
+                    "timestamp_millis" => TimeOut::TimestampMillis,
+                    "timestamp_micros" => TimeOut::TimestampMicros,
+                    other => return Err(bad(&format!("to {other}"))),
+                };
+                Op::Time { per_in, to }
+            }
+            other => return Err(bad(&format!("op {other}"))),
+        };
+        Ok(FieldRewrite { declared_null, base, op })
+    }
+
+    /// Rewrite the field written at `out[mark..]` (its whole encoding, the last bytes of
+    /// `out`) as the transform's step would have it encoded under the derived type.
+    pub fn apply(&self, out: &mut Vec<u8>, mark: usize) -> R<()> {
+        if let Op::Null { out_null } = self.op {
+            out.truncate(mark);
+            put_long(out, out_null);
+            return Ok(());
+        }
+        let mut pos = mark;
+        if let Some(null) = self.declared_null {
+            let branch = read_long(out, &mut pos)?;
+            if branch == null {
+                // `_replace_value`: a null stays null where the field may be null, and the
+                // derived type is then `["null", T]` (null first).
+                if pos != out.len() {
+                    return Err(stop("rewrite_layout"));
+                }
+                out.truncate(mark);
+                out.push(0);
+                return Ok(());
+            }
+            if branch != 1 - null {
+                return Err(stop("rewrite_layout"));
+            }
+        }
+        let nullable = self.declared_null.is_some();
+        match (&self.op, self.base) {
+            (Op::Hmac(mac), Base::Text) => {
+                let len = read_long(out, &mut pos)?;
+                if len < 0 || pos.checked_add(len as usize) != Some(out.len()) {
+                    return Err(stop("rewrite_layout"));
+                }
+                let mut mac = (**mac).clone();
+                mac.update(&out[pos..]);
+                let digest = mac.finalize().into_bytes();
+                write_hex(out, mark, nullable, &digest);
+            }
+            (Op::Hmac(mac), Base::Int | Base::Long) => {
+                let value = read_long(out, &mut pos)?;
+                if pos != out.len() {
+                    return Err(stop("rewrite_layout"));
+                }
+                let mut mac = (**mac).clone();
+                mac.update(value.to_string().as_bytes());
+                let digest = mac.finalize().into_bytes();
+                write_hex(out, mark, nullable, &digest);
+            }
+            (Op::Time { per_in, to }, Base::Int | Base::Long) => {
+                let value = read_long(out, &mut pos)?;
+                if pos != out.len() {
+                    return Err(stop("rewrite_layout"));
+                }
+                let micros = value as i128 * per_in;
+                let result = match to {
+                    TimeOut::Epoch(per) => micros.div_euclid(*per),
+                    _ if !(MIN_MICROS..=MAX_MICROS).contains(&micros) => return Err(stop("timestamp_range")),
+                    TimeOut::TimestampMillis => micros.div_euclid(1_000),
+                    TimeOut::TimestampMicros => micros,
+                };
+                let result = i64::try_from(result).map_err(|_| stop("timestamp_range"))?;
+                out.truncate(mark);
+                if nullable {
+                    out.push(2); // branch 1 of ["null", T]
+                }
+                put_long(out, result);
+            }
+            _ => return Err(stop("rewrite_layout")),
+        }
+        Ok(())
+    }
+}
+
+/// The 64 lowercase hex digits of `digest` as an Avro string at `mark` (after branch 1 of
+/// `["null", "string"]` when `nullable`).
+fn write_hex(out: &mut Vec<u8>, mark: usize, nullable: bool, digest: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.truncate(mark);
+    if nullable {
+        out.push(2);
+    }
+    put_long(out, (digest.len() * 2) as i64);
+    for &b in digest {
+        out.push(HEX[(b >> 4) as usize]);
+        out.push(HEX[(b & 15) as usize]);
+    }
+}
+
+/// A zig-zag varint at `out[*pos..]`, as the encoders write them (at most 10 bytes).
+fn read_long(out: &[u8], pos: &mut usize) -> R<i64> {
+    let (mut z, mut shift) = (0u64, 0u32);
+    loop {
+        let b = *out.get(*pos).ok_or_else(|| stop("rewrite_layout"))?;
+        if shift > 63 {
+            return Err(stop("rewrite_layout"));
+        }
+        z |= u64::from(b & 0x7f) << shift;
+        shift += 7;
+        *pos += 1;
+        if b & 0x80 == 0 {
+            return Ok(((z >> 1) as i64) ^ -((z & 1) as i64));
+        }
+    }
+}
+
+#[inline]
+fn put_long(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn long(v: i64) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_long(&mut out, v);
+        out
+    }
+
+    #[test]
+    fn a_timestamp_floors_negative_millis_as_python_does() {
+        let r = FieldRewrite::parse(r#"{"op":"time","base":"long","per_in":1,"to":"ms"}"#, b"").unwrap();
+        let mut out = long(-1_500);
+        r.apply(&mut out, 0).unwrap();
+        assert_eq!(out, long(-2)); // -1500 // 1000 == -2
+    }
+
+    #[test]
+    fn an_instant_past_year_9999_is_handed_back() {
+        let r = FieldRewrite::parse(r#"{"op":"time","base":"long","per_in":1000000,"to":"timestamp_millis"}"#, b"").unwrap();
+        let mut out = long(253_402_300_800);
+        assert!(r.apply(&mut out, 0).is_err());
+    }
+
+    #[test]
+    fn an_hmac_of_a_nullable_int_hashes_its_digits_and_keeps_nulls() {
+        let r = FieldRewrite::parse(r#"{"op":"hmac","base":"int","declared_null":1}"#, b"key").unwrap();
+        let mut null = vec![2u8]; // ["int", "null"]: null is branch 1
+        r.apply(&mut null, 0).unwrap();
+        assert_eq!(null, vec![0]);
+        let mut out = vec![0u8];
+        out.extend(long(-7));
+        r.apply(&mut out, 0).unwrap();
+        let mut mac = Hmac::<Sha256>::new_from_slice(b"key").unwrap();
+        mac.update(b"-7");
+        let mut want = vec![2u8];
+        put_long(&mut want, 64);
+        want.extend(mac.finalize().into_bytes().iter().flat_map(|b| format!("{b:02x}").into_bytes()));
+        assert_eq!(out, want);
+    }
+}
