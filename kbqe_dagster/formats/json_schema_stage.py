@@ -221,24 +221,32 @@ class JsonSchemaKernelStaging(NativeStaging):
             self.kernel.add_json_schema_id(header, registered.schema, keyed, constant)
             return
         avro = decoder.mapping.avro_schema
-        done = kernel_transforms(stager.transforms, avro, stager.wanted)
+        done = kernel_transforms(stager.transforms, avro, stager.wanted, stager.hmac_keys)
         if done is None:
             raise ValueError("transforms the kernel does not do for this schema")
         if done.digits:  # the JSON kernel's alone
             raise ValueError("a cast to string the kernel does not do for this format")
-        if done.rewrites:  # the JSON kernel's alone
-            raise ValueError("a mask or timestamp the kernel does not do for this format")
+        if done.rewrites and not hasattr(self.kernel, REWRITTEN):
+            raise ValueError("a kernel built before masks and timestamps")
         _reads_alike(avro, keys, stager.wanted)
         staged = stager.staged_schema(schema_id, decoder)
         constants = b""
         if done.constants and staged.compiled is not None:
             constants = done.constants_encoding(staged.compiled.output_schema)
         drops = [keys.get(name, name) for name in done.drops]  # the kernel finds members by key
+        if done.rewrites:
+            rewrites = [(keys.get(r.field, r.field), r.spec(), r.key) for r in done.rewrites]
+            self.kernel.add_rewritten_json_schema_id(
+                header, registered.schema, keyed, drops, constants, rewrites, constant
+            )
+            return
         self.kernel.add_transformed_json_schema_id(
             header, registered.schema, keyed, drops, constants, constant
         )
 
 
+REWRITTEN = "add_rewritten_json_schema_id"
+"""The ``StageKernel`` method of schemas with ``mask`` or numeric ``timestamp`` transforms."""
 TRANSFORMED = "add_transformed_json_schema_id"
 """The ``StageKernel`` method of schemas with transforms: a kernel built before it leaves
 a topic with transforms on the Python path."""

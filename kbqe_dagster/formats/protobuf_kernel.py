@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+REWRITTEN = "add_rewritten_protobuf_schema"
+"""The ``StageKernel`` method of message types with ``mask`` or numeric ``timestamp``
+transforms."""
 TRANSFORMED = "add_transformed_protobuf_schema"
 """The ``StageKernel`` method of message types with transforms: a kernel built before it
 leaves a topic with transforms on the Python path."""
@@ -102,13 +105,13 @@ class ProtobufKernelStaging(NativeStaging):
             program = kernel_program(descriptor)
             done = None
             if stager.transforms:
-                done = kernel_transforms(stager.transforms, avro, stager.wanted)
+                done = kernel_transforms(stager.transforms, avro, stager.wanted, stager.hmac_keys)
                 if done is None:
                     raise ValueError("transforms the kernel does not do for this message type")
                 if done.digits:  # the JSON kernel's alone
                     raise ValueError("a cast to string the kernel does not do for this format")
-                if done.rewrites:  # the JSON kernel's alone
-                    raise ValueError("a mask or timestamp the kernel does not do for this format")
+                if done.rewrites and not hasattr(self.kernel, REWRITTEN):
+                    raise ValueError("a kernel built before masks and timestamps")
             constant = None
             if self._mode is not RoutingMode.FIELDS or stager.static_destination is not None:
                 destination = stager.static_destination or stager.route(
@@ -130,9 +133,15 @@ class ProtobufKernelStaging(NativeStaging):
                 constants = b""
                 if done.constants and staged.compiled is not None:
                     constants = done.constants_encoding(staged.compiled.output_schema)
-                self.kernel.add_transformed_protobuf_schema(
-                    prefix, program, list(done.drops), constants, constant
-                )
+                if done.rewrites:
+                    rewrites = [(r.field, r.spec(), r.key) for r in done.rewrites]
+                    self.kernel.add_rewritten_protobuf_schema(
+                        prefix, program, list(done.drops), constants, rewrites, constant
+                    )
+                else:
+                    self.kernel.add_transformed_protobuf_schema(
+                        prefix, program, list(done.drops), constants, constant
+                    )
         except (BadInputError, ValueError) as error:
             log.debug("%s: frame %s stays on the Python stage path: %s", stager.rng, prefix.hex(), error)  # fmt: skip
             return None

@@ -362,7 +362,7 @@ def stream(rng: random.Random, schemas: dict[int, dict], count: int, adversarial
         yield framed_message(rng, TOPIC, start, i, value)
 
 
-def with_kernel_transforms(make: Any) -> Any:
+def with_kernel_transforms(make: Any, *, rewrites: bool = False) -> Any:
     """``make``'s scenarios with ``rename``, ``drop`` and ``cast`` (that keeps the bytes)
     transforms on one to four top-level fields of the first registry version's Avro record and
     ``add`` of up to two constants (json_fuzz.with_kernel_transforms's draw, from their own
@@ -374,6 +374,8 @@ def with_kernel_transforms(make: Any) -> Any:
     (``format`` dropped from the registry schemas: the same messages, dated by the event-time
     parser instead)."""
 
+    # ``rewrites``: mask and timestamp transforms too (json_fuzz.draw_kernel_transforms).
+
     def transformed(seed: int, messages: int) -> Any:
         case = make(seed, messages)
         rng = random.Random(~seed)
@@ -384,7 +386,7 @@ def with_kernel_transforms(make: Any) -> Any:
         read = topic.required_fields
         first = json.loads(case.schemas[min(case.schemas)].schema)
         avro = map_json_schema(first, TOPIC).avro_schema
-        specs = draw_kernel_transforms(rng, avro, read)
+        specs = draw_kernel_transforms(rng, avro, read, rewrites=rewrites)
         case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=specs),))
         return case
 

@@ -299,12 +299,14 @@ def _length(data: bytes) -> bytes:
     return varint(len(data)) + data
 
 
-def with_kernel_transforms(make: Any) -> Any:
+def with_kernel_transforms(make: Any, *, rewrites: bool = False) -> Any:
     """``make``'s scenarios with ``rename``, ``drop`` and ``cast`` (that keeps the bytes)
     transforms on one to four top-level fields of ``Event`` (oneof members, maps and repeated
     fields among them) and ``add`` of up to two constants (json_fuzz.with_kernel_transforms's
     draw, from their own generator so the messages are those of the same seed). ``Other`` lacks
     those fields: its messages are the transforms' errors on both paths."""
+
+    # ``rewrites``: mask and timestamp transforms too (json_fuzz.draw_kernel_transforms).
 
     def transformed(seed: int, messages: int) -> Any:
         case = make(seed, messages)
@@ -313,7 +315,7 @@ def with_kernel_transforms(make: Any) -> Any:
         read = topic.required_fields
         text = case.registry.schemas[min(case.registry.schemas)].schema
         avro = map_protobuf_message(descriptors(text)[0]).avro_schema
-        specs = draw_kernel_transforms(rng, avro, read)
+        specs = draw_kernel_transforms(rng, avro, read, rewrites=rewrites)
         case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=specs),))
         return case
 

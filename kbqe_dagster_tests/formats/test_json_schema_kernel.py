@@ -13,6 +13,7 @@ import fastavro
 import pytest
 
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
+from kbqe_dagster_tests.formats.json_fuzz import FUZZ_HMAC_ENV
 from kbqe_dagster_tests.formats.json_schema_fuzz import scenario, with_kernel_transforms
 from kbqe_dagster_tests.formats.test_json_schema_stage import GOOD, TOPIC, V1, V2, pipeline
 from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
@@ -414,6 +415,27 @@ def test_json_schema_differential_fuzz_with_renames_drops_and_constants(
         "json_schematransform",
         "fuzz.jsonschema",
         with_kernel_transforms(scenario),
+        pytestconfig,
+        tmp_path_factory,
+        schemas_of=lambda case: case.schemas,
+    )
+    assert tally.share > 0.1, "the kernel staged too few records to prove anything"
+
+
+@pytest.mark.skipif(
+    not hasattr(kernel.StageKernel, "add_rewritten_json_schema_id"),
+    reason="the native stage kernel predates masks and timestamps",
+)
+def test_json_schema_differential_fuzz_with_masks_and_timestamps(
+    tmp_path_factory, pytestconfig, monkeypatch
+):
+    """The scenarios with mask (null and hmac) and numeric timestamp transforms among the
+    others (with_kernel_transforms(rewrites=True)): identical commits on both paths."""
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "fuzz-key")
+    tally = differential_fuzz(
+        "json_schemamask",
+        "fuzz.jsonschema",
+        with_kernel_transforms(scenario, rewrites=True),
         pytestconfig,
         tmp_path_factory,
         schemas_of=lambda case: case.schemas,

@@ -18,6 +18,7 @@ from kbqe_dagster.formats import protobuf_stage
 from kbqe_dagster.formats.protobuf_kernel import ProtobufKernelStaging
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
+from kbqe_dagster_tests.formats.json_fuzz import FUZZ_HMAC_ENV
 from kbqe_dagster_tests.formats.protobuf_fuzz import proto_text, scenario, with_kernel_transforms
 from kbqe_dagster_tests.formats.test_protobuf_stage import (
     IDS,
@@ -301,6 +302,27 @@ def test_protobuf_differential_fuzz_with_renames_drops_and_constants(
         "protobuftransform",
         "fuzz.protobuf",
         with_kernel_transforms(scenario),
+        pytestconfig,
+        tmp_path_factory,
+        lookup_of=lambda case: case.registry,
+    )
+    assert tally.share > 0.5, "the kernel staged too few records to prove anything"
+
+
+@pytest.mark.skipif(
+    not hasattr(kernel.StageKernel, "add_rewritten_protobuf_schema"),
+    reason="the native stage kernel predates masks and timestamps",
+)
+def test_protobuf_differential_fuzz_with_masks_and_timestamps(
+    tmp_path_factory, pytestconfig, monkeypatch
+):
+    """The scenarios with mask (null and hmac) and numeric timestamp transforms among the
+    others (with_kernel_transforms(rewrites=True)): identical commits on both paths."""
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "fuzz-key")
+    tally = differential_fuzz(
+        "protobufmask",
+        "fuzz.protobuf",
+        with_kernel_transforms(scenario, rewrites=True),
         pytestconfig,
         tmp_path_factory,
         lookup_of=lambda case: case.registry,

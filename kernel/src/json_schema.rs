@@ -92,6 +92,13 @@ impl Entry {
         self.encoder.append_constants(constants);
         Ok(())
     }
+
+    /// A `mask` or `timestamp` transform of the top-level field whose JSON key is `name`, as
+    /// the JSON kernel does it ([`Encoder::rewrite_field`]: the converted value is the JSON
+    /// value, or for a `date-time` its microseconds, which the encoder writes).
+    pub fn rewrite_field(&mut self, name: &str, rewrite: crate::rewrite::FieldRewrite) -> Result<(), Unsupported> {
+        self.encoder.rewrite_field(name, rewrite)
+    }
 }
 
 // --- values ----------------------------------------------------------------------------------

@@ -398,6 +398,45 @@ impl StageKernel {
         Ok(())
     }
 
+    /// `format: json_schema` with `mask` or numeric `timestamp` transforms among the others:
+    /// as `add_transformed_json_schema_id`, and the fields `rewrites` names (`(JSON key,
+    /// FieldRewrite.spec(), hmac key)`) are rewritten after checking them as declared
+    /// (rewrite.rs). Taken whole or not at all.
+    #[pyo3(signature = (header, json_schema, avro_json, drops, constants, rewrites, constant_slot=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn add_rewritten_json_schema_id(&mut self, header: &[u8], json_schema: &str, avro_json: &str,
+                                    drops: Vec<String>, constants: &[u8], rewrites: Vec<(String, String, Vec<u8>)>,
+                                    constant_slot: Option<usize>) -> PyResult<()> {
+        let (header, mut entry) = self.json_schema_entry(header, json_schema, avro_json, constant_slot)?;
+        entry.transform(&drops, constants).map_err(|e| PyValueError::new_err(e.0))?;
+        for (name, spec, key) in rewrites {
+            let rewrite = rewrite::FieldRewrite::parse(&spec, &key).map_err(|e| PyValueError::new_err(e.0))?;
+            entry.rewrite_field(&name, rewrite).map_err(|e| PyValueError::new_err(e.0))?;
+        }
+        self.json_schemas.get_or_insert_with(HashMap::default).insert(header, entry);
+        Ok(())
+    }
+
+    /// `format: protobuf` with `mask` or numeric `timestamp` transforms among the others: as
+    /// `add_transformed_protobuf_schema`, and the top-level fields `rewrites` names (`(name,
+    /// FieldRewrite.spec(), hmac key)`) are rewritten after writing them as declared
+    /// (rewrite.rs). Taken whole or not at all.
+    #[pyo3(signature = (prefix, program, drops, constants, rewrites, constant_slot=None))]
+    fn add_rewritten_protobuf_schema(&mut self, prefix: &[u8], program: &str, drops: Vec<String>, constants: &[u8],
+                                     rewrites: Vec<(String, String, Vec<u8>)>, constant_slot: Option<usize>)
+                                     -> PyResult<()> {
+        if protobuf_prefix(prefix) != Some(prefix.len()) {
+            return Err(PyValueError::new_err("not a Protobuf frame prefix"));
+        }
+        let mut decoder = protobuf::Decoder::compile(program, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
+        decoder.transform(&drops, constants).map_err(|e| PyValueError::new_err(e.0))?;
+        for (name, spec, key) in rewrites {
+            let rewrite = rewrite::FieldRewrite::parse(&spec, &key).map_err(|e| PyValueError::new_err(e.0))?;
+            decoder.rewrite_field(&name, rewrite).map_err(|e| PyValueError::new_err(e.0))?;
+        }
+        self.push_protobuf(prefix, decoder, constant_slot)
+    }
+
     /// Remember that the Python router sent (`dataset`, `table`) of the schema framed by
     /// `header` to file slot `slot`.
     fn learn_route(&mut self, header: &[u8], dataset: &[u8], table: &[u8], slot: usize) -> PyResult<()> {

@@ -29,6 +29,7 @@
 //! and are written sorted by key (the mapping's deterministic order).
 
 use crate::body::{Stop, Value, R};
+use crate::rewrite::{Base, FieldRewrite};
 use crate::schema::Unsupported;
 use serde_json::Value as Json;
 use std::io::Write;
@@ -221,6 +222,9 @@ pub struct Decoder {
     dropped: Vec<bool>,
     /// `add` transforms of constants (`transform`): their encoding, after every body.
     constants: Vec<u8>,
+    /// Per top-level field: a `mask` or `timestamp` transform (`rewrite_field`): decoded and
+    /// written as declared, then rewritten as the step gives it (rewrite.rs).
+    rewrites: Vec<Option<FieldRewrite>>,
 }
 
 fn unsupported(what: impl Into<String>) -> Unsupported {
@@ -281,7 +285,7 @@ impl Decoder {
             .ok_or_else(|| unsupported("program without a top message"))?;
         let want = plan(&messages, top, wanted)?;
         Ok(Decoder { messages, enums, top, want, occurrences: Vec::new(), heads: Vec::new(), oneof_last: Vec::new(), entries: Vec::new(), body: Vec::new(),
-                     dropped: Vec::new(), constants: Vec::new() })
+                     dropped: Vec::new(), constants: Vec::new(), rewrites: Vec::new() })
     }
 
     fn field(f: &Json, enums: usize, messages: usize) -> Result<Field, Unsupported> {
@@ -338,6 +342,44 @@ impl Decoder {
         }
         self.dropped = dropped;
         self.constants = constants.to_vec();
+        Ok(())
+    }
+
+    /// Rewrite the top-level field `name` after writing it as declared (rewrite.rs). Err for
+    /// a name that is not a top-level field, one whose Avro mapping is not laid out as
+    /// `rewrite` expects, or one routing or event time reads.
+    pub fn rewrite_field(&mut self, name: &str, rewrite: FieldRewrite) -> Result<(), Unsupported> {
+        let fields = &self.messages[self.top].fields;
+        let index = fields.iter().position(|f| f.name == name)
+            .ok_or_else(|| unsupported(format!("no top-level field {name:?} to rewrite")))?;
+        if self.want.children.iter().any(|(i, _)| *i == index) {
+            return Err(unsupported(format!("field {name:?} is read by routing or event time")));
+        }
+        let field = &fields[index];
+        // The mapping's layout (protobuf_avro.py): a nullable is ["null", T], null first.
+        let declared_null = match field.label {
+            Label::Single => None,
+            Label::Nullable => Some(0),
+            _ => return Err(unsupported(format!("field {name:?} is repeated or a map"))),
+        };
+        let value = match field.kind {
+            Kind::Scalar(Scalar::Int32 | Scalar::SInt32 | Scalar::SFixed32) | Kind::Wrapper(Scalar::Int32 | Scalar::SInt32 | Scalar::SFixed32) => Base::Int,
+            Kind::Scalar(Scalar::Int64 | Scalar::SInt64 | Scalar::SFixed64 | Scalar::UInt32 | Scalar::Fixed32
+                         | Scalar::UInt64 | Scalar::Fixed64)
+            | Kind::Wrapper(Scalar::Int64 | Scalar::SInt64 | Scalar::SFixed64 | Scalar::UInt32 | Scalar::Fixed32
+                            | Scalar::UInt64 | Scalar::Fixed64)
+            | Kind::Timestamp => Base::Long,
+            Kind::Scalar(Scalar::String | Scalar::Bytes) | Kind::Wrapper(Scalar::String | Scalar::Bytes) => Base::Text,
+            _ => Base::Any,
+        };
+        let fits = rewrite.declared_null == declared_null && (rewrite.base == Base::Any || rewrite.base == value);
+        if !fits {
+            return Err(unsupported(format!("field {name:?} is not laid out as the rewrite expects")));
+        }
+        if self.rewrites.len() != fields.len() {
+            self.rewrites = vec![None; fields.len()];
+        }
+        self.rewrites[index] = Some(rewrite);
         Ok(())
     }
 
@@ -420,9 +462,17 @@ impl Decoder {
         // converts it), then cut: `cut` is where it began, applied before the next field is
         // written (the loop `continue`s) and after the last.
         let mut cut: Option<usize> = None;
+        // A rewritten top-level field likewise: where it began, rewritten before the next.
+        let mut rewrite: Option<(usize, usize)> = None;
         for index in 0..fields {
             if let Some(at) = cut.take() {
                 out.truncate(at);
+            }
+            if let Some((mark, of)) = rewrite.take() {
+                self.rewrites[of].as_ref().expect("a rewritten field").apply(out, mark)?;
+            }
+            if depth == 0 && want.is_some() && self.rewrites.get(index).is_some_and(Option::is_some) {
+                rewrite = Some((out.len(), index));
             }
             // (the top message: depth 0 with a plan; an absent map value's empty message is
             // written at depth 0 too, without one)
@@ -527,6 +577,9 @@ impl Decoder {
         }
         if let Some(at) = cut {
             out.truncate(at);
+        }
+        if let Some((mark, of)) = rewrite {
+            self.rewrites[of].as_ref().expect("a rewritten field").apply(out, mark)?;
         }
         self.occurrences.truncate(occ_base);
         self.heads.truncate(head_base);
