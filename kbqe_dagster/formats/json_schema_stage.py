@@ -231,7 +231,12 @@ class JsonSchemaKernelStaging(NativeStaging):
         _reads_alike(avro, keys, stager.wanted)
         staged = stager.staged_schema(schema_id, decoder)
         constants = b""
-        if done.constants and staged.compiled is not None:
+        if done.parts:  # appended per message, the constants among them
+            if not hasattr(self.kernel, "append_message_parts") or staged.compiled is None:
+                raise ValueError("a kernel built before message parts")
+            output, rng = staged.compiled.output_schema, stager.rng
+            self.kernel.append_message_parts(done.appended(output, rng.topic, rng.partition))
+        elif done.constants and staged.compiled is not None:
             constants = done.constants_encoding(staged.compiled.output_schema)
         drops = [keys.get(name, name) for name in done.drops]  # the kernel finds members by key
         if done.rewrites:

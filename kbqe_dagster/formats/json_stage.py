@@ -48,6 +48,7 @@ from kbqe_dagster.core.transforms.specs import (
     DropFields,
     MaskField,
     MaskMethod,
+    MessageSource,
     RenameField,
     TimeFormat,
 )
@@ -107,6 +108,40 @@ class KernelTransforms:
     rewrites: tuple[FieldRewrite, ...] = ()
     """``mask`` and numeric ``timestamp`` transforms: each field's encoding rewritten after it
     is checked as declared (kernel/src/rewrite.rs)."""
+    parts: tuple[MessagePart, ...] = ()
+    """``add`` of a part of the message (its coordinates, timestamp, key or a header): appended
+    per message, among the constants in transform order (:meth:`appended`)."""
+
+    def appended(
+        self, output_schema: Mapping[str, Any], topic: str, partition: int
+    ) -> list[tuple[str, bytes]]:
+        """What the kernel's ``append_message_parts`` appends after every body when there are
+        :attr:`parts`: the constants' encodings and the parts, in transform order (the
+        range's topic and partition are constants of it)."""
+        items: list[tuple[str, bytes]] = []
+
+        def encode(constant: tuple[str, Any]) -> tuple[str, bytes]:
+            return (
+                "bytes",
+                KernelTransforms(constants=(constant,)).constants_encoding(output_schema),
+            )
+
+        taken = 0
+        for part in self.parts:
+            items += [encode(c) for c in self.constants[taken : part.after]]
+            taken = part.after
+            if part.source == MessageSource.TOPIC:
+                items.append(encode((part.field, topic)))
+            elif part.source == MessageSource.PARTITION:
+                items.append(encode((part.field, partition)))
+            elif part.source in (MessageSource.OFFSET, MessageSource.TIMESTAMP):
+                items.append((part.source, b""))
+            elif part.header is None:
+                items.append(("key", b"bytes" if part.as_bytes else b"string"))
+            else:
+                kind = "header:bytes" if part.as_bytes else "header:string"
+                items.append((kind, part.header.encode()))
+        return items + [encode(c) for c in self.constants[taken:]]
 
     def constants_encoding(self, output_schema: Mapping[str, Any]) -> bytes:
         """The constants' Avro encoding under their types in the derived ``output_schema``
@@ -148,12 +183,26 @@ class FieldRewrite:
                            "out_null": self.out_null, "per_in": self.per_in, "to": self.to})  # fmt: skip
 
 
+@dataclass(frozen=True)
+class MessagePart:
+    """An ``add`` of a part of the message (core/transforms/kinds.py ``_add_meta``,
+    ``_add_raw``), which the kernel appends per message."""
+
+    field: str
+    source: str
+    """A ``MessageSource`` value, or ``header``."""
+    header: str | None = None
+    as_bytes: bool = False
+    """The key or header as ``["null", "bytes"]`` (else a UTF-8 ``["null", "string"]``)."""
+    after: int = 0
+    """How many of the constants come before it."""
+
+
 def kernel_kinds(transforms: Any) -> bool:
     """Whether every one of ``transforms`` is of a kind the kernel can do (a rename, a drop,
     an ``add`` of a constant): what :func:`kernel_transforms` then checks against a schema."""
     return all(
-        isinstance(spec, (RenameField, DropFields, CastField, MaskField))
-        or (isinstance(spec, AddField) and spec.header is None and spec.message is None)
+        isinstance(spec, (RenameField, DropFields, CastField, MaskField, AddField))
         or (isinstance(spec, ConvertTimestamp) and spec.to is not TimeFormat.STRING)
         for spec in transforms
     )
@@ -190,6 +239,7 @@ def kernel_transforms(
     digits: list[str] = []
     rewrites: list[FieldRewrite] = []
     rewritten: set[str] = set()
+    parts: list[MessagePart] = []
     for index, spec in enumerate(transforms):
         if isinstance(spec, RenameField):
             field = declared.get(spec.rename)
@@ -220,6 +270,12 @@ def kernel_transforms(
             if spec.add in read:
                 return None
             constants.append((spec.add, spec.value))
+        elif isinstance(spec, AddField):
+            if spec.add in read:
+                return None
+            source = "header" if spec.header is not None else str(spec.message)
+            as_bytes = spec.type == "bytes"
+            parts.append(MessagePart(spec.add, source, spec.header, as_bytes, len(constants)))
         elif isinstance(spec, (MaskField, ConvertTimestamp)):
             name = spec.mask if isinstance(spec, MaskField) else spec.timestamp
             field = declared.get(name)
@@ -233,7 +289,9 @@ def kernel_transforms(
             rewrites.append(rewrite)
         else:
             return None
-    return KernelTransforms(tuple(dropped), tuple(constants), tuple(digits), tuple(rewrites))
+    return KernelTransforms(
+        tuple(dropped), tuple(constants), tuple(digits), tuple(rewrites), tuple(parts)
+    )
 
 
 _EPOCH_TO = {TimeFormat.EPOCH_S: "s", TimeFormat.EPOCH_MS: "ms", TimeFormat.EPOCH_US: "us",
@@ -412,7 +470,13 @@ class JsonKernelStaging(NativeStaging):
                     return None  # a kernel built before masks and timestamps
                 for rewrite in done.rewrites:
                     driver.kernel.rewrite_json_field(rewrite.field, rewrite.spec(), rewrite.key)
-            if done is not None and done.constants:
+            if done is not None and done.parts:
+                if not hasattr(driver.kernel, "append_message_parts") or staged.compiled is None:
+                    return None  # a kernel built before message parts
+                rng = stager.rng
+                items = done.appended(staged.compiled.output_schema, rng.topic, rng.partition)
+                driver.kernel.append_message_parts(items)
+            elif done is not None and done.constants:
                 if not hasattr(driver.kernel, "append_json_constants"):
                     return None  # a kernel built before added constants
                 if staged.compiled is None:  # constants come from transforms: never

@@ -131,7 +131,13 @@ class ProtobufKernelStaging(NativeStaging):
                 self.kernel.add_protobuf_schema(prefix, program, constant)
             else:
                 constants = b""
-                if done.constants and staged.compiled is not None:
+                if done.parts:  # appended per message, the constants among them
+                    if not hasattr(self.kernel, "append_message_parts") or staged.compiled is None:
+                        raise ValueError("a kernel built before message parts")
+                    output, rng = staged.compiled.output_schema, stager.rng
+                    parts = done.appended(output, rng.topic, rng.partition)
+                    self.kernel.append_message_parts(parts)
+                elif done.constants and staged.compiled is not None:
                     constants = done.constants_encoding(staged.compiled.output_schema)
                 if done.rewrites:
                     rewrites = [(r.field, r.spec(), r.key) for r in done.rewrites]

@@ -43,6 +43,7 @@ from kbqe_dagster.core.transforms.specs import (
     EpochUnit,
     MaskField,
     MaskMethod,
+    MessageSource,
     RenameField,
     TimeFormat,
 )
@@ -432,7 +433,7 @@ def draw_kernel_transforms(
     strings, drawn more often where one applies: they rewrite bytes), and ``add`` of up to two
     constants, in a random order; ``rewrites``: ``mask`` (null and hmac) and ``timestamp``
     (between numbers) transforms of the fields the kernel rewrites, drawn most often where one
-    applies."""
+    applies, and ``add`` of up to two parts of the message (``PARTS``)."""
     names = [f["name"] for f in schema["fields"]
              if kernel_transforms([RenameField(f["name"], "x")], schema, read) is not None]  # fmt: skip
     chosen = rng.sample(names, min(len(names), rng.randint(1, 4)))
@@ -463,6 +464,8 @@ def draw_kernel_transforms(
     for i in range(rng.choice([0, 0, 1, 2])):
         value, kind = rng.choice(CONSTANTS)
         specs.append(AddField(f"added{i}", value=value, type=kind))
+    for i in range(rng.choice([0, 1, 2]) if rewrites else 0):
+        specs.append(replace(rng.choice(PARTS), add=f"part{i}"))
     rng.shuffle(specs)
     if not derivable(specs, schema):
         # A dropped field defined a named type another field uses: a config error the
@@ -510,6 +513,16 @@ CONSTANTS: list[tuple[Any, str | None]] = [
     (True, None), (None, "string?"), ("x", "string?"), (3, "int"), (1_726_238_205_123, "timestamp-millis"),
     (19979, "date"), (1.5, "float"),
 ]  # fmt: skip
+
+
+PARTS: list[AddField] = [
+    *(AddField("part", message=source) for source in MessageSource),
+    AddField("part", message=MessageSource.KEY, type="bytes"),
+    AddField("part", header="h"), AddField("part", header="zürich"),
+    AddField("part", header="zürich", type="bytes"), AddField("part", header="trace"),
+]  # fmt: skip
+"""``add`` of parts of the message (framed_message's keys, headers and timestamps: random
+bytes among them, which a string part hands back and Python fails)."""
 
 
 def derivable(specs: list[Any], schema: dict) -> bool:

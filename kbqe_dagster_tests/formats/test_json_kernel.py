@@ -167,9 +167,9 @@ def test_maps_and_defaults_are_encoded_as_python_keeps_them(tmp_path):
 
 
 def test_a_topic_with_transforms_that_change_values_stays_on_the_python_path(tmp_path):
-    """Renames, drops and constants are the kernel's (below); a value made per message (a
-    header, a part of the message, a mask, a cast) is not."""
-    config = pipeline(transforms=[{"add": "trace", "header": "trace"}])
+    """Renames, drops, constants, masks, numeric timestamps and message parts are the
+    kernel's (below); a value computed per message (an expression, a formatted time) is not."""
+    config = pipeline(transforms=[{"compute": "n", "expression": "len(url)", "type": "long"}])
     python = stage(tmp_path, config, TOPIC, {}, messages([json.dumps(GOOD).encode()]), native=False)
     assert python.result.records == 1
     with pytest.raises(AssertionError, match="not available"):
@@ -352,9 +352,11 @@ def first_record(staged):
         ([{"rename": "url", "to": "path"}, {"rename": "path", "to": "href"}], False),
         ([{"rename": "url", "to": "path"}, {"drop": "path"}], False),
         ([{"rename": "url", "to": "path"}, {"add": "source", "value": "web"}], True),
-        # A value made per message.
-        ([{"add": "source", "header": "trace"}], False),
-        ([{"add": "offset", "message": "offset"}], False),
+        # A part of the message, appended per message; a computed value is Python's.
+        ([{"add": "source", "header": "trace"}], True),
+        ([{"add": "offset", "message": "offset"}], True),
+        ([{"add": "at2", "message": "timestamp"}, {"rename": "at2", "to": "at3"}], False),
+        ([{"compute": "n", "expression": "len(url)", "type": "long"}], False),
         # An added field renamed or dropped: a chain.
         ([{"add": "source", "value": "web"}, {"drop": "source"}], False),
         # A cast to the field's own type changes no bytes; to another type it does.

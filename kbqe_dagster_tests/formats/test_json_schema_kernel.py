@@ -242,9 +242,12 @@ def test_renames_drops_and_constants_are_staged_by_the_kernel_byte_for_byte(tmp_
         # A cast that changes no bytes (to the field's own type); to a string it does.
         ([{"cast": "id", "to": "long"}, {"drop": "lines"}], True),
         ([{"cast": "id", "to": "string"}, {"drop": "lines"}], False),
-        # A chain, a value made per message, a cast or a mask: Python's.
+        # A chain, a computed value, a cast to string: Python's.
         ([{"rename": "id", "to": "n"}, {"drop": "n"}], False),
-        ([{"add": "trace", "header": "trace"}], False),
+        ([{"compute": "n", "expression": "1", "type": "long"}], False),
+        # A mask, a numeric timestamp and parts of the message: the kernel's.
+        ([{"mask": "id", "method": "null"}, {"add": "trace", "header": "trace"}], True),
+        ([{"add": "at", "message": "timestamp"}, {"add": "o", "message": "offset"}], True),
         ([{"cast": "id", "to": "string"}], False),
     ],
 )

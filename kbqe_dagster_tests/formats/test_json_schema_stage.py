@@ -141,7 +141,7 @@ def _kernel_class() -> type:
 def test_a_json_schema_topic_has_its_own_stager_and_kernel_driver(tmp_path: Path, native) -> None:
     """Its own stager, and the native kernel's driver of its own when the kernel is built and
     switched on (``KBQE_STAGE_KERNEL=off`` forces the Python path); transforms the kernel
-    does not do (a header added, say) keep it on the Python path, a drop need not (each schema id's
+    does not do (a computed field, say) keep it on the Python path, a drop need not (each schema id's
     drop is then the kernel's or not: test_json_schema_kernel.py)."""
     ctx = StageContext(
         KafkaSettings("127.0.0.1:9"),
@@ -161,7 +161,7 @@ def test_a_json_schema_topic_has_its_own_stager_and_kernel_driver(tmp_path: Path
     else:
         assert driver is None
     reshaped = StageContext(ctx.kafka, ctx.registry, ctx.staging,
-                            pipeline(transforms=[{"add": "trace", "header": "trace"}]), TOPIC, native_kernel=native)  # fmt: skip
+                            pipeline(transforms=[{"compute": "n", "expression": "1", "type": "long"}]), TOPIC, native_kernel=native)  # fmt: skip
     assert (
         NativeStaging.for_stager(
             JsonSchemaRangeStager(reshaped, OffsetRange(TOPIC, 0, 0, 1), tmp_path)

@@ -87,11 +87,11 @@ def avro_records(staged: Staged) -> list[dict]:
 
 
 def test_the_protobuf_stager_drives_the_kernel_unless_it_reshapes_records(tmp_path):
-    """Reshapes it does not do (a header added, say; renames, drops, casts and constants it
-    does: below)."""
+    """Reshapes it does not do (a computed field, say; renames, drops, casts, constants,
+    masks, numeric timestamps and parts of the message it does: below)."""
     assert protobuf_stage.ProtobufRangeStager.native_driver is ProtobufKernelStaging
     values = [framed("v1", order(i=i)) for i in range(3)]
-    reshaped = pipeline(transforms=[{"add": "trace", "header": "trace"}])
+    reshaped = pipeline(transforms=[{"compute": "n", "expression": "1", "type": "long"}])
     python = stage(tmp_path, reshaped, TOPIC, {}, messages(values), native=False,
                    lookup=fake_registry())  # fmt: skip
     assert python.result.records == 3
@@ -131,9 +131,12 @@ def test_renames_drops_and_constants_are_staged_by_the_kernel_byte_for_byte(tmp_
         # A cast that changes no bytes (to the field's own type); to a string it does.
         ([{"cast": "id", "to": "long"}, {"drop": "lines"}], True),
         ([{"cast": "id", "to": "string"}, {"drop": "lines"}], False),
-        # A chain, or a value made per message: Python's.
+        # A chain, or a computed value: Python's.
         ([{"rename": "id", "to": "n"}, {"drop": "n"}], False),
-        ([{"add": "trace", "header": "trace"}], False),
+        ([{"compute": "n", "expression": "1", "type": "long"}], False),
+        # A mask, a numeric timestamp and parts of the message: the kernel's.
+        ([{"mask": "id", "method": "null"}, {"add": "trace", "header": "trace"}], True),
+        ([{"add": "at", "message": "timestamp"}, {"add": "o", "message": "offset"}], True),
     ],
 )
 def test_which_transforms_the_kernel_stages(tmp_path, transforms, native):

@@ -138,6 +138,12 @@ struct StageKernel {
     protobuf: Option<ProtobufTypes>,
     /// `format: json_schema` (json_schema.rs): framed JSON, one compiled entry per header.
     json_schemas: Option<HashMap<[u8; 5], json_schema::Entry>>,
+    /// `add` transforms of message parts and constants (`append_message_parts`), after every
+    /// body; with scratch space for the key and headers columns they read, and the parts.
+    appended: Vec<rewrite::Appended>,
+    part_key: Vec<u8>,
+    part_headers: Vec<u8>,
+    parts: Vec<u8>,
 }
 
 /// The Protobuf message types the kernel was given, by frame prefix: the 5-byte header and
@@ -228,6 +234,10 @@ impl StageKernel {
             json: None,
             field_starts: Vec::new(),
             change_record: Vec::new(),
+            appended: Vec::new(),
+            part_key: Vec::new(),
+            part_headers: Vec::new(),
+            parts: Vec::new(),
             count_tombstones: false,
             tombstones: 0,
             protobuf: None,
@@ -317,6 +327,20 @@ impl StageKernel {
         let Some((encoder, _)) = &mut self.json else { return Err(PyValueError::new_err("no JSON schema")) };
         let rewrite = rewrite::FieldRewrite::parse(spec, key).map_err(|e| PyValueError::new_err(e.0))?;
         encoder.rewrite_field(name, rewrite).map_err(|e| PyValueError::new_err(e.0))
+    }
+
+    /// `add` transforms that copy a part of the message (and the constants among them, in
+    /// transform order): `parts` as `rewrite::Appended::parse` reads them, appended after every
+    /// body (then the bodies' own constants must be empty). A message whose part the kernel is
+    /// not certain of (a key or header that is not UTF-8 for a string) is handed back
+    /// ("part_uncertain"). Raises ValueError for a part it does not know.
+    fn append_message_parts(&mut self, parts: Vec<(String, Vec<u8>)>) -> PyResult<()> {
+        let mut appended = Vec::with_capacity(parts.len());
+        for (kind, argument) in parts {
+            appended.push(rewrite::Appended::parse(&kind, &argument).map_err(|e| PyValueError::new_err(e.0))?);
+        }
+        self.appended = appended;
+        Ok(())
     }
 
     /// `format: json` with `drop` transforms: leave the top-level fields `names` out of every
@@ -659,6 +683,22 @@ impl StageKernel {
             };
             (day, None)
         };
+        if !self.appended.is_empty() {
+            // The appended fields first: a message handed back leaves no trace.
+            use rewrite::Appended;
+            self.part_key.clear();
+            self.part_headers.clear();
+            self.parts.clear();
+            let key = self.appended.iter().any(|a| matches!(a, Appended::Raw { header: None, .. }));
+            let headers = self.appended.iter().any(|a| matches!(a, Appended::Raw { header: Some(_), .. }));
+            if (key && !msg.put_key(&mut self.part_key)?) || (headers && !msg.put_headers(&mut self.part_headers)?) {
+                return Ok(Some("part_uncertain"));
+            }
+            if rewrite::append_parts(&self.appended, &mut self.parts, offset, timestamp_ms, &self.part_key, &self.part_headers).is_err() {
+                self.stop_detail = crate::body::forget_why();
+                return Ok(Some("part_uncertain"));
+            }
+        }
         let first = buffer.ends.is_empty();
         let mark = buffer.data.len();
         self.prefix.put_head(&mut buffer.data, day, offset, timestamp_ms);
@@ -677,6 +717,7 @@ impl StageKernel {
             count(&mut buffer.hours, hour);
         }
         buffer.data.extend_from_slice(if changed { &self.change_record } else { body });
+        buffer.data.extend_from_slice(&self.parts); // (empty without appended parts)
         buffer.ends.push(buffer.data.len() as u64);
         count(&mut buffer.days, day);
         if first {

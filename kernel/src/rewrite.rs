@@ -243,6 +243,128 @@ fn put_long(out: &mut Vec<u8>, v: i64) {
     out.push(z as u8);
 }
 
+/// What `add` transforms append after the body when one of them copies a part of the message
+/// (core/transforms/kinds.py `_add_meta`, `_add_raw`): the derived schema's last fields, in
+/// transform order, constants among them (`StageKernel.append_message_parts`).
+#[derive(Clone, Debug)]
+pub enum Appended {
+    /// A constant's encoding (the range's topic and partition are constants too).
+    Bytes(Vec<u8>),
+    /// The offset, a `long`.
+    Offset,
+    /// The Kafka timestamp, `["null", timestamp-millis]`: null when Kafka has none or past
+    /// year 9999 (`MAX_TIMESTAMP_MS`), as the enrichment column.
+    Timestamp,
+    /// The key (`None`) or the last header of a name, `["null", "bytes"]` or, `text`,
+    /// `["null", "string"]` of UTF-8 (other bytes: handed back, where Python fails the step).
+    Raw { header: Option<String>, text: bool },
+}
+
+/// The last year-9999 millisecond (core/record/dead_letters.py `MAX_TIMESTAMP_MS`).
+const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
+
+impl Appended {
+    /// `(kind, argument)` from Python: `("bytes", encoded)`, `("offset", b"")`,
+    /// `("timestamp", b"")`, `("key", b"bytes" | b"string")`, `("header:bytes" |
+    /// "header:string", name)`.
+    pub fn parse(kind: &str, argument: &[u8]) -> Result<Appended, Unsupported> {
+        let text = |a: &[u8]| match a {
+            b"bytes" => Ok(false),
+            b"string" => Ok(true),
+            _ => Err(Unsupported("a key's type is bytes or string".into())),
+        };
+        Ok(match kind {
+            "bytes" => Appended::Bytes(argument.to_vec()),
+            "offset" => Appended::Offset,
+            "timestamp" => Appended::Timestamp,
+            "key" => Appended::Raw { header: None, text: text(argument)? },
+            "header:bytes" | "header:string" => {
+                let name = std::str::from_utf8(argument).map_err(|_| Unsupported("a header name that is not UTF-8".into()))?;
+                Appended::Raw { header: Some(name.to_string()), text: kind == "header:string" }
+            }
+            other => return Err(Unsupported(format!("an appended part {other}"))),
+        })
+    }
+}
+
+/// Append `parts` to `out` for the message at `offset` with Kafka timestamp `timestamp_ms`
+/// (None: Kafka has none); `key` is the key column's encoding (`["null", "bytes"]`, as
+/// prefix.rs `put_key` writes it) and `headers` the headers column's (prefix.rs
+/// `put_header`s), each only read when a part needs it. Err: hand the message back.
+pub fn append_parts(parts: &[Appended], out: &mut Vec<u8>, offset: i64, timestamp_ms: Option<i64>,
+                    key: &[u8], headers: &[u8]) -> R<()> {
+    for part in parts {
+        match part {
+            Appended::Bytes(bytes) => out.extend_from_slice(bytes),
+            Appended::Offset => put_long(out, offset),
+            Appended::Timestamp => match timestamp_ms.filter(|ts| (0..=MAX_TIMESTAMP_MS).contains(ts)) {
+                Some(ts) => {
+                    out.push(2);
+                    put_long(out, ts);
+                }
+                None => out.push(0),
+            },
+            Appended::Raw { header, text } => {
+                let value = match header {
+                    None => nullable_bytes(key, &mut 0)?,
+                    Some(name) => last_header(headers, name.as_bytes())?,
+                };
+                match value {
+                    None => out.push(0),
+                    Some(bytes) => {
+                        if *text && std::str::from_utf8(bytes).is_err() {
+                            return Err(stop("part_not_utf8"));
+                        }
+                        out.push(2);
+                        put_long(out, bytes.len() as i64);
+                        out.extend_from_slice(bytes);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A `["null", "bytes"]` at `column[*pos..]`.
+fn nullable_bytes<'c>(column: &'c [u8], pos: &mut usize) -> R<Option<&'c [u8]>> {
+    match read_long(column, pos)? {
+        0 => Ok(None),
+        1 => {
+            let len = usize::try_from(read_long(column, pos)?).map_err(|_| stop("part_layout"))?;
+            let bytes = column.get(*pos..*pos + len).ok_or_else(|| stop("part_layout"))?;
+            *pos += len;
+            Ok(Some(bytes))
+        }
+        _ => Err(stop("part_layout")),
+    }
+}
+
+/// The value of the last header named `name` in the headers column (`_last_header`: Kafka's
+/// convention), None when there is none or its value is null.
+fn last_header<'c>(column: &'c [u8], name: &[u8]) -> R<Option<&'c [u8]>> {
+    let mut pos = 0;
+    let mut found = None;
+    loop {
+        let count = read_long(column, &mut pos)?;
+        if count == 0 {
+            return Ok(found);
+        }
+        if count < 0 {
+            return Err(stop("part_layout")); // (prefix.rs writes no sized blocks)
+        }
+        for _ in 0..count {
+            let len = usize::try_from(read_long(column, &mut pos)?).map_err(|_| stop("part_layout"))?;
+            let key = column.get(pos..pos + len).ok_or_else(|| stop("part_layout"))?;
+            pos += len;
+            let value = nullable_bytes(column, &mut pos)?;
+            if key == name {
+                found = value;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +373,28 @@ mod tests {
         let mut out = Vec::new();
         put_long(&mut out, v);
         out
+    }
+
+    #[test]
+    fn the_last_header_of_a_name_wins_and_a_key_that_is_not_utf8_is_handed_back() {
+        let mut headers = Vec::new();
+        put_long(&mut headers, 3);
+        for (name, value) in [("h", Some(&b"one"[..])), ("g", None), ("h", Some(&b"two"[..]))] {
+            crate::prefix::put_header(&mut headers, name, value);
+        }
+        headers.push(0);
+        let parts = [Appended::parse("header:string", b"h").unwrap(), Appended::parse("header:bytes", b"g").unwrap()];
+        let mut out = Vec::new();
+        append_parts(&parts, &mut out, 0, None, &[0], &headers).unwrap();
+        assert_eq!(out, [&[2u8, 6][..], &b"two"[..], &[0][..]].concat());
+        let mut key = Vec::new();
+        crate::prefix::put_key(&mut key, Some(b"\xff"));
+        let text = [Appended::parse("key", b"string").unwrap()];
+        assert!(append_parts(&text, &mut Vec::new(), 0, None, &key, &[0]).is_err());
+        let raw = [Appended::parse("key", b"bytes").unwrap(), Appended::Timestamp, Appended::Offset];
+        let mut out = Vec::new();
+        append_parts(&raw, &mut out, 5, Some(MAX_TIMESTAMP_MS + 1), &key, &[0]).unwrap();
+        assert_eq!(out, vec![2, 2, 0xff, 0, 10]);
     }
 
     #[test]
