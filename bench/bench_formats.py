@@ -10,7 +10,10 @@ that format's own topic (the fastest tuned plain consumer, ``bench_stage.py``'s 
 the stage rate's ratio to it, and writes ``bench/results/formats.json``. The per-format reports
 stay in ``bench/results/``.
 
-    .venv/bin/python bench/bench_formats.py [--messages 200000]
+    .venv/bin/python bench/bench_formats.py [--messages 200000] [--transforms]
+
+``--transforms`` adds ``json_transforms``: the JSON topic with an hmac mask, a null mask and a
+numeric timestamp on every record (bench_stage.py ``BENCH_TRANSFORMS``).
 """
 
 from __future__ import annotations
@@ -38,9 +41,21 @@ def main(argv: list[str] | None = None) -> int:
         "--messages", type=int, default=200_000, help="N per format (default 200,000)"
     )
     parser.add_argument("--only", nargs="*", choices=sorted(FORMATS), help="a subset of formats")
+    parser.add_argument(
+        "--transforms",
+        action="store_true",
+        help="also json_transforms: the JSON topic with a mask and a timestamp per record "
+        "(bench_stage.py --transforms)",
+    )
     args = parser.parse_args(argv)
+    formats = dict(FORMATS)
+    if args.transforms:
+        formats["json_transforms"] = ["--json-values", "--transforms"]
+    names = list(args.only or formats)
+    if args.transforms and "json_transforms" not in names:
+        names.append("json_transforms")
     rows = []
-    for name in args.only or FORMATS:
+    for name in names:
         out = BENCH / "results" / f"formats_{name}.json"
         command = [
             sys.executable,
@@ -51,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             "0",
             "--json",
             str(out),
-            *FORMATS[name],
+            *formats[name],
         ]
         print(f"--- {name}: {' '.join(command[1:])}", flush=True)
         if subprocess.run(command).returncode != 0:

@@ -25,6 +25,7 @@ had to start are stopped; services that were running are left alone.
     .venv/bin/python bench/bench_stage.py [--messages 1000000] [--scale10] [--profile]
     .venv/bin/python bench/bench_stage.py --debezium   # Debezium envelopes into a keyed topic
     .venv/bin/python bench/bench_stage.py --json-values   # schemaless JSON (format: json)
+    .venv/bin/python bench/bench_stage.py --json-values --transforms   # ... masked and converted
     .venv/bin/python bench/bench_stage.py --json-schema-values   # framed JSON (format: json_schema)
     .venv/bin/python bench/bench_stage.py --protobuf-values   # framed Protobuf (format: protobuf)
     .venv/bin/python bench/bench_stage.py --raw-values   # the Avro backlog archived undecoded (format: raw)
@@ -131,6 +132,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(writes bench/results/stage_json.json unless --json)",
     )
     parser.add_argument(
+        "--transforms",
+        action="store_true",
+        help="with --json-values: the topic masks and converts fields (BENCH_TRANSFORMS: an "
+        "hmac mask, a null mask, a numeric timestamp; writes "
+        "bench/results/stage_json_transforms.json unless --json)",
+    )
+    parser.add_argument(
         "--json-schema-values",
         action="store_true",
         help="the same row as Confluent-framed JSON under a registry JSON Schema "
@@ -181,9 +189,10 @@ def pipeline(
     protobuf_values: bool = False,
     raw_values: bool = False,
     hour_tables: bool = False,
+    transforms: bool = False,
 ):
     config = _pipeline(topic, range_size, debezium, json_values, json_schema_values,
-                       protobuf_values, raw_values)  # fmt: skip
+                       protobuf_values, raw_values, transforms)  # fmt: skip
     if not hour_tables:
         return config
     # Every table of the bench's dataset HOUR: what `tables: {sales.*: {partitioning: hour}}`
@@ -200,6 +209,7 @@ def _pipeline(
     json_schema_values: bool,
     protobuf_values: bool,
     raw_values: bool,
+    transforms: bool = False,
 ):
     if raw_values:  # the same framed Avro bytes, never decoded: one row each, key and headers
         return parse_pipeline_config({
@@ -228,7 +238,8 @@ def _pipeline(
         return parse_pipeline_config({
             "version": 1,
             "topics": [{"name": topic, "format": "json", "schema": SCHEMA,
-                        "routing": {"mode": "fields"}, "event_time": {"fields": ["eventTime"]}}],
+                        "routing": {"mode": "fields"}, "event_time": {"fields": ["eventTime"]},
+                        **({"transforms": BENCH_TRANSFORMS} if transforms else {})}],
             "allowed_destinations": ["sales.*"],
             "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
         }, source="bench")  # fmt: skip
@@ -245,6 +256,18 @@ def _pipeline(
         "allowed_destinations": ["sales.*"],
         "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
     }, source="bench")  # fmt: skip
+
+
+BENCH_HMAC_ENV = "KBQE_BENCH_HMAC_KEY"
+BENCH_TRANSFORMS = [
+    {"mask": "ip", "key_env": BENCH_HMAC_ENV},
+    {"mask": "sessionId", "method": "null"},
+    # The row has no top-level numeric time: its long userId read as epoch milliseconds
+    # costs what a real one would (the conversion, not the meaning, is measured).
+    {"timestamp": "userId", "to": "epoch_s", "epoch_unit": "ms"},
+]
+"""``--transforms``: a mask and a timestamp per record, which the native kernel rewrites
+(kernel/src/rewrite.rs) and the Python path computes."""
 
 
 def end_spark_jvm() -> None:
@@ -423,6 +446,7 @@ class Bench:
                 self.args.protobuf_values,
                 self.args.raw_values,
                 self.args.hour_tables,
+                self.args.transforms,
             ),
             data["topic"],
         )
@@ -586,7 +610,12 @@ def main(argv: list[str] | None = None) -> int:
             else ""
         )
         hour = "_hour" if args.hour_tables else ""
-        args.json = BENCH / "results" / f"stage{variant}{hour}.json"
+        transformed = "_transforms" if args.transforms else ""
+        args.json = BENCH / "results" / f"stage{variant}{transformed}{hour}.json"
+    if args.transforms and not args.json_values:
+        raise SystemExit("--transforms: with --json-values")
+    if args.transforms:
+        os.environ.setdefault(BENCH_HMAC_ENV, "bench-hmac-key")  # read where the stage runs
     if args.hour_tables and args.debezium:
         raise SystemExit("--hour-tables: a keyed topic's tables stay DAY (docs/architecture.md)")
     # say() prints the bench's progress; the package's INFO lines (one per range) stay off.
@@ -617,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
                       else "protobuf" if args.protobuf_values
                       else "raw" if args.raw_values else "avro",
             "partitioning": "hour" if args.hour_tables else "day",
+            "transforms": BENCH_TRANSFORMS if args.transforms else [],
         }  # fmt: skip
         report["produce"] = data["produce"]
         report["baselines"] = bench.baselines(data)

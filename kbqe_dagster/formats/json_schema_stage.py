@@ -224,8 +224,7 @@ class JsonSchemaKernelStaging(NativeStaging):
         done = kernel_transforms(stager.transforms, avro, stager.wanted, stager.hmac_keys)
         if done is None:
             raise ValueError("transforms the kernel does not do for this schema")
-        if done.digits:  # the JSON kernel's alone
-            raise ValueError("a cast to string the kernel does not do for this format")
+        done = done.digits_rewritten(avro)  # the JSON encoder's own digits: rewrites here
         if done.rewrites and not hasattr(self.kernel, REWRITTEN):
             raise ValueError("a kernel built before masks and timestamps")
         _reads_alike(avro, keys, stager.wanted)

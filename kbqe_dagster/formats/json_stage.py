@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from io import BytesIO
 from pathlib import Path
@@ -112,6 +112,14 @@ class KernelTransforms:
     """``add`` of a part of the message (its coordinates, timestamp, key or a header): appended
     per message, among the constants in transform order (:meth:`appended`)."""
 
+    def digits_rewritten(self, schema: Mapping[str, Any]) -> KernelTransforms:
+        """These transforms with the casts to digits as rewrites (:func:`cast_rewrite`), for
+        the kernels without the JSON encoder's own (Protobuf, JSON Schema)."""
+        fields = {f.get("name"): f for f in schema.get("fields") or ()}
+        casts = tuple(cast_rewrite(fields[name], "string") for name in self.digits)
+        assert all(casts), "cast_rewrite takes every cast cast_to_digits takes"
+        return replace(self, digits=(), rewrites=(*self.rewrites, *casts))  # type: ignore[arg-type]
+
     def appended(
         self, output_schema: Mapping[str, Any], topic: str, partition: int
     ) -> list[tuple[str, bytes]]:
@@ -163,9 +171,10 @@ class FieldRewrite:
 
     field: str
     op: str
-    """``null``, ``hmac`` or ``time``."""
+    """``null``, ``hmac``, ``time`` or ``cast`` (:func:`cast_rewrite`)."""
     base: str
-    """The declared value: ``int``, ``long``, ``string``, ``bytes``, or ``any`` (a null mask)."""
+    """The declared value: ``int``, ``long``, ``string``, ``bytes``, ``boolean``, or ``any``
+    (a null mask)."""
     declared_null: int | None = None
     """The null branch of a declared ``["null", T]`` (0) or ``[T, "null"]`` (1)."""
     out_null: int | None = None
@@ -173,7 +182,8 @@ class FieldRewrite:
     per_in: int = 1
     """``time``: microseconds per input unit."""
     to: str = ""
-    """``time``: ``s``, ``ms``, ``us``, ``timestamp_millis`` or ``timestamp_micros``."""
+    """``time``: ``s``, ``ms``, ``us``, ``timestamp_millis`` or ``timestamp_micros``;
+    ``cast``: ``string``, ``long`` or ``double``."""
     key: bytes = dataclass_field(default=b"", repr=False)
     """``hmac``: the key (from the environment, hmac_keys); never printed nor logged."""
 
@@ -225,7 +235,8 @@ def kernel_transforms(
     declared, but as null once renamed: ``record.pop(old, None)``), or when a rename or a drop
     names a renamed or added field (a chain). A ``cast`` too when it changes no bytes
     (:func:`cast_keeps_bytes`: to the field's own type, or an ``int`` to ``long``) or casts an
-    int or long to a string (:func:`cast_to_digits`), not after another cast of the field.
+    int or long to a string (:func:`cast_to_digits`), or its result is exact from the encoded
+    value (:func:`cast_rewrite`), not after another cast of the field.
     A ``mask`` or a ``timestamp`` between numbers of a declared field (:func:`field_rewrite`,
     ``hmac_keys`` by transform index as core/transforms/compiler.py ``hmac_keys`` gives them),
     not after a cast, mask or timestamp of the field, nor of a field dropped later (Python
@@ -265,7 +276,11 @@ def kernel_transforms(
             if cast_to_digits(field, spec.to.value):
                 digits.append(spec.cast)
             elif not cast_keeps_bytes(field, spec.to.value):
-                return None
+                rewrite = cast_rewrite(field, spec.to.value)
+                if rewrite is None:
+                    return None
+                rewritten.add(spec.cast)
+                rewrites.append(rewrite)
         elif isinstance(spec, AddField) and spec.header is None and spec.message is None:
             if spec.add in read:
                 return None
@@ -374,6 +389,34 @@ def cast_keeps_bytes(field: Mapping[str, Any], to: str) -> bool:
     else:
         widened = "long" if declared == "int" else declared
     return widened == to or widened == ["null", to]
+
+
+_CAST_REWRITES = {("boolean", "string"), ("boolean", "long"), ("boolean", "double"),
+                  ("int", "double"), ("long", "double"), ("int", "string"), ("long", "string")}  # fmt: skip
+
+
+def cast_rewrite(field: Mapping[str, Any], to: str) -> FieldRewrite | None:
+    """The kernel's rewrite of ``{cast: field, to: to}`` when the result is exact from the
+    encoded value (core/transforms/values.py ``converter``): a boolean to ``"true"`` /
+    ``"false"``, 1 / 0 or 1.0 / 0.0; an int or long to a double (``float``: round to nearest
+    even, as Rust's ``as``) or to its digits (the layouts :func:`cast_to_digits` does not
+    keep: ``[T, "null"]`` becomes ``["null", "string"]``). The declared type is ``T``,
+    ``["null", T]`` or ``[T, "null"]`` with no default other than null (see
+    :func:`cast_keeps_bytes`). A JSON boolean is a Python bool and a JSON integer that fits
+    an int or long a Python int, so the step's value is the encoded one."""
+    if field.get("default") is not None:
+        return None
+    declared = field.get("type")
+    declared_null: int | None = None
+    base = declared
+    if isinstance(declared, list):
+        if len(declared) != 2 or declared.count("null") != 1:
+            return None
+        declared_null = declared.index("null")
+        base = declared[1 - declared_null]
+    if not isinstance(base, str) or (base, to) not in _CAST_REWRITES:
+        return None
+    return FieldRewrite(str(field.get("name")), "cast", base, declared_null, to=to)
 
 
 def cast_to_digits(field: Mapping[str, Any], to: str) -> bool:

@@ -47,7 +47,12 @@ from kbqe_dagster.core.transforms.specs import (
     RenameField,
     TimeFormat,
 )
-from kbqe_dagster.formats.json_stage import cast_keeps_bytes, cast_to_digits, kernel_transforms
+from kbqe_dagster.formats.json_stage import (
+    cast_keeps_bytes,
+    cast_rewrite,
+    cast_to_digits,
+    kernel_transforms,
+)
 from kbqe_dagster.staging import native_kernel
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text, random_pipeline
@@ -433,7 +438,8 @@ def draw_kernel_transforms(
     strings, drawn more often where one applies: they rewrite bytes), and ``add`` of up to two
     constants, in a random order; ``rewrites``: ``mask`` (null and hmac) and ``timestamp``
     (between numbers) transforms of the fields the kernel rewrites, drawn most often where one
-    applies, and ``add`` of up to two parts of the message (``PARTS``)."""
+    applies, the casts it rewrites (``cast_rewrite``: booleans, ints and longs to other
+    types), and ``add`` of up to two parts of the message (``PARTS``)."""
     names = [f["name"] for f in schema["fields"]
              if kernel_transforms([RenameField(f["name"], "x")], schema, read) is not None]  # fmt: skip
     chosen = rng.sample(names, min(len(names), rng.randint(1, 4)))
@@ -446,7 +452,8 @@ def draw_kernel_transforms(
     for name in chosen:
         draw = rng.random()
         casts = [to for to in CastType if (cast_keeps_bytes(fields[name], to.value)
-                 or (to_digits and cast_to_digits(fields[name], to.value)))
+                 or (to_digits and cast_to_digits(fields[name], to.value))
+                 or (rewrites and cast_rewrite(fields[name], to.value) is not None))
                  and derivable([CastField(name, to)], schema)]  # fmt: skip
         digits = any(cast_to_digits(fields[name], to.value) for to in casts)
         masks = rewrite_specs(name, schema, read) if rewrites else []

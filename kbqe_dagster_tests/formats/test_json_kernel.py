@@ -17,6 +17,7 @@ from kbqe_dagster.core.transforms.specs import DropFields, RenameField
 from kbqe_dagster.formats.json_stage import (
     KernelTransforms,
     cast_keeps_bytes,
+    cast_rewrite,
     cast_to_digits,
     kernel_transforms,
 )
@@ -622,3 +623,81 @@ def test_json_differential_fuzz_with_masks_and_timestamps(
         tmp_path_factory,
     )  # fmt: skip
     assert tally.share > 0.5, "the kernel staged too few records to prove anything"
+
+
+@pytest.mark.skipif(
+    not hasattr(kernel.StageKernel, "append_message_parts"),
+    reason="the native stage kernel predates message parts",
+)
+def test_parts_of_the_message_are_appended_per_message_in_transform_order(tmp_path):
+    """The offset, the Kafka timestamp (null when Kafka has none or past year 9999), the key as
+    bytes and the last header of a name as text, among a constant, in transform order; a
+    header that is not UTF-8 is handed back, and Python fails the step (a dead letter)."""
+    adds = [{"add": "off", "message": "offset"}, {"add": "source", "value": "web"},
+            {"add": "ts", "message": "timestamp"}, {"add": "k", "message": "key", "type": "bytes"},
+            {"add": "trace", "header": "trace"}, {"add": "where", "message": "topic"}]  # fmt: skip
+    value = json.dumps(GOOD).encode()
+    cases = [
+        (b"k1", [("trace", b"a"), ("trace", b"b")], (1, 1_726_238_205_123)),
+        (None, [("trace", b"a"), ("trace", None)], (0, -1)),
+        (b"\xff", None, (1, 253_402_300_800_000)),
+        (b"k4", [("trace", b"\xff")], (1, 5)),  # not UTF-8: Python's transform_failed
+    ]
+    msgs = [Msg(TOPIC, 0, offset, value, key, headers, ts)
+            for offset, (key, headers, ts) in enumerate(cases)]  # fmt: skip
+    python, native = both(tmp_path, pipeline(transforms=adds), msgs)
+    assert python.result.dead_letters == {"transform_failed": 1}
+    assert native.kernel_messages == 3 and native.handbacks == {"part_uncertain": 1}
+    (name,) = [n for n in native.files if n.endswith(".avro") and "web.clicks" in n]
+    records = list(fastavro.reader(io.BytesIO(native.files[name])))
+    assert [(r["off"], r["source"], r["ts"] and r["ts"].year, r["k"], r["trace"], r["where"])
+            for r in records] == [
+        (0, "web", 2024, b"k1", "b", TOPIC), (1, "web", None, None, None, TOPIC),
+        (2, "web", None, b"\xff", None, TOPIC),
+    ]  # fmt: skip
+
+
+CASTS_SCHEMA = {**SCHEMA, "fields": [
+    *SCHEMA["fields"], {"name": "b", "type": "boolean"}, {"name": "nb", "type": ["boolean", "null"]},
+    {"name": "b2", "type": "boolean"}, {"name": "l", "type": "long"},
+    {"name": "ln", "type": ["long", "null"]},
+]}  # fmt: skip
+
+
+@needs_rewrite_kernel
+def test_casts_exact_from_the_encoded_value_are_rewritten_by_the_kernel(tmp_path):
+    """A boolean to ``"true"``/``"false"`` and to 1.0; a long to a double (``float``: 2^53 + 1
+    rounds to even, as Rust's ``as``); ``[long, null]`` to ``["null", "string"]`` (the value
+    moves to branch 1): each as the cast step gives fastavro."""
+    casts = [{"cast": "b", "to": "string"}, {"cast": "nb", "to": "long"},
+             {"cast": "b2", "to": "double"}, {"cast": "l", "to": "double"},
+             {"cast": "ln", "to": "string"}]  # fmt: skip
+    rows = [(True, None, False, 2**53 + 1, -5), (False, True, True, -(2**63), None)]
+    values = [json.dumps({**GOOD, "b": b, "nb": nb, "b2": b2, "l": n, "ln": ln}).encode()
+              for b, nb, b2, n, ln in rows]  # fmt: skip
+    python, native = both(
+        tmp_path, pipeline(schema=CASTS_SCHEMA, transforms=casts), messages(values)
+    )
+    assert native.kernel_messages == 2 == python.result.records
+    (name,) = [n for n in native.files if n.endswith(".avro") and "web.clicks" in n]
+    records = list(fastavro.reader(io.BytesIO(native.files[name])))
+    assert [(r["b"], r["nb"], r["b2"], r["l"], r["ln"]) for r in records] == [
+        ("true", None, 0.0, float(2**53), "-5"), ("false", 1, 1.0, -(2.0**63), None),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("declared", "to", "rewritten"),
+    [
+        ({"type": "boolean"}, "string", True),
+        ({"type": ["null", "boolean"], "default": None}, "long", True),
+        ({"type": "int"}, "double", True),
+        ({"type": ["long", "null"]}, "string", True),  # cast_to_digits keeps only [null, T]
+        ({"type": "double"}, "string", False),  # repr of the value, which may be an int
+        ({"type": "float"}, "long", False),  # the value was a double before its 4 bytes
+        ({"type": "string"}, "long", False),  # text read by Python's rules
+        ({"type": "boolean", "default": False}, "string", False),  # absent: the step fails
+    ],
+)
+def test_which_casts_the_kernel_rewrites(declared, to, rewritten):
+    assert (cast_rewrite({"name": "f", **declared}, to) is not None) is rewritten

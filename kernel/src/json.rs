@@ -163,7 +163,8 @@ impl Encoder {
         }
         let base = |node: usize| match (&self.nodes[node], rewrite.base) {
             (_, Base::Any) => true,
-            (Node::Int, Base::Int) | (Node::Long | Node::IsoMicros, Base::Long) | (Node::String, Base::Text) => true,
+            (Node::Int, Base::Int) | (Node::Long | Node::IsoMicros, Base::Long) | (Node::String, Base::Text)
+            | (Node::Boolean, Base::Boolean) => true,
             _ => false,
         };
         let fits = match (&self.nodes[fields[index].node], rewrite.declared_null) {

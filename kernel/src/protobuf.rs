@@ -370,6 +370,7 @@ impl Decoder {
                             | Scalar::UInt64 | Scalar::Fixed64)
             | Kind::Timestamp => Base::Long,
             Kind::Scalar(Scalar::String | Scalar::Bytes) | Kind::Wrapper(Scalar::String | Scalar::Bytes) => Base::Text,
+            Kind::Scalar(Scalar::Bool) | Kind::Wrapper(Scalar::Bool) => Base::Boolean,
             _ => Base::Any,
         };
         let fits = rewrite.declared_null == declared_null && (rewrite.base == Base::Any || rewrite.base == value);

@@ -38,6 +38,8 @@ pub enum Base {
     Long,
     /// A string or bytes: a length, then the bytes (what hmac reads as they are).
     Text,
+    /// One byte, 0 or 1.
+    Boolean,
     /// Not read (a null mask replaces any value).
     Any,
 }
@@ -58,6 +60,20 @@ enum Op {
     Hmac(Box<Hmac<Sha256>>),
     /// Microseconds per input unit, and the output.
     Time { per_in: i128, to: TimeOut },
+    /// A `cast` whose result is exact from the encoded value (values.py `converter`): a
+    /// boolean to `"true"`/`"false"`, to 1/0 or to 1.0/0.0; an int or long to its digits or
+    /// to a double (`float(value)`: round to nearest even, as Rust's `as`).
+    Cast(CastTo),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum CastTo {
+    /// A boolean's `"true"`/`"false"`.
+    String,
+    /// An int's or long's decimal digits (`str(value)`).
+    Digits,
+    Long,
+    Double,
 }
 
 /// One top-level field's rewrite (`FieldRewrite.spec()` on the Python side).
@@ -92,6 +108,7 @@ impl FieldRewrite {
             "int" => Base::Int,
             "long" => Base::Long,
             "string" | "bytes" => Base::Text,
+            "boolean" => Base::Boolean,
             "any" => Base::Any,
             other => return Err(bad(&format!("base {other}"))),
         };
@@ -123,6 +140,16 @@ impl FieldRewrite {
                     other => return Err(bad(&format!("to {other}"))),
                 };
                 Op::Time { per_in, to }
+            }
+            "cast" => {
+                let to = match (base, text("to")?) {
+                    (Base::Boolean, "string") => CastTo::String,
+                    (Base::Int | Base::Long, "string") => CastTo::Digits,
+                    (Base::Boolean, "long") => CastTo::Long,
+                    (Base::Boolean | Base::Int | Base::Long, "double") => CastTo::Double,
+                    (_, other) => return Err(bad(&format!("a cast to {other} of {base:?}"))),
+                };
+                Op::Cast(to)
             }
             other => return Err(bad(&format!("op {other}"))),
         };
@@ -194,6 +221,39 @@ impl FieldRewrite {
                     out.push(2); // branch 1 of ["null", T]
                 }
                 put_long(out, result);
+            }
+            (Op::Cast(to), Base::Boolean | Base::Int | Base::Long) => {
+                let number = if self.base == Base::Boolean {
+                    let b = *out.get(pos).ok_or_else(|| stop("rewrite_layout"))?;
+                    pos += 1;
+                    match b {
+                        0 | 1 => b as i64,
+                        _ => return Err(stop("rewrite_layout")),
+                    }
+                } else {
+                    read_long(out, &mut pos)?
+                };
+                if pos != out.len() {
+                    return Err(stop("rewrite_layout"));
+                }
+                out.truncate(mark);
+                if nullable {
+                    out.push(2);
+                }
+                match to {
+                    CastTo::String => {
+                        let text: &[u8] = if number == 1 { b"true" } else { b"false" };
+                        put_long(out, text.len() as i64);
+                        out.extend_from_slice(text);
+                    }
+                    CastTo::Digits => {
+                        let text = number.to_string();
+                        put_long(out, text.len() as i64);
+                        out.extend_from_slice(text.as_bytes());
+                    }
+                    CastTo::Long => put_long(out, number),
+                    CastTo::Double => out.extend_from_slice(&(number as f64).to_le_bytes()),
+                }
             }
             _ => return Err(stop("rewrite_layout")),
         }
