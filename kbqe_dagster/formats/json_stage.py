@@ -13,8 +13,9 @@ slice; ``bench/bench_formats.py`` reports its rate. Values are taken as JSON giv
 Avro's JSON encoding does.
 
 **The native kernel** (``kernel/src/json.rs``) does the same for a topic without transforms or
-destinations, or whose transforms only rename, drop and add constant fields
-(:func:`kernel_transforms`):
+destinations, or whose transforms only rename, drop, add constants or parts of the message,
+mask, convert timestamps between numbers or cast exactly (:func:`kernel_transforms`; the
+per-field rewrites and parts in ``kernel/src/rewrite.rs``):
 :class:`JsonKernelStaging`, this stager's ``native_driver``, gives it the declared schema
 once, and it parses, checks and encodes each value in Rust. Every message it
 is not certain about — every one the Python path would dead-letter among them — comes back
@@ -67,7 +68,8 @@ class JsonRangeStager(TransformingStager):
         self.parsed = parse_schema(schema, _write_hint=False)
         self.schema_id = declared_schema_id(schema)
         # Transforms and destinations reshape records in Python: those topics stay here, but
-        # for renames, drops and constants the kernel stages exactly (kernel_transforms).
+        # for renames, drops, constants, message parts, masks, numeric timestamps and exact
+        # casts the kernel stages exactly (kernel_transforms).
         self.kernel_transforms = kernel_transforms(
             self.transforms, schema, self.wanted, self.hmac_keys
         )
@@ -165,9 +167,9 @@ class KernelTransforms:
 @dataclass(frozen=True)
 class FieldRewrite:
     """A top-level field's encoding rewritten by the kernel (kernel/src/rewrite.rs) after it is
-    checked and encoded as declared: a ``mask`` (``op`` ``null`` or ``hmac``) or a
-    ``timestamp`` between numbers (``time``), with the declared layout the kernel reads back
-    (:func:`field_rewrite`)."""
+    checked and encoded as declared: a ``mask`` (``op`` ``null`` or ``hmac``), a
+    ``timestamp`` between numbers (``time``; :func:`field_rewrite`) or a ``cast`` exact from
+    the encoded value (:func:`cast_rewrite`), with the declared layout the kernel reads back."""
 
     field: str
     op: str
@@ -210,7 +212,8 @@ class MessagePart:
 
 def kernel_kinds(transforms: Any) -> bool:
     """Whether every one of ``transforms`` is of a kind the kernel can do (a rename, a drop,
-    an ``add`` of a constant): what :func:`kernel_transforms` then checks against a schema."""
+    an ``add``, a ``cast``, a ``mask``, a ``timestamp`` not to a string): what
+    :func:`kernel_transforms` then checks against a schema."""
     return all(
         isinstance(spec, (RenameField, DropFields, CastField, MaskField, AddField))
         or (isinstance(spec, ConvertTimestamp) and spec.to is not TimeFormat.STRING)
