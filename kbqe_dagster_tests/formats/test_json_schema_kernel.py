@@ -239,16 +239,18 @@ def test_renames_drops_and_constants_are_staged_by_the_kernel_byte_for_byte(tmp_
     ("transforms", "native"),
     [
         (KERNEL_TRANSFORMS, True),
-        # A cast that changes no bytes (to the field's own type); to a string it does.
+        # A cast that changes no bytes (to the field's own type); to a string the kernel
+        # rewrites the digits; to a boolean (0 and 1 only) it does not.
         ([{"cast": "id", "to": "long"}, {"drop": "lines"}], True),
-        ([{"cast": "id", "to": "string"}, {"drop": "lines"}], False),
-        # A chain, a computed value, a cast to string: Python's.
+        ([{"cast": "id", "to": "string"}, {"drop": "lines"}], True),
+        ([{"cast": "id", "to": "boolean"}, {"drop": "lines"}], False),
+        # A chain or a computed value: Python's.
         ([{"rename": "id", "to": "n"}, {"drop": "n"}], False),
         ([{"compute": "n", "expression": "1", "type": "long"}], False),
-        # A mask, a numeric timestamp and parts of the message: the kernel's.
+        # A mask, a numeric timestamp, a cast to digits and parts of the message: the kernel's.
         ([{"mask": "id", "method": "null"}, {"add": "trace", "header": "trace"}], True),
         ([{"add": "at", "message": "timestamp"}, {"add": "o", "message": "offset"}], True),
-        ([{"cast": "id", "to": "string"}], False),
+        ([{"cast": "id", "to": "string"}], True),
     ],
 )
 def test_which_transforms_the_kernel_stages(tmp_path, transforms, native):

@@ -128,9 +128,11 @@ def test_renames_drops_and_constants_are_staged_by_the_kernel_byte_for_byte(tmp_
     [
         (KERNEL_TRANSFORMS, True),
         ([{"drop": "total"}, {"add": "n", "value": 3, "type": "int"}], True),
-        # A cast that changes no bytes (to the field's own type); to a string it does.
+        # A cast that changes no bytes (to the field's own type); to a string the kernel
+        # rewrites the digits; to a boolean (0 and 1 only) it does not.
         ([{"cast": "id", "to": "long"}, {"drop": "lines"}], True),
-        ([{"cast": "id", "to": "string"}, {"drop": "lines"}], False),
+        ([{"cast": "id", "to": "string"}, {"drop": "lines"}], True),
+        ([{"cast": "id", "to": "boolean"}, {"drop": "lines"}], False),
         # A chain, or a computed value: Python's.
         ([{"rename": "id", "to": "n"}, {"drop": "n"}], False),
         ([{"compute": "n", "expression": "1", "type": "long"}], False),

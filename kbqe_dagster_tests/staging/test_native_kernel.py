@@ -274,8 +274,8 @@ def test_what_stays_on_the_python_path(tmp_path):
     assert NativeStaging.for_stager(_stager(tmp_path, function)) is None
     # Stagers of their own: JSON values and keyed topics take the kernel through their own
     # drivers (their native_driver: formats/json_stage.py, keyed/native_stage.py), unless
-    # transforms make values per message (renames, drops and constants are the JSON kernel's:
-    # test_json_kernel.py).
+    # transforms compute values (renames, drops, constants, parts of the message, masks,
+    # numeric timestamps and exact casts are the JSON kernel's: test_json_kernel.py).
     json_topic = pipeline(format="json", schema=BENCH_SCHEMA)
     driver = NativeStaging.for_stager(_stager(tmp_path, json_topic))
     if hasattr(kbqe_dagster_kernel.StageKernel, "add_json_schema"):
@@ -283,7 +283,9 @@ def test_what_stays_on_the_python_path(tmp_path):
     else:  # a kernel built before it staged JSON: the Python path
         assert driver is None
     transformed = pipeline(
-        format="json", schema=BENCH_SCHEMA, transforms=[{"add": "trace", "header": "trace"}]
+        format="json",
+        schema=BENCH_SCHEMA,
+        transforms=[{"compute": "n", "expression": "1", "type": "long"}],
     )
     assert NativeStaging.for_stager(_stager(tmp_path, transformed)) is None
     keyed = pipeline(
