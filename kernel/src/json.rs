@@ -161,11 +161,15 @@ impl Encoder {
         if self.want.children.iter().any(|(i, _)| *i == index) {
             return Err(Unsupported(format!("field {name:?} is read by routing or event time")));
         }
-        let base = |node: usize| match (&self.nodes[node], rewrite.base) {
-            (_, Base::Any) => true,
-            (Node::Int, Base::Int) | (Node::Long | Node::IsoMicros, Base::Long) | (Node::String, Base::Text)
-            | (Node::Boolean, Base::Boolean) => true,
-            _ => false,
+        let base = |node: usize| {
+            matches!(
+                (&self.nodes[node], rewrite.base),
+                (_, Base::Any)
+                    | (Node::Int, Base::Int)
+                    | (Node::Long | Node::IsoMicros, Base::Long)
+                    | (Node::String, Base::Text)
+                    | (Node::Boolean, Base::Boolean)
+            )
         };
         let fits = match (&self.nodes[fields[index].node], rewrite.declared_null) {
             (_, None) if rewrite.base == Base::Any => true,
