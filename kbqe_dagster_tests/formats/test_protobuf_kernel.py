@@ -5,6 +5,7 @@ and on the cases that decide it."""
 
 from __future__ import annotations
 
+import hmac
 import io
 
 import fastavro
@@ -333,3 +334,25 @@ def test_protobuf_differential_fuzz_with_masks_and_timestamps(
         lookup_of=lambda case: case.registry,
     )
     assert tally.share > 0.5, "the kernel staged too few records to prove anything"
+
+
+@pytest.mark.skipif(
+    not hasattr(kernel.StageKernel, "add_rewritten_protobuf_schema"),
+    reason="the native stage kernel predates masks and timestamps",
+)
+def test_hmac_masks_and_message_parts_are_staged_by_the_kernel_byte_for_byte(tmp_path, monkeypatch):
+    """An int64 masked with HMAC-SHA256 of its digits (the minimum's too) next to a dropped
+    field, and the offset and key appended: the Protobuf decoder writes each field as
+    declared, then rewrites it at its mark."""
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "pb-key")
+    transforms = [{"mask": "id", "key_env": FUZZ_HMAC_ENV}, {"drop": "lines"},
+                  {"add": "o", "message": "offset"}, {"add": "k", "message": "key", "type": "bytes"}]  # fmt: skip
+    minimum = order(i=3)
+    minimum.id = -(2**63)
+    values = [framed("v1", order(i=0)), framed("v1", order(i=7)), framed("v1", minimum)]
+    python, native = both(tmp_path, pipeline(transforms=transforms), messages(values))
+    assert native.kernel_messages == 3 == python.result.records
+    digest = lambda v: hmac.digest(b"pb-key", str(v).encode(), "sha256").hex()  # noqa: E731
+    assert [(r["id"], r["o"]) for r in avro_records(native)] == [
+        (digest(0), 0), (digest(7), 1), (digest(-(2**63)), 2),
+    ]  # fmt: skip
