@@ -423,9 +423,26 @@ def with_kernel_transforms(make: Any, *, rewrites: bool = False) -> Any:
             rewrites=rewrites,
         )  # fmt: skip
         case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=specs),))
+        if rewrites:
+            case.messages = repeated_headers(random.Random(seed ^ 0x5EED), case.messages)
         return case
 
     return transformed
+
+
+REPEATED_HEADERS: list[list[tuple[str, bytes | None]]] = [
+    [("h", b"first"), ("zürich", b"x"), ("h", b"last")], [("h", b"v"), ("h", None)],
+    [("trace", b"a"), ("h", "\u00e9".encode()), ("trace", b"\xff")],
+]  # fmt: skip
+"""Headers a name of which comes twice (Kafka's convention, ``_last_header``: the last wins,
+a null too): what ``add`` of a header reads."""
+
+
+def repeated_headers(rng: random.Random, messages: list[Msg]) -> list[Msg]:
+    """``messages`` with one in four given ``REPEATED_HEADERS`` (the scenarios' own headers
+    name each header once)."""
+    return [Msg(m.topic(), m.partition(), m.offset(), m.value(), m.key(), rng.choice(REPEATED_HEADERS),
+                m.timestamp()) if rng.random() < 0.25 else m for m in messages]  # fmt: skip
 
 
 def draw_kernel_transforms(

@@ -41,6 +41,7 @@ from kbqe_dagster_tests.formats.json_fuzz import (
     draw_kernel_transforms,
     framed_message,
     mangle,
+    repeated_headers,
 )
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text, random_pipeline
@@ -388,6 +389,8 @@ def with_kernel_transforms(make: Any, *, rewrites: bool = False) -> Any:
         avro = map_json_schema(first, TOPIC).avro_schema
         specs = draw_kernel_transforms(rng, avro, read, rewrites=rewrites)
         case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=specs),))
+        if rewrites:
+            case.messages = repeated_headers(random.Random(seed ^ 0x5EED), case.messages)
         return case
 
     return transformed

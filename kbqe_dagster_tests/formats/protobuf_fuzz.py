@@ -34,7 +34,7 @@ from kbqe_dagster.core.formats.protobuf_wire import encode_message_indexes, vari
 from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
-from kbqe_dagster_tests.formats.json_fuzz import draw_kernel_transforms
+from kbqe_dagster_tests.formats.json_fuzz import draw_kernel_transforms, repeated_headers
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text, random_pipeline
 from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
@@ -317,6 +317,8 @@ def with_kernel_transforms(make: Any, *, rewrites: bool = False) -> Any:
         avro = map_protobuf_message(descriptors(text)[0]).avro_schema
         specs = draw_kernel_transforms(rng, avro, read, rewrites=rewrites)
         case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=specs),))
+        if rewrites:
+            case.messages = repeated_headers(random.Random(seed ^ 0x5EED), case.messages)
         return case
 
     return transformed
