@@ -6,6 +6,7 @@ does not, or that it is not certain about, is the Python path's to judge."""
 
 from __future__ import annotations
 
+import hmac
 import io
 import json
 
@@ -446,3 +447,36 @@ def test_json_schema_differential_fuzz_with_masks_and_timestamps(
         schemas_of=lambda case: case.schemas,
     )
     assert tally.share > 0.1, "the kernel staged too few records to prove anything"
+
+
+SHIPPED = {**PLAIN_TIME, "properties": {**PLAIN_TIME["properties"],
+           "shipped_at": {"type": "string", "format": "date-time"},
+           "code": {"type": ["integer", "null"]}}}  # fmt: skip
+
+
+@pytest.mark.skipif(
+    not hasattr(kernel.StageKernel, "add_rewritten_json_schema_id"),
+    reason="the native stage kernel predates masks and timestamps",
+)
+def test_a_date_time_converted_and_an_integer_masked_are_staged_by_the_kernel(
+    tmp_path, monkeypatch
+):
+    """A ``date-time`` is its microseconds on both paths, so ``timestamp`` to epoch
+    milliseconds floors them (half a millisecond before the epoch is -1); a nullable integer
+    is HMAC-masked as its digits (``3.0`` is the int 3); an absent one stays null; the offset
+    follows."""
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "js-key")
+    transforms = [{"timestamp": "shipped_at", "to": "epoch_ms"},
+                  {"mask": "code", "key_env": FUZZ_HMAC_ENV}, {"add": "o", "message": "offset"}]  # fmt: skip
+    rows = [("2024-09-13T14:36:45.123456+02:00", 42), ("1969-12-31T23:59:59.9995Z", 3.0),
+            (None, None)]  # fmt: skip
+    values = [json_framed(11, {**GOOD, **({"shipped_at": t} if t else {}), "code": c})
+              for t, c in rows]  # fmt: skip
+    schemas = {11: RegisteredSchema(11, "JSON", json.dumps(SHIPPED))}
+    python, native = both(tmp_path, values, schemas, pipeline(transforms=transforms))
+    assert native.kernel_messages == 3 == python.result.records
+    digest = lambda v: hmac.digest(b"js-key", str(v).encode(), "sha256").hex()  # noqa: E731
+    assert [(r["shipped_at"], r["code"], r["o"]) for r in avro_records(native)] == [
+        (1_726_231_005_123, digest(42), 0), (-1, digest(3), 1),
+        (None, None, 2),
+    ]  # fmt: skip
