@@ -235,6 +235,12 @@ def test_renames_drops_and_constants_are_staged_by_the_kernel_byte_for_byte(tmp_
     assert (record["order_id"], record["source"]) == (1, "web")
 
 
+NEEDS_REWRITES = pytest.mark.skipif(
+    not hasattr(kernel.StageKernel, "append_message_parts"),
+    reason="the native stage kernel predates masks, timestamps and message parts",
+)
+
+
 @needs_transform_kernel
 @pytest.mark.parametrize(
     ("transforms", "native"),
@@ -243,15 +249,25 @@ def test_renames_drops_and_constants_are_staged_by_the_kernel_byte_for_byte(tmp_
         # A cast that changes no bytes (to the field's own type); to a string the kernel
         # rewrites the digits; to a boolean (0 and 1 only) it does not.
         ([{"cast": "id", "to": "long"}, {"drop": "lines"}], True),
-        ([{"cast": "id", "to": "string"}, {"drop": "lines"}], True),
+        pytest.param(
+            [{"cast": "id", "to": "string"}, {"drop": "lines"}], True, marks=NEEDS_REWRITES
+        ),
         ([{"cast": "id", "to": "boolean"}, {"drop": "lines"}], False),
         # A chain or a computed value: Python's.
         ([{"rename": "id", "to": "n"}, {"drop": "n"}], False),
         ([{"compute": "n", "expression": "1", "type": "long"}], False),
         # A mask, a numeric timestamp, a cast to digits and parts of the message: the kernel's.
-        ([{"mask": "id", "method": "null"}, {"add": "trace", "header": "trace"}], True),
-        ([{"add": "at", "message": "timestamp"}, {"add": "o", "message": "offset"}], True),
-        ([{"cast": "id", "to": "string"}], True),
+        pytest.param(
+            [{"mask": "id", "method": "null"}, {"add": "trace", "header": "trace"}],
+            True,
+            marks=NEEDS_REWRITES,
+        ),
+        pytest.param(
+            [{"add": "at", "message": "timestamp"}, {"add": "o", "message": "offset"}],
+            True,
+            marks=NEEDS_REWRITES,
+        ),
+        pytest.param([{"cast": "id", "to": "string"}], True, marks=NEEDS_REWRITES),
     ],
 )
 def test_which_transforms_the_kernel_stages(tmp_path, transforms, native):
