@@ -14,7 +14,7 @@ Avro's JSON encoding does.
 
 **The native kernel** (``kernel/src/json.rs``) does the same for a topic without transforms or
 destinations, or whose transforms only rename, drop and add constant fields
-(:func:`kernel_transforms`):
+(formats/kernel_transforms.py):
 :class:`JsonKernelStaging`, this stager's ``native_driver``, gives it the declared schema
 once, and it parses, checks and encodes each value in Rust. Every message it
 is not certain about — every one the Python path would dead-letter among them — comes back
@@ -28,19 +28,17 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from fastavro import parse_schema, schemaless_writer
+from fastavro import parse_schema
 from fastavro.validation import ValidationError, validate
 
 from kbqe_dagster.core.errors import BadInputError, JsonDecodeError, JsonSchemaMismatchError
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
-from kbqe_dagster.core.transforms.specs import AddField, CastField, DropFields, RenameField
+from kbqe_dagster.formats.kernel_transforms import kernel_transforms
 from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
@@ -79,125 +77,6 @@ class JsonRangeStager(TransformingStager):
     @staticmethod
     def framed_schema_id(value: bytes | None) -> int | None:
         return None  # JSON values carry no schema id
-
-
-@dataclass(frozen=True)
-class KernelTransforms:
-    """What the kernel does for a topic's transforms (:func:`kernel_transforms`): the declared
-    fields it leaves out of every body, and the constants it appends after it (renames and
-    casts change no bytes)."""
-
-    drops: tuple[str, ...] = ()
-    constants: tuple[tuple[str, Any], ...] = ()
-    """``(field, value)`` of each ``add`` of a constant, in order."""
-    digits: tuple[str, ...] = ()
-    """Int or long fields ``cast`` to string: written as their decimal digits."""
-
-    def constants_encoding(self, output_schema: Mapping[str, Any]) -> bytes:
-        """The constants' Avro encoding under their types in the derived ``output_schema``
-        (its last fields, in order): what fastavro writes after the other fields."""
-        types = {f["name"]: f["type"] for f in output_schema["fields"]}
-        fields = [{"name": name, "type": types[name]} for name, _ in self.constants]
-        record = {"type": "record", "name": "KbqeConstants", "fields": fields}
-        body = BytesIO()
-        schemaless_writer(body, parse_schema(record, _write_hint=False), dict(self.constants))
-        return body.getvalue()
-
-
-def kernel_kinds(transforms: Any) -> bool:
-    """Whether every one of ``transforms`` is of a kind the kernel can do (a rename, a drop,
-    an ``add`` of a constant): what :func:`kernel_transforms` then checks against a schema."""
-    return all(
-        isinstance(spec, (RenameField, DropFields, CastField))
-        or (isinstance(spec, AddField) and spec.header is None and spec.message is None)
-        for spec in transforms
-    )
-
-
-def kernel_transforms(
-    transforms: Any, schema: Mapping[str, Any], wanted: Any
-) -> KernelTransforms | None:
-    """What the kernel does to stage a topic with ``transforms`` exactly, or None when it
-    cannot (the Python path's). It can when they only rename and drop top-level fields and
-    add constants: a rename keeps the field's position and type, a drop removes the field's
-    encoding, an added field comes last, so the record's Avro bytes are the declared schema's
-    without the dropped fields' and with the constants' after them; only the files' schema
-    and id (the derived schema's) differ. Not when routing or event time reads a renamed,
-    dropped or added name (they read the transformed record), when a renamed field has a
-    default other than null (a value without the field is encoded with its default as
-    declared, but as null once renamed: ``record.pop(old, None)``), or when a rename or a drop
-    names a renamed or added field (a chain). A ``cast`` too when it changes no bytes
-    (:func:`cast_keeps_bytes`: to the field's own type, or an ``int`` to ``long``) or casts an
-    int or long to a string (:func:`cast_to_digits`), not after another cast of the field."""
-    declared = {f.get("name"): f for f in schema.get("fields") or ()}
-    read = {path.split(".")[0] for path in wanted}
-    present = set(declared)  # declared names not yet renamed or dropped
-    dropped: list[str] = []
-    constants: list[tuple[str, Any]] = []
-    cast: set[str] = set()
-    digits: list[str] = []
-    for spec in transforms:
-        if isinstance(spec, RenameField):
-            field = declared.get(spec.rename)
-            if spec.rename not in present or field is None or field.get("default") is not None:
-                return None
-            if spec.rename in read or spec.to in read:
-                return None
-            present.discard(spec.rename)
-        elif isinstance(spec, DropFields):
-            if any(name not in present or name in read for name in spec.drop):
-                return None
-            present.difference_update(spec.drop)
-            dropped += spec.drop
-        elif isinstance(spec, CastField):
-            field = declared.get(spec.cast)
-            if spec.cast not in present or field is None or spec.cast in read:
-                return None
-            if spec.cast in cast:
-                return None  # a chain: the second reads the first's value
-            cast.add(spec.cast)
-            if cast_to_digits(field, spec.to.value):
-                digits.append(spec.cast)
-            elif not cast_keeps_bytes(field, spec.to.value):
-                return None
-        elif isinstance(spec, AddField) and spec.header is None and spec.message is None:
-            if spec.add in read:
-                return None
-            constants.append((spec.add, spec.value))
-        else:
-            return None
-    return KernelTransforms(tuple(dropped), tuple(constants), tuple(digits))
-
-
-def cast_keeps_bytes(field: Mapping[str, Any], to: str) -> bool:
-    """Whether ``{cast: field, to: to}`` leaves every record's bytes as declared. The step
-    (core/transforms/kinds.py ``_cast``) types the field ``to`` (``["null", to]`` when it may
-    be null) and converts each non-null value; a value that is the same (``to`` is its own
-    type: the identity) or encodes the same (an ``int`` as a ``long``: both zig-zag varints,
-    and every int is a long) gives the same bytes only when the derived type has the declared
-    union layout (``["long", "null"]`` becomes ``["null", "long"]``: another branch index).
-    Not a field with a default other than null: absent, it is encoded with its default as
-    declared, but the step fails it (``is missing from the record``)."""
-    if field.get("default") is not None:
-        return False
-    declared = field.get("type")
-    if isinstance(declared, list):
-        widened: Any = ["long" if t == "int" else t for t in declared]
-    else:
-        widened = "long" if declared == "int" else declared
-    return widened == to or widened == ["null", to]
-
-
-def cast_to_digits(field: Mapping[str, Any], to: str) -> bool:
-    """Whether ``{cast: field, to: to}`` turns an int or long (``["null", T]`` too: the derived
-    ``["null", "string"]`` keeps its branch indexes) into the string ``str(value)``, which the
-    kernel writes as the digits of the value it checked as declared. A JSON integer that fits
-    the type is a Python int (fastavro's validator takes no bool or float for it), so ``str``
-    is its digits. Not a field with a default other than null (see :func:`cast_keeps_bytes`)."""
-    if to != "string" or field.get("default") is not None:
-        return False
-    declared = field.get("type")
-    return declared in ("int", "long", ["null", "int"], ["null", "long"])
 
 
 def _decode(value: bytes) -> dict[str, Any]:

@@ -41,7 +41,11 @@ from kbqe_dagster.core.transforms.specs import (
     DropFields,
     RenameField,
 )
-from kbqe_dagster.formats.json_stage import cast_keeps_bytes, cast_to_digits, kernel_transforms
+from kbqe_dagster.formats.kernel_transforms import (
+    cast_keeps_bytes,
+    cast_to_digits,
+    kernel_transforms,
+)
 from kbqe_dagster.staging import native_kernel
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import DATASETS, TABLES, iso_text, random_pipeline
