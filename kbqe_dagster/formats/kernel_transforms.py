@@ -54,7 +54,7 @@ def kernel_kinds(transforms: Any) -> bool:
 
 
 def kernel_transforms(
-    transforms: Any, schema: Mapping[str, Any], wanted: Any
+    transforms: Any, schema: Mapping[str, Any], wanted: Any, *, complete: bool = False
 ) -> KernelTransforms | None:
     """What the kernel does to stage a topic with ``transforms`` exactly, or None when it
     cannot (the Python path's). It can when they only rename and drop top-level fields and
@@ -67,8 +67,13 @@ def kernel_transforms(
     declared, but as null once renamed: ``record.pop(old, None)``), or when a rename or a drop
     names a renamed or added field (a chain). A ``cast`` too when it changes no bytes
     (:func:`cast_keeps_bytes`: to the field's own type, or an ``int`` to ``long``) or casts an
-    int or long to a string (:func:`cast_to_digits`), not after another cast of the field."""
-    declared = {f.get("name"): f for f in schema.get("fields") or ()}
+    int or long to a string (:func:`cast_to_digits`), not after another cast of the field.
+
+    ``complete``: every record carries every declared field (a decoded Avro body does), so a
+    field's default is never used and the rules about defaults do not apply."""
+    declared = {
+        f.get("name"): _no_default(f) if complete else f for f in schema.get("fields") or ()
+    }
     read = {path.split(".")[0] for path in wanted}
     present = set(declared)  # declared names not yet renamed or dropped
     dropped: list[str] = []
@@ -137,3 +142,7 @@ def cast_to_digits(field: Mapping[str, Any], to: str) -> bool:
         return False
     declared = field.get("type")
     return declared in ("int", "long", ["null", "int"], ["null", "long"])
+
+
+def _no_default(field: Mapping[str, Any]) -> Mapping[str, Any]:
+    return {key: value for key, value in field.items() if key != "default"}

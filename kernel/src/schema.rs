@@ -58,6 +58,10 @@ pub struct Schema {
     pub nodes: Vec<Kind>,
     pub top: NodeId,
     min_sizes: Vec<usize>,
+    /// A `decimal` (bytes or fixed) is among the types: fastavro reads it as a `Decimal` and
+    /// writes it back by its own rules (precision checks, a sign-extended width), so a
+    /// transformed schema's canonical walk (avro_transform.rs) does not take it.
+    pub decimals: bool,
 }
 
 impl Schema {
@@ -65,9 +69,9 @@ impl Schema {
     /// that the kernel does not check makes the schema unsupported.
     pub fn compile(text: &str, logical_readers: &[String]) -> Result<Schema, Unsupported> {
         let json: Json = serde_json::from_str(text).map_err(|e| Unsupported(format!("schema JSON: {e}")))?;
-        let mut c = Compiler { nodes: Vec::new(), named: HashMap::new(), logical_readers };
+        let mut c = Compiler { nodes: Vec::new(), named: HashMap::new(), logical_readers, decimals: false };
         let top = c.node(&json)?;
-        let Compiler { mut nodes, named, .. } = c;
+        let Compiler { mut nodes, named, decimals, .. } = c;
         // Uses of a name met before its definition point at the named node itself.
         let mut target = Vec::with_capacity(nodes.len());
         for (i, node) in nodes.iter().enumerate() {
@@ -88,7 +92,7 @@ impl Schema {
         if !matches!(nodes[top], Kind::Record { .. }) {
             return Err(Unsupported("the writer schema is not a record".into()));
         }
-        let mut schema = Schema { nodes, top, min_sizes: Vec::new() };
+        let mut schema = Schema { nodes, top, min_sizes: Vec::new(), decimals };
         schema.min_sizes = (0..schema.nodes.len()).map(|i| schema.min_size(i, &mut Vec::new())).collect();
         Ok(schema)
     }
@@ -124,6 +128,7 @@ struct Compiler<'a> {
     nodes: Vec<Kind>,
     named: HashMap<String, NodeId>,
     logical_readers: &'a [String],
+    decimals: bool,
 }
 
 const PRIMITIVES: [&str; 8] = ["null", "boolean", "int", "long", "float", "double", "bytes", "string"];
@@ -235,7 +240,7 @@ impl<'a> Compiler<'a> {
     }
 
     /// The logical type of a primitive or fixed node, as fastavro keys it (`int-date`).
-    fn logical(&self, base: &str, logical: &str) -> Result<Logical, Unsupported> {
+    fn logical(&mut self, base: &str, logical: &str) -> Result<Logical, Unsupported> {
         let key = format!("{base}-{logical}");
         let known = match key.as_str() {
             "int-date" => Logical::Date,
@@ -245,7 +250,10 @@ impl<'a> Compiler<'a> {
             "int-time-millis" => Logical::TimeMillis,
             "long-time-micros" => Logical::TimeMicros,
             // Converted by fastavro but accepting every value of the base type.
-            "bytes-decimal" | "fixed-decimal" => Logical::None,
+            "bytes-decimal" | "fixed-decimal" => {
+                self.decimals = true;
+                Logical::None
+            }
             _ if self.logical_readers.iter().any(|k| *k == key) => {
                 return Err(Unsupported(format!("logical type {key}")));
             }

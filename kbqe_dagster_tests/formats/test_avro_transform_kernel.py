@@ -1,0 +1,229 @@
+"""Confluent Avro with ``transforms`` on the native kernel stages exactly what the Python path
+stages (formats/transform_stage.py, the reference: fastavro decode → transforms → encode).
+
+The kernel copies the body's bytes reshaped (formats/avro_transform_kernel.py), so it may only
+take a body whose fastavro round trip is the identity: each canonical-form rule below is pinned
+by a body that breaks it, staged both ways (identical commits) and handed back by the kernel,
+next to the same record written canonically, which the kernel stages itself. The seeded
+differential fuzz (``avro_transform_fuzz``) draws random schemas, encodings (non-canonical ones
+among them) and transforms; ``--kernel-fuzz-cases 1000000`` runs a million messages.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from typing import Any
+
+import fastavro
+import pytest
+
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.transforms.specs import AddField, CastField, CastType, DropFields
+from kbqe_dagster.formats.kernel_transforms import KernelTransforms, kernel_transforms
+from kbqe_dagster.formats.transform_stage import TransformRangeStager
+from kbqe_dagster.stagers import stager_for
+from kbqe_dagster_tests.formats.avro_transform_fuzz import scenario, zigzag
+from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
+
+kernel = pytest.importorskip(
+    "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"
+)
+if not hasattr(kernel.StageKernel, "add_transformed_schema"):
+    pytest.skip(
+        "the installed kernel predates Avro transforms (make install)", allow_module_level=True
+    )
+
+TOPIC = "avro.tx"
+SCHEMA_ID = 5
+
+
+def pipeline(field_type: Any, transforms: list[dict] | None = None, **topic: Any):
+    """One topic routed statically, event time from ``at``; a field ``f`` of ``field_type``
+    next to ``n`` (a long, dropped by default) and ``s`` (a string, cast to itself)."""
+    return parse_pipeline_config({
+        "version": 1,
+        "topics": [{
+            "name": TOPIC,
+            "event_time": {"fields": ["at"], "epoch_unit": "ms"},
+            "routing": {"mode": "static", "dataset": "acme", "table": "events"},
+            "transforms": transforms if transforms is not None else [
+                {"drop": ["n"]}, {"rename": "s", "to": "text"},
+                {"add": "source", "value": "kafka"},
+            ],
+            **topic,
+        }],
+        "allowed_destinations": ["acme.*"],
+    }, source="test")  # fmt: skip
+
+
+def schema(field_type: Any) -> dict:
+    return {
+        "type": "record", "name": "Event", "namespace": "test",
+        "fields": [
+            {"name": "at", "type": "long"},
+            {"name": "n", "type": "long"},
+            {"name": "f", "type": field_type},
+            {"name": "s", "type": "string"},
+        ],
+    }  # fmt: skip
+
+
+def framed(body: bytes) -> bytes:
+    return b"\x00" + SCHEMA_ID.to_bytes(4, "big") + body
+
+
+def head() -> bytes:
+    """``at`` and ``n`` of every test record."""
+    return zigzag(1_726_238_205_123) + zigzag(300)
+
+
+def canonical(field_type: Any, value: Any) -> bytes:
+    out = io.BytesIO()
+    record = {"at": 1_726_238_205_123, "n": 300, "f": value, "s": "x"}
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema(field_type)), record)
+    return out.getvalue()
+
+
+def staged_both_ways(tmp_path, field_type: Any, bodies: list[bytes], transforms=None):
+    messages = [Msg(TOPIC, 0, i, framed(body)) for i, body in enumerate(bodies)]
+    config = pipeline(field_type, transforms)
+    schemas = {SCHEMA_ID: schema(field_type)}
+    python = stage(tmp_path, config, TOPIC, schemas, messages, native=False)
+    native = stage(tmp_path, config, TOPIC, schemas, messages, native=True)
+    assert_same(python, native)
+    return python, native
+
+
+S = zigzag(1) + b"x"  # the string "x" of field s
+
+# (name, field type, a canonical value, a body of the same schema fastavro re-encodes otherwise)
+NON_CANONICAL = [
+    ("over-long varint", "long", 5, head() + b"\x8a\x00" + S),
+    ("over-long string length", "string", "ab", head() + b"\x84\x00ab" + S),
+    ("over-long union index", ["null", "long"], 5, head() + b"\x82\x00\x0a" + S),
+    ("array in two blocks", {"type": "array", "items": "int"}, [1, 2],
+     head() + b"\x02\x02\x02\x04\x00" + S),
+    ("array block with a byte size", {"type": "array", "items": "int"}, [1],
+     head() + b"\x01\x02\x02\x00" + S),
+    ("map in two blocks", {"type": "map", "values": "int"}, {"a": 1, "b": 2},
+     head() + b"\x02\x02a\x02\x02\x02b\x04\x00" + S),
+    ("map with a duplicate key", {"type": "map", "values": "int"}, {"a": 2},
+     head() + b"\x04\x02a\x02\x02a\x04\x00" + S),
+    ("upper-case uuid", {"type": "string", "logicalType": "uuid"},
+     "abcdef01-2345-6789-abcd-ef0123456789",
+     head() + zigzag(36) + b"ABCDEF01-2345-6789-abcd-ef0123456789" + S),
+    ("float32 signalling NaN", "float", 1.5, head() + struct.pack("<I", 0x7FA00000) + S),
+    ("negative time-millis", {"type": "int", "logicalType": "time-millis"}, None,
+     head() + zigzag(-1000) + S),
+    ("negative time-micros", {"type": "long", "logicalType": "time-micros"}, None,
+     head() + zigzag(-1) + S),
+    # (fastavro writes 7 as the int branch; the kernel takes no non-null branch of such a union)
+    ("non-null branch of a union of two", ["null", "int", "long"], None,
+     head() + b"\x04\x0e" + S),
+    ("float branch where the writer prefers double", ["null", "float", "double"], None,
+     head() + b"\x02" + struct.pack("<f", 0.5) + S),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("field_type,value,body", [c[1:] for c in NON_CANONICAL],
+                         ids=[c[0] for c in NON_CANONICAL])  # fmt: skip
+def test_an_encoding_fastavro_rewrites_is_handed_back(tmp_path, field_type, value, body):
+    """The Python path writes what fastavro re-encodes; the kernel hands such a body back
+    (identical commits), while the canonical body of a value of the same type it stages."""
+    bodies = [body] if value is None else [canonical(field_type, value), body]
+    python, native = staged_both_ways(tmp_path, field_type, bodies)
+    assert python.result is not None and python.result.records == len(bodies)
+    assert native.kernel_messages == len(bodies) - 1
+    assert native.handbacks == {"transform_uncertain": 1}
+
+
+CANONICAL = [
+    ("long", -(2**63)),
+    ("int", 2**31 - 1),
+    ("boolean", True),
+    ("bytes", b"\x00\xff"),
+    ("string", "Zürich 🎉"),
+    ({"type": "fixed", "name": "F", "size": 3}, b"abc"),
+    ({"type": "enum", "name": "E", "symbols": ["a", "b"]}, "b"),
+    ({"type": "array", "items": "string"}, ["a", "b", "c"]),
+    ({"type": "array", "items": "string"}, []),
+    ({"type": "map", "values": "long"}, {"b": 1, "a": 2}),
+    ({"type": "string", "logicalType": "uuid"}, "0b7e1c52-6a5d-4a6e-9f1e-3d2c1b0a9f8e"),
+    ({"type": "int", "logicalType": "time-millis"}, 86_399_999),
+    ({"type": "long", "logicalType": "time-micros"}, 0),
+    ({"type": "int", "logicalType": "date"}, -719_162),
+    ({"type": "long", "logicalType": "timestamp-micros"}, 253_402_300_799_999_999),
+    ({"type": "long", "logicalType": "local-timestamp-millis"}, -62_135_596_800_000),
+    ("float", float("nan")),
+    ("double", float("-inf")),
+    (["null", "string"], None),
+    (["string", "null"], "x"),
+    (["null", "int", "long"], None),
+    ({"type": "record", "name": "In", "fields": [{"name": "x", "type": ["null", "In"]}]},
+     {"x": {"x": None}}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("field_type,value", CANONICAL, ids=[repr(c[0])[:40] for c in CANONICAL])
+def test_a_canonical_body_is_staged_by_the_kernel(tmp_path, field_type, value):
+    python, native = staged_both_ways(tmp_path, field_type, [canonical(field_type, value)])
+    assert python.result is not None and python.result.records == 1
+    assert native.kernel_messages == 1
+
+
+def test_a_decimal_keeps_its_schema_on_the_python_path(tmp_path):
+    """fastavro re-encodes a decimal by its own rules (a sign-extended width, precision
+    checks): the kernel refuses such a schema, whose messages the Python path stages."""
+    decimal = {"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 2}
+    body = head() + zigzag(2) + b"\xff\x80" + S  # -1.28, not fastavro's shortest form
+    python, native = staged_both_ways(tmp_path, decimal, [body])
+    assert python.result is not None and python.result.records == 1
+    assert native.kernel_messages == 0
+
+
+def test_casts_to_digits_and_the_nullable_ones(tmp_path):
+    transforms = [{"cast": "n", "to": "string"}, {"cast": "f", "to": "string"}]
+    bodies = [canonical(["null", "long"], v) for v in (None, 0, -1, 2**63 - 1, -(2**63))]
+    python, native = staged_both_ways(tmp_path, ["null", "long"], bodies, transforms)
+    assert python.result is not None and python.result.records == 5
+    assert native.kernel_messages == 5
+
+
+def test_malformed_bodies_are_the_python_paths_dead_letters(tmp_path):
+    good = canonical("long", 5)
+    bodies = [good[:-1], good + b"\x00", head() + b"\x80" * 11 + S, good]
+    python, native = staged_both_ways(tmp_path, "long", bodies)
+    assert python.result is not None and python.result.dead_letters == {"body_decode_error": 3}
+    assert native.kernel_messages == 1
+
+
+def test_routing_or_event_time_reading_a_transformed_name_stays_on_the_python_path():
+    """``kernel_transforms`` refuses them (the Python path reads the transformed record); for
+    Avro (``complete``: every field is decoded) a field's default does not matter."""
+    declared = schema("long")
+    declared["fields"][1]["default"] = 7
+    assert kernel_transforms([DropFields(("at",))], declared, ["at"], complete=True) is None
+    assert kernel_transforms([DropFields(("n",))], declared, ["at"], complete=True) == (
+        KernelTransforms(("n",))
+    )
+    cast = [CastField("n", CastType.STRING), AddField("k", value=1)]
+    assert kernel_transforms(cast, declared, ["at"]) is None  # JSON: n may be absent
+    assert kernel_transforms(cast, declared, ["at"], complete=True) == KernelTransforms(
+        (), (("k", 1),), ("n",)
+    )
+
+
+def test_only_topics_without_destinations_and_with_kernel_kinds_take_the_kernel():
+    assert stager_for(pipeline("long").topics[0]) is TransformRangeStager
+    assert TransformRangeStager.native_driver.KERNEL_METHOD == "add_transformed_schema"
+
+
+def test_differential_fuzz(tmp_path_factory, pytestconfig):
+    """Seeded random schemas, encodings (non-canonical ones among them) and kernel-able
+    transforms, 400 messages each: identical commits on both paths."""
+    tally = differential_fuzz(
+        "avrotx", "fuzz.events", scenario, pytestconfig, tmp_path_factory,
+        schemas_of=lambda case: case.schemas,
+    )  # fmt: skip
+    assert tally.share > 0.4, "the kernel staged too few records to prove anything"
