@@ -9,7 +9,6 @@
 //! Python's output exactly when fastavro's decode → encode round trip gives the body back
 //! byte for byte, so the walk runs in canonical mode (body.rs, `Cursor::canonical`): every
 //! encoding fastavro would write differently is handed back, and the Python path stages it.
-//! A schema with a `decimal` is refused whole (`Schema::decimals`).
 
 use crate::body::{Cursor, Plan, Stop, Value, Walker, R};
 use crate::json::as_digits;
@@ -28,14 +27,11 @@ pub struct Transform {
 
 impl Transform {
     /// The transform of `schema` (walked with `plan`) that drops the top-level fields `drops`,
-    /// writes `digits` as strings and appends `constants`. Err for a schema with a decimal, a
+    /// writes `digits` as strings and appends `constants`. Err for a
     /// name that is not a top-level field (of an int, long or `["null", int|long]` for
     /// `digits`), or one routing or event time reads.
     pub fn compile(schema: &Schema, plan: &Plan, drops: &[String], digits: &[String], constants: &[u8])
                    -> Result<Transform, Unsupported> {
-        if schema.decimals {
-            return Err(Unsupported("a decimal: fastavro re-encodes it by its own rules".into()));
-        }
         let (Kind::Record { fields, .. }, Plan::Record(plans)) = (&schema.nodes[schema.top], plan) else {
             return Err(Unsupported("not a record".into()));
         };

@@ -181,7 +181,8 @@ pub struct Cursor<'a> {
     /// encoding fastavro's decode → encode round trip would not give back byte for byte
     /// (the Python path re-encodes those records, the kernel copies their bytes). See
     /// [`Cursor::canonical`]'s uses: over-long varints, sized or split array/map blocks,
-    /// duplicate map keys, upper-case uuids, signalling float NaNs, negative times, and a
+    /// duplicate map keys, upper-case uuids, signalling float NaNs, negative times, decimals
+    /// fastavro rounds or writes in another width, and a
     /// non-null branch of a union with more than one (fastavro's writer picks the branch
     /// from the Python value).
     pub canonical: bool,
@@ -405,10 +406,24 @@ impl<'s> Walker<'s> {
                 Ok(())
             }
             Kind::Double => c.take(8).map(drop),
-            Kind::Fixed(n) => c.take(*n as u64).map(drop),
+            Kind::Fixed(n) => {
+                let (s, e) = c.take(*n as u64)?;
+                if c.canonical {
+                    if let Some(precision) = self.schema.decimals.get(&id) {
+                        canonical_decimal(&c.buf[s..e], *precision, false)?;
+                    }
+                }
+                Ok(())
+            }
             Kind::Bytes => {
                 let n = c.length()?;
-                c.take(n).map(drop)
+                let (s, e) = c.take(n)?;
+                if c.canonical {
+                    if let Some(precision) = self.schema.decimals.get(&id) {
+                        canonical_decimal(&c.buf[s..e], *precision, true)?;
+                    }
+                }
+                Ok(())
             }
             Kind::String(logical) => {
                 let (s, e) = c.string()?;
@@ -532,6 +547,41 @@ fn check(logical: Logical, v: i64) -> R<()> {
 #[inline]
 fn check_canonical(logical: Logical, v: i64, c: &Cursor) -> R<()> {
     if c.canonical && v < 0 && matches!(logical, Logical::TimeMillis | Logical::TimeMicros) {
+        return Err(Stop);
+    }
+    Ok(())
+}
+
+/// A decimal's unscaled two's complement `raw` that fastavro writes back as it is: it reads
+/// the value rounded to `precision` significant digits (the same value when its digits
+/// without trailing zeros are that many) and writes a `bytes` decimal in
+/// `(bit_length(|n|) + 8) / 8` bytes (not always the shortest: -128 takes two), a `fixed` one
+/// sign-extended to its size (every value of the size). Checked against fastavro 1.13 for every
+/// value of up to two bytes and several precisions and scales. Longer than 16 bytes: not
+/// certain, handed back.
+fn canonical_decimal(raw: &[u8], precision: u64, bytes: bool) -> R<()> {
+    if raw.len() > 16 {
+        return Err(Stop);
+    }
+    let mut v: i128 = if raw.first().is_some_and(|b| b & 0x80 != 0) { -1 } else { 0 };
+    for b in raw {
+        v = (v << 8) | *b as i128;
+    }
+    let mut m = v.unsigned_abs();
+    if bytes && raw.len() as u32 != (128 - m.leading_zeros() + 8) / 8 {
+        return Err(Stop);
+    }
+    if m != 0 {
+        while m % 10 == 0 {
+            m /= 10;
+        }
+    }
+    let mut digits = 1u64;
+    while m >= 10 {
+        m /= 10;
+        digits += 1;
+    }
+    if digits > precision {
         return Err(Stop);
     }
     Ok(())

@@ -58,10 +58,10 @@ pub struct Schema {
     pub nodes: Vec<Kind>,
     pub top: NodeId,
     min_sizes: Vec<usize>,
-    /// A `decimal` (bytes or fixed) is among the types: fastavro reads it as a `Decimal` and
-    /// writes it back by its own rules (precision checks, a sign-extended width), so a
-    /// transformed schema's canonical walk (avro_transform.rs) does not take it.
-    pub decimals: bool,
+    /// The `decimal` nodes (bytes or fixed) and their precision: fastavro reads one as a
+    /// `Decimal` rounded to that precision and writes it back by its own rules, which a
+    /// transformed schema's canonical walk checks (body.rs, `canonical_decimal`).
+    pub decimals: HashMap<NodeId, u64>,
 }
 
 impl Schema {
@@ -69,7 +69,7 @@ impl Schema {
     /// that the kernel does not check makes the schema unsupported.
     pub fn compile(text: &str, logical_readers: &[String]) -> Result<Schema, Unsupported> {
         let json: Json = serde_json::from_str(text).map_err(|e| Unsupported(format!("schema JSON: {e}")))?;
-        let mut c = Compiler { nodes: Vec::new(), named: HashMap::new(), logical_readers, decimals: false };
+        let mut c = Compiler { nodes: Vec::new(), named: HashMap::new(), logical_readers, decimals: HashMap::new() };
         let top = c.node(&json)?;
         let Compiler { mut nodes, named, decimals, .. } = c;
         // Uses of a name met before its definition point at the named node itself.
@@ -128,7 +128,7 @@ struct Compiler<'a> {
     nodes: Vec<Kind>,
     named: HashMap<String, NodeId>,
     logical_readers: &'a [String],
-    decimals: bool,
+    decimals: HashMap<NodeId, u64>,
 }
 
 const PRIMITIVES: [&str; 8] = ["null", "boolean", "int", "long", "float", "double", "bytes", "string"];
@@ -163,6 +163,8 @@ impl<'a> Compiler<'a> {
                     Some(Json::String(l)) => self.logical(t, l)?,
                     _ => Logical::None,
                 };
+                let decimal = matches!(map.get("logicalType"), Some(Json::String(l)) if l == "decimal")
+                    && (t == "bytes" || t == "fixed");
                 match t {
                     "record" | "error" | "request" => {
                         let name = full_name(map)?;
@@ -196,6 +198,9 @@ impl<'a> Compiler<'a> {
                             .ok_or_else(|| Unsupported("a fixed without a size".into()))? as usize;
                         let id = self.push(Kind::Fixed(size));
                         self.named.insert(full_name(map)?, id);
+                        if decimal {
+                            self.decimal(id, map)?;
+                        }
                         Ok(id)
                     }
                     "array" => {
@@ -210,7 +215,13 @@ impl<'a> Compiler<'a> {
                         self.nodes[id] = Kind::Map(values);
                         Ok(id)
                     }
-                    other => self.named_or_primitive(other, logical),
+                    other => {
+                        let id = self.named_or_primitive(other, logical)?;
+                        if decimal {
+                            self.decimal(id, map)?;
+                        }
+                        Ok(id)
+                    }
                 }
             }
             _ => Err(Unsupported("a schema node that is not a string, list or object".into())),
@@ -239,8 +250,16 @@ impl<'a> Compiler<'a> {
         Ok(self.push(kind))
     }
 
+    /// Node `id` is a decimal of the precision `map` declares.
+    fn decimal(&mut self, id: NodeId, map: &serde_json::Map<String, Json>) -> Result<(), Unsupported> {
+        let precision = map.get("precision").and_then(Json::as_u64)
+            .ok_or_else(|| Unsupported("a decimal without a precision".into()))?;
+        self.decimals.insert(id, precision);
+        Ok(())
+    }
+
     /// The logical type of a primitive or fixed node, as fastavro keys it (`int-date`).
-    fn logical(&mut self, base: &str, logical: &str) -> Result<Logical, Unsupported> {
+    fn logical(&self, base: &str, logical: &str) -> Result<Logical, Unsupported> {
         let key = format!("{base}-{logical}");
         let known = match key.as_str() {
             "int-date" => Logical::Date,
@@ -250,10 +269,7 @@ impl<'a> Compiler<'a> {
             "int-time-millis" => Logical::TimeMillis,
             "long-time-micros" => Logical::TimeMicros,
             // Converted by fastavro but accepting every value of the base type.
-            "bytes-decimal" | "fixed-decimal" => {
-                self.decimals = true;
-                Logical::None
-            }
+            "bytes-decimal" | "fixed-decimal" => Logical::None, // (its precision: `decimal`)
             _ if self.logical_readers.iter().any(|k| *k == key) => {
                 return Err(Unsupported(format!("logical type {key}")));
             }
