@@ -2,7 +2,8 @@
 
 Runs ``bench_stage.py`` once per format over the same 16-field row — framed Avro (the native
 kernel and the Python path), Debezium envelopes into a keyed topic, schemaless JSON, framed
-JSON under a registry JSON Schema, framed Protobuf, and the Avro backlog archived undecoded
+JSON under a registry JSON Schema, framed Protobuf, framed Avro with the transforms the kernel
+does (``--transforms``), and the Avro backlog archived undecoded
 (``format: raw``, key and headers kept) — each in its own process, at the same N, without the
 per-step breakdown, then prints msg/s and CPU µs per message per format, target and stage path
 (the native kernel and the Python path, when the kernel is built), the raw consume rate of
@@ -29,6 +30,7 @@ FORMATS = {  # format → bench_stage.py flags
     "json_schema": ["--json-schema-values"],
     "protobuf": ["--protobuf-values"],
     "raw": ["--raw-values"],  # the avro backlog's bytes, archived undecoded (format: raw)
+    "avro_transforms": ["--transforms"],  # Avro with the transforms the kernel does
 }
 
 

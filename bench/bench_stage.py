@@ -29,6 +29,7 @@ had to start are stopped; services that were running are left alone.
     .venv/bin/python bench/bench_stage.py --protobuf-values   # framed Protobuf (format: protobuf)
     .venv/bin/python bench/bench_stage.py --raw-values   # the Avro backlog archived undecoded (format: raw)
     .venv/bin/python bench/bench_stage.py --hour-tables   # the same, into HOUR-partitioned tables
+    .venv/bin/python bench/bench_stage.py --transforms   # Avro with transforms the kernel does
 
 Each stage run at N runs twice when the native stage kernel is built: with the kernel and on
 the Python path (``StageContext.native_kernel``), so one report has ``ratios.ratio_kernel``
@@ -157,6 +158,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "hour}}): the records carry the event hour column (not with --debezium: keyed "
         "tables stay DAY)",
     )
+    parser.add_argument(
+        "--transforms",
+        action="store_true",
+        help="the Avro topic with the transforms the native kernel does (a rename, a drop of "
+        "two fields, a long cast to string, a constant: TRANSFORMS; writes "
+        "bench/results/stage_transforms.json unless --json)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the topics and staged files")
     parser.add_argument(
@@ -172,6 +180,16 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.2f}] {text}", flush=True)
 
 
+TRANSFORMS = [
+    {"rename": "sessionId", "to": "session"},
+    {"drop": ["ip", "isTest"]},
+    {"cast": "userId", "to": "string"},
+    {"add": "pipeline", "value": "bench"},
+]
+"""``--transforms``: kinds the native kernel does (formats/kernel_transforms.py), on fields
+routing and event time do not read."""
+
+
 def pipeline(
     topic: str,
     range_size: int,
@@ -181,9 +199,10 @@ def pipeline(
     protobuf_values: bool = False,
     raw_values: bool = False,
     hour_tables: bool = False,
+    transforms: bool = False,
 ):
     config = _pipeline(topic, range_size, debezium, json_values, json_schema_values,
-                       protobuf_values, raw_values)  # fmt: skip
+                       protobuf_values, raw_values, transforms)  # fmt: skip
     if not hour_tables:
         return config
     # Every table of the bench's dataset HOUR: what `tables: {sales.*: {partitioning: hour}}`
@@ -200,7 +219,11 @@ def _pipeline(
     json_schema_values: bool,
     protobuf_values: bool,
     raw_values: bool,
+    transforms: bool = False,
 ):
+    if transforms and (debezium or json_values or json_schema_values or protobuf_values
+                       or raw_values):  # fmt: skip
+        raise SystemExit("--transforms: the Avro topic's (the other formats have fuzzes of theirs)")
     if raw_values:  # the same framed Avro bytes, never decoded: one row each, key and headers
         return parse_pipeline_config({
             "version": 1,
@@ -241,7 +264,8 @@ def _pipeline(
         }, source="bench")  # fmt: skip
     return parse_pipeline_config({
         "version": 1,
-        "topics": [{"name": topic, "routing": {"mode": "fields"}, "event_time": {"fields": ["eventTime"]}}],
+        "topics": [{"name": topic, "routing": {"mode": "fields"}, "event_time": {"fields": ["eventTime"]},
+                    **({"transforms": TRANSFORMS} if transforms else {})}],
         "allowed_destinations": ["sales.*"],
         "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
     }, source="bench")  # fmt: skip
@@ -423,6 +447,7 @@ class Bench:
                 self.args.protobuf_values,
                 self.args.raw_values,
                 self.args.hour_tables,
+                self.args.transforms,
             ),
             data["topic"],
         )
@@ -583,6 +608,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.protobuf_values
             else "_raw"
             if args.raw_values
+            else "_transforms"
+            if args.transforms
             else ""
         )
         hour = "_hour" if args.hour_tables else ""
@@ -617,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
                       else "protobuf" if args.protobuf_values
                       else "raw" if args.raw_values else "avro",
             "partitioning": "hour" if args.hour_tables else "day",
+            "transforms": TRANSFORMS if args.transforms else [],
         }  # fmt: skip
         report["produce"] = data["produce"]
         report["baselines"] = bench.baselines(data)
@@ -626,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
             or args.json_schema_values
             or args.protobuf_values
             or args.raw_values
+            or args.transforms
         ):  # the breakdown times the append path's steps
             say(f"per-message steps of a stage task over {args.breakdown:,} messages")
             report["breakdown_cpu_us_per_message"] = breakdown(
