@@ -98,6 +98,14 @@ class _Speller:
                 raise ValueError("varint")
         return (z >> 1) ^ -(z & 1), at
 
+    @staticmethod
+    def take(body: bytes, at: int, n: int) -> bytes:
+        """``n`` bytes at ``at``: a corrupted length or count must not read past the end
+        (slicing would not fail, and a huge count of floats would fill memory)."""
+        if n < 0 or at + n > len(body):
+            raise ValueError("past the end")
+        return body[at : at + n]
+
     def put(self, out: bytearray, value: int) -> None:
         out += zigzag(value, self.rng.choice([1, 2]) if self.odd() else 0)
 
@@ -122,20 +130,20 @@ class _Speller:
             self.put(out, value)
             return at
         if kind == "float":
-            raw = body[at : at + 4]
+            raw = self.take(body, at, 4)
             if self.odd():
                 raw = struct.pack("<I", self.rng.choice([0x7FA00000, 0x7F800001, 0xFFC00001]))
             out += raw
             return at + 4
         if kind == "double":
-            out += body[at : at + 8]
+            out += self.take(body, at, 8)
             return at + 8
         if kind == "fixed":
-            out += body[at : at + t["size"]]
+            out += self.take(body, at, t["size"])
             return at + t["size"]
         if kind in ("string", "bytes"):
             n, at = self.long(body, at)
-            data = body[at : at + n]
+            data = self.take(body, at, n)
             if logical == "uuid" and self.odd():
                 data = data.upper()
             self.put(out, n)
@@ -162,12 +170,14 @@ class _Speller:
             if count < 0:
                 count = -count
                 _, at = self.long(body, at)
+            if count > len(body):
+                raise ValueError("count")  # more items than bytes: a corrupted count
             for _ in range(count):
                 item = bytearray()
                 if kind == "map":
                     n, at = self.long(body, at)
                     self.put(item, n)
-                    item += body[at : at + n]
+                    item += self.take(body, at, n)
                     at += n
                 at = self.value(t["items" if kind == "array" else "values"], body, at, item)
                 items.append(bytes(item))
