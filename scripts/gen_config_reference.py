@@ -140,7 +140,10 @@ a config error at `topics[i].transforms[j]` when the schema is in this file (`fo
 and otherwise, for Avro topics, fails every message of that registry schema with
 `transform_failed` (first seen when its first message is staged). Removing a field routing
 reads is always a config error. Topics with transforms are decoded and re-encoded per
-record (the Python stage path), and their files carry a schema id derived from the output
+record (the Python stage path), except where the native kernel stages them as fast as
+untransformed topics: renames, drops, constant `add`s, casts that keep the value's bytes and
+int/long casts to `string`, of fields routing and event time do not read, without
+`destinations` (docs/architecture.md). Their files carry a schema id derived from the output
 schema. Not with `keyed:`.
 
 `destinations` sends each message to several tables instead of one
