@@ -9,14 +9,15 @@ into its digits), this driver gives the kernel each registry schema with the pla
 writes the digits and appends the constants; the files' schema, id and record name are the
 derived schema's (``TransformingStager._staged_schema``). A schema the plan refuses (routing or
 event time reads a transformed name, a chain, a cast that changes bytes), or that the kernel
-refuses (a decimal), stays on the Python path, message by message.
+refuses (a wanted field of a type it does not read), stays on the Python path, message by
+message.
 
 The Python path decodes and re-encodes each record with fastavro, so the kernel's bytes are
 its bytes only when that round trip gives the body back unchanged: the kernel walks such
 bodies in canonical mode and hands back every message encoded otherwise (an over-long varint,
 split or sized array/map blocks, a duplicate map key, an upper-case uuid, a float32
-signalling NaN, a negative time, a non-null branch of a union with several): the Python path
-stages it, with its own bytes.
+signalling NaN, a negative time, a decimal fastavro rounds or writes in another width, a
+non-null branch of a union with several): the Python path stages it, with its own bytes.
 """
 
 from __future__ import annotations

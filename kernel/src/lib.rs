@@ -128,7 +128,8 @@ struct StageKernel {
     unknown_route: Option<(Vec<u8>, Vec<u8>)>,
     /// `format: json` (json.rs): every value is JSON under one declared schema, encoded here.
     json: Option<(json::Encoder, Route)>,
-    /// A change message's top-level field starts (changes.rs) and its changelog record.
+    /// A change message's top-level field starts (changes.rs) and its changelog record; a
+    /// transformed Avro record's field starts and its record (avro_transform.rs).
     field_starts: Vec<usize>,
     change_record: Vec<u8>,
     /// Keyed topics (`count_tombstones`): a null value is counted here and skipped, as
@@ -277,8 +278,9 @@ impl StageKernel {
     /// fields `drops`, write the int or long fields `digits` as strings of their digits, and
     /// get `constants` (the added constants' Avro encoding) after them; the body is walked in
     /// canonical mode, so every message whose re-encoding by fastavro could differ from its
-    /// bytes is handed back. Raises ValueError for what the kernel does not implement (a
-    /// decimal, a name that is not such a top-level field or that routing or event time reads).
+    /// bytes is handed back. Raises ValueError for what the kernel does not implement (a name
+    /// that is not such a top-level field or that routing or event time reads, a wanted field
+    /// of a type it does not read).
     #[pyo3(signature = (header, schema_json, constant_slot, drops, digits, constants))]
     fn add_transformed_schema(&mut self, header: &[u8], schema_json: &str, constant_slot: Option<usize>,
                               drops: Vec<String>, digits: Vec<String>, constants: &[u8]) -> PyResult<()> {
