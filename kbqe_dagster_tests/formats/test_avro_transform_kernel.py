@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import decimal
 import io
+import itertools
 import struct
 from typing import Any
 
@@ -273,3 +274,33 @@ def test_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig):
         schemas_of=lambda case: case.schemas,
     )  # fmt: skip
     assert tally.share > 0.4, "the kernel staged too few records to prove anything"
+
+
+PRIMITIVE_VALUES = {  # a primitive type → the encodings of values read under it
+    "boolean": [b"\x01"],
+    "int": [zigzag(5)],
+    "long": [zigzag(5), zigzag(2**40)],  # within an int's range and not
+    "float": [struct.pack("<f", 0.5)],
+    "double": [struct.pack("<d", 0.1)],
+    "string": [zigzag(1) + b"x"],
+    "bytes": [zigzag(1) + b"\x00"],
+}
+
+
+def test_unions_of_primitives_stage_exactly_the_branches_fastavro_picks_again(tmp_path):
+    """Every ordering of null and two or three primitive types, every branch's values: the
+    Python path writes each value under the branch fastavro's writer picks for the Python value
+    (the first that validates it; a float's double over float); identical commits, and the
+    kernel stages the branches that are certain (``Schema::unions``), such as each of
+    ``["null", "string", "long"]``."""
+    unions = [["null", *p] for n in (2, 3) for p in itertools.permutations(PRIMITIVE_VALUES, n)]
+    staged = 0
+    for number, union in enumerate(unions):
+        bodies = [head() + zigzag(i) + value + S for i, t in enumerate(union)
+                  for value in PRIMITIVE_VALUES.get(t, [b""])]  # fmt: skip
+        python, native = staged_both_ways(tmp_path / str(number), union, bodies)
+        assert python.result is not None and python.result.records == len(bodies), union
+        staged += native.kernel_messages
+        if union == ["null", "string", "long"]:
+            assert native.kernel_messages == len(bodies)
+    assert staged > len(unions)

@@ -182,9 +182,8 @@ pub struct Cursor<'a> {
     /// (the Python path re-encodes those records, the kernel copies their bytes). See
     /// [`Cursor::canonical`]'s uses: over-long varints, sized or split array/map blocks,
     /// duplicate map keys, upper-case uuids, signalling float NaNs, negative times, decimals
-    /// fastavro rounds or writes in another width, and a
-    /// non-null branch of a union with more than one (fastavro's writer picks the branch
-    /// from the Python value).
+    /// fastavro rounds or writes in another width, and a branch of a union fastavro's writer
+    /// might not pick again from the Python value (`Schema::unions`).
     pub canonical: bool,
 }
 
@@ -312,7 +311,7 @@ impl<'s> Walker<'s> {
             Plan::Union(plans) => {
                 let Kind::Union(branches) = &self.schema.nodes[id] else { return Err(Stop) };
                 let i = c.length()? as usize;
-                let b = self.branch(branches, i, c)?;
+                let b = self.branch(id, branches, i, c)?;
                 self.walk(b, &plans[i], c, values, depth + 1)
             }
         }
@@ -365,7 +364,7 @@ impl<'s> Walker<'s> {
             }
             Kind::Union(branches) => {
                 let i = c.length()? as usize;
-                let b = self.branch(branches, i, c)?;
+                let b = self.branch(id, branches, i, c)?;
                 return self.read(b, c, depth + 1);
             }
             _ => {
@@ -443,7 +442,7 @@ impl<'s> Walker<'s> {
             }
             Kind::Union(branches) => {
                 let i = c.length()? as usize;
-                let b = self.branch(branches, i, c)?;
+                let b = self.branch(id, branches, i, c)?;
                 self.skip(b, c, depth + 1)
             }
             Kind::Array(items) => {
@@ -485,16 +484,18 @@ impl<'s> Walker<'s> {
         }
     }
 
-    /// The branch `i` of a union; in canonical mode only one fastavro's writer is certain to
-    /// pick again for the decoded value: null (a union has at most one null branch), or the
-    /// union's only non-null branch.
+    /// The branch `i` of union `id`; in canonical mode only one fastavro's writer is certain
+    /// to pick again for the decoded value: null (a union has at most one null branch), the
+    /// union's only non-null branch, or one `Schema::unions` says is certain.
     #[inline]
-    fn branch(&self, branches: &[NodeId], i: usize, c: &Cursor) -> R<NodeId> {
+    fn branch(&self, id: NodeId, branches: &[NodeId], i: usize, c: &Cursor) -> R<NodeId> {
         let b = *branches.get(i).ok_or(Stop)?;
-        if c.canonical && !matches!(self.schema.nodes[b], Kind::Null)
-            && branches.iter().filter(|o| !matches!(self.schema.nodes[**o], Kind::Null)).count() > 1
-        {
-            return Err(Stop);
+        if c.canonical && !matches!(self.schema.nodes[b], Kind::Null) {
+            if let Some(certain) = self.schema.unions.get(&id) {
+                if !certain[i] {
+                    return Err(Stop);
+                }
+            }
         }
         Ok(b)
     }

@@ -62,6 +62,10 @@ pub struct Schema {
     /// `Decimal` rounded to that precision and writes it back by its own rules, which a
     /// transformed schema's canonical walk checks (body.rs, `canonical_decimal`).
     pub decimals: HashMap<NodeId, u64>,
+    /// Per union with more than one non-null branch: whether a value read under each branch
+    /// is one fastavro's writer certainly puts under that branch again ([`union_certainty`]).
+    /// A transformed schema's canonical walk hands back a value under any other branch.
+    pub unions: HashMap<NodeId, Vec<bool>>,
 }
 
 impl Schema {
@@ -92,7 +96,13 @@ impl Schema {
         if !matches!(nodes[top], Kind::Record { .. }) {
             return Err(Unsupported("the writer schema is not a record".into()));
         }
-        let mut schema = Schema { nodes, top, min_sizes: Vec::new(), decimals };
+        let unions = nodes.iter().enumerate()
+            .filter_map(|(id, node)| match node {
+                Kind::Union(branches) => union_certainty(&nodes, branches).map(|certain| (id, certain)),
+                _ => None,
+            })
+            .collect();
+        let mut schema = Schema { nodes, top, min_sizes: Vec::new(), decimals, unions };
         schema.min_sizes = (0..schema.nodes.len()).map(|i| schema.min_size(i, &mut Vec::new())).collect();
         Ok(schema)
     }
@@ -282,4 +292,50 @@ impl<'a> Compiler<'a> {
 fn full_name(map: &serde_json::Map<String, Json>) -> Result<String, Unsupported> {
     map.get("name").and_then(Json::as_str).map(str::to_string)
         .ok_or_else(|| Unsupported("a named type without a name".into()))
+}
+
+/// fastavro's writer (`write_union`) picks a union's branch from the Python value: the first
+/// branch whose validator takes it, except that a value a `float` branch takes goes under the
+/// first `double` after it, if any (and records by most matching fields). For a union of plain
+/// primitives that pick is known per branch from the class of value the reader makes of it
+/// (bool, int, float, str, bytes; an int is taken by `int` (within its range), `long`, `float`
+/// and `double`, a float by `float` and `double`, the others by their own type only): `true`
+/// where it is the branch itself. Any other branch (logical types, named and complex types)
+/// makes every branch uncertain. None for a union with at most one non-null branch: null, and
+/// its only other branch, are always certain.
+fn union_certainty(nodes: &[Kind], branches: &[NodeId]) -> Option<Vec<bool>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Class { Bool, Int, Float, Str, Bytes }
+    let class = |id: NodeId| match nodes[id] {
+        Kind::Boolean => Some(Class::Bool),
+        Kind::Int(Logical::None) | Kind::Long(Logical::None) => Some(Class::Int),
+        Kind::Float | Kind::Double => Some(Class::Float),
+        Kind::String(Logical::None) => Some(Class::Str),
+        Kind::Bytes => Some(Class::Bytes),
+        _ => None,
+    };
+    let null = |id: NodeId| matches!(nodes[id], Kind::Null);
+    if branches.iter().filter(|b| !null(**b)).count() <= 1 {
+        return None;
+    }
+    if branches.iter().any(|b| !null(*b) && class(*b).is_none()) {
+        return Some(vec![false; branches.len()]);
+    }
+    let takes = |id: NodeId, value: Class| match (&nodes[id], value) {
+        (Kind::Boolean, Class::Bool) | (Kind::String(_), Class::Str) | (Kind::Bytes, Class::Bytes) => true,
+        // (an int branch takes only ints within its range: a long's value may be one)
+        (Kind::Int(_) | Kind::Long(_), Class::Int) => true,
+        (Kind::Float | Kind::Double, Class::Int | Class::Float) => true,
+        _ => false,
+    };
+    Some(branches.iter().enumerate().map(|(i, b)| {
+        let Some(value) = class(*b) else { return false }; // null: certain, never asked
+        let Some(mut pick) = branches.iter().position(|o| takes(*o, value)) else { return false };
+        if matches!(nodes[branches[pick]], Kind::Float) {
+            if let Some(d) = branches[pick + 1..].iter().position(|o| matches!(nodes[*o], Kind::Double)) {
+                pick += 1 + d;
+            }
+        }
+        pick == i
+    }).collect())
 }
