@@ -17,7 +17,8 @@ its bytes only when that round trip gives the body back unchanged: the kernel wa
 bodies in canonical mode and hands back every message encoded otherwise (an over-long varint,
 split or sized array/map blocks, a duplicate map key, an upper-case uuid, a float32
 signalling NaN, a negative time, a decimal fastavro rounds or writes in another width, a
-non-null branch of a union with several): the Python path stages it, with its own bytes.
+union branch fastavro's writer would not pick for the decoded value): the Python path stages
+it, with its own bytes.
 """
 
 from __future__ import annotations
