@@ -21,10 +21,17 @@ import fastavro
 import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.transforms.specs import AddField, CastField, CastType, DropFields
+from kbqe_dagster.formats.avro_transform_kernel import AvroTransformKernelStaging
 from kbqe_dagster.formats.kernel_transforms import KernelTransforms, kernel_transforms
 from kbqe_dagster.formats.transform_stage import TransformRangeStager
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.schema_registry import RegistrySettings
+from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_for
+from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster_tests.formats.avro_transform_fuzz import scenario, zigzag
 from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
@@ -250,9 +257,35 @@ def test_routing_or_event_time_reading_a_transformed_name_stays_on_the_python_pa
     )
 
 
-def test_only_topics_without_destinations_and_with_kernel_kinds_take_the_kernel():
-    assert stager_for(pipeline("long").topics[0]) is TransformRangeStager
-    assert TransformRangeStager.native_driver.KERNEL_METHOD == "add_transformed_schema"
+@pytest.mark.parametrize(
+    "transforms,topic,kernel_driver",
+    [
+        ([{"drop": ["n"]}, {"cast": "f", "to": "string"}], {}, True),
+        ([{"drop": ["n"]}], {"destinations": [
+            {"routing": {"mode": "static", "dataset": "acme", "table": "events"}}]}, False),
+        ([{"drop": ["n"]}, {"mask": "s", "method": None}], {}, False),
+        ([{"add": "trace", "header": "trace-id"}], {}, False),
+    ],
+    ids=["kernel kinds", "destinations", "a mask", "a header"],
+)  # fmt: skip
+def test_only_topics_without_destinations_and_with_kernel_kinds_take_the_kernel(
+    tmp_path, transforms, topic, kernel_driver
+):
+    if "destinations" in topic:
+        config = parse_pipeline_config(
+            {"version": 1, "topics": [{"name": TOPIC, "transforms": transforms,
+                                       "event_time": {"fields": ["at"], "epoch_unit": "ms"},
+                                       "destinations": topic["destinations"]}],
+             "allowed_destinations": ["acme.*"]}, source="test")  # fmt: skip
+    else:
+        config = pipeline("long", transforms, **topic)
+    assert stager_for(config.topics[0]) is TransformRangeStager
+    ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
+                       StagingLocation(str(tmp_path)), config, TOPIC, native_kernel=True)  # fmt: skip
+    stager = TransformRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 1), tmp_path)
+    driver = NativeStaging.for_stager(stager)
+    assert (driver is not None) is kernel_driver
+    assert isinstance(driver, AvroTransformKernelStaging) is kernel_driver
 
 
 def test_differential_fuzz(tmp_path_factory, pytestconfig):
