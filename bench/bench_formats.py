@@ -2,7 +2,9 @@
 
 Runs ``bench_stage.py`` once per format over the same 16-field row — framed Avro (the native
 kernel and the Python path), Debezium envelopes into a keyed topic, schemaless JSON, framed
-JSON under a registry JSON Schema, framed Protobuf, and the Avro backlog archived undecoded
+JSON under a registry JSON Schema, framed Protobuf, framed Avro with the transforms the kernel
+does (``--transforms``), schemaless JSON with masks and a timestamp the kernel rewrites
+(``--json-transforms``), and the Avro backlog archived undecoded
 (``format: raw``, key and headers kept) — each in its own process, at the same N, without the
 per-step breakdown, then prints msg/s and CPU µs per message per format, target and stage path
 (the native kernel and the Python path, when the kernel is built), the raw consume rate of
@@ -10,10 +12,7 @@ that format's own topic (the fastest tuned plain consumer, ``bench_stage.py``'s 
 the stage rate's ratio to it, and writes ``bench/results/formats.json``. The per-format reports
 stay in ``bench/results/``.
 
-    .venv/bin/python bench/bench_formats.py [--messages 200000] [--transforms]
-
-``--transforms`` adds ``json_transforms``: the JSON topic with an hmac mask, a null mask and a
-numeric timestamp on every record (bench_stage.py ``BENCH_TRANSFORMS``).
+    .venv/bin/python bench/bench_formats.py [--messages 200000]
 """
 
 from __future__ import annotations
@@ -32,6 +31,9 @@ FORMATS = {  # format → bench_stage.py flags
     "json_schema": ["--json-schema-values"],
     "protobuf": ["--protobuf-values"],
     "raw": ["--raw-values"],  # the avro backlog's bytes, archived undecoded (format: raw)
+    "avro_transforms": ["--transforms"],  # Avro with the transforms the kernel does
+    # JSON with an hmac mask, a null mask and a numeric timestamp (rewritten by the kernel)
+    "json_transforms": ["--json-values", "--json-transforms"],
 }
 
 
@@ -41,21 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         "--messages", type=int, default=200_000, help="N per format (default 200,000)"
     )
     parser.add_argument("--only", nargs="*", choices=sorted(FORMATS), help="a subset of formats")
-    parser.add_argument(
-        "--transforms",
-        action="store_true",
-        help="also json_transforms: the JSON topic with a mask and a timestamp per record "
-        "(bench_stage.py --transforms)",
-    )
     args = parser.parse_args(argv)
-    formats = dict(FORMATS)
-    if args.transforms:
-        formats["json_transforms"] = ["--json-values", "--transforms"]
-    names = list(args.only or formats)
-    if args.transforms and "json_transforms" not in names:
-        names.append("json_transforms")
     rows = []
-    for name in names:
+    for name in args.only or FORMATS:
         out = BENCH / "results" / f"formats_{name}.json"
         command = [
             sys.executable,
@@ -66,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             "0",
             "--json",
             str(out),
-            *formats[name],
+            *FORMATS[name],
         ]
         print(f"--- {name}: {' '.join(command[1:])}", flush=True)
         if subprocess.run(command).returncode != 0:

@@ -25,11 +25,12 @@ had to start are stopped; services that were running are left alone.
     .venv/bin/python bench/bench_stage.py [--messages 1000000] [--scale10] [--profile]
     .venv/bin/python bench/bench_stage.py --debezium   # Debezium envelopes into a keyed topic
     .venv/bin/python bench/bench_stage.py --json-values   # schemaless JSON (format: json)
-    .venv/bin/python bench/bench_stage.py --json-values --transforms   # ... masked and converted
     .venv/bin/python bench/bench_stage.py --json-schema-values   # framed JSON (format: json_schema)
     .venv/bin/python bench/bench_stage.py --protobuf-values   # framed Protobuf (format: protobuf)
     .venv/bin/python bench/bench_stage.py --raw-values   # the Avro backlog archived undecoded (format: raw)
     .venv/bin/python bench/bench_stage.py --hour-tables   # the same, into HOUR-partitioned tables
+    .venv/bin/python bench/bench_stage.py --transforms   # Avro with transforms the kernel does
+    .venv/bin/python bench/bench_stage.py --json-values --json-transforms   # JSON masked, converted
 
 Each stage run at N runs twice when the native stage kernel is built: with the kernel and on
 the Python path (``StageContext.native_kernel``), so one report has ``ratios.ratio_kernel``
@@ -132,13 +133,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(writes bench/results/stage_json.json unless --json)",
     )
     parser.add_argument(
-        "--transforms",
-        action="store_true",
-        help="with --json-values: the topic masks and converts fields (BENCH_TRANSFORMS: an "
-        "hmac mask, a null mask, a numeric timestamp; writes "
-        "bench/results/stage_json_transforms.json unless --json)",
-    )
-    parser.add_argument(
         "--json-schema-values",
         action="store_true",
         help="the same row as Confluent-framed JSON under a registry JSON Schema "
@@ -165,6 +159,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "hour}}): the records carry the event hour column (not with --debezium: keyed "
         "tables stay DAY)",
     )
+    parser.add_argument(
+        "--json-transforms",
+        action="store_true",
+        help="with --json-values: the topic masks and converts fields (JSON_TRANSFORMS: an "
+        "hmac mask, a null mask, a numeric timestamp; writes "
+        "bench/results/stage_json_transforms.json unless --json)",
+    )
+    parser.add_argument(
+        "--transforms",
+        action="store_true",
+        help="the Avro topic with the transforms the native kernel does (a rename, a drop of "
+        "two fields, a long cast to string, a constant: TRANSFORMS; writes "
+        "bench/results/stage_transforms.json unless --json)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="keep the topics and staged files")
     parser.add_argument(
@@ -180,6 +188,16 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')} load {os.getloadavg()[0]:.2f}] {text}", flush=True)
 
 
+TRANSFORMS = [
+    {"rename": "sessionId", "to": "session"},
+    {"drop": ["ip", "isTest"]},
+    {"cast": "userId", "to": "string"},
+    {"add": "pipeline", "value": "bench"},
+]
+"""``--transforms``: kinds the native kernel does (formats/kernel_transforms.py), on fields
+routing and event time do not read."""
+
+
 def pipeline(
     topic: str,
     range_size: int,
@@ -190,9 +208,10 @@ def pipeline(
     raw_values: bool = False,
     hour_tables: bool = False,
     transforms: bool = False,
+    json_transforms: bool = False,
 ):
     config = _pipeline(topic, range_size, debezium, json_values, json_schema_values,
-                       protobuf_values, raw_values, transforms)  # fmt: skip
+                       protobuf_values, raw_values, transforms, json_transforms)  # fmt: skip
     if not hour_tables:
         return config
     # Every table of the bench's dataset HOUR: what `tables: {sales.*: {partitioning: hour}}`
@@ -210,7 +229,11 @@ def _pipeline(
     protobuf_values: bool,
     raw_values: bool,
     transforms: bool = False,
+    json_transforms: bool = False,
 ):
+    if transforms and (debezium or json_values or json_schema_values or protobuf_values
+                       or raw_values):  # fmt: skip
+        raise SystemExit("--transforms: the Avro topic's (the other formats have fuzzes of theirs)")
     if raw_values:  # the same framed Avro bytes, never decoded: one row each, key and headers
         return parse_pipeline_config({
             "version": 1,
@@ -239,7 +262,7 @@ def _pipeline(
             "version": 1,
             "topics": [{"name": topic, "format": "json", "schema": SCHEMA,
                         "routing": {"mode": "fields"}, "event_time": {"fields": ["eventTime"]},
-                        **({"transforms": BENCH_TRANSFORMS} if transforms else {})}],
+                        **({"transforms": JSON_TRANSFORMS} if json_transforms else {})}],
             "allowed_destinations": ["sales.*"],
             "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
         }, source="bench")  # fmt: skip
@@ -252,21 +275,22 @@ def _pipeline(
         }, source="bench")  # fmt: skip
     return parse_pipeline_config({
         "version": 1,
-        "topics": [{"name": topic, "routing": {"mode": "fields"}, "event_time": {"fields": ["eventTime"]}}],
+        "topics": [{"name": topic, "routing": {"mode": "fields"}, "event_time": {"fields": ["eventTime"]},
+                    **({"transforms": TRANSFORMS} if transforms else {})}],
         "allowed_destinations": ["sales.*"],
         "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
     }, source="bench")  # fmt: skip
 
 
-BENCH_HMAC_ENV = "KBQE_BENCH_HMAC_KEY"
-BENCH_TRANSFORMS = [
-    {"mask": "ip", "key_env": BENCH_HMAC_ENV},
+JSON_HMAC_ENV = "KBQE_BENCH_HMAC_KEY"
+JSON_TRANSFORMS = [
+    {"mask": "ip", "key_env": JSON_HMAC_ENV},
     {"mask": "sessionId", "method": "null"},
     # The row has no top-level numeric time: its long userId read as epoch milliseconds
     # costs what a real one would (the conversion, not the meaning, is measured).
     {"timestamp": "userId", "to": "epoch_s", "epoch_unit": "ms"},
 ]
-"""``--transforms``: a mask and a timestamp per record, which the native kernel rewrites
+"""``--json-transforms``: a mask and a timestamp per record, which the native kernel rewrites
 (kernel/src/rewrite.rs) and the Python path computes."""
 
 
@@ -447,6 +471,7 @@ class Bench:
                 self.args.raw_values,
                 self.args.hour_tables,
                 self.args.transforms,
+                self.args.json_transforms,
             ),
             data["topic"],
         )
@@ -607,15 +632,17 @@ def main(argv: list[str] | None = None) -> int:
             if args.protobuf_values
             else "_raw"
             if args.raw_values
+            else "_transforms"
+            if args.transforms
             else ""
         )
         hour = "_hour" if args.hour_tables else ""
-        transformed = "_transforms" if args.transforms else ""
+        transformed = "_transforms" if args.json_transforms else ""
         args.json = BENCH / "results" / f"stage{variant}{transformed}{hour}.json"
-    if args.transforms and not args.json_values:
-        raise SystemExit("--transforms: with --json-values")
-    if args.transforms:
-        os.environ.setdefault(BENCH_HMAC_ENV, "bench-hmac-key")  # read where the stage runs
+    if args.json_transforms and not args.json_values:
+        raise SystemExit("--json-transforms: with --json-values")
+    if args.json_transforms:
+        os.environ.setdefault(JSON_HMAC_ENV, "bench-hmac-key")  # read where the stage runs
     if args.hour_tables and args.debezium:
         raise SystemExit("--hour-tables: a keyed topic's tables stay DAY (docs/architecture.md)")
     # say() prints the bench's progress; the package's INFO lines (one per range) stay off.
@@ -646,7 +673,8 @@ def main(argv: list[str] | None = None) -> int:
                       else "protobuf" if args.protobuf_values
                       else "raw" if args.raw_values else "avro",
             "partitioning": "hour" if args.hour_tables else "day",
-            "transforms": BENCH_TRANSFORMS if args.transforms else [],
+            "transforms": TRANSFORMS if args.transforms
+                          else JSON_TRANSFORMS if args.json_transforms else [],
         }  # fmt: skip
         report["produce"] = data["produce"]
         report["baselines"] = bench.baselines(data)
@@ -656,6 +684,7 @@ def main(argv: list[str] | None = None) -> int:
             or args.json_schema_values
             or args.protobuf_values
             or args.raw_values
+            or args.transforms
         ):  # the breakdown times the append path's steps
             say(f"per-message steps of a stage task over {args.breakdown:,} messages")
             report["breakdown_cpu_us_per_message"] = breakdown(

@@ -11,9 +11,15 @@ shared, loaded machine), best of ``--repeat``:
 * ``dest1``: ``destinations`` with one static destination and nothing else — the fan-out
   step's own cost over the ``drop`` floor (core/transforms/destinations.py);
 * ``dest2``: two destinations, the whole record and a projection to three fields: rates are
-  messages/s, each staged twice.
+  messages/s, each staged twice;
+* ``kernel4``: the transforms the native kernel does (formats/kernel_transforms.py): a rename,
+  a drop, an int cast to string, a constant.
 
-    .venv/bin/python bench/bench_transforms.py [-n 20000] [--repeat 3]
+With the native kernel built, ``plain``, ``drop`` and ``kernel4`` also run through it (the
+append kernel's loop, staging/native_kernel.py, over batches of 1,000 messages): the ``path``
+column says which; the kernel's rate is the whole loop's, the Python path's ``add`` calls'.
+
+    .venv/bin/python bench/bench_transforms.py [-n 20000] [--repeat 3] [--only kernel4 drop]
 """
 
 from __future__ import annotations
@@ -39,8 +45,10 @@ from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySet
 from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
 from kbqe_dagster.stagers import stager_class  # noqa: E402
 from kbqe_dagster.staging.context import StageContext  # noqa: E402
-from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage  # noqa: E402
+from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_built  # noqa: E402
+from kbqe_dagster.staging.task import stage_messages  # noqa: E402
 from kbqe_dagster_tests.formats.test_transforms_on_local_stack import SCHEMA, transforms  # noqa: E402
+from kbqe_dagster_tests.staging.kernel_equality import ListReader, Msg  # noqa: E402
 
 TOPIC = "bench.orders"
 STATIC = {"mode": "static", "dataset": "shop", "table": "books"}
@@ -57,7 +65,17 @@ CASES = {
     ),
     "dest1": (None, [{"routing": STATIC}]),  # a list: topics[].destinations
     "dest2": (None, [{"routing": STATIC}, PROJECTED]),
+    "kernel4": (
+        [
+            {"rename": "email", "to": "contact"},
+            {"drop": "debug"},
+            {"cast": "id", "to": "string"},
+            {"add": "source", "value": "kafka"},
+        ],
+        STATIC,
+    ),
 }
+KERNEL_CASES = ("plain", "drop", "kernel4")
 
 
 class _Registry:
@@ -65,7 +83,7 @@ class _Registry:
         return RegisteredSchema(schema_id, "AVRO", SCHEMA)
 
 
-def _messages(n: int) -> list[FakeMessage]:
+def _messages(n: int) -> list[Msg]:
     parsed = fastavro.parse_schema(SCHEMA)
     out = []
     for i in range(n):
@@ -84,11 +102,11 @@ def _messages(n: int) -> list[FakeMessage]:
             },
         )
         value = b"\x00" + struct.pack(">i", 1) + body.getvalue()
-        out.append(FakeMessage(TOPIC, 0, i, value, b"k", [("trace-id", b"t")], 1_726_238_205_000))
+        out.append(Msg(TOPIC, 0, i, value, b"k", [("trace-id", b"t")], (1, 1_726_238_205_000)))
     return out
 
 
-def _rate(case: str, messages: list[FakeMessage]) -> float:
+def _rate(case: str, messages: list[Msg], native: bool = False) -> float:
     specs, routing = CASES[case]
     topic = {
         "name": TOPIC,
@@ -107,16 +125,25 @@ def _rate(case: str, messages: list[FakeMessage]) -> float:
             StagingLocation(f"{tmp}/staging"),
             config,
             TOPIC,
-            native_kernel=False,
+            native_kernel=native,
         )
         workdir = Path(tmp) / "work"
         workdir.mkdir()
         stager = stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, len(messages)), workdir)
         stager.lookup = _Registry()
-        started = time.process_time()
-        for msg in messages:
-            stager.add(msg)
-        seconds = time.process_time() - started
+        if native:
+            driver = NativeStaging.for_stager(stager)
+            assert driver is not None, f"{case}: the kernel does not take this topic"
+            reader = ListReader(messages, 0, len(messages), 1000)
+            started = time.process_time()
+            stage_messages(stager, reader, driver)
+            seconds = time.process_time() - started
+            assert driver.kernel.messages == len(messages), dict(driver.handbacks)
+        else:
+            started = time.process_time()
+            for msg in messages:
+                stager.add(msg)
+            seconds = time.process_time() - started
         assert not stager.dead_letters, stager.dead_letters
         stager.discard()
     return len(messages) / seconds
@@ -126,12 +153,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", nargs="*", choices=sorted(CASES), help="a subset of cases")
     args = parser.parse_args()
     os.environ.setdefault("KBQE_TRANSFORMS_E2E_KEY", "bench-key")
     messages = _messages(args.n)
-    for case in CASES:
-        best = max(_rate(case, messages) for _ in range(args.repeat))
-        print(f"{case:6} {best:>10,.0f} messages/s (CPU time, best of {args.repeat}, n={args.n:,})")
+    print(f"{'case':8} {'path':6} {'messages/s':>12} {'CPU us/msg':>10}  (CPU time, best of "
+          f"{args.repeat}, n={args.n:,})")  # fmt: skip
+    for case in args.only or CASES:
+        paths = [False] + ([True] if kernel_built() and case in KERNEL_CASES else [])
+        for native in paths:
+            best = max(_rate(case, messages, native) for _ in range(args.repeat))
+            path = "kernel" if native else "python"
+            print(f"{case:8} {path:6} {best:>12,.0f} {1e6 / best:>10.2f}")
     return 0
 
 

@@ -140,12 +140,14 @@ a config error at `topics[i].transforms[j]` when the schema is in this file (`fo
 and otherwise, for Avro topics, fails every message of that registry schema with
 `transform_failed` (first seen when its first message is staged). Removing a field routing
 reads is always a config error. Topics with transforms are decoded and re-encoded per
-record (the Python stage path), and their files carry a schema id derived from the output
-schema; for `format: json`, `json_schema` and `protobuf` topics the native kernel stages
-renames, drops, added constants and parts of the message, masks, timestamps between numbers
-and the casts it can do exactly itself, with the same files (`compute`, `function`,
-timestamps from or to strings and the other casts stay on the Python path; docs/architecture.md,
-"The JSON kernel"). Not with `keyed:`.
+record (the Python stage path), except where the native kernel stages them as fast as
+untransformed topics: renames, drops, constant `add`s, casts that keep the value's bytes and
+int/long casts to `string`, of fields routing and event time do not read, without
+`destinations` (docs/architecture.md); for `format: json`, `json_schema` and `protobuf` topics
+also masks, timestamps between numbers, the other casts it can do exactly and `add`s of parts
+of the message (`compute`, `function`, timestamps from or to strings and casts of strings,
+doubles and floats stay on the Python path). Their files carry a schema id derived from the
+output schema. Not with `keyed:`.
 
 `destinations` sends each message to several tables instead of one
 ([`examples/destinations.yaml`](../examples/destinations.yaml)): each item has its own

@@ -2,7 +2,7 @@
 record, and the Avro stager that decodes for it.
 
 A transform changes fields, so the record must be decoded: these topics leave the Avro hot
-path (no body slicing, no native kernel) for decode → transform → encode with fastavro:
+path (no body slicing) for decode → transform → encode with fastavro:
 
 - :class:`TransformingStager` is the shared step. A stager that holds a record dict and its
   Avro schema calls ``self.place_record(msg, record, schema_key, schema)``: the topic's
@@ -16,6 +16,14 @@ path (no body slicing, no native kernel) for decode → transform → encode wit
 - :class:`TransformRangeStager` is the Avro path with transforms or destinations: frame → writer schema from
   the registry → ``schemaless_reader`` (the body must decode to exactly its length:
   ``body_decode_error`` otherwise) → the shared step.
+
+**The native kernel** does the Avro path with transforms too when there are no destinations
+and every transform renames, drops, adds a constant, or casts without changing bytes or to an
+int's digits (formats/kernel_transforms.py): :class:`TransformRangeStager`'s ``native_driver``
+(formats/avro_transform_kernel.py) gives it each registry schema with its transform plan, and
+it copies the body's bytes reshaped. This module stays the reference: every message whose
+fastavro round trip would not give its bytes back, and every schema the plan refuses, is staged
+here (docs/architecture.md, "Avro with transforms").
 
 **Schema ids of transformed files.** A staging file's name carries its schema id and every
 file of one id must carry one schema (core/protocol/commit.py). A transformed file's schema is the
@@ -58,8 +66,11 @@ from kbqe_dagster.core.transforms.compiler import (
     field_values,
     hmac_keys,
 )
+from kbqe_dagster.formats.avro_transform_kernel import AvroTransformKernelStaging
 from kbqe_dagster.formats.destination_stage import DestinationFanOut, message_meta
+from kbqe_dagster.formats.kernel_transforms import kernel_kinds
 from kbqe_dagster.staging.context import StageContext
+from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster.staging.stager import Decoder, RangeStager
 
 
@@ -78,7 +89,8 @@ class StagedSchema:
 class TransformingStager(RangeStager):
     """The shared step from a decoded record to a staged one (see the module docstring)."""
 
-    native_kernel = False  # records are decoded and re-encoded: the Python path
+    native_kernel = False  # records are decoded and re-encoded: the Python path (a subclass
+    # whose kernel does its transforms says so)
 
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         super().__init__(ctx, rng, workdir)
@@ -164,6 +176,14 @@ class _WriterSchema(Decoder):
 class TransformRangeStager(TransformingStager):
     """Confluent-framed Avro with transforms or destinations: decode, then the shared step."""
 
+    def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
+        super().__init__(ctx, rng, workdir)
+        # Destinations and transforms of other kinds stay here; the kernel's plan is made per
+        # registry schema (formats/avro_transform_kernel.py).
+        self.native_kernel = self.fan_out is None and kernel_kinds(self.transforms)
+
+    native_driver: type[NativeStaging] = AvroTransformKernelStaging
+
     def stage(self, msg: Any) -> None:
         value = self.checked_value(msg)
         known = self.frame(value)
@@ -189,7 +209,9 @@ def _read(value: bytes, parsed: Any) -> dict[str, Any]:
     try:
         record = schemaless_reader(buffer, parsed, None)
     except Exception as error:  # noqa: BLE001 - truncated or invalid data raises many types
-        why = f"{type(error).__name__}: {error}"
+        # fastavro's EOFError names the stream by its repr, a memory address: the same range
+        # staged twice must dead-letter the same reason, byte for byte.
+        why = f"{type(error).__name__}: {error}".replace(repr(buffer), "the body")
         raise BodyDecodeError(f"the body does not decode: {why}") from None
     trailing = len(value) - buffer.tell()
     if trailing:

@@ -47,7 +47,7 @@ from kbqe_dagster.core.transforms.specs import (
     RenameField,
     TimeFormat,
 )
-from kbqe_dagster.formats.json_stage import (
+from kbqe_dagster.formats.kernel_transforms import (
     cast_keeps_bytes,
     cast_rewrite,
     cast_to_digits,

@@ -14,7 +14,7 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.transforms.specs import DropFields, RenameField
-from kbqe_dagster.formats.json_stage import (
+from kbqe_dagster.formats.kernel_transforms import (
     KernelTransforms,
     cast_keeps_bytes,
     cast_rewrite,

@@ -151,7 +151,7 @@ def test_avro_records_are_staged_transformed_under_the_derived_schema_and_its_ow
     values = [framed(7, order()), framed(7, order(id=2, kind="Game", amount="3"))]
     stager, result, store = stage(tmp_path, values, shop_config(), headers=[("trace-id", b"t-1")])
     assert isinstance(stager, TransformRangeStager)
-    assert NativeStaging.for_stager(stager) is None  # transformed topics take the Python path
+    assert NativeStaging.for_stager(stager) is None  # computed, masked: the Python path
     assert (result.records, result.dead_letters) == (2, {})
     files = {parse_name(n).key.table: n for n, _ in result.files}
     assert sorted(files) == ["books", "games"]  # routed by the computed field

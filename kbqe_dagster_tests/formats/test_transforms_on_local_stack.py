@@ -167,3 +167,84 @@ def test_transformed_avro_loads_field_by_field_and_a_bad_value_is_dead_lettered(
     ]
     assert [letter["reason"] for letter in letters] == ["transform_failed"]
     assert "transforms[2] (cast) field 'amount': 'twelve' is not a double" in letters[0]["error"]
+
+
+KERNEL_TRANSFORMS = [
+    {"rename": "kind", "to": "category"},
+    {"cast": "id", "to": "string"},
+    {"drop": ["debug", "phone"]},
+    {"add": "source", "value": "kafka"},
+]
+"""Transforms the native kernel does (formats/kernel_transforms.py): staged on the kernel when
+it is built and the switch is on, on the Python path otherwise; the same rows either way."""
+
+
+@pytest.mark.parametrize("switch", ["on", "off"], ids=["kernel", "python"])
+def test_kernel_transforms_load_the_same_rows_on_either_stage_path(
+    switch, local_stack, local_endpoints, tmp_path
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    topic = f"transforms.kernel.{run}"
+    create_topic(local_endpoints.kafka_bootstrap, topic)
+    registry = SchemaRegistryClient({"url": local_endpoints.registry_url})
+    schema_id = registry.register_schema(
+        f"transforms-kernel-{run}-value", Schema(json.dumps(SCHEMA), "AVRO")
+    )
+    dataset, dead = f"kernel_tx_{run}", f"kernel_tx_dead_{run}"
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(
+        yaml.safe_dump(
+            {
+                "version": 1,
+                "topics": [
+                    {
+                        "name": topic,
+                        "transforms": KERNEL_TRANSFORMS,
+                        "routing": {"mode": "static", "dataset": dataset, "table": "orders"},
+                        "event_time": {"fields": ["created"], "date_rule": "utc"},
+                    }
+                ],
+                "allowed_destinations": [f"{dataset}.*"],
+                "dead_letter": {"dataset": dead, "table": "dead_letters"},
+            }
+        )
+    )
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    env = {
+        **os.environ,
+        "KBQE_ENV": "local",
+        "KBQE_PIPELINE_CONFIG": str(pipeline),
+        "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/kernel-tx-{run}",
+        "DAGSTER_HOME": str(home),
+        "KBQE_STAGE_KERNEL": switch,
+    }
+    client = local_bigquery_client()
+    try:
+        producer = Producer({"bootstrap.servers": local_endpoints.kafka_bootstrap,
+                             "logger": CLIENT_LOG})  # fmt: skip
+        for i in range(20):
+            record = {"id": -i, "kind": "Book", "email": f"u{i}@example.com", "phone": None,
+                      "amount": f"{i}.25", "created": f"2024-09-13T00:{i:02d}:00Z",
+                      "debug": "internal"}  # fmt: skip
+            producer.produce(topic, framed(schema_id, record), partition=i % 2)
+        producer.produce(topic, framed(schema_id, record)[:-3], partition=0)  # truncated
+        assert producer.flush(30) == 0
+        for attempt in range(2):
+            report = json.loads(until_idle(env).stdout)
+            assert report["topics"][topic]["staged"] == (20 if attempt == 0 else 0)
+        rows = {
+            r["id"]: dict(r) for r in client.query(f"SELECT * FROM `{dataset}.orders`").result()
+        }
+        assert sorted(rows) == sorted(str(-i) for i in range(20))
+        row = rows["-7"]
+        assert "kind" not in row and "debug" not in row and "phone" not in row
+        assert (row["category"], row["source"], row["amount"]) == ("Book", "kafka", "7.25")
+        assert str(row["_event_date"]) == "2024-09-13"
+        reasons = [
+            r["reason"] for r in client.query(f"SELECT reason FROM `{dead}.dead_letters`").result()
+        ]
+        assert reasons == ["body_decode_error"]
+    finally:
+        drop_datasets(client, dataset, dead)

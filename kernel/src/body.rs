@@ -177,11 +177,19 @@ pub struct Cursor<'a> {
     /// items, not the size; the keyed path's skippers (keyed/avro_skip.py) jump by the size,
     /// so a slice after such a block is the Python path's to cut (changes.rs).
     pub sized_blocks: bool,
+    /// Canonical mode (a transformed schema's walk, avro_transform.rs): also stop at every
+    /// encoding fastavro's decode → encode round trip would not give back byte for byte
+    /// (the Python path re-encodes those records, the kernel copies their bytes). See
+    /// [`Cursor::canonical`]'s uses: over-long varints, sized or split array/map blocks,
+    /// duplicate map keys, upper-case uuids, signalling float NaNs, negative times, decimals
+    /// fastavro rounds or writes in another width, and a branch of a union fastavro's writer
+    /// might not pick again from the Python value (`Schema::unions`).
+    pub canonical: bool,
 }
 
 impl<'a> Cursor<'a> {
     pub fn new(buf: &'a [u8]) -> Cursor<'a> {
-        Cursor { buf, pos: 0, sized_blocks: false }
+        Cursor { buf, pos: 0, sized_blocks: false, canonical: false }
     }
 
     #[inline]
@@ -209,6 +217,10 @@ impl<'a> Cursor<'a> {
             shift += 7;
         }
         if n >> 64 != 0 {
+            return Err(Stop);
+        }
+        if b == 0 && self.canonical {
+            // An over-long varint (a last byte of 0): fastavro writes the minimal form.
             return Err(Stop);
         }
         let n = n as u64;
@@ -260,6 +272,9 @@ impl<'a> Cursor<'a> {
     pub(crate) fn block_count(&mut self) -> R<u64> {
         let count = self.long()?;
         if count < 0 {
+            if self.canonical {
+                return Err(Stop); // fastavro writes unsized blocks
+            }
             self.sized_blocks = true;
             if self.long()? < 0 {
                 return Err(Stop);
@@ -296,7 +311,7 @@ impl<'s> Walker<'s> {
             Plan::Union(plans) => {
                 let Kind::Union(branches) = &self.schema.nodes[id] else { return Err(Stop) };
                 let i = c.length()? as usize;
-                let b = *branches.get(i).ok_or(Stop)?;
+                let b = self.branch(id, branches, i, c)?;
                 self.walk(b, &plans[i], c, values, depth + 1)
             }
         }
@@ -308,6 +323,7 @@ impl<'s> Walker<'s> {
             Kind::Int(logical) => {
                 let v = c.int()?;
                 check(*logical, v)?;
+                check_canonical(*logical, v, c)?;
                 match logical {
                     Logical::Date => Value::Date(v),
                     Logical::TimeMillis => Value::Other, // a time of day: no event time, no route
@@ -317,6 +333,7 @@ impl<'s> Walker<'s> {
             Kind::Long(logical) => {
                 let v = c.long()?;
                 check(*logical, v)?;
+                check_canonical(*logical, v, c)?;
                 match logical {
                     Logical::TimestampMillis => Value::Millis(v),
                     Logical::TimestampMicros => Value::Micros(v),
@@ -326,7 +343,11 @@ impl<'s> Walker<'s> {
             }
             Kind::Float => {
                 let (s, _) = c.take(4)?;
-                Value::Float(f32::from_le_bytes(c.buf[s..s + 4].try_into().unwrap()) as f64)
+                let bits = u32::from_le_bytes(c.buf[s..s + 4].try_into().unwrap());
+                if c.canonical && signalling_nan(bits) {
+                    return Err(Stop);
+                }
+                Value::Float(f32::from_bits(bits) as f64)
             }
             Kind::Double => {
                 let (s, _) = c.take(8)?;
@@ -343,7 +364,7 @@ impl<'s> Walker<'s> {
             }
             Kind::Union(branches) => {
                 let i = c.length()? as usize;
-                let b = *branches.get(i).ok_or(Stop)?;
+                let b = self.branch(id, branches, i, c)?;
                 return self.read(b, c, depth + 1);
             }
             _ => {
@@ -366,19 +387,50 @@ impl<'s> Walker<'s> {
                 }
                 Ok(())
             }
-            Kind::Int(logical) => check(*logical, c.int()?),
-            Kind::Long(logical) => check(*logical, c.long()?),
-            Kind::Float => c.take(4).map(drop),
+            Kind::Int(logical) => {
+                let v = c.int()?;
+                check(*logical, v)?;
+                check_canonical(*logical, v, c)
+            }
+            Kind::Long(logical) => {
+                let v = c.long()?;
+                check(*logical, v)?;
+                check_canonical(*logical, v, c)
+            }
+            Kind::Float => {
+                let (s, e) = c.take(4)?;
+                if c.canonical && signalling_nan(u32::from_le_bytes(c.buf[s..e].try_into().unwrap())) {
+                    return Err(Stop);
+                }
+                Ok(())
+            }
             Kind::Double => c.take(8).map(drop),
-            Kind::Fixed(n) => c.take(*n as u64).map(drop),
+            Kind::Fixed(n) => {
+                let (s, e) = c.take(*n as u64)?;
+                if c.canonical {
+                    if let Some(precision) = self.schema.decimals.get(&id) {
+                        canonical_decimal(&c.buf[s..e], *precision, false)?;
+                    }
+                }
+                Ok(())
+            }
             Kind::Bytes => {
                 let n = c.length()?;
-                c.take(n).map(drop)
+                let (s, e) = c.take(n)?;
+                if c.canonical {
+                    if let Some(precision) = self.schema.decimals.get(&id) {
+                        canonical_decimal(&c.buf[s..e], *precision, true)?;
+                    }
+                }
+                Ok(())
             }
             Kind::String(logical) => {
                 let (s, e) = c.string()?;
                 if *logical == Logical::Uuid && !canonical_uuid(&c.buf[s..e]) {
                     return Err(Stop); // fastavro may still accept another spelling: Python decides
+                }
+                if *logical == Logical::Uuid && c.canonical && c.buf[s..e].iter().any(u8::is_ascii_uppercase) {
+                    return Err(Stop); // read as a UUID, written back as its lower-case `str`
                 }
                 Ok(())
             }
@@ -390,7 +442,7 @@ impl<'s> Walker<'s> {
             }
             Kind::Union(branches) => {
                 let i = c.length()? as usize;
-                let b = *branches.get(i).ok_or(Stop)?;
+                let b = self.branch(id, branches, i, c)?;
                 self.skip(b, c, depth + 1)
             }
             Kind::Array(items) => {
@@ -401,6 +453,22 @@ impl<'s> Walker<'s> {
             Kind::Map(values) => {
                 let values = *values;
                 let min = 1 + self.schema.min_size_of(values) as u64;
+                if c.canonical {
+                    // Decoded into a dict, a map keeps one entry per key: duplicates re-encode
+                    // differently.
+                    let mut keys: Vec<(usize, usize)> = Vec::new();
+                    self.blocks(c, min, |c| {
+                        keys.push(c.string()?);
+                        self.skip(values, c, depth + 1)
+                    })?;
+                    let buf = c.buf;
+                    let mut texts: Vec<&[u8]> = keys.iter().map(|&(s, e)| &buf[s..e]).collect();
+                    texts.sort_unstable();
+                    if texts.windows(2).any(|w| w[0] == w[1]) {
+                        return Err(Stop);
+                    }
+                    return Ok(());
+                }
                 self.blocks(c, min, |c| {
                     c.string()?;
                     self.skip(values, c, depth + 1)
@@ -416,12 +484,33 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// The branch `i` of union `id`; in canonical mode only one fastavro's writer is certain
+    /// to pick again for the decoded value: null (a union has at most one null branch), the
+    /// union's only non-null branch, or one `Schema::unions` says is certain.
+    #[inline]
+    fn branch(&self, id: NodeId, branches: &[NodeId], i: usize, c: &Cursor) -> R<NodeId> {
+        let b = *branches.get(i).ok_or(Stop)?;
+        if c.canonical && !matches!(self.schema.nodes[b], Kind::Null) {
+            if let Some(certain) = self.schema.unions.get(&id) {
+                if !certain[i] {
+                    return Err(Stop);
+                }
+            }
+        }
+        Ok(b)
+    }
+
     fn blocks(&self, c: &mut Cursor, entry_min: u64, mut each: impl FnMut(&mut Cursor) -> R<()>) -> R<()> {
+        let mut items = false;
         loop {
             let count = c.block_count()?;
             if count == 0 {
                 return Ok(());
             }
+            if items && c.canonical {
+                return Err(Stop); // fastavro writes one block of every item
+            }
+            items = true;
             if entry_min > 0 {
                 let need = (c.pos as u128) + (count as u128) * (entry_min as u128);
                 if need > c.buf.len() as u128 {
@@ -451,6 +540,59 @@ fn check(logical: Logical, v: i64) -> R<()> {
         return Err(Stop);
     }
     Ok(())
+}
+
+/// What canonical mode adds to [`check`]: fastavro reads a negative `time-millis` or
+/// `time-micros` (which [`check`] lets through, as fastavro's reader does) as a time of day
+/// that it writes back as another, non-negative number.
+#[inline]
+fn check_canonical(logical: Logical, v: i64, c: &Cursor) -> R<()> {
+    if c.canonical && v < 0 && matches!(logical, Logical::TimeMillis | Logical::TimeMicros) {
+        return Err(Stop);
+    }
+    Ok(())
+}
+
+/// A decimal's unscaled two's complement `raw` that fastavro writes back as it is: it reads
+/// the value rounded to `precision` significant digits (the same value when its digits
+/// without trailing zeros are that many) and writes a `bytes` decimal in
+/// `(bit_length(|n|) + 8) / 8` bytes (not always the shortest: -128 takes two), a `fixed` one
+/// sign-extended to its size (every value of the size). Checked against fastavro 1.13 for every
+/// value of up to two bytes and several precisions and scales. Longer than 16 bytes: not
+/// certain, handed back.
+fn canonical_decimal(raw: &[u8], precision: u64, bytes: bool) -> R<()> {
+    if raw.len() > 16 {
+        return Err(Stop);
+    }
+    let mut v: i128 = if raw.first().is_some_and(|b| b & 0x80 != 0) { -1 } else { 0 };
+    for b in raw {
+        v = (v << 8) | *b as i128;
+    }
+    let mut m = v.unsigned_abs();
+    if bytes && raw.len() as u32 != (128 - m.leading_zeros() + 8) / 8 {
+        return Err(Stop);
+    }
+    if m != 0 {
+        while m % 10 == 0 {
+            m /= 10;
+        }
+    }
+    let mut digits = 1u64;
+    while m >= 10 {
+        m /= 10;
+        digits += 1;
+    }
+    if digits > precision {
+        return Err(Stop);
+    }
+    Ok(())
+}
+
+/// A float32 signalling NaN: read as a Python float (a double) and packed back, it comes out
+/// quiet (another bit pattern). Quiet NaNs, and every double, round-trip exactly.
+#[inline]
+fn signalling_nan(bits: u32) -> bool {
+    bits & 0x7fc0_0000 == 0x7f80_0000 && bits & 0x003f_ffff != 0
 }
 
 /// `8-4-4-4-12` hex digits: the spelling the probe accepts without asking `uuid.UUID`.

@@ -878,7 +878,7 @@ struct Writer<'a> {
 /// Rewrite the int or long written at `out[mark..]` (after its union index 1 when
 /// `nullable`: `["null", T]`; a null stays as written) as the Avro string of its decimal
 /// digits, Python's `str` of it.
-fn as_digits(out: &mut Vec<u8>, mark: usize, nullable: bool) -> R<()> {
+pub(crate) fn as_digits(out: &mut Vec<u8>, mark: usize, nullable: bool) -> R<()> {
     let mut pos = mark;
     if nullable {
         match out.get(pos) {

@@ -13,6 +13,7 @@
 //! Records leave the kernel per file slot as one byte chunk plus the records' end offsets, and
 //! the Python container writer blocks and compresses them exactly as it does its own records.
 
+mod avro_transform;
 mod body;
 mod changes;
 mod consumer;
@@ -60,6 +61,9 @@ struct Entry {
     /// A keyed change topic's schema (changes.rs): the record is the change columns plus a
     /// slice of the body, not the body.
     change: Option<changes::Layout>,
+    /// A transformed schema's (avro_transform.rs): walked in canonical mode, its record is
+    /// the body's bytes as the transforms reshape them.
+    transform: Option<avro_transform::Transform>,
 }
 
 #[derive(Default)]
@@ -125,7 +129,8 @@ struct StageKernel {
     unknown_route: Option<(Vec<u8>, Vec<u8>)>,
     /// `format: json` (json.rs): every value is JSON under one declared schema, encoded here.
     json: Option<(json::Encoder, Route)>,
-    /// A change message's top-level field starts (changes.rs) and its changelog record.
+    /// A change message's top-level field starts (changes.rs) and its changelog record; a
+    /// transformed Avro record's field starts and its record (avro_transform.rs).
     field_starts: Vec<usize>,
     change_record: Vec<u8>,
     /// Keyed topics (`count_tombstones`): a null value is counted here and skipped, as
@@ -255,7 +260,7 @@ impl StageKernel {
         let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
         let plan = body::plan(&schema, &self.wanted, false).map_err(|e| PyValueError::new_err(e.0))?;
         let route = self.route_for(constant_slot)?;
-        self.entries.push(Entry { schema, plan, route, change: None });
+        self.entries.push(Entry { schema, plan, route, change: None, transform: None });
         self.by_header.insert(header, self.entries.len() - 1);
         Ok(())
     }
@@ -274,7 +279,29 @@ impl StageKernel {
         let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
         let plan = body::plan(&schema, &self.wanted, true).map_err(|e| PyValueError::new_err(e.0))?;
         let change = changes::Layout::compile(&schema, layout, &fields, &slots).map_err(|e| PyValueError::new_err(e.0))?;
-        self.entries.push(Entry { schema, plan, route: Route::Constant(constant_slot), change: Some(change) });
+        self.entries.push(Entry { schema, plan, route: Route::Constant(constant_slot), change: Some(change), transform: None });
+        self.by_header.insert(header, self.entries.len() - 1);
+        Ok(())
+    }
+
+    /// Take on the writer schema framed by `header` (as `add_schema`) of a topic whose
+    /// transforms the kernel does (avro_transform.rs): its records leave out the top-level
+    /// fields `drops`, write the int or long fields `digits` as strings of their digits, and
+    /// get `constants` (the added constants' Avro encoding) after them; the body is walked in
+    /// canonical mode, so every message whose re-encoding by fastavro could differ from its
+    /// bytes is handed back. Raises ValueError for what the kernel does not implement (a name
+    /// that is not such a top-level field or that routing or event time reads, a wanted field
+    /// of a type it does not read).
+    #[pyo3(signature = (header, schema_json, constant_slot, drops, digits, constants))]
+    fn add_transformed_schema(&mut self, header: &[u8], schema_json: &str, constant_slot: Option<usize>,
+                              drops: Vec<String>, digits: Vec<String>, constants: &[u8]) -> PyResult<()> {
+        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
+        let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
+        let plan = body::plan(&schema, &self.wanted, false).map_err(|e| PyValueError::new_err(e.0))?;
+        let transform = avro_transform::Transform::compile(&schema, &plan, &drops, &digits, constants)
+            .map_err(|e| PyValueError::new_err(e.0))?;
+        let route = self.route_for(constant_slot)?;
+        self.entries.push(Entry { schema, plan, route, change: None, transform: Some(transform) });
         self.by_header.insert(header, self.entries.len() - 1);
         Ok(())
     }
@@ -632,19 +659,25 @@ impl StageKernel {
             let entry = &self.entries[at];
             let mut cursor = Cursor::new(body);
             let walker = Walker { schema: &entry.schema };
-            let walked = match &entry.change {
-                None => walker.walk(entry.schema.top, &entry.plan, &mut cursor, &mut self.values, 0),
-                Some(layout) => layout.walk(&walker, &entry.plan, &mut cursor, &mut self.values, &mut self.field_starts),
+            let walked = match (&entry.change, &entry.transform) {
+                (Some(layout), _) => layout.walk(&walker, &entry.plan, &mut cursor, &mut self.values, &mut self.field_starts),
+                (None, Some(transform)) => transform.walk(&walker, &entry.plan, &mut cursor, &mut self.values, &mut self.field_starts),
+                (None, None) => walker.walk(entry.schema.top, &entry.plan, &mut cursor, &mut self.values, 0),
             };
             if walked.is_err() || !cursor.at_end() {
-                return Ok(Some("body_uncertain"));
+                return Ok(Some(if entry.transform.is_some() { "transform_uncertain" } else { "body_uncertain" }));
+            }
+            if let Some(transform) = &entry.transform {
+                if transform.record(body, &self.field_starts, &mut self.change_record).is_err() {
+                    return Ok(Some("transform_uncertain"));
+                }
             }
             if let Some(layout) = &entry.change {
                 if cursor.sized_blocks || layout.record(body, &self.values, &self.field_starts, &mut self.change_record).is_err() {
                     return Ok(Some("change_uncertain"));
                 }
             }
-            (body, &entry.route, entry.change.is_some())
+            (body, &entry.route, entry.change.is_some() || entry.transform.is_some())
         };
         let slot = match route {
             Route::Constant(slot) => *slot,

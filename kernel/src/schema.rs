@@ -58,6 +58,14 @@ pub struct Schema {
     pub nodes: Vec<Kind>,
     pub top: NodeId,
     min_sizes: Vec<usize>,
+    /// The `decimal` nodes (bytes or fixed) and their precision: fastavro reads one as a
+    /// `Decimal` rounded to that precision and writes it back by its own rules, which a
+    /// transformed schema's canonical walk checks (body.rs, `canonical_decimal`).
+    pub decimals: HashMap<NodeId, u64>,
+    /// Per union with more than one non-null branch: whether a value read under each branch
+    /// is one fastavro's writer certainly puts under that branch again ([`union_certainty`]).
+    /// A transformed schema's canonical walk hands back a value under any other branch.
+    pub unions: HashMap<NodeId, Vec<bool>>,
 }
 
 impl Schema {
@@ -65,9 +73,9 @@ impl Schema {
     /// that the kernel does not check makes the schema unsupported.
     pub fn compile(text: &str, logical_readers: &[String]) -> Result<Schema, Unsupported> {
         let json: Json = serde_json::from_str(text).map_err(|e| Unsupported(format!("schema JSON: {e}")))?;
-        let mut c = Compiler { nodes: Vec::new(), named: HashMap::new(), logical_readers };
+        let mut c = Compiler { nodes: Vec::new(), named: HashMap::new(), logical_readers, decimals: HashMap::new() };
         let top = c.node(&json)?;
-        let Compiler { mut nodes, named, .. } = c;
+        let Compiler { mut nodes, named, decimals, .. } = c;
         // Uses of a name met before its definition point at the named node itself.
         let mut target = Vec::with_capacity(nodes.len());
         for (i, node) in nodes.iter().enumerate() {
@@ -88,7 +96,13 @@ impl Schema {
         if !matches!(nodes[top], Kind::Record { .. }) {
             return Err(Unsupported("the writer schema is not a record".into()));
         }
-        let mut schema = Schema { nodes, top, min_sizes: Vec::new() };
+        let unions = nodes.iter().enumerate()
+            .filter_map(|(id, node)| match node {
+                Kind::Union(branches) => union_certainty(&nodes, branches).map(|certain| (id, certain)),
+                _ => None,
+            })
+            .collect();
+        let mut schema = Schema { nodes, top, min_sizes: Vec::new(), decimals, unions };
         schema.min_sizes = (0..schema.nodes.len()).map(|i| schema.min_size(i, &mut Vec::new())).collect();
         Ok(schema)
     }
@@ -124,6 +138,7 @@ struct Compiler<'a> {
     nodes: Vec<Kind>,
     named: HashMap<String, NodeId>,
     logical_readers: &'a [String],
+    decimals: HashMap<NodeId, u64>,
 }
 
 const PRIMITIVES: [&str; 8] = ["null", "boolean", "int", "long", "float", "double", "bytes", "string"];
@@ -158,6 +173,8 @@ impl<'a> Compiler<'a> {
                     Some(Json::String(l)) => self.logical(t, l)?,
                     _ => Logical::None,
                 };
+                let decimal = matches!(map.get("logicalType"), Some(Json::String(l)) if l == "decimal")
+                    && (t == "bytes" || t == "fixed");
                 match t {
                     "record" | "error" | "request" => {
                         let name = full_name(map)?;
@@ -191,6 +208,9 @@ impl<'a> Compiler<'a> {
                             .ok_or_else(|| Unsupported("a fixed without a size".into()))? as usize;
                         let id = self.push(Kind::Fixed(size));
                         self.named.insert(full_name(map)?, id);
+                        if decimal {
+                            self.decimal(id, map)?;
+                        }
                         Ok(id)
                     }
                     "array" => {
@@ -205,7 +225,13 @@ impl<'a> Compiler<'a> {
                         self.nodes[id] = Kind::Map(values);
                         Ok(id)
                     }
-                    other => self.named_or_primitive(other, logical),
+                    other => {
+                        let id = self.named_or_primitive(other, logical)?;
+                        if decimal {
+                            self.decimal(id, map)?;
+                        }
+                        Ok(id)
+                    }
                 }
             }
             _ => Err(Unsupported("a schema node that is not a string, list or object".into())),
@@ -234,6 +260,14 @@ impl<'a> Compiler<'a> {
         Ok(self.push(kind))
     }
 
+    /// Node `id` is a decimal of the precision `map` declares.
+    fn decimal(&mut self, id: NodeId, map: &serde_json::Map<String, Json>) -> Result<(), Unsupported> {
+        let precision = map.get("precision").and_then(Json::as_u64)
+            .ok_or_else(|| Unsupported("a decimal without a precision".into()))?;
+        self.decimals.insert(id, precision);
+        Ok(())
+    }
+
     /// The logical type of a primitive or fixed node, as fastavro keys it (`int-date`).
     fn logical(&self, base: &str, logical: &str) -> Result<Logical, Unsupported> {
         let key = format!("{base}-{logical}");
@@ -245,7 +279,7 @@ impl<'a> Compiler<'a> {
             "int-time-millis" => Logical::TimeMillis,
             "long-time-micros" => Logical::TimeMicros,
             // Converted by fastavro but accepting every value of the base type.
-            "bytes-decimal" | "fixed-decimal" => Logical::None,
+            "bytes-decimal" | "fixed-decimal" => Logical::None, // (its precision: `decimal`)
             _ if self.logical_readers.iter().any(|k| *k == key) => {
                 return Err(Unsupported(format!("logical type {key}")));
             }
@@ -258,4 +292,50 @@ impl<'a> Compiler<'a> {
 fn full_name(map: &serde_json::Map<String, Json>) -> Result<String, Unsupported> {
     map.get("name").and_then(Json::as_str).map(str::to_string)
         .ok_or_else(|| Unsupported("a named type without a name".into()))
+}
+
+/// fastavro's writer (`write_union`) picks a union's branch from the Python value: the first
+/// branch whose validator takes it, except that a value a `float` branch takes goes under the
+/// first `double` after it, if any (and records by most matching fields). For a union of plain
+/// primitives that pick is known per branch from the class of value the reader makes of it
+/// (bool, int, float, str, bytes; an int is taken by `int` (within its range), `long`, `float`
+/// and `double`, a float by `float` and `double`, the others by their own type only): `true`
+/// where it is the branch itself. Any other branch (logical types, named and complex types)
+/// makes every branch uncertain. None for a union with at most one non-null branch: null, and
+/// its only other branch, are always certain.
+fn union_certainty(nodes: &[Kind], branches: &[NodeId]) -> Option<Vec<bool>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Class { Bool, Int, Float, Str, Bytes }
+    let class = |id: NodeId| match nodes[id] {
+        Kind::Boolean => Some(Class::Bool),
+        Kind::Int(Logical::None) | Kind::Long(Logical::None) => Some(Class::Int),
+        Kind::Float | Kind::Double => Some(Class::Float),
+        Kind::String(Logical::None) => Some(Class::Str),
+        Kind::Bytes => Some(Class::Bytes),
+        _ => None,
+    };
+    let null = |id: NodeId| matches!(nodes[id], Kind::Null);
+    if branches.iter().filter(|b| !null(**b)).count() <= 1 {
+        return None;
+    }
+    if branches.iter().any(|b| !null(*b) && class(*b).is_none()) {
+        return Some(vec![false; branches.len()]);
+    }
+    let takes = |id: NodeId, value: Class| match (&nodes[id], value) {
+        (Kind::Boolean, Class::Bool) | (Kind::String(_), Class::Str) | (Kind::Bytes, Class::Bytes) => true,
+        // (an int branch takes only ints within its range: a long's value may be one)
+        (Kind::Int(_) | Kind::Long(_), Class::Int) => true,
+        (Kind::Float | Kind::Double, Class::Int | Class::Float) => true,
+        _ => false,
+    };
+    Some(branches.iter().enumerate().map(|(i, b)| {
+        let Some(value) = class(*b) else { return false }; // null: certain, never asked
+        let Some(mut pick) = branches.iter().position(|o| takes(*o, value)) else { return false };
+        if matches!(nodes[branches[pick]], Kind::Float) {
+            if let Some(d) = branches[pick + 1..].iter().position(|o| matches!(nodes[*o], Kind::Double)) {
+                pick += 1 + d;
+            }
+        }
+        pick == i
+    }).collect())
 }
