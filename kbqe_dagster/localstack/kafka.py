@@ -25,7 +25,7 @@ import logging
 import re
 import subprocess
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
 
@@ -106,9 +106,16 @@ def server_properties(endpoints: LocalEndpoints, log_dir: Path) -> str:
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
-def new_cluster_id() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid).
+
+    Never one that starts with ``-``: the storage tool's argument parser reads such an id as
+    an option (``--cluster-id: expected one argument``), so one fresh stack in 64 failed to
+    start. Kafka's own ``Uuid.randomUuid`` draws again for the same reason."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(random_bytes()).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaService(LocalService):

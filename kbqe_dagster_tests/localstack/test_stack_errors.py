@@ -3,6 +3,7 @@ names the port or the missing tool and says how to fix it. No service is started
 
 from __future__ import annotations
 
+import base64
 import socket
 import stat
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from kbqe_dagster.localstack.apicurio import ApicurioService
 from kbqe_dagster.localstack.base import LocalService, ServiceStatus
 from kbqe_dagster.localstack.endpoints import local_endpoints
 from kbqe_dagster.localstack.jvm import parse_java_version
-from kbqe_dagster.localstack.kafka import KafkaService
+from kbqe_dagster.localstack.kafka import KafkaService, new_cluster_id
 
 JVM_SERVICES = [KafkaService, ApicurioService]
 PORT_VARIABLES = ["KAFKA", "KAFKA_CONTROLLER", "REGISTRY", "GCS", "BIGQUERY", "BIGQUERY_GRPC"]
@@ -312,3 +313,13 @@ def test_a_service_whose_module_does_not_exist_yet_is_skipped(
 
 def test_the_stack_starts_in_the_documented_order() -> None:
     assert [cls.name for cls in stack.service_classes()] == ["kafka", "apicurio", "gcs", "bigquery"]
+
+
+def test_a_kafka_cluster_id_never_starts_with_a_dash() -> None:
+    # 0xF8 0x00 ... encodes as "-A...": the storage tool's parser would read it as an option
+    # and the stack would not start (one fresh stack in 64 did before).
+    draws = iter([b"\xf8" + bytes(15), b"\x01" * 16])
+    cluster_id = new_cluster_id(lambda: next(draws))
+    assert cluster_id == base64.urlsafe_b64encode(b"\x01" * 16).decode().rstrip("=")
+    assert base64.urlsafe_b64encode(b"\xf8" + bytes(15)).decode().startswith("-")
+    assert all(not new_cluster_id().startswith("-") for _ in range(2000))
