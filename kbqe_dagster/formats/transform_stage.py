@@ -180,7 +180,7 @@ class TransformRangeStager(TransformingStager):
         super().__init__(ctx, rng, workdir)
         # Destinations and transforms of other kinds stay here; the kernel's plan is made per
         # registry schema (formats/avro_transform_kernel.py).
-        self.native_kernel = self.fan_out is None and kernel_kinds(self.transforms)
+        self.native_kernel = self.fan_out is None and kernel_kinds(self.transforms, rewrites=True)
 
     native_driver: type[NativeStaging] = AvroTransformKernelStaging
 

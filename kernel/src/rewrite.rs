@@ -156,6 +156,13 @@ impl FieldRewrite {
         Ok(FieldRewrite { declared_null, base, op })
     }
 
+    /// A `cast` of an int or long to string (`["null", T]` when `nullable`): the Avro string
+    /// of its decimal digits, Python's `str` of it; a null stays null. The one digits rule of
+    /// every kernel (json.rs's plain-JSON casts, avro_transform.rs).
+    pub fn digits(nullable: bool) -> FieldRewrite {
+        FieldRewrite { declared_null: nullable.then_some(0), base: Base::Long, op: Op::Cast(CastTo::Digits) }
+    }
+
     /// Rewrite the field written at `out[mark..]` (its whole encoding, the last bytes of
     /// `out`) as the transform's step would have it encoded under the derived type.
     pub fn apply(&self, out: &mut Vec<u8>, mark: usize) -> R<()> {
