@@ -34,6 +34,7 @@ from kbqe_dagster.stagers import stager_for
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster_tests.formats.avro_transform_fuzz import scenario, zigzag
+from kbqe_dagster_tests.formats.json_fuzz import FUZZ_HMAC_ENV
 from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 
@@ -295,9 +296,11 @@ def test_only_topics_without_destinations_and_with_kernel_kinds_take_the_kernel(
     assert isinstance(driver, AvroTransformKernelStaging) is kernel_driver
 
 
-def test_differential_fuzz(tmp_path_factory, pytestconfig):
+def test_differential_fuzz(tmp_path_factory, pytestconfig, monkeypatch):
     """Seeded random schemas, encodings (non-canonical ones among them) and kernel-able
-    transforms, 400 messages each: identical commits on both paths."""
+    transforms (masks, timestamps and parts of the message among them), 400 messages each:
+    identical commits on both paths."""
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "fuzz-key")
     tally = differential_fuzz(
         "avrotx", "fuzz.events", scenario, pytestconfig, tmp_path_factory,
         schemas_of=lambda case: case.schemas,
@@ -306,9 +309,10 @@ def test_differential_fuzz(tmp_path_factory, pytestconfig):
 
 
 @needs_hour_kernel
-def test_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig):
+def test_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig, monkeypatch):
     """The same scenarios with some of their tables HOUR-partitioned: the event hour column
     and the hour counts of transformed records are the Python path's too."""
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "fuzz-key")
     tally = differential_fuzz(
         "avrotxhour", "fuzz.events", with_hour_tables(scenario), pytestconfig, tmp_path_factory,
         schemas_of=lambda case: case.schemas,

@@ -465,6 +465,23 @@ mod tests {
     }
 
     #[test]
+    fn digits_are_pythons_str_and_a_null_stays_null() {
+        let mut out = long(i64::MIN);
+        FieldRewrite::digits(false).apply(&mut out, 0).unwrap();
+        let text = b"-9223372036854775808";
+        assert_eq!(out, [&long(text.len() as i64)[..], &text[..]].concat());
+        let mut null = vec![0u8];
+        FieldRewrite::digits(true).apply(&mut null, 0).unwrap();
+        assert_eq!(null, vec![0]);
+        let mut seven = vec![2u8];
+        seven.extend(long(7));
+        FieldRewrite::digits(true).apply(&mut seven, 0).unwrap();
+        assert_eq!(seven, vec![2, 2, b'7']);
+        let mut branch_two = vec![4u8, 14]; // not a ["null", T] layout
+        assert!(FieldRewrite::digits(true).apply(&mut branch_two, 0).is_err());
+    }
+
+    #[test]
     fn a_timestamp_floors_negative_millis_as_python_does() {
         let r = FieldRewrite::parse(r#"{"op":"time","base":"long","per_in":1,"to":"ms"}"#, b"").unwrap();
         let mut out = long(-1_500);
