@@ -28,10 +28,7 @@ from kbqe_dagster_tests.staging import kernel_fuzz
 from kbqe_dagster_tests.staging.avro_fuzz import parse
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 
-
-REWRITES = getattr(
-    getattr(native_kernel._extension, "StageKernel", None), "AVRO_REWRITES", False
-)
+REWRITES = getattr(getattr(native_kernel._extension, "StageKernel", None), "AVRO_REWRITES", False)
 """Whether the kernel rewrites Avro fields and appends parts of the message: one built before
 leaves a topic with them on the Python path, where the fuzz would compare nothing."""
 
