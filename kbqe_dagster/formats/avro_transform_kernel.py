@@ -31,7 +31,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from kbqe_dagster.formats.kernel_transforms import kernel_transforms
+from kbqe_dagster.formats.kernel_transforms import kernel_kinds, kernel_transforms
 from kbqe_dagster.staging.native_kernel import NativeStaging
 
 if TYPE_CHECKING:
@@ -51,6 +51,16 @@ class AvroTransformKernelStaging(NativeStaging):
     stager: TransformRangeStager
 
     KERNEL_METHOD = "add_transformed_schema"
+
+    @classmethod
+    def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
+        if not cls.append_rules_allow(stager):
+            return None
+        if not getattr(extension.StageKernel, REWRITES, False) and not kernel_kinds(
+            stager.transforms
+        ):
+            return None  # masks, timestamps or parts on a kernel built before them
+        return cls(stager, extension)
 
     def _add_schema(
         self, header: bytes, schema_id: int, decoder: Any, constant: int | None
