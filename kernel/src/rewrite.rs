@@ -1,5 +1,6 @@
 //! Per-field rewrites of a top-level field's Avro encoding, shared by the formats whose kernel
-//! encodes the record as declared (`format: json`, `json_schema`, `protobuf`): the field is
+//! encodes the record as declared (`format: json`, `json_schema`, `protobuf`) and by Confluent
+//! Avro (avro_transform.rs: the field's span in the canonical body, copied): the field is
 //! encoded and checked as declared, then its bytes at `out[mark..]` (the field's, the last
 //! written) are read back and replaced by what the transform's step would have given fastavro
 //! under the derived type (core/transforms/kinds.py `_mask`, `_timestamp`). The Python side
