@@ -13,9 +13,12 @@ shared, loaded machine), best of ``--repeat``:
 * ``dest2``: two destinations, the whole record and a projection to three fields: rates are
   messages/s, each staged twice;
 * ``kernel4``: the transforms the native kernel does (formats/kernel_transforms.py): a rename,
-  a drop, an int cast to string, a constant.
+  a drop, an int cast to string, a constant;
+* ``rewrite3``: what the kernel rewrites (kernel/src/rewrite.rs): an HMAC mask of ``email``,
+  ``id`` read as epoch seconds converted to a timestamp-millis, and ``add`` of a header.
 
-With the native kernel built, ``plain``, ``drop`` and ``kernel4`` also run through it (the
+With the native kernel built, ``plain``, ``drop``, ``kernel4`` and ``rewrite3`` also run
+through it (the
 append kernel's loop, staging/native_kernel.py, over batches of 1,000 messages): the ``path``
 column says which; the kernel's rate is the whole loop's, the Python path's ``add`` calls'.
 
@@ -74,8 +77,16 @@ CASES = {
         ],
         STATIC,
     ),
+    "rewrite3": (
+        [
+            {"mask": "email", "key_env": "KBQE_TRANSFORMS_E2E_KEY"},
+            {"timestamp": "id", "to": "timestamp_millis", "epoch_unit": "s"},
+            {"add": "trace", "header": "trace-id"},
+        ],
+        STATIC,
+    ),
 }
-KERNEL_CASES = ("plain", "drop", "kernel4")
+KERNEL_CASES = ("plain", "drop", "kernel4", "rewrite3")
 
 
 class _Registry:

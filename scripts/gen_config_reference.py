@@ -141,12 +141,12 @@ and otherwise, for Avro topics, fails every message of that registry schema with
 `transform_failed` (first seen when its first message is staged). Removing a field routing
 reads is always a config error. Topics with transforms are decoded and re-encoded per
 record (the Python stage path), except where the native kernel stages them as fast as
-untransformed topics: renames, drops, constant `add`s, casts that keep the value's bytes and
-int/long casts to `string`, of fields routing and event time do not read, without
-`destinations` (docs/architecture.md); for `format: json`, `json_schema` and `protobuf` topics
-also masks, timestamps between numbers, the other casts it can do exactly and `add`s of parts
-of the message (`compute`, `function`, timestamps from or to strings and casts of strings,
-doubles and floats stay on the Python path). Their files carry a schema id derived from the
+untransformed topics: renames, drops, constant `add`s, casts that keep the value's bytes or
+that it can do exactly (int/long to `string` or `double`, boolean to `string`, `long` or
+`double`), masks, timestamps between numbers and `add`s of parts of the message, of fields
+routing and event time do not read, without `destinations` (docs/architecture.md), for every
+format (`compute`, `function`, timestamps from or to strings and casts of strings, doubles and
+floats stay on the Python path; so do Avro bodies fastavro would re-encode otherwise). Their files carry a schema id derived from the
 output schema. Not with `keyed:`.
 
 `destinations` sends each message to several tables instead of one

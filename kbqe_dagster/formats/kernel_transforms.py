@@ -3,9 +3,9 @@ whose kernel stages transformed records (``format: json``, JSON Schema, Protobuf
 
 A kernel does not run transforms: it stages the record's bytes as declared, leaves out the
 dropped fields' encodings, writes the int or long fields cast to string as their digits and
-appends the constants' encoding; the JSON, JSON Schema and Protobuf kernels also rewrite a
-masked, converted or cast field's encoding after writing it as declared and append parts of
-the message (kernel/src/rewrite.rs: :class:`FieldRewrite`, :class:`MessagePart`).
+appends the constants' encoding; the kernels also rewrite a masked, converted or cast field's
+encoding after writing it as declared (Avro: after copying it from the canonical body) and
+append parts of the message (kernel/src/rewrite.rs: :class:`FieldRewrite`, :class:`MessagePart`).
 :func:`kernel_transforms` says when that is exactly what the Python path's decode → transform
 → encode (formats/transform_stage.py) writes, and :class:`KernelTransforms` is what it then
 tells the kernel.
@@ -153,7 +153,7 @@ def kernel_kinds(transforms: Any, *, rewrites: bool = False) -> bool:
     """Whether every one of ``transforms`` is of a kind the kernel can do (a rename, a drop,
     an ``add`` of a constant, a ``cast``): what :func:`kernel_transforms` then checks against
     a schema. ``rewrites``: a kernel that rewrites fields and appends parts of the message
-    (JSON, JSON Schema, Protobuf) also does ``mask``, ``timestamp`` not to a string and
+    (JSON, JSON Schema, Protobuf, Avro) also does ``mask``, ``timestamp`` not to a string and
     ``add`` of a part of the message."""
     return all(
         isinstance(spec, (RenameField, DropFields, CastField))

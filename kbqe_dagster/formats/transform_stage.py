@@ -18,8 +18,9 @@ path (no body slicing) for decode → transform → encode with fastavro:
   ``body_decode_error`` otherwise) → the shared step.
 
 **The native kernel** does the Avro path with transforms too when there are no destinations
-and every transform renames, drops, adds a constant, or casts without changing bytes or to an
-int's digits (formats/kernel_transforms.py): :class:`TransformRangeStager`'s ``native_driver``
+and every transform renames, drops, adds a constant or a part of the message, masks, converts
+a timestamp between numbers, or casts without changing bytes or exactly
+(formats/kernel_transforms.py): :class:`TransformRangeStager`'s ``native_driver``
 (formats/avro_transform_kernel.py) gives it each registry schema with its transform plan, and
 it copies the body's bytes reshaped. This module stays the reference: every message whose
 fastavro round trip would not give its bytes back, and every schema the plan refuses, is staged
@@ -180,7 +181,7 @@ class TransformRangeStager(TransformingStager):
         super().__init__(ctx, rng, workdir)
         # Destinations and transforms of other kinds stay here; the kernel's plan is made per
         # registry schema (formats/avro_transform_kernel.py).
-        self.native_kernel = self.fan_out is None and kernel_kinds(self.transforms)
+        self.native_kernel = self.fan_out is None and kernel_kinds(self.transforms, rewrites=True)
 
     native_driver: type[NativeStaging] = AvroTransformKernelStaging
 

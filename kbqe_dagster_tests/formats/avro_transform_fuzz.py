@@ -2,9 +2,13 @@
 for its differential test (test_avro_transform_kernel.py).
 
 Each scenario is the Avro kernel's (staging/kernel_fuzz.py: random schemas of every type,
-routing and event-time rules, enrichment, bad frames and corrupted bodies) with ``rename``,
-``drop``, ``cast`` and constant ``add`` transforms drawn over its first schema
-(json_fuzz.draw_kernel_transforms, casts of ints and longs to strings among them), and some
+routing and event-time rules, enrichment, bad frames and corrupted bodies; keys, headers and
+Kafka timestamps of every kind) with ``rename``, ``drop``, ``cast`` and constant ``add``
+transforms drawn over its first schema (json_fuzz.draw_kernel_transforms, casts of ints and
+longs to strings among them; with a kernel that has them, :data:`REWRITES`, the rewrites too:
+null and hmac masks keyed with ``FUZZ_HMAC_ENV``, timestamps between numbers, the casts of
+booleans, ints and longs rewrite.rs writes, adds of parts of the message, and headers whose
+name comes twice), and some
 records written in a form fastavro never writes but reads (:func:`respell`): over-long
 varints, arrays and maps in several blocks or with byte sizes, duplicate map keys, upper-case
 uuids, float32 signalling NaNs, negative times. The Python path re-encodes those; the kernel
@@ -18,10 +22,15 @@ import struct
 from dataclasses import replace
 from typing import Any
 
-from kbqe_dagster_tests.formats.json_fuzz import draw_kernel_transforms
+from kbqe_dagster.staging import native_kernel
+from kbqe_dagster_tests.formats.json_fuzz import draw_kernel_transforms, repeated_headers
 from kbqe_dagster_tests.staging import kernel_fuzz
 from kbqe_dagster_tests.staging.avro_fuzz import parse
 from kbqe_dagster_tests.staging.kernel_equality import Msg
+
+REWRITES = getattr(getattr(native_kernel._extension, "StageKernel", None), "AVRO_REWRITES", False)
+"""Whether the kernel rewrites Avro fields and appends parts of the message: one built before
+leaves a topic with them on the Python path, where the fuzz would compare nothing."""
 
 
 def zigzag(value: int, overlong: int = 0) -> bytes:
@@ -44,8 +53,12 @@ def scenario(seed: int, messages: int) -> kernel_fuzz.Scenario:
     rng = random.Random(~seed)
     topic = case.pipeline.topics[0]
     first = case.schemas[min(case.schemas)]
-    specs = draw_kernel_transforms(rng, first, topic.required_fields, to_digits=True)
+    specs = draw_kernel_transforms(
+        rng, first, topic.required_fields, to_digits=True, rewrites=REWRITES
+    )
     case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=specs),))
+    if REWRITES:
+        case.messages = repeated_headers(random.Random(seed ^ 0x5EED), case.messages)
     respelled = []
     chance = rng.choice([0.0, 0.1, 0.3])
     for msg in case.messages:

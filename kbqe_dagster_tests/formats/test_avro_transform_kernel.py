@@ -12,6 +12,7 @@ among them) and transforms; ``--kernel-fuzz-cases 1000000`` runs a million messa
 from __future__ import annotations
 
 import decimal
+import hmac
 import io
 import itertools
 import struct
@@ -33,6 +34,7 @@ from kbqe_dagster.stagers import stager_for
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster_tests.formats.avro_transform_fuzz import scenario, zigzag
+from kbqe_dagster_tests.formats.json_fuzz import FUZZ_HMAC_ENV
 from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 
@@ -43,6 +45,11 @@ if not hasattr(kernel.StageKernel, "add_transformed_schema"):
     pytest.skip(
         "the installed kernel predates Avro transforms (make install)", allow_module_level=True
     )
+
+REWRITES = getattr(kernel.StageKernel, "AVRO_REWRITES", False)
+needs_rewrites = pytest.mark.skipif(
+    not REWRITES, reason="the installed kernel predates Avro masks and timestamps (make install)"
+)
 
 TOPIC = "avro.tx"
 SCHEMA_ID = 5
@@ -263,10 +270,11 @@ def test_routing_or_event_time_reading_a_transformed_name_stays_on_the_python_pa
         ([{"drop": ["n"]}, {"cast": "f", "to": "string"}], {}, True),
         ([{"drop": ["n"]}], {"destinations": [
             {"routing": {"mode": "static", "dataset": "acme", "table": "events"}}]}, False),
-        ([{"drop": ["n"]}, {"mask": "s", "method": None}], {}, False),
-        ([{"add": "trace", "header": "trace-id"}], {}, False),
+        ([{"drop": ["n"]}, {"mask": "s", "method": None}], {}, REWRITES),
+        ([{"add": "trace", "header": "trace-id"}], {}, REWRITES),
+        ([{"timestamp": "s", "to": "string"}], {}, False),
     ],
-    ids=["kernel kinds", "destinations", "a mask", "a header"],
+    ids=["kernel kinds", "destinations", "a mask", "a header", "a timestamp to a string"],
 )  # fmt: skip
 def test_only_topics_without_destinations_and_with_kernel_kinds_take_the_kernel(
     tmp_path, transforms, topic, kernel_driver
@@ -288,9 +296,11 @@ def test_only_topics_without_destinations_and_with_kernel_kinds_take_the_kernel(
     assert isinstance(driver, AvroTransformKernelStaging) is kernel_driver
 
 
-def test_differential_fuzz(tmp_path_factory, pytestconfig):
+def test_differential_fuzz(tmp_path_factory, pytestconfig, monkeypatch):
     """Seeded random schemas, encodings (non-canonical ones among them) and kernel-able
-    transforms, 400 messages each: identical commits on both paths."""
+    transforms (masks, timestamps and parts of the message among them), 400 messages each:
+    identical commits on both paths."""
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "fuzz-key")
     tally = differential_fuzz(
         "avrotx", "fuzz.events", scenario, pytestconfig, tmp_path_factory,
         schemas_of=lambda case: case.schemas,
@@ -299,9 +309,10 @@ def test_differential_fuzz(tmp_path_factory, pytestconfig):
 
 
 @needs_hour_kernel
-def test_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig):
+def test_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig, monkeypatch):
     """The same scenarios with some of their tables HOUR-partitioned: the event hour column
     and the hour counts of transformed records are the Python path's too."""
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "fuzz-key")
     tally = differential_fuzz(
         "avrotxhour", "fuzz.events", with_hour_tables(scenario), pytestconfig, tmp_path_factory,
         schemas_of=lambda case: case.schemas,
@@ -337,3 +348,103 @@ def test_unions_of_primitives_stage_exactly_the_branches_fastavro_picks_again(tm
         if union == ["null", "string", "long"]:
             assert native.kernel_messages == len(bodies)
     assert staged > len(unions)
+
+
+HMAC_ENV = "KBQE_TEST_AVRO_KERNEL_HMAC_KEY"
+
+
+def rewritten(tmp_path, field_type: Any, values: list[Any], transforms: list[dict],
+              messages: list[dict] | None = None):  # fmt: skip
+    """Records with ``f`` of ``field_type`` holding each of ``values`` (canonically encoded),
+    staged both ways with ``transforms`` (``messages``: each message's key, headers or
+    timestamp); the native run's records and their derived field types."""
+    extra = messages or [{} for _ in values]
+    msgs = [Msg(TOPIC, 0, i, framed(canonical(field_type, v)), **m)
+            for i, (v, m) in enumerate(zip(values, extra, strict=True))]  # fmt: skip
+    config = pipeline(field_type, transforms)
+    schemas = {SCHEMA_ID: schema(field_type)}
+    python = stage(tmp_path, config, TOPIC, schemas, msgs, native=False)
+    native = stage(tmp_path, config, TOPIC, schemas, msgs, native=True)
+    assert_same(python, native)
+    names = [n for n in native.files if n.endswith(".avro") and "acme.events" in n]
+    records: list[dict] = []
+    types: dict[str, Any] = {}
+    for name in sorted(names):
+        reader = fastavro.reader(io.BytesIO(native.files[name]))
+        types = {f["name"]: f["type"] for f in reader.writer_schema["fields"]}
+        records += list(reader)
+    return python, native, records, types
+
+
+def _digest(value: Any) -> str:
+    return hmac.digest(b"s3cret", str(value).encode(), "sha256").hex()
+
+
+@needs_rewrites
+def test_an_hmac_mask_of_a_nullable_long_digests_its_digits(tmp_path, monkeypatch):
+    """fastavro hands the long as a Python int: ``str(value)`` is its digits, which the kernel
+    digests from the field's encoding; a null stays null under ``["null", "string"]``."""
+    monkeypatch.setenv(HMAC_ENV, "s3cret")
+    values = [None, 0, -7, 2**63 - 1, -(2**63)]
+    _, native, records, types = rewritten(
+        tmp_path, ["null", "long"], values, [{"mask": "f", "key_env": HMAC_ENV}]
+    )
+    assert native.kernel_messages == len(values)
+    assert types["f"] == ["null", "string"]
+    assert [r["f"] for r in records] == [None, *(_digest(v) for v in values[1:])]
+
+
+@needs_rewrites
+def test_a_null_mask_keeps_a_declared_unions_layout(tmp_path):
+    """``["long", "null"]`` stays as declared (null is branch 1) and a plain string becomes
+    ``["null", "string"]``: the kernel writes each null under the derived layout."""
+    transforms = [{"mask": "f", "method": "null"}, {"mask": "s", "method": "null"}]
+    _, native, records, types = rewritten(tmp_path, ["long", "null"], [5, None], transforms)
+    assert native.kernel_messages == 2
+    assert (types["f"], types["s"]) == (["long", "null"], ["null", "string"])
+    assert [(r["f"], r["s"]) for r in records] == [(None, None), (None, None)]
+
+
+@needs_rewrites
+def test_a_timestamp_millis_to_epoch_seconds_floors_negative_instants(tmp_path):
+    """fastavro hands timestamp-millis as aware datetimes (``to_micros``: the number times
+    1000); epoch seconds by floor division, so -1,500 ms is -2 s, as Python's ``//``."""
+    millis = [-1_500, -1, 0, 1_999, -62_135_596_800_000, 253_402_300_799_999]
+    field_type = {"type": "long", "logicalType": "timestamp-millis"}
+    _, native, records, types = rewritten(
+        tmp_path, field_type, millis, [{"timestamp": "f", "to": "epoch_s"}]
+    )
+    assert native.kernel_messages == len(millis)
+    assert types["f"] == "long"
+    assert [r["f"] for r in records] == [m // 1000 for m in millis]
+
+
+@needs_rewrites
+def test_a_header_add_takes_the_last_and_a_key_that_is_not_utf8_is_handed_back(tmp_path):
+    """The last header of a name wins (Kafka's convention); a key that is not UTF-8 for a
+    string field fails the step on the Python path (a dead letter), so the kernel hands that
+    message back and both paths commit the same dead letter."""
+    transforms = [{"add": "trace", "header": "trace-id"}, {"add": "k", "message": "key"},
+                  {"add": "at_kafka", "message": "timestamp"}]  # fmt: skip
+    messages = [
+        {"key": b"a", "headers": [("trace-id", b"one"), ("other", b"x"), ("trace-id", b"two")]},
+        {"key": b"\xff", "headers": [("trace-id", b"three")]},
+        {"key": None, "headers": None, "timestamp": (0, 0)},
+    ]
+    python, native, records, types = rewritten(tmp_path, "long", [1, 2, 3], transforms, messages)
+    assert python.result is not None and sum(python.result.dead_letters.values()) == 1
+    assert native.kernel_messages == 2
+    assert native.handbacks == {"part_uncertain": 1}
+    assert types["trace"] == ["null", "string"] and types["k"] == ["null", "string"]
+    assert [(r["f"], r["trace"], r["k"]) for r in records] == [(1, "two", "a"), (3, None, None)]
+    assert records[1]["at_kafka"] is None  # no Kafka timestamp
+
+
+@needs_rewrites
+def test_a_boolean_cast_to_string_is_true_or_false(tmp_path):
+    _, native, records, types = rewritten(
+        tmp_path, ["null", "boolean"], [True, False, None], [{"cast": "f", "to": "string"}]
+    )
+    assert native.kernel_messages == 3
+    assert types["f"] == ["null", "string"]
+    assert [r["f"] for r in records] == ["true", "false", None]

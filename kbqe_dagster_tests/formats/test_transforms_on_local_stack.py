@@ -174,9 +174,14 @@ KERNEL_TRANSFORMS = [
     {"cast": "id", "to": "string"},
     {"drop": ["debug", "phone"]},
     {"add": "source", "value": "kafka"},
+    {"mask": "email", "key_env": "KBQE_TRANSFORMS_E2E_KEY"},
+    {"add": "trace", "header": "trace-id"},
+    {"add": "kafka_at", "message": "timestamp"},
 ]
 """Transforms the native kernel does (formats/kernel_transforms.py): staged on the kernel when
-it is built and the switch is on, on the Python path otherwise; the same rows either way."""
+it is built and the switch is on, on the Python path otherwise; the same rows either way. The
+hmac mask and the parts of the message (a header whose name comes twice: the last wins; the
+Kafka timestamp) are rewrite.rs's on the Avro kernel."""
 
 
 @pytest.mark.parametrize("switch", ["on", "off"], ids=["kernel", "python"])
@@ -219,6 +224,7 @@ def test_kernel_transforms_load_the_same_rows_on_either_stage_path(
         "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/kernel-tx-{run}",
         "DAGSTER_HOME": str(home),
         "KBQE_STAGE_KERNEL": switch,
+        "KBQE_TRANSFORMS_E2E_KEY": KEY,
     }
     client = local_bigquery_client()
     try:
@@ -228,7 +234,9 @@ def test_kernel_transforms_load_the_same_rows_on_either_stage_path(
             record = {"id": -i, "kind": "Book", "email": f"u{i}@example.com", "phone": None,
                       "amount": f"{i}.25", "created": f"2024-09-13T00:{i:02d}:00Z",
                       "debug": "internal"}  # fmt: skip
-            producer.produce(topic, framed(schema_id, record), partition=i % 2)
+            headers = [("trace-id", b"first"), ("trace-id", f"t-{i}".encode())]
+            producer.produce(topic, framed(schema_id, record), partition=i % 2, headers=headers,
+                             timestamp=1_726_238_205_000 + i)  # fmt: skip
         producer.produce(topic, framed(schema_id, record)[:-3], partition=0)  # truncated
         assert producer.flush(30) == 0
         for attempt in range(2):
@@ -242,6 +250,9 @@ def test_kernel_transforms_load_the_same_rows_on_either_stage_path(
         assert "kind" not in row and "debug" not in row and "phone" not in row
         assert (row["category"], row["source"], row["amount"]) == ("Book", "kafka", "7.25")
         assert str(row["_event_date"]) == "2024-09-13"
+        digest = hmac.new(KEY.encode(), b"u7@example.com", hashlib.sha256).hexdigest()
+        assert (row["email"], row["trace"]) == (digest, "t-7")
+        assert row["kafka_at"] == datetime.fromtimestamp(1_726_238_205.007, UTC)
         reasons = [
             r["reason"] for r in client.query(f"SELECT reason FROM `{dead}.dead_letters`").result()
         ]

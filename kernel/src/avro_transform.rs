@@ -1,37 +1,45 @@
 //! Confluent Avro topics with `transforms` the kernel does (formats/kernel_transforms.py's
-//! `kernel_transforms`: renames, drops, constant adds, casts that keep bytes, int/long cast to
-//! string). The Python path (formats/transform_stage.py) is the reference: fastavro decodes
+//! `kernel_transforms`: renames, drops, constant adds, casts that keep bytes or whose result is
+//! exact from the encoded value, masks, timestamps between numbers, adds of parts of the
+//! message). The Python path (formats/transform_stage.py) is the reference: fastavro decodes
 //! the body, the transforms apply, fastavro encodes the record under the derived schema.
 //!
 //! The kernel instead copies the body's bytes: the top-level fields in order without the
-//! dropped ones, each field cast to string rewritten as the string of its decimal digits, the
-//! constants' encoding after them (renames and byte-keeping casts change no bytes). That is
-//! Python's output exactly when fastavro's decode → encode round trip gives the body back
-//! byte for byte, so the walk runs in canonical mode (body.rs, `Cursor::canonical`): every
-//! encoding fastavro would write differently is handed back, and the Python path stages it.
+//! dropped ones, each rewritten field's encoding replaced as rewrite.rs does for the other
+//! formats (an int or long cast to string as the string of its digits, a mask, a timestamp,
+//! an exact cast), the constants' encoding after them (renames and byte-keeping casts change
+//! no bytes; the parts of the message are lib.rs's, appended per message). That is Python's
+//! output exactly when fastavro's decode → encode round trip gives the body back byte for
+//! byte, so the walk runs in canonical mode (body.rs, `Cursor::canonical`): every encoding
+//! fastavro would write differently is handed back, and the Python path stages it. A
+//! top-level field's span is then its Avro encoding under the declared type, which is what
+//! rewrite.rs reads back, and fastavro's decoded value is the one rewrite.rs assumes: an int
+//! or long a Python int, a string the text of its (checked UTF-8) bytes, a boolean a bool, a
+//! timestamp-millis/micros an aware datetime whose `to_micros` is the number times 1000 or 1
+//! (body.rs keeps it within years 1-9999).
 
 use crate::body::{Cursor, Plan, Stop, Value, Walker, R};
-use crate::json::as_digits;
+use crate::rewrite::FieldRewrite;
 use crate::schema::{Kind, Schema, Unsupported};
 
 /// What one transformed writer schema's records become (see the module docstring).
 pub struct Transform {
     /// Per top-level field: left out of the record (a `drop`).
     dropped: Vec<bool>,
-    /// Per top-level field: `Some(nullable)` for an int or long (`["null", T]` when nullable)
-    /// written as its digits (a `cast` to string).
-    digits: Vec<Option<bool>>,
+    /// Per top-level field: its encoding rewritten (rewrite.rs): a `cast` to string of an
+    /// int or long (`FieldRewrite::digits`), a `mask`, a `timestamp` or an exact `cast`.
+    rewrites: Vec<Option<FieldRewrite>>,
     /// The added constants' Avro encoding, after every record.
     constants: Vec<u8>,
 }
 
 impl Transform {
     /// The transform of `schema` (walked with `plan`) that drops the top-level fields `drops`,
-    /// writes `digits` as strings and appends `constants`. Err for a
-    /// name that is not a top-level field (of an int, long or `["null", int|long]` for
-    /// `digits`), or one routing or event time reads.
-    pub fn compile(schema: &Schema, plan: &Plan, drops: &[String], digits: &[String], constants: &[u8])
-                   -> Result<Transform, Unsupported> {
+    /// writes `digits` as strings, rewrites the fields `rewrites` names and appends
+    /// `constants`. Err for a name that is not a top-level field (of an int, long or
+    /// `["null", int|long]` for `digits`), one routing or event time reads, or one named twice.
+    pub fn compile(schema: &Schema, plan: &Plan, drops: &[String], digits: &[String],
+                   rewrites: Vec<(String, FieldRewrite)>, constants: &[u8]) -> Result<Transform, Unsupported> {
         let (Kind::Record { fields, .. }, Plan::Record(plans)) = (&schema.nodes[schema.top], plan) else {
             return Err(Unsupported("not a record".into()));
         };
@@ -45,13 +53,14 @@ impl Transform {
         };
         let mut transform = Transform {
             dropped: vec![false; fields.len()],
-            digits: vec![None; fields.len()],
+            rewrites: vec![None; fields.len()],
             constants: constants.to_vec(),
         };
         for name in drops {
             transform.dropped[index(name, "drop")?] = true;
         }
         let integer = |id: usize| matches!(schema.nodes[id], Kind::Int(_) | Kind::Long(_));
+        let mut rewritten: Vec<(usize, FieldRewrite)> = Vec::new();
         for name in digits {
             let at = index(name, "cast")?;
             let nullable = match &schema.nodes[fields[at].1] {
@@ -59,10 +68,21 @@ impl Transform {
                 Kind::Union(b) if b.len() == 2 && matches!(schema.nodes[b[0]], Kind::Null) && integer(b[1]) => true,
                 _ => return Err(Unsupported(format!("field {name:?} is not an int or long"))),
             };
+            rewritten.push((at, FieldRewrite::digits(nullable)));
+        }
+        for (name, rewrite) in rewrites {
+            // rewrite.rs checks each value's layout as it reads it; a field whose declared
+            // layout is not the spec's hands every message back ("rewrite_layout").
+            rewritten.push((index(&name, "rewrite")?, rewrite));
+        }
+        for (at, rewrite) in rewritten {
+            let name = &fields[at].0;
             if transform.dropped[at] {
-                return Err(Unsupported(format!("field {name:?} is dropped and cast")));
+                return Err(Unsupported(format!("field {name:?} is dropped and rewritten")));
             }
-            transform.digits[at] = Some(nullable);
+            if transform.rewrites[at].replace(rewrite).is_some() {
+                return Err(Unsupported(format!("field {name:?} is rewritten twice")));
+            }
         }
         Ok(transform)
     }
@@ -82,23 +102,21 @@ impl Transform {
         Ok(())
     }
 
-    /// The transformed record's body into `out`.
+    /// The transformed record's body into `out`; Err (its reason in body.rs's `stop_detail`)
+    /// hands the message back.
     pub fn record(&self, body: &[u8], starts: &[usize], out: &mut Vec<u8>) -> R<()> {
         out.clear();
         let mut kept = 0; // the start of the run of kept fields not yet copied
-        for (i, (&dropped, &digits)) in self.dropped.iter().zip(&self.digits).enumerate() {
-            if !dropped && digits.is_none() {
+        for (i, (&dropped, rewrite)) in self.dropped.iter().zip(&self.rewrites).enumerate() {
+            if !dropped && rewrite.is_none() {
                 continue;
             }
             out.extend_from_slice(&body[kept..starts[i]]);
             kept = starts[i + 1];
-            if let Some(nullable) = digits {
+            if let Some(rewrite) = rewrite {
                 let mark = out.len();
                 out.extend_from_slice(&body[starts[i]..starts[i + 1]]);
-                if as_digits(out, mark, nullable).is_err() {
-                    crate::body::forget_why(); // a JSON kernel's detail, not this one's
-                    return Err(Stop);
-                }
+                rewrite.apply(out, mark)?;
             }
         }
         out.extend_from_slice(&body[kept..*starts.last().ok_or(Stop)?]);

@@ -875,39 +875,6 @@ struct Writer<'a> {
     rewrites: &'a [Option<FieldRewrite>],
 }
 
-/// Rewrite the int or long written at `out[mark..]` (after its union index 1 when
-/// `nullable`: `["null", T]`; a null stays as written) as the Avro string of its decimal
-/// digits, Python's `str` of it.
-pub(crate) fn as_digits(out: &mut Vec<u8>, mark: usize, nullable: bool) -> R<()> {
-    let mut pos = mark;
-    if nullable {
-        match out.get(pos) {
-            Some(0) => return Ok(()),
-            Some(2) => pos += 1,
-            _ => return Err(stop("cast")),
-        }
-    }
-    let (mut z, mut shift) = (0u64, 0u32);
-    for (i, &b) in out[pos..].iter().enumerate() {
-        if shift > 63 {
-            return Err(stop("cast"));
-        }
-        z |= u64::from(b & 0x7f) << shift;
-        shift += 7;
-        if b & 0x80 == 0 {
-            if pos + i + 1 != out.len() {
-                return Err(stop("cast")); // not the field's last byte: not what was written
-            }
-            let text = (((z >> 1) as i64) ^ -((z & 1) as i64)).to_string();
-            out.truncate(pos);
-            put_long(out, text.len() as i64);
-            out.extend_from_slice(text.as_bytes());
-            return Ok(());
-        }
-    }
-    Err(stop("cast"))
-}
-
 #[inline]
 fn put_long(out: &mut Vec<u8>, v: i64) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
@@ -1136,7 +1103,8 @@ impl Writer<'_> {
                     }
                     if depth == 0 && self.digits.get(index) == Some(&true) {
                         // (never wanted: cast_to_digits; an absent one is its null default)
-                        as_digits(out, mark, !matches!(self.nodes[field.node], Node::Int | Node::Long))?;
+                        let nullable = !matches!(self.nodes[field.node], Node::Int | Node::Long);
+                        crate::rewrite::FieldRewrite::digits(nullable).apply(out, mark)?;
                     }
                     if let Some(Some(rewrite)) = self.rewrites.get(index).filter(|_| depth == 0) {
                         rewrite.apply(out, mark)?; // (never wanted: rewrite_field)

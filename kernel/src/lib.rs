@@ -189,6 +189,12 @@ fn protobuf_prefix(value: &[u8]) -> Option<usize> {
 
 #[pymethods]
 impl StageKernel {
+    /// `add_transformed_schema` takes `rewrites` (masks, timestamps, exact casts) and Avro
+    /// entries take `append_message_parts`: a kernel built before leaves such topics on the
+    /// Python path (formats/avro_transform_kernel.py).
+    #[classattr]
+    const AVRO_REWRITES: bool = true;
+
     /// `wanted`: the field paths the probe decodes (routing's, then event time's);
     /// `event_slots`: the event-time candidates as indexes into `wanted`; `route_slots`: the
     /// dataset and table fields' indexes for field routing.
@@ -286,19 +292,27 @@ impl StageKernel {
 
     /// Take on the writer schema framed by `header` (as `add_schema`) of a topic whose
     /// transforms the kernel does (avro_transform.rs): its records leave out the top-level
-    /// fields `drops`, write the int or long fields `digits` as strings of their digits, and
-    /// get `constants` (the added constants' Avro encoding) after them; the body is walked in
-    /// canonical mode, so every message whose re-encoding by fastavro could differ from its
-    /// bytes is handed back. Raises ValueError for what the kernel does not implement (a name
-    /// that is not such a top-level field or that routing or event time reads, a wanted field
-    /// of a type it does not read).
-    #[pyo3(signature = (header, schema_json, constant_slot, drops, digits, constants))]
+    /// fields `drops`, write the int or long fields `digits` as strings of their digits,
+    /// rewrite the top-level fields `rewrites` names (`(name, FieldRewrite.spec(), hmac key)`:
+    /// a mask, a timestamp, an exact cast; rewrite.rs), and get `constants` (the added
+    /// constants' Avro encoding) after them; the body is walked in canonical mode, so every
+    /// message whose re-encoding by fastavro could differ from its bytes is handed back.
+    /// Raises ValueError for what the kernel does not implement (a name that is not such a
+    /// top-level field or that routing or event time reads, a wanted field of a type it does
+    /// not read, a spec it does not know). Taken whole or not at all.
+    #[pyo3(signature = (header, schema_json, constant_slot, drops, digits, constants, rewrites=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
     fn add_transformed_schema(&mut self, header: &[u8], schema_json: &str, constant_slot: Option<usize>,
-                              drops: Vec<String>, digits: Vec<String>, constants: &[u8]) -> PyResult<()> {
+                              drops: Vec<String>, digits: Vec<String>, constants: &[u8],
+                              rewrites: Vec<(String, String, Vec<u8>)>) -> PyResult<()> {
         let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
         let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
         let plan = body::plan(&schema, &self.wanted, false).map_err(|e| PyValueError::new_err(e.0))?;
-        let transform = avro_transform::Transform::compile(&schema, &plan, &drops, &digits, constants)
+        let mut parsed = Vec::with_capacity(rewrites.len());
+        for (name, spec, key) in rewrites {
+            parsed.push((name, rewrite::FieldRewrite::parse(&spec, &key).map_err(|e| PyValueError::new_err(e.0))?));
+        }
+        let transform = avro_transform::Transform::compile(&schema, &plan, &drops, &digits, parsed, constants)
             .map_err(|e| PyValueError::new_err(e.0))?;
         let route = self.route_for(constant_slot)?;
         self.entries.push(Entry { schema, plan, route, change: None, transform: Some(transform) });
@@ -669,6 +683,7 @@ impl StageKernel {
             }
             if let Some(transform) = &entry.transform {
                 if transform.record(body, &self.field_starts, &mut self.change_record).is_err() {
+                    self.stop_detail = crate::body::forget_why(); // a rewrite's rule (rewrite.rs)
                     return Ok(Some("transform_uncertain"));
                 }
             }

@@ -1,5 +1,6 @@
 //! Per-field rewrites of a top-level field's Avro encoding, shared by the formats whose kernel
-//! encodes the record as declared (`format: json`, `json_schema`, `protobuf`): the field is
+//! encodes the record as declared (`format: json`, `json_schema`, `protobuf`) and by Confluent
+//! Avro (avro_transform.rs: the field's span in the canonical body, copied): the field is
 //! encoded and checked as declared, then its bytes at `out[mark..]` (the field's, the last
 //! written) are read back and replaced by what the transform's step would have given fastavro
 //! under the derived type (core/transforms/kinds.py `_mask`, `_timestamp`). The Python side
@@ -154,6 +155,13 @@ impl FieldRewrite {
             other => return Err(bad(&format!("op {other}"))),
         };
         Ok(FieldRewrite { declared_null, base, op })
+    }
+
+    /// A `cast` of an int or long to string (`["null", T]` when `nullable`): the Avro string
+    /// of its decimal digits, Python's `str` of it; a null stays null. The one digits rule of
+    /// every kernel (json.rs's plain-JSON casts, avro_transform.rs).
+    pub fn digits(nullable: bool) -> FieldRewrite {
+        FieldRewrite { declared_null: nullable.then_some(0), base: Base::Long, op: Op::Cast(CastTo::Digits) }
     }
 
     /// Rewrite the field written at `out[mark..]` (its whole encoding, the last bytes of
@@ -455,6 +463,23 @@ mod tests {
         let mut out = Vec::new();
         append_parts(&raw, &mut out, 5, Some(MAX_TIMESTAMP_MS + 1), &key, &[0]).unwrap();
         assert_eq!(out, vec![2, 2, 0xff, 0, 10]);
+    }
+
+    #[test]
+    fn digits_are_pythons_str_and_a_null_stays_null() {
+        let mut out = long(i64::MIN);
+        FieldRewrite::digits(false).apply(&mut out, 0).unwrap();
+        let text = b"-9223372036854775808";
+        assert_eq!(out, [&long(text.len() as i64)[..], &text[..]].concat());
+        let mut null = vec![0u8];
+        FieldRewrite::digits(true).apply(&mut null, 0).unwrap();
+        assert_eq!(null, vec![0]);
+        let mut seven = vec![2u8];
+        seven.extend(long(7));
+        FieldRewrite::digits(true).apply(&mut seven, 0).unwrap();
+        assert_eq!(seven, vec![2, 2, b'7']);
+        let mut branch_two = vec![4u8, 14]; // not a ["null", T] layout
+        assert!(FieldRewrite::digits(true).apply(&mut branch_two, 0).is_err());
     }
 
     #[test]
