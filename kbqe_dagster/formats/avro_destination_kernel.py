@@ -51,7 +51,9 @@ log = logging.getLogger(__name__)
 _ROUTED_PER_SCHEMA = (RoutingMode.STATIC, RoutingMode.SCHEMA_NAME)
 
 
-def destinations_on_kernel(transforms: Sequence[Any], destinations: Sequence[DestinationConfig]) -> bool:
+def destinations_on_kernel(
+    transforms: Sequence[Any], destinations: Sequence[DestinationConfig]
+) -> bool:
     """Whether a topic's destinations may take the kernel at all (before any schema): each
     routes per schema (static or schema_name), has no ``when``, and the topic's and its own
     transforms are of the Avro kernel's kinds."""
@@ -167,10 +169,18 @@ class AvroDestinationKernelStaging(NativeStaging):
                 raise ValueError(f"{fan_out.labels[k]}: transforms the kernel does not do here")
             try:
                 routed = fan_out.statics[k] or fan_out.routers[k].route(
-                    RoutingInput(stager.rng.topic, stager.rng.partition, msg.offset(),
-                                 branch.full_name, {}, None)  # fmt: skip
+                    RoutingInput(
+                        stager.rng.topic,
+                        stager.rng.partition,
+                        msg.offset(),
+                        branch.full_name,
+                        {},
+                        None,
+                    )
                 )
-                slot = self._slot(routed.dataset, routed.table, branch.schema_id, branch.file_schema)
+                slot = self._slot(
+                    routed.dataset, routed.table, branch.schema_id, branch.file_schema
+                )
             except Exception as error:  # noqa: BLE001 - a BadInputError: the Python path's
                 raise ValueError(f"{fan_out.labels[k]}: {error}") from None
             if (routed.dataset, routed.table) in tables:

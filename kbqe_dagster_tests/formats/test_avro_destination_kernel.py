@@ -138,10 +138,18 @@ def test_a_destination_with_its_own_drop_rename_constant_and_cast_after_the_topi
     python, native = staged_both_ways(tmp_path, config, messages)
     assert native.kernel_messages == 4 and not native.handbacks
     assert records(python, "fills")[0] == {
-        "quantity": "100", "symbol": "ACME", "desk": "eq", "source": "kafka"
+        "quantity": "100",
+        "symbol": "ACME",
+        "desk": "eq",
+        "source": "kafka",
     }
     assert list(records(python, "executions")[0]) == [
-        "at", "symbol", "qty", "price", "venue", "source"
+        "at",
+        "symbol",
+        "qty",
+        "price",
+        "venue",
+        "source",
     ]
 
 
