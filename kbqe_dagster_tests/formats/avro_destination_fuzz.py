@@ -64,8 +64,8 @@ def scenario(seed: int, messages: int) -> kernel_fuzz.Scenario:
             except TransformSchemaError:
                 output = base
         fields = None
-        if rng.random() < 0.6:
-            all_names = [f["name"] for f in output["fields"]]
+        all_names = [f["name"] for f in output["fields"]]
+        if all_names and rng.random() < 0.6:
             fields = tuple(rng.sample(all_names, rng.randint(1, len(all_names))))
         schema_names = None
         if len(names) > 1 and rng.random() < 0.3:

@@ -29,6 +29,7 @@ from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster_tests.formats.avro_destination_fuzz import scenario
 from kbqe_dagster_tests.formats.avro_transform_fuzz import zigzag
+from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 
 kernel = pytest.importorskip(
@@ -230,3 +231,16 @@ def test_differential_fuzz(tmp_path_factory, pytestconfig):
     print(f"avro destinations: {tally.natively} of {staged} staged messages by the kernel "
           f"({share:.1%}), {tally.records} records, {tally.messages} messages")  # fmt: skip
     assert share > 0.5, "the kernel staged too few messages to prove anything"
+
+
+@needs_hour_kernel
+def test_differential_fuzz_with_hour_tables(tmp_path_factory, pytestconfig):
+    """The same scenarios with some of their tables HOUR-partitioned (one message often into
+    an HOUR and a DAY table): each slot's event hour column and hour counts are the Python
+    path's too."""
+    tally = differential_fuzz(
+        "avrodesthour", "fuzz.events", with_hour_tables(scenario), pytestconfig,
+        tmp_path_factory, schemas_of=lambda case: case.schemas,
+    )  # fmt: skip
+    staged = tally.natively + sum(tally.handed_back_records.values())
+    assert tally.natively / max(staged, 1) > 0.5, "the kernel staged too few messages"
