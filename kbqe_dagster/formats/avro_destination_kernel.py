@@ -11,8 +11,8 @@ topic's transforms followed by the destination's are of the kinds the Avro kerne
 (formats/kernel_transforms.py, ``kernel_transforms`` over the composed list, which also
 refuses a transform of a name routing or event time reads: the kernel reads them from the
 original body). A projection keeps the transformed record's fields in its order: the kernel
-keeps the body's spans of the declared fields in that order, then appends the kept constants
-(so a projection that lists an added constant before a declared field stays Python's).
+copies the body's spans of the declared fields in that order, with the encodings of the
+constants it lists in between (an Avro record is its fields' encodings one after the other).
 
 Per registry schema, this driver gives the kernel one output per destination that takes the
 schema (``schema_names``): its file slot (the destination's table, its derived schema's id
@@ -66,15 +66,17 @@ def destinations_on_kernel(
 
 
 @dataclass(frozen=True)
-class Output:
-    """One destination's record as the kernel builds it (``StageKernel.add_destination_schema``)."""
+class Piece:
+    """A piece of one destination's record as the kernel builds it (kernel/src/destinations.rs)."""
 
-    keep: tuple[str, ...] | None
-    """The declared fields kept, in the projection's order (None: no projection)."""
-    drops: tuple[str, ...]
-    digits: tuple[str, ...]
-    constants: tuple[tuple[str, Any], ...]
-    """The constants of the record, in the order they are encoded after the kept fields."""
+    kind: str
+    """``all``: every declared field through the drops and digits, then the constants;
+    ``fields``: the declared fields ``names`` in that order, the digits among them;
+    ``constants``: the encoding of ``constants``."""
+    names: tuple[str, ...] = ()
+    drops: tuple[str, ...] = ()
+    digits: tuple[str, ...] = ()
+    constants: tuple[tuple[str, Any], ...] = ()
 
 
 def destination_output(
@@ -83,18 +85,20 @@ def destination_output(
     wanted: Sequence[str],
     fields: Sequence[str] | None,
     hmac_keys: Mapping[int, bytes] | None = None,
-) -> Output | None:
+) -> tuple[Piece, ...] | None:
     """What the kernel does for one destination over the decoded Avro ``schema``: ``specs``
     are the topic's transforms then the destination's (applied in sequence: the Python path
     compiles the destination's over the topic's output schema), ``wanted`` what its routing
-    and event time read, ``fields`` its projection. None when the kernel cannot do it exactly:
-    :func:`kernel_transforms` refuses the transforms, they need rewrites or message parts, or
-    the projection lists a constant before a declared field."""
+    and event time read, ``fields`` its projection. The record is the pieces' encodings one
+    after the other (an Avro record is its fields' encodings in order): without a projection
+    the whole record; with one, each run of declared fields it lists and each constant in
+    between. None when the kernel cannot do it exactly: :func:`kernel_transforms` refuses the
+    transforms, or they need rewrites or message parts."""
     done = kernel_transforms(specs, schema, wanted, hmac_keys, complete=True)
     if done is None or done.rewrites or done.parts:
         return None
     if fields is None:
-        return Output(None, done.drops, done.digits, done.constants)
+        return (Piece("all", (), done.drops, done.digits, done.constants),)
     # The transformed record's fields: declared ones (by their declared name, renamed in
     # place), then the constants; kernel_transforms refused chains, so each step is simple.
     names: dict[str, str | None] = {f["name"]: f["name"] for f in schema.get("fields") or ()}
@@ -108,20 +112,26 @@ def destination_output(
                 return None  # the Python path's schema error
             names[spec.add] = None
     values = dict(done.constants)
-    keep: list[str] = []
-    constants: list[tuple[str, Any]] = []
+    pieces: list[Piece] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if run:
+            digits = tuple(d for d in done.digits if d in run)
+            pieces.append(Piece("fields", tuple(run), (), digits))
+            run.clear()
+
     for name in fields:
         if name not in names:
             return None  # the Python path's schema error (project_schema)
         source = names[name]
         if source is None:
-            constants.append((name, values[name]))
-        elif constants:
-            return None  # a constant before a declared field: the kernel appends constants last
+            flush()
+            pieces.append(Piece("constants", constants=((name, values[name]),)))
         else:
-            keep.append(source)
-    digits = tuple(d for d in done.digits if d in keep)
-    return Output(tuple(keep), (), digits, tuple(constants))
+            run.append(source)
+    flush()
+    return tuple(pieces)
 
 
 class AvroDestinationKernelStaging(NativeStaging):
@@ -186,13 +196,18 @@ class AvroDestinationKernelStaging(NativeStaging):
             if (routed.dataset, routed.table) in tables:
                 raise ValueError("two destinations route to one table (Python: unroutable)")
             tables.add((routed.dataset, routed.table))
-            constants = b""
-            if output.constants:
-                constants = KernelTransforms(constants=output.constants).constants_encoding(
-                    branch.compiled.output_schema
+            encoded = []
+            for piece in output:
+                constants = b""
+                if piece.constants:
+                    constants = KernelTransforms(constants=piece.constants).constants_encoding(
+                        branch.compiled.output_schema
+                    )
+                kind = "bytes" if piece.kind == "constants" else piece.kind
+                encoded.append(
+                    (kind, list(piece.names), list(piece.drops), list(piece.digits), constants)
                 )
-            keep = list(output.keep) if output.keep is not None else None
-            outputs.append((slot, keep, list(output.drops), list(output.digits), constants))
+            outputs.append((slot, encoded))
         if not outputs:
             raise ValueError("no destination takes the schema (Python: unroutable)")
         return outputs

@@ -190,8 +190,7 @@ def test_a_message_one_destination_hands_back_goes_to_the_python_path_whole(tmp_
 def test_a_destination_the_kernel_does_not_do_keeps_the_whole_topic_on_the_python_path(
     tmp_path,
 ):
-    """``when`` (per record) or field routing: the Python path, for the whole topic; a
-    projection listing a constant before a declared field: for that schema."""
+    """``when`` (per record) or field routing: the Python path, for the whole topic."""
     for destinations in (
         [static("all"), static("fills", when='symbol == "ACME"')],
         [static("all"), {"routing": {"mode": "fields"}}],
@@ -202,9 +201,33 @@ def test_a_destination_the_kernel_does_not_do_keeps_the_whole_topic_on_the_pytho
         stager = TransformRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 1), tmp_path)
         assert NativeStaging.for_stager(stager) is None
 
-    config = pipeline([static("all", transforms=[{"add": "k", "value": 1}], fields=["k", "at"])])
-    python, native = staged_both_ways(tmp_path / "constant", config, [execution(0)])
-    assert native.kernel_messages == 0 and python.result.records == 1
+
+def test_a_projection_puts_constants_between_declared_fields(tmp_path):
+    """An Avro record is its fields' encodings in order: a constant listed first, or between
+    two declared fields, is its encoding there."""
+    config = pipeline([
+        static("all", transforms=[{"add": "k", "value": 1}, {"add": "tag", "value": "t"}],
+               fields=["k", "at", "tag", "symbol"]),
+    ])  # fmt: skip
+    python, native = staged_both_ways(tmp_path, config, [execution(0), execution(1)])
+    assert native.kernel_messages == 2
+    assert records(python, "all")[0] == {
+        "k": 1, "at": 1_726_238_205_123, "tag": "t", "symbol": "ACME"
+    }  # fmt: skip
+
+
+def test_a_schema_two_destinations_route_into_one_table_is_the_python_paths_unroutable(
+    tmp_path,
+):
+    """A static table and the schema-name route of the same table: Python's verdict (a row
+    would be doubled), the kernel refuses the schema."""
+    config = pipeline([
+        static("execution_report"),
+        {"routing": {"mode": "schema_name", "dataset": "fix"}},
+    ])  # fmt: skip
+    python, native = staged_both_ways(tmp_path, config, [execution(0)])
+    assert python.result is not None and python.result.dead_letters == {"unroutable": 1}
+    assert native.kernel_messages == 0
 
 
 def test_the_destination_driver_is_picked_for_a_topic_with_destinations(tmp_path):

@@ -142,7 +142,7 @@ struct StageKernel {
     /// its slot and its event day and hour while the message is appended.
     records: Vec<Vec<u8>>,
     record_slots: Vec<usize>,
-    kept: (Vec<u8>, Vec<usize>),
+    kept: destinations::Scratch,
     marks: Vec<(usize, i64, Option<i64>)>,
     /// Keyed topics (`count_tombstones`): a null value is counted here and skipped, as
     /// `KeyedRangeStager.add` does, instead of handed back.
@@ -252,7 +252,7 @@ impl StageKernel {
             change_record: Vec::new(),
             records: Vec::new(),
             record_slots: Vec::new(),
-            kept: (Vec::new(), Vec::new()),
+            kept: destinations::Scratch::default(),
             marks: Vec::new(),
             appended: Vec::new(),
             part_key: Vec::new(),
@@ -322,26 +322,27 @@ impl StageKernel {
     }
 
     /// Take on the writer schema framed by `header` (as `add_schema`) of a topic with
-    /// `destinations` (destinations.rs): each of `outputs`, `(file slot, kept fields or None,
-    /// drops, digits, constants)`, is one destination's record, transformed as
-    /// `add_transformed_schema`'s and projected to the kept top-level fields in their order.
+    /// `destinations` (destinations.rs): each of `outputs`, `(file slot, pieces)`, is one
+    /// destination's record: the whole record transformed as `add_transformed_schema`'s, or
+    /// a projection's runs of kept top-level fields in their order and constants between
+    /// them (`destinations::PieceSpec`).
     /// Walked in canonical mode; a message is staged into every output or handed back whole.
     /// Raises ValueError as `add_transformed_schema` does, for no outputs, or for two outputs
     /// into one slot (Python's verdict: a row would be doubled).
     #[pyo3(signature = (header, schema_json, outputs))]
     #[allow(clippy::type_complexity)]
     fn add_destination_schema(&mut self, header: &[u8], schema_json: &str,
-                              outputs: Vec<(usize, Option<Vec<String>>, Vec<String>, Vec<String>, Vec<u8>)>) -> PyResult<()> {
+                              outputs: Vec<(usize, Vec<destinations::PieceSpec>)>) -> PyResult<()> {
         let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
         let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
         let plan = body::plan(&schema, &self.wanted, false).map_err(|e| PyValueError::new_err(e.0))?;
         let Some(first) = outputs.first().map(|o| o.0) else { return Err(PyValueError::new_err("no outputs")) };
         let mut compiled = Vec::with_capacity(outputs.len());
-        for (slot, keep, drops, digits, constants) in outputs {
+        for (slot, pieces) in outputs {
             if compiled.iter().any(|o: &destinations::Output| o.slot == slot) {
                 return Err(PyValueError::new_err(format!("two outputs into file slot {slot}")));
             }
-            compiled.push(destinations::Output::compile(&schema, &plan, slot, keep, &drops, &digits, &constants)
+            compiled.push(destinations::Output::compile(&schema, &plan, slot, pieces)
                 .map_err(|e| PyValueError::new_err(e.0))?);
         }
         // The walk (canonical mode, field starts) is the identity transform's.
