@@ -85,6 +85,8 @@ def destination_output(
     wanted: Sequence[str],
     fields: Sequence[str] | None,
     hmac_keys: Mapping[int, bytes] | None = None,
+    *,
+    complete: bool = True,
 ) -> tuple[Piece, ...] | None:
     """What the kernel does for one destination over the decoded Avro ``schema``: ``specs``
     are the topic's transforms then the destination's (applied in sequence: the Python path
@@ -93,8 +95,10 @@ def destination_output(
     after the other (an Avro record is its fields' encodings in order): without a projection
     the whole record; with one, each run of declared fields it lists and each constant in
     between. None when the kernel cannot do it exactly: :func:`kernel_transforms` refuses the
-    transforms, or they need rewrites or message parts."""
-    done = kernel_transforms(specs, schema, wanted, hmac_keys, complete=True)
+    transforms, or they need rewrites or message parts. ``complete``: as for
+    :func:`kernel_transforms` (a decoded Avro record has every declared field; a JSON value
+    may leave out one with a default)."""
+    done = kernel_transforms(specs, schema, wanted, hmac_keys, complete=complete)
     if done is None or done.rewrites or done.parts:
         return None
     if fields is None:
@@ -145,7 +149,7 @@ class AvroDestinationKernelStaging(NativeStaging):
     def _offer(self, header: bytes, msg: Any, known: tuple[int, Any]) -> None:
         schema_id, decoder = known
         try:
-            outputs = self._outputs(msg, schema_id, decoder)
+            outputs = kernel_outputs(self, msg.offset(), schema_id, decoder.schema, None, True)
             self.kernel.add_destination_schema(header, json.dumps(decoder.parsed), outputs)
         except ValueError as error:
             self._offered[header] = str(error)
@@ -154,60 +158,65 @@ class AvroDestinationKernelStaging(NativeStaging):
             return
         self._offered[header] = None
 
-    def _outputs(self, msg: Any, schema_id: int, decoder: Any) -> list[tuple]:
-        stager = self.stager
-        fan_out = stager.fan_out
-        assert fan_out is not None  # this driver is only picked for destinations
+
+def kernel_outputs(
+    driver: NativeStaging,
+    offset: int,
+    schema_key: Any,
+    schema: Mapping[str, Any],
+    schema_id: int | None,
+    complete: bool,
+) -> list[tuple]:
+    """What ``add_destination_schema`` (and ``add_json_destinations``) take for records of
+    ``schema`` (``schema_key``, ``schema_id``: as the stager's ``place_record`` gets them):
+    per destination that takes the schema, its file slot and pieces. ``complete``: every
+    record carries every declared field (a decoded Avro body; not JSON). Raises ValueError
+    when the kernel cannot stage the schema's records exactly (see the module docstring)."""
+    stager = driver.stager
+    fan_out = stager.fan_out
+    assert fan_out is not None  # these drivers are only picked for destinations
+    try:
+        # The Python path's own derivation (its files' schemas and ids, its verdicts).
+        fanned = fan_out._fanned(schema_key, schema, schema_id)
+    except Exception as error:  # noqa: BLE001 - a BadInputError: the Python path's verdict
+        raise ValueError(f"the schema's destinations do not derive: {error}") from None
+    outputs: list[tuple] = []
+    tables: set[tuple[str, str]] = set()
+    top = len(stager.transforms)
+    for k, branch in enumerate(fanned.branches):
+        if branch is None:
+            continue  # its schema_names leave this schema out
+        destination = fan_out.destinations[k]
+        keys = {**stager.hmac_keys, **{top + i: v for i, v in fan_out.hmac_keys[k].items()}}
+        output = destination_output(
+            tuple(stager.transforms) + destination.transforms, schema,
+            fan_out.wanted[k], destination.fields, keys, complete=complete,
+        )  # fmt: skip
+        if output is None:
+            raise ValueError(f"{fan_out.labels[k]}: transforms the kernel does not do here")
         try:
-            # The Python path's own derivation (its files' schemas and ids, its verdicts).
-            fanned = fan_out._fanned(schema_id, decoder.schema, None)
-        except Exception as error:  # noqa: BLE001 - a BadInputError: the Python path's verdict
-            raise ValueError(f"the schema's destinations do not derive: {error}") from None
-        outputs: list[tuple] = []
-        tables: set[tuple[str, str]] = set()
-        top = len(stager.transforms)
-        for k, branch in enumerate(fanned.branches):
-            if branch is None:
-                continue  # its schema_names leave this schema out
-            destination = fan_out.destinations[k]
-            keys = {**stager.hmac_keys, **{top + i: v for i, v in fan_out.hmac_keys[k].items()}}
-            output = destination_output(
-                tuple(stager.transforms) + destination.transforms, decoder.schema,
-                fan_out.wanted[k], destination.fields, keys,
-            )  # fmt: skip
-            if output is None:
-                raise ValueError(f"{fan_out.labels[k]}: transforms the kernel does not do here")
-            try:
-                routed = fan_out.statics[k] or fan_out.routers[k].route(
-                    RoutingInput(
-                        stager.rng.topic,
-                        stager.rng.partition,
-                        msg.offset(),
-                        branch.full_name,
-                        {},
-                        None,
-                    )
+            routed = fan_out.statics[k] or fan_out.routers[k].route(
+                RoutingInput(
+                    stager.rng.topic, stager.rng.partition, offset, branch.full_name, {}, None
+                )  # fmt: skip
+            )
+            slot = driver._slot(routed.dataset, routed.table, branch.schema_id, branch.file_schema)
+        except Exception as error:  # noqa: BLE001 - a BadInputError: the Python path's
+            raise ValueError(f"{fan_out.labels[k]}: {error}") from None
+        if (routed.dataset, routed.table) in tables:
+            raise ValueError("two destinations route to one table (Python: unroutable)")
+        tables.add((routed.dataset, routed.table))
+        encoded = []
+        for piece in output:
+            constants = b""
+            if piece.constants:
+                constants = KernelTransforms(constants=piece.constants).constants_encoding(
+                    branch.compiled.output_schema
                 )
-                slot = self._slot(
-                    routed.dataset, routed.table, branch.schema_id, branch.file_schema
-                )
-            except Exception as error:  # noqa: BLE001 - a BadInputError: the Python path's
-                raise ValueError(f"{fan_out.labels[k]}: {error}") from None
-            if (routed.dataset, routed.table) in tables:
-                raise ValueError("two destinations route to one table (Python: unroutable)")
-            tables.add((routed.dataset, routed.table))
-            encoded = []
-            for piece in output:
-                constants = b""
-                if piece.constants:
-                    constants = KernelTransforms(constants=piece.constants).constants_encoding(
-                        branch.compiled.output_schema
-                    )
-                kind = "bytes" if piece.kind == "constants" else piece.kind
-                encoded.append(
-                    (kind, list(piece.names), list(piece.drops), list(piece.digits), constants)
-                )
-            outputs.append((slot, encoded))
-        if not outputs:
-            raise ValueError("no destination takes the schema (Python: unroutable)")
-        return outputs
+            kind = "bytes" if piece.kind == "constants" else piece.kind
+            encoded.append((kind, list(piece.names), list(piece.drops), list(piece.digits),
+                            constants))  # fmt: skip
+        outputs.append((slot, encoded))
+    if not outputs:
+        raise ValueError("no destination takes the schema (Python: unroutable)")
+    return outputs

@@ -133,6 +133,11 @@ struct StageKernel {
     unknown_route: Option<(Vec<u8>, Vec<u8>)>,
     /// `format: json` (json.rs): every value is JSON under one declared schema, encoded here.
     json: Option<(json::Encoder, Route)>,
+    /// `format: json` with `destinations` (`add_json_destinations`): the encoded body is walked
+    /// as the declared schema's (the identity transform's walk, reading nothing) for its
+    /// top-level field spans, then built into every output as an Avro body is.
+    json_outputs: Option<JsonOutputs>,
+    json_body: Vec<u8>,
     /// A change message's top-level field starts (changes.rs) and its changelog record; a
     /// transformed Avro record's field starts and its record (avro_transform.rs).
     field_starts: Vec<usize>,
@@ -160,6 +165,15 @@ struct StageKernel {
     part_key: Vec<u8>,
     part_headers: Vec<u8>,
     parts: Vec<u8>,
+}
+
+/// `format: json` with destinations: the declared schema, a plan reading nothing, the walk, the
+/// outputs (destinations.rs).
+struct JsonOutputs {
+    schema: Schema,
+    plan: Plan,
+    walk: avro_transform::Transform,
+    outputs: Vec<destinations::Output>,
 }
 
 /// The Protobuf message types the kernel was given, by frame prefix: the 5-byte header and
@@ -248,6 +262,8 @@ impl StageKernel {
             stop_detail: "",
             unknown_route: None,
             json: None,
+            json_outputs: None,
+            json_body: Vec::new(),
             field_starts: Vec::new(),
             change_record: Vec::new(),
             records: Vec::new(),
@@ -360,6 +376,36 @@ impl StageKernel {
         let encoder = json::Encoder::compile(schema_json, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
         let route = self.route_for(constant_slot)?;
         self.json = Some((encoder, route));
+        Ok(())
+    }
+
+    /// `format: json` with `destinations` (after `add_json_schema`, whose values it encodes
+    /// as declared, without transforms): each of `outputs` as for `add_destination_schema`,
+    /// built from the encoded body's top-level field spans. Raises ValueError as
+    /// `add_destination_schema` does.
+    #[pyo3(signature = (schema_json, outputs))]
+    fn add_json_destinations(&mut self, schema_json: &str, outputs: Vec<(usize, Vec<destinations::PieceSpec>)>) -> PyResult<()> {
+        if self.json.is_none() {
+            return Err(PyValueError::new_err("add_json_schema first"));
+        }
+        let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
+        let schema::Kind::Record { fields, .. } = &schema.nodes[schema.top] else {
+            return Err(PyValueError::new_err("not a record"));
+        };
+        // Routing and event time read the encoder's values: the walk reads nothing.
+        let plan = Plan::Record(fields.iter().map(|_| Plan::Skip).collect());
+        let mut compiled: Vec<destinations::Output> = Vec::with_capacity(outputs.len());
+        for (slot, pieces) in outputs {
+            if compiled.iter().any(|o| o.slot == slot) {
+                return Err(PyValueError::new_err(format!("two outputs into file slot {slot}")));
+            }
+            compiled.push(destinations::Output::compile(&schema, &plan, slot, pieces).map_err(|e| PyValueError::new_err(e.0))?);
+        }
+        if compiled.is_empty() {
+            return Err(PyValueError::new_err("no outputs"));
+        }
+        let walk = avro_transform::Transform::compile(&schema, &plan, &[], &[], &[]).map_err(|e| PyValueError::new_err(e.0))?;
+        self.json_outputs = Some(JsonOutputs { schema, plan, walk, outputs: compiled });
         Ok(())
     }
 
@@ -674,6 +720,30 @@ impl StageKernel {
             if encoder.encode(value, &mut self.values).is_err() {
                 self.stop_detail = crate::body::forget_why();
                 return Ok(Some("json_uncertain"));
+            }
+            if let Some(json) = &self.json_outputs {
+                let body = encoder.body();
+                let mut cursor = Cursor::new(body);
+                let walker = Walker { schema: &json.schema };
+                // (The walk reads nothing: the values stay the encoder's.)
+                if json.walk.walk(&walker, &json.plan, &mut cursor, &mut self.values, &mut self.field_starts).is_err() || !cursor.at_end() {
+                    return Ok(Some("transform_uncertain"));
+                }
+                self.records.resize_with(self.records.len().max(json.outputs.len()), Vec::new);
+                self.record_slots.clear();
+                for (output, out) in json.outputs.iter().zip(&mut self.records) {
+                    if output.record(body, &self.field_starts, &mut self.kept, out).is_err() {
+                        return Ok(Some("transform_uncertain"));
+                    }
+                    self.record_slots.push(output.slot);
+                }
+                // The body event time reads, held apart from the encoder while appending.
+                let mut held = std::mem::take(&mut self.json_body);
+                held.clear();
+                held.extend_from_slice(body);
+                let staged = self.append_outputs(msg, offset, &held);
+                self.json_body = held;
+                return staged;
             }
             (encoder.body(), route, false)
         } else if let Some(types) = &mut self.protobuf {
