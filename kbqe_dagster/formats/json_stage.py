@@ -21,7 +21,9 @@ once, and it parses, checks and encodes each value in Rust. Every message it
 is not certain about — every one the Python path would dead-letter among them — comes back
 here and is staged (or dead-lettered, with this module's reasons) by :meth:`stage`: the files,
 dead letters and counts are this path's, byte for byte (docs/architecture.md, "The JSON
-kernel").
+kernel"). A topic with destinations the kernel does (static or schema-name routing, no
+``when``, the kernel's transforms: formats/avro_destination_kernel.py) takes
+:class:`JsonDestinationKernelStaging` instead.
 """
 
 from __future__ import annotations
