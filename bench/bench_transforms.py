@@ -12,13 +12,16 @@ shared, loaded machine), best of ``--repeat``:
   step's own cost over the ``drop`` floor (core/transforms/destinations.py);
 * ``dest2``: two destinations, the whole record and a projection to three fields: rates are
   messages/s, each staged twice;
+* ``dest3``: a topic drop, then three destinations: the whole record, a projection in another
+  order, and one with its own cast to string and constant, projected: each message staged
+  three times;
 * ``kernel4``: the transforms the native kernel does (formats/kernel_transforms.py): a rename,
   a drop, an int cast to string, a constant;
 * ``rewrite3``: what the kernel rewrites (kernel/src/rewrite.rs): an HMAC mask of ``email``,
   ``id`` read as epoch seconds converted to a timestamp-millis, and ``add`` of a header.
 
-With the native kernel built, ``plain``, ``drop``, ``kernel4`` and ``rewrite3`` also run
-through it (the
+With the native kernel built, ``plain``, ``drop``, ``kernel4``, ``rewrite3`` and the ``dest``
+cases (Avro destinations on the kernel: formats/avro_destination_kernel.py) also run through it (the
 append kernel's loop, staging/native_kernel.py, over batches of 1,000 messages): the ``path``
 column says which; the kernel's rate is the whole loop's, the Python path's ``add`` calls'.
 
@@ -68,6 +71,18 @@ CASES = {
     ),
     "dest1": (None, [{"routing": STATIC}]),  # a list: topics[].destinations
     "dest2": (None, [{"routing": STATIC}, PROJECTED]),
+    "dest3": (
+        [{"drop": "debug"}],
+        [
+            {"routing": STATIC},
+            {**PROJECTED, "fields": ["created", "id", "amount"]},
+            {
+                "routing": {"mode": "static", "dataset": "shop", "table": "contacts"},
+                "transforms": [{"cast": "id", "to": "string"}, {"add": "source", "value": "kafka"}],
+                "fields": ["email", "id", "source"],
+            },
+        ],
+    ),
     "kernel4": (
         [
             {"rename": "email", "to": "contact"},
@@ -86,7 +101,7 @@ CASES = {
         STATIC,
     ),
 }
-KERNEL_CASES = ("plain", "drop", "kernel4", "rewrite3")
+KERNEL_CASES = ("plain", "drop", "kernel4", "rewrite3", "dest1", "dest2", "dest3")
 
 
 class _Registry:

@@ -12,6 +12,11 @@ destination that takes the record (``when``; its transforms, routing by its own
 placement is built are they all appended. A message no destination takes is ``unroutable``. A failure of any destination raises the bad input of the whole message, naming the
 destination, before anything of it is appended: one row per message per destination, or one
 dead letter.
+
+This is the reference path. A Confluent Avro topic whose destinations all route per schema,
+have no ``when`` and use only the kernel's transforms is staged by the native kernel
+(formats/avro_destination_kernel.py), which hands back to this class every message and schema
+it is not certain about.
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ once, and it parses, checks and encodes each value in Rust. Every message it
 is not certain about — every one the Python path would dead-letter among them — comes back
 here and is staged (or dead-lettered, with this module's reasons) by :meth:`stage`: the files,
 dead letters and counts are this path's, byte for byte (docs/architecture.md, "The JSON
-kernel").
+kernel"). A topic with destinations the kernel does (static or schema-name routing, no
+``when``, the kernel's transforms: formats/avro_destination_kernel.py) takes
+:class:`JsonDestinationKernelStaging` instead.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from kbqe_dagster.core.errors import BadInputError, JsonDecodeError, JsonSchemaM
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
+from kbqe_dagster.formats.avro_destination_kernel import destinations_on_kernel, kernel_outputs
 from kbqe_dagster.formats.kernel_transforms import kernel_transforms
 from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.staging.context import StageContext
@@ -61,12 +64,15 @@ class JsonRangeStager(TransformingStager):
             self.transforms, schema, self.wanted, self.hmac_keys
         )
         self.native_kernel = not self.reshapes or (
-            self.fan_out is None and self.kernel_transforms is not None
+            self.kernel_transforms is not None
+            if self.fan_out is None
+            else destinations_on_kernel(self.transforms, self.topic.destinations)
         )
 
     @property
     def native_driver(self) -> type[NativeStaging]:
-        return JsonKernelStaging  # a property: the driver class is defined below
+        # A property: the driver classes are defined below.
+        return JsonKernelStaging if self.fan_out is None else JsonDestinationKernelStaging
 
     def staged_schema(self) -> StagedSchema:
         """What every record of the topic stages as (no transforms: the declared schema, its
@@ -196,3 +202,31 @@ class JsonKernelStaging(NativeStaging):
             return False
         self.kernel.learn_route(self.LEARN_HEADER, *unknown_route, slot)
         return True
+
+
+class JsonDestinationKernelStaging(JsonKernelStaging):
+    """The native kernel's driver for ``format: json`` with ``destinations`` that route per
+    schema, have no ``when`` and only the kernel's transforms (formats/avro_destination_kernel.py
+    says which): the kernel encodes each value as declared, then builds every destination's
+    record from the body's top-level field spans (``add_json_destinations``), all or nothing
+    per message; the plan is made with ``complete=False`` (a JSON value may leave out a field
+    with a default: the rules about defaults apply)."""
+
+    KERNEL_METHOD = "add_json_destinations"
+
+    @classmethod
+    def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
+        if not cls.append_rules_allow(stager):
+            return None
+        driver = cls(stager, extension)
+        driver.staged = stager.staged_schema()
+        try:
+            outputs = kernel_outputs(driver, stager.rng.start, stager.schema_id,
+                                     stager.value_schema, stager.schema_id, False)  # fmt: skip
+            text = json.dumps(stager.parsed)
+            driver.kernel.add_json_schema(text, outputs[0][0])  # (its slot unused)
+            driver.kernel.add_json_destinations(text, outputs)
+        except (BadInputError, ValueError) as error:
+            log.debug("%s: the JSON values stay on the Python stage path: %s", stager.rng, error)
+            return None
+        return driver

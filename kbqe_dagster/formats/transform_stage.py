@@ -17,14 +17,16 @@ path (no body slicing) for decode → transform → encode with fastavro:
   the registry → ``schemaless_reader`` (the body must decode to exactly its length:
   ``body_decode_error`` otherwise) → the shared step.
 
-**The native kernel** does the Avro path with transforms too when there are no destinations
-and every transform renames, drops, adds a constant or a part of the message, masks, converts
-a timestamp between numbers, or casts without changing bytes or exactly
-(formats/kernel_transforms.py): :class:`TransformRangeStager`'s ``native_driver``
+**The native kernel** does the Avro path with transforms too when every transform renames,
+drops, adds a constant or a part of the message, masks, converts a timestamp between numbers,
+or casts without changing bytes or exactly (formats/kernel_transforms.py; with destinations,
+see below): :class:`TransformRangeStager`'s ``native_driver``
 (formats/avro_transform_kernel.py) gives it each registry schema with its transform plan, and
 it copies the body's bytes reshaped. This module stays the reference: every message whose
 fastavro round trip would not give its bytes back, and every schema the plan refuses, is staged
-here (docs/architecture.md, "Avro with transforms").
+here (docs/architecture.md, "Avro with transforms"). A topic with destinations takes the
+kernel too when each routes per schema (static, schema_name), has no ``when`` and its
+transforms after the topic's are such kinds (formats/avro_destination_kernel.py).
 
 **Schema ids of transformed files.** A staging file's name carries its schema id and every
 file of one id must carry one schema (core/protocol/commit.py). A transformed file's schema is the
@@ -66,6 +68,10 @@ from kbqe_dagster.core.transforms.compiler import (
     compile_transforms,
     field_values,
     hmac_keys,
+)
+from kbqe_dagster.formats.avro_destination_kernel import (
+    AvroDestinationKernelStaging,
+    destinations_on_kernel,
 )
 from kbqe_dagster.formats.avro_transform_kernel import AvroTransformKernelStaging
 from kbqe_dagster.formats.destination_stage import DestinationFanOut, message_meta
@@ -179,9 +185,15 @@ class TransformRangeStager(TransformingStager):
 
     def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
         super().__init__(ctx, rng, workdir)
-        # Destinations and transforms of other kinds stay here; the kernel's plan is made per
-        # registry schema (formats/avro_transform_kernel.py).
-        self.native_kernel = self.fan_out is None and kernel_kinds(self.transforms, rewrites=True)
+        # Transforms of other kinds stay here; the kernel's plan is made per registry schema
+        # (formats/avro_transform_kernel.py; with destinations, formats/avro_destination_kernel.py,
+        # whose per-topic rules come first: routing per schema, no `when`, and no rewrites or
+        # parts of the message yet).
+        if self.fan_out is None:
+            self.native_kernel = kernel_kinds(self.transforms, rewrites=True)
+        else:
+            self.native_driver = AvroDestinationKernelStaging
+            self.native_kernel = destinations_on_kernel(self.transforms, self.topic.destinations)
 
     native_driver: type[NativeStaging] = AvroTransformKernelStaging
 

@@ -24,6 +24,7 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.transforms.specs import AddField, CastField, CastType, DropFields
+from kbqe_dagster.formats.avro_destination_kernel import AvroDestinationKernelStaging
 from kbqe_dagster.formats.avro_transform_kernel import AvroTransformKernelStaging
 from kbqe_dagster.formats.kernel_transforms import KernelTransforms, kernel_transforms
 from kbqe_dagster.formats.transform_stage import TransformRangeStager
@@ -265,20 +266,30 @@ def test_routing_or_event_time_reading_a_transformed_name_stays_on_the_python_pa
 
 
 @pytest.mark.parametrize(
-    "transforms,topic,kernel_driver",
+    "transforms,topic,driver_class",
     [
-        ([{"drop": ["n"]}, {"cast": "f", "to": "string"}], {}, True),
+        ([{"drop": ["n"]}, {"cast": "f", "to": "string"}], {}, AvroTransformKernelStaging),
         ([{"drop": ["n"]}], {"destinations": [
-            {"routing": {"mode": "static", "dataset": "acme", "table": "events"}}]}, False),
-        ([{"drop": ["n"]}, {"mask": "s", "method": None}], {}, REWRITES),
-        ([{"add": "trace", "header": "trace-id"}], {}, REWRITES),
-        ([{"timestamp": "s", "to": "string"}], {}, False),
+            {"routing": {"mode": "static", "dataset": "acme", "table": "events"}}]},
+         AvroDestinationKernelStaging),
+        ([{"drop": ["n"]}], {"destinations": [
+            {"routing": {"mode": "static", "dataset": "acme", "table": "events"},
+             "when": "n > 1"}]}, None),
+        ([{"drop": ["n"]}, {"mask": "s", "method": None}], {},
+         AvroTransformKernelStaging if REWRITES else None),
+        ([{"add": "trace", "header": "trace-id"}], {},
+         AvroTransformKernelStaging if REWRITES else None),
+        ([{"timestamp": "s", "to": "string"}], {}, None),
     ],
-    ids=["kernel kinds", "destinations", "a mask", "a header", "a timestamp to a string"],
+    ids=["kernel kinds", "destinations", "a when", "a mask", "a header",
+         "a timestamp to a string"],
 )  # fmt: skip
-def test_only_topics_without_destinations_and_with_kernel_kinds_take_the_kernel(
-    tmp_path, transforms, topic, kernel_driver
+def test_topics_with_kernel_kinds_take_the_kernel_destinations_with_their_own_driver(
+    tmp_path, transforms, topic, driver_class
 ):
+    """Transforms of the kernel's kinds: the transforms driver; with destinations the
+    kernel does (formats/avro_destination_kernel.py), the destinations driver; a ``when`` or a
+    timestamp to a string: the Python path."""
     if "destinations" in topic:
         config = parse_pipeline_config(
             {"version": 1, "topics": [{"name": TOPIC, "transforms": transforms,
@@ -292,8 +303,7 @@ def test_only_topics_without_destinations_and_with_kernel_kinds_take_the_kernel(
                        StagingLocation(str(tmp_path)), config, TOPIC, native_kernel=True)  # fmt: skip
     stager = TransformRangeStager(ctx, OffsetRange(TOPIC, 0, 0, 1), tmp_path)
     driver = NativeStaging.for_stager(stager)
-    assert (driver is not None) is kernel_driver
-    assert isinstance(driver, AvroTransformKernelStaging) is kernel_driver
+    assert type(driver) is driver_class if driver_class else driver is None
 
 
 def test_differential_fuzz(tmp_path_factory, pytestconfig, monkeypatch):

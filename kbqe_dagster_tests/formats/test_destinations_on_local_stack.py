@@ -182,3 +182,82 @@ def test_each_message_lands_once_per_destination_and_a_bad_one_in_neither(fanned
     ]
     assert "destinations[1] (" in letters[0]["error"]
     assert "transforms[0] (cast) field 'last_qty': 'ten' is not a double" in letters[0]["error"]
+
+
+@pytest.mark.parametrize("switch", ["on", "off"], ids=["kernel", "python"])
+def test_destinations_the_kernel_does_load_the_same_rows_on_either_stage_path(
+    switch, local_stack, local_endpoints, tmp_path
+) -> None:
+    """Static destinations with projections in their own order, one with its own rename and
+    constant after the topic's drop (formats/avro_destination_kernel.py): staged on the kernel
+    when it is built and the switch is on, on the Python path otherwise; the same rows, and a
+    truncated body in the dead letters once, either way."""
+    run = uuid.uuid4().hex[:8]
+    topic = f"destinations.kernel.{run}"
+    create_topic(local_endpoints.kafka_bootstrap, topic)
+    registry = SchemaRegistryClient({"url": local_endpoints.registry_url})
+    schema_id = registry.register_schema(
+        f"destinations-kernel-{run}-value", Schema(json.dumps(SCHEMA), "AVRO")
+    )
+    dataset, dead = f"kernel_dest_{run}", f"kernel_dest_dead_{run}"
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(yaml.safe_dump({
+        "version": 1,
+        "topics": [{
+            "name": topic,
+            "transforms": [{"drop": ["venue"]}],
+            "destinations": [
+                {"routing": {"mode": "static", "dataset": dataset, "table": "executions"}},
+                {"routing": {"mode": "static", "dataset": dataset, "table": "prices"},
+                 "fields": ["last_px", "symbol", "exec_id"]},
+                {"routing": {"mode": "static", "dataset": dataset, "table": "fills"},
+                 "transforms": [{"rename": "last_qty", "to": "quantity"},
+                                {"add": "desk", "value": "equities"}],
+                 "fields": ["exec_id", "quantity", "desk"]},
+            ],
+            "event_time": {"fields": ["transact_time"], "date_rule": "utc"},
+        }],
+        "dead_letter": {"dataset": dead, "table": "dead_letters"},
+    }))  # fmt: skip
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
+    env = {
+        **os.environ,
+        "KBQE_ENV": "local",
+        "KBQE_PIPELINE_CONFIG": str(pipeline),
+        "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/kernel-dest-{run}",
+        "DAGSTER_HOME": str(home),
+        "KBQE_STAGE_KERNEL": switch,
+    }
+    client = local_bigquery_client()
+    try:
+        producer = Producer({"bootstrap.servers": local_endpoints.kafka_bootstrap,
+                             "logger": CLIENT_LOG})  # fmt: skip
+        for i in range(MESSAGES):
+            record = {"exec_id": f"E{i}", "symbol": "ACME", "last_qty": str(i + 1),
+                      "last_px": 2.5, "venue": "XPAR",
+                      "transact_time": f"2024-09-13T14:{i:02d}:00Z"}  # fmt: skip
+            producer.produce(topic, framed(schema_id, record), partition=i % 2)
+        producer.produce(topic, framed(schema_id, record)[:-3], partition=0)  # truncated
+        assert producer.flush(30) == 0
+        for attempt in range(2):
+            report = json.loads(until_idle(env).stdout)["topics"][topic]
+            assert report["staged"] == (3 * MESSAGES if attempt == 0 else 0)
+
+        def rows(table: str) -> dict[str, dict]:
+            query = f"SELECT * FROM `{dataset}.{table}`"
+            return {r["exec_id"]: {k: v for k, v in dict(r).items() if not k.startswith("_")}
+                    for r in client.query(query).result()}  # fmt: skip
+
+        executions, prices, fills = rows("executions"), rows("prices"), rows("fills")
+        assert len(executions) == len(prices) == len(fills) == MESSAGES
+        assert "venue" not in executions["E7"] and executions["E7"]["last_qty"] == "8"
+        assert prices["E7"] == {"last_px": 2.5, "symbol": "ACME", "exec_id": "E7"}
+        assert fills["E7"] == {"exec_id": "E7", "quantity": "8", "desk": "equities"}
+        reasons = [
+            r["reason"] for r in client.query(f"SELECT reason FROM `{dead}.dead_letters`").result()
+        ]
+        assert reasons == ["body_decode_error"]
+    finally:
+        drop_datasets(client, dataset, dead)

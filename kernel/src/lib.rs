@@ -17,6 +17,7 @@ mod avro_transform;
 mod body;
 mod changes;
 mod consumer;
+mod destinations;
 mod event_time;
 mod json;
 mod json_schema;
@@ -64,6 +65,9 @@ struct Entry {
     /// A transformed schema's (avro_transform.rs): walked in canonical mode, its record is
     /// the body's bytes as the transforms reshape them.
     transform: Option<avro_transform::Transform>,
+    /// A schema of a topic with `destinations` (destinations.rs): one record per output, each
+    /// into its own file slot (`route` is then unused); empty for every other schema.
+    outputs: Vec<destinations::Output>,
 }
 
 #[derive(Default)]
@@ -129,10 +133,22 @@ struct StageKernel {
     unknown_route: Option<(Vec<u8>, Vec<u8>)>,
     /// `format: json` (json.rs): every value is JSON under one declared schema, encoded here.
     json: Option<(json::Encoder, Route)>,
+    /// `format: json` with `destinations` (`add_json_destinations`): the encoded body is walked
+    /// as the declared schema's (the identity transform's walk, reading nothing) for its
+    /// top-level field spans, then built into every output as an Avro body is.
+    json_outputs: Option<JsonOutputs>,
+    json_body: Vec<u8>,
     /// A change message's top-level field starts (changes.rs) and its changelog record; a
     /// transformed Avro record's field starts and its record (avro_transform.rs).
     field_starts: Vec<usize>,
     change_record: Vec<u8>,
+    /// A destinations schema's records, one per output (`Entry::outputs`), their file slots,
+    /// scratch space for a projection's kept fields, and per output where its bytes start in
+    /// its slot and its event day and hour while the message is appended.
+    records: Vec<Vec<u8>>,
+    record_slots: Vec<usize>,
+    kept: destinations::Scratch,
+    marks: Vec<(usize, i64, Option<i64>)>,
     /// Keyed topics (`count_tombstones`): a null value is counted here and skipped, as
     /// `KeyedRangeStager.add` does, instead of handed back.
     count_tombstones: bool,
@@ -149,6 +165,15 @@ struct StageKernel {
     part_key: Vec<u8>,
     part_headers: Vec<u8>,
     parts: Vec<u8>,
+}
+
+/// `format: json` with destinations: the declared schema, a plan reading nothing, the walk, the
+/// outputs (destinations.rs).
+struct JsonOutputs {
+    schema: Schema,
+    plan: Plan,
+    walk: avro_transform::Transform,
+    outputs: Vec<destinations::Output>,
 }
 
 /// The Protobuf message types the kernel was given, by frame prefix: the 5-byte header and
@@ -243,8 +268,14 @@ impl StageKernel {
             stop_detail: "",
             unknown_route: None,
             json: None,
+            json_outputs: None,
+            json_body: Vec::new(),
             field_starts: Vec::new(),
             change_record: Vec::new(),
+            records: Vec::new(),
+            record_slots: Vec::new(),
+            kept: destinations::Scratch::default(),
+            marks: Vec::new(),
             appended: Vec::new(),
             part_key: Vec::new(),
             part_headers: Vec::new(),
@@ -266,7 +297,7 @@ impl StageKernel {
         let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
         let plan = body::plan(&schema, &self.wanted, false).map_err(|e| PyValueError::new_err(e.0))?;
         let route = self.route_for(constant_slot)?;
-        self.entries.push(Entry { schema, plan, route, change: None, transform: None });
+        self.entries.push(Entry { schema, plan, route, change: None, transform: None, outputs: Vec::new() });
         self.by_header.insert(header, self.entries.len() - 1);
         Ok(())
     }
@@ -285,7 +316,7 @@ impl StageKernel {
         let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
         let plan = body::plan(&schema, &self.wanted, true).map_err(|e| PyValueError::new_err(e.0))?;
         let change = changes::Layout::compile(&schema, layout, &fields, &slots).map_err(|e| PyValueError::new_err(e.0))?;
-        self.entries.push(Entry { schema, plan, route: Route::Constant(constant_slot), change: Some(change), transform: None });
+        self.entries.push(Entry { schema, plan, route: Route::Constant(constant_slot), change: Some(change), transform: None, outputs: Vec::new() });
         self.by_header.insert(header, self.entries.len() - 1);
         Ok(())
     }
@@ -315,7 +346,38 @@ impl StageKernel {
         let transform = avro_transform::Transform::compile(&schema, &plan, &drops, &digits, parsed, constants)
             .map_err(|e| PyValueError::new_err(e.0))?;
         let route = self.route_for(constant_slot)?;
-        self.entries.push(Entry { schema, plan, route, change: None, transform: Some(transform) });
+        self.entries.push(Entry { schema, plan, route, change: None, transform: Some(transform), outputs: Vec::new() });
+        self.by_header.insert(header, self.entries.len() - 1);
+        Ok(())
+    }
+
+    /// Take on the writer schema framed by `header` (as `add_schema`) of a topic with
+    /// `destinations` (destinations.rs): each of `outputs`, `(file slot, pieces)`, is one
+    /// destination's record: the whole record transformed as `add_transformed_schema`'s, or
+    /// a projection's runs of kept top-level fields in their order and constants between
+    /// them (`destinations::PieceSpec`).
+    /// Walked in canonical mode; a message is staged into every output or handed back whole.
+    /// Raises ValueError as `add_transformed_schema` does, for no outputs, or for two outputs
+    /// into one slot (Python's verdict: a row would be doubled).
+    #[pyo3(signature = (header, schema_json, outputs))]
+    #[allow(clippy::type_complexity)]
+    fn add_destination_schema(&mut self, header: &[u8], schema_json: &str,
+                              outputs: Vec<(usize, Vec<destinations::PieceSpec>)>) -> PyResult<()> {
+        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
+        let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
+        let plan = body::plan(&schema, &self.wanted, false).map_err(|e| PyValueError::new_err(e.0))?;
+        let Some(first) = outputs.first().map(|o| o.0) else { return Err(PyValueError::new_err("no outputs")) };
+        let mut compiled = Vec::with_capacity(outputs.len());
+        for (slot, pieces) in outputs {
+            if compiled.iter().any(|o: &destinations::Output| o.slot == slot) {
+                return Err(PyValueError::new_err(format!("two outputs into file slot {slot}")));
+            }
+            compiled.push(destinations::Output::compile(&schema, &plan, slot, pieces)
+                .map_err(|e| PyValueError::new_err(e.0))?);
+        }
+        // The walk (canonical mode, field starts) is the identity transform's.
+        let walk = avro_transform::Transform::compile(&schema, &plan, &[], &[], Vec::new(), &[]).map_err(|e| PyValueError::new_err(e.0))?;
+        self.entries.push(Entry { schema, plan, route: Route::Constant(first), change: None, transform: Some(walk), outputs: compiled });
         self.by_header.insert(header, self.entries.len() - 1);
         Ok(())
     }
@@ -328,6 +390,36 @@ impl StageKernel {
         let encoder = json::Encoder::compile(schema_json, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
         let route = self.route_for(constant_slot)?;
         self.json = Some((encoder, route));
+        Ok(())
+    }
+
+    /// `format: json` with `destinations` (after `add_json_schema`, whose values it encodes
+    /// as declared, without transforms): each of `outputs` as for `add_destination_schema`,
+    /// built from the encoded body's top-level field spans. Raises ValueError as
+    /// `add_destination_schema` does.
+    #[pyo3(signature = (schema_json, outputs))]
+    fn add_json_destinations(&mut self, schema_json: &str, outputs: Vec<(usize, Vec<destinations::PieceSpec>)>) -> PyResult<()> {
+        if self.json.is_none() {
+            return Err(PyValueError::new_err("add_json_schema first"));
+        }
+        let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
+        let schema::Kind::Record { fields, .. } = &schema.nodes[schema.top] else {
+            return Err(PyValueError::new_err("not a record"));
+        };
+        // Routing and event time read the encoder's values: the walk reads nothing.
+        let plan = Plan::Record(fields.iter().map(|_| Plan::Skip).collect());
+        let mut compiled: Vec<destinations::Output> = Vec::with_capacity(outputs.len());
+        for (slot, pieces) in outputs {
+            if compiled.iter().any(|o| o.slot == slot) {
+                return Err(PyValueError::new_err(format!("two outputs into file slot {slot}")));
+            }
+            compiled.push(destinations::Output::compile(&schema, &plan, slot, pieces).map_err(|e| PyValueError::new_err(e.0))?);
+        }
+        if compiled.is_empty() {
+            return Err(PyValueError::new_err("no outputs"));
+        }
+        let walk = avro_transform::Transform::compile(&schema, &plan, &[], &[], Vec::new(), &[]).map_err(|e| PyValueError::new_err(e.0))?;
+        self.json_outputs = Some(JsonOutputs { schema, plan, walk, outputs: compiled });
         Ok(())
     }
 
@@ -643,6 +735,30 @@ impl StageKernel {
                 self.stop_detail = crate::body::forget_why();
                 return Ok(Some("json_uncertain"));
             }
+            if let Some(json) = &self.json_outputs {
+                let body = encoder.body();
+                let mut cursor = Cursor::new(body);
+                let walker = Walker { schema: &json.schema };
+                // (The walk reads nothing: the values stay the encoder's.)
+                if json.walk.walk(&walker, &json.plan, &mut cursor, &mut self.values, &mut self.field_starts).is_err() || !cursor.at_end() {
+                    return Ok(Some("transform_uncertain"));
+                }
+                self.records.resize_with(self.records.len().max(json.outputs.len()), Vec::new);
+                self.record_slots.clear();
+                for (output, out) in json.outputs.iter().zip(&mut self.records) {
+                    if output.record(body, &self.field_starts, &mut self.kept, out).is_err() {
+                        return Ok(Some("transform_uncertain"));
+                    }
+                    self.record_slots.push(output.slot);
+                }
+                // The body event time reads, held apart from the encoder while appending.
+                let mut held = std::mem::take(&mut self.json_body);
+                held.clear();
+                held.extend_from_slice(body);
+                let staged = self.append_outputs(msg, offset, &held);
+                self.json_body = held;
+                return staged;
+            }
             (encoder.body(), route, false)
         } else if let Some(types) = &mut self.protobuf {
             let Some(split) = protobuf_prefix(value) else { return Ok(Some("schema_unknown")) };
@@ -681,7 +797,17 @@ impl StageKernel {
             if walked.is_err() || !cursor.at_end() {
                 return Ok(Some(if entry.transform.is_some() { "transform_uncertain" } else { "body_uncertain" }));
             }
-            if let Some(transform) = &entry.transform {
+            if !entry.outputs.is_empty() {
+                // Every destination's record before any is appended: all or nothing.
+                self.records.resize_with(self.records.len().max(entry.outputs.len()), Vec::new);
+                self.record_slots.clear();
+                for (output, out) in entry.outputs.iter().zip(&mut self.records) {
+                    if output.record(body, &self.field_starts, &mut self.kept, out).is_err() {
+                        return Ok(Some("transform_uncertain"));
+                    }
+                    self.record_slots.push(output.slot);
+                }
+            } else if let Some(transform) = &entry.transform {
                 if transform.record(body, &self.field_starts, &mut self.change_record).is_err() {
                     self.stop_detail = crate::body::forget_why(); // a rewrite's rule (rewrite.rs)
                     return Ok(Some("transform_uncertain"));
@@ -691,6 +817,9 @@ impl StageKernel {
                 if cursor.sized_blocks || layout.record(body, &self.values, &self.field_starts, &mut self.change_record).is_err() {
                     return Ok(Some("change_uncertain"));
                 }
+            }
+            if !entry.outputs.is_empty() {
+                return self.append_outputs(msg, offset, body);
             }
             (body, &entry.route, entry.change.is_some() || entry.transform.is_some())
         };
@@ -770,6 +899,65 @@ impl StageKernel {
         count(&mut buffer.days, day);
         if first {
             self.touched.push(slot);
+        }
+        Ok(None)
+    }
+
+    /// Append a destinations message's records (`records`, into `record_slots`; `body` is
+    /// what routing and event time read) as `stage_one` appends one, each with its own slot's
+    /// event day (and hour): every one, or none and a hand-back (what was written is cut off).
+    fn append_outputs<M: Incoming>(&mut self, msg: &M, offset: i64, body: &[u8]) -> PyResult<Option<&'static str>> {
+        let (kind, ts) = msg.timestamp()?;
+        let timestamp_ms = if kind != 0 { Some(ts) } else { None };
+        self.marks.clear();
+        for &slot in &self.record_slots {
+            if self.slots.len() <= slot {
+                self.slots.resize_with(slot + 1, SlotBuffer::default);
+            }
+            let dated = if self.slots[slot].hourly {
+                self.event.day_hour(&self.values, body, timestamp_ms).map(|(d, h)| (d, Some(h)))
+            } else {
+                self.event.day(&self.values, body, timestamp_ms).map(|d| (d, None))
+            };
+            let Some((day, hour)) = dated else { return Ok(Some("event_time_uncertain")) };
+            self.marks.push((self.slots[slot].data.len(), day, hour));
+        }
+        // (No appended message parts: the Avro kernel's transforms have none; the driver
+        // refuses them.)
+        for k in 0..self.record_slots.len() {
+            let (_, day, hour) = self.marks[k];
+            let buffer = &mut self.slots[self.record_slots[k]];
+            self.prefix.put_head(&mut buffer.data, day, offset, timestamp_ms);
+            let uncertain = if self.prefix.with_key && !msg.put_key(&mut buffer.data)? {
+                Some("key_uncertain")
+            } else if self.prefix.with_headers && !msg.put_headers(&mut buffer.data)? {
+                Some("headers_uncertain")
+            } else {
+                None
+            };
+            if let Some(reason) = uncertain {
+                for j in 0..=k {
+                    self.slots[self.record_slots[j]].data.truncate(self.marks[j].0);
+                }
+                return Ok(Some(reason));
+            }
+            if let Some(hour) = hour {
+                put_long(&mut buffer.data, hour * 3_600_000);
+            }
+            buffer.data.extend_from_slice(&self.records[k]);
+        }
+        for k in 0..self.record_slots.len() {
+            let (_, day, hour) = self.marks[k];
+            let slot = self.record_slots[k];
+            let buffer = &mut self.slots[slot];
+            if buffer.ends.is_empty() {
+                self.touched.push(slot);
+            }
+            buffer.ends.push(buffer.data.len() as u64);
+            count(&mut buffer.days, day);
+            if let Some(hour) = hour {
+                count(&mut buffer.hours, hour);
+            }
         }
         Ok(None)
     }

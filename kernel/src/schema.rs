@@ -132,6 +132,33 @@ impl Schema {
     pub fn min_size_of(&self, id: NodeId) -> usize {
         self.min_sizes[id]
     }
+
+    /// This schema with a top record of only the top-level fields named `keep`, in that
+    /// order (the other nodes shared, a recursive use of the record still the whole one): a
+    /// destination's projection (avro_transform.rs, `Output`). Err for a name that is not a
+    /// top-level field, or named twice.
+    pub fn projected(&self, keep: &[String]) -> Result<Schema, Unsupported> {
+        let Kind::Record { name, fields } = &self.nodes[self.top] else {
+            return Err(Unsupported("not a record".into()));
+        };
+        let mut kept = Vec::with_capacity(keep.len());
+        for wanted in keep {
+            let field = fields.iter().find(|(n, _)| n == wanted)
+                .ok_or_else(|| Unsupported(format!("no top-level field {wanted:?} to keep")))?;
+            if kept.iter().any(|(n, _): &(String, NodeId)| n == wanted) {
+                return Err(Unsupported(format!("field {wanted:?} kept twice")));
+            }
+            kept.push(field.clone());
+        }
+        let mut nodes = self.nodes.clone();
+        nodes.push(Kind::Record { name: name.clone(), fields: kept });
+        let top = nodes.len() - 1;
+        let mut schema = Schema { nodes, top, min_sizes: self.min_sizes.clone(),
+                                  decimals: self.decimals.clone(), unions: self.unions.clone() };
+        let size = schema.min_size(top, &mut Vec::new());
+        schema.min_sizes.push(size);
+        Ok(schema)
+    }
 }
 
 struct Compiler<'a> {

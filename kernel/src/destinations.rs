@@ -1,0 +1,110 @@
+//! Confluent Avro topics with `destinations` (formats/avro_destination_kernel.py): one message,
+//! one record per destination, each into its own file slot. The Python path
+//! (formats/destination_stage.py, `DestinationFanOut`) is the reference: fastavro decodes the
+//! body, per destination the topic's then the destination's transforms apply, the record is
+//! projected to the destination's `fields` and encoded under its derived schema.
+//!
+//! The kernel walks the body once in canonical mode (avro_transform.rs, `Transform::walk`) and
+//! builds each destination's record from the body's top-level field spans. An [`Output`] is a
+//! sequence of pieces: the whole record through one [`Transform`] (the composed transforms'
+//! drops, digits and constants: no projection), or, for a projection, runs of kept declared
+//! fields in the listed order (each run's spans copied in that order, then reshaped by its own
+//! `Transform`: digits) and the encodings of the constants listed between them. An Avro record
+//! is its fields' encodings one after the other, so that is the projected record's encoding.
+//! The message is staged into every output or handed back whole (lib.rs).
+
+use crate::avro_transform::Transform;
+use crate::body::{Plan, R};
+use crate::schema::{Kind, Schema, Unsupported};
+
+enum Piece {
+    /// Every top-level field, in the body's order, through the transform.
+    All(Transform),
+    /// The top-level fields at these indexes, in this order, through a transform over them.
+    Fields(Vec<usize>, Transform),
+    /// Bytes as they are: an added constant's encoding.
+    Bytes(Vec<u8>),
+}
+
+/// One destination of a writer schema (see the module docstring).
+pub struct Output {
+    /// The file slot of every record (a static or schema-name route, decided per schema).
+    pub slot: usize,
+    pieces: Vec<Piece>,
+}
+
+/// A piece as the driver gives it: `(kind, names, drops, digits, bytes)` with kind `all`
+/// (drops, digits, and the constants' encoding as bytes), `fields` (the kept names in order,
+/// the digits among them) or `bytes`.
+pub type PieceSpec = (String, Vec<String>, Vec<String>, Vec<String>, Vec<u8>);
+
+impl Output {
+    /// The output of `schema` (walked with `plan`) into file slot `slot` made of `pieces`.
+    /// Err for what `Transform::compile` refuses, a name that is not a top-level field or is
+    /// kept twice, an unknown kind.
+    pub fn compile(schema: &Schema, plan: &Plan, slot: usize, pieces: Vec<PieceSpec>) -> Result<Output, Unsupported> {
+        let Kind::Record { fields, .. } = &schema.nodes[schema.top] else {
+            return Err(Unsupported("not a record".into()));
+        };
+        let mut kept: Vec<String> = Vec::new();
+        let mut out = Vec::with_capacity(pieces.len());
+        for (kind, names, drops, digits, bytes) in pieces {
+            out.push(match kind.as_str() {
+                "all" => Piece::All(Transform::compile(schema, plan, &drops, &digits, Vec::new(), &bytes)?),
+                "bytes" => Piece::Bytes(bytes),
+                "fields" => {
+                    let projected = schema.projected(&names)?;
+                    let mut indexes = Vec::with_capacity(names.len());
+                    for name in &names {
+                        if kept.contains(name) {
+                            return Err(Unsupported(format!("field {name:?} kept twice")));
+                        }
+                        indexes.push(fields.iter().position(|(f, _)| f == name).expect("projected checks it"));
+                    }
+                    kept.extend(names.iter().cloned());
+                    // Routing and event time read the whole body's values (the kernel's walk),
+                    // never a piece's: for its transform, nothing of it is read.
+                    let skip = Plan::Record(names.iter().map(|_| Plan::Skip).collect());
+                    Piece::Fields(indexes, Transform::compile(&projected, &skip, &[], &digits, Vec::new(), &[])?)
+                }
+                other => return Err(Unsupported(format!("a piece of kind {other:?}"))),
+            });
+        }
+        Ok(Output { slot, pieces: out })
+    }
+
+    /// This destination's record of `body`, whose top-level fields start at `starts` (and the
+    /// last ends at its last item: `Transform::walk`'s), into `out`; `scratch` is scratch space.
+    pub fn record(&self, body: &[u8], starts: &[usize], scratch: &mut Scratch, out: &mut Vec<u8>) -> R<()> {
+        out.clear();
+        for piece in &self.pieces {
+            match piece {
+                Piece::All(transform) => {
+                    transform.record(body, starts, &mut scratch.piece)?;
+                    out.extend_from_slice(&scratch.piece);
+                }
+                Piece::Fields(keep, transform) => {
+                    scratch.kept.clear();
+                    scratch.spans.clear();
+                    for &i in keep {
+                        scratch.spans.push(scratch.kept.len());
+                        scratch.kept.extend_from_slice(&body[starts[i]..starts[i + 1]]);
+                    }
+                    scratch.spans.push(scratch.kept.len());
+                    transform.record(&scratch.kept, &scratch.spans, &mut scratch.piece)?;
+                    out.extend_from_slice(&scratch.piece);
+                }
+                Piece::Bytes(bytes) => out.extend_from_slice(bytes),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reused buffers of [`Output::record`].
+#[derive(Default)]
+pub struct Scratch {
+    kept: Vec<u8>,
+    spans: Vec<usize>,
+    piece: Vec<u8>,
+}
