@@ -272,3 +272,33 @@ def test_json_topics_apply_transforms_through_the_same_step(tmp_path: Path) -> N
     assert click["ms"].isoformat() == "2024-09-13T14:36:45.123000+00:00"
     assert click["user"] is None and click["source"] == TOPIC
     assert str(click["_event_date"]) == "2024-09-13"
+
+
+NAMED = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "kind", "type": "string"},
+        {"name": "created", "type": "string"},
+        {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["NEW", "OLD"]}},
+        {"name": "previous", "type": "Status"},
+    ],
+}
+
+
+def test_dropping_the_field_that_defines_a_named_type_stages_the_records(
+    tmp_path: Path, shop_config, monkeypatch
+) -> None:
+    """The derived schema defines Status where ``previous`` uses it: the records stage (before,
+    fastavro refused the derived schema and the range failed on every retry)."""
+    monkeypatch.setitem(IDS, 9, NAMED)
+    record = {"id": 1, "kind": "Book", "created": "2024-09-13T00:30:00",
+              "status": "NEW", "previous": "OLD"}  # fmt: skip
+    config = shop_config([{"add": "tableName", "value": "books"}, {"drop": "status"}])
+    stager, result, store = stage(tmp_path, [framed(9, record)], config)
+    assert (result.records, result.dead_letters) == (1, {})
+    [(name, _)] = result.files
+    schema, [row] = read(store, name)
+    assert row["previous"] == "OLD" and "status" not in row

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbqe_dagster.core.errors import ConfigError, TransformFailedError, TransformSchemaError
+from kbqe_dagster.core.formats.avro_names import define_before_use
 from kbqe_dagster.core.record.routing import required_fields
 from kbqe_dagster.core.transforms.kinds import COMPILERS, MessageMeta, Step, StepFailure
 from kbqe_dagster.core.transforms.specs import MaskField, MaskMethod, kind_of, removed_fields
@@ -96,7 +97,8 @@ def compile_transforms(
         steps.append((label, step))
     output = {k: v for k, v in input_schema.items() if k != "fields"}
     output["fields"] = fields
-    return Compiled(input_schema, output, tuple(steps))
+    # A dropped or retyped field may have carried a named type a kept field uses (avro_names.py).
+    return Compiled(input_schema, define_before_use(output, input_schema), tuple(steps))
 
 
 def hmac_keys(specs: Sequence[Any], environ: Mapping[str, str], where: str) -> dict[int, bytes]:

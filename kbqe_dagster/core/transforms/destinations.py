@@ -54,7 +54,7 @@ from simpleeval import EvalWithCompoundTypes, InvalidExpression
 
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.errors import TransformFailedError, TransformSchemaError
-from kbqe_dagster.core.formats.avro_names import record_full_name
+from kbqe_dagster.core.formats.avro_names import define_before_use, record_full_name
 from kbqe_dagster.core.record.routing import RoutingConfig
 from kbqe_dagster.core.transforms.compiler import (
     Compiled,
@@ -224,7 +224,8 @@ def project_schema(schema: Mapping[str, Any], keep: Sequence[str]) -> dict[str, 
             raise error
     out = {k: v for k, v in schema.items() if k != "fields"}
     out["fields"] = [copy.deepcopy(by_name[name]) for name in keep]
-    return out
+    # A kept field may name a type a left-out (or later) field defined (avro_names.py).
+    return define_before_use(out, schema)
 
 
 # --- reading the pipeline file -----------------------------------------------------------------
