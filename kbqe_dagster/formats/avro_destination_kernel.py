@@ -37,6 +37,7 @@ from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
 from kbqe_dagster.core.transforms.destinations import DestinationConfig
 from kbqe_dagster.core.transforms.specs import AddField, DropFields, RenameField
 from kbqe_dagster.formats.kernel_transforms import (
+    FieldRewrite,
     KernelTransforms,
     kernel_kinds,
     kernel_transforms,
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
     from kbqe_dagster.formats.transform_stage import TransformRangeStager
 
 log = logging.getLogger(__name__)
+
+DESTINATION_REWRITES = "DESTINATION_REWRITES"
+"""The ``StageKernel`` class attribute of a kernel whose destinations pieces take rewrites."""
 
 _ROUTED_PER_SCHEMA = (RoutingMode.STATIC, RoutingMode.SCHEMA_NAME)
 
@@ -60,9 +64,16 @@ def destinations_on_kernel(
     return bool(destinations) and all(
         d.when is None
         and d.routing.mode in _ROUTED_PER_SCHEMA
-        and kernel_kinds(tuple(transforms) + d.transforms)
+        and kernel_kinds(_no_parts(tuple(transforms) + d.transforms), rewrites=True)
         for d in destinations
     )
+
+
+def _no_parts(specs: tuple[Any, ...]) -> tuple[Any, ...] | tuple[None]:
+    """``specs``, or one spec no kernel does when an ``add`` copies a part of the message: the
+    destinations kernel appends no parts yet (kernel/src/lib.rs ``append_outputs``)."""
+    parts = any(isinstance(s, AddField) and (s.header or s.message) for s in specs)
+    return (None,) if parts else specs
 
 
 @dataclass(frozen=True)
@@ -71,12 +82,16 @@ class Piece:
 
     kind: str
     """``all``: every declared field through the drops and digits, then the constants;
-    ``fields``: the declared fields ``names`` in that order, the digits among them;
-    ``constants``: the encoding of ``constants``."""
+    ``fields``: the declared fields ``names`` in that order, the digits and rewrites among
+    them; ``check``: declared fields ``names`` the projection leaves out whose rewrites still
+    run (Python runs the step, which may fail) and whose output is left out; ``constants``:
+    the encoding of ``constants``."""
     names: tuple[str, ...] = ()
     drops: tuple[str, ...] = ()
     digits: tuple[str, ...] = ()
     constants: tuple[tuple[str, Any], ...] = ()
+    rewrites: tuple[FieldRewrite, ...] = ()
+    """Masks, numeric timestamps and exact casts of declared fields (by declared name)."""
 
 
 def destination_output(
@@ -94,15 +109,17 @@ def destination_output(
     and event time read, ``fields`` its projection. The record is the pieces' encodings one
     after the other (an Avro record is its fields' encodings in order): without a projection
     the whole record; with one, each run of declared fields it lists and each constant in
-    between. None when the kernel cannot do it exactly: :func:`kernel_transforms` refuses the
-    transforms, or they need rewrites or message parts. ``complete``: as for
+    between; a rewritten field the projection leaves out is a ``check`` piece (its rewrite
+    runs, its output is left out: the Python path runs the step before projecting). None
+    when the kernel cannot do it exactly: :func:`kernel_transforms` refuses the transforms,
+    or they add parts of the message. ``complete``: as for
     :func:`kernel_transforms` (a decoded Avro record has every declared field; a JSON value
     may leave out one with a default)."""
     done = kernel_transforms(specs, schema, wanted, hmac_keys, complete=complete)
-    if done is None or done.rewrites or done.parts:
+    if done is None or done.parts:
         return None
     if fields is None:
-        return (Piece("all", (), done.drops, done.digits, done.constants),)
+        return (Piece("all", (), done.drops, done.digits, done.constants, done.rewrites),)
     # The transformed record's fields: declared ones (by their declared name, renamed in
     # place), then the constants; kernel_transforms refused chains, so each step is simple.
     names: dict[str, str | None] = {f["name"]: f["name"] for f in schema.get("fields") or ()}
@@ -122,7 +139,8 @@ def destination_output(
     def flush() -> None:
         if run:
             digits = tuple(d for d in done.digits if d in run)
-            pieces.append(Piece("fields", tuple(run), (), digits))
+            rewrites = tuple(r for r in done.rewrites if r.field in run)
+            pieces.append(Piece("fields", tuple(run), (), digits, rewrites=rewrites))
             run.clear()
 
     for name in fields:
@@ -135,6 +153,11 @@ def destination_output(
         else:
             run.append(source)
     flush()
+    kept = {names[name] for name in fields}
+    left_out = tuple(r for r in done.rewrites if r.field not in kept)
+    if left_out:
+        checked = tuple(r.field for r in left_out)
+        pieces.append(Piece("check", checked, rewrites=left_out))
     return tuple(pieces)
 
 
@@ -214,8 +237,13 @@ def kernel_outputs(
                     branch.compiled.output_schema
                 )
             kind = "bytes" if piece.kind == "constants" else piece.kind
-            encoded.append((kind, list(piece.names), list(piece.drops), list(piece.digits),
-                            constants))  # fmt: skip
+            item = (kind, list(piece.names), list(piece.drops), list(piece.digits), constants)
+            if getattr(driver.kernel, DESTINATION_REWRITES, False):
+                encoded.append((*item, [(r.field, r.spec(), r.key) for r in piece.rewrites]))
+            elif piece.rewrites or piece.kind == "check":
+                raise ValueError("a kernel built before masks, timestamps and exact casts here")
+            else:
+                encoded.append(item)
         outputs.append((slot, encoded))
     if not outputs:
         raise ValueError("no destination takes the schema (Python: unroutable)")

@@ -155,6 +155,48 @@ def test_a_destination_with_its_own_drop_rename_constant_and_cast_after_the_topi
     ]
 
 
+
+def test_a_destination_with_its_own_hmac_mask_and_a_topic_null_mask_some_leave_out(
+    tmp_path, monkeypatch
+):
+    """The topic nulls ``venue`` once; ``fills`` keeps it (after ``qty``), ``symbols`` leaves
+    it out, ``masked`` hmacs ``symbol`` with its own key and casts ``qty`` to a double: each
+    table is the Python path's, every message the kernel's."""
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "dest-key")
+    config = pipeline(
+        [
+            static("fills", fields=["qty", "venue", "symbol"]),
+            static("symbols", fields=["symbol", "at"]),
+            static("masked", transforms=[
+                {"mask": "symbol", "key_env": FUZZ_HMAC_ENV},
+                {"cast": "qty", "to": "double"},
+            ]),
+        ],
+        transforms=[{"mask": "venue", "method": "null"}],
+    )  # fmt: skip
+    messages = [execution(i) for i in range(4)]
+    python, native = staged_both_ways(tmp_path, config, messages)
+    assert native.kernel_messages == 4 and not native.handbacks
+    assert [r["venue"] for r in records(python, "fills")] == [None] * 4
+    assert list(records(python, "symbols")[0]) == ["symbol", "at"]
+    masked = records(python, "masked")[0]
+    assert masked["symbol"] != "ACME" and masked["qty"] == 100.0 and masked["venue"] is None
+
+
+def test_a_topic_timestamp_one_projection_leaves_out_still_runs_for_every_message(tmp_path):
+    """Python converts ``qty`` (epoch seconds here) once, before ``symbols`` projects it away:
+    the kernel's rewrite still runs for that destination (its checks decide a hand-back, its
+    output is left out), and ``all`` gets the converted value."""
+    config = pipeline(
+        [static("symbols", fields=["symbol"]), static("all")],
+        transforms=[{"timestamp": "qty", "to": "epoch_ms", "epoch_unit": "s"}],
+    )  # fmt: skip
+    python, native = staged_both_ways(tmp_path, config, [execution(i) for i in range(3)])
+    assert native.kernel_messages == 3 and not native.handbacks
+    assert [r["qty"] for r in records(python, "all")] == [100_000, 101_000, 102_000]
+    assert records(python, "symbols")[0] == {"symbol": "ACME"}
+
+
 def test_schema_names_leave_one_schema_out_of_a_destination(tmp_path):
     """Quotes go to one table, executions to two; a schema no destination takes is the
     Python path's unroutable dead letter."""

@@ -15,6 +15,7 @@
 
 use crate::avro_transform::Transform;
 use crate::body::{Plan, R};
+use crate::rewrite::FieldRewrite;
 use crate::schema::{Kind, Schema, Unsupported};
 
 enum Piece {
@@ -24,6 +25,10 @@ enum Piece {
     Fields(Vec<usize>, Transform),
     /// Bytes as they are: an added constant's encoding.
     Bytes(Vec<u8>),
+    /// The top-level fields at these indexes through a transform whose output is left out:
+    /// a rewritten field the projection does not keep. The Python path still runs the step
+    /// (a timestamp or a cast may fail it); the rewrite's checks decide the hand-back.
+    Check(Vec<usize>, Transform),
 }
 
 /// One destination of a writer schema (see the module docstring).
@@ -33,10 +38,12 @@ pub struct Output {
     pieces: Vec<Piece>,
 }
 
-/// A piece as the driver gives it: `(kind, names, drops, digits, bytes)` with kind `all`
-/// (drops, digits, and the constants' encoding as bytes), `fields` (the kept names in order,
-/// the digits among them) or `bytes`.
-pub type PieceSpec = (String, Vec<String>, Vec<String>, Vec<String>, Vec<u8>);
+/// A piece as the driver gives it: `(kind, names, drops, digits, bytes, rewrites)` with kind
+/// `all` (drops, digits, rewrites, and the constants' encoding as bytes), `fields` (the kept
+/// names in order, the digits and rewrites among them), `check` (names rewritten but not
+/// kept: their rewrites run, their output is left out) or `bytes`. A rewrite is
+/// `(name, FieldRewrite.spec(), hmac key)` as `add_transformed_schema` takes it.
+pub type PieceSpec = (String, Vec<String>, Vec<String>, Vec<String>, Vec<u8>, Vec<(String, String, Vec<u8>)>);
 
 impl Output {
     /// The output of `schema` (walked with `plan`) into file slot `slot` made of `pieces`.
@@ -48,10 +55,23 @@ impl Output {
         };
         let mut kept: Vec<String> = Vec::new();
         let mut out = Vec::with_capacity(pieces.len());
-        for (kind, names, drops, digits, bytes) in pieces {
+        for (kind, names, drops, digits, bytes, rewrites) in pieces {
+            let mut parsed = Vec::with_capacity(rewrites.len());
+            for (name, spec, key) in rewrites {
+                parsed.push((name, FieldRewrite::parse(&spec, &key)?));
+            }
             out.push(match kind.as_str() {
-                "all" => Piece::All(Transform::compile(schema, plan, &drops, &digits, Vec::new(), &bytes)?),
+                "all" => Piece::All(Transform::compile(schema, plan, &drops, &digits, parsed, &bytes)?),
                 "bytes" => Piece::Bytes(bytes),
+                "check" => {
+                    let projected = schema.projected(&names)?;
+                    let mut indexes = Vec::with_capacity(names.len());
+                    for name in &names {
+                        indexes.push(fields.iter().position(|(f, _)| f == name).expect("projected checks it"));
+                    }
+                    let skip = Plan::Record(names.iter().map(|_| Plan::Skip).collect());
+                    Piece::Check(indexes, Transform::compile(&projected, &skip, &[], &[], parsed, &[])?)
+                }
                 "fields" => {
                     let projected = schema.projected(&names)?;
                     let mut indexes = Vec::with_capacity(names.len());
@@ -65,7 +85,7 @@ impl Output {
                     // Routing and event time read the whole body's values (the kernel's walk),
                     // never a piece's: for its transform, nothing of it is read.
                     let skip = Plan::Record(names.iter().map(|_| Plan::Skip).collect());
-                    Piece::Fields(indexes, Transform::compile(&projected, &skip, &[], &digits, Vec::new(), &[])?)
+                    Piece::Fields(indexes, Transform::compile(&projected, &skip, &[], &digits, parsed, &[])?)
                 }
                 other => return Err(Unsupported(format!("a piece of kind {other:?}"))),
             });
@@ -83,7 +103,7 @@ impl Output {
                     transform.record(body, starts, &mut scratch.piece)?;
                     out.extend_from_slice(&scratch.piece);
                 }
-                Piece::Fields(keep, transform) => {
+                Piece::Fields(keep, transform) | Piece::Check(keep, transform) => {
                     scratch.kept.clear();
                     scratch.spans.clear();
                     for &i in keep {
@@ -92,7 +112,9 @@ impl Output {
                     }
                     scratch.spans.push(scratch.kept.len());
                     transform.record(&scratch.kept, &scratch.spans, &mut scratch.piece)?;
-                    out.extend_from_slice(&scratch.piece);
+                    if matches!(piece, Piece::Fields(..)) {
+                        out.extend_from_slice(&scratch.piece);
+                    }
                 }
                 Piece::Bytes(bytes) => out.extend_from_slice(bytes),
             }

@@ -220,6 +220,12 @@ impl StageKernel {
     #[classattr]
     const AVRO_REWRITES: bool = true;
 
+    /// Destinations pieces (`destinations::PieceSpec`) carry rewrites (masks, timestamps,
+    /// exact casts): a kernel built before takes five-item pieces and no rewrites
+    /// (formats/avro_destination_kernel.py).
+    #[classattr]
+    const DESTINATION_REWRITES: bool = true;
+
     /// `wanted`: the field paths the probe decodes (routing's, then event time's);
     /// `event_slots`: the event-time candidates as indexes into `wanted`; `route_slots`: the
     /// dataset and table fields' indexes for field routing.
