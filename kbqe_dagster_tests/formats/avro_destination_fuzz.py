@@ -27,7 +27,6 @@ from kbqe_dagster.core.record.routing import RoutingConfig, RoutingMode
 from kbqe_dagster.core.transforms.compiler import compile_transforms, hmac_keys
 from kbqe_dagster.core.transforms.destinations import DestinationConfig, project_schema
 from kbqe_dagster.core.transforms.specs import AddField
-from kbqe_dagster.formats.kernel_transforms import kernel_kinds
 from kbqe_dagster_tests.formats import avro_transform_fuzz
 from kbqe_dagster_tests.formats.json_fuzz import FUZZ_HMAC_ENV, draw_kernel_transforms
 from kbqe_dagster_tests.staging import kernel_fuzz
@@ -49,10 +48,10 @@ def with_destinations(case: Any, schemas: list[dict], rng: random.Random) -> Non
     topic = case.pipeline.topics[0]
     first = schemas[0]
     top = topic.transforms if rng.random() < 0.6 else ()
-    if not kernel_kinds(top):
-        # Masks, timestamps and parts of the message: the destinations kernel does not do them
-        # yet (formats/avro_destination_kernel.py), and every scenario here must take it.
-        top = tuple(spec for spec in top if kernel_kinds((spec,)))
+    # Parts of the message: the destinations kernel does not append them yet
+    # (formats/avro_destination_kernel.py), and every scenario here must take it. Masks,
+    # timestamps and exact casts it does: drawn at both levels.
+    top = without_parts(top)
     read = topic.event_time.fields
     try:
         base = compile_transforms(top, first, _keys(top)).output_schema
@@ -72,7 +71,9 @@ def with_destinations(case: Any, schemas: list[dict], rng: random.Random) -> Non
             # (The drawn constants are named added0, added1 like the topic's: renamed apart.)
             specs = tuple(
                 replace(spec, add=f"{name}_{spec.add}") if isinstance(spec, AddField) else spec
-                for spec in draw_kernel_transforms(rng, base, read, to_digits=True)
+                for spec in without_parts(
+                    draw_kernel_transforms(rng, base, read, to_digits=True, rewrites=True)
+                )
             )
             try:
                 output = compile_transforms(specs, base, _keys(specs)).output_schema
@@ -102,6 +103,12 @@ def with_destinations(case: Any, schemas: list[dict], rng: random.Random) -> Non
         patterns=tuple(dict.fromkeys(pipeline.allowed_destinations.patterns + statics)),
     )
     case.pipeline = replace(pipeline, topics=(topic,), allowed_destinations=allowed)
+
+
+def without_parts(specs: Any) -> tuple[Any, ...]:
+    """``specs`` without the ``add`` of a part of the message (its coordinates, timestamp,
+    key or a header)."""
+    return tuple(s for s in specs if not (isinstance(s, AddField) and (s.header or s.message)))
 
 
 def _keys(specs: Any) -> dict[int, bytes]:

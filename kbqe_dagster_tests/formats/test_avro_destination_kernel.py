@@ -155,7 +155,6 @@ def test_a_destination_with_its_own_drop_rename_constant_and_cast_after_the_topi
     ]
 
 
-
 def test_a_destination_with_its_own_hmac_mask_and_a_topic_null_mask_some_leave_out(
     tmp_path, monkeypatch
 ):

@@ -24,6 +24,7 @@ from kbqe_dagster.stagers import stager_class
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster_tests.formats.json_destination_fuzz import scenario
+from kbqe_dagster_tests.formats.json_fuzz import FUZZ_HMAC_ENV
 from kbqe_dagster_tests.staging.kernel_equality import (
     SCENARIO_MESSAGES,
     FuzzTally,
@@ -109,11 +110,36 @@ def test_json_destinations_with_projections_transforms_and_an_absent_default(tmp
     assert list(records(python, "executions")[0]) == ["at", "symbol", "qty", "venue", "source"]
 
 
-def test_differential_fuzz(tmp_path_factory, pytestconfig):
+def test_json_destinations_with_their_own_hmac_mask_and_a_topic_null_mask(tmp_path, monkeypatch):
+    """The topic nulls ``venue``: ``fills`` keeps it first, ``symbols`` leaves it out;
+    ``masked`` hmacs ``symbol`` with its own key. Every value the kernel's, every table the
+    Python path's."""
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "dest-key")
+    config = pipeline(
+        [
+            static("fills", fields=["venue", "qty"]),
+            static("symbols", fields=["symbol"]),
+            static("masked", transforms=[{"mask": "symbol", "key_env": FUZZ_HMAC_ENV}]),
+        ],
+        transforms=[{"mask": "venue", "method": "null"}],
+    )  # fmt: skip
+    messages = [value(0, venue="XPAR"), value(1), value(2, venue=None)]
+    python = stage(tmp_path, config, TOPIC, {}, messages, native=False)
+    native = stage(tmp_path, config, TOPIC, {}, messages, native=True)
+    assert_same(python, native)
+    assert native.kernel_messages == 3 and not native.handbacks
+    assert records(python, "fills")[0] == {"venue": None, "qty": 100}
+    assert records(python, "symbols")[0] == {"symbol": "ACME"}
+    assert records(python, "masked")[0]["symbol"] != "ACME"
+
+
+def test_differential_fuzz(tmp_path_factory, pytestconfig, monkeypatch):
     """Seeded random static and schema-name destinations, projections and their own
     transforms over the JSON kernel fuzz's schemas and values: identical commits. A JSON topic
     has one schema: when the kernel refuses it, the whole range is the Python path's (no
-    driver), and that scenario has nothing to compare (counted apart)."""
+    driver), and that scenario has nothing to compare (counted apart). The transforms drawn
+    may mask with hmac (the key a stage task reads where it runs)."""
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "fuzz-key")
     tally, python_only = FuzzTally(), 0
     for seed in fuzz_seeds(pytestconfig):
         case = scenario(seed, SCENARIO_MESSAGES)
