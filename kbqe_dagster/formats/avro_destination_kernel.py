@@ -5,7 +5,7 @@ kernel's loop (staging/native_kernel.py) over ``kernel/src/destinations.rs``.
 The Python path (formats/destination_stage.py, ``DestinationFanOut``) is the reference: per
 message the topic's transforms, then per destination its own, its projection (``fields``) and
 its derived schema's encoding, all built before any is appended. The kernel does the common
-case (:func:`destination_outputs`): every destination routes ``static`` or by
+case (:func:`destination_output`): every destination routes ``static`` or by
 ``schema_name`` (one table per schema, decided here once), none has a ``when``, and the
 topic's transforms followed by the destination's are of the kinds the Avro kernel does
 (formats/kernel_transforms.py, ``kernel_transforms`` over the composed list, which also
@@ -17,7 +17,8 @@ constants it lists in between (an Avro record is its fields' encodings one after
 Per registry schema, this driver gives the kernel one output per destination that takes the
 schema (``schema_names``): its file slot (the destination's table, its derived schema's id
 and file schema: ``DestinationFanOut._fanned``, the Python path's own), the kept fields, the
-drops, digits and constants. A schema no destination takes, one whose derivation fails, two
+drops, digits, rewrites (masks with the destination's own hmac keys, numeric timestamps, exact
+casts; a rewritten field the projection leaves out is still checked) and constants. A schema no destination takes, one whose derivation fails, two
 destinations into one table, ``when``, field or function routing, and any transform the kernel
 does not do: the Python path, message by message (its verdicts, its dead letters). The body is
 walked in canonical mode as for transforms (formats/avro_transform_kernel.py): a body fastavro
@@ -60,7 +61,8 @@ def destinations_on_kernel(
 ) -> bool:
     """Whether a topic's destinations may take the kernel at all (before any schema): each
     routes per schema (static or schema_name), has no ``when``, and the topic's and its own
-    transforms are of the Avro kernel's kinds."""
+    transforms are of the Avro kernel's kinds (masks, numeric timestamps and exact casts too),
+    but for an ``add`` of a part of the message: the destinations kernel appends none yet."""
     return bool(destinations) and all(
         d.when is None
         and d.routing.mode in _ROUTED_PER_SCHEMA
@@ -229,7 +231,7 @@ def kernel_outputs(
         if (routed.dataset, routed.table) in tables:
             raise ValueError("two destinations route to one table (Python: unroutable)")
         tables.add((routed.dataset, routed.table))
-        encoded = []
+        encoded: list[tuple] = []
         for piece in output:
             constants = b""
             if piece.constants:

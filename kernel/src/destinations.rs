@@ -7,10 +7,13 @@
 //! The kernel walks the body once in canonical mode (avro_transform.rs, `Transform::walk`) and
 //! builds each destination's record from the body's top-level field spans. An [`Output`] is a
 //! sequence of pieces: the whole record through one [`Transform`] (the composed transforms'
-//! drops, digits and constants: no projection), or, for a projection, runs of kept declared
-//! fields in the listed order (each run's spans copied in that order, then reshaped by its own
-//! `Transform`: digits) and the encodings of the constants listed between them. An Avro record
-//! is its fields' encodings one after the other, so that is the projected record's encoding.
+//! drops, digits, rewrites and constants: no projection), or, for a projection, runs of kept
+//! declared fields in the listed order (each run's spans copied in that order, then reshaped by
+//! its own `Transform`: digits and rewrites, rewrite.rs) and the encodings of the constants
+//! listed between them, and a check of each rewritten field the projection leaves out (Python
+//! runs the step before projecting: a value its rewrite is not certain of goes back whole). An
+//! Avro record is its fields' encodings one after the other, so that is the projected record's
+//! encoding.
 //! The message is staged into every output or handed back whole (lib.rs).
 
 use crate::avro_transform::Transform;

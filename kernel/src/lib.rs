@@ -928,8 +928,8 @@ impl StageKernel {
             let Some((day, hour)) = dated else { return Ok(Some("event_time_uncertain")) };
             self.marks.push((self.slots[slot].data.len(), day, hour));
         }
-        // (No appended message parts: the Avro kernel's transforms have none; the driver
-        // refuses them.)
+        // (No appended message parts: the destinations driver refuses them,
+        // formats/avro_destination_kernel.py `destinations_on_kernel`.)
         for k in 0..self.record_slots.len() {
             let (_, day, hour) = self.marks[k];
             let buffer = &mut self.slots[self.record_slots[k]];
