@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
@@ -40,6 +40,7 @@ from kbqe_dagster.core.transforms.specs import AddField, DropFields, RenameField
 from kbqe_dagster.formats.kernel_transforms import (
     FieldRewrite,
     KernelTransforms,
+    MessagePart,
     kernel_kinds,
     kernel_transforms,
 )
@@ -61,21 +62,14 @@ def destinations_on_kernel(
 ) -> bool:
     """Whether a topic's destinations may take the kernel at all (before any schema): each
     routes per schema (static or schema_name), has no ``when``, and the topic's and its own
-    transforms are of the Avro kernel's kinds (masks, numeric timestamps and exact casts too),
-    but for an ``add`` of a part of the message: the destinations kernel appends none yet."""
+    transforms are of the Avro kernel's kinds (masks, numeric timestamps, exact casts and
+    ``add`` of a part of the message too)."""
     return bool(destinations) and all(
         d.when is None
         and d.routing.mode in _ROUTED_PER_SCHEMA
-        and kernel_kinds(_no_parts(tuple(transforms) + d.transforms), rewrites=True)
+        and kernel_kinds(tuple(transforms) + d.transforms, rewrites=True)
         for d in destinations
     )
-
-
-def _no_parts(specs: tuple[Any, ...]) -> tuple[Any, ...] | tuple[None]:
-    """``specs``, or one spec no kernel does when an ``add`` copies a part of the message: the
-    destinations kernel appends no parts yet (kernel/src/lib.rs ``append_outputs``)."""
-    parts = any(isinstance(s, AddField) and (s.header or s.message) for s in specs)
-    return (None,) if parts else specs
 
 
 @dataclass(frozen=True)
@@ -87,11 +81,13 @@ class Piece:
     ``fields``: the declared fields ``names`` in that order, the digits and rewrites among
     them; ``check``: declared fields ``names`` the projection leaves out whose rewrites still
     run (Python runs the step, which may fail) and whose output is left out; ``constants``:
-    the encoding of ``constants``."""
+    the encoding of ``constants``; ``part``: the message's :attr:`part`."""
     names: tuple[str, ...] = ()
     drops: tuple[str, ...] = ()
     digits: tuple[str, ...] = ()
     constants: tuple[tuple[str, Any], ...] = ()
+    part: MessagePart | None = None
+    """``part``: an ``add`` of a part of the message, appended per message."""
     rewrites: tuple[FieldRewrite, ...] = ()
     """Masks, numeric timestamps and exact casts of declared fields (by declared name)."""
 
@@ -111,17 +107,31 @@ def destination_output(
     and event time read, ``fields`` its projection. The record is the pieces' encodings one
     after the other (an Avro record is its fields' encodings in order): without a projection
     the whole record; with one, each run of declared fields it lists and each constant in
-    between; a rewritten field the projection leaves out is a ``check`` piece (its rewrite
+    between (a part of the message there as a ``part`` piece); a rewritten field the
+    projection leaves out is a ``check`` piece (its rewrite
     runs, its output is left out: the Python path runs the step before projecting). None
     when the kernel cannot do it exactly: :func:`kernel_transforms` refuses the transforms,
     or they add parts of the message. ``complete``: as for
     :func:`kernel_transforms` (a decoded Avro record has every declared field; a JSON value
     may leave out one with a default)."""
     done = kernel_transforms(specs, schema, wanted, hmac_keys, complete=complete)
-    if done is None or done.parts:
+    if done is None:
         return None
+    parts = {part.field: part for part in done.parts}
     if fields is None:
-        return (Piece("all", (), done.drops, done.digits, done.constants, done.rewrites),)
+        if not parts:
+            return (Piece("all", (), done.drops, done.digits, done.constants, None, done.rewrites),)
+        # The constants and parts after the declared fields, in transform order.
+        whole = [Piece("all", (), done.drops, done.digits, (), None, done.rewrites)]
+        taken = 0
+        for part in done.parts:
+            whole += [
+                Piece("constants", constants=(c,)) for c in done.constants[taken : part.after]
+            ]
+            taken = part.after
+            whole.append(Piece("part", part=part))
+        whole += [Piece("constants", constants=(c,)) for c in done.constants[taken:]]
+        return tuple(whole)
     # The transformed record's fields: declared ones (by their declared name, renamed in
     # place), then the constants; kernel_transforms refused chains, so each step is simple.
     names: dict[str, str | None] = {f["name"]: f["name"] for f in schema.get("fields") or ()}
@@ -151,10 +161,18 @@ def destination_output(
         source = names[name]
         if source is None:
             flush()
-            pieces.append(Piece("constants", constants=((name, values[name]),)))
+            if name in parts:
+                pieces.append(Piece("part", part=parts[name]))
+            else:
+                pieces.append(Piece("constants", constants=((name, values[name]),)))
         else:
             run.append(source)
     flush()
+    # A key or header as a string the projection leaves out: Python's step still reads it
+    # (and fails a value that is not UTF-8), so the kernel reads it too and leaves it out.
+    for part in done.parts:
+        if part.field not in fields and part.source in ("header", "key") and not part.as_bytes:
+            pieces.append(Piece("check", part=part))
     kept = {names[name] for name in fields}
     left_out = tuple(r for r in done.rewrites if r.field not in kept)
     if left_out:
@@ -239,10 +257,17 @@ def kernel_outputs(
                     branch.compiled.output_schema
                 )
             kind = "bytes" if piece.kind == "constants" else piece.kind
+            if piece.part is not None:
+                # Its encoding (topic, partition: constants of the range) or what the kernel
+                # reads per message (KernelTransforms.appended's items).
+                ((kind, constants),) = KernelTransforms(
+                    parts=(replace(piece.part, after=0),)
+                ).appended(branch.compiled.output_schema, stager.rng.topic, stager.rng.partition)
+                kind = kind if kind == "bytes" else f"{piece.kind}:{kind}"
             item = (kind, list(piece.names), list(piece.drops), list(piece.digits), constants)
             if getattr(driver.kernel, DESTINATION_REWRITES, False):
                 encoded.append((*item, [(r.field, r.spec(), r.key) for r in piece.rewrites]))
-            elif piece.rewrites or piece.kind == "check":
+            elif piece.rewrites or piece.kind in ("check", "part"):
                 raise ValueError("a kernel built before masks, timestamps and exact casts here")
             else:
                 encoded.append(item)

@@ -48,10 +48,6 @@ def with_destinations(case: Any, schemas: list[dict], rng: random.Random) -> Non
     topic = case.pipeline.topics[0]
     first = schemas[0]
     top = topic.transforms if rng.random() < 0.6 else ()
-    # Parts of the message: the destinations kernel does not append them yet
-    # (formats/avro_destination_kernel.py), and every scenario here must take it. Masks,
-    # timestamps and exact casts it does: drawn at both levels.
-    top = without_parts(top)
     read = topic.event_time.fields
     try:
         base = compile_transforms(top, first, _keys(top)).output_schema
@@ -71,9 +67,8 @@ def with_destinations(case: Any, schemas: list[dict], rng: random.Random) -> Non
             # (The drawn constants are named added0, added1 like the topic's: renamed apart.)
             specs = tuple(
                 replace(spec, add=f"{name}_{spec.add}") if isinstance(spec, AddField) else spec
-                for spec in without_parts(
-                    draw_kernel_transforms(rng, base, read, to_digits=True, rewrites=True)
-                )
+                # (masks, timestamps, exact casts and parts of the message among them)
+                for spec in draw_kernel_transforms(rng, base, read, to_digits=True, rewrites=True)
             )
             try:
                 output = compile_transforms(specs, base, _keys(specs)).output_schema
@@ -103,12 +98,6 @@ def with_destinations(case: Any, schemas: list[dict], rng: random.Random) -> Non
         patterns=tuple(dict.fromkeys(pipeline.allowed_destinations.patterns + statics)),
     )
     case.pipeline = replace(pipeline, topics=(topic,), allowed_destinations=allowed)
-
-
-def without_parts(specs: Any) -> tuple[Any, ...]:
-    """``specs`` without the ``add`` of a part of the message (its coordinates, timestamp,
-    key or a header)."""
-    return tuple(s for s in specs if not (isinstance(s, AddField) and (s.header or s.message)))
 
 
 def _keys(specs: Any) -> dict[int, bytes]:

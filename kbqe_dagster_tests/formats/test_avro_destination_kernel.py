@@ -196,6 +196,40 @@ def test_a_topic_timestamp_one_projection_leaves_out_still_runs_for_every_messag
     assert records(python, "symbols")[0] == {"symbol": "ACME"}
 
 
+def test_parts_of_the_message_land_where_each_projection_puts_them(tmp_path):
+    """The topic adds the offset (after a constant) and a header; ``traces`` projects the
+    header first and leaves the offset out, ``offsets`` keeps the offset between two declared
+    fields, ``all`` has them last in transform order, with its own key add. A key that is not
+    UTF-8 for a string fails the step on the Python path: that message goes back whole."""
+    config = pipeline(
+        [
+            static("traces", fields=["trace", "symbol"]),
+            static("offsets", fields=["qty", "off", "at"]),
+            static("all", transforms=[{"add": "k", "message": "key"}]),
+        ],
+        transforms=[
+            {"add": "source", "value": "kafka"},
+            {"add": "off", "message": "offset"},
+            {"add": "trace", "header": "trace-id"},
+        ],
+    )  # fmt: skip
+    messages = [
+        Msg(m.topic(), 0, m.offset(), m.value(), key, headers)
+        for m, key, headers in zip(
+            [execution(i) for i in range(4)],
+            [b"a", None, b"\xff", b"d"],
+            [[("trace-id", b"one"), ("trace-id", b"two")], None, None, [("x", b"y")]],
+        )
+    ]
+    python, native = staged_both_ways(tmp_path, config, messages)
+    assert native.kernel_messages == 3
+    assert sum(native.handbacks.values()) == 1
+    assert records(python, "traces")[0] == {"trace": "two", "symbol": "ACME"}
+    assert list(records(python, "offsets")[0]) == ["qty", "off", "at"]
+    assert [r["off"] for r in records(python, "offsets")] == [0, 1, 3]
+    assert list(records(python, "all")[0])[-4:] == ["source", "off", "trace", "k"]
+
+
 def test_schema_names_leave_one_schema_out_of_a_destination(tmp_path):
     """Quotes go to one table, executions to two; a schema no destination takes is the
     Python path's unroutable dead letter."""

@@ -18,7 +18,7 @@
 
 use crate::avro_transform::Transform;
 use crate::body::{Plan, R};
-use crate::rewrite::FieldRewrite;
+use crate::rewrite::{append_parts, Appended, FieldRewrite};
 use crate::schema::{Kind, Schema, Unsupported};
 
 enum Piece {
@@ -32,6 +32,20 @@ enum Piece {
     /// a rewritten field the projection does not keep. The Python path still runs the step
     /// (a timestamp or a cast may fail it); the rewrite's checks decide the hand-back.
     Check(Vec<usize>, Transform),
+    /// A part of the message (`add` of its offset, timestamp, key or a header), per message.
+    Part(Appended),
+    /// A part of the message the projection leaves out, read and left out: Python's step
+    /// still reads it (a key or header that is not UTF-8 for a string fails it).
+    CheckPart(Appended),
+}
+
+/// What a message's parts are read from (lib.rs fills the key and headers columns only when
+/// an output appends them).
+pub struct MessageParts<'m> {
+    pub offset: i64,
+    pub timestamp_ms: Option<i64>,
+    pub key: &'m [u8],
+    pub headers: &'m [u8],
 }
 
 /// One destination of a writer schema (see the module docstring).
@@ -39,12 +53,17 @@ pub struct Output {
     /// The file slot of every record (a static or schema-name route, decided per schema).
     pub slot: usize,
     pieces: Vec<Piece>,
+    /// Whether a piece appends the message's key (`key`) or one of its headers (`headers`).
+    pub key: bool,
+    pub headers: bool,
 }
 
 /// A piece as the driver gives it: `(kind, names, drops, digits, bytes, rewrites)` with kind
 /// `all` (drops, digits, rewrites, and the constants' encoding as bytes), `fields` (the kept
 /// names in order, the digits and rewrites among them), `check` (names rewritten but not
-/// kept: their rewrites run, their output is left out) or `bytes`. A rewrite is
+/// kept: their rewrites run, their output is left out), `bytes`, or `part:` and a kind
+/// `rewrite::Appended::parse` reads (its argument as bytes), or `check:` and such a kind (a
+/// part the projection leaves out: read, then left out). A rewrite is
 /// `(name, FieldRewrite.spec(), hmac key)` as `add_transformed_schema` takes it.
 pub type PieceSpec = (String, Vec<String>, Vec<String>, Vec<String>, Vec<u8>, Vec<(String, String, Vec<u8>)>);
 
@@ -66,6 +85,8 @@ impl Output {
             out.push(match kind.as_str() {
                 "all" => Piece::All(Transform::compile(schema, plan, &drops, &digits, parsed, &bytes)?),
                 "bytes" => Piece::Bytes(bytes),
+                part if part.starts_with("part:") => Piece::Part(Appended::parse(&part[5..], &bytes)?),
+                part if part.starts_with("check:") => Piece::CheckPart(Appended::parse(&part[6..], &bytes)?),
                 "check" => {
                     let projected = schema.projected(&names)?;
                     let mut indexes = Vec::with_capacity(names.len());
@@ -93,12 +114,20 @@ impl Output {
                 other => return Err(Unsupported(format!("a piece of kind {other:?}"))),
             });
         }
-        Ok(Output { slot, pieces: out })
+        let raw = |p: &Piece| match p {
+            Piece::Part(Appended::Raw { header, .. }) | Piece::CheckPart(Appended::Raw { header, .. }) => Some(header.is_some()),
+            _ => None,
+        };
+        let key = out.iter().any(|p| raw(p) == Some(false));
+        let headers = out.iter().any(|p| raw(p) == Some(true));
+        Ok(Output { slot, pieces: out, key, headers })
     }
 
     /// This destination's record of `body`, whose top-level fields start at `starts` (and the
     /// last ends at its last item: `Transform::walk`'s), into `out`; `scratch` is scratch space.
-    pub fn record(&self, body: &[u8], starts: &[usize], scratch: &mut Scratch, out: &mut Vec<u8>) -> R<()> {
+    /// `message`: what its parts read.
+    pub fn record(&self, body: &[u8], starts: &[usize], message: &MessageParts, scratch: &mut Scratch,
+                  out: &mut Vec<u8>) -> R<()> {
         out.clear();
         for piece in &self.pieces {
             match piece {
@@ -120,6 +149,13 @@ impl Output {
                     }
                 }
                 Piece::Bytes(bytes) => out.extend_from_slice(bytes),
+                Piece::Part(part) => append_parts(std::slice::from_ref(part), out, message.offset,
+                                                  message.timestamp_ms, message.key, message.headers)?,
+                Piece::CheckPart(part) => {
+                    scratch.piece.clear();
+                    append_parts(std::slice::from_ref(part), &mut scratch.piece, message.offset,
+                                 message.timestamp_ms, message.key, message.headers)?;
+                }
             }
         }
         Ok(())

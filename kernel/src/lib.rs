@@ -749,10 +749,17 @@ impl StageKernel {
                 if json.walk.walk(&walker, &json.plan, &mut cursor, &mut self.values, &mut self.field_starts).is_err() || !cursor.at_end() {
                     return Ok(Some("transform_uncertain"));
                 }
+                if !put_part_columns(msg, &json.outputs, &mut self.part_key, &mut self.part_headers)? {
+                    return Ok(Some("part_uncertain"));
+                }
+                let (kind, ts) = msg.timestamp()?;
+                let message = destinations::MessageParts { offset, timestamp_ms: (kind != 0).then_some(ts),
+                                                           key: &self.part_key, headers: &self.part_headers };
                 self.records.resize_with(self.records.len().max(json.outputs.len()), Vec::new);
                 self.record_slots.clear();
                 for (output, out) in json.outputs.iter().zip(&mut self.records) {
-                    if output.record(body, &self.field_starts, &mut self.kept, out).is_err() {
+                    if output.record(body, &self.field_starts, &message, &mut self.kept, out).is_err() {
+                        self.stop_detail = crate::body::forget_why(); // a rewrite's or part's rule
                         return Ok(Some("transform_uncertain"));
                     }
                     self.record_slots.push(output.slot);
@@ -805,10 +812,17 @@ impl StageKernel {
             }
             if !entry.outputs.is_empty() {
                 // Every destination's record before any is appended: all or nothing.
+                if !put_part_columns(msg, &entry.outputs, &mut self.part_key, &mut self.part_headers)? {
+                    return Ok(Some("part_uncertain"));
+                }
+                let (kind, ts) = msg.timestamp()?;
+                let message = destinations::MessageParts { offset, timestamp_ms: (kind != 0).then_some(ts),
+                                                           key: &self.part_key, headers: &self.part_headers };
                 self.records.resize_with(self.records.len().max(entry.outputs.len()), Vec::new);
                 self.record_slots.clear();
                 for (output, out) in entry.outputs.iter().zip(&mut self.records) {
-                    if output.record(body, &self.field_starts, &mut self.kept, out).is_err() {
+                    if output.record(body, &self.field_starts, &message, &mut self.kept, out).is_err() {
+                        self.stop_detail = crate::body::forget_why(); // a rewrite's or part's rule
                         return Ok(Some("transform_uncertain"));
                     }
                     self.record_slots.push(output.slot);
@@ -928,8 +942,7 @@ impl StageKernel {
             let Some((day, hour)) = dated else { return Ok(Some("event_time_uncertain")) };
             self.marks.push((self.slots[slot].data.len(), day, hour));
         }
-        // (No appended message parts: the destinations driver refuses them,
-        // formats/avro_destination_kernel.py `destinations_on_kernel`.)
+        // (Parts of the message are in the records: destinations.rs `Piece::Part`.)
         for k in 0..self.record_slots.len() {
             let (_, day, hour) = self.marks[k];
             let buffer = &mut self.slots[self.record_slots[k]];
@@ -967,6 +980,19 @@ impl StageKernel {
         }
         Ok(None)
     }
+}
+
+/// The key and headers columns (prefix.rs encodings) into `key` and `headers` when one of
+/// `outputs` appends them as parts of the message (cleared otherwise); false when the kernel
+/// cannot write them (the message goes back: "part_uncertain").
+fn put_part_columns<M: Incoming>(msg: &M, outputs: &[destinations::Output], key: &mut Vec<u8>,
+                                 headers: &mut Vec<u8>) -> PyResult<bool> {
+    key.clear();
+    headers.clear();
+    if outputs.iter().any(|o| o.key) && !msg.put_key(key)? {
+        return Ok(false);
+    }
+    Ok(!outputs.iter().any(|o| o.headers) || msg.put_headers(headers)?)
 }
 
 /// A consumed message as the kernel reads it: a confluent-kafka `Message` (Python objects) or
