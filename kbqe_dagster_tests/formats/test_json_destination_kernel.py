@@ -133,6 +133,27 @@ def test_json_destinations_with_their_own_hmac_mask_and_a_topic_null_mask(tmp_pa
     assert records(python, "masked")[0]["symbol"] != "ACME"
 
 
+def test_json_destinations_with_a_header_projected_first_and_the_offset_left_out(tmp_path):
+    """The topic adds a header and the offset: ``traces`` lists the header first and leaves
+    the offset out, ``all`` has both last in transform order."""
+    config = pipeline(
+        [static("traces", fields=["trace", "qty"]), static("all")],
+        transforms=[{"add": "off", "message": "offset"}, {"add": "trace", "header": "trace-id"}],
+    )  # fmt: skip
+    messages = [
+        Msg(m.topic(), 0, m.offset(), m.value(), None, headers)
+        for m, headers in zip([value(i) for i in range(3)],
+                              [[("trace-id", b"one")], None, [("trace-id", b"x"), ("trace-id", b"y")]])
+    ]  # fmt: skip
+    python = stage(tmp_path, config, TOPIC, {}, messages, native=False)
+    native = stage(tmp_path, config, TOPIC, {}, messages, native=True)
+    assert_same(python, native)
+    assert native.kernel_messages == 3 and not native.handbacks
+    assert [r["trace"] for r in records(python, "traces")] == ["one", None, "y"]
+    assert list(records(python, "traces")[0]) == ["trace", "qty"]
+    assert list(records(python, "all")[0])[-2:] == ["off", "trace"]
+
+
 def test_differential_fuzz(tmp_path_factory, pytestconfig, monkeypatch):
     """Seeded random static and schema-name destinations, projections and their own
     transforms over the JSON kernel fuzz's schemas and values: identical commits. A JSON topic
