@@ -90,16 +90,8 @@ impl Transform {
     /// Walk the whole body in canonical mode (validating it, reading the wanted values) and
     /// note where each top-level field starts, and where the last one ends, in `starts`.
     pub fn walk(&self, walker: &Walker, plan: &Plan, c: &mut Cursor, values: &mut [Value], starts: &mut Vec<usize>) -> R<()> {
-        let schema = walker.schema;
-        let (Kind::Record { fields, .. }, Plan::Record(plans)) = (&schema.nodes[schema.top], plan) else { return Err(Stop) };
         c.canonical = true;
-        starts.clear();
-        for ((_, t), p) in fields.iter().zip(plans) {
-            starts.push(c.pos);
-            walker.walk(*t, p, c, values, 1)?;
-        }
-        starts.push(c.pos);
-        Ok(())
+        walker.walk_fields(plan, c, values, starts)
     }
 
     /// The transformed record's body into `out`; Err (its reason in body.rs's `stop_detail`)

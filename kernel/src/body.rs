@@ -317,6 +317,20 @@ impl<'s> Walker<'s> {
         }
     }
 
+    /// Walk a record body under `plan` (validating it, reading the wanted values) and note
+    /// where each top-level field starts, and where the last one ends, in `starts`: what a
+    /// keyed change's cut (changes.rs) and a transformed record (avro_transform.rs) slice.
+    pub fn walk_fields(&self, plan: &Plan, c: &mut Cursor, values: &mut [Value], starts: &mut Vec<usize>) -> R<()> {
+        let (Kind::Record { fields, .. }, Plan::Record(plans)) = (&self.schema.nodes[self.schema.top], plan) else { return Err(Stop) };
+        starts.clear();
+        for ((_, t), p) in fields.iter().zip(plans) {
+            starts.push(c.pos);
+            self.walk(*t, p, c, values, 1)?;
+        }
+        starts.push(c.pos);
+        Ok(())
+    }
+
     fn read(&self, id: NodeId, c: &mut Cursor, depth: u32) -> R<Value> {
         Ok(match &self.schema.nodes[id] {
             Kind::Null => Value::Null,

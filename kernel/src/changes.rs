@@ -59,14 +59,7 @@ impl Layout {
         if let Layout::Plain { .. } = self {
             return walker.walk(schema.top, plan, c, values, 0);
         }
-        let (Kind::Record { fields, .. }, Plan::Record(plans)) = (&schema.nodes[schema.top], plan) else { return Err(Stop) };
-        starts.clear();
-        for ((_, t), p) in fields.iter().zip(plans) {
-            starts.push(c.pos);
-            walker.walk(*t, p, c, values, 1)?;
-        }
-        starts.push(c.pos);
-        Ok(())
+        walker.walk_fields(plan, c, values, starts)
     }
 
     /// The changelog record's body into `out`: the change columns, then the row's bytes.

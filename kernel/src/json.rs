@@ -33,6 +33,7 @@
 use crate::body::{forget_why, stop, Stop, Value, R};
 use crate::rewrite::{Base, FieldRewrite};
 use crate::schema::Unsupported;
+use crate::prefix::put_long;
 use serde_json::Value as Json;
 use std::collections::HashMap;
 
@@ -875,15 +876,6 @@ struct Writer<'a> {
     rewrites: &'a [Option<FieldRewrite>],
 }
 
-#[inline]
-fn put_long(out: &mut Vec<u8>, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        out.push((z as u8) | 0x80);
-        z >>= 7;
-    }
-    out.push(z as u8);
-}
 
 impl Writer<'_> {
     #[inline]

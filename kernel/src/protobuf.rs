@@ -31,6 +31,7 @@
 use crate::body::{Stop, Value, R};
 use crate::rewrite::{Base, FieldRewrite};
 use crate::schema::Unsupported;
+use crate::prefix::put_long;
 use serde_json::Value as Json;
 use std::io::Write;
 
@@ -1031,15 +1032,6 @@ fn skip(buf: &[u8], pos: &mut usize, wire_type: u8) -> R<()> {
     Ok(())
 }
 
-#[inline]
-fn put_long(out: &mut Vec<u8>, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        out.push((z as u8) | 0x80);
-        z >>= 7;
-    }
-    out.push(z as u8);
-}
 
 /// The wanted paths planned over the top message, through nullable message fields, to a field
 /// read whole. Python's `field_values` reads `None` for a path naming no field or going through

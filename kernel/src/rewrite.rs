@@ -23,6 +23,7 @@
 
 use crate::body::{stop, R};
 use crate::schema::Unsupported;
+use crate::prefix::put_long;
 use hmac::{Hmac, Mac};
 use serde_json::Value as Json;
 use sha2::Sha256;
@@ -301,15 +302,6 @@ fn read_long(out: &[u8], pos: &mut usize) -> R<i64> {
     }
 }
 
-#[inline]
-fn put_long(out: &mut Vec<u8>, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        out.push((z as u8) | 0x80);
-        z >>= 7;
-    }
-    out.push(z as u8);
-}
 
 /// What `add` transforms append after the body when one of them copies a part of the message
 /// (core/transforms/kinds.py `_add_meta`, `_add_raw`): the derived schema's last fields, in
