@@ -38,10 +38,15 @@ Run = Callable[..., Result]
 
 
 @pytest.fixture(autouse=True)
-def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No developer setting leaks into a test."""
+def clean_environment(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No developer setting leaks into a test. A test on the local stack keeps the port the
+    stack was started on (moved or not): without it the command read the default port's
+    emulator, another stack's or none."""
     for name in ENV_VARS:
         monkeypatch.delenv(name, raising=False)
+    if "local_stack" in request.fixturenames:
+        endpoints = request.getfixturevalue("local_endpoints")
+        monkeypatch.setenv("KBQE_LOCAL_GCS_PORT", str(endpoints.gcs_port))
 
 
 @pytest.fixture
