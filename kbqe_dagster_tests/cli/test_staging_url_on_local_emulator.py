@@ -36,14 +36,10 @@ MOMENT_KEYS = ("generated_at", "observed_at", "staging")
 
 
 @pytest.fixture
-def second_pipeline(
-    local_stack, local_endpoints, tmp_path: Path, monkeypatch
-) -> tuple[str, Area, StagingStore]:
+def second_pipeline(local_stack, tmp_path: Path, monkeypatch) -> tuple[str, Area, StagingStore]:
     """The CLI tests' staging area, once in a directory and once uploaded under a prefix of
-    the emulator's bucket that ``KBQE_STAGING_URL`` names; the prefix is emptied afterwards."""
-    # The CLI tests clear KBQE_LOCAL_GCS_PORT (conftest.py: no developer setting leaks in);
-    # here it must name the port the stack was started on, moved or not.
-    monkeypatch.setenv("KBQE_LOCAL_GCS_PORT", str(local_endpoints.gcs_port))
+    the emulator's bucket that ``KBQE_STAGING_URL`` names; the prefix is emptied afterwards.
+    (The stack's own port: conftest.py's ``clean_environment``.)"""
     area = build(tmp_path / "area")
     url = f"gs://{LOCAL_BUCKET}/mtse-cli-{uuid.uuid4().hex[:8]}"
     store = staging_location_for(url, "local").open()
