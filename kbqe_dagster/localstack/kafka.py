@@ -102,6 +102,10 @@ def server_properties(endpoints: LocalEndpoints, log_dir: Path) -> str:
         "share.coordinator.state.topic.min.isr": "1",
         "min.insync.replicas": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # Local data keeps whatever timestamps it was produced with (tests and demos produce
+        # 2024 events): time-based retention would delete a partition's old-stamped segments
+        # minutes after a fresh broker starts, and a range would stage half its messages.
+        "log.retention.ms": "-1",
     }
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
