@@ -138,6 +138,12 @@ class NotAChangeError(BadInputError):
     reason = Reason.NOT_A_CHANGE
 
 
+class UnconvertibleValueError(BadInputError):
+    """A semantic value with no exact value of its column's BigQuery type (core/reasons.py)."""
+
+    reason = Reason.UNCONVERTIBLE_VALUE
+
+
 class JsonDecodeError(BadInputError):
     """A ``format: json`` value that is not a JSON object (``json_schema``: not UTF-8 JSON)."""
 

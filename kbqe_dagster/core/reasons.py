@@ -49,6 +49,10 @@ class Reason(StrEnum):
     NOT_A_CHANGE = "not_a_change"
     """A keyed topic's message is valid Avro but not a row change: a Debezium truncate or
     message event, a change without a version, a delete without a before image."""
+    UNCONVERTIBLE_VALUE = "unconvertible_value"
+    """A Kafka Connect semantic value (core/formats/connect_types.py) with no exact value of
+    the BigQuery type its column maps to (the message names the column): a ``numeric`` with
+    more than 9 decimal places, a timestamp outside BigQuery's range."""
 
     # --- schemaless JSON topics (kbqe_dagster/formats/json_stage.py) ---
     JSON_DECODE_ERROR = "json_decode_error"
@@ -108,7 +112,7 @@ class Reason(StrEnum):
     raw value is the record as staged (enrichment columns first), the schema id its file's."""
 
 
-KEYED_ONLY = frozenset({Reason.NOT_A_CHANGE})
+KEYED_ONLY = frozenset({Reason.NOT_A_CHANGE, Reason.UNCONVERTIBLE_VALUE})
 """Reasons that only keyed topics produce (their tests live in kbqe_dagster_tests/keyed/)."""
 JSON_ONLY = frozenset(
     {

@@ -29,10 +29,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
+from io import BytesIO
 from typing import Any
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from kbqe_dagster.core.config.pipeline import TopicConfig
 from kbqe_dagster.core.errors import ConfigError, NotAChangeError, UnsupportedSchemaError
+from kbqe_dagster.core.formats.connect_types import SemanticMapping, semantic_mapping
 from kbqe_dagster.core.keyed.contract import (
     CHANGE_COLUMNS,
     DELETED_COLUMN,
@@ -77,9 +81,35 @@ class ChangeLayout:
     wanted: tuple[str, ...]
     """Field paths the probe must decode for :meth:`body`."""
     row_fields: tuple[str, ...]
+    semantic: SemanticMapping | None = None
+    """The row's Kafka Connect semantic types (core/formats/connect_types.py) when some of
+    its values must be re-encoded; None when the row's bytes are staged as sliced."""
 
     def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
         raise NotImplementedError
+
+    @cached_property
+    def _row_codecs(self) -> tuple[Any, Any]:
+        assert self.semantic is not None
+        return parse_schema(self.semantic.writer), parse_schema(self.semantic.schema)
+
+    def converted(self, row: bytes) -> bytes:
+        """The row image ``row`` (bytes of the writer's row record) in the changelog's form:
+        as is, or decoded, its semantic values converted, and encoded again."""
+        if self.semantic is None:
+            return row
+        writer, staged = self._row_codecs
+        out = BytesIO()
+        schemaless_writer(
+            out, staged, self.semantic.convert(schemaless_reader(BytesIO(row), writer, None))
+        )
+        return out.getvalue()
+
+    @property
+    def rewrites_values(self) -> bool:
+        """Whether :meth:`body` re-encodes rows (the native kernel only slices: such a
+        schema's messages stay on the Python path)."""
+        return self.semantic is not None
 
     def cut(self) -> tuple[str, tuple[int, ...], tuple[str | None, ...]]:
         """How :meth:`body` cuts, for the native kernel (kernel/src/changes.rs, which does the
@@ -186,10 +216,12 @@ class _EnvelopeLayout(ChangeLayout):
         row = _row_record(
             fields[index["before"]]["type"], fields[index["after"]]["type"], compiler, namespace
         )
+        semantic = semantic_mapping(row)
         return cls(
-            schema=_changelog_schema(row, row["fields"], namespace),
+            schema=_changelog_schema(semantic.schema, semantic.schema["fields"], namespace),
             wanted=("op", "source.ts_ms"),
             row_fields=tuple(f["name"] for f in row["fields"]),
+            semantic=semantic if semantic.rewrites_values else None,
             skipped=skipped,
             namespace=namespace or None,
             before_index=index["before"],
@@ -215,7 +247,8 @@ class _EnvelopeLayout(ChangeLayout):
                 if start == end:  # the null branch
                     image = "before" if op == DELETE_OP else "after"
                     raise NotAChangeError(f"op {op!r} without a {image} image")
-                return change_columns(op, version, op == DELETE_OP) + body[start:end]
+                row = self.converted(body[start:end])
+                return change_columns(op, version, op == DELETE_OP) + row
             pos = skip(body, pos)
         raise AssertionError("unreachable: the wanted field is among the skips")
 
@@ -266,8 +299,10 @@ class _FlatLayout(ChangeLayout):
         row_fields = fields[:first]
         row = {**record, "fields": row_fields}  # the leading row fields, skipped as one record
         _checked_types((row,), namespace or None)
+        semantic = semantic_mapping(row)
         return cls(
-            schema=_changelog_schema(record, row_fields, namespace),
+            schema=_changelog_schema(record, semantic.schema["fields"], namespace),
+            semantic=semantic if semantic.rewrites_values else None,
             wanted=("__op", "__source_ts_ms", "__deleted"),
             row_fields=tuple(names[:first]),
             skipped=(row,),
@@ -289,7 +324,7 @@ class _FlatLayout(ChangeLayout):
         pos = 0
         for skip in self.skips:
             pos = skip(body, pos)
-        return change_columns(op, version, deleted) + body[:pos]
+        return change_columns(op, version, deleted) + self.converted(body[:pos])
 
 
 # --- plain keyed records ----------------------------------------------------------------------
@@ -320,8 +355,10 @@ class _PlainLayout(ChangeLayout):
             )
         namespace = record.get("namespace")
         wanted = (keyed.version,) + ((keyed.delete_field,) if keyed.delete_field else ())
+        semantic = semantic_mapping(record)
         return cls(
-            schema=_changelog_schema(record, record["fields"], namespace),
+            schema=_changelog_schema(record, semantic.schema["fields"], namespace),
+            semantic=semantic if semantic.rewrites_values else None,
             wanted=wanted,
             row_fields=tuple(f["name"] for f in record["fields"]),
             version_path=keyed.version,
@@ -337,7 +374,8 @@ class _PlainLayout(ChangeLayout):
             raise NotAChangeError(f"{self.version_path} is null: the change has no version")
         version = (value - _EPOCH) // _MS if isinstance(value, datetime) else int(value)
         deleted = bool(self.delete_path and fields.get(self.delete_path))
-        return change_columns(DELETE_OP if deleted else "u", version, deleted) + body
+        op = DELETE_OP if deleted else "u"
+        return change_columns(op, version, deleted) + self.converted(body)
 
 
 _MS = datetime.resolution * 1000

@@ -71,6 +71,8 @@ class KeyedNativeStaging(NativeStaging):
         schema_id, decoder = known
         stager = self.stager
         try:
+            if decoder.layout.rewrites_values:
+                raise ValueError("its row has semantic values to re-encode (connect_types.py)")
             kind, fields, paths = decoder.layout.cut()
             wanted = self.wanted
             slots = [None if path is None else wanted.index(path) for path in paths]

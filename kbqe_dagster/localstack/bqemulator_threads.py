@@ -45,6 +45,13 @@ It also makes the emulator's AppendRows cheaper, keeping its answers (offsets,
   cannot convert (a value a column cannot take, a row that does not parse) is converted
   again by bqemulator's own code, which raises its own error as before.
 
+And it reads TIME columns of Avro files that hold a decimal (:func:`time_in_decimal_files`):
+bqemulator reads such files through fastavro into Arrow, whose type it derives from the Avro
+schema without the ``time-*`` logical types, so the decoded ``datetime.time`` met an int64
+column and the load failed ("Could not convert datetime.time"): every Debezium table with a
+``numeric`` and a ``time`` column (BigQuery loads it). The files without a decimal are read by
+DuckDB itself and were never affected.
+
 Imports nothing of kbqe_dagster beyond the package's (cheap) ``__init__``: it runs inside the
 emulator's process.
 """
@@ -238,10 +245,31 @@ def _integer_types() -> frozenset[int]:
     )  # fmt: skip
 
 
+def time_in_decimal_files() -> None:
+    """Give bqemulator's fastavro reader of decimal files the Arrow type of ``time-millis``
+    and ``time-micros`` (microseconds of the day, as BigQuery's TIME)."""
+    from bqemulator.jobs import avro_reader
+
+    logical_to_arrow = avro_reader._avro_logical_to_arrow
+    if getattr(logical_to_arrow, "kbqe_time", False):
+        return
+
+    def with_time(avro_type: dict[str, Any], logical: str) -> Any:
+        if logical in ("time-millis", "time-micros"):
+            import pyarrow as pa
+
+            return pa.time64("us")
+        return logical_to_arrow(avro_type, logical)
+
+    with_time.kbqe_time = True  # type: ignore[attr-defined]
+    avro_reader._avro_logical_to_arrow = with_time
+
+
 def main() -> None:
     per_thread_cursors()
     no_snapshot_per_append()
     column_wise_proto_rows()
+    time_in_decimal_files()
     from bqemulator.cli import main as emulator_main
 
     emulator_main()

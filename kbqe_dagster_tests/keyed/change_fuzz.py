@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
@@ -89,8 +90,75 @@ def row_fields(rng: random.Random, factory: SchemaFactory, form: str) -> list[di
         fields.append({"name": "is_deleted", "type": rng.choice(["boolean", ["null", "boolean"]])})
     if rng.random() < 0.85:
         fields += factory.record(depth=1)["fields"]
+    if rng.random() < 0.4:
+        fields += semantic_fields(rng, factory)
     rng.shuffle(fields)
     return fields
+
+
+def _semantic(name: str, avro: str, **more: Any) -> dict:
+    return {"type": avro, "connect.version": 1, "connect.name": name, **more}
+
+
+SEMANTIC_TYPES: list[Any] = [  # what Debezium's Postgres connector writes (corpus/debezium_postgres)
+    _semantic("io.debezium.time.Date", "int"),
+    _semantic("io.debezium.time.MicroTime", "long"),
+    _semantic("io.debezium.time.MicroTimestamp", "long"),
+    _semantic("io.debezium.time.Timestamp", "long"),
+    _semantic("io.debezium.time.ZonedTime", "string"),
+    _semantic("io.debezium.time.MicroDuration", "long"),
+    _semantic("io.debezium.data.Json", "string"),
+    _semantic("io.debezium.data.Uuid", "string"),
+    _semantic("org.apache.kafka.connect.data.Decimal", "bytes",
+              **{"connect.parameters": {"scale": "2", "connect.decimal.precision": "10"},
+                 "scale": 2, "precision": 10, "logicalType": "decimal"}),
+]  # fmt: skip
+REENCODED_TYPES: list[Any] = [  # their schemas stay on the Python path whole (handed back)
+    _semantic("io.debezium.time.ZonedTimestamp", "string"),
+    _semantic("io.debezium.time.NanoTimestamp", "long"),
+]
+
+
+def semantic_fields(rng: random.Random, factory: SchemaFactory) -> list[dict]:
+    """Columns of Kafka Connect semantic types (core/formats/connect_types.py): most keep
+    their bytes (the kernel slices them under a logical type), a few are re-encoded."""
+    fields = []
+    for i in range(rng.randint(1, 4)):
+        avro = rng.choice(SEMANTIC_TYPES)
+        roll = rng.random()
+        if roll < 0.05:
+            avro = rng.choice(REENCODED_TYPES)
+        elif roll < 0.08:
+            avro = {"type": "record", "name": factory.name("VariableScaleDecimal"),
+                    "namespace": "io.debezium.data", "connect.name":
+                    "io.debezium.data.VariableScaleDecimal",
+                    "fields": [{"name": "scale", "type": "int"},
+                               {"name": "value", "type": "bytes"}]}  # fmt: skip
+        optional = rng.random() < 0.6
+        fields.append({"name": f"sem{i}", "type": ["null", avro] if optional else avro})
+    return fields
+
+
+class SemanticValues(ValueFactory):
+    """Values as Debezium writes them for semantic types (a timestamp with a zone as ISO text,
+    a numeric of no scale as scale and unscaled bytes), and sometimes values no column could
+    hold (dead-lettered as ``unconvertible_value`` by both paths)."""
+
+    def value(self, t: Any, depth: int = 0) -> Any:
+        name = t.get("connect.name") if isinstance(t, dict) else None
+        rng = self.rng
+        if name == "io.debezium.time.ZonedTimestamp" and rng.random() < 0.9:
+            return rng.choice(["2024-09-13T12:36:45.123456Z", "1970-01-01T00:00:00Z",
+                               "2024-09-13T14:36:45+02:00", "0001-01-01T00:00:00Z"])  # fmt: skip
+        if name == "io.debezium.data.VariableScaleDecimal" and rng.random() < 0.9:
+            unscaled = rng.choice([0, 1, -12345, 10**20, -(2**70)])
+            return {"scale": rng.choice([0, 2, 9, 12]),
+                    "value": unscaled.to_bytes(16, "big", signed=True)}  # fmt: skip
+        if name == "org.apache.kafka.connect.data.Decimal":  # numeric(10,2)
+            return Decimal(rng.choice(["0.00", "12.34", "-99999999.99", "0.01"]))
+        if name == "io.debezium.data.Json" and rng.random() < 0.5:
+            return '{"a": [1, 2]}'
+        return super().value(t, depth)
 
 
 def envelope(rng: random.Random, factory: SchemaFactory, row: list[dict]) -> dict:
@@ -181,7 +249,7 @@ def stream(rng: random.Random, schemas: dict[int, dict], form: str, count: int):
 
 
 def change(rng: random.Random, schema: dict, named: dict, form: str) -> dict:
-    values = ValueFactory(rng, named)
+    values = SemanticValues(rng, named)
     out: dict[str, Any] = {}
     for f in schema["fields"]:
         name, t = f["name"], f["type"]

@@ -215,3 +215,65 @@ def test_keyed_differential_fuzz(tmp_path_factory, pytestconfig):
     )
     # What it leaves to Python: schemas with an `op` enum (the kernel reads no enums).
     assert tally.share > 0.9, "the kernel staged too few records to prove anything"
+
+
+# --- Kafka Connect semantic types (core/formats/connect_types.py) -----------------------------
+def semantic(name, avro):
+    return {"type": avro, "connect.version": 1, "connect.name": name}
+
+
+SAME_BYTES_ROW = [
+    {"name": "id", "type": "int"},
+    {"name": "born", "type": ["null", semantic("io.debezium.time.Date", "int")], "default": None},
+    {"name": "seen", "type": semantic("io.debezium.time.MicroTimestamp", "long")},
+    {"name": "doc", "type": ["null", semantic("io.debezium.data.Json", "string")], "default": None},
+]
+ZONED_ROW = [
+    *SAME_BYTES_ROW,
+    {"name": "at", "type": semantic("io.debezium.time.ZonedTimestamp", "string")},
+]
+
+
+def semantic_stream(schema, rows):
+    return [
+        Msg(TOPIC, 0, i, frame(7, schema, value_record_of("c", None, row)))
+        for i, row in enumerate(rows)
+    ]
+
+
+def staged_avro(staged):
+    (name,) = [n for n in staged.files if n.endswith(".avro") and ".customers_changelog." in n]
+    reader = fastavro.reader(io.BytesIO(staged.files[name]))
+    return reader.writer_schema, list(reader)
+
+
+def test_semantic_types_that_keep_their_bytes_are_sliced_by_the_kernel_under_logical_types(
+    tmp_path,
+):
+    schema = envelope_schema(NS, SAME_BYTES_ROW)
+    rows = [{"id": i, "born": 19979 if i % 2 else None, "seen": 1_726_238_205_123_456,
+             "doc": '{"k": 1}'} for i in range(20)]  # fmt: skip
+    python, native = both(tmp_path, debezium(), {7: schema}, semantic_stream(schema, rows))
+    assert native.kernel_messages == 20 and native.handbacks == {}
+    writer, records = staged_avro(python)
+    types = {f["name"]: f["type"] for f in writer["fields"]}
+    assert types["born"][1]["logicalType"] == "date"
+    assert types["seen"]["logicalType"] == "timestamp-micros"
+    assert types["doc"][1]["sqlType"] == "JSON"
+    assert records[1]["born"].isoformat() == "2024-09-13"
+
+
+def test_semantic_types_whose_bytes_change_stay_on_the_python_path_and_are_converted(tmp_path):
+    schema = envelope_schema(NS, ZONED_ROW)
+    rows = [{"id": i, "born": None, "seen": 0, "doc": None,
+             "at": "2024-09-13T14:36:45.5+02:00" if i != 3 else "not a time"}
+            for i in range(6)]  # fmt: skip
+    python, native = both(tmp_path, debezium(), {7: schema}, semantic_stream(schema, rows))
+    # The whole schema is handed back (the kernel only slices), so the files are Python's.
+    assert native.handbacks == {"schema_unknown": 6}
+    assert python.result.dead_letters == {"unconvertible_value": 1}
+    writer, records = staged_avro(python)
+    assert {f["name"]: f["type"] for f in writer["fields"]}["at"]["logicalType"] == (
+        "timestamp-micros"
+    )
+    assert [r["at"].isoformat() for r in records] == ["2024-09-13T12:36:45.500000+00:00"] * 5

@@ -410,3 +410,95 @@ def test_emulator_gap_nested_field_named_like_a_duckdb_keyword_fails_the_table(
         bq.create_table(table, retry=None)
 
     assert "keyword_field" not in [t.table_id for t in bq.list_tables(dataset)]
+
+
+def test_avro_load_of_debezium_postgres_columns_as_their_bigquery_types(bq, dataset, stage):
+    """What Kafka Connect's semantic types stage as (core/formats/connect_types.py) loads with
+    the types of the mapping table, and a load without a schema of a file whose table exists
+    appends: DATE, TIME, TIMESTAMP, NUMERIC of both kinds, JSON (``sqlType``) and arrays."""
+    from decimal import Decimal
+
+    from kbqe_dagster.core.formats.connect_types import semantic_mapping
+    from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
+
+    def sem(name, avro, **more):
+        return {"type": avro, "connect.name": name, **more}
+
+    writer = {
+        "type": "record",
+        "name": "Value",
+        "namespace": "pg.public.all_types",
+        "fields": [
+            {"name": "event_date", "type": sem("io.debezium.time.Date", "int")},
+            {"name": "t", "type": ["null", sem("io.debezium.time.MicroTime", "long")]},
+            {"name": "ts", "type": ["null", sem("io.debezium.time.MicroTimestamp", "long")]},
+            {"name": "tz", "type": ["null", sem("io.debezium.time.ZonedTimestamp", "string")]},
+            {
+                "name": "price",
+                "type": [
+                    "null",
+                    sem(
+                        "org.apache.kafka.connect.data.Decimal",
+                        "bytes",
+                        scale=2,
+                        precision=10,
+                        logicalType="decimal",
+                    ),
+                ],
+            },  # fmt: skip
+            {
+                "name": "n",
+                "type": [
+                    "null",
+                    {
+                        "type": "record",
+                        "name": "VariableScaleDecimal",
+                        "namespace": "io.debezium.data",
+                        "connect.name": "io.debezium.data.VariableScaleDecimal",
+                        "fields": [
+                            {"name": "scale", "type": "int"},
+                            {"name": "value", "type": "bytes"},
+                        ],
+                    },
+                ],
+            },  # fmt: skip
+            {"name": "doc", "type": ["null", sem("io.debezium.data.Json", "string")]},
+            {
+                "name": "days",
+                "type": {"type": "array", "items": sem("io.debezium.time.Date", "int")},
+            },  # fmt: skip
+        ],
+    }
+    mapping = semantic_mapping(writer)
+    records = [
+        mapping.convert({
+            "event_date": 19979, "t": 45_296_000_001, "ts": 1_726_238_205_123_456,
+            "tz": "2024-09-13T14:36:45.5+02:00", "price": Decimal("12.34"),
+            "n": {"scale": 3, "value": (-1500).to_bytes(2, "big", signed=True)},
+            "doc": '{"a": [1, {"b": null}]}', "days": [19979, 19980],
+        }),
+        mapping.convert({"event_date": 0, "t": None, "ts": None, "tz": None, "price": None,
+                         "n": None, "doc": None, "days": []}),
+    ]  # fmt: skip
+    columns = bigquery_schema_from_avro(mapping.schema)
+    assert [c["type"] for c in columns] == [
+        "DATE", "TIME", "TIMESTAMP", "TIMESTAMP", "NUMERIC", "NUMERIC", "JSON", "DATE",
+    ]  # fmt: skip
+    table = f"{dataset}.semantic"
+    schema = [bigquery.SchemaField.from_api_repr(c) for c in columns]
+    _load(bq, stage(mapping.schema, records), table, schema=schema).result(timeout=60)
+    _load(bq, stage(mapping.schema, records[:1]), table).result(timeout=60)
+
+    rows = _rows(
+        bq,
+        f"SELECT event_date, t, ts, tz, price, n, TO_JSON_STRING(doc), ARRAY_LENGTH(days) "
+        f"FROM `{table}` ORDER BY event_date DESC, t",
+    )
+    assert rows[0] == (
+        dt.date(2024, 9, 13), dt.time(12, 34, 56, 1),
+        dt.datetime(2024, 9, 13, 14, 36, 45, 123456, tzinfo=UTC),
+        dt.datetime(2024, 9, 13, 12, 36, 45, 500000, tzinfo=UTC),
+        Decimal("12.34"), Decimal("-1.5"), '{"a":[1,{"b":null}]}', 2,
+    )  # fmt: skip
+    assert len(rows) == 3 and rows[2] == (dt.date(1970, 1, 1), None, None, None, None, None,
+                                          None, 0)  # fmt: skip

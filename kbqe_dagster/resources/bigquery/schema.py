@@ -30,6 +30,7 @@ local-timestamp-*               DATETIME
 decimal                         NUMERIC when scale <= 9 and integer digits <= 29, else
                                 BIGNUMERIC when scale <= 38 and integer digits <= 38
 uuid                            STRING
+string with ``sqlType: JSON``   JSON (BigQuery's annotation for JSON columns in Avro)
 =============================== ======================================================
 
 The result is the REST representation (``{"name", "type", "mode", "fields"}`` dicts), which
@@ -151,6 +152,8 @@ class _Converter:
             return _decimal(avro, path, self.source)
         if (kind, logical) in _LOGICAL:
             return {"type": _LOGICAL[(kind, logical)]}
+        if kind == "string" and avro.get("sqlType") == "JSON":
+            return {"type": "JSON"}
         if isinstance(kind, (str, dict, list)):  # {"type": "long"}, or an unknown logical type
             return self._type(self.names.resolve(kind, namespace), path, namespace)
         raise LoadError(f"{self.source}: field {path} has an unreadable Avro type {avro!r}")
