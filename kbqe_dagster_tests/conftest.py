@@ -78,6 +78,29 @@ def local_stack(local_endpoints: LocalEndpoints) -> Iterator[LocalEndpoints]:
         _stop_started(not_running)
 
 
+CDC_SERVICES = ("postgres", "connect")
+
+
+@pytest.fixture(scope="session")
+def cdc_stack(local_stack: LocalEndpoints) -> Iterator[LocalEndpoints]:
+    """The local stack plus its on-demand PostgreSQL and Kafka Connect worker (Debezium),
+    which ``local_stack`` never starts. Whichever of the two was not running it starts, and
+    at the end of the session it stops exactly those."""
+    services = [
+        s for s in stack.build(CDC_SERVICES, endpoints=local_stack) if s.name in CDC_SERVICES
+    ]
+    not_running = [s for s in services if s.pid() is None]
+    try:
+        stack.up_services(services)
+    except BaseException:
+        _stop_started(not_running)
+        raise
+    try:
+        yield local_stack
+    finally:
+        _stop_started(not_running)
+
+
 def _stop_started(candidates: list[LocalService]) -> None:
     """Stop the services this fixture started: those that were not running before it."""
     stack.down_services([s for s in candidates if s.pid() is not None])

@@ -173,9 +173,7 @@ def main() -> None:
         conn.execute(ROW_3_NULLS)
         conn.execute(UPDATE_2)
         conn.execute(TOAST_INSERT, (toast_text,))
-        stored = conn.execute(
-            f"SELECT pg_column_size(c_text) FROM {TABLE} WHERE id = 4"
-        ).fetchone()
+        stored = conn.execute(f"SELECT pg_column_size(c_text) FROM {TABLE} WHERE id = 4").fetchone()
         conn.execute(TOAST_UPDATE)
         conn.execute(DELETE_2)
         conn.execute(PK_UPDATE)
@@ -189,10 +187,19 @@ def main() -> None:
         _write(OUT / f"connector-{name}.json", {"name": f"corpus-{name}", "config": config})
     (OUT / "statements.sql").write_text(
         ";\n\n".join(
-            [*DDL, ROW_1, "-- connectors registered here (snapshot of row 1)",
-             ROW_2, ROW_3_NULLS, UPDATE_2,
-             TOAST_INSERT.replace("%s", "'<10000 random letters and digits>'"),
-             TOAST_UPDATE, DELETE_2, PK_UPDATE, TRUNCATE]
+            [
+                *DDL,
+                ROW_1,
+                "-- connectors registered here (snapshot of row 1)",
+                ROW_2,
+                ROW_3_NULLS,
+                UPDATE_2,
+                TOAST_INSERT.replace("%s", "'<10000 random letters and digits>'"),
+                TOAST_UPDATE,
+                DELETE_2,
+                PK_UPDATE,
+                TRUNCATE,
+            ]
         )
         + ";\n"
     )
@@ -273,7 +280,9 @@ def _registry_schema(endpoints: LocalEndpoints, schema_id: int) -> dict[str, Any
 
 
 def _subject(endpoints: LocalEndpoints, subject: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{endpoints.registry_url}/subjects/{subject}/versions/latest") as r:
+    with urllib.request.urlopen(
+        f"{endpoints.registry_url}/subjects/{subject}/versions/latest"
+    ) as r:
         body = json.loads(r.read())
     body["schema"] = json.loads(body["schema"])
     return body
@@ -362,8 +371,9 @@ def _write_json(messages: list) -> None:
         key = json.loads(msg.key()) if msg.key() is not None else None
         value = json.loads(msg.value()) if msg.value() is not None else None
         ops.append(value["payload"]["op"] if value else None)
-        rows.append({"partition": msg.partition(), "offset": msg.offset(), "key": key,
-                     "value": value})
+        rows.append(
+            {"partition": msg.partition(), "offset": msg.offset(), "key": key, "value": value}
+        )
     labels = _labels(ops)
     out = OUT / "json"
     out.mkdir(exist_ok=True)
