@@ -286,6 +286,10 @@ class LocalService:
         """What a client needs beyond the endpoint (none for most services)."""
         return {}
 
+    def data_dirs(self) -> tuple[Path, ...]:
+        """Where the service keeps its data (what ``kbqe stack up --fresh`` deletes)."""
+        return (self.dirs.data,)
+
     def status(self) -> ServiceStatus:
         pid = self.pid()
         running = pid is not None and self.ready()

@@ -16,8 +16,10 @@ Choices, and why:
   no Unix socket, so nothing is written outside the service's directory.
 - PostgreSQL refuses to run as root, and this stack is often run as root (CI, containers):
   then the server runs as the unprivileged ``nobody`` user, which owns the data directory.
-  The binaries and the data directory's parents must be reachable by that user; a StackError
-  says so when they are not.
+  That user must be able to enter the directories above the binaries and the data; when the
+  stack home lies under a private directory (``/root``, a 0700 temporary directory) the
+  server's files (embedded binaries, data) go to ``<tmp>/kbqe-postgres-<hash of the home>``
+  instead, one per stack home, and a warning says so.
 - Data in ``run/postgres/data/pg<major>``: a server of another major version (system 15 vs
   Maven 17) gets its own directory instead of failing on the other's files.
 - ``down`` sends SIGINT (a fast shutdown): the default SIGTERM waits for every client, and a
@@ -27,6 +29,7 @@ Choices, and why:
 from __future__ import annotations
 
 import glob
+import hashlib
 import io
 import logging
 import os
@@ -38,6 +41,7 @@ import signal
 import stat
 import subprocess
 import tarfile
+import tempfile
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -203,9 +207,13 @@ def run_as(euid: int | None = None, user: str = UNPRIVILEGED_USER) -> RunAs:
 
 
 def unreachable_parent(path: Path, uid: int, gid: int) -> Path | None:
-    """The first parent of ``path`` that ``uid``/``gid`` may not enter, if any."""
+    """The first parent of ``path`` that ``uid``/``gid`` may not enter, if any (parents not
+    created yet are not in the way: the stack creates its directories enterable)."""
     for parent in reversed(path.resolve().parents):
-        st = parent.stat()
+        try:
+            st = parent.stat()
+        except FileNotFoundError:
+            return None
         if st.st_uid == uid:
             bit = stat.S_IXUSR
         elif st.st_gid == gid:
@@ -256,6 +264,30 @@ class PostgresService(LocalService):
         }
 
     @cached_property
+    def user(self) -> RunAs:
+        return run_as()
+
+    @cached_property
+    def server_base(self) -> Path | None:
+        """None when the server's user can enter the stack home's directories (the usual
+        case), else the world-enterable directory for the server's files (see the module)."""
+        uid, gid = self.user.uid, self.user.gid
+        if uid is None or gid is None:
+            return None
+        needed = (self.dirs.data / "pg", self.dirs.cache / "postgres")
+        if all(unreachable_parent(p, uid, gid) is None for p in needed):
+            return None
+        digest = hashlib.sha256(str(self.dirs.home).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"kbqe-postgres-{digest}"
+
+    @property
+    def data_root(self) -> Path:
+        return self.dirs.data if self.server_base is None else self.server_base / "data"
+
+    def data_dirs(self) -> tuple[Path, ...]:
+        return tuple(dict.fromkeys((self.dirs.data, self.data_root)))
+
+    @cached_property
     def binaries(self) -> PostgresBinaries:
         """The binaries to run, as ``KBQE_LOCAL_POSTGRES_BINARIES`` says (see the module)."""
         mode = binaries_mode(os.environ)
@@ -274,13 +306,29 @@ class PostgresService(LocalService):
 
     @property
     def embedded_dir(self) -> Path:
-        return self.dirs.cache / f"postgres-embedded-{EMBEDDED_VERSION}"
+        cache = self.dirs.cache if self.server_base is None else self.server_base / "cache"
+        return cache / f"postgres-embedded-{EMBEDDED_VERSION}"
 
     @cached_property
     def pgdata(self) -> Path:
-        return self.dirs.data / f"pg{server_major(self.binaries.postgres)}"
+        return self.data_root / f"pg{server_major(self.binaries.postgres)}"
 
     def install(self) -> None:
+        if self.server_base is not None:
+            log.warning(
+                "postgres: the server runs as '%s' (PostgreSQL refuses root), which may not "
+                "enter the stack home %s; its binaries and data go to %s instead",
+                UNPRIVILEGED_USER,
+                self.dirs.home,
+                self.server_base,
+            )
+            for d in (self.server_base, self.server_base / "cache", self.data_root):
+                d.mkdir(mode=0o755, exist_ok=True)
+                if d.lstat().st_uid != os.geteuid() or d.is_symlink():
+                    raise StackError(
+                        f"postgres: {d} exists and is not a directory of ours: delete it"
+                    )
+                d.chmod(0o755)
         if self.binaries.source == "maven":
             install_once(self.embedded_dir, self._download)
         for tool in (self.binaries.initdb, self.binaries.postgres):
@@ -302,9 +350,9 @@ class PostgresService(LocalService):
         shutil.rmtree(jar_dir)
 
     def launch(self) -> int:
-        user = run_as()
+        user = self.user
         if user.uid is not None and user.gid is not None:
-            for needed in (self.binaries.postgres, self.dirs.data):
+            for needed in (self.binaries.postgres, self.data_root):
                 blocked = unreachable_parent(needed, user.uid, user.gid)
                 if blocked is not None:
                     raise StackError(
@@ -318,7 +366,7 @@ class PostgresService(LocalService):
         argv = [str(self.binaries.postgres), "-D", str(self.pgdata)]
         for key, value in server_settings(self.port).items():
             argv += ["-c", f"{key}={value}"]
-        return spawn(self.dirs, argv, user=user.uid, group=user.gid, cwd=self.dirs.data)
+        return spawn(self.dirs, argv, user=user.uid, group=user.gid, cwd=self.data_root)
 
     def _init_cluster(self, user: RunAs) -> None:
         """initdb into a fresh directory, create the database in single-user mode (no client
@@ -326,10 +374,10 @@ class PostgresService(LocalService):
         partial = self.pgdata.with_name(self.pgdata.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True, mode=0o700)
-        pwfile = self.dirs.run / "initdb.pw"
+        pwfile = self.data_root / "initdb.pw"  # where the server's user can read it
         pwfile.write_text(PASSWORD + "\n")
         if user.uid is not None:
-            os.chown(self.dirs.data, user.uid, user.gid or -1)
+            os.chown(self.data_root, user.uid, user.gid or -1)
             os.chown(partial, user.uid, user.gid or -1)
             os.chown(pwfile, user.uid, user.gid or -1)
         pwfile.chmod(0o600)
@@ -373,7 +421,7 @@ class PostgresService(LocalService):
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 timeout=INIT_TIMEOUT,
-                cwd=str(self.dirs.data),
+                cwd=str(self.data_root),
                 **as_user,
             )
         if proc.returncode != 0:
@@ -386,7 +434,7 @@ class PostgresService(LocalService):
         with other binaries chosen than the ones the server was started with."""
         if not port_open(self.port):
             return False
-        return any(postmaster_ready(p) for p in self.dirs.data.glob("pg*/postmaster.pid"))
+        return any(postmaster_ready(p) for p in self.data_root.glob("pg*/postmaster.pid"))
 
     def down(self) -> bool:
         return stop_pid_file(self.dirs, first_signal=signal.SIGINT)

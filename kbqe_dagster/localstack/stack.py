@@ -130,7 +130,7 @@ def wipe_data(
             f"--fresh deletes the data of stopped services, and {', '.join(running)} still "
             "run: `kbqe stack down` first"
         )
-    targets = [Wiped(s.dirs.data, f"{s.name} data") for s in services]
+    targets = [Wiped(d, f"{s.name} data") for s in services for d in s.data_dirs()]
     if names is None and services:
         targets.append(
             Wiped(services[0].dirs.home / DAGSTER_HOME_DIR, "the demo's Dagster instance")

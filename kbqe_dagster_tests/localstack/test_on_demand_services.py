@@ -177,6 +177,7 @@ def test_no_system_binaries_is_none(tmp_path) -> None:
 
 def test_maven_mode_uses_the_embedded_binaries_in_the_cache(isolated, monkeypatch) -> None:
     monkeypatch.setenv(postgres.BINARIES_ENV, "maven")
+    monkeypatch.setattr(postgres, "run_as", lambda: postgres.RunAs(None, None))
     service = postgres.PostgresService()
     assert service.binaries == postgres.PostgresBinaries(
         isolated / "cache" / f"postgres-embedded-{postgres.EMBEDDED_VERSION}" / "bin", "maven"
@@ -289,6 +290,32 @@ def test_root_runs_the_server_as_nobody() -> None:
 def test_root_without_the_unprivileged_user_is_an_error_naming_it() -> None:
     with pytest.raises(StackError, match="useradd --system --no-create-home kbqe-no-such-user"):
         postgres.run_as(euid=0, user="kbqe-no-such-user")
+
+
+def test_a_home_the_server_user_can_enter_keeps_the_servers_files(isolated, monkeypatch) -> None:
+    monkeypatch.setattr(postgres, "unreachable_parent", lambda path, uid, gid: None)
+    monkeypatch.setattr(postgres, "run_as", lambda: postgres.RunAs(65534, 65534))
+    service = postgres.PostgresService()
+    assert service.server_base is None
+    assert service.data_dirs() == (isolated / "run" / "postgres" / "data",)
+
+
+def test_a_home_the_server_user_cannot_enter_moves_its_files_to_tmp(
+    isolated, monkeypatch, tmp_path
+) -> None:
+    monkeypatch.setattr(postgres, "unreachable_parent", lambda path, uid, gid: Path("/root"))
+    monkeypatch.setattr(postgres, "run_as", lambda: postgres.RunAs(65534, 65534))
+    monkeypatch.setattr(postgres.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.setenv(postgres.BINARIES_ENV, "maven")
+    service = postgres.PostgresService()
+    base = service.server_base
+    assert base is not None and base.parent == tmp_path
+    assert base.name.startswith("kbqe-postgres-")
+    assert service.binaries.bin_dir.is_relative_to(base)
+    # --fresh deletes both the home's data directory and the moved one
+    assert service.data_dirs() == (isolated / "run" / "postgres" / "data", base / "data")
+    # one place per stack home
+    assert postgres.PostgresService().server_base == base
 
 
 def test_a_parent_directory_the_server_user_may_not_enter_is_named(tmp_path) -> None:
