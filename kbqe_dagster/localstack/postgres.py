@@ -322,9 +322,10 @@ class PostgresService(LocalService):
                 self.dirs.home,
                 self.server_base,
             )
+            owners = {os.geteuid(), self.user.uid}  # the data directory is the server user's
             for d in (self.server_base, self.server_base / "cache", self.data_root):
                 d.mkdir(mode=0o755, exist_ok=True)
-                if d.lstat().st_uid != os.geteuid() or d.is_symlink():
+                if d.is_symlink() or d.lstat().st_uid not in owners:
                     raise StackError(
                         f"postgres: {d} exists and is not a directory of ours: delete it"
                     )
@@ -407,6 +408,12 @@ class PostgresService(LocalService):
             )
         finally:
             pwfile.unlink(missing_ok=True)
+        # single-user mode reports a failed statement in the log, not in its exit status:
+        # template0, template1, postgres and ours make four database directories
+        if len(list((partial / "base").iterdir())) < 4:
+            raise StackError(
+                f"postgres: creating the database {DATABASE} failed; see {self.dirs.log_file}"
+            )
         partial.rename(self.pgdata)
         log.info("postgres: initialised %s (%s binaries)", self.pgdata, self.binaries.source)
 
