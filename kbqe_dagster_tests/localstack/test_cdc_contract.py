@@ -40,7 +40,7 @@ def dsn(endpoints: LocalEndpoints) -> str:
     )
 
 
-@pytest.fixture()
+@pytest.fixture(scope="module")
 def captured(cdc_stack: LocalEndpoints) -> Iterator[dict[str, list[Any]]]:
     """A fresh table, two connectors on it (Avro, JSON), a snapshot row and three changes;
     yields each topic's messages. Connectors, slots and the table are removed afterwards."""
