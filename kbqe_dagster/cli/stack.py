@@ -17,10 +17,15 @@ def add_stack(sub: SubParsers, common: argparse.ArgumentParser) -> None:
         "stack",
         parents=[common],
         help="the local development stack (Kafka, registry, GCS, BigQuery)",
-        description="Install, start, stop and inspect the local stack under .kbqe-local/.",
+        description="Install, start, stop and inspect the local stack under .kbqe-local/. "
+        "PostgreSQL and Kafka Connect (with Debezium) start only when named: "
+        "`kbqe stack up postgres connect`.",
     )
     actions = stack.add_subparsers(dest="stack_action", required=True, metavar="{up,down,status}")
-    names_help = "only these services (default: all); see `kbqe stack status`"
+    names_help = (
+        "only these services (default: all; `up` leaves out the on-demand postgres and "
+        "connect unless named); see `kbqe stack status`"
+    )
 
     up = actions.add_parser("up", parents=[common], help="start what is not running (idempotent)")
     up.add_argument("services", nargs="*", metavar="SERVICE", help=names_help)
@@ -71,10 +76,18 @@ def _stack_status(args: argparse.Namespace) -> int:
 
     statuses = stack.status(args.services or None)
     if args.json:
-        print(json.dumps([dataclasses.asdict(s) for s in statuses], indent=2))
+        print(json.dumps([_status_json(s) for s in statuses], indent=2))
     else:
         print(_status_table(statuses))
     return 0
+
+
+def _status_json(status: Any) -> dict[str, Any]:
+    """A service's entry: its status, and how to connect (PostgreSQL's host, port, user,
+    password, database; Connect's url) as keys of the entry itself."""
+    entry = dataclasses.asdict(status)
+    connection = entry.pop("connection")
+    return {**entry, **connection}
 
 
 def _status_table(statuses: Sequence[Any]) -> str:

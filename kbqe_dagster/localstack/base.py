@@ -12,7 +12,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kbqe_dagster import processes
@@ -143,14 +143,20 @@ def spawn(
     argv: Sequence[str],
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    user: int | None = None,
+    group: int | None = None,
 ) -> int:
     """Start ``argv`` in its own session (so stop() can signal its whole group), log to the
-    service's log file, and record its pid."""
+    service's log file, and record its pid. ``user``/``group`` (ids) run it as another user,
+    for a server that refuses to run as root (PostgreSQL)."""
     dirs.ensure()
     full_env = dict(os.environ)
     full_env.update(env or {})
+    as_user: dict[str, object] = {}
+    if user is not None:
+        as_user = {"user": user, "group": group, "extra_groups": []}
     with open(dirs.log_file, "ab") as out:
-        proc = subprocess.Popen(
+        proc = subprocess.Popen(  # type: ignore[call-overload]
             list(argv),
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -158,20 +164,24 @@ def spawn(
             env=full_env,
             cwd=str(cwd or dirs.run),
             start_new_session=True,
+            **as_user,
         )
     dirs.pid_file.write_text(str(proc.pid))
     log.info("started %s (pid %s): %s", dirs.name, proc.pid, " ".join(argv[:3]))
     return proc.pid
 
 
-def stop_pid_file(dirs: ServiceDirs, grace: float = 15.0) -> bool:
-    """Stop the process group recorded in the pid file (TERM, then KILL after ``grace``).
-    Returns True when something was stopped. Never touches a process we did not start."""
+def stop_pid_file(
+    dirs: ServiceDirs, grace: float = 15.0, first_signal: int = signal.SIGTERM
+) -> bool:
+    """Stop the process group recorded in the pid file (``first_signal``, TERM by default,
+    then KILL after ``grace``). Returns True when something was stopped. Never touches a
+    process we did not start."""
     pid = read_pid(dirs.pid_file)
     if pid is None:
         dirs.pid_file.unlink(missing_ok=True)
         return False
-    _signal_group(pid, signal.SIGTERM)
+    _signal_group(pid, first_signal)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.2)
@@ -199,6 +209,10 @@ class ServiceStatus:
     pid: int | None
     endpoint: str
     detail: str = ""
+    # How a client connects, for services whose endpoint is more than a URL (PostgreSQL:
+    # host, port, user, password, database; Connect: url). `kbqe stack status --json` prints
+    # these keys in the service's entry.
+    connection: dict[str, str | int] = field(default_factory=dict)
 
 
 class LocalService:
@@ -206,6 +220,11 @@ class LocalService:
 
     name: str = "service"
     start_timeout: float = 120.0
+    # Started only when named (`kbqe stack up postgres connect`), never by a plain `up`, the
+    # demo or the tests' `local_stack`; `down` and `status` still cover it.
+    on_demand: bool = False
+    # Services this one needs running first (started before it when it is started).
+    requires: tuple[str, ...] = ()
 
     def __init__(self, home: Path | None = None, endpoints: LocalEndpoints | None = None) -> None:
         self.dirs = ServiceDirs(self.name, home or stack_home())
@@ -263,7 +282,15 @@ class LocalService:
     def down(self) -> bool:
         return stop_pid_file(self.dirs)
 
+    def connection(self) -> dict[str, str | int]:
+        """What a client needs beyond the endpoint (none for most services)."""
+        return {}
+
+    def data_dirs(self) -> tuple[Path, ...]:
+        """Where the service keeps its data (what ``kbqe stack up --fresh`` deletes)."""
+        return (self.dirs.data,)
+
     def status(self) -> ServiceStatus:
         pid = self.pid()
         running = pid is not None and self.ready()
-        return ServiceStatus(self.name, running, pid, self.endpoint)
+        return ServiceStatus(self.name, running, pid, self.endpoint, connection=self.connection())

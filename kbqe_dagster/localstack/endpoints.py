@@ -25,6 +25,9 @@ class LocalEndpoints:
     gcs_port: int
     bigquery_port: int
     bigquery_grpc_port: int
+    # The on-demand services (``kbqe stack up postgres connect``), never started by default.
+    postgres_port: int = 15432
+    connect_port: int = 18083
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -43,6 +46,11 @@ class LocalEndpoints:
     def bigquery_url(self) -> str:
         return f"http://{HOST}:{self.bigquery_port}"
 
+    @property
+    def connect_url(self) -> str:
+        """The Kafka Connect worker's REST API root."""
+        return f"http://{HOST}:{self.connect_port}"
+
 
 def local_endpoints() -> LocalEndpoints:
     return LocalEndpoints(
@@ -52,4 +60,6 @@ def local_endpoints() -> LocalEndpoints:
         gcs_port=_port("GCS", 14443),
         bigquery_port=_port("BIGQUERY", 19050),
         bigquery_grpc_port=_port("BIGQUERY_GRPC", 19060),
+        postgres_port=_port("POSTGRES", 15432),
+        connect_port=_port("CONNECT", 18083),
     )

@@ -6,6 +6,12 @@ own H2 file, not in Kafka; the BigQuery emulator reads fake-gcs-server's files d
 ``up`` starts them in parallel threads: two JVMs and two emulators overlap their start-up
 instead of queueing. Their Maven downloads still take turns (see ``jvm.run_maven``).
 ``down`` stops them one by one in reverse order, each only through its own pid file.
+
+Some services are started on demand only (``LocalService.on_demand``): PostgreSQL and the
+Kafka Connect worker, for change-data-capture work. A plain ``up`` (``kbqe stack up``, the
+demo, the tests' ``local_stack``) leaves them out; naming them starts them, after the
+services they require (Connect needs Kafka and the registry), in waves. ``down`` and
+``status`` without names cover every service, on-demand ones included.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ SERVICES: tuple[tuple[str, str], ...] = (
     ("kbqe_dagster.localstack.apicurio", "ApicurioService"),
     ("kbqe_dagster.localstack.gcs", "GcsService"),
     ("kbqe_dagster.localstack.bigquery", "BigQueryEmulatorService"),
+    # on demand only (LocalService.on_demand): started when named
+    ("kbqe_dagster.localstack.postgres", "PostgresService"),
+    ("kbqe_dagster.localstack.connect", "ConnectService"),
 )
 
 
@@ -60,20 +69,29 @@ def build(
     names: Iterable[str] | None = None,
     home: Path | None = None,
     endpoints: LocalEndpoints | None = None,
+    on_demand: bool = False,
 ) -> list[LocalService]:
-    """Service objects in start order, all of them or only ``names`` (a StackError names
-    an unknown service and lists the known ones)."""
+    """Service objects in start order: ``names`` with the services they require, else the
+    default ones (and the on-demand ones too with ``on_demand``). A StackError names an
+    unknown service and lists the known ones."""
     services = [cls(home, endpoints) for cls in service_classes()]  # type: ignore[call-arg]
     if names is None:
-        return services
+        return [s for s in services if on_demand or not s.on_demand]
+    by_name = {s.name: s for s in services}
     wanted = list(dict.fromkeys(names))
-    known = [s.name for s in services]
-    unknown = [n for n in wanted if n not in known]
+    unknown = [n for n in wanted if n not in by_name]
     if unknown:
         raise StackError(
-            f"unknown local service(s) {', '.join(unknown)}; the stack has {', '.join(known)}"
+            f"unknown local service(s) {', '.join(unknown)}; the stack has {', '.join(by_name)}"
         )
-    return [s for s in services if s.name in wanted]
+    closure: set[str] = set()
+    pending = list(wanted)
+    while pending:
+        name = pending.pop()
+        if name not in closure:
+            closure.add(name)
+            pending.extend(by_name[name].requires)
+    return [s for s in services if s.name in closure]
 
 
 def up(
@@ -105,14 +123,14 @@ def wipe_data(
     schemas, the staging bucket, the BigQuery tables, and for the whole stack the demo's
     Dagster instance. The download cache, pid files and logs stay. Refused while any of them
     runs: deleting under a live process corrupts it instead of resetting it."""
-    services = build(names, home, endpoints)
+    services = build(names, home, endpoints, on_demand=True)
     running = [s.name for s in services if s.pid() is not None]
     if running:
         raise StackError(
             f"--fresh deletes the data of stopped services, and {', '.join(running)} still "
             "run: `kbqe stack down` first"
         )
-    targets = [Wiped(s.dirs.data, f"{s.name} data") for s in services]
+    targets = [Wiped(d, f"{s.name} data") for s in services for d in s.data_dirs()]
     if names is None and services:
         targets.append(
             Wiped(services[0].dirs.home / DAGSTER_HOME_DIR, "the demo's Dagster instance")
@@ -125,7 +143,26 @@ def wipe_data(
 
 
 def up_services(services: Sequence[LocalService]) -> list[ServiceStatus]:
+    """Start ``services`` in waves: each wave those whose required services (among these)
+    are up; a failed wave stops the next from starting."""
     started = time.monotonic()
+    results: dict[str, ServiceStatus] = {}
+    remaining = list(services)
+    while remaining:
+        names = {s.name for s in remaining}
+        wave = [s for s in remaining if not names & set(s.requires)] or remaining
+        for status in _up_wave(wave):
+            results[status.name] = status
+        remaining = [s for s in remaining if s not in wave]
+    log.info(
+        "local stack up in %.1fs: %s",
+        time.monotonic() - started,
+        ", ".join(s.name for s in services),
+    )
+    return [results[s.name] for s in services]
+
+
+def _up_wave(services: Sequence[LocalService]) -> list[ServiceStatus]:
     with ThreadPoolExecutor(
         max_workers=max(1, len(services)), thread_name_prefix="stack-up"
     ) as pool:
@@ -139,11 +176,6 @@ def up_services(services: Sequence[LocalService]) -> list[ServiceStatus]:
                 failures.append((name, err))
     if failures:
         raise _combined(failures)
-    log.info(
-        "local stack up in %.1fs: %s",
-        time.monotonic() - started,
-        ", ".join(s.name for s in services),
-    )
     return results
 
 
@@ -171,9 +203,13 @@ def down(
     home: Path | None = None,
     endpoints: LocalEndpoints | None = None,
 ) -> list[str]:
-    """Stop the services of ours that run (reverse start order, only by their pid files);
-    returns the names of those that were stopped."""
-    return down_services(build(names, home, endpoints))
+    """Stop the services of ours that run (reverse start order, only by their pid files),
+    on-demand ones included; returns the names of those that were stopped. Naming a service
+    stops it alone, not the services it requires."""
+    if names is None:
+        return down_services(build(None, home, endpoints, on_demand=True))
+    wanted = set(names)
+    return down_services([s for s in build(wanted, home, endpoints) if s.name in wanted])
 
 
 def down_services(services: Sequence[LocalService]) -> list[str]:
@@ -189,5 +225,9 @@ def status(
     home: Path | None = None,
     endpoints: LocalEndpoints | None = None,
 ) -> list[ServiceStatus]:
-    """Each service's status in start order: running means our process answers requests."""
-    return [s.status() for s in build(names, home, endpoints)]
+    """Each service's status in start order (on-demand ones included): running means our
+    process answers requests."""
+    if names is None:
+        return [s.status() for s in build(None, home, endpoints, on_demand=True)]
+    wanted = set(names)
+    return [s.status() for s in build(wanted, home, endpoints) if s.name in wanted]

@@ -21,7 +21,16 @@ from kbqe_dagster.localstack.jvm import parse_java_version
 from kbqe_dagster.localstack.kafka import KafkaService, new_cluster_id
 
 JVM_SERVICES = [KafkaService, ApicurioService]
-PORT_VARIABLES = ["KAFKA", "KAFKA_CONTROLLER", "REGISTRY", "GCS", "BIGQUERY", "BIGQUERY_GRPC"]
+PORT_VARIABLES = [
+    "KAFKA",
+    "KAFKA_CONTROLLER",
+    "REGISTRY",
+    "GCS",
+    "BIGQUERY",
+    "BIGQUERY_GRPC",
+    "POSTGRES",
+    "CONNECT",
+]
 
 
 def free_port() -> int:
@@ -312,7 +321,15 @@ def test_a_service_whose_module_does_not_exist_yet_is_skipped(
 
 
 def test_the_stack_starts_in_the_documented_order() -> None:
-    assert [cls.name for cls in stack.service_classes()] == ["kafka", "apicurio", "gcs", "bigquery"]
+    assert [cls.name for cls in stack.service_classes()] == [
+        "kafka",
+        "apicurio",
+        "gcs",
+        "bigquery",
+        "postgres",
+        "connect",
+    ]
+    assert [s.name for s in stack.build()] == ["kafka", "apicurio", "gcs", "bigquery"]
 
 
 def test_a_kafka_cluster_id_never_starts_with_a_dash() -> None:

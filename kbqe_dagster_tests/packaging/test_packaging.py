@@ -24,6 +24,15 @@ USER_FACING = {
     "dagster.yaml": REPO / "dagster.yaml",
     "workspace.yaml": REPO / "workspace.yaml",
     "kafka-pom.xml": REPO / "stack" / "kafka" / "pom.xml",
+    "connect-pom.xml": REPO / "stack" / "connect" / "pom.xml",
+    "connect-plugin-debezium-postgres.xml": REPO
+    / "stack"
+    / "connect"
+    / "plugin-debezium-postgres.xml",
+    "connect-plugin-apicurio-converter.xml": REPO
+    / "stack"
+    / "connect"
+    / "plugin-apicurio-converter.xml",
 }
 
 
