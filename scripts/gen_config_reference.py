@@ -109,6 +109,49 @@ kept by a MERGE) and, with `history: true`, `D.T_history` (SCD type II); see
 docs/architecture.md. In keyed mode a Kafka tombstone (null value) is counted, not
 dead-lettered.
 
+**Semantic types.** Kafka Connect sources (Debezium above all) name a column's meaning in the
+schema (`connect.name`: `io.debezium.time.Date` on an `int`), and BigQuery reads only Avro
+logical types. kbqe maps every Debezium semantic type and Connect logical type to the BigQuery
+type a user expects, in the changelog, `D.T` and `D.T_history` alike, on the Python path and
+on the native kernel (core/formats/connect_types.py). With Debezium's defaults
+(`time.precision.mode=adaptive`, `decimal.handling.mode=precise`):
+
+| Postgres | MySQL | Debezium sends | BigQuery |
+|---|---|---|---|
+| `smallint`, `integer`, `bigint` | `TINYINT`, `SMALLINT`, `MEDIUMINT`, `INT`, `BIGINT` | int / long | INT64 |
+| `numeric(p,s)` | `DECIMAL(p,s)` | Connect `Decimal` (bytes) | NUMERIC when s ≤ 9 and p − s ≤ 29, else BIGNUMERIC |
+| `numeric` (no scale) | — | `VariableScaleDecimal` {scale, value} | NUMERIC (scale 9), converted exactly; a value of more than 9 decimal places or 29 integer digits is dead-lettered (`unconvertible_value`, naming the column), never rounded |
+| `real` | `FLOAT` | float | FLOAT64 (the float32 value) |
+| `double precision` | `DOUBLE` | double | FLOAT64 |
+| `boolean` | `BOOLEAN`, `BIT(1)` | boolean | BOOL |
+| `text`, `varchar(n)`, `char(n)` | `TEXT`, `VARCHAR`, `CHAR` | string | STRING (`char` padded as stored) |
+| `date` | `DATE` | `io.debezium.time.Date` (days) | DATE |
+| `time` | `TIME` | `MicroTime` (µs; `Time`, ms, for `time(0..3)`) | TIME |
+| `timetz` | — | `ZonedTime` (text, UTC) | STRING (`10:15:07.25Z`): BigQuery has no zoned TIME |
+| `timestamp` | `DATETIME` | `MicroTimestamp` (µs; `Timestamp`, ms, for precision 0..3) | TIMESTAMP: the wall clock read as UTC |
+| `timestamptz` | `TIMESTAMP` | `ZonedTimestamp` (ISO 8601 text, UTC) | TIMESTAMP, converted from the text |
+| `interval` | — | `MicroDuration` (µs, a month as 30.4375 days) | INT64 microseconds; Debezium computes it through a double, so a value may be 1 µs low (`interval.handling.mode=string` sends the exact ISO 8601 text: STRING) |
+| `uuid` | — | `io.debezium.data.Uuid` (text) | STRING |
+| `json`, `jsonb` | `JSON` | `io.debezium.data.Json` (text) | JSON (`sqlType: JSON` in the staged file) |
+| `bytea` | `BLOB`, `BINARY`, `VARBINARY` | bytes | BYTES |
+| an enum type | `ENUM` (`SET`: `EnumSet`) | `io.debezium.data.Enum` (text) | STRING |
+| `bit(n)` | `BIT(n)` | `io.debezium.data.Bits` (bytes) | BYTES |
+| — | `YEAR` | `io.debezium.time.Year` (int) | INT64 |
+| `integer[]`, `text[]` | — | array of nullable items | ARRAY of INT64 / STRING; a NULL array reads as `[]` (BigQuery has no NULL ARRAY) |
+
+`time.precision.mode=connect` sends Connect's `Date`/`Time`/`Timestamp` (DATE, TIME,
+TIMESTAMP, in milliseconds); `NanoTime`/`NanoTimestamp` become TIME/TIMESTAMP truncated to
+microseconds (BigQuery's precision); `decimal.handling.mode=double` or `string` sends FLOAT64 or
+STRING, as chosen. Why TIMESTAMP and not DATETIME for a `timestamp` without zone: the open
+BigQuery sink's Debezium converters make the same choice (a team moving over keeps its column
+types), a TIMESTAMP partitions and clusters like every other time column, and BigQuery's DATETIME
+from Avro (`local-timestamp-*`) does not load on the local emulator, so the product could not be
+tested as it runs. Why NUMERIC for `numeric` without a scale: exact for every value of up to 29
+integer and 9 fractional digits, loadable everywhere (BIGNUMERIC cannot be created on the local
+emulator); a value it cannot hold is refused naming the column rather than rounded. Columns
+whose bytes stay as sent (every type above but `timestamptz`, `numeric` without a scale and the
+nanosecond types) are sliced by the native kernel under their logical type.
+
 A keyed topic's changelog may be delivered through the Storage Write API: `delivery:
 storage_write` on the topic, or a `tables:` entry for `D.T_changelog` (or `D.*`). The changelog
 is then fresh in seconds (each range's changes appended as it commits, billed per GiB), and
