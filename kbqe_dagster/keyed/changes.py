@@ -128,9 +128,9 @@ def change_layout(writer_schema: Mapping[str, Any], topic: TopicConfig) -> Chang
     names = [f["name"] for f in writer_schema["fields"]]
     if topic.format is SourceFormat.DEBEZIUM:
         if {"before", "after", "op", "source"} <= set(names):
-            layout: ChangeLayout = _EnvelopeLayout.of(writer_schema)
+            layout: ChangeLayout = _EnvelopeLayout.of(writer_schema, topic)
         elif any(name.startswith(FLAT_PREFIX) for name in names):
-            layout = _FlatLayout.of(writer_schema)
+            layout = _FlatLayout.of(writer_schema, topic)
         else:
             raise UnsupportedSchemaError(
                 f"{full_name(writer_schema, None)} is neither a Debezium envelope (before, after, "
@@ -162,6 +162,14 @@ def _check_key(layout: ChangeLayout, topic: TopicConfig) -> None:
             f"topics[{topic.name}].keyed.key: {missing} not among the row fields "
             f"{list(layout.row_fields)} of {layout.schema.get('name')}"
         )
+
+
+def _semantic(row: Mapping[str, Any], topic: TopicConfig) -> SemanticMapping:
+    """The row's semantic-type mapping, or the row as sent with ``semantic_types: false``."""
+    assert topic.keyed is not None
+    if not topic.keyed.semantic_types:
+        return SemanticMapping(dict(row), dict(row))
+    return semantic_mapping(row)
 
 
 def _changelog_schema(row: Mapping[str, Any], fields: list[Any], namespace: str | None) -> dict:
@@ -206,7 +214,7 @@ class _EnvelopeLayout(ChangeLayout):
         return _skippers(self.skipped, self.namespace)
 
     @classmethod
-    def of(cls, envelope: Mapping[str, Any]) -> _EnvelopeLayout:
+    def of(cls, envelope: Mapping[str, Any], topic: TopicConfig) -> _EnvelopeLayout:
         namespace = envelope.get("namespace") or full_name(envelope, None).rpartition(".")[0]
         fields = envelope["fields"]
         index = {f["name"]: i for i, f in enumerate(fields)}
@@ -216,7 +224,7 @@ class _EnvelopeLayout(ChangeLayout):
         row = _row_record(
             fields[index["before"]]["type"], fields[index["after"]]["type"], compiler, namespace
         )
-        semantic = semantic_mapping(row)
+        semantic = _semantic(row, topic)
         return cls(
             schema=_changelog_schema(semantic.schema, semantic.schema["fields"], namespace),
             wanted=("op", "source.ts_ms"),
@@ -280,7 +288,7 @@ class _FlatLayout(ChangeLayout):
         return _skippers(self.skipped, self.namespace)
 
     @classmethod
-    def of(cls, record: Mapping[str, Any]) -> _FlatLayout:
+    def of(cls, record: Mapping[str, Any], topic: TopicConfig) -> _FlatLayout:
         fields = record["fields"]
         names = [f["name"] for f in fields]
         first = next(i for i, n in enumerate(names) if n.startswith(FLAT_PREFIX))
@@ -299,7 +307,7 @@ class _FlatLayout(ChangeLayout):
         row_fields = fields[:first]
         row = {**record, "fields": row_fields}  # the leading row fields, skipped as one record
         _checked_types((row,), namespace or None)
-        semantic = semantic_mapping(row)
+        semantic = _semantic(row, topic)
         return cls(
             schema=_changelog_schema(record, semantic.schema["fields"], namespace),
             semantic=semantic if semantic.rewrites_values else None,
@@ -355,7 +363,7 @@ class _PlainLayout(ChangeLayout):
             )
         namespace = record.get("namespace")
         wanted = (keyed.version,) + ((keyed.delete_field,) if keyed.delete_field else ())
-        semantic = semantic_mapping(record)
+        semantic = _semantic(record, topic)
         return cls(
             schema=_changelog_schema(record, semantic.schema["fields"], namespace),
             semantic=semantic if semantic.rewrites_values else None,

@@ -277,3 +277,21 @@ def test_semantic_types_whose_bytes_change_stay_on_the_python_path_and_are_conve
         "timestamp-micros"
     )
     assert [r["at"].isoformat() for r in records] == ["2024-09-13T12:36:45.500000+00:00"] * 5
+
+
+def test_semantic_types_false_keeps_the_types_as_sent_for_tables_created_before(tmp_path):
+    """``keyed.semantic_types: false``: a table created before the mapping keeps loading (a
+    date column stays INT64 instead of a refused INT64 → DATE)."""
+    schema = envelope_schema(NS, ZONED_ROW)
+    rows = [{"id": 1, "born": 19979, "seen": 0, "doc": None, "at": "2024-09-13T14:36:45Z"}]
+    config = parse_pipeline_config({
+        "version": 1,
+        "topics": [{"name": TOPIC, "format": "debezium", "routing": STATIC,
+                    "keyed": {"key": ["id"], "semantic_types": False}}],
+    }, source="test")  # fmt: skip
+    python, native = both(tmp_path, config, {7: schema}, semantic_stream(schema, rows))
+    assert native.kernel_messages == 1 and native.handbacks == {}  # nothing to re-encode
+    writer, records = staged_avro(python)
+    types = {f["name"]: f["type"] for f in writer["fields"]}
+    assert "logicalType" not in types["born"][1] and types["at"]["type"] == "string"
+    assert (records[0]["born"], records[0]["at"]) == (19979, "2024-09-13T14:36:45Z")

@@ -76,6 +76,12 @@ class KeyedConfig:
     new changelog rows, loaded or delivered through the Storage Write API (1: at every such
     tick); ``kbqe run --until-idle`` merges what is new at once."""
 
+    semantic_types: bool = True
+    """Columns of Kafka Connect semantic types (a Debezium ``io.debezium.time.Date``) in the
+    BigQuery type they map to (docs/configuration.md, "Semantic types"); ``false``: in the Avro
+    type they are sent as (INT64 for a date), as kbqe staged them before this mapping: for a
+    table created then, whose loads would otherwise be refused (INT64 → DATE)."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", tuple(self.key))
         object.__setattr__(self, "deletes", DeleteMode(self.deletes))
@@ -90,6 +96,7 @@ KEYED_SPEC: dict[str, r.Converter] = {
     "version": r.string,
     "delete_field": r.string,
     "merge_every": r.integer(minimum=1),
+    "semantic_types": r.boolean,
 }
 """How each key of a topic's ``keyed:`` section is read (core/config/pipeline.py adds the rules that
 involve the topic: its format, routing and the dead-letter table)."""
