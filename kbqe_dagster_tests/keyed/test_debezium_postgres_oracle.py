@@ -34,7 +34,7 @@ from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.postgres import DATABASE, PASSWORD, USER
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 from kbqe_dagster_tests.kbqe_run import cli_env, drop_datasets, until_idle
-from kbqe_dagster_tests.keyed.postgres_oracle import Source, differences, wait_until_stable
+from reliability.postgres_oracle import Source, differences, wait_until_stable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
