@@ -265,7 +265,7 @@ class ConnectJsonReader:
         except BadInputError as error:  # the schema's verdict, for each of its messages
             return error
 
-    def _remember(self, cache: dict, key: Any, entry: Any) -> None:
+    def _remember(self, cache: dict[Any, Any], key: Any, entry: Any) -> None:
         if len(cache) >= self.MAX_SCHEMAS:
             cache.clear()
         cache[key] = entry
@@ -289,7 +289,7 @@ def _raise_or(entry: Any) -> Any:
 
 def _same_schema(text: bytes, schema: Any) -> bool:
     try:
-        return json.loads(text, parse_float=decimal.Decimal) == schema
+        return bool(json.loads(text, parse_float=decimal.Decimal) == schema)
     except (UnicodeDecodeError, ValueError):
         return False
 
@@ -351,17 +351,17 @@ class _Builder:
             self.reused[_canonical(node)] = (avro, datum)
         return avro, datum
 
-    def _base(self, node: Mapping[str, Any], path: str) -> tuple[dict, Datum]:
+    def _base(self, node: Mapping[str, Any], path: str) -> tuple[dict[str, Any], Datum]:
         kind = node["type"]
         name = node.get("name")
         params = node.get("parameters") or {}
         if kind == "bytes" and name and FIXED_SIZE in params:
             namespace, short = self._name(name)
             size = int(params[FIXED_SIZE])
-            base = self._named(
+            fixed = self._named(
                 {"type": "fixed", "name": short, "size": size}, namespace, node, path
             )
-            return base, _fixed(size)
+            return fixed, _fixed(size)
         if kind in _PRIMITIVES:
             base: dict[str, Any] = {"type": _PRIMITIVES[kind]}
             if name == DECIMAL:
@@ -381,7 +381,7 @@ class _Builder:
             return self._record(node, path)
         raise UnsupportedSchemaError(f"{path}: unknown Connect type {kind!r}")
 
-    def _map(self, node: Mapping[str, Any], path: str) -> tuple[dict, Datum]:
+    def _map(self, node: Mapping[str, Any], path: str) -> tuple[dict[str, Any], Datum]:
         keys, values = node.get("keys"), node.get("values")
         if not isinstance(keys, Mapping):
             raise UnsupportedSchemaError(f"{path}: a map schema needs 'keys'")
@@ -389,6 +389,8 @@ class _Builder:
             avro, value = self.convert(values, f"{path}.values")
             return {"type": "map", "values": avro}, _string_map(value)
         name = node.get("name")
+        namespace: str | None
+        internal: str | None
         if name is None:
             namespace, short, internal = NAMESPACE, MAP_ENTRY_TYPE_NAME, None
         else:
@@ -403,7 +405,7 @@ class _Builder:
         entry = self._named(entry, namespace, node, path)
         return {"type": "array", "items": entry}, _pair_map(key, value)
 
-    def _record(self, node: Mapping[str, Any], path: str) -> tuple[dict, Datum]:
+    def _record(self, node: Mapping[str, Any], path: str) -> tuple[dict[str, Any], Datum]:
         namespace, short = self._name(node.get("name"))
         params = node.get("parameters") or {}
         record: dict[str, Any] = {"type": "record", "name": short}
@@ -426,7 +428,9 @@ class _Builder:
         record["fields"] = avro_fields
         return record, _struct(tuple(datums))
 
-    def _field(self, fname: str, spec: Any, doc: str | None, path: str) -> tuple[dict, Datum]:
+    def _field(
+        self, fname: str, spec: Any, doc: str | None, path: str
+    ) -> tuple[dict[str, Any], Datum]:
         """AvroData.addAvroRecordField: the field, its default (the schema's, else null when
         optional) and, for a named type met again, its Connect parameters."""
         if not isinstance(spec, Mapping):
@@ -460,7 +464,9 @@ class _Builder:
         suffix = str(self.name_index) if self.name_index > 1 else ""
         return NAMESPACE, DEFAULT_SCHEMA_NAME + suffix
 
-    def _named(self, avro: dict, namespace: str | None, node: Mapping[str, Any], path: str) -> dict:
+    def _named(
+        self, avro: dict[str, Any], namespace: str | None, node: Mapping[str, Any], path: str
+    ) -> dict[str, Any]:
         full = f"{namespace}.{avro['name']}" if namespace else avro["name"]
         canonical = _canonical(node)
         if self.defined.setdefault(full, canonical) != canonical:
@@ -472,7 +478,7 @@ class _Builder:
         return avro
 
 
-def _annotate(base: dict, node: Mapping[str, Any]) -> None:
+def _annotate(base: dict[str, Any], node: Mapping[str, Any]) -> None:
     """AvroData's properties of a non-union type (``connect.meta.data=true``)."""
     params = node.get("parameters") or {}
     if node.get("doc") is not None:
@@ -702,7 +708,7 @@ def _with_default(inner: Datum, default: Any) -> Datum:
 
 
 def _array(item: Datum) -> Datum:
-    def datum(value: Any, path: str) -> list:
+    def datum(value: Any, path: str) -> list[Any]:
         if not isinstance(value, list):
             raise _mismatch(path, "an array", value)
         return [item(v, f"{path}[{i}]") for i, v in enumerate(value)]
@@ -711,7 +717,7 @@ def _array(item: Datum) -> Datum:
 
 
 def _string_map(item: Datum) -> Datum:
-    def datum(value: Any, path: str) -> dict:
+    def datum(value: Any, path: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise _mismatch(path, "an object (a map with string keys)", value)
         return {k: item(v, f"{path}.{k}") for k, v in value.items()}
@@ -720,7 +726,7 @@ def _string_map(item: Datum) -> Datum:
 
 
 def _pair_map(key: Datum, item: Datum) -> Datum:
-    def datum(value: Any, path: str) -> list:
+    def datum(value: Any, path: str) -> list[Any]:
         if not isinstance(value, list):
             raise _mismatch(path, "an array of [key, value] pairs", value)
         out = []
@@ -736,7 +742,7 @@ def _pair_map(key: Datum, item: Datum) -> Datum:
 
 
 def _struct(fields: tuple[tuple[str, Datum], ...]) -> Datum:
-    def datum(value: Any, path: str) -> dict:
+    def datum(value: Any, path: str) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise _mismatch(path, "an object (a struct)", value)
         return {
