@@ -512,3 +512,19 @@ def test_schema_ids_are_stable_declared_ids_that_change_with_the_schema() -> Non
         json.loads(json.dumps(connect_key_schema(NS)))
     )
     assert schema_id({"type": "int32", "optional": False}) == 1_611_142_599
+
+
+def test_a_known_schema_with_an_unusual_payload_layout_is_still_read_whole() -> None:
+    reader = ConnectJsonReader(lambda converted: converted)
+    schema = struct([field("a", "int32")])
+    reader.read(envelope(schema, {"a": 1}))
+    prefix = envelope(schema, {"a": 1}).split(b',"payload":')[0]
+    _, payload = reader.read(prefix + b',"payload": {"a": 2} }')
+    assert payload == {"a": 2}
+    with pytest.raises(JsonDecodeError):
+        reader.read(prefix + b',"payload":{"a": 3}} trailing')
+
+
+def test_a_null_embedded_schema_is_refused_as_schemaless() -> None:
+    with pytest.raises(UnsupportedSchemaError, match="embedded schema is null"):
+        connect_envelope(b'{"schema":null,"payload":{"a":1}}')

@@ -176,3 +176,49 @@ def test_a_bad_json_change_is_dead_lettered_with_its_reason(tmp_path, payload_ch
     staged = stage(tmp_path, debezium(), TOPIC, {}, msgs, native=False)
     assert staged.result.dead_letters == {reason: 1}
     assert staged.result.records == 1
+
+
+FLAT_SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"type": "int32", "optional": False, "field": "id"},
+        {"type": "string", "optional": False, "field": "email"},
+        {"type": "string", "optional": True, "field": "__op"},
+        {"type": "int64", "optional": True, "field": "__source_ts_ms"},
+        {"type": "string", "optional": True, "field": "__deleted"},
+    ],
+    "optional": False,
+    "name": f"{NS}.Value",
+}
+"""ExtractNewRecordState (add.fields=op,source.ts_ms, delete.handling.mode=rewrite) through
+JsonConverter: the row's fields, then the transform's."""
+
+
+def test_extract_new_record_state_s_flat_form_stages_through_json_too(tmp_path):
+    rows = [
+        ({"id": 1, "email": "a@x", "__op": "c", "__source_ts_ms": 100, "__deleted": "false"}),
+        ({"id": 1, "email": "b@x", "__op": "u", "__source_ts_ms": 200, "__deleted": "false"}),
+        ({"id": 1, "email": "b@x", "__op": "d", "__source_ts_ms": 300, "__deleted": "true"}),
+    ]
+    key = b'{"schema":{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],' \
+          b'"optional":false,"name":"%s.Key"},"payload":{"id":1}}' % NS.encode()  # fmt: skip
+    msgs = [
+        Msg(TOPIC, 0, i, envelope_bytes(FLAT_SCHEMA, row), key=key) for i, row in enumerate(rows)
+    ]
+    msgs.append(Msg(TOPIC, 0, 3, None, key=key))  # the tombstone after the delete
+    staged = stage(tmp_path, debezium(), TOPIC, {}, msgs, native=False)
+    assert staged.result.dead_letters == {} and staged.result.tombstones == 1
+    records = changelog_records(staged)
+    assert [
+        (r["_op"], r["_source_ts_ms"], r["_deleted"], r["id"], r["email"]) for r in records
+    ] == [
+        ("c", 100, False, 1, "a@x"),
+        ("u", 200, False, 1, "b@x"),
+        ("d", 300, True, 1, "b@x"),
+    ]
+    # The changelog holds the row's fields only: the transform's fields became change columns.
+    assert [k for k in records[0] if not k.startswith("_")] == ["id", "email"]
+
+
+def envelope_bytes(schema: dict, payload: dict) -> bytes:
+    return json.dumps({"schema": schema, "payload": payload}, separators=(",", ":")).encode()

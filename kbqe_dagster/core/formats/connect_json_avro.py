@@ -187,6 +187,11 @@ def connect_envelope(value: bytes) -> tuple[Mapping[str, Any], Any]:
         raise JsonDecodeError(f"not JSON: {error}") from None
     if not isinstance(message, dict):
         raise JsonDecodeError(f"expected a JSON object, got {type(message).__name__}")
+    if set(message) == {"schema", "payload"} and message["schema"] is None:
+        raise UnsupportedSchemaError(
+            "the JSON value's embedded schema is null (a schemaless record): a keyed topic's "
+            "values need their Connect schema"
+        )
     if set(message) != {"schema", "payload"} or not isinstance(message["schema"], dict):
         raise UnsupportedSchemaError(
             'a JSON value without an embedded Connect schema ({"schema": ..., "payload": '
@@ -248,7 +253,9 @@ class ConnectJsonReader:
         if cut > 0:
             known = self._by_prefix.get(value[:cut])
             if known is not None:
-                return _raise_or(known), self._payload(value, cut)
+                payload = self._payload(value, cut)
+                if payload is not _UNREAD:
+                    return _raise_or(known), payload
         schema, payload = connect_envelope(value)
         canonical = canonical_json(schema)
         entry = self._by_canonical.get(canonical)
@@ -271,14 +278,17 @@ class ConnectJsonReader:
         cache[key] = entry
 
     def _payload(self, value: bytes, cut: int) -> Any:
+        """The payload after a known schema prefix, or ``_UNREAD`` when it is not JsonConverter's
+        compact ``<payload>}`` (the whole message is then parsed, and judged, as any other)."""
         try:
             text = value[cut + len(_PAYLOAD) :].decode()
             payload, end = self._decoder.raw_decode(text)
-        except (UnicodeDecodeError, ValueError) as error:
-            raise JsonDecodeError(f"not JSON: {error}") from None
-        if text[end:].strip() != "}":
-            raise JsonDecodeError("not JSON: extra data after the payload")
-        return payload
+        except (UnicodeDecodeError, ValueError):
+            return _UNREAD
+        return payload if text[end:].strip() == "}" else _UNREAD
+
+
+_UNREAD = object()
 
 
 def _raise_or(entry: Any) -> Any:
