@@ -343,8 +343,9 @@ class _Builder:
         if node["type"] == "struct" and optional:
             avro, datum = self.convert({**node, "optional": False}, path)
             # AvroData: ["null", record] whatever the default (which Avro then drops).
-            dflt = None if default is None else _default_datum(datum, default, path)
-            return ["null", avro], _optional(datum, dflt)
+            branch = _branch(_reference(avro), datum)
+            dflt = None if default is None else _default_datum(branch, default, path)
+            return ["null", avro], _optional(branch, dflt)
         annotated, datum = self._base(node, path)
         _annotate(annotated, node)
         # A primitive without properties is written by its name, as Avro writes it.
@@ -699,6 +700,16 @@ def _default_datum(datum: Datum, default: Any, path: str) -> Any:
         return datum(default, f"{path}.default")
     except JsonSchemaMismatchError as error:
         raise UnsupportedSchemaError(f"the schema's default does not fit it: {error}") from None
+
+
+def _branch(full_name: str, inner: Datum) -> Datum:
+    """A record in a union, as fastavro's ``(name, record)`` tuple: the writer takes that
+    branch without testing the record against each branch (most of its cost otherwise)."""
+
+    def datum(value: Any, where: str) -> Any:
+        return (full_name, inner(value, where))
+
+    return datum
 
 
 def _optional(inner: Datum, default: Any) -> Datum:
