@@ -67,6 +67,7 @@ import copy
 import decimal
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,13 +142,13 @@ def connect_avro(connect: Mapping[str, Any]) -> ConnectAvro:
     if not isinstance(connect, Mapping):
         raise UnsupportedSchemaError(f"the Connect schema is not a JSON object: {connect!r:.80}")
     builder = _Builder()
-    avro, datum = builder.convert(connect, "schema", top=True)
+    avro, datum = builder.convert(connect, "schema")
     return ConnectAvro(connect, avro, schema_id(connect), datum)
 
 
 def schema_id(connect: Mapping[str, Any]) -> int:
     """The declared-schema id of a Connect schema (core/formats/source_format.py's rule over its
-    canonical JSON; a non-integral default, parsed as a Decimal, written as its text)."""
+    canonical JSON; a non-integral default, parsed as a Decimal, written as a float)."""
     return declared_schema_id(json.loads(canonical_json(connect)))
 
 
@@ -205,7 +206,7 @@ def connect_envelope(value: bytes) -> tuple[Mapping[str, Any], Any]:
 def connect_key_fields(key: bytes | None) -> tuple[str, ...] | None:
     """The field names of a JsonConverter key's struct schema (a Debezium ``...Key``), or None
     when ``key`` is not such a key."""
-    if not key or key.lstrip()[:1] != b"{":
+    if not key or not is_json_value(key):
         return None
     try:
         schema, _ = connect_envelope(key)
@@ -220,7 +221,10 @@ def connect_key_fields(key: bytes | None) -> tuple[str, ...] | None:
 def is_json_value(value: bytes) -> bool:
     """Whether a message value is JSON text of an object (``{`` after optional whitespace),
     not a Confluent frame (which starts with the magic byte 0x00)."""
-    return value.lstrip(b" \t\r\n")[:1] == b"{"
+    return _JSON_OBJECT.match(value) is not None
+
+
+_JSON_OBJECT = re.compile(rb"[ \t\r\n]*\{")
 
 
 # --- the reader: one conversion per distinct schema -------------------------------------------
@@ -325,7 +329,7 @@ class _Builder:
         self.seen_named: set[str] = set()  # Connect names of fields met (AvroData.seenNamedTypes)
         self.name_index = 0
 
-    def convert(self, node: Any, path: str, top: bool = False) -> tuple[Any, Datum]:
+    def convert(self, node: Any, path: str) -> tuple[Any, Datum]:
         """The Avro type and payload converter of Connect schema ``node`` (``path``: where it is
         in the message's schema, for errors)."""
         if not isinstance(node, Mapping) or not isinstance(node.get("type"), str):
