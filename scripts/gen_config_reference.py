@@ -41,7 +41,8 @@ topics:                          # at least one topic, or topic_patterns
     event_time: {...}            # see topics[].event_time
     on_bad_input: dead_letter    # dead_letter (default) | skip | fail
     staging: {...}               # overrides of the top-level staging section
-    format: avro                 # avro (default) | debezium: Debezium change events | json
+    format: avro                 # avro (default) | debezium: Debezium change events (Avro
+                                 #   or JsonConverter JSON, per message) | json
                                  # | decoder: a user function decodes each message
                                  # | json_schema: framed JSON under a registry JSON Schema
                                  # | protobuf: framed Protobuf under a registry .proto
@@ -108,6 +109,24 @@ transform (`__op`, `__source_ts_ms`, `__deleted`). It needs a `keyed:` section a
 kept by a MERGE) and, with `history: true`, `D.T_history` (SCD type II); see
 docs/architecture.md. In keyed mode a Kafka tombstone (null value) is counted, not
 dead-lettered.
+
+`format: debezium` takes the events in either encoding, decided per message, so a topic may
+even mix them (no setting): Confluent-framed Avro (the Avro converter of Confluent or
+Apicurio: byte 0 is `0x00`, then the registry schema id), or JSON written by Kafka Connect's
+`JsonConverter` with its schema embedded (`schemas.enable=true`, Connect's default: each value
+is `{"schema": ..., "payload": ...}`, no registry). A JSON event's Connect schema becomes the
+Avro schema the Avro converter would have registered for it (AvroData's rules: record names
+from the Connect names, optional fields as `["null", T]`, `connect.name`/`connect.version`/
+`connect.parameters` kept, Connect's Decimal/Date/Time/Timestamp as Avro logical types, bytes
+and decimals base64), converted once per distinct schema; its payload is encoded with it, so
+the tables are those of the same events through the Avro converter. Its files carry a
+declared-schema id derived from the Connect schema (stable across runs, new for a changed
+schema). Without `keyed.key`, the key fields are the Kafka key's schema's: the registry's
+`<topic>-key`, else the embedded schema of the topic's latest JSON key. A JSON value without
+an embedded schema (`schemas.enable=false`) is dead-lettered as `unsupported_schema`, saying to
+set `value.converter.schemas.enable=true`; a payload that does not fit its schema as
+`json_schema_mismatch` naming the field; JSON values always stage on the Python path (the
+native kernel hands them back).
 
 **Semantic types.** Kafka Connect sources (Debezium above all) name a column's meaning in the
 schema (`connect.name`: `io.debezium.time.Date` on an `int`), and BigQuery reads only Avro

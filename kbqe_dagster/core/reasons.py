@@ -31,7 +31,9 @@ class Reason(StrEnum):
     """The body does not decode with its schema to exactly its own length."""
     UNSUPPORTED_SCHEMA = "unsupported_schema"
     """The writer schema cannot be staged: it does not parse, is not a record, or an enrichment
-    column collides with one of its fields (core/record/enrichment.py)."""
+    column collides with one of its fields (core/record/enrichment.py). On a ``debezium``
+    topic also a JSON value without an embedded Connect schema (``schemas.enable=false``), or
+    a Connect schema with no Avro form (core/formats/connect_json_avro.py)."""
 
     # --- event time (core/record/event_time.py) ---
     MISSING_EVENT_TIME = "missing_event_time"
@@ -57,11 +59,13 @@ class Reason(StrEnum):
     # --- schemaless JSON topics (kbqe_dagster/formats/json_stage.py) ---
     JSON_DECODE_ERROR = "json_decode_error"
     """A ``format: json`` value that is not UTF-8 JSON text of one object (``json_schema``:
-    a body that is not UTF-8 JSON text)."""
+    a body that is not UTF-8 JSON text; ``debezium``: a value starting with ``{`` that is
+    not JSON)."""
     JSON_SCHEMA_MISMATCH = "json_schema_mismatch"
     """A JSON object that does not fit the topic's declared schema (the message names the
     field path): a wrong type, a missing required field. ``json_schema`` topics: the value
-    fails its registry JSON Schema (the message names the JSON pointer)."""
+    fails its registry JSON Schema (the message names the JSON pointer). ``debezium`` topics:
+    a JsonConverter payload that does not fit its embedded Connect schema."""
 
     # --- registry JSON Schema topics (kbqe_dagster/formats/json_schema_stage.py) ---
     NON_JSON_SCHEMA = "non_json_schema"
@@ -123,7 +127,8 @@ JSON_ONLY = frozenset(
     }
 )
 """Reasons that only ``format: json`` and ``format: json_schema`` topics produce
-(kbqe_dagster_tests/formats/)."""
+(kbqe_dagster_tests/formats/), and ``debezium`` topics' JsonConverter values
+(kbqe_dagster_tests/keyed/test_connect_json_stage.py)."""
 PROTOBUF_ONLY = frozenset(
     {
         Reason.PROTOBUF_DECODE_ERROR,

@@ -280,7 +280,9 @@ def value_record(change: Change, namespace: str) -> dict:
 class DebeziumTopics:
     """Topics fed the same changes, as Debezium's Avro converter writes them: key and value
     framed through the registry (subjects ``<topic>-key``, ``<topic>-value``), a key's changes
-    in one partition; remembers where each message landed, for the oracle."""
+    in one partition; remembers where each message landed, for the oracle. With
+    ``encoding="json"``, as Kafka Connect's JsonConverter writes them instead (schema embedded
+    in each key and value, nothing registered: kbqe_dagster/demo/debezium_json.py)."""
 
     def __init__(
         self,
@@ -289,6 +291,7 @@ class DebeziumTopics:
         topics: list[str],
         partitions: int = 3,
         namespace: str = "dbserver1.inventory.customers",
+        encoding: str = "avro",
     ) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
         from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -305,6 +308,7 @@ class DebeziumTopics:
         self.registry = SchemaRegistryClient({"url": registry_url})
         self.produced: dict[str, list[Produced]] = {t: [] for t in topics}
         self.sent = 0
+        self.encoding = encoding
 
     def _register(self, subject: str, schema: dict) -> int:
         from confluent_kafka.schema_registry import Schema
@@ -319,10 +323,11 @@ class DebeziumTopics:
         rows = ROW_V2 if table.schema_version >= 2 else ROW_V1
         new = table.changes[self.sent :]
         for topic in self.topics:
-            value_schema = envelope_schema(self.namespace, rows, ts_precision)
-            value_id = self._register(f"{topic}-value", value_schema)
-            key = key_schema(self.namespace)
-            key_id = self._register(f"{topic}-key", key)
+            encode = (
+                self._json_encoder(ts_precision)
+                if self.encoding == "json"
+                else self._avro_encoder(topic, rows, ts_precision)
+            )
             producer = Producer({"bootstrap.servers": self.bootstrap, "logger": self.log})
             delivered: list[Produced] = []
             errors: list[str] = []
@@ -334,15 +339,11 @@ class DebeziumTopics:
                     else:
                         delivered.append(Produced(change, msg.partition(), msg.offset()))
 
-                value = (
-                    None
-                    if change.is_tombstone
-                    else frame(value_id, value_schema, value_record(change, self.namespace))
-                )
+                key, value = encode(change)
                 producer.produce(
                     topic,
                     value=value,
-                    key=frame(key_id, key, {"id": change.id}),
+                    key=key,
                     partition=change.id % self.partitions,
                     on_delivery=done,
                 )
@@ -352,6 +353,33 @@ class DebeziumTopics:
             self.produced[topic] += delivered
         self.sent = len(table.changes)
         return len(new)
+
+    def _avro_encoder(self, topic: str, rows: list[dict], ts_precision: bool) -> Any:
+        value_schema = envelope_schema(self.namespace, rows, ts_precision)
+        value_id = self._register(f"{topic}-value", value_schema)
+        key = key_schema(self.namespace)
+        key_id = self._register(f"{topic}-key", key)
+
+        def encode(change: Change) -> tuple[bytes, bytes | None]:
+            value = (
+                None
+                if change.is_tombstone
+                else frame(value_id, value_schema, value_record(change, self.namespace))
+            )
+            return frame(key_id, key, {"id": change.id}), value
+
+        return encode
+
+    def _json_encoder(self, ts_precision: bool) -> Any:
+        from kbqe_dagster.demo.debezium_json import json_key, json_value
+
+        def encode(change: Change) -> tuple[bytes, bytes | None]:
+            value = (
+                None if change.is_tombstone else json_value(change, self.namespace, ts_precision)
+            )
+            return json_key(change, self.namespace), value
+
+        return encode
 
     def delete(self) -> None:
         from confluent_kafka.admin import AdminClient
@@ -460,9 +488,11 @@ class KeyedRig:
         partitions: int = 3,
         range_size: int = 40,
         delivery: str | None = None,
+        encoding: str = "avro",
     ) -> KeyedRig:
         """``delivery``: both changelogs' ``delivery:`` (``load``, ``storage_write``;
-        None: the default, load)."""
+        None: the default, load). ``encoding``: the converter the topics are written by
+        (``avro``, ``json``: :class:`DebeziumTopics`)."""
         import os
         import shutil
         import sys
@@ -477,7 +507,11 @@ class KeyedRig:
         run = uuid.uuid4().hex[:8]
         by_mode = {mode: f"dbserver1.inventory.customers{run}{mode}" for mode in MODES}
         topics = DebeziumTopics(
-            endpoints.kafka_bootstrap, endpoints.registry_url, list(by_mode.values()), partitions
+            endpoints.kafka_bootstrap,
+            endpoints.registry_url,
+            list(by_mode.values()),
+            partitions,
+            encoding=encoding,
         )
         dataset = f"inventory_{run}"
         workdir.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,11 @@ message — the change columns plus a slice of the body (keyed/changes.py) — a
 destination's changelog table). A Kafka tombstone (null value) is not bad input here: it is
 counted and skipped (Debezium writes one after each delete, for log compaction).
 
+A ``format: debezium`` topic also takes change events written by Kafka Connect's
+``JsonConverter`` with an embedded schema: :meth:`KeyedRangeStager.decode` gives a value that
+is JSON text rather than a Confluent frame to keyed/connect_json.py, which turns it into the
+body the Avro converter would have written; everything after decoding is the same.
+
 The native kernel stages these topics too (keyed/native_stage.py, kernel/src/changes.rs),
 handing back to :meth:`KeyedRangeStager.add` every message it is not certain about.
 """
@@ -17,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from kbqe_dagster.core.formats.avro_names import record_full_name
+from kbqe_dagster.core.formats.connect_json_avro import is_json_value
+from kbqe_dagster.core.formats.source_format import SourceFormat
 from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.routing import Destination
 from kbqe_dagster.keyed.changes import ChangeLayout, change_layout
+from kbqe_dagster.keyed.connect_json import ConnectJsonDecoding
 from kbqe_dagster.keyed.native_stage import KeyedNativeStaging
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.probe.record_probe import RecordProbe
@@ -45,6 +53,9 @@ class KeyedRangeStager(RangeStager):
         assert static is not None, "config: a keyed topic's routing is static"
         self.changelog = Destination(static.dataset, changelog_table(static.table))
         self.tombstones = 0
+        self.connect_json = (
+            ConnectJsonDecoding(self) if self.topic.format is SourceFormat.DEBEZIUM else None
+        )
 
     def add(self, msg: Any) -> None:
         if msg.value() is None:
@@ -62,6 +73,20 @@ class KeyedRangeStager(RangeStager):
             record_full_name(schema),
             layout,
         )
+
+    def decode(self, msg: Any) -> tuple[int, Any, bytes, dict]:
+        """A Confluent-framed value as on the Avro path; on a ``debezium`` topic, a JSON one
+        (JsonConverter's, schema embedded) through keyed/connect_json.py."""
+        value = msg.value()
+        if self.connect_json is not None and value and value[0] != 0 and is_json_value(value):
+            return self.connect_json.decode(self.checked_value(msg))
+        return super().decode(msg)
+
+    @staticmethod
+    def framed_schema_id(value: bytes | None) -> int | None:
+        if value and value[0] != 0 and is_json_value(value):
+            return None  # a JSON value carries no schema id
+        return RangeStager.framed_schema_id(value)
 
     def stage(self, msg: Any) -> None:
         schema_id, decoder, body, fields = self.decode(msg)

@@ -34,7 +34,9 @@ class SourceFormat(str, Enum):
     AVRO = "avro"
     """Confluent-framed Avro records, one row each (the default)."""
     DEBEZIUM = "debezium"
-    """Debezium's envelope (before/after/source/op/ts_ms) or its ExtractNewRecordState form."""
+    """Debezium's envelope (before/after/source/op/ts_ms) or its ExtractNewRecordState form,
+    Confluent-framed Avro or Kafka Connect JsonConverter JSON with the schema embedded, told
+    apart per message (core/formats/connect_json_avro.py)."""
     JSON = "json"
     """Schemaless JSON objects, staged under the Avro record schema the topic declares."""
     DECODER = "decoder"

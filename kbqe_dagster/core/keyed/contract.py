@@ -61,7 +61,8 @@ class KeyedConfig:
 
     key: tuple[str, ...] = ()
     """Row fields that identify a row. Empty with ``format: debezium``: the fields of the Kafka
-    key's schema."""
+    key's schema (the registry's ``<topic>-key``, else the schema embedded in the topic's
+    latest JsonConverter key)."""
     deletes: DeleteMode = DeleteMode.SOFT
     """``soft``: a deleted key keeps its last values with ``_deleted = true``; ``hard``: it has
     no row in the current table."""

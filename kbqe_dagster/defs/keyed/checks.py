@@ -8,6 +8,7 @@ from datetime import date
 import dagster as dg
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.formats.connect_json_avro import connect_key_fields
 from kbqe_dagster.core.keyed.checks import KeyedCheck, check_names, keyed_verdicts
 from kbqe_dagster.defs.bigquery.checks import evaluation, result
 from kbqe_dagster.defs.keyed.assets import table_key
@@ -15,11 +16,18 @@ from kbqe_dagster.keyed.merge import KeyedMerger, check_keyed_tables, keyed_dest
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
+    KafkaResource,
     PipelineResource,
     SchemaRegistryResource,
     StagingResource,
 )
-from kbqe_dagster.resources.schema_registry import key_schema_fields
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
+from kbqe_dagster.resources.kafka.cluster import latest_key
+from kbqe_dagster.resources.schema_registry import (
+    RegistrySettings,
+    RegistryUnavailableError,
+    key_schema_fields,
+)
 
 CHECKS_OP = "keyed_table_checks"
 
@@ -36,13 +44,32 @@ def merger_from(
     pipeline_config: PipelineConfig,
     bigquery: BigQueryResource,
     schema_registry: SchemaRegistryResource,
+    kafka: KafkaResource,
 ) -> KeyedMerger:
-    registry = schema_registry.settings()
+    registry, kafka_settings = schema_registry.settings(), kafka.settings()
     return KeyedMerger(
         bigquery.loads(),
-        key_fields=lambda topic: key_schema_fields(registry, topic),
+        key_fields=lambda topic: kafka_key_fields(registry, kafka_settings, topic),
         enrichment=pipeline_config.enrichment,
     )
+
+
+def kafka_key_fields(
+    registry: RegistrySettings, kafka: KafkaSettings, topic: str
+) -> tuple[str, ...]:
+    """The fields of a keyed topic's Kafka key: its registry key schema (``<topic>-key``, the
+    Avro converter's), else the embedded schema of the topic's latest key (JsonConverter's,
+    ``schemas.enable=true``); the registry's error when neither has one."""
+    try:
+        return key_schema_fields(registry, topic)
+    except RegistryUnavailableError as error:
+        fields = connect_key_fields(latest_key(kafka, topic))
+        if fields:
+            return fields
+        raise RegistryUnavailableError(
+            f"{error}; nor is the topic's latest Kafka key JSON with an embedded schema "
+            "(JsonConverter, schemas.enable=true)"
+        ) from error
 
 
 def check_evaluations(check: KeyedCheck) -> Iterator[dg.AssetCheckEvaluation]:
@@ -63,12 +90,13 @@ def keyed_checks(config: PipelineConfig) -> list[dg.AssetChecksDefinition]:
         staging: StagingResource,
         bigquery: BigQueryResource,
         schema_registry: SchemaRegistryResource,
+        kafka: KafkaResource,
     ) -> Iterator[dg.AssetCheckResult]:
         pipeline_config = pipeline.load()
         store = staging.store()
         selected = context.selected_asset_check_keys
         tables = {".".join(k.asset_key.path[1:]) for k in selected}
-        merger = merger_from(pipeline_config, bigquery, schema_registry)
+        merger = merger_from(pipeline_config, bigquery, schema_registry, kafka)
         for check in check_keyed_tables(
             pipeline_config,
             merger,

@@ -16,6 +16,7 @@ from kbqe_dagster.keyed.merge import MERGE_JOB, MERGE_OP, check_keyed_tables, me
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
+    KafkaResource,
     PipelineResource,
     SchemaRegistryResource,
     StagingResource,
@@ -38,10 +39,11 @@ def merge_keyed_tables_op(
     staging: StagingResource,
     bigquery: BigQueryResource,
     schema_registry: SchemaRegistryResource,
+    kafka: KafkaResource,
 ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     pipeline_config = pipeline.load()
     store = staging.store()
-    merger = merger_from(pipeline_config, bigquery, schema_registry)
+    merger = merger_from(pipeline_config, bigquery, schema_registry, kafka)
     load_state = StateFile(store).read()
     results = merge_keyed_tables(
         pipeline_config,

@@ -225,3 +225,22 @@ def first_timestamps_ms(
     finally:
         consumer.close()
     return {tp: found.get(tp) for tp in positions}
+
+
+def latest_key(settings: KafkaSettings, topic: str, tail: int = 20, timeout: float = 10.0
+               ) -> bytes | None:  # fmt: skip
+    """The key of the most recent keyed message among the last ``tail`` of each partition of
+    ``topic`` (by Kafka timestamp), or None when none has a key: what a keyed Debezium topic's
+    key schema is read from when no registry holds it (JsonConverter keys carry theirs)."""
+    latest: tuple[int, bytes] | None = None
+    for mark in watermarks(settings, topic, timeout):
+        start = max(mark.low, mark.high - tail)
+        if start >= mark.high:
+            continue
+        for msg in read_range(settings, topic, mark.partition, start, mark.high,
+                              idle_timeout=timeout):  # fmt: skip
+            key = msg.key()
+            ts_type, ts = msg.timestamp()
+            if key and (latest is None or (ts if ts_type else 0) >= latest[0]):
+                latest = (ts if ts_type else 0, key)
+    return None if latest is None else latest[1]
