@@ -187,7 +187,7 @@ class KeyedMerger:
                 if keyed.deletes is DeleteMode.HARD
                 else None
             ),
-            unavailable_value=keyed.unavailable_value,
+            unavailable_value=keyed.placeholder(dest.topic.format),
             placeholders=tuple(
                 (name, kind.value)
                 for name in row

@@ -29,7 +29,6 @@ from kbqe_dagster.core.formats.decoders import resolve_decoder
 from kbqe_dagster.core.formats.raw_archive import raw_topic_problems
 from kbqe_dagster.core.keyed.contract import (
     DEBEZIUM_EVENT_TIME_FIELDS,
-    DEBEZIUM_UNAVAILABLE_VALUE,
     KEYED_SPEC,
     KeyedConfig,
     SourceFormat,
@@ -391,7 +390,6 @@ def _keyed(
     before = len(problems.items)
     values = r.read_section(section["keyed"], keyed_path, KEYED_SPEC, problems)
     if debezium:
-        values.setdefault("unavailable_value", DEBEZIUM_UNAVAILABLE_VALUE)
         for key in ("version", "delete_field"):
             if key in values:
                 problems.add(

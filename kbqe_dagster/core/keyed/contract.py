@@ -59,7 +59,9 @@ HISTORY_SUFFIX = "_history"
 
 class DeleteMode(str, Enum):
     SOFT = "soft"
-    """A deleted key keeps its last values (the before image) with ``_deleted = true``."""
+    """A deleted key keeps its last values with ``_deleted = true`` (its latest change's,
+    since a delete's before image may hold only the key; the before image itself for a key
+    never seen before)."""
     HARD = "hard"
     """A deleted key has no row in the current table."""
 
@@ -85,19 +87,26 @@ class KeyedConfig:
     new changelog rows, loaded or delivered through the Storage Write API (1: at every such
     tick); ``kbqe run --until-idle`` merges what is new at once."""
     unavailable_value: str | None = None
-    """The value a change carries for a column whose value it does not have (Debezium's
-    connector option ``unavailable.value.placeholder``; default ``__debezium_unavailable_value``
-    with ``format: debezium``, none for plain keyed topics; ``""``: none). A string column
-    holding it, a bytes column holding its UTF-8 bytes, or an array of strings holding exactly
-    it, means "unchanged": the current table and the history keep the key's latest real value
-    of that column (NULL when there is none), never the placeholder. The changelog keeps each
-    change as received, placeholder included."""
+    """The value a change carries for a column whose value it does not have: Debezium's
+    connector option ``unavailable.value.placeholder``. Unset: ``__debezium_unavailable_value``
+    with ``format: debezium``, none for plain keyed topics; ``""``: none. A string column
+    holding it, a bytes column holding its UTF-8 bytes, or an array of strings holding only
+    it, means "unchanged" (an update that did not touch a TOASTed column): the current table
+    and the history keep the key's latest real value of that column (NULL when there is
+    none), never the placeholder. The changelog keeps each change as received, placeholder
+    included."""
+
+    def placeholder(self, source_format: SourceFormat) -> str | None:
+        """The placeholder in effect for a topic of ``source_format``, or None."""
+        if self.unavailable_value is None:
+            if source_format is SourceFormat.DEBEZIUM:
+                return DEBEZIUM_UNAVAILABLE_VALUE
+            return None
+        return self.unavailable_value or None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", tuple(self.key))
         object.__setattr__(self, "deletes", DeleteMode(self.deletes))
-        if self.unavailable_value == "":
-            object.__setattr__(self, "unavailable_value", None)
         if self.merge_every < 1:
             raise ValueError(f"merge_every must be at least 1, got {self.merge_every}")
 
