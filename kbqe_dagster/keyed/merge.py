@@ -397,7 +397,7 @@ def merge_keyed_tables(
                 ),
             )
         result = replace(
-            merger.merge(dest, union(ranges, window), len(jobs), crash, unmerged),
+            merger.merge(dest, union(ranges, window), len(jobs), crash, unmerged=unmerged),
             delivered=window,
         )
         crash("merge_before_state")
