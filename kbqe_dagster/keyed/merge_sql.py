@@ -5,27 +5,37 @@ SCD type II history view. Pure text from a :class:`MergeSpec`; ``merge.py`` runs
 SQL spells the lexicographic comparison out (:func:`newer`), since BigQuery cannot compare
 structs with ``>``.
 
-**The MERGE is idempotent.** Its source is the changelog rows of the offset ranges to merge,
-reduced to each key's greatest event; a target row changes only when that event is *newer*
-than the row's own. Repeating a merge, or merging rows that were already applied, therefore
-changes nothing. The source is exactly the offset ranges of the merged load jobs, never more,
-so that the current table is a function of the merged jobs alone, which the check
-(:func:`check_sql`) recomputes independently.
+**A key's row** (:func:`resolved_rows_sql`) is its greatest event's change and order columns
+with, for each row field, the key's latest real value: of its latest row change whose field
+is not the unavailable-value placeholder (an unchanged TOASTed column), else of its latest
+delete's before image (a key only ever deleted), else NULL. A delete therefore keeps the last
+values (under REPLICA IDENTITY DEFAULT its before image is only the key), and the
+placeholder is never a value. The latest truncate (``_op = 't'``, no key's event) deletes
+every key whose greatest event comes before it: ``_op = 't'``, ``_deleted = true``, its
+order, the values kept; no row with hard deletes. The values are wrapped in a STRUCT while
+they are chosen, so that a real NULL stays apart from "no value here".
 
-**Hard deletes remember.** With ``deletes: hard`` a deleted key has no row in ``D.T``, so the
-greatest delete of each key is kept in ``D.T_deleted_keys`` (key plus its event's order): an
-older event arriving later is not inserted. The two statements run in this order and are each
-idempotent, so a crash between them is repaired by the next merge of the same rows: the
-target's row is already gone (nothing to do), the delete is then remembered.
+**The MERGE is idempotent.** The keys it touches are those of the changelog rows of the offset
+ranges to merge; each touched key's row is recomputed from all its *merged* changelog rows
+(every row outside the ranges that stay unmerged: other load jobs' pending or not merged yet)
+and written when it differs from the table's; then the latest merged truncate is applied to
+every row older than it. Repeating a merge, or merging rows that were already applied,
+therefore changes nothing, and the current table is a function of the merged jobs alone,
+whatever order their events came in, which the check (:func:`check_sql`) recomputes
+independently. The price: the recomputation reads the touched keys' whole history, a key
+filter the changelog's clustering (partition, offset) does not prune.
 
-**Soft deletes** keep the key's row with the before image and ``_deleted = true``: the table
-itself remembers.
+**Hard deletes** leave no row; each key's greatest delete is also recorded in
+``D.T_deleted_keys`` (key plus its event's order), for operators: the recomputation sees the
+deletes in the changelog itself. The statements run current table first and are each
+idempotent, so a crash between them is repaired by the next merge of the same rows.
 
 **History** is a view over the changelog: each key's events collapse per version to the
-winner (greatest partition, offset), each version is valid from its ``_source_ts_ms`` until
-the next version of the key (``9999-12-31 23:59:59.999999 UTC`` for the last). A view is always
-consistent with the changelog, however late an out-of-order version arrives; it is replaced
-when the row's columns change.
+winner, each version is valid from its ``_source_ts_ms`` until the next version of the key or
+the first truncate after it (``9999-12-31 23:59:59.999999 UTC`` for the last), its values
+resolved as the current table's up to the version. A view is always consistent with the
+changelog, however late an out-of-order version arrives; it is replaced when the row's
+columns change.
 """
 
 from __future__ import annotations
