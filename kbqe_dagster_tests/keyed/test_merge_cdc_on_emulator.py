@@ -257,7 +257,7 @@ def test_a_truncate_deletes_every_older_row_and_older_events_never_revive_one(ta
         assert {k: (r["_op"], r["_deleted"], r["_source_ts_ms"]) for k, r in rows.items()} == {
             k: ("t", True, 500) for k in (0, 1, 2)
         }
-        assert {_values_of(r) for r in rows.values()} == {LONG}  # the values are kept
+        assert all(_values_of(r) == LONG for r in rows.values())  # the values are kept
     else:
         assert table.current() == {}
     # An event older than the truncate, merged later (another partition), stays deleted; an
