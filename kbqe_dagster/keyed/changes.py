@@ -10,7 +10,10 @@ validated the whole body and decoded the few fields read here (op, version, dele
 One :class:`ChangeLayout` per writer schema, built by :func:`change_layout`:
 
 - **Debezium envelope** (``before``, ``after``, ``source``, ``op``, ...): the row is ``after``,
-  or ``before`` for a delete (``op = d``); the version is ``source.ts_ms``.
+  or ``before`` for a delete (``op = d``); the version is ``source.ts_ms``. A truncate
+  (``op = t``: both images null) is a changelog row too, ``_deleted = true``, its row fields
+  NULL where nullable and the type's zero value where Avro allows no null (a NOT NULL column:
+  the key). The SQL never reads a truncate's row fields (keyed/merge_sql.py).
 - **ExtractNewRecordState** (``__op``, ``__source_ts_ms``, ``__deleted`` after the row fields):
   the row is the fields before the first ``__`` field; the transform's fields must all come
   after the row's (it appends them), else the schema is refused.
@@ -18,8 +21,10 @@ One :class:`ChangeLayout` per writer schema, built by :func:`change_layout`:
   configured field (a long, or a timestamp as epoch milliseconds), ``_op`` is ``u`` (an
   upsert) or ``d`` when the configured ``delete_field`` is true.
 
-A message that is valid Avro but not a row change (a truncate or a message event, a delete
-without a before image) is bad input with reason ``not_a_change``.
+A message that is valid Avro but not a row change (a message event, a delete without a before
+image, a truncate in ExtractNewRecordState's form, which has no envelope to tell it apart) is
+bad input with reason ``not_a_change``. The native kernel hands truncates back to this path
+(kernel/src/changes.rs accepts only ``c``, ``r``, ``u`` and ``d``).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from kbqe_dagster.core.keyed.contract import (
     CHANGE_COLUMNS,
     DELETED_COLUMN,
     OP_COLUMN,
+    TRUNCATE_OP,
     VERSION_COLUMN,
     SourceFormat,
 )
@@ -63,7 +69,7 @@ ROW_OPS = frozenset({"c", "r", "u"})
 DELETE_OP = "d"
 FLAT_PREFIX = "__"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_OP_BYTES = {op: encode_long(1) + op.encode() for op in ("c", "r", "u", "d")}
+_OP_BYTES = {op: encode_long(1) + op.encode() for op in ("c", "r", "u", "d", TRUNCATE_OP)}
 _BOOL = {False: b"\x00", True: b"\x01"}
 
 
@@ -208,6 +214,8 @@ class _EnvelopeLayout(ChangeLayout):
     namespace: str | None = None
     before_index: int = 0
     after_index: int = 1
+    empty_row: bytes = b""
+    """A truncate's row: every field NULL, or its type's zero value where it cannot be."""
 
     @cached_property
     def skips(self) -> tuple[Any, ...]:
@@ -234,6 +242,9 @@ class _EnvelopeLayout(ChangeLayout):
             namespace=namespace or None,
             before_index=index["before"],
             after_index=index["after"],
+            empty_row=b"".join(
+                _empty_value(f["type"], compiler, namespace or None) for f in row["fields"]
+            ),
         )
 
     def cut(self) -> tuple[str, tuple[int, ...], tuple[str | None, ...]]:
@@ -242,10 +253,12 @@ class _EnvelopeLayout(ChangeLayout):
     def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
         op = fields.get("op")
         version = fields.get("source.ts_ms")
-        if op not in ROW_OPS and op != DELETE_OP:
-            raise NotAChangeError(f"op {op!r} is not a row change (c, r, u or d)")
+        if op not in ROW_OPS and op != DELETE_OP and op != TRUNCATE_OP:
+            raise NotAChangeError(f"op {op!r} is not a row change (c, r, u, d or t)")
         if version is None:
             raise NotAChangeError("source.ts_ms is null: the change has no version")
+        if op == TRUNCATE_OP:
+            return change_columns(op, version, True) + self.empty_row
         wanted = self.before_index if op == DELETE_OP else self.after_index
         pos = 0
         for i, skip in enumerate(self.skips):
@@ -259,6 +272,43 @@ class _EnvelopeLayout(ChangeLayout):
                 return change_columns(op, version, op == DELETE_OP) + row
             pos = skip(body, pos)
         raise AssertionError("unreachable: the wanted field is among the skips")
+
+
+_ZERO = {
+    "boolean": b"\x00",
+    "int": b"\x00",
+    "long": b"\x00",
+    "float": bytes(4),
+    "double": bytes(8),
+    "bytes": b"\x00",
+    "string": b"\x00",
+    "null": b"",
+}
+
+
+def _empty_value(avro: Any, compiler: SkipCompiler, namespace: str | None) -> bytes:
+    """The encoding of NULL in ``avro`` (a union with null: its null branch), else of the
+    type's zero value (0, "", false, empty array/map, the first symbol, zero bytes)."""
+    if isinstance(avro, list):
+        if "null" in avro:
+            return encode_long(avro.index("null"))
+        return encode_long(0) + _empty_value(avro[0], compiler, namespace)
+    if isinstance(avro, str):
+        if avro in _ZERO:
+            return _ZERO[avro]
+        for candidate in (f"{namespace}.{avro}" if namespace and "." not in avro else avro, avro):
+            if candidate in compiler.named:
+                return _empty_value(compiler.named[candidate], compiler, namespace)
+        raise UnsupportedSchemaError(f"unknown type {avro!r} in the row record")
+    kind = avro["type"]
+    if kind in ("record", "error"):
+        inner = full_name(avro, namespace).rpartition(".")[0] or None
+        return b"".join(_empty_value(f["type"], compiler, inner) for f in avro["fields"])
+    if kind == "fixed":
+        return bytes(int(avro["size"]))
+    if kind in ("enum", "array", "map"):
+        return b"\x00"
+    return _empty_value(kind, compiler, namespace)
 
 
 def _row_record(before: Any, after: Any, compiler: SkipCompiler, namespace: str | None) -> dict:

@@ -32,6 +32,7 @@ from kbqe_dagster.core.keyed.checks import KeyedCheck, sample_for
 from kbqe_dagster.core.keyed.contract import (
     CHANGE_COLUMNS,
     DeleteMode,
+    SourceFormat,
     changelog_table,
     history_table,
 )
@@ -51,6 +52,7 @@ from kbqe_dagster.keyed.merge_sql import (
     check_sql,
     history_sql,
     merge_sql,
+    placeholder_kind,
 )
 from kbqe_dagster.keyed.merge_state import (
     MERGE_STATE_FILE,
@@ -185,6 +187,14 @@ class KeyedMerger:
                 if keyed.deletes is DeleteMode.HARD
                 else None
             ),
+            unavailable_value=keyed.placeholder(dest.topic.format),
+            placeholders=tuple(
+                (name, kind.value)
+                for name in row
+                if name not in key
+                and (kind := placeholder_kind(columns[name].field_type, columns[name].mode))
+            ),
+            truncates=dest.topic.format is SourceFormat.DEBEZIUM,
         )
         return spec, columns
 
@@ -194,7 +204,11 @@ class KeyedMerger:
         ranges: Ranges,
         jobs: int,
         crash: Callable[[str], None] = lambda point: None,
+        unmerged: Ranges | None = None,
     ) -> TableMergeResult:
+        """Apply ``ranges``; ``unmerged``: the ranges of the changelog rows that stay unmerged
+        after this merge (other load jobs, pending or not merged yet), which the recomputed
+        rows must not see (merge_sql.merge_sql)."""
         keyed = dest.topic.keyed
         assert keyed is not None
         spec, columns = self.spec(dest)
@@ -210,7 +224,7 @@ class KeyedMerger:
             )
         affected, billed, statements = 0, None, 0
         if ranges:
-            for index, sql in enumerate(merge_sql(spec, ranges)):
+            for index, sql in enumerate(merge_sql(spec, ranges, unmerged)):
                 job = self.client.query(sql, job_retry=None)
                 job.result()
                 statements += 1
@@ -371,8 +385,20 @@ def merge_keyed_tables(
             state.cycles[dest.name] = cycles
             store.put_bytes(MERGE_STATE_FILE, state.encode())
             continue
+        # What stays unmerged after this merge: as check_keyed_tables will see it.
+        unmerged = not_merged_ranges(load_state, merged | set(jobs), dest.dataset, dest.changelog)
+        if view is not None:
+            unmerged = union(
+                unmerged,
+                not_merged_yet(
+                    advanced(state.delivered.get(dest.name, {}), view.committed),
+                    view.committed,
+                    view.owned,
+                ),
+            )
         result = replace(
-            merger.merge(dest, union(ranges, window), len(jobs), crash), delivered=window
+            merger.merge(dest, union(ranges, window), len(jobs), crash, unmerged=unmerged),
+            delivered=window,
         )
         crash("merge_before_state")
         # Forget job ids the load state no longer holds: they cannot come back.

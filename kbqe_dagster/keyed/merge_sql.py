@@ -5,38 +5,76 @@ SCD type II history view. Pure text from a :class:`MergeSpec`; ``merge.py`` runs
 SQL spells the lexicographic comparison out (:func:`newer`), since BigQuery cannot compare
 structs with ``>``.
 
-**The MERGE is idempotent.** Its source is the changelog rows of the offset ranges to merge,
-reduced to each key's greatest event; a target row changes only when that event is *newer*
-than the row's own. Repeating a merge, or merging rows that were already applied, therefore
-changes nothing. The source is exactly the offset ranges of the merged load jobs, never more,
-so that the current table is a function of the merged jobs alone, which the check
-(:func:`check_sql`) recomputes independently.
+**A key's row** (:func:`resolved_rows_sql`) is its greatest event's change and order columns
+with, for each row field, the key's latest real value: of its latest row change whose field
+is not the unavailable-value placeholder (an unchanged TOASTed column), else of its latest
+delete's before image (a key only ever deleted), else NULL. A delete therefore keeps the last
+values (under REPLICA IDENTITY DEFAULT its before image is only the key), and the
+placeholder is never a value. The latest truncate (``_op = 't'``, no key's event) deletes
+every key whose greatest event comes before it: ``_op = 't'``, ``_deleted = true``, its
+order, the values kept; no row with hard deletes. The values are wrapped in a STRUCT while
+they are chosen, so that a real NULL stays apart from "no value here".
 
-**Hard deletes remember.** With ``deletes: hard`` a deleted key has no row in ``D.T``, so the
-greatest delete of each key is kept in ``D.T_deleted_keys`` (key plus its event's order): an
-older event arriving later is not inserted. The two statements run in this order and are each
-idempotent, so a crash between them is repaired by the next merge of the same rows: the
-target's row is already gone (nothing to do), the delete is then remembered.
+**The MERGE is idempotent.** The keys it touches are those of the changelog rows of the offset
+ranges to merge; each touched key's row is recomputed from all its *merged* changelog rows
+(every row outside the ranges that stay unmerged: other load jobs' pending or not merged yet)
+and written when it differs from the table's; then the latest merged truncate is applied to
+every row older than it. Repeating a merge, or merging rows that were already applied,
+therefore changes nothing, and the current table is a function of the merged jobs alone,
+whatever order their events came in, which the check (:func:`check_sql`) recomputes
+independently. The price: the recomputation reads the touched keys' whole history, a key
+filter the changelog's clustering (partition, offset) does not prune.
 
-**Soft deletes** keep the key's row with the before image and ``_deleted = true``: the table
-itself remembers.
+**Hard deletes** leave no row; each key's greatest delete is also recorded in
+``D.T_deleted_keys`` (key plus its event's order), for operators: the recomputation sees the
+deletes in the changelog itself. The statements run current table first and are each
+idempotent, so a crash between them is repaired by the next merge of the same rows.
 
 **History** is a view over the changelog: each key's events collapse per version to the
-winner (greatest partition, offset), each version is valid from its ``_source_ts_ms`` until
-the next version of the key (``9999-12-31 23:59:59.999999 UTC`` for the last). A view is always
-consistent with the changelog, however late an out-of-order version arrives; it is replaced
-when the row's columns change.
+winner, each version is valid from its ``_source_ts_ms`` until the next version of the key or
+the first truncate after it (``9999-12-31 23:59:59.999999 UTC`` for the last), its values
+resolved as the current table's up to the version. A view is always consistent with the
+changelog, however late an out-of-order version arrives; it is replaced when the row's
+columns change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
-from kbqe_dagster.core.keyed.contract import DELETED_COLUMN, OP_COLUMN, VERSION_COLUMN, DeleteMode
+from kbqe_dagster.core.keyed.contract import (
+    DELETED_COLUMN,
+    OP_COLUMN,
+    TRUNCATE_OP,
+    VERSION_COLUMN,
+    DeleteMode,
+)
 
 END_OF_TIME = "TIMESTAMP '9999-12-31 23:59:59.999999 UTC'"
 DELETED_KEYS_SUFFIX = "_deleted_keys"
+
+
+class PlaceholderKind(str, Enum):
+    """How a column holds the unavailable-value placeholder (Debezium's rules per type)."""
+
+    STRING = "string"
+    """A STRING column (text, varchar, json, jsonb, xml, ...): the placeholder itself."""
+    BYTES = "bytes"
+    """A BYTES column (bytea): its UTF-8 bytes."""
+    STRINGS = "strings"
+    """A repeated STRING column (text[]): an array holding only the placeholder."""
+
+
+def placeholder_kind(field_type: str, mode: str | None) -> PlaceholderKind | None:
+    """The kind of a changelog column of BigQuery type ``field_type`` and ``mode``, or None
+    when it cannot hold the placeholder (numbers, dates, records, ...)."""
+    if field_type == "STRING":
+        return PlaceholderKind.STRINGS if mode == "REPEATED" else PlaceholderKind.STRING
+    if field_type == "BYTES" and mode != "REPEATED":
+        return PlaceholderKind.BYTES
+    return None
 
 
 @dataclass(frozen=True)
@@ -52,7 +90,13 @@ class MergeSpec:
     partition_column: str = "_kafka_partition"
     offset_column: str = "_kafka_offset"
     deleted_keys: str | None = None
-    """Hard deletes: the table that remembers each key's greatest delete."""
+    """Hard deletes: the table that records each key's greatest delete."""
+    unavailable_value: str | None = None
+    """The placeholder of a value the change does not have (``keyed.unavailable_value``)."""
+    placeholders: tuple[tuple[str, str], ...] = ()
+    """(row field, :class:`PlaceholderKind`) of the fields whose type can hold it."""
+    truncates: bool = False
+    """The changelog may hold truncates (``format: debezium``)."""
 
     @property
     def order_columns(self) -> tuple[str, str, str]:
@@ -106,102 +150,268 @@ def _key_match(spec: MergeSpec, left: str, right: str) -> str:
 
 
 def winners_sql(spec: MergeSpec, ranges: Ranges) -> str:
-    """Each key's greatest event among the changelog rows of ``ranges``."""
+    """Each key's greatest event among the changelog rows of ``ranges`` (truncates left out:
+    they are no key's event)."""
     columns = ", ".join(q(c) for c in spec.target_columns)
     keys = ", ".join(q(k) for k in spec.key)
     order = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
     return (
-        f"SELECT {columns} FROM {q(spec.changelog)} WHERE {ranges_filter(spec, ranges)} "
+        f"SELECT {columns} FROM {q(spec.changelog)} WHERE ({ranges_filter(spec, ranges)}) "
+        f"AND {_not_truncate()} "
         f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {order}) = 1"
     )
 
 
-def merge_sql(spec: MergeSpec, ranges: Ranges) -> list[str]:
-    """The statements that apply ``ranges`` to the current table, in order."""
+# --- the values of a key's row ------------------------------------------------------------------
+def _not_truncate(alias: str = "") -> str:
+    return f"{alias}{q(OP_COLUMN)} != '{TRUNCATE_OP}'"
+
+
+def _literal(text: str) -> str:
+    """A GoogleSQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def placeholder_test(spec: MergeSpec, column: str) -> str | None:
+    """SQL: ``column`` holds the placeholder (never NULL); None when it cannot hold it."""
+    kind = dict(spec.placeholders).get(column)
+    if spec.unavailable_value is None or kind is None:
+        return None
+    value, name = _literal(spec.unavailable_value), q(column)
+    test = {
+        PlaceholderKind.STRING: f"{name} = {value}",
+        PlaceholderKind.BYTES: f"{name} = CAST({value} AS BYTES)",
+        PlaceholderKind.STRINGS: f"ARRAY_LENGTH({name}) = 1 AND {name}[SAFE_OFFSET(0)] = {value}",
+    }[PlaceholderKind(kind)]
+    return f"IFNULL({test}, FALSE)"
+
+
+def _candidates(spec: MergeSpec, column: str) -> tuple[str, str]:
+    """SQL per changelog row: ``column``'s value wrapped in a STRUCT when this row offers it,
+    else NULL (the wrapper keeps a real NULL apart from "no value"): first as a row change
+    offers it (not a delete, not the placeholder), then as a delete does (its before image)."""
+    test = placeholder_test(spec, column)
+    real = "TRUE" if test is None else f"NOT {test}"
+    deleted = q(DELETED_COLUMN)
+    value = f"STRUCT({q(column)} AS x)"
+    return (
+        f"IF(NOT {deleted} AND {real}, {value}, NULL)",
+        f"IF({deleted} AND {real}, {value}, NULL)",
+    )
+
+
+def resolved_rows_sql(spec: MergeSpec, where: str, applied: str, alias: str = "c") -> str:
+    """Each key's current row from the changelog rows (aliased ``alias``) that satisfy
+    ``where``, the latest truncate among those that satisfy ``applied`` applied to it (see
+    :func:`_truncated`); deleted keys included.
+
+    The winner's change and order columns; each row field the key's latest real value: of its
+    latest row change (c, r, u) whose field does not hold the placeholder, else of its latest
+    delete's before image (a key only ever deleted), else NULL. So a delete keeps the last
+    values (its before image holds only the key under REPLICA IDENTITY DEFAULT), and an update
+    that did not change a TOASTed column keeps its value. Computed by running windows at the
+    winner (the check computes it another way, :func:`check_sql`)."""
+    keys = ", ".join(q(k) for k in spec.key)
+    ascending = ", ".join(q(c) for c in spec.order_columns)
+    descending = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
+    running = (
+        f"OVER (PARTITION BY {keys} ORDER BY {ascending} "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+    )
+    values = _running_values(spec, running)
+    rest = ", ".join(q(c) for c in spec.target_columns[len(spec.row_columns) :])
+    resolved = (
+        f"SELECT {', '.join(values)}, {rest} FROM {q(spec.changelog)} {alias} "
+        f"WHERE ({where}) AND {_not_truncate()} "
+        f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {descending}) = 1"
+    )
+    if not spec.truncates:
+        return resolved
+    latest = (
+        f"(SELECT AS STRUCT {ascending} FROM {q(spec.changelog)} WHERE ({applied}) AND "
+        f"{q(OP_COLUMN)} = '{TRUNCATE_OP}' ORDER BY {descending} LIMIT 1)"
+    )
+    return _truncated(spec, f"SELECT r.*, {latest} AS _t FROM ({resolved}) r")
+
+
+def _truncated(spec: MergeSpec, rows: str) -> str:
+    """``rows`` (target columns plus ``_t``, the latest truncate's order or NULL) with every
+    key whose greatest event comes before ``_t`` deleted by it: ``_op = 't'``,
+    ``_deleted = true``, the truncate's order; the values are kept."""
+    cut = f"IFNULL({newer('w._t', 'w', spec.order_columns)}, FALSE)"
+    out = {c: f"w.{q(c)}" for c in spec.target_columns}
+    out[OP_COLUMN] = f"IF({cut}, '{TRUNCATE_OP}', w.{q(OP_COLUMN)})"
+    out[DELETED_COLUMN] = f"(w.{q(DELETED_COLUMN)} OR {cut})"
+    for c in spec.order_columns:
+        out[c] = f"IF({cut}, w._t.{q(c)}, w.{q(c)})"
+    return f"SELECT {', '.join(f'{e} AS {q(c)}' for c, e in out.items())} FROM ({rows}) w"
+
+
+def merge_sql(spec: MergeSpec, ranges: Ranges, unmerged: Ranges | None = None) -> list[str]:
+    """The statements that apply ``ranges`` to the current table, in order. ``unmerged``: the
+    ranges of other load jobs whose rows may be in the changelog but are not merged (none by
+    default); the rows of every other range are the merged ones.
+
+    The keys of ``ranges`` get the row recomputed from all their merged rows and those of
+    ``ranges`` (:func:`resolved_rows_sql`), written when it differs from the table's; then
+    the latest merged truncate deletes every row older than it."""
     columns = spec.target_columns
     updates = ", ".join(f"{q(c)} = s.{q(c)}" for c in columns if c not in spec.key)
     names = ", ".join(q(c) for c in columns)
     values = ", ".join(f"s.{q(c)}" for c in columns)
-    is_newer = newer("s", "t", spec.order_columns)
-    source = winners_sql(spec, ranges)
+    applied = f"NOT ({ranges_filter(spec, unmerged or {})})"
+    touched = (
+        f"EXISTS (SELECT 1 FROM {q(spec.changelog)} b WHERE ({ranges_filter(spec, ranges)}) "
+        f"AND {_not_truncate('b.')} AND {_key_match(spec, 'b', 'c')})"
+    )
+    source = resolved_rows_sql(spec, f"{applied} AND {touched}", applied, alias="c")
+    differs = (
+        f"TO_JSON_STRING(STRUCT({', '.join(f't.{q(c)} AS {q(c)}' for c in columns)})) != "
+        f"TO_JSON_STRING(STRUCT({', '.join(f's.{q(c)} AS {q(c)}' for c in columns)}))"
+    )
+    deleted = q(DELETED_COLUMN)
+    on = _key_match(spec, "t", "s")
     if spec.deletes is DeleteMode.SOFT:
-        return [
-            f"MERGE {q(spec.target)} t USING ({source}) s ON {_key_match(spec, 't', 's')} "
-            f"WHEN MATCHED AND {is_newer} THEN UPDATE SET {updates} "
+        statements = [
+            f"MERGE {q(spec.target)} t USING ({source}) s ON {on} "
+            f"WHEN MATCHED AND {differs} THEN UPDATE SET {updates} "
             f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
         ]
+    else:
+        statements = [
+            f"MERGE {q(spec.target)} t USING ({source}) s ON {on} "
+            f"WHEN MATCHED AND s.{deleted} THEN DELETE "
+            f"WHEN MATCHED AND {differs} THEN UPDATE SET {updates} "
+            f"WHEN NOT MATCHED AND NOT s.{deleted} THEN INSERT ({names}) VALUES ({values})"
+        ]
+    if spec.truncates:
+        statements.append(truncate_sql(spec, applied))
+    if spec.deletes is DeleteMode.HARD:
+        statements.append(_remember_deletes_sql(spec, ranges))
+    return statements
+
+
+def truncate_sql(spec: MergeSpec, applied: str) -> str:
+    """The latest truncate among the rows that satisfy ``applied`` deletes every row of the
+    table whose event comes before it (soft: ``_op = 't'``, ``_deleted = true``, its order;
+    hard: removed). Idempotent: a truncated row's order is the truncate's, not before it."""
+    ascending = ", ".join(q(c) for c in spec.order_columns)
+    descending = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
+    latest = (
+        f"SELECT {ascending} FROM {q(spec.changelog)} WHERE ({applied}) AND "
+        f"{q(OP_COLUMN)} = '{TRUNCATE_OP}' ORDER BY {descending} LIMIT 1"
+    )
+    before = newer("tr", "t", spec.order_columns)
+    if spec.deletes is DeleteMode.HARD:
+        return (
+            f"DELETE FROM {q(spec.target)} t WHERE EXISTS (SELECT 1 FROM ({latest}) tr "
+            f"WHERE {before})"
+        )
+    order = ", ".join(f"{q(c)} = tr.{q(c)}" for c in spec.order_columns)
+    return (
+        f"UPDATE {q(spec.target)} t SET {q(OP_COLUMN)} = '{TRUNCATE_OP}', "
+        f"{q(DELETED_COLUMN)} = TRUE, {order} FROM ({latest}) tr WHERE {before}"
+    )
+
+
+def _remember_deletes_sql(spec: MergeSpec, ranges: Ranges) -> str:
+    """Hard deletes: each key's greatest delete in ``D.T_deleted_keys`` (an operator's record
+    of what was deleted; the recomputation itself does not need it)."""
     assert spec.deleted_keys, "hard deletes need the deleted-keys table"
-    remembered = (
-        ", ".join(f"s.{q(c)}" for c in columns)
-        + ", "
-        + ", ".join(f"m.{q(c)} AS {q('_m' + c)}" for c in spec.order_columns)
-    )
-    m_newer = _newer_than_memory(spec)
-    with_memory = (
-        f"SELECT {remembered} FROM ({source}) s LEFT JOIN {q(spec.deleted_keys)} m "
-        f"ON {_key_match(spec, 's', 'm')}"
-    )
+    names = ", ".join(q(c) for c in spec.target_columns)
     deleted = q(DELETED_COLUMN)
     key_columns = ", ".join(q(k) for k in spec.key)
     key_values = ", ".join(f"s.{q(k)}" for k in spec.key)
     order_names = ", ".join(q(c) for c in spec.order_columns)
     order_values = ", ".join(f"s.{q(c)}" for c in spec.order_columns)
     order_updates = ", ".join(f"{q(c)} = s.{q(c)}" for c in spec.order_columns)
-    return [
-        f"MERGE {q(spec.target)} t USING ({with_memory}) s ON {_key_match(spec, 't', 's')} "
-        f"WHEN MATCHED AND s.{deleted} AND {is_newer} THEN DELETE "
-        f"WHEN MATCHED AND {is_newer} THEN UPDATE SET {updates} "
-        f"WHEN NOT MATCHED AND NOT s.{deleted} AND {m_newer} THEN INSERT ({names}) "
-        f"VALUES ({values})",
-        f"MERGE {q(spec.deleted_keys)} t USING (SELECT {names} FROM ({source}) WHERE {deleted}) s "
+    is_newer = newer("s", "t", spec.order_columns)
+    return (
+        f"MERGE {q(spec.deleted_keys)} t USING (SELECT {names} FROM "
+        f"({winners_sql(spec, ranges)}) WHERE {deleted}) s "
         f"ON {_key_match(spec, 't', 's')} "
         f"WHEN MATCHED AND {is_newer} THEN UPDATE SET {order_updates} "
         f"WHEN NOT MATCHED THEN INSERT ({key_columns}, {order_names}) "
-        f"VALUES ({key_values}, {order_values})",
-    ]
-
-
-def _newer_than_memory(spec: MergeSpec) -> str:
-    """SQL on the joined source: no remembered delete, or this event is newer than it."""
-    v, p, o = spec.order_columns
-    sv, sp, so = (f"s.{q(c)}" for c in (v, p, o))
-    mv, mp, mo = (f"s.{q('_m' + c)}" for c in (v, p, o))
-    return (
-        f"({mv} IS NULL OR {sv} > {mv} OR ({sv} = {mv} AND ({sp} > {mp} OR "
-        f"({sp} = {mp} AND {so} > {mo}))))"
+        f"VALUES ({key_values}, {order_values})"
     )
 
 
 def history_sql(spec: MergeSpec, view: str) -> str:
-    """The SCD type II view ``view`` over the changelog."""
+    """The SCD type II view ``view`` over the changelog: one row per version, its values
+    resolved as the current table's (:func:`resolved_rows_sql`: a delete version keeps the
+    last values, a placeholder the latest real value), valid until the key's next version or
+    the first truncate after it, whichever comes first (a truncated key has no current
+    version until it is written again)."""
     keys = ", ".join(q(k) for k in spec.key)
     v, p, o = (q(c) for c in spec.order_columns)
     row = ", ".join(q(c) for c in spec.row_columns)
-    valid_from = f"TIMESTAMP_MILLIS({v})"
-    next_version = f"LEAD({v}) OVER (PARTITION BY {keys} ORDER BY {v})"
-    # Collapse each (key, version) to its winner first: the window of the outer SELECT must
-    # see one row per version, or a redelivered copy would become the "next version".
+    running = (
+        f"OVER (PARTITION BY {keys} ORDER BY {v}, {p}, {o} "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+    )
+    rest = ", ".join(q(c) for c in spec.target_columns[len(spec.row_columns) :])
+    # Values are resolved over every event before each version is collapsed to its winner:
+    # an insert and an update of one transaction share a version, and the update's
+    # placeholder takes the insert's value. The window of the outer SELECT must then see
+    # one row per version, or a redelivered copy would become the "next version".
     versions = (
-        f"SELECT * FROM {q(spec.changelog)} QUALIFY ROW_NUMBER() OVER "
+        f"SELECT {', '.join(_running_values(spec, running))}, {rest} FROM {q(spec.changelog)} "
+        f"WHERE {_not_truncate()} QUALIFY ROW_NUMBER() OVER "
         f"(PARTITION BY {keys}, {v} ORDER BY {p} DESC, {o} DESC) = 1"
+    )
+    cut = "CAST(NULL AS INT64)"
+    if spec.truncates:
+        after = newer("tr", "r", spec.order_columns)
+        cut = (
+            f"(SELECT MIN(tr.{v}) FROM {q(spec.changelog)} tr WHERE "
+            f"tr.{q(OP_COLUMN)} = '{TRUNCATE_OP}' AND {after})"
+        )
+    closed = (
+        f"SELECT r.*, {cut} AS _cut, LEAD(r.{v}) OVER (PARTITION BY "
+        f"{', '.join(f'r.{q(k)}' for k in spec.key)} ORDER BY r.{v}) AS _next FROM ({versions}) r"
+    )
+    ends = (
+        "CASE WHEN _cut IS NULL THEN _next WHEN _next IS NULL THEN _cut ELSE LEAST(_next, _cut) END"
     )
     return (
         f"CREATE OR REPLACE VIEW {q(view)} AS SELECT {row}, {q(OP_COLUMN)}, "
-        f"{q(DELETED_COLUMN)}, {valid_from} AS `_valid_from`, "
-        f"COALESCE(TIMESTAMP_MILLIS({next_version}), {END_OF_TIME}) AS `_valid_to`, "
-        f"{next_version} IS NULL AS `_is_current`, {v}, {p}, {o} FROM ({versions})"
+        f"{q(DELETED_COLUMN)}, TIMESTAMP_MILLIS({v}) AS `_valid_from`, "
+        f"COALESCE(TIMESTAMP_MILLIS({ends}), {END_OF_TIME}) AS `_valid_to`, "
+        f"(_next IS NULL AND _cut IS NULL) AS `_is_current`, {v}, {p}, {o} FROM ({closed})"
     )
 
 
-def check_sql(spec: MergeSpec, unmerged: Ranges, sample: tuple[str, int] | None = None) -> str:
-    """One row: ``rows``, ``duplicate_keys``, ``extra`` (rows of the table that the
-    recomputation lacks), ``missing`` (the other way round), ``deleted_rows``.
+def _running_values(spec: MergeSpec, running: str) -> list[str]:
+    """The row fields resolved at each changelog row by windows ``running`` over the key's
+    events up to it (see :func:`resolved_rows_sql`)."""
+    values = []
+    for column in spec.row_columns:
+        if column in spec.key:
+            values.append(q(column))
+            continue
+        change, delete = _candidates(spec, column)
+        values.append(
+            f"COALESCE(LAST_VALUE({change} IGNORE NULLS) {running}, "
+            f"LAST_VALUE({delete} IGNORE NULLS) {running}).x AS {q(column)}"
+        )
+    return values
 
-    The recomputation is each key's greatest event among the changelog rows *outside*
-    ``unmerged`` (the ranges of load jobs the merge has not applied yet), deleted keys left out
-    with hard deletes; rows compare as JSON of every column, so nested and repeated fields
-    compare too. ``sample = (seed, per_mille)`` compares only the keys whose fingerprint with
-    the seed falls under ``per_mille`` (large tables; the seed changes per evaluation).
+
+def check_sides(
+    spec: MergeSpec, unmerged: Ranges, sample: tuple[str, int] | None = None
+) -> tuple[str, str]:
+    """The two sides :func:`check_sql` compares, each one JSON string per row: the table's
+    rows, and their recomputation.
+
+    The recomputation is each key's row from the changelog rows *outside* ``unmerged`` (the
+    ranges of load jobs the merge has not applied yet), deleted keys left out with hard
+    deletes. It follows the rule of :func:`resolved_rows_sql` but not its SQL: each field's
+    value is the first offered in the key's events in descending order over the whole key
+    (the MERGE takes the last in ascending order at the winner), and the latest truncate is
+    found by its own window. Rows compare as JSON of every column, so nested and repeated
+    fields compare too. ``sample = (seed, per_mille)`` compares only the keys whose
+    fingerprint with the seed falls under ``per_mille`` (large tables; the seed changes per
+    evaluation).
     """
     keys = ", ".join(q(k) for k in spec.key)
     columns = ", ".join(q(c) for c in spec.target_columns)
@@ -213,24 +423,68 @@ def check_sql(spec: MergeSpec, unmerged: Ranges, sample: tuple[str, int] | None 
             f"MOD(ABS(FARM_FINGERPRINT(CONCAT('{seed}', TO_JSON_STRING(STRUCT({keys}))))), "
             f"1000) < {int(per_mille)}"
         )
-    unmerged_rows = ranges_filter(spec, unmerged)
+    merged = f"NOT ({ranges_filter(spec, unmerged)})"
+    whole = (
+        f"OVER (PARTITION BY {keys} ORDER BY {order} "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
+    )
+    values = []
+    for column in spec.row_columns:
+        if column in spec.key:
+            values.append(q(column))
+            continue
+        change, delete = _candidates(spec, column)
+        values.append(
+            f"COALESCE(FIRST_VALUE({change} IGNORE NULLS) {whole}, "
+            f"FIRST_VALUE({delete} IGNORE NULLS) {whole}).x AS {q(column)}"
+        )
+    rest = ", ".join(q(c) for c in spec.target_columns[len(spec.row_columns) :])
     # A hard-deleted key's winner is filtered in the QUALIFY itself (evaluated after the
     # window), not by an outer query: the emulator mis-binds ALTER-added columns there.
     alive = f" AND NOT {q(DELETED_COLUMN)}" if spec.deletes is DeleteMode.HARD else ""
     expected = (
-        f"SELECT {columns} FROM {q(spec.changelog)} WHERE NOT ({unmerged_rows}) "
-        f"AND {sampled} QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {order}) "
-        f"= 1{alive}"
+        f"SELECT {', '.join(values)}, {rest} FROM {q(spec.changelog)} WHERE {merged} "
+        f"AND {_not_truncate()} AND {sampled} QUALIFY ROW_NUMBER() OVER "
+        f"(PARTITION BY {keys} ORDER BY {order}) = 1"
     )
+    if spec.truncates:
+        order_names = ", ".join(q(c) for c in spec.order_columns)
+        latest = (
+            f"SELECT {order_names} FROM {q(spec.changelog)} WHERE {merged} AND "
+            f"{q(OP_COLUMN)} = '{TRUNCATE_OP}' QUALIFY ROW_NUMBER() OVER (ORDER BY {order}) = 1"
+        )
+        wrapped = ", ".join(f"tr.{q(c)} AS {q(c)}" for c in spec.order_columns)
+        expected = _truncated(
+            spec,
+            f"SELECT r.*, IF(tr.{q(spec.order_columns[0])} IS NULL, NULL, "
+            f"STRUCT({wrapped})) AS _t FROM ({expected}) r LEFT JOIN ({latest}) tr ON TRUE",
+        )
+        alive = alive and f" WHERE NOT {q(DELETED_COLUMN)}"
+        expected = f"SELECT {columns} FROM ({expected}){alive}"
+    else:
+        expected = expected + alive
     actual = f"SELECT {columns} FROM {q(spec.target)} WHERE {sampled}"
+    # Named explicitly: the emulator names a struct's fields from a derived table's columns "".
+    named = ", ".join(f"{q(c)} AS {q(c)}" for c in spec.target_columns)
     as_json = "SELECT TO_JSON_STRING(STRUCT({columns})) AS r FROM ({source})"
-    expected_json = as_json.format(columns=columns, source=expected)
-    actual_json = as_json.format(columns=columns, source=actual)
+    return as_json.format(columns=named, source=actual), as_json.format(
+        columns=named, source=expected
+    )
+
+
+def check_sql(spec: MergeSpec, unmerged: Ranges, sample: tuple[str, int] | None = None) -> str:
+    """One row: ``rows``, ``duplicate_keys``, ``extra`` (rows of the table that the
+    recomputation lacks), ``missing`` (the other way round), ``deleted_rows``; the
+    recomputation is :func:`check_sides`'."""
+    keys = ", ".join(q(k) for k in spec.key)
+    actual_json, expected_json = check_sides(spec, unmerged, sample)
     return (
         f"SELECT (SELECT COUNT(*) FROM {q(spec.target)}) AS rows, "
         f"(SELECT COUNT(*) FROM (SELECT {keys} FROM {q(spec.target)} GROUP BY {keys} "
         f"HAVING COUNT(*) > 1)) AS duplicate_keys, "
         f"(SELECT COUNT(*) FROM ({actual_json} EXCEPT DISTINCT {expected_json})) AS extra, "
         f"(SELECT COUNT(*) FROM ({expected_json} EXCEPT DISTINCT {actual_json})) AS missing, "
-        f"(SELECT COUNTIF({q(DELETED_COLUMN)}) FROM {q(spec.target)}) AS deleted_rows"
+        # COUNT ... WHERE, not COUNTIF: next to the recomputation's IF()s, the emulator
+        # miscounts EXCEPT DISTINCT when a COUNTIF is in the same SELECT.
+        f"(SELECT COUNT(*) FROM {q(spec.target)} WHERE {q(DELETED_COLUMN)}) AS deleted_rows"
     )

@@ -112,7 +112,7 @@ def test_the_changelog_schema_puts_change_columns_first_and_keeps_the_row_fields
 @pytest.mark.parametrize(
     ("op", "before", "after", "expected"),
     [
-        ("t", None, None, "op 't' is not a row change"),
+        ("m", None, None, "op 'm' is not a row change"),
         ("d", None, None, "op 'd' without a before image"),
         ("u", ROW, None, "op 'u' without a after image"),
     ],
@@ -123,6 +123,55 @@ def test_an_envelope_that_is_not_a_row_change_is_bad_input(op, before, after, ex
     with pytest.raises(NotAChangeError, match=expected) as caught:
         changelog_record(schema, encode(schema, value_record(change, NS)), debezium_topic())
     assert caught.value.reason == "not_a_change"
+
+
+def test_a_truncate_is_a_deleting_change_without_row_values():
+    """Both images are null: the row fields are NULL where nullable, the zero value of their
+    type where Avro has no null (the NOT NULL key: no MERGE or history reads them)."""
+    schema = envelope_schema(NS, ROW_V2)
+    change = Change(7, "t", None, None, 1_732_000_000_999, 2)
+    record = changelog_record(schema, encode(schema, value_record(change, NS)), debezium_topic())
+    assert record == {
+        "_op": "t",
+        "_source_ts_ms": 1_732_000_000_999,
+        "_deleted": True,
+        "id": 0,
+        "first_name": "",
+        "last_name": "",
+        "email": "",
+        "phone": None,
+    }
+
+
+def test_an_empty_row_covers_every_avro_type():
+    row = {
+        "type": "record",
+        "name": "Value",
+        "fields": [
+            {"name": "b", "type": "boolean"},
+            {"name": "f", "type": "float"},
+            {"name": "d", "type": "double"},
+            {"name": "raw", "type": "bytes"},
+            {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["x", "y"]}},
+            {"name": "again", "type": "E"},
+            {"name": "fx", "type": {"type": "fixed", "name": "F", "size": 3}},
+            {"name": "a", "type": {"type": "array", "items": "string"}},
+            {"name": "m", "type": {"type": "map", "values": "long"}},
+            {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "n", "type": ["string", "null"]},
+            {"name": "u", "type": ["int", "string"]},
+            {"name": "r", "type": {"type": "record", "name": "In", "fields": [
+                {"name": "x", "type": "int"}]}},
+        ],
+    }  # fmt: skip
+    schema = envelope_schema(NS, row["fields"])
+    change = Change(7, "t", None, None, 5, 2)
+    record = changelog_record(schema, encode(schema, value_record(change, NS)), debezium_topic())
+    assert {k: v for k, v in record.items() if not k.startswith("_")} == {
+        "b": False, "f": 0.0, "d": 0.0, "raw": b"", "e": "x", "again": "x", "fx": bytes(3),
+        "a": [], "m": {}, "ts": datetime(1970, 1, 1, tzinfo=UTC), "n": None, "u": 0,
+        "r": {"x": 0},
+    }  # fmt: skip
 
 
 FLAT = {

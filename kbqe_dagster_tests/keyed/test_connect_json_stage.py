@@ -164,7 +164,7 @@ def test_a_json_value_without_its_schema_is_dead_lettered_saying_to_enable_schem
 @pytest.mark.parametrize(
     ("payload_change", "reason"),
     [
-        (lambda p: {**p, "op": "t"}, "not_a_change"),  # a truncate
+        (lambda p: {**p, "op": "m"}, "not_a_change"),  # a message event
         (lambda p: {**p, "after": {**p["after"], "id": "seven"}}, "json_schema_mismatch"),
         (lambda p: None, "not_a_change"),
     ],

@@ -178,3 +178,32 @@ def test_the_debezium_example_pipeline_is_valid() -> None:
         SourceFormat.AVRO,
     ]
     assert config.topics[1].keyed == KeyedConfig(deletes=DeleteMode.HARD, merge_every=4)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "given", "placeholder"),
+    [
+        ("debezium", None, "__debezium_unavailable_value"),
+        ("debezium", "<toasted>", "<toasted>"),
+        ("debezium", "", None),
+        ("avro", None, None),
+        ("avro", "<toasted>", "<toasted>"),
+    ],
+)
+def test_the_unavailable_value_placeholder_defaults_to_debezium_s_for_debezium_topics(
+    fmt, given, placeholder
+) -> None:
+    keyed = {} if fmt == "debezium" else {"key": ["id"], "version": "ts"}
+    extra = {} if fmt == "debezium" else {"event_time": {"fields": ["ts"]}}
+    if given is not None:
+        keyed["unavailable_value"] = given
+    config = _config(format=fmt, routing=STATIC, keyed=keyed, **extra)
+    topic = parse_pipeline_config(config).topics[0]
+    assert topic.keyed.placeholder(topic.format) == placeholder
+
+
+def test_the_unavailable_value_placeholder_is_a_string() -> None:
+    with pytest.raises(ConfigError, match="unavailable_value"):
+        parse_pipeline_config(
+            _config(format="debezium", routing=STATIC, keyed={"unavailable_value": 3})
+        )

@@ -99,7 +99,6 @@ def test_a_debezium_table_stream_is_staged_by_the_kernel_into_identical_files(tm
 @pytest.mark.parametrize(
     ("op", "before", "after", "reason"),
     [
-        ("t", None, None, "not_a_change"),  # a truncate
         ("m", None, None, "not_a_change"),  # a message event
         ("d", None, None, "not_a_change"),  # a delete without its before image
         ("u", {"id": 1, "first_name": "A", "last_name": "B", "email": "e"}, None, "not_a_change"),
@@ -114,6 +113,20 @@ def test_what_is_not_a_row_change_is_handed_back_and_dead_lettered_with_python_r
     msgs = [Msg(TOPIC, 0, i, frame(4, schema, r)) for i, r in enumerate([good, bad, good])]
     python, native = both(tmp_path, debezium(), {4: schema}, msgs)
     assert python.result.dead_letters == {reason: 1}
+    assert native.kernel_messages == 2 and native.handbacks == {"change_uncertain": 1}
+
+
+def test_a_truncate_is_handed_back_and_staged_by_the_python_path(tmp_path):
+    """The kernel cuts only c, r, u and d; a truncate (op t, no images, a null Kafka key) is
+    the Python path's: a changelog row, not a dead letter, in the same files."""
+    schema = envelope_schema(NS, ROW_V1)
+    good = value_record_of("c", None, {"id": 1, "first_name": "A", "last_name": "B", "email": "e"})
+    records = [good, value_record_of("t", None, None), good]
+    msgs = [Msg(TOPIC, 0, i, frame(4, schema, r)) for i, r in enumerate(records)]
+    msgs[1] = Msg(TOPIC, 0, 1, msgs[1].value(), key=None)
+    python, native = both(tmp_path, debezium(), {4: schema}, msgs)
+    assert python.result.dead_letters == native.result.dead_letters == {}
+    assert python.result.records == native.result.records == 3
     assert native.kernel_messages == 2 and native.handbacks == {"change_uncertain": 1}
 
 

@@ -89,7 +89,8 @@ class FakeMerger:
     def columns(self, dataset, table):
         return {"id": None}
 
-    def merge(self, dest, ranges, jobs, crash=lambda point: None):
+    def merge(self, dest, ranges, jobs, crash=lambda point: None, unmerged=None):
+        self.unmerged = unmerged  # what the recomputed rows must not see
         self.merges.append(ranges)
         return TableMergeResult(dest.name, jobs, 1, None, 1)
 
@@ -142,3 +143,16 @@ def test_an_unreadable_merge_state_names_the_safe_recovery(tmp_path) -> None:
     store.put_bytes(MERGE_STATE_FILE, b"{not json")
     with pytest.raises(MergeError, match="deleting it is safe"):
         merge_keyed_tables(config(), FakeMerger(), store, LoadState())
+
+
+def test_the_merge_is_told_which_rows_stay_unmerged_as_the_check_will_be(tmp_path) -> None:
+    """The MERGE recomputes a key's row from its merged changelog rows: a pending load job's
+    rows, which may land any moment, are not among them (merge_sql.merge_sql)."""
+    store = LocalStagingStore(tmp_path)
+    merger = FakeMerger()
+    state = LoadState(
+        (job("a", done(0, 0, 9)), job("c", done(0, 20, 29), status=JobStatus.SUBMITTED))
+    )
+    merge_keyed_tables(config(), merger, store, state)
+    assert merger.merges == [{0: [(0, 9)]}]
+    assert merger.unmerged == {0: [(20, 29)]}

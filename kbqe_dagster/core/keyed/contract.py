@@ -36,7 +36,16 @@ from kbqe_dagster.core.formats.source_format import SourceFormat
 __all__ = ["DeleteMode", "KeyedConfig", "SourceFormat", "changelog_table", "history_table"]
 
 OP_COLUMN = "_op"
-"""``c`` (create), ``r`` (snapshot read), ``u`` (update) or ``d`` (delete), as Debezium writes it."""
+"""``c`` (create), ``r`` (snapshot read), ``u`` (update), ``d`` (delete) or ``t`` (truncate), as
+Debezium writes it."""
+TRUNCATE_OP = "t"
+"""A truncate of the whole source table: not a key's change. Its changelog row has
+``_deleted = true`` and no row values (NULL where the row field is nullable, the type's zero
+value where Avro allows no null); the MERGE and the history never read them. Every key whose
+greatest event comes before it is deleted (keyed/merge_sql.py)."""
+DEBEZIUM_UNAVAILABLE_VALUE = "__debezium_unavailable_value"
+"""Debezium's default ``unavailable.value.placeholder``: the value an update carries for a
+TOASTed column it did not change (Postgres, REPLICA IDENTITY DEFAULT)."""
 VERSION_COLUMN = "_source_ts_ms"
 """INT64 epoch milliseconds: Debezium's ``source.ts_ms``, or a plain keyed topic's ``version``."""
 DELETED_COLUMN = "_deleted"
@@ -50,7 +59,9 @@ HISTORY_SUFFIX = "_history"
 
 class DeleteMode(str, Enum):
     SOFT = "soft"
-    """A deleted key keeps its last values (the before image) with ``_deleted = true``."""
+    """A deleted key keeps its last values with ``_deleted = true`` (its latest change's,
+    since a delete's before image may hold only the key; the before image itself for a key
+    never seen before)."""
     HARD = "hard"
     """A deleted key has no row in the current table."""
 
@@ -76,12 +87,29 @@ class KeyedConfig:
     """Merge the current table at every N-th merge tick (``load.poll_interval``) that finds
     new changelog rows, loaded or delivered through the Storage Write API (1: at every such
     tick); ``kbqe run --until-idle`` merges what is new at once."""
+    unavailable_value: str | None = None
+    """The value a change carries for a column whose value it does not have: Debezium's
+    connector option ``unavailable.value.placeholder``. Unset: ``__debezium_unavailable_value``
+    with ``format: debezium``, none for plain keyed topics; ``""``: none. A string column
+    holding it, a bytes column holding its UTF-8 bytes, or an array of strings holding only
+    it, means "unchanged" (an update that did not touch a TOASTed column): the current table
+    and the history keep the key's latest real value of that column (NULL when there is
+    none), never the placeholder. The changelog keeps each change as received, placeholder
+    included."""
 
     semantic_types: bool = True
     """Columns of Kafka Connect semantic types (a Debezium ``io.debezium.time.Date``) in the
     BigQuery type they map to (docs/configuration.md, "Semantic types"); ``false``: in the Avro
     type they are sent as (INT64 for a date), as kbqe staged them before this mapping: for a
     table created then, whose loads would otherwise be refused (INT64 → DATE)."""
+
+    def placeholder(self, source_format: SourceFormat) -> str | None:
+        """The placeholder in effect for a topic of ``source_format``, or None."""
+        if self.unavailable_value is None:
+            if source_format is SourceFormat.DEBEZIUM:
+                return DEBEZIUM_UNAVAILABLE_VALUE
+            return None
+        return self.unavailable_value or None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", tuple(self.key))
@@ -98,9 +126,18 @@ KEYED_SPEC: dict[str, r.Converter] = {
     "delete_field": r.string,
     "merge_every": r.integer(minimum=1),
     "semantic_types": r.boolean,
+    "unavailable_value": lambda value: _placeholder(value),
 }
 """How each key of a topic's ``keyed:`` section is read (core/config/pipeline.py adds the rules that
 involve the topic: its format, routing and the dead-letter table)."""
+
+
+def _placeholder(value: object) -> str:
+    """A string, or ``""`` for none (a column may not hold the empty string as "unchanged")."""
+    if not isinstance(value, str):
+        raise r.Invalid(f'expected a string ("" for none), got {r.describe(value)}')
+    return value
+
 
 DEBEZIUM_EVENT_TIME_FIELDS = ("source.ts_ms", "__source_ts_ms")
 """A Debezium topic's event date, unless its ``event_time.fields`` say otherwise: the change's
