@@ -103,10 +103,13 @@ class Rig:
         )
         return {r["id"]: dict(r.items()) for r in rows}
 
+    unavailable: set[tuple[int, str]] = field(default_factory=set)
+    """TOASTed values no change carried (a primary-key update's new key): NULL in D.T."""
+
     def assert_equal_to_postgres(self, added_after: dict[str, int] | None = None) -> None:
         source = self.source.rows()
         table = self.table_rows()
-        found = differences(source, table)
+        found = differences(source, table, frozenset(self.unavailable))
         # A column added with a default: Debezium sends no event for the rows the ALTER
         # filled, so a row not changed since reads NULL there until its next change.
         found = [
@@ -191,7 +194,9 @@ def rig(request, cdc_stack, tmp_path) -> Iterator[Rig]:
 def kill_connect_and_restart(rig: Rig) -> None:
     """SIGKILL the Connect worker (no offset flush, no clean shutdown), then start it again
     and wait for the connector: Debezium resumes from its last committed offset."""
-    (service,) = stack.build(["connect"], endpoints=rig.endpoints)
+    service = next(
+        s for s in stack.build(["connect"], endpoints=rig.endpoints) if s.name == "connect"
+    )
     pid = service.pid()
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -219,6 +224,7 @@ def test_postgres_is_the_oracle_of_the_debezium_table(rig) -> None:
     src.update(src.live_ids()[:12])
     src.sql(f"DELETE FROM {src.qualified} WHERE id IN (2, 3, 5)")
     src.sql(f"UPDATE {src.qualified} SET id = 100000 WHERE id = 4")
+    rig.unavailable.add((100000, "c_big_text"))
     wait_until_stable(rig.end_offset, rig.end_offset())
     rig.run()
     rig.assert_equal_to_postgres()
