@@ -195,6 +195,7 @@ class KeyedMerger:
                 and (kind := placeholder_kind(columns[name].field_type, columns[name].mode))
             ),
             truncates=dest.topic.format is SourceFormat.DEBEZIUM,
+            repeated=tuple(name for name in row if columns[name].mode == "REPEATED"),
         )
         return spec, columns
 

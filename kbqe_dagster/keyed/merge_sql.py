@@ -6,11 +6,11 @@ SQL spells the lexicographic comparison out (:func:`newer`), since BigQuery cann
 structs with ``>``.
 
 **A key's row** (:func:`resolved_rows_sql`) is its greatest event's change and order columns
-with, for each row field, the key's latest real value: of its latest row change whose field
-is not the unavailable-value placeholder (an unchanged TOASTed column), else of its latest
-delete's before image (a key only ever deleted), else NULL. A delete therefore keeps the last
-values (under REPLICA IDENTITY DEFAULT its before image is only the key), and the
-placeholder is never a value. The latest truncate (``_op = 't'``, no key's event) deletes
+with, for each row field, the key's latest real value: of its latest event with a row image
+(a row change, or a delete whose before image holds more than the key) whose field is not the
+unavailable-value placeholder (an unchanged TOASTed column), else NULL. A key-only delete
+(REPLICA IDENTITY DEFAULT) therefore keeps the last values, and the placeholder is never a
+value. The latest truncate (``_op = 't'``, no key's event) deletes
 every key whose greatest event comes before it: ``_op = 't'``, ``_deleted = true``, its
 order, the values kept; no row with hard deletes. The values are wrapped in a STRUCT while
 they are chosen, so that a real NULL stays apart from "no value here".
@@ -97,6 +97,8 @@ class MergeSpec:
     """(row field, :class:`PlaceholderKind`) of the fields whose type can hold it."""
     truncates: bool = False
     """The changelog may hold truncates (``format: debezium``)."""
+    repeated: tuple[str, ...] = ()
+    """Row fields that are arrays (BigQuery stores no NULL array: an empty one)."""
 
     @property
     def order_columns(self) -> tuple[str, str, str]:
@@ -186,17 +188,30 @@ def placeholder_test(spec: MergeSpec, column: str) -> str | None:
     return f"IFNULL({test}, FALSE)"
 
 
+def _has_image(spec: MergeSpec) -> str:
+    """SQL per changelog row: a row field besides the key is set. A delete without one has a
+    key-only before image (REPLICA IDENTITY DEFAULT) and offers no values; with one, its
+    before image is the row (REPLICA IDENTITY FULL)."""
+    tests = [
+        f"ARRAY_LENGTH({q(c)}) > 0" if c in spec.repeated else f"{q(c)} IS NOT NULL"
+        for c in spec.row_columns
+        if c not in spec.key
+    ]
+    return "(" + " OR ".join(tests) + ")" if tests else "FALSE"
+
+
 def _candidates(spec: MergeSpec, column: str) -> tuple[str, str]:
     """SQL per changelog row: ``column``'s value wrapped in a STRUCT when this row offers it,
-    else NULL (the wrapper keeps a real NULL apart from "no value"): first as a row change
-    offers it (not a delete, not the placeholder), then as a delete does (its before image)."""
+    else NULL (the wrapper keeps a real NULL apart from "no value"): first as a row change or
+    a delete with a full before image offers it (not the placeholder), then as a key-only
+    delete does (a key only ever deleted so: NULL)."""
     test = placeholder_test(spec, column)
     real = "TRUE" if test is None else f"NOT {test}"
-    deleted = q(DELETED_COLUMN)
+    deleted, image = q(DELETED_COLUMN), _has_image(spec)
     value = f"STRUCT({q(column)} AS x)"
     return (
-        f"IF(NOT {deleted} AND {real}, {value}, NULL)",
-        f"IF({deleted} AND {real}, {value}, NULL)",
+        f"IF((NOT {deleted} OR {image}) AND {real}, {value}, NULL)",
+        f"IF({deleted} AND NOT {image} AND {real}, {value}, NULL)",
     )
 
 
@@ -206,10 +221,10 @@ def resolved_rows_sql(spec: MergeSpec, where: str, applied: str, alias: str = "c
     :func:`_truncated`); deleted keys included.
 
     The winner's change and order columns; each row field the key's latest real value: of its
-    latest row change (c, r, u) whose field does not hold the placeholder, else of its latest
-    delete's before image (a key only ever deleted), else NULL. So a delete keeps the last
-    values (its before image holds only the key under REPLICA IDENTITY DEFAULT), and an update
-    that did not change a TOASTed column keeps its value. Computed by running windows at the
+    latest event with a row image (c, r, u, or a delete whose before image holds more than the
+    key: REPLICA IDENTITY FULL) whose field does not hold the placeholder, else NULL. So a
+    key-only delete (REPLICA IDENTITY DEFAULT) keeps the last values, and an update that did
+    not change a TOASTed column keeps its value. Computed by running windows at the
     winner (the check computes it another way, :func:`check_sql`)."""
     keys = ", ".join(q(k) for k in spec.key)
     ascending = ", ".join(q(c) for c in spec.order_columns)

@@ -235,6 +235,15 @@ def test_a_delete_of_a_key_never_seen_keeps_its_before_image(table):
         assert table.current() == {}
 
 
+def test_a_full_before_image_is_the_delete_s_values(table):
+    """REPLICA IDENTITY FULL: the before image is the row, taken as it is."""
+    table.merge(Change(6, "c", 100, *LONG))
+    table.merge(Change(6, "d", 200, "Z", "z bio", b"z", ["z"], None))
+    if table.dest.topic.keyed.deletes.value == "soft":
+        assert _values_of(table.current()[6]) == ("Z", "z bio", b"z", ["z"], None)
+    assert table.history(6)[-1]["name"] == "Z"
+
+
 def test_a_late_older_update_gives_a_delete_its_values(table):
     """Out of order across merges: the rows are recomputed from the key's history."""
     table.merge(Change(5, "c", 100, *LONG), key_only_delete(5, 300))

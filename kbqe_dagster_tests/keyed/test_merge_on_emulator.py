@@ -2,9 +2,9 @@
 change sets applied batch by batch: out-of-order versions, equal versions within and across
 partitions, deletes and re-creates, redelivered copies, batches merged twice, and a merge cut
 between its two hard-delete statements. After every batch the current table is each key's
-greatest event (none for a hard-deleted key) with the key's last values (a delete keeps them:
-its before image is only the key under REPLICA IDENTITY DEFAULT), and the view is one row per
-version. Placeholders, key-only deletes and truncates: test_merge_cdc_on_emulator.py."""
+greatest event (none for a hard-deleted key), and the view is one row per version. The deletes
+here carry a full before image (REPLICA IDENTITY FULL); placeholders, key-only deletes and
+truncates: test_merge_cdc_on_emulator.py."""
 
 from __future__ import annotations
 
@@ -70,29 +70,13 @@ def random_batches(seed: int, batches: int = 4, per_batch: int = 40) -> list[lis
     return out
 
 
-def last_name(events: list[Event], key: int, upto: tuple[int, int, int]) -> str | None:
-    """The key's name as of its event at ``upto``: of its latest change (not a delete), else
-    of its latest delete (a key only ever deleted: the before image)."""
-    mine = sorted((e for e in events if e.id == key and e.order <= upto), key=lambda e: e.order)
-    changes = [e for e in mine if e.op != "d"]
-    return (changes or mine)[-1].name
-
-
 def oracle_current(events: list[Event], hard: bool) -> set[tuple]:
     best: dict[int, Event] = {}
     for e in events:
         if e.id not in best or e.order > best[e.id].order:
             best[e.id] = e
     return {
-        (
-            e.id,
-            last_name(events, e.id, e.order),
-            e.op,
-            e.version,
-            e.op == "d",
-            e.partition,
-            e.offset,
-        )
+        (e.id, e.name, e.op, e.version, e.op == "d", e.partition, e.offset)
         for e in best.values()
         if not (hard and e.op == "d")
     }
@@ -114,7 +98,7 @@ def oracle_history(events: list[Event]) -> set[tuple]:
             rows.add(
                 (
                     e.id,
-                    last_name(events, e.id, e.order),
+                    e.name,
                     e.op,
                     e.op == "d",
                     _ts(e.version),

@@ -59,9 +59,8 @@ HISTORY_SUFFIX = "_history"
 
 class DeleteMode(str, Enum):
     SOFT = "soft"
-    """A deleted key keeps its last values with ``_deleted = true`` (its latest change's,
-    since a delete's before image may hold only the key; the before image itself for a key
-    never seen before)."""
+    """A deleted key keeps its last values with ``_deleted = true``: the delete's before
+    image, or, when that holds only the key (REPLICA IDENTITY DEFAULT), the latest values."""
     HARD = "hard"
     """A deleted key has no row in the current table."""
 
