@@ -362,3 +362,17 @@ def test_a_semantic_value_the_kernel_does_not_re_encode_leaves_its_schema_to_pyt
     python, native = both(tmp_path, debezium(), {7: schema}, semantic_stream(schema, rows))
     assert native.handbacks == {"schema_unknown": 3}
     assert python.result.dead_letters == {}
+
+
+def test_an_event_time_inside_a_re_encoded_row_is_read_by_the_kernel_as_it_re_encodes(tmp_path):
+    # The image is walked field by field to re-encode `at`; `after.seen` is read on the way.
+    config = debezium(event_time={"fields": ["after.seen"], "epoch_unit": "us"})
+    schema = envelope_schema(NS, ZONED_ROW)
+    rows = [{"id": i, "born": None, "seen": 1_726_238_205_123_456 + i * 86_400_000_000,
+             "doc": None, "at": "2024-09-13T12:36:45Z"} for i in range(4)]  # fmt: skip
+    python, native = both(tmp_path, config, {7: schema}, semantic_stream(schema, rows))
+    assert native.kernel_messages == 4 and native.handbacks == {}
+    _, records = staged_avro(python)
+    assert [r["_event_date"].isoformat() for r in records] == [
+        "2024-09-13", "2024-09-14", "2024-09-15", "2024-09-16"
+    ]  # fmt: skip

@@ -53,8 +53,8 @@ impl Layout {
     /// `ChangeLayout.cut` names it) with its top-level field indexes and wanted slots.
     /// `rewrites`: the row fields (index among the row record's fields) whose semantic values
     /// are re-encoded, and their kind (rewrite.rs `FieldRewrite::semantic`); each must be of
-    /// the kind's Avro type or a union of null and it. `plan`: the walk's, whose reads must not
-    /// reach into an envelope's images when rows are re-encoded (the images are walked here).
+    /// the kind's Avro type or a union of null and it. `plan`: the walk's (with rewrites, an
+    /// envelope's images are walked here, reading what it reads in them).
     pub fn compile(schema: &Schema, plan: &Plan, kind: &str, fields: &[usize], slots: &[Option<usize>],
                    rewrites: &[(usize, String)]) -> Result<Layout, Unsupported> {
         let bad = || Unsupported(format!("a {kind} layout with fields {fields:?} and slots {slots:?}"));
@@ -77,11 +77,8 @@ impl Layout {
         // rewrites index.
         let rows: Vec<&[(String, NodeId)]> = match cut {
             Cut::Envelope { before, after, .. } => {
-                if !rewrites.is_empty() {
-                    let Plan::Record(plans) = plan else { return Err(bad()) };
-                    if [before.0, after.0].iter().any(|i| !matches!(plans.get(*i), Some(Plan::Skip))) {
-                        return Err(Unsupported("a wanted path inside a row that is re-encoded".into()));
-                    }
+                if !rewrites.is_empty() && !matches!(plan, Plan::Record(_)) {
+                    return Err(bad());
                 }
                 [before, after].iter().map(|&(i, branch)| row_of(schema, top, i, branch)).collect::<Result<_, _>>()?
             }
@@ -148,7 +145,7 @@ impl Layout {
             };
             starts[2 * which] = c.pos;
             let row = 4 + which * n;
-            walk_image(walker, *t, row_branch, c, &mut starts[row..row + n])?;
+            walk_image(walker, *t, p, row_branch, c, values, &mut starts[row..row + n])?;
             starts[2 * which + 1] = c.pos;
         }
         Ok(())
@@ -245,10 +242,12 @@ impl Layout {
     }
 }
 
-/// Walk an image (a union of null and the row record, `row_branch` its index) noting in `row`
-/// where each of the row's fields starts and where the row ends; a null image leaves `row`
-/// zeros. Its plan is a skip (`Layout::compile`): validated as `Walker::skip` would.
-fn walk_image(walker: &Walker, union: NodeId, row_branch: u64, c: &mut Cursor, row: &mut [usize]) -> R<()> {
+/// Walk an image (a union of null and the row record, `row_branch` its index) under `plan`
+/// (validating it, reading the wanted values in it) noting in `row` where each of the row's
+/// fields starts and where the row ends; a null image leaves `row` zeros. The same checks and
+/// reads as `Walker::walk` of the union.
+fn walk_image(walker: &Walker, union: NodeId, plan: &Plan, row_branch: u64, c: &mut Cursor, values: &mut [Value],
+              row: &mut [usize]) -> R<()> {
     let Kind::Union(branches) = &walker.schema.nodes[union] else { return Err(Stop) };
     let branch = c.length()?;
     if branch != row_branch {
@@ -259,9 +258,19 @@ fn walk_image(walker: &Walker, union: NodeId, row_branch: u64, c: &mut Cursor, r
         };
     }
     let Kind::Record { fields, .. } = &walker.schema.nodes[branches[branch as usize]] else { return Err(Stop) };
+    let reads = match plan {
+        Plan::Union(plans) => match plans.get(branch as usize) {
+            Some(Plan::Record(plans)) => Some(plans),
+            _ => None,
+        },
+        _ => None,
+    };
     for (at, (_, t)) in fields.iter().enumerate() {
         row[at] = c.pos;
-        walker.skip(*t, c, 3)?;
+        match reads {
+            Some(plans) => walker.walk(*t, &plans[at], c, values, 3)?,
+            None => walker.skip(*t, c, 3)?,
+        }
     }
     row[fields.len()] = c.pos;
     Ok(())
