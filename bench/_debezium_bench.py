@@ -180,7 +180,7 @@ def build_postgres_envelopes(count: int, unique: int, seed: int) -> list[bytes]:
             "before": postgres_row(rng, i) if update else None,
             "after": postgres_row(rng, i),
             "source": {
-                "version": "3.0.0.Final", "connector": "postgresql", "name": "dbz_avro",
+                "version": "3.6.1.Final", "connector": "postgresql", "name": "dbz_avro",
                 "ts_ms": ts, "snapshot": "false", "db": "kbqe", "sequence": None,
                 "ts_us": ts * 1000, "ts_ns": ts * 1_000_000, "schema": "public",
                 "table": "all_types", "txId": 1000 + i, "lsn": 10_000_000 + i, "xmin": None,
