@@ -82,7 +82,7 @@ def _produce(
     unique: int,
     seed: int,
     compression: str,
-    debezium: bool,
+    debezium: bool | str,
     json_values: bool,
     json_schema_values: bool,
     protobuf_values: bool,
@@ -111,8 +111,14 @@ def _produce(
             encode_frame(schema_id, body) for body in build_protobuf_values(unique, unique, seed)
         ]
     else:
-        build = build_envelopes if debezium else build_bodies
-        values = [encode_frame(schema_id, body) for body in build(unique, unique, seed)]
+        # `debezium`: True (the bench's order row) or the envelope variant's name.
+        variant = debezium if isinstance(debezium, str) else "orders"
+        bodies = (
+            build_envelopes(unique, unique, seed, variant)
+            if debezium
+            else build_bodies(unique, unique, seed)
+        )
+        values = [encode_frame(schema_id, body) for body in bodies]
     keys = [b"user-%011d" % i for i in range(unique)]
     errors: list[str] = []
     producer = Producer({
@@ -157,7 +163,7 @@ def produce(
     unique: int = 50_000,
     seed: int = 1,
     compression: str = "none",
-    debezium: bool = False,
+    debezium: bool | str = False,
     json_values: bool = False,
     json_schema_values: bool = False,
     protobuf_values: bool = False,

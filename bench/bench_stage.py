@@ -67,7 +67,7 @@ os.environ.setdefault("KBQE_LOCAL_HOME", str(ROOT / ".kbqe-local"))
 
 import _kafka_bench as kb  # noqa: E402
 from _breakdown import run_in_child as breakdown  # noqa: E402
-from _debezium_bench import envelope_schema  # noqa: E402
+from _debezium_bench import KEY_FIELD, variant_schema  # noqa: E402
 from _json_bench import JSON_SCHEMA  # noqa: E402
 from _profile import WorkerProfile, summarize  # noqa: E402
 from _protobuf_bench import PROTO  # noqa: E402
@@ -125,6 +125,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="Debezium envelopes of the same row into a keyed topic "
         "(writes bench/results/stage_debezium.json unless --json)",
+    )
+    parser.add_argument(
+        "--debezium-postgres",
+        action="store_true",
+        help="--debezium with the real Postgres connector's envelope of a table of 24 column "
+        "types (bench/_debezium_bench.py; writes bench/results/stage_debezium_postgres.json)",
+    )
+    parser.add_argument(
+        "--native-only",
+        action="store_true",
+        help="stage on the native kernel only, not also on the Python path (which takes "
+        "many minutes per target at N = 1,000,000 for slow rows such as --debezium-postgres)",
     )
     parser.add_argument(
         "--json-values",
@@ -201,7 +213,7 @@ routing and event time do not read."""
 def pipeline(
     topic: str,
     range_size: int,
-    debezium: bool = False,
+    debezium: bool | str = False,
     json_values: bool = False,
     json_schema_values: bool = False,
     protobuf_values: bool = False,
@@ -223,7 +235,7 @@ def pipeline(
 def _pipeline(
     topic: str,
     range_size: int,
-    debezium: bool,
+    debezium: bool | str,
     json_values: bool,
     json_schema_values: bool,
     protobuf_values: bool,
@@ -267,9 +279,10 @@ def _pipeline(
             "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
         }, source="bench")  # fmt: skip
     if debezium:  # keyed: every change into sales.orders_changelog (core/keyed/contract.py)
+        key = KEY_FIELD[debezium if isinstance(debezium, str) else "orders"]
         return parse_pipeline_config({
             "version": 1,
-            "topics": [{"name": topic, "format": "debezium", "keyed": {"key": ["eventId"]},
+            "topics": [{"name": topic, "format": "debezium", "keyed": {"key": [key]},
                         "routing": {"mode": "static", "dataset": "sales", "table": "orders"}}],
             "staging": {"max_messages_per_range": range_size, "file_codec": "snappy"},
         }, source="bench")  # fmt: skip
@@ -350,7 +363,7 @@ class Bench:
         topic = f"bench.stage.t{uuid.uuid4().hex[:8]}"
         kb.create_topic(self.endpoints.kafka_bootstrap, topic, PARTITIONS)
         self.topics.append(topic)
-        schema = envelope_schema() if self.args.debezium else SCHEMA
+        schema = variant_schema(self.args.debezium) if self.args.debezium else SCHEMA
         if self.args.json_schema_values:
             schema_id = kb.register_schema(
                 self.endpoints.registry_url, f"{topic}-value", JSON_SCHEMA, "JSON"
@@ -620,9 +633,11 @@ def print_table(report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # --debezium is True (the order row) or, from here on, the envelope variant's name.
+    args.debezium = "postgres" if args.debezium_postgres else "orders" if args.debezium else ""
     if args.json is None:
         variant = (
-            "_debezium"
+            f"_debezium{'_postgres' if args.debezium == 'postgres' else ''}"
             if args.debezium
             else "_json"
             if args.json_values
@@ -668,7 +683,8 @@ def main(argv: list[str] | None = None) -> int:
             "schema_fields": len(SCHEMA["fields"]), "key_bytes": kb.VALUE_KEY_BYTES,
             "mean_value_bytes": round(data["produce"]["value_bytes"] / args.messages, 1),
             "compression": args.compression, "spark_master": "local[2]", "file_codec": "snappy",
-            "format": "debezium" if args.debezium else "json" if args.json_values
+            "format": ("debezium" if args.debezium == "orders" else "debezium_postgres")
+                      if args.debezium else "json" if args.json_values
                       else "json_schema" if args.json_schema_values
                       else "protobuf" if args.protobuf_values
                       else "raw" if args.raw_values else "avro",
@@ -690,7 +706,9 @@ def main(argv: list[str] | None = None) -> int:
             report["breakdown_cpu_us_per_message"] = breakdown(
                 bench.context(data, "local"), SCHEMA, args.breakdown
             )
-        paths = [True, False] if KERNEL.available else [False]
+        paths = [True] if args.native_only else [True, False] if KERNEL.available else [False]
+        if args.native_only and not KERNEL.available:
+            raise SystemExit("--native-only: the native stage kernel is not built")
         report["stage_kernel"] = str(KERNEL)
         report["stage"] = [
             bench.stage(data, target, native=native)

@@ -167,9 +167,10 @@ types), a TIMESTAMP partitions and clusters like every other time column, and Bi
 from Avro (`local-timestamp-*`) does not load on the local emulator, so the product could not be
 tested as it runs. Why NUMERIC for `numeric` without a scale: exact for every value of up to 29
 integer and 9 fractional digits, loadable everywhere (BIGNUMERIC cannot be created on the local
-emulator); a value it cannot hold is refused naming the column rather than rounded. Columns
-whose bytes stay as sent (every type above but `timestamptz`, `numeric` without a scale and the
-nanosecond types) are sliced by the native kernel under their logical type.
+emulator); a value it cannot hold is refused naming the column rather than rounded. The native
+kernel stages all of it: columns whose bytes stay as sent are sliced under their logical type,
+and `timestamptz`, `numeric` without a scale and the nanosecond types are re-encoded exactly as
+the Python path does (what it cannot read alike goes back to the Python path).
 
 A keyed topic's changelog may be delivered through the Storage Write API: `delivery:
 storage_write` on the topic, or a `tables:` entry for `D.T_changelog` (or `D.*`). The changelog

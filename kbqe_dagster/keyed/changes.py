@@ -113,9 +113,16 @@ class ChangeLayout:
 
     @property
     def rewrites_values(self) -> bool:
-        """Whether :meth:`body` re-encodes rows (the native kernel only slices: such a
-        schema's messages stay on the Python path)."""
+        """Whether :meth:`body` re-encodes rows (:meth:`kernel_rewrites` says how the native
+        kernel does the same)."""
         return self.semantic is not None
+
+    def kernel_rewrites(self) -> tuple[tuple[int, str], ...]:
+        """The row fields :meth:`converted` re-encodes, for the native kernel (kernel/src/
+        changes.rs): (index among the row's fields, kind of kernel/src/connect_types.rs), in
+        field order; empty when rows are sliced. ValueError when one is not the kernel's (the
+        schema then stays on the Python path)."""
+        return () if self.semantic is None else self.semantic.kernel_rewrites()
 
     def cut(self) -> tuple[str, tuple[int, ...], tuple[str | None, ...]]:
         """How :meth:`body` cuts, for the native kernel (kernel/src/changes.rs, which does the

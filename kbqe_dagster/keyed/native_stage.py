@@ -7,7 +7,8 @@ schema: what the kernel is taught. With a schema it gets the schema's changelog 
 (:meth:`ChangeLayout.cut <kbqe_dagster.keyed.changes.ChangeLayout.cut>`: which top-level fields
 hold the row image, which values give the change columns) and the changelog table's file slot;
 the kernel (kernel/src/changes.rs) then writes the change columns plus the row's bytes sliced
-from the validated body, as :meth:`ChangeLayout.body` does; it counts and skips tombstones (null
+from the validated body, as :meth:`ChangeLayout.body` does, re-encoding the row fields of Kafka
+Connect semantic types whose bytes change (:meth:`ChangeLayout.kernel_rewrites`); it counts and skips tombstones (null
 values) as :meth:`KeyedRangeStager.add` does. Whatever it is not certain about — a message that
 is not a row change, a schema whose layout or types it does not implement — is handed back to
 the Python path, so files, dead letters, counts and tombstones are that path's
@@ -71,8 +72,7 @@ class KeyedNativeStaging(NativeStaging):
         schema_id, decoder = known
         stager = self.stager
         try:
-            if decoder.layout.rewrites_values:
-                raise ValueError("its row has semantic values to re-encode (connect_types.py)")
+            rewrites = list(decoder.layout.kernel_rewrites())
             kind, fields, paths = decoder.layout.cut()
             wanted = self.wanted
             slots = [None if path is None else wanted.index(path) for path in paths]
@@ -83,7 +83,7 @@ class KeyedNativeStaging(NativeStaging):
             slot = self._slot(
                 stager.changelog.dataset, stager.changelog.table, schema_id, decoder.schema
             )
-            self.kernel.add_change_schema(header, text, slot, kind, list(fields), slots)
+            self.kernel.add_change_schema(header, text, slot, kind, list(fields), slots, rewrites)
         except (BadInputError, ValueError) as error:
             self._offered[header] = str(error)
             log.debug(

@@ -90,9 +90,14 @@ def row_fields(rng: random.Random, factory: SchemaFactory, form: str) -> list[di
         fields.append({"name": "is_deleted", "type": rng.choice(["boolean", ["null", "boolean"]])})
     if rng.random() < 0.85:
         fields += factory.record(depth=1)["fields"]
-    if rng.random() < 0.4:
-        fields += semantic_fields(rng, factory)
     rng.shuffle(fields)
+    if rng.random() < 0.5:
+        # Among the others, in their order: a decimal is defined before it is named again.
+        at = 0
+        for semantic in semantic_fields(rng, factory):
+            at = rng.randint(at, len(fields))
+            fields.insert(at, semantic)
+            at += 1
     return fields
 
 
@@ -113,47 +118,127 @@ SEMANTIC_TYPES: list[Any] = [  # what Debezium's Postgres connector writes (corp
               **{"connect.parameters": {"scale": "2", "connect.decimal.precision": "10"},
                  "scale": 2, "precision": 10, "logicalType": "decimal"}),
 ]  # fmt: skip
-REENCODED_TYPES: list[Any] = [  # their schemas stay on the Python path whole (handed back)
+REENCODED_TYPES: list[Any] = [  # re-encoded by both paths (kernel: kernel/src/connect_types.rs)
+    _semantic("io.debezium.time.ZonedTimestamp", "string"),
     _semantic("io.debezium.time.ZonedTimestamp", "string"),
     _semantic("io.debezium.time.NanoTimestamp", "long"),
+    _semantic("io.debezium.time.NanoTime", "long"),
 ]
+VSD = "io.debezium.data.VariableScaleDecimal"
 
 
 def semantic_fields(rng: random.Random, factory: SchemaFactory) -> list[dict]:
     """Columns of Kafka Connect semantic types (core/formats/connect_types.py): most keep
-    their bytes (the kernel slices them under a logical type), a few are re-encoded."""
+    their bytes (the kernel slices them under a logical type), many are re-encoded (by the
+    kernel too), a few sit where only the Python path converts them (an array of them)."""
     fields = []
-    for i in range(rng.randint(1, 4)):
+    decimal: str | None = None  # a VariableScaleDecimal defined once, then named (as Debezium)
+    for i in range(rng.randint(1, 5)):
         avro = rng.choice(SEMANTIC_TYPES)
         roll = rng.random()
-        if roll < 0.05:
+        if roll < 0.3:
             avro = rng.choice(REENCODED_TYPES)
-        elif roll < 0.08:
-            avro = {"type": "record", "name": factory.name("VariableScaleDecimal"),
-                    "namespace": "io.debezium.data", "connect.name":
-                    "io.debezium.data.VariableScaleDecimal",
-                    "fields": [{"name": "scale", "type": "int"},
-                               {"name": "value", "type": "bytes"}]}  # fmt: skip
+        elif roll < 0.45:
+            if decimal is not None and rng.random() < 0.5:
+                avro = decimal
+            else:
+                name = factory.name("VariableScaleDecimal")
+                avro = {"type": "record", "name": name, "namespace": "io.debezium.data",
+                        "connect.name": VSD,
+                        "fields": [{"name": "scale", "type": "int"},
+                                   {"name": "value", "type": "bytes"}]}  # fmt: skip
+                decimal = decimal or f"io.debezium.data.{name}"
+        elif roll < 0.47:  # inside an array: the Python path's (the whole schema)
+            avro = {"type": "array", "items": rng.choice(REENCODED_TYPES)}
         optional = rng.random() < 0.6
-        fields.append({"name": f"sem{i}", "type": ["null", avro] if optional else avro})
+        union = ["null", avro] if rng.random() < 0.9 else [avro, "null"]
+        fields.append({"name": f"sem{i}", "type": union if optional else avro})
     return fields
+
+
+ZONED_EDGES = [  # other spellings fromisoformat reads (so may the kernel: event_time.rs's
+    # parse_iso), and texts it refuses or reads as naive (the Python path dead-letters them)
+    "2024-09-13T12:36:60Z", "2024-09-13T23:59:60Z", "2024-09-13T24:00:00Z",
+    "2024-09-13T12:36:45z", "2024-09-13 12:36:45Z", "2024-09-13T12:36:45+00",
+    "2024-09-13T12:36:45+0000", "2024-09-13T12:36:45.Z", "2024-09-13T12:36:45,5Z",
+    "2024-09-13T12:36:45.1234567890Z", "2024-09-13T12:36:45+24:00", "2024-09-13T12:36:45",
+    "2024-09-13T12:36:45+02:00:30", "2024-09-13T12:36Z", "2023-02-29T00:00:00Z",
+    "2024-02-29T00:00:00Z", "0000-01-01T00:00:00Z", "0001-01-01T00:00:00Z",
+    "0001-01-01T00:00:00+00:01", "0001-01-01T00:59:59.999999+01:00",
+    "9999-12-31T23:59:59.999999Z", "9999-12-31T23:59:59.9999999Z",
+    "9999-12-31T23:59:59.999999-00:01", "9999-12-31T23:00:00-01:00", "1969-12-31T23:59:59.9999995-00:00",
+    "", "not a time", "２024-09-13T12:36:45Z", "2024-09-13T12:36:45.5+23:59",
+    "2024-09-13T12:36:45.5-23:59", "2024-9-13T12:36:45Z", "2024-09-13T12:36:45+02:60",
+    "2024-09-13T12:36:45Z[UTC]", "2024-09-13T12:36:45+02:00[Europe/Paris]", "2024-09-13",
+    "2024-09-13T12:36.5Z", "2024-09-13x12:36:45.5+0200", "2024-09-13T12:36:45-01:30:15",
+    "2024-09-13T12:36:45.5+01:30:15.5", "2024-09-13T12:36:45+0130", "2024-09-13T12:36:45-013015",
+    "2024-W37-5T12:36:45Z", "20240913T123645Z", "2024-09-13T12:36:45.000000000000001Z",
+]  # fmt: skip
+
+
+def zoned_timestamp(rng: random.Random) -> str:
+    """A ZonedTimestamp as Debezium writes it (any instant of years 1-9999, 0 to 9 fraction
+    digits, ``Z`` or ``±HH:MM``), and sometimes in another spelling fromisoformat reads."""
+    year = rng.choice([1, 2, 1969, 1970, 2024, 9998, 9999, rng.randint(1, 9999)])
+    month, day = rng.randint(1, 12), rng.randint(1, 28 if rng.random() < 0.9 else 31)
+    other = rng.random() < 0.2
+    separator = rng.choice("T t_") if other else "T"
+    text = f"{year:04d}-{month:02d}-{day:02d}{separator}{rng.randint(0, 23):02d}"
+    text += f":{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}"
+    places = rng.choice([0, 0, 6, 6, 3, rng.randint(1, 9), rng.randint(10, 14) if other else 6])
+    if places:
+        point = rng.choice(".,") if other else "."
+        text += point + "".join(rng.choice("0123456789") for _ in range(places))
+    if rng.random() < 0.6:
+        return text + "Z"
+    sign, hours, minutes = rng.choice("+-"), rng.randint(0, 23), rng.choice([0, 30, 45, 59])
+    if other:
+        return text + rng.choice([f"{sign}{hours:02d}", f"{sign}{hours:02d}{minutes:02d}",
+                                  f"{sign}{hours:02d}:{minutes:02d}:{rng.randint(0, 59):02d}"])  # fmt: skip
+    return text + f"{sign}{hours:02d}:{minutes:02d}"
+
+
+def variable_scale_decimal(rng: random.Random) -> dict:
+    """Debezium's ``{scale, value}``: unscaled values of many sizes (in their shortest two's
+    complement bytes or longer, as a sign extension), scales from negative to past 38."""
+    bits = rng.choice([0, 1, 7, 8, 9, 31, 64, 100, 125, 127, 128, 140, rng.randint(0, 160)])
+    unscaled = rng.getrandbits(bits) if bits else 0
+    if rng.random() < 0.5:
+        unscaled = -unscaled - rng.choice([0, 1])
+    if rng.random() < 0.3:  # whole multiples of powers of ten: the exact conversions
+        unscaled = rng.randint(-999, 999) * 10 ** rng.randint(0, 40)
+    scale = rng.choice([0, 0, 2, 9, 9, 10, 12, 18, 38, -1, -28, -29, -30, 48, 49, 100,
+                        rng.randint(-40, 60), -(2**31), 2**31 - 1])  # fmt: skip
+    size = max(1, (unscaled.bit_length() + 8) // 8) + rng.choice([0, 0, 0, 1, 3])
+    value = unscaled.to_bytes(size, "big", signed=True)
+    if unscaled == 0 and rng.random() < 0.3:
+        value = b""
+    return {"scale": scale, "value": value}
 
 
 class SemanticValues(ValueFactory):
     """Values as Debezium writes them for semantic types (a timestamp with a zone as ISO text,
     a numeric of no scale as scale and unscaled bytes), and sometimes values no column could
-    hold (dead-lettered as ``unconvertible_value`` by both paths)."""
+    hold (dead-lettered as ``unconvertible_value`` by both paths) or spellings only the Python
+    path reads."""
 
     def value(self, t: Any, depth: int = 0) -> Any:
         name = t.get("connect.name") if isinstance(t, dict) else None
+        if isinstance(t, str) and t.startswith("io.debezium.data.VariableScaleDecimal"):
+            name = VSD  # the decimal named again
         rng = self.rng
-        if name == "io.debezium.time.ZonedTimestamp" and rng.random() < 0.9:
-            return rng.choice(["2024-09-13T12:36:45.123456Z", "1970-01-01T00:00:00Z",
-                               "2024-09-13T14:36:45+02:00", "0001-01-01T00:00:00Z"])  # fmt: skip
-        if name == "io.debezium.data.VariableScaleDecimal" and rng.random() < 0.9:
-            unscaled = rng.choice([0, 1, -12345, 10**20, -(2**70)])
-            return {"scale": rng.choice([0, 2, 9, 12]),
-                    "value": unscaled.to_bytes(16, "big", signed=True)}  # fmt: skip
+        if name == "io.debezium.time.ZonedTimestamp":
+            roll = rng.random()
+            if roll < 0.75:
+                return zoned_timestamp(rng)
+            if roll < 0.95:
+                return rng.choice(ZONED_EDGES)
+        if name == VSD and rng.random() < 0.95:
+            return variable_scale_decimal(rng)
+        if name in ("io.debezium.time.NanoTimestamp", "io.debezium.time.NanoTime"):
+            if rng.random() < 0.7:
+                return rng.choice([0, -1, -999, -1000, -1001, 1_726_238_205_123_456_789,
+                                   -(2**63), 2**63 - 1, rng.randint(-(2**63), 2**63 - 1)])  # fmt: skip
         if name == "org.apache.kafka.connect.data.Decimal":  # numeric(10,2)
             return Decimal(rng.choice(["0.00", "12.34", "-99999999.99", "0.01"]))
         if name == "io.debezium.data.Json" and rng.random() < 0.5:

@@ -276,14 +276,17 @@ def test_semantic_types_that_keep_their_bytes_are_sliced_by_the_kernel_under_log
     assert records[1]["born"].isoformat() == "2024-09-13"
 
 
-def test_semantic_types_whose_bytes_change_stay_on_the_python_path_and_are_converted(tmp_path):
+def test_a_zoned_timestamp_is_re_encoded_by_the_kernel_and_a_value_it_is_unsure_of_handed_back(
+    tmp_path,
+):
     schema = envelope_schema(NS, ZONED_ROW)
     rows = [{"id": i, "born": None, "seen": 0, "doc": None,
              "at": "2024-09-13T14:36:45.5+02:00" if i != 3 else "not a time"}
             for i in range(6)]  # fmt: skip
     python, native = both(tmp_path, debezium(), {7: schema}, semantic_stream(schema, rows))
-    # The whole schema is handed back (the kernel only slices), so the files are Python's.
-    assert native.handbacks == {"schema_unknown": 6}
+    # The kernel converts the five times itself; the one it cannot read goes back to the
+    # Python path, which dead-letters it naming the column.
+    assert native.kernel_messages == 5 and native.handbacks == {"change_uncertain": 1}
     assert python.result.dead_letters == {"unconvertible_value": 1}
     writer, records = staged_avro(python)
     assert {f["name"]: f["type"] for f in writer["fields"]}["at"]["logicalType"] == (
@@ -308,3 +311,99 @@ def test_semantic_types_false_keeps_the_types_as_sent_for_tables_created_before(
     types = {f["name"]: f["type"] for f in writer["fields"]}
     assert "logicalType" not in types["born"][1] and types["at"]["type"] == "string"
     assert (records[0]["born"], records[0]["at"]) == (19979, "2024-09-13T14:36:45Z")
+
+
+@pytest.mark.parametrize(
+    ("text", "kernel_reads"),
+    [
+        ("2024-09-13T12:36:45.123456789Z", True),  # 3.11's fromisoformat keeps 6 digits
+        ("1969-12-31T23:59:59.9999999-00:00", True),
+        ("0001-01-01T00:00:00Z", True),
+        ("9999-12-31T23:59:59.999999Z", True),
+        ("2024-09-13 12:36:45,5+0200", True),  # other spellings fromisoformat reads alike
+        ("2024-09-13T12:36:45.+00", True),
+        ("2024-09-13T12:36:45Z[UTC]", False),  # refused by fromisoformat
+        ("2024-09-13T12:36:45", False),  # no offset: refused by _zoned_timestamp
+        ("2024-09-13T23:59:60Z", False),  # a leap second: refused by datetime
+        ("2024-09-13T12:36:45z", False),
+        ("0001-01-01T00:00:00+00:01", False),  # before year 1 in UTC: out of range
+    ],
+)
+def test_zoned_timestamp_spellings_are_the_kernel_s_only_where_it_reads_them_as_python(
+    tmp_path, text, kernel_reads
+):
+    schema = envelope_schema(NS, ZONED_ROW)
+    rows = [{"id": 1, "born": None, "seen": 0, "doc": None, "at": text}]
+    python, native = both(tmp_path, debezium(), {7: schema}, semantic_stream(schema, rows))
+    if kernel_reads:
+        assert native.kernel_messages == 1 and native.handbacks == {}
+    else:
+        assert native.kernel_messages == 0 and native.handbacks == {"change_uncertain": 1}
+
+
+def vsd_type(named=False):
+    if named:
+        return "io.debezium.data.VariableScaleDecimal"
+    return {"type": "record", "name": "VariableScaleDecimal", "namespace": "io.debezium.data",
+            "connect.version": 1, "connect.name": "io.debezium.data.VariableScaleDecimal",
+            "fields": [{"name": "scale", "type": "int"}, {"name": "value", "type": "bytes"}]}  # fmt: skip
+
+
+def vsd(scale, unscaled, size=None):
+    size = size or max(1, (unscaled.bit_length() + 8) // 8)
+    return {"scale": scale, "value": unscaled.to_bytes(size, "big", signed=True)}
+
+
+NUMERIC_ROW = [
+    {"name": "id", "type": "int"},
+    {"name": "amount", "type": ["null", vsd_type()], "default": None},
+    {"name": "rate", "type": [vsd_type(named=True), "null"]},  # the branch index is kept
+    {"name": "at_ns", "type": ["null", semantic("io.debezium.time.NanoTimestamp", "long")]},
+    {"name": "of_day_ns", "type": semantic("io.debezium.time.NanoTime", "long")},
+]
+
+
+def test_variable_scale_decimals_and_nanoseconds_are_re_encoded_by_the_kernel_in_their_unions(
+    tmp_path,
+):
+    schema = envelope_schema(NS, NUMERIC_ROW)
+    amounts = [vsd(2, 12345), None, vsd(0, -1, size=8), vsd(12, 5000), vsd(-28, 9), vsd(9, -128),
+               vsd(0, 0), vsd(12, 5001)]  # fmt: skip
+    rows = [{"id": i, "amount": amount, "rate": vsd(4, 1) if i % 2 else None,
+             "at_ns": None if i % 3 == 0 else -1_001 * i, "of_day_ns": 45_296_789_999_999}
+            for i, amount in enumerate(amounts)]  # fmt: skip
+    python, native = both(tmp_path, debezium(), {7: schema}, semantic_stream(schema, rows))
+    # The last amount has 12 decimal places: no exact NUMERIC, the Python path dead-letters it.
+    assert native.kernel_messages == 7 and native.handbacks == {"change_uncertain": 1}
+    assert python.result.dead_letters == {"unconvertible_value": 1}
+    writer, records = staged_avro(python)
+    types = {f["name"]: f["type"] for f in writer["fields"]}
+    assert types["rate"][1] == "null" and types["rate"][0]["logicalType"] == "decimal"
+    assert [str(r["amount"]) for r in records[:3]] == ["123.450000000", "None", "-1.000000000"]
+    assert records[1]["at_ns"].timestamp() == -0.000002  # -1001 ns, floored to -2 µs
+    assert str(records[0]["of_day_ns"]) == "12:34:56.789999"
+
+
+def test_a_semantic_value_the_kernel_does_not_re_encode_leaves_its_schema_to_python(tmp_path):
+    row = [{"name": "id", "type": "int"},
+           {"name": "ats", "type": {"type": "array",
+                                    "items": semantic("io.debezium.time.ZonedTimestamp", "string")}}]  # fmt: skip
+    schema = envelope_schema(NS, row)
+    rows = [{"id": i, "ats": ["2024-09-13T12:36:45Z"]} for i in range(3)]
+    python, native = both(tmp_path, debezium(), {7: schema}, semantic_stream(schema, rows))
+    assert native.handbacks == {"schema_unknown": 3}
+    assert python.result.dead_letters == {}
+
+
+def test_an_event_time_inside_a_re_encoded_row_is_read_by_the_kernel_as_it_re_encodes(tmp_path):
+    # The image is walked field by field to re-encode `at`; `after.seen` is read on the way.
+    config = debezium(event_time={"fields": ["after.seen"], "epoch_unit": "us"})
+    schema = envelope_schema(NS, ZONED_ROW)
+    rows = [{"id": i, "born": None, "seen": 1_726_238_205_123_456 + i * 86_400_000_000,
+             "doc": None, "at": "2024-09-13T12:36:45Z"} for i in range(4)]  # fmt: skip
+    python, native = both(tmp_path, config, {7: schema}, semantic_stream(schema, rows))
+    assert native.kernel_messages == 4 and native.handbacks == {}
+    _, records = staged_avro(python)
+    assert [r["_event_date"].isoformat() for r in records] == [
+        "2024-09-13", "2024-09-14", "2024-09-15", "2024-09-16"
+    ]  # fmt: skip

@@ -9,6 +9,14 @@
 //!   field; `__op`, `__source_ts_ms` and `__deleted` give the columns;
 //! - **plain keyed records**: the whole body; the configured version and delete fields.
 //!
+//! A row with Kafka Connect semantic values whose bytes change (connect_types.py `NEW_BYTES`:
+//! ZonedTimestamp, VariableScaleDecimal, Nano*) is not a slice on the Python path: its row is
+//! decoded, converted and encoded again (`ChangeLayout.converted`). The kernel then walks the
+//! body in canonical mode (body.rs: every encoding fastavro's round trip would not give back
+//! byte for byte is handed back) and copies the row's fields' spans, each converted field's
+//! replaced by its new encoding (rewrite.rs `FieldRewrite::semantic`, connect_types.rs), as
+//! avro_transform.rs does for transforms. A value it is not certain of is handed back.
+//!
 //! Everything else of the message (frame, validation, event day, prefix, file) is the append
 //! kernel's (lib.rs). What this module is not certain about — a value the Python path would
 //! dead-letter as `not_a_change` (an unknown op, a null version, a missing image), a value of a
@@ -17,10 +25,20 @@
 
 use crate::body::{Cursor, Plan, Stop, Value, Walker, R};
 use crate::prefix::put_long;
-use crate::schema::{Kind, NodeId, Schema, Unsupported};
+use crate::rewrite::FieldRewrite;
+use crate::schema::{Kind, Logical, NodeId, Schema, Unsupported};
 
-/// How one writer schema's messages become changelog records.
-pub enum Layout {
+/// How one writer schema's messages become changelog records: the cut, and the row fields
+/// whose values are re-encoded (their index among the row's fields, in order; empty: the row
+/// is one slice).
+pub struct Layout {
+    cut: Cut,
+    rewrites: Vec<(usize, FieldRewrite)>,
+    /// The row record's field count (the envelope's images: `walk` notes their fields' starts).
+    row_len: usize,
+}
+
+enum Cut {
     /// The image fields' indexes among the top-level fields, each a `[null, row]` union (the
     /// row branch's index with it), and the wanted slots of `op` and `source.ts_ms`.
     Envelope { before: (usize, u64), after: (usize, u64), op: usize, version: usize },
@@ -33,44 +51,126 @@ pub enum Layout {
 impl Layout {
     /// The layout `kind` ("envelope", "flat" or "plain", as keyed/changes.py's
     /// `ChangeLayout.cut` names it) with its top-level field indexes and wanted slots.
-    pub fn compile(schema: &Schema, kind: &str, fields: &[usize], slots: &[Option<usize>]) -> Result<Layout, Unsupported> {
+    /// `rewrites`: the row fields (index among the row record's fields) whose semantic values
+    /// are re-encoded, and their kind (rewrite.rs `FieldRewrite::semantic`); each must be of
+    /// the kind's Avro type or a union of null and it. `plan`: the walk's (with rewrites, an
+    /// envelope's images are walked here, reading what it reads in them).
+    pub fn compile(schema: &Schema, plan: &Plan, kind: &str, fields: &[usize], slots: &[Option<usize>],
+                   rewrites: &[(usize, String)]) -> Result<Layout, Unsupported> {
         let bad = || Unsupported(format!("a {kind} layout with fields {fields:?} and slots {slots:?}"));
         let Kind::Record { fields: top, .. } = &schema.nodes[schema.top] else { return Err(bad()) };
         let slot = |i: usize| slots.get(i).copied().flatten().ok_or_else(bad);
-        Ok(match (kind, fields, slots.len()) {
-            ("envelope", &[before, after], 2) => Layout::Envelope {
+        let cut = match (kind, fields, slots.len()) {
+            ("envelope", &[before, after], 2) => Cut::Envelope {
                 before: image(schema, top, before, "before")?,
                 after: image(schema, top, after, "after")?,
                 op: slot(0)?,
                 version: slot(1)?,
             },
             ("flat", &[row_fields], 3) if row_fields <= top.len() => {
-                Layout::Flat { row_fields, op: slot(0)?, version: slot(1)?, deleted: slot(2)? }
+                Cut::Flat { row_fields, op: slot(0)?, version: slot(1)?, deleted: slot(2)? }
             }
-            ("plain", &[], 2) => Layout::Plain { version: slot(0)?, delete: slots[1] },
+            ("plain", &[], 2) => Cut::Plain { version: slot(0)?, delete: slots[1] },
             _ => return Err(bad()),
-        })
+        };
+        // The row records (an envelope's two images may be two records), whose fields the
+        // rewrites index.
+        let rows: Vec<&[(String, NodeId)]> = match cut {
+            Cut::Envelope { before, after, .. } => {
+                if !rewrites.is_empty() && !matches!(plan, Plan::Record(_)) {
+                    return Err(bad());
+                }
+                [before, after].iter().map(|&(i, branch)| row_of(schema, top, i, branch)).collect::<Result<_, _>>()?
+            }
+            Cut::Flat { row_fields, .. } => vec![&top[..row_fields]],
+            Cut::Plain { .. } => vec![&top[..]],
+        };
+        let row_len = rows[0].len();
+        if rows.iter().any(|r| r.len() != row_len) {
+            return Err(Unsupported("the envelope's images are different records".into()));
+        }
+        let mut compiled: Vec<(usize, FieldRewrite)> = Vec::with_capacity(rewrites.len());
+        for (at, kind) in rewrites {
+            let refuse = |why: &str| Unsupported(format!("row field {at} re-encoded as {kind}: {why}"));
+            if compiled.last().is_some_and(|(last, _)| last >= at) {
+                return Err(refuse("not after the previous one"));
+            }
+            let mut declared_null = None;
+            for row in &rows {
+                let (_, t) = row.get(*at).ok_or_else(|| refuse("no such field"))?;
+                let (null, value) = nullable(schema, *t);
+                if !semantic_type(schema, value, kind) {
+                    return Err(refuse("not of the kind's Avro type"));
+                }
+                if declared_null.is_some_and(|d| d != null) {
+                    return Err(refuse("the images' unions differ"));
+                }
+                declared_null = Some(null);
+            }
+            let declared_null = declared_null.ok_or_else(|| refuse("no row"))?;
+            compiled.push((*at, FieldRewrite::semantic(kind, declared_null)?));
+        }
+        Ok(Layout { cut, rewrites: compiled, row_len })
     }
 
     /// Walk the whole body as the append path does (validating it, reading the wanted values)
     /// and note where each top-level field starts, and where the last one ends, in `starts`.
+    /// With rewrites the walk is canonical, and an envelope's `starts` are instead, per image
+    /// (before, then after), where it starts and ends, then per image the starts of its row's
+    /// fields and the row's end (all 0 for a null image): [`Layout::record`] reads them.
     pub fn walk(&self, walker: &Walker, plan: &Plan, c: &mut Cursor, values: &mut [Value], starts: &mut Vec<usize>) -> R<()> {
         let schema = walker.schema;
-        if let Layout::Plain { .. } = self {
-            return walker.walk(schema.top, plan, c, values, 0);
+        if self.rewrites.is_empty() {
+            if let Cut::Plain { .. } = self.cut {
+                return walker.walk(schema.top, plan, c, values, 0);
+            }
+            return walker.walk_fields(plan, c, values, starts);
         }
-        walker.walk_fields(plan, c, values, starts)
+        c.canonical = true;
+        let Cut::Envelope { before, after, .. } = self.cut else {
+            return walker.walk_fields(plan, c, values, starts);
+        };
+        let (Kind::Record { fields, .. }, Plan::Record(plans)) = (&schema.nodes[schema.top], plan) else { return Err(Stop) };
+        let n = self.row_len + 1;
+        starts.clear();
+        starts.resize(4 + 2 * n, 0);
+        for (i, ((_, t), p)) in fields.iter().zip(plans).enumerate() {
+            let (which, row_branch) = match i {
+                _ if i == before.0 => (0, before.1),
+                _ if i == after.0 => (1, after.1),
+                _ => {
+                    walker.walk(*t, p, c, values, 1)?;
+                    continue;
+                }
+            };
+            starts[2 * which] = c.pos;
+            let row = 4 + which * n;
+            walk_image(walker, *t, p, row_branch, c, values, &mut starts[row..row + n])?;
+            starts[2 * which + 1] = c.pos;
+        }
+        Ok(())
     }
 
     /// The changelog record's body into `out`: the change columns, then the row's bytes.
     pub fn record(&self, body: &[u8], values: &[Value], starts: &[usize], out: &mut Vec<u8>) -> R<()> {
         out.clear();
-        match *self {
-            Layout::Envelope { before, after, op, version } => {
+        match self.cut {
+            Cut::Envelope { before, after, op, version } => {
                 let op = op_of(values[op], body)?;
                 let version = version_of(values[version])?;
                 let delete = op == b'd';
                 let (field, row_branch) = if delete { before } else { after };
+                if !self.rewrites.is_empty() {
+                    // `walk`'s starts: the image's span, then its row fields' (0: a null image).
+                    let which = delete as usize ^ 1;
+                    let n = self.row_len + 1;
+                    let row = &starts[4 + which * n..4 + (which + 1) * n];
+                    if row[n - 1] == 0 || row[0] == row[n - 1] {
+                        return Err(Stop); // no image, or an empty row: Python's verdict
+                    }
+                    columns(out, op, version, delete);
+                    return self.copy_row(body, row, out);
+                }
                 let (start, end) = (starts[field], starts[field + 1]);
                 let mut c = Cursor::new(&body[..end]);
                 c.pos = start;
@@ -81,7 +181,7 @@ impl Layout {
                 columns(out, op, version, delete);
                 out.extend_from_slice(&body[c.pos..end]);
             }
-            Layout::Flat { row_fields, op, version, deleted } => {
+            Cut::Flat { row_fields, op, version, deleted } => {
                 let version = version_of(values[version])?;
                 // `fields.get("__deleted") in (True, "true")`: other values are the Python path's.
                 let deleted = match values[deleted] {
@@ -98,9 +198,12 @@ impl Layout {
                 }
                 .unwrap_or(if deleted { b'd' } else { b'u' });
                 columns(out, op, version, deleted || op == b'd');
+                if !self.rewrites.is_empty() {
+                    return self.copy_row(body, &starts[..=row_fields], out);
+                }
                 out.extend_from_slice(&body[..starts[row_fields]]);
             }
-            Layout::Plain { version, delete } => {
+            Cut::Plain { version, delete } => {
                 // `int(value)`, or a timestamp as epoch milliseconds (floored).
                 let version = match values[version] {
                     Value::Int(v) | Value::Millis(v) => v,
@@ -113,10 +216,105 @@ impl Layout {
                     Some(_) => return Err(Stop),
                 };
                 columns(out, if deleted { b'd' } else { b'u' }, version, deleted);
+                if !self.rewrites.is_empty() {
+                    return self.copy_row(body, starts, out);
+                }
                 out.extend_from_slice(body);
             }
         }
         Ok(())
+    }
+
+    /// The row whose fields start at `row` (and end at its last entry) onto `out`: its bytes,
+    /// each re-encoded field's replaced (avro_transform.rs's `Transform::record` does the same
+    /// for transforms).
+    fn copy_row(&self, body: &[u8], row: &[usize], out: &mut Vec<u8>) -> R<()> {
+        let mut kept = row[0];
+        for (i, rewrite) in &self.rewrites {
+            out.extend_from_slice(&body[kept..row[*i]]);
+            let mark = out.len();
+            out.extend_from_slice(&body[row[*i]..row[i + 1]]);
+            rewrite.apply(out, mark)?;
+            kept = row[i + 1];
+        }
+        out.extend_from_slice(&body[kept..row[row.len() - 1]]);
+        Ok(())
+    }
+}
+
+/// Walk an image (a union of null and the row record, `row_branch` its index) under `plan`
+/// (validating it, reading the wanted values in it) noting in `row` where each of the row's
+/// fields starts and where the row ends; a null image leaves `row` zeros. The same checks and
+/// reads as `Walker::walk` of the union.
+fn walk_image(walker: &Walker, union: NodeId, plan: &Plan, row_branch: u64, c: &mut Cursor, values: &mut [Value],
+              row: &mut [usize]) -> R<()> {
+    let Kind::Union(branches) = &walker.schema.nodes[union] else { return Err(Stop) };
+    let branch = c.length()?;
+    if branch != row_branch {
+        return if branch < branches.len() as u64 && matches!(walker.schema.nodes[branches[branch as usize]], Kind::Null) {
+            Ok(())
+        } else {
+            Err(Stop)
+        };
+    }
+    let Kind::Record { fields, .. } = &walker.schema.nodes[branches[branch as usize]] else { return Err(Stop) };
+    let reads = match plan {
+        Plan::Union(plans) => match plans.get(branch as usize) {
+            Some(Plan::Record(plans)) => Some(plans),
+            _ => None,
+        },
+        _ => None,
+    };
+    for (at, (_, t)) in fields.iter().enumerate() {
+        row[at] = c.pos;
+        match reads {
+            Some(plans) => walker.walk(*t, &plans[at], c, values, 3)?,
+            None => walker.skip(*t, c, 3)?,
+        }
+    }
+    row[fields.len()] = c.pos;
+    Ok(())
+}
+
+/// The row record of the envelope's image field `index` (its record branch `branch`).
+fn row_of<'s>(schema: &'s Schema, top: &[(String, NodeId)], index: usize, branch: u64) -> Result<&'s [(String, NodeId)], Unsupported> {
+    let refuse = || Unsupported("an envelope image that is not a union of null and a record".into());
+    let Kind::Union(branches) = &schema.nodes[top.get(index).ok_or_else(refuse)?.1] else { return Err(refuse()) };
+    match &schema.nodes[*branches.get(branch as usize).ok_or_else(refuse)?] {
+        Kind::Record { fields, .. } => Ok(fields),
+        _ => Err(refuse()),
+    }
+}
+
+/// A field type as (its union's null branch, the value's type): `(None, t)` for a type that is
+/// not a union; a union that is not of null and one other type is returned as itself.
+fn nullable(schema: &Schema, t: NodeId) -> (Option<i64>, NodeId) {
+    if let Kind::Union(b) = &schema.nodes[t] {
+        if b.len() == 2 {
+            match (&schema.nodes[b[0]], &schema.nodes[b[1]]) {
+                (Kind::Null, other) if !matches!(other, Kind::Null) => return (Some(0), b[1]),
+                (other, Kind::Null) if !matches!(other, Kind::Null) => return (Some(1), b[0]),
+                _ => {}
+            }
+        }
+    }
+    (None, t)
+}
+
+/// Whether node `t` is the Avro type of semantic `kind` as rewrite.rs reads it: a plain
+/// string (ZonedTimestamp), a plain long (Nano*), a record of exactly an int `scale` and
+/// plain bytes `value`, in that order (VariableScaleDecimal).
+fn semantic_type(schema: &Schema, t: NodeId, kind: &str) -> bool {
+    match (kind, &schema.nodes[t]) {
+        ("zoned_timestamp", Kind::String(Logical::None)) => true,
+        ("nanos_to_micros", Kind::Long(Logical::None)) => true,
+        ("variable_scale_decimal", Kind::Record { fields, .. }) => match fields.as_slice() {
+            [(scale, s), (value, v)] => scale == "scale" && value == "value"
+                && matches!(schema.nodes[*s], Kind::Int(Logical::None))
+                && matches!(schema.nodes[*v], Kind::Bytes) && !schema.decimals.contains_key(v),
+            _ => false,
+        },
+        _ => false,
     }
 }
 

@@ -205,6 +205,8 @@ struct Iso {
     date: i64,
     /// The time of day as written, in whole seconds (the fraction never crosses an hour).
     second_of_day: i64,
+    /// The fraction of the second in microseconds (digits past the sixth dropped, as 3.11).
+    micros: i64,
     /// Whether a time follows the date.
     has_time: bool,
     /// The offset east of UTC in seconds, when the text has one.
@@ -231,6 +233,15 @@ pub fn iso_day_hour(text: &[u8], utc_rule: bool) -> Option<(i64, i64)> {
         None => 0,
     };
     Some((day, (iso.date * 86_400 + iso.second_of_day - offset).div_euclid(3600)))
+}
+
+/// The instant of such a text in epoch microseconds, when it has a time and a UTC offset and
+/// no annotation (what `datetime.fromisoformat` reads as an aware datetime: Debezium's
+/// ZonedTimestamp, connect_types.rs); not range-checked.
+pub fn iso_instant_micros(text: &[u8]) -> Option<i64> {
+    let iso = parse_iso(text)?;
+    let offset = iso.offset.filter(|_| iso.has_time && !iso.annotated)?;
+    Some((iso.date * 86_400 + iso.second_of_day - offset) * 1_000_000 + iso.micros)
 }
 
 fn day_of(iso: &Iso, utc_rule: bool) -> Option<i64> {
@@ -269,7 +280,7 @@ fn parse_iso(text: &[u8]) -> Option<Iso> {
     }
     let date = days_from_civil(year, month, day);
     if iso.len() == 10 {
-        return Some(Iso { date, second_of_day: 0, has_time: false, offset: None, annotated });
+        return Some(Iso { date, second_of_day: 0, micros: 0, has_time: false, offset: None, annotated });
     }
     // Python 3.11 takes any character between an extended date and its time; the kernel
     // reads the printable ASCII ones (a multi-byte one would move the time's byte offsets).
@@ -286,6 +297,7 @@ fn parse_iso(text: &[u8]) -> Option<Iso> {
     }
     let mut at = 16;
     let mut second = 0;
+    let mut micros = 0;
     if iso.get(at) == Some(&b':') {
         second = digits(iso, at + 1, 2)?;
         if second > 59 {
@@ -302,6 +314,9 @@ fn parse_iso(text: &[u8]) -> Option<Iso> {
             }
             if n == 0 && !matches!(iso.get(at + 1), Some(b'Z' | b'+' | b'-')) {
                 return None;
+            }
+            for i in 0..6 {
+                micros = micros * 10 + if i < n { (iso[at + 1 + i] - b'0') as i64 } else { 0 };
             }
             at += 1 + n;
         }
@@ -330,7 +345,7 @@ fn parse_iso(text: &[u8]) -> Option<Iso> {
         let total = h * 3600 + m * 60 + sec;
         Some(if sign == b'-' { -total } else { total })
     };
-    Some(Iso { date, second_of_day: hour * 3600 + minute * 60 + second, has_time: true, offset, annotated })
+    Some(Iso { date, second_of_day: hour * 3600 + minute * 60 + second, micros, has_time: true, offset, annotated })
 }
 
 /// `text` without its trailing `[...]` annotations, and whether it had any (the rules of

@@ -16,6 +16,7 @@
 mod avro_transform;
 mod body;
 mod changes;
+mod connect_types;
 mod consumer;
 mod destinations;
 mod event_time;
@@ -312,16 +313,20 @@ impl StageKernel {
     /// whose records go to file slot `constant_slot` (the changelog table) cut as `layout`
     /// says (keyed/changes.py's `ChangeLayout.cut`: "envelope", "flat" or "plain", the
     /// top-level field indexes it cuts at, and the wanted slots of the values it reads, in
-    /// changes.rs's order). Raises ValueError for what the kernel does not implement.
+    /// changes.rs's order), re-encoding the row fields `rewrites` names (index among the row's
+    /// fields, kind: keyed/changes.py's `ChangeLayout.kernel_rewrites`). Raises ValueError for
+    /// what the kernel does not implement.
+    #[pyo3(signature = (header, schema_json, constant_slot, layout, fields, slots, rewrites=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
     fn add_change_schema(&mut self, header: &[u8], schema_json: &str, constant_slot: usize, layout: &str,
-                         fields: Vec<usize>, slots: Vec<Option<usize>>) -> PyResult<()> {
+                         fields: Vec<usize>, slots: Vec<Option<usize>>, rewrites: Vec<(usize, String)>) -> PyResult<()> {
         let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
         if slots.iter().flatten().any(|s| *s >= self.wanted.len()) {
             return Err(PyValueError::new_err("a slot index outside the wanted paths"));
         }
         let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
         let plan = body::plan(&schema, &self.wanted, true).map_err(|e| PyValueError::new_err(e.0))?;
-        let change = changes::Layout::compile(&schema, layout, &fields, &slots).map_err(|e| PyValueError::new_err(e.0))?;
+        let change = changes::Layout::compile(&schema, &plan, layout, &fields, &slots, &rewrites).map_err(|e| PyValueError::new_err(e.0))?;
         self.entries.push(Entry { schema, plan, route: Route::Constant(constant_slot), change: Some(change), transform: None, outputs: Vec::new() });
         self.by_header.insert(header, self.entries.len() - 1);
         Ok(())

@@ -66,6 +66,21 @@ enum Op {
     /// boolean to `"true"`/`"false"`, to 1/0 or to 1.0/0.0; an int or long to its digits or
     /// to a double (`float(value)`: round to nearest even, as Rust's `as`).
     Cast(CastTo),
+    /// A Kafka Connect semantic value re-encoded (connect_types.rs), a keyed row's field
+    /// (changes.rs): unlike the transforms' rewrites, the type stays where it was, so a
+    /// `[null, T]` union keeps its branch indexes (connect_types.py maps only the branch).
+    Semantic(Semantic),
+}
+
+/// The Kafka Connect semantic types whose bytes change (connect_types.py `NEW_BYTES`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Semantic {
+    /// A string, ISO 8601 with an offset → a long of epoch microseconds.
+    ZonedTimestamp,
+    /// A record `{scale: int, value: bytes}` → the bytes of a decimal(38, 9).
+    VariableScaleDecimal,
+    /// A long of nanoseconds → a long of microseconds (floor).
+    NanosToMicros,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -165,6 +180,18 @@ impl FieldRewrite {
         FieldRewrite { declared_null: nullable.then_some(0), base: Base::Long, op: Op::Cast(CastTo::Digits) }
     }
 
+    /// A keyed row field of semantic type `kind` ("zoned_timestamp", "variable_scale_decimal",
+    /// "nanos_to_micros"), in a union whose null branch is `declared_null` (None: not a union).
+    pub fn semantic(kind: &str, declared_null: Option<i64>) -> Result<FieldRewrite, Unsupported> {
+        let (kind, base) = match kind {
+            "zoned_timestamp" => (Semantic::ZonedTimestamp, Base::Text),
+            "variable_scale_decimal" => (Semantic::VariableScaleDecimal, Base::Any),
+            "nanos_to_micros" => (Semantic::NanosToMicros, Base::Long),
+            other => return Err(Unsupported(format!("a semantic rewrite {other:?}"))),
+        };
+        Ok(FieldRewrite { declared_null, base, op: Op::Semantic(kind) })
+    }
+
     /// Rewrite the field written at `out[mark..]` (its whole encoding, the last bytes of
     /// `out`) as the transform's step would have it encoded under the derived type.
     pub fn apply(&self, out: &mut Vec<u8>, mark: usize) -> R<()> {
@@ -172,6 +199,9 @@ impl FieldRewrite {
             out.truncate(mark);
             put_long(out, out_null);
             return Ok(());
+        }
+        if let Op::Semantic(kind) = self.op {
+            return self.semantic_value(kind, out, mark);
         }
         let mut pos = mark;
         if let Some(null) = self.declared_null {
@@ -266,6 +296,56 @@ impl FieldRewrite {
             }
             _ => return Err(stop("rewrite_layout")),
         }
+        Ok(())
+    }
+}
+
+impl FieldRewrite {
+    /// [`Op::Semantic`]: the value at `out[mark..]` (after its union index, kept) converted as
+    /// connect_types.rs says; a null stays the same null.
+    fn semantic_value(&self, kind: Semantic, out: &mut Vec<u8>, mark: usize) -> R<()> {
+        let mut pos = mark;
+        if let Some(null) = self.declared_null {
+            let branch = read_long(out, &mut pos)?;
+            if branch == null {
+                return if pos == out.len() { Ok(()) } else { Err(stop("rewrite_layout")) };
+            }
+            if branch != 1 - null {
+                return Err(stop("rewrite_layout"));
+            }
+        }
+        // The value's start: the union index before it stays. The new value is written after
+        // the old one, which is then drained (no allocation per value).
+        let (at, end) = (pos, out.len());
+        match kind {
+            Semantic::ZonedTimestamp => {
+                let len = read_long(out, &mut pos)?;
+                if len < 0 || pos.checked_add(len as usize) != Some(end) {
+                    return Err(stop("rewrite_layout"));
+                }
+                let micros = crate::connect_types::zoned_timestamp(&out[pos..]).ok_or_else(|| stop("semantic_value"))?;
+                put_long(out, micros);
+            }
+            Semantic::VariableScaleDecimal => {
+                let scale = read_long(out, &mut pos)?;
+                let len = read_long(out, &mut pos)?;
+                if !(0..=16).contains(&len) || pos + len as usize != end {
+                    return Err(stop(if len > 16 { "semantic_value" } else { "rewrite_layout" }));
+                }
+                let mut raw = [0u8; 16];
+                raw[..len as usize].copy_from_slice(&out[pos..end]);
+                crate::connect_types::variable_scale_decimal(scale, &raw[..len as usize], out)
+                    .ok_or_else(|| stop("semantic_value"))?;
+            }
+            Semantic::NanosToMicros => {
+                let nanos = read_long(out, &mut pos)?;
+                if pos != end {
+                    return Err(stop("rewrite_layout"));
+                }
+                put_long(out, crate::connect_types::nanos_to_micros(nanos));
+            }
+        }
+        out.drain(at..end);
         Ok(())
     }
 }

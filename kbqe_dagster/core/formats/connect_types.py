@@ -223,6 +223,15 @@ NEW_BYTES: dict[str, _ValueRule] = {
 }
 """Semantic types whose values must be re-encoded (decode, convert, encode)."""
 
+KERNEL_KINDS: dict[str, str] = {
+    "io.debezium.time.ZonedTimestamp": "zoned_timestamp",
+    "io.debezium.data.VariableScaleDecimal": "variable_scale_decimal",
+    "io.debezium.time.NanoTimestamp": "nanos_to_micros",
+    "io.debezium.time.NanoTime": "nanos_to_micros",
+}
+"""The native kernel's name (kernel/src/connect_types.rs) of each :data:`NEW_BYTES` type: it
+re-encodes such a top-level field, or a ``[null, T]`` union of one, of a keyed row itself."""
+
 
 # --- the mapping of one record schema ---------------------------------------------------------
 @dataclass(frozen=True)
@@ -237,6 +246,19 @@ class SemanticMapping:
     """Top-level field → converter of its decoded value, for the fields whose bytes change."""
     changed: bool = False
     """Whether :attr:`schema` differs from the writer schema at all."""
+    kernel_kinds: Mapping[str, str] = field(default_factory=dict)
+    """Top-level field → :data:`KERNEL_KINDS` kind, for the converted fields the native kernel
+    re-encodes itself (the type, or a union of null and it); a converted field not here (a
+    semantic value inside an array, a record, a wider union) is the Python path's."""
+
+    def kernel_rewrites(self) -> tuple[tuple[int, str], ...]:
+        """The converted fields as the native kernel takes them: (index among the writer's
+        top-level fields, kind), in field order. ValueError when one is not the kernel's."""
+        names = [f["name"] for f in self.writer["fields"]]
+        missing = sorted(set(self.converters) - set(self.kernel_kinds))
+        if missing:
+            raise ValueError(f"semantic values the kernel does not re-encode in {missing}")
+        return tuple((names.index(n), k) for n, k in self.kernel_kinds.items())
 
     @property
     def rewrites_values(self) -> bool:
@@ -261,6 +283,7 @@ def semantic_mapping(record: Mapping[str, Any]) -> SemanticMapping:
     walker = _Walker()
     fields = []
     converters: dict[str, Converter] = {}
+    kernel_kinds: dict[str, str] = {}
     namespace = namespace_of(record, None)
     walker.named.remember(record, None)
     for f in record["fields"]:
@@ -268,10 +291,32 @@ def semantic_mapping(record: Mapping[str, Any]) -> SemanticMapping:
         fields.append(_field(f, mapped, convert))
         if convert is not None:
             converters[f["name"]] = convert
+            kind = _kernel_kind(f["type"], walker.named, namespace)
+            if kind is not None:
+                kernel_kinds[f["name"]] = kind
     if not walker.changed:
         return SemanticMapping(dict(record), dict(record))
     schema = {**copy.deepcopy(dict(record)), "fields": fields}
-    return SemanticMapping(dict(record), schema, converters, changed=True)
+    return SemanticMapping(
+        dict(record), schema, converters, changed=True, kernel_kinds=kernel_kinds
+    )
+
+
+def _kernel_kind(avro: Any, named: NamedTypes, namespace: str | None) -> str | None:
+    """The :data:`KERNEL_KINDS` kind of a converted field's type: a :data:`NEW_BYTES` type (by
+    definition or by name), alone or beside null in a two-branch union; None otherwise."""
+    if isinstance(avro, list):
+        if len(avro) != 2 or "null" not in avro or avro[0] == avro[1]:
+            return None
+        (avro,) = [b for b in avro if b != "null"]
+    if isinstance(avro, str) and avro not in AVRO_PRIMITIVES:
+        avro = named.resolve(avro, namespace)
+    if not isinstance(avro, Mapping):
+        return None
+    name = avro.get(CONNECT_NAME)
+    if name not in KERNEL_KINDS or avro.get("type") != NEW_BYTES[name].avro_type:
+        return None
+    return KERNEL_KINDS[name]
 
 
 class _Walker:
