@@ -36,7 +36,7 @@ from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 from kbqe_dagster_tests.kbqe_run import cli_env, drop_datasets, until_idle
 from reliability.postgres_oracle import Source, differences, wait_until_stable
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 @dataclass
@@ -223,7 +223,7 @@ def test_postgres_is_the_oracle_of_the_debezium_table(rig) -> None:
     src.insert(10)
     src.update(src.live_ids()[:12])
     src.sql(f"DELETE FROM {src.qualified} WHERE id IN (2, 3, 5)")
-    src.sql(f"UPDATE {src.qualified} SET id = 100000 WHERE id = 4")
+    src.sql(f"UPDATE {src.qualified} SET id = 100000 WHERE id = 20")  # a TOASTed row
     rig.unavailable.add((100000, "c_big_text"))
     wait_until_stable(rig.end_offset, rig.end_offset())
     rig.run()
