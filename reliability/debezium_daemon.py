@@ -32,7 +32,7 @@ from kbqe_dagster.localstack.cdc import ConnectClient, debezium_postgres_config
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import local_endpoints
 from kbqe_dagster.localstack.postgres import DATABASE, PASSWORD, USER
-from reliability.postgres_oracle import Source, differences
+from reliability.postgres_oracle import Source, differences, pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,21 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     connect.wait_running(connector)
 
     work = Path(tempfile.mkdtemp(prefix="kbqe-daemon-oracle-"))
-    pipeline = {
-        "version": 1,
-        "topics": [
-            {
-                "name": topic,
-                "format": "debezium",
-                "keyed": {"key": ["id"], "deletes": "soft", "history": True},
-                "routing": {"mode": "static", "dataset": dataset, "table": "items"},
-            }
-        ],
-        "dead_letter": {"dataset": f"{dataset}_dead", "table": "dead_letters"},
-        "staging": {"allowed_latency": "10s"},
-        "load": {"cadence": "30s", "poll_interval": "15s"},
-    }
-    (work / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+    config = pipeline(
+        topic,
+        dataset,
+        staging={"allowed_latency": "10s"},
+        load={"cadence": "30s", "poll_interval": "15s"},
+    )
+    (work / "pipeline.yaml").write_text(yaml.safe_dump(config))
     home = work / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())

@@ -246,6 +246,24 @@ class Source:
             return {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}
 
 
+def pipeline(topic: str, dataset: str, **more: Any) -> dict[str, Any]:
+    """The pipeline of the oracle's table: ``topic`` as a keyed Debezium topic into
+    ``dataset.items`` (soft deletes, history), dead letters in ``<dataset>_dead``."""
+    return {
+        "version": 1,
+        "topics": [
+            {
+                "name": topic,
+                "format": "debezium",
+                "keyed": {"key": ["id"], "deletes": "soft", "history": True},
+                "routing": {"mode": "static", "dataset": dataset, "table": "items"},
+            }
+        ],
+        "dead_letter": {"dataset": f"{dataset}_dead", "table": "dead_letters"},
+        **more,
+    }
+
+
 def differences(
     source_rows: dict[int, dict],
     table_rows: dict[int, dict],

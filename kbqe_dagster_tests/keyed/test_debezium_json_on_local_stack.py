@@ -12,11 +12,13 @@ the Kafka key's embedded schema while the registry has no key subject for the to
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from kbqe_dagster.demo.debezium import MODES, CustomersTable, KeyedRig, wrong
+from kbqe_dagster.demo.debezium import MODES, CustomersTable, KeyedRig
+from kbqe_dagster_tests.keyed.test_debezium_on_local_stack import (
+    assert_tables_equal_the_oracle,
+    run_until_idle,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -28,19 +30,6 @@ def rig(local_stack, local_endpoints, tmp_path):
     rig = KeyedRig.create(local_endpoints, tmp_path, partitions=PARTITIONS, encoding="json")
     yield rig
     rig.remove()
-
-
-def run_until_idle(rig: KeyedRig) -> dict:
-    done = rig.run_until_idle()
-    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
-    return json.loads(done.stdout)
-
-
-def assert_tables_equal_the_oracle(rig: KeyedRig) -> None:
-    differences = rig.differences()
-    assert wrong(differences) == 0, differences
-    for mode in MODES:
-        assert differences[mode]["current_rows"] > 0 and differences[mode]["history_rows"] > 0
 
 
 def test_json_converter_changes_land_as_current_state_and_history(rig) -> None:

@@ -34,7 +34,7 @@ from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.postgres import DATABASE, PASSWORD, USER
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 from kbqe_dagster_tests.kbqe_run import cli_env, drop_datasets, until_idle
-from reliability.postgres_oracle import Source, differences, wait_until_stable
+from reliability.postgres_oracle import Source, differences, pipeline, wait_until_stable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -159,19 +159,7 @@ def rig(request, cdc_stack, tmp_path) -> Iterator[Rig]:
     dataset = f"pg_{encoding}_{run}"
     prefix = f"oracle_{encoding}_{run}"
     topic = f"{prefix}.{schema}.items"
-    pipeline = {
-        "version": 1,
-        "topics": [
-            {
-                "name": topic,
-                "format": "debezium",
-                "keyed": {"key": ["id"], "deletes": "soft", "history": True},
-                "routing": {"mode": "static", "dataset": dataset, "table": "items"},
-            }
-        ],
-        "dead_letter": {"dataset": f"{dataset}_dead", "table": "dead_letters"},
-    }
-    env = cli_env(tmp_path, pipeline, str(tmp_path / "staging"))
+    env = cli_env(tmp_path, pipeline(topic, dataset), str(tmp_path / "staging"))
     rig = Rig(cdc_stack, encoding, source, topic, f"oracle-{encoding}-{run}", prefix, dataset, env)
     try:
         yield rig
