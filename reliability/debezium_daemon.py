@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         topic,
         dataset,
         staging={"allowed_latency": "10s"},
-        load={"cadence": "30s", "poll_interval": "15s"},
+        load={"cadence": "2m", "poll_interval": "20s"},
     )
     (work / "pipeline.yaml").write_text(yaml.safe_dump(config))
     home = work / "dagster_home"
