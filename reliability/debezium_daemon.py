@@ -32,7 +32,7 @@ from kbqe_dagster.localstack.cdc import ConnectClient, debezium_postgres_config
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import local_endpoints
 from kbqe_dagster.localstack.postgres import DATABASE, PASSWORD, USER
-from reliability.postgres_oracle import Source, differences, pipeline
+from reliability.postgres_oracle import Source, differences, drop_slot_when_released, pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -130,18 +130,16 @@ def main(argv: list[str] | None = None) -> int:
         print("NOT equal after the wait:\n  " + "\n  ".join(found[:30]), flush=True)
         return 1
     finally:
+        # The connector and its slot first: an interrupt while kbqe dev stops must not leave
+        # a slot holding WAL (and one of max_replication_slots) behind.
+        connect.delete(connector)
+        connect.wait_deleted(connector)
+        drop_slot_when_released(conn, prefix)
         os.killpg(dev.pid, signal.SIGTERM)
         try:
             dev.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(dev.pid, signal.SIGKILL)
-        connect.delete(connector)
-        connect.wait_deleted(connector)
-        conn.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = %s AND NOT active",
-            (prefix,),
-        )
         conn.execute(f"DROP PUBLICATION IF EXISTS {prefix}_publication")
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
         conn.close()

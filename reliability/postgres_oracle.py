@@ -289,6 +289,24 @@ def differences(
     return out
 
 
+def drop_slot_when_released(conn: Any, slot: str, timeout: float = 60.0) -> None:
+    """Drop the replication slot ``slot`` once its connector has let it go (a deleted
+    connector's task releases it a moment later). A slot left behind keeps WAL forever and
+    counts against ``max_replication_slots``: ten leaked slots and no connector starts."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = conn.execute(
+            "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+        if row is None:
+            return
+        if not row[0]:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"replication slot {slot} still active after {timeout:.0f}s")
+
+
 def wait_until_stable(end_offset: Callable[[], int], at_least: int, timeout: float = 120.0) -> int:
     """Wait until the topic holds at least ``at_least`` messages and has not grown for 3 s
     (Debezium has delivered what was committed); its end offset."""

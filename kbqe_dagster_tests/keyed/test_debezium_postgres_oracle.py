@@ -34,7 +34,13 @@ from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.postgres import DATABASE, PASSWORD, USER
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 from kbqe_dagster_tests.kbqe_run import cli_env, drop_datasets, until_idle
-from reliability.postgres_oracle import Source, differences, pipeline, wait_until_stable
+from reliability.postgres_oracle import (
+    Source,
+    differences,
+    drop_slot_when_released,
+    pipeline,
+    wait_until_stable,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -167,12 +173,8 @@ def rig(request, cdc_stack, tmp_path) -> Iterator[Rig]:
         if rig.connector in rig.connect.names():
             rig.connect.delete(rig.connector)
             rig.connect.wait_deleted(rig.connector)
+        drop_slot_when_released(conn, rig.slot)
         with conn.cursor() as cur:
-            cur.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE slot_name = %s AND NOT active",
-                (rig.slot,),
-            )
             cur.execute(f"DROP PUBLICATION IF EXISTS {rig.slot}_publication")
             cur.execute(f"DROP SCHEMA {schema} CASCADE")
         conn.close()
