@@ -28,13 +28,14 @@ from functools import cached_property
 from pathlib import Path
 
 from kbqe_dagster.core.errors import StackError
-from kbqe_dagster.localstack.base import HOST, LocalService, port_open, spawn
+from kbqe_dagster.localstack.base import HOST, LocalService, port_open
 from kbqe_dagster.localstack.endpoints import LocalEndpoints
 from kbqe_dagster.localstack.jvm import (
     DEPENDENCY_PLUGIN,
     install_once,
     require_java,
     run_maven,
+    spawn_java,
 )
 from kbqe_dagster.localstack.kafka import LOG4J2_PROPERTIES, kafka_version
 from kbqe_dagster.localstack.probe import request_json
@@ -199,20 +200,10 @@ class ConnectService(LocalService):
         self._require_kafka_and_registry()
         self.dirs.ensure()
         self.config_file.write_text(worker_properties(self.endpoints, self.plugin_path))
-        log4j = self.dirs.run / "log4j2.properties"
-        log4j.write_text(CONNECT_LOG4J2)
-        return spawn(
-            self.dirs,
-            [
-                java,
-                *JVM_OPTIONS,
-                f"-Dlog4j2.configurationFile={log4j}",
-                "-cp",
-                f"{self.libs}/*",
-                MAIN_CLASS,
-                str(self.config_file),
-            ],
-        )
+        return spawn_java(
+            self.dirs, java, JVM_OPTIONS, CONNECT_LOG4J2, self.libs, MAIN_CLASS,
+            str(self.config_file),
+        )  # fmt: skip
 
     def ready(self) -> bool:
         """The REST API lists the connectors (the worker has joined its group)."""

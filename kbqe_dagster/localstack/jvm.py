@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from kbqe_dagster.core.errors import StackError
-from kbqe_dagster.localstack.base import require_command
+from kbqe_dagster.localstack.base import ServiceDirs, require_command, spawn
 
 log = logging.getLogger(__name__)
 
@@ -149,3 +149,24 @@ def install_once(target: Path, fill: Callable[[Path], None]) -> bool:
 
 def is_complete(target: Path) -> bool:
     return (target / _COMPLETE_MARK).is_file()
+
+
+def spawn_java(
+    dirs: ServiceDirs,
+    java: str,
+    options: Sequence[str],
+    log4j2: str,
+    libs: Path,
+    main_class: str,
+    *args: str,
+) -> int:
+    """Start ``main_class`` from the jars in ``libs`` with ``log4j2`` as its logging
+    configuration (written to the service's run directory), as the local stack runs every
+    JVM service from Maven Central's jars; the pid."""
+    config = dirs.run / "log4j2.properties"
+    config.write_text(log4j2)
+    return spawn(
+        dirs,
+        [java, *options, f"-Dlog4j2.configurationFile={config}", "-cp", f"{libs}/*",
+         main_class, *args],
+    )  # fmt: skip

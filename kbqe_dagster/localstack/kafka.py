@@ -33,13 +33,14 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from kbqe_dagster.core.errors import StackError
-from kbqe_dagster.localstack.base import HOST, LocalService, port_open, spawn
+from kbqe_dagster.localstack.base import HOST, LocalService, port_open
 from kbqe_dagster.localstack.endpoints import LocalEndpoints
 from kbqe_dagster.localstack.jvm import (
     DEPENDENCY_PLUGIN,
     install_once,
     require_java,
     run_maven,
+    spawn_java,
 )
 from kbqe_dagster.packaged import data_file
 
@@ -172,21 +173,11 @@ class KafkaService(LocalService):
         java = require_java()
         self.dirs.ensure()
         self.config_file.write_text(server_properties(self.endpoints, self.log_dir))
-        log4j = self.dirs.run / "log4j2.properties"
-        log4j.write_text(LOG4J2_PROPERTIES)
         self._format_storage(java)
-        return spawn(
-            self.dirs,
-            [
-                java,
-                *JVM_OPTIONS,
-                f"-Dlog4j2.configurationFile={log4j}",
-                "-cp",
-                f"{self.libs}/*",
-                "kafka.Kafka",
-                str(self.config_file),
-            ],
-        )
+        return spawn_java(
+            self.dirs, java, JVM_OPTIONS, LOG4J2_PROPERTIES, self.libs, "kafka.Kafka",
+            str(self.config_file),
+        )  # fmt: skip
 
     def _format_storage(self, java: str) -> None:
         """Format the KRaft log directory once; a formatted directory is left as it is."""
