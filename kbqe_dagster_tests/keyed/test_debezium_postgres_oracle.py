@@ -100,7 +100,9 @@ class Rig:
             consumer.close()
 
     def run(self) -> dict:
+        began = time.monotonic()
         report = json.loads(until_idle(self.env).stdout)
+        print(f"oracle[{self.encoding}]: kbqe run took {time.monotonic() - began:.0f}s")
         assert report["ok"] is True, report
         topic = report["topics"].get(self.topic, {})
         assert topic.get("dead_lettered", 0) == 0, topic
