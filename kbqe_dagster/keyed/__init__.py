@@ -6,7 +6,9 @@ current-state table and an SCD type II history.
   (the stage side: slices of the body, never a decode and re-encode of the row);
 - ``stage.py``: the range stager of keyed topics (tombstones are counted, not staged), built
   on ``staging/stager.py``'s public interface and chosen by kbqe_dagster/stagers.py;
-- ``merge_sql.py``: the idempotent MERGE and the history view, as SQL text (pure);
+- ``rows_sql.py``: how a key's row is resolved from its changelog events, as SQL (pure), for
+  ``merge_sql.py`` (the idempotent MERGE), ``history_sql.py`` (the SCD type II view) and
+  ``check_sql.py`` (the recomputation the check compares the table with);
 - ``merge.py``: runs them after the loads, and remembers which load jobs it has merged.
 
 The contract between the halves (column names, the order of a key's events) is

@@ -45,14 +45,13 @@ from kbqe_dagster.core.keyed.delivered import (
 from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.record.partitioning import Delivery
+from kbqe_dagster.keyed.check_sql import check_sql
+from kbqe_dagster.keyed.history_sql import history_sql
 from kbqe_dagster.keyed.merge_sql import (
     DELETED_KEYS_SUFFIX,
-    MergeSpec,
-    Ranges,
-    check_sql,
-    history_sql,
+    current_merges,
     merge_sql,
-    placeholder_kind,
+    recompute_count_sql,
 )
 from kbqe_dagster.keyed.merge_state import (
     MERGE_STATE_FILE,
@@ -64,6 +63,7 @@ from kbqe_dagster.keyed.merge_state import (
     read_merge_state,
     unmerged_ranges,
 )
+from kbqe_dagster.keyed.rows_sql import MergeSpec, Ranges, placeholder_kind
 from kbqe_dagster.resources.staging_store import StagingStore
 
 if TYPE_CHECKING:  # the merger is handed the resource's interface; no import cost here
@@ -125,6 +125,9 @@ class TableMergeResult:
     bytes_processed: int | None
     statements: int
     history: str | None = None
+    keys_recomputed: int = 0
+    """Keys whose row was recomputed from their whole history (events older than their row:
+    late, or merged again); the others had the new events folded on top (merge_sql)."""
     delivered: Ranges = field(default_factory=dict)
     """The offset ranges of delivered (storage_write) changelog rows merged."""
 
@@ -223,27 +226,41 @@ class KeyedMerger:
                 columns,
                 key,
             )
-        affected, billed, statements = 0, None, 0
+        affected, billed, statements, recomputed = 0, None, 0, 0
+
+        def billed_by(job: Any) -> int | None:
+            if job.total_bytes_processed is None or not self.loads.reports_bytes_processed:
+                return billed
+            return (billed or 0) + int(job.total_bytes_processed)
+
         if ranges:
-            for index, sql in enumerate(merge_sql(spec, ranges, unmerged)):
+            # Whether any key must be recomputed from its whole history (merge_sql.merge_sql):
+            # a question that reads the new rows and the table, so that a merge of new events
+            # in order never reads the changelog outside its ranges.
+            job = self.client.query(recompute_count_sql(spec, ranges, unmerged), job_retry=None)
+            recomputed = int(next(iter(job.result()))["keys"])
+            recompute = recomputed > 0
+            billed = billed_by(job)
+            for index, sql in enumerate(merge_sql(spec, ranges, unmerged, recompute)):
                 job = self.client.query(sql, job_retry=None)
                 job.result()
                 statements += 1
-                if index == 0:
-                    affected = int(job.num_dml_affected_rows or 0)
-                if job.total_bytes_processed is not None and self.loads.reports_bytes_processed:
-                    billed = (billed or 0) + int(job.total_bytes_processed)
+                if index < current_merges(recompute):
+                    affected += int(job.num_dml_affected_rows or 0)
+                billed = billed_by(job)
                 crash(f"merge_statement_{index}")
         view = None
         if keyed.history:
             view = self.ref(dest.dataset, history_table(dest.table))
             self.client.query(history_sql(spec, view), job_retry=None).result()
-        return TableMergeResult(dest.name, jobs, affected, billed, statements, view)
+        return TableMergeResult(
+            dest.name, jobs, affected, billed, statements, view, keys_recomputed=recomputed
+        )
 
     def check(
         self, dest: Destination, unmerged: Ranges, sample_seed: str | None = None
     ) -> KeyedCheck:
-        """Compare ``D.T`` with its recomputation from the changelog (merge_sql.check_sql);
+        """Compare ``D.T`` with its recomputation from the changelog (check_sql.check_sql);
         nothing to compare before the first load and merge."""
         deletes = dest.topic.keyed.deletes
         columns = self.columns(dest.dataset, dest.changelog)
@@ -412,11 +429,15 @@ def merge_keyed_tables(
         state.cycles[dest.name] = 0
         store.put_bytes(MERGE_STATE_FILE, state.encode())
         log.info(
-            "%s: merged %d load job(s)%s, %d key(s) changed%s",
+            "%s: merged %d load job(s)%s, %d key(s) changed%s%s",
             dest.name,
             len(jobs),
             f" and delivered rows {_spans(window)}" if window else "",
             result.keys_merged,
+            f" ({result.keys_recomputed:,} recomputed from their history: events older than "
+            "their row)"
+            if result.keys_recomputed
+            else "",
             f", {result.bytes_processed:,} bytes processed" if result.bytes_processed else "",
         )
         results.append(result)

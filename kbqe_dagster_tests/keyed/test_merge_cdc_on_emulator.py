@@ -83,9 +83,11 @@ class Table:
         self.merger = KeyedMerger(EmulatorBigQueryLoads(bq))
         self.offsets = [0, 0]
 
-    def merge(self, *changes: Change) -> None:
+    def merge(self, *changes: Change, recomputed: int = 0) -> None:
         """Append ``changes`` as one load job's rows and merge them, twice (the second merge
-        must change nothing); the check then finds the table right."""
+        must change nothing); the check then finds the table right. ``recomputed``: how many
+        keys the first merge recomputes from their history (the others fold: events newer
+        than their row); the second recomputes every key, since its rows are no longer new."""
         ranges: dict[int, list[tuple[int, int]]] = {}
         for c in changes:
             c.offset = self.offsets[c.partition]
@@ -97,13 +99,19 @@ class Table:
             f"_kafka_offset, _op, _source_ts_ms, _deleted, {', '.join(COLUMNS)}) VALUES "
             + ", ".join(_values(c) for c in changes)
         ).result()
-        self.merger.merge(self.dest, ranges, jobs=1)
+        first = self.merger.merge(self.dest, ranges, jobs=1)
+        assert first.keys_recomputed == recomputed
         before = self.everything()
         replay = self.merger.merge(self.dest, ranges, jobs=1)
         assert replay.keys_merged == 0
+        assert replay.keys_recomputed == len({c.id for c in changes if c.op != "t"})
         assert self.everything() == before
         check = self.merger.check(self.dest, {})
         assert (check.extra, check.missing, check.duplicate_keys) == (0, 0, 0)
+
+    @property
+    def hard(self) -> bool:
+        return self.dest.topic.keyed.deletes.value == "hard"
 
     def current(self) -> dict[int, dict]:
         rows = self.bq.query(f"SELECT * FROM `{self.dataset}.t`").result()
@@ -193,7 +201,8 @@ def test_an_insert_and_its_update_in_one_transaction_share_a_version(table):
 
 def test_a_placeholder_without_an_earlier_real_value_becomes_null(table):
     """The snapshot was skipped: nothing ever told the value."""
-    table.merge(unchanged(2, 100, "B"))
+    # Hard deletes: the key has no row, so it may have been deleted: its history is read.
+    table.merge(unchanged(2, 100, "B"), recomputed=int(table.hard))
     row = table.current()[2]
     assert _values_of(row) == ("B", None, None, [], 7)
     [version] = table.history(2)
@@ -247,7 +256,7 @@ def test_a_full_before_image_is_the_delete_s_values(table):
 def test_a_late_older_update_gives_a_delete_its_values(table):
     """Out of order across merges: the rows are recomputed from the key's history."""
     table.merge(Change(5, "c", 100, *LONG), key_only_delete(5, 300))
-    table.merge(Change(5, "u", 200, "late", "late bio", b"late", ["l"], 3))
+    table.merge(Change(5, "u", 200, "late", "late bio", b"late", ["l"], 3), recomputed=1)
     if table.dest.topic.keyed.deletes.value == "soft":
         row = table.current()[5]
         assert _values_of(row) == ("late", "late bio", b"late", ["l"], 3)
@@ -260,7 +269,8 @@ def test_a_late_older_update_gives_a_delete_its_values(table):
 def test_a_truncate_deletes_every_older_row_and_older_events_never_revive_one(table):
     soft = table.dest.topic.keyed.deletes.value == "soft"
     table.merge(Change(0, "c", 100, *LONG), Change(1, "c", 100, *LONG))
-    table.merge(Change(2, "c", 200, *LONG), truncate(500))
+    # Hard deletes: key 2 has no row and its event is older than the truncate of its batch.
+    table.merge(Change(2, "c", 200, *LONG), truncate(500), recomputed=int(not soft))
     if soft:
         rows = table.current()
         assert {k: (r["_op"], r["_deleted"], r["_source_ts_ms"]) for k, r in rows.items()} == {
@@ -271,7 +281,9 @@ def test_a_truncate_deletes_every_older_row_and_older_events_never_revive_one(ta
         assert table.current() == {}
     # An event older than the truncate, merged later (another partition), stays deleted; an
     # insert after it lives.
-    table.merge(Change(1, "u", 400, "older", partition=1), Change(3, "c", 600, *LONG))
+    # Key 1 is recomputed from its history: its row (soft) or the truncate that removed it
+    # (hard) is newer than its event.
+    table.merge(Change(1, "u", 400, "older", partition=1), Change(3, "c", 600, *LONG), recomputed=1)
     rows = table.current()
     assert not rows[3]["_deleted"]
     if soft:

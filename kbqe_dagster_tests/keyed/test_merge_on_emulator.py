@@ -17,7 +17,8 @@ import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.keyed.merge import KeyedMerger, keyed_destinations
-from kbqe_dagster.keyed.merge_sql import MergeSpec, merge_sql
+from kbqe_dagster.keyed.merge_sql import merge_sql
+from kbqe_dagster.keyed.rows_sql import MergeSpec
 from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads
 from kbqe_dagster_tests.localstack.emulators import bq, emulators  # noqa: F401 (fixtures)
 

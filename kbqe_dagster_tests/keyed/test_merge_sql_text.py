@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from kbqe_dagster.core.keyed.contract import DeleteMode
-from kbqe_dagster.keyed.merge_sql import (
+from kbqe_dagster.keyed.merge_sql import merge_sql, recompute_count_sql
+from kbqe_dagster.keyed.rows_sql import (
     MergeSpec,
     PlaceholderKind,
-    merge_sql,
     placeholder_kind,
     placeholder_test,
 )
@@ -71,17 +71,60 @@ def test_a_placeholder_with_quotes_is_a_valid_literal():
     )
 
 
-def test_a_merge_runs_the_recomputation_then_the_truncate_then_the_delete_record():
+def test_a_merge_recomputes_then_folds_then_truncates_then_records_the_deletes():
     soft = merge_sql(spec(), {0: [(0, 9)]})
-    assert [s.split()[0] for s in soft] == ["MERGE", "UPDATE"]
+    assert [s.split()[0] for s in soft] == ["MERGE", "MERGE", "UPDATE"]
     hard = merge_sql(
         spec(deletes=DeleteMode.HARD, deleted_keys="p.d.t_deleted_keys"), {0: [(0, 9)]}
     )
-    assert [s.split()[0] for s in hard] == ["MERGE", "DELETE", "MERGE"]
+    assert [s.split()[0] for s in hard] == ["MERGE", "MERGE", "DELETE", "MERGE"]
     plain = merge_sql(spec(truncates=False), {0: [(0, 9)]})
-    assert len(plain) == 1 and "'t'" in plain[0]  # truncate rows are still no key's event
+    assert len(plain) == 2 and all("'t'" in s for s in plain)  # truncates are no key's event
+
+
+def test_without_a_key_to_recompute_the_merge_only_folds():
+    assert [s.split()[0] for s in merge_sql(spec(), {0: [(0, 9)]}, recompute=False)] == [
+        "MERGE",
+        "UPDATE",
+    ]
+
+
+@pytest.mark.parametrize("deletes", [DeleteMode.SOFT, DeleteMode.HARD])
+@pytest.mark.parametrize("truncates", [False, True])
+def test_the_fold_and_its_question_read_the_changelog_only_in_the_ranges(deletes, truncates):
+    """What BigQuery bills a merge in order: the new rows (clustered by partition and offset)
+    and the table, never the changelog's row columns whole. Hard deletes with truncates also
+    read the order and ``_op`` columns whole, for the latest truncate."""
+    s = spec(deletes=deletes, deleted_keys="p.d.t_deleted_keys", truncates=truncates)
+    ranges = {0: [(0, 9)], 3: [(40, 49)]}
+    in_ranges = (
+        "FROM `p.d.t_changelog` c WHERE ((`_kafka_partition` = 0 AND (`_kafka_offset` "
+        "BETWEEN 0 AND 9)) OR (`_kafka_partition` = 3 AND (`_kafka_offset` BETWEEN 40 AND 49)))"
+    )
+    latest_truncate = (
+        "(SELECT `_source_ts_ms`, `_kafka_partition`, `_kafka_offset`, TRUE AS _kbqe_present "
+        "FROM `p.d.t_changelog` WHERE (NOT (FALSE)) AND `_op` = 't' ORDER BY"
+    )
+    whole = int(deletes is DeleteMode.HARD and truncates)
+    fold = merge_sql(s, ranges, recompute=False)[0]
+    for sql in (fold, recompute_count_sql(s, ranges)):
+        assert sql.count("`p.d.t_changelog`") == 1 + whole
+        assert in_ranges in sql
+        assert sql.count(latest_truncate) == whole
 
 
 def test_the_rows_that_stay_unmerged_are_left_out_of_the_recomputation():
-    [statement, _] = merge_sql(spec(), {0: [(0, 9)]}, {0: [(20, 29)]})
+    [statement, *_] = merge_sql(spec(), {0: [(0, 9)]}, {0: [(20, 29)]})
     assert "NOT ((`_kafka_partition` = 0 AND (`_kafka_offset` BETWEEN 20 AND 29)))" in statement
+
+
+def test_the_statements_grow_with_the_table_s_width_not_its_square():
+    """The image test names every field: once per row, not once per field (BigQuery's query
+    text is at most 1 MB; a 300-column Debezium table once needed 3)."""
+
+    def size(width: int) -> int:
+        columns = ("id", *(f"c{i}" for i in range(width)))
+        return sum(map(len, merge_sql(spec(row_columns=columns, placeholders=()), {0: [(0, 9)]})))
+
+    assert size(300) < 1_000_000
+    assert size(200) / size(100) < 2.2

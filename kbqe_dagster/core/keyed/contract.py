@@ -16,7 +16,7 @@ BigQuery objects for its destination ``D.T``:
 * ``D.T_history`` — SCD type II, one row per version, when ``history: true``.
 
 **The order of one key's events** is ``(version, kafka partition, kafka offset)`` compared
-lexicographically; the greatest wins (spelled out in SQL by ``keyed/merge_sql.newer``). Equal versions within a partition are
+lexicographically; the greatest wins (spelled out in SQL by ``keyed/rows_sql.newer``). Equal versions within a partition are
 decided by the offset (Debezium keeps one key's changes in order in its partition); equal versions
 across partitions by the partition number, deterministically. Events of a key with the same version
 collapse into one version, the winner.

@@ -59,6 +59,7 @@ def merge_keyed_tables_op(
             asset_key=table_key(dataset, table),
             metadata={
                 "keys_merged": result.keys_merged,
+                "keys_recomputed_from_history": result.keys_recomputed,
                 "merge_bytes_processed": result.bytes_processed,
                 "load_jobs_merged": result.jobs,
                 "delivered_ranges_merged": dg.MetadataValue.json(
