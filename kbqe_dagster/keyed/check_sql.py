@@ -1,6 +1,8 @@
 """The SQL of a keyed destination's check ``matches_changelog``: the current table compared with
-each key's row recomputed from the changelog by the rule of rows_sql.py, in SQL of its own (not
-the MERGE's), so that the two can disagree. Pure text; ``merge.py`` runs it.
+each key's row recomputed from the changelog by the rule of rows_sql.py, over other windows
+than the MERGE's (each value the first offered in descending order over the whole key, the
+latest truncate by a window of its own), and never by folding onto the table's row, so that a
+fault in the merge's way shows as a difference. Pure text; ``merge.py`` runs it.
 """
 
 from __future__ import annotations
