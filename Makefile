@@ -48,10 +48,20 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Quick start 2: the whole test suite; the tests start the local stack once and stop
-# exactly what they started.
+# Quick start 2: the whole test suite, as two pytest processes side by side on the machine's
+# two cores: the tests that use the local stack (`integration`: they start it once and stop
+# exactly what they started) in this one, in order; the tests that need no service beside
+# them (their output, .pytest-unit.log, follows). Each alone is what `make test-unit` and
+# `pytest -m integration` run; the stack's tests wait on services a good part of their
+# time, which the others fill. Fails when either fails.
 test: install lint
-	$(BIN)/python -m pytest
+	@$(BIN)/python -m pytest -m "not integration" -p no:cacheprovider > .pytest-unit.log 2>&1 & unit=$$!; \
+	$(BIN)/python -m pytest -m integration; integration=$$?; \
+	wait $$unit; unit=$$?; \
+	echo "=== the tests that need no service (pytest -m 'not integration'): .pytest-unit.log ==="; \
+	cat .pytest-unit.log; \
+	echo "make test: integration exit $$integration, no-service exit $$unit"; \
+	test $$integration -eq 0 && test $$unit -eq 0
 
 test-unit: install lint
 	$(BIN)/python -m pytest -m "not integration"

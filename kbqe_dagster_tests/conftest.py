@@ -47,9 +47,18 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("KBQE_LOCAL_POSTGRES_BINARIES", "maven")
 
 
+SERVICE_FIXTURES = frozenset({STACK_FIXTURE, "cdc_stack", "emulators"})
+"""Fixtures that start (or reuse) the local stack's services on their fixed ports."""
+
+
+# tryfirst: before pytest's own -m selection, which `make test` relies on to run the tests
+# that need a service apart from those that need none (Makefile).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses the local stack's services is ``integration``, whether it says so or
+    not."""
     for item in items:
-        if STACK_FIXTURE in getattr(item, "fixturenames", ()):
+        if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.integration)
 
 
