@@ -152,4 +152,7 @@ def test_the_summary_renders_and_serializes(suite_report, tmp_path) -> None:
 
 def test_every_service_the_suite_stopped_is_running_again(suite_report, local_stack) -> None:
     states = {s.name: s.running for s in stack.status(endpoints=local_stack)}
-    assert states == {"kafka": True, "apicurio": True, "gcs": True, "bigquery": True}
+    # The suite stops and restarts the default services; status also lists the on-demand
+    # ones (postgres, connect), which the session's change-data-capture tests may have started.
+    default = ("kafka", "apicurio", "gcs", "bigquery")
+    assert {name: states[name] for name in default} == dict.fromkeys(default, True)
