@@ -49,19 +49,23 @@ lint: install
 	$(BIN)/mypy
 
 # Quick start 2: the whole test suite, as two pytest processes side by side on the machine's
-# two cores: the tests that use the local stack (`integration`: they start it once and stop
-# exactly what they started) in this one, in order; the tests that need no service beside
-# them (their output, .pytest-unit.log, follows). Each alone is what `make test-unit` and
-# `pytest -m integration` run; the stack's tests wait on services a good part of their
-# time, which the others fill. Fails when either fails.
+# two cores. This one: the tests that use the shared local stack (`integration`: they start
+# it once and stop exactly what they started), in order. Beside it: the tests that need no
+# service, then the soak (reliability/, ten minutes of the daemon under load and faults on a
+# private stack of its own ports, so it never meets the shared one); its output follows, from
+# .pytest-side.log. The stack's tests wait on services a good part of their time, which the
+# others fill. Fails when either fails.
+SOAK_TEST := kbqe_dagster_tests/reliability/test_soak.py
 test: install lint
-	@$(BIN)/python -m pytest -m "not integration" -p no:cacheprovider > .pytest-unit.log 2>&1 & unit=$$!; \
-	$(BIN)/python -m pytest -m integration; integration=$$?; \
-	wait $$unit; unit=$$?; \
-	echo "=== the tests that need no service (pytest -m 'not integration'): .pytest-unit.log ==="; \
-	cat .pytest-unit.log; \
-	echo "make test: integration exit $$integration, no-service exit $$unit"; \
-	test $$integration -eq 0 && test $$unit -eq 0
+	@( $(BIN)/python -m pytest -m "not integration" -p no:cacheprovider; unit=$$?; \
+	   $(BIN)/python -m pytest -p no:cacheprovider $(SOAK_TEST); soak=$$?; \
+	   exit $$((unit | soak)) ) > .pytest-side.log 2>&1 & side=$$!; \
+	$(BIN)/python -m pytest -m integration --ignore=$(SOAK_TEST); integration=$$?; \
+	wait $$side; side=$$?; \
+	echo "=== beside it: the tests that need no service, then the soak (.pytest-side.log) ==="; \
+	cat .pytest-side.log; \
+	echo "make test: shared-stack tests exit $$integration, no-service tests and soak exit $$side"; \
+	test $$integration -eq 0 && test $$side -eq 0
 
 test-unit: install lint
 	$(BIN)/python -m pytest -m "not integration"
