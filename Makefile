@@ -48,24 +48,14 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Quick start 2: the whole test suite, as two pytest processes side by side on the machine's
-# two cores. This one: the tests that use the shared local stack (`integration`: they start
-# it once and stop exactly what they started), in order. Beside it: the tests that need no
-# service, then the soak (reliability/, ten minutes of the daemon under load and faults on a
-# private stack of its own ports, so it never meets the shared one); its output follows, from
-# .pytest-side.log. The stack's tests wait on services a good part of their time, which the
-# others fill. Fails when either fails.
-SOAK_TEST := kbqe_dagster_tests/reliability/test_soak.py
+# Quick start 2: the whole test suite, in two lanes side by side on the machine's two cores
+# (scripts/test_lanes.py): the tests that use the local stack are shared between the lanes,
+# each lane on a stack of its own (home and ports), so they never meet; the tests that need
+# no service and the soak (ten minutes of the daemon on a private stack) fill the second
+# lane. The second lane's output follows the first's, from .pytest-side.log. Fails when any
+# run fails.
 test: install lint
-	@( $(BIN)/python -m pytest -m "not integration" -p no:cacheprovider; unit=$$?; \
-	   $(BIN)/python -m pytest -p no:cacheprovider $(SOAK_TEST); soak=$$?; \
-	   exit $$((unit | soak)) ) > .pytest-side.log 2>&1 & side=$$!; \
-	$(BIN)/python -m pytest -m integration --ignore=$(SOAK_TEST); integration=$$?; \
-	wait $$side; side=$$?; \
-	echo "=== beside it: the tests that need no service, then the soak (.pytest-side.log) ==="; \
-	cat .pytest-side.log; \
-	echo "make test: shared-stack tests exit $$integration, no-service tests and soak exit $$side"; \
-	test $$integration -eq 0 && test $$side -eq 0
+	$(BIN)/python scripts/test_lanes.py
 
 test-unit: install lint
 	$(BIN)/python -m pytest -m "not integration"
