@@ -49,11 +49,10 @@ lint: install
 	$(BIN)/mypy
 
 # Quick start 2: the whole test suite, in two lanes side by side on the machine's two cores
-# (scripts/test_lanes.py): the tests that use the local stack are shared between the lanes,
-# each lane on a stack of its own (home and ports), so they never meet; the tests that need
-# no service and the soak (ten minutes of the daemon on a private stack) fill the second
-# lane. The second lane's output follows the first's, from .pytest-side.log. Fails when any
-# run fails.
+# (scripts/test_lanes.py): units of the suite (one per test directory, the tests that need no
+# service, the soak) are taken from one queue by two lanes, each lane with a local stack of
+# its own (home and ports), so the stack tests of both lanes never meet. Each unit's output
+# is printed when it ends, then a table of the units' times. Fails when any unit fails.
 test: install lint
 	$(BIN)/python scripts/test_lanes.py
 

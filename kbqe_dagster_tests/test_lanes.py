@@ -1,10 +1,9 @@
-"""``make test`` runs every test once, in two lanes whose stacks never meet
+"""``make test`` runs every test once, in units shared by two lanes whose stacks never meet
 (scripts/test_lanes.py)."""
 
 from __future__ import annotations
 
 import importlib.util
-import io
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ TESTS = REPO / "kbqe_dagster_tests"
 
 
 @pytest.fixture
-def test_lanes(tmp_path, monkeypatch):
+def lanes(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location(
         "test_lanes_script", REPO / "scripts" / "test_lanes.py"
     )
@@ -27,43 +26,64 @@ def test_lanes(tmp_path, monkeypatch):
     return module
 
 
-def _runs(module):
-    first, second = module.lanes(io.StringIO())
-    return first.runs, second.runs
+def _selects(unit, test_file: str) -> bool:
+    """Whether ``unit``'s paths (the whole suite when it names none) take ``test_file``."""
+    paths = [a for a in unit.args if a.startswith("kbqe_dagster_tests")] or ["kbqe_dagster_tests"]
+    ignored = [a.removeprefix("--ignore=") for a in unit.args if a.startswith("--ignore=")]
+    inside = lambda p: test_file == p or test_file.startswith(p + "/")  # noqa: E731
+    return any(inside(p) for p in paths) and not any(inside(p) for p in ignored)
 
 
-def test_the_first_lane_leaves_the_second_lanes_share_of_the_stack_tests_to_it(test_lanes):
-    (stack,), (no_service, share, soak) = _runs(test_lanes)
-    assert stack.args[:2] == ["-m", "integration"] and share.args[:2] == ["-m", "integration"]
+def test_every_test_file_is_in_exactly_one_stack_unit_or_the_soak(lanes):
+    units = lanes.units()
+    stack_or_soak = [u for u in units if u.on_stack or u.name == "soak"]
+    for path in sorted(TESTS.rglob("test_*.py")):
+        test_file = path.relative_to(REPO).as_posix()
+        takers = [u.name for u in stack_or_soak if _selects(u, test_file)]
+        assert len(takers) == 1, f"{test_file} is in the units {takers}"
+
+
+def test_the_tests_that_need_no_service_run_once_in_a_unit_of_their_own(lanes):
+    (no_service,) = [u for u in lanes.units() if not u.on_stack and u.name != "soak"]
     assert no_service.args == ["-m", "not integration"]
-    for path in test_lanes.SECOND_STACK_SHARE:
-        assert (REPO / path).exists(), path
-        assert f"--ignore={path}" in stack.args
-        assert path in share.args
-    assert f"--ignore={test_lanes.SOAK}" in stack.args and soak.args == [test_lanes.SOAK]
+    assert all(u.args[:2] == ["-m", "integration"] for u in lanes.units() if u.on_stack)
 
 
-def test_the_second_lanes_stack_has_a_home_and_ports_of_its_own(test_lanes, tmp_path):
+def test_the_longest_units_are_queued_first(lanes):
+    assert [u.name for u in lanes.units()[:3]] == ["keyed", "soak", "no-service"]
+
+
+def test_only_the_keyed_unit_starts_postgresql_and_kafka_connect(lanes):
+    (keyed,) = [u for u in lanes.units() if u.name == "keyed"]
+    users = [
+        p.relative_to(REPO).as_posix()
+        for p in TESTS.rglob("test_*.py")
+        if p != Path(__file__) and "cdc_stack" in p.read_text()
+    ]
+    assert users, "no test uses the cdc_stack fixture: is it still its name?"
+    assert [u for u in users if not _selects(keyed, u)] == []
+
+
+def test_the_second_lanes_stack_has_a_home_and_ports_of_its_own(lanes, tmp_path):
     from kbqe_dagster.localstack.endpoints import local_endpoints
     from reliability.soak import PORTS as SOAK_PORTS
 
-    (stack,), (no_service, share, soak) = _runs(test_lanes)
-    assert stack.env == no_service.env == soak.env == {}  # the default stack; the soak's own
-    assert share.env["KBQE_LOCAL_HOME"] == str(tmp_path / "second")
+    env = lanes.second_stack_env()
+    assert env["KBQE_LOCAL_HOME"] == str(tmp_path / "second")
     assert (tmp_path / "second" / "cache").resolve() == (tmp_path / "first" / "cache").resolve()
-    second = {int(v) for k, v in share.env.items() if k.endswith("_PORT")}
-    assert len(second) == len(test_lanes.SECOND_STACK_PORTS) == 8
+    second = {int(v) for k, v in env.items() if k.endswith("_PORT")}
+    assert len(second) == len(lanes.SECOND_STACK_PORTS) == 8
     default = {v for k, v in vars(local_endpoints()).items() if k.endswith("_port")}
     assert not second & default
     assert not second & set(SOAK_PORTS.values())
 
 
-def test_only_the_second_lane_starts_postgresql_and_kafka_connect(test_lanes):
-    users = {
-        p.relative_to(REPO).as_posix()
-        for p in TESTS.rglob("test_*.py")
-        if p != Path(__file__) and "cdc_stack" in p.read_text()
-    }
-    assert users, "no test uses the cdc_stack fixture: is it still its name?"
-    outside = {u for u in users if not u.startswith(test_lanes.SECOND_STACK_SHARE)}
-    assert outside == set(), "tests starting PostgreSQL/Connect outside the second lane's share"
+def test_a_directory_without_stack_tests_passes_its_unit_and_a_failure_fails_it(lanes):
+    empty = lanes.stack_unit("cli", "kbqe_dagster_tests/cli")
+    empty.exit_code = lanes.NO_TESTS_COLLECTED
+    assert empty.passed
+    no_service = lanes.Unit("no-service", ["-m", "not integration"], False)
+    no_service.exit_code = lanes.NO_TESTS_COLLECTED
+    assert not no_service.passed
+    empty.exit_code = 1
+    assert not empty.passed

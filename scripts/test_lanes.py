@@ -1,28 +1,30 @@
 """``make test``: the whole suite in two lanes side by side, one per core of a CI machine.
 
-A lane is a sequence of pytest runs. The runs that use the local stack's services run in
-both lanes at once, each lane on a local stack of its own (its own home and ports, the
-downloads shared), so they never meet: a test that stops Kafka to see what the product does
-stops its own lane's Kafka. Within a lane the stack tests run in order, as they always have.
+The suite is cut into units, each one pytest process: the tests that need no service, the
+soak (which brings a private stack of its own), and the tests that use the local stack, one
+unit per test directory. Two lanes take units from one queue until it is empty, so the
+lanes end together whatever each unit takes. Each lane has a local stack of its own (its own
+home and ports, the downloads shared), started before its first stack unit and kept for the
+next: a test that stops Kafka to see what the product does stops its own lane's Kafka, and
+within a lane the stack tests run in order, as they always have.
 
-- **first**: the stack tests (``-m integration``), but for the second lane's share, on the
-  default stack (``.kbqe-local/``, the ports ``kbqe stack up`` uses). Its output is the
-  console's.
-- **second**: the tests that need no service (``-m "not integration"``), then its share of
-  the stack tests (:data:`SECOND_STACK_SHARE`) on a stack of its own (``.kbqe-local-2/``,
-  :data:`SECOND_STACK_PORTS`), then the soak (which brings its own private stack). Its output
-  goes to ``.pytest-side.log`` and is printed when the first lane is done.
+- lane 1's stack is the default one (``.kbqe-local/``, the ports ``kbqe stack up`` uses);
+  one already running is reused and left running;
+- lane 2's is ``.kbqe-local-2/`` on :data:`SECOND_STACK_PORTS`.
 
-The share is chosen to even the lanes out (each run's time is printed at the end, and each
-pytest prints its slowest tests); it takes all the tests that need PostgreSQL and Kafka
-Connect, so those are started (and downloaded, the first time) by one lane only.
+The queue starts with the longest units (:data:`FIRST_UNITS`, measured), the rest follow in
+the order of their directories. A unit's output is printed whole when it ends (it is in
+``.test-lanes/<unit>.log`` while it runs), with its time; a table of every unit's lane, exit
+and time closes the run.
 
-Exits 0 when every run passed; otherwise 1, after every run has had its turn.
+Exits 0 when every unit passed; otherwise 1, after every unit has had its turn.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -30,18 +32,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 REPO = Path(__file__).resolve().parents[1]
-SOAK = "kbqe_dagster_tests/reliability/test_soak.py"
-SIDE_LOG = REPO / ".pytest-side.log"
-
-SECOND_STACK_SHARE = (
-    "kbqe_dagster_tests/keyed",
-    "kbqe_dagster_tests/localstack/test_cdc_contract.py",
-)
-"""The stack tests the second lane runs: the keyed tables' (with the Debezium-on-PostgreSQL
-oracle) and the CDC services' contract, the only users of PostgreSQL and Kafka Connect."""
+TESTS = "kbqe_dagster_tests"
+SOAK = f"{TESTS}/reliability/test_soak.py"
+LOGS = REPO / ".test-lanes"
+KBQE = str(Path(sys.executable).parent / "kbqe")
 
 SECOND_STACK_HOME = REPO / ".kbqe-local-2"
 SECOND_STACK_PORTS = {
@@ -56,51 +52,135 @@ SECOND_STACK_PORTS = {
 }
 """Far from the default stack's (1xxxx) and the soak's (3xxxx)."""
 
-SHOWN_DURATIONS = "--durations=25"
+NO_TESTS_COLLECTED = 5  # pytest's exit code when the marker leaves a directory nothing to run
 
 
 @dataclass
-class Run:
-    """One pytest process: its arguments and the environment it adds."""
+class Unit:
+    """One pytest process: its arguments, and whether it runs on its lane's stack."""
 
+    name: str
     args: Sequence[str]
-    env: dict[str, str] = field(default_factory=dict)
+    on_stack: bool
+    lane: int = 0
     exit_code: int | None = None
     seconds: float = 0.0
 
-    def describe(self) -> str:
-        where = f" (stack home {self.env['KBQE_LOCAL_HOME']})" if self.env else ""
-        return "pytest " + " ".join(self.args) + where
+    @property
+    def passed(self) -> bool:
+        ok = {0, NO_TESTS_COLLECTED} if self.on_stack else {0}
+        return self.exit_code in ok
+
+
+def stack_unit(name: str, *paths: str, ignore: Sequence[str] = ()) -> Unit:
+    return Unit(name, ["-m", "integration", *paths, *(f"--ignore={p}" for p in ignore)], True)
+
+
+FIRST_UNITS = (
+    # The keyed tables' stack tests with the Debezium-on-PostgreSQL oracle and the CDC
+    # services' contract: the only users of PostgreSQL and Kafka Connect, so those start in
+    # one lane only.
+    stack_unit("keyed", f"{TESTS}/keyed", f"{TESTS}/localstack/test_cdc_contract.py"),
+    Unit("soak", [SOAK], False),
+    Unit("no-service", ["-m", "not integration"], False),
+)
+
+
+def units(tests: Path = REPO / TESTS) -> list[Unit]:
+    """Every test in exactly one unit (``test_lanes`` in the suite checks it)."""
+    first = {p for u in FIRST_UNITS for p in u.args if p.startswith(TESTS)}
+    rest = []
+    for directory in sorted(p for p in tests.iterdir() if p.is_dir()):
+        path = f"{TESTS}/{directory.name}"
+        if path in first or not any(directory.rglob("test_*.py")):
+            continue
+        ignored = [p for p in sorted(first) if p.startswith(path + "/")]
+        rest.append(stack_unit(directory.name, path, ignore=ignored))
+    top_level = sorted(f"{TESTS}/{p.name}" for p in tests.glob("test_*.py"))
+    rest.append(stack_unit("top-level", *top_level))
+    return [Unit(u.name, list(u.args), u.on_stack) for u in FIRST_UNITS] + rest
 
 
 @dataclass
 class Lane:
-    name: str
-    runs: list[Run]
-    output: IO[str] | None  # None: the console
+    number: int
+    env: dict[str, str]
+    started: list[str] = field(default_factory=list)  # the stack services this lane started
+    stack_up: bool = False
 
-    def run_all(self) -> None:
-        for run in self.runs:
+    def run(self, todo: queue.Queue[Unit], done: list[Unit], console: threading.Lock) -> None:
+        while True:
+            try:
+                unit = todo.get_nowait()
+            except queue.Empty:
+                return
+            if unit.on_stack and not self.stack_up:
+                self.start_stack(console)
+            unit.lane = self.number
+            log = LOGS / f"{unit.name}.log"
             started = time.monotonic()
-            command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", SHOWN_DURATIONS]
-            print(f"=== lane {self.name}: {run.describe()} ===", file=self.output or sys.stdout)
-            (self.output or sys.stdout).flush()
-            done = subprocess.run(
-                [*command, *run.args],
-                cwd=REPO,
-                env={**os.environ, **run.env},
-                stdout=self.output,
-                stderr=subprocess.STDOUT if self.output else None,
-                check=False,
+            with console:
+                print(f"--- lane {self.number}: {unit.name} started", flush=True)
+            with log.open("w") as out:
+                unit.exit_code = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pytest",
+                        "-p",
+                        "no:cacheprovider",
+                        "--durations=15",
+                        *unit.args,
+                    ],  # fmt: skip
+                    cwd=REPO,
+                    env={**os.environ, **(self.env if unit.on_stack else {})},
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    check=False,
+                ).returncode
+            unit.seconds = time.monotonic() - started
+            done.append(unit)
+            with console:
+                print(f"=== lane {self.number}: {unit.name}: pytest {' '.join(unit.args)}")
+                print(log.read_text(), end="")
+                print(f"=== lane {self.number}: {unit.name} exit {unit.exit_code} "
+                      f"in {unit.seconds:,.0f} s", flush=True)  # fmt: skip
+
+    def kbqe_stack(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [KBQE, "stack", *args],
+            cwd=REPO,
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    def start_stack(self, console: threading.Lock) -> None:
+        """Start what of this lane's stack is not running (the tests' fixtures then reuse it);
+        remember what, to stop exactly that at the end."""
+        self.stack_up = True
+        status = self.kbqe_stack("status", "--json")
+        running = {s["name"] for s in json.loads(status.stdout or "[]") if s.get("running")}
+        up = self.kbqe_stack("up")
+        after = self.kbqe_stack("status", "--json")
+        now = {s["name"] for s in json.loads(after.stdout or "[]") if s.get("running")}
+        self.started = sorted(now - running)
+        with console:
+            print(
+                f"--- lane {self.number}: stack up (started: {', '.join(self.started) or 'none'})"
             )
-            run.exit_code = done.returncode
-            run.seconds = time.monotonic() - started
+            if up.returncode != 0:  # the units' fixtures say it again, each naming the fix
+                print(up.stdout + up.stderr, end="")
+
+    def stop_stack(self) -> None:
+        if self.started:
+            self.kbqe_stack("down", *self.started)
 
 
 def second_stack_env() -> dict[str, str]:
-    """The second lane's stack: its own home, its own ports, the default stack's downloads
-    (Kafka, Apicurio, PostgreSQL and Connect's jars are large; installs are atomic, so two
-    lanes may fill the cache at once)."""
+    """Lane 2's stack: its own home, its own ports, the default stack's downloads (Kafka,
+    Apicurio, PostgreSQL and Connect's jars are large; installs are atomic)."""
     SECOND_STACK_HOME.mkdir(exist_ok=True)
     shared_cache = Path(os.environ.get("KBQE_LOCAL_HOME", REPO / ".kbqe-local")) / "cache"
     shared_cache.mkdir(parents=True, exist_ok=True)
@@ -112,39 +192,35 @@ def second_stack_env() -> dict[str, str]:
     return env
 
 
-def lanes(side_log: IO[str]) -> list[Lane]:
-    not_second = [f"--ignore={path}" for path in SECOND_STACK_SHARE]
-    return [
-        Lane("first", [Run(["-m", "integration", f"--ignore={SOAK}", *not_second])], None),
-        Lane(
-            "second",
-            [
-                Run(["-m", "not integration"]),
-                Run(["-m", "integration", *SECOND_STACK_SHARE], second_stack_env()),
-                Run([SOAK]),
-            ],
-            side_log,
-        ),
-    ]
-
-
 def main() -> int:
-    started = time.monotonic()
-    with SIDE_LOG.open("w") as side_log:
-        first, second = lanes(side_log)
-        beside = threading.Thread(target=second.run_all, name="lane-second", daemon=True)
-        beside.start()
-        first.run_all()
-        beside.join()
-    print(f"=== lane second's output ({SIDE_LOG.name}) ===")
-    print(SIDE_LOG.read_text(), end="")
-    print(f"=== make test: {time.monotonic() - started:,.0f} s ===")
-    for lane in (first, second):
-        for run in lane.runs:
-            print(
-                f"lane {lane.name}: exit {run.exit_code} in {run.seconds:,.0f} s: {run.describe()}"
-            )
-    return 0 if all(r.exit_code == 0 for lane in (first, second) for r in lane.runs) else 1
+    begun = time.monotonic()
+    LOGS.mkdir(exist_ok=True)
+    todo: queue.Queue[Unit] = queue.Queue()
+    for unit in units():
+        todo.put(unit)
+    lanes = [Lane(1, {}), Lane(2, second_stack_env())]
+    # Lane 1's stack first and alone: on a fresh machine it downloads Kafka and Apicurio once
+    # for every stack (Maven's local repository takes no lock across processes).
+    console = threading.Lock()
+    lanes[0].start_stack(console)
+    done: list[Unit] = []
+    threads = [
+        threading.Thread(target=lane.run, args=(todo, done, console), name=f"lane-{lane.number}")
+        for lane in lanes
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        for lane in lanes:
+            lane.stop_stack()
+    print(f"=== make test: {time.monotonic() - begun:,.0f} s on two lanes ===")
+    for unit in sorted(done, key=lambda u: -u.seconds):
+        verdict = "passed" if unit.passed else f"FAILED (exit {unit.exit_code})"
+        print(f"lane {unit.lane}  {unit.seconds:7,.0f} s  {unit.name:<14} {verdict}")
+    return 0 if len(done) == len(units()) and all(u.passed for u in done) else 1
 
 
 if __name__ == "__main__":
