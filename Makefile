@@ -53,8 +53,9 @@ lint: install
 # service, the soak) are taken from one queue by two lanes, each lane with a local stack of
 # its own (home and ports), so the stack tests of both lanes never meet. Each unit's output
 # is printed when it ends, then a table of the units' times. Fails when any unit fails.
+# `make test UNITS="keyed cli"` runs only those units.
 test: install lint
-	$(BIN)/python scripts/test_lanes.py
+	$(BIN)/python scripts/test_lanes.py $(UNITS)
 
 test-unit: install lint
 	$(BIN)/python -m pytest -m "not integration"

@@ -192,17 +192,27 @@ def second_stack_env() -> dict[str, str]:
     return env
 
 
-def main() -> int:
+def main(names: Sequence[str]) -> int:
+    """Run every unit, or only those named (``make test UNITS="keyed cli"``)."""
+    chosen = units()
+    if names:
+        unknown = sorted(set(names) - {u.name for u in chosen})
+        if unknown:
+            print(f"test_lanes: no unit named {', '.join(unknown)}; the units are: "
+                  f"{', '.join(u.name for u in chosen)}", file=sys.stderr)  # fmt: skip
+            return 2
+        chosen = [u for u in chosen if u.name in names]
     begun = time.monotonic()
     LOGS.mkdir(exist_ok=True)
     todo: queue.Queue[Unit] = queue.Queue()
-    for unit in units():
+    for unit in chosen:
         todo.put(unit)
     lanes = [Lane(1, {}), Lane(2, second_stack_env())]
     # Lane 1's stack first and alone: on a fresh machine it downloads Kafka and Apicurio once
     # for every stack (Maven's local repository takes no lock across processes).
     console = threading.Lock()
-    lanes[0].start_stack(console)
+    if any(u.on_stack for u in chosen):
+        lanes[0].start_stack(console)
     done: list[Unit] = []
     threads = [
         threading.Thread(target=lane.run, args=(todo, done, console), name=f"lane-{lane.number}")
@@ -220,8 +230,8 @@ def main() -> int:
     for unit in sorted(done, key=lambda u: -u.seconds):
         verdict = "passed" if unit.passed else f"FAILED (exit {unit.exit_code})"
         print(f"lane {unit.lane}  {unit.seconds:7,.0f} s  {unit.name:<14} {verdict}")
-    return 0 if len(done) == len(units()) and all(u.passed for u in done) else 1
+    return 0 if len(done) == len(chosen) and all(u.passed for u in done) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
