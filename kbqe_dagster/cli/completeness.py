@@ -76,15 +76,11 @@ def _completeness(args: argparse.Namespace) -> int:
 
 def watermark_reader(args: argparse.Namespace) -> Any:
     """Kafka's watermarks, read in one batch for every feeding partition."""
-    from kbqe_dagster.resources.kafka.clients import KafkaSettings
+    from kbqe_dagster.resources.environment import kafka_settings_for
     from kbqe_dagster.resources.kafka.cluster import watermarks_of
 
-    if args.bootstrap_servers:
-        settings = KafkaSettings(args.bootstrap_servers)
-    else:
-        from kbqe_dagster.observability.sources import sources_from_environment
-
-        settings = sources_from_environment().kafka
+    # The runs' Kafka and authentication; --bootstrap-servers changes where, not how.
+    settings = kafka_settings_for(args.bootstrap_servers)
     return lambda topics: watermarks_of(settings, topics)
 
 

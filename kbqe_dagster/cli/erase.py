@@ -66,14 +66,15 @@ def _erase(args: argparse.Namespace) -> int:
     from kbqe_dagster.core.erasure.requests import ErasureRequest
     from kbqe_dagster.observability.sources import sources_from_environment
     from kbqe_dagster.operations.erasure import apply_erasures
-    from kbqe_dagster.resources.kafka.clients import KafkaSettings
+    from kbqe_dagster.resources.environment import kafka_settings_for
     from kbqe_dagster.resources.kafka.cluster import watermarks_of
 
     if bool(args.subject) == bool(args.pending):
         raise OperatorCommandError("give --subject ID, or --pending (not both)")
     config = pipeline_config(args)
     sources = sources_from_environment()
-    settings = KafkaSettings(args.bootstrap_servers) if args.bootstrap_servers else sources.kafka
+    # --bootstrap-servers changes where, not how: the environment's authentication stays.
+    settings = kafka_settings_for(args.bootstrap_servers) if args.bootstrap_servers else sources.kafka
     requests = []
     if args.subject:
         request_id = args.request_id or f"cli-{uuid.uuid4().hex[:12]}"

@@ -11,9 +11,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from kbqe_dagster.core.client_properties import is_secret_property
+
 REDACTED = "***"
-# A setting is secret when its name contains one of these (librdkafka and registry names).
-SECRET_HINTS = ("password", "secret", "token", "credentials", "jaas", "user.info")
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 # Shorter values would blank out ordinary words (a password "a" in every message).
 _MIN_SECRET_LENGTH = 3
@@ -50,9 +50,6 @@ class Redactor:
 
 
 def secret_settings(settings: Mapping[str, object]) -> list[str]:
-    """The values of the settings whose names say they are secret."""
-    return [
-        str(value)
-        for name, value in settings.items()
-        if value and any(hint in name.lower() for hint in SECRET_HINTS)
-    ]
+    """The values of the settings whose names say they are secret (the same rule as the
+    settings' own reprs: :func:`~kbqe_dagster.core.client_properties.is_secret_property`)."""
+    return [str(value) for name, value in settings.items() if value and is_secret_property(name)]

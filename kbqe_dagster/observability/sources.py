@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 
@@ -42,6 +41,7 @@ class ExporterSources:
         return Redactor.of(
             [
                 *secret_settings(self.kafka.client_config),
+                *secret_settings(dict(self.registry.client_properties)),
                 self.registry.basic_auth_user_info,
             ]
         )
@@ -60,21 +60,22 @@ def sources_from_environment(
     from kbqe_dagster.resources.environment import (
         current_environment,
         default_dagster_home,
+        resolved,
         resources_for_environment,
     )
 
     env = env or current_environment()
     resources = resources_for_environment(env)
-    staging = _resolved(resources["staging"])
-    kafka = _resolved(resources["kafka"])
-    registry = _resolved(resources["schema_registry"])
-    pipeline = _resolved(resources["pipeline"])
+    staging = resolved(resources["staging"])
+    kafka = resolved(resources["kafka"])
+    registry = resolved(resources["schema_registry"])
+    pipeline = resolved(resources["pipeline"])
     return ExporterSources(
         staging=staging.location(),
         kafka=kafka.settings(),
         registry=registry.settings(),
         pipeline=pipeline.load(),
-        bigquery=_resolved(resources["bigquery"]),
+        bigquery=resolved(resources["bigquery"]),
         dagster_home=dagster_home or default_dagster_home(env),
     )
 
@@ -83,15 +84,3 @@ def open_instance(home: str) -> dg.DagsterInstance:
     if not Path(home).is_dir():
         raise FileNotFoundError(f"Dagster home {home} does not exist")
     return dg.DagsterInstance.from_config(home)
-
-
-def _resolved(resource: Any) -> Any:
-    """A copy of ``resource`` whose ``dg.EnvVar`` fields hold their values (Dagster resolves
-    them only inside a run; the exporter runs outside any), nested resources resolved alike."""
-    fields = {}
-    for name in type(resource).model_fields:
-        value = getattr(resource, name)
-        if isinstance(value, dg.ConfigurableResource):
-            value = _resolved(value)
-        fields[name] = value.get_value() if isinstance(value, dg.EnvVar) else value
-    return type(resource)(**fields)

@@ -7,11 +7,15 @@ arrive through ``dg.EnvVar`` and are never logged (the settings objects redact t
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
 import dagster as dg
 from pydantic import Field
 
+from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
-from kbqe_dagster.resources.schema_registry import RegistrySettings
+from kbqe_dagster.resources.schema_registry import RegistrySettings, property_value
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
 
 
@@ -42,8 +46,37 @@ class StagingResource(dg.ConfigurableResource):
         return self.location().open()
 
 
+_VARIABLES_DOC = (
+    "{client property: environment variable}: each property's value is read from its "
+    "variable whenever the settings are built (a run, a sensor tick, an operator command), as "
+    "a dg.EnvVar is resolved: the definitions hold the variables' names, never their values. "
+    "resources/environment.py fills it from the KBQE_*_CONF_<name> variables."
+)
+
+
+def _from_variables(what: str, variables: Mapping[str, str], given: Mapping[str, object]) -> dict:
+    """The values of ``variables`` (``{property: variable}``) in this process's environment;
+    ``given``: the properties the resource's own fields set, which no variable may set too."""
+    values = {}
+    for prop, variable in variables.items():
+        if given.get(prop):
+            raise ConfigError(
+                f"{what}: the property {prop} is set both by a field of the resource and by "
+                f"{variable}; set it once"
+            )
+        value = os.environ.get(variable)
+        if value is None:
+            raise ConfigError(
+                f"{what}: {variable} (the property {prop}) is not set in this process; it was "
+                "when the definitions were loaded"
+            )
+        values[prop] = value
+    return values
+
+
 class KafkaResource(dg.ConfigurableResource):
-    """A Kafka cluster. ``client_config`` carries SASL/SSL settings (librdkafka names)."""
+    """A Kafka cluster: its named SASL/SSL fields, and any librdkafka property through
+    ``client_config_variables`` (client certificates, OAUTHBEARER, ...)."""
 
     bootstrap_servers: str = Field(description="host:port[,host:port...]")
     security_protocol: str | None = Field(default=None, description="PLAINTEXT, SSL, SASL_SSL, ...")
@@ -55,16 +88,21 @@ class KafkaResource(dg.ConfigurableResource):
         default=None, repr=False, description="Use dg.EnvVar; never logged."
     )
     ssl_ca_location: str | None = Field(default=None, description="CA bundle path for SSL.")
+    client_config_variables: dict[str, str] = Field(
+        default_factory=dict, description="librdkafka properties: " + _VARIABLES_DOC
+    )
 
     def settings(self) -> KafkaSettings:
-        extra = {
+        named = {
             "security.protocol": self.security_protocol,
             "sasl.mechanism": self.sasl_mechanism,
             "sasl.username": self.sasl_username,
             "sasl.password": self.sasl_password,
             "ssl.ca.location": self.ssl_ca_location,
         }
-        return KafkaSettings(self.bootstrap_servers, {k: v for k, v in extra.items() if v})
+        config = {k: v for k, v in named.items() if v}
+        config.update(_from_variables("Kafka", self.client_config_variables, named))
+        return KafkaSettings(self.bootstrap_servers, config)
 
 
 class SchemaRegistryResource(dg.ConfigurableResource):
@@ -75,9 +113,33 @@ class SchemaRegistryResource(dg.ConfigurableResource):
         default=None, repr=False, description="user:password, through dg.EnvVar; never logged."
     )
     ssl_ca_location: str | None = Field(default=None, description="CA bundle path for TLS.")
+    client_config_variables: dict[str, str] = Field(
+        default_factory=dict,
+        description="SchemaRegistryClient properties (ssl.certificate.location, "
+        "ssl.key.location, ssl.key.password, ...): " + _VARIABLES_DOC,
+    )
 
     def settings(self) -> RegistrySettings:
-        return RegistrySettings(self.url, self.basic_auth_user_info, self.ssl_ca_location)
+        # The properties RegistrySettings holds in fields of its own may come from a variable
+        # too (KBQE_SCHEMA_REGISTRY_CONF_SSL_CA_LOCATION): they go to their field.
+        own: dict[str, str | None] = {
+            "url": self.url,
+            "basic.auth.user.info": self.basic_auth_user_info,
+            "ssl.ca.location": self.ssl_ca_location,
+        }
+        properties = []
+        variables = _from_variables("schema registry", self.client_config_variables, own)
+        for prop, text in variables.items():
+            if prop in own:
+                own[prop] = text
+            else:
+                properties.append((prop, property_value(prop, text)))
+        return RegistrySettings(
+            self.url,
+            own["basic.auth.user.info"],
+            own["ssl.ca.location"],
+            client_properties=tuple(sorted(properties)),
+        )
 
 
 class PipelineResource(dg.ConfigurableResource):

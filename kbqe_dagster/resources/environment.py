@@ -7,7 +7,10 @@ Apicurio registry, fake-gcs-server as the staging bucket, the BigQuery emulator 
 Sensor and asset code never branches on the environment: it only sees these resources.
 
 Which GCS a ``gs://`` staging URL means is decided here, once, for the runs and for every
-operator command (``cli/common.py``): :func:`gcs_endpoint_for`.
+operator command (``cli/common.py``): :func:`gcs_endpoint_for`. So is how Kafka and the
+registry authenticate, in both environments: the named variables (``KBQE_KAFKA_SASL_*``, ...)
+and any client property as ``KBQE_KAFKA_CONF_<name>`` / ``KBQE_SCHEMA_REGISTRY_CONF_<name>``
+(``core/client_properties.py``): :func:`kafka_resource`, :func:`registry_resource`.
 """
 
 from __future__ import annotations
@@ -16,10 +19,16 @@ import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import dagster as dg
 import dagster_gcp
 
+from kbqe_dagster.core.client_properties import (
+    KAFKA_CONF_PREFIX,
+    REGISTRY_CONF_PREFIX,
+    property_variables,
+)
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.localstack.endpoints import (
     HOST,
@@ -35,6 +44,7 @@ from kbqe_dagster.resources.configurable import (
     SchemaRegistryResource,
     StagingResource,
 )
+from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.spark import spark_config_from_environment, spark_resource
 from kbqe_dagster.resources.staging_store import StagingLocation
 
@@ -45,6 +55,24 @@ GCP_PROJECT_ENV = "KBQE_GCP_PROJECT"
 GCP_CREDENTIALS_ENV = "KBQE_GCP_CREDENTIALS"
 """dagster-gcp's ``gcp_credentials``: a base64 service account key (``base64 -w0 key.json``)."""
 BIGQUERY_LOCATION_ENV = "KBQE_BIGQUERY_LOCATION"
+KAFKA_BOOTSTRAP_ENV = "KBQE_KAFKA_BOOTSTRAP_SERVERS"
+REGISTRY_URL_ENV = "KBQE_SCHEMA_REGISTRY_URL"
+KAFKA_VARIABLES = {
+    "KBQE_KAFKA_SECURITY_PROTOCOL": "security.protocol",
+    "KBQE_KAFKA_SASL_MECHANISM": "sasl.mechanism",
+    "KBQE_KAFKA_SASL_USERNAME": "sasl.username",
+    "KBQE_KAFKA_SASL_PASSWORD": "sasl.password",
+    "KBQE_KAFKA_SSL_CA_LOCATION": "ssl.ca.location",
+}
+"""The named Kafka variables and the librdkafka property each sets (the resource field of the
+same name with ``_`` for ``.``); any other property is ``KBQE_KAFKA_CONF_<name>``."""
+REGISTRY_VARIABLES = {
+    "KBQE_SCHEMA_REGISTRY_BASIC_AUTH": "basic.auth.user.info",
+    "KBQE_SCHEMA_REGISTRY_SSL_CA_LOCATION": "ssl.ca.location",
+}
+"""The named registry variables; any other client property is
+``KBQE_SCHEMA_REGISTRY_CONF_<name>`` (``SSL_CERTIFICATE_LOCATION``, ``SSL_KEY_LOCATION``,
+``SSL_KEY_PASSWORD`` for a client certificate)."""
 DEFAULT_PIPELINE = data_file("pipeline.yaml")
 """The sample pipeline (``examples/pipeline.yaml`` in a checkout, packaged in a wheel)."""
 
@@ -106,8 +134,8 @@ def local_resources(pipeline: PipelineResource | None = None) -> dict:
     staging = staging_location_for(os.environ.get(STAGING_ENV, LOCAL_STAGING_URL), "local")
     return {
         "pipeline": pipeline or PipelineResource(config_path=pipeline_config_path()),
-        "kafka": KafkaResource(bootstrap_servers=ends.kafka_bootstrap),
-        "schema_registry": SchemaRegistryResource(url=ends.registry_url),
+        "kafka": kafka_resource(ends.kafka_bootstrap),
+        "schema_registry": registry_resource(ends.registry_url),
         "staging": StagingResource(
             url=staging.url,
             gcs_endpoint=staging.gcs_endpoint,
@@ -131,6 +159,96 @@ def _optional_env(name: str) -> dg.EnvVar | None:
     return dg.EnvVar(name) if name in os.environ else None
 
 
+def kafka_resource(
+    bootstrap_servers: str | dg.EnvVar, environ: Mapping[str, str] = os.environ
+) -> KafkaResource:
+    """Kafka at ``bootstrap_servers``, authenticated as the environment says, in either
+    environment: the named ``KBQE_KAFKA_*`` variables as the resource's fields (through
+    ``dg.EnvVar``), every ``KBQE_KAFKA_CONF_<name>`` as a property read from its variable
+    when a client is built. Two variables for one property are a ConfigError naming both.
+    The properties reach every client: the stage tasks (``KafkaSettings`` travels to the
+    executors), the sensors, the runner and the operator commands, which all build their
+    settings from this resource; kbqe's own consumer settings (``read_committed``, no
+    commits, ``clients.consumer_config``) still win over any of them."""
+    variables = property_variables(
+        environ,
+        KAFKA_CONF_PREFIX,
+        KAFKA_VARIABLES,
+        reserved={"bootstrap.servers": f"{KAFKA_BOOTSTRAP_ENV} (local: the local stack's)"},
+    )
+    return KafkaResource(
+        bootstrap_servers=bootstrap_servers,
+        **_named_fields(variables, KAFKA_VARIABLES),
+        client_config_variables=_unnamed(variables, KAFKA_VARIABLES),
+    )
+
+
+def registry_resource(
+    url: str | dg.EnvVar, environ: Mapping[str, str] = os.environ
+) -> SchemaRegistryResource:
+    """The schema registry at ``url``, authenticated as the environment says (both
+    environments): ``KBQE_SCHEMA_REGISTRY_BASIC_AUTH`` and ``_SSL_CA_LOCATION`` through
+    ``dg.EnvVar``, any client property as ``KBQE_SCHEMA_REGISTRY_CONF_<name>`` (a client
+    certificate: ``SSL_CERTIFICATE_LOCATION``, ``SSL_KEY_LOCATION``, ``SSL_KEY_PASSWORD``)."""
+    variables = property_variables(
+        environ,
+        REGISTRY_CONF_PREFIX,
+        REGISTRY_VARIABLES,
+        reserved={"url": f"{REGISTRY_URL_ENV} (local: the local stack's)"},
+    )
+    return SchemaRegistryResource(
+        url=url,
+        **_named_fields(variables, REGISTRY_VARIABLES),
+        client_config_variables=_unnamed(variables, REGISTRY_VARIABLES),
+    )
+
+
+def _named_fields(variables: Mapping[str, str], named: Mapping[str, str]) -> dict:
+    """The named variables among ``variables`` (``{property: variable}``) as resource fields:
+    each property's field is its name with ``_`` for ``.``, its value the variable's EnvVar."""
+    return {p.replace(".", "_"): dg.EnvVar(v) for p, v in variables.items() if v in named}
+
+
+def _unnamed(variables: Mapping[str, str], named: Mapping[str, str]) -> dict[str, str]:
+    return {p: v for p, v in variables.items() if v not in named}
+
+
+R = TypeVar("R", bound=dg.ConfigurableResource)
+
+
+def resolved(resource: R) -> R:
+    """A copy of ``resource`` whose ``dg.EnvVar`` fields hold their values (Dagster resolves
+    them only inside a run; an operator command runs outside any), nested resources resolved
+    alike."""
+    fields = {}
+    for name in type(resource).model_fields:
+        value = getattr(resource, name)
+        if isinstance(value, dg.ConfigurableResource):
+            value = resolved(value)
+        fields[name] = value.get_value() if isinstance(value, dg.EnvVar) else value
+    return type(resource)(**fields)
+
+
+def kafka_settings_for(
+    bootstrap_servers: str | None = None,
+    env: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> KafkaSettings:
+    """The Kafka settings the runs of ``env`` (default ``KBQE_ENV``) use, for an operator
+    command outside a run: ``bootstrap_servers`` (a command's ``--bootstrap-servers``) in
+    place of the environment's, with the same authentication."""
+    env = env or current_environment(environ)
+    if not bootstrap_servers:
+        bootstrap_servers = (
+            local_endpoints().kafka_bootstrap
+            if env == "local"
+            else environ.get(KAFKA_BOOTSTRAP_ENV)
+        )
+    if not bootstrap_servers:
+        raise ConfigError(f"{KAFKA_BOOTSTRAP_ENV} is not set (or give --bootstrap-servers)")
+    return resolved(kafka_resource(bootstrap_servers, environ)).settings()
+
+
 def gcp_resources(pipeline: PipelineResource | None = None) -> dict:
     """GCP the way any Dagster project configures it: dagster-gcp's resources, their
     ``project``, ``location`` and ``gcp_credentials`` from environment variables (unset
@@ -140,19 +258,8 @@ def gcp_resources(pipeline: PipelineResource | None = None) -> dict:
     credentials = _optional_env(GCP_CREDENTIALS_ENV)
     return {
         "pipeline": pipeline or PipelineResource(config_path=pipeline_config_path()),
-        "kafka": KafkaResource(
-            bootstrap_servers=dg.EnvVar("KBQE_KAFKA_BOOTSTRAP_SERVERS"),
-            security_protocol=_optional_env("KBQE_KAFKA_SECURITY_PROTOCOL"),
-            sasl_mechanism=_optional_env("KBQE_KAFKA_SASL_MECHANISM"),
-            sasl_username=_optional_env("KBQE_KAFKA_SASL_USERNAME"),
-            sasl_password=_optional_env("KBQE_KAFKA_SASL_PASSWORD"),
-            ssl_ca_location=_optional_env("KBQE_KAFKA_SSL_CA_LOCATION"),
-        ),
-        "schema_registry": SchemaRegistryResource(
-            url=dg.EnvVar("KBQE_SCHEMA_REGISTRY_URL"),
-            basic_auth_user_info=_optional_env("KBQE_SCHEMA_REGISTRY_BASIC_AUTH"),
-            ssl_ca_location=_optional_env("KBQE_SCHEMA_REGISTRY_SSL_CA_LOCATION"),
-        ),
+        "kafka": kafka_resource(dg.EnvVar(KAFKA_BOOTSTRAP_ENV)),
+        "schema_registry": registry_resource(dg.EnvVar(REGISTRY_URL_ENV)),
         # The URL is resolved at run time; the endpoint (real GCS unless KBQE_GCS_ENDPOINT)
         # is the commands' decision too, so runs and commands see one staging area.
         "staging": StagingResource(

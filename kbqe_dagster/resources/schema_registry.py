@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from kbqe_dagster.core.client_properties import redacted
 from kbqe_dagster.core.errors import ConfigError, KbqeError
 
 _PROXY_VARIABLES = (
@@ -29,6 +30,25 @@ _PROXY_VARIABLES = (
     "all_proxy",
 )
 """What httpx reads for a proxy (``trust_env``)."""
+
+NUMBER_PROPERTIES = frozenset(
+    {
+        "timeout",
+        "cache.capacity",
+        "cache.latest.ttl.sec",
+        "max.retries",
+        "retries.wait.ms",
+        "retries.max.wait.ms",
+    }
+)
+"""The registry client's properties it takes only as numbers (it raises a TypeError for a
+string): a value from the environment is converted (:func:`property_value`)."""
+
+OWN_FIELDS = {"url": "url", "basic.auth.user.info": "basic_auth_user_info",
+              "ssl.ca.location": "ssl_ca_location"}  # fmt: skip
+"""The client properties :class:`RegistrySettings` holds in fields of their own (the URL is
+cleaned of credentials, the credentials go to the exporter's redactor, the CA decides the TLS
+context): never among its ``client_properties``."""
 
 
 class RegistryUnavailableError(KbqeError):
@@ -45,8 +65,19 @@ class RegistrySettings:
     url: str
     basic_auth_user_info: str | None = None  # "user:password"; from the environment only
     ssl_ca_location: str | None = None
+    client_properties: tuple[tuple[str, str | int | float], ...] = ()
+    """Any other property of confluent-kafka's ``SchemaRegistryClient``: client certificates
+    (``ssl.certificate.location``, ``ssl.key.location``, ``ssl.key.password``), bearer
+    authentication, timeouts, ... A tuple of pairs, not a dict: these settings key the
+    process's schema cache, so they must be hashable."""
 
     def __post_init__(self) -> None:
+        for name, _ in self.client_properties:
+            if name in OWN_FIELDS:
+                raise ConfigError(
+                    f"schema registry: {name} is RegistrySettings.{OWN_FIELDS[name]}, "
+                    "not one of its client_properties"
+                )
         url, user_info = split_user_info(self.url)
         if user_info is None:
             return
@@ -59,7 +90,7 @@ class RegistrySettings:
         object.__setattr__(self, "basic_auth_user_info", user_info)
 
     def client_config(self) -> dict:
-        conf: dict[str, Any] = {"url": self.url}
+        conf: dict[str, Any] = {"url": self.url, **dict(self.client_properties)}
         if self.basic_auth_user_info:
             conf["basic.auth.user.info"] = self.basic_auth_user_info
         if self.ssl_ca_location:
@@ -83,7 +114,27 @@ class RegistrySettings:
 
     def __repr__(self) -> str:
         auth = "***" if self.basic_auth_user_info else None
-        return f"RegistrySettings(url={self.url!r}, basic_auth_user_info={auth!r})"
+        shown = redacted(dict(self.client_properties))
+        return (
+            f"RegistrySettings(url={self.url!r}, basic_auth_user_info={auth!r}, "
+            f"client_properties={shown})"
+        )
+
+
+def property_value(name: str, text: str) -> str | int | float:
+    """A registry client property's value from its environment variable's text: a number for
+    the properties the client takes only as numbers, else the text."""
+    if name not in NUMBER_PROPERTIES:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(
+                f"schema registry property {name}: {text!r} is not a number"
+            ) from None
 
 
 def split_user_info(url: str) -> tuple[str, str | None]:

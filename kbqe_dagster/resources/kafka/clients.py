@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
+from kbqe_dagster.core.client_properties import redacted
 from kbqe_dagster.core.errors import KbqeError
 
 CLIENT_LOG = logging.getLogger("kbqe_dagster.kafka")
@@ -22,10 +23,6 @@ logger every Kafka client of the package uses, which the console shows only from
 without logging set up (a Spark python worker, a fault-suite child) they go nowhere, as a
 library's logs should: a read that fails raises an error naming topic, partition, offset."""
 CLIENT_LOG.addHandler(logging.NullHandler())
-
-# librdkafka settings whose values may hold secrets (sasl.password, ssl.key.password,
-# sasl.oauthbearer.config with a client secret, ...): redacted in repr.
-_SECRET_HINTS = ("password", "secret", "key", "token", "credentials", "oauthbearer", "jaas")
 
 
 class KafkaReadError(KbqeError):
@@ -48,7 +45,11 @@ class TopicMissing(KafkaReadError):
 @dataclass(frozen=True)
 class KafkaSettings:
     """Bootstrap servers plus any librdkafka client setting (``security.protocol``,
-    ``sasl.mechanism``, ``sasl.username``, ``sasl.password``, ``ssl.ca.location``, ...)."""
+    ``sasl.mechanism``, ``sasl.password``, ``ssl.certificate.location``, ``ssl.key.location``,
+    ``sasl.oauthbearer.config``, ...): what every client of the package gets, the stage
+    tasks' on the executors (this object is pickled to them), the sensors' and the operator
+    commands' alike. Its ``repr`` shows no secret property's value
+    (:func:`~kbqe_dagster.core.client_properties.is_secret_property`)."""
 
     bootstrap_servers: str
     client_config: Mapping[str, str] = field(default_factory=dict)
@@ -63,10 +64,7 @@ class KafkaSettings:
         return conf
 
     def __repr__(self) -> str:
-        shown = {
-            k: ("***" if any(h in k.lower() for h in _SECRET_HINTS) else v)
-            for k, v in self.client_config.items()
-        }
+        shown = redacted(self.client_config)
         return f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, client_config={shown})"
 
 
