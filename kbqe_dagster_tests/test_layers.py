@@ -20,7 +20,8 @@ FORBIDDEN_IN_CORE = ("dagster", "google.cloud", "pyspark", "confluent_kafka", "r
 
 # --- the rooms and the arrows allowed between them -------------------------------------------
 CORE = "core"
-"""core/'s top: errors.py, reasons.py, config_reader.py: what every concern of core/ uses."""
+"""core/'s top: errors.py, reasons.py, config_reader.py, client_properties.py: what every
+concern of core/ uses."""
 CORE_ROOMS = frozenset(
     {
         CORE,

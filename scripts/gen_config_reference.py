@@ -310,8 +310,13 @@ points at the local stack; `KBQE_ENV=gcp` reads `KBQE_KAFKA_BOOTSTRAP_SERVERS`,
 `KBQE_SCHEMA_REGISTRY_BASIC_AUTH`, `KBQE_SCHEMA_REGISTRY_SSL_CA_LOCATION`,
 `KBQE_STAGING_URL`, `KBQE_GCP_PROJECT`, `KBQE_BIGQUERY_LOCATION`, `KBQE_GCP_CREDENTIALS`
 (dagster-gcp's resources; operations.md "Configuring GCP"); Spark takes
-`KBQE_SPARK_MASTER` and `KBQE_SPARK_CONF_<key>`. Secrets come only from the environment and
-are never logged.
+`KBQE_SPARK_MASTER` and `KBQE_SPARK_CONF_<key>`. In both environments, any librdkafka
+property is `KBQE_KAFKA_CONF_<name>` and any schema registry client property
+`KBQE_SCHEMA_REGISTRY_CONF_<name>`: the name lower-cased, a single `_` a dot, `__` an
+underscore (`KBQE_KAFKA_CONF_SSL_CERTIFICATE_LOCATION` is `ssl.certificate.location`);
+client certificates (mTLS), OAUTHBEARER and the rest, for the stage tasks, sensors and
+`kbqe` commands alike (operations.md "Kafka and registry authentication"). Secrets come
+only from the environment and are never logged.
 
 `KBQE_STAGING_URL` is read in `local` too (default `gs://kbqe-local/staging`): a second
 pipeline on the local stack takes a prefix of its own, `gs://kbqe-local/<prefix>`. Which GCS a

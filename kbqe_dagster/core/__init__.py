@@ -6,8 +6,9 @@ every rule is unit-testable.
 The rooms, lowest first (each may import only the rooms listed before it, and this top):
 
 - this top: ``errors.py`` (the one error hierarchy), ``reasons.py`` (why a message is bad
-  input), ``config_reader.py`` (how a raw configuration mapping is checked); they import
-  nothing of the package but each other.
+  input), ``config_reader.py`` (how a raw configuration mapping is checked),
+  ``client_properties.py`` (client properties named by environment variables, and which are
+  secret); they import nothing of the package but each other.
 - ``formats/``: how a topic's values become Avro record bodies.
 - ``protocol/``: the staging protocol: file names, offsets, the range commit, retention.
 - ``record/``: one message: framing, routing, event time, enrichment, partitioning, dead

@@ -25,7 +25,7 @@ import logging
 import re
 import subprocess
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 
@@ -81,8 +81,11 @@ def kafka_version(pom: Path = KAFKA_POM) -> str:
     return match.group(1)
 
 
-def server_properties(endpoints: LocalEndpoints, log_dir: Path) -> str:
-    """The single-node KRaft configuration (see the module docstring for the choices)."""
+def server_properties(
+    endpoints: LocalEndpoints, log_dir: Path, extra: Mapping[str, str] | None = None
+) -> str:
+    """The single-node KRaft configuration (see the module docstring for the choices);
+    ``extra``: settings added or replaced (a test's own broker with more listeners)."""
     broker, controller = endpoints.kafka_port, endpoints.kafka_controller_port
     settings = {
         "process.roles": "broker,controller",
@@ -108,6 +111,7 @@ def server_properties(endpoints: LocalEndpoints, log_dir: Path) -> str:
         # minutes after a fresh broker starts, and a range would stage half its messages.
         "log.retention.ms": "-1",
     }
+    settings.update(extra or {})
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
@@ -153,6 +157,11 @@ class KafkaService(LocalService):
     def log_dir(self) -> Path:
         return self.dirs.data / "kraft"
 
+    def extra_properties(self) -> dict[str, str]:
+        """Settings added to or replacing :func:`server_properties`' (none for the stack's own
+        broker; a test's broker with authenticated listeners adds them)."""
+        return {}
+
     def install(self) -> None:
         require_java()
         install_once(self.libs, self._download)
@@ -172,7 +181,9 @@ class KafkaService(LocalService):
     def launch(self) -> int:
         java = require_java()
         self.dirs.ensure()
-        self.config_file.write_text(server_properties(self.endpoints, self.log_dir))
+        self.config_file.write_text(
+            server_properties(self.endpoints, self.log_dir, self.extra_properties())
+        )
         self._format_storage(java)
         return spawn_java(
             self.dirs, java, JVM_OPTIONS, LOG4J2_PROPERTIES, self.libs, "kafka.Kafka",

@@ -2,7 +2,9 @@
 
 Each resource is a thin, picklable description of a connection that hands out the plain
 settings objects the stage and load code uses (those travel to Spark executors). Secrets
-arrive through ``dg.EnvVar`` and are never logged (the settings objects redact them).
+arrive through ``dg.EnvVar`` fields, or through ``client_config_variables`` (any client
+property, named by the environment variable that holds it and read the same way when the
+settings are built), and are never logged (the settings objects redact them).
 """
 
 from __future__ import annotations
