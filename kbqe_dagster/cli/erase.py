@@ -74,7 +74,9 @@ def _erase(args: argparse.Namespace) -> int:
     config = pipeline_config(args)
     sources = sources_from_environment()
     # --bootstrap-servers changes where, not how: the environment's authentication stays.
-    settings = kafka_settings_for(args.bootstrap_servers) if args.bootstrap_servers else sources.kafka
+    settings = sources.kafka
+    if args.bootstrap_servers:
+        settings = kafka_settings_for(args.bootstrap_servers)
     requests = []
     if args.subject:
         request_id = args.request_id or f"cli-{uuid.uuid4().hex[:12]}"
