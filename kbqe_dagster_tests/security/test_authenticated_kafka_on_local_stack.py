@@ -14,7 +14,8 @@ Through each: a control shows the listener refuses a client without the settings
 creation, producing Confluent-framed Avro messages, both stage readers (confluent-kafka's and
 the native kernel's) and the real stage + load of ``kbqe run`` (its sensors, planning, Spark
 stage tasks, loads into the BigQuery emulator) get the settings from the environment. Every
-message lands exactly once; a second run is idle; no output shows the key password.
+message lands exactly once; a second run is idle; no output and no file of the run's Dagster
+instance holds the key password.
 The local stack's registry, fake GCS and BigQuery emulator serve as they always do.
 """
 
@@ -48,7 +49,7 @@ from kbqe_dagster_tests.security.certificates import (
     CLIENT_KEY_PASSWORD,
     make_certificates,
 )
-from kbqe_dagster_tests.security.conftest import secrets_in
+from kbqe_dagster_tests.security.conftest import files_with_secrets, secrets_in
 from kbqe_dagster_tests.security.secured_kafka import SecuredKafkaService
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -221,6 +222,7 @@ def test_stage_and_load_through_an_authenticated_listener(
         ]
         shown = "".join(done.stdout + done.stderr for done in (first, second))
         assert not secrets_in(shown)
+        assert files_with_secrets(tmp_path) == {}  # the Dagster instance, its logs included
         print(
             f"\n{listener}: {MESSAGES} messages staged and loaded by kbqe run in {first_s:.1f}s "
             f"(native reader: {native_range_reader(settings, topic, 0, 0, 1) is not None})"
