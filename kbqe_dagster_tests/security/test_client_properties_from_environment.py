@@ -312,3 +312,9 @@ def test_without_the_client_certificate_the_registry_refuses(environ, mtls_regis
     with pytest.raises(RegistryUnavailableError, match=f"id {STUB_SCHEMA_ID}"):
         SchemaLookup(RegistrySettings(url, ssl_ca_location=str(certs.ca))).get(STUB_SCHEMA_ID)
     assert clients == []
+
+
+def test_a_registry_number_property_that_is_no_number_is_refused_naming_it(environ):
+    _set(environ, {"KBQE_SCHEMA_REGISTRY_CONF_MAX_RETRIES": "three"})
+    with pytest.raises(ConfigError, match="max.retries: 'three' is not a number"):
+        _built("local")
