@@ -153,8 +153,8 @@ def _produce(settings: KafkaSettings, topic: str, schema_id: int) -> None:
 def _read_natively(reader: RangeReader) -> int:
     count = 0
     for batch in reader.batches():
-        for msg in batch:
-            if reader.accept(msg):
+        for i in range(len(batch)):  # a native batch is indexed, as the stage loop does
+            if reader.accept(batch[i]):
                 count += 1
             elif reader.finished:
                 break
@@ -174,10 +174,10 @@ def test_stage_and_load_through_an_authenticated_listener(
     # The settings the environment gives, for this process's own clients too.
     settings = kafka_settings_for(env="local")
     assert settings.bootstrap_servers == f"127.0.0.1:{auth['KBQE_LOCAL_KAFKA_PORT']}"
-    created = connected_admin(settings).create_topics(
-        [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]
-    )
-    created[topic].result(30)
+    admin = connected_admin(settings)  # kept: a dropped client cancels its requests
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[
+        topic
+    ].result(30)
     registry = SchemaRegistryClient({"url": local_endpoints.registry_url})
     schema_id = registry.register_schema(f"{topic}-value", Schema(json.dumps(SCHEMA), "AVRO"))
     _produce(settings, topic, schema_id)
