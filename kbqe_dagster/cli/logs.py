@@ -7,7 +7,7 @@ library's warnings and errors, and nothing of the libraries' chatter: httpx's
 Dagster opens its SQLite storage, py4j's connection lines. librdkafka's warnings are
 transient by nature (a broker not up yet, a connection retried), so a Kafka client logging
 to :data:`KAFKA_CLIENT_LOGGER` shows only its errors. With ``-v`` everything passes, with
-times and logger names.
+times and logger names, except py4j's commands (:data:`NEVER_BELOW`).
 
 The filter sits on the console handler, not on the loggers: the loggers keep their levels,
 so the Dagster event log and tests that capture logs see what they always saw.
@@ -39,12 +39,31 @@ QUIET_BELOW = {
     "kbqe_dagster.notices": logging.WARNING,
 }
 
+# Below these levels a logger's records never reach the console, not even with -v. py4j's
+# DEBUG lines are every command sent to the Spark JVM, the pickled stage tasks among them, and
+# a task carries its Kafka settings to the executors: a key password, a SASL password or an
+# OAUTHBEARER client secret would be printed in base64 (seen with `kbqe -v run` over mTLS).
+NEVER_BELOW = {"py4j": logging.INFO}
+
 VERBOSE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 QUIET_FORMAT = "%(message)s"
 
 
 def _within(name: str, parent: str) -> bool:
     return name == parent or name.startswith(parent + ".")
+
+
+def _never_shown(record: logging.LogRecord) -> bool:
+    return any(
+        _within(record.name, name) and record.levelno < level for name, level in NEVER_BELOW.items()
+    )
+
+
+class VerboseFilter(logging.Filter):
+    """Which records reach the console with ``-v``: all but the :data:`NEVER_BELOW` ones."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _never_shown(record)
 
 
 class ConsoleFilter(logging.Filter):
@@ -67,10 +86,11 @@ class ConsoleFilter(logging.Filter):
 def setup_logging(
     verbose: bool = False, fmt: str | None = None, ours_from: int = logging.INFO
 ) -> None:
-    """Log to stderr: everything at DEBUG with ``verbose``, else what :class:`ConsoleFilter`
-    lets through (a script that prints its own progress passes ``ours_from=WARNING``). A
-    second call replaces the first's handler. Like ``logging.basicConfig``, it leaves alone
-    a root logger that someone else configured (an embedding program, pytest's log capture)."""
+    """Log to stderr: everything at DEBUG with ``verbose`` but what :class:`VerboseFilter`
+    holds back, else what :class:`ConsoleFilter` lets through (a script that prints its own
+    progress passes ``ours_from=WARNING``). A second call replaces the first's handler. Like
+    ``logging.basicConfig``, it leaves alone a root logger that someone else configured (an
+    embedding program, pytest's log capture)."""
     root = logging.getLogger()
     ours = [h for h in root.handlers if getattr(h, "_kbqe_console", False)]
     if root.handlers and not ours:
@@ -80,8 +100,7 @@ def setup_logging(
     handler = logging.StreamHandler(sys.stderr)
     handler._kbqe_console = True  # type: ignore[attr-defined]
     handler.setFormatter(logging.Formatter(fmt or (VERBOSE_FORMAT if verbose else QUIET_FORMAT)))
-    if not verbose:
-        handler.addFilter(ConsoleFilter(ours_from))
+    handler.addFilter(VerboseFilter() if verbose else ConsoleFilter(ours_from))
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
 

@@ -1,6 +1,7 @@
 """What reaches the console: without ``-v`` our progress and every warning or error, none of
 the libraries' chatter (Dagster's per-event lines, httpx, alembic, librdkafka's transient
-warnings); with ``-v`` all of it. One setup for ``kbqe`` and the scripts."""
+warnings); with ``-v`` all of it but py4j's commands, which carry the pickled stage tasks and
+their Kafka settings (secrets included). One setup for ``kbqe`` and the scripts."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from kbqe_dagster.cli.logs import KAFKA_CLIENT_LOGGER, ConsoleFilter, dagster_console_config
+from kbqe_dagster.cli.logs import (
+    KAFKA_CLIENT_LOGGER,
+    ConsoleFilter,
+    VerboseFilter,
+    dagster_console_config,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,6 +51,23 @@ def test_the_console_filter(logger: str, level: int, shown: bool) -> None:
     assert ConsoleFilter().filter(_record(logger, level)) is shown
 
 
+@pytest.mark.parametrize(
+    ("logger", "level", "shown"),
+    [
+        ("py4j.clientserver", logging.DEBUG, False),  # "Command to send: ..." a pickled task
+        ("py4j.java_gateway", logging.DEBUG, False),
+        ("py4j.clientserver", logging.INFO, True),
+        ("py4jx", logging.DEBUG, True),  # a prefix is not a parent
+        ("httpx", logging.DEBUG, True),
+        ("kbqe_dagster.staging.job", logging.DEBUG, True),
+    ],
+)
+def test_the_verbose_filter_holds_back_only_py4js_commands(
+    logger: str, level: int, shown: bool
+) -> None:
+    assert VerboseFilter().filter(_record(logger, level)) is shown
+
+
 def test_a_script_that_prints_its_own_progress_keeps_our_info_off() -> None:
     quiet = ConsoleFilter(ours_from=logging.WARNING)
     assert not quiet.filter(_record("kbqe_dagster.staging.job", logging.INFO))
@@ -70,6 +93,7 @@ logging.getLogger("alembic.runtime.plugins").info("setup plugin alembic.autogene
 logging.getLogger("kbqe_dagster.kafka").warning("%4|FAIL|rdkafka#producer-1| Connection refused")
 logging.getLogger("kbqe_dagster.demo").info("ours: 3 tables loaded")
 logging.getLogger("google.cloud").error("a library error")
+logging.getLogger("py4j.clientserver").debug("Command to send: a pickled stage task")
 
 @dg.op
 def step(context):
@@ -108,6 +132,7 @@ def test_verbose_shows_every_library_and_every_dagster_event() -> None:
         "an op line",
     ):
         assert expected in out, expected
+    assert "Command to send" not in out
 
 
 @pytest.mark.parametrize("script", ["bench/bench_stage.py", "reliability/fault_suite.py"])
