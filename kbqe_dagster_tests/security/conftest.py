@@ -22,17 +22,30 @@ KAFKA_SECRET = "SuperSecret-123"
 REGISTRY_USER = "kbqe"
 REGISTRY_SECRET = "SuperSecret-456"
 WRONG_SECRET = "SuperSecret-789"  # a wrong password is a secret too: often a near miss
-SECRETS = (KAFKA_SECRET, REGISTRY_SECRET, WRONG_SECRET)
+OAUTH_CLIENT_SECRET = "SuperSecret-0Auth"
+SECRETS = (KAFKA_SECRET, REGISTRY_SECRET, WRONG_SECRET, OAUTH_CLIENT_SECRET)
 # Also the base64 of "user:password", as an Authorization header would carry it.
 _ENCODED = tuple(base64.b64encode(f"{REGISTRY_USER}:{s}".encode()).decode() for s in SECRETS)
 _PATTERN = re.compile("|".join(re.escape(s) for s in SECRETS + _ENCODED))
+# A run of base64 (either alphabet) long enough to hold a secret: a pickled object, a token or
+# a serialized config in a log line or a database row may carry one encoded.
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{20,}={0,2}")
 
 
 def secrets_in(text: str | bytes) -> list[str]:
-    """The secrets (or their basic-auth encodings) found in ``text``."""
+    """The secrets (or their basic-auth encodings) found in ``text``, as is or inside a run of
+    base64 (decoded from each of its first four characters: a prefix such as py4j's ``j``
+    would shift it)."""
     if isinstance(text, bytes):
         text = text.decode("latin-1")
-    return _PATTERN.findall(text)
+    found = _PATTERN.findall(text)
+    for match in _BASE64_RUN.finditer(text):
+        run = match.group().rstrip("=").replace("-", "+").replace("_", "/")
+        for start in range(4):
+            piece = run[start:]
+            piece = piece[: len(piece) - len(piece) % 4]
+            found.extend(_PATTERN.findall(base64.b64decode(piece).decode("latin-1")))
+    return found
 
 
 def log_text(records: Iterable[logging.LogRecord]) -> str:

@@ -11,8 +11,10 @@ instance on disk is in ``test_dagster_run_holds_no_credentials.py``.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import pickle
 from pathlib import Path
 
 import dagster as dg
@@ -115,6 +117,24 @@ def _holders(monkeypatch) -> dict[str, object]:
             )
         ),
     }
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"ssl.key.password={KAFKA_SECRET}",
+        # a pickled object in base64, shifted by a one-letter prefix (py4j's bytes marker)
+        "j" + base64.b64encode(pickle.dumps({"ssl.key.password": KAFKA_SECRET})).decode(),
+        # base64url, as a token carries it
+        base64.urlsafe_b64encode(f"{{'client.secret': '{WRONG_SECRET}'}}".encode()).decode(),
+    ],
+)
+def test_the_scanner_finds_a_secret_as_is_or_in_base64(text):
+    assert secrets_in(text) and secrets_in(text.encode())
+
+
+def test_the_scanner_finds_nothing_in_base64_without_a_secret():
+    assert secrets_in(base64.b64encode(pickle.dumps({"ssl.key.location": "/k.pem"}))) == []
 
 
 HOLDERS = [
