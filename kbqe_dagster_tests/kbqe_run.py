@@ -29,10 +29,13 @@ def drop_datasets(client, *names: str) -> None:
         client.delete_dataset(name, delete_contents=True, not_found_ok=True)
 
 
-def until_idle(env: dict, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
-    """One ``kbqe run --until-idle --json``; it must exit 0 (its stderr tail otherwise)."""
+def until_idle(
+    env: dict, cwd: str | Path | None = None, *, verbose: bool = False
+) -> subprocess.CompletedProcess:
+    """One ``kbqe run --until-idle --json`` (``-v``: every library's debug lines too); it must
+    exit 0 (its stderr tail otherwise)."""
     done = subprocess.run(
-        [KBQE, "run", "--until-idle", "--json"],
+        [KBQE, *(["-v"] if verbose else []), "run", "--until-idle", "--json"],
         env=env,
         cwd=cwd,
         capture_output=True,
