@@ -7,7 +7,8 @@ and two more listeners. The stack's own broker and its listeners are left alone.
   PEM files (``ssl.keystore.type=PEM``, no keytool), made by the test (``certificates.py``).
 - ``OAUTH`` (SASL_PLAINTEXT, OAUTHBEARER): Kafka's unsecured JWS validator, the default
   server callback of OAUTHBEARER, meant for tests: it accepts an unsigned token whose claims
-  are well formed. librdkafka makes one itself with ``enable.sasl.oauthbearer.unsecure.jwt``.
+  are well formed. The tests' clients get theirs from ``token_endpoint.py`` (OIDC client
+  credentials, as against a real identity provider).
 - ``PLAINTEXT`` for the broker's own traffic (it is its inter-broker listener) and for the
   readiness check; the tests reach it only through the two above.
 """
