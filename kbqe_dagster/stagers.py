@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -97,7 +97,15 @@ STAGERS: tuple[StagerEntry, ...] = (
 def stager_for(topic: TopicConfig) -> type[RangeStager]:
     """The stager class of ``topic``: the first :data:`STAGERS` entry that takes it, else the
     stage engine's own Avro ``RangeStager``. Module-level, so a stage context holding it
-    pickles by reference."""
+    pickles by reference.
+
+    A topic keyed by its Kafka key (a compacted topic) is its format's stager with the keyed
+    table's in front (keyed/table_stage.py): the format decodes each value, the table's makes
+    it a change, so every format takes it the same way."""
+    if topic.keyed is not None and topic.keyed.kafka_ordered:
+        table_stager: Any = _load("kbqe_dagster.keyed.table_stage:table_stager")
+        stager: type[RangeStager] = table_stager(stager_for(replace(topic, keyed=None)))
+        return stager
     for entry in STAGERS:
         if entry.takes(topic):
             return entry.load()

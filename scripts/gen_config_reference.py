@@ -110,6 +110,33 @@ kept by a MERGE) and, with `history: true`, `D.T_history` (SCD type II); see
 docs/architecture.md. In keyed mode a Kafka tombstone (null value) is counted, not
 dead-lettered.
 
+**A compacted topic as its current table** (`keyed: {key_from: kafka_key}`). Many topics are
+tables already (KTables, `cleanup.policy=compact`): keyed by the entity id, the latest value per
+key, a tombstone (null value) meaning deleted. With `key_from: kafka_key` the **Kafka key** is
+the row's key: an Avro key (`key_format: avro`, the default: Confluent-framed, its schema from
+the registry) gives its record's fields as the key columns; a string key (`key_format:
+string`) one STRING column named by `key: [name]`; a JSON key (`key_format: json`) the fields
+named by `key:`, STRING unless `key_types: {id: long}` (or `double`, `boolean`) says otherwise.
+A key's versions are ordered by Kafka: one key lives in one partition, so its offsets order
+them (that is what compaction keeps); `version:` is optional and only fills `_source_ts_ms`
+(the history's `_valid_from`; else the Kafka timestamp). A tombstone is a delete of its key
+(`deletes: soft` keeps its last values with `_deleted = true`, `hard` removes the row) and
+closes its history version. The changelog holds the key columns, then the value's fields, all
+NULLABLE (a tombstone has no values); a value field named like a key column is left out (the
+Kafka key identifies the row). A null or unreadable key is dead-lettered as `bad_key`.
+Formats: `avro` and `json` (`json_schema`, `protobuf` and `decoder` decode the same way);
+tombstones are dated by their Kafka timestamp, so such a topic usually says `event_time:
+{kafka_timestamp_fallback: true}`. These topics stage on the Python path (the native kernel's
+keyed routine reads no Kafka key).
+
+```yaml
+topics:
+  - name: shop.customers                 # cleanup.policy=compact
+    routing: {mode: static, dataset: shop, table: customers}
+    event_time: {fields: [], kafka_timestamp_fallback: true}
+    keyed: {key_from: kafka_key, deletes: hard, history: true}
+```
+
 `format: debezium` takes the events in either encoding, decided per message, so a topic may
 even mix them (no setting): Confluent-framed Avro (the Avro converter of Confluent or
 Apicurio: byte 0 is `0x00`, then the registry schema id), or JSON written by Kafka Connect's

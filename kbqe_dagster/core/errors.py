@@ -138,6 +138,12 @@ class NotAChangeError(BadInputError):
     reason = Reason.NOT_A_CHANGE
 
 
+class BadKeyError(BadInputError):
+    """The Kafka key of a topic keyed by it is null or not of its ``key_format``."""
+
+    reason = Reason.BAD_KEY
+
+
 class UnconvertibleValueError(BadInputError):
     """A semantic value with no exact value of its column's BigQuery type (core/reasons.py)."""
 

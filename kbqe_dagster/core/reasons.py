@@ -51,6 +51,11 @@ class Reason(StrEnum):
     NOT_A_CHANGE = "not_a_change"
     """A keyed topic's message is valid Avro but not a row change: a Debezium truncate or
     message event, a change without a version, a delete without a before image."""
+    BAD_KEY = "bad_key"
+    """A topic keyed by its Kafka key (``keyed.key_from: kafka_key``) whose message key is
+    null, or is not what ``keyed.key_format`` says (Confluent-framed Avro of a record, UTF-8
+    text, a JSON object holding the ``key`` fields of their ``key_types``); the message says
+    which."""
     UNCONVERTIBLE_VALUE = "unconvertible_value"
     """A Kafka Connect semantic value (core/formats/connect_types.py) with no exact value of
     the BigQuery type its column maps to (the message names the column): a ``numeric`` with
@@ -116,7 +121,7 @@ class Reason(StrEnum):
     raw value is the record as staged (enrichment columns first), the schema id its file's."""
 
 
-KEYED_ONLY = frozenset({Reason.NOT_A_CHANGE, Reason.UNCONVERTIBLE_VALUE})
+KEYED_ONLY = frozenset({Reason.NOT_A_CHANGE, Reason.BAD_KEY, Reason.UNCONVERTIBLE_VALUE})
 """Reasons that only keyed topics produce (their tests live in kbqe_dagster_tests/keyed/)."""
 JSON_ONLY = frozenset(
     {

@@ -2,7 +2,8 @@
 :class:`~kbqe_dagster.keyed.rows_sql.MergeSpec`; ``merge.py`` replaces the view after a merge.
 
 **History** is a view over the changelog: each key's events collapse per version to the
-winner, each version is valid from its ``_source_ts_ms`` until the next version of the key or
+winner (ordered by Kafka, each event is a version), each version is valid from its
+``_source_ts_ms`` until the next version of the key or
 the first truncate after it (``9999-12-31 23:59:59.999999 UTC`` for the last), its values
 resolved as the current table's up to the version. A view is always consistent with the
 changelog, however late an out-of-order version arrives; it is replaced when the row's
@@ -16,6 +17,7 @@ from kbqe_dagster.core.keyed.contract import (
     DELETED_COLUMN,
     OP_COLUMN,
     TRUNCATE_OP,
+    VERSION_COLUMN,
 )
 from kbqe_dagster.keyed.rows_sql import (
     MergeSpec,
@@ -36,7 +38,11 @@ def history_sql(spec: MergeSpec, view: str) -> str:
     the first truncate after it, whichever comes first (a truncated key has no current
     version until it is written again)."""
     keys = ", ".join(q(k) for k in spec.key)
-    v, p, o = (q(c) for c in spec.order_columns)
+    v, p, o = q(VERSION_COLUMN), q(spec.partition_column), q(spec.offset_column)
+    # A version is the events of one _source_ts_ms (an insert and an update of one
+    # transaction), or, ordered by Kafka, each event: its time need not grow with the offset.
+    version = f"{p}, {o}" if spec.kafka_order else v
+    order = ", ".join(f"r.{q(c)}" for c in spec.order_columns)
     row = ", ".join(q(c) for c in spec.row_columns)
     rest = ", ".join(q(c) for c in spec.target_columns[len(spec.row_columns) :])
     # Values are resolved over every event before each version is collapsed to its winner:
@@ -46,7 +52,7 @@ def history_sql(spec: MergeSpec, view: str) -> str:
     versions = (
         f"SELECT {', '.join(running_values(spec, running_window(spec)))}, {rest} FROM "
         f"{imaged(spec, 'TRUE')} c QUALIFY ROW_NUMBER() OVER "
-        f"(PARTITION BY {keys}, {v} ORDER BY {p} DESC, {o} DESC) = 1"
+        f"(PARTITION BY {keys}, {version} ORDER BY {p} DESC, {o} DESC) = 1"
     )
     cut = "CAST(NULL AS INT64)"
     if spec.truncates:
@@ -57,7 +63,7 @@ def history_sql(spec: MergeSpec, view: str) -> str:
         )
     closed = (
         f"SELECT r.*, {cut} AS _cut, LEAD(r.{v}) OVER (PARTITION BY "
-        f"{', '.join(f'r.{q(k)}' for k in spec.key)} ORDER BY r.{v}) AS _next FROM ({versions}) r"
+        f"{', '.join(f'r.{q(k)}' for k in spec.key)} ORDER BY {order}) AS _next FROM ({versions}) r"
     )
     ends = (
         "CASE WHEN _cut IS NULL THEN _next WHEN _next IS NULL THEN _cut ELSE LEAST(_next, _cut) END"

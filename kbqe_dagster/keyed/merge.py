@@ -199,6 +199,7 @@ class KeyedMerger:
             ),
             truncates=dest.topic.format is SourceFormat.DEBEZIUM,
             repeated=tuple(name for name in row if columns[name].mode == "REPEATED"),
+            kafka_order=keyed.kafka_ordered,
         )
         return spec, columns
 

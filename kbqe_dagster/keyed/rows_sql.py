@@ -2,7 +2,8 @@
 MERGE (merge_sql.py), the history view (history_sql.py) and the check (check_sql.py) share.
 Pure text from a :class:`MergeSpec`.
 
-**Order.** A key's events compare by ``(version, partition, offset)`` (core/keyed/contract.py); the
+**Order.** A key's events compare by ``(version, partition, offset)`` (core/keyed/contract.py), or
+by ``(partition, offset)`` for a topic keyed by its Kafka key (:attr:`MergeSpec.kafka_order`); the
 SQL spells the lexicographic comparison out (:func:`newer`), since BigQuery cannot compare
 structs with ``>``.
 
@@ -75,9 +76,14 @@ class MergeSpec:
     """The changelog may hold truncates (``format: debezium``)."""
     repeated: tuple[str, ...] = ()
     """Row fields that are arrays (BigQuery stores no NULL array: an empty one)."""
+    kafka_order: bool = False
+    """A key's events are ordered by Kafka alone, ``(partition, offset)`` (a topic keyed by its
+    Kafka key: core/keyed/contract.py); ``_source_ts_ms`` is then their time, not their order."""
 
     @property
-    def order_columns(self) -> tuple[str, str, str]:
+    def order_columns(self) -> tuple[str, ...]:
+        if self.kafka_order:
+            return (self.partition_column, self.offset_column)
         return (VERSION_COLUMN, self.partition_column, self.offset_column)
 
     @property

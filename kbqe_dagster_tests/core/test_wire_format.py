@@ -113,6 +113,7 @@ def test_every_reason_is_a_distinct_stable_string() -> None:
         "destination_not_allowed",
         "oversized",
         "not_a_change",
+        "bad_key",
         "unconvertible_value",
         "json_decode_error",
         "json_schema_mismatch",

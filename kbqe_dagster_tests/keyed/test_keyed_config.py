@@ -8,7 +8,13 @@ import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.core.keyed.contract import DeleteMode, KeyedConfig, SourceFormat
+from kbqe_dagster.core.keyed.contract import (
+    DeleteMode,
+    KeyedConfig,
+    KeyFormat,
+    KeySource,
+    SourceFormat,
+)
 from kbqe_dagster.core.record.event_time import DateRule
 
 STATIC = {"mode": "static", "dataset": "inventory", "table": "customers"}
@@ -207,3 +213,107 @@ def test_the_unavailable_value_placeholder_is_a_string() -> None:
         parse_pipeline_config(
             _config(format="debezium", routing=STATIC, keyed={"unavailable_value": 3})
         )
+
+
+# --- topics keyed by their Kafka key (compacted topics) ------------------------------------------
+TABLE_TIME = {"fields": [], "kafka_timestamp_fallback": True}
+
+
+def test_a_compacted_topic_needs_only_key_from_kafka_key() -> None:
+    raw = _config(routing=STATIC, keyed={"key_from": "kafka_key"}, event_time=TABLE_TIME)
+    keyed = parse_pipeline_config(raw).topics[0].keyed
+    assert keyed == KeyedConfig(key_from=KeySource.KAFKA_KEY)
+    assert keyed.kafka_ordered and keyed.key_format is KeyFormat.AVRO
+    assert keyed.key == () and keyed.version is None  # the key's fields; Kafka's order
+
+
+def test_a_string_key_names_its_column_and_a_json_key_its_fields_and_their_types() -> None:
+    string = {"key_from": "kafka_key", "key_format": "string", "key": ["sku"]}
+    json_key = {"key_from": "kafka_key", "key_format": "json", "key": ["region", "id"],
+                "key_types": {"id": "long"}, "version": "updated_at"}  # fmt: skip
+    topics = parse_pipeline_config({"version": 1, "topics": [
+        {"name": "a", "routing": STATIC, "keyed": string, "event_time": TABLE_TIME},
+        {"name": "b", "format": "json", "schema": {"type": "record", "name": "B", "fields": []},
+         "routing": {**STATIC, "table": "b"}, "keyed": json_key, "event_time": TABLE_TIME},
+    ]}).topics  # fmt: skip
+    assert topics[0].keyed.key == ("sku",) and topics[0].keyed.key_type("sku") == "string"
+    assert topics[1].keyed.key == ("region", "id") and topics[1].keyed.version == "updated_at"
+    assert [topics[1].keyed.key_type(k) for k in ("region", "id")] == ["string", "long"]
+
+
+@pytest.mark.parametrize(
+    ("keyed", "expected"),
+    [
+        (
+            {"key_from": "kafka_key", "key": ["id"]},
+            "topics[0].keyed.key: not with key_format: avro: the key columns are the fields of "
+            "the Kafka key's Avro record",
+        ),
+        (
+            {"key_from": "kafka_key", "key_format": "string"},
+            "topics[0].keyed.key: key_format: string needs key: [the name of its one column]",
+        ),
+        (
+            {"key_from": "kafka_key", "key_format": "string", "key": ["a", "b"]},
+            "key_format: string needs key: [the name of its one column], got ['a', 'b']",
+        ),
+        (
+            {"key_from": "kafka_key", "key_format": "json"},
+            "topics[0].keyed.key: key_format: json needs key: [the JSON key's fields, in order]",
+        ),
+        (
+            {
+                "key_from": "kafka_key",
+                "key_format": "json",
+                "key": ["id"],
+                "key_types": {"id": "int"},
+            },  # fmt: skip
+            "topics[0].keyed.key_types: id: expected one of string, long, double, boolean, "
+            "got 'int'",
+        ),
+        (
+            {
+                "key_from": "kafka_key",
+                "key_format": "json",
+                "key": ["id"],
+                "key_types": {"sku": "long"},
+            },  # fmt: skip
+            "topics[0].keyed.key_types: ['sku'] not among key: ['id']",
+        ),
+        (
+            {
+                "key_from": "kafka_key",
+                "key_format": "string",
+                "key": ["id"],
+                "key_types": {"id": "long"},
+            },  # fmt: skip
+            "topics[0].keyed.key_types: only with key_format: json",
+        ),
+        (
+            {"key": ["id"], "version": "v", "key_format": "string"},
+            "topics[0].keyed.key_format: only with key_from: kafka_key",
+        ),
+        (
+            {"key_from": "kafka_table"},
+            "topics[0].keyed.key_from: expected one of value, kafka_key, got 'kafka_table'",
+        ),
+    ],
+)
+def test_compacted_topic_mistakes_are_config_errors_at_their_key_path(keyed, expected) -> None:
+    assert expected in _problems(_config(routing=STATIC, keyed=keyed, event_time=TABLE_TIME))
+
+
+def test_debezium_topics_are_keyed_by_their_kafka_key_already() -> None:
+    raw = _config(format="debezium", routing=STATIC, keyed={"key_from": "kafka_key"})
+    assert "topics[0].keyed.key_from: not with format: debezium" in _problems(raw)
+
+
+def test_a_json_topic_may_be_keyed_only_by_its_kafka_key() -> None:
+    schema = {"type": "record", "name": "B", "fields": [{"name": "id", "type": "long"}]}
+    by_value = {"key": ["id"], "version": "id"}
+    raw = _config(format="json", schema=schema, routing=STATIC, keyed=by_value,
+                  event_time=TABLE_TIME)  # fmt: skip
+    assert (
+        "topics[0].keyed: not with format: json (keyed topics are avro or debezium); a topic "
+        "keyed by its Kafka key (key_from: kafka_key) may be"
+    ) in _problems(raw)

@@ -128,3 +128,23 @@ def test_the_statements_grow_with_the_table_s_width_not_its_square():
 
     assert size(300) < 1_000_000
     assert size(200) / size(100) < 2.2
+
+
+def test_a_table_topic_s_events_are_ordered_by_kafka_alone() -> None:
+    """Keyed by its Kafka key, a key lives in one partition and its offsets order its versions:
+    ``_source_ts_ms`` (the version's time) orders nothing, in the MERGE and the history."""
+    from kbqe_dagster.keyed.history_sql import history_sql
+    from kbqe_dagster.keyed.merge_sql import winners_sql
+
+    ordered = spec(kafka_order=True, truncates=False, unavailable_value=None, placeholders=())
+    assert ordered.order_columns == ("_kafka_partition", "_kafka_offset")
+    assert spec().order_columns == ("_source_ts_ms", "_kafka_partition", "_kafka_offset")
+    winners = winners_sql(ordered, {0: [(0, 9)]})
+    assert "ORDER BY `_kafka_partition` DESC, `_kafka_offset` DESC" in winners
+    statements = " ".join(merge_sql(ordered, {0: [(0, 9)]}))
+    assert "ORDER BY `_source_ts_ms`" not in statements
+    view = history_sql(ordered, "p.d.t_history")
+    # Each event is a version of its own, valid from its time until the next offset's.
+    assert "PARTITION BY `id`, `_kafka_partition`, `_kafka_offset` ORDER BY" in view
+    assert "ORDER BY r.`_kafka_partition`, r.`_kafka_offset`) AS _next" in view
+    assert "TIMESTAMP_MILLIS(`_source_ts_ms`) AS `_valid_from`" in view

@@ -29,8 +29,11 @@ from kbqe_dagster.core.formats.decoders import resolve_decoder
 from kbqe_dagster.core.formats.raw_archive import raw_topic_problems
 from kbqe_dagster.core.keyed.contract import (
     DEBEZIUM_EVENT_TIME_FIELDS,
+    KAFKA_KEYED_FORMATS,
     KEYED_SPEC,
     KeyedConfig,
+    KeyFormat,
+    KeySource,
     SourceFormat,
 )
 from kbqe_dagster.core.protocol.naming import TOPIC_RE
@@ -209,10 +212,16 @@ def read_topic(
             SourceFormat.DECODER,
         )
         and "keyed" in section
+        and not (_kafka_keyed(section) and source_format in KAFKA_KEYED_FORMATS)
     ):
+        also = (
+            ""
+            if source_format not in KAFKA_KEYED_FORMATS
+            else "; a topic keyed by its Kafka key (key_from: kafka_key) may be"
+        )
         problems.add(
             f"{path}.keyed",
-            f"not with format: {source_format.value} (keyed topics are avro or debezium)",
+            f"not with format: {source_format.value} (keyed topics are avro or debezium){also}",
         )
     transforms = read_transforms(section.get("transforms"), f"{path}.transforms", problems)
     if transforms and "keyed" in section:
@@ -389,6 +398,7 @@ def _keyed(
     keyed_path = f"{path}.keyed"
     before = len(problems.items)
     values = r.read_section(section["keyed"], keyed_path, KEYED_SPEC, problems)
+    kafka_key = values.get("key_from") is KeySource.KAFKA_KEY
     if debezium:
         for key in ("version", "delete_field"):
             if key in values:
@@ -397,7 +407,19 @@ def _keyed(
                     "not used with format: debezium: the "
                     "change's source.ts_ms is the version and op 'd' the delete",
                 )
-    else:
+        if kafka_key:
+            problems.add(
+                f"{keyed_path}.key_from",
+                "not with format: debezium: its key columns are the Kafka key's "
+                "already, and source.ts_ms orders its changes",
+            )
+    if not kafka_key:
+        for key in ("key_format", "key_types"):
+            if key in values:
+                problems.add(f"{keyed_path}.{key}", "only with key_from: kafka_key")
+    if kafka_key and not debezium:
+        _kafka_key_rules(values, keyed_path, problems)
+    elif not debezium:
         if "key" not in values:
             problems.add(
                 f"{keyed_path}.key",
@@ -419,6 +441,40 @@ def _keyed(
     if len(problems.items) > before:
         return None
     return KeyedConfig(**values)
+
+
+def _kafka_keyed(section: Mapping[str, Any]) -> bool:
+    """Whether the topic's ``keyed:`` section says ``key_from: kafka_key`` (read as written:
+    the section's own problems are reported by :func:`_keyed`)."""
+    keyed = section.get("keyed")
+    return isinstance(keyed, Mapping) and keyed.get("key_from") == KeySource.KAFKA_KEY.value
+
+
+def _kafka_key_rules(values: Mapping[str, Any], keyed_path: str, problems: r.Problems) -> None:
+    """What ``key_from: kafka_key`` needs of the rest of ``keyed:``, per ``key_format``."""
+    key_format = values.get("key_format", KeyFormat.AVRO)
+    key = values.get("key", ())
+    if key_format is KeyFormat.AVRO and key:
+        problems.add(
+            f"{keyed_path}.key",
+            "not with key_format: avro: the key columns are the fields of the Kafka "
+            "key's Avro record (set key_format: string or json for other keys)",
+        )
+    if key_format is KeyFormat.STRING and len(key) != 1:
+        problems.add(
+            f"{keyed_path}.key",
+            "key_format: string needs key: [the name of its one column], "
+            f"got {list(key) or 'none'}",
+        )
+    if key_format is KeyFormat.JSON and not key:
+        problems.add(
+            f"{keyed_path}.key", "key_format: json needs key: [the JSON key's fields, in order]"
+        )
+    types = dict(values.get("key_types", {}))
+    if types and key_format is not KeyFormat.JSON:
+        problems.add(f"{keyed_path}.key_types", "only with key_format: json")
+    elif unknown := sorted(set(types) - set(key)):
+        problems.add(f"{keyed_path}.key_types", f"{unknown} not among key: {list(key)}")
 
 
 def _routing(raw: Any, path: str, allowed: AllowList, problems: r.Problems) -> RoutingConfig | None:

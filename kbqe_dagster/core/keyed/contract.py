@@ -23,6 +23,17 @@ collapse into one version, the winner.
 
 Kafka tombstones (null values) are neither bad input nor changes in keyed mode: they are counted,
 never staged.
+
+**A compacted topic** (``key_from: kafka_key``, a KTable: keyed by the entity id, the latest value
+per key, a tombstone meaning deleted) is keyed by its **Kafka key** instead: the key columns come
+from the key (an Avro key's fields, a string key as one column, a JSON key's named fields), the
+value's fields follow them (NULLABLE, a value field named like a key column left out), and the
+order of a key's events is Kafka's, ``(partition, offset)`` (:attr:`KeyedConfig.kafka_ordered`):
+one key lives in one partition, and compaction keeps its greatest offset. ``_source_ts_ms`` is
+then the ``version`` field when one is configured, else the Kafka timestamp: the version's time
+(the history's ``_valid_from``), never its order. A tombstone is a change: ``_op = 'd'``,
+``_deleted = true``, the key columns and no values (a key-only delete: soft deletes keep the last
+values), written with the key columns alone, a prefix of every value's changelog record.
 """
 
 from __future__ import annotations
@@ -33,7 +44,15 @@ from enum import Enum
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.formats.source_format import SourceFormat
 
-__all__ = ["DeleteMode", "KeyedConfig", "SourceFormat", "changelog_table", "history_table"]
+__all__ = [
+    "DeleteMode",
+    "KeyFormat",
+    "KeySource",
+    "KeyedConfig",
+    "SourceFormat",
+    "changelog_table",
+    "history_table",
+]
 
 OP_COLUMN = "_op"
 """``c`` (create), ``r`` (snapshot read), ``u`` (update), ``d`` (delete) or ``t`` (truncate), as
@@ -65,6 +84,30 @@ class DeleteMode(str, Enum):
     """A deleted key has no row in the current table."""
 
 
+class KeySource(str, Enum):
+    VALUE = "value"
+    """The key columns are fields of the value (``key:``)."""
+    KAFKA_KEY = "kafka_key"
+    """The key columns come from the Kafka key; the topic is a table (compacted: the latest value
+    per key, a tombstone deleting it)."""
+
+
+class KeyFormat(str, Enum):
+    AVRO = "avro"
+    """A Confluent-framed Avro record through the registry: its fields are the key columns."""
+    STRING = "string"
+    """UTF-8 text: one STRING column, named by ``key:``."""
+    JSON = "json"
+    """A JSON object: the fields named by ``key:``, typed by ``key_types``."""
+
+
+KAFKA_KEYED_FORMATS = frozenset({SourceFormat.AVRO, SourceFormat.JSON})
+"""The formats a topic keyed by its Kafka key (``key_from: kafka_key``) may have."""
+
+KEY_TYPES = ("string", "long", "double", "boolean")
+"""The Avro types a JSON key's field may be staged as (``key_types``)."""
+
+
 @dataclass(frozen=True)
 class KeyedConfig:
     """A topic's ``keyed:`` section, defaults applied."""
@@ -72,14 +115,29 @@ class KeyedConfig:
     key: tuple[str, ...] = ()
     """Row fields that identify a row. Empty with ``format: debezium``: the fields of the Kafka
     key's schema (the registry's ``<topic>-key``, else the schema embedded in the topic's
-    latest JsonConverter key)."""
+    latest JsonConverter key). With ``key_from: kafka_key``: the one column of a string key,
+    or the fields of a JSON key (not set for an Avro key: its schema's fields)."""
+    key_from: KeySource = KeySource.VALUE
+    """``value``: the key columns are the value's ``key:`` fields, ordered by ``version``.
+    ``kafka_key``: the topic is a table (a compacted topic, a KTable): the key columns come
+    from the Kafka key, a key's versions are ordered by their Kafka offset, a tombstone (null
+    value) deletes its key; every format but ``debezium`` and ``raw``."""
+    key_format: KeyFormat = KeyFormat.AVRO
+    """With ``key_from: kafka_key``, how the Kafka key is written: ``avro`` (Confluent-framed,
+    its record's fields are the key columns), ``string`` (UTF-8, one column named by
+    ``key:``) or ``json`` (an object, the fields named by ``key:``)."""
+    key_types: tuple[tuple[str, str], ...] = ()
+    """With ``key_format: json``: the Avro type of a key field, ``string`` (the default),
+    ``long``, ``double`` or ``boolean``, as ``{field: type}``."""
     deletes: DeleteMode = DeleteMode.SOFT
     """``soft``: a deleted key keeps its last values with ``_deleted = true``; ``hard``: it has
     no row in the current table."""
     history: bool = False
     """Also maintain the SCD type II ``<table>_history``."""
     version: str | None = None
-    """Plain keyed topics: the field path (timestamp or long) that orders a key's versions."""
+    """Plain keyed topics: the field path (timestamp or long) that orders a key's versions.
+    With ``key_from: kafka_key`` (optional): the version's time (``_source_ts_ms``, the
+    history's ``_valid_from``; the Kafka timestamp when unset), not its order."""
     delete_field: str | None = None
     """Plain keyed topics: an optional boolean field meaning "this key is deleted"."""
     merge_every: int = 1
@@ -110,15 +168,41 @@ class KeyedConfig:
             return None
         return self.unavailable_value or None
 
+    @property
+    def kafka_ordered(self) -> bool:
+        """Whether the key comes from the Kafka key and Kafka's order orders a key's events."""
+        return self.key_from is KeySource.KAFKA_KEY
+
+    def key_type(self, field: str) -> str:
+        """A JSON key field's Avro type."""
+        return dict(self.key_types).get(field, "string")
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "key", tuple(self.key))
         object.__setattr__(self, "deletes", DeleteMode(self.deletes))
+        object.__setattr__(self, "key_from", KeySource(self.key_from))
+        object.__setattr__(self, "key_format", KeyFormat(self.key_format))
+        types = self.key_types.items() if isinstance(self.key_types, dict) else self.key_types
+        object.__setattr__(self, "key_types", tuple(sorted(types)))
         if self.merge_every < 1:
             raise ValueError(f"merge_every must be at least 1, got {self.merge_every}")
 
 
 KEYED_SPEC: dict[str, r.Converter] = {
     "key": r.list_of(r.string, non_empty=True),
+    "key_from": r.choice(KeySource),
+    "key_format": r.choice(KeyFormat),
+    "key_types": r.checked(
+        r.string_map,
+        lambda types: next(
+            (
+                f"{name}: expected one of {', '.join(KEY_TYPES)}, got {kind!r}"
+                for name, kind in types.items()
+                if kind not in KEY_TYPES
+            ),
+            None,
+        ),
+    ),
     "deletes": r.choice(DeleteMode),
     "history": r.boolean,
     "version": r.string,

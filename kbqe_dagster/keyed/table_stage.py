@@ -1,0 +1,212 @@
+"""The range stager of topics keyed by their Kafka key (``keyed.key_from: kafka_key``: compacted
+topics, KTables): every message, tombstones included, becomes a changelog record of
+``D.T_changelog`` (keyed/table_changes.py says how).
+
+The value is decoded by the topic's **format** stager, whatever it is: :func:`table_stager`
+puts :class:`TableStaging` in front of it (kbqe_dagster/stagers.py chooses the format's class).
+An Avro value is framed and probed as on the Avro path and its bytes are copied; a format that
+decodes values into records (``json``, ``json_schema``, ``protobuf``, ``decoder``: a
+``TransformingStager``) hands each record to ``place_record``, taken here: the record is encoded
+with the Avro schema the format derived, then cut the same way. Everything after (event date,
+enrichment, files, commit, dead letters) is the stage engine's.
+
+A tombstone is dated by its Kafka timestamp (it has no fields), with the topic's date rule.
+
+The native kernel does not stage these topics: :class:`TableTopicsOnPython` says why, once
+per range (the kernel's keyed routine reads no Kafka key and skips tombstones).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from functools import cache
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+from fastavro import parse_schema, schemaless_writer
+
+from kbqe_dagster.core.errors import BadInputError, UnsupportedSchemaError
+from kbqe_dagster.core.formats.avro_names import record_full_name
+from kbqe_dagster.core.keyed.contract import changelog_table
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.enrichment import extended_schema
+from kbqe_dagster.core.record.event_time import epoch_day, event_date
+from kbqe_dagster.core.record.routing import Destination
+from kbqe_dagster.keyed.table_changes import KafkaKeys, KeyColumns, TableLayout, table_layout
+from kbqe_dagster.staging.context import RangeResult, StageContext
+from kbqe_dagster.staging.native_kernel import NativeStaging
+from kbqe_dagster.staging.probe.record_probe import RecordProbe
+from kbqe_dagster.staging.stager import Decoder, RangeStager
+
+log = logging.getLogger(__name__)
+
+KERNEL_REASON = (
+    "a topic keyed by its Kafka key stages on the Python path: the native kernel's keyed "
+    "routine reads no Kafka key and counts tombstones instead of staging them"
+)
+
+
+class TableTopicsOnPython(NativeStaging):
+    """The kernel's answer for a table topic's range: the Python path (see the module
+    docstring), said once per range at debug level."""
+
+    KERNEL_METHOD = None
+
+    @classmethod
+    def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
+        log.debug("%s: %s", stager.rng, KERNEL_REASON)
+        return None
+
+
+class TableStaging:
+    """Stages a table topic's messages as changes; put in front of its format's stager by
+    :func:`table_stager` (see the module docstring)."""
+
+    native_kernel = False
+    native_driver = TableTopicsOnPython
+
+    # The attributes of the RangeStager this is mixed into, for the type checker.
+    topic: Any
+    router: Any
+    lookup: Any
+    enrichment: Any
+    encoder: Any
+    messages: int
+    open_file: Any
+    place: Any
+    decode: Any
+    decodes_records: bool = False
+    """Whether the format stager decodes values into records (``place_record``)."""
+
+    def __init__(self, ctx: StageContext, rng: OffsetRange, workdir: Path) -> None:
+        super().__init__(ctx, rng, workdir)  # type: ignore[call-arg]
+        self.native_kernel = False  # the format stager may have said otherwise
+        self.reshapes = True  # a record-decoding format hands every record to place_record
+        static = self.router.config.static_destination
+        assert static is not None, "config: a keyed topic's routing is static"
+        self.changelog = Destination(static.dataset, changelog_table(static.table))
+        self.keys = KafkaKeys(self.topic, self.lookup)
+        self.tombstones = 0
+        self._layouts: dict[tuple[Any, Any], TableLayout | BadInputError] = {}
+        self._values: dict[Any, tuple[Any, RecordProbe]] = {}
+        self._file_schemas: dict[int, dict] = {}
+        self._tombstone_time = replace(
+            self.topic.event_time, fields=(), kafka_timestamp_fallback=True
+        )
+
+    # --- per message ------------------------------------------------------------------------
+    def stage(self, msg: Any) -> None:
+        if msg.value() is None:
+            self._stage_tombstone(msg)
+        elif self.decodes_records:
+            super().stage(msg)  # type: ignore[misc]  # the format's, through place_record
+        else:
+            schema_id, decoder, body, fields = self.decode(msg)
+            self._stage_value(msg, schema_id, decoder.value_schema, body, fields)
+
+    def make_decoder(self, schema: dict) -> Decoder:
+        """An Avro value's decoder: the probe reads routing's, event time's and the change
+        columns' fields; the value schema is kept for the layout."""
+        wanted = [*self.topic.required_fields]
+        wanted += [p for p in (self.topic.keyed.version, self.topic.keyed.delete_field) if p]
+        decoder = Decoder(
+            RecordProbe(schema, dict.fromkeys(wanted)),
+            extended_schema(schema, self.enrichment),
+            record_full_name(schema),
+        )
+        decoder.value_schema = schema  # type: ignore[attr-defined]
+        return decoder
+
+    def place_record(self, msg: Any, record: Any, schema_key: Any, schema: Any,
+                     schema_id: int | None = None) -> None:  # fmt: skip
+        """A record a format decoded (``schema``: its Avro record; ``schema_key`` identifies
+        it): encoded with that schema, then staged as an Avro value is."""
+        parsed, probe = self._value_codec(schema_key, schema)
+        out = BytesIO()
+        try:
+            schemaless_writer(out, parsed, record)
+        except Exception as error:  # noqa: BLE001 - fastavro raises several types on a misfit
+            raise UnsupportedSchemaError(f"the record does not fit its schema: {error}") from None
+        body = out.getvalue()
+        self._stage_value(msg, schema_key, schema, body, probe.probe(body))
+
+    def _value_codec(self, schema_key: Any, schema: Any) -> tuple[Any, RecordProbe]:
+        known = self._values.get(schema_key)
+        if known is None:
+            wanted = [*self.topic.required_fields]
+            wanted += [p for p in (self.topic.keyed.version, self.topic.keyed.delete_field) if p]
+            known = self._values[schema_key] = (
+                parse_schema(dict(schema), _write_hint=False),
+                RecordProbe(schema, dict.fromkeys(wanted)),
+            )
+        return known
+
+    def _stage_value(self, msg: Any, value_key: Any, value: Any, body: bytes, fields: dict) -> None:
+        columns, key = self.keys.read(msg.key())
+        layout = self._layout(columns, value_key, value)
+        change = layout.record(key, body, fields, _kafka_ms(msg))
+        self._append(msg, fields, change, layout, tombstone=False)
+
+    def _stage_tombstone(self, msg: Any) -> None:
+        self.tombstones += 1
+        columns, key = self.keys.read(msg.key())
+        layout = self._layout(columns, None, None)
+        self._append(msg, {}, layout.tombstone(key, _kafka_ms(msg)), layout, tombstone=True)
+
+    def _append(self, msg: Any, fields: dict, change: bytes, layout: TableLayout, *,
+                tombstone: bool) -> None:  # fmt: skip
+        file_schema = self._file_schemas.get(layout.schema_id)
+        if file_schema is None:
+            file_schema = self._file_schemas[layout.schema_id] = extended_schema(
+                layout.schema, self.enrichment
+            )
+        if tombstone:  # no fields to date it by: its Kafka timestamp, the topic's date rule
+            ts = _kafka_ms(msg)
+            day = epoch_day(event_date(self._tombstone_time, {}, ts))
+            headers = msg.headers() if self.enrichment.headers_column is not None else None
+            prefix = self.encoder.encode(day, msg.offset(), ts, msg.key(), headers)
+            self.open_file(
+                self.changelog.dataset, self.changelog.table, layout.schema_id, file_schema
+            ).append(prefix, change, day, None)
+            return
+        self.place(
+            msg, fields, change, layout.schema_id, file_schema, layout.full_name,
+            destination=self.changelog,
+        )  # fmt: skip
+
+    def _layout(self, columns: KeyColumns, value_key: Any, value: Any) -> TableLayout:
+        """The layout of a key layout and a value schema, made once per range; a schema with
+        no layout is the bad input of each of its messages."""
+        at = (columns.identity, value_key)
+        known = self._layouts.get(at)
+        if isinstance(known, BadInputError):
+            raise type(known)(str(known))
+        if known is None:
+            try:
+                known = table_layout(self.topic, columns, value)
+            except BadInputError as error:
+                self._layouts[at] = error
+                raise
+            self._layouts[at] = known
+        return known
+
+    def range_result(self, last, files, bytes_by_dataset, conflict=False) -> RangeResult:
+        result = super().range_result(last, files, bytes_by_dataset, conflict)  # type: ignore[misc]
+        return replace(result, tombstones=self.tombstones)
+
+
+def _kafka_ms(msg: Any) -> int | None:
+    ts_type, ts = msg.timestamp()
+    return ts if ts_type != 0 else None
+
+
+@cache
+def table_stager(format_stager: type[RangeStager]) -> type[RangeStager]:
+    """The stager of a table topic whose format ``format_stager`` stages (the Avro path's
+    ``RangeStager`` or a record-decoding format's); one class per format, module-level
+    cached so a range's stager class is the same object each time it is asked."""
+    decodes = hasattr(format_stager, "place_record")
+    name = f"Table{format_stager.__name__}"
+    return type(name, (TableStaging, format_stager), {"decodes_records": decodes})

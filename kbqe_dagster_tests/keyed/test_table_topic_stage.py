@@ -1,0 +1,196 @@
+"""A topic keyed by its Kafka key (``keyed.key_from: kafka_key``: a compacted topic, a KTable)
+stages every message as a change of its key (keyed/table_stage.py, keyed/table_changes.py):
+the key columns come from the Kafka key, the value's fields follow them, NULLABLE, a tombstone
+is a delete of its key, and a key that cannot be read is bad input naming why."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
+from kbqe_dagster.core.record.wire import encode_frame
+from kbqe_dagster.staging.native_kernel import NativeStaging
+from kbqe_dagster_tests.staging.kernel_equality import Msg, Staged, stage
+
+TOPIC = "shop.customers"
+VALUE = {"type": "record", "name": "Customer", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": "string"},
+    {"name": "tier", "type": ["null", "string"], "default": None},
+    {"name": "updated_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+]}  # fmt: skip
+KEY = {"type": "record", "name": "CustomerKey", "namespace": "shop",
+       "fields": [{"name": "id", "type": "long"}]}  # fmt: skip
+VALUE_ID, KEY_ID = 7, 8
+KAFKA_MS = 1_726_238_205_123  # the test messages' Kafka timestamp
+
+
+def pipeline(keyed: dict[str, Any], **topic: Any):
+    return parse_pipeline_config({
+        "version": 1,
+        "topics": [{"name": TOPIC, "routing": {"mode": "static", "dataset": "shop",
+                                               "table": "customers"},
+                    "keyed": {"key_from": "kafka_key", **keyed},
+                    "event_time": {"fields": [], "kafka_timestamp_fallback": True}, **topic}],
+        "dead_letter": {"dataset": "dead", "table": "letters"},
+    })  # fmt: skip
+
+
+def avro(schema: dict, record: dict) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+def customer(id_: int, name: str, tier: str | None = None, updated_at: int = 5) -> bytes:
+    record = {"id": id_, "name": name, "tier": tier, "updated_at": updated_at}
+    return encode_frame(VALUE_ID, avro(VALUE, record))
+
+
+def avro_key(id_: int) -> bytes:
+    return encode_frame(KEY_ID, avro(KEY, {"id": id_}))
+
+
+def staged(tmp: Path, config: Any, messages: list[tuple[bytes | None, bytes | None]]) -> Staged:
+    msgs = [Msg(TOPIC, 0, offset, value, key=key) for offset, (value, key) in enumerate(messages)]
+    return stage(tmp, config, TOPIC, {VALUE_ID: VALUE, KEY_ID: KEY}, msgs, native=False)
+
+
+def changelog(result: Staged) -> list[tuple[list[str], dict[str, Any]]]:
+    """Each changelog record by offset, with its file's columns after the Kafka ones."""
+    rows = []
+    for name, data in result.files.items():
+        if name.endswith(".avro") and "customers_changelog" in name:
+            reader = fastavro.reader(io.BytesIO(data))
+            columns = [f["name"] for f in reader.writer_schema["fields"]][5:]
+            rows += [(columns, record) for record in reader]
+    return sorted(rows, key=lambda row: row[1]["_kafka_offset"])
+
+
+def dead_letters(result: Staged) -> list[tuple[str, str]]:
+    out = []
+    for name, data in result.files.items():
+        if name.endswith(".avro") and ".dead.letters." in name:
+            out += [(r["reason"], r["error"]) for r in fastavro.reader(io.BytesIO(data))]
+    return out
+
+
+def test_an_avro_key_s_fields_come_first_and_the_value_s_fields_follow_nullable(tmp_path) -> None:
+    result = staged(tmp_path, pipeline({}), [(customer(1, "Ada", "gold"), avro_key(1))])
+    [(columns, record)] = changelog(result)
+    # The value's own ``id`` is left out: the Kafka key identifies the row.
+    assert columns == ["_op", "_source_ts_ms", "_deleted", "id", "name", "tier", "updated_at"]
+    assert {k: record[k] for k in columns} == {
+        "_op": "u", "_source_ts_ms": KAFKA_MS, "_deleted": False,
+        "id": 1, "name": "Ada", "tier": "gold", "updated_at": record["updated_at"],
+    }  # fmt: skip
+    [schema] = [
+        fastavro.reader(io.BytesIO(data)).writer_schema
+        for name, data in result.files.items()
+        if "customers_changelog" in name and name.endswith(".avro")
+    ]
+    types = {f["name"]: f["type"] for f in schema["fields"]}
+    assert types["id"] == "long"  # the key's column as the key's schema says
+    assert types["name"] == ["null", "string"]  # a tombstone has no values: every one NULLABLE
+    assert types["tier"] == ["null", "string"]
+
+
+def test_a_tombstone_deletes_its_key_with_the_key_columns_alone(tmp_path) -> None:
+    result = staged(tmp_path, pipeline({}), [
+        (customer(1, "Ada"), avro_key(1)),
+        (None, avro_key(1)),
+        (customer(1, "Ada again"), avro_key(1)),  # re-created
+    ])  # fmt: skip
+    rows = changelog(result)
+    assert [(r["_op"], r["_deleted"], r["id"], r.get("name")) for _, r in rows] == [
+        ("u", False, 1, "Ada"), ("d", True, 1, None), ("u", False, 1, "Ada again"),
+    ]  # fmt: skip
+    value_columns, tombstone_columns = rows[0][0], rows[1][0]
+    assert tombstone_columns == ["_op", "_source_ts_ms", "_deleted", "id"]
+    assert value_columns[: len(tombstone_columns)] == tombstone_columns  # a prefix: loads by name
+    assert result.result.tombstones == 1 and result.result.records == 3
+    assert result.result.dead_letters == {}
+
+
+def test_the_version_field_is_the_version_s_time_when_the_producer_has_one(tmp_path) -> None:
+    result = staged(tmp_path, pipeline({"version": "updated_at"}),
+                    [(customer(1, "Ada", updated_at=1_700_000_000_000), avro_key(1))])  # fmt: skip
+    [(_, record)] = changelog(result)
+    assert record["_source_ts_ms"] == 1_700_000_000_000
+
+
+def test_a_string_key_is_one_column_named_by_the_config(tmp_path) -> None:
+    config = pipeline({"key_format": "string", "key": ["customer_key"]})
+    result = staged(tmp_path, config, [(customer(1, "Ada"), b"C-1"), (None, b"C-1")])
+    rows = changelog(result)
+    assert [r["customer_key"] for _, r in rows] == ["C-1", "C-1"]
+    assert rows[0][0][3:5] == ["customer_key", "id"]  # the value's id is a column of its own
+
+
+def test_a_json_key_gives_its_named_fields_in_their_types(tmp_path) -> None:
+    config = pipeline({"key_format": "json", "key": ["region", "id"],
+                       "key_types": {"id": "long"}})  # fmt: skip
+    key = json.dumps({"id": 1, "region": "eu", "extra": True}).encode()
+    [(columns, record)] = changelog(staged(tmp_path, config, [(customer(1, "Ada"), key)]))
+    assert columns[3:6] == ["region", "id", "name"]
+    assert (record["region"], record["id"]) == ("eu", 1)
+
+
+@pytest.mark.parametrize(
+    ("keyed", "key", "error"),
+    [
+        ({}, None, "the Kafka key is null: a table topic's key identifies the row"),
+        ({}, b"C-1", "the Kafka key is not Confluent-framed Avro (keyed.key_format: avro"),
+        ({}, encode_frame(99, b"\x02"), "the key's schema id 99 is not in the registry"),
+        ({}, encode_frame(KEY_ID, b"\x02\x00"), "the Avro key does not decode with its schema"),
+        ({"key_format": "string", "key": ["k"]}, b"\xff", "the Kafka key is not UTF-8 text"),
+        ({"key_format": "json", "key": ["id"]}, b"[1]", "the Kafka key is JSON list, not an object"),
+        ({"key_format": "json", "key": ["id"]}, b"{}", "the JSON key has no value for key field 'id'"),
+        ({"key_format": "json", "key": ["id"], "key_types": {"id": "long"}}, b'{"id": "1"}',
+         "the JSON key's field 'id' is \"1\", not a long (keyed.key_types)"),
+    ],
+)  # fmt: skip
+def test_a_key_that_cannot_be_read_is_bad_input_naming_why(tmp_path, keyed, key, error) -> None:
+    result = staged(tmp_path, pipeline(keyed), [(customer(1, "Ada"), key), (None, key)])
+    letters = dead_letters(result)
+    assert [reason for reason, _ in letters] == ["bad_key", "bad_key"]
+    assert all(f"{TOPIC}[0] offset {i}: {error}" in text for i, (_, text) in enumerate(letters))
+    assert changelog(result) == []
+
+
+def test_a_json_topic_stages_its_values_the_same_way(tmp_path) -> None:
+    schema = {k: v for k, v in VALUE.items() if k != "namespace"}
+    config = pipeline({"key_format": "string", "key": ["customer_key"]}, format="json",
+                      schema=schema)  # fmt: skip
+    value = json.dumps({"id": 1, "name": "Ada", "tier": None, "updated_at": 5}).encode()
+    rows = changelog(staged(tmp_path, config, [(value, b"C-1"), (b"{", b"C-1"), (None, b"C-1")]))
+    assert [(r["_op"], r["customer_key"], r.get("name")) for _, r in rows] == [
+        ("u", "C-1", "Ada"), ("d", "C-1", None),
+    ]  # fmt: skip
+
+
+def test_the_native_kernel_leaves_table_topics_to_the_python_path(tmp_path) -> None:
+    from kbqe_dagster.keyed.table_stage import TableTopicsOnPython
+
+    msgs = [Msg(TOPIC, 0, 0, customer(1, "Ada"), key=avro_key(1))]
+    result = stage(tmp_path, pipeline({}), TOPIC, {VALUE_ID: VALUE, KEY_ID: KEY}, msgs,
+                   native=False)  # fmt: skip
+    assert result.result.stage_path == "python"
+    assert TableTopicsOnPython.for_range(_StagerStub(), None) is None
+    assert NativeStaging.for_stager(_StagerStub()) is None
+
+
+class _StagerStub:
+    class rng:  # noqa: N801 - what for_range logs
+        pass
+
+    class ctx:  # noqa: N801
+        native_kernel = True
+
+    native_driver = None
