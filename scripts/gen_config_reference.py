@@ -124,8 +124,9 @@ them (that is what compaction keeps); `version:` is optional and only fills `_so
 closes its history version. The changelog holds the key columns, then the value's fields, all
 NULLABLE (a tombstone has no values); a value field named like a key column is left out (the
 Kafka key identifies the row). A null or unreadable key is dead-lettered as `bad_key`.
-Formats: `avro` and `json` (`json_schema`, `protobuf` and `decoder` decode the same way);
-tombstones are dated by their Kafka timestamp, so such a topic usually says `event_time:
+Every format but `debezium` and `raw`: `avro` values are copied field by field, `json`,
+`json_schema`, `protobuf` and `decoder` values are decoded by their format, then cut the same
+way; tombstones are dated by their Kafka timestamp, so such a topic usually says `event_time:
 {kafka_timestamp_fallback: true}`. These topics stage on the Python path (the native kernel's
 keyed routine reads no Kafka key).
 

@@ -175,6 +175,62 @@ def test_a_json_topic_stages_its_values_the_same_way(tmp_path) -> None:
     ]  # fmt: skip
 
 
+SHORT = {"type": "record", "name": "Customer", "fields": [
+    {"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}  # fmt: skip
+JSON_SCHEMA = {"type": "object", "title": "Customer", "additionalProperties": False,
+               "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
+               "required": ["id", "name"]}  # fmt: skip
+PROTO = 'syntax = "proto3"; message Customer { int64 id = 1; string name = 2; }'
+
+
+def decode_customer(raw: Any) -> tuple[dict, dict]:
+    """A user decoder (``format: decoder``): ``id,name`` text."""
+    id_, name = raw.value.decode().split(",")
+    return {"id": int(id_), "name": name}, SHORT
+
+
+def _proto_customer(id_: int, name: str) -> bytes:
+    """``Customer {id, name}`` in the Protobuf wire format, written by hand."""
+    text = name.encode()
+    return b"\x08" + encode_long_unsigned(id_) + b"\x12" + bytes([len(text)]) + text
+
+
+def encode_long_unsigned(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes([*out, value])
+
+
+@pytest.mark.parametrize("fmt", ["json_schema", "protobuf", "decoder"])
+def test_every_decoding_format_stages_its_values_the_same_way(tmp_path, fmt) -> None:
+    from kbqe_dagster.resources.schema_registry import RegisteredSchema
+    from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
+    from kbqe_dagster_tests.support.framing import json_framed, protobuf_framed
+
+    registered = {
+        "json_schema": RegisteredSchema(31, "JSON", json.dumps(JSON_SCHEMA)),
+        "protobuf": RegisteredSchema(31, "PROTOBUF", PROTO),
+    }
+    value = {
+        "json_schema": json_framed(31, {"id": 1, "name": "Ada"}),
+        "protobuf": protobuf_framed(31, _proto_customer(1, "Ada")),
+        "decoder": b"1,Ada",
+    }[fmt]
+    extra = {"decoder": f"{__name__}:decode_customer"} if fmt == "decoder" else {}
+    config = pipeline({"key_format": "string", "key": ["customer_key"]}, format=fmt, **extra)
+    msgs = [Msg(TOPIC, 0, 0, value, key=b"C-1"), Msg(TOPIC, 0, 1, None, key=b"C-1")]
+    registry = FakeSchemaRegistry({31: registered[fmt]} if fmt in registered else {})
+    result = stage(tmp_path, config, TOPIC, {}, msgs, native=False, lookup=registry)
+    rows = changelog(result)
+    assert dead_letters(result) == []
+    assert [(r["_op"], r["customer_key"], r.get("id"), r.get("name")) for _, r in rows] == [
+        ("u", "C-1", 1, "Ada"), ("d", "C-1", None, None),
+    ]  # fmt: skip
+    assert rows[0][0][3:] == ["customer_key", "id", "name"]
+
+
 def test_the_native_kernel_leaves_table_topics_to_the_python_path(tmp_path) -> None:
     from kbqe_dagster.keyed.table_stage import TableTopicsOnPython
 

@@ -101,7 +101,15 @@ class KeyFormat(str, Enum):
     """A JSON object: the fields named by ``key:``, typed by ``key_types``."""
 
 
-KAFKA_KEYED_FORMATS = frozenset({SourceFormat.AVRO, SourceFormat.JSON})
+KAFKA_KEYED_FORMATS = frozenset(
+    {
+        SourceFormat.AVRO,
+        SourceFormat.JSON,
+        SourceFormat.JSON_SCHEMA,
+        SourceFormat.PROTOBUF,
+        SourceFormat.DECODER,
+    }
+)
 """The formats a topic keyed by its Kafka key (``key_from: kafka_key``) may have."""
 
 KEY_TYPES = ("string", "long", "double", "boolean")
