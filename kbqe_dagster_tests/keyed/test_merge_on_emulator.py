@@ -140,7 +140,8 @@ def _config(dataset: str, deletes: str):
 
 def _append(bq, dataset: str, events: list[Event]) -> None:
     values = ", ".join(
-        f"({e.id}, '{e.name}', '{e.op}', {e.version}, {str(e.op == 'd').upper()}, "
+        f"({e.id}, {'NULL' if e.name is None else repr(e.name)}, '{e.op}', {e.version}, "
+        f"{str(e.op == 'd').upper()}, "
         f"{e.partition}, {e.offset}, DATE '2024-11-19')"
         for e in events
     )
@@ -249,3 +250,78 @@ def test_the_checks_see_a_correct_table_pass_and_each_kind_of_damage(bq, dataset
             f"UPDATE {table} SET _deleted = TRUE WHERE id = (SELECT MAX(id) FROM {table})"
         ).result()
         assert verdicts({})["no_deleted_rows"] is False
+
+
+# --- a topic keyed by its Kafka key (a compacted topic) -------------------------------------------
+def _table_config(dataset: str, deletes: str):
+    return parse_pipeline_config({"version": 1, "topics": [{
+        "name": "customers",
+        "routing": {"mode": "static", "dataset": dataset, "table": "customers"},
+        "event_time": {"fields": [], "kafka_timestamp_fallback": True},
+        "keyed": {"key_from": "kafka_key", "key_format": "json", "key": ["id"],
+                  "key_types": {"id": "long"}, "deletes": deletes, "history": True},
+    }]})  # fmt: skip
+
+
+def _as_tombstones(batch: list[Event]) -> list[Event]:
+    """A table topic's deletes are tombstones: the key and no values."""
+    return [Event(e.id, None, e.op, e.version, e.partition, e.offset) if e.op == "d" else e
+            for e in batch]  # fmt: skip
+
+
+def _kafka_ordered(events: list[Event]) -> dict[int, list[Event]]:
+    by_key: dict[int, list[Event]] = {}
+    for e in sorted(events, key=lambda e: (e.partition, e.offset)):
+        by_key.setdefault(e.id, []).append(e)
+    return by_key
+
+
+def _resolved(events: list[Event]) -> list[tuple[Event, str | None]]:
+    """Each event with its row's name: its own, or a tombstone's the key's last value."""
+    out, last = [], None
+    for e in events:
+        last = e.name if e.op != "d" else last
+        out.append((e, last))
+    return out
+
+
+def test_a_table_topic_s_merge_keeps_each_key_s_last_offset_whatever_its_time(bq, dataset):
+    """Ordered by Kafka: the greatest (partition, offset) wins though ``_source_ts_ms`` (the
+    Kafka timestamp here) goes back and forth; a tombstone (key only) deletes its key, soft
+    deletes keeping its last values; each event is a history version of its own. (Hard
+    deletes: keyed/test_compacted_topic_on_local_stack.py.)"""
+    deletes = "soft"
+    bq.query(
+        f"CREATE TABLE `{dataset}.customers_changelog` (_event_date DATE, "
+        "_kafka_partition INT64, _kafka_offset INT64, _op STRING, _source_ts_ms INT64, "
+        "_deleted BOOL, id INT64, name STRING)"
+    ).result()
+    [dest] = keyed_destinations(_table_config(dataset, deletes))
+    merger = KeyedMerger(EmulatorBigQueryLoads(bq))
+    applied: list[Event] = []
+    for batch in random_batches(11, batches=2, per_batch=25):
+        batch = _as_tombstones(batch)
+        _append(bq, dataset, batch)
+        applied += batch
+        merger.merge(dest, _ranges(batch), jobs=1)
+        expected = set()
+        for events in _kafka_ordered(applied).values():
+            winner, name = _resolved(events)[-1]
+            if not (deletes == "hard" and winner.op == "d"):
+                expected.add((winner.id, name, winner.op, winner.op == "d", winner.offset))
+        current = bq.query(
+            f"SELECT id, name, _op, _deleted, _kafka_offset FROM `{dataset}.customers`"
+        ).result()
+        assert {tuple(r) for r in current} == expected
+    history = set()
+    for events in _kafka_ordered(applied).values():
+        resolved = _resolved(events)
+        for i, (e, name) in enumerate(resolved):
+            nxt = resolved[i + 1][0] if i + 1 < len(resolved) else None
+            ends = _ts(nxt.version) if nxt else END
+            history.add((e.id, name, e.op == "d", _ts(e.version), ends, nxt is None))
+    view = bq.query(
+        f"SELECT id, name, _deleted, _valid_from, _valid_to, _is_current "
+        f"FROM `{dataset}.customers_history`"
+    ).result()
+    assert {tuple(r) for r in view} == history
