@@ -403,15 +403,15 @@ class _PlainLayout(ChangeLayout):
         keyed = topic.keyed
         assert keyed is not None and keyed.version
         where = f"topics[{topic.name}].keyed"
-        _check_field(
+        check_field(
             record,
             keyed.version,
             f"{where}.version",
-            _is_orderable,
+            is_orderable,
             "a long, an int or a timestamp-millis/micros",
         )
         if keyed.delete_field:
-            _check_field(
+            check_field(
                 record,
                 keyed.delete_field,
                 f"{where}.delete_field",
@@ -469,11 +469,11 @@ def _simple_types(avro: Any) -> set[str]:
     return out
 
 
-def _is_orderable(kind: str) -> bool:
+def is_orderable(kind: str) -> bool:
     return kind in ("long", "int", "timestamp-millis", "timestamp-micros")
 
 
-def _check_field(record: Mapping[str, Any], path: str, where: str, ok: Any, wanted: str) -> None:
+def check_field(record: Mapping[str, Any], path: str, where: str, ok: Any, wanted: str) -> None:
     avro = _field_type(record, path)
     if avro is None:
         raise ConfigError(f"{where}: field {path!r} is not in {full_name(record, None)}")

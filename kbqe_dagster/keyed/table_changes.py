@@ -54,9 +54,9 @@ from kbqe_dagster.keyed.avro_skip import SkipCompiler, encode_long, read_long
 from kbqe_dagster.keyed.changes import (
     CHANGE_FIELDS,
     DELETE_OP,
-    _check_field,
-    _is_orderable,
     change_columns,
+    check_field,
+    is_orderable,
 )
 from kbqe_dagster.staging.probe.record_probe import RecordProbe
 
@@ -284,10 +284,10 @@ def table_layout(
         raise UnsupportedSchemaError("a keyed topic's values must be Avro records")
     where = f"topics[{topic.name}].keyed"
     if keyed.version:
-        _check_field(value, keyed.version, f"{where}.version", _is_orderable,
+        check_field(value, keyed.version, f"{where}.version", is_orderable,
                      "a long, an int or a timestamp-millis/micros")  # fmt: skip
     if keyed.delete_field:
-        _check_field(value, keyed.delete_field, f"{where}.delete_field",
+        check_field(value, keyed.delete_field, f"{where}.delete_field",
                      lambda t: t == "boolean", "a boolean")  # fmt: skip
     semantic = semantic_mapping(value) if keyed.semantic_types else None
     record = semantic.schema if semantic is not None else value

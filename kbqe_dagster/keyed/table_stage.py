@@ -95,6 +95,14 @@ class TableStaging:
         self._tombstone_time = replace(
             self.topic.event_time, fields=(), kafka_timestamp_fallback=True
         )
+        keyed = self.topic.keyed
+        # Routing's and event time's fields, then the change columns' (version, delete field).
+        self._wanted = tuple(
+            dict.fromkeys(
+                [*self.topic.required_fields]
+                + [p for p in (keyed.version, keyed.delete_field) if p]
+            )
+        )
 
     # --- per message ------------------------------------------------------------------------
     def stage(self, msg: Any) -> None:
@@ -109,10 +117,8 @@ class TableStaging:
     def make_decoder(self, schema: dict) -> Decoder:
         """An Avro value's decoder: the probe reads routing's, event time's and the change
         columns' fields; the value schema is kept for the layout."""
-        wanted = [*self.topic.required_fields]
-        wanted += [p for p in (self.topic.keyed.version, self.topic.keyed.delete_field) if p]
         decoder = Decoder(
-            RecordProbe(schema, dict.fromkeys(wanted)),
+            RecordProbe(schema, self._wanted),
             extended_schema(schema, self.enrichment),
             record_full_name(schema),
         )
@@ -135,11 +141,9 @@ class TableStaging:
     def _value_codec(self, schema_key: Any, schema: Any) -> tuple[Any, RecordProbe]:
         known = self._values.get(schema_key)
         if known is None:
-            wanted = [*self.topic.required_fields]
-            wanted += [p for p in (self.topic.keyed.version, self.topic.keyed.delete_field) if p]
             known = self._values[schema_key] = (
                 parse_schema(dict(schema), _write_hint=False),
-                RecordProbe(schema, dict.fromkeys(wanted)),
+                RecordProbe(schema, self._wanted),
             )
         return known
 
