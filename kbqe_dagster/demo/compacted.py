@@ -79,7 +79,7 @@ class CompactedTopic:
 
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "compacted-oracle",
                              "enable.auto.commit": False})  # fmt: skip
-        out = []
+        out: list[tuple[int, int, int, dict | None]] = []
         try:
             for partition in range(PARTITIONS):
                 _, high = consumer.get_watermark_offsets(TopicPartition(self.name, partition), 30)
@@ -88,10 +88,11 @@ class CompactedTopic:
                 while position < high:
                     msg = consumer.poll(10)
                     assert msg is not None and msg.error() is None, f"{self.name}[{partition}]"
-                    key = _decoded(KEY, msg.key())["id"]
-                    value = None if msg.value() is None else _decoded(VALUE, msg.value())
-                    out.append((partition, msg.offset(), key, value))
-                    position = msg.offset() + 1
+                    offset, key, value = msg.offset(), msg.key(), msg.value()
+                    assert offset is not None and key is not None, f"{self.name}[{partition}]"
+                    record = None if value is None else _decoded(VALUE, value)
+                    out.append((partition, offset, _decoded(KEY, key)["id"], record))
+                    position = offset + 1
         finally:
             consumer.close()
         return out
@@ -131,4 +132,6 @@ def _avro(schema: dict, record: dict) -> bytes:
 
 
 def _decoded(schema: dict, framed: bytes) -> dict:
-    return fastavro.schemaless_reader(io.BytesIO(framed[5:]), fastavro.parse_schema(schema), None)
+    record = fastavro.schemaless_reader(io.BytesIO(framed[5:]), fastavro.parse_schema(schema), None)
+    assert isinstance(record, dict)
+    return record
