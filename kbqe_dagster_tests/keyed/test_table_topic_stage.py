@@ -256,3 +256,14 @@ def _kernel_built() -> bool:
     from kbqe_dagster.staging import native_kernel
 
     return native_kernel._extension is not None
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "decoded"),
+    [("string", "eu-1", "eu-1"), ("long", -42, -42), ("double", 2, 2.0), ("boolean", True, True)],
+)
+def test_a_json_key_field_is_encoded_as_its_key_type(tmp_path, kind, value, decoded) -> None:
+    config = pipeline({"key_format": "json", "key": ["k"], "key_types": {"k": kind}})
+    key = json.dumps({"k": value}).encode()
+    [(_, record)] = changelog(staged(tmp_path, config, [(customer(1, "Ada"), key)]))
+    assert record["k"] == decoded and type(record["k"]) is type(decoded)
