@@ -268,6 +268,13 @@ class StagingAreaConflictError(LoadError):
     names the table, the topic and both staging areas."""
 
 
+class SchemaChangeRefusedError(LoadError):
+    """A staged schema that no table schema change can take (core/load/evolution.py): a
+    field whose type changed, an array that became a single value or the reverse. The
+    message names the table, the column and what to do. Raised before any row of that
+    schema reaches the table, by the load step and by Storage Write delivery alike."""
+
+
 # --- Storage Write API delivery (issue 25) -------------------------------------------------
 class RowEncodeError(KbqeError):
     """A staged record that cannot be a Storage Write API row (core/formats/avro_proto.py): a

@@ -1,8 +1,12 @@
 """The destination table of Storage Write appends, made ready before any row of a range is
 appended: the dataset and the table exist (created with the layout a load would give it:
-columns from the file schema, time partitioning, clustering), and the columns a newer schema
-adds exist before rows that carry them arrive (the load path gets both from its load job's
-CREATE_IF_NEEDED and ALLOW_FIELD_ADDITION; appends have neither).
+columns from the file schema, time partitioning, clustering, all NULLABLE for a table
+configured ``all_columns_nullable``), the columns a newer schema adds exist before rows that
+carry them arrive, and a REQUIRED column whose field a newer schema deleted (or made
+optional) is NULLABLE before rows without it arrive: the writer's proto descriptor, derived
+from the file schema, then simply lacks the field, and the API fills NULL
+(core/load/evolution.py). The load path does the same before each load job
+(loading/evolution.py).
 
 Built in the stage task from picklable :class:`TableKeeperSettings`; one keeper per task
 remembers what it made ready, so a range pays one metadata read per table.
@@ -16,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbqe_dagster.core.config.table_layout import TableLayout
+from kbqe_dagster.core.load.evolution import plan_schema_change
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.bigquery.jobs import LoadRequest, load_job_config
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
@@ -77,41 +82,45 @@ class BigQueryTableKeeper:
 
     loads: Any  # GoogleBigQueryLoads or EmulatorBigQueryLoads
     settings: TableKeeperSettings
-    ready: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    ready: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    """The columns each table had when this keeper last read or changed it."""
 
     def ensure(
         self, dataset: str, table: str, file_schema: Mapping[str, Any], layout: TableLayout
     ) -> None:
-        """``dataset.table`` exists and has every column of ``file_schema``."""
-        columns = bigquery_schema_from_avro(dict(file_schema), f"{dataset}.{table}")
-        wanted = frozenset(c["name"].lower() for c in columns)
-        if wanted <= self.ready.get((dataset, table), frozenset()):
+        """``dataset.table`` exists and takes rows of ``file_schema``: every field is a
+        column, and a column whose field it lacks or makes optional is NULLABLE
+        (core/load/evolution.py; a change BigQuery cannot make raises
+        :class:`SchemaChangeRefusedError` before any row is appended)."""
+        name = f"{dataset}.{table}"
+        columns = bigquery_schema_from_avro(dict(file_schema), name)
+        known = self.ready.get((dataset, table))
+        if known is not None and not plan_schema_change(name, known, columns).changes:
             return
-        request = LoadRequest(
-            job_id="",
-            dataset=dataset,
-            table=table,
-            source_uris=(),
-            partition_field=layout.partition_column,
-            partition_expiration_days=self.settings.partition_expiration_days,
-            avro_schema=file_schema,
-            clustering_fields=layout.clustering,
-            partitioning=layout.partitioning,
-        )
         # The metadata (free), not a query: on the emulator it is also the schema appends are
-        # made by, which must hold every column (see _add_columns).
-        found = self._metadata_schema(dataset, table)
-        if found is None:
-            if self.settings.create_datasets:
-                self.loads.ensure_dataset(dataset)
-            self._create(request)
-            existing = wanted
-        else:
-            existing = frozenset(f.name.lower() for f in found[0])
-            if not wanted <= existing:
-                self._add_columns(request, columns, existing)
-                existing = existing | wanted
-        self.ready[(dataset, table)] = existing
+        # made by, which must hold every column (GoogleBigQueryLoads.evolve_table).
+        evolved = self._evolve(dataset, table, columns)
+        if evolved is not None:
+            self.ready[(dataset, table)] = evolved
+            return
+        if self.settings.create_datasets:
+            self.loads.ensure_dataset(dataset)
+        self._create(
+            LoadRequest(
+                job_id="",
+                dataset=dataset,
+                table=table,
+                source_uris=(),
+                partition_field=layout.partition_column,
+                partition_expiration_days=self.settings.partition_expiration_days,
+                avro_schema=file_schema,
+                clustering_fields=layout.clustering,
+                partitioning=layout.partitioning,
+                all_columns_nullable=layout.all_columns_nullable,
+            )
+        )
+        # Another task may have created it first, from another schema: take this one too.
+        self.ready[(dataset, table)] = self._evolve(dataset, table, columns) or []
 
     def offsets_present(
         self,
@@ -143,17 +152,19 @@ class BigQueryTableKeeper:
         except NotFound:
             return frozenset()
 
-    def _metadata_schema(self, dataset: str, table: str) -> tuple[list, Any] | None:
-        """The table's columns from its metadata (free); None when it does not exist."""
-        from google.api_core.exceptions import NotFound
-
-        try:
-            meta = self.loads.client.get_table(f"{self.loads.project}.{dataset}.{table}")
-        except NotFound:
-            return None
-        return list(meta.schema), getattr(meta, "created", None)
+    def _evolve(
+        self, dataset: str, table: str, columns: list[dict[str, Any]]
+    ) -> list[dict[str, Any]] | None:
+        """The table's columns after it took ``columns`` (one metadata read, and an update
+        when it changes); None when the table does not exist."""
+        name = f"{dataset}.{table}"
+        evolved = self.loads.evolve_table(
+            dataset, table, lambda current: plan_schema_change(name, current, columns)
+        )
+        return None if evolved is None else list(evolved[1])
 
     def _create(self, request: LoadRequest) -> None:
+        """Creates the table a load would create (nothing when it exists)."""
         from google.cloud import bigquery
 
         config = load_job_config(request)
@@ -167,29 +178,3 @@ class BigQueryTableKeeper:
             "%s.%s: creating the table for Storage Write appends", request.dataset, request.table
         )
         self.loads.client.create_table(table, exists_ok=True)
-
-    def _add_columns(
-        self, request: LoadRequest, columns: list[dict], existing: frozenset[str]
-    ) -> None:
-        from google.cloud import bigquery
-
-        ref = f"{self.loads.project}.{request.dataset}.{request.table}"
-        if self.settings.emulator:
-            # The emulator stores a column added by ALTER TABLE (its load path's way,
-            # resources/bigquery/emulator.py) but appends by the schema tables.patch records:
-            # it needs both (the gap is pinned in resources/test_storage_write_on_local_stack.py).
-            self.loads._add_new_columns(request, set(existing))
-        meta = self.loads.client.get_table(ref)
-        known = {f.name.lower() for f in meta.schema}
-        added = [
-            bigquery.SchemaField.from_api_repr(c) for c in columns if c["name"].lower() not in known
-        ]
-        if not added:
-            return
-        log.info(
-            "%s: adding column(s) %s before appending rows that carry them",
-            ref,
-            ", ".join(f.name for f in added),
-        )
-        meta.schema = list(meta.schema) + added
-        self.loads.client.update_table(meta, ["schema"])

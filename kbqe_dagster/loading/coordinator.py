@@ -75,7 +75,7 @@ from kbqe_dagster.core.load.state import (
 )
 from kbqe_dagster.core.protocol.naming import parse_listing
 from kbqe_dagster.faults import crash_point
-from kbqe_dagster.loading.avro_header import read_avro_schema
+from kbqe_dagster.loading.evolution import TableEvolution
 from kbqe_dagster.loading.feeds import check_feeds, record_feeds
 from kbqe_dagster.loading.manifests import FileFacts, read_file_facts
 from kbqe_dagster.loading.report import CompletedLoad, CycleReport, QuarantinedLoad
@@ -119,7 +119,7 @@ class LoadCoordinator:
         self._sizes: dict[str, int] = {}
         self._listed: list[StoredFile] = []
         self._datasets_ready: set[str] = set()
-        self._tables_seen: set[tuple[str, str]] = set()
+        self._evolution = TableEvolution(store, bigquery)
         self._fresh_ids: set[str] = set()  # ids this run recorded: their first submission
         self._facts: dict[str, FileFacts] = {}  # read while planning, reused when finishing
 
@@ -361,14 +361,7 @@ class LoadCoordinator:
         if self.settings.create_datasets and dataset not in self._datasets_ready:
             self.bigquery.ensure_dataset(dataset)
             self._datasets_ready.add(dataset)
-        schema = None
-        if self.bigquery.wants_file_schema:
-            schema = read_avro_schema(self.store, job.files[0])  # the emulator widens tables
-        elif job.table_id not in self._tables_seen:
-            if self.bigquery.table_exists(dataset, table):
-                self._tables_seen.add(job.table_id)
-            else:
-                schema = read_avro_schema(self.store, job.files[0])
+        schema = self._evolution.prepare(job)  # the table takes the files' schema first
         layout = self.config.table_layout(dataset, table)
         return LoadRequest(
             job_id=job.job_id,
@@ -380,6 +373,7 @@ class LoadCoordinator:
             avro_schema=schema,
             clustering_fields=layout.clustering,
             partitioning=layout.partitioning,
+            all_columns_nullable=layout.all_columns_nullable,
         )
 
     def _complete(

@@ -70,7 +70,7 @@ def test_a_ready_table_costs_one_metadata_read_per_keeper(bq, dataset, monkeypat
     keeper = _keeper()
     keeper.ensure(dataset, "clicks", V2, LAYOUT)
     reads = []
-    monkeypatch.setattr(keeper, "_metadata_schema", lambda *a: reads.append(a))
+    monkeypatch.setattr(keeper, "_evolve", lambda *a: reads.append(a))
     keeper.ensure(dataset, "clicks", V1, LAYOUT)  # narrower: nothing to do, nothing asked
     assert reads == []
 

@@ -4,6 +4,11 @@ local emulator does not (DESIGN.md §7):
 - a second insert with an existing job id answers **409 Conflict** and loads nothing;
 - Avro fields are matched to columns **by name**; a missing NULLABLE column reads NULL;
 - **ALLOW_FIELD_ADDITION** adds new fields as NULLABLE columns (without it the job fails);
+- a file that lacks a REQUIRED column's field, or has a field of another type than its
+  column, fails the job ("Field x is missing in new schema": a REQUIRED column is never
+  relaxed by a load whose file lacks the field; the table must be relaxed first);
+- ``update_table(table, ["schema"])`` takes only what tables.patch takes: no column dropped,
+  no type changed, a mode only relaxed (REQUIRED to NULLABLE), no REQUIRED column added;
 - ``output_rows`` is the rows *this* job appended;
 - a missing table is created from the job's ``schema`` or, like BigQuery, from the file.
 
@@ -25,6 +30,8 @@ from typing import Any
 import fastavro
 from google.api_core.exceptions import BadRequest, Conflict, NotFound, ServiceUnavailable
 
+from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
+
 Row = dict[str, Any]
 
 
@@ -32,6 +39,10 @@ Row = dict[str, Any]
 class FakeTable:
     columns: list[str]
     rows: list[Row] = field(default_factory=list)
+    fields: dict[str, dict] = field(default_factory=dict)
+    """Column name → its REST form (type, mode); a column not listed is a NULLABLE STRING."""
+    proposed: list[dict] = field(default_factory=list)
+    """The schema assigned to ``schema``, until ``update_table`` applies it."""
     time_partitioning_field: str | None = None
     time_partitioning_type: str | None = None
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
@@ -44,10 +55,16 @@ class FakeTable:
 
     @property
     def schema(self) -> list[Any]:
-        """Names are all the fake tracks: every column reads as a NULLABLE STRING."""
         from google.cloud import bigquery
 
-        return [bigquery.SchemaField(name, "STRING") for name in self.columns]
+        return [bigquery.SchemaField.from_api_repr(self.field(name)) for name in self.columns]
+
+    @schema.setter
+    def schema(self, value: list[Any]) -> None:
+        self.proposed = [f.to_api_repr() for f in value]  # applied by update_table
+
+    def field(self, name: str) -> dict:
+        return self.fields.get(name) or {"name": name, "type": "STRING", "mode": "NULLABLE"}
 
 
 @dataclass
@@ -97,6 +114,7 @@ class FakeBigQueryClient:
         self.hidden: set[str] = set()  # get_job answers 404 once for these
         self.unanswered_inserts = 0  # inserts that raise 503 before anything is created
         self.on_insert: Callable[[str], None] | None = None
+        self.schema_updates: list[list[dict]] = []  # every tables.patch of a schema
 
     # --- jobs ---------------------------------------------------------------------------------
     def load_table_from_uri(self, uris, destination, job_id=None, job_config=None, location=None):
@@ -147,10 +165,15 @@ class FakeBigQueryClient:
         if table is None:
             if job.destination[0] not in self.datasets:
                 raise BadRequest(f"Not found: Dataset {job.destination[0]}")
-            names = [f.name for f in config.schema] if config.schema else _field_names(files[0])
+            columns = (
+                [f.to_api_repr() for f in config.schema]
+                if config.schema
+                else _file_columns(files[0])
+            )
             partitioning = config.time_partitioning.field if config.time_partitioning else None
             table = FakeTable(
-                names,
+                [c["name"] for c in columns],
+                fields={c["name"]: c for c in columns},
                 time_partitioning_field=partitioning,
                 time_partitioning_type=(
                     config.time_partitioning.type_ if config.time_partitioning else None
@@ -159,9 +182,25 @@ class FakeBigQueryClient:
         allow_addition = "ALLOW_FIELD_ADDITION" in (config.schema_update_options or [])
         rows: list[Row] = []
         for reader in files:
-            new = [n for n in _field_names(reader) if n not in table.columns]
+            staged = {c["name"]: c for c in _file_columns(reader)}
+            new = [n for n in staged if n not in table.columns]
             if new and not allow_addition:
                 raise BadRequest(f"Provided Schema does not match Table. Cannot add fields {new}")
+            for name in table.columns:
+                column = table.field(name)
+                if name not in staged and column.get("mode") == "REQUIRED":
+                    raise BadRequest(
+                        "Provided Schema does not match Table. "
+                        f"Field {name} is missing in new schema"
+                    )
+                if name in staged and staged[name]["type"] != column["type"]:
+                    raise BadRequest(
+                        "Provided Schema does not match Table. Field "
+                        f"{name} has changed type from {column['type']} to {staged[name]['type']}"
+                    )
+            for name in new:
+                mode = "REPEATED" if staged[name]["mode"] == "REPEATED" else "NULLABLE"
+                table.fields[name] = {**staged[name], "mode": mode}
             table.columns += new
             rows += list(reader)
         self.tables[job.destination] = table
@@ -176,10 +215,34 @@ class FakeBigQueryClient:
         return self.tables[(dataset, table)]
 
     def update_table(self, table, fields):
-        """Only labels, as BigQuery patches them: a ``None`` value removes its key."""
+        """Labels, as BigQuery patches them (a ``None`` value removes its key), or the schema,
+        with tables.patch's rules (module docstring)."""
+        if list(fields) == ["schema"]:
+            return self._patch_schema(table)
         if list(fields) != ["labels"]:
-            raise NotImplementedError(f"the fake updates only a table's labels, not {fields}")
+            raise NotImplementedError(f"the fake updates a table's labels or schema, not {fields}")
         table.labels = {k: v for k, v in table.labels.items() if v is not None}
+        return table
+
+    def _patch_schema(self, table: FakeTable) -> FakeTable:
+        proposed = {c["name"]: c for c in table.proposed}
+        self.schema_updates.append(table.proposed)
+        for name in table.columns:
+            was, now = table.field(name), proposed.get(name)
+            if now is None:
+                raise BadRequest(f"Provided Schema does not match Table. Field {name} is missing")
+            if now["type"] != was["type"]:
+                raise BadRequest(f"Field {name} has changed type from {was['type']}")
+            if was.get("mode", "NULLABLE") != now.get("mode", "NULLABLE") and (
+                was.get("mode"),
+                now.get("mode"),
+            ) != ("REQUIRED", "NULLABLE"):
+                raise BadRequest(f"Field {name} has changed mode from {was.get('mode')}")
+        for name, column in proposed.items():
+            if name not in table.columns and column.get("mode") == "REQUIRED":
+                raise BadRequest(f"Cannot add required field {name}")
+        table.columns = list(proposed)
+        table.fields = dict(proposed)
         return table
 
     def create_dataset(self, dataset, exists_ok=False):
@@ -212,5 +275,6 @@ class FakeBigQueryClient:
         return [{c: row.get(c) for c in found.columns} for row in found.rows]
 
 
-def _field_names(reader: Any) -> list[str]:
-    return [f["name"] for f in reader.writer_schema["fields"]]
+def _file_columns(reader: Any) -> list[dict]:
+    """The columns BigQuery derives from a file's Avro schema."""
+    return bigquery_schema_from_avro(reader.writer_schema, "fake load")

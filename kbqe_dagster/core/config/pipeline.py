@@ -210,6 +210,7 @@ class PipelineConfig:
             dead_letter=self.is_dead_letter_table(dataset, table),
             changelog=self.is_changelog_table(dataset, table),
             delivery=self.delivery(dataset, table),
+            all_columns_nullable=self.tables.all_columns_nullable(dataset, table),
         )
 
     def delivery(self, dataset: str, table: str, topic: str | None = None) -> Delivery:
@@ -522,6 +523,8 @@ def _check_tables(
             )
         if settings.delivery is Delivery.STORAGE_WRITE:
             _check_storage_write(key, dataset, table, statics, templated, dead_letter, problems)
+        if settings.all_columns_nullable:
+            _check_all_columns_nullable(key, dataset, table, statics, dead_letter, problems)
         if settings.partitioning is not Partitioning.HOUR:
             continue
         if _covers_dead_letter(dataset, table, dead_letter):
@@ -586,6 +589,27 @@ def _check_storage_write(
                 f"{key} is the current state of keyed topic "
                 f"{who}, written by its MERGE, never delivered: set the delivery of "
                 f"its changelog {ds}.{changelog_table(tb)} (or the topic's)",
+            )
+
+
+def _check_all_columns_nullable(
+    key: str, dataset: str, table: str, statics: Mapping[Any, tuple[str, bool]],
+    dead_letter: DeadLetterDestination, problems: r.Problems,
+) -> None:  # fmt: skip
+    """``all_columns_nullable`` on a table whose columns kbqe does not take from a schema,
+    refused naming the table (a ``dataset.*`` key may cover such tables: it means the
+    others)."""
+    if table != "*" and _covers_dead_letter(dataset, table, dead_letter):
+        problems.add(
+            f"tables.{key}.all_columns_nullable",
+            f"{key} is the dead-letter table: its columns are kbqe's own, never a schema's",
+        )
+    for (ds, tb), (who, is_keyed) in statics.items():
+        if is_keyed and (ds, tb) == (dataset, table):
+            problems.add(
+                f"tables.{key}.all_columns_nullable",
+                f"{key} is the current state of keyed topic {who}, whose columns are all "
+                f"NULLABLE already: set it on its changelog {ds}.{changelog_table(tb)}",
             )
 
 

@@ -37,6 +37,8 @@ class TableLayout:
     """The dead-letter table."""
     delivery: Delivery = Delivery.LOAD
     """How its rows arrive: load jobs of staged files, or the Storage Write API at commit."""
+    all_columns_nullable: bool = False
+    """Every column it is created with is NULLABLE (``tables.<key>.all_columns_nullable``)."""
 
 
 def table_layout(
@@ -46,6 +48,7 @@ def table_layout(
     dead_letter: bool,
     changelog: bool,
     delivery: Delivery = Delivery.LOAD,
+    all_columns_nullable: bool = False,
 ) -> TableLayout:
     """The layout of a table with ``partitioning`` under ``tables:``."""
     if dead_letter:
@@ -62,4 +65,6 @@ def table_layout(
         )
         offsets = (enrichment.topic_column, enrichment.partition_column, enrichment.offset_column)
     clustering = (enrichment.partition_column, enrichment.offset_column) if changelog else ()
-    return TableLayout(partitioning, column, clustering, offsets, dead_letter, delivery)
+    return TableLayout(
+        partitioning, column, clustering, offsets, dead_letter, delivery, all_columns_nullable
+    )

@@ -28,6 +28,10 @@ manifests' per-file ``hours`` counts and of completeness per hour.
 appended through the BigQuery Storage Write API at commit of each staged range, visible in
 seconds; docs/architecture.md, "Storage Write delivery"). A table no key covers takes its
 topic's ``delivery:`` (core/config/topics.py), else ``load``.
+
+**Nullable columns.** ``all_columns_nullable: true`` creates every column of the table
+NULLABLE (core/load/evolution.py says what happens to columns otherwise when a field is
+deleted).
 """
 
 from __future__ import annotations
@@ -81,11 +85,19 @@ class TableSettings:
     Switching takes effect at the next staged range. Never ``storage_write``: the dead-letter
     table. A keyed topic's changelog may be (its MERGE keeps its cadence), never its current
     table, which only the MERGE writes."""
+    all_columns_nullable: bool = False
+    """``true``: every column kbqe creates in the table is NULLABLE (REPEATED stays), as
+    Kafka Connect's BigQuery sink does with ``allBQFieldsNullable``: for teams that delete
+    fields freely. Default ``false``: a column is REQUIRED when its field is, and relaxed to
+    NULLABLE when a newer schema deletes the field or makes it optional (its later rows hold
+    NULL). Columns a table has already keep their mode until then. A keyed topic's current
+    table and history have only NULLABLE columns anyway: set it on the changelog."""
 
 
 TABLE_SPEC: dict[str, r.Converter] = {
     "partitioning": r.choice(Partitioning),
     "delivery": r.choice(Delivery),
+    "all_columns_nullable": r.boolean,
 }
 
 
@@ -109,6 +121,9 @@ class TablesConfig:
     def delivery(self, dataset: str, table: str) -> Delivery | None:
         """The delivery ``tables:`` sets for ``dataset.table``; None when no key says."""
         return self.of(dataset, table).delivery
+
+    def all_columns_nullable(self, dataset: str, table: str) -> bool:
+        return self.of(dataset, table).all_columns_nullable
 
     @property
     def any_storage_write(self) -> bool:

@@ -10,10 +10,11 @@ exists", i.e. already submitted — never a failure. The local emulator's differ
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 from typing import Any
 
+from kbqe_dagster.core.load.evolution import SchemaChange
 from kbqe_dagster.core.load.lifecycle import (
     ObservedJob,
     ObservedKind,
@@ -33,6 +34,9 @@ from kbqe_dagster.resources.bigquery.jobs import (
 )
 
 log = logging.getLogger(__name__)
+
+_EVOLVE_ATTEMPTS = 3
+"""Reads and updates of a table's schema before giving up on concurrent writers."""
 
 
 def _status_code(error: BaseException) -> int | None:
@@ -166,6 +170,56 @@ class GoogleBigQueryLoads:
 
     def _schema(self, dataset: str, table: str, meta: Any) -> list[Any]:
         return list(meta.schema)
+
+    def table_fields(self, dataset: str, table: str) -> list[dict[str, Any]] | None:
+        """The table's columns as its metadata lists them (free), in BigQuery's REST form
+        with their modes and nested fields; None when the table does not exist."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            meta = self.client.get_table(self._table_ref(dataset, table))
+        except NotFound:
+            return None
+        return [f.to_api_repr() for f in meta.schema]
+
+    def evolve_table(
+        self, dataset: str, table: str, plan: Callable[[list[dict[str, Any]]], SchemaChange]
+    ) -> tuple[SchemaChange, list[dict[str, Any]]] | None:
+        """Gives ``dataset.table`` the schema ``plan`` makes of its current columns
+        (core/load/evolution.py: relaxed and added columns; a refusal raises from ``plan``),
+        by a metadata update (tables.patch: free). Returns the change and the columns after
+        it; None when the table does not exist.
+
+        The update carries the etag of the read: when another writer changed the schema in
+        between (two stage tasks relaxing the same column), it fails and the change is planned
+        again from the table as it is then."""
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+        from google.cloud import bigquery
+
+        ref = self._table_ref(dataset, table)
+        for attempt in range(_EVOLVE_ATTEMPTS):
+            try:
+                meta = self.client.get_table(ref)
+            except NotFound:
+                return None
+            current = [f.to_api_repr() for f in meta.schema]
+            change = plan(current)
+            if not change.changes:
+                return change, current
+            self._before_schema_update(dataset, table, change)
+            meta.schema = [bigquery.SchemaField.from_api_repr(c) for c in change.schema]
+            try:
+                self.client.update_table(meta, ["schema"])
+            except PreconditionFailed:
+                if attempt + 1 == _EVOLVE_ATTEMPTS:
+                    raise
+                continue
+            log.info("%s.%s: before rows of its files' schema: %s", dataset, table, change.summary)
+            return change, list(change.schema)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _before_schema_update(self, dataset: str, table: str, change: SchemaChange) -> None:
+        """What must happen before the metadata update (the emulator: its storage first)."""
 
     def table_columns(self, dataset: str, table: str) -> TableColumns | None:
         """The table's top-level columns and creation time; None when it does not exist."""

@@ -6,17 +6,21 @@ WRITE_APPEND, CREATE_IF_NEEDED, DAY time partitioning on the event-date column (
 event-hour column for a table configured ``partitioning: hour``; expiration optional),
 schema update options ALLOW_FIELD_ADDITION and ALLOW_FIELD_RELAXATION, and labels naming the
 pipeline and the destination. A job for a table that does not exist yet carries
-the schema derived from its first file (``resources/bigquery/schema.py`` explains why).
+the schema derived from its first file (``resources/bigquery/schema.py`` explains why), all
+NULLABLE for a table configured ``all_columns_nullable``. Before any job the table takes its
+files' schema (:meth:`BigQueryLoads.evolve_table`, core/load/evolution.py): a column whose
+field the files lack or make optional is relaxed, one they add is added NULLABLE.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, Protocol
 
+from kbqe_dagster.core.load.evolution import SchemaChange, all_nullable
 from kbqe_dagster.core.load.lifecycle import ObservedJob, SubmitOutcome
 from kbqe_dagster.core.load.notices import Column
 from kbqe_dagster.core.record.partitioning import Partitioning
@@ -49,6 +53,8 @@ class LoadRequest:
     so that the MERGE's offset ranges prune blocks)."""
     partitioning: Partitioning = Partitioning.DAY
     """The unit of the table's time partitions (core/record/partitioning.py)."""
+    all_columns_nullable: bool = False
+    """A table this load creates gets only NULLABLE (or REPEATED) columns."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,12 @@ class BigQueryLoads(Protocol):
 
     def table_exists(self, dataset: str, table: str) -> bool: ...
 
+    def table_fields(self, dataset: str, table: str) -> list[dict[str, Any]] | None: ...
+
+    def evolve_table(
+        self, dataset: str, table: str, plan: Callable[[list[dict[str, Any]]], SchemaChange]
+    ) -> tuple[SchemaChange, list[dict[str, Any]]] | None: ...
+
     def table_row_count(self, dataset: str, table: str) -> int | None: ...
 
     def table_columns(self, dataset: str, table: str) -> TableColumns | None: ...
@@ -152,6 +164,8 @@ def load_job_config(request: LoadRequest, labels: Mapping[str, str] | None = Non
     if request.avro_schema is not None:
         source = request.source_uris[0] if request.source_uris else request.job_id
         columns = bigquery_schema_from_avro(dict(request.avro_schema), source)
+        if request.all_columns_nullable:
+            columns = all_nullable(columns)
         config.schema = [bigquery.SchemaField.from_api_repr(c) for c in columns]
     return config
 
