@@ -1,7 +1,9 @@
 """The table a Storage Write append goes to, made ready on the local BigQuery emulator
-(delivery/tables.py): created with the columns a load would give it, widened before rows that
-carry a new column are appended (the emulator needs ALTER TABLE and tables.patch both, a gap
-pinned in resources/test_storage_write_on_local_stack.py), and left alone when ready."""
+(delivery/tables.py): created with the columns a load would give it (all NULLABLE for a table
+configured ``all_columns_nullable``), widened before rows that carry a new column are appended
+(the emulator needs ALTER TABLE and tables.patch both, a gap pinned in
+resources/test_storage_write_on_local_stack.py), a REQUIRED column relaxed before rows whose
+schema deleted its field, a type change refused before any row, and left alone when ready."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 from google.cloud import bigquery
 
 from kbqe_dagster.core.config.table_layout import table_layout
+from kbqe_dagster.core.errors import SchemaChangeRefusedError
 from kbqe_dagster.core.formats.avro_proto import proto_rows
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.record.partitioning import Partitioning
@@ -73,6 +76,50 @@ def test_a_ready_table_costs_one_metadata_read_per_keeper(bq, dataset, monkeypat
     monkeypatch.setattr(keeper, "_evolve", lambda *a: reads.append(a))
     keeper.ensure(dataset, "clicks", V1, LAYOUT)  # narrower: nothing to do, nothing asked
     assert reads == []
+
+
+def _modes(bq, dataset: str) -> dict[str, str]:
+    return {f.name: f.mode for f in bq.get_table(f"{dataset}.clicks").schema}
+
+
+def test_a_required_column_is_relaxed_before_rows_without_its_field_are_appended(bq, dataset):
+    writer = local_resources()["bigquery"].storage_write_settings().writer()
+    keeper = _keeper()
+    keeper.ensure(dataset, "clicks", V2, LAYOUT)
+    assert _modes(bq, dataset)["n"] == "REQUIRED"
+    without_n = {**V2, "fields": [V2["fields"][0], V2["fields"][2]]}
+
+    keeper.ensure(dataset, "clicks", without_n, LAYOUT)
+
+    assert _modes(bq, dataset) == {"_event_date": "REQUIRED", "n": "NULLABLE", "ref": "NULLABLE"}
+    stream = writer.create_stream(dataset, "clicks")
+    rows = proto_rows(without_n, [{"_event_date": 20000, "ref": "r"}])
+    assert writer.append(stream, rows, 0).kind == "appended"
+    writer.close()
+    assert [
+        tuple(r.values()) for r in bq.query_and_wait(f"SELECT n, ref FROM `{dataset}.clicks`")
+    ] == [(None, "r")]
+    keeper.ensure(dataset, "clicks", V2, LAYOUT)  # an older writer: nothing to change back
+    assert _modes(bq, dataset)["n"] == "NULLABLE"
+
+
+def test_a_changed_type_is_refused_before_any_row_naming_the_table_and_the_column(bq, dataset):
+    _keeper().ensure(dataset, "clicks", V1, LAYOUT)
+    as_text = {**V1, "fields": [V1["fields"][0], {"name": "n", "type": "string"}]}
+    with pytest.raises(
+        SchemaChangeRefusedError, match=rf"table {dataset}.clicks: column n is INTEGER"
+    ):
+        _keeper().ensure(dataset, "clicks", as_text, LAYOUT)
+    assert _modes(bq, dataset)["n"] == "REQUIRED"
+
+
+def test_a_table_configured_all_columns_nullable_is_created_nullable(bq, dataset):
+    nullable = table_layout(
+        EnrichmentConfig(), Partitioning.DAY, dead_letter=False, changelog=False,
+        all_columns_nullable=True,
+    )  # fmt: skip
+    _keeper().ensure(dataset, "clicks", V2, nullable)
+    assert set(_modes(bq, dataset).values()) == {"NULLABLE"}
 
 
 KAFKA = {

@@ -317,7 +317,9 @@ def test_emulator_gap_a_missing_required_value_is_written_not_refused(bq, datase
     """BigQuery refuses a row without a value for a REQUIRED column: the response carries
     ``row_errors`` naming the row (``rows_refused``). The emulator writes it, NULL in the
     REQUIRED column, and never answers row errors at all: the rows_refused path is covered by
-    the fake client of test_storage_write_answers.py."""
+    the fake client of test_storage_write_answers.py. The delivery relaxes a column to
+    NULLABLE before appending rows whose schema lacks its field (delivery/tables.py), so
+    BigQuery's refusal is never asked for."""
     create_table(bq, dataset, "clicks", CLICK)  # n is REQUIRED
     stream = writer.create_stream(dataset, "clicks")
     without_n = proto_rows({**CLICK, "fields": CLICK["fields"][1:]}, [{"url": "/x"}])
