@@ -1,11 +1,13 @@
 """A schema that gains a field, then loses a required field, then an optional one (each
 version registered under BACKWARD compatibility), end to end on the local stack with
 ``kbqe run --until-idle``: one topic feeds a ``load`` table and a ``storage_write`` table, a
-plain keyed topic feeds its changelog and current table. After each version every row is in
-each table exactly once, nothing is quarantined, the deleted required field's column is
+plain keyed topic feeds its changelog and current table. The first run creates the tables
+from the base version and takes the added field; the second takes both deletions, into
+tables that exist (a ``destinations:`` table's files carry derived schema ids, so its versions
+load in any order: each load job's table takes its files' schema first). Every row is in each table exactly once, nothing is quarantined, the deleted required field's column is
 NULLABLE (the metadata the emulator keeps: it never enforces REQUIRED, see
-``test_emulator_gap_required_mode_not_enforced``) and the later rows hold NULL there; a last
-run finds nothing to do and changes nothing.
+``test_emulator_gap_required_mode_not_enforced``) and the later rows hold NULL there (and in the
+deleted optional field's column); a last run finds nothing to do and changes nothing.
 
 Isolated like the other ``kbqe run`` tests: topics, staging prefix, datasets and Dagster
 instance of this test only.
@@ -30,7 +32,7 @@ from kbqe_dagster_tests.loading.test_stage_then_load import _body
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PARTITIONS = 2
+PARTITIONS = 1
 PER_VERSION = 4
 NOW = datetime.now(UTC).replace(microsecond=0)
 
@@ -171,31 +173,28 @@ def test_a_field_added_then_a_required_then_an_optional_field_deleted_loses_and_
     rig.produce(1)  # a field added: a NULLABLE column, NULL in the older rows
     rig.run()
     for table in APPEND_ONLY:
-        assert rig.mode(table, "amount") == "REQUIRED", table
-        assert rig.mode(table, "coupon") == "NULLABLE", table
+        assert (rig.mode(table, "amount"), rig.mode(table, "coupon")) == (
+            "REQUIRED",
+            "NULLABLE",
+        ), table
 
     rig.produce(2)  # the required field deleted: its column relaxed, NULL in the newer rows
-    rig.run()
-    for table in APPEND_ONLY:
-        assert rig.mode(table, "amount") == "NULLABLE", table
-        assert rig.mode(table, "id") == "REQUIRED", f"{table}: other columns keep their mode"
-
     rig.produce(3)  # the optional field deleted: nothing to change, NULL in the newer rows
     rig.run()
+    for table in APPEND_ONLY:
+        assert (rig.mode(table, "amount"), rig.mode(table, "id")) == ("NULLABLE", "REQUIRED"), (
+            f"{table}: the deleted required field's column relaxed, no other"
+        )
     idle = rig.run()  # run twice: nothing to do, nothing changed
     assert {t: r["staged"] for t, r in idle["topics"].items()} == {rig.events: 0, rig.accounts: 0}
 
     produced = len(rig.produced)
+    expected = rig.expected()
     for table in APPEND_ONLY:
         assert rig.once(table) == (produced, produced), f"{table}: every row exactly once"
-    expected = [
-        (r.get("amount"), r.get("note"), r.get("coupon"))
-        for r in rig.produced  # amount from the base and added versions, note up to NO_AMOUNT
-    ]
-    assert rig.rows("loaded") == expected and rig.rows("appended") == expected
-    assert rig.rows("accounts_changelog") == expected
+        assert rig.rows(table) == expected, table
     latest = rig.produced[-PER_VERSION:]  # the keyed topic's current rows: the last version's
-    assert rig.query(f"SELECT id, amount, note, coupon FROM `{rig.dataset}.accounts` ORDER BY id") == [
-        (r["id"], None, None, r["coupon"]) for r in latest
-    ]
+    assert rig.query(
+        f"SELECT id, amount, note, coupon FROM `{rig.dataset}.accounts` ORDER BY id"
+    ) == [(r["id"], None, None, r["coupon"]) for r in latest]
     assert not [n for n in rig.staging_names() if n.startswith("_kbqe/quarantine/")]
