@@ -72,6 +72,7 @@ notifications: {...}             # schema and table notices to a webhook
 tables:                          # per destination table; exact keys win over dataset.*
   acme_web.page_views: {partitioning: hour}   # HOUR partitions (DAY is the default)
   acme_web.clicks: {delivery: storage_write}  # rows in BigQuery in seconds (billed)
+  acme_crm.*: {all_columns_nullable: true}    # no REQUIRED column (fields deleted freely)
 ```
 
 `tables` sets a destination table's time partitioning: `day` (the default; on the event date
@@ -100,6 +101,21 @@ cadence), never its current table, which only the MERGE writes. Not `storage_wri
 dead-letter table (it stays loaded: the rows the API refuses are dead-lettered there, and a
 row refused for it could not be dead-lettered again; see docs/architecture.md, "Storage Write
 delivery"); refused naming the table.
+
+**Schema evolution.** A table's columns follow the schemas of the rows it receives, on both
+deliveries and in keyed changelogs alike: before a load job, and before Storage Write appends,
+the table takes its files' schema. A field a newer schema adds becomes a NULLABLE column (the
+older rows hold NULL). A field a newer schema deletes, as the registry's BACKWARD
+compatibility allows, keeps its column (BigQuery never drops one); a REQUIRED column is then
+relaxed to NULLABLE, as is one whose field became optional, and the later rows hold NULL
+there. A schema that changes a field's type (INT64 -> STRING) or turns an array into a single
+value (REPEATED <-> NULLABLE) is refused before any of its rows reaches the table, naming the
+table, the column and what to do: a load job's files are quarantined with that message, a
+Storage Write range fails with it (docs/runbook.md, "Upgrade a schema"). `all_columns_nullable:
+true` (Kafka Connect's BigQuery sink calls it `allBQFieldsNullable`) creates every column of
+the tables its key covers NULLABLE (REPEATED stays), for teams that delete fields freely;
+refused on the dead-letter table and on a keyed topic's current table (its columns are
+NULLABLE anyway: set it on the changelog). Columns a table has already keep their mode.
 
 `format: debezium` reads Debezium's change events: the standard envelope
 (`before`/`after`/`source`/`op`/`ts_ms`) or the flattened form of its `ExtractNewRecordState`

@@ -70,16 +70,9 @@ class SchemaChange:
     """Columns (dotted paths for nested fields) relaxed from REQUIRED to NULLABLE."""
     added: tuple[str, ...] = ()
     """Columns (dotted paths for nested fields) the table gains, NULLABLE or REPEATED."""
-    relaxed_schema: tuple[dict[str, Any], ...] = field(default=(), repr=False)
-    """The table's columns with the relaxations only (what a load needs before it runs:
-    BigQuery's ``ALLOW_FIELD_ADDITION`` adds the new columns itself)."""
     schema: tuple[dict[str, Any], ...] = field(default=(), repr=False)
     """The table's columns after the change: relaxed, nested fields added, new columns
-    appended (what a Storage Write append needs before it runs)."""
-
-    @property
-    def relaxes(self) -> bool:
-        return bool(self.relaxed)
+    appended: what the table is given before a load job and before an append alike."""
 
     @property
     def changes(self) -> bool:
@@ -106,14 +99,8 @@ def plan_schema_change(
     Raises :class:`SchemaChangeRefusedError` naming the table and the column when a field
     changed its type or its repetition (module docstring)."""
     planner = _Planner(table)
-    relaxed_only, full = planner.record(current, staged, path="")
-    return SchemaChange(
-        table,
-        tuple(planner.relaxed),
-        tuple(planner.added),
-        tuple(relaxed_only),
-        tuple(full),
-    )
+    schema = planner.record(current, staged, path="")
+    return SchemaChange(table, tuple(planner.relaxed), tuple(planner.added), tuple(schema))
 
 
 def all_nullable(columns: Sequence[Column]) -> list[dict[str, Any]]:
@@ -140,41 +127,34 @@ class _Planner:
 
     def record(
         self, current: Sequence[Column], staged: Sequence[Column], path: str
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """(columns relaxed only, columns relaxed and widened) of one record level."""
+    ) -> list[dict[str, Any]]:
+        """The columns of one record level after the change."""
         by_name = {str(c["name"]).lower(): c for c in staged}
-        relaxed_only: list[dict[str, Any]] = []
-        full: list[dict[str, Any]] = []
-        for column in current:
-            name = str(column["name"])
-            found = by_name.pop(name.lower(), None)
-            one, both = self.column(column, found, f"{path}{name}")
-            relaxed_only.append(one)
-            full.append(both)
+        out = [
+            self.column(column, by_name.pop(str(column["name"]).lower(), None), path)
+            for column in current
+        ]
         for new in by_name.values():  # in the staged schema's order
             self.added.append(f"{path}{new['name']}")
-            full.append(_nullable(new))
-        return relaxed_only, full
+            out.append(_nullable(new))
+        return out
 
-    def column(
-        self, column: Column, staged: Column | None, path: str
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        mode = mode_of(column)
-        if staged is None:
-            if mode == REQUIRED:
-                self.relaxed.append(path)
-                relaxed = {**column, "mode": NULLABLE}
-                return relaxed, relaxed
-            return dict(column), dict(column)
-        self.refuse_incompatible(column, staged, path)
+    def column(self, column: Column, staged: Column | None, path: str) -> dict[str, Any]:
+        path = f"{path}{column['name']}"
         out = dict(column)
-        if mode == REQUIRED and mode_of(staged) == NULLABLE:
+        if staged is None:
+            if mode_of(column) == REQUIRED:
+                self.relaxed.append(path)
+                out["mode"] = NULLABLE
+            return out
+        self.refuse_incompatible(column, staged, path)
+        if mode_of(column) == REQUIRED and mode_of(staged) == NULLABLE:
             self.relaxed.append(path)
             out["mode"] = NULLABLE
-        if normal_type(column) != "RECORD":
-            return out, out
-        one, both = self.record(column.get("fields") or (), staged.get("fields") or (), path + ".")
-        return {**out, "fields": one}, {**out, "fields": both}
+        if normal_type(column) == "RECORD":
+            nested, new = column.get("fields") or (), staged.get("fields") or ()
+            out["fields"] = self.record(nested, new, path + ".")
+        return out
 
     def refuse_incompatible(self, column: Column, staged: Column, path: str) -> None:
         was, now = normal_type(column), normal_type(staged)
