@@ -13,7 +13,7 @@ import fastavro
 import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster.core.errors import StagingError
+from kbqe_dagster.core.errors import SchemaChangeRefusedError, StagingError
 from kbqe_dagster.core.protocol.commit import parse_manifest
 from kbqe_dagster.core.protocol.delivery import open_intents, ranges_to_roll_forward
 from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan
@@ -32,6 +32,7 @@ from kbqe_dagster_tests.support.framing import avro_framed
 from kbqe_dagster_tests.support.storage_write import (
     Crash,
     FakeStorageWriter,
+    FakeTableKeeper,
     fake_storage_write,
 )
 
@@ -286,6 +287,23 @@ def test_a_range_that_fails_mid_append_still_releases_its_stream(tmp_path):
     with pytest.raises(StagingError):
         stage.range(10, 10)
     assert stage.writer.calls[-1] == ("release", stream)
+
+
+def test_a_schema_the_table_cannot_take_fails_the_range_before_any_row_is_appended(
+    tmp_path, monkeypatch
+):
+    # The keeper refuses a type change (delivery/tables.py, core/load/evolution.py).
+    refusal = "table acme.clicks: column n is INTEGER and a newer schema makes it STRING"
+
+    def refuse(self, dataset, table, file_schema, layout):
+        raise SchemaChangeRefusedError(refusal)
+
+    monkeypatch.setattr(FakeTableKeeper, "ensure", refuse)
+    stage = Stage(tmp_path)
+    with pytest.raises(SchemaChangeRefusedError, match=refusal):
+        stage.range(0, 10)
+    assert stage.writer.table_rows("acme", "clicks") == []
+    assert not [n for n in stage.names() if n.endswith((".done", ".intent"))], "nothing committed"
 
 
 # --- crashes and retries ----------------------------------------------------------------------
