@@ -4,9 +4,10 @@ a field they add becomes a NULLABLE column, and a field whose type or repetition
 refused, naming the table, the column and what to do (core/load/evolution.py decides; the
 BigQuery resource applies it by a metadata update, free).
 
-Why not leave it to the load job's ``ALLOW_FIELD_RELAXATION``: a load refuses a file that
-lacks a REQUIRED column ("Field ... is missing in new schema") and cannot add a REQUIRED field,
-so the job would fail, be retried and quarantine its files. A refusal here fails the attempt
+Why not leave it to the load job's ``ALLOW_FIELD_RELAXATION``: a load of a file that lacks a
+REQUIRED column is refused ("Field ... is missing in new schema"; Kafka Connect's BigQuery sink
+patches the table before its load jobs for the same reason), so the job would fail, be retried
+and quarantine its files; a metadata update first is free and leaves nothing to the option. A refusal here fails the attempt
 before any job exists, with the message the quarantine note then carries.
 
 One metadata read and one header read per table and schema id per coordinator run: the
