@@ -21,6 +21,11 @@ One :class:`ChangeLayout` per writer schema, built by :func:`change_layout`:
   configured field (a long, or a timestamp as epoch milliseconds), ``_op`` is ``u`` (an
   upsert) or ``d`` when the configured ``delete_field`` is true.
 
+A topic's ``transforms`` (core/transforms/keyed_rows.py) reshape the row: with them the row,
+as the changelog would hold it otherwise, is decoded, transformed and encoded under the derived
+row (:class:`RowTransform`), the one case besides semantic values where a row is re-encoded;
+the change columns are still read from the message as it came.
+
 A message that is valid Avro but not a row change (a message event, a delete without a before
 image, a truncate in ExtractNewRecordState's form, which has no envelope to tell it apart) is
 bad input with reason ``not_a_change``. The native kernel hands truncates back to this path
@@ -40,7 +45,12 @@ from typing import Any
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from kbqe_dagster.core.config.pipeline import TopicConfig
-from kbqe_dagster.core.errors import ConfigError, NotAChangeError, UnsupportedSchemaError
+from kbqe_dagster.core.errors import (
+    ConfigError,
+    NotAChangeError,
+    TransformFailedError,
+    UnsupportedSchemaError,
+)
 from kbqe_dagster.core.formats.connect_types import SemanticMapping, semantic_mapping
 from kbqe_dagster.core.keyed.contract import (
     CHANGE_COLUMNS,
@@ -50,6 +60,8 @@ from kbqe_dagster.core.keyed.contract import (
     VERSION_COLUMN,
     SourceFormat,
 )
+from kbqe_dagster.core.transforms.compiler import Compiled, MessageMeta, compile_transforms
+from kbqe_dagster.core.transforms.keyed_rows import transform_row
 from kbqe_dagster.keyed.avro_skip import (
     SkipCompiler,
     encode_long,
@@ -90,9 +102,26 @@ class ChangeLayout:
     semantic: SemanticMapping | None = None
     """The row's Kafka Connect semantic types (core/formats/connect_types.py) when some of
     its values must be re-encoded; None when the row's bytes are staged as sliced."""
+    transform: RowTransform | None = None
+    """The topic's transforms over the row (core/transforms/keyed_rows.py); None without
+    transforms. With them the row is decoded, transformed and encoded again, and the native
+    kernel leaves the topic to this path (keyed/native_stage.py)."""
 
-    def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
+    def body(
+        self, body: bytes, fields: Mapping[str, Any], meta: MessageMeta | None = None
+    ) -> bytes:
+        """The changelog record of a change message (``meta``: the message's coordinates,
+        key and headers, which an ``add`` transform may read)."""
         raise NotImplementedError
+
+    def row_image(self, row: bytes, meta: MessageMeta | None) -> bytes:
+        """The row image ``row`` in the changelog's form: :meth:`converted`, then transformed
+        when the topic has transforms."""
+        staged = self.converted(row)
+        if self.transform is None:
+            return staged
+        assert meta is not None, "a transformed row needs its message's meta"
+        return self.transform.apply(staged, meta)
 
     @cached_property
     def _row_codecs(self) -> tuple[Any, Any]:
@@ -131,27 +160,87 @@ class ChangeLayout:
         raise NotImplementedError
 
 
-def change_layout(writer_schema: Mapping[str, Any], topic: TopicConfig) -> ChangeLayout:
+@dataclass(frozen=True)
+class RowTransform:
+    """A keyed topic's transforms compiled over one row record (the changelog's row as it
+    would be without them): decode, transform (core/transforms/keyed_rows.py, which keeps
+    Debezium's unavailable value), encode under the derived row."""
+
+    compiled: Compiled
+    specs: tuple[Any, ...]
+    placeholder: str | None
+    """The unavailable-value placeholder in effect (``KeyedConfig.placeholder``), or None."""
+
+    @cached_property
+    def _codecs(self) -> tuple[Any, Any]:
+        return (
+            parse_schema(dict(self.compiled.input_schema), _write_hint=False),
+            parse_schema(self.compiled.output_schema, _write_hint=False),
+        )
+
+    def apply(self, row: bytes, meta: MessageMeta) -> bytes:
+        """The transformed row's bytes; :class:`TransformFailedError` names the transform."""
+        reader, writer = self._codecs
+        record = schemaless_reader(BytesIO(row), reader, None)
+        record = transform_row(self.compiled, self.specs, record, meta, self.placeholder)
+        out = BytesIO()
+        try:
+            schemaless_writer(out, writer, record)
+        except Exception as error:  # noqa: BLE001 - fastavro raises several types on a misfit
+            raise TransformFailedError(
+                f"transforms output does not fit the derived row: {error}"
+            ) from None
+        return out.getvalue()
+
+
+def _row_transform(
+    row: Mapping[str, Any], topic: TopicConfig, hmac_keys: Mapping[int, bytes] | None
+) -> RowTransform | None:
+    """The topic's transforms over the staged row record ``row`` (None without transforms);
+    :class:`TransformSchemaError` (bad input for the schema's messages) when they cannot apply."""
+    if not topic.transforms:
+        return None
+    assert topic.keyed is not None
+    compiled = compile_transforms(topic.transforms, row, hmac_keys)
+    return RowTransform(compiled, topic.transforms, topic.keyed.placeholder(topic.format))
+
+
+def _staged_row(semantic: SemanticMapping, transform: RowTransform | None) -> dict[str, Any]:
+    """The row record the changelog holds: transformed, or the semantic mapping's."""
+    return semantic.schema if transform is None else transform.compiled.output_schema
+
+
+def change_layout(
+    writer_schema: Mapping[str, Any],
+    topic: TopicConfig,
+    hmac_keys: Mapping[int, bytes] | None = None,
+) -> ChangeLayout:
     """The layout of ``writer_schema``'s messages on keyed ``topic``. Raises
     :class:`UnsupportedSchemaError` (bad input: the messages of this schema are dead-lettered
-    with the reason) when the schema has no layout, and :class:`ConfigError` when the topic's
-    ``keyed:`` names a field the schema lacks (the stage run fails, naming the key path)."""
+    with the reason) when the schema has no layout or :class:`TransformSchemaError` when the
+    topic's transforms cannot apply to its row, and :class:`ConfigError` when the topic's
+    ``keyed:`` names a field the schema lacks (the stage run fails, naming the key path).
+    ``hmac_keys``: the keys of the topic's hmac masks by index (core/transforms/compiler.py
+    ``hmac_keys``)."""
     if not isinstance(writer_schema, Mapping) or writer_schema.get("type") != "record":
         raise UnsupportedSchemaError("a keyed topic's values must be Avro records")
     names = [f["name"] for f in writer_schema["fields"]]
     if topic.format is SourceFormat.DEBEZIUM:
         if {"before", "after", "op", "source"} <= set(names):
-            layout: ChangeLayout = _EnvelopeLayout.of(writer_schema, topic)
+            layout: ChangeLayout = _EnvelopeLayout.of(writer_schema, topic, hmac_keys)
         elif any(name.startswith(FLAT_PREFIX) for name in names):
-            layout = _FlatLayout.of(writer_schema, topic)
+            layout = _FlatLayout.of(writer_schema, topic, hmac_keys)
         else:
             raise UnsupportedSchemaError(
                 f"{full_name(writer_schema, None)} is neither a Debezium envelope (before, after, "
                 "source, op) nor ExtractNewRecordState's form (__op, __source_ts_ms, __deleted)"
             )
     else:
-        layout = _PlainLayout.of(writer_schema, topic)
-    clash = {c.lower() for c in CHANGE_COLUMNS} & {f.lower() for f in layout.row_fields}
+        layout = _PlainLayout.of(writer_schema, topic, hmac_keys)
+    columns = [f["name"] for f in layout.schema["fields"][len(CHANGE_FIELDS) :]]
+    clash = {c.lower() for c in CHANGE_COLUMNS} & {
+        f.lower() for f in (*layout.row_fields, *columns)
+    }
     if clash:
         raise UnsupportedSchemaError(f"row field(s) {sorted(clash)} collide with change columns")
     _check_key(layout, topic)
@@ -229,7 +318,9 @@ class _EnvelopeLayout(ChangeLayout):
         return _skippers(self.skipped, self.namespace)
 
     @classmethod
-    def of(cls, envelope: Mapping[str, Any], topic: TopicConfig) -> _EnvelopeLayout:
+    def of(
+        cls, envelope: Mapping[str, Any], topic: TopicConfig, hmac_keys: Mapping[int, bytes] | None
+    ) -> _EnvelopeLayout:
         namespace = envelope.get("namespace") or full_name(envelope, None).rpartition(".")[0]
         fields = envelope["fields"]
         index = {f["name"]: i for i, f in enumerate(fields)}
@@ -240,11 +331,16 @@ class _EnvelopeLayout(ChangeLayout):
             fields[index["before"]]["type"], fields[index["after"]]["type"], compiler, namespace
         )
         semantic = _semantic(row, topic)
+        transform = _row_transform(semantic.schema, topic, hmac_keys)
+        staged = _staged_row(semantic, transform)
+        if transform is not None:  # a truncate's row is the derived row's NULLs and zeros
+            row, compiler = staged, _checked_types((staged,), namespace or None)
         return cls(
-            schema=_changelog_schema(semantic.schema, semantic.schema["fields"], namespace),
+            schema=_changelog_schema(semantic.schema, staged["fields"], namespace),
             wanted=("op", "source.ts_ms"),
-            row_fields=tuple(f["name"] for f in row["fields"]),
+            row_fields=tuple(f["name"] for f in semantic.writer["fields"]),
             semantic=semantic if semantic.rewrites_values else None,
+            transform=transform,
             skipped=skipped,
             namespace=namespace or None,
             before_index=index["before"],
@@ -257,7 +353,9 @@ class _EnvelopeLayout(ChangeLayout):
     def cut(self) -> tuple[str, tuple[int, ...], tuple[str | None, ...]]:
         return "envelope", (self.before_index, self.after_index), ("op", "source.ts_ms")
 
-    def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
+    def body(
+        self, body: bytes, fields: Mapping[str, Any], meta: MessageMeta | None = None
+    ) -> bytes:
         op = fields.get("op")
         version = fields.get("source.ts_ms")
         if op not in ROW_OPS and op != DELETE_OP and op != TRUNCATE_OP:
@@ -275,7 +373,7 @@ class _EnvelopeLayout(ChangeLayout):
                 if start == end:  # the null branch
                     image = "before" if op == DELETE_OP else "after"
                     raise NotAChangeError(f"op {op!r} without a {image} image")
-                row = self.converted(body[start:end])
+                row = self.row_image(body[start:end], meta)
                 return change_columns(op, version, op == DELETE_OP) + row
             pos = skip(body, pos)
         raise AssertionError("unreachable: the wanted field is among the skips")
@@ -345,7 +443,9 @@ class _FlatLayout(ChangeLayout):
         return _skippers(self.skipped, self.namespace)
 
     @classmethod
-    def of(cls, record: Mapping[str, Any], topic: TopicConfig) -> _FlatLayout:
+    def of(
+        cls, record: Mapping[str, Any], topic: TopicConfig, hmac_keys: Mapping[int, bytes] | None
+    ) -> _FlatLayout:
         fields = record["fields"]
         names = [f["name"] for f in fields]
         first = next(i for i, n in enumerate(names) if n.startswith(FLAT_PREFIX))
@@ -365,9 +465,11 @@ class _FlatLayout(ChangeLayout):
         row = {**record, "fields": row_fields}  # the leading row fields, skipped as one record
         _checked_types((row,), namespace or None)
         semantic = _semantic(row, topic)
+        transform = _row_transform(semantic.schema, topic, hmac_keys)
         return cls(
-            schema=_changelog_schema(record, semantic.schema["fields"], namespace),
+            schema=_changelog_schema(record, _staged_row(semantic, transform)["fields"], namespace),
             semantic=semantic if semantic.rewrites_values else None,
+            transform=transform,
             wanted=("__op", "__source_ts_ms", "__deleted"),
             row_fields=tuple(names[:first]),
             skipped=(row,),
@@ -377,7 +479,9 @@ class _FlatLayout(ChangeLayout):
     def cut(self) -> tuple[str, tuple[int, ...], tuple[str | None, ...]]:
         return "flat", (len(self.row_fields),), ("__op", "__source_ts_ms", "__deleted")
 
-    def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
+    def body(
+        self, body: bytes, fields: Mapping[str, Any], meta: MessageMeta | None = None
+    ) -> bytes:
         version = fields.get("__source_ts_ms")
         if version is None:
             raise NotAChangeError("__source_ts_ms is null: the change has no version")
@@ -389,7 +493,7 @@ class _FlatLayout(ChangeLayout):
         pos = 0
         for skip in self.skips:
             pos = skip(body, pos)
-        return change_columns(op, version, deleted) + self.converted(body[:pos])
+        return change_columns(op, version, deleted) + self.row_image(body[:pos], meta)
 
 
 # --- plain keyed records ----------------------------------------------------------------------
@@ -399,7 +503,9 @@ class _PlainLayout(ChangeLayout):
     delete_path: str | None = None
 
     @classmethod
-    def of(cls, record: Mapping[str, Any], topic: TopicConfig) -> _PlainLayout:
+    def of(
+        cls, record: Mapping[str, Any], topic: TopicConfig, hmac_keys: Mapping[int, bytes] | None
+    ) -> _PlainLayout:
         keyed = topic.keyed
         assert keyed is not None and keyed.version
         where = f"topics[{topic.name}].keyed"
@@ -421,9 +527,11 @@ class _PlainLayout(ChangeLayout):
         namespace = record.get("namespace")
         wanted = (keyed.version,) + ((keyed.delete_field,) if keyed.delete_field else ())
         semantic = _semantic(record, topic)
+        transform = _row_transform(semantic.schema, topic, hmac_keys)
         return cls(
-            schema=_changelog_schema(record, semantic.schema["fields"], namespace),
+            schema=_changelog_schema(record, _staged_row(semantic, transform)["fields"], namespace),
             semantic=semantic if semantic.rewrites_values else None,
+            transform=transform,
             wanted=wanted,
             row_fields=tuple(f["name"] for f in record["fields"]),
             version_path=keyed.version,
@@ -433,14 +541,16 @@ class _PlainLayout(ChangeLayout):
     def cut(self) -> tuple[str, tuple[int, ...], tuple[str | None, ...]]:
         return "plain", (), (self.version_path, self.delete_path)
 
-    def body(self, body: bytes, fields: Mapping[str, Any]) -> bytes:
+    def body(
+        self, body: bytes, fields: Mapping[str, Any], meta: MessageMeta | None = None
+    ) -> bytes:
         value = fields.get(self.version_path)
         if value is None:
             raise NotAChangeError(f"{self.version_path} is null: the change has no version")
         version = (value - _EPOCH) // _MS if isinstance(value, datetime) else int(value)
         deleted = bool(self.delete_path and fields.get(self.delete_path))
         op = DELETE_OP if deleted else "u"
-        return change_columns(op, version, deleted) + self.converted(body)
+        return change_columns(op, version, deleted) + self.row_image(body, meta)
 
 
 _MS = datetime.resolution * 1000

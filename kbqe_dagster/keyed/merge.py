@@ -45,6 +45,7 @@ from kbqe_dagster.core.keyed.delivered import (
 from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.record.partitioning import Delivery
+from kbqe_dagster.core.transforms.keyed_rows import key_columns
 from kbqe_dagster.keyed.check_sql import check_sql
 from kbqe_dagster.keyed.history_sql import history_sql
 from kbqe_dagster.keyed.merge_sql import (
@@ -170,7 +171,7 @@ class KeyedMerger:
             )
         skip = {c.lower() for c in (*self.enrichment.columns, *CHANGE_COLUMNS)}
         row = tuple(name for name in columns if name.lower() not in skip)
-        key = keyed.key or self._key_of(dest)
+        key = self.key_columns(dest)
         missing = [k for k in key if k not in row]
         if missing:
             raise MergeError(
@@ -320,6 +321,23 @@ class KeyedMerger:
                     job_retry=None,
                 ).result()
                 log.info("%s.%s: added column %s (a newer row schema)", dataset, table, name)
+
+    def key_columns(self, dest: Destination) -> tuple[str, ...]:
+        """The key's columns in the changelog: ``keyed.key`` (else the Kafka key's fields)
+        after the topic's transforms, a renamed key field under its new name. A transform
+        that does not keep the key's identity is a ConfigError naming it
+        (core/transforms/keyed_rows.py): checked when the file is read for a configured key,
+        here for the Kafka key's."""
+        topic = dest.topic
+        assert topic.keyed is not None
+        key = topic.keyed.key or self._key_of(dest)
+        if not topic.transforms:
+            return key
+        where = f"topics[{topic.name}].transforms"
+        try:
+            return key_columns(topic.transforms, key, where)
+        except ValueError as error:
+            raise ConfigError(f"{dest.name}: key {list(key)}: {error}") from None
 
     def _key_of(self, dest: Destination) -> tuple[str, ...]:
         """The Kafka key's fields, asked of the registry once per topic and merger."""

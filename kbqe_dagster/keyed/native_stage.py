@@ -11,7 +11,7 @@ from the validated body, as :meth:`ChangeLayout.body` does, re-encoding the row 
 Connect semantic types whose bytes change (:meth:`ChangeLayout.kernel_rewrites`); it counts and skips tombstones (null
 values) as :meth:`KeyedRangeStager.add` does. Whatever it is not certain about — a message that
 is not a row change, a schema whose layout or types it does not implement — is handed back to
-the Python path, so files, dead letters, counts and tombstones are that path's
+the Python path, and a topic with ``transforms`` is left to it whole (:meth:`for_range`), so files, dead letters, counts and tombstones are that path's
 (docs/architecture.md, "Keyed change topics on the kernel").
 """
 
@@ -48,8 +48,13 @@ class KeyedNativeStaging(NativeStaging):
 
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> KeyedNativeStaging | None:
-        """The driver, or None for an HOUR-partitioned table (the event hour column is the
-        Python path's; the configuration refuses HOUR for keyed tables today: defensive)."""
+        """The driver, or None when the range takes the Python path: a topic with
+        ``transforms`` (the kernel slices rows; a transformed row is decoded, transformed and
+        encoded again by keyed/changes.py ``RowTransform``), or an HOUR-partitioned table (the
+        event hour column is the Python path's; the configuration refuses HOUR for keyed
+        tables today: defensive)."""
+        if stager.topic.transforms:
+            return None
         changelog = stager.changelog
         if stager.pipeline.topic_may_write_hourly(stager.topic.name) or stager.pipeline.is_hourly(
             changelog.dataset, changelog.table

@@ -12,22 +12,31 @@ is JSON text rather than a Confluent frame to keyed/connect_json.py, which turns
 body the Avro converter would have written; everything after decoding is the same.
 
 The native kernel stages these topics too (keyed/native_stage.py, kernel/src/changes.rs),
-handing back to :meth:`KeyedRangeStager.add` every message it is not certain about.
+handing back to :meth:`KeyedRangeStager.add` every message it is not certain about; a topic
+with ``transforms`` is this path's (its rows are decoded, transformed and encoded again:
+keyed/changes.py ``RowTransform``).
+
+**Transformed files' schema id.** A transformed changelog file carries the derived row, not
+a function of the registry schema alone: a transform changed in the pipeline file would put a
+new schema under an old id. Such files take the declared-schema id of their changelog schema
+(``core/formats.declared_schema_id``), as transformed append files do (formats/transform_stage.py).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.formats.connect_json_avro import is_json_value
-from kbqe_dagster.core.formats.source_format import SourceFormat
+from kbqe_dagster.core.formats.source_format import SourceFormat, declared_schema_id
 from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.routing import Destination
+from kbqe_dagster.core.transforms.compiler import MessageMeta, hmac_keys
 from kbqe_dagster.keyed.changes import ChangeLayout, change_layout
 from kbqe_dagster.keyed.connect_json import ConnectJsonDecoding
 from kbqe_dagster.keyed.native_stage import KeyedNativeStaging
@@ -39,6 +48,8 @@ from kbqe_dagster.staging.stager import Decoder, RangeStager
 @dataclass
 class _ChangeDecoder(Decoder):
     layout: ChangeLayout | None = None
+    file_schema_id: int | None = None
+    """The files' schema id when it is not the message's (transformed rows: see above)."""
 
 
 class KeyedRangeStager(RangeStager):
@@ -56,6 +67,9 @@ class KeyedRangeStager(RangeStager):
         self.connect_json = (
             ConnectJsonDecoding(self) if self.topic.format is SourceFormat.DEBEZIUM else None
         )
+        # Read once per task, where it runs; a missing key stops the range (ConfigError).
+        where = f"{self.pipeline.key_path(self.topic.name)}.transforms"
+        self.hmac_keys = hmac_keys(self.topic.transforms, os.environ, where)
 
     def add(self, msg: Any) -> None:
         if msg.value() is None:
@@ -65,13 +79,14 @@ class KeyedRangeStager(RangeStager):
         super().add(msg)
 
     def make_decoder(self, schema: dict) -> _ChangeDecoder:
-        layout = change_layout(schema, self.topic)
+        layout = change_layout(schema, self.topic, self.hmac_keys)
         wanted = tuple(dict.fromkeys(self.topic.required_fields + layout.wanted))
         return _ChangeDecoder(
             RecordProbe(schema, wanted),
             extended_schema(layout.schema, self.enrichment),
             record_full_name(schema),
             layout,
+            None if layout.transform is None else declared_schema_id(layout.schema),
         )
 
     def decode(self, msg: Any) -> tuple[int, Any, bytes, dict]:
@@ -90,12 +105,13 @@ class KeyedRangeStager(RangeStager):
 
     def stage(self, msg: Any) -> None:
         schema_id, decoder, body, fields = self.decode(msg)
-        change = decoder.layout.body(body, fields)
+        meta = None if decoder.layout.transform is None else _meta(msg)
+        change = decoder.layout.body(body, fields, meta)
         self.place(
             msg,
             fields,
             change,
-            schema_id,
+            schema_id if decoder.file_schema_id is None else decoder.file_schema_id,
             decoder.schema,
             decoder.full_name,
             destination=self.changelog,
@@ -104,3 +120,17 @@ class KeyedRangeStager(RangeStager):
     def range_result(self, last, files, bytes_by_dataset, conflict=False) -> RangeResult:
         result = super().range_result(last, files, bytes_by_dataset, conflict)
         return replace(result, tombstones=self.tombstones)
+
+
+def _meta(msg: Any) -> MessageMeta:
+    """What a transform may read of the Kafka message besides its row (a timestamp of type
+    0, "not available", is None, as on the append path)."""
+    ts_type, ts = msg.timestamp()
+    return MessageMeta(
+        msg.topic(),
+        msg.partition(),
+        msg.offset(),
+        ts if ts_type != 0 else None,
+        msg.key(),
+        msg.headers(),
+    )

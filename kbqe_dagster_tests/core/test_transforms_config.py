@@ -176,12 +176,12 @@ def test_transforms_are_read_in_order_into_their_specs() -> None:
             "topics[0].transforms[0]: rename removes field 'tableName', which routing reads",
         ),
         (
-            [{"add": "x", "value": 1}],
+            [{"add": "x", "value": 1}, {"drop": "id"}],
             {
                 "routing": {"mode": "static", "dataset": "sales", "table": "t"},
                 "keyed": {"key": ["id"], "version": "v"},
             },
-            "topics[0].transforms: not with keyed:",
+            "topics[0].transforms[1]: drop of key field 'id'",
         ),
         (
             [{"add": "x", "value": 1}, {"cast": "nope", "to": "long"}],

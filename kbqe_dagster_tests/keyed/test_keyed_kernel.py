@@ -407,3 +407,38 @@ def test_an_event_time_inside_a_re_encoded_row_is_read_by_the_kernel_as_it_re_en
     assert [r["_event_date"].isoformat() for r in records] == [
         "2024-09-13", "2024-09-14", "2024-09-15", "2024-09-16"
     ]  # fmt: skip
+
+
+KEYED_TRANSFORMS = [
+    {"rename": "id", "to": "customer_id"},
+    {"cast": "customer_id", "to": "string"},
+    {"mask": "email", "key_env": "KBQE_TEST_MASK_KEY"},
+    {"drop": "last_name"},
+    {"add": "source_db", "value": "inventory"},
+    {"add": "kafka_key", "message": "key"},
+    {"compute": "greeting", "expression": '"Hi " + first_name', "type": "string"},
+]
+
+
+def test_a_topic_with_transforms_is_left_to_the_python_path_with_the_same_files(
+    tmp_path, monkeypatch
+):
+    """The kernel slices rows and does not transform them: a keyed topic with transforms is
+    declined whole (``KeyedNativeStaging.for_range``), so a stage run with the kernel built
+    commits exactly what the Python path commits."""
+    monkeypatch.setenv("KBQE_TEST_MASK_KEY", "k")
+    schemas = {4: envelope_schema(NS, ROW_V1), 5: envelope_schema(NS, ROW_V2, ts_precision=True)}
+    msgs = table_stream(schemas)
+    config = debezium(transforms=KEYED_TRANSFORMS)
+    python = stage(tmp_path, config, TOPIC, schemas, msgs, native=False)
+    native = stage(tmp_path, config, TOPIC, schemas, msgs, native=True, kernel_declines=True)
+    assert_same(python, native)
+    assert python.result.dead_letters == {}
+    assert python.result.records == sum(m.value() is not None for m in msgs)
+    # Transformed changelog files carry their derived schema's own id, not the registry's.
+    ids = {name.split(".")[-3] for name in python.files if name.endswith(".avro")}
+    assert ids and not ids & {"4", "5"}
+    rows = [r for name, data in python.files.items() if name.endswith(".avro")
+            for r in fastavro.reader(io.BytesIO(data))]  # fmt: skip
+    assert {r["kafka_key"] for r in rows} == {r["customer_id"] for r in rows}
+    assert all(len(r["email"]) == 64 and "last_name" not in r for r in rows)

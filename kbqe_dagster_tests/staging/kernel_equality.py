@@ -110,9 +110,11 @@ class Staged:
 def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int, Any],
           messages: Sequence[Any], *, native: bool, partition: int = 0,
           batch_size: int = 64, end_exclusive: int | None = None,
-          lookup: Any = None) -> Staged:  # fmt: skip
+          lookup: Any = None, kernel_declines: bool = False) -> Staged:  # fmt: skip
     """``lookup``: the registry boundary when it is not ``schemas`` as Avro writer schemas
-    (a ``FakeSchemaRegistry`` of Protobuf schemas)."""
+    (a ``FakeSchemaRegistry`` of Protobuf schemas). ``kernel_declines``: with ``native``, the
+    kernel is available but this range must take the Python path (its driver's ``for_range``
+    declines it)."""
     staging = StagingLocation(str(tmp / ("native" if native else "python") / "staging"))
     workdir = tmp / ("native" if native else "python") / "work"
     workdir.mkdir(parents=True)
@@ -135,7 +137,9 @@ def stage(tmp: Path, pipeline: PipelineConfig, topic: str, schemas: Mapping[int,
     stager.sync_marker = SYNC
     stager.staged_at = STAGED_AT
     driver = NativeStaging.for_stager(stager) if native else None
-    if native:
+    if native and kernel_declines:
+        assert driver is None, "the native kernel took a range it should leave to Python"
+    elif native:
         assert driver is not None, "the native kernel is not available for this stager"
     reader = ListReader(messages, start, end, batch_size)
     try:

@@ -53,6 +53,7 @@ from kbqe_dagster.core.transforms.destinations import (
     destination_config_problems,
     read_destinations,
 )
+from kbqe_dagster.core.transforms.keyed_rows import keyed_transform_problems
 from kbqe_dagster.core.transforms.specs import TransformSpec, read_transforms
 
 TOPIC_KEYS = (
@@ -92,7 +93,10 @@ class TopicConfig:
     """``format: json``: the Avro record schema its values are staged under (core/formats/source_format.py)."""
     transforms: tuple[TransformSpec, ...] = ()
     """Per-record transforms, in order, applied before routing, event time and enrichment
-    (core/transforms/specs.py, core/transforms/compiler.py); empty: records are staged as they come."""
+    (core/transforms/specs.py, core/transforms/compiler.py); empty: records are staged as they come.
+    On a keyed topic they reshape the row (the changelog, the current table and the history
+    alike; not ``function``), and a key field takes only a transform that keeps its identity:
+    ``rename``, ``mask`` with hmac, ``cast`` to string (core/transforms/keyed_rows.py)."""
     decoder: str | None = None
     """``format: decoder``: the user decoder ``"package.module:function"`` that turns each
     message into an Avro record and its schema (core/formats/decoders.py); checked importable when
@@ -225,10 +229,10 @@ def read_topic(
         )
     transforms = read_transforms(section.get("transforms"), f"{path}.transforms", problems)
     if transforms and "keyed" in section:
-        problems.add(
-            f"{path}.transforms",
-            "not with keyed: (a keyed topic's changelog is cut from the message as it is)",
-        )
+        # keyed.key names source fields; unset (Debezium), the merge checks the Kafka key's.
+        key = keyed.key if keyed is not None else ()
+        for where, message in keyed_transform_problems(transforms, key):
+            problems.add(f"{path}.transforms{where}", message)
     destinations = _destinations(section, path, allowed, problems)
     if destinations:
         routing = destinations[0].routing

@@ -63,14 +63,20 @@ class Compiled:
         """The transformed record (a new dict; ``record`` is not changed). Raises
         :class:`TransformFailedError` naming the transform and the field."""
         out = dict(record)
-        for label, step in self.steps:
-            try:
-                step(out, meta)
-            except StepFailure as failure:
-                raise TransformFailedError(f"{label} field {failure.field!r}: {failure}") from None
-            except Exception as error:  # noqa: BLE001 - bad input must not stop the range
-                raise TransformFailedError(f"{label}: {type(error).__name__}: {error}") from None
+        for index in range(len(self.steps)):
+            self.apply_step(index, out, meta)
         return out
+
+    def apply_step(self, index: int, record: dict[str, Any], meta: MessageMeta) -> None:
+        """Apply transform ``index`` to ``record`` in place (core/transforms/keyed_rows.py
+        steps through them itself); raises :class:`TransformFailedError` as :meth:`apply`."""
+        label, step = self.steps[index]
+        try:
+            step(record, meta)
+        except StepFailure as failure:
+            raise TransformFailedError(f"{label} field {failure.field!r}: {failure}") from None
+        except Exception as error:  # noqa: BLE001 - bad input must not stop the range
+            raise TransformFailedError(f"{label}: {type(error).__name__}: {error}") from None
 
 
 def compile_transforms(

@@ -1,0 +1,195 @@
+"""Transforms on keyed topics (``keyed:`` with ``transforms:``): which transforms a key field
+may take, the key's column names after them, and applying them to a change's row.
+
+A keyed topic's transforms reshape its **row**: the Debezium envelope's ``after`` image, or
+``before`` for a delete (both images are one row record: whichever a change carries is
+transformed the same way), ExtractNewRecordState's leading row fields, or a plain keyed
+record. They apply to the row as the changelog would hold it without them (Kafka Connect
+semantic values already in their BigQuery form), so the changelog, the current table and the
+history all hold the transformed row: a masked e-mail never reaches BigQuery. The change
+columns, the version, ``delete_field`` and event time are read from the message as it came.
+``function`` transforms stay refused on keyed topics: a function may change any field, the
+key's included, and declares only the fields it adds.
+
+**Key fields.** ``keyed.key`` names the source row's fields, as the Kafka key's schema does.
+A key field's transform is refused, naming the transform and the field, unless the key keeps
+its identity — equal keys stay equal (every transform is deterministic) and distinct keys stay
+distinct — because the MERGE matches a change to its row by the key:
+
+- ``rename``: allowed. The key column takes the new name in the changelog, the current table
+  (clustered by it), the hard-delete memory and the history (:func:`key_columns`).
+- ``mask`` with hmac (``key_env``): allowed. The same input gives the same digest, and two
+  inputs one digest only through a SHA-256 collision. The HMAC key must not change: a new key
+  is a new identity for every row (the current table would hold a row under each digest).
+- ``cast`` to ``string``: allowed. Every value a cast reads has one text and distinct values
+  distinct texts (an int's digits, a double's shortest repr, ``true``/``false``). Every other
+  cast is refused: reading text collapses spellings (``"042"`` and ``"42"`` are both 42,
+  ``"TRUE"`` and ``" true"`` both true), a long above 2^53 shares its double with a neighbour,
+  and a double's ``-0.0`` and ``0.0`` are one long.
+- ``drop``: refused (a row without its key cannot be merged). ``mask`` with ``method: null``:
+  refused (every key would be NULL). ``timestamp``: refused (a coarser unit floors two instants
+  into one, a text read in a zone or spelled with another offset names the same instant as
+  another text). ``compute`` onto a key field: refused (the key becomes an expression's value).
+- ``add`` and ``compute`` of a new field create a non-key column (``add`` cannot name an
+  existing field; the key stays what it was).
+
+**Debezium's unavailable value** (``keyed.unavailable_value``): a column the change did not
+carry (a TOASTed column an update did not touch) holds the placeholder, which the MERGE reads
+as "unchanged". Transforms keep that meaning (:func:`transform_row`): a masked or renamed
+placeholder stays the placeholder, a ``compute`` of a string from it is the placeholder; a
+``cast`` to another type, a ``timestamp`` or a non-string ``compute`` of it fails the change
+(bad input naming the field) rather than write a value the source never had.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kbqe_dagster.core.errors import TransformFailedError
+from kbqe_dagster.core.transforms.compiler import Compiled
+from kbqe_dagster.core.transforms.kinds import MessageMeta
+from kbqe_dagster.core.transforms.specs import (
+    AddField,
+    CastField,
+    CastType,
+    ComputeField,
+    ConvertTimestamp,
+    DropFields,
+    FunctionTransform,
+    MaskField,
+    MaskMethod,
+    RenameField,
+    avro_type,
+    expression_names,
+    kind_of,
+)
+
+FUNCTION_ON_KEYED = (
+    "function is not allowed on a keyed topic: a function may change any field, the key's "
+    "included (use add, compute, mask, cast, rename, drop or timestamp)"
+)
+
+
+def keyed_transform_problems(specs: Sequence[Any], key: Sequence[str]) -> list[tuple[str, str]]:
+    """``([INDEX], problem)`` of ``specs`` on a keyed topic whose key fields are ``key`` (empty:
+    not known yet, a Debezium topic's Kafka key; :func:`key_columns` then checks at the merge)."""
+    return _walk(specs, key)[1]
+
+
+def key_columns(specs: Sequence[Any], key: Sequence[str], where: str) -> tuple[str, ...]:
+    """The changelog columns of the source key fields ``key`` after ``specs`` (a renamed key
+    field's new name). ValueError naming each refused transform as ``where[INDEX]``
+    (``topics[0].transforms``) and the key field."""
+    columns, problems = _walk(specs, key)
+    if problems:
+        raise ValueError("; ".join(f"{where}{index}: {why}" for index, why in problems))
+    return columns
+
+
+def _walk(
+    specs: Sequence[Any], key: Sequence[str]
+) -> tuple[tuple[str, ...], list[tuple[str, str]]]:
+    current = list(key)
+    problems: list[tuple[str, str]] = []
+
+    def refuse(index: int, spec: Any, name: str, why: str) -> None:
+        problems.append((f"[{index}]", f"{kind_of(spec)} of key field {name!r}: {why}"))
+
+    for index, spec in enumerate(specs):
+        if isinstance(spec, FunctionTransform):
+            problems.append((f"[{index}]", FUNCTION_ON_KEYED))
+        elif isinstance(spec, RenameField):
+            current = [spec.to if name == spec.rename else name for name in current]
+        elif isinstance(spec, DropFields):
+            for name in spec.drop:
+                if name in current:
+                    refuse(index, spec, name, "a row without its key cannot be merged")
+        elif isinstance(spec, MaskField) and spec.mask in current:
+            if spec.method is MaskMethod.NULL:
+                refuse(index, spec, spec.mask, 'method "null" makes every key NULL; '
+                       "mask it with hmac (key_env), which keeps its identity")  # fmt: skip
+        elif isinstance(spec, CastField) and spec.cast in current:
+            if spec.to is not CastType.STRING:
+                refuse(index, spec, spec.cast, f"to {spec.to.value} may make two keys one; "
+                       "a key field casts to string only")  # fmt: skip
+        elif isinstance(spec, ConvertTimestamp) and spec.timestamp in current:
+            refuse(index, spec, spec.timestamp, "a coarser unit, a zone or a format may make "
+                   "two keys one")  # fmt: skip
+        elif isinstance(spec, (ComputeField, AddField)):
+            name = spec.compute if isinstance(spec, ComputeField) else spec.add
+            if name in current:
+                refuse(index, spec, name, "the key would become another value")
+    return tuple(current), problems
+
+
+def is_placeholder(value: Any, placeholder: str) -> bool:
+    """Whether ``value`` means "unchanged" as the MERGE reads it (keyed/rows_sql.py): the
+    placeholder string, its UTF-8 bytes, or an array holding only it."""
+    if isinstance(value, str):
+        return value == placeholder
+    if isinstance(value, bytes):
+        return value == placeholder.encode()
+    if isinstance(value, list) and value:
+        return all(item == placeholder for item in value)
+    return False
+
+
+def transform_row(
+    compiled: Compiled,
+    specs: Sequence[Any],
+    record: Mapping[str, Any],
+    meta: MessageMeta,
+    placeholder: str | None,
+) -> dict[str, Any]:
+    """``compiled.apply(record, meta)`` keeping Debezium's unavailable value (see the module
+    docstring); raises :class:`TransformFailedError` naming the transform and the field."""
+    held = (
+        {name for name, value in record.items() if is_placeholder(value, placeholder)}
+        if placeholder
+        else set()
+    )
+    if not held:
+        return compiled.apply(record, meta)
+    assert placeholder is not None
+    out = dict(record)
+    for index, spec in enumerate(specs):
+        label = compiled.steps[index][0]
+        if isinstance(spec, RenameField) and spec.rename in held:
+            held.discard(spec.rename)
+            held.add(spec.to)
+        elif isinstance(spec, DropFields):
+            held.difference_update(spec.drop)
+        elif isinstance(spec, MaskField) and spec.mask in held:
+            if spec.method is MaskMethod.HMAC_SHA256:
+                out[spec.mask] = placeholder  # still "unchanged", now in the masked column
+                continue
+            held.discard(spec.mask)
+        elif isinstance(spec, CastField) and spec.cast in held and spec.to is not CastType.STRING:
+            raise _unconvertible(label, spec.cast)
+        elif isinstance(spec, ConvertTimestamp) and spec.timestamp in held:
+            raise _unconvertible(label, spec.timestamp)
+        elif isinstance(spec, ComputeField):
+            read = sorted(expression_names(spec.expression) & held)
+            if read:
+                if _string_type(spec.type):
+                    out[spec.compute] = placeholder
+                    held.add(spec.compute)
+                    continue
+                raise _unconvertible(label, read[0])
+            held.discard(spec.compute)
+        compiled.apply_step(index, out, meta)
+    return out
+
+
+def _string_type(declared: str) -> bool:
+    avro: Any = avro_type(declared)
+    return bool(avro == "string" or avro == ["null", "string"])
+
+
+def _unconvertible(label: str, name: str) -> TransformFailedError:
+    return TransformFailedError(
+        f"{label} field {name!r}: holds Debezium's unavailable-value placeholder (a column the "
+        "change did not carry, e.g. an unchanged TOASTed value), which has no converted value; "
+        "leave the column as it comes, or give the source table REPLICA IDENTITY FULL"
+    )
