@@ -17,12 +17,14 @@ the rule of core/keyed/contract.py, independently of the SQL under test.
 
 from __future__ import annotations
 
+import hmac
 import io
 import json
 import logging
 import random
 import struct
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -402,8 +404,45 @@ def _row_values(change: Change) -> tuple:
     return tuple(row.get(c) for c in ROW_COLUMNS)
 
 
-def current_state(produced: list[Produced], hard: bool) -> set[tuple]:
-    """``D.T`` as rows ``(*ROW_COLUMNS, _op, _source_ts_ms, _deleted, partition, offset)``."""
+MASK_ENV = "KBQE_KEYED_MASK_KEY"
+"""The environment variable of :data:`CUSTOMER_TRANSFORMS`' HMAC key."""
+CUSTOMER_TRANSFORMS = [
+    {"rename": "id", "to": "customer_id"},
+    {"cast": "customer_id", "to": "string"},
+    {"mask": "email", "key_env": MASK_ENV},
+    {"drop": "last_name"},
+    {"add": "source_db", "value": "inventory"},
+    {"compute": "greeting", "expression": '"Hi " + first_name', "type": "string"},
+]
+"""Transforms of a keyed topic a CDC user writes: the key renamed and cast to text, the
+e-mail masked, a column dropped, a constant and a computed column added."""
+TRANSFORMED_COLUMNS = ("customer_id", "first_name", "email", "phone", "source_db", "greeting")
+
+
+def transformed_values(mask_key: bytes) -> Callable[[Change], tuple]:
+    """The oracle's own :data:`CUSTOMER_TRANSFORMS` (never the code under test): a change's
+    row (``after``, or a delete's ``before``) as :data:`TRANSFORMED_COLUMNS` values."""
+
+    def values(change: Change) -> tuple:
+        row = change.row
+        return (
+            str(row["id"]),
+            row["first_name"],
+            hmac.new(mask_key, row["email"].encode(), "sha256").hexdigest(),
+            row.get("phone"),
+            "inventory",
+            "Hi " + row["first_name"],
+        )
+
+    return values
+
+
+def current_state(
+    produced: list[Produced], hard: bool, row_values: Callable[[Change], tuple] | None = None
+) -> set[tuple]:
+    """``D.T`` as rows ``(*ROW_COLUMNS, _op, _source_ts_ms, _deleted, partition, offset)``
+    (``row_values``: the row's values when they are not :data:`ROW_COLUMNS`')."""
+    row_values = row_values or _row_values
     winners: dict[int, Produced] = {}
     for p in produced:
         if p.change.is_tombstone:
@@ -413,7 +452,7 @@ def current_state(produced: list[Produced], hard: bool) -> set[tuple]:
             winners[p.change.id] = p
     return {
         (
-            *_row_values(p.change),
+            *row_values(p.change),
             p.change.op,
             p.change.ts_ms,
             p.change.op == "d",
@@ -425,9 +464,12 @@ def current_state(produced: list[Produced], hard: bool) -> set[tuple]:
     }
 
 
-def history(produced: list[Produced]) -> set[tuple]:
+def history(
+    produced: list[Produced], row_values: Callable[[Change], tuple] | None = None
+) -> set[tuple]:
     """``D.T_history`` as rows ``(*ROW_COLUMNS, _op, _deleted, _valid_from, _valid_to,
     _is_current)``."""
+    row_values = row_values or _row_values
     versions: dict[tuple[int, int], Produced] = {}
     for p in produced:
         if p.change.is_tombstone:
@@ -445,7 +487,7 @@ def history(produced: list[Produced]) -> set[tuple]:
             valid_to = _ts(nxt.change.ts_ms) if nxt else END_OF_TIME
             rows.add(
                 (
-                    *_row_values(p.change),
+                    *row_values(p.change),
                     p.change.op,
                     p.change.op == "d",
                     _ts(p.change.ts_ms),
@@ -478,6 +520,9 @@ class KeyedRig:
     env: dict[str, str]
     client: Any
     kbqe: str
+    transformed: tuple[str, ...] = ()
+    """The modes whose topic has :data:`CUSTOMER_TRANSFORMS` (their tables hold
+    :data:`TRANSFORMED_COLUMNS`)."""
 
     @classmethod
     def create(
@@ -489,10 +534,12 @@ class KeyedRig:
         range_size: int = 40,
         delivery: str | None = None,
         encoding: str = "avro",
+        transformed: tuple[str, ...] = (),
     ) -> KeyedRig:
         """``delivery``: both changelogs' ``delivery:`` (``load``, ``storage_write``;
         None: the default, load). ``encoding``: the converter the topics are written by
-        (``avro``, ``json``: :class:`DebeziumTopics`)."""
+        (``avro``, ``json``: :class:`DebeziumTopics`). ``transformed``: the modes whose
+        topic has :data:`CUSTOMER_TRANSFORMS`."""
         import os
         import shutil
         import sys
@@ -531,6 +578,7 @@ class KeyedRig:
                             },
                             "keyed": {"deletes": mode, "history": True},
                             **({"delivery": delivery} if delivery else {}),
+                            **({"transforms": CUSTOMER_TRANSFORMS} if mode in transformed else {}),
                         }
                         for mode in MODES
                     ],
@@ -548,10 +596,12 @@ class KeyedRig:
             "KBQE_PIPELINE_CONFIG": str(pipeline),
             "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/keyed-{run}",
             "DAGSTER_HOME": str(home),
+            MASK_ENV: f"mask-key-{run}",
         }
         env.pop("KBQE_CRASH_AT", None)
         kbqe = str(Path(sys.executable).parent / "kbqe")
-        return cls(run, topics, by_mode, dataset, env, local_bigquery_client(), kbqe)
+        client = local_bigquery_client()
+        return cls(run, topics, by_mode, dataset, env, client, kbqe, tuple(transformed))
 
     def produced(self, mode: str) -> list[Produced]:
         return self.topics.produced[self.by_mode[mode]]
@@ -570,16 +620,26 @@ class KeyedRig:
             timeout=timeout,
         )
 
-    def _row_columns(self, table: str) -> str:
+    def columns(self, mode: str) -> tuple[str, ...]:
+        """The row columns of ``mode``'s tables."""
+        return TRANSFORMED_COLUMNS if mode in self.transformed else ROW_COLUMNS
+
+    def row_values(self, mode: str) -> Callable[[Change], tuple] | None:
+        """The oracle's row values of ``mode``'s changes (None: the rows as produced)."""
+        if mode not in self.transformed:
+            return None
+        return transformed_values(self.env[MASK_ENV].encode())
+
+    def _row_columns(self, table: str, mode: str) -> str:
         """The row columns, NULL for one the table does not have yet (before schema v2)."""
         result = self.client.query(f"SELECT * FROM `{table}` LIMIT 0").result()
         present = {f.name for f in result.schema}
-        return ", ".join(f"`{c}`" if c in present else f"NULL AS `{c}`" for c in ROW_COLUMNS)
+        return ", ".join(f"`{c}`" if c in present else f"NULL AS `{c}`" for c in self.columns(mode))
 
     def current_rows(self, mode: str) -> list[tuple]:
         table = f"{self.dataset}.customers_{mode}"
         sql = (
-            f"SELECT {self._row_columns(table)}, _op, _source_ts_ms, _deleted, "
+            f"SELECT {self._row_columns(table, mode)}, _op, _source_ts_ms, _deleted, "
             f"_kafka_partition, _kafka_offset FROM `{table}`"
         )
         return [tuple(row) for row in self.client.query(sql).result()]
@@ -587,7 +647,7 @@ class KeyedRig:
     def history_rows(self, mode: str) -> list[tuple]:
         table = f"{self.dataset}.customers_{mode}_history"
         sql = (
-            f"SELECT {self._row_columns(table)}, _op, _deleted, _valid_from, _valid_to, "
+            f"SELECT {self._row_columns(table, mode)}, _op, _deleted, _valid_from, _valid_to, "
             f"_is_current FROM `{table}`"
         )
         return [tuple(row) for row in self.client.query(sql).result()]
@@ -598,9 +658,10 @@ class KeyedRig:
         out = {}
         for mode in MODES:
             current = self.current_rows(mode)
-            expected = current_state(self.produced(mode), hard=mode == "hard")
+            values = self.row_values(mode)
+            expected = current_state(self.produced(mode), hard=mode == "hard", row_values=values)
             hist = self.history_rows(mode)
-            expected_history = history(self.produced(mode))
+            expected_history = history(self.produced(mode), values)
             keys = [row[0] for row in current]
             out[mode] = {
                 "current_rows": len(current),

@@ -8,6 +8,12 @@ redelivered duplicates, an out-of-order version, and from round 2 a column added
 v2). After each round ``D.T`` and ``D.T_history`` equal the oracle, for soft and for hard
 deletes; a round with nothing new changes nothing; a merge killed anywhere is repaired by
 the next run.
+
+The hard-delete topic has transforms (``CUSTOMER_TRANSFORMS``: the key ``id`` renamed to
+``customer_id`` and cast to text, the e-mail HMAC-masked, ``last_name`` dropped, a constant and
+a computed column added), which the oracle applies by its own hand to every row, a delete's
+before image included: the changelog, the current table, the hard-delete memory and the
+history hold the transformed row, keyed by the renamed key.
 """
 
 from __future__ import annotations
@@ -16,7 +22,13 @@ import json
 
 import pytest
 
-from kbqe_dagster.demo.debezium import MODES, CustomersTable, KeyedRig, wrong
+from kbqe_dagster.demo.debezium import (
+    MODES,
+    TRANSFORMED_COLUMNS,
+    CustomersTable,
+    KeyedRig,
+    wrong,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -25,7 +37,7 @@ PARTITIONS = 3
 
 @pytest.fixture
 def rig(local_stack, local_endpoints, tmp_path):
-    rig = KeyedRig.create(local_endpoints, tmp_path, partitions=PARTITIONS)
+    rig = KeyedRig.create(local_endpoints, tmp_path, partitions=PARTITIONS, transformed=("hard",))
     yield rig
     rig.remove()
 
@@ -67,6 +79,12 @@ def test_debezium_changes_land_as_current_state_and_history_over_rounds(rig) -> 
     rig.topics.produce(table)
     assert run_until_idle(rig)["ok"] is True
     assert_tables_equal_the_oracle(rig)
+    # The transformed row is all BigQuery ever gets: no clear e-mail, no dropped column;
+    # the column schema v2 added, transformed by the same rules.
+    for name in ("customers_hard_changelog", "customers_hard", "customers_hard_history"):
+        columns = rig.client.query(f"SELECT * FROM `{rig.dataset}.{name}` LIMIT 0").result()
+        names = {f.name for f in columns.schema}
+        assert set(TRANSFORMED_COLUMNS) <= names and not names & {"id", "last_name"}, name
 
     # Round 3: nothing new: nothing staged, nothing merged, the tables unchanged.
     before = {m: sorted(rig.current_rows(m), key=repr) for m in MODES}
