@@ -254,7 +254,29 @@ that it can do exactly (int/long to `string` or `double`, boolean to `string`, `
 routing and event time do not read, without `destinations` (docs/architecture.md), for every
 format (`compute`, `function`, timestamps from or to strings and casts of strings, doubles and
 floats stay on the Python path; so do Avro bodies fastavro would re-encode otherwise). Their files carry a schema id derived from the
-output schema. Not with `keyed:`.
+output schema.
+
+**Transforms on keyed topics.** On a `keyed:` topic (`format: debezium` or plain keyed
+`avro`) `add`, `compute`, `drop`, `mask`, `rename`, `cast` and `timestamp` reshape the *row*:
+the envelope's `after` image and a delete's `before` image alike, ExtractNewRecordState's row
+fields, a plain keyed record; the changelog holds the transformed row, so `D.T` and
+`D.T_history` do too, and a masked value never reaches BigQuery. The change columns, the
+version, `delete_field` and event time read the message as it came. `function` is refused
+there (it may change any field, the key's included). `keyed.key` names the source's key
+fields (as the Kafka key does), and a transform of a key field is refused, naming the
+transform and the field, unless the key keeps its identity (equal keys stay equal, distinct
+keys distinct): `rename` (the key column takes the new name in every table, and the MERGE
+keys on it), `mask` with hmac (the same input gives the same digest; never change its key:
+every row would get a new identity) and `cast` to `string` are allowed; `drop`, `mask` with
+`method: null` (every key NULL), `cast` to another type (`"042"` and `"42"` are both 42; longs
+above 2^53 share doubles), `timestamp` (a coarser unit or a zone makes two instants one) and
+`compute` onto a key field are refused. The rules are checked when the file is read for a
+configured `keyed.key`, and at the first merge for a Debezium topic's Kafka key (the merge
+then fails naming the transform). Debezium's unavailable-value placeholder (an unchanged
+TOASTed column) keeps meaning "unchanged": masked, renamed or cast to string it stays the
+placeholder, a string `compute` reading it is the placeholder, and any other conversion of
+it fails that change as `transform_failed` naming the field. Keyed topics with transforms
+take the Python stage path (the native kernel slices rows, it does not transform them).
 
 `destinations` sends each message to several tables instead of one
 ([`examples/destinations.yaml`](../examples/destinations.yaml)): each item has its own

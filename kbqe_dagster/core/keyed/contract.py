@@ -121,10 +121,13 @@ class KeyedConfig:
     """A topic's ``keyed:`` section, defaults applied."""
 
     key: tuple[str, ...] = ()
-    """Row fields that identify a row. Empty with ``format: debezium``: the fields of the Kafka
-    key's schema (the registry's ``<topic>-key``, else the schema embedded in the topic's
-    latest JsonConverter key). With ``key_from: kafka_key``: the one column of a string key,
-    or the fields of a JSON key (not set for an Avro key: its schema's fields)."""
+    """Row fields that identify a row, as the source names them. Empty with ``format:
+    debezium``: the fields of the Kafka key's schema (the registry's ``<topic>-key``, else the
+    schema embedded in the topic's latest JsonConverter key). With ``key_from: kafka_key``: the
+    one column of a string key, or the fields of a JSON key (not set for an Avro key: its
+    schema's fields). A ``rename`` transform of a key field moves the key to its new column; a
+    transform that would not keep a key's identity is refused (``rename``, hmac ``mask`` and
+    ``cast`` to string are the ones a key takes)."""
     key_from: KeySource = KeySource.VALUE
     """``value``: the key columns are the value's ``key:`` fields, ordered by ``version``.
     ``kafka_key``: the topic is a table (a compacted topic, a KTable): the key columns come

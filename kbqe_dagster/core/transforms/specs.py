@@ -124,7 +124,9 @@ class AddField:
 
 @dataclass(frozen=True)
 class RenameField:
-    """``{rename: FIELD, to: NEW}``: the field keeps its type and value under a new name."""
+    """``{rename: FIELD, to: NEW}``: the field keeps its type and value under a new name. On a
+    keyed topic a key field may be renamed: the key column takes the new name in the changelog,
+    the current table and the history, and the MERGE keys on it."""
 
     rename: str
     """The field to rename; it must be in the schema at this point."""
@@ -134,7 +136,8 @@ class RenameField:
 
 @dataclass(frozen=True)
 class DropFields:
-    """``{drop: FIELD}`` or ``{drop: [F1, F2]}``: the fields leave the record and its schema."""
+    """``{drop: FIELD}`` or ``{drop: [F1, F2]}``: the fields leave the record and its schema.
+    Never a keyed topic's key field (a row without its key cannot be merged)."""
 
     drop: tuple[str, ...]
     """The fields to remove; each must be in the schema at this point."""
@@ -145,7 +148,9 @@ class MaskField:
     """``{mask: FIELD, key_env: VAR}``: the value becomes the lowercase hex HMAC-SHA-256 of its
     UTF-8 text (bytes as they are), keyed with the value of environment variable ``key_env``
     (the key is never in the pipeline file, nor logged); null stays null. The field becomes a
-    ``string``. ``{mask: FIELD, method: "null"}`` nulls it out instead (it becomes nullable)."""
+    ``string``. ``{mask: FIELD, method: "null"}`` nulls it out instead (it becomes nullable).
+    A keyed topic's key field may take hmac (the same input gives the same digest: the key
+    keeps its identity while the HMAC key stays the same), never ``"null"``."""
 
     mask: str
     """The field to mask: a string, bytes, int or long (or a nullable one)."""
@@ -167,7 +172,9 @@ class CastField:
     """``{cast: FIELD, to: TYPE}``: string ↔ long / double / boolean, and between long, double
     and boolean. Text is read strictly (``" 42"`` is a long, ``"4x"`` fails naming the value;
     booleans are ``true``/``false`` in any case); a double becomes a long only when whole;
-    a number becomes a boolean only from 0 or 1. Null stays null."""
+    a number becomes a boolean only from 0 or 1. Null stays null. A keyed topic's key field
+    casts to ``string`` only (distinct values keep distinct texts; text read as a number or a
+    boolean, or a long as a double, could make two keys one)."""
 
     cast: str
     """The field to convert: a string, int, long, float, double or boolean (or nullable)."""
@@ -181,7 +188,8 @@ class ConvertTimestamp:
     The input's representation comes from the schema: an Avro ``timestamp-millis/micros`` is a
     timestamp; a plain ``long``/``int`` is an epoch number in ``epoch_unit``; a ``string`` is
     ISO-8601 (``Z``, an offset, or an RFC 9557 ``[Zone/Id]`` suffix) or ``input_format``, and
-    is read in ``zone`` when it has no offset. Zones are IANA names (``zoneinfo``)."""
+    is read in ``zone`` when it has no offset. Zones are IANA names (``zoneinfo``). Never a
+    keyed topic's key field (a coarser unit, a zone or a format could make two keys one)."""
 
     timestamp: str
     """The field to convert."""
@@ -212,7 +220,7 @@ class ComputeField:
     a ``simpleeval`` expression (a safe subset of Python expressions, never ``eval``): field
     names, literals, arithmetic, comparisons, ``and``/``or``/``not``, ``x if c else y``, and the
     functions ``str int float bool len abs round min max lower upper strip coalesce``. A field
-    of that name is replaced."""
+    of that name is replaced (never a keyed topic's key field)."""
 
     compute: str
     """The field to write."""
@@ -228,7 +236,8 @@ class FunctionTransform:
     """``{function: "pkg.mod:func", fields: {NAME: TYPE}}``: a Python function of yours gets
     the record as a dict and returns the record as a dict: the input's fields plus the declared
     ones (it may change values; it may not add undeclared fields or lose any). An exception it
-    raises fails that record with the exception's message."""
+    raises fails that record with the exception's message. Not on keyed topics (it may change
+    any field, the key's included)."""
 
     function: str
     """``"package.module:function"``, importable where the stage runs."""
