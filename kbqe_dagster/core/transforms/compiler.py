@@ -63,8 +63,13 @@ class Compiled:
         """The transformed record (a new dict; ``record`` is not changed). Raises
         :class:`TransformFailedError` naming the transform and the field."""
         out = dict(record)
-        for index in range(len(self.steps)):
-            self.apply_step(index, out, meta)
+        for label, step in self.steps:  # the per-record hot path: no call per step
+            try:
+                step(out, meta)
+            except StepFailure as failure:
+                raise TransformFailedError(f"{label} field {failure.field!r}: {failure}") from None
+            except Exception as error:  # noqa: BLE001 - bad input must not stop the range
+                raise TransformFailedError(f"{label}: {type(error).__name__}: {error}") from None
         return out
 
     def apply_step(self, index: int, record: dict[str, Any], meta: MessageMeta) -> None:
