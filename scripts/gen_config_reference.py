@@ -271,8 +271,9 @@ every row would get a new identity) and `cast` to `string` are allowed; `drop`, 
 `method: null` (every key NULL), `cast` to another type (`"042"` and `"42"` are both 42; longs
 above 2^53 share doubles), `timestamp` (a coarser unit or a zone makes two instants one) and
 `compute` onto a key field are refused. The rules are checked when the file is read for a
-configured `keyed.key`, and at the first merge for a Debezium topic's Kafka key (the merge
-then fails naming the transform). Debezium's unavailable-value placeholder (an unchanged
+configured `keyed.key`; for a Debezium topic without one, by each stage run on the Kafka
+key's fields (the first keyed message's registry or embedded key schema: the run fails naming
+the transform, nothing staged) and again by the merge. Debezium's unavailable-value placeholder (an unchanged
 TOASTed column) keeps meaning "unchanged": masked, renamed or cast to string it stays the
 placeholder, a string `compute` reading it is the placeholder, and any other conversion of
 it fails that change as `transform_failed` naming the field. Keyed topics with transforms

@@ -16,6 +16,13 @@ handing back to :meth:`KeyedRangeStager.add` every message it is not certain abo
 with ``transforms`` is this path's (its rows are decoded, transformed and encoded again:
 keyed/changes.py ``RowTransform``).
 
+**A Debezium key no transform may lose.** Without ``keyed.key`` a Debezium topic's key is
+the Kafka key's fields, unknown when the pipeline file is read. With transforms, the range's
+first message with a key (Confluent-framed Avro: its registry schema; JsonConverter's: its
+embedded schema) tells them, and a transform that would not keep the key's identity
+(core/transforms/keyed_rows.py) stops the range, naming the transform, before any row reaches
+the changelog; the merge checks again against the registry's latest key schema.
+
 **Transformed files' schema id.** A transformed changelog file carries the derived row, not
 a function of the registry schema alone: a transform changed in the pipeline file would put a
 new schema under an old id. Such files take the declared-schema id of their changelog schema
@@ -29,14 +36,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.formats.connect_json_avro import is_json_value
+from kbqe_dagster.core.formats.connect_json_avro import connect_key_fields, is_json_value
 from kbqe_dagster.core.formats.source_format import SourceFormat, declared_schema_id
 from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.routing import Destination
+from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.core.transforms.compiler import MessageMeta, hmac_keys
+from kbqe_dagster.core.transforms.keyed_rows import key_columns
 from kbqe_dagster.keyed.changes import ChangeLayout, change_layout
 from kbqe_dagster.keyed.connect_json import ConnectJsonDecoding
 from kbqe_dagster.keyed.native_stage import KeyedNativeStaging
@@ -70,6 +80,8 @@ class KeyedRangeStager(RangeStager):
         # Read once per task, where it runs; a missing key stops the range (ConfigError).
         where = f"{self.pipeline.key_path(self.topic.name)}.transforms"
         self.hmac_keys = hmac_keys(self.topic.transforms, os.environ, where)
+        assert self.topic.keyed is not None
+        self.kafka_key_unchecked = bool(self.topic.transforms) and not self.topic.keyed.key
 
     def add(self, msg: Any) -> None:
         if msg.value() is None:
@@ -104,6 +116,8 @@ class KeyedRangeStager(RangeStager):
         return RangeStager.framed_schema_id(value)
 
     def stage(self, msg: Any) -> None:
+        if self.kafka_key_unchecked:
+            self.check_kafka_key(msg.key())
         schema_id, decoder, body, fields = self.decode(msg)
         meta = None if decoder.layout.transform is None else _meta(msg)
         change = decoder.layout.body(body, fields, meta)
@@ -116,6 +130,35 @@ class KeyedRangeStager(RangeStager):
             decoder.full_name,
             destination=self.changelog,
         )
+
+    def check_kafka_key(self, key: bytes | None) -> None:
+        """The transforms against the key fields ``key`` tells (see the module docstring);
+        ConfigError naming the transform when one would lose the key's identity. A message
+        whose key tells nothing (none, a truncate's) leaves the check to the next one."""
+        fields = self._kafka_key_fields(key)
+        if fields is None:
+            return
+        self.kafka_key_unchecked = False
+        where = f"{self.pipeline.key_path(self.topic.name)}.transforms"
+        try:
+            key_columns(self.topic.transforms, fields, where)
+        except ValueError as error:
+            raise ConfigError(
+                f"{self.rng}: the Kafka key's fields {list(fields)}: {error}"
+            ) from None
+
+    def _kafka_key_fields(self, key: bytes | None) -> tuple[str, ...] | None:
+        if not key:
+            return None
+        if is_json_value(key):
+            return connect_key_fields(key)
+        if key[0] != 0 or len(key) < HEADER_SIZE:
+            return None
+        registered = self.lookup.get(int.from_bytes(key[1:HEADER_SIZE], "big"))
+        schema = registered.schema if registered is not None else None
+        if not isinstance(schema, dict) or schema.get("type") != "record":
+            return None
+        return tuple(f["name"] for f in schema["fields"])
 
     def range_result(self, last, files, bytes_by_dataset, conflict=False) -> RangeResult:
         result = super().range_result(last, files, bytes_by_dataset, conflict)

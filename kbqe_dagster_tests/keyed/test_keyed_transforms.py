@@ -172,3 +172,34 @@ def test_a_kafka_key_field_a_transform_does_not_keep_fails_the_merge_naming_the_
     with pytest.raises(ConfigError, match=r"topics\[t\]\.transforms\[2\]: mask of key field "
                        r"'email': method \"null\""):  # fmt: skip
         merge_spec([*CUSTOMER_TRANSFORMS[:2], {"mask": "email", "method": "null"}], ("email",))
+
+
+# --- a Debezium topic's Kafka key, at stage time -------------------------------------------
+def kafka_keyed_stream(transforms, tmp_path):
+    """A truncate (no Kafka key), then a create keyed as Debezium's Avro converter writes it,
+    on a topic without keyed.key, staged on the Python path."""
+    from kbqe_dagster.demo.debezium import frame, key_schema
+    from kbqe_dagster_tests.staging.kernel_equality import Msg, stage
+
+    schema, key = envelope_schema(NS, ROW_V2), key_schema(NS)
+    config = parse_pipeline_config({"version": 1, "topics": [
+        {"name": "t", "format": "debezium", "routing": STATIC, "keyed": {},
+         "transforms": transforms}]})  # fmt: skip
+    changes = [Change(0, "t", None, None, 5, 2), Change(7, "c", None, ROW, 6, 2)]
+    msgs = [Msg("t", 0, offset, frame(4, schema, value_record(change, NS)),
+                key=None if change.op == "t" else frame(9, key, {"id": 7}))
+            for offset, change in enumerate(changes)]  # fmt: skip
+    return stage(tmp_path, config, "t", {4: schema, 9: key}, msgs, native=False)
+
+
+def test_a_kafka_key_field_a_transform_would_lose_stops_the_range_before_the_changelog(tmp_path):
+    from kbqe_dagster.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"the Kafka key's fields \['id'\]: topics\[0\]"
+                       r"\.transforms\[1\]: drop of key field 'id'"):  # fmt: skip
+        kafka_keyed_stream([{"mask": "email", "method": "null"}, {"drop": "id"}], tmp_path)
+
+
+def test_a_kafka_key_field_renamed_is_staged_under_its_new_name(tmp_path):
+    staged_run = kafka_keyed_stream([{"rename": "id", "to": "customer_id"}], tmp_path)
+    assert staged_run.result.records == 2 and staged_run.result.dead_letters == {}

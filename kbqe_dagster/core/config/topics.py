@@ -229,7 +229,8 @@ def read_topic(
         )
     transforms = read_transforms(section.get("transforms"), f"{path}.transforms", problems)
     if transforms and "keyed" in section:
-        # keyed.key names source fields; unset (Debezium), the merge checks the Kafka key's.
+        # keyed.key names source fields; unset (Debezium), the stage run and the merge check
+        # the Kafka key's (keyed/stage.py, keyed/merge.py).
         key = keyed.key if keyed is not None else ()
         for where, message in keyed_transform_problems(transforms, key):
             problems.add(f"{path}.transforms{where}", message)

@@ -33,6 +33,10 @@ distinct — because the MERGE matches a change to its row by the key:
 - ``add`` and ``compute`` of a new field create a non-key column (``add`` cannot name an
   existing field; the key stays what it was).
 
+The rules are checked when the pipeline file is read for a configured ``keyed.key``; a
+Debezium topic without one is checked against its Kafka key's fields by each stage range
+(keyed/stage.py, before anything is staged) and by the merge (keyed/merge.py).
+
 **Debezium's unavailable value** (``keyed.unavailable_value``): a column the change did not
 carry (a TOASTed column an update did not touch) holds the placeholder, which the MERGE reads
 as "unchanged". Transforms keep that meaning (:func:`transform_row`): a masked or renamed
@@ -73,7 +77,8 @@ FUNCTION_ON_KEYED = (
 
 def keyed_transform_problems(specs: Sequence[Any], key: Sequence[str]) -> list[tuple[str, str]]:
     """``([INDEX], problem)`` of ``specs`` on a keyed topic whose key fields are ``key`` (empty:
-    not known yet, a Debezium topic's Kafka key; :func:`key_columns` then checks at the merge)."""
+    not known yet, a Debezium topic's Kafka key; :func:`key_columns` then checks it at stage
+    time and at the merge)."""
     return _walk(specs, key)[1]
 
 
