@@ -228,7 +228,15 @@ def read_topic(
             f"not with format: {source_format.value} (keyed topics are avro or debezium){also}",
         )
     transforms = read_transforms(section.get("transforms"), f"{path}.transforms", problems)
-    if transforms and "keyed" in section:
+    if transforms and "keyed" in section and _kafka_keyed(section):
+        # keyed/table_stage.py stages a table topic's values as decoded: transforms would be
+        # silently skipped there (a mask not applied), so they are refused until it runs them.
+        problems.add(
+            f"{path}.transforms",
+            "not with keyed.key_from: kafka_key yet (a table topic's values are staged as "
+            "decoded); transforms apply to debezium and value-keyed topics",
+        )
+    elif transforms and "keyed" in section:
         # keyed.key names source fields; unset (Debezium), the stage run and the merge check
         # the Kafka key's (keyed/stage.py, keyed/merge.py).
         key = keyed.key if keyed is not None else ()
