@@ -30,7 +30,9 @@ from kbqe_dagster.demo.debezium import (
     wrong,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Four and more `kbqe run`s of Spark each: minutes on two shared cores. The timeout is a
+# hang guard, not a speed bound (bench/ measures speed); 600 s was reached at load 11.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 PARTITIONS = 3
 
