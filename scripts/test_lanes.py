@@ -12,8 +12,8 @@ within a lane the stack tests run in order, as they always have.
   one already running is reused and left running;
 - lane 2's is ``.kbqe-local-2/`` on :data:`SECOND_STACK_PORTS`.
 
-The queue starts with the longest units (:data:`FIRST_UNITS`, measured), the rest follow in
-the order of their directories. A unit's output is printed whole when it ends (it is in
+The queue starts with the longest units (:data:`FIRST_UNITS`, then
+:data:`LONGER_DIRECTORIES`), the short ones last, so the lanes even out at the end. A unit's output is printed whole when it ends (it is in
 ``.test-lanes/<unit>.log`` while it runs), with its time; a table of every unit's lane, exit
 and time closes the run.
 
@@ -86,11 +86,26 @@ FIRST_UNITS = (
 )
 
 
+LONGER_DIRECTORIES = (
+    "delivery", "formats", "runner", "loading", "erasure", "localstack", "resources",
+    "reliability", "staging", "defs", "security", "packaging",
+)  # fmt: skip
+"""The stack units after :data:`FIRST_UNITS`, longest first (most ``kbqe run``s and service
+restarts); the other directories follow in name order, so the short ones even the lanes out
+at the end."""
+
+
+def _queue_order(directory: Path) -> tuple[int, str]:
+    name = directory.name
+    rank = LONGER_DIRECTORIES.index(name) if name in LONGER_DIRECTORIES else len(LONGER_DIRECTORIES)
+    return rank, name
+
+
 def units(tests: Path = REPO / TESTS) -> list[Unit]:
     """Every test in exactly one unit (``test_lanes`` in the suite checks it)."""
     first = {p for u in FIRST_UNITS for p in u.args if p.startswith(TESTS)}
     rest = []
-    for directory in sorted(p for p in tests.iterdir() if p.is_dir()):
+    for directory in sorted((p for p in tests.iterdir() if p.is_dir()), key=_queue_order):
         path = f"{TESTS}/{directory.name}"
         if path in first or not any(directory.rglob("test_*.py")):
             continue
