@@ -51,7 +51,7 @@ def test_the_tests_that_need_no_service_run_once_in_a_unit_of_their_own(lanes):
 
 def test_the_longest_units_are_queued_first_and_the_short_ones_last(lanes):
     names = [u.name for u in lanes.units()]
-    assert names[:3] == ["keyed", "soak", "no-service"]
+    assert names[:3] == ["keyed", "no-service", "soak"]
     longer = [n for n in lanes.LONGER_DIRECTORIES if (TESTS / n).is_dir()]
     assert names[3 : 3 + len(longer)] == longer
     assert names[3 + len(longer) :] == sorted(names[3 + len(longer) : -1]) + ["top-level"]
