@@ -276,7 +276,9 @@ class FaultInjector:
     def _graphql(self) -> Any:
         from dagster_graphql import DagsterGraphQLClient
 
-        return DagsterGraphQLClient("127.0.0.1", port_number=self.dagster.web_port, timeout=60)
+        # A reload re-imports the definitions in the code server: over 60 s on a loaded machine
+        # (seen in a rehearsal beside other suites); the UI an operator reloads from waits too.
+        return DagsterGraphQLClient("127.0.0.1", port_number=self.dagster.web_port, timeout=180)
 
     def run_terminate(self) -> tuple[bool, str]:
         found = self._run_process("stage_job")

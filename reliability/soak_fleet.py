@@ -456,7 +456,9 @@ class FleetProducer:
             self.customers.snapshot(30)
         else:
             self.customers.round(inserts=3, updates=5, deletes=1)
-        sent = self.cdc.produce(self.customers)
+        # A kafka_restart fault may be under way: wait it out (librdkafka's own delivery
+        # bound), as the soak's other producers do; a restart under load takes over 30 s.
+        sent = self.cdc.produce(self.customers, deliver_within=300.0)
         self.out.per_kind["debezium"] += sent * len(self.fleet.cdc)
         return sent
 

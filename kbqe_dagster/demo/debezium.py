@@ -317,9 +317,13 @@ class DebeziumTopics:
 
         return self.registry.register_schema(subject, Schema(json.dumps(schema), "AVRO"))
 
-    def produce(self, table: CustomersTable, ts_precision: bool = False) -> int:
+    def produce(
+        self, table: CustomersTable, ts_precision: bool = False, deliver_within: float = 30.0
+    ) -> int:
         """Send the table's changes not sent yet to every topic; returns their count.
-        ``ts_precision``: under the envelope with ``ts_us``/``ts_ns`` (:func:`envelope_schema`)."""
+        ``ts_precision``: under the envelope with ``ts_us``/``ts_ns`` (:func:`envelope_schema`).
+        ``deliver_within``: seconds to wait for every delivery (the soak restarts the broker on
+        purpose and waits it out, as a real producer does)."""
         from confluent_kafka import Producer
 
         rows = ROW_V2 if table.schema_version >= 2 else ROW_V1
@@ -350,7 +354,7 @@ class DebeziumTopics:
                     on_delivery=done,
                 )
                 producer.poll(0)
-            if producer.flush(30) or errors:
+            if producer.flush(deliver_within) or errors:
                 raise RuntimeError(f"{topic}: produce failed: {errors[:3]}")
             self.produced[topic] += delivered
         self.sent = len(table.changes)
