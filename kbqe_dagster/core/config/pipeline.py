@@ -93,6 +93,7 @@ from kbqe_dagster.core.config.sections import (
     jobs_per_table_per_day,
 )
 from kbqe_dagster.core.config.table_layout import TableLayout, table_layout
+from kbqe_dagster.core.config.table_option_checks import check_table_options
 from kbqe_dagster.core.config.topics import (
     BAD_INPUT_POLICY,
     PATTERN_TOPIC_KEYS,
@@ -203,7 +204,8 @@ class PipelineConfig:
 
     def table_layout(self, dataset: str, table: str) -> TableLayout:
         """How ``dataset.table`` is laid out in BigQuery: partitioning and its column,
-        clustering, offset columns (core/config/table_layout.py)."""
+        clustering, offset columns, the options kbqe keeps in step (clustering, partition
+        expiration, labels, description; core/config/table_layout.py)."""
         return table_layout(
             self.enrichment,
             self.partitioning(dataset, table),
@@ -211,6 +213,8 @@ class PipelineConfig:
             changelog=self.is_changelog_table(dataset, table),
             delivery=self.delivery(dataset, table),
             all_columns_nullable=self.tables.all_columns_nullable(dataset, table),
+            settings=self.tables.of(dataset, table),
+            default_expiration_days=self.load.partition_expiration_days,
         )
 
     def delivery(self, dataset: str, table: str, topic: str | None = None) -> Delivery:
@@ -417,6 +421,16 @@ def parse_pipeline_config(
     )
     tables = read_tables(top.get("tables"), problems)
     _check_tables(tables, allowed, topics, patterns, dead_letter, problems)
+    for key, settings in tables.settings.items():
+        check_table_options(
+            key,
+            settings,
+            topics,
+            enrichment,
+            (dead_letter.dataset, dead_letter.table),
+            settings.partitioning is Partitioning.HOUR,
+            problems,
+        )
     stage_runs = r.build_section(
         StageRunSettings(), top.get("stage_runs"), "stage_runs", STAGE_RUNS_SPEC, problems
     )

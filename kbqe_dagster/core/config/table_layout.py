@@ -11,11 +11,12 @@ and matches on it (defs/bigquery/checks.py), so the two can never disagree.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_PARTITION_FIELD
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
-from kbqe_dagster.core.record.partitioning import Delivery, Partitioning
+from kbqe_dagster.core.record.partitioning import Delivery, Partitioning, TableSettings
+from kbqe_dagster.core.record.table_options import TableOptions
 
 DEAD_LETTER_OFFSET_COLUMNS = ("topic", "partition", "offset")
 """Where a dead letter came from: fields of the dead-letter schema (core/record/dead_letters.py)."""
@@ -30,7 +31,8 @@ class TableLayout:
     """The column BigQuery partitions on: the staging date for dead letters, else the event
     hour (HOUR tables) or the event date."""
     clustering: tuple[str, ...]
-    """Clustering columns: Kafka partition and offset for a changelog, else none."""
+    """Clustering columns of a table kbqe creates: Kafka partition and offset for a changelog,
+    else the ``tables:`` entry's ``clustering``, else none."""
     offset_columns: tuple[str, str, str]
     """The columns naming a row's topic, partition and offset: a message's identity."""
     dead_letter: bool
@@ -39,6 +41,9 @@ class TableLayout:
     """How its rows arrive: load jobs of staged files, or the Storage Write API at commit."""
     all_columns_nullable: bool = False
     """Every column it is created with is NULLABLE (``tables.<key>.all_columns_nullable``)."""
+    options: TableOptions = field(default_factory=TableOptions)
+    """What kbqe keeps in step on the table: clustering, partition expiration, labels,
+    description (core/record/table_options.py); set when it is created, updated later."""
 
 
 def table_layout(
@@ -49,8 +54,11 @@ def table_layout(
     changelog: bool,
     delivery: Delivery = Delivery.LOAD,
     all_columns_nullable: bool = False,
+    settings: TableSettings | None = None,
+    default_expiration_days: int | None = None,
 ) -> TableLayout:
-    """The layout of a table with ``partitioning`` under ``tables:``."""
+    """The layout of a table with ``partitioning`` and the other ``settings`` of its
+    ``tables:`` entry; ``default_expiration_days``: ``load.partition_expiration_days``."""
     if dead_letter:
         partitioning, column, offsets = (
             Partitioning.DAY,
@@ -64,7 +72,25 @@ def table_layout(
             else enrichment.event_date_column
         )
         offsets = (enrichment.topic_column, enrichment.partition_column, enrichment.offset_column)
-    clustering = (enrichment.partition_column, enrichment.offset_column) if changelog else ()
+    settings = settings or TableSettings()
+    # A changelog's clustering is kbqe's (its MERGE reads offset ranges), given when it is
+    # created and never the user's to change (core/config/table_option_checks.py refuses it).
+    managed = None if changelog else settings.clustering
+    clustering = (enrichment.partition_column, enrichment.offset_column) if changelog else managed
+    expiration = settings.partition_expiration_days
+    options = TableOptions(
+        clustering=managed,
+        partition_expiration_days=default_expiration_days if expiration is None else expiration,
+        labels=settings.labels,
+        description=settings.description,
+    )
     return TableLayout(
-        partitioning, column, clustering, offsets, dead_letter, delivery, all_columns_nullable
+        partitioning,
+        column,
+        clustering or (),
+        offsets,
+        dead_letter,
+        delivery,
+        all_columns_nullable,
+        options,
     )

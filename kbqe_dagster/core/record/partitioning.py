@@ -44,6 +44,12 @@ from typing import Any
 
 from kbqe_dagster.core import config_reader as r
 from kbqe_dagster.core.record.routing import allow_pattern_problem
+from kbqe_dagster.core.record.table_options import (
+    NEVER_EXPIRES,
+    clustering_list_problem,
+    description_problem,
+    labels_problem,
+)
 
 HOUR_MS = 3_600_000
 HOUR = timedelta(hours=1)
@@ -92,12 +98,75 @@ class TableSettings:
     NULLABLE when a newer schema deletes the field or makes it optional (its later rows hold
     NULL). Columns a table has already keep their mode until then. A keyed topic's current
     table and history have only NULLABLE columns anyway: set it on the changelog."""
+    clustering: tuple[str, ...] | None = None
+    """Up to 4 top-level columns the table is clustered by, in order (``[]``: not clustered).
+    Unset: the table keeps its clustering (none, or kbqe's own: a keyed current table by its
+    key). Checked against the table's columns where they are known (the enrichment columns,
+    a ``format: json`` topic's schema; else at load time against the staged file's schema).
+    A keyed changelog keeps its clustering by Kafka partition and offset: not settable; on
+    ``D.T`` of a keyed topic it replaces the clustering by key of the current table.
+    Changed on the existing table at its next load (core/record/table_options.py)."""
+    partition_expiration_days: int | None = None
+    """Days a time partition of the table lives (``null``: forever). Unset: the global
+    ``load.partition_expiration_days``. Changed on the existing table at its next load."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels of the table (BigQuery's rules: lowercase keys starting with a letter, at most
+    63 characters of lowercase letters, digits, ``_`` and ``-``; at most 64, shared with
+    kbqe's ``kbqe-feed-*`` labels). Set or changed at the next load; a label removed from
+    here stays on the table."""
+    description: str | None = None
+    """The table's description. Set or changed at the next load."""
+
+
+def _expiration_days(value: Any) -> int:
+    """``partition_expiration_days``: at least 1, or ``null`` (never expires)."""
+    return NEVER_EXPIRES if value is None else r.integer(minimum=1)(value)
+
+
+r.with_schema(_expiration_days, {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]})
+
+
+def _labels(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise r.Invalid(f"expected a mapping of label keys to values, got {r.describe(value)}")
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, (str, int)) or isinstance(item, bool):
+            raise r.Invalid(f"expected a string key and value, got {r.describe(item)}", f".{key}")
+        out[key] = str(item)
+    problem = labels_problem(out)
+    if problem:
+        raise r.Invalid(problem)
+    return out
+
+
+r.with_schema(
+    _labels,
+    {
+        "type": "object",
+        "maxProperties": 64,
+        "propertyNames": {"pattern": "^[a-z][a-z0-9_-]{0,62}$"},
+        "additionalProperties": {"type": "string", "pattern": "^[a-z0-9_-]{0,63}$"},
+    },
+)
+
+
+def _any_string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise r.Invalid(f"expected a string, got {r.describe(value)}")
+    return value
 
 
 TABLE_SPEC: dict[str, r.Converter] = {
     "partitioning": r.choice(Partitioning),
     "delivery": r.choice(Delivery),
     "all_columns_nullable": r.boolean,
+    "clustering": r.checked(r.list_of(r.string), clustering_list_problem),
+    "partition_expiration_days": _expiration_days,
+    "labels": _labels,
+    "description": r.checked(
+        r.with_schema(lambda v: _any_string(v), {"type": "string"}), description_problem
+    ),
 }
 
 
@@ -124,6 +193,18 @@ class TablesConfig:
 
     def all_columns_nullable(self, dataset: str, table: str) -> bool:
         return self.of(dataset, table).all_columns_nullable
+
+    @property
+    def optioned_keys(self) -> tuple[str, ...]:
+        """Keys that state an option kbqe keeps in step on existing tables."""
+        return tuple(
+            k
+            for k, s in self.settings.items()
+            if s.clustering is not None
+            or s.partition_expiration_days is not None
+            or s.labels
+            or s.description is not None
+        )
 
     @property
     def any_storage_write(self) -> bool:
