@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kbqe_dagster.core.config.table_layout import TableLayout
 from kbqe_dagster.core.load.evolution import plan_schema_change
+from kbqe_dagster.core.record.table_options import TableOptions, table_update
 from kbqe_dagster.resources.bigquery import BigQueryResource
-from kbqe_dagster.resources.bigquery.jobs import LoadRequest, load_job_config
+from kbqe_dagster.resources.bigquery.jobs import LoadRequest, new_table
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class BigQueryTableKeeper:
         # made by, which must hold every column (GoogleBigQueryLoads.evolve_table).
         evolved = self._evolve(dataset, table, columns)
         if evolved is not None:
+            self._keep_options(dataset, table, layout)  # after the columns a clustering may name
             self.ready[(dataset, table)] = evolved
             return
         if self.settings.create_datasets:
@@ -112,11 +114,13 @@ class BigQueryTableKeeper:
                 table=table,
                 source_uris=(),
                 partition_field=layout.partition_column,
-                partition_expiration_days=self.settings.partition_expiration_days,
+                partition_expiration_days=self._expiration_days(layout),
                 avro_schema=file_schema,
                 clustering_fields=layout.clustering,
                 partitioning=layout.partitioning,
                 all_columns_nullable=layout.all_columns_nullable,
+                table_labels=layout.options.labels,
+                description=layout.options.description,
             )
         )
         # Another task may have created it first, from another schema: take this one too.
@@ -163,17 +167,41 @@ class BigQueryTableKeeper:
         )
         return None if evolved is None else list(evolved[1])
 
+    def _expiration_days(self, layout: TableLayout) -> int | None:
+        """The table's partition expiration: its ``tables:`` entry's (0: never), else the
+        global one."""
+        days = layout.options.partition_expiration_days
+        return self.settings.partition_expiration_days if days is None else (days or None)
+
+    def _keep_options(self, dataset: str, table: str, layout: TableLayout) -> None:
+        """An existing table's options brought in step with its ``tables:`` entry (as the load
+        path does at a table's next load; loading/coordinator.py): one more metadata read,
+        only for a table whose entry states options. A refused update is logged: it never
+        holds rows back."""
+        days = self._expiration_days(layout)
+        wanted = replace(
+            layout.options,
+            partition_expiration_days=(
+                layout.options.partition_expiration_days if days is None else days
+            ),
+        )
+        if wanted == TableOptions():
+            return
+        current = self.loads.table_metadata(dataset, table)
+        update = table_update(current, wanted) if current is not None else None
+        if not update:
+            return
+        try:
+            self.loads.update_table_options(dataset, table, update)
+        except Exception as error:  # noqa: BLE001 - reported; the rows go on
+            log.warning("%s.%s: could not update %s: %s", dataset, table,
+                        "; ".join(update.changes), error)  # fmt: skip
+        else:
+            log.info("%s.%s: updated %s", dataset, table, "; ".join(update.changes))
+
     def _create(self, request: LoadRequest) -> None:
         """Creates the table a load would create (nothing when it exists)."""
-        from google.cloud import bigquery
-
-        config = load_job_config(request)
-        table = bigquery.Table(
-            f"{self.loads.project}.{request.dataset}.{request.table}", schema=config.schema
-        )
-        table.time_partitioning = config.time_partitioning
-        if request.clustering_fields:
-            table.clustering_fields = list(request.clustering_fields)
+        table = new_table(request, f"{self.loads.project}.{request.dataset}.{request.table}")
         log.info(
             "%s.%s: creating the table for Storage Write appends", request.dataset, request.table
         )

@@ -12,8 +12,9 @@ A crash anywhere is therefore harmless: the jobs and ranges not yet recorded are
 the next run, and the MERGE is idempotent (merge_sql.py).
 
 Per destination, a merge: reads the changelog's columns; creates ``D.T`` clustered by the
-key (and, for hard deletes, ``D.T_deleted_keys``) or adds the columns a newer row schema
-brought; runs the statements over the new jobs' offset ranges; replaces the history view
+key, or by its ``tables:`` entry's ``clustering``, with that entry's labels and description
+(and, for hard deletes, ``D.T_deleted_keys``), or adds the columns a newer row schema brought
+and brings those options in step; runs the statements over the new jobs' offset ranges; replaces the history view
 when ``history: true``; then records the jobs and watermarks. ``merge_every: N`` merges every
 N-th cycle that has new jobs or newly delivered ranges, whether or not anything was loaded; a
 forced merge (``kbqe run --until-idle``) merges whatever is new.
@@ -45,6 +46,11 @@ from kbqe_dagster.core.keyed.delivered import (
 from kbqe_dagster.core.load.state import LoadState
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.record.partitioning import Delivery
+from kbqe_dagster.core.record.table_options import (
+    TableOptions,
+    clustering_problems,
+    table_update,
+)
 from kbqe_dagster.core.transforms.keyed_rows import key_columns
 from kbqe_dagster.keyed.check_sql import check_sql
 from kbqe_dagster.keyed.history_sql import history_sql
@@ -143,12 +149,15 @@ class KeyedMerger:
         *,
         key_fields: Callable[[str], tuple[str, ...]] | None = None,
         enrichment: EnrichmentConfig | None = None,
+        table_options: Callable[[str, str], TableOptions] | None = None,
     ) -> None:
         self.loads = loads
         self.client = loads.client
         self.project = loads.project
         self.key_fields = key_fields
         self.enrichment = enrichment or EnrichmentConfig()
+        self.table_options = table_options or (lambda dataset, table: TableOptions())
+        """The ``tables:`` options of a current table ``D.T`` (PipelineConfig.table_layout)."""
         self._keys: dict[str, tuple[str, ...]] = {}
 
     def ref(self, dataset: str, table: str) -> str:
@@ -219,7 +228,14 @@ class KeyedMerger:
         assert keyed is not None
         spec, columns = self.spec(dest)
         key = spec.key
-        self._ensure_table(dest.dataset, dest.table, spec.target_columns, columns, key)
+        self._ensure_table(
+            dest.dataset,
+            dest.table,
+            spec.target_columns,
+            columns,
+            key,
+            self.table_options(dest.dataset, dest.table),
+        )
         if spec.deleted_keys:
             self._ensure_table(
                 dest.dataset,
@@ -299,19 +315,38 @@ class KeyedMerger:
         wanted: Iterable[str],
         source: dict[str, Any],
         key: tuple[str, ...],
+        options: TableOptions | None = None,
     ) -> None:
+        """``dataset.table`` exists with every ``wanted`` column. Created clustered by the key
+        (BigQuery clusters on up to 4 columns), or by ``options.clustering`` (a current
+        table's ``tables:`` entry), with its labels and description; an existing current
+        table's options are brought in step (the load path does the same for its tables)."""
         from google.cloud import bigquery
 
+        options = options or TableOptions()
         wanted = list(wanted)
+        clustering = key[:4] if options.clustering is None else options.clustering
         existing = self.columns(dataset, table)
         if existing is None:
+            columns = {c: (source[c].field_type, source[c].mode or "NULLABLE") for c in wanted}
+            problems = clustering_problems(clustering, columns, f"{dataset}.{table}")
+            if problems:
+                raise MergeError("; ".join(problems) + f" (tables.{dataset}.{table}.clustering)")
             created = bigquery.Table(
                 self.ref(dataset, table), schema=[_nullable(source[c]) for c in wanted]
             )
-            created.clustering_fields = list(key[:4])  # BigQuery clusters on up to 4 columns
+            created.clustering_fields = list(clustering) or None
+            created.labels = dict(options.labels)
+            created.description = options.description
             self.client.create_table(created, exists_ok=True)
-            log.info("%s.%s: created, clustered by %s", dataset, table, ", ".join(key[:4]))
+            log.info("%s.%s: created, clustered by %s", dataset, table, ", ".join(clustering))
             return
+        if options != TableOptions():  # one more metadata read only for tables that ask
+            current = self.loads.table_metadata(dataset, table)
+            update = table_update(current, options) if current else None
+            if update:
+                self.loads.update_table_options(dataset, table, update)
+                log.info("%s.%s: updated %s", dataset, table, "; ".join(update.changes))
         known = {c.lower() for c in existing}
         for name in wanted:
             if name.lower() not in known:

@@ -40,7 +40,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
-from kbqe_dagster.core.errors import KbqeError, StagingError
+from kbqe_dagster.core.errors import ConfigError, KbqeError, StagingError
 from kbqe_dagster.core.load.lifecycle import (
     Action,
     ObservedJob,
@@ -74,6 +74,12 @@ from kbqe_dagster.core.load.state import (
     retry_job,
 )
 from kbqe_dagster.core.protocol.naming import parse_listing
+from kbqe_dagster.core.record.table_options import (
+    TableOptions,
+    avro_columns,
+    clustering_problems,
+    table_update,
+)
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.loading.evolution import TableEvolution
 from kbqe_dagster.loading.feeds import check_feeds, record_feeds
@@ -120,6 +126,7 @@ class LoadCoordinator:
         self._listed: list[StoredFile] = []
         self._datasets_ready: set[str] = set()
         self._evolution = TableEvolution(store, bigquery)
+        self._options_kept: dict[tuple[str, str], bool] = {}  # table -> existed at its read
         self._fresh_ids: set[str] = set()  # ids this run recorded: their first submission
         self._facts: dict[str, FileFacts] = {}  # read while planning, reused when finishing
 
@@ -363,18 +370,62 @@ class LoadCoordinator:
             self._datasets_ready.add(dataset)
         schema = self._evolution.prepare(job)  # the table takes the files' schema first
         layout = self.config.table_layout(dataset, table)
+        exists = self._keep_options(dataset, table, layout.options)
+        if exists is False and schema is not None and layout.clustering:
+            # Refused here, naming the column, rather than by BigQuery's error on the job.
+            problems = clustering_problems(
+                layout.clustering, avro_columns(schema), f"{dataset}.{table}"
+            )
+            if problems:
+                raise ConfigError(
+                    f"{'; '.join(problems)} in the schema of {self.store.uri(job.files[0])} "
+                    f"(tables.{dataset}.{table}.clustering or its dataset.*)"
+                )
+        expiration = layout.options.partition_expiration_days
         return LoadRequest(
             job_id=job.job_id,
             dataset=dataset,
             table=table,
             source_uris=tuple(self.store.uri(f) for f in job.files),
             partition_field=layout.partition_column,
-            partition_expiration_days=self.settings.partition_expiration_days,
+            partition_expiration_days=expiration or None,
             avro_schema=schema,
             clustering_fields=layout.clustering,
             partitioning=layout.partitioning,
             all_columns_nullable=layout.all_columns_nullable,
+            table_labels=layout.options.labels,
+            description=layout.options.description,
         )
+
+    def _keep_options(self, dataset: str, table: str, wanted: TableOptions) -> bool | None:
+        """Whether ``dataset.table`` exists, from its metadata read once per run (the first job
+        of the table) when its ``tables:`` entry states options (None: not asked, no read);
+        an existing table whose options differ from ``wanted`` is updated. A table created by
+        a load gets them from that load's configuration. A refused update is logged and tried
+        again at the next run: it never holds the rows back."""
+        if wanted == TableOptions():
+            return None
+        if (dataset, table) in self._options_kept:
+            return self._options_kept[(dataset, table)]
+        current = self.bigquery.table_metadata(dataset, table)
+        self._options_kept[(dataset, table)] = current is not None
+        if current is None:
+            return False
+        update = table_update(current, wanted)
+        if update:
+            try:
+                self.bigquery.update_table_options(dataset, table, update)
+            except Exception as error:  # noqa: BLE001 - reported; the load goes on
+                log.warning(
+                    "%s.%s: could not update %s (the next load tries again): %s",
+                    dataset,
+                    table,
+                    "; ".join(update.changes),
+                    error,
+                )
+            else:
+                log.info("%s.%s: updated %s", dataset, table, "; ".join(update.changes))
+        return True
 
     def _complete(
         self, state: LoadState, job: LoadJobRecord, stats: JobReport, report: CycleReport

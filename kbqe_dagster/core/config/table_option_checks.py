@@ -48,6 +48,7 @@ def check_table_options(
                 f"table {d.dataset}.{d.table} instead",
             )
             return
+    columns: dict[str, tuple[str, str]] | None
     if (dataset, table) == dead_letter:
         columns = avro_columns(DEAD_LETTER_SCHEMA)
     else:

@@ -51,6 +51,7 @@ def merger_from(
         bigquery.loads(),
         key_fields=lambda topic: kafka_key_fields(registry, kafka_settings, topic),
         enrichment=pipeline_config.enrichment,
+        table_options=lambda dataset, table: pipeline_config.table_layout(dataset, table).options,
     )
 
 

@@ -59,6 +59,7 @@ from kbqe_dagster.resources.bigquery.jobs import (
     LoadRequest,
     SubmitResult,
     load_job_config,
+    new_table,
 )
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
@@ -143,13 +144,7 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
         clustering), for files whose maps that load cannot insert (emulator_maps.py)."""
         from google.cloud import bigquery
 
-        config = load_job_config(request)
-        table = bigquery.Table(
-            self._table_ref(request.dataset, request.table), schema=config.schema
-        )
-        table.time_partitioning = config.time_partitioning
-        if request.clustering_fields:
-            table.clustering_fields = list(request.clustering_fields)
+        table = new_table(request, self._table_ref(request.dataset, request.table))
         log.info(
             "%s.%s: creating the table before a load of files with maps (emulator)",
             request.dataset,
@@ -194,7 +189,9 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
         temp = temp_table_name(request.job_id)
         temp_ref = self._table_ref(request.dataset, temp)
         self.client.delete_table(temp_ref, not_found_ok=True)  # a killed attempt's leftover
-        temp_request = replace(request, table=temp, partition_expiration_days=None)
+        temp_request = replace(
+            request, table=temp, partition_expiration_days=None, table_labels={}, description=None
+        )
         columns = self._file_columns(request, keep_maps=True)
         if any(holds_map(c) for c in columns):
             # The files' maps stay maps in the temporary table; the INSERT converts them.

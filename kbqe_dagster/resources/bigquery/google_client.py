@@ -22,6 +22,7 @@ from kbqe_dagster.core.load.lifecycle import (
     classify_submit,
 )
 from kbqe_dagster.core.load.notices import Column
+from kbqe_dagster.core.record.table_options import TableMetadata, TableUpdate
 from kbqe_dagster.resources.bigquery.jobs import (
     PIPELINE_LABEL,
     ROWS_FROM_JOB,
@@ -63,6 +64,7 @@ class GoogleBigQueryLoads:
         self.location = location
         self.max_bytes_billed = max_bytes_billed
         self.job_timeout_s = job_timeout_s
+        self._read_tables: dict[tuple[str, str], Any] = {}
 
     @property
     def project(self) -> str:
@@ -259,6 +261,41 @@ class GoogleBigQueryLoads:
         meta.labels = {**(meta.labels or {}), **labels}
         self.client.update_table(meta, ["labels"])
 
+    def table_metadata(self, dataset: str, table: str) -> TableMetadata | None:
+        """What kbqe keeps in step on the table (labels, description, clustering, partition
+        expiration), from one metadata read (free); None when it does not exist. The read is
+        kept for :meth:`update_table_options`, whose update then carries its etag."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            meta = self.client.get_table(self._table_ref(dataset, table))
+        except NotFound:
+            return None
+        self._read_tables[(dataset, table)] = meta
+        return table_metadata_of(meta)
+
+    def update_table_options(self, dataset: str, table: str, update: TableUpdate) -> None:
+        """Patch the fields of ``update`` on the table read last by :meth:`table_metadata`
+        (read again when it was not); a concurrent change since that read fails the update
+        (etag) rather than being overwritten."""
+        from google.cloud import bigquery
+
+        meta = self._read_tables.pop((dataset, table), None)
+        if meta is None:
+            meta = self.client.get_table(self._table_ref(dataset, table))
+        if "labels" in update.fields:
+            meta.labels = {**(meta.labels or {}), **update.labels}
+        if "description" in update.fields:
+            meta.description = update.description
+        if "clustering_fields" in update.fields:
+            meta.clustering_fields = list(update.clustering) if update.clustering else None
+        if "time_partitioning" in update.fields:
+            current = meta.time_partitioning
+            meta.time_partitioning = bigquery.TimePartitioning(
+                type_=current.type_, field=current.field, expiration_ms=update.expiration_ms
+            )
+        self.client.update_table(meta, list(update.fields))
+
     def ensure_dataset(self, dataset: str) -> None:
         from google.cloud import bigquery
 
@@ -303,6 +340,19 @@ class GoogleBigQueryLoads:
         job = self.client.query(sql, job_config=config, location=self.location)
         rows = tuple((str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in job.result())
         return DuplicateOffsets(rows, getattr(job, "total_bytes_processed", None))
+
+
+def table_metadata_of(meta: Any) -> TableMetadata:
+    """The options of a ``google.cloud.bigquery.Table`` that kbqe keeps in step."""
+    partitioning = getattr(meta, "time_partitioning", None)
+    expiration = getattr(partitioning, "expiration_ms", None)
+    return TableMetadata(
+        labels=dict(getattr(meta, "labels", None) or {}),
+        description=getattr(meta, "description", None),
+        clustering=tuple(getattr(meta, "clustering_fields", None) or ()),
+        partitioned=partitioning is not None,
+        expiration_ms=int(expiration) if expiration else None,
+    )
 
 
 def _bad_records(job: Any) -> int | None:

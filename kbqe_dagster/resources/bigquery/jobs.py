@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Protocol
 
@@ -24,6 +24,7 @@ from kbqe_dagster.core.load.evolution import SchemaChange, all_nullable
 from kbqe_dagster.core.load.lifecycle import ObservedJob, SubmitOutcome
 from kbqe_dagster.core.load.notices import Column
 from kbqe_dagster.core.record.partitioning import Partitioning
+from kbqe_dagster.core.record.table_options import TableMetadata, TableUpdate
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 
 PIPELINE_LABEL = "kbqe_dagster"
@@ -55,6 +56,10 @@ class LoadRequest:
     """The unit of the table's time partitions (core/record/partitioning.py)."""
     all_columns_nullable: bool = False
     """A table this load creates gets only NULLABLE (or REPEATED) columns."""
+    table_labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels of a table this load creates (``tables:``; not the job's own labels)."""
+    description: str | None = None
+    """Description of a table this load creates (``tables:``)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,10 @@ class BigQueryLoads(Protocol):
 
     def add_table_labels(self, dataset: str, table: str, labels: Mapping[str, str]) -> None: ...
 
+    def table_metadata(self, dataset: str, table: str) -> TableMetadata | None: ...
+
+    def update_table_options(self, dataset: str, table: str, update: TableUpdate) -> None: ...
+
     def duplicate_offsets(
         self,
         dataset: str,
@@ -161,6 +170,14 @@ def load_job_config(request: LoadRequest, labels: Mapping[str, str] | None = Non
     )
     if request.clustering_fields:
         config.clustering_fields = list(request.clustering_fields)
+    # Used by BigQuery only when the load creates the table; an existing table is brought in
+    # step by a table update instead (loading/coordinator.py).
+    if request.description is not None:
+        config.destination_table_description = request.description
+    if request.table_labels:
+        config._properties["load"].setdefault("destinationTableProperties", {})["labels"] = dict(
+            request.table_labels
+        )
     if request.avro_schema is not None:
         source = request.source_uris[0] if request.source_uris else request.job_id
         columns = bigquery_schema_from_avro(dict(request.avro_schema), source)
@@ -168,6 +185,24 @@ def load_job_config(request: LoadRequest, labels: Mapping[str, str] | None = Non
             columns = all_nullable(columns)
         config.schema = [bigquery.SchemaField.from_api_repr(c) for c in columns]
     return config
+
+
+def new_table(request: LoadRequest, ref: str):
+    """The ``bigquery.Table`` the load of ``request`` would create at ``ref``: its files'
+    schema, time partitioning, clustering, labels and description (for paths that create a
+    table before writing to it: Storage Write appends, the emulator's map loads)."""
+    from google.cloud import bigquery
+
+    config = load_job_config(request)
+    table = bigquery.Table(ref, schema=config.schema)
+    table.time_partitioning = config.time_partitioning
+    if request.clustering_fields:
+        table.clustering_fields = list(request.clustering_fields)
+    if request.table_labels:
+        table.labels = dict(request.table_labels)
+    if request.description is not None:
+        table.description = request.description
+    return table
 
 
 _PARTITION_TYPES = {Partitioning.DAY: "DAY", Partitioning.HOUR: "HOUR"}
