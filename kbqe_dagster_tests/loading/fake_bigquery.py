@@ -48,6 +48,10 @@ class FakeTable:
     created: datetime = field(default_factory=lambda: datetime.now(UTC))
     labels: dict[str, str] = field(default_factory=dict)
     etag: str | None = None
+    description: str | None = None
+    clustering_fields: list[str] | None = None
+    time_partitioning: Any = None
+    """The creating load's ``TimePartitioning`` (type, field, expiration), as BigQuery keeps it."""
 
     @property
     def num_rows(self) -> int:
@@ -115,6 +119,8 @@ class FakeBigQueryClient:
         self.unanswered_inserts = 0  # inserts that raise 503 before anything is created
         self.on_insert: Callable[[str], None] | None = None
         self.schema_updates: list[list[dict]] = []  # every tables.patch of a schema
+        self.table_reads: list[tuple[str, str]] = []  # every get_table, by (dataset, table)
+        self.table_updates: list[tuple[tuple[str, ...], dict[str, Any]]] = []  # mask, values
 
     # --- jobs ---------------------------------------------------------------------------------
     def load_table_from_uri(self, uris, destination, job_id=None, job_config=None, location=None):
@@ -171,6 +177,7 @@ class FakeBigQueryClient:
                 else _file_columns(files[0])
             )
             partitioning = config.time_partitioning.field if config.time_partitioning else None
+            properties = config._properties["load"].get("destinationTableProperties", {})
             table = FakeTable(
                 [c["name"] for c in columns],
                 fields={c["name"]: c for c in columns},
@@ -178,6 +185,10 @@ class FakeBigQueryClient:
                 time_partitioning_type=(
                     config.time_partitioning.type_ if config.time_partitioning else None
                 ),
+                labels=dict(properties.get("labels", {})),
+                description=properties.get("description"),
+                clustering_fields=config.clustering_fields,
+                time_partitioning=config.time_partitioning,
             )
         allow_addition = "ALLOW_FIELD_ADDITION" in (config.schema_update_options or [])
         rows: list[Row] = []
@@ -210,17 +221,24 @@ class FakeBigQueryClient:
     # --- tables and datasets ------------------------------------------------------------------
     def get_table(self, ref):
         _, dataset, table = str(ref).split(".")
+        self.table_reads.append((dataset, table))
         if (dataset, table) not in self.tables:
             raise NotFound(f"Not found: Table {ref}")
         return self.tables[(dataset, table)]
 
+    _UPDATABLE = ("labels", "description", "clustering_fields", "time_partitioning")
+
     def update_table(self, table, fields):
-        """Labels, as BigQuery patches them (a ``None`` value removes its key), or the schema,
-        with tables.patch's rules (module docstring)."""
+        """The schema, with tables.patch's rules (module docstring), or the fields kbqe's
+        table options change, recorded with their field mask; labels as BigQuery patches
+        them (a ``None`` value removes its key)."""
         if list(fields) == ["schema"]:
             return self._patch_schema(table)
-        if list(fields) != ["labels"]:
-            raise NotImplementedError(f"the fake updates a table's labels or schema, not {fields}")
+        if not set(fields) <= set(self._UPDATABLE):
+            raise NotImplementedError(
+                f"the fake updates a schema or {self._UPDATABLE}, not {fields}"
+            )
+        self.table_updates.append((tuple(fields), {f: getattr(table, f) for f in fields}))
         table.labels = {k: v for k, v in table.labels.items() if v is not None}
         return table
 

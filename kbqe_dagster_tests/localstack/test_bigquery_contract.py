@@ -326,6 +326,35 @@ def test_emulator_gap_hour_partitioning_of_a_load_not_recorded(bq, dataset, stag
     assert bq.get_table(table).time_partitioning is None
 
 
+def test_emulator_gap_table_options_of_a_load_not_recorded(bq, dataset, stage) -> None:
+    """BigQuery creates the destination with the load's clustering and its destination table
+    properties (labels, description); the emulator creates it without them. The local load
+    path gives them by a table update after such a load (resources/bigquery/emulator.py)."""
+    table = f"{dataset}.optioned"
+    config = _load_config(schema=EVENT_TABLE_SCHEMA, clustering_fields=["note"])
+    config.destination_table_description = "Events"
+    config._properties["load"]["destinationTableProperties"]["labels"] = {"team": "web"}
+    job_id = f"kbqe-contract-{uuid.uuid4().hex}"
+    uri = stage(EVENT_SCHEMA, _events())
+    bq.load_table_from_uri(uri, table, job_id=job_id, job_config=config).result(timeout=60)
+
+    created = bq.get_table(table)
+    assert (created.clustering_fields, created.labels, created.description) == (None, {}, None)
+
+
+def test_emulator_gap_clustering_and_labels_not_validated(bq, dataset) -> None:
+    """BigQuery refuses a clustering column the table does not have, one of a type it does not
+    cluster on (FLOAT64), and a label key with capitals or spaces; the emulator stores them.
+    kbqe refuses them itself (core/record/table_options.py, at config check and load time)."""
+    table = bigquery.Table(f"{bq.project}.{dataset}.unchecked", schema=EVENT_TABLE_SCHEMA)
+    table.clustering_fields = ["no_such_column", "event_date"]
+    table.labels = {"Bad Key": "Bad Value"}
+    created = bq.create_table(table)
+
+    assert created.clustering_fields == ["no_such_column", "event_date"]
+    assert created.labels == {"Bad Key": "Bad Value"}
+
+
 def test_emulator_gap_required_mode_not_enforced(bq, dataset, stage) -> None:
     """BigQuery rejects a null for a REQUIRED column unless ALLOW_FIELD_RELAXATION relaxes
     the column to NULLABLE; the emulator stores the null and leaves the mode REQUIRED."""

@@ -22,6 +22,11 @@ differs (DESIGN.md §7; each gap is pinned by a ``test_emulator_gap_*`` contract
   such files would create is created first, with the schema the creating load carries, then
   loaded by name: the column is BigQuery's REPEATED RECORD whichever load created the table,
   and reads back as ``[{key, value}, ...]``.
+* **Table options of a creating load.** BigQuery creates the table with the load's time
+  partitioning, clustering and destination table properties (labels, description); the
+  emulator creates it bare, but keeps them when they come by a table update. A creating load
+  that carries ``tables:`` options (clustering, expiration, labels, description) is followed
+  by that update, so the table reads back as on BigQuery and the next load finds it in step.
 * **Rows appended.** The emulator's ``outputRows`` is the table's total after a load. The
   by-name INSERT reports the rows it added itself (DML statistics, readable from any process);
   a load that creates its table appends to an empty table, so the total is its figure.
@@ -137,7 +142,27 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
             return SubmitResult(classify_submit(200))
         # The table did not exist: everything in it now was appended by this job.
         self._created[request.job_id] = self.table_row_count(request.dataset, request.table) or 0
+        self._record_created_options(request)
         return SubmitResult(classify_submit(200))
+
+    def _record_created_options(self, request: LoadRequest) -> None:
+        """What BigQuery's creating load records and the emulator's does not (module
+        docstring), given to the new table by one update; only for a table with options."""
+        if not (
+            request.clustering_fields
+            or request.table_labels
+            or request.description is not None
+            or request.partition_expiration_days
+        ):
+            return
+        ref = self._table_ref(request.dataset, request.table)
+        meta = self.client.get_table(ref)
+        wanted = new_table(request, ref)
+        for name in ("time_partitioning", "clustering_fields", "labels", "description"):
+            setattr(meta, name, getattr(wanted, name))
+        self.client.update_table(
+            meta, ["time_partitioning", "clustering_fields", "labels", "description"]
+        )
 
     def _create_table(self, request: LoadRequest) -> None:
         """The empty table the creating load would make (same schema, partitioning and
