@@ -73,6 +73,11 @@ tables:                          # per destination table; exact keys win over da
   acme_web.page_views: {partitioning: hour}   # HOUR partitions (DAY is the default)
   acme_web.clicks: {delivery: storage_write}  # rows in BigQuery in seconds (billed)
   acme_crm.*: {all_columns_nullable: true}    # no REQUIRED column (fields deleted freely)
+  acme_sales.orders:                          # options kept in step at each load
+    clustering: [customer_id, order_id]       # up to 4 top-level columns
+    partition_expiration_days: 400            # null: never (default: load.partition_expiration_days)
+    labels: {team: sales, cost_center: cc-42}
+    description: Orders as placed, one row per order event
 ```
 
 `tables` sets a destination table's time partitioning: `day` (the default; on the event date
@@ -116,6 +121,25 @@ true` (Kafka Connect's BigQuery sink calls it `allBQFieldsNullable`) creates eve
 the tables its key covers NULLABLE (REPEATED stays), for teams that delete fields freely;
 refused on the dead-letter table and on a keyed topic's current table (its columns are
 NULLABLE anyway: set it on the changelog). Columns a table has already keep their mode.
+
+`tables` also shapes a table for warehouse users: `clustering` (up to 4 top-level columns of a
+type BigQuery clusters on), `partition_expiration_days` (per table; the global
+`load.partition_expiration_days` stays the default; `null`: never), `labels` (BigQuery's rules:
+lowercase keys starting with a letter, at most 63 characters of lowercase letters, digits, `_`
+and `-`, at most 64 labels; `kbqe-feed-*` keys are kbqe's own) and `description`. A table kbqe
+creates (a load, a Storage Write delivery, a keyed MERGE's `D.T`) gets them; an existing table
+is brought in step at its next load by one table update of the fields that differ, after one
+metadata read per table and load run (only for tables whose entry states options). kbqe changes only what the file states: an option it
+does not name is left as the table has it (set by hand, by Terraform), and a label removed from
+the file stays on the table (remove it with `bq update --remove_label`). `kbqe config check`
+checks each clustering column it can without BigQuery (the enrichment columns, the dead-letter
+table, a `format: json` topic's declared schema); a column of a registry schema is checked
+against the first staged file when the table is created, and a wrong one fails that load
+naming the column and the file. A keyed topic's changelog keeps its clustering by Kafka
+partition and offset (an entry for `D.T_changelog` with `clustering` is refused); on `D.T`,
+`clustering` replaces the current table's clustering by key, and labels and description apply
+to it; its `D.T_history` view takes none. Not yet: `month`/`year`/`none` partitioning, a user
+`partition_column`, `require_partition_filter`, column descriptions (issue 39).
 
 `format: debezium` reads Debezium's change events: the standard envelope
 (`before`/`after`/`source`/`op`/`ts_ms`) or the flattened form of its `ExtractNewRecordState`

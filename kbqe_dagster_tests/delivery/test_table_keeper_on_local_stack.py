@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from google.cloud import bigquery
 
-from kbqe_dagster.core.config.table_layout import table_layout
+from kbqe_dagster.core.config.table_layout import TableLayout, table_layout
 from kbqe_dagster.core.errors import SchemaChangeRefusedError
 from kbqe_dagster.core.formats.avro_proto import proto_rows
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.record.partitioning import Partitioning
+from kbqe_dagster.core.record.table_options import TableOptions
 from kbqe_dagster.delivery.tables import TableKeeperSettings
 from kbqe_dagster.resources.environment import local_resources
 from kbqe_dagster_tests.localstack.emulators import bq, emulators  # noqa: F401 (fixtures)
@@ -120,6 +122,23 @@ def test_a_table_configured_all_columns_nullable_is_created_nullable(bq, dataset
     )  # fmt: skip
     _keeper().ensure(dataset, "clicks", V2, nullable)
     assert set(_modes(bq, dataset).values()) == {"NULLABLE"}
+
+
+def test_a_storage_write_table_gets_its_options_and_takes_changed_ones(bq, dataset):
+    def with_options(**options) -> TableLayout:
+        return replace(LAYOUT, clustering=options["clustering"], options=TableOptions(**options))
+
+    first = with_options(clustering=("n",), labels={"team": "web"}, description="Clicks")
+    _keeper().ensure(dataset, "clicks", V1, first)
+    changed = with_options(clustering=("ref", "n"), labels={"team": "growth"}, description="C")
+    _keeper().ensure(dataset, "clicks", V2, changed)  # another task, the next range
+
+    table = bq.get_table(f"{dataset}.clicks")
+    assert (table.clustering_fields, table.labels, table.description) == (
+        ["ref", "n"],
+        {"team": "growth"},
+        "C",
+    )
 
 
 KAFKA = {

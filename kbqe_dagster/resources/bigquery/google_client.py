@@ -274,13 +274,15 @@ class GoogleBigQueryLoads:
         self._read_tables[(dataset, table)] = meta
         return table_metadata_of(meta)
 
-    def update_table_options(self, dataset: str, table: str, update: TableUpdate) -> None:
-        """Patch the fields of ``update`` on the table read last by :meth:`table_metadata`
-        (read again when it was not); a concurrent change since that read fails the update
-        (etag) rather than being overwritten."""
+    def update_table_options(
+        self, dataset: str, table: str, update: TableUpdate, read: Any = None
+    ) -> None:
+        """Patch the fields of ``update`` on the table as ``read`` (a ``Table`` the caller
+        read), else as :meth:`table_metadata` read it last, else read now; a concurrent change
+        since that read fails the update (etag) rather than being overwritten."""
         from google.cloud import bigquery
 
-        meta = self._read_tables.pop((dataset, table), None)
+        meta = read if read is not None else self._read_tables.pop((dataset, table), None)
         if meta is None:
             meta = self.client.get_table(self._table_ref(dataset, table))
         if "labels" in update.fields:
