@@ -280,3 +280,14 @@ def test_an_empty_clustering_declusters_and_null_expiration_removes_it() -> None
 def test_an_unpartitioned_table_gets_no_expiration() -> None:
     current = TableMetadata(clustering=("id",), partitioned=False)
     assert not table_update(current, TableOptions(("id",), 30))
+
+
+def test_an_empty_description_clears_the_tables_one() -> None:
+    update = table_update(EXISTING, TableOptions(description=""))
+    assert (update.fields, update.description) == (("description",), "")
+    assert (
+        pipeline({"acme_web.views": {"description": ""}})
+        .table_layout("acme_web", "views")
+        .options.description
+        == ""
+    )

@@ -152,9 +152,13 @@ r.with_schema(
 
 
 def _any_string(value: Any) -> str:
+    """A string, empty included (``description: ""`` clears a description)."""
     if not isinstance(value, str):
         raise r.Invalid(f"expected a string, got {r.describe(value)}")
     return value
+
+
+r.with_schema(_any_string, {"type": "string"})
 
 
 TABLE_SPEC: dict[str, r.Converter] = {
@@ -164,9 +168,7 @@ TABLE_SPEC: dict[str, r.Converter] = {
     "clustering": r.checked(r.list_of(r.string), clustering_list_problem),
     "partition_expiration_days": _expiration_days,
     "labels": _labels,
-    "description": r.checked(
-        r.with_schema(lambda v: _any_string(v), {"type": "string"}), description_problem
-    ),
+    "description": r.checked(_any_string, description_problem),
 }
 
 
@@ -193,18 +195,6 @@ class TablesConfig:
 
     def all_columns_nullable(self, dataset: str, table: str) -> bool:
         return self.of(dataset, table).all_columns_nullable
-
-    @property
-    def optioned_keys(self) -> tuple[str, ...]:
-        """Keys that state an option kbqe keeps in step on existing tables."""
-        return tuple(
-            k
-            for k, s in self.settings.items()
-            if s.clustering is not None
-            or s.partition_expiration_days is not None
-            or s.labels
-            or s.description is not None
-        )
 
     @property
     def any_storage_write(self) -> bool:
