@@ -1,6 +1,6 @@
 """Per-table options on the load path, against the fake BigQuery client at the boundary: the
 request a creating load sends, the one table update an existing table gets when the
-configuration changed (its field mask and values), the metadata reads that costs, and a
+configuration changed (its field mask and values), the one metadata read per run it costs, and a
 clustering column refused naming it. The emulator shows the tables these requests make
 (``test_table_options_on_emulators.py``) but neither records a creating load's options nor
 validates clustering columns and labels: pinned by ``test_emulator_gap_table_options_of_a_load_not_recorded``
@@ -76,8 +76,8 @@ def test_a_creating_load_carries_the_options_and_the_job_keeps_its_own_labels(st
     assert bq.table_updates == [(("labels",), {"labels": created.labels})]  # the feed label only
 
 
-def test_a_table_in_step_is_not_updated_and_costs_no_extra_metadata_read(tmp_path) -> None:
-    def reads_of_second_load(orders: dict[str, Any] | None) -> tuple[int, list]:
+def test_a_table_in_step_is_not_updated_and_its_options_cost_one_read_per_run(tmp_path) -> None:
+    def second_load(orders: dict[str, Any] | None) -> tuple[int, list]:
         store, bq = LocalStagingStore(tmp_path / str(orders is None)), FakeBigQueryClient()
         cycle(store, bq, pipeline(orders), 0)
         bq.table_reads.clear()
@@ -85,10 +85,10 @@ def test_a_table_in_step_is_not_updated_and_costs_no_extra_metadata_read(tmp_pat
         cycle(store, bq, pipeline(orders), 3)
         return bq.table_reads.count(ORDERS), bq.table_updates[updates:]
 
-    with_options, without = reads_of_second_load(FIRST), reads_of_second_load(None)
+    (with_options, updates), (without, _) = second_load(FIRST), second_load(None)
 
-    assert with_options == without  # the one read replaces the existence check it had
-    assert with_options[1] == []
+    assert with_options == without + 1  # a table without options pays nothing
+    assert updates == []
 
 
 def test_changed_options_are_one_update_of_the_fields_that_differ(store, bq, caplog) -> None:
