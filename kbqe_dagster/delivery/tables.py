@@ -108,19 +108,14 @@ class BigQueryTableKeeper:
         if self.settings.create_datasets:
             self.loads.ensure_dataset(dataset)
         self._create(
-            LoadRequest(
+            LoadRequest.into(
+                layout,
                 job_id="",
                 dataset=dataset,
                 table=table,
                 source_uris=(),
-                partition_field=layout.partition_column,
                 partition_expiration_days=self._expiration_days(layout),
                 avro_schema=file_schema,
-                clustering_fields=layout.clustering,
-                partitioning=layout.partitioning,
-                all_columns_nullable=layout.all_columns_nullable,
-                table_labels=layout.options.labels,
-                description=layout.options.description,
             )
         )
         # Another task may have created it first, from another schema: take this one too.

@@ -42,19 +42,7 @@ from kbqe_dagster.core.transforms.compiler import (
     hmac_keys,
 )
 from kbqe_dagster.core.transforms.destinations import CompiledDestination, compile_destination
-
-
-def message_meta(msg: Any) -> MessageMeta:
-    """What transforms may read of a Kafka message besides its record."""
-    ts_type, ts = msg.timestamp()
-    return MessageMeta(
-        msg.topic(),
-        msg.partition(),
-        msg.offset(),
-        ts if ts_type != 0 else None,
-        msg.key(),
-        msg.headers(),
-    )
+from kbqe_dagster.core.transforms.kinds import message_meta
 
 
 @dataclass(frozen=True)

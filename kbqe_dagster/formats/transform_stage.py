@@ -69,12 +69,13 @@ from kbqe_dagster.core.transforms.compiler import (
     field_values,
     hmac_keys,
 )
+from kbqe_dagster.core.transforms.kinds import message_meta
 from kbqe_dagster.formats.avro_destination_kernel import (
     AvroDestinationKernelStaging,
     destinations_on_kernel,
 )
 from kbqe_dagster.formats.avro_transform_kernel import AvroTransformKernelStaging
-from kbqe_dagster.formats.destination_stage import DestinationFanOut, message_meta
+from kbqe_dagster.formats.destination_stage import DestinationFanOut
 from kbqe_dagster.formats.kernel_transforms import kernel_kinds
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging

@@ -45,8 +45,9 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.routing import Destination
 from kbqe_dagster.core.record.wire import HEADER_SIZE
-from kbqe_dagster.core.transforms.compiler import MessageMeta, hmac_keys
+from kbqe_dagster.core.transforms.compiler import hmac_keys
 from kbqe_dagster.core.transforms.keyed_rows import key_columns
+from kbqe_dagster.core.transforms.kinds import message_meta
 from kbqe_dagster.keyed.changes import ChangeLayout, change_layout
 from kbqe_dagster.keyed.connect_json import ConnectJsonDecoding
 from kbqe_dagster.keyed.native_stage import KeyedNativeStaging
@@ -119,7 +120,7 @@ class KeyedRangeStager(RangeStager):
         if self.kafka_key_unchecked:
             self.check_kafka_key(msg.key())
         schema_id, decoder, body, fields = self.decode(msg)
-        meta = None if decoder.layout.transform is None else _meta(msg)
+        meta = None if decoder.layout.transform is None else message_meta(msg)
         change = decoder.layout.body(body, fields, meta)
         self.place(
             msg,
@@ -163,17 +164,3 @@ class KeyedRangeStager(RangeStager):
     def range_result(self, last, files, bytes_by_dataset, conflict=False) -> RangeResult:
         result = super().range_result(last, files, bytes_by_dataset, conflict)
         return replace(result, tombstones=self.tombstones)
-
-
-def _meta(msg: Any) -> MessageMeta:
-    """What a transform may read of the Kafka message besides its row (a timestamp of type
-    0, "not available", is None, as on the append path)."""
-    ts_type, ts = msg.timestamp()
-    return MessageMeta(
-        msg.topic(),
-        msg.partition(),
-        msg.offset(),
-        ts if ts_type != 0 else None,
-        msg.key(),
-        msg.headers(),
-    )

@@ -382,19 +382,14 @@ class LoadCoordinator:
                     f"(tables.{dataset}.{table}.clustering or its dataset.*)"
                 )
         expiration = layout.options.partition_expiration_days
-        return LoadRequest(
+        return LoadRequest.into(
+            layout,
             job_id=job.job_id,
             dataset=dataset,
             table=table,
             source_uris=tuple(self.store.uri(f) for f in job.files),
-            partition_field=layout.partition_column,
             partition_expiration_days=expiration or None,
             avro_schema=schema,
-            clustering_fields=layout.clustering,
-            partitioning=layout.partitioning,
-            all_columns_nullable=layout.all_columns_nullable,
-            table_labels=layout.options.labels,
-            description=layout.options.description,
         )
 
     def _keep_options(self, dataset: str, table: str, wanted: TableOptions) -> bool | None:

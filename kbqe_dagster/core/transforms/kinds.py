@@ -56,6 +56,20 @@ class MessageMeta(NamedTuple):
     headers: Sequence[tuple[str, bytes | None]] | None = None
 
 
+def message_meta(msg: Any) -> MessageMeta:
+    """The :class:`MessageMeta` of a consumed Kafka message (confluent-kafka's ``Message``, or
+    anything that answers like it); a timestamp of type 0, "not available", is None."""
+    ts_type, ts = msg.timestamp()
+    return MessageMeta(
+        msg.topic(),
+        msg.partition(),
+        msg.offset(),
+        ts if ts_type != 0 else None,
+        msg.key(),
+        msg.headers(),
+    )
+
+
 Step = Callable[[dict[str, Any], MessageMeta], None]
 """One compiled transform: changes the record dict in place; raises StepFailure(field, why)."""
 

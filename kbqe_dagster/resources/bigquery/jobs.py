@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any, Protocol
 
+from kbqe_dagster.core.config.table_layout import TableLayout
 from kbqe_dagster.core.load.evolution import SchemaChange, all_nullable
 from kbqe_dagster.core.load.lifecycle import ObservedJob, SubmitOutcome
 from kbqe_dagster.core.load.notices import Column
@@ -60,6 +61,35 @@ class LoadRequest:
     """Labels of a table this load creates (``tables:``; not the job's own labels)."""
     description: str | None = None
     """Description of a table this load creates (``tables:``)."""
+
+    @classmethod
+    def into(
+        cls,
+        layout: TableLayout,
+        *,
+        job_id: str,
+        dataset: str,
+        table: str,
+        source_uris: tuple[str, ...],
+        partition_expiration_days: int | None,
+        avro_schema: Mapping[str, Any] | None,
+    ) -> LoadRequest:
+        """A load into a table of ``layout``: what the table is created with comes from the
+        layout, in one place for the load path and the Storage Write tables' creating load."""
+        return cls(
+            job_id=job_id,
+            dataset=dataset,
+            table=table,
+            source_uris=source_uris,
+            partition_field=layout.partition_column,
+            partition_expiration_days=partition_expiration_days,
+            avro_schema=avro_schema,
+            clustering_fields=layout.clustering,
+            partitioning=layout.partitioning,
+            all_columns_nullable=layout.all_columns_nullable,
+            table_labels=layout.options.labels,
+            description=layout.options.description,
+        )
 
 
 @dataclass(frozen=True)
