@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 from pathlib import Path
@@ -74,3 +75,69 @@ def test_examples_readme_lists_every_example() -> None:
     }
     assert present - listed == set(), "examples/README.md's table misses these"
     assert listed - present == set(), "examples/README.md's table lists files that do not exist"
+
+
+# --- the source files a comment or docstring names ---------------------------------------------
+SOURCE_DIRS = (
+    "kbqe_dagster",
+    "kbqe_dagster_tests",
+    "kernel/src",
+    "bench",
+    "reliability",
+    "scripts",
+    "examples",
+)
+_NAMED_SOURCE = re.compile(r"(?<![\w./<>*(-])((?:[\w-]+/)*\w[\w-]*\.(?:py|rs))\b")
+NOT_OURS = {
+    "daemon.py": "PySpark's worker daemon, in a profile's frame names",
+    "file.py": "a frame's file in an example of a message",
+    "self.py": "Rust's `self.py` (the PyO3 token), not a file",
+}
+
+
+def named_sources(path: Path) -> list[tuple[int, str]]:
+    """Each ``<folder>/<file>.py`` or ``<file>.rs`` that ``path``'s text names, with its line."""
+    return [
+        (number, match.group(1))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        for match in _NAMED_SOURCE.finditer(line)
+        if match.group(1) not in NOT_OURS
+    ]
+
+
+def resolves(name: str, named_in: Path) -> bool:
+    """A name is read from the repository, the package, the tests, the kernel, or the naming
+    file's own folder and the folders above it; a bare file name from anywhere in the repo."""
+    bases = [REPO / d for d in ("", "kbqe_dagster", "kbqe_dagster_tests", "kernel", "kernel/src")]
+    bases += [p for p in named_in.parents if REPO in (p, *p.parents)]
+    if any((base / name).exists() for base in bases):
+        return True
+    return "/" not in name and name in _source_file_names()
+
+
+@functools.cache
+def _source_file_names() -> frozenset[str]:
+    return frozenset(
+        path.name for folder in SOURCE_DIRS for path in (REPO / folder).rglob("*") if path.is_file()
+    )
+
+
+def test_every_source_file_a_comment_or_docstring_names_exists() -> None:
+    """A reader follows ``staging/probe/codegen.py`` from a comment; a rename that forgets the
+    comment sends them nowhere."""
+    stale = [
+        f"{path.relative_to(REPO)}:{number}: {name}"
+        for folder in SOURCE_DIRS
+        for path in sorted((REPO / folder).rglob("*"))
+        if path.suffix in (".py", ".rs") and path.is_file()
+        for number, name in named_sources(path)
+        if not resolves(name, path)
+    ]
+    assert stale == [], "\n".join(stale)
+
+
+def test_a_renamed_file_in_a_comment_is_found(tmp_path: Path) -> None:
+    gone, there = "staging/probe_codegen" + ".py", "staging/probe/codegen" + ".py"  # apart: not
+    source = tmp_path / ("note" + ".rs")  # named in this file's own text
+    source.write_text(f"//! mirrors `{gone}`; see `{there}`\n")
+    assert [n for _, n in named_sources(source) if not resolves(n, source)] == [gone]

@@ -15,7 +15,9 @@ Its own package rather than ``operations/`` (read-only reports over a staging st
   where the keyed tables' MERGE plugs in);
 - ``report.py``: what a run did, per topic and per table, as text and as JSON;
 - ``in_process.py``: the :class:`Pipeline` that executes the Dagster jobs;
-- ``command.py``: the ``kbqe run`` sub-command (arguments and output).
+- ``erasure_step.py`` and ``keyed_merge.py``: the after-load steps of erasure and keyed tables.
+
+The ``kbqe run`` sub-command (arguments and output) is ``cli/run.py``.
 
 May import core/, resources/, staging/, loading/, keyed/, formats/, operations/, defs/,
 definitions.py and processes.py; never the demo or the CLI."""

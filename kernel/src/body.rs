@@ -1,5 +1,5 @@
 //! Walking a Confluent body under its compiled schema: validate every byte, read the wanted
-//! values. The acceptance rules are the Python probe's (`staging/probe_codegen.py`); where the
+//! values. The acceptance rules are the Python probe's (`staging/probe/codegen.py`); where the
 //! kernel is unsure it stops (`Err(Stop)`) and the message is handed back to the Python path,
 //! which then decides with its own reasons. So the kernel may be stricter than the probe,
 //! never more lenient: a body it accepts is one the probe accepts, with the same values.

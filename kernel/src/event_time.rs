@@ -44,7 +44,7 @@ impl Unit {
     }
 
     /// `auto`: below 1e11 seconds, below 1e14 milliseconds, below 1e17 microseconds, else
-    /// nanoseconds (the magnitude rule of `core/event_time.py`).
+    /// nanoseconds (the magnitude rule of `core/record/event_time.py`).
     fn inferred(magnitude: f64) -> Unit {
         if magnitude < 1e11 {
             Unit::Seconds

@@ -1,4 +1,4 @@
-//! The enrichment prefix written before every staged body (`core/enrichment.py` is the
+//! The enrichment prefix written before every staged body (`core/record/enrichment.py` is the
 //! reference): event day, topic, partition, offset, then the optional timestamp, key and
 //! headers columns, each in Avro's binary encoding.
 

@@ -2,7 +2,7 @@
 //!
 //! The input is the schema as fastavro's `parse_schema` leaves it (names fully qualified,
 //! later uses of a named type written as its full name), serialized to JSON by the Python side.
-//! The rules mirror the Python probe (`staging/probe_codegen.py`): the same kinds, the same
+//! The rules mirror the Python probe (`staging/probe/codegen.py`): the same kinds, the same
 //! logical types checked, the same minimum sizes (which decide the zero-width-items rule).
 //! Whatever this module does not implement is `Unsupported`: the schema then stays on the
 //! Python path, which is always correct.

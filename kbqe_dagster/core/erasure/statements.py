@@ -10,7 +10,7 @@ cannot match it), the Kafka key (BYTES) with their UTF-8 bytes. A nested field p
 (``REPEATED`` is refused by :func:`match_columns`' caller, naming the column).
 
 A restriction (:class:`PartitionRestriction`) adds a filter on the partition column so
-BigQuery prunes the partitions no row of the subject can be in (positions.py decides it).
+BigQuery prunes the partitions no row of the subject can be in (pending.py decides it).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A Kafka Connect source (Debezium above all) writes a Postgres ``date`` as an Avr
 schema says ``"connect.name": "io.debezium.time.Date"``; BigQuery reads only Avro logical types
 (``use_avro_logical_types``), so without this module that column lands as INT64. The Avro
 converters (Confluent's, Apicurio's) put Connect's schema name in ``connect.name``; the
-JSON-with-schema reader (``core/formats/connect_json.py``) writes the same property, so one
+JSON-with-schema reader (``keyed/connect_json.py``) writes the same property, so one
 mapping serves both encodings.
 
 :func:`semantic_mapping` derives, once per writer schema, the record schema the staged files

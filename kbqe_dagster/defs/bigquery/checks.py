@@ -5,7 +5,7 @@ On every destination asset:
   its files (done-file manifests). Evaluated by the load op as jobs finish; run on its own
   it re-reads the statistics of each table's latest finished job. Emulator gap: there the
   figure is a before/after row count measured by the process that submitted the job (see
-  ``resources/bigquery.py``); a job finished by another process is reported as unverifiable
+  ``resources/bigquery/google_client.py``); a job finished by another process is reported as unverifiable
   (WARN), never as passed.
 - ``no_quarantined_files``: fails while a table has files whose load failed too often.
 - ``no_duplicate_offsets`` (**opt-in**, a query billed for the key columns it scans, capped
