@@ -57,9 +57,24 @@ SERVICE_FIXTURES = frozenset({STACK_FIXTURE, "cdc_stack", "emulators"})
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that uses the local stack's services is ``integration``, whether it says so or
     not."""
+    silent: set[str] = set()
     for item in items:
         if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            if not announces_the_stack(item.nodeid, item.get_closest_marker("integration")):
+                silent.add(item.nodeid.split("::")[0])
             item.add_marker(pytest.mark.integration)
+    if silent:
+        raise pytest.UsageError(
+            "these test files use the local stack without saying so: name them *_on_local_stack"
+            " (or *_on_emulator[s]) or mark their tests integration: " + ", ".join(sorted(silent))
+        )
+
+
+def announces_the_stack(nodeid: str, marked: object) -> bool:
+    """A test that starts services says so to its reader: in its file's name
+    (``*_on_local_stack``, ``*_on_emulator[s]``, ``*_on_local_emulator``) or in an
+    ``integration`` mark of its own, its class's or its module's (``marked``)."""
+    return "_on_" in nodeid.split("::")[0].rsplit("/", 1)[-1] or marked is not None
 
 
 @pytest.fixture(scope="session")

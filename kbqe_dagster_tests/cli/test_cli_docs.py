@@ -3,26 +3,14 @@
 
 from __future__ import annotations
 
-import argparse
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 from kbqe_dagster.cli import build_parser
+from kbqe_dagster_tests.support.cli import commands
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 HEADING = re.compile(r"^#{2,4} `kbqe ([a-z][a-z -]*)`\s*$", re.MULTILINE)
-
-
-def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[str]:
-    """Leaf command paths: ``stack up``, ``staging status``, ``bootstrap``, ..."""
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield " ".join(path)
-        return
-    for action in subs:
-        for name, sub in action.choices.items():
-            yield from commands(sub, path + (name,))
 
 
 def documented() -> list[str]:

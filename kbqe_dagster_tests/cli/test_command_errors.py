@@ -14,6 +14,7 @@ from kbqe_dagster.core.load.state import STATE_FILE
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster_tests.cli.conftest import Run
 from kbqe_dagster_tests.cli.staging_area import Area
+from kbqe_dagster_tests.support.cli import assert_one_error_line
 
 STAGING_COMMANDS = [
     ("staging", "status"),
@@ -23,13 +24,6 @@ STAGING_COMMANDS = [
     ("dead-letters",),
     ("bootstrap", "--topic", "t", "--offsets", "0=5"),
 ]
-
-
-def assert_one_error_line(result, starts_with: str) -> None:
-    assert result.code == 1
-    assert result.out == ""
-    assert len(result.err.splitlines()) == 1, result.err
-    assert result.err.startswith(starts_with), result.err
 
 
 @pytest.mark.parametrize("command", STAGING_COMMANDS, ids=" ".join)

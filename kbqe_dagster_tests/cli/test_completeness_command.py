@@ -76,9 +76,9 @@ def test_a_table_name_without_a_dataset_is_refused(run: Run, staged):
 
 @pytest.fixture
 def staged_hourly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from kbqe_dagster_tests.operations import test_completeness_per_hour as hourly
+    from kbqe_dagster_tests.operations import hourly_completeness_area as hourly
 
-    hourly._area(tmp_path / "staging")
+    hourly.build(tmp_path / "staging")
     pipeline = tmp_path / "pipeline.yaml"
     pipeline.write_text(yaml.safe_dump(hourly.PIPELINE))
     monkeypatch.setattr(command, "watermark_reader", lambda args: area.watermarks(hourly.MARKS))

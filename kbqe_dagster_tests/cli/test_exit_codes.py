@@ -16,7 +16,7 @@ from kbqe_dagster.cli.completeness import NOT_COMPLETE_EXIT
 from kbqe_dagster.cli.config import INVALID_EXIT
 from kbqe_dagster.core.errors import KbqeError
 from kbqe_dagster_tests.cli.conftest import Run
-from kbqe_dagster_tests.cli.test_cli_docs import commands
+from kbqe_dagster_tests.support.cli import commands
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 COMMON = {1: "error", 2: "usage error", 130: "interrupted"}

@@ -30,7 +30,7 @@ from kbqe_dagster_tests.cli.staging_area import (
     state_with_pending_and_quarantine,
     write_state,
 )
-from kbqe_dagster_tests.cli.test_command_errors import assert_one_error_line
+from kbqe_dagster_tests.support.cli import assert_one_error_line
 
 ORDERS = "acme_sales.orders"
 NOTE = "_kbqe/quarantine/acme_sales.orders/kbqe_acme_sales_orders_1.json"
