@@ -53,8 +53,8 @@ from kbqe_dagster.stagers import stager_class  # noqa: E402
 from kbqe_dagster.staging.context import StageContext  # noqa: E402
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_built  # noqa: E402
 from kbqe_dagster.staging.task import stage_messages  # noqa: E402
-from kbqe_dagster_tests.formats.test_transforms_on_local_stack import SCHEMA, transforms  # noqa: E402
 from kbqe_dagster_tests.staging.kernel_equality import ListReader, Msg  # noqa: E402
+from kbqe_dagster_tests.support.transform_specs import SCHEMA, transforms  # noqa: E402
 
 TOPIC = "bench.orders"
 STATIC = {"mode": "static", "dataset": "shop", "table": "books"}

@@ -8,6 +8,7 @@ functions, under ``TYPE_CHECKING``. A deferred import is still a dependency.
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -362,3 +363,48 @@ def test_the_layer_rules_see_module_level_and_in_function_imports() -> None:
     demo_run = PACKAGE / "demo" / "run.py"
     assert "kbqe_dagster.demo.produce" in _package_imports(demo_run)  # imported in a function
     assert "localstack" in _rooms_imported(demo_run)  # in a function too
+
+
+# --- the tests' own house: what tests share lives in helper modules, never in a test module ------
+REPO = PACKAGE.parent
+TEST_CODE_DIRS = ("kbqe_dagster_tests", "bench", "reliability", "scripts")
+_TEST_MODULE_IMPORT = re.compile(
+    r"\bfrom\s+kbqe_dagster_tests(?:\.\w+)*\s+import\s+(?:\(\s*)?test_\w+"
+    r"|\b(?:from|import)\s+kbqe_dagster_tests(?:\.\w+)*\.test_\w+"
+)
+
+
+def test_modules_named(text: str) -> list[str]:
+    """The ``test_*`` modules a source text imports, in code or in a script it holds as text
+    (a subprocess's program): ``from x.test_y import z``, ``import x.test_y``,
+    ``from x import test_y``."""
+    return [m.group(0) for m in _TEST_MODULE_IMPORT.finditer(text)]
+
+
+test_modules_named.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+def test_no_test_or_bench_imports_a_test_module() -> None:
+    """A test module is collected and run; one that others import becomes a library whose
+    tests run again under another name, and a reader of a test cannot tell what others need
+    of it. What tests share lives in ``kbqe_dagster_tests/support/`` (or a helper module
+    beside its tests, never named ``test_*``)."""
+    offenders = [
+        f"{path.relative_to(REPO)}: {found}"
+        for folder in TEST_CODE_DIRS
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for found in test_modules_named(path.read_text())
+    ]
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_the_test_import_finder_finds_each_spelling() -> None:
+    tests = "kbqe_dagster_tests"  # spelled apart, so this file is not an offender itself
+    found = test_modules_named(
+        f"from {tests}.loading.test_stage_then_load import good_messages\n"
+        f"import {tests}.cli.test_cli_docs\n"
+        f"    from {tests}.operations import test_completeness_per_hour as h\n"
+        f"from {tests}.support.framing import avro_body\n"
+        f"from {tests}.operations import completeness_area\n"
+    )
+    assert len(found) == 3, found

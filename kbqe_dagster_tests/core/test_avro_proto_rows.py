@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import fastavro
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pb2
 
 from kbqe_dagster.core.errors import RowEncodeError, UnsupportedSchemaError
 from kbqe_dagster.core.formats.avro_proto import (
@@ -33,8 +33,8 @@ from kbqe_dagster.core.record.enrichment import (
     with_event_hour,
 )
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
+from kbqe_dagster_tests.support.proto_rows import F, message_class, parsed
 
-F = descriptor_pb2.FieldDescriptorProto
 UTC = dt.UTC
 
 # The proto types the API takes for each BigQuery column type, as this mapping chooses them
@@ -166,37 +166,6 @@ def avro_round_trip(schema, records) -> list[dict]:
     fastavro.writer(out, fastavro.parse_schema(schema), records)
     out.seek(0)
     return list(fastavro.reader(out))
-
-
-def message_class(descriptor: descriptor_pb2.DescriptorProto):
-    """A message class built from the descriptor alone, as the API (and the emulator) do."""
-    pool = descriptor_pool.DescriptorPool()
-    file = descriptor_pb2.FileDescriptorProto(name="test_row.proto", syntax="proto2")
-    file.message_type.add().CopyFrom(descriptor)
-    pool.Add(file)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(descriptor.name))
-
-
-def parsed(schema, records) -> list[dict]:
-    cls = message_class(proto_schema(schema))
-    out = []
-    for raw in encode_rows(schema, records):
-        message = cls()
-        message.ParseFromString(raw)
-        out.append(as_python(message))
-    return out
-
-
-def as_python(message) -> dict:
-    """Set fields only (an unset optional field is NULL), repeated as lists."""
-    out = {}
-    for field, value in message.ListFields():
-        if field.type == F.TYPE_MESSAGE:
-            value = [as_python(v) for v in value] if field.is_repeated else as_python(value)
-        elif field.is_repeated:
-            value = list(value)
-        out[field.name] = value
-    return out
 
 
 def assert_columns_match(fields, descriptor: descriptor_pb2.DescriptorProto) -> None:

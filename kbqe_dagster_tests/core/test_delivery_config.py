@@ -8,48 +8,12 @@ from typing import Any
 import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.record.partitioning import Delivery
-
-TS = {"fields": ["ts"]}
-
-
-def _raw(tables: Any = None, *, topic_delivery: str | None = None, **extra: Any) -> dict:
-    web: dict[str, Any] = {
-        "name": "web",
-        "event_time": TS,
-        "routing": {"mode": "static", "dataset": "acme_web", "table": "views"},
-    }
-    if topic_delivery is not None:
-        web["delivery"] = topic_delivery
-    raw: dict[str, Any] = {
-        "version": 1,
-        "topics": [
-            web,
-            {"name": "sales", "event_time": TS},  # fields routing: tables named per record
-            {
-                "name": "dbserver1.inventory.customers",
-                "format": "debezium",
-                "keyed": {},
-                "routing": {"mode": "static", "dataset": "inventory", "table": "customers"},
-            },
-        ],
-        "allowed_destinations": ["acme_web.*", "acme_sales.*"],
-        **extra,
-    }
-    if tables is not None:
-        raw["tables"] = tables
-    return raw
-
-
-def _problems(raw: dict) -> str:
-    with pytest.raises(ConfigError) as error:
-        parse_pipeline_config(raw)
-    return str(error.value)
+from kbqe_dagster_tests.support.delivery_configs import config_problems, pipeline_with
 
 
 def test_every_table_is_loaded_unless_the_file_says_otherwise() -> None:
-    config = parse_pipeline_config(_raw())
+    config = parse_pipeline_config(pipeline_with())
     assert config.delivery("acme_web", "views") is Delivery.LOAD
     assert config.delivery("acme_sales", "orders", "sales") is Delivery.LOAD
     assert config.table_layout("acme_web", "views").delivery is Delivery.LOAD
@@ -59,7 +23,7 @@ def test_every_table_is_loaded_unless_the_file_says_otherwise() -> None:
 
 def test_a_tables_entry_sets_a_table_s_delivery_and_an_exact_key_wins() -> None:
     config = parse_pipeline_config(
-        _raw(
+        pipeline_with(
             {
                 "acme_sales.*": {"delivery": "storage_write"},
                 "acme_sales.refunds": {"delivery": "load"},
@@ -76,7 +40,7 @@ def test_a_tables_entry_sets_a_table_s_delivery_and_an_exact_key_wins() -> None:
 
 def test_a_topic_s_delivery_is_the_default_of_the_tables_it_writes() -> None:
     config = parse_pipeline_config(
-        _raw({"acme_web.clicks": {"delivery": "load"}}, topic_delivery="storage_write")
+        pipeline_with({"acme_web.clicks": {"delivery": "load"}}, topic_delivery="storage_write")
     )
     assert config.delivery("acme_web", "views", "web") is Delivery.STORAGE_WRITE
     assert config.delivery("acme_web", "views") is Delivery.STORAGE_WRITE  # its static table
@@ -85,7 +49,7 @@ def test_a_topic_s_delivery_is_the_default_of_the_tables_it_writes() -> None:
 
 
 def test_the_dead_letter_table_follows_its_own_entry_not_the_topic_s() -> None:
-    config = parse_pipeline_config(_raw(topic_delivery="storage_write"))
+    config = parse_pipeline_config(pipeline_with(topic_delivery="storage_write"))
     assert config.delivery("kbqe_dead_letters", "dead_letters", "web") is Delivery.LOAD
 
 
@@ -116,11 +80,11 @@ def test_the_dead_letter_table_follows_its_own_entry_not_the_topic_s() -> None:
 def test_what_this_slice_cannot_do_is_refused_naming_the_table(
     tables: Any, topic_delivery: str | None, expected: str
 ) -> None:
-    assert expected in _problems(_raw(tables, topic_delivery=topic_delivery))
+    assert expected in config_problems(pipeline_with(tables, topic_delivery=topic_delivery))
 
 
 def test_a_keyed_topic_delivers_its_changelog_by_its_own_delivery() -> None:
-    raw = _raw()
+    raw = pipeline_with()
     raw["topics"][2]["delivery"] = "storage_write"
     config = parse_pipeline_config(raw)
     topic = "dbserver1.inventory.customers"
@@ -135,7 +99,7 @@ def test_a_keyed_topic_delivers_its_changelog_by_its_own_delivery() -> None:
 @pytest.mark.parametrize("key", ["inventory.customers_changelog", "inventory.*"])
 def test_a_tables_entry_delivers_a_keyed_changelog_by_storage_write(key: str) -> None:
     config = parse_pipeline_config(
-        _raw(
+        pipeline_with(
             {key: {"delivery": "storage_write"}},
             allowed_destinations=["acme_web.*", "acme_sales.*", "inventory.*"],
         )

@@ -17,7 +17,6 @@ corpus to the real local Kafka, registers the corpus schemas in the real Apicuri
 from __future__ import annotations
 
 import io
-import math
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,43 +40,25 @@ from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stage_context
-from kbqe_dagster.staging import stager as stager_module
 from kbqe_dagster.staging.context import RangeResult, StageContext
-from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_built, kernel_status
-from kbqe_dagster.staging.stager import RangeStager
-from kbqe_dagster.staging.task import stage_messages, stage_range
+from kbqe_dagster.staging.native_kernel import kernel_built, kernel_status
+from kbqe_dagster.staging.task import stage_range
 from kbqe_dagster_tests.corpus import make_bad_input_corpus
 from kbqe_dagster_tests.corpus.bad_input_corpus import (
     BASE_TIMESTAMP_MS,
     Corpus,
     CorpusCase,
-    FakeSchemaLookup,
-    fake_messages,
-    load_corpus,
 )
-from kbqe_dagster_tests.staging.kernel_equality import ListReader
+from kbqe_dagster_tests.support.corpus_stream import (
+    CORPUS,
+    FAKE_IDS,
+    OFFSET_OF,
+    STREAM,
+    TOPIC,
+    run_stager,
+)
 
-CORPUS = load_corpus()
-TOPIC = "com.acme.corpus.bad"
-FAKE_IDS = {name: 11 + i for i, name in enumerate(CORPUS.schemas)}
 BAD_NAMES = [c.name for c in CORPUS.bad]
-
-
-def stream(corpus: Corpus) -> list[CorpusCase]:
-    """The bad cases in manifest order with the controls spread between them, a control
-    first: good messages must stage whatever bad input surrounds them."""
-    controls = list(corpus.controls)
-    step = math.ceil(len(corpus.bad) / len(controls))
-    out: list[CorpusCase] = []
-    for i, case in enumerate(corpus.bad):
-        if i % step == 0 and controls:
-            out.append(controls.pop(0))
-        out.append(case)
-    return out + controls
-
-
-STREAM = stream(CORPUS)
-OFFSET_OF = {case.name: offset for offset, case in enumerate(STREAM)}
 
 
 # --- the corpus itself -------------------------------------------------------------------------
@@ -205,35 +186,6 @@ STAGE_PATHS = [
 @pytest.fixture(scope="module", params=STAGE_PATHS)
 def stage_path(request) -> str:
     return request.param
-
-
-def run_stager(tmp_path: Path, policy: str, cases: list[CorpusCase],
-               path: str = "python") -> tuple[RangeResult, object]:  # fmt: skip
-    staging = StagingLocation(str(tmp_path / "staging"))
-    ctx = StageContext(
-        KafkaSettings("127.0.0.1:9"),
-        RegistrySettings("http://127.0.0.1:9"),
-        staging,
-        CORPUS.pipeline(TOPIC, policy),
-        TOPIC,
-        native_kernel=path == "native",
-    )
-    rng = OffsetRange(TOPIC, 0, 0, len(cases))
-    workdir = tmp_path / "work"
-    workdir.mkdir()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(
-            stager_module,
-            "SchemaLookup",
-            lambda settings: FakeSchemaLookup(CORPUS.schemas, FAKE_IDS),
-        )
-        stager = RangeStager(ctx, rng, workdir)
-    reader = ListReader(fake_messages(cases, FAKE_IDS, TOPIC), 0, len(cases))
-    native = NativeStaging.for_stager(stager) if path == "native" else None
-    assert (native is not None) == (path == "native")
-    stage_messages(stager, reader, native)
-    store = staging.open()
-    return stager.commit(store, reader.covered), store
 
 
 @pytest.fixture(scope="module")

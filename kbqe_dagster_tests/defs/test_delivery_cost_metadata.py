@@ -11,14 +11,14 @@ import dagster as dg
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.staging.assets import group_metadata, stage_metadata
 from kbqe_dagster.defs.staging.deliveries import delivery_events
-from kbqe_dagster_tests.defs.test_delivery_events import CONFIG, _delivery, _summary
+from kbqe_dagster_tests.support.deliveries import CONFIG, range_summary, table_delivery
 
 GIB = 2**30
 
 
 def test_each_day_s_materialization_carries_the_list_price_of_the_range_s_bytes() -> None:
-    delivery = dataclasses.replace(_delivery(), bytes=4 * GIB)
-    events = list(delivery_events([_summary(delivery)], Destinations.from_config(CONFIG)))
+    delivery = dataclasses.replace(table_delivery(), bytes=4 * GIB)
+    events = list(delivery_events([range_summary(delivery)], Destinations.from_config(CONFIG)))
     prices = [
         e.metadata["list_price_usd"].value for e in events if isinstance(e, dg.AssetMaterialization)
     ]
@@ -26,8 +26,10 @@ def test_each_day_s_materialization_carries_the_list_price_of_the_range_s_bytes(
 
 
 def test_the_stage_run_reports_rows_bytes_and_price_appended_per_table() -> None:
-    summary = _summary(dataclasses.replace(_delivery(), bytes=GIB))
-    uncommitted = _summary(dataclasses.replace(_delivery(), bytes=7 * GIB), committed=None)
+    summary = range_summary(dataclasses.replace(table_delivery(), bytes=GIB))
+    uncommitted = range_summary(
+        dataclasses.replace(table_delivery(), bytes=7 * GIB), committed=None
+    )
     both = dataclasses.replace(summary, results=summary.results + uncommitted.results)
 
     assert stage_metadata(both)["storage_write_by_table"].value == {
@@ -40,5 +42,5 @@ def test_the_stage_run_reports_rows_bytes_and_price_appended_per_table() -> None
 
 
 def test_a_run_of_load_tables_appends_nothing() -> None:
-    summary = dataclasses.replace(_summary(_delivery()), results=())
+    summary = dataclasses.replace(range_summary(table_delivery()), results=())
     assert stage_metadata(summary)["storage_write_by_table"].value == {}

@@ -6,49 +6,15 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster.core.protocol.offsets import RangePlan
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.staging.deliveries import delivery_events
-from kbqe_dagster.staging.context import RangeResult
-from kbqe_dagster.staging.job import StageSummary
-from kbqe_dagster.staging.prepare import Preparation
-from kbqe_dagster.staging.sink import TableDelivery
-
-CONFIG = parse_pipeline_config(
-    {
-        "version": 1,
-        "topics": [{"name": "web", "event_time": {"fields": ["ts"]}}],
-        "allowed_destinations": ["acme.clicks", "acme.views"],
-        "tables": {"acme.clicks": {"delivery": "storage_write"}},
-    }
-)
-STREAM = "projects/p/datasets/acme/tables/clicks/streams/s1"
-
-
-def _summary(delivery: TableDelivery, committed: int | None = 99) -> StageSummary:
-    result = RangeResult("web", 0, 0, 99, committed, 100, 100, (), 0, delivered=(delivery,))
-    return StageSummary("web", Preparation((), (), (), RangePlan((), ())), (result,), 1.0)
-
-
-def _delivery(rows: int = 60, refused: int = 0) -> TableDelivery:
-    return TableDelivery(
-        "acme",
-        "clicks",
-        STREAM,
-        40,
-        rows,
-        60,
-        refused,
-        4096,
-        (("2026-11-24", 20), ("2026-11-25", 40)),
-        1,
-        0,
-    )
+from kbqe_dagster_tests.support.deliveries import CONFIG, STREAM, range_summary, table_delivery
 
 
 def test_one_materialization_per_event_day_on_the_table_s_asset() -> None:
-    events = list(delivery_events([_summary(_delivery())], Destinations.from_config(CONFIG)))
+    events = list(
+        delivery_events([range_summary(table_delivery())], Destinations.from_config(CONFIG))
+    )
     materializations = [e for e in events if isinstance(e, dg.AssetMaterialization)]
     assert [
         (m.asset_key.path, m.partition, m.metadata["dagster/row_count"].value)
@@ -72,7 +38,9 @@ def test_one_materialization_per_event_day_on_the_table_s_asset() -> None:
 
 def test_rows_loaded_passes_when_the_stream_holds_every_record_not_refused() -> None:
     events = list(
-        delivery_events([_summary(_delivery(rows=58, refused=2))], Destinations.from_config(CONFIG))
+        delivery_events(
+            [range_summary(table_delivery(rows=58, refused=2))], Destinations.from_config(CONFIG)
+        )
     )
     (check,) = [e for e in events if isinstance(e, dg.AssetCheckEvaluation)]
     assert (check.check_name, check.passed) == ("rows_loaded", True)
@@ -80,7 +48,9 @@ def test_rows_loaded_passes_when_the_stream_holds_every_record_not_refused() -> 
 
 def test_rows_loaded_fails_when_rows_are_missing_from_the_stream() -> None:
     events = list(
-        delivery_events([_summary(_delivery(rows=57, refused=2))], Destinations.from_config(CONFIG))
+        delivery_events(
+            [range_summary(table_delivery(rows=57, refused=2))], Destinations.from_config(CONFIG)
+        )
     )
     (check,) = [e for e in events if isinstance(e, dg.AssetCheckEvaluation)]
     assert not check.passed
@@ -90,7 +60,7 @@ def test_an_attempt_that_did_not_commit_reports_nothing() -> None:
     assert (
         list(
             delivery_events(
-                [_summary(_delivery(), committed=None)], Destinations.from_config(CONFIG)
+                [range_summary(table_delivery(), committed=None)], Destinations.from_config(CONFIG)
             )
         )
         == []

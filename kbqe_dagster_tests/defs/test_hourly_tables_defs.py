@@ -23,7 +23,7 @@ from kbqe_dagster.defs.completeness.sensors import day_complete_events
 from kbqe_dagster.operations.completeness import evaluate
 from kbqe_dagster_tests.loading.conftest import ORDERS_V1, PAGE_VIEWS, TOPIC
 from kbqe_dagster_tests.loading.staged import stage_range
-from kbqe_dagster_tests.operations import test_completeness_per_hour as hourly_area
+from kbqe_dagster_tests.operations import hourly_completeness_area as hourly_area
 from kbqe_dagster_tests.operations.completeness_area import watermarks
 
 DAY1 = date(2024, 9, 12)
@@ -147,7 +147,7 @@ def test_files_staged_before_a_table_became_hourly_are_reported_for_the_table_as
 
 
 def test_hour_tables_get_hour_complete_checks_reported_per_hour(tmp_path: Path) -> None:
-    store, _ = hourly_area._area(tmp_path)
+    store, _ = hourly_area.build(tmp_path)
     config = parse_pipeline_config({**hourly_area.PIPELINE, "allowed_destinations": ["web.views"]})
     destinations = Destinations.from_config(config)
     with warnings.catch_warnings():

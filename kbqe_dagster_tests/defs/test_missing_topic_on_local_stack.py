@@ -20,7 +20,7 @@ from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource,
 from kbqe_dagster.resources.kafka.clients import KafkaSettings, TopicMissing
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 from kbqe_dagster.staging.prepare import prepare_topic
-from kbqe_dagster_tests.runner.test_topic_patterns_on_local_stack import SCHEMA, Cluster
+from kbqe_dagster_tests.support.json_topics import SCHEMA, Cluster
 
 pytestmark = pytest.mark.integration
 

@@ -31,7 +31,7 @@ from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.backlog import topic_backlog
-from kbqe_dagster_tests.delivery.test_storage_write_on_local_stack import Rig
+from kbqe_dagster_tests.support.storage_write_rig import Rig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -28,7 +28,7 @@ from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster_tests.kbqe_run import cli_env, create_topic, drop_datasets, until_idle
-from kbqe_dagster_tests.loading.test_stage_then_load import _body
+from kbqe_dagster_tests.support.framing import avro_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -113,7 +113,7 @@ class Rig:
             record |= {"amount": 100 + n, "note": f"n-{n}", "coupon": f"c-{n}"}
             record = {k: v for k, v in record.items() if k in names}
             self.produced.append({**record, "version": version})
-            value = encode_frame(self.ids[version], _body(schema, record))
+            value = encode_frame(self.ids[version], avro_body(schema, record))
             out.append(SampleMessage(None, value, None, None))
         for topic in (self.events, self.accounts):
             produce(self.endpoints.kafka_bootstrap, topic, out, PARTITIONS)

@@ -17,7 +17,7 @@ import pytest
 from kbqe_dagster.core.load.cost import storage_write_list_price
 from kbqe_dagster.observability.event_log import EventLogFold
 from kbqe_dagster.observability.event_totals import TableAppends
-from kbqe_dagster_tests.delivery.test_storage_write_on_local_stack import Rig
+from kbqe_dagster_tests.support.storage_write_rig import Rig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

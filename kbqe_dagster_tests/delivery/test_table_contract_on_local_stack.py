@@ -28,9 +28,9 @@ import pytest
 from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.demo.samples import ORDER_V1, ORDER_V2, SampleMessage, produce
 from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
-from kbqe_dagster_tests.delivery.test_storage_write_on_local_stack import NOW, PARTITIONS, Rig
 from kbqe_dagster_tests.kbqe_run import KBQE
-from kbqe_dagster_tests.loading.test_stage_then_load import _body
+from kbqe_dagster_tests.support.framing import avro_body
+from kbqe_dagster_tests.support.storage_write_rig import NOW, PARTITIONS, Rig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -164,7 +164,7 @@ def _orders(rig: Rig, schema: dict, schema_id: int, count: int, coupon: bool) ->
         out.append(
             SampleMessage(
                 None,
-                encode_frame(schema_id, _body(schema, fields)),
+                encode_frame(schema_id, avro_body(schema, fields)),
                 (rig.sales, "orders"),
                 None,
                 moment.date().isoformat(),

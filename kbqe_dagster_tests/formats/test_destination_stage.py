@@ -481,7 +481,7 @@ def test_a_when_that_is_not_true_or_false_fails_the_message_naming_the_destinati
 
 def test_json_schema_topics_fan_out_through_the_same_step(tmp_path: Path) -> None:
     from kbqe_dagster.formats.json_schema_stage import JsonSchemaRangeStager
-    from kbqe_dagster_tests.formats import test_json_schema_stage as js
+    from kbqe_dagster_tests.support import json_schema_format as js
 
     pipeline = parse_pipeline_config(
         {

@@ -28,9 +28,9 @@ from kbqe_dagster.stagers import stager_class
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster_tests.formats.json_fuzz import FUZZ_HMAC_ENV, scenario, with_kernel_transforms
-from kbqe_dagster_tests.formats.test_json_stage import GOOD, SCHEMA, TOPIC, pipeline
 from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
+from kbqe_dagster_tests.support.json_format import GOOD, SCHEMA, TOPIC, pipeline
 
 kernel = pytest.importorskip(
     "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"

@@ -16,10 +16,10 @@ import pytest
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
 from kbqe_dagster_tests.formats.json_fuzz import FUZZ_HMAC_ENV
 from kbqe_dagster_tests.formats.json_schema_fuzz import scenario, with_kernel_transforms
-from kbqe_dagster_tests.formats.test_json_schema_stage import GOOD, TOPIC, V1, V2, pipeline
 from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, differential_fuzz, stage
 from kbqe_dagster_tests.support.framing import json_framed
+from kbqe_dagster_tests.support.json_schema_format import GOOD, TOPIC, V1, V2, pipeline
 
 kernel = pytest.importorskip(
     "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"

@@ -5,13 +5,11 @@ every bad input with its reason (the registry is faked at the SchemaLookup bound
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import fastavro
 import pytest
 
-from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, StageRangeFailed
 from kbqe_dagster.core.formats.source_format import SourceFormat
 from kbqe_dagster.core.protocol.naming import AvroFileName, parse_name
@@ -19,92 +17,20 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.formats.json_schema_stage import JsonSchemaKernelStaging, JsonSchemaRangeStager
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
-from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
+from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_class
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_built
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
-from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
-from kbqe_dagster_tests.support.framing import json_framed
-
-TOPIC = "shop.orders"
-V1 = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Order",
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "datasetName": {"type": "string"},
-        "tableName": {"type": "string"},
-        "id": {"type": "integer", "minimum": 1},
-        "placed_at": {"type": "string", "format": "date-time"},
-        "lines": {"type": "array", "items": {"$ref": "#/definitions/Line"}},
-    },
-    "required": ["datasetName", "tableName", "id", "placed_at"],
-    "definitions": {
-        "Line": {
-            "type": "object",
-            "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}},
-            "required": ["sku", "qty"],
-        }
-    },
-}
-V2 = {**V1, "properties": {**V1["properties"], "coupon": {"type": ["string", "null"]}}}
-UNMAPPABLE = {
-    "type": "object",
-    "properties": {
-        "pay": {
-            "oneOf": [
-                {"type": "object", "properties": {"card": {"type": "string"}}},
-                {"type": "object", "properties": {"iban": {"type": "string"}}},
-            ]
-        }
-    },
-}
-AVRO = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}
-IDS = {"v1": 11, "v2": 12, "unmappable": 13, "avro": 14, "invalid": 15}
-GOOD = {
-    "datasetName": "shop",
-    "tableName": "orders",
-    "id": 1,
-    "placed_at": "2024-09-13T14:36:45.123+02:00",
-    "lines": [{"sku": "a", "qty": 2}],
-}
-
-
-def fake_registry() -> FakeSchemaRegistry:
-    """The registry boundary: this file's schemas under fixed ids."""
-    return FakeSchemaRegistry(
-        {
-            IDS["v1"]: RegisteredSchema(IDS["v1"], "JSON", json.dumps(V1)),
-            IDS["v2"]: RegisteredSchema(IDS["v2"], "JSON", json.dumps(V2)),
-            IDS["unmappable"]: RegisteredSchema(IDS["unmappable"], "JSON", json.dumps(UNMAPPABLE)),
-            IDS["avro"]: RegisteredSchema(IDS["avro"], "AVRO", AVRO),
-            IDS["invalid"]: RegisteredSchema(IDS["invalid"], "JSON", json.dumps({"type": 5})),
-        }
-    )
-
-
-def pipeline(**topic):
-    return parse_pipeline_config(
-        {
-            "version": 1,
-            "topics": [
-                {
-                    "name": TOPIC,
-                    "format": "json_schema",
-                    "event_time": {"fields": ["placed_at"]},
-                    **topic,
-                }
-            ],
-            "allowed_destinations": ["shop.*"],
-        }
-    )
-
-
-def framed(version: str, record) -> bytes:
-    return json_framed(IDS[version], record)
+from kbqe_dagster_tests.support.json_schema_format import (
+    GOOD,
+    IDS,
+    TOPIC,
+    fake_registry,
+    framed,
+    pipeline,
+)
 
 
 def stage(tmp_path: Path, values: list[bytes | None], **topic):

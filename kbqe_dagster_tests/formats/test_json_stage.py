@@ -25,52 +25,7 @@ from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stager_class
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
-
-TOPIC = "shop.clicks"
-SCHEMA = {
-    "type": "record",
-    "name": "Click",
-    "namespace": "shop",
-    "fields": [
-        {"name": "datasetName", "type": "string"},
-        {"name": "tableName", "type": "string"},
-        {"name": "url", "type": "string"},
-        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {
-            "name": "user",
-            "type": [
-                "null",
-                {"type": "record", "name": "User", "fields": [{"name": "id", "type": "long"}]},
-            ],
-            "default": None,
-        },
-    ],
-}
-GOOD = {
-    "datasetName": "web",
-    "tableName": "clicks",
-    "url": "/a",
-    "at": 1_726_238_205_123,
-    "user": {"id": 7},
-}
-
-
-def pipeline(**topic):
-    return parse_pipeline_config(
-        {
-            "version": 1,
-            "topics": [
-                {
-                    "name": TOPIC,
-                    "format": "json",
-                    "schema": SCHEMA,
-                    "event_time": {"fields": ["at"]},
-                    **topic,
-                }
-            ],
-            "allowed_destinations": ["web.*"],
-        }
-    )
+from kbqe_dagster_tests.support.json_format import GOOD, SCHEMA, TOPIC, pipeline
 
 
 def stage(tmp_path: Path, values: list[bytes | None]):

@@ -21,16 +21,6 @@ from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files
 from kbqe_dagster.resources.schema_registry import RegisteredSchema
 from kbqe_dagster_tests.formats.json_fuzz import FUZZ_HMAC_ENV
 from kbqe_dagster_tests.formats.protobuf_fuzz import proto_text, scenario, with_kernel_transforms
-from kbqe_dagster_tests.formats.test_protobuf_stage import (
-    IDS,
-    ORDER_V2,
-    REFUND,
-    TOPIC,
-    fake_registry,
-    framed,
-    order,
-    pipeline,
-)
 from kbqe_dagster_tests.staging.hourly_fuzz import needs_hour_kernel, with_hour_tables
 from kbqe_dagster_tests.staging.kernel_equality import (
     Msg,
@@ -40,6 +30,16 @@ from kbqe_dagster_tests.staging.kernel_equality import (
     stage,
 )
 from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
+from kbqe_dagster_tests.support.protobuf_format import (
+    IDS,
+    ORDER_V2,
+    REFUND,
+    TOPIC,
+    fake_registry,
+    framed,
+    order,
+    pipeline,
+)
 
 kernel = pytest.importorskip(
     "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"

@@ -223,7 +223,7 @@ def test_raw_rows_encode_as_storage_write_rows_that_parse_back_to_the_staged_val
 ) -> None:
     """``delivery: storage_write`` appends the staged records as proto rows
     (core/formats/avro_proto.py): a raw row's bytes, null value and headers survive it."""
-    from kbqe_dagster_tests.core.test_avro_proto_rows import parsed
+    from kbqe_dagster_tests.support.proto_rows import parsed
 
     headers = [("trace", b"\x00"), ("empty", None)]
     messages = [

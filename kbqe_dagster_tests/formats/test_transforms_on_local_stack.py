@@ -24,39 +24,12 @@ from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
 from kbqe_dagster_tests.kbqe_run import create_topic, drop_datasets, until_idle
 from kbqe_dagster_tests.support.framing import avro_framed
+from kbqe_dagster_tests.support.transform_specs import SCHEMA, transforms
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "transforms-e2e-key"
-SCHEMA = {
-    "type": "record",
-    "name": "Order",
-    "namespace": "shop",
-    "fields": [
-        {"name": "id", "type": "long"},
-        {"name": "kind", "type": "string"},
-        {"name": "email", "type": "string"},
-        {"name": "phone", "type": ["null", "string"], "default": None},
-        {"name": "amount", "type": "string"},
-        {"name": "created", "type": "string"},
-        {"name": "debug", "type": "string"},
-    ],
-}
-
-
-def transforms(dataset: str) -> list[dict]:
-    return [
-        {"add": "shop", "value": dataset},
-        {"compute": "tableName", "expression": "lower(kind) + 's'", "type": "string"},
-        {"cast": "amount", "to": "double"},
-        {"mask": "email", "key_env": "KBQE_TRANSFORMS_E2E_KEY"},
-        {"mask": "phone", "method": None},
-        {"timestamp": "created", "to": "timestamp_millis", "zone": "Europe/Paris"},
-        {"add": "trace_id", "header": "trace-id"},
-        {"rename": "id", "to": "order_id"},
-        {"drop": "debug"},
-    ]
 
 
 @pytest.fixture

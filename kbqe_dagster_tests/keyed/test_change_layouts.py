@@ -4,11 +4,9 @@ changelog schema (so the row bytes are a correct slice), for every source form."
 
 from __future__ import annotations
 
-import io
 from datetime import UTC, datetime
 
 import pytest
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, NotAChangeError, UnsupportedSchemaError
@@ -21,8 +19,8 @@ from kbqe_dagster.demo.debezium import (
 from kbqe_dagster.keyed import changes
 from kbqe_dagster.keyed.changes import change_layout
 from kbqe_dagster.staging.probe.record_probe import RecordProbe
+from kbqe_dagster_tests.support.change_layouts import FLAT, NS, PRICE, decode, encode
 
-NS = "dbserver1.inventory.customers"
 STATIC = {"mode": "static", "dataset": "inventory", "table": "customers"}
 
 
@@ -49,16 +47,6 @@ def plain_topic(**keyed):
             ],
         }
     ).topics[0]
-
-
-def encode(schema, record) -> bytes:
-    out = io.BytesIO()
-    schemaless_writer(out, parse_schema(schema), record)
-    return out.getvalue()
-
-
-def decode(schema, body: bytes) -> dict:
-    return schemaless_reader(io.BytesIO(body), parse_schema(schema), None)
 
 
 def changelog_record(schema: dict, body: bytes, topic) -> dict:
@@ -174,19 +162,6 @@ def test_an_empty_row_covers_every_avro_type():
     }  # fmt: skip
 
 
-FLAT = {
-    "type": "record",
-    "name": "Value",
-    "namespace": NS,
-    "fields": [
-        *ROW_V2,
-        {"name": "__op", "type": ["null", "string"], "default": None},
-        {"name": "__source_ts_ms", "type": ["null", "long"], "default": None},
-        {"name": "__deleted", "type": ["null", "string"], "default": None},
-    ],
-}
-
-
 @pytest.mark.parametrize(
     ("op", "deleted", "expected_op", "expected_deleted"),
     [
@@ -221,19 +196,6 @@ def test_extract_new_record_state_needs_its_fields_after_the_row_and_a_version()
 def test_a_debezium_topic_refuses_records_that_are_no_change_events():
     with pytest.raises(UnsupportedSchemaError, match="neither a Debezium envelope"):
         change_layout({"type": "record", "name": "X", "fields": ROW_V2}, debezium_topic())
-
-
-PRICE = {
-    "type": "record",
-    "name": "Price",
-    "namespace": "shop",
-    "fields": [
-        {"name": "sku", "type": "string"},
-        {"name": "cents", "type": "long"},
-        {"name": "updated_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {"name": "discontinued", "type": "boolean"},
-    ],
-}
 
 
 @pytest.mark.parametrize(("discontinued", "op"), [(False, "u"), (True, "d")])

@@ -20,8 +20,8 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.formats.connect_json_avro import connect_avro, plain_writer_schema
 from kbqe_dagster.core.protocol.naming import AvroFileName, parse_name
-from kbqe_dagster_tests.core.test_connect_json_avro import canonical
 from kbqe_dagster_tests.staging.kernel_equality import Msg, Staged, stage
+from kbqe_dagster_tests.support.connect_json import canonical
 
 CORPUS = Path(__file__).parents[1] / "corpus" / "debezium_postgres"
 AVRO_SCHEMAS = json.loads((CORPUS / "avro" / "schemas.json").read_text())["by_id"]

@@ -15,10 +15,7 @@ from __future__ import annotations
 import pytest
 
 from kbqe_dagster.demo.debezium import MODES, CustomersTable, KeyedRig
-from kbqe_dagster_tests.keyed.test_debezium_on_local_stack import (
-    assert_tables_equal_the_oracle,
-    run_until_idle,
-)
+from kbqe_dagster_tests.support.keyed_oracle import assert_tables_equal_the_oracle, run_until_idle
 
 # Four and more `kbqe run`s of Spark each: minutes on two shared cores. The timeout is a
 # hang guard, not a speed bound (bench/ measures speed); 600 s was reached at load 11.

@@ -18,8 +18,6 @@ history hold the transformed row, keyed by the renamed key.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from kbqe_dagster.demo.debezium import (
@@ -27,8 +25,8 @@ from kbqe_dagster.demo.debezium import (
     TRANSFORMED_COLUMNS,
     CustomersTable,
     KeyedRig,
-    wrong,
 )
+from kbqe_dagster_tests.support.keyed_oracle import assert_tables_equal_the_oracle, run_until_idle
 
 # Four and more `kbqe run`s of Spark each: minutes on two shared cores. The timeout is a
 # hang guard, not a speed bound (bench/ measures speed); 600 s was reached at load 11.
@@ -42,19 +40,6 @@ def rig(local_stack, local_endpoints, tmp_path):
     rig = KeyedRig.create(local_endpoints, tmp_path, partitions=PARTITIONS, transformed=("hard",))
     yield rig
     rig.remove()
-
-
-def run_until_idle(rig: KeyedRig) -> dict:
-    done = rig.run_until_idle()
-    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
-    return json.loads(done.stdout)
-
-
-def assert_tables_equal_the_oracle(rig: KeyedRig) -> None:
-    differences = rig.differences()
-    assert wrong(differences) == 0, differences
-    for mode in MODES:
-        assert differences[mode]["current_rows"] > 0 and differences[mode]["history_rows"] > 0
 
 
 def test_debezium_changes_land_as_current_state_and_history_over_rounds(rig) -> None:

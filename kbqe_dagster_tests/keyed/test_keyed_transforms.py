@@ -21,7 +21,7 @@ from kbqe_dagster.core.transforms.compiler import MessageMeta
 from kbqe_dagster.demo.debezium import ROW_V2, Change, envelope_schema, value_record
 from kbqe_dagster.keyed.changes import change_layout
 from kbqe_dagster.staging.probe.record_probe import RecordProbe
-from kbqe_dagster_tests.keyed.test_change_layouts import FLAT, NS, PRICE, decode, encode
+from kbqe_dagster_tests.support.change_layouts import FLAT, NS, PRICE, decode, encode
 
 STATIC = {"mode": "static", "dataset": "inventory", "table": "customers"}
 KEY = b"mask-key"

@@ -12,21 +12,13 @@ column before the load (``add_columns_before_load``); BigQuery's own behaviour i
 
 from __future__ import annotations
 
-import io
 import uuid
-from datetime import UTC, date, datetime, time, timedelta
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from fastavro import parse_schema, schemaless_writer
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster.demo.samples import (
-    ORDER_V1,
-    ORDER_V2,
-    PAGE_VIEW,
-    SampleMessage,
     bad_messages,
     produce,
     register_schemas,
@@ -40,61 +32,11 @@ from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.stagers import stage_context
 from kbqe_dagster.staging.job import run_stage
+from kbqe_dagster_tests.support.demo_messages import GOOD, good_messages
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-GOOD = 1_500
 PARTITIONS = 3
-TODAY = date.today()
-
-
-def _body(schema: dict, record: dict) -> bytes:
-    out = io.BytesIO()
-    schemaless_writer(out, parse_schema(schema), record)
-    return out.getvalue()
-
-
-def good_messages(run: str, ids: dict[str, int]) -> list[SampleMessage]:
-    """Orders v1 and page views in this run's datasets, over three event days."""
-    out = []
-    for i in range(GOOD):
-        day = TODAY - timedelta(days=i % 3)
-        moment = datetime.combine(day, time(12, i % 60), tzinfo=UTC)
-        if i % 2:
-            table = (f"acme_sales_{run}", "orders")
-            order = {
-                "datasetName": table[0],
-                "tableName": table[1],
-                "orderId": f"o-{i}",
-                "customerId": i,
-                "amountCents": 100 + i,
-                "currency": "EUR",
-                "eventTime": moment.isoformat(timespec="milliseconds"),
-            }
-            if i % 4 == 3:  # every other order with the evolved schema (adds `coupon`)
-                value = encode_frame(
-                    ids["orders_v2"], _body(ORDER_V2, {**order, "coupon": f"c{i}"})
-                )
-            else:
-                value = encode_frame(ids["orders_v1"], _body(ORDER_V1, order))
-        else:
-            table = (f"acme_web_{run}", "page_views")
-            value = encode_frame(
-                ids["page_views"],
-                _body(
-                    PAGE_VIEW,
-                    {
-                        "datasetName": table[0],
-                        "tableName": table[1],
-                        "url": f"/p/{i}",
-                        "sessionId": f"s-{i}",
-                        "durationMs": i,
-                        "occurredAt": moment,
-                    },
-                ),
-            )
-        out.append(SampleMessage(None, value, table, None, day.isoformat()))
-    return out
 
 
 def test_kafka_messages_staged_by_spark_land_exactly_once_in_bigquery(

@@ -22,10 +22,7 @@ from bqemulator.streaming.proto_deserializer import ProtoRowDecoder  # noqa: E40
 from kbqe_dagster.core.formats.avro_proto import proto_rows  # noqa: E402
 from kbqe_dagster.localstack import bqemulator_threads  # noqa: E402
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro  # noqa: E402
-from kbqe_dagster_tests.resources.test_storage_write_on_local_stack import (  # noqa: E402
-    SCALARS,
-    staged_orders,
-)
+from kbqe_dagster_tests.support.every_column_type import SCALARS, staged_orders  # noqa: E402
 
 ORIGINAL = proto_deserializer.proto_rows_to_arrow_table
 

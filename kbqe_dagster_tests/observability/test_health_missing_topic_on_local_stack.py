@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from kbqe_dagster_tests.kbqe_run import KBQE, cli_env
-from kbqe_dagster_tests.runner.test_topic_patterns_on_local_stack import SCHEMA, Cluster
+from kbqe_dagster_tests.support.json_topics import SCHEMA, Cluster
 
 pytestmark = pytest.mark.integration
 

@@ -24,8 +24,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
-from kbqe_dagster_tests.formats.test_json_stage import SCHEMA
 from kbqe_dagster_tests.kbqe_run import drop_datasets, until_idle
+from kbqe_dagster_tests.support.json_format import SCHEMA
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from kbqe_dagster.core.completeness.decision import (
     DAY_UNIT,
@@ -16,14 +15,16 @@ from kbqe_dagster.core.completeness.decision import (
     decide,
 )
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster.core.protocol.commit import avro_file_name, plan_range_commit
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.operations.completeness import evaluate, read_state
-from kbqe_dagster.resources.staging_store import LocalStagingStore
-from kbqe_dagster_tests.operations.completeness_area import ms, watermarks
+from kbqe_dagster_tests.operations.completeness_area import watermarks
+from kbqe_dagster_tests.operations.hourly_completeness_area import (
+    MARKS,
+    NOW,
+    PIPELINE,
+    build,
+)
 
 UTC = UTC
-NOW = datetime(2026, 11, 23, 16, 30, tzinfo=UTC)
 
 
 def _at(text: str) -> datetime:
@@ -72,77 +73,9 @@ def test_the_same_progress_completes_days_as_before() -> None:
     assert not HOUR_UNIT.covers_day(_at("2026-11-22T22:00:00"), _at("2026-11-22T00:00:00").date())
 
 
-# --- read from a staging area --------------------------------------------------------------------
-PIPELINE: dict[str, Any] = {
-    "topics": [
-        {
-            "name": "clicks",
-            "routing": {"mode": "static", "dataset": "web", "table": "clicks"},
-            "event_time": {"kafka_timestamp_fallback": True},
-        },
-        {
-            "name": "views",
-            "routing": {"mode": "static", "dataset": "web", "table": "clicks"},
-            "event_time": {"kafka_timestamp_fallback": True},
-            "completeness": {"basis": "event_time", "lateness": "10m"},
-        },
-    ],
-    "tables": {"web.clicks": {"partitioning": "hour"}},
-}
-
-
-def _commit(store: LocalStagingStore, topic: str, partition: int, start: int, end: int,
-            kafka: str, hours: dict[str, int], loaded: bool) -> str:  # fmt: skip
-    rng = OffsetRange(topic, partition, start, end)
-    avro = avro_file_name(rng, "web", "clicks", 3)
-    days: dict[str, int] = {}
-    for hour, n in hours.items():
-        days[hour[:10]] = days.get(hour[:10], 0) + n
-    plan = plan_range_commit(
-        rng,
-        [(avro, sum(hours.values()))],
-        created_at=NOW,
-        days={avro.name: days},
-        hours={avro.name: hours},
-        kafka_ts_max=ms(kafka),
-    )
-    if not loaded:
-        store.put_bytes(avro.name, b"Obj\x01 pending")
-    for done in plan.done_files:
-        store.create_only(done.name, plan.content)
-    return avro.name
-
-
-def _area(root: Path) -> tuple[LocalStagingStore, str]:
-    root.mkdir(parents=True, exist_ok=True)
-    store = LocalStagingStore(root)
-    _commit(store, "clicks", 0, 0, 10, "2026-11-23T16:10:00", {"2026-11-23T16": 10}, loaded=True)
-    _commit(store, "clicks", 1, 0, 10, "2026-11-23T14:40:00", {"2026-11-23T14": 10}, loaded=True)
-    pending = _commit(
-        store,
-        "clicks",
-        1,
-        10,
-        20,
-        "2026-11-23T15:50:00",
-        {"2026-11-23T13": 2, "2026-11-23T15": 8},
-        loaded=False,
-    )
-    # views[0] (event_time basis) reached event hour 16:00 and Kafka's end.
-    _commit(store, "views", 0, 0, 5, "2026-11-23T16:20:00", {"2026-11-23T16": 5}, loaded=True)
-    return store, pending
-
-
-MARKS = {
-    ("clicks", 0): (0, 10),
-    ("clicks", 1): (0, 30),
-    ("clicks", 2): (0, 0),
-    ("views", 0): (0, 5),
-}
-
-
+# --- read from a staging area (hourly_completeness_area.py) --------------------------------------
 def test_an_hour_table_is_complete_per_hour_and_says_so_in_its_json(tmp_path: Path) -> None:
-    store, _ = _area(tmp_path)
+    store, _ = build(tmp_path)
     report = evaluate(parse_pipeline_config(PIPELINE), store, watermarks(MARKS), NOW)
     clicks = report.tables["web.clicks"]
     doc = clicks.to_json()
@@ -160,7 +93,7 @@ def test_an_hour_table_is_complete_per_hour_and_says_so_in_its_json(tmp_path: Pa
 def test_records_of_a_declared_hour_loaded_afterwards_count_as_late_per_hour(
     tmp_path: Path,
 ) -> None:
-    store, pending = _area(tmp_path)
+    store, pending = build(tmp_path)
     config = parse_pipeline_config(PIPELINE)
     first = evaluate(config, store, watermarks(MARKS), NOW, write=True).tables["web.clicks"]
     assert [first.unit.key(h) for h in first.newly_complete] == ["2026-11-23T13"]
@@ -175,7 +108,7 @@ def test_records_of_a_declared_hour_loaded_afterwards_count_as_late_per_hour(
 
 
 def test_a_day_table_beside_it_keeps_its_day_report(tmp_path: Path) -> None:
-    store, _ = _area(tmp_path)
+    store, _ = build(tmp_path)
     day_config = parse_pipeline_config({**PIPELINE, "tables": {}})
     doc = evaluate(day_config, store, watermarks(MARKS), NOW).tables["web.clicks"].to_json()
     assert doc["partitioning"] == "day" and doc["newest_complete"] == "2026-11-22"

@@ -35,7 +35,7 @@ from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.bigquery import GoogleBigQueryLoads
 from kbqe_dagster_tests.kbqe_run import create_topic, drop_datasets
-from kbqe_dagster_tests.loading.test_stage_then_load import _body
+from kbqe_dagster_tests.support.framing import avro_body
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -54,7 +54,7 @@ def _messages(run: str, ids: dict[str, int]) -> list[SampleMessage]:
         moment = START + timedelta(minutes=37 * i, seconds=i)
         value = encode_frame(
             ids["page_views"],
-            _body(
+            avro_body(
                 PAGE_VIEW,
                 {
                     "datasetName": views[0],
@@ -71,7 +71,7 @@ def _messages(run: str, ids: dict[str, int]) -> list[SampleMessage]:
         moment = START + timedelta(hours=i)
         value = encode_frame(
             ids["orders_v1"],
-            _body(
+            avro_body(
                 ORDER_V1,
                 {
                     "datasetName": orders[0],

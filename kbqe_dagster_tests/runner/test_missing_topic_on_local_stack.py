@@ -13,7 +13,7 @@ from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka.clients import TopicMissing
 from kbqe_dagster_tests.kbqe_run import cli_env, drop_datasets, until_idle
-from kbqe_dagster_tests.runner.test_topic_patterns_on_local_stack import SCHEMA, Cluster
+from kbqe_dagster_tests.support.json_topics import SCHEMA, Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -40,7 +40,7 @@ from kbqe_dagster.demo.samples import (
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.runner.in_process import LAUNCHED_BY, LAUNCHED_BY_TAG
-from kbqe_dagster_tests.loading.test_stage_then_load import good_messages
+from kbqe_dagster_tests.support.demo_messages import good_messages
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -20,6 +20,7 @@ import ssl
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -49,8 +50,8 @@ from kbqe_dagster_tests.security.conftest import (
     log_text,
     secrets_in,
 )
-from kbqe_dagster_tests.security.test_credentials_never_leak import REPO
 
+REPO = Path(__file__).resolve().parents[2]
 MTLS_ENV = {
     "KBQE_KAFKA_CONF_SECURITY_PROTOCOL": "SSL",
     "KBQE_KAFKA_SSL_CA_LOCATION": "/etc/kbqe/ca.pem",  # a named variable, mixed with CONF_ ones

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kbqe_dagster.core.protocol.commit import parse_manifest
 from kbqe_dagster.core.protocol.naming import DoneFileName, parse_name
-from kbqe_dagster_tests.corpus.test_bad_input_corpus import STREAM, run_stager
+from kbqe_dagster_tests.support.corpus_stream import STREAM, run_stager
 
 
 def test_every_done_file_pins_the_version_the_store_gave_each_avro_object(tmp_path) -> None:

@@ -17,7 +17,7 @@ from kbqe_dagster.staging.job import run_stage_group
 from kbqe_dagster.staging.prepare import prepare_topic
 from kbqe_dagster.staging.task import stage_range
 from kbqe_dagster_tests.staging.conftest import make_demo_topic
-from kbqe_dagster_tests.staging.test_stage_job_exactly_once import assert_exactly_once
+from kbqe_dagster_tests.support.staged_exactly_once import assert_exactly_once
 
 pytestmark = [pytest.mark.integration]
 

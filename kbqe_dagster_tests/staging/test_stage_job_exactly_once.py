@@ -13,37 +13,14 @@ import os
 
 import pytest
 
-from kbqe_dagster.resources.kafka.cluster import watermarks
 from kbqe_dagster.staging.job import run_stage
 from kbqe_dagster.staging.prepare import prepare_topic
 from kbqe_dagster.staging.task import stage_range
 from kbqe_dagster_tests.staging.conftest import make_demo_topic
-from kbqe_dagster_tests.staging.staged_files import read_staging, tiles
+from kbqe_dagster_tests.staging.staged_files import read_staging
+from kbqe_dagster_tests.support.staged_exactly_once import assert_exactly_once
 
 pytestmark = [pytest.mark.integration]
-
-
-def _ends(demo) -> dict[int, int]:
-    return {w.partition: w.high for w in watermarks(demo.kafka, demo.topic)}
-
-
-def assert_exactly_once(demo, store) -> None:
-    staged = read_staging(store, demo.topic)
-    assert staged.avro_without_done == []
-    assert set(staged.good) == set(demo.good), "every good message is staged"
-    assert max(staged.good.values()) == 1, "no good message is staged twice"
-    assert set(staged.dead) == set(demo.bad), "every bad message is dead-lettered"
-    assert max(staged.dead.values()) == 1
-    for where, message in demo.good.items():
-        assert staged.table_of[where] == message.expect_table
-        assert staged.event_date_of[where] == message.event_date
-    for where, message in demo.bad.items():
-        assert staged.reason_of[where] == message.expect_reason, where
-    for partition, end in _ends(demo).items():
-        assert tiles(staged.done_ranges[partition], end), (
-            partition,
-            sorted(staged.done_ranges[partition]),
-        )
 
 
 def test_every_message_is_staged_once_and_a_run_with_no_new_messages_stages_nothing(

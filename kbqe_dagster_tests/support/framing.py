@@ -12,12 +12,17 @@ from kbqe_dagster.core.formats.protobuf_wire import encode_message_indexes
 from kbqe_dagster.core.record.wire import encode_frame
 
 
+def avro_body(schema: Any, record: dict) -> bytes:
+    """``record`` written with the Avro ``schema``, unframed (schemaless, as in a Confluent frame)."""
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(schema), record)
+    return body.getvalue()
+
+
 def avro_framed(schema_id: int, schema: Any, record: dict, trailing: bytes = b"") -> bytes:
     """``record`` written with the Avro ``schema`` registered under ``schema_id``;
     ``trailing``: bytes after the body (a body that does not decode to exactly its length)."""
-    body = io.BytesIO()
-    fastavro.schemaless_writer(body, fastavro.parse_schema(schema), record)
-    return encode_frame(schema_id, body.getvalue() + trailing)
+    return encode_frame(schema_id, avro_body(schema, record) + trailing)
 
 
 def protobuf_framed(schema_id: int, message: Any, indexes: tuple[int, ...] = (0,)) -> bytes:
