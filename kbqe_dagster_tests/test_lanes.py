@@ -102,4 +102,4 @@ def test_a_test_that_starts_services_says_so_in_its_file_name_or_its_mark() -> N
     assert announces_the_stack(f"{x}/test_loads_on_emulators.py::test_a", None)
     assert announces_the_stack(f"{x}/test_loads.py::test_a", integration)
     assert not announces_the_stack(f"{x}/test_loads.py::test_a", None)
-    assert not announces_the_stack("kbqe_dagster_tests/on_stack/test_loads.py::test_on_x", None)
+    assert not announces_the_stack(f"{x}/on_stack/test_loads.py::test_on_x", None)
