@@ -11,8 +11,9 @@ Its own package rather than ``operations/`` (read-only reports over a staging st
 
 - ``until_idle.py``: the loop and its stop decisions, over a :class:`Pipeline` protocol (no
   Dagster import: unit-tested with a fake pipeline);
-- ``after_load.py``: the extension point run after each round's loads (``AFTER_LOAD_STEPS``,
-  where the keyed tables' MERGE plugs in);
+- ``after_load.py``: the contract of the steps run after each round's loads;
+  ``after_load_steps.py``: those steps, in order (``AFTER_LOAD_STEPS``: the keyed tables' MERGE,
+  erasure);
 - ``report.py``: what a run did, per topic and per table, as text and as JSON;
 - ``in_process.py``: the :class:`Pipeline` that executes the Dagster jobs;
 - ``erasure_step.py`` and ``keyed_merge.py``: the after-load steps of erasure and keyed tables.

@@ -1,7 +1,5 @@
-"""The extension point of ``kbqe run --until-idle``: steps run after each round's loads.
-
-Keyed tables add their MERGE here (a no-op for append-only pipelines), erasure its pending
-and new requests (a no-op without ``erasure:``); the runner's loop stays as it is. The contract a step relies on:
+"""The contract of the steps ``kbqe run --until-idle`` runs after each round's loads (the steps
+themselves are registered in ``after_load_steps.py``). A step relies on this:
 
 - it is called once per round, after that round's load jobs have all finished (nothing
   pending in the load state), **also when the round loaded nothing**: a merge interrupted by
@@ -80,23 +78,3 @@ class AfterLoadResult:
 
 
 AfterLoadStep = Callable[[AfterLoadContext], AfterLoadResult]
-
-
-def _merge_keyed_tables(context: AfterLoadContext) -> AfterLoadResult:
-    """Keyed destinations' MERGE (runner/keyed_merge.py); nothing to do, and no
-    run recorded, for a pipeline without keyed topics."""
-    from kbqe_dagster.runner.keyed_merge import merge_keyed_tables
-
-    return merge_keyed_tables(context)
-
-
-def _apply_erasures(context: AfterLoadContext) -> AfterLoadResult:
-    """Erasure requests: new ones and pending ones (runner/erasure_step.py); after the merge,
-    so a pending request's last pass sees the merged current tables too."""
-    from kbqe_dagster.runner.erasure_step import apply_erasures
-
-    return apply_erasures(context)
-
-
-AFTER_LOAD_STEPS: list[AfterLoadStep] = [_merge_keyed_tables, _apply_erasures]
-"""Run in this order after every round's loads."""

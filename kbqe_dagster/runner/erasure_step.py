@@ -2,7 +2,7 @@
 round's loads (and merges), so a catch-up applies the requests of the requests topic and
 completes the pending ones whose rows have just been loaded; the run fails when the job's
 audit check fails. Nothing runs, and no run is
-recorded, for a pipeline without ``erasure:``. Registered in after_load.py."""
+recorded, for a pipeline without ``erasure:``. Registered in after_load_steps.py."""
 
 from __future__ import annotations
 

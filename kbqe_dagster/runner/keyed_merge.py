@@ -1,6 +1,6 @@
 """The after-load step of ``kbqe run --until-idle``: the merge job, forced (a catch-up merges
 whatever is new, whatever ``merge_every`` says), recorded in the Dagster instance like every
-run of the runner. Registered in after_load.py's AFTER_LOAD_STEPS."""
+run of the runner. Registered in after_load_steps.py."""
 
 from __future__ import annotations
 

@@ -40,12 +40,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from kbqe_dagster.core.errors import KbqeError
 from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup, group_due_topics
-from kbqe_dagster.runner.after_load import (
-    AFTER_LOAD_STEPS,
-    AfterLoadContext,
-    AfterLoadStep,
-    JobRun,
-)
+from kbqe_dagster.runner.after_load import AfterLoadContext, AfterLoadStep, JobRun
+from kbqe_dagster.runner.after_load_steps import AFTER_LOAD_STEPS
 from kbqe_dagster.runner.report import (
     LoadOutcome,
     StageOutcome,

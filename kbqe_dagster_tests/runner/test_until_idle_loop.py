@@ -9,7 +9,8 @@ import pytest
 
 from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.resources.kafka.clients import KafkaReadError
-from kbqe_dagster.runner.after_load import AFTER_LOAD_STEPS, AfterLoadResult, TableMerge
+from kbqe_dagster.runner.after_load import AfterLoadResult, TableMerge
+from kbqe_dagster.runner.after_load_steps import AFTER_LOAD_STEPS
 from kbqe_dagster.runner.report import TableCompleteness
 from kbqe_dagster.runner.until_idle import Limits, run_until_idle
 from kbqe_dagster_tests.runner.fake_pipeline import FakePipeline
