@@ -32,6 +32,8 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_writer
 
+from kbqe_dagster.demo.debezium_changes import PRECISE_TS, Change, value_record
+
 ROW_V1 = [
     {"name": "id", "type": "int"},
     {"name": "first_name", "type": "string"},
@@ -40,7 +42,6 @@ ROW_V1 = [
 ]
 ROW_V2 = ROW_V1 + [{"name": "phone", "type": ["null", "string"], "default": None}]
 ROW_COLUMNS = ("id", "first_name", "last_name", "email", "phone")
-PRECISE_TS = ("ts_us", "ts_ns")
 END_OF_TIME = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
 
 
@@ -133,26 +134,6 @@ def frame(schema_id: int, schema: dict, record: Any) -> bytes:
     out = io.BytesIO()
     schemaless_writer(out, parse_schema(schema), record)
     return struct.pack(">bI", 0, schema_id) + out.getvalue()
-
-
-@dataclass(frozen=True)
-class Change:
-    """One message of the topic: a change event, or the tombstone after a delete."""
-
-    id: int
-    op: str | None  # None: a tombstone
-    before: dict | None = None
-    after: dict | None = None
-    ts_ms: int = 0
-    schema_version: int = 1
-
-    @property
-    def is_tombstone(self) -> bool:
-        return self.op is None
-
-    @property
-    def row(self) -> dict:
-        return self.before if self.op == "d" else self.after
 
 
 @dataclass
@@ -248,35 +229,6 @@ class Produced:
     change: Change
     partition: int
     offset: int
-
-
-def value_record(change: Change, namespace: str) -> dict:
-    def image(row: dict | None) -> dict | None:
-        return None if row is None else {**row}
-
-    return {
-        "before": image(change.before),
-        "after": image(change.after),
-        "source": {
-            "version": "2.7.0.Final",
-            "connector": "postgresql",
-            "name": "dbserver1",
-            "ts_ms": change.ts_ms,
-            "snapshot": "true" if change.op == "r" else "false",
-            "db": "postgres",
-            "sequence": None,
-            "schema": "inventory",
-            "table": "customers",
-            "txId": 700 + change.ts_ms % 1000,
-            "lsn": 30_000_000 + change.ts_ms % 10**6,
-            "xmin": None,
-        },
-        "op": change.op,
-        "ts_ms": change.ts_ms + 3,
-        "ts_us": (change.ts_ms + 3) * 1_000,  # written only by a ts_precision envelope
-        "ts_ns": (change.ts_ms + 3) * 1_000_000,
-        "transaction": None,
-    }
 
 
 class DebeziumTopics:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kbqe_dagster.demo.debezium import PRECISE_TS, Change, value_record
+from kbqe_dagster.demo.debezium_changes import PRECISE_TS, Change, value_record
 
 
 def _field(field: str, kind: str, optional: bool = False, **extra: Any) -> dict:

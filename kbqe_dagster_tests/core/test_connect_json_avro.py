@@ -27,14 +27,8 @@ from kbqe_dagster.core.formats.connect_json_avro import (
     schema_id,
 )
 from kbqe_dagster.core.formats.source_format import DECLARED_SCHEMA_IDS
-from kbqe_dagster.demo.debezium import (
-    ROW_V1,
-    ROW_V2,
-    Change,
-    envelope_schema,
-    key_schema,
-    value_record,
-)
+from kbqe_dagster.demo.debezium import ROW_V1, ROW_V2, envelope_schema, key_schema
+from kbqe_dagster.demo.debezium_changes import Change, value_record
 from kbqe_dagster.demo.debezium_json import (
     connect_key_schema,
     connect_value_schema,

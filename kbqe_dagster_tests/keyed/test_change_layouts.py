@@ -10,12 +10,8 @@ import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError, NotAChangeError, UnsupportedSchemaError
-from kbqe_dagster.demo.debezium import (
-    ROW_V2,
-    Change,
-    envelope_schema,
-    value_record,
-)
+from kbqe_dagster.demo.debezium import ROW_V2, envelope_schema
+from kbqe_dagster.demo.debezium_changes import Change, value_record
 from kbqe_dagster.keyed import changes
 from kbqe_dagster.keyed.changes import change_layout
 from kbqe_dagster.staging.probe.record_probe import RecordProbe

@@ -14,14 +14,8 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.formats.connect_json_avro import schema_id
 from kbqe_dagster.core.protocol.naming import AvroFileName, parse_name
-from kbqe_dagster.demo.debezium import (
-    ROW_V1,
-    ROW_V2,
-    CustomersTable,
-    envelope_schema,
-    frame,
-    value_record,
-)
+from kbqe_dagster.demo.debezium import ROW_V1, ROW_V2, CustomersTable, envelope_schema, frame
+from kbqe_dagster.demo.debezium_changes import value_record
 from kbqe_dagster.demo.debezium_json import connect_value_schema, json_key, json_value
 from kbqe_dagster_tests.staging.kernel_equality import Msg, Staged, assert_same, stage
 

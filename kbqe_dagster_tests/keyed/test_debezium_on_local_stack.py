@@ -20,12 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbqe_dagster.demo.debezium import (
-    MODES,
-    TRANSFORMED_COLUMNS,
-    CustomersTable,
-    KeyedRig,
-)
+from kbqe_dagster.demo.debezium import MODES, TRANSFORMED_COLUMNS, CustomersTable, KeyedRig
 from kbqe_dagster_tests.support.keyed_oracle import assert_tables_equal_the_oracle, run_until_idle
 
 # Four and more `kbqe run`s of Spark each: minutes on two shared cores. The timeout is a

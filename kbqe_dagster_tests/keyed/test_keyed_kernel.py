@@ -16,15 +16,8 @@ import fastavro
 import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster.demo.debezium import (
-    ROW_V1,
-    ROW_V2,
-    Change,
-    CustomersTable,
-    envelope_schema,
-    frame,
-    value_record,
-)
+from kbqe_dagster.demo.debezium import ROW_V1, ROW_V2, CustomersTable, envelope_schema, frame
+from kbqe_dagster.demo.debezium_changes import Change, value_record
 from kbqe_dagster_tests.keyed import change_fuzz
 from kbqe_dagster_tests.staging.kernel_equality import (
     Msg,

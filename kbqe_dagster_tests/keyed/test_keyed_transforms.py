@@ -18,7 +18,8 @@ from kbqe_dagster.core.errors import (
     UnsupportedSchemaError,
 )
 from kbqe_dagster.core.transforms.compiler import MessageMeta
-from kbqe_dagster.demo.debezium import ROW_V2, Change, envelope_schema, value_record
+from kbqe_dagster.demo.debezium import ROW_V2, envelope_schema
+from kbqe_dagster.demo.debezium_changes import Change, value_record
 from kbqe_dagster.keyed.changes import change_layout
 from kbqe_dagster.staging.probe.record_probe import RecordProbe
 from kbqe_dagster_tests.support.change_layouts import FLAT, NS, PRICE, decode, encode

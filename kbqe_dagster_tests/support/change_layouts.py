@@ -8,9 +8,7 @@ import io
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from kbqe_dagster.demo.debezium import (
-    ROW_V2,
-)
+from kbqe_dagster.demo.debezium import ROW_V2
 
 NS = "dbserver1.inventory.customers"
 

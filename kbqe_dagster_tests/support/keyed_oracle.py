@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import json
 
-from kbqe_dagster.demo.debezium import (
-    MODES,
-    KeyedRig,
-    wrong,
-)
+from kbqe_dagster.demo.debezium import MODES, KeyedRig, wrong
 
 
 def run_until_idle(rig: KeyedRig) -> dict:
