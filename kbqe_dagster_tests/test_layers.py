@@ -408,3 +408,41 @@ def test_the_test_import_finder_finds_each_spelling() -> None:
         f"from {tests}.operations import completeness_area\n"
     )
     assert len(found) == 3, found
+
+
+# --- no two modules of one room import each other ---------------------------------------------
+CYCLE_DEBT = {
+    frozenset({"defs.bigquery.assets", "defs.bigquery.checks", "defs.staging.assets",
+               "defs.staging.deliveries", "defs.staging.jobs", "defs.staging.loop",
+               "defs.staging.sensors"}),
+    frozenset({"keyed.native_stage", "keyed.stage"}),
+    frozenset({"formats.avro_destination_kernel", "formats.avro_transform_kernel",
+               "formats.transform_stage"}),
+    frozenset({"formats.protobuf_kernel", "formats.protobuf_stage"}),
+}  # fmt: skip
+"""The module cycles left (issue 41): defs/'s knot of staging and BigQuery wiring, and each
+kernel driver importing its stager's type back. The list only shrinks: a new cycle fails, and so
+does a listed one that is gone (take it off)."""
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Each module's imports of modules of its own room (``kbqe_dagster.`` left off)."""
+    modules = {
+        _module_name(path).removeprefix("kbqe_dagster."): path
+        for path in ALL_FILES
+        if path.name != "__init__.py"
+    }
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        room = _room(f"kbqe_dagster.{name}")
+        for imported in _package_imports(path):
+            target = imported.removeprefix("kbqe_dagster.")
+            if target in modules and target != name and _room(imported) == room:
+                graph[name].add(target)
+    return graph
+
+
+def test_no_two_modules_of_one_room_import_each_other_beyond_the_listed_debt() -> None:
+    cycles = {s for s in _strongly_connected(_module_graph()) if len(s) > 1}
+    assert sorted(map(sorted, cycles - CYCLE_DEBT)) == [], "new module cycles"
+    assert sorted(map(sorted, CYCLE_DEBT - cycles)) == [], "gone: take them off CYCLE_DEBT"

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, TopicConfig
-from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.core.protocol.offsets import StartPolicy
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.kafka.native_reader import native_consumer_switch_on
@@ -18,9 +16,6 @@ from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.native_kernel import kernel_switch_on
 from kbqe_dagster.staging.sink import SinkFactory, TableDelivery
-
-if TYPE_CHECKING:
-    from kbqe_dagster.staging.stager import RangeStager
 
 
 @dataclass(frozen=True)
@@ -38,8 +33,9 @@ class StageContext:
     native_consumer: bool = field(default_factory=native_consumer_switch_on)
     """Whether the kernel's ranges are read by its native consumer (resources/kafka/native_reader.py):
     ``KBQE_NATIVE_CONSUMER`` where the run starts."""
-    stager_for: Callable[[TopicConfig], type[RangeStager]] | None = field(default=None, repr=False)
-    """The stager class of a topic: the extension seam's chooser (``kbqe_dagster.stagers.
+    stager_for: Callable[[TopicConfig], type] | None = field(default=None, repr=False)
+    """The stager class (a ``RangeStager``: staging/stager.py's ``chosen_stager`` says so to the
+    type checker, this module being below it) of a topic: the extension seam's chooser (``kbqe_dagster.stagers.
     stager_for``), given by the driver that builds the context, so this room never imports its
     extensions (formats/, keyed/). Asked once per range: a grouped run's ranges are of several
     topics. None: the context cannot stage (its builder forgot the seam)."""
@@ -54,15 +50,6 @@ class StageContext:
     @property
     def start_policy(self) -> StartPolicy:
         return self.topic.staging.start_offset
-
-    def stager_class(self) -> type[RangeStager]:
-        """The stager of this context's topic (:attr:`stager_for`)."""
-        if self.stager_for is None:
-            raise StagingError(
-                f"{self.topic_name}: the stage context names no stager chooser; build it with "
-                "kbqe_dagster.stagers.stage_context (or pass stager_for)"
-            )
-        return self.stager_for(self.topic)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from kbqe_dagster.core.errors import (
     NonAvroSchemaError,
     OversizedMessageError,
     StageRangeFailed,
+    StagingError,
     UnknownSchemaIdError,
 )
 from kbqe_dagster.core.formats.avro_names import record_full_name
@@ -422,3 +423,14 @@ class RangeStager:
 
 
 _DEAD_LETTER_PARSED = parse_schema(DEAD_LETTER_SCHEMA)
+
+
+def chosen_stager(ctx: StageContext) -> type[RangeStager]:
+    """The stager of the context's topic, as its builder's chooser (``ctx.stager_for``) names it."""
+    if ctx.stager_for is None:
+        raise StagingError(
+            f"{ctx.topic_name}: the stage context names no stager chooser; build it with "
+            "kbqe_dagster.stagers.stage_context (or pass stager_for)"
+        )
+    chosen: type[RangeStager] = ctx.stager_for(ctx.topic)
+    return chosen

@@ -20,7 +20,7 @@ from kbqe_dagster.resources.kafka.native_reader import native_range_reader
 from kbqe_dagster.resources.kafka.range_reader import RangeReader
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.native_kernel import NATIVE, PYTHON, NativeStaging
-from kbqe_dagster.staging.stager import RangeStager
+from kbqe_dagster.staging.stager import RangeStager, chosen_stager
 from kbqe_dagster.staging.workdirs import new_workdir, remove_abandoned_workdirs
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ def stage_range(ctx: StageContext, rng: OffsetRange) -> RangeResult:
     remove_abandoned_workdirs()
     workdir = new_workdir(rng.partition, rng.start)
     try:
-        stager = ctx.stager_class()(ctx, rng, workdir)
+        stager = chosen_stager(ctx)(ctx, rng, workdir)
         native = NativeStaging.for_stager(stager)
         reader = _range_reader(ctx, rng, native is not None)
         stage_messages(stager, reader, native)

@@ -26,6 +26,7 @@ from kbqe_dagster.staging import job as stage_job
 from kbqe_dagster.staging import stager as stager_module
 from kbqe_dagster.staging.context import RangeResult
 from kbqe_dagster.staging.prepare import Preparation
+from kbqe_dagster.staging.stager import chosen_stager
 from kbqe_dagster_tests.corpus.bad_input_corpus import FakeMessage
 from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
 from kbqe_dagster_tests.support.framing import avro_framed
@@ -126,7 +127,7 @@ class Stage:
                 "SchemaLookup",
                 lambda settings: FakeSchemaRegistry.avro({SCHEMA_ID: SCHEMA}),
             )
-            stager = ctx.stager_class()(ctx, OffsetRange(TOPIC, 0, first, first + count), workdir)
+            stager = chosen_stager(ctx)(ctx, OffsetRange(TOPIC, 0, first, first + count), workdir)
         for msg in _messages(first, count):
             stager.add(msg)
         return stager.commit(self.store, first + count)

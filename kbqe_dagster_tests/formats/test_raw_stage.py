@@ -20,6 +20,7 @@ from kbqe_dagster.core.formats.source_format import DECLARED_SCHEMA_IDS, SourceF
 from kbqe_dagster.core.protocol.naming import parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.stagers import stager_for
+from kbqe_dagster.staging.stager import chosen_stager
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
 
 TOPIC = "audit.anything"
@@ -279,7 +280,7 @@ def test_a_storage_write_raw_table_gets_every_row_through_the_api_and_no_file(
     ]
     workdir = tmp_path / "work"
     workdir.mkdir()
-    stager = ctx.stager_class()(ctx, OffsetRange(TOPIC, 0, 0, len(values)), workdir)
+    stager = chosen_stager(ctx)(ctx, OffsetRange(TOPIC, 0, 0, len(values)), workdir)
     driver = NativeStaging.for_stager(stager)
     assert (driver is not None) is native
     stage_messages(stager, ListReader(messages, 0, len(values)), driver)
