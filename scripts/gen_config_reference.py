@@ -402,7 +402,9 @@ points at the local stack; `KBQE_ENV=gcp` reads `KBQE_KAFKA_BOOTSTRAP_SERVERS`,
 `KBQE_SCHEMA_REGISTRY_BASIC_AUTH`, `KBQE_SCHEMA_REGISTRY_SSL_CA_LOCATION`,
 `KBQE_STAGING_URL`, `KBQE_GCP_PROJECT`, `KBQE_BIGQUERY_LOCATION`, `KBQE_GCP_CREDENTIALS`
 (dagster-gcp's resources; operations.md "Configuring GCP"); Spark takes
-`KBQE_SPARK_MASTER` and `KBQE_SPARK_CONF_<key>`. In both environments, any librdkafka
+`KBQE_SPARK_MASTER`, `KBQE_SPARK_CONF_<key>` (a `_` a dot, `__` an underscore, case kept),
+`KBQE_SPARK_DRIVER_HOST`, `KBQE_SPARK_DRIVER_BIND_ADDRESS` and `KBQE_SPARK_EXECUTOR_PYTHON`
+(runbook.md "Scale out"). In both environments, any librdkafka
 property is `KBQE_KAFKA_CONF_<name>` and any schema registry client property
 `KBQE_SCHEMA_REGISTRY_CONF_<name>`: the name lower-cased, a single `_` a dot, `__` an
 underscore (`KBQE_KAFKA_CONF_SSL_CERTIFICATE_LOCATION` is `ssl.certificate.location`);

@@ -45,7 +45,12 @@ from kbqe_dagster.resources.configurable import (
     StagingResource,
 )
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
-from kbqe_dagster.resources.spark import spark_config_from_environment, spark_resource
+from kbqe_dagster.resources.spark import (
+    is_local_master,
+    refuse_local_staging_on_a_cluster,
+    spark_config_from_environment,
+    spark_resource,
+)
 from kbqe_dagster.resources.staging_store import StagingLocation
 
 ENVIRONMENTS = ("local", "gcp")
@@ -129,9 +134,14 @@ def staging_location_for(
 
 def local_resources(pipeline: PipelineResource | None = None) -> dict:
     ends = local_endpoints()
-    # Spark binds the driver to loopback only; no other address is needed on one machine.
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    staging = staging_location_for(os.environ.get(STAGING_ENV, LOCAL_STAGING_URL), "local")
+    spark = spark_config_from_environment("local[2]")
+    if is_local_master(spark["spark.master"]):
+        # Spark binds the driver to loopback only; no other address is needed on one machine.
+        # A cluster's executors must reach the driver: its address is then Spark's choice.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    staging_url = os.environ.get(STAGING_ENV, LOCAL_STAGING_URL)
+    refuse_local_staging_on_a_cluster(spark["spark.master"], staging_url)
+    staging = staging_location_for(staging_url, "local")
     return {
         "pipeline": pipeline or PipelineResource(config_path=pipeline_config_path()),
         "kafka": kafka_resource(ends.kafka_bootstrap),
@@ -141,7 +151,7 @@ def local_resources(pipeline: PipelineResource | None = None) -> dict:
             gcs_endpoint=staging.gcs_endpoint,
             gcs_project=staging.gcs_project,
         ),
-        "pyspark": spark_resource(spark_config_from_environment("local[2]")),
+        "pyspark": spark_resource(spark),
         # The emulator: anonymous, and its own load path (resources/bigquery/emulator.py).
         "bigquery": BigQueryResource(
             project=LOCAL_PROJECT,
@@ -256,6 +266,8 @@ def gcp_resources(pipeline: PipelineResource | None = None) -> dict:
     Write API and the GCS staging area alike."""
     gcp_project = dg.EnvVar(GCP_PROJECT_ENV)
     credentials = _optional_env(GCP_CREDENTIALS_ENV)
+    spark = spark_config_from_environment("local[*]")
+    refuse_local_staging_on_a_cluster(spark["spark.master"], os.environ.get(STAGING_ENV))
     return {
         "pipeline": pipeline or PipelineResource(config_path=pipeline_config_path()),
         "kafka": kafka_resource(dg.EnvVar(KAFKA_BOOTSTRAP_ENV)),
@@ -271,7 +283,7 @@ def gcp_resources(pipeline: PipelineResource | None = None) -> dict:
         # dagster-gcp's GCS resource, as a Dagster user expects it (for their own assets); the
         # staging store's client is built the same way (resources/staging_store.py).
         "gcs": dagster_gcp.GCSResource(project=gcp_project),
-        "pyspark": spark_resource(spark_config_from_environment("local[*]")),
+        "pyspark": spark_resource(spark),
         # dagster-gcp's BigQueryResource (a subclass); load job statistics are the row figures.
         "bigquery": BigQueryResource(
             project=gcp_project,

@@ -4,6 +4,12 @@ for a SparkContext only (:class:`LazySparkContextResource`).
 
 Locally Spark runs ``local[N]`` in the Dagster run's process; on a cluster only the master
 URL and the executor settings change (``KBQE_SPARK_MASTER``, ``KBQE_SPARK_CONF_<key>``).
+
+What holds only on one machine is set only for a ``local`` master: the driver's loopback address
+(executors elsewhere could not reach it) and the driver's own interpreter for the workers (a
+path that exists on no executor host). On a cluster the driver's address is Spark's choice or
+``KBQE_SPARK_DRIVER_HOST`` / ``KBQE_SPARK_DRIVER_BIND_ADDRESS``, and the executors' Python is the
+cluster's own or ``KBQE_SPARK_EXECUTOR_PYTHON`` (docs/runbook.md, "Scale out").
 """
 
 from __future__ import annotations
@@ -16,10 +22,23 @@ from typing import Any
 from dagster_pyspark import LazyPySparkResource
 from dagster_spark.utils import flatten_dict
 
+from kbqe_dagster.core.errors import ConfigError
+
+SPARK_CONF_PREFIX = "KBQE_SPARK_CONF_"
+DRIVER_HOST_ENV = "KBQE_SPARK_DRIVER_HOST"
+DRIVER_BIND_ADDRESS_ENV = "KBQE_SPARK_DRIVER_BIND_ADDRESS"
+EXECUTOR_PYTHON_ENV = "KBQE_SPARK_EXECUTOR_PYTHON"
+
+
+def is_local_master(master: str) -> bool:
+    """``local``, ``local[N]``, ``local[*]``, ``local[N,F]``: Spark inside this process."""
+    return master == "local" or master.startswith("local[")
+
 
 def local_spark_config(master: str = "local[2]", extra: Mapping[str, str] | None = None) -> dict:
-    """A small local session: no UI, few shuffle partitions, the driver's own Python for the
-    workers (so executors import the same kbqe_dagster)."""
+    """A small session: no UI, few shuffle partitions, the stage workers' memory settings; for a
+    ``local`` master also the loopback driver and the driver's own Python for the workers (so
+    they import the same kbqe_dagster). ``extra`` wins over every default."""
     conf = {
         "spark.master": master,
         "spark.app.name": "kbqe-stage",
@@ -34,8 +53,6 @@ def local_spark_config(master: str = "local[2]", extra: Mapping[str, str] | None
         # and keeps less, never needs: -Xmn8m saves ~18 MB more, and its more frequent minor
         # collections take ~0.1 s of a run.
         "spark.driver.extraJavaOptions": "-Xms32m -Xmn8m -XX:+UseSerialGC -XX:TieredStopAtLevel=1",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
         "spark.python.worker.reuse": "true",
         # Workers are forked from a daemon that has already imported the stage task's modules
         # (resources/spark_daemon.py): each worker shares those ~60 MB with it instead of
@@ -55,22 +72,65 @@ def local_spark_config(master: str = "local[2]", extra: Mapping[str, str] | None
         "spark.task.maxFailures": "1",
         # A speculative copy of a stage task would be a second writer of the same range.
         "spark.speculation": "false",
-        "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
     }
+    if is_local_master(master):
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
+        conf["spark.pyspark.python"] = sys.executable
     conf.update(extra or {})
     return conf
 
 
-def spark_config_from_environment(default_master: str = "local[2]") -> dict:
-    """``KBQE_SPARK_MASTER`` and any ``KBQE_SPARK_CONF_spark_executor_memory=4g`` style
-    overrides (underscores after the prefix become dots). Called where resources are chosen."""
+def spark_key(variable_suffix: str) -> str:
+    """The Spark key a ``KBQE_SPARK_CONF_<suffix>`` variable names: a single ``_`` is a ``.``, a
+    double ``__`` a literal ``_``, letters keep their case (Spark keys are case-sensitive):
+    ``spark_executor_memory`` is ``spark.executor.memory``, ``spark_executorEnv_MALLOC__ARENA__MAX``
+    is ``spark.executorEnv.MALLOC_ARENA_MAX``. Read left to right, so ``___`` is ``_.``; a key
+    with a segment that starts with ``_`` cannot be spelled (no Spark key has one)."""
+    out, i = [], 0
+    while i < len(variable_suffix):
+        if variable_suffix.startswith("__", i):
+            out.append("_")
+            i += 2
+        elif variable_suffix[i] == "_":
+            out.append(".")
+            i += 1
+        else:
+            out.append(variable_suffix[i])
+            i += 1
+    return "".join(out)
+
+
+def spark_config_from_environment(
+    default_master: str = "local[2]", environ: Mapping[str, str] = os.environ
+) -> dict:
+    """``KBQE_SPARK_MASTER``, the driver's address and the executors' Python (module docstring),
+    and any ``KBQE_SPARK_CONF_<key>`` override (:func:`spark_key`). Called where resources are
+    chosen."""
     extra = {
-        key[len("KBQE_SPARK_CONF_") :].replace("_", "."): value
-        for key, value in os.environ.items()
-        if key.startswith("KBQE_SPARK_CONF_")
+        spark_key(name[len(SPARK_CONF_PREFIX) :]): value
+        for name, value in environ.items()
+        if name.startswith(SPARK_CONF_PREFIX)
     }
-    return local_spark_config(os.environ.get("KBQE_SPARK_MASTER", default_master), extra)
+    named = {
+        "spark.driver.host": environ.get(DRIVER_HOST_ENV),
+        "spark.driver.bindAddress": environ.get(DRIVER_BIND_ADDRESS_ENV),
+        "spark.pyspark.python": environ.get(EXECUTOR_PYTHON_ENV),
+    }
+    extra.update({key: value for key, value in named.items() if value})
+    return local_spark_config(environ.get("KBQE_SPARK_MASTER", default_master), extra)
+
+
+def refuse_local_staging_on_a_cluster(master: str, staging_url: str | None) -> None:
+    """A staging directory is on the driver's disk: executors on other hosts would write their
+    files where the load job never looks. Refused at start, naming both variables."""
+    if staging_url and not staging_url.startswith("gs://") and not is_local_master(master):
+        raise ConfigError(
+            f"KBQE_STAGING_URL={staging_url} is a local directory, but KBQE_SPARK_MASTER={master}"
+            " runs executors on other hosts, which cannot write to it: stage to a bucket"
+            " (KBQE_STAGING_URL=gs://bucket/prefix) or run Spark locally (local[N])"
+        )
 
 
 class LazySparkContextResource(LazyPySparkResource):
@@ -138,8 +198,10 @@ def spare_pandas_import() -> None:
 
 
 def spark_resource(config: Mapping[str, str]) -> LazySparkContextResource:
-    # PySpark's driver picks the workers' interpreter from PYSPARK_PYTHON (not from the
-    # spark.pyspark.python setting): without it, local workers run a bare `python3` that
-    # lacks this environment's packages.
-    os.environ.setdefault("PYSPARK_PYTHON", config.get("spark.pyspark.python", sys.executable))
+    # PySpark's driver names the workers' interpreter to every executor from PYSPARK_PYTHON
+    # (not from the spark.pyspark.python setting): without it, local workers run a bare
+    # `python3` that lacks this environment's packages. A PYSPARK_PYTHON already set wins; with
+    # neither (a cluster, no KBQE_SPARK_EXECUTOR_PYTHON), executors run the cluster's own.
+    if config.get("spark.pyspark.python"):
+        os.environ.setdefault("PYSPARK_PYTHON", config["spark.pyspark.python"])
     return LazySparkContextResource(spark_config=dict(config))
