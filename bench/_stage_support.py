@@ -308,6 +308,7 @@ def machine_facts() -> dict:
     return {
         "cpus": os.cpu_count(),
         "cpu_model": cpu_model,
+        "cpu_mhz": _cpu_mhz(),
         "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9, 1),
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -321,3 +322,33 @@ def machine_facts() -> dict:
             "psutil": _version("psutil"),
         },
     }
+
+
+def _cpu_mhz() -> float | None:
+    """The first core's clock as the kernel reports it now (``cpu MHz``): a busy or throttled
+    machine shows it here before it shows it in the figures."""
+    info = PROC / "cpuinfo"
+    if not info.exists():
+        return None
+    for line in info.read_text().splitlines():
+        if line.startswith("cpu MHz"):
+            return round(float(line.split(":", 1)[1]), 1)
+    return None
+
+
+def disk_write_mb_per_s(directory: str | None = None, megabytes: int = 256) -> float:
+    """How fast the staging directory's disk takes written bytes: ``megabytes`` in 4 MiB
+    writes, then ``fsync``, into a temporary file of ``directory`` (the system's temporary
+    directory, where the bench's local staging area lives), MB/s. A local-staging figure
+    bound by the disk shows it beside this."""
+    import tempfile
+
+    block = os.urandom(4 * 1024 * 1024)
+    with tempfile.NamedTemporaryFile(dir=directory, prefix="kbqe-bench-disk-") as out:
+        started = time.perf_counter()
+        for _ in range(megabytes // 4):
+            out.write(block)
+        out.flush()
+        os.fsync(out.fileno())
+        seconds = time.perf_counter() - started
+    return round(megabytes * 1024 * 1024 / 1e6 / seconds, 1)

@@ -71,7 +71,13 @@ from _debezium_bench import KEY_FIELD, variant_schema  # noqa: E402
 from _json_bench import JSON_SCHEMA  # noqa: E402
 from _profile import WorkerProfile, summarize  # noqa: E402
 from _protobuf_bench import PROTO  # noqa: E402
-from _stage_support import TreeSampler, cpu_seconds, machine_facts, process_tree  # noqa: E402
+from _stage_support import (  # noqa: E402
+    TreeSampler,
+    cpu_seconds,
+    disk_write_mb_per_s,
+    machine_facts,
+    process_tree,
+)
 from bench_hot_path import SCHEMA  # noqa: E402
 
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
@@ -597,6 +603,10 @@ def print_table(report: dict) -> None:
     print(f"\nN = {report['config']['messages']:,} messages, mean value {report['config']['mean_value_bytes']} B"
           f" + key {report['config']['key_bytes']} B, {PARTITIONS} partitions, range size "
           f"{report['config']['range_size']:,}, {report['machine']['cpus']} cores")  # fmt: skip
+    machine, load = report["machine"], report.get("load_average", {})
+    print(f"machine: {machine['cpu_model']} at {machine.get('cpu_mhz')} MHz, {machine['cpus']} cores,"
+          f" {machine['memory_gb']} GB; disk writes {machine.get('disk_write_mb_per_s')} MB/s;"
+          f" load {load.get('before')} before, {load.get('after')} after")  # fmt: skip
     head = f"{'what':34s} {'msg/s':>10s} {'MB/s':>7s} {'s':>7s} {'CPU µs/msg':>10s} {'ratio*':>7s} {'RSS drv/wrk, PSS MB':>24s}"
     print(head + "\n" + "-" * len(head))
     base = reference(report["baselines"])["messages_per_s"]
@@ -672,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = Bench(args)
     load_before = [round(x, 2) for x in os.getloadavg()]
     report: dict = {"generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                    "machine": machine_facts(),
+                    "machine": {**machine_facts(), "disk_write_mb_per_s": disk_write_mb_per_s()},
                     # Started here, so children of this process: left out of the memory and
                     # CPU figures all the same (Bench.service_pids).
                     "services_started_by_bench": [s.name for s in started]}  # fmt: skip
