@@ -14,7 +14,7 @@ For each rate (``--rates 1000:1,20000:4``: messages a second and partitions) and
    answer that shows it (bench/_latency.py), latency = visible time - produce time;
 3. the path under test moves the messages:
 
-   * ``storage_write``: the stage loop (``staging/loop.py::run_stage_loop``) on one Spark
+   * ``storage_write``: the stage loop (``staging/stage_loop.py::run_stage_loop``) on one Spark
      context, the stage context built as ``defs/staging/assets.py`` builds it (the
      ``stage_context`` of ``stagers.py`` and the Storage Write delivery sink), until the
      producer is done and every message is visible;
@@ -388,7 +388,7 @@ class Bench:
         from kbqe_dagster.resources.schema_registry import RegistrySettings
         from kbqe_dagster.resources.staging_store import StagingLocation
         from kbqe_dagster.stagers import stage_context
-        from kbqe_dagster.staging.loop import LoopSettings, run_stage_loop
+        from kbqe_dagster.staging.stage_loop import LoopSettings, run_stage_loop
 
         spark = self.spark_context()
         ctx = stage_context(
@@ -404,7 +404,7 @@ class Bench:
             interval_s=self.config.topic(case.topic).staging.loop_interval.total_seconds()
         )
         work.notes = {
-            "driver": "staging/loop.py run_stage_loop",
+            "driver": "staging/stage_loop.py run_stage_loop",
             "loop_interval_s": settings.interval_s,
         }
 

@@ -411,7 +411,7 @@ def _staging_left(world: SoakWorld) -> dict[str, Any]:
     """What is left in the staging area against what retention keeps: nothing to delete, no
     avro file, every kept done file the newest of its partition (the resume point), and no file
     the protocol does not name (a killed writer's leftover) outside ``_kbqe/``."""
-    from kbqe_dagster.core.protocol.retention import KeepReason
+    from kbqe_dagster.core.protocol.retention_plan import KeepReason
     from kbqe_dagster.operations.retention_plan import retention_plan
 
     report = retention_plan(world.store())

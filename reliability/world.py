@@ -30,7 +30,7 @@ from kbqe_dagster.delivery.tables import TableKeeperSettings
 from kbqe_dagster.demo.samples import produce, register_schemas
 from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.loading.report import CycleReport
-from kbqe_dagster.loading.retention import RetentionResult, apply_retention
+from kbqe_dagster.loading.retention_deletes import RetentionResult, apply_retention
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import HOST, LOCAL_BUCKET, LOCAL_PROJECT, LocalEndpoints
 from kbqe_dagster.resources.bigquery import BigQueryLoads, BigQueryResource, EmulatorBigQueryLoads

@@ -35,7 +35,7 @@ def add_dead_letters(sub: SubParsers, common: argparse.ArgumentParser) -> None:
 
 
 def _dead_letters(args: argparse.Namespace) -> int:
-    from kbqe_dagster.operations.dead_letters import dead_letters
+    from kbqe_dagster.operations.dead_letter_listing import dead_letters
 
     if args.limit < 0:
         raise OperatorCommandError(f"--limit must be 0 or more, got {args.limit}")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: `kbqe --help` must not import fastavro and the config model
     from kbqe_dagster.demo.produce import SampleReport
     from kbqe_dagster.operations.bootstrap import BootstrapReport
-    from kbqe_dagster.operations.dead_letters import BytesPreview, DeadLetterReport
+    from kbqe_dagster.operations.dead_letter_listing import BytesPreview, DeadLetterReport
     from kbqe_dagster.operations.load_plan import LoadPlanReport
     from kbqe_dagster.operations.load_release import ReleaseReport
     from kbqe_dagster.operations.retention_plan import RetentionReport

@@ -55,7 +55,7 @@ from kbqe_dagster.core.protocol.delivery import (
 from kbqe_dagster.core.protocol.naming import ParsedListing, of_topic, parse_listing, topic_prefix
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.reasons import Reason
-from kbqe_dagster.core.record.dead_letters import (
+from kbqe_dagster.core.record.dead_letter_record import (
     DEAD_LETTER_SCHEMA,
     DEAD_LETTER_SCHEMA_ID,
     DeadLetter,
@@ -66,7 +66,7 @@ from kbqe_dagster.delivery.rows import RowsFile, encode_file, records_at, reques
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.resources.staging_store import StagingStore
 from kbqe_dagster.staging.open_file import OpenFile
-from kbqe_dagster.staging.sink import RangeTally, SinkOutcome, TableDelivery
+from kbqe_dagster.staging.range_sink import RangeTally, SinkOutcome, TableDelivery
 from kbqe_dagster.staging.staging_area_sink import StagingAreaSink
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class DeliverySinkFactory:
         return DeliverySink(rng, workdir, codec, self)
 
     def pinning(self, pinned: frozenset[PinnedTable]) -> DeliverySinkFactory:
-        """This factory, also delivering the ``pinned`` tables (staging/sink.py)."""
+        """This factory, also delivering the ``pinned`` tables (staging/range_sink.py)."""
         return replace(self, pinned=self.pinned | pinned)
 
     def storage_write(self, rng: OffsetRange, dataset: str, table: str) -> bool:
@@ -155,7 +155,7 @@ class _Table:
 
 
 class DeliverySink:
-    """A :class:`~kbqe_dagster.staging.sink.RangeSink` routing tables by their delivery."""
+    """A :class:`~kbqe_dagster.staging.range_sink.RangeSink` routing tables by their delivery."""
 
     def __init__(
         self, rng: OffsetRange, workdir: Path, codec: str, factory: DeliverySinkFactory

@@ -82,7 +82,7 @@ from kbqe_dagster.core.record.table_options import (
 )
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.loading.evolution import TableEvolution
-from kbqe_dagster.loading.feeds import check_feeds, record_feeds
+from kbqe_dagster.loading.feed_labels import check_feeds, record_feeds
 from kbqe_dagster.loading.manifests import FileFacts, read_file_facts
 from kbqe_dagster.loading.report import CompletedLoad, CycleReport, QuarantinedLoad
 from kbqe_dagster.loading.state_file import StateFile

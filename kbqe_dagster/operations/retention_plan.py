@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kbqe_dagster.core.protocol.retention import KeptDoneFile, plan_retention
+from kbqe_dagster.core.protocol.retention_plan import KeptDoneFile, plan_retention
 from kbqe_dagster.operations.snapshot import take_snapshot
 from kbqe_dagster.resources.staging_store import StagingStore
 

@@ -15,7 +15,7 @@ from kbqe_dagster.resources.kafka.native_reader import native_consumer_switch_on
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.native_kernel import kernel_switch_on
-from kbqe_dagster.staging.sink import SinkFactory, TableDelivery
+from kbqe_dagster.staging.range_sink import SinkFactory, TableDelivery
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class StageContext:
     extensions (formats/, keyed/). Asked once per range: a grouped run's ranges are of several
     topics. None: the context cannot stage (its builder forgot the seam)."""
     sink: SinkFactory | None = None
-    """Where the ranges' records go (staging/sink.py); None: the staging area, Avro files and
+    """Where the ranges' records go (staging/range_sink.py); None: the staging area, Avro files and
     done files (staging/staging_area_sink.py)."""
 
     @property

@@ -162,7 +162,7 @@ def run_stage_group(
     one is redone next run).
 
     ``marks``: the topics' watermarks when the caller read them already (the stage loop,
-    staging/loop.py, reads them to tell an idle round from a busy one)."""
+    staging/stage_loop.py, reads them to tell an idle round from a busy one)."""
     started = time.monotonic()
     store = ctx.staging.open()
     if marks is None:

@@ -1,5 +1,5 @@
 """The per-message stage path, the reference (DESIGN.md §5, §10): :class:`RangeStager` stages
-one offset range, message by message, into its sink (staging/sink.py), and is the base class
+one offset range, message by message, into its sink (staging/range_sink.py), and is the base class
 every extension of the stage engine builds on (formats/, keyed/, through the seam of
 kbqe_dagster/stagers.py).
 
@@ -56,7 +56,7 @@ from kbqe_dagster.core.errors import (
 )
 from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.core.record.dead_letters import (
+from kbqe_dagster.core.record.dead_letter_record import (
     DEAD_LETTER_SCHEMA,
     DEAD_LETTER_SCHEMA_ID,
     DeadLetter,
@@ -75,7 +75,7 @@ from kbqe_dagster.resources.schema_registry import SchemaLookup
 from kbqe_dagster.resources.staging_store import StagingStore
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.probe.record_probe import RecordProbe
-from kbqe_dagster.staging.sink import RangeSink, RangeTally, RecordFile
+from kbqe_dagster.staging.range_sink import RangeSink, RangeTally, RecordFile
 from kbqe_dagster.staging.staging_area_sink import StagingAreaSink
 
 

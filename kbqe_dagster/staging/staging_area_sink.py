@@ -25,13 +25,13 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.resources.staging_store import StagingStore
 from kbqe_dagster.staging.open_file import OpenFile
-from kbqe_dagster.staging.sink import RangeTally, SinkOutcome
+from kbqe_dagster.staging.range_sink import RangeTally, SinkOutcome
 
 log = logging.getLogger(__name__)
 
 
 class StagingAreaSink:
-    """Avro files + done files in the staging area (a :class:`~kbqe_dagster.staging.sink.RangeSink`)."""
+    """Avro files + done files in the staging area (a :class:`~kbqe_dagster.staging.range_sink.RangeSink`)."""
 
     def __init__(self, rng: OffsetRange, workdir: Path, codec: str) -> None:
         self.rng = rng

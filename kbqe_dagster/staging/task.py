@@ -5,7 +5,7 @@ It reads the range (the native consumer or confluent-kafka's), makes the topic's
 (chosen on the driver, shipped in the stage context), gives every message to the native
 kernel host or to the stager one by one, and commits through the stager's sink. What a
 message becomes is the stager's (staging/stager.py); how a range commits, its sink's
-(staging/sink.py).
+(staging/range_sink.py).
 """
 
 from __future__ import annotations

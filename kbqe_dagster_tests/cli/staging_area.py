@@ -38,7 +38,7 @@ from kbqe_dagster.core.load.state import (
 from kbqe_dagster.core.protocol.commit import plan_range_commit
 from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA, DeadLetter
+from kbqe_dagster.core.record.dead_letter_record import DEAD_LETTER_SCHEMA, DeadLetter
 
 T = "com.acme.events"
 AGE_SECONDS = 3600  # every staged file was written an hour ago

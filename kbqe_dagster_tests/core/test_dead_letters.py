@@ -9,7 +9,11 @@ from io import BytesIO
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA, MAX_TIMESTAMP_MS, DeadLetter
+from kbqe_dagster.core.record.dead_letter_record import (
+    DEAD_LETTER_SCHEMA,
+    MAX_TIMESTAMP_MS,
+    DeadLetter,
+)
 
 
 def letter(timestamp_ms: int | None) -> DeadLetter:

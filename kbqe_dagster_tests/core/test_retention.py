@@ -6,7 +6,7 @@ import pytest
 
 from kbqe_dagster.core.protocol.commit import bootstrap_marker, range_marker
 from kbqe_dagster.core.protocol.offsets import OffsetRange, recover
-from kbqe_dagster.core.protocol.retention import KeepReason, plan_retention
+from kbqe_dagster.core.protocol.retention_plan import KeepReason, plan_retention
 
 
 def done(first: int, last: int, *, partition: int = 0, table: str = "orders") -> str:

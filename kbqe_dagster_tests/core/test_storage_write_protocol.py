@@ -328,7 +328,7 @@ def test_without_storage_write_the_plan_is_unchanged() -> None:
 
 # --- retention -----------------------------------------------------------------------------
 def test_retention_deletes_a_committed_range_s_intent_and_notes_before_any_done_file() -> None:
-    from kbqe_dagster.core.protocol.retention import plan_retention
+    from kbqe_dagster.core.protocol.retention_plan import plan_retention
 
     names = [
         "t.0.d.x.1.0.9.intent",

@@ -26,7 +26,7 @@ from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.staging import sensors
 from kbqe_dagster.defs.staging.claims import topics_in_flight, yielded_to_older_runs
 from kbqe_dagster.defs.staging.jobs import pipeline_digest, stage_job, stage_loop_job
-from kbqe_dagster.defs.staging.loop import LoopReport, LoopStop, interrupts_between_rounds
+from kbqe_dagster.defs.staging.loop_run import LoopReport, LoopStop, interrupts_between_rounds
 from kbqe_dagster.defs.staging.tags import (
     PIPELINE_DIGEST_TAG,
     STAGE_LOOP_TAG,
@@ -38,9 +38,9 @@ from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource,
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 from kbqe_dagster.staging.context import RangeResult
 from kbqe_dagster.staging.job import StageSummary
-from kbqe_dagster.staging.loop import LoopRound
 from kbqe_dagster.staging.prepare import Preparation
-from kbqe_dagster.staging.sink import TableDelivery
+from kbqe_dagster.staging.range_sink import TableDelivery
+from kbqe_dagster.staging.stage_loop import LoopRound
 
 OLD = 16 * 60  # seconds: past allowed_latency
 

@@ -306,7 +306,7 @@ class Writer:
                 out.append(ch)
         if rng.random() < self.odd:
             # Lone surrogates too: a dead letter quoting one holds its escape
-            # (core/record/dead_letters.py); it used to fail the Python path's range.
+            # (core/record/dead_letter_record.py); it used to fail the Python path's range.
             out.insert(rng.randrange(len(out) + 1),
                        rng.choice(["\\x", "\x01", "\\u12", "\\ud800", "\\uDC00"]))  # fmt: skip
         return '"' + "".join(out) + '"'

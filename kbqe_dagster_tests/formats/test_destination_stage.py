@@ -18,7 +18,7 @@ from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.commit import parse_manifest
 from kbqe_dagster.core.protocol.naming import parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA_ID
+from kbqe_dagster.core.record.dead_letter_record import DEAD_LETTER_SCHEMA_ID
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.formats.decoder_stage import DecoderRangeStager
 from kbqe_dagster.formats.json_stage import JsonRangeStager

@@ -19,7 +19,7 @@ from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.formats.source_format import DECLARED_SCHEMA_IDS, declared_schema_id
 from kbqe_dagster.core.protocol.naming import parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA_ID
+from kbqe_dagster.core.record.dead_letter_record import DEAD_LETTER_SCHEMA_ID
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.formats.json_stage import JsonRangeStager
 from kbqe_dagster.formats.transform_stage import TransformRangeStager

@@ -18,7 +18,7 @@ import fastavro
 from kbqe_dagster.core.protocol.commit import plan_range_commit
 from kbqe_dagster.core.protocol.naming import AvroFileName, FileKey
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.core.record.dead_letters import (
+from kbqe_dagster.core.record.dead_letter_record import (
     DEAD_LETTER_SCHEMA,
     DEAD_LETTER_SCHEMA_ID,
     DeadLetter,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import date
 
 from kbqe_dagster.core.protocol.naming import DoneFileName, parse_name
-from kbqe_dagster.loading.retention import apply_retention
+from kbqe_dagster.loading.retention_deletes import apply_retention
 from kbqe_dagster_tests.loading.conftest import ORDERS_V1, PAGE_VIEWS, TOPIC
 from kbqe_dagster_tests.loading.staged import stage_range
 

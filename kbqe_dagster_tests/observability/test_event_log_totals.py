@@ -25,7 +25,7 @@ from kbqe_dagster.resources.bigquery import JobReport
 from kbqe_dagster.staging.context import RangeResult
 from kbqe_dagster.staging.job import StageSummary
 from kbqe_dagster.staging.prepare import Preparation
-from kbqe_dagster.staging.sink import TableDelivery
+from kbqe_dagster.staging.range_sink import TableDelivery
 
 REPO = Path(__file__).resolve().parents[2]
 T = "com.acme.events"

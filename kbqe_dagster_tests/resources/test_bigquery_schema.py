@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kbqe_dagster.core.errors import LoadError
-from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA
+from kbqe_dagster.core.record.dead_letter_record import DEAD_LETTER_SCHEMA
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig, extended_schema
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
 

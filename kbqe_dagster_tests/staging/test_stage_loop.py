@@ -1,4 +1,4 @@
-"""The stage loop (staging/loop.py) with Kafka's watermarks, the stage function and time faked
+"""The stage loop (staging/stage_loop.py) with Kafka's watermarks, the stage function and time faked
 at its seams: a round stages only the topics with something new since the position the
 previous rounds staged up to, an idle round stages nothing, rounds start at most every
 ``interval_s``, and the loop stops between rounds when ``should_stop`` says why or
@@ -17,7 +17,9 @@ from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.job import StageSummary
-from kbqe_dagster.staging.loop import (
+from kbqe_dagster.staging.prepare import Preparation
+from kbqe_dagster.staging.range_sink import TableDelivery
+from kbqe_dagster.staging.stage_loop import (
     MAX_RUN_S,
     LoopRound,
     LoopSettings,
@@ -27,8 +29,6 @@ from kbqe_dagster.staging.loop import (
     staged_positions,
     warm_up,
 )
-from kbqe_dagster.staging.prepare import Preparation
-from kbqe_dagster.staging.sink import TableDelivery
 
 PIPELINE = parse_pipeline_config(
     {

@@ -8,7 +8,7 @@ from kbqe_dagster.core.protocol.offsets import RangePlan
 from kbqe_dagster.staging.context import RangeResult
 from kbqe_dagster.staging.job import StageSummary
 from kbqe_dagster.staging.prepare import Preparation
-from kbqe_dagster.staging.sink import TableDelivery
+from kbqe_dagster.staging.range_sink import TableDelivery
 
 CONFIG = parse_pipeline_config(
     {

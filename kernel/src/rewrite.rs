@@ -400,7 +400,7 @@ pub enum Appended {
     Raw { header: Option<String>, text: bool },
 }
 
-/// The last year-9999 millisecond (core/record/dead_letters.py `MAX_TIMESTAMP_MS`).
+/// The last year-9999 millisecond (core/record/dead_letter_record.py `MAX_TIMESTAMP_MS`).
 const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
 
 impl Appended {

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_PARTITION_FIELD
+from kbqe_dagster.core.record.dead_letter_record import DEAD_LETTER_PARTITION_FIELD
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.record.partitioning import Delivery, Partitioning, TableSettings
 from kbqe_dagster.core.record.table_options import TableOptions
 
 DEAD_LETTER_OFFSET_COLUMNS = ("topic", "partition", "offset")
-"""Where a dead letter came from: fields of the dead-letter schema (core/record/dead_letters.py)."""
+"""Where a dead letter came from: fields of the dead-letter schema (core/record/dead_letter_record.py)."""
 
 
 @dataclass(frozen=True)

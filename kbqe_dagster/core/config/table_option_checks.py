@@ -17,7 +17,7 @@ from kbqe_dagster.core.config.topics import TopicConfig
 from kbqe_dagster.core.errors import KbqeError
 from kbqe_dagster.core.formats.source_format import SourceFormat
 from kbqe_dagster.core.keyed.contract import changelog_table
-from kbqe_dagster.core.record.dead_letters import DEAD_LETTER_SCHEMA
+from kbqe_dagster.core.record.dead_letter_record import DEAD_LETTER_SCHEMA
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig, extended_schema
 from kbqe_dagster.core.record.partitioning import TableSettings
 from kbqe_dagster.core.record.table_options import avro_columns, clustering_problems

@@ -18,7 +18,7 @@ from kbqe_dagster.core.erasure.requests import ErasureRequest, ErasureRequestErr
 from kbqe_dagster.core.keyed.contract import changelog_table
 
 DEAD_LETTER_KEY_COLUMN = "raw_key"
-"""The Kafka key of a dead letter (core/record/dead_letters.py)."""
+"""The Kafka key of a dead letter (core/record/dead_letter_record.py)."""
 TEMPORARY_TABLE_PREFIX = "_kbqe_"
 """Tables kbqe makes for its own use (the emulator path's by-name loads): never targets."""
 

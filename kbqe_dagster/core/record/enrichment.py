@@ -56,7 +56,7 @@ from typing import Any
 
 from kbqe_dagster.core.errors import ConfigError, UnsupportedSchemaError
 from kbqe_dagster.core.formats.avro_names import full_name
-from kbqe_dagster.core.record.dead_letters import MAX_TIMESTAMP_MS
+from kbqe_dagster.core.record.dead_letter_record import MAX_TIMESTAMP_MS
 
 __all__ = [
     "EnrichmentConfig",

@@ -16,7 +16,7 @@ from fastavro import parse_schema
 from fastavro.validation import validate
 from simpleeval import EvalWithCompoundTypes, InvalidExpression
 
-from kbqe_dagster.core.record.dead_letters import MAX_TIMESTAMP_MS
+from kbqe_dagster.core.record.dead_letter_record import MAX_TIMESTAMP_MS
 from kbqe_dagster.core.record.routing import resolve_function
 from kbqe_dagster.core.transforms.specs import (
     AddField,

@@ -25,7 +25,7 @@ from kbqe_dagster.defs.bigquery.checks import duplicate_check_keys
 from kbqe_dagster.defs.bigquery.events import load_events, notice_events
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 from kbqe_dagster.loading.coordinator import DEFAULT_STUCK_AFTER, LoadCoordinator
-from kbqe_dagster.loading.retention import apply_retention
+from kbqe_dagster.loading.retention_deletes import apply_retention
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import PipelineResource, StagingResource
 from kbqe_dagster.resources.webhook import post_notices

@@ -36,7 +36,7 @@ from kbqe_dagster.resources.kafka.clients import TopicMissing
 from kbqe_dagster.resources.spark import LazySparkContextResource
 from kbqe_dagster.stagers import stage_context
 from kbqe_dagster.staging.job import StageSummary, run_stage_group
-from kbqe_dagster.staging.loop import loop_topics
+from kbqe_dagster.staging.stage_loop import loop_topics
 
 STAGING_KEY = dg.AssetKey([STAGING_ASSET])
 STAGING_GROUP = "staging"
@@ -51,7 +51,7 @@ class StageConfig(dg.Config):
     topic: str = ""
     topics: list[str] = []
     loop: bool = False
-    """Stage the topics round after round until the run is stopped (defs/staging/loop.py);
+    """Stage the topics round after round until the run is stopped (defs/staging/loop_run.py);
     what ``stage_loop_job`` runs (it loops whatever this says)."""
     max_run_s: float = 3600.0
     """A loop run ends by itself after this many seconds (its sensor relaunches it)."""
@@ -172,8 +172,8 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
 def _stage_loop(
     context, config, pipeline_config, names, kafka, schema_registry, staging, pyspark, bigquery
 ) -> dg.MaterializeResult:
-    # Here, not at the top: defs/staging/loop.py imports this module (group_metadata).
-    from kbqe_dagster.defs.staging.loop import stage_loop
+    # Here, not at the top: defs/staging/loop_run.py imports this module (group_metadata).
+    from kbqe_dagster.defs.staging.loop_run import stage_loop
 
     if not names:
         context.log.info("stage loop: no topic may write a delivery: storage_write table")

@@ -1,7 +1,7 @@
 """Which topics the stage runs in flight hold, read from the run storage in one query: the
 sensors skip them, and a stage run leaves to an older run in flight the topics they share
 (core/stage_runs/groups.py ``yielded_topics``: one run prepares a topic at a time). A stage
-loop run (``stage_loop_job``, defs/staging/loop.py) is a stage run in flight like any other:
+loop run (``stage_loop_job``, defs/staging/loop_run.py) is a stage run in flight like any other:
 it holds its topics for as long as it loops."""
 
 from __future__ import annotations

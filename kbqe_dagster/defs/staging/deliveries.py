@@ -19,7 +19,7 @@ from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.bigquery.checks import evaluation
 from kbqe_dagster.staging.context import RangeResult
 from kbqe_dagster.staging.job import StageSummary
-from kbqe_dagster.staging.sink import TableDelivery
+from kbqe_dagster.staging.range_sink import TableDelivery
 
 ROWS_SOURCE = "Storage Write API: rows appended at their stream offsets"
 

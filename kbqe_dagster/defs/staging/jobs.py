@@ -1,7 +1,7 @@
 """``stage_job``: materialize ``staging`` for one topic or a group of topics (run config
 ``topic`` or ``topics``; core/stage_runs/groups.py), and the run config and tags of one run;
 ``stage_loop_job``: the same asset staged round after round by one long run (the topics that
-may write a ``delivery: storage_write`` table; defs/staging/loop.py)."""
+may write a ``delivery: storage_write`` table; defs/staging/loop_run.py)."""
 
 from __future__ import annotations
 

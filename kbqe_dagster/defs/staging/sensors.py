@@ -15,7 +15,7 @@ bound for every partition, one consumer reading one message per partition whose 
 (only topics below the size trigger), and one query of the stage runs in flight.
 
 A topic that may write a ``delivery: storage_write`` table is observed but never launched
-here: ``stage_loop_sensor`` keeps one stage loop run holding it (defs/staging/loop.py), which
+here: ``stage_loop_sensor`` keeps one stage loop run holding it (defs/staging/loop_run.py), which
 stages it every ``staging.loop_interval``.
 
 A topic held by a stage run in flight is not launched again. A run's key is its topics plus
@@ -61,7 +61,7 @@ from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource,
 from kbqe_dagster.resources.kafka.clients import TopicMissing
 from kbqe_dagster.resources.kafka.cluster import discover_topics
 from kbqe_dagster.staging.backlog import TopicBacklog, fleet_backlog
-from kbqe_dagster.staging.loop import CONFIG_CHANGED, loop_topics
+from kbqe_dagster.staging.stage_loop import CONFIG_CHANGED, loop_topics
 
 
 def stage_decision(config: PipelineConfig, backlog: TopicBacklog, now_ms: int) -> str | None:

@@ -1,7 +1,7 @@
 """``kbqe dead-letters``: the dead-letter records still in the staging area, with reasons.
 
 Dead-letter files are staged like any table under the configured dead-letter dataset/table
-(``PipelineConfig.dead_letter``) with schema id 0 (``core/record/dead_letters.py``). Only committed
+(``PipelineConfig.dead_letter``) with schema id 0 (``core/record/dead_letter_record.py``). Only committed
 files (with their done file) are read: an avro file without one is a stage run in flight or
 a crash leftover that the next run deletes and redoes, so its records would show twice.
 Files already loaded are gone from the staging area; query the dead-letter table for those.

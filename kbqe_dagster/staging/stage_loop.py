@@ -18,7 +18,7 @@ topic busy again, so its preparation reads the staging area. ``should_stop`` is 
 rounds, never mid-range; a range cut by a kill is rolled forward by the next run's preparation
 (core/protocol/delivery.py).
 
-No dagster here: defs/staging/loop.py wires it into a run (its termination, its events); the
+No dagster here: defs/staging/loop_run.py wires it into a run (its termination, its events); the
 latency benchmark calls :func:`run_stage_loop` in-process.
 """
 
@@ -36,7 +36,7 @@ from kbqe_dagster.resources.kafka.cluster import watermarks_of
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.job import StageSummary, run_stage_group
 from kbqe_dagster.staging.prepare import Preparation
-from kbqe_dagster.staging.sink import TableDelivery
+from kbqe_dagster.staging.range_sink import TableDelivery
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Done-file retention in the staging area: delete what ``core/protocol/retention.py`` allows, in its
+"""Done-file retention in the staging area: delete what ``core/protocol/retention_plan.py`` allows, in its
 order, stopping at the first failure (every prefix of the plan is safe, a gap in it is not).
 
 It only deletes done files whose avro file is already gone, so it needs no lock against the
@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kbqe_dagster.core.protocol.naming import parse_listing
-from kbqe_dagster.core.protocol.retention import plan_retention
+from kbqe_dagster.core.protocol.retention_plan import plan_retention
 from kbqe_dagster.resources.staging_store import StagingStore
 
 log = logging.getLogger(__name__)

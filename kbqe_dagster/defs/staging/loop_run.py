@@ -1,5 +1,5 @@
 """A ``stage_loop_job`` run: the ``staging`` asset staged round after round
-(staging/loop.py ``run_stage_loop``) inside one Dagster run, and what the run tells Dagster.
+(staging/stage_loop.py ``run_stage_loop``) inside one Dagster run, and what the run tells Dagster.
 
 When it stops, between rounds, never mid-range:
 
@@ -12,7 +12,7 @@ When it stops, between rounds, never mid-range:
   the ``kbqe/stop`` tag to the run -> success; the sensor relaunches it with the new pipeline.
 
 What it reports: every ``report_every_s``, the rounds since the last report folded
-(staging/loop.py ``fold_rounds``) into the deliveries' events (defs/staging/deliveries.py:
+(staging/stage_loop.py ``fold_rounds``) into the deliveries' events (defs/staging/deliveries.py:
 materializations of each table and event day, the ``rows_loaded`` check) and one lag
 observation per topic on ``kafka/<topic>``; at the end, the ``staging`` materialization of the
 whole run with ``rounds``, ``idle_rounds`` and ``stopped_because``.
@@ -38,7 +38,7 @@ from kbqe_dagster.defs.staging.sensors import lag_observation
 from kbqe_dagster.defs.staging.tags import STOP_TAG
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 from kbqe_dagster.staging.context import StageContext
-from kbqe_dagster.staging.loop import (
+from kbqe_dagster.staging.stage_loop import (
     MAX_RUN_S,
     TERMINATED,
     LoopOutcome,
