@@ -360,6 +360,7 @@ class DeliverySink:
     def _present(self, keeper: Any, covered: OffsetRange, t: _Table) -> frozenset[int]:
         """The range's Kafka offsets the table holds rows of (asked before a new stream)."""
         e = self.pipeline.enrichment
+        layout = self.pipeline.table_layout(t.dataset, t.table)
         present = keeper.offsets_present(
             t.dataset,
             t.table,
@@ -368,6 +369,7 @@ class DeliverySink:
             covered.partition,
             covered.start,
             covered.last,
+            layout.partition_column if layout.options.require_partition_filter else None,
         )
         if present:
             log.warning(

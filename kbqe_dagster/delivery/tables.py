@@ -21,6 +21,7 @@ from typing import Any
 
 from kbqe_dagster.core.config.table_layout import TableLayout
 from kbqe_dagster.core.load.evolution import plan_schema_change
+from kbqe_dagster.core.record.partition_filter import every_partition
 from kbqe_dagster.core.record.table_options import TableOptions, table_update
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.bigquery.jobs import LoadRequest, new_table
@@ -130,12 +131,15 @@ class BigQueryTableKeeper:
         partition: int,
         first: int,
         last: int,
+        required_column: str | None = None,
     ) -> frozenset[int]:
         """The Kafka offsets of ``topic[partition]`` between ``first`` and ``last`` (inclusive)
         that ``dataset.table`` holds rows of (``columns``: the topic, partition and offset
         columns); empty when the table does not exist. A query, billed for the three columns
         it scans: the delivery sink asks only before a range's rows go to a new stream
-        (core/protocol/delivery.py, "A stream gone")."""
+        (core/protocol/delivery.py, "A stream gone"). ``required_column``: the table requires
+        a filter on that partition column; the offsets' event dates are not known here, so
+        every partition is read (core/record/partition_filter.py)."""
         from google.api_core.exceptions import NotFound
 
         topic_col, partition_col, offset_col = columns
@@ -146,6 +150,8 @@ class BigQueryTableKeeper:
             f"WHERE `{topic_col}` = '{topic}' AND `{partition_col}` = {int(partition)} "
             f"AND `{offset_col}` BETWEEN {int(first)} AND {int(last)}"
         )
+        if required_column:
+            sql += f" AND {every_partition(required_column)}"
         try:
             return frozenset(int(row[0]) for row in self.loads.client.query_and_wait(sql))
         except NotFound:

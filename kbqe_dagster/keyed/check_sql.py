@@ -16,6 +16,7 @@ from kbqe_dagster.core.keyed.contract import (
 from kbqe_dagster.keyed.rows_sql import (
     MergeSpec,
     Ranges,
+    every_changelog_partition,
     imaged,
     q,
     ranges_filter,
@@ -69,7 +70,7 @@ def check_sides(
         order_names = ", ".join(q(c) for c in spec.order_columns)
         latest = (
             f"SELECT {order_names} FROM {q(spec.changelog)} WHERE {merged} AND "
-            f"{q(OP_COLUMN)} = '{TRUNCATE_OP}' QUALIFY ROW_NUMBER() OVER (ORDER BY {order}) = 1"
+            f"{q(OP_COLUMN)} = '{TRUNCATE_OP}' AND {every_changelog_partition(spec)} QUALIFY ROW_NUMBER() OVER (ORDER BY {order}) = 1"
         )
         wrapped = ", ".join(f"tr.{q(c)} AS {q(c)}" for c in spec.order_columns)
         expected = truncated(

@@ -21,6 +21,7 @@ from kbqe_dagster.core.keyed.contract import (
 )
 from kbqe_dagster.keyed.rows_sql import (
     MergeSpec,
+    every_changelog_partition,
     imaged,
     newer,
     q,
@@ -59,7 +60,8 @@ def history_sql(spec: MergeSpec, view: str) -> str:
         after = newer("tr", "r", spec.order_columns)
         cut = (
             f"(SELECT MIN(tr.{v}) FROM {q(spec.changelog)} tr WHERE "
-            f"tr.{q(OP_COLUMN)} = '{TRUNCATE_OP}' AND {after})"
+            f"tr.{q(OP_COLUMN)} = '{TRUNCATE_OP}' AND {after} AND "
+            f"{every_changelog_partition(spec, 'tr')})"
         )
     closed = (
         f"SELECT r.*, {cut} AS _cut, LEAD(r.{v}) OVER (PARTITION BY "

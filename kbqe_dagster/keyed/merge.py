@@ -65,6 +65,7 @@ from kbqe_dagster.keyed.merge_state import (
     DeliveredView,
     MergeError,
     MergeState,
+    changed_dates,
     delivered_view,
     not_merged_ranges,
     read_merge_state,
@@ -150,6 +151,7 @@ class KeyedMerger:
         key_fields: Callable[[str], tuple[str, ...]] | None = None,
         enrichment: EnrichmentConfig | None = None,
         table_options: Callable[[str, str], TableOptions] | None = None,
+        partition_column: Callable[[str, str], str] | None = None,
     ) -> None:
         self.loads = loads
         self.client = loads.client
@@ -158,6 +160,11 @@ class KeyedMerger:
         self.enrichment = enrichment or EnrichmentConfig()
         self.table_options = table_options or (lambda dataset, table: TableOptions())
         """The ``tables:`` options of a current table ``D.T`` (PipelineConfig.table_layout)."""
+        self.partition_column = partition_column or (
+            lambda dataset, table: self.enrichment.event_date_column
+        )
+        """The column a changelog is partitioned on (PipelineConfig.table_layout): every
+        read of it filters there (rows_sql.MergeSpec.date_column)."""
         self._keys: dict[str, tuple[str, ...]] = {}
 
     def ref(self, dataset: str, table: str) -> str:
@@ -210,6 +217,7 @@ class KeyedMerger:
             truncates=dest.topic.format is SourceFormat.DEBEZIUM,
             repeated=tuple(name for name in row if columns[name].mode == "REPEATED"),
             kafka_order=keyed.kafka_ordered,
+            date_column=self.partition_column(dest.dataset, dest.changelog),
         )
         return spec, columns
 
@@ -220,13 +228,18 @@ class KeyedMerger:
         jobs: int,
         crash: Callable[[str], None] = lambda point: None,
         unmerged: Ranges | None = None,
+        dates: tuple[str, ...] | None = None,
     ) -> TableMergeResult:
         """Apply ``ranges``; ``unmerged``: the ranges of the changelog rows that stay unmerged
         after this merge (other load jobs, pending or not merged yet), which the recomputed
-        rows must not see (merge_sql.merge_sql)."""
+        rows must not see (merge_sql.merge_sql); ``dates``: the event dates the rows of
+        ``ranges`` lie in (None: not known), so that their reads prune to those partitions."""
         keyed = dest.topic.keyed
         assert keyed is not None
         spec, columns = self.spec(dest)
+        if dates is not None and spec.date_column == self.enrichment.event_date_column:
+            # Event dates name partitions only of a changelog partitioned by event date.
+            spec = replace(spec, changed_dates=dates)
         key = spec.key
         self._ensure_table(
             dest.dataset,
@@ -468,8 +481,12 @@ def merge_keyed_tables(
                     view.owned,
                 ),
             )
+        # Delivered rows' dates are not looked up: with a window, every partition is read.
+        dates = None if window else changed_dates(store, load_state, jobs)
         result = replace(
-            merger.merge(dest, union(ranges, window), len(jobs), crash, unmerged=unmerged),
+            merger.merge(
+                dest, union(ranges, window), len(jobs), crash, unmerged=unmerged, dates=dates
+            ),
             delivered=window,
         )
         crash("merge_before_state")

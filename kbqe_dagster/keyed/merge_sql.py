@@ -36,6 +36,8 @@ from kbqe_dagster.keyed.rows_sql import (
     MergeSpec,
     Ranges,
     candidates,
+    changed_partitions,
+    every_changelog_partition,
     imaged,
     key_match,
     newer,
@@ -57,7 +59,7 @@ def winners_sql(spec: MergeSpec, ranges: Ranges) -> str:
     order = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
     return (
         f"SELECT {columns} FROM {q(spec.changelog)} WHERE ({ranges_filter(spec, ranges)}) "
-        f"AND {not_truncate()} "
+        f"AND {not_truncate()} AND {changed_partitions(spec)} "
         f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {order}) = 1"
     )
 
@@ -101,7 +103,8 @@ def batch_sql(spec: MergeSpec, ranges: Ranges) -> str:
         for c in spec.order_columns
     ]
     return (
-        f"SELECT {', '.join(columns)} FROM {imaged(spec, ranges_filter(spec, ranges))} c "
+        f"SELECT {', '.join(columns)} FROM "
+        f"{imaged(spec, ranges_filter(spec, ranges), partitions=changed_partitions(spec, 'c'))} c "
         f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {descending}) = 1"
     )
 
@@ -125,8 +128,8 @@ def _batch_with_rows(spec: MergeSpec, ranges: Ranges, applied: str) -> str:
             descending = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
             joined += (
                 f" LEFT JOIN (SELECT {order}, TRUE AS {PRESENT} FROM {q(spec.changelog)} WHERE "
-                f"({applied}) AND {q(OP_COLUMN)} = '{TRUNCATE_OP}' ORDER BY {descending} "
-                "LIMIT 1) tr ON TRUE"
+                f"({applied}) AND {q(OP_COLUMN)} = '{TRUNCATE_OP}' AND "
+                f"{every_changelog_partition(spec)} ORDER BY {descending} LIMIT 1) tr ON TRUE"
             )
     return joined
 
@@ -271,7 +274,8 @@ def truncate_sql(spec: MergeSpec, applied: str) -> str:
     descending = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
     latest = (
         f"SELECT {ascending} FROM {q(spec.changelog)} WHERE ({applied}) AND "
-        f"{q(OP_COLUMN)} = '{TRUNCATE_OP}' ORDER BY {descending} LIMIT 1"
+        f"{q(OP_COLUMN)} = '{TRUNCATE_OP}' AND {every_changelog_partition(spec)} "
+        f"ORDER BY {descending} LIMIT 1"
     )
     before = newer("tr", "t", spec.order_columns)
     if spec.deletes is DeleteMode.HARD:

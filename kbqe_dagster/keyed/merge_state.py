@@ -27,6 +27,7 @@ from kbqe_dagster.core.protocol.naming import (
     topic_prefix,
 )
 from kbqe_dagster.core.protocol.offsets import recover
+from kbqe_dagster.loading.manifests import read_file_facts
 from kbqe_dagster.resources.staging_store import StagingStore
 
 MERGE_STATE_FILE = "_kbqe/merge_state.json"
@@ -110,6 +111,26 @@ def not_merged_ranges(
     return job_ranges(
         [j for j in _changelog_jobs(state, dataset, changelog) if j.job_id not in merged]
     )
+
+
+def changed_dates(
+    store: StagingStore, state: LoadState, job_ids: Iterable[str]
+) -> tuple[str, ...] | None:
+    """The event dates of the rows the load jobs ``job_ids`` put in their changelog, from the
+    per-day counts of their done files' manifests (core/protocol/commit.py; one read per
+    range); None when a file's days are not recorded (an older manifest, an empty done file):
+    the merge then reads every partition for the new rows."""
+    wanted = set(job_ids)
+    jobs = [j for j in state.jobs if j.job_id in wanted]
+    facts = read_file_facts(store, [name for j in jobs for name in j.done_files])
+    days: set[str] = set()
+    for job in jobs:
+        for avro in job.files:
+            found = facts.get(avro)
+            if found is None or found.days is None:
+                return None
+            days.update(found.days)
+    return tuple(sorted(days))
 
 
 def _changelog_jobs(state: LoadState, dataset: str, changelog: str) -> list[LoadJobRecord]:

@@ -31,6 +31,7 @@ from kbqe_dagster.core.keyed.contract import (
     VERSION_COLUMN,
     DeleteMode,
 )
+from kbqe_dagster.core.record.partition_filter import date_partitions, every_partition
 
 
 class PlaceholderKind(str, Enum):
@@ -79,6 +80,13 @@ class MergeSpec:
     kafka_order: bool = False
     """A key's events are ordered by Kafka alone, ``(partition, offset)`` (a topic keyed by its
     Kafka key: core/keyed/contract.py); ``_source_ts_ms`` is then their time, not their order."""
+    date_column: str = "_event_date"
+    """The changelog's time partition column: every read of the changelog filters on it
+    (:func:`every_changelog_partition`, :func:`changed_partitions`), so that the statements
+    run on a changelog with ``require_partition_filter`` and the new rows' reads prune."""
+    changed_dates: tuple[str, ...] | None = None
+    """The event dates (ISO) of the changelog rows of the ranges merged now, from their done
+    files' manifests; None: not known (the reads of new rows then scan every partition)."""
 
     @property
     def order_columns(self) -> tuple[str, ...]:
@@ -129,6 +137,20 @@ def ranges_filter(spec: MergeSpec, ranges: Ranges) -> str:
     return " OR ".join(parts) if parts else "FALSE"
 
 
+def every_changelog_partition(spec: MergeSpec, alias: str = "") -> str:
+    """SQL: every partition of the changelog (a read of all its history, or of its rows
+    outside some ranges, which may lie in any partition)."""
+    return every_partition(spec.date_column, alias)
+
+
+def changed_partitions(spec: MergeSpec, alias: str = "") -> str:
+    """SQL: the partitions the rows of the ranges merged now lie in (:attr:`MergeSpec.
+    changed_dates`), else every partition."""
+    if spec.changed_dates is None:
+        return every_changelog_partition(spec, alias)
+    return date_partitions(spec.date_column, spec.changed_dates, alias)
+
+
 def key_match(spec: MergeSpec, left: str, right: str) -> str:
     return " AND ".join(f"{left}.{q(k)} = {right}.{q(k)}" for k in spec.key)
 
@@ -173,15 +195,17 @@ IMAGE_COLUMN = "_image"
 """Set per changelog row by :func:`imaged`: :func:`has_image` of the row."""
 
 
-def imaged(spec: MergeSpec, where: str, alias: str = "c") -> str:
+def imaged(spec: MergeSpec, where: str, alias: str = "c", partitions: str | None = None) -> str:
     """SQL, a derived table: the changelog rows (aliased ``alias``) that satisfy ``where``,
+    in ``partitions`` (an SQL filter on the partition column; default every partition),
     truncates left out, each with :data:`IMAGE_COLUMN`. The image test names every row field;
     computed once per row here, not once per field in :func:`candidates`, the statements
     grow with the table's width, not its square (a table of 300 columns would otherwise
     exceed BigQuery's 1 MB query text, and a parser takes seconds on a table of 25)."""
     return (
         f"(SELECT {alias}.*, {has_image(spec)} AS {q(IMAGE_COLUMN)} FROM {q(spec.changelog)} "
-        f"{alias} WHERE ({where}) AND {not_truncate(alias + '.')})"
+        f"{alias} WHERE ({where}) AND {not_truncate(alias + '.')} AND "
+        f"{partitions or every_changelog_partition(spec, alias)})"
     )
 
 
@@ -224,7 +248,8 @@ def resolved_rows_sql(spec: MergeSpec, where: str, applied: str, alias: str = "c
         return resolved
     latest = (
         f"(SELECT AS STRUCT {ascending} FROM {q(spec.changelog)} WHERE ({applied}) AND "
-        f"{q(OP_COLUMN)} = '{TRUNCATE_OP}' ORDER BY {descending} LIMIT 1)"
+        f"{q(OP_COLUMN)} = '{TRUNCATE_OP}' AND {every_changelog_partition(spec)} "
+        f"ORDER BY {descending} LIMIT 1)"
     )
     return truncated(spec, f"SELECT r.*, {latest} AS _t FROM ({resolved}) r")
 

@@ -267,7 +267,9 @@ def _apply(
             continue
         subjects = sorted({p.request.subject for p in reaching})
         found: dict[str, int] = defaultdict(int)
-        for statement in count_statements(target.name, columns, subjects, restriction):
+        for statement in count_statements(
+            target.name, columns, subjects, restriction, target.required_filter_column
+        ):
             counted = tables.run(statement)
             result.count_bytes_processed = _add(
                 result.count_bytes_processed, counted.bytes_processed
@@ -277,7 +279,9 @@ def _apply(
         result.rows_found = sum(found.values())
         for p in reaching:
             per_request[p.request.request_id] += found.get(p.request.subject, 0)
-        delete = delete_statement(target.name, columns, subjects, restriction)
+        delete = delete_statement(
+            target.name, columns, subjects, restriction, target.required_filter_column
+        )
         if delete is None:
             continue
         if dry_run:

@@ -291,3 +291,32 @@ def test_an_empty_description_clears_the_tables_one() -> None:
         .options.description
         == ""
     )
+
+
+# --- require_partition_filter ------------------------------------------------------------------
+def test_require_partition_filter_is_unmanaged_unless_stated_and_a_load_creates_without() -> None:
+    assert pipeline({}).table_layout("acme_web", "views").options.require_partition_filter is None
+    config = pipeline({"acme_web.*": {"require_partition_filter": True}})
+    assert config.table_layout("acme_web", "views").options.require_partition_filter is True
+
+
+def test_require_partition_filter_must_be_a_boolean() -> None:
+    [found] = problems_of({"acme_web.views": {"require_partition_filter": "yes"}})
+    assert found.startswith("tables.acme_web.views.require_partition_filter:")
+
+
+def test_require_partition_filter_is_switched_on_and_off_on_an_existing_table() -> None:
+    on = table_update(EXISTING, TableOptions(require_partition_filter=True))
+    assert (on.fields, on.require_partition_filter) == (("require_partition_filter",), True)
+    assert on.changes == ("require_partition_filter False -> True",)
+    required = TableMetadata(require_partition_filter=True)
+    off = table_update(required, TableOptions(require_partition_filter=False))
+    assert (off.fields, off.require_partition_filter) == (("require_partition_filter",), False)
+    assert not table_update(required, TableOptions(require_partition_filter=True))
+    assert not table_update(required, TableOptions())  # not stated: left as it is
+
+
+def test_an_unpartitioned_table_never_requires_a_partition_filter() -> None:
+    """A keyed current table has no partitions; its changelog takes the option."""
+    current = TableMetadata(partitioned=False)
+    assert not table_update(current, TableOptions(require_partition_filter=True))

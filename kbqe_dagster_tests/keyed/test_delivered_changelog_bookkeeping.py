@@ -98,7 +98,7 @@ class FakeMerger:
     def columns(self, dataset, table):
         return {"id": None} if self.changelog_exists else None
 
-    def merge(self, dest, ranges, jobs, crash=lambda point: None, unmerged=None):
+    def merge(self, dest, ranges, jobs, crash=lambda point: None, unmerged=None, dates=None):
         self.unmerged = unmerged  # what the recomputed rows must not see
         self.merges.append({p: list(s) for p, s in ranges.items()})
         return TableMergeResult(dest.name, jobs, 1, None, 1)

@@ -5,6 +5,8 @@ recover."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -89,7 +91,7 @@ class FakeMerger:
     def columns(self, dataset, table):
         return {"id": None}
 
-    def merge(self, dest, ranges, jobs, crash=lambda point: None, unmerged=None):
+    def merge(self, dest, ranges, jobs, crash=lambda point: None, unmerged=None, dates=None):
         self.unmerged = unmerged  # what the recomputed rows must not see
         self.merges.append(ranges)
         return TableMergeResult(dest.name, jobs, 1, None, 1)
@@ -156,3 +158,51 @@ def test_the_merge_is_told_which_rows_stay_unmerged_as_the_check_will_be(tmp_pat
     merge_keyed_tables(config(), merger, store, state)
     assert merger.merges == [{0: [(0, 9)]}]
     assert merger.unmerged == {0: [(20, 29)]}
+
+
+class DatedMerger(FakeMerger):
+    def merge(self, dest, ranges, jobs, crash=lambda point: None, unmerged=None, dates=None):
+        self.dates = dates
+        return super().merge(dest, ranges, jobs, crash, unmerged)
+
+
+def _avro(done_name: str) -> str:
+    return done_name.rsplit(".", 2)[0] + ".avro"
+
+
+def _dated_job(*done_files: str) -> LoadJobRecord:
+    return replace(job("a", *done_files), files=tuple(_avro(d) for d in done_files))
+
+
+def _commit(store, done_name: str, days: dict[str, int] | None) -> None:
+    """The done file of a one-file range, its manifest recording ``days`` (None: not)."""
+    first, last = (int(n) for n in done_name.split(".")[-3:-1])
+    entry = {"avro": _avro(done_name), "done": done_name, "records": 3}
+    if days is not None:
+        entry["days"] = days
+    manifest = {
+        "kbqe_manifest": 1, "topic": TOPIC, "partition": int(done_name.split(".")[3]),
+        "first": first, "last": last, "files": [entry], "dead_letters": 0,
+        "skipped": 0, "created_at": NOW.isoformat(),
+    }  # fmt: skip
+    store.put_bytes(done_name, json.dumps(manifest).encode())
+
+
+def test_a_merge_is_told_the_event_dates_of_its_rows_from_their_done_files(tmp_path) -> None:
+    """So that its reads of the new changelog rows prune to those partitions (rows_sql)."""
+    store = LocalStagingStore(tmp_path)
+    _commit(store, done(0, 0, 9), {"2024-11-18": 2, "2024-11-19": 1})
+    _commit(store, done(1, 0, 4), {"2024-11-19": 3})
+    merger = DatedMerger()
+    merge_keyed_tables(
+        config(), merger, store, LoadState((_dated_job(done(0, 0, 9), done(1, 0, 4)),))
+    )
+    assert merger.dates == ("2024-11-18", "2024-11-19")
+
+
+def test_a_merge_of_a_file_whose_dates_are_not_recorded_reads_every_partition(tmp_path) -> None:
+    store = LocalStagingStore(tmp_path)
+    _commit(store, done(0, 0, 9), None)  # an older manifest: counts, no days
+    merger = DatedMerger()
+    merge_keyed_tables(config(), merger, store, LoadState((_dated_job(done(0, 0, 9)),)))
+    assert merger.dates is None

@@ -103,7 +103,8 @@ def test_the_fold_and_its_question_read_the_changelog_only_in_the_ranges(deletes
     )
     latest_truncate = (
         "(SELECT `_source_ts_ms`, `_kafka_partition`, `_kafka_offset`, TRUE AS _kbqe_present "
-        "FROM `p.d.t_changelog` WHERE (NOT (FALSE)) AND `_op` = 't' ORDER BY"
+        "FROM `p.d.t_changelog` WHERE (NOT (FALSE)) AND `_op` = 't' AND "
+        "(`_event_date` IS NOT NULL OR `_event_date` IS NULL) ORDER BY"
     )
     whole = int(deletes is DeleteMode.HARD and truncates)
     fold = merge_sql(s, ranges, recompute=False)[0]

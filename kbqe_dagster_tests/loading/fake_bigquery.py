@@ -52,6 +52,8 @@ class FakeTable:
     clustering_fields: list[str] | None = None
     time_partitioning: Any = None
     """The creating load's ``TimePartitioning`` (type, field, expiration), as BigQuery keeps it."""
+    require_partition_filter: bool | None = None
+    """The creating load's ``timePartitioning.requirePartitionFilter``, as the table's own."""
 
     @property
     def num_rows(self) -> int:
@@ -189,6 +191,11 @@ class FakeBigQueryClient:
                 description=properties.get("description"),
                 clustering_fields=config.clustering_fields,
                 time_partitioning=config.time_partitioning,
+                require_partition_filter=(
+                    config.time_partitioning._properties.get("requirePartitionFilter")
+                    if config.time_partitioning
+                    else None
+                ),
             )
         allow_addition = "ALLOW_FIELD_ADDITION" in (config.schema_update_options or [])
         rows: list[Row] = []
@@ -226,7 +233,13 @@ class FakeBigQueryClient:
             raise NotFound(f"Not found: Table {ref}")
         return self.tables[(dataset, table)]
 
-    _UPDATABLE = ("labels", "description", "clustering_fields", "time_partitioning")
+    _UPDATABLE = (
+        "labels",
+        "description",
+        "clustering_fields",
+        "time_partitioning",
+        "require_partition_filter",
+    )
 
     def update_table(self, table, fields):
         """The schema, with tables.patch's rules (module docstring), or the fields kbqe's

@@ -179,3 +179,41 @@ def test_a_table_created_before_its_rows_gets_the_same_options() -> None:
     )
     tp = table.time_partitioning
     assert (tp.type_, tp.field, tp.expiration_ms) == ("HOUR", "_event_hour", 7 * DAY_MS)
+
+
+def test_require_partition_filter_is_set_by_the_creating_load_and_switched_at_a_later_one(
+    store, bq, caplog
+) -> None:
+    """BigQuery's load API carries the flag in ``timePartitioning`` (the table's own field is
+    what a later update sets); turned off in the configuration, the next load's update does."""
+    report = cycle(store, bq, pipeline({"require_partition_filter": True}), 0)
+
+    [job_id] = report.submitted
+    assert bq.jobs[job_id].config.time_partitioning._properties["requirePartitionFilter"] is True
+    assert bq.tables[ORDERS].require_partition_filter is True
+    before = len(bq.table_updates)
+    cycle(store, bq, pipeline({"require_partition_filter": True}), 3)
+    assert bq.table_updates[before:] == [], "created with it: in step"
+
+    with caplog.at_level(logging.INFO, logger="kbqe_dagster.loading.coordinator"):
+        cycle(store, bq, pipeline({"require_partition_filter": False}), 6)
+
+    assert bq.table_updates[before:] == [
+        (("require_partition_filter",), {"require_partition_filter": False})
+    ]
+    assert "acme_sales.orders: updated require_partition_filter True -> False" in caplog.messages
+    assert len(bq.rows(*ORDERS)) == 9
+
+
+def test_a_table_created_before_its_rows_requires_the_filter_too() -> None:
+    request = LoadRequest(
+        job_id="",
+        dataset="acme_sales",
+        table="orders",
+        source_uris=(),
+        partition_field="_event_date",
+        avro_schema=ORDERS_V1.file_schema,
+        require_partition_filter=True,
+    )
+
+    assert new_table(request, "p.acme_sales.orders").require_partition_filter is True

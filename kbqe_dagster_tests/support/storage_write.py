@@ -157,6 +157,7 @@ class FakeTableKeeper:
         partition: int,
         first: int,
         last: int,
+        required_column: str | None = None,
     ) -> frozenset[int]:
         """The table's rows are the writer's (every stream's, gone ones included)."""
         self.asked.append((dataset, table, partition, first, last))

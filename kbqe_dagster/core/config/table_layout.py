@@ -83,6 +83,7 @@ def table_layout(
         partition_expiration_days=default_expiration_days if expiration is None else expiration,
         labels=settings.labels,
         description=settings.description,
+        require_partition_filter=settings.require_partition_filter,
     )
     return TableLayout(
         partitioning,

@@ -11,6 +11,9 @@ cannot match it), the Kafka key (BYTES) with their UTF-8 bytes. A nested field p
 
 A restriction (:class:`PartitionRestriction`) adds a filter on the partition column so
 BigQuery prunes the partitions no row of the subject can be in (pending.py decides it).
+Without one, a table that requires a partition filter (``tables.<key>.require_partition_filter``)
+gets the filter that keeps every partition (core/record/partition_filter.py): the whole table
+is still read, and the statement runs.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.core.record.partition_filter import every_partition
 
 SUPPORTED_TYPES = {"STRING": "STRING", "INT64": "INT64", "INTEGER": "INT64", "BYTES": "BYTES"}
 """BigQuery column types a subject id is compared with (legacy names mapped)."""
@@ -109,9 +113,13 @@ def quoted_path(path: str) -> str:
     return ".".join(f"`{part}`" for part in path.split("."))
 
 
-def _restriction(restriction: PartitionRestriction | None) -> tuple[str, tuple[Param, ...]]:
+def _restriction(
+    restriction: PartitionRestriction | None, required_column: str | None = None
+) -> tuple[str, tuple[Param, ...]]:
+    """The partition filter of a statement: the restriction's, else every partition of
+    ``required_column`` (a table that requires a filter), else none."""
     if restriction is None:
-        return "", ()
+        return (f" AND {every_partition(required_column)}" if required_column else ""), ()
     column = f"`{restriction.column}`"
     if restriction.kind == "between":
         low, high = restriction.values
@@ -131,9 +139,11 @@ def delete_statement(
     columns: Sequence[MatchColumn],
     subjects: Sequence[str],
     restriction: PartitionRestriction | None = None,
+    required_column: str | None = None,
 ) -> Statement | None:
     """The one DELETE of ``subjects`` from ``table`` (``dataset.table``), or None when no
-    subject can be in any of its columns (no integer subject for an INT64 column)."""
+    subject can be in any of its columns (no integer subject for an INT64 column).
+    ``required_column``: the table requires a filter on that partition column."""
     conditions: list[str] = []
     params: list[Param] = []
     for index, column in enumerate(columns):
@@ -145,7 +155,7 @@ def delete_statement(
         params.append(Param(name, column.type, values))
     if not conditions:
         return None
-    partitions, partition_params = _restriction(restriction)
+    partitions, partition_params = _restriction(restriction, required_column)
     where = " OR ".join(conditions)
     sql = f"DELETE FROM `{table}` WHERE ({where}){partitions}"
     return Statement(table, sql, (*params, *partition_params))
@@ -156,11 +166,12 @@ def count_statements(
     columns: Sequence[MatchColumn],
     subjects: Sequence[str],
     restriction: PartitionRestriction | None = None,
+    required_column: str | None = None,
 ) -> tuple[Statement, ...]:
     """Rows per subject value, one ``SELECT`` per subject column (a row matching the subject
     in two columns counts twice: docs/operations.md says so)."""
     out = []
-    partitions, partition_params = _restriction(restriction)
+    partitions, partition_params = _restriction(restriction, required_column)
     for column in columns:
         values = typed_subjects(subjects, column.type)
         if not values:

@@ -43,10 +43,18 @@ class Target:
     """The column BigQuery partitions it on, where kbqe created it (a follow-up pass
     restricts its DELETE there); None: not known, never restricted."""
     hourly: bool = False
+    require_partition_filter: bool = False
+    """Its ``tables:`` entry requires a partition filter: a statement without a restriction
+    filters on every partition of :attr:`partition_column`."""
 
     @property
     def name(self) -> str:
         return f"{self.dataset}.{self.table}"
+
+    @property
+    def required_filter_column(self) -> str | None:
+        """The partition column every statement on it must filter on; None: no such rule."""
+        return self.partition_column if self.require_partition_filter else None
 
 
 def configured_targets(
@@ -96,6 +104,8 @@ def _target(
         # A keyed current table is written by its MERGE, not by loads of dated files.
         partition_column=None if keyed_current else layout.partition_column,
         hourly=layout.partitioning.value == "hour" and not dead,
+        require_partition_filter=bool(layout.options.require_partition_filter)
+        and not keyed_current,
     )
 
 

@@ -116,6 +116,12 @@ class TableSettings:
     here stays on the table."""
     description: str | None = None
     """The table's description. Set or changed at the next load."""
+    require_partition_filter: bool | None = None
+    """``true``: every query on the table must filter on its partition column (BigQuery's
+    ``requirePartitionFilter``), and every statement kbqe runs on it does (the keyed MERGE
+    reads only the partitions its changes touch). Unset: the table keeps what it has; a
+    table kbqe creates has it ``false``. Changed on the existing table at its next load.
+    Only time-partitioned tables take it (a keyed topic: its changelog)."""
 
 
 def _expiration_days(value: Any) -> int:
@@ -169,6 +175,7 @@ TABLE_SPEC: dict[str, r.Converter] = {
     "partition_expiration_days": _expiration_days,
     "labels": _labels,
     "description": r.checked(_any_string, description_problem),
+    "require_partition_filter": r.boolean,
 }
 
 

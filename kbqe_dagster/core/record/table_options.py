@@ -12,7 +12,11 @@ does not name is left as the table has it (set by hand, by Terraform, by another
   names is *not* removed (kbqe cannot tell a label it set from one somebody else did;
   remove it with ``bq update --remove_label``). Labels ``kbqe-feed-*`` are kbqe's own
   (core/load/feeds.py) and cannot be named;
-- ``description`` named: the table's description is exactly it.
+- ``description`` named: the table's description is exactly it;
+- ``require_partition_filter`` named: queries on the table must filter on its partition
+  column, and every statement kbqe runs does (core/record/partition_filter.py). Only a
+  time-partitioned table takes it (a keyed current table has no partitions: its changelog
+  does).
 
 Internal clustering is always managed: a keyed topic's changelog stays clustered by Kafka
 partition and offset (its MERGE reads offset ranges), whatever ``tables:`` says.
@@ -23,8 +27,8 @@ each named column is checked and a wrong one refused naming it: at configuration
 enrichment columns and the columns of a ``format: json`` topic's declared schema, at load time
 against the staged file's schema (core/config/pipeline.py, loading/coordinator.py).
 
-**Updates** (:func:`table_update`): labels, description, clustering and partition expiration
-can all change on an existing table (one ``tables.patch`` with a field mask); a change of
+**Updates** (:func:`table_update`): labels, description, clustering, partition expiration
+and ``require_partition_filter`` can all change on an existing table (one ``tables.patch`` with a field mask); a change of
 clustering applies to data written after it, BigQuery reclusters older data in the background
 only for new writes.
 """
@@ -178,6 +182,9 @@ class TableOptions:
     """Labels set on the table (others it carries are kept)."""
     description: str | None = None
     """The table's description; None: left as it is."""
+    require_partition_filter: bool | None = None
+    """Queries must filter on the partition column (core/record/partition_filter.py); None:
+    left as it is. Only a time-partitioned table takes it."""
 
     @property
     def expiration_ms(self) -> int | None:
@@ -197,6 +204,7 @@ class TableMetadata:
     partitioned: bool = True
     """Whether the table has time partitions (a keyed current table has none)."""
     expiration_ms: int | None = None
+    require_partition_filter: bool = False
 
 
 @dataclass(frozen=True)
@@ -205,7 +213,7 @@ class TableUpdate:
 
     fields: tuple[str, ...] = ()
     """Field names of ``google.cloud.bigquery.Table``: ``labels``, ``description``,
-    ``clustering_fields``, ``time_partitioning``."""
+    ``clustering_fields``, ``time_partitioning``, ``require_partition_filter``."""
     labels: Mapping[str, str] = field(default_factory=dict)
     """The labels to set (only these: a patch of ``labels`` merges by key)."""
     description: str | None = None
@@ -214,6 +222,7 @@ class TableUpdate:
     expiration_ms: int | None = None
     changes: tuple[str, ...] = ()
     """What changes, for the log: ``clustering (a) -> (b)``."""
+    require_partition_filter: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.fields)
@@ -248,8 +257,22 @@ def table_update(current: TableMetadata, wanted: TableOptions) -> TableUpdate:
         changes.append(
             f"partition expiration {_days(current.expiration_ms)} -> {_days(expiration)}"
         )
+    required = wanted.require_partition_filter
+    if (
+        required is not None
+        and current.partitioned
+        and required != current.require_partition_filter
+    ):
+        fields.append("require_partition_filter")
+        changes.append(f"require_partition_filter {current.require_partition_filter} -> {required}")
     return TableUpdate(
-        tuple(fields), labels, description, clustering or None, expiration, tuple(changes)
+        tuple(fields),
+        labels,
+        description,
+        clustering or None,
+        expiration,
+        tuple(changes),
+        bool(required),
     )
 
 

@@ -52,6 +52,9 @@ def merger_from(
         key_fields=lambda topic: kafka_key_fields(registry, kafka_settings, topic),
         enrichment=pipeline_config.enrichment,
         table_options=lambda dataset, table: pipeline_config.table_layout(dataset, table).options,
+        partition_column=lambda dataset, table: (
+            pipeline_config.table_layout(dataset, table).partition_column
+        ),
     )
 
 

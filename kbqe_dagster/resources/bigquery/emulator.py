@@ -25,7 +25,8 @@ differs (DESIGN.md §7; each gap is pinned by a ``test_emulator_gap_*`` contract
 * **Table options of a creating load.** BigQuery creates the table with the load's time
   partitioning, clustering and destination table properties (labels, description); the
   emulator creates it bare, but keeps them when they come by a table update. A creating load
-  that carries ``tables:`` options (clustering, expiration, labels, description) is followed
+  that carries ``tables:`` options (clustering, expiration, labels, description, partition
+  filter) is followed
   by that update, so the table reads back as on BigQuery and the next load finds it in step.
 * **Rows appended.** The emulator's ``outputRows`` is the table's total after a load. The
   by-name INSERT reports the rows it added itself (DML statistics, readable from any process);
@@ -153,16 +154,18 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
             or request.table_labels
             or request.description is not None
             or request.partition_expiration_days
+            or request.require_partition_filter
         ):
             return
         ref = self._table_ref(request.dataset, request.table)
         meta = self.client.get_table(ref)
         wanted = new_table(request, ref)
-        for name in ("time_partitioning", "clustering_fields", "labels", "description"):
+        fields = ["time_partitioning", "clustering_fields", "labels", "description"]
+        if request.require_partition_filter:
+            fields.append("require_partition_filter")
+        for name in fields:
             setattr(meta, name, getattr(wanted, name))
-        self.client.update_table(
-            meta, ["time_partitioning", "clustering_fields", "labels", "description"]
-        )
+        self.client.update_table(meta, fields)
 
     def _create_table(self, request: LoadRequest) -> None:
         """The empty table the creating load would make (same schema, partitioning and
@@ -215,7 +218,12 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
         temp_ref = self._table_ref(request.dataset, temp)
         self.client.delete_table(temp_ref, not_found_ok=True)  # a killed attempt's leftover
         temp_request = replace(
-            request, table=temp, partition_expiration_days=None, table_labels={}, description=None
+            request,
+            table=temp,
+            partition_expiration_days=None,
+            table_labels={},
+            description=None,
+            require_partition_filter=False,  # read whole by the INSERT
         )
         columns = self._file_columns(request, keep_maps=True)
         if any(holds_map(c) for c in columns):

@@ -296,6 +296,8 @@ class GoogleBigQueryLoads:
             meta.time_partitioning = bigquery.TimePartitioning(
                 type_=current.type_, field=current.field, expiration_ms=update.expiration_ms
             )
+        if "require_partition_filter" in update.fields:
+            meta.require_partition_filter = update.require_partition_filter
         self.client.update_table(meta, list(update.fields))
 
     def ensure_dataset(self, dataset: str) -> None:
@@ -354,6 +356,7 @@ def table_metadata_of(meta: Any) -> TableMetadata:
         clustering=tuple(getattr(meta, "clustering_fields", None) or ()),
         partitioned=partitioning is not None,
         expiration_ms=int(expiration) if expiration else None,
+        require_partition_filter=bool(getattr(meta, "require_partition_filter", None)),
     )
 
 
