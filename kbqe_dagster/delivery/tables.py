@@ -21,6 +21,7 @@ from typing import Any
 
 from kbqe_dagster.core.config.table_layout import TableLayout
 from kbqe_dagster.core.load.evolution import plan_schema_change
+from kbqe_dagster.core.record.column_descriptions import describe_columns
 from kbqe_dagster.core.record.partition_filter import every_partition
 from kbqe_dagster.core.record.table_options import TableOptions, table_update
 from kbqe_dagster.resources.bigquery import BigQueryResource
@@ -95,7 +96,11 @@ class BigQueryTableKeeper:
         (core/load/evolution.py; a change BigQuery cannot make raises
         :class:`SchemaChangeRefusedError` before any row is appended)."""
         name = f"{dataset}.{table}"
-        columns = bigquery_schema_from_avro(dict(file_schema), name)
+        columns = describe_columns(
+            bigquery_schema_from_avro(dict(file_schema), name),
+            file_schema,
+            layout.column_descriptions,
+        )
         known = self.ready.get((dataset, table))
         if known is not None and not plan_schema_change(name, known, columns).changes:
             return

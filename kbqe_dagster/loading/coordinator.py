@@ -125,7 +125,11 @@ class LoadCoordinator:
         self._sizes: dict[str, int] = {}
         self._listed: list[StoredFile] = []
         self._datasets_ready: set[str] = set()
-        self._evolution = TableEvolution(store, bigquery)
+        self._evolution = TableEvolution(
+            store,
+            bigquery,
+            lambda dataset, table: self.config.table_layout(dataset, table).column_descriptions,
+        )
         self._options_kept: dict[tuple[str, str], bool] = {}  # table -> existed at its read
         self._fresh_ids: set[str] = set()  # ids this run recorded: their first submission
         self._facts: dict[str, FileFacts] = {}  # read while planning, reused when finishing

@@ -16,11 +16,12 @@ files of one schema id of a table share their schema (file names carry the id).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kbqe_dagster.core.load.evolution import plan_schema_change
 from kbqe_dagster.core.load.state import LoadJobRecord
+from kbqe_dagster.core.record.column_descriptions import describe_columns
 from kbqe_dagster.loading.avro_header import read_avro_schema
 from kbqe_dagster.resources.bigquery import BigQueryLoads
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
@@ -30,9 +31,16 @@ from kbqe_dagster.resources.staging_store import StagingStore
 class TableEvolution:
     """Makes each table of a coordinator run ready for its jobs' files (module docstring)."""
 
-    def __init__(self, store: StagingStore, bigquery: BigQueryLoads) -> None:
+    def __init__(
+        self,
+        store: StagingStore,
+        bigquery: BigQueryLoads,
+        descriptions: Callable[[str, str], Mapping[str, str]] | None = None,
+    ) -> None:
         self.store = store
         self.bigquery = bigquery
+        self.descriptions = descriptions or (lambda dataset, table: {})
+        """Fixed descriptions of kbqe's columns of a table (TableLayout.column_descriptions)."""
         self._ready: set[tuple[str, str, int]] = set()
 
     def prepare(self, job: LoadJobRecord) -> Mapping[str, Any] | None:
@@ -48,7 +56,11 @@ class TableEvolution:
         schema = read_avro_schema(self.store, job.files[0])
         if ready:
             return schema
-        staged = bigquery_schema_from_avro(schema, self.store.uri(job.files[0]))
+        staged = describe_columns(
+            bigquery_schema_from_avro(schema, self.store.uri(job.files[0])),
+            schema,
+            self.descriptions(dataset, table),
+        )
         name = f"{dataset}.{table}"
         evolved = self.bigquery.evolve_table(
             dataset, table, lambda current: plan_schema_change(name, current, staged)

@@ -23,7 +23,7 @@ from kbqe_dagster.resources.bigquery.jobs import new_table
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 from kbqe_dagster_tests.loading.conftest import ORDERS_V1, TOPIC
 from kbqe_dagster_tests.loading.fake_bigquery import FakeBigQueryClient
-from kbqe_dagster_tests.loading.staged import stage_range
+from kbqe_dagster_tests.loading.staged import ORDER_V1, Table, stage_range
 
 DAY = date(2024, 9, 13)
 ORDERS = ("acme_sales", "orders")
@@ -217,3 +217,41 @@ def test_a_table_created_before_its_rows_requires_the_filter_too() -> None:
     )
 
     assert new_table(request, "p.acme_sales.orders").require_partition_filter is True
+
+
+def test_columns_are_described_by_the_creating_load_and_a_new_doc_reaches_the_next_one(
+    store, bq
+) -> None:
+    """The creating load's schema carries the files' ``doc`` and kbqe's fixed descriptions of
+    its Kafka columns; a newer schema documenting a field updates that column's description
+    with the schema update its load makes (core/record/column_descriptions.py)."""
+    report = cycle(store, bq, pipeline(), 0)
+    [job_id] = report.submitted
+    sent = {f.name: f.description for f in bq.jobs[job_id].config.schema}
+    assert sent["_kafka_offset"].startswith("Kafka offset of the message within its partition")
+    assert sent["_event_date"].startswith("Event date (UTC) of the Kafka message")
+    assert sent["orderId"] is None  # no doc in the schema
+    assert bq.tables[ORDERS].field("_kafka_topic")["description"] == (
+        "Kafka topic the row was read from."
+    )
+
+    documented = Table(
+        "acme_sales",
+        "orders",
+        12,
+        {
+            **ORDER_V1,
+            "fields": [
+                {"name": "orderId", "type": "string", "doc": "The shop's order id."},
+                {"name": "amountCents", "type": "long"},
+            ],
+        },
+    )
+    stage_range(store, TOPIC, 0, 3, 5, [(documented, 3, DAY)])
+    LoadCoordinator(store, GoogleBigQueryLoads(bq), pipeline()).run_cycle()
+
+    assert bq.tables[ORDERS].field("orderId")["description"] == "The shop's order id."
+    assert bq.tables[ORDERS].field("_kafka_topic")["description"] == (
+        "Kafka topic the row was read from."
+    )
+    assert len(bq.rows(*ORDERS)) == 6

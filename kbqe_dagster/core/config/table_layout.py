@@ -11,8 +11,10 @@ and matches on it (defs/bigquery/checks.py), so the two can never disagree.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kbqe_dagster.core.record.column_descriptions import kafka_column_descriptions
 from kbqe_dagster.core.record.dead_letter_record import DEAD_LETTER_PARTITION_FIELD
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.record.partitioning import Delivery, Partitioning, TableSettings
@@ -44,6 +46,9 @@ class TableLayout:
     options: TableOptions = field(default_factory=TableOptions)
     """What kbqe keeps in step on the table: clustering, partition expiration, labels,
     description (core/record/table_options.py); set when it is created, updated later."""
+    column_descriptions: Mapping[str, str] = field(default_factory=dict, compare=False)
+    """Fixed descriptions of kbqe's own columns, by name (core/record/column_descriptions.py);
+    the schema's ``doc`` describes the others. Text, not a decision: left out of equality."""
 
 
 def table_layout(
@@ -94,4 +99,5 @@ def table_layout(
         delivery,
         all_columns_nullable,
         options,
+        {} if dead_letter else kafka_column_descriptions(enrichment),
     )

@@ -28,6 +28,10 @@ REPEATED where the column is not, or refused: an array column stays an array
 the reverse
 ==================================== =====================================================
 
+A column's **description** (``description``, core/record/column_descriptions.py) is set
+when the staged schema states one that differs from the table's: one more thing the same
+update carries; one the staged schema does not state is left as the table has it.
+
 A refusal names the table, the column and what to do: route the schema to a new table, or
 keep the old field and add a new one under another name. ``all_columns_nullable`` (a
 ``tables:`` option, Kafka Connect's BigQuery sink calls it ``allBQFieldsNullable``) makes
@@ -70,13 +74,15 @@ class SchemaChange:
     """Columns (dotted paths for nested fields) relaxed from REQUIRED to NULLABLE."""
     added: tuple[str, ...] = ()
     """Columns (dotted paths for nested fields) the table gains, NULLABLE or REPEATED."""
+    described: tuple[str, ...] = ()
+    """Existing columns (dotted paths) whose description changes."""
     schema: tuple[dict[str, Any], ...] = field(default=(), repr=False)
     """The table's columns after the change: relaxed, nested fields added, new columns
     appended: what the table is given before a load job and before an append alike."""
 
     @property
     def changes(self) -> bool:
-        return bool(self.relaxed or self.added)
+        return bool(self.relaxed or self.added or self.described)
 
     @property
     def summary(self) -> str:
@@ -86,6 +92,8 @@ class SchemaChange:
             parts.append(f"relaxed {', '.join(self.relaxed)} to NULLABLE")
         if self.added:
             parts.append(f"added {', '.join(self.added)}")
+        if self.described:
+            parts.append(f"described {', '.join(self.described)}")
         return "; ".join(parts)
 
 
@@ -100,7 +108,13 @@ def plan_schema_change(
     changed its type or its repetition (module docstring)."""
     planner = _Planner(table)
     schema = planner.record(current, staged, path="")
-    return SchemaChange(table, tuple(planner.relaxed), tuple(planner.added), tuple(schema))
+    return SchemaChange(
+        table,
+        tuple(planner.relaxed),
+        tuple(planner.added),
+        tuple(planner.described),
+        tuple(schema),
+    )
 
 
 def all_nullable(columns: Sequence[Column]) -> list[dict[str, Any]]:
@@ -124,6 +138,7 @@ class _Planner:
         self.table = table
         self.relaxed: list[str] = []
         self.added: list[str] = []
+        self.described: list[str] = []
 
     def record(
         self, current: Sequence[Column], staged: Sequence[Column], path: str
@@ -148,6 +163,10 @@ class _Planner:
                 out["mode"] = NULLABLE
             return out
         self.refuse_incompatible(column, staged, path)
+        description = staged.get("description")
+        if description and description != column.get("description"):
+            self.described.append(path)
+            out["description"] = description
         if mode_of(column) == REQUIRED and mode_of(staged) == NULLABLE:
             self.relaxed.append(path)
             out["mode"] = NULLABLE

@@ -24,6 +24,7 @@ from kbqe_dagster.core.config.table_layout import TableLayout
 from kbqe_dagster.core.load.evolution import SchemaChange, all_nullable
 from kbqe_dagster.core.load.lifecycle import ObservedJob, SubmitOutcome
 from kbqe_dagster.core.load.notices import Column
+from kbqe_dagster.core.record.column_descriptions import describe_columns
 from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.core.record.table_options import TableMetadata, TableUpdate
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
@@ -63,6 +64,9 @@ class LoadRequest:
     """Description of a table this load creates (``tables:``)."""
     require_partition_filter: bool = False
     """A table this load creates requires a partition filter in queries (``tables:``)."""
+    column_descriptions: Mapping[str, str] = field(default_factory=dict)
+    """Fixed descriptions of kbqe's columns in a table this load creates (the files' ``doc``
+    describes the others: core/record/column_descriptions.py)."""
 
     @classmethod
     def into(
@@ -92,6 +96,7 @@ class LoadRequest:
             table_labels=layout.options.labels,
             description=layout.options.description,
             require_partition_filter=bool(layout.options.require_partition_filter),
+            column_descriptions=layout.column_descriptions,
         )
 
 
@@ -219,7 +224,11 @@ def load_job_config(request: LoadRequest, labels: Mapping[str, str] | None = Non
         )
     if request.avro_schema is not None:
         source = request.source_uris[0] if request.source_uris else request.job_id
-        columns = bigquery_schema_from_avro(dict(request.avro_schema), source)
+        columns = describe_columns(
+            bigquery_schema_from_avro(dict(request.avro_schema), source),
+            request.avro_schema,
+            request.column_descriptions,
+        )
         if request.all_columns_nullable:
             columns = all_nullable(columns)
         config.schema = [bigquery.SchemaField.from_api_repr(c) for c in columns]
