@@ -78,6 +78,7 @@ tables:                          # per destination table; exact keys win over da
     partition_expiration_days: 400            # null: never (default: load.partition_expiration_days)
     labels: {team: sales, cost_center: cc-42}
     description: Orders as placed, one row per order event
+    require_partition_filter: true            # queries must filter on _event_date
 ```
 
 `tables` sets a destination table's time partitioning: `day` (the default; on the event date
@@ -139,7 +140,52 @@ naming the column and the file. A keyed topic's changelog keeps its clustering b
 partition and offset (an entry for `D.T_changelog` with `clustering` is refused); on `D.T`,
 `clustering` replaces the current table's clustering by key, and labels and description apply
 to it; its `D.T_history` view takes none. Not yet: `month`/`year`/`none` partitioning, a user
-`partition_column`, `require_partition_filter`, column descriptions (issue 39).
+`partition_column` (issue 39).
+
+**`require_partition_filter: true`** (default: unset; a table kbqe creates has it `false`)
+makes BigQuery refuse any query on the table without a filter on its partition column. It is
+set when kbqe creates the table (the creating load's `timePartitioning.requirePartitionFilter`,
+the Storage Write table keeper) and switched on or off on an existing table at its next load;
+only time-partitioned tables take it (for a keyed topic: its changelog, `D.*` or
+`D.T_changelog`; the current table has no partitions). Every statement kbqe runs on such a
+table filters on the partition column: the keyed MERGE reads the new changelog rows only in
+the event dates their done files record (every partition when a file's dates are unknown, or
+for rows delivered through the Storage Write API), and its reads of a key's whole history,
+the keyed check, the history view, an erasure pass without a window and the Storage Write
+sink's offsets question carry `(col IS NOT NULL OR col IS NULL)`, a filter on the partition
+column that BigQuery accepts and that keeps every row (dbt-bigquery adds the same to its
+MERGE); the duplicate-offset check reads the partitions since its window's first day. The
+local emulator neither records nor enforces the option
+(`test_emulator_gap_require_partition_filter`): the statements are checked on their text
+(`kbqe_dagster_tests/test_every_statement_filters_partitions.py`).
+
+**What a keyed MERGE is billed, calculated** (not measured: the emulator reports no bytes) by
+BigQuery's on-demand rule: the bytes of the columns a statement references in the partitions
+it scans, at least 10 MB per table, plus, for a DML statement, every column of the table it
+modifies. Example: a keyed topic (`format: avro`, soft deletes) whose changelog holds 365 daily
+partitions of 1,000,000 changes (128 bytes of referenced columns per change, 136 with
+`_event_date`), a current table of 10,000,000 keys (1.28 GB), and a merge of new changes that
+all fall on one event date (the recompute question and the fold MERGE, each reading the new
+changes and the current table). Before: 2 x 365 x 1,000,000 x 128 B + 3 x 1.28 GB = 97.3 GB
+($0.55 on demand at $6.25 per TiB; $159 a day at one merge every 5 minutes). With the
+partition filter: 2 x 1,000,000 x 136 B + 3 x 1.28 GB = 4.1 GB ($0.023; $6.7 a day): 23.7 times
+less, and the current table's reads now dominate. A merge whose dates are unknown reads every
+partition and `_event_date` too: 103.1 GB. Clustering by Kafka partition and offset can cut
+both figures (BigQuery prunes blocks); a dry run reports these. A Debezium topic's merge also
+looks up the latest truncate, which reads the changelog's order and `_op` columns in every
+partition, unchanged. `kbqe_dagster_tests/keyed/test_merge_billed_bytes.py` computes these
+figures from the statements themselves.
+
+**Column descriptions** come from the schema: an Avro field's `doc` (nested fields too), a
+JSON Schema property's `description` and a Connect schema's `doc` (both reach the Avro
+mapping as `doc`); kbqe's own columns (`_event_date`, `_event_hour`, `_kafka_topic`,
+`_kafka_partition`, `_kafka_offset`, `_kafka_timestamp`, the key and headers columns, by their
+configured names) get fixed descriptions. A table kbqe creates gets them, and an existing one
+takes a changed or new description with the schema update of its next load or append; a
+description the schema does not state is left as it is. Protobuf comments are not used: the
+registry's `.proto` is compiled without source info, so its descriptors hold no comments (and
+the standard Protobuf serializers register schemas rebuilt from compiled descriptors, which
+have none).
 
 `format: debezium` reads Debezium's change events: the standard envelope
 (`before`/`after`/`source`/`op`/`ts_ms`) or the flattened form of its `ExtractNewRecordState`

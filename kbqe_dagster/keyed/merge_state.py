@@ -19,6 +19,7 @@ from typing import Any
 from kbqe_dagster.core.errors import KbqeError, StagingError
 from kbqe_dagster.core.keyed.delivered import coalesce, union
 from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord, LoadState
+from kbqe_dagster.core.protocol.commit import parse_manifest
 from kbqe_dagster.core.protocol.naming import (
     DoneFileName,
     of_topic,
@@ -27,7 +28,6 @@ from kbqe_dagster.core.protocol.naming import (
     topic_prefix,
 )
 from kbqe_dagster.core.protocol.offsets import recover
-from kbqe_dagster.loading.manifests import read_file_facts
 from kbqe_dagster.resources.staging_store import StagingStore
 
 MERGE_STATE_FILE = "_kbqe/merge_state.json"
@@ -118,19 +118,31 @@ def changed_dates(
 ) -> tuple[str, ...] | None:
     """The event dates of the rows the load jobs ``job_ids`` put in their changelog, from the
     per-day counts of their done files' manifests (core/protocol/commit.py; one read per
-    range); None when a file's days are not recorded (an older manifest, an empty done file):
-    the merge then reads every partition for the new rows."""
+    range); None when a file's days are not recorded (an older manifest, an empty done
+    file): the merge then reads every partition for the new rows."""
     wanted = set(job_ids)
     jobs = [j for j in state.jobs if j.job_id in wanted]
-    facts = read_file_facts(store, [name for j in jobs for name in j.done_files])
+    files = {avro for j in jobs for avro in j.files}
+    per_range: dict[tuple[str, int, int], str] = {}
+    for name in (n for j in jobs for n in j.done_files):
+        done = parse_name(name)
+        if isinstance(done, DoneFileName):
+            per_range.setdefault((done.key.topic, done.key.partition, done.key.first_offset), name)
     days: set[str] = set()
-    for job in jobs:
-        for avro in job.files:
-            found = facts.get(avro)
-            if found is None or found.days is None:
+    found: set[str] = set()
+    for name in per_range.values():
+        try:
+            manifest = parse_manifest(store.read_bytes(name), name)
+        except StagingError:
+            return None
+        for staged in manifest.files if manifest is not None else ():
+            if staged.avro not in files:
+                continue
+            if staged.records and not staged.days:
                 return None
-            days.update(found.days)
-    return tuple(sorted(days))
+            found.add(staged.avro)
+            days.update(day for day, _ in staged.days)
+    return tuple(sorted(days)) if found == files else None
 
 
 def _changelog_jobs(state: LoadState, dataset: str, changelog: str) -> list[LoadJobRecord]:

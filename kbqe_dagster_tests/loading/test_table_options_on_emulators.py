@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_config
+from kbqe_dagster.core.record.column_descriptions import kafka_column_descriptions
+from kbqe_dagster.core.record.enrichment import EnrichmentConfig
 from kbqe_dagster.core.record.table_options import DAY_MS
 from kbqe_dagster.loading.coordinator import LoadCoordinator
 from kbqe_dagster.localstack.clients import local_bigquery_client
@@ -30,6 +32,7 @@ from kbqe_dagster_tests.localstack.emulators import emulators  # noqa: F401 (fix
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]
 
 TOPIC = "com.acme.orders"
+OFFSET_DESCRIPTION = kafka_column_descriptions(EnrichmentConfig())["_kafka_offset"]
 DAY = date.today() - timedelta(days=1)
 
 
@@ -74,7 +77,9 @@ def _shown(prefix: str) -> dict[str, Any]:
     client = local_bigquery_client()
     meta = client.get_table(f"{LOCAL_PROJECT}.{prefix}_sales.orders")
     [(rows,)] = client.query_and_wait(f"SELECT COUNT(*) FROM `{prefix}_sales.orders`")
+    described = {f.name: f.description for f in meta.schema}
     return {
+        "offset_description": described.get("_kafka_offset"),
         "clustering": meta.clustering_fields,
         "expiration_days": (meta.time_partitioning.expiration_ms or 0) / DAY_MS,
         "partition_field": meta.time_partitioning.field,
@@ -92,6 +97,7 @@ def test_a_table_is_created_with_its_options_keeps_them_and_takes_changed_ones(p
         "partition_expiration_days": 400,
         "labels": {"team": "sales", "tier": "gold"},
         "description": "Orders as placed",
+        "require_partition_filter": True,  # not shown (gap below); every statement still runs
     }
 
     stage_range(store, TOPIC, 0, 0, 4, [(orders, 5, DAY)])
@@ -107,12 +113,14 @@ def test_a_table_is_created_with_its_options_keeps_them_and_takes_changed_ones(p
         "partition_expiration_days": 90,
         "labels": {"team": "revenue", "cost_center": "cc-42"},
         "description": "Orders, one row per order event",
+        "require_partition_filter": False,
     }
     stage_range(store, TOPIC, 0, 10, 14, [(orders, 5, DAY)])
     _load(prefix, _config(prefix, changed))
     after_change = _shown(prefix)
 
     assert created == {
+        "offset_description": OFFSET_DESCRIPTION,
         "clustering": ["orderId"],
         "expiration_days": 400,
         "partition_field": "_event_date",
@@ -122,6 +130,7 @@ def test_a_table_is_created_with_its_options_keeps_them_and_takes_changed_ones(p
     }
     assert loaded_twice == {**created, "rows": 10}
     assert after_change == {
+        "offset_description": OFFSET_DESCRIPTION,
         "clustering": ["amountCents", "orderId"],
         "expiration_days": 90,
         "partition_field": "_event_date",
@@ -130,3 +139,27 @@ def test_a_table_is_created_with_its_options_keeps_them_and_takes_changed_ones(p
         "description": "Orders, one row per order event",
         "rows": 15,
     }
+
+
+def test_emulator_gap_require_partition_filter(prefix) -> None:
+    """BigQuery keeps ``requirePartitionFilter`` and refuses a query without a filter on the
+    partition column ("Cannot query over table ... without a filter over column(s) ... that
+    can be used for partition elimination"). The emulator neither records the flag nor
+    enforces it, so that statements kbqe runs carry the filter is proven on their text
+    (test_every_statement_filters_partitions.py) and the request on the fake client
+    (test_table_options_on_load.py)."""
+    from google.cloud import bigquery
+
+    client = local_bigquery_client()
+    client.create_dataset(f"{prefix}_sales", exists_ok=True)
+    table = bigquery.Table(
+        f"{LOCAL_PROJECT}.{prefix}_sales.required",
+        schema=[bigquery.SchemaField("_event_date", "DATE"), bigquery.SchemaField("a", "STRING")],
+    )
+    table.time_partitioning = bigquery.TimePartitioning(field="_event_date")
+    table.require_partition_filter = True
+    client.create_table(table)
+
+    assert client.get_table(table.reference).require_partition_filter is None
+    [(rows,)] = client.query_and_wait(f"SELECT COUNT(*) FROM `{prefix}_sales.required`")
+    assert rows == 0  # BigQuery: 400 Cannot query over table ... without a filter
