@@ -28,9 +28,9 @@ enrichment columns and the columns of a ``format: json`` topic's declared schema
 against the staged file's schema (core/config/pipeline.py, loading/coordinator.py).
 
 **Updates** (:func:`table_update`): labels, description, clustering, partition expiration
-and ``require_partition_filter`` can all change on an existing table (one ``tables.patch`` with a field mask); a change of
-clustering applies to data written after it, BigQuery reclusters older data in the background
-only for new writes.
+and ``require_partition_filter`` can all change on an existing table (one ``tables.patch``
+with a field mask); a change of clustering applies to data written after it, BigQuery
+reclusters older data in the background only for new writes.
 """
 
 from __future__ import annotations
