@@ -356,8 +356,17 @@ def table_metadata_of(meta: Any) -> TableMetadata:
         clustering=tuple(getattr(meta, "clustering_fields", None) or ()),
         partitioned=partitioning is not None,
         expiration_ms=int(expiration) if expiration else None,
-        require_partition_filter=bool(getattr(meta, "require_partition_filter", None)),
+        require_partition_filter=_requires_partition_filter(meta, partitioning),
     )
+
+
+def _requires_partition_filter(meta: Any, partitioning: Any) -> bool:
+    """The table's own flag; when it states none, its partitioning's (where a creating load's
+    ``timePartitioning.requirePartitionFilter`` may be all a table has)."""
+    own = getattr(meta, "require_partition_filter", None)
+    if own is not None:
+        return bool(own)
+    return bool((getattr(partitioning, "_properties", None) or {}).get("requirePartitionFilter"))
 
 
 def _bad_records(job: Any) -> int | None:
