@@ -123,3 +123,28 @@ def test_kafka_key_elsewhere_still_needs_the_key_column() -> None:
                 "erasure": {"tables": {"shop.orders": {"kafka_key": True}}},
             }
         )  # fmt: skip
+
+
+def test_a_table_that_requires_a_partition_filter_names_the_column_its_statements_filter() -> None:
+    """A pass without a window then filters on every partition (core/erasure/statements.py);
+    a keyed current table has no partitions: its changelog takes the option."""
+    raw = {
+        "version": 1,
+        "topics": [
+            {"name": "orders", "event_time": TIME,
+             "routing": {"mode": "static", "dataset": "shop", "table": "orders"}},
+            {"name": "customers", "format": "debezium", "keyed": {}, "event_time": TIME,
+             "routing": {"mode": "static", "dataset": "crm", "table": "customers"}},
+        ],
+        "tables": {"shop.orders": {"require_partition_filter": True},
+                   "crm.customers_changelog": {"require_partition_filter": True},
+                   "crm.customers": {"require_partition_filter": True}},
+        "erasure": {"tables": {"shop.orders": {"columns": ["customer_id"]},
+                               "crm.customers": {"columns": ["id"]}}},
+    }  # fmt: skip
+    targets = {t.name: t for t in configured_targets(parse_pipeline_config(raw), EXISTING)}
+    assert targets["shop.orders"].required_filter_column == "_event_date"
+    assert targets["crm.customers_changelog"].required_filter_column == "_event_date"
+    assert targets["crm.customers"].required_filter_column is None
+    plain = {t.name: t for t in configured_targets(CONFIG, EXISTING)}
+    assert plain["shop.orders"].required_filter_column is None
