@@ -500,10 +500,11 @@ def merge_keyed_tables(
         state.cycles[dest.name] = 0
         store.put_bytes(MERGE_STATE_FILE, state.encode())
         log.info(
-            "%s: merged %d load job(s)%s, %d key(s) changed%s%s",
+            "%s: merged %d load job(s)%s (new rows read in %s), %d key(s) changed%s%s",
             dest.name,
             len(jobs),
             f" and delivered rows {_spans(window)}" if window else "",
+            "every partition" if dates is None else f"{len(dates)} day partition(s)",
             result.keys_merged,
             f" ({result.keys_recomputed:,} recomputed from their history: events older than "
             "their row)"
