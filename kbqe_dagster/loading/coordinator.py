@@ -38,8 +38,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.config.table_layout import TableLayout
 from kbqe_dagster.core.errors import ConfigError, KbqeError, StagingError
 from kbqe_dagster.core.load.lifecycle import (
     Action,
@@ -74,6 +76,12 @@ from kbqe_dagster.core.load.state import (
     retry_job,
 )
 from kbqe_dagster.core.protocol.naming import parse_listing
+from kbqe_dagster.core.record.partition_spec import (
+    PartitionSpec,
+    partition_column_problem,
+    partitioning_refusal,
+)
+from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.core.record.table_options import (
     TableOptions,
     avro_columns,
@@ -131,6 +139,7 @@ class LoadCoordinator:
             lambda dataset, table: self.config.table_layout(dataset, table).column_descriptions,
         )
         self._options_kept: dict[tuple[str, str], bool] = {}  # table -> existed at its read
+        self._refused: dict[tuple[str, str], str] = {}  # table -> why its loads are refused
         self._fresh_ids: set[str] = set()  # ids this run recorded: their first submission
         self._facts: dict[str, FileFacts] = {}  # read while planning, reused when finishing
 
@@ -374,17 +383,9 @@ class LoadCoordinator:
             self._datasets_ready.add(dataset)
         schema = self._evolution.prepare(job)  # the table takes the files' schema first
         layout = self.config.table_layout(dataset, table)
-        exists = self._keep_options(dataset, table, layout.options)
-        if exists is False and schema is not None and layout.clustering:
-            # Refused here, naming the column, rather than by BigQuery's error on the job.
-            problems = clustering_problems(
-                layout.clustering, avro_columns(schema), f"{dataset}.{table}"
-            )
-            if problems:
-                raise ConfigError(
-                    f"{'; '.join(problems)} in the schema of {self.store.uri(job.files[0])} "
-                    f"(tables.{dataset}.{table}.clustering or its dataset.*)"
-                )
+        exists = self._keep_options(dataset, table, layout)
+        if exists is False and schema is not None:
+            self._check_new_table_columns(dataset, table, layout, schema, job.files[0])
         expiration = layout.options.partition_expiration_days
         return LoadRequest.into(
             layout,
@@ -396,20 +397,58 @@ class LoadCoordinator:
             avro_schema=schema,
         )
 
-    def _keep_options(self, dataset: str, table: str, wanted: TableOptions) -> bool | None:
+    def _check_new_table_columns(
+        self, dataset: str, table: str, layout: TableLayout, schema: Any, first_file: str
+    ) -> None:
+        """Refuse a table's first load naming the column, rather than by BigQuery's error on
+        the job, when its clustering or partition column does not fit the files' schema."""
+        where = f"{dataset}.{table}"
+        columns = avro_columns(schema)
+        problems = {"clustering": clustering_problems(layout.clustering, columns, where)}
+        if layout.user_partition_column:
+            hourly = layout.partitioning is Partitioning.HOUR
+            problem = partition_column_problem(layout.partition_column, columns, hourly, where)
+            problems["partition_column"] = [problem] if problem else []
+        named = [setting for setting, found in problems.items() if found]
+        if named:
+            raise ConfigError(
+                f"{'; '.join(m for found in problems.values() for m in found)} in the schema of "
+                f"{self.store.uri(first_file)} (tables.{where}.{'/'.join(named)} or its "
+                "dataset.*)"
+            )
+
+    def _keep_options(self, dataset: str, table: str, layout: TableLayout) -> bool | None:
         """Whether ``dataset.table`` exists, from its metadata read once per run (the first job
-        of the table) when its ``tables:`` entry states options (None: not asked, no read);
-        an existing table whose options differ from ``wanted`` is updated. A table created by
-        a load gets them from that load's configuration. A refused update is logged and tried
-        again at the next run: it never holds the rows back."""
-        if wanted == TableOptions():
+        of the table) when its ``tables:`` entry states options or a partitioning other than
+        DAY on the event date (None: not asked, no read); an existing table whose options
+        differ from the layout's is updated. A table created by a load gets them from that
+        load's configuration. A refused update is logged and tried again at the next run: it
+        never holds the rows back. A table partitioned otherwise than the layout says is
+        refused (core/record/partition_spec.py): its jobs fail naming it, its files stay."""
+        wanted = layout.options
+        default_partitioning = (
+            layout.partitioning is Partitioning.DAY and not layout.user_partition_column
+        )
+        if wanted == TableOptions() and default_partitioning:
             return None
-        if (dataset, table) in self._options_kept:
-            return self._options_kept[(dataset, table)]
+        key = (dataset, table)
+        if key in self._options_kept:
+            if key in self._refused:
+                raise ConfigError(self._refused[key])
+            return self._options_kept[key]
         current = self.bigquery.table_metadata(dataset, table)
-        self._options_kept[(dataset, table)] = current is not None
+        self._options_kept[key] = current is not None
         if current is None:
             return False
+        refusal = partitioning_refusal(
+            f"{dataset}.{table}",
+            PartitionSpec(current.partition_type, current.partition_field),
+            layout.partition_spec,
+        )
+        if refusal is not None:
+            self._refused[key] = refusal
+            log.error("%s", refusal)
+            raise ConfigError(refusal)
         update = table_update(current, wanted)
         if update:
             try:

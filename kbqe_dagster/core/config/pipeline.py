@@ -93,7 +93,10 @@ from kbqe_dagster.core.config.sections import (
     jobs_per_table_per_day,
 )
 from kbqe_dagster.core.config.table_layout import TableLayout, table_layout
-from kbqe_dagster.core.config.table_option_checks import check_table_options
+from kbqe_dagster.core.config.table_option_checks import (
+    check_partition_column,
+    check_table_options,
+)
 from kbqe_dagster.core.config.topics import (
     BAD_INPUT_POLICY,
     PATTERN_TOPIC_KEYS,
@@ -113,6 +116,7 @@ from kbqe_dagster.core.record.partitioning import (
     Delivery,
     Partitioning,
     TablesConfig,
+    TableSettings,
     read_tables,
 )
 from kbqe_dagster.core.record.routing import AllowList, Router, allow_pattern_problem
@@ -431,6 +435,7 @@ def parse_pipeline_config(
             settings.partitioning is Partitioning.HOUR,
             problems,
         )
+        check_partition_column(key, settings, topics, enrichment, problems)
     stage_runs = r.build_section(
         StageRunSettings(), top.get("stage_runs"), "stage_runs", STAGE_RUNS_SPEC, problems
     )
@@ -539,19 +544,38 @@ def _check_tables(
             _check_storage_write(key, dataset, table, statics, templated, dead_letter, problems)
         if settings.all_columns_nullable:
             _check_all_columns_nullable(key, dataset, table, statics, dead_letter, problems)
-        if settings.partitioning is not Partitioning.HOUR:
-            continue
-        if _covers_dead_letter(dataset, table, dead_letter):
-            problems.add(
-                f"tables.{key}.partitioning",
-                "the dead-letter table is DAY-partitioned on its staging date",
-            )
-        for keyed in _keyed_topics_covered(dataset, table, statics, templated)[:1]:
-            problems.add(
-                f"tables.{key}.partitioning",
-                f"covers the tables of keyed topic {keyed}: "
-                "keyed tables are DAY-partitioned (the MERGE prunes by date)",
-            )
+        _check_partitioning(
+            key, dataset, table, settings, statics, templated, dead_letter, problems
+        )
+
+
+def _check_partitioning(
+    key: str, dataset: str, table: str, settings: TableSettings,
+    statics: dict[Any, tuple[str, bool]], templated: dict[str, tuple[str, bool]],
+    dead_letter: DeadLetterDestination, problems: r.Problems,
+) -> None:  # fmt: skip
+    """A ``partitioning`` other than DAY and a ``partition_column`` are refused where they
+    cannot hold: the dead letters, keyed topics' tables, ``partition_column`` of an
+    unpartitioned table."""
+    where = f"tables.{key}.partitioning"
+    if settings.partition_column and settings.partitioning is Partitioning.NONE:
+        problems.add(
+            f"tables.{key}.partition_column",
+            f"{settings.partition_column!r} with partitioning none: an unpartitioned table has "
+            "no partition column (remove one of them)",
+        )
+    if settings.partitioning is Partitioning.DAY and not settings.partition_column:
+        return
+    if settings.partition_column and settings.partitioning is Partitioning.DAY:
+        where = f"tables.{key}.partition_column"
+    if _covers_dead_letter(dataset, table, dead_letter):
+        problems.add(where, "the dead-letter table is DAY-partitioned on its staging date")
+    for keyed in _keyed_topics_covered(dataset, table, statics, templated)[:1]:
+        problems.add(
+            where,
+            f"covers the tables of keyed topic {keyed}: "
+            "keyed tables are DAY-partitioned on the event date (the MERGE prunes by date)",
+        )
 
 
 def _covers_dead_letter(dataset: str, table: str, dead_letter: DeadLetterDestination) -> bool:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from kbqe_dagster.core.record.column_descriptions import kafka_column_descriptions
 from kbqe_dagster.core.record.dead_letter_record import DEAD_LETTER_PARTITION_FIELD
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig
+from kbqe_dagster.core.record.partition_spec import PartitionSpec
 from kbqe_dagster.core.record.partitioning import Delivery, Partitioning, TableSettings
 from kbqe_dagster.core.record.table_options import TableOptions
 
@@ -30,8 +31,9 @@ class TableLayout:
 
     partitioning: Partitioning
     partition_column: str
-    """The column BigQuery partitions on: the staging date for dead letters, else the event
-    hour (HOUR tables) or the event date."""
+    """The column BigQuery partitions on: the staging date for dead letters, else the
+    ``tables:`` entry's ``partition_column``, else the event hour (HOUR tables) or the event
+    date. A ``partitioning: none`` table is not partitioned: its event date column."""
     clustering: tuple[str, ...]
     """Clustering columns of a table kbqe creates: Kafka partition and offset for a changelog,
     else the ``tables:`` entry's ``clustering``, else none."""
@@ -49,6 +51,25 @@ class TableLayout:
     column_descriptions: Mapping[str, str] = field(default_factory=dict, compare=False)
     """Fixed descriptions of kbqe's own columns, by name (core/record/column_descriptions.py);
     the schema's ``doc`` describes the others. Text, not a decision: left out of equality."""
+    event_column: str = ""
+    """The column holding the event date (the event hour of an HOUR table) that the Dagster
+    partitions count by; empty: :attr:`partition_column` (what kbqe partitions on itself)."""
+
+    @property
+    def time_column(self) -> str:
+        """The event date (hour) column: what checks filter on to read recent partitions."""
+        return self.event_column or self.partition_column
+
+    @property
+    def user_partition_column(self) -> bool:
+        """BigQuery partitions on a column of the records (``partition_column``)."""
+        return self.time_column != self.partition_column
+
+    @property
+    def partition_spec(self) -> PartitionSpec:
+        """The table's ``timePartitioning`` type and field as kbqe creates it."""
+        kind = self.partitioning.bigquery_type
+        return PartitionSpec(kind, self.partition_column if kind else None)
 
 
 def table_layout(
@@ -64,6 +85,8 @@ def table_layout(
 ) -> TableLayout:
     """The layout of a table with ``partitioning`` and the other ``settings`` of its
     ``tables:`` entry; ``default_expiration_days``: ``load.partition_expiration_days``."""
+    settings = settings or TableSettings()
+    event_column = ""
     if dead_letter:
         partitioning, column, offsets = (
             Partitioning.DAY,
@@ -77,7 +100,8 @@ def table_layout(
             else enrichment.event_date_column
         )
         offsets = (enrichment.topic_column, enrichment.partition_column, enrichment.offset_column)
-    settings = settings or TableSettings()
+        if settings.partition_column and partitioning is not Partitioning.NONE:
+            column, event_column = settings.partition_column, column
     # A changelog's clustering is kbqe's (its MERGE reads offset ranges), given when it is
     # created and never the user's to change (core/config/table_option_checks.py refuses it).
     managed = None if changelog else settings.clustering
@@ -100,4 +124,5 @@ def table_layout(
         all_columns_nullable,
         options,
         {} if dead_letter else kafka_column_descriptions(enrichment),
+        event_column,
     )

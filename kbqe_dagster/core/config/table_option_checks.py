@@ -1,5 +1,5 @@
-"""What ``kbqe config check`` can decide about a ``tables:`` entry's clustering without
-BigQuery: the columns a table will have where the configuration knows them.
+"""What ``kbqe config check`` can decide about a ``tables:`` entry's clustering and partition
+column without BigQuery: the columns a table will have where the configuration knows them.
 
 Known without BigQuery: the enrichment columns of every table (their types are kbqe's), the
 dead-letter table's fixed schema, and every column of a table a ``format: json`` topic routes
@@ -19,7 +19,8 @@ from kbqe_dagster.core.formats.source_format import SourceFormat
 from kbqe_dagster.core.keyed.contract import changelog_table
 from kbqe_dagster.core.record.dead_letter_record import DEAD_LETTER_SCHEMA
 from kbqe_dagster.core.record.enrichment import EnrichmentConfig, extended_schema
-from kbqe_dagster.core.record.partitioning import TableSettings
+from kbqe_dagster.core.record.partition_spec import partition_column_problem
+from kbqe_dagster.core.record.partitioning import Partitioning, TableSettings
 from kbqe_dagster.core.record.table_options import avro_columns, clustering_problems
 
 
@@ -90,3 +91,28 @@ def _declared_columns(
         return avro_columns(extended_schema(writers[0].value_schema or {}, enrichment, hourly))
     except KbqeError:
         return None  # a colliding enrichment column is refused where the topic is read
+
+
+def check_partition_column(
+    key: str,
+    settings: TableSettings,
+    topics: Iterable[TopicConfig],
+    enrichment: EnrichmentConfig,
+    problems: r.Problems,
+) -> None:
+    """Problems of ``tables.<key>.partition_column`` decidable from the configuration alone:
+    against every column of a ``format: json`` topic's table, else against the enrichment
+    columns when it names one. Other columns are checked at the table's first load."""
+    column = settings.partition_column
+    if not column or settings.partitioning is Partitioning.NONE:
+        return  # with none: refused by core/config/pipeline.py
+    dataset, table = key.split(".")
+    hourly = settings.partitioning is Partitioning.HOUR
+    columns = _declared_columns(dataset, table, tuple(topics), enrichment, hourly)
+    if columns is None:
+        columns = avro_columns(extended_schema(_EMPTY, enrichment, hourly))
+        if column.lower() not in {c.lower() for c in columns}:
+            return
+    problem = partition_column_problem(column, columns, hourly, f"{dataset}.{table}")
+    if problem:
+        problems.add(f"tables.{key}.partition_column", problem)

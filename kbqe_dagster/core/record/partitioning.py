@@ -1,4 +1,5 @@
-"""A destination table's time partitioning: DAY (the default) or HOUR, under ``tables:``.
+"""A destination table's time partitioning under ``tables:``: DAY (the default), HOUR, MONTH,
+YEAR or none, and the column BigQuery partitions on.
 
 **Where it lives, and why there.** Partitioning is a property of a *table*, not of a topic:
 one topic may route to many tables (``fields``, ``schema_name``, ``function`` routing), and
@@ -23,6 +24,28 @@ event instant truncated to the hour, in UTC (core/record/event_time.py, ``event_
 partition key is then ``YYYY-MM-DDTHH`` (UTC), the key of Dagster's hourly partitions, of the
 manifests' per-file ``hours`` counts and of completeness per hour.
 
+**MONTH and YEAR tables** are partitioned by BigQuery per month (year) of the event date
+column: their files are a DAY table's. Their partition key is the ISO date the month (year)
+starts, ``2026-11-01`` (``2026-01-01``): the key of Dagster's monthly partitions and of a
+yearly time window (cron ``0 0 1 1 *``). The manifests' per-day counts add up to them.
+
+**Unpartitioned tables** (``partitioning: none``) have no time partitioning in BigQuery and no
+Dagster partitions: their loads are reported on the table as a whole and their completeness
+is the table's (complete through the newest complete day). Their files are still staged and
+loaded exactly as a DAY table's (done files and manifests name event dates; the load job
+appends the files to the table, never to a partition decorator).
+
+**Partition column.** ``partition_column: <field>`` makes BigQuery partition on a column of
+the records (TIMESTAMP, DATE or DATETIME once mapped) instead of ``_event_date`` /
+``_event_hour``. The event-time rules still decide the event date, hence the Dagster
+partition, the manifests' counts and completeness. A row whose column falls in another
+BigQuery partition than its event date lands in the partition of its own column value
+(nothing is lost; Dagster counts it under its event date), and a row whose column is NULL
+lands in BigQuery's ``__NULL__`` partition. The partitioning, its column and ``none`` cannot
+change on an existing table (BigQuery refuses it): the load coordinator refuses the table's
+loads naming what the table has and what the configuration asks
+(:func:`partitioning_refusal`); its files stay staged.
+
 **Delivery.** The same map says how a table's rows reach BigQuery (:class:`Delivery`):
 ``load`` (free batch load jobs of staged Avro files, the default) or ``storage_write`` (rows
 appended through the BigQuery Storage Write API at commit of each staged range, visible in
@@ -43,6 +66,7 @@ from enum import StrEnum
 from typing import Any
 
 from kbqe_dagster.core import config_reader as r
+from kbqe_dagster.core.record.partition_spec import partition_column_name_problem
 from kbqe_dagster.core.record.routing import allow_pattern_problem
 from kbqe_dagster.core.record.table_options import (
     NEVER_EXPIRES,
@@ -64,6 +88,17 @@ class Partitioning(StrEnum):
     """DAY partitions on the event date column (DATE). The default."""
     HOUR = "hour"
     """HOUR partitions on the event hour column (TIMESTAMP, UTC)."""
+    MONTH = "month"
+    """MONTH partitions on the event date column (or ``partition_column``)."""
+    YEAR = "year"
+    """YEAR partitions on the event date column (or ``partition_column``)."""
+    NONE = "none"
+    """No time partitioning: one unpartitioned table and one unpartitioned Dagster asset."""
+
+    @property
+    def bigquery_type(self) -> str | None:
+        """``timePartitioning.type`` of the table; None: not partitioned."""
+        return None if self is Partitioning.NONE else self.value.upper()
 
 
 class Delivery(StrEnum):
@@ -82,8 +117,10 @@ class TableSettings:
     """Settings of the tables one ``tables:`` key covers."""
 
     partitioning: Partitioning = Partitioning.DAY
-    """``day`` (default) or ``hour``: the unit of the table's BigQuery time partitions, of its
-    Dagster partitions, of its load materializations and of its completeness."""
+    """``day`` (default), ``hour``, ``month``, ``year`` or ``none``: the unit of the table's
+    BigQuery time partitions, of its Dagster partitions, of its load materializations and of
+    its completeness (``none``: no time partitions; loads and completeness per table). Cannot
+    change on an existing table: its loads are refused naming the table."""
     delivery: Delivery | None = None
     """``load`` (free batch load jobs, minutes) or ``storage_write`` (rows appended through
     the BigQuery Storage Write API as each range commits, seconds; billed). Unset: the
@@ -122,6 +159,12 @@ class TableSettings:
     reads only the partitions its changes touch). Unset: the table keeps what it has; a
     table kbqe creates has it ``false``. Changed on the existing table at its next load.
     Only time-partitioned tables take it (a keyed topic: its changelog)."""
+    partition_column: str | None = None
+    """A top-level field of the records (TIMESTAMP, DATE or DATETIME once mapped; HOUR needs
+    TIMESTAMP or DATETIME) BigQuery partitions on instead of the event date (hour) column.
+    The event time still decides the Dagster partition; a row lands in the BigQuery partition
+    of its own column value (NULL: ``__NULL__``). Not with ``partitioning: none``; cannot
+    change on an existing table. Unset: ``_event_date`` (``_event_hour`` for HOUR)."""
 
 
 def _expiration_days(value: Any) -> int:
@@ -176,6 +219,7 @@ TABLE_SPEC: dict[str, r.Converter] = {
     "labels": _labels,
     "description": r.checked(_any_string, description_problem),
     "require_partition_filter": r.boolean,
+    "partition_column": r.checked(r.string, partition_column_name_problem),
 }
 
 

@@ -205,6 +205,10 @@ class TableMetadata:
     """Whether the table has time partitions (a keyed current table has none)."""
     expiration_ms: int | None = None
     require_partition_filter: bool = False
+    partition_type: str | None = None
+    """``timePartitioning.type`` (``DAY``, ``HOUR``, ``MONTH``, ``YEAR``); None: none."""
+    partition_field: str | None = None
+    """``timePartitioning.field``; None: by ingestion time, or not partitioned."""
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ differs (DESIGN.md §7; each gap is pinned by a ``test_emulator_gap_*`` contract
   partitioning, clustering and destination table properties (labels, description); the
   emulator creates it bare, but keeps them when they come by a table update. A creating load
   that carries ``tables:`` options (clustering, expiration, labels, description, partition
-  filter) is followed
-  by that update, so the table reads back as on BigQuery and the next load finds it in step.
+  filter) or a partitioning other than DAY on the event date (HOUR, MONTH, YEAR, a
+  ``partition_column``) is followed by that update, so the table reads back as on BigQuery
+  and the next load finds it in step.
 * **Rows appended.** The emulator's ``outputRows`` is the table's total after a load. The
   by-name INSERT reports the rows it added itself (DML statistics, readable from any process);
   a load that creates its table appends to an empty table, so the total is its figure.
@@ -50,6 +51,7 @@ from typing import Any
 
 from kbqe_dagster.core.load.evolution import SchemaChange
 from kbqe_dagster.core.load.lifecycle import ObservedJob, ObservedKind, classify_submit
+from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.resources.bigquery.emulator_maps import (
     holds_map,
     select_list,
@@ -155,6 +157,8 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
             or request.description is not None
             or request.partition_expiration_days
             or request.require_partition_filter
+            or request.partitioning is not Partitioning.DAY
+            or request.custom_partition_column
         ):
             return
         ref = self._table_ref(request.dataset, request.table)

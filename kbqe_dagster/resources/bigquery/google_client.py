@@ -357,6 +357,8 @@ def table_metadata_of(meta: Any) -> TableMetadata:
         partitioned=partitioning is not None,
         expiration_ms=int(expiration) if expiration else None,
         require_partition_filter=_requires_partition_filter(meta, partitioning),
+        partition_type=getattr(partitioning, "type_", None) if partitioning else None,
+        partition_field=getattr(partitioning, "field", None) if partitioning else None,
     )
 
 

@@ -3,7 +3,9 @@ the one interface (:class:`BigQueryLoads`) every implementation offers.
 
 The load job configuration is fixed by the design: AVRO with ``use_avro_logical_types``,
 WRITE_APPEND, CREATE_IF_NEEDED, DAY time partitioning on the event-date column (HOUR on the
-event-hour column for a table configured ``partitioning: hour``; expiration optional),
+event-hour column for a table configured ``partitioning: hour``, MONTH or YEAR on the event
+date, each on the ``partition_column`` where one is configured; none for ``partitioning:
+none``; expiration optional; never a partition decorator: the job appends to the table),
 schema update options ALLOW_FIELD_ADDITION and ALLOW_FIELD_RELAXATION, and labels naming the
 pipeline and the destination. A job for a table that does not exist yet carries
 the schema derived from its first file (``resources/bigquery/schema.py`` explains why), all
@@ -46,8 +48,8 @@ class LoadRequest:
     table: str
     source_uris: tuple[str, ...]
     partition_field: str
-    """The DATE column of the table's DAY partitions (the event date), or the TIMESTAMP
-    column of its HOUR partitions (the event hour)."""
+    """The column of the table's time partitions: the event date (DAY, MONTH, YEAR), the
+    event hour (HOUR), or the configured ``partition_column``. Unused for ``none``."""
     partition_expiration_days: int | None = None
     avro_schema: Mapping[str, Any] | None = None
     """The files' Avro schema, given only when the table does not exist yet."""
@@ -67,6 +69,8 @@ class LoadRequest:
     column_descriptions: Mapping[str, str] = field(default_factory=dict)
     """Fixed descriptions of kbqe's columns in a table this load creates (the files' ``doc``
     describes the others: core/record/column_descriptions.py)."""
+    custom_partition_column: bool = False
+    """``partition_field`` is a column of the records (``tables:`` ``partition_column``)."""
 
     @classmethod
     def into(
@@ -97,6 +101,7 @@ class LoadRequest:
             description=layout.options.description,
             require_partition_filter=bool(layout.options.require_partition_filter),
             column_descriptions=layout.column_descriptions,
+            custom_partition_column=layout.user_partition_column,
         )
 
 
@@ -189,17 +194,12 @@ def load_job_config(request: LoadRequest, labels: Mapping[str, str] | None = Non
     """The ``LoadJobConfig`` of DESIGN.md §4 for ``request``."""
     from google.cloud import bigquery
 
-    expiration = request.partition_expiration_days
     config = bigquery.LoadJobConfig(
         source_format=bigquery.SourceFormat.AVRO,
         use_avro_logical_types=True,
         write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
         create_disposition=bigquery.CreateDisposition.CREATE_IF_NEEDED,
-        time_partitioning=bigquery.TimePartitioning(
-            type_=_PARTITION_TYPES[request.partitioning],
-            field=request.partition_field,
-            expiration_ms=expiration * 86_400_000 if expiration else None,
-        ),
+        time_partitioning=_time_partitioning(request),
         schema_update_options=[
             bigquery.SchemaUpdateOption.ALLOW_FIELD_ADDITION,
             bigquery.SchemaUpdateOption.ALLOW_FIELD_RELAXATION,
@@ -208,7 +208,7 @@ def load_job_config(request: LoadRequest, labels: Mapping[str, str] | None = Non
     )
     if request.clustering_fields:
         config.clustering_fields = list(request.clustering_fields)
-    if request.require_partition_filter:
+    if request.require_partition_filter and config.time_partitioning is not None:
         # The load API has the flag only in its timePartitioning (the client marks that
         # property deprecated in favour of the table's, which a load cannot set): written
         # to the resource directly. Should BigQuery ever ignore it, the next run's table
@@ -255,8 +255,20 @@ def new_table(request: LoadRequest, ref: str):
     return table
 
 
-_PARTITION_TYPES = {Partitioning.DAY: "DAY", Partitioning.HOUR: "HOUR"}
-"""``bigquery.TimePartitioningType`` values (plain strings in the client library)."""
+def _time_partitioning(request: LoadRequest):
+    """The table's ``TimePartitioning`` (``bigquery.TimePartitioningType`` values are plain
+    strings); None for an unpartitioned table."""
+    from google.cloud import bigquery
+
+    kind = request.partitioning.bigquery_type
+    if kind is None:
+        return None
+    expiration = request.partition_expiration_days
+    return bigquery.TimePartitioning(
+        type_=kind,
+        field=request.partition_field,
+        expiration_ms=expiration * 86_400_000 if expiration else None,
+    )
 
 
 def job_labels(request: LoadRequest) -> dict[str, str]:
