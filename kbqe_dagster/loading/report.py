@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kbqe_dagster.core.completeness.decision import unit_of
 from kbqe_dagster.core.load.checks import JobRows
 from kbqe_dagster.core.load.notices import SchemaNotice
 from kbqe_dagster.core.load.state import LoadJobRecord
@@ -24,7 +25,8 @@ OffsetRange = tuple[str, int, int, int]  # topic, partition, first, last (inclus
 @dataclass(frozen=True)
 class PartitionLoad:
     """Rows one job wrote into one partition of its table. ``day`` is the partition key: the
-    event date of a DAY table, the event hour (``YYYY-MM-DDTHH``) of an HOUR table; ``None``
+    event date of a DAY table, the event hour (``YYYY-MM-DDTHH``) of an HOUR table, the first
+    day of the month (year) of a MONTH (YEAR) table; ``None`` for an unpartitioned table and
     for rows whose partition is not recorded (done files without per-day or per-hour
     counts): the table as a whole."""
 
@@ -64,14 +66,20 @@ class CompletedLoad:
         )
 
     def partitions(self, unit: Partitioning = Partitioning.DAY) -> tuple[PartitionLoad, ...]:
-        """One entry per event day (``unit`` HOUR: per event hour) the job's files hold
-        records for, plus one ``day=None`` entry for the files whose days (hours) are not
-        recorded — an HOUR table's files staged before it was made HOUR, for instance."""
+        """One entry per event day (``unit`` HOUR: per event hour; MONTH, YEAR: per month,
+        year, keyed by its first day) the job's files hold records for, plus one ``day=None``
+        entry for the files whose days (hours) are not recorded — an HOUR table's files
+        staged before it was made HOUR, for instance. An unpartitioned table (``none``): one
+        ``day=None`` entry for the whole job."""
         days: dict[str | None, _Day] = {}
         done_files = self.job.done_files or (None,) * len(self.job.files)
         for avro, done in zip(self.job.files, done_files):
             facts = self.facts.get(avro, FileFacts())
             counts = facts.hours if unit is Partitioning.HOUR else facts.days
+            if unit is Partitioning.NONE:
+                counts = None  # one entry: the table as a whole
+            elif counts is not None and unit is not Partitioning.HOUR:
+                counts = unit_of(unit).rollup(counts)
             per_day = dict(counts) if counts is not None else {None: facts.records}
             for day, count in per_day.items():
                 days.setdefault(day, _Day()).add(count, _offset_range(done))

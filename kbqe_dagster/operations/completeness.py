@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from typing import Any
 
 from kbqe_dagster.core.completeness.decision import (
@@ -97,9 +97,9 @@ class TableReport:
         ``late_after_complete_by_hour`` stand for the DAY tables' ``next_day`` and
         ``late_after_complete_by_day``."""
         v = self.verdict
-        unit = "hour" if v.unit.hourly else "day"
+        unit = v.unit.name
         return {
-            "partitioning": unit,
+            "partitioning": str(v.unit.partitioning),
             "basis": v.basis,
             "newest_complete": v.key(v.newest_complete),
             f"next_{unit}": v.key(v.next_day),
@@ -239,24 +239,28 @@ def _ranges_to_read(
 
 def _kept(mark: TableMark, unit: Unit) -> TableMark:
     """The kept mark, without the declarations of another unit (a table switched between DAY
-    and HOUR): its partitions' progress still counts, its declared days or hours do not."""
+    and HOUR, MONTH or YEAR): its partitions' progress still counts, its declared periods do
+    not."""
     newest = mark.newest_complete
-    if newest is None or isinstance(newest, datetime) == unit.hourly:
+    if newest is None or unit.is_start(newest):
         return mark
     return TableMark(None, {}, mark.partitions)
 
 
 def _newly_complete(before: Period | None, now: Period | None, unit: Unit) -> tuple[Period, ...]:
+    """The periods after ``before`` up to ``now``, at most the newest few (a table idle for
+    long declares its recent periods, not all of them); only ``now`` when none was before."""
     if now is None or (before is not None and now <= before):
         return ()
+    if before is None:
+        return (now,)
     most = MAX_NEW_HOURS if unit.hourly else MAX_NEW_DAYS
-    step = timedelta(hours=1) if unit.hourly else timedelta(days=1)
-    first = now if before is None else max(unit.next(before), now - step * (most - 1))
-    periods, period = [], first
-    while period <= now:
+    periods: list[Period] = []
+    period = now
+    while len(periods) < most and period > before:
         periods.append(period)
-        period = unit.next(period)
-    return tuple(periods)
+        period = unit.previous(period)
+    return tuple(reversed(periods))
 
 
 def _write(store: StagingStore, before: CompletenessState, after: CompletenessState) -> None:

@@ -55,6 +55,12 @@ event date where only dates are known — a lower bound either way. A partition 
 by a ``date`` (DAY) or by the aware ``datetime`` its hour starts at (HOUR); :class:`Unit`
 holds the arithmetic of both.
 
+**MONTH and YEAR tables**: the unit is the month (year), identified by the ``date`` it starts
+(``2026-11-01``). A month is complete when its last day is: ``reached(p) - lateness(p) >=``
+the first instant of the next month, for every feeding partition. **Unpartitioned tables**
+(``partitioning: none``) have one verdict for the table: complete through the newest complete
+day, by the DAY rule.
+
 Everything here is a function of its inputs; reading watermarks, done files and the load
 state is the systems side's job.
 """
@@ -84,7 +90,7 @@ Period = date | datetime
 
 @dataclass(frozen=True)
 class Unit:
-    """The arithmetic of a table's partitions, by its partitioning."""
+    """The arithmetic of a table's partitions, by its partitioning (``none``: days)."""
 
     partitioning: Partitioning = Partitioning.DAY
 
@@ -92,24 +98,62 @@ class Unit:
     def hourly(self) -> bool:
         return self.partitioning is Partitioning.HOUR
 
+    @property
+    def name(self) -> str:
+        """``hour``, ``day``, ``month`` or ``year``: what one period is called."""
+        return "day" if self.partitioning is Partitioning.NONE else self.partitioning.value
+
+    def start_of(self, day: date) -> date:
+        """The start of the (DAY, MONTH or YEAR) period holding ``day``."""
+        if self.partitioning is Partitioning.MONTH:
+            return day.replace(day=1)
+        if self.partitioning is Partitioning.YEAR:
+            return day.replace(month=1, day=1)
+        return day
+
+    def is_start(self, period: Period) -> bool:
+        """Whether ``period`` names a period of this unit (kept state of another unit
+        does not)."""
+        if isinstance(period, datetime):
+            return self.hourly
+        return not self.hourly and self.start_of(period) == period
+
     def end(self, period: Period) -> datetime:
         """The instant ``period`` ends (the next one starts)."""
         if self.hourly:
             return _as_hour(period) + HOUR
-        return day_end(period if not isinstance(period, datetime) else period.date())
+        return day_start(_as_date(self.next(_as_date(period))))
 
     def newest_ending_by(self, instant: datetime) -> Period:
         """The newest period whose end is at or before ``instant``."""
         if self.hourly:
             floor = instant.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
             return floor - HOUR
-        return instant.astimezone(UTC).date() - DAY
+        return self.previous(self.start_of(instant.astimezone(UTC).date()))
 
     def next(self, period: Period) -> Period:
-        return period + (HOUR if self.hourly else DAY)
+        if self.hourly:
+            return period + HOUR
+        day = _as_date(period)
+        if self.partitioning is Partitioning.MONTH:
+            return _add_months(day, 1)
+        if self.partitioning is Partitioning.YEAR:
+            return day.replace(year=day.year + 1)
+        return day + DAY
+
+    def previous(self, period: Period) -> Period:
+        if self.hourly:
+            return period - HOUR
+        day = _as_date(period)
+        if self.partitioning is Partitioning.MONTH:
+            return _add_months(day, -1)
+        if self.partitioning is Partitioning.YEAR:
+            return day.replace(year=day.year - 1)
+        return day - DAY
 
     def key(self, period: Period) -> str:
-        """``2026-11-23`` (DAY) or ``2026-11-23T14`` (HOUR): the partition key."""
+        """``2026-11-23`` (DAY), ``2026-11-23T14`` (HOUR), ``2026-11-01`` (MONTH),
+        ``2026-01-01`` (YEAR): the partition key (Dagster's)."""
         if self.hourly:
             return hour_key(epoch_hour_of(_as_hour(period)))
         return period.isoformat()
@@ -117,14 +161,25 @@ class Unit:
     def parse(self, key: str) -> Period:
         return parse_hour_key(key) if self.hourly else date.fromisoformat(key)
 
+    def rollup(self, days: Mapping[str, int]) -> dict[str, int]:
+        """Counts per event date (the manifests') as counts per period of a MONTH or YEAR
+        table; DAY and unpartitioned tables' as they are (HOUR tables count hours)."""
+        if self.partitioning not in (Partitioning.MONTH, Partitioning.YEAR):
+            return dict(days)
+        out: dict[str, int] = {}
+        for day, n in days.items():
+            key = self.key(self.start_of(date.fromisoformat(day)))
+            out[key] = out.get(key, 0) + n
+        return out
+
     def covers_day(self, newest: Period | None, day: date) -> bool:
         """Whether every partition of ``day`` is complete when ``newest`` is (an HOUR table:
-        its 23:00 UTC hour)."""
+        its 23:00 UTC hour; a MONTH or YEAR table: the period holding the day)."""
         if newest is None:
             return False
         if self.hourly:
             return _as_hour(newest) >= datetime.combine(day, time(23), tzinfo=UTC)
-        return newest >= day
+        return _as_date(newest) >= self.start_of(day)
 
 
 def _as_hour(period: Period) -> datetime:
@@ -133,12 +188,22 @@ def _as_hour(period: Period) -> datetime:
     return datetime.combine(period, time(0), tzinfo=UTC)
 
 
+def _as_date(period: Period) -> date:
+    return period.date() if isinstance(period, datetime) else period
+
+
+def _add_months(day: date, months: int) -> date:
+    """The first of the month ``months`` after ``day``'s (``day`` is a first)."""
+    index = day.year * 12 + day.month - 1 + months
+    return date(index // 12, index % 12 + 1, 1)
+
+
 DAY_UNIT = Unit()
 HOUR_UNIT = Unit(Partitioning.HOUR)
 
 
 def unit_of(partitioning: Partitioning) -> Unit:
-    return HOUR_UNIT if partitioning is Partitioning.HOUR else DAY_UNIT
+    return Unit(partitioning)
 
 
 class Basis(StrEnum):

@@ -216,7 +216,7 @@ def mark_of(position: LoadedPosition, caught_up_at: datetime | None = None) -> P
 def newly_loaded_days(
     position: LoadedPosition, mark: PartitionMark | None, unit: Unit = DAY_UNIT
 ) -> dict[str, int]:
-    """The table's records per day (``unit`` HOUR: per hour) in loaded ranges past the kept
+    """The table's records per day (``unit`` HOUR: per hour; MONTH, YEAR: per month, year) in loaded ranges past the kept
     mark (loaded since the last evaluation); everything loaded when there is no mark yet is
     not counted as new."""
     if mark is None:
@@ -224,7 +224,7 @@ def newly_loaded_days(
     days: dict[str, int] = {}
     for rng in position.loaded_ranges:
         if rng.first >= mark.loaded_offset:
-            for d, n in (rng.hours if unit.hourly else rng.days).items():
+            for d, n in (rng.hours if unit.hourly else unit.rollup(rng.days)).items():
                 days[d] = days.get(d, 0) + n
     return days
 

@@ -36,6 +36,7 @@ from kbqe_dagster.core.record.partitioning import HOUR_KEY_FORMAT, Partitioning,
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
 
 BIGQUERY_GROUP = "bigquery"
+YEARLY_CRON = "0 0 1 1 *"
 DEFAULT_PARTITION_START = date(2020, 1, 1)
 """First daily partition shown, unless every topic's ``event_time.min_date`` is later.
 Older event dates still load and are still reported (Dagster records their keys)."""
@@ -102,16 +103,42 @@ class Destinations:
             return self.table_settings.partitioning(dataset, "*")
         return self.table_settings.partitioning(dataset, table)
 
-    def time_partitions(self, dataset: str, table: str) -> dg.TimeWindowPartitionsDefinition:
-        """``table="*"``: of a wildcard dataset's asset."""
-        hourly = self.table_settings.partitioning(dataset, table) is Partitioning.HOUR
-        return (
-            self.hourly if hourly and not self.dead_letter.is_table(dataset, table) else self.daily
+    @property
+    def monthly(self) -> dg.MonthlyPartitionsDefinition:
+        """MONTH partitions keyed by their first day (``2026-11-01``), from the month of the
+        daily ones' start."""
+        start = self.partition_start.replace(day=1)
+        return dg.MonthlyPartitionsDefinition(start_date=start.isoformat(), end_offset=1)
+
+    @property
+    def yearly(self) -> dg.TimeWindowPartitionsDefinition:
+        """YEAR partitions keyed by their first day (``2026-01-01``): Dagster has no yearly
+        definition, a time window on cron ``0 0 1 1 *`` is one."""
+        start = self.partition_start.replace(month=1, day=1)
+        return dg.TimeWindowPartitionsDefinition(
+            cron_schedule=YEARLY_CRON,
+            start=start.isoformat(),
+            fmt="%Y-%m-%d",
+            timezone="UTC",
+            end_offset=1,
         )
+
+    def time_partitions(self, dataset: str, table: str) -> dg.TimeWindowPartitionsDefinition | None:
+        """``table="*"``: of a wildcard dataset's asset. None: an unpartitioned table."""
+        if self.dead_letter.is_table(dataset, table):
+            return self.daily
+        unit = self.table_settings.partitioning(dataset, table)
+        return {
+            Partitioning.HOUR: self.hourly,
+            Partitioning.MONTH: self.monthly,
+            Partitioning.YEAR: self.yearly,
+            Partitioning.NONE: None,
+        }.get(unit, self.daily)
 
     def time_dimension(self, dataset: str) -> str:
         """The time dimension's name in a wildcard dataset's multi-partitions."""
-        return "hour" if self.table_settings.is_hourly(dataset, "*") else "date"
+        unit = self.table_settings.partitioning(dataset, "*")
+        return "date" if unit is Partitioning.DAY else str(unit)
 
     def asset_key(self, dataset: str, table: str) -> dg.AssetKey | None:
         """The asset a load into ``dataset.table`` is reported on; ``None``: no asset (the
@@ -125,6 +152,10 @@ class Destinations:
     def partition_key(
         self, dataset: str, table: str, day: str | None
     ) -> str | dg.MultiPartitionKey | None:
+        if (dataset, table) not in self.tables and self.partitioning(
+            dataset, table
+        ) is Partitioning.NONE:
+            return table  # an unpartitioned wildcard dataset: partitioned by table only
         if day is None:
             return None
         if (dataset, table) in self.tables:
@@ -158,23 +189,26 @@ def bigquery_specs(destinations: Destinations) -> list[dg.AssetSpec]:
 
 def _table_spec(destinations: Destinations, dataset: str, table: str) -> dg.AssetSpec:
     dead = destinations.dead_letter.is_table(dataset, table)
-    hourly = destinations.partitioning(dataset, table) is Partitioning.HOUR
-    unit = "hour" if hourly else "day"
+    partitioning = destinations.partitioning(dataset, table)
+    layout = destinations.table_settings.of(dataset, table)
+    column = f"`{layout.partition_column}`" if layout.partition_column else None
     what = (
         "Dead letters: messages that could not be staged, with raw bytes and the reason; "
         "DAY partitions on `staged_date`."
         if dead
-        else "Kafka records routed here, with enrichment columns; HOUR partitions on the event "
-        "hour (UTC)."
-        if hourly
-        else "Kafka records routed here, with enrichment columns; DAY partitions on the event date."
+        else f"Kafka records routed here, with enrichment columns; {_partitions_text(partitioning, column)}."
+    )
+    reported = (
+        "each load reports one materialization of the table"
+        if partitioning is Partitioning.NONE
+        else f"each load reports one materialization per {unit_name(partitioning)} partition"
     )
     return dg.AssetSpec(
         key=dg.AssetKey(["bigquery", dataset, table]),
         description=(
             f"BigQuery table `{dataset}.{table}`. {what} Appended by free batch load jobs of "
-            f"staged avro files, exactly once; each load reports one materialization per {unit} "
-            "partition with rows, bytes, job id and offset ranges."
+            f"staged avro files, exactly once; {reported} with rows, bytes, job id and offset "
+            "ranges."
         ),
         deps=[STAGING_KEY],
         partitions_def=destinations.time_partitions(dataset, table),
@@ -185,9 +219,23 @@ def _table_spec(destinations: Destinations, dataset: str, table: str) -> dg.Asse
             "dataset": dataset,
             "table": table,
             "dead_letters": dead,
-            **({"partitioning": "hour"} if hourly else {}),
+            **({"partitioning": str(partitioning)} if partitioning is not Partitioning.DAY else {}),
+            **({"partition_column": layout.partition_column} if column and not dead else {}),
         },
     )
+
+
+def _partitions_text(partitioning: Partitioning, column: str | None) -> str:
+    if partitioning is Partitioning.NONE:
+        return "not partitioned"
+    if partitioning is Partitioning.HOUR:
+        return f"HOUR partitions on {column or 'the event hour (UTC)'}"
+    return f"{partitioning.value.upper()} partitions on {column or 'the event date'}"
+
+
+def unit_name(partitioning: Partitioning) -> str:
+    """What one Dagster partition of a table is: ``day``, ``hour``, ``month``, ``year``."""
+    return "day" if partitioning is Partitioning.NONE else partitioning.value
 
 
 def _dataset_spec(destinations: Destinations, dataset: str) -> dg.AssetSpec:
@@ -197,17 +245,24 @@ def _dataset_spec(destinations: Destinations, dataset: str) -> dg.AssetSpec:
         description=(
             f"BigQuery tables of dataset `{dataset}` admitted by the allow-list entry "
             f"`{dataset}.*`: routing names them per record, so they are partitions "
-            f"(table × event {dimension}) of this asset, added as they are first loaded."
+            f"({'table' if destinations.time_partitions(dataset, '*') is None else 'table × event ' + dimension}) "
+            "of this asset, added as they are first loaded."
         ),
         deps=[STAGING_KEY],
-        partitions_def=dg.MultiPartitionsDefinition(
-            {
-                dimension: destinations.time_partitions(dataset, "*"),
-                "table": dg.DynamicPartitionsDefinition(name=tables_partitions_name(dataset)),
-            }
-        ),
+        partitions_def=_dataset_partitions(destinations, dataset, dimension),
         group_name=BIGQUERY_GROUP,
         kinds={"bigquery"},
         owners=["team:data-platform"],
         metadata={"dataset": dataset, "tables": "dataset.* (dynamic)"},
     )
+
+
+def _dataset_partitions(
+    destinations: Destinations, dataset: str, dimension: str
+) -> dg.PartitionsDefinition:
+    """table × time, or table alone for an unpartitioned (``none``) wildcard dataset."""
+    tables = dg.DynamicPartitionsDefinition(name=tables_partitions_name(dataset))
+    time_partitions = destinations.time_partitions(dataset, "*")
+    if time_partitions is None:
+        return tables
+    return dg.MultiPartitionsDefinition({dimension: time_partitions, "table": tables})

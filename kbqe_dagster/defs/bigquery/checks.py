@@ -177,11 +177,14 @@ def _tables_of(
     }
     # A table appended through the Storage Write API has no load job: the stage run's
     # materializations name it (table × time keys print as "<time>|<table>": dimensions in
-    # name order, and "table" sorts after "date" and "hour").
+    # name order, "table" after "date", "hour" and "month", before "year"; an unpartitioned
+    # dataset's keys are its tables).
+    table_first = destinations.time_dimension(dataset) > "table"
     tables |= {
-        (dataset, str(k).rsplit("|", 1)[-1])
+        (dataset, parts[0] if table_first or len(parts) == 1 else parts[-1])
         for k in instance.get_materialized_partitions(key)
-        if "|" in str(k)
+        for parts in [str(k).split("|")]
+        if len(parts) == 2 or destinations.time_partitions(dataset, "*") is None
     }
     return tables
 
@@ -197,8 +200,10 @@ def duplicate_offsets_result(
     found, billed, samples = 0, 0, []
     for dataset, table in sorted(tables):
         layout = config.table_layout(dataset, table)
-        columns, day_column = layout.offset_columns, layout.partition_column
-        # An HOUR table is pruned on its TIMESTAMP partition column.
+        # The event date (hour) column: the partition column kbqe chose, so the query is
+        # pruned; a table partitioned on a partition_column (or not at all) is read whole.
+        columns, day_column = layout.offset_columns, layout.time_column
+        # An HOUR table's event hour is a TIMESTAMP.
         hourly = layout.partitioning is Partitioning.HOUR
         if loads.table_row_count(dataset, table) is None:
             continue  # not created yet: nothing can be duplicated

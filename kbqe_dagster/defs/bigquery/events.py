@@ -1,5 +1,6 @@
 """What a load-coordinator run reports to Dagster: one ``AssetMaterialization`` per (table,
-DAY or HOUR partition, as the table is partitioned) a finished job wrote — rows, bytes, job
+DAY, HOUR, MONTH or YEAR partition, as the table is partitioned; one per table of an
+unpartitioned table) a finished job wrote — rows, bytes, job
 id, file count, offset ranges — and the check evaluations computed during the load itself
 (rows loaded, quarantine, staging freshness). Job statistics are free; nothing here queries a table.
 """
@@ -16,6 +17,7 @@ from kbqe_dagster.core.load.checks import (
     pending_files_fresh,
     rows_loaded,
 )
+from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.defs.bigquery.checks import evaluation
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
@@ -92,6 +94,7 @@ def materialization(
         "attempts": len(completed.job.attempt_ids),
         "rows_source": completed.stats.rows_source if part.day is None else "done-file manifests",
     }
+    unpartitioned = destinations.partitioning(part.dataset, part.table) is Partitioning.NONE
     if part.rows is not None:
         metadata["dagster/row_count"] = part.rows
     if part.job_bytes is not None:
@@ -100,7 +103,7 @@ def materialization(
         metadata["job_output_bytes"] = completed.stats.output_bytes
     if completed.stats.seconds is not None:
         metadata["job_seconds"] = round(completed.stats.seconds, 3)
-    if part.day is None:
+    if part.day is None and not unpartitioned:
         metadata["partition_note"] = (
             "event days (hours) not recorded in the done files: reported for the table as a whole"
         )

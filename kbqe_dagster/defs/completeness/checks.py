@@ -1,7 +1,11 @@
 """``day_complete``: a partitioned asset check on every named table asset
 ``bigquery/<dataset>/<table>``, one evaluation per DAY partition; on an HOUR-partitioned
 table (``tables:``, core/record/partitioning.py) it is ``hour_complete``, one evaluation per HOUR
-partition (key ``YYYY-MM-DDTHH``, UTC), by the same rule with the hour as the unit.
+partition (key ``YYYY-MM-DDTHH``, UTC), by the same rule with the hour as the unit; on a
+MONTH (YEAR) table ``month_complete`` (``year_complete``), keyed by the period's first day,
+passing when the period's last day is complete. An unpartitioned table (``none``) has
+``table_complete``, not partitioned: it passes when the table is complete through the newest
+day that has ended (its evaluations name that day).
 
 It passes for day D when every Kafka partition feeding the table is staged and loaded past
 D's end plus the lateness (core/completeness/decision.py). ``completeness_sensor`` reports it once for
@@ -29,13 +33,14 @@ import dagster as dg
 
 from kbqe_dagster.core.completeness.decision import Period
 from kbqe_dagster.core.record.partitioning import Partitioning
-from kbqe_dagster.defs.bigquery.assets import Destinations
+from kbqe_dagster.defs.bigquery.assets import Destinations, unit_name
 from kbqe_dagster.operations.completeness import CompletenessReport, TableReport, evaluate
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.resources.kafka.cluster import watermarks_of
 
 DAY_COMPLETE = "day_complete"
 HOUR_COMPLETE = "hour_complete"
+TABLE_COMPLETE = "table_complete"
 CHECK_OP = "completeness_checks"
 
 
@@ -45,9 +50,13 @@ def checked_tables(destinations: Destinations) -> list[tuple[str, str]]:
 
 
 def check_name(destinations: Destinations, dataset: str, table: str) -> str:
-    """``hour_complete`` on an HOUR table, ``day_complete`` on the others."""
-    hourly = destinations.partitioning(dataset, table) is Partitioning.HOUR
-    return HOUR_COMPLETE if hourly else DAY_COMPLETE
+    """``hour_complete`` on an HOUR table, ``month_complete`` (``year_complete``) on a MONTH
+    (YEAR) table, ``table_complete`` on an unpartitioned one, ``day_complete`` on the
+    others."""
+    partitioning = destinations.partitioning(dataset, table)
+    if partitioning is Partitioning.NONE:
+        return TABLE_COMPLETE
+    return f"{partitioning.value}_complete"
 
 
 def day_complete_key(dataset: str, table: str) -> dg.AssetCheckKey:
@@ -57,7 +66,7 @@ def day_complete_key(dataset: str, table: str) -> dg.AssetCheckKey:
 def check_metadata(report: TableReport, day: Period) -> dict:
     v = report.verdict
     return {
-        "hour" if v.unit.hourly else "day": v.key(day),
+        v.unit.name: v.key(day),
         "newest_complete": v.key(v.newest_complete) or "none",
         "basis": v.basis,
         "feeding_partitions": v.partitions,
@@ -93,7 +102,7 @@ def _specs(destinations: Destinations, tables: list[tuple[str, str]]) -> list[dg
         )
         for d, t in tables
         for name in [check_name(destinations, d, t)]
-        for unit in ["hour" if name == HOUR_COMPLETE else "day"]
+        for unit in [unit_name(destinations.partitioning(d, t))]
     ]
 
 
@@ -137,7 +146,14 @@ def results(
         unit = found.unit
         newest = found.verdict.newest_complete
         fallback = unit.newest_ending_by(report.observed_at)
-        day = unit.parse(context.partition_key) if context.has_partition_key else newest or fallback
+        if key.name == TABLE_COMPLETE:  # unpartitioned: complete through the newest day ended
+            day = fallback
+        else:
+            day = (
+                unit.parse(context.partition_key)
+                if context.has_partition_key
+                else newest or fallback
+            )
         yield dg.AssetCheckResult(
             asset_key=key.asset_key,
             check_name=key.name,

@@ -67,9 +67,10 @@ def day_complete_events(
     report: CompletenessReport, destinations: Destinations, instance: dg.DagsterInstance
 ) -> list[dg.AssetCheckEvaluation]:
     """A passed ``day_complete`` per newly complete day of each checked table
-    (``hour_complete`` per newly complete hour of an HOUR table)."""
+    (``hour_complete`` per newly complete hour of an HOUR table, ``month_complete`` and
+    ``year_complete`` likewise; an unpartitioned table's ``table_complete``: one unpartitioned
+    evaluation naming the newest complete day)."""
     checked = {f"{d}.{t}" for d, t in checked_tables(destinations)}
-    start = destinations.partition_start.isoformat()
     events = []
     for name, table in sorted(report.tables.items()):
         if name not in checked:
@@ -77,10 +78,14 @@ def day_complete_events(
         dataset, table_name = name.split(".")
         key = dg.AssetKey(["bigquery", dataset, table_name])
         check = check_name(destinations, dataset, table_name)
+        unit = table.unit
+        unpartitioned = destinations.time_partitions(dataset, table_name) is None
+        # ISO keys of either unit sort as their times; a month (year) from its first day.
+        start = unit.key(unit.start_of(destinations.partition_start))
         declared = _declared_in_dagster(instance, dg.AssetCheckKey(key, check))
-        for period in table.newly_complete:
-            partition = table.unit.key(period)
-            if partition < start:  # ISO keys of either unit sort as their times
+        for period in table.newly_complete[-1:] if unpartitioned else table.newly_complete:
+            partition = None if unpartitioned else unit.key(period)
+            if partition is not None and partition < start:
                 continue
             if partition in declared:
                 # Declared already (another staging area's state, or a kept state that was
@@ -116,11 +121,13 @@ _DECLARED_LOOKBACK = 1000
 
 
 def _latest_materialization(
-    instance: dg.DagsterInstance, key: dg.AssetKey, partition: str
+    instance: dg.DagsterInstance, key: dg.AssetKey, partition: str | None
 ) -> AssetCheckEvaluationTargetMaterializationData | None:
-    """The partition's latest load (None: no record of it loaded, e.g. an empty day)."""
+    """The partition's latest load (None: no record of it loaded, e.g. an empty day);
+    ``partition`` None: the unpartitioned table's."""
+    partitions = [partition] if partition is not None else None
     records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1
+        dg.AssetRecordsFilter(asset_key=key, asset_partitions=partitions), limit=1
     ).records
     if not records:
         return None

@@ -13,8 +13,10 @@ from collections.abc import Iterable, Iterator
 
 import dagster as dg
 
+from kbqe_dagster.core.completeness.decision import unit_of
 from kbqe_dagster.core.load.checks import JobRows, rows_loaded
 from kbqe_dagster.core.load.cost import storage_write_list_price
+from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.bigquery.checks import evaluation
 from kbqe_dagster.staging.context import RangeResult
@@ -74,7 +76,12 @@ def _materializations(
         "requests_already_written": delivery.skipped_requests,
         "offset_ranges": dg.MetadataValue.json([where]),
     }
+    partitioning = destinations.partitioning(delivery.dataset, delivery.table)
     days = delivery.days or ((None, delivery.records),)
+    if partitioning is Partitioning.NONE:
+        days = ((None, delivery.records),)
+    elif partitioning in (Partitioning.MONTH, Partitioning.YEAR) and delivery.days:
+        days = tuple(unit_of(partitioning).rollup(dict(delivery.days)).items())
     for day, records in days:
         yield dg.AssetMaterialization(
             asset_key=key,
