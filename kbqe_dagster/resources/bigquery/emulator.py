@@ -25,10 +25,10 @@ differs (DESIGN.md §7; each gap is pinned by a ``test_emulator_gap_*`` contract
 * **Table options of a creating load.** BigQuery creates the table with the load's time
   partitioning, clustering and destination table properties (labels, description); the
   emulator creates it bare, but keeps them when they come by a table update. A creating load
-  that carries ``tables:`` options (clustering, expiration, labels, description, partition
-  filter) or a partitioning other than DAY on the event date (HOUR, MONTH, YEAR, a
-  ``partition_column``) is followed by that update, so the table reads back as on BigQuery
-  and the next load finds it in step.
+  of a partitioned table (every ``partitioning`` but ``none``) or with ``tables:`` options
+  (clustering, expiration, labels, description, partition filter) is followed by that update, so the table
+  reads back as on BigQuery and the next load finds it in step (its partitioning too: the
+  load coordinator refuses a table partitioned otherwise than configured).
 * **Rows appended.** The emulator's ``outputRows`` is the table's total after a load. The
   by-name INSERT reports the rows it added itself (DML statistics, readable from any process);
   a load that creates its table appends to an empty table, so the total is its figure.
@@ -150,15 +150,15 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
 
     def _record_created_options(self, request: LoadRequest) -> None:
         """What BigQuery's creating load records and the emulator's does not (module
-        docstring), given to the new table by one update; only for a table with options."""
+        docstring), given to the new table by one update: a partitioned table or one with
+        options (an unpartitioned table without options is what the emulator made)."""
         if not (
             request.clustering_fields
             or request.table_labels
             or request.description is not None
             or request.partition_expiration_days
             or request.require_partition_filter
-            or request.partitioning is not Partitioning.DAY
-            or request.custom_partition_column
+            or request.partitioning is not Partitioning.NONE
         ):
             return
         ref = self._table_ref(request.dataset, request.table)
