@@ -163,3 +163,33 @@ def test_emulator_gap_require_partition_filter(prefix) -> None:
     assert client.get_table(table.reference).require_partition_filter is None
     [(rows,)] = client.query_and_wait(f"SELECT COUNT(*) FROM `{prefix}_sales.required`")
     assert rows == 0  # BigQuery: 400 Cannot query over table ... without a filter
+
+
+def test_a_month_table_on_a_partition_column_loads_twice_and_a_changed_partitioning_is_refused(
+    prefix,
+) -> None:
+    orders = Table(f"{prefix}_sales", "orders", 11, ORDER_V1)
+    store = _staging(prefix).open()
+    month = {"partitioning": "month", "partition_column": "_kafka_timestamp"}
+
+    stage_range(store, TOPIC, 0, 0, 4, [(orders, 5, DAY)])
+    _load(prefix, _config(prefix, month))
+    stage_range(store, TOPIC, 0, 5, 9, [(orders, 5, DAY)])
+    _load(prefix, _config(prefix, month))
+    loaded_twice = local_bigquery_client().get_table(f"{LOCAL_PROJECT}.{prefix}_sales.orders")
+
+    stage_range(store, TOPIC, 0, 10, 14, [(orders, 5, DAY)])
+    loads = EmulatorBigQueryLoads(local_bigquery_client())
+    changed = _config(prefix, {"partitioning": "year"})
+    refused = LoadCoordinator(store, loads, changed).run_cycle()
+
+    tp = loaded_twice.time_partitioning
+    assert (tp.type_, tp.field) == ("MONTH", "_kafka_timestamp")
+    assert _shown(prefix)["rows"] == 10, "each record once; none of the refused load"
+    assert refused.completed == [] and refused.retried, refused.summary()
+    assert refused.retried[0][2].startswith(  # the job's error (then retried or quarantined)
+        f"{prefix}_sales.orders is MONTH partitions on column _kafka_timestamp, the "
+        "configuration asks YEAR partitions on column _event_date: BigQuery cannot change"
+    )
+    avro = [f.name for f in store.list() if f.name.endswith(".avro")]
+    assert len(avro) == 1, "the refused load's file stays staged"

@@ -342,6 +342,30 @@ def test_emulator_gap_table_options_of_a_load_not_recorded(bq, dataset, stage) -
     assert (created.clustering_fields, created.labels, created.description) == (None, {}, None)
 
 
+def test_emulator_gap_partitioning_of_an_existing_table_never_refused(bq, dataset, stage) -> None:
+    """BigQuery fails a load whose time partitioning differs from the existing table's
+    ("Incompatible table partitioning specification") and refuses an update that changes a
+    table's partitioning; the emulator loads the rows and keeps the table's DAY partitioning,
+    then takes the update (MONTH or YEAR, any column). kbqe refuses such a table itself, before
+    any load (core/record/partition_spec.py; test_partitioning_on_load.py)."""
+    table = bigquery.Table(f"{bq.project}.{dataset}.repartitioned", schema=EVENT_TABLE_SCHEMA)
+    table.time_partitioning = bigquery.TimePartitioning(type_="DAY", field="event_date")
+    bq.create_table(table)
+    month = bigquery.TimePartitioning(type_="MONTH", field="event_date")
+
+    job = _load(bq, stage(EVENT_SCHEMA, _events()), table.reference, time_partitioning=month)
+    job.result(timeout=60)
+    kept = bq.get_table(table.reference).time_partitioning
+    changed = bq.get_table(table.reference)
+    changed.time_partitioning = bigquery.TimePartitioning(type_="YEAR", field="event_ts")
+    bq.update_table(changed, ["time_partitioning"])
+
+    assert job.error_result is None and _count(bq, f"{dataset}.repartitioned") == 6
+    assert (kept.type_, kept.field) == ("DAY", "event_date")
+    after = bq.get_table(table.reference).time_partitioning
+    assert (after.type_, after.field) == ("YEAR", "event_ts")
+
+
 def test_emulator_gap_clustering_and_labels_not_validated(bq, dataset) -> None:
     """BigQuery refuses a clustering column the table does not have, one of a type it does not
     cluster on (FLOAT64), and a label key with capitals or spaces; the emulator stores them.
