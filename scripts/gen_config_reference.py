@@ -71,6 +71,7 @@ retention: {...}
 notifications: {...}             # schema and table notices to a webhook
 tables:                          # per destination table; exact keys win over dataset.*
   acme_web.page_views: {partitioning: hour}   # HOUR partitions (DAY is the default)
+  acme_web.sessions: {partitioning: month, partition_column: started_at}  # or year, none
   acme_web.clicks: {delivery: storage_write}  # rows in BigQuery in seconds (billed)
   acme_crm.*: {all_columns_nullable: true}    # no REQUIRED column (fields deleted freely)
   acme_sales.orders:                          # options kept in step at each load
@@ -85,10 +86,55 @@ tables:                          # per destination table; exact keys win over da
 column) or `hour` (on `enrichment.event_hour_column`, `_event_hour`: a TIMESTAMP column, the
 event instant's UTC hour, written only into HOUR tables). Its keys are `dataset.table` or
 `dataset.*` and must name destinations of the pipeline (an allow-list entry or a static
-route); the dead-letter table and keyed topics' tables cannot be `hour`. An HOUR table's
+route); the dead-letter table and keyed topics' tables cannot be `hour` (nor `month`, `year`,
+`none`, nor take a `partition_column`). An HOUR table's
 Dagster asset has hourly partitions (UTC, keys `2026-11-23T14`), its loads report one
 materialization per hour, its completeness is per hour (`hour_complete`); see
 docs/architecture.md ("Hourly tables").
+
+`partitioning: month` and `year` partition the table by BigQuery's MONTH (YEAR) on the event
+date column; the files are a DAY table's. The Dagster asset has monthly partitions (yearly: a
+time window on cron `0 0 1 1 *`), keyed by the period's first day (`2026-11-01`,
+`2026-01-01`); each load reports one materialization per month (year) it wrote, with the
+manifests' day counts added up; a month is complete when its last day is (`month_complete`,
+`year_complete`, by the day rule of docs/architecture.md, "Completeness"). `partitioning: none`
+creates the table without time partitioning: its asset is not partitioned (a `dataset.*`
+asset is partitioned by table only), each load reports one materialization of the table, and
+completeness is the table's (`table_complete`, not partitioned: passes when the table is
+complete through the newest day that has ended; `kbqe completeness` names that day). The load
+path is the same for all: files and manifests keyed by event date, each file loaded once,
+appended to the table itself (never a partition decorator), so nothing changes for exactly
+once.
+
+`partition_column: <field>` partitions the table on a top-level field of the records instead
+of `_event_date` (`_event_hour`): a TIMESTAMP, DATE or DATETIME once mapped (HOUR: TIMESTAMP
+or DATETIME; `_kafka_timestamp` works too). The event-time rules still decide a row's event
+date, hence its Dagster partition, the manifests' counts and completeness. A row whose column
+falls in another BigQuery partition than its event date lands in the partition of its own
+column value: nothing is lost, BigQuery's partition holds it, and Dagster counts it under its
+event date (so a query by the column and a Dagster partition may disagree on such rows). A
+row whose column is NULL lands in BigQuery's `__NULL__` partition. `partition_expiration_days`
+expires partitions by the column's value. `kbqe config check` refuses what it can decide
+without BigQuery: `partition_column` with `partitioning: none`, a column that is not one of a
+`format: json` topic's declared schema or of the enrichment columns it names, or of the wrong
+type, and any partitioning but DAY on the event date for the dead-letter table and keyed
+topics' tables. A column of a registry schema is checked against the first staged file
+before the table is created; a wrong one fails that load naming the table, the column and the
+file.
+
+**What can change later.** Labels, description, clustering and partition expiration are
+updated on the existing table at its next load. The partitioning (its unit, its column,
+`none`) cannot change on an existing table: BigQuery refuses it. At the first load of a run,
+a table whose entry states options or a partitioning other than DAY on the event date is read
+once (free metadata) and, partitioned otherwise than configured, its loads are refused with a
+message naming the table, what it is now, what the configuration asks and what to do: restore
+the configuration, or (schedules paused) copy the rows into a table partitioned as asked
+(`CREATE TABLE ... PARTITION BY ... AS SELECT * FROM ...`), drop the old table and rename the
+copy to it. The refused files stay staged: the job is retried and then quarantined like any
+failed load, and released with `kbqe load release --table D.T --yes` once the two agree. A
+table whose entry states nothing is not read: a load into it asking another partitioning is
+refused by BigQuery itself ("Incompatible table partitioning specification"), with the same
+outcome for its files.
 
 `tables` also sets how a table's rows reach BigQuery, `delivery`: `load` (the default: staged
 Avro files, free batch load jobs, a load cadence old) or `storage_write` (each staged range's
@@ -139,8 +185,7 @@ against the first staged file when the table is created, and a wrong one fails t
 naming the column and the file. A keyed topic's changelog keeps its clustering by Kafka
 partition and offset (an entry for `D.T_changelog` with `clustering` is refused); on `D.T`,
 `clustering` replaces the current table's clustering by key, and labels and description apply
-to it; its `D.T_history` view takes none. Not yet: `month`/`year`/`none` partitioning, a user
-`partition_column` (issue 39).
+to it; its `D.T_history` view takes none.
 
 **`require_partition_filter: true`** (default: unset; a table kbqe creates has it `false`)
 makes BigQuery refuse any query on the table without a filter on its partition column. It is

@@ -120,6 +120,9 @@ def test_a_dataset_wildcard_sets_the_unit_of_its_tables_and_an_exact_key_wins() 
         ({"acme_web.clicks": {"partitioning": "none", "partition_column": "ts"}},
          "tables.acme_web.clicks.partition_column: 'ts' with partitioning none: an "
          "unpartitioned table has no partition column"),
+        ({"acme_web.clicks": {"partitioning": "none", "partition_expiration_days": 30}},
+         "tables.acme_web.clicks.partition_expiration_days: partitioning none: an unpartitioned "
+         "table has no partitions to expire"),
         ({"acme_sales.orders": {"partition_column": "orderId"}},
          "tables.acme_sales.orders.partition_column: acme_sales.orders: partition column "
          "'orderId' is STRING; BigQuery partitions only on DATE, DATETIME, TIMESTAMP"),

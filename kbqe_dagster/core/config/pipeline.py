@@ -564,6 +564,11 @@ def _check_partitioning(
             f"{settings.partition_column!r} with partitioning none: an unpartitioned table has "
             "no partition column (remove one of them)",
         )
+    if settings.partitioning is Partitioning.NONE and settings.partition_expiration_days:
+        problems.add(
+            f"tables.{key}.partition_expiration_days",
+            "partitioning none: an unpartitioned table has no partitions to expire",
+        )
     if settings.partitioning is Partitioning.DAY and not settings.partition_column:
         return
     if settings.partition_column and settings.partitioning is Partitioning.DAY:
