@@ -173,8 +173,9 @@ class PipelineConfig:
     topic_patterns: tuple[TopicPattern, ...] = ()
     """Topics taken from Kafka by name pattern (core/config/discovery.py); listed topics win."""
     tables: TablesConfig = field(default_factory=TablesConfig)
-    """Per destination table (``dataset.table`` or ``dataset.*``): its partitioning, DAY by
-    default or HOUR (core/record/partitioning.py)."""
+    """Per destination table (``dataset.table`` or ``dataset.*``): its partitioning (DAY by
+    default, HOUR, MONTH, YEAR or none) and partition column, delivery and options
+    (core/record/partitioning.py)."""
     stage_runs: StageRunSettings = field(default_factory=StageRunSettings)
     """How due topics share stage runs (core/stage_runs/groups.py)."""
     erasure: ErasureSettings = field(default_factory=ErasureSettings)
@@ -182,7 +183,7 @@ class PipelineConfig:
     (core/config/erasure.py)."""
 
     def partitioning(self, dataset: str, table: str) -> Partitioning:
-        """The time partitioning of ``dataset.table``: DAY unless ``tables:`` says HOUR."""
+        """The time partitioning of ``dataset.table``: DAY unless ``tables:`` says otherwise."""
         return self.tables.partitioning(dataset, table)
 
     def is_hourly(self, dataset: str, table: str) -> bool:

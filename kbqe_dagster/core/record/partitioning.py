@@ -15,8 +15,9 @@ the destination allow-list, so a table's settings sit in a map keyed the same wa
 A key is ``dataset.table`` or ``dataset.*``; an exact key wins over its dataset's wildcard;
 a table no key covers is DAY. Each key must name a destination the pipeline can write (an
 allow-list entry or a static route; ``dataset.*`` only where the allow-list has ``dataset.*``),
-so a typo is an error, not a silently DAY table. Not HOUR: the dead-letter table (partitioned
-on its staging date) and keyed topics' tables (their MERGE prunes by event date).
+so a typo is an error, not a silently DAY table. Only DAY on the event date: the dead-letter
+table (partitioned on its staging date) and keyed topics' tables (their MERGE prunes by event
+date).
 
 **HOUR tables.** BigQuery partitions by hour on a TIMESTAMP column, so an HOUR table's files
 carry one more enrichment column, ``enrichment.event_hour_column`` (``_event_hour``): the

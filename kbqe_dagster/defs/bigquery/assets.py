@@ -7,7 +7,9 @@ per event date (``DailyPartitionsDefinition``, matching the table's DAY partitio
 table the ``tables:`` map makes HOUR-partitioned, one partition per event hour
 (``HourlyPartitionsDefinition`` in UTC, keys ``YYYY-MM-DDTHH``, from the same start). Every
 exact ``tables:`` key is named outright too, so a table whose partitioning differs from its
-dataset wildcard's has its own asset with its own partitions.
+dataset wildcard's has its own asset with its own partitions. A MONTH table has monthly
+partitions, a YEAR table yearly ones (a time window on cron ``0 0 1 1 *``), both keyed by the
+period's first day; an unpartitioned table (``partitioning: none``) has none.
 
 An allow-list entry ``dataset.*`` admits tables nobody has named yet: routing reads them from
 the records. Reloading the definitions whenever a record names a new table is not an option,
@@ -15,7 +17,8 @@ so such a dataset is **one** asset ``bigquery/<dataset>`` partitioned by ``table
 (a ``MultiPartitionsDefinition`` of a ``DynamicPartitionsDefinition`` named
 ``bigquery_<dataset>_tables`` and the same daily partitions). The load op adds a table to the
 dynamic partitions the first time it loads it. An HOUR wildcard (``tables: {dataset.*:
-{partitioning: hour}}``) has a ``table`` × ``hour`` asset. Nothing is invented up front and
+{partitioning: hour}}``) has a ``table`` × ``hour`` asset (``month``, ``year`` likewise; an
+unpartitioned wildcard's asset is partitioned by ``table`` alone). Nothing is invented up front and
 every load is reported; the price is that checks of a wildcard dataset cover all its tables
 at once (a failing check names the table). A table both named outright and under a wildcard
 is reported on its own asset.

@@ -11,7 +11,8 @@ daemon (no user-code evaluation needed):
   materializing the upstream partition (late events) do not request it again;
 - ``missing()`` and ``~in_progress()``: never a partition that exists or is running.
 
-Downstream of HOUR tables, pass ``check=HOUR_COMPLETE``: the same condition per HOUR partition.
+Downstream of HOUR tables, pass ``check=HOUR_COMPLETE``: the same condition per HOUR partition
+(``MONTH_COMPLETE``, ``YEAR_COMPLETE`` downstream of MONTH and YEAR tables).
 
 A run that fails is not retried by the condition (the partition is handled); rerun it from the
 UI, or add ``| execution_failed()`` to the first operand if retries are wanted.
@@ -21,9 +22,21 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kbqe_dagster.defs.completeness.checks import DAY_COMPLETE, HOUR_COMPLETE
+from kbqe_dagster.defs.completeness.checks import (
+    DAY_COMPLETE,
+    HOUR_COMPLETE,
+    MONTH_COMPLETE,
+    YEAR_COMPLETE,
+)
 
-__all__ = ["DAY_COMPLETE", "HOUR_COMPLETE", "once_after_day_complete", "upstream_day_complete"]
+__all__ = [
+    "DAY_COMPLETE",
+    "HOUR_COMPLETE",
+    "MONTH_COMPLETE",
+    "YEAR_COMPLETE",
+    "once_after_day_complete",
+    "upstream_day_complete",
+]
 
 
 def upstream_day_complete(

@@ -40,6 +40,8 @@ from kbqe_dagster.resources.kafka.cluster import watermarks_of
 
 DAY_COMPLETE = "day_complete"
 HOUR_COMPLETE = "hour_complete"
+MONTH_COMPLETE = "month_complete"
+YEAR_COMPLETE = "year_complete"
 TABLE_COMPLETE = "table_complete"
 CHECK_OP = "completeness_checks"
 
