@@ -152,24 +152,39 @@ class EmulatorBigQueryLoads(GoogleBigQueryLoads):
         """What BigQuery's creating load records and the emulator's does not (module
         docstring), given to the new table by one update: a partitioned table or one with
         options (an unpartitioned table without options is what the emulator made)."""
-        if not (
+        options = bool(
             request.clustering_fields
             or request.table_labels
             or request.description is not None
             or request.partition_expiration_days
             or request.require_partition_filter
-            or request.partitioning is not Partitioning.NONE
-        ):
+        )
+        if not options and request.partitioning is Partitioning.NONE:
             return
+        from google.cloud import bigquery
+
         ref = self._table_ref(request.dataset, request.table)
-        meta = self.client.get_table(ref)
-        wanted = new_table(request, ref)
         fields = ["time_partitioning", "clustering_fields", "labels", "description"]
         if request.require_partition_filter:
             fields.append("require_partition_filter")
-        for name in fields:
-            setattr(meta, name, getattr(wanted, name))
-        self.client.update_table(meta, fields)
+        # Bounded: the emulator answers some tables' updates with a 500 every time, which the
+        # default retry would repeat for 10 minutes while holding the load pool.
+        retry = bigquery.DEFAULT_RETRY.with_deadline(30)
+        try:
+            meta = self.client.get_table(ref, retry=retry)
+            wanted = new_table(request, ref)
+            for name in fields:
+                setattr(meta, name, getattr(wanted, name))
+            self.client.update_table(meta, fields, retry=retry)
+        except Exception as error:  # noqa: BLE001 - the rows are loaded; only metadata missing
+            if options:
+                raise
+            log.warning(
+                "%s.%s: could not record the partitioning of the created table (emulator): %s",
+                request.dataset,
+                request.table,
+                error,
+            )
 
     def _create_table(self, request: LoadRequest) -> None:
         """The empty table the creating load would make (same schema, partitioning and
