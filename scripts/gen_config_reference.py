@@ -114,7 +114,9 @@ falls in another BigQuery partition than its event date lands in the partition o
 column value: nothing is lost, BigQuery's partition holds it, and Dagster counts it under its
 event date (so a query by the column and a Dagster partition may disagree on such rows). A
 row whose column is NULL lands in BigQuery's `__NULL__` partition. `partition_expiration_days`
-expires partitions by the column's value. `kbqe config check` refuses what it can decide
+expires partitions by the column's value. An erasure pass on such a table reads the whole
+table (its rows are not placed by event date), and `require_partition_filter` is refused with
+it for now (kbqe's statements filter by event date), as with `none`. `kbqe config check` refuses what it can decide
 without BigQuery: `partition_column` with `partitioning: none`, a column that is not one of a
 `format: json` topic's declared schema or of the enrichment columns it names, or of the wrong
 type, and any partitioning but DAY on the event date for the dead-letter table and keyed

@@ -123,6 +123,11 @@ def test_a_dataset_wildcard_sets_the_unit_of_its_tables_and_an_exact_key_wins() 
         ({"acme_web.clicks": {"partitioning": "none", "partition_expiration_days": 30}},
          "tables.acme_web.clicks.partition_expiration_days: partitioning none: an unpartitioned "
          "table has no partitions to expire"),
+        ({"acme_web.clicks": {"partitioning": "none", "require_partition_filter": True}},
+         "tables.acme_web.clicks.require_partition_filter: not with partitioning none"),
+        ({"acme_web.clicks": {"partition_column": "ts", "require_partition_filter": True}},
+         "tables.acme_web.clicks.require_partition_filter: not with partitioning none (no "
+         "partition to filter on) nor, yet, with a partition_column"),
         ({"acme_sales.orders": {"partition_column": "orderId"}},
          "tables.acme_sales.orders.partition_column: acme_sales.orders: partition column "
          "'orderId' is STRING; BigQuery partitions only on DATE, DATETIME, TIMESTAMP"),

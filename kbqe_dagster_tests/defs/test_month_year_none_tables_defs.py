@@ -21,7 +21,7 @@ from kbqe_dagster.defs.completeness.sensors import day_complete_events
 from kbqe_dagster.operations.completeness import evaluate
 from kbqe_dagster_tests.loading.conftest import ORDERS_V1, PAGE_VIEWS, TOPIC
 from kbqe_dagster_tests.loading.staged import stage_range
-from kbqe_dagster_tests.operations import test_completeness_per_hour as area
+from kbqe_dagster_tests.operations import hourly_completeness_area as area
 from kbqe_dagster_tests.operations.completeness_area import watermarks
 
 
@@ -119,7 +119,7 @@ def test_loads_are_reported_per_month_per_year_or_per_table(
 
 
 def _declared(tmp_path: Path, partitioning: str) -> tuple[list[dg.AssetCheckEvaluation], Any]:
-    store, _ = area._area(tmp_path)
+    store, _ = area.build(tmp_path)
     raw = {**area.PIPELINE, "tables": {"web.clicks": {"partitioning": partitioning}}}
     config = parse_pipeline_config({**raw, "allowed_destinations": ["web.views"]})
     report = evaluate(config, store, watermarks(area.MARKS), area.NOW)

@@ -565,6 +565,14 @@ def _check_partitioning(
             f"{settings.partition_column!r} with partitioning none: an unpartitioned table has "
             "no partition column (remove one of them)",
         )
+    if settings.require_partition_filter and (
+        settings.partitioning is Partitioning.NONE or settings.partition_column
+    ):
+        problems.add(
+            f"tables.{key}.require_partition_filter",
+            "not with partitioning none (no partition to filter on) nor, yet, with a "
+            "partition_column (kbqe's statements filter by event date)",
+        )
     if settings.partitioning is Partitioning.NONE and settings.partition_expiration_days:
         problems.add(
             f"tables.{key}.partition_expiration_days",

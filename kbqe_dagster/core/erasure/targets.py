@@ -101,8 +101,12 @@ def _target(
         family=family,
         explicit=explicit,
         dead_letter=dead,
-        # A keyed current table is written by its MERGE, not by loads of dated files.
-        partition_column=None if keyed_current else layout.partition_column,
+        # A keyed current table is written by its MERGE, not by loads of dated files; a
+        # table partitioned on a column of the records (partition_column) holds a row in the
+        # partition of its value, not of its event date: neither is restricted by dates.
+        partition_column=None
+        if keyed_current or layout.user_partition_column
+        else layout.partition_column,
         hourly=layout.partitioning.value == "hour" and not dead,
         require_partition_filter=bool(layout.options.require_partition_filter)
         and not keyed_current,
