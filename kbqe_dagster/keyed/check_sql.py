@@ -17,8 +17,8 @@ from kbqe_dagster.keyed.rows_sql import (
     MergeSpec,
     Ranges,
     every_changelog_partition,
+    ident,
     imaged,
-    q,
     ranges_filter,
     running_values,
     truncated,
@@ -41,9 +41,9 @@ def check_sides(
     fingerprint with the seed falls under ``per_mille`` (large tables; the seed changes per
     evaluation).
     """
-    keys = ", ".join(q(k) for k in spec.key)
-    columns = ", ".join(q(c) for c in spec.target_columns)
-    order = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
+    keys = ", ".join(ident(k) for k in spec.key)
+    columns = ", ".join(ident(c) for c in spec.target_columns)
+    order = ", ".join(f"{ident(c)} DESC" for c in spec.order_columns)
     sampled = "TRUE"
     if sample is not None:
         seed, per_mille = sample
@@ -57,34 +57,34 @@ def check_sides(
         "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)"
     )
     values = running_values(spec, whole, pick="FIRST_VALUE")
-    rest = ", ".join(q(c) for c in spec.target_columns[len(spec.row_columns) :])
+    rest = ", ".join(ident(c) for c in spec.target_columns[len(spec.row_columns) :])
     # A hard-deleted key's winner is filtered in the QUALIFY itself (evaluated after the
     # window), not by an outer query: the emulator mis-binds ALTER-added columns there.
-    alive = f" AND NOT {q(DELETED_COLUMN)}" if spec.deletes is DeleteMode.HARD else ""
+    alive = f" AND NOT {ident(DELETED_COLUMN)}" if spec.deletes is DeleteMode.HARD else ""
     expected = (
         f"SELECT {', '.join(values)}, {rest} FROM {imaged(spec, f'{merged} AND {sampled}')} c "
         f"QUALIFY ROW_NUMBER() OVER "
         f"(PARTITION BY {keys} ORDER BY {order}) = 1"
     )
     if spec.truncates:
-        order_names = ", ".join(q(c) for c in spec.order_columns)
+        order_names = ", ".join(ident(c) for c in spec.order_columns)
         latest = (
-            f"SELECT {order_names} FROM {q(spec.changelog)} WHERE {merged} AND "
-            f"{q(OP_COLUMN)} = '{TRUNCATE_OP}' AND {every_changelog_partition(spec)} QUALIFY ROW_NUMBER() OVER (ORDER BY {order}) = 1"
+            f"SELECT {order_names} FROM {ident(spec.changelog)} WHERE {merged} AND "
+            f"{ident(OP_COLUMN)} = '{TRUNCATE_OP}' AND {every_changelog_partition(spec)} QUALIFY ROW_NUMBER() OVER (ORDER BY {order}) = 1"
         )
-        wrapped = ", ".join(f"tr.{q(c)} AS {q(c)}" for c in spec.order_columns)
+        wrapped = ", ".join(f"tr.{ident(c)} AS {ident(c)}" for c in spec.order_columns)
         expected = truncated(
             spec,
-            f"SELECT r.*, IF(tr.{q(spec.order_columns[0])} IS NULL, NULL, "
+            f"SELECT r.*, IF(tr.{ident(spec.order_columns[0])} IS NULL, NULL, "
             f"STRUCT({wrapped})) AS _t FROM ({expected}) r LEFT JOIN ({latest}) tr ON TRUE",
         )
-        alive = alive and f" WHERE NOT {q(DELETED_COLUMN)}"
+        alive = alive and f" WHERE NOT {ident(DELETED_COLUMN)}"
         expected = f"SELECT {columns} FROM ({expected}){alive}"
     else:
         expected = expected + alive
-    actual = f"SELECT {columns} FROM {q(spec.target)} WHERE {sampled}"
+    actual = f"SELECT {columns} FROM {ident(spec.target)} WHERE {sampled}"
     # Named explicitly: the emulator names a struct's fields from a derived table's columns "".
-    named = ", ".join(f"{q(c)} AS {q(c)}" for c in spec.target_columns)
+    named = ", ".join(f"{ident(c)} AS {ident(c)}" for c in spec.target_columns)
     as_json = "SELECT TO_JSON_STRING(STRUCT({columns})) AS r FROM ({source})"
     return as_json.format(columns=named, source=actual), as_json.format(
         columns=named, source=expected
@@ -95,15 +95,15 @@ def check_sql(spec: MergeSpec, unmerged: Ranges, sample: tuple[str, int] | None 
     """One row: ``rows``, ``duplicate_keys``, ``extra`` (rows of the table that the
     recomputation lacks), ``missing`` (the other way round), ``deleted_rows``; the
     recomputation is :func:`check_sides`'."""
-    keys = ", ".join(q(k) for k in spec.key)
+    keys = ", ".join(ident(k) for k in spec.key)
     actual_json, expected_json = check_sides(spec, unmerged, sample)
     return (
-        f"SELECT (SELECT COUNT(*) FROM {q(spec.target)}) AS rows, "
-        f"(SELECT COUNT(*) FROM (SELECT {keys} FROM {q(spec.target)} GROUP BY {keys} "
+        f"SELECT (SELECT COUNT(*) FROM {ident(spec.target)}) AS rows, "
+        f"(SELECT COUNT(*) FROM (SELECT {keys} FROM {ident(spec.target)} GROUP BY {keys} "
         f"HAVING COUNT(*) > 1)) AS duplicate_keys, "
         f"(SELECT COUNT(*) FROM ({actual_json} EXCEPT DISTINCT {expected_json})) AS extra, "
         f"(SELECT COUNT(*) FROM ({expected_json} EXCEPT DISTINCT {actual_json})) AS missing, "
         # COUNT ... WHERE, not COUNTIF: next to the recomputation's IF()s, the emulator
         # miscounts EXCEPT DISTINCT when a COUNTIF is in the same SELECT.
-        f"(SELECT COUNT(*) FROM {q(spec.target)} WHERE {q(DELETED_COLUMN)}) AS deleted_rows"
+        f"(SELECT COUNT(*) FROM {ident(spec.target)} WHERE {ident(DELETED_COLUMN)}) AS deleted_rows"
     )

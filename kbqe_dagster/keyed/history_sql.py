@@ -21,10 +21,10 @@ from kbqe_dagster.core.keyed.contract import (
 )
 from kbqe_dagster.keyed.rows_sql import (
     MergeSpec,
+    comes_after,
     every_changelog_partition,
+    ident,
     imaged,
-    newer,
-    q,
     running_values,
     running_window,
 )
@@ -38,14 +38,14 @@ def history_sql(spec: MergeSpec, view: str) -> str:
     last values, a placeholder the latest real value), valid until the key's next version or
     the first truncate after it, whichever comes first (a truncated key has no current
     version until it is written again)."""
-    keys = ", ".join(q(k) for k in spec.key)
-    v, p, o = q(VERSION_COLUMN), q(spec.partition_column), q(spec.offset_column)
+    keys = ", ".join(ident(k) for k in spec.key)
+    v, p, o = ident(VERSION_COLUMN), ident(spec.partition_column), ident(spec.offset_column)
     # A version is the events of one _source_ts_ms (an insert and an update of one
     # transaction), or, ordered by Kafka, each event: its time need not grow with the offset.
     version = f"{p}, {o}" if spec.kafka_order else v
-    order = ", ".join(f"r.{q(c)}" for c in spec.order_columns)
-    row = ", ".join(q(c) for c in spec.row_columns)
-    rest = ", ".join(q(c) for c in spec.target_columns[len(spec.row_columns) :])
+    order = ", ".join(f"r.{ident(c)}" for c in spec.order_columns)
+    row = ", ".join(ident(c) for c in spec.row_columns)
+    rest = ", ".join(ident(c) for c in spec.target_columns[len(spec.row_columns) :])
     # Values are resolved over every event before each version is collapsed to its winner:
     # an insert and an update of one transaction share a version, and the update's
     # placeholder takes the insert's value. The window of the outer SELECT must then see
@@ -57,22 +57,22 @@ def history_sql(spec: MergeSpec, view: str) -> str:
     )
     cut = "CAST(NULL AS INT64)"
     if spec.truncates:
-        after = newer("tr", "r", spec.order_columns)
+        after = comes_after("tr", "r", spec.order_columns)
         cut = (
-            f"(SELECT MIN(tr.{v}) FROM {q(spec.changelog)} tr WHERE "
-            f"tr.{q(OP_COLUMN)} = '{TRUNCATE_OP}' AND {after} AND "
+            f"(SELECT MIN(tr.{v}) FROM {ident(spec.changelog)} tr WHERE "
+            f"tr.{ident(OP_COLUMN)} = '{TRUNCATE_OP}' AND {after} AND "
             f"{every_changelog_partition(spec, 'tr')})"
         )
     closed = (
         f"SELECT r.*, {cut} AS _cut, LEAD(r.{v}) OVER (PARTITION BY "
-        f"{', '.join(f'r.{q(k)}' for k in spec.key)} ORDER BY {order}) AS _next FROM ({versions}) r"
+        f"{', '.join(f'r.{ident(k)}' for k in spec.key)} ORDER BY {order}) AS _next FROM ({versions}) r"
     )
     ends = (
         "CASE WHEN _cut IS NULL THEN _next WHEN _next IS NULL THEN _cut ELSE LEAST(_next, _cut) END"
     )
     return (
-        f"CREATE OR REPLACE VIEW {q(view)} AS SELECT {row}, {q(OP_COLUMN)}, "
-        f"{q(DELETED_COLUMN)}, TIMESTAMP_MILLIS({v}) AS `_valid_from`, "
+        f"CREATE OR REPLACE VIEW {ident(view)} AS SELECT {row}, {ident(OP_COLUMN)}, "
+        f"{ident(DELETED_COLUMN)}, TIMESTAMP_MILLIS({v}) AS `_valid_from`, "
         f"COALESCE(TIMESTAMP_MILLIS({ends}), {END_OF_TIME}) AS `_valid_to`, "
         f"(_next IS NULL AND _cut IS NULL) AS `_is_current`, {v}, {p}, {o} FROM ({closed})"
     )

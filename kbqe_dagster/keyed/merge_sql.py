@@ -37,12 +37,12 @@ from kbqe_dagster.keyed.rows_sql import (
     Ranges,
     candidates,
     changed_partitions,
+    comes_after,
     every_changelog_partition,
+    ident,
     imaged,
     key_match,
-    newer,
     not_truncate,
-    q,
     ranges_filter,
     resolved_rows_sql,
     running_window,
@@ -54,11 +54,11 @@ DELETED_KEYS_SUFFIX = "_deleted_keys"
 def winners_sql(spec: MergeSpec, ranges: Ranges) -> str:
     """Each key's greatest event among the changelog rows of ``ranges`` (truncates left out:
     they are no key's event)."""
-    columns = ", ".join(q(c) for c in spec.target_columns)
-    keys = ", ".join(q(k) for k in spec.key)
-    order = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
+    columns = ", ".join(ident(c) for c in spec.target_columns)
+    keys = ", ".join(ident(k) for k in spec.key)
+    order = ", ".join(f"{ident(c)} DESC" for c in spec.order_columns)
     return (
-        f"SELECT {columns} FROM {q(spec.changelog)} WHERE ({ranges_filter(spec, ranges)}) "
+        f"SELECT {columns} FROM {ident(spec.changelog)} WHERE ({ranges_filter(spec, ranges)}) "
         f"AND {not_truncate()} AND {changed_partitions(spec)} "
         f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {order}) = 1"
     )
@@ -86,20 +86,20 @@ def batch_sql(spec: MergeSpec, ranges: Ranges) -> str:
     for each row field besides the key the value its latest event offering one offers,
     wrapped in a STRUCT (as :func:`candidates`: a real NULL apart from "none offered"), NULL
     when none does. Reads only the rows of ``ranges``."""
-    keys = ", ".join(q(k) for k in spec.key)
-    ascending = ", ".join(q(c) for c in spec.order_columns)
-    descending = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
+    keys = ", ".join(ident(k) for k in spec.key)
+    ascending = ", ".join(ident(c) for c in spec.order_columns)
+    descending = ", ".join(f"{ident(c)} DESC" for c in spec.order_columns)
     running = running_window(spec)
     columns = [
-        q(c)
+        ident(c)
         if c in spec.key
-        else f"LAST_VALUE({candidates(spec, c)[0]} IGNORE NULLS) {running} AS {q(c)}"
+        else f"LAST_VALUE({candidates(spec, c)[0]} IGNORE NULLS) {running} AS {ident(c)}"
         for c in spec.row_columns
     ]
-    columns += [q(c) for c in spec.target_columns[len(spec.row_columns) :]]
+    columns += [ident(c) for c in spec.target_columns[len(spec.row_columns) :]]
     columns += [
-        f"FIRST_VALUE({q(c)}) OVER (PARTITION BY {keys} ORDER BY {ascending} ROWS BETWEEN "
-        f"UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS {q(_first(c))}"
+        f"FIRST_VALUE({ident(c)}) OVER (PARTITION BY {keys} ORDER BY {ascending} ROWS BETWEEN "
+        f"UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS {ident(_first(c))}"
         for c in spec.order_columns
     ]
     return (
@@ -115,20 +115,20 @@ def _batch_with_rows(spec: MergeSpec, ranges: Ranges, applied: str) -> str:
     truncates, the order of the latest among the rows that satisfy ``applied`` (``tr``)."""
     joined = (
         f"({batch_sql(spec, ranges)}) b LEFT JOIN (SELECT *, TRUE AS {PRESENT} FROM "
-        f"{q(spec.target)}) t ON {key_match(spec, 'b', 't')}"
+        f"{ident(spec.target)}) t ON {key_match(spec, 'b', 't')}"
     )
     if spec.deletes is DeleteMode.HARD:
         assert spec.deleted_keys, "hard deletes need the deleted-keys table"
         joined += (
-            f" LEFT JOIN (SELECT *, TRUE AS {PRESENT} FROM {q(spec.deleted_keys)}) k "
+            f" LEFT JOIN (SELECT *, TRUE AS {PRESENT} FROM {ident(spec.deleted_keys)}) k "
             f"ON {key_match(spec, 'b', 'k')}"
         )
         if spec.truncates:
-            order = ", ".join(q(c) for c in spec.order_columns)
-            descending = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
+            order = ", ".join(ident(c) for c in spec.order_columns)
+            descending = ", ".join(f"{ident(c)} DESC" for c in spec.order_columns)
             joined += (
-                f" LEFT JOIN (SELECT {order}, TRUE AS {PRESENT} FROM {q(spec.changelog)} WHERE "
-                f"({applied}) AND {q(OP_COLUMN)} = '{TRUNCATE_OP}' AND "
+                f" LEFT JOIN (SELECT {order}, TRUE AS {PRESENT} FROM {ident(spec.changelog)} WHERE "
+                f"({applied}) AND {ident(OP_COLUMN)} = '{TRUNCATE_OP}' AND "
                 f"{every_changelog_partition(spec)} ORDER BY {descending} LIMIT 1) tr ON TRUE"
             )
     return joined
@@ -145,18 +145,18 @@ def folds_sql(spec: MergeSpec) -> str:
     delete and after the latest truncate (which removed rows without a record: reading the
     changelog's order and ``_op`` columns whole for it is the price of hard deletes with
     truncates). Otherwise the key is recomputed from its whole history. Never NULL."""
-    first = [f"b.{q(_first(c))}" for c in spec.order_columns]
-    after_row = _after(first, [f"t.{q(c)}" for c in spec.order_columns])
+    first = [f"b.{ident(_first(c))}" for c in spec.order_columns]
+    after_row = _after(first, [f"t.{ident(c)}" for c in spec.order_columns])
     if spec.deletes is DeleteMode.SOFT:
         without_row = "TRUE"
     else:
-        offered = [f"b.{q(c)} IS NOT NULL" for c in spec.row_columns if c not in spec.key]
-        after_delete = _after(first, [f"k.{q(c)}" for c in spec.order_columns])
+        offered = [f"b.{ident(c)} IS NOT NULL" for c in spec.row_columns if c not in spec.key]
+        after_delete = _after(first, [f"k.{ident(c)}" for c in spec.order_columns])
         without_row = (
             f"({' AND '.join(offered) or 'TRUE'}) AND (k.{PRESENT} IS NULL OR {after_delete})"
         )
         if spec.truncates:
-            after_truncate = _after(first, [f"tr.{q(c)}" for c in spec.order_columns])
+            after_truncate = _after(first, [f"tr.{ident(c)}" for c in spec.order_columns])
             without_row += f" AND (tr.{PRESENT} IS NULL OR {after_truncate})"
     return f"IFNULL(IF(t.{PRESENT} IS NULL, {without_row}, {after_row}), FALSE)"
 
@@ -165,10 +165,12 @@ def folded_rows_sql(spec: MergeSpec, ranges: Ranges, applied: str) -> str:
     """The new row of each key of ``ranges`` that folds (:func:`folds_sql`): the batch's
     winner, each field the batch's latest offered value, else the table's."""
     values = [
-        f"b.{q(c)}" if c in spec.key else f"IF(b.{q(c)} IS NULL, t.{q(c)}, b.{q(c)}.x) AS {q(c)}"
+        f"b.{ident(c)}"
+        if c in spec.key
+        else f"IF(b.{ident(c)} IS NULL, t.{ident(c)}, b.{ident(c)}.x) AS {ident(c)}"
         for c in spec.row_columns
     ]
-    values += [f"b.{q(c)}" for c in spec.target_columns[len(spec.row_columns) :]]
+    values += [f"b.{ident(c)}" for c in spec.target_columns[len(spec.row_columns) :]]
     return (
         f"SELECT {', '.join(values)} FROM {_batch_with_rows(spec, ranges, applied)} "
         f"WHERE {folds_sql(spec)}"
@@ -177,7 +179,7 @@ def folded_rows_sql(spec: MergeSpec, ranges: Ranges, applied: str) -> str:
 
 def recomputed_keys_sql(spec: MergeSpec, ranges: Ranges, applied: str) -> str:
     """The keys of ``ranges`` that do not fold: they are recomputed from their history."""
-    keys = ", ".join(f"b.{q(k)}" for k in spec.key)
+    keys = ", ".join(f"b.{ident(k)}" for k in spec.key)
     return (
         f"SELECT {keys} FROM {_batch_with_rows(spec, ranges, applied)} WHERE NOT {folds_sql(spec)}"
     )
@@ -243,23 +245,23 @@ def _merge_current(spec: MergeSpec, source: str) -> str:
     """MERGE the rows of ``source`` (target columns) into the current table: each written
     when it differs from the table's row; with hard deletes a deleted one removes it."""
     columns = spec.target_columns
-    updates = ", ".join(f"{q(c)} = s.{q(c)}" for c in columns if c not in spec.key)
-    names = ", ".join(q(c) for c in columns)
-    values = ", ".join(f"s.{q(c)}" for c in columns)
+    updates = ", ".join(f"{ident(c)} = s.{ident(c)}" for c in columns if c not in spec.key)
+    names = ", ".join(ident(c) for c in columns)
+    values = ", ".join(f"s.{ident(c)}" for c in columns)
     differs = (
-        f"TO_JSON_STRING(STRUCT({', '.join(f't.{q(c)} AS {q(c)}' for c in columns)})) != "
-        f"TO_JSON_STRING(STRUCT({', '.join(f's.{q(c)} AS {q(c)}' for c in columns)}))"
+        f"TO_JSON_STRING(STRUCT({', '.join(f't.{ident(c)} AS {ident(c)}' for c in columns)})) != "
+        f"TO_JSON_STRING(STRUCT({', '.join(f's.{ident(c)} AS {ident(c)}' for c in columns)}))"
     )
-    deleted = q(DELETED_COLUMN)
+    deleted = ident(DELETED_COLUMN)
     on = key_match(spec, "t", "s")
     if spec.deletes is DeleteMode.SOFT:
         return (
-            f"MERGE {q(spec.target)} t USING ({source}) s ON {on} "
+            f"MERGE {ident(spec.target)} t USING ({source}) s ON {on} "
             f"WHEN MATCHED AND {differs} THEN UPDATE SET {updates} "
             f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
         )
     return (
-        f"MERGE {q(spec.target)} t USING ({source}) s ON {on} "
+        f"MERGE {ident(spec.target)} t USING ({source}) s ON {on} "
         f"WHEN MATCHED AND s.{deleted} THEN DELETE "
         f"WHEN MATCHED AND {differs} THEN UPDATE SET {updates} "
         f"WHEN NOT MATCHED AND NOT s.{deleted} THEN INSERT ({names}) VALUES ({values})"
@@ -270,23 +272,23 @@ def truncate_sql(spec: MergeSpec, applied: str) -> str:
     """The latest truncate among the rows that satisfy ``applied`` deletes every row of the
     table whose event comes before it (soft: ``_op = 't'``, ``_deleted = true``, its order;
     hard: removed). Idempotent: a truncated row's order is the truncate's, not before it."""
-    ascending = ", ".join(q(c) for c in spec.order_columns)
-    descending = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
+    ascending = ", ".join(ident(c) for c in spec.order_columns)
+    descending = ", ".join(f"{ident(c)} DESC" for c in spec.order_columns)
     latest = (
-        f"SELECT {ascending} FROM {q(spec.changelog)} WHERE ({applied}) AND "
-        f"{q(OP_COLUMN)} = '{TRUNCATE_OP}' AND {every_changelog_partition(spec)} "
+        f"SELECT {ascending} FROM {ident(spec.changelog)} WHERE ({applied}) AND "
+        f"{ident(OP_COLUMN)} = '{TRUNCATE_OP}' AND {every_changelog_partition(spec)} "
         f"ORDER BY {descending} LIMIT 1"
     )
-    before = newer("tr", "t", spec.order_columns)
+    before = comes_after("tr", "t", spec.order_columns)
     if spec.deletes is DeleteMode.HARD:
         return (
-            f"DELETE FROM {q(spec.target)} t WHERE EXISTS (SELECT 1 FROM ({latest}) tr "
+            f"DELETE FROM {ident(spec.target)} t WHERE EXISTS (SELECT 1 FROM ({latest}) tr "
             f"WHERE {before})"
         )
-    order = ", ".join(f"{q(c)} = tr.{q(c)}" for c in spec.order_columns)
+    order = ", ".join(f"{ident(c)} = tr.{ident(c)}" for c in spec.order_columns)
     return (
-        f"UPDATE {q(spec.target)} t SET {q(OP_COLUMN)} = '{TRUNCATE_OP}', "
-        f"{q(DELETED_COLUMN)} = TRUE, {order} FROM ({latest}) tr WHERE {before}"
+        f"UPDATE {ident(spec.target)} t SET {ident(OP_COLUMN)} = '{TRUNCATE_OP}', "
+        f"{ident(DELETED_COLUMN)} = TRUE, {order} FROM ({latest}) tr WHERE {before}"
     )
 
 
@@ -294,16 +296,16 @@ def _remember_deletes_sql(spec: MergeSpec, ranges: Ranges) -> str:
     """Hard deletes: each key's greatest delete in ``D.T_deleted_keys`` (an operator's record
     of what was deleted; the recomputation itself does not need it)."""
     assert spec.deleted_keys, "hard deletes need the deleted-keys table"
-    names = ", ".join(q(c) for c in spec.target_columns)
-    deleted = q(DELETED_COLUMN)
-    key_columns = ", ".join(q(k) for k in spec.key)
-    key_values = ", ".join(f"s.{q(k)}" for k in spec.key)
-    order_names = ", ".join(q(c) for c in spec.order_columns)
-    order_values = ", ".join(f"s.{q(c)}" for c in spec.order_columns)
-    order_updates = ", ".join(f"{q(c)} = s.{q(c)}" for c in spec.order_columns)
-    is_newer = newer("s", "t", spec.order_columns)
+    names = ", ".join(ident(c) for c in spec.target_columns)
+    deleted = ident(DELETED_COLUMN)
+    key_columns = ", ".join(ident(k) for k in spec.key)
+    key_values = ", ".join(f"s.{ident(k)}" for k in spec.key)
+    order_names = ", ".join(ident(c) for c in spec.order_columns)
+    order_values = ", ".join(f"s.{ident(c)}" for c in spec.order_columns)
+    order_updates = ", ".join(f"{ident(c)} = s.{ident(c)}" for c in spec.order_columns)
+    is_newer = comes_after("s", "t", spec.order_columns)
     return (
-        f"MERGE {q(spec.deleted_keys)} t USING (SELECT {names} FROM "
+        f"MERGE {ident(spec.deleted_keys)} t USING (SELECT {names} FROM "
         f"({winners_sql(spec, ranges)}) WHERE {deleted}) s "
         f"ON {key_match(spec, 't', 's')} "
         f"WHEN MATCHED AND {is_newer} THEN UPDATE SET {order_updates} "

@@ -107,20 +107,20 @@ class MergeSpec:
         )
 
 
-def q(name: str) -> str:
+def ident(name: str) -> str:
     """A quoted identifier or table path."""
     return f"`{name}`"
 
 
-def newer(left: str, right: str, order: Iterable[str]) -> str:
+def comes_after(left: str, right: str, order: Iterable[str]) -> str:
     """SQL: ``left``'s event comes after ``right``'s in the order of a key's events."""
     columns = list(order)
     head, *rest = columns
     if not rest:
-        return f"{left}.{q(head)} > {right}.{q(head)}"
+        return f"{left}.{ident(head)} > {right}.{ident(head)}"
     return (
-        f"({left}.{q(head)} > {right}.{q(head)} OR ({left}.{q(head)} = {right}.{q(head)} "
-        f"AND {newer(left, right, rest)}))"
+        f"({left}.{ident(head)} > {right}.{ident(head)} OR ({left}.{ident(head)} = {right}.{ident(head)} "
+        f"AND {comes_after(left, right, rest)}))"
     )
 
 
@@ -132,8 +132,8 @@ def ranges_filter(spec: MergeSpec, ranges: Ranges) -> str:
     """SQL: the row lies in one of ``ranges``."""
     parts = []
     for partition, spans in sorted(ranges.items()):
-        offsets = " OR ".join(f"{q(spec.offset_column)} BETWEEN {a} AND {b}" for a, b in spans)
-        parts.append(f"({q(spec.partition_column)} = {partition} AND ({offsets}))")
+        offsets = " OR ".join(f"{ident(spec.offset_column)} BETWEEN {a} AND {b}" for a, b in spans)
+        parts.append(f"({ident(spec.partition_column)} = {partition} AND ({offsets}))")
     return " OR ".join(parts) if parts else "FALSE"
 
 
@@ -152,12 +152,12 @@ def changed_partitions(spec: MergeSpec, alias: str = "") -> str:
 
 
 def key_match(spec: MergeSpec, left: str, right: str) -> str:
-    return " AND ".join(f"{left}.{q(k)} = {right}.{q(k)}" for k in spec.key)
+    return " AND ".join(f"{left}.{ident(k)} = {right}.{ident(k)}" for k in spec.key)
 
 
 # --- the values of a key's row ------------------------------------------------------------------
 def not_truncate(alias: str = "") -> str:
-    return f"{alias}{q(OP_COLUMN)} != '{TRUNCATE_OP}'"
+    return f"{alias}{ident(OP_COLUMN)} != '{TRUNCATE_OP}'"
 
 
 def _literal(text: str) -> str:
@@ -170,7 +170,7 @@ def placeholder_test(spec: MergeSpec, column: str) -> str | None:
     kind = dict(spec.placeholders).get(column)
     if spec.unavailable_value is None or kind is None:
         return None
-    value, name = _literal(spec.unavailable_value), q(column)
+    value, name = _literal(spec.unavailable_value), ident(column)
     test = {
         PlaceholderKind.STRING: f"{name} = {value}",
         PlaceholderKind.BYTES: f"{name} = CAST({value} AS BYTES)",
@@ -184,7 +184,7 @@ def has_image(spec: MergeSpec) -> str:
     key-only before image (REPLICA IDENTITY DEFAULT) and offers no values; with one, its
     before image is the row (REPLICA IDENTITY FULL)."""
     tests = [
-        f"ARRAY_LENGTH({q(c)}) > 0" if c in spec.repeated else f"{q(c)} IS NOT NULL"
+        f"ARRAY_LENGTH({ident(c)}) > 0" if c in spec.repeated else f"{ident(c)} IS NOT NULL"
         for c in spec.row_columns
         if c not in spec.key
     ]
@@ -203,7 +203,7 @@ def imaged(spec: MergeSpec, where: str, alias: str = "c", partitions: str | None
     grow with the table's width, not its square (a table of 300 columns would otherwise
     exceed BigQuery's 1 MB query text, and a parser takes seconds on a table of 25)."""
     return (
-        f"(SELECT {alias}.*, {has_image(spec)} AS {q(IMAGE_COLUMN)} FROM {q(spec.changelog)} "
+        f"(SELECT {alias}.*, {has_image(spec)} AS {ident(IMAGE_COLUMN)} FROM {ident(spec.changelog)} "
         f"{alias} WHERE ({where}) AND {not_truncate(alias + '.')} AND "
         f"{partitions or every_changelog_partition(spec, alias)})"
     )
@@ -216,8 +216,8 @@ def candidates(spec: MergeSpec, column: str) -> tuple[str, str]:
     delete does (a key only ever deleted so: NULL)."""
     test = placeholder_test(spec, column)
     real = "TRUE" if test is None else f"NOT {test}"
-    deleted, image = q(DELETED_COLUMN), q(IMAGE_COLUMN)
-    value = f"STRUCT({q(column)} AS x)"
+    deleted, image = ident(DELETED_COLUMN), ident(IMAGE_COLUMN)
+    value = f"STRUCT({ident(column)} AS x)"
     return (
         f"IF((NOT {deleted} OR {image}) AND {real}, {value}, NULL)",
         f"IF({deleted} AND NOT {image} AND {real}, {value}, NULL)",
@@ -235,11 +235,11 @@ def resolved_rows_sql(spec: MergeSpec, where: str, applied: str, alias: str = "c
     key-only delete (REPLICA IDENTITY DEFAULT) keeps the last values, and an update that did
     not change a TOASTed column keeps its value. Computed by running windows at the
     winner (the check computes it another way: check_sql.py)."""
-    keys = ", ".join(q(k) for k in spec.key)
-    ascending = ", ".join(q(c) for c in spec.order_columns)
-    descending = ", ".join(f"{q(c)} DESC" for c in spec.order_columns)
+    keys = ", ".join(ident(k) for k in spec.key)
+    ascending = ", ".join(ident(c) for c in spec.order_columns)
+    descending = ", ".join(f"{ident(c)} DESC" for c in spec.order_columns)
     values = running_values(spec, running_window(spec))
-    rest = ", ".join(q(c) for c in spec.target_columns[len(spec.row_columns) :])
+    rest = ", ".join(ident(c) for c in spec.target_columns[len(spec.row_columns) :])
     resolved = (
         f"SELECT {', '.join(values)}, {rest} FROM {imaged(spec, where, alias)} {alias} "
         f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {keys} ORDER BY {descending}) = 1"
@@ -247,8 +247,8 @@ def resolved_rows_sql(spec: MergeSpec, where: str, applied: str, alias: str = "c
     if not spec.truncates:
         return resolved
     latest = (
-        f"(SELECT AS STRUCT {ascending} FROM {q(spec.changelog)} WHERE ({applied}) AND "
-        f"{q(OP_COLUMN)} = '{TRUNCATE_OP}' AND {every_changelog_partition(spec)} "
+        f"(SELECT AS STRUCT {ascending} FROM {ident(spec.changelog)} WHERE ({applied}) AND "
+        f"{ident(OP_COLUMN)} = '{TRUNCATE_OP}' AND {every_changelog_partition(spec)} "
         f"ORDER BY {descending} LIMIT 1)"
     )
     return truncated(spec, f"SELECT r.*, {latest} AS _t FROM ({resolved}) r")
@@ -258,19 +258,19 @@ def truncated(spec: MergeSpec, rows: str) -> str:
     """``rows`` (target columns plus ``_t``, the latest truncate's order or NULL) with every
     key whose greatest event comes before ``_t`` deleted by it: ``_op = 't'``,
     ``_deleted = true``, the truncate's order; the values are kept."""
-    cut = f"IFNULL({newer('w._t', 'w', spec.order_columns)}, FALSE)"
-    out = {c: f"w.{q(c)}" for c in spec.target_columns}
-    out[OP_COLUMN] = f"IF({cut}, '{TRUNCATE_OP}', w.{q(OP_COLUMN)})"
-    out[DELETED_COLUMN] = f"(w.{q(DELETED_COLUMN)} OR {cut})"
+    cut = f"IFNULL({comes_after('w._t', 'w', spec.order_columns)}, FALSE)"
+    out = {c: f"w.{ident(c)}" for c in spec.target_columns}
+    out[OP_COLUMN] = f"IF({cut}, '{TRUNCATE_OP}', w.{ident(OP_COLUMN)})"
+    out[DELETED_COLUMN] = f"(w.{ident(DELETED_COLUMN)} OR {cut})"
     for c in spec.order_columns:
-        out[c] = f"IF({cut}, w._t.{q(c)}, w.{q(c)})"
-    return f"SELECT {', '.join(f'{e} AS {q(c)}' for c, e in out.items())} FROM ({rows}) w"
+        out[c] = f"IF({cut}, w._t.{ident(c)}, w.{ident(c)})"
+    return f"SELECT {', '.join(f'{e} AS {ident(c)}' for c, e in out.items())} FROM ({rows}) w"
 
 
 def running_window(spec: MergeSpec) -> str:
     """SQL: the window of a key's events in order, up to the current one."""
-    keys = ", ".join(q(k) for k in spec.key)
-    ascending = ", ".join(q(c) for c in spec.order_columns)
+    keys = ", ".join(ident(k) for k in spec.key)
+    ascending = ", ".join(ident(c) for c in spec.order_columns)
     return (
         f"OVER (PARTITION BY {keys} ORDER BY {ascending} "
         "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
@@ -285,11 +285,11 @@ def running_values(spec: MergeSpec, running: str, pick: str = "LAST_VALUE") -> l
     values = []
     for column in spec.row_columns:
         if column in spec.key:
-            values.append(q(column))
+            values.append(ident(column))
             continue
         change, delete = candidates(spec, column)
         values.append(
             f"COALESCE({pick}({change} IGNORE NULLS) {running}, "
-            f"{pick}({delete} IGNORE NULLS) {running}).x AS {q(column)}"
+            f"{pick}({delete} IGNORE NULLS) {running}).x AS {ident(column)}"
         )
     return values

@@ -48,7 +48,7 @@ from kbqe_dagster.core.load.lifecycle import (
     ObservedJob,
     ObservedKind,
     SubmitOutcome,
-    decide,
+    job_decision,
 )
 from kbqe_dagster.core.load.notices import (
     KNOWN_SCHEMAS_FILE,
@@ -302,7 +302,7 @@ class LoadCoordinator:
         for _ in range(self.settings.max_retries + 4):
             job = state.job(job_id)
             observed = self._observe(job)
-            decision = decide(
+            decision = job_decision(
                 job,
                 observed.observed,
                 self.now(),
@@ -344,7 +344,7 @@ class LoadCoordinator:
     def _observe(self, job: LoadJobRecord) -> JobReport:
         if job.status in (JobStatus.PLANNED, JobStatus.SUBMITTED):
             return self.bigquery.job_report(job.job_id)
-        return JobReport(ObservedJob(ObservedKind.UNKNOWN))  # decide() ignores it for others
+        return JobReport(ObservedJob(ObservedKind.UNKNOWN))  # job_decision() ignores it for others
 
     def _submit(
         self, state: LoadState, job: LoadJobRecord, report: CycleReport

@@ -38,8 +38,8 @@ from kbqe_dagster.core.completeness.decision import (
     RangeFacts,
     TableCompleteness,
     Unit,
-    decide,
     loaded_position,
+    table_completeness,
     unit_of,
 )
 from kbqe_dagster.core.completeness.state import (
@@ -195,7 +195,7 @@ def evaluate(
                     caught_up_at=position.caught_up_at,
                 )
             )
-        verdict = decide(name, progress, unit, declared=kept.newest_complete)
+        verdict = table_completeness(name, progress, unit, declared=kept.newest_complete)
         late = merge_counts(
             kept.late_after_complete,
             late_records(merge_counts(*new_days), kept.newest_complete, unit),

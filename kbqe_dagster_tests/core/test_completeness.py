@@ -19,8 +19,8 @@ from kbqe_dagster.core.completeness.decision import (
     CompletenessSettings,
     PartitionProgress,
     RangeFacts,
-    decide,
     loaded_position,
+    table_completeness,
 )
 from kbqe_dagster.core.completeness.state import (
     CompletenessState,
@@ -77,7 +77,7 @@ def part(partition=0, loaded=100, high=100, observed=NOW, kafka=None, event=None
 def test_an_idle_partition_does_not_block_and_counts_as_complete_up_to_its_observation():
     busy = part(0, loaded=500, high=500, kafka=at("2026-11-24T05:59:00"))
     idle = part(1, loaded=10, high=10, kafka=at("2026-11-20T12:00:00"))  # last message days ago
-    verdict = decide("d.t", [busy, idle])
+    verdict = table_completeness("d.t", [busy, idle])
     assert verdict.newest_complete == date(2026, 11, 23) == oracle([busy, idle])
     assert verdict.held_back_by == ()
 
@@ -85,7 +85,7 @@ def test_an_idle_partition_does_not_block_and_counts_as_complete_up_to_its_obser
 def test_a_lagging_partition_holds_the_next_day_back_and_says_by_how_much():
     ahead = part(0, loaded=500, high=500)
     lagging = part(1, loaded=70, high=100, kafka=at("2026-11-22T23:00:00"), settings=KAFKA_5M)
-    verdict = decide("d.t", [ahead, lagging])
+    verdict = table_completeness("d.t", [ahead, lagging])
     assert verdict.newest_complete == date(2026, 11, 21) == oracle([ahead, lagging])
     assert verdict.next_day == date(2026, 11, 22)
     (held,) = verdict.held_back_by
@@ -97,9 +97,9 @@ def test_a_lagging_partition_holds_the_next_day_back_and_says_by_how_much():
 
 def test_lateness_delays_a_caught_up_partition_on_kafka_time():
     just_after_midnight = part(0, observed=at("2026-11-24T00:03:00"), settings=KAFKA_5M)
-    assert decide("d.t", [just_after_midnight]).newest_complete == date(2026, 11, 22)
+    assert table_completeness("d.t", [just_after_midnight]).newest_complete == date(2026, 11, 22)
     later = part(0, observed=at("2026-11-24T00:05:00"), settings=KAFKA_5M)
-    assert decide("d.t", [later]).newest_complete == date(2026, 11, 23)
+    assert table_completeness("d.t", [later]).newest_complete == date(2026, 11, 23)
 
 
 def test_event_time_idle_partition_completes_a_day_once_the_lateness_has_passed():
@@ -107,14 +107,16 @@ def test_event_time_idle_partition_completes_a_day_once_the_lateness_has_passed(
     early = part(
         0, observed=at("2026-11-24T00:30:00"), event=at("2026-11-23T00:00:00"), settings=EVENT_1H
     )
-    assert decide("d.t", [early]).newest_complete == date(2026, 11, 22) == oracle([early])
+    assert (
+        table_completeness("d.t", [early]).newest_complete == date(2026, 11, 22) == oracle([early])
+    )
     late = part(0, observed=at("2026-11-24T01:00:00"), settings=EVENT_1H)
-    assert decide("d.t", [late]).newest_complete == date(2026, 11, 23) == oracle([late])
+    assert table_completeness("d.t", [late]).newest_complete == date(2026, 11, 23) == oracle([late])
 
 
 def test_event_time_of_a_lagging_partition_is_its_newest_loaded_event_date():
     lagging = part(0, loaded=5, high=9, event=at("2026-11-24T00:00:00"), settings=EVENT_1H)
-    verdict = decide("d.t", [lagging])
+    verdict = table_completeness("d.t", [lagging])
     # reached 11-24 00:00, minus 1 h: complete through 11-22
     assert verdict.newest_complete == date(2026, 11, 22) == oracle([lagging])
     assert verdict.held_back_by[0].behind_seconds == 3600.0
@@ -123,20 +125,20 @@ def test_event_time_of_a_lagging_partition_is_its_newest_loaded_event_date():
 def test_timestamps_from_the_future_never_complete_a_day_that_has_not_ended():
     # A producer clock two days fast: its data claims 11-26, but it is 11-24 06:00.
     fast = part(0, loaded=5, high=9, kafka=at("2026-11-26T06:00:00"))
-    verdict = decide("d.t", [fast])
+    verdict = table_completeness("d.t", [fast])
     assert verdict.newest_complete == date(2026, 11, 23) == oracle([fast])
     assert verdict.held_back_by[0].behind_seconds == 18 * 3600  # 11-25 00:00 - 11-24 06:00
 
 
 def test_a_partition_that_never_held_a_message_is_idle_from_the_start():
     empty = part(3, loaded=0, high=0)
-    assert decide("d.t", [empty]).newest_complete == date(2026, 11, 23)
+    assert table_completeness("d.t", [empty]).newest_complete == date(2026, 11, 23)
 
 
 def test_a_partition_with_a_backlog_and_nothing_known_holds_back_with_unknown_seconds():
     never_staged = part(0, loaded=0, high=50)
     fine = part(1)
-    verdict = decide("d.t", [never_staged, fine])
+    verdict = table_completeness("d.t", [never_staged, fine])
     assert verdict.newest_complete is None is oracle([never_staged, fine])
     assert [(h.partition, h.behind_messages, h.behind_seconds) for h in verdict.held_back_by] == [
         (0, 50, None)
@@ -149,14 +151,14 @@ def test_several_topics_feed_one_table_each_on_its_own_settings():
     events = part(
         0, topic="devices", loaded=1, high=2, event=at("2026-11-23T00:00:00"), settings=EVENT_1H
     )
-    verdict = decide("d.t", [kafka, events])
+    verdict = table_completeness("d.t", [kafka, events])
     assert verdict.basis == "mixed"
     assert verdict.newest_complete == date(2026, 11, 21) == oracle([kafka, events])
     assert [h.topic for h in verdict.held_back_by] == ["devices"]  # orders reached 11-22
 
 
 def test_a_table_nobody_feeds_is_not_vouched_for():
-    verdict = decide("d.t", [])
+    verdict = table_completeness("d.t", [])
     assert (verdict.newest_complete, verdict.held_back_by, verdict.partitions) == (None, (), 0)
 
 
@@ -176,7 +178,7 @@ def test_random_scenarios_agree_with_the_oracle(seed):
         )
         observed = NOW - timedelta(minutes=rnd.randint(0, 120))
         progress.append(part(i, loaded, high, observed, stamp(), stamp(), settings))
-    verdict = decide("d.t", progress)
+    verdict = table_completeness("d.t", progress)
     assert verdict.newest_complete == oracle(progress)
     if verdict.next_day is not None:
         held = {h.partition for h in verdict.held_back_by}

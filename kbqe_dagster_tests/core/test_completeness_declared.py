@@ -19,8 +19,8 @@ from kbqe_dagster.core.completeness.decision import (
     Basis,
     CompletenessSettings,
     PartitionProgress,
-    decide,
     loaded_position,
+    table_completeness,
 )
 from kbqe_dagster.core.completeness.state import (
     CompletenessState,
@@ -53,9 +53,11 @@ def test_new_messages_in_a_partition_idle_before_never_take_a_declared_day_back(
     # 11-23 was declared; now partition 2, empty until then, has 7 messages nobody staged.
     idle_before = part(2, loaded=0, high=7)
     fine = part(0)
-    assert decide("d.t", [fine, idle_before]).newest_complete is None, "nothing known of it"
+    assert table_completeness("d.t", [fine, idle_before]).newest_complete is None, (
+        "nothing known of it"
+    )
 
-    verdict = decide("d.t", [fine, idle_before], declared=date(2026, 11, 23))
+    verdict = table_completeness("d.t", [fine, idle_before], declared=date(2026, 11, 23))
 
     assert verdict.newest_complete == date(2026, 11, 23)
     assert verdict.next_day == date(2026, 11, 24), "what is held back is the day after it"
@@ -68,7 +70,7 @@ def test_new_messages_in_a_partition_idle_before_never_take_a_declared_day_back(
 def test_a_partition_lagging_behind_the_declared_day_holds_back_the_day_after_it():
     # Its loaded data reach only 11-22 20:00 (day 11-21 by the data); 11-23 was declared.
     lagging = part(1, loaded=70, high=100, kafka=at("2026-11-22T20:00:00"))
-    verdict = decide("d.t", [lagging, part(0)], declared=date(2026, 11, 23))
+    verdict = table_completeness("d.t", [lagging, part(0)], declared=date(2026, 11, 23))
     assert (verdict.newest_complete, verdict.next_day) == (date(2026, 11, 23), date(2026, 11, 24))
     (held,) = verdict.held_back_by
     assert (held.partition, held.behind_messages) == (1, 30)
@@ -77,21 +79,21 @@ def test_a_partition_lagging_behind_the_declared_day_holds_back_the_day_after_it
 
 
 def test_the_data_move_the_newest_complete_day_past_the_declared_one():
-    verdict = decide("d.t", [part(0), part(1)], declared=date(2026, 11, 20))
+    verdict = table_completeness("d.t", [part(0), part(1)], declared=date(2026, 11, 20))
     assert verdict.newest_complete == date(2026, 11, 23)
     assert verdict.held_back_by == ()
 
 
 def test_a_declared_hour_stays_declared_on_an_hour_table():
     declared = at("2026-11-24T05:00:00")
-    verdict = decide("d.t", [part(0, loaded=0, high=3)], HOUR_UNIT, declared=declared)
+    verdict = table_completeness("d.t", [part(0, loaded=0, high=3)], HOUR_UNIT, declared=declared)
     assert verdict.newest_complete == declared
     assert verdict.next_day == at("2026-11-24T06:00:00")
     assert [(h.partition, h.behind_messages) for h in verdict.held_back_by] == [(0, 3)]
 
 
 def test_a_table_without_feeding_partitions_keeps_its_declared_day():
-    verdict = decide("d.t", [], declared=date(2026, 11, 23))
+    verdict = table_completeness("d.t", [], declared=date(2026, 11, 23))
     assert (verdict.newest_complete, verdict.next_day, verdict.held_back_by) == (
         date(2026, 11, 23),
         date(2026, 11, 24),
@@ -125,8 +127,8 @@ def test_fed_back_from_evaluation_to_evaluation_the_newest_day_never_goes_back(s
                     settings=rnd.choice([KAFKA_5M, EVENT_1H]),
                 )
             )
-        supported = decide("d.t", progress).newest_complete
-        verdict = decide("d.t", progress, declared=declared)
+        supported = table_completeness("d.t", progress).newest_complete
+        verdict = table_completeness("d.t", progress, declared=declared)
         expected = max((d for d in (declared, supported) if d is not None), default=None)
         assert verdict.newest_complete == expected
         declared = verdict.newest_complete
@@ -135,7 +137,7 @@ def test_fed_back_from_evaluation_to_evaluation_the_newest_day_never_goes_back(s
 # --- the moment a partition was seen caught up ---------------------------------------------
 def test_a_partition_seen_caught_up_has_reached_that_moment_when_new_messages_wait():
     seen = at("2026-11-23T22:00:00")
-    verdict = decide("d.t", [part(2, loaded=0, high=7, caught_up_at=seen)])
+    verdict = table_completeness("d.t", [part(2, loaded=0, high=7, caught_up_at=seen)])
     assert verdict.newest_complete == date(2026, 11, 22)  # 11-23 22:00 - 5 min
     (held,) = verdict.held_back_by
     # 11-24 00:05 - 11-23 22:00 = 2 h 5 min

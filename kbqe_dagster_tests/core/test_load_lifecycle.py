@@ -12,7 +12,7 @@ from kbqe_dagster.core.load.lifecycle import (
     ObservedKind,
     SubmitOutcome,
     classify_submit,
-    decide,
+    job_decision,
 )
 from kbqe_dagster.core.load.selection import PlannedLoadJob, make_job_id, plan_load_jobs
 from kbqe_dagster.core.load.state import (
@@ -58,7 +58,9 @@ def decide_now(
     after=timedelta(minutes=2),
     max_retries: int = 2,
 ):
-    return decide(record, observed, T0 + after, max_retries=max_retries, stuck_after=STUCK_AFTER)
+    return job_decision(
+        record, observed, T0 + after, max_retries=max_retries, stuck_after=STUCK_AFTER
+    )
 
 
 @pytest.mark.parametrize("status", [JobStatus.PLANNED, JobStatus.SUBMITTED])

@@ -9,7 +9,12 @@ from typing import Any
 
 import pytest
 
-from kbqe_dagster.core.completeness.decision import PartitionProgress, Unit, decide, unit_of
+from kbqe_dagster.core.completeness.decision import (
+    PartitionProgress,
+    Unit,
+    table_completeness,
+    unit_of,
+)
 from kbqe_dagster.core.completeness.state import late_records
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.errors import ConfigError
@@ -296,7 +301,7 @@ def test_a_month_is_complete_when_its_last_day_is() -> None:
     def verdict(unit: Unit, kafka_time: str) -> date | None:
         observed = at("2026-12-05T00:00")
         progress = PartitionProgress("t", 0, 50, 100, observed, kafka_time=at(kafka_time))
-        return decide("d.t", [progress], unit).newest_complete  # type: ignore[return-value]
+        return table_completeness("d.t", [progress], unit).newest_complete  # type: ignore[return-value]
 
     # Kafka time reached Nov 30 23:00: the day before is complete, November is not.
     assert verdict(unit_of(Partitioning.DAY), "2026-11-30T23:00") == date(2026, 11, 29)

@@ -12,7 +12,7 @@ from kbqe_dagster.core.completeness.decision import (
     HOUR_UNIT,
     CompletenessSettings,
     PartitionProgress,
-    decide,
+    table_completeness,
 )
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.operations.completeness import evaluate, read_state
@@ -46,7 +46,9 @@ def _progress(partition: int, loaded: int, high: int, kafka: str | None) -> Part
 
 def test_the_newest_complete_hour_is_the_last_one_ended_before_the_slowest_partition() -> None:
     # clicks[0] reached 15:20 (complete until 15:15): 14:00-15:00 is complete, 15:00 is not.
-    verdict = decide("web.clicks", [_progress(0, 10, 20, "2026-11-23T15:20:00")], HOUR_UNIT)
+    verdict = table_completeness(
+        "web.clicks", [_progress(0, 10, 20, "2026-11-23T15:20:00")], HOUR_UNIT
+    )
     assert verdict.newest_complete == _at("2026-11-23T14:00:00")
     assert verdict.key(verdict.newest_complete) == "2026-11-23T14"
     assert verdict.key(verdict.next_day) == "2026-11-23T15"
@@ -58,15 +60,17 @@ def test_the_newest_complete_hour_is_the_last_one_ended_before_the_slowest_parti
 def test_an_idle_partition_never_holds_an_hour_back() -> None:
     idle = _progress(1, 0, 0, None)  # never held a message: caught up at NOW (16:30)
     lagging = _progress(0, 10, 20, "2026-11-23T15:20:00")
-    verdict = decide("web.clicks", [idle, lagging], HOUR_UNIT)
+    verdict = table_completeness("web.clicks", [idle, lagging], HOUR_UNIT)
     assert verdict.key(verdict.newest_complete) == "2026-11-23T14"
     assert [h.partition for h in verdict.held_back_by] == [0]
-    alone = decide("web.clicks", [idle], HOUR_UNIT)
+    alone = table_completeness("web.clicks", [idle], HOUR_UNIT)
     assert alone.key(alone.newest_complete) == "2026-11-23T15"  # 16:30 - 5m lateness
 
 
 def test_the_same_progress_completes_days_as_before() -> None:
-    verdict = decide("web.clicks", [_progress(0, 10, 20, "2026-11-23T15:20:00")], DAY_UNIT)
+    verdict = table_completeness(
+        "web.clicks", [_progress(0, 10, 20, "2026-11-23T15:20:00")], DAY_UNIT
+    )
     assert verdict.key(verdict.newest_complete) == "2026-11-22"
     assert DAY_UNIT.covers_day(verdict.newest_complete, verdict.newest_complete)
     assert HOUR_UNIT.covers_day(_at("2026-11-22T23:00:00"), _at("2026-11-22T00:00:00").date())

@@ -370,7 +370,7 @@ class TableCompleteness:
         return None if period is None else self.unit.key(period)
 
 
-def decide(
+def table_completeness(
     table: str,
     progress: Sequence[PartitionProgress],
     unit: Unit = DAY_UNIT,

@@ -16,7 +16,7 @@ that time) stays true while the loaded offset does not go back, so a partition i
 evaluation is not unknown at the next when new messages wait in it.
 
 **Declared stays declared**: ``newest_complete`` only moves forward; the decision takes it as
-its floor (``decide(declared=...)``).
+its floor (``table_completeness(declared=...)``).
 
 **HOUR tables** keep the same state with hour keys: ``newest_complete`` is ``2026-11-23T14``,
 late records are counted per hour, and a mark also keeps the event time to the hour

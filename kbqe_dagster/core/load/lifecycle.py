@@ -59,7 +59,7 @@ class JobDecision:
     mark_submitted: bool = False
 
 
-def decide(
+def job_decision(
     job: LoadJobRecord,
     observed: ObservedJob,
     now: datetime,

@@ -31,7 +31,6 @@ from kbqe_dagster.core.load.checks import (
     PENDING_FILES_FRESH,
     ROWS_LOADED,
     JobRows,
-    Verdict,
     no_quarantined_files,
     pending_files_fresh,
     rows_loaded,
@@ -41,6 +40,7 @@ from kbqe_dagster.core.load.state import JobStatus, LoadState
 from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
+from kbqe_dagster.defs.verdicts import verdict_result
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.bigquery import BigQueryLoads, BigQueryResource
 from kbqe_dagster.resources.configurable import PipelineResource, StagingResource
@@ -49,37 +49,6 @@ from kbqe_dagster.resources.staging_store import StagingStore
 NO_DUPLICATE_OFFSETS = "no_duplicate_offsets"
 DUPLICATE_WINDOW_DAYS = 7
 CHECKS_OP = "bigquery_load_checks"
-
-
-def _metadata(verdict: Verdict) -> dict:
-    return {
-        k: dg.MetadataValue.json(v) if k in verdict.json_keys else v
-        for k, v in verdict.metadata.items()
-    }
-
-
-def evaluation(key: dg.AssetKey, verdict: Verdict) -> dg.AssetCheckEvaluation:
-    """A core verdict as the event an op yields."""
-    return dg.AssetCheckEvaluation(
-        asset_key=key,
-        check_name=verdict.name,
-        passed=verdict.passed,
-        severity=dg.AssetCheckSeverity(verdict.severity),
-        description=verdict.description or None,
-        metadata=_metadata(verdict),
-    )
-
-
-def result(key: dg.AssetKey, verdict: Verdict) -> dg.AssetCheckResult:
-    """A core verdict as the result a standalone check returns."""
-    return dg.AssetCheckResult(
-        asset_key=key,
-        check_name=verdict.name,
-        passed=verdict.passed,
-        severity=dg.AssetCheckSeverity(verdict.severity),
-        description=verdict.description or None,
-        metadata=_metadata(verdict),
-    )
 
 
 def check_specs(destinations: Destinations) -> list[dg.AssetCheckSpec]:
@@ -152,7 +121,7 @@ def load_checks(destinations: Destinations) -> dg.AssetChecksDefinition:
                     for q in state.quarantined
                     if (q.dataset, q.table) in tables
                 }
-                yield result(check.asset_key, no_quarantined_files(errors, errors))
+                yield verdict_result(check.asset_key, no_quarantined_files(errors, errors))
             else:
                 yield _latest_rows_result(check.asset_key, tables, state, loads)
 
@@ -253,10 +222,10 @@ def _latest_rows_result(
                 stats.rows_source,
             )
         )
-    return result(key, rows_loaded(jobs))
+    return verdict_result(key, rows_loaded(jobs))
 
 
 def _freshness_result(store: StagingStore, state: LoadState, limit_s: float) -> dg.AssetCheckResult:
     view = staging_view(store.list(), state, datetime.now(UTC))
     verdict = pending_files_fresh(view.oldest_pending_age_s or 0.0, view.waiting_files, limit_s)
-    return result(STAGING_KEY, verdict)
+    return verdict_result(STAGING_KEY, verdict)

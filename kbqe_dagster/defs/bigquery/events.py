@@ -19,8 +19,8 @@ from kbqe_dagster.core.load.checks import (
 )
 from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.defs.bigquery.assets import Destinations, tables_partitions_name
-from kbqe_dagster.defs.bigquery.checks import evaluation
 from kbqe_dagster.defs.staging.assets import STAGING_KEY
+from kbqe_dagster.defs.verdicts import verdict_evaluation
 from kbqe_dagster.loading.report import CompletedLoad, CycleReport, PartitionLoad
 
 
@@ -50,7 +50,7 @@ def load_events(
     yield from rows_loaded_evaluations(report, destinations)
     yield from quarantine_evaluations(report, destinations)
     if freshness_limit_s is not None and report.oldest_unloaded_age_s is not None:
-        yield evaluation(
+        yield verdict_evaluation(
             STAGING_KEY,
             pending_files_fresh(
                 report.oldest_unloaded_age_s, report.unloaded_files, freshness_limit_s
@@ -125,7 +125,7 @@ def rows_loaded_evaluations(
         if key is not None:
             by_key[key].append(completed)
     for key, loads in by_key.items():
-        yield evaluation(key, rows_loaded([c.rows_check for c in loads]))
+        yield verdict_evaluation(key, rows_loaded([c.rows_check for c in loads]))
 
 
 def quarantine_evaluations(
@@ -143,7 +143,9 @@ def quarantine_evaluations(
     errors = {f"{d}.{t}": q.error for q in report.quarantined for d, t in [q.job.table_id]}
     for key, tables in by_key.items():
         bad = [f"{d}.{t}" for d, t in tables if (d, t) in quarantined]
-        yield evaluation(key, no_quarantined_files(bad, {t: errors[t] for t in bad if t in errors}))
+        yield verdict_evaluation(
+            key, no_quarantined_files(bad, {t: errors[t] for t in bad if t in errors})
+        )
 
 
 def notice_events(notices, destinations: Destinations) -> Iterator[dg.AssetObservation]:

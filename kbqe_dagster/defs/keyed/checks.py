@@ -10,8 +10,8 @@ import dagster as dg
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.formats.connect_json_avro import connect_key_fields
 from kbqe_dagster.core.keyed.checks import KeyedCheck, check_names, keyed_verdicts
-from kbqe_dagster.defs.bigquery.checks import evaluation, result
 from kbqe_dagster.defs.keyed.assets import table_key
+from kbqe_dagster.defs.verdicts import verdict_evaluation, verdict_result
 from kbqe_dagster.keyed.merge import KeyedMerger, check_keyed_tables, keyed_destinations
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.bigquery import BigQueryResource
@@ -79,7 +79,7 @@ def kafka_key_fields(
 def check_evaluations(check: KeyedCheck) -> Iterator[dg.AssetCheckEvaluation]:
     dataset, table = check.table.split(".", 1)
     for verdict in keyed_verdicts(check):
-        yield evaluation(table_key(dataset, table), verdict)
+        yield verdict_evaluation(table_key(dataset, table), verdict)
 
 
 def keyed_checks(config: PipelineConfig) -> list[dg.AssetChecksDefinition]:
@@ -113,6 +113,6 @@ def keyed_checks(config: PipelineConfig) -> list[dg.AssetChecksDefinition]:
             key = table_key(dataset, table)
             for verdict in keyed_verdicts(check):
                 if dg.AssetCheckKey(key, verdict.name) in selected:
-                    yield result(key, verdict)
+                    yield verdict_result(key, verdict)
 
     return [keyed_table_checks]

@@ -18,7 +18,7 @@ from kbqe_dagster.core.load.checks import JobRows, rows_loaded
 from kbqe_dagster.core.load.cost import storage_write_list_price
 from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.defs.bigquery.assets import Destinations
-from kbqe_dagster.defs.bigquery.checks import evaluation
+from kbqe_dagster.defs.verdicts import verdict_evaluation
 from kbqe_dagster.staging.context import RangeResult
 from kbqe_dagster.staging.job import StageSummary
 from kbqe_dagster.staging.range_sink import TableDelivery
@@ -50,7 +50,7 @@ def delivery_events(
                     )
                 )
     for key, rows in checks.items():
-        yield evaluation(key, rows_loaded(rows))
+        yield verdict_evaluation(key, rows_loaded(rows))
 
 
 def _materializations(
