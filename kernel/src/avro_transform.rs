@@ -38,13 +38,21 @@ impl Transform {
     /// writes `digits` as strings, rewrites the fields `rewrites` names and appends
     /// `constants`. Err for a name that is not a top-level field (of an int, long or
     /// `["null", int|long]` for `digits`), one routing or event time reads, or one named twice.
-    pub fn compile(schema: &Schema, plan: &Plan, drops: &[String], digits: &[String],
-                   rewrites: Vec<(String, FieldRewrite)>, constants: &[u8]) -> Result<Transform, Unsupported> {
+    pub fn compile(
+        schema: &Schema,
+        plan: &Plan,
+        drops: &[String],
+        digits: &[String],
+        rewrites: Vec<(String, FieldRewrite)>,
+        constants: &[u8],
+    ) -> Result<Transform, Unsupported> {
         let (Kind::Record { fields, .. }, Plan::Record(plans)) = (&schema.nodes[schema.top], plan) else {
             return Err(Unsupported("not a record".into()));
         };
         let index = |name: &String, what: &str| -> Result<usize, Unsupported> {
-            let at = fields.iter().position(|(n, _)| n == name)
+            let at = fields
+                .iter()
+                .position(|(n, _)| n == name)
                 .ok_or_else(|| Unsupported(format!("no top-level field {name:?} to {what}")))?;
             if !matches!(plans[at], Plan::Skip) {
                 return Err(Unsupported(format!("field {name:?} is read by routing or event time")));
@@ -89,7 +97,14 @@ impl Transform {
 
     /// Walk the whole body in canonical mode (validating it, reading the wanted values) and
     /// note where each top-level field starts, and where the last one ends, in `starts`.
-    pub fn walk(&self, walker: &Walker, plan: &Plan, c: &mut Cursor, values: &mut [Value], starts: &mut Vec<usize>) -> R<()> {
+    pub fn walk(
+        &self,
+        walker: &Walker,
+        plan: &Plan,
+        c: &mut Cursor,
+        values: &mut [Value],
+        starts: &mut Vec<usize>,
+    ) -> R<()> {
         c.canonical = true;
         walker.walk_fields(plan, c, values, starts)
     }

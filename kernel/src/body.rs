@@ -63,7 +63,10 @@ pub enum Value {
     /// A date-time whose event day is the date as written, not the instant's UTC date
     /// (json_schema's `date-time` text under `date_rule: local`): that day and the instant
     /// in microseconds, whose UTC hour an HOUR table's event hour column is.
-    Written { day: i64, micros: i64 },
+    Written {
+        day: i64,
+        micros: i64,
+    },
     /// A boolean: read only for a plan made with `booleans` (a keyed topic's `__deleted`
     /// and delete flag, changes.rs); routing and event time hand such a message back.
     Bool(bool),
@@ -321,7 +324,9 @@ impl<'s> Walker<'s> {
     /// where each top-level field starts, and where the last one ends, in `starts`: what a
     /// keyed change's cut (changes.rs) and a transformed record (avro_transform.rs) slice.
     pub fn walk_fields(&self, plan: &Plan, c: &mut Cursor, values: &mut [Value], starts: &mut Vec<usize>) -> R<()> {
-        let (Kind::Record { fields, .. }, Plan::Record(plans)) = (&self.schema.nodes[self.schema.top], plan) else { return Err(Stop) };
+        let (Kind::Record { fields, .. }, Plan::Record(plans)) = (&self.schema.nodes[self.schema.top], plan) else {
+            return Err(Stop);
+        };
         starts.clear();
         for ((_, t), p) in fields.iter().zip(plans) {
             starts.push(c.pos);
@@ -587,7 +592,7 @@ fn canonical_decimal(raw: &[u8], precision: u64, bytes: bool) -> R<()> {
         return Err(Stop);
     }
     if m != 0 {
-        while m % 10 == 0 {
+        while m.is_multiple_of(10) {
             m /= 10;
         }
     }

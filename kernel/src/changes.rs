@@ -55,8 +55,14 @@ impl Layout {
     /// are re-encoded, and their kind (rewrite.rs `FieldRewrite::semantic`); each must be of
     /// the kind's Avro type or a union of null and it. `plan`: the walk's (with rewrites, an
     /// envelope's images are walked here, reading what it reads in them).
-    pub fn compile(schema: &Schema, plan: &Plan, kind: &str, fields: &[usize], slots: &[Option<usize>],
-                   rewrites: &[(usize, String)]) -> Result<Layout, Unsupported> {
+    pub fn compile(
+        schema: &Schema,
+        plan: &Plan,
+        kind: &str,
+        fields: &[usize],
+        slots: &[Option<usize>],
+        rewrites: &[(usize, String)],
+    ) -> Result<Layout, Unsupported> {
         let bad = || Unsupported(format!("a {kind} layout with fields {fields:?} and slots {slots:?}"));
         let Kind::Record { fields: top, .. } = &schema.nodes[schema.top] else { return Err(bad()) };
         let slot = |i: usize| slots.get(i).copied().flatten().ok_or_else(bad);
@@ -118,7 +124,14 @@ impl Layout {
     /// With rewrites the walk is canonical, and an envelope's `starts` are instead, per image
     /// (before, then after), where it starts and ends, then per image the starts of its row's
     /// fields and the row's end (all 0 for a null image): [`Layout::record`] reads them.
-    pub fn walk(&self, walker: &Walker, plan: &Plan, c: &mut Cursor, values: &mut [Value], starts: &mut Vec<usize>) -> R<()> {
+    pub fn walk(
+        &self,
+        walker: &Walker,
+        plan: &Plan,
+        c: &mut Cursor,
+        values: &mut [Value],
+        starts: &mut Vec<usize>,
+    ) -> R<()> {
         let schema = walker.schema;
         if self.rewrites.is_empty() {
             if let Cut::Plain { .. } = self.cut {
@@ -130,7 +143,9 @@ impl Layout {
         let Cut::Envelope { before, after, .. } = self.cut else {
             return walker.walk_fields(plan, c, values, starts);
         };
-        let (Kind::Record { fields, .. }, Plan::Record(plans)) = (&schema.nodes[schema.top], plan) else { return Err(Stop) };
+        let (Kind::Record { fields, .. }, Plan::Record(plans)) = (&schema.nodes[schema.top], plan) else {
+            return Err(Stop);
+        };
         let n = self.row_len + 1;
         starts.clear();
         starts.resize(4 + 2 * n, 0);
@@ -246,12 +261,20 @@ impl Layout {
 /// (validating it, reading the wanted values in it) noting in `row` where each of the row's
 /// fields starts and where the row ends; a null image leaves `row` zeros. The same checks and
 /// reads as `Walker::walk` of the union.
-fn walk_image(walker: &Walker, union: NodeId, plan: &Plan, row_branch: u64, c: &mut Cursor, values: &mut [Value],
-              row: &mut [usize]) -> R<()> {
+fn walk_image(
+    walker: &Walker,
+    union: NodeId,
+    plan: &Plan,
+    row_branch: u64,
+    c: &mut Cursor,
+    values: &mut [Value],
+    row: &mut [usize],
+) -> R<()> {
     let Kind::Union(branches) = &walker.schema.nodes[union] else { return Err(Stop) };
     let branch = c.length()?;
     if branch != row_branch {
-        return if branch < branches.len() as u64 && matches!(walker.schema.nodes[branches[branch as usize]], Kind::Null) {
+        return if branch < branches.len() as u64 && matches!(walker.schema.nodes[branches[branch as usize]], Kind::Null)
+        {
             Ok(())
         } else {
             Err(Stop)
@@ -277,7 +300,12 @@ fn walk_image(walker: &Walker, union: NodeId, plan: &Plan, row_branch: u64, c: &
 }
 
 /// The row record of the envelope's image field `index` (its record branch `branch`).
-fn row_of<'s>(schema: &'s Schema, top: &[(String, NodeId)], index: usize, branch: u64) -> Result<&'s [(String, NodeId)], Unsupported> {
+fn row_of<'s>(
+    schema: &'s Schema,
+    top: &[(String, NodeId)],
+    index: usize,
+    branch: u64,
+) -> Result<&'s [(String, NodeId)], Unsupported> {
     let refuse = || Unsupported("an envelope image that is not a union of null and a record".into());
     let Kind::Union(branches) = &schema.nodes[top.get(index).ok_or_else(refuse)?.1] else { return Err(refuse()) };
     match &schema.nodes[*branches.get(branch as usize).ok_or_else(refuse)?] {
@@ -309,9 +337,13 @@ fn semantic_type(schema: &Schema, t: NodeId, kind: &str) -> bool {
         ("zoned_timestamp", Kind::String(Logical::None)) => true,
         ("nanos_to_micros", Kind::Long(Logical::None)) => true,
         ("variable_scale_decimal", Kind::Record { fields, .. }) => match fields.as_slice() {
-            [(scale, s), (value, v)] => scale == "scale" && value == "value"
-                && matches!(schema.nodes[*s], Kind::Int(Logical::None))
-                && matches!(schema.nodes[*v], Kind::Bytes) && !schema.decimals.contains_key(v),
+            [(scale, s), (value, v)] => {
+                scale == "scale"
+                    && value == "value"
+                    && matches!(schema.nodes[*s], Kind::Int(Logical::None))
+                    && matches!(schema.nodes[*v], Kind::Bytes)
+                    && !schema.decimals.contains_key(v)
+            }
             _ => false,
         },
         _ => false,

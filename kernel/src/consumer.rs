@@ -54,6 +54,9 @@ struct RdTopicPartitionList {
 
 type LogCb = extern "C" fn(*const c_void, c_int, *const c_char, *const c_char);
 
+/// A message header as librdkafka gives it: the name, and the value (None for a null value).
+pub type Header<'m> = (&'m [u8], Option<&'m [u8]>);
+
 /// The C functions used, resolved once per library path.
 pub struct Api {
     _lib: Library,
@@ -73,7 +76,8 @@ pub struct Api {
     message_destroy: unsafe extern "C" fn(*mut RdMessage),
     message_timestamp: unsafe extern "C" fn(*const RdMessage, *mut c_int) -> i64,
     message_headers: unsafe extern "C" fn(*const RdMessage, *mut *mut c_void) -> c_int,
-    header_get_all: unsafe extern "C" fn(*const c_void, usize, *mut *const c_char, *mut *const c_void, *mut usize) -> c_int,
+    header_get_all:
+        unsafe extern "C" fn(*const c_void, usize, *mut *const c_char, *mut *const c_void, *mut usize) -> c_int,
     position: unsafe extern "C" fn(*mut c_void, *mut RdTopicPartitionList) -> c_int,
     err2str: unsafe extern "C" fn(c_int) -> *const c_char,
     consumer_close: unsafe extern "C" fn(*mut c_void) -> c_int,
@@ -130,7 +134,7 @@ impl Api {
     }
 
     /// The message's headers as `(name, value)` slices; None when it has none.
-    pub fn headers<'m>(&self, msg: *const RdMessage) -> Option<Vec<(&'m [u8], Option<&'m [u8]>)>> {
+    pub fn headers<'m>(&self, msg: *const RdMessage) -> Option<Vec<Header<'m>>> {
         let mut hdrs: *mut c_void = std::ptr::null_mut();
         if unsafe { (self.message_headers)(msg, &mut hdrs) } != 0 || hdrs.is_null() {
             return None;
@@ -144,7 +148,11 @@ impl Api {
             }
             // Safety: the header list lives as long as the message (which outlives 'm).
             let name = unsafe { CStr::from_ptr(name) }.to_bytes();
-            let value = if value.is_null() { None } else { Some(unsafe { std::slice::from_raw_parts(value as *const u8, size) }) };
+            let value = if value.is_null() {
+                None
+            } else {
+                Some(unsafe { std::slice::from_raw_parts(value as *const u8, size) })
+            };
             out.push((name, value));
             idx += 1;
         }
@@ -152,8 +160,11 @@ impl Api {
     }
 }
 
+/// A librdkafka the process loaded, by its path.
+type Loaded = (String, Arc<Api>);
+
 fn api(path: &str) -> Result<Arc<Api>, String> {
-    static APIS: OnceLock<Mutex<Vec<(String, Arc<Api>)>>> = OnceLock::new();
+    static APIS: OnceLock<Mutex<Vec<Loaded>>> = OnceLock::new();
     let apis = APIS.get_or_init(|| Mutex::new(Vec::new()));
     let mut apis = apis.lock().unwrap();
     if let Some((_, api)) = apis.iter().find(|(p, _)| p == path) {
@@ -176,7 +187,13 @@ extern "C" fn keep_log_line(_rk: *const c_void, level: c_int, fac: *const c_char
     if level > 4 {
         return; // notices and debug: dropped, as the Python clients' logger shows only errors
     }
-    let text = |p: *const c_char| if p.is_null() { String::new() } else { unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned() };
+    let text = |p: *const c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
     if let Ok(mut lines) = log_lines().lock() {
         if lines.len() >= 100 {
             lines.pop_front();
@@ -236,7 +253,14 @@ impl NativeConsumer {
                 (api.conf_destroy)(conf);
                 return Err(PyRuntimeError::new_err(format!("librdkafka consumer: {}", errmsg(&errstr))));
             }
-            let mut consumer = NativeConsumer { api: api.clone(), rk: Handle(rk), queue: Handle(std::ptr::null_mut()), topic: cstring(topic)?, partition, current: None };
+            let mut consumer = NativeConsumer {
+                api: api.clone(),
+                rk: Handle(rk),
+                queue: Handle(std::ptr::null_mut()),
+                topic: cstring(topic)?,
+                partition,
+                current: None,
+            };
             (api.poll_set_consumer)(rk);
             let list = (api.list_new)(1);
             let tp = (api.list_add)(list, consumer.topic.as_ptr(), partition);
@@ -244,7 +268,10 @@ impl NativeConsumer {
             let err = (api.assign)(rk, list);
             (api.list_destroy)(list);
             if err != 0 {
-                return Err(PyRuntimeError::new_err(format!("assign {topic}[{partition}] at {start}: {}", api.err_str(err))));
+                return Err(PyRuntimeError::new_err(format!(
+                    "assign {topic}[{partition}] at {start}: {}",
+                    api.err_str(err)
+                )));
             }
             consumer.queue = Handle((api.queue_get_consumer)(rk));
             Ok(consumer)
@@ -258,9 +285,15 @@ impl NativeConsumer {
         let queue = self.queue.0 as usize;
         let api = self.api.clone();
         let (out, size) = (ptrs.as_mut_ptr() as usize, ptrs.len());
-        let n = py.detach(|| unsafe { (api.consume_batch_queue)(queue as *mut c_void, timeout_ms, out as *mut *mut RdMessage, size) });
+        let n = py.detach(|| unsafe {
+            (api.consume_batch_queue)(queue as *mut c_void, timeout_ms, out as *mut *mut RdMessage, size)
+        });
         if n < 0 {
-            return Err(PyRuntimeError::new_err(format!("consume from {}[{}] failed", self.topic.to_string_lossy(), self.partition)));
+            return Err(PyRuntimeError::new_err(format!(
+                "consume from {}[{}] failed",
+                self.topic.to_string_lossy(),
+                self.partition
+            )));
         }
         ptrs.truncate(n as usize);
         let messages = Arc::new(Mutex::new(ptrs.into_iter().map(MessagePtr).collect()));
@@ -353,7 +386,9 @@ impl NativeBatch {
     /// partition, offset, value, key, (timestamp type, timestamp), headers)`.
     fn message<'py>(&self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyTuple>> {
         let messages = self.messages.lock().unwrap();
-        let Some(ptr) = messages.get(i) else { return Err(PyValueError::new_err("no such message (or the consumer moved on)")) };
+        let Some(ptr) = messages.get(i) else {
+            return Err(PyValueError::new_err("no such message (or the consumer moved on)"));
+        };
         let m = unsafe { &*ptr.0 };
         let bytes = |p: *const u8, n: usize| -> Option<Bound<'py, PyBytes>> {
             (!p.is_null()).then(|| PyBytes::new(py, unsafe { std::slice::from_raw_parts(p, n) }))
@@ -376,12 +411,18 @@ impl NativeBatch {
                 items.into_any()
             }
         };
-        (error, text, self.topic.as_str(), m.partition, m.offset, value, key, self.api.timestamp(ptr.0), headers).into_pyobject(py)
+        (error, text, self.topic.as_str(), m.partition, m.offset, value, key, self.api.timestamp(ptr.0), headers)
+            .into_pyobject(py)
     }
 
     /// The offset of message `i` (events included).
     fn offset(&self, i: usize) -> PyResult<i64> {
-        self.messages.lock().unwrap().get(i).map(|p| unsafe { (*p.0).offset }).ok_or_else(|| PyValueError::new_err("no such message"))
+        self.messages
+            .lock()
+            .unwrap()
+            .get(i)
+            .map(|p| unsafe { (*p.0).offset })
+            .ok_or_else(|| PyValueError::new_err("no such message"))
     }
 }
 

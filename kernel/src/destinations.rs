@@ -115,7 +115,9 @@ impl Output {
             });
         }
         let raw = |p: &Piece| match p {
-            Piece::Part(Appended::Raw { header, .. }) | Piece::CheckPart(Appended::Raw { header, .. }) => Some(header.is_some()),
+            Piece::Part(Appended::Raw { header, .. }) | Piece::CheckPart(Appended::Raw { header, .. }) => {
+                Some(header.is_some())
+            }
             _ => None,
         };
         let key = out.iter().any(|p| raw(p) == Some(false));
@@ -126,8 +128,14 @@ impl Output {
     /// This destination's record of `body`, whose top-level fields start at `starts` (and the
     /// last ends at its last item: `Transform::walk`'s), into `out`; `scratch` is scratch space.
     /// `message`: what its parts read.
-    pub fn record(&self, body: &[u8], starts: &[usize], message: &MessageParts, scratch: &mut Scratch,
-                  out: &mut Vec<u8>) -> R<()> {
+    pub fn record(
+        &self,
+        body: &[u8],
+        starts: &[usize],
+        message: &MessageParts,
+        scratch: &mut Scratch,
+        out: &mut Vec<u8>,
+    ) -> R<()> {
         out.clear();
         for piece in &self.pieces {
             match piece {
@@ -149,12 +157,24 @@ impl Output {
                     }
                 }
                 Piece::Bytes(bytes) => out.extend_from_slice(bytes),
-                Piece::Part(part) => append_parts(std::slice::from_ref(part), out, message.offset,
-                                                  message.timestamp_ms, message.key, message.headers)?,
+                Piece::Part(part) => append_parts(
+                    std::slice::from_ref(part),
+                    out,
+                    message.offset,
+                    message.timestamp_ms,
+                    message.key,
+                    message.headers,
+                )?,
                 Piece::CheckPart(part) => {
                     scratch.piece.clear();
-                    append_parts(std::slice::from_ref(part), &mut scratch.piece, message.offset,
-                                 message.timestamp_ms, message.key, message.headers)?;
+                    append_parts(
+                        std::slice::from_ref(part),
+                        &mut scratch.piece,
+                        message.offset,
+                        message.timestamp_ms,
+                        message.key,
+                        message.headers,
+                    )?;
                 }
             }
         }

@@ -103,7 +103,10 @@ impl EventTime {
         if self.kafka_timestamp_fallback {
             if let Some(ms) = kafka_timestamp_ms {
                 if ms >= 0 {
-                    return Some((self.in_range(ms.div_euclid(MS_PER_DAY))?, hour_in_range(ms.div_euclid(MS_PER_HOUR))?));
+                    return Some((
+                        self.in_range(ms.div_euclid(MS_PER_DAY))?,
+                        hour_in_range(ms.div_euclid(MS_PER_HOUR))?,
+                    ));
                 }
             }
         }
@@ -327,8 +330,9 @@ fn parse_iso(text: &[u8]) -> Option<Iso> {
     // seconds past 59 (`+00:60` is one hour); those stay the Python path's.
     let (sign, h1, h2, m1, m2, s1, s2) = match *rest {
         [] | [b'Z'] => (b'+', b'0', b'0', b'0', b'0', b'0', b'0'),
-        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2, b':', s1, s2]
-        | [sign @ (b'+' | b'-'), h1, h2, m1, m2, s1, s2] => (sign, h1, h2, m1, m2, s1, s2),
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2, b':', s1, s2] | [sign @ (b'+' | b'-'), h1, h2, m1, m2, s1, s2] => {
+            (sign, h1, h2, m1, m2, s1, s2)
+        }
         [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] | [sign @ (b'+' | b'-'), h1, h2, m1, m2] => {
             (sign, h1, h2, m1, m2, b'0', b'0')
         }

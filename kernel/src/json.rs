@@ -31,9 +31,9 @@
 //! message. Duplicate keys take the last value at the first key's place, as Python's `dict` does.
 
 use crate::body::{forget_why, stop, Stop, Value, R};
+use crate::prefix::put_long;
 use crate::rewrite::{Base, FieldRewrite};
 use crate::schema::Unsupported;
-use crate::prefix::put_long;
 use serde_json::Value as Json;
 use std::collections::HashMap;
 
@@ -51,11 +51,21 @@ pub(crate) enum Tok {
     Big,
     Float(f64),
     /// A string's bytes: `input[s..e]`, or `unescaped[s..e]` when it had escapes.
-    Str { s: u32, e: u32, escaped: bool },
+    Str {
+        s: u32,
+        e: u32,
+        escaped: bool,
+    },
     /// `n` items; `end`: the index after the last token of the array.
-    Arr { n: u32, end: u32 },
+    Arr {
+        n: u32,
+        end: u32,
+    },
     /// `n` members (key token, then the value's tokens); `end` as for arrays.
-    Obj { n: u32, end: u32 },
+    Obj {
+        n: u32,
+        end: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -93,7 +103,10 @@ enum Node {
     Array(usize),
     Map(usize),
     /// `["null", X]` (null_first) or `[X, "null"]`.
-    Nullable { inner: usize, null_first: bool },
+    Nullable {
+        inner: usize,
+        null_first: bool,
+    },
     /// Any other union of primitives without logical types (`["null", "string", "long"]`,
     /// `["string", "long"]`, `["null"]`): each value written under the branch fastavro's
     /// `write_union` picks ([`Writer::union_branch`]). A union with a named, complex or
@@ -157,7 +170,9 @@ impl Encoder {
     /// reads.
     pub fn rewrite_field(&mut self, name: &str, rewrite: FieldRewrite) -> Result<(), Unsupported> {
         let Node::Record(fields) = &self.nodes[self.top] else { return Err(Unsupported("not a record".into())) };
-        let index = fields.iter().position(|f| f.name == name.as_bytes())
+        let index = fields
+            .iter()
+            .position(|f| f.name == name.as_bytes())
             .ok_or_else(|| Unsupported(format!("no top-level field {name:?} to rewrite")))?;
         if self.want.children.iter().any(|(i, _)| *i == index) {
             return Err(Unsupported(format!("field {name:?} is read by routing or event time")));
@@ -204,7 +219,9 @@ impl Encoder {
         let Node::Record(fields) = &self.nodes[self.top] else { return Err(Unsupported("not a record".into())) };
         let mut digits = vec![false; fields.len()];
         for name in names {
-            let index = fields.iter().position(|f| f.name == name.as_bytes())
+            let index = fields
+                .iter()
+                .position(|f| f.name == name.as_bytes())
                 .ok_or_else(|| Unsupported(format!("no top-level field {name:?} to cast")))?;
             let integer = |node: usize| matches!(self.nodes[node], Node::Int | Node::Long);
             let castable = match self.nodes[fields[index].node] {
@@ -232,7 +249,9 @@ impl Encoder {
         let Node::Record(fields) = &self.nodes[self.top] else { return Err(Unsupported("not a record".into())) };
         let mut dropped = vec![false; fields.len()];
         for name in names {
-            let index = fields.iter().position(|f| f.name == name.as_bytes())
+            let index = fields
+                .iter()
+                .position(|f| f.name == name.as_bytes())
                 .ok_or_else(|| Unsupported(format!("no top-level field {name:?} to drop")))?;
             if self.want.children.iter().any(|(i, _)| *i == index) {
                 return Err(Unsupported(format!("field {name:?} is read by routing or event time")));
@@ -307,9 +326,19 @@ impl Encoder {
                     continue;
                 }
                 let mut none = Vec::new();
-                let w = Writer { nodes: &nodes, tape: &tape, input: text.as_bytes(), unescaped: &unescaped, defaults: &[], json_schema: false,
-                                 utc_rule: false, dropped: &[], dropped_bytes: std::cell::RefCell::new(&mut none), digits: &[],
-                                 rewrites: &[] };
+                let w = Writer {
+                    nodes: &nodes,
+                    tape: &tape,
+                    input: text.as_bytes(),
+                    unescaped: &unescaped,
+                    defaults: &[],
+                    json_schema: false,
+                    utc_rule: false,
+                    dropped: &[],
+                    dropped_bytes: std::cell::RefCell::new(&mut none),
+                    digits: &[],
+                    rewrites: &[],
+                };
                 let mut out = Vec::new();
                 if w.encode(field.node, Some(0), None, &mut out, &mut [], 0).is_ok() {
                     encoded.push((id, index, defaults.len()));
@@ -338,7 +367,9 @@ impl Encoder {
                     },
                     _ => return Err(Unsupported(format!("{path}: not a path through records"))),
                 };
-                let index = record.iter().position(|f| f.name == part.as_bytes())
+                let index = record
+                    .iter()
+                    .position(|f| f.name == part.as_bytes())
                     .ok_or_else(|| Unsupported(format!("{path}: {part} is not a field of the schema")))?;
                 node_id = record[index].node;
                 let child = match at.children.iter().position(|(i, _)| *i == index) {
@@ -355,9 +386,22 @@ impl Encoder {
             }
             at.slot = Some(slot);
         }
-        Ok(Encoder { json_schema: iso.is_some(), utc_rule: iso.unwrap_or(false), nodes, top, want, defaults, tape: Vec::new(),
-                     unescaped: Vec::new(), body: Vec::new(), dropped: Vec::new(), dropped_bytes: Vec::new(),
-                     constants: Vec::new(), digits: Vec::new(), rewrites: Vec::new() })
+        Ok(Encoder {
+            json_schema: iso.is_some(),
+            utc_rule: iso.unwrap_or(false),
+            nodes,
+            top,
+            want,
+            defaults,
+            tape: Vec::new(),
+            unescaped: Vec::new(),
+            body: Vec::new(),
+            dropped: Vec::new(),
+            dropped_bytes: Vec::new(),
+            constants: Vec::new(),
+            digits: Vec::new(),
+            rewrites: Vec::new(),
+        })
     }
 
     /// The Avro body of the last [`encode`](Self::encode).
@@ -373,8 +417,12 @@ impl Encoder {
 
     /// [`encode`](Self::encode) of a value that `valid` accepts (given the parsed tape, the
     /// input and the unescaped strings' buffer) before it is encoded; `Err(Stop)` otherwise.
-    pub fn encode_checked(&mut self, value: &[u8], values: &mut [Value],
-                          valid: impl FnOnce(&[Tok], &[u8], &[u8]) -> bool) -> R<()> {
+    pub fn encode_checked(
+        &mut self,
+        value: &[u8],
+        values: &mut [Value],
+        valid: impl FnOnce(&[Tok], &[u8], &[u8]) -> bool,
+    ) -> R<()> {
         // Python decodes the whole value before parsing (`json.detect_encoding`: a UTF-8 BOM
         // means `utf-8-sig`, which drops it); invalid UTF-8 anywhere is an error.
         let value = value.strip_prefix(b"\xef\xbb\xbf").unwrap_or(value);
@@ -390,10 +438,19 @@ impl Encoder {
         if p.i != value.len() {
             return Err(stop("syntax"));
         }
-        let w = Writer { nodes: &self.nodes, tape: &self.tape, input: value, unescaped: &self.unescaped,
-                         defaults: &self.defaults, json_schema: self.json_schema, utc_rule: self.utc_rule,
-                         dropped: &self.dropped, dropped_bytes: std::cell::RefCell::new(&mut self.dropped_bytes),
-                         digits: &self.digits, rewrites: &self.rewrites };
+        let w = Writer {
+            nodes: &self.nodes,
+            tape: &self.tape,
+            input: value,
+            unescaped: &self.unescaped,
+            defaults: &self.defaults,
+            json_schema: self.json_schema,
+            utc_rule: self.utc_rule,
+            dropped: &self.dropped,
+            dropped_bytes: std::cell::RefCell::new(&mut self.dropped_bytes),
+            digits: &self.digits,
+            rewrites: &self.rewrites,
+        };
         if !matches!(self.tape[0], Tok::Obj { .. }) {
             return Err(stop("not_object"));
         }
@@ -462,7 +519,9 @@ impl Compiler {
                         };
                         let mut fields = Vec::with_capacity(list.len());
                         for f in list {
-                            let fname = f.get("name").and_then(Json::as_str)
+                            let fname = f
+                                .get("name")
+                                .and_then(Json::as_str)
                                 .ok_or_else(|| Unsupported(format!("a field of {name} has no name")))?;
                             let ft = f.get("type").ok_or_else(|| Unsupported(format!("field {fname} has no type")))?;
                             // fastavro's writer refuses a missing field without a default unless
@@ -480,14 +539,20 @@ impl Compiler {
                                 Some(_) => Default_::Other,
                             };
                             let default_json = f.get("default").filter(|d| !d.is_null()).map(Json::to_string);
-                            fields.push(Field { name: fname.as_bytes().to_vec(), node: self.node(ft)?, default, default_json });
+                            fields.push(Field {
+                                name: fname.as_bytes().to_vec(),
+                                node: self.node(ft)?,
+                                default,
+                                default_json,
+                            });
                         }
                         self.nodes[id] = Node::Record(fields);
                         Ok(id)
                     }
                     "enum" => {
                         let symbols = match map.get("symbols") {
-                            Some(Json::Array(s)) => s.iter()
+                            Some(Json::Array(s)) => s
+                                .iter()
                                 .map(|s| s.as_str().map(|s| s.as_bytes().to_vec()))
                                 .collect::<Option<Vec<_>>>()
                                 .ok_or_else(|| Unsupported("an enum symbol that is not a string".into()))?,
@@ -504,13 +569,15 @@ impl Compiler {
                     }
                     "array" => {
                         let id = self.push(Node::Refused);
-                        let items = self.node(map.get("items").ok_or_else(|| Unsupported("an array without items".into()))?)?;
+                        let items =
+                            self.node(map.get("items").ok_or_else(|| Unsupported("an array without items".into()))?)?;
                         self.nodes[id] = Node::Array(items);
                         Ok(id)
                     }
                     "map" => {
                         let id = self.push(Node::Refused);
-                        let values = self.node(map.get("values").ok_or_else(|| Unsupported("a map without values".into()))?)?;
+                        let values =
+                            self.node(map.get("values").ok_or_else(|| Unsupported("a map without values".into()))?)?;
                         self.nodes[id] = Node::Map(values);
                         Ok(id)
                     }
@@ -560,14 +627,17 @@ fn plain_primitive(branch: &Json) -> bool {
     match branch {
         Json::String(name) => PRIMITIVES.contains(&name.as_str()),
         Json::Object(map) => {
-            map.get("type").and_then(Json::as_str).is_some_and(|t| PRIMITIVES.contains(&t)) && !map.contains_key("logicalType")
+            map.get("type").and_then(Json::as_str).is_some_and(|t| PRIMITIVES.contains(&t))
+                && !map.contains_key("logicalType")
         }
         _ => false,
     }
 }
 
 fn full_name(map: &serde_json::Map<String, Json>) -> Result<String, Unsupported> {
-    map.get("name").and_then(Json::as_str).map(str::to_string)
+    map.get("name")
+        .and_then(Json::as_str)
+        .map(str::to_string)
         .ok_or_else(|| Unsupported("a named type without a name".into()))
 }
 
@@ -876,12 +946,15 @@ struct Writer<'a> {
     rewrites: &'a [Option<FieldRewrite>],
 }
 
-
 impl Writer<'_> {
     #[inline]
     fn text(&self, s: u32, e: u32, escaped: bool) -> &[u8] {
         let (s, e) = (s as usize, e as usize);
-        if escaped { &self.unescaped[s..e] } else { &self.input[s..e] }
+        if escaped {
+            &self.unescaped[s..e]
+        } else {
+            &self.input[s..e]
+        }
     }
 
     #[inline]
@@ -901,8 +974,15 @@ impl Writer<'_> {
 
     /// Encode the value at tape index `at` (None: absent, which fastavro reads as `None`)
     /// under schema node `id`; `want`: what routing and event time want below it.
-    fn encode(&self, id: usize, at: Option<usize>, want: Option<&Want>, out: &mut Vec<u8>,
-              values: &mut [Value], depth: u32) -> R<()> {
+    fn encode(
+        &self,
+        id: usize,
+        at: Option<usize>,
+        want: Option<&Want>,
+        out: &mut Vec<u8>,
+        values: &mut [Value],
+        depth: u32,
+    ) -> R<()> {
         if depth > MAX_DEPTH {
             return Err(stop("depth"));
         }
@@ -920,7 +1000,11 @@ impl Writer<'_> {
                 put_long(out, x as i64)
             }
             (Node::Float, Some(Tok::Int(_) | Tok::Float(_))) => {
-                let x = match tok { Some(Tok::Int(v)) => v as f64, Some(Tok::Float(f)) => f, _ => unreachable!() };
+                let x = match tok {
+                    Some(Tok::Int(v)) => v as f64,
+                    Some(Tok::Float(f)) => f,
+                    _ => unreachable!(),
+                };
                 // fastavro's writer casts the double to a C float: one beyond 32 bits is
                 // written as an infinity (rounded to nearest, as Rust's `as` rounds).
                 if !x.is_finite() {
@@ -929,7 +1013,11 @@ impl Writer<'_> {
                 out.extend_from_slice(&(x as f32).to_le_bytes());
             }
             (Node::Double, Some(Tok::Int(_) | Tok::Float(_))) => {
-                let x = match tok { Some(Tok::Int(v)) => v as f64, Some(Tok::Float(f)) => f, _ => unreachable!() };
+                let x = match tok {
+                    Some(Tok::Int(v)) => v as f64,
+                    Some(Tok::Float(f)) => f,
+                    _ => unreachable!(),
+                };
                 if !x.is_finite() {
                     return Err(stop("non_finite"));
                 }
@@ -941,7 +1029,8 @@ impl Writer<'_> {
                 out.extend_from_slice(text);
             }
             (Node::IsoMicros, Some(Tok::Str { s, e, escaped })) => {
-                let (micros, _) = crate::json_schema::date_time_micros(self.text(s, e, escaped)).ok_or_else(|| stop("date_time"))?;
+                let (micros, _) =
+                    crate::json_schema::date_time_micros(self.text(s, e, escaped)).ok_or_else(|| stop("date_time"))?;
                 put_long(out, micros);
             }
             (Node::IsoDate, Some(Tok::Str { s, e, escaped })) => {
@@ -1002,7 +1091,8 @@ impl Writer<'_> {
                     put_long(out, distinct as i64);
                     for k in (0..members.len()).filter(|&k| is_first(k)) {
                         let key = self.key(members[k]);
-                        let last = members[k..].iter().rev().find(|&&o| self.key(o) == key).copied().unwrap_or(members[k]);
+                        let last =
+                            members[k..].iter().rev().find(|&&o| self.key(o) == key).copied().unwrap_or(members[k]);
                         put_long(out, key.len() as i64);
                         out.extend_from_slice(key);
                         self.encode(*vtype, Some(last + 1), None, out, values, depth + 1)?;

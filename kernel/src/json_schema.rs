@@ -57,8 +57,13 @@ pub struct Entry {
 impl Entry {
     /// `json_schema`: the registry's JSON Schema text; `avro_json`: the Avro record derived
     /// from it (fastavro's `parse_schema` form); `wanted` and `utc_rule` as for the JSON kernel.
-    pub fn compile(json_schema: &str, avro_json: &str, wanted: &[String], utc_rule: bool, route: Route)
-                   -> Result<Entry, Unsupported> {
+    pub fn compile(
+        json_schema: &str,
+        avro_json: &str,
+        wanted: &[String],
+        utc_rule: bool,
+        route: Route,
+    ) -> Result<Entry, Unsupported> {
         let validator = Validator::compile(json_schema)?;
         let encoder = Encoder::compile_json_schema(avro_json, wanted, utc_rule)?;
         Ok(Entry { encoder, validator, route })
@@ -277,7 +282,9 @@ impl Literal {
         let lit = self.text.as_slice();
         let at_end = |t: &[u8]| t.ends_with(lit) || (t.ends_with(b"\n") && t[..t.len() - 1].ends_with(lit));
         match (self.start, self.end) {
-            (true, true) => text == lit || (text.len() == lit.len() + 1 && text.starts_with(lit) && text.ends_with(b"\n")),
+            (true, true) => {
+                text == lit || (text.len() == lit.len() + 1 && text.starts_with(lit) && text.ends_with(b"\n"))
+            }
             (true, false) => text.starts_with(lit),
             (false, true) => at_end(text),
             (false, false) => lit.is_empty() || text.windows(lit.len()).any(|w| w == lit),
@@ -301,17 +308,42 @@ pub struct Validator {
 /// Every other keyword (`title`, `description`, `default`, `x-...`) is an annotation to
 /// `jsonschema`, and to the kernel; `format` too, which it asserts only with a format checker.
 const REFUSED: &[&str] = &[
-    "$dynamicRef", "$recursiveRef", "additionalItems", "contains", "dependencies", "dependentRequired",
-    "dependentSchemas", "disallow", "divisibleBy", "extends", "if", "then", "else", "maxProperties",
-    "minProperties", "patternProperties", "prefixItems",
-    "unevaluatedItems", "unevaluatedProperties",
-    "$id", "id", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary", "$schema",
+    "$dynamicRef",
+    "$recursiveRef",
+    "additionalItems",
+    "contains",
+    "dependencies",
+    "dependentRequired",
+    "dependentSchemas",
+    "disallow",
+    "divisibleBy",
+    "extends",
+    "if",
+    "then",
+    "else",
+    "maxProperties",
+    "minProperties",
+    "patternProperties",
+    "prefixItems",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "$id",
+    "id",
+    "$anchor",
+    "$dynamicAnchor",
+    "$recursiveAnchor",
+    "$vocabulary",
+    "$schema",
 ];
 const DRAFTS: &[&str] = &[
-    "http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-04/schema",
-    "http://json-schema.org/draft-06/schema#", "http://json-schema.org/draft-06/schema",
-    "http://json-schema.org/draft-07/schema#", "http://json-schema.org/draft-07/schema",
-    "https://json-schema.org/draft/2019-09/schema", "https://json-schema.org/draft/2020-12/schema",
+    "http://json-schema.org/draft-04/schema#",
+    "http://json-schema.org/draft-04/schema",
+    "http://json-schema.org/draft-06/schema#",
+    "http://json-schema.org/draft-06/schema",
+    "http://json-schema.org/draft-07/schema#",
+    "http://json-schema.org/draft-07/schema",
+    "https://json-schema.org/draft/2019-09/schema",
+    "https://json-schema.org/draft/2020-12/schema",
 ];
 /// Schemas nested deeper go to the Python path.
 const MAX_SCHEMA_DEPTH: u32 = 64;
@@ -590,7 +622,11 @@ fn cmp_bound(tok: Tok, bound: Bound) -> Option<std::cmp::Ordering> {
 impl Check<'_> {
     fn text(&self, s: u32, e: u32, escaped: bool) -> &[u8] {
         let (s, e) = (s as usize, e as usize);
-        if escaped { &self.unescaped[s..e] } else { &self.input[s..e] }
+        if escaped {
+            &self.unescaped[s..e]
+        } else {
+            &self.input[s..e]
+        }
     }
 
     fn skip(&self, at: usize) -> usize {
@@ -674,8 +710,10 @@ impl Check<'_> {
                 Tok::Null => mask & NULL != 0,
                 Tok::Bool(_) => mask & BOOLEAN != 0,
                 Tok::Int(_) => mask & (INTEGER | NUMBER) != 0,
-                Tok::Float(x) => mask & NUMBER != 0 || (mask & INTEGER != 0 && self.v.integral_floats && x.fract() == 0.0),
-                Tok::Big => false,                   // the converter refuses it anyway
+                Tok::Float(x) => {
+                    mask & NUMBER != 0 || (mask & INTEGER != 0 && self.v.integral_floats && x.fract() == 0.0)
+                }
+                Tok::Big => false, // the converter refuses it anyway
                 Tok::Str { .. } => mask & STRING != 0,
                 Tok::Arr { .. } => mask & ARRAY != 0,
                 Tok::Obj { .. } => mask & OBJECT != 0,

@@ -35,9 +35,9 @@ mod schema;
 use rustc_hash::FxHashMap as HashMap;
 
 use pyo3::exceptions::PyValueError;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
-use pyo3::intern;
 
 use body::{Cursor, Plan, Value, Walker};
 use consumer::{Api, NativeBatch, NativeConsumer, RdMessage};
@@ -252,7 +252,8 @@ impl StageKernel {
         with_headers: bool,
         logical_readers: Vec<String>,
     ) -> PyResult<Self> {
-        let unit = Unit::parse(epoch_unit).ok_or_else(|| PyValueError::new_err(format!("epoch unit {epoch_unit:?}")))?;
+        let unit =
+            Unit::parse(epoch_unit).ok_or_else(|| PyValueError::new_err(format!("epoch unit {epoch_unit:?}")))?;
         let slot_ok = |s: usize| s < wanted.len();
         if !event_slots.iter().all(|s| slot_ok(*s)) || !route_slots.is_none_or(|(d, t)| slot_ok(d) && slot_ok(t)) {
             return Err(PyValueError::new_err("a slot index outside the wanted paths"));
@@ -318,16 +319,32 @@ impl StageKernel {
     /// what the kernel does not implement.
     #[pyo3(signature = (header, schema_json, constant_slot, layout, fields, slots, rewrites=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
-    fn add_change_schema(&mut self, header: &[u8], schema_json: &str, constant_slot: usize, layout: &str,
-                         fields: Vec<usize>, slots: Vec<Option<usize>>, rewrites: Vec<(usize, String)>) -> PyResult<()> {
+    fn add_change_schema(
+        &mut self,
+        header: &[u8],
+        schema_json: &str,
+        constant_slot: usize,
+        layout: &str,
+        fields: Vec<usize>,
+        slots: Vec<Option<usize>>,
+        rewrites: Vec<(usize, String)>,
+    ) -> PyResult<()> {
         let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
         if slots.iter().flatten().any(|s| *s >= self.wanted.len()) {
             return Err(PyValueError::new_err("a slot index outside the wanted paths"));
         }
         let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
         let plan = body::plan(&schema, &self.wanted, true).map_err(|e| PyValueError::new_err(e.0))?;
-        let change = changes::Layout::compile(&schema, &plan, layout, &fields, &slots, &rewrites).map_err(|e| PyValueError::new_err(e.0))?;
-        self.entries.push(Entry { schema, plan, route: Route::Constant(constant_slot), change: Some(change), transform: None, outputs: Vec::new() });
+        let change = changes::Layout::compile(&schema, &plan, layout, &fields, &slots, &rewrites)
+            .map_err(|e| PyValueError::new_err(e.0))?;
+        self.entries.push(Entry {
+            schema,
+            plan,
+            route: Route::Constant(constant_slot),
+            change: Some(change),
+            transform: None,
+            outputs: Vec::new(),
+        });
         self.by_header.insert(header, self.entries.len() - 1);
         Ok(())
     }
@@ -344,9 +361,16 @@ impl StageKernel {
     /// not read, a spec it does not know). Taken whole or not at all.
     #[pyo3(signature = (header, schema_json, constant_slot, drops, digits, constants, rewrites=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
-    fn add_transformed_schema(&mut self, header: &[u8], schema_json: &str, constant_slot: Option<usize>,
-                              drops: Vec<String>, digits: Vec<String>, constants: &[u8],
-                              rewrites: Vec<(String, String, Vec<u8>)>) -> PyResult<()> {
+    fn add_transformed_schema(
+        &mut self,
+        header: &[u8],
+        schema_json: &str,
+        constant_slot: Option<usize>,
+        drops: Vec<String>,
+        digits: Vec<String>,
+        constants: &[u8],
+        rewrites: Vec<(String, String, Vec<u8>)>,
+    ) -> PyResult<()> {
         let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
         let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
         let plan = body::plan(&schema, &self.wanted, false).map_err(|e| PyValueError::new_err(e.0))?;
@@ -372,8 +396,12 @@ impl StageKernel {
     /// into one slot (Python's verdict: a row would be doubled).
     #[pyo3(signature = (header, schema_json, outputs))]
     #[allow(clippy::type_complexity)]
-    fn add_destination_schema(&mut self, header: &[u8], schema_json: &str,
-                              outputs: Vec<(usize, Vec<destinations::PieceSpec>)>) -> PyResult<()> {
+    fn add_destination_schema(
+        &mut self,
+        header: &[u8],
+        schema_json: &str,
+        outputs: Vec<(usize, Vec<destinations::PieceSpec>)>,
+    ) -> PyResult<()> {
         let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
         let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
         let plan = body::plan(&schema, &self.wanted, false).map_err(|e| PyValueError::new_err(e.0))?;
@@ -383,12 +411,21 @@ impl StageKernel {
             if compiled.iter().any(|o: &destinations::Output| o.slot == slot) {
                 return Err(PyValueError::new_err(format!("two outputs into file slot {slot}")));
             }
-            compiled.push(destinations::Output::compile(&schema, &plan, slot, pieces)
-                .map_err(|e| PyValueError::new_err(e.0))?);
+            compiled.push(
+                destinations::Output::compile(&schema, &plan, slot, pieces).map_err(|e| PyValueError::new_err(e.0))?,
+            );
         }
         // The walk (canonical mode, field starts) is the identity transform's.
-        let walk = avro_transform::Transform::compile(&schema, &plan, &[], &[], Vec::new(), &[]).map_err(|e| PyValueError::new_err(e.0))?;
-        self.entries.push(Entry { schema, plan, route: Route::Constant(first), change: None, transform: Some(walk), outputs: compiled });
+        let walk = avro_transform::Transform::compile(&schema, &plan, &[], &[], Vec::new(), &[])
+            .map_err(|e| PyValueError::new_err(e.0))?;
+        self.entries.push(Entry {
+            schema,
+            plan,
+            route: Route::Constant(first),
+            change: None,
+            transform: Some(walk),
+            outputs: compiled,
+        });
         self.by_header.insert(header, self.entries.len() - 1);
         Ok(())
     }
@@ -409,7 +446,11 @@ impl StageKernel {
     /// built from the encoded body's top-level field spans. Raises ValueError as
     /// `add_destination_schema` does.
     #[pyo3(signature = (schema_json, outputs))]
-    fn add_json_destinations(&mut self, schema_json: &str, outputs: Vec<(usize, Vec<destinations::PieceSpec>)>) -> PyResult<()> {
+    fn add_json_destinations(
+        &mut self,
+        schema_json: &str,
+        outputs: Vec<(usize, Vec<destinations::PieceSpec>)>,
+    ) -> PyResult<()> {
         if self.json.is_none() {
             return Err(PyValueError::new_err("add_json_schema first"));
         }
@@ -424,12 +465,15 @@ impl StageKernel {
             if compiled.iter().any(|o| o.slot == slot) {
                 return Err(PyValueError::new_err(format!("two outputs into file slot {slot}")));
             }
-            compiled.push(destinations::Output::compile(&schema, &plan, slot, pieces).map_err(|e| PyValueError::new_err(e.0))?);
+            compiled.push(
+                destinations::Output::compile(&schema, &plan, slot, pieces).map_err(|e| PyValueError::new_err(e.0))?,
+            );
         }
         if compiled.is_empty() {
             return Err(PyValueError::new_err("no outputs"));
         }
-        let walk = avro_transform::Transform::compile(&schema, &plan, &[], &[], Vec::new(), &[]).map_err(|e| PyValueError::new_err(e.0))?;
+        let walk = avro_transform::Transform::compile(&schema, &plan, &[], &[], Vec::new(), &[])
+            .map_err(|e| PyValueError::new_err(e.0))?;
         self.json_outputs = Some(JsonOutputs { schema, plan, walk, outputs: compiled });
         Ok(())
     }
@@ -527,8 +571,14 @@ impl StageKernel {
     /// `add_protobuf_schema` refuses, or a dropped name that is not a top-level field or that
     /// routing or event time reads.
     #[pyo3(signature = (prefix, program, drops, constants, constant_slot=None))]
-    fn add_transformed_protobuf_schema(&mut self, prefix: &[u8], program: &str, drops: Vec<String>,
-                                       constants: &[u8], constant_slot: Option<usize>) -> PyResult<()> {
+    fn add_transformed_protobuf_schema(
+        &mut self,
+        prefix: &[u8],
+        program: &str,
+        drops: Vec<String>,
+        constants: &[u8],
+        constant_slot: Option<usize>,
+    ) -> PyResult<()> {
         if protobuf_prefix(prefix) != Some(prefix.len()) {
             return Err(PyValueError::new_err("not a Protobuf frame prefix"));
         }
@@ -542,8 +592,13 @@ impl StageKernel {
     /// schema); `constant_slot` as for `add_schema`. From the first call on, every message is
     /// framed JSON. Raises ValueError for a schema the kernel does not validate or encode.
     #[pyo3(signature = (header, json_schema, avro_json, constant_slot=None))]
-    fn add_json_schema_id(&mut self, header: &[u8], json_schema: &str, avro_json: &str,
-                          constant_slot: Option<usize>) -> PyResult<()> {
+    fn add_json_schema_id(
+        &mut self,
+        header: &[u8],
+        json_schema: &str,
+        avro_json: &str,
+        constant_slot: Option<usize>,
+    ) -> PyResult<()> {
         let (header, entry) = self.json_schema_entry(header, json_schema, avro_json, constant_slot)?;
         self.json_schemas.get_or_insert_with(HashMap::default).insert(header, entry);
         Ok(())
@@ -557,9 +612,15 @@ impl StageKernel {
     /// unknown, for a schema `add_json_schema_id` refuses, or a dropped name that is not a
     /// top-level field or that routing or event time reads.
     #[pyo3(signature = (header, json_schema, avro_json, drops, constants, constant_slot=None))]
-    fn add_transformed_json_schema_id(&mut self, header: &[u8], json_schema: &str, avro_json: &str,
-                                      drops: Vec<String>, constants: &[u8], constant_slot: Option<usize>)
-                                      -> PyResult<()> {
+    fn add_transformed_json_schema_id(
+        &mut self,
+        header: &[u8],
+        json_schema: &str,
+        avro_json: &str,
+        drops: Vec<String>,
+        constants: &[u8],
+        constant_slot: Option<usize>,
+    ) -> PyResult<()> {
         let (header, mut entry) = self.json_schema_entry(header, json_schema, avro_json, constant_slot)?;
         entry.transform(&drops, constants).map_err(|e| PyValueError::new_err(e.0))?;
         self.json_schemas.get_or_insert_with(HashMap::default).insert(header, entry);
@@ -572,9 +633,16 @@ impl StageKernel {
     /// (rewrite.rs). Taken whole or not at all.
     #[pyo3(signature = (header, json_schema, avro_json, drops, constants, rewrites, constant_slot=None))]
     #[allow(clippy::too_many_arguments)]
-    fn add_rewritten_json_schema_id(&mut self, header: &[u8], json_schema: &str, avro_json: &str,
-                                    drops: Vec<String>, constants: &[u8], rewrites: Vec<(String, String, Vec<u8>)>,
-                                    constant_slot: Option<usize>) -> PyResult<()> {
+    fn add_rewritten_json_schema_id(
+        &mut self,
+        header: &[u8],
+        json_schema: &str,
+        avro_json: &str,
+        drops: Vec<String>,
+        constants: &[u8],
+        rewrites: Vec<(String, String, Vec<u8>)>,
+        constant_slot: Option<usize>,
+    ) -> PyResult<()> {
         let (header, mut entry) = self.json_schema_entry(header, json_schema, avro_json, constant_slot)?;
         entry.transform(&drops, constants).map_err(|e| PyValueError::new_err(e.0))?;
         for (name, spec, key) in rewrites {
@@ -590,9 +658,15 @@ impl StageKernel {
     /// FieldRewrite.spec(), hmac key)`) are rewritten after writing them as declared
     /// (rewrite.rs). Taken whole or not at all.
     #[pyo3(signature = (prefix, program, drops, constants, rewrites, constant_slot=None))]
-    fn add_rewritten_protobuf_schema(&mut self, prefix: &[u8], program: &str, drops: Vec<String>, constants: &[u8],
-                                     rewrites: Vec<(String, String, Vec<u8>)>, constant_slot: Option<usize>)
-                                     -> PyResult<()> {
+    fn add_rewritten_protobuf_schema(
+        &mut self,
+        prefix: &[u8],
+        program: &str,
+        drops: Vec<String>,
+        constants: &[u8],
+        rewrites: Vec<(String, String, Vec<u8>)>,
+        constant_slot: Option<usize>,
+    ) -> PyResult<()> {
         if protobuf_prefix(prefix) != Some(prefix.len()) {
             return Err(PyValueError::new_err("not a Protobuf frame prefix"));
         }
@@ -640,7 +714,13 @@ impl StageKernel {
     /// Stage `messages[start..]` until the end of the list or the first message to hand back;
     /// returns the index of the first message not staged (`len(messages)` when all were).
     /// Messages at or past `end_exclusive` are never staged.
-    fn run(&mut self, py: Python<'_>, messages: &Bound<'_, PyList>, start: usize, end_exclusive: i64) -> PyResult<usize> {
+    fn run(
+        &mut self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyList>,
+        start: usize,
+        end_exclusive: i64,
+    ) -> PyResult<usize> {
         self.stage_batch(messages.len(), start, end_exclusive, |i| Ok(PyIncoming { py, msg: messages.get_item(i)? }))
     }
 
@@ -648,7 +728,9 @@ impl StageKernel {
     /// librdkafka's messages directly instead of confluent-kafka's Python objects.
     fn run_native(&mut self, batch: &NativeBatch, start: usize, end_exclusive: i64) -> PyResult<usize> {
         let messages = batch.messages.lock().unwrap();
-        self.stage_batch(messages.len(), start, end_exclusive, |i| Ok(RawIncoming { api: &batch.api, msg: messages[i].0 }))
+        self.stage_batch(messages.len(), start, end_exclusive, |i| {
+            Ok(RawIncoming { api: &batch.api, msg: messages[i].0 })
+        })
     }
 
     /// The records staged since the last drain, per file slot: `(slot, records, ends, days,
@@ -656,14 +738,21 @@ impl StageKernel {
     /// `days` is `[(event day, records)]` and `hours` `[(event hour, records)]` (an HOUR
     /// table's slot; empty for the others).
     #[allow(clippy::type_complexity)]
-    fn drain<'py>(&mut self, py: Python<'py>)
-                  -> PyResult<Vec<(usize, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(i64, u64)>, Vec<(i64, u64)>)>> {
+    fn drain<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<Vec<(usize, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(i64, u64)>, Vec<(i64, u64)>)>> {
         let mut out = Vec::with_capacity(self.touched.len());
         for slot in self.touched.drain(..) {
             let buffer = &mut self.slots[slot];
             let ends: Vec<u8> = buffer.ends.iter().flat_map(|e| e.to_ne_bytes()).collect();
-            out.push((slot, PyBytes::new(py, &buffer.data), PyBytes::new(py, &ends), std::mem::take(&mut buffer.days),
-                      std::mem::take(&mut buffer.hours)));
+            out.push((
+                slot,
+                PyBytes::new(py, &buffer.data),
+                PyBytes::new(py, &ends),
+                std::mem::take(&mut buffer.days),
+                std::mem::take(&mut buffer.hours),
+            ));
             buffer.data.clear();
             buffer.ends.clear();
         }
@@ -683,8 +772,12 @@ impl StageKernel {
     }
 
     /// Take on a Protobuf message type's compiled `decoder` under its frame `prefix`.
-    fn push_protobuf(&mut self, prefix: &[u8], decoder: protobuf::Decoder, constant_slot: Option<usize>)
-                     -> PyResult<()> {
+    fn push_protobuf(
+        &mut self,
+        prefix: &[u8],
+        decoder: protobuf::Decoder,
+        constant_slot: Option<usize>,
+    ) -> PyResult<()> {
         let route = self.route_for(constant_slot)?;
         let types = self.protobuf.get_or_insert_with(ProtobufTypes::default);
         types.decoders.push((decoder, route));
@@ -693,8 +786,13 @@ impl StageKernel {
     }
 
     /// A registry JSON Schema's compiled entry, with the 5-byte frame `header` it is under.
-    fn json_schema_entry(&self, header: &[u8], json_schema: &str, avro_json: &str, constant_slot: Option<usize>)
-                         -> PyResult<([u8; 5], json_schema::Entry)> {
+    fn json_schema_entry(
+        &self,
+        header: &[u8],
+        json_schema: &str,
+        avro_json: &str,
+        constant_slot: Option<usize>,
+    ) -> PyResult<([u8; 5], json_schema::Entry)> {
         let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
         let route = self.route_for(constant_slot)?;
         let entry = json_schema::Entry::compile(json_schema, avro_json, &self.wanted, self.event.utc_rule, route)
@@ -704,8 +802,13 @@ impl StageKernel {
 
     /// Stage messages `start..n` (`message(i)` gives each) until the end or the first to hand
     /// back; returns the index of the first message not staged.
-    fn stage_batch<M: Incoming>(&mut self, n: usize, start: usize, end_exclusive: i64,
-                                message: impl Fn(usize) -> PyResult<M>) -> PyResult<usize> {
+    fn stage_batch<M: Incoming>(
+        &mut self,
+        n: usize,
+        start: usize,
+        end_exclusive: i64,
+        message: impl Fn(usize) -> PyResult<M>,
+    ) -> PyResult<usize> {
         self.unknown_route = None;
         self.stop_detail = "";
         for i in start..n {
@@ -751,15 +854,21 @@ impl StageKernel {
                 let mut cursor = Cursor::new(body);
                 let walker = Walker { schema: &json.schema };
                 // (The walk reads nothing: the values stay the encoder's.)
-                if json.walk.walk(&walker, &json.plan, &mut cursor, &mut self.values, &mut self.field_starts).is_err() || !cursor.at_end() {
+                if json.walk.walk(&walker, &json.plan, &mut cursor, &mut self.values, &mut self.field_starts).is_err()
+                    || !cursor.at_end()
+                {
                     return Ok(Some("transform_uncertain"));
                 }
                 if !put_part_columns(msg, &json.outputs, &mut self.part_key, &mut self.part_headers)? {
                     return Ok(Some("part_uncertain"));
                 }
                 let (kind, ts) = msg.timestamp()?;
-                let message = destinations::MessageParts { offset, timestamp_ms: (kind != 0).then_some(ts),
-                                                           key: &self.part_key, headers: &self.part_headers };
+                let message = destinations::MessageParts {
+                    offset,
+                    timestamp_ms: (kind != 0).then_some(ts),
+                    key: &self.part_key,
+                    headers: &self.part_headers,
+                };
                 self.records.resize_with(self.records.len().max(json.outputs.len()), Vec::new);
                 self.record_slots.clear();
                 for (output, out) in json.outputs.iter().zip(&mut self.records) {
@@ -808,8 +917,12 @@ impl StageKernel {
             let mut cursor = Cursor::new(body);
             let walker = Walker { schema: &entry.schema };
             let walked = match (&entry.change, &entry.transform) {
-                (Some(layout), _) => layout.walk(&walker, &entry.plan, &mut cursor, &mut self.values, &mut self.field_starts),
-                (None, Some(transform)) => transform.walk(&walker, &entry.plan, &mut cursor, &mut self.values, &mut self.field_starts),
+                (Some(layout), _) => {
+                    layout.walk(&walker, &entry.plan, &mut cursor, &mut self.values, &mut self.field_starts)
+                }
+                (None, Some(transform)) => {
+                    transform.walk(&walker, &entry.plan, &mut cursor, &mut self.values, &mut self.field_starts)
+                }
                 (None, None) => walker.walk(entry.schema.top, &entry.plan, &mut cursor, &mut self.values, 0),
             };
             if walked.is_err() || !cursor.at_end() {
@@ -821,8 +934,12 @@ impl StageKernel {
                     return Ok(Some("part_uncertain"));
                 }
                 let (kind, ts) = msg.timestamp()?;
-                let message = destinations::MessageParts { offset, timestamp_ms: (kind != 0).then_some(ts),
-                                                           key: &self.part_key, headers: &self.part_headers };
+                let message = destinations::MessageParts {
+                    offset,
+                    timestamp_ms: (kind != 0).then_some(ts),
+                    key: &self.part_key,
+                    headers: &self.part_headers,
+                };
                 self.records.resize_with(self.records.len().max(entry.outputs.len()), Vec::new);
                 self.record_slots.clear();
                 for (output, out) in entry.outputs.iter().zip(&mut self.records) {
@@ -839,7 +956,9 @@ impl StageKernel {
                 }
             }
             if let Some(layout) = &entry.change {
-                if cursor.sized_blocks || layout.record(body, &self.values, &self.field_starts, &mut self.change_record).is_err() {
+                if cursor.sized_blocks
+                    || layout.record(body, &self.values, &self.field_starts, &mut self.change_record).is_err()
+                {
                     return Ok(Some("change_uncertain"));
                 }
             }
@@ -896,7 +1015,16 @@ impl StageKernel {
             if (key && !msg.put_key(&mut self.part_key)?) || (headers && !msg.put_headers(&mut self.part_headers)?) {
                 return Ok(Some("part_uncertain"));
             }
-            if rewrite::append_parts(&self.appended, &mut self.parts, offset, timestamp_ms, &self.part_key, &self.part_headers).is_err() {
+            if rewrite::append_parts(
+                &self.appended,
+                &mut self.parts,
+                offset,
+                timestamp_ms,
+                &self.part_key,
+                &self.part_headers,
+            )
+            .is_err()
+            {
                 self.stop_detail = crate::body::forget_why();
                 return Ok(Some("part_uncertain"));
             }
@@ -990,8 +1118,12 @@ impl StageKernel {
 /// The key and headers columns (prefix.rs encodings) into `key` and `headers` when one of
 /// `outputs` appends them as parts of the message (cleared otherwise); false when the kernel
 /// cannot write them (the message goes back: "part_uncertain").
-fn put_part_columns<M: Incoming>(msg: &M, outputs: &[destinations::Output], key: &mut Vec<u8>,
-                                 headers: &mut Vec<u8>) -> PyResult<bool> {
+fn put_part_columns<M: Incoming>(
+    msg: &M,
+    outputs: &[destinations::Output],
+    key: &mut Vec<u8>,
+    headers: &mut Vec<u8>,
+) -> PyResult<bool> {
     key.clear();
     headers.clear();
     if outputs.iter().any(|o| o.key) && !msg.put_key(key)? {
@@ -1004,7 +1136,9 @@ fn put_part_columns<M: Incoming>(msg: &M, outputs: &[destinations::Output], key:
 /// a native consumer's librdkafka message. Every accessor may say "not certain" (None/false),
 /// which hands the message back.
 trait Incoming {
-    type Bytes<'s>: AsRef<[u8]> where Self: 's;
+    type Bytes<'s>: AsRef<[u8]>
+    where
+        Self: 's;
     /// A Kafka event (partition EOF, an error) rather than a message.
     fn is_event(&self) -> PyResult<bool>;
     fn offset(&self) -> PyResult<i64>;
@@ -1034,7 +1168,10 @@ impl AsRef<[u8]> for HeldBytes<'_> {
 }
 
 impl<'py> Incoming for PyIncoming<'py> {
-    type Bytes<'s> = HeldBytes<'py> where Self: 's;
+    type Bytes<'s>
+        = HeldBytes<'py>
+    where
+        Self: 's;
 
     fn is_event(&self) -> PyResult<bool> {
         Ok(!self.msg.call_method0(intern!(self.py, "error"))?.is_none())
@@ -1122,7 +1259,10 @@ fn raw_slice<'s>(ptr: *const u8, len: usize) -> Option<&'s [u8]> {
 }
 
 impl Incoming for RawIncoming<'_> {
-    type Bytes<'s> = &'s [u8] where Self: 's;
+    type Bytes<'s>
+        = &'s [u8]
+    where
+        Self: 's;
 
     fn is_event(&self) -> PyResult<bool> {
         Ok(self.raw().err != 0)

@@ -104,7 +104,7 @@ impl Compiler {
             return Err(Unsupported("nesting deeper than 64".into()));
         }
         if let Json::Array(branches) = json {
-            let others: Vec<usize> = (0..branches.len()).filter(|i| branches[*i] != Json::from("null")).collect();
+            let others: Vec<usize> = (0..branches.len()).filter(|i| branches[*i] != "null").collect();
             if others.len() != 1 {
                 return Err(Unsupported("a union that is not [null, T]".into()));
             }
@@ -150,7 +150,10 @@ impl Compiler {
     }
 
     fn define(&mut self, map: &Map<String, Json>, ns: Option<&str>, id: Option<NodeId>) -> Result<String, Unsupported> {
-        let name = map.get("name").and_then(Json::as_str).filter(|n| !n.is_empty())
+        let name = map
+            .get("name")
+            .and_then(Json::as_str)
+            .filter(|n| !n.is_empty())
             .ok_or_else(|| Unsupported("a named type without a name".into()))?;
         let full = if name.contains('.') {
             name.to_string()
@@ -191,7 +194,9 @@ impl Compiler {
                 let mut seen = Vec::with_capacity(fields.len());
                 let mut ids = Vec::with_capacity(fields.len());
                 for f in fields {
-                    let name = f.get("name").and_then(Json::as_str)
+                    let name = f
+                        .get("name")
+                        .and_then(Json::as_str)
                         .ok_or_else(|| Unsupported(format!("a field of {full} without a name")))?;
                     if seen.contains(&name) {
                         return Err(Unsupported(format!("field {name} twice in {full}")));
@@ -215,7 +220,9 @@ impl Compiler {
                 return Ok(id);
             }
             ("fixed", None | Some("decimal")) => {
-                let size = map.get("size").and_then(Json::as_u64)
+                let size = map
+                    .get("size")
+                    .and_then(Json::as_u64)
                     .ok_or_else(|| Unsupported("a fixed without a size".into()))? as usize;
                 let node = match logical {
                     Some(_) => decimal(map, Some(size))?,
@@ -267,7 +274,10 @@ fn namespace_of(full: &str) -> Option<String> {
 
 /// `avro_proto._decimal_text`'s schema rule: BigQuery's NUMERIC/BIGNUMERIC bounds.
 fn decimal(map: &Map<String, Json>, fixed: Option<usize>) -> Result<Node, Unsupported> {
-    let precision = map.get("precision").and_then(Json::as_i64).ok_or_else(|| Unsupported("a decimal without an integer precision".into()))?;
+    let precision = map
+        .get("precision")
+        .and_then(Json::as_i64)
+        .ok_or_else(|| Unsupported("a decimal without an integer precision".into()))?;
     let scale = match map.get("scale") {
         None => 0,
         Some(s) => s.as_i64().ok_or_else(|| Unsupported("a decimal scale that is not an integer".into()))?,
@@ -599,7 +609,8 @@ impl RowEncoder {
     /// implement (the Python encoder then encodes its files).
     #[new]
     fn new(schema_json: &str) -> PyResult<Self> {
-        let json: Json = serde_json::from_str(schema_json).map_err(|e| PyValueError::new_err(format!("schema JSON: {e}")))?;
+        let json: Json =
+            serde_json::from_str(schema_json).map_err(|e| PyValueError::new_err(format!("schema JSON: {e}")))?;
         let mut c = Compiler { nodes: Vec::new(), named: HashMap::new() };
         let top = match &json {
             Json::Object(map) if matches!(map.get("type"), Some(Json::String(t)) if t == "record" || t == "error") => {
@@ -626,14 +637,21 @@ impl RowEncoder {
         skip_field: Option<usize>,
         skip_offsets: Option<std::collections::HashSet<i64>>,
     ) -> Option<(Bound<'py, PyBytes>, u64, u64)> {
-        let (framed, rows, bytes) = py.detach(|| self.block(data, count, first_index, skip_field, skip_offsets.as_ref()).ok())?;
+        let (framed, rows, bytes) =
+            py.detach(|| self.block(data, count, first_index, skip_field, skip_offsets.as_ref()).ok())?;
         Some((PyBytes::new(py, &framed), rows, bytes))
     }
 }
 
 impl RowEncoder {
-    fn block(&self, data: &[u8], count: u64, first_index: i64, skip_field: Option<usize>,
-             skip: Option<&std::collections::HashSet<i64>>) -> R<(Vec<u8>, u64, u64)> {
+    fn block(
+        &self,
+        data: &[u8],
+        count: u64,
+        first_index: i64,
+        skip_field: Option<usize>,
+        skip: Option<&std::collections::HashSet<i64>>,
+    ) -> R<(Vec<u8>, u64, u64)> {
         let walker = Walker { nodes: &self.nodes };
         let mut c = Cursor::new(data);
         let mut framed = Vec::with_capacity(data.len() + data.len() / 4 + 64);

@@ -29,9 +29,9 @@
 //! and are written sorted by key (the mapping's deterministic order).
 
 use crate::body::{Stop, Value, R};
+use crate::prefix::put_long;
 use crate::rewrite::{Base, FieldRewrite};
 use crate::schema::Unsupported;
-use crate::prefix::put_long;
 use serde_json::Value as Json;
 use std::io::Write;
 
@@ -237,11 +237,15 @@ impl Decoder {
     /// routing and event time read (slot i is `wanted[i]`).
     pub fn compile(program: &str, wanted: &[String]) -> Result<Decoder, Unsupported> {
         let json: Json = serde_json::from_str(program).map_err(|e| unsupported(format!("program JSON: {e}")))?;
-        let list = |key: &str| json.get(key).and_then(Json::as_array).ok_or_else(|| unsupported(format!("program without {key}")));
+        let list = |key: &str| {
+            json.get(key).and_then(Json::as_array).ok_or_else(|| unsupported(format!("program without {key}")))
+        };
         let mut enums = Vec::new();
         for e in list("enums")? {
             let mut symbols = Vec::new();
-            for pair in e.get("symbols").and_then(Json::as_array).ok_or_else(|| unsupported("an enum without symbols"))? {
+            for pair in
+                e.get("symbols").and_then(Json::as_array).ok_or_else(|| unsupported("an enum without symbols"))?
+            {
                 let number = pair.get(0).and_then(Json::as_i64).and_then(|n| i32::try_from(n).ok());
                 let index = pair.get(1).and_then(Json::as_u64).and_then(|n| u32::try_from(n).ok());
                 match (number, index) {
@@ -282,24 +286,50 @@ impl Decoder {
             }
             messages.push(Message { fields, oneofs, by_number });
         }
-        let top = json.get("top").and_then(Json::as_u64).map(|t| t as usize).filter(|&t| t < messages.len())
+        let top = json
+            .get("top")
+            .and_then(Json::as_u64)
+            .map(|t| t as usize)
+            .filter(|&t| t < messages.len())
             .ok_or_else(|| unsupported("program without a top message"))?;
         let want = plan(&messages, top, wanted)?;
-        Ok(Decoder { messages, enums, top, want, occurrences: Vec::new(), heads: Vec::new(), oneof_last: Vec::new(), entries: Vec::new(), body: Vec::new(),
-                     dropped: Vec::new(), constants: Vec::new(), rewrites: Vec::new() })
+        Ok(Decoder {
+            messages,
+            enums,
+            top,
+            want,
+            occurrences: Vec::new(),
+            heads: Vec::new(),
+            oneof_last: Vec::new(),
+            entries: Vec::new(),
+            body: Vec::new(),
+            dropped: Vec::new(),
+            constants: Vec::new(),
+            rewrites: Vec::new(),
+        })
     }
 
     fn field(f: &Json, enums: usize, messages: usize) -> Result<Field, Unsupported> {
-        let text = |key: &str| f.get(key).and_then(Json::as_str).ok_or_else(|| unsupported(format!("a field without {key}")));
+        let text =
+            |key: &str| f.get(key).and_then(Json::as_str).ok_or_else(|| unsupported(format!("a field without {key}")));
         let name = text("name")?.to_string();
-        let number = f.get("number").and_then(Json::as_u64).filter(|&n| n > 0 && n < (1 << 29))
+        let number = f
+            .get("number")
+            .and_then(Json::as_u64)
+            .filter(|&n| n > 0 && n < (1 << 29))
             .ok_or_else(|| unsupported(format!("{name}: no field number")))? as u32;
         let reference = f.get("ref").and_then(Json::as_u64).map(|r| r as usize);
         let kind = match text("kind")? {
-            "enum" => Kind::Enum(reference.filter(|&r| r < enums).ok_or_else(|| unsupported(format!("{name}: enum ref")))?),
-            "message" => Kind::Message(reference.filter(|&r| r < messages).ok_or_else(|| unsupported(format!("{name}: message ref")))?),
+            "enum" => {
+                Kind::Enum(reference.filter(|&r| r < enums).ok_or_else(|| unsupported(format!("{name}: enum ref")))?)
+            }
+            "message" => Kind::Message(
+                reference.filter(|&r| r < messages).ok_or_else(|| unsupported(format!("{name}: message ref")))?,
+            ),
             "timestamp" => Kind::Timestamp,
-            "wrapper" => Kind::Wrapper(Scalar::parse(text("wrapped")?).ok_or_else(|| unsupported(format!("{name}: wrapped type")))?),
+            "wrapper" => Kind::Wrapper(
+                Scalar::parse(text("wrapped")?).ok_or_else(|| unsupported(format!("{name}: wrapped type")))?,
+            ),
             other => Kind::Scalar(Scalar::parse(other).ok_or_else(|| unsupported(format!("{name}: type {other}")))?),
         };
         let label = match text("label")? {
@@ -334,7 +364,9 @@ impl Decoder {
         let fields = &self.messages[self.top].fields;
         let mut dropped = vec![false; fields.len()];
         for name in names {
-            let index = fields.iter().position(|f| &f.name == name)
+            let index = fields
+                .iter()
+                .position(|f| &f.name == name)
                 .ok_or_else(|| unsupported(format!("no top-level field {name:?} to drop")))?;
             if self.want.children.iter().any(|(i, _)| *i == index) {
                 return Err(unsupported(format!("field {name:?} is read by routing or event time")));
@@ -351,7 +383,9 @@ impl Decoder {
     /// `rewrite` expects, or one routing or event time reads.
     pub fn rewrite_field(&mut self, name: &str, rewrite: FieldRewrite) -> Result<(), Unsupported> {
         let fields = &self.messages[self.top].fields;
-        let index = fields.iter().position(|f| f.name == name)
+        let index = fields
+            .iter()
+            .position(|f| f.name == name)
             .ok_or_else(|| unsupported(format!("no top-level field {name:?} to rewrite")))?;
         if self.want.children.iter().any(|(i, _)| *i == index) {
             return Err(unsupported(format!("field {name:?} is read by routing or event time")));
@@ -364,11 +398,26 @@ impl Decoder {
             _ => return Err(unsupported(format!("field {name:?} is repeated or a map"))),
         };
         let value = match field.kind {
-            Kind::Scalar(Scalar::Int32 | Scalar::SInt32 | Scalar::SFixed32) | Kind::Wrapper(Scalar::Int32 | Scalar::SInt32 | Scalar::SFixed32) => Base::Int,
-            Kind::Scalar(Scalar::Int64 | Scalar::SInt64 | Scalar::SFixed64 | Scalar::UInt32 | Scalar::Fixed32
-                         | Scalar::UInt64 | Scalar::Fixed64)
-            | Kind::Wrapper(Scalar::Int64 | Scalar::SInt64 | Scalar::SFixed64 | Scalar::UInt32 | Scalar::Fixed32
-                            | Scalar::UInt64 | Scalar::Fixed64)
+            Kind::Scalar(Scalar::Int32 | Scalar::SInt32 | Scalar::SFixed32)
+            | Kind::Wrapper(Scalar::Int32 | Scalar::SInt32 | Scalar::SFixed32) => Base::Int,
+            Kind::Scalar(
+                Scalar::Int64
+                | Scalar::SInt64
+                | Scalar::SFixed64
+                | Scalar::UInt32
+                | Scalar::Fixed32
+                | Scalar::UInt64
+                | Scalar::Fixed64,
+            )
+            | Kind::Wrapper(
+                Scalar::Int64
+                | Scalar::SInt64
+                | Scalar::SFixed64
+                | Scalar::UInt32
+                | Scalar::Fixed32
+                | Scalar::UInt64
+                | Scalar::Fixed64,
+            )
             | Kind::Timestamp => Base::Long,
             Kind::Scalar(Scalar::String | Scalar::Bytes) | Kind::Wrapper(Scalar::String | Scalar::Bytes) => Base::Text,
             Kind::Scalar(Scalar::Bool) | Kind::Wrapper(Scalar::Bool) => Base::Boolean,
@@ -413,8 +462,17 @@ impl Decoder {
     /// Read the message `id` at `input[start..end]` into the occurrence table, then write its
     /// fields in declaration order.
     #[allow(clippy::too_many_arguments)]
-    fn message(&mut self, id: usize, input: &[u8], start: u32, end: u32, out: &mut Vec<u8>, want: Option<&Want>,
-               values: &mut [Value], depth: u32) -> R<()> {
+    fn message(
+        &mut self,
+        id: usize,
+        input: &[u8],
+        start: u32,
+        end: u32,
+        out: &mut Vec<u8>,
+        want: Option<&Want>,
+        values: &mut [Value],
+        depth: u32,
+    ) -> R<()> {
         if depth > MAX_DEPTH {
             return Err(Stop);
         }
@@ -499,12 +557,24 @@ impl Decoder {
                         // when it is.
                         match kind {
                             // upb merges a message given twice
-                            Kind::Message(_) | Kind::Timestamp | Kind::Wrapper(_) if head.count > 1 => return Err(Stop),
+                            Kind::Message(_) | Kind::Timestamp | Kind::Wrapper(_) if head.count > 1 => {
+                                return Err(Stop)
+                            }
                             // a oneof member a later one cleared: upb parsed it all the same
                             Kind::Message(_) | Kind::Timestamp | Kind::Wrapper(_) => {
                                 let o = self.occurrences[head.first as usize];
                                 let mut scratch = Vec::new();
-                                self.element(kind, input, o.wire_type, o.start, o.end, &mut scratch, None, values, depth)?;
+                                self.element(
+                                    kind,
+                                    input,
+                                    o.wire_type,
+                                    o.start,
+                                    o.end,
+                                    &mut scratch,
+                                    None,
+                                    values,
+                                    depth,
+                                )?;
                             }
                             Kind::Scalar(Scalar::String) => {
                                 let mut at = head.first;
@@ -528,7 +598,9 @@ impl Decoder {
                         }
                     }
                     let value = match occurrence {
-                        Some(o) => self.element(kind, input, o.wire_type, o.start, o.end, out, children, values, depth)?,
+                        Some(o) => {
+                            self.element(kind, input, o.wire_type, o.start, o.end, out, children, values, depth)?
+                        }
                         None => self.default(kind, out)?,
                     };
                     if let Some(slot) = slot {
@@ -543,7 +615,11 @@ impl Decoder {
                     let mut at = head.first;
                     while at != NONE {
                         let o = self.occurrences[at as usize];
-                        count += if o.wire_type == 2 && kind.packable() { packed_count(kind, input, o.start, o.end)? } else { 1 };
+                        count += if o.wire_type == 2 && kind.packable() {
+                            packed_count(kind, input, o.start, o.end)?
+                        } else {
+                            1
+                        };
                         at = o.next;
                     }
                     if count > 0 {
@@ -592,8 +668,16 @@ impl Decoder {
     /// A map field: each entry's key and value (last one wins in an entry), the last entry of
     /// each key, written sorted by key as the mapping writes them.
     #[allow(clippy::too_many_arguments)]
-    fn map(&mut self, kind: Kind, key: Scalar, input: &[u8], head: Head, out: &mut Vec<u8>,
-           values: &mut [Value], depth: u32) -> R<()> {
+    fn map(
+        &mut self,
+        kind: Kind,
+        key: Scalar,
+        input: &[u8],
+        head: Head,
+        out: &mut Vec<u8>,
+        values: &mut [Value],
+        depth: u32,
+    ) -> R<()> {
         let base = self.entries.len();
         let mut at = head.first;
         while at != NONE {
@@ -651,7 +735,9 @@ impl Decoder {
         let result = (|| {
             if count > 0 {
                 self.entries[base..].sort_unstable_by(|a, b| match (a.key, b.key) {
-                    (Key::Text(s1, e1), Key::Text(s2, e2)) => input[s1 as usize..e1 as usize].cmp(&input[s2 as usize..e2 as usize]),
+                    (Key::Text(s1, e1), Key::Text(s2, e2)) => {
+                        input[s1 as usize..e1 as usize].cmp(&input[s2 as usize..e2 as usize])
+                    }
                     (x, y) => x.cmp(&y),
                 });
                 put_long(out, count as i64);
@@ -685,8 +771,18 @@ impl Decoder {
     /// or a length-delimited payload's bytes); returns what routing and event time read of it
     /// (a string as `Str(len, _)`: the caller places it at the end of `out`).
     #[allow(clippy::too_many_arguments)]
-    fn element(&mut self, kind: Kind, input: &[u8], wire_type: u8, start: u32, end: u32, out: &mut Vec<u8>,
-               want: Option<&Want>, values: &mut [Value], depth: u32) -> R<Value> {
+    fn element(
+        &mut self,
+        kind: Kind,
+        input: &[u8],
+        wire_type: u8,
+        start: u32,
+        end: u32,
+        out: &mut Vec<u8>,
+        want: Option<&Want>,
+        values: &mut [Value],
+        depth: u32,
+    ) -> R<Value> {
         let bytes = &input[start as usize..end as usize];
         match kind {
             Kind::Scalar(s) => scalar(s, bytes, out),
@@ -912,8 +1008,8 @@ fn put_number(out: &mut Vec<u8>, v: i128) {
 fn packed_count(kind: Kind, input: &[u8], start: u32, end: u32) -> R<u64> {
     let bytes = &input[start as usize..end as usize];
     match kind.wire_type() {
-        1 if bytes.len() % 8 == 0 => Ok(bytes.len() as u64 / 8),
-        5 if bytes.len() % 4 == 0 => Ok(bytes.len() as u64 / 4),
+        1 if bytes.len().is_multiple_of(8) => Ok(bytes.len() as u64 / 8),
+        5 if bytes.len().is_multiple_of(4) => Ok(bytes.len() as u64 / 4),
         0 => {
             if bytes.last().is_some_and(|b| b & 0x80 != 0) {
                 return Err(Stop); // a varint cut off by the end
@@ -1031,7 +1127,6 @@ fn skip(buf: &[u8], pos: &mut usize, wire_type: u8) -> R<()> {
     }
     Ok(())
 }
-
 
 /// The wanted paths planned over the top message, through nullable message fields, to a field
 /// read whole. Python's `field_values` reads `None` for a path naming no field or going through

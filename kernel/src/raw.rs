@@ -48,7 +48,6 @@ impl RawValue for RawIncoming<'_> {
     }
 }
 
-
 /// The raw kernel of one range's stage task (one topic-partition, one destination table).
 #[pyclass(module = "kbqe_dagster_kernel")]
 pub struct RawKernel {
@@ -77,8 +76,17 @@ impl RawKernel {
     #[pyo3(signature = (topic, partition, max_message_size, min_day, max_day, with_timestamp,
                         with_key, with_headers, hourly))]
     #[allow(clippy::too_many_arguments)]
-    fn new(topic: &str, partition: i32, max_message_size: usize, min_day: i64, max_day: i64,
-           with_timestamp: bool, with_key: bool, with_headers: bool, hourly: bool) -> Self {
+    fn new(
+        topic: &str,
+        partition: i32,
+        max_message_size: usize,
+        min_day: i64,
+        max_day: i64,
+        with_timestamp: bool,
+        with_key: bool,
+        with_headers: bool,
+        hourly: bool,
+    ) -> Self {
         RawKernel {
             prefix: Prefix::new(topic, partition, with_timestamp, with_key, with_headers),
             max_message_size,
@@ -97,14 +105,22 @@ impl RawKernel {
     /// Stage `messages[start..]` until the end of the list or the first message to hand back;
     /// returns the index of the first message not staged. Messages at or past
     /// `end_exclusive` are never staged.
-    fn run(&mut self, py: Python<'_>, messages: &Bound<'_, PyList>, start: usize, end_exclusive: i64) -> PyResult<usize> {
+    fn run(
+        &mut self,
+        py: Python<'_>,
+        messages: &Bound<'_, PyList>,
+        start: usize,
+        end_exclusive: i64,
+    ) -> PyResult<usize> {
         self.stage_batch(messages.len(), start, end_exclusive, |i| Ok(PyIncoming { py, msg: messages.get_item(i)? }))
     }
 
     /// `run` over a batch of the native consumer (consumer.rs).
     fn run_native(&mut self, batch: &NativeBatch, start: usize, end_exclusive: i64) -> PyResult<usize> {
         let messages = batch.messages.lock().unwrap();
-        self.stage_batch(messages.len(), start, end_exclusive, |i| Ok(RawIncoming { api: &batch.api, msg: messages[i].0 }))
+        self.stage_batch(messages.len(), start, end_exclusive, |i| {
+            Ok(RawIncoming { api: &batch.api, msg: messages[i].0 })
+        })
     }
 
     /// Never a route to learn (the append kernel's driver loop reads it after each stop).
@@ -117,13 +133,20 @@ impl RawKernel {
     /// kernel's `drain` gives one slot's (`hours`: `[(event hour, records)]`, empty for a DAY
     /// table), or None when there are none.
     #[allow(clippy::type_complexity)]
-    fn drain<'py>(&mut self, py: Python<'py>) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(i64, u64)>, Vec<(i64, u64)>)> {
+    fn drain<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<(i64, u64)>, Vec<(i64, u64)>)> {
         if self.ends.is_empty() {
             return None;
         }
         let ends: Vec<u8> = self.ends.iter().flat_map(|e| e.to_ne_bytes()).collect();
-        let out = (PyBytes::new(py, &self.data), PyBytes::new(py, &ends),
-                   std::mem::take(&mut self.days), std::mem::take(&mut self.hours));
+        let out = (
+            PyBytes::new(py, &self.data),
+            PyBytes::new(py, &ends),
+            std::mem::take(&mut self.days),
+            std::mem::take(&mut self.hours),
+        );
         self.data.clear();
         self.ends.clear();
         Some(out)
@@ -131,8 +154,13 @@ impl RawKernel {
 }
 
 impl RawKernel {
-    fn stage_batch<M: RawValue>(&mut self, n: usize, start: usize, end_exclusive: i64,
-                                message: impl Fn(usize) -> PyResult<M>) -> PyResult<usize> {
+    fn stage_batch<M: RawValue>(
+        &mut self,
+        n: usize,
+        start: usize,
+        end_exclusive: i64,
+        message: impl Fn(usize) -> PyResult<M>,
+    ) -> PyResult<usize> {
         for i in start..n {
             if let Some(reason) = self.stage_one(&message(i)?, end_exclusive)? {
                 self.stopped = reason;

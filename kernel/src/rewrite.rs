@@ -22,8 +22,8 @@
 //!   years 1-9999 (`from_micros` raises), is handed back.
 
 use crate::body::{stop, R};
-use crate::schema::Unsupported;
 use crate::prefix::put_long;
+use crate::schema::Unsupported;
 use hmac::{Hmac, Mac};
 use serde_json::Value as Json;
 use sha2::Sha256;
@@ -131,7 +131,10 @@ impl FieldRewrite {
         };
         let op = match text("op")? {
             "null" => {
-                let out_null = json.get("out_null").and_then(Json::as_i64).filter(|n| *n == 0 || *n == 1)
+                let out_null = json
+                    .get("out_null")
+                    .and_then(Json::as_i64)
+                    .filter(|n| *n == 0 || *n == 1)
                     .ok_or_else(|| bad("out_null"))?;
                 Op::Null { out_null }
             }
@@ -146,7 +149,10 @@ impl FieldRewrite {
                 if !matches!(base, Base::Int | Base::Long) {
                     return Err(bad("timestamp of a value that is not a number"));
                 }
-                let per_in = json.get("per_in").and_then(Json::as_i64).filter(|p| [1, 1_000, 1_000_000].contains(p))
+                let per_in = json
+                    .get("per_in")
+                    .and_then(Json::as_i64)
+                    .filter(|p| [1, 1_000, 1_000_000].contains(p))
                     .ok_or_else(|| bad("per_in"))? as i128;
                 let to = match text("to")? {
                     "s" => TimeOut::Epoch(1_000_000),
@@ -323,7 +329,8 @@ impl FieldRewrite {
                 if len < 0 || pos.checked_add(len as usize) != Some(end) {
                     return Err(stop("rewrite_layout"));
                 }
-                let micros = crate::connect_types::zoned_timestamp(&out[pos..]).ok_or_else(|| stop("semantic_value"))?;
+                let micros =
+                    crate::connect_types::zoned_timestamp(&out[pos..]).ok_or_else(|| stop("semantic_value"))?;
                 put_long(out, micros);
             }
             Semantic::VariableScaleDecimal => {
@@ -382,7 +389,6 @@ fn read_long(out: &[u8], pos: &mut usize) -> R<i64> {
     }
 }
 
-
 /// What `add` transforms append after the body when one of them copies a part of the message
 /// (core/transforms/kinds.py `_add_meta`, `_add_raw`): the derived schema's last fields, in
 /// transform order, constants among them (`StageKernel.append_message_parts`).
@@ -419,7 +425,8 @@ impl Appended {
             "timestamp" => Appended::Timestamp,
             "key" => Appended::Raw { header: None, text: text(argument)? },
             "header:bytes" | "header:string" => {
-                let name = std::str::from_utf8(argument).map_err(|_| Unsupported("a header name that is not UTF-8".into()))?;
+                let name =
+                    std::str::from_utf8(argument).map_err(|_| Unsupported("a header name that is not UTF-8".into()))?;
                 Appended::Raw { header: Some(name.to_string()), text: kind == "header:string" }
             }
             other => return Err(Unsupported(format!("an appended part {other}"))),
@@ -431,8 +438,14 @@ impl Appended {
 /// (None: Kafka has none); `key` is the key column's encoding (`["null", "bytes"]`, as
 /// prefix.rs `put_key` writes it) and `headers` the headers column's (prefix.rs
 /// `put_header`s), each only read when a part needs it. Err: hand the message back.
-pub fn append_parts(parts: &[Appended], out: &mut Vec<u8>, offset: i64, timestamp_ms: Option<i64>,
-                    key: &[u8], headers: &[u8]) -> R<()> {
+pub fn append_parts(
+    parts: &[Appended],
+    out: &mut Vec<u8>,
+    offset: i64,
+    timestamp_ms: Option<i64>,
+    key: &[u8],
+    headers: &[u8],
+) -> R<()> {
     for part in parts {
         match part {
             Appended::Bytes(bytes) => out.extend_from_slice(bytes),
@@ -564,7 +577,8 @@ mod tests {
 
     #[test]
     fn an_instant_past_year_9999_is_handed_back() {
-        let r = FieldRewrite::parse(r#"{"op":"time","base":"long","per_in":1000000,"to":"timestamp_millis"}"#, b"").unwrap();
+        let r = FieldRewrite::parse(r#"{"op":"time","base":"long","per_in":1000000,"to":"timestamp_millis"}"#, b"")
+            .unwrap();
         let mut out = long(253_402_300_800);
         assert!(r.apply(&mut out, 0).is_err());
     }

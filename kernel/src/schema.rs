@@ -96,7 +96,9 @@ impl Schema {
         if !matches!(nodes[top], Kind::Record { .. }) {
             return Err(Unsupported("the writer schema is not a record".into()));
         }
-        let unions = nodes.iter().enumerate()
+        let unions = nodes
+            .iter()
+            .enumerate()
             .filter_map(|(id, node)| match node {
                 Kind::Union(branches) => union_certainty(&nodes, branches).map(|certain| (id, certain)),
                 _ => None,
@@ -143,7 +145,9 @@ impl Schema {
         };
         let mut kept = Vec::with_capacity(keep.len());
         for wanted in keep {
-            let field = fields.iter().find(|(n, _)| n == wanted)
+            let field = fields
+                .iter()
+                .find(|(n, _)| n == wanted)
                 .ok_or_else(|| Unsupported(format!("no top-level field {wanted:?} to keep")))?;
             if kept.iter().any(|(n, _): &(String, NodeId)| n == wanted) {
                 return Err(Unsupported(format!("field {wanted:?} kept twice")));
@@ -153,8 +157,13 @@ impl Schema {
         let mut nodes = self.nodes.clone();
         nodes.push(Kind::Record { name: name.clone(), fields: kept });
         let top = nodes.len() - 1;
-        let mut schema = Schema { nodes, top, min_sizes: self.min_sizes.clone(),
-                                  decimals: self.decimals.clone(), unions: self.unions.clone() };
+        let mut schema = Schema {
+            nodes,
+            top,
+            min_sizes: self.min_sizes.clone(),
+            decimals: self.decimals.clone(),
+            unions: self.unions.clone(),
+        };
         let size = schema.min_size(top, &mut Vec::new());
         schema.min_sizes.push(size);
         Ok(schema)
@@ -213,7 +222,9 @@ impl<'a> Compiler<'a> {
                             _ => return Err(Unsupported(format!("record {name} has no field list"))),
                         };
                         for f in list {
-                            let fname = f.get("name").and_then(Json::as_str)
+                            let fname = f
+                                .get("name")
+                                .and_then(Json::as_str)
                                 .ok_or_else(|| Unsupported(format!("a field of {name} has no name")))?;
                             let ft = f.get("type").ok_or_else(|| Unsupported(format!("field {fname} has no type")))?;
                             fields.push((fname.to_string(), self.node(ft)?));
@@ -231,8 +242,11 @@ impl<'a> Compiler<'a> {
                         Ok(id)
                     }
                     "fixed" => {
-                        let size = map.get("size").and_then(Json::as_u64)
-                            .ok_or_else(|| Unsupported("a fixed without a size".into()))? as usize;
+                        let size = map
+                            .get("size")
+                            .and_then(Json::as_u64)
+                            .ok_or_else(|| Unsupported("a fixed without a size".into()))?
+                            as usize;
                         let id = self.push(Kind::Fixed(size));
                         self.named.insert(full_name(map)?, id);
                         if decimal {
@@ -242,13 +256,15 @@ impl<'a> Compiler<'a> {
                     }
                     "array" => {
                         let id = self.push(Kind::Null);
-                        let items = self.node(map.get("items").ok_or_else(|| Unsupported("an array without items".into()))?)?;
+                        let items =
+                            self.node(map.get("items").ok_or_else(|| Unsupported("an array without items".into()))?)?;
                         self.nodes[id] = Kind::Array(items);
                         Ok(id)
                     }
                     "map" => {
                         let id = self.push(Kind::Null);
-                        let values = self.node(map.get("values").ok_or_else(|| Unsupported("a map without values".into()))?)?;
+                        let values =
+                            self.node(map.get("values").ok_or_else(|| Unsupported("a map without values".into()))?)?;
                         self.nodes[id] = Kind::Map(values);
                         Ok(id)
                     }
@@ -289,7 +305,9 @@ impl<'a> Compiler<'a> {
 
     /// Node `id` is a decimal of the precision `map` declares.
     fn decimal(&mut self, id: NodeId, map: &serde_json::Map<String, Json>) -> Result<(), Unsupported> {
-        let precision = map.get("precision").and_then(Json::as_u64)
+        let precision = map
+            .get("precision")
+            .and_then(Json::as_u64)
             .ok_or_else(|| Unsupported("a decimal without a precision".into()))?;
         self.decimals.insert(id, precision);
         Ok(())
@@ -307,7 +325,7 @@ impl<'a> Compiler<'a> {
             "long-time-micros" => Logical::TimeMicros,
             // Converted by fastavro but accepting every value of the base type.
             "bytes-decimal" | "fixed-decimal" => Logical::None, // (its precision: `decimal`)
-            _ if self.logical_readers.iter().any(|k| *k == key) => {
+            _ if self.logical_readers.contains(&key) => {
                 return Err(Unsupported(format!("logical type {key}")));
             }
             _ => Logical::None, // not a logical type fastavro knows: the base type
@@ -317,7 +335,9 @@ impl<'a> Compiler<'a> {
 }
 
 fn full_name(map: &serde_json::Map<String, Json>) -> Result<String, Unsupported> {
-    map.get("name").and_then(Json::as_str).map(str::to_string)
+    map.get("name")
+        .and_then(Json::as_str)
+        .map(str::to_string)
         .ok_or_else(|| Unsupported("a named type without a name".into()))
 }
 
@@ -332,7 +352,13 @@ fn full_name(map: &serde_json::Map<String, Json>) -> Result<String, Unsupported>
 /// its only other branch, are always certain.
 fn union_certainty(nodes: &[Kind], branches: &[NodeId]) -> Option<Vec<bool>> {
     #[derive(Clone, Copy, PartialEq)]
-    enum Class { Bool, Int, Float, Str, Bytes }
+    enum Class {
+        Bool,
+        Int,
+        Float,
+        Str,
+        Bytes,
+    }
     let class = |id: NodeId| match nodes[id] {
         Kind::Boolean => Some(Class::Bool),
         Kind::Int(Logical::None) | Kind::Long(Logical::None) => Some(Class::Int),
@@ -355,14 +381,20 @@ fn union_certainty(nodes: &[Kind], branches: &[NodeId]) -> Option<Vec<bool>> {
         (Kind::Float | Kind::Double, Class::Int | Class::Float) => true,
         _ => false,
     };
-    Some(branches.iter().enumerate().map(|(i, b)| {
-        let Some(value) = class(*b) else { return false }; // null: certain, never asked
-        let Some(mut pick) = branches.iter().position(|o| takes(*o, value)) else { return false };
-        if matches!(nodes[branches[pick]], Kind::Float) {
-            if let Some(d) = branches[pick + 1..].iter().position(|o| matches!(nodes[*o], Kind::Double)) {
-                pick += 1 + d;
-            }
-        }
-        pick == i
-    }).collect())
+    Some(
+        branches
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let Some(value) = class(*b) else { return false }; // null: certain, never asked
+                let Some(mut pick) = branches.iter().position(|o| takes(*o, value)) else { return false };
+                if matches!(nodes[branches[pick]], Kind::Float) {
+                    if let Some(d) = branches[pick + 1..].iter().position(|o| matches!(nodes[*o], Kind::Double)) {
+                        pick += 1 + d;
+                    }
+                }
+                pick == i
+            })
+            .collect(),
+    )
 }
