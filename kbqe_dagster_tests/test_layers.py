@@ -446,3 +446,92 @@ def test_no_two_modules_of_one_room_import_each_other_beyond_the_listed_debt() -
     cycles = {s for s in _strongly_connected(_module_graph()) if len(s) > 1}
     assert sorted(map(sorted, cycles - CYCLE_DEBT)) == [], "new module cycles"
     assert sorted(map(sorted, CYCLE_DEBT - cycles)) == [], "gone: take them off CYCLE_DEBT"
+
+
+# --- the kernel's Rust modules: no cycle either ----------------------------------------------
+KERNEL_SRC = Path(__file__).resolve().parents[1] / "kernel" / "src"
+CRATE_ROOT = "lib"
+_RUST_COMMENT = re.compile(r"//[^\n]*")
+_CRATE_PATH = re.compile(r"\bcrate::(\{|[A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _crate_paths(text: str) -> set[str]:
+    """The first segments of the ``crate::`` paths in Rust source ``text`` (comments and doc
+    links left out): ``use crate::a::b``, ``crate::a::f()``, ``use crate::{a, b::{c, d}}``."""
+    text = _RUST_COMMENT.sub("", text)
+    found = set()
+    for match in _CRATE_PATH.finditer(text):
+        if match.group(1) != "{":
+            found.add(match.group(1))
+            continue
+        depth, at, entry = 1, match.end(), ""
+        while depth:
+            char = text[at]
+            if char in "{}":
+                depth += 1 if char == "{" else -1
+            if depth == 1 and char == ",":
+                found.add(entry)
+                entry = ""
+            elif depth == 1 and char not in "{}" or depth > 1:
+                entry += char
+            at += 1
+        found.add(entry)
+    return {re.split(r"\W", e.strip(), maxsplit=1)[0] for e in found} - {"", "self"}
+
+
+def rust_module_graph(src: Path = KERNEL_SRC) -> dict[str, set[str]]:
+    """Which of the crate's modules (one per ``src/*.rs``) each imports: a ``crate::m`` path
+    names module ``m``, a ``crate::item`` path an item of the crate root (lib.rs), and the
+    root imports the modules its paths name (``m::item``; its ``mod m;`` lines do not)."""
+    modules = {p.stem for p in src.glob("*.rs")}
+    graph: dict[str, set[str]] = {}
+    for path in src.glob("*.rs"):
+        text = path.read_text()
+        named = {n if n in modules else CRATE_ROOT for n in _crate_paths(text)}
+        if path.stem == CRATE_ROOT:
+            code = re.sub(
+                r"^\s*(pub(\(crate\))?\s+)?mod\s+\w+;", "", _RUST_COMMENT.sub("", text), flags=re.M
+            )
+            named |= {m for m in re.findall(r"\b([a-z_][a-z0-9_]*)::", code) if m in modules}
+        graph[path.stem] = named - {path.stem}
+    return graph
+
+
+def test_the_rust_scan_reads_every_form_of_a_crate_path() -> None:
+    text = """
+        use crate::body::{Cursor, Plan};
+        use crate::{avro_transform, changes::Layout, json::{Encoder, Tok}};
+        use crate::count;
+        let x = crate::event_time::date_days(t); // crate::stage only in a comment
+        /// [`StageKernel`]: crate::stage::StageKernel
+    """
+    assert _crate_paths(text) == {
+        "body",
+        "avro_transform",
+        "changes",
+        "json",
+        "count",
+        "event_time",
+    }
+
+
+def test_the_rust_cycle_scan_finds_a_module_and_the_root_importing_each_other(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "lib.rs").write_text(
+        "mod raw;\nmod route;\npub fn count() {}\nm.add_class::<raw::K>();\n"
+    )
+    (tmp_path / "raw.rs").write_text("use crate::count;\nuse crate::route::Route;\n")
+    (tmp_path / "route.rs").write_text("//! Not raw.rs's: crate::raw\n")
+    graph = rust_module_graph(tmp_path)
+    assert graph == {"lib": {"raw"}, "raw": {"lib", "route"}, "route": set()}
+    assert [sorted(s) for s in _strongly_connected(graph) if len(s) > 1] == [["lib", "raw"]]
+
+
+def test_no_two_rust_modules_of_the_kernel_import_each_other_even_through_others() -> None:
+    """The kernel's modules form no `use crate::` cycle (issue 41: 3 before, between lib.rs
+    and raw.rs, lib.rs and json_schema.rs, json.rs and json_schema.rs)."""
+    graph = rust_module_graph()
+    assert {"lib", "stage", "incoming", "route", "event_time", "json", "json_schema"} <= set(graph)
+    cycles = [sorted(s) for s in _strongly_connected(graph) if len(s) > 1]
+    assert cycles == [], f"kernel/src modules importing each other (use crate::): {cycles}"

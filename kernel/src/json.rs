@@ -1030,11 +1030,11 @@ impl Writer<'_> {
             }
             (Node::IsoMicros, Some(Tok::Str { s, e, escaped })) => {
                 let (micros, _) =
-                    crate::json_schema::date_time_micros(self.text(s, e, escaped)).ok_or_else(|| stop("date_time"))?;
+                    crate::event_time::date_time_micros(self.text(s, e, escaped)).ok_or_else(|| stop("date_time"))?;
                 put_long(out, micros);
             }
             (Node::IsoDate, Some(Tok::Str { s, e, escaped })) => {
-                put_long(out, crate::json_schema::date_days(self.text(s, e, escaped)).ok_or_else(|| stop("date"))?);
+                put_long(out, crate::event_time::date_days(self.text(s, e, escaped)).ok_or_else(|| stop("date"))?);
             }
             (Node::Enum(symbols), Some(Tok::Str { s, e, escaped })) => {
                 let text = self.text(s, e, escaped);
@@ -1256,13 +1256,13 @@ impl Writer<'_> {
                 let text = self.text(s, e, escaped);
                 match self.nodes[node] {
                     Node::IsoMicros => {
-                        return match crate::json_schema::date_time_micros(text) {
+                        return match crate::event_time::date_time_micros(text) {
                             Some((micros, _)) if self.utc_rule => Value::Micros(micros),
                             Some((micros, written)) => Value::Written { day: written, micros },
                             None => Value::Other,
                         };
                     }
-                    Node::IsoDate => return crate::json_schema::date_days(text).map_or(Value::Other, Value::Date),
+                    Node::IsoDate => return crate::event_time::date_days(text).map_or(Value::Other, Value::Date),
                     _ => {}
                 }
                 if matches!(self.nodes[node], Node::String) && out.len() >= mark + (e - s) as usize {

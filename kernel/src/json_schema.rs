@@ -8,7 +8,7 @@
 //! The kernel only ever says "valid": every message that does not validate, and every one it
 //! is not certain about, is handed back. Parsing and encoding are the JSON kernel's
 //! (json.rs), with two more nodes: a `date-time` string becomes its `timestamp-micros` long,
-//! a `date` string its `date` int ([`date_time_micros`], [`date_days`]).
+//! a `date` string its `date` int (event_time.rs: [`date_time_micros`], [`date_days`]).
 //!
 //! Validation is a subset of JSON Schema, compiled once per schema id ([`Validator`]); a
 //! schema using anything else is refused, and its messages all stay on the Python path
@@ -40,10 +40,11 @@
 //! keyword the kernel does not know.
 
 use crate::body::{renote, Stop, Value, R};
-use crate::event_time::days_from_civil;
+#[cfg(doc)]
+use crate::event_time::{date_days, date_time_micros};
 use crate::json::{Encoder, Tok};
+use crate::route::Route;
 use crate::schema::Unsupported;
-use crate::Route;
 use serde_json::Value as Json;
 use std::collections::HashMap;
 
@@ -104,100 +105,6 @@ impl Entry {
     pub fn rewrite_field(&mut self, name: &str, rewrite: crate::rewrite::FieldRewrite) -> Result<(), Unsupported> {
         self.encoder.rewrite_field(name, rewrite)
     }
-}
-
-// --- values ----------------------------------------------------------------------------------
-
-/// `datetime.fromisoformat(text)` of a date-time with a UTC offset, as
-/// `json_values.timestamp_micros` converts it: (microseconds since the epoch, the date as
-/// written in days since the epoch). The spellings read are the event-time reader's
-/// (`event_time::iso_day`, a subset of what Python 3.11 reads, with its meaning):
-/// `YYYY-MM-DD`, any printable ASCII separator, `HH:MM[:SS[(.|,)F*]]` (digits past
-/// microseconds dropped, as Python does; no digit only before an offset), then `Z`,
-/// `±HH:MM[:SS]`, `±HHMM[SS]` or `±HH`. Anything else (also what Python reads but converts
-/// to an error, such as a naive time) is `None`: handed back.
-pub fn date_time_micros(text: &[u8]) -> Option<(i64, i64)> {
-    let date = date_days(text.get(..10)?)?;
-    // Python 3.11 takes any character between an extended date and its time; the kernel
-    // reads the printable ASCII ones (a multi-byte one would move the time's byte offsets).
-    if !text.get(10).is_some_and(|b| (0x20..=0x7E).contains(b)) {
-        return None;
-    }
-    let hour = num(text, 11, 2)?;
-    if text.get(13) != Some(&b':') {
-        return None;
-    }
-    let minute = num(text, 14, 2)?;
-    if hour > 23 || minute > 59 {
-        return None;
-    }
-    let (mut second, mut micros, mut at) = (0, 0, 16);
-    if text.get(at) == Some(&b':') {
-        second = num(text, at + 1, 2)?;
-        if second > 59 {
-            return None;
-        }
-        at += 3;
-        if matches!(text.get(at), Some(b'.' | b',')) {
-            let mut n = 0;
-            while text.get(at + 1 + n).is_some_and(u8::is_ascii_digit) {
-                if n < 6 {
-                    micros = micros * 10 + (text[at + 1 + n] - b'0') as i64;
-                }
-                n += 1;
-            }
-            if n == 0 && !matches!(text.get(at + 1), Some(b'Z' | b'+' | b'-')) {
-                return None;
-            }
-            for _ in n..6 {
-                micros *= 10;
-            }
-            at += 1 + n;
-        }
-    }
-    let (sign, h, m, sec) = match text[at..] {
-        [b'Z'] => (b'+', 0, 0, 0),
-        [s @ (b'+' | b'-'), h1, h2, b':', m1, m2, b':', s1, s2] | [s @ (b'+' | b'-'), h1, h2, m1, m2, s1, s2] => {
-            (s, num(&[h1, h2], 0, 2)?, num(&[m1, m2], 0, 2)?, num(&[s1, s2], 0, 2)?)
-        }
-        [s @ (b'+' | b'-'), h1, h2, b':', m1, m2] | [s @ (b'+' | b'-'), h1, h2, m1, m2] => {
-            (s, num(&[h1, h2], 0, 2)?, num(&[m1, m2], 0, 2)?, 0)
-        }
-        [s @ (b'+' | b'-'), h1, h2] => (s, num(&[h1, h2], 0, 2)?, 0, 0),
-        _ => return None, // no offset (RFC 3339 requires one: a mismatch) or one not read here
-    };
-    let sign = if sign == b'-' { -1 } else { 1 };
-    // Python also reads minutes or seconds past 59 (`+00:60` is an hour): the Python path's.
-    if h > 23 || m > 59 || sec > 59 {
-        return None;
-    }
-    let seconds = date * 86_400 + hour * 3600 + minute * 60 + second - sign * (h * 3600 + m * 60 + sec);
-    Some((seconds * 1_000_000 + micros, date))
-}
-
-/// `json_values.days`: an ISO date `YYYY-MM-DD` (ASCII digits; Python's `\d` also matches
-/// other digits, which are handed back) as days since the epoch.
-pub fn date_days(text: &[u8]) -> Option<i64> {
-    if text.len() != 10 || text[4] != b'-' || text[7] != b'-' {
-        return None;
-    }
-    let (year, month, day) = (num(text, 0, 4)?, num(text, 5, 2)?, num(text, 8, 2)?);
-    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let last = match month {
-        2 if leap => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    };
-    if year < 1 || !(1..=12).contains(&month) || day < 1 || day > last {
-        return None;
-    }
-    Some(days_from_civil(year, month, day))
-}
-
-fn num(s: &[u8], at: usize, n: usize) -> Option<i64> {
-    let part = s.get(at..at + n)?;
-    part.iter().try_fold(0i64, |v, b| b.is_ascii_digit().then(|| v * 10 + (b - b'0') as i64))
 }
 
 // --- validation ------------------------------------------------------------------------------

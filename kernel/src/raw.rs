@@ -13,10 +13,11 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
+use crate::batch::{self, Progress, Stages};
 use crate::consumer::NativeBatch;
-use crate::count;
+use crate::event_time::count;
+use crate::incoming::{HeldBytes, Incoming, PyIncoming, RawIncoming};
 use crate::prefix::{put_long, Prefix};
-use crate::{HeldBytes, Incoming, PyIncoming, RawIncoming};
 
 /// 9999-12-31T23:59:59.999Z: a later timestamp has no date BigQuery can hold; the Python path
 /// judges it.
@@ -60,12 +61,7 @@ pub struct RawKernel {
     ends: Vec<u64>,
     days: Vec<(i64, u64)>,
     hours: Vec<(i64, u64)>,
-    /// Messages staged by the kernel.
-    #[pyo3(get)]
-    messages: u64,
-    /// Why the last `run` stopped: "end" (the batch is done) or the hand-back's reason.
-    #[pyo3(get)]
-    stopped: &'static str,
+    progress: Progress,
 }
 
 #[pymethods]
@@ -97,8 +93,7 @@ impl RawKernel {
             ends: Vec::new(),
             days: Vec::new(),
             hours: Vec::new(),
-            messages: 0,
-            stopped: "end",
+            progress: Progress::default(),
         }
     }
 
@@ -112,15 +107,24 @@ impl RawKernel {
         start: usize,
         end_exclusive: i64,
     ) -> PyResult<usize> {
-        self.stage_batch(messages.len(), start, end_exclusive, |i| Ok(PyIncoming { py, msg: messages.get_item(i)? }))
+        batch::run(self, py, messages, start, end_exclusive)
     }
 
     /// `run` over a batch of the native consumer (consumer.rs).
     fn run_native(&mut self, batch: &NativeBatch, start: usize, end_exclusive: i64) -> PyResult<usize> {
-        let messages = batch.messages.lock().unwrap();
-        self.stage_batch(messages.len(), start, end_exclusive, |i| {
-            Ok(RawIncoming { api: &batch.api, msg: messages[i].0 })
-        })
+        batch::run_native(self, batch, start, end_exclusive)
+    }
+
+    /// Messages staged by the kernel.
+    #[getter]
+    fn messages(&self) -> u64 {
+        self.progress.messages
+    }
+
+    /// Why the last `run` stopped: "end" (the batch is done) or the hand-back's reason.
+    #[getter]
+    fn stopped(&self) -> &'static str {
+        self.progress.stopped
     }
 
     /// Never a route to learn (the append kernel's driver loop reads it after each stop).
@@ -153,28 +157,13 @@ impl RawKernel {
     }
 }
 
-impl RawKernel {
-    fn stage_batch<M: RawValue>(
-        &mut self,
-        n: usize,
-        start: usize,
-        end_exclusive: i64,
-        message: impl Fn(usize) -> PyResult<M>,
-    ) -> PyResult<usize> {
-        for i in start..n {
-            if let Some(reason) = self.stage_one(&message(i)?, end_exclusive)? {
-                self.stopped = reason;
-                return Ok(i);
-            }
-            self.messages += 1;
-        }
-        self.stopped = "end";
-        Ok(n)
+impl<M: RawValue> Stages<M> for RawKernel {
+    fn progress(&mut self) -> &mut Progress {
+        &mut self.progress
     }
 
-    /// Stage one message; `Some(reason)` hands it back untouched.
     #[inline]
-    fn stage_one<M: RawValue>(&mut self, msg: &M, end_exclusive: i64) -> PyResult<Option<&'static str>> {
+    fn stage_one(&mut self, msg: &M, end_exclusive: i64) -> PyResult<Option<&'static str>> {
         if msg.is_event()? {
             return Ok(Some("kafka_event"));
         }
