@@ -634,3 +634,70 @@ static HEX_DIGIT: [bool; 256] = {
     }
     table
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCHEMA: &str = r#"{"type": "record", "name": "R", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "s", "type": "string"},
+        {"name": "u", "type": ["null", "string"]},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}}]}"#;
+
+    /// Walk `body` under [`SCHEMA`] reading `s` and `at`: the values, or None for a stop;
+    /// and whether the walk ended at the body's end.
+    fn walk(body: &[u8]) -> Option<(Vec<Value>, bool)> {
+        let schema = Schema::compile(SCHEMA, &[]).unwrap();
+        let plan = plan(&schema, &["s".to_string(), "at".to_string()], false).unwrap();
+        let mut values = vec![Value::Null; 2];
+        let mut cursor = Cursor::new(body);
+        let walked = Walker { schema: &schema }.walk(schema.top, &plan, &mut cursor, &mut values, 0);
+        walked.ok().map(|_| (values, cursor.at_end()))
+    }
+
+    /// id 3, s "hi", u "x", at 1000 ms.
+    const BODY: &[u8] = b"\x06\x04hi\x02\x02x\xd0\x0f";
+
+    #[test]
+    fn a_body_is_walked_to_its_end_and_the_wanted_values_read() {
+        let (values, at_end) = walk(BODY).unwrap();
+        assert!(at_end);
+        assert!(matches!(values[0], Value::Str(2, 4)), "{values:?}");
+        assert!(matches!(values[1], Value::Millis(1000)), "{values:?}");
+    }
+
+    #[test]
+    fn bytes_after_the_record_are_left_for_the_caller_to_refuse() {
+        let mut longer = BODY.to_vec();
+        longer.push(0);
+        assert!(!walk(&longer).unwrap().1);
+    }
+
+    #[test]
+    fn a_truncated_body_stops() {
+        for end in 0..BODY.len() {
+            assert!(walk(&BODY[..end]).is_none(), "{end} bytes");
+        }
+    }
+
+    #[test]
+    fn a_union_branch_out_of_range_stops() {
+        assert!(walk(b"\x06\x04hi\x04\x02x\xd0\x0f").is_none()); // branch 2 of 2
+        assert!(walk(b"\x06\x04hi\x01\x02x\xd0\x0f").is_none()); // branch -1
+    }
+
+    #[test]
+    fn a_string_that_is_not_utf8_or_of_negative_length_stops() {
+        assert!(walk(b"\x06\x04h\xff\x00\xd0\x0f").is_none());
+        assert!(walk(b"\x06\x01\x00\xd0\x0f").is_none());
+    }
+
+    #[test]
+    fn a_varint_longer_than_ten_bytes_stops() {
+        let mut body = vec![0x80; 10];
+        body.push(0x00);
+        body.extend_from_slice(b"\x04hi\x00\xd0\x0f");
+        assert!(walk(&body).is_none());
+    }
+}

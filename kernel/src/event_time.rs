@@ -509,3 +509,39 @@ fn num(s: &[u8], at: usize, n: usize) -> Option<i64> {
     let part = s.get(at..at + n)?;
     part.iter().try_fold(0i64, |v, b| b.is_ascii_digit().then(|| v * 10 + (b - b'0') as i64))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_date_is_a_day_of_the_proleptic_gregorian_calendar_or_none() {
+        assert_eq!(date_days(b"1970-01-01"), Some(0));
+        assert_eq!(date_days(b"2024-02-29"), Some(19782));
+        assert_eq!(date_days(b"2000-02-29"), Some(11016)); // every 400 years a leap year
+        assert_eq!(date_days(b"1900-02-29"), None); // every 100 not
+        assert_eq!(date_days(b"2023-02-29"), None);
+        assert_eq!(date_days(b"0000-01-01"), None);
+        assert_eq!(date_days(b"2024-2-29"), None);
+    }
+
+    #[test]
+    fn a_date_time_is_its_instant_and_the_date_as_written() {
+        assert_eq!(date_time_micros(b"1970-01-01T00:00:00Z"), Some((0, 0)));
+        // an offset moves the instant, not the written date
+        assert_eq!(date_time_micros(b"1970-01-02T00:30+01:00"), Some((86_400_000_000 - 1_800_000_000, 1)));
+        assert_eq!(date_time_micros(b"1970-01-01 00:00:01,5-0000"), Some((1_500_000, 0)));
+        assert_eq!(date_time_micros(b"1970-01-01T00:00:00"), None); // naive
+        assert_eq!(date_time_micros(b"1970-01-01T24:00:00Z"), None);
+        assert_eq!(date_time_micros(b"1970-01-01T00:00:00+00:60"), None); // Python's, not read here
+    }
+
+    #[test]
+    fn records_are_counted_per_key_the_last_one_first() {
+        let mut counts = Vec::new();
+        for key in [3, 3, 4, 3] {
+            count(&mut counts, key);
+        }
+        assert_eq!(counts, vec![(3, 3), (4, 1)]);
+    }
+}

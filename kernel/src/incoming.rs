@@ -188,3 +188,56 @@ impl Incoming for RawIncoming<'_> {
         Ok(true)
     }
 }
+
+/// A message made in a test: what a consumed message holds, without Python or librdkafka.
+#[cfg(test)]
+pub struct TestMessage {
+    pub offset: i64,
+    pub value: Option<Vec<u8>>,
+    /// `(timestamp type, timestamp)`: type 0 is "no timestamp".
+    pub timestamp: (i64, i64),
+    pub key: Option<Vec<u8>>,
+}
+
+#[cfg(test)]
+impl TestMessage {
+    /// A message at `offset` with `value`, a create-time timestamp of `timestamp_ms`, no key.
+    pub fn new(offset: i64, value: Option<&[u8]>, timestamp_ms: i64) -> TestMessage {
+        TestMessage { offset, value: value.map(<[u8]>::to_vec), timestamp: (1, timestamp_ms), key: None }
+    }
+}
+
+#[cfg(test)]
+impl Incoming for TestMessage {
+    type Bytes<'s> = &'s [u8];
+
+    fn is_event(&self) -> PyResult<bool> {
+        Ok(false)
+    }
+
+    fn offset(&self) -> PyResult<i64> {
+        Ok(self.offset)
+    }
+
+    fn value(&self) -> PyResult<Option<&[u8]>> {
+        Ok(self.value.as_deref())
+    }
+
+    fn value_is_null(&self) -> PyResult<bool> {
+        Ok(self.value.is_none())
+    }
+
+    fn timestamp(&self) -> PyResult<(i64, i64)> {
+        Ok(self.timestamp)
+    }
+
+    fn put_key(&self, out: &mut Vec<u8>) -> PyResult<bool> {
+        put_key(out, self.key.as_deref());
+        Ok(true)
+    }
+
+    fn put_headers(&self, out: &mut Vec<u8>) -> PyResult<bool> {
+        out.push(0);
+        Ok(true)
+    }
+}

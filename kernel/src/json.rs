@@ -1275,3 +1275,55 @@ impl Writer<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCHEMA: &str = r#"{"type": "record", "name": "R", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "s", "type": "string"},
+        {"name": "n", "type": ["null", "long"], "default": null}]}"#;
+
+    /// The Avro body of `json` under [`SCHEMA`] (fastavro's bytes), or the rule it stopped at.
+    fn encode(json: &str) -> Result<Vec<u8>, &'static str> {
+        let mut encoder = Encoder::compile(SCHEMA, &["s".to_string()]).unwrap();
+        let mut values = vec![Value::Null];
+        match encoder.encode(json.as_bytes(), &mut values) {
+            Ok(()) => Ok(encoder.body().to_vec()),
+            Err(_) => Err(forget_why()),
+        }
+    }
+
+    #[test]
+    fn an_object_is_encoded_as_fastavro_writes_it_with_a_missing_nullable_field_null() {
+        assert_eq!(encode(r#"{"id": 3, "s": "hi"}"#), Ok(b"\x06\x04hi\x00".to_vec()));
+        assert_eq!(encode(r#"{"s": "hi", "n": 1, "id": 3}"#), Ok(b"\x06\x04hi\x02\x02".to_vec()));
+    }
+
+    #[test]
+    fn a_duplicate_key_takes_the_last_value_at_the_first_place_as_a_python_dict() {
+        assert_eq!(encode(r#"{"id": 1, "s": "a", "id": 2}"#), Ok(b"\x04\x02a\x00".to_vec()));
+    }
+
+    #[test]
+    fn what_python_reads_otherwise_or_refuses_is_handed_back() {
+        for json in [
+            r#"{"id": 1.0, "s": "a"}"#,                  // a float for a long
+            r#"{"id": 18446744073709551616, "s": "a"}"#, // beyond 64 bits
+            r#"{"id": NaN, "s": "a"}"#,
+            r#"{"id": 1, "s": "\ud800"}"#, // a lone surrogate
+            r#"[{"id": 1, "s": "a"}]"#,    // not an object
+            r#"{"id": 1}"#,                // a required field missing
+            r#"{"id": 1, "s": 2}"#,
+            r#"{"id": 1, "s": "a""#, // not JSON
+        ] {
+            assert!(encode(json).is_err(), "{json}");
+        }
+    }
+
+    #[test]
+    fn a_hand_back_names_its_rule() {
+        assert_eq!(encode(r#"{"id": 1, "s": "\ud800"}"#), Err("lone_surrogate"));
+    }
+}

@@ -813,3 +813,48 @@ impl Check<'_> {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JSON_SCHEMA: &str = r#"{"type": "object", "required": ["n", "d", "t"], "properties": {
+        "n": {"type": "integer", "minimum": 0},
+        "d": {"type": "string", "format": "date"},
+        "t": {"type": "string", "format": "date-time"}}}"#;
+    /// `map_json_schema`'s record of [`JSON_SCHEMA`].
+    const AVRO: &str = r#"{"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"},
+        {"name": "d", "type": {"logicalType": "date", "type": "int"}},
+        {"name": "t", "type": {"logicalType": "timestamp-micros", "type": "long"}}]}"#;
+
+    fn encode(json: &str) -> Option<Vec<u8>> {
+        let mut entry = Entry::compile(JSON_SCHEMA, AVRO, &[], true, Route::Constant(0)).unwrap();
+        entry.encode(json.as_bytes(), &mut []).ok().map(|_| entry.body().to_vec())
+    }
+
+    #[test]
+    fn a_valid_value_is_converted_and_encoded_as_the_python_path_does() {
+        // {'n': 5, 'd': 19782, 't': 1709197200123456}: digits past microseconds dropped
+        let body = encode(r#"{"n": 5, "d": "2024-02-29", "t": "2024-02-29T10:00:00.1234567+01:00"}"#);
+        assert_eq!(body, Some(b"\x0a\x8c\xb5\x02\x80\x99\xb7\xbf\xaf\xa0\x89\x06".to_vec()));
+    }
+
+    #[test]
+    fn a_value_the_schema_rejects_or_the_converter_cannot_read_is_handed_back() {
+        for json in [
+            r#"{"n": -1, "d": "2024-02-29", "t": "2024-02-29T10:00:00Z"}"#, // minimum
+            r#"{"d": "2024-02-29", "t": "2024-02-29T10:00:00Z"}"#,          // required
+            r#"{"n": 1, "d": "2023-02-29", "t": "2024-02-29T10:00:00Z"}"#,  // no such day
+            r#"{"n": 1, "d": "2024-02-29", "t": "2024-02-29T10:00:00"}"#,   // a naive time
+        ] {
+            assert!(encode(json).is_none(), "{json}");
+        }
+    }
+
+    #[test]
+    fn a_schema_with_what_the_kernel_does_not_validate_is_refused() {
+        let pattern = r#"{"type": "object", "properties": {"s": {"type": "string", "pattern": "a+b"}}}"#;
+        let avro = r#"{"type": "record", "name": "R", "fields": [{"name": "s", "type": ["null", "string"]}]}"#;
+        assert!(Entry::compile(pattern, avro, &[], true, Route::Constant(0)).is_err());
+    }
+}

@@ -1169,3 +1169,51 @@ fn plan(messages: &[Message], top: usize, wanted: &[String]) -> Result<Want, Uns
     }
     Ok(want)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `kernel_program` of `message R { int64 id = 1; string name = 2; bool ok = 3; }` (proto3).
+    const PROGRAM: &str = r#"{"top": 0, "messages": [{"fields": [
+        {"name": "id", "number": 1, "kind": "int64", "label": "single"},
+        {"name": "name", "number": 2, "kind": "string", "label": "single"},
+        {"name": "ok", "number": 3, "kind": "bool", "label": "single"}]}], "enums": []}"#;
+
+    /// The Avro body of the wire bytes `input`, or None: handed back.
+    fn encode(input: &[u8]) -> Option<Vec<u8>> {
+        let mut decoder = Decoder::compile(PROGRAM, &[]).unwrap();
+        decoder.encode(input, &mut []).ok().map(|_| decoder.body().to_vec())
+    }
+
+    #[test]
+    fn fields_are_encoded_in_declaration_order_absent_ones_as_their_defaults() {
+        assert_eq!(encode(b"\x08\x05\x12\x02ab\x18\x01"), Some(b"\x0a\x04ab\x01".to_vec()));
+        assert_eq!(encode(b"\x18\x01\x08\x05"), Some(b"\x0a\x00\x01".to_vec()));
+        assert_eq!(encode(b""), Some(b"\x00\x00\x00".to_vec()));
+    }
+
+    #[test]
+    fn the_last_occurrence_wins_and_unknown_fields_are_skipped() {
+        assert_eq!(encode(b"\x08\x05\x08\x07"), Some(b"\x0e\x00\x00".to_vec()));
+        assert_eq!(encode(b"\x48\x2a\x08\x05"), Some(b"\x0a\x00\x00".to_vec())); // field 9
+                                                                                 // a known field of another wire type is an unknown field (upb)
+        assert_eq!(encode(b"\x0a\x01x\x08\x05"), Some(b"\x0a\x00\x00".to_vec()));
+        assert_eq!(encode(b"\x18\x02"), Some(b"\x00\x00\x01".to_vec())); // a bool not 0 is true
+    }
+
+    #[test]
+    fn what_is_malformed_on_the_wire_is_handed_back() {
+        for input in [
+            &b"\x08"[..],                                        // a truncated varint
+            b"\x12\x05ab",                                       // a truncated length
+            b"\x00\x01",                                         // field number 0
+            b"\x0b\x0c",                                         // a group
+            b"\x0f\x00",                                         // wire type 7
+            b"\x12\x01\xff",                                     // a string that is not UTF-8
+            b"\x08\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01", // a varint over 10 bytes
+        ] {
+            assert!(encode(input).is_none(), "{input:?}");
+        }
+    }
+}

@@ -212,3 +212,64 @@ impl<M: RawValue> Stages<M> for RawKernel {
         Ok(None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::incoming::TestMessage;
+
+    impl RawValue for TestMessage {
+        fn raw_value(&self) -> PyResult<Option<Option<&[u8]>>> {
+            Ok(Some(self.value()?))
+        }
+    }
+
+    const DAY_MS: i64 = 86_400_000;
+
+    fn kernel(hourly: bool) -> RawKernel {
+        // days 1..=2 only; no timestamp, key or headers columns in the prefix
+        RawKernel::new("t", 0, 10, 1, 2, false, false, false, hourly)
+    }
+
+    fn stage(kernel: &mut RawKernel, msg: &TestMessage) -> Option<&'static str> {
+        kernel.stage_one(msg, 100).unwrap()
+    }
+
+    #[test]
+    fn a_value_null_or_not_is_a_row_dated_by_its_kafka_timestamp() {
+        let mut k = kernel(false);
+        assert_eq!(stage(&mut k, &TestMessage::new(0, Some(b"ab"), DAY_MS)), None);
+        assert_eq!(stage(&mut k, &TestMessage::new(1, None, 2 * DAY_MS + 5)), None);
+        assert_eq!(k.ends.len(), 2);
+        assert_eq!(k.days, vec![(1, 1), (2, 1)]);
+        let (first, second) = k.data.split_at(k.ends[0] as usize);
+        assert!(first.ends_with(b"\x02\x04ab"), "{first:?}"); // ["null", "bytes"] branch 1
+        assert!(second.ends_with(b"\x00"), "{second:?}");
+    }
+
+    #[test]
+    fn an_hour_table_row_carries_its_hour_and_is_counted_per_hour() {
+        let mut k = kernel(true);
+        assert_eq!(stage(&mut k, &TestMessage::new(0, Some(b""), DAY_MS + 3_600_000 + 1)), None);
+        assert_eq!(k.hours, vec![(25, 1)]);
+    }
+
+    #[test]
+    fn what_the_python_path_must_judge_is_handed_back_untouched() {
+        let mut k = kernel(false);
+        let mut no_timestamp = TestMessage::new(0, Some(b"a"), DAY_MS);
+        no_timestamp.timestamp = (0, DAY_MS);
+        for (msg, reason) in [
+            (TestMessage::new(100, Some(b"a"), DAY_MS), "past_range"),
+            (TestMessage::new(-1, Some(b"a"), DAY_MS), "past_range"),
+            (TestMessage::new(0, Some(&[0; 11]), DAY_MS), "oversized"),
+            (TestMessage::new(0, Some(b"a"), 0), "event_time_uncertain"), // day 0: out of range
+            (TestMessage::new(0, Some(b"a"), 3 * DAY_MS), "event_time_uncertain"),
+            (TestMessage::new(0, Some(b"a"), -1), "event_time_uncertain"),
+            (no_timestamp, "event_time_uncertain"),
+        ] {
+            assert_eq!(stage(&mut k, &msg), Some(reason));
+        }
+        assert!(k.data.is_empty() && k.ends.is_empty());
+    }
+}

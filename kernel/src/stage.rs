@@ -1198,3 +1198,85 @@ fn put_part_columns<M: Incoming>(
     }
     Ok(!outputs.iter().any(|o| o.headers) || msg.put_headers(headers)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::incoming::TestMessage;
+
+    const DAY_MS: i64 = 86_400_000;
+    const HEADER: &[u8] = b"\x00\x00\x00\x00\x07";
+
+    /// A kernel reading `wanted`, routing by its first two when `by_fields`, dated by the
+    /// Kafka timestamp.
+    fn kernel(wanted: &[&str], by_fields: bool) -> StageKernel {
+        let wanted = wanted.iter().map(|w| w.to_string()).collect();
+        let route = by_fields.then_some((0, 1));
+        StageKernel::new(
+            "t",
+            0,
+            1000,
+            wanted,
+            vec![],
+            route,
+            "auto",
+            true,
+            true,
+            0,
+            100_000,
+            false,
+            false,
+            false,
+            vec![],
+        )
+        .unwrap()
+    }
+
+    fn stage(kernel: &mut StageKernel, value: &[u8]) -> Option<&'static str> {
+        <StageKernel as Stages<TestMessage>>::stage_one(kernel, &TestMessage::new(0, Some(value), DAY_MS), 10).unwrap()
+    }
+
+    #[test]
+    fn an_avro_kernel_stages_a_framed_body_of_a_schema_it_was_given() {
+        let mut k = kernel(&[], false);
+        k.add_schema(HEADER, r#"{"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}]}"#, Some(2))
+            .unwrap();
+        assert_eq!(stage(&mut k, b"\x00\x00\x00\x00\x07\x06"), None);
+        assert_eq!(k.touched, vec![2]);
+        assert_eq!(k.slots[2].days, vec![(1, 1)]);
+        assert!(k.slots[2].data.ends_with(b"\x06"));
+        assert_eq!(stage(&mut k, b"\x00\x00\x00\x00\x08\x06"), Some("schema_unknown"));
+        assert_eq!(stage(&mut k, b"\x00\x00\x00\x00"), Some("unframed"));
+        assert_eq!(stage(&mut k, b"\x00\x00\x00\x00\x07\x06\x00"), Some("body_uncertain"));
+    }
+
+    #[test]
+    fn a_kernel_stages_one_format_and_refuses_another_formats_schemas() {
+        let avro = r#"{"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}]}"#;
+        let mut k = kernel(&[], false);
+        k.stage_protobuf().unwrap();
+        assert!(k.add_schema(HEADER, avro, Some(0)).is_err());
+        assert!(k.add_json_schema(avro, Some(0)).is_err());
+        let mut k = kernel(&[], false);
+        assert!(k.add_json_destinations(avro, vec![]).is_err()); // add_json_schema first
+        assert!(k.drop_json_fields(vec!["a".to_string()]).is_err()); // no JSON schema
+        k.add_json_schema(avro, Some(0)).unwrap();
+        assert!(k.stage_protobuf().is_err());
+        assert!(k.add_schema(HEADER, avro, Some(0)).is_err());
+    }
+
+    #[test]
+    fn a_route_the_kernel_does_not_know_is_handed_back_then_learned() {
+        let schema = r#"{"type": "record", "name": "R", "fields": [
+            {"name": "ds", "type": "string"}, {"name": "tb", "type": "string"}]}"#;
+        let mut k = kernel(&["ds", "tb"], true);
+        k.add_json_schema(schema, None).unwrap();
+        let value = br#"{"ds": "web", "tb": "clicks"}"#;
+        assert_eq!(stage(&mut k, value), Some("route_unknown"));
+        assert_eq!(k.unknown_route, Some((b"web".to_vec(), b"clicks".to_vec())));
+        assert!(k.learn_route(b"\x00", b"web", b"clicks", 3).is_err()); // a header is 5 bytes
+        k.learn_route(HEADER, b"web", b"clicks", 3).unwrap();
+        assert_eq!(stage(&mut k, value), None);
+        assert_eq!(k.touched, vec![3]);
+    }
+}
