@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install kernel demo lint test test-unit stack-up stack-down stack-status dev validate bench bench-latency faults soak clean-local
+.PHONY: install kernel kernel-check demo lint test test-unit stack-up stack-down stack-status dev validate bench bench-latency faults soak clean-local
 
 install: $(STAMP)
 
@@ -42,11 +42,25 @@ demo: install
 	$(BIN)/kbqe demo --then-dagster-dev
 
 # ruff (lint and format) and mypy, configured in pyproject.toml, before the tests: about 20 s
-# on a fresh clone, under a second with mypy's cache (.mypy_cache/).
+# on a fresh clone, under a second with mypy's cache (.mypy_cache/); and the kernel's layout
+# (cargo fmt --check, instant; kernel/rustfmt.toml). The kernel's clippy and unit tests compile
+# it, minutes on two cores: they are `make kernel-check`, a unit of `make test`'s lanes.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	@if command -v cargo >/dev/null; then \
+	  echo "cargo fmt --check (kernel/)"; cargo fmt --manifest-path kernel/Cargo.toml --check; \
+	elif [ "$$KBQE_REQUIRE_KERNEL" = 1 ]; then \
+	  echo "error: cargo not found and KBQE_REQUIRE_KERNEL=1"; exit 1; \
+	else \
+	  echo "kernel: cargo fmt --check skipped: cargo not found"; \
+	fi
+
+# The kernel's cargo clippy -D warnings and Rust unit tests (scripts/kernel_rust.py): skipped
+# without cargo, unless KBQE_REQUIRE_KERNEL=1.
+kernel-check:
+	$(BIN)/python scripts/kernel_rust.py
 
 # Quick start 2: the whole test suite, in two lanes side by side on the machine's two cores
 # (scripts/test_lanes.py): units of the suite (one per test directory, the tests that need no

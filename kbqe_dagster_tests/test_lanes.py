@@ -46,17 +46,18 @@ def test_every_test_file_is_in_exactly_one_stack_unit_or_the_soak(lanes):
 
 
 def test_the_tests_that_need_no_service_run_once_in_a_unit_of_their_own(lanes):
-    (no_service,) = [u for u in lanes.units() if not u.on_stack and u.name != "soak"]
+    pytest_units = [u for u in lanes.units() if u.command is None]
+    (no_service,) = [u for u in pytest_units if not u.on_stack and u.name != "soak"]
     assert no_service.args == ["-m", "not integration"]
     assert all(u.args[:2] == ["-m", "integration"] for u in lanes.units() if u.on_stack)
 
 
 def test_the_longest_units_are_queued_first_and_the_short_ones_last(lanes):
     names = [u.name for u in lanes.units()]
-    assert names[:3] == ["keyed", "no-service", "soak"]
+    assert names[:4] == ["keyed", "kernel-rust", "no-service", "soak"]
     longer = [n for n in lanes.LONGER_DIRECTORIES if (TESTS / n).is_dir()]
-    assert names[3 : 3 + len(longer)] == longer
-    assert names[3 + len(longer) :] == sorted(names[3 + len(longer) : -1]) + ["top-level"]
+    assert names[4 : 4 + len(longer)] == longer
+    assert names[4 + len(longer) :] == sorted(names[4 + len(longer) : -1]) + ["top-level"]
 
 
 def test_only_the_keyed_unit_starts_postgresql_and_kafka_connect(lanes):
@@ -103,3 +104,39 @@ def test_a_test_that_starts_services_says_so_in_its_file_name_or_its_mark() -> N
     assert announces_the_stack(f"{x}/test_loads.py::test_a", integration)
     assert not announces_the_stack(f"{x}/test_loads.py::test_a", None)
     assert not announces_the_stack(f"{x}/on_stack/test_loads.py::test_on_x", None)
+
+
+def test_the_kernels_rust_checks_are_a_unit_of_their_own_not_pytest(lanes):
+    """clippy and cargo test compile the crate: a lane runs them beside the other units
+    (make lint checks cargo fmt only)."""
+    (rust,) = [u for u in lanes.units() if u.command is not None]
+    assert rust.name == "kernel-rust" and not rust.on_stack
+    assert rust.argv == [sys.executable, "scripts/kernel_rust.py"]
+    assert (REPO / rust.argv[1]).is_file()
+    rust.exit_code = 1
+    assert not rust.passed
+    makefile = (REPO / "Makefile").read_text()
+    lint = makefile.split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    assert "cargo fmt" in lint and "clippy" not in lint and "cargo test" not in lint
+
+
+@pytest.fixture
+def kernel_rust(monkeypatch):
+    spec = importlib.util.spec_from_file_location(
+        "kernel_rust_script", REPO / "scripts" / "kernel_rust.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_cargo_the_rust_checks_are_skipped_unless_the_kernel_is_required(
+    kernel_rust, monkeypatch, capsys
+):
+    monkeypatch.setattr(kernel_rust.shutil, "which", lambda name: None)
+    monkeypatch.delenv("KBQE_REQUIRE_KERNEL", raising=False)
+    assert kernel_rust.main() == 0
+    assert "skipped: cargo not found" in capsys.readouterr().out
+    monkeypatch.setenv("KBQE_REQUIRE_KERNEL", "1")
+    assert kernel_rust.main() == 1
+    assert "FAILED: cargo not found and KBQE_REQUIRE_KERNEL=1" in capsys.readouterr().out

@@ -2,7 +2,9 @@
 
 The suite is cut into units, each one pytest process: the tests that need no service, the
 soak (which brings a private stack of its own), and the tests that use the local stack, one
-unit per test directory. Two lanes take units from one queue until it is empty, so the
+unit per test directory; and one unit that is not pytest, ``kernel-rust``: the native
+kernel's clippy and Rust unit tests (scripts/kernel_rust.py), which compile the crate and so
+run here, beside the other units, rather than in the serial ``make lint``. Two lanes take units from one queue until it is empty, so the
 lanes end together whatever each unit takes. Each lane has a local stack of its own (its own
 home and ports, the downloads shared), started before its first stack unit and kept for the
 next: a test that stops Kafka to see what the product does stops its own lane's Kafka, and
@@ -57,11 +59,13 @@ NO_TESTS_COLLECTED = 5  # pytest's exit code when the marker leaves a directory 
 
 @dataclass
 class Unit:
-    """One pytest process: its arguments, and whether it runs on its lane's stack."""
+    """One pytest process: its arguments, and whether it runs on its lane's stack; or, with
+    ``command``, a process that is not pytest (``args`` then unused)."""
 
     name: str
     args: Sequence[str]
     on_stack: bool
+    command: Sequence[str] | None = None
     lane: int = 0
     exit_code: int | None = None
     seconds: float = 0.0
@@ -70,6 +74,26 @@ class Unit:
     def passed(self) -> bool:
         ok = {0, NO_TESTS_COLLECTED} if self.on_stack else {0}
         return self.exit_code in ok
+
+    @property
+    def argv(self) -> list[str]:
+        if self.command is not None:
+            return list(self.command)
+        return [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--durations=15",
+            *self.args,
+        ]
+
+    @property
+    def what(self) -> str:
+        return (
+            " ".join(self.command) if self.command is not None else f"pytest {' '.join(self.args)}"
+        )
 
 
 def stack_unit(name: str, *paths: str, ignore: Sequence[str] = ()) -> Unit:
@@ -81,6 +105,9 @@ FIRST_UNITS = (
     # services' contract: the only users of PostgreSQL and Kafka Connect, so those start in
     # one lane only.
     stack_unit("keyed", f"{TESTS}/keyed", f"{TESTS}/localstack/test_cdc_contract.py"),
+    # The kernel's clippy and Rust unit tests: a few minutes of compiling on a cold machine,
+    # early so that they end long before the longest units do (skipped without cargo).
+    Unit("kernel-rust", [], False, command=[sys.executable, "scripts/kernel_rust.py"]),
     # The soak after the no-service tests, as it always ran: beside the keyed unit's
     # PostgreSQL, Connect and Spark from its first minute, on a machine loaded by other work
     # too, its daemon fell behind its settle time (runs of 10 minutes and more).
@@ -116,7 +143,7 @@ def units(tests: Path = REPO / TESTS) -> list[Unit]:
         rest.append(stack_unit(directory.name, path, ignore=ignored))
     top_level = sorted(f"{TESTS}/{p.name}" for p in tests.glob("test_*.py"))
     rest.append(stack_unit("top-level", *top_level))
-    return [Unit(u.name, list(u.args), u.on_stack) for u in FIRST_UNITS] + rest
+    return [Unit(u.name, list(u.args), u.on_stack, u.command) for u in FIRST_UNITS] + rest
 
 
 @dataclass
@@ -141,15 +168,7 @@ class Lane:
                 print(f"--- lane {self.number}: {unit.name} started", flush=True)
             with log.open("w") as out:
                 unit.exit_code = subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "pytest",
-                        "-p",
-                        "no:cacheprovider",
-                        "--durations=15",
-                        *unit.args,
-                    ],  # fmt: skip
+                    unit.argv,
                     cwd=REPO,
                     env={**os.environ, **(self.env if unit.on_stack else {})},
                     stdout=out,
@@ -159,7 +178,7 @@ class Lane:
             unit.seconds = time.monotonic() - started
             done.append(unit)
             with console:
-                print(f"=== lane {self.number}: {unit.name}: pytest {' '.join(unit.args)}")
+                print(f"=== lane {self.number}: {unit.name}: {unit.what}")
                 print(log.read_text(), end="")
                 print(f"=== lane {self.number}: {unit.name} exit {unit.exit_code} "
                       f"in {unit.seconds:,.0f} s", flush=True)  # fmt: skip
