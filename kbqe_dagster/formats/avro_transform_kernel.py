@@ -78,7 +78,7 @@ class AvroTransformKernelStaging(NativeStaging):
             raise ValueError("transforms without a compiled derived schema")
         output = staged.compiled.output_schema
         constants = b""
-        if done.parts:  # appended per message, the constants among them (lib.rs stage_one)
+        if done.parts:  # appended per message, the constants among them (stage.rs stage_one)
             rng = stager.rng
             self.kernel.append_message_parts(done.appended(output, rng.topic, rng.partition))
         elif done.constants:

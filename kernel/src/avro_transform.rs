@@ -8,7 +8,7 @@
 //! dropped ones, each rewritten field's encoding replaced as rewrite.rs does for the other
 //! formats (an int or long cast to string as the string of its digits, a mask, a timestamp,
 //! an exact cast), the constants' encoding after them (renames and byte-keeping casts change
-//! no bytes; the parts of the message are lib.rs's, appended per message). That is Python's
+//! no bytes; the parts of the message are stage.rs's, appended per message). That is Python's
 //! output exactly when fastavro's decode → encode round trip gives the body back byte for
 //! byte, so the walk runs in canonical mode (body.rs, `Cursor::canonical`): every encoding
 //! fastavro would write differently is handed back, and the Python path stages it. A

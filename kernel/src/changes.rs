@@ -18,7 +18,7 @@
 //! avro_transform.rs does for transforms. A value it is not certain of is handed back.
 //!
 //! Everything else of the message (frame, validation, event day, prefix, file) is the append
-//! kernel's (lib.rs). What this module is not certain about — a value the Python path would
+//! kernel's (stage.rs). What this module is not certain about — a value the Python path would
 //! dead-letter as `not_a_change` (an unknown op, a null version, a missing image), a value of a
 //! type `body()` would read in a way not copied here, a body whose slice the Python skippers
 //! might cut elsewhere (a sized array/map block) — is a `Stop`: the message is handed back.

@@ -14,7 +14,7 @@
 //! runs the step before projecting: a value its rewrite is not certain of goes back whole). An
 //! Avro record is its fields' encodings one after the other, so that is the projected record's
 //! encoding.
-//! The message is staged into every output or handed back whole (lib.rs).
+//! The message is staged into every output or handed back whole (stage.rs).
 
 use crate::avro_transform::Transform;
 use crate::body::{Plan, R};
@@ -39,7 +39,7 @@ enum Piece {
     CheckPart(Appended),
 }
 
-/// What a message's parts are read from (lib.rs fills the key and headers columns only when
+/// What a message's parts are read from (stage.rs fills the key and headers columns only when
 /// an output appends them).
 pub struct MessageParts<'m> {
     pub offset: i64,
