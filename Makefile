@@ -44,7 +44,8 @@ demo: install
 # ruff (lint and format) and mypy, configured in pyproject.toml, before the tests: about 20 s
 # on a fresh clone, under a second with mypy's cache (.mypy_cache/); and the kernel's layout
 # (cargo fmt --check, instant; kernel/rustfmt.toml). The kernel's clippy and unit tests compile
-# it, minutes on two cores: they are `make kernel-check`, a unit of `make test`'s lanes.
+# it, minutes on two cores: they are `make kernel-check`; its unit tests are also a unit of
+# `make test`'s lanes (clippy is not: CI's 90 minutes hold one of the two compiles).
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -3,7 +3,7 @@
 The suite is cut into units, each one pytest process: the tests that need no service, the
 soak (which brings a private stack of its own), and the tests that use the local stack, one
 unit per test directory; and one unit that is not pytest, ``kernel-rust``: the native
-kernel's clippy and Rust unit tests (scripts/kernel_rust.py), which compile the crate and so
+kernel's Rust unit tests (scripts/kernel_rust.py --tests-only), which compile the crate and so
 run here, beside the other units, rather than in the serial ``make lint``. Two lanes take units from one queue until it is empty, so the
 lanes end together whatever each unit takes. Each lane has a local stack of its own (its own
 home and ports, the downloads shared), started before its first stack unit and kept for the
@@ -105,9 +105,11 @@ FIRST_UNITS = (
     # services' contract: the only users of PostgreSQL and Kafka Connect, so those start in
     # one lane only.
     stack_unit("keyed", f"{TESTS}/keyed", f"{TESTS}/localstack/test_cdc_contract.py"),
-    # The kernel's clippy and Rust unit tests: a few minutes of compiling on a cold machine,
+    # The kernel's Rust unit tests: a couple of minutes of compiling on a cold machine,
     # early so that they end long before the longest units do (skipped without cargo).
-    Unit("kernel-rust", [], False, command=[sys.executable, "scripts/kernel_rust.py"]),
+    Unit(
+        "kernel-rust", [], False, command=[sys.executable, "scripts/kernel_rust.py", "--tests-only"]
+    ),
     # The soak after the no-service tests, as it always ran: beside the keyed unit's
     # PostgreSQL, Connect and Spark from its first minute, on a machine loaded by other work
     # too, its daemon fell behind its settle time (runs of 10 minutes and more).
