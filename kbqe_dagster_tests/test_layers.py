@@ -56,6 +56,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "faults": frozenset(),  # fault hooks: imported by every room, import nothing
     "processes": frozenset(),  # whether a pid runs: a leaf too
     "packaged": frozenset(),  # the files shipped in kbqe_dagster/data/: a leaf too
+    "instance_config": frozenset({"packaged"}),  # dagster.yaml per storage, from the packaged one
     "package": CORE_ROOMS,  # kbqe_dagster/__init__.py: what a user decoder imports
     "localstack": CORE_ROOMS | {"processes", "packaged"},
     "resources": CORE_ROOMS | {"localstack", "packaged"},  # localstack only in SEAMS below
@@ -114,6 +115,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         "runner",
         "demo",
         "packaged",
+        "instance_config",
     },
 }
 

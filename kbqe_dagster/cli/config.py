@@ -1,6 +1,7 @@
 """``kbqe config check`` (is the pipeline file valid? every problem with its key path) and
 ``kbqe config schema`` (its JSON Schema, for editors). The reader is core/config/pipeline.py,
-the schema core/config/schema.py."""
+the schema core/config/schema.py. ``kbqe config dagster-yaml`` prints the Dagster instance's
+file for a storage (kbqe_dagster/instance_config.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from kbqe_dagster.cli.common import SubParsers, config_option, pipeline_path
 from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.instance_config import STORAGES, instance_yaml
 
 INVALID_EXIT = 1
 """``config check``: the pipeline file has problems (or cannot be read)."""
@@ -34,6 +36,17 @@ def add_config(sub: SubParsers, common: argparse.ArgumentParser) -> None:
         help="print the JSON Schema of the pipeline file (for editors: completion, checks)",
     )
     schema.set_defaults(handler=_schema)
+    instance = actions.add_parser(
+        "dagster-yaml",
+        parents=[common],
+        help="print the Dagster instance's dagster.yaml for a storage (sqlite or postgres)",
+        description="The packaged dagster.yaml (run coordinator, tag limits, pools, "
+        "run_monitoring); with --storage postgres followed by a `storage: postgres:` block "
+        "whose connection is read from KBQE_DAGSTER_PG_HOST, _PORT, _USER, _PASSWORD and _DB "
+        "(docs/runbook.md, 'Dagster on Postgres').",
+    )
+    instance.add_argument("--storage", choices=STORAGES, default="sqlite")
+    instance.set_defaults(handler=_dagster_yaml)
 
 
 def check_report(path: Any) -> dict[str, Any]:
@@ -88,4 +101,9 @@ def _schema(args: argparse.Namespace) -> int:
     from kbqe_dagster.core.config.schema import pipeline_schema
 
     print(json.dumps(pipeline_schema(), indent=2))
+    return 0
+
+
+def _dagster_yaml(args: argparse.Namespace) -> int:
+    print(instance_yaml(args.storage), end="")
     return 0
