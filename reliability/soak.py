@@ -12,7 +12,10 @@ faults stop and restart the services: never the stack other tests and developers
 steps:
 
 1. start the private stack, create the fleet's topics (reliability/soak_fleet.py), write its
-   pipeline file, start the code server, the webserver and the daemon;
+   pipeline file, start the code server, the webserver and the daemon on an instance of the
+   soak's own: SQLite by default, or with ``--storage postgres`` the instance file production
+   uses, on a database of the run's own in the private stack's PostgreSQL (port 35432; what the
+   CI soak, kbqe_dagster_tests/reliability/test_soak.py, runs);
 2. for ``--minutes``: produce to the fleet at a steady rate with seeded bursts (a topic found by
    ``topic_patterns`` appears at 30 % of the run, schemas evolve at 40 %), sample memory and
    produce → visible latency, and inject the faults of reliability/soak_faults.py at seeded
@@ -26,7 +29,7 @@ steps:
    during an injected outage;
 5. write the report (``--json``, default bench/results/soak.json) and print it.
 
-    .venv/bin/python reliability/soak.py --minutes 10 --seed 7
+    .venv/bin/python reliability/soak.py --minutes 10 --seed 7 [--storage postgres]
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from kbqe_dagster.localstack.endpoints import (  # noqa: E402
 )
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore  # noqa: E402
 from reliability.messages import Ledger  # noqa: E402
-from reliability.soak_dagster import DagsterProcesses  # noqa: E402
+from reliability.soak_dagster import DagsterProcesses, prepare_storage  # noqa: E402
 from reliability.soak_fleet import Fleet, FleetProducer  # noqa: E402
 
 log = logging.getLogger("reliability.soak")
@@ -72,6 +75,7 @@ PORTS = {
     "GCS": 34443,
     "BIGQUERY": 39050,
     "BIGQUERY_GRPC": 39060,
+    "POSTGRES": 35432,  # on demand: the Dagster instance's server with --storage postgres
 }
 GRPC_PORT = 34100
 WEB_PORT = 34101
@@ -148,6 +152,8 @@ class Soak:
     faults: bool = True
     settle_minutes: float = 15.0
     keep_stack: bool = False
+    storage: str = "sqlite"
+    """The Dagster instance's storage: ``sqlite`` or ``postgres`` (reliability/soak_dagster.py)."""
     report: dict[str, Any] = field(default_factory=dict)
 
     def run(self) -> dict[str, Any]:
@@ -155,6 +161,9 @@ class Soak:
 
         run_id = uuid.uuid4().hex[:6]
         endpoints = start_private_stack()
+        storage = prepare_storage(self.storage, endpoints, run_id)
+        # this process reads the instance back at the end, so it needs the variables too
+        os.environ.update(storage.env)
         started_at = time.time()
         fleet = Fleet(run_id, f"gs://{LOCAL_BUCKET}/soak-{run_id}")
         workdir = self.home / f"soak-{run_id}"
@@ -174,12 +183,13 @@ class Soak:
         }
         env.pop("KBQE_CRASH_AT", None)
         _check_definitions(pipeline, fleet.staging_url)
-        dagster = DagsterProcesses.create(workdir, env, GRPC_PORT, WEB_PORT)
+        dagster = DagsterProcesses.create(workdir, env, GRPC_PORT, WEB_PORT, storage.kind)
         self.report = {
             "run_id": run_id,
             "seed": self.seed,
             "minutes": self.minutes,
             "faults_enabled": self.faults,
+            "storage": storage.report,
             "workdir": str(workdir),
             "ports": {
                 k: int(v)
@@ -517,13 +527,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep-stack", action="store_true", help="leave the private stack running afterwards"
     )
+    parser.add_argument(
+        "--storage",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="the Dagster instance's storage: SQLite under its DAGSTER_HOME (default), or "
+        "PostgreSQL as production keeps it, a database of the run's own on the private "
+        "stack's PostgreSQL (port KBQE_LOCAL_POSTGRES_PORT, default 35432)",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
     private_stack_env(args.home, args.cache_from)
     soak = Soak(
-        args.minutes, args.seed, args.home, args.faults, args.settle_minutes, args.keep_stack
+        args.minutes,
+        args.seed,
+        args.home,
+        args.faults,
+        args.settle_minutes,
+        args.keep_stack,
+        args.storage,
     )
     report = soak.run()
     args.json.parent.mkdir(parents=True, exist_ok=True)

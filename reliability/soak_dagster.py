@@ -5,6 +5,11 @@ its own on a Dagster instance of the soak's own, with the project's ``dagster.ya
 coordinator, tag limits, the ``bigquery_load`` pool). Runs are launched by the code server
 (Dagster's default run launcher), one process per run.
 
+The instance's storage is SQLite under its ``DAGSTER_HOME``, or PostgreSQL as production keeps
+it (``--storage postgres``): the private stack's on-demand PostgreSQL (the server change data
+capture uses), a database of the run's own created in it, and the instance file
+``kbqe config dagster-yaml --storage postgres`` prints (kbqe_dagster/instance_config.py).
+
 Also what the soak reads back from the instance at the end: run outcomes, runs stuck in flight,
 pool slots held, the latest evaluation of every asset check, and the sensors' and schedules'
 failed ticks.
@@ -14,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kbqe_dagster.instance_config import STORAGES, instance_yaml, postgres_environment
 from kbqe_dagster.localstack.base import port_open
-from kbqe_dagster.packaged import data_file
+from kbqe_dagster.localstack.endpoints import LocalEndpoints
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +73,17 @@ class DagsterProcesses:
 
     @classmethod
     def create(
-        cls, workdir: Path, env: dict[str, str], grpc_port: int, web_port: int
+        cls,
+        workdir: Path,
+        env: dict[str, str],
+        grpc_port: int,
+        web_port: int,
+        storage: str = "sqlite",
     ) -> DagsterProcesses:
+        """``env`` holds the ``KBQE_DAGSTER_PG_*`` variables for ``storage="postgres"``."""
         home = workdir / "dagster_home"
         home.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(data_file("dagster.yaml"), home / "dagster.yaml")
+        (home / "dagster.yaml").write_text(instance_yaml(storage))
         workspace = workdir / "workspace.yaml"
         workspace.write_text(
             "load_from:\n"
@@ -191,6 +202,70 @@ class DagsterProcesses:
 
     def pids(self) -> dict[str, int]:
         return {n: p.pid for n, p in self.procs.items() if p.alive() and p.pid is not None}
+
+
+# --- the instance's storage ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Storage:
+    """Where the soak's Dagster instance keeps runs, events and schedules: ``env`` holds what
+    its instance file reads (empty for SQLite), ``report`` what the soak's report records."""
+
+    kind: str
+    env: dict[str, str]
+    report: dict[str, Any]
+
+
+def prepare_storage(kind: str, endpoints: LocalEndpoints, run_id: str) -> Storage:
+    """SQLite needs nothing; PostgreSQL is the private stack's on-demand server, started here
+    (embedded binaries from the stack's download cache when the machine has none), with a
+    database of this run's own: a fresh instance per run, as with SQLite, and the server's
+    other databases (change data capture's ``kbqe``) left alone."""
+    if kind not in STORAGES:
+        raise ValueError(f"soak: unknown storage {kind!r} (one of {', '.join(STORAGES)})")
+    if kind == "sqlite":
+        return Storage(kind, {}, {"kind": kind})
+    import psycopg
+    from psycopg import sql
+
+    from kbqe_dagster.localstack import stack
+
+    (server,) = stack.build(["postgres"], endpoints=endpoints, on_demand=True)
+    if server.pid() is None and port_open(server.port):
+        raise SystemExit(
+            f"soak: postgres's port {server.port} is taken by a process that is not this soak's "
+            "stack; choose another with KBQE_LOCAL_POSTGRES_PORT"
+        )
+    began = time.monotonic()
+    stack.up_services([server])
+    start_s = time.monotonic() - began
+    conn = server.connection()
+    database = f"dagster_soak_{run_id}"
+    with psycopg.connect(
+        host=str(conn["host"]),
+        port=int(conn["port"]),
+        user=str(conn["user"]),
+        password=str(conn["password"]),
+        dbname=str(conn["database"]),
+        autocommit=True,
+    ) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    env = postgres_environment(
+        str(conn["host"]), int(conn["port"]), str(conn["user"]), str(conn["password"]), database
+    )
+    binaries = server.binaries
+    log.info(
+        "postgres storage: database %s on %s:%s (%s binaries, up in %.1fs)",
+        database, conn["host"], conn["port"], binaries.source, start_s,
+    )  # fmt: skip
+    report = {
+        "kind": kind,
+        "server": f"{conn['host']}:{conn['port']}",
+        "database": database,
+        "binaries": binaries.source,
+        "bin_dir": str(binaries.bin_dir),
+        "start_seconds": round(start_s, 1),
+    }
+    return Storage(kind, env, report)
 
 
 # --- reading the instance back -----------------------------------------------------------------

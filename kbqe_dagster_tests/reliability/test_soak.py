@@ -1,7 +1,8 @@
 """The soak (``reliability/soak.py``), bounded: the product as production runs it —
 ``dagster-daemon``, the code server and the webserver as processes of their own, runs launched
-by the queued run coordinator under the project's dagster.yaml — fed by a fleet of topics of
-every kind while every fault kind is injected once, then checked end to end.
+by the queued run coordinator under the project's dagster.yaml, runs, events, schedules and
+pool slots in PostgreSQL (``--storage postgres``: every other test covers SQLite) — fed by a
+fleet of topics of every kind while every fault kind is injected once, then checked end to end.
 
 It runs on a private local stack (its own home and ports: the faults stop services), never the
 one the other tests share; ``KBQE_SOAK_MINUTES`` sets how long it produces (default 10, what
@@ -42,13 +43,26 @@ def soak_report():
         for name in PORTS:  # the shared stack's overrides are not the soak's ports
             os.environ.pop(f"KBQE_LOCAL_{name}_PORT", None)
         private_stack_env(DEFAULT_HOME, Path(shared) / "cache")
-        report = Soak(MINUTES, SEED, DEFAULT_HOME, faults=True, settle_minutes=SETTLE_MINUTES).run()
+        report = Soak(
+            MINUTES,
+            SEED,
+            DEFAULT_HOME,
+            faults=True,
+            settle_minutes=SETTLE_MINUTES,
+            storage="postgres",
+        ).run()
         if os.environ.get("KBQE_SOAK_REPORT"):
             Path(os.environ["KBQE_SOAK_REPORT"]).write_text(render(report) + "\n")
         yield report
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def test_the_dagster_instance_ran_on_postgres(soak_report) -> None:
+    storage = soak_report["storage"]
+    assert storage["kind"] == "postgres" and storage["database"].startswith("dagster_soak_")
+    assert storage["server"].endswith(f":{PORTS['POSTGRES']}")
 
 
 def test_every_message_is_in_bigquery_exactly_once(soak_report) -> None:
