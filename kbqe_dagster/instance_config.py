@@ -28,6 +28,9 @@ POSTGRES_ENV = {
 }
 """dagster-postgres's ``postgres_db`` keys and the environment variable each is read from."""
 
+POSTGRES_SCHEME = "postgresql+psycopg2"
+"""The SQLAlchemy URL scheme, naming the driver (see the block's comment)."""
+
 POSTGRES_BLOCK = (
     "\n"
     "# PostgreSQL storage (kbqe_dagster/instance_config.py appends this block to dagster.yaml):\n"
@@ -38,6 +41,11 @@ POSTGRES_BLOCK = (
     "  postgres:\n"
     "    postgres_db:\n"
     + "".join(f"      {key}: {{env: {var}}}\n" for key, var in POSTGRES_ENV.items())
+    + "      # The driver dagster-postgres is written for (it brings psycopg2-binary). SQLAlchemy\n"
+    "      # 2.1 takes psycopg 3 for a bare postgresql://: missing, or where installed, its\n"
+    "      # server-side parameters break dagster-postgres's `NOTIFY run_events, :id` and\n"
+    "      # every event write fails (found by the soak).\n"
+    f"      scheme: {POSTGRES_SCHEME}\n"
 )
 
 

@@ -40,6 +40,8 @@ def test_postgres_text_is_the_packaged_text_then_the_storage_block() -> None:
 
 
 def test_postgres_storage_reads_every_connection_setting_from_the_environment() -> None:
+    """...and pins the psycopg2 driver: SQLAlchemy 2.1's default for postgresql:// is psycopg 3
+    (the dev extra has it), on which dagster-postgres's event writes fail."""
     storage = yaml.safe_load(instance_yaml("postgres"))["storage"]
     assert storage == {
         "postgres": {
@@ -49,6 +51,7 @@ def test_postgres_storage_reads_every_connection_setting_from_the_environment() 
                 "username": {"env": "KBQE_DAGSTER_PG_USER"},
                 "password": {"env": "KBQE_DAGSTER_PG_PASSWORD"},
                 "db_name": {"env": "KBQE_DAGSTER_PG_DB"},
+                "scheme": "postgresql+psycopg2",
             }
         }
     }
@@ -87,7 +90,7 @@ def test_dagster_postgres_accepts_the_storage_block_and_resolves_it(monkeypatch)
     result = process_config(DagsterPostgresStorage.config_type(), block)
     assert result.success, result.errors
     url = pg_url_from_config(result.value)
-    assert url == "postgresql://dagster:s3cret@db.internal:6543/dagster_prod"
+    assert url == "postgresql+psycopg2://dagster:s3cret@db.internal:6543/dagster_prod"
 
 
 def test_postgres_environment_names_every_variable_the_file_reads() -> None:
