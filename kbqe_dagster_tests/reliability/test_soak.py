@@ -7,7 +7,8 @@ fleet of topics of every kind while every fault kind is injected once, then chec
 It runs on a private local stack (its own home and ports: the faults stop services), never the
 one the other tests share; ``KBQE_SOAK_MINUTES`` sets how long it produces (default 10, what
 ``make test`` runs; ``make soak`` is the 60-minute run); ``KBQE_SOAK_REPORT`` names a file to
-write its JSON report to.
+write its JSON report to; ``KBQE_SOAK_STORAGE`` the Dagster instance's storage (default
+``postgres``; ``sqlite`` runs it as ``make soak`` does).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from reliability.soak_faults import KINDS
 
 MINUTES = float(os.environ.get("KBQE_SOAK_MINUTES", "10"))
 SEED = 7
+STORAGE = os.environ.get("KBQE_SOAK_STORAGE", "postgres")
 SETTLE_MINUTES = 15
 
 # The run takes MINUTES of producing, up to SETTLE_MINUTES of loading, then the drain: far
@@ -49,7 +51,7 @@ def soak_report():
             DEFAULT_HOME,
             faults=True,
             settle_minutes=SETTLE_MINUTES,
-            storage="postgres",
+            storage=STORAGE,
         ).run()
         if os.environ.get("KBQE_SOAK_REPORT"):
             Path(os.environ["KBQE_SOAK_REPORT"]).write_text(render(report) + "\n")
@@ -59,10 +61,12 @@ def soak_report():
         os.environ.update(saved)
 
 
-def test_the_dagster_instance_ran_on_postgres(soak_report) -> None:
+def test_the_dagster_instance_ran_on_the_storage_asked_for(soak_report) -> None:
     storage = soak_report["storage"]
-    assert storage["kind"] == "postgres" and storage["database"].startswith("dagster_soak_")
-    assert storage["server"].endswith(f":{PORTS['POSTGRES']}")
+    assert storage["kind"] == STORAGE
+    if STORAGE == "postgres":
+        assert storage["database"].startswith("dagster_soak_")
+        assert storage["server"].endswith(f":{PORTS['POSTGRES']}")
 
 
 def test_every_message_is_in_bigquery_exactly_once(soak_report) -> None:
