@@ -6,37 +6,29 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kbqe_dagster.core.load.checks import (
-    Verdict,
-)
+from kbqe_dagster.core.load.checks import Verdict
 
 
-def _metadata(verdict: Verdict) -> dict:
+def _check_fields(key: dg.AssetKey, verdict: Verdict) -> dict:
+    """What an evaluation and a result both say of a verdict: they differ only in their type."""
     return {
-        k: dg.MetadataValue.json(v) if k in verdict.json_keys else v
-        for k, v in verdict.metadata.items()
+        "asset_key": key,
+        "check_name": verdict.name,
+        "passed": verdict.passed,
+        "severity": dg.AssetCheckSeverity(verdict.severity),
+        "description": verdict.description or None,
+        "metadata": {
+            k: dg.MetadataValue.json(v) if k in verdict.json_keys else v
+            for k, v in verdict.metadata.items()
+        },
     }
 
 
 def verdict_evaluation(key: dg.AssetKey, verdict: Verdict) -> dg.AssetCheckEvaluation:
     """A core verdict as the event an op yields."""
-    return dg.AssetCheckEvaluation(
-        asset_key=key,
-        check_name=verdict.name,
-        passed=verdict.passed,
-        severity=dg.AssetCheckSeverity(verdict.severity),
-        description=verdict.description or None,
-        metadata=_metadata(verdict),
-    )
+    return dg.AssetCheckEvaluation(**_check_fields(key, verdict))
 
 
 def verdict_result(key: dg.AssetKey, verdict: Verdict) -> dg.AssetCheckResult:
     """A core verdict as the result a standalone check returns."""
-    return dg.AssetCheckResult(
-        asset_key=key,
-        check_name=verdict.name,
-        passed=verdict.passed,
-        severity=dg.AssetCheckSeverity(verdict.severity),
-        description=verdict.description or None,
-        metadata=_metadata(verdict),
-    )
+    return dg.AssetCheckResult(**_check_fields(key, verdict))
