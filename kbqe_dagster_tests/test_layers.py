@@ -57,9 +57,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "processes": frozenset(),  # whether a pid runs: a leaf too
     "packaged": frozenset(),  # the files shipped in kbqe_dagster/data/: a leaf too
     "instance_config": frozenset({"packaged"}),  # dagster.yaml per storage, from the packaged one
+    # the instance's run launcher (loaded by the daemon with the instance) and the run worker's
+    # identity it checks, which the pipeline resource records in a run's worker
+    "run_launcher": CORE_ROOMS,
     "package": CORE_ROOMS,  # kbqe_dagster/__init__.py: what a user decoder imports
     "localstack": CORE_ROOMS | {"processes", "packaged"},
-    "resources": CORE_ROOMS | {"localstack", "packaged"},  # localstack only in SEAMS below
+    "resources": CORE_ROOMS | {"localstack", "packaged", "run_launcher"},  # localstack: SEAMS
     # the stage engine and its extensions: staging never imports what plugs into it
     "staging": CORE_ROOMS | {"resources", "faults", "processes"},
     "formats": CORE_ROOMS | {"resources", "staging"},
@@ -119,9 +122,13 @@ ALLOWED: dict[str, frozenset[str]] = {
     },
 }
 
-SEAMS = {"localstack": {"resources": {"resources/environment.py"}}}
+SEAMS = {
+    "localstack": {"resources": {"resources/environment.py"}},
+    "run_launcher": {"resources": {"resources/configurable.py"}},
+}
 """Arrows a room may take only through the modules named: the local stack's addresses are
-known to resources/environment.py (which builds the local resources), not to every system."""
+known to resources/environment.py (which builds the local resources), not to every system; the
+run worker's identity is recorded by the pipeline resource (resources/configurable.py) alone."""
 
 
 # --- reading imports --------------------------------------------------------------------------

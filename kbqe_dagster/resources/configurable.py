@@ -166,6 +166,14 @@ class PipelineResource(dg.ConfigurableResource):
         "loaded (core/config/discovery.py): load() returns them among the topics, as if listed.",
     )
 
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # In a run's worker (every kbqe job's ops read this resource): tag the run with the
+        # worker's identity, so that run monitoring can tell a worker that died unseen
+        # (kbqe_dagster/run_launcher.py). Outside a run (sensors, checks) there is no run id.
+        from kbqe_dagster.run_launcher import record_run_worker
+
+        record_run_worker(context.instance, context.run.run_id if context.run else None)
+
     def load(self):
         from kbqe_dagster.core.config.pipeline import load_pipeline_config, parse_pipeline_text
 

@@ -1,0 +1,103 @@
+"""kbqe's run launcher: Dagster's default one (each run a process of the code server) that can
+also tell the daemon's run monitoring when a run's worker is gone.
+
+The default launcher cannot (``supports_check_run_worker_health`` is false), so a run whose
+worker dies after its code server was restarted or reloaded stays STARTED for ever
+(core/run_worker_health.py says why, and decides). With this launcher, named in the packaged
+``dagster.yaml``, ``run_monitoring`` fails such a run within its poll interval: its pool and
+tag-limit slots are freed and the sensors launch its work again, exactly once as ever (a range
+commits once, through its create-only done files).
+
+The worker records its identity with :func:`record_run_worker` when it first opens the pipeline
+resource (every kbqe job's ops read it); the monitor compares it with what ``/proc`` shows. Runs
+of other jobs, and workers on another host or in another container, get no verdict: they are
+RUNNING to the monitor, as under the default launcher. A leaf beside ``instance_config``: it
+imports Dagster and ``core`` only, since the daemon loads it with the instance.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from dagster._core.launcher import CheckRunHealthResult, DefaultRunLauncher, WorkerStatus
+
+from kbqe_dagster.core.run_worker_health import WORKER_TAG, ProcessIdentity, worker_gone
+
+log = logging.getLogger(__name__)
+
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22), or
+    None when this process cannot see one with that pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: count after its end.
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[19])  # field 22: the 20th after the state (field 3)
+
+
+def process_identity(pid: int) -> ProcessIdentity | None:
+    """Process ``pid``'s identity as this process sees it, or None where ``/proc`` does not
+    tell it (no such process, or not Linux)."""
+    try:
+        with open(BOOT_ID) as boot:
+            boot_id = boot.read().strip()
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+    ticks = start_ticks(pid)
+    if ticks is None:
+        return None
+    return ProcessIdentity(boot_id, namespace, pid, ticks)
+
+
+def this_process() -> ProcessIdentity | None:
+    """This process's identity (:func:`process_identity`)."""
+    return process_identity(os.getpid())
+
+
+def record_run_worker(instance: Any, run_id: str | None) -> None:
+    """Tag run ``run_id`` with this process's identity (:data:`WORKER_TAG`), once per process:
+    called in the run worker. Does nothing outside a run (a sensor, a test's resource), where
+    ``/proc`` cannot tell, or when the run already carries this very identity."""
+    if instance is None or not run_id:
+        return
+    me = this_process()
+    if me is None:
+        return
+    run = instance.get_run_by_id(run_id)
+    if run is None or run.tags.get(WORKER_TAG) == me.tag:
+        return
+    instance.add_run_tags(run_id, {WORKER_TAG: me.tag})
+
+
+class WatchedRunLauncher(DefaultRunLauncher):
+    """``DefaultRunLauncher`` plus a worker health check (see the module docstring). Named in
+    ``dagster.yaml`` as ``run_launcher: {module: kbqe_dagster.run_launcher, class:
+    WatchedRunLauncher}``; it takes no configuration."""
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: Any) -> CheckRunHealthResult:
+        recorded = ProcessIdentity.from_tag(run.tags.get(WORKER_TAG))
+        me = this_process()
+        if recorded is None or me is None:
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "no worker identity to check")
+        reason = worker_gone(recorded, me.boot_id, me.pid_namespace, start_ticks(recorded.pid))
+        if reason is None:
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"run worker pid {recorded.pid}")
+        log.warning("run %s: %s, and the run never ended: failing it", run.run_id, reason)
+        return CheckRunHealthResult(
+            WorkerStatus.FAILED,
+            f"{reason}, and the run never ended (its code server was restarted or reloaded "
+            "since it started, so nothing else saw it die)",
+        )
