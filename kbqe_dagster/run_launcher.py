@@ -8,8 +8,9 @@ worker dies after its code server was restarted or reloaded stays STARTED for ev
 tag-limit slots are freed and the sensors launch its work again, exactly once as ever (a range
 commits once, through its create-only done files).
 
-The worker records its identity with :func:`record_run_worker` when it first opens the pipeline
-resource (every kbqe job's ops read it); the monitor compares it with what ``/proc`` shows. Runs
+A step of the run records the worker's identity with :func:`record_run_worker` when it first
+opens the pipeline resource (every kbqe job's ops read it); the monitor compares it with what
+``/proc`` shows. Runs
 of other jobs, and workers on another host or in another container, get no verdict: they are
 RUNNING to the monitor, as under the default launcher. A leaf beside ``instance_config``: it
 imports Dagster and ``core`` only, since the daemon loads it with the instance.
@@ -63,19 +64,64 @@ def this_process() -> ProcessIdentity | None:
     return process_identity(os.getpid())
 
 
+RUN_WORKER_STARTED = "Started process for run"
+"""The start of the engine event a launched run's worker logs first, with its pid in the
+event's metadata (Dagster's ``EngineEventData.in_process``)."""
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of process ``pid`` (``/proc/<pid>/stat`` field 4), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    return int(text[text.rindex(")") + 2 :].split()[1])
+
+
+def is_self_or_ancestor(pid: int) -> bool:
+    """Whether ``pid`` is this process or one of its ancestors."""
+    current: int | None = os.getpid()
+    while current and current > 0:
+        if current == pid:
+            return True
+        current = parent_pid(current)
+    return False
+
+
+def run_worker_pid(instance: Any, run_id: str) -> int | None:
+    """The pid the run's worker logged when its launcher started it, or None for a run that
+    no launcher started (``execute_in_process``, ``kbqe run``)."""
+    import dagster as dg
+
+    for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+        event = entry.dagster_event
+        if not (entry.message or "").startswith(RUN_WORKER_STARTED) or event is None:
+            continue
+        pid = event.engine_event_data.metadata.get("pid")
+        text = getattr(pid, "value", pid)
+        return int(text) if isinstance(text, str | int) and str(text).isdigit() else None
+    return None
+
+
 def record_run_worker(instance: Any, run_id: str | None) -> None:
-    """Tag run ``run_id`` with this process's identity (:data:`WORKER_TAG`), once per process:
-    called in the run worker. Does nothing outside a run (a sensor, a test's resource), where
-    ``/proc`` cannot tell, or when the run already carries this very identity."""
+    """Tag run ``run_id`` with its worker's identity (:data:`WORKER_TAG`): called in a step of
+    the run, which is the worker itself (the in-process executor) or its child (the
+    multiprocess one, each step a process of its own that ends with the step). So the identity
+    recorded is the worker's, the pid it logged on start, and only when that pid is this
+    process or an ancestor. Does nothing outside a run (a sensor, a test's resource), for a
+    run no launcher started, where ``/proc`` cannot tell, or when the tag is already there."""
     if instance is None or not run_id:
         return
-    me = this_process()
-    if me is None:
-        return
     run = instance.get_run_by_id(run_id)
-    if run is None or run.tags.get(WORKER_TAG) == me.tag:
+    if run is None or WORKER_TAG in run.tags:
         return
-    instance.add_run_tags(run_id, {WORKER_TAG: me.tag})
+    pid = run_worker_pid(instance, run_id)
+    if pid is None or not is_self_or_ancestor(pid):
+        return
+    worker = process_identity(pid)
+    if worker is not None:
+        instance.add_run_tags(run_id, {WORKER_TAG: worker.tag})
 
 
 class WatchedRunLauncher(DefaultRunLauncher):

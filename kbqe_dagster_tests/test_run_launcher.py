@@ -10,11 +10,13 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
+from dagster._core.events import EngineEventData
 from dagster._core.launcher import WorkerStatus
 from dagster._daemon.monitoring.run_monitoring import monitor_started_run
 
@@ -74,6 +76,12 @@ def started_run(instance: dg.DagsterInstance, tag: str | None) -> dg.DagsterRun:
     return started
 
 
+def check_run(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.DagsterRun:
+    again = instance.get_run_by_id(run.run_id)
+    assert again is not None
+    return again
+
+
 def monitor(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dg.DagsterRunStatus:
     """One pass of Dagster's own monitoring over ``run``; its status after."""
     record = instance.get_run_record_by_id(run.run_id)
@@ -90,13 +98,51 @@ def test_the_packaged_instance_uses_the_watched_launcher(instance: dg.DagsterIns
     assert instance.run_monitoring_enabled
 
 
-def test_a_run_worker_tags_its_run_with_its_identity(instance: dg.DagsterInstance) -> None:
+def log_worker_started(instance: dg.DagsterInstance, run: dg.DagsterRun, pid: int) -> None:
+    """What a launched run's worker logs first (Dagster's grpc and CLI run entry points)."""
+    instance.report_engine_event(
+        f"Started process for run (pid: {pid}).", run, EngineEventData.in_process(pid)
+    )
+
+
+def test_a_step_in_the_run_worker_tags_the_run_with_the_worker(
+    instance: dg.DagsterInstance,
+) -> None:
     run = started_run(instance, None)
+    record_run_worker(instance, run.run_id)  # no worker logged: a run no launcher started
+    assert WORKER_TAG not in check_run(instance, run).tags
+    log_worker_started(instance, run, os.getpid())
     record_run_worker(instance, run.run_id)
-    tagged = instance.get_run_by_id(run.run_id)
     me = this_process()
-    assert tagged is not None and me is not None and tagged.tags[WORKER_TAG] == me.tag
+    assert me is not None and check_run(instance, run).tags[WORKER_TAG] == me.tag
     record_run_worker(instance, None)  # outside a run (a sensor's resource): nothing to tag
+
+
+def test_a_step_process_tags_the_run_with_its_parent_the_worker(
+    instance: dg.DagsterInstance, tmp_path: Path
+) -> None:
+    # The multiprocess executor (the default under the daemon) runs each step in a child of
+    # the run worker, which ends with the step: the run's identity must be the worker's.
+    run = started_run(instance, None)
+    log_worker_started(instance, run, os.getpid())
+    step = (
+        "import dagster as dg, sys; from kbqe_dagster.run_launcher import record_run_worker\n"
+        "with dg.DagsterInstance.from_config(sys.argv[1]) as inst:\n"
+        "    record_run_worker(inst, sys.argv[2])\n"
+    )
+    subprocess.run([sys.executable, "-c", step, str(tmp_path), run.run_id], check=True)
+    me = this_process()
+    assert me is not None and check_run(instance, run).tags[WORKER_TAG] == me.tag
+
+
+def test_a_worker_pid_that_is_not_an_ancestor_is_not_recorded(
+    instance: dg.DagsterInstance, worker: tuple[subprocess.Popen[str], ProcessIdentity]
+) -> None:
+    proc, _ = worker
+    run = started_run(instance, None)
+    log_worker_started(instance, run, proc.pid)  # some other process: never this step's worker
+    record_run_worker(instance, run.run_id)
+    assert WORKER_TAG not in check_run(instance, run).tags
 
 
 def test_a_running_worker_keeps_its_run(
