@@ -165,7 +165,12 @@ def _encode_json_field(name: str, value: Any, kind: str) -> bytes:
     if value is None:
         raise BadKeyError(f"the JSON key has no value for key field {name!r}")
     if kind == "string" and isinstance(value, str):
-        data = value.encode("utf-8")
+        try:
+            data = value.encode("utf-8")
+        except UnicodeEncodeError as error:  # a lone surrogate escape (json.loads reads one)
+            raise BadKeyError(
+                f"the JSON key's field {name!r} is not Unicode text: {error}"
+            ) from None
         return encode_long(len(data)) + data
     if kind == "long" and isinstance(value, int) and not isinstance(value, bool):
         if -(1 << 63) <= value < (1 << 63):
@@ -233,6 +238,13 @@ class TableLayout:
         version = self.version(fields, kafka_timestamp_ms)
         head = change_columns(DELETE_OP if deleted else "u", version, deleted) + key
         return head + self._values(self._converted(body))
+
+    def kernel_rewrites(self) -> tuple[tuple[int, str], ...]:
+        """The value fields :meth:`_converted` re-encodes, for the native kernel (kernel/src/
+        table.rs): (index among the value's top-level fields, kind of kernel/src/
+        connect_types.rs), in field order; empty when the value's bytes are copied. ValueError
+        when one is not the kernel's (the layout then stays on the Python path)."""
+        return () if self.semantic is None else tuple(sorted(self.semantic.kernel_rewrites()))
 
     @staticmethod
     def tombstone(key: bytes, kafka_timestamp_ms: int | None) -> bytes:

@@ -12,8 +12,9 @@ enrichment, files, commit, dead letters) is the stage engine's.
 
 A tombstone is dated by its Kafka timestamp (it has no fields), with the topic's date rule.
 
-The native kernel does not stage these topics: :class:`TableTopicsOnPython` says why, once
-per range (the kernel's keyed routine reads no Kafka key and skips tombstones).
+The native kernel stages these topics when their values are Confluent Avro
+(keyed/table_native.py: this path computes each layout, the kernel copies the bytes); a format
+that decodes values into records stays on this path, said once per range.
 """
 
 from __future__ import annotations
@@ -35,29 +36,12 @@ from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.event_time import epoch_day, event_date
 from kbqe_dagster.core.record.routing import Destination
 from kbqe_dagster.keyed.table_changes import KafkaKeys, KeyColumns, TableLayout, table_layout
+from kbqe_dagster.keyed.table_native import TableNativeStaging
 from kbqe_dagster.staging.context import RangeResult, StageContext
-from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster.staging.probe.record_probe import RecordProbe
 from kbqe_dagster.staging.stager import Decoder, RangeStager
 
 log = logging.getLogger(__name__)
-
-KERNEL_REASON = (
-    "a topic keyed by its Kafka key stages on the Python path: the native kernel's keyed "
-    "routine reads no Kafka key and counts tombstones instead of staging them"
-)
-
-
-class TableTopicsOnPython(NativeStaging):
-    """The kernel's answer for a table topic's range: the Python path (see the module
-    docstring), said once per range at debug level."""
-
-    KERNEL_METHOD = None
-
-    @classmethod
-    def for_range(cls, stager: Any, extension: Any) -> NativeStaging | None:
-        log.debug("%s: %s", stager.rng, KERNEL_REASON)
-        return None
 
 
 class TableStaging:
@@ -65,7 +49,7 @@ class TableStaging:
     :func:`table_stager` (see the module docstring)."""
 
     native_kernel = False
-    native_driver = TableTopicsOnPython
+    native_driver = TableNativeStaging
 
     # The attributes of the RangeStager this is mixed into, for the type checker.
     topic: Any
@@ -97,7 +81,7 @@ class TableStaging:
         )
         keyed = self.topic.keyed
         # Routing's and event time's fields, then the change columns' (version, delete field).
-        self._wanted = tuple(
+        self.wanted = tuple(
             dict.fromkeys(
                 [*self.topic.required_fields]
                 + [p for p in (keyed.version, keyed.delete_field) if p]
@@ -118,7 +102,7 @@ class TableStaging:
         """An Avro value's decoder: the probe reads routing's, event time's and the change
         columns' fields; the value schema is kept for the layout."""
         decoder = Decoder(
-            RecordProbe(schema, self._wanted),
+            RecordProbe(schema, self.wanted),
             extended_schema(schema, self.enrichment),
             record_full_name(schema),
         )
@@ -143,29 +127,25 @@ class TableStaging:
         if known is None:
             known = self._values[schema_key] = (
                 parse_schema(dict(schema), _write_hint=False),
-                RecordProbe(schema, self._wanted),
+                RecordProbe(schema, self.wanted),
             )
         return known
 
     def _stage_value(self, msg: Any, value_key: Any, value: Any, body: bytes, fields: dict) -> None:
         columns, key = self.keys.read(msg.key())
-        layout = self._layout(columns, value_key, value)
+        layout = self.layout_of(columns, value_key, value)
         change = layout.record(key, body, fields, _kafka_ms(msg))
         self._append(msg, fields, change, layout, tombstone=False)
 
     def _stage_tombstone(self, msg: Any) -> None:
         self.tombstones += 1
         columns, key = self.keys.read(msg.key())
-        layout = self._layout(columns, None, None)
+        layout = self.layout_of(columns, None, None)
         self._append(msg, {}, layout.tombstone(key, _kafka_ms(msg)), layout, tombstone=True)
 
     def _append(self, msg: Any, fields: dict, change: bytes, layout: TableLayout, *,
                 tombstone: bool) -> None:  # fmt: skip
-        file_schema = self._file_schemas.get(layout.schema_id)
-        if file_schema is None:
-            file_schema = self._file_schemas[layout.schema_id] = extended_schema(
-                layout.schema, self.enrichment
-            )
+        file_schema = self.file_schema(layout)
         if tombstone:  # no fields to date it by: its Kafka timestamp, the topic's date rule
             ts = _kafka_ms(msg)
             day = epoch_day(event_date(self._tombstone_time, {}, ts))
@@ -180,7 +160,16 @@ class TableStaging:
             destination=self.changelog,
         )  # fmt: skip
 
-    def _layout(self, columns: KeyColumns, value_key: Any, value: Any) -> TableLayout:
+    def file_schema(self, layout: TableLayout) -> dict:
+        """The file schema of ``layout``'s records (the changelog record, enriched)."""
+        file_schema = self._file_schemas.get(layout.schema_id)
+        if file_schema is None:
+            file_schema = self._file_schemas[layout.schema_id] = extended_schema(
+                layout.schema, self.enrichment
+            )
+        return file_schema
+
+    def layout_of(self, columns: KeyColumns, value_key: Any, value: Any) -> TableLayout:
         """The layout of a key layout and a value schema, made once per range; a schema with
         no layout is the bad input of each of its messages."""
         at = (columns.identity, value_key)

@@ -1,7 +1,8 @@
 """A topic keyed by its Kafka key (``keyed.key_from: kafka_key``: a compacted topic, a KTable)
 stages every message as a change of its key (keyed/table_stage.py, keyed/table_changes.py):
 the key columns come from the Kafka key, the value's fields follow them, NULLABLE, a tombstone
-is a delete of its key, and a key that cannot be read is bad input naming why."""
+is a delete of its key, and a key that cannot be read is bad input naming why. (The native
+kernel's staging of the same topics is held equal to this path by test_table_kernel.py.)"""
 
 from __future__ import annotations
 
@@ -154,6 +155,8 @@ def test_a_json_key_gives_its_named_fields_in_their_types(tmp_path) -> None:
         ({"key_format": "json", "key": ["id"]}, b"{}", "the JSON key has no value for key field 'id'"),
         ({"key_format": "json", "key": ["id"], "key_types": {"id": "long"}}, b'{"id": "1"}',
          "the JSON key's field 'id' is \"1\", not a long (keyed.key_types)"),
+        ({"key_format": "json", "key": ["id"]}, b'{"id": "\\ud800"}',
+         "the JSON key's field 'id' is not Unicode text"),  # a lone surrogate: no UTF-8
     ],
 )  # fmt: skip
 def test_a_key_that_cannot_be_read_is_bad_input_naming_why(tmp_path, keyed, key, error) -> None:
@@ -231,25 +234,38 @@ def test_every_decoding_format_stages_its_values_the_same_way(tmp_path, fmt) -> 
     assert rows[0][0][3:] == ["customer_key", "id", "name"]
 
 
-def test_the_native_kernel_leaves_table_topics_to_the_python_path(tmp_path, caplog) -> None:
-    """Named, not silent: the kernel's keyed routine reads no Kafka key and counts tombstones
-    instead of staging them, so a table topic's range never gets a kernel driver."""
+@pytest.mark.parametrize("fmt", ["avro", "json"])
+def test_the_native_kernel_takes_avro_table_topics_and_names_why_it_leaves_the_others(
+    tmp_path, caplog, fmt
+) -> None:
+    """An Avro-valued table topic's range gets the kernel's table driver (keyed/table_native.py);
+    a format that decodes values into records stays on the Python path, named, not silent."""
     from kbqe_dagster.core.protocol.offsets import OffsetRange
-    from kbqe_dagster.keyed.table_stage import KERNEL_REASON
+    from kbqe_dagster.keyed.table_native import DECODED_REASON, TableNativeStaging
     from kbqe_dagster.resources.kafka.clients import KafkaSettings
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
     from kbqe_dagster.stagers import stager_class
     from kbqe_dagster.staging.context import StageContext
 
+    schema = {k: v for k, v in VALUE.items() if k != "namespace"}
+    config = (
+        pipeline({})
+        if fmt == "avro"
+        else pipeline({"key_format": "string", "key": ["k"]}, format="json", schema=schema)
+    )
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
-                       StagingLocation(str(tmp_path / "staging")), pipeline({}), TOPIC,
+                       StagingLocation(str(tmp_path / "staging")), config, TOPIC,
                        native_kernel=True)  # fmt: skip
     stager = stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, 10), tmp_path)
-    with caplog.at_level("DEBUG", logger="kbqe_dagster.keyed.table_stage"):
-        assert NativeStaging.for_stager(stager) is None
-    if _kernel_built():  # (without a kernel every range is the Python path anyway)
-        assert KERNEL_REASON in caplog.text
+    with caplog.at_level("DEBUG", logger="kbqe_dagster.keyed.table_native"):
+        driver = NativeStaging.for_stager(stager)
+    if not _kernel_built():  # without a kernel every range is the Python path anyway
+        assert driver is None
+    elif fmt == "avro":
+        assert isinstance(driver, TableNativeStaging)
+    else:
+        assert driver is None and DECODED_REASON in caplog.text
 
 
 def _kernel_built() -> bool:

@@ -316,7 +316,7 @@ fn row_of<'s>(
 
 /// A field type as (its union's null branch, the value's type): `(None, t)` for a type that is
 /// not a union; a union that is not of null and one other type is returned as itself.
-fn nullable(schema: &Schema, t: NodeId) -> (Option<i64>, NodeId) {
+pub(crate) fn nullable(schema: &Schema, t: NodeId) -> (Option<i64>, NodeId) {
     if let Kind::Union(b) = &schema.nodes[t] {
         if b.len() == 2 {
             match (&schema.nodes[b[0]], &schema.nodes[b[1]]) {
@@ -332,7 +332,7 @@ fn nullable(schema: &Schema, t: NodeId) -> (Option<i64>, NodeId) {
 /// Whether node `t` is the Avro type of semantic `kind` as rewrite.rs reads it: a plain
 /// string (ZonedTimestamp), a plain long (Nano*), a record of exactly an int `scale` and
 /// plain bytes `value`, in that order (VariableScaleDecimal).
-fn semantic_type(schema: &Schema, t: NodeId, kind: &str) -> bool {
+pub(crate) fn semantic_type(schema: &Schema, t: NodeId, kind: &str) -> bool {
     match (kind, &schema.nodes[t]) {
         ("zoned_timestamp", Kind::String(Logical::None)) => true,
         ("nanos_to_micros", Kind::Long(Logical::None)) => true,
@@ -383,7 +383,7 @@ fn version_of(value: Value) -> R<i64> {
 
 /// `change_columns(op, version, deleted)`: `_op` (a one-letter string), `_source_ts_ms`,
 /// `_deleted`.
-fn columns(out: &mut Vec<u8>, op: u8, version: i64, deleted: bool) {
+pub(crate) fn columns(out: &mut Vec<u8>, op: u8, version: i64, deleted: bool) {
     out.push(2);
     out.push(op);
     put_long(out, version);

@@ -25,6 +25,8 @@ pub trait Incoming {
     fn value_is_null(&self) -> PyResult<bool>;
     /// `(timestamp type, timestamp)`, as confluent-kafka's `timestamp()`.
     fn timestamp(&self) -> PyResult<(i64, i64)>;
+    /// The key's bytes; None for a null key (or one that is not bytes).
+    fn key(&self) -> PyResult<Option<Self::Bytes<'_>>>;
     /// Append the key column; false when the key is not bytes or null.
     fn put_key(&self, out: &mut Vec<u8>) -> PyResult<bool>;
     /// Append the headers column; false when a header is not `(str, bytes | None)`.
@@ -69,6 +71,11 @@ impl<'py> Incoming for PyIncoming<'py> {
 
     fn timestamp(&self) -> PyResult<(i64, i64)> {
         self.msg.call_method0(intern!(self.py, "timestamp"))?.extract()
+    }
+
+    fn key(&self) -> PyResult<Option<HeldBytes<'py>>> {
+        let key = self.msg.call_method0(intern!(self.py, "key"))?;
+        Ok(key.cast_into::<PyBytes>().ok().map(HeldBytes))
     }
 
     fn put_key(&self, out: &mut Vec<u8>) -> PyResult<bool> {
@@ -162,6 +169,11 @@ impl Incoming for RawIncoming<'_> {
         Ok(self.api.timestamp(self.msg))
     }
 
+    fn key(&self) -> PyResult<Option<&[u8]>> {
+        let m = self.raw();
+        Ok(raw_slice(m.key, m.key_len))
+    }
+
     fn put_key(&self, out: &mut Vec<u8>) -> PyResult<bool> {
         let m = self.raw();
         put_key(out, raw_slice(m.key, m.key_len));
@@ -229,6 +241,10 @@ impl Incoming for TestMessage {
 
     fn timestamp(&self) -> PyResult<(i64, i64)> {
         Ok(self.timestamp)
+    }
+
+    fn key(&self) -> PyResult<Option<&[u8]>> {
+        Ok(self.key.as_deref())
     }
 
     fn put_key(&self, out: &mut Vec<u8>) -> PyResult<bool> {

@@ -37,6 +37,7 @@ mod rewrite;
 mod route;
 mod schema;
 mod stage;
+mod table;
 
 use pyo3::prelude::*;
 

@@ -28,7 +28,7 @@ use crate::incoming::Incoming;
 use crate::prefix::{put_long, Prefix};
 use crate::route::Route;
 use crate::schema::{self, Schema};
-use crate::{avro_transform, changes, destinations, json, json_schema, protobuf, rewrite};
+use crate::{avro_transform, changes, destinations, json, json_schema, protobuf, rewrite, table};
 
 struct Entry {
     schema: Schema,
@@ -87,9 +87,15 @@ pub struct StageKernel {
     /// Keyed topics (`count_tombstones`): a null value is counted here and skipped, as
     /// `KeyedRangeStager.add` does, instead of handed back.
     count_tombstones: bool,
-    /// Tombstones counted (a keyed topic's; also among `messages`).
+    /// Tombstones counted (a keyed topic's; also among `messages`), or staged as deletes (a
+    /// table topic's).
     #[pyo3(get)]
     tombstones: u64,
+    /// A topic keyed by its Kafka key (`stage_table`, table.rs): every message, a tombstone
+    /// included, is a changelog record of its key; the Avro format's entries are unused.
+    table: Option<Box<table::Table>>,
+    /// A table topic's tombstones are dated by their Kafka timestamp alone.
+    tombstone_time: Option<EventTime>,
     /// `add` transforms of message parts and constants (`append_message_parts`), after every
     /// body.
     appended: Vec<rewrite::Appended>,
@@ -267,6 +273,8 @@ impl StageKernel {
             appended: Vec::new(),
             count_tombstones: false,
             tombstones: 0,
+            table: None,
+            tombstone_time: None,
         })
     }
 
@@ -524,6 +532,92 @@ impl StageKernel {
     fn drop_json_fields(&mut self, names: Vec<String>) -> PyResult<()> {
         let encoder = self.json_encoder()?;
         encoder.drop_fields(&names).map_err(|e| PyValueError::new_err(e.0))
+    }
+
+    /// Stage a topic keyed by its Kafka key (table.rs, keyed/table_stage.py): `key_format`
+    /// ("string", "json" or "avro"), a JSON key's fields and their kinds (`key_types`). Every
+    /// message then takes the layout `add_table_layout` gave its key and value headers; a
+    /// message whose layout was not given stops as "table_unknown". Raises ValueError for a
+    /// kernel that was given schemas or another format, or a kind it does not know.
+    fn stage_table(&mut self, key_format: &str, json_fields: Vec<(String, String)>) -> PyResult<()> {
+        let empty = matches!(&self.format, Format::Avro { entries, .. } if entries.is_empty());
+        if !empty || self.count_tombstones {
+            return Err(PyValueError::new_err("a table topic's kernel stages nothing else"));
+        }
+        let format = match key_format {
+            "string" => table::KeyFormat::String,
+            "avro" => table::KeyFormat::Avro,
+            "json" => {
+                let mut fields = Vec::with_capacity(json_fields.len());
+                for (name, kind) in json_fields {
+                    fields.push((name, table::JsonKind::parse(&kind).map_err(|e| PyValueError::new_err(e.0))?));
+                }
+                table::KeyFormat::Json(fields)
+            }
+            other => return Err(PyValueError::new_err(format!("a key format {other:?}"))),
+        };
+        self.table = Some(Box::new(table::Table::new(format)));
+        // `replace(event_time, fields=(), kafka_timestamp_fallback=True)`: the topic's date
+        // bounds, its Kafka timestamp.
+        self.tombstone_time = Some(EventTime {
+            candidates: Vec::new(),
+            unit: self.event.unit,
+            utc_rule: self.event.utc_rule,
+            kafka_timestamp_fallback: true,
+            min_day: self.event.min_day,
+            max_day: self.event.max_day,
+        });
+        Ok(())
+    }
+
+    /// A table topic's changelog layout (after `stage_table`): of the key layout framed by
+    /// `key_header` (an Avro key's 5 bytes, whose registry schema is `key_schema_json`, given
+    /// the first time; empty for a string or JSON key) and the values framed by `value_header`
+    /// (None: its tombstones), whose writer schema is `value_schema_json` and whose top-level
+    /// fields take `actions` (table_changes.py `TableLayout.actions`), with the wanted slots
+    /// of the version and delete fields, re-encoding the fields `rewrites` names (index among
+    /// the value's fields, kind: table_changes.py `TableLayout.kernel_rewrites`). Records go
+    /// to file slot `slot`. Raises ValueError for what the kernel does not implement: those
+    /// messages stay on the Python path.
+    #[pyo3(signature = (key_header, key_schema_json, value_header, value_schema_json, slot, actions,
+                        version_slot, delete_slot, rewrites=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn add_table_layout(
+        &mut self,
+        key_header: &[u8],
+        key_schema_json: Option<&str>,
+        value_header: Option<&[u8]>,
+        value_schema_json: Option<&str>,
+        slot: usize,
+        actions: Vec<u8>,
+        version_slot: Option<usize>,
+        delete_slot: Option<usize>,
+        rewrites: Vec<(usize, String)>,
+    ) -> PyResult<()> {
+        let error = |e: crate::schema::Unsupported| PyValueError::new_err(e.0);
+        if [version_slot, delete_slot].iter().flatten().any(|s| *s >= self.wanted.len()) {
+            return Err(PyValueError::new_err("a slot index outside the wanted paths"));
+        }
+        let key_schema =
+            key_schema_json.map(|text| Schema::compile(text, &self.logical_readers)).transpose().map_err(error)?;
+        let value = match (value_header, value_schema_json) {
+            (Some(header), Some(text)) => {
+                let schema = Schema::compile(text, &self.logical_readers).map_err(error)?;
+                let plan = body::plan(&schema, &self.wanted, true).map_err(error)?;
+                Some((header, schema, plan))
+            }
+            (None, None) => None,
+            _ => return Err(PyValueError::new_err("a value header without its schema")),
+        };
+        let table = self.table.as_mut().ok_or_else(|| PyValueError::new_err("stage_table first"))?;
+        let key = table.key_layout(key_header, key_schema).map_err(error)?;
+        match value {
+            None => table.add_tombstones(key, slot),
+            Some((header, schema, plan)) => table
+                .add_values(key, header, schema, plan, slot, &actions, version_slot, delete_slot, &rewrites)
+                .map_err(error)?,
+        }
+        Ok(())
     }
 
     /// From now on count null values (tombstones) and skip them, as a keyed topic's stager does.
@@ -845,6 +939,9 @@ impl<M: Incoming> Stages<M> for StageKernel {
         if offset >= end_exclusive || offset < 0 {
             return Ok(Some("past_range"));
         }
+        if self.table.is_some() {
+            return self.stage_table_message(msg, offset);
+        }
         let Some(holder) = msg.value()? else {
             if self.count_tombstones && msg.value_is_null()? {
                 self.tombstones += 1;
@@ -1123,6 +1220,103 @@ impl<M: Incoming> Stages<M> for StageKernel {
 }
 
 impl StageKernel {
+    /// One message of a table topic (`stage_table`): its key columns, then the changelog
+    /// record of its value or of its tombstone (table.rs), dated and prefixed as `stage_one`
+    /// does; `Some(reason)` hands it back untouched.
+    fn stage_table_message<M: Incoming>(&mut self, msg: &M, offset: i64) -> PyResult<Option<&'static str>> {
+        let table = self.table.as_deref().expect("a table topic's kernel");
+        let Some(key) = msg.key()? else { return Ok(Some("table_key_uncertain")) };
+        let key_layout = match table.read_key(key.as_ref(), &mut self.scratch.part_key) {
+            Ok(at) => at,
+            Err(table::KeyStop::Unknown) => return Ok(Some("table_unknown")),
+            Err(table::KeyStop::Uncertain) => return Ok(Some("table_key_uncertain")),
+        };
+        let (kind, ts) = msg.timestamp()?;
+        let timestamp_ms = if kind != 0 { Some(ts) } else { None };
+        let holder = msg.value()?;
+        let (slot, day) = match &holder {
+            None => {
+                if !msg.value_is_null()? {
+                    return Ok(Some("not_bytes"));
+                }
+                let Some(slot) = table.tombstone_slot(key_layout) else { return Ok(Some("table_unknown")) };
+                let dated = self.tombstone_time.as_ref().and_then(|time| time.day(&[], &[], timestamp_ms));
+                let Some(day) = dated else { return Ok(Some("event_time_uncertain")) };
+                table::tombstone(&self.scratch.part_key, timestamp_ms, &mut self.scratch.change_record);
+                (slot, day)
+            }
+            Some(holder) => {
+                let value = holder.as_ref();
+                if value.len() > self.max_message_size {
+                    return Ok(Some("oversized"));
+                }
+                if value.len() < 5 {
+                    return Ok(Some("unframed"));
+                }
+                let header: [u8; 5] = value[..5].try_into().unwrap();
+                let Some(layout) = table.value_layout(key_layout, &header) else { return Ok(Some("table_unknown")) };
+                let body = &value[5..];
+                self.scratch.values.fill(Value::Null);
+                let mut cursor = Cursor::new(body);
+                cursor.canonical = layout.canonical();
+                let walker = Walker { schema: &layout.schema };
+                if walker
+                    .walk_fields(&layout.plan, &mut cursor, &mut self.scratch.values, &mut self.scratch.field_starts)
+                    .is_err()
+                    || !cursor.at_end()
+                {
+                    return Ok(Some("body_uncertain"));
+                }
+                if cursor.sized_blocks
+                    || layout
+                        .record(
+                            body,
+                            &self.scratch.values,
+                            &self.scratch.field_starts,
+                            &self.scratch.part_key,
+                            timestamp_ms,
+                            &mut self.scratch.change_record,
+                        )
+                        .is_err()
+                {
+                    return Ok(Some("change_uncertain"));
+                }
+                let Some(day) = self.event.day(&self.scratch.values, body, timestamp_ms) else {
+                    return Ok(Some("event_time_uncertain"));
+                };
+                (layout.slot, day)
+            }
+        };
+        if self.slots.len() <= slot {
+            self.slots.resize_with(slot + 1, SlotBuffer::default);
+        }
+        let buffer = &mut self.slots[slot];
+        if buffer.hourly {
+            return Ok(Some("event_time_uncertain")); // keyed tables are DAY tables (the config's)
+        }
+        let first = buffer.ends.is_empty();
+        let mark = buffer.data.len();
+        self.prefix.put_head(&mut buffer.data, day, offset, timestamp_ms);
+        if self.prefix.with_key && !msg.put_key(&mut buffer.data)? {
+            buffer.data.truncate(mark);
+            return Ok(Some("key_uncertain"));
+        }
+        if self.prefix.with_headers && !msg.put_headers(&mut buffer.data)? {
+            buffer.data.truncate(mark);
+            return Ok(Some("headers_uncertain"));
+        }
+        buffer.data.extend_from_slice(&self.scratch.change_record);
+        buffer.ends.push(buffer.data.len() as u64);
+        count(&mut buffer.days, day);
+        if first {
+            self.touched.push(slot);
+        }
+        if holder.is_none() {
+            self.tombstones += 1;
+        }
+        Ok(None)
+    }
+
     /// Append a destinations message's records (`records`, into `record_slots`; `body` is
     /// what routing and event time read) as `stage_one` appends one, each with its own slot's
     /// event day (and hour): every one, or none and a hand-back (what was written is cut off).

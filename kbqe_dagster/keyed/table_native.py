@@ -1,0 +1,150 @@
+"""The native kernel's driver for topics keyed by their Kafka key (``keyed.key_from: kafka_key``:
+compacted topics, KTables) whose values are Confluent Avro: :class:`TableNativeStaging`, the
+table stager's ``native_driver`` (keyed/table_stage.py).
+
+It is the append kernel's loop (staging/native_kernel.py) with one thing taught differently:
+the changelog layout of each key layout and value schema the kernel meets. When the kernel
+stops at a message whose layout it was not given (``table_unknown``), the driver computes
+that layout exactly as the Python path does — the key columns of :class:`KafkaKeys
+<kbqe_dagster.keyed.table_changes.KafkaKeys>`, the :class:`TableLayout
+<kbqe_dagster.keyed.table_changes.TableLayout>` of :meth:`TableStaging._layout
+<kbqe_dagster.keyed.table_stage.TableStaging._layout>`, its file — and teaches the kernel its
+byte actions; the kernel (kernel/src/table.rs) then reads the Kafka key, writes the key
+columns, the value's fields made nullable, and stages a tombstone as the delete of its key,
+dated by its Kafka timestamp. A key it cannot read, a layout whose values need converting
+(Kafka Connect semantic types), anything the Python path would refuse, goes back to that
+path per message, which judges it: files, dead letters, counts and tombstones are that
+path's (docs/architecture.md, "Keyed change topics on the kernel").
+
+Ranges the kernel does not take (:meth:`TableNativeStaging.for_range`, said once per range at
+debug level): values of a format that decodes them into records (``json``, ``json_schema``,
+``protobuf``, ``decoder``) or transforms them, and a kernel built before this routine.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from fastavro import parse_schema
+
+from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.core.keyed.contract import KeyFormat
+from kbqe_dagster.core.record.wire import HEADER_SIZE
+from kbqe_dagster.staging.native_kernel import NativeStaging
+
+if TYPE_CHECKING:
+    from kbqe_dagster.keyed.table_stage import TableStaging
+
+log = logging.getLogger(__name__)
+
+DECODED_REASON = (
+    "a topic keyed by its Kafka key whose values a format decodes into records (or transforms) "
+    "stages on the Python path: the kernel's table routine copies Confluent Avro values"
+)
+
+
+class TableNativeStaging(NativeStaging):
+    """The kernel's driver of a table topic's range (see the module docstring)."""
+
+    stager: TableStaging
+    KERNEL_METHOD = "add_table_layout"
+
+    @staticmethod
+    def wanted_paths(stager: Any) -> list[str]:
+        # Routing's and event time's, then the change columns' (version, delete field): the
+        # probe's own paths (TableStaging.wanted).
+        return list(stager.wanted)
+
+    @classmethod
+    def for_range(cls, stager: Any, extension: Any) -> TableNativeStaging | None:
+        """The driver, or None when the range takes the Python path (see the module docstring;
+        an HOUR table is refused by the configuration for keyed tables: defensive)."""
+        if stager.decodes_records or stager.topic.transforms or stager.topic.destinations:
+            log.debug("%s: %s", stager.rng, DECODED_REASON)
+            return None
+        changelog = stager.changelog
+        if stager.pipeline.topic_may_write_hourly(stager.topic.name) or stager.pipeline.is_hourly(
+            changelog.dataset, changelog.table
+        ):
+            return None
+        return cls(stager, extension)
+
+    def __init__(self, stager: Any, extension: Any) -> None:
+        super().__init__(stager, extension)
+        keyed = stager.topic.keyed
+        fields = []
+        if keyed.key_format is KeyFormat.JSON:
+            fields = [(name, keyed.key_type(name)) for name in keyed.key]
+        self.kernel.stage_table(keyed.key_format.value, fields)
+        self._layouts: dict[tuple[Any, bytes | None], str | None] = {}
+        """(key layout, value header) → None (taught) or why the kernel refused it."""
+
+    def stage(self, reader: Any) -> None:
+        super().stage(reader)  # the kernel's messages, tombstones among them, are counted there
+        self.stager.tombstones += self.kernel.tombstones
+
+    def _teach(self, msg: Any, reason: str, unknown_route: tuple[bytes, bytes] | None) -> bool:
+        """Teach the kernel the layout of the message it stopped at (``table_unknown``), as
+        the Python path computes it; whether it was taught. A key, a value or a layout the
+        Python path refuses is not: the message then gets that path's verdict."""
+        if reason != "table_unknown":
+            return False
+        stager = self.stager
+        key, value = msg.key(), msg.value()
+        try:
+            columns, _ = stager.keys.read(key)
+            if value is None:
+                value_header, value_schema = None, None
+                layout = stager.layout_of(columns, None, None)
+            else:
+                if len(value) < HEADER_SIZE:
+                    return False
+                value_header = value[:HEADER_SIZE]
+                schema_id, decoder = stager.frame(value)
+                value_schema = schema_id
+                layout = stager.layout_of(columns, schema_id, decoder.value_schema)
+        except KbqeError:
+            return False  # the Python path's verdict (a bad key, frame or schema; a config error)
+        at = (columns.identity, value_header)
+        if at in self._layouts:
+            return False  # offered before: the kernel refused it
+        try:
+            self._add_layout(key, columns, value_header, value_schema, layout)
+        except (KbqeError, ValueError) as error:
+            self._layouts[at] = str(error)
+            log.debug("%s: a changelog layout stays on the Python stage path: %s", stager.rng,
+                      error)  # fmt: skip
+            return False
+        self._layouts[at] = None
+        return True
+
+    def _add_layout(self, key: bytes, columns: Any, value_header: bytes | None,
+                    value_schema: int | None, layout: Any) -> None:  # fmt: skip
+        """Teach the kernel ``layout`` (of key ``key``'s ``columns`` and the values framed by
+        ``value_header``, registry schema id ``value_schema``; None: tombstones); raises
+        ValueError for what it refuses."""
+        rewrites = list(layout.kernel_rewrites())
+        stager = self.stager
+        key_header, key_text = b"", None
+        if stager.topic.keyed.key_format is KeyFormat.AVRO:
+            key_header = key[:HEADER_SIZE]
+            key_text = _schema_text(stager.lookup, columns.identity[1])
+        value_text = None if value_schema is None else _schema_text(stager.lookup, value_schema)
+        wanted = self.wanted
+        version = wanted.index(layout.version_path) if layout.version_path else None
+        delete = wanted.index(layout.delete_path) if layout.delete_path else None
+        changelog = stager.changelog
+        slot = self._slot(
+            changelog.dataset, changelog.table, layout.schema_id, stager.file_schema(layout)
+        )
+        self.kernel.add_table_layout(key_header, key_text, value_header, value_text, slot,
+                                     list(layout.actions), version, delete, rewrites)  # fmt: skip
+
+
+def _schema_text(lookup: Any, schema_id: int) -> str:
+    registered = lookup.get(schema_id)
+    if registered is None:  # resolved a moment ago: the registry's to say again
+        raise ValueError(f"schema id {schema_id} is no longer in the registry")
+    return json.dumps(parse_schema(registered.schema, _write_hint=False))

@@ -1,0 +1,227 @@
+"""Seeded random scenarios of topics keyed by their Kafka key (``keyed.key_from: kafka_key``) for
+the native kernel's differential test (test_table_kernel.py).
+
+A scenario is a compacted topic with Confluent Avro values and one key format — ``avro`` (one or
+two registry key records, sometimes one that is not a record or whose field collides with a
+change column), ``string`` (its one column sometimes named like a value field, which is then
+left out) or ``json`` (named fields of every ``key_types`` kind) — the shared random pipeline
+options of kernel_fuzz.py (event time, bad-input policy, size limit, enrichment), sometimes a
+version and a delete field, one to three value schemas (fields of every Avro type, unions with
+and without null, a field named like a key column in another case, sometimes Kafka Connect
+semantic types the Python path converts) and a stream of messages: upserts, tombstones of
+existing keys, re-creates after them, null keys, bad keys of every kind, corrupted bodies, bad
+frames, unknown schema ids, oversized values and messages without a Kafka timestamp.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster_tests.keyed.change_fuzz import SemanticValues, semantic_fields
+from kbqe_dagster_tests.staging.avro_fuzz import SchemaFactory, corruptions, encode, parse
+from kbqe_dagster_tests.staging.kernel_equality import Msg
+from kbqe_dagster_tests.staging.kernel_fuzz import event_value, random_pipeline
+
+TOPIC = "fuzz.table"
+KEY_IDS = (21, 22)
+NOT_A_RECORD_KEY = 23
+
+
+@dataclass
+class Scenario:
+    pipeline: PipelineConfig
+    schemas: dict[int, Any]
+    messages: list[Msg]
+    key_format: str
+    adversarial: bool = True
+
+
+def scenario(seed: int, messages: int) -> Scenario:
+    rng = random.Random(seed)
+    factory = SchemaFactory(rng)
+    key_format = rng.choice(["avro", "string", "json"])
+    keyed: dict[str, Any] = {"key_from": "kafka_key", "key_format": key_format}
+    schemas: dict[int, Any] = {}
+    key_columns: list[str]
+    if key_format == "avro":
+        for sid in KEY_IDS[: rng.randint(1, 2)]:
+            fields = [{"name": "id", "type": rng.choice(["long", "int", "string"])}]
+            if rng.random() < 0.4:
+                fields.append(
+                    {"name": "region", "type": rng.choice(["string", ["null", "string"]])}
+                )
+            if rng.random() < 0.2:
+                fields += factory.record(depth=2)["fields"][:2]
+            if rng.random() < 0.03:
+                fields.append({"name": "_deleted", "type": "boolean"})  # collides: dead letters
+            schemas[sid] = {"type": "record", "name": factory.name("Key"), "namespace": "fuzz.k",
+                            "fields": fields}  # fmt: skip
+        schemas[NOT_A_RECORD_KEY] = "string"
+        key_columns = ["id", "region"]
+    elif key_format == "string":
+        keyed["key"] = [rng.choice(["customer_key", "id", "ID"])]
+        key_columns = keyed["key"]
+    else:
+        keyed["key"] = rng.sample(["region", "id", "score", "active"], rng.randint(1, 3))
+        kinds = {"region": "string", "id": "long", "score": "double", "active": "boolean"}
+        keyed["key_types"] = {k: kinds[k] for k in keyed["key"] if rng.random() < 0.9}
+        key_columns = keyed["key"]
+    if rng.random() < 0.4:
+        keyed["version"] = "updated_at"
+    if rng.random() < 0.4:
+        keyed["delete_field"] = "is_deleted"
+    if rng.random() < 0.1:
+        keyed["semantic_types"] = False
+    values = {}
+    for version in range(rng.randint(1, 3)):
+        values[11 + version] = value_schema(rng, factory, keyed, key_columns)
+    schemas.update(values)
+    topic: dict[str, Any] = {"name": TOPIC, "keyed": keyed}
+    event_fields = rng.choice([["updated_at"], ["ts", "updated_at"], ["missing"]])
+    pipeline = random_pipeline(rng, topic, event_fields, "static", size_chance=0.1,
+                               source=f"table fuzz seed {seed}")  # fmt: skip
+    adversarial = rng.random() < 0.5
+    msgs = list(stream(rng, schemas, values, keyed, messages, adversarial))
+    return Scenario(pipeline, schemas, msgs, key_format, adversarial)
+
+
+def value_schema(rng: random.Random, factory: SchemaFactory, keyed: dict, keys: list[str]) -> dict:
+    fields: list[dict[str, Any]] = [{"name": "id", "type": rng.choice(["long", "string"])}]
+    if rng.random() < 0.5:
+        fields.append({"name": "ts", "type": rng.choice(["long", ["null", "long"], "string"])})
+    if rng.random() < 0.3:  # a key column's name in another case: left out
+        fields.append({"name": rng.choice(keys).upper(), "type": "string"})
+    fields.append({"name": "updated_at", "type": rng.choice([
+        "long", "int", ["null", "long"],
+        {"type": "long", "logicalType": "timestamp-millis"},
+        {"type": "long", "logicalType": "timestamp-micros"},
+    ])})  # fmt: skip
+    fields.append({"name": "is_deleted", "type": rng.choice(["boolean", ["null", "boolean"]])})
+    fields.append({"name": "choice", "type": rng.choice([["int", "string"], ["string", "null"]])})
+    if rng.random() < 0.85:
+        fields += factory.record(depth=1)["fields"]
+    if rng.random() < 0.15:
+        fields += semantic_fields(rng, factory)
+    if rng.random() < 0.02:
+        fields.append({"name": "_op", "type": "string"})  # collides with a change column
+    seen: set[str] = set()
+    fields = [f for f in fields if not (f["name"] in seen or seen.add(f["name"]))]
+    rng.shuffle(fields)
+    return {"type": "record", "name": factory.name("Row"), "namespace": "fuzz.db",
+            "fields": fields}  # fmt: skip
+
+
+def stream(rng: random.Random, schemas: dict[int, Any], values: dict[int, dict], keyed: dict,
+           count: int, adversarial: bool):  # fmt: skip
+    parsed = {sid: parse(schema) for sid, schema in values.items()}
+    key_parsed = {sid: parse(s) for sid, s in schemas.items() if isinstance(s, dict)
+                  and sid not in values}  # fmt: skip
+    start = rng.choice([0, 5, 1_000_000])
+    live: list[bytes] = []  # keys with a value: what a tombstone deletes, what is re-created
+    deleted: list[bytes] = []
+    bad = 0.12 if adversarial else 0.01
+    for i in range(count):
+        roll = rng.random()
+        if roll < 0.15 and live:
+            key = rng.choice(live)
+        elif roll < 0.2 and deleted:
+            key = rng.choice(deleted)  # re-created
+        else:
+            key = good_key(rng, keyed, key_parsed, i)
+        if rng.random() < bad:
+            key = bad_key(rng, keyed, key_parsed)
+        value: bytes | None
+        roll = rng.random()
+        if roll < 0.15:
+            value = None  # a tombstone
+            if key in live:
+                live.remove(key)
+                deleted.append(key)
+        elif roll < 0.15 + bad / 3:
+            value = rng.choice([b"", b"\x00\x00", b"\x00" + (999).to_bytes(4, "big") + b"\x02a"])
+        else:
+            sid = rng.choice(list(values))
+            body = encode(parsed[sid][0], row(rng, values[sid], parsed[sid][1]))
+            if rng.random() < bad / 2:
+                body = rng.choice(corruptions(rng, body))
+            value = b"\x00" + sid.to_bytes(4, "big") + body
+            if key is not None and key not in live:
+                live.append(key)
+        headers = rng.choice([None, [], [("h", b"v")]])
+        timestamp = rng.choice([(1, 1_726_238_205_123 + i)] * 6 + [(2, 0), (0, -1), (1, -5)])
+        yield Msg(TOPIC, 0, start + i, value, key, headers, timestamp)
+
+
+def good_key(rng: random.Random, keyed: dict, key_parsed: dict, i: int) -> bytes:
+    n = rng.randrange(40)  # few keys: updates, deletes and re-creates of the same rows
+    key_format = keyed["key_format"]
+    if key_format == "string":
+        return rng.choice([f"C-{n}", f"zürich-{n}", ""]).encode()
+    if key_format == "json":
+        kinds = keyed.get("key_types", {})
+        out: dict[str, Any] = {}
+        for name in keyed["key"]:
+            kind = kinds.get(name, "string")
+            out[name] = {"string": f"r{n}", "long": n - 20, "double": rng.choice([n / 4, n] * 15 + [1e300, -0.0]),
+                         "boolean": n % 2 == 0}[kind]  # fmt: skip
+        if rng.random() < 0.2:
+            out["extra"] = rng.choice([[1, {"a": None}], "x", 2.5])
+        text = json.dumps(out, separators=rng.choice([(",", ":"), (", ", ": ")]))
+        return text.encode()
+    sid = rng.choice(list(key_parsed))
+    p, named = key_parsed[sid]
+    values = SemanticValues(rng, named)
+    record = {f["name"]: values.value(f["type"]) for f in p["fields"]}
+    if rng.random() < 0.8:  # mostly a few ids: the same rows again
+        record["id"] = str(n) if p["fields"][0]["type"] == "string" else n
+    return b"\x00" + sid.to_bytes(4, "big") + encode(p, record)
+
+
+def bad_key(rng: random.Random, keyed: dict, key_parsed: dict) -> bytes | None:
+    roll = rng.random()
+    if roll < 0.3:
+        return None
+    key_format = keyed["key_format"]
+    if key_format == "string":
+        return rng.choice([b"\xff", b"\xed\xa0\x80", b"ok\xc3"])
+    if key_format == "json":
+        name = keyed["key"][0]
+        return rng.choice([
+            b"[1]", b"{}", b"{", b"NaN", f'{{"{name}": null}}'.encode(),
+            f'{{"{name}": "1"}}'.encode(), f'{{"{name}": 1.5}}'.encode(),
+            f'{{"{name}": -0}}'.encode(), f'{{"{name}": true}}'.encode(),
+            f'{{"{name}": 99999999999999999999}}'.encode(), f'{{"{name}": NaN}}'.encode(),
+            f'{{"{name}": "\\ud800"}}'.encode(), b"\xef\xbb\xbf" + f'{{"{name}": 1}}'.encode(),
+            f'{{"{name}": 1, "{name}": "r"}}'.encode(),
+        ])  # fmt: skip
+    sid = rng.choice(list(key_parsed))
+    good = good_key(rng, keyed, key_parsed, 0)
+    return rng.choice([
+        b"C-1", b"\x00" + (99).to_bytes(4, "big") + b"\x02",
+        b"\x00" + NOT_A_RECORD_KEY.to_bytes(4, "big") + b"\x02a",
+        b"\x00" + sid.to_bytes(4, "big"), good + b"\x00", good[:-1], b"\x01" + good[1:],
+    ])  # fmt: skip
+
+
+def row(rng: random.Random, schema: dict, named: dict) -> dict:
+    values = SemanticValues(rng, named)
+    out: dict[str, Any] = {}
+    for f in schema["fields"]:
+        name, t = f["name"], f["type"]
+        if name == "updated_at":
+            if rng.random() < 0.7 and t in ("long", ["null", "long"]):
+                out[name] = 1_726_238_205_123 + rng.randrange(10**9)
+            else:
+                special = event_value(rng, t)
+                out[name] = (
+                    special if special is not None or isinstance(t, list) else values.value(t)
+                )
+        elif name == "is_deleted":
+            out[name] = rng.choice([True, False, False, False] + ([None] if "null" in t else []))
+        else:
+            out[name] = values.value(t)
+    return out

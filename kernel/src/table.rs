@@ -1,0 +1,452 @@
+//! Topics keyed by their Kafka key (`keyed.key_from: kafka_key`: compacted topics, KTables) with
+//! Confluent Avro values: every message, a tombstone included, is one changelog record.
+//! `kbqe_dagster/keyed/table_changes.py` is the reference (`KafkaKeys`, `TableLayout`):
+//!
+//! - **the key columns** are the Kafka key's Avro encoding: a string key's UTF-8 text as one
+//!   `string`, a JSON key's named fields each as its `key_types` says, an Avro key's body (its
+//!   record's fields) as it is, after validating it with the key schema the Python driver gave;
+//! - **a value's record** is the change columns (`u`, or `d` when the delete field is true; the
+//!   version field's value, else the Kafka timestamp, else 0), the key columns, then the value's
+//!   top-level fields, each as the layout's action says: kept (already nullable), wrapped
+//!   (branch 1 of `["null", T]` before it), shifted (a union without null: its branch index
+//!   plus one) or dropped (named like a key column);
+//! - **a tombstone's record** is `d`, its Kafka timestamp (0 without), `true`, and the key
+//!   columns alone, dated by its Kafka timestamp.
+//!
+//! Which layout a message takes is the Python driver's to compute (keyed/table_native.py) and
+//! teach, per key layout and value header; the kernel copies bytes. What it is not certain
+//! of — a null or unreadable key, a key or value it was not taught, a JSON key of a spelling
+//! Python might read otherwise, a null version, a body whose slice the Python skippers might
+//! cut elsewhere (a sized array/map block) — is handed back: the Python path's verdict.
+
+use rustc_hash::FxHashMap as HashMap;
+
+use crate::body::{Cursor, Plan, Stop, Value, Walker, R};
+use crate::changes::{columns, nullable, semantic_type};
+use crate::prefix::put_long;
+use crate::rewrite::FieldRewrite;
+use crate::schema::{Kind, Schema, Unsupported};
+
+/// How a Kafka key becomes key columns (`keyed.key_format`).
+pub enum KeyFormat {
+    /// One `string` column: the key's UTF-8 text.
+    String,
+    /// The named fields of a JSON object, each of its kind.
+    Json(Vec<(String, JsonKind)>),
+    /// A Confluent-framed Avro record: its body, validated with the key schema of its header.
+    Avro,
+}
+
+/// A JSON key field's `key_types` (table_changes.py `_encode_json_field`).
+#[derive(Clone, Copy)]
+pub enum JsonKind {
+    String,
+    Long,
+    Double,
+    Boolean,
+}
+
+impl JsonKind {
+    pub fn parse(kind: &str) -> Result<JsonKind, Unsupported> {
+        Ok(match kind {
+            "string" => JsonKind::String,
+            "long" => JsonKind::Long,
+            "double" => JsonKind::Double,
+            "boolean" => JsonKind::Boolean,
+            _ => return Err(Unsupported(format!("a JSON key field of type {kind:?}"))),
+        })
+    }
+}
+
+/// A value field's action (table_changes.py `_KEEP`, `_WRAP`, `_SHIFT`, `_DROP`).
+#[derive(Clone, Copy, PartialEq)]
+enum Action {
+    Keep,
+    Wrap,
+    Shift,
+    Drop,
+}
+
+/// The changelog record of one key layout and one value writer schema.
+pub struct ValueLayout {
+    pub schema: Schema,
+    pub plan: Plan,
+    pub slot: usize,
+    actions: Vec<Action>,
+    version: Option<usize>,
+    delete: Option<usize>,
+    /// The top-level fields whose Kafka Connect semantic values are re-encoded (the Python
+    /// path's `TableLayout._converted`), by index, in order: the body is then walked in
+    /// canonical mode, as fastavro re-encodes all of it (changes.rs does the same).
+    rewrites: Vec<(usize, FieldRewrite)>,
+}
+
+/// Why a message goes back: its layout was not taught yet (the driver teaches it), or the
+/// kernel is not certain of its key.
+pub enum KeyStop {
+    Unknown,
+    Uncertain,
+}
+
+/// What a table topic's kernel was taught: the key format, the Avro key schemas by header, and
+/// the changelog layouts by (key layout, value header) and, for tombstones, by key layout.
+pub struct Table {
+    format: KeyFormat,
+    key_schemas: Vec<(Schema, Plan)>,
+    key_by_header: HashMap<[u8; 5], usize>,
+    values: HashMap<(usize, [u8; 5]), ValueLayout>,
+    tombstones: HashMap<usize, usize>,
+}
+
+impl Table {
+    pub fn new(format: KeyFormat) -> Table {
+        Table {
+            format,
+            key_schemas: Vec::new(),
+            key_by_header: HashMap::default(),
+            values: HashMap::default(),
+            tombstones: HashMap::default(),
+        }
+    }
+
+    /// The key layout of an Avro key framed by `header` (compiling `schema` the first time),
+    /// or the one key layout of a string or JSON key (`header` empty).
+    pub fn key_layout(&mut self, header: &[u8], schema: Option<Schema>) -> Result<usize, Unsupported> {
+        match self.format {
+            KeyFormat::Avro => {
+                let header: [u8; 5] =
+                    header.try_into().map_err(|_| Unsupported("an Avro key's header is 5 bytes".into()))?;
+                if let Some(&at) = self.key_by_header.get(&header) {
+                    return Ok(at);
+                }
+                let schema = schema.ok_or_else(|| Unsupported("an Avro key layout without its schema".into()))?;
+                if !matches!(schema.nodes[schema.top], Kind::Record { .. }) {
+                    return Err(Unsupported("an Avro key that is not a record".into()));
+                }
+                let plan = crate::body::plan(&schema, &[], false)?;
+                self.key_schemas.push((schema, plan));
+                self.key_by_header.insert(header, self.key_schemas.len() - 1);
+                Ok(self.key_schemas.len() - 1)
+            }
+            _ if header.is_empty() && schema.is_none() => Ok(0),
+            _ => Err(Unsupported("a string or JSON key has no header nor schema".into())),
+        }
+    }
+
+    /// Take on the tombstones of key layout `key`: their records go to file slot `slot`.
+    pub fn add_tombstones(&mut self, key: usize, slot: usize) {
+        self.tombstones.insert(key, slot);
+    }
+
+    /// Take on the values framed by `header` under key layout `key`: `schema` (its `plan`
+    /// reading the wanted slots), whose top-level fields take `actions` (0 keep, 1 wrap, 2
+    /// shift, 3 drop), its version and delete fields' wanted slots, into file slot `slot`;
+    /// `rewrites`: the fields re-encoded before their action (index, kind of rewrite.rs
+    /// `FieldRewrite::semantic`), each of the kind's Avro type or a union of null and it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_values(
+        &mut self,
+        key: usize,
+        header: &[u8],
+        schema: Schema,
+        plan: Plan,
+        slot: usize,
+        actions: &[u8],
+        version: Option<usize>,
+        delete: Option<usize>,
+        rewrites: &[(usize, String)],
+    ) -> Result<(), Unsupported> {
+        let header: [u8; 5] = header.try_into().map_err(|_| Unsupported("a value's header is 5 bytes".into()))?;
+        let Kind::Record { fields, .. } = &schema.nodes[schema.top] else {
+            return Err(Unsupported("a value that is not a record".into()));
+        };
+        if fields.len() != actions.len() {
+            return Err(Unsupported(format!("{} actions for {} fields", actions.len(), fields.len())));
+        }
+        let mut parsed = Vec::with_capacity(actions.len());
+        for (action, (_, t)) in actions.iter().zip(fields) {
+            parsed.push(match action {
+                0 => Action::Keep,
+                1 => Action::Wrap,
+                2 if matches!(schema.nodes[*t], Kind::Union(_)) => Action::Shift,
+                3 => Action::Drop,
+                _ => return Err(Unsupported(format!("a field action {action}"))),
+            });
+        }
+        let mut compiled: Vec<(usize, FieldRewrite)> = Vec::with_capacity(rewrites.len());
+        for (at, kind) in rewrites {
+            let refuse = |why: &str| Unsupported(format!("field {at} re-encoded as {kind}: {why}"));
+            if compiled.last().is_some_and(|(last, _)| last >= at) {
+                return Err(refuse("not after the previous one"));
+            }
+            let (_, t) = fields.get(*at).ok_or_else(|| refuse("no such field"))?;
+            let (null, value) = nullable(&schema, *t);
+            if !semantic_type(&schema, value, kind) {
+                return Err(refuse("not of the kind's Avro type"));
+            }
+            compiled.push((*at, FieldRewrite::semantic(kind, null)?));
+        }
+        let layout = ValueLayout { schema, plan, slot, actions: parsed, version, delete, rewrites: compiled };
+        self.values.insert((key, header), layout);
+        Ok(())
+    }
+
+    /// The key columns of Kafka key `key` into `out`, and its key layout.
+    pub fn read_key(&self, key: &[u8], out: &mut Vec<u8>) -> Result<usize, KeyStop> {
+        out.clear();
+        match &self.format {
+            KeyFormat::String => {
+                std::str::from_utf8(key).map_err(|_| KeyStop::Uncertain)?;
+                put_long(out, key.len() as i64);
+                out.extend_from_slice(key);
+                Ok(0)
+            }
+            KeyFormat::Json(fields) => {
+                json_key(key, fields, out).map_err(|_| KeyStop::Uncertain)?;
+                Ok(0)
+            }
+            KeyFormat::Avro => {
+                if key.len() < 5 || key[0] != 0 {
+                    return Err(KeyStop::Uncertain);
+                }
+                let header: [u8; 5] = key[..5].try_into().unwrap();
+                let Some(&at) = self.key_by_header.get(&header) else { return Err(KeyStop::Unknown) };
+                let (schema, plan) = &self.key_schemas[at];
+                let body = &key[5..];
+                let mut c = Cursor::new(body);
+                if (Walker { schema }).walk(schema.top, plan, &mut c, &mut [], 0).is_err() || !c.at_end() {
+                    return Err(KeyStop::Uncertain);
+                }
+                out.extend_from_slice(body);
+                Ok(at)
+            }
+        }
+    }
+
+    /// The tombstone file slot of key layout `key`, if taught.
+    pub fn tombstone_slot(&self, key: usize) -> Option<usize> {
+        self.tombstones.get(&key).copied()
+    }
+
+    /// The layout of values framed by `header` under key layout `key`, if taught.
+    pub fn value_layout(&self, key: usize, header: &[u8; 5]) -> Option<&ValueLayout> {
+        self.values.get(&(key, *header))
+    }
+}
+
+impl ValueLayout {
+    /// Whether values are walked in canonical mode (their semantic fields are re-encoded).
+    pub fn canonical(&self) -> bool {
+        !self.rewrites.is_empty()
+    }
+
+    /// The changelog record of a value (`body`, walked: `values` read, `starts` its top-level
+    /// fields' starts and the end) with key columns `key` into `out`.
+    pub fn record(
+        &self,
+        body: &[u8],
+        values: &[Value],
+        starts: &[usize],
+        key: &[u8],
+        kafka_timestamp_ms: Option<i64>,
+        out: &mut Vec<u8>,
+    ) -> R<()> {
+        out.clear();
+        // `int(value)`, or a timestamp as epoch milliseconds (floored); null: not a change.
+        let version = match self.version.map(|slot| values[slot]) {
+            None => kafka_timestamp_ms.unwrap_or(0),
+            Some(Value::Int(v) | Value::Millis(v)) => v,
+            Some(Value::Micros(us)) => us.div_euclid(1000),
+            Some(_) => return Err(Stop),
+        };
+        let deleted = match self.delete.map(|slot| values[slot]) {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => b,
+            Some(_) => return Err(Stop),
+        };
+        columns(out, if deleted { b'd' } else { b'u' }, version, deleted);
+        out.extend_from_slice(key);
+        let mut rewrites = self.rewrites.iter().peekable();
+        let mut converted = Vec::new();
+        for (i, action) in self.actions.iter().enumerate() {
+            let mut field = &body[starts[i]..starts[i + 1]];
+            if let Some((_, rewrite)) = rewrites.next_if(|(at, _)| *at == i) {
+                // Converted first (a dropped field too: Python converts the whole row).
+                converted.clear();
+                converted.extend_from_slice(field);
+                rewrite.apply(&mut converted, 0)?;
+                field = &converted;
+            }
+            match action {
+                Action::Keep => out.extend_from_slice(field),
+                Action::Wrap => {
+                    out.push(2);
+                    out.extend_from_slice(field);
+                }
+                Action::Shift => {
+                    let mut c = Cursor::new(field);
+                    let branch = c.long()?;
+                    put_long(out, branch.checked_add(1).ok_or(Stop)?);
+                    out.extend_from_slice(&field[c.pos..]);
+                }
+                Action::Drop => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A tombstone's changelog record: `d`, its version, deleted, and the key columns.
+pub fn tombstone(key: &[u8], kafka_timestamp_ms: Option<i64>, out: &mut Vec<u8>) {
+    out.clear();
+    columns(out, b'd', kafka_timestamp_ms.unwrap_or(0), true);
+    out.extend_from_slice(key);
+}
+
+/// A JSON key's named fields (table_changes.py `KafkaKeys._json`), each encoded as its kind.
+/// Only what `json.loads` reads alike: serde_json refuses what Python might read otherwise
+/// (NaN, a byte-order mark, a lone surrogate, other encodings than UTF-8) and both keep the
+/// last of a repeated name; a number whose literal's form decides its value in Python (a
+/// negative zero, an integer past 2^63 read as a float) is handed back.
+fn json_key(key: &[u8], fields: &[(String, JsonKind)], out: &mut Vec<u8>) -> R<()> {
+    let value: serde_json::Value = serde_json::from_slice(key).map_err(|_| Stop)?;
+    let serde_json::Value::Object(object) = value else { return Err(Stop) };
+    for (name, kind) in fields {
+        match (kind, object.get(name).ok_or(Stop)?) {
+            (JsonKind::String, serde_json::Value::String(s)) => {
+                put_long(out, s.len() as i64);
+                out.extend_from_slice(s.as_bytes());
+            }
+            (JsonKind::Long, serde_json::Value::Number(n)) => put_long(out, n.as_i64().ok_or(Stop)?),
+            (JsonKind::Double, serde_json::Value::Number(n)) => {
+                let v = if let Some(i) = n.as_i64() {
+                    i as f64
+                } else if let Some(u) = n.as_u64() {
+                    u as f64
+                } else {
+                    let f = n.as_f64().ok_or(Stop)?;
+                    // "-0" is Python's int 0 (0.0), serde's -0.0; a long integer literal is
+                    // Python's exact int, serde's float: not told apart here.
+                    if !f.is_finite() || (f == 0.0 && f.is_sign_negative()) || f.abs() >= 9.2e18 {
+                        return Err(Stop);
+                    }
+                    f
+                };
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            (JsonKind::Boolean, serde_json::Value::Bool(b)) => out.push(*b as u8),
+            _ => return Err(Stop),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json(key: &str, fields: &[(&str, JsonKind)]) -> Option<Vec<u8>> {
+        let fields: Vec<(String, JsonKind)> = fields.iter().map(|(n, k)| (n.to_string(), *k)).collect();
+        let mut out = Vec::new();
+        json_key(key.as_bytes(), &fields, &mut out).ok().map(|_| out)
+    }
+
+    #[test]
+    fn a_json_key_s_named_fields_are_encoded_in_their_kinds_and_the_rest_ignored() {
+        let fields = [("region", JsonKind::String), ("id", JsonKind::Long)];
+        assert_eq!(json(r#"{"id": -1, "region": "eu", "x": [1, {"y": null}]}"#, &fields), Some(b"\x04eu\x01".to_vec()));
+        assert_eq!(json(r#"{"id": 1, "id": 2, "region": ""}"#, &fields), Some(b"\x00\x04".to_vec())); // the last
+        assert_eq!(json(r#"{"d": 2}"#, &[("d", JsonKind::Double)]), Some(2f64.to_le_bytes().to_vec()));
+        assert_eq!(json(r#"{"d": 0.1}"#, &[("d", JsonKind::Double)]), Some(0.1f64.to_le_bytes().to_vec()));
+        assert_eq!(json(r#"{"b": true}"#, &[("b", JsonKind::Boolean)]), Some(vec![1]));
+    }
+
+    #[test]
+    fn a_json_key_python_might_read_otherwise_or_refuse_is_handed_back() {
+        let id = [("id", JsonKind::Long)];
+        for key in [
+            "[1]",
+            "{}",
+            r#"{"id": null}"#,
+            r#"{"id": "1"}"#,
+            r#"{"id": 1.0}"#,
+            r#"{"id": true}"#,
+            r#"{"id": 9223372036854775808}"#,
+            r#"{"id": NaN}"#,
+            "\u{feff}{\"id\": 1}",
+            r#"{"id": 1} x"#,
+        ] {
+            assert_eq!(json(key, &id), None, "{key}");
+        }
+        let d = [("d", JsonKind::Double)];
+        for key in [r#"{"d": -0}"#, r#"{"d": -0.0}"#, r#"{"d": 1e400}"#, r#"{"d": 99999999999999999999}"#] {
+            assert_eq!(json(key, &d), None, "{key}");
+        }
+        assert_eq!(json(r#"{"s": "\ud800"}"#, &[("s", JsonKind::String)]), None);
+    }
+
+    fn avro_table() -> Table {
+        let mut table = Table::new(KeyFormat::Avro);
+        let schema =
+            Schema::compile(r#"{"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}"#, &[])
+                .unwrap();
+        assert_eq!(table.key_layout(b"\x00\x00\x00\x00\x08", Some(schema)).unwrap(), 0);
+        table
+    }
+
+    #[test]
+    fn an_avro_key_is_its_validated_body_under_the_schema_of_its_header() {
+        let table = avro_table();
+        let mut out = Vec::new();
+        assert!(matches!(table.read_key(b"\x00\x00\x00\x00\x08\x02", &mut out), Ok(0)));
+        assert_eq!(out, b"\x02");
+        assert!(matches!(table.read_key(b"\x00\x00\x00\x00\x09\x02", &mut out), Err(KeyStop::Unknown)));
+        for bad in [&b"\x00\x00\x00\x00\x08\x02\x00"[..], b"\x00\x00\x00\x00\x08", b"\x01\x00\x00\x00\x08\x02", b"C-1"]
+        {
+            assert!(matches!(table.read_key(bad, &mut out), Err(KeyStop::Uncertain)));
+        }
+    }
+
+    #[test]
+    fn a_string_key_is_one_string_column_of_utf8_text() {
+        let table = Table::new(KeyFormat::String);
+        let mut out = Vec::new();
+        assert!(matches!(table.read_key("zürich".as_bytes(), &mut out), Ok(0)));
+        assert_eq!(out, b"\x0ez\xc3\xbcrich");
+        assert!(matches!(table.read_key(b"\xff", &mut out), Err(KeyStop::Uncertain)));
+        assert!(matches!(table.read_key(b"\xed\xa0\x80", &mut out), Err(KeyStop::Uncertain)));
+        // a surrogate
+    }
+
+    #[test]
+    fn a_value_s_fields_are_kept_wrapped_shifted_or_dropped_after_the_key_columns() {
+        let mut table = avro_table();
+        let schema = Schema::compile(
+            r#"{"type": "record", "name": "V", "fields": [
+                {"name": "id", "type": "long"}, {"name": "name", "type": "string"},
+                {"name": "tier", "type": ["null", "string"]}, {"name": "n", "type": ["int", "string"]},
+                {"name": "ts", "type": "long"}]}"#,
+            &[],
+        )
+        .unwrap();
+        let plan = crate::body::plan(&schema, &["ts".to_string()], true).unwrap();
+        let header = b"\x00\x00\x00\x00\x07";
+        assert!(table
+            .add_values(0, header, Schema::compile("\"long\"", &[]).unwrap(), Plan::Skip, 1, &[], None, None)
+            .is_err());
+        table.add_values(0, header, schema, plan, 4, &[3, 1, 0, 2, 1], Some(0), None, &[]).unwrap();
+        let layout = table.value_layout(0, header).unwrap();
+        // id 1, "Ada", null, int 5 (branch 0), ts 100
+        let body = b"\x02\x06Ada\x00\x00\x0a\xc8\x01";
+        let walker = Walker { schema: &layout.schema };
+        let (mut values, mut starts) = (vec![Value::Null], Vec::new());
+        walker.walk_fields(&layout.plan, &mut Cursor::new(body), &mut values, &mut starts).unwrap();
+        let mut out = Vec::new();
+        layout.record(body, &values, &starts, b"\x02", Some(9), &mut out).unwrap();
+        assert_eq!(out, b"\x02u\xc8\x01\x00\x02\x02\x06Ada\x00\x02\x0a\x02\xc8\x01");
+        values[0] = Value::Null; // a null version is not a change: Python's verdict
+        assert!(layout.record(body, &values, &starts, b"\x02", Some(9), &mut out).is_err());
+        tombstone(b"\x02", None, &mut out);
+        assert_eq!(out, b"\x02d\x00\x01\x02");
+    }
+}
