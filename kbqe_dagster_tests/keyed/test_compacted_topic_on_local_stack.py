@@ -7,18 +7,26 @@ equals the topic read as a table (the last value per key, tombstoned keys delete
 
 Cheap by construction: two ``kbqe run`` subprocesses, about twenty messages, no sleep but the
 wait for the broker's cleaner (kbqe_dagster/demo/compacted.py says how the topic is made to
-compact)."""
+compact).
+
+The native kernel stages the topic (keyed/table_native.py) where it is built: every message of
+both runs, tombstones included, with nothing handed back to the Python path (the stage runs'
+``stage_path`` and ``kernel_handbacks`` metadata say so)."""
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
+from collections import Counter
 
 import pytest
 
 from kbqe_dagster.demo.compacted import CompactedTopic
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
+from kbqe_dagster.staging.native_kernel import extension
+from kbqe_dagster_tests.conftest import kernel_skip_fails
 from kbqe_dagster_tests.kbqe_run import cli_env, drop_datasets, until_idle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -49,6 +57,37 @@ def compacted(local_stack, local_endpoints, tmp_path):
 def current_table(client, dataset: str) -> set[tuple]:
     rows = client.query(f"SELECT id, name, tier FROM `{dataset}.customers`").result()
     return {tuple(row) for row in rows}
+
+
+def stage_runs(env: dict) -> tuple[set[str], int, Counter[str]]:
+    """The stage runs' paths, messages and kernel hand-backs (their materializations' metadata
+    in the runs' instance)."""
+    import dagster as dg
+
+    paths: set[str] = set()
+    messages, handbacks = 0, Counter[str]()
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        for key in instance.get_asset_keys():
+            records = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key), limit=100
+            ).records
+            for record in records:
+                md = {
+                    k: getattr(v, "value", v)
+                    for k, v in record.asset_materialization.metadata.items()
+                }
+                if "stage_path" in md:
+                    paths.add(md["stage_path"])
+                    messages += md["messages"]
+                    handbacks.update(md.get("kernel_handbacks") or {})
+    return paths, messages, handbacks
+
+
+def table_kernel_built() -> bool:
+    """Whether ``kbqe run`` stages table topics on the kernel here: built, switched on, with
+    the table routine (a kernel built before it leaves them to the Python path)."""
+    built = extension()
+    return built is not None and hasattr(built.StageKernel, "add_table_layout")
 
 
 def test_a_compacted_topic_is_its_current_table_before_and_after_the_broker_compacts(
@@ -98,3 +137,13 @@ def test_a_compacted_topic_is_its_current_table_before_and_after_the_broker_comp
     versions = {(r["id"], r["name"], r["_deleted"], r["_is_current"]) for r in history}
     assert {(5, "c5", False, False), (5, "c5", True, True)} <= versions
     assert {v[:3] for v in versions if v[3]} == {(3, "c3 again", False), (5, "c5", True)}
+
+    # The kernel's share: every message both runs read, tombstones included, and nothing
+    # handed back to the Python path.
+    paths, messages, handbacks = stage_runs(env)
+    assert messages > 0
+    if table_kernel_built():
+        print(f"kernel share: {messages - sum(handbacks.values())}/{messages} messages")
+        assert (paths, dict(handbacks)) == ({"native"}, {})
+    elif kernel_skip_fails(reason := "the native kernel with table topics is not built"):
+        pytest.fail(f"KBQE_REQUIRE_KERNEL=1: {reason} ({os.environ.get('KBQE_STAGE_KERNEL')=})")
