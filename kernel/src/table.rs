@@ -431,8 +431,10 @@ mod tests {
         .unwrap();
         let plan = crate::body::plan(&schema, &["ts".to_string()], true).unwrap();
         let header = b"\x00\x00\x00\x00\x07";
+        // An action per top-level field, or the layout is refused.
+        let one_field = r#"{"type": "record", "name": "X", "fields": [{"name": "a", "type": "long"}]}"#;
         assert!(table
-            .add_values(0, header, Schema::compile("\"long\"", &[]).unwrap(), Plan::Skip, 1, &[], None, None)
+            .add_values(0, header, Schema::compile(one_field, &[]).unwrap(), Plan::Skip, 1, &[], None, None, &[])
             .is_err());
         table.add_values(0, header, schema, plan, 4, &[3, 1, 0, 2, 1], Some(0), None, &[]).unwrap();
         let layout = table.value_layout(0, header).unwrap();
