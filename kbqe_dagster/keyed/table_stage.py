@@ -53,6 +53,7 @@ class TableStaging:
 
     # The attributes of the RangeStager this is mixed into, for the type checker.
     topic: Any
+    rng: Any
     router: Any
     lookup: Any
     enrichment: Any
@@ -61,6 +62,7 @@ class TableStaging:
     open_file: Any
     place: Any
     decode: Any
+    frame: Any
     decodes_records: bool = False
     """Whether the format stager decodes values into records (``place_record``)."""
 
