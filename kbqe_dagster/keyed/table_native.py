@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastavro import parse_schema
 
@@ -33,9 +33,6 @@ from kbqe_dagster.core.errors import KbqeError
 from kbqe_dagster.core.keyed.contract import KeyFormat
 from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.staging.native_kernel import NativeStaging
-
-if TYPE_CHECKING:
-    from kbqe_dagster.keyed.table_stage import TableStaging
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +45,7 @@ DECODED_REASON = (
 class TableNativeStaging(NativeStaging):
     """The kernel's driver of a table topic's range (see the module docstring)."""
 
-    stager: TableStaging
+    stager: Any  # keyed/table_stage.py's TableStaging (which names this class: no import back)
     KERNEL_METHOD = "add_table_layout"
 
     @staticmethod

@@ -20,7 +20,7 @@ import pytest
 
 from kbqe_dagster.core.record.wire import encode_frame
 from kbqe_dagster_tests.keyed import table_fuzz
-from kbqe_dagster_tests.keyed.test_table_topic_stage import (
+from kbqe_dagster_tests.keyed.table_topics import (
     KEY,
     KEY_ID,
     TOPIC,
