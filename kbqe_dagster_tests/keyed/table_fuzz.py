@@ -104,13 +104,13 @@ def value_schema(rng: random.Random, factory: SchemaFactory, keyed: dict, keys: 
     fields.append({"name": "choice", "type": rng.choice([["int", "string"], ["string", "null"]])})
     if rng.random() < 0.85:
         fields += factory.record(depth=1)["fields"]
-    if rng.random() < 0.15:
-        fields += semantic_fields(rng, factory)
     if rng.random() < 0.02:
         fields.append({"name": "_op", "type": "string"})  # collides with a change column
     seen: set[str] = set()
     fields = [f for f in fields if not (f["name"] in seen or seen.add(f["name"]))]
     rng.shuffle(fields)
+    if rng.random() < 0.15:  # after the others, in their order: a decimal is defined, then named
+        fields += semantic_fields(rng, factory)
     return {"type": "record", "name": factory.name("Row"), "namespace": "fuzz.db",
             "fields": fields}  # fmt: skip
 
