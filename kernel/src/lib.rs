@@ -15,7 +15,8 @@
 //!
 //! Modules: stage.rs is the append path's kernel, raw.rs the raw archive's; incoming.rs reads a
 //! message, route.rs routes it, event_time.rs dates it; body.rs (Avro), json.rs, json_schema.rs
-//! and protobuf.rs are the formats' walkers. No module imports one that imports it
+//! and protobuf.rs are the formats' walkers; changes.rs cuts keyed change topics' records and
+//! table.rs those of topics keyed by their Kafka key. No module imports one that imports it
 //! (kbqe_dagster_tests/test_layers.py checks `use crate::`).
 
 mod avro_transform;
