@@ -200,8 +200,15 @@ def spare_pandas_import() -> None:
 def spark_resource(config: Mapping[str, str]) -> LazySparkContextResource:
     # PySpark's driver names the workers' interpreter to every executor from PYSPARK_PYTHON
     # (not from the spark.pyspark.python setting): without it, local workers run a bare
-    # `python3` that lacks this environment's packages. A PYSPARK_PYTHON already set wins; with
-    # neither (a cluster, no KBQE_SPARK_EXECUTOR_PYTHON), executors run the cluster's own.
-    if config.get("spark.pyspark.python"):
-        os.environ.setdefault("PYSPARK_PYTHON", config["spark.pyspark.python"])
+    # `python3` that lacks this environment's packages. Locally a PYSPARK_PYTHON already set
+    # wins over this interpreter. On a cluster the setting is there only when it was named
+    # (KBQE_SPARK_EXECUTOR_PYTHON), and the named one wins: a PYSPARK_PYTHON inherited from
+    # the driver's image or a local session names a path of the driver's host, and executors
+    # running it would import another kbqe_dagster or none (the cluster test sets one). With
+    # neither, executors run the cluster's own.
+    python = config.get("spark.pyspark.python")
+    if python and is_local_master(str(config.get("spark.master", ""))):
+        os.environ.setdefault("PYSPARK_PYTHON", python)
+    elif python:
+        os.environ["PYSPARK_PYTHON"] = python
     return LazySparkContextResource(spark_config=dict(config))

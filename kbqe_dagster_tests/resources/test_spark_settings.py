@@ -105,3 +105,19 @@ def test_workers_take_the_named_python_unless_pyspark_python_is_set_already(
     assert os.environ["PYSPARK_PYTHON"] == "/opt/kbqe/bin/python"
     spark_resource({"spark.master": "local[2]", "spark.pyspark.python": sys.executable})
     assert os.environ["PYSPARK_PYTHON"] == "/opt/kbqe/bin/python", "one already set wins"
+
+
+def test_a_cluster_takes_the_named_python_over_a_pyspark_python_already_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """KBQE_SPARK_EXECUTOR_PYTHON names the executors' interpreter; a PYSPARK_PYTHON the
+    driver inherited (its image's, a local session's) names one of the driver's host."""
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    config = spark_config_from_environment(
+        environ={
+            "KBQE_SPARK_MASTER": "spark://10.0.0.1:7077",
+            "KBQE_SPARK_EXECUTOR_PYTHON": "/opt/kbqe/bin/python",
+        }
+    )
+    spark_resource(config)
+    assert os.environ["PYSPARK_PYTHON"] == "/opt/kbqe/bin/python"
