@@ -23,7 +23,9 @@ machine allows:
 - the executors run a second Python environment (``KBQE_SPARK_EXECUTOR_PYTHON``) where
   kbqe_dagster is installed from a wheel built from this checkout; it borrows the heavy
   packages (pyspark, the native kernel, fastavro, confluent-kafka) from this environment's
-  site-packages through a .pth line, never kbqe_dagster;
+  site-packages through a .pth line, never kbqe_dagster; the driver's environment also has a
+  PYSPARK_PYTHON naming its own interpreter (as a local session or an image leaves it), which
+  the named one must beat (resources/spark.py: before issue 40 part 1, the inherited one won);
 - each worker runs in a mount namespace of its own where the checkout, the directory this
   environment imports kbqe_dagster from and the driver's temporary files (the pipeline file,
   the JSON topic's .avsc beside it, the Dagster home) are empty: a task that read a
@@ -40,6 +42,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -159,11 +162,14 @@ def topics(spark_cluster, local_stack, tmp_path_factory) -> Iterator[Topics]:
     home = driver / "dagster_home"
     home.mkdir()
     shutil.copyfile(REPO / "dagster.yaml", home / "dagster.yaml")
-    # A user's environment, not this process's: a variable another test left here
-    # (SPARK_LOCAL_IP, PYSPARK_PYTHON from a local[2] session) would be no user's.
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
+    # A user's environment: SPARK_LOCAL_IP, which a local[2] session in this process may have
+    # set, is no user's. A PYSPARK_PYTHON naming the driver's own interpreter is (a local
+    # session's, an image's): KBQE_SPARK_EXECUTOR_PYTHON must win over it, or the executors
+    # would run this environment's Python, whose kbqe_dagster they cannot see.
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_IP"}
     env.update(
         {
+            "PYSPARK_PYTHON": sys.executable,
             "KBQE_ENV": "local",
             "KBQE_PIPELINE_CONFIG": str(driver / "pipeline.yaml"),
             "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/cluster-{run}",

@@ -41,7 +41,7 @@ WORKER = "org.apache.spark.deploy.worker.Worker"
 DAEMON_JAVA_OPTS = "-Xms32m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 DAEMON_MEMORY = "256m"  # the daemons' heap (spark-class refuses an -Xmx in their options)
 EXECUTOR_JAVA_OPTS = "-Xms32m -Xmn8m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
-START_TIMEOUT = 60.0
+START_TIMEOUT = 120.0  # a loaded CI machine (load 15 on 2 cores) took 30 s
 CLONE_NEWNET = 0x40000000
 
 
@@ -267,13 +267,22 @@ class Daemon:
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
-    def wait_for(self, text: str, count: int = 1, timeout: float = START_TIMEOUT) -> None:
+    def wait_for(
+        self,
+        text: str,
+        count: int = 1,
+        timeout: float = START_TIMEOUT,
+        alive: Sequence[Daemon] = (),
+    ) -> None:
+        """Until ``text`` is ``count`` times in this daemon's log, while it and ``alive`` run."""
         deadline = time.monotonic() + timeout
         while self.log_text().count(text) < count:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited {self.process.returncode}: {self.log_text()[-3000:]}"
-                )
+            for daemon in (self, *alive):
+                if daemon.process.poll() is not None:
+                    raise RuntimeError(
+                        f"{daemon.name} exited {daemon.process.returncode}: "
+                        f"{daemon.log_text()[-3000:]}"
+                    )
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"{self.name}: no {text!r} after {timeout:.0f}s: {self.log_text()[-3000:]}"
@@ -395,6 +404,8 @@ def _daemon_env(local_ip: str, local_dirs: Path | None = None) -> dict[str, str]
         "SPARK_LOCAL_IP": local_ip,  # the daemon's web UI binds here, not to every address
         "SPARK_DAEMON_JAVA_OPTS": DAEMON_JAVA_OPTS,
         "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
+        # The master's REST submission server would take the fixed port 6066.
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
         "SPARK_NO_DAEMONIZE": "1",
     }
     if "JAVA_HOME" in os.environ:
@@ -497,7 +508,11 @@ def start_cluster(
             cluster.daemons.append(
                 _start(f"worker-{i}", argv, _daemon_env(host, home / "local"), root, home)
             )
-        master.wait_for("Registering worker", count=workers)
+        try:
+            master.wait_for("Registering worker", count=workers, alive=cluster.workers)
+        except RuntimeError as e:
+            tails = "".join(f"\n--- {w.name}:\n{w.log_text()[-2000:]}" for w in cluster.workers)
+            raise RuntimeError(f"{e}{tails}") from None
         builder.join()
         if isinstance(built[0], BaseException):
             raise built[0]
