@@ -84,7 +84,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PARTITIONS = 3
 JSON_MESSAGES = 120
-FAULT_BATCH = 600  # the Avro topic's second batch, 30 ranges of 20: the kill lands mid-stage
+FIRST_BATCH = 300  # good Avro messages of the first run, both tables (and every bad kind)
+FAULT_BATCH = 300  # the Avro topic's second batch, 15 ranges of 20: the kill lands mid-stage
 RANGE = 20
 
 
@@ -223,7 +224,7 @@ def test_three_formats_stage_on_the_cluster_each_message_once(
 ) -> None:
     t = topics
     ids = register_schemas(local_endpoints.registry_url)
-    messages = good_messages(t.run, ids)[:600] + bad_messages(ids)
+    messages = good_messages(t.run, ids)[:FIRST_BATCH] + bad_messages(ids)
     t.placed.update(produce(local_endpoints.kafka_bootstrap, t.avro, messages, PARTITIONS))
     produce_clicks(local_endpoints.kafka_bootstrap, t.json, f"web_{t.run}", JSON_MESSAGES)
     for id_ in range(1, 6):
@@ -264,7 +265,7 @@ def test_executors_killed_mid_stage_leave_the_next_run_each_range_once(
     ids = register_schemas(local_endpoints.registry_url)
     kafka = KafkaSettings(local_endpoints.kafka_bootstrap)
     before = {w.partition: w.high for w in watermarks(kafka, t.avro)}
-    batch = good_messages(t.run, ids)[600 : 600 + FAULT_BATCH]
+    batch = good_messages(t.run, ids)[FIRST_BATCH : FIRST_BATCH + FAULT_BATCH]
     t.placed.update(produce(local_endpoints.kafka_bootstrap, t.avro, batch, PARTITIONS))
     store = GcsStagingStore(StagingLocation(t.staging_url, local_endpoints.gcs_url, LOCAL_PROJECT))
 
@@ -279,26 +280,29 @@ def test_executors_killed_mid_stage_leave_the_next_run_each_range_once(
             }
         )
 
-    driver = subprocess.Popen(
-        [KBQE, "run", "--until-idle", "--json"],
-        env=t.env,
-        cwd=t.cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = t.cwd / "killed-run.log"  # a file, not a pipe nobody reads while the run logs
+    with log.open("w") as stderr:
+        driver = subprocess.Popen(
+            [KBQE, "run", "--until-idle", "--json"],
+            env=t.env,
+            cwd=t.cwd,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     try:
         deadline = time.monotonic() + 300
         while not (done_at_kill := batch_ranges_done()):
-            assert driver.poll() is None, f"the run ended before staging: {driver.stderr.read()}"
+            assert driver.poll() is None, f"the run ended before staging: {log.read_text()}"
             assert time.monotonic() < deadline, "no range of the batch committed in 300s"
             time.sleep(0.05)
         killed = spark_cluster.kill_executors()
-        out, err = driver.communicate(timeout=300)
+        out, _ = driver.communicate(timeout=300)
     finally:
         if driver.poll() is None:
             driver.kill()
             driver.wait()
+    err = log.read_text()
     ranges = FAULT_BATCH // RANGE
     assert killed and len(done_at_kill) < ranges, (killed, done_at_kill)
     assert driver.returncode == 1, err[-3000:]
