@@ -26,8 +26,9 @@ machine allows:
   site-packages through a .pth line, never kbqe_dagster; the driver's environment also has a
   PYSPARK_PYTHON naming its own interpreter (as a local session or an image leaves it), which
   the named one must beat (resources/spark.py: before issue 40 part 1, the inherited one won);
-- each worker runs in a mount namespace of its own where the checkout, the directory this
-  environment imports kbqe_dagster from and the driver's temporary files (the pipeline file,
+- each worker runs in a mount namespace of its own where the checkout (every directory of it
+  but the one holding this environment, when that is inside it, as CI's ``.venv``), the
+  directory this environment imports kbqe_dagster from and the driver's temporary files (the pipeline file,
   the JSON topic's .avsc beside it, the Dagster home) are empty: a task that read a
   driver-local path, or imported kbqe_dagster from anywhere but the wheel, would fail. The
   driver runs from a directory outside the checkout.
@@ -75,6 +76,7 @@ from kbqe_dagster_tests.support.demo_messages import good_messages
 from kbqe_dagster_tests.support.json_format import SCHEMA as CLICK_SCHEMA
 from kbqe_dagster_tests.support.spark_cluster import (
     SparkCluster,
+    checkout_paths,
     cluster_unavailable,
     imported_package_dir,
     start_cluster,
@@ -94,9 +96,9 @@ def spark_cluster(local_stack: LocalEndpoints, tmp_path_factory) -> Iterator[Spa
     why_not = cluster_unavailable()
     if why_not:
         pytest.skip(why_not)
-    hidden = [REPO, imported_package_dir(), tmp_path_factory.getbasetemp()]
+    hidden = [*checkout_paths(), imported_package_dir(), tmp_path_factory.getbasetemp()]
     cluster = start_cluster(
-        hidden=sorted(set(hidden)),
+        hidden=hidden,
         forwarded_ports=(local_stack.kafka_port, local_stack.registry_port, local_stack.gcs_port),
     )
     try:

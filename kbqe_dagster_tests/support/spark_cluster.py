@@ -415,8 +415,30 @@ def _daemon_env(local_ip: str, local_dirs: Path | None = None) -> dict[str, str]
     return env
 
 
+def checkout_paths(repo: Path = REPO) -> list[Path]:
+    """What hides the checkout from the workers: the checkout itself, or, where this
+    environment's site-packages (which the executors borrow, and whose pyspark starts the
+    daemons) is inside it (CI's ``.venv``), every directory of it but the one holding them."""
+    if not MAIN_SITE_PACKAGES.resolve().is_relative_to(repo.resolve()):
+        return [repo]
+    return [
+        p
+        for p in repo.iterdir()
+        if p.is_dir() and not MAIN_SITE_PACKAGES.resolve().is_relative_to(p.resolve())
+    ]
+
+
+def outermost(paths: Iterable[Path]) -> list[Path]:
+    """``paths`` without those inside another of them (hiding the outer one hides them, and
+    their mount points would not exist in its empty tmpfs): a checkout with an editable
+    install holds the package directory it imports."""
+    resolved = sorted({Path(p).resolve() for p in paths})
+    return [p for p in resolved if not any(o != p and p.is_relative_to(o) for o in resolved)]
+
+
 def _hiding(paths: Sequence[Path], argv: list[str]) -> list[str]:
     """``argv`` in a mount namespace of its own where each of ``paths`` is an empty tmpfs."""
+    paths = outermost(paths)
     mounts = " && ".join(f'mount -t tmpfs kbqe-hidden "${{{i + 1}}}"' for i in range(len(paths)))
     script = f'{mounts} && shift {len(paths)} && exec "$@"' if paths else 'exec "$@"'
     return [
