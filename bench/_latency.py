@@ -211,3 +211,71 @@ def keeping_up(
         "backlog_max": max((made - seen for _, made, seen in series), default=None),
         "kept_up": None if growth is None else growth <= tolerance * rate,
     }
+
+
+# --- warm-up, recovery and steady state (bench_latency.py --daemon, --kill-at, --reload-at) ---
+FRESH_S = 5.0
+"""A table is fresh when its messages are visible this soon after they were produced."""
+
+
+def by_window(matched: Matched, start: float, width: float = 10.0) -> list[dict]:
+    """p50/p99 of the messages produced in each ``width``-second window from ``start``
+    (``from``/``to``: seconds after ``start``)."""
+    buckets: dict[int, list[float]] = {}
+    for lat, t in zip(matched.latencies, matched.produced_at):
+        buckets.setdefault(max(int((t - start) // width), 0), []).append(lat)
+    out = []
+    for i in range(max(buckets, default=-1) + 1):
+        summary = latency_summary(buckets.get(i, []), (50, 99))
+        out.append({"from": i * width, "to": (i + 1) * width, **summary})
+    return out
+
+
+def fresh_again_after(
+    matched: Matched, since: float, until: float, fresh_s: float = FRESH_S
+) -> float | None:
+    """Seconds from ``since`` to the produce time from which every message produced before
+    ``until`` was visible within ``fresh_s``: 0.0 when none was late; None when the last one
+    produced in the span was late (never fresh again before ``until``) or none was seen."""
+    span = [(lat, t) for lat, t in zip(matched.latencies, matched.produced_at)
+            if since <= t < until]  # fmt: skip
+    late = [t for lat, t in span if lat > fresh_s]
+    if not span:
+        return None
+    if not late:
+        return 0.0
+    after = [t for t in matched.produced_at if max(late) < t < until]
+    return round(min(after) - since, 2) if after else None
+
+
+def disruption_figures(
+    matched: Matched, start: float, end: float, disruptions: Sequence[tuple[str, float]],
+    warmup_s: float, recovery_s: float, fresh_s: float = FRESH_S,
+) -> dict:  # fmt: skip
+    """The warm-up (the messages of the first ``warmup_s`` from ``start``, the first produce),
+    each disruption (``(what, at)``: its next ``recovery_s``), and the steady state (every
+    message outside those spans), apart: each span's latencies, and how long after its start
+    the table was fresh again (``fresh_again_s``: every later message visible within
+    ``fresh_s`` up to the next disruption)."""
+    marks = sorted(at for _, at in disruptions)
+
+    def next_mark(after: float) -> float:
+        return min((m for m in marks if m > after), default=end + 1.0)
+
+    spans = [("warm-up", start, start + warmup_s)] + [
+        (what, at, at + recovery_s) for what, at in sorted(disruptions, key=lambda d: d[1])
+    ]
+    out: dict = {"fresh_s": fresh_s, "spans": []}
+    for what, a, b in spans:
+        lats = [lat for lat, t in zip(matched.latencies, matched.produced_at) if a <= t < b]
+        out["spans"].append({
+            "what": what, "at_s": round(a - start, 2), "seconds": round(b - a, 2),
+            "latency_s": latency_summary(lats),
+            "fresh_again_s": fresh_again_after(matched, a, next_mark(a), fresh_s),
+        })  # fmt: skip
+    steady = [
+        lat for lat, t in zip(matched.latencies, matched.produced_at)
+        if not any(a <= t < b for _, a, b in spans)
+    ]  # fmt: skip
+    out["steady_latency_s"] = latency_summary(steady)
+    return out

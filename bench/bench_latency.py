@@ -68,7 +68,15 @@ sys.path[:0] = [str(BENCH), str(ROOT)]
 os.environ.setdefault("KBQE_LOCAL_HOME", str(ROOT / ".kbqe-local"))
 
 import _kafka_bench as kb  # noqa: E402
-from _latency import backlog_series, keeping_up, latency_summary, match, produced_after  # noqa: E402
+from _latency import (  # noqa: E402
+    backlog_series,
+    by_window,
+    disruption_figures,
+    keeping_up,
+    latency_summary,
+    match,
+    produced_after,
+)
 from _latency_poller import TablePoller  # noqa: E402
 from _latency_producer import SCHEMA, SteadyProducer, encode_body  # noqa: E402
 from _stage_support import machine_facts  # noqa: E402
@@ -170,6 +178,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "per row of our path with a null writer, and of the emulator); 0 skips it "
         "(default 20000)",
     )
+    parser.add_argument(
+        "--daemon",
+        action="store_true",
+        help="storage_write: the stage loop launched by stage_loop_sensor under a code server "
+        "and a daemon of the bench's own (bench/_latency_daemon.py), as under kbqe dev, "
+        "instead of in this process; implied by --kill-at and --reload-at",
+    )
+    parser.add_argument(
+        "--daemon-up",
+        type=float,
+        default=15.0,
+        help="--daemon: seconds the daemon is up before the first message (default 15)",
+    )
+    parser.add_argument(
+        "--kill-at",
+        default="",
+        help="SECONDS[,SECONDS...] after the first message: SIGKILL the run worker of every "
+        "loop run in flight (implies --daemon)",
+    )
+    parser.add_argument(
+        "--reload-at",
+        default="",
+        help="SECONDS[,SECONDS...] after the first message: deploy a changed pipeline file "
+        "and reload the code location (implies --daemon)",
+    )
+    parser.add_argument(
+        "--recovery",
+        type=float,
+        default=20.0,
+        help="seconds after a kill or reload reported as its recovery, apart from the steady "
+        "state (default 20)",
+    )
     parser.add_argument("--json", type=Path, default=BENCH / "results" / "latency.json")
     parser.add_argument(
         "--keep", action="store_true", help="keep the topics, dataset and staging files"
@@ -186,6 +226,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     except (ValueError, argparse.ArgumentTypeError) as e:
         parser.error(str(e))
     args.paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    try:
+        args.kill_at = [float(x) for x in args.kill_at.split(",") if x.strip()]
+        args.reload_at = [float(x) for x in args.reload_at.split(",") if x.strip()]
+    except ValueError as e:
+        parser.error(f"--kill-at/--reload-at: {e}")
+    args.daemon = args.daemon or bool(args.kill_at or args.reload_at)
     unknown = [p for p in args.paths if p not in PATHS]
     if unknown or not args.paths:
         parser.error(f"--paths: unknown {unknown}; choose from {', '.join(PATHS)}")
@@ -214,6 +260,10 @@ class Work:
     loads: list[tuple[float, float, int]] = field(default_factory=list)
     stopped_because: str | None = None
     notes: dict = field(default_factory=dict)
+    disruptions: list[tuple[str, float]] = field(default_factory=list)
+    """What was done to the path (``kill``, ``reload``) and when (``time.time()``)."""
+    daemon: dict = field(default_factory=dict)
+    """--daemon: the loop runs' phases, the loop sensor's ticks, orphaned step processes."""
 
 
 class Bench:
@@ -355,7 +405,9 @@ class Bench:
         work = Work()
         poller.start()
         try:
-            if case.path == "storage_write":
+            if case.path == "storage_write" and self.args.daemon:
+                self.run_daemon(case, begin, should_stop, work)
+            elif case.path == "storage_write":
                 self.run_storage_write(case, begin, should_stop, poller, work)
             else:
                 self.run_load(case, begin, should_stop, poller, work)
@@ -434,6 +486,55 @@ class Bench:
             idle_seconds=round(outcome.idle_seconds, 2),
             busy_seconds=round(outcome.busy_seconds, 2),
         )
+
+    def run_daemon(self, case: Case, begin, should_stop, work: Work) -> None:
+        """The stage loop as stage_loop_sensor runs it under a daemon of the bench's own:
+        ``begin`` once the daemon has been up ``--daemon-up`` seconds; the kills and reloads
+        at their seconds after that; then until ``should_stop`` says why."""
+        from _latency_daemon import Daemon, loop_run_phases, sensor_ticks
+
+        daemon = Daemon(self.home / f"daemon-{case.table}", self.home / "pipeline.yaml")
+        work.notes = {
+            "driver": "stage_loop_sensor under dagster-daemon + dagster code-server "
+            "(bench/_latency_daemon.py)",
+            "loop_interval_s": self.args.loop_interval,
+            "daemon_up_s": self.args.daemon_up,
+        }
+        actions = sorted(
+            [(at, "kill") for at in self.args.kill_at]
+            + [(at, "reload") for at in self.args.reload_at]
+        )
+        try:
+            daemon.start()
+            assert daemon.started_at is not None
+            say(f"  daemon up; producing in {self.args.daemon_up:g} s")
+            time.sleep(max(daemon.started_at + self.args.daemon_up - time.time(), 0.0))
+            begin()
+            t0 = time.time()
+            while (why := should_stop()) is None:
+                if actions and time.time() - t0 >= actions[0][0]:
+                    _, what = actions.pop(0)
+                    at = time.time()
+                    if what == "kill":
+                        killed = daemon.kill_loop_workers()
+                        say(f"  killed the run worker(s) of {len(killed)} loop run(s)")
+                    else:
+                        daemon.reload()
+                        say("  deployed a changed pipeline and reloaded the code location")
+                    work.disruptions.append((what, at))
+                time.sleep(0.1)
+            work.stopped_because = why
+            time.sleep(2.0)  # the orphans' check: a killed worker's step had time to notice
+            work.daemon = {
+                "started_at": daemon.started_at,
+                "loop_runs": loop_run_phases(daemon, t0),
+                "loop_sensor_ticks": sensor_ticks(daemon, "stage_loop_sensor", t0),
+                "actions": [{**a, "at": round(a["at"] - t0, 2)} for a in daemon.actions],
+                "orphaned_steps_alive": daemon.orphans(),
+                "phases_relative_to": "the first message",
+            }
+        finally:
+            daemon.stop()
 
     def run_load(self, case: Case, begin, should_stop, poller: TablePoller, work: Work) -> None:
         """Stage runs at every sensor tick and load cycles on the cadence's clock, executed in
@@ -540,6 +641,18 @@ class Bench:
             "settings": work.notes,
         }  # fmt: skip
         row["drain_s"] = round(visible_at - last_at, 2) if visible_at else None
+        # Warm-up, each kill or reload, and the steady state apart; p99 per 10 s window.
+        row["windows_10s"] = by_window(matched, first_at, 10.0)
+        row["spans"] = disruption_figures(
+            matched, first_at, last_at, work.disruptions, self.args.warmup, self.args.recovery
+        )
+        row["first_visible_s"] = (
+            round(min(p.at for p in polls if any(p.ends.get(q, f) > f for q, f in first.items()))
+                  - first_at, 2)
+            if any(any(p.ends.get(q, f) > f for q, f in first.items()) for p in polls) else None
+        )  # fmt: skip
+        if work.daemon:
+            row["daemon"] = work.daemon
         row["kept_up_basis"] = "backlog growth"
         if row["kept_up"] is None and row["staged_msg_per_busy_s"]:
             # Too few polls in the window (a round as long as the window holds them back):
@@ -562,6 +675,8 @@ class Bench:
             f"{lat.get('messages', 0):,} messages; unseen {row['unseen']}; kept up: {row['kept_up']}"
             f" ({work.stopped_because})"
         )
+        for line in span_lines(row):
+            say("  " + line)
         return row
 
     def close(self) -> None:
@@ -615,6 +730,39 @@ def verdicts(rows: list[dict]) -> list[str]:
                         f"{label}: {name} {got} s {'<=' if got <= limit else '>'} "
                         f"target {limit} s"
                     )
+    return out
+
+
+def span_lines(row: dict) -> list[str]:
+    """The warm-up, each kill or reload and the steady state apart, the first row's wait, the
+    p99 of every 10 s window, and (--daemon) the loop runs' phases."""
+    spans = row.get("spans") or {}
+    out = [f"first row visible {row.get('first_visible_s')} s after the first message"]
+    for span in spans.get("spans", ()):
+        lat = span["latency_s"]
+        out.append(
+            f"{span['what']} at {span['at_s']:g} s (next {span['seconds']:g} s): p50 "
+            f"{lat.get('p50')} s, p99 {lat.get('p99')} s, max {lat.get('max')} s; fresh "
+            f"(<= {spans['fresh_s']:g} s) again after {span['fresh_again_s']} s"
+        )
+    steady = spans.get("steady_latency_s") or {}
+    out.append(
+        f"steady state: p50 {steady.get('p50')} s, p99 {steady.get('p99')} s over "
+        f"{steady.get('messages', 0):,} messages"
+    )
+    out.append(
+        "p99 per 10 s: "
+        + " ".join(f"{w['from']:g}:{w.get('p99', '-')}" for w in row.get("windows_10s", ()))
+    )
+    for run in (row.get("daemon") or {}).get("loop_runs", ()):
+        phases = ", ".join(f"{k[:-3]} {v}" for k, v in run.items() if k.endswith("_at"))
+        out.append(
+            f"loop run {run['run_id']} ({run['status']}, standby {run['standby']}): {phases}"
+        )
+    daemon = row.get("daemon") or {}
+    if daemon:
+        out.append(f"loop sensor ticks that launched runs: {daemon.get('loop_sensor_ticks')}")
+        out.append(f"orphaned step processes still alive: {daemon.get('orphaned_steps_alive')}")
     return out
 
 
