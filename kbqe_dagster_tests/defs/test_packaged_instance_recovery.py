@@ -80,5 +80,5 @@ def test_runs_dequeued_while_the_code_server_is_unreachable_are_retried(instance
     assert queue.max_user_code_failure_retries >= 3
     assert queue.max_user_code_failure_retries * queue.user_code_failure_retry_delay >= 60
     # The limits of the `concurrency:` block still hold next to the coordinator's own config.
-    assert queue.max_concurrent_runs == 4
+    assert queue.max_concurrent_runs == 6  # two of them a stage loop run and its standby
     assert {limit["key"] for limit in queue.tag_concurrency_limits} >= {"kbqe/stage", "kbqe/topic"}

@@ -28,9 +28,11 @@ from kbqe_dagster.defs.staging.claims import topics_in_flight, yielded_to_older_
 from kbqe_dagster.defs.staging.jobs import pipeline_digest, stage_job, stage_loop_job
 from kbqe_dagster.defs.staging.loop_run import LoopReport, LoopStop, interrupts_between_rounds
 from kbqe_dagster.defs.staging.tags import (
+    LOOP_STATE_TAG,
     PIPELINE_DIGEST_TAG,
     STAGE_LOOP_TAG,
     STAGE_TAG,
+    STANDBY_TAG,
     STOP_TAG,
     TOPICS_TAG,
 )
@@ -154,6 +156,64 @@ def test_a_loop_run_of_another_pipeline_is_asked_to_stop_and_succeeded_once_it_e
     assert request.tags[TOPICS_TAG] == "orders"
 
 
+def test_a_looping_run_gets_one_warm_standby_which_takes_over_once_it_ended(
+    instance, resources
+) -> None:
+    digest = pipeline_digest(resources["pipeline"])
+    tags = {TOPICS_TAG: "orders,refunds", PIPELINE_DIGEST_TAG: digest}
+    loop = started(instance, "stage_loop_job", tags)
+    assert loop_tick(instance, resources).run_requests == [], "starting: no second cold start"
+
+    instance.add_run_tags(loop.run_id, {LOOP_STATE_TAG: "looping"})
+    [request] = loop_tick(instance, resources, cursor="3").run_requests
+    assert request.tags[STANDBY_TAG] == "true" and request.tags[TOPICS_TAG] == "orders,refunds"
+    assert request.run_key == "stage_loop:4"
+
+    standby = started(instance, "stage_loop_job", {**request.tags, LOOP_STATE_TAG: "warm"})
+    assert loop_tick(instance, resources).run_requests == []
+    # The standby loops only once no older run holds its topics (loop_run.py waits for it).
+    assert yielded_to_older_runs(instance, standby.run_id, ["orders", "refunds"]) == {
+        "orders",
+        "refunds",
+    }
+    instance.report_run_failed(loop)  # its run worker killed: the code server saw it die
+    assert yielded_to_older_runs(instance, standby.run_id, ["orders", "refunds"]) == frozenset()
+
+
+def test_a_deploy_hands_a_looping_run_over_to_a_warm_standby_of_the_new_pipeline(
+    instance, resources, tmp_path
+) -> None:
+    before = PipelineResource(
+        config_path=str(tmp_path / "pipeline.yaml"), content=pipeline_text(extra_topic="returns")
+    )
+    tags = {TOPICS_TAG: "orders,refunds", PIPELINE_DIGEST_TAG: pipeline_digest(before)}
+    old = started(instance, "stage_loop_job", {**tags, LOOP_STATE_TAG: "looping"})
+    old_standby = started(instance, "stage_loop_job", {**tags, LOOP_STATE_TAG: "warm"})
+
+    [request] = loop_tick(instance, resources).run_requests
+    assert request.tags[STANDBY_TAG] == "true"
+    assert request.tags[PIPELINE_DIGEST_TAG] == pipeline_digest(resources["pipeline"])
+    assert instance.get_run_by_id(old_standby.run_id).tags[STOP_TAG] == "config_changed"
+    assert STOP_TAG not in instance.get_run_by_id(old.run_id).tags, "looping until a warm one"
+
+    new = started(instance, "stage_loop_job", request.tags)
+    assert loop_tick(instance, resources).run_requests == []
+    assert STOP_TAG not in instance.get_run_by_id(old.run_id).tags
+    instance.add_run_tags(new.run_id, {LOOP_STATE_TAG: "warm"})
+    assert loop_tick(instance, resources).run_requests == []
+    assert instance.get_run_by_id(old.run_id).tags[STOP_TAG] == "config_changed"
+
+
+def test_without_standbys_a_looping_run_has_none(instance, tmp_path) -> None:
+    path = tmp_path / "no_standby.yaml"
+    path.write_text(pipeline_text() + "stage_runs: {loop_standby: false}\n")
+    pipeline = PipelineResource(config_path=str(path), content=path.read_text())
+    tags = {TOPICS_TAG: "orders,refunds", PIPELINE_DIGEST_TAG: pipeline_digest(pipeline)}
+    started(instance, "stage_loop_job", {**tags, LOOP_STATE_TAG: "looping"})
+    resources = {"pipeline": pipeline, "kafka": KafkaResource(bootstrap_servers="127.0.0.1:1")}
+    assert loop_tick(instance, resources).run_requests == []
+
+
 def test_no_loop_run_without_a_storage_write_table(instance, tmp_path) -> None:
     path = tmp_path / "plain.yaml"
     path.write_text(pipeline_text().replace("storage_write", "load"))
@@ -213,6 +273,13 @@ def test_a_loop_run_stops_when_terminated_or_tagged_and_reads_the_run_at_most_ev
     stop = LoopStop(instance, other.run_id, clock=lambda: now[0])
     instance.report_run_canceling(other)
     assert stop() == "terminated"
+
+    # Recorded as ended while this process still loops (its run worker was taken for dead):
+    # it stops, never looping beside the standby that takes over.
+    gone = started(instance, "stage_loop_job", {TOPICS_TAG: "views"})
+    stop = LoopStop(instance, gone.run_id, clock=lambda: now[0])
+    instance.report_run_failed(gone)
+    assert stop() == "terminated"
     interrupted = LoopStop(instance, str(uuid.uuid4()))
     interrupted.interrupted = True
     assert interrupted() == "terminated"
@@ -222,7 +289,7 @@ def test_the_instance_bounds_loop_runs_apart_from_stage_runs(tmp_path) -> None:
     shutil.copyfile(Path(__file__).resolve().parents[2] / "dagster.yaml", tmp_path / "dagster.yaml")
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
-    assert {"key": STAGE_LOOP_TAG, "limit": 2} in limits
+    assert {"key": STAGE_LOOP_TAG, "limit": 4} in limits  # two loop runs, each with a standby
     assert stage_loop_job.tags == {STAGE_LOOP_TAG: "true"}  # never kbqe/stage: see tags.py
     assert STAGE_TAG in stage_job.tags
 

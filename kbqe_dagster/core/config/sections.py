@@ -308,9 +308,16 @@ class StageRunSettings:
     whose backlog alone reaches it gets a run of its own (a hot topic, staged in parallel
     ranges as ever). Each topic's ``staging.max_messages_per_run`` still caps what a run takes
     from each of its partitions. Default 5,000,000."""
+    loop_standby: bool = True
+    """Keep a warm standby behind every stage loop run (the topics writing ``delivery:
+    storage_write`` tables): a second run with its SparkSession up, waiting, that takes over
+    within a second or two when the loop run ends (its worker killed, ``max_run_s``, a deploy)
+    instead of a cold start at the next sensor tick (20 s and more). It costs a run slot, a
+    process and a Spark driver per loop run. Default true."""
 
 
 STAGE_RUNS_SPEC: dict[str, r.Converter] = {
     "max_topics_per_run": r.integer(minimum=1),
     "max_messages_per_run": r.integer(minimum=1),
+    "loop_standby": r.boolean,
 }

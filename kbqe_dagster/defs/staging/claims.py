@@ -53,13 +53,14 @@ def _in_flight(instance: dg.DagsterInstance) -> list[dg.RunRecord]:
     ]
 
 
+def stage_runs_in_flight(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
+    """The stage runs in flight, loop runs among them, oldest first."""
+    return [r.dagster_run for r in sorted(_in_flight(instance), key=lambda r: r.storage_id)]
+
+
 def loop_runs_in_flight(instance: dg.DagsterInstance) -> list[dg.DagsterRun]:
     """The stage loop runs in flight, oldest first."""
-    return [
-        r.dagster_run
-        for r in sorted(_in_flight(instance), key=lambda r: r.storage_id)
-        if r.dagster_run.job_name == STAGE_LOOP_JOB
-    ]
+    return [r for r in stage_runs_in_flight(instance) if r.job_name == STAGE_LOOP_JOB]
 
 
 def topics_in_flight(instance: dg.DagsterInstance) -> frozenset[str]:

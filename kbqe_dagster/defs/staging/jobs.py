@@ -50,6 +50,10 @@ stage_loop_job = dg.define_asset_job(
     ),
     tags={STAGE_LOOP_TAG: "true"},
     config={"ops": {"staging": {"config": {"loop": True}}}},
+    # One step: the run worker runs it itself. A step process of its own would load the
+    # definitions a second time before the loop starts (seconds, tens of them on a loaded
+    # machine), and outlive a run worker killed with it, looping beside the run's successor.
+    executor_def=dg.in_process_executor,
 )
 
 

@@ -1,6 +1,12 @@
 """A ``stage_loop_job`` run: the ``staging`` asset staged round after round
 (staging/stage_loop.py ``run_stage_loop``) inside one Dagster run, and what the run tells Dagster.
 
+Before it loops, it warms Spark up, then waits for the older stage runs in flight holding its
+topics to end (defs/staging/claims.py): a loop run launched behind a looping one is its warm
+**standby** (core/stage_runs/loop_plan.py), which takes over within a poll
+(``STANDBY_POLL_S``) and a round of the other's end. It records where it is on itself
+(``kbqe/loop_state``: ``warm`` while it stands by, ``looping``), for the loop sensor.
+
 When it stops, between rounds, never mid-range:
 
 * terminated (Dagster's terminate: the run's status is CANCELING, and its step process gets an
@@ -30,12 +36,13 @@ from contextlib import contextmanager
 import dagster as dg
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.stage_runs.loop_plan import LOOPING, WARM
 from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.staging.assets import group_metadata
 from kbqe_dagster.defs.staging.claims import yielded_to_older_runs
 from kbqe_dagster.defs.staging.deliveries import delivery_events
 from kbqe_dagster.defs.staging.sensors import lag_observation
-from kbqe_dagster.defs.staging.tags import STOP_TAG
+from kbqe_dagster.defs.staging.tags import LOOP_STATE_TAG, STOP_TAG
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.stage_loop import (
@@ -53,11 +60,15 @@ from kbqe_dagster.staging.stage_loop import (
 log = logging.getLogger(__name__)
 
 STOPPING = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
+ENDED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.SUCCESS)
+"""A run recorded as ended while its loop still runs: its run worker was taken for dead (the
+code server saw it die, or ``stage_loop_sensor`` found it silent) while this process lives
+on. It stops after its round, so that it never loops beside the run that takes over."""
 
 
 class LoopStop:
     """``should_stop`` of a loop run: an interrupt received (Dagster's terminate), the run's
-    status CANCELING, or a ``kbqe/stop`` tag on the run. The run storage is read at most every
+    status CANCELING (or ended: see :data:`ENDED`), or a ``kbqe/stop`` tag on the run. The run storage is read at most every
     ``check_every_s`` (a round may be a tenth of a second)."""
 
     def __init__(
@@ -86,7 +97,7 @@ class LoopStop:
         run = self.instance.get_run_by_id(self.run_id)
         if run is None:
             return None
-        if run.status in STOPPING:
+        if run.status in STOPPING or run.status in ENDED:
             return TERMINATED
         return run.tags.get(STOP_TAG)
 
@@ -207,24 +218,33 @@ def _backlog(rnd: LoopRound, topic: str) -> TopicBacklog | None:
     return TopicBacklog(topic, tuple(partitions), None)
 
 
+STANDBY_POLL_S = 0.25
+"""How often a standby asks the run storage whether the run it follows has ended (one query of
+the runs in flight): the takeover's share of a loop run's end."""
+
+
 def wait_for_older_runs(
     context: dg.AssetExecutionContext,
     topics: Sequence[str],
     should_stop: Callable[[], str | None],
     max_wait_s: float,
-    poll_s: float = 2.0,
+    poll_s: float = STANDBY_POLL_S,
+    on_wait: Callable[[], None] = lambda: None,
 ) -> str | None:
     """Wait until no older stage run in flight holds any of ``topics`` (one run prepares a
-    topic at a time: defs/staging/claims.py); a run launched by hand may hold one. Returns
-    why the wait ended the run instead (``should_stop``'s reason, or ``max_run_s``)."""
+    topic at a time: defs/staging/claims.py): the run before it in a loop run's standby, or a
+    run launched by hand. ``on_wait`` is called once, when the wait begins. Returns why the
+    wait ended the run instead (``should_stop``'s reason, or ``max_run_s``)."""
     deadline = time.monotonic() + max_wait_s
     warned = False
     while yielded := yielded_to_older_runs(context.instance, context.run.run_id, topics):
         if not warned:
-            context.log.warning(
-                "stage loop: waiting for the older stage run(s) in flight holding %s",
+            context.log.info(
+                "stage loop: standing by, warm, until the older stage run(s) in flight holding "
+                "%s end",
                 ", ".join(sorted(yielded)),
             )
+            on_wait()
             warned = True
         reason = should_stop()
         if reason is not None:
@@ -232,7 +252,32 @@ def wait_for_older_runs(
         if time.monotonic() >= deadline:
             return MAX_RUN_S
         time.sleep(poll_s)
+    if warned:
+        context.log.info("stage loop: taking over %s", ", ".join(topics))
     return None
+
+
+def _set_state(context: dg.AssetExecutionContext, state: str) -> None:
+    """Record the loop run's state on it (``kbqe/loop_state``, read by the loop sensor)."""
+    if context.instance.has_run(context.run.run_id):
+        context.instance.add_run_tags(context.run.run_id, {LOOP_STATE_TAG: state})
+
+
+class FirstRound:
+    """``on_round`` of a loop run: the report, and one line when the first round is done (the
+    moment the run's topics are fresh: what a warm-up or a takeover is measured to)."""
+
+    def __init__(self, context: dg.AssetExecutionContext, report: LoopReport) -> None:
+        self.context, self.report, self.started = context, report, time.monotonic()
+
+    def __call__(self, rnd: LoopRound) -> None:
+        self.report(rnd)
+        if rnd.number == 1:
+            self.context.log.info(
+                "stage loop: first round done %.2fs after it began (%.2fs long)",
+                time.monotonic() - self.started,
+                rnd.seconds,
+            )
 
 
 def stage_loop(
@@ -261,15 +306,21 @@ def stage_loop(
         settings.interval_s,
         settings.max_run_s,
     )
-    waited = wait_for_older_runs(context, topics, stop, settings.max_run_s)
+    # Warm before standing by: a standby takes over with its SparkSession up and the stage
+    # code imported on its executors, so the run it follows ending costs a round, not a start.
+    context.log.info("stage loop: Spark warmed up in %.1fs", warm_up(spark_context, ctx))
+    waited = wait_for_older_runs(
+        context, topics, stop, settings.max_run_s, on_wait=lambda: _set_state(context, WARM)
+    )
     if waited is not None:
         outcome = LoopOutcome(0, 0, waited, ())
     else:
-        context.log.info("stage loop: Spark warmed up in %.1fs", warm_up(spark_context, ctx))
+        _set_state(context, LOOPING)
+        first = FirstRound(context, report)
         with interrupts_between_rounds(stop):
             try:
                 outcome = run_stage_loop(
-                    spark_context, ctx, topics, settings, should_stop=stop, on_round=report
+                    spark_context, ctx, topics, settings, should_stop=stop, on_round=first
                 )
             finally:
                 report.flush()  # what committed is reported, even when a range failed

@@ -23,11 +23,12 @@ the offsets each starts from, plus the number of earlier runs from those offsets
 double-launches a queued run, and a failed run (which committed nothing) can be retried by a
 later tick.
 
-``stage_loop_sensor`` launches one stage loop run holding the loop topics no run in flight
-holds: at the start, and again after a loop run ended (terminated, ``max_run_s``, a new
-pipeline, a crash). It asks the loop runs launched with another pipeline than its code
-location's to stop after their round (the ``kbqe/stop`` tag), and launches their successor
-once they ended.
+``stage_loop_sensor`` (every 5 s) launches one stage loop run holding the loop topics no run in
+flight holds (at the start, and again after a loop run ended: terminated, ``max_run_s``, a new
+pipeline, a crash), and one warm standby behind every looping run, which takes over within a
+second or two of its end (``stage_runs.loop_standby``; core/stage_runs/loop_plan.py). It asks
+the loop runs launched with another pipeline than its code location's to stop after their
+round (the ``kbqe/stop`` tag): a looping one once a standby of the new pipeline is warm.
 
 ``staging_observation_sensor`` records what waits in the staging area on ``staging``.
 """
@@ -43,9 +44,16 @@ from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.load.pending import staging_view
 from kbqe_dagster.core.stage_runs.due import from_offsets, stage_due
 from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup, group_due_topics
+from kbqe_dagster.core.stage_runs.loop_plan import LoopRunView, plan_loop_runs
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
 from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, GROUP_TAG, STAGING_KEY, TOPIC_TAG
-from kbqe_dagster.defs.staging.claims import loop_runs_in_flight, topics_in_flight
+from kbqe_dagster.defs.staging.claims import (
+    STAGE_LOOP_JOB,
+    loop_runs_in_flight,
+    run_topics,
+    stage_runs_in_flight,
+    topics_in_flight,
+)
 from kbqe_dagster.defs.staging.jobs import (
     pipeline_digest,
     stage_group_run_config,
@@ -55,7 +63,12 @@ from kbqe_dagster.defs.staging.jobs import (
     stage_loop_tags,
     stage_tags,
 )
-from kbqe_dagster.defs.staging.tags import PIPELINE_DIGEST_TAG, STOP_TAG
+from kbqe_dagster.defs.staging.tags import (
+    LOOP_STATE_TAG,
+    PIPELINE_DIGEST_TAG,
+    STANDBY_TAG,
+    STOP_TAG,
+)
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.resources.kafka.clients import TopicMissing
@@ -228,46 +241,72 @@ def fail_silent_loop_runs(
     return failed
 
 
+LOOP_SENSOR_INTERVAL_S = 5
+"""How often ``stage_loop_sensor`` ticks: a tick is one metadata request and one query of the
+runs in flight. It bounds how soon a loop run follows the daemon's start and a standby
+follows a takeover (a standby makes a loop run's end cost a second or two, not a tick)."""
+
+
+def loop_run_view(run: dg.DagsterRun, digest: str) -> LoopRunView:
+    return LoopRunView(
+        run.run_id,
+        run_topics(run),
+        run.tags.get(PIPELINE_DIGEST_TAG) == digest,
+        run.tags.get(LOOP_STATE_TAG),
+        STOP_TAG in run.tags,
+    )
+
+
 @dg.sensor(
-    job=stage_loop_job, minimum_interval_seconds=15, default_status=dg.DefaultSensorStatus.RUNNING
+    job=stage_loop_job,
+    minimum_interval_seconds=LOOP_SENSOR_INTERVAL_S,
+    default_status=dg.DefaultSensorStatus.RUNNING,
 )
 def stage_loop_sensor(
     context: dg.SensorEvaluationContext,
     pipeline: PipelineResource,
     kafka: KafkaResource,
 ) -> dg.SensorResult:
-    """Keep a stage loop run holding every topic that may write a storage_write table."""
+    """Keep a stage loop run holding every topic that may write a storage_write table, and a
+    warm standby behind it (core/stage_runs/loop_plan.py)."""
     config = discover_topics(pipeline.load(), kafka.settings())
     wanted = loop_topics(config)
     digest = pipeline_digest(pipeline)
     fail_silent_loop_runs(context)
-    for run in loop_runs_in_flight(context.instance):
-        if run.tags.get(PIPELINE_DIGEST_TAG) != digest and STOP_TAG not in run.tags:
-            # The code location loaded another pipeline since: the run ends after its round
-            # and the next tick launches its successor with this pipeline.
-            context.log.info(
-                "asking stage loop run %s to stop: launched with another pipeline", run.run_id
-            )
-            context.instance.add_run_tags(run.run_id, {STOP_TAG: CONFIG_CHANGED})
+    runs = stage_runs_in_flight(context.instance)
+    loops = [r for r in runs if r.job_name == STAGE_LOOP_JOB]
+    plan = plan_loop_runs(
+        wanted,
+        [loop_run_view(r, digest) for r in loops],
+        {t for r in runs if r.job_name != STAGE_LOOP_JOB for t in run_topics(r)},
+        standby=config.stage_runs.loop_standby,
+    )
+    for run_id in plan.stop:
+        # Launched with another pipeline (the code location loaded another since): the run
+        # ends after its round, its successor (a standby of this pipeline) loops once it did.
+        context.log.info("asking stage loop run %s to stop: launched with another pipeline", run_id)
+        context.instance.add_run_tags(run_id, {STOP_TAG: CONFIG_CHANGED})
     if not wanted:
         return dg.SensorResult(skip_reason="no topic may write a delivery: storage_write table")
-    held = topics_in_flight(context.instance)
-    free = [t for t in wanted if t not in held]
-    if not free:
-        return dg.SensorResult(skip_reason="every loop topic is held by a run in flight")
-    launched = int(context.cursor or 0) + 1
-    shown = ", ".join(free[:5]) + (f" and {len(free) - 5} more" if len(free) > 5 else "")
-    context.log.info("stage loop run for %s", shown)
-    return dg.SensorResult(
-        run_requests=[
+    launched = int(context.cursor or 0)
+    requests = []
+    for topics, standby in [(t, False) for t in plan.launch] + [(t, True) for t in plan.standby]:
+        launched += 1
+        shown = ", ".join(topics[:5]) + (f" and {len(topics) - 5} more" if len(topics) > 5 else "")
+        context.log.info("stage loop %s for %s", "standby" if standby else "run", shown)
+        tags = stage_loop_tags(topics, digest)
+        if standby:
+            tags[STANDBY_TAG] = "true"
+        requests.append(
             dg.RunRequest(
                 run_key=f"stage_loop:{launched}",
-                run_config=stage_loop_run_config(free),
-                tags=stage_loop_tags(free, digest),
+                run_config=stage_loop_run_config(topics),
+                tags=tags,
             )
-        ],
-        cursor=str(launched),
-    )
+        )
+    if not requests:
+        return dg.SensorResult(skip_reason="every loop topic is held by a run in flight")
+    return dg.SensorResult(run_requests=requests, cursor=str(launched))
 
 
 @dg.sensor(

@@ -20,3 +20,9 @@ PIPELINE_DIGEST_TAG = "kbqe/pipeline_digest"
 runs of another pipeline (the code location reloaded since) to stop."""
 STOP_TAG = "kbqe/stop"
 """Added to a loop run in flight to ask it to end after its round (its value: why)."""
+LOOP_STATE_TAG = "kbqe/loop_state"
+"""Set by a loop run on itself: ``warm`` (Spark up, waiting for an older run holding its topics
+to end: a standby), then ``looping``; none while it starts (core/stage_runs/loop_plan.py)."""
+STANDBY_TAG = "kbqe/standby"
+"""On a loop run the loop sensor launched as the standby of a looping run (for the run history:
+what a run does is its ``kbqe/loop_state``)."""
