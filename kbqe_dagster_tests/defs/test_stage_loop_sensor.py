@@ -16,6 +16,7 @@ import signal
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import dagster as dg
 import pytest
@@ -26,7 +27,12 @@ from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.staging import sensors
 from kbqe_dagster.defs.staging.claims import topics_in_flight, yielded_to_older_runs
 from kbqe_dagster.defs.staging.jobs import pipeline_digest, stage_job, stage_loop_job
-from kbqe_dagster.defs.staging.loop_run import LoopReport, LoopStop, interrupts_between_rounds
+from kbqe_dagster.defs.staging.loop_run import (
+    LoopReport,
+    LoopStop,
+    interrupts_between_rounds,
+    wait_for_older_runs,
+)
 from kbqe_dagster.defs.staging.tags import (
     LOOP_STATE_TAG,
     PIPELINE_DIGEST_TAG,
@@ -202,6 +208,38 @@ def test_a_deploy_hands_a_looping_run_over_to_a_warm_standby_of_the_new_pipeline
     instance.add_run_tags(new.run_id, {LOOP_STATE_TAG: "warm"})
     assert loop_tick(instance, resources).run_requests == []
     assert instance.get_run_by_id(old.run_id).tags[STOP_TAG] == "config_changed"
+
+
+def test_a_standby_stands_by_warm_until_the_run_it_follows_ended_then_takes_over(
+    instance,
+) -> None:
+    active = started(instance, "stage_loop_job", {TOPICS_TAG: "orders"})
+    standby = started(instance, "stage_loop_job", {TOPICS_TAG: "orders", STANDBY_TAG: "true"})
+    context = SimpleNamespace(instance=instance, run=standby, log=logging.getLogger("t"))
+    states, asked = [], []
+
+    def should_stop() -> str | None:
+        asked.append(True)
+        if len(asked) == 3:
+            instance.report_run_failed(active)  # its worker killed: the code server saw it
+        return None
+
+    waited = wait_for_older_runs(
+        context, ["orders"], should_stop, 60, poll_s=0.01, on_wait=lambda: states.append("warm")
+    )
+    assert (waited, states) == (None, ["warm"]), "took over, after standing by once"
+    assert len(asked) >= 3
+
+
+def test_a_run_recorded_as_ended_never_takes_over(instance) -> None:
+    """Its process lives on (a worker taken for dead): no older run holds its topics for it,
+    but it is not in flight either."""
+    gone = started(instance, "stage_loop_job", {TOPICS_TAG: "orders"})
+    instance.report_run_failed(gone)
+    context = SimpleNamespace(instance=instance, run=gone, log=logging.getLogger("t"))
+    assert wait_for_older_runs(context, ["orders"], LoopStop(instance, gone.run_id), 60) == (
+        "terminated"
+    )
 
 
 def test_without_standbys_a_looping_run_has_none(instance, tmp_path) -> None:

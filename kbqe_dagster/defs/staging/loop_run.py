@@ -230,13 +230,18 @@ def wait_for_older_runs(
     max_wait_s: float,
     poll_s: float = STANDBY_POLL_S,
     on_wait: Callable[[], None] = lambda: None,
+    heartbeat_s: float = LoopSettings.report_every_s,
 ) -> str | None:
     """Wait until no older stage run in flight holds any of ``topics`` (one run prepares a
     topic at a time: defs/staging/claims.py): the run before it in a loop run's standby, or a
-    run launched by hand. ``on_wait`` is called once, when the wait begins. Returns why the
-    wait ended the run instead (``should_stop``'s reason, or ``max_run_s``)."""
-    deadline = time.monotonic() + max_wait_s
+    run launched by hand. ``on_wait`` is called once, when the wait begins; a line is logged
+    every ``heartbeat_s`` (a standby waits for up to an hour, and ``stage_loop_sensor`` takes
+    a loop run silent for ``SILENT_LOOP_S`` for dead). Returns why the wait ended the run
+    instead (``should_stop``'s reason, or ``max_run_s``)."""
+    started = time.monotonic()
+    deadline = started + max_wait_s
     warned = False
+    beat = started + heartbeat_s
     while yielded := yielded_to_older_runs(context.instance, context.run.run_id, topics):
         if not warned:
             context.log.info(
@@ -246,12 +251,20 @@ def wait_for_older_runs(
             )
             on_wait()
             warned = True
+        if time.monotonic() >= beat:
+            beat = time.monotonic() + heartbeat_s
+            context.log.info("stage loop: standing by for %.0fs", time.monotonic() - started)
         reason = should_stop()
         if reason is not None:
             return reason
         if time.monotonic() >= deadline:
             return MAX_RUN_S
         time.sleep(poll_s)
+    # Asked once more: a run that is no longer in flight itself (recorded as ended while its
+    # process lives on: a worker taken for dead) finds no older run either, and must not loop.
+    reason = should_stop()
+    if reason is not None:
+        return reason
     if warned:
         context.log.info("stage loop: taking over %s", ", ".join(topics))
     return None
@@ -310,7 +323,12 @@ def stage_loop(
     # code imported on its executors, so the run it follows ending costs a round, not a start.
     context.log.info("stage loop: Spark warmed up in %.1fs", warm_up(spark_context, ctx))
     waited = wait_for_older_runs(
-        context, topics, stop, settings.max_run_s, on_wait=lambda: _set_state(context, WARM)
+        context,
+        topics,
+        stop,
+        settings.max_run_s,
+        on_wait=lambda: _set_state(context, WARM),
+        heartbeat_s=settings.report_every_s,
     )
     if waited is not None:
         outcome = LoopOutcome(0, 0, waited, ())
