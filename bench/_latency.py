@@ -244,7 +244,8 @@ def fresh_again_after(
         return None
     if not late:
         return 0.0
-    after = [t for t in matched.produced_at if max(late) < t < until]
+    last_late = max(late)
+    after = [t for t in matched.produced_at if last_late < t < until]
     return round(min(after) - since, 2) if after else None
 
 

@@ -57,7 +57,7 @@ class Daemon:
     def stop(self) -> None:
         # The loop runs first (their Spark JVMs are children of their run workers), then the
         # daemon and the code server.
-        self.kill_loop_workers(record=False)
+        self.kill_loop_workers(record=False, standbys=True)
         self.procs.stop_all()
 
     @property
@@ -88,12 +88,34 @@ class Daemon:
                     step = int(pid.value)
         return worker, step
 
-    def kill_loop_workers(self, record: bool = True) -> list[dict]:
-        """SIGKILL the run worker of every loop run in flight (only the run worker: what a
-        step process of it does then is part of what is measured)."""
+    def ready(self, standby: bool) -> bool:
+        """A loop run is looping (and, with ``standby``, another one stands by warm)."""
+        states = [self._state(r) for r in self.loop_runs() if not r.is_finished]
+        return "looping" in states and (not standby or "warm" in states)
+
+    def _state(self, run: Any) -> str | None:
+        """The run's ``kbqe/loop_state``; for a run of code that records none, ``looping``
+        once it logged its warm-up (it loops right after)."""
+        state = run.tags.get("kbqe/loop_state")
+        if state is None and "kbqe/standby" not in run.tags:
+            logs = self.instance.all_logs(run.run_id)
+            if any(MARKERS["spark_up_at"] in (e.user_message or "") for e in logs):
+                return "looping"
+        return state
+
+    def kill_loop_workers(self, record: bool = True, standbys: bool = False) -> list[dict]:
+        """SIGKILL the run worker of every loop run in flight but the standbys (``standbys``:
+        theirs too), only the run worker: what a step process of it does then is part of
+        what is measured. A run that records no state (code without standbys) is killed."""
         killed = []
         for run in self.loop_runs():
             if run.is_finished:
+                continue
+            if (
+                not standbys
+                and (run.tags.get("kbqe/loop_state") == "warm" or "kbqe/standby" in run.tags)
+                and run.tags.get("kbqe/loop_state") != "looping"
+            ):
                 continue
             worker, step = self._pids(run.run_id)
             if worker is None:

@@ -187,21 +187,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--daemon-up",
-        type=float,
-        default=15.0,
-        help="--daemon: seconds the daemon is up before the first message (default 15)",
+        default="15",
+        help="--daemon: seconds the daemon is up before the first message (default 15); "
+        "'ready': until a loop run loops and, with --standby, another stands by warm (the "
+        "recovery alone, on a machine where a cold start takes minutes)",
+    )
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="--daemon-up ready: also wait for a warm standby",
     )
     parser.add_argument(
         "--kill-at",
         default="",
-        help="SECONDS[,SECONDS...] after the first message: SIGKILL the run worker of every "
-        "loop run in flight (implies --daemon)",
+        help="SECONDS[,SECONDS...] after the producer started: SIGKILL the run worker of "
+        "every loop run in flight (implies --daemon)",
     )
     parser.add_argument(
         "--reload-at",
         default="",
-        help="SECONDS[,SECONDS...] after the first message: deploy a changed pipeline file "
-        "and reload the code location (implies --daemon)",
+        help="SECONDS[,SECONDS...] after the producer started: deploy a changed pipeline "
+        "file and reload the code location (implies --daemon)",
     )
     parser.add_argument(
         "--recovery",
@@ -507,8 +513,16 @@ class Bench:
         try:
             daemon.start()
             assert daemon.started_at is not None
-            say(f"  daemon up; producing in {self.args.daemon_up:g} s")
-            time.sleep(max(daemon.started_at + self.args.daemon_up - time.time(), 0.0))
+            if self.args.daemon_up == "ready":
+                say("  daemon up; producing once the loop is ready")
+                deadline = time.time() + 1800
+                while not daemon.ready(self.args.standby) and time.time() < deadline:
+                    time.sleep(1.0)
+                work.notes["ready_after_s"] = round(time.time() - daemon.started_at, 1)
+            else:
+                say(f"  daemon up; producing in {float(self.args.daemon_up):g} s")
+                up = float(self.args.daemon_up)
+                time.sleep(max(daemon.started_at + up - time.time(), 0.0))
             begin()
             t0 = time.time()
             while (why := should_stop()) is None:
@@ -517,7 +531,7 @@ class Bench:
                     at = time.time()
                     if what == "kill":
                         killed = daemon.kill_loop_workers()
-                        say(f"  killed the run worker(s) of {len(killed)} loop run(s)")
+                        say(f"  killed the run worker(s) of {len(killed)} looping run(s)")
                     else:
                         daemon.reload()
                         say("  deployed a changed pipeline and reloaded the code location")
@@ -532,6 +546,7 @@ class Bench:
                 "actions": [{**a, "at": round(a["at"] - t0, 2)} for a in daemon.actions],
                 "orphaned_steps_alive": daemon.orphans(),
                 "phases_relative_to": "the first message",
+                "begin_at": t0,
             }
         finally:
             daemon.stop()
@@ -652,6 +667,13 @@ class Bench:
             if any(any(p.ends.get(q, f) > f for q, f in first.items()) for p in polls) else None
         )  # fmt: skip
         if work.daemon:
+            # The phases were taken after the producer started: shifted to the first message.
+            shift = work.daemon.pop("begin_at") - first_at
+            for run in work.daemon["loop_runs"]:
+                for key in [k for k in run if k.endswith("_at")]:
+                    run[key] = round(run[key] + shift, 2)
+            for item in work.daemon["loop_sensor_ticks"] + work.daemon["actions"]:
+                item["at"] = round(item["at"] + shift, 2)
             row["daemon"] = work.daemon
         row["kept_up_basis"] = "backlog growth"
         if row["kept_up"] is None and row["staged_msg_per_busy_s"]:
