@@ -205,9 +205,10 @@ def kafka_backlog_sensor(
 
 SILENT_LOOP_S = 600.0
 """A loop run in STARTED with no event for this long is taken for dead. A live loop logs a
-report every ``report_every_s`` (30 s) and one after every round longer than that; its run
-worker killed (``kill -9``, a lost host) leaves the run STARTED for ever under the default
-run launcher, which cannot check a run worker's health, and its topics held."""
+report every ``report_every_s`` (30 s) and one after every round longer than that (a standby,
+that it stands by, as often); its run worker killed (``kill -9``, a lost host) leaves the run
+STARTED for ever under the default run launcher, which cannot check a run worker's health,
+and its topics held."""
 
 
 def _last_event_at(instance: dg.DagsterInstance, run: dg.DagsterRun) -> float | None:
