@@ -497,7 +497,7 @@ points at the local stack; `KBQE_ENV=gcp` reads `KBQE_KAFKA_BOOTSTRAP_SERVERS`,
 (dagster-gcp's resources; operations.md "Configuring GCP"); Spark takes
 `KBQE_SPARK_MASTER`, `KBQE_SPARK_CONF_<key>` (a `_` a dot, `__` an underscore, case kept),
 `KBQE_SPARK_DRIVER_HOST`, `KBQE_SPARK_DRIVER_BIND_ADDRESS` and `KBQE_SPARK_EXECUTOR_PYTHON`
-(runbook.md "Scale out"). In both environments, any librdkafka
+(deployment.md "Spark on a cluster"). In both environments, any librdkafka
 property is `KBQE_KAFKA_CONF_<name>` and any schema registry client property
 `KBQE_SCHEMA_REGISTRY_CONF_<name>`: the name lower-cased, a single `_` a dot, `__` an
 underscore (`KBQE_KAFKA_CONF_SSL_CERTIFICATE_LOCATION` is `ssl.certificate.location`);

@@ -6,7 +6,7 @@ server notices a child that dies without a word (SIGKILL, the OOM killer): it ma
 failed. Once the server has been restarted or its location reloaded, the runs it started live on
 as orphans, and if one of them then dies, nobody sees it: the run stays STARTED for ever, its
 pool slots and tag-limit slots stay held, and the stage sensor never stages its topics again (the
-soak on PostgreSQL found it; docs/runbook.md, "Stuck runs: a worker that died unseen").
+soak on PostgreSQL found it; docs/deployment.md, "Stuck runs: a worker that died unseen").
 
 A run worker therefore records who it is (:class:`ProcessIdentity`, the run tag
 :data:`WORKER_TAG`) when it starts, and the daemon's run monitoring asks here whether that

@@ -9,7 +9,7 @@ What holds only on one machine is set only for a ``local`` master: the driver's 
 (executors elsewhere could not reach it) and the driver's own interpreter for the workers (a
 path that exists on no executor host). On a cluster the driver's address is Spark's choice or
 ``KBQE_SPARK_DRIVER_HOST`` / ``KBQE_SPARK_DRIVER_BIND_ADDRESS``, and the executors' Python is the
-cluster's own or ``KBQE_SPARK_EXECUTOR_PYTHON`` (docs/runbook.md, "Scale out").
+cluster's own or ``KBQE_SPARK_EXECUTOR_PYTHON`` (docs/deployment.md, "Spark on a cluster").
 """
 
 from __future__ import annotations

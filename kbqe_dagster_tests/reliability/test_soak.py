@@ -10,7 +10,7 @@ one the other tests share; ``KBQE_SOAK_MINUTES`` sets how long it produces (defa
 write its JSON report to; ``KBQE_SOAK_STORAGE`` the Dagster instance's storage (default
 ``sqlite``, as ``make soak``; ``postgres`` runs it on the stack's PostgreSQL, which has not
 passed yet: a stage run was left STARTED with no worker after a code-server restart, under
-load 7-11; docs/runbook.md, "Dagster on Postgres").
+load 7-11; docs/deployment.md, "Dagster on Postgres").
 """
 
 from __future__ import annotations
