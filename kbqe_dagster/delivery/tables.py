@@ -17,16 +17,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbqe_dagster.core.config.table_layout import TableLayout
 from kbqe_dagster.core.load.evolution import plan_schema_change
 from kbqe_dagster.core.record.column_descriptions import describe_columns
 from kbqe_dagster.core.record.partition_filter import every_partition
 from kbqe_dagster.core.record.table_options import TableOptions, table_update
-from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.bigquery.jobs import LoadRequest, new_table
 from kbqe_dagster.resources.bigquery.schema import bigquery_schema_from_avro
+
+if TYPE_CHECKING:
+    from kbqe_dagster.resources.bigquery.resource import BigQueryResource
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,11 @@ class TableKeeperSettings:
         )
 
     def keeper(self) -> BigQueryTableKeeper:
+        # Here, not at the top: a stage task unpickles these settings, and the resource's
+        # module imports dagster-gcp and google-cloud-bigquery, which a task delivering no
+        # table through the Storage Write API never needs (resources/bigquery/__init__.py).
+        from kbqe_dagster.resources.bigquery.resource import BigQueryResource
+
         resource = BigQueryResource(
             project=self.project,
             location=self.location,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -182,3 +183,19 @@ class PipelineResource(dg.ConfigurableResource):
         else:
             config = load_pipeline_config(self.config_path)
         return config.discover(self.discovered_topics) if self.discovered_topics else config
+
+
+class GCSResource(dg.ConfigurableResource):
+    """dagster-gcp's ``GCSResource`` as the definitions carry it (``gcs``, for a user's own
+    assets): the same ``project`` field, and ``get_client()`` is dagster-gcp's, imported when
+    called. Not dagster-gcp's class itself: importing ``dagster_gcp`` costs every process
+    that loads the definitions ~110 MB (resources/bigquery/resource.py), a stage run's
+    included, which never uses this resource."""
+
+    project: str | None = Field(default=None, description="GCP project of the client.")
+
+    def get_client(self) -> Any:
+        """A ``google.cloud.storage.Client``, built by dagster-gcp's ``GCSResource``."""
+        import dagster_gcp
+
+        return dagster_gcp.GCSResource(project=self.project).get_client()

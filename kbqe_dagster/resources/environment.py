@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import dagster as dg
-import dagster_gcp
 
 from kbqe_dagster.core.client_properties import (
     KAFKA_CONF_PREFIX,
@@ -39,6 +38,7 @@ from kbqe_dagster.localstack.endpoints import (
 from kbqe_dagster.packaged import data_file
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
+    GCSResource,
     KafkaResource,
     PipelineResource,
     SchemaRegistryResource,
@@ -280,11 +280,12 @@ def gcp_resources(pipeline: PipelineResource | None = None) -> dict:
             gcp_credentials=credentials,
             gcs_endpoint=gcs_endpoint_for("gcp"),
         ),
-        # dagster-gcp's GCS resource, as a Dagster user expects it (for their own assets); the
-        # staging store's client is built the same way (resources/staging_store.py).
-        "gcs": dagster_gcp.GCSResource(project=gcp_project),
+        # dagster-gcp's GCS resource's field and client, as a Dagster user expects them (for
+        # their own assets); the staging store's client is built the same way
+        # (resources/staging_store.py).
+        "gcs": GCSResource(project=gcp_project),
         "pyspark": spark_resource(spark),
-        # dagster-gcp's BigQueryResource (a subclass); load job statistics are the row figures.
+        # dagster-gcp's BigQueryResource's fields; load job statistics are the row figures.
         "bigquery": BigQueryResource(
             project=gcp_project,
             location=_optional_env(BIGQUERY_LOCATION_ENV),

@@ -1,6 +1,7 @@
 """In ``KBQE_ENV=gcp`` GCP is configured as in any Dagster project: the BigQuery and GCS
-resources are dagster-gcp's, their ``project``, ``location`` and ``gcp_credentials`` come from
-environment variables through ``dg.EnvVar``, and the one service account key (base64, as
+resources have dagster-gcp's fields and ``get_client()`` (not its classes, whose import costs a
+stage run ~110 MB: resources/bigquery/resource.py), their ``project``, ``location`` and
+``gcp_credentials`` come from environment variables through ``dg.EnvVar``, and the one service account key (base64, as
 dagster-gcp takes it) reaches every Google client: BigQuery, its Storage Write API and the
 GCS staging store. Nothing here calls GCP: the clients are built, not used."""
 
@@ -82,10 +83,14 @@ def _resolved(resources: dict) -> dg.ConfigurableResource:
         return built
 
 
-def test_gcp_resources_are_dagster_gcps_with_their_environment_variables(gcp_env, key):
+def test_gcp_resources_have_dagster_gcps_fields_with_their_environment_variables(gcp_env, key):
     resources = gcp_resources()
-    assert isinstance(resources["bigquery"], dagster_gcp.BigQueryResource)
-    assert isinstance(resources["gcs"], dagster_gcp.GCSResource)
+    # Every field of dagster-gcp's resources means the same here (a user's resource config
+    # written for dagster-gcp still applies).
+    assert set(dagster_gcp.BigQueryResource.model_fields) <= set(
+        type(resources["bigquery"]).model_fields
+    )
+    assert set(dagster_gcp.GCSResource.model_fields) <= set(type(resources["gcs"]).model_fields)
     # Unresolved, the definitions hold the variables' names, not their values.
     assert resources["bigquery"].gcp_credentials == dg.EnvVar("KBQE_GCP_CREDENTIALS")
     assert resources["bigquery"].project == dg.EnvVar("KBQE_GCP_PROJECT")
@@ -118,6 +123,16 @@ def test_without_a_key_every_client_uses_application_default_credentials(gcp_env
         dagster_gcp.GCSResource, "get_client", lambda self: _FakeStorageClient(self.project)
     )
     assert GcsStagingStore(built.staging.location()).bucket.client.project == "acme-prod"
+    # And so is the one the definitions' gcs resource hands a user's own asset.
+    assert _resolved({"gcs": resources["gcs"]}).gcs.get_client().project == "acme-prod"
+
+
+def test_get_client_yields_a_bigquery_client_as_dagster_gcps_does(gcp_env):
+    bigquery = _resolved({"bigquery": gcp_resources()["bigquery"]}).bigquery
+    with bigquery.get_client() as client:
+        assert type(client).__module__.startswith("google.cloud.bigquery")
+        assert (client.project, client.location) == ("acme-prod", "EU")
+        assert client._credentials.service_account_email == ACCOUNT
 
 
 class _FakeStorageClient:

@@ -1,16 +1,25 @@
 """The Dagster resource that hands out BigQuery clients, the load interface and the Storage
 Write API's settings.
 
-It is dagster-gcp's ``BigQueryResource`` (a subclass): ``project``, ``location`` and
-``gcp_credentials`` mean what they mean in any Dagster project, and ``get_client()`` works
-for a user's own assets. What it adds: the load interface (job ids, 409 handling), the local
-emulator's variant and the Storage Write API's settings, all with the same credentials."""
+It has dagster-gcp's ``BigQueryResource`` fields and ``get_client()``: ``project``,
+``location`` and ``gcp_credentials`` mean what they mean in any Dagster project, and
+``get_client()`` works for a user's own assets. What it adds: the load interface (job ids, 409
+handling), the local emulator's variant and the Storage Write API's settings, all with the
+same credentials.
+
+It is not dagster-gcp's class (a subclass was until issue 42): importing ``dagster_gcp``
+imports google-cloud-bigquery, google-cloud-storage, the Dataproc API client and, through
+BigQuery's read client, pandas, numpy and pyarrow, ~110 MB of every process that loads the
+definitions, a stage run's included, which uses none of them. Google's clients are imported
+here when a client is built (``client()``), in the runs and commands that talk to BigQuery."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-import dagster_gcp
+import dagster as dg
 from pydantic import Field
 
 from kbqe_dagster.core.errors import LoadError, StorageWriteError
@@ -21,7 +30,7 @@ from kbqe_dagster.resources.bigquery.storage_write import StorageWriter, Storage
 from kbqe_dagster.resources.gcp_credentials import credentials_from_base64
 
 
-class BigQueryResource(dagster_gcp.BigQueryResource):
+class BigQueryResource(dg.ConfigurableResource):
     """BigQuery for load jobs and checks. On GCP: dagster-gcp's ``project``, ``location`` and
     ``gcp_credentials`` (base64 service account key; unset: Application Default Credentials).
     The local stack points ``api_endpoint`` at the emulator with anonymous credentials and
@@ -29,6 +38,9 @@ class BigQueryResource(dagster_gcp.BigQueryResource):
 
     # Required here (optional in dagster-gcp): job ids, tables and streams are named in it.
     project: str = Field(description="GCP project that runs the load jobs and owns the datasets.")
+    location: str | None = Field(
+        default=None, description="Default location for jobs, datasets and tables (dagster-gcp's)."
+    )
     # repr=False: once Dagster resolves the EnvVar the resource holds the key itself.
     gcp_credentials: str | None = Field(
         default=None,
@@ -63,10 +75,12 @@ class BigQueryResource(dagster_gcp.BigQueryResource):
         description="Cap on the bytes billed by the opt-in duplicate-offset check query.",
     )
 
-    def get_object_to_set_on_execution_context(self) -> Any:
-        # dagster-gcp hands ops a client built at resource initialisation (every run, Google
-        # credentials looked up then); ours builds its clients when, and where, they are used.
-        return self
+    @contextmanager
+    def get_client(self) -> Iterator[Any]:
+        """A ``google.cloud.bigquery.Client``, as dagster-gcp's ``get_client()`` yields one (for
+        a user's own assets): built by :meth:`client`, the key passed to it, not written to a
+        temporary ``GOOGLE_APPLICATION_CREDENTIALS`` file."""
+        yield self.client()
 
     def client(self) -> Any:
         from google.cloud import bigquery
