@@ -169,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     if started:
         say(f"starting local stack services: {', '.join(s.name for s in started)}")
     stack.up_services(services)
-    bench = Bench(bench_stage.parse_args(["--messages", str(args.messages)] + ["--keep"] * args.keep))
+    bench = Bench(
+        bench_stage.parse_args(["--messages", str(args.messages)] + ["--keep"] * args.keep)
+    )
     report: dict = {
         "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine_facts(),

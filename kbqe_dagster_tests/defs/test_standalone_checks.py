@@ -69,3 +69,25 @@ def test_the_standalone_checks_agree_with_the_load_op(
     assert during_load[rows] is True and standalone[rows] is True
     fresh = (STAGING_KEY.to_user_string(), PENDING_FILES_FRESH)
     assert during_load[fresh] is True and standalone[fresh] is True
+
+
+def test_the_staging_check_alone_never_builds_a_bigquery_client(resources, monkeypatch) -> None:
+    """What stage_job runs after staging (it selects the staging asset, and so its check): a
+    BigQuery client there imported google-cloud-bigquery and pandas into every stage run."""
+
+    def no_client(self):
+        raise AssertionError("a BigQuery client was built for the staging check")
+
+    monkeypatch.setattr(BigQueryResource, "client", no_client)
+    fresh = dg.AssetCheckKey(STAGING_KEY, PENDING_FILES_FRESH)
+    defs = dg.Definitions(
+        assets=[dg.AssetSpec(STAGING_KEY)],
+        asset_checks=[load_checks(Destinations.from_config(pipeline()))],
+        jobs=[dg.define_asset_job("fresh_only", selection=dg.AssetSelection.checks(fresh))],
+        resources=resources,
+    )
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def("fresh_only").execute_in_process(instance=instance)
+    assert [(e.check_name, e.passed) for e in result.get_asset_check_evaluations()] == [
+        (PENDING_FILES_FRESH, True)
+    ]

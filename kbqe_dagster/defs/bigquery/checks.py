@@ -22,6 +22,7 @@ younger than ``FRESHNESS_CADENCES`` load cadences. Evaluated at the end of every
 # annotation of a check function as a class and cannot resolve it from a string.
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
+from functools import cache
 
 import dagster as dg
 
@@ -100,7 +101,11 @@ def load_checks(destinations: Destinations) -> dg.AssetChecksDefinition:
     ) -> Iterator[dg.AssetCheckResult]:
         config = pipeline.load()
         store = staging.store()
-        loads = bigquery.loads()
+        # Built by the first check that asks BigQuery, once. A stage run evaluates the staging
+        # check alone (stage_job selects the staging asset, and so its check), and building
+        # the client there imported google-cloud-bigquery, and with it pandas, into the stage
+        # run: ~90 MB (issue 42).
+        loads = cache(bigquery.loads)
         state = StateFile(store).read()
         for check in sorted(context.selected_asset_check_keys, key=lambda k: k.to_user_string()):
             if check.asset_key == STAGING_KEY:
@@ -111,7 +116,7 @@ def load_checks(destinations: Destinations) -> dg.AssetChecksDefinition:
                 yield duplicate_offsets_result(
                     check.asset_key,
                     tables,
-                    loads,
+                    loads(),
                     config,
                     date.today() - timedelta(days=DUPLICATE_WINDOW_DAYS),
                 )
@@ -123,7 +128,7 @@ def load_checks(destinations: Destinations) -> dg.AssetChecksDefinition:
                 }
                 yield verdict_result(check.asset_key, no_quarantined_files(errors, errors))
             else:
-                yield _latest_rows_result(check.asset_key, tables, state, loads)
+                yield _latest_rows_result(check.asset_key, tables, state, loads())
 
     return bigquery_load_checks
 
