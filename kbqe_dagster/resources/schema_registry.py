@@ -10,16 +10,37 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
-
-from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from kbqe_dagster.core.client_properties import redacted
 from kbqe_dagster.core.errors import ConfigError, KbqeError
+
+if TYPE_CHECKING:
+    # Imported where a client is built or its error caught, not here: the client imports
+    # authlib, joserfc and an HTTP stack (~11 MB), which a stage run's driver, which only
+    # carries these settings to its tasks, never uses. The stage workers' daemon preloads
+    # them (resources/spark_daemon.py).
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+
+def __getattr__(name: str) -> Any:
+    """``SchemaRegistryClient``, imported on first use (above) and kept as this module's."""
+    if name != "SchemaRegistryClient":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    globals()[name] = SchemaRegistryClient
+    return SchemaRegistryClient
+
+
+def _client_class() -> type[SchemaRegistryClient]:
+    # Through the module, so the first use imports it and a test's stand-in is found.
+    return sys.modules[__name__].SchemaRegistryClient
+
 
 _PROXY_VARIABLES = (
     "HTTP_PROXY",
@@ -199,6 +220,8 @@ class SchemaLookup:
         seen_missing = self._missing.get(schema_id)
         if seen_missing is not None and time.monotonic() - seen_missing < self._missing_ttl:
             return None
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         try:
             schema = self._client.get_schema(schema_id)
         except SchemaRegistryError as e:
@@ -222,6 +245,8 @@ class SchemaLookup:
         if key in self._versions:
             return self._versions[key]
         where = f"subject {reference.subject!r} version {reference.version}"
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         try:
             version = self._client.get_version(reference.subject, reference.version)
         except SchemaRegistryError as e:
@@ -245,7 +270,7 @@ class _RegistryCache:
 
     def client(self) -> SchemaRegistryClient:
         if self._client is None:
-            self._client = SchemaRegistryClient(self.settings.client_config())
+            self._client = _client_class()(self.settings.client_config())
         return self._client
 
 
@@ -277,9 +302,11 @@ def _registered(schema_id: int, schema: Any) -> RegisteredSchema:
 def key_schema_fields(settings: RegistrySettings, topic: str) -> tuple[str, ...]:
     """The field names of the latest schema of ``<topic>-key`` (the subject Debezium's Avro
     converter registers a topic's keys under): a keyed Debezium topic's default key."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
     subject = f"{topic}-key"
     try:
-        latest = SchemaRegistryClient(settings.client_config()).get_latest_version(subject)
+        latest = _client_class()(settings.client_config()).get_latest_version(subject)
     except SchemaRegistryError as e:
         raise RegistryUnavailableError(
             f"{topic}: no key schema under subject {subject!r} ({e}); set keyed.key in the "

@@ -13,11 +13,15 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-
-import requests
+from typing import TYPE_CHECKING
 
 from kbqe_dagster.core.config.sections import NotificationSettings
 from kbqe_dagster.core.load.notices import SchemaNotice
+
+if TYPE_CHECKING:
+    # Imported where notices are posted: the load job's definitions import this module in
+    # every process that loads them, a stage run's included (~4 MB; issue 42).
+    import requests
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +52,8 @@ def post_notices(settings: NotificationSettings, notices: Sequence[SchemaNotice]
 def _post_all(
     settings: NotificationSettings, notices: list[SchemaNotice], delivered: list[int]
 ) -> None:
+    import requests
+
     with requests.Session() as session:
         for notice in notices:
             if _post(session, settings, notice):
@@ -55,6 +61,8 @@ def _post_all(
 
 
 def _post(session: requests.Session, settings: NotificationSettings, notice: SchemaNotice) -> bool:
+    import requests
+
     error = ""
     for attempt in range(settings.retries + 1):
         if attempt:
