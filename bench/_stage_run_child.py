@@ -4,8 +4,9 @@ It runs ``stage_job`` for one topic the way ``kbqe run --until-idle`` does
 (``runner/in_process.py``: the definitions built from ``KBQE_PIPELINE_CONFIG``, the run
 recorded in ``$DAGSTER_HOME``'s instance, executed in this process), so this process is the
 run worker: what it holds besides the Spark JVM and the Python workers is Dagster, the
-definitions and the instance. With ``--dagster-cli`` it is ``dagster job execute`` instead
-(the job's own executor, as a daemon-launched run worker uses it).
+definitions and the instance. (A run launched by the daemon, or by ``dagster job execute``,
+uses the job's own executor, Dagster's default multiprocess one: each step in a process of its
+own, which loads the definitions again; docs/architecture.md, "Memory of a Dagster stage run".)
 
 Prints one JSON line: the run's outcome, the process's PSS and module count after loading
 the definitions (before the run) and the top-level packages it had imported at the end.
