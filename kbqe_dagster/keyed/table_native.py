@@ -1,6 +1,6 @@
 """The native kernel's driver for topics keyed by their Kafka key (``keyed.key_from: kafka_key``:
-compacted topics, KTables) whose values are Confluent Avro: :class:`TableNativeStaging`, the
-table stager's ``native_driver`` (keyed/table_stage.py).
+compacted topics, KTables) whose values are Confluent Avro or ``format: json``:
+:class:`TableNativeStaging`, the table stager's ``native_driver`` (keyed/table_stage.py).
 
 It is the append kernel's loop (staging/native_kernel.py) with one thing taught differently:
 the changelog layout of each key layout and value schema the kernel meets. When the kernel
@@ -16,9 +16,15 @@ dated by its Kafka timestamp. A key it cannot read, a layout whose values need c
 path per message, which judges it: files, dead letters, counts and tombstones are that
 path's (docs/architecture.md, "Keyed change topics on the kernel").
 
+``format: json`` values carry no header: the kernel is given the declared schema once
+(``table_json_values``), encodes each value with the JSON kernel's encoder (kernel/src/json.rs,
+which hands back every value it is not certain of, as on the append path), and each key layout
+is taught one value layout, under the header ``b"json:"``, that of the declared schema.
+
 Ranges the kernel does not take (:meth:`TableNativeStaging.for_range`, said once per range at
-debug level): values of a format that decodes them into records (``json``, ``json_schema``,
-``protobuf``, ``decoder``) or transforms them, and a kernel built before this routine.
+debug level): values of another format that decodes them into records (``json_schema``,
+``protobuf``, ``decoder``), transforms or destinations, and a kernel built before this routine
+(or, for ``format: json``, before its JSON values).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 from fastavro import parse_schema
 
 from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.core.formats.source_format import SourceFormat
 from kbqe_dagster.core.keyed.contract import KeyFormat
 from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.staging.native_kernel import NativeStaging
@@ -38,8 +45,11 @@ log = logging.getLogger(__name__)
 
 DECODED_REASON = (
     "a topic keyed by its Kafka key whose values a format decodes into records (or transforms) "
-    "stages on the Python path: the kernel's table routine copies Confluent Avro values"
+    "stages on the Python path: the kernel's table routine takes Confluent Avro and format: json "
+    "values"
 )
+JSON_HEADER = b"json:"
+"""The value header a ``format: json`` table topic's layouts are taught under (table.rs)."""
 
 
 class TableNativeStaging(NativeStaging):
@@ -58,15 +68,31 @@ class TableNativeStaging(NativeStaging):
     def for_range(cls, stager: Any, extension: Any) -> TableNativeStaging | None:
         """The driver, or None when the range takes the Python path (see the module docstring;
         an HOUR table is refused by the configuration for keyed tables: defensive)."""
-        if stager.decodes_records or stager.topic.transforms or stager.topic.destinations:
+        json_values = stager.topic.format is SourceFormat.JSON
+        if (
+            (stager.decodes_records and not json_values)
+            or stager.topic.transforms
+            or stager.topic.destinations
+        ):
             log.debug("%s: %s", stager.rng, DECODED_REASON)
+            return None
+        if json_values and not hasattr(extension.StageKernel, "table_json_values"):
+            log.debug("%s: %s (a kernel built before them)", stager.rng, DECODED_REASON)
             return None
         changelog = stager.changelog
         if stager.pipeline.topic_may_write_hourly(stager.topic.name) or stager.pipeline.is_hourly(
             changelog.dataset, changelog.table
         ):
             return None
-        return cls(stager, extension)
+        driver = cls(stager, extension)
+        if json_values:
+            try:  # the declared schema, as the JSON append kernel takes it (json_stage.py)
+                driver.kernel.table_json_values(json.dumps(stager.parsed))
+            except ValueError as error:
+                log.debug("%s: the JSON values stay on the Python stage path: %s", stager.rng,
+                          error)  # fmt: skip
+                return None
+        return driver
 
     def __init__(self, stager: Any, extension: Any) -> None:
         super().__init__(stager, extension)
@@ -75,6 +101,7 @@ class TableNativeStaging(NativeStaging):
         if keyed.key_format is KeyFormat.JSON:
             fields = [(name, keyed.key_type(name)) for name in keyed.key]
         self.kernel.stage_table(keyed.key_format.value, fields)
+        self._json_values = stager.topic.format is SourceFormat.JSON
         self._layouts: dict[tuple[Any, bytes | None], str | None] = {}
         """(key layout, value header) → None (taught) or why the kernel refused it."""
 
@@ -95,6 +122,9 @@ class TableNativeStaging(NativeStaging):
             if value is None:
                 value_header, value_schema = None, None
                 layout = stager.layout_of(columns, None, None)
+            elif self._json_values:  # the declared schema's layout (TableStaging.place_record)
+                value_header, value_schema = JSON_HEADER, None
+                layout = stager.layout_of(columns, stager.schema_id, stager.value_schema)
             else:
                 if len(value) < HEADER_SIZE:
                     return False
@@ -128,7 +158,11 @@ class TableNativeStaging(NativeStaging):
         if stager.topic.keyed.key_format is KeyFormat.AVRO:
             key_header = key[:HEADER_SIZE]
             key_text = _schema_text(stager.lookup, columns.identity[1])
-        value_text = None if value_schema is None else _schema_text(stager.lookup, value_schema)
+        value_text: str | None = None
+        if value_header == JSON_HEADER:  # the declared schema, as table_json_values took it
+            value_text = json.dumps(stager.parsed)
+        elif value_schema is not None:
+            value_text = _schema_text(stager.lookup, value_schema)
         wanted = self.wanted
         version = wanted.index(layout.version_path) if layout.version_path else None
         delete = wanted.index(layout.delete_path) if layout.delete_path else None

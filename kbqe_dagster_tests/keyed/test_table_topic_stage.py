@@ -182,37 +182,43 @@ def test_every_decoding_format_stages_its_values_the_same_way(tmp_path, fmt) -> 
     assert rows[0][0][3:] == ["customer_key", "id", "name"]
 
 
-@pytest.mark.parametrize("fmt", ["avro", "json"])
-def test_the_native_kernel_takes_avro_table_topics_and_names_why_it_leaves_the_others(
+@pytest.mark.parametrize("fmt", ["avro", "json", "protobuf"])
+def test_the_native_kernel_takes_avro_and_json_table_topics_and_names_why_it_leaves_the_others(
     tmp_path, caplog, fmt
 ) -> None:
-    """An Avro-valued table topic's range gets the kernel's table driver (keyed/table_native.py);
-    a format that decodes values into records stays on the Python path, named, not silent."""
+    """An Avro- or JSON-valued table topic's range gets the kernel's table driver
+    (keyed/table_native.py); another format that decodes values into records stays on the
+    Python path, named, not silent."""
     from kbqe_dagster.core.protocol.offsets import OffsetRange
     from kbqe_dagster.keyed.table_native import DECODED_REASON, TableNativeStaging
     from kbqe_dagster.resources.kafka.clients import KafkaSettings
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
     from kbqe_dagster.stagers import stager_class
+    from kbqe_dagster.staging import native_kernel
     from kbqe_dagster.staging.context import StageContext
 
     schema = {k: v for k, v in VALUE.items() if k != "namespace"}
-    config = (
-        pipeline({})
-        if fmt == "avro"
-        else pipeline({"key_format": "string", "key": ["k"]}, format="json", schema=schema)
-    )
+    string_key = {"key_format": "string", "key": ["k"]}
+    config = {
+        "avro": lambda: pipeline({}),
+        "json": lambda: pipeline(string_key, format="json", schema=schema),
+        "protobuf": lambda: pipeline(string_key, format="protobuf"),
+    }[fmt]()
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
                        StagingLocation(str(tmp_path / "staging")), config, TOPIC,
                        native_kernel=True)  # fmt: skip
     stager = stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, 10), tmp_path)
     with caplog.at_level("DEBUG", logger="kbqe_dagster.keyed.table_native"):
         driver = NativeStaging.for_stager(stager)
+    json_kernel = _kernel_built() and hasattr(
+        native_kernel._extension.StageKernel, "table_json_values"
+    )
     if not _kernel_built():  # without a kernel every range is the Python path anyway
         assert driver is None
-    elif fmt == "avro":
+    elif fmt == "avro" or (fmt == "json" and json_kernel):
         assert isinstance(driver, TableNativeStaging)
-    else:
+    else:  # (a kernel built before JSON values says so too)
         assert driver is None and DECODED_REASON in caplog.text
 
 

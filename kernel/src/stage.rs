@@ -620,6 +620,17 @@ impl StageKernel {
         Ok(())
     }
 
+    /// A table topic's values are `format: json` (after `stage_table`): each is encoded under the
+    /// declared schema `schema_json` (json.rs, as `add_json_schema`), then cut by the layout
+    /// `add_table_layout` gave its key layout and the value header `b"json:"`. Raises ValueError
+    /// for a schema or wanted paths the JSON kernel does not implement.
+    fn table_json_values(&mut self, schema_json: &str) -> PyResult<()> {
+        let encoder = json::Encoder::compile(schema_json, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
+        let table = self.table.as_mut().ok_or_else(|| PyValueError::new_err("stage_table first"))?;
+        table.json_values(encoder);
+        Ok(())
+    }
+
     /// From now on count null values (tombstones) and skip them, as a keyed topic's stager does.
     fn count_tombstones(&mut self) {
         self.count_tombstones = true;
@@ -1224,6 +1235,21 @@ impl StageKernel {
     /// record of its value or of its tombstone (table.rs), dated and prefixed as `stage_one`
     /// does; `Some(reason)` hands it back untouched.
     fn stage_table_message<M: Incoming>(&mut self, msg: &M, offset: i64) -> PyResult<Option<&'static str>> {
+        let holder = msg.value()?;
+        let table = self.table.as_deref_mut().expect("a table topic's kernel");
+        let json_values = table.has_json_values();
+        if let (true, Some(value)) = (json_values, &holder) {
+            // Encoded first (as the Python path decodes the value before it reads the key).
+            let value = value.as_ref();
+            if value.len() > self.max_message_size {
+                return Ok(Some("oversized"));
+            }
+            self.scratch.values.fill(Value::Null);
+            if table.encode_json(value, &mut self.scratch.values).is_err() {
+                self.stop_detail = crate::body::forget_why();
+                return Ok(Some("json_uncertain"));
+            }
+        }
         let table = self.table.as_deref().expect("a table topic's kernel");
         let Some(key) = msg.key()? else { return Ok(Some("table_key_uncertain")) };
         let key_layout = match table.read_key(key.as_ref(), &mut self.scratch.part_key) {
@@ -1233,7 +1259,6 @@ impl StageKernel {
         };
         let (kind, ts) = msg.timestamp()?;
         let timestamp_ms = if kind != 0 { Some(ts) } else { None };
-        let holder = msg.value()?;
         let (slot, day) = match &holder {
             None => {
                 if !msg.value_is_null()? {
@@ -1250,12 +1275,14 @@ impl StageKernel {
                 if value.len() > self.max_message_size {
                     return Ok(Some("oversized"));
                 }
-                if value.len() < 5 {
+                let (header, body) = if json_values {
+                    (table::JSON_HEADER, table.json_body())
+                } else if value.len() < 5 {
                     return Ok(Some("unframed"));
-                }
-                let header: [u8; 5] = value[..5].try_into().unwrap();
+                } else {
+                    (value[..5].try_into().unwrap(), &value[5..])
+                };
                 let Some(layout) = table.value_layout(key_layout, &header) else { return Ok(Some("table_unknown")) };
-                let body = &value[5..];
                 self.scratch.values.fill(Value::Null);
                 let mut cursor = Cursor::new(body);
                 cursor.canonical = layout.canonical();

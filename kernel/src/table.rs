@@ -13,6 +13,11 @@
 //! - **a tombstone's record** is `d`, its Kafka timestamp (0 without), `true`, and the key
 //!   columns alone, dated by its Kafka timestamp.
 //!
+//! A topic whose values are `format: json` (`Table::json_values`) has one value layout per key
+//! layout, under the header [`JSON_HEADER`]: each value is first encoded as its declared schema
+//! says (json.rs, the append kernel's encoder, handing back what it is not certain of), then
+//! that body is cut as an Avro value's is.
+//!
 //! Which layout a message takes is the Python driver's to compute (keyed/table_native.py) and
 //! teach, per key layout and value header; the kernel copies bytes. What it is not certain
 //! of — a null or unreadable key, a key or value it was not taught, a JSON key of a spelling
@@ -26,6 +31,10 @@ use crate::changes::{columns, nullable, semantic_type};
 use crate::prefix::put_long;
 use crate::rewrite::FieldRewrite;
 use crate::schema::{Kind, Schema, Unsupported};
+
+/// The value header a `format: json` table topic's layouts are taught under: its values carry
+/// none, and the declared schema is one for all of them.
+pub const JSON_HEADER: [u8; 5] = *b"json:";
 
 /// How a Kafka key becomes key columns (`keyed.key_format`).
 pub enum KeyFormat {
@@ -96,6 +105,8 @@ pub struct Table {
     key_by_header: HashMap<[u8; 5], usize>,
     values: HashMap<(usize, [u8; 5]), ValueLayout>,
     tombstones: HashMap<usize, usize>,
+    /// `format: json` values: the declared schema's encoder (None: Confluent Avro values).
+    json: Option<crate::json::Encoder>,
 }
 
 impl Table {
@@ -106,7 +117,30 @@ impl Table {
             key_by_header: HashMap::default(),
             values: HashMap::default(),
             tombstones: HashMap::default(),
+            json: None,
         }
+    }
+
+    /// From now on values are `format: json` under the declared schema `encoder` encodes: their
+    /// layouts are taught under [`JSON_HEADER`].
+    pub fn json_values(&mut self, encoder: crate::json::Encoder) {
+        self.json = Some(encoder);
+    }
+
+    /// Whether values are `format: json`.
+    pub fn has_json_values(&self) -> bool {
+        self.json.is_some()
+    }
+
+    /// Encode the JSON value `value` as declared (its wanted fields into `values`): `Err` hands
+    /// it back (json.rs: what the Python path might read otherwise, or refuses).
+    pub fn encode_json(&mut self, value: &[u8], values: &mut [Value]) -> R<()> {
+        self.json.as_mut().ok_or(Stop)?.encode(value, values)
+    }
+
+    /// The body `encode_json` wrote last.
+    pub fn json_body(&self) -> &[u8] {
+        self.json.as_ref().map_or(&[], |json| json.body())
     }
 
     /// The key layout of an Avro key framed by `header` (compiling `schema` the first time),
@@ -450,5 +484,33 @@ mod tests {
         assert!(layout.record(body, &values, &starts, b"\x02", Some(9), &mut out).is_err());
         tombstone(b"\x02", None, &mut out);
         assert_eq!(out, b"\x02d\x00\x01\x02");
+    }
+
+    #[test]
+    fn a_json_value_is_encoded_as_declared_then_cut_by_the_layout_of_the_json_header() {
+        let declared = r#"{"type": "record", "name": "V", "fields": [
+            {"name": "customer_key", "type": "string"}, {"name": "name", "type": "string"},
+            {"name": "tier", "type": ["null", "string"], "default": null}]}"#;
+        let mut table = Table::new(KeyFormat::String);
+        assert!(!table.has_json_values());
+        table.json_values(crate::json::Encoder::compile(declared, &[]).unwrap());
+        let schema = Schema::compile(declared, &[]).unwrap();
+        let plan = crate::body::plan(&schema, &[], true).unwrap();
+        table.add_values(0, &JSON_HEADER, schema, plan, 2, &[3, 1, 0], None, None, &[]).unwrap();
+        let mut key = Vec::new();
+        assert!(matches!(table.read_key(b"C-1", &mut key), Ok(0)));
+        assert!(table.encode_json(br#"{"name": "Ada", "customer_key": "x"}"#, &mut []).is_ok());
+        assert_eq!(table.json_body(), b"\x02x\x06Ada\x00"); // the tier's default, null
+        let layout = table.value_layout(0, &JSON_HEADER).unwrap();
+        let body = table.json_body().to_vec();
+        let mut starts = Vec::new();
+        (Walker { schema: &layout.schema })
+            .walk_fields(&layout.plan, &mut Cursor::new(&body), &mut [], &mut starts)
+            .unwrap();
+        let mut out = Vec::new();
+        layout.record(&body, &[], &starts, &key, Some(1), &mut out).unwrap();
+        // u, version 1 (its Kafka timestamp), not deleted, "C-1"; "Ada" wrapped; null kept
+        assert_eq!(out, b"\x02u\x02\x00\x06C-1\x02\x06Ada\x00");
+        assert!(table.encode_json(br#"{"name": 1}"#, &mut []).is_err()); // Python's verdict
     }
 }
