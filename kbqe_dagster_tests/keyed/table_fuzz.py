@@ -1,7 +1,9 @@
 """Seeded random scenarios of topics keyed by their Kafka key (``keyed.key_from: kafka_key``) for
 the native kernel's differential test (test_table_kernel.py).
 
-A scenario is a compacted topic with Confluent Avro values and one key format — ``avro`` (one or
+A scenario is a compacted topic with Confluent Avro values or ``format: json`` values (a third
+of them: one declared schema, its values spelled every way json_fuzz.py's writer spells JSON,
+some mangled) and one key format — ``avro`` (one or
 two registry key records, sometimes one that is not a record or whose field collides with a
 change column), ``string`` (its one column sometimes named like a value field, which is then
 left out) or ``json`` (named fields of every ``key_types`` kind) — the shared random pipeline
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster_tests.formats import json_fuzz
 from kbqe_dagster_tests.keyed.change_fuzz import SemanticValues, semantic_fields
 from kbqe_dagster_tests.staging.avro_fuzz import SchemaFactory, corruptions, encode, parse
 from kbqe_dagster_tests.staging.kernel_equality import Msg
@@ -38,6 +41,7 @@ class Scenario:
     messages: list[Msg]
     key_format: str
     adversarial: bool = True
+    value_format: str = "avro"
 
 
 def scenario(seed: int, messages: int) -> Scenario:
@@ -76,20 +80,39 @@ def scenario(seed: int, messages: int) -> Scenario:
         keyed["delete_field"] = "is_deleted"
     if rng.random() < 0.1:
         keyed["semantic_types"] = False
-    values = {}
-    for version in range(rng.randint(1, 3)):
-        values[11 + version] = value_schema(rng, factory, keyed, key_columns)
-    schemas.update(values)
     topic: dict[str, Any] = {"name": TOPIC, "keyed": keyed}
+    values = {}
+    adversarial = rng.random() < 0.5
+    value_format = "json" if rng.random() < 1 / 3 else "avro"
+    if value_format == "json":  # types the JSON kernel hands back in adversarial scenarios only
+        declared = json_fuzz.Schemas(rng, refused=0.05 if adversarial else 0.0)
+        topic.update(format="json", schema=value_schema(rng, factory, keyed, key_columns, declared))
+    else:
+        for version in range(rng.randint(1, 3)):
+            values[11 + version] = value_schema(rng, factory, keyed, key_columns)
+        schemas.update(values)
     event_fields = rng.choice([["updated_at"], ["ts", "updated_at"], ["missing"]])
+    if value_format == "json":  # the JSON kernel reads only fields the declared schema has: a
+        # range whose event time names another stays on the Python path (json_stage.py)
+        declared_names = {f["name"] for f in topic["schema"]["fields"]}
+        event_fields = [f for f in event_fields if f in declared_names] or ["updated_at"]
     pipeline = random_pipeline(rng, topic, event_fields, "static", size_chance=0.1,
                                source=f"table fuzz seed {seed}")  # fmt: skip
-    adversarial = rng.random() < 0.5
+    if value_format == "json":
+        values = {JSON_VALUE: topic["schema"]}
     msgs = list(stream(rng, schemas, values, keyed, messages, adversarial))
-    return Scenario(pipeline, schemas, msgs, key_format, adversarial)
+    return Scenario(pipeline, schemas, msgs, key_format, adversarial, value_format)
 
 
-def value_schema(rng: random.Random, factory: SchemaFactory, keyed: dict, keys: list[str]) -> dict:
+JSON_VALUE = 0
+"""``stream``'s stand-in schema id of a ``format: json`` scenario's declared schema."""
+
+
+def value_schema(rng: random.Random, factory: SchemaFactory, keyed: dict, keys: list[str],
+                 declared: json_fuzz.Schemas | None = None) -> dict:  # fmt: skip
+    """A value schema: registered Avro, or with ``declared`` a ``format: json`` topic's (its
+    random fields of the types JSON can fill, sometimes one the JSON kernel hands back; no
+    Kafka Connect semantic types)."""
     fields: list[dict[str, Any]] = [{"name": "id", "type": rng.choice(["long", "string"])}]
     if rng.random() < 0.5:
         fields.append({"name": "ts", "type": rng.choice(["long", ["null", "long"], "string"])})
@@ -102,14 +125,22 @@ def value_schema(rng: random.Random, factory: SchemaFactory, keyed: dict, keys: 
     ])})  # fmt: skip
     fields.append({"name": "is_deleted", "type": rng.choice(["boolean", ["null", "boolean"]])})
     fields.append({"name": "choice", "type": rng.choice([["int", "string"], ["string", "null"]])})
-    if rng.random() < 0.85:
+    generated: list[dict[str, Any]] = []
+    if rng.random() < 0.85 and declared is not None:
+        generated = declared.record(depth=1)["fields"]
+        declared.named.pop()  # that record's fields are the value's: its name is not a type
+    elif rng.random() < 0.85:
         fields += factory.record(depth=1)["fields"]
     if rng.random() < 0.02:
         fields.append({"name": "_op", "type": "string"})  # collides with a change column
     seen: set[str] = set()
     fields = [f for f in fields if not (f["name"] in seen or seen.add(f["name"]))]
     rng.shuffle(fields)
-    if rng.random() < 0.15:  # after the others, in their order: a decimal is defined, then named
+    for field in fields:  # among the JSON fields, whose order stays (a named type is defined
+        generated.insert(rng.randint(0, len(generated)), field)  # before it is used again)
+    fields = generated
+    if declared is None and rng.random() < 0.15:  # after the others, in their order: a decimal
+        # is defined, then named
         fields += semantic_fields(rng, factory)
     return {"type": "record", "name": factory.name("Row"), "namespace": "fuzz.db",
             "fields": fields}  # fmt: skip
@@ -117,7 +148,11 @@ def value_schema(rng: random.Random, factory: SchemaFactory, keyed: dict, keys: 
 
 def stream(rng: random.Random, schemas: dict[int, Any], values: dict[int, dict], keyed: dict,
            count: int, adversarial: bool):  # fmt: skip
-    parsed = {sid: parse(schema) for sid, schema in values.items()}
+    json_values = JSON_VALUE in values
+    writer = json_fuzz.Writer(rng, 0.05 if adversarial else 0.003)
+    declared = json_fuzz.Values(rng, values[JSON_VALUE], 0.02 if adversarial else 0.002) \
+        if json_values else None  # fmt: skip
+    parsed = {} if json_values else {sid: parse(schema) for sid, schema in values.items()}
     key_parsed = {sid: parse(s) for sid, s in schemas.items() if isinstance(s, dict)
                   and sid not in values}  # fmt: skip
     start = rng.choice([0, 5, 1_000_000])
@@ -143,6 +178,15 @@ def stream(rng: random.Random, schemas: dict[int, Any], values: dict[int, dict],
                 deleted.append(key)
         elif roll < 0.15 + bad / 3:
             value = rng.choice([b"", b"\x00\x00", b"\x00" + (999).to_bytes(4, "big") + b"\x02a"])
+        elif declared is not None:
+            record = json_row(rng, values[JSON_VALUE], declared)
+            value = (writer.ws() + writer.dumps(record) + writer.ws()).encode(
+                "utf-8", "surrogatepass"
+            )
+            if rng.random() < bad / 2:
+                value = json_fuzz.mangle(rng, value)
+            if key is not None and key not in live:
+                live.append(key)
         else:
             sid = rng.choice(list(values))
             body = encode(parsed[sid][0], row(rng, values[sid], parsed[sid][1]))
@@ -220,6 +264,25 @@ def row(rng: random.Random, schema: dict, named: dict) -> dict:
                 out[name] = (
                     special if special is not None or isinstance(t, list) else values.value(t)
                 )
+        elif name == "is_deleted":
+            out[name] = rng.choice([True, False, False, False] + ([None] if "null" in t else []))
+        else:
+            out[name] = values.value(t)
+    return out
+
+
+def json_row(rng: random.Random, schema: dict, values: json_fuzz.Values) -> dict:
+    """A ``format: json`` value's fields (some left out: their default, or a mismatch)."""
+    out: dict[str, Any] = {}
+    for f in schema["fields"]:
+        name, t = f["name"], f["type"]
+        if rng.random() < 0.02:
+            continue
+        if name == "updated_at":
+            if rng.random() < 0.7 and t in ("long", ["null", "long"]):
+                out[name] = 1_726_238_205_123 + rng.randrange(10**9)
+            else:
+                out[name] = json_fuzz.event_value(rng, t)
         elif name == "is_deleted":
             out[name] = rng.choice([True, False, False, False] + ([None] if "null" in t else []))
         else:
