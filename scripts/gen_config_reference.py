@@ -260,8 +260,10 @@ Kafka key identifies the row). A null or unreadable key is dead-lettered as `bad
 Every format but `debezium` and `raw`: `avro` values are copied field by field, `json`,
 `json_schema`, `protobuf` and `decoder` values are decoded by their format, then cut the same
 way; tombstones are dated by their Kafka timestamp, so such a topic usually says `event_time:
-{kafka_timestamp_fallback: true}`. These topics stage on the Python path (the native kernel's
-keyed routine reads no Kafka key).
+{kafka_timestamp_fallback: true}`. With `avro` or `json` values they stage on the native kernel
+where it is built (every key format, tombstones included; what it is not certain of goes back to
+the Python path per message); `json_schema`, `protobuf` and `decoder` values stage on the
+Python path.
 
 ```yaml
 topics:

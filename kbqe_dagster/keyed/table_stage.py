@@ -12,9 +12,10 @@ enrichment, files, commit, dead letters) is the stage engine's.
 
 A tombstone is dated by its Kafka timestamp (it has no fields), with the topic's date rule.
 
-The native kernel stages these topics when their values are Confluent Avro
-(keyed/table_native.py: this path computes each layout, the kernel copies the bytes); a format
-that decodes values into records stays on this path, said once per range.
+The native kernel stages these topics when their values are Confluent Avro or ``format: json``
+(keyed/table_native.py: this path computes each layout, the kernel copies the bytes, a JSON
+value encoded as declared first); another format that decodes values into records stays on
+this path, said once per range.
 """
 
 from __future__ import annotations

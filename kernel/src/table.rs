@@ -1,5 +1,6 @@
 //! Topics keyed by their Kafka key (`keyed.key_from: kafka_key`: compacted topics, KTables) with
-//! Confluent Avro values: every message, a tombstone included, is one changelog record.
+//! Confluent Avro or `format: json` values: every message, a tombstone included, is one
+//! changelog record.
 //! `kbqe_dagster/keyed/table_changes.py` is the reference (`KafkaKeys`, `TableLayout`):
 //!
 //! - **the key columns** are the Kafka key's Avro encoding: a string key's UTF-8 text as one
