@@ -496,7 +496,7 @@ points at the local stack; `KBQE_ENV=gcp` reads `KBQE_KAFKA_BOOTSTRAP_SERVERS`,
 `KBQE_KAFKA_SASL_PASSWORD`, `KBQE_KAFKA_SSL_CA_LOCATION`, `KBQE_SCHEMA_REGISTRY_URL`,
 `KBQE_SCHEMA_REGISTRY_BASIC_AUTH`, `KBQE_SCHEMA_REGISTRY_SSL_CA_LOCATION`,
 `KBQE_STAGING_URL`, `KBQE_GCP_PROJECT`, `KBQE_BIGQUERY_LOCATION`, `KBQE_GCP_CREDENTIALS`
-(dagster-gcp's resources; operations.md "Configuring GCP"); Spark takes
+(resources with dagster-gcp's fields; operations.md "Configuring GCP"); Spark takes
 `KBQE_SPARK_MASTER`, `KBQE_SPARK_CONF_<key>` (a `_` a dot, `__` an underscore, case kept),
 `KBQE_SPARK_DRIVER_HOST`, `KBQE_SPARK_DRIVER_BIND_ADDRESS` and `KBQE_SPARK_EXECUTOR_PYTHON`
 (deployment.md "Spark on a cluster"). In both environments, any librdkafka
