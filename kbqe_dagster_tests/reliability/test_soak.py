@@ -9,8 +9,7 @@ one the other tests share; ``KBQE_SOAK_MINUTES`` sets how long it produces (defa
 ``make test`` runs; ``make soak`` is the 60-minute run); ``KBQE_SOAK_REPORT`` names a file to
 write its JSON report to; ``KBQE_SOAK_STORAGE`` the Dagster instance's storage (default
 ``sqlite``, as ``make soak``; ``postgres`` runs it on the stack's PostgreSQL, which has not
-passed yet: a stage run was left STARTED with no worker after a code-server restart, under
-load 7-11; docs/deployment.md, "Dagster on Postgres").
+passed whole yet: docs/deployment.md, "Dagster on Postgres", says what its runs showed).
 """
 
 from __future__ import annotations
