@@ -9,9 +9,9 @@ topics to end (defs/staging/claims.py): a loop run launched behind a looping one
 
 When it stops, between rounds, never mid-range:
 
-* terminated (Dagster's terminate: the run's status is CANCELING, and its step process gets an
-  interrupt, deferred here until the round ends) -> the run ends as Dagster ends a terminated
-  run, with its events recorded;
+* terminated (Dagster's terminate: the run's status is CANCELING, and the run worker, which runs
+  the step itself, gets an interrupt, deferred here until the round ends) -> the run ends as
+  Dagster ends a terminated run, with its events recorded;
 * ``max_run_s`` -> success; ``stage_loop_sensor`` relaunches it (a deploy's code is picked up,
   any leak bounded);
 * ``config_changed``: the sensor of a code location reloaded with another pipeline file added
