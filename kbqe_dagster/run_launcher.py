@@ -13,7 +13,8 @@ opens the pipeline resource (every kbqe job's ops read it); the monitor compares
 ``/proc`` shows. Runs
 of other jobs, and workers on another host or in another container, get no verdict: they are
 RUNNING to the monitor, as under the default launcher. A leaf beside ``instance_config``: it
-imports Dagster and ``core`` only, since the daemon loads it with the instance.
+imports Dagster, ``core`` and the ``processes`` leaf only, since the daemon loads it with the
+instance.
 """
 
 from __future__ import annotations
@@ -25,23 +26,11 @@ from typing import Any
 from dagster._core.launcher import CheckRunHealthResult, DefaultRunLauncher, WorkerStatus
 
 from kbqe_dagster.core.run_worker_health import WORKER_TAG, ProcessIdentity, worker_gone
+from kbqe_dagster.processes import parent_pid, start_ticks
 
 log = logging.getLogger(__name__)
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
-
-
-def start_ticks(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22), or
-    None when this process cannot see one with that pid."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            text = stat.read()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces: count after its end.
-    fields = text[text.rindex(")") + 2 :].split()
-    return int(fields[19])  # field 22: the 20th after the state (field 3)
 
 
 def process_identity(pid: int) -> ProcessIdentity | None:
@@ -67,16 +56,6 @@ def this_process() -> ProcessIdentity | None:
 RUN_WORKER_STARTED = "Started process for run"
 """The start of the engine event a launched run's worker logs first, with its pid in the
 event's metadata (Dagster's ``EngineEventData.in_process``)."""
-
-
-def parent_pid(pid: int) -> int | None:
-    """The parent of process ``pid`` (``/proc/<pid>/stat`` field 4), or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            text = stat.read()
-    except OSError:
-        return None
-    return int(text[text.rindex(")") + 2 :].split()[1])
 
 
 def is_self_or_ancestor(pid: int) -> bool:

@@ -59,7 +59,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "instance_config": frozenset({"packaged"}),  # dagster.yaml per storage, from the packaged one
     # the instance's run launcher (loaded by the daemon with the instance) and the run worker's
     # identity it checks, which the pipeline resource records in a run's worker
-    "run_launcher": CORE_ROOMS,
+    "run_launcher": CORE_ROOMS | {"processes"},
     "package": CORE_ROOMS,  # kbqe_dagster/__init__.py: what a user decoder imports
     "localstack": CORE_ROOMS | {"processes", "packaged"},
     "resources": CORE_ROOMS | {"localstack", "packaged", "run_launcher"},  # localstack: SEAMS

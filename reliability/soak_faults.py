@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import signal
 import threading
 import time
@@ -40,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbqe_dagster.localstack.endpoints import LocalEndpoints
+from kbqe_dagster.run_launcher import run_worker_pid
 from reliability.services import service
 from reliability.soak_dagster import LOCATION, DagsterProcesses, instance
 from reliability.soak_fleet import Fleet
@@ -85,16 +85,6 @@ RECOVERED_BY = {
 code server and reload faults: any job."""
 OUTAGE_MARGIN_S = 90.0
 RUN_WAIT_S = 180.0
-
-
-def run_worker_pid(inst: Any, run_id: str) -> int | None:
-    """The run worker's pid, from the run's "Started process for run (pid: N)." event (the
-    default run launcher spawns it from the code server; its command line names no run)."""
-    for entry in inst.all_logs(run_id):
-        match = re.search(r"Started process for run \(pid: (\d+)\)", entry.message or "")
-        if match:
-            return int(match.group(1))
-    return None
 
 
 def _op_started(inst: Any, run_id: str, op: str) -> bool:

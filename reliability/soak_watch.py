@@ -28,6 +28,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbqe_dagster.processes import parent_pid
+
 log = logging.getLogger(__name__)
 
 LEAK_MB_PER_HOUR = 50.0
@@ -48,13 +50,9 @@ def _ppids() -> dict[int, int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-            out[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
+        parent = parent_pid(int(entry))
+        if parent is not None:
+            out[int(entry)] = parent
     return out
 
 
