@@ -14,11 +14,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack import stack
 from kbqe_dagster.localstack.base import LocalService, port_open
 from kbqe_dagster.localstack.endpoints import LocalEndpoints
 
 log = logging.getLogger(__name__)
+
+RESTORE_ATTEMPTS = 3
+"""Starts of a stopped service before a fault gives up on it (each waits its start timeout)."""
 
 
 class FaultNotInjected(RuntimeError):
@@ -40,9 +44,31 @@ class Outage:
         self.seconds: float | None = None
 
     def restore(self) -> None:
+        """Start the service again, and keep at it: a service left down fails every later
+        step for a reason that is not the fault's (a soak then waits out its whole timeout on
+        an emulator no one restarted). A start not ready within the service's timeout (the
+        BigQuery emulator replaying its database on a machine at load 15-30) is waited for
+        again while its process lives, and launched afresh when it died."""
         if self.seconds is not None:
             return
-        self.service.up()
+        for attempt in range(1, RESTORE_ATTEMPTS + 1):
+            try:
+                self.service.up()
+                break
+            except StackError as error:
+                if attempt == RESTORE_ATTEMPTS:
+                    raise StackError(
+                        f"{self.service.name} did not come back after a fault, "
+                        f"{RESTORE_ATTEMPTS} starts: {error}"
+                    ) from error
+                log.warning(
+                    "%s not back yet (start %d of %d): %s",
+                    self.service.name,
+                    attempt,
+                    RESTORE_ATTEMPTS,
+                    str(error).splitlines()[0],
+                )
+                time.sleep(2)
         self.seconds = time.monotonic() - self.stopped_at
         log.info("%s is back after %.1fs", self.service.name, self.seconds)
 

@@ -38,9 +38,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbqe_dagster.core.errors import StackError
 from kbqe_dagster.localstack.endpoints import LocalEndpoints
 from kbqe_dagster.run_launcher import run_worker_pid
-from reliability.services import service
+from reliability.services import outage
 from reliability.soak_dagster import LOCATION, DagsterProcesses, instance
 from reliability.soak_fleet import Fleet
 from reliability.soak_watch import _ppids, descendants, is_server_process
@@ -131,6 +132,9 @@ class FaultInjector:
     rnd: random.Random
     duration: float
     events: list[FaultEvent] = field(default_factory=list)
+    broken: str | None = None
+    """Why the soak's stack is broken for good (a service a fault stopped never came back):
+    the soak then ends with that reason at once instead of waiting out its timeout."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -170,9 +174,13 @@ class FaultInjector:
             except Exception as error:  # noqa: BLE001 - reported as not injected, with why
                 log.exception("fault %s failed", kind)
                 injected, detail = False, f"{type(error).__name__}: {error}"
+                if isinstance(error, StackError):  # a service stays down: nothing can settle
+                    self.broken = f"fault {kind}: {detail}"
             event = FaultEvent(kind, at, injected, detail, time.time())
             self.events.append(event)
             log.info("fault %s: %s — %s", kind, "injected" if injected else "NOT injected", detail)
+            if self.broken:
+                return
 
     # --- the faults ------------------------------------------------------------------------------
     def _restart(self, name: str) -> tuple[bool, str]:
@@ -283,14 +291,14 @@ class FaultInjector:
         return info.status.value == "SUCCESS", f"reload: {info.status.value} {info.message or ''}"
 
     def _outage(self, name: str, low: float, high: float) -> tuple[bool, str]:
-        svc = service(name, self.endpoints)
-        if svc.pid() is None:
-            return False, f"{name} is not a service of the soak's stack"
         down_for = self.rnd.uniform(low, high)
-        svc.down()
-        time.sleep(down_for)
-        svc.up()
-        return True, f"{name} down for {down_for:.0f}s"
+        # outage() starts the service again however the wait ends, retrying a start that is
+        # slow or dies (reliability/services.py): one CI soak left its BigQuery emulator down
+        # after a restart that failed, and waited out its 40 minutes.
+        with outage(name, self.endpoints) as down:
+            time.sleep(down_for)
+            down.restore()
+        return True, f"{name} down for {down_for:.0f}s, back after {down.seconds:.0f}s"
 
     def kafka_restart(self) -> tuple[bool, str]:
         return self._outage("kafka", 1, 3)
