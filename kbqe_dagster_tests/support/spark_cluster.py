@@ -366,6 +366,11 @@ class SparkCluster:
             "KBQE_SPARK_EXECUTOR_PYTHON": str(self.executor_python),
             "KBQE_SPARK_CONF_spark_executor_memory": "512m",
             "KBQE_SPARK_CONF_spark_executor_extraJavaOptions": EXECUTOR_JAVA_OPTS,
+            # Each run's first job waits (bounded) for both workers' executors: on a loaded
+            # machine the namespaced worker's executor can register after a small stage's
+            # tasks all ran on the other one, and the tests count on both doing work.
+            "KBQE_SPARK_CONF_spark_scheduler_minRegisteredResourcesRatio": "1.0",
+            "KBQE_SPARK_CONF_spark_scheduler_maxRegisteredResourcesWaitingTime": "120s",
         }
 
     def kill_executors(self) -> list[int]:
