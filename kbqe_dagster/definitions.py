@@ -17,7 +17,7 @@ import dagster as dg
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_text
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.defs.bigquery.assets import Destinations, bigquery_specs
+from kbqe_dagster.defs.bigquery.assets import bigquery_specs
 from kbqe_dagster.defs.bigquery.checks import load_checks
 from kbqe_dagster.defs.bigquery.jobs import (
     done_file_retention_job,
@@ -28,6 +28,7 @@ from kbqe_dagster.defs.bigquery.jobs import (
 from kbqe_dagster.defs.bigquery.schedules import load_schedules
 from kbqe_dagster.defs.completeness.checks import completeness_checks
 from kbqe_dagster.defs.completeness.sensors import completeness_sensor
+from kbqe_dagster.defs.destinations import Destinations
 from kbqe_dagster.defs.erasure.assets import erasure_checks, erasure_specs
 from kbqe_dagster.defs.erasure.jobs import erasure_job
 from kbqe_dagster.defs.erasure.sensors import erasure_request_sensor

@@ -313,7 +313,7 @@ class FaultInjector:
         return self._outage("bigquery", 20, 40)
 
     def manual_duplicate_runs(self) -> tuple[bool, str]:
-        from kbqe_dagster.defs.staging.assets import TOPIC_TAG
+        from kbqe_dagster.defs.keys import TOPIC_TAG
         from kbqe_dagster.defs.staging.jobs import stage_run_config
 
         client = self._graphql()

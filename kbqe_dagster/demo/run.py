@@ -108,9 +108,8 @@ def run_demo(
 
     from kbqe_dagster.core.stage_runs.groups import join_topics
     from kbqe_dagster.definitions import build_definitions
-    from kbqe_dagster.defs.staging.assets import STAGING_KEY
+    from kbqe_dagster.defs.keys import STAGING_KEY, TOPICS_TAG
     from kbqe_dagster.defs.staging.jobs import stage_group_run_config
-    from kbqe_dagster.defs.staging.tags import TOPICS_TAG
     from kbqe_dagster.demo.freshness import DemoFreshness
     from kbqe_dagster.demo.samples import DEMO_TOPIC
 

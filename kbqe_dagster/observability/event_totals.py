@@ -3,7 +3,7 @@
 Three kinds of events feed them, each read through its metadata (plain values, already
 unwrapped from Dagster's ``MetadataValue``):
 - a materialization of ``staging`` is one stage run of one topic
-  (``defs/staging/assets.py`` ``stage_metadata``): messages, records, bytes, files, orphans,
+  (``defs/staging/metadata.py`` ``stage_metadata``): messages, records, bytes, files, orphans,
   dead letters and skips per reason, run seconds, and the rows and bytes appended through the
   Storage Write API per table (``storage_write_by_table``);
 - an observation of ``staging`` with ``done_files_deleted`` is one retention run; one with

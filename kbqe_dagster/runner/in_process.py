@@ -35,7 +35,7 @@ import dagster as dg
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup
 from kbqe_dagster.defs.completeness.declare import declare_complete_days
-from kbqe_dagster.defs.staging.assets import STAGING_KEY
+from kbqe_dagster.defs.keys import STAGING_KEY
 from kbqe_dagster.defs.staging.jobs import stage_group_run_config, stage_tags
 from kbqe_dagster.operations.load_plan import load_plan
 from kbqe_dagster.operations.snapshot import read_load_state
@@ -258,7 +258,7 @@ def stage_outcome(topic: str, run: JobRun) -> StageOutcome:
     if not staged:
         return StageOutcome(topic, run.run_id, run.ok, run.error)
     md = staged[0]
-    # A grouped run reports each topic's share under by_topic (defs/staging/assets.py).
+    # A grouped run reports each topic's share under by_topic (defs/staging/metadata.py).
     # A topic the run did not stage (left to an older run in flight) has no share.
     if "by_topic" in md or "topics" in md:
         share = (md.get("by_topic") or {}).get(topic)

@@ -8,9 +8,9 @@ import dataclasses
 
 import dagster as dg
 
-from kbqe_dagster.defs.bigquery.assets import Destinations
-from kbqe_dagster.defs.staging.assets import group_metadata, stage_metadata
+from kbqe_dagster.defs.destinations import Destinations
 from kbqe_dagster.defs.staging.deliveries import delivery_events
+from kbqe_dagster.defs.staging.metadata import group_metadata, stage_metadata
 from kbqe_dagster_tests.support.deliveries import CONFIG, range_summary, table_delivery
 
 GIB = 2**30

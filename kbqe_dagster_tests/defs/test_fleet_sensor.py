@@ -15,11 +15,10 @@ import dagster as dg
 import pytest
 import yaml
 
+from kbqe_dagster.defs.keys import GROUP_TAG, STAGE_TAG, TOPIC_TAG, TOPICS_TAG
 from kbqe_dagster.defs.staging import sensors
-from kbqe_dagster.defs.staging.assets import GROUP_TAG, TOPIC_TAG, TOPICS_TAG
 from kbqe_dagster.defs.staging.claims import yielded_to_older_runs
 from kbqe_dagster.defs.staging.jobs import stage_job
-from kbqe_dagster.defs.staging.tags import STAGE_TAG
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from kbqe_dagster.core.protocol.offsets import StartPolicy
-from kbqe_dagster.defs.staging.assets import TOPIC_TAG
+from kbqe_dagster.defs.keys import TOPIC_TAG
 from kbqe_dagster.defs.staging.sensors import kafka_backlog_sensor
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.resources.kafka.clients import KafkaSettings, TopicMissing

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from kbqe_dagster.defs.bigquery.schedules import skipping_schedule
+from kbqe_dagster.defs.keys import FROM_OFFSETS_TAG, STAGING_KEY, TOPIC_TAG
 from kbqe_dagster.defs.staging import sensors
-from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, STAGING_KEY, TOPIC_TAG
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog
 

@@ -23,7 +23,16 @@ import pytest
 import yaml
 
 from kbqe_dagster.core.protocol.offsets import RangePlan, Watermarks
-from kbqe_dagster.defs.bigquery.assets import Destinations
+from kbqe_dagster.defs.destinations import Destinations
+from kbqe_dagster.defs.keys import (
+    LOOP_STATE_TAG,
+    PIPELINE_DIGEST_TAG,
+    STAGE_LOOP_TAG,
+    STAGE_TAG,
+    STANDBY_TAG,
+    STOP_TAG,
+    TOPICS_TAG,
+)
 from kbqe_dagster.defs.staging import sensors
 from kbqe_dagster.defs.staging.claims import topics_in_flight, yielded_to_older_runs
 from kbqe_dagster.defs.staging.jobs import pipeline_digest, stage_job, stage_loop_job
@@ -32,15 +41,6 @@ from kbqe_dagster.defs.staging.loop_run import (
     LoopStop,
     interrupts_between_rounds,
     wait_for_older_runs,
-)
-from kbqe_dagster.defs.staging.tags import (
-    LOOP_STATE_TAG,
-    PIPELINE_DIGEST_TAG,
-    STAGE_LOOP_TAG,
-    STAGE_TAG,
-    STANDBY_TAG,
-    STOP_TAG,
-    TOPICS_TAG,
 )
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.staging.backlog import PartitionBacklog, TopicBacklog

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from kbqe_dagster.definitions import build_definitions
+from kbqe_dagster.defs.keys import TOPIC_TAG
 from kbqe_dagster.defs.staging import assets as staging_assets
 from kbqe_dagster.defs.staging import sensors
-from kbqe_dagster.defs.staging.assets import TOPIC_TAG
 from kbqe_dagster.defs.staging.jobs import stage_run_config
 from kbqe_dagster.resources.kafka import cluster as kafka_module
 from kbqe_dagster.resources.kafka.clients import KafkaReadError, TopicMissing

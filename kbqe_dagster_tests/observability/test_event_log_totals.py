@@ -15,9 +15,10 @@ from kbqe_dagster.core.config.pipeline import load_pipeline_config
 from kbqe_dagster.core.load.lifecycle import ObservedJob, ObservedKind
 from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord
 from kbqe_dagster.core.protocol.offsets import RangePlan
-from kbqe_dagster.defs.bigquery.assets import Destinations
 from kbqe_dagster.defs.bigquery.events import materialization
-from kbqe_dagster.defs.staging.assets import STAGING_KEY, group_metadata, stage_metadata
+from kbqe_dagster.defs.destinations import Destinations
+from kbqe_dagster.defs.keys import STAGING_KEY
+from kbqe_dagster.defs.staging.metadata import group_metadata, stage_metadata
 from kbqe_dagster.loading.manifests import FileFacts
 from kbqe_dagster.loading.report import CompletedLoad
 from kbqe_dagster.observability.event_log import EventLogFold

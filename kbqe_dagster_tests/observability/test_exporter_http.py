@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kbqe_dagster.defs.staging.assets import STAGING_KEY
+from kbqe_dagster.defs.keys import STAGING_KEY
 from kbqe_dagster.observability.cache import CachedSource
 from kbqe_dagster.observability.collector import KbqeCollector, MetricSources
 from kbqe_dagster.observability.health import HealthChecker, default_probes, staging_probe

@@ -25,7 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kbqe_dagster.core.protocol.naming import AvroFileName, parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan
-from kbqe_dagster.defs.staging.assets import STAGING_KEY, stage_metadata
+from kbqe_dagster.defs.keys import STAGING_KEY
+from kbqe_dagster.defs.staging.metadata import stage_metadata
 from kbqe_dagster.resources.kafka.cluster import watermarks
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.job import StageSummary

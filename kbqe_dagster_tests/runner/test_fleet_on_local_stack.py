@@ -19,7 +19,7 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kbqe_dagster.defs.staging.tags import TOPICS_TAG
+from kbqe_dagster.defs.keys import TOPICS_TAG
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG

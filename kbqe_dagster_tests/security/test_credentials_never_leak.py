@@ -26,7 +26,7 @@ from kbqe_dagster import cli
 from kbqe_dagster.core.errors import StageRangeFailed
 from kbqe_dagster.core.protocol.offsets import OffsetRange, RangePlan
 from kbqe_dagster.definitions import build_definitions
-from kbqe_dagster.defs.staging.assets import stage_metadata
+from kbqe_dagster.defs.staging.metadata import stage_metadata
 from kbqe_dagster.resources.configurable import KafkaResource, SchemaRegistryResource
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG, KafkaReadError, KafkaSettings
 from kbqe_dagster.resources.kafka.range_reader import read_range

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import dagster as dg
 
 from kbqe_dagster.core.stage_runs.groups import split_topics, yielded_topics
-from kbqe_dagster.defs.staging.tags import TOPIC_TAG, TOPICS_TAG
+from kbqe_dagster.defs.keys import TOPIC_TAG, TOPICS_TAG
 
 STAGE_JOB = "stage_job"
 STAGE_LOOP_JOB = "stage_loop_job"

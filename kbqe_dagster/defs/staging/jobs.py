@@ -12,17 +12,17 @@ import dagster as dg
 
 from kbqe_dagster.core.stage_runs.due import from_offsets
 from kbqe_dagster.core.stage_runs.groups import StageGroup, join_topics
-from kbqe_dagster.defs.staging.assets import STAGING_KEY
-from kbqe_dagster.defs.staging.claims import STAGE_LOOP_JOB
-from kbqe_dagster.defs.staging.tags import (
+from kbqe_dagster.defs.keys import (
     FROM_OFFSETS_TAG,
     GROUP_TAG,
     PIPELINE_DIGEST_TAG,
     STAGE_LOOP_TAG,
     STAGE_TAG,
+    STAGING_KEY,
     TOPIC_TAG,
     TOPICS_TAG,
 )
+from kbqe_dagster.defs.staging.claims import STAGE_LOOP_JOB
 from kbqe_dagster.resources.configurable import PipelineResource
 
 stage_job = dg.define_asset_job(

@@ -46,7 +46,16 @@ from kbqe_dagster.core.stage_runs.due import from_offsets, stage_due
 from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup, group_due_topics
 from kbqe_dagster.core.stage_runs.loop_plan import LoopRunView, plan_loop_runs
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
-from kbqe_dagster.defs.staging.assets import FROM_OFFSETS_TAG, GROUP_TAG, STAGING_KEY, TOPIC_TAG
+from kbqe_dagster.defs.keys import (
+    FROM_OFFSETS_TAG,
+    GROUP_TAG,
+    LOOP_STATE_TAG,
+    PIPELINE_DIGEST_TAG,
+    STAGING_KEY,
+    STANDBY_TAG,
+    STOP_TAG,
+    TOPIC_TAG,
+)
 from kbqe_dagster.defs.staging.claims import (
     STAGE_LOOP_JOB,
     loop_runs_in_flight,
@@ -62,12 +71,6 @@ from kbqe_dagster.defs.staging.jobs import (
     stage_loop_run_config,
     stage_loop_tags,
     stage_tags,
-)
-from kbqe_dagster.defs.staging.tags import (
-    LOOP_STATE_TAG,
-    PIPELINE_DIGEST_TAG,
-    STANDBY_TAG,
-    STOP_TAG,
 )
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource

@@ -1,6 +1,39 @@
-"""The tags of stage runs: what the sensor's in-flight check, the run-concurrency limits of
-``dagster.yaml`` and the run history read."""
+"""What the definitions are named by: the asset keys and groups, and the tags of stage runs
+(what the sensors' in-flight checks, the run-concurrency limits of ``dagster.yaml`` and the run
+history read).
 
+A leaf: it imports nothing of ``defs/``, so any module of it may name an asset or a tag without
+importing the module that defines the asset (issue 41: ``defs/`` was a knot of seven modules
+importing each other for these names).
+"""
+
+import dagster as dg
+
+from kbqe_dagster.core.protocol.naming import STAGING_ASSET
+
+# --- assets ----------------------------------------------------------------------------------
+STAGING_KEY = dg.AssetKey([STAGING_ASSET])
+"""The staging area's asset: materialized by the stage runs, upstream of every table."""
+STAGING_GROUP = "staging"
+BIGQUERY_GROUP = "bigquery"
+
+
+def table_asset_key(dataset: str, table: str) -> dg.AssetKey:
+    """A table named in the pipeline file: ``bigquery/<dataset>/<table>``."""
+    return dg.AssetKey(["bigquery", dataset, table])
+
+
+def dataset_asset_key(dataset: str) -> dg.AssetKey:
+    """A wildcard dataset's one asset: ``bigquery/<dataset>`` (defs/destinations.py)."""
+    return dg.AssetKey(["bigquery", dataset])
+
+
+def tables_partitions_name(dataset: str) -> str:
+    """Name of the dynamic partitions holding the loaded tables of a wildcard dataset."""
+    return f"bigquery_{dataset}_tables"
+
+
+# --- the tags of stage runs ------------------------------------------------------------------
 TOPIC_TAG = "kbqe/topic"
 """The topic of a single-topic stage run."""
 TOPICS_TAG = "kbqe/topics"
