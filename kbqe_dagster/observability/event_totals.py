@@ -3,7 +3,8 @@
 Three kinds of events feed them, each read through its metadata (plain values, already
 unwrapped from Dagster's ``MetadataValue``):
 - a materialization of ``staging`` is one stage run of one topic
-  (``defs/staging/metadata.py`` ``stage_metadata``): messages, records, bytes, files, orphans,
+  (``defs/staging/metadata.py`` ``stage_metadata``, its keys named in
+  ``core/stage_runs/report_keys.py``): messages, records, bytes, files, orphans,
   dead letters and skips per reason, run seconds, and the rows and bytes appended through the
   Storage Write API per table (``storage_write_by_table``);
 - an observation of ``staging`` with ``done_files_deleted`` is one retention run; one with
@@ -29,6 +30,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from kbqe_dagster.core.stage_runs import report_keys as stage_report
 
 STAGE_SECONDS_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 BATCH_MESSAGES_BUCKETS = (
@@ -142,36 +145,36 @@ class EventTotals:
 
     # --- stage runs ------------------------------------------------------------------------
     def add_stage_run(self, meta: Mapping[str, Any]) -> None:
-        by_topic = meta.get("by_topic")
-        if meta.get("topic") is None and isinstance(by_topic, Mapping):
+        by_topic = meta.get(stage_report.BY_TOPIC)
+        if meta.get(stage_report.TOPIC) is None and isinstance(by_topic, Mapping):
             # A grouped run (core/stage_runs/groups.py): each topic counts as a run of its own.
             for topic, share in by_topic.items():
                 if isinstance(share, Mapping):
-                    self.add_stage_run({**share, "topic": topic})
+                    self.add_stage_run({**share, stage_report.TOPIC: topic})
             return
-        topic = str(meta.get("topic") or "unknown")
+        topic = str(meta.get(stage_report.TOPIC) or "unknown")
         t = self.topics.setdefault(topic, TopicTotals())
         t.runs += 1
-        messages = _int(meta.get("messages"))
+        messages = _int(meta.get(stage_report.MESSAGES))
         t.messages += messages
-        t.records += _int(meta.get("dagster/row_count"))
-        written = _int(meta.get("bytes_written"))
+        t.records += _int(meta.get(stage_report.ROWS))
+        written = _int(meta.get(stage_report.BYTES_WRITTEN))
         t.bytes_written += written
-        t.files_written += _int(meta.get("files_written"))
-        t.orphans_deleted += _int(meta.get("orphans_deleted"))
-        t.tombstones += _int(meta.get("tombstones"))
-        t.dead_letters.update(_counts(meta.get("dead_letters_by_reason")))
-        t.skipped.update(_counts(meta.get("skipped_by_reason")))
+        t.files_written += _int(meta.get(stage_report.FILES_WRITTEN))
+        t.orphans_deleted += _int(meta.get(stage_report.ORPHANS_DELETED))
+        t.tombstones += _int(meta.get(stage_report.TOMBSTONES))
+        t.dead_letters.update(_counts(meta.get(stage_report.DEAD_LETTERS_BY_REASON)))
+        t.skipped.update(_counts(meta.get(stage_report.SKIPPED_BY_REASON)))
         t.batch_messages.observe(messages)
-        if meta.get("seconds") is not None:
-            t.run_seconds.observe(float(meta["seconds"]))
-        by_dataset = _counts(meta.get("bytes_written_by_dataset"))
+        if meta.get(stage_report.SECONDS) is not None:
+            t.run_seconds.observe(float(meta[stage_report.SECONDS]))
+        by_dataset = _counts(meta.get(stage_report.BYTES_WRITTEN_BY_DATASET))
         if by_dataset:
             for dataset, n in by_dataset.items():
                 self.bytes_by_dataset[(topic, dataset)] += n
         elif written:
             self.bytes_by_dataset[(topic, UNKNOWN_DATASET)] += written
-        self._add_appends(meta.get("storage_write_by_table"))
+        self._add_appends(meta.get(stage_report.STORAGE_WRITE_BY_TABLE))
         self.events += 1
 
     def _add_appends(self, by_table: Any) -> None:

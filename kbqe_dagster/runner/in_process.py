@@ -33,6 +33,7 @@ from typing import Any
 import dagster as dg
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.stage_runs import report_keys as stage_report
 from kbqe_dagster.core.stage_runs.groups import DueTopic, StageGroup
 from kbqe_dagster.defs.completeness.declare import declare_complete_days
 from kbqe_dagster.defs.keys import STAGING_KEY
@@ -260,14 +261,17 @@ def stage_outcome(topic: str, run: JobRun) -> StageOutcome:
     md = staged[0]
     # A grouped run reports each topic's share under by_topic (defs/staging/metadata.py).
     # A topic the run did not stage (left to an older run in flight) has no share.
-    if "by_topic" in md or "topics" in md:
-        share = (md.get("by_topic") or {}).get(topic)
+    if stage_report.BY_TOPIC in md or stage_report.TOPICS in md:
+        share = (md.get(stage_report.BY_TOPIC) or {}).get(topic)
         if share is None:
             return StageOutcome(topic, run.run_id, run.ok, run.error)
         md = share
-    by_reason, skipped = md.get("dead_letters_by_reason") or {}, md.get("skipped_by_reason") or {}
+    by_reason, skipped = (
+        md.get(stage_report.DEAD_LETTERS_BY_REASON) or {},
+        md.get(stage_report.SKIPPED_BY_REASON) or {},
+    )
     # Keyed topics count tombstones themselves; append topics dead-letter or skip them.
-    tombstones = md.get("tombstones")
+    tombstones = md.get(stage_report.TOMBSTONES)
     if tombstones is None:
         tombstones = by_reason.get("tombstone", 0) + skipped.get("tombstone", 0)
     return StageOutcome(
@@ -275,14 +279,14 @@ def stage_outcome(topic: str, run: JobRun) -> StageOutcome:
         run.run_id,
         run.ok,
         run.error,
-        records=md.get("dagster/row_count", 0),
-        messages=md.get("messages", 0),
-        dead_letters=md.get("dead_letters", 0),
+        records=md.get(stage_report.ROWS, 0),
+        messages=md.get(stage_report.MESSAGES, 0),
+        dead_letters=md.get(stage_report.DEAD_LETTERS, 0),
         tombstones=tombstones,
-        ranges=len(md.get("ranges") or ()),
+        ranges=len(md.get(stage_report.RANGES) or ()),
         appended={
             table: (int(a.get("rows", 0)), int(a.get("bytes", 0)))
-            for table, a in (md.get("storage_write_by_table") or {}).items()
+            for table, a in (md.get(stage_report.STORAGE_WRITE_BY_TABLE) or {}).items()
         },
     )
 

@@ -9,6 +9,7 @@ annotations of the asset function when it is decorated, and needs real types for
 import dagster as dg
 
 from kbqe_dagster.core.errors import ConfigError
+from kbqe_dagster.core.stage_runs import report_keys as stage_report
 from kbqe_dagster.defs.destinations import Destinations
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
 from kbqe_dagster.defs.keys import STAGING_GROUP, STAGING_KEY
@@ -116,9 +117,9 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
         if not names:
             return dg.MaterializeResult(
                 metadata={
-                    "topics": dg.MetadataValue.json([]),
-                    "by_topic": dg.MetadataValue.json({}),
-                    "yielded": dg.MetadataValue.json(sorted(yielded)),
+                    stage_report.TOPICS: dg.MetadataValue.json([]),
+                    stage_report.BY_TOPIC: dg.MetadataValue.json({}),
+                    stage_report.YIELDED: dg.MetadataValue.json(sorted(yielded)),
                 }
             )
         ctx = stage_context(
@@ -148,7 +149,9 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
         return dg.MaterializeResult(
             metadata={
                 **group_metadata(names, summaries),
-                **({"missing_topics": dg.MetadataValue.json(missing)} if missing else {}),
+                **(
+                    {stage_report.MISSING_TOPICS: dg.MetadataValue.json(missing)} if missing else {}
+                ),
             }
         )
 
@@ -162,7 +165,7 @@ def _stage_loop(
         context.log.info("stage loop: no topic may write a delivery: storage_write table")
         return dg.MaterializeResult(
             metadata={
-                "topics": dg.MetadataValue.json([]),
+                stage_report.TOPICS: dg.MetadataValue.json([]),
                 "rounds": 0,
                 "idle_rounds": 0,
                 "stopped_because": "no_topics",

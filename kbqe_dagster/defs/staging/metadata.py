@@ -11,39 +11,40 @@ from collections.abc import Iterable
 import dagster as dg
 
 from kbqe_dagster.core.load.cost import storage_write_list_price
+from kbqe_dagster.core.stage_runs import report_keys as stage_report
 from kbqe_dagster.staging.job import StageSummary
 
 
 def stage_metadata(summary: StageSummary) -> dict:
     prep = summary.preparation
     return {
-        "topic": summary.topic,
-        "dagster/row_count": summary.records,
-        "messages": summary.messages,
-        "bytes_written": summary.bytes_written,
-        "bytes_written_by_dataset": dg.MetadataValue.json(_bytes_by_dataset(summary)),
-        "storage_write_by_table": dg.MetadataValue.json(appended_by_table([summary])),
-        "files_written": len(summary.files),
-        "ranges": dg.MetadataValue.json(list(summary.committed_ranges)),
-        "dead_letters": sum(summary.dead_letters.values()),
-        "dead_letters_by_reason": dg.MetadataValue.json(summary.dead_letters),
-        "skipped_by_reason": dg.MetadataValue.json(summary.skipped),
+        stage_report.TOPIC: summary.topic,
+        stage_report.ROWS: summary.records,
+        stage_report.MESSAGES: summary.messages,
+        stage_report.BYTES_WRITTEN: summary.bytes_written,
+        stage_report.BYTES_WRITTEN_BY_DATASET: dg.MetadataValue.json(_bytes_by_dataset(summary)),
+        stage_report.STORAGE_WRITE_BY_TABLE: dg.MetadataValue.json(appended_by_table([summary])),
+        stage_report.FILES_WRITTEN: len(summary.files),
+        stage_report.RANGES: dg.MetadataValue.json(list(summary.committed_ranges)),
+        stage_report.DEAD_LETTERS: sum(summary.dead_letters.values()),
+        stage_report.DEAD_LETTERS_BY_REASON: dg.MetadataValue.json(summary.dead_letters),
+        stage_report.SKIPPED_BY_REASON: dg.MetadataValue.json(summary.skipped),
         # Keyed topics count null values (Debezium's tombstones) instead of dead-lettering them.
-        **({"tombstones": summary.tombstones} if summary.tombstones else {}),
+        **({stage_report.TOMBSTONES: summary.tombstones} if summary.tombstones else {}),
         # The native kernel or the Python path (staging/native_kernel.py), and what the kernel
         # handed back to the Python path.
-        "stage_path": summary.stage_path,
-        "kafka_reader": summary.reader,
+        stage_report.STAGE_PATH: summary.stage_path,
+        stage_report.KAFKA_READER: summary.reader,
         **(
-            {"kernel_handbacks": dg.MetadataValue.json(summary.kernel_handbacks)}
+            {stage_report.KERNEL_HANDBACKS: dg.MetadataValue.json(summary.kernel_handbacks)}
             if summary.kernel_handbacks
             else {}
         ),
-        "orphans_deleted": len(prep.orphans_deleted),
-        "rolled_forward": len(prep.rolled_forward),
-        "unrecognized_files": len(prep.unrecognized),
-        "lost_offsets": sum(p.lost_messages for p in prep.plan.partitions),
-        "seconds": round(summary.seconds, 3),
+        stage_report.ORPHANS_DELETED: len(prep.orphans_deleted),
+        stage_report.ROLLED_FORWARD: len(prep.rolled_forward),
+        stage_report.UNRECOGNIZED_FILES: len(prep.unrecognized),
+        stage_report.LOST_OFFSETS: sum(p.lost_messages for p in prep.plan.partitions),
+        stage_report.SECONDS: round(summary.seconds, 3),
     }
 
 
@@ -51,20 +52,20 @@ def topic_totals(summary: StageSummary) -> dict:
     """One topic's share of a run, plain values under :func:`stage_metadata`'s key names (the
     metrics fold a grouped run's topics one by one: observability/event_totals.py)."""
     return {
-        "dagster/row_count": summary.records,
-        "messages": summary.messages,
-        "bytes_written": summary.bytes_written,
-        "bytes_written_by_dataset": _bytes_by_dataset(summary),
-        "storage_write_by_table": appended_by_table([summary]),
-        "files_written": len(summary.files),
-        "ranges": list(summary.committed_ranges),
-        "dead_letters": sum(summary.dead_letters.values()),
-        "dead_letters_by_reason": summary.dead_letters,
-        "skipped_by_reason": summary.skipped,
+        stage_report.ROWS: summary.records,
+        stage_report.MESSAGES: summary.messages,
+        stage_report.BYTES_WRITTEN: summary.bytes_written,
+        stage_report.BYTES_WRITTEN_BY_DATASET: _bytes_by_dataset(summary),
+        stage_report.STORAGE_WRITE_BY_TABLE: appended_by_table([summary]),
+        stage_report.FILES_WRITTEN: len(summary.files),
+        stage_report.RANGES: list(summary.committed_ranges),
+        stage_report.DEAD_LETTERS: sum(summary.dead_letters.values()),
+        stage_report.DEAD_LETTERS_BY_REASON: summary.dead_letters,
+        stage_report.SKIPPED_BY_REASON: summary.skipped,
         # Keyed topics count null values; append topics dead-letter or skip them (as above).
-        **({"tombstones": summary.tombstones} if summary.tombstones else {}),
-        "orphans_deleted": len(summary.preparation.orphans_deleted),
-        "seconds": round(summary.seconds, 3),
+        **({stage_report.TOMBSTONES: summary.tombstones} if summary.tombstones else {}),
+        stage_report.ORPHANS_DELETED: len(summary.preparation.orphans_deleted),
+        stage_report.SECONDS: round(summary.seconds, 3),
     }
 
 
@@ -76,8 +77,8 @@ def group_metadata(names: tuple[str, ...], summaries: tuple[StageSummary, ...]) 
     if len(names) == 1 and len(summaries) == 1:
         return {
             **stage_metadata(summaries[0]),
-            "topics": dg.MetadataValue.json(list(names)),
-            "by_topic": by_topic,
+            stage_report.TOPICS: dg.MetadataValue.json(list(names)),
+            stage_report.BY_TOPIC: by_topic,
         }
     dead: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
@@ -88,32 +89,34 @@ def group_metadata(names: tuple[str, ...], summaries: tuple[StageSummary, ...]) 
         written.update(_bytes_by_dataset(s))
     tombstones = sum(s.tombstones for s in summaries)
     return {
-        "topics": dg.MetadataValue.json(list(names)),
-        "dagster/row_count": sum(s.records for s in summaries),
-        "messages": sum(s.messages for s in summaries),
-        "bytes_written": sum(s.bytes_written for s in summaries),
-        "bytes_written_by_dataset": dg.MetadataValue.json(dict(written)),
-        "storage_write_by_table": dg.MetadataValue.json(appended_by_table(summaries)),
-        "files_written": sum(len(s.files) for s in summaries),
-        "ranges": dg.MetadataValue.json([r for s in summaries for r in s.committed_ranges]),
-        "dead_letters": sum(dead.values()),
-        "dead_letters_by_reason": dg.MetadataValue.json(dict(dead)),
-        "skipped_by_reason": dg.MetadataValue.json(dict(skipped)),
-        **({"tombstones": tombstones} if tombstones else {}),
-        "stage_path": "+".join(
+        stage_report.TOPICS: dg.MetadataValue.json(list(names)),
+        stage_report.ROWS: sum(s.records for s in summaries),
+        stage_report.MESSAGES: sum(s.messages for s in summaries),
+        stage_report.BYTES_WRITTEN: sum(s.bytes_written for s in summaries),
+        stage_report.BYTES_WRITTEN_BY_DATASET: dg.MetadataValue.json(dict(written)),
+        stage_report.STORAGE_WRITE_BY_TABLE: dg.MetadataValue.json(appended_by_table(summaries)),
+        stage_report.FILES_WRITTEN: sum(len(s.files) for s in summaries),
+        stage_report.RANGES: dg.MetadataValue.json(
+            [r for s in summaries for r in s.committed_ranges]
+        ),
+        stage_report.DEAD_LETTERS: sum(dead.values()),
+        stage_report.DEAD_LETTERS_BY_REASON: dg.MetadataValue.json(dict(dead)),
+        stage_report.SKIPPED_BY_REASON: dg.MetadataValue.json(dict(skipped)),
+        **({stage_report.TOMBSTONES: tombstones} if tombstones else {}),
+        stage_report.STAGE_PATH: "+".join(
             sorted(
                 {p for s in summaries for p in s.stage_path.split("+") if p != "none"}, reverse=True
             )
         )
         or "none",
-        "orphans_deleted": sum(len(s.preparation.orphans_deleted) for s in summaries),
-        "rolled_forward": sum(len(s.preparation.rolled_forward) for s in summaries),
-        "unrecognized_files": sum(len(s.preparation.unrecognized) for s in summaries),
-        "lost_offsets": sum(
+        stage_report.ORPHANS_DELETED: sum(len(s.preparation.orphans_deleted) for s in summaries),
+        stage_report.ROLLED_FORWARD: sum(len(s.preparation.rolled_forward) for s in summaries),
+        stage_report.UNRECOGNIZED_FILES: sum(len(s.preparation.unrecognized) for s in summaries),
+        stage_report.LOST_OFFSETS: sum(
             p.lost_messages for s in summaries for p in s.preparation.plan.partitions
         ),
-        "seconds": round(max((s.seconds for s in summaries), default=0.0), 3),
-        "by_topic": by_topic,
+        stage_report.SECONDS: round(max((s.seconds for s in summaries), default=0.0), 3),
+        stage_report.BY_TOPIC: by_topic,
     }
 
 
