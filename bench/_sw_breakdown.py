@@ -159,7 +159,7 @@ def storage_write_breakdown(bench: Any, count: int, partitions: int = 4) -> dict
     from _latency_producer import SCHEMA
 
     from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-    from kbqe_dagster.defs.staging.assets import storage_write_sink
+    from kbqe_dagster.delivery.sink import stage_run_sink
     from kbqe_dagster.localstack.endpoints import LOCAL_PROJECT
     from kbqe_dagster.resources.environment import local_resources
     from kbqe_dagster.resources.kafka.clients import KafkaSettings
@@ -185,7 +185,7 @@ def storage_write_breakdown(bench: Any, count: int, partitions: int = 4) -> dict
             ]  # fmt: skip
             raw["tables"] = {f"{bench.dataset}.{table}": {"delivery": "storage_write"}}
             config = parse_pipeline_config(raw, source=f"breakdown {name}")
-            sink = storage_write_sink(config, local_resources()["bigquery"])
+            sink = stage_run_sink(config, local_resources()["bigquery"])
             if name == "ours":
                 sink = replace(sink, writer=NullWriterSettings())
             staging = StagingLocation(

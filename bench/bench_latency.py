@@ -440,7 +440,7 @@ class Bench:
         """The stage loop in this thread until ``should_stop`` says why; ``begin`` after its
         first round. The poller is paused during each round (``should_stop`` is asked right
         before a round, ``on_round`` right after it)."""
-        from kbqe_dagster.defs.staging.assets import storage_write_sink
+        from kbqe_dagster.delivery.sink import stage_run_sink
         from kbqe_dagster.resources.environment import local_resources
         from kbqe_dagster.resources.kafka.clients import KafkaSettings
         from kbqe_dagster.resources.schema_registry import RegistrySettings
@@ -455,7 +455,7 @@ class Bench:
             StagingLocation(self.staging_url, self.endpoints.gcs_url, LOCAL_PROJECT),
             self.config,
             case.topic,
-            sink=storage_write_sink(self.config, local_resources()["bigquery"]),
+            sink=stage_run_sink(self.config, local_resources()["bigquery"]),
         )
         # As the Dagster wiring paces it: the topic's staging.loop_interval.
         settings = LoopSettings(

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.errors import CommitConflictError, StagingError
@@ -63,11 +63,15 @@ from kbqe_dagster.core.record.dead_letter_record import (
 from kbqe_dagster.core.record.event_time import epoch_day
 from kbqe_dagster.core.record.partitioning import Delivery
 from kbqe_dagster.delivery.rows import RowsFile, encode_file, records_at, requests
+from kbqe_dagster.delivery.tables import TableKeeperSettings
 from kbqe_dagster.faults import crash_point
 from kbqe_dagster.resources.staging_store import StagingStore
 from kbqe_dagster.staging.open_file import OpenFile
 from kbqe_dagster.staging.range_sink import RangeTally, SinkOutcome, TableDelivery
 from kbqe_dagster.staging.staging_area_sink import StagingAreaSink
+
+if TYPE_CHECKING:
+    from kbqe_dagster.resources.bigquery import BigQueryResource
 
 log = logging.getLogger(__name__)
 
@@ -621,6 +625,20 @@ def delivery_sink(
             "Storage Write settings (resources/environment.py builds them)"
         )
     return DeliverySinkFactory(pipeline, writer, tables)
+
+
+def stage_run_sink(
+    pipeline: PipelineConfig, bigquery: BigQueryResource
+) -> Callable[..., Any] | None:
+    """The sink of a stage run's context, from its BigQuery resource: :func:`delivery_sink`
+    with the resource's Storage Write settings (none without a project) and the settings the
+    tables are created and updated with."""
+    load = pipeline.load
+    return delivery_sink(
+        pipeline,
+        bigquery.storage_write_settings() if bigquery.project else None,
+        TableKeeperSettings.of(bigquery, load.partition_expiration_days, load.create_datasets),
+    )
 
 
 def _any_storage_write(pipeline: PipelineConfig) -> bool:

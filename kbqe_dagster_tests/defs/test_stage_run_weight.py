@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster.defs.staging.assets import storage_write_sink
+from kbqe_dagster.delivery.sink import stage_run_sink
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
@@ -116,7 +116,7 @@ def test_a_stage_task_unpickles_its_context_without_dagster_or_a_bigquery_client
         StagingLocation("gs://acme-staging/kbqe"),
         pipeline,
         "orders",
-        sink=storage_write_sink(pipeline, BigQueryResource(project="acme-prod")),
+        sink=stage_run_sink(pipeline, BigQueryResource(project="acme-prod")),
     )
     result = subprocess.run(
         [sys.executable, "-c", TASK_PROBE],

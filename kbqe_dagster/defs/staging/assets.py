@@ -17,8 +17,7 @@ from kbqe_dagster.defs.staging.claims import STAGE_LOOP_JOB, yielded_to_older_ru
 from kbqe_dagster.defs.staging.deliveries import delivery_events
 from kbqe_dagster.defs.staging.loop_run import stage_loop
 from kbqe_dagster.defs.staging.metadata import group_metadata
-from kbqe_dagster.delivery.sink import delivery_sink
-from kbqe_dagster.delivery.tables import TableKeeperSettings
+from kbqe_dagster.delivery.sink import stage_run_sink
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import (
     KafkaResource,
@@ -128,7 +127,7 @@ def staging_asset(topics: list[str]) -> dg.AssetsDefinition:
             staging=staging.location(),
             pipeline=pipeline_config,
             topic_name=pipeline_config.topic(names[0]).name,
-            sink=storage_write_sink(pipeline_config, bigquery),
+            sink=stage_run_sink(pipeline_config, bigquery),
         )
         summaries = run_stage_group(pyspark.spark_context, ctx, names)
         for event in delivery_events(summaries, Destinations.from_config(pipeline_config)):
@@ -177,7 +176,7 @@ def _stage_loop(
         staging=staging.location(),
         pipeline=pipeline_config,
         topic_name=pipeline_config.topic(names[0]).name if names else "",
-        sink=storage_write_sink(pipeline_config, bigquery),
+        sink=stage_run_sink(pipeline_config, bigquery),
     )
     return stage_loop(
         context,
@@ -187,15 +186,4 @@ def _stage_loop(
         pyspark.spark_context,
         max_run_s=config.max_run_s,
         report_every_s=config.report_every_s,
-    )
-
-
-def storage_write_sink(pipeline_config, bigquery: BigQueryResource):
-    """The stage context's sink: the delivery sink when any table may be delivered by
-    storage_write (kbqe_dagster/delivery/), else None (the staging area's own)."""
-    load = pipeline_config.load
-    return delivery_sink(
-        pipeline_config,
-        bigquery.storage_write_settings() if bigquery.project else None,
-        TableKeeperSettings.of(bigquery, load.partition_expiration_days, load.create_datasets),
     )
