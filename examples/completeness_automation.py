@@ -19,7 +19,7 @@ from google.cloud import bigquery as bq
 
 from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.defs.completeness.automation import once_after_day_complete
-from kbqe_dagster.defs.destinations import DEFAULT_PARTITION_START
+from kbqe_dagster.defs.keys import DEFAULT_PARTITION_START
 from kbqe_dagster.resources.bigquery import BigQueryResource
 
 ORDERS = dg.AssetKey(["bigquery", "acme_sales", "orders"])

@@ -28,7 +28,6 @@ from kbqe_dagster.defs.bigquery.jobs import (
 from kbqe_dagster.defs.bigquery.schedules import load_schedules
 from kbqe_dagster.defs.completeness.checks import completeness_checks
 from kbqe_dagster.defs.completeness.sensors import completeness_sensor
-from kbqe_dagster.defs.destinations import Destinations
 from kbqe_dagster.defs.erasure.assets import erasure_checks, erasure_specs
 from kbqe_dagster.defs.erasure.jobs import erasure_job
 from kbqe_dagster.defs.erasure.sensors import erasure_request_sensor
@@ -37,6 +36,7 @@ from kbqe_dagster.defs.keyed.assets import keyed_specs
 from kbqe_dagster.defs.keyed.checks import keyed_checks
 from kbqe_dagster.defs.keyed.jobs import merge_keyed_tables_job
 from kbqe_dagster.defs.keyed.schedules import keyed_schedules
+from kbqe_dagster.defs.keys import Destinations
 from kbqe_dagster.defs.resources import pipeline_config_path, resources_for_environment
 from kbqe_dagster.defs.staging.assets import staging_asset
 from kbqe_dagster.defs.staging.jobs import stage_job, stage_loop_job

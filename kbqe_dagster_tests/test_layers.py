@@ -427,7 +427,7 @@ CYCLE_DEBT = {
     frozenset({"formats.protobuf_kernel", "formats.protobuf_stage"}),
 }  # fmt: skip
 """The module cycles left (issue 41): each kernel driver importing its stager's type back
-(defs/'s knot of staging and BigQuery wiring is untied: defs/keys.py, defs/destinations.py,
+(defs/'s knot of staging and BigQuery wiring is untied: defs/keys.py and
 defs/staging/metadata.py). The list only shrinks: a new cycle fails, and so
 does a listed one that is gone (take it off)."""
 

@@ -15,7 +15,7 @@ from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.defs.bigquery.events import load_events
 from kbqe_dagster.defs.bigquery.jobs import LOAD_POOL
 from kbqe_dagster.defs.bigquery.schedules import cron_every
-from kbqe_dagster.defs.destinations import Destinations
+from kbqe_dagster.defs.keys import Destinations
 from kbqe_dagster.loading.report import CompletedLoad, CycleReport
 from kbqe_dagster.resources.bigquery import JobReport
 from kbqe_dagster_tests.loading.conftest import (

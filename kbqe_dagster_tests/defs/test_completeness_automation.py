@@ -17,7 +17,7 @@ from kbqe_dagster.core.completeness.decision import TableCompleteness
 from kbqe_dagster.core.config.pipeline import load_pipeline_config
 from kbqe_dagster.defs.completeness.checks import DAY_COMPLETE
 from kbqe_dagster.defs.completeness.sensors import day_complete_events
-from kbqe_dagster.defs.destinations import Destinations
+from kbqe_dagster.defs.keys import Destinations
 from kbqe_dagster.operations.completeness import CompletenessReport, TableReport
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "completeness_automation.py"

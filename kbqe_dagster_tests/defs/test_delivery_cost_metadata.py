@@ -8,7 +8,7 @@ import dataclasses
 
 import dagster as dg
 
-from kbqe_dagster.defs.destinations import Destinations
+from kbqe_dagster.defs.keys import Destinations
 from kbqe_dagster.defs.staging.deliveries import delivery_events
 from kbqe_dagster.defs.staging.metadata import group_metadata, stage_metadata
 from kbqe_dagster_tests.support.deliveries import CONFIG, range_summary, table_delivery

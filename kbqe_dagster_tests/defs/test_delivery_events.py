@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from kbqe_dagster.defs.destinations import Destinations
+from kbqe_dagster.defs.keys import Destinations
 from kbqe_dagster.defs.staging.deliveries import delivery_events
 from kbqe_dagster_tests.support.deliveries import CONFIG, STREAM, range_summary, table_delivery
 

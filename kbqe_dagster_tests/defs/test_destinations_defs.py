@@ -10,7 +10,7 @@ import dagster as dg
 
 from kbqe_dagster.core.config.pipeline import load_pipeline_config
 from kbqe_dagster.definitions import build_definitions
-from kbqe_dagster.defs.destinations import Destinations
+from kbqe_dagster.defs.keys import Destinations
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "destinations.yaml"

@@ -14,7 +14,7 @@ from kbqe_dagster.core.config.pipeline import load_pipeline_config
 from kbqe_dagster.definitions import build_definitions
 from kbqe_dagster.defs.completeness.automation import HOUR_COMPLETE, once_after_day_complete
 from kbqe_dagster.defs.completeness.sensors import day_complete_events
-from kbqe_dagster.defs.destinations import Destinations
+from kbqe_dagster.defs.keys import Destinations
 from kbqe_dagster.operations.completeness import CompletenessReport, TableReport
 
 PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "hourly.yaml"

@@ -20,7 +20,7 @@ from kbqe_dagster.defs.completeness.checks import (
     completeness_checks,
 )
 from kbqe_dagster.defs.completeness.sensors import day_complete_events
-from kbqe_dagster.defs.destinations import Destinations
+from kbqe_dagster.defs.keys import Destinations
 from kbqe_dagster.operations.completeness import evaluate
 from kbqe_dagster_tests.loading.conftest import ORDERS_V1, PAGE_VIEWS, TOPIC
 from kbqe_dagster_tests.loading.staged import stage_range

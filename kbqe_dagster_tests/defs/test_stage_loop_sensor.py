@@ -23,7 +23,6 @@ import pytest
 import yaml
 
 from kbqe_dagster.core.protocol.offsets import RangePlan, Watermarks
-from kbqe_dagster.defs.destinations import Destinations
 from kbqe_dagster.defs.keys import (
     LOOP_STATE_TAG,
     PIPELINE_DIGEST_TAG,
@@ -32,6 +31,7 @@ from kbqe_dagster.defs.keys import (
     STANDBY_TAG,
     STOP_TAG,
     TOPICS_TAG,
+    Destinations,
 )
 from kbqe_dagster.defs.staging import sensors
 from kbqe_dagster.defs.staging.claims import topics_in_flight, yielded_to_older_runs

@@ -14,8 +14,7 @@ import yaml
 from kbqe_dagster.core.load.checks import NO_QUARANTINED_FILES, PENDING_FILES_FRESH, ROWS_LOADED
 from kbqe_dagster.defs.bigquery.checks import load_checks
 from kbqe_dagster.defs.bigquery.events import load_events
-from kbqe_dagster.defs.destinations import Destinations
-from kbqe_dagster.defs.keys import STAGING_KEY
+from kbqe_dagster.defs.keys import STAGING_KEY, Destinations
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import PipelineResource, StagingResource
 from kbqe_dagster_tests.loading.conftest import ORDERS_V1, PAGE_VIEWS, TOPIC, pipeline

@@ -16,8 +16,7 @@ from kbqe_dagster.core.load.lifecycle import ObservedJob, ObservedKind
 from kbqe_dagster.core.load.state import JobStatus, LoadJobRecord
 from kbqe_dagster.core.protocol.offsets import RangePlan
 from kbqe_dagster.defs.bigquery.events import materialization
-from kbqe_dagster.defs.destinations import Destinations
-from kbqe_dagster.defs.keys import STAGING_KEY
+from kbqe_dagster.defs.keys import STAGING_KEY, Destinations
 from kbqe_dagster.defs.staging.metadata import group_metadata, stage_metadata
 from kbqe_dagster.loading.manifests import FileFacts
 from kbqe_dagster.loading.report import CompletedLoad

@@ -31,10 +31,10 @@ from __future__ import annotations
 import dagster as dg
 
 from kbqe_dagster.core.record.partitioning import Partitioning
-from kbqe_dagster.defs.destinations import Destinations
 from kbqe_dagster.defs.keys import (
     BIGQUERY_GROUP,
     STAGING_KEY,
+    Destinations,
     dataset_asset_key,
     table_asset_key,
     tables_partitions_name,

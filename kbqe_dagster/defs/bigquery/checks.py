@@ -39,8 +39,7 @@ from kbqe_dagster.core.load.checks import (
 from kbqe_dagster.core.load.pending import freshness_limit_s, staging_view
 from kbqe_dagster.core.load.state import JobStatus, LoadState
 from kbqe_dagster.core.record.partitioning import Partitioning
-from kbqe_dagster.defs.destinations import Destinations
-from kbqe_dagster.defs.keys import STAGING_KEY, tables_partitions_name
+from kbqe_dagster.defs.keys import STAGING_KEY, Destinations, tables_partitions_name
 from kbqe_dagster.defs.verdicts import verdict_result
 from kbqe_dagster.loading.state_file import StateFile
 from kbqe_dagster.resources.bigquery import BigQueryLoads, BigQueryResource

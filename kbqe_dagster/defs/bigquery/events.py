@@ -18,8 +18,7 @@ from kbqe_dagster.core.load.checks import (
     rows_loaded,
 )
 from kbqe_dagster.core.record.partitioning import Partitioning
-from kbqe_dagster.defs.destinations import Destinations
-from kbqe_dagster.defs.keys import STAGING_KEY, tables_partitions_name
+from kbqe_dagster.defs.keys import STAGING_KEY, Destinations, tables_partitions_name
 from kbqe_dagster.defs.verdicts import verdict_evaluation
 from kbqe_dagster.loading.report import CompletedLoad, CycleReport, PartitionLoad
 

@@ -22,8 +22,7 @@ from pydantic import Field
 from kbqe_dagster.core.load.pending import freshness_limit_s
 from kbqe_dagster.defs.bigquery.checks import duplicate_check_keys
 from kbqe_dagster.defs.bigquery.events import load_events, notice_events
-from kbqe_dagster.defs.destinations import Destinations
-from kbqe_dagster.defs.keys import STAGING_KEY
+from kbqe_dagster.defs.keys import STAGING_KEY, Destinations
 from kbqe_dagster.loading.coordinator import DEFAULT_STUCK_AFTER, LoadCoordinator
 from kbqe_dagster.loading.retention_deletes import apply_retention
 from kbqe_dagster.resources.bigquery import BigQueryResource

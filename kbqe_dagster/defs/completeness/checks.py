@@ -34,7 +34,7 @@ import dagster as dg
 from kbqe_dagster.core.completeness.decision import Period
 from kbqe_dagster.core.record.partitioning import Partitioning
 from kbqe_dagster.defs.bigquery.assets import unit_name
-from kbqe_dagster.defs.destinations import Destinations
+from kbqe_dagster.defs.keys import Destinations
 from kbqe_dagster.operations.completeness import CompletenessReport, TableReport, evaluate
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.resources.kafka.cluster import watermarks_of

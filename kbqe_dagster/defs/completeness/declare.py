@@ -35,7 +35,7 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.defs.completeness.checks import check_metadata, check_name, checked_tables
-from kbqe_dagster.defs.destinations import Destinations
+from kbqe_dagster.defs.keys import Destinations
 from kbqe_dagster.operations.completeness import CompletenessReport, WatermarkReader, evaluate
 from kbqe_dagster.resources.staging_store import StagingStore
 

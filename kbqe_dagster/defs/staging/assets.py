@@ -10,9 +10,8 @@ import dagster as dg
 
 from kbqe_dagster.core.errors import ConfigError
 from kbqe_dagster.core.stage_runs import report_keys as stage_report
-from kbqe_dagster.defs.destinations import Destinations
 from kbqe_dagster.defs.kafka.assets import topic_asset_key
-from kbqe_dagster.defs.keys import STAGING_GROUP, STAGING_KEY
+from kbqe_dagster.defs.keys import STAGING_GROUP, STAGING_KEY, Destinations
 from kbqe_dagster.defs.staging.claims import STAGE_LOOP_JOB, yielded_to_older_runs
 from kbqe_dagster.defs.staging.deliveries import delivery_events
 from kbqe_dagster.defs.staging.loop_run import stage_loop

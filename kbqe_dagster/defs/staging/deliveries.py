@@ -17,7 +17,7 @@ from kbqe_dagster.core.completeness.decision import unit_of
 from kbqe_dagster.core.load.checks import JobRows, rows_loaded
 from kbqe_dagster.core.load.cost import storage_write_list_price
 from kbqe_dagster.core.record.partitioning import Partitioning
-from kbqe_dagster.defs.destinations import Destinations
+from kbqe_dagster.defs.keys import Destinations
 from kbqe_dagster.defs.verdicts import verdict_evaluation
 from kbqe_dagster.staging.context import RangeResult
 from kbqe_dagster.staging.job import StageSummary

@@ -37,8 +37,7 @@ import dagster as dg
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.stage_runs.loop_plan import LOOPING, WARM
-from kbqe_dagster.defs.destinations import Destinations
-from kbqe_dagster.defs.keys import LOOP_STATE_TAG, STOP_TAG
+from kbqe_dagster.defs.keys import LOOP_STATE_TAG, STOP_TAG, Destinations
 from kbqe_dagster.defs.staging.claims import yielded_to_older_runs
 from kbqe_dagster.defs.staging.deliveries import delivery_events
 from kbqe_dagster.defs.staging.metadata import group_metadata
