@@ -313,7 +313,10 @@ INVENTORY = {
     "keyed/rows_sql.py": (5, "changelog reads: their dates, else every partition"),
     "keyed/merge.py": (1, "ALTER TABLE ADD COLUMN of a current table: DDL, no read"),
     "resources/bigquery/google_client.py": (1, "duplicate offsets: the partitions since a day"),
-    "resources/bigquery/erasure.py": (3, "the audit table (not partitioned); an emulator probe"),
+    "resources/bigquery/erasure_tables.py": (
+        3,
+        "the audit table (not partitioned); an emulator probe",
+    ),
     "resources/bigquery/emulator.py": (6, "emulator only (does not enforce the option)"),
     "defs/keyed/jobs.py": (1, "a description, not SQL"),
     "defs/keyed/schedules.py": (1, "a description, not SQL"),

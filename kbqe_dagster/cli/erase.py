@@ -1,5 +1,5 @@
 """``kbqe erase``: erase a data subject's rows from the tables of ``erasure:`` now, as one
-erasure batch (operations/erasure.py) that also re-runs every pending request."""
+erasure batch (operations/erasure_batch.py) that also re-runs every pending request."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def add_erase(sub: SubParsers, common: argparse.ArgumentParser) -> None:
 def _erase(args: argparse.Namespace) -> int:
     from kbqe_dagster.core.erasure.requests import ErasureRequest
     from kbqe_dagster.observability.sources import sources_from_environment
-    from kbqe_dagster.operations.erasure import apply_erasures
+    from kbqe_dagster.operations.erasure_batch import apply_erasures
     from kbqe_dagster.resources.environment import kafka_settings_for
     from kbqe_dagster.resources.kafka.cluster import watermarks_of
 

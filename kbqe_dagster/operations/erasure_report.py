@@ -1,4 +1,4 @@
-"""What one erasure batch did (operations/erasure.py), per table and per request: what
+"""What one erasure batch did (operations/erasure_batch.py), per table and per request: what
 ``kbqe erase`` prints, the ``erasure`` run's metadata and the audit rows are made of. No
 subject in clear: requests are named by id, source and salted hash."""
 

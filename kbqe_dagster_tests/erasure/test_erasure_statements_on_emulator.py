@@ -1,7 +1,7 @@
 """The statements of an erasure batch on the BigQuery emulator: a DELETE with ``IN
 UNNEST(@subjects)`` of STRING, INT64 and nested-path columns, restricted by DATE partitions or
 by the hours of an HOUR table, works as on BigQuery; its one gap (an ``ARRAY<BYTES>`` parameter, the Kafka key) is pinned,
-and the client's workaround (resources/bigquery/erasure.py) makes the same statement work.
+and the client's workaround (resources/bigquery/erasure_tables.py) makes the same statement work.
 
 ``test_emulator_gap_*`` asserts the emulator's CURRENT behaviour where it differs from
 BigQuery; when it fails, check whether the gap closed and drop the workaround."""
@@ -21,7 +21,7 @@ from kbqe_dagster.core.erasure.statements import (
     count_statements,
     delete_statement,
 )
-from kbqe_dagster.resources.bigquery.erasure import EmulatorErasureTables
+from kbqe_dagster.resources.bigquery.erasure_tables import EmulatorErasureTables
 from kbqe_dagster_tests.localstack.emulators import bq, emulators  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("emulators")]

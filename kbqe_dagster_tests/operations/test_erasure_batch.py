@@ -1,4 +1,4 @@
-"""One erasure batch (operations/erasure.py) over a fake BigQuery and a local staging area:
+"""One erasure batch (operations/erasure_batch.py) over a fake BigQuery and a local staging area:
 one DELETE per table for every request of the batch, the pending rule and its later passes
 restricted to the watched ranges' days, a dry run that records nothing, the state a
 concurrent ``kbqe erase`` wrote kept, and no run without the salt."""
@@ -13,13 +13,13 @@ from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.erasure.requests import ErasureRequest
 from kbqe_dagster.core.erasure.statements import Statement
 from kbqe_dagster.core.protocol.commit import Manifest, StagedFile
-from kbqe_dagster.operations.erasure import (
+from kbqe_dagster.operations.erasure_batch import (
     STATE_FILE,
     ErasureError,
     apply_erasures,
     read_state,
 )
-from kbqe_dagster.resources.bigquery.erasure import StatementResult
+from kbqe_dagster.resources.bigquery.erasure_tables import StatementResult
 from kbqe_dagster.resources.staging_store import LocalStagingStore
 
 NOW = datetime(2026, 1, 10, 12, tzinfo=UTC)

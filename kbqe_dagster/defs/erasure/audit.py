@@ -8,8 +8,8 @@ from typing import Any
 import dagster as dg
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
-from kbqe_dagster.operations.erasure import read_state
-from kbqe_dagster.resources.bigquery.erasure import ErasureTables
+from kbqe_dagster.operations.erasure_batch import read_state
+from kbqe_dagster.resources.bigquery.erasure_tables import ErasureTables
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.kafka.erasure_requests import new_request_messages
 

@@ -1,4 +1,4 @@
-"""The ``erasure`` job: one erasure batch (operations/erasure.py) in the load pool.
+"""The ``erasure`` job: one erasure batch (operations/erasure_batch.py) in the load pool.
 
 **Why the load pool.** The batch reads each partition's loaded position and then deletes; a
 load landing rows of the subject between the two would be missed by that pass. The op runs
@@ -19,7 +19,7 @@ import dagster as dg
 
 from kbqe_dagster.defs.bigquery.jobs import LOAD_POOL
 from kbqe_dagster.defs.erasure.audit import CHECK_NAME, audit_key, audit_verdict
-from kbqe_dagster.operations.erasure import apply_erasures
+from kbqe_dagster.operations.erasure_batch import apply_erasures
 from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.resources.kafka.cluster import watermarks_of

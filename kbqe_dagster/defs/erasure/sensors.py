@@ -13,7 +13,7 @@ import dagster as dg
 
 from kbqe_dagster.defs.erasure.jobs import ERASURE_JOB, erasure_job
 from kbqe_dagster.defs.staging.claims import job_run_in_flight
-from kbqe_dagster.operations.erasure import read_state
+from kbqe_dagster.operations.erasure_batch import read_state
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource, StagingResource
 from kbqe_dagster.resources.kafka.erasure_requests import request_topic_backlog
 

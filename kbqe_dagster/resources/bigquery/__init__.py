@@ -10,7 +10,7 @@
 - ``storage_write.py``: the Storage Write API (streams, appends at an offset, finalize,
   commit) behind the :class:`StorageWriter` interface the delivery sink sees;
 - ``schema.py``: the table schema a first load carries, derived from the file's Avro schema;
-- ``erasure.py``: erasure's statements, subject columns and audit table (and the emulator's
+- ``erasure_tables.py``: erasure's statements, subject columns and audit table (and the emulator's
   gap with BYTES array parameters);
 - ``resource.py``: the Dagster resource choosing between them.
 

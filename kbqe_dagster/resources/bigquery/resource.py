@@ -24,7 +24,7 @@ from pydantic import Field
 
 from kbqe_dagster.core.errors import LoadError, StorageWriteError
 from kbqe_dagster.resources.bigquery.emulator import EmulatorBigQueryLoads
-from kbqe_dagster.resources.bigquery.erasure import EmulatorErasureTables, ErasureTables
+from kbqe_dagster.resources.bigquery.erasure_tables import EmulatorErasureTables, ErasureTables
 from kbqe_dagster.resources.bigquery.google_client import GoogleBigQueryLoads
 from kbqe_dagster.resources.bigquery.storage_write import StorageWriter, StorageWriteSettings
 from kbqe_dagster.resources.gcp_credentials import credentials_from_base64
@@ -120,7 +120,7 @@ class BigQueryResource(dg.ConfigurableResource):
         return kind(self.client(), location=self.location, max_bytes_billed=self.max_bytes_billed)
 
     def erasure_tables(self) -> ErasureTables:
-        """BigQuery's side of an erasure (resources/bigquery/erasure.py)."""
+        """BigQuery's side of an erasure (resources/bigquery/erasure_tables.py)."""
         if not self.project:
             raise LoadError("the bigquery resource needs a project")
         kind = EmulatorErasureTables if self.emulator else ErasureTables

@@ -65,7 +65,7 @@ from kbqe_dagster.core.erasure.targets import (
 from kbqe_dagster.core.errors import KbqeError, StagingError
 from kbqe_dagster.core.protocol.commit import Manifest, parse_manifest
 from kbqe_dagster.operations.erasure_report import ErasureReport, RequestOutcome, TableErasure
-from kbqe_dagster.resources.bigquery.erasure import ErasureTables
+from kbqe_dagster.resources.bigquery.erasure_tables import ErasureTables
 from kbqe_dagster.resources.staging_store import StagingStore
 
 log = logging.getLogger(__name__)
