@@ -3,7 +3,7 @@
 The same backlog (``count`` messages of the latency bench's schema, round-robin over
 ``partitions``) is staged twice, one range per partition, by ``stage_range`` in this process
 (no Spark: one core, as one Spark task uses it), with the stage context the stage loop builds
-(``stagers.stage_context`` and the Storage Write delivery sink):
+(``stager_registry.stage_context`` and the Storage Write delivery sink):
 
 1. ``ours``: the sink's writer replaced at the client boundary by :class:`NullWriter`, which
    answers every AppendRows as appended at its offset without sending it. What is left is
@@ -165,7 +165,7 @@ def storage_write_breakdown(bench: Any, count: int, partitions: int = 4) -> dict
     from kbqe_dagster.resources.kafka.clients import KafkaSettings
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
-    from kbqe_dagster.stagers import stage_context
+    from kbqe_dagster.stager_registry import stage_context
 
     endpoints = bench.endpoints
     topic = f"bench_latency.{bench.run_id}.breakdown"

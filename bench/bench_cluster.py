@@ -60,7 +60,7 @@ from kbqe_dagster.resources.spark import (  # noqa: E402
     spark_resource,
 )
 from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
-from kbqe_dagster.stagers import stage_context  # noqa: E402
+from kbqe_dagster.stager_registry import stage_context  # noqa: E402
 from kbqe_dagster.staging.job import run_stage  # noqa: E402
 from kbqe_dagster_tests.support.spark_cluster import (  # noqa: E402
     cluster_unavailable,

@@ -328,7 +328,7 @@ def measure_per_topic(fleet: Fleet) -> dict:
 def measure_stage(fleet: Fleet, requests: list, sc) -> dict:
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
-    from kbqe_dagster.stagers import stage_context
+    from kbqe_dagster.stager_registry import stage_context
     from kbqe_dagster.staging.job import run_stage_group
 
     config = kafka_cluster.discover_topics(

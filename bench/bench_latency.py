@@ -16,7 +16,7 @@ For each rate (``--rates 1000:1,20000:4``: messages a second and partitions) and
 
    * ``storage_write``: the stage loop (``staging/stage_loop.py::run_stage_loop``) on one Spark
      context, the stage context built as ``defs/staging/assets.py`` builds it (the
-     ``stage_context`` of ``stagers.py`` and the Storage Write delivery sink), until the
+     ``stage_context`` of ``stager_registry.py`` and the Storage Write delivery sink), until the
      producer is done and every message is visible;
    * ``load``: the batch path as it runs today: stage runs and load cycles executed in this
      process by the functions ``kbqe run --until-idle`` uses (``runner/in_process.py``:
@@ -445,7 +445,7 @@ class Bench:
         from kbqe_dagster.resources.kafka.clients import KafkaSettings
         from kbqe_dagster.resources.schema_registry import RegistrySettings
         from kbqe_dagster.resources.staging_store import StagingLocation
-        from kbqe_dagster.stagers import stage_context
+        from kbqe_dagster.stager_registry import stage_context
         from kbqe_dagster.staging.stage_loop import LoopSettings, run_stage_loop
 
         spark = self.spark_context()

@@ -92,7 +92,7 @@ from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT, local
 from kbqe_dagster.resources.kafka.clients import KafkaSettings  # noqa: E402
 from kbqe_dagster.resources.schema_registry import RegistrySettings  # noqa: E402
 from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
-from kbqe_dagster.stagers import stage_context  # noqa: E402
+from kbqe_dagster.stager_registry import stage_context  # noqa: E402
 from kbqe_dagster.staging.context import StageContext  # noqa: E402
 from kbqe_dagster.staging.job import run_stage  # noqa: E402
 from kbqe_dagster.staging.native_kernel import kernel_status  # noqa: E402

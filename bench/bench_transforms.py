@@ -49,7 +49,7 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange  # noqa: E402
 from kbqe_dagster.resources.kafka.clients import KafkaSettings  # noqa: E402
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings  # noqa: E402
 from kbqe_dagster.resources.staging_store import StagingLocation  # noqa: E402
-from kbqe_dagster.stagers import stager_class  # noqa: E402
+from kbqe_dagster.stager_registry import stager_class  # noqa: E402
 from kbqe_dagster.staging.context import StageContext  # noqa: E402
 from kbqe_dagster.staging.native_kernel import NativeStaging, kernel_built  # noqa: E402
 from kbqe_dagster.staging.task import stage_messages  # noqa: E402

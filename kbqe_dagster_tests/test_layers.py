@@ -67,9 +67,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "staging": CORE_ROOMS | {"resources", "faults", "processes"},
     "formats": CORE_ROOMS | {"resources", "staging"},
     "keyed": CORE_ROOMS | {"resources", "staging"},
-    # stagers.py: the one module above staging that maps a topic to its stager (it names the
-    # extensions' modules as text, imported on first use; test_stagers.py loads every entry)
-    "stagers": CORE_ROOMS | {"resources", "staging", "formats", "keyed"},
+    # stager_registry.py: the one module above staging that maps a topic to its stager (it names the
+    # extensions' modules as text, imported on first use; test_stager_registry.py loads every entry)
+    "stager_registry": CORE_ROOMS | {"resources", "staging", "formats", "keyed"},
     # delivery/: a sink above staging (the Storage Write API), chosen by the driver; staging
     # never imports it
     "delivery": CORE_ROOMS | {"resources", "staging", "faults"},
@@ -86,7 +86,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         "loading",
         "keyed",
         "formats",
-        "stagers",
+        "stager_registry",
         "operations",
         "faults",
         "delivery",
@@ -99,7 +99,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         "loading",
         "keyed",
         "formats",
-        "stagers",
+        "stager_registry",
         "operations",
         "defs",
         "definitions",
@@ -352,7 +352,7 @@ def test_the_stage_and_load_sides_never_import_each_other_or_the_wiring() -> Non
 
 
 def test_the_stage_engine_never_imports_its_extensions() -> None:
-    assert not ALLOWED["staging"] & {"formats", "keyed", "stagers"}
+    assert not ALLOWED["staging"] & {"formats", "keyed", "stager_registry"}
 
 
 def test_core_imports_only_core() -> None:

@@ -37,7 +37,7 @@ from kbqe_dagster.resources.bigquery import BigQueryLoads, BigQueryResource, Emu
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG, KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation, StagingStore
-from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.stager_registry import stage_context
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.prepare import Preparation, prepare_topic
 from kbqe_dagster.staging.task import stage_range

@@ -1,6 +1,6 @@
 """Message formats beyond Confluent-framed Avro (issue 15), each a range stager of its own
 built on the public interface of ``staging/stager.py``'s ``RangeStager`` and chosen by the
-seam (kbqe_dagster/stagers.py): ``json_stage.py`` stages schemaless JSON under the topic's
+seam (kbqe_dagster/stager_registry.py): ``json_stage.py`` stages schemaless JSON under the topic's
 declared Avro schema (core/formats/source_format.py); ``json_schema_stage.py`` stages Confluent-framed JSON
 validated against its registry JSON Schema, under the Avro record derived from it
 (core/formats/json_schema_avro.py); ``protobuf_stage.py`` stages Confluent-framed Protobuf parsed

@@ -3,7 +3,7 @@ topics, KTables): every message, tombstones included, becomes a changelog record
 ``D.T_changelog`` (keyed/table_changes.py says how).
 
 The value is decoded by the topic's **format** stager, whatever it is: :func:`table_stager`
-puts :class:`TableStaging` in front of it (kbqe_dagster/stagers.py chooses the format's class).
+puts :class:`TableStaging` in front of it (kbqe_dagster/stager_registry.py chooses the format's class).
 An Avro value is framed and probed as on the Avro path and its bytes are copied; a format that
 decodes values into records (``json``, ``json_schema``, ``protobuf``, ``decoder``: a
 ``TransformingStager``) hands each record to ``place_record``, taken here: the record is encoded

@@ -16,7 +16,7 @@ with ``staging_area_sink.py`` (Avro files + done files: the range commit protoco
 with ``keyed/avro_skip.py``).
 
 May import ``core/``, ``resources/`` and ``faults.py``. Never imports its extensions
-(``formats/``, ``keyed/``) nor the seam that chooses among them (``kbqe_dagster/stagers.py``):
+(``formats/``, ``keyed/``) nor the seam that chooses among them (``kbqe_dagster/stager_registry.py``):
 the driver ships the choice in the ``StageContext``. Never imports ``loading/``, ``defs/``,
 ``runner/``.
 """

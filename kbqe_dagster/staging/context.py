@@ -35,7 +35,7 @@ class StageContext:
     ``KBQE_NATIVE_CONSUMER`` where the run starts."""
     stager_for: Callable[[TopicConfig], type] | None = field(default=None, repr=False)
     """The stager class (a ``RangeStager``: staging/stager.py's ``chosen_stager`` says so to the
-    type checker, this module being below it) of a topic: the extension seam's chooser (``kbqe_dagster.stagers.
+    type checker, this module being below it) of a topic: the extension seam's chooser (``kbqe_dagster.stager_registry.
     stager_for``), given by the driver that builds the context, so this room never imports its
     extensions (formats/, keyed/). Asked once per range: a grouped run's ranges are of several
     topics. None: the context cannot stage (its builder forgot the seam)."""

@@ -1,7 +1,7 @@
 """The per-message stage path, the reference (DESIGN.md §5, §10): :class:`RangeStager` stages
 one offset range, message by message, into its sink (staging/range_sink.py), and is the base class
 every extension of the stage engine builds on (formats/, keyed/, through the seam of
-kbqe_dagster/stagers.py).
+kbqe_dagster/stager_registry.py).
 
 Per message: Confluent frame → schema by id → probe (validate the body to its exact length,
 decode only the fields routing and event time need) → route → event date → append the encoded
@@ -430,7 +430,7 @@ def chosen_stager(ctx: StageContext) -> type[RangeStager]:
     if ctx.stager_for is None:
         raise StagingError(
             f"{ctx.topic_name}: the stage context names no stager chooser; build it with "
-            "kbqe_dagster.stagers.stage_context (or pass stager_for)"
+            "kbqe_dagster.stager_registry.stage_context (or pass stager_for)"
         )
     chosen: type[RangeStager] = ctx.stager_for(ctx.topic)
     return chosen

@@ -24,7 +24,7 @@ from kbqe_dagster.resources.bigquery import BigQueryResource
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.stager_registry import stage_context
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = (

@@ -24,7 +24,7 @@ from kbqe_dagster.formats.kernel_transforms import (
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.stagers import stager_class
+from kbqe_dagster.stager_registry import stager_class
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster_tests.formats.json_fuzz import FUZZ_HMAC_ENV, scenario, with_kernel_transforms

@@ -19,7 +19,7 @@ from kbqe_dagster.core.formats.raw_archive import RAW_SCHEMA_ID, encode_raw_valu
 from kbqe_dagster.core.formats.source_format import DECLARED_SCHEMA_IDS, SourceFormat
 from kbqe_dagster.core.protocol.naming import parse_name
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.stagers import stager_for
+from kbqe_dagster.stager_registry import stager_for
 from kbqe_dagster.staging.stager import chosen_stager
 from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
 
@@ -255,7 +255,7 @@ def test_a_storage_write_raw_table_gets_every_row_through_the_api_and_no_file(
     from kbqe_dagster.resources.kafka.clients import KafkaSettings
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
-    from kbqe_dagster.stagers import stage_context
+    from kbqe_dagster.stager_registry import stage_context
     from kbqe_dagster.staging.native_kernel import NativeStaging
     from kbqe_dagster.staging.task import stage_messages
     from kbqe_dagster_tests.staging.kernel_equality import ListReader

@@ -194,7 +194,7 @@ def test_the_native_kernel_takes_avro_and_json_table_topics_and_names_why_it_lea
     from kbqe_dagster.resources.kafka.clients import KafkaSettings
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
-    from kbqe_dagster.stagers import stager_class
+    from kbqe_dagster.stager_registry import stager_class
     from kbqe_dagster.staging import native_kernel
     from kbqe_dagster.staging.context import StageContext
 

@@ -30,7 +30,7 @@ from kbqe_dagster.resources.bigquery import EmulatorBigQueryLoads
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.stager_registry import stage_context
 from kbqe_dagster.staging.job import run_stage
 from kbqe_dagster_tests.support.demo_messages import GOOD, good_messages
 

@@ -21,7 +21,7 @@ from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, LOCAL_PROJECT
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.stager_registry import stage_context
 from kbqe_dagster.staging.context import StageContext
 
 

@@ -29,7 +29,7 @@ from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.kafka.native_reader import ConsumedMessage
 from kbqe_dagster.resources.schema_registry import RegisteredSchema, RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.stagers import stager_class
+from kbqe_dagster.stager_registry import stager_class
 from kbqe_dagster.staging import stager as stager_module
 from kbqe_dagster.staging.context import RangeResult, StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
-from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.stager_registry import stage_context
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.job import run_stage_group
 from kbqe_dagster.staging.prepare import prepare_topic

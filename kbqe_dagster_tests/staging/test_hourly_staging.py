@@ -19,7 +19,7 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.stagers import stager_class
+from kbqe_dagster.stager_registry import stager_class
 from kbqe_dagster.staging import native_kernel
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging

@@ -246,7 +246,7 @@ def _stager(tmp_path, config, **context):
     from kbqe_dagster.resources.kafka.clients import KafkaSettings
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
-    from kbqe_dagster.stagers import stager_class
+    from kbqe_dagster.stager_registry import stager_class
     from kbqe_dagster.staging.context import StageContext
 
     ctx = StageContext(

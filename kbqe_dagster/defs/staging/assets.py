@@ -26,7 +26,7 @@ from kbqe_dagster.resources.configurable import (
 )
 from kbqe_dagster.resources.kafka.clients import TopicMissing
 from kbqe_dagster.resources.spark import LazySparkContextResource
-from kbqe_dagster.stagers import stage_context
+from kbqe_dagster.stager_registry import stage_context
 from kbqe_dagster.staging.job import run_stage_group
 from kbqe_dagster.staging.stage_loop import loop_topics
 

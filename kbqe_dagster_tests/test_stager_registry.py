@@ -1,4 +1,4 @@
-"""The stage engine's extension seam (kbqe_dagster/stagers.py): the registry chooses a topic's
+"""The stage engine's extension seam (kbqe_dagster/stager_registry.py): the registry chooses a topic's
 stager, the driver ships the choice in the stage context, and ``staging/`` neither imports its
 extensions nor lets them reach into ``RangeStager``'s privates."""
 
@@ -17,7 +17,7 @@ from kbqe_dagster.core.errors import StagingError
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation
-from kbqe_dagster.stagers import STAGERS, stage_context, stager_for
+from kbqe_dagster.stager_registry import STAGERS, stage_context, stager_for
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.stager import RangeStager, chosen_stager
 
@@ -98,10 +98,12 @@ def test_the_stage_engine_never_imports_its_extensions(path: Path) -> None:
     bad = sorted(
         n
         for n in _imports(path)
-        if n.startswith(("kbqe_dagster.formats", "kbqe_dagster.keyed", "kbqe_dagster.stagers"))
+        if n.startswith(
+            ("kbqe_dagster.formats", "kbqe_dagster.keyed", "kbqe_dagster.stager_registry")
+        )
     )
     assert not bad, (
-        f"{path.relative_to(PACKAGE)} imports {bad}: extensions plug in through stagers.py"
+        f"{path.relative_to(PACKAGE)} imports {bad}: extensions plug in through stager_registry.py"
     )
 
 
