@@ -328,7 +328,7 @@ def test_the_instance_bounds_loop_runs_apart_from_stage_runs(tmp_path) -> None:
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
     assert {"key": STAGE_LOOP_TAG, "limit": 4} in limits  # two loop runs, each with a standby
-    assert stage_loop_job.tags == {STAGE_LOOP_TAG: "true"}  # never kbqe/stage: see tags.py
+    assert stage_loop_job.tags == {STAGE_LOOP_TAG: "true"}  # never kbqe/stage: see defs/keys.py
     assert STAGE_TAG in stage_job.tags
 
 
