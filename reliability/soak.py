@@ -249,8 +249,8 @@ class Soak:
                 if time.monotonic() >= next_burst:
                     scale, bursts = rnd.choice((10, 25, 50)), bursts + 1
                     next_burst = time.monotonic() + rnd.uniform(45, 120)
-                if injector is not None and injector.broken:
-                    raise RuntimeError(f"the soak's stack is broken: {injector.broken}")
+                if injector is not None:
+                    injector.raise_if_broken()
                 producer.tick(scale)
                 if time.monotonic() >= next_cdc:
                     producer.cdc_round()
@@ -259,8 +259,8 @@ class Soak:
         finally:
             if injector is not None:
                 injector.stop()
-        if injector is not None and injector.broken:
-            raise RuntimeError(f"the soak's stack is broken: {injector.broken}")
+        if injector is not None:
+            injector.raise_if_broken()
         producer.flush()
         produced_s = time.monotonic() - begin
         log.info("producing stopped after %.0fs: %s", produced_s, dict(producer.out.per_kind))

@@ -182,6 +182,11 @@ class FaultInjector:
             if self.broken:
                 return
 
+    def raise_if_broken(self) -> None:
+        """End the soak at once when a service a fault stopped never came back."""
+        if self.broken:
+            raise RuntimeError(f"the soak's stack is broken: {self.broken}")
+
     # --- the faults ------------------------------------------------------------------------------
     def _restart(self, name: str) -> tuple[bool, str]:
         pid = self.dagster.kill(name)
@@ -297,7 +302,6 @@ class FaultInjector:
         # after a restart that failed, and waited out its 40 minutes.
         with outage(name, self.endpoints) as down:
             time.sleep(down_for)
-            down.restore()
         return True, f"{name} down for {down_for:.0f}s, back after {down.seconds:.0f}s"
 
     def kafka_restart(self) -> tuple[bool, str]:
