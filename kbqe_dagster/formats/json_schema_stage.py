@@ -53,7 +53,12 @@ from kbqe_dagster.core.errors import (
     UnmappableJsonSchemaError,
 )
 from kbqe_dagster.core.formats.avro_names import record_full_name
-from kbqe_dagster.core.formats.json_schema_avro import JsonSchemaMapping, avro_name, map_json_schema
+from kbqe_dagster.core.formats.json_schema_avro import (
+    JsonSchemaMapping,
+    json_property_keys,
+    map_json_schema,
+    named_by_json_keys,
+)
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.wire import HEADER_SIZE
@@ -215,8 +220,8 @@ class JsonSchemaKernelStaging(NativeStaging):
         registered = stager.lookup.get(schema_id)
         if registered is None:  # frame() found it: not here
             raise ValueError(f"schema id {schema_id} is not in the lookup")
-        keys = _property_keys(json.loads(registered.schema))
-        keyed = json.dumps(_keyed(decoder.parsed, keys))
+        keys = json_property_keys(json.loads(registered.schema))
+        keyed = json.dumps(named_by_json_keys(decoder.parsed, keys))
         if not stager.transforms:
             self.kernel.add_json_schema_id(header, registered.schema, keyed, constant)
             return
@@ -282,38 +287,3 @@ def _reads_alike(avro: Mapping[str, Any], keys: Mapping[str, str], wanted: Any) 
             plain = node in _ALIKE or (isinstance(node, Mapping) and node.get("type") == "enum")
             if last and not plain:
                 raise ValueError(f"{path!r} reads a value converted from its JSON form")
-
-
-def _property_keys(node: Any, keys: dict[str, str] | None = None) -> dict[str, str]:
-    """Avro field name → the JSON property key it was made from (json_schema_avro's renaming),
-    of every property anywhere in a JSON Schema document; ValueError when two keys have one
-    Avro name (the kernel, which finds a value's members by key, could not tell them apart)."""
-    keys = {} if keys is None else keys
-    if isinstance(node, list):
-        for item in node:
-            _property_keys(item, keys)
-    elif isinstance(node, Mapping):
-        properties = node.get("properties")
-        if isinstance(properties, Mapping):
-            for key in properties:
-                name = avro_name(str(key))
-                if keys.setdefault(name, key) != key:
-                    raise ValueError(f"properties {keys[name]!r} and {key!r} are both {name!r}")
-        for value in node.values():
-            _property_keys(value, keys)
-    return keys
-
-
-def _keyed(schema: Any, keys: Mapping[str, str]) -> Any:
-    """The Avro schema with each record field named by its JSON key, as the kernel finds a
-    value's members (names are not encoded: the bytes are the same)."""
-    if isinstance(schema, list):
-        return [_keyed(item, keys) for item in schema]
-    if not isinstance(schema, Mapping):
-        return schema
-    out = {k: _keyed(v, keys) for k, v in schema.items() if k != "fields"}
-    if isinstance(schema.get("fields"), list):
-        out["fields"] = [
-            {**_keyed(f, keys), "name": keys.get(f["name"], f["name"])} for f in schema["fields"]
-        ]
-    return out

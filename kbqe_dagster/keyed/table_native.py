@@ -1,5 +1,6 @@
 """The native kernel's driver for topics keyed by their Kafka key (``keyed.key_from: kafka_key``:
-compacted topics, KTables) whose values are Confluent Avro or ``format: json``:
+compacted topics, KTables) whose values are Confluent Avro, ``format: json``,
+``format: json_schema`` or ``format: protobuf``:
 :class:`TableNativeStaging`, the table stager's ``native_driver`` (keyed/table_stage.py).
 
 It is the append kernel's loop (staging/native_kernel.py) with one thing taught differently:
@@ -21,10 +22,21 @@ path's (docs/architecture.md, "Keyed change topics on the kernel").
 which hands back every value it is not certain of, as on the append path), and each key layout
 is taught one value layout, under the header ``b"json:"``, that of the declared schema.
 
+``format: json_schema`` values are framed: when the kernel first stops at a schema id's header
+(``table_unknown``), the driver gives it that id's registry JSON Schema and the Avro record
+derived from it (``table_json_schema_id``: json_schema.rs, the append kernel's validator and
+encoder, handing back every value it is not certain of), then the layout of the key layout and
+that header, whose schema is the derived record: exactly what the Python path encodes
+(formats/json_schema_stage.py, then ``TableStaging.place_record``) and cuts.
+``format: protobuf`` values are taught in the same way per *frame prefix* (the header and the
+message indexes, which pick one message type of the schema): that type's decoding program
+(``table_protobuf_schema``: protobuf.rs, as the append kernel decodes, core/formats/
+protobuf_program.py), then the layout of its mapped Avro record, under the header the kernel
+gives that type (one 5-byte header may frame several types).
+
 Ranges the kernel does not take (:meth:`TableNativeStaging.for_range`, said once per range at
-debug level): values of another format that decodes them into records (``json_schema``,
-``protobuf``, ``decoder``), transforms or destinations, and a kernel built before this routine
-(or, for ``format: json``, before its JSON values).
+debug level): values a user ``decoder`` decodes, transforms or destinations, and a kernel
+built before this routine (or before its JSON, JSON Schema or Protobuf values).
 """
 
 from __future__ import annotations
@@ -36,6 +48,9 @@ from typing import Any
 from fastavro import parse_schema
 
 from kbqe_dagster.core.errors import KbqeError
+from kbqe_dagster.core.formats.json_schema_avro import json_property_keys, named_by_json_keys
+from kbqe_dagster.core.formats.protobuf_program import kernel_program
+from kbqe_dagster.core.formats.protobuf_wire import read_message_indexes
 from kbqe_dagster.core.formats.source_format import SourceFormat
 from kbqe_dagster.core.keyed.contract import KeyFormat
 from kbqe_dagster.core.record.wire import HEADER_SIZE
@@ -45,11 +60,26 @@ log = logging.getLogger(__name__)
 
 DECODED_REASON = (
     "a topic keyed by its Kafka key whose values a format decodes into records (or transforms) "
-    "stages on the Python path: the kernel's table routine takes Confluent Avro and format: json "
-    "values"
+    "stages on the Python path: the kernel's table routine takes Confluent Avro, format: json, "
+    "json_schema and protobuf values"
 )
+JSON_SCHEMA_METHOD = "table_json_schema_id"
+"""The ``StageKernel`` method of ``format: json_schema`` values (a kernel built before it leaves
+them on the Python path)."""
+PROTOBUF_METHOD = "table_protobuf_schema"
+"""The ``StageKernel`` method of ``format: protobuf`` values (the same)."""
 JSON_HEADER = b"json:"
 """The value header a ``format: json`` table topic's layouts are taught under (table.rs)."""
+
+
+_KERNEL_FORMATS = {
+    SourceFormat.AVRO: None,
+    SourceFormat.JSON: "table_json_values",
+    SourceFormat.JSON_SCHEMA: JSON_SCHEMA_METHOD,
+    SourceFormat.PROTOBUF: PROTOBUF_METHOD,
+}
+"""The value formats the kernel's table routine takes, each with the ``StageKernel`` method a
+kernel needs for it (None: any kernel with the routine)."""
 
 
 class TableNativeStaging(NativeStaging):
@@ -68,15 +98,17 @@ class TableNativeStaging(NativeStaging):
     def for_range(cls, stager: Any, extension: Any) -> TableNativeStaging | None:
         """The driver, or None when the range takes the Python path (see the module docstring;
         an HOUR table is refused by the configuration for keyed tables: defensive)."""
-        json_values = stager.topic.format is SourceFormat.JSON
+        source_format = stager.topic.format
+        json_values = source_format is SourceFormat.JSON
         if (
-            (stager.decodes_records and not json_values)
+            (stager.decodes_records and source_format not in _KERNEL_FORMATS)
             or stager.topic.transforms
             or stager.topic.destinations
         ):
             log.debug("%s: %s", stager.rng, DECODED_REASON)
             return None
-        if json_values and not hasattr(extension.StageKernel, "table_json_values"):
+        method = _KERNEL_FORMATS.get(source_format)
+        if method is not None and not hasattr(extension.StageKernel, method):
             log.debug("%s: %s (a kernel built before them)", stager.rng, DECODED_REASON)
             return None
         changelog = stager.changelog
@@ -102,8 +134,16 @@ class TableNativeStaging(NativeStaging):
             fields = [(name, keyed.key_type(name)) for name in keyed.key]
         self.kernel.stage_table(keyed.key_format.value, fields)
         self._json_values = stager.topic.format is SourceFormat.JSON
+        self._json_schema_values = stager.topic.format is SourceFormat.JSON_SCHEMA
         self._layouts: dict[tuple[Any, bytes | None], str | None] = {}
         """(key layout, value header) → None (taught) or why the kernel refused it."""
+        self._protobuf_values = stager.topic.format is SourceFormat.PROTOBUF
+        self._entries: dict[bytes, str | None] = {}
+        """``format: json_schema`` values: frame header → None (taught) or why the kernel
+        refused its schema."""
+        self._types: dict[bytes, bytes | str] = {}
+        """``format: protobuf`` values: frame prefix → the header its layouts are taught under,
+        or why the kernel refused its message type."""
 
     def stage(self, reader: Any) -> None:
         super().stage(reader)  # the kernel's messages, tombstones among them, are counted there
@@ -125,6 +165,27 @@ class TableNativeStaging(NativeStaging):
             elif self._json_values:  # the declared schema's layout (TableStaging.place_record)
                 value_header, value_schema = JSON_HEADER, None
                 layout = stager.layout_of(columns, stager.schema_id, stager.value_schema)
+            elif self._json_schema_values:  # the derived record's layout (the same)
+                if len(value) < HEADER_SIZE:
+                    return False
+                value_header = value[:HEADER_SIZE]
+                schema_id, decoder = stager.frame(value)
+                value_schema = decoder.mapping.avro_schema
+                layout = stager.layout_of(columns, schema_id, value_schema)
+                if not self._teach_entry(value_header, schema_id, decoder):
+                    return False
+            elif self._protobuf_values:  # the message type's mapped record (the same)
+                if len(value) < HEADER_SIZE:
+                    return False
+                schema_id, proto = stager.frame(value)
+                indexes, start = read_message_indexes(value, HEADER_SIZE)
+                kind = proto.message_type(indexes)
+                value_schema = kind.mapping.avro_schema
+                layout = stager.layout_of(columns, (schema_id, indexes), value_schema)
+                header = self._teach_type(bytes(value[:start]), kind)
+                if header is None:
+                    return False
+                value_header = header
             else:
                 if len(value) < HEADER_SIZE:
                     return False
@@ -147,11 +208,50 @@ class TableNativeStaging(NativeStaging):
         self._layouts[at] = None
         return True
 
+    def _teach_entry(self, header: bytes, schema_id: int, decoder: Any) -> bool:
+        """Give the kernel the registry JSON Schema of ``schema_id`` (framed by ``header``) and
+        the Avro record derived from it, once; whether it took them (else its values stay on
+        the Python path, which judges each)."""
+        if header in self._entries:
+            return self._entries[header] is None
+        stager = self.stager
+        registered = stager.lookup.get(schema_id)
+        try:
+            if registered is None:  # frame() resolved it a moment ago: the registry's to say
+                raise ValueError(f"schema id {schema_id} is no longer in the registry")
+            keys = json_property_keys(json.loads(registered.schema))
+            keyed = json.dumps(named_by_json_keys(decoder.parsed, keys))
+            self.kernel.table_json_schema_id(header, registered.schema, keyed)
+        except ValueError as error:
+            self._entries[header] = str(error)
+            log.debug("%s: the values of schema id %d stay on the Python stage path: %s",
+                      stager.rng, schema_id, error)  # fmt: skip
+            return False
+        self._entries[header] = None
+        return True
+
+    def _teach_type(self, prefix: bytes, kind: Any) -> bytes | None:
+        """Give the kernel the decoding program of the message type ``kind`` (framed by
+        ``prefix``), once; the header its layouts are taught under, or None when the kernel
+        does not decode it (its values stay on the Python path, which judges each)."""
+        known = self._types.get(prefix)
+        if known is None:
+            try:
+                program = kernel_program(kind.cls.DESCRIPTOR)
+                known = bytes(self.kernel.table_protobuf_schema(prefix, program))
+            except ValueError as error:  # KernelProgramRefused among them
+                known = str(error)
+                log.debug("%s: frame %s stays on the Python stage path: %s", self.stager.rng,
+                          prefix.hex(), error)  # fmt: skip
+            self._types[prefix] = known
+        return known if isinstance(known, bytes) else None
+
     def _add_layout(self, key: bytes, columns: Any, value_header: bytes | None,
-                    value_schema: int | None, layout: Any) -> None:  # fmt: skip
+                    value_schema: int | dict | None, layout: Any) -> None:  # fmt: skip
         """Teach the kernel ``layout`` (of key ``key``'s ``columns`` and the values framed by
-        ``value_header``, registry schema id ``value_schema``; None: tombstones); raises
-        ValueError for what it refuses."""
+        ``value_header``, registry schema id ``value_schema`` — or the Avro record a
+        ``format: json_schema`` or ``protobuf`` value is encoded as —; None: tombstones);
+        raises ValueError for what it refuses."""
         rewrites = list(layout.kernel_rewrites())
         stager = self.stager
         key_header, key_text = b"", None
@@ -161,6 +261,8 @@ class TableNativeStaging(NativeStaging):
         value_text: str | None = None
         if value_header == JSON_HEADER:  # the declared schema, as table_json_values took it
             value_text = json.dumps(stager.parsed)
+        elif isinstance(value_schema, dict):  # the record a json_schema or protobuf value is
+            value_text = json.dumps(parse_schema(value_schema, _write_hint=False))
         elif value_schema is not None:
             value_text = _schema_text(stager.lookup, value_schema)
         wanted = self.wanted

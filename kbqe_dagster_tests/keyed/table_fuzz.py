@@ -1,9 +1,13 @@
 """Seeded random scenarios of topics keyed by their Kafka key (``keyed.key_from: kafka_key``) for
 the native kernel's differential test (test_table_kernel.py).
 
-A scenario is a compacted topic with Confluent Avro values or ``format: json`` values (a third
+A scenario is a compacted topic with Confluent Avro values, ``format: json`` values (a third
 of them: one declared schema, its values spelled every way json_fuzz.py's writer spells JSON,
-some mangled) and one key format — ``avro`` (one or
+some mangled) or ``format: json_schema`` values (a sixth: one to three registry JSON Schemas of
+json_schema_fuzz.py's making, with a version and a delete property, their values written and
+mangled the same way, some breaking their schema) or ``format: protobuf`` values (another
+sixth: protobuf_fuzz.py's message types and messages written at the wire level, corrupted ones
+among them) and one key format — ``avro`` (one or
 two registry key records, sometimes one that is not a record or whose field collides with a
 change column), ``string`` (its one column sometimes named like a value field, which is then
 left out) or ``json`` (named fields of every ``key_types`` kind) — the shared random pipeline
@@ -23,11 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
-from kbqe_dagster_tests.formats import json_fuzz
+from kbqe_dagster.core.record.wire import encode_frame
+from kbqe_dagster.resources.schema_registry import RegisteredSchema
+from kbqe_dagster_tests.formats import json_fuzz, json_schema_fuzz, protobuf_fuzz
 from kbqe_dagster_tests.keyed.change_fuzz import SemanticValues, semantic_fields
 from kbqe_dagster_tests.staging.avro_fuzz import SchemaFactory, corruptions, encode, parse
 from kbqe_dagster_tests.staging.kernel_equality import Msg
 from kbqe_dagster_tests.staging.kernel_fuzz import event_value, random_pipeline
+from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
 
 TOPIC = "fuzz.table"
 KEY_IDS = (21, 22)
@@ -42,6 +49,8 @@ class Scenario:
     key_format: str
     adversarial: bool = True
     value_format: str = "avro"
+    lookup: Any = None
+    """The registry boundary when ``schemas`` (as Avro) is not: Protobuf scenarios'."""
 
 
 def scenario(seed: int, messages: int) -> Scenario:
@@ -84,7 +93,17 @@ def scenario(seed: int, messages: int) -> Scenario:
     values = {}
     adversarial = rng.random() < 0.5
     value_format = "json" if rng.random() < 1 / 3 else "avro"
-    if value_format == "json":  # types the JSON kernel hands back in adversarial scenarios only
+    if value_format == "avro":
+        value_format = rng.choice(["avro", "avro", "json_schema", "protobuf"])
+    if value_format == "protobuf":  # protobuf_fuzz.py's Event and Other types, at the wire level
+        proto = protobuf_fuzz.scenario(rng.randrange(2**32), messages)
+        topic["format"] = "protobuf"
+        keyed.pop("version", None)  # a version or delete field the Other type lacks is a
+        keyed.pop("delete_field", None)  # configuration error (the range fails): none here
+    elif value_format == "json_schema":
+        topic["format"] = "json_schema"
+        json_schemas = json_schema_values(rng, key_columns, adversarial)
+    elif value_format == "json":  # types the JSON kernel hands back in adversarial scenarios only
         declared = json_fuzz.Schemas(rng, refused=0.05 if adversarial else 0.0)
         topic.update(format="json", schema=value_schema(rng, factory, keyed, key_columns, declared))
     else:
@@ -92,6 +111,11 @@ def scenario(seed: int, messages: int) -> Scenario:
             values[11 + version] = value_schema(rng, factory, keyed, key_columns)
         schemas.update(values)
     event_fields = rng.choice([["updated_at"], ["ts", "updated_at"], ["missing"]])
+    if value_format == "json_schema" and rng.random() < 0.5:  # its schemas' event time property
+        event_fields = rng.choice([["eventTime"], ["eventTime", "updated_at"]])
+    if value_format == "protobuf":
+        event_fields = rng.choice([["eventTime"], ["meta.ts", "eventTime"], ["at", "eventTime"],
+                                   ["missing", "eventTime"]])  # fmt: skip
     if value_format == "json":  # the JSON kernel reads only fields the declared schema has: a
         # range whose event time names another stays on the Python path (json_stage.py)
         declared_names = {f["name"] for f in topic["schema"]["fields"]}
@@ -100,6 +124,21 @@ def scenario(seed: int, messages: int) -> Scenario:
                                source=f"table fuzz seed {seed}")  # fmt: skip
     if value_format == "json":
         values = {JSON_VALUE: topic["schema"]}
+    if value_format == "protobuf":
+        key_schemas = {
+            sid: RegisteredSchema(sid, "AVRO", schema) for sid, schema in schemas.items()
+        }
+        msgs = list(rekeyed(rng, proto.messages, schemas, keyed, adversarial))
+        lookup = FakeSchemaRegistry({**proto.registry.schemas, **key_schemas})
+        return Scenario(pipeline, schemas, msgs, key_format, adversarial, value_format, lookup)
+    if value_format == "json_schema":
+        msgs = list(json_schema_stream(rng, schemas, json_schemas, keyed, messages, adversarial))
+        registered = {
+            sid: RegisteredSchema(sid, "JSON", json.dumps(schema))
+            for sid, schema in json_schemas.items()
+        }
+        return Scenario(pipeline, {**schemas, **registered}, msgs, key_format, adversarial,
+                        value_format)  # fmt: skip
     msgs = list(stream(rng, schemas, values, keyed, messages, adversarial))
     return Scenario(pipeline, schemas, msgs, key_format, adversarial, value_format)
 
@@ -144,6 +183,120 @@ def value_schema(rng: random.Random, factory: SchemaFactory, keyed: dict, keys: 
         fields += semantic_fields(rng, factory)
     return {"type": "record", "name": factory.name("Row"), "namespace": "fuzz.db",
             "fields": fields}  # fmt: skip
+
+
+def rekeyed(rng: random.Random, messages: list[Msg], schemas: dict[int, Any], keyed: dict,
+            adversarial: bool):  # fmt: skip
+    """protobuf_fuzz.py's messages as a table topic's: each with a key as :func:`stream` keys
+    its values (updates, re-creates, bad keys), some values made tombstones of their key."""
+    key_parsed = {sid: parse(s) for sid, s in schemas.items() if isinstance(s, dict)}
+    live: list[bytes] = []
+    deleted: list[bytes] = []
+    bad = 0.12 if adversarial else 0.01
+    for i, msg in enumerate(messages):
+        roll = rng.random()
+        if roll < 0.15 and live:
+            key = rng.choice(live)
+        elif roll < 0.2 and deleted:
+            key = rng.choice(deleted)
+        else:
+            key = good_key(rng, keyed, key_parsed, i)
+        if rng.random() < bad:
+            key = bad_key(rng, keyed, key_parsed)
+        value = None if rng.random() < 0.15 else msg.value()
+        if value is None and key in live:
+            live.remove(key)
+            deleted.append(key)
+        elif value is not None and key is not None and key not in live:
+            live.append(key)
+        yield Msg(TOPIC, 0, msg.offset(), value, key, msg.headers(), msg.timestamp())
+
+
+def json_schema_values(rng: random.Random, keys: list[str], adversarial: bool) -> dict[int, dict]:
+    """One to three registry JSON Schemas (ids from 31) of json_schema_fuzz.py's making (a
+    later one sometimes the earlier with an optional property added), each with the version
+    and delete properties ``updated_at`` and ``is_deleted``, sometimes an ``id`` or a key
+    column's name in another case (left out)."""
+    out: dict[int, dict] = {}
+    base: dict | None = None
+    for version in range(rng.randint(1, 3)):
+        if base is not None and rng.random() < 0.6:
+            schema = json.loads(json.dumps(base))
+            schema["properties"][f"added{version}"] = {"type": ["string", "null"]}
+        else:
+            maker = json_schema_fuzz.Schemas(rng, odd=0.06 if adversarial else 0.0)
+            schema = maker.root(rng.choice(json_schema_fuzz.EVENT_SCHEMAS), meta=False)
+            properties = schema["properties"]
+            properties["updated_at"] = rng.choice([
+                {"type": "integer"}, {"type": ["integer", "null"]},
+                {"type": "string", "format": "date-time"},
+            ])  # fmt: skip
+            properties["is_deleted"] = rng.choice([{"type": "boolean"},
+                                                   {"type": ["boolean", "null"]}])  # fmt: skip
+            if rng.random() < 0.3:
+                properties["id"] = {"type": rng.choice(["integer", "string"])}
+            if rng.random() < 0.2:
+                properties[rng.choice(keys).upper()] = {"type": "string"}
+            if rng.random() < 0.5:
+                schema["required"] = sorted({*schema.get("required", ()), "updated_at"})
+        base = out[JSON_SCHEMA_IDS[version]] = schema
+    return out
+
+
+JSON_SCHEMA_IDS = (31, 32, 33)
+
+
+def json_schema_stream(rng: random.Random, schemas: dict[int, Any], json_schemas: dict[int, dict],
+                       keyed: dict, count: int, adversarial: bool):  # fmt: skip
+    """Framed JSON values of ``json_schemas`` (mostly valid, some breaking their schema, some
+    mangled), tombstones, bad frames and bad keys, as :func:`stream` makes Avro values."""
+    writer = json_fuzz.Writer(rng, 0.05 if adversarial else 0.003)
+    wrong = 0.01 if adversarial else 0.002
+    makers = {
+        sid: json_schema_fuzz.Values(rng, schema, wrong) for sid, schema in json_schemas.items()
+    }
+    key_parsed = {sid: parse(s) for sid, s in schemas.items() if isinstance(s, dict)}
+    start = rng.choice([0, 5, 1_000_000])
+    live: list[bytes] = []
+    deleted: list[bytes] = []
+    bad = 0.12 if adversarial else 0.01
+    for i in range(count):
+        roll = rng.random()
+        if roll < 0.15 and live:
+            key = rng.choice(live)
+        elif roll < 0.2 and deleted:
+            key = rng.choice(deleted)
+        else:
+            key = good_key(rng, keyed, key_parsed, i)
+        if rng.random() < bad:
+            key = bad_key(rng, keyed, key_parsed)
+        value: bytes | None
+        roll = rng.random()
+        if roll < 0.15:
+            value = None
+            if key in live:
+                live.remove(key)
+                deleted.append(key)
+        elif roll < 0.15 + bad / 3:
+            value = rng.choice([b"", b"\x00\x00", encode_frame(999, b"{}"),
+                                b"\x01" + JSON_SCHEMA_IDS[0].to_bytes(4, "big") + b"{}"])  # fmt: skip
+        else:
+            sid = rng.choice(list(json_schemas))
+            record = makers[sid].value(json_schemas[sid])
+            if isinstance(record, dict) and rng.random() < 0.7:
+                if json_schemas[sid]["properties"]["updated_at"].get("format") is None:
+                    record["updated_at"] = 1_726_238_205_123 + rng.randrange(10**9)
+            text = (writer.ws() + writer.dumps(record) + writer.ws()).encode(
+                "utf-8", "surrogatepass"
+            )
+            if rng.random() < bad / 2:
+                text = json_fuzz.mangle(rng, text)
+            value = encode_frame(sid, text)
+            if key is not None and key not in live:
+                live.append(key)
+        headers = rng.choice([None, [], [("h", b"v")]])
+        timestamp = rng.choice([(1, 1_726_238_205_123 + i)] * 6 + [(2, 0), (0, -1), (1, -5)])
+        yield Msg(TOPIC, 0, start + i, value, key, headers, timestamp)
 
 
 def stream(rng: random.Random, schemas: dict[int, Any], values: dict[int, dict], keyed: dict,

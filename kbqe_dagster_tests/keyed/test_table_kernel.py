@@ -1,5 +1,5 @@
 """The native kernel stages topics keyed by their Kafka key (``keyed.key_from: kafka_key``) with
-Avro or ``format: json`` values exactly as the Python path does (keyed/table_stage.py,
+Avro, ``format: json`` or ``format: json_schema`` values exactly as the Python path does (keyed/table_stage.py,
 keyed/table_changes.py).
 
 Every test stages the same messages both ways and requires identical committed files (avro,
@@ -12,14 +12,19 @@ fuzz (table_fuzz.py, Avro and JSON values) runs a 6,400-message slice by default
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
+import fastavro
 import pytest
 
+from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.record.wire import encode_frame
+from kbqe_dagster.resources.schema_registry import RegisteredSchema
 from kbqe_dagster_tests.keyed import table_fuzz
 from kbqe_dagster_tests.keyed.table_topics import (
     KAFKA_MS,
@@ -42,6 +47,7 @@ from kbqe_dagster_tests.staging.kernel_equality import (
     fuzz_seeds,
     stage,
 )
+from kbqe_dagster_tests.support import protobuf_format as orders
 
 kernel = pytest.importorskip(
     "kbqe_dagster_kernel", reason="the native stage kernel is not built (no cargo)"
@@ -138,6 +144,115 @@ def test_format_json_values_are_encoded_as_declared_then_staged_by_the_kernel_as
     ]  # fmt: skip
 
 
+CUSTOMER_JSON_SCHEMA = {
+    "type": "object",
+    "required": ["id", "name", "updated-at"],
+    "properties": {
+        "id": {"type": "integer"},
+        "name": {"type": "string", "minLength": 1},
+        "tier": {"type": ["string", "null"]},
+        "updated-at": {"type": "integer"},  # the Avro field updated_at: found by its JSON key
+        "since": {"type": "string", "format": "date-time"},
+    },
+}
+JSON_SCHEMA_ID = 9
+
+
+@pytest.mark.parametrize("key_format", sorted(KEYS))
+def test_format_json_schema_values_are_validated_and_encoded_then_staged_by_the_kernel_as_python_does(
+    tmp_path, key_format
+) -> None:
+    if not hasattr(kernel.StageKernel, "table_json_schema_id"):
+        pytest.skip("the installed kernel predates table topics' JSON Schema values (make install)")
+    keyed, key = KEYS[key_format]
+    config = pipeline({**keyed, "version": "updated_at"}, format="json_schema")
+    registered = RegisteredSchema(JSON_SCHEMA_ID, "JSON", json.dumps(CUSTOMER_JSON_SCHEMA))
+
+    def framed(value: dict | str) -> bytes:
+        text = value if isinstance(value, str) else json.dumps(value)
+        return encode_frame(JSON_SCHEMA_ID, text.encode())
+
+    rows = [
+        (framed({"id": 1, "name": "Ada", "tier": "gold", "updated-at": 5,
+                 "since": "2024-09-13T14:36:45.5+02:00"}), key(1)),
+        (framed({"updated-at": 6, "name": "Bob", "id": 2}), key(2)),  # tier and since left out
+        (None, key(1)),
+        (framed({"id": 1, "name": "", "updated-at": 7}), key(1)),  # minLength: back, dead letter
+        (framed('{"id": 1, "name": "Ada"'), key(1)),  # not JSON: back, and dead-lettered
+        (encode_frame(99, b"{}"), key(1)),  # an unknown schema id: the Python path's verdict
+        (framed({"id": 2, "name": "Bob", "tier": "silver", "updated-at": 7}), key(2)),
+        (None, key(2)),
+    ]  # fmt: skip
+    schemas = {KEY_ID: KEY, JSON_SCHEMA_ID: registered}
+    python, native = both(tmp_path, config, rows, schemas=schemas)
+    assert native.kernel_messages == 5
+    assert native.handbacks == {"json_uncertain": 2, "table_unknown": 1}
+    assert sorted(reason for reason, _ in dead_letters(native)) == [
+        "json_decode_error", "json_schema_mismatch", "unknown_schema_id"
+    ]  # fmt: skip
+    rows = [
+        (r["_op"], r["_source_ts_ms"], r.get("name"), r.get("tier"), r.get("since"))
+        for _, r in changelog(python)
+    ]
+    since = datetime(2024, 9, 13, 12, 36, 45, 500000, tzinfo=UTC)
+    assert rows == [
+        ("u", 5, "Ada", "gold", since), ("u", 6, "Bob", None, None), ("d", KAFKA_MS, None, None, None),
+        ("u", 7, "Bob", "silver", None), ("d", KAFKA_MS, None, None, None),
+    ]  # fmt: skip
+
+
+def test_format_protobuf_values_are_decoded_per_message_type_then_staged_by_the_kernel_as_python_does(
+    tmp_path,
+) -> None:
+    if not hasattr(kernel.StageKernel, "table_protobuf_schema"):
+        pytest.skip("the installed kernel predates table topics' Protobuf values (make install)")
+    config = parse_pipeline_config({
+        "version": 1,
+        "topics": [{"name": orders.TOPIC, "format": "protobuf",
+                    "routing": {"mode": "static", "dataset": "shop", "table": "orders"},
+                    "keyed": {"key_from": "kafka_key", "key_format": "string", "key": ["order_key"]},
+                    "event_time": {"fields": ["placed_at"], "kafka_timestamp_fallback": True}}],
+        "dead_letter": {"dataset": "dead", "table": "letters"},
+    })  # fmt: skip
+    refund = orders.REFUND(order_id=1)
+    refund.placed_at.seconds = 1_726_238_205
+    values = [
+        (orders.framed("v1", orders.order(i=1)), b"O-1"),
+        (orders.framed("v1", refund, (1,)), b"O-1"),  # another message type of the same header
+        (None, b"O-1"),
+        (orders.framed("v2", orders.order(orders.ORDER_V2, 2, coupon="XMAS")), b"O-2"),
+        (encode_frame(orders.IDS["v1"], b"\x00\x1a\xff"), b"O-2"),  # cut short: back, dead letter
+        (encode_frame(orders.IDS["broken"], b"\x00"), b"O-2"),  # a schema that does not compile
+        (orders.framed("v1", orders.order(i=3)), b"O-3"),
+        (None, b"O-3"),
+    ]
+    msgs = [Msg(orders.TOPIC, 0, offset, value, key=key)
+            for offset, (value, key) in enumerate(values)]  # fmt: skip
+    inputs = (tmp_path, config, orders.TOPIC, {}, msgs)
+    python = stage(*inputs, native=False, lookup=orders.fake_registry())
+    native = stage(*inputs, native=True, batch_size=64, lookup=orders.fake_registry())
+    assert_same(python, native)
+    assert native.kernel_messages == 6
+    assert native.handbacks == {"protobuf_uncertain": 1, "table_unknown": 1}
+    assert sorted(reason for reason, _ in dead_letters(native)) == [
+        "protobuf_decode_error", "unmappable_protobuf_schema"
+    ]  # fmt: skip
+    rows = [(r["_op"], r.get("id"), r.get("order_id"), r.get("coupon")) for _, r in
+            _changelog_of(python, "orders_changelog")]  # fmt: skip
+    assert rows == [
+        ("u", 1, None, None), ("u", None, 1, None), ("d", None, None, None),
+        ("u", 2, None, "XMAS"), ("u", 3, None, None), ("d", None, None, None),
+    ]  # fmt: skip
+
+
+def _changelog_of(result: Staged, table: str) -> list[tuple[list[str], dict[str, Any]]]:
+    rows = []
+    for name, data in result.files.items():
+        if name.endswith(".avro") and table in name:
+            rows += [([], record) for record in fastavro.reader(io.BytesIO(data))]
+    return sorted(rows, key=lambda row: row[1]["_kafka_offset"])
+
+
 def test_a_version_and_a_delete_field_are_read_by_the_kernel(tmp_path) -> None:
     value = {**VALUE, "fields": [*VALUE["fields"], {"name": "gone", "type": ["null", "boolean"]}]}
     rows = [
@@ -230,9 +345,9 @@ def test_table_differential_fuzz(tmp_path_factory, pytestconfig) -> None:
             continue
         tmp = tmp_path_factory.mktemp(f"tablefuzz{seed}")
         inputs = (tmp, case.pipeline, table_fuzz.TOPIC, case.schemas, case.messages)
-        python = stage(*inputs, native=False)
+        python = stage(*inputs, native=False, lookup=case.lookup)
         batch = random.Random(seed).choice([1, 7, 64, 1000])
-        native = stage(*inputs, native=True, batch_size=batch)
+        native = stage(*inputs, native=True, batch_size=batch, lookup=case.lookup)
         assert_same(python, native, f"seed {seed}")
         if python.result is None:
             continue

@@ -182,15 +182,20 @@ def test_every_decoding_format_stages_its_values_the_same_way(tmp_path, fmt) -> 
     assert rows[0][0][3:] == ["customer_key", "id", "name"]
 
 
-@pytest.mark.parametrize("fmt", ["avro", "json", "protobuf"])
-def test_the_native_kernel_takes_avro_and_json_table_topics_and_names_why_it_leaves_the_others(
+@pytest.mark.parametrize("fmt", ["avro", "json", "json_schema", "protobuf", "decoder"])
+def test_the_native_kernel_takes_table_topics_of_its_formats_and_names_why_it_leaves_the_others(
     tmp_path, caplog, fmt
 ) -> None:
-    """An Avro- or JSON-valued table topic's range gets the kernel's table driver
-    (keyed/table_native.py); another format that decodes values into records stays on the
-    Python path, named, not silent."""
+    """A table topic's range with Avro, JSON, JSON Schema or Protobuf values gets the kernel's
+    table driver (keyed/table_native.py); a user decoder's stays on the Python path, named,
+    not silent."""
     from kbqe_dagster.core.protocol.offsets import OffsetRange
-    from kbqe_dagster.keyed.table_native import DECODED_REASON, TableNativeStaging
+    from kbqe_dagster.keyed.table_native import (
+        DECODED_REASON,
+        JSON_SCHEMA_METHOD,
+        PROTOBUF_METHOD,
+        TableNativeStaging,
+    )
     from kbqe_dagster.resources.kafka.clients import KafkaSettings
     from kbqe_dagster.resources.schema_registry import RegistrySettings
     from kbqe_dagster.resources.staging_store import StagingLocation
@@ -203,7 +208,11 @@ def test_the_native_kernel_takes_avro_and_json_table_topics_and_names_why_it_lea
     config = {
         "avro": lambda: pipeline({}),
         "json": lambda: pipeline(string_key, format="json", schema=schema),
+        "json_schema": lambda: pipeline(string_key, format="json_schema"),
         "protobuf": lambda: pipeline(string_key, format="protobuf"),
+        "decoder": lambda: pipeline(
+            string_key, format="decoder", decoder=f"{__name__}:decode_customer"
+        ),  # fmt: skip
     }[fmt]()
     ctx = StageContext(KafkaSettings("127.0.0.1:9"), RegistrySettings("http://127.0.0.1:9"),
                        StagingLocation(str(tmp_path / "staging")), config, TOPIC,
@@ -211,14 +220,16 @@ def test_the_native_kernel_takes_avro_and_json_table_topics_and_names_why_it_lea
     stager = stager_class(ctx)(ctx, OffsetRange(TOPIC, 0, 0, 10), tmp_path)
     with caplog.at_level("DEBUG", logger="kbqe_dagster.keyed.table_native"):
         driver = NativeStaging.for_stager(stager)
-    json_kernel = _kernel_built() and hasattr(
-        native_kernel._extension.StageKernel, "table_json_values"
-    )
+    method = {"json": "table_json_values", "json_schema": JSON_SCHEMA_METHOD,
+              "protobuf": PROTOBUF_METHOD}.get(fmt)  # fmt: skip
+    kernel_takes = fmt == "avro" or (
+        method is not None and hasattr(native_kernel._extension.StageKernel, method)
+    ) if _kernel_built() else False  # fmt: skip
     if not _kernel_built():  # without a kernel every range is the Python path anyway
         assert driver is None
-    elif fmt == "avro" or (fmt == "json" and json_kernel):
+    elif kernel_takes:
         assert isinstance(driver, TableNativeStaging)
-    else:  # (a kernel built before JSON values says so too)
+    else:  # (a kernel built before a format's values says so too)
         assert driver is None and DECODED_REASON in caplog.text
 
 

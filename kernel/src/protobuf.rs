@@ -228,6 +228,34 @@ pub struct Decoder {
     rewrites: Vec<Option<FieldRewrite>>,
 }
 
+/// Where a Confluent Protobuf frame's message indexes end (core/formats/protobuf_wire.py), or
+/// None when they are not well formed (the Python path's verdict).
+pub fn frame_prefix(value: &[u8]) -> Option<usize> {
+    fn zigzag(value: &[u8], pos: &mut usize) -> Option<i64> {
+        let mut n = 0u64;
+        for i in 0..10 {
+            let byte = *value.get(*pos)?;
+            *pos += 1;
+            n |= ((byte & 0x7F) as u64) << (7 * i);
+            if byte & 0x80 == 0 {
+                return Some((n >> 1) as i64 ^ -((n & 1) as i64));
+            }
+        }
+        None
+    }
+    let mut pos = 5;
+    let count = zigzag(value, &mut pos)?;
+    if !(0..=32).contains(&count) {
+        return None;
+    }
+    for _ in 0..count {
+        if zigzag(value, &mut pos)? < 0 {
+            return None;
+        }
+    }
+    Some(pos)
+}
+
 fn unsupported(what: impl Into<String>) -> Unsupported {
     Unsupported(what.into())
 }

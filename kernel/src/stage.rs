@@ -183,34 +183,6 @@ struct ProtobufTypes {
     decoders: Vec<(protobuf::Decoder, Route)>,
 }
 
-/// Where a Confluent Protobuf frame's message indexes end (core/formats/protobuf_wire.py), or
-/// None when they are not well formed (the Python path's verdict).
-fn protobuf_prefix(value: &[u8]) -> Option<usize> {
-    fn zigzag(value: &[u8], pos: &mut usize) -> Option<i64> {
-        let mut n = 0u64;
-        for i in 0..10 {
-            let byte = *value.get(*pos)?;
-            *pos += 1;
-            n |= ((byte & 0x7F) as u64) << (7 * i);
-            if byte & 0x80 == 0 {
-                return Some((n >> 1) as i64 ^ -((n & 1) as i64));
-            }
-        }
-        None
-    }
-    let mut pos = 5;
-    let count = zigzag(value, &mut pos)?;
-    if !(0..=32).contains(&count) {
-        return None;
-    }
-    for _ in 0..count {
-        if zigzag(value, &mut pos)? < 0 {
-            return None;
-        }
-    }
-    Some(pos)
-}
-
 #[pymethods]
 impl StageKernel {
     /// `add_transformed_schema` takes `rewrites` (masks, timestamps, exact casts) and Avro
@@ -631,6 +603,41 @@ impl StageKernel {
         Ok(())
     }
 
+    /// A table topic's values are `format: json_schema` (after `stage_table`): those framed by
+    /// `header` are validated against the registry JSON Schema `json_schema` and encoded as the
+    /// Avro record `avro_json` derived from it (json_schema.rs, as `add_json_schema_id`), then
+    /// cut by the layout `add_table_layout` gave their key layout and `header`. The layout
+    /// reads every wanted field from that body, so the entry reads none. Raises ValueError for
+    /// a schema the kernel does not validate or encode.
+    fn table_json_schema_id(&mut self, header: &[u8], json_schema: &str, avro_json: &str) -> PyResult<()> {
+        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
+        let entry = json_schema::Entry::compile(json_schema, avro_json, &[], self.event.utc_rule, Route::Constant(0))
+            .map_err(|e| PyValueError::new_err(e.0))?;
+        let table = self.table.as_mut().ok_or_else(|| PyValueError::new_err("stage_table first"))?;
+        table.json_schema_values(header, entry);
+        Ok(())
+    }
+
+    /// A table topic's values are `format: protobuf` (after `stage_table`): those framed by
+    /// `prefix` (the header and message indexes) are decoded with the message type's decoding
+    /// program `program` (protobuf.rs, as `add_protobuf_schema`), then cut by the layout
+    /// `add_table_layout` gave their key layout and the header this returns (one per message
+    /// type). The layout reads every wanted field from the body, so the decoder reads none.
+    /// Raises ValueError for a program the kernel does not decode.
+    fn table_protobuf_schema<'py>(
+        &mut self,
+        py: Python<'py>,
+        prefix: &[u8],
+        program: &str,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        if protobuf::frame_prefix(prefix) != Some(prefix.len()) {
+            return Err(PyValueError::new_err("not a Protobuf frame prefix"));
+        }
+        let decoder = protobuf::Decoder::compile(program, &[]).map_err(|e| PyValueError::new_err(e.0))?;
+        let table = self.table.as_mut().ok_or_else(|| PyValueError::new_err("stage_table first"))?;
+        Ok(PyBytes::new(py, &table.protobuf_values(prefix, decoder)))
+    }
+
     /// From now on count null values (tombstones) and skip them, as a keyed topic's stager does.
     fn count_tombstones(&mut self) {
         self.count_tombstones = true;
@@ -648,7 +655,7 @@ impl StageKernel {
     /// implement (that type's messages then stay on the Python path).
     #[pyo3(signature = (prefix, program, constant_slot=None))]
     fn add_protobuf_schema(&mut self, prefix: &[u8], program: &str, constant_slot: Option<usize>) -> PyResult<()> {
-        if protobuf_prefix(prefix) != Some(prefix.len()) {
+        if protobuf::frame_prefix(prefix) != Some(prefix.len()) {
             return Err(PyValueError::new_err("not a Protobuf frame prefix"));
         }
         let decoder = protobuf::Decoder::compile(program, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
@@ -671,7 +678,7 @@ impl StageKernel {
         constants: &[u8],
         constant_slot: Option<usize>,
     ) -> PyResult<()> {
-        if protobuf_prefix(prefix) != Some(prefix.len()) {
+        if protobuf::frame_prefix(prefix) != Some(prefix.len()) {
             return Err(PyValueError::new_err("not a Protobuf frame prefix"));
         }
         let mut decoder = protobuf::Decoder::compile(program, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
@@ -759,7 +766,7 @@ impl StageKernel {
         rewrites: Vec<(String, String, Vec<u8>)>,
         constant_slot: Option<usize>,
     ) -> PyResult<()> {
-        if protobuf_prefix(prefix) != Some(prefix.len()) {
+        if protobuf::frame_prefix(prefix) != Some(prefix.len()) {
             return Err(PyValueError::new_err("not a Protobuf frame prefix"));
         }
         let mut decoder = protobuf::Decoder::compile(program, &self.wanted).map_err(|e| PyValueError::new_err(e.0))?;
@@ -1031,7 +1038,7 @@ impl<M: Incoming> Stages<M> for StageKernel {
                 (encoder.body(), &*route, false)
             }
             Format::Protobuf(types) => {
-                let Some(split) = protobuf_prefix(value) else { return Ok(Some("schema_unknown")) };
+                let Some(split) = protobuf::frame_prefix(value) else { return Ok(Some("schema_unknown")) };
                 let Some(&at) = types.by_prefix.get(&value[..split]) else { return Ok(Some("schema_unknown")) };
                 let (decoder, route) = &mut types.decoders[at];
                 if decoder.encode(&value[split..], &mut self.scratch.values).is_err() {
@@ -1237,17 +1244,22 @@ impl StageKernel {
     fn stage_table_message<M: Incoming>(&mut self, msg: &M, offset: i64) -> PyResult<Option<&'static str>> {
         let holder = msg.value()?;
         let table = self.table.as_deref_mut().expect("a table topic's kernel");
-        let json_values = table.has_json_values();
-        if let (true, Some(value)) = (json_values, &holder) {
+        let encoded = table.encodes_values();
+        if let (true, Some(value)) = (encoded, &holder) {
             // Encoded first (as the Python path decodes the value before it reads the key).
             let value = value.as_ref();
             if value.len() > self.max_message_size {
                 return Ok(Some("oversized"));
             }
             self.scratch.values.fill(Value::Null);
-            if table.encode_json(value, &mut self.scratch.values).is_err() {
-                self.stop_detail = crate::body::forget_why();
-                return Ok(Some("json_uncertain"));
+            match table.encode_value(value, &mut self.scratch.values) {
+                Ok(()) => {}
+                Err(table::ValueStop::Unframed) => return Ok(Some("unframed")),
+                Err(table::ValueStop::Unknown) => return Ok(Some("table_unknown")),
+                Err(table::ValueStop::Uncertain(reason)) => {
+                    self.stop_detail = crate::body::forget_why();
+                    return Ok(Some(reason));
+                }
             }
         }
         let table = self.table.as_deref().expect("a table topic's kernel");
@@ -1275,8 +1287,8 @@ impl StageKernel {
                 if value.len() > self.max_message_size {
                     return Ok(Some("oversized"));
                 }
-                let (header, body) = if json_values {
-                    (table::JSON_HEADER, table.json_body())
+                let (header, body) = if encoded {
+                    table.encoded()
                 } else if value.len() < 5 {
                     return Ok(Some("unframed"));
                 } else {

@@ -400,6 +400,43 @@ def _title(node: Mapping[str, Any]) -> str | None:
 
 def avro_name(text: str) -> str:
     """An Avro name from any text: other characters become ``_``, a leading digit gets ``_``
-    (a property's field name; also the native kernel's driver's, formats/json_schema_stage.py)."""
+    (a property's field name; and what :func:`json_property_keys` maps back to its key)."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", text.strip())
     return name if name and not name[0].isdigit() else f"_{name}"
+
+
+def json_property_keys(node: Any, keys: dict[str, str] | None = None) -> dict[str, str]:
+    """Avro field name → the JSON property key it was made from (:func:`avro_name`), of every
+    property anywhere in a JSON Schema document; ValueError when two keys have one
+    Avro name (the kernel, which finds a value's members by key, could not tell them apart)."""
+    keys = {} if keys is None else keys
+    if isinstance(node, list):
+        for item in node:
+            json_property_keys(item, keys)
+    elif isinstance(node, Mapping):
+        properties = node.get("properties")
+        if isinstance(properties, Mapping):
+            for key in properties:
+                name = avro_name(str(key))
+                if keys.setdefault(name, key) != key:
+                    raise ValueError(f"properties {keys[name]!r} and {key!r} are both {name!r}")
+        for value in node.values():
+            json_property_keys(value, keys)
+    return keys
+
+
+def named_by_json_keys(schema: Any, keys: Mapping[str, str]) -> Any:
+    """The Avro schema with each record field named by its JSON key (``keys``:
+    :func:`json_property_keys`), as the native kernel finds a value's members (json_schema.rs;
+    names are not encoded: the bytes are the same)."""
+    if isinstance(schema, list):
+        return [named_by_json_keys(item, keys) for item in schema]
+    if not isinstance(schema, Mapping):
+        return schema
+    out = {k: named_by_json_keys(v, keys) for k, v in schema.items() if k != "fields"}
+    if isinstance(schema.get("fields"), list):
+        out["fields"] = [
+            {**named_by_json_keys(f, keys), "name": keys.get(f["name"], f["name"])}
+            for f in schema["fields"]
+        ]
+    return out
