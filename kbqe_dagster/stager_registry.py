@@ -101,10 +101,12 @@ def stager_for(topic: TopicConfig) -> type[RangeStager]:
 
     A topic keyed by its Kafka key (a compacted topic) is its format's stager with the keyed
     table's in front (keyed/table_stage.py): the format decodes each value, the table's makes
-    it a change, so every format takes it the same way."""
+    it a change, so every format takes it the same way. Its transforms are the table's to
+    apply (to the value, in each changelog layout): the format's stager only decodes."""
     if topic.keyed is not None and topic.keyed.kafka_ordered:
         table_stager: Any = _load("kbqe_dagster.keyed.table_stage:table_stager")
-        stager: type[RangeStager] = table_stager(stager_for(replace(topic, keyed=None)))
+        format_topic = replace(topic, keyed=None, transforms=())
+        stager: type[RangeStager] = table_stager(stager_for(format_topic))
         return stager
     for entry in STAGERS:
         if entry.takes(topic):

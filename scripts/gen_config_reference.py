@@ -381,8 +381,10 @@ the envelope's `after` image and a delete's `before` image alike, ExtractNewReco
 fields, a plain keyed record; the changelog holds the transformed row, so `D.T` and
 `D.T_history` do too, and a masked value never reaches BigQuery. The change columns, the
 version, `delete_field` and event time read the message as it came. `function` is refused
-there (it may change any field, the key's included), and so are all transforms on a topic keyed
-by its Kafka key (`key_from: kafka_key`), whose stager does not run them yet. `keyed.key` names the source's key
+there (it may change any field, the key's included). On a topic keyed by its Kafka key
+(`key_from: kafka_key`, every format) they reshape the *value* the same way; its key columns
+are the Kafka key's, which no transform changes, so a transform naming a key column (or
+renaming a value field to one) is refused, naming both. `keyed.key` names the source's key
 fields (as the Kafka key does), and a transform of a key field is refused, naming the
 transform and the field, unless the key keeps its identity (equal keys stay equal, distinct
 keys distinct): `rename` (the key column takes the new name in every table, and the MERGE

@@ -193,7 +193,7 @@ class RowTransform:
         return out.getvalue()
 
 
-def _row_transform(
+def row_transform(
     row: Mapping[str, Any], topic: TopicConfig, hmac_keys: Mapping[int, bytes] | None
 ) -> RowTransform | None:
     """The topic's transforms over the staged row record ``row`` (None without transforms);
@@ -331,7 +331,7 @@ class _EnvelopeLayout(ChangeLayout):
             fields[index["before"]]["type"], fields[index["after"]]["type"], compiler, namespace
         )
         semantic = _semantic(row, topic)
-        transform = _row_transform(semantic.schema, topic, hmac_keys)
+        transform = row_transform(semantic.schema, topic, hmac_keys)
         staged = _staged_row(semantic, transform)
         if transform is not None:  # a truncate's row is the derived row's NULLs and zeros
             row, compiler = staged, _checked_types((staged,), namespace or None)
@@ -465,7 +465,7 @@ class _FlatLayout(ChangeLayout):
         row = {**record, "fields": row_fields}  # the leading row fields, skipped as one record
         _checked_types((row,), namespace or None)
         semantic = _semantic(row, topic)
-        transform = _row_transform(semantic.schema, topic, hmac_keys)
+        transform = row_transform(semantic.schema, topic, hmac_keys)
         return cls(
             schema=_changelog_schema(record, _staged_row(semantic, transform)["fields"], namespace),
             semantic=semantic if semantic.rewrites_values else None,
@@ -527,7 +527,7 @@ class _PlainLayout(ChangeLayout):
         namespace = record.get("namespace")
         wanted = (keyed.version,) + ((keyed.delete_field,) if keyed.delete_field else ())
         semantic = _semantic(record, topic)
-        transform = _row_transform(semantic.schema, topic, hmac_keys)
+        transform = row_transform(semantic.schema, topic, hmac_keys)
         return cls(
             schema=_changelog_schema(record, _staged_row(semantic, transform)["fields"], namespace),
             semantic=semantic if semantic.rewrites_values else None,

@@ -50,13 +50,16 @@ from kbqe_dagster.core.formats.connect_types import SemanticMapping, semantic_ma
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.keyed.contract import CHANGE_COLUMNS, KeyFormat, changelog_table
 from kbqe_dagster.core.record.wire import HEADER_SIZE, MAGIC_BYTE
+from kbqe_dagster.core.transforms.kinds import MessageMeta
 from kbqe_dagster.keyed.avro_skip import SkipCompiler, encode_long, read_long
 from kbqe_dagster.keyed.changes import (
     CHANGE_FIELDS,
     DELETE_OP,
+    RowTransform,
     change_columns,
     check_field,
     is_orderable,
+    row_transform,
 )
 from kbqe_dagster.staging.probe.record_probe import RecordProbe
 
@@ -206,6 +209,9 @@ class TableLayout:
     actions: tuple[int, ...] = ()
     namespace: str | None = None
     semantic: SemanticMapping | None = None
+    transform: RowTransform | None = None
+    """The topic's transforms over the value (as converted): ``value_fields`` are then their
+    output's; None without transforms."""
 
     @cached_property
     def _skips(self) -> tuple[Any, ...]:
@@ -231,13 +237,18 @@ class TableLayout:
         return (value - _EPOCH) // _MS if isinstance(value, datetime) else int(value)
 
     def record(self, key: bytes, body: bytes, fields: Mapping[str, Any],
-               kafka_timestamp_ms: int | None) -> bytes:  # fmt: skip
+               kafka_timestamp_ms: int | None, meta: MessageMeta | None = None) -> bytes:  # fmt: skip
         """The changelog record of a value message: an upsert, or a delete when the delete
-        field is true."""
+        field is true (both read from the value as it came). ``meta``: the message's Kafka
+        coordinates, which an ``add`` transform may read (needed with transforms)."""
         deleted = bool(self.delete_path and fields.get(self.delete_path))
         version = self.version(fields, kafka_timestamp_ms)
         head = change_columns(DELETE_OP if deleted else "u", version, deleted) + key
-        return head + self._values(self._converted(body))
+        row = self._converted(body)
+        if self.transform is not None:
+            assert meta is not None, "a transformed value needs its message's meta"
+            row = self.transform.apply(row, meta)
+        return head + self._values(row)
 
     def kernel_rewrites(self) -> tuple[tuple[int, str], ...]:
         """The value fields :meth:`_converted` re-encodes, for the native kernel (kernel/src/
@@ -277,11 +288,17 @@ class TableLayout:
 
 
 def table_layout(
-    topic: TopicConfig, key: KeyColumns, value: Mapping[str, Any] | None
+    topic: TopicConfig,
+    key: KeyColumns,
+    value: Mapping[str, Any] | None,
+    hmac_keys: Mapping[int, bytes] | None = None,
 ) -> TableLayout:
-    """The layout of ``key``'s columns with ``value``'s fields (None: a tombstone's). Raises
+    """The layout of ``key``'s columns with ``value``'s fields (None: a tombstone's), the
+    topic's transforms applied to the value (``hmac_keys``: their masks' keys by index). Raises
     :class:`UnsupportedSchemaError` (bad input: the schema's messages are dead-lettered) when
-    the value is not a record or a column collides with a change column, and
+    the value is not a record or a column collides with a change column,
+    :class:`~kbqe_dagster.core.errors.TransformSchemaError` when the transforms do not apply
+    to it, and
     :class:`~kbqe_dagster.core.errors.ConfigError` when ``keyed.version`` or
     ``keyed.delete_field`` is not a field of the right type (the range fails, naming it)."""
     keyed = topic.keyed
@@ -302,7 +319,9 @@ def table_layout(
         check_field(value, keyed.delete_field, f"{where}.delete_field",
                      lambda t: t == "boolean", "a boolean")  # fmt: skip
     semantic = semantic_mapping(value) if keyed.semantic_types else None
-    record = semantic.schema if semantic is not None else value
+    converted = semantic.schema if semantic is not None else value
+    transform = row_transform(converted, topic, hmac_keys)
+    record = converted if transform is None else transform.compiled.output_schema
     namespace = value.get("namespace") or full_name(value, None).rpartition(".")[0] or None
     taken = {n.lower() for n in key.names}
     actions, columns = [], []
@@ -332,6 +351,7 @@ def table_layout(
         actions=tuple(actions),
         namespace=namespace,
         semantic=semantic if semantic is not None and semantic.rewrites_values else None,
+        transform=transform,
     )
 
 

@@ -12,15 +12,22 @@ enrichment, files, commit, dead letters) is the stage engine's.
 
 A tombstone is dated by its Kafka timestamp (it has no fields), with the topic's date rule.
 
-The native kernel stages these topics when their values are Confluent Avro or ``format: json``
-(keyed/table_native.py: this path computes each layout, the kernel copies the bytes, a JSON
-value encoded as declared first); another format that decodes values into records stays on
-this path, said once per range.
+The topic's ``transforms`` reshape the value, as the changelog would hold it otherwise (Kafka
+Connect semantic values converted): each layout applies them (keyed/table_changes.py), so the
+changelog, the current table and the history all hold the transformed value. The key columns
+are the Kafka key's, which no transform changes (the configuration refuses one that names a
+key column). The format's stager is chosen without the transforms: it only decodes.
+
+The native kernel stages these topics when their values are Confluent Avro, ``format: json``,
+``json_schema`` or ``protobuf`` (keyed/table_native.py: this path computes each layout, the
+kernel copies the bytes, a value of the other formats encoded first); ``decoder`` values and
+topics with transforms stay on this path, said once per range.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 from functools import cache
 from io import BytesIO
@@ -36,6 +43,8 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.event_time import epoch_day, event_date
 from kbqe_dagster.core.record.routing import Destination
+from kbqe_dagster.core.transforms.compiler import hmac_keys
+from kbqe_dagster.core.transforms.kinds import message_meta
 from kbqe_dagster.keyed.table_changes import KafkaKeys, KeyColumns, TableLayout, table_layout
 from kbqe_dagster.keyed.table_native import TableNativeStaging
 from kbqe_dagster.staging.context import RangeResult, StageContext
@@ -54,6 +63,7 @@ class TableStaging:
 
     # The attributes of the RangeStager this is mixed into, for the type checker.
     topic: Any
+    pipeline: Any
     rng: Any
     router: Any
     lookup: Any
@@ -74,6 +84,9 @@ class TableStaging:
         static = self.router.config.static_destination
         assert static is not None, "config: a keyed topic's routing is static"
         self.changelog = Destination(static.dataset, changelog_table(static.table))
+        # Read once per task, where it runs; a missing key stops the range (ConfigError).
+        where = f"{self.pipeline.key_path(self.topic.name)}.transforms"
+        self.hmac_keys = hmac_keys(self.topic.transforms, os.environ, where)
         self.keys = KafkaKeys(self.topic, self.lookup)
         self.tombstones = 0
         self._layouts: dict[tuple[Any, Any], TableLayout | BadInputError] = {}
@@ -137,7 +150,8 @@ class TableStaging:
     def _stage_value(self, msg: Any, value_key: Any, value: Any, body: bytes, fields: dict) -> None:
         columns, key = self.keys.read(msg.key())
         layout = self.layout_of(columns, value_key, value)
-        change = layout.record(key, body, fields, _kafka_ms(msg))
+        meta = message_meta(msg) if layout.transform is not None else None
+        change = layout.record(key, body, fields, _kafka_ms(msg), meta)
         self._append(msg, fields, change, layout, tombstone=False)
 
     def _stage_tombstone(self, msg: Any) -> None:
@@ -181,7 +195,7 @@ class TableStaging:
             raise type(known)(str(known))
         if known is None:
             try:
-                known = table_layout(self.topic, columns, value)
+                known = table_layout(self.topic, columns, value, self.hmac_keys)
             except BadInputError as error:
                 self._layouts[at] = error
                 raise

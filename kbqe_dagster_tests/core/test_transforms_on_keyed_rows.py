@@ -179,12 +179,44 @@ def test_without_a_placeholder_the_transforms_read_the_values_as_they_are() -> N
     assert out["body"] == hmac.new(b"k", PLACEHOLDER.encode(), "sha256").hexdigest()
 
 
-def test_a_topic_keyed_by_its_kafka_key_refuses_transforms_until_its_stager_runs_them() -> None:
-    """keyed/table_stage.py stages a compacted topic's values as decoded: a transform there
-    would be skipped silently (an e-mail staged unmasked), so it is a config error."""
-    text = problems(
-        [{"mask": "email", "key_env": "MASK_KEY"}],
-        keyed={"key_from": "kafka_key", "key_format": "string", "key": ["id"]},
-        source_format="json",
-    )
-    assert "topics[0].transforms: not with keyed.key_from: kafka_key yet" in text
+TABLE_KEYED = {"key_from": "kafka_key", "key_format": "string", "key": ["customer_key"]}
+
+
+def test_a_topic_keyed_by_its_kafka_key_takes_transforms_on_its_value() -> None:
+    """keyed/table_stage.py applies them to the value in every changelog layout."""
+    transforms = [
+        {"drop": "notes"},
+        {"mask": "email", "key_env": "MASK_KEY"},
+        {"mask": "phone", "method": "null"},
+        {"rename": "first_name", "to": "given_name"},
+        {"cast": "score", "to": "double"},
+        {"add": "source", "value": "crm"},
+        {"compute": "initial", "expression": "upper(given_name)", "type": "string"},
+    ]
+    topic = parse(transforms, keyed=TABLE_KEYED, source_format="avro")
+    assert len(topic.transforms) == len(transforms)
+
+
+@pytest.mark.parametrize(
+    "transform",
+    [
+        {"mask": "customer_key", "key_env": "MASK_KEY"},  # even one that keeps its identity
+        {"rename": "customer_key", "to": "ck"},
+        {"rename": "name", "to": "Customer_Key"},  # a value field made a key column
+        {"drop": ["notes", "customer_key"]},
+        {"compute": "customer_key", "expression": "'x'", "type": "string"},
+        {"add": "customer_key", "value": "x"},
+    ],
+)
+def test_a_topic_keyed_by_its_kafka_key_refuses_a_transform_of_a_key_column(transform) -> None:
+    """Its key columns are the Kafka key's, which transforms do not change."""
+    text = problems([transform], keyed=TABLE_KEYED, source_format="avro")
+    assert "topics[0].transforms[0]: " in text and "of key column" in text
+    assert "takes its key columns from the Kafka key" in text
+
+
+def test_a_topic_keyed_by_its_kafka_key_refuses_a_function_transform() -> None:
+    transform = {"function": "kbqe_dagster_tests.core.transform_functions:add_segment",
+                 "fields": {"segment": "string?"}}  # fmt: skip
+    text = problems([transform], keyed=TABLE_KEYED, source_format="avro")
+    assert "topics[0].transforms[0]: function is not allowed on a keyed topic" in text

@@ -11,10 +11,13 @@ compact).
 
 The native kernel stages the topic (keyed/table_native.py) where it is built: every message of
 both runs, tombstones included, with nothing handed back to the Python path (the stage runs'
-``stage_path`` and ``kernel_handbacks`` metadata say so)."""
+``stage_path`` and ``kernel_handbacks`` metadata say so). The same topic with a transform (an
+hmac ``mask`` of the name) holds the masked names in ``D.T`` and its history: the topic read as
+a table, masked (keyed/table_stage.py; the Python path stages such ranges)."""
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import uuid
@@ -32,8 +35,16 @@ from kbqe_dagster_tests.kbqe_run import cli_env, drop_datasets, until_idle
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.fixture
-def compacted(local_stack, local_endpoints, tmp_path):
+MASK_KEY = "compacted-test-key"
+
+
+def masked_name(name: str) -> str:
+    return hmac.new(MASK_KEY.encode(), name.encode(), "sha256").hexdigest()
+
+
+@pytest.fixture(params=["as_produced", "masked"])
+def compacted(request, local_stack, local_endpoints, tmp_path):
+    masked = request.param == "masked"
     run = uuid.uuid4().hex[:8]
     name, dataset, dead = f"compact{run}.shop.customers", f"compact_{run}", f"compact_dead_{run}"
     topic = CompactedTopic(local_endpoints, name)
@@ -47,9 +58,12 @@ def compacted(local_stack, local_endpoints, tmp_path):
         }],
         "dead_letter": {"dataset": dead, "table": "dead_letters"},
     }  # fmt: skip
+    if masked:
+        pipeline["topics"][0]["transforms"] = [{"mask": "name", "key_env": "KBQE_TEST_MASK_KEY"}]
     env = cli_env(tmp_path, pipeline, f"gs://{LOCAL_BUCKET}/compacted-{run}")
+    env["KBQE_TEST_MASK_KEY"] = MASK_KEY
     client = local_bigquery_client()
-    yield topic, dataset, env, client
+    yield topic, dataset, env, client, (masked_name if masked else str)
     topic.delete()
     drop_datasets(client, dataset, dead)
 
@@ -93,7 +107,11 @@ def table_kernel_built() -> bool:
 def test_a_compacted_topic_is_its_current_table_before_and_after_the_broker_compacts(
     compacted,
 ) -> None:
-    topic, dataset, env, client = compacted
+    topic, dataset, env, client, name_of = compacted
+
+    def as_table() -> set[tuple]:  # the topic read as a table, its names as staged
+        return {(id_, name_of(name), tier) for id_, name, tier in topic.as_table()}
+
     # Run 1: creates, updates, a delete, a key created and deleted.
     for id_ in range(1, 7):
         topic.put(id_, f"c{id_}")
@@ -103,7 +121,7 @@ def test_a_compacted_topic_is_its_current_table_before_and_after_the_broker_comp
     topic.put(7, "c7")
     topic.put(7, None)
     until_idle(env)
-    assert current_table(client, dataset) == topic.as_table() != set()
+    assert current_table(client, dataset) == as_table() != set()
 
     before = topic.produced
     # Run 2: key 1's versions span both runs, key 3 and key 7 are re-created, key 5 is
@@ -123,7 +141,7 @@ def test_a_compacted_topic_is_its_current_table_before_and_after_the_broker_comp
     report = json.loads(until_idle(env).stdout)
     # Run 2 read a compacted topic: values it never saw were gone before it ran.
     assert report["topics"][topic.name]["messages"] < produced
-    table = topic.as_table()
+    table = as_table()
     assert current_table(client, dataset) == table
     assert {row[0] for row in table} == {1, 2, 3, 4, 6, 7, 8, 1000, 1001}
 
@@ -135,14 +153,17 @@ def test_a_compacted_topic_is_its_current_table_before_and_after_the_broker_comp
         "WHERE id IN (3, 5)"
     ).result()
     versions = {(r["id"], r["name"], r["_deleted"], r["_is_current"]) for r in history}
-    assert {(5, "c5", False, False), (5, "c5", True, True)} <= versions
-    assert {v[:3] for v in versions if v[3]} == {(3, "c3 again", False), (5, "c5", True)}
+    c5, c3 = name_of("c5"), name_of("c3 again")
+    assert {(5, c5, False, False), (5, c5, True, True)} <= versions
+    assert {v[:3] for v in versions if v[3]} == {(3, c3, False), (5, c5, True)}
 
     # The kernel's share: every message both runs read, tombstones included, and nothing
     # handed back to the Python path.
     paths, messages, handbacks = stage_runs(env)
     assert messages > 0
-    if table_kernel_built():
+    if name_of is not str:  # transforms: the Python path's (keyed/table_native.py)
+        assert paths == {"python"}
+    elif table_kernel_built():
         print(f"kernel share: {messages - sum(handbacks.values())}/{messages} messages")
         assert (paths, dict(handbacks)) == ({"native"}, {})
     elif kernel_skip_fails(reason := "the native kernel with table topics is not built"):

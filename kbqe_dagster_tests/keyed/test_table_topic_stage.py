@@ -6,6 +6,7 @@ kernel's staging of the same topics is held equal to this path by test_table_ker
 
 from __future__ import annotations
 
+import hmac
 import io
 import json
 from typing import Any
@@ -27,7 +28,7 @@ from kbqe_dagster_tests.keyed.table_topics import (
     pipeline,
     staged,
 )
-from kbqe_dagster_tests.staging.kernel_equality import Msg, stage
+from kbqe_dagster_tests.staging.kernel_equality import Msg, assert_same, stage
 
 
 def test_an_avro_key_s_fields_come_first_and_the_value_s_fields_follow_nullable(tmp_path) -> None:
@@ -180,6 +181,69 @@ def test_every_decoding_format_stages_its_values_the_same_way(tmp_path, fmt) -> 
         ("u", "C-1", 1, "Ada"), ("d", "C-1", None, None),
     ]  # fmt: skip
     assert rows[0][0][3:] == ["customer_key", "id", "name"]
+
+
+TRANSFORMS = [
+    {"mask": "name", "key_env": "KBQE_TEST_MASK_KEY"},
+    {"rename": "id", "to": "customer_id"},
+    {"add": "source", "value": "crm"},
+    {"compute": "id_text", "expression": "str(customer_id)", "type": "string"},
+]
+
+
+@pytest.mark.parametrize("fmt", ["avro", "json", "json_schema", "protobuf", "decoder"])
+def test_transforms_reshape_every_format_s_value_and_leave_the_key_and_tombstones_alone(
+    tmp_path, monkeypatch, fmt
+) -> None:
+    """The changelog (so the current table and the history) holds the transformed value: an
+    hmac-masked name, a renamed field, an added constant and a computed one; the key column is
+    the Kafka key's, and a tombstone is its key's delete as without transforms. A range with
+    transforms stays on the Python path (keyed/table_native.py)."""
+    from kbqe_dagster.resources.schema_registry import RegisteredSchema
+    from kbqe_dagster_tests.support.fakes import FakeSchemaRegistry
+    from kbqe_dagster_tests.support.framing import json_framed, protobuf_framed
+
+    monkeypatch.setenv("KBQE_TEST_MASK_KEY", "k")
+    registered = {
+        "avro": RegisteredSchema(31, "AVRO", SHORT),
+        "json_schema": RegisteredSchema(31, "JSON", json.dumps(JSON_SCHEMA)),
+        "protobuf": RegisteredSchema(31, "PROTOBUF", PROTO),
+    }
+    value = {
+        "avro": encode_frame(31, _avro(SHORT, {"id": 1, "name": "Ada"})),
+        "json": json.dumps({"id": 1, "name": "Ada"}).encode(),
+        "json_schema": json_framed(31, {"id": 1, "name": "Ada"}),
+        "protobuf": protobuf_framed(31, _proto_customer(1, "Ada")),
+        "decoder": b"1,Ada",
+    }[fmt]
+    extra: dict[str, Any] = {"decoder": f"{__name__}:decode_customer"} if fmt == "decoder" else {}
+    if fmt == "json":
+        extra["schema"] = SHORT
+    keyed = {"key_format": "string", "key": ["customer_key"]}
+    config = pipeline(keyed, format=fmt, transforms=TRANSFORMS, **extra)
+    msgs = [Msg(TOPIC, 0, 0, value, key=b"C-1"), Msg(TOPIC, 0, 1, None, key=b"C-1")]
+    registry = FakeSchemaRegistry({31: registered[fmt]} if fmt in registered else {})
+    python = stage(tmp_path, config, TOPIC, {}, msgs, native=False, lookup=registry)
+    native = stage(tmp_path, config, TOPIC, {}, msgs, native=True, lookup=registry,
+                   kernel_declines=True)  # fmt: skip
+    assert_same(python, native)
+    assert dead_letters(python) == []
+    rows = changelog(python)
+    masked = hmac.new(b"k", b"Ada", "sha256").hexdigest()
+    assert rows[0][0][3:] == ["customer_key", "customer_id", "name", "source", "id_text"]
+    assert {k: rows[0][1][k] for k in rows[0][0]} == {
+        "_op": "u", "_source_ts_ms": KAFKA_MS, "_deleted": False, "customer_key": "C-1",
+        "customer_id": 1, "name": masked, "source": "crm", "id_text": "1",
+    }  # fmt: skip
+    assert (rows[1][1]["_op"], rows[1][1]["customer_key"], rows[1][1].get("name")) == (
+        "d", "C-1", None
+    )  # fmt: skip
+
+
+def _avro(schema: dict, record: dict) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
 
 
 @pytest.mark.parametrize("fmt", ["avro", "json", "json_schema", "protobuf", "decoder"])

@@ -53,7 +53,10 @@ from kbqe_dagster.core.transforms.destinations import (
     destination_config_problems,
     read_destinations,
 )
-from kbqe_dagster.core.transforms.keyed_rows import keyed_transform_problems
+from kbqe_dagster.core.transforms.keyed_rows import (
+    keyed_transform_problems,
+    table_transform_problems,
+)
 from kbqe_dagster.core.transforms.specs import TransformSpec, read_transforms
 
 TOPIC_KEYS = (
@@ -96,7 +99,9 @@ class TopicConfig:
     (core/transforms/specs.py, core/transforms/compiler.py); empty: records are staged as they come.
     On a keyed topic they reshape the row (the changelog, the current table and the history
     alike; not ``function``), and a key field takes only a transform that keeps its identity:
-    ``rename``, ``mask`` with hmac, ``cast`` to string (core/transforms/keyed_rows.py)."""
+    ``rename``, ``mask`` with hmac, ``cast`` to string (core/transforms/keyed_rows.py). On a
+    topic keyed by its Kafka key they reshape the value; the key columns, the Kafka key's, take
+    none."""
     decoder: str | None = None
     """``format: decoder``: the user decoder ``"package.module:function"`` that turns each
     message into an Avro record and its schema (core/formats/decoders.py); checked importable when
@@ -229,13 +234,10 @@ def read_topic(
         )
     transforms = read_transforms(section.get("transforms"), f"{path}.transforms", problems)
     if transforms and "keyed" in section and _kafka_keyed(section):
-        # keyed/table_stage.py stages a table topic's values as decoded: transforms would be
-        # silently skipped there (a mask not applied), so they are refused until it runs them.
-        problems.add(
-            f"{path}.transforms",
-            "not with keyed.key_from: kafka_key yet (a table topic's values are staged as "
-            "decoded); transforms apply to debezium and value-keyed topics",
-        )
+        # A table topic's transforms reshape its value; its key columns are the Kafka key's.
+        key = keyed.key if keyed is not None else ()
+        for where, message in table_transform_problems(transforms, key):
+            problems.add(f"{path}.transforms{where}", message)
     elif transforms and "keyed" in section:
         # keyed.key names source fields; unset (Debezium), the stage run and the merge check
         # the Kafka key's (keyed/stage.py, keyed/merge.py).

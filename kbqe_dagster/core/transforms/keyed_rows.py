@@ -82,6 +82,46 @@ def keyed_transform_problems(specs: Sequence[Any], key: Sequence[str]) -> list[t
     return _walk(specs, key)[1]
 
 
+def table_transform_problems(specs: Sequence[Any], key: Sequence[str]) -> list[tuple[str, str]]:
+    """``([INDEX], problem)`` of ``specs`` on a topic keyed by its Kafka key (``keyed.key_from:
+    kafka_key``) whose key columns are ``key`` (empty: an Avro key's, known per key schema).
+    Such a topic's transforms reshape its **value**: the key columns come from the Kafka key
+    and no transform changes them, so one that names a key column — or makes a value field
+    one, which the layout would then leave out — is refused, as is ``function``."""
+    problems: list[tuple[str, str]] = []
+    taken = {name.lower() for name in key}
+    for index, spec in enumerate(specs):
+        if isinstance(spec, FunctionTransform):
+            problems.append((f"[{index}]", FUNCTION_ON_KEYED))
+            continue
+        named = [n for n in _names(spec) if n.lower() in taken]
+        if named:
+            problems.append((f"[{index}]", (
+                f"{kind_of(spec)} of key column {named[0]!r}: a topic keyed by its Kafka key "
+                "takes its key columns from the Kafka key, which transforms do not change; "
+                "they apply to the value's fields")))  # fmt: skip
+    return problems
+
+
+def _names(spec: Any) -> tuple[str, ...]:
+    """The fields a transform reads or writes by name."""
+    if isinstance(spec, RenameField):
+        return (spec.rename, spec.to)
+    if isinstance(spec, DropFields):
+        return tuple(spec.drop)
+    if isinstance(spec, MaskField):
+        return (spec.mask,)
+    if isinstance(spec, CastField):
+        return (spec.cast,)
+    if isinstance(spec, ConvertTimestamp):
+        return (spec.timestamp,)
+    if isinstance(spec, ComputeField):
+        return (spec.compute,)
+    if isinstance(spec, AddField):
+        return (spec.add,)
+    return ()
+
+
 def key_columns(specs: Sequence[Any], key: Sequence[str], where: str) -> tuple[str, ...]:
     """The changelog columns of the source key fields ``key`` after ``specs`` (a renamed key
     field's new name). ValueError naming each refused transform as ``where[INDEX]``
