@@ -212,7 +212,7 @@ TRANSFORMS = [
     {"cast": "userId", "to": "string"},
     {"add": "pipeline", "value": "bench"},
 ]
-"""``--transforms``: kinds the native kernel does (formats/kernel_transforms.py), on fields
+"""``--transforms``: kinds the native kernel does (core/transforms/kernel_transforms.py), on fields
 routing and event time do not read."""
 
 

@@ -15,7 +15,7 @@ shared, loaded machine), best of ``--repeat``:
 * ``dest3``: a topic drop, then three destinations: the whole record, a projection in another
   order, and one with its own cast to string and constant, projected: each message staged
   three times;
-* ``kernel4``: the transforms the native kernel does (formats/kernel_transforms.py): a rename,
+* ``kernel4``: the transforms the native kernel does (core/transforms/kernel_transforms.py): a rename,
   a drop, an int cast to string, a constant;
 * ``rewrite3``: what the kernel rewrites (kernel/src/rewrite.rs): an HMAC mask of ``email``,
   ``id`` read as epoch seconds converted to a timestamp-millis, and ``add`` of a header.

@@ -398,8 +398,11 @@ key's fields (the first keyed message's registry or embedded key schema: the run
 the transform, nothing staged) and again by the merge. Debezium's unavailable-value placeholder (an unchanged
 TOASTed column) keeps meaning "unchanged": masked, renamed or cast to string it stays the
 placeholder, a string `compute` reading it is the placeholder, and any other conversion of
-it fails that change as `transform_failed` naming the field. Keyed topics with transforms
-take the Python stage path (the native kernel slices rows, it does not transform them).
+it fails that change as `transform_failed` naming the field. On a Debezium or plain keyed
+topic, the native kernel does the transforms the append kernels do exactly (renames, drops,
+constants, masks, timestamps between numbers, exact casts) inside the row; a `compute`, an
+`add` of a part of the message, or a masked value holding the placeholder takes the Python
+path, which stages the same files.
 
 `destinations` sends each message to several tables instead of one
 ([`examples/destinations.yaml`](../examples/destinations.yaml)): each item has its own

@@ -8,7 +8,7 @@ its derived schema's encoding, all built before any is appended. The kernel does
 case (:func:`destination_output`): every destination routes ``static`` or by
 ``schema_name`` (one table per schema, decided here once), none has a ``when``, and the
 topic's transforms followed by the destination's are of the kinds the Avro kernel does
-(formats/kernel_transforms.py, ``kernel_transforms`` over the composed list, which also
+(core/transforms/kernel_transforms.py, ``kernel_transforms`` over the composed list, which also
 refuses a transform of a name routing or event time reads: the kernel reads them from the
 original body). A projection keeps the transformed record's fields in its order: the kernel
 copies the body's spans of the declared fields in that order, with the encodings of the
@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
 from kbqe_dagster.core.transforms.destinations import DestinationConfig
-from kbqe_dagster.core.transforms.specs import AddField, DropFields, RenameField
-from kbqe_dagster.formats.kernel_transforms import (
+from kbqe_dagster.core.transforms.kernel_transforms import (
     FieldRewrite,
     KernelTransforms,
     MessagePart,
     kernel_kinds,
     kernel_transforms,
 )
+from kbqe_dagster.core.transforms.specs import AddField, DropFields, RenameField
 from kbqe_dagster.staging.native_kernel import NativeStaging
 
 if TYPE_CHECKING:

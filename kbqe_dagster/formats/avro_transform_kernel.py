@@ -2,7 +2,7 @@
 (formats/transform_stage.py's ``TransformRangeStager.native_driver``): the append kernel's loop
 (staging/native_kernel.py) over ``kernel/src/avro_transform.rs``.
 
-When every transform is of a kind the kernel does (formats/kernel_transforms.py,
+When every transform is of a kind the kernel does (core/transforms/kernel_transforms.py,
 ``kernel_kinds(..., rewrites=True)``: renames, drops, constant adds, casts that keep bytes or
 whose result is exact from the encoded value, masks, timestamps between numbers, adds of parts
 of the message), this driver gives the kernel each registry schema with the plan
@@ -31,7 +31,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from kbqe_dagster.formats.kernel_transforms import kernel_kinds, kernel_transforms
+from kbqe_dagster.core.transforms.kernel_transforms import kernel_kinds, kernel_transforms
 from kbqe_dagster.staging.native_kernel import NativeStaging
 
 if TYPE_CHECKING:

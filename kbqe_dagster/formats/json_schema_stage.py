@@ -21,7 +21,7 @@ binary form to slice).
 
 **The native kernel** (``kernel/src/json_schema.rs``) does the same for a topic without
 destinations whose transforms, if any, only rename, drop and add constant fields as the JSON
-kernel does them (formats/kernel_transforms.py, ``kernel_transforms``), of a schema whose values
+kernel does them (core/transforms/kernel_transforms.py, ``kernel_transforms``), of a schema whose values
 routing and event time read are the same in JSON and Avro form (:func:`_reads_alike`):
 :class:`JsonSchemaKernelStaging`, this stager's ``native_driver``,
 gives it each schema id's JSON Schema and derived Avro record the first time the id is met,
@@ -63,7 +63,7 @@ from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import extended_schema
 from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.core.transforms.compiler import field_values
-from kbqe_dagster.formats.kernel_transforms import kernel_kinds, kernel_transforms
+from kbqe_dagster.core.transforms.kernel_transforms import kernel_kinds, kernel_transforms
 from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging

@@ -14,7 +14,7 @@ Avro's JSON encoding does.
 
 **The native kernel** (``kernel/src/json.rs``) does the same for a topic without transforms or
 destinations, or whose transforms only rename, drop, add constants or parts of the message,
-mask, convert timestamps between numbers or cast exactly (formats/kernel_transforms.py; the
+mask, convert timestamps between numbers or cast exactly (core/transforms/kernel_transforms.py; the
 per-field rewrites and parts in ``kernel/src/rewrite.rs``):
 :class:`JsonKernelStaging`, this stager's ``native_driver``, gives it the declared schema
 once, and it parses, checks and encodes each value in Rust. Every message it
@@ -41,8 +41,8 @@ from kbqe_dagster.core.errors import BadInputError, JsonDecodeError, JsonSchemaM
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
+from kbqe_dagster.core.transforms.kernel_transforms import kernel_transforms
 from kbqe_dagster.formats.avro_destination_kernel import destinations_on_kernel, kernel_outputs
-from kbqe_dagster.formats.kernel_transforms import kernel_transforms
 from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging

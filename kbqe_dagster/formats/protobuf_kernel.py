@@ -12,7 +12,7 @@ A frame that does not resolve, a type the program refuses (proto2 ``required``, 
 closed enums, extensions) or a route the router refuses is never judged here: those messages
 go to the Python path, which stages or dead-letters them with its own reasons.
 
-A topic whose transforms only rename, drop and add constant fields (formats/kernel_transforms.py,
+A topic whose transforms only rename, drop and add constant fields (core/transforms/kernel_transforms.py,
 ``kernel_transforms``, checked per message type against its Avro mapping) stages here too:
 Python converts the whole message before its transforms, so the kernel decodes and checks as
 without them, cuts the dropped fields from the body and appends the constants
@@ -30,7 +30,7 @@ from kbqe_dagster.core.formats.protobuf_program import kernel_program
 from kbqe_dagster.core.formats.protobuf_wire import read_message_indexes
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
 from kbqe_dagster.core.record.wire import HEADER_SIZE
-from kbqe_dagster.formats.kernel_transforms import kernel_transforms
+from kbqe_dagster.core.transforms.kernel_transforms import kernel_transforms
 from kbqe_dagster.staging.native_kernel import NativeStaging
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ file schemas. With transforms every file carries its derived schema's declared i
 
 **The native kernel** (``kernel/src/protobuf.rs``) does the same for a topic without
 destinations whose transforms, if any, only rename, drop and add constant fields as the JSON
-kernel does them (formats/kernel_transforms.py, ``kernel_transforms``; routing and event time read the
+kernel does them (core/transforms/kernel_transforms.py, ``kernel_transforms``; routing and event time read the
 converted record on both paths, so no more is needed): :class:`~kbqe_dagster.formats.protobuf_kernel.ProtobufKernelStaging`, this
 stager's ``native_driver``, gives it each message type's decoding program
 (core/formats/protobuf_program.py) the first time a frame names it, and it decodes the binary
@@ -66,7 +66,7 @@ from kbqe_dagster.core.formats.protobuf_wire import FIRST_MESSAGE, read_message_
 from kbqe_dagster.core.formats.source_format import declared_schema_id
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.wire import HEADER_SIZE
-from kbqe_dagster.formats.kernel_transforms import kernel_kinds
+from kbqe_dagster.core.transforms.kernel_transforms import kernel_kinds
 from kbqe_dagster.formats.protobuf_kernel import ProtobufKernelStaging
 from kbqe_dagster.formats.transform_stage import StagedSchema, TransformingStager
 from kbqe_dagster.resources.protobuf_compiler import ROOT_FILE, compile_files, registry_proto_files

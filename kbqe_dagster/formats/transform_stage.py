@@ -19,7 +19,7 @@ path (no body slicing) for decode → transform → encode with fastavro:
 
 **The native kernel** does the Avro path with transforms too when every transform renames,
 drops, adds a constant or a part of the message, masks, converts a timestamp between numbers,
-or casts without changing bytes or exactly (formats/kernel_transforms.py; with destinations,
+or casts without changing bytes or exactly (core/transforms/kernel_transforms.py; with destinations,
 see below): :class:`TransformRangeStager`'s ``native_driver``
 (formats/avro_transform_kernel.py) gives it each registry schema with its transform plan, and
 it copies the body's bytes reshaped. This module stays the reference: every message whose
@@ -69,6 +69,7 @@ from kbqe_dagster.core.transforms.compiler import (
     field_values,
     hmac_keys,
 )
+from kbqe_dagster.core.transforms.kernel_transforms import kernel_kinds
 from kbqe_dagster.core.transforms.kinds import message_meta
 from kbqe_dagster.formats.avro_destination_kernel import (
     AvroDestinationKernelStaging,
@@ -76,7 +77,6 @@ from kbqe_dagster.formats.avro_destination_kernel import (
 )
 from kbqe_dagster.formats.avro_transform_kernel import AvroTransformKernelStaging
 from kbqe_dagster.formats.destination_stage import DestinationFanOut
-from kbqe_dagster.formats.kernel_transforms import kernel_kinds
 from kbqe_dagster.staging.context import StageContext
 from kbqe_dagster.staging.native_kernel import NativeStaging
 from kbqe_dagster.staging.stager import Decoder, RangeStager

@@ -61,7 +61,7 @@ from kbqe_dagster.core.keyed.contract import (
     SourceFormat,
 )
 from kbqe_dagster.core.transforms.compiler import Compiled, MessageMeta, compile_transforms
-from kbqe_dagster.core.transforms.keyed_rows import transform_row
+from kbqe_dagster.core.transforms.keyed_rows import plain_types, read_fields, transform_row
 from kbqe_dagster.keyed.avro_skip import (
     SkipCompiler,
     encode_long,
@@ -173,15 +173,24 @@ class RowTransform:
 
     @cached_property
     def _codecs(self) -> tuple[Any, Any]:
+        # The fields no transform reads stay in their Avro form (keyed_rows.plain_types): the
+        # same bytes out, whatever Python's types can hold (as the native kernel copies them).
+        read = read_fields(self.specs)
         return (
-            parse_schema(dict(self.compiled.input_schema), _write_hint=False),
-            parse_schema(self.compiled.output_schema, _write_hint=False),
+            parse_schema(plain_types(self.compiled.input_schema, read), _write_hint=False),
+            parse_schema(plain_types(self.compiled.output_schema, read), _write_hint=False),
         )
 
     def apply(self, row: bytes, meta: MessageMeta) -> bytes:
         """The transformed row's bytes; :class:`TransformFailedError` names the transform."""
         reader, writer = self._codecs
-        record = schemaless_reader(BytesIO(row), reader, None)
+        try:
+            record = schemaless_reader(BytesIO(row), reader, None)
+        except Exception as error:  # noqa: BLE001 - a valid encoding Python cannot hold
+            # (a date past year 9999): the row cannot be transformed, the message is bad input.
+            raise TransformFailedError(
+                f"the row does not decode for its transforms: {type(error).__name__}: {error}"
+            ) from None
         record = transform_row(self.compiled, self.specs, record, meta, self.placeholder)
         out = BytesIO()
         try:

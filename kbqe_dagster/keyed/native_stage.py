@@ -11,8 +11,17 @@ from the validated body, as :meth:`ChangeLayout.body` does, re-encoding the row 
 Connect semantic types whose bytes change (:meth:`ChangeLayout.kernel_rewrites`); it counts and skips tombstones (null
 values) as :meth:`KeyedRangeStager.add` does. Whatever it is not certain about — a message that
 is not a row change, a schema whose layout or types it does not implement — is handed back to
-the Python path, and a topic with ``transforms`` is left to it whole (:meth:`for_range`), so files, dead letters, counts and tombstones are that path's
+the Python path, so files, dead letters, counts and tombstones are that path's
 (docs/architecture.md, "Keyed change topics on the kernel").
+
+A topic's ``transforms`` reshape the row (keyed/changes.py ``RowTransform``). Where
+core/transforms/kernel_transforms.py finds the kernel can do them over a schema's row (renames,
+drops, constants, masks, timestamps between numbers, exact casts: never a ``compute`` or a part
+of the message), the kernel gets them with the cut (``add_transformed_change_schema``): it
+leaves the dropped fields out, rewrites the masked, converted and cast ones, appends the
+constants, and hands back a message whose rewritten field holds Debezium's unavailable-value
+placeholder (which the Python path keeps "unchanged"). Other transforms leave the schema's
+messages to the Python path.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from fastavro import parse_schema
 
 from kbqe_dagster.core.errors import BadInputError
+from kbqe_dagster.core.transforms.kernel_transforms import kernel_transforms
 from kbqe_dagster.keyed.changes import change_paths
 from kbqe_dagster.staging.native_kernel import NativeStaging
 
@@ -49,11 +59,10 @@ class KeyedNativeStaging(NativeStaging):
     @classmethod
     def for_range(cls, stager: Any, extension: Any) -> KeyedNativeStaging | None:
         """The driver, or None when the range takes the Python path: a topic with
-        ``transforms`` (the kernel slices rows; a transformed row is decoded, transformed and
-        encoded again by keyed/changes.py ``RowTransform``), or an HOUR-partitioned table (the
+        ``transforms`` and a kernel built before them, or an HOUR-partitioned table (the
         event hour column is the Python path's; the configuration refuses HOUR for keyed
         tables today: defensive)."""
-        if stager.topic.transforms:
+        if stager.topic.transforms and not hasattr(extension.StageKernel, TRANSFORMED):
             return None
         changelog = stager.changelog
         if stager.pipeline.topic_may_write_hourly(stager.topic.name) or stager.pipeline.is_hourly(
@@ -85,10 +94,21 @@ class KeyedNativeStaging(NativeStaging):
             if registered is None:  # resolved a moment ago: the registry's to say again
                 raise ValueError(f"schema id {schema_id} is no longer in the registry")
             text = json.dumps(parse_schema(registered.schema, _write_hint=False))
+            # A transformed row's files carry the derived record's own id (keyed/stage.py).
+            file_id = schema_id if decoder.file_schema_id is None else decoder.file_schema_id
             slot = self._slot(
-                stager.changelog.dataset, stager.changelog.table, schema_id, decoder.schema
+                stager.changelog.dataset, stager.changelog.table, file_id, decoder.schema
             )
-            self.kernel.add_change_schema(header, text, slot, kind, list(fields), slots, rewrites)
+            transform = decoder.layout.transform
+            if transform is None:
+                self.kernel.add_change_schema(
+                    header, text, slot, kind, list(fields), slots, rewrites
+                )
+            else:
+                self.kernel.add_transformed_change_schema(
+                    header, text, slot, kind, list(fields), slots, rewrites,
+                    *_row_edits(stager.topic.transforms, transform, stager.hmac_keys),
+                )  # fmt: skip
         except (BadInputError, ValueError) as error:
             self._offered[header] = str(error)
             log.debug(
@@ -96,3 +116,28 @@ class KeyedNativeStaging(NativeStaging):
             )
             return
         self._offered[header] = None
+
+
+TRANSFORMED = "add_transformed_change_schema"
+"""The ``StageKernel`` method of keyed topics with transforms (a kernel built before it leaves
+them on the Python path)."""
+
+
+def _row_edits(specs: Any, transform: Any, keys: Any) -> tuple[list, list, bytes, str]:
+    """What the kernel does for ``transform`` (keyed/changes.py ``RowTransform``: ``specs``
+    over the row as the changelog would hold it otherwise; ``keys``: the masks' hmac keys by
+    index): the dropped row fields' indexes, the rewritten ones' ``(index, spec, hmac key)``,
+    the constants' encoding, the placeholder ("" for none). ValueError when the kernel cannot
+    do them exactly (a ``compute``, a part of the message, a chain)."""
+    row = transform.compiled.input_schema
+    # Routing, event time and the change columns read the message as it came: nothing of the
+    # row (``read`` empty), and a decoded row carries every field (``complete``).
+    done = kernel_transforms(specs, row, (), keys, complete=True)
+    if done is None or done.parts:
+        raise ValueError("transforms the kernel does not do for this row")
+    done = done.digits_rewritten(row)
+    index = {f["name"]: i for i, f in enumerate(row["fields"])}
+    drops = [index[name] for name in done.drops]
+    rewrites = [(index[r.field], r.spec(), r.key) for r in done.rewrites]  # the key: never logged
+    constants = done.constants_encoding(transform.compiled.output_schema) if done.constants else b""
+    return drops, rewrites, constants, transform.placeholder or ""

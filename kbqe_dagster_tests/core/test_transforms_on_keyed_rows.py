@@ -220,3 +220,37 @@ def test_a_topic_keyed_by_its_kafka_key_refuses_a_function_transform() -> None:
                  "fields": {"segment": "string?"}}  # fmt: skip
     text = problems([transform], keyed=TABLE_KEYED, source_format="avro")
     assert "topics[0].transforms[0]: function is not allowed on a keyed topic" in text
+
+
+def test_a_row_transform_reads_only_the_fields_it_transforms_under_each_of_their_names() -> None:
+    from kbqe_dagster.core.transforms.keyed_rows import read_fields
+
+    specs = parse([
+        {"rename": "email", "to": "mail"}, {"mask": "mail", "key_env": "K"},
+        {"drop": "notes"}, {"add": "source", "value": "pg"},
+        {"compute": "initial", "expression": "upper(first_name)", "type": "string"},
+    ]).transforms  # fmt: skip
+    assert read_fields(specs) == {"email", "mail", "initial", "upper", "first_name"}
+
+
+def test_a_field_no_transform_reads_keeps_its_avro_form_so_any_valid_value_passes() -> None:
+    """A date past year 9999 is a valid Avro int that Python's ``date`` cannot hold: decoded
+    plain, it passes through a row transform as its bytes (as the native kernel copies it)."""
+    import io
+
+    import fastavro
+
+    from kbqe_dagster.core.transforms.keyed_rows import plain_types
+
+    date = {"type": "int", "logicalType": "date"}
+    row = {"type": "record", "name": "R", "fields": [
+        {"name": "born", "type": ["null", date]}, {"name": "seen", "type": date}]}  # fmt: skip
+    plain = plain_types(row, {"seen"})
+    assert plain["fields"][0]["type"] == ["null", {"type": "int"}]
+    assert plain["fields"][1]["type"] == date  # read by a transform: its logical type stays
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(plain_types(row, set())),
+                               {"born": 5_000_000, "seen": 0})  # fmt: skip
+    body = out.getvalue()
+    record = fastavro.schemaless_reader(io.BytesIO(body), fastavro.parse_schema(plain), None)
+    assert record["born"] == 5_000_000

@@ -34,6 +34,12 @@ import fastavro
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
 from kbqe_dagster.core.transforms.compiler import compile_transforms
+from kbqe_dagster.core.transforms.kernel_transforms import (
+    cast_keeps_bytes,
+    cast_rewrite,
+    cast_to_digits,
+    kernel_transforms,
+)
 from kbqe_dagster.core.transforms.specs import (
     AddField,
     CastField,
@@ -46,12 +52,6 @@ from kbqe_dagster.core.transforms.specs import (
     MessageSource,
     RenameField,
     TimeFormat,
-)
-from kbqe_dagster.formats.kernel_transforms import (
-    cast_keeps_bytes,
-    cast_rewrite,
-    cast_to_digits,
-    kernel_transforms,
 )
 from kbqe_dagster.staging import native_kernel
 from kbqe_dagster_tests.staging.kernel_equality import Msg

@@ -23,10 +23,10 @@ import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.transforms.kernel_transforms import KernelTransforms, kernel_transforms
 from kbqe_dagster.core.transforms.specs import AddField, CastField, CastType, DropFields
 from kbqe_dagster.formats.avro_destination_kernel import AvroDestinationKernelStaging
 from kbqe_dagster.formats.avro_transform_kernel import AvroTransformKernelStaging
-from kbqe_dagster.formats.kernel_transforms import KernelTransforms, kernel_transforms
 from kbqe_dagster.formats.transform_stage import TransformRangeStager
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings

@@ -13,14 +13,14 @@ import pytest
 
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.core.protocol.offsets import OffsetRange
-from kbqe_dagster.core.transforms.specs import DropFields, RenameField
-from kbqe_dagster.formats.kernel_transforms import (
+from kbqe_dagster.core.transforms.kernel_transforms import (
     KernelTransforms,
     cast_keeps_bytes,
     cast_rewrite,
     cast_to_digits,
     kernel_transforms,
 )
+from kbqe_dagster.core.transforms.specs import DropFields, RenameField
 from kbqe_dagster.resources.kafka.clients import KafkaSettings
 from kbqe_dagster.resources.schema_registry import RegistrySettings
 from kbqe_dagster.resources.staging_store import StagingLocation

@@ -151,7 +151,7 @@ KERNEL_TRANSFORMS = [
     {"add": "trace", "header": "trace-id"},
     {"add": "kafka_at", "message": "timestamp"},
 ]
-"""Transforms the native kernel does (formats/kernel_transforms.py): staged on the kernel when
+"""Transforms the native kernel does (core/transforms/kernel_transforms.py): staged on the kernel when
 it is built and the switch is on, on the Python path otherwise; the same rows either way. The
 hmac mask and the parts of the message (a header whose name comes twice: the last wins; the
 Kafka timestamp) are rewrite.rs's on the Avro kernel."""

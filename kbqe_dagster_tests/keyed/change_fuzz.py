@@ -19,11 +19,13 @@ bad frames, unknown schema ids and oversized values.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig
+from kbqe_dagster.core.transforms.specs import AddField
+from kbqe_dagster_tests.formats.json_fuzz import draw_kernel_transforms
 from kbqe_dagster_tests.staging.avro_fuzz import (
     SchemaFactory,
     ValueFactory,
@@ -388,3 +390,42 @@ def version(rng: random.Random, t: Any, values: ValueFactory) -> Any:
     if special is not None or isinstance(t, list):
         return special
     return values.value(t)
+
+
+def with_row_transforms(make: Any) -> Any:
+    """``make``'s scenarios with transforms over the row that the kernel does
+    (json_fuzz.draw_kernel_transforms with rewrites: renames, drops, casts, masks, timestamps
+    between numbers, constants; no parts of the message, which leave a schema to the Python
+    path whole), drawn over the row fields every schema has alike but the key field ``id``
+    (the keyed rules refuse most of them there), from a generator of their own so the
+    messages are those of the same seed."""
+
+    def transformed(seed: int, messages: int) -> Any:
+        case = make(seed, messages)
+        rng = random.Random(~seed)
+        rows = [row_record(schema, case.form) for _, schema in sorted(case.schemas.items())]
+        common = [f for f in rows[0]["fields"] if f["name"] != "id"
+                  and all(f in row["fields"] for row in rows[1:])]  # fmt: skip
+        row = {**rows[0], "fields": common}
+        specs = tuple(
+            spec for spec in draw_kernel_transforms(rng, row, (), rewrites=True)
+            if not (isinstance(spec, AddField) and (spec.header or spec.message))
+        )  # fmt: skip
+        topic = case.pipeline.topics[0]
+        case.pipeline = replace(case.pipeline, topics=(replace(topic, transforms=specs),))
+        return case
+
+    return transformed
+
+
+def row_record(schema: dict, form: str) -> dict:
+    """The row record of a change schema: an envelope's image, a flat record's fields before
+    the first ``__`` one, a plain record whole."""
+    if form == "envelope":
+        image = next(f for f in schema["fields"] if f["name"] in ("before", "after"))
+        return next(t for t in image["type"] if isinstance(t, dict))
+    if form == "flat":
+        fields = schema["fields"]
+        end = next((i for i, f in enumerate(fields) if f["name"].startswith("__")), len(fields))
+        return {**schema, "fields": fields[:end]}
+    return schema

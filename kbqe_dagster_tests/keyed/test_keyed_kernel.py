@@ -18,6 +18,7 @@ import pytest
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config
 from kbqe_dagster.demo.debezium import ROW_V1, ROW_V2, CustomersTable, envelope_schema, frame
 from kbqe_dagster.demo.debezium_changes import Change, value_record
+from kbqe_dagster_tests.formats.json_fuzz import FUZZ_HMAC_ENV
 from kbqe_dagster_tests.keyed import change_fuzz
 from kbqe_dagster_tests.staging.kernel_equality import (
     Msg,
@@ -223,6 +224,24 @@ def test_keyed_differential_fuzz(tmp_path_factory, pytestconfig):
     assert tally.share > 0.9, "the kernel staged too few records to prove anything"
 
 
+def test_keyed_differential_fuzz_with_row_transforms(tmp_path_factory, pytestconfig, monkeypatch):
+    """The same scenarios with transforms over the row that the kernel does (renames, drops,
+    casts, masks, timestamps, constants; change_fuzz.with_row_transforms): identical commits,
+    and the kernel stages most records that stage."""
+    if not hasattr(kernel.StageKernel, "add_transformed_change_schema"):
+        pytest.skip("the installed kernel predates keyed transforms (make install)")
+    monkeypatch.setenv(FUZZ_HMAC_ENV, "fuzz-key")
+    tally = differential_fuzz(
+        "keyed transformed",
+        change_fuzz.TOPIC,
+        change_fuzz.with_row_transforms(change_fuzz.scenario),
+        pytestconfig,
+        tmp_path_factory,
+        schemas_of=lambda case: case.schemas,
+    )
+    assert tally.share > 0.8, "the kernel staged too few records to prove anything"
+
+
 # --- Kafka Connect semantic types (core/formats/connect_types.py) -----------------------------
 def semantic(name, avro):
     return {"type": avro, "connect.version": 1, "connect.name": name}
@@ -413,19 +432,21 @@ KEYED_TRANSFORMS = [
 ]
 
 
-def test_a_topic_with_transforms_is_left_to_the_python_path_with_the_same_files(
+def test_transforms_the_kernel_cannot_do_leave_each_schema_to_the_python_path(
     tmp_path, monkeypatch
 ):
-    """The kernel slices rows and does not transform them: a keyed topic with transforms is
-    declined whole (``KeyedNativeStaging.for_range``), so a stage run with the kernel built
-    commits exactly what the Python path commits."""
+    """A ``compute`` and a part of the message (the Kafka key) are the Python path's: each
+    writer schema is left to it (``add_transformed_change_schema`` is not called), so a stage
+    run with the kernel built commits exactly what the Python path commits."""
     monkeypatch.setenv("KBQE_TEST_MASK_KEY", "k")
     schemas = {4: envelope_schema(NS, ROW_V1), 5: envelope_schema(NS, ROW_V2, ts_precision=True)}
     msgs = table_stream(schemas)
     config = debezium(transforms=KEYED_TRANSFORMS)
     python = stage(tmp_path, config, TOPIC, schemas, msgs, native=False)
-    native = stage(tmp_path, config, TOPIC, schemas, msgs, native=True, kernel_declines=True)
+    native = stage(tmp_path, config, TOPIC, schemas, msgs, native=True)
     assert_same(python, native)
+    # Only the tombstones (counted and skipped) are the kernel's: every change goes back.
+    assert native.kernel_messages == sum(m.value() is None for m in msgs)
     assert python.result.dead_letters == {}
     assert python.result.records == sum(m.value() is not None for m in msgs)
     # Transformed changelog files carry their derived schema's own id, not the registry's.
@@ -435,3 +456,66 @@ def test_a_topic_with_transforms_is_left_to_the_python_path_with_the_same_files(
             for r in fastavro.reader(io.BytesIO(data))]  # fmt: skip
     assert {r["kafka_key"] for r in rows} == {r["customer_id"] for r in rows}
     assert all(len(r["email"]) == 64 and "last_name" not in r for r in rows)
+
+
+KERNEL_TRANSFORMS = [
+    {"cast": "id", "to": "string"},  # a key field: to string keeps its identity
+    {"rename": "id", "to": "customer_id"},  # (a cast of the renamed name would be a chain)
+    {"mask": "email", "key_env": "KBQE_TEST_MASK_KEY"},
+    {"mask": "first_name", "method": "null"},
+    {"drop": "last_name"},
+    {"add": "source_db", "value": "inventory"},
+]
+
+
+def test_renames_casts_masks_drops_and_constants_are_done_by_the_kernel_as_python_does(
+    tmp_path, monkeypatch
+):
+    """Transforms the kernel does exactly (core/transforms/kernel_transforms.py) are taught
+    with each writer schema's cut: every change, both images alike, is staged by the kernel
+    into the Python path's files, byte for byte."""
+    if not hasattr(kernel.StageKernel, "add_transformed_change_schema"):
+        pytest.skip("the installed kernel predates keyed transforms (make install)")
+    monkeypatch.setenv("KBQE_TEST_MASK_KEY", "k")
+    schemas = {4: envelope_schema(NS, ROW_V1), 5: envelope_schema(NS, ROW_V2, ts_precision=True)}
+    msgs = table_stream(schemas)
+    config = debezium(transforms=KERNEL_TRANSFORMS)
+    python, native = both(tmp_path, config, schemas, msgs)
+    changes = sum(m.value() is not None for m in msgs)
+    assert python.result.records == changes and python.result.dead_letters == {}
+    assert native.kernel_messages == len(msgs) and native.handbacks == {}
+    rows = [r for name, data in python.files.items() if name.endswith(".avro")
+            for r in fastavro.reader(io.BytesIO(data))]  # fmt: skip
+    assert all(isinstance(r["customer_id"], str) and len(r["email"]) == 64 for r in rows)
+    assert all("last_name" not in r and r["first_name"] is None for r in rows)
+    assert {r["source_db"] for r in rows} == {"inventory"}
+
+
+PLACEHOLDER = "__debezium_unavailable_value"
+
+
+def test_a_masked_field_holding_the_unavailable_value_goes_back_and_stays_the_placeholder(
+    tmp_path, monkeypatch
+):
+    """Debezium's placeholder (an unchanged TOASTed column) means "unchanged" through a mask
+    (core/transforms/keyed_rows.py): the kernel hands such a change back, the Python path
+    keeps the placeholder, and the other changes are the kernel's."""
+    if not hasattr(kernel.StageKernel, "add_transformed_change_schema"):
+        pytest.skip("the installed kernel predates keyed transforms (make install)")
+    monkeypatch.setenv("KBQE_TEST_MASK_KEY", "k")
+    schemas = {4: envelope_schema(NS, ROW_V1)}
+    rows = [
+        {"id": 1, "first_name": "Ada", "last_name": "L", "email": "ada@x.org"},
+        {"id": 1, "first_name": "Ada", "last_name": "L", "email": PLACEHOLDER},
+        {"id": 2, "first_name": "Bob", "last_name": PLACEHOLDER, "email": "bob@x.org"},
+    ]
+    changes = [Change(r["id"], "u", None, r, 1_726_238_205_000 + i) for i, r in enumerate(rows)]
+    msgs = [Msg(TOPIC, 0, i, frame(4, schemas[4], value_record(c, NS)), key=b"%d" % c.id)
+            for i, c in enumerate(changes)]  # fmt: skip
+    config = debezium(transforms=[{"mask": "email", "key_env": "KBQE_TEST_MASK_KEY"},
+                                  {"drop": "last_name"}])  # fmt: skip
+    python, native = both(tmp_path, config, schemas, msgs)
+    assert native.kernel_messages == 2 and sum(native.handbacks.values()) == 1
+    emails = [r["email"] for name, data in sorted(python.files.items()) if name.endswith(".avro")
+              for r in fastavro.reader(io.BytesIO(data))]  # fmt: skip
+    assert sorted(emails, key=len)[0] == PLACEHOLDER and sum(len(e) == 64 for e in emails) == 2

@@ -1,4 +1,4 @@
-//! Confluent Avro topics with `transforms` the kernel does (formats/kernel_transforms.py's
+//! Confluent Avro topics with `transforms` the kernel does (core/transforms/kernel_transforms.py's
 //! `kernel_transforms`: renames, drops, constant adds, casts that keep bytes or whose result is
 //! exact from the encoded value, masks, timestamps between numbers, adds of parts of the
 //! message). The Python path (formats/transform_stage.py) is the reference: fastavro decodes

@@ -33,9 +33,29 @@ use crate::schema::{Kind, Logical, NodeId, Schema, Unsupported};
 /// is one slice).
 pub struct Layout {
     cut: Cut,
-    rewrites: Vec<(usize, FieldRewrite)>,
+    /// The row fields edited, by index among the row's fields, in order: semantic values
+    /// re-encoded (`compile`), the topic's transforms' rewrites and drops (`with_transforms`).
+    edits: Vec<(usize, Edit)>,
+    /// The transforms' added constants' encoding, after the row.
+    constants: Vec<u8>,
+    /// The Avro string encoding of Debezium's unavailable-value placeholder (empty: none): a
+    /// transform rewriting a field that holds it hands the message back (keyed_rows.py keeps
+    /// the placeholder meaning "unchanged").
+    placeholder: Vec<u8>,
     /// The row record's field count (the envelope's images: `walk` notes their fields' starts).
     row_len: usize,
+}
+
+/// What becomes of one row field's bytes.
+enum Edit {
+    /// Re-encoded (rewrite.rs): a semantic value's conversion, or a transform's rewrite (a
+    /// mask, a timestamp, a cast), the latter guarded against the placeholder (`true`).
+    Rewrite(FieldRewrite, bool),
+    /// Left out (a `drop`).
+    Drop,
+    /// Left out after its semantic value is converted (a dropped semantic value: Python
+    /// converts before its transforms, so a value it cannot convert is still its verdict).
+    DropConverted(FieldRewrite),
 }
 
 enum Cut {
@@ -95,7 +115,7 @@ impl Layout {
         if rows.iter().any(|r| r.len() != row_len) {
             return Err(Unsupported("the envelope's images are different records".into()));
         }
-        let mut compiled: Vec<(usize, FieldRewrite)> = Vec::with_capacity(rewrites.len());
+        let mut compiled: Vec<(usize, Edit)> = Vec::with_capacity(rewrites.len());
         for (at, kind) in rewrites {
             let refuse = |why: &str| Unsupported(format!("row field {at} re-encoded as {kind}: {why}"));
             if compiled.last().is_some_and(|(last, _)| last >= at) {
@@ -114,9 +134,67 @@ impl Layout {
                 declared_null = Some(null);
             }
             let declared_null = declared_null.ok_or_else(|| refuse("no row"))?;
-            compiled.push((*at, FieldRewrite::semantic(kind, declared_null)?));
+            compiled.push((*at, Edit::Rewrite(FieldRewrite::semantic(kind, declared_null)?, false)));
         }
-        Ok(Layout { cut, rewrites: compiled, row_len })
+        Ok(Layout { cut, edits: compiled, constants: Vec::new(), placeholder: Vec::new(), row_len })
+    }
+
+    /// This layout with the topic's transforms over the row (keyed/changes.py `RowTransform`,
+    /// as core/transforms/kernel_transforms.py finds the kernel can do them): the row fields `drops`
+    /// left out, the fields `rewrites` re-encoded (by index among the row's fields), the added
+    /// constants' encoding `constants` after the row; a rewritten field holding `placeholder`
+    /// (Debezium's unavailable value; empty: none) is handed back. Err for an index outside
+    /// the row, a field edited twice (a semantic value is re-encoded already), or an
+    /// envelope's walk that reads nothing of its images (`plan`).
+    pub fn with_transforms(
+        mut self,
+        plan: &Plan,
+        drops: &[usize],
+        rewrites: Vec<(usize, FieldRewrite)>,
+        constants: &[u8],
+        placeholder: &str,
+    ) -> Result<Layout, Unsupported> {
+        if matches!(self.cut, Cut::Envelope { .. }) && !matches!(plan, Plan::Record(_)) {
+            return Err(Unsupported("an envelope walked whole".into()));
+        }
+        let edits = drops
+            .iter()
+            .map(|&at| (at, Edit::Drop))
+            .chain(rewrites.into_iter().map(|(at, r)| (at, Edit::Rewrite(r, true))));
+        for (at, edit) in edits {
+            if at >= self.row_len {
+                return Err(Unsupported(format!("row field {at} of {}", self.row_len)));
+            }
+            match self.edits.iter().position(|(i, _)| *i == at) {
+                Some(k) if matches!((&self.edits[k].1, &edit), (Edit::Rewrite(_, false), Edit::Drop)) => {
+                    let Edit::Rewrite(semantic, _) = std::mem::replace(&mut self.edits[k].1, Edit::Drop) else {
+                        unreachable!()
+                    };
+                    self.edits[k].1 = Edit::DropConverted(semantic);
+                }
+                Some(_) => return Err(Unsupported(format!("row field {at} edited twice"))),
+                None => self.edits.push((at, edit)),
+            }
+        }
+        self.edits.sort_by_key(|(at, _)| *at);
+        self.constants = constants.to_vec();
+        self.placeholder.clear();
+        if !placeholder.is_empty() {
+            put_long(&mut self.placeholder, placeholder.len() as i64);
+            self.placeholder.extend_from_slice(placeholder.as_bytes());
+        }
+        Ok(self)
+    }
+
+    /// Whether the row is copied field by field (edits or constants), not as one slice.
+    fn reshapes(&self) -> bool {
+        !self.edits.is_empty() || !self.constants.is_empty()
+    }
+
+    /// Whether a field's bytes are the placeholder string (or a union's branch of it).
+    fn holds_placeholder(&self, field: &[u8]) -> bool {
+        let p = &self.placeholder[..];
+        !p.is_empty() && (field == p || (field.len() == p.len() + 1 && &field[1..] == p))
     }
 
     /// Walk the whole body as the append path does (validating it, reading the wanted values)
@@ -133,7 +211,7 @@ impl Layout {
         starts: &mut Vec<usize>,
     ) -> R<()> {
         let schema = walker.schema;
-        if self.rewrites.is_empty() {
+        if !self.reshapes() {
             if let Cut::Plain { .. } = self.cut {
                 return walker.walk(schema.top, plan, c, values, 0);
             }
@@ -175,7 +253,7 @@ impl Layout {
                 let version = version_of(values[version])?;
                 let delete = op == b'd';
                 let (field, row_branch) = if delete { before } else { after };
-                if !self.rewrites.is_empty() {
+                if self.reshapes() {
                     // `walk`'s starts: the image's span, then its row fields' (0: a null image).
                     let which = delete as usize ^ 1;
                     let n = self.row_len + 1;
@@ -213,7 +291,7 @@ impl Layout {
                 }
                 .unwrap_or(if deleted { b'd' } else { b'u' });
                 columns(out, op, version, deleted || op == b'd');
-                if !self.rewrites.is_empty() {
+                if self.reshapes() {
                     return self.copy_row(body, &starts[..=row_fields], out);
                 }
                 out.extend_from_slice(&body[..starts[row_fields]]);
@@ -231,7 +309,7 @@ impl Layout {
                     Some(_) => return Err(Stop),
                 };
                 columns(out, if deleted { b'd' } else { b'u' }, version, deleted);
-                if !self.rewrites.is_empty() {
+                if self.reshapes() {
                     return self.copy_row(body, starts, out);
                 }
                 out.extend_from_slice(body);
@@ -241,18 +319,34 @@ impl Layout {
     }
 
     /// The row whose fields start at `row` (and end at its last entry) onto `out`: its bytes,
-    /// each re-encoded field's replaced (avro_transform.rs's `Transform::record` does the same
-    /// for transforms).
+    /// each re-encoded field's replaced and each dropped one left out, then the constants
+    /// (avro_transform.rs's `Transform::record` does the same for append topics).
     fn copy_row(&self, body: &[u8], row: &[usize], out: &mut Vec<u8>) -> R<()> {
         let mut kept = row[0];
-        for (i, rewrite) in &self.rewrites {
+        for (i, edit) in &self.edits {
             out.extend_from_slice(&body[kept..row[*i]]);
-            let mark = out.len();
-            out.extend_from_slice(&body[row[*i]..row[i + 1]]);
-            rewrite.apply(out, mark)?;
+            let field = &body[row[*i]..row[i + 1]];
+            match edit {
+                Edit::Rewrite(rewrite, guarded) => {
+                    if *guarded && self.holds_placeholder(field) {
+                        return Err(Stop); // "unchanged" through the transform: Python's to keep
+                    }
+                    let mark = out.len();
+                    out.extend_from_slice(field);
+                    rewrite.apply(out, mark)?;
+                }
+                Edit::DropConverted(semantic) => {
+                    let mark = out.len();
+                    out.extend_from_slice(field);
+                    semantic.apply(out, mark)?; // its conversion's verdict, then nothing
+                    out.truncate(mark);
+                }
+                Edit::Drop => {}
+            }
             kept = row[i + 1];
         }
         out.extend_from_slice(&body[kept..row[row.len() - 1]]);
+        out.extend_from_slice(&self.constants);
         Ok(())
     }
 }
@@ -388,4 +482,56 @@ pub(crate) fn columns(out: &mut Vec<u8>, op: u8, version: i64, deleted: bool) {
     out.push(op);
     put_long(out, version);
     out.push(deleted as u8);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::{plan, Cursor, Value, Walker};
+
+    const ROW: &str = r#"{"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"},
+        {"name": "email", "type": "string"}, {"name": "notes", "type": "string"},
+        {"name": "v", "type": "long"}]}"#;
+    const PLACEHOLDER: &str = "__debezium_unavailable_value";
+
+    /// The changelog record of a plain keyed row `body` (version `v`) with a null mask of
+    /// `email`, `notes` dropped and the constant string "pg" added.
+    fn transformed(body: &[u8]) -> R<Vec<u8>> {
+        let schema = Schema::compile(ROW, &[]).unwrap();
+        let plan = plan(&schema, &["v".to_string()], true).unwrap();
+        let null_mask = FieldRewrite::parse(r#"{"op": "null", "base": "string", "out_null": 0}"#, b"").unwrap();
+        let layout = Layout::compile(&schema, &plan, "plain", &[], &[Some(0), None], &[])
+            .and_then(|l| l.with_transforms(&plan, &[2], vec![(1, null_mask)], b"\x04pg", PLACEHOLDER))
+            .unwrap();
+        let (mut values, mut starts) = (vec![Value::Null], Vec::new());
+        let mut c = Cursor::new(body);
+        layout.walk(&Walker { schema: &schema }, &plan, &mut c, &mut values, &mut starts)?;
+        let mut out = Vec::new();
+        layout.record(body, &values, &starts, &mut out)?;
+        Ok(out)
+    }
+
+    fn string(text: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_long(&mut out, text.len() as i64);
+        out.extend_from_slice(text.as_bytes());
+        out
+    }
+
+    #[test]
+    fn a_row_s_transforms_drop_rewrite_and_append_after_the_change_columns() {
+        let body = [&b"\x02"[..], &string("a@b.c"), &string("n"), b"\x0e"].concat(); // id 1, v 7
+        let out = transformed(&body).unwrap();
+        // u, version 7, not deleted; id 1, the e-mail masked to null (branch 0), no notes, v 7,
+        // then the constant.
+        assert_eq!(out, [&b"\x02u\x0e\x00\x02\x00\x0e"[..], b"\x04pg"].concat());
+    }
+
+    #[test]
+    fn a_rewritten_field_holding_the_unavailable_value_is_handed_back() {
+        let body = [&b"\x02"[..], &string(PLACEHOLDER), &string("n"), b"\x0e"].concat();
+        assert!(transformed(&body).is_err()); // Python keeps it "unchanged" (keyed_rows.py)
+        let dropped = [&b"\x02"[..], &string("a@b.c"), &string(PLACEHOLDER), b"\x0e"].concat();
+        assert!(transformed(&dropped).is_ok()); // a dropped one is simply gone
+    }
 }

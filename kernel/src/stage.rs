@@ -303,6 +303,56 @@ impl StageKernel {
         )
     }
 
+    /// A keyed topic's writer schema with transforms (after `add_change_schema`'s arguments):
+    /// its row fields `drops` (indexes among the row's fields) are left out, the fields
+    /// `rewrites` names (`(index, FieldRewrite.spec(), hmac key)`: a mask, a timestamp, an exact
+    /// cast; rewrite.rs) re-encoded, `constants` (the added constants' encoding) appended after
+    /// the row (changes.rs `Layout::with_transforms`); a rewritten field holding `placeholder`
+    /// (Debezium's unavailable value; empty: none) is handed back. Raises ValueError for what
+    /// the kernel does not implement. Taken whole or not at all.
+    #[pyo3(signature = (header, schema_json, constant_slot, layout, fields, slots, semantic, drops, rewrites, constants, placeholder))]
+    #[allow(clippy::too_many_arguments)]
+    fn add_transformed_change_schema(
+        &mut self,
+        header: &[u8],
+        schema_json: &str,
+        constant_slot: usize,
+        layout: &str,
+        fields: Vec<usize>,
+        slots: Vec<Option<usize>>,
+        semantic: Vec<(usize, String)>,
+        drops: Vec<usize>,
+        rewrites: Vec<(usize, String, Vec<u8>)>,
+        constants: &[u8],
+        placeholder: &str,
+    ) -> PyResult<()> {
+        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
+        if slots.iter().flatten().any(|s| *s >= self.wanted.len()) {
+            return Err(PyValueError::new_err("a slot index outside the wanted paths"));
+        }
+        let error = |e: schema::Unsupported| PyValueError::new_err(e.0);
+        let schema = Schema::compile(schema_json, &self.logical_readers).map_err(error)?;
+        let plan = body::plan(&schema, &self.wanted, true).map_err(error)?;
+        let mut parsed = Vec::with_capacity(rewrites.len());
+        for (at, spec, key) in rewrites {
+            parsed.push((at, rewrite::FieldRewrite::parse(&spec, &key).map_err(error)?));
+        }
+        let change = changes::Layout::compile(&schema, &plan, layout, &fields, &slots, &semantic)
+            .and_then(|change| change.with_transforms(&plan, &drops, parsed, constants, placeholder))
+            .map_err(error)?;
+        self.push_avro(
+            header,
+            Entry {
+                schema,
+                plan,
+                route: Route::Constant(constant_slot),
+                change: Some(change),
+                transform: None,
+                outputs: Vec::new(),
+            },
+        )
+    }
+
     /// Take on the writer schema framed by `header` (as `add_schema`) of a topic whose
     /// transforms the kernel does (avro_transform.rs): its records leave out the top-level
     /// fields `drops`, write the int or long fields `digits` as strings of their digits,

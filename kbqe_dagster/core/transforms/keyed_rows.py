@@ -168,6 +168,57 @@ def _walk(
     return tuple(current), problems
 
 
+def read_fields(specs: Sequence[Any]) -> set[str]:
+    """The top-level fields whose *values* ``specs`` read (a mask's, a cast's, a timestamp's,
+    a compute's and what its expression names, a function's every one), under each name they
+    take through renames. The others are only moved, dropped or added."""
+    read: set[str] = set()
+    for spec in specs:
+        if isinstance(spec, FunctionTransform):
+            return {"*"}
+        if isinstance(spec, MaskField):
+            read.add(spec.mask)
+        elif isinstance(spec, CastField):
+            read.add(spec.cast)
+        elif isinstance(spec, ConvertTimestamp):
+            read.add(spec.timestamp)
+        elif isinstance(spec, ComputeField):
+            read |= {spec.compute, *expression_names(spec.expression)}
+    renames = [(s.rename, s.to) for s in specs if isinstance(s, RenameField)]
+    while True:  # a renamed field is read under either name
+        more = {b for a, b in renames if a in read} | {a for a, b in renames if b in read}
+        if more <= read:
+            return read
+        read |= more
+
+
+def plain_types(schema: Mapping[str, Any], keep: set[str]) -> dict[str, Any]:
+    """The record ``schema`` with the logical types of its top-level fields not in ``keep``
+    left out: such a field decodes to its Avro value (a date's day number, a decimal's bytes)
+    and encodes to the same bytes, so a row transform need not hold what it does not read —
+    a date past year 9999 is a valid encoding that Python's ``date`` cannot hold."""
+    if "*" in keep:
+        return dict(schema)
+    return {
+        **schema,
+        "fields": [
+            field if field["name"] in keep else {**field, "type": _plain(field["type"])}
+            for field in schema["fields"]
+        ],
+    }
+
+
+def _plain(avro: Any) -> Any:
+    if isinstance(avro, list):
+        return [_plain(branch) for branch in avro]
+    if not isinstance(avro, Mapping):
+        return avro
+    out = {k: _plain(v) for k, v in avro.items() if k != "logicalType"}
+    if "fields" in avro:
+        out["fields"] = [{**f, "type": _plain(f["type"])} for f in avro["fields"]]
+    return out
+
+
 def is_placeholder(value: Any, placeholder: str) -> bool:
     """Whether ``value`` means "unchanged" as the MERGE reads it (keyed/rows_sql.py): the
     placeholder string, its UTF-8 bytes, or an array holding only it."""

@@ -341,7 +341,7 @@ def cast_keeps_bytes(field: Mapping[str, Any], to: str) -> bool:
         widened: Any = ["long" if t == "int" else t for t in declared]
     else:
         widened = "long" if declared == "int" else declared
-    return widened == to or widened == ["null", to]
+    return bool(widened == to or widened == ["null", to])
 
 
 _CAST_REWRITES = {("boolean", "string"), ("boolean", "long"), ("boolean", "double"),
