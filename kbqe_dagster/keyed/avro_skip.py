@@ -114,10 +114,9 @@ def _skip_blocks(item: Skip, buf: bytes, pos: int, *, pairs: bool) -> int:
         count, pos = read_long(buf, pos)
         if count == 0:
             return pos
-        if count < 0:  # a block written with its byte size: jump over it
-            size, pos = read_long(buf, pos)
-            pos += size
-            continue
+        if count < 0:  # a block written with its byte size: its items are still walked,
+            _, pos = read_long(buf, pos)  # as the probe and fastavro read them (a lying
+            count = -count  # size is not trusted)
         for _ in range(count):
             if pairs:
                 pos = _skip_length_prefixed(buf, pos)
@@ -149,7 +148,8 @@ class _SkipGenerator:
 
     def _blocks(self, schema: dict, indent: int, namespace: str | None, *, pairs: bool) -> None:
         """Arrays and maps: blocks of ``count`` items until a zero count; a negative count
-        carries the block's byte size, which is jumped over."""
+        carries the block's byte size, read and not trusted: the ``-count`` items are walked,
+        as the record probe and fastavro read them (a size that lies would cut elsewhere)."""
         pad = "    " * indent
         self.counter += 1
         c, i = f"c{self.counter}", f"i{self.counter}"
@@ -158,7 +158,7 @@ class _SkipGenerator:
         add(f"{pad}    {c}, pos = read_long(buf, pos)")
         add(f"{pad}    if {c} == 0: break")
         add(f"{pad}    if {c} < 0:")
-        add(f"{pad}        {c}, pos = read_long(buf, pos); pos += {c}; continue")
+        add(f"{pad}        {c} = -{c}; _, pos = read_long(buf, pos)")
         add(f"{pad}    for {i} in range({c}):")
         if pairs:
             self.emit("string", indent + 2, namespace)
