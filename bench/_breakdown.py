@@ -6,6 +6,13 @@ process, without Spark: the reader, the frame, the probe (validation plus the ro
 event-time fields), routing, the event date, the enrichment prefix, the container append
 with snappy, and ``RangeStager.add`` as a whole. Rates are process CPU time (the reader's
 includes librdkafka's threads), best of ``repeat``, so they hold on a loaded machine.
+
+With the native kernel built, :func:`kernel_phases` splits the kernel path as a stage task
+runs it (issue 42, part 1): the native reader alone, then read + kernel + container files and
+the commit (done file, files moved into the staging area) timed apart, each with
+``file_codec: null`` and ``snappy``; the differences are the kernel with its container
+appends, and snappy's own cost. What a Spark task adds on top is bench_stage.py's: a stage
+run's CPU per message against ``whole range`` here.
 """
 
 from __future__ import annotations
@@ -16,11 +23,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from kbqe_dagster.core.config.sections import FileCodec
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import EnrichmentEncoder, extended_schema
 from kbqe_dagster.core.record.event_time import epoch_day, event_date
 from kbqe_dagster.core.record.routing import RoutingInput
 from kbqe_dagster.core.record.wire import parse_frame
+from kbqe_dagster.resources.kafka.native_reader import native_range_reader
 from kbqe_dagster.resources.kafka.range_reader import read_range
 from kbqe_dagster.resources.staging_store import StagingLocation
 from kbqe_dagster.staging.avro_container import AvroContainerWriter
@@ -107,12 +116,74 @@ def breakdown(ctx: StageContext, schema: dict, count: int, repeat: int = 3) -> d
             min(native(ctx, msgs) for _ in range(repeat)) / n * 1e6, 2
         )
         del msgs, values, bodies, fields, prefixes
+        out["kernel phases"] = kernel_phases(ctx, n, repeat)
         for reader, native_consumer in (("confluent-kafka", False), ("native", True)):
             one = replace(ctx, native_consumer=native_consumer)
             out[f"whole range, kernel + {reader} reader (read, stage, commit)"] = round(
                 min(whole_range(one, n) for _ in range(repeat)) / n * 1e6, 2
             )
     return out
+
+
+def kernel_phases(ctx: StageContext, count: int, repeat: int) -> dict[str, float]:
+    """CPU µs per message of the kernel path's phases over the first ``count`` messages of
+    partition 0, native reader and native kernel as a stage task runs them (best of
+    ``repeat`` each; see the module docstring)."""
+    us = 1e6 / count
+    out = {"consume: native reader alone": round(min(consume_native(ctx, count)
+                                                      for _ in range(repeat)) * us, 2)}  # fmt: skip
+    for codec in (FileCodec.NULL, FileCodec.SNAPPY):
+        one = with_codec(ctx, codec)
+        stage_cpu, commit_cpu = min(phased_range(one, count) for _ in range(repeat))
+        out[f"read + kernel + container, file_codec {codec}"] = round(stage_cpu * us, 2)
+        out[f"commit (done file, files moved), file_codec {codec}"] = round(commit_cpu * us, 2)
+    consume = out["consume: native reader alone"]
+    plain = out["read + kernel + container, file_codec null"]
+    out["= kernel + container appends (null − consume)"] = round(plain - consume, 2)
+    out["= snappy compression (snappy − null)"] = round(
+        out["read + kernel + container, file_codec snappy"] - plain, 2
+    )
+    return out
+
+
+def consume_native(ctx: StageContext, count: int) -> float:
+    """CPU of reading the range with the native reader alone: librdkafka's fetches and the
+    extension's batches, nothing staged (each batch's position noted, as the stage loop does)."""
+    reader = native_range_reader(ctx.kafka, ctx.topic.name, 0, 0, count)
+    if reader is None:
+        raise RuntimeError("the native reader is not available (KBQE_NATIVE_CONSUMER, librdkafka)")
+    started = time.process_time()
+    for batch in reader.batches():
+        if len(batch):
+            reader.staged_through(batch[len(batch) - 1].offset())
+    return time.process_time() - started
+
+
+def phased_range(ctx: StageContext, count: int) -> tuple[float, float]:
+    """CPU of a kernel-staged range (native reader), read + stage apart from the commit, into
+    a temporary staging area: staging/task.py ``stage_range``'s steps, timed one by one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        one = replace(ctx, staging=StagingLocation(str(Path(tmp) / "staging")))
+        rng = OffsetRange(ctx.topic.name, 0, 0, count)
+        stager = RangeStager(one, rng, Path(tmp) / "work")
+        driver = NativeStaging.for_stager(stager)
+        reader = native_range_reader(one.kafka, rng.topic, 0, 0, count)
+        if driver is None or reader is None:
+            raise RuntimeError("the kernel path is not available for this range")
+        started = time.process_time()
+        driver.stage(reader)
+        staged = time.process_time()
+        stager.commit(one.staging.open(), reader.covered, reader.kafka_ts_max)
+        return staged - started, time.process_time() - staged
+
+
+def with_codec(ctx: StageContext, codec: FileCodec) -> StageContext:
+    """``ctx`` with its topic's staged files in ``codec``."""
+    topics = tuple(
+        replace(t, staging=replace(t.staging, file_codec=codec)) if t.name == ctx.topic_name else t
+        for t in ctx.pipeline.topics
+    )
+    return replace(ctx, pipeline=replace(ctx.pipeline, topics=topics))
 
 
 def whole_range(ctx: StageContext, count: int) -> float:

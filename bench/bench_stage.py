@@ -765,8 +765,13 @@ def main(argv: list[str] | None = None) -> int:
             f"\nstage task per-message steps, each alone over {steps.pop('messages'):,} messages "
             "(CPU µs/message):"
         )
+        phases = steps.pop("kernel phases", None)
         for name, us in steps.items():
             print(f"  {us:>8.2f}  {name}")
+        if phases:
+            print("\nthe native kernel path by phase, one partition's range (CPU µs/message):")
+            for name, us in phases.items():
+                print(f"  {us:>8.2f}  {name}")
     if "profile" in report:
         print("\nprofile of the Python workers (self time, % of samples):")
         for name, pct in report["profile"]["self_by_function"][:12]:
