@@ -165,7 +165,9 @@ def phased_range(ctx: StageContext, count: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         one = replace(ctx, staging=StagingLocation(str(Path(tmp) / "staging")))
         rng = OffsetRange(ctx.topic.name, 0, 0, count)
-        stager = RangeStager(one, rng, Path(tmp) / "work")
+        workdir = Path(tmp) / "work"
+        workdir.mkdir()
+        stager = RangeStager(one, rng, workdir)
         driver = NativeStaging.for_stager(stager)
         reader = native_range_reader(one.kafka, rng.topic, 0, 0, count)
         if driver is None or reader is None:

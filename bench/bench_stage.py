@@ -31,6 +31,7 @@ had to start are stopped; services that were running are left alone.
     .venv/bin/python bench/bench_stage.py --hour-tables   # the same, into HOUR-partitioned tables
     .venv/bin/python bench/bench_stage.py --transforms   # Avro with transforms the kernel does
     .venv/bin/python bench/bench_stage.py --json-values --json-transforms   # JSON masked, converted
+    .venv/bin/python bench/bench_stage.py --file-codec null   # staged files uncompressed
 
 Each stage run at N runs twice when the native stage kernel is built: with the kernel and on
 the Python path (``StageContext.native_kernel``), so one report has ``ratios.ratio_kernel``
@@ -82,6 +83,7 @@ from bench_hot_path import SCHEMA  # noqa: E402
 
 from kbqe_dagster.cli.logs import setup_logging  # noqa: E402
 from kbqe_dagster.core.config.pipeline import parse_pipeline_config  # noqa: E402
+from kbqe_dagster.core.config.sections import FileCodec  # noqa: E402
 from kbqe_dagster.core.record.partitioning import (  # noqa: E402
     Partitioning,
     TablesConfig,
@@ -126,6 +128,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="time each per-message step over M messages (0: skip)",
     )
     parser.add_argument("--compression", default="none", help="producer compression.type")
+    parser.add_argument(
+        "--file-codec",
+        default="snappy",
+        choices=["snappy", "null", "deflate"],
+        help="the staged files' codec (staging.file_codec) of the stage runs (default snappy)",
+    )
     parser.add_argument(
         "--debezium",
         action="store_true",
@@ -227,9 +235,15 @@ def pipeline(
     hour_tables: bool = False,
     transforms: bool = False,
     json_transforms: bool = False,
+    file_codec: str = "snappy",
 ):
     config = _pipeline(topic, range_size, debezium, json_values, json_schema_values,
                        protobuf_values, raw_values, transforms, json_transforms)  # fmt: skip
+    codec = FileCodec(file_codec)  # every topic's staged files (staging.file_codec)
+    config = dataclasses.replace(config, topics=tuple(
+        dataclasses.replace(t, staging=dataclasses.replace(t.staging, file_codec=codec))
+        for t in config.topics
+    ))  # fmt: skip
     if not hour_tables:
         return config
     # Every table of the bench's dataset HOUR: what `tables: {sales.*: {partitioning: hour}}`
@@ -491,6 +505,7 @@ class Bench:
                 self.args.hour_tables,
                 self.args.transforms,
                 self.args.json_transforms,
+                self.args.file_codec,
             ),
             data["topic"],
         )
@@ -692,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
             "messages": args.messages, "partitions": PARTITIONS, "range_size": args.range_size,
             "schema_fields": len(SCHEMA["fields"]), "key_bytes": kb.VALUE_KEY_BYTES,
             "mean_value_bytes": round(data["produce"]["value_bytes"] / args.messages, 1),
-            "compression": args.compression, "spark_master": "local[2]", "file_codec": "snappy",
+            "compression": args.compression, "spark_master": "local[2]", "file_codec": args.file_codec,
             "format": ("debezium" if args.debezium == "orders" else "debezium_postgres")
                       if args.debezium else "json" if args.json_values
                       else "json_schema" if args.json_schema_values
