@@ -189,27 +189,48 @@ def rekeyed(rng: random.Random, messages: list[Msg], schemas: dict[int, Any], ke
             adversarial: bool):  # fmt: skip
     """protobuf_fuzz.py's messages as a table topic's: each with a key as :func:`stream` keys
     its values (updates, re-creates, bad keys), some values made tombstones of their key."""
-    key_parsed = {sid: parse(s) for sid, s in schemas.items() if isinstance(s, dict)}
-    live: list[bytes] = []
-    deleted: list[bytes] = []
-    bad = 0.12 if adversarial else 0.01
+    keys = Keys(rng, keyed, schemas, adversarial)
     for i, msg in enumerate(messages):
-        roll = rng.random()
-        if roll < 0.15 and live:
-            key = rng.choice(live)
-        elif roll < 0.2 and deleted:
-            key = rng.choice(deleted)
-        else:
-            key = good_key(rng, keyed, key_parsed, i)
-        if rng.random() < bad:
-            key = bad_key(rng, keyed, key_parsed)
+        key = keys.next(i)
         value = None if rng.random() < 0.15 else msg.value()
-        if value is None and key in live:
-            live.remove(key)
-            deleted.append(key)
-        elif value is not None and key is not None and key not in live:
-            live.append(key)
+        keys.wrote(key, value)
         yield Msg(TOPIC, 0, msg.offset(), value, key, msg.headers(), msg.timestamp())
+
+
+class Keys:
+    """A table topic's message keys as producers write them: new keys among a few (so the same
+    rows again), live keys updated, deleted keys re-created, now and then a bad key (more in
+    adversarial scenarios); a value makes its key live, a tombstone deleted (:meth:`wrote`)."""
+
+    def __init__(self, rng: random.Random, keyed: dict, schemas: dict[int, Any],
+                 adversarial: bool) -> None:  # fmt: skip
+        self.rng, self.keyed = rng, keyed
+        self.parsed = {sid: parse(s) for sid, s in schemas.items() if isinstance(s, dict)}
+        self.bad = 0.12 if adversarial else 0.01
+        self.live: list[bytes] = []  # keys with a value: what a tombstone deletes
+        self.deleted: list[bytes] = []  # what is re-created
+
+    def next(self, i: int) -> bytes | None:
+        rng = self.rng
+        roll = rng.random()
+        if roll < 0.15 and self.live:
+            key = rng.choice(self.live)
+        elif roll < 0.2 and self.deleted:
+            key = rng.choice(self.deleted)
+        else:
+            key = good_key(rng, self.keyed, self.parsed, i)
+        if rng.random() < self.bad:
+            key = bad_key(rng, self.keyed, self.parsed)
+        return key
+
+    def wrote(self, key: bytes | None, value: bytes | None) -> None:
+        """Note that ``key`` got ``value`` (None: a tombstone)."""
+        if value is None:
+            if key in self.live:
+                self.live.remove(key)  # type: ignore[arg-type]
+                self.deleted.append(key)  # type: ignore[arg-type]
+        elif key is not None and key not in self.live:
+            self.live.append(key)
 
 
 def json_schema_values(rng: random.Random, keys: list[str], adversarial: bool) -> dict[int, dict]:
@@ -255,28 +276,16 @@ def json_schema_stream(rng: random.Random, schemas: dict[int, Any], json_schemas
     makers = {
         sid: json_schema_fuzz.Values(rng, schema, wrong) for sid, schema in json_schemas.items()
     }
-    key_parsed = {sid: parse(s) for sid, s in schemas.items() if isinstance(s, dict)}
     start = rng.choice([0, 5, 1_000_000])
-    live: list[bytes] = []
-    deleted: list[bytes] = []
-    bad = 0.12 if adversarial else 0.01
+    keys = Keys(rng, keyed, schemas, adversarial)
+    bad = keys.bad
     for i in range(count):
-        roll = rng.random()
-        if roll < 0.15 and live:
-            key = rng.choice(live)
-        elif roll < 0.2 and deleted:
-            key = rng.choice(deleted)
-        else:
-            key = good_key(rng, keyed, key_parsed, i)
-        if rng.random() < bad:
-            key = bad_key(rng, keyed, key_parsed)
+        key = keys.next(i)
         value: bytes | None
         roll = rng.random()
         if roll < 0.15:
             value = None
-            if key in live:
-                live.remove(key)
-                deleted.append(key)
+            keys.wrote(key, value)
         elif roll < 0.15 + bad / 3:
             value = rng.choice([b"", b"\x00\x00", encode_frame(999, b"{}"),
                                 b"\x01" + JSON_SCHEMA_IDS[0].to_bytes(4, "big") + b"{}"])  # fmt: skip
@@ -292,8 +301,7 @@ def json_schema_stream(rng: random.Random, schemas: dict[int, Any], json_schemas
             if rng.random() < bad / 2:
                 text = json_fuzz.mangle(rng, text)
             value = encode_frame(sid, text)
-            if key is not None and key not in live:
-                live.append(key)
+            keys.wrote(key, value)
         headers = rng.choice([None, [], [("h", b"v")]])
         timestamp = rng.choice([(1, 1_726_238_205_123 + i)] * 6 + [(2, 0), (0, -1), (1, -5)])
         yield Msg(TOPIC, 0, start + i, value, key, headers, timestamp)
@@ -306,29 +314,17 @@ def stream(rng: random.Random, schemas: dict[int, Any], values: dict[int, dict],
     declared = json_fuzz.Values(rng, values[JSON_VALUE], 0.02 if adversarial else 0.002) \
         if json_values else None  # fmt: skip
     parsed = {} if json_values else {sid: parse(schema) for sid, schema in values.items()}
-    key_parsed = {sid: parse(s) for sid, s in schemas.items() if isinstance(s, dict)
-                  and sid not in values}  # fmt: skip
     start = rng.choice([0, 5, 1_000_000])
-    live: list[bytes] = []  # keys with a value: what a tombstone deletes, what is re-created
-    deleted: list[bytes] = []
-    bad = 0.12 if adversarial else 0.01
+    keys = Keys(rng, keyed, {sid: s for sid, s in schemas.items() if sid not in values},
+                adversarial)  # fmt: skip
+    bad = keys.bad
     for i in range(count):
-        roll = rng.random()
-        if roll < 0.15 and live:
-            key = rng.choice(live)
-        elif roll < 0.2 and deleted:
-            key = rng.choice(deleted)  # re-created
-        else:
-            key = good_key(rng, keyed, key_parsed, i)
-        if rng.random() < bad:
-            key = bad_key(rng, keyed, key_parsed)
+        key = keys.next(i)
         value: bytes | None
         roll = rng.random()
         if roll < 0.15:
             value = None  # a tombstone
-            if key in live:
-                live.remove(key)
-                deleted.append(key)
+            keys.wrote(key, value)
         elif roll < 0.15 + bad / 3:
             value = rng.choice([b"", b"\x00\x00", b"\x00" + (999).to_bytes(4, "big") + b"\x02a"])
         elif declared is not None:
@@ -338,16 +334,14 @@ def stream(rng: random.Random, schemas: dict[int, Any], values: dict[int, dict],
             )
             if rng.random() < bad / 2:
                 value = json_fuzz.mangle(rng, value)
-            if key is not None and key not in live:
-                live.append(key)
+            keys.wrote(key, value)
         else:
             sid = rng.choice(list(values))
             body = encode(parsed[sid][0], row(rng, values[sid], parsed[sid][1]))
             if rng.random() < bad / 2:
                 body = rng.choice(corruptions(rng, body))
             value = b"\x00" + sid.to_bytes(4, "big") + body
-            if key is not None and key not in live:
-                live.append(key)
+            keys.wrote(key, value)
         headers = rng.choice([None, [], [("h", b"v")]])
         timestamp = rng.choice([(1, 1_726_238_205_123 + i)] * 6 + [(2, 0), (0, -1), (1, -5)])
         yield Msg(TOPIC, 0, start + i, value, key, headers, timestamp)

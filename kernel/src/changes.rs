@@ -154,6 +154,9 @@ impl Layout {
         constants: &[u8],
         placeholder: &str,
     ) -> Result<Layout, Unsupported> {
+        if drops.is_empty() && rewrites.is_empty() && constants.is_empty() {
+            return Ok(self); // no transforms (or renames only: no bytes change)
+        }
         if matches!(self.cut, Cut::Envelope { .. }) && !matches!(plan, Plan::Record(_)) {
             return Err(Unsupported("an envelope walked whole".into()));
         }

@@ -282,24 +282,19 @@ impl StageKernel {
         slots: Vec<Option<usize>>,
         rewrites: Vec<(usize, String)>,
     ) -> PyResult<()> {
-        let header: [u8; 5] = header.try_into().map_err(|_| PyValueError::new_err("a header is 5 bytes"))?;
-        if slots.iter().flatten().any(|s| *s >= self.wanted.len()) {
-            return Err(PyValueError::new_err("a slot index outside the wanted paths"));
-        }
-        let schema = Schema::compile(schema_json, &self.logical_readers).map_err(|e| PyValueError::new_err(e.0))?;
-        let plan = body::plan(&schema, &self.wanted, true).map_err(|e| PyValueError::new_err(e.0))?;
-        let change = changes::Layout::compile(&schema, &plan, layout, &fields, &slots, &rewrites)
-            .map_err(|e| PyValueError::new_err(e.0))?;
-        self.push_avro(
+        let (no_drops, no_rewrites) = (Vec::new(), Vec::new());
+        self.add_transformed_change_schema(
             header,
-            Entry {
-                schema,
-                plan,
-                route: Route::Constant(constant_slot),
-                change: Some(change),
-                transform: None,
-                outputs: Vec::new(),
-            },
+            schema_json,
+            constant_slot,
+            layout,
+            fields,
+            slots,
+            rewrites,
+            no_drops,
+            no_rewrites,
+            &[],
+            "",
         )
     }
 
