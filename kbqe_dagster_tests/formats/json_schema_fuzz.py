@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -303,6 +304,24 @@ def fits(node: dict, value: Any) -> bool:
     return True
 
 
+def versions(
+    rng: random.Random, new_schema: Any, ids: Sequence[int] = (31, 32, 33)
+) -> dict[int, dict]:
+    """One to three registry versions under ``ids``: each a ``new_schema()``, or, after the
+    first, sometimes the previous one with an optional property appended (the registry's
+    usual evolution)."""
+    schemas: dict[int, dict] = {}
+    base: dict | None = None
+    for version in range(rng.randint(1, 3)):
+        if base is not None and rng.random() < 0.6:
+            schema = json.loads(json.dumps(base))
+            schema["properties"][f"added{version}"] = {"type": ["string", "null"]}
+        else:
+            schema = new_schema()
+        base = schemas[ids[version]] = schema
+    return schemas
+
+
 def scenario(seed: int, messages: int) -> Scenario:
     rng = random.Random(seed)
     adversarial = rng.random() < 0.3
@@ -310,16 +329,9 @@ def scenario(seed: int, messages: int) -> Scenario:
     routing = rng.choice(["fields", "fields", "fields", "static"])
     event = rng.choice(EVENT_SCHEMAS)
     meta = rng.random() < 0.4
-    schemas: dict[int, dict] = {}
-    base: dict | None = None
-    for version in range(rng.randint(1, 3)):
-        if base is not None and rng.random() < 0.6:
-            # A later version appends an optional property (the registry's usual evolution).
-            schema = json.loads(json.dumps(base))
-            schema["properties"][f"added{version}"] = {"type": ["string", "null"]}
-        else:
-            schema = Schemas(rng, odd=0.06 if adversarial else 0.0).root(event, meta)
-        base = schemas[31 + version] = schema
+    schemas = versions(
+        rng, lambda: Schemas(rng, odd=0.06 if adversarial else 0.0).root(event, meta)
+    )
     event_fields = (
         rng.choice([["eventTime"], ["meta.ts", "eventTime"], ["meta.ts"]])
         if meta

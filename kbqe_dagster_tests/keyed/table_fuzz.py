@@ -238,30 +238,26 @@ def json_schema_values(rng: random.Random, keys: list[str], adversarial: bool) -
     later one sometimes the earlier with an optional property added), each with the version
     and delete properties ``updated_at`` and ``is_deleted``, sometimes an ``id`` or a key
     column's name in another case (left out)."""
-    out: dict[int, dict] = {}
-    base: dict | None = None
-    for version in range(rng.randint(1, 3)):
-        if base is not None and rng.random() < 0.6:
-            schema = json.loads(json.dumps(base))
-            schema["properties"][f"added{version}"] = {"type": ["string", "null"]}
-        else:
-            maker = json_schema_fuzz.Schemas(rng, odd=0.06 if adversarial else 0.0)
-            schema = maker.root(rng.choice(json_schema_fuzz.EVENT_SCHEMAS), meta=False)
-            properties = schema["properties"]
-            properties["updated_at"] = rng.choice([
-                {"type": "integer"}, {"type": ["integer", "null"]},
-                {"type": "string", "format": "date-time"},
-            ])  # fmt: skip
-            properties["is_deleted"] = rng.choice([{"type": "boolean"},
-                                                   {"type": ["boolean", "null"]}])  # fmt: skip
-            if rng.random() < 0.3:
-                properties["id"] = {"type": rng.choice(["integer", "string"])}
-            if rng.random() < 0.2:
-                properties[rng.choice(keys).upper()] = {"type": "string"}
-            if rng.random() < 0.5:
-                schema["required"] = sorted({*schema.get("required", ()), "updated_at"})
-        base = out[JSON_SCHEMA_IDS[version]] = schema
-    return out
+
+    def new_schema() -> dict:
+        maker = json_schema_fuzz.Schemas(rng, odd=0.06 if adversarial else 0.0)
+        schema = maker.root(rng.choice(json_schema_fuzz.EVENT_SCHEMAS), meta=False)
+        properties = schema["properties"]
+        properties["updated_at"] = rng.choice([
+            {"type": "integer"}, {"type": ["integer", "null"]},
+            {"type": "string", "format": "date-time"},
+        ])  # fmt: skip
+        properties["is_deleted"] = rng.choice([{"type": "boolean"},
+                                               {"type": ["boolean", "null"]}])  # fmt: skip
+        if rng.random() < 0.3:
+            properties["id"] = {"type": rng.choice(["integer", "string"])}
+        if rng.random() < 0.2:
+            properties[rng.choice(keys).upper()] = {"type": "string"}
+        if rng.random() < 0.5:
+            schema["required"] = sorted({*schema.get("required", ()), "updated_at"})
+        return schema
+
+    return json_schema_fuzz.versions(rng, new_schema, JSON_SCHEMA_IDS)
 
 
 JSON_SCHEMA_IDS = (31, 32, 33)
