@@ -32,8 +32,9 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
 from kbqe_dagster.core.transforms.destinations import DestinationConfig
 from kbqe_dagster.core.transforms.kernel_transforms import (
@@ -45,9 +46,6 @@ from kbqe_dagster.core.transforms.kernel_transforms import (
 )
 from kbqe_dagster.core.transforms.specs import AddField, DropFields, RenameField
 from kbqe_dagster.staging.native_kernel import NativeStaging
-
-if TYPE_CHECKING:
-    from kbqe_dagster.formats.transform_stage import TransformRangeStager
 
 log = logging.getLogger(__name__)
 
@@ -181,11 +179,22 @@ def destination_output(
     return tuple(pieces)
 
 
+class DestinationStager(Protocol):
+    """What this driver reads of its stager: formats/transform_stage.py's
+    ``TransformRangeStager`` with destinations, which picks this class, so this module does
+    not import it back."""
+
+    rng: OffsetRange
+    transforms: tuple[Any, ...]
+    hmac_keys: Mapping[int, bytes]
+    fan_out: Any
+
+
 class AvroDestinationKernelStaging(NativeStaging):
     """Teaches the kernel each registry schema of an Avro topic with destinations: one output
     per destination that takes it (see the module docstring)."""
 
-    stager: TransformRangeStager
+    stager: DestinationStager
 
     KERNEL_METHOD = "add_destination_schema"
 

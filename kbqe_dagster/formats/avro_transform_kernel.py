@@ -10,7 +10,7 @@ of the message), this driver gives the kernel each registry schema with the plan
 rewrites the cast, masked and converted fields' encodings as kernel/src/rewrite.rs does for the
 other formats, appends the constants, and appends the parts of the message per message
 (``append_message_parts``, the constants among them); the files' schema, id and record name are
-the derived schema's (``TransformingStager._staged_schema``). A schema the plan refuses (routing
+the derived schema's (``TransformingStager.staged_schema_of``). A schema the plan refuses (routing
 or event time reads a transformed name, a chain, a cast that changes bytes, a timestamp from a
 string), or that the kernel refuses (a wanted field of a type it does not read), stays on the
 Python path, message by message; so does a message whose rewrite or part the kernel is not
@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.transforms.kernel_transforms import kernel_kinds, kernel_transforms
 from kbqe_dagster.staging.native_kernel import NativeStaging
-
-if TYPE_CHECKING:
-    from kbqe_dagster.formats.transform_stage import TransformRangeStager
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +43,24 @@ REWRITES = "AVRO_REWRITES"
 message parts: a kernel built before leaves such topics on the Python path."""
 
 
+class TransformStager(Protocol):
+    """What this driver reads of its stager: formats/transform_stage.py's
+    ``TransformRangeStager``, which names this class as its ``native_driver``, so this module
+    does not import it back."""
+
+    rng: OffsetRange
+    transforms: tuple[Any, ...]
+    wanted: tuple[str, ...]
+    hmac_keys: Mapping[int, bytes]
+
+    def staged_schema_of(self, schema_key: Any, schema: Any, schema_id: int | None) -> Any: ...
+
+
 class AvroTransformKernelStaging(NativeStaging):
     """Teaches the kernel each registry schema of a transformed Avro topic with its transform
     plan (see the module docstring)."""
 
-    stager: TransformRangeStager
+    stager: TransformStager
 
     KERNEL_METHOD = "add_transformed_schema"
 
@@ -73,7 +85,7 @@ class AvroTransformKernelStaging(NativeStaging):
             raise ValueError("transforms the kernel does not do for this schema")
         if (done.rewrites or done.parts) and not getattr(self.kernel, REWRITES, False):
             raise ValueError("a kernel built before Avro masks, timestamps and message parts")
-        staged = stager._staged_schema(schema_id, decoder.schema, None)
+        staged = stager.staged_schema_of(schema_id, decoder.schema, None)
         if staged.compiled is None:  # transforms compile: never
             raise ValueError("transforms without a compiled derived schema")
         output = staged.compiled.output_schema
@@ -98,5 +110,5 @@ class AvroTransformKernelStaging(NativeStaging):
     def _file_of(self, schema_id: int, decoder: Any) -> tuple[str | None, int, dict]:
         """The derived schema's record name, id and file schema (raises the BadInputError of
         a schema the transforms cannot apply to: the Python path's verdict)."""
-        staged = self.stager._staged_schema(schema_id, decoder.schema, None)
+        staged = self.stager.staged_schema_of(schema_id, decoder.schema, None)
         return staged.full_name, staged.schema_id, staged.file_schema

@@ -120,7 +120,7 @@ class JsonSchemaRangeStager(TransformingStager):
     def staged_schema(self, schema_id: int, decoder: _JsonSchemaDecoder) -> StagedSchema:
         """What the records of ``schema_id`` stage as with transforms (what :meth:`stage`'s
         ``place_record`` derives); raises the BadInputError of transforms that do not apply."""
-        return self._staged_schema(schema_id, decoder.mapping.avro_schema, None)
+        return self.staged_schema_of(schema_id, decoder.mapping.avro_schema, None)
 
     def new_decoder(self, schema_id: int) -> _JsonSchemaDecoder:
         registered = self.registered_schema(

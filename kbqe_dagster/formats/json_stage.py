@@ -77,7 +77,7 @@ class JsonRangeStager(TransformingStager):
     def staged_schema(self) -> StagedSchema:
         """What every record of the topic stages as (no transforms: the declared schema, its
         files' extended schema and id)."""
-        return self._staged_schema(self.schema_id, self.value_schema, self.schema_id)
+        return self.staged_schema_of(self.schema_id, self.value_schema, self.schema_id)
 
     def stage(self, msg: Any) -> None:
         record = _decode(self.checked_value(msg))  # null and oversized values as on the Avro path

@@ -144,7 +144,7 @@ class ProtobufRangeStager(TransformingStager):
         schema_id, schema = self.frame(value)
         indexes, _ = read_message_indexes(value, HEADER_SIZE)
         kind = schema.message_type(indexes)
-        staged = self._staged_schema(
+        staged = self.staged_schema_of(
             (schema_id, indexes), kind.mapping.avro_schema, kind.file_schema_id
         )
         return kind.cls.DESCRIPTOR, kind.mapping.avro_schema, staged

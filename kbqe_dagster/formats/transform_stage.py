@@ -127,7 +127,7 @@ class TransformingStager(RangeStager):
         if self.fan_out is not None:
             self.fan_out.place(msg, record, schema_key, schema, schema_id)
             return
-        staged = self._staged_schema(schema_key, schema, schema_id)
+        staged = self.staged_schema_of(schema_key, schema, schema_id)
         if staged.compiled is not None:
             record = staged.compiled.apply(record, message_meta(msg))
         body = BytesIO()
@@ -142,7 +142,7 @@ class TransformingStager(RangeStager):
             msg, fields, body.getvalue(), staged.schema_id, staged.file_schema, staged.full_name
         )
 
-    def _staged_schema(
+    def staged_schema_of(
         self, schema_key: Hashable, schema: Mapping[str, Any], schema_id: int | None
     ) -> StagedSchema:
         known = self.staged_schemas.get(schema_key)

@@ -28,25 +28,40 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from fastavro import parse_schema
 
+from kbqe_dagster.core.config.pipeline import PipelineConfig, TopicConfig
 from kbqe_dagster.core.errors import BadInputError
+from kbqe_dagster.core.protocol.offsets import OffsetRange
+from kbqe_dagster.core.record.routing import Destination
 from kbqe_dagster.core.transforms.kernel_transforms import kernel_transforms
 from kbqe_dagster.keyed.changes import change_paths
 from kbqe_dagster.staging.native_kernel import NativeStaging
 
-if TYPE_CHECKING:
-    from kbqe_dagster.keyed.stage import KeyedRangeStager
-
 log = logging.getLogger(__name__)
+
+
+class KeyedStager(Protocol):
+    """What this driver reads of its stager (and writes: the tombstones it counted):
+    keyed/stage.py's ``KeyedRangeStager``, which names this class as its ``native_driver``, so
+    this module does not import it back."""
+
+    topic: TopicConfig
+    pipeline: PipelineConfig
+    rng: OffsetRange
+    changelog: Destination
+    lookup: Any
+    hmac_keys: Mapping[int, bytes]
+    tombstones: int
 
 
 class KeyedNativeStaging(NativeStaging):
     """The kernel's driver of a keyed topic's range (see the module docstring)."""
 
-    stager: KeyedRangeStager
+    stager: KeyedStager
 
     @staticmethod
     def wanted_paths(stager: Any) -> list[str]:
