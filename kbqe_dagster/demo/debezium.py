@@ -373,6 +373,17 @@ CUSTOMER_TRANSFORMS = [
 """Transforms of a keyed topic a CDC user writes: the key renamed and cast to text, the
 e-mail masked, a column dropped, a constant and a computed column added."""
 TRANSFORMED_COLUMNS = ("customer_id", "first_name", "email", "phone", "source_db", "greeting")
+KERNEL_TRANSFORMS = [
+    {"cast": "id", "to": "string"},
+    {"rename": "id", "to": "customer_id"},
+    {"mask": "email", "key_env": MASK_ENV},
+    {"drop": "last_name"},
+    {"add": "source_db", "value": "inventory"},
+]
+"""The same without the computed column, the cast before the rename: transforms the native
+kernel does inside the row (core/transforms/kernel_transforms.py), where the compute and the
+cast of a renamed field leave :data:`CUSTOMER_TRANSFORMS` to the Python path."""
+KERNEL_TRANSFORMED_COLUMNS = TRANSFORMED_COLUMNS[:-1]
 
 
 def transformed_values(mask_key: bytes) -> Callable[[Change], tuple]:
@@ -391,6 +402,12 @@ def transformed_values(mask_key: bytes) -> Callable[[Change], tuple]:
         )
 
     return values
+
+
+def kernel_transformed_values(mask_key: bytes) -> Callable[[Change], tuple]:
+    """The oracle's own :data:`KERNEL_TRANSFORMS`, as :func:`transformed_values`."""
+    full = transformed_values(mask_key)
+    return lambda change: full(change)[:-1]
 
 
 def current_state(
@@ -479,6 +496,8 @@ class KeyedRig:
     transformed: tuple[str, ...] = ()
     """The modes whose topic has :data:`CUSTOMER_TRANSFORMS` (their tables hold
     :data:`TRANSFORMED_COLUMNS`)."""
+    kernel_transformed: tuple[str, ...] = ()
+    """The modes whose topic has :data:`KERNEL_TRANSFORMS` (:data:`KERNEL_TRANSFORMED_COLUMNS`)."""
 
     @classmethod
     def create(
@@ -491,11 +510,12 @@ class KeyedRig:
         delivery: str | None = None,
         encoding: str = "avro",
         transformed: tuple[str, ...] = (),
+        kernel_transformed: tuple[str, ...] = (),
     ) -> KeyedRig:
         """``delivery``: both changelogs' ``delivery:`` (``load``, ``storage_write``;
         None: the default, load). ``encoding``: the converter the topics are written by
         (``avro``, ``json``: :class:`DebeziumTopics`). ``transformed``: the modes whose
-        topic has :data:`CUSTOMER_TRANSFORMS`."""
+        topic has :data:`CUSTOMER_TRANSFORMS`; ``kernel_transformed``, :data:`KERNEL_TRANSFORMS`."""
         import os
         import shutil
         import sys
@@ -535,6 +555,11 @@ class KeyedRig:
                             "keyed": {"deletes": mode, "history": True},
                             **({"delivery": delivery} if delivery else {}),
                             **({"transforms": CUSTOMER_TRANSFORMS} if mode in transformed else {}),
+                            **(
+                                {"transforms": KERNEL_TRANSFORMS}
+                                if mode in kernel_transformed
+                                else {}
+                            ),
                         }
                         for mode in MODES
                     ],
@@ -557,7 +582,8 @@ class KeyedRig:
         env.pop("KBQE_CRASH_AT", None)
         kbqe = str(Path(sys.executable).parent / "kbqe")
         client = local_bigquery_client()
-        return cls(run, topics, by_mode, dataset, env, client, kbqe, tuple(transformed))
+        return cls(run, topics, by_mode, dataset, env, client, kbqe, tuple(transformed),
+                   tuple(kernel_transformed))  # fmt: skip
 
     def produced(self, mode: str) -> list[Produced]:
         return self.topics.produced[self.by_mode[mode]]
@@ -578,10 +604,14 @@ class KeyedRig:
 
     def columns(self, mode: str) -> tuple[str, ...]:
         """The row columns of ``mode``'s tables."""
+        if mode in self.kernel_transformed:
+            return KERNEL_TRANSFORMED_COLUMNS
         return TRANSFORMED_COLUMNS if mode in self.transformed else ROW_COLUMNS
 
     def row_values(self, mode: str) -> Callable[[Change], tuple] | None:
         """The oracle's row values of ``mode``'s changes (None: the rows as produced)."""
+        if mode in self.kernel_transformed:
+            return kernel_transformed_values(self.env[MASK_ENV].encode())
         if mode not in self.transformed:
             return None
         return transformed_values(self.env[MASK_ENV].encode())

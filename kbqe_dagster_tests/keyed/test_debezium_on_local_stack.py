@@ -13,7 +13,9 @@ The hard-delete topic has transforms (``CUSTOMER_TRANSFORMS``: the key ``id`` re
 ``customer_id`` and cast to text, the e-mail HMAC-masked, ``last_name`` dropped, a constant and
 a computed column added), which the oracle applies by its own hand to every row, a delete's
 before image included: the changelog, the current table, the hard-delete memory and the
-history hold the transformed row, keyed by the renamed key.
+history hold the transformed row, keyed by the renamed key. The soft-delete topic has the
+same without the computed column (``KERNEL_TRANSFORMS``), which the native kernel does inside
+the row where it is built: one topic proves each stage path against the same oracle.
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from __future__ import annotations
 import pytest
 
 from kbqe_dagster.demo.debezium import MODES, TRANSFORMED_COLUMNS, CustomersTable, KeyedRig
-from kbqe_dagster_tests.support.keyed_oracle import assert_tables_equal_the_oracle, run_until_idle
+from kbqe_dagster.staging.native_kernel import extension
+from kbqe_dagster_tests.conftest import kernel_skip_fails
+from kbqe_dagster_tests.support.keyed_oracle import (
+    assert_tables_equal_the_oracle,
+    kernel_hand_backs,
+    run_until_idle,
+)
 
 # Four and more `kbqe run`s of Spark each: minutes on two shared cores. The timeout is a
 # hang guard, not a speed bound (bench/ measures speed); 600 s was reached at load 11.
@@ -32,7 +40,8 @@ PARTITIONS = 3
 
 @pytest.fixture
 def rig(local_stack, local_endpoints, tmp_path):
-    rig = KeyedRig.create(local_endpoints, tmp_path, partitions=PARTITIONS, transformed=("hard",))
+    rig = KeyedRig.create(local_endpoints, tmp_path, partitions=PARTITIONS, transformed=("hard",),
+                          kernel_transformed=("soft",))  # fmt: skip
     yield rig
     rig.remove()
 
@@ -54,6 +63,15 @@ def test_debezium_changes_land_as_current_state_and_history_over_rounds(rig) -> 
         assert topic["staged"] == len(table.changes) - tombstones
         assert report["tables"][f"{rig.dataset}.customers_{mode}"]["keys_merged"] > 0
     assert_tables_equal_the_oracle(rig)
+    # The soft topic's transforms are the kernel's where it is built, the hard topic's are not
+    # (its compute): the kernel hands back every change of the hard topic, none of the soft.
+    built = extension()
+    if built is not None and hasattr(built.StageKernel, "add_transformed_change_schema"):
+        shares = kernel_hand_backs(rig)
+        changes = len(table.changes) - tombstones
+        assert shares == {"soft": (len(table.changes), 0), "hard": (len(table.changes), changes)}
+    elif kernel_skip_fails(reason := "the native kernel with keyed transforms is not built"):
+        pytest.fail(f"KBQE_REQUIRE_KERNEL=1: {reason}")
 
     # Round 2: schema v2 adds a column mid-stream; older rows read NULL there.
     table.schema_version = 2

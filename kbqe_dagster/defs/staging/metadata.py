@@ -64,6 +64,14 @@ def topic_totals(summary: StageSummary) -> dict:
         stage_report.SKIPPED_BY_REASON: summary.skipped,
         # Keyed topics count null values; append topics dead-letter or skip them (as above).
         **({stage_report.TOMBSTONES: summary.tombstones} if summary.tombstones else {}),
+        # Which path staged this topic, and what the kernel handed back, in a grouped run too.
+        stage_report.STAGE_PATH: summary.stage_path,
+        stage_report.KAFKA_READER: summary.reader,
+        **(
+            {stage_report.KERNEL_HANDBACKS: summary.kernel_handbacks}
+            if summary.kernel_handbacks
+            else {}
+        ),
         stage_report.ORPHANS_DELETED: len(summary.preparation.orphans_deleted),
         stage_report.SECONDS: round(summary.seconds, 3),
     }
@@ -83,10 +91,12 @@ def group_metadata(names: tuple[str, ...], summaries: tuple[StageSummary, ...]) 
     dead: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
     written: Counter[str] = Counter()
+    handbacks: Counter[str] = Counter()
     for s in summaries:
         dead.update(s.dead_letters)
         skipped.update(s.skipped)
         written.update(_bytes_by_dataset(s))
+        handbacks.update(s.kernel_handbacks)
     tombstones = sum(s.tombstones for s in summaries)
     return {
         stage_report.TOPICS: dg.MetadataValue.json(list(names)),
@@ -103,12 +113,13 @@ def group_metadata(names: tuple[str, ...], summaries: tuple[StageSummary, ...]) 
         stage_report.DEAD_LETTERS_BY_REASON: dg.MetadataValue.json(dict(dead)),
         stage_report.SKIPPED_BY_REASON: dg.MetadataValue.json(dict(skipped)),
         **({stage_report.TOMBSTONES: tombstones} if tombstones else {}),
-        stage_report.STAGE_PATH: "+".join(
-            sorted(
-                {p for s in summaries for p in s.stage_path.split("+") if p != "none"}, reverse=True
-            )
-        )
-        or "none",
+        stage_report.STAGE_PATH: _joined(s.stage_path for s in summaries),
+        stage_report.KAFKA_READER: _joined(s.reader for s in summaries),
+        **(
+            {stage_report.KERNEL_HANDBACKS: dg.MetadataValue.json(dict(handbacks))}
+            if handbacks
+            else {}
+        ),
         stage_report.ORPHANS_DELETED: sum(len(s.preparation.orphans_deleted) for s in summaries),
         stage_report.ROLLED_FORWARD: sum(len(s.preparation.rolled_forward) for s in summaries),
         stage_report.UNRECOGNIZED_FILES: sum(len(s.preparation.unrecognized) for s in summaries),
@@ -118,6 +129,14 @@ def group_metadata(names: tuple[str, ...], summaries: tuple[StageSummary, ...]) 
         stage_report.SECONDS: round(max((s.seconds for s in summaries), default=0.0), 3),
         stage_report.BY_TOPIC: by_topic,
     }
+
+
+def _joined(names: Iterable[str]) -> str:
+    """The ``+``-joined names of several summaries' paths or readers (``native+python``)."""
+    return (
+        "+".join(sorted({p for n in names for p in n.split("+") if p != "none"}, reverse=True))
+        or "none"
+    )
 
 
 def _bytes_by_dataset(summary: StageSummary) -> dict[str, int]:
