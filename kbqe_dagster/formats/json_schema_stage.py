@@ -55,9 +55,8 @@ from kbqe_dagster.core.errors import (
 from kbqe_dagster.core.formats.avro_names import record_full_name
 from kbqe_dagster.core.formats.json_schema_avro import (
     JsonSchemaMapping,
-    json_property_keys,
+    kernel_record,
     map_json_schema,
-    named_by_json_keys,
 )
 from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import extended_schema
@@ -220,8 +219,7 @@ class JsonSchemaKernelStaging(NativeStaging):
         registered = stager.lookup.get(schema_id)
         if registered is None:  # frame() found it: not here
             raise ValueError(f"schema id {schema_id} is not in the lookup")
-        keys = json_property_keys(json.loads(registered.schema))
-        keyed = json.dumps(named_by_json_keys(decoder.parsed, keys))
+        keys, keyed = kernel_record(registered.schema, decoder.parsed)
         if not stager.transforms:
             self.kernel.add_json_schema_id(header, registered.schema, keyed, constant)
             return

@@ -48,7 +48,7 @@ from typing import Any
 from fastavro import parse_schema
 
 from kbqe_dagster.core.errors import KbqeError
-from kbqe_dagster.core.formats.json_schema_avro import json_property_keys, named_by_json_keys
+from kbqe_dagster.core.formats.json_schema_avro import kernel_record
 from kbqe_dagster.core.formats.protobuf_program import kernel_program
 from kbqe_dagster.core.formats.protobuf_wire import read_message_indexes
 from kbqe_dagster.core.formats.source_format import SourceFormat
@@ -133,11 +133,9 @@ class TableNativeStaging(NativeStaging):
         if keyed.key_format is KeyFormat.JSON:
             fields = [(name, keyed.key_type(name)) for name in keyed.key]
         self.kernel.stage_table(keyed.key_format.value, fields)
-        self._json_values = stager.topic.format is SourceFormat.JSON
-        self._json_schema_values = stager.topic.format is SourceFormat.JSON_SCHEMA
+        self._format = stager.topic.format
         self._layouts: dict[tuple[Any, bytes | None], str | None] = {}
         """(key layout, value header) → None (taught) or why the kernel refused it."""
-        self._protobuf_values = stager.topic.format is SourceFormat.PROTOBUF
         self._entries: dict[bytes, str | None] = {}
         """``format: json_schema`` values: frame header → None (taught) or why the kernel
         refused its schema."""
@@ -162,10 +160,12 @@ class TableNativeStaging(NativeStaging):
             if value is None:
                 value_header, value_schema = None, None
                 layout = stager.layout_of(columns, None, None)
-            elif self._json_values:  # the declared schema's layout (TableStaging.place_record)
+            elif (
+                self._format is SourceFormat.JSON
+            ):  # the declared schema's layout (TableStaging.place_record)
                 value_header, value_schema = JSON_HEADER, None
                 layout = stager.layout_of(columns, stager.schema_id, stager.value_schema)
-            elif self._json_schema_values:  # the derived record's layout (the same)
+            elif self._format is SourceFormat.JSON_SCHEMA:  # the derived record's layout (the same)
                 if len(value) < HEADER_SIZE:
                     return False
                 value_header = value[:HEADER_SIZE]
@@ -174,7 +174,9 @@ class TableNativeStaging(NativeStaging):
                 layout = stager.layout_of(columns, schema_id, value_schema)
                 if not self._teach_entry(value_header, schema_id, decoder):
                     return False
-            elif self._protobuf_values:  # the message type's mapped record (the same)
+            elif (
+                self._format is SourceFormat.PROTOBUF
+            ):  # the message type's mapped record (the same)
                 if len(value) < HEADER_SIZE:
                     return False
                 schema_id, proto = stager.frame(value)
@@ -219,8 +221,7 @@ class TableNativeStaging(NativeStaging):
         try:
             if registered is None:  # frame() resolved it a moment ago: the registry's to say
                 raise ValueError(f"schema id {schema_id} is no longer in the registry")
-            keys = json_property_keys(json.loads(registered.schema))
-            keyed = json.dumps(named_by_json_keys(decoder.parsed, keys))
+            _, keyed = kernel_record(registered.schema, decoder.parsed)
             self.kernel.table_json_schema_id(header, registered.schema, keyed)
         except ValueError as error:
             self._entries[header] = str(error)

@@ -61,6 +61,7 @@ microseconds and BigQuery's TIMESTAMP keeps them.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -440,3 +441,12 @@ def named_by_json_keys(schema: Any, keys: Mapping[str, str]) -> Any:
             for f in schema["fields"]
         ]
     return out
+
+
+def kernel_record(schema_text: str, parsed: Any) -> tuple[dict[str, str], str]:
+    """What the native kernel takes for a registry JSON Schema (``schema_text``) and the Avro
+    record derived from it (``parsed``: fastavro's form): the Avro names' JSON property keys
+    (:func:`json_property_keys`), and the record's JSON with each field named by its key
+    (:func:`named_by_json_keys`). ValueError when two keys share an Avro name."""
+    keys = json_property_keys(json.loads(schema_text))
+    return keys, json.dumps(named_by_json_keys(parsed, keys))
