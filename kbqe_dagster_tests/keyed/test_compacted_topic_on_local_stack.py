@@ -31,6 +31,7 @@ from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET
 from kbqe_dagster.staging.native_kernel import extension
 from kbqe_dagster_tests.conftest import kernel_skip_fails
 from kbqe_dagster_tests.kbqe_run import cli_env, drop_datasets, until_idle
+from kbqe_dagster_tests.support.keyed_oracle import stage_run_metadata
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -76,24 +77,12 @@ def current_table(client, dataset: str) -> set[tuple]:
 def stage_runs(env: dict) -> tuple[set[str], int, Counter[str]]:
     """The stage runs' paths, messages and kernel hand-backs (their materializations' metadata
     in the runs' instance)."""
-    import dagster as dg
-
     paths: set[str] = set()
     messages, handbacks = 0, Counter[str]()
-    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
-        for key in instance.get_asset_keys():
-            records = instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=key), limit=100
-            ).records
-            for record in records:
-                md = {
-                    k: getattr(v, "value", v)
-                    for k, v in record.asset_materialization.metadata.items()
-                }
-                if "stage_path" in md:
-                    paths.add(md["stage_path"])
-                    messages += md["messages"]
-                    handbacks.update(md.get("kernel_handbacks") or {})
+    for md in stage_run_metadata(env["DAGSTER_HOME"]):
+        paths.add(md["stage_path"])
+        messages += md["messages"]
+        handbacks.update(md.get("kernel_handbacks") or {})
     return paths, messages, handbacks
 
 
