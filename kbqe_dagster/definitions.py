@@ -11,45 +11,40 @@ before that by the backlog sensor, which resolves the patterns at every tick).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
 
 from kbqe_dagster.core.config.pipeline import PipelineConfig, parse_pipeline_text
 from kbqe_dagster.core.errors import ConfigError
-from kbqe_dagster.defs.bigquery.assets import bigquery_specs
-from kbqe_dagster.defs.bigquery.checks import load_checks
-from kbqe_dagster.defs.bigquery.jobs import (
-    done_file_retention_job,
-    duplicate_offsets_check_job,
-    load_job,
-    poll_load_jobs_job,
-)
-from kbqe_dagster.defs.bigquery.schedules import load_schedules
-from kbqe_dagster.defs.completeness.checks import completeness_checks
-from kbqe_dagster.defs.completeness.sensors import completeness_sensor
-from kbqe_dagster.defs.erasure.assets import erasure_checks, erasure_specs
-from kbqe_dagster.defs.erasure.jobs import erasure_job
-from kbqe_dagster.defs.erasure.sensors import erasure_request_sensor
-from kbqe_dagster.defs.kafka.assets import topic_specs
-from kbqe_dagster.defs.keyed.assets import keyed_specs
-from kbqe_dagster.defs.keyed.checks import keyed_checks
-from kbqe_dagster.defs.keyed.jobs import merge_keyed_tables_job
-from kbqe_dagster.defs.keyed.schedules import keyed_schedules
+from kbqe_dagster.defs.bigquery.definitions import bigquery_definitions
+from kbqe_dagster.defs.completeness.definitions import completeness_definitions
+from kbqe_dagster.defs.erasure.definitions import erasure_definitions
+from kbqe_dagster.defs.kafka.definitions import kafka_definitions
+from kbqe_dagster.defs.keyed.definitions import keyed_definitions
 from kbqe_dagster.defs.keys import Destinations
 from kbqe_dagster.defs.resources import pipeline_config_path, resources_for_environment
-from kbqe_dagster.defs.staging.assets import staging_asset
-from kbqe_dagster.defs.staging.jobs import stage_job, stage_loop_job
-from kbqe_dagster.defs.staging.sensors import (
-    kafka_backlog_sensor,
-    stage_loop_sensor,
-    staging_observation_sensor,
-)
+from kbqe_dagster.defs.staging.definitions import staging_definitions
 from kbqe_dagster.resources.configurable import KafkaResource, PipelineResource
 from kbqe_dagster.resources.kafka.clients import KafkaReadError
 from kbqe_dagster.resources.kafka.cluster import discover_topics
 
 log = logging.getLogger(__name__)
+
+DomainDefinitions = Callable[[PipelineConfig, Destinations], dg.Definitions]
+"""A domain of ``defs/`` (``defs/<domain>/definitions.py``): its assets, checks, jobs, schedules
+and sensors for one pipeline, with the conditions on the pipeline (keyed topics, erasure) its
+own. A new domain is one such function and one line of :data:`DOMAINS`."""
+
+DOMAINS: tuple[DomainDefinitions, ...] = (
+    kafka_definitions,
+    staging_definitions,
+    bigquery_definitions,
+    keyed_definitions,
+    completeness_definitions,
+    erasure_definitions,
+)
 
 
 def build_definitions(config_path: str | None = None, env: str | None = None) -> dg.Definitions:
@@ -70,40 +65,9 @@ def build_definitions(config_path: str | None = None, env: str | None = None) ->
             discovered_topics=[t.name for t in config.topics if t.pattern is not None],
         )
     destinations = Destinations.from_config(config)
-    duplicate_check_job = duplicate_offsets_check_job(destinations)
-    return dg.Definitions(
-        assets=[
-            *topic_specs(config),
-            staging_asset(list(config.topic_names)),
-            *bigquery_specs(destinations),
-            *keyed_specs(config),
-            *erasure_specs(config),
-        ],
-        asset_checks=[
-            load_checks(destinations),
-            *keyed_checks(config),
-            *completeness_checks(destinations),
-            *erasure_checks(config),
-        ],
-        jobs=[
-            stage_job,
-            stage_loop_job,
-            load_job,
-            poll_load_jobs_job,
-            done_file_retention_job,
-            duplicate_check_job,
-            merge_keyed_tables_job,
-            *([erasure_job] if config.erasure.enabled else []),
-        ],
-        schedules=[*load_schedules(config, duplicate_check_job), *keyed_schedules(config)],
-        sensors=[
-            kafka_backlog_sensor,
-            stage_loop_sensor,
-            staging_observation_sensor,
-            completeness_sensor,
-            *([erasure_request_sensor] if config.erasure.enabled else []),
-        ],
-        resources=resources,
+    return dg.Definitions.merge(
+        *(domain(config, destinations) for domain in DOMAINS),
+        dg.Definitions(resources=resources),
     )
 
 
