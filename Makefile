@@ -101,7 +101,7 @@ faults: install
 
 # The soak (docs/operations.md, "The soak"): dagster-daemon, the code server and the webserver
 # under a producing fleet and seeded faults for MINUTES minutes, on a private stack of its own
-# (.soak-local/, ports 39092...); writes bench/results/soak.json. E.g. make soak MINUTES=10;
+# (.soak-local/, ports 22092...); writes bench/results/soak.json. E.g. make soak MINUTES=10;
 # ARGS="--storage postgres" runs its Dagster instance on the private stack's PostgreSQL.
 MINUTES ?= 60
 SEED ?= 7

@@ -7,14 +7,14 @@ run), the tag limits and the ``bigquery_load`` pool serialize them — the proje
 only produces, breaks things, watches and counts.
 
 It runs on a local stack of its own (its own ``KBQE_LOCAL_HOME`` and ports, default
-39092/39093/38081/34443/39050/39060, ``KBQE_LOCAL_<NAME>_PORT`` to change them), because its
+22092/22093/22081/22443/22050/22060, ``KBQE_LOCAL_<NAME>_PORT`` to change them), because its
 faults stop and restart the services: never the stack other tests and developers share. Its
 steps:
 
 1. start the private stack, create the fleet's topics (reliability/soak_fleet.py), write its
    pipeline file, start the code server, the webserver and the daemon on an instance of the
    soak's own: SQLite by default, or with ``--storage postgres`` the instance file production
-   uses, on a database of the run's own in the private stack's PostgreSQL (port 35432; what the
+   uses, on a database of the run's own in the private stack's PostgreSQL (port 22432; what the
    CI soak, kbqe_dagster_tests/reliability/test_soak.py, runs);
 2. for ``--minutes``: produce to the fleet at a steady rate with seeded bursts (a topic found by
    ``topic_patterns`` appears at 30 % of the run, schemas evolve at 40 %), sample memory and
@@ -68,17 +68,19 @@ log = logging.getLogger("reliability.soak")
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_HOME = ROOT / ".soak-local"
 DEFAULT_JSON = ROOT / "bench" / "results" / "soak.json"
+# Below Linux's ephemeral range (32768-60999 by default), where any process's outgoing
+# connection may take a port first: the code server once failed to bind its 34100 so.
 PORTS = {
-    "KAFKA": 39092,
-    "KAFKA_CONTROLLER": 39093,
-    "REGISTRY": 38081,
-    "GCS": 34443,
-    "BIGQUERY": 39050,
-    "BIGQUERY_GRPC": 39060,
-    "POSTGRES": 35432,  # on demand: the Dagster instance's server with --storage postgres
+    "KAFKA": 22092,
+    "KAFKA_CONTROLLER": 22093,
+    "REGISTRY": 22081,
+    "GCS": 22443,
+    "BIGQUERY": 22050,
+    "BIGQUERY_GRPC": 22060,
+    "POSTGRES": 22432,  # on demand: the Dagster instance's server with --storage postgres
 }
-GRPC_PORT = 34100
-WEB_PORT = 34101
+GRPC_PORT = 22100
+WEB_PORT = 22101
 TICK_S = 2.0
 CDC_EVERY_S = 20.0
 PATTERN_AT = 0.3
@@ -537,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         default="sqlite",
         help="the Dagster instance's storage: SQLite under its DAGSTER_HOME (default), or "
         "PostgreSQL as production keeps it, a database of the run's own on the private "
-        "stack's PostgreSQL (port KBQE_LOCAL_POSTGRES_PORT, default 35432)",
+        "stack's PostgreSQL (port KBQE_LOCAL_POSTGRES_PORT, default 22432)",
     )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("-v", "--verbose", action="store_true")

@@ -43,16 +43,18 @@ KBQE = str(Path(sys.executable).parent / "kbqe")
 
 SECOND_STACK_HOME = REPO / ".kbqe-local-2"
 SECOND_STACK_PORTS = {
-    "KAFKA": 49092,
-    "KAFKA_CONTROLLER": 49093,
-    "REGISTRY": 48081,
-    "GCS": 44443,
-    "BIGQUERY": 49050,
-    "BIGQUERY_GRPC": 49060,
-    "POSTGRES": 45432,
-    "CONNECT": 48083,
+    "KAFKA": 29092,
+    "KAFKA_CONTROLLER": 29093,
+    "REGISTRY": 28081,
+    "GCS": 26443,
+    "BIGQUERY": 29050,
+    "BIGQUERY_GRPC": 29060,
+    "POSTGRES": 25432,
+    "CONNECT": 28083,
 }
-"""Far from the default stack's (1xxxx) and the soak's (3xxxx)."""
+"""Far from the default stack's (1xxxx) and the soak's (22xxx), and below Linux's ephemeral
+range (32768-60999 by default): a port there can be taken by any process's outgoing connection
+before the service binds it (the soak's code server once found its 34100 taken)."""
 
 NO_TESTS_COLLECTED = 5  # pytest's exit code when the marker leaves a directory nothing to run
 

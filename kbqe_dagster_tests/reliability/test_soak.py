@@ -1,15 +1,15 @@
 """The soak (``reliability/soak.py``), bounded: the product as production runs it —
 ``dagster-daemon``, the code server and the webserver as processes of their own, runs launched
 by the queued run coordinator under the project's dagster.yaml, runs, events, schedules and
-pool slots in SQLite (PostgreSQL with ``KBQE_SOAK_STORAGE=postgres``) — fed by a
+pool slots in PostgreSQL, as production keeps them (SQLite with ``KBQE_SOAK_STORAGE=sqlite``) — fed by a
 fleet of topics of every kind while every fault kind is injected once, then checked end to end.
 
 It runs on a private local stack (its own home and ports: the faults stop services), never the
 one the other tests share; ``KBQE_SOAK_MINUTES`` sets how long it produces (default 10, what
 ``make test`` runs; ``make soak`` is the 60-minute run); ``KBQE_SOAK_REPORT`` names a file to
 write its JSON report to; ``KBQE_SOAK_STORAGE`` the Dagster instance's storage (default
-``sqlite``, as ``make soak``; ``postgres`` runs it on the stack's PostgreSQL, which has not
-passed whole yet: docs/deployment.md, "Dagster on Postgres", says what its runs showed).
+``postgres``: a database of the run's own on the private stack's PostgreSQL; ``sqlite`` as
+``make soak`` and every other test; docs/deployment.md, "Dagster on Postgres")
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from reliability.soak_faults import KINDS
 
 MINUTES = float(os.environ.get("KBQE_SOAK_MINUTES", "10"))
 SEED = 7
-STORAGE = os.environ.get("KBQE_SOAK_STORAGE", "sqlite")
+STORAGE = os.environ.get("KBQE_SOAK_STORAGE", "postgres")
 SETTLE_MINUTES = 15
 
 # The run takes MINUTES of producing, up to SETTLE_MINUTES of loading, then the drain: far
