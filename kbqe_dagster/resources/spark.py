@@ -79,23 +79,7 @@ def local_spark_config(master: str = "local[2]", extra: Mapping[str, str] | None
         conf["spark.driver.bindAddress"] = "127.0.0.1"
         conf["spark.pyspark.python"] = sys.executable
     conf.update(extra or {})
-    ship_py_files(conf)
     return conf
-
-
-def ship_py_files(conf: dict) -> None:
-    """Python files for the executors (a user's ``decoder`` module, zipped), named as
-    spark-submit names them: ``spark.submit.pyFiles``. PySpark's driver puts those on its workers'
-    path by file name only, counting on spark-submit to have shipped the files with
-    ``spark.files``; a driver that builds its own SparkContext (a Dagster run worker) gets no
-    spark-submit, so the files are added to ``spark.files`` here as it would add them, and each
-    executor fetches them from the driver (docs/deployment.md, "Your own code on the
-    executors")."""
-    py_files = [f for f in str(conf.get("spark.submit.pyFiles", "")).split(",") if f]
-    files = [f for f in str(conf.get("spark.files", "")).split(",") if f]
-    shipped = files + [f for f in py_files if f not in files]
-    if shipped != files:
-        conf["spark.files"] = ",".join(shipped)
 
 
 def spark_key(variable_suffix: str) -> str:

@@ -82,21 +82,6 @@ def test_an_override_wins_over_every_default() -> None:
     assert conf["spark.driver.host"] == "10.1.1.1"
 
 
-def test_python_files_named_as_spark_submit_names_them_are_shipped_to_the_executors() -> None:
-    """``spark.submit.pyFiles`` alone only puts file names on the workers' path (spark-submit
-    ships the files): the driver ships them with ``spark.files``, keeping files named there."""
-    conf = spark_config_from_environment(
-        environ={
-            "KBQE_SPARK_MASTER": "spark://10.0.0.5:7077",
-            "KBQE_SPARK_CONF_spark_submit_pyFiles": "/opt/app/decoders.zip,gs://b/extra.py",
-            "KBQE_SPARK_CONF_spark_files": "/opt/app/ca.pem,/opt/app/decoders.zip",
-        }
-    )
-    assert conf["spark.submit.pyFiles"] == "/opt/app/decoders.zip,gs://b/extra.py"
-    assert conf["spark.files"] == "/opt/app/ca.pem,/opt/app/decoders.zip,gs://b/extra.py"
-    assert "spark.files" not in spark_config_from_environment(environ={})
-
-
 def test_a_staging_directory_is_refused_when_executors_run_elsewhere() -> None:
     with pytest.raises(ConfigError) as refused:
         refuse_local_staging_on_a_cluster("spark://10.0.0.5:7077", "/var/kbqe/staging")
