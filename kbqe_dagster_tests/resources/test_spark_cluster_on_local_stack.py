@@ -1,7 +1,9 @@
 """The stage job on a real Spark standalone cluster, not ``local[2]`` in the run's process:
-``kbqe run --until-idle`` stages an Avro topic (two tables, bad input dead-lettered), a JSON
-topic and a keyed compacted topic through the cluster's executors, every message exactly once
-in BigQuery; then every executor is SIGKILLed mid-stage, and the next run stages what was left,
+``kbqe run --until-idle`` stages a topic of every format through the cluster's executors: Avro
+(two tables, bad input dead-lettered), JSON, JSON Schema and Protobuf (their schemas from the
+registry), raw bytes, a user's decoder (shipped to the executors as spark-submit ships Python
+files, ``spark.submit.pyFiles``) and a keyed compacted topic, every message exactly once in
+BigQuery; then every executor is SIGKILLed mid-stage, and the next run stages what was left,
 exactly once.
 
 The cluster (kbqe_dagster_tests/support/spark_cluster.py) is as far from the driver as one
@@ -29,9 +31,10 @@ machine allows:
 - each worker runs in a mount namespace of its own where the checkout (every directory of it
   but the one holding this environment, when that is inside it, as CI's ``.venv``), the
   directory this environment imports kbqe_dagster from and the driver's temporary files (the pipeline file,
-  the JSON topic's .avsc beside it, the Dagster home) are empty: a task that read a
-  driver-local path, or imported kbqe_dagster from anywhere but the wheel, would fail. The
-  driver runs from a directory outside the checkout.
+  the JSON topic's .avsc beside it, the zip of the decoder's module, the Dagster home) are
+  empty: a task that read a driver-local path, or imported kbqe_dagster or the decoder from
+  anywhere but the wheel and the shipped zip, would fail. The driver runs from a directory
+  outside the checkout.
 
 Staging is a bucket on the GCS emulator, as a cluster requires. The cluster is started once
 for the module; the two tests run in order (the second uses the first's topics).
@@ -46,6 +49,7 @@ import subprocess
 import sys
 import time
 import uuid
+import zipfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,7 +59,9 @@ import dagster as dg
 import pytest
 import yaml
 from confluent_kafka import Producer
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 
+from examples.fix.messages import order_flow
 from kbqe_dagster.core.protocol.naming import parse_listing
 from kbqe_dagster.demo.compacted import CompactedTopic
 from kbqe_dagster.demo.samples import (
@@ -72,7 +78,9 @@ from kbqe_dagster.resources.kafka.clients import CLIENT_LOG, KafkaSettings
 from kbqe_dagster.resources.kafka.cluster import watermarks
 from kbqe_dagster.resources.staging_store import GcsStagingStore, StagingLocation
 from kbqe_dagster_tests.kbqe_run import KBQE, REPO, create_topic, drop_datasets, until_idle
+from kbqe_dagster_tests.support import json_schema_format, protobuf_format
 from kbqe_dagster_tests.support.demo_messages import good_messages
+from kbqe_dagster_tests.support.framing import json_framed, protobuf_framed
 from kbqe_dagster_tests.support.json_format import SCHEMA as CLICK_SCHEMA
 from kbqe_dagster_tests.support.spark_cluster import (
     SparkCluster,
@@ -89,6 +97,9 @@ JSON_MESSAGES = 120
 FIRST_BATCH = 300  # good Avro messages of the first run, both tables (and every bad kind)
 FAULT_BATCH = 300  # the Avro topic's second batch, 15 ranges of 20: the kill lands mid-stage
 RANGE = 20
+OTHER_FORMATS = 30  # messages of each of the JSON Schema, Protobuf and raw topics
+FIX_ORDERS = 10  # a NewOrderSingle and two ExecutionReports each
+DECODER_MODULES = ("examples/__init__.py", "examples/fix/__init__.py", "examples/fix/decoder.py")
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +125,8 @@ class Topics:
     avro: str
     json: str
     keyed: CompactedTopic
+    formats: dict[str, str]
+    """The JSON Schema, Protobuf, raw and decoder topics, by format."""
     placed: dict[tuple[int, int], SampleMessage]
     env: dict[str, str]
     cwd: Path
@@ -122,7 +135,14 @@ class Topics:
     @property
     def datasets(self) -> tuple[str, ...]:
         r = self.run
-        return (f"acme_sales_{r}", f"acme_web_{r}", f"web_{r}", f"keyed_{r}", f"dead_{r}")
+        return (
+            f"acme_sales_{r}",
+            f"acme_web_{r}",
+            f"web_{r}",
+            f"keyed_{r}",
+            f"dead_{r}",
+            *(f"{kind}_{r}" for kind in self.formats),
+        )
 
     @property
     def staging_url(self) -> str:
@@ -131,15 +151,27 @@ class Topics:
 
 @pytest.fixture(scope="module")
 def topics(spark_cluster, local_stack, tmp_path_factory) -> Iterator[Topics]:
-    """Three topics of this module, the pipeline file and the environment of a driver that
-    stages them on the cluster."""
+    """This module's topics, the pipeline file and the environment of a driver that stages them
+    on the cluster."""
     run = uuid.uuid4().hex[:8]
     driver = tmp_path_factory.mktemp("driver")
     avro, json_topic = f"cluster{run}.orders", f"cluster{run}.clicks"
     keyed = CompactedTopic(local_stack, f"cluster{run}.customers")
-    for name in (avro, json_topic):
+    formats = {kind: f"cluster{run}.{kind}" for kind in ("json_schema", "protobuf", "raw", "fix")}
+    for name in (avro, json_topic, *formats.values()):
         create_topic(local_stack.kafka_bootstrap, name, PARTITIONS)
     (driver / "clicks.avsc").write_text(json.dumps(CLICK_SCHEMA))
+    # The decoder's module as a user ships it: a zip the driver imports (PYTHONPATH) and names
+    # as spark-submit would (spark.submit.pyFiles); the executors cannot see the checkout, nor
+    # this directory, so they can only have it from the driver.
+    decoders = driver / "decoders.zip"
+    with zipfile.ZipFile(decoders, "w") as packed:
+        for module in DECODER_MODULES:
+            packed.write(REPO / module, module)
+
+    def static(kind: str, table: str) -> dict:
+        return {"mode": "static", "dataset": f"{kind}_{run}", "table": table}
+
     pipeline = {
         "version": 1,
         "topics": [
@@ -156,8 +188,19 @@ def topics(spark_cluster, local_stack, tmp_path_factory) -> Iterator[Topics]:
                 "event_time": {"fields": [], "kafka_timestamp_fallback": True},
                 "keyed": {"key_from": "kafka_key", "deletes": "hard"},
             },
+            {"name": formats["json_schema"], "format": "json_schema",
+             "routing": static("json_schema", "orders"), "event_time": {"fields": ["placed_at"]}},
+            {"name": formats["protobuf"], "format": "protobuf",
+             "routing": static("protobuf", "orders"), "event_time": {"fields": ["placed_at"]}},
+            {"name": formats["raw"], "format": "raw", "routing": static("raw", "events")},
+            {"name": formats["fix"], "format": "decoder",
+             "decoder": "examples.fix.decoder:decode_fix",
+             "routing": {"mode": "schema_name", "dataset": f"fix_{run}"},
+             "event_time": {"fields": ["transact_time"], "date_rule": "utc"}},
         ],
-        "allowed_destinations": [f"acme_sales_{run}.*", f"acme_web_{run}.*", f"web_{run}.*"],
+        "allowed_destinations": [
+            f"acme_sales_{run}.*", f"acme_web_{run}.*", f"web_{run}.*", f"fix_{run}.*"
+        ],
         "dead_letter": {"dataset": f"dead_{run}", "table": "dead_letters"},
         "load": {"max_retries": 1},
     }  # fmt: skip
@@ -177,10 +220,12 @@ def topics(spark_cluster, local_stack, tmp_path_factory) -> Iterator[Topics]:
             "KBQE_PIPELINE_CONFIG": str(driver / "pipeline.yaml"),
             "KBQE_STAGING_URL": f"gs://{LOCAL_BUCKET}/cluster-{run}",
             "DAGSTER_HOME": str(home),
+            "PYTHONPATH": str(decoders),
+            "KBQE_SPARK_CONF_spark_submit_pyFiles": str(decoders),
             **spark_cluster.driver_environment(),
         }
     )
-    made = Topics(run, avro, json_topic, keyed, {}, env, driver, home)
+    made = Topics(run, avro, json_topic, keyed, formats, {}, env, driver, home)
     yield made
     keyed.delete()
     drop_datasets(local_bigquery_client(), *made.datasets)
@@ -193,6 +238,39 @@ def produce_clicks(bootstrap: str, topic: str, dataset: str, count: int) -> None
                  "at": 1_726_238_205_123 + i}  # fmt: skip
         producer.produce(topic, json.dumps(value).encode(), partition=i % PARTITIONS)
     assert producer.flush(30) == 0
+
+
+def produce_other_formats(registry_url: str, bootstrap: str, topics: dict[str, str]) -> dict:
+    """JSON Schema and Protobuf values under schemas registered for their topics (Protobuf's
+    importing another subject), raw bytes of any kind and FIX messages: the messages produced,
+    by format."""
+    registry = SchemaRegistryClient({"url": registry_url})
+    js_id = registry.register_schema(
+        f"{topics['json_schema']}-value", Schema(json.dumps(json_schema_format.V1), "JSON")
+    )
+    common = f"{topics['protobuf']}-acme-common"
+    registry.register_schema(common, Schema(protobuf_format.COMMON, "PROTOBUF"))
+    reference = SchemaReference("acme/common.proto", common, 1)
+    pb_id = registry.register_schema(
+        f"{topics['protobuf']}-value", Schema(protobuf_format.V1, "PROTOBUF", [reference])
+    )
+    values = {
+        "json_schema": [
+            json_framed(js_id, {**json_schema_format.GOOD, "id": i + 1})
+            for i in range(OTHER_FORMATS)
+        ],
+        "protobuf": [
+            protobuf_framed(pb_id, protobuf_format.order(i=i + 1)) for i in range(OTHER_FORMATS)
+        ],
+        "raw": [b"\xff\x00raw %d" % i for i in range(OTHER_FORMATS)],
+        "fix": [sample.value for sample in order_flow(FIX_ORDERS, seed=7)],
+    }
+    producer = Producer({"bootstrap.servers": bootstrap, "logger": CLIENT_LOG})
+    for kind, batch in values.items():
+        for i, value in enumerate(batch):
+            producer.produce(topics[kind], value, partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
+    return values
 
 
 def offsets_in(client, table: str, topic: str) -> Counter[tuple[int, int]]:
@@ -221,7 +299,7 @@ def stage_runs(home: Path) -> list[dg.DagsterRun]:
         return [r for r in instance.get_runs() if r.job_name == "stage_job"]
 
 
-def test_three_formats_stage_on_the_cluster_each_message_once(
+def test_every_format_stages_on_the_cluster_each_message_once(
     spark_cluster, topics, local_endpoints
 ) -> None:
     t = topics
@@ -229,6 +307,9 @@ def test_three_formats_stage_on_the_cluster_each_message_once(
     messages = good_messages(t.run, ids)[:FIRST_BATCH] + bad_messages(ids)
     t.placed.update(produce(local_endpoints.kafka_bootstrap, t.avro, messages, PARTITIONS))
     produce_clicks(local_endpoints.kafka_bootstrap, t.json, f"web_{t.run}", JSON_MESSAGES)
+    others = produce_other_formats(
+        local_endpoints.registry_url, local_endpoints.kafka_bootstrap, t.formats
+    )
     for id_ in range(1, 6):
         t.keyed.put(id_, f"c{id_}")
     t.keyed.put(2, "c2 v2", "gold")
@@ -250,6 +331,24 @@ def test_three_formats_stage_on_the_cluster_each_message_once(
     assert sorted((r["p"], r["o"]) for r in dead) == sorted(bad)
     current = client.query_and_wait(f"SELECT id, name, tier FROM `keyed_{t.run}.customers`")
     assert {tuple(r.values()) for r in current} == t.keyed.as_table() != set()
+    # Each of the other formats' messages once, in the table its format's stager made of it.
+    r = t.run
+    for kind, tables in (
+        ("json_schema", [f"json_schema_{r}.orders"]),
+        ("protobuf", [f"protobuf_{r}.orders"]),
+        ("raw", [f"raw_{r}.events"]),
+        ("fix", [f"fix_{r}.new_order_single", f"fix_{r}.execution_report"]),
+    ):
+        topic, sent = t.formats[kind], len(others[kind])
+        assert report["topics"][topic]["staged"] == sent, (kind, report["topics"][topic])
+        seen = sum((offsets_in(client, table, topic) for table in tables), Counter())
+        assert len(seen) == sent and max(seen.values()) == 1, (kind, sent, seen)
+    orders = client.query_and_wait(f"SELECT id, total.units AS units FROM `protobuf_{r}.orders`")
+    assert sorted((row["id"], row["units"]) for row in orders) == [
+        (i, 10 * i) for i in range(1, OTHER_FORMATS + 1)
+    ]
+    raw = client.query_and_wait(f"SELECT value FROM `raw_{r}.events`")
+    assert sorted(row["value"] for row in raw) == sorted(others["raw"])
     # The runs were Dagster's stage_job runs, on the cluster's executors (both workers').
     runs = stage_runs(t.home)
     assert runs and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
