@@ -149,20 +149,28 @@ def watermarks_of(
     if not tps:
         return {}
     bounds = {}
+    deadline = time.monotonic() + timeout
     for which, spec in (("low", OffsetSpec.earliest()), ("high", OffsetSpec.latest())):
-        futures = admin.list_offsets(
-            {tp: spec for tp in tps},
-            isolation_level=IsolationLevel.READ_COMMITTED,
-            request_timeout=timeout,
-        )
-        try:
-            bounds[which] = {
-                (tp.topic, tp.partition): f.result().offset for tp, f in futures.items()
-            }
-        except KafkaException as e:
-            raise KafkaReadError(
-                f"listing {which} offsets of {', '.join(sorted(wanted))}: {e}"
-            ) from e
+        while which not in bounds:
+            futures = admin.list_offsets(
+                {tp: spec for tp in tps},
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=max(0.5, deadline - time.monotonic()),
+            )
+            try:
+                bounds[which] = {
+                    (tp.topic, tp.partition): f.result().offset for tp, f in futures.items()
+                }
+            except KafkaException as e:
+                # As _watermark_offsets: a leadership that moves (a broker restart, a topic
+                # created a moment ago) is asked again until the call's timeout.
+                code = e.args[0].code() if e.args else None
+                if code not in _LEADERSHIP_MOVING or time.monotonic() + 0.5 > deadline:
+                    raise KafkaReadError(
+                        f"listing {which} offsets of {', '.join(sorted(wanted))}: {e}"
+                    ) from e
+                log.info("listing %s offsets: %s; asking again", which, e.args[0].str())
+                time.sleep(0.5)
     return {
         tp: PartitionWatermarks(tp[0], tp[1], bounds["low"][tp], bounds["high"][tp])
         for tp in sorted(bounds["high"])
