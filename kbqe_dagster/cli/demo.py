@@ -24,7 +24,9 @@ def add_demo(sub: SubParsers, common: argparse.ArgumentParser) -> None:
     demo.set_defaults(handler=_demo)
 
     dev = sub.add_parser(
-        "dev", parents=[common], help="start the Dagster UI (`dg dev`) on the local instance"
+        "dev",
+        parents=[common],
+        help="start the Dagster UI (`dg dev`) on $DAGSTER_HOME, else on the local instance",
     )
     dev.add_argument("--port", type=int, default=3000)
     dev.set_defaults(handler=_dev)

@@ -221,11 +221,14 @@ def _committed(store, topic: str, elapsed: float) -> str:
 
 
 def exec_dagster_dev(port: int = 3000) -> int:
-    """Replace this process with ``dg dev`` (``dagster dev`` without dagster-dg-cli) on the
-    local instance (Ctrl-C to stop)."""
+    """Replace this process with ``dg dev`` (``dagster dev`` without dagster-dg-cli) on
+    ``$DAGSTER_HOME`` when it is set, as ``kbqe run`` does (a user's own instance: PostgreSQL,
+    another run launcher), else on the local instance (Ctrl-C to stop)."""
     from kbqe_dagster.resources.environment import local_dagster_home
 
-    home = local_dagster_home()
+    home = (
+        Path(os.environ["DAGSTER_HOME"]) if os.environ.get("DAGSTER_HOME") else local_dagster_home()
+    )
     env = {**os.environ, "DAGSTER_HOME": str(home), "KBQE_ENV": os.environ.get("KBQE_ENV", "local")}
     if sys.prefix != sys.base_prefix:
         # The interpreter's virtual environment, also when it was not activated (`.venv/bin/

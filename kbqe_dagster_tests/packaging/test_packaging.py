@@ -181,6 +181,7 @@ def test_kbqe_dev_starts_dg_dev_on_the_local_instance(
         (bin_dir / name).write_text("")
     monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
     monkeypatch.setenv("KBQE_LOCAL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
     monkeypatch.setattr(packaged, "checkout_root", lambda: checkout)
     monkeypatch.setattr(os, "chdir", lambda path: calls.append(("chdir", path)))
     monkeypatch.setattr(os, "execve", lambda exe, argv, env: calls.append((exe, argv, env)))
@@ -195,3 +196,27 @@ def test_kbqe_dev_starts_dg_dev_on_the_local_instance(
     assert (tmp_path / "home/dagster_home/dagster.yaml").read_bytes() == (
         REPO / "dagster.yaml"
     ).read_bytes()
+
+
+def test_kbqe_dev_starts_on_dagster_home_when_it_is_set(monkeypatch, tmp_path) -> None:
+    """A user's own instance (PostgreSQL, another run launcher: docs/deployment.md) is
+    ``$DAGSTER_HOME``, as for ``kbqe run``: ``kbqe dev`` starts on it and leaves its
+    dagster.yaml as the user wrote it."""
+    import os
+
+    from kbqe_dagster.demo import run
+
+    home = tmp_path / "prod_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("storage: {postgres: {}}\n")
+    calls: list = []
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("KBQE_LOCAL_HOME", str(tmp_path / "local"))
+    monkeypatch.setattr(os, "chdir", lambda path: None)
+    monkeypatch.setattr(os, "execve", lambda exe, argv, env: calls.append(env))
+
+    run.exec_dagster_dev(3001)
+
+    assert calls[0]["DAGSTER_HOME"] == str(home)
+    assert (home / "dagster.yaml").read_text() == "storage: {postgres: {}}\n"
+    assert not (tmp_path / "local" / "dagster_home").exists()
