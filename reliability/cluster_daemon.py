@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +42,7 @@ from kbqe_dagster.demo.samples import click_messages, register_click_schema
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import LOCAL_BUCKET, local_endpoints
 from kbqe_dagster.resources.kafka.clients import CLIENT_LOG
+from reliability import kbqe_dev
 
 REPO = Path(__file__).resolve().parents[1]
 PARTITIONS = 3
@@ -113,11 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             "KBQE_SPARK_CONF_spark_cores_max": "1",
         }
     )
-    log = open(work / "kbqe-dev.log", "w")  # noqa: SIM115 - kept open for the child's life
-    dev = subprocess.Popen(
-        [str(Path(sys.executable).parent / "kbqe"), "dev", "--port", str(args.port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=work,
-    )  # fmt: skip
+    dev = kbqe_dev.start(env, work, args.port, cwd=work)
     print(f"kbqe dev (pid {dev.pid}, log {work / 'kbqe-dev.log'}), cluster {cluster.master_url}")
     client = local_bigquery_client()
     try:
@@ -157,11 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{ {k: (len(c), max(c.values(), default=0)) for k, c in counts.items()} }")  # fmt: skip
         return 0 if once else 1
     finally:
-        os.killpg(dev.pid, signal.SIGTERM)
-        try:
-            dev.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(dev.pid, signal.SIGKILL)
+        kbqe_dev.stop(dev)
         cluster.stop()
         shutil.rmtree(cluster.root, ignore_errors=True)
         admin.delete_topics(list(topics.values()))

@@ -21,8 +21,6 @@ import argparse
 import hmac
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +32,7 @@ import yaml
 from kbqe_dagster.demo.compacted import CompactedTopic
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import local_endpoints
+from reliability import kbqe_dev
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,11 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         "DAGSTER_HOME": str(home),
         "KBQE_DEMO_MASK_KEY": mask_key,
     }
-    log = open(work / "kbqe-dev.log", "w")  # noqa: SIM115 - kept open for the child's life
-    dev = subprocess.Popen(
-        [str(Path(sys.executable).parent / "kbqe"), "dev", "--port", str(args.port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
-    )  # fmt: skip
+    dev = kbqe_dev.start(env, work, args.port, cwd=REPO)
     print(f"kbqe dev (pid {dev.pid}, log {work / 'kbqe-dev.log'}) on topic {name}", flush=True)
     client = local_bigquery_client()
     started = time.monotonic()
@@ -131,11 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"NOT equal after the wait: {found}", flush=True)
         return 1
     finally:
-        os.killpg(dev.pid, signal.SIGTERM)
-        try:
-            dev.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(dev.pid, signal.SIGKILL)
+        kbqe_dev.stop(dev)
         topic.delete()
         for name_ in (dataset, f"{dataset}_dead"):
             client.delete_dataset(name_, delete_contents=True, not_found_ok=True)

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +30,7 @@ from kbqe_dagster.localstack.cdc import ConnectClient, debezium_postgres_config
 from kbqe_dagster.localstack.clients import local_bigquery_client
 from kbqe_dagster.localstack.endpoints import local_endpoints
 from kbqe_dagster.localstack.postgres import DATABASE, PASSWORD, USER
+from reliability import kbqe_dev
 from reliability.postgres_oracle import Source, differences, drop_slot_when_released, pipeline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,11 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         "KBQE_STAGING_URL": str(work / "staging"),
         "DAGSTER_HOME": str(home),
     }
-    log = open(work / "kbqe-dev.log", "w")  # noqa: SIM115 - kept open for the child's life
-    dev = subprocess.Popen(
-        [str(Path(sys.executable).parent / "kbqe"), "dev", "--port", str(args.port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
-    )  # fmt: skip
+    dev = kbqe_dev.start(env, work, args.port, cwd=REPO)
     print(f"kbqe dev (pid {dev.pid}, log {work / 'kbqe-dev.log'}) on topic {topic}", flush=True)
     client = local_bigquery_client()
     started = time.monotonic()
@@ -135,11 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         connect.delete(connector)
         connect.wait_deleted(connector)
         drop_slot_when_released(conn, prefix)
-        os.killpg(dev.pid, signal.SIGTERM)
-        try:
-            dev.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(dev.pid, signal.SIGKILL)
+        kbqe_dev.stop(dev)
         conn.execute(f"DROP PUBLICATION IF EXISTS {prefix}_publication")
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
         conn.close()
