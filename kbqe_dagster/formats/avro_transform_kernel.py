@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from typing import Any, Protocol
 
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.transforms.kernel_transforms import kernel_kinds, kernel_transforms
-from kbqe_dagster.staging.native_kernel import NativeStaging
+from kbqe_dagster.staging.native_kernel import NativeStaging, TransformingStager
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +41,10 @@ REWRITES = "AVRO_REWRITES"
 message parts: a kernel built before leaves such topics on the Python path."""
 
 
-class TransformStager(Protocol):
+class TransformStager(TransformingStager, Protocol):
     """What this driver reads of its stager: formats/transform_stage.py's
     ``TransformRangeStager``, which names this class as its ``native_driver``, so this module
     does not import it back."""
-
-    rng: OffsetRange
-    transforms: tuple[Any, ...]
-    wanted: tuple[str, ...]
-    hmac_keys: Mapping[int, bytes]
 
     def staged_schema_of(self, schema_key: Any, schema: Any, schema_id: int | None) -> Any: ...
 

@@ -23,17 +23,15 @@ schema's (``staged_type``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kbqe_dagster.core.errors import BadInputError
 from kbqe_dagster.core.formats.protobuf_program import kernel_program
 from kbqe_dagster.core.formats.protobuf_wire import read_message_indexes
-from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.routing import Destination, RoutingInput, RoutingMode
 from kbqe_dagster.core.record.wire import HEADER_SIZE
 from kbqe_dagster.core.transforms.kernel_transforms import kernel_transforms
-from kbqe_dagster.staging.native_kernel import NativeStaging
+from kbqe_dagster.staging.native_kernel import NativeStaging, TransformingStager
 
 if TYPE_CHECKING:
     from kbqe_dagster.formats.transform_stage import StagedSchema
@@ -48,15 +46,11 @@ TRANSFORMED = "add_transformed_protobuf_schema"
 leaves a topic with transforms on the Python path."""
 
 
-class ProtobufStager(Protocol):
+class ProtobufStager(TransformingStager, Protocol):
     """What this driver reads of its stager: formats/protobuf_stage.py's
     ``ProtobufRangeStager``, which names this class as its ``native_driver``, so this module
     does not import it back."""
 
-    rng: OffsetRange
-    transforms: tuple[Any, ...]
-    wanted: tuple[str, ...]
-    hmac_keys: Mapping[int, bytes]
     static_destination: Destination | None
 
     def staged_type(self, value: bytes) -> tuple[Any, dict[str, Any], StagedSchema]: ...

@@ -42,13 +42,15 @@ import json
 import logging
 import os
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from fastavro import parse_schema
 from fastavro.read import LOGICAL_READERS
 
 from kbqe_dagster.core.errors import BadInputError, KbqeError
+from kbqe_dagster.core.protocol.offsets import OffsetRange
 from kbqe_dagster.core.record.enrichment import with_event_hour
 from kbqe_dagster.core.record.event_time import DateRule, epoch_day
 from kbqe_dagster.core.record.routing import RoutingInput, RoutingMode
@@ -118,6 +120,17 @@ def kernel_status() -> KernelStatus:
 
 
 _UNIT_CODES = {"auto": "auto", "s": "s", "ms": "ms", "us": "us", "ns": "ns"}
+
+
+class TransformingStager(Protocol):
+    """What a kernel driver of a format with transforms reads of its stager, whatever the
+    format: the range, the transforms, the fields they read and the HMAC keys of its masks.
+    Each driver's own Protocol adds what its format needs."""
+
+    rng: OffsetRange
+    transforms: tuple[Any, ...]
+    wanted: tuple[str, ...]
+    hmac_keys: Mapping[int, bytes]
 
 
 class NativeStaging:
